@@ -1,0 +1,13 @@
+//! # p2pmpi-core — protocol logic without I/O
+//!
+//! Every protocol of p2pmpi is written here as a deterministic state machine: inputs (an
+//! arriving message, a posted receive, later a timer tick or a failure notice) go in, decisions
+//! come out, and nothing here touches a socket, a clock or a random generator. The library's
+//! TCP device and the daemons are thin drivers around these machines, and tests (and later the
+//! simulator) drive the very same code with virtual time.
+//!
+//! * [`matching`]: MPI message matching — the expected (posted) and unexpected queues, the
+//!   message identifier (MID) sequence counters, and the per-source high-water marks that are
+//!   the compact form of the seeds' *history table* (thesis §4.3.2).
+
+pub mod matching;

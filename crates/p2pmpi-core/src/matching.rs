@@ -1,0 +1,322 @@
+//! Message matching: which posted receive gets which arriving message.
+//!
+//! MPI's rules, as the seeds state them: messages between one pair with the same tag on one
+//! communicator are received in the order they were sent (non-overtaking); `ANY_SOURCE` and
+//! `ANY_TAG` receives take the earliest arrived message that fits; receives are satisfied in
+//! the order they were posted.
+//!
+//! Order is carried by the **MID** (thesis §4.3.2): the sender stamps each message with the
+//! number of messages it sent before with the same (communicator, destination, tag)
+//! ([`Matcher::next_send_seq`]). The receiver keeps, per (communicator, source, tag), the next
+//! sequence it expects; a message whose sequence is below it was already received and is
+//! reported as a duplicate (this is what lets a receiver discard a message re-sent by a new
+//! master after a failure, and is the history table in compact form: channels are FIFO, so a
+//! high-water mark is equivalent to the set of delivered MIDs).
+
+use std::collections::{HashMap, VecDeque};
+
+/// What identifies an arriving message at the receiver (the MID without the destination,
+/// which is this process) plus its size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Envelope {
+    /// Communicator context id.
+    pub comm: u32,
+    /// Source rank.
+    pub src: i32,
+    /// Tag.
+    pub tag: i32,
+    /// Sequence count of the MID.
+    pub seq: u64,
+    /// Message size in bytes.
+    pub len: u64,
+}
+
+/// What a receive accepts. `None` is the wildcard (`ANY_SOURCE`, `ANY_TAG`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pattern {
+    pub comm: u32,
+    pub src: Option<i32>,
+    pub tag: Option<i32>,
+}
+
+impl Pattern {
+    /// Does a message with this envelope satisfy the pattern?
+    #[inline]
+    pub fn accepts(&self, env: &Envelope) -> bool {
+        self.comm == env.comm
+            && self.src.map_or(true, |s| s == env.src)
+            && self.tag.map_or(true, |t| t == env.tag)
+    }
+}
+
+/// The body of an arrived message: the data itself (eager protocol), or only an announcement
+/// whose data will follow once the receiver is ready (rendez-vous).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Body<P> {
+    /// Complete data.
+    Eager(P),
+    /// READY_TO_SEND: `Envelope::len` bytes are waiting at the sender.
+    Rendezvous,
+}
+
+/// Outcome of [`Matcher::arrive`].
+#[derive(Debug, PartialEq, Eq)]
+pub enum Arrival<R> {
+    /// The message matched the earliest fitting posted receive, which is removed.
+    Matched(R),
+    /// No posted receive fits: the caller must [`Matcher::enqueue`] the message now.
+    Unmatched,
+    /// The MID was already received (its sequence is below the high-water mark): discard.
+    Duplicate,
+}
+
+/// The matching engine of one process. `R` identifies a posted receive (a request handle),
+/// `P` is the payload of an eager message.
+#[derive(Debug)]
+pub struct Matcher<R, P> {
+    posted: VecDeque<(Pattern, R)>,
+    unexpected: VecDeque<(Envelope, Body<P>)>,
+    next_send: HashMap<(u32, i32, i32), u64>,
+    next_recv: HashMap<(u32, i32, i32), u64>,
+}
+
+impl<R, P> Default for Matcher<R, P> {
+    fn default() -> Self {
+        Matcher {
+            posted: VecDeque::new(),
+            unexpected: VecDeque::new(),
+            next_send: HashMap::new(),
+            next_recv: HashMap::new(),
+        }
+    }
+}
+
+impl<R: PartialEq, P> Matcher<R, P> {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The sequence count to stamp on the next message to `dst` with `tag` on `comm`.
+    pub fn next_send_seq(&mut self, comm: u32, dst: i32, tag: i32) -> u64 {
+        let c = self.next_send.entry((comm, dst, tag)).or_insert(0);
+        let s = *c;
+        *c += 1;
+        s
+    }
+
+    /// A message with this envelope arrived: discard it as a duplicate, give it to the
+    /// earliest fitting posted receive (which is removed), or tell the caller to queue it with
+    /// [`Matcher::enqueue`] before anything else happens (the split lets the caller copy the
+    /// data straight into a matched receive's buffer without an intermediate allocation).
+    pub fn arrive(&mut self, env: &Envelope) -> Arrival<R> {
+        let next = self.next_recv.entry((env.comm, env.src, env.tag)).or_insert(0);
+        if env.seq < *next {
+            return Arrival::Duplicate;
+        }
+        *next = env.seq + 1;
+        match self.posted.iter().position(|(p, _)| p.accepts(env)) {
+            Some(i) => Arrival::Matched(self.posted.remove(i).expect("index from position").1),
+            None => Arrival::Unmatched,
+        }
+    }
+
+    /// Queues a message that [`Matcher::arrive`] reported unmatched.
+    pub fn enqueue(&mut self, env: Envelope, body: Body<P>) {
+        self.unexpected.push_back((env, body));
+    }
+
+    /// Posts a receive. If an unexpected message fits, the earliest one is removed and
+    /// returned and the receive is not queued; otherwise the receive waits.
+    pub fn post(&mut self, pat: Pattern, req: R) -> Option<(Envelope, Body<P>)> {
+        if let Some(m) = self.take(pat) {
+            return Some(m);
+        }
+        self.posted.push_back((pat, req));
+        None
+    }
+
+    /// The earliest unexpected message that fits, left in place (MPI_Probe).
+    pub fn probe(&self, pat: Pattern) -> Option<&Envelope> {
+        self.unexpected.iter().map(|(e, _)| e).find(|e| pat.accepts(e))
+    }
+
+    /// Removes and returns the earliest unexpected message that fits (MPI_Mprobe, or the
+    /// first half of a receive).
+    pub fn take(&mut self, pat: Pattern) -> Option<(Envelope, Body<P>)> {
+        let i = self.unexpected.iter().position(|(e, _)| pat.accepts(e))?;
+        self.unexpected.remove(i)
+    }
+
+    /// Withdraws a posted receive that has not matched yet. Returns whether it was found.
+    pub fn cancel(&mut self, req: &R) -> bool {
+        match self.posted.iter().position(|(_, r)| r == req) {
+            Some(i) => {
+                self.posted.remove(i);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Number of receives waiting for a message.
+    pub fn posted_len(&self) -> usize {
+        self.posted.len()
+    }
+
+    /// Number of messages waiting for a receive.
+    pub fn unexpected_len(&self) -> usize {
+        self.unexpected.len()
+    }
+
+    /// Posted receives, in posting order.
+    pub fn posted(&self) -> impl Iterator<Item = (&Pattern, &R)> {
+        self.posted.iter().map(|(p, r)| (p, r))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// arrive + enqueue, as the device does.
+    fn arrive<P>(m: &mut Matcher<u32, P>, e: Envelope, p: P) -> Arrival<u32> {
+        let a = m.arrive(&e);
+        if a == Arrival::Unmatched {
+            m.enqueue(e, Body::Eager(p));
+        }
+        a
+    }
+
+    fn env(src: i32, tag: i32, seq: u64) -> Envelope {
+        Envelope { comm: 0, src, tag, seq, len: 0 }
+    }
+    fn pat(src: Option<i32>, tag: Option<i32>) -> Pattern {
+        Pattern { comm: 0, src, tag }
+    }
+
+    #[test]
+    fn posted_receive_takes_arrival() {
+        let mut m: Matcher<u32, &str> = Matcher::new();
+        assert!(m.post(pat(Some(1), Some(5)), 7).is_none());
+        assert_eq!(arrive(&mut m, env(1, 4, 0), "no"), Arrival::Unmatched);
+        assert_eq!(arrive(&mut m, env(1, 5, 0), "yes"), Arrival::Matched(7));
+        assert_eq!(m.unexpected_len(), 1);
+        assert_eq!(m.posted_len(), 0);
+    }
+
+    #[test]
+    fn wildcard_takes_earliest_unexpected() {
+        let mut m: Matcher<u32, u32> = Matcher::new();
+        arrive(&mut m, env(2, 1, 0), 20);
+        arrive(&mut m, env(1, 1, 0), 10);
+        assert_eq!(m.probe(pat(None, None)).unwrap().src, 2);
+        assert_eq!(m.post(pat(None, Some(1)), 0).unwrap().1, Body::Eager(20));
+        assert_eq!(m.post(pat(None, None), 0).unwrap().1, Body::Eager(10));
+    }
+
+    #[test]
+    fn different_communicators_never_match() {
+        let mut m: Matcher<u32, u32> = Matcher::new();
+        m.post(Pattern { comm: 1, src: None, tag: None }, 1);
+        assert_eq!(arrive(&mut m, env(0, 0, 0), 0), Arrival::Unmatched);
+    }
+
+    #[test]
+    fn duplicates_are_discarded() {
+        let mut m: Matcher<u32, u32> = Matcher::new();
+        assert_eq!(arrive(&mut m, env(1, 0, 0), 0), Arrival::Unmatched);
+        assert_eq!(arrive(&mut m, env(1, 0, 1), 1), Arrival::Unmatched);
+        assert_eq!(arrive(&mut m, env(1, 0, 0), 0), Arrival::Duplicate);
+        assert_eq!(m.arrive(&env(1, 0, 1)), Arrival::Duplicate);
+        // other tag, other source: own counters
+        assert_eq!(arrive(&mut m, env(1, 1, 0), 0), Arrival::Unmatched);
+        assert_eq!(arrive(&mut m, env(2, 0, 0), 0), Arrival::Unmatched);
+        assert_eq!(m.unexpected_len(), 4);
+    }
+
+    #[test]
+    fn cancel_withdraws() {
+        let mut m: Matcher<u32, u32> = Matcher::new();
+        m.post(pat(None, None), 3);
+        assert!(m.cancel(&3));
+        assert!(!m.cancel(&3));
+        assert_eq!(arrive(&mut m, env(0, 0, 0), 1), Arrival::Unmatched);
+    }
+
+    #[test]
+    fn send_sequences_per_destination_and_tag() {
+        let mut m: Matcher<u32, u32> = Matcher::new();
+        assert_eq!(m.next_send_seq(0, 1, 0), 0);
+        assert_eq!(m.next_send_seq(0, 1, 0), 1);
+        assert_eq!(m.next_send_seq(0, 1, 1), 0);
+        assert_eq!(m.next_send_seq(0, 2, 0), 0);
+        assert_eq!(m.next_send_seq(1, 1, 0), 0);
+    }
+
+    // Reference model: the matching MPI promises, checked on random interleavings of sends
+    // (from 3 sources, 2 tags, in per-source order) and receives with wildcards.
+    #[derive(Debug, Clone)]
+    enum Op {
+        Send(i32, i32),
+        Recv(Option<i32>, Option<i32>),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            (0..3i32, 0..2i32).prop_map(|(s, t)| Op::Send(s, t)),
+            (proptest::option::of(0..3i32), proptest::option::of(0..2i32))
+                .prop_map(|(s, t)| Op::Recv(s, t)),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn non_overtaking_and_fifo_receives(ops in proptest::collection::vec(op(), 0..60)) {
+            let mut m: Matcher<usize, (i32, i32, u64)> = Matcher::new();
+            let mut sent: HashMap<(i32, i32), u64> = HashMap::new();
+            let mut delivered: Vec<(usize, (i32, i32, u64))> = Vec::new();
+            let mut recvs: Vec<Pattern> = Vec::new();
+            for o in ops {
+                match o {
+                    Op::Send(s, t) => {
+                        let c = sent.entry((s, t)).or_insert(0);
+                        let seq = *c; *c += 1;
+                        let e = env(s, t, seq);
+                        match m.arrive(&e) {
+                            Arrival::Matched(r) => delivered.push((r, (s, t, seq))),
+                            Arrival::Unmatched => m.enqueue(e, Body::Eager((s, t, seq))),
+                            Arrival::Duplicate => prop_assert!(false, "no duplicates sent"),
+                        }
+                    }
+                    Op::Recv(s, t) => {
+                        let id = recvs.len();
+                        recvs.push(pat(s, t));
+                        if let Some((_, Body::Eager(p))) = m.post(pat(s, t), id) {
+                            delivered.push((id, p));
+                        }
+                    }
+                }
+            }
+            // every delivery fits its pattern
+            for (r, (s, t, _)) in &delivered {
+                prop_assert!(recvs[*r].accepts(&env(*s, *t, 0)));
+            }
+            // per (source, tag), deliveries come in sequence order, without gaps from 0
+            let mut per: HashMap<(i32, i32), Vec<(usize, u64)>> = HashMap::new();
+            for (r, (s, t, q)) in &delivered {
+                per.entry((*s, *t)).or_default().push((*r, *q));
+            }
+            for v in per.values_mut() {
+                v.sort();
+                for (i, (_, q)) in v.iter().enumerate() {
+                    prop_assert_eq!(*q, i as u64);
+                }
+            }
+            // a message still unexpected never fits a receive still posted
+            for (p, _) in m.posted() {
+                prop_assert!(m.probe(*p).is_none());
+            }
+        }
+    }
+}

@@ -1,0 +1,120 @@
+//! Control plane between an MPI process and its launcher (the local `p2pmpirun`, or a peer's
+//! MPD): length-prefixed `postcard` records.
+//!
+//! Frame: 4-byte little-endian length `n` (at most [`MAX_CONTROL_LEN`]), then `n` bytes of a
+//! postcard-encoded [`Control`].
+
+use serde::{Deserialize, Serialize};
+use std::io::{self, Read, Write};
+use thiserror::Error;
+
+/// Largest control record accepted.
+pub const MAX_CONTROL_LEN: u32 = 16 << 20;
+
+/// One control record. Processes send `Register`, `Finalized` and `Abort`; the launcher
+/// answers with `World` and may send `Stop`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Control {
+    /// A process announces itself: its rank, the address of its data port, its pid, and the
+    /// job's secret token (proves it was started by this launcher).
+    Register { rank: u32, data_addr: String, pid: u32, token: u64 },
+    /// The communicator built at the root: rank → data address, for every rank.
+    World { addrs: Vec<String> },
+    /// The process finalized cleanly.
+    Finalized { rank: u32 },
+    /// The process called `abort` (or hit a fatal error): stop the job with `code`.
+    Abort { rank: u32, code: i32, message: String },
+    /// The launcher stops the job; the process must exit.
+    Stop { reason: String },
+}
+
+/// Errors of the control plane.
+#[derive(Debug, Error)]
+pub enum ControlError {
+    #[error("i/o: {0}")]
+    Io(#[from] io::Error),
+    #[error("control record of {0} bytes exceeds the limit of {MAX_CONTROL_LEN}")]
+    TooLong(u32),
+    #[error("malformed control record: {0}")]
+    Malformed(#[from] postcard::Error),
+}
+
+/// Encodes a record with its length prefix.
+pub fn encode(msg: &Control) -> Vec<u8> {
+    let body = postcard::to_allocvec(msg).expect("control records always serialize");
+    let mut out = Vec::with_capacity(4 + body.len());
+    out.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    out.extend_from_slice(&body);
+    out
+}
+
+/// Writes one record.
+pub fn write_msg<W: Write>(w: &mut W, msg: &Control) -> Result<(), ControlError> {
+    w.write_all(&encode(msg))?;
+    w.flush()?;
+    Ok(())
+}
+
+/// Reads one record (blocking). End of stream before a length prefix is `Ok(None)`.
+pub fn read_msg<R: Read>(r: &mut R) -> Result<Option<Control>, ControlError> {
+    let mut len = [0u8; 4];
+    let mut got = 0;
+    while got < 4 {
+        match r.read(&mut len[got..]) {
+            Ok(0) if got == 0 => return Ok(None),
+            Ok(0) => return Err(io::Error::from(io::ErrorKind::UnexpectedEof).into()),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let n = u32::from_le_bytes(len);
+    if n > MAX_CONTROL_LEN {
+        return Err(ControlError::TooLong(n));
+    }
+    let mut body = vec![0u8; n as usize];
+    r.read_exact(&mut body)?;
+    Ok(Some(postcard::from_bytes(&body)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn roundtrip_all_variants() {
+        let msgs = vec![
+            Control::Register { rank: 3, data_addr: "127.0.0.1:4000".into(), pid: 77, token: 9 },
+            Control::World { addrs: vec!["a".into(), "b".into()] },
+            Control::Finalized { rank: 1 },
+            Control::Abort { rank: 2, code: 5, message: "x".into() },
+            Control::Stop { reason: "bye".into() },
+        ];
+        let mut buf = Vec::new();
+        for m in &msgs {
+            write_msg(&mut buf, m).unwrap();
+        }
+        let mut r = &buf[..];
+        for m in &msgs {
+            assert_eq!(read_msg(&mut r).unwrap().as_ref(), Some(m));
+        }
+        assert!(read_msg(&mut r).unwrap().is_none());
+    }
+
+    #[test]
+    fn oversized_length_is_refused_without_allocating() {
+        let b = u32::MAX.to_le_bytes();
+        assert!(matches!(read_msg(&mut &b[..]), Err(ControlError::TooLong(_))));
+    }
+
+    proptest! {
+        #[test]
+        fn garbage_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
+            let mut r = &bytes[..];
+            for _ in 0..4 {
+                if !matches!(read_msg(&mut r), Ok(Some(_))) { break; }
+            }
+        }
+    }
+}
