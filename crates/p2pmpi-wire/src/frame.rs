@@ -158,13 +158,7 @@ impl Header {
         }
         let kind = FrameKind::from_u8(b[5]).ok_or(WireError::BadKind(b[5]))?;
         let flags = u16::from_le_bytes([b[6], b[7]]);
-        let mid = Mid {
-            comm: u32_at(8),
-            src: u32_at(12),
-            dst: u32_at(16),
-            tag: u32_at(20) as i32,
-            seq: u64_at(24),
-        };
+        let mid = Mid { comm: u32_at(8), src: u32_at(12), dst: u32_at(16), tag: u32_at(20) as i32, seq: u64_at(24) };
         for r in [mid.src, mid.dst] {
             if r > i32::MAX as u32 {
                 return Err(WireError::BadRank(r));
@@ -173,15 +167,9 @@ impl Header {
         let len = u64_at(32);
         let h = Header { kind, flags, mid, len };
         match kind {
-            FrameKind::Hello if len > MAX_HELLO_LEN => {
-                Err(WireError::TooLong { kind, len, max: MAX_HELLO_LEN })
-            }
-            FrameKind::Eager if len > max_eager => {
-                Err(WireError::TooLong { kind, len, max: max_eager })
-            }
-            FrameKind::ReadyToRecv | FrameKind::Bye if len != 0 => {
-                Err(WireError::UnexpectedPayload { kind, len })
-            }
+            FrameKind::Hello if len > MAX_HELLO_LEN => Err(WireError::TooLong { kind, len, max: MAX_HELLO_LEN }),
+            FrameKind::Eager if len > max_eager => Err(WireError::TooLong { kind, len, max: max_eager }),
+            FrameKind::ReadyToRecv | FrameKind::Bye if len != 0 => Err(WireError::UnexpectedPayload { kind, len }),
             _ => Ok(h),
         }
     }

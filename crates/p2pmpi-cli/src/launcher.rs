@@ -1,0 +1,479 @@
+//! The local launcher: runs the N processes of a job on this host.
+//!
+//! Start-up follows the seeds' execution preamble: each process binds its data port and
+//! registers (rank, address) on the launcher's control port, proving with the job's secret
+//! token that it belongs to the job; once all have registered the launcher sends every process
+//! the communicator table. The control connections stay open: a process reports `Finalized`
+//! or `Abort` on it, and its closing tells that the process is gone.
+//!
+//! Failure handling: when a process dies (signal, non-zero status, or success without
+//! finalizing while it had initialized), the launcher reports which rank and how, stops the
+//! others (SIGTERM, then SIGKILL after a grace period) and exits with that process's status.
+//! Children are started with `PR_SET_PDEATHSIG`, so they cannot outlive a launcher that is
+//! itself killed.
+
+use anyhow::{bail, Context, Result};
+use clap::Parser;
+use p2pmpi::bootstrap::env;
+use p2pmpi_wire::control::{self, Control};
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Options of `p2pmpirun`.
+#[derive(Parser, Debug)]
+#[command(about = "Run an MPI program on N processes", override_usage = "p2pmpirun -n N [OPTIONS] PROGRAM [ARGS...]")]
+pub struct RunArgs {
+    /// Number of MPI processes (also -np).
+    #[arg(short = 'n', long = "np", value_name = "N")]
+    pub n: Option<i64>,
+    /// Prefix every output line with the rank that printed it: `[rank] line`.
+    #[arg(short = 't', long = "tag-output")]
+    pub tag_output: bool,
+    /// Seconds to wait for every process to register before giving up.
+    #[arg(long = "startup-timeout", default_value_t = 60, value_name = "SECONDS")]
+    pub startup_timeout: u64,
+    /// The program to run, then its arguments.
+    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "PROGRAM")]
+    pub command: Vec<String>,
+}
+
+/// Entry point shared by `p2pmpirun` and `p2pmpi run`. Returns the exit status.
+pub fn main_with_args(name: &str, args: &[String]) -> i32 {
+    // Accept Open MPI's `-np N` spelling.
+    let mut argv = vec![name.to_string()];
+    let mut in_prog = false;
+    for a in args {
+        if !in_prog && a == "-np" {
+            argv.push("--np".into());
+        } else {
+            if !in_prog
+                && !a.starts_with('-')
+                && argv.last().is_some_and(|l| !matches!(l.as_str(), "-n" | "--np" | "--startup-timeout"))
+            {
+                in_prog = true;
+            }
+            argv.push(a.clone());
+        }
+    }
+    let opts = match RunArgs::try_parse_from(&argv) {
+        Ok(o) => o,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() { 2 } else { 0 };
+        }
+    };
+    match run(name, opts) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("{name}: error: {e:#}");
+            2
+        }
+    }
+}
+
+/// Finds the program: a path, or a name looked up in `PATH`.
+fn resolve_program(prog: &str) -> Result<PathBuf> {
+    let is_exec = |p: &Path| {
+        use std::os::unix::fs::PermissionsExt;
+        p.is_file() && p.metadata().map(|m| m.permissions().mode() & 0o111 != 0).unwrap_or(false)
+    };
+    if prog.contains('/') {
+        let p = PathBuf::from(prog);
+        if !p.exists() {
+            bail!("program '{prog}' not found");
+        }
+        if !is_exec(&p) {
+            bail!("program '{prog}' is not an executable file");
+        }
+        return Ok(p);
+    }
+    for dir in std::env::var_os("PATH").map(|p| std::env::split_paths(&p).collect::<Vec<_>>()).unwrap_or_default() {
+        let cand = dir.join(prog);
+        if is_exec(&cand) {
+            return Ok(cand);
+        }
+    }
+    bail!("program '{prog}' not found in PATH (give a path such as ./{prog})")
+}
+
+enum Event {
+    Registered { rank: usize, addr: String, conn: TcpStream },
+    Finalized { rank: usize },
+    Abort { rank: usize, code: i32, message: String },
+    ControlClosed { rank: usize },
+    Exited { rank: usize, status: ExitStatus },
+    BadClient { detail: String },
+}
+
+#[derive(Default)]
+struct RankState {
+    pid: u32,
+    registered: bool,
+    finalized: bool,
+    ctrl_closed: bool,
+    exit: Option<ExitStatus>,
+    judged: bool,
+}
+
+fn describe(status: &ExitStatus) -> String {
+    if let Some(sig) = status.signal() {
+        let name = match sig {
+            libc::SIGKILL => "SIGKILL",
+            libc::SIGTERM => "SIGTERM",
+            libc::SIGSEGV => "SIGSEGV",
+            libc::SIGABRT => "SIGABRT",
+            libc::SIGBUS => "SIGBUS",
+            libc::SIGINT => "SIGINT",
+            libc::SIGFPE => "SIGFPE",
+            libc::SIGILL => "SIGILL",
+            libc::SIGPIPE => "SIGPIPE",
+            _ => "signal",
+        };
+        format!("was killed by signal {sig} ({name})")
+    } else {
+        format!("exited with status {}", status.code().unwrap_or(-1))
+    }
+}
+
+fn exit_code_of(status: &ExitStatus) -> i32 {
+    status.signal().map(|s| 128 + s).or(status.code()).unwrap_or(1)
+}
+
+/// Runs a job locally.
+pub fn run(name: &str, opts: RunArgs) -> Result<i32> {
+    let n = match opts.n {
+        None => bail!("the number of processes is missing: use -n N (for example: {name} -n 4 ./program)"),
+        Some(n) if n < 1 => bail!("-n must be at least 1 (got {n})"),
+        Some(n) if n > 4096 => bail!("-n {n} is more processes than a local run supports (4096)"),
+        Some(n) => n as usize,
+    };
+    let program = resolve_program(&opts.command[0])?;
+    let prog_args = &opts.command[1..];
+
+    let listener = TcpListener::bind("127.0.0.1:0").context("cannot open the launcher's control port")?;
+    let ctrl_addr = listener.local_addr()?;
+    let mut tok = [0u8; 8];
+    getrandom::fill(&mut tok).map_err(|e| anyhow::anyhow!("no randomness for the job token: {e}"))?;
+    let token = u64::from_le_bytes(tok);
+
+    let (tx, rx) = channel::<Event>();
+    spawn_control_server(listener, token, n, tx.clone());
+
+    let out_lock = Arc::new(Mutex::new(()));
+    let mut children: Vec<Child> = Vec::with_capacity(n);
+    let mut pumps: Vec<JoinHandle<()>> = Vec::new();
+    let mut states: Vec<RankState> = (0..n).map(|_| RankState::default()).collect();
+    for rank in 0..n {
+        let mut cmd = Command::new(&program);
+        cmd.args(prog_args)
+            .env(env::RANK, rank.to_string())
+            .env(env::SIZE, n.to_string())
+            .env(env::CONTROL, ctrl_addr.to_string())
+            .env(env::TOKEN, format!("{token:016x}"))
+            .env(env::LOCAL_PROCS, n.to_string())
+            .stdin(if rank == 0 { Stdio::inherit() } else { Stdio::null() })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        unsafe {
+            cmd.pre_exec(|| {
+                // Die with the launcher: no orphan processes.
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let mut child = match cmd.spawn() {
+            Ok(c) => c,
+            Err(e) => {
+                kill_all(&mut children);
+                bail!("cannot start '{}': {e}", program.display());
+            }
+        };
+        states[rank].pid = child.id();
+        let prefix = opts.tag_output.then(|| format!("[{rank}] "));
+        let so = child.stdout.take().expect("piped");
+        let se = child.stderr.take().expect("piped");
+        pumps.push(pump(so, false, prefix.clone(), out_lock.clone()));
+        pumps.push(pump(se, true, prefix, out_lock.clone()));
+        children.push(child);
+    }
+    // Exit watcher: polls children without blocking the event loop.
+    let children = Arc::new(Mutex::new(children));
+    {
+        let children = children.clone();
+        let tx = tx.clone();
+        std::thread::spawn(move || watch_exits(children, tx));
+    }
+    drop(tx);
+
+    let code = event_loop(name, n, &rx, &mut states, &children, opts.startup_timeout);
+    for p in pumps {
+        let _ = p.join();
+    }
+    Ok(code)
+}
+
+fn event_loop(
+    name: &str,
+    n: usize,
+    rx: &Receiver<Event>,
+    states: &mut [RankState],
+    children: &Arc<Mutex<Vec<Child>>>,
+    startup_timeout: u64,
+) -> i32 {
+    let mut conns: HashMap<usize, TcpStream> = HashMap::new();
+    let mut addrs: Vec<Option<String>> = vec![None; n];
+    let mut world_sent = false;
+    let mut failure: Option<i32> = None;
+    let start = Instant::now();
+    let mut exited = 0;
+    let stop_all = |children: &Arc<Mutex<Vec<Child>>>| terminate(children);
+    while exited < n {
+        let ev = match rx.recv_timeout(Duration::from_millis(200)) {
+            Ok(ev) => ev,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                if !world_sent
+                    && failure.is_none()
+                    && states.iter().any(|s| s.registered)
+                    && start.elapsed() > Duration::from_secs(startup_timeout)
+                {
+                    let missing: Vec<String> =
+                        (0..n).filter(|&r| !states[r].registered).map(|r| r.to_string()).collect();
+                    eprintln!(
+                        "{name}: start-up timed out after {startup_timeout} s: rank(s) {} never initialized MPI",
+                        missing.join(", ")
+                    );
+                    failure = Some(1);
+                    stop_all(children);
+                }
+                continue;
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+        };
+        match ev {
+            Event::Registered { rank, addr, conn } => {
+                if states[rank].registered {
+                    eprintln!("{name}: warning: rank {rank} registered twice; ignoring the second");
+                    continue;
+                }
+                states[rank].registered = true;
+                addrs[rank] = Some(addr);
+                conns.insert(rank, conn);
+                if addrs.iter().all(Option::is_some) && !world_sent {
+                    world_sent = true;
+                    // The communicator table, sent to every process by a flat tree.
+                    let table = Control::World { addrs: addrs.iter().map(|a| a.clone().unwrap()).collect() };
+                    let bytes = control::encode(&table);
+                    for c in conns.values_mut() {
+                        let _ = c.write_all(&bytes);
+                    }
+                }
+            }
+            Event::Finalized { rank } => states[rank].finalized = true,
+            Event::Abort { rank, code, message: _ } => {
+                if failure.is_none() {
+                    eprintln!("{name}: rank {rank} aborted the job (error code {code}); stopping the other processes");
+                    failure = Some(if code == 0 { 1 } else { code & 0xff });
+                    stop_all(children);
+                }
+            }
+            Event::ControlClosed { rank } => states[rank].ctrl_closed = true,
+            Event::Exited { rank, status } => {
+                exited += 1;
+                states[rank].exit = Some(status);
+            }
+            Event::BadClient { detail } => {
+                eprintln!("{name}: warning: refused a control connection: {detail}");
+            }
+        }
+        // Judge processes that are gone and whose control connection is closed.
+        for rank in 0..n {
+            let s = &mut states[rank];
+            let Some(status) = s.exit else { continue };
+            if s.judged || (s.registered && !s.ctrl_closed) {
+                continue;
+            }
+            s.judged = true;
+            if failure.is_some() {
+                continue;
+            }
+            let bad = if !status.success() {
+                Some((format!("rank {rank} (pid {}) {}", s.pid, describe(&status)), exit_code_of(&status)))
+            } else if s.registered && !s.finalized {
+                Some((
+                    format!("rank {rank} (pid {}) exited without finalizing MPI (the Universe was not dropped)", s.pid),
+                    1,
+                ))
+            } else if !s.registered && states.iter().any(|o| o.registered) && !world_sent {
+                Some((
+                    format!(
+                        "rank {rank} (pid {}) exited without initializing MPI while the other ranks wait for it",
+                        states[rank].pid
+                    ),
+                    1,
+                ))
+            } else {
+                None
+            };
+            if let Some((msg, code)) = bad {
+                eprintln!("{name}: {msg}; stopping the other processes");
+                failure = Some(code);
+                stop_all(children);
+            }
+        }
+    }
+    failure.unwrap_or(0)
+}
+
+/// Accepts control connections; each is served by its own thread.
+fn spawn_control_server(listener: TcpListener, token: u64, n: usize, tx: Sender<Event>) {
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(conn) = conn else { continue };
+            let tx = tx.clone();
+            std::thread::spawn(move || serve_control(conn, token, n, tx));
+        }
+    });
+}
+
+fn serve_control(mut conn: TcpStream, token: u64, n: usize, tx: Sender<Event>) {
+    let _ = conn.set_nodelay(true);
+    let _ = conn.set_read_timeout(Some(Duration::from_secs(10)));
+    let (rank, addr) = match control::read_msg(&mut conn) {
+        Ok(Some(Control::Register { rank, data_addr, pid: _, token: t })) if t == token && (rank as usize) < n => {
+            (rank as usize, data_addr)
+        }
+        Ok(Some(Control::Register { .. })) => {
+            let _ = tx.send(Event::BadClient { detail: "wrong job token or rank".into() });
+            return;
+        }
+        Ok(other) => {
+            let _ = tx.send(Event::BadClient { detail: format!("expected a registration, got {other:?}") });
+            return;
+        }
+        Err(e) => {
+            let _ = tx.send(Event::BadClient { detail: e.to_string() });
+            return;
+        }
+    };
+    let _ = conn.set_read_timeout(None);
+    let Ok(writer) = conn.try_clone() else { return };
+    let _ = tx.send(Event::Registered { rank, addr, conn: writer });
+    loop {
+        match control::read_msg(&mut conn) {
+            Ok(Some(Control::Finalized { .. })) => {
+                let _ = tx.send(Event::Finalized { rank });
+            }
+            Ok(Some(Control::Abort { code, message, .. })) => {
+                let _ = tx.send(Event::Abort { rank, code, message });
+            }
+            Ok(Some(_)) => {}
+            Ok(None) | Err(_) => {
+                let _ = tx.send(Event::ControlClosed { rank });
+                return;
+            }
+        }
+    }
+}
+
+/// Copies a child's output to ours, line by line, optionally prefixed.
+fn pump(src: impl Read + Send + 'static, err: bool, prefix: Option<String>, lock: Arc<Mutex<()>>) -> JoinHandle<()> {
+    std::thread::spawn(move || {
+        let mut r = BufReader::with_capacity(64 * 1024, src);
+        let mut line = Vec::with_capacity(256);
+        loop {
+            line.clear();
+            match r.read_until(b'\n', &mut line) {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {
+                    let _g = lock.lock().unwrap_or_else(|p| p.into_inner());
+                    let res = if err {
+                        let mut o = std::io::stderr().lock();
+                        write_line(&mut o, prefix.as_deref(), &line)
+                    } else {
+                        let mut o = std::io::stdout().lock();
+                        write_line(&mut o, prefix.as_deref(), &line)
+                    };
+                    if res.is_err() {
+                        // Our own output is gone (closed pipe): keep draining the child.
+                    }
+                }
+            }
+        }
+    })
+}
+
+fn write_line(o: &mut impl Write, prefix: Option<&str>, line: &[u8]) -> std::io::Result<()> {
+    if let Some(p) = prefix {
+        o.write_all(p.as_bytes())?;
+    }
+    o.write_all(line)?;
+    if !line.ends_with(b"\n") {
+        o.write_all(b"\n")?;
+    }
+    o.flush()
+}
+
+fn watch_exits(children: Arc<Mutex<Vec<Child>>>, tx: Sender<Event>) {
+    let n = children.lock().unwrap().len();
+    let mut done = vec![false; n];
+    let mut left = n;
+    while left > 0 {
+        {
+            let mut ch = children.lock().unwrap();
+            for (rank, c) in ch.iter_mut().enumerate() {
+                if done[rank] {
+                    continue;
+                }
+                if let Ok(Some(status)) = c.try_wait() {
+                    done[rank] = true;
+                    left -= 1;
+                    if tx.send(Event::Exited { rank, status }).is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Stops every remaining process: SIGTERM, then SIGKILL after a grace period.
+fn terminate(children: &Arc<Mutex<Vec<Child>>>) {
+    let alive = |children: &Arc<Mutex<Vec<Child>>>| -> Vec<u32> {
+        let mut ch = children.lock().unwrap();
+        ch.iter_mut().filter_map(|c| matches!(c.try_wait(), Ok(None)).then(|| c.id())).collect()
+    };
+    for pid in alive(children) {
+        unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    }
+    let children = children.clone();
+    std::thread::spawn(move || {
+        let deadline = Instant::now() + Duration::from_secs(1);
+        while Instant::now() < deadline {
+            if alive(&children).is_empty() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        for pid in alive(&children) {
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+        }
+    });
+}
+
+fn kill_all(children: &mut [Child]) {
+    for c in children {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+}

@@ -1,0 +1,246 @@
+//! One TCP connection: a read buffer that frames are parsed from, a streaming state for
+//! rendez-vous data, and a queue of outgoing frames written with `writev`.
+
+use super::{ConnError, ReqId, StatusInfo, EAGER_LIMIT};
+use mio::net::TcpStream;
+use p2pmpi_wire::{Header, WireError, HEADER_LEN};
+use std::collections::VecDeque;
+use std::io::{self, IoSlice, Read, Write};
+
+/// Read buffer size: a whole eager frame always fits.
+const RBUF: usize = 2 * EAGER_LIMIT + 2 * HEADER_LEN;
+
+#[derive(Clone, Copy)]
+pub(crate) enum RState {
+    /// Parsing frames from the read buffer.
+    Header,
+    /// Copying `left` bytes of rendez-vous data to `ptr` (or dropping them).
+    Stream { req: ReqId, ptr: *mut u8, left: usize, discard: bool },
+}
+
+pub(crate) enum Payload {
+    None,
+    /// Borrowed for the duration of the `push` call only: copied if not written at once.
+    Borrowed(&'static [u8]),
+    Owned(Vec<u8>),
+    /// Memory the API layer keeps valid until the frame's request completes.
+    Raw(*const u8, usize),
+}
+
+impl Payload {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Payload::None => &[],
+            Payload::Borrowed(b) => b,
+            Payload::Owned(v) => v,
+            Payload::Raw(p, n) => unsafe { std::slice::from_raw_parts(*p, *n) },
+        }
+    }
+}
+
+pub(crate) struct Out {
+    hdr: [u8; HEADER_LEN],
+    payload: Payload,
+    /// Bytes of header + payload already written.
+    pos: usize,
+    done: Option<ReqId>,
+}
+
+impl Out {
+    pub fn new(h: Header, payload: Payload) -> Out {
+        Out { hdr: h.encode(), payload, pos: 0, done: None }
+    }
+    pub fn with_completion(h: Header, payload: Payload, req: ReqId) -> Out {
+        Out { hdr: h.encode(), payload, pos: 0, done: Some(req) }
+    }
+    fn total(&self) -> usize {
+        HEADER_LEN + self.payload.bytes().len()
+    }
+}
+
+pub(crate) struct Conn {
+    pub stream: TcpStream,
+    pub peer: Option<i32>,
+    #[allow(dead_code)]
+    pub initiated: bool,
+    pub rbuf: Box<[u8]>,
+    rpos: usize,
+    rend: usize,
+    pub rstate: RState,
+    /// Status of the rendez-vous message being streamed.
+    pub stream_status: Option<StatusInfo>,
+    pub outq: VecDeque<Out>,
+    pub want_write: bool,
+    pub shutdown_after_flush: bool,
+    /// The peer closed its sending side after saying `Bye`.
+    pub read_eof: bool,
+}
+
+impl Conn {
+    pub fn new(stream: TcpStream, initiated: bool) -> Conn {
+        Conn {
+            stream,
+            peer: None,
+            initiated,
+            rbuf: vec![0u8; RBUF].into_boxed_slice(),
+            rpos: 0,
+            rend: 0,
+            rstate: RState::Header,
+            stream_status: None,
+            outq: VecDeque::new(),
+            want_write: false,
+            shutdown_after_flush: false,
+            read_eof: false,
+        }
+    }
+
+    pub fn peer_addr(&self) -> String {
+        self.stream.peer_addr().map(|a| a.to_string()).unwrap_or_else(|_| "?".into())
+    }
+
+    // ------------------------------------------------------------ writing
+
+    /// Queues a frame and writes what the socket takes. Returns the requests whose frames
+    /// were completely written.
+    pub fn push(&mut self, mut out: Out) -> Result<Vec<ReqId>, ConnError> {
+        if self.outq.is_empty() {
+            // Fast path: write directly, without queueing.
+            write_some(&mut self.stream, &mut out)?;
+            if out.pos == out.total() {
+                return Ok(out.done.into_iter().collect());
+            }
+        }
+        if let Payload::Borrowed(b) = out.payload {
+            out.payload = Payload::Owned(b.to_vec());
+        }
+        self.outq.push_back(out);
+        Ok(Vec::new())
+    }
+
+    /// Writes queued frames until the socket is full.
+    pub fn flush(&mut self) -> Result<Vec<ReqId>, ConnError> {
+        let mut done = Vec::new();
+        while let Some(out) = self.outq.front_mut() {
+            write_some(&mut self.stream, out)?;
+            if out.pos < out.total() {
+                break;
+            }
+            if let Some(r) = out.done {
+                done.push(r);
+            }
+            self.outq.pop_front();
+        }
+        if self.outq.is_empty() && self.shutdown_after_flush {
+            let _ = self.stream.shutdown(std::net::Shutdown::Write);
+        }
+        Ok(done)
+    }
+
+    // ------------------------------------------------------------ reading
+
+    /// Reads from the socket into the read buffer. Returns the bytes read (0: would block).
+    pub fn fill(&mut self) -> Result<usize, ConnError> {
+        if self.rpos == self.rend {
+            self.rpos = 0;
+            self.rend = 0;
+        } else if self.rbuf.len() - self.rend < HEADER_LEN + EAGER_LIMIT && self.rpos > 0 {
+            self.rbuf.copy_within(self.rpos..self.rend, 0);
+            self.rend -= self.rpos;
+            self.rpos = 0;
+        }
+        loop {
+            match self.stream.read(&mut self.rbuf[self.rend..]) {
+                Ok(0) => return Err(ConnError::Closed),
+                Ok(n) => {
+                    self.rend += n;
+                    return Ok(n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(0),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(ConnError::Io(e)),
+            }
+        }
+    }
+
+    /// The next complete frame in the buffer: its header and the range of its payload.
+    pub fn next_frame(&mut self) -> Result<Option<(Header, std::ops::Range<usize>)>, WireError> {
+        let avail = self.rend - self.rpos;
+        if avail < HEADER_LEN {
+            return Ok(None);
+        }
+        let hb: &[u8; HEADER_LEN] = self.rbuf[self.rpos..self.rpos + HEADER_LEN].try_into().unwrap();
+        let h = Header::decode(hb, EAGER_LIMIT as u64)?;
+        // Rendez-vous data is streamed, not buffered: hand over the header alone.
+        let body = if h.kind == p2pmpi_wire::FrameKind::Data { 0 } else { h.payload_len() as usize };
+        if avail < HEADER_LEN + body {
+            return Ok(None);
+        }
+        let start = self.rpos + HEADER_LEN;
+        self.rpos = start + body;
+        Ok(Some((h, start..start + body)))
+    }
+
+    /// Moves rendez-vous data to its destination: first what the read buffer holds, then
+    /// straight from the socket. Returns bytes moved (0: would block).
+    pub fn fill_stream(&mut self, ptr: *mut u8, left: &mut usize, discard: bool) -> Result<usize, ConnError> {
+        let mut moved = 0;
+        let buffered = (self.rend - self.rpos).min(*left);
+        if buffered > 0 {
+            if !discard {
+                let off = self.stream_offset(*left);
+                unsafe { std::ptr::copy_nonoverlapping(self.rbuf[self.rpos..].as_ptr(), ptr.add(off), buffered) };
+            }
+            self.rpos += buffered;
+            *left -= buffered;
+            moved += buffered;
+        }
+        while *left > 0 {
+            let res = if discard {
+                let n = (*left).min(self.rbuf.len());
+                self.stream.read(&mut self.rbuf[..n])
+            } else {
+                let off = self.stream_offset(*left);
+                let dst = unsafe { std::slice::from_raw_parts_mut(ptr.add(off), *left) };
+                self.stream.read(dst)
+            };
+            match res {
+                Ok(0) => return Err(ConnError::Closed),
+                Ok(n) => {
+                    *left -= n;
+                    moved += n;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(ConnError::Io(e)),
+            }
+        }
+        Ok(moved)
+    }
+
+    /// Offset into the destination given the bytes still missing.
+    fn stream_offset(&self, left: usize) -> usize {
+        let total = self.stream_status.map(|s| s.len as usize).unwrap_or(left);
+        total - left
+    }
+}
+
+fn write_some(stream: &mut TcpStream, out: &mut Out) -> Result<(), ConnError> {
+    let total = out.total();
+    while out.pos < total {
+        let payload = out.payload.bytes();
+        let res = if out.pos < HEADER_LEN {
+            let bufs = [IoSlice::new(&out.hdr[out.pos..]), IoSlice::new(payload)];
+            stream.write_vectored(&bufs)
+        } else {
+            stream.write(&payload[out.pos - HEADER_LEN..])
+        };
+        match res {
+            Ok(0) => return Err(ConnError::Closed),
+            Ok(n) => out.pos += n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(ConnError::Io(e)),
+        }
+    }
+    Ok(())
+}

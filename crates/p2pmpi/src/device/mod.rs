@@ -1,0 +1,808 @@
+//! The TCP device: persistent connections between process pairs and the progress engine.
+//!
+//! # Design
+//!
+//! * **One listening port per process** (the seeds' *single-port* device, firewall-friendly),
+//!   but with **persistent** connections: a process connects to a peer the first time it has
+//!   something to send to it and keeps that connection. A connection accepted from a peer is
+//!   also used to send to that peer when none exists yet, so a pair normally shares one
+//!   socket. Every connection starts with a `Hello` frame carrying the sender's rank and the
+//!   job's secret token; a connection that fails that check, or sends a malformed frame before
+//!   it, is closed and logged and the process keeps serving.
+//! * **Protocols** (thesis §5.3): messages up to [`EAGER_LIMIT`] travel *eager* (header and
+//!   data in one frame); larger ones and synchronous sends use *rendez-vous*: READY_TO_SEND,
+//!   READY_TO_RECV when the receive is matched, then the data, which is read from the socket
+//!   straight into the receiver's buffer.
+//! * **Progress is driven by the calling thread**: there is no progress thread. A blocking
+//!   call first polls without sleeping — reading the socket of the peer it waits for directly,
+//!   and the others through `epoll_wait(0)` — and only after a spin budget sleeps in
+//!   `epoll_wait`. On this kind of VM a thread woken by the kernel pays ≈ 30 µs per message
+//!   while a polling one pays ≈ 4 µs. When more processes run on the host than it has cores,
+//!   the spin budget drops to zero (spinning would steal the CPU from the peer it waits for).
+//! * The matching rules live in the pure [`p2pmpi_core::matching::Matcher`]; this module only
+//!   moves bytes and bookkeeping.
+
+mod conn;
+
+use crate::error::{Error, Result};
+use conn::{Conn, Out, Payload, RState};
+use mio::net::{TcpListener, TcpStream};
+use mio::{Events, Interest, Poll, Token};
+use p2pmpi_core::matching::{Arrival, Body, Envelope, Matcher, Pattern};
+use p2pmpi_wire::{FrameKind, Header, Mid};
+use std::collections::HashMap;
+use std::io;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+/// Largest message sent with the eager protocol (the seeds' 128 KB).
+pub const EAGER_LIMIT: usize = 128 * 1024;
+
+const LISTENER: Token = Token(usize::MAX);
+
+/// Request handle inside the engine.
+pub(crate) type ReqId = usize;
+
+/// What a completed receive learned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct StatusInfo {
+    pub source: i32,
+    pub tag: i32,
+    pub len: u64,
+    pub cancelled: bool,
+}
+
+#[derive(Debug)]
+pub(crate) enum ReqState {
+    Pending,
+    Done(StatusInfo),
+    Failed(Error),
+}
+
+#[derive(Debug)]
+struct Req {
+    /// Receive target (null for sends).
+    ptr: *mut u8,
+    cap: usize,
+    state: ReqState,
+}
+
+/// A message removed from the queues by a matched probe, waiting for its receive.
+#[derive(Debug)]
+pub(crate) struct Matched {
+    pub env: Envelope,
+    body: Body<Vec<u8>>,
+}
+
+/// How a send is carried out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SendMode {
+    /// Eager below the limit, rendez-vous above.
+    Standard,
+    /// Always rendez-vous: completes once the receiver has matched the message.
+    Synchronous,
+}
+
+#[derive(Debug, Default)]
+struct Peer {
+    /// The connection this process sends to the peer on (fixed once chosen: order).
+    send_conn: Option<usize>,
+    /// Every connection with the peer.
+    conns: Vec<usize>,
+    /// The peer said `Bye`.
+    bye: bool,
+}
+
+struct RndvSend {
+    req: ReqId,
+    ptr: *const u8,
+    len: usize,
+}
+
+/// The state of one process's device.
+pub(crate) struct Engine {
+    pub rank: i32,
+    pub size: i32,
+    token: u64,
+    poll: Poll,
+    events: Events,
+    listener: Option<TcpListener>,
+    addrs: Vec<SocketAddr>,
+    peers: Vec<Peer>,
+    conns: Vec<Option<Conn>>,
+    matcher: Matcher<ReqId, Vec<u8>>,
+    reqs: Vec<Option<Req>>,
+    free_reqs: Vec<ReqId>,
+    rndv_send: HashMap<Mid, RndvSend>,
+    rndv_recv: HashMap<Mid, ReqId>,
+    /// Frames produced while a connection was checked out, sent afterwards.
+    deferred: Vec<(i32, Out)>,
+    /// The error that ended communication, if any: every later wait returns it.
+    pub fatal: Option<Error>,
+    /// How long a blocking call polls before it sleeps.
+    pub spin: Duration,
+    tick: u32,
+    /// Reused buffer of ready events.
+    ready: Vec<(Token, bool, bool)>,
+}
+
+// The raw pointers inside are buffers the API layer guarantees to outlive their requests;
+// the engine is only ever used behind the global lock.
+unsafe impl Send for Engine {}
+
+impl Engine {
+    /// A device for `rank` of `size`, listening on `listener`, with peers at `addrs`.
+    pub fn new(
+        rank: i32,
+        size: i32,
+        token: u64,
+        listener: Option<std::net::TcpListener>,
+        addrs: Vec<SocketAddr>,
+        spin: Duration,
+    ) -> Result<Engine> {
+        let poll = Poll::new()?;
+        let listener = match listener {
+            Some(l) => {
+                l.set_nonblocking(true)?;
+                let mut l = TcpListener::from_std(l);
+                poll.registry().register(&mut l, LISTENER, Interest::READABLE)?;
+                Some(l)
+            }
+            None => None,
+        };
+        Ok(Engine {
+            rank,
+            size,
+            token,
+            poll,
+            events: Events::with_capacity(256),
+            listener,
+            addrs,
+            peers: (0..size).map(|_| Peer::default()).collect(),
+            conns: Vec::new(),
+            matcher: Matcher::new(),
+            reqs: Vec::new(),
+            free_reqs: Vec::new(),
+            rndv_send: HashMap::new(),
+            rndv_recv: HashMap::new(),
+            deferred: Vec::new(),
+            fatal: None,
+            spin,
+            tick: 0,
+            ready: Vec::with_capacity(256),
+        })
+    }
+
+    /// The address of the listening data port.
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.listener.as_ref().and_then(|l| l.local_addr().ok())
+    }
+
+    // ----------------------------------------------------------------- requests
+
+    fn new_req(&mut self, ptr: *mut u8, cap: usize, state: ReqState) -> ReqId {
+        let r = Req { ptr, cap, state };
+        match self.free_reqs.pop() {
+            Some(id) => {
+                self.reqs[id] = Some(r);
+                id
+            }
+            None => {
+                self.reqs.push(Some(r));
+                self.reqs.len() - 1
+            }
+        }
+    }
+
+    fn req_mut(&mut self, id: ReqId) -> &mut Req {
+        self.reqs[id].as_mut().expect("live request")
+    }
+
+    /// A request that is already complete (for operations finished on the spot).
+    pub fn completed_req(&mut self) -> ReqId {
+        let st = StatusInfo { source: -1, tag: -1, len: 0, cancelled: false };
+        self.new_req(std::ptr::null_mut(), 0, ReqState::Done(st))
+    }
+
+    /// The state of a request, if it has finished (the request stays until [`Self::release`]).
+    pub fn is_done(&self, id: ReqId) -> bool {
+        !matches!(self.reqs[id].as_ref().expect("live request").state, ReqState::Pending)
+    }
+
+    /// Takes a finished request's outcome and frees it; `None` if still pending.
+    pub fn take_done(&mut self, id: ReqId) -> Option<Result<StatusInfo>> {
+        let r = self.reqs[id].as_ref().expect("live request");
+        if matches!(r.state, ReqState::Pending) {
+            return None;
+        }
+        let r = self.reqs[id].take().expect("live request");
+        self.free_reqs.push(id);
+        Some(match r.state {
+            ReqState::Done(s) => Ok(s),
+            ReqState::Failed(e) => Err(e),
+            ReqState::Pending => unreachable!(),
+        })
+    }
+
+    fn complete(&mut self, id: ReqId, st: Result<StatusInfo>) {
+        let r = self.req_mut(id);
+        r.state = match st {
+            Ok(s) => ReqState::Done(s),
+            Err(e) => ReqState::Failed(e),
+        };
+    }
+
+    /// Withdraws a pending request whose buffer is about to go away. A receive not yet
+    /// matched is cancelled; a transfer already under way is finished first (progress is
+    /// made until it completes or communication fails), so no write lands in freed memory.
+    pub fn cancel(&mut self, id: ReqId) -> bool {
+        if self.is_done(id) {
+            return false;
+        }
+        if self.matcher.cancel(&id) {
+            let st = StatusInfo { source: -1, tag: -1, len: 0, cancelled: true };
+            self.complete(id, Ok(st));
+            return true;
+        }
+        false
+    }
+
+    // ----------------------------------------------------------------- sending
+
+    fn header(&self, kind: FrameKind, comm: u32, dst: i32, tag: i32, seq: u64, len: u64) -> Header {
+        Header::new(kind, Mid { comm, src: self.rank as u32, dst: dst as u32, tag, seq }, len)
+    }
+
+    /// Starts a send of `len` bytes at `ptr` to `dst`. The memory must stay valid until the
+    /// returned request completes; eager sends copy what they cannot write at once and
+    /// complete immediately.
+    pub fn isend(
+        &mut self,
+        comm: u32,
+        dst: i32,
+        tag: i32,
+        ptr: *const u8,
+        len: usize,
+        mode: SendMode,
+    ) -> Result<ReqId> {
+        self.check_rank(dst)?;
+        if let Some(e) = &self.fatal {
+            return Err(e.clone());
+        }
+        let seq = self.matcher.next_send_seq(comm, dst, tag);
+        let data = if len == 0 { &[][..] } else { unsafe { std::slice::from_raw_parts(ptr, len) } };
+        if dst == self.rank {
+            self.deliver_local(comm, tag, seq, data);
+            let st = StatusInfo { source: dst, tag, len: len as u64, cancelled: false };
+            return Ok(self.new_req(std::ptr::null_mut(), 0, ReqState::Done(st)));
+        }
+        let cid = self.send_conn(dst)?;
+        if mode == SendMode::Standard && len <= EAGER_LIMIT {
+            let h = self.header(FrameKind::Eager, comm, dst, tag, seq, len as u64);
+            self.push_out(cid, Out::new(h, Payload::Borrowed(data)))?;
+            let st = StatusInfo { source: dst, tag, len: len as u64, cancelled: false };
+            Ok(self.new_req(std::ptr::null_mut(), 0, ReqState::Done(st)))
+        } else {
+            let mut h = self.header(FrameKind::ReadyToSend, comm, dst, tag, seq, len as u64);
+            if mode == SendMode::Synchronous {
+                h.flags |= p2pmpi_wire::frame::flags::SYNCHRONOUS;
+            }
+            let req = self.new_req(std::ptr::null_mut(), 0, ReqState::Pending);
+            self.rndv_send.insert(h.mid, RndvSend { req, ptr, len });
+            self.push_out(cid, Out::new(h, Payload::None))?;
+            Ok(req)
+        }
+    }
+
+    /// A message to this very process: matched (and copied) at once or queued.
+    fn deliver_local(&mut self, comm: u32, tag: i32, seq: u64, data: &[u8]) {
+        let env = Envelope { comm, src: self.rank, tag, seq, len: data.len() as u64 };
+        match self.matcher.arrive(&env) {
+            Arrival::Matched(r) => self.fill(r, &env, data),
+            Arrival::Unmatched => self.matcher.enqueue(env, Body::Eager(data.to_vec())),
+            Arrival::Duplicate => {}
+        }
+    }
+
+    /// Copies an eager message into a matched receive and completes it.
+    fn fill(&mut self, r: ReqId, env: &Envelope, data: &[u8]) {
+        let req = self.req_mut(r);
+        let st = if data.len() > req.cap {
+            Err(Error::Truncated { from_rank: env.src, tag: env.tag, message_bytes: env.len, buffer_bytes: req.cap })
+        } else {
+            if !data.is_empty() {
+                unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), req.ptr, data.len()) };
+            }
+            Ok(StatusInfo { source: env.src, tag: env.tag, len: env.len, cancelled: false })
+        };
+        self.complete(r, st);
+    }
+
+    /// A rendez-vous message matched receive `r`: ask for the data.
+    fn start_rndv_recv(&mut self, r: ReqId, env: &Envelope) {
+        let mid = Mid { comm: env.comm, src: env.src as u32, dst: self.rank as u32, tag: env.tag, seq: env.seq };
+        self.rndv_recv.insert(mid, r);
+        self.deferred.push((env.src, Out::new(Header::new(FrameKind::ReadyToRecv, mid, 0), Payload::None)));
+    }
+
+    fn check_rank(&self, r: i32) -> Result<()> {
+        if r < 0 || r >= self.size {
+            return Err(Error::InvalidRank { rank: r, size: self.size });
+        }
+        Ok(())
+    }
+
+    /// The connection used to send to `dst`, connecting if there is none.
+    fn send_conn(&mut self, dst: i32) -> Result<usize> {
+        if let Some(c) = self.peers[dst as usize].send_conn {
+            return Ok(c);
+        }
+        let addr = self.addrs[dst as usize];
+        let std_stream = connect_with_retry(addr, Duration::from_secs(10))
+            .map_err(|e| Error::PeerLost { rank: dst, cause: format!("cannot connect to {addr}: {e}") })?;
+        let mut stream = TcpStream::from_std(std_stream);
+        let cid = self.conns.iter().position(Option::is_none).unwrap_or_else(|| {
+            self.conns.push(None);
+            self.conns.len() - 1
+        });
+        self.poll.registry().register(&mut stream, Token(cid), Interest::READABLE)?;
+        let mut c = Conn::new(stream, true);
+        c.peer = Some(dst);
+        self.conns[cid] = Some(c);
+        let p = &mut self.peers[dst as usize];
+        p.conns.push(cid);
+        p.send_conn = Some(cid);
+        let hello =
+            Header::new(FrameKind::Hello, Mid { comm: 0, src: self.rank as u32, dst: dst as u32, tag: 0, seq: 0 }, 8);
+        self.push_out(cid, Out::new(hello, Payload::Owned(self.token.to_le_bytes().to_vec())))?;
+        Ok(cid)
+    }
+
+    /// Queues a frame on a connection and writes as much as the socket takes now. Borrowed
+    /// eager payloads that cannot be written at once are copied.
+    fn push_out(&mut self, cid: usize, out: Out) -> Result<()> {
+        let conn = self.conns[cid].as_mut().expect("live connection");
+        let peer = conn.peer.unwrap_or(-1);
+        let res = conn.push(out);
+        let done = match res {
+            Ok(done) => done,
+            Err(e) => {
+                self.conn_failed(cid, peer, e);
+                return Err(self
+                    .fatal
+                    .clone()
+                    .unwrap_or(Error::PeerLost { rank: peer, cause: "connection failed".into() }));
+            }
+        };
+        for r in done {
+            let st = StatusInfo { source: peer, tag: 0, len: 0, cancelled: false };
+            self.complete(r, Ok(st));
+        }
+        self.update_interest(cid);
+        Ok(())
+    }
+
+    fn flush_deferred(&mut self) {
+        while !self.deferred.is_empty() {
+            let batch = std::mem::take(&mut self.deferred);
+            for (peer, out) in batch {
+                if self.fatal.is_some() {
+                    return;
+                }
+                match self.send_conn(peer) {
+                    Ok(cid) => {
+                        let _ = self.push_out(cid, out);
+                    }
+                    Err(e) => self.set_fatal(e),
+                }
+            }
+        }
+    }
+
+    fn update_interest(&mut self, cid: usize) {
+        let Some(conn) = self.conns[cid].as_mut() else { return };
+        let want = !conn.outq.is_empty();
+        if want != conn.want_write {
+            conn.want_write = want;
+            let i = if want { Interest::READABLE | Interest::WRITABLE } else { Interest::READABLE };
+            let _ = self.poll.registry().reregister(&mut conn.stream, Token(cid), i);
+        }
+    }
+
+    // ----------------------------------------------------------------- receiving
+
+    /// Posts a receive into `cap` bytes at `ptr` (valid until the request completes).
+    pub fn irecv(&mut self, pat: Pattern, ptr: *mut u8, cap: usize) -> Result<ReqId> {
+        if let Some(s) = pat.src {
+            self.check_rank(s)?;
+        }
+        let r = self.new_req(ptr, cap, ReqState::Pending);
+        if let Some((env, body)) = self.matcher.post(pat, r) {
+            self.consume(r, env, body);
+        }
+        Ok(r)
+    }
+
+    fn consume(&mut self, r: ReqId, env: Envelope, body: Body<Vec<u8>>) {
+        match body {
+            Body::Eager(data) => self.fill(r, &env, &data),
+            Body::Rendezvous => {
+                self.start_rndv_recv(r, &env);
+                self.flush_deferred();
+            }
+        }
+    }
+
+    /// The earliest queued message matching `pat` (MPI_Iprobe).
+    pub fn probe(&self, pat: Pattern) -> Option<Envelope> {
+        self.matcher.probe(pat).copied()
+    }
+
+    /// Removes the earliest queued message matching `pat` (MPI_Improbe).
+    pub fn mprobe(&mut self, pat: Pattern) -> Option<Matched> {
+        self.matcher.take(pat).map(|(env, body)| Matched { env, body })
+    }
+
+    /// Receives a message taken by [`Self::mprobe`].
+    pub fn mrecv(&mut self, m: Matched, ptr: *mut u8, cap: usize) -> ReqId {
+        let r = self.new_req(ptr, cap, ReqState::Pending);
+        self.consume(r, m.env, m.body);
+        r
+    }
+
+    // ----------------------------------------------------------------- progress
+
+    /// Makes progress: reads and writes what the sockets allow. With `timeout` `None` it
+    /// never sleeps; `hint` names the peer a caller waits for, whose sockets are read
+    /// directly before asking the kernel which others are ready.
+    pub fn progress(&mut self, hint: Option<i32>, timeout: Option<Duration>) {
+        self.tick = self.tick.wrapping_add(1);
+        if timeout.is_none() {
+            if let Some(h) = hint.filter(|h| *h != self.rank && *h >= 0 && *h < self.size) {
+                let mut got = false;
+                let mut i = 0;
+                while let Some(&cid) = self.peers[h as usize].conns.get(i) {
+                    got |= self.read_conn(cid);
+                    i += 1;
+                }
+                self.flush_deferred();
+                if got || self.tick % 8 != 0 {
+                    return;
+                }
+            }
+        }
+        let t = timeout.unwrap_or(Duration::ZERO);
+        if let Err(e) = self.poll.poll(&mut self.events, Some(t)) {
+            if e.kind() != io::ErrorKind::Interrupted {
+                self.set_fatal(e.into());
+            }
+            return;
+        }
+        let mut ready = std::mem::take(&mut self.ready);
+        ready.clear();
+        ready.extend(
+            self.events
+                .iter()
+                .map(|ev| (ev.token(), ev.is_readable() || ev.is_read_closed() || ev.is_error(), ev.is_writable())),
+        );
+        for &(tok, readable, writable) in &ready {
+            if tok == LISTENER {
+                self.accept_all();
+                continue;
+            }
+            let cid = tok.0;
+            if writable {
+                self.flush_conn(cid);
+            }
+            if readable {
+                self.read_conn(cid);
+            }
+        }
+        self.ready = ready;
+        self.flush_deferred();
+    }
+
+    fn accept_all(&mut self) {
+        loop {
+            let Some(l) = self.listener.as_ref() else { return };
+            match l.accept() {
+                Ok((mut stream, _addr)) => {
+                    let _ = stream.set_nodelay(true);
+                    let cid = self.conns.iter().position(Option::is_none).unwrap_or_else(|| {
+                        self.conns.push(None);
+                        self.conns.len() - 1
+                    });
+                    if self.poll.registry().register(&mut stream, Token(cid), Interest::READABLE).is_ok() {
+                        self.conns[cid] = Some(Conn::new(stream, false));
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    log_warn(self.rank, &format!("accept failed: {e}"));
+                    return;
+                }
+            }
+        }
+    }
+
+    fn flush_conn(&mut self, cid: usize) {
+        let Some(conn) = self.conns[cid].as_mut() else { return };
+        let peer = conn.peer.unwrap_or(-1);
+        match conn.flush() {
+            Ok(done) => {
+                for r in done {
+                    let st = StatusInfo { source: peer, tag: 0, len: 0, cancelled: false };
+                    self.complete(r, Ok(st));
+                }
+                self.update_interest(cid);
+            }
+            Err(e) => self.conn_failed(cid, peer, e),
+        }
+    }
+
+    /// Reads everything available on a connection and handles the frames. Returns whether
+    /// any byte was read.
+    fn read_conn(&mut self, cid: usize) -> bool {
+        if self.conns.get(cid).and_then(Option::as_ref).map_or(true, |c| c.read_eof) {
+            return false;
+        }
+        let Some(mut conn) = self.conns.get_mut(cid).and_then(Option::take) else { return false };
+        let mut got = false;
+        let outcome = loop {
+            // Streaming rendez-vous data straight into the receive buffer.
+            if let RState::Stream { req, ptr, left, discard } = conn.rstate {
+                let mut left = left;
+                let res = conn.fill_stream(ptr, &mut left, discard);
+                if let RState::Stream { left: l, .. } = &mut conn.rstate {
+                    *l = left;
+                }
+                match res {
+                    Ok(n) => {
+                        got |= n > 0;
+                        if left == 0 {
+                            conn.rstate = RState::Header;
+                            if !discard {
+                                if let Some(st) = conn.stream_status.take() {
+                                    self.complete(req, Ok(st));
+                                }
+                            }
+                            continue;
+                        }
+                        if n == 0 {
+                            break Ok(());
+                        }
+                        continue;
+                    }
+                    Err(e) => break Err(e),
+                }
+            }
+            // Whole frames already buffered.
+            match conn.next_frame() {
+                Ok(Some((h, payload_range))) => {
+                    got = true;
+                    if let Err(e) = self.handle_frame(cid, &mut conn, h, payload_range) {
+                        break Err(e);
+                    }
+                    continue;
+                }
+                Ok(None) => {}
+                Err(e) => break Err(ConnError::Protocol(e.to_string())),
+            }
+            match conn.fill() {
+                Ok(0) => break Ok(()),
+                Ok(_) => got = true,
+                Err(e) => break Err(e),
+            }
+        };
+        let peer = conn.peer;
+        self.conns[cid] = Some(conn);
+        if let Err(e) = outcome {
+            self.conn_failed(cid, peer.unwrap_or(-1), e);
+        }
+        got
+    }
+
+    fn handle_frame(
+        &mut self,
+        cid: usize,
+        conn: &mut Conn,
+        h: Header,
+        payload: std::ops::Range<usize>,
+    ) -> std::result::Result<(), ConnError> {
+        let Some(peer) = conn.peer else {
+            // The first frame must be a valid Hello.
+            if h.kind != FrameKind::Hello {
+                return Err(ConnError::Protocol(format!("expected Hello, got {:?}", h.kind)));
+            }
+            let r = h.mid.src as i32;
+            let tok = conn.rbuf.get(payload.clone()).filter(|p| p.len() == 8);
+            let ok_tok = tok.map(|t| u64::from_le_bytes(t.try_into().unwrap()) == self.token).unwrap_or(false);
+            if !ok_tok {
+                return Err(ConnError::Protocol("bad job token in Hello".into()));
+            }
+            if r < 0 || r >= self.size || r == self.rank || h.mid.dst as i32 != self.rank {
+                return Err(ConnError::Protocol(format!("Hello from invalid rank {r}")));
+            }
+            conn.peer = Some(r);
+            let p = &mut self.peers[r as usize];
+            p.conns.push(cid);
+            if p.send_conn.is_none() {
+                p.send_conn = Some(cid);
+            }
+            return Ok(());
+        };
+        let proto = |d: String| ConnError::Protocol(d);
+        let mid = h.mid;
+        let from_peer = mid.src as i32 == peer && mid.dst as i32 == self.rank;
+        match h.kind {
+            FrameKind::Hello => return Err(proto("second Hello".into())),
+            FrameKind::Bye => {
+                self.peers[peer as usize].bye = true;
+            }
+            FrameKind::Eager | FrameKind::ReadyToSend if !from_peer => {
+                return Err(proto(format!("{:?} frame with MID {mid:?} on rank {peer}'s connection", h.kind)))
+            }
+            FrameKind::Eager => {
+                let env = Envelope { comm: mid.comm, src: peer, tag: mid.tag, seq: mid.seq, len: h.len };
+                match self.matcher.arrive(&env) {
+                    Arrival::Matched(r) => self.fill(r, &env, &conn.rbuf[payload]),
+                    Arrival::Unmatched => self.matcher.enqueue(env, Body::Eager(conn.rbuf[payload].to_vec())),
+                    Arrival::Duplicate => {}
+                }
+            }
+            FrameKind::ReadyToSend => {
+                let env = Envelope { comm: mid.comm, src: peer, tag: mid.tag, seq: mid.seq, len: h.len };
+                match self.matcher.arrive(&env) {
+                    Arrival::Matched(r) => self.start_rndv_recv(r, &env),
+                    Arrival::Unmatched => self.matcher.enqueue(env, Body::Rendezvous),
+                    Arrival::Duplicate => {}
+                }
+            }
+            FrameKind::ReadyToRecv => {
+                if mid.src as i32 != self.rank || mid.dst as i32 != peer {
+                    return Err(proto(format!("READY_TO_RECV for MID {mid:?} from rank {peer}")));
+                }
+                let Some(s) = self.rndv_send.remove(&mid) else {
+                    return Err(proto(format!("READY_TO_RECV for unknown MID {mid:?}")));
+                };
+                let data = Header::new(FrameKind::Data, mid, s.len as u64);
+                let payload = if s.len == 0 { Payload::None } else { Payload::Raw(s.ptr, s.len) };
+                self.deferred.push((peer, Out::with_completion(data, payload, s.req)));
+            }
+            FrameKind::Data => {
+                if !from_peer {
+                    return Err(proto(format!("data frame with MID {mid:?} from rank {peer}")));
+                }
+                let Some(r) = self.rndv_recv.remove(&mid) else {
+                    return Err(proto(format!("data for unknown MID {mid:?}")));
+                };
+                let (req_ptr, req_cap) = {
+                    let q = self.reqs[r].as_ref().expect("live request");
+                    (q.ptr, q.cap)
+                };
+                let st = StatusInfo { source: peer, tag: mid.tag, len: h.len, cancelled: false };
+                let discard = h.len as usize > req_cap;
+                if discard {
+                    let e =
+                        Error::Truncated { from_rank: peer, tag: mid.tag, message_bytes: h.len, buffer_bytes: req_cap };
+                    self.complete(r, Err(e));
+                }
+                conn.stream_status = Some(st);
+                conn.rstate = RState::Stream { req: r, ptr: req_ptr, left: h.len as usize, discard };
+                if h.len == 0 && !discard {
+                    conn.rstate = RState::Header;
+                    self.complete(r, Ok(st));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn conn_failed(&mut self, cid: usize, peer: i32, e: ConnError) {
+        if peer >= 0 && matches!(e, ConnError::Closed) && self.peers[peer as usize].bye {
+            // The peer finalized: its side is closed, ours stays open until we finalize too.
+            if let Some(c) = self.conns[cid].as_mut() {
+                c.read_eof = true;
+            }
+            return;
+        }
+        let Some(mut conn) = self.conns[cid].take() else { return };
+        let _ = self.poll.registry().deregister(&mut conn.stream);
+        if peer >= 0 {
+            let p = &mut self.peers[peer as usize];
+            p.conns.retain(|c| *c != cid);
+            if p.send_conn == Some(cid) {
+                p.send_conn = None;
+            }
+            let clean = p.bye && matches!(e, ConnError::Closed);
+            if !clean {
+                let cause = match e {
+                    ConnError::Closed => "connection closed before it finalized (process died?)".to_string(),
+                    ConnError::Io(e) => format!("connection failed: {e}"),
+                    ConnError::Protocol(d) => format!("protocol violation: {d}"),
+                };
+                self.set_fatal(Error::PeerLost { rank: peer, cause });
+            }
+        } else if let ConnError::Protocol(d) = e {
+            log_warn(self.rank, &format!("dropped a connection from {}: {d}", conn.peer_addr()));
+        }
+    }
+
+    fn set_fatal(&mut self, e: Error) {
+        if self.fatal.is_none() {
+            self.fatal = Some(e);
+        }
+    }
+
+    // ----------------------------------------------------------------- finalization
+
+    /// Whether every queued frame has been written.
+    pub fn all_sent(&self) -> bool {
+        self.rndv_send.is_empty() && self.deferred.is_empty() && self.conns.iter().flatten().all(|c| c.outq.is_empty())
+    }
+
+    /// Says `Bye` on every connection to a peer and shuts down the sending side.
+    pub fn send_byes(&mut self) {
+        for r in 0..self.size {
+            if r == self.rank || self.peers[r as usize].conns.is_empty() {
+                continue;
+            }
+            let conns = self.peers[r as usize].conns.clone();
+            for cid in conns {
+                let h = Header::new(
+                    FrameKind::Bye,
+                    Mid { comm: 0, src: self.rank as u32, dst: r as u32, tag: 0, seq: 0 },
+                    0,
+                );
+                let _ = self.push_out(cid, Out::new(h, Payload::None));
+                if let Some(c) = self.conns[cid].as_mut() {
+                    c.shutdown_after_flush = true;
+                    if c.outq.is_empty() {
+                        let _ = c.stream.shutdown(std::net::Shutdown::Write);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Whether every peer connection has been closed by the other side after its `Bye`.
+    pub fn all_closed(&self) -> bool {
+        self.peers
+            .iter()
+            .flat_map(|p| p.conns.iter())
+            .all(|&cid| self.conns[cid].as_ref().map_or(true, |c| c.read_eof && c.outq.is_empty()))
+    }
+}
+
+/// Why a connection ended.
+#[derive(Debug)]
+pub(crate) enum ConnError {
+    Closed,
+    Io(io::Error),
+    Protocol(String),
+}
+
+fn connect_with_retry(addr: SocketAddr, total: Duration) -> io::Result<std::net::TcpStream> {
+    let deadline = Instant::now() + total;
+    let mut pause = Duration::from_millis(5);
+    loop {
+        match std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5)) {
+            Ok(s) => {
+                s.set_nodelay(true)?;
+                s.set_nonblocking(true)?;
+                return Ok(s);
+            }
+            Err(e) if Instant::now() >= deadline => return Err(e),
+            Err(_) => {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(200));
+            }
+        }
+    }
+}
+
+/// Writes a warning on standard error (the daemons' log later).
+pub(crate) fn log_warn(rank: i32, msg: &str) {
+    eprintln!("p2pmpi: rank {rank}: warning: {msg}");
+}

@@ -1,0 +1,286 @@
+//! Environment management: initialization, the universe, finalization, time.
+
+use crate::bootstrap;
+use crate::device::{Engine, ReqId, StatusInfo};
+use crate::error::{Error, Result};
+use crate::topology::SimpleCommunicator;
+use parking_lot::Mutex;
+use std::os::raw::{c_double, c_int};
+use std::sync::atomic::{AtomicI32, AtomicU8, Ordering};
+use std::sync::OnceLock;
+use std::thread::ThreadId;
+use std::time::{Duration, Instant};
+
+/// Thread support levels, as in MPI.
+#[derive(Copy, Clone, PartialEq, Eq, Debug, PartialOrd, Ord, Hash)]
+pub enum Threading {
+    /// Only one thread exists.
+    Single,
+    /// Only the initializing thread makes MPI calls.
+    Funneled,
+    /// Any thread may call, one at a time.
+    Serialized,
+    /// Any thread, concurrently.
+    Multiple,
+}
+
+const UNINIT: u8 = 0;
+const RUNNING: u8 = 1;
+const FINALIZED: u8 = 2;
+
+static STATE: AtomicU8 = AtomicU8::new(UNINIT);
+static THREADING: AtomicU8 = AtomicU8::new(0);
+static OWN_RANK: AtomicI32 = AtomicI32::new(-1);
+static INIT_THREAD: OnceLock<ThreadId> = OnceLock::new();
+static EPOCH: OnceLock<Instant> = OnceLock::new();
+pub(crate) static ENGINE: Mutex<Option<Engine>> = Mutex::new(None);
+
+/// This process's world rank (-1 before initialization), for messages.
+pub(crate) fn own_rank() -> i32 {
+    OWN_RANK.load(Ordering::Relaxed)
+}
+
+/// Whether the current thread is the one that initialized.
+pub(crate) fn is_init_thread() -> bool {
+    INIT_THREAD.get().is_some_and(|t| *t == std::thread::current().id())
+}
+
+/// The MPI environment: dropping it finalizes (after every message already sent is delivered
+/// to the peers' sockets and every peer finalized).
+pub struct Universe {
+    buffer: Option<Vec<u8>>,
+}
+
+impl Universe {
+    /// The communicator of all processes of the job.
+    pub fn world(&self) -> SimpleCommunicator {
+        SimpleCommunicator::world()
+    }
+
+    /// The number of processes the job was started with.
+    pub fn size(&self) -> Option<usize> {
+        Some(with_engine(|e| e.size as usize))
+    }
+
+    /// The application number (always 0: one program per job).
+    pub fn appnum(&self) -> Option<isize> {
+        Some(0)
+    }
+
+    /// Size of the buffer attached for buffered sends (0 if none).
+    pub fn buffer_size(&self) -> usize {
+        self.buffer.as_ref().map_or(0, Vec::len)
+    }
+
+    /// Attaches a buffer of `size` bytes for buffered sends (replacing any previous one).
+    pub fn set_buffer_size(&mut self, size: usize) {
+        self.detach_buffer();
+        assert!(size <= c_int::MAX as usize, "Buffer length exceeds the range of a C int.");
+        if size > 0 {
+            self.buffer = Some(vec![0u8; size]);
+            crate::point_to_point::set_bsend_capacity(size);
+        }
+    }
+
+    /// Detaches the buffered-send buffer, waiting until the messages in it are sent.
+    pub fn detach_buffer(&mut self) {
+        if self.buffer.take().is_some() {
+            crate::point_to_point::drain_bsend();
+            crate::point_to_point::set_bsend_capacity(0);
+        }
+    }
+
+    /// Disconnects from a parent job (no-op: p2pmpi jobs are not spawned).
+    pub fn disconnect_parent(&mut self) {}
+}
+
+impl Drop for Universe {
+    fn drop(&mut self) {
+        self.detach_buffer();
+        finalize();
+    }
+}
+
+/// Whether `initialize` was called (still true after finalization, as in MPI).
+pub fn is_initialized() -> bool {
+    STATE.load(Ordering::SeqCst) != UNINIT
+}
+
+/// Whether the universe was finalized.
+pub fn is_finalized() -> bool {
+    STATE.load(Ordering::SeqCst) == FINALIZED
+}
+
+/// Initializes the library with [`Threading::Single`]. Returns `None` if it was initialized
+/// before (also after finalization).
+pub fn initialize() -> Option<Universe> {
+    initialize_with_threading(Threading::Single).map(|x| x.0)
+}
+
+/// Initializes the library with the requested thread support; returns the universe and the
+/// level provided (every level is supported). `None` if it was initialized before.
+pub fn initialize_with_threading(threading: Threading) -> Option<(Universe, Threading)> {
+    if STATE.compare_exchange(UNINIT, RUNNING, Ordering::SeqCst, Ordering::SeqCst).is_err() {
+        return None;
+    }
+    EPOCH.get_or_init(Instant::now);
+    let _ = INIT_THREAD.set(std::thread::current().id());
+    THREADING.store(threading as u8, Ordering::SeqCst);
+    let boot = match bootstrap::boot() {
+        Ok(b) => b,
+        Err(e) => {
+            let rank = std::env::var(bootstrap::env::RANK).unwrap_or_else(|_| "?".into());
+            eprintln!("p2pmpi: rank {rank}: {e}");
+            std::process::exit(1);
+        }
+    };
+    OWN_RANK.store(boot.rank, Ordering::SeqCst);
+    let spin = spin_budget(boot.local_procs);
+    let engine = Engine::new(boot.rank, boot.size, boot.token, boot.listener, boot.addrs, spin);
+    match engine {
+        Ok(e) => *ENGINE.lock() = Some(e),
+        Err(e) => crate::error::fatal(&e),
+    }
+    Some((Universe { buffer: None }, threading))
+}
+
+/// How long a blocking call polls before sleeping: zero when the host runs more processes of
+/// the job than it has cores (polling would take the core from the process we wait for).
+fn spin_budget(local_procs: usize) -> Duration {
+    if let Some(us) = std::env::var(bootstrap::env::SPIN_US).ok().and_then(|v| v.parse().ok()) {
+        return Duration::from_micros(us);
+    }
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if local_procs > cores {
+        Duration::ZERO
+    } else {
+        Duration::from_millis(2)
+    }
+}
+
+/// Finalizes: flushes every queued message, says goodbye to every peer, waits until they did
+/// the same, and tells the launcher.
+fn finalize() {
+    if STATE.load(Ordering::SeqCst) != RUNNING {
+        return;
+    }
+    bootstrap::finalizing();
+    let res = (|| -> Result<()> {
+        wait_until(None, |e| e.all_sent().then_some(Ok(())))?;
+        with_engine(|e| e.send_byes());
+        wait_until(None, |e| e.all_closed().then_some(Ok(())))
+    })();
+    if let Err(e) = res {
+        crate::error::fatal(&e);
+    }
+    let rank = own_rank();
+    *ENGINE.lock() = None;
+    STATE.store(FINALIZED, Ordering::SeqCst);
+    bootstrap::report_finalized(rank);
+}
+
+/// The level of thread support provided.
+pub fn threading_support() -> Threading {
+    match THREADING.load(Ordering::SeqCst) {
+        0 => Threading::Single,
+        1 => Threading::Funneled,
+        2 => Threading::Serialized,
+        _ => Threading::Multiple,
+    }
+}
+
+/// The address of this process's data port (`None` for a one-process world). Not in rsmpi.
+pub fn data_address() -> Option<std::net::SocketAddr> {
+    with_engine(|e| e.local_addr())
+}
+
+/// The MPI standard version this library follows.
+pub fn version() -> (c_int, c_int) {
+    (3, 1)
+}
+
+/// Identifies the library.
+pub fn library_version() -> std::result::Result<String, std::string::FromUtf8Error> {
+    Ok(format!("p2pmpi {} (P2P-MPI in Rust, TCP device)", env!("CARGO_PKG_VERSION")))
+}
+
+/// The name of this host.
+pub fn processor_name() -> std::result::Result<String, std::string::FromUtf8Error> {
+    let mut buf = [0u8; 256];
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr() as *mut libc::c_char, buf.len()) };
+    if rc != 0 {
+        return Ok("localhost".into());
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8(buf[..end].to_vec())
+}
+
+/// Seconds elapsed since an arbitrary point in the past (`MPI_Wtime`).
+pub fn time() -> c_double {
+    EPOCH.get_or_init(Instant::now).elapsed().as_secs_f64()
+}
+
+/// Resolution of [`time`] in seconds (`MPI_Wtick`).
+pub fn time_resolution() -> c_double {
+    1e-9
+}
+
+// ------------------------------------------------------------------- engine access
+
+/// Runs `f` on the engine. Panics when used before `initialize` or after finalization.
+pub(crate) fn with_engine<R>(f: impl FnOnce(&mut Engine) -> R) -> R {
+    let mut g = ENGINE.lock();
+    match g.as_mut() {
+        Some(e) => f(e),
+        None => panic!("{}", not_running()),
+    }
+}
+
+fn not_running() -> &'static str {
+    if is_finalized() {
+        "p2pmpi: MPI was already finalized (the Universe was dropped)"
+    } else {
+        "p2pmpi: MPI is not initialized (call mpi::initialize() first)"
+    }
+}
+
+/// How long one sleep in the kernel may last before conditions are checked again.
+fn block_slice() -> Duration {
+    if threading_support() == Threading::Multiple {
+        Duration::from_millis(2)
+    } else {
+        Duration::from_millis(50)
+    }
+}
+
+/// Makes progress until `check` returns a value. `hint` is the peer whose data is awaited.
+/// Polls without sleeping for the spin budget, then sleeps in `epoll_wait`. Returns the first
+/// fatal communication error instead of waiting forever.
+pub(crate) fn wait_until<T>(hint: Option<i32>, mut check: impl FnMut(&mut Engine) -> Option<Result<T>>) -> Result<T> {
+    let mut start: Option<Instant> = None;
+    loop {
+        let mut g = ENGINE.lock();
+        let e = g.as_mut().unwrap_or_else(|| panic!("{}", not_running()));
+        if let Some(r) = check(e) {
+            return r;
+        }
+        if let Some(f) = &e.fatal {
+            return Err(f.clone());
+        }
+        let t0 = *start.get_or_insert_with(Instant::now);
+        if t0.elapsed() < e.spin {
+            e.progress(hint, None);
+        } else {
+            e.progress(hint, Some(block_slice()));
+        }
+    }
+}
+
+/// Waits for one request and frees it.
+pub(crate) fn wait_req(id: ReqId, hint: Option<i32>) -> Result<StatusInfo> {
+    wait_until(hint, |e| e.take_done(id))
+}
+
+pub(crate) fn fatal_error() -> Option<Error> {
+    ENGINE.lock().as_ref().and_then(|e| e.fatal.clone())
+}

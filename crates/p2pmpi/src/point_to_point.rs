@@ -1,0 +1,961 @@
+//! Point-to-point communication, with rsmpi's traits: [`Source`] (receive, probe) and
+//! [`Destination`] (send in standard, buffered, synchronous and ready modes, blocking or
+//! immediate).
+//!
+//! Beyond rsmpi:
+//! * every operation has a `try_*` form that returns an [`Error`](crate::Error) instead of
+//!   stopping the process (the plain forms stop it with a message naming the rank and cause);
+//! * `send_object` / `receive_object` carry any `serde` value (the seeds' OBJECT datatype).
+
+use crate::datatype::{Buffer, BufferMut, Datatype, Equivalence, TypeMap, UncommittedDatatype};
+use crate::device::{Matched, SendMode};
+use crate::environment::{wait_req, wait_until, with_engine};
+use crate::error::{Error, OrFatal, Result};
+use crate::request::{Pending, Request, Scope, Unpack};
+use crate::topology::{AsCommunicator, CommHandle, Communicator, CommunicatorRelation, Rank};
+use crate::{Count, Tag};
+use p2pmpi_core::matching::Pattern;
+use parking_lot::Mutex;
+use std::fmt;
+use std::mem::MaybeUninit;
+
+/// Matches any tag in receives and probes.
+pub const ANY_TAG: Tag = -1;
+/// Matches any source (used by [`AnyProcess`](crate::topology::AnyProcess)).
+pub const ANY_SOURCE: Rank = -2;
+
+/// What a completed receive or probe reports.
+#[derive(Copy, Clone, PartialEq, Eq)]
+pub struct Status {
+    pub(crate) source: Rank,
+    pub(crate) tag: Tag,
+    pub(crate) bytes: u64,
+    pub(crate) cancelled: bool,
+}
+
+impl Status {
+    /// The rank of the message's sender.
+    pub fn source_rank(&self) -> Rank {
+        self.source
+    }
+    /// The message's tag.
+    pub fn tag(&self) -> Tag {
+        self.tag
+    }
+    /// How many elements of datatype `d` the message holds.
+    pub fn count<D: Datatype>(&self, d: D) -> Count {
+        let size = d.type_map().size() as u64;
+        if size == 0 {
+            0
+        } else {
+            (self.bytes / size) as Count
+        }
+    }
+    /// The message size in bytes (not in rsmpi).
+    pub fn byte_count(&self) -> u64 {
+        self.bytes
+    }
+    /// Whether the request was cancelled (not in rsmpi).
+    pub fn is_cancelled(&self) -> bool {
+        self.cancelled
+    }
+}
+
+impl fmt::Debug for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Status {{ source_rank: {}, tag: {} }}", self.source, self.tag)
+    }
+}
+
+// ------------------------------------------------------------------ the operations
+
+fn pattern(h: &CommHandle, src: Rank, tag: Tag) -> Pattern {
+    Pattern {
+        comm: h.p2p_id(),
+        src: if src < 0 { None } else { Some(h.world_rank(src)) },
+        tag: if tag == ANY_TAG { None } else { Some(tag) },
+    }
+}
+
+fn hint(h: &CommHandle, src: Rank) -> Option<Rank> {
+    (src >= 0).then(|| h.world_rank(src))
+}
+
+fn status_of(h: &CommHandle, env: &p2pmpi_core::matching::Envelope) -> Status {
+    Status {
+        source: crate::topology::comm_rank_of(&h.members(), env.src),
+        tag: env.tag,
+        bytes: env.len,
+        cancelled: false,
+    }
+}
+
+/// Bytes of a buffer to send: borrowed if contiguous, else packed.
+fn send_bytes<B: ?Sized + Buffer>(buf: &B) -> (*const u8, usize, Option<Vec<u8>>) {
+    let dt = buf.as_datatype();
+    let map = dt.type_map();
+    let count = buf.count().max(0) as usize;
+    if map.is_contiguous() {
+        (buf.pointer() as *const u8, count * map.size(), None)
+    } else {
+        let mut v = Vec::new();
+        unsafe { map.pack(buf.pointer() as *const u8, count, &mut v) };
+        (v.as_ptr(), v.len(), Some(v))
+    }
+}
+
+/// Where received bytes go: straight into the buffer if contiguous, else a staging area.
+fn recv_target<B: ?Sized + BufferMut>(buf: &mut B) -> (*mut u8, usize, Option<Unpack>) {
+    let dt = buf.as_datatype();
+    let map: &TypeMap = dt.type_map();
+    let count = buf.count().max(0) as usize;
+    let ptr = buf.pointer_mut() as *mut u8;
+    if map.is_contiguous() {
+        (ptr, count * map.size(), None)
+    } else {
+        let mut tmp = vec![0u8; count * map.size()];
+        let p = tmp.as_mut_ptr();
+        (p, tmp.len(), Some(Unpack { tmp, dst: ptr, map: map.clone(), count }))
+    }
+}
+
+pub(crate) fn start_send(
+    h: &CommHandle,
+    comm_id: u32,
+    dst: Rank,
+    tag: Tag,
+    ptr: *const u8,
+    len: usize,
+    mode: SendMode,
+) -> Result<Pending> {
+    if dst < 0 || dst >= h.size() {
+        return Err(Error::InvalidRank { rank: dst, size: h.size() });
+    }
+    let w = h.world_rank(dst);
+    let id = with_engine(|e| e.isend(comm_id, w, tag, ptr, len, mode))?;
+    Ok(Pending::new(id, Some(w), None))
+}
+
+fn send_impl<B: ?Sized + Buffer>(h: &CommHandle, dst: Rank, buf: &B, tag: Tag, mode: SendMode) -> Result<()> {
+    let (ptr, len, keep) = send_bytes(buf);
+    let p = start_send(h, h.p2p_id(), dst, tag, ptr, len, mode)?;
+    let r = wait_req(p.id, p.hint);
+    drop(keep);
+    r.map(|_| ())
+}
+
+fn isend_impl<'a, B: ?Sized + Buffer, S: Scope<'a>>(
+    h: &CommHandle,
+    dst: Rank,
+    scope: S,
+    buf: &'a B,
+    tag: Tag,
+    mode: SendMode,
+) -> Result<Request<'a, B, S>> {
+    let (ptr, len, keep) = send_bytes(buf);
+    let mut p = start_send(h, h.p2p_id(), dst, tag, ptr, len, mode)?;
+    p.keep = keep;
+    Ok(Request::new(p, buf, scope))
+}
+
+pub(crate) fn start_recv(
+    h: &CommHandle,
+    comm_id: u32,
+    src: Rank,
+    tag: Tag,
+    ptr: *mut u8,
+    cap: usize,
+) -> Result<Pending> {
+    let mut pat = pattern(h, src, tag);
+    pat.comm = comm_id;
+    let id = with_engine(|e| e.irecv(pat, ptr, cap))?;
+    Ok(Pending::new(id, hint(h, src), h.members()))
+}
+
+fn irecv_buf<B: ?Sized + BufferMut>(h: &CommHandle, src: Rank, tag: Tag, buf: &mut B) -> Result<Pending> {
+    let (ptr, cap, unpack) = recv_target(buf);
+    let mut p = start_recv(h, h.p2p_id(), src, tag, ptr, cap)?;
+    p.unpack = unpack;
+    Ok(p)
+}
+
+fn recv_into_impl<B: ?Sized + BufferMut>(h: &CommHandle, src: Rank, tag: Tag, buf: &mut B) -> Result<Status> {
+    irecv_buf(h, src, tag, buf)?.wait()
+}
+
+/// Receives exactly one value of `T`.
+fn recv_value<T: Equivalence>(h: &CommHandle, src: Rank, tag: Tag) -> Result<(T, Status)> {
+    let mut v = MaybeUninit::<T>::uninit();
+    let size = T::equivalent_datatype().type_map().size();
+    let st = {
+        // SAFETY: the buffer is only written through; it is read after a complete receive.
+        let slot: &mut T = unsafe { &mut *v.as_mut_ptr() };
+        recv_into_impl(h, src, tag, slot)?
+    };
+    if st.bytes != size as u64 {
+        if st.bytes == 0 {
+            panic!("Received an empty message.");
+        }
+        return Err(Error::SizeMismatch { expected: size, got: st.bytes });
+    }
+    Ok((unsafe { v.assume_init() }, st))
+}
+
+fn probe_impl(h: &CommHandle, src: Rank, tag: Tag) -> Result<Status> {
+    let pat = pattern(h, src, tag);
+    let env = wait_until(hint(h, src), |e| e.probe(pat).map(Ok))?;
+    Ok(status_of(h, &env))
+}
+
+fn iprobe_impl(h: &CommHandle, src: Rank, tag: Tag) -> Result<Option<Status>> {
+    let pat = pattern(h, src, tag);
+    with_engine(|e| {
+        if let Some(f) = &e.fatal {
+            return Err(f.clone());
+        }
+        e.progress(hint(h, src), None);
+        Ok(e.probe(pat).map(|env| status_of(h, &env)))
+    })
+}
+
+fn mprobe_impl(h: &CommHandle, src: Rank, tag: Tag) -> Result<(Message, Status)> {
+    let pat = pattern(h, src, tag);
+    let m = wait_until(hint(h, src), |e| e.mprobe(pat).map(Ok))?;
+    let st = status_of(h, &m.env);
+    Ok((Message { matched: Some(m), handle: h.clone() }, st))
+}
+
+fn improbe_impl(h: &CommHandle, src: Rank, tag: Tag) -> Result<Option<(Message, Status)>> {
+    let pat = pattern(h, src, tag);
+    with_engine(|e| {
+        if let Some(f) = &e.fatal {
+            return Err(f.clone());
+        }
+        e.progress(hint(h, src), None);
+        Ok(e.mprobe(pat).map(|m| {
+            let st = status_of(h, &m.env);
+            (Message { matched: Some(m), handle: h.clone() }, st)
+        }))
+    })
+}
+
+/// Receives a whole message as a vector of `T`.
+fn recv_vec_impl<T: Equivalence>(h: &CommHandle, src: Rank, tag: Tag) -> Result<(Vec<T>, Status)> {
+    let (msg, st) = mprobe_impl(h, src, tag)?;
+    msg.try_matched_receive_vec_with(st)
+}
+
+// ------------------------------------------------------------------ buffered sends
+
+struct Bsend {
+    capacity: usize,
+    pending: Vec<(Pending, Vec<u8>)>,
+}
+static BSEND: Mutex<Bsend> = Mutex::new(Bsend { capacity: 0, pending: Vec::new() });
+
+pub(crate) fn set_bsend_capacity(n: usize) {
+    BSEND.lock().capacity = n;
+}
+
+/// Waits until every buffered send has left the attached buffer.
+pub(crate) fn drain_bsend() {
+    let pending = std::mem::take(&mut BSEND.lock().pending);
+    for (p, data) in pending {
+        let _ = p.wait();
+        drop(data);
+    }
+}
+
+fn bsend_impl<B: ?Sized + Buffer>(h: &CommHandle, dst: Rank, buf: &B, tag: Tag) -> Result<()> {
+    let mut b = BSEND.lock();
+    // Reclaim the space of sends that completed.
+    let pending = std::mem::take(&mut b.pending);
+    for (p, data) in pending {
+        match p.test() {
+            Ok(_) => drop(data),
+            Err(p) => b.pending.push((p, data)),
+        }
+    }
+    let (ptr, len, keep) = send_bytes(buf);
+    let data = keep.unwrap_or_else(|| unsafe { std::slice::from_raw_parts(ptr, len) }.to_vec());
+    let used: usize = b.pending.iter().map(|(_, d)| d.len()).sum();
+    if used + data.len() > b.capacity {
+        return Err(Error::BufferExhausted { needed: data.len(), free: b.capacity - used, size: b.capacity });
+    }
+    let p = start_send(h, h.p2p_id(), dst, tag, data.as_ptr(), data.len(), SendMode::Standard)?;
+    match p.test() {
+        Ok(r) => r.map(|_| ()),
+        Err(p) => {
+            b.pending.push((p, data));
+            Ok(())
+        }
+    }
+}
+
+// ------------------------------------------------------------------ traits
+
+/// Something that can be received from: a [`Process`](crate::topology::Process) or
+/// [`AnyProcess`](crate::topology::AnyProcess).
+///
+/// # Safety
+/// `source_rank` must be a valid rank of the communicator or [`ANY_SOURCE`].
+pub unsafe trait Source: AsCommunicator {
+    /// The rank received from (`ANY_SOURCE` for any).
+    fn source_rank(&self) -> Rank;
+
+    #[doc(hidden)]
+    fn comm_handle(&self) -> &CommHandle {
+        use crate::topology::sealed::AsHandle;
+        self.as_communicator().handle()
+    }
+
+    /// Waits for a message with `tag` without receiving it.
+    fn probe_with_tag(&self, tag: Tag) -> Status {
+        probe_impl(self.comm_handle(), self.source_rank(), tag).or_fatal()
+    }
+    /// Waits for a message without receiving it.
+    fn probe(&self) -> Status {
+        self.probe_with_tag(ANY_TAG)
+    }
+    /// Removes a message with `tag` from the queue; receive it with the returned [`Message`].
+    fn matched_probe_with_tag(&self, tag: Tag) -> (Message, Status) {
+        mprobe_impl(self.comm_handle(), self.source_rank(), tag).or_fatal()
+    }
+    /// Removes a message from the queue; receive it with the returned [`Message`].
+    fn matched_probe(&self) -> (Message, Status) {
+        self.matched_probe_with_tag(ANY_TAG)
+    }
+    /// Receives one value with `tag`.
+    fn receive_with_tag<Msg>(&self, tag: Tag) -> (Msg, Status)
+    where
+        Msg: Equivalence,
+    {
+        recv_value(self.comm_handle(), self.source_rank(), tag).or_fatal()
+    }
+    /// Receives one value.
+    fn receive<Msg>(&self) -> (Msg, Status)
+    where
+        Msg: Equivalence,
+    {
+        self.receive_with_tag(ANY_TAG)
+    }
+    /// Receives a message with `tag` into `buf`.
+    fn receive_into_with_tag<Buf: ?Sized>(&self, buf: &mut Buf, tag: Tag) -> Status
+    where
+        Buf: BufferMut,
+    {
+        recv_into_impl(self.comm_handle(), self.source_rank(), tag, buf).or_fatal()
+    }
+    /// Receives a message into `buf`.
+    fn receive_into<Buf: ?Sized>(&self, buf: &mut Buf) -> Status
+    where
+        Buf: BufferMut,
+    {
+        self.receive_into_with_tag(buf, ANY_TAG)
+    }
+    /// Receives a whole message with `tag` as a vector.
+    fn receive_vec_with_tag<Msg>(&self, tag: Tag) -> (Vec<Msg>, Status)
+    where
+        Msg: Equivalence,
+    {
+        recv_vec_impl(self.comm_handle(), self.source_rank(), tag).or_fatal()
+    }
+    /// Receives a whole message as a vector.
+    fn receive_vec<Msg>(&self) -> (Vec<Msg>, Status)
+    where
+        Msg: Equivalence,
+    {
+        self.receive_vec_with_tag(ANY_TAG)
+    }
+    /// Starts receiving a message with `tag` into `buf`.
+    fn immediate_receive_into_with_tag<'a, Sc, Buf: ?Sized>(
+        &self,
+        scope: Sc,
+        buf: &'a mut Buf,
+        tag: Tag,
+    ) -> Request<'a, Buf, Sc>
+    where
+        Buf: 'a + BufferMut,
+        Sc: Scope<'a>,
+    {
+        let p = irecv_buf(self.comm_handle(), self.source_rank(), tag, buf).or_fatal();
+        Request::new(p, &*buf, scope)
+    }
+    /// Starts receiving a message into `buf`.
+    fn immediate_receive_into<'a, Sc, Buf: ?Sized>(&self, scope: Sc, buf: &'a mut Buf) -> Request<'a, Buf, Sc>
+    where
+        Buf: 'a + BufferMut,
+        Sc: Scope<'a>,
+    {
+        self.immediate_receive_into_with_tag(scope, buf, ANY_TAG)
+    }
+    /// Starts receiving one value with `tag`.
+    fn immediate_receive_with_tag<Msg>(&self, tag: Tag) -> ReceiveFuture<Msg>
+    where
+        Msg: Equivalence,
+    {
+        let mut val: Box<MaybeUninit<Msg>> = Box::new(MaybeUninit::uninit());
+        let slot: &mut Msg = unsafe { &mut *val.as_mut_ptr() };
+        let p = irecv_buf(self.comm_handle(), self.source_rank(), tag, slot).or_fatal();
+        ReceiveFuture { val: Some(val), pending: Some(p) }
+    }
+    /// Starts receiving one value.
+    fn immediate_receive<Msg>(&self) -> ReceiveFuture<Msg>
+    where
+        Msg: Equivalence,
+    {
+        self.immediate_receive_with_tag(ANY_TAG)
+    }
+    /// Whether a message with `tag` is waiting.
+    fn immediate_probe_with_tag(&self, tag: Tag) -> Option<Status> {
+        iprobe_impl(self.comm_handle(), self.source_rank(), tag).or_fatal()
+    }
+    /// Whether a message is waiting.
+    fn immediate_probe(&self) -> Option<Status> {
+        self.immediate_probe_with_tag(ANY_TAG)
+    }
+    /// Removes a waiting message with `tag`, if any.
+    fn immediate_matched_probe_with_tag(&self, tag: Tag) -> Option<(Message, Status)> {
+        improbe_impl(self.comm_handle(), self.source_rank(), tag).or_fatal()
+    }
+    /// Removes a waiting message, if any.
+    fn immediate_matched_probe(&self) -> Option<(Message, Status)> {
+        self.immediate_matched_probe_with_tag(ANY_TAG)
+    }
+
+    // ---- fallible variants (not in rsmpi)
+
+    /// Like [`Source::receive_into_with_tag`], returning errors.
+    fn try_receive_into_with_tag<Buf: ?Sized + BufferMut>(&self, buf: &mut Buf, tag: Tag) -> Result<Status> {
+        recv_into_impl(self.comm_handle(), self.source_rank(), tag, buf)
+    }
+    /// Like [`Source::receive_into`], returning errors.
+    fn try_receive_into<Buf: ?Sized + BufferMut>(&self, buf: &mut Buf) -> Result<Status> {
+        self.try_receive_into_with_tag(buf, ANY_TAG)
+    }
+    /// Like [`Source::receive_with_tag`], returning errors.
+    fn try_receive_with_tag<Msg: Equivalence>(&self, tag: Tag) -> Result<(Msg, Status)> {
+        recv_value(self.comm_handle(), self.source_rank(), tag)
+    }
+    /// Like [`Source::receive`], returning errors.
+    fn try_receive<Msg: Equivalence>(&self) -> Result<(Msg, Status)> {
+        self.try_receive_with_tag(ANY_TAG)
+    }
+    /// Like [`Source::receive_vec_with_tag`], returning errors.
+    fn try_receive_vec_with_tag<Msg: Equivalence>(&self, tag: Tag) -> Result<(Vec<Msg>, Status)> {
+        recv_vec_impl(self.comm_handle(), self.source_rank(), tag)
+    }
+    /// Like [`Source::receive_vec`], returning errors.
+    fn try_receive_vec<Msg: Equivalence>(&self) -> Result<(Vec<Msg>, Status)> {
+        self.try_receive_vec_with_tag(ANY_TAG)
+    }
+    /// Like [`Source::probe_with_tag`], returning errors.
+    fn try_probe_with_tag(&self, tag: Tag) -> Result<Status> {
+        probe_impl(self.comm_handle(), self.source_rank(), tag)
+    }
+
+    // ---- serde values (the seeds' OBJECT datatype)
+
+    /// Receives a `serde` value with `tag` sent by [`Destination::send_object_with_tag`].
+    fn try_receive_object_with_tag<T: serde::de::DeserializeOwned>(&self, tag: Tag) -> Result<(T, Status)> {
+        let (bytes, st) = recv_vec_impl::<u8>(self.comm_handle(), self.source_rank(), tag)?;
+        let v = postcard::from_bytes(&bytes).map_err(|e| Error::Serialization(e.to_string()))?;
+        Ok((v, st))
+    }
+    /// Receives a `serde` value with `tag`.
+    fn receive_object_with_tag<T: serde::de::DeserializeOwned>(&self, tag: Tag) -> (T, Status) {
+        self.try_receive_object_with_tag(tag).or_fatal()
+    }
+    /// Receives a `serde` value.
+    fn receive_object<T: serde::de::DeserializeOwned>(&self) -> (T, Status) {
+        self.receive_object_with_tag(ANY_TAG)
+    }
+}
+
+/// Something that can be sent to: a [`Process`](crate::topology::Process).
+pub trait Destination: AsCommunicator {
+    /// The rank sent to.
+    fn destination_rank(&self) -> Rank;
+
+    #[doc(hidden)]
+    fn comm_handle(&self) -> &CommHandle {
+        use crate::topology::sealed::AsHandle;
+        self.as_communicator().handle()
+    }
+
+    /// Sends `buf` with `tag` (standard mode: eager up to 128 KiB, rendez-vous above).
+    fn send_with_tag<Buf: ?Sized>(&self, buf: &Buf, tag: Tag)
+    where
+        Buf: Buffer,
+    {
+        send_impl(Destination::comm_handle(self), self.destination_rank(), buf, tag, SendMode::Standard).or_fatal()
+    }
+    /// Sends `buf` with tag 0.
+    fn send<Buf: ?Sized>(&self, buf: &Buf)
+    where
+        Buf: Buffer,
+    {
+        self.send_with_tag(buf, 0)
+    }
+    /// Sends `buf` through the buffer attached with `Universe::set_buffer_size`.
+    fn buffered_send_with_tag<Buf: ?Sized>(&self, buf: &Buf, tag: Tag)
+    where
+        Buf: Buffer,
+    {
+        bsend_impl(Destination::comm_handle(self), self.destination_rank(), buf, tag).or_fatal()
+    }
+    /// Buffered send with tag 0.
+    fn buffered_send<Buf: ?Sized>(&self, buf: &Buf)
+    where
+        Buf: Buffer,
+    {
+        self.buffered_send_with_tag(buf, 0)
+    }
+    /// Sends `buf` and returns once the receiver has matched it.
+    fn synchronous_send_with_tag<Buf: ?Sized>(&self, buf: &Buf, tag: Tag)
+    where
+        Buf: Buffer,
+    {
+        send_impl(Destination::comm_handle(self), self.destination_rank(), buf, tag, SendMode::Synchronous).or_fatal()
+    }
+    /// Synchronous send with tag 0.
+    fn synchronous_send<Buf: ?Sized>(&self, buf: &Buf)
+    where
+        Buf: Buffer,
+    {
+        self.synchronous_send_with_tag(buf, 0)
+    }
+    /// Ready-mode send (the receive must already be posted; sent as a standard send).
+    ///
+    /// # Safety
+    /// As in rsmpi: the matching receive must have been posted.
+    unsafe fn ready_send_with_tag<Buf: ?Sized>(&self, buf: &Buf, tag: Tag)
+    where
+        Buf: Buffer,
+    {
+        self.send_with_tag(buf, tag)
+    }
+    /// Ready-mode send with tag 0.
+    ///
+    /// # Safety
+    /// As in rsmpi: the matching receive must have been posted.
+    unsafe fn ready_send<Buf: ?Sized>(&self, buf: &Buf)
+    where
+        Buf: Buffer,
+    {
+        self.send_with_tag(buf, 0)
+    }
+    /// Starts sending `buf` with `tag`.
+    fn immediate_send_with_tag<'a, Sc, Buf: ?Sized>(&self, scope: Sc, buf: &'a Buf, tag: Tag) -> Request<'a, Buf, Sc>
+    where
+        Buf: 'a + Buffer,
+        Sc: Scope<'a>,
+    {
+        isend_impl(Destination::comm_handle(self), self.destination_rank(), scope, buf, tag, SendMode::Standard)
+            .or_fatal()
+    }
+    /// Starts sending `buf`.
+    fn immediate_send<'a, Sc, Buf: ?Sized>(&self, scope: Sc, buf: &'a Buf) -> Request<'a, Buf, Sc>
+    where
+        Buf: 'a + Buffer,
+        Sc: Scope<'a>,
+    {
+        self.immediate_send_with_tag(scope, buf, 0)
+    }
+    /// Starts a buffered send (completes at once: the data is copied).
+    fn immediate_buffered_send_with_tag<'a, Sc, Buf: ?Sized>(
+        &self,
+        scope: Sc,
+        buf: &'a Buf,
+        tag: Tag,
+    ) -> Request<'a, Buf, Sc>
+    where
+        Buf: 'a + Buffer,
+        Sc: Scope<'a>,
+    {
+        self.buffered_send_with_tag(buf, tag);
+        let id = with_engine(|e| e.completed_req());
+        Request::new(Pending::new(id, None, None), buf, scope)
+    }
+    /// Starts a buffered send with tag 0.
+    fn immediate_buffered_send<'a, Sc, Buf: ?Sized>(&self, scope: Sc, buf: &'a Buf) -> Request<'a, Buf, Sc>
+    where
+        Buf: 'a + Buffer,
+        Sc: Scope<'a>,
+    {
+        self.immediate_buffered_send_with_tag(scope, buf, 0)
+    }
+    /// Starts a synchronous send.
+    fn immediate_synchronous_send_with_tag<'a, Sc, Buf: ?Sized>(
+        &self,
+        scope: Sc,
+        buf: &'a Buf,
+        tag: Tag,
+    ) -> Request<'a, Buf, Sc>
+    where
+        Buf: 'a + Buffer,
+        Sc: Scope<'a>,
+    {
+        isend_impl(Destination::comm_handle(self), self.destination_rank(), scope, buf, tag, SendMode::Synchronous)
+            .or_fatal()
+    }
+    /// Starts a synchronous send with tag 0.
+    fn immediate_synchronous_send<'a, Sc, Buf: ?Sized>(&self, scope: Sc, buf: &'a Buf) -> Request<'a, Buf, Sc>
+    where
+        Buf: 'a + Buffer,
+        Sc: Scope<'a>,
+    {
+        self.immediate_synchronous_send_with_tag(scope, buf, 0)
+    }
+    /// Starts a ready-mode send.
+    ///
+    /// # Safety
+    /// As in rsmpi: the matching receive must have been posted.
+    unsafe fn immediate_ready_send_with_tag<'a, Sc, Buf: ?Sized>(
+        &self,
+        scope: Sc,
+        buf: &'a Buf,
+        tag: Tag,
+    ) -> Request<'a, Buf, Sc>
+    where
+        Buf: 'a + Buffer,
+        Sc: Scope<'a>,
+    {
+        self.immediate_send_with_tag(scope, buf, tag)
+    }
+    /// Starts a ready-mode send with tag 0.
+    ///
+    /// # Safety
+    /// As in rsmpi: the matching receive must have been posted.
+    unsafe fn immediate_ready_send<'a, Sc, Buf: ?Sized>(&self, scope: Sc, buf: &'a Buf) -> Request<'a, Buf, Sc>
+    where
+        Buf: 'a + Buffer,
+        Sc: Scope<'a>,
+    {
+        self.immediate_send_with_tag(scope, buf, 0)
+    }
+
+    // ---- fallible variants (not in rsmpi)
+
+    /// Like [`Destination::send_with_tag`], returning errors.
+    fn try_send_with_tag<Buf: ?Sized + Buffer>(&self, buf: &Buf, tag: Tag) -> Result<()> {
+        send_impl(Destination::comm_handle(self), self.destination_rank(), buf, tag, SendMode::Standard)
+    }
+    /// Like [`Destination::send`], returning errors.
+    fn try_send<Buf: ?Sized + Buffer>(&self, buf: &Buf) -> Result<()> {
+        self.try_send_with_tag(buf, 0)
+    }
+    /// Like [`Destination::synchronous_send_with_tag`], returning errors.
+    fn try_synchronous_send_with_tag<Buf: ?Sized + Buffer>(&self, buf: &Buf, tag: Tag) -> Result<()> {
+        send_impl(Destination::comm_handle(self), self.destination_rank(), buf, tag, SendMode::Synchronous)
+    }
+    /// Like [`Destination::buffered_send_with_tag`], returning errors.
+    fn try_buffered_send_with_tag<Buf: ?Sized + Buffer>(&self, buf: &Buf, tag: Tag) -> Result<()> {
+        bsend_impl(Destination::comm_handle(self), self.destination_rank(), buf, tag)
+    }
+
+    // ---- serde values (the seeds' OBJECT datatype)
+
+    /// Sends any `serde` value with `tag`; receive it with [`Source::receive_object_with_tag`].
+    fn try_send_object_with_tag<T: serde::Serialize + ?Sized>(&self, value: &T, tag: Tag) -> Result<()> {
+        let bytes = postcard::to_allocvec(value).map_err(|e| Error::Serialization(e.to_string()))?;
+        self.try_send_with_tag(&bytes[..], tag)
+    }
+    /// Sends any `serde` value with `tag`.
+    fn send_object_with_tag<T: serde::Serialize + ?Sized>(&self, value: &T, tag: Tag) {
+        self.try_send_object_with_tag(value, tag).or_fatal()
+    }
+    /// Sends any `serde` value with tag 0.
+    fn send_object<T: serde::Serialize + ?Sized>(&self, value: &T) {
+        self.send_object_with_tag(value, 0)
+    }
+}
+
+unsafe impl Source for crate::topology::AnyProcess<'_> {
+    fn source_rank(&self) -> Rank {
+        ANY_SOURCE
+    }
+}
+unsafe impl Source for crate::topology::Process<'_> {
+    fn source_rank(&self) -> Rank {
+        self.rank()
+    }
+}
+impl Destination for crate::topology::Process<'_> {
+    fn destination_rank(&self) -> Rank {
+        self.rank()
+    }
+}
+
+// ------------------------------------------------------------------ matched messages
+
+/// A message removed from the queues by a matched probe; it must be received.
+#[must_use]
+pub struct Message {
+    matched: Option<Matched>,
+    handle: CommHandle,
+}
+
+impl Message {
+    /// Whether this is the "no process" message (never, here).
+    pub fn is_no_proc(&self) -> bool {
+        false
+    }
+
+    fn start(&mut self, ptr: *mut u8, cap: usize) -> Pending {
+        let m = self.matched.take().expect("message already received");
+        let src = m.env.src;
+        let id = with_engine(|e| e.mrecv(m, ptr, cap));
+        Pending::new(id, Some(src), self.handle.members())
+    }
+
+    /// Receives the message as one value.
+    pub fn matched_receive<Msg: Equivalence>(mut self) -> (Msg, Status) {
+        let mut v = MaybeUninit::<Msg>::uninit();
+        let slot: &mut Msg = unsafe { &mut *v.as_mut_ptr() };
+        let (ptr, cap, unpack) = recv_target(slot);
+        let mut p = self.start(ptr, cap);
+        p.unpack = unpack;
+        let st = p.wait().or_fatal();
+        if st.bytes == 0 {
+            panic!("Received an empty message.");
+        }
+        if st.bytes as usize != Msg::equivalent_datatype().type_map().size() {
+            crate::error::fatal(&Error::SizeMismatch {
+                expected: Msg::equivalent_datatype().type_map().size(),
+                got: st.bytes,
+            });
+        }
+        (unsafe { v.assume_init() }, st)
+    }
+
+    /// Receives the message into `buf`.
+    pub fn matched_receive_into<Buf: ?Sized + BufferMut>(mut self, buf: &mut Buf) -> Status {
+        let (ptr, cap, unpack) = recv_target(buf);
+        let mut p = self.start(ptr, cap);
+        p.unpack = unpack;
+        p.wait().or_fatal()
+    }
+
+    /// Starts receiving the message into `buf`.
+    pub fn immediate_matched_receive_into<'a, Sc, Buf: ?Sized + 'a>(
+        mut self,
+        scope: Sc,
+        buf: &'a mut Buf,
+    ) -> Request<'a, Buf, Sc>
+    where
+        Buf: BufferMut,
+        Sc: Scope<'a>,
+    {
+        let (ptr, cap, unpack) = recv_target(buf);
+        let mut p = self.start(ptr, cap);
+        p.unpack = unpack;
+        Request::new(p, &*buf, scope)
+    }
+
+    fn try_matched_receive_vec_with<T: Equivalence>(mut self, st: Status) -> Result<(Vec<T>, Status)> {
+        let map_size = T::equivalent_datatype().type_map().size();
+        if map_size == 0 || st.bytes % map_size as u64 != 0 {
+            let _ = self.start(std::ptr::null_mut(), 0); // consume it
+            return Err(Error::Count { bytes: st.bytes, elem: map_size });
+        }
+        let n = (st.bytes / map_size as u64) as usize;
+        let mut v: Vec<T> = Vec::with_capacity(n);
+        let st = {
+            let spare = unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr(), n) };
+            let (ptr, cap, unpack) = recv_target(spare);
+            let mut p = self.start(ptr, cap);
+            p.unpack = unpack;
+            p.wait()?
+        };
+        unsafe { v.set_len(n) };
+        Ok((v, st))
+    }
+}
+
+impl Drop for Message {
+    fn drop(&mut self) {
+        if self.matched.is_some() && !std::thread::panicking() {
+            panic!("matched message dropped without receiving.");
+        }
+    }
+}
+
+/// Receiving a matched message as a vector (on the pair returned by `matched_probe`).
+pub trait MatchedReceiveVec {
+    /// Receives the message as a vector.
+    fn matched_receive_vec<Msg: Equivalence>(self) -> (Vec<Msg>, Status);
+}
+
+impl MatchedReceiveVec for (Message, Status) {
+    fn matched_receive_vec<Msg: Equivalence>(self) -> (Vec<Msg>, Status) {
+        let (m, s) = self;
+        m.try_matched_receive_vec_with(s).or_fatal()
+    }
+}
+
+// ------------------------------------------------------------------ receive futures
+
+/// A value being received by `immediate_receive`.
+#[must_use]
+pub struct ReceiveFuture<T> {
+    val: Option<Box<MaybeUninit<T>>>,
+    pending: Option<Pending>,
+}
+
+impl<T: Equivalence> ReceiveFuture<T> {
+    fn finish(&mut self, st: Status) -> (T, Status) {
+        if st.bytes == 0 {
+            panic!("Received an empty message into a ReceiveFuture.");
+        }
+        let v = self.val.take().expect("value");
+        (unsafe { v.assume_init_read() }, st)
+    }
+
+    /// Waits for the value.
+    pub fn get(mut self) -> (T, Status) {
+        let st = self.pending.take().expect("pending").wait().or_fatal();
+        self.finish(st)
+    }
+
+    /// The value if it arrived, else the future back.
+    pub fn r#try(mut self) -> std::result::Result<(T, Status), Self> {
+        match self.pending.take().expect("pending").test() {
+            Ok(r) => {
+                let st = r.or_fatal();
+                Ok(self.finish(st))
+            }
+            Err(p) => {
+                self.pending = Some(p);
+                Err(self)
+            }
+        }
+    }
+}
+
+impl<T> Drop for ReceiveFuture<T> {
+    fn drop(&mut self) {
+        if let Some(p) = self.pending.take() {
+            // The engine may still write into the value: keep its memory alive (leak it).
+            std::mem::forget(self.val.take());
+            drop(p);
+            if !std::thread::panicking() {
+                panic!("request was dropped without being completed");
+            }
+        }
+    }
+}
+
+// ------------------------------------------------------------------ send-receive
+
+fn check_same<S: Source, D: Destination>(source: &S, destination: &D) {
+    assert_eq!(source.as_communicator().compare(destination.as_communicator()), CommunicatorRelation::Identical);
+}
+
+/// Sends `msg` with `sendtag` and receives a value with `receivetag`.
+pub fn send_receive_with_tags<M, D, R, S>(
+    msg: &M,
+    destination: &D,
+    sendtag: Tag,
+    source: &S,
+    receivetag: Tag,
+) -> (R, Status)
+where
+    M: Equivalence,
+    D: Destination,
+    R: Equivalence,
+    S: Source,
+{
+    check_same(source, destination);
+    let mut v = MaybeUninit::<R>::uninit();
+    let st = {
+        let slot: &mut R = unsafe { &mut *v.as_mut_ptr() };
+        send_receive_into_with_tags(msg, destination, sendtag, slot, source, receivetag)
+    };
+    (unsafe { v.assume_init() }, st)
+}
+
+/// Sends `msg` and receives a value (`send_receive::<R, _, _, _>`).
+pub fn send_receive<R, M, D, S>(msg: &M, destination: &D, source: &S) -> (R, Status)
+where
+    M: Equivalence,
+    D: Destination,
+    R: Equivalence,
+    S: Source,
+{
+    send_receive_with_tags(msg, destination, 0, source, ANY_TAG)
+}
+
+/// Sends `msg` with `sendtag` and receives into `buf` with `receivetag`.
+pub fn send_receive_into_with_tags<M: ?Sized, D, B: ?Sized, S>(
+    msg: &M,
+    destination: &D,
+    sendtag: Tag,
+    buf: &mut B,
+    source: &S,
+    receivetag: Tag,
+) -> Status
+where
+    M: Buffer,
+    D: Destination,
+    B: BufferMut,
+    S: Source,
+{
+    check_same(source, destination);
+    let h = Source::comm_handle(source);
+    let recv = irecv_buf(h, source.source_rank(), receivetag, buf).or_fatal();
+    let (ptr, len, keep) = send_bytes(msg);
+    let dh = Destination::comm_handle(destination);
+    let send =
+        start_send(dh, dh.p2p_id(), destination.destination_rank(), sendtag, ptr, len, SendMode::Standard).or_fatal();
+    send.wait().or_fatal();
+    drop(keep);
+    recv.wait().or_fatal()
+}
+
+/// Sends `msg` and receives into `buf`.
+pub fn send_receive_into<M: ?Sized, D, B: ?Sized, S>(msg: &M, destination: &D, buf: &mut B, source: &S) -> Status
+where
+    M: Buffer,
+    D: Destination,
+    B: BufferMut,
+    S: Source,
+{
+    send_receive_into_with_tags(msg, destination, 0, buf, source, ANY_TAG)
+}
+
+/// Sends the contents of `buf` and replaces them with the received message.
+pub fn send_receive_replace_into_with_tags<B: ?Sized, D, S>(
+    buf: &mut B,
+    destination: &D,
+    sendtag: Tag,
+    source: &S,
+    receivetag: Tag,
+) -> Status
+where
+    B: BufferMut,
+    D: Destination,
+    S: Source,
+{
+    check_same(source, destination);
+    // Pack the outgoing data first: the receive writes into the same memory.
+    let dt = buf.as_datatype();
+    let mut out = Vec::new();
+    unsafe { dt.type_map().pack(buf.pointer_mut() as *const u8, buf.count().max(0) as usize, &mut out) };
+    send_receive_into_with_tags(&out[..], destination, sendtag, buf, source, receivetag)
+}
+
+/// Sends the contents of `buf` and replaces them with the received message.
+pub fn send_receive_replace_into<B: ?Sized, D, S>(buf: &mut B, destination: &D, source: &S) -> Status
+where
+    B: BufferMut,
+    D: Destination,
+    S: Source,
+{
+    send_receive_replace_into_with_tags(buf, destination, 0, source, ANY_TAG)
+}
+
+/// Re-exports for `use mpi::point_to_point::traits::*`.
+pub mod traits {
+    pub use super::{Destination, MatchedReceiveVec, Source};
+}

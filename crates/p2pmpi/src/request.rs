@@ -1,0 +1,449 @@
+//! Requests of immediate (non-blocking) operations, scopes that guarantee their buffers
+//! outlive them, guards, and collections of requests.
+
+use crate::datatype::TypeMap;
+use crate::device::{ReqId, StatusInfo};
+use crate::environment::{wait_req, wait_until, with_engine};
+use crate::error::{OrFatal, Result};
+use crate::point_to_point::Status;
+use crate::topology::{comm_rank_of, Rank};
+use std::cell::Cell;
+use std::fmt;
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+/// Data to unpack once a receive of a non-contiguous datatype completes.
+pub(crate) struct Unpack {
+    pub tmp: Vec<u8>,
+    pub dst: *mut u8,
+    pub map: TypeMap,
+    pub count: usize,
+}
+
+/// The engine side of a request: what is needed to complete it.
+pub(crate) struct Pending {
+    pub id: ReqId,
+    /// World rank of the peer waited for, if known.
+    pub hint: Option<Rank>,
+    /// Communicator members, to translate the source back.
+    pub members: Option<Arc<[Rank]>>,
+    /// Packed send data that must live until completion.
+    pub keep: Option<Vec<u8>>,
+    pub unpack: Option<Unpack>,
+}
+
+// The raw pointers are buffers the request's owner keeps alive until completion.
+unsafe impl Send for Pending {}
+
+impl Pending {
+    pub fn new(id: ReqId, hint: Option<Rank>, members: Option<Arc<[Rank]>>) -> Pending {
+        Pending { id, hint, members, keep: None, unpack: None }
+    }
+
+    /// Turns the engine's outcome into a status, unpacking received data.
+    pub fn finish(self, r: Result<StatusInfo>) -> Result<Status> {
+        let st = r?;
+        if let Some(u) = self.unpack {
+            unsafe { u.map.unpack(&u.tmp[..st.len as usize], u.dst, u.count) };
+        }
+        Ok(Status {
+            source: if st.source < 0 { st.source } else { comm_rank_of(&self.members, st.source) },
+            tag: st.tag,
+            bytes: st.len,
+            cancelled: st.cancelled,
+        })
+    }
+
+    pub fn wait(self) -> Result<Status> {
+        let r = wait_req(self.id, self.hint);
+        self.finish(r)
+    }
+
+    /// The outcome if finished, else the pending request back.
+    pub fn test(self) -> std::result::Result<Result<Status>, Pending> {
+        let r = with_engine(|e| {
+            let r = e.take_done(self.id);
+            if r.is_none() {
+                e.progress(self.hint, None);
+                return e.take_done(self.id);
+            }
+            r
+        });
+        match r {
+            Some(r) => Ok(self.finish(r)),
+            None => {
+                if let Some(e) = crate::environment::fatal_error() {
+                    return Ok(Err(e));
+                }
+                Err(self)
+            }
+        }
+    }
+
+    fn cancel(&self) {
+        with_engine(|e| e.cancel(self.id));
+    }
+
+    /// Makes sure the engine no longer references this request's buffers (used when a
+    /// request is dropped unfinished, before panicking).
+    fn abandon(self) {
+        with_engine(|e| e.cancel(self.id));
+        let _ = self.wait();
+    }
+}
+
+/// A scope in which requests may live: it outlives the buffers they use.
+///
+/// # Safety
+/// `register`/`unregister` must account for every request of the scope.
+pub unsafe trait Scope<'a> {
+    /// A request joined the scope.
+    fn register(&self);
+    /// A request left the scope (completed).
+    ///
+    /// # Safety
+    /// Must match a previous `register`.
+    unsafe fn unregister(&self);
+}
+
+/// The scope of requests whose buffers live forever.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct StaticScope;
+
+unsafe impl Scope<'static> for StaticScope {
+    fn register(&self) {}
+    unsafe fn unregister(&self) {}
+}
+
+/// A scope created by [`scope`]: every request started in it must complete before it ends.
+#[derive(Debug)]
+pub struct LocalScope<'a> {
+    num_requests: Cell<usize>,
+    phantom: PhantomData<Cell<&'a ()>>,
+}
+
+unsafe impl<'a, 'b> Scope<'a> for &'b LocalScope<'a> {
+    fn register(&self) {
+        self.num_requests.set(self.num_requests.get() + 1)
+    }
+    unsafe fn unregister(&self) {
+        self.num_requests.set(self.num_requests.get().checked_sub(1).expect("unregister underflow"))
+    }
+}
+
+impl Drop for LocalScope<'_> {
+    fn drop(&mut self) {
+        if self.num_requests.get() != 0 {
+            eprintln!(
+                "p2pmpi: rank {}: at least one request was dropped without being completed",
+                crate::environment::own_rank()
+            );
+            std::process::abort();
+        }
+    }
+}
+
+/// Runs `f` with a scope for immediate operations on local buffers.
+pub fn scope<'a, F, R>(f: F) -> R
+where
+    F: FnOnce(&LocalScope<'a>) -> R,
+{
+    f(&LocalScope { num_requests: Default::default(), phantom: Default::default() })
+}
+
+/// A request of an immediate operation on data `D` in scope `S`. It must be completed
+/// (`wait`, `test` until it succeeds) before it is dropped.
+#[must_use]
+pub struct Request<'a, D: ?Sized, S: Scope<'a> = StaticScope> {
+    pending: Option<Pending>,
+    data: &'a D,
+    scope: S,
+    phantom: PhantomData<Cell<&'a ()>>,
+}
+
+impl<'a, D: ?Sized, S: Scope<'a>> Request<'a, D, S> {
+    pub(crate) fn new(pending: Pending, data: &'a D, scope: S) -> Self {
+        scope.register();
+        Request { pending: Some(pending), data, scope, phantom: PhantomData }
+    }
+
+    fn take(mut self) -> (Pending, &'a D) {
+        let p = self.pending.take().expect("live request");
+        unsafe { self.scope.unregister() };
+        (p, self.data)
+    }
+
+    /// Waits for completion; returns the data buffer.
+    pub fn wait_for_data(self) -> &'a D {
+        let (p, d) = self.take();
+        p.wait().or_fatal();
+        d
+    }
+
+    /// Waits for completion.
+    pub fn wait(self) -> Status {
+        self.take().0.wait().or_fatal()
+    }
+
+    /// Waits for completion, returning a communication failure instead of stopping.
+    pub fn try_wait(self) -> Result<Status> {
+        self.take().0.wait()
+    }
+
+    /// Waits for completion, discarding the status.
+    pub fn wait_without_status(self) {
+        self.wait();
+    }
+
+    /// Completes the request if it has finished, else gives it back.
+    pub fn test(self) -> std::result::Result<Status, Self> {
+        self.test_with_data().map(|(s, _)| s)
+    }
+
+    /// Like [`Self::test`], also returning the data buffer.
+    pub fn test_with_data(mut self) -> std::result::Result<(Status, &'a D), Self> {
+        let p = self.pending.take().expect("live request");
+        match p.test() {
+            Ok(r) => {
+                unsafe { self.scope.unregister() };
+                let d = self.data;
+                std::mem::forget(self);
+                Ok((r.or_fatal(), d))
+            }
+            Err(p) => {
+                self.pending = Some(p);
+                Err(self)
+            }
+        }
+    }
+
+    /// Asks for cancellation (a receive not yet matched is cancelled); the request must still
+    /// be waited for.
+    pub fn cancel(&self) {
+        if let Some(p) = &self.pending {
+            p.cancel();
+        }
+    }
+
+    /// Moves the request to a narrower scope.
+    pub fn shrink_scope_to<'b, S2>(mut self, scope: S2) -> Request<'b, D, S2>
+    where
+        'a: 'b,
+        S2: Scope<'b>,
+    {
+        let p = self.pending.take().expect("live request");
+        unsafe { self.scope.unregister() };
+        let d = self.data;
+        std::mem::forget(self);
+        Request::new(p, d, scope)
+    }
+}
+
+impl<'a, D: ?Sized, S: Scope<'a>> Drop for Request<'a, D, S> {
+    fn drop(&mut self) {
+        if let Some(p) = self.pending.take() {
+            p.abandon();
+            unsafe { self.scope.unregister() };
+            if !std::thread::panicking() {
+                panic!("request was dropped without being completed");
+            }
+        }
+    }
+}
+
+impl<'a, D: ?Sized + fmt::Debug, S: Scope<'a>> fmt::Debug for Request<'a, D, S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Request").field("data", &self.data).finish_non_exhaustive()
+    }
+}
+
+/// Waits for a request when dropped.
+#[derive(Debug)]
+pub struct WaitGuard<'a, D: ?Sized, S: Scope<'a> = StaticScope>(Option<Request<'a, D, S>>);
+
+impl<'a, D: ?Sized, S: Scope<'a>> Drop for WaitGuard<'a, D, S> {
+    fn drop(&mut self) {
+        self.0.take().expect("invalid WaitGuard").wait();
+    }
+}
+impl<'a, D: ?Sized, S: Scope<'a>> From<Request<'a, D, S>> for WaitGuard<'a, D, S> {
+    fn from(req: Request<'a, D, S>) -> Self {
+        WaitGuard(Some(req))
+    }
+}
+impl<'a, D: ?Sized, S: Scope<'a>> From<WaitGuard<'a, D, S>> for Request<'a, D, S> {
+    fn from(mut g: WaitGuard<'a, D, S>) -> Self {
+        g.0.take().expect("invalid WaitGuard")
+    }
+}
+impl<'a, D: ?Sized, S: Scope<'a>> WaitGuard<'a, D, S> {
+    fn cancel(&self) {
+        if let Some(r) = &self.0 {
+            r.cancel();
+        }
+    }
+}
+
+/// Cancels, then waits for, a request when dropped.
+#[derive(Debug)]
+pub struct CancelGuard<'a, D: ?Sized, S: Scope<'a> = StaticScope>(WaitGuard<'a, D, S>);
+
+impl<'a, D: ?Sized, S: Scope<'a>> Drop for CancelGuard<'a, D, S> {
+    fn drop(&mut self) {
+        self.0.cancel();
+    }
+}
+impl<'a, D: ?Sized, S: Scope<'a>> From<Request<'a, D, S>> for CancelGuard<'a, D, S> {
+    fn from(req: Request<'a, D, S>) -> Self {
+        CancelGuard(WaitGuard::from(req))
+    }
+}
+impl<'a, D: ?Sized, S: Scope<'a>> From<WaitGuard<'a, D, S>> for CancelGuard<'a, D, S> {
+    fn from(g: WaitGuard<'a, D, S>) -> Self {
+        CancelGuard(g)
+    }
+}
+impl<'a, D: ?Sized, S: Scope<'a>> From<CancelGuard<'a, D, S>> for WaitGuard<'a, D, S> {
+    fn from(mut g: CancelGuard<'a, D, S>) -> Self {
+        let inner = WaitGuard(g.0 .0.take());
+        std::mem::forget(g);
+        inner
+    }
+}
+
+/// Waits for any request of `requests`, removes it and returns its former index and status.
+/// `None` if the vector is empty.
+pub fn wait_any<'a, D, S: Scope<'a>>(requests: &mut Vec<Request<'a, D, S>>) -> Option<(usize, Status)> {
+    if requests.is_empty() {
+        return None;
+    }
+    let ids: Vec<ReqId> = requests.iter().map(|r| r.pending.as_ref().expect("live request").id).collect();
+    let i = wait_until(None, |e| ids.iter().position(|&id| e.is_done(id)).map(Ok)).or_fatal();
+    let req = requests.remove(i);
+    Some((i, req.wait()))
+}
+
+/// A set of requests on the same kind of data, created by [`multiple_scope`].
+pub struct RequestCollection<'a, D: ?Sized> {
+    slots: Vec<Option<(Pending, &'a D)>>,
+    phantom: PhantomData<Cell<&'a ()>>,
+}
+
+/// Runs `f` with a scope and an empty request collection (with room for `reserve`).
+pub fn multiple_scope<'a, F, R, D>(reserve: usize, f: F) -> R
+where
+    D: 'a + ?Sized,
+    F: FnOnce(&LocalScope<'a>, &mut RequestCollection<'a, D>) -> R,
+{
+    scope(|s| {
+        let mut coll = RequestCollection { slots: Vec::with_capacity(reserve), phantom: PhantomData };
+        f(s, &mut coll)
+    })
+}
+
+impl<'a, D: ?Sized> RequestCollection<'a, D> {
+    /// Number of requests not completed yet.
+    pub fn incomplete(&self) -> usize {
+        self.slots.iter().filter(|s| s.is_some()).count()
+    }
+
+    /// Adds a request; returns its index.
+    pub fn add<S: Scope<'a>>(&mut self, req: Request<'a, D, S>) -> usize {
+        let (p, d) = req.take();
+        self.slots.push(Some((p, d)));
+        self.slots.len() - 1
+    }
+
+    fn complete(&mut self, i: usize) -> (usize, Status, &'a D) {
+        let (p, d) = self.slots[i].take().expect("active slot");
+        let st = p.wait().or_fatal();
+        (i, st, d)
+    }
+
+    fn done_indices(&self) -> Vec<usize> {
+        with_engine(|e| {
+            e.progress(None, None);
+            self.slots
+                .iter()
+                .enumerate()
+                .filter_map(|(i, s)| s.as_ref().filter(|(p, _)| e.is_done(p.id)).map(|_| i))
+                .collect()
+        })
+    }
+
+    fn wait_for_some(&self) -> Result<Vec<usize>> {
+        wait_until(None, |e| {
+            let v: Vec<usize> = self
+                .slots
+                .iter()
+                .enumerate()
+                .filter_map(|(i, s)| s.as_ref().filter(|(p, _)| e.is_done(p.id)).map(|_| i))
+                .collect();
+            (!v.is_empty()).then_some(Ok(v))
+        })
+    }
+
+    /// Waits for one request; `None` if none is active.
+    pub fn wait_any(&mut self) -> Option<(usize, Status, &'a D)> {
+        if self.incomplete() == 0 {
+            return None;
+        }
+        let i = self.wait_for_some().or_fatal()[0];
+        Some(self.complete(i))
+    }
+
+    /// Waits until at least one request completes; `result` receives every completed one.
+    pub fn wait_some(&mut self, result: &mut Vec<(usize, Status, &'a D)>) {
+        result.clear();
+        if self.incomplete() == 0 {
+            return;
+        }
+        for i in self.wait_for_some().or_fatal() {
+            result.push(self.complete(i));
+        }
+    }
+
+    /// Waits for every request; `result` receives them all.
+    pub fn wait_all(&mut self, result: &mut Vec<(usize, Status, &'a D)>) {
+        result.clear();
+        for i in 0..self.slots.len() {
+            if self.slots[i].is_some() {
+                result.push(self.complete(i));
+            }
+        }
+    }
+
+    /// Completes one finished request, if any.
+    pub fn test_any(&mut self) -> Option<(usize, Status, &'a D)> {
+        self.done_indices().first().map(|&i| self.complete(i))
+    }
+
+    /// Completes every finished request into `result`.
+    pub fn test_some(&mut self, result: &mut Vec<(usize, Status, &'a D)>) {
+        result.clear();
+        for i in self.done_indices() {
+            result.push(self.complete(i));
+        }
+    }
+
+    /// If every request finished, completes them all into `result` and returns `true`.
+    pub fn test_all(&mut self, result: &mut Vec<(usize, Status, &'a D)>) -> bool {
+        result.clear();
+        if self.done_indices().len() != self.incomplete() {
+            return false;
+        }
+        self.wait_all(result);
+        true
+    }
+}
+
+impl<D: ?Sized> Drop for RequestCollection<'_, D> {
+    fn drop(&mut self) {
+        if self.incomplete() != 0 && !std::thread::panicking() {
+            for (p, _) in self.slots.iter_mut().filter_map(Option::take) {
+                p.abandon();
+            }
+            panic!("some requests have not completed");
+        }
+    }
+}
