@@ -279,7 +279,10 @@ fn event_loop(
                 }
             }
             Event::Finalized { rank } => states[rank].finalized = true,
-            Event::Abort { rank, code, message: _ } => {
+            Event::Abort { rank, code, message } => {
+                if !message.is_empty() && !message.contains(&format!("rank {rank}:")) {
+                    eprintln!("{name}: rank {rank}: {message}");
+                }
                 if failure.is_none() {
                     eprintln!("{name}: rank {rank} aborted the job (error code {code}); stopping the other processes");
                     failure = Some(if code == 0 { 1 } else { code & 0xff });

@@ -57,6 +57,10 @@ fn main() {
             "no-finalize" => no_finalize(&world),
             "garbage" => garbage(&world),
             "env" => env(&world),
+            "hang" => {
+                // Waits for a message that never comes (for launcher tests).
+                let _ = world.any_process().receive::<u8>();
+            }
             other => panic!("unknown mode {other}"),
         }
         world.barrier();

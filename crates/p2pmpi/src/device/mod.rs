@@ -466,7 +466,7 @@ impl Engine {
                     i += 1;
                 }
                 self.flush_deferred();
-                if got || self.tick % 8 != 0 {
+                if got || self.tick % 64 != 0 {
                     return;
                 }
             }

@@ -1,0 +1,137 @@
+//! Jobs run through the real `p2pmpirun` with real processes and sockets.
+
+mod common;
+use common::*;
+use std::time::Duration;
+
+const T: Duration = Duration::from_secs(120);
+
+fn checks(n: usize, mode: &str) -> Outcome {
+    let prog = example("p2p_checks");
+    let n = n.to_string();
+    run(&["-n", &n, prog.to_str().unwrap(), mode], T)
+}
+
+#[test]
+fn pi_on_four_processes() {
+    let o = run(&["-n", "4", example("pi").to_str().unwrap()], T);
+    o.assert_ok();
+    assert!(o.stdout.contains("Pi is approximately 3.14159265"), "{}", o.stdout);
+    let err: f64 = o.stdout.lines().find_map(|l| l.strip_prefix("Error is ")).unwrap().trim().parse().unwrap();
+    assert!(err < 1e-10);
+}
+
+#[test]
+fn pi_runs_without_launcher_as_one_process() {
+    let o = run_cmd(&mut std::process::Command::new(example("pi")), T);
+    o.assert_ok();
+    assert!(o.stdout.contains("Pi is approximately 3.14159265"));
+}
+
+#[test]
+fn ring_of_seven() {
+    let o = run(&["-n", "7", example("ring").to_str().unwrap(), "4"], T);
+    o.assert_ok();
+    assert!(o.stdout.contains("final token 84 (expected 84)"), "{}", o.stdout);
+}
+
+#[test]
+fn point_to_point_suite_on_one_process() {
+    let o = checks(1, "all");
+    o.assert_ok();
+    assert!(o.stdout.contains("OK truncate"));
+}
+
+#[test]
+fn point_to_point_suite_on_two_processes() {
+    let o = checks(2, "all");
+    o.assert_ok();
+    for m in [
+        "order",
+        "wildcard",
+        "probe",
+        "immediate",
+        "multiple",
+        "zero",
+        "self",
+        "sendrecv",
+        "sync",
+        "object",
+        "datatypes",
+        "truncate",
+    ] {
+        assert!(o.stdout.contains(&format!("OK {m}\n")), "mode {m} missing:\n{}", o.stdout);
+    }
+}
+
+#[test]
+fn point_to_point_suite_on_five_processes() {
+    checks(5, "all").assert_ok();
+}
+
+#[test]
+fn oversubscribed_nine_processes() {
+    // More processes than cores: the device must stop spinning and still make progress.
+    let o = checks(9, "wildcard");
+    o.assert_ok();
+    let o = run(&["-n", "9", example("ring").to_str().unwrap(), "20"], T);
+    o.assert_ok();
+}
+
+#[test]
+fn derived_datatypes() {
+    let o = run(&["-n", "3", example("derive").to_str().unwrap()], T);
+    o.assert_ok();
+    assert!(o.stdout.contains("derived datatypes: OK across 3 processes"));
+}
+
+#[test]
+fn buffered_sends() {
+    checks(3, "buffered").assert_ok();
+}
+
+#[test]
+fn one_gibibyte_message() {
+    let o = checks(2, "large");
+    o.assert_ok();
+    assert!(o.stdout.contains("large: 1024 MiB round trip"), "{}", o.stdout);
+}
+
+#[test]
+fn output_is_tagged_by_rank_on_request() {
+    let o = run(&["--tag-output", "-n", "2", example("p2p_checks").to_str().unwrap(), "noinit"], T);
+    o.assert_ok();
+    assert!(o.stdout.contains("[0] no MPI here") && o.stdout.contains("[1] no MPI here"), "{}", o.stdout);
+}
+
+#[test]
+fn np_spelling_and_p2pmpi_run() {
+    let prog = example("ring");
+    run(&["-np", "3", prog.to_str().unwrap(), "1"], T).assert_ok();
+    let o = run_cmd(std::process::Command::new(p2pmpi_tool()).args(["run", "-n", "3", prog.to_str().unwrap(), "1"]), T);
+    o.assert_ok();
+    assert!(o.stdout.contains("final token"));
+}
+
+#[test]
+fn program_that_never_initializes_is_not_an_error() {
+    let o = checks(3, "noinit");
+    o.assert_ok();
+    assert_eq!(o.stdout.matches("no MPI here").count(), 3);
+}
+
+#[test]
+fn environment_queries() {
+    let o = checks(2, "env");
+    o.assert_ok();
+    assert!(o.stdout.contains("MPI 3.1"), "{}", o.stdout);
+}
+
+#[test]
+fn garbage_on_data_and_control_ports_is_refused_and_the_job_goes_on() {
+    let o = checks(3, "garbage");
+    o.assert_ok();
+    assert!(o.stdout.contains("OK garbage"));
+    assert!(o.stderr.contains("bad job token"), "{}", o.stderr);
+    assert!(o.stderr.contains("refused a control connection"), "{}", o.stderr);
+}
