@@ -27,6 +27,9 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+/// How long an abort caused by a lost peer waits for that peer's own exit to be reported.
+const ROOT_CAUSE_GRACE: Duration = Duration::from_millis(500);
+
 /// Options of `p2pmpirun`.
 #[derive(Parser, Debug)]
 #[command(about = "Run an MPI program on N processes", override_usage = "p2pmpirun -n N [OPTIONS] PROGRAM [ARGS...]")]
@@ -107,7 +110,7 @@ fn resolve_program(prog: &str) -> Result<PathBuf> {
 enum Event {
     Registered { rank: usize, addr: String, conn: TcpStream },
     Finalized { rank: usize },
-    Abort { rank: usize, code: i32, message: String },
+    Abort { rank: usize, code: i32, message: String, lost: Option<u32> },
     ControlClosed { rank: usize },
     Exited { rank: usize, status: ExitStatus },
     BadClient { detail: String },
@@ -121,6 +124,8 @@ struct RankState {
     ctrl_closed: bool,
     exit: Option<ExitStatus>,
     judged: bool,
+    /// It stopped because it lost another rank: its exit is a consequence, not a cause.
+    lost_peer: Option<u32>,
 }
 
 fn describe(status: &ExitStatus) -> String {
@@ -236,9 +241,19 @@ fn event_loop(
     let mut failure: Option<i32> = None;
     let start = Instant::now();
     let mut exited = 0;
+    let mut provisional: Option<(Instant, usize, u32, i32, String)> = None;
     let stop_all = |children: &Arc<Mutex<Vec<Child>>>| terminate(children);
     while exited < n {
-        let ev = match rx.recv_timeout(Duration::from_millis(200)) {
+        if failure.is_none() {
+            if let Some((deadline, rank, peer, code, _)) = &provisional {
+                if Instant::now() >= *deadline {
+                    eprintln!("{name}: rank {rank} lost contact with rank {peer} (connection closed) and stopped; stopping the other processes");
+                    failure = Some(*code);
+                    stop_all(children);
+                }
+            }
+        }
+        let ev = match rx.recv_timeout(Duration::from_millis(50)) {
             Ok(ev) => ev,
             Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
                 if !world_sent
@@ -279,14 +294,30 @@ fn event_loop(
                 }
             }
             Event::Finalized { rank } => states[rank].finalized = true,
-            Event::Abort { rank, code, message } => {
-                if !message.is_empty() && !message.contains(&format!("rank {rank}:")) {
-                    eprintln!("{name}: rank {rank}: {message}");
+            Event::Abort { rank, code, message, lost } => {
+                states[rank].lost_peer = lost;
+                if failure.is_some() {
+                    continue;
                 }
-                if failure.is_none() {
-                    eprintln!("{name}: rank {rank} aborted the job (error code {code}); stopping the other processes");
-                    failure = Some(if code == 0 { 1 } else { code & 0xff });
-                    stop_all(children);
+                let code = if code == 0 { 1 } else { code & 0xff };
+                match lost {
+                    // A consequence of another rank's death: give that rank's own exit a
+                    // moment to arrive, so the report names the root cause.
+                    Some(peer) => {
+                        if provisional.is_none() {
+                            provisional = Some((Instant::now() + ROOT_CAUSE_GRACE, rank, peer, code, message));
+                        }
+                    }
+                    None => {
+                        if !message.is_empty() && !message.contains(&format!("rank {rank}:")) {
+                            eprintln!("{name}: rank {rank}: {message}");
+                        }
+                        eprintln!(
+                            "{name}: rank {rank} aborted the job (error code {code}); stopping the other processes"
+                        );
+                        failure = Some(code);
+                        stop_all(children);
+                    }
                 }
             }
             Event::ControlClosed { rank } => states[rank].ctrl_closed = true,
@@ -306,7 +337,7 @@ fn event_loop(
                 continue;
             }
             s.judged = true;
-            if failure.is_some() {
+            if failure.is_some() || s.lost_peer.is_some() {
                 continue;
             }
             let bad = if !status.success() {
@@ -376,8 +407,8 @@ fn serve_control(mut conn: TcpStream, token: u64, n: usize, tx: Sender<Event>) {
             Ok(Some(Control::Finalized { .. })) => {
                 let _ = tx.send(Event::Finalized { rank });
             }
-            Ok(Some(Control::Abort { code, message, .. })) => {
-                let _ = tx.send(Event::Abort { rank, code, message });
+            Ok(Some(Control::Abort { code, message, lost, .. })) => {
+                let _ = tx.send(Event::Abort { rank, code, message, lost });
             }
             Ok(Some(_)) => {}
             Ok(None) | Err(_) => {

@@ -23,7 +23,9 @@ pub enum Control {
     /// The process finalized cleanly.
     Finalized { rank: u32 },
     /// The process called `abort` (or hit a fatal error): stop the job with `code`.
-    Abort { rank: u32, code: i32, message: String },
+    /// `lost` names the peer whose loss caused the error, if that is the cause (the launcher
+    /// then reports that peer's own fate in preference).
+    Abort { rank: u32, code: i32, message: String, lost: Option<u32> },
     /// The launcher stops the job; the process must exit.
     Stop { reason: String },
 }
@@ -88,7 +90,7 @@ mod tests {
             Control::Register { rank: 3, data_addr: "127.0.0.1:4000".into(), pid: 77, token: 9 },
             Control::World { addrs: vec!["a".into(), "b".into()] },
             Control::Finalized { rank: 1 },
-            Control::Abort { rank: 2, code: 5, message: "x".into() },
+            Control::Abort { rank: 2, code: 5, message: "x".into(), lost: Some(1) },
             Control::Stop { reason: "bye".into() },
         ];
         let mut buf = Vec::new();

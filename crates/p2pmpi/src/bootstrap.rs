@@ -135,7 +135,8 @@ pub(crate) fn finalizing() {
 }
 
 /// Tells the launcher this process aborts the job.
-pub(crate) fn report_abort(rank: i32, code: i32, message: &str) {
+pub(crate) fn report_abort(rank: i32, code: i32, message: &str, lost: Option<i32>) {
     FINALIZING.store(true, Ordering::SeqCst);
-    send(&Control::Abort { rank: rank.max(0) as u32, code, message: message.to_string() });
+    let lost = lost.filter(|r| *r >= 0).map(|r| r as u32);
+    send(&Control::Abort { rank: rank.max(0) as u32, code, message: message.to_string(), lost });
 }

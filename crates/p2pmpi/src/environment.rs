@@ -137,6 +137,10 @@ pub fn initialize_with_threading(threading: Threading) -> Option<(Universe, Thre
     OWN_RANK.store(boot.rank, Ordering::SeqCst);
     let spin = spin_budget(boot.local_procs);
     let engine = Engine::new(boot.rank, boot.size, boot.token, boot.listener, boot.addrs, spin);
+    let engine = engine.and_then(|mut e| {
+        e.connect_mesh(Duration::from_secs(120))?;
+        Ok(e)
+    });
     match engine {
         Ok(e) => *ENGINE.lock() = Some(e),
         Err(e) => crate::error::fatal(&e),

@@ -54,7 +54,11 @@ pub(crate) fn fatal(err: &Error) -> ! {
     let rank = crate::environment::own_rank();
     let msg = format!("p2pmpi: rank {rank}: {err}");
     eprintln!("{msg}");
-    crate::bootstrap::report_abort(rank, 1, &msg);
+    let lost = match err {
+        Error::PeerLost { rank, .. } => Some(*rank),
+        _ => None,
+    };
+    crate::bootstrap::report_abort(rank, 1, &msg, lost);
     std::process::exit(1)
 }
 

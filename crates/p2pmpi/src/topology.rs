@@ -164,7 +164,7 @@ pub trait Communicator: AsHandle {
         let rank = crate::environment::own_rank();
         let msg = format!("p2pmpi: rank {rank}: abort({errorcode}) called");
         eprintln!("{msg}");
-        crate::bootstrap::report_abort(rank, errorcode, &msg);
+        crate::bootstrap::report_abort(rank, errorcode, &msg, None);
         std::process::exit(if errorcode == 0 { 1 } else { errorcode & 0xff })
     }
     /// Whether this is an inter-communicator (never, here).

@@ -332,6 +332,31 @@ impl Engine {
         Ok(())
     }
 
+    /// Builds the full mesh at start-up: one connection per pair, initiated by the higher
+    /// rank. Connecting both ways at once would give a pair two sockets, each carrying data
+    /// one way only, so that every message costs a data segment plus a separate ACK instead of
+    /// ACKs riding on replies (measured: +2–3 µs per message on loopback).
+    pub fn connect_mesh(&mut self, limit: Duration) -> Result<()> {
+        for r in 0..self.rank {
+            self.send_conn(r)?;
+        }
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(e) = &self.fatal {
+                return Err(e.clone());
+            }
+            let missing = (self.rank + 1..self.size).find(|&r| self.peers[r as usize].send_conn.is_none());
+            let Some(r) = missing else { return Ok(()) };
+            if Instant::now() >= deadline {
+                return Err(Error::PeerLost {
+                    rank: r,
+                    cause: format!("it did not connect within {limit:?} of start-up"),
+                });
+            }
+            self.progress(None, Some(Duration::from_millis(5)));
+        }
+    }
+
     /// The connection used to send to `dst`, connecting if there is none.
     fn send_conn(&mut self, dst: i32) -> Result<usize> {
         if let Some(c) = self.peers[dst as usize].send_conn {
