@@ -116,3 +116,18 @@ fn non_executable_program_is_a_clear_error() {
     assert!(o.stderr.contains("is not an executable file"), "{}", o.stderr);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn derived_datatype_before_initialize_panics_like_rsmpi() {
+    let prog = example("p2p_checks");
+    let o = run_cmd(std::process::Command::new(prog).arg("preinit"), T);
+    assert!(!o.status.success());
+    assert!(o.stderr.contains("RSMPI PANIC: Pre-MPI_Init datatype initialization"), "{}", o.stderr);
+    assert!(o.stderr.contains("`Tagged`"), "{}", o.stderr);
+}
+
+#[test]
+fn request_dropped_before_completion_stops_the_process() {
+    let o = failing("2", "drop-request", "droprq");
+    assert!(o.stderr.contains("request was dropped without being completed"), "{}", o.stderr);
+}

@@ -135,3 +135,10 @@ fn garbage_on_data_and_control_ports_is_refused_and_the_job_goes_on() {
     assert!(o.stderr.contains("bad job token"), "{}", o.stderr);
     assert!(o.stderr.contains("refused a control connection"), "{}", o.stderr);
 }
+
+#[test]
+fn threads_communicate_concurrently_with_threading_multiple() {
+    let o = checks(3, "threads");
+    o.assert_ok();
+    assert!(o.stdout.contains("OK threads"));
+}

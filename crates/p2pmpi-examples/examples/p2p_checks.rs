@@ -13,6 +13,15 @@ fn main() {
         println!("no MPI here");
         return;
     }
+    if mode == "preinit" {
+        // rsmpi's documented panic: a derived datatype used before initialize.
+        let _ = Tagged::equivalent_datatype();
+        unreachable!();
+    }
+    if mode == "threads" {
+        threads();
+        return;
+    }
     let mut universe = mpi::initialize().unwrap();
     assert!(mpi::initialize().is_none(), "second initialize must return None");
     let world = universe.world();
@@ -57,6 +66,14 @@ fn main() {
             "no-finalize" => no_finalize(&world),
             "garbage" => garbage(&world),
             "env" => env(&world),
+            "drop-request" => {
+                // rsmpi's documented panic: a request dropped before it completed.
+                let mut x = 0u8;
+                mpi::request::scope(|scope| {
+                    let r = world.this_process().immediate_receive_into_with_tag(scope, &mut x, 5);
+                    drop(r);
+                });
+            }
             "hang" => {
                 // Waits for a message that never comes (for launcher tests).
                 let _ = world.any_process().receive::<u8>();
@@ -634,5 +651,45 @@ fn env(world: &mpi::topology::SimpleCommunicator) {
             mpi::time()
         );
         assert_eq!(world.get_name(), "MPI_COMM_WORLD");
+    }
+}
+
+#[derive(Equivalence, Clone, Copy)]
+struct Tagged {
+    id: u32,
+    weight: f64,
+}
+
+/// Threading::Multiple: four threads per process exchange messages concurrently, each on its
+/// own tag, with blocking and immediate operations.
+fn threads() {
+    let (universe, level) = mpi::initialize_with_threading(mpi::Threading::Multiple).unwrap();
+    assert_eq!(level, mpi::Threading::Multiple);
+    assert_eq!(mpi::environment::threading_support(), mpi::Threading::Multiple);
+    let world = universe.world();
+    let (rank, size) = (world.rank(), world.size());
+    std::thread::scope(|ts| {
+        for t in 0..4 {
+            let world = &world;
+            ts.spawn(move || {
+                let next = world.process_at_rank((rank + 1) % size);
+                let prev = world.process_at_rank((rank + size - 1) % size);
+                for i in 0..500 {
+                    let v = Tagged { id: (rank * 1000 + i) as u32, weight: t as f64 };
+                    let mut got = Tagged { id: 0, weight: -1.0 };
+                    mpi::request::scope(|scope| {
+                        let r = prev.immediate_receive_into_with_tag(scope, &mut got, t);
+                        next.send_with_tag(&v, t);
+                        r.wait();
+                    });
+                    assert_eq!(got.id as i32, ((rank + size - 1) % size) * 1000 + i);
+                    assert_eq!(got.weight, t as f64);
+                }
+            });
+        }
+    });
+    world.barrier();
+    if rank == 0 {
+        println!("OK threads");
     }
 }
