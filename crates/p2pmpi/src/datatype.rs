@@ -18,11 +18,66 @@ use std::sync::Arc;
 /// `MPI_Aint`: a byte displacement.
 pub type Address = isize;
 
-/// The layout of one element of a datatype.
+/// The primitive kinds data is made of. Reductions need them: `SUM` on `i32` and on `f32`
+/// differ although both are 4 bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Primitive {
+    Bool,
+    I8,
+    U8,
+    I16,
+    U16,
+    I32,
+    U32,
+    I64,
+    U64,
+    I128,
+    U128,
+    F32,
+    F64,
+    /// A complex number of two `f32`.
+    C32,
+    /// A complex number of two `f64`.
+    C64,
+}
+
+impl Primitive {
+    /// Size in bytes.
+    pub const fn size(self) -> usize {
+        match self {
+            Primitive::Bool | Primitive::I8 | Primitive::U8 => 1,
+            Primitive::I16 | Primitive::U16 => 2,
+            Primitive::I32 | Primitive::U32 | Primitive::F32 => 4,
+            Primitive::I64 | Primitive::U64 | Primitive::F64 | Primitive::C32 => 8,
+            Primitive::I128 | Primitive::U128 | Primitive::C64 => 16,
+        }
+    }
+    const fn align(self) -> usize {
+        match self {
+            Primitive::C32 => 4,
+            Primitive::C64 => 8,
+            p => p.size(),
+        }
+    }
+}
+
+/// A run of data of one primitive kind inside an element.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Block {
+    /// Offset from the element's base.
+    pub offset: isize,
+    /// Length in bytes (a multiple of the kind's size).
+    pub len: usize,
+    /// What the bytes are.
+    pub kind: Primitive,
+}
+
+/// The layout of one element of a datatype: typed blocks at offsets, lower bound and extent.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TypeMap {
-    /// (offset from the element's base, length) of each data block, in order.
-    blocks: Vec<(isize, usize)>,
+    /// The data blocks, in order (the order defines the packed layout).
+    blocks: std::borrow::Cow<'static, [Block]>,
     /// Bytes of data in one element (sum of block lengths).
     size: usize,
     /// Lower bound.
@@ -34,35 +89,45 @@ pub struct TypeMap {
 }
 
 impl TypeMap {
-    /// One contiguous block of `size` bytes.
-    pub const fn primitive(size: usize) -> TypeMap {
-        TypeMap { blocks: Vec::new(), size, lb: 0, extent: size as isize, align: if size == 0 { 1 } else { size } }
+    /// The map of one primitive value.
+    pub const fn primitive(kind: Primitive) -> TypeMap {
+        let blocks: &'static [Block] = match kind {
+            Primitive::Bool => &[Block { offset: 0, len: 1, kind: Primitive::Bool }],
+            Primitive::I8 => &[Block { offset: 0, len: 1, kind: Primitive::I8 }],
+            Primitive::U8 => &[Block { offset: 0, len: 1, kind: Primitive::U8 }],
+            Primitive::I16 => &[Block { offset: 0, len: 2, kind: Primitive::I16 }],
+            Primitive::U16 => &[Block { offset: 0, len: 2, kind: Primitive::U16 }],
+            Primitive::I32 => &[Block { offset: 0, len: 4, kind: Primitive::I32 }],
+            Primitive::U32 => &[Block { offset: 0, len: 4, kind: Primitive::U32 }],
+            Primitive::I64 => &[Block { offset: 0, len: 8, kind: Primitive::I64 }],
+            Primitive::U64 => &[Block { offset: 0, len: 8, kind: Primitive::U64 }],
+            Primitive::I128 => &[Block { offset: 0, len: 16, kind: Primitive::I128 }],
+            Primitive::U128 => &[Block { offset: 0, len: 16, kind: Primitive::U128 }],
+            Primitive::F32 => &[Block { offset: 0, len: 4, kind: Primitive::F32 }],
+            Primitive::F64 => &[Block { offset: 0, len: 8, kind: Primitive::F64 }],
+            Primitive::C32 => &[Block { offset: 0, len: 8, kind: Primitive::C32 }],
+            Primitive::C64 => &[Block { offset: 0, len: 16, kind: Primitive::C64 }],
+        };
+        let size = kind.size();
+        TypeMap { blocks: std::borrow::Cow::Borrowed(blocks), size, lb: 0, extent: size as isize, align: kind.align() }
     }
 
-    fn from_blocks(mut raw: Vec<(isize, usize)>, lb: isize, ub: isize, align: usize) -> TypeMap {
-        raw.retain(|b| b.1 > 0);
-        // Merge adjacent blocks (keeping order, which defines the packed layout).
-        let mut blocks: Vec<(isize, usize)> = Vec::with_capacity(raw.len());
-        for (o, l) in raw {
+    fn from_blocks(raw: Vec<Block>, lb: isize, ub: isize, align: usize) -> TypeMap {
+        // Merge adjacent blocks of the same kind (keeping order).
+        let mut blocks: Vec<Block> = Vec::with_capacity(raw.len());
+        for b in raw.into_iter().filter(|b| b.len > 0) {
             match blocks.last_mut() {
-                Some(last) if last.0 + last.1 as isize == o => last.1 += l,
-                _ => blocks.push((o, l)),
+                Some(last) if last.offset + last.len as isize == b.offset && last.kind == b.kind => last.len += b.len,
+                _ => blocks.push(b),
             }
         }
-        let size = blocks.iter().map(|b| b.1).sum();
-        let mut m = TypeMap { blocks, size, lb, extent: ub - lb, align };
-        if m.blocks.len() == 1 && m.blocks[0] == (0, m.size) {
-            m.blocks.clear(); // canonical contiguous form
-        }
-        m
+        let size = blocks.iter().map(|b| b.len).sum();
+        TypeMap { blocks: std::borrow::Cow::Owned(blocks), size, lb, extent: ub - lb, align }
     }
 
-    fn blocks(&self) -> std::borrow::Cow<'_, [(isize, usize)]> {
-        if self.blocks.is_empty() && self.size > 0 {
-            std::borrow::Cow::Owned(vec![(0, self.size)])
-        } else {
-            std::borrow::Cow::Borrowed(&self.blocks)
-        }
+    /// The typed blocks of one element, in packing order.
+    pub fn blocks(&self) -> &[Block] {
+        &self.blocks
     }
 
     /// Bytes of data in one element (`MPI_Type_size`).
@@ -81,13 +146,29 @@ impl TypeMap {
     pub fn ub(&self) -> isize {
         self.lb + self.extent
     }
-    /// Whether `count` elements occupy exactly `count * size` bytes with no gap.
+    /// Whether `count` elements occupy exactly `count * size` bytes with no gap: such
+    /// buffers are sent and received in place.
     pub fn is_contiguous(&self) -> bool {
-        self.blocks.is_empty() && self.lb == 0 && self.extent == self.size as isize
+        if self.lb != 0 || self.extent != self.size as isize {
+            return false;
+        }
+        let mut pos = 0isize;
+        for b in self.blocks.iter() {
+            if b.offset != pos {
+                return false;
+            }
+            pos += b.len as isize;
+        }
+        true
+    }
+    /// The single kind every block has, if the data is homogeneous.
+    pub fn homogeneous(&self) -> Option<Primitive> {
+        let k = self.blocks.first()?.kind;
+        self.blocks.iter().all(|b| b.kind == k).then_some(k)
     }
 
-    /// The map of `count` copies of `old` placed at the given byte displacements
-    /// (`(displacement, repetitions)` pairs), the building block of every constructor.
+    /// The map of copies of other maps placed at byte displacements
+    /// (`(displacement, repetitions, map)`), the building block of every constructor.
     fn compose(parts: &[(isize, usize, &TypeMap)]) -> TypeMap {
         let mut raw = Vec::new();
         let mut align = 1;
@@ -96,11 +177,10 @@ impl TypeMap {
             if reps == 0 {
                 continue;
             }
-            let ob = old.blocks();
             for i in 0..reps as isize {
                 let base = disp + i * old.extent;
-                for &(o, l) in ob.iter() {
-                    raw.push((base + o, l));
+                for b in old.blocks.iter() {
+                    raw.push(Block { offset: base + b.offset, ..*b });
                 }
             }
             align = align.max(old.align);
@@ -121,9 +201,6 @@ impl TypeMap {
         let rem = self.extent.rem_euclid(a);
         if rem != 0 {
             self.extent += a - rem;
-            if self.blocks.is_empty() && self.size > 0 {
-                self.blocks = vec![(0, self.size)];
-            }
         }
         self
     }
@@ -137,12 +214,11 @@ impl TypeMap {
             out.extend_from_slice(std::slice::from_raw_parts(src, count * self.size));
             return;
         }
-        let blocks = self.blocks();
         out.reserve(count * self.size);
         for i in 0..count as isize {
             let base = src.offset(i * self.extent);
-            for &(o, l) in blocks.iter() {
-                out.extend_from_slice(std::slice::from_raw_parts(base.offset(o), l));
+            for b in self.blocks.iter() {
+                out.extend_from_slice(std::slice::from_raw_parts(base.offset(b.offset), b.len));
             }
         }
     }
@@ -153,15 +229,14 @@ impl TypeMap {
     /// `dst` must point to `count` writable elements of this layout.
     pub unsafe fn unpack(&self, packed: &[u8], dst: *mut u8, count: usize) -> usize {
         let mut pos = 0;
-        let blocks = self.blocks();
         'outer: for i in 0..count as isize {
             let base = dst.offset(i * self.extent);
-            for &(o, l) in blocks.iter() {
-                if pos + l > packed.len() {
+            for b in self.blocks.iter() {
+                if pos + b.len > packed.len() {
                     break 'outer;
                 }
-                std::ptr::copy_nonoverlapping(packed.as_ptr().add(pos), base.offset(o), l);
-                pos += l;
+                std::ptr::copy_nonoverlapping(packed.as_ptr().add(pos), base.offset(b.offset), b.len);
+                pos += b.len;
             }
         }
         pos
@@ -169,9 +244,28 @@ impl TypeMap {
 }
 
 macro_rules! primitive_maps {
-    ($($name:ident = $n:expr;)*) => { $( static $name: TypeMap = TypeMap::primitive($n); )* };
+    ($($name:ident = $k:ident;)*) => { $( static $name: TypeMap = TypeMap::primitive(Primitive::$k); )* };
 }
-primitive_maps! { MAP1 = 1; MAP2 = 2; MAP4 = 4; MAP8 = 8; MAP16 = 16; }
+primitive_maps! {
+    MAP_BOOL = Bool; MAP_I8 = I8; MAP_U8 = U8; MAP_I16 = I16; MAP_U16 = U16; MAP_I32 = I32;
+    MAP_U32 = U32; MAP_I64 = I64; MAP_U64 = U64; MAP_I128 = I128; MAP_U128 = U128; MAP_F32 = F32;
+    MAP_F64 = F64;
+}
+#[cfg(feature = "complex")]
+primitive_maps! { MAP_C32 = C32; MAP_C64 = C64; }
+
+impl TypeMap {
+    /// A fingerprint of the layout (kinds, offsets, extent), to tell datatypes apart cheaply.
+    pub fn fingerprint(&self) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        for b in self.blocks.iter() {
+            (b.offset, b.len, b.kind).hash(&mut h);
+        }
+        (self.lb, self.extent).hash(&mut h);
+        h.finish()
+    }
+}
 
 /// Common behaviour of datatype handles, committed or not (rsmpi's `UncommittedDatatype`).
 pub trait UncommittedDatatype {
@@ -208,15 +302,37 @@ pub struct DatatypeRef<'a> {
 pub type SystemDatatype = DatatypeRef<'static>;
 
 impl<'a> DatatypeRef<'a> {
-    /// Extent of one element in bytes.
-    pub fn extent(&self) -> Address {
-        self.map.extent
-    }
-    /// Bytes of data in one element.
-    pub fn size(&self) -> Count {
-        self.map.size as Count
+    pub(crate) fn from_map(map: &'a TypeMap) -> Self {
+        DatatypeRef { map }
     }
 }
+
+/// The seeds' datatype queries (`Extent`, `Size`, `Lb`, `Ub`, and whether the layout is
+/// contiguous), for every datatype handle. Not in rsmpi.
+pub trait DatatypeInfo: UncommittedDatatype {
+    /// Distance in bytes between consecutive elements (`Extent`).
+    fn extent(&self) -> Address {
+        self.type_map().extent()
+    }
+    /// Bytes of data in one element (`Size`).
+    fn size(&self) -> Count {
+        self.type_map().size() as Count
+    }
+    /// Lower bound (`Lb`).
+    fn lower_bound(&self) -> Address {
+        self.type_map().lb()
+    }
+    /// Upper bound (`Ub`).
+    fn upper_bound(&self) -> Address {
+        self.type_map().ub()
+    }
+    /// Whether elements occupy `size` bytes with no gap, so buffers are used in place.
+    fn is_contiguous(&self) -> bool {
+        self.type_map().is_contiguous()
+    }
+}
+
+impl<D: UncommittedDatatype + ?Sized> DatatypeInfo for D {}
 
 impl UncommittedDatatype for DatatypeRef<'_> {
     type DuplicatedDatatype = UserDatatype;
@@ -447,18 +563,18 @@ macro_rules! equivalence {
     )*};
 }
 equivalence! {
-    bool => MAP1, i8 => MAP1, u8 => MAP1,
-    i16 => MAP2, u16 => MAP2,
-    i32 => MAP4, u32 => MAP4, f32 => MAP4,
-    i64 => MAP8, u64 => MAP8, f64 => MAP8,
-    i128 => MAP16, u128 => MAP16,
+    bool => MAP_BOOL, i8 => MAP_I8, u8 => MAP_U8,
+    i16 => MAP_I16, u16 => MAP_U16,
+    i32 => MAP_I32, u32 => MAP_U32, f32 => MAP_F32,
+    i64 => MAP_I64, u64 => MAP_U64, f64 => MAP_F64,
+    i128 => MAP_I128, u128 => MAP_U128,
 }
 #[cfg(target_pointer_width = "64")]
-equivalence! { isize => MAP8, usize => MAP8 }
+equivalence! { isize => MAP_I64, usize => MAP_U64 }
 #[cfg(target_pointer_width = "32")]
-equivalence! { isize => MAP4, usize => MAP4 }
+equivalence! { isize => MAP_I32, usize => MAP_U32 }
 #[cfg(feature = "complex")]
-equivalence! { num_complex::Complex32 => MAP8, num_complex::Complex64 => MAP16 }
+equivalence! { num_complex::Complex32 => MAP_C32, num_complex::Complex64 => MAP_C64 }
 
 /// Something whose datatype is known.
 ///
@@ -650,6 +766,253 @@ unsafe impl<'d, 'b, D: 'd + Datatype, B: 'b + ?Sized + PointerMut> PointerMut fo
 }
 unsafe impl<'d, 'b, D: 'd + Datatype, B: 'b + ?Sized + PointerMut> BufferMut for MutView<'d, 'b, D, B> {}
 
+/// A buffer split into parts of given counts at given displacements (in elements), for the
+/// `*_varcount_*` collectives.
+pub trait Partitioned {
+    /// Elements of each part.
+    fn counts(&self) -> &[Count];
+    /// Displacement of each part, in elements.
+    fn displs(&self) -> &[Count];
+}
+
+/// A partitioned buffer that can be sent.
+pub trait PartitionedBuffer: Partitioned + Pointer + AsDatatype {}
+/// A partitioned buffer that can be received into.
+pub trait PartitionedBufferMut: Partitioned + PointerMut + AsDatatype {}
+
+/// A read-only partitioned buffer.
+pub struct Partition<'b, B: 'b + ?Sized, C, D> {
+    buf: &'b B,
+    counts: C,
+    displs: D,
+}
+
+impl<'b, B, C, D> Partition<'b, B, C, D>
+where
+    B: 'b + Buffer + ?Sized,
+    C: std::borrow::Borrow<[Count]>,
+    D: std::borrow::Borrow<[Count]>,
+{
+    /// Parts of `counts[i]` elements at `displs[i]`. Panics if a part exceeds the buffer.
+    pub fn new(buf: &'b B, counts: C, displs: D) -> Self {
+        let n = buf.count();
+        assert_eq!(counts.borrow().len(), displs.borrow().len(), "counts and displs must have the same length");
+        for (&c, &d) in counts.borrow().iter().zip(displs.borrow()) {
+            assert!(c >= 0 && d >= 0 && c + d <= n, "partition [{d}, {d}+{c}) exceeds the buffer of {n} elements");
+        }
+        Partition { buf, counts, displs }
+    }
+}
+
+unsafe impl<'b, B: 'b + Buffer + ?Sized, C, D> AsDatatype for Partition<'b, B, C, D> {
+    type Out = <B as AsDatatype>::Out;
+    fn as_datatype(&self) -> Self::Out {
+        self.buf.as_datatype()
+    }
+}
+unsafe impl<'b, B: 'b + Buffer + ?Sized, C, D> Pointer for Partition<'b, B, C, D> {
+    fn pointer(&self) -> *const c_void {
+        self.buf.pointer()
+    }
+}
+impl<'b, B: 'b + Buffer + ?Sized, C: std::borrow::Borrow<[Count]>, D: std::borrow::Borrow<[Count]>> Partitioned
+    for Partition<'b, B, C, D>
+{
+    fn counts(&self) -> &[Count] {
+        self.counts.borrow()
+    }
+    fn displs(&self) -> &[Count] {
+        self.displs.borrow()
+    }
+}
+impl<'b, B: 'b + Buffer + ?Sized, C: std::borrow::Borrow<[Count]>, D: std::borrow::Borrow<[Count]>> PartitionedBuffer
+    for Partition<'b, B, C, D>
+{
+}
+
+/// A mutable partitioned buffer.
+pub struct PartitionMut<'b, B: 'b + ?Sized, C, D> {
+    buf: &'b mut B,
+    counts: C,
+    displs: D,
+}
+
+impl<'b, B, C, D> PartitionMut<'b, B, C, D>
+where
+    B: 'b + BufferMut + ?Sized,
+    C: std::borrow::Borrow<[Count]>,
+    D: std::borrow::Borrow<[Count]>,
+{
+    /// Parts of `counts[i]` elements at `displs[i]`. Panics if a part exceeds the buffer.
+    pub fn new(buf: &'b mut B, counts: C, displs: D) -> Self {
+        let n = buf.count();
+        assert_eq!(counts.borrow().len(), displs.borrow().len(), "counts and displs must have the same length");
+        for (&c, &d) in counts.borrow().iter().zip(displs.borrow()) {
+            assert!(c >= 0 && d >= 0 && c + d <= n, "partition [{d}, {d}+{c}) exceeds the buffer of {n} elements");
+        }
+        PartitionMut { buf, counts, displs }
+    }
+}
+
+unsafe impl<'b, B: 'b + BufferMut + ?Sized, C, D> AsDatatype for PartitionMut<'b, B, C, D> {
+    type Out = <B as AsDatatype>::Out;
+    fn as_datatype(&self) -> Self::Out {
+        self.buf.as_datatype()
+    }
+}
+unsafe impl<'b, B: 'b + BufferMut + ?Sized, C, D> PointerMut for PartitionMut<'b, B, C, D> {
+    fn pointer_mut(&mut self) -> *mut c_void {
+        self.buf.pointer_mut()
+    }
+}
+impl<'b, B: 'b + BufferMut + ?Sized, C: std::borrow::Borrow<[Count]>, D: std::borrow::Borrow<[Count]>> Partitioned
+    for PartitionMut<'b, B, C, D>
+{
+    fn counts(&self) -> &[Count] {
+        self.counts.borrow()
+    }
+    fn displs(&self) -> &[Count] {
+        self.displs.borrow()
+    }
+}
+impl<'b, B: 'b + BufferMut + ?Sized, C: std::borrow::Borrow<[Count]>, D: std::borrow::Borrow<[Count]>>
+    PartitionedBufferMut for PartitionMut<'b, B, C, D>
+{
+}
+
+/// A read-only buffer whose element type is known only at run time (what user reduction
+/// operations receive).
+#[derive(Copy, Clone, Debug)]
+pub struct DynBuffer<'a> {
+    ptr: *const c_void,
+    len: usize,
+    fingerprint: u64,
+    phantom: std::marker::PhantomData<&'a [u8]>,
+}
+
+unsafe impl Send for DynBuffer<'_> {}
+unsafe impl Sync for DynBuffer<'_> {}
+
+fn fingerprint_of<T: Equivalence>() -> u64 {
+    T::equivalent_datatype().type_map().fingerprint()
+}
+
+impl<'a> DynBuffer<'a> {
+    /// Wraps a typed slice.
+    pub fn new<T: Equivalence>(buf: &'a [T]) -> Self {
+        DynBuffer {
+            ptr: buf.as_ptr() as _,
+            len: buf.len(),
+            fingerprint: fingerprint_of::<T>(),
+            phantom: Default::default(),
+        }
+    }
+    /// Whether the elements are of type `T`.
+    pub fn is<T: Equivalence>(&self) -> bool {
+        self.fingerprint == fingerprint_of::<T>()
+    }
+    /// The elements as a `&[T]`, if they are of type `T`.
+    pub fn downcast<T: Equivalence>(self) -> Option<&'a [T]> {
+        self.is::<T>().then(|| unsafe { std::slice::from_raw_parts(self.ptr as *const T, self.len) })
+    }
+    /// Wraps raw memory of `len` elements of `datatype`.
+    ///
+    /// # Safety
+    /// The memory must hold `len` valid elements of `datatype` for `'a`.
+    pub unsafe fn from_raw<T>(ptr: *const T, len: Count, datatype: DatatypeRef<'a>) -> Self {
+        DynBuffer {
+            ptr: ptr as _,
+            len: len as usize,
+            fingerprint: datatype.map.fingerprint(),
+            phantom: Default::default(),
+        }
+    }
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    /// Whether there is no element.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    /// The address of the first element.
+    pub fn as_ptr(&self) -> *const c_void {
+        self.ptr
+    }
+}
+
+/// A mutable buffer whose element type is known only at run time.
+#[derive(Debug)]
+pub struct DynBufferMut<'a> {
+    ptr: *mut c_void,
+    len: usize,
+    fingerprint: u64,
+    phantom: std::marker::PhantomData<&'a mut [u8]>,
+}
+
+unsafe impl Send for DynBufferMut<'_> {}
+unsafe impl Sync for DynBufferMut<'_> {}
+
+impl<'a> DynBufferMut<'a> {
+    /// Wraps a typed mutable slice.
+    pub fn new<T: Equivalence>(buf: &'a mut [T]) -> Self {
+        DynBufferMut {
+            ptr: buf.as_mut_ptr() as _,
+            len: buf.len(),
+            fingerprint: fingerprint_of::<T>(),
+            phantom: Default::default(),
+        }
+    }
+    /// Whether the elements are of type `T`.
+    pub fn is<T: Equivalence>(&self) -> bool {
+        self.fingerprint == fingerprint_of::<T>()
+    }
+    /// The elements as a `&mut [T]`, if they are of type `T`.
+    pub fn downcast<T: Equivalence>(self) -> Option<&'a mut [T]> {
+        self.is::<T>().then(|| unsafe { std::slice::from_raw_parts_mut(self.ptr as *mut T, self.len) })
+    }
+    /// Wraps raw memory of `len` elements of `datatype`.
+    ///
+    /// # Safety
+    /// The memory must hold `len` valid, writable elements of `datatype` for `'a`.
+    pub unsafe fn from_raw<T>(ptr: *mut T, len: Count, datatype: DatatypeRef<'a>) -> Self {
+        DynBufferMut {
+            ptr: ptr as _,
+            len: len as usize,
+            fingerprint: datatype.map.fingerprint(),
+            phantom: Default::default(),
+        }
+    }
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    /// Whether there is no element.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    /// The address of the first element.
+    pub fn as_ptr(&self) -> *const c_void {
+        self.ptr
+    }
+    /// The mutable address of the first element.
+    pub fn as_mut_ptr(&mut self) -> *mut c_void {
+        self.ptr
+    }
+    /// A read-only view for the duration of the borrow.
+    pub fn reborrow(&self) -> DynBuffer<'_> {
+        DynBuffer { ptr: self.ptr, len: self.len, fingerprint: self.fingerprint, phantom: Default::default() }
+    }
+    /// A mutable view for the duration of the borrow.
+    pub fn reborrow_mut(&mut self) -> DynBufferMut<'_> {
+        DynBufferMut { ptr: self.ptr, len: self.len, fingerprint: self.fingerprint, phantom: Default::default() }
+    }
+    /// Gives up mutability.
+    pub fn downgrade(self) -> DynBuffer<'a> {
+        DynBuffer { ptr: self.ptr, len: self.len, fingerprint: self.fingerprint, phantom: Default::default() }
+    }
+}
+
 /// The address of a value (`MPI_Get_address`).
 pub fn address_of<T>(x: &T) -> Address {
     x as *const T as Address
@@ -694,6 +1057,33 @@ pub mod internal {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn seeds_queries() {
+        let v = UserDatatype::vector(3, 1, 2, &f64::equivalent_datatype());
+        assert_eq!(v.extent(), 40);
+        assert_eq!(DatatypeInfo::size(&v), 24);
+        assert_eq!((v.lower_bound(), v.upper_bound()), (0, 40));
+        assert!(!v.is_contiguous());
+        let c = UserDatatype::contiguous(3, &i16::equivalent_datatype());
+        assert!(c.is_contiguous());
+        assert_eq!(i32::equivalent_datatype().extent(), 4);
+    }
+
+    #[test]
+    fn kinds_are_kept_and_distinguish_types() {
+        let s = UserDatatype::structured(&[1, 1], &[0, 8], &[f64::equivalent_datatype(), i32::equivalent_datatype()]);
+        let kinds: Vec<Primitive> = s.type_map().blocks().iter().map(|b| b.kind).collect();
+        assert_eq!(kinds, vec![Primitive::F64, Primitive::I32]);
+        assert_ne!(
+            i32::equivalent_datatype().type_map().fingerprint(),
+            u32::equivalent_datatype().type_map().fingerprint()
+        );
+        assert_eq!(
+            UserDatatype::contiguous(2, &i32::equivalent_datatype()).type_map().homogeneous(),
+            Some(Primitive::I32)
+        );
+    }
 
     #[test]
     fn vector_layout_and_pack_roundtrip() {

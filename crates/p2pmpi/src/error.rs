@@ -34,6 +34,12 @@ pub enum Error {
     /// The buffer attached for buffered sends is too small.
     #[error("buffered send of {needed} bytes exceeds the attached buffer ({free} of {size} bytes free); call Universe::set_buffer_size")]
     BufferExhausted { needed: usize, free: usize, size: usize },
+    /// A reduction operation is not defined on the datatype it was given.
+    #[error("reduction operation: {0}")]
+    Operation(String),
+    /// Processes called a collective with mismatched arguments.
+    #[error("collective operation: {0}")]
+    Collective(String),
     /// An operating-system error.
     #[error("i/o error: {0}")]
     Io(String),

@@ -63,10 +63,11 @@ pub mod ffi {
 pub mod traits {
     pub use crate::collective::traits::*;
     pub use crate::datatype::{
-        AsDatatype, Buffer, BufferMut, Collection, Datatype, Equivalence, Pointer, PointerMut, UncommittedDatatype,
+        AsDatatype, Buffer, BufferMut, Collection, Datatype, DatatypeInfo, Equivalence, Partitioned, PartitionedBuffer,
+        PartitionedBufferMut, Pointer, PointerMut, UncommittedDatatype,
     };
     pub use crate::point_to_point::traits::*;
-    pub use crate::topology::{AsCommunicator, Communicator};
+    pub use crate::topology::{AsCommunicator, Communicator, Group};
     #[cfg(feature = "derive")]
     pub use p2pmpi_derive::Equivalence;
 }

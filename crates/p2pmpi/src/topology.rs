@@ -4,7 +4,9 @@
 //! communicators never mixes) and an ordered set of processes. Point-to-point traffic of a
 //! communicator with context `c` uses MID communicator `2c`, its collective traffic `2c + 1`.
 
+use crate::collective::algorithms::{self, Coll};
 use crate::datatype::{Buffer, BufferMut, Datatype, UncommittedDatatype};
+use crate::error::{OrFatal, Result};
 use crate::Count;
 use parking_lot::Mutex;
 use std::os::raw::c_int;
@@ -159,6 +161,45 @@ pub trait Communicator: AsHandle {
             }
         }
     }
+    /// A new communicator with the same processes and its own context (collective).
+    fn duplicate(&self) -> SimpleCommunicator {
+        create(self.handle(), Spec::Duplicate).or_fatal().expect("every member gets the duplicate")
+    }
+    /// Splits into one communicator per color (collective); ranks keep their relative order.
+    /// `None` for `Color::undefined()`.
+    fn split_by_color(&self, color: Color) -> Option<SimpleCommunicator> {
+        self.split_by_color_with_key(color, 0)
+    }
+    /// Splits by color, ordering the new ranks by `key` then by current rank (collective).
+    fn split_by_color_with_key(&self, color: Color, key: Key) -> Option<SimpleCommunicator> {
+        create(self.handle(), Spec::Split { color: color.0, key }).or_fatal()
+    }
+    /// Splits into communicators of processes sharing a host (collective).
+    fn split_shared(&self, key: c_int) -> SimpleCommunicator {
+        let host = crate::environment::processor_name().unwrap_or_default();
+        let ip = crate::environment::data_address().map(|a| a.ip().to_string()).unwrap_or_default();
+        let color = (fnv(&format!("{host}/{ip}")) & 0x3fff_ffff) as c_int;
+        create(self.handle(), Spec::Split { color, key }).or_fatal().expect("every process has a host")
+    }
+    /// The communicator of `group`'s members (collective over this communicator); `None` on
+    /// processes outside the group.
+    fn split_by_subgroup_collective(&self, group: &dyn Group) -> Option<SimpleCommunicator> {
+        create(self.handle(), Spec::Subgroup(group.members_world().to_vec())).or_fatal()
+    }
+    /// The communicator of `group`'s members, called by the members only.
+    fn split_by_subgroup(&self, group: &dyn Group) -> Option<SimpleCommunicator> {
+        self.split_by_subgroup_with_tag(group, 0)
+    }
+    /// Like [`Self::split_by_subgroup`], with a tag to tell concurrent creations apart.
+    fn split_by_subgroup_with_tag(&self, group: &dyn Group, tag: crate::Tag) -> Option<SimpleCommunicator> {
+        create_in_group(self.handle(), group.members_world(), tag).or_fatal()
+    }
+    /// The group of this communicator's processes.
+    fn group(&self) -> UserGroup {
+        let h = self.handle();
+        UserGroup { members: (0..h.size()).map(|r| h.world_rank(r)).collect::<Vec<_>>().into() }
+    }
+
     /// Stops every process of the job with `errorcode`.
     fn abort(&self, errorcode: c_int) -> ! {
         let rank = crate::environment::own_rank();
@@ -327,3 +368,256 @@ impl<C: Communicator + ?Sized> AsHandle for &C {
     }
 }
 impl<C: Communicator + ?Sized> Communicator for &C {}
+
+// ------------------------------------------------------------------ communicator creation
+
+/// The next context id this process may use (0: world, 1: self).
+static NEXT_CTX: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(2);
+
+enum Spec {
+    Duplicate,
+    Split { color: c_int, key: Key },
+    Subgroup(Vec<Rank>),
+}
+
+fn fnv(s: &str) -> u64 {
+    s.bytes().fold(0xcbf29ce484222325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100000001b3))
+}
+
+fn new_comm(ctx: u32, members: Vec<Rank>, me_world: Rank) -> SimpleCommunicator {
+    let rank = members.iter().position(|&w| w == me_world).expect("member") as Rank;
+    let size = members.len() as Rank;
+    let identity =
+        members.iter().enumerate().all(|(i, &w)| i as Rank == w) && crate::environment::with_engine(|e| e.size) == size;
+    SimpleCommunicator(CommHandle(Arc::new(CommInner {
+        ctx,
+        rank,
+        members: (!identity).then(|| Arc::from(members)),
+        size,
+        name: Mutex::new(String::new()),
+    })))
+}
+
+/// Creates a communicator collectively over `parent`: the members agree on a context id
+/// (the maximum of their next free ids, so it is unused by every member) and on the members.
+fn create(parent: &CommHandle, spec: Spec) -> Result<Option<SimpleCommunicator>> {
+    use std::sync::atomic::Ordering;
+    let c = Coll::new(parent);
+    let n = parent.size() as usize;
+    let (color, key) = match &spec {
+        Spec::Split { color, key } => (*color, *key),
+        _ => (0, 0),
+    };
+    let mine = NEXT_CTX.load(Ordering::SeqCst);
+    let mut all = vec![0u8; 12 * n];
+    let me = parent.rank() as usize;
+    all[12 * me..12 * me + 4].copy_from_slice(&mine.to_le_bytes());
+    all[12 * me + 4..12 * me + 8].copy_from_slice(&color.to_le_bytes());
+    all[12 * me + 8..12 * me + 12].copy_from_slice(&key.to_le_bytes());
+    algorithms::allgather(&c, &mut all, 12)?;
+    let field = |r: usize, i: usize| i32::from_le_bytes(all[12 * r + 4 * i..12 * r + 4 * i + 4].try_into().unwrap());
+    let ctx = (0..n).map(|r| field(r, 0) as u32).max().unwrap_or(mine);
+    NEXT_CTX.store(ctx + 1, Ordering::SeqCst);
+    let me_world = parent.world_rank(parent.rank());
+    let members: Vec<Rank> = match spec {
+        Spec::Duplicate => (0..n).map(|r| parent.world_rank(r as Rank)).collect(),
+        Spec::Split { color, .. } => {
+            if color == Color::undefined().0 {
+                return Ok(None);
+            }
+            let mut same: Vec<(Key, usize)> =
+                (0..n).filter(|&r| field(r, 1) == color).map(|r| (field(r, 2), r)).collect();
+            same.sort();
+            same.into_iter().map(|(_, r)| parent.world_rank(r as Rank)).collect()
+        }
+        Spec::Subgroup(members) => {
+            if !members.contains(&me_world) {
+                return Ok(None);
+            }
+            members
+        }
+    };
+    Ok(Some(new_comm(ctx, members, me_world)))
+}
+
+/// Creates a communicator among `members` only (MPI_Comm_create_group): the first member
+/// collects the members' next free context ids and sends back the maximum.
+fn create_in_group(parent: &CommHandle, members: &[Rank], tag: crate::Tag) -> Result<Option<SimpleCommunicator>> {
+    use std::sync::atomic::Ordering;
+    let me_world = parent.world_rank(parent.rank());
+    if !members.contains(&me_world) {
+        return Ok(None);
+    }
+    let c = Coll::new(parent);
+    let tag = algorithms::TAG_COMM_GROUP + tag.rem_euclid(1 << 20);
+    let to_parent =
+        |w: Rank| -> Rank { (0..parent.size()).find(|&r| parent.world_rank(r) == w).expect("group member in parent") };
+    let leader = to_parent(members[0]);
+    let mine = NEXT_CTX.load(Ordering::SeqCst);
+    let ctx = if parent.rank() == leader {
+        let mut ctx = mine;
+        for &w in &members[1..] {
+            let mut b = [0u8; 4];
+            c.recv(to_parent(w), tag, &mut b)?;
+            ctx = ctx.max(u32::from_le_bytes(b));
+        }
+        for &w in &members[1..] {
+            c.send(to_parent(w), tag, &ctx.to_le_bytes())?;
+        }
+        ctx
+    } else {
+        c.send(leader, tag, &mine.to_le_bytes())?;
+        let mut b = [0u8; 4];
+        c.recv(leader, tag, &mut b)?;
+        u32::from_le_bytes(b)
+    };
+    NEXT_CTX.store(ctx.max(mine) + 1, Ordering::SeqCst);
+    Ok(Some(new_comm(ctx, members.to_vec(), me_world)))
+}
+
+// ------------------------------------------------------------------ groups
+
+/// How two groups relate.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub enum GroupRelation {
+    /// Same members in the same order (the seeds' IDENT).
+    Identical,
+    /// Same members in another order (SIMILAR).
+    Similar,
+    /// Different members (UNEQUAL).
+    Unequal,
+}
+
+/// An ordered set of processes.
+pub trait Group {
+    /// World ranks of the members, in group order. Not part of rsmpi's API.
+    #[doc(hidden)]
+    fn members_world(&self) -> &[Rank];
+
+    /// Members of `self`, then those of `other` not in `self`.
+    fn union<G>(&self, other: &G) -> UserGroup
+    where
+        G: Group,
+        Self: Sized,
+    {
+        let mut m = self.members_world().to_vec();
+        m.extend(other.members_world().iter().filter(|w| !self.members_world().contains(w)));
+        UserGroup { members: m.into() }
+    }
+    /// Members of `self` that are also in `other`, in `self`'s order.
+    fn intersection<G>(&self, other: &G) -> UserGroup
+    where
+        G: Group,
+        Self: Sized,
+    {
+        let m: Vec<Rank> = self.members_world().iter().copied().filter(|w| other.members_world().contains(w)).collect();
+        UserGroup { members: m.into() }
+    }
+    /// Members of `self` that are not in `other`.
+    fn difference<G>(&self, other: &G) -> UserGroup
+    where
+        G: Group,
+        Self: Sized,
+    {
+        let m: Vec<Rank> =
+            self.members_world().iter().copied().filter(|w| !other.members_world().contains(w)).collect();
+        UserGroup { members: m.into() }
+    }
+    /// The members at the given ranks of this group, in that order.
+    fn include(&self, ranks: &[Rank]) -> UserGroup {
+        let all = self.members_world();
+        let m: Vec<Rank> = ranks
+            .iter()
+            .map(|&r| {
+                *all.get(r as usize).unwrap_or_else(|| panic!("rank {r} is not in a group of size {}", all.len()))
+            })
+            .collect();
+        UserGroup { members: m.into() }
+    }
+    /// The members except those at the given ranks.
+    fn exclude(&self, ranks: &[Rank]) -> UserGroup {
+        let m: Vec<Rank> = self
+            .members_world()
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !ranks.contains(&(*i as Rank)))
+            .map(|(_, &w)| w)
+            .collect();
+        UserGroup { members: m.into() }
+    }
+    /// Number of members.
+    fn size(&self) -> Rank {
+        self.members_world().len() as Rank
+    }
+    /// This process's rank in the group, `None` if it is not a member.
+    fn rank(&self) -> Option<Rank> {
+        let me = crate::environment::own_rank();
+        self.members_world().iter().position(|&w| w == me).map(|p| p as Rank)
+    }
+    /// The rank in `other` of this group's member `rank`, if it is a member of `other`.
+    fn translate_rank<G>(&self, rank: Rank, other: &G) -> Option<Rank>
+    where
+        G: Group,
+        Self: Sized,
+    {
+        let w = *self.members_world().get(rank as usize)?;
+        other.members_world().iter().position(|&x| x == w).map(|p| p as Rank)
+    }
+    /// [`Self::translate_rank`] for several ranks.
+    fn translate_ranks<G>(&self, ranks: &[Rank], other: &G) -> Vec<Option<Rank>>
+    where
+        G: Group,
+        Self: Sized,
+    {
+        ranks.iter().map(|&r| self.translate_rank(r, other)).collect()
+    }
+    /// How this group relates to `other`.
+    fn compare<G>(&self, other: &G) -> GroupRelation
+    where
+        G: Group,
+        Self: Sized,
+    {
+        let (a, b) = (self.members_world(), other.members_world());
+        if a == b {
+            GroupRelation::Identical
+        } else {
+            let (mut x, mut y) = (a.to_vec(), b.to_vec());
+            x.sort_unstable();
+            y.sort_unstable();
+            if x == y {
+                GroupRelation::Similar
+            } else {
+                GroupRelation::Unequal
+            }
+        }
+    }
+}
+
+/// A group created by the library.
+#[derive(Debug, Clone)]
+pub struct UserGroup {
+    members: Arc<[Rank]>,
+}
+
+impl Group for UserGroup {
+    fn members_world(&self) -> &[Rank] {
+        &self.members
+    }
+}
+
+/// Predefined groups.
+#[derive(Copy, Clone, Debug)]
+pub struct SystemGroup(());
+
+impl SystemGroup {
+    /// The group with no member.
+    pub fn empty() -> SystemGroup {
+        SystemGroup(())
+    }
+}
+
+impl Group for SystemGroup {
+    fn members_world(&self) -> &[Rank] {
+        &[]
+    }
+}

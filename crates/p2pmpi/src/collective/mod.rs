@@ -1,0 +1,579 @@
+//! Collective communication, with rsmpi's API: [`CommunicatorCollectives`] (operations of the
+//! whole communicator) and [`Root`] (operations with a root process), plus the reduction
+//! operations of [`ops`].
+//!
+//! Collectives run on the communicator's collective context (MID communicator `2c + 1`), so
+//! they never match user point-to-point traffic, over the same MID-ordered messages as
+//! point-to-point. The algorithms are in [`algorithms`].
+
+pub mod algorithms;
+pub mod ops;
+
+use crate::datatype::{Buffer, BufferMut, PartitionedBuffer, PartitionedBufferMut, TypeMap, UncommittedDatatype};
+use crate::error::{Error, OrFatal, Result};
+use crate::topology::{sealed::AsHandle, AsCommunicator, CommHandle, Communicator, Process, Rank};
+use algorithms::Coll;
+use std::borrow::Cow;
+
+pub use ops::{reduce_local_into, Operation, SystemOperation, UserOperation};
+
+/// A send buffer as packed bytes (borrowed in place when the layout is contiguous).
+struct Packed<'a> {
+    bytes: Cow<'a, [u8]>,
+    map: TypeMap,
+    count: usize,
+}
+
+fn packed<B: ?Sized + Buffer>(b: &B) -> Packed<'_> {
+    let dt = b.as_datatype();
+    let map = dt.type_map().clone();
+    let count = b.count().max(0) as usize;
+    let bytes = if map.is_contiguous() {
+        Cow::Borrowed(unsafe { std::slice::from_raw_parts(b.pointer() as *const u8, count * map.size()) })
+    } else {
+        let mut v = Vec::new();
+        unsafe { map.pack(b.pointer() as *const u8, count, &mut v) };
+        Cow::Owned(v)
+    };
+    Packed { bytes, map, count }
+}
+
+/// A receive buffer as packed bytes: written in place when contiguous, else staged and
+/// unpacked by [`Target::finish`].
+struct Target {
+    ptr: *mut u8,
+    map: TypeMap,
+    count: usize,
+    tmp: Option<Vec<u8>>,
+}
+
+fn target<B: ?Sized + BufferMut>(b: &mut B) -> Target {
+    let dt = b.as_datatype();
+    let map = dt.type_map().clone();
+    let count = b.count().max(0) as usize;
+    let ptr = b.pointer_mut() as *mut u8;
+    let tmp = (!map.is_contiguous()).then(|| vec![0u8; count * map.size()]);
+    Target { ptr, map, count, tmp }
+}
+
+impl Target {
+    fn bytes(&mut self) -> &mut [u8] {
+        match &mut self.tmp {
+            Some(v) => v,
+            None => unsafe { std::slice::from_raw_parts_mut(self.ptr, self.count * self.map.size()) },
+        }
+    }
+    fn len(&self) -> usize {
+        self.count * self.map.size()
+    }
+    fn finish(self) {
+        if let Some(v) = self.tmp {
+            unsafe { self.map.unpack(&v, self.ptr, self.count) };
+        }
+    }
+    fn finish_with(self, data: &[u8]) {
+        match self.tmp {
+            Some(_) => unsafe {
+                self.map.unpack(data, self.ptr, self.count);
+            },
+            None => unsafe {
+                std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr, data.len().min(self.count * self.map.size()))
+            },
+        }
+    }
+}
+
+/// Byte (offset, length) of each part of a partitioned buffer, in packed terms when the
+/// layout is contiguous. Non-contiguous partitioned layouts are packed part by part.
+fn part_ranges(counts: &[crate::Count], displs: &[crate::Count], map: &TypeMap) -> Vec<(usize, usize)> {
+    counts
+        .iter()
+        .zip(displs)
+        .map(|(&c, &d)| (d.max(0) as usize * map.extent().max(0) as usize, c.max(0) as usize * map.size()))
+        .collect()
+}
+
+fn require_contiguous(map: &TypeMap, what: &str) -> Result<()> {
+    if map.is_contiguous() {
+        Ok(())
+    } else {
+        Err(Error::Collective(format!("{what} supports contiguous datatypes only")))
+    }
+}
+
+fn check_len(what: &str, got: usize, want: usize) -> Result<()> {
+    if got != want {
+        return Err(Error::Collective(format!("{what}: the buffer holds {got} bytes, {want} are needed")));
+    }
+    Ok(())
+}
+
+// ------------------------------------------------------------------------ implementations
+
+fn all_gather_impl<S: ?Sized + Buffer, R: ?Sized + BufferMut>(h: &CommHandle, s: &S, r: &mut R) -> Result<()> {
+    let c = Coll::new(h);
+    let p = packed(s);
+    let block = p.bytes.len();
+    let mut t = target(r);
+    check_len("all_gather_into", t.len(), block * c.size as usize)?;
+    let me = c.rank as usize;
+    t.bytes()[me * block..(me + 1) * block].copy_from_slice(&p.bytes);
+    algorithms::allgather(&c, t.bytes(), block)?;
+    t.finish();
+    Ok(())
+}
+
+fn all_gather_varcount_impl<S: ?Sized + Buffer, R: ?Sized + PartitionedBufferMut>(
+    h: &CommHandle,
+    s: &S,
+    r: &mut R,
+) -> Result<()> {
+    let c = Coll::new(h);
+    let p = packed(s);
+    let dt = r.as_datatype();
+    let map = dt.type_map().clone();
+    require_contiguous(&map, "all_gather_varcount_into")?;
+    let ranges = part_ranges(r.counts(), r.displs(), &map);
+    let total = ranges.iter().map(|(o, l)| o + l).max().unwrap_or(0);
+    let buf = unsafe { std::slice::from_raw_parts_mut(r.pointer_mut() as *mut u8, total) };
+    let (o, l) = ranges[c.rank as usize];
+    check_len("all_gather_varcount_into (own part)", p.bytes.len(), l)?;
+    buf[o..o + l].copy_from_slice(&p.bytes);
+    algorithms::allgatherv(&c, buf, &ranges)
+}
+
+fn all_to_all_impl<S: ?Sized + Buffer, R: ?Sized + BufferMut>(h: &CommHandle, s: &S, r: &mut R) -> Result<()> {
+    let c = Coll::new(h);
+    let n = c.size as usize;
+    let p = packed(s);
+    let mut t = target(r);
+    check_len("all_to_all_into", t.len(), p.bytes.len())?;
+    if p.bytes.len() % n != 0 {
+        return Err(Error::Collective(format!(
+            "all_to_all_into: {} bytes do not split into {n} blocks",
+            p.bytes.len()
+        )));
+    }
+    let block = p.bytes.len() / n;
+    let send: Vec<&[u8]> = (0..n).map(|i| &p.bytes[i * block..(i + 1) * block]).collect();
+    let recv: Vec<&mut [u8]> = t.bytes().chunks_mut(block.max(1)).take(n).collect();
+    let recv = if block == 0 { (0..n).map(|_| <&mut [u8]>::default()).collect() } else { recv };
+    algorithms::alltoallv(&c, &send, recv)?;
+    t.finish();
+    Ok(())
+}
+
+fn all_to_all_varcount_impl<S: ?Sized + PartitionedBuffer, R: ?Sized + PartitionedBufferMut>(
+    h: &CommHandle,
+    s: &S,
+    r: &mut R,
+) -> Result<()> {
+    let c = Coll::new(h);
+    let sdt = s.as_datatype();
+    let smap = sdt.type_map().clone();
+    let rdt = r.as_datatype();
+    let rmap = rdt.type_map().clone();
+    require_contiguous(&smap, "all_to_all_varcount_into")?;
+    require_contiguous(&rmap, "all_to_all_varcount_into")?;
+    let sr = part_ranges(s.counts(), s.displs(), &smap);
+    let rr = part_ranges(r.counts(), r.displs(), &rmap);
+    let stotal = sr.iter().map(|(o, l)| o + l).max().unwrap_or(0);
+    let rtotal = rr.iter().map(|(o, l)| o + l).max().unwrap_or(0);
+    let sbuf = unsafe { std::slice::from_raw_parts(s.pointer() as *const u8, stotal) };
+    let rbuf = unsafe { std::slice::from_raw_parts_mut(r.pointer_mut() as *mut u8, rtotal) };
+    let send: Vec<&[u8]> = sr.iter().map(|&(o, l)| &sbuf[o..o + l]).collect();
+    let recv = algorithms::split_parts_mut(rbuf, &rr)?;
+    algorithms::alltoallv(&c, &send, recv)
+}
+
+fn all_reduce_impl<S: ?Sized + Buffer, R: ?Sized + BufferMut>(
+    h: &CommHandle,
+    s: &S,
+    r: &mut R,
+    op: &dyn Operation,
+) -> Result<()> {
+    let c = Coll::new(h);
+    let p = packed(s);
+    let t = target(r);
+    check_len("all_reduce_into", t.len(), p.bytes.len())?;
+    let mut acc = p.bytes.into_owned();
+    algorithms::allreduce(&c, &mut acc, &p.map, p.count, op)?;
+    t.finish_with(&acc);
+    Ok(())
+}
+
+fn reduce_scatter_block_impl<S: ?Sized + Buffer, R: ?Sized + BufferMut>(
+    h: &CommHandle,
+    s: &S,
+    r: &mut R,
+    op: &dyn Operation,
+) -> Result<()> {
+    let c = Coll::new(h);
+    let n = c.size as usize;
+    let p = packed(s);
+    let mut t = target(r);
+    check_len("reduce_scatter_block_into", t.len() * n, p.bytes.len())?;
+    let block = t.len();
+    let mut acc = p.bytes.into_owned();
+    algorithms::reduce(&c, &mut acc, &p.map, p.count, op, 0)?;
+    let parts = (c.rank == 0).then(|| (0..n).map(|i| &acc[i * block..(i + 1) * block]).collect::<Vec<_>>());
+    algorithms::scatterv(&c, parts, t.bytes(), 0)?;
+    t.finish();
+    Ok(())
+}
+
+fn scan_impl<S: ?Sized + Buffer, R: ?Sized + BufferMut>(
+    h: &CommHandle,
+    s: &S,
+    r: &mut R,
+    op: &dyn Operation,
+) -> Result<()> {
+    let c = Coll::new(h);
+    let p = packed(s);
+    let t = target(r);
+    check_len("scan_into", t.len(), p.bytes.len())?;
+    let mut acc = p.bytes.into_owned();
+    algorithms::scan(&c, &mut acc, &p.map, p.count, op)?;
+    t.finish_with(&acc);
+    Ok(())
+}
+
+fn exscan_impl<S: ?Sized + Buffer, R: ?Sized + BufferMut>(
+    h: &CommHandle,
+    s: &S,
+    r: &mut R,
+    op: &dyn Operation,
+) -> Result<()> {
+    let c = Coll::new(h);
+    let p = packed(s);
+    let t = target(r);
+    check_len("exclusive_scan_into", t.len(), p.bytes.len())?;
+    let mut acc = p.bytes.to_vec();
+    if algorithms::exscan(&c, &p.bytes, &mut acc, &p.map, p.count, op)? {
+        t.finish_with(&acc);
+    }
+    Ok(())
+}
+
+// ------------------------------------------------------------------------ traits
+
+/// Collective operations of a whole communicator.
+pub trait CommunicatorCollectives: Communicator {
+    /// Blocks until every process of the communicator has called it.
+    fn barrier(&self) {
+        algorithms::barrier(&Coll::new(self.handle())).or_fatal()
+    }
+
+    /// Gathers every process's `sendbuf` into every process's `recvbuf`, in rank order.
+    fn all_gather_into<S: ?Sized, R: ?Sized>(&self, sendbuf: &S, recvbuf: &mut R)
+    where
+        S: Buffer,
+        R: BufferMut,
+    {
+        all_gather_impl(self.handle(), sendbuf, recvbuf).or_fatal()
+    }
+
+    /// Like [`Self::all_gather_into`] with per-rank counts and displacements.
+    fn all_gather_varcount_into<S: ?Sized, R: ?Sized>(&self, sendbuf: &S, recvbuf: &mut R)
+    where
+        S: Buffer,
+        R: PartitionedBufferMut,
+    {
+        all_gather_varcount_impl(self.handle(), sendbuf, recvbuf).or_fatal()
+    }
+
+    /// Block i of `sendbuf` goes to rank i; block j of `recvbuf` comes from rank j.
+    fn all_to_all_into<S: ?Sized, R: ?Sized>(&self, sendbuf: &S, recvbuf: &mut R)
+    where
+        S: Buffer,
+        R: BufferMut,
+    {
+        all_to_all_impl(self.handle(), sendbuf, recvbuf).or_fatal()
+    }
+
+    /// Like [`Self::all_to_all_into`] with per-rank counts and displacements.
+    fn all_to_all_varcount_into<S: ?Sized, R: ?Sized>(&self, sendbuf: &S, recvbuf: &mut R)
+    where
+        S: PartitionedBuffer,
+        R: PartitionedBufferMut,
+    {
+        all_to_all_varcount_impl(self.handle(), sendbuf, recvbuf).or_fatal()
+    }
+
+    /// Reduces every process's `sendbuf` with `op` into every process's `recvbuf`.
+    fn all_reduce_into<S: ?Sized, R: ?Sized, O>(&self, sendbuf: &S, recvbuf: &mut R, op: O)
+    where
+        S: Buffer,
+        R: BufferMut,
+        O: Operation,
+    {
+        all_reduce_impl(self.handle(), sendbuf, recvbuf, &op).or_fatal()
+    }
+
+    /// Reduces, then scatters equal blocks of the result: rank i gets block i.
+    fn reduce_scatter_block_into<S: ?Sized, R: ?Sized, O>(&self, sendbuf: &S, recvbuf: &mut R, op: O)
+    where
+        S: Buffer,
+        R: BufferMut,
+        O: Operation,
+    {
+        reduce_scatter_block_impl(self.handle(), sendbuf, recvbuf, &op).or_fatal()
+    }
+
+    /// Inclusive prefix reduction: rank i gets x0 ∘ … ∘ xi.
+    fn scan_into<S: ?Sized, R: ?Sized, O>(&self, sendbuf: &S, recvbuf: &mut R, op: O)
+    where
+        S: Buffer,
+        R: BufferMut,
+        O: Operation,
+    {
+        scan_impl(self.handle(), sendbuf, recvbuf, &op).or_fatal()
+    }
+
+    /// Exclusive prefix reduction: rank i gets x0 ∘ … ∘ x(i−1); rank 0's buffer is untouched.
+    fn exclusive_scan_into<S: ?Sized, R: ?Sized, O>(&self, sendbuf: &S, recvbuf: &mut R, op: O)
+    where
+        S: Buffer,
+        R: BufferMut,
+        O: Operation,
+    {
+        exscan_impl(self.handle(), sendbuf, recvbuf, &op).or_fatal()
+    }
+}
+
+impl<C: Communicator + ?Sized> CommunicatorCollectives for C {}
+
+fn root_gather_impl<S: ?Sized + Buffer>(h: &CommHandle, root: Rank, s: &S) -> Result<()> {
+    let c = Coll::new(h);
+    let p = packed(s);
+    algorithms::gatherv(&c, &p.bytes, None, root)
+}
+
+fn root_gather_root_impl<S: ?Sized + Buffer, R: ?Sized + BufferMut>(h: &CommHandle, s: &S, r: &mut R) -> Result<()> {
+    let c = Coll::new(h);
+    let n = c.size as usize;
+    let p = packed(s);
+    let block = p.bytes.len();
+    let mut t = target(r);
+    check_len("gather_into_root", t.len(), block * n)?;
+    {
+        let bytes = t.bytes();
+        let parts: Vec<&mut [u8]> = if block == 0 {
+            (0..n).map(|_| <&mut [u8]>::default()).collect()
+        } else {
+            bytes.chunks_mut(block).collect()
+        };
+        algorithms::gatherv(&c, &p.bytes, Some(parts), c.rank)?;
+    }
+    t.finish();
+    Ok(())
+}
+
+fn root_gatherv_root_impl<S: ?Sized + Buffer, R: ?Sized + PartitionedBufferMut>(
+    h: &CommHandle,
+    s: &S,
+    r: &mut R,
+) -> Result<()> {
+    let c = Coll::new(h);
+    let p = packed(s);
+    let dt = r.as_datatype();
+    let map = dt.type_map().clone();
+    require_contiguous(&map, "gather_varcount_into_root")?;
+    let ranges = part_ranges(r.counts(), r.displs(), &map);
+    let total = ranges.iter().map(|(o, l)| o + l).max().unwrap_or(0);
+    let buf = unsafe { std::slice::from_raw_parts_mut(r.pointer_mut() as *mut u8, total) };
+    let parts = algorithms::split_parts_mut(buf, &ranges)?;
+    algorithms::gatherv(&c, &p.bytes, Some(parts), c.rank)
+}
+
+fn root_scatter_impl<R: ?Sized + BufferMut>(h: &CommHandle, root: Rank, r: &mut R) -> Result<()> {
+    let c = Coll::new(h);
+    let mut t = target(r);
+    algorithms::scatterv(&c, None, t.bytes(), root)?;
+    t.finish();
+    Ok(())
+}
+
+fn root_scatter_root_impl<S: ?Sized + Buffer, R: ?Sized + BufferMut>(h: &CommHandle, s: &S, r: &mut R) -> Result<()> {
+    let c = Coll::new(h);
+    let n = c.size as usize;
+    let p = packed(s);
+    let mut t = target(r);
+    let block = t.len();
+    check_len("scatter_into_root", p.bytes.len(), block * n)?;
+    let parts: Vec<&[u8]> = (0..n).map(|i| &p.bytes[i * block..(i + 1) * block]).collect();
+    algorithms::scatterv(&c, Some(parts), t.bytes(), c.rank)?;
+    t.finish();
+    Ok(())
+}
+
+fn root_scatterv_root_impl<S: ?Sized + PartitionedBuffer, R: ?Sized + BufferMut>(
+    h: &CommHandle,
+    s: &S,
+    r: &mut R,
+) -> Result<()> {
+    let c = Coll::new(h);
+    let dt = s.as_datatype();
+    let map = dt.type_map().clone();
+    require_contiguous(&map, "scatter_varcount_into_root")?;
+    let ranges = part_ranges(s.counts(), s.displs(), &map);
+    let total = ranges.iter().map(|(o, l)| o + l).max().unwrap_or(0);
+    let buf = unsafe { std::slice::from_raw_parts(s.pointer() as *const u8, total) };
+    let parts: Vec<&[u8]> = ranges.iter().map(|&(o, l)| &buf[o..o + l]).collect();
+    let mut t = target(r);
+    algorithms::scatterv(&c, Some(parts), t.bytes(), c.rank)?;
+    t.finish();
+    Ok(())
+}
+
+fn root_bcast_impl<B: ?Sized + BufferMut>(h: &CommHandle, root: Rank, b: &mut B) -> Result<()> {
+    let c = Coll::new(h);
+    let mut t = target(b);
+    if c.rank == root {
+        if let Some(tmp) = &mut t.tmp {
+            tmp.clear();
+            unsafe { t.map.pack(t.ptr, t.count, tmp) };
+        }
+    }
+    algorithms::bcast(&c, t.bytes(), root)?;
+    if c.rank != root {
+        t.finish();
+    }
+    Ok(())
+}
+
+fn root_reduce_impl<S: ?Sized + Buffer>(h: &CommHandle, root: Rank, s: &S, op: &dyn Operation) -> Result<()> {
+    let c = Coll::new(h);
+    let p = packed(s);
+    let mut acc = p.bytes.into_owned();
+    algorithms::reduce(&c, &mut acc, &p.map, p.count, op, root)
+}
+
+fn root_reduce_root_impl<S: ?Sized + Buffer, R: ?Sized + BufferMut>(
+    h: &CommHandle,
+    s: &S,
+    r: &mut R,
+    op: &dyn Operation,
+) -> Result<()> {
+    let c = Coll::new(h);
+    let p = packed(s);
+    let t = target(r);
+    check_len("reduce_into_root", t.len(), p.bytes.len())?;
+    let mut acc = p.bytes.into_owned();
+    algorithms::reduce(&c, &mut acc, &p.map, p.count, op, c.rank)?;
+    t.finish_with(&acc);
+    Ok(())
+}
+
+/// Collective operations with a root process (called on the root's [`Process`]).
+pub trait Root: AsCommunicator {
+    /// The rank of the root.
+    fn root_rank(&self) -> Rank;
+
+    #[doc(hidden)]
+    fn root_handle(&self) -> &CommHandle {
+        self.as_communicator().handle()
+    }
+
+    /// Broadcasts the root's `buffer` into every process's `buffer`.
+    fn broadcast_into<Buf: ?Sized>(&self, buffer: &mut Buf)
+    where
+        Buf: BufferMut,
+    {
+        root_bcast_impl(self.root_handle(), self.root_rank(), buffer).or_fatal()
+    }
+    /// Sends `sendbuf` to the root's gather (on non-root processes).
+    fn gather_into<S: ?Sized>(&self, sendbuf: &S)
+    where
+        S: Buffer,
+    {
+        assert_ne!(
+            self.as_communicator().rank(),
+            self.root_rank(),
+            "gather_into must not be called on the root (use gather_into_root)"
+        );
+        root_gather_impl(self.root_handle(), self.root_rank(), sendbuf).or_fatal()
+    }
+    /// Gathers every process's `sendbuf` into `recvbuf`, in rank order (on the root).
+    fn gather_into_root<S: ?Sized, R: ?Sized>(&self, sendbuf: &S, recvbuf: &mut R)
+    where
+        S: Buffer,
+        R: BufferMut,
+    {
+        assert_eq!(self.as_communicator().rank(), self.root_rank(), "gather_into_root must be called on the root");
+        root_gather_root_impl(self.root_handle(), sendbuf, recvbuf).or_fatal()
+    }
+    /// Sends `sendbuf` to the root's variable-count gather.
+    fn gather_varcount_into<S: ?Sized>(&self, sendbuf: &S)
+    where
+        S: Buffer,
+    {
+        root_gather_impl(self.root_handle(), self.root_rank(), sendbuf).or_fatal()
+    }
+    /// Gathers parts of varying counts into `recvbuf` at the given displacements (on the root).
+    fn gather_varcount_into_root<S: ?Sized, R: ?Sized>(&self, sendbuf: &S, recvbuf: &mut R)
+    where
+        S: Buffer,
+        R: PartitionedBufferMut,
+    {
+        root_gatherv_root_impl(self.root_handle(), sendbuf, recvbuf).or_fatal()
+    }
+    /// Receives this process's block of the root's scatter.
+    fn scatter_into<R: ?Sized>(&self, recvbuf: &mut R)
+    where
+        R: BufferMut,
+    {
+        root_scatter_impl(self.root_handle(), self.root_rank(), recvbuf).or_fatal()
+    }
+    /// Scatters equal blocks of `sendbuf` to every process (on the root).
+    fn scatter_into_root<S: ?Sized, R: ?Sized>(&self, sendbuf: &S, recvbuf: &mut R)
+    where
+        S: Buffer,
+        R: BufferMut,
+    {
+        root_scatter_root_impl(self.root_handle(), sendbuf, recvbuf).or_fatal()
+    }
+    /// Receives this process's part of the root's variable-count scatter.
+    fn scatter_varcount_into<R: ?Sized>(&self, recvbuf: &mut R)
+    where
+        R: BufferMut,
+    {
+        root_scatter_impl(self.root_handle(), self.root_rank(), recvbuf).or_fatal()
+    }
+    /// Scatters parts of varying counts (on the root).
+    fn scatter_varcount_into_root<S: ?Sized, R: ?Sized>(&self, sendbuf: &S, recvbuf: &mut R)
+    where
+        S: PartitionedBuffer,
+        R: BufferMut,
+    {
+        root_scatterv_root_impl(self.root_handle(), sendbuf, recvbuf).or_fatal()
+    }
+    /// Contributes `sendbuf` to a reduction at the root (on non-root processes).
+    fn reduce_into<S: ?Sized, O>(&self, sendbuf: &S, op: O)
+    where
+        S: Buffer,
+        O: Operation,
+    {
+        root_reduce_impl(self.root_handle(), self.root_rank(), sendbuf, &op).or_fatal()
+    }
+    /// Reduces every process's `sendbuf` with `op` into `recvbuf` (on the root).
+    fn reduce_into_root<S: ?Sized, R: ?Sized, O>(&self, sendbuf: &S, recvbuf: &mut R, op: O)
+    where
+        S: Buffer,
+        R: BufferMut,
+        O: Operation,
+    {
+        root_reduce_root_impl(self.root_handle(), sendbuf, recvbuf, &op).or_fatal()
+    }
+}
+
+impl Root for Process<'_> {
+    fn root_rank(&self) -> Rank {
+        self.rank()
+    }
+}
+
+/// Re-exports for `use mpi::collective::traits::*`.
+pub mod traits {
+    pub use super::{CommunicatorCollectives, Operation, Root};
+}

@@ -1,0 +1,467 @@
+//! Reduction operations: the system operations of MPI (including MAXLOC and MINLOC) and user
+//! operations, commutative or not.
+//!
+//! Every operation combines two buffers as MPI does: `inout[i] = in[i] ∘ inout[i]`, where `in`
+//! holds the contribution of the lower ranks. Non-commutative operations are therefore applied
+//! in rank order by the algorithms that use them.
+
+use crate::datatype::{Buffer, BufferMut, UncommittedDatatype};
+use crate::datatype::{DynBuffer, DynBufferMut, Primitive, TypeMap};
+use std::fmt;
+
+/// A reduction operation.
+pub trait Operation {
+    /// Whether `a ∘ b = b ∘ a`.
+    fn is_commutative(&self) -> bool;
+
+    /// Combines `count` packed elements of `map`: `inout = input ∘ inout`. Not part of
+    /// rsmpi's API.
+    #[doc(hidden)]
+    fn combine(&self, map: &TypeMap, count: usize, input: &[u8], inout: &mut [u8]);
+}
+
+impl<T: Operation + ?Sized> Operation for &T {
+    fn is_commutative(&self) -> bool {
+        (**self).is_commutative()
+    }
+    fn combine(&self, map: &TypeMap, count: usize, input: &[u8], inout: &mut [u8]) {
+        (**self).combine(map, count, input, inout)
+    }
+}
+
+/// The operations MPI defines.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct SystemOperation(SysOp);
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+enum SysOp {
+    Max,
+    Min,
+    Sum,
+    Product,
+    LogicalAnd,
+    LogicalOr,
+    LogicalXor,
+    BitwiseAnd,
+    BitwiseOr,
+    BitwiseXor,
+    MaxLoc,
+    MinLoc,
+}
+
+impl SystemOperation {
+    /// Maximum.
+    pub fn max() -> Self {
+        SystemOperation(SysOp::Max)
+    }
+    /// Minimum.
+    pub fn min() -> Self {
+        SystemOperation(SysOp::Min)
+    }
+    /// Sum (integers wrap on overflow).
+    pub fn sum() -> Self {
+        SystemOperation(SysOp::Sum)
+    }
+    /// Product (integers wrap on overflow).
+    pub fn product() -> Self {
+        SystemOperation(SysOp::Product)
+    }
+    /// Logical and (non-zero is true).
+    pub fn logical_and() -> Self {
+        SystemOperation(SysOp::LogicalAnd)
+    }
+    /// Logical or.
+    pub fn logical_or() -> Self {
+        SystemOperation(SysOp::LogicalOr)
+    }
+    /// Logical exclusive or.
+    pub fn logical_xor() -> Self {
+        SystemOperation(SysOp::LogicalXor)
+    }
+    /// Bitwise and (integers and `bool`).
+    pub fn bitwise_and() -> Self {
+        SystemOperation(SysOp::BitwiseAnd)
+    }
+    /// Bitwise or.
+    pub fn bitwise_or() -> Self {
+        SystemOperation(SysOp::BitwiseOr)
+    }
+    /// Bitwise exclusive or.
+    pub fn bitwise_xor() -> Self {
+        SystemOperation(SysOp::BitwiseXor)
+    }
+    /// MAXLOC (not in rsmpi): on (value, index) pairs — any datatype whose element is a value
+    /// followed by an index, such as `#[derive(Equivalence)] struct { value: f64, index: i32 }`
+    /// — keeps the largest value and, among equal values, the smallest index.
+    pub fn max_loc() -> Self {
+        SystemOperation(SysOp::MaxLoc)
+    }
+    /// MINLOC (not in rsmpi): like [`SystemOperation::max_loc`] with the smallest value.
+    pub fn min_loc() -> Self {
+        SystemOperation(SysOp::MinLoc)
+    }
+}
+
+impl Operation for SystemOperation {
+    fn is_commutative(&self) -> bool {
+        true
+    }
+    fn combine(&self, map: &TypeMap, count: usize, input: &[u8], inout: &mut [u8]) {
+        let n = (count * map.size()).min(input.len()).min(inout.len());
+        let (input, inout) = (&input[..n], &mut inout[..n]);
+        match self.0 {
+            SysOp::MaxLoc | SysOp::MinLoc => loc(self.0, map, count, input, inout),
+            op => {
+                if let Some(k) = map.homogeneous() {
+                    apply(op, k, input, inout);
+                } else {
+                    // Element by element, block by block over the packed layout.
+                    let mut pos = 0;
+                    for _ in 0..count {
+                        for b in map.blocks() {
+                            apply(op, b.kind, &input[pos..pos + b.len], &mut inout[pos..pos + b.len]);
+                            pos += b.len;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+macro_rules! rd {
+    ($t:ty, $s:expr, $i:expr) => {
+        <$t>::from_le_bytes(
+            $s[$i * std::mem::size_of::<$t>()..($i + 1) * std::mem::size_of::<$t>()].try_into().unwrap(),
+        )
+    };
+}
+
+macro_rules! each {
+    ($t:ty, $a:expr, $b:expr, |$x:ident, $y:ident| $e:expr) => {{
+        let sz = std::mem::size_of::<$t>();
+        for (ca, cb) in $a.chunks_exact(sz).zip($b.chunks_exact_mut(sz)) {
+            let $x = <$t>::from_le_bytes(ca.try_into().unwrap());
+            let $y = <$t>::from_le_bytes((&*cb).try_into().unwrap());
+            let r: $t = $e;
+            cb.copy_from_slice(&r.to_le_bytes());
+        }
+    }};
+}
+
+macro_rules! int_ops {
+    ($op:expr, $t:ty, $a:expr, $b:expr) => {
+        match $op {
+            SysOp::Max => each!($t, $a, $b, |x, y| x.max(y)),
+            SysOp::Min => each!($t, $a, $b, |x, y| x.min(y)),
+            SysOp::Sum => each!($t, $a, $b, |x, y| x.wrapping_add(y)),
+            SysOp::Product => each!($t, $a, $b, |x, y| x.wrapping_mul(y)),
+            SysOp::LogicalAnd => each!($t, $a, $b, |x, y| ((x != 0) && (y != 0)) as $t),
+            SysOp::LogicalOr => each!($t, $a, $b, |x, y| ((x != 0) || (y != 0)) as $t),
+            SysOp::LogicalXor => each!($t, $a, $b, |x, y| ((x != 0) != (y != 0)) as $t),
+            SysOp::BitwiseAnd => each!($t, $a, $b, |x, y| x & y),
+            SysOp::BitwiseOr => each!($t, $a, $b, |x, y| x | y),
+            SysOp::BitwiseXor => each!($t, $a, $b, |x, y| x ^ y),
+            SysOp::MaxLoc | SysOp::MinLoc => unreachable!(),
+        }
+    };
+}
+
+macro_rules! float_ops {
+    ($op:expr, $t:ty, $a:expr, $b:expr, $name:expr) => {
+        match $op {
+            SysOp::Max => each!($t, $a, $b, |x, y| if x > y { x } else { y }),
+            SysOp::Min => each!($t, $a, $b, |x, y| if x < y { x } else { y }),
+            SysOp::Sum => each!($t, $a, $b, |x, y| x + y),
+            SysOp::Product => each!($t, $a, $b, |x, y| x * y),
+            SysOp::LogicalAnd => each!($t, $a, $b, |x, y| ((x != 0.0) && (y != 0.0)) as u8 as $t),
+            SysOp::LogicalOr => each!($t, $a, $b, |x, y| ((x != 0.0) || (y != 0.0)) as u8 as $t),
+            SysOp::LogicalXor => each!($t, $a, $b, |x, y| ((x != 0.0) != (y != 0.0)) as u8 as $t),
+            op => undefined(op, $name),
+        }
+    };
+}
+
+fn undefined(op: SysOp, ty: &str) -> ! {
+    crate::error::fatal(&crate::error::Error::Operation(format!("{op:?} is not defined on {ty}")))
+}
+
+fn apply(op: SysOp, kind: Primitive, a: &[u8], b: &mut [u8]) {
+    match kind {
+        Primitive::I8 => int_ops!(op, i8, a, b),
+        Primitive::U8 => int_ops!(op, u8, a, b),
+        Primitive::I16 => int_ops!(op, i16, a, b),
+        Primitive::U16 => int_ops!(op, u16, a, b),
+        Primitive::I32 => int_ops!(op, i32, a, b),
+        Primitive::U32 => int_ops!(op, u32, a, b),
+        Primitive::I64 => int_ops!(op, i64, a, b),
+        Primitive::U64 => int_ops!(op, u64, a, b),
+        Primitive::I128 => int_ops!(op, i128, a, b),
+        Primitive::U128 => int_ops!(op, u128, a, b),
+        Primitive::F32 => float_ops!(op, f32, a, b, "f32"),
+        Primitive::F64 => float_ops!(op, f64, a, b, "f64"),
+        Primitive::Bool => match op {
+            SysOp::Max | SysOp::LogicalOr | SysOp::BitwiseOr => each!(u8, a, b, |x, y| ((x | y) != 0) as u8),
+            SysOp::Min | SysOp::LogicalAnd | SysOp::BitwiseAnd => each!(u8, a, b, |x, y| ((x & y) != 0) as u8),
+            SysOp::LogicalXor | SysOp::BitwiseXor => each!(u8, a, b, |x, y| ((x ^ y) != 0) as u8),
+            op => undefined(op, "bool"),
+        },
+        Primitive::C32 => complex!(op, f32, a, b, "complex f32"),
+        Primitive::C64 => complex!(op, f64, a, b, "complex f64"),
+    }
+}
+
+macro_rules! complex {
+    ($op:expr, $t:ty, $a:expr, $b:expr, $name:expr) => {{
+        let sz = 2 * std::mem::size_of::<$t>();
+        match $op {
+            SysOp::Sum => each!($t, $a, $b, |x, y| x + y),
+            SysOp::Product => {
+                for (ca, cb) in $a.chunks_exact(sz).zip($b.chunks_exact_mut(sz)) {
+                    let (ar, ai) = (rd!($t, ca, 0), rd!($t, ca, 1));
+                    let (br, bi) = (rd!($t, cb, 0), rd!($t, cb, 1));
+                    let (r, i) = (ar * br - ai * bi, ar * bi + ai * br);
+                    let h = sz / 2;
+                    cb[..h].copy_from_slice(&r.to_le_bytes());
+                    cb[h..].copy_from_slice(&i.to_le_bytes());
+                }
+            }
+            op => undefined(op, $name),
+        }
+    }};
+}
+use complex;
+
+/// A comparable scalar read from any primitive kind.
+#[derive(PartialEq, PartialOrd, Clone, Copy)]
+enum Scalar {
+    I(i128),
+    U(u128),
+    F(f64),
+}
+
+fn scalar(kind: Primitive, b: &[u8]) -> Scalar {
+    match kind {
+        Primitive::Bool | Primitive::U8 => Scalar::U(b[0] as u128),
+        Primitive::I8 => Scalar::I(b[0] as i8 as i128),
+        Primitive::I16 => Scalar::I(rd!(i16, b, 0) as i128),
+        Primitive::U16 => Scalar::U(rd!(u16, b, 0) as u128),
+        Primitive::I32 => Scalar::I(rd!(i32, b, 0) as i128),
+        Primitive::U32 => Scalar::U(rd!(u32, b, 0) as u128),
+        Primitive::I64 => Scalar::I(rd!(i64, b, 0) as i128),
+        Primitive::U64 => Scalar::U(rd!(u64, b, 0) as u128),
+        Primitive::I128 => Scalar::I(rd!(i128, b, 0)),
+        Primitive::U128 => Scalar::U(rd!(u128, b, 0)),
+        Primitive::F32 => Scalar::F(rd!(f32, b, 0) as f64),
+        Primitive::F64 => Scalar::F(rd!(f64, b, 0)),
+        _ => undefined(SysOp::MaxLoc, "complex values"),
+    }
+}
+
+/// MAXLOC / MINLOC over (value, index) elements of the packed layout.
+fn loc(op: SysOp, map: &TypeMap, count: usize, a: &[u8], b: &mut [u8]) {
+    // The element is a value then an index: two blocks, or one block of two equal halves.
+    let (vk, vlen, ik, ilen) = match map.blocks() {
+        [v, i] => (v.kind, v.len, i.kind, i.len),
+        [one] if one.len == 2 * one.kind.size() => (one.kind, one.kind.size(), one.kind, one.kind.size()),
+        _ => crate::error::fatal(&crate::error::Error::Operation(
+            "max_loc/min_loc need a datatype whose element is a (value, index) pair".into(),
+        )),
+    };
+    let sz = vlen + ilen;
+    for i in 0..count {
+        let (ea, eb) = (&a[i * sz..(i + 1) * sz], &mut b[i * sz..(i + 1) * sz]);
+        let (va, vb) = (scalar(vk, &ea[..vlen]), scalar(vk, &eb[..vlen]));
+        let (ia, ib) = (scalar(ik, &ea[vlen..]), scalar(ik, &eb[vlen..]));
+        let better = match op {
+            SysOp::MaxLoc => va > vb,
+            _ => va < vb,
+        };
+        if better || (va == vb && ia < ib) {
+            eb.copy_from_slice(ea);
+        }
+    }
+}
+
+/// A user-defined operation: a closure called as `f(input, inout)`, which must set
+/// `inout[i] = input[i] ∘ inout[i]` (input holds the lower ranks' contribution).
+pub struct UserOperation<'a> {
+    commutes: bool,
+    #[allow(clippy::type_complexity)]
+    function: Box<dyn Fn(DynBuffer, DynBufferMut) + Sync + 'a>,
+}
+
+impl fmt::Debug for UserOperation<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("UserOperation").field("commutes", &self.commutes).finish_non_exhaustive()
+    }
+}
+
+impl<'a> UserOperation<'a> {
+    /// An associative, non-commutative operation: applied in rank order.
+    pub fn associative<F>(function: F) -> Self
+    where
+        F: Fn(DynBuffer, DynBufferMut) + Sync + 'a,
+    {
+        Self::new(false, function)
+    }
+    /// An associative and commutative operation.
+    pub fn commutative<F>(function: F) -> Self
+    where
+        F: Fn(DynBuffer, DynBufferMut) + Sync + 'a,
+    {
+        Self::new(true, function)
+    }
+    /// An operation, commutative if `commute`.
+    pub fn new<F>(commute: bool, function: F) -> Self
+    where
+        F: Fn(DynBuffer, DynBufferMut) + Sync + 'a,
+    {
+        UserOperation { commutes: commute, function: Box::new(function) }
+    }
+}
+
+/// An aligned scratch buffer holding elements in their native layout.
+struct Aligned {
+    words: Vec<u128>,
+    len: usize,
+}
+
+impl Aligned {
+    fn zeroed(len: usize) -> Aligned {
+        Aligned { words: vec![0u128; len.div_ceil(16).max(1)], len }
+    }
+    fn as_mut_ptr(&mut self) -> *mut u8 {
+        self.words.as_mut_ptr() as *mut u8
+    }
+    fn bytes(&self) -> &[u8] {
+        unsafe { std::slice::from_raw_parts(self.words.as_ptr() as *const u8, self.len) }
+    }
+}
+
+impl Operation for UserOperation<'_> {
+    fn is_commutative(&self) -> bool {
+        self.commutes
+    }
+    fn combine(&self, map: &TypeMap, count: usize, input: &[u8], inout: &mut [u8]) {
+        // The closure sees typed slices in the native layout: unpack into aligned memory.
+        let span = (map.extent().max(0) as usize) * count + map.lb().max(0) as usize;
+        let mut a = Aligned::zeroed(span.max(map.size() * count));
+        let mut b = Aligned::zeroed(span.max(map.size() * count));
+        unsafe {
+            map.unpack(input, a.as_mut_ptr(), count);
+            map.unpack(inout, b.as_mut_ptr(), count);
+        }
+        let dt = crate::datatype::DatatypeRef::from_map(map);
+        let x = unsafe { DynBuffer::from_raw(a.as_mut_ptr() as *const u8, count as i32, dt) };
+        let y = unsafe { DynBufferMut::from_raw(b.as_mut_ptr(), count as i32, dt) };
+        (self.function)(x, y);
+        let mut out = Vec::with_capacity(inout.len());
+        unsafe { map.pack(b.bytes().as_ptr(), count, &mut out) };
+        inout[..out.len()].copy_from_slice(&out);
+    }
+}
+
+/// Combines locally: `inoutbuf = inbuf ∘ inoutbuf` (MPI_Reduce_local).
+pub fn reduce_local_into<S: ?Sized, R: ?Sized, O>(inbuf: &S, inoutbuf: &mut R, op: O)
+where
+    S: Buffer,
+    R: BufferMut,
+    O: Operation,
+{
+    let dt = inbuf.as_datatype();
+    let map = dt.type_map().clone();
+    let count = inbuf.count().max(0) as usize;
+    let mut a = Vec::new();
+    let mut b = Vec::new();
+    unsafe {
+        map.pack(inbuf.pointer() as *const u8, count, &mut a);
+        map.pack(inoutbuf.pointer_mut() as *const u8, count, &mut b);
+    }
+    op.combine(&map, count, &a, &mut b);
+    unsafe { map.unpack(&b, inoutbuf.pointer_mut() as *mut u8, count) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::datatype::{Equivalence, UserDatatype};
+
+    fn bytes<T: Copy>(v: &[T]) -> Vec<u8> {
+        unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, std::mem::size_of_val(v)) }.to_vec()
+    }
+    fn back<T: Copy + Default>(b: &[u8]) -> Vec<T> {
+        let mut v = vec![T::default(); b.len() / std::mem::size_of::<T>()];
+        unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), v.as_mut_ptr() as *mut u8, b.len()) };
+        v
+    }
+    fn run<T: Copy + Default + Equivalence>(op: SystemOperation, a: &[T], b: &[T]) -> Vec<T> {
+        let map = T::equivalent_datatype().type_map().clone();
+        let mut out = bytes(b);
+        op.combine(&map, a.len(), &bytes(a), &mut out);
+        back(&out)
+    }
+
+    #[test]
+    fn integer_operations_wrap_and_combine_elementwise() {
+        assert_eq!(run(SystemOperation::sum(), &[i32::MAX, 2], &[1, 3]), vec![i32::MIN, 5]);
+        assert_eq!(run(SystemOperation::product(), &[3u8, 200], &[5, 2]), vec![15, 144]);
+        assert_eq!(run(SystemOperation::max(), &[-1i64, 7], &[-2, 9]), vec![-1, 9]);
+        assert_eq!(run(SystemOperation::min(), &[5u16, 1], &[4, 2]), vec![4, 1]);
+        assert_eq!(run(SystemOperation::bitwise_xor(), &[0b1100u64], &[0b1010]), vec![0b0110]);
+        assert_eq!(run(SystemOperation::logical_and(), &[2i32, 0], &[3, 5]), vec![1, 0]);
+        assert_eq!(run(SystemOperation::logical_xor(), &[true, true], &[false, true]), vec![true, false]);
+    }
+
+    #[test]
+    fn float_operations() {
+        assert_eq!(run(SystemOperation::sum(), &[1.5f64, -2.0], &[2.0, 0.5]), vec![3.5, -1.5]);
+        assert_eq!(run(SystemOperation::max(), &[1.5f32], &[2.0]), vec![2.0]);
+    }
+
+    #[repr(C)]
+    #[derive(Copy, Clone, Default, Debug, PartialEq)]
+    struct ValIdx {
+        v: f64,
+        i: i32,
+    }
+
+    #[test]
+    fn max_loc_and_min_loc_keep_the_smallest_index_on_ties() {
+        let t = UserDatatype::structured(&[1, 1], &[0, 8], &[f64::equivalent_datatype(), i32::equivalent_datatype()]);
+        let map = t.type_map().clone();
+        let pack = |v: &[ValIdx]| {
+            let mut out = Vec::new();
+            unsafe { map.pack(v.as_ptr() as *const u8, v.len(), &mut out) };
+            out
+        };
+        let a = [ValIdx { v: 3.0, i: 7 }, ValIdx { v: 1.0, i: 2 }, ValIdx { v: 5.0, i: 4 }];
+        let b = [ValIdx { v: 3.0, i: 9 }, ValIdx { v: 2.0, i: 1 }, ValIdx { v: 5.0, i: 1 }];
+        let mut out = pack(&b);
+        SystemOperation::max_loc().combine(&map, 3, &pack(&a), &mut out);
+        let mut res = [ValIdx::default(); 3];
+        unsafe { map.unpack(&out, res.as_mut_ptr() as *mut u8, 3) };
+        assert_eq!(res, [ValIdx { v: 3.0, i: 7 }, ValIdx { v: 2.0, i: 1 }, ValIdx { v: 5.0, i: 1 }]);
+        let mut out = pack(&b);
+        SystemOperation::min_loc().combine(&map, 3, &pack(&a), &mut out);
+        unsafe { map.unpack(&out, res.as_mut_ptr() as *mut u8, 3) };
+        assert_eq!(res, [ValIdx { v: 3.0, i: 7 }, ValIdx { v: 1.0, i: 2 }, ValIdx { v: 5.0, i: 1 }]);
+    }
+
+    #[test]
+    fn user_operation_sees_typed_slices_in_order() {
+        // Non-commutative: string-like concatenation of digits, inout = in ∘ inout.
+        let op = UserOperation::associative(|x: DynBuffer, y: DynBufferMut| {
+            let x = x.downcast::<u64>().unwrap();
+            let y = y.downcast::<u64>().unwrap();
+            for (a, b) in x.iter().zip(y.iter_mut()) {
+                *b = a * 10 + *b;
+            }
+        });
+        assert!(!op.is_commutative());
+        let mut inout = [2u64, 5];
+        reduce_local_into(&[1u64, 4][..], &mut inout[..], &op);
+        assert_eq!(inout, [12, 45]);
+        assert!(DynBuffer::new(&[1u32][..]).downcast::<i32>().is_none(), "u32 is not i32");
+    }
+}
