@@ -1,6 +1,7 @@
 //! Computes an approximation of π by integrating 4/(1+x²) over [0, 1] — the program of the
-//! chapter's figure 1. Rank 0 chooses the number of intervals and sends it to every rank; each
-//! rank sums its share of the intervals and rank 0 adds the partial sums.
+//! chapter's figure 1: rank 0 broadcasts the number of intervals, each rank sums its share,
+//! and a reduction adds the partial sums at rank 0.
+use mpi::collective::SystemOperation;
 use mpi::traits::*;
 
 fn main() {
@@ -12,13 +13,9 @@ fn main() {
 
     let mut n: i32 = 0;
     if rank == 0 {
-        n = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(1_000_000);
-        for r in 1..size {
-            world.process_at_rank(r).send(&n);
-        }
-    } else {
-        root.receive_into(&mut n);
+        n = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(1_000_000); // number of intervals
     }
+    root.broadcast_into(&mut n);
     let h = 1.0 / n as f64;
     let mut sum = 0.0;
     let mut i = rank + 1;
@@ -29,14 +26,11 @@ fn main() {
     }
     let mypi = h * sum;
     if rank == 0 {
-        let mut pi = mypi;
-        for r in 1..size {
-            let (part, _) = world.process_at_rank(r).receive::<f64>();
-            pi += part;
-        }
+        let mut pi = 0.0f64;
+        root.reduce_into_root(&mypi, &mut pi, SystemOperation::sum());
         println!("Pi is approximately {pi:.16}");
         println!("Error is {:.3e}", (pi - PI25DT).abs());
     } else {
-        root.send(&mypi);
+        root.reduce_into(&mypi, SystemOperation::sum());
     }
 }
