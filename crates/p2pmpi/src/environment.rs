@@ -136,7 +136,11 @@ pub fn initialize_with_threading(threading: Threading) -> Option<(Universe, Thre
     };
     OWN_RANK.store(boot.rank, Ordering::SeqCst);
     let spin = spin_budget(boot.local_procs);
-    let engine = Engine::new(boot.rank, boot.size, boot.token, boot.listener, boot.addrs, spin);
+    let yield_spin = yield_budget(boot.local_procs);
+    let engine = Engine::new(boot.rank, boot.size, boot.token, boot.listener, boot.addrs, spin).map(|mut e| {
+        e.yield_spin = yield_spin;
+        e
+    });
     let engine = engine.and_then(|mut e| {
         e.connect_mesh(Duration::from_secs(120))?;
         Ok(e)
@@ -159,6 +163,20 @@ fn spin_budget(local_procs: usize) -> Duration {
         Duration::ZERO
     } else {
         Duration::from_millis(2)
+    }
+}
+
+/// How long a blocking call keeps polling with `sched_yield` between polls (after the plain
+/// spin) before sleeping in the kernel.
+fn yield_budget(local_procs: usize) -> Duration {
+    if let Some(us) = std::env::var("P2PMPI_YIELD_US").ok().and_then(|v| v.parse().ok()) {
+        return Duration::from_micros(us);
+    }
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if local_procs > cores {
+        Duration::from_millis(2)
+    } else {
+        Duration::ZERO
     }
 }
 
@@ -257,11 +275,23 @@ fn block_slice() -> Duration {
     }
 }
 
+/// While spinning, give the core away every this many polls: the kernel finishes some TCP
+/// transmissions in softirq context (autocorked small segments are pushed when the previous
+/// one is freed), and two processes polling on two cores can starve it for milliseconds.
+const YIELD_EVERY: u32 = 64;
+
+/// `P2PMPI_DEBUG` set: blocking waits print the device state (what is posted, queued, …).
+fn debug_waits() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("P2PMPI_DEBUG").is_some())
+}
+
 /// Makes progress until `check` returns a value. `hint` is the peer whose data is awaited.
 /// Polls without sleeping for the spin budget, then sleeps in `epoll_wait`. Returns the first
 /// fatal communication error instead of waiting forever.
 pub(crate) fn wait_until<T>(hint: Option<i32>, mut check: impl FnMut(&mut Engine) -> Option<Result<T>>) -> Result<T> {
     let mut start: Option<Instant> = None;
+    let mut spins: u32 = 0;
     loop {
         let mut g = ENGINE.lock();
         let e = g.as_mut().unwrap_or_else(|| panic!("{}", not_running()));
@@ -274,7 +304,20 @@ pub(crate) fn wait_until<T>(hint: Option<i32>, mut check: impl FnMut(&mut Engine
         let t0 = *start.get_or_insert_with(Instant::now);
         if t0.elapsed() < e.spin {
             e.progress(hint, None);
+            spins = spins.wrapping_add(1);
+            if spins % YIELD_EVERY == 0 {
+                drop(g);
+                unsafe { libc::sched_yield() };
+            }
+        } else if t0.elapsed() < e.yield_spin {
+            // Oversubscribed: poll, and give the core to a runnable peer between polls.
+            e.progress(hint, None);
+            drop(g);
+            unsafe { libc::sched_yield() };
         } else {
+            if debug_waits() {
+                eprintln!("rank {} blocking: hint {:?} {}", e.rank, hint, e.debug_state());
+            }
             e.progress(hint, Some(block_slice()));
         }
     }

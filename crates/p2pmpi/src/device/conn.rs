@@ -94,6 +94,10 @@ impl Conn {
         }
     }
 
+    pub fn buffered(&self) -> usize {
+        self.rend - self.rpos
+    }
+
     pub fn peer_addr(&self) -> String {
         self.stream.peer_addr().map(|a| a.to_string()).unwrap_or_else(|_| "?".into())
     }

@@ -121,6 +121,8 @@ pub(crate) struct Engine {
     pub fatal: Option<Error>,
     /// How long a blocking call polls before it sleeps.
     pub spin: Duration,
+    /// After `spin`, how long it keeps polling with `sched_yield` between polls.
+    pub yield_spin: Duration,
     tick: u32,
     /// Reused buffer of ready events.
     ready: Vec<(Token, bool, bool)>,
@@ -168,9 +170,32 @@ impl Engine {
             deferred: Vec::new(),
             fatal: None,
             spin,
+            yield_spin: Duration::ZERO,
             tick: 0,
             ready: Vec::with_capacity(256),
         })
+    }
+
+    pub fn debug_state(&self) -> String {
+        let conns: Vec<String> = self
+            .conns
+            .iter()
+            .enumerate()
+            .filter_map(|(i, c)| {
+                c.as_ref().map(|c| {
+                    format!("c{i}:peer{:?} outq{} rbuf{} want_w{}", c.peer, c.outq.len(), c.buffered(), c.want_write)
+                })
+            })
+            .collect();
+        format!(
+            "posted {} unexpected {} rndv_s {} rndv_r {} deferred {} conns [{}]",
+            self.matcher.posted_len(),
+            self.matcher.unexpected_len(),
+            self.rndv_send.len(),
+            self.rndv_recv.len(),
+            self.deferred.len(),
+            conns.join(", ")
+        )
     }
 
     /// The address of the listening data port.
