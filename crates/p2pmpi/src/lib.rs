@@ -33,6 +33,7 @@ pub mod device;
 pub mod environment;
 mod error;
 pub mod point_to_point;
+mod pool;
 pub mod request;
 pub mod topology;
 

@@ -307,7 +307,7 @@ fn reduce_binomial(
 ) -> Result<()> {
     let n = c.size;
     let vrank = (c.rank - root).rem_euclid(n);
-    let mut tmp = vec![0u8; acc.len()];
+    let mut tmp = crate::pool::Scratch::zeroed(acc.len());
     let mut mask = 1;
     while mask < n {
         if vrank & mask == 0 {
@@ -316,7 +316,7 @@ fn reduce_binomial(
                 c.recv((src + root) % n, TAG_REDUCE, &mut tmp)?;
                 // acc covers the lower ranks: tmp = acc ∘ tmp.
                 op.combine(map, count, acc, &mut tmp);
-                std::mem::swap(acc, &mut tmp);
+                std::mem::swap(acc, &mut *tmp);
             }
         } else {
             c.send(((vrank & !mask) + root) % n, TAG_REDUCE, acc)?;
@@ -372,7 +372,7 @@ fn fold_extra(
             c.send(c.rank + 1, tag, acc)?;
             return Ok((None, pof2));
         }
-        let mut tmp = vec![0u8; acc.len()];
+        let mut tmp = crate::pool::Scratch::zeroed(acc.len());
         c.recv(c.rank - 1, tag, &mut tmp)?;
         op.combine(map, count, &tmp, acc); // acc = lower ∘ acc
         return Ok((Some(c.rank / 2), pof2));
@@ -400,7 +400,7 @@ fn allreduce_recursive_doubling(
     let (newrank, pof2) = fold_extra(c, acc, map, count, op, TAG_ALLREDUCE)?;
     let rem = c.size - pof2;
     if let Some(nr) = newrank {
-        let mut tmp = vec![0u8; acc.len()];
+        let mut tmp = crate::pool::Scratch::zeroed(acc.len());
         let mut mask = 1;
         while mask < pof2 {
             let partner = nr ^ mask;
@@ -410,7 +410,7 @@ fn allreduce_recursive_doubling(
                 op.combine(map, count, &tmp, acc); // acc = theirs ∘ acc
             } else {
                 op.combine(map, count, acc, &mut tmp); // tmp = acc ∘ theirs
-                std::mem::swap(acc, &mut tmp);
+                std::mem::swap(acc, &mut *tmp);
             }
             mask <<= 1;
         }
@@ -444,7 +444,7 @@ fn allreduce_rabenseifner(c: &Coll, acc: &mut Vec<u8>, map: &TypeMap, count: usi
             let (e, el) = block(hi - 1);
             (s * esize, (e + el) * esize)
         };
-        let mut tmp = vec![0u8; acc.len()];
+        let mut tmp = crate::pool::Scratch::zeroed(acc.len());
         // Reduce-scatter: keep halving the block range this process is responsible for.
         let (mut lo, mut hi) = (0usize, p);
         let mut mask = p / 2;
@@ -672,8 +672,8 @@ pub(crate) fn alltoallv(c: &Coll, send: &[&[u8]], recv: Vec<&mut [u8]>) -> Resul
 
 /// Inclusive scan by recursive doubling: `result` = x0 ∘ … ∘ x_rank, in rank order.
 pub(crate) fn scan(c: &Coll, result: &mut Vec<u8>, map: &TypeMap, count: usize, op: &dyn Operation) -> Result<()> {
-    let mut partial = result.clone();
-    let mut tmp = vec![0u8; result.len()];
+    let mut partial = crate::pool::Scratch::copy_of(result);
+    let mut tmp = crate::pool::Scratch::zeroed(result.len());
     let mut mask = 1;
     while mask < c.size {
         let dst = c.rank ^ mask;
@@ -684,7 +684,7 @@ pub(crate) fn scan(c: &Coll, result: &mut Vec<u8>, map: &TypeMap, count: usize, 
                 op.combine(map, count, &tmp, result);
             } else {
                 op.combine(map, count, &partial, &mut tmp); // tmp = partial ∘ theirs
-                std::mem::swap(&mut partial, &mut tmp);
+                std::mem::swap(&mut *partial, &mut *tmp);
             }
         }
         mask <<= 1;
@@ -702,8 +702,8 @@ pub(crate) fn exscan(
     count: usize,
     op: &dyn Operation,
 ) -> Result<bool> {
-    let mut partial = mine.to_vec();
-    let mut tmp = vec![0u8; mine.len()];
+    let mut partial = crate::pool::Scratch::copy_of(mine);
+    let mut tmp = crate::pool::Scratch::zeroed(mine.len());
     let mut have = false;
     let mut mask = 1;
     while mask < c.size {
@@ -720,7 +720,7 @@ pub(crate) fn exscan(
                 }
             } else {
                 op.combine(map, count, &partial, &mut tmp);
-                std::mem::swap(&mut partial, &mut tmp);
+                std::mem::swap(&mut *partial, &mut *tmp);
             }
         }
         mask <<= 1;

@@ -196,7 +196,7 @@ fn all_reduce_impl<S: ?Sized + Buffer, R: ?Sized + BufferMut>(
     let p = packed(s);
     let t = target(r);
     check_len("all_reduce_into", t.len(), p.bytes.len())?;
-    let mut acc = p.bytes.into_owned();
+    let mut acc = crate::pool::Scratch::copy_of(&p.bytes);
     algorithms::allreduce(&c, &mut acc, &p.map, p.count, op)?;
     t.finish_with(&acc);
     Ok(())
@@ -214,7 +214,7 @@ fn reduce_scatter_block_impl<S: ?Sized + Buffer, R: ?Sized + BufferMut>(
     let mut t = target(r);
     check_len("reduce_scatter_block_into", t.len() * n, p.bytes.len())?;
     let block = t.len();
-    let mut acc = p.bytes.into_owned();
+    let mut acc = crate::pool::Scratch::copy_of(&p.bytes);
     algorithms::reduce(&c, &mut acc, &p.map, p.count, op, 0)?;
     let parts = (c.rank == 0).then(|| (0..n).map(|i| &acc[i * block..(i + 1) * block]).collect::<Vec<_>>());
     algorithms::scatterv(&c, parts, t.bytes(), 0)?;
@@ -232,7 +232,7 @@ fn scan_impl<S: ?Sized + Buffer, R: ?Sized + BufferMut>(
     let p = packed(s);
     let t = target(r);
     check_len("scan_into", t.len(), p.bytes.len())?;
-    let mut acc = p.bytes.into_owned();
+    let mut acc = crate::pool::Scratch::copy_of(&p.bytes);
     algorithms::scan(&c, &mut acc, &p.map, p.count, op)?;
     t.finish_with(&acc);
     Ok(())
@@ -248,7 +248,7 @@ fn exscan_impl<S: ?Sized + Buffer, R: ?Sized + BufferMut>(
     let p = packed(s);
     let t = target(r);
     check_len("exclusive_scan_into", t.len(), p.bytes.len())?;
-    let mut acc = p.bytes.to_vec();
+    let mut acc = crate::pool::Scratch::copy_of(&p.bytes);
     if algorithms::exscan(&c, &p.bytes, &mut acc, &p.map, p.count, op)? {
         t.finish_with(&acc);
     }
@@ -445,7 +445,7 @@ fn root_bcast_impl<B: ?Sized + BufferMut>(h: &CommHandle, root: Rank, b: &mut B)
 fn root_reduce_impl<S: ?Sized + Buffer>(h: &CommHandle, root: Rank, s: &S, op: &dyn Operation) -> Result<()> {
     let c = Coll::new(h);
     let p = packed(s);
-    let mut acc = p.bytes.into_owned();
+    let mut acc = crate::pool::Scratch::copy_of(&p.bytes);
     algorithms::reduce(&c, &mut acc, &p.map, p.count, op, root)
 }
 
@@ -459,7 +459,7 @@ fn root_reduce_root_impl<S: ?Sized + Buffer, R: ?Sized + BufferMut>(
     let p = packed(s);
     let t = target(r);
     check_len("reduce_into_root", t.len(), p.bytes.len())?;
-    let mut acc = p.bytes.into_owned();
+    let mut acc = crate::pool::Scratch::copy_of(&p.bytes);
     algorithms::reduce(&c, &mut acc, &p.map, p.count, op, c.rank)?;
     t.finish_with(&acc);
     Ok(())

@@ -20,8 +20,6 @@ pub(crate) enum RState {
 
 pub(crate) enum Payload {
     None,
-    /// Borrowed for the duration of the `push` call only: copied if not written at once.
-    Borrowed(&'static [u8]),
     Owned(Vec<u8>),
     /// Memory the API layer keeps valid until the frame's request completes.
     Raw(*const u8, usize),
@@ -31,7 +29,6 @@ impl Payload {
     fn bytes(&self) -> &[u8] {
         match self {
             Payload::None => &[],
-            Payload::Borrowed(b) => b,
             Payload::Owned(v) => v,
             Payload::Raw(p, n) => unsafe { std::slice::from_raw_parts(*p, *n) },
         }
@@ -114,9 +111,6 @@ impl Conn {
                 return Ok(out.done.into_iter().collect());
             }
         }
-        if let Payload::Borrowed(b) = out.payload {
-            out.payload = Payload::Owned(b.to_vec());
-        }
         self.outq.push_back(out);
         Ok(Vec::new())
     }
@@ -132,7 +126,9 @@ impl Conn {
             if let Some(r) = out.done {
                 done.push(r);
             }
-            self.outq.pop_front();
+            if let Some(Out { payload: Payload::Owned(v), .. }) = self.outq.pop_front() {
+                crate::pool::give(v);
+            }
         }
         if self.outq.is_empty() && self.shutdown_after_flush {
             let _ = self.stream.shutdown(std::net::Shutdown::Write);

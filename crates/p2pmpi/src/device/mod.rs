@@ -303,10 +303,14 @@ impl Engine {
         }
         let cid = self.send_conn(dst)?;
         if mode == SendMode::Standard && len <= EAGER_LIMIT {
+            // Written in place: what the socket does not take now is queued by reference (the
+            // caller keeps the buffer until the request completes), never copied, so a sender
+            // running ahead of its receiver is held back by TCP instead of growing a queue.
             let h = self.header(FrameKind::Eager, comm, dst, tag, seq, len as u64);
-            self.push_out(cid, Out::new(h, Payload::Borrowed(data)))?;
-            let st = StatusInfo { source: dst, tag, len: len as u64, cancelled: false };
-            Ok(self.new_req(std::ptr::null_mut(), 0, ReqState::Done(st)))
+            let req = self.new_req(std::ptr::null_mut(), 0, ReqState::Pending);
+            let payload = if len == 0 { Payload::None } else { Payload::Raw(ptr, len) };
+            self.push_out(cid, Out::with_completion(h, payload, req))?;
+            Ok(req)
         } else {
             let mut h = self.header(FrameKind::ReadyToSend, comm, dst, tag, seq, len as u64);
             if mode == SendMode::Synchronous {
@@ -324,7 +328,7 @@ impl Engine {
         let env = Envelope { comm, src: self.rank, tag, seq, len: data.len() as u64 };
         match self.matcher.arrive(&env) {
             Arrival::Matched(r) => self.fill(r, &env, data),
-            Arrival::Unmatched => self.matcher.enqueue(env, Body::Eager(data.to_vec())),
+            Arrival::Unmatched => self.matcher.enqueue(env, Body::Eager(crate::pool::copy_of(data))),
             Arrival::Duplicate => {}
         }
     }
@@ -408,8 +412,7 @@ impl Engine {
         Ok(cid)
     }
 
-    /// Queues a frame on a connection and writes as much as the socket takes now. Borrowed
-    /// eager payloads that cannot be written at once are copied.
+    /// Queues a frame on a connection and writes as much as the socket takes now.
     fn push_out(&mut self, cid: usize, out: Out) -> Result<()> {
         let conn = self.conns[cid].as_mut().expect("live connection");
         let peer = conn.peer.unwrap_or(-1);
@@ -475,7 +478,10 @@ impl Engine {
 
     fn consume(&mut self, r: ReqId, env: Envelope, body: Body<Vec<u8>>) {
         match body {
-            Body::Eager(data) => self.fill(r, &env, &data),
+            Body::Eager(data) => {
+                self.fill(r, &env, &data);
+                crate::pool::give(data);
+            }
             Body::Rendezvous => {
                 self.start_rndv_recv(r, &env);
                 self.flush_deferred();
