@@ -96,10 +96,18 @@ pub enum Arrival<R> {
 
 /// The matching engine of one process. `R` identifies a posted receive (a request handle),
 /// `P` is the payload of an eager message.
+///
+/// Unexpected messages are kept in one FIFO per (communicator, source), each entry stamped
+/// with its arrival number: a receive that names its source looks at that queue only (its
+/// head, in the common case), and an `ANY_SOURCE` receive takes the earliest arrival among
+/// the queues' first matching entries. A sender running far ahead of its receiver therefore
+/// costs O(1) per receive, not O(backlog).
 #[derive(Debug)]
 pub struct Matcher<R, P> {
     posted: VecDeque<(Pattern, R)>,
-    unexpected: VecDeque<(Envelope, Body<P>)>,
+    unexpected: HashMap<(u32, i32), VecDeque<(u64, Envelope, Body<P>)>, BuildHasherDefault<KeyHasher>>,
+    unexpected_count: usize,
+    arrivals: u64,
     next_send: KeyMap,
     next_recv: KeyMap,
 }
@@ -108,7 +116,9 @@ impl<R, P> Default for Matcher<R, P> {
     fn default() -> Self {
         Matcher {
             posted: VecDeque::new(),
-            unexpected: VecDeque::new(),
+            unexpected: HashMap::default(),
+            unexpected_count: 0,
+            arrivals: 0,
             next_send: KeyMap::default(),
             next_recv: KeyMap::default(),
         }
@@ -146,7 +156,29 @@ impl<R: PartialEq, P> Matcher<R, P> {
 
     /// Queues a message that [`Matcher::arrive`] reported unmatched.
     pub fn enqueue(&mut self, env: Envelope, body: Body<P>) {
-        self.unexpected.push_back((env, body));
+        let n = self.arrivals;
+        self.arrivals += 1;
+        self.unexpected_count += 1;
+        self.unexpected.entry((env.comm, env.src)).or_default().push_back((n, env, body));
+    }
+
+    /// Where the earliest unexpected message fitting `pat` is: (queue key, index).
+    fn find(&self, pat: Pattern) -> Option<((u32, i32), usize)> {
+        let first_fit = |q: &VecDeque<(u64, Envelope, Body<P>)>| q.iter().position(|(_, e, _)| pat.accepts(e));
+        match pat.src {
+            Some(s) => {
+                let key = (pat.comm, s);
+                let q = self.unexpected.get(&key)?;
+                first_fit(q).map(|i| (key, i))
+            }
+            None => self
+                .unexpected
+                .iter()
+                .filter(|(k, _)| k.0 == pat.comm)
+                .filter_map(|(k, q)| first_fit(q).map(|i| (q[i].0, *k, i)))
+                .min_by_key(|(arrival, _, _)| *arrival)
+                .map(|(_, k, i)| (k, i)),
+        }
     }
 
     /// Posts a receive. If an unexpected message fits, the earliest one is removed and
@@ -161,14 +193,21 @@ impl<R: PartialEq, P> Matcher<R, P> {
 
     /// The earliest unexpected message that fits, left in place (MPI_Probe).
     pub fn probe(&self, pat: Pattern) -> Option<&Envelope> {
-        self.unexpected.iter().map(|(e, _)| e).find(|e| pat.accepts(e))
+        let (k, i) = self.find(pat)?;
+        self.unexpected.get(&k).map(|q| &q[i].1)
     }
 
     /// Removes and returns the earliest unexpected message that fits (MPI_Mprobe, or the
     /// first half of a receive).
     pub fn take(&mut self, pat: Pattern) -> Option<(Envelope, Body<P>)> {
-        let i = self.unexpected.iter().position(|(e, _)| pat.accepts(e))?;
-        self.unexpected.remove(i)
+        let (k, i) = self.find(pat)?;
+        let q = self.unexpected.get_mut(&k)?;
+        let (_, env, body) = if i == 0 { q.pop_front()? } else { q.remove(i)? };
+        if q.is_empty() {
+            self.unexpected.remove(&k);
+        }
+        self.unexpected_count -= 1;
+        Some((env, body))
     }
 
     /// Withdraws a posted receive that has not matched yet. Returns whether it was found.
@@ -189,7 +228,7 @@ impl<R: PartialEq, P> Matcher<R, P> {
 
     /// Number of messages waiting for a receive.
     pub fn unexpected_len(&self) -> usize {
-        self.unexpected.len()
+        self.unexpected_count
     }
 
     /// Posted receives, in posting order.
@@ -339,6 +378,37 @@ mod tests {
             // a message still unexpected never fits a receive still posted
             for (p, _) in m.posted() {
                 prop_assert!(m.probe(*p).is_none());
+            }
+        }
+    }
+
+    proptest! {
+        /// The bucketed unexpected queues take exactly what a naive single queue would:
+        /// the earliest-arrived message that fits, whatever the mix of sources, tags,
+        /// communicators and wildcards.
+        #[test]
+        fn bucketed_queues_equal_a_single_queue(ops in proptest::collection::vec(
+            (any::<bool>(), 0..2u32, 0..4i32, 0..3i32, any::<bool>(), any::<bool>()), 0..80)) {
+            let mut m: Matcher<usize, u64> = Matcher::new();
+            let mut model: Vec<(Envelope, u64)> = Vec::new();
+            let mut seqs: HashMap<(u32, i32, i32), u64> = HashMap::new();
+            let mut id = 0u64;
+            for (is_send, comm, src, tag, any_src, any_tag) in ops {
+                if is_send {
+                    let c = seqs.entry((comm, src, tag)).or_insert(0);
+                    let e = Envelope { comm, src, tag, seq: *c, len: 0 };
+                    *c += 1;
+                    id += 1;
+                    prop_assert_eq!(m.arrive(&e), Arrival::Unmatched);
+                    m.enqueue(e, Body::Eager(id));
+                    model.push((e, id));
+                } else {
+                    let pat = Pattern { comm, src: (!any_src).then_some(src), tag: (!any_tag).then_some(tag) };
+                    let want = model.iter().position(|(e, _)| pat.accepts(e)).map(|i| model.remove(i));
+                    let got = m.take(pat).map(|(e, b)| match b { Body::Eager(v) => (e, v), _ => unreachable!() });
+                    prop_assert_eq!(got, want);
+                    prop_assert_eq!(m.unexpected_len(), model.len());
+                }
             }
         }
     }

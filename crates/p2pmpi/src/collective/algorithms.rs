@@ -52,6 +52,8 @@ pub enum Algorithm {
     Binomial,
     /// Bcast: scatter then ring allgather (van de Geijn), large messages.
     ScatterAllgather,
+    /// Scan: a chain from rank 0 (small messages).
+    Linear,
 }
 
 fn forced(op: &str) -> Option<Algorithm> {
@@ -66,12 +68,15 @@ fn forced(op: &str) -> Option<Algorithm> {
         "ring" => Algorithm::Ring,
         "binomial" => Algorithm::Binomial,
         "scatter_allgather" => Algorithm::ScatterAllgather,
+        "linear" => Algorithm::Linear,
         _ => return None,
     })
 }
 
 /// Messages at least this large use the bandwidth-oriented algorithms.
 const LARGE: usize = 32 * 1024;
+/// Messages below this use the latency-oriented pipelines.
+const SMALL: usize = 1024;
 
 /// The collective context of a communicator: blocking and immediate byte transfers.
 pub(crate) struct Coll<'a> {
@@ -670,8 +675,36 @@ pub(crate) fn alltoallv(c: &Coll, send: &[&[u8]], recv: Vec<&mut [u8]>) -> Resul
 
 // ---------------------------------------------------------------------------- scans
 
-/// Inclusive scan by recursive doubling: `result` = x0 ∘ … ∘ x_rank, in rank order.
+/// Inclusive scan: `result` = x0 ∘ … ∘ x_rank, in rank order. A linear chain for small
+/// messages (each rank only waits for its left neighbour, so consecutive scans pipeline),
+/// recursive doubling otherwise.
 pub(crate) fn scan(c: &Coll, result: &mut Vec<u8>, map: &TypeMap, count: usize, op: &dyn Operation) -> Result<()> {
+    let linear = match forced("SCAN") {
+        Some(Algorithm::Linear) => true,
+        Some(_) => false,
+        None => result.len() < SMALL,
+    };
+    if linear {
+        if c.rank > 0 {
+            let mut left = crate::pool::Scratch::zeroed(result.len());
+            c.recv(c.rank - 1, TAG_SCAN, &mut left)?;
+            op.combine(map, count, &left, result);
+        }
+        if c.rank + 1 < c.size {
+            c.send(c.rank + 1, TAG_SCAN, result)?;
+        }
+        return Ok(());
+    }
+    scan_recursive_doubling(c, result, map, count, op)
+}
+
+fn scan_recursive_doubling(
+    c: &Coll,
+    result: &mut Vec<u8>,
+    map: &TypeMap,
+    count: usize,
+    op: &dyn Operation,
+) -> Result<()> {
     let mut partial = crate::pool::Scratch::copy_of(result);
     let mut tmp = crate::pool::Scratch::zeroed(result.len());
     let mut mask = 1;
