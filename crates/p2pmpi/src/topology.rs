@@ -402,7 +402,7 @@ fn new_comm(ctx: u32, members: Vec<Rank>, me_world: Rank) -> SimpleCommunicator 
 /// (the maximum of their next free ids, so it is unused by every member) and on the members.
 fn create(parent: &CommHandle, spec: Spec) -> Result<Option<SimpleCommunicator>> {
     use std::sync::atomic::Ordering;
-    let c = Coll::new(parent);
+    let c = Coll::new(parent, "communicator creation");
     let n = parent.size() as usize;
     let (color, key) = match &spec {
         Spec::Split { color, key } => (*color, *key),
@@ -448,7 +448,7 @@ fn create_in_group(parent: &CommHandle, members: &[Rank], tag: crate::Tag) -> Re
     if !members.contains(&me_world) {
         return Ok(None);
     }
-    let c = Coll::new(parent);
+    let c = Coll::new(parent, "split_by_subgroup");
     let tag = algorithms::TAG_COMM_GROUP + tag.rem_euclid(1 << 20);
     let to_parent =
         |w: Rank| -> Rank { (0..parent.size()).find(|&r| parent.world_rank(r) == w).expect("group member in parent") };

@@ -83,11 +83,25 @@ pub(crate) struct Coll<'a> {
     pub h: &'a CommHandle,
     pub rank: i32,
     pub size: i32,
+    /// The collective being run, for error messages.
+    pub name: &'static str,
 }
 
 impl<'a> Coll<'a> {
-    pub fn new(h: &'a CommHandle) -> Self {
-        Coll { h, rank: h.rank(), size: h.size() }
+    pub fn new(h: &'a CommHandle, name: &'static str) -> Self {
+        Coll { h, rank: h.rank(), size: h.size(), name }
+    }
+    /// A receive that overflows inside a collective means the ranks disagree on sizes.
+    fn named(&self, e: Error) -> Error {
+        match e {
+            Error::Truncated { from_rank, message_bytes, buffer_bytes, .. } => Error::Collective(format!(
+                "{}: rank {from_rank} sent {message_bytes} bytes where at most {buffer_bytes} were expected \
+                 (mismatched counts or datatypes between ranks)",
+                self.name
+            )),
+            Error::Collective(m) if !m.starts_with(self.name) => Error::Collective(format!("{}: {m}", self.name)),
+            e => e,
+        }
     }
     fn isend(&self, dst: i32, tag: i32, data: &[u8]) -> Result<Pending> {
         start_send(self.h, self.h.coll_id(), dst, tag, data.as_ptr(), data.len(), SendMode::Standard)
@@ -96,14 +110,14 @@ impl<'a> Coll<'a> {
         start_recv(self.h, self.h.coll_id(), src, tag, buf.as_mut_ptr(), buf.len())
     }
     pub fn send(&self, dst: i32, tag: i32, data: &[u8]) -> Result<()> {
-        self.isend(dst, tag, data)?.wait().map(|_| ())
+        self.isend(dst, tag, data)?.wait().map(|_| ()).map_err(|e| self.named(e))
     }
     /// Receives exactly `buf.len()` bytes.
     pub fn recv(&self, src: i32, tag: i32, buf: &mut [u8]) -> Result<()> {
         let want = buf.len();
-        let st = self.irecv(src, tag, buf)?.wait()?;
+        let st = self.irecv(src, tag, buf)?.wait().map_err(|e| self.named(e))?;
         if st.byte_count() as usize != want {
-            return Err(mismatch(src, want, st.byte_count()));
+            return Err(self.named(mismatch(src, want, st.byte_count())));
         }
         Ok(())
     }
@@ -112,12 +126,17 @@ impl<'a> Coll<'a> {
         let want = inp.len();
         let r = self.irecv(src, tag, inp)?;
         let s = self.isend(dst, tag, out)?;
-        s.wait()?;
-        let st = r.wait()?;
+        let sent = s.wait();
+        let st = r.wait().map_err(|e| self.named(e))?;
+        sent.map_err(|e| self.named(e))?;
         if st.byte_count() as usize != want {
-            return Err(mismatch(src, want, st.byte_count()));
+            return Err(self.named(mismatch(src, want, st.byte_count())));
         }
         Ok(())
+    }
+    /// Waits for every request; the first error wins, named after the collective.
+    fn wait_all(&self, reqs: Vec<Pending>) -> Result<()> {
+        wait_all(reqs).map_err(|e| self.named(e))
     }
 }
 
@@ -172,7 +191,7 @@ fn barrier_tree4(c: &Coll) -> Result<()> {
         c.recv(parent, TAG_BARRIER, &mut [])?;
     }
     let reqs = children.iter().map(|&ch| c.isend(ch, TAG_BARRIER, &[])).collect::<Result<Vec<_>>>()?;
-    wait_all(reqs)
+    c.wait_all(reqs)
 }
 
 // ---------------------------------------------------------------------------- broadcast
@@ -213,7 +232,7 @@ fn bcast_binomial(c: &Coll, buf: &mut [u8], root: i32) -> Result<()> {
         }
         mask >>= 1;
     }
-    wait_all(reqs)
+    c.wait_all(reqs)
 }
 
 /// Split `len` bytes into `n` nearly equal chunks: (offset, length) of chunk `i`.
@@ -498,7 +517,7 @@ pub(crate) fn gatherv(c: &Coll, mine: &[u8], parts: Option<Vec<&mut [u8]>>, root
                 let r = r as i32;
                 if r == c.rank {
                     if part.len() != mine.len() {
-                        return Err(mismatch(r, part.len(), mine.len() as u64));
+                        return Err(c.named(mismatch(r, part.len(), mine.len() as u64)));
                     }
                     part.copy_from_slice(mine);
                 } else {
@@ -510,10 +529,10 @@ pub(crate) fn gatherv(c: &Coll, mine: &[u8], parts: Option<Vec<&mut [u8]>>, root
             for (r, want, p) in reqs {
                 match p.wait() {
                     Ok(st) if st.byte_count() as usize != want => {
-                        first = first.and(Err(mismatch(r, want, st.byte_count())));
+                        first = first.and(Err(c.named(mismatch(r, want, st.byte_count()))));
                     }
                     Ok(_) => {}
-                    Err(e) => first = first.and(Err(e)),
+                    Err(e) => first = first.and(Err(c.named(e))),
                 }
             }
             first
@@ -531,14 +550,14 @@ pub(crate) fn scatterv(c: &Coll, parts: Option<Vec<&[u8]>>, mine: &mut [u8], roo
                 let r = r as i32;
                 if r == c.rank {
                     if part.len() != mine.len() {
-                        return Err(mismatch(r, mine.len(), part.len() as u64));
+                        return Err(c.named(mismatch(r, mine.len(), part.len() as u64)));
                     }
                     mine.copy_from_slice(part);
                 } else {
                     reqs.push(c.isend(r, TAG_SCATTER, part)?);
                 }
             }
-            wait_all(reqs)
+            c.wait_all(reqs)
         }
         None => c.recv(root, TAG_SCATTER, mine),
     }
@@ -604,19 +623,32 @@ fn allgather_recursive_doubling(c: &Coll, all: &mut [u8], block: usize) -> Resul
     Ok(())
 }
 
-/// Allgather with per-rank sizes: gather to rank 0 then broadcast (thesis).
+/// Allgather with per-rank sizes: a ring over the parts themselves (only each part's own
+/// bytes are written; whatever lies between parts is left alone). Step k passes part
+/// (me − k) to the right and receives part (me − k − 1) from the left.
 pub(crate) fn allgatherv(c: &Coll, all: &mut [u8], offsets: &[(usize, usize)]) -> Result<()> {
+    let n = c.size as usize;
     let me = c.rank as usize;
-    let (o, l) = offsets[me];
-    let mine = all[o..o + l].to_vec();
-    let parts = if c.rank == 0 { Some(split_parts_mut(all, offsets)?) } else { None };
-    gatherv(c, &mine, parts, 0)?;
-    bcast(c, all, 0)
+    if n == 1 {
+        return Ok(());
+    }
+    let right = ((me + 1) % n) as i32;
+    let left = ((me + n - 1) % n) as i32;
+    for step in 0..n - 1 {
+        let si = (me + n - step) % n;
+        let ri = (me + n - step - 1) % n;
+        let (so, sl) = offsets[si];
+        let (ro, rl) = offsets[ri];
+        let out = crate::pool::Scratch::copy_of(&all[so..so + sl]);
+        c.sendrecv(right, &out, left, &mut all[ro..ro + rl], TAG_ALLGATHER)?;
+    }
+    Ok(())
 }
 
-/// Disjoint mutable slices at (offset, length) — in any order, without overlap.
+/// Disjoint mutable slices at (offset, length) — in any order, without overlap. Empty parts
+/// may sit anywhere (MPI allows zero-count parts to share a displacement).
 pub(crate) fn split_parts_mut<'b>(buf: &'b mut [u8], parts: &[(usize, usize)]) -> Result<Vec<&'b mut [u8]>> {
-    let mut order: Vec<usize> = (0..parts.len()).collect();
+    let mut order: Vec<usize> = (0..parts.len()).filter(|&i| parts[i].1 > 0).collect();
     order.sort_by_key(|&i| parts[i].0);
     let mut out: Vec<Option<&'b mut [u8]>> = (0..parts.len()).map(|_| None).collect();
     let mut rest: &'b mut [u8] = buf;
@@ -633,7 +665,7 @@ pub(crate) fn split_parts_mut<'b>(buf: &'b mut [u8], parts: &[(usize, usize)]) -
         rest = tail;
         pos = o + l;
     }
-    Ok(out.into_iter().map(|p| p.expect("every part")).collect())
+    Ok(out.into_iter().map(|p| p.unwrap_or_default()).collect())
 }
 
 // ---------------------------------------------------------------------------- all-to-all
@@ -647,7 +679,7 @@ pub(crate) fn alltoallv(c: &Coll, send: &[&[u8]], recv: Vec<&mut [u8]>) -> Resul
     let mut recv: Vec<Option<&mut [u8]>> = recv.into_iter().map(Some).collect();
     let own = recv[me as usize].take().expect("own part");
     if own.len() != send[me as usize].len() {
-        return Err(mismatch(me, own.len(), send[me as usize].len() as u64));
+        return Err(c.named(mismatch(me, own.len(), send[me as usize].len() as u64)));
     }
     own.copy_from_slice(send[me as usize]);
     let mut rreqs = Vec::new();
@@ -662,12 +694,14 @@ pub(crate) fn alltoallv(c: &Coll, send: &[&[u8]], recv: Vec<&mut [u8]>) -> Resul
         let dst = (me + i) % n;
         sreqs.push(c.isend(dst, TAG_ALLTOALL, send[dst as usize])?);
     }
-    let mut first = wait_all(sreqs);
+    let mut first = c.wait_all(sreqs);
     for (src, want, p) in rreqs {
         match p.wait() {
-            Ok(st) if st.byte_count() as usize != want => first = first.and(Err(mismatch(src, want, st.byte_count()))),
+            Ok(st) if st.byte_count() as usize != want => {
+                first = first.and(Err(c.named(mismatch(src, want, st.byte_count()))))
+            }
             Ok(_) => {}
-            Err(e) => first = first.and(Err(e)),
+            Err(e) => first = first.and(Err(c.named(e))),
         }
     }
     first

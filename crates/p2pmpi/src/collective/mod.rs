@@ -103,7 +103,9 @@ fn require_contiguous(map: &TypeMap, what: &str) -> Result<()> {
 
 fn check_len(what: &str, got: usize, want: usize) -> Result<()> {
     if got != want {
-        return Err(Error::Collective(format!("{what}: the buffer holds {got} bytes, {want} are needed")));
+        return Err(Error::Collective(format!(
+            "{what}: the buffer holds {got} bytes, {want} are needed (mismatched counts or datatypes)"
+        )));
     }
     Ok(())
 }
@@ -111,7 +113,7 @@ fn check_len(what: &str, got: usize, want: usize) -> Result<()> {
 // ------------------------------------------------------------------------ implementations
 
 fn all_gather_impl<S: ?Sized + Buffer, R: ?Sized + BufferMut>(h: &CommHandle, s: &S, r: &mut R) -> Result<()> {
-    let c = Coll::new(h);
+    let c = Coll::new(h, "all_gather_into");
     let p = packed(s);
     let block = p.bytes.len();
     let mut t = target(r);
@@ -128,7 +130,7 @@ fn all_gather_varcount_impl<S: ?Sized + Buffer, R: ?Sized + PartitionedBufferMut
     s: &S,
     r: &mut R,
 ) -> Result<()> {
-    let c = Coll::new(h);
+    let c = Coll::new(h, "all_gather_varcount_into");
     let p = packed(s);
     let dt = r.as_datatype();
     let map = dt.type_map().clone();
@@ -143,7 +145,7 @@ fn all_gather_varcount_impl<S: ?Sized + Buffer, R: ?Sized + PartitionedBufferMut
 }
 
 fn all_to_all_impl<S: ?Sized + Buffer, R: ?Sized + BufferMut>(h: &CommHandle, s: &S, r: &mut R) -> Result<()> {
-    let c = Coll::new(h);
+    let c = Coll::new(h, "all_to_all_into");
     let n = c.size as usize;
     let p = packed(s);
     let mut t = target(r);
@@ -168,7 +170,7 @@ fn all_to_all_varcount_impl<S: ?Sized + PartitionedBuffer, R: ?Sized + Partition
     s: &S,
     r: &mut R,
 ) -> Result<()> {
-    let c = Coll::new(h);
+    let c = Coll::new(h, "all_to_all_varcount_into");
     let sdt = s.as_datatype();
     let smap = sdt.type_map().clone();
     let rdt = r.as_datatype();
@@ -192,7 +194,7 @@ fn all_reduce_impl<S: ?Sized + Buffer, R: ?Sized + BufferMut>(
     r: &mut R,
     op: &dyn Operation,
 ) -> Result<()> {
-    let c = Coll::new(h);
+    let c = Coll::new(h, "all_reduce_into");
     let p = packed(s);
     let t = target(r);
     check_len("all_reduce_into", t.len(), p.bytes.len())?;
@@ -208,7 +210,7 @@ fn reduce_scatter_block_impl<S: ?Sized + Buffer, R: ?Sized + BufferMut>(
     r: &mut R,
     op: &dyn Operation,
 ) -> Result<()> {
-    let c = Coll::new(h);
+    let c = Coll::new(h, "reduce_scatter_block_into");
     let n = c.size as usize;
     let p = packed(s);
     let mut t = target(r);
@@ -228,7 +230,7 @@ fn scan_impl<S: ?Sized + Buffer, R: ?Sized + BufferMut>(
     r: &mut R,
     op: &dyn Operation,
 ) -> Result<()> {
-    let c = Coll::new(h);
+    let c = Coll::new(h, "scan_into");
     let p = packed(s);
     let t = target(r);
     check_len("scan_into", t.len(), p.bytes.len())?;
@@ -244,7 +246,7 @@ fn exscan_impl<S: ?Sized + Buffer, R: ?Sized + BufferMut>(
     r: &mut R,
     op: &dyn Operation,
 ) -> Result<()> {
-    let c = Coll::new(h);
+    let c = Coll::new(h, "exclusive_scan_into");
     let p = packed(s);
     let t = target(r);
     check_len("exclusive_scan_into", t.len(), p.bytes.len())?;
@@ -261,7 +263,7 @@ fn exscan_impl<S: ?Sized + Buffer, R: ?Sized + BufferMut>(
 pub trait CommunicatorCollectives: Communicator {
     /// Blocks until every process of the communicator has called it.
     fn barrier(&self) {
-        algorithms::barrier(&Coll::new(self.handle())).or_fatal()
+        algorithms::barrier(&Coll::new(self.handle(), "barrier")).or_fatal()
     }
 
     /// Gathers every process's `sendbuf` into every process's `recvbuf`, in rank order.
@@ -344,13 +346,13 @@ pub trait CommunicatorCollectives: Communicator {
 impl<C: Communicator + ?Sized> CommunicatorCollectives for C {}
 
 fn root_gather_impl<S: ?Sized + Buffer>(h: &CommHandle, root: Rank, s: &S) -> Result<()> {
-    let c = Coll::new(h);
+    let c = Coll::new(h, "gather_into");
     let p = packed(s);
     algorithms::gatherv(&c, &p.bytes, None, root)
 }
 
 fn root_gather_root_impl<S: ?Sized + Buffer, R: ?Sized + BufferMut>(h: &CommHandle, s: &S, r: &mut R) -> Result<()> {
-    let c = Coll::new(h);
+    let c = Coll::new(h, "gather_into_root");
     let n = c.size as usize;
     let p = packed(s);
     let block = p.bytes.len();
@@ -374,7 +376,7 @@ fn root_gatherv_root_impl<S: ?Sized + Buffer, R: ?Sized + PartitionedBufferMut>(
     s: &S,
     r: &mut R,
 ) -> Result<()> {
-    let c = Coll::new(h);
+    let c = Coll::new(h, "gather_varcount_into_root");
     let p = packed(s);
     let dt = r.as_datatype();
     let map = dt.type_map().clone();
@@ -387,7 +389,7 @@ fn root_gatherv_root_impl<S: ?Sized + Buffer, R: ?Sized + PartitionedBufferMut>(
 }
 
 fn root_scatter_impl<R: ?Sized + BufferMut>(h: &CommHandle, root: Rank, r: &mut R) -> Result<()> {
-    let c = Coll::new(h);
+    let c = Coll::new(h, "scatter_into");
     let mut t = target(r);
     algorithms::scatterv(&c, None, t.bytes(), root)?;
     t.finish();
@@ -395,7 +397,7 @@ fn root_scatter_impl<R: ?Sized + BufferMut>(h: &CommHandle, root: Rank, r: &mut 
 }
 
 fn root_scatter_root_impl<S: ?Sized + Buffer, R: ?Sized + BufferMut>(h: &CommHandle, s: &S, r: &mut R) -> Result<()> {
-    let c = Coll::new(h);
+    let c = Coll::new(h, "scatter_into_root");
     let n = c.size as usize;
     let p = packed(s);
     let mut t = target(r);
@@ -412,7 +414,7 @@ fn root_scatterv_root_impl<S: ?Sized + PartitionedBuffer, R: ?Sized + BufferMut>
     s: &S,
     r: &mut R,
 ) -> Result<()> {
-    let c = Coll::new(h);
+    let c = Coll::new(h, "scatter_varcount_into_root");
     let dt = s.as_datatype();
     let map = dt.type_map().clone();
     require_contiguous(&map, "scatter_varcount_into_root")?;
@@ -427,7 +429,7 @@ fn root_scatterv_root_impl<S: ?Sized + PartitionedBuffer, R: ?Sized + BufferMut>
 }
 
 fn root_bcast_impl<B: ?Sized + BufferMut>(h: &CommHandle, root: Rank, b: &mut B) -> Result<()> {
-    let c = Coll::new(h);
+    let c = Coll::new(h, "broadcast_into");
     let mut t = target(b);
     if c.rank == root {
         if let Some(tmp) = &mut t.tmp {
@@ -443,7 +445,7 @@ fn root_bcast_impl<B: ?Sized + BufferMut>(h: &CommHandle, root: Rank, b: &mut B)
 }
 
 fn root_reduce_impl<S: ?Sized + Buffer>(h: &CommHandle, root: Rank, s: &S, op: &dyn Operation) -> Result<()> {
-    let c = Coll::new(h);
+    let c = Coll::new(h, "reduce_into");
     let p = packed(s);
     let mut acc = crate::pool::Scratch::copy_of(&p.bytes);
     algorithms::reduce(&c, &mut acc, &p.map, p.count, op, root)
@@ -455,7 +457,7 @@ fn root_reduce_root_impl<S: ?Sized + Buffer, R: ?Sized + BufferMut>(
     r: &mut R,
     op: &dyn Operation,
 ) -> Result<()> {
-    let c = Coll::new(h);
+    let c = Coll::new(h, "reduce_into_root");
     let p = packed(s);
     let t = target(r);
     check_len("reduce_into_root", t.len(), p.bytes.len())?;
