@@ -142,3 +142,12 @@ fn threads_communicate_concurrently_with_threading_multiple() {
     o.assert_ok();
     assert!(o.stdout.contains("OK threads"));
 }
+
+#[test]
+fn max_loc_and_min_loc_on_pairs() {
+    for n in ["1", "4"] {
+        let o = run(&["-n", n, example("p2p_checks").to_str().unwrap(), "maxloc"], T);
+        o.assert_ok();
+        assert!(o.stdout.contains("OK maxloc"));
+    }
+}

@@ -66,6 +66,7 @@ fn main() {
             "no-finalize" => no_finalize(&world),
             "garbage" => garbage(&world),
             "env" => env(&world),
+            "maxloc" => maxloc(&world),
             "drop-request" => {
                 // rsmpi's documented panic: a request dropped before it completed.
                 let mut x = 0u8;
@@ -692,4 +693,18 @@ fn threads() {
     if rank == 0 {
         println!("OK threads");
     }
+}
+
+/// MAXLOC / MINLOC on (value, index) pairs: the seeds' pair types.
+fn maxloc(world: &mpi::topology::SimpleCommunicator) {
+    use mpi::collective::SystemOperation;
+    let (rank, size) = (world.rank(), world.size());
+    // Values with a tie between the two highest ranks: the smallest index must win.
+    let value = if rank >= size - 2 { 100.0 } else { rank as f64 };
+    let mut best = (0.0f64, 0i32);
+    world.all_reduce_into(&(value, rank), &mut best, SystemOperation::max_loc());
+    assert_eq!(best, (100.0, (size - 2).max(0)));
+    let mut worst = (0i64, 0i32);
+    world.all_reduce_into(&(-(rank as i64) * 3, rank), &mut worst, SystemOperation::min_loc());
+    assert_eq!(worst, (-(size as i64 - 1) * 3, size - 1));
 }

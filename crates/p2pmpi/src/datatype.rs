@@ -490,6 +490,14 @@ impl UserDatatype {
     fn of(map: TypeMap) -> Self {
         UserDatatype { map: Arc::new(map) }
     }
+    /// The same layout with lower bound 0 and the given extent (`MPI_Type_create_resized`),
+    /// e.g. to match a Rust type's `size_of`.
+    pub fn resized(self, extent: usize) -> Self {
+        let mut m = (*self.map).clone();
+        m.lb = 0;
+        m.extent = extent as isize;
+        UserDatatype { map: Arc::new(m) }
+    }
     /// A borrowed handle.
     pub fn as_ref(&self) -> DatatypeRef<'_> {
         DatatypeRef { map: &self.map }
@@ -575,6 +583,62 @@ equivalence! { isize => MAP_I64, usize => MAP_U64 }
 equivalence! { isize => MAP_I32, usize => MAP_U32 }
 #[cfg(feature = "complex")]
 equivalence! { num_complex::Complex32 => MAP_C32, num_complex::Complex64 => MAP_C64 }
+
+/// The datatype of a tuple type, built once and kept for the life of the process.
+fn tuple_datatype<T: 'static>(build: impl FnOnce() -> UserDatatype) -> DatatypeRef<'static> {
+    use std::any::TypeId;
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+    static CACHE: OnceLock<Mutex<HashMap<TypeId, &'static UserDatatype>>> = OnceLock::new();
+    let cache = CACHE.get_or_init(Default::default);
+    if let Some(d) = cache.lock().unwrap_or_else(|p| p.into_inner()).get(&TypeId::of::<T>()) {
+        return d.as_ref();
+    }
+    let d: &'static UserDatatype = Box::leak(Box::new(build()));
+    let mut c = cache.lock().unwrap_or_else(|p| p.into_inner());
+    c.entry(TypeId::of::<T>()).or_insert(d).as_ref()
+}
+
+/// Pairs — the seeds' pair types (`INT2`, `DOUBLE2`, … used with MAXLOC/MINLOC, e.g.
+/// `(f64, i32)` as (value, index)). Not in rsmpi.
+unsafe impl<A: Equivalence + 'static, B: Equivalence + 'static> Equivalence for (A, B) {
+    type Out = DatatypeRef<'static>;
+    fn equivalent_datatype() -> Self::Out {
+        tuple_datatype::<(A, B)>(|| {
+            let (a, b) = (A::equivalent_datatype(), B::equivalent_datatype());
+            UserDatatype::structured(
+                &[1, 1],
+                &[std::mem::offset_of!((A, B), 0) as Address, std::mem::offset_of!((A, B), 1) as Address],
+                &[UncommittedDatatypeRef { map: a.type_map() }, UncommittedDatatypeRef { map: b.type_map() }],
+            )
+            .resized(std::mem::size_of::<(A, B)>())
+        })
+    }
+}
+
+/// Triples. Not in rsmpi.
+unsafe impl<A: Equivalence + 'static, B: Equivalence + 'static, C: Equivalence + 'static> Equivalence for (A, B, C) {
+    type Out = DatatypeRef<'static>;
+    fn equivalent_datatype() -> Self::Out {
+        tuple_datatype::<(A, B, C)>(|| {
+            let (a, b, c) = (A::equivalent_datatype(), B::equivalent_datatype(), C::equivalent_datatype());
+            UserDatatype::structured(
+                &[1, 1, 1],
+                &[
+                    std::mem::offset_of!((A, B, C), 0) as Address,
+                    std::mem::offset_of!((A, B, C), 1) as Address,
+                    std::mem::offset_of!((A, B, C), 2) as Address,
+                ],
+                &[
+                    UncommittedDatatypeRef { map: a.type_map() },
+                    UncommittedDatatypeRef { map: b.type_map() },
+                    UncommittedDatatypeRef { map: c.type_map() },
+                ],
+            )
+            .resized(std::mem::size_of::<(A, B, C)>())
+        })
+    }
+}
 
 /// Something whose datatype is known.
 ///
@@ -1057,6 +1121,23 @@ pub mod internal {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pairs_have_value_then_index_whatever_the_memory_layout() {
+        let t = <(i32, f64)>::equivalent_datatype();
+        let kinds: Vec<Primitive> = t.type_map().blocks().iter().map(|b| b.kind).collect();
+        assert_eq!(kinds, vec![Primitive::I32, Primitive::F64]);
+        assert_eq!(t.type_map().extent(), std::mem::size_of::<(i32, f64)>() as isize);
+        let v = [(1i32, 2.5f64), (3, 4.5)];
+        let mut packed = Vec::new();
+        unsafe { t.type_map().pack(v.as_ptr() as *const u8, 2, &mut packed) };
+        assert_eq!(packed.len(), 24);
+        assert_eq!(i32::from_le_bytes(packed[12..16].try_into().unwrap()), 3);
+        let mut back = [(0i32, 0f64); 2];
+        unsafe { t.type_map().unpack(&packed, back.as_mut_ptr() as *mut u8, 2) };
+        assert_eq!(back, v);
+        assert!(std::ptr::eq(<(i32, f64)>::equivalent_datatype().type_map(), t.type_map()), "cached");
+    }
 
     #[test]
     fn seeds_queries() {
