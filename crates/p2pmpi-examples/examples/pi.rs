@@ -13,7 +13,8 @@ fn main() {
 
     let mut n: i32 = 0;
     if rank == 0 {
-        n = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(1_000_000); // number of intervals
+        // The number of intervals.
+        n = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(1_000_000);
     }
     root.broadcast_into(&mut n);
     let h = 1.0 / n as f64;
