@@ -131,3 +131,10 @@ fn request_dropped_before_completion_stops_the_process() {
     let o = failing("2", "drop-request", "droprq");
     assert!(o.stderr.contains("request was dropped without being completed"), "{}", o.stderr);
 }
+
+#[test]
+fn a_panicking_rank_stops_the_job_instead_of_hanging_it() {
+    let o = failing("3", "panic", "panic");
+    assert!(o.stderr.contains("deliberate panic in rank 1"), "{}", o.stderr);
+    assert!(o.stderr.contains("rank 1"), "{}", o.stderr);
+}

@@ -67,6 +67,13 @@ fn main() {
             "garbage" => garbage(&world),
             "env" => env(&world),
             "maxloc" => maxloc(&world),
+            "panic" => {
+                // Rank 1 panics while the others wait for it in a collective.
+                if world.rank() == 1 {
+                    panic!("deliberate panic in rank 1");
+                }
+                world.barrier();
+            }
             "drop-request" => {
                 // rsmpi's documented panic: a request dropped before it completed.
                 let mut x = 0u8;

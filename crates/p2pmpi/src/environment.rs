@@ -96,9 +96,25 @@ impl Universe {
 
 impl Drop for Universe {
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            // A panicking rank cannot take part in the finalization handshake (its peers may
+            // be waiting for it in a collective): stop the job instead of waiting forever.
+            abandon("the process panicked");
+            return;
+        }
         self.detach_buffer();
         finalize();
     }
+}
+
+/// Gives up the communication layer without the finalization handshake and asks the
+/// launcher to stop the job.
+fn abandon(why: &str) {
+    if STATE.compare_exchange(RUNNING, FINALIZED, Ordering::SeqCst, Ordering::SeqCst).is_err() {
+        return;
+    }
+    let rank = own_rank();
+    bootstrap::report_abort(rank, 101, &format!("p2pmpi: rank {rank}: {why}"), None);
 }
 
 /// Whether `initialize` was called (still true after finalization, as in MPI).
