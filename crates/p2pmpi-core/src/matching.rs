@@ -162,6 +162,23 @@ impl<R: PartialEq, P> Matcher<R, P> {
         self.unexpected.entry((env.comm, env.src)).or_default().push_back((n, env, body));
     }
 
+    /// Delivers a message whose [`Matcher::arrive`] reported it unmatched but whose data was
+    /// still streaming in: it goes to the earliest fitting receive posted since, or to the
+    /// unexpected queue. (Per-source order holds: a source's next message cannot arrive
+    /// before this one is complete, they share one FIFO channel.)
+    pub fn deliver_late(&mut self, env: Envelope, body: Body<P>) -> Option<(R, Body<P>)> {
+        match self.posted.iter().position(|(p, _)| p.accepts(&env)) {
+            Some(i) => {
+                let (_, r) = self.posted.remove(i).expect("index from position");
+                Some((r, body))
+            }
+            None => {
+                self.enqueue(env, body);
+                None
+            }
+        }
+    }
+
     /// Where the earliest unexpected message fitting `pat` is: (queue key, index).
     fn find(&self, pat: Pattern) -> Option<((u32, i32), usize)> {
         let first_fit = |q: &VecDeque<(u64, Envelope, Body<P>)>| q.iter().position(|(_, e, _)| pat.accepts(e));
@@ -296,6 +313,19 @@ mod tests {
         assert_eq!(arrive(&mut m, env(1, 1, 0), 0), Arrival::Unmatched);
         assert_eq!(arrive(&mut m, env(2, 0, 0), 0), Arrival::Unmatched);
         assert_eq!(m.unexpected_len(), 4);
+    }
+
+    #[test]
+    fn late_delivery_goes_to_a_receive_posted_meanwhile() {
+        let mut m: Matcher<u32, u32> = Matcher::new();
+        let e = env(1, 3, 0);
+        assert_eq!(m.arrive(&e), Arrival::Unmatched); // data still streaming
+        m.post(pat(Some(1), None), 9);
+        assert_eq!(m.deliver_late(e, Body::Eager(5)), Some((9, Body::Eager(5))));
+        let e2 = env(1, 3, 1);
+        assert_eq!(m.arrive(&e2), Arrival::Unmatched);
+        assert_eq!(m.deliver_late(e2, Body::Eager(6)), None);
+        assert_eq!(m.unexpected_len(), 1);
     }
 
     #[test]

@@ -66,6 +66,9 @@ pub(crate) struct Conn {
     pub rstate: RState,
     /// Status of the rendez-vous message being streamed.
     pub stream_status: Option<StatusInfo>,
+    /// A large eager message streaming into a pooled buffer (no receive was posted when its
+    /// header arrived); matched when complete.
+    pub stream_unexpected: Option<(p2pmpi_core::matching::Envelope, Vec<u8>)>,
     pub outq: VecDeque<Out>,
     pub want_write: bool,
     pub shutdown_after_flush: bool,
@@ -84,6 +87,7 @@ impl Conn {
             rend: 0,
             rstate: RState::Header,
             stream_status: None,
+            stream_unexpected: None,
             outq: VecDeque::new(),
             want_write: false,
             shutdown_after_flush: false,
@@ -170,8 +174,9 @@ impl Conn {
         }
         let hb: &[u8; HEADER_LEN] = self.rbuf[self.rpos..self.rpos + HEADER_LEN].try_into().unwrap();
         let h = Header::decode(hb, EAGER_LIMIT as u64)?;
-        // Rendez-vous data is streamed, not buffered: hand over the header alone.
-        let body = if h.kind == p2pmpi_wire::FrameKind::Data { 0 } else { h.payload_len() as usize };
+        // Rendez-vous data and large eager payloads are streamed to their destination, not
+        // buffered: hand over the header alone.
+        let body = if is_streamed(&h) { 0 } else { h.payload_len() as usize };
         if avail < HEADER_LEN + body {
             return Ok(None);
         }
@@ -221,6 +226,18 @@ impl Conn {
     fn stream_offset(&self, left: usize) -> usize {
         let total = self.stream_status.map(|s| s.len as usize).unwrap_or(left);
         total - left
+    }
+}
+
+/// Eager payloads at least this large are read straight to their destination.
+pub(crate) const STREAM_MIN: u64 = 16 * 1024;
+
+/// Whether a frame's payload is streamed rather than buffered.
+pub(crate) fn is_streamed(h: &Header) -> bool {
+    match h.kind {
+        p2pmpi_wire::FrameKind::Data => true,
+        p2pmpi_wire::FrameKind::Eager => h.len >= STREAM_MIN,
+        _ => false,
     }
 }
 

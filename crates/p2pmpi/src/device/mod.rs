@@ -618,7 +618,14 @@ impl Engine {
                         got |= n > 0;
                         if left == 0 {
                             conn.rstate = RState::Header;
-                            if !discard {
+                            if let Some((env, data)) = conn.stream_unexpected.take() {
+                                conn.stream_status = None;
+                                if let Some((r, Body::Eager(data))) = self.matcher.deliver_late(env, Body::Eager(data))
+                                {
+                                    self.fill(r, &env, &data);
+                                    crate::pool::give(data);
+                                }
+                            } else if !discard {
                                 if let Some(st) = conn.stream_status.take() {
                                     self.complete(req, Ok(st));
                                 }
@@ -699,6 +706,29 @@ impl Engine {
             FrameKind::Eager | FrameKind::ReadyToSend if !from_peer => {
                 return Err(proto(format!("{:?} frame with MID {mid:?} on rank {peer}'s connection", h.kind)))
             }
+            FrameKind::Eager if conn::is_streamed(&h) => {
+                let env = Envelope { comm: mid.comm, src: peer, tag: mid.tag, seq: mid.seq, len: h.len };
+                let st = StatusInfo { source: peer, tag: mid.tag, len: h.len, cancelled: false };
+                match self.matcher.arrive(&env) {
+                    Arrival::Matched(r) => self.begin_stream(conn, r, st),
+                    Arrival::Unmatched => {
+                        let mut data = crate::pool::zeroed(h.len as usize);
+                        let ptr = data.as_mut_ptr();
+                        conn.stream_unexpected = Some((env, data));
+                        conn.stream_status = Some(st);
+                        conn.rstate = RState::Stream { req: usize::MAX, ptr, left: h.len as usize, discard: false };
+                    }
+                    Arrival::Duplicate => {
+                        conn.stream_status = Some(st);
+                        conn.rstate = RState::Stream {
+                            req: usize::MAX,
+                            ptr: std::ptr::null_mut(),
+                            left: h.len as usize,
+                            discard: true,
+                        };
+                    }
+                }
+            }
             FrameKind::Eager => {
                 let env = Envelope { comm: mid.comm, src: peer, tag: mid.tag, seq: mid.seq, len: h.len };
                 match self.matcher.arrive(&env) {
@@ -733,26 +763,32 @@ impl Engine {
                 let Some(r) = self.rndv_recv.remove(&mid) else {
                     return Err(proto(format!("data for unknown MID {mid:?}")));
                 };
-                let (req_ptr, req_cap) = {
-                    let q = self.reqs[r].as_ref().expect("live request");
-                    (q.ptr, q.cap)
-                };
                 let st = StatusInfo { source: peer, tag: mid.tag, len: h.len, cancelled: false };
-                let discard = h.len as usize > req_cap;
-                if discard {
-                    let e =
-                        Error::Truncated { from_rank: peer, tag: mid.tag, message_bytes: h.len, buffer_bytes: req_cap };
-                    self.complete(r, Err(e));
-                }
-                conn.stream_status = Some(st);
-                conn.rstate = RState::Stream { req: r, ptr: req_ptr, left: h.len as usize, discard };
-                if h.len == 0 && !discard {
-                    conn.rstate = RState::Header;
-                    self.complete(r, Ok(st));
-                }
+                self.begin_stream(conn, r, st);
             }
         }
         Ok(())
+    }
+
+    /// Streams the payload announced by a header into receive `r`'s buffer (or drops it,
+    /// failing the receive, if it does not fit).
+    fn begin_stream(&mut self, conn: &mut Conn, r: ReqId, st: StatusInfo) {
+        let (ptr, cap) = {
+            let q = self.reqs[r].as_ref().expect("live request");
+            (q.ptr, q.cap)
+        };
+        let len = st.len as usize;
+        let discard = len > cap;
+        if discard {
+            let e = Error::Truncated { from_rank: st.source, tag: st.tag, message_bytes: st.len, buffer_bytes: cap };
+            self.complete(r, Err(e));
+        }
+        conn.stream_status = Some(st);
+        conn.rstate = RState::Stream { req: r, ptr, left: len, discard };
+        if len == 0 && !discard {
+            conn.rstate = RState::Header;
+            self.complete(r, Ok(st));
+        }
     }
 
     fn conn_failed(&mut self, cid: usize, peer: i32, e: ConnError) {
