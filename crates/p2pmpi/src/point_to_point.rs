@@ -9,7 +9,7 @@
 
 use crate::datatype::{Buffer, BufferMut, Datatype, Equivalence, TypeMap, UncommittedDatatype};
 use crate::device::{Matched, SendMode};
-use crate::environment::{wait_req, wait_until, with_engine};
+use crate::environment::{wait_until, with_engine};
 use crate::error::{Error, OrFatal, Result};
 use crate::request::{Pending, Request, Scope, Unpack};
 use crate::topology::{AsCommunicator, CommHandle, Communicator, CommunicatorRelation, Rank};
@@ -139,9 +139,9 @@ pub(crate) fn start_send(
 fn send_impl<B: ?Sized + Buffer>(h: &CommHandle, dst: Rank, buf: &B, tag: Tag, mode: SendMode) -> Result<()> {
     let (ptr, len, keep) = send_bytes(buf);
     let p = start_send(h, h.p2p_id(), dst, tag, ptr, len, mode)?;
-    let r = wait_req(p.id, p.hint);
+    p.wait()?;
     drop(keep);
-    r.map(|_| ())
+    Ok(())
 }
 
 fn isend_impl<'a, B: ?Sized + Buffer, S: Scope<'a>>(

@@ -56,6 +56,10 @@ impl Pending {
 
     pub fn wait(self) -> Result<Status> {
         let r = wait_req(self.id, self.hint);
+        if r.is_err() {
+            // The caller may free its buffer now: nothing may point into it any more.
+            with_engine(|e| e.detach(self.id));
+        }
         self.finish(r)
     }
 

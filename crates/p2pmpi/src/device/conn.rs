@@ -119,6 +119,18 @@ impl Conn {
         Ok(Vec::new())
     }
 
+    /// Replaces in-place payloads of request `id` by copies (see `Engine::detach`).
+    pub fn detach(&mut self, id: ReqId) {
+        for out in self.outq.iter_mut() {
+            if out.done == Some(id) {
+                if let Payload::Raw(p, n) = out.payload {
+                    let copy = crate::pool::copy_of(unsafe { std::slice::from_raw_parts(p, n) });
+                    out.payload = Payload::Owned(copy);
+                }
+            }
+        }
+    }
+
     /// Writes queued frames until the socket is full.
     pub fn flush(&mut self) -> Result<Vec<ReqId>, ConnError> {
         let mut done = Vec::new();

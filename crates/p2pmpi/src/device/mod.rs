@@ -272,6 +272,28 @@ impl Engine {
         false
     }
 
+    /// Makes sure nothing in the device still points into request `id`'s buffers: a queued
+    /// in-place payload becomes an owned copy, a rendez-vous waiting for READY_TO_RECV is
+    /// dropped, a receive not matched yet is withdrawn. Used when a wait gives up with an
+    /// error, before the caller may free its buffer.
+    pub fn detach(&mut self, id: ReqId) {
+        for conn in self.conns.iter_mut().flatten() {
+            conn.detach(id);
+        }
+        self.rndv_send.retain(|_, s| s.req != id);
+        if !self.matcher.cancel(&id) {
+            // A receive already streaming into its buffer: drop the data instead.
+            self.rndv_recv.retain(|_, r| *r != id);
+            for conn in self.conns.iter_mut().flatten() {
+                if let RState::Stream { req, ref mut discard, .. } = conn.rstate {
+                    if req == id {
+                        *discard = true;
+                    }
+                }
+            }
+        }
+    }
+
     // ----------------------------------------------------------------- sending
 
     fn header(&self, kind: FrameKind, comm: u32, dst: i32, tag: i32, seq: u64, len: u64) -> Header {
