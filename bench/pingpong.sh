@@ -35,31 +35,11 @@ log() { printf '[pingpong.sh] %s\n' "$*" >&2; }
 mkdir -p "$OUT"
 rm -rf "$OUT/raw"
 mkdir -p "$OUT/raw"
-T_START=$(date +%s)
-log "$(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(uname -srm), $(date -u '+%Y-%m-%d %H:%M UTC')"
+source "$(dirname "$0")/lib.sh"
+announce_machine
 
 # --------------------------------------------------------------------------- install
-need_pkgs=()
-command -v mpicc.openmpi >/dev/null && command -v mpirun.openmpi >/dev/null \
-    || need_pkgs+=(openmpi-bin libopenmpi-dev)
-command -v mpicc.mpich >/dev/null && command -v mpirun.mpich >/dev/null \
-    || need_pkgs+=(mpich libmpich-dev)
-command -v python3 >/dev/null || need_pkgs+=(python3)
-command -v gcc >/dev/null || need_pkgs+=(gcc)
-if [ ${#need_pkgs[@]} -gt 0 ]; then
-    if [ -n "${NO_INSTALL:-}" ]; then
-        log "missing packages (${need_pkgs[*]}) and NO_INSTALL is set: continuing without them"
-    else
-        SUDO=
-        [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null && SUDO=sudo
-        log "installing: ${need_pkgs[*]}"
-        export DEBIAN_FRONTEND=noninteractive
-        $SUDO apt-get update -qq >"$OUT/apt.log" 2>&1 \
-            && $SUDO apt-get install -y -qq "${need_pkgs[@]}" >>"$OUT/apt.log" 2>&1 \
-            || log "apt-get failed (see $OUT/apt.log); continuing with what is there"
-    fi
-fi
-command -v python3 >/dev/null || { log "python3 is required"; exit 1; }
+install_missing with-mpich
 
 # --------------------------------------------------------------------------- build
 declare -A CMD      # implementation -> command prefix (sizes are appended)
@@ -160,29 +140,7 @@ done
 [ ${#ACTIVE[@]} -gt 0 ] || { log "nothing to run"; exit 1; }
 
 # --------------------------------------------------------------------------- runs
-# The machine may be shared (builds running beside us). Busy-polling benchmarks on few
-# cores are very sensitive to that, so before each run sample how busy the CPUs are
-# (from /proc/stat over 0.3 s) and wait for a quieter moment, within QUIET_BUDGET.
-cpu_busy_pct() {
-    local a b
-    read -r -a a < <(grep -m1 '^cpu ' /proc/stat)
-    sleep 0.3
-    read -r -a b < <(grep -m1 '^cpu ' /proc/stat)
-    local tot=0 idle i
-    for ((i = 1; i < ${#a[@]}; i++)); do tot=$((tot + b[i] - a[i])); done
-    idle=$((b[4] - a[4] + b[5] - a[5]))
-    [ $tot -gt 0 ] && echo $(((tot - idle) * 100 / tot)) || echo 0
-}
 QUIET_LEFT=$QUIET_BUDGET
-wait_quiet() {
-    local busy
-    busy=$(cpu_busy_pct)
-    while [ "$busy" -gt "$QUIET_PCT" ] && [ "$QUIET_LEFT" -gt 0 ]; do
-        sleep 1; QUIET_LEFT=$((QUIET_LEFT - 1))
-        busy=$(cpu_busy_pct)
-    done
-    echo "$busy"
-}
 : >"$OUT/load.txt"
 # Interleaved: every repetition runs every implementation once; the starting
 # implementation rotates so none is always first (or always right after a build).
@@ -210,13 +168,8 @@ for impl in $IMPLS; do
     [ -n "${SKIP[$impl]:-}" ] && SKIPPED+="$impl: ${SKIP[$impl]}"$'\n'
 done
 export REPS OUT IMPLS SKIPPED QUIET_PCT
-export MACHINE_NPROC=$(nproc)
-export MACHINE_CPU=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
-export MACHINE_KERNEL=$(uname -srm)
-export MACHINE_DATE=$(date -u '+%Y-%m-%d %H:%M UTC')
-export VER_OMPI=$(mpirun.openmpi --version 2>/dev/null | head -n1)
+export_machine
 export VER_MPICH=$(mpirun.mpich --version 2>/dev/null | awk '/Version:/ {print "MPICH " $2; exit}')
-export VER_RUST=$(rustc --version 2>/dev/null)
 
 python3 - <<'PY'
 import glob, os, re, statistics

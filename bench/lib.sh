@@ -1,0 +1,69 @@
+# Shared helpers of the benchmark scripts (sourced, not run). Expects `log` and `OUT`.
+
+# Announces the machine at the start of a run.
+announce_machine() {
+    T_START=$(date +%s)
+    log "$(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(uname -srm), $(date -u '+%Y-%m-%d %H:%M UTC')"
+}
+
+# install_missing [with-mpich]: installs Open MPI (and MPICH), python3 and gcc from Debian's
+# packages when missing, unless NO_INSTALL is set.
+install_missing() {
+    local need_pkgs=()
+    command -v mpicc.openmpi >/dev/null && command -v mpirun.openmpi >/dev/null \
+        || need_pkgs+=(openmpi-bin libopenmpi-dev)
+    if [ "${1:-}" = with-mpich ]; then
+        command -v mpicc.mpich >/dev/null && command -v mpirun.mpich >/dev/null \
+            || need_pkgs+=(mpich libmpich-dev)
+    fi
+    command -v python3 >/dev/null || need_pkgs+=(python3)
+    command -v gcc >/dev/null || need_pkgs+=(gcc)
+    if [ ${#need_pkgs[@]} -gt 0 ]; then
+        if [ -n "${NO_INSTALL:-}" ]; then
+            log "missing packages (${need_pkgs[*]}) and NO_INSTALL is set: continuing without them"
+        else
+            local SUDO=
+            [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null && SUDO=sudo
+            log "installing: ${need_pkgs[*]}"
+            export DEBIAN_FRONTEND=noninteractive
+            $SUDO apt-get update -qq >"$OUT/apt.log" 2>&1 \
+                && $SUDO apt-get install -y -qq "${need_pkgs[@]}" >>"$OUT/apt.log" 2>&1 \
+                || log "apt-get failed (see $OUT/apt.log); continuing with what is there"
+        fi
+    fi
+    command -v python3 >/dev/null || { log "python3 is required"; exit 1; }
+}
+
+# The machine may be shared (builds running beside us). Busy-polling benchmarks on few
+# cores are very sensitive to that, so before each run sample how busy the CPUs are
+# (from /proc/stat over 0.3 s) and wait for a quieter moment, within QUIET_BUDGET seconds.
+cpu_busy_pct() {
+    local a b
+    read -r -a a < <(grep -m1 '^cpu ' /proc/stat)
+    sleep 0.3
+    read -r -a b < <(grep -m1 '^cpu ' /proc/stat)
+    local tot=0 idle i
+    for ((i = 1; i < ${#a[@]}; i++)); do tot=$((tot + b[i] - a[i])); done
+    idle=$((b[4] - a[4] + b[5] - a[5]))
+    [ $tot -gt 0 ] && echo $(((tot - idle) * 100 / tot)) || echo 0
+}
+
+wait_quiet() {
+    local busy
+    busy=$(cpu_busy_pct)
+    while [ "$busy" -gt "$QUIET_PCT" ] && [ "$QUIET_LEFT" -gt 0 ]; do
+        sleep 1; QUIET_LEFT=$((QUIET_LEFT - 1))
+        busy=$(cpu_busy_pct)
+    done
+    echo "$busy"
+}
+
+# Exports the machine description read by the report writers.
+export_machine() {
+    export MACHINE_NPROC=$(nproc)
+    export MACHINE_CPU=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
+    export MACHINE_KERNEL=$(uname -srm)
+    export MACHINE_DATE=$(date -u '+%Y-%m-%d %H:%M UTC')
+    export VER_OMPI=$(mpirun.openmpi --version 2>/dev/null | head -n1)
+    export VER_RUST=$(rustc --version 2>/dev/null)
+}
