@@ -6,8 +6,12 @@
 //! TCP device and the daemons are thin drivers around these machines, and tests (and later the
 //! simulator) drive the very same code with virtual time.
 //!
+//! * [`allocation`]: the reservation arithmetic (booking count with overbooking, *slist*,
+//!   the feasibility test) and the *spread* / *concentrate* strategies with the rank
+//!   distribution that keeps the copies of a rank on different hosts (thesis §3.3–§3.4).
 //! * [`matching`]: MPI message matching — the expected (posted) and unexpected queues, the
 //!   message identifier (MID) sequence counters, and the per-source high-water marks that are
 //!   the compact form of the seeds' *history table* (thesis §4.3.2).
 
+pub mod allocation;
 pub mod matching;
