@@ -41,6 +41,9 @@ impl Hasher for KeyHasher {
 
 type KeyMap = HashMap<(u32, i32, i32), u64, BuildHasherDefault<KeyHasher>>;
 
+/// Unexpected messages of one (communicator, source), with their arrival numbers.
+type SourceQueue<P> = VecDeque<(u64, Envelope, Body<P>)>;
+
 /// What identifies an arriving message at the receiver (the MID without the destination,
 /// which is this process) plus its size.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -105,7 +108,7 @@ pub enum Arrival<R> {
 #[derive(Debug)]
 pub struct Matcher<R, P> {
     posted: VecDeque<(Pattern, R)>,
-    unexpected: HashMap<(u32, i32), VecDeque<(u64, Envelope, Body<P>)>, BuildHasherDefault<KeyHasher>>,
+    unexpected: HashMap<(u32, i32), SourceQueue<P>, BuildHasherDefault<KeyHasher>>,
     unexpected_count: usize,
     arrivals: u64,
     next_send: KeyMap,
@@ -181,7 +184,7 @@ impl<R: PartialEq, P> Matcher<R, P> {
 
     /// Where the earliest unexpected message fitting `pat` is: (queue key, index).
     fn find(&self, pat: Pattern) -> Option<((u32, i32), usize)> {
-        let first_fit = |q: &VecDeque<(u64, Envelope, Body<P>)>| q.iter().position(|(_, e, _)| pat.accepts(e));
+        let first_fit = |q: &SourceQueue<P>| q.iter().position(|(_, e, _)| pat.accepts(e));
         match pat.src {
             Some(s) => {
                 let key = (pat.comm, s);

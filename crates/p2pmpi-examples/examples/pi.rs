@@ -5,6 +5,7 @@ use mpi::collective::SystemOperation;
 use mpi::traits::*;
 
 fn main() {
+    #[allow(clippy::approx_constant, clippy::excessive_precision)] // the figure's own constant
     const PI25DT: f64 = 3.141592653589793238462643;
     let universe = mpi::initialize().unwrap();
     let world = universe.world();

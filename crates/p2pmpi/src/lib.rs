@@ -26,6 +26,10 @@
 //! Layers: [`p2pmpi_wire`] (frames and the MID), [`p2pmpi_core`] (pure protocol state machines:
 //! matching), this crate's [`device`] (TCP progress engine) and the rsmpi-compatible modules.
 
+// Signatures copy rsmpi's exactly (`Buf: ?Sized` in the generics, the trait bound in
+// `where`), so that programs written for rsmpi, turbofish included, compile unchanged.
+#![allow(clippy::multiple_bound_locations)]
+
 pub mod bootstrap;
 pub mod collective;
 pub mod datatype;
