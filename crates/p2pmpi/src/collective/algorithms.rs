@@ -357,7 +357,6 @@ pub(crate) fn allreduce(c: &Coll, acc: &mut Vec<u8>, map: &TypeMap, count: usize
     if c.size == 1 {
         return Ok(());
     }
-    let pof2 = c.size.count_ones() == 1;
     let default = if acc.len() >= LARGE && op.is_commutative() && count >= c.size as usize {
         Algorithm::Rabenseifner
     } else {
@@ -371,10 +370,7 @@ pub(crate) fn allreduce(c: &Coll, acc: &mut Vec<u8>, map: &TypeMap, count: usize
         Algorithm::Rabenseifner if op.is_commutative() && count >= c.size as usize => {
             allreduce_rabenseifner(c, acc, map, count, op)
         }
-        _ => {
-            let _ = pof2;
-            allreduce_recursive_doubling(c, acc, map, count, op)
-        }
+        _ => allreduce_recursive_doubling(c, acc, map, count, op),
     }
 }
 
@@ -739,24 +735,8 @@ fn scan_recursive_doubling(
     count: usize,
     op: &dyn Operation,
 ) -> Result<()> {
-    let mut partial = crate::pool::Scratch::copy_of(result);
-    let mut tmp = crate::pool::Scratch::zeroed(result.len());
-    let mut mask = 1;
-    while mask < c.size {
-        let dst = c.rank ^ mask;
-        if dst < c.size {
-            c.sendrecv(dst, &partial, dst, &mut tmp, TAG_SCAN)?;
-            if c.rank > dst {
-                op.combine(map, count, &tmp, &mut partial);
-                op.combine(map, count, &tmp, result);
-            } else {
-                op.combine(map, count, &partial, &mut tmp); // tmp = partial ∘ theirs
-                std::mem::swap(&mut *partial, &mut *tmp);
-            }
-        }
-        mask <<= 1;
-    }
-    Ok(())
+    let mine = crate::pool::Scratch::copy_of(result);
+    prefix_recursive_doubling(c, &mine, result, true, map, count, op, TAG_SCAN).map(|_| ())
 }
 
 /// Exclusive scan: `result` = x0 ∘ … ∘ x_(rank−1); rank 0's result is left untouched.
@@ -769,15 +749,33 @@ pub(crate) fn exscan(
     count: usize,
     op: &dyn Operation,
 ) -> Result<bool> {
+    prefix_recursive_doubling(c, mine, result, false, map, count, op, TAG_EXSCAN)
+}
+
+/// Prefix reduction by recursive doubling (partners rank xor 2^k): `partial` covers this
+/// rank's aligned block, `result` the lower blocks received so far (plus this rank's own
+/// value when `inclusive`). Returns whether `result` holds anything.
+#[allow(clippy::too_many_arguments)]
+fn prefix_recursive_doubling(
+    c: &Coll,
+    mine: &[u8],
+    result: &mut Vec<u8>,
+    inclusive: bool,
+    map: &TypeMap,
+    count: usize,
+    op: &dyn Operation,
+    tag: i32,
+) -> Result<bool> {
     let mut partial = crate::pool::Scratch::copy_of(mine);
     let mut tmp = crate::pool::Scratch::zeroed(mine.len());
-    let mut have = false;
+    let mut have = inclusive;
     let mut mask = 1;
     while mask < c.size {
         let dst = c.rank ^ mask;
         if dst < c.size {
-            c.sendrecv(dst, &partial, dst, &mut tmp, TAG_EXSCAN)?;
+            c.sendrecv(dst, &partial, dst, &mut tmp, tag)?;
             if c.rank > dst {
+                // The partner's block is lower: it goes in front.
                 op.combine(map, count, &tmp, &mut partial);
                 if have {
                     op.combine(map, count, &tmp, result);
@@ -786,7 +784,7 @@ pub(crate) fn exscan(
                     have = true;
                 }
             } else {
-                op.combine(map, count, &partial, &mut tmp);
+                op.combine(map, count, &partial, &mut tmp); // tmp = partial ∘ theirs
                 std::mem::swap(&mut *partial, &mut *tmp);
             }
         }
