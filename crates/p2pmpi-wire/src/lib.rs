@@ -12,10 +12,16 @@
 //!   finalization and abort. Messages are length-prefixed `postcard` (serde) records with a
 //!   size cap.
 //!
+//! * [`secure`] and [`grid`]: the **grid control plane** between supernode, peer daemons
+//!   (MPD, RS, FT) and commands: a Noise handshake keyed by the grid secret, then encrypted
+//!   records (supernode, reservation, staging and launch requests).
+//!
 //! `postcard` was chosen over `bincode` for the control plane because it is actively
 //! maintained, compact, `no_std`-friendly and has a stable wire format specification.
 
 pub mod control;
 pub mod frame;
+pub mod grid;
+pub mod secure;
 
 pub use frame::{FrameKind, Header, Mid, WireError, HEADER_LEN, MAGIC, VERSION};

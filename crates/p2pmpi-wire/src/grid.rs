@@ -1,0 +1,325 @@
+//! Messages of the grid's control plane: supernode, MPD, RS and FT services.
+//!
+//! Each service listens on its own port and speaks request/answer records over a
+//! [`crate::secure::SecureConn`]. A connection may carry several requests in a row; a service
+//! answers each in order and closes the connection on anything it cannot decode.
+//!
+//! Peers are named by their [`PeerId`]: the advertised IP address and the MPD port.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// A peer's identity on the grid: advertised IP and MPD port.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct PeerId {
+    pub ip: String,
+    pub mpd_port: u16,
+}
+
+impl fmt::Display for PeerId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.ip, self.mpd_port)
+    }
+}
+
+/// What a peer tells the supernode about itself.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PeerInfo {
+    pub id: PeerId,
+    pub rs_port: u16,
+    pub ft_port: u16,
+    pub fd_port: u16,
+    /// `MAX_PROCESSES_PER_JOB` of this peer.
+    pub capacity: u32,
+    /// Host name, for humans.
+    pub name: String,
+}
+
+/// One line of the supernode's host list.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostEntry {
+    pub info: PeerInfo,
+    /// Milliseconds since the supernode last heard from this peer.
+    pub last_seen_ms: u64,
+}
+
+/// Requests to a supernode.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SnRequest {
+    /// A peer joins (or re-joins): add or refresh it.
+    Register(PeerInfo),
+    /// A peer halts: remove it.
+    Unregister(PeerId),
+    /// A peer is alive (the keep-alive signal).
+    Alive(PeerId),
+    /// The host list.
+    List,
+    /// Stop the supernode (`stopSupernode`).
+    Stop,
+}
+
+/// Answers of a supernode.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SnResponse {
+    Ok,
+    /// `Alive` from a peer the supernode does not know (it expired): register again.
+    UnknownPeer,
+    Hosts(Vec<HostEntry>),
+    Error(String),
+}
+
+/// A reservation ticket: unique key created by the submitter's RS.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Ticket(pub u128);
+
+impl fmt::Display for Ticket {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:032x}", self.0)
+    }
+}
+
+/// Requests to a reservation service (RS).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RsRequest {
+    /// Book this host for a job (`app` is the program name, for `mpistat` and logs).
+    Reserve { ticket: Ticket, app: String, submitter: String },
+    /// Release a reservation that will not be used.
+    Cancel { ticket: Ticket },
+}
+
+/// Answers of a reservation service.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RsResponse {
+    /// Accepted: this host runs up to `p` processes of the job; the reservation lapses after
+    /// `expires_ms` unless a launch claims it.
+    Ok {
+        p: u32,
+        expires_ms: u64,
+    },
+    /// Refused, with the reason (MAX_JOBS reached, host denied, …).
+    Nok {
+        reason: String,
+    },
+    Cancelled,
+}
+
+/// Where a staged file comes from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FileSource {
+    /// Sent by the submitter: content hash (BLAKE3) and size.
+    Inline { hash: [u8; 32], size: u64 },
+    /// Fetched by the peer itself (SPEC §6 mode 2).
+    Url(String),
+}
+
+/// A file to stage into a job's directory.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileMeta {
+    /// Relative path inside the job directory (checked: no `..`, not absolute).
+    pub name: String,
+    pub source: FileSource,
+    pub executable: bool,
+}
+
+/// Requests to a file-transfer service (FT).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FtRequest {
+    /// Opens staging for a reserved job: the files it needs.
+    Offer { ticket: Ticket, job: String, files: Vec<FileMeta> },
+    /// Content of file `index` of the offer (in order, in chunks).
+    Chunk { index: u32, data: Vec<u8> },
+    /// All needed content was sent: verify and install.
+    Done,
+}
+
+/// Answers of a file-transfer service.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FtResponse {
+    /// The files (indices into the offer) whose content must be sent; the others were in the
+    /// peer's cache.
+    Need(Vec<u32>),
+    /// Every file is in place in the job directory.
+    Staged {
+        cached: u32,
+        received: u32,
+        fetched: u32,
+    },
+    Error(String),
+}
+
+/// What a remote MPD must start for a job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LaunchSpec {
+    pub ticket: Ticket,
+    /// Job identifier (hex, also the name of the job directory).
+    pub job: String,
+    /// Program name shown by `mpistat`.
+    pub app: String,
+    /// The program, a file staged in the job directory.
+    pub program: String,
+    pub args: Vec<String>,
+    /// MPI ranks to start here.
+    pub ranks: Vec<u32>,
+    pub size: u32,
+    /// Root's control address (the communicator is built there).
+    pub root: String,
+    /// The job's token, proving registration at the root.
+    pub token: u64,
+    /// Extra environment for the processes.
+    pub env: Vec<(String, String)>,
+}
+
+/// One running MPI process, as `mpistat` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AppProcess {
+    pub app: String,
+    pub job: String,
+    pub rank: u32,
+    pub pid: u32,
+    /// Root process address (the submitter's control port).
+    pub root: String,
+}
+
+/// A cached host as `mpihost` shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CachedHost {
+    pub info: PeerInfo,
+    /// Last measured application-level round-trip time, in microseconds.
+    pub rtt_us: Option<u64>,
+    pub alive: bool,
+    /// Milliseconds since the entry was last updated.
+    pub updated_ms: u64,
+}
+
+/// A host chosen for a job, as the MPD returns it to the submitter.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Placement {
+    pub info: PeerInfo,
+    pub ranks: Vec<u32>,
+}
+
+/// Requests to an MPD.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MpdRequest {
+    /// Application-level ping for latency measurement.
+    Ping,
+    /// The cached host list (`mpihost`).
+    Hosts,
+    /// Applications running here (`mpistat`).
+    Stat,
+    /// Stop the daemon (`mpihalt`; accepted from this host only).
+    Halt,
+    /// From the local submitter: discover and reserve hosts for n×r processes, placed by
+    /// `strategy`, retrying up to `wait_ms`. The MPD answers with `Progress` records, then
+    /// `Reserved` or `Failed`.
+    Reserve { n: u32, r: u32, strategy: String, wait_ms: u64, app: String },
+    /// From the local submitter: give back reservations (unused, or a job that ended).
+    Release { ticket: Ticket, peers: Vec<PeerInfo> },
+    /// Start processes for a job; the connection then carries [`JobEvent`]s until every
+    /// process ended, and the submitter may send [`JobControl`]s.
+    Launch(LaunchSpec),
+    /// The submitter announces a process it started itself here (rank 0), for `mpistat`.
+    Announce(AppProcess),
+    /// The announced process ended.
+    Retire { job: String, rank: u32 },
+}
+
+/// Answers of an MPD.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum MpdResponse {
+    Pong,
+    Hosts {
+        me: PeerId,
+        hosts: Vec<CachedHost>,
+    },
+    Stat {
+        me: PeerId,
+        version: String,
+        apps: Vec<AppProcess>,
+    },
+    Halting,
+    Ok,
+    /// Reservation progress: hosts that accepted so far, out of those needed.
+    Progress {
+        accepted: u32,
+        needed: u32,
+        asked: u32,
+    },
+    /// Reservation done: the hosts kept, with their ranks (first: this host, with rank 0).
+    Reserved {
+        ticket: Ticket,
+        placements: Vec<Placement>,
+    },
+    Failed(String),
+}
+
+/// Events of a launched job, from the remote MPD to the submitter.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum JobEvent {
+    /// Launch refused (wrong ticket, program missing, …).
+    Refused(String),
+    Started {
+        rank: u32,
+        pid: u32,
+    },
+    /// Output of a process: whole lines (or the last partial line at its exit).
+    Output {
+        rank: u32,
+        stderr: bool,
+        data: Vec<u8>,
+    },
+    /// A process ended: exit code, or the signal that killed it.
+    Exited {
+        rank: u32,
+        code: Option<i32>,
+        signal: Option<i32>,
+    },
+}
+
+/// Orders from the submitter to a remote MPD about a launched job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum JobControl {
+    /// Send a signal to every process of the job here.
+    Signal(i32),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn records_roundtrip() {
+        let id = PeerId { ip: "127.0.0.2".into(), mpd_port: 9897 };
+        let info = PeerInfo { id: id.clone(), rs_port: 1, ft_port: 2, fd_port: 3, capacity: 4, name: "h".into() };
+        let m = MpdRequest::Launch(LaunchSpec {
+            ticket: Ticket(u128::MAX - 3),
+            job: "ab".into(),
+            app: "pi".into(),
+            program: "pi".into(),
+            args: vec!["-x".into()],
+            ranks: vec![1, 2],
+            size: 3,
+            root: "127.0.0.1:1".into(),
+            token: 5,
+            env: vec![],
+        });
+        let b = postcard::to_allocvec(&m).unwrap();
+        assert_eq!(postcard::from_bytes::<MpdRequest>(&b).unwrap(), m);
+        let s = SnResponse::Hosts(vec![HostEntry { info, last_seen_ms: 12 }]);
+        let b = postcard::to_allocvec(&s).unwrap();
+        assert_eq!(postcard::from_bytes::<SnResponse>(&b).unwrap(), s);
+        assert_eq!(id.to_string(), "127.0.0.2:9897");
+    }
+
+    proptest! {
+        #[test]
+        fn garbage_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
+            let _ = postcard::from_bytes::<MpdRequest>(&bytes);
+            let _ = postcard::from_bytes::<SnRequest>(&bytes);
+            let _ = postcard::from_bytes::<RsRequest>(&bytes);
+            let _ = postcard::from_bytes::<FtRequest>(&bytes);
+            let _ = postcard::from_bytes::<JobEvent>(&bytes);
+        }
+    }
+}

@@ -1,0 +1,405 @@
+//! Authenticated, encrypted control connections between grid daemons and commands.
+//!
+//! Every control connection of the grid (peer ↔ supernode, peer ↔ peer, submitter ↔ peer)
+//! starts with a [Noise](https://noiseprotocol.org) handshake, pattern
+//! `Noise_NNpsk0_25519_ChaChaPoly_BLAKE2s`, keyed by the **grid secret** (`GRID_SECRET` in the
+//! configuration). The pre-shared key enters the very first handshake message, so a side that
+//! does not know the secret cannot produce or read anything: the responder drops the
+//! connection on the first message, the initiator on the answer. After the handshake every
+//! record is encrypted and authenticated, so nobody on the path can inject a reservation or a
+//! launch into an established connection either.
+//!
+//! We use the `snow` crate (the reference Rust Noise implementation, used by libp2p and
+//! others) rather than inventing a challenge-response: the handshake, its key schedule and
+//! its nonce handling are the delicate part, and snow's are reviewed and fuzzed.
+//!
+//! Framing: a Noise message is at most 65 535 bytes, so a record (a postcard-encoded serde
+//! value) is cut into chunks. On the wire each chunk is a 2-byte big-endian length followed by
+//! that many bytes of ciphertext; the first chunk's plaintext starts with the record's total
+//! length (4 bytes, little-endian), checked against the connection's limit before anything is
+//! allocated. Malformed, oversized or forged input is an error, never a panic. Reads honour the
+//! socket's read time-out, so a connection that stalls ends with an error the caller logs.
+
+use serde::{de::DeserializeOwned, Serialize};
+use snow::StatelessTransportState;
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use thiserror::Error;
+
+const NOISE_PARAMS: &str = "Noise_NNpsk0_25519_ChaChaPoly_BLAKE2s";
+const MAX_NOISE: usize = 65535;
+const TAG: usize = 16;
+/// Plaintext bytes carried by one Noise message.
+const CHUNK: usize = MAX_NOISE - TAG;
+/// Records larger than this are refused unless a connection raises its own limit.
+pub const DEFAULT_MAX_RECORD: usize = 4 << 20;
+/// Default time allowed for the whole handshake.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The grid secret, reduced to the 32-byte pre-shared key of the handshake.
+#[derive(Clone)]
+pub struct GridSecret([u8; 32]);
+
+impl GridSecret {
+    /// Derives the key from the configured secret phrase (any length, any bytes).
+    pub fn from_phrase(phrase: &str) -> Self {
+        GridSecret(blake3::derive_key("p2pmpi grid secret v1", phrase.as_bytes()))
+    }
+}
+
+impl std::fmt::Debug for GridSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("GridSecret(…)")
+    }
+}
+
+/// Errors of a secure connection.
+#[derive(Debug, Error)]
+pub enum SecureError {
+    #[error("i/o: {0}")]
+    Io(#[from] io::Error),
+    #[error("handshake failed (wrong or missing grid secret?): {0}")]
+    Handshake(String),
+    #[error("record of {0} bytes exceeds the limit of {1}")]
+    TooLong(usize, usize),
+    #[error("record could not be decrypted or authenticated")]
+    Forged,
+    #[error("malformed record: {0}")]
+    Malformed(String),
+    #[error("connection timed out")]
+    TimedOut,
+}
+
+impl SecureError {
+    /// True when the failure is a time-out (a stalled peer).
+    pub fn is_timeout(&self) -> bool {
+        match self {
+            SecureError::TimedOut => true,
+            SecureError::Io(e) => matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut),
+            _ => false,
+        }
+    }
+}
+
+fn io_err(e: io::Error) -> SecureError {
+    if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) {
+        SecureError::TimedOut
+    } else {
+        SecureError::Io(e)
+    }
+}
+
+fn write_frame(w: &mut impl Write, data: &[u8]) -> Result<(), SecureError> {
+    debug_assert!(data.len() <= MAX_NOISE);
+    let mut buf = Vec::with_capacity(2 + data.len());
+    buf.extend_from_slice(&(data.len() as u16).to_be_bytes());
+    buf.extend_from_slice(data);
+    w.write_all(&buf).map_err(io_err)
+}
+
+/// Reads one frame; `Ok(None)` on a clean end of stream before its first byte.
+fn read_frame(r: &mut impl Read, buf: &mut Vec<u8>) -> Result<Option<usize>, SecureError> {
+    let mut len = [0u8; 2];
+    let mut got = 0;
+    while got < 2 {
+        match r.read(&mut len[got..]) {
+            Ok(0) if got == 0 => return Ok(None),
+            Ok(0) => return Err(SecureError::Io(io::ErrorKind::UnexpectedEof.into())),
+            Ok(k) => got += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(io_err(e)),
+        }
+    }
+    let n = u16::from_be_bytes(len) as usize;
+    buf.resize(n, 0);
+    r.read_exact(&mut buf[..n]).map_err(io_err)?;
+    Ok(Some(n))
+}
+
+fn builder(secret: &GridSecret) -> Result<snow::Builder<'_>, SecureError> {
+    let params = NOISE_PARAMS.parse().map_err(|e| SecureError::Handshake(format!("{e:?}")))?;
+    snow::Builder::new(params).psk(0, &secret.0).map_err(|e| SecureError::Handshake(format!("{e:?}")))
+}
+
+/// The sending half of a connection.
+pub struct SecureWriter {
+    stream: TcpStream,
+    noise: Arc<Mutex<StatelessTransportState>>,
+    nonce: u64,
+    out: Vec<u8>,
+}
+
+/// The receiving half of a connection.
+pub struct SecureReader {
+    stream: TcpStream,
+    noise: Arc<Mutex<StatelessTransportState>>,
+    nonce: u64,
+    max_record: usize,
+    frame: Vec<u8>,
+    plain: Vec<u8>,
+}
+
+/// An authenticated, encrypted connection carrying serde records.
+pub struct SecureConn {
+    pub reader: SecureReader,
+    pub writer: SecureWriter,
+}
+
+impl SecureConn {
+    /// Connects to `addr` and runs the handshake as initiator, all within `timeout`.
+    pub fn connect(addr: SocketAddr, secret: &GridSecret, timeout: Duration) -> Result<Self, SecureError> {
+        let stream = TcpStream::connect_timeout(&addr, timeout).map_err(io_err)?;
+        Self::handshake(stream, secret, timeout, true)
+    }
+
+    /// Runs the handshake as responder on an accepted connection.
+    pub fn accept(stream: TcpStream, secret: &GridSecret, timeout: Duration) -> Result<Self, SecureError> {
+        Self::handshake(stream, secret, timeout, false)
+    }
+
+    fn handshake(
+        mut stream: TcpStream,
+        secret: &GridSecret,
+        timeout: Duration,
+        initiator: bool,
+    ) -> Result<Self, SecureError> {
+        stream.set_nodelay(true)?;
+        stream.set_read_timeout(Some(timeout))?;
+        stream.set_write_timeout(Some(timeout))?;
+        let b = builder(secret)?;
+        let mut hs = if initiator { b.build_initiator() } else { b.build_responder() }
+            .map_err(|e| SecureError::Handshake(format!("{e:?}")))?;
+        let mut msg = vec![0u8; MAX_NOISE];
+        let mut payload = vec![0u8; MAX_NOISE];
+        let mut frame = Vec::new();
+        let hs_err = |e: snow::Error| SecureError::Handshake(format!("{e}"));
+        // NN: initiator → e, psk; responder → e, ee.
+        if initiator {
+            let n = hs.write_message(&[], &mut msg).map_err(hs_err)?;
+            write_frame(&mut stream, &msg[..n])?;
+            let Some(n) = read_frame(&mut stream, &mut frame)? else {
+                return Err(SecureError::Handshake("the other side closed the connection".into()));
+            };
+            hs.read_message(&frame[..n], &mut payload).map_err(hs_err)?;
+        } else {
+            let Some(n) = read_frame(&mut stream, &mut frame)? else {
+                return Err(SecureError::Handshake("the other side closed the connection".into()));
+            };
+            hs.read_message(&frame[..n], &mut payload).map_err(hs_err)?;
+            let n = hs.write_message(&[], &mut msg).map_err(hs_err)?;
+            write_frame(&mut stream, &msg[..n])?;
+        }
+        let noise = Arc::new(Mutex::new(hs.into_stateless_transport_mode().map_err(hs_err)?));
+        stream.set_read_timeout(None)?;
+        stream.set_write_timeout(Some(Duration::from_secs(30)))?;
+        let rstream = stream.try_clone()?;
+        Ok(SecureConn {
+            reader: SecureReader {
+                stream: rstream,
+                noise: noise.clone(),
+                nonce: 0,
+                max_record: DEFAULT_MAX_RECORD,
+                frame: Vec::new(),
+                plain: Vec::new(),
+            },
+            writer: SecureWriter { stream, noise, nonce: 0, out: vec![0u8; MAX_NOISE] },
+        })
+    }
+
+    /// Sends one record.
+    pub fn send<T: Serialize>(&mut self, msg: &T) -> Result<(), SecureError> {
+        self.writer.send(msg)
+    }
+
+    /// Receives one record; `Ok(None)` when the other side closed the connection cleanly.
+    pub fn recv<T: DeserializeOwned>(&mut self) -> Result<Option<T>, SecureError> {
+        self.reader.recv()
+    }
+
+    /// Sends a request and waits for its answer (a closed connection is an error).
+    pub fn call<Q: Serialize, A: DeserializeOwned>(&mut self, req: &Q) -> Result<A, SecureError> {
+        self.send(req)?;
+        self.recv()?.ok_or_else(|| SecureError::Io(io::ErrorKind::UnexpectedEof.into()))
+    }
+
+    /// Read time-out for the next receives (`None`: wait forever).
+    pub fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+        self.reader.stream.set_read_timeout(t)
+    }
+
+    /// Largest record accepted from the other side.
+    pub fn set_max_record(&mut self, n: usize) {
+        self.reader.max_record = n;
+    }
+
+    pub fn peer_addr(&self) -> io::Result<SocketAddr> {
+        self.writer.stream.peer_addr()
+    }
+
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.writer.stream.local_addr()
+    }
+
+    /// Splits into halves usable from two threads.
+    pub fn split(self) -> (SecureReader, SecureWriter) {
+        (self.reader, self.writer)
+    }
+}
+
+impl SecureWriter {
+    /// Sends one record.
+    pub fn send<T: Serialize>(&mut self, msg: &T) -> Result<(), SecureError> {
+        let body = postcard::to_allocvec(msg).map_err(|e| SecureError::Malformed(e.to_string()))?;
+        let mut plain = Vec::with_capacity(4 + body.len());
+        plain.extend_from_slice(&(body.len() as u32).to_le_bytes());
+        plain.extend_from_slice(&body);
+        let mut wire = Vec::with_capacity(plain.len() + (plain.len() / CHUNK + 1) * (TAG + 2));
+        let noise = self.noise.lock().unwrap_or_else(|p| p.into_inner());
+        for chunk in plain.chunks(CHUNK) {
+            let n = noise.write_message(self.nonce, chunk, &mut self.out).map_err(|_| SecureError::Forged)?;
+            self.nonce += 1;
+            wire.extend_from_slice(&(n as u16).to_be_bytes());
+            wire.extend_from_slice(&self.out[..n]);
+        }
+        drop(noise);
+        self.stream.write_all(&wire).map_err(io_err)
+    }
+
+    /// Closes the sending direction (the other side reads a clean end of stream).
+    pub fn shutdown(&self) {
+        let _ = self.stream.shutdown(std::net::Shutdown::Write);
+    }
+
+    /// Closes the whole connection.
+    pub fn close(&self) {
+        let _ = self.stream.shutdown(std::net::Shutdown::Both);
+    }
+}
+
+impl SecureReader {
+    fn read_chunk(&mut self) -> Result<Option<usize>, SecureError> {
+        let Some(n) = read_frame(&mut self.stream, &mut self.frame)? else { return Ok(None) };
+        if n < TAG {
+            return Err(SecureError::Forged);
+        }
+        let start = self.plain.len();
+        self.plain.resize(start + n - TAG, 0);
+        let noise = self.noise.lock().unwrap_or_else(|p| p.into_inner());
+        let k = noise
+            .read_message(self.nonce, &self.frame[..n], &mut self.plain[start..])
+            .map_err(|_| SecureError::Forged)?;
+        drop(noise);
+        self.nonce += 1;
+        self.plain.truncate(start + k);
+        Ok(Some(k))
+    }
+
+    /// Receives one record; `Ok(None)` when the other side closed the connection cleanly.
+    pub fn recv<T: DeserializeOwned>(&mut self) -> Result<Option<T>, SecureError> {
+        self.plain.clear();
+        if self.read_chunk()?.is_none() {
+            return Ok(None);
+        }
+        if self.plain.len() < 4 {
+            return Err(SecureError::Malformed("record shorter than its length".into()));
+        }
+        let total = u32::from_le_bytes(self.plain[..4].try_into().unwrap()) as usize;
+        if total > self.max_record {
+            return Err(SecureError::TooLong(total, self.max_record));
+        }
+        while self.plain.len() < 4 + total {
+            if self.read_chunk()?.is_none() {
+                return Err(SecureError::Io(io::ErrorKind::UnexpectedEof.into()));
+            }
+        }
+        if self.plain.len() != 4 + total {
+            return Err(SecureError::Malformed("record longer than announced".into()));
+        }
+        postcard::from_bytes(&self.plain[4..]).map(Some).map_err(|e| SecureError::Malformed(e.to_string()))
+    }
+
+    /// Read time-out for the next receives (`None`: wait forever).
+    pub fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+        self.stream.set_read_timeout(t)
+    }
+
+    /// Largest record accepted from the other side.
+    pub fn set_max_record(&mut self, n: usize) {
+        self.max_record = n;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+
+    fn pair(a: &str, b: &str) -> (Result<SecureConn, SecureError>, Result<SecureConn, SecureError>) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let sa = GridSecret::from_phrase(a);
+        let sb = GridSecret::from_phrase(b);
+        let t = std::thread::spawn(move || {
+            let (s, _) = l.accept().unwrap();
+            SecureConn::accept(s, &sb, Duration::from_secs(2))
+        });
+        let c = SecureConn::connect(addr, &sa, Duration::from_secs(2));
+        (c, t.join().unwrap())
+    }
+
+    #[test]
+    fn records_of_every_size_roundtrip() {
+        let (c, s) = pair("open sesame", "open sesame");
+        let (mut c, mut s) = (c.unwrap(), s.unwrap());
+        s.set_max_record(1 << 22);
+        for len in [0usize, 1, 100, CHUNK - 4, CHUNK - 3, CHUNK, 3 * CHUNK + 17, 1 << 20] {
+            let v: Vec<u8> = (0..len).map(|i| (i * 7) as u8).collect();
+            c.send(&v).unwrap();
+            let got: Vec<u8> = s.recv().unwrap().unwrap();
+            assert_eq!(got, v, "len {len}");
+        }
+        s.send(&("back", 7u32)).unwrap();
+        let back: (String, u32) = c.recv().unwrap().unwrap();
+        assert_eq!(back, ("back".to_string(), 7));
+        drop(c);
+        assert!(s.recv::<u8>().unwrap().is_none());
+    }
+
+    #[test]
+    fn a_wrong_secret_is_refused_on_both_sides() {
+        let (c, s) = pair("right", "wrong");
+        assert!(matches!(s, Err(SecureError::Handshake(_))), "responder refuses");
+        assert!(c.is_err(), "initiator fails too");
+    }
+
+    #[test]
+    fn garbage_and_oversized_records_are_errors() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let t = std::thread::spawn(move || {
+            let (s, _) = l.accept().unwrap();
+            SecureConn::accept(s, &GridSecret::from_phrase("x"), Duration::from_millis(500))
+        });
+        let mut raw = TcpStream::connect(addr).unwrap();
+        raw.write_all(b"GET / HTTP/1.0\r\n\r\n").unwrap();
+        assert!(t.join().unwrap().is_err());
+
+        let (c, s) = pair("k", "k");
+        let (mut c, mut s) = (c.unwrap(), s.unwrap());
+        s.set_max_record(1000);
+        c.send(&vec![0u8; 5000]).unwrap();
+        assert!(matches!(s.recv::<Vec<u8>>(), Err(SecureError::TooLong(_, 1000))));
+    }
+
+    #[test]
+    fn a_stalled_peer_times_out() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let _silent = TcpStream::connect(addr).unwrap();
+        let (s, _) = l.accept().unwrap();
+        let e = SecureConn::accept(s, &GridSecret::from_phrase("x"), Duration::from_millis(200)).err().unwrap();
+        assert!(e.is_timeout(), "{e}");
+    }
+}
