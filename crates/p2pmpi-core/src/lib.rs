@@ -9,9 +9,16 @@
 //! * [`allocation`]: the reservation arithmetic (booking count with overbooking, *slist*,
 //!   the feasibility test) and the *spread* / *concentrate* strategies with the rank
 //!   distribution that keeps the copies of a rank on different hosts (thesis §3.3–§3.4).
+//! * [`hosts`]: the supernode's *host list* (register, alive signals, expiry) and an MPD's
+//!   *cached list* (refresh, RTT ranking, dead hosts, serde persistence) (SPEC §2).
 //! * [`matching`]: MPI message matching — the expected (posted) and unexpected queues, the
 //!   message identifier (MID) sequence counters, and the per-source high-water marks that are
 //!   the compact form of the seeds' *history table* (thesis §4.3.2).
+//! * [`reservation`]: both sides of discovery and reservation — the RS gatekeeper (J, P,
+//!   HOST_DENY, tickets that lapse unless claimed) and the submitter's booking with
+//!   overbooking, *rlist*, *slist* and the placement decision (thesis §3.3.2, SPEC §4).
 
 pub mod allocation;
+pub mod hosts;
 pub mod matching;
+pub mod reservation;
