@@ -157,6 +157,22 @@ impl Gatekeeper {
         self.held.get(&ticket).is_some_and(|h| h.live(now_ms))
     }
 
+    /// The submitter is using the reservation (staging files for it): a live reservation's
+    /// hold starts again from `now_ms`, so a long staging does not outlive it. Returns
+    /// whether the ticket holds a live reservation, like [`Gatekeeper::holds`].
+    pub fn touch(&mut self, now_ms: u64, ticket: u128) -> bool {
+        let hold = self.policy.hold_ms;
+        match self.held.get_mut(&ticket) {
+            Some(h) if h.live(now_ms) => {
+                if !h.running {
+                    h.expires_at_ms = now_ms + hold;
+                }
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// The launch: the ticket must match a live reservation; it becomes running (never expires
     /// until finish/cancel). Claiming an already-running ticket is Ok. Returns P. A lapsed
     /// reservation is dropped and reported [`ClaimError::Expired`] (then `Unknown`).
@@ -351,6 +367,22 @@ impl<K: Clone + Eq + Hash + fmt::Debug> Booking<K> {
             }
         }
         Ok(plan)
+    }
+}
+
+#[cfg(test)]
+mod touch_tests {
+    use super::*;
+
+    #[test]
+    fn touching_a_live_reservation_restarts_its_hold() {
+        let mut g = Gatekeeper::new(Policy { max_jobs: 0, max_procs: 1, filter: HostFilter::default(), hold_ms: 100 });
+        assert!(matches!(g.reserve(0, 7, "1.2.3.4", "a"), Decision::Ok { .. }));
+        assert!(g.touch(90, 7));
+        assert!(g.holds(150, 7), "the hold restarted at 90");
+        assert!(!g.holds(191, 7));
+        assert!(!g.touch(191, 7), "a lapsed reservation cannot be revived");
+        assert!(!g.touch(0, 8), "unknown ticket");
     }
 }
 

@@ -118,6 +118,17 @@ fn read_frame(r: &mut impl Read, buf: &mut Vec<u8>) -> Result<Option<usize>, Sec
     Ok(Some(n))
 }
 
+/// Opens a TCP connection, bound to `local` first when given.
+pub fn connect_tcp(local: Option<std::net::IpAddr>, addr: SocketAddr, timeout: Duration) -> io::Result<TcpStream> {
+    let Some(ip) = local.filter(|ip| !ip.is_unspecified()) else {
+        return TcpStream::connect_timeout(&addr, timeout);
+    };
+    let sock = socket2::Socket::new(socket2::Domain::for_address(addr), socket2::Type::STREAM, None)?;
+    sock.bind(&SocketAddr::new(ip, 0).into())?;
+    sock.connect_timeout(&addr.into(), timeout)?;
+    Ok(sock.into())
+}
+
 fn builder(secret: &GridSecret) -> Result<snow::Builder<'_>, SecureError> {
     let params = NOISE_PARAMS.parse().map_err(|e| SecureError::Handshake(format!("{e:?}")))?;
     snow::Builder::new(params).psk(0, &secret.0).map_err(|e| SecureError::Handshake(format!("{e:?}")))
@@ -150,7 +161,19 @@ pub struct SecureConn {
 impl SecureConn {
     /// Connects to `addr` and runs the handshake as initiator, all within `timeout`.
     pub fn connect(addr: SocketAddr, secret: &GridSecret, timeout: Duration) -> Result<Self, SecureError> {
-        let stream = TcpStream::connect_timeout(&addr, timeout).map_err(io_err)?;
+        Self::connect_from(None, addr, secret, timeout)
+    }
+
+    /// Like [`SecureConn::connect`], from a chosen local address: a peer speaks from its own
+    /// advertised IP, so that the other side's HOST_DENY / HOST_ALLOW sees the right address
+    /// (several peers of a local grid share one machine, each on its own loopback address).
+    pub fn connect_from(
+        local: Option<std::net::IpAddr>,
+        addr: SocketAddr,
+        secret: &GridSecret,
+        timeout: Duration,
+    ) -> Result<Self, SecureError> {
+        let stream = connect_tcp(local, addr, timeout).map_err(io_err)?;
         Self::handshake(stream, secret, timeout, true)
     }
 

@@ -25,6 +25,8 @@ pub mod env {
     pub const BIND: &str = "P2PMPI_BIND";
     pub const LOCAL_PROCS: &str = "P2PMPI_LOCAL_PROCS";
     pub const SPIN_US: &str = "P2PMPI_SPIN_US";
+    /// Range of data ports (`MIN_PORT-MAX_PORT` of the peer's configuration; `0-0`: any).
+    pub const PORTS: &str = "P2PMPI_PORTS";
 }
 
 pub(crate) struct Boot {
@@ -62,8 +64,7 @@ pub(crate) fn boot() -> Result<Boot> {
         return Err(Error::Bootstrap(format!("rank {rank} of size {size} is not valid")));
     }
     let bind = var(env::BIND).unwrap_or_else(|| "127.0.0.1".into());
-    let listener = TcpListener::bind((bind.as_str(), 0))
-        .map_err(|e| Error::Bootstrap(format!("cannot open a data port on {bind}: {e}")))?;
+    let listener = bind_data_port(&bind, var(env::PORTS).as_deref())?;
     let data_addr = listener.local_addr()?;
     let mut ctrl = TcpStream::connect(&ctrl_addr)
         .map_err(|e| Error::Bootstrap(format!("cannot reach the launcher at {ctrl_addr}: {e}")))?;
@@ -92,6 +93,30 @@ pub(crate) fn boot() -> Result<Boot> {
         .spawn(move || watch_launcher(reader, rank))
         .map_err(|e| Error::Bootstrap(format!("cannot start the control thread: {e}")))?;
     Ok(Boot { rank, size, token, listener: Some(listener), addrs, local_procs })
+}
+
+/// Binds the data port: in the configured range when there is one (`MIN_PORT`..`MAX_PORT`,
+/// starting at a pid-dependent offset so that processes of one host spread over it), else any.
+fn bind_data_port(bind: &str, range: Option<&str>) -> Result<TcpListener> {
+    let parsed = range.and_then(|r| {
+        let (a, b) = r.split_once('-')?;
+        Some((a.trim().parse::<u16>().ok()?, b.trim().parse::<u16>().ok()?))
+    });
+    match parsed {
+        Some((lo, hi)) if lo > 0 && lo <= hi => {
+            let span = (hi - lo) as u32 + 1;
+            let start = std::process::id() % span;
+            for k in 0..span {
+                let port = lo as u32 + (start + k) % span;
+                if let Ok(l) = TcpListener::bind((bind, port as u16)) {
+                    return Ok(l);
+                }
+            }
+            Err(Error::Bootstrap(format!("no free data port on {bind} between MIN_PORT={lo} and MAX_PORT={hi}")))
+        }
+        _ => TcpListener::bind((bind, 0))
+            .map_err(|e| Error::Bootstrap(format!("cannot open a data port on {bind}: {e}"))),
+    }
 }
 
 /// Follows the control connection: a `Stop` or the launcher's disappearance ends the process.
