@@ -5,3 +5,10 @@
 //! * [`mpd`]: the peer daemon — MPD (membership, cached host list, latency, reservation
 //!   coordination, launch), hosting the [`rs`] (reservation) and [`ft`] (file transfer)
 //!   services.
+
+pub mod config;
+pub mod ft;
+pub mod home;
+pub mod mpd;
+pub mod server;
+pub mod supernode;

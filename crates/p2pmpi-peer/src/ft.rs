@@ -1,0 +1,686 @@
+//! The FT (file transfer) service and its client: staging a job's program and input files into
+//! a job directory on every peer that runs some of its processes (SPEC §6, thesis §3.1.2).
+//!
+//! The thesis' FT has two modes: the submitter sends the program and input files to each node
+//! in turn (mode 1), or sends only URLs and lets each node download for itself (mode 2). Both
+//! are here — a file's [`FileSource`] is `Inline` (mode 1) or `Url` (mode 2), mixed freely in
+//! one offer — and so is what SPEC §6 asks "beyond" them:
+//!
+//! * **content hashes and a per-peer cache.** The offer names every inline file by its BLAKE3
+//!   hash and size; the peer keeps what it received in `<cache_dir>/<hex hash>`. Content the
+//!   cache holds is not sent again, so re-running an unchanged program on the same peers costs
+//!   one round trip, not one upload per peer.
+//! * **parallel staging with a bounded fan-out** ([`stage_many`]): the submitter's uplink is
+//!   shared by at most `fanout` transfers instead of sending to nodes one after the other.
+//! * **refusal of paths that escape the job's directory**: a staged name comes from the network
+//!   and must never write anywhere but below `<jobs_dir>/<job>/`.
+//!
+//! ## Protocol
+//!
+//! Over a [`SecureConn`] (so only grid members talk to an FT at all):
+//!
+//! ```text
+//! client                                   FT service
+//! Offer { ticket, job, files } ─────────▶  checks job id, names, URL schemes, ticket
+//!                              ◀─────────  Need([indices]) | Error(reason)
+//! Chunk { index, data } …      ─────────▶  (each needed file in order, ≤ 1 MiB per record)
+//! Done                         ─────────▶  verifies size + hash of every received file,
+//!                                          fetches URL files, installs cached files
+//!                              ◀─────────  Staged { cached, received, fetched } | Error(reason)
+//! ```
+//!
+//! `Need` lists the inline files whose content the cache lacks (a hash offered twice is asked
+//! once). Received content goes to a temporary file in the cache dir and is renamed to its hash
+//! only after its size and hash were checked, so the cache only ever holds verified content; a
+//! cache hit is hashed again before it is trusted (a job writing through its hard link, or a
+//! torn write, must not poison later jobs). Files are installed as hard links to the cache when
+//! the cache file already has the wanted mode (`0o755` executable, else `0o644`), else copied:
+//! a hard link shares the mode, so linking across modes would flip other jobs' files. URL
+//! files (`http://` only — the peer has no TLS) are fetched by the peer itself with a time-out.
+//! Nothing is installed unless every inline file was verified.
+//!
+//! The service never panics on input. A malformed, oversized or unexpected record, a bad
+//! ticket, or a peer silent for [`STALL_TIMEOUT`] between records ends that connection with a
+//! log line naming the peer; the listener keeps serving. One thread serves each connection and
+//! at most [`MAX_CONNECTIONS`] are served at once.
+//!
+//! ## Safe names
+//!
+//! [`safe_join`] refuses a name that is empty, longer than 255 bytes, absolute, contains a NUL or
+//! a backslash, or has an empty, `.` or `..` component; the joined path is checked component by
+//! component to stay below the job dir (no `canonicalize`: the file does not exist yet). When
+//! installing, parent directories are created one by one and must be real directories (a
+//! symlink there is refused), and an existing entry at the final path is removed first (a
+//! symlink is removed, never written through) before the file is created with `create_new`.
+
+use anyhow::{anyhow, bail, Context, Result};
+use p2pmpi_wire::grid::{FileMeta, FileSource, FtRequest, FtResponse, Ticket};
+use p2pmpi_wire::secure::{GridSecret, SecureConn, SecureError, HANDSHAKE_TIMEOUT};
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Component, Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tracing::{info, warn};
+
+/// Largest content carried by one `Chunk` record.
+pub const CHUNK_SIZE: usize = 1 << 20;
+/// Largest record the service accepts (a chunk plus its framing; an offer must fit too).
+pub const MAX_RECORD: usize = CHUNK_SIZE + (64 << 10);
+/// Time allowed between two records before a connection is considered stalled.
+pub const STALL_TIMEOUT: Duration = Duration::from_secs(10);
+/// Time allowed to fetch one URL file.
+pub const FETCH_TIMEOUT: Duration = Duration::from_secs(300);
+/// Connections served at once; more are closed with a log line.
+pub const MAX_CONNECTIONS: usize = 64;
+/// Longest staged name, in bytes.
+pub const MAX_NAME: usize = 255;
+
+/// What the FT service needs from its peer daemon.
+pub struct FtContext {
+    /// Content-addressed cache: `<cache_dir>/<hex blake3>`.
+    pub cache_dir: PathBuf,
+    /// Per-job dirs: `<jobs_dir>/<job>/`.
+    pub jobs_dir: PathBuf,
+    pub secret: GridSecret,
+    /// Does this ticket hold a live reservation here? (the RS answers)
+    pub check_ticket: Box<dyn Fn(Ticket) -> bool + Send + Sync>,
+}
+
+/// Serves FT connections on `listener` until the process ends (spawns its accept thread and
+/// returns immediately).
+pub fn serve(listener: TcpListener, ctx: Arc<FtContext>) {
+    let active = Arc::new(AtomicUsize::new(0));
+    let spawned = std::thread::Builder::new().name("ft-accept".into()).spawn(move || {
+        for conn in listener.incoming() {
+            let stream = match conn {
+                Ok(s) => s,
+                Err(e) => {
+                    warn!("ft: accept failed: {e}");
+                    std::thread::sleep(Duration::from_millis(50));
+                    continue;
+                }
+            };
+            let peer = peer_of(&stream);
+            if active.fetch_add(1, Ordering::SeqCst) >= MAX_CONNECTIONS {
+                active.fetch_sub(1, Ordering::SeqCst);
+                warn!("ft: too many connections; closing the one from {peer}");
+                continue;
+            }
+            let (ctx, count) = (ctx.clone(), active.clone());
+            let started = std::thread::Builder::new().name("ft-conn".into()).spawn(move || {
+                handle(stream, &ctx);
+                count.fetch_sub(1, Ordering::SeqCst);
+            });
+            if started.is_err() {
+                active.fetch_sub(1, Ordering::SeqCst);
+                warn!("ft: cannot start a thread for {peer}; connection closed");
+            }
+        }
+    });
+    if let Err(e) = spawned {
+        warn!("ft: cannot start the accept thread: {e}");
+    }
+}
+
+/// Serves one accepted connection (used by serve; public for tests).
+pub fn handle(stream: TcpStream, ctx: &FtContext) {
+    handle_with_timeout(stream, ctx, STALL_TIMEOUT)
+}
+
+/// [`handle`] with another stall time-out (tests use a short one).
+pub fn handle_with_timeout(stream: TcpStream, ctx: &FtContext, stall: Duration) {
+    let peer = peer_of(&stream);
+    let mut conn = match SecureConn::accept(stream, &ctx.secret, stall.min(HANDSHAKE_TIMEOUT)) {
+        Ok(c) => c,
+        Err(e) => return warn!("ft: refused a connection from {peer}: {e}"),
+    };
+    conn.set_max_record(MAX_RECORD);
+    if let Err(e) = conn.set_read_timeout(Some(stall)) {
+        return warn!("ft: {peer}: cannot set a time-out: {e}");
+    }
+    if let Err(reason) = session(&mut conn, ctx, peer) {
+        warn!("ft: {peer}: {reason}; connection closed");
+    }
+    conn.writer.close();
+}
+
+fn peer_of(s: &TcpStream) -> SocketAddr {
+    s.peer_addr().unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)))
+}
+
+/// The job directory for a job id, validated (no creation).
+pub fn job_dir(jobs_dir: &Path, job: &str) -> Result<PathBuf> {
+    if job.is_empty() || job.len() > 64 || !job.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+        bail!("invalid job id {job:?} (want 1 to 64 lowercase hex digits)");
+    }
+    Ok(jobs_dir.join(job))
+}
+
+/// Joins a staged file name to a job dir, refusing escapes (see the module doc).
+pub fn safe_join(dir: &Path, name: &str) -> Result<PathBuf> {
+    let bad = |why: &str| Err(anyhow!("refused file name {name:?}: {why}"));
+    if name.is_empty() {
+        return bad("empty");
+    }
+    if name.len() > MAX_NAME {
+        return bad("longer than 255 bytes");
+    }
+    if name.starts_with('/') {
+        return bad("absolute");
+    }
+    if name.contains('\0') || name.contains('\\') {
+        return bad("contains a NUL or a backslash");
+    }
+    let mut path = dir.to_path_buf();
+    for part in name.split('/') {
+        if part.is_empty() || part == "." || part == ".." {
+            return bad("empty, `.` or `..` component");
+        }
+        path.push(part);
+    }
+    let rest = path.strip_prefix(dir).map_err(|_| anyhow!("refused file name {name:?}: escapes"))?;
+    if !rest.components().all(|c| matches!(c, Component::Normal(_))) {
+        return bad("escapes the job directory");
+    }
+    Ok(path)
+}
+
+/// Removes a job's directory (after the job ended). Errors ignored/logged.
+pub fn remove_job(jobs_dir: &Path, job: &str) {
+    match job_dir(jobs_dir, job) {
+        Ok(dir) => match fs::remove_dir_all(&dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => warn!("ft: cannot remove {}: {e}", dir.display()),
+        },
+        Err(e) => warn!("ft: not removing a job dir: {e:#}"),
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Service
+
+/// How a staging ends badly: `Refuse` answers an `Error` first, `Drop` just closes.
+enum Fail {
+    Refuse(String),
+    Drop(String),
+}
+
+fn drop_err(e: SecureError) -> Fail {
+    if e.is_timeout() {
+        Fail::Drop("stalled".into())
+    } else {
+        Fail::Drop(e.to_string())
+    }
+}
+
+fn session(conn: &mut SecureConn, ctx: &FtContext, peer: SocketAddr) -> Result<(), String> {
+    loop {
+        let (ticket, job, files) = match conn.recv::<FtRequest>() {
+            Ok(Some(FtRequest::Offer { ticket, job, files })) => (ticket, job, files),
+            Ok(Some(_)) => {
+                let _ = conn.send(&FtResponse::Error("expected an offer".into()));
+                return Err("record other than an offer".into());
+            }
+            Ok(None) => return Ok(()),
+            Err(e) if e.is_timeout() => return Err("stalled".into()),
+            Err(e) => return Err(e.to_string()),
+        };
+        match staging(conn, ctx, ticket, &job, &files) {
+            Ok((cached, received, fetched)) => {
+                info!("ft: staged job {job} for {peer}: {cached} cached, {received} received, {fetched} fetched");
+                conn.send(&FtResponse::Staged { cached, received, fetched }).map_err(|e| e.to_string())?;
+            }
+            Err(Fail::Refuse(msg)) => {
+                let _ = conn.send(&FtResponse::Error(msg.clone()));
+                return Err(format!("refused staging of job {job}: {msg}"));
+            }
+            Err(Fail::Drop(msg)) => return Err(format!("during staging of job {job}: {msg}")),
+        }
+    }
+}
+
+fn hex(hash: &[u8; 32]) -> String {
+    blake3::Hash::from_bytes(*hash).to_hex().to_string()
+}
+
+fn mode_of(executable: bool) -> u32 {
+    if executable {
+        0o755
+    } else {
+        0o644
+    }
+}
+
+/// One offer, from its checks to the installed files: (cached, received, fetched).
+fn staging(
+    conn: &mut SecureConn,
+    ctx: &FtContext,
+    ticket: Ticket,
+    job: &str,
+    files: &[FileMeta],
+) -> Result<(u32, u32, u32), Fail> {
+    let refuse = |m: String| Fail::Refuse(m);
+    let dir = job_dir(&ctx.jobs_dir, job).map_err(|e| refuse(format!("{e:#}")))?;
+    let mut names = std::collections::HashSet::new();
+    for f in files {
+        safe_join(&dir, &f.name).map_err(|e| refuse(format!("{e:#}")))?;
+        if !names.insert(f.name.as_str()) {
+            return Err(refuse(format!("file name {:?} offered twice", f.name)));
+        }
+        if let FileSource::Url(url) = &f.source {
+            let scheme_ok = url.len() <= 4096 && url.get(..7).is_some_and(|s| s.eq_ignore_ascii_case("http://"));
+            if !scheme_ok {
+                return Err(refuse(format!("file {:?}: only http:// URLs can be fetched, not {url:?}", f.name)));
+            }
+        }
+    }
+    if files.len() > u32::MAX as usize {
+        return Err(refuse("too many files".into()));
+    }
+    if !(ctx.check_ticket)(ticket) {
+        return Err(refuse("unknown reservation ticket".into()));
+    }
+    fs::create_dir_all(&ctx.cache_dir).map_err(|e| refuse(format!("cannot create the cache dir: {e}")))?;
+
+    // What the cache lacks (each hash asked once).
+    let mut need: Vec<u32> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for (i, f) in files.iter().enumerate() {
+        if let FileSource::Inline { hash, size } = &f.source {
+            if seen.insert(*hash) && !cache_holds(&ctx.cache_dir, hash, *size) {
+                need.push(i as u32);
+            }
+        }
+    }
+    conn.send(&FtResponse::Need(need.clone())).map_err(drop_err)?;
+
+    // Content, in order, then Done.
+    let mut cur = 0usize;
+    let mut incoming: Option<Incoming> = None;
+    loop {
+        match conn.recv::<FtRequest>().map_err(drop_err)? {
+            Some(FtRequest::Chunk { index, data }) => {
+                while need.get(cur) != Some(&index) {
+                    if cur >= need.len() {
+                        return Err(refuse(format!("content for file index {index} was not asked for")));
+                    }
+                    finish(ctx, &files[need[cur] as usize], incoming.take())?;
+                    cur += 1;
+                }
+                let f = &files[index as usize];
+                let FileSource::Inline { size, .. } = f.source else { return Err(refuse("not an inline file".into())) };
+                if incoming.is_none() {
+                    incoming = Some(Incoming::create(&ctx.cache_dir).map_err(|e| refuse(format!("cache: {e}")))?);
+                }
+                if let Some(inc) = incoming.as_mut() {
+                    if inc.written + data.len() as u64 > size {
+                        return Err(refuse(format!("file {:?}: more than its {size} bytes were sent", f.name)));
+                    }
+                    inc.write(&data).map_err(|e| refuse(format!("cache: cannot write: {e}")))?;
+                }
+            }
+            Some(FtRequest::Done) => break,
+            Some(FtRequest::Offer { .. }) => return Err(refuse("unexpected offer during a transfer".into())),
+            None => return Err(Fail::Drop("closed in the middle of a transfer".into())),
+        }
+    }
+    while cur < need.len() {
+        finish(ctx, &files[need[cur] as usize], incoming.take())?;
+        cur += 1;
+    }
+
+    // Everything verified: fetch, then install.
+    fs::create_dir_all(&ctx.jobs_dir).map_err(|e| refuse(format!("cannot create the jobs dir: {e}")))?;
+    match fs::create_dir(&dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(refuse(format!("cannot create the job dir: {e}"))),
+    }
+    if !fs::symlink_metadata(&dir).is_ok_and(|m| m.is_dir()) {
+        return Err(refuse("the job dir is not a directory".into()));
+    }
+    let mut fetched = 0;
+    for f in files {
+        if let FileSource::Url(url) = &f.source {
+            fetch(&dir, f, url).map_err(|e| refuse(format!("file {:?}: {e:#}", f.name)))?;
+            fetched += 1;
+        }
+    }
+    let mut inline = 0;
+    for f in files {
+        if let FileSource::Inline { hash, .. } = &f.source {
+            install(&ctx.cache_dir, &dir, f, hash).map_err(|e| refuse(format!("file {:?}: {e:#}", f.name)))?;
+            inline += 1;
+        }
+    }
+    Ok((inline - need.len() as u32, need.len() as u32, fetched))
+}
+
+/// Is this content in the cache, intact? (A damaged entry is removed.)
+fn cache_holds(cache: &Path, hash: &[u8; 32], size: u64) -> bool {
+    let path = cache.join(hex(hash));
+    match fs::symlink_metadata(&path) {
+        Ok(m) if m.is_file() && m.len() == size => {}
+        Ok(_) => {
+            let _ = fs::remove_file(&path);
+            return false;
+        }
+        Err(_) => return false,
+    }
+    let ok = File::open(&path).and_then(|f| blake3::Hasher::new().update_reader(f).map(|h| h.finalize())).ok()
+        == Some(blake3::Hash::from_bytes(*hash));
+    if !ok {
+        warn!("ft: cache entry {} is damaged; removed", path.display());
+        let _ = fs::remove_file(&path);
+    }
+    ok
+}
+
+/// Content being received into a temporary file of the cache dir (removed unless kept).
+struct Incoming {
+    file: File,
+    path: PathBuf,
+    hasher: blake3::Hasher,
+    written: u64,
+    kept: bool,
+}
+
+impl Incoming {
+    fn create(cache: &Path) -> io::Result<Self> {
+        let mut r = [0u8; 8];
+        getrandom::fill(&mut r).map_err(|e| io::Error::other(e.to_string()))?;
+        let path = cache.join(format!(".tmp-{}-{:016x}", std::process::id(), u64::from_le_bytes(r)));
+        let file = OpenOptions::new().write(true).create_new(true).mode(0o600).open(&path)?;
+        Ok(Incoming { file, path, hasher: blake3::Hasher::new(), written: 0, kept: false })
+    }
+
+    fn write(&mut self, data: &[u8]) -> io::Result<()> {
+        self.file.write_all(data)?;
+        self.hasher.update(data);
+        self.written += data.len() as u64;
+        Ok(())
+    }
+}
+
+impl Drop for Incoming {
+    fn drop(&mut self) {
+        if !self.kept {
+            let _ = fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// Verifies one received file and moves it into the cache under its hash.
+fn finish(ctx: &FtContext, f: &FileMeta, inc: Option<Incoming>) -> Result<(), Fail> {
+    let FileSource::Inline { hash, size } = f.source else { return Err(Fail::Refuse("not an inline file".into())) };
+    let refuse = |m: String| Fail::Refuse(format!("file {:?}: {m}", f.name));
+    let mut inc = match inc {
+        Some(i) => i,
+        None => Incoming::create(&ctx.cache_dir).map_err(|e| refuse(format!("cache: {e}")))?,
+    };
+    if inc.written != size {
+        return Err(refuse(format!("received {} bytes, expected {size}", inc.written)));
+    }
+    if inc.hasher.finalize() != blake3::Hash::from_bytes(hash) {
+        return Err(refuse("content does not match its BLAKE3 hash".into()));
+    }
+    fs::set_permissions(&inc.path, fs::Permissions::from_mode(mode_of(f.executable)))
+        .and_then(|()| fs::rename(&inc.path, ctx.cache_dir.join(hex(&hash))))
+        .map_err(|e| refuse(format!("cache: {e}")))?;
+    inc.kept = true;
+    Ok(())
+}
+
+/// Makes `<dir>/<name>` ready to be created: parent directories exist and are real
+/// directories (not symlinks), and nothing is left at the final path.
+fn prepare(dir: &Path, name: &str) -> Result<PathBuf> {
+    let target = safe_join(dir, name)?;
+    let parts: Vec<&str> = name.split('/').collect();
+    let mut at = dir.to_path_buf();
+    for part in &parts[..parts.len() - 1] {
+        at.push(part);
+        match fs::symlink_metadata(&at) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => bail!("{} is not a directory", at.display()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => fs::create_dir(&at)
+                .or_else(|e| if e.kind() == io::ErrorKind::AlreadyExists { Ok(()) } else { Err(e) })
+                .with_context(|| format!("cannot create {}", at.display()))?,
+            Err(e) => bail!("{}: {e}", at.display()),
+        }
+    }
+    match fs::symlink_metadata(&target) {
+        Ok(m) if m.is_dir() => bail!("a directory is in the way"),
+        Ok(_) => fs::remove_file(&target).context("cannot replace the existing file")?,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => bail!("{e}"),
+    }
+    Ok(target)
+}
+
+/// Creates a new file (never through a symlink) with `mode`, whatever the umask.
+fn create_new(path: &Path, mode: u32) -> io::Result<File> {
+    let f = OpenOptions::new().write(true).create_new(true).mode(mode).open(path)?;
+    f.set_permissions(fs::Permissions::from_mode(mode))?;
+    Ok(f)
+}
+
+fn install(cache: &Path, dir: &Path, f: &FileMeta, hash: &[u8; 32]) -> Result<()> {
+    let target = prepare(dir, &f.name)?;
+    let src = cache.join(hex(hash));
+    let mode = mode_of(f.executable);
+    let cached_mode = fs::metadata(&src).context("vanished from the cache")?.permissions().mode() & 0o7777;
+    if cached_mode == mode && fs::hard_link(&src, &target).is_ok() {
+        return Ok(());
+    }
+    let mut out = create_new(&target, mode).context("cannot create")?;
+    let copied = File::open(&src).and_then(|mut i| io::copy(&mut i, &mut out));
+    if let Err(e) = copied {
+        let _ = fs::remove_file(&target);
+        return Err(anyhow!("cannot copy from the cache: {e}"));
+    }
+    Ok(())
+}
+
+fn fetch(dir: &Path, f: &FileMeta, url: &str) -> Result<()> {
+    let target = prepare(dir, &f.name)?;
+    let config = ureq::Agent::config_builder()
+        .timeout_global(Some(FETCH_TIMEOUT))
+        .timeout_connect(Some(Duration::from_secs(10)))
+        .build();
+    let agent = ureq::Agent::new_with_config(config);
+    let mut resp = agent.get(url).call().map_err(|e| anyhow!("cannot fetch {url}: {e}"))?;
+    let mut out = create_new(&target, mode_of(f.executable)).context("cannot create")?;
+    let copied = io::copy(&mut resp.body_mut().as_reader(), &mut out);
+    if let Err(e) = copied {
+        let _ = fs::remove_file(&target);
+        bail!("cannot fetch {url}: {e}");
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------
+// Client
+
+/// A file the submitter stages.
+#[derive(Debug, Clone)]
+pub enum LocalFile {
+    /// A local file, staged under `name`.
+    Path { name: String, path: PathBuf, executable: bool },
+    /// A URL the peer fetches itself.
+    Url { name: String, url: String, executable: bool },
+}
+
+impl LocalFile {
+    pub fn name(&self) -> &str {
+        match self {
+            LocalFile::Path { name, .. } | LocalFile::Url { name, .. } => name,
+        }
+    }
+}
+
+/// Hashes local files (BLAKE3, streamed) once, producing the offer. Errors name the file.
+pub fn describe(files: &[LocalFile]) -> Result<Vec<FileMeta>> {
+    files
+        .iter()
+        .map(|lf| {
+            safe_join(Path::new("job"), lf.name())?;
+            Ok(match lf {
+                LocalFile::Path { name, path, executable } => {
+                    let file = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+                    let mut hasher = blake3::Hasher::new();
+                    hasher.update_reader(file).with_context(|| format!("cannot read {}", path.display()))?;
+                    let source = FileSource::Inline { hash: *hasher.finalize().as_bytes(), size: hasher.count() };
+                    FileMeta { name: name.clone(), source, executable: *executable }
+                }
+                LocalFile::Url { name, url, executable } => {
+                    FileMeta { name: name.clone(), source: FileSource::Url(url.clone()), executable: *executable }
+                }
+            })
+        })
+        .collect()
+}
+
+/// What one staging did on a peer.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StageReport {
+    /// Files whose content the peer's cache already held.
+    pub cached: u32,
+    /// Files whose content was sent.
+    pub received: u32,
+    /// URL files the peer fetched itself.
+    pub fetched: u32,
+}
+
+/// Stages `files` (with their `metas` from describe, same order) to one peer's FT at `addr`.
+pub fn stage(
+    addr: SocketAddr,
+    secret: &GridSecret,
+    ticket: Ticket,
+    job: &str,
+    files: &[LocalFile],
+    metas: &[FileMeta],
+    timeout: Duration,
+) -> Result<StageReport> {
+    stage_inner(addr, secret, ticket, job, files, metas, timeout)
+        .map_err(|e| anyhow!("staging to {addr} failed: {e:#}"))
+}
+
+fn stage_inner(
+    addr: SocketAddr,
+    secret: &GridSecret,
+    ticket: Ticket,
+    job: &str,
+    files: &[LocalFile],
+    metas: &[FileMeta],
+    timeout: Duration,
+) -> Result<StageReport> {
+    if files.len() != metas.len() || files.iter().zip(metas).any(|(f, m)| f.name() != m.name) {
+        bail!("the file descriptions do not match the files");
+    }
+    let mut conn = SecureConn::connect(addr, secret, timeout)?;
+    conn.set_read_timeout(Some(timeout))?;
+    let offer = FtRequest::Offer { ticket, job: job.to_string(), files: metas.to_vec() };
+    let need = match conn.call(&offer)? {
+        FtResponse::Need(need) => need,
+        FtResponse::Error(msg) => bail!("the peer refused: {msg}"),
+        other => bail!("unexpected answer {other:?}"),
+    };
+    let mut last = None;
+    for &i in &need {
+        let ok = metas.get(i as usize).is_some_and(|m| matches!(m.source, FileSource::Inline { .. }));
+        if !ok || last.is_some_and(|l| l >= i) {
+            bail!("the peer asked for an unexpected file (index {i})");
+        }
+        last = Some(i);
+    }
+    if let Err(e) = send_content(&mut conn, files, &need) {
+        // The peer may have said why it stopped reading.
+        if let Ok(Some(FtResponse::Error(msg))) = conn.recv::<FtResponse>() {
+            bail!("the peer refused: {msg}");
+        }
+        return Err(e);
+    }
+    let urls = metas.iter().any(|m| matches!(m.source, FileSource::Url(_)));
+    conn.set_read_timeout(Some(timeout + if urls { FETCH_TIMEOUT } else { Duration::ZERO }))?;
+    match conn.recv::<FtResponse>()? {
+        Some(FtResponse::Staged { cached, received, fetched }) => Ok(StageReport { cached, received, fetched }),
+        Some(FtResponse::Error(msg)) => bail!("the peer refused: {msg}"),
+        Some(other) => bail!("unexpected answer {other:?}"),
+        None => bail!("the peer closed the connection"),
+    }
+}
+
+fn send_content(conn: &mut SecureConn, files: &[LocalFile], need: &[u32]) -> Result<()> {
+    let mut buf = vec![0u8; CHUNK_SIZE];
+    for &i in need {
+        let LocalFile::Path { name, path, .. } = &files[i as usize] else { bail!("the peer asked for a URL file") };
+        let mut f = File::open(path).with_context(|| format!("cannot open {} (staged as {name})", path.display()))?;
+        loop {
+            let n = read_full(&mut f, &mut buf).with_context(|| format!("cannot read {}", path.display()))?;
+            if n == 0 {
+                break;
+            }
+            conn.send(&FtRequest::Chunk { index: i, data: buf[..n].to_vec() })?;
+            if n < buf.len() {
+                break;
+            }
+        }
+    }
+    conn.send(&FtRequest::Done)?;
+    Ok(())
+}
+
+/// Reads until `buf` is full or the end of the file.
+fn read_full(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match r.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}
+
+/// Stages to several peers at once, at most `fanout` in parallel, results in the order of
+/// `targets`.
+#[allow(clippy::too_many_arguments)]
+pub fn stage_many(
+    targets: &[SocketAddr],
+    fanout: usize,
+    secret: &GridSecret,
+    ticket: Ticket,
+    job: &str,
+    files: &[LocalFile],
+    metas: &[FileMeta],
+    timeout: Duration,
+) -> Vec<Result<StageReport>> {
+    let results: Vec<Mutex<Option<Result<StageReport>>>> = targets.iter().map(|_| Mutex::new(None)).collect();
+    let next = AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for _ in 0..fanout.clamp(1, targets.len().max(1)) {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::SeqCst);
+                let Some(&addr) = targets.get(i) else { break };
+                let r = stage(addr, secret, ticket, job, files, metas, timeout);
+                *results[i].lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
+            });
+        }
+    });
+    results
+        .into_iter()
+        .zip(targets)
+        .map(|(m, addr)| {
+            m.into_inner()
+                .unwrap_or_else(|p| p.into_inner())
+                .unwrap_or_else(|| Err(anyhow!("staging to {addr} failed: not attempted")))
+        })
+        .collect()
+}

@@ -1,0 +1,858 @@
+//! The peer daemon: MPD, hosting the RS and FT services (SPEC §2–§4, thesis §3.1–§3.3).
+//!
+//! * **MPD** (membership and launch): registers with every configured supernode and keeps
+//!   itself alive there; keeps the *cached host list* ([`PeerCache`]), refreshed from the
+//!   supernodes and persisted to `PEER_CACHE`, so the peer keeps working from it while no
+//!   supernode answers; measures the round-trip time of an application-level ping to each
+//!   cached host; for a local submitter, runs discovery and reservation ([`Booking`]); and
+//!   launches the processes of jobs whose reservation ticket its RS holds, streaming their
+//!   output and exit status back to the submitter.
+//! * **RS** (reservation service): the host's gatekeeper ([`Gatekeeper`]): `MAX_JOBS`,
+//!   `MAX_PROCESSES_PER_JOB`, `HOST_DENY`/`HOST_ALLOW`, tickets, expiry of reservations never
+//!   used.
+//! * **FT** (file transfer): [`crate::ft`], staging into per-job directories.
+//!
+//! The decisions are the pure state machines of `p2pmpi-core`; this module is their driver
+//! (sockets, threads, clock).
+
+use crate::config::Config;
+use crate::ft::{self, FtContext};
+use crate::home::{self, Home, MpdState};
+use crate::server;
+use crate::supernode;
+use anyhow::{bail, Context, Result};
+use p2pmpi_core::allocation::{booking_count, Strategy};
+use p2pmpi_core::hosts::PeerCache;
+use p2pmpi_core::reservation::{Answer, Booking, BookingError, Decision, Gatekeeper, HostFilter, Policy};
+use p2pmpi_wire::grid::*;
+use p2pmpi_wire::secure::{GridSecret, SecureConn, SecureError, SecureWriter};
+use std::collections::{HashMap, HashSet};
+use std::io::{BufRead, BufReader, Read};
+use std::net::{IpAddr, SocketAddr, TcpListener, UdpSocket};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::channel;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tracing::{info, warn};
+
+/// Version shown by `mpistat` and `mpiboot`.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+/// Time allowed to reach another peer's service.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// Time allowed for a supernode request.
+const SUPERNODE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How a peer daemon runs.
+pub struct MpdOpts {
+    pub config: Config,
+    pub home: Home,
+    pub secret: GridSecret,
+}
+
+type Cache = PeerCache<PeerId, PeerInfo>;
+
+struct Mpd {
+    start: Instant,
+    cfg: Config,
+    home: Home,
+    secret: GridSecret,
+    me: PeerInfo,
+    ip: IpAddr,
+    supernodes: Vec<(String, Option<SocketAddr>)>,
+    cache: Mutex<Cache>,
+    gate: Mutex<Gatekeeper>,
+    apps: Mutex<Vec<AppProcess>>,
+    /// Processes started here, by job: pids to kill at halt.
+    jobs: Mutex<HashMap<String, Vec<u32>>>,
+    halting: AtomicBool,
+    last_refresh: Mutex<Option<Instant>>,
+    registered: Mutex<HashSet<SocketAddr>>,
+}
+
+fn resolve(addr: &str) -> Option<SocketAddr> {
+    use std::net::ToSocketAddrs;
+    addr.to_socket_addrs().ok()?.next()
+}
+
+/// The address other hosts reach us at: EXTERNAL_IP, else the interface that routes to the
+/// first supernode, else loopback.
+fn advertised_ip(cfg: &Config, supernodes: &[(String, Option<SocketAddr>)]) -> IpAddr {
+    if let Some(ip) = cfg.external_ip {
+        return ip;
+    }
+    for (_, sn) in supernodes {
+        let Some(sn) = sn else { continue };
+        if let Ok(s) = UdpSocket::bind(("0.0.0.0", 0)) {
+            if s.connect(sn).is_ok() {
+                if let Ok(a) = s.local_addr() {
+                    return a.ip();
+                }
+            }
+        }
+    }
+    IpAddr::from([127, 0, 0, 1])
+}
+
+impl Mpd {
+    fn now(&self) -> u64 {
+        self.start.elapsed().as_millis() as u64
+    }
+
+    fn connect(&self, addr: SocketAddr) -> Result<SecureConn, SecureError> {
+        SecureConn::connect_from(Some(self.ip), addr, &self.secret, CONNECT_TIMEOUT)
+    }
+
+    fn persist_cache(&self) {
+        let path = self.cfg.peer_cache_path();
+        let cache = self.cache.lock().unwrap().clone();
+        if let Err(e) = home::write_json(&path, &cache) {
+            warn!("cannot persist the host cache: {e:#}");
+        }
+    }
+
+    fn supernode_call(&self, sn: SocketAddr, req: &SnRequest) -> Result<SnResponse> {
+        supernode::call(Some(self.ip), sn, &self.secret, req, SUPERNODE_TIMEOUT)
+    }
+
+    /// Registers with supernodes not yet registered, keeps the others alive.
+    fn keep_alive(&self) {
+        for (name, sn) in &self.supernodes {
+            let Some(sn) = *sn else { continue };
+            let registered = self.registered.lock().unwrap().contains(&sn);
+            let req =
+                if registered { SnRequest::Alive(self.me.id.clone()) } else { SnRequest::Register(self.me.clone()) };
+            match self.supernode_call(sn, &req) {
+                Ok(SnResponse::Ok) => {
+                    if !registered {
+                        info!("registered with supernode {name}");
+                        self.registered.lock().unwrap().insert(sn);
+                    }
+                }
+                Ok(SnResponse::UnknownPeer) => {
+                    info!("supernode {name} forgot us; registering again");
+                    self.registered.lock().unwrap().remove(&sn);
+                    if matches!(self.supernode_call(sn, &SnRequest::Register(self.me.clone())), Ok(SnResponse::Ok)) {
+                        self.registered.lock().unwrap().insert(sn);
+                    }
+                }
+                Ok(other) => warn!("supernode {name} answered {other:?}"),
+                Err(e) => {
+                    if self.registered.lock().unwrap().remove(&sn) || !registered {
+                        warn!("supernode {name} unreachable: {e:#}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// Fetches the host list from every reachable supernode. Returns false when none
+    /// answered (the cache is then kept as it is).
+    fn refresh(&self) -> bool {
+        *self.last_refresh.lock().unwrap() = Some(Instant::now());
+        let mut lists = Vec::new();
+        for (name, sn) in &self.supernodes {
+            let Some(sn) = *sn else { continue };
+            match self.supernode_call(sn, &SnRequest::List) {
+                Ok(SnResponse::Hosts(h)) => lists.push(h),
+                Ok(other) => warn!("supernode {name} answered {other:?} to a list request"),
+                Err(e) => warn!("supernode {name} unreachable for the host list: {e:#}"),
+            }
+        }
+        if lists.is_empty() {
+            return false;
+        }
+        let now = self.now();
+        {
+            let mut cache = self.cache.lock().unwrap();
+            for (i, list) in lists.into_iter().enumerate() {
+                let entries: Vec<(PeerId, PeerInfo)> = list.into_iter().map(|h| (h.info.id.clone(), h.info)).collect();
+                if i == 0 {
+                    cache.refresh(now, &self.me.id, entries);
+                } else {
+                    cache.merge(now, &self.me.id, entries);
+                }
+            }
+        }
+        self.persist_cache();
+        true
+    }
+
+    /// Measures the round-trip time of an application-level ping to every cached host.
+    fn ping_all(self: &Arc<Self>) {
+        let hosts: Vec<PeerInfo> = self.cache.lock().unwrap().entries().into_iter().map(|(_, e)| e.info).collect();
+        for chunk in hosts.chunks(32) {
+            std::thread::scope(|s| {
+                for h in chunk {
+                    let me = self.clone();
+                    s.spawn(move || {
+                        let addr =
+                            SocketAddr::new(h.id.ip.parse().unwrap_or(IpAddr::from([127, 0, 0, 1])), h.id.mpd_port);
+                        let r = me.connect(addr).and_then(|mut c| {
+                            c.set_read_timeout(Some(CONNECT_TIMEOUT))?;
+                            let t = Instant::now();
+                            match c.call::<_, MpdResponse>(&MpdRequest::Ping)? {
+                                MpdResponse::Pong => Ok(t.elapsed()),
+                                _ => Err(SecureError::Malformed("not a pong".into())),
+                            }
+                        });
+                        let now = me.now();
+                        match r {
+                            Ok(rtt) => me.cache.lock().unwrap().measured(now, &h.id, rtt.as_micros().max(1) as u64),
+                            Err(e) => {
+                                let was_alive = me.cache.lock().unwrap().get(&h.id).is_some_and(|e| e.alive);
+                                if was_alive {
+                                    warn!("host {} does not answer pings: {e}", h.id);
+                                }
+                                me.cache.lock().unwrap().mark_dead(now, &h.id)
+                            }
+                        }
+                    });
+                }
+            });
+        }
+    }
+
+    fn info_of(&self, id: &PeerId) -> Option<PeerInfo> {
+        if *id == self.me.id {
+            return Some(self.me.clone());
+        }
+        self.cache.lock().unwrap().get(id).map(|e| e.info.clone())
+    }
+
+    fn peer_addr(info: &PeerInfo, port: u16) -> SocketAddr {
+        SocketAddr::new(info.id.ip.parse().unwrap_or(IpAddr::from([127, 0, 0, 1])), port)
+    }
+
+    /// Asks one host's RS for a reservation.
+    fn ask_rs(&self, info: &PeerInfo, ticket: Ticket, app: &str) -> Answer {
+        if info.id == self.me.id {
+            return match self.gate.lock().unwrap().reserve(self.now(), ticket.0, &self.ip.to_string(), app) {
+                Decision::Ok { p, .. } => Answer::Ok { p },
+                Decision::Nok(reason) => {
+                    info!("own RS refused ticket {ticket}: {reason}");
+                    Answer::Nok
+                }
+            };
+        }
+        let timeout = Duration::from_millis(self.cfg.reserve_timeout_ms);
+        let addr = Self::peer_addr(info, info.rs_port);
+        let r = SecureConn::connect_from(Some(self.ip), addr, &self.secret, timeout).and_then(|mut c| {
+            c.set_read_timeout(Some(timeout))?;
+            c.call::<_, RsResponse>(&RsRequest::Reserve {
+                ticket,
+                app: app.to_string(),
+                submitter: self.ip.to_string(),
+            })
+        });
+        match r {
+            Ok(RsResponse::Ok { p, .. }) => Answer::Ok { p },
+            Ok(RsResponse::Nok { reason }) => {
+                info!("host {} refused the reservation: {reason}", info.id);
+                Answer::Nok
+            }
+            Ok(other) => {
+                warn!("host {} answered {other:?} to a reservation", info.id);
+                Answer::Nok
+            }
+            Err(e) => {
+                warn!("host {} did not answer the reservation: {e}", info.id);
+                Answer::NoAnswer
+            }
+        }
+    }
+
+    /// Releases reservations (unused ones, or a job's at its end).
+    fn cancel_on(&self, hosts: &[PeerInfo], ticket: Ticket) {
+        std::thread::scope(|s| {
+            for h in hosts {
+                s.spawn(move || {
+                    if h.id == self.me.id {
+                        self.gate.lock().unwrap().cancel(ticket.0);
+                        return;
+                    }
+                    let addr = Self::peer_addr(h, h.rs_port);
+                    let r = self.connect(addr).and_then(|mut c| {
+                        c.set_read_timeout(Some(CONNECT_TIMEOUT))?;
+                        c.call::<_, RsResponse>(&RsRequest::Cancel { ticket })
+                    });
+                    if let Err(e) = r {
+                        warn!("could not cancel reservation {ticket} on {}: {e} (it will expire)", h.id);
+                    }
+                });
+            }
+        });
+    }
+
+    /// Discovery and reservation for a local submitter (thesis §3.3.2, figure 3.4).
+    fn reserve(&self, conn: &mut SecureConn, n: u32, r: u32, strategy: &str, wait_ms: u64, app: &str) -> Result<()> {
+        let strategy: Strategy = match strategy.parse() {
+            Ok(s) => s,
+            Err(e) => {
+                conn.send(&MpdResponse::Failed(e))?;
+                return Ok(());
+            }
+        };
+        let (n, r) = (n as usize, r as usize);
+        if n == 0 || r == 0 {
+            conn.send(&MpdResponse::Failed("-n and -r must be at least 1".into()))?;
+            return Ok(());
+        }
+        let ticket = Ticket(home::random_u128());
+        let deadline = Instant::now() + Duration::from_millis(wait_ms);
+        let mut booking = Booking::new(n, r, strategy, self.me.id.clone());
+        let want = booking_count(n, r);
+        info!("reservation {ticket} for {app}: n={n} r={r} {strategy}, booking {want} host(s)");
+        loop {
+            // Enough known hosts? Otherwise ask the supernodes first.
+            let known = self.cache.lock().unwrap().ranked().len() + 1;
+            let stale = self.last_refresh.lock().unwrap().is_none_or(|t| t.elapsed() > Duration::from_millis(200));
+            if known < want && stale {
+                self.refresh();
+            }
+            let mut candidates = vec![self.me.id.clone()];
+            candidates.extend(self.cache.lock().unwrap().ranked());
+            let ask = booking.next_requests(&candidates);
+            if !ask.is_empty() {
+                let (tx, rx) = channel();
+                std::thread::scope(|s| {
+                    for id in &ask {
+                        let tx = tx.clone();
+                        s.spawn(move || {
+                            let ans = match self.info_of(id) {
+                                Some(info) => self.ask_rs(&info, ticket, app),
+                                None => Answer::NoAnswer,
+                            };
+                            let _ = tx.send((id.clone(), ans));
+                        });
+                    }
+                    drop(tx);
+                    let needed = (n * r) as u32;
+                    for (id, ans) in rx {
+                        booking.on_answer(&id, ans);
+                        if ans == Answer::NoAnswer {
+                            self.cache.lock().unwrap().mark_dead(self.now(), &id);
+                        }
+                        let _ = conn.send(&MpdResponse::Progress {
+                            accepted: booking.accepted() as u32,
+                            needed,
+                            asked: ask.len() as u32,
+                        });
+                    }
+                });
+            }
+            match booking.decide() {
+                Ok(plan) => {
+                    let cancel: Vec<PeerInfo> = plan.cancel.iter().filter_map(|id| self.info_of(id)).collect();
+                    self.cancel_on(&cancel, ticket);
+                    let placements: Vec<Placement> = plan
+                        .placements
+                        .into_iter()
+                        .filter_map(|(id, ranks)| {
+                            self.info_of(&id)
+                                .map(|info| Placement { info, ranks: ranks.into_iter().map(|x| x as u32).collect() })
+                        })
+                        .collect();
+                    info!("reservation {ticket}: {} host(s) kept, {} cancelled", placements.len(), cancel.len());
+                    conn.send(&MpdResponse::Reserved { ticket, placements })?;
+                    return Ok(());
+                }
+                Err(BookingError::SubmitterRefused) => {
+                    self.release_all(&booking, ticket);
+                    let why = self.gate_refusal();
+                    conn.send(&MpdResponse::Failed(format!("this host's RS refused the job: {why}")))?;
+                    return Ok(());
+                }
+                Err(BookingError::Infeasible(why)) => {
+                    if Instant::now() >= deadline {
+                        self.release_all(&booking, ticket);
+                        let msg = format!(
+                            "not enough peers after waiting {:.0} s: {} host(s) accepted ({} known, {} did not answer); {why}",
+                            wait_ms as f64 / 1000.0,
+                            booking.accepted(),
+                            self.cache.lock().unwrap().len() + 1,
+                            booking.dead().len(),
+                        );
+                        info!("reservation {ticket} failed: {msg}");
+                        conn.send(&MpdResponse::Failed(msg))?;
+                        return Ok(());
+                    }
+                    // Wait for new peers: ask the supernodes again shortly.
+                    let pause = Duration::from_millis(250).min(deadline.saturating_duration_since(Instant::now()));
+                    std::thread::sleep(pause);
+                    self.refresh();
+                    let _ = conn.send(&MpdResponse::Progress {
+                        accepted: booking.accepted() as u32,
+                        needed: (n * r) as u32,
+                        asked: 0,
+                    });
+                }
+            }
+        }
+    }
+
+    fn release_all(&self, booking: &Booking<PeerId>, ticket: Ticket) {
+        let all: Vec<PeerInfo> = booking.all_accepted().iter().filter_map(|id| self.info_of(id)).collect();
+        self.cancel_on(&all, ticket);
+    }
+
+    fn gate_refusal(&self) -> String {
+        let gate = self.gate.lock().unwrap();
+        let p = gate.policy();
+        if p.max_jobs > 0 && gate.active() >= p.max_jobs as usize {
+            format!("MAX_JOBS ({}) reached", p.max_jobs)
+        } else {
+            "this host is not permitted by its own HOST_DENY/HOST_ALLOW".into()
+        }
+    }
+}
+
+/// Runs a peer daemon in the foreground until `mpihalt`.
+pub fn run(opts: MpdOpts) -> Result<()> {
+    let MpdOpts { config: cfg, home, secret } = opts;
+    home.create()?;
+    let supernodes: Vec<(String, Option<SocketAddr>)> =
+        cfg.supernodes.iter().map(|s| (s.clone(), resolve(s))).collect();
+    for (s, a) in &supernodes {
+        if a.is_none() {
+            warn!("supernode address {s} does not resolve");
+        }
+    }
+    let ip = advertised_ip(&cfg, &supernodes);
+    let bind_ip = cfg.external_ip.unwrap_or(IpAddr::from([0, 0, 0, 0]));
+    let bind = |port: u16, what: &str| {
+        TcpListener::bind((bind_ip, port)).with_context(|| format!("cannot listen on {bind_ip}:{port} for the {what}"))
+    };
+    let mpd_l = bind(cfg.mpd_port, "MPD (MPD_PORT)")?;
+    let rs_l = bind(cfg.rs_port, "RS (RS_PORT)")?;
+    let ft_l = bind(cfg.ft_port, "FT (FT_PORT)")?;
+    let port = |l: &TcpListener| l.local_addr().map(|a| a.port()).unwrap_or(0);
+    let me = PeerInfo {
+        id: PeerId { ip: ip.to_string(), mpd_port: port(&mpd_l) },
+        rs_port: port(&rs_l),
+        ft_port: port(&ft_l),
+        fd_port: 0,
+        capacity: cfg.max_processes_per_job,
+        name: home::hostname(),
+    };
+    let cache: Cache = home::read_json(&cfg.peer_cache_path()).unwrap_or_default();
+    if !cache.is_empty() {
+        info!("loaded {} cached host(s) from {}", cache.len(), cfg.peer_cache_path().display());
+    }
+    let policy = Policy {
+        max_jobs: cfg.max_jobs,
+        max_procs: cfg.max_processes_per_job,
+        filter: HostFilter::new(cfg.host_deny.clone(), cfg.host_allow.clone()),
+        hold_ms: cfg.reservation_hold_ms,
+    };
+    let mpd = Arc::new(Mpd {
+        start: Instant::now(),
+        home: home.clone(),
+        secret: secret.clone(),
+        me: me.clone(),
+        ip,
+        supernodes,
+        cache: Mutex::new(cache),
+        gate: Mutex::new(Gatekeeper::new(policy)),
+        apps: Mutex::new(Vec::new()),
+        jobs: Mutex::new(HashMap::new()),
+        halting: AtomicBool::new(false),
+        last_refresh: Mutex::new(None),
+        registered: Mutex::new(HashSet::new()),
+        cfg,
+    });
+    {
+        let m = mpd.clone();
+        server::serve("mpd", mpd_l, secret.clone(), move |c, peer| m.serve_mpd(c, peer));
+        let m = mpd.clone();
+        server::serve("rs", rs_l, secret.clone(), move |c, peer| m.serve_rs(c, peer));
+        let m = mpd.clone();
+        let ctx = FtContext {
+            cache_dir: home.ft_cache(),
+            jobs_dir: home.jobs(),
+            secret: secret.clone(),
+            check_ticket: Box::new(move |t| m.gate.lock().unwrap().touch(m.now(), t.0)),
+        };
+        ft::serve(ft_l, Arc::new(ctx));
+    }
+    home::write_json(
+        &home.mpd_state(),
+        &MpdState {
+            pid: std::process::id(),
+            ip,
+            mpd_port: me.id.mpd_port,
+            rs_port: me.rs_port,
+            ft_port: me.ft_port,
+            fd_port: me.fd_port,
+            version: VERSION.into(),
+        },
+    )?;
+    info!(
+        "MPD {} up (RS port {}, FT port {}, P={}, J={}); supernodes: {}",
+        me.id,
+        me.rs_port,
+        me.ft_port,
+        mpd.cfg.max_processes_per_job,
+        mpd.cfg.max_jobs,
+        mpd.cfg.supernodes.join(", ")
+    );
+    // Membership: keep-alive, cache refresh, latency, reservation expiry.
+    let tick = Duration::from_millis(50);
+    let mut next_alive = Instant::now();
+    let mut next_refresh = Instant::now();
+    let mut next_ping = Instant::now();
+    let mut first = true;
+    while !mpd.halting.load(Ordering::SeqCst) {
+        let now = Instant::now();
+        if now >= next_alive {
+            mpd.keep_alive();
+            next_alive = Instant::now() + Duration::from_millis(mpd.cfg.alive_period_ms);
+        }
+        if now >= next_refresh {
+            let due = mpd.last_refresh.lock().unwrap().is_none_or(|t| t.elapsed() >= Duration::from_millis(100));
+            if due {
+                mpd.refresh();
+            }
+            next_refresh = Instant::now() + Duration::from_millis(mpd.cfg.refresh_period_ms);
+            if first {
+                next_ping = Instant::now();
+                first = false;
+            }
+        }
+        if now >= next_ping {
+            mpd.ping_all();
+            next_ping = Instant::now() + Duration::from_millis(mpd.cfg.ping_period_ms);
+        }
+        for t in mpd.gate.lock().unwrap().expire(mpd.now()) {
+            info!("reservation {} was never used: released", Ticket(t));
+        }
+        std::thread::sleep(tick);
+    }
+    // Halt: stop local processes, leave the supernodes, remove the state file.
+    let pids: Vec<u32> = mpd.jobs.lock().unwrap().values().flatten().copied().collect();
+    for pid in pids {
+        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    }
+    for (name, sn) in &mpd.supernodes {
+        if let Some(sn) = sn {
+            if let Err(e) = mpd.supernode_call(*sn, &SnRequest::Unregister(mpd.me.id.clone())) {
+                warn!("could not unregister from supernode {name}: {e:#}");
+            }
+        }
+    }
+    mpd.persist_cache();
+    let _ = std::fs::remove_file(home.mpd_state());
+    info!("MPD halted");
+    Ok(())
+}
+
+impl Mpd {
+    fn serve_rs(self: &Arc<Self>, mut conn: SecureConn, peer: SocketAddr) {
+        loop {
+            let req: RsRequest = match conn.recv() {
+                Ok(Some(r)) => r,
+                Ok(None) => return,
+                Err(e) => return server::log_end("rs", peer, &e),
+            };
+            let now = self.now();
+            let answer = match req {
+                RsRequest::Reserve { ticket, app, submitter } => {
+                    let d = self.gate.lock().unwrap().reserve(now, ticket.0, &peer.ip().to_string(), &app);
+                    match d {
+                        Decision::Ok { p, expires_at_ms } => {
+                            info!("reserved for {app} from {submitter} ({peer}): ticket {ticket}, P={p}");
+                            RsResponse::Ok { p, expires_ms: expires_at_ms.saturating_sub(now) }
+                        }
+                        Decision::Nok(reason) => {
+                            info!("refused a reservation for {app} from {peer}: {reason}");
+                            RsResponse::Nok { reason }
+                        }
+                    }
+                }
+                RsRequest::Cancel { ticket } => {
+                    if self.gate.lock().unwrap().cancel(ticket.0) {
+                        info!("reservation {ticket} cancelled by {peer}");
+                    }
+                    RsResponse::Cancelled
+                }
+            };
+            if let Err(e) = conn.send(&answer) {
+                return server::log_end("rs", peer, &e);
+            }
+        }
+    }
+
+    fn serve_mpd(self: &Arc<Self>, mut conn: SecureConn, peer: SocketAddr) {
+        let local = server::is_local(peer.ip(), self.ip);
+        loop {
+            let req: MpdRequest = match conn.recv() {
+                Ok(Some(r)) => r,
+                Ok(None) => return,
+                Err(e) => return server::log_end("mpd", peer, &e),
+            };
+            let local_only = matches!(
+                req,
+                MpdRequest::Halt
+                    | MpdRequest::Reserve { .. }
+                    | MpdRequest::Release { .. }
+                    | MpdRequest::Announce(_)
+                    | MpdRequest::Retire { .. }
+            );
+            if local_only && !local {
+                warn!("mpd: refused {req:?} from remote host {peer}");
+                let _ =
+                    conn.send(&MpdResponse::Failed("this request is accepted from the peer's own host only".into()));
+                return;
+            }
+            let answer = match req {
+                MpdRequest::Ping => MpdResponse::Pong,
+                MpdRequest::Hosts => {
+                    let now = self.now();
+                    let hosts = self
+                        .cache
+                        .lock()
+                        .unwrap()
+                        .entries()
+                        .into_iter()
+                        .map(|(_, e)| CachedHost {
+                            info: e.info,
+                            rtt_us: e.rtt_us,
+                            alive: e.alive,
+                            updated_ms: now.saturating_sub(e.updated_ms),
+                        })
+                        .collect();
+                    MpdResponse::Hosts { me: self.me.id.clone(), hosts }
+                }
+                MpdRequest::Stat => MpdResponse::Stat {
+                    me: self.me.id.clone(),
+                    version: VERSION.into(),
+                    apps: self.apps.lock().unwrap().clone(),
+                },
+                MpdRequest::Halt => {
+                    info!("halt requested from {peer}");
+                    self.halting.store(true, Ordering::SeqCst);
+                    MpdResponse::Halting
+                }
+                MpdRequest::Reserve { n, r, strategy, wait_ms, app } => {
+                    let _ = conn.set_read_timeout(None);
+                    if let Err(e) = self.reserve(&mut conn, n, r, &strategy, wait_ms, &app) {
+                        warn!("reservation for {app}: the submitter went away: {e:#}");
+                    }
+                    continue;
+                }
+                MpdRequest::Release { ticket, peers } => {
+                    self.cancel_on(&peers, ticket);
+                    MpdResponse::Ok
+                }
+                MpdRequest::Announce(p) => {
+                    self.apps.lock().unwrap().push(p);
+                    MpdResponse::Ok
+                }
+                MpdRequest::Retire { job, rank } => {
+                    self.apps.lock().unwrap().retain(|a| !(a.job == job && a.rank == rank));
+                    MpdResponse::Ok
+                }
+                MpdRequest::Launch(spec) => {
+                    self.launch(conn, peer, spec);
+                    return;
+                }
+            };
+            if let Err(e) = conn.send(&answer) {
+                return server::log_end("mpd", peer, &e);
+            }
+        }
+    }
+
+    /// Starts a job's processes here and streams their output and exit to the submitter
+    /// (thesis §3.2 steps 5–9). The connection's end means the submitter is gone: the
+    /// processes are killed, so nothing is left behind.
+    fn launch(self: &Arc<Self>, conn: SecureConn, peer: SocketAddr, spec: LaunchSpec) {
+        let (mut reader, writer) = conn.split();
+        let writer = Arc::new(Mutex::new(writer));
+        let send = |w: &Arc<Mutex<SecureWriter>>, ev: &JobEvent| {
+            let _ = w.lock().unwrap().send(ev);
+        };
+        let refuse = |why: String| {
+            warn!("launch of {} for {peer} refused: {why}", spec.app);
+            send(&writer, &JobEvent::Refused(why));
+        };
+        let p = match self.gate.lock().unwrap().claim(self.now(), spec.ticket.0) {
+            Ok(p) => p,
+            Err(e) => return refuse(format!("{e} (ticket {})", spec.ticket)),
+        };
+        if spec.ranks.len() > p as usize {
+            return refuse(format!("{} processes asked, MAX_PROCESSES_PER_JOB is {p}", spec.ranks.len()));
+        }
+        let dir = match ft::job_dir(&self.home.jobs(), &spec.job) {
+            Ok(d) => d,
+            Err(e) => return refuse(format!("{e:#}")),
+        };
+        let program = match ft::safe_join(&dir, &spec.program) {
+            Ok(p) if p.is_file() => p,
+            Ok(_) => return refuse(format!("program {} was not staged", spec.program)),
+            Err(e) => return refuse(format!("{e:#}")),
+        };
+        info!("launching {} rank(s) {:?} of {} (job {}) for {peer}", spec.ranks.len(), spec.ranks, spec.app, spec.job);
+        let mut children = Vec::new();
+        for &rank in &spec.ranks {
+            let mut cmd = Command::new(&program);
+            cmd.args(&spec.args)
+                .current_dir(&dir)
+                .env("P2PMPI_RANK", rank.to_string())
+                .env("P2PMPI_SIZE", spec.size.to_string())
+                .env("P2PMPI_CONTROL", &spec.root)
+                .env("P2PMPI_TOKEN", format!("{:016x}", spec.token))
+                .env("P2PMPI_BIND", self.ip.to_string())
+                .env("P2PMPI_PORTS", format!("{}-{}", self.cfg.min_port, self.cfg.max_port))
+                .env("P2PMPI_JOB", &spec.job)
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            for (k, v) in &spec.env {
+                cmd.env(k, v);
+            }
+            unsafe {
+                cmd.pre_exec(|| {
+                    if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+            match cmd.spawn() {
+                Ok(c) => children.push((rank, c)),
+                Err(e) => {
+                    for (_, c) in &mut children {
+                        let _ = c.kill();
+                        let _ = c.wait();
+                    }
+                    self.gate.lock().unwrap().finish(spec.ticket.0);
+                    return refuse(format!("cannot start {}: {e}", spec.program));
+                }
+            }
+        }
+        let pids: Vec<u32> = children.iter().map(|(_, c)| c.id()).collect();
+        self.jobs.lock().unwrap().insert(spec.job.clone(), pids.clone());
+        for (rank, c) in &children {
+            send(&writer, &JobEvent::Started { rank: *rank, pid: c.id() });
+            self.apps.lock().unwrap().push(AppProcess {
+                app: spec.app.clone(),
+                job: spec.job.clone(),
+                rank: *rank,
+                pid: c.id(),
+                root: spec.root.clone(),
+            });
+        }
+        // Orders from the submitter; its disappearance kills the job here.
+        let done = Arc::new(AtomicBool::new(false));
+        {
+            let pids = pids.clone();
+            let done = done.clone();
+            let _ = reader.set_read_timeout(None);
+            std::thread::spawn(move || loop {
+                match reader.recv::<JobControl>() {
+                    Ok(Some(JobControl::Signal(sig))) => {
+                        for &pid in &pids {
+                            unsafe { libc::kill(pid as i32, sig) };
+                        }
+                    }
+                    Ok(None) | Err(_) => {
+                        if !done.load(Ordering::SeqCst) {
+                            warn!("submitter {peer} went away: killing its processes");
+                            for &pid in &pids {
+                                unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+                            }
+                        }
+                        return;
+                    }
+                }
+            });
+        }
+        std::thread::scope(|s| {
+            for (rank, mut child) in children {
+                let writer = writer.clone();
+                s.spawn(move || {
+                    let out = child.stdout.take().map(|o| pump(o, rank, false, writer.clone()));
+                    let err = child.stderr.take().map(|e| pump(e, rank, true, writer.clone()));
+                    let status = child.wait();
+                    for h in [out, err].into_iter().flatten() {
+                        let _ = h.join();
+                    }
+                    let (code, signal) = match status {
+                        Ok(st) => (st.code(), st.signal()),
+                        Err(_) => (None, Some(libc::SIGKILL)),
+                    };
+                    let _ = writer.lock().unwrap().send(&JobEvent::Exited { rank, code, signal });
+                });
+            }
+        });
+        done.store(true, Ordering::SeqCst);
+        writer.lock().unwrap().shutdown();
+        self.gate.lock().unwrap().finish(spec.ticket.0);
+        self.jobs.lock().unwrap().remove(&spec.job);
+        self.apps.lock().unwrap().retain(|a| a.job != spec.job);
+        ft::remove_job(&self.home.jobs(), &spec.job);
+        info!("job {} of {} ended here", spec.job, spec.app);
+    }
+}
+
+/// Forwards a process's output to the submitter, a line (or up to 64 KiB) at a time.
+fn pump(
+    src: impl Read + Send + 'static,
+    rank: u32,
+    stderr: bool,
+    w: Arc<Mutex<SecureWriter>>,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let mut r = BufReader::with_capacity(64 * 1024, src);
+        loop {
+            let buf = match r.fill_buf() {
+                Ok([]) | Err(_) => return,
+                Ok(b) => b,
+            };
+            // Whole lines when there are some, else what is there.
+            let take = match buf.iter().rposition(|&c| c == b'\n') {
+                Some(i) => i + 1,
+                None if buf.len() >= 64 * 1024 => buf.len(),
+                None => {
+                    // Wait for the rest of the line, unless the stream ends.
+                    let mut line = buf.to_vec();
+                    let n = buf.len();
+                    r.consume(n);
+                    let mut more = Vec::new();
+                    let _ = r.read_until(b'\n', &mut more);
+                    line.extend_from_slice(&more);
+                    let _ = w.lock().unwrap().send(&JobEvent::Output { rank, stderr, data: line });
+                    if more.is_empty() {
+                        return;
+                    }
+                    continue;
+                }
+            };
+            let data = buf[..take].to_vec();
+            r.consume(take);
+            if w.lock().unwrap().send(&JobEvent::Output { rank, stderr, data }).is_err() {
+                // The submitter is gone; keep draining so the process is not blocked.
+            }
+        }
+    })
+}
+
+/// Reads the state of the peer daemon running for `home`, if it is alive.
+pub fn running(home: &Home) -> Option<MpdState> {
+    let st: MpdState = home::read_json(&home.mpd_state())?;
+    home::pid_alive(st.pid).then_some(st)
+}
+
+/// One request to an MPD on a fresh connection (from this host's own address).
+pub fn call(state_ip: Option<IpAddr>, addr: SocketAddr, secret: &GridSecret, req: &MpdRequest) -> Result<MpdResponse> {
+    let mut c = SecureConn::connect_from(state_ip, addr, secret, CONNECT_TIMEOUT)
+        .with_context(|| format!("cannot reach the MPD at {addr}"))?;
+    c.set_read_timeout(Some(Duration::from_secs(10)))?;
+    c.set_max_record(64 << 20);
+    match c.call(req) {
+        Ok(a) => Ok(a),
+        Err(e) => bail!("the MPD at {addr} did not answer: {e}"),
+    }
+}

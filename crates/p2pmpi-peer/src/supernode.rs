@@ -1,0 +1,152 @@
+//! The supernode: the grid's bootstrap service (SPEC §2, thesis §3.1.1).
+//!
+//! It keeps the *host list*: for every peer its address, service ports, capacity and the time
+//! it was last heard from. Peers `Register` when they boot, `Unregister` when they halt, and
+//! send `Alive` periodically; a peer not heard from for `PEER_TTL` is dropped. The list itself
+//! is the pure [`p2pmpi_core::hosts::HostList`]; this module is its network driver.
+//!
+//! Several supernodes may serve one grid: peers register with every one they reach, so none
+//! is a single point of failure.
+
+use crate::home::{Home, SupernodeState};
+use crate::server;
+use anyhow::{Context, Result};
+use p2pmpi_core::hosts::HostList;
+use p2pmpi_wire::grid::{HostEntry, PeerId, PeerInfo, SnRequest, SnResponse};
+use p2pmpi_wire::secure::{GridSecret, SecureConn};
+use std::net::{SocketAddr, TcpListener};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tracing::{info, warn};
+
+/// How a supernode runs.
+#[derive(Debug, Clone)]
+pub struct SupernodeOpts {
+    pub bind: SocketAddr,
+    pub secret: GridSecret,
+    pub peer_ttl_ms: u64,
+    pub home: Home,
+}
+
+struct Shared {
+    start: Instant,
+    hosts: Mutex<HostList<PeerId, PeerInfo>>,
+    ttl_ms: u64,
+}
+
+impl Shared {
+    fn now(&self) -> u64 {
+        self.start.elapsed().as_millis() as u64
+    }
+}
+
+/// Binds, publishes the state file, and serves until a `Stop` request arrives.
+/// `ready` is called with the bound address once the service accepts connections.
+pub fn run(opts: SupernodeOpts) -> Result<()> {
+    let listener = TcpListener::bind(opts.bind).with_context(|| format!("cannot listen on {}", opts.bind))?;
+    let addr = listener.local_addr()?;
+    let addr = SocketAddr::new(crate::home::connectable(addr.ip()), addr.port());
+    let shared =
+        Arc::new(Shared { start: Instant::now(), hosts: Mutex::new(HostList::new()), ttl_ms: opts.peer_ttl_ms });
+    let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
+    let stop_tx = Mutex::new(stop_tx);
+    {
+        let shared = shared.clone();
+        server::serve("supernode", listener, opts.secret.clone(), move |conn, peer| {
+            if serve_conn(&shared, conn, peer, addr) {
+                let _ = stop_tx.lock().unwrap().send(());
+            }
+        });
+    }
+    crate::home::write_json(&opts.home.supernode_state(), &SupernodeState { pid: std::process::id(), addr })?;
+    info!("supernode listening on {addr}; peers expire after {} ms", opts.peer_ttl_ms);
+    loop {
+        match stop_rx.recv_timeout(Duration::from_millis(500)) {
+            Ok(()) => break,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                let now = shared.now();
+                for gone in shared.hosts.lock().unwrap().expire(now, shared.ttl_ms) {
+                    info!("peer {gone} not seen for {} ms: dropped", shared.ttl_ms);
+                }
+            }
+            Err(_) => break,
+        }
+    }
+    let _ = std::fs::remove_file(opts.home.supernode_state());
+    info!("supernode stopped");
+    Ok(())
+}
+
+/// Serves one connection; returns true when a local `Stop` was received.
+fn serve_conn(sh: &Shared, mut conn: SecureConn, peer: SocketAddr, me: SocketAddr) -> bool {
+    loop {
+        let req: SnRequest = match conn.recv() {
+            Ok(Some(r)) => r,
+            Ok(None) => return false,
+            Err(e) => {
+                server::log_end("supernode", peer, &e);
+                return false;
+            }
+        };
+        let now = sh.now();
+        let (answer, stop) = match req {
+            SnRequest::Register(info) => {
+                info!("peer {} ({}) registered from {peer}", info.id, info.name);
+                sh.hosts.lock().unwrap().register(now, info.id.clone(), info);
+                (SnResponse::Ok, false)
+            }
+            SnRequest::Unregister(id) => {
+                if sh.hosts.lock().unwrap().unregister(&id) {
+                    info!("peer {id} unregistered");
+                }
+                (SnResponse::Ok, false)
+            }
+            SnRequest::Alive(id) => {
+                if sh.hosts.lock().unwrap().alive(now, &id) {
+                    (SnResponse::Ok, false)
+                } else {
+                    (SnResponse::UnknownPeer, false)
+                }
+            }
+            SnRequest::List => {
+                let list = sh.hosts.lock().unwrap().list(now);
+                (
+                    SnResponse::Hosts(
+                        list.into_iter().map(|(_, info, age)| HostEntry { info, last_seen_ms: age }).collect(),
+                    ),
+                    false,
+                )
+            }
+            SnRequest::Stop => {
+                if server::is_local(peer.ip(), me.ip()) {
+                    info!("stop requested from {peer}");
+                    (SnResponse::Ok, true)
+                } else {
+                    warn!("refused a stop request from remote host {peer}");
+                    (SnResponse::Error("stop is accepted from the supernode's own host only".into()), false)
+                }
+            }
+        };
+        if let Err(e) = conn.send(&answer) {
+            server::log_end("supernode", peer, &e);
+            return stop;
+        }
+        if stop {
+            return true;
+        }
+    }
+}
+
+/// One request to a supernode, on a fresh connection.
+pub fn call(
+    local: Option<std::net::IpAddr>,
+    addr: SocketAddr,
+    secret: &GridSecret,
+    req: &SnRequest,
+    timeout: Duration,
+) -> Result<SnResponse> {
+    let mut c = SecureConn::connect_from(local, addr, secret, timeout)?;
+    c.set_read_timeout(Some(timeout))?;
+    c.set_max_record(64 << 20);
+    Ok(c.call(req)?)
+}

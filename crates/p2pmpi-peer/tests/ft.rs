@@ -1,0 +1,364 @@
+//! The FT service and client over real TCP on 127.0.0.1.
+
+use p2pmpi_peer::ft::{self, FtContext, LocalFile, StageReport};
+use p2pmpi_wire::grid::{FileMeta, FileSource, FtRequest, FtResponse, Ticket};
+use p2pmpi_wire::secure::{GridSecret, SecureConn};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const TICKET: Ticket = Ticket(0xfeed);
+const JOB: &str = "00c0ffee";
+const T: Duration = Duration::from_secs(10);
+
+/// A unique temporary directory, removed on drop.
+struct Tmp(PathBuf);
+
+impl Tmp {
+    fn new(tag: &str) -> Tmp {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let p = std::env::temp_dir().join(format!(
+            "p2pmpi-ft-{tag}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::SeqCst)
+        ));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        Tmp(p)
+    }
+}
+
+impl Drop for Tmp {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn secret() -> GridSecret {
+    GridSecret::from_phrase("ft test grid")
+}
+
+/// An FT service on its own temp dirs: (address, root dir with cache/ and jobs/).
+fn server() -> (SocketAddr, Tmp) {
+    let root = Tmp::new("srv");
+    let ctx = FtContext {
+        cache_dir: root.0.join("cache"),
+        jobs_dir: root.0.join("jobs"),
+        secret: secret(),
+        check_ticket: Box::new(|t| t == TICKET),
+    };
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    ft::serve(l, Arc::new(ctx));
+    (addr, root)
+}
+
+/// A submitter's program and input file.
+fn local_files(dir: &Path) -> Vec<LocalFile> {
+    std::fs::write(dir.join("prog"), b"#!/bin/sh\necho hello\n").unwrap();
+    let big: Vec<u8> = (0..(2 << 20) + 12345).map(|i| (i * 31 % 251) as u8).collect();
+    std::fs::write(dir.join("input.dat"), &big).unwrap();
+    vec![
+        LocalFile::Path { name: "prog".into(), path: dir.join("prog"), executable: true },
+        LocalFile::Path { name: "data/input.dat".into(), path: dir.join("input.dat"), executable: false },
+    ]
+}
+
+fn mode(p: &Path) -> u32 {
+    std::fs::metadata(p).unwrap().permissions().mode() & 0o777
+}
+
+fn stage1(addr: SocketAddr, files: &[LocalFile], metas: &[FileMeta]) -> anyhow::Result<StageReport> {
+    ft::stage(addr, &secret(), TICKET, JOB, files, metas, T)
+}
+
+/// Sends one offer by hand; the service's answer.
+fn offer_raw(addr: SocketAddr, job: &str, files: Vec<FileMeta>) -> FtResponse {
+    let mut c = SecureConn::connect(addr, &secret(), T).unwrap();
+    c.set_read_timeout(Some(T)).unwrap();
+    c.call(&FtRequest::Offer { ticket: TICKET, job: job.into(), files }).unwrap()
+}
+
+fn inline(name: &str, content: &[u8]) -> FileMeta {
+    let source = FileSource::Inline { hash: *blake3::hash(content).as_bytes(), size: content.len() as u64 };
+    FileMeta { name: name.into(), source, executable: false }
+}
+
+fn names_in(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .map(|r| r.map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect())
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+#[test]
+fn ft_stages_then_caches() {
+    let (addr, root) = server();
+    let src = Tmp::new("src");
+    let files = local_files(&src.0);
+    let metas = ft::describe(&files).unwrap();
+    let rep = stage1(addr, &files, &metas).unwrap();
+    assert_eq!(rep, StageReport { cached: 0, received: 2, fetched: 0 });
+    let job = root.0.join("jobs").join(JOB);
+    assert_eq!(std::fs::read(job.join("prog")).unwrap(), std::fs::read(src.0.join("prog")).unwrap());
+    assert_eq!(std::fs::read(job.join("data/input.dat")).unwrap(), std::fs::read(src.0.join("input.dat")).unwrap());
+    assert_eq!(mode(&job.join("prog")), 0o755);
+    assert_eq!(mode(&job.join("data/input.dat")), 0o644);
+    assert_eq!(names_in(&root.0.join("cache")).len(), 2, "two cache entries, no temp files");
+
+    // Second time: everything from the cache. The local files are gone, so the client could
+    // not have sent any content.
+    std::fs::remove_file(src.0.join("prog")).unwrap();
+    std::fs::remove_file(src.0.join("input.dat")).unwrap();
+    std::fs::remove_dir_all(&job).unwrap();
+    let rep = stage1(addr, &files, &metas).unwrap();
+    assert_eq!(rep, StageReport { cached: 2, received: 0, fetched: 0 });
+    assert_eq!(mode(&job.join("prog")), 0o755);
+    assert!(job.join("data/input.dat").is_file());
+
+    ft::remove_job(&root.0.join("jobs"), JOB);
+    assert!(!job.exists());
+}
+
+#[test]
+fn ft_empty_file_and_same_content_twice() {
+    let (addr, root) = server();
+    let src = Tmp::new("src");
+    std::fs::write(src.0.join("empty"), b"").unwrap();
+    std::fs::write(src.0.join("a"), b"same").unwrap();
+    let files = vec![
+        LocalFile::Path { name: "empty".into(), path: src.0.join("empty"), executable: false },
+        LocalFile::Path { name: "a".into(), path: src.0.join("a"), executable: false },
+        LocalFile::Path { name: "b".into(), path: src.0.join("a"), executable: true },
+    ];
+    let metas = ft::describe(&files).unwrap();
+    let rep = stage1(addr, &files, &metas).unwrap();
+    assert_eq!(rep, StageReport { cached: 1, received: 2, fetched: 0 });
+    let job = root.0.join("jobs").join(JOB);
+    assert_eq!(std::fs::read(job.join("empty")).unwrap(), b"");
+    assert_eq!(std::fs::read(job.join("b")).unwrap(), b"same");
+    assert_eq!((mode(&job.join("a")), mode(&job.join("b"))), (0o644, 0o755), "modes are not shared");
+}
+
+#[test]
+fn ft_refuses_a_wrong_ticket_and_a_wrong_secret() {
+    let (addr, root) = server();
+    let src = Tmp::new("src");
+    let files = local_files(&src.0);
+    let metas = ft::describe(&files).unwrap();
+    let e = ft::stage(addr, &secret(), Ticket(1), JOB, &files, &metas, T).unwrap_err().to_string();
+    assert_eq!(e, format!("staging to {addr} failed: the peer refused: unknown reservation ticket"));
+    let e = ft::stage(addr, &GridSecret::from_phrase("other"), TICKET, JOB, &files, &metas, T).unwrap_err();
+    assert!(e.to_string().starts_with(&format!("staging to {addr} failed")), "{e}");
+    assert!(!root.0.join("jobs").join(JOB).exists());
+}
+
+#[test]
+fn ft_refuses_escaping_names_and_job_ids() {
+    let (addr, root) = server();
+    for name in ["../x", "/etc/passwd", "a/../../x", "./a", "a\\b", "", "a//b", "a/", "nul\0x"] {
+        match offer_raw(addr, JOB, vec![inline(name, b"evil")]) {
+            FtResponse::Error(m) => assert!(m.contains("refused file name"), "{name:?}: {m}"),
+            other => panic!("{name:?} accepted: {other:?}"),
+        }
+    }
+    for job in ["a/b", "..", "", "ABC", "../00", &"a".repeat(65)] {
+        assert!(matches!(offer_raw(addr, job, vec![inline("f", b"x")]), FtResponse::Error(_)), "job {job:?}");
+    }
+    assert!(names_in(&root.0).is_empty(), "nothing written: {:?}", names_in(&root.0));
+    let parent = root.0.parent().unwrap();
+    assert!(!parent.join("x").exists());
+    let src = Tmp::new("src");
+    std::fs::write(src.0.join("f"), b"x").unwrap();
+    let bad = [LocalFile::Path { name: "../f".into(), path: src.0.join("f"), executable: false }];
+    assert!(ft::describe(&bad).is_err(), "the client refuses too");
+}
+
+#[test]
+fn ft_safe_join_rules() {
+    let d = Path::new("/jobs/abc");
+    assert_eq!(ft::safe_join(d, "prog").unwrap(), d.join("prog"));
+    assert_eq!(ft::safe_join(d, "in/data.txt").unwrap(), d.join("in").join("data.txt"));
+    assert_eq!(ft::safe_join(d, "..foo").unwrap(), d.join("..foo"));
+    for bad in ["", "/x", "..", "../x", "a/../../x", "./a", "a/.", "a\\b", "a\0b", "a//b", "a/"] {
+        assert!(ft::safe_join(d, bad).is_err(), "{bad:?}");
+    }
+    assert!(ft::safe_join(d, &"x".repeat(255)).is_ok());
+    assert!(ft::safe_join(d, &"x".repeat(256)).is_err());
+    assert!(ft::job_dir(Path::new("/jobs"), "0123abcdef").is_ok());
+    for bad in ["", "a/b", "..", "G", &"0".repeat(65)] {
+        assert!(ft::job_dir(Path::new("/jobs"), bad).is_err(), "{bad:?}");
+    }
+}
+
+#[test]
+fn ft_does_not_follow_symlinks_out_of_the_job_dir() {
+    let (addr, root) = server();
+    let outside = Tmp::new("outside");
+    std::fs::write(outside.0.join("target"), b"precious").unwrap();
+    let job = root.0.join("jobs").join(JOB);
+    std::fs::create_dir_all(&job).unwrap();
+    std::os::unix::fs::symlink(outside.0.join("target"), job.join("evil")).unwrap();
+    std::os::unix::fs::symlink(&outside.0, job.join("sub")).unwrap();
+
+    assert!(matches!(offer_raw(addr, JOB, vec![inline("evil", b"new")]), FtResponse::Need(_)));
+    let src = Tmp::new("src");
+    std::fs::write(src.0.join("f"), b"new").unwrap();
+    let files = [LocalFile::Path { name: "evil".into(), path: src.0.join("f"), executable: false }];
+    stage1(addr, &files, &ft::describe(&files).unwrap()).unwrap();
+    assert_eq!(std::fs::read(outside.0.join("target")).unwrap(), b"precious");
+    assert!(!std::fs::symlink_metadata(job.join("evil")).unwrap().file_type().is_symlink());
+
+    let files = [LocalFile::Path { name: "sub/f".into(), path: src.0.join("f"), executable: false }];
+    let e = stage1(addr, &files, &ft::describe(&files).unwrap()).unwrap_err().to_string();
+    assert!(e.contains("sub/f") && e.contains("not a directory"), "{e}");
+    assert_eq!(names_in(&outside.0), vec!["target".to_string()]);
+}
+
+#[test]
+fn ft_hash_mismatch_installs_nothing() {
+    let (addr, root) = server();
+    let src = Tmp::new("src");
+    let files = local_files(&src.0);
+    let metas = ft::describe(&files).unwrap();
+    std::fs::write(src.0.join("prog"), b"#!/bin/sh\necho HELLO\n").unwrap(); // same size, other content
+    let e = stage1(addr, &files, &metas).unwrap_err().to_string();
+    assert!(e.contains("\"prog\"") && e.contains("hash"), "{e}");
+    assert!(names_in(&root.0.join("jobs").join(JOB)).is_empty());
+    assert!(names_in(&root.0.join("cache")).iter().all(|n| !n.starts_with(".tmp")), "temp files removed");
+
+    std::fs::write(src.0.join("prog"), b"longer than it was described").unwrap();
+    let e = stage1(addr, &files, &metas).unwrap_err().to_string();
+    assert!(e.contains("\"prog\""), "{e}");
+    assert!(names_in(&root.0.join("cache")).iter().all(|n| !n.starts_with(".tmp")), "temp files removed");
+}
+
+#[test]
+fn ft_survives_garbage_and_silence() {
+    let _ = tracing_subscriber::fmt().with_test_writer().try_init();
+    let (addr, _root) = server();
+    let _silent = TcpStream::connect(addr).unwrap();
+    let mut g = TcpStream::connect(addr).unwrap();
+    g.write_all(&[0x13; 5000]).unwrap();
+    let mut sink = Vec::new();
+    g.set_read_timeout(Some(T)).unwrap();
+    let _ = g.read_to_end(&mut sink); // the service closes it
+                                      // An authenticated connection sending a record that is not a request.
+    let mut c = SecureConn::connect(addr, &secret(), T).unwrap();
+    c.set_read_timeout(Some(T)).unwrap();
+    c.send(&vec![0xffu8; 100]).unwrap();
+    assert!(!matches!(c.recv::<FtResponse>(), Ok(Some(FtResponse::Need(_)))));
+    // A chunk before any offer.
+    let mut c = SecureConn::connect(addr, &secret(), T).unwrap();
+    c.set_read_timeout(Some(T)).unwrap();
+    let r: FtResponse = c.call(&FtRequest::Chunk { index: 0, data: vec![1] }).unwrap();
+    assert!(matches!(r, FtResponse::Error(_)));
+    // An oversized record.
+    let mut c = SecureConn::connect(addr, &secret(), T).unwrap();
+    c.set_read_timeout(Some(T)).unwrap();
+    let _ = c.send(&FtRequest::Chunk { index: 0, data: vec![0; 3 << 20] });
+    assert!(!matches!(c.recv::<FtResponse>(), Ok(Some(_))));
+
+    let src = Tmp::new("src");
+    let files = local_files(&src.0);
+    let rep = stage1(addr, &files, &ft::describe(&files).unwrap()).unwrap();
+    assert_eq!(rep.received, 2);
+}
+
+#[test]
+fn ft_a_stalled_connection_is_closed() {
+    let root = Tmp::new("stall");
+    let ctx = FtContext {
+        cache_dir: root.0.join("cache"),
+        jobs_dir: root.0.join("jobs"),
+        secret: secret(),
+        check_ticket: Box::new(|_| true),
+    };
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let t = std::thread::spawn(move || {
+        let (s, _) = l.accept().unwrap();
+        let start = Instant::now();
+        ft::handle_with_timeout(s, &ctx, Duration::from_millis(300));
+        start.elapsed()
+    });
+    let mut c = SecureConn::connect(addr, &secret(), T).unwrap();
+    let r: FtResponse =
+        c.call(&FtRequest::Offer { ticket: TICKET, job: JOB.into(), files: vec![inline("f", b"abc")] }).unwrap();
+    assert_eq!(r, FtResponse::Need(vec![0]));
+    // … and then nothing.
+    let took = t.join().unwrap();
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    assert!(names_in(&root.0.join("cache")).is_empty(), "temp file removed");
+}
+
+/// A one-shot HTTP/1.1 server answering `body` to every request.
+fn http_server(body: &'static [u8]) -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            let Ok(mut s) = s else { continue };
+            let mut req = Vec::new();
+            let mut b = [0u8; 1024];
+            while !req.windows(4).any(|w| w == b"\r\n\r\n") {
+                match s.read(&mut b) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => req.extend_from_slice(&b[..n]),
+                }
+            }
+            let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len());
+            let _ = s.write_all(head.as_bytes());
+            let _ = s.write_all(body);
+        }
+    });
+    addr
+}
+
+#[test]
+fn ft_fetches_url_files() {
+    let (addr, root) = server();
+    let http = http_server(b"fetched content\n");
+    let src = Tmp::new("src");
+    let mut files = local_files(&src.0);
+    files.push(LocalFile::Url {
+        name: "in/remote.txt".into(),
+        url: format!("http://{http}/remote.txt"),
+        executable: true,
+    });
+    let metas = ft::describe(&files).unwrap();
+    let rep = stage1(addr, &files, &metas).unwrap();
+    assert_eq!(rep, StageReport { cached: 0, received: 2, fetched: 1 });
+    let f = root.0.join("jobs").join(JOB).join("in/remote.txt");
+    assert_eq!(std::fs::read(&f).unwrap(), b"fetched content\n");
+    assert_eq!(mode(&f), 0o755);
+
+    let files = [LocalFile::Url { name: "x".into(), url: "https://example.org/x".into(), executable: false }];
+    let e = stage1(addr, &files, &ft::describe(&files).unwrap()).unwrap_err().to_string();
+    assert!(e.contains("only http://"), "{e}");
+}
+
+#[test]
+fn ft_stage_many_in_target_order() {
+    let servers: Vec<(SocketAddr, Tmp)> = (0..3).map(|_| server()).collect();
+    let src = Tmp::new("src");
+    let files = local_files(&src.0);
+    let metas = ft::describe(&files).unwrap();
+    let mut targets: Vec<SocketAddr> = servers.iter().map(|s| s.0).collect();
+    let dead = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap(); // closed right away
+    targets.insert(1, dead);
+    let res = ft::stage_many(&targets, 2, &secret(), TICKET, JOB, &files, &metas, T);
+    assert_eq!(res.len(), 4);
+    assert!(res[1].as_ref().unwrap_err().to_string().starts_with(&format!("staging to {dead} failed")));
+    for (i, r) in res.iter().enumerate().filter(|(i, _)| *i != 1) {
+        assert_eq!(r.as_ref().unwrap().received, 2, "target {i}");
+    }
+    for (_, root) in &servers {
+        assert!(root.0.join("jobs").join(JOB).join("prog").is_file());
+    }
+}
