@@ -40,6 +40,31 @@ pub struct RunArgs {
     /// Prefix every output line with the rank that printed it: `[rank] line`.
     #[arg(short = 't', long = "tag-output")]
     pub tag_output: bool,
+    /// Replicas per rank (fault tolerance; rank 0 is not replicated).
+    #[arg(short = 'r', value_name = "R", default_value_t = 1)]
+    pub replicas: u32,
+    /// Allocation strategy: spread (also: scatter) or concentrate (also: gather).
+    #[arg(short = 'a', value_name = "STRATEGY", default_value = "spread")]
+    pub strategy: String,
+    /// Input files to stage with the program (comma-separated, repeatable; http:// URLs are
+    /// fetched by each peer itself).
+    #[arg(short = 'l', value_name = "FILES", value_delimiter = ',')]
+    pub files: Vec<String>,
+    /// Seconds to keep looking for enough peers.
+    #[arg(short = 'w', value_name = "SECONDS", default_value_t = 10)]
+    pub wait: u64,
+    /// Run every process on this host, without the peer daemon.
+    #[arg(long, conflicts_with = "grid")]
+    pub local: bool,
+    /// Run on the grid through this host's peer daemon (the default when one is running).
+    #[arg(long)]
+    pub grid: bool,
+    /// Report each start-up step (reservation, staging with cache hits, launch) on stderr.
+    #[arg(short = 'v', long)]
+    pub verbose: bool,
+    /// Reserve and show where the processes would run, then release the hosts.
+    #[arg(long = "dry-run")]
+    pub dry_run: bool,
     /// Seconds to wait for every process to register before giving up.
     #[arg(long = "startup-timeout", default_value_t = 60, value_name = "SECONDS")]
     pub startup_timeout: u64,
@@ -59,7 +84,9 @@ pub fn main_with_args(name: &str, args: &[String]) -> i32 {
         } else {
             if !in_prog
                 && !a.starts_with('-')
-                && argv.last().is_some_and(|l| !matches!(l.as_str(), "-n" | "--np" | "--startup-timeout"))
+                && argv.last().is_some_and(|l| {
+                    !matches!(l.as_str(), "-n" | "--np" | "--startup-timeout" | "-r" | "-a" | "-l" | "-w")
+                })
             {
                 in_prog = true;
             }
@@ -83,7 +110,7 @@ pub fn main_with_args(name: &str, args: &[String]) -> i32 {
 }
 
 /// Finds the program: a path, or a name looked up in `PATH`.
-fn resolve_program(prog: &str) -> Result<PathBuf> {
+pub(crate) fn resolve_program(prog: &str) -> Result<PathBuf> {
     let is_exec = |p: &Path| {
         use std::os::unix::fs::PermissionsExt;
         p.is_file() && p.metadata().map(|m| m.permissions().mode() & 0o111 != 0).unwrap_or(false)
@@ -107,19 +134,42 @@ fn resolve_program(prog: &str) -> Result<PathBuf> {
     bail!("program '{prog}' not found in PATH (give a path such as ./{prog})")
 }
 
-enum Event {
-    Registered { rank: usize, addr: String, conn: TcpStream },
-    Finalized { rank: usize },
-    Abort { rank: usize, code: i32, message: String, lost: Option<u32> },
-    ControlClosed { rank: usize },
-    Exited { rank: usize, status: ExitStatus },
-    BadClient { detail: String },
+pub(crate) enum Event {
+    Registered {
+        rank: usize,
+        addr: String,
+        conn: TcpStream,
+    },
+    Finalized {
+        rank: usize,
+    },
+    Abort {
+        rank: usize,
+        code: i32,
+        message: String,
+        lost: Option<u32>,
+    },
+    ControlClosed {
+        rank: usize,
+    },
+    Exited {
+        rank: usize,
+        status: ExitStatus,
+    },
+    BadClient {
+        detail: String,
+    },
+    /// Ranks lost with their host (its peer daemon stopped answering), or refused there.
+    Lost {
+        ranks: Vec<usize>,
+        why: String,
+    },
 }
 
 #[derive(Default)]
-struct RankState {
-    pid: u32,
-    registered: bool,
+pub(crate) struct RankState {
+    pub(crate) pid: u32,
+    pub(crate) registered: bool,
     finalized: bool,
     ctrl_closed: bool,
     exit: Option<ExitStatus>,
@@ -152,14 +202,34 @@ fn exit_code_of(status: &ExitStatus) -> i32 {
     status.signal().map(|s| 128 + s).or(status.code()).unwrap_or(1)
 }
 
-/// Runs a job locally.
+/// Runs a job: on the grid when this host's peer daemon runs (or `--grid`), else locally.
 pub fn run(name: &str, opts: RunArgs) -> Result<i32> {
-    let n = match opts.n {
+    let n = check_n(name, &opts)?;
+    if opts.replicas < 1 {
+        bail!("-r must be at least 1 (got {})", opts.replicas);
+    }
+    if !opts.local {
+        if let Some(grid) = crate::grid_run::find_grid(opts.grid)? {
+            return crate::grid_run::run(name, &opts, n, grid);
+        }
+    }
+    if opts.replicas > 1 || !opts.files.is_empty() || opts.dry_run {
+        bail!("-r, -l and --dry-run need the grid: start a peer daemon with mpiboot (or p2pmpi local-grid start)");
+    }
+    run_local(name, opts, n)
+}
+
+pub(crate) fn check_n(name: &str, opts: &RunArgs) -> Result<usize> {
+    Ok(match opts.n {
         None => bail!("the number of processes is missing: use -n N (for example: {name} -n 4 ./program)"),
         Some(n) if n < 1 => bail!("-n must be at least 1 (got {n})"),
         Some(n) if n > 4096 => bail!("-n {n} is more processes than a local run supports (4096)"),
         Some(n) => n as usize,
-    };
+    })
+}
+
+/// Runs a job's N processes on this host.
+fn run_local(name: &str, opts: RunArgs, n: usize) -> Result<i32> {
     let program = resolve_program(&opts.command[0])?;
     let prog_args = &opts.command[1..];
 
@@ -171,6 +241,7 @@ pub fn run(name: &str, opts: RunArgs) -> Result<i32> {
 
     let (tx, rx) = channel::<Event>();
     spawn_control_server(listener, token, n, tx.clone());
+    let tag = opts.tag_output;
 
     let out_lock = Arc::new(Mutex::new(()));
     let mut children: Vec<Child> = Vec::with_capacity(n);
@@ -204,7 +275,7 @@ pub fn run(name: &str, opts: RunArgs) -> Result<i32> {
             }
         };
         states[rank].pid = child.id();
-        let prefix = opts.tag_output.then(|| format!("[{rank}] "));
+        let prefix = tag.then(|| format!("[{rank}] "));
         let so = child.stdout.take().expect("piped");
         let se = child.stderr.take().expect("piped");
         pumps.push(pump(so, false, prefix.clone(), out_lock.clone()));
@@ -220,19 +291,23 @@ pub fn run(name: &str, opts: RunArgs) -> Result<i32> {
     }
     drop(tx);
 
-    let code = event_loop(name, n, &rx, &mut states, &children, opts.startup_timeout);
+    let stop = || terminate(&children);
+    let code = event_loop(name, n, &rx, &mut states, &stop, opts.startup_timeout);
     for p in pumps {
         let _ = p.join();
     }
     Ok(code)
 }
 
-fn event_loop(
+/// Follows a job to its end: sends the communicator once every rank registered, judges
+/// every process's end, and on the first failure reports its root cause and calls `stop_all`
+/// (which must make every process end). Returns the job's exit status.
+pub(crate) fn event_loop(
     name: &str,
     n: usize,
     rx: &Receiver<Event>,
     states: &mut [RankState],
-    children: &Arc<Mutex<Vec<Child>>>,
+    stop_all: &dyn Fn(),
     startup_timeout: u64,
 ) -> i32 {
     let mut conns: HashMap<usize, TcpStream> = HashMap::new();
@@ -242,14 +317,13 @@ fn event_loop(
     let start = Instant::now();
     let mut exited = 0;
     let mut provisional: Option<(Instant, usize, u32, i32, String)> = None;
-    let stop_all = |children: &Arc<Mutex<Vec<Child>>>| terminate(children);
     while exited < n {
         if failure.is_none() {
             if let Some((deadline, rank, peer, code, _)) = &provisional {
                 if Instant::now() >= *deadline {
                     eprintln!("{name}: rank {rank} lost contact with rank {peer} (connection closed) and stopped; stopping the other processes");
                     failure = Some(*code);
-                    stop_all(children);
+                    stop_all();
                 }
             }
         }
@@ -268,7 +342,7 @@ fn event_loop(
                         missing.join(", ")
                     );
                     failure = Some(1);
-                    stop_all(children);
+                    stop_all();
                 }
                 continue;
             }
@@ -316,17 +390,35 @@ fn event_loop(
                             "{name}: rank {rank} aborted the job (error code {code}); stopping the other processes"
                         );
                         failure = Some(code);
-                        stop_all(children);
+                        stop_all();
                     }
                 }
             }
             Event::ControlClosed { rank } => states[rank].ctrl_closed = true,
             Event::Exited { rank, status } => {
+                if states[rank].exit.is_some() {
+                    continue;
+                }
                 exited += 1;
                 states[rank].exit = Some(status);
             }
             Event::BadClient { detail } => {
                 eprintln!("{name}: warning: refused a control connection: {detail}");
+            }
+            Event::Lost { ranks, why } => {
+                for &rank in &ranks {
+                    if states[rank].exit.is_none() {
+                        exited += 1;
+                        states[rank].exit = Some(ExitStatus::from_raw(libc::SIGKILL));
+                        states[rank].ctrl_closed = true;
+                        states[rank].judged = true;
+                    }
+                }
+                if failure.is_none() {
+                    eprintln!("{name}: {why}; stopping the other processes");
+                    failure = Some(1);
+                    stop_all();
+                }
             }
         }
         // Judge processes that are gone and whose control connection is closed.
@@ -361,7 +453,7 @@ fn event_loop(
             if let Some((msg, code)) = bad {
                 eprintln!("{name}: {msg}; stopping the other processes");
                 failure = Some(code);
-                stop_all(children);
+                stop_all();
             }
         }
     }
@@ -369,7 +461,7 @@ fn event_loop(
 }
 
 /// Accepts control connections; each is served by its own thread.
-fn spawn_control_server(listener: TcpListener, token: u64, n: usize, tx: Sender<Event>) {
+pub(crate) fn spawn_control_server(listener: TcpListener, token: u64, n: usize, tx: Sender<Event>) {
     std::thread::spawn(move || {
         for conn in listener.incoming() {
             let Ok(conn) = conn else { continue };
@@ -420,7 +512,12 @@ fn serve_control(mut conn: TcpStream, token: u64, n: usize, tx: Sender<Event>) {
 }
 
 /// Copies a child's output to ours, line by line, optionally prefixed.
-fn pump(src: impl Read + Send + 'static, err: bool, prefix: Option<String>, lock: Arc<Mutex<()>>) -> JoinHandle<()> {
+pub(crate) fn pump(
+    src: impl Read + Send + 'static,
+    err: bool,
+    prefix: Option<String>,
+    lock: Arc<Mutex<()>>,
+) -> JoinHandle<()> {
     std::thread::spawn(move || {
         let mut r = BufReader::with_capacity(64 * 1024, src);
         let mut line = Vec::with_capacity(256);
@@ -446,7 +543,7 @@ fn pump(src: impl Read + Send + 'static, err: bool, prefix: Option<String>, lock
     })
 }
 
-fn write_line(o: &mut impl Write, prefix: Option<&str>, line: &[u8]) -> std::io::Result<()> {
+pub(crate) fn write_line(o: &mut impl Write, prefix: Option<&str>, line: &[u8]) -> std::io::Result<()> {
     if let Some(p) = prefix {
         o.write_all(p.as_bytes())?;
     }
@@ -457,7 +554,7 @@ fn write_line(o: &mut impl Write, prefix: Option<&str>, line: &[u8]) -> std::io:
     o.flush()
 }
 
-fn watch_exits(children: Arc<Mutex<Vec<Child>>>, tx: Sender<Event>) {
+pub(crate) fn watch_exits(children: Arc<Mutex<Vec<Child>>>, tx: Sender<Event>) {
     let n = children.lock().unwrap().len();
     let mut done = vec![false; n];
     let mut left = n;
@@ -482,7 +579,7 @@ fn watch_exits(children: Arc<Mutex<Vec<Child>>>, tx: Sender<Event>) {
 }
 
 /// Stops every remaining process: SIGTERM, then SIGKILL after a grace period.
-fn terminate(children: &Arc<Mutex<Vec<Child>>>) {
+pub(crate) fn terminate(children: &Arc<Mutex<Vec<Child>>>) {
     let alive = |children: &Arc<Mutex<Vec<Child>>>| -> Vec<u32> {
         let mut ch = children.lock().unwrap();
         ch.iter_mut().filter_map(|c| matches!(c.try_wait(), Ok(None)).then(|| c.id())).collect()

@@ -1,11 +1,176 @@
 //! # p2pmpi-cli — the commands
 //!
-//! * `p2pmpirun -n N PROG [ARGS…]` (also `-np N`) and `p2pmpi run -n N …`: start a job. With no
-//!   peer daemon running it runs the N processes on this host ([`launcher`]).
+//! * `p2pmpirun -n N [-r R] [-a STRATEGY] [-l FILES] [-w SECONDS] PROG [ARGS…]` and
+//!   `p2pmpi run …`: start a job — on the grid through this host's peer daemon when one runs
+//!   ([`grid_run`]), else every process on this host ([`launcher`]).
+//! * The daemons' commands ([`commands`]): `mpiboot`, `mpihalt`, `mpihost`, `mpistat`,
+//!   `runSupernode`, `stopSupernode`, `supernode_stat`, and their `p2pmpi` subcommands.
+//! * `p2pmpi local-grid start|stop` ([`local_grid`]): a supernode and K peers on this machine.
 //!
-//! The launcher plays, on one host, the part the seeds give the submitter's MPD and the root
-//! process: it hands each process its rank, collects the processes' addresses, sends everyone
-//! the communicator table (flat tree), forwards standard output and error, and stops the job
-//! cleanly when a process dies.
+//! Every binary is a thin entry into [`entry`]; a binary started as `<name> __daemon KIND`
+//! becomes that daemon (how `mpiboot` and `runSupernode` put daemons in the background).
 
+pub mod commands;
+pub mod grid_run;
 pub mod launcher;
+pub mod local_grid;
+
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+
+#[derive(Parser)]
+#[command(name = "p2pmpi", version, about = "P2P-MPI in Rust: run MPI programs on computers you do not administer")]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run an MPI program (same options as `p2pmpirun`).
+    #[command(disable_help_flag = true)]
+    Run {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Start this host's peer daemon: MPD, RS and FT (`mpiboot`).
+    Boot {
+        /// Stay in the foreground, logging to standard error.
+        #[arg(long)]
+        foreground: bool,
+    },
+    /// Stop this host's peer daemon (`mpihalt`).
+    Halt,
+    /// The peers this host's MPD knows, with their round-trip times (`mpihost`).
+    Host,
+    /// MPI applications running on this host (`mpistat`).
+    Stat,
+    /// Supernode commands.
+    Supernode {
+        #[command(subcommand)]
+        action: SupernodeCmd,
+    },
+    /// A whole grid on this machine: a supernode and K peers on 127.0.0.2, 127.0.0.3, ...
+    LocalGrid {
+        #[command(subcommand)]
+        action: GridCmd,
+    },
+}
+
+#[derive(Subcommand)]
+enum SupernodeCmd {
+    /// Start a supernode on this host (`runSupernode`).
+    Start {
+        #[arg(long)]
+        foreground: bool,
+    },
+    /// Stop it (`stopSupernode`).
+    Stop,
+    /// Peers known to the supernode (`supernode_stat`).
+    Stat,
+}
+
+#[derive(Subcommand)]
+enum GridCmd {
+    /// Boot a supernode and K peers, each on its own loopback address.
+    Start {
+        /// Number of peers.
+        #[arg(long, default_value_t = 4)]
+        peers: usize,
+        /// Directory for the grid's state and logs (default: <p2pmpi dir>/local-grid).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// MAX_PROCESSES_PER_JOB of every peer.
+        #[arg(long, default_value_t = 2)]
+        procs: u32,
+        /// MAX_JOBS of every peer (0: unlimited).
+        #[arg(long = "max-jobs", default_value_t = 0)]
+        max_jobs: u32,
+        /// Extra KEY=VALUE line for every peer's configuration (repeatable).
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        set: Vec<String>,
+    },
+    /// Stop the grid.
+    Stop {
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
+}
+
+fn report(name: &str, r: anyhow::Result<()>) -> i32 {
+    match r {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("{name}: error: {e:#}");
+            1
+        }
+    }
+}
+
+/// Entry point of every binary: `name` is the command the user typed.
+pub fn entry(name: &str) -> i32 {
+    let args: Vec<String> = std::env::args().collect();
+    if args.len() >= 3 && args[1] == "__daemon" {
+        return commands::daemon_main(&args[2]);
+    }
+    let rest = &args[1..];
+    let help = |usage: &str| {
+        if rest.iter().any(|a| a == "-h" || a == "--help") {
+            println!("{usage}");
+            true
+        } else {
+            false
+        }
+    };
+    match name {
+        "p2pmpirun" => launcher::main_with_args("p2pmpirun", rest),
+        "mpiboot" => {
+            if help("mpiboot [--foreground]: start this host's peer daemon (MPD, RS, FT)") {
+                return 0;
+            }
+            report(name, commands::boot(rest.iter().any(|a| a == "--foreground")))
+        }
+        "mpihalt" => report(name, commands::halt()),
+        "mpihost" => report(name, commands::host()),
+        "mpistat" => report(name, commands::stat()),
+        "runSupernode" => report(name, commands::supernode_start(rest.iter().any(|a| a == "--foreground"))),
+        "stopSupernode" => report(name, commands::supernode_stop()),
+        "supernode_stat" => report(name, commands::supernode_stat()),
+        _ => p2pmpi_main(),
+    }
+}
+
+fn p2pmpi_main() -> i32 {
+    let cli = Cli::parse();
+    match cli.command {
+        Cmd::Run { args } => launcher::main_with_args("p2pmpi run", &args),
+        Cmd::Boot { foreground } => report("p2pmpi boot", commands::boot(foreground)),
+        Cmd::Halt => report("p2pmpi halt", commands::halt()),
+        Cmd::Host => report("p2pmpi host", commands::host()),
+        Cmd::Stat => report("p2pmpi stat", commands::stat()),
+        Cmd::Supernode { action } => match action {
+            SupernodeCmd::Start { foreground } => {
+                report("p2pmpi supernode start", commands::supernode_start(foreground))
+            }
+            SupernodeCmd::Stop => report("p2pmpi supernode stop", commands::supernode_stop()),
+            SupernodeCmd::Stat => report("p2pmpi supernode stat", commands::supernode_stat()),
+        },
+        Cmd::LocalGrid { action } => match action {
+            GridCmd::Start { peers, dir, procs, max_jobs, set } => {
+                let dir = dir.unwrap_or_else(local_grid::default_dir);
+                let opts = local_grid::StartOpts { peers, dir: dir.clone(), procs, max_jobs, extra: set };
+                report(
+                    "p2pmpi local-grid start",
+                    local_grid::start(&opts).map(|g| println!("{}", local_grid::describe(&g, &dir))),
+                )
+            }
+            GridCmd::Stop { dir } => {
+                let dir = dir.unwrap_or_else(local_grid::default_dir);
+                report(
+                    "p2pmpi local-grid stop",
+                    local_grid::stop(&dir).map(|n| println!("Local grid in {} stopped ({n} peer(s)).", dir.display())),
+                )
+            }
+        },
+    }
+}

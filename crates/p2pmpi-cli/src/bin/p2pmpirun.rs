@@ -1,5 +1,4 @@
-//! `p2pmpirun -n N PROG [ARGS…]`: runs an MPI program.
+//! `p2pmpirun -n N [-r R] [-a STRATEGY] [-l FILES] [-w SECONDS] PROG [ARGS…]`: runs an MPI program.
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    std::process::exit(p2pmpi_cli::launcher::main_with_args("p2pmpirun", &args[1..]));
+    std::process::exit(p2pmpi_cli::entry("p2pmpirun"));
 }

@@ -1,0 +1,5 @@
+//! `mpiboot`: the classic P2P-MPI command (thesis appendix C.2).
+#![allow(non_snake_case)]
+fn main() {
+    std::process::exit(p2pmpi_cli::entry("mpiboot"));
+}

@@ -1,0 +1,245 @@
+//! `p2pmpi local-grid start|stop|status`: a whole grid on this machine, for newcomers and tests.
+//!
+//! A supernode on 127.0.0.1 and K peer daemons, peer *i* on its own loopback address
+//! 127.0.0.(i+1), each with its own p2pmpi directory (`DIR/peer<i>`: configuration, state,
+//! log, file cache) and a shared, freshly generated grid secret. Every port is chosen by the
+//! system (port 0 in the configuration), so several local grids can run side by side. Peer 1
+//! is where jobs are submitted from.
+
+use crate::commands::{spawn_daemon, wait_gone, Daemon};
+use anyhow::{bail, Context, Result};
+use p2pmpi_peer::config::Config;
+use p2pmpi_peer::home::{self, Home, MpdState, SupernodeState};
+use p2pmpi_peer::mpd;
+use p2pmpi_wire::grid::{MpdRequest, MpdResponse, SnRequest};
+use p2pmpi_wire::secure::GridSecret;
+use serde::{Deserialize, Serialize};
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// What `start` records in `DIR/grid.json` for `stop` and `status`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct GridFile {
+    pub secret: String,
+    pub supernode: SupernodeState,
+    pub peers: Vec<PeerRecord>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PeerRecord {
+    pub home: PathBuf,
+    pub state: MpdState,
+}
+
+/// Options of `local-grid start`.
+#[derive(Debug, Clone)]
+pub struct StartOpts {
+    pub peers: usize,
+    pub dir: PathBuf,
+    /// MAX_PROCESSES_PER_JOB of every peer.
+    pub procs: u32,
+    /// MAX_JOBS of every peer.
+    pub max_jobs: u32,
+    /// Extra `KEY=VALUE` lines for every peer's configuration.
+    pub extra: Vec<String>,
+}
+
+/// The default directory: `<p2pmpi dir>/local-grid`.
+pub fn default_dir() -> PathBuf {
+    p2pmpi_peer::config::p2pmpi_dir().join("local-grid")
+}
+
+fn grid_file(dir: &Path) -> PathBuf {
+    dir.join("grid.json")
+}
+
+fn write_conf(path: &Path, cfg: &Config, extra: &[String]) -> Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut text = cfg.to_text();
+    for line in extra {
+        text.push_str(line);
+        text.push('\n');
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    std::io::Write::write_all(&mut f, text.as_bytes())?;
+    Ok(())
+}
+
+/// Starts the grid and waits until peer 1 has measured every other peer.
+pub fn start(opts: &StartOpts) -> Result<GridFile> {
+    if opts.peers == 0 || opts.peers > 250 {
+        bail!("--peers must be between 1 and 250 (one loopback address each)");
+    }
+    let dir = &opts.dir;
+    if let Some(g) = home::read_json::<GridFile>(&grid_file(dir)) {
+        if home::pid_alive(g.supernode.pid) || g.peers.iter().any(|p| home::pid_alive(p.state.pid)) {
+            bail!(
+                "a local grid already runs in {}; stop it with `p2pmpi local-grid stop --dir {}`",
+                dir.display(),
+                dir.display()
+            );
+        }
+    }
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let secret = format!("{:032x}", home::random_u128());
+
+    // The supernode.
+    let sn_home = Home::new(dir.join("supernode"));
+    sn_home.create()?;
+    let sn_conf = sn_home.dir.join("P2P-MPI.conf");
+    let cfg = Config {
+        supernode_port: 0,
+        external_ip: Some(IpAddr::from([127, 0, 0, 1])),
+        grid_secret: Some(secret.clone()),
+        peer_ttl_ms: 5000,
+        ..Config::default()
+    };
+    write_conf(&sn_conf, &cfg, &[])?;
+    spawn_daemon(Daemon::Supernode, &sn_home, &sn_home.supernode_log(), Some(&sn_conf))?;
+    let supernode: SupernodeState = home::read_json(&sn_home.supernode_state()).context("supernode state")?;
+
+    // The peers, booted in parallel.
+    let results: Vec<Result<PeerRecord>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (1..=opts.peers)
+            .map(|i| {
+                let secret = secret.clone();
+                let sn = supernode.addr;
+                s.spawn(move || -> Result<PeerRecord> {
+                    let home = Home::new(dir.join(format!("peer{i}")));
+                    home.create()?;
+                    let conf = home.dir.join("P2P-MPI.conf");
+                    let cfg = Config {
+                        supernodes: vec![sn.to_string()],
+                        mpd_port: 0,
+                        ft_port: 0,
+                        fd_port: 0,
+                        rs_port: 0,
+                        external_ip: Some(IpAddr::from([127, 0, 0, (i + 1) as u8])),
+                        max_processes_per_job: opts.procs,
+                        max_jobs: opts.max_jobs,
+                        grid_secret: Some(secret),
+                        alive_period_ms: 1000,
+                        refresh_period_ms: 1000,
+                        ping_period_ms: 2000,
+                        reserve_timeout_ms: 1500,
+                        peer_cache: Some(home.dir.join("peer-cache.json")),
+                        ..Config::default()
+                    };
+                    write_conf(&conf, &cfg, &opts.extra)?;
+                    let _ = std::fs::remove_file(home.dir.join("peer-cache.json"));
+                    spawn_daemon(Daemon::Mpd, &home, &home.mpd_log(), None)
+                        .with_context(|| format!("peer {i} (127.0.0.{})", i + 1))?;
+                    let state: MpdState = home::read_json(&home.mpd_state()).context("peer state")?;
+                    Ok(PeerRecord { home: home.dir.clone(), state })
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(anyhow::anyhow!("boot thread panicked")))).collect()
+    });
+    let mut peers = Vec::new();
+    let mut first_err = None;
+    for r in results {
+        match r {
+            Ok(p) => peers.push(p),
+            Err(e) => first_err = first_err.or(Some(e)),
+        }
+    }
+    let grid = GridFile { secret, supernode, peers };
+    home::write_json(&grid_file(dir), &grid)?;
+    if let Some(e) = first_err {
+        let _ = stop(dir);
+        return Err(e.context("the local grid did not start; stopped what had started"));
+    }
+    wait_ready(&grid, Duration::from_secs(20))?;
+    Ok(grid)
+}
+
+/// Waits until peer 1 knows every other peer alive, with a measured RTT.
+pub fn wait_ready(grid: &GridFile, limit: Duration) -> Result<()> {
+    let secret = GridSecret::from_phrase(&grid.secret);
+    let Some(first) = grid.peers.first() else { return Ok(()) };
+    let want = grid.peers.len() - 1;
+    let deadline = Instant::now() + limit;
+    loop {
+        let seen = match mpd::call(Some(first.state.ip), first.state.mpd_addr(), &secret, &MpdRequest::Hosts) {
+            Ok(MpdResponse::Hosts { hosts, .. }) => hosts.iter().filter(|h| h.alive && h.rtt_us.is_some()).count(),
+            _ => 0,
+        };
+        if seen >= want {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("peer 1 knows {seen} of the {want} other peers after {} s", limit.as_secs());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Stops every daemon of the grid in `dir`.
+pub fn stop(dir: &Path) -> Result<usize> {
+    let Some(grid) = home::read_json::<GridFile>(&grid_file(dir)) else {
+        bail!("no local grid in {} (no grid.json)", dir.display());
+    };
+    let secret = GridSecret::from_phrase(&grid.secret);
+    let mut stopped = 0;
+    std::thread::scope(|s| {
+        let hs: Vec<_> = grid
+            .peers
+            .iter()
+            .map(|p| {
+                let secret = secret.clone();
+                s.spawn(move || {
+                    if !home::pid_alive(p.state.pid) {
+                        return false;
+                    }
+                    let _ = mpd::call(Some(p.state.ip), p.state.mpd_addr(), &secret, &MpdRequest::Halt);
+                    if !wait_gone(p.state.pid, Duration::from_secs(5)) {
+                        unsafe { libc::kill(p.state.pid as i32, libc::SIGKILL) };
+                        wait_gone(p.state.pid, Duration::from_secs(2));
+                    }
+                    true
+                })
+            })
+            .collect();
+        for h in hs {
+            if h.join().unwrap_or(false) {
+                stopped += 1;
+            }
+        }
+    });
+    if home::pid_alive(grid.supernode.pid) {
+        let _ =
+            p2pmpi_peer::supernode::call(None, grid.supernode.addr, &secret, &SnRequest::Stop, Duration::from_secs(2));
+        if !wait_gone(grid.supernode.pid, Duration::from_secs(3)) {
+            unsafe { libc::kill(grid.supernode.pid as i32, libc::SIGKILL) };
+        }
+    }
+    let _ = std::fs::remove_file(grid_file(dir));
+    Ok(stopped)
+}
+
+/// Prints how to submit to a started grid.
+pub fn describe(grid: &GridFile, dir: &Path) -> String {
+    let first = &grid.peers[0];
+    let last = &grid.peers[grid.peers.len() - 1];
+    format!(
+        "Local grid up: supernode {}, {} peer(s) on {} … {}, state and logs in {}.\n\
+         Submit from peer 1 ({}):\n  export P2PMPI_HOME={}\n  p2pmpirun -n 4 ./your-program\n\
+         Stop it with: p2pmpi local-grid stop --dir {}",
+        grid.supernode.addr,
+        grid.peers.len(),
+        first.state.ip,
+        last.state.ip,
+        dir.display(),
+        first.state.ip,
+        first.home.display(),
+        dir.display()
+    )
+}

@@ -1,0 +1,434 @@
+//! The grid with real daemons: local grids of a supernode and peers, each peer on its own
+//! loopback address, driven by the commands a user types.
+
+mod common;
+
+use common::{example, processes_with, run_cmd, wait_no_processes, Outcome};
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write;
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+fn bin(name: &str) -> PathBuf {
+    match name {
+        "p2pmpi" => env!("CARGO_BIN_EXE_p2pmpi").into(),
+        "p2pmpirun" => env!("CARGO_BIN_EXE_p2pmpirun").into(),
+        "mpiboot" => env!("CARGO_BIN_EXE_mpiboot").into(),
+        "mpihalt" => env!("CARGO_BIN_EXE_mpihalt").into(),
+        "mpihost" => env!("CARGO_BIN_EXE_mpihost").into(),
+        "mpistat" => env!("CARGO_BIN_EXE_mpistat").into(),
+        "stopSupernode" => env!("CARGO_BIN_EXE_stopSupernode").into(),
+        "supernode_stat" => env!("CARGO_BIN_EXE_supernode_stat").into(),
+        other => panic!("no binary {other}"),
+    }
+}
+
+struct TestGrid {
+    dir: PathBuf,
+}
+
+impl TestGrid {
+    fn start(name: &str, peers: usize, extra: &[&str]) -> TestGrid {
+        let dir = std::env::temp_dir().join(format!("p2pmpi-grid-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let g = TestGrid { dir };
+        let peers = peers.to_string();
+        let mut args = vec!["local-grid", "start", "--peers", &peers, "--dir", g.dir.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        let out = run_cmd(Command::new(bin("p2pmpi")).args(&args).env_remove("P2PMPI_CONF_FILE"), LIMIT);
+        out.assert_ok();
+        assert!(out.stdout.contains("Local grid up"), "{}", out.stdout);
+        g
+    }
+
+    fn home(&self, peer: usize) -> PathBuf {
+        self.dir.join(format!("peer{peer}"))
+    }
+
+    /// A command as a user on peer `peer` types it.
+    fn on(&self, peer: usize, cmd: &str, args: &[&str]) -> Outcome {
+        self.on_home(&self.home(peer), cmd, args)
+    }
+
+    fn on_home(&self, home: &Path, cmd: &str, args: &[&str]) -> Outcome {
+        run_cmd(Command::new(bin(cmd)).args(args).env("P2PMPI_HOME", home).env_remove("P2PMPI_CONF_FILE"), LIMIT)
+    }
+
+    /// `p2pmpirun ARGS` submitted from peer 1.
+    fn run(&self, args: &[&str]) -> Outcome {
+        self.on(1, "p2pmpirun", args)
+    }
+
+    fn conf(&self, peer: usize) -> PathBuf {
+        self.home(peer).join("P2P-MPI.conf")
+    }
+
+    fn log(&self, peer: usize) -> String {
+        let mut all = String::new();
+        if let Ok(d) = std::fs::read_dir(self.home(peer).join("tmp")) {
+            for e in d.flatten() {
+                all.push_str(&std::fs::read_to_string(e.path()).unwrap_or_default());
+            }
+        }
+        all
+    }
+
+    /// Restarts peer `peer` with extra configuration lines.
+    fn reconfigure(&self, peer: usize, lines: &[&str]) {
+        self.on(peer, "mpihalt", &[]).assert_ok();
+        let mut f = std::fs::OpenOptions::new().append(true).open(self.conf(peer)).unwrap();
+        for l in lines {
+            writeln!(f, "{l}").unwrap();
+        }
+        self.on(peer, "mpiboot", &[]).assert_ok();
+    }
+
+    fn wait_hosts(&self, peer: usize, want: usize) -> String {
+        wait_for(|| {
+            let o = self.on(peer, "mpihost", &[]);
+            let ok = o.stdout.contains(&format!("Total : {want} MPD known."))
+                && o.stdout.lines().filter(|l| l.contains(" true ")).count() == want;
+            ok.then_some(o.stdout)
+        })
+    }
+}
+
+impl Drop for TestGrid {
+    fn drop(&mut self) {
+        let _ = run_cmd(
+            Command::new(bin("p2pmpi")).args(["local-grid", "stop", "--dir", self.dir.to_str().unwrap()]),
+            LIMIT,
+        );
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// Polls `f` until it returns a value (at most 20 s).
+fn wait_for<T>(mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "condition not met within 20 s");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// rank → host from `whereami` output.
+fn placement(out: &str) -> BTreeMap<usize, String> {
+    out.lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix("rank ")?;
+            let mut w = rest.split_whitespace();
+            let rank = w.next()?.parse().ok()?;
+            let host = rest.split(" on ").nth(1)?.split_whitespace().next()?.to_string();
+            Some((rank, host))
+        })
+        .collect()
+}
+
+fn per_host(p: &BTreeMap<usize, String>) -> BTreeMap<String, usize> {
+    let mut m = BTreeMap::new();
+    for h in p.values() {
+        *m.entry(h.clone()).or_insert(0) += 1;
+    }
+    m
+}
+
+#[test]
+fn pi_runs_on_four_peers_found_through_the_supernode() {
+    let g = TestGrid::start("pi", 4, &["--procs", "1"]);
+    let hosts = g.wait_hosts(1, 3);
+    for ip in ["127.0.0.3", "127.0.0.4", "127.0.0.5"] {
+        assert!(hosts.contains(ip), "peer 1 discovered {ip} through the supernode:\n{hosts}");
+    }
+    let sn = g.on_home(&g.dir.join("supernode"), "supernode_stat", &[]);
+    sn.assert_ok();
+    assert!(sn.stdout.contains("Total : 4 MPD known."), "{}", sn.stdout);
+
+    let pi = example("pi");
+    let out = g.run(&["-n", "4", pi.to_str().unwrap()]);
+    out.assert_ok();
+    assert!(out.stdout.contains("3.14159"), "{}", out.stdout);
+
+    let w = example("whereami");
+    let out = g.run(&["-n", "4", w.to_str().unwrap()]);
+    out.assert_ok();
+    let p = placement(&out.stdout);
+    assert_eq!(p.len(), 4, "{}", out.stdout);
+    assert_eq!(p[&0], "127.0.0.2", "rank 0 runs on the submitter");
+    assert_eq!(per_host(&p).len(), 4, "one process per peer (P = 1): {p:?}");
+}
+
+#[test]
+fn spread_and_concentrate_place_as_the_thesis_says() {
+    let g = TestGrid::start("strategies", 4, &["--procs", "2"]);
+    g.wait_hosts(1, 3);
+    let w = example("whereami");
+    let spread = g.run(&["-n", "4", "-a", "spread", w.to_str().unwrap()]);
+    spread.assert_ok();
+    let p = placement(&spread.stdout);
+    assert_eq!(p[&0], "127.0.0.2");
+    assert!(per_host(&p).values().all(|&k| k == 1), "spread: one per host: {p:?}");
+
+    let conc = g.run(&["-n", "4", "-a", "gather", w.to_str().unwrap()]);
+    conc.assert_ok();
+    let p = placement(&conc.stdout);
+    assert_eq!(p[&0], "127.0.0.2");
+    let counts = per_host(&p);
+    assert_eq!(counts.len(), 2, "concentrate fills hosts up to P = 2: {p:?}");
+    assert!(counts.values().all(|&k| k == 2), "{p:?}");
+    assert_eq!(counts.get("127.0.0.2"), Some(&2), "the submitter is filled first: {p:?}");
+
+    // -r 2: the two copies of every rank on two different hosts (shown by --dry-run).
+    let dry = g.run(&["-n", "3", "-r", "2", "--dry-run", w.to_str().unwrap()]);
+    dry.assert_ok();
+    let mut copies: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for l in dry.stdout.lines().skip(1) {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        for r in &f[2..] {
+            assert!(
+                copies.entry(r.to_string()).or_default().insert(f[0].to_string()),
+                "two copies on one host: {}",
+                dry.stdout
+            );
+        }
+    }
+    assert_eq!(copies.len(), 3, "{}", dry.stdout);
+    assert!(copies.values().all(|h| h.len() == 2), "{}", dry.stdout);
+}
+
+#[test]
+fn staging_uses_the_cache_and_input_files_reach_every_process() {
+    let g = TestGrid::start("staging", 3, &["--procs", "1"]);
+    g.wait_hosts(1, 2);
+    let w = example("whereami");
+    let input = g.dir.join("input.txt");
+    std::fs::write(&input, "hello from the submitter\n").unwrap();
+    // Run from the input's directory so rank 0 (on the submitter) finds it too.
+    let first = run_cmd(
+        Command::new(bin("p2pmpirun"))
+            .args(["-v", "-n", "3", "-l", input.to_str().unwrap(), w.to_str().unwrap(), "input.txt"])
+            .current_dir(&g.dir)
+            .env("P2PMPI_HOME", g.home(1)),
+        LIMIT,
+    );
+    first.assert_ok();
+    assert_eq!(first.stdout.matches("read input.txt: hello from the submitter").count(), 3, "{}", first.stdout);
+    assert_eq!(first.stderr.matches("0 cached, 2 sent").count(), 2, "{}", first.stderr);
+    let second = run_cmd(
+        Command::new(bin("p2pmpirun"))
+            .args(["-v", "-n", "3", "-l", input.to_str().unwrap(), w.to_str().unwrap(), "input.txt"])
+            .current_dir(&g.dir)
+            .env("P2PMPI_HOME", g.home(1)),
+        LIMIT,
+    );
+    second.assert_ok();
+    assert_eq!(
+        second.stderr.matches("2 cached, 0 sent").count(),
+        2,
+        "unchanged files are not sent again: {}",
+        second.stderr
+    );
+    // Job directories are cleaned up after the job.
+    for peer in 2..=3 {
+        let jobs = g.home(peer).join("jobs");
+        wait_for(|| (std::fs::read_dir(&jobs).map(|d| d.count()).unwrap_or(0) == 0).then_some(()));
+    }
+}
+
+#[test]
+fn reservation_limits_and_cancellation() {
+    // J = 1: one application per host at a time; P = 1.
+    let g = TestGrid::start("limits", 3, &["--procs", "1", "--max-jobs", "1"]);
+    g.wait_hosts(1, 2);
+    let w = example("whereami");
+    // P = 1 on 3 hosts: 4 processes cannot fit.
+    let t = Instant::now();
+    let too_many = g.run(&["-n", "4", "-w", "1", w.to_str().unwrap()]);
+    assert!(!too_many.status.success());
+    assert!(too_many.stderr.contains("not enough peers"), "{}", too_many.stderr);
+    assert!(too_many.stderr.contains("3 host(s) accepted"), "{}", too_many.stderr);
+    assert!(t.elapsed() < Duration::from_secs(15), "-w 1 gives up soon: {:?}", t.elapsed());
+
+    // Overbooking: -n 2 books every host (2 + 3), keeps 2 and cancels the rest; all are
+    // free again at once (a leaked reservation would make the next -n 3 fail under J = 1).
+    for _ in 0..2 {
+        g.run(&["-n", "2", w.to_str().unwrap()]).assert_ok();
+        g.run(&["-n", "3", "-w", "2", w.to_str().unwrap()]).assert_ok();
+    }
+
+    // A running job holds its hosts: under J = 1 a second one cannot get them.
+    let holder = std::thread::spawn({
+        let w = w.clone();
+        let home = g.home(1);
+        move || {
+            run_cmd(
+                Command::new(bin("p2pmpirun"))
+                    .args(["-n", "3", w.to_str().unwrap(), "--hold", "4000"])
+                    .env("P2PMPI_HOME", home),
+                LIMIT,
+            )
+        }
+    });
+    wait_for(|| {
+        let s = g.on(2, "mpistat", &[]);
+        s.stdout.contains("Application Name : whereami").then_some(())
+    });
+    let blocked = g.run(&["-n", "2", "-w", "1", w.to_str().unwrap()]);
+    assert!(!blocked.status.success(), "{}", blocked.stdout);
+    assert!(
+        blocked.stderr.contains("MAX_JOBS (1) reached") || blocked.stderr.contains("not enough peers"),
+        "{}",
+        blocked.stderr
+    );
+    holder.join().unwrap().assert_ok();
+    g.run(&["-n", "3", "-w", "3", w.to_str().unwrap()]).assert_ok();
+}
+
+#[test]
+fn host_deny_and_host_allow_are_obeyed() {
+    let g = TestGrid::start("deny", 3, &["--procs", "1"]);
+    g.wait_hosts(1, 2);
+    g.reconfigure(3, &["HOST_DENY=127.0.0.2"]);
+    g.wait_hosts(1, 2);
+    let w = example("whereami");
+    let out = g.run(&["-n", "3", "-w", "1", w.to_str().unwrap()]);
+    assert!(!out.status.success(), "peer 3 denies peer 1: {}", out.stdout);
+    assert!(out.stderr.contains("2 host(s) accepted"), "{}", out.stderr);
+    assert!(g.log(3).contains("127.0.0.2 is denied"), "the RS logs the refusal");
+    let ok = g.run(&["-n", "2", w.to_str().unwrap()]);
+    ok.assert_ok();
+    assert_eq!(placement(&ok.stdout)[&1], "127.0.0.3", "{}", ok.stdout);
+
+    // HOST_ALLOW without peer 1's address refuses it too; with it, accepts.
+    g.reconfigure(2, &["HOST_ALLOW=127.0.0.9"]);
+    g.wait_hosts(1, 2);
+    let out = g.run(&["-n", "2", "-w", "1", w.to_str().unwrap()]);
+    assert!(!out.status.success(), "{}", out.stdout);
+    g.reconfigure(2, &["HOST_ALLOW=127.0.0.9,127.0.0."]);
+    g.wait_hosts(1, 2);
+    g.run(&["-n", "2", "-w", "3", w.to_str().unwrap()]).assert_ok();
+}
+
+#[test]
+fn a_peer_joins_and_one_leaves() {
+    let g = TestGrid::start("churn", 2, &["--procs", "1"]);
+    g.wait_hosts(1, 1);
+    // A third peer, configured like the others on its own address.
+    let home3 = g.dir.join("peer3");
+    std::fs::create_dir_all(&home3).unwrap();
+    let conf =
+        std::fs::read_to_string(g.conf(2)).unwrap().replace("127.0.0.3", "127.0.0.4").replace("/peer2/", "/peer3/");
+    std::fs::write(home3.join("P2P-MPI.conf"), conf).unwrap();
+    let boot = g.on_home(&home3, "mpiboot", &[]);
+    boot.assert_ok();
+    assert!(boot.stdout.contains("MPD started"), "{}", boot.stdout);
+    let hosts = g.wait_hosts(1, 2);
+    assert!(hosts.contains("127.0.0.4"), "{hosts}");
+    let w = example("whereami");
+    g.run(&["-n", "3", w.to_str().unwrap()]).assert_ok();
+    // It leaves: the supernode and peer 1 forget it.
+    let halt = g.on_home(&home3, "mpihalt", &[]);
+    halt.assert_ok();
+    assert!(halt.stdout.contains("P2P-MPI Shutdown .. Completed"), "{}", halt.stdout);
+    let hosts = g.wait_hosts(1, 1);
+    assert!(!hosts.contains("127.0.0.4"), "{hosts}");
+    let out = g.run(&["-n", "3", "-w", "1", w.to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert!(out.stderr.contains("2 host(s) accepted"), "{}", out.stderr);
+}
+
+#[test]
+fn peers_keep_working_from_their_cache_when_the_supernode_is_down() {
+    let g = TestGrid::start("sndown", 3, &["--procs", "1"]);
+    g.wait_hosts(1, 2);
+    g.on_home(&g.dir.join("supernode"), "stopSupernode", &[]).assert_ok();
+    let pi = example("pi");
+    g.run(&["-n", "3", pi.to_str().unwrap()]).assert_ok();
+    // Even a peer restarted meanwhile finds the others in its persisted cache.
+    g.on(1, "mpihalt", &[]).assert_ok();
+    g.on(1, "mpiboot", &[]).assert_ok();
+    let out = g.run(&["-n", "3", pi.to_str().unwrap()]);
+    out.assert_ok();
+    assert!(out.stdout.contains("3.14159"), "{}", out.stdout);
+}
+
+#[test]
+fn a_peer_killed_during_start_up_fails_the_launch_cleanly() {
+    let g = TestGrid::start("killed", 3, &["--procs", "1", "--max-jobs", "1"]);
+    g.wait_hosts(1, 2);
+    let w = example("whereami");
+    let marker = common::marker("killed");
+    let job = std::thread::spawn({
+        let (w, home, marker) = (w.clone(), g.home(1), marker.clone());
+        move || {
+            run_cmd(
+                Command::new(bin("p2pmpirun"))
+                    .args(["-n", "3", w.to_str().unwrap(), "--pre-init-sleep", "3000", &marker])
+                    .env("P2PMPI_HOME", home),
+                LIMIT,
+            )
+        }
+    });
+    // Once peer 3 started its process, its daemon dies.
+    let st: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(g.home(3).join("mpd.json")).unwrap()).unwrap();
+    let pid3 = st["pid"].as_u64().unwrap() as i32;
+    wait_for(|| (processes_with(&marker).len() >= 3).then_some(()));
+    unsafe { libc::kill(pid3, libc::SIGKILL) };
+    let out = job.join().unwrap();
+    assert!(!out.status.success());
+    assert!(out.stderr.contains("lost contact with host 127.0.0.4"), "{}", out.stderr);
+    assert!(wait_no_processes(&marker, Duration::from_secs(10)).is_empty(), "no process left behind");
+    // Every reservation was released: peers 1 and 2 take a new job at once (J = 1).
+    g.run(&["-n", "2", "-w", "3", w.to_str().unwrap()]).assert_ok();
+}
+
+#[test]
+fn the_grid_secret_is_required_and_garbage_is_survived() {
+    let g = TestGrid::start("secure", 2, &["--procs", "1"]);
+    g.wait_hosts(1, 1);
+    // A command with the wrong secret is refused.
+    let bad = g.dir.join("bad.conf");
+    let conf = std::fs::read_to_string(g.conf(1)).unwrap();
+    let conf: String = conf
+        .lines()
+        .map(|l| if l.starts_with("GRID_SECRET") { "GRID_SECRET=not-the-secret".to_string() } else { l.to_string() })
+        .collect::<Vec<_>>()
+        .join("\n");
+    std::fs::write(&bad, conf).unwrap();
+    let out = run_cmd(Command::new(bin("mpihost")).env("P2PMPI_HOME", g.home(1)).env("P2PMPI_CONF_FILE", &bad), LIMIT);
+    assert!(!out.status.success());
+    assert!(out.stderr.contains("handshake"), "{}", out.stderr);
+
+    // Garbage on every port of peer 2 and of the supernode.
+    let st: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(g.home(2).join("mpd.json")).unwrap()).unwrap();
+    let sn: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(g.dir.join("supernode/supernode.json")).unwrap()).unwrap();
+    let mut ports: Vec<SocketAddr> = ["mpd_port", "rs_port", "ft_port"]
+        .iter()
+        .map(|k| format!("127.0.0.3:{}", st[k].as_u64().unwrap()).parse().unwrap())
+        .collect();
+    ports.push(sn["addr"].as_str().unwrap().parse().unwrap());
+    for addr in &ports {
+        for junk in [&b"GET / HTTP/1.0\r\n\r\n"[..], &[0xff; 70000][..], &[0, 0][..], &[0x00, 0x30, 1, 2, 3][..]] {
+            if let Ok(mut s) = TcpStream::connect(addr) {
+                let _ = s.write_all(junk);
+            }
+        }
+    }
+    // Everything still serves.
+    g.wait_hosts(1, 1);
+    let pi = example("pi");
+    g.run(&["-n", "2", pi.to_str().unwrap()]).assert_ok();
+    wait_for(|| g.log(2).contains("refused a connection").then_some(()));
+}
