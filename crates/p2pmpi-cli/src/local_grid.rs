@@ -77,7 +77,7 @@ pub fn start(opts: &StartOpts) -> Result<GridFile> {
     if opts.peers == 0 || opts.peers > 250 {
         bail!("--peers must be between 1 and 250 (one loopback address each)");
     }
-    let dir = &opts.dir;
+    let dir = &std::path::absolute(&opts.dir).with_context(|| format!("bad directory {}", opts.dir.display()))?;
     if let Some(g) = home::read_json::<GridFile>(&grid_file(dir)) {
         if home::pid_alive(g.supernode.pid) || g.peers.iter().any(|p| home::pid_alive(p.state.pid)) {
             bail!(
