@@ -103,6 +103,18 @@ impl Drop for TestGrid {
             Command::new(bin("p2pmpi")).args(["local-grid", "stop", "--dir", self.dir.to_str().unwrap()]),
             LIMIT,
         );
+        // Daemons a test started by hand (extra peers, a second supernode).
+        for e in std::fs::read_dir(&self.dir).into_iter().flatten().flatten() {
+            for state in ["mpd.json", "supernode.json"] {
+                if let Ok(text) = std::fs::read_to_string(e.path().join(state)) {
+                    if let Some(pid) =
+                        serde_json::from_str::<serde_json::Value>(&text).ok().and_then(|v| v["pid"].as_u64())
+                    {
+                        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+                    }
+                }
+            }
+        }
         if !std::thread::panicking() {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
@@ -431,4 +443,43 @@ fn the_grid_secret_is_required_and_garbage_is_survived() {
     let pi = example("pi");
     g.run(&["-n", "2", pi.to_str().unwrap()]).assert_ok();
     wait_for(|| g.log(2).contains("refused a connection").then_some(()));
+}
+
+#[test]
+fn several_supernodes_none_is_a_single_point_of_failure() {
+    let g = TestGrid::start("twosn", 2, &["--procs", "1"]);
+    g.wait_hosts(1, 1);
+    // A second supernode, with the grid's secret.
+    let sn2 = g.dir.join("supernode2");
+    std::fs::create_dir_all(&sn2).unwrap();
+    std::fs::copy(g.dir.join("supernode/P2P-MPI.conf"), sn2.join("P2P-MPI.conf")).unwrap();
+    let start = run_cmd(Command::new(env!("CARGO_BIN_EXE_runSupernode")).env("P2PMPI_HOME", &sn2), LIMIT);
+    start.assert_ok();
+    let sn1: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(g.dir.join("supernode/supernode.json")).unwrap()).unwrap();
+    let sn2_state: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(sn2.join("supernode.json")).unwrap()).unwrap();
+    let both = format!("SUPERNODE={},{}", sn1["addr"].as_str().unwrap(), sn2_state["addr"].as_str().unwrap());
+    // Peers 1 and 2 register with both; then the first supernode stops.
+    g.reconfigure(1, &[&both]);
+    g.reconfigure(2, &[&both]);
+    wait_for(|| {
+        let o = g.on_home(&sn2, "supernode_stat", &[]);
+        o.stdout.contains("Total : 2 MPD known.").then_some(())
+    });
+    g.on_home(&g.dir.join("supernode"), "stopSupernode", &[]).assert_ok();
+    // A newcomer that knows only the second supernode is found through it.
+    let home3 = g.dir.join("peer3");
+    std::fs::create_dir_all(&home3).unwrap();
+    let conf =
+        std::fs::read_to_string(g.conf(2)).unwrap().replace("127.0.0.3", "127.0.0.4").replace("/peer2/", "/peer3/");
+    std::fs::write(home3.join("P2P-MPI.conf"), format!("{conf}\nSUPERNODE={}\n", sn2_state["addr"].as_str().unwrap()))
+        .unwrap();
+    g.on_home(&home3, "mpiboot", &[]).assert_ok();
+    let hosts = g.wait_hosts(1, 2);
+    assert!(hosts.contains("127.0.0.4"), "{hosts}");
+    let w = example("whereami");
+    g.run(&["-n", "3", w.to_str().unwrap()]).assert_ok();
+    g.on_home(&home3, "mpihalt", &[]).assert_ok();
+    run_cmd(Command::new(env!("CARGO_BIN_EXE_stopSupernode")).env("P2PMPI_HOME", &sn2), LIMIT).assert_ok();
 }
