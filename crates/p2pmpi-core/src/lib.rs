@@ -9,6 +9,9 @@
 //! * [`allocation`]: the reservation arithmetic (booking count with overbooking, *slist*,
 //!   the feasibility test) and the *spread* / *concentrate* strategies with the rank
 //!   distribution that keeps the copies of a rank on different hosts (thesis §3.3–§3.4).
+//! * [`fd`]: the failure detector — gossip heartbeats with max-merge, target selection
+//!   (random, round-robin, BRR, DBRR), suspicion, ping confirmation, the initial heartbeat
+//!   adjustment, and the seeds' reliability analysis (FM §4–§5).
 //! * [`hosts`]: the supernode's *host list* (register, alive signals, expiry) and an MPD's
 //!   *cached list* (refresh, RTT ranking, dead hosts, serde persistence) (SPEC §2).
 //! * [`matching`]: MPI message matching — the expected (posted) and unexpected queues, the
@@ -19,6 +22,7 @@
 //!   overbooking, *rlist*, *slist* and the placement decision (thesis §3.3.2, SPEC §4).
 
 pub mod allocation;
+pub mod fd;
 pub mod hosts;
 pub mod matching;
 pub mod reservation;
