@@ -54,7 +54,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 /// The gossip protocol of an application (`GOSSIP_PROTOCOL`, chosen per application).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 pub enum Protocol {
     /// A uniformly random target every round (the original P2P-MPI detector).
     Random,
@@ -63,18 +63,13 @@ pub enum Protocol {
     /// Binary round-robin: `d = (s + 2^(r−1)) mod n`.
     Brr,
     /// Double binary round-robin: BRR clockwise, then counter-clockwise (the default).
+    #[default]
     Dbrr,
 }
 
 impl Protocol {
     /// Every protocol, in the order of the seeds' text.
     pub const ALL: [Protocol; 4] = [Protocol::Random, Protocol::RoundRobin, Protocol::Brr, Protocol::Dbrr];
-}
-
-impl Default for Protocol {
-    fn default() -> Self {
-        Protocol::Dbrr
-    }
 }
 
 impl FromStr for Protocol {
@@ -704,7 +699,7 @@ mod tests {
         // Thesis figure 4.12 style, n = 8: rounds 1-3 clockwise +1, +2, +4; rounds 4-6 -1, -2, -4.
         let t = table(Protocol::Dbrr, 8);
         assert_eq!(t.len(), 6);
-        let steps: Vec<i64> = t.iter().map(|row| (row[0].1 as i64 + 8 - 0) % 8).collect();
+        let steps: Vec<i64> = t.iter().map(|row| row[0].1 as i64).collect();
         assert_eq!(steps, vec![1, 2, 4, 7, 6, 4]);
         for row in &t {
             for &(s, d) in row {
