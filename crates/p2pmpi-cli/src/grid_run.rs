@@ -169,6 +169,7 @@ pub fn run(name: &str, opts: &RunArgs, n: usize, grid: Grid) -> Result<i32> {
     let strategy: p2pmpi_core::allocation::Strategy = opts.strategy.parse().map_err(|e: String| anyhow::anyhow!(e))?;
     let r = opts.replicas as usize;
     let me = grid.state.ip;
+    let fd = launcher::FdPlan::from_options(opts, &grid.cfg)?;
     let mut progress = Progress::new();
 
     // 1. Discovery and reservation, by the local MPD.
@@ -366,7 +367,7 @@ pub fn run(name: &str, opts: &RunArgs, n: usize, grid: Grid) -> Result<i32> {
             stop_remotes(&remotes, libc::SIGKILL);
         });
     };
-    let code = launcher::event_loop(name, n, &rx, &mut states, &stop, opts.startup_timeout);
+    let code = launcher::event_loop(name, n, &rx, &mut states, &stop, opts.startup_timeout, fd.as_ref());
     for p in pumps {
         let _ = p.join();
     }

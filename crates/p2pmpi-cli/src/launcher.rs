@@ -68,9 +68,59 @@ pub struct RunArgs {
     /// Seconds to wait for every process to register before giving up.
     #[arg(long = "startup-timeout", default_value_t = 60, value_name = "SECONDS")]
     pub startup_timeout: u64,
+    /// The failure detector's gossip protocol for this application: DBRR, BRR, RR, RANDOM,
+    /// or off (default: GOSSIP_PROTOCOL of the configuration, DBRR).
+    #[arg(long = "fd", value_name = "PROTOCOL")]
+    pub fd: Option<String>,
+    /// The failure detector's gossip period in milliseconds (default: T_GOSSIP, 500).
+    #[arg(long = "t-gossip", value_name = "MS")]
+    pub t_gossip: Option<u64>,
+    /// Extra time before a silent process is suspected, milliseconds (default: T_MAX_HANG, 5000).
+    #[arg(long = "t-max-hang", value_name = "MS")]
+    pub t_max_hang: Option<u64>,
     /// The program to run, then its arguments.
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "PROGRAM")]
     pub command: Vec<String>,
+}
+
+/// The failure detector's settings for one application (sent to every process with the
+/// communicator).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FdPlan {
+    pub protocol: p2pmpi_core::fd::Protocol,
+    pub t_gossip: Duration,
+    pub t_max_hang: Duration,
+}
+
+impl FdPlan {
+    /// The plan from the options, falling back on the configuration's `GOSSIP_PROTOCOL`,
+    /// `T_GOSSIP` and `T_MAX_HANG`; `None` with `--fd off`.
+    pub fn from_options(opts: &RunArgs, cfg: &p2pmpi_peer::config::Config) -> Result<Option<FdPlan>> {
+        let protocol = match opts.fd.as_deref() {
+            Some(v) if v.eq_ignore_ascii_case("off") || v.eq_ignore_ascii_case("none") => return Ok(None),
+            Some(v) => v.parse().map_err(|e: String| anyhow::anyhow!("--fd: {e}"))?,
+            None => cfg.gossip_protocol,
+        };
+        let t_gossip = opts.t_gossip.unwrap_or(cfg.t_gossip_ms);
+        if t_gossip == 0 {
+            bail!("--t-gossip must be at least 1 ms");
+        }
+        Ok(Some(FdPlan {
+            protocol,
+            t_gossip: Duration::from_millis(t_gossip),
+            t_max_hang: Duration::from_millis(opts.t_max_hang.unwrap_or(cfg.t_max_hang_ms)),
+        }))
+    }
+
+    fn setup(&self, addrs: Vec<String>, delta_t: Duration) -> control::FdSetup {
+        control::FdSetup {
+            addrs,
+            protocol: self.protocol.to_string(),
+            t_gossip_us: self.t_gossip.as_micros() as u64,
+            t_max_hang_us: self.t_max_hang.as_micros() as u64,
+            delta_t_us: delta_t.as_micros() as u64,
+        }
+    }
 }
 
 /// Entry point shared by `p2pmpirun` and `p2pmpi run`. Returns the exit status.
@@ -138,7 +188,15 @@ pub(crate) enum Event {
     Registered {
         rank: usize,
         addr: String,
+        fd_addr: String,
+        tolerant: bool,
         conn: TcpStream,
+    },
+    /// A process's failure detector confirmed the failure of another.
+    PeerFailed {
+        rank: usize,
+        failed: usize,
+        detail: String,
     },
     Finalized {
         rank: usize,
@@ -231,6 +289,7 @@ pub(crate) fn check_n(name: &str, opts: &RunArgs) -> Result<usize> {
 /// Runs a job's N processes on this host.
 fn run_local(name: &str, opts: RunArgs, n: usize) -> Result<i32> {
     let program = resolve_program(&opts.command[0])?;
+    let fd = FdPlan::from_options(&opts, &crate::grid_run::load_config(name)?)?;
     let prog_args = &opts.command[1..];
 
     let listener = TcpListener::bind("127.0.0.1:0").context("cannot open the launcher's control port")?;
@@ -292,7 +351,7 @@ fn run_local(name: &str, opts: RunArgs, n: usize) -> Result<i32> {
     drop(tx);
 
     let stop = || terminate(&children);
-    let code = event_loop(name, n, &rx, &mut states, &stop, opts.startup_timeout);
+    let code = event_loop(name, n, &rx, &mut states, &stop, opts.startup_timeout, fd.as_ref());
     for p in pumps {
         let _ = p.join();
     }
@@ -309,9 +368,16 @@ pub(crate) fn event_loop(
     states: &mut [RankState],
     stop_all: &dyn Fn(),
     startup_timeout: u64,
+    fd: Option<&FdPlan>,
 ) -> i32 {
     let mut conns: HashMap<usize, TcpStream> = HashMap::new();
     let mut addrs: Vec<Option<String>> = vec![None; n];
+    let mut fd_addrs: Vec<String> = vec![String::new(); n];
+    // The program handles failures itself (every process said so at registration): a
+    // process's death does not stop the job.
+    let mut tolerant = true;
+    let mut reported_failed: Vec<bool> = vec![false; n];
+    let mut stragglers_stopped = false;
     let mut world_sent = false;
     let mut failure: Option<i32> = None;
     let start = Instant::now();
@@ -349,22 +415,52 @@ pub(crate) fn event_loop(
             Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
         };
         match ev {
-            Event::Registered { rank, addr, conn } => {
+            Event::Registered { rank, addr, fd_addr, tolerant: t, conn } => {
                 if states[rank].registered {
                     eprintln!("{name}: warning: rank {rank} registered twice; ignoring the second");
                     continue;
                 }
                 states[rank].registered = true;
                 addrs[rank] = Some(addr);
+                fd_addrs[rank] = fd_addr;
+                tolerant &= t;
                 conns.insert(rank, conn);
                 if addrs.iter().all(Option::is_some) && !world_sent {
                     world_sent = true;
-                    // The communicator table, sent to every process by a flat tree.
-                    let table = Control::World { addrs: addrs.iter().map(|a| a.clone().unwrap()).collect() };
-                    let bytes = control::encode(&table);
-                    for c in conns.values_mut() {
-                        let _ = c.write_all(&bytes);
+                    let table: Vec<String> = addrs.iter().map(|a| a.clone().unwrap()).collect();
+                    // Every process needs a detector address for the detector to run.
+                    let fd = fd.filter(|_| fd_addrs.iter().all(|a| !a.is_empty()));
+                    // The communicator table, sent to every process by a flat tree, with
+                    // Δt_i = ts_i − ts_1 for the detector's initial heartbeat (FM eq. 4).
+                    let mut first: Option<Instant> = None;
+                    for rank in 0..n {
+                        let Some(c) = conns.get_mut(&rank) else { continue };
+                        let ts = Instant::now();
+                        let ts1 = *first.get_or_insert(ts);
+                        let msg = Control::World {
+                            addrs: table.clone(),
+                            fd: fd.map(|p| p.setup(fd_addrs.clone(), ts - ts1)),
+                        };
+                        let _ = c.write_all(&control::encode(&msg));
                     }
+                }
+            }
+            Event::PeerFailed { rank, failed, detail } => {
+                if failed >= n || reported_failed[failed] {
+                    continue;
+                }
+                reported_failed[failed] = true;
+                if tolerant {
+                    eprintln!(
+                        "{name}: {detail} (detected by rank {rank}); the program handles failures, the job goes on"
+                    );
+                    continue;
+                }
+                states[rank].lost_peer = Some(failed as u32);
+                if failure.is_none() {
+                    eprintln!("{name}: {detail} (detected by rank {rank}); stopping the other processes");
+                    failure = Some(1);
+                    stop_all();
                 }
             }
             Event::Finalized { rank } => states[rank].finalized = true,
@@ -451,8 +547,26 @@ pub(crate) fn event_loop(
                 None
             };
             if let Some((msg, code)) = bad {
+                if tolerant && world_sent {
+                    eprintln!("{name}: {msg}; the program handles failures, the job goes on");
+                    continue;
+                }
                 eprintln!("{name}: {msg}; stopping the other processes");
                 failure = Some(code);
+                stop_all();
+            }
+        }
+        // A program that handles failures: once every process has ended or was declared
+        // failed, the failed ones (frozen, cut off) are stopped so the job can end.
+        if tolerant && world_sent && !stragglers_stopped && failure.is_none() {
+            let all_done = (0..n).all(|r| states[r].exit.is_some() || reported_failed[r]);
+            if all_done && (0..n).any(|r| states[r].exit.is_none()) {
+                stragglers_stopped = true;
+                for r in 0..n {
+                    if reported_failed[r] {
+                        states[r].judged = true;
+                    }
+                }
                 stop_all();
             }
         }
@@ -474,9 +588,11 @@ pub(crate) fn spawn_control_server(listener: TcpListener, token: u64, n: usize, 
 fn serve_control(mut conn: TcpStream, token: u64, n: usize, tx: Sender<Event>) {
     let _ = conn.set_nodelay(true);
     let _ = conn.set_read_timeout(Some(Duration::from_secs(10)));
-    let (rank, addr) = match control::read_msg(&mut conn) {
-        Ok(Some(Control::Register { rank, data_addr, pid: _, token: t })) if t == token && (rank as usize) < n => {
-            (rank as usize, data_addr)
+    let (rank, addr, fd_addr, tolerant) = match control::read_msg(&mut conn) {
+        Ok(Some(Control::Register { rank, data_addr, pid: _, token: t, fd_addr, tolerant }))
+            if t == token && (rank as usize) < n =>
+        {
+            (rank as usize, data_addr, fd_addr, tolerant)
         }
         Ok(Some(Control::Register { .. })) => {
             let _ = tx.send(Event::BadClient { detail: "wrong job token or rank".into() });
@@ -493,7 +609,7 @@ fn serve_control(mut conn: TcpStream, token: u64, n: usize, tx: Sender<Event>) {
     };
     let _ = conn.set_read_timeout(None);
     let Ok(writer) = conn.try_clone() else { return };
-    let _ = tx.send(Event::Registered { rank, addr, conn: writer });
+    let _ = tx.send(Event::Registered { rank, addr, fd_addr, tolerant, conn: writer });
     loop {
         match control::read_msg(&mut conn) {
             Ok(Some(Control::Finalized { .. })) => {
@@ -501,6 +617,9 @@ fn serve_control(mut conn: TcpStream, token: u64, n: usize, tx: Sender<Event>) {
             }
             Ok(Some(Control::Abort { code, message, lost, .. })) => {
                 let _ = tx.send(Event::Abort { rank, code, message, lost });
+            }
+            Ok(Some(Control::PeerFailed { failed, detail, .. })) => {
+                let _ = tx.send(Event::PeerFailed { rank, failed: failed as usize, detail });
             }
             Ok(Some(_)) => {}
             Ok(None) | Err(_) => {
@@ -585,7 +704,11 @@ pub(crate) fn terminate(children: &Arc<Mutex<Vec<Child>>>) {
         ch.iter_mut().filter_map(|c| matches!(c.try_wait(), Ok(None)).then(|| c.id())).collect()
     };
     for pid in alive(children) {
-        unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+        // SIGCONT too: a frozen (stopped) process acts on SIGTERM only once continued.
+        unsafe {
+            libc::kill(pid as i32, libc::SIGTERM);
+            libc::kill(pid as i32, libc::SIGCONT);
+        }
     }
     let children = children.clone();
     std::thread::spawn(move || {

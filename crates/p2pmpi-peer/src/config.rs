@@ -39,7 +39,7 @@
 //! | **Fault detector** | | |
 //! | `T_GOSSIP` | 500 | gossip period, milliseconds (≥ 1; the thesis text says µs) |
 //! | `T_MAX_HANG` | 5000 | extra time before a silent process is declared dead, ms |
-//! | `GOSSIP_PROTOCOL` | `DBRR` | `DBRR` (double binary round-robin) or `BRR` |
+//! | `GOSSIP_PROTOCOL` | `DBRR` | `DBRR` (double binary round-robin), `BRR`, `RR` (round-robin) or `RANDOM` |
 //! | `PEER_CACHE` | `<p2pmpi dir>/peer-cache.json` | the MPD's cached host list |
 //! | **Beyond the seeds** | | |
 //! | `GRID_SECRET` | unset | phrase shared by every daemon and command of one grid (needed to boot) |
@@ -57,7 +57,6 @@ use std::collections::HashMap;
 use std::fmt;
 use std::net::{IpAddr, Ipv6Addr};
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
 
 /// Name of the configuration file inside the p2pmpi directory.
 pub const CONF_FILE_NAME: &str = "P2P-MPI.conf";
@@ -66,36 +65,9 @@ pub const DEFAULT_SUPERNODE_PORT: u16 = 9700;
 /// Port of a `VISU_PROXY` that gives none.
 pub const DEFAULT_VISU_PROXY_PORT: u16 = 9701;
 
-/// The fault detector's gossip protocol (`GOSSIP_PROTOCOL`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum GossipProtocol {
-    /// Binary round-robin.
-    Brr,
-    /// Double binary round-robin.
-    Dbrr,
-}
-
-impl FromStr for GossipProtocol {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        if s.eq_ignore_ascii_case("BRR") {
-            Ok(GossipProtocol::Brr)
-        } else if s.eq_ignore_ascii_case("DBRR") {
-            Ok(GossipProtocol::Dbrr)
-        } else {
-            Err(format!("{s:?} is not a gossip protocol (BRR or DBRR)"))
-        }
-    }
-}
-
-impl fmt::Display for GossipProtocol {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            GossipProtocol::Brr => "BRR",
-            GossipProtocol::Dbrr => "DBRR",
-        })
-    }
-}
+/// The fault detector's gossip protocol (`GOSSIP_PROTOCOL`): `DBRR` (default), `BRR`, `RR` or
+/// `RANDOM`, chosen per application by its submitter.
+pub use p2pmpi_core::fd::Protocol as GossipProtocol;
 
 /// The configuration of a host. Keys of the original (thesis table C.1) first, then keys beyond
 /// the seeds:
@@ -472,7 +444,9 @@ impl Config {
         t.push_str(&format!("HOST_DENY={}\n", self.host_deny.join(",")));
         t.push_str("\n# Resource contribution: processes per application, applications at once (0 = unlimited).\n");
         t.push_str(&format!("MAX_PROCESSES_PER_JOB={}\nMAX_JOBS={}\n", self.max_processes_per_job, self.max_jobs));
-        t.push_str("\n# Fault detector: gossip period, extra time before a death, BRR or DBRR; host cache file.\n");
+        t.push_str(
+            "\n# Fault detector: gossip period, extra time before a death, DBRR, BRR, RR or RANDOM; host cache file.\n",
+        );
         t.push_str(&format!("T_GOSSIP={}\nT_MAX_HANG={}\n", self.t_gossip_ms, self.t_max_hang_ms));
         t.push_str(&format!("GOSSIP_PROTOCOL={}\n", self.gossip_protocol));
         t.push_str(&opt("PEER_CACHE", self.peer_cache.as_ref().map(|p| p.display().to_string()), "peer-cache.json"));

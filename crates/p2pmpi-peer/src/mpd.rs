@@ -755,6 +755,10 @@ impl Mpd {
                     Ok(Some(JobControl::Signal(sig))) => {
                         for &pid in &pids {
                             unsafe { libc::kill(pid as i32, sig) };
+                            if sig == libc::SIGTERM {
+                                // A frozen (stopped) process acts on SIGTERM only once continued.
+                                unsafe { libc::kill(pid as i32, libc::SIGCONT) };
+                            }
                         }
                     }
                     Ok(None) | Err(_) => {

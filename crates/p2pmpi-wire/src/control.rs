@@ -11,15 +11,18 @@ use thiserror::Error;
 /// Largest control record accepted.
 pub const MAX_CONTROL_LEN: u32 = 16 << 20;
 
-/// One control record. Processes send `Register`, `Finalized` and `Abort`; the launcher
+/// One control record. Processes send `Register`, `Finalized`, `Abort` and `PeerFailed`; the launcher
 /// answers with `World` and may send `Stop`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Control {
-    /// A process announces itself: its rank, the address of its data port, its pid, and the
-    /// job's secret token (proves it was started by this launcher).
-    Register { rank: u32, data_addr: String, pid: u32, token: u64 },
-    /// The communicator built at the root: rank → data address, for every rank.
-    World { addrs: Vec<String> },
+    /// A process announces itself: its rank, the address of its data port, its pid, the
+    /// job's secret token (proves it was started by this launcher), the address of its
+    /// failure detector (UDP; empty if none) and whether the program handles failures itself
+    /// (`tolerant`: the launcher then lets the job go on when a process dies).
+    Register { rank: u32, data_addr: String, pid: u32, token: u64, fd_addr: String, tolerant: bool },
+    /// The communicator built at the root: rank → data address, for every rank, with the
+    /// failure detector's set-up for this process (`None`: no detector).
+    World { addrs: Vec<String>, fd: Option<FdSetup> },
     /// The process finalized cleanly.
     Finalized { rank: u32 },
     /// The process called `abort` (or hit a fatal error): stop the job with `code`.
@@ -28,6 +31,27 @@ pub enum Control {
     Abort { rank: u32, code: i32, message: String, lost: Option<u32> },
     /// The launcher stops the job; the process must exit.
     Stop { reason: String },
+    /// The failure detector of process `rank` confirmed the failure of process `failed`
+    /// (`detail` says how); sent before the process stops, unless the program handles failures.
+    PeerFailed { rank: u32, failed: u32, detail: String },
+}
+
+/// The failure detector's parameters for one application, sent with the communicator
+/// (FM §5.3: "at startup, all FDs are instructed with which protocol they should monitor a
+/// given application").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FdSetup {
+    /// The detector's address (UDP) of every process, by rank.
+    pub addrs: Vec<String>,
+    /// `GOSSIP_PROTOCOL`: `DBRR`, `BRR`, `RR` or `RANDOM`.
+    pub protocol: String,
+    /// `T_GOSSIP`, microseconds.
+    pub t_gossip_us: u64,
+    /// `T_MAX_HANG`, microseconds.
+    pub t_max_hang_us: u64,
+    /// `Δt_i = ts_i − ts_1`: when the root sent this process the communicator, after its
+    /// first send, microseconds (FM equation 4).
+    pub delta_t_us: u64,
 }
 
 /// Errors of the control plane.
@@ -87,8 +111,26 @@ mod tests {
     #[test]
     fn roundtrip_all_variants() {
         let msgs = vec![
-            Control::Register { rank: 3, data_addr: "127.0.0.1:4000".into(), pid: 77, token: 9 },
-            Control::World { addrs: vec!["a".into(), "b".into()] },
+            Control::Register {
+                rank: 3,
+                data_addr: "127.0.0.1:4000".into(),
+                pid: 77,
+                token: 9,
+                fd_addr: "127.0.0.1:4001".into(),
+                tolerant: true,
+            },
+            Control::World { addrs: vec!["a".into(), "b".into()], fd: None },
+            Control::World {
+                addrs: vec!["a".into()],
+                fd: Some(FdSetup {
+                    addrs: vec!["u".into()],
+                    protocol: "DBRR".into(),
+                    t_gossip_us: 500_000,
+                    t_max_hang_us: 0,
+                    delta_t_us: 12,
+                }),
+            },
+            Control::PeerFailed { rank: 1, failed: 2, detail: "silent".into() },
             Control::Finalized { rank: 1 },
             Control::Abort { rank: 2, code: 5, message: "x".into(), lost: Some(1) },
             Control::Stop { reason: "bye".into() },

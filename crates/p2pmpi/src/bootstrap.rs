@@ -12,9 +12,9 @@
 use crate::error::{Error, Result};
 use p2pmpi_wire::control::{self, Control};
 use parking_lot::Mutex;
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Environment variables set by the launcher.
 pub mod env {
@@ -66,14 +66,24 @@ pub(crate) fn boot() -> Result<Boot> {
     let bind = var(env::BIND).unwrap_or_else(|| "127.0.0.1".into());
     let listener = bind_data_port(&bind, var(env::PORTS).as_deref())?;
     let data_addr = listener.local_addr()?;
+    // The failure detector's socket, in the same port range (firewall-friendly).
+    let fd_socket = bind_fd_port(&bind, var(env::PORTS).as_deref());
+    let fd_addr = fd_socket.as_ref().and_then(|s| s.local_addr().ok()).map(|a| a.to_string()).unwrap_or_default();
     let mut ctrl = TcpStream::connect(&ctrl_addr)
         .map_err(|e| Error::Bootstrap(format!("cannot reach the launcher at {ctrl_addr}: {e}")))?;
     let _ = ctrl.set_nodelay(true);
-    let reg = Control::Register { rank: rank as u32, data_addr: data_addr.to_string(), pid: std::process::id(), token };
+    let reg = Control::Register {
+        rank: rank as u32,
+        data_addr: data_addr.to_string(),
+        pid: std::process::id(),
+        token,
+        fd_addr,
+        tolerant: crate::failure::policy() == crate::failure::Policy::Notify,
+    };
     control::write_msg(&mut ctrl, &reg).map_err(|e| Error::Bootstrap(e.to_string()))?;
     ctrl.set_read_timeout(Some(Duration::from_secs(600)))?;
-    let addrs = match control::read_msg(&mut ctrl) {
-        Ok(Some(Control::World { addrs })) => addrs,
+    let (addrs, fd) = match control::read_msg(&mut ctrl) {
+        Ok(Some(Control::World { addrs, fd })) => (addrs, fd),
         Ok(Some(Control::Stop { reason })) => return Err(Error::Bootstrap(format!("job stopped: {reason}"))),
         Ok(other) => return Err(Error::Bootstrap(format!("unexpected answer from the launcher: {other:?}"))),
         Err(e) => return Err(Error::Bootstrap(format!("launcher: {e}"))),
@@ -85,6 +95,12 @@ pub(crate) fn boot() -> Result<Boot> {
         .iter()
         .map(|a| a.parse().map_err(|_| Error::Bootstrap(format!("bad address {a:?} in the world table"))))
         .collect::<Result<Vec<SocketAddr>>>()?;
+    let received = Instant::now();
+    if let (Some(fd), Some(sock)) = (fd, fd_socket) {
+        let setup = crate::failure::setup_from_wire(&fd, size as usize, received).map_err(Error::Bootstrap)?;
+        crate::failure::start(rank as usize, token, sock, setup)
+            .map_err(|e| Error::Bootstrap(format!("cannot start the failure detector: {e}")))?;
+    }
     ctrl.set_read_timeout(None)?;
     let reader = ctrl.try_clone()?;
     *CONTROL_CONN.lock() = Some(ctrl);
@@ -116,6 +132,31 @@ fn bind_data_port(bind: &str, range: Option<&str>) -> Result<TcpListener> {
         }
         _ => TcpListener::bind((bind, 0))
             .map_err(|e| Error::Bootstrap(format!("cannot open a data port on {bind}: {e}"))),
+    }
+}
+
+/// Binds the failure detector's UDP socket like the data port; `None` if no port is free
+/// (the job then runs without a detector for this process, and says so).
+fn bind_fd_port(bind: &str, range: Option<&str>) -> Option<UdpSocket> {
+    let parsed = range.and_then(|r| {
+        let (a, b) = r.split_once('-')?;
+        Some((a.trim().parse::<u16>().ok()?, b.trim().parse::<u16>().ok()?))
+    });
+    if let Some((lo, hi)) = parsed.filter(|(lo, hi)| *lo > 0 && lo <= hi) {
+        let span = (hi - lo) as u32 + 1;
+        let start = (std::process::id() + 1) % span;
+        for k in 0..span {
+            if let Ok(s) = UdpSocket::bind((bind, (lo as u32 + (start + k) % span) as u16)) {
+                return Some(s);
+            }
+        }
+    }
+    match UdpSocket::bind((bind, 0)) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            eprintln!("p2pmpi: warning: no port for the failure detector on {bind}: {e}");
+            None
+        }
     }
 }
 
@@ -154,9 +195,26 @@ pub(crate) fn report_finalized(rank: i32) {
     send(&Control::Finalized { rank: rank as u32 });
 }
 
+/// Whether this process is finalizing (or stopping): peers that go away now are not failures.
+pub(crate) fn is_finalizing() -> bool {
+    FINALIZING.load(Ordering::SeqCst)
+}
+
 /// Marks the start of finalization (launcher loss is then no longer an error).
 pub(crate) fn finalizing() {
     FINALIZING.store(true, Ordering::SeqCst);
+}
+
+/// Tells the launcher this process's detector confirmed the failure of `failed`, before
+/// this process stops.
+pub(crate) fn report_peer_failed(rank: i32, failed: i32, detail: &str) {
+    FINALIZING.store(true, Ordering::SeqCst);
+    send(&Control::PeerFailed { rank: rank.max(0) as u32, failed: failed.max(0) as u32, detail: detail.to_string() });
+}
+
+/// Tells the launcher of a failure the program handles itself (it keeps running).
+pub(crate) fn report_peer_failed_tolerated(rank: i32, failed: i32, detail: &str) {
+    send(&Control::PeerFailed { rank: rank.max(0) as u32, failed: failed.max(0) as u32, detail: detail.to_string() });
 }
 
 /// Tells the launcher this process aborts the job.

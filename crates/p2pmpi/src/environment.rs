@@ -203,6 +203,16 @@ fn finalize() {
         return;
     }
     bootstrap::finalizing();
+    if crate::failure::policy() == crate::failure::Policy::Notify && !crate::failure::failed_ranks().is_empty() {
+        // A program that handles failures, after one: the goodbye handshake would wait for
+        // the dead; finish without it (what was sent is flushed as far as the living take it).
+        let _ = wait_until(None, |e| e.all_sent().then_some(Ok(())));
+        let rank = own_rank();
+        *ENGINE.lock() = None;
+        STATE.store(FINALIZED, Ordering::SeqCst);
+        bootstrap::report_finalized(rank);
+        return;
+    }
     let res = (|| -> Result<()> {
         wait_until(None, |e| e.all_sent().then_some(Ok(())))?;
         with_engine(|e| e.send_byes());
@@ -314,6 +324,11 @@ pub(crate) fn wait_until<T>(hint: Option<i32>, mut check: impl FnMut(&mut Engine
         if let Some(r) = check(e) {
             return r;
         }
+        if crate::failure::PENDING.load(Ordering::Relaxed) {
+            for k in crate::failure::take_pending() {
+                e.peer_failed(k);
+            }
+        }
         if let Some(f) = &e.fatal {
             return Err(f.clone());
         }
@@ -335,6 +350,9 @@ pub(crate) fn wait_until<T>(hint: Option<i32>, mut check: impl FnMut(&mut Engine
                 eprintln!("rank {} blocking: hint {:?} {}", e.rank, hint, e.debug_state());
             }
             e.progress(hint, Some(block_slice()));
+            if let Some(limit) = crate::failure::send_timeout() {
+                e.check_stalled_sends(limit);
+            }
         }
     }
 }

@@ -36,6 +36,7 @@ pub mod datatype;
 pub mod device;
 pub mod environment;
 mod error;
+pub mod failure;
 pub mod point_to_point;
 mod pool;
 pub mod request;

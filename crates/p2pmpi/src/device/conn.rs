@@ -71,6 +71,9 @@ pub(crate) struct Conn {
     pub stream_unexpected: Option<(p2pmpi_core::matching::Envelope, Vec<u8>)>,
     pub outq: VecDeque<Out>,
     pub want_write: bool,
+    /// Since when queued frames wait without the socket taking a byte (a send blocked by a
+    /// peer that does not read: frozen, or cut off by a firewall).
+    pub stalled_since: Option<std::time::Instant>,
     pub shutdown_after_flush: bool,
     /// The peer closed its sending side after saying `Bye`.
     pub read_eof: bool,
@@ -90,6 +93,7 @@ impl Conn {
             stream_unexpected: None,
             outq: VecDeque::new(),
             want_write: false,
+            stalled_since: None,
             shutdown_after_flush: false,
             read_eof: false,
         }
@@ -115,6 +119,9 @@ impl Conn {
                 return Ok(out.done.into_iter().collect());
             }
         }
+        if self.outq.is_empty() {
+            self.stalled_since = Some(std::time::Instant::now());
+        }
         self.outq.push_back(out);
         Ok(Vec::new())
     }
@@ -134,8 +141,9 @@ impl Conn {
     /// Writes queued frames until the socket is full.
     pub fn flush(&mut self) -> Result<Vec<ReqId>, ConnError> {
         let mut done = Vec::new();
+        let mut wrote = 0;
         while let Some(out) = self.outq.front_mut() {
-            write_some(&mut self.stream, out)?;
+            wrote += write_some(&mut self.stream, out)?;
             if out.pos < out.total() {
                 break;
             }
@@ -145,6 +153,11 @@ impl Conn {
             if let Some(Out { payload: Payload::Owned(v), .. }) = self.outq.pop_front() {
                 crate::pool::give(v);
             }
+        }
+        if self.outq.is_empty() {
+            self.stalled_since = None;
+        } else if wrote > 0 {
+            self.stalled_since = Some(std::time::Instant::now());
         }
         if self.outq.is_empty() && self.shutdown_after_flush {
             let _ = self.stream.shutdown(std::net::Shutdown::Write);
@@ -253,8 +266,10 @@ pub(crate) fn is_streamed(h: &Header) -> bool {
     }
 }
 
-fn write_some(stream: &mut TcpStream, out: &mut Out) -> Result<(), ConnError> {
+/// Writes what the socket takes of `out`; returns the number of bytes written.
+fn write_some(stream: &mut TcpStream, out: &mut Out) -> Result<usize, ConnError> {
     let total = out.total();
+    let start = out.pos;
     while out.pos < total {
         let payload = out.payload.bytes();
         let res = if out.pos < HEADER_LEN {
@@ -266,10 +281,10 @@ fn write_some(stream: &mut TcpStream, out: &mut Out) -> Result<(), ConnError> {
         match res {
             Ok(0) => return Err(ConnError::Closed),
             Ok(n) => out.pos += n,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(out.pos - start),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(ConnError::Io(e)),
         }
     }
-    Ok(())
+    Ok(out.pos - start)
 }

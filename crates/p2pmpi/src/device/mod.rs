@@ -843,6 +843,31 @@ impl Engine {
         }
     }
 
+    /// The failure detector confirmed that `rank` failed and the program handles failures:
+    /// communication ends with an error naming it.
+    pub(crate) fn peer_failed(&mut self, rank: i32) {
+        self.set_fatal(Error::PeerLost { rank, cause: "declared failed by the failure detector".into() });
+    }
+
+    /// Gives up when a send has made no progress for `limit` (2·T_cleanup, FM §5.3): the
+    /// destination takes no data, although the failure detector may still hear of it (a
+    /// firewall that lets only some addresses through).
+    pub(crate) fn check_stalled_sends(&mut self, limit: Duration) {
+        let stalled = self.conns.iter().flatten().find_map(|c| {
+            let since = c.stalled_since?;
+            (since.elapsed() > limit).then_some((c.peer.unwrap_or(-1), since.elapsed()))
+        });
+        if let Some((peer, for_)) = stalled {
+            self.set_fatal(Error::PeerLost {
+                rank: peer,
+                cause: format!(
+                    "a send to it made no progress for {:.1} s (2·T_cleanup); giving up",
+                    for_.as_secs_f64()
+                ),
+            });
+        }
+    }
+
     fn set_fatal(&mut self, e: Error) {
         if self.fatal.is_none() {
             self.fatal = Some(e);

@@ -1,0 +1,62 @@
+//! Watches the failure detector: for tests and demos of failure detection.
+//!
+//! `fdwatch [--notify] [--hold MS] [--work]`
+//!
+//! Every rank initializes, passes a barrier and prints `rank R ready pid PID at UNIX_MS`. Then:
+//! * without `--notify` (the default policy, Stop): it waits `--hold` ms (computing if
+//!   `--work`), enters a barrier and prints `rank R done`. If a process fails meanwhile, the
+//!   failure detector stops every process with an error naming the failed rank.
+//! * with `--notify` (the program handles failures): every confirmed failure prints
+//!   `rank R notified: rank K failed at UNIX_MS`; the process keeps running until `--hold` ms
+//!   after start-up and finalizes (without the goodbye handshake once a process failed).
+use mpi::traits::*;
+use std::io::Write;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+fn unix_ms() -> u128 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0)
+}
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let (mut notify, mut hold, mut work) = (false, 1000u64, false);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--notify" => notify = true,
+            "--work" => work = true,
+            "--hold" => hold = args.next().and_then(|v| v.parse().ok()).expect("--hold MS"),
+            other => panic!("unknown argument {other:?}"),
+        }
+    }
+    if notify {
+        mpi::failure::set_policy(mpi::failure::Policy::Notify);
+    }
+    let universe = mpi::initialize().unwrap();
+    let world = universe.world();
+    let me = world.rank();
+    mpi::failure::on_failure(move |n| {
+        println!("rank {me} notified: rank {} failed at {}", n.rank, unix_ms());
+        let _ = std::io::stdout().flush();
+    });
+    world.barrier();
+    let start = Instant::now();
+    println!("rank {me} ready pid {} at {}", std::process::id(), unix_ms());
+    let _ = std::io::stdout().flush();
+    let hold = Duration::from_millis(hold);
+    let mut x = 0u64;
+    while start.elapsed() < hold {
+        if work {
+            for i in 0..1_000_000u64 {
+                x = x.wrapping_mul(6364136223846793005).wrapping_add(i);
+            }
+        } else {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    if notify {
+        println!("rank {me} exits (failed: {:?}) {}", mpi::failure::failed_ranks(), x % 2);
+        return;
+    }
+    world.barrier();
+    println!("rank {me} done {}", x % 2);
+}

@@ -1,0 +1,341 @@
+//! Failure detection for the running application: the FD service of each process, and the
+//! notices it gives the program.
+//!
+//! Every process of a job started by `p2pmpirun` runs a failure detector (the seeds' FD
+//! service, chapter §5): a thread that drives the pure [`p2pmpi_core::fd::Detector`] over a
+//! UDP socket of its own. It gossips its heartbeat table every `T_GOSSIP` to the target the
+//! application's protocol (`GOSSIP_PROTOCOL`, default DBRR) names, suspects a process whose
+//! counter lags by `T_cleanup + T_MAX_HANG`, pings it, and confirms its failure when the ping
+//! goes unanswered. It catches a process that crashes (`kill -9`), a process or host that
+//! freezes (`SIGSTOP`: no TCP reset, only silence), a peer whose daemon dies with its
+//! processes, and a host cut off by a firewall or a downed link.
+//!
+//! # Why in the process, over UDP
+//!
+//! The original ran one FD per host, in the peer daemon, over TCP. Here the detector runs
+//! inside each MPI process: a frozen process is then silent even when its host's daemon is
+//! fine, the same code serves jobs with and without peer daemons, and the simulator drives
+//! the very same state machine. UDP keeps a silent destination from ever blocking a sender
+//! (a TCP write to a frozen process eventually blocks) and needs no connection per pair.
+//! Datagrams carry the job's token and their sender's rank, and are accepted only from that
+//! rank's address.
+//!
+//! # What the program sees
+//!
+//! A confirmed failure becomes a [`Notice`]: handlers registered with [`on_failure`] run
+//! (on the detector's thread), [`failed_ranks`] lists it, [`wait_for_failure`] returns it.
+//! Then the [`Policy`] applies: by default ([`Policy::Stop`]) the process prints an error
+//! naming the failed rank, tells its launcher, and exits — so an application without
+//! replication stops everywhere within `T_cleanup` plus the ping time instead of hanging. A
+//! program that handles failures itself calls [`set_policy`]`(Policy::Notify)` before
+//! `initialize()`: it keeps running, its launcher lets the job go on, and communication
+//! fails with [`CommError::PeerLost`](crate::CommError::PeerLost) naming the rank.
+
+use crate::bootstrap;
+use p2pmpi_core::fd::{Detector, Event, FdConfig, Message, Protocol, Start};
+use parking_lot::{Condvar, Mutex};
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// What the library does when the failure detector confirms that a process failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Policy {
+    /// Print an error naming the failed rank and stop this process (the default: the job
+    /// stops everywhere).
+    Stop,
+    /// Tell the program (handlers, [`failed_ranks`], [`wait_for_failure`]) and keep running;
+    /// communication then fails with an error naming the rank.
+    Notify,
+}
+
+/// How a failure was established.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Cause {
+    /// Its heartbeat stopped for `T_cleanup + T_MAX_HANG` and it did not answer a ping.
+    Silent {
+        /// The time its counter was allowed to lag (`T_cleanup + T_MAX_HANG`).
+        suspicion_after: Duration,
+        /// The gossip protocol.
+        protocol: String,
+    },
+}
+
+/// A confirmed failure of a process of this application.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Notice {
+    /// The failed process's rank in the world communicator.
+    pub rank: i32,
+    /// When it was confirmed, as [`crate::time`] (seconds).
+    pub at: f64,
+    /// How.
+    pub cause: Cause,
+}
+
+impl std::fmt::Display for Notice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.cause {
+            Cause::Silent { suspicion_after, protocol } => write!(
+                f,
+                "rank {} failed: no heartbeat for {:.1} s ({protocol} gossip: T_cleanup + T_MAX_HANG) and no answer to a ping",
+                self.rank,
+                suspicion_after.as_secs_f64()
+            ),
+        }
+    }
+}
+
+type Handler = Box<dyn Fn(&Notice) + Send + Sync>;
+
+const STOP: u8 = 0;
+const NOTIFY: u8 = 1;
+static POLICY: AtomicU8 = AtomicU8::new(STOP);
+static HANDLERS: Mutex<Vec<Handler>> = Mutex::new(Vec::new());
+static NOTICES: Mutex<Vec<Notice>> = Mutex::new(Vec::new());
+static NOTICE_CV: Condvar = Condvar::new();
+/// Set when a notice arrived that the communication engine has not seen yet.
+pub(crate) static PENDING: AtomicBool = AtomicBool::new(false);
+static SUSPICION_AFTER: Mutex<Option<Duration>> = Mutex::new(None);
+
+/// Chooses what happens on a confirmed failure (call before `initialize()`: the launcher
+/// learns at registration whether the program handles failures).
+pub fn set_policy(p: Policy) {
+    POLICY.store(if p == Policy::Notify { NOTIFY } else { STOP }, Ordering::SeqCst);
+}
+
+/// The current policy.
+pub fn policy() -> Policy {
+    if POLICY.load(Ordering::SeqCst) == NOTIFY {
+        Policy::Notify
+    } else {
+        Policy::Stop
+    }
+}
+
+/// Runs `f` for every confirmed failure, on the failure detector's thread, before the
+/// policy applies.
+pub fn on_failure(f: impl Fn(&Notice) + Send + Sync + 'static) {
+    HANDLERS.lock().push(Box::new(f));
+}
+
+/// The ranks confirmed failed so far.
+pub fn failed_ranks() -> Vec<i32> {
+    NOTICES.lock().iter().map(|n| n.rank).collect()
+}
+
+/// The notices so far.
+pub fn notices() -> Vec<Notice> {
+    NOTICES.lock().clone()
+}
+
+/// Waits up to `timeout` for the next failure notice after the `seen` first ones; returns it.
+pub fn wait_for_failure(seen: usize, timeout: Duration) -> Option<Notice> {
+    let deadline = Instant::now() + timeout;
+    let mut g = NOTICES.lock();
+    while g.len() <= seen {
+        if NOTICE_CV.wait_until(&mut g, deadline).timed_out() {
+            return g.get(seen).cloned();
+        }
+    }
+    g.get(seen).cloned()
+}
+
+/// `T_cleanup + T_MAX_HANG` of this application, when a detector runs.
+pub fn suspicion_after() -> Option<Duration> {
+    *SUSPICION_AFTER.lock()
+}
+
+/// The time after which a send that makes no progress gives up: 2·T_cleanup (FM §5.3), the
+/// detector's `T_cleanup + T_MAX_HANG`. `None` when no detector runs.
+pub(crate) fn send_timeout() -> Option<Duration> {
+    suspicion_after().map(|t| 2 * t)
+}
+
+/// Ranks notified since the engine last looked.
+pub(crate) fn take_pending() -> Vec<i32> {
+    if PENDING.swap(false, Ordering::SeqCst) {
+        failed_ranks()
+    } else {
+        Vec::new()
+    }
+}
+
+// ----------------------------------------------------------------------------- the service
+
+const MAGIC: &[u8; 3] = b"PFD";
+const VERSION: u8 = 1;
+const HEADER: usize = 3 + 1 + 8 + 4;
+const MAX_DATAGRAM: usize = 65_507;
+
+/// Encodes one detector message: `PFD`, version, token (LE u64), sender rank (LE u32), then
+/// the postcard-encoded message.
+pub(crate) fn encode(token: u64, from: u32, msg: &Message) -> Vec<u8> {
+    let mut out = Vec::with_capacity(HEADER + 16);
+    out.extend_from_slice(MAGIC);
+    out.push(VERSION);
+    out.extend_from_slice(&token.to_le_bytes());
+    out.extend_from_slice(&from.to_le_bytes());
+    postcard::to_extend(msg, out).expect("detector messages always serialize")
+}
+
+/// Decodes a datagram; `None` for anything malformed or from another job.
+pub(crate) fn decode(token: u64, bytes: &[u8]) -> Option<(u32, Message)> {
+    if bytes.len() < HEADER || &bytes[..3] != MAGIC || bytes[3] != VERSION {
+        return None;
+    }
+    let t = u64::from_le_bytes(bytes[4..12].try_into().ok()?);
+    if t != token {
+        return None;
+    }
+    let from = u32::from_le_bytes(bytes[12..16].try_into().ok()?);
+    postcard::from_bytes(&bytes[16..]).ok().map(|m| (from, m))
+}
+
+/// What the launcher told this process about its detector.
+pub(crate) struct Setup {
+    pub addrs: Vec<SocketAddr>,
+    pub config: FdConfig,
+    pub delta_t: Duration,
+    /// When the communicator was received (`tr_i`).
+    pub received: Instant,
+}
+
+/// Parses the launcher's [`p2pmpi_wire::control::FdSetup`].
+pub(crate) fn setup_from_wire(
+    s: &p2pmpi_wire::control::FdSetup,
+    size: usize,
+    received: Instant,
+) -> Result<Setup, String> {
+    if s.addrs.len() != size {
+        return Err(format!("failure detector table has {} entries for {size} ranks", s.addrs.len()));
+    }
+    let addrs = s
+        .addrs
+        .iter()
+        .map(|a| a.parse().map_err(|_| format!("bad failure detector address {a:?}")))
+        .collect::<Result<Vec<SocketAddr>, String>>()?;
+    let protocol: Protocol = s.protocol.parse()?;
+    if s.t_gossip_us == 0 {
+        return Err("T_GOSSIP of 0".into());
+    }
+    let config = FdConfig::new(protocol, Duration::from_micros(s.t_gossip_us), Duration::from_micros(s.t_max_hang_us));
+    Ok(Setup { addrs, config, delta_t: Duration::from_micros(s.delta_t_us), received })
+}
+
+/// Starts the detector thread of process `rank` on `socket`.
+pub(crate) fn start(rank: usize, token: u64, socket: UdpSocket, setup: Setup) -> std::io::Result<()> {
+    let n = setup.addrs.len();
+    *SUSPICION_AFTER.lock() = Some(setup.config.suspicion_after(n));
+    std::thread::Builder::new().name("p2pmpi-fd".into()).spawn(move || run(rank, token, socket, setup))?;
+    Ok(())
+}
+
+fn run(me: usize, token: u64, socket: UdpSocket, setup: Setup) {
+    let n = setup.addrs.len();
+    let origin = Instant::now();
+    let tg = setup.config.t_gossip;
+    // FM equation 4. The flat-tree send of the communicator takes far less than a T_gossip
+    // (one write per process to a local socket), so every process has started by Δt_i + T_gossip.
+    let start = Start::adjusted(origin - setup.received, setup.delta_t, setup.delta_t + tg, tg);
+    let seed = token ^ (me as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ std::process::id() as u64;
+    let mut det = Detector::new(me, n, setup.config, Duration::ZERO, start, seed);
+    let suspicion_after = setup.config.suspicion_after(n);
+    let protocol = setup.config.protocol.to_string();
+    let addrs = Arc::new(setup.addrs);
+    let mut buf = vec![0u8; MAX_DATAGRAM];
+    loop {
+        if crate::environment::is_finalized() {
+            return;
+        }
+        let now = origin.elapsed();
+        det.handle_timeout(now);
+        while let Some(tx) = det.poll_transmit() {
+            let bytes = encode(token, me as u32, &tx.msg);
+            // A send error (a host that went away: no route) is the silence the detector
+            // judges; nothing else to do.
+            let _ = socket.send_to(&bytes, addrs[tx.to]);
+        }
+        while let Some(ev) = det.poll_event() {
+            if let Event::Failed(k) = ev {
+                let notice = Notice {
+                    rank: k as i32,
+                    at: crate::time(),
+                    cause: Cause::Silent { suspicion_after, protocol: protocol.clone() },
+                };
+                deliver(me, notice);
+            }
+        }
+        let wait = det.poll_timeout().saturating_sub(origin.elapsed()).max(Duration::from_millis(1));
+        let _ = socket.set_read_timeout(Some(wait));
+        match socket.recv_from(&mut buf) {
+            Ok((len, src)) => {
+                let Some((from, msg)) = decode(token, &buf[..len]) else { continue };
+                let from = from as usize;
+                if from >= n || addrs[from] != src {
+                    continue;
+                }
+                let _ = det.handle_message(origin.elapsed(), from, msg);
+            }
+            Err(_) => continue,
+        }
+    }
+}
+
+/// Records a confirmed failure, runs the handlers, and applies the policy.
+fn deliver(me: usize, notice: Notice) {
+    {
+        let mut g = NOTICES.lock();
+        if g.iter().any(|n| n.rank == notice.rank) {
+            return;
+        }
+        g.push(notice.clone());
+        NOTICE_CV.notify_all();
+    }
+    for h in HANDLERS.lock().iter() {
+        h(&notice);
+    }
+    if bootstrap::is_finalizing() {
+        // Peers that end after this process began to finalize are not failures.
+        return;
+    }
+    PENDING.store(true, Ordering::SeqCst);
+    let detail = notice.to_string();
+    match policy() {
+        Policy::Stop => {
+            let msg = format!("p2pmpi: rank {me}: {detail}; stopping");
+            eprintln!("{msg}");
+            bootstrap::report_peer_failed(me as i32, notice.rank, &detail);
+            std::process::exit(1);
+        }
+        Policy::Notify => bootstrap::report_peer_failed_tolerated(me as i32, notice.rank, &detail),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn datagrams_roundtrip_and_other_jobs_are_rejected() {
+        let m = Message::Gossip { heartbeats: vec![1, 2, 300_000] };
+        let b = encode(77, 3, &m);
+        assert_eq!(decode(77, &b), Some((3, m)));
+        assert_eq!(decode(78, &b), None);
+        assert_eq!(decode(77, &b[..10]), None);
+        let mut bad = b.clone();
+        bad[3] = 9;
+        assert_eq!(decode(77, &bad), None);
+    }
+
+    proptest! {
+        #[test]
+        fn garbage_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
+            let _ = decode(1, &bytes);
+            let mut framed = encode(1, 0, &Message::Ping { nonce: 1 })[..HEADER].to_vec();
+            framed.extend_from_slice(&bytes);
+            let _ = decode(1, &framed);
+        }
+    }
+}
