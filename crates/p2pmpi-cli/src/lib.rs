@@ -10,6 +10,7 @@
 //! Every binary is a thin entry into [`entry`]; a binary started as `<name> __daemon KIND`
 //! becomes that daemon (how `mpiboot` and `runSupernode` put daemons in the background).
 
+pub mod advise;
 pub mod commands;
 pub mod grid_run;
 pub mod launcher;
@@ -55,6 +56,8 @@ enum Cmd {
         #[command(subcommand)]
         action: GridCmd,
     },
+    /// How much replication: P_app(p, r) for r = 1..R and the best degree (SPEC §11).
+    Advise(advise::AdviseArgs),
 }
 
 #[derive(Subcommand)]
@@ -155,6 +158,7 @@ fn p2pmpi_main() -> i32 {
             SupernodeCmd::Stop => report("p2pmpi supernode stop", commands::supernode_stop()),
             SupernodeCmd::Stat => report("p2pmpi supernode stat", commands::supernode_stat()),
         },
+        Cmd::Advise(args) => advise::run(&args),
         Cmd::LocalGrid { action } => match action {
             GridCmd::Start { peers, dir, procs, max_jobs, set } => {
                 let dir = dir.unwrap_or_else(local_grid::default_dir);

@@ -6,6 +6,8 @@
 //! TCP device and the daemons are thin drivers around these machines, and tests (and later the
 //! simulator) drive the very same code with virtual time.
 //!
+//! * [`advisor`]: how much replication — Weibull host failures, `P_app(p, r)`, the Amdahl
+//!   duration model and the replication degree of least failure probability (SPEC §11).
 //! * [`allocation`]: the reservation arithmetic (booking count with overbooking, *slist*,
 //!   the feasibility test) and the *spread* / *concentrate* strategies with the rank
 //!   distribution that keeps the copies of a rank on different hosts (thesis §3.3–§3.4).
@@ -21,6 +23,7 @@
 //!   HOST_DENY, tickets that lapse unless claimed) and the submitter's booking with
 //!   overbooking, *rlist*, *slist* and the placement decision (thesis §3.3.2, SPEC §4).
 
+pub mod advisor;
 pub mod allocation;
 pub mod fd;
 pub mod hosts;
