@@ -510,7 +510,9 @@ pub(crate) fn event_loop(
                         states[rank].judged = true;
                     }
                 }
-                if failure.is_none() {
+                if tolerant && world_sent && failure.is_none() {
+                    eprintln!("{name}: {why}; the program handles failures, the job goes on");
+                } else if failure.is_none() {
                     eprintln!("{name}: {why}; stopping the other processes");
                     failure = Some(1);
                     stop_all();

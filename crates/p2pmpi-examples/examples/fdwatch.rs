@@ -2,7 +2,8 @@
 //!
 //! `fdwatch [--notify] [--hold MS] [--work]`
 //!
-//! Every rank initializes, passes a barrier and prints `rank R ready pid PID at UNIX_MS`. Then:
+//! Every rank initializes, passes a barrier and prints `rank R ready pid PID on HOST at UNIX_MS`
+//! (HOST: the address its peer gave it, or `local`). Then:
 //! * without `--notify` (the default policy, Stop): it waits `--hold` ms (computing if
 //!   `--work`), enters a barrier and prints `rank R done`. If a process fails meanwhile, the
 //!   failure detector stops every process with an error naming the failed rank.
@@ -40,7 +41,8 @@ fn main() {
     });
     world.barrier();
     let start = Instant::now();
-    println!("rank {me} ready pid {} at {}", std::process::id(), unix_ms());
+    let host = std::env::var("P2PMPI_BIND").unwrap_or_else(|_| "local".into());
+    println!("rank {me} ready pid {} on {host} at {}", std::process::id(), unix_ms());
     let _ = std::io::stdout().flush();
     let hold = Duration::from_millis(hold);
     let mut x = 0u64;
@@ -52,6 +54,9 @@ fn main() {
         } else {
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+    if let Some((datagrams, bytes, ran)) = mpi::failure::detector_traffic() {
+        println!("rank {me} detector sent {datagrams} datagrams, {bytes} bytes in {} ms", ran.as_millis());
     }
     if notify {
         println!("rank {me} exits (failed: {:?}) {}", mpi::failure::failed_ranks(), x % 2);

@@ -35,7 +35,7 @@ use crate::bootstrap;
 use p2pmpi_core::fd::{Detector, Event, FdConfig, Message, Protocol, Start};
 use parking_lot::{Condvar, Mutex};
 use std::net::{SocketAddr, UdpSocket};
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -97,6 +97,16 @@ static NOTICE_CV: Condvar = Condvar::new();
 /// Set when a notice arrived that the communication engine has not seen yet.
 pub(crate) static PENDING: AtomicBool = AtomicBool::new(false);
 static SUSPICION_AFTER: Mutex<Option<Duration>> = Mutex::new(None);
+static SENT_DATAGRAMS: AtomicU64 = AtomicU64::new(0);
+static SENT_BYTES: AtomicU64 = AtomicU64::new(0);
+static STARTED: Mutex<Option<Instant>> = Mutex::new(None);
+
+/// What this process's detector has sent so far: datagrams, bytes (UDP payload), and for
+/// how long it has run. `None` when no detector runs.
+pub fn detector_traffic() -> Option<(u64, u64, Duration)> {
+    let started = (*STARTED.lock())?;
+    Some((SENT_DATAGRAMS.load(Ordering::Relaxed), SENT_BYTES.load(Ordering::Relaxed), started.elapsed()))
+}
 
 /// Chooses what happens on a confirmed failure (call before `initialize()`: the launcher
 /// learns at registration whether the program handles failures).
@@ -234,6 +244,7 @@ pub(crate) fn start(rank: usize, token: u64, socket: UdpSocket, setup: Setup) ->
 fn run(me: usize, token: u64, socket: UdpSocket, setup: Setup) {
     let n = setup.addrs.len();
     let origin = Instant::now();
+    *STARTED.lock() = Some(origin);
     let tg = setup.config.t_gossip;
     // FM equation 4. The flat-tree send of the communicator takes far less than a T_gossip
     // (one write per process to a local socket), so every process has started by Δt_i + T_gossip.
@@ -255,6 +266,8 @@ fn run(me: usize, token: u64, socket: UdpSocket, setup: Setup) {
             // A send error (a host that went away: no route) is the silence the detector
             // judges; nothing else to do.
             let _ = socket.send_to(&bytes, addrs[tx.to]);
+            SENT_DATAGRAMS.fetch_add(1, Ordering::Relaxed);
+            SENT_BYTES.fetch_add(bytes.len() as u64, Ordering::Relaxed);
         }
         while let Some(ev) = det.poll_event() {
             if let Event::Failed(k) = ev {

@@ -2,6 +2,8 @@
 //! run jobs with a bounded time-out, and look for leftover processes.
 #![allow(dead_code)]
 
+pub mod grid;
+
 use std::io::Read;
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
