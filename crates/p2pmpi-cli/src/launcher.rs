@@ -385,9 +385,9 @@ pub(crate) fn event_loop(
     let mut provisional: Option<(Instant, usize, u32, i32, String)> = None;
     while exited < n {
         if failure.is_none() {
-            if let Some((deadline, rank, peer, code, _)) = &provisional {
+            if let Some((deadline, rank, peer, code, message)) = &provisional {
                 if Instant::now() >= *deadline {
-                    eprintln!("{name}: rank {rank} lost contact with rank {peer} (connection closed) and stopped; stopping the other processes");
+                    report_lost(name, *rank, *peer, message);
                     failure = Some(*code);
                     stop_all();
                 }
@@ -573,7 +573,22 @@ pub(crate) fn event_loop(
             }
         }
     }
+    // Every process ended before a lost-peer abort's grace ran out: it is still the failure.
+    if let (None, Some((_, rank, peer, code, message))) = (failure, &provisional) {
+        report_lost(name, *rank, *peer, message);
+        failure = Some(*code);
+    }
     failure.unwrap_or(0)
+}
+
+/// Reports that `rank` stopped because it lost `peer` (its own message says how).
+fn report_lost(name: &str, rank: usize, peer: u32, message: &str) {
+    let why = message.strip_prefix("p2pmpi: ").unwrap_or(message);
+    if why.is_empty() {
+        eprintln!("{name}: rank {rank} lost contact with rank {peer} and stopped; stopping the other processes");
+    } else {
+        eprintln!("{name}: {why}; stopping the other processes");
+    }
 }
 
 /// Accepts control connections; each is served by its own thread.

@@ -92,6 +92,9 @@ enum GridCmd {
         /// Extra KEY=VALUE line for every peer's configuration (repeatable).
         #[arg(long = "set", value_name = "KEY=VALUE")]
         set: Vec<String>,
+        /// Loopback prefix of the peers' addresses: peer i is A.B.C.(i+1).
+        #[arg(long, default_value = "127.0.0", value_name = "A.B.C", value_parser = local_grid::parse_net)]
+        net: [u8; 3],
     },
     /// Stop the grid.
     Stop {
@@ -160,9 +163,9 @@ fn p2pmpi_main() -> i32 {
         },
         Cmd::Advise(args) => advise::run(&args),
         Cmd::LocalGrid { action } => match action {
-            GridCmd::Start { peers, dir, procs, max_jobs, set } => {
+            GridCmd::Start { peers, dir, procs, max_jobs, set, net } => {
                 let dir = dir.unwrap_or_else(local_grid::default_dir);
-                let opts = local_grid::StartOpts { peers, dir: dir.clone(), procs, max_jobs, extra: set };
+                let opts = local_grid::StartOpts { peers, dir: dir.clone(), procs, max_jobs, extra: set, net };
                 report(
                     "p2pmpi local-grid start",
                     local_grid::start(&opts).map(|g| println!("{}", local_grid::describe(&g, &dir))),

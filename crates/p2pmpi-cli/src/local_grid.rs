@@ -43,6 +43,19 @@ pub struct StartOpts {
     pub max_jobs: u32,
     /// Extra `KEY=VALUE` lines for every peer's configuration.
     pub extra: Vec<String>,
+    /// The first three bytes of the peers' loopback addresses (peer i is `A.B.C.(i+1)`;
+    /// default 127.0.0): grids started side by side, or a test's firewall rule, stay apart.
+    pub net: [u8; 3],
+}
+
+/// Parses `--net A.B.C` (a loopback prefix: A = 127).
+pub fn parse_net(s: &str) -> Result<[u8; 3], String> {
+    let parts: Vec<&str> = s.split('.').collect();
+    let bytes: Option<Vec<u8>> = parts.iter().map(|p| p.parse().ok()).collect();
+    match bytes {
+        Some(b) if b.len() == 3 && b[0] == 127 => Ok([b[0], b[1], b[2]]),
+        _ => Err(format!("{s:?} is not a loopback prefix such as 127.0.0 (three numbers, the first 127)")),
+    }
 }
 
 /// The default directory: `<p2pmpi dir>/local-grid`.
@@ -121,7 +134,7 @@ pub fn start(opts: &StartOpts) -> Result<GridFile> {
                         ft_port: 0,
                         fd_port: 0,
                         rs_port: 0,
-                        external_ip: Some(IpAddr::from([127, 0, 0, (i + 1) as u8])),
+                        external_ip: Some(IpAddr::from([opts.net[0], opts.net[1], opts.net[2], (i + 1) as u8])),
                         max_processes_per_job: opts.procs,
                         max_jobs: opts.max_jobs,
                         grid_secret: Some(secret),
@@ -134,8 +147,9 @@ pub fn start(opts: &StartOpts) -> Result<GridFile> {
                     };
                     write_conf(&conf, &cfg, &opts.extra)?;
                     let _ = std::fs::remove_file(home.dir.join("peer-cache.json"));
-                    spawn_daemon(Daemon::Mpd, &home, &home.mpd_log(), None)
-                        .with_context(|| format!("peer {i} (127.0.0.{})", i + 1))?;
+                    spawn_daemon(Daemon::Mpd, &home, &home.mpd_log(), None).with_context(|| {
+                        format!("peer {i} ({}.{}.{}.{})", opts.net[0], opts.net[1], opts.net[2], i + 1)
+                    })?;
                     let state: MpdState = home::read_json(&home.mpd_state()).context("peer state")?;
                     Ok(PeerRecord { home: home.dir.clone(), state })
                 })

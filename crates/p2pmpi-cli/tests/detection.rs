@@ -325,15 +325,30 @@ struct Firewall {
 }
 
 impl Firewall {
-    fn cut(ip: &str) -> Option<Firewall> {
-        let table = format!("p2pmpi_test_{}", std::process::id());
-        let rules = format!(
-            "table ip {table} {{\n chain input {{ type filter hook input priority -10; ip saddr {ip} drop; ip daddr {ip} drop; }}\n chain output {{ type filter hook output priority -10; ip saddr {ip} drop; ip daddr {ip} drop; }}\n}}\n"
+    fn install(name: &str, rules: &str) -> Option<Firewall> {
+        let table = format!("p2pmpi_test_{name}_{}", std::process::id());
+        let text = format!(
+            "table ip {table} {{\n chain input {{ type filter hook input priority -10; {rules} }}\n chain output {{ type filter hook output priority -10; {rules} }}\n}}\n"
         );
         let mut child = Command::new("nft").args(["-f", "-"]).stdin(Stdio::piped()).spawn().ok()?;
         use std::io::Write;
-        child.stdin.take()?.write_all(rules.as_bytes()).ok()?;
+        child.stdin.take()?.write_all(text.as_bytes()).ok()?;
         child.wait().ok()?.success().then_some(Firewall { table })
+    }
+
+    /// Every packet to or from `ip`.
+    fn cut(ip: &str) -> Option<Firewall> {
+        Firewall::install("cut", &format!("ip saddr {ip} drop; ip daddr {ip} drop;"))
+    }
+
+    /// TCP between `a` and `b` only (UDP, hence the failure detector, still passes).
+    fn block_tcp(a: &str, b: &str) -> Option<Firewall> {
+        Firewall::install(
+            "tcp",
+            &format!(
+                "meta l4proto tcp ip saddr {a} ip daddr {b} drop; meta l4proto tcp ip saddr {b} ip daddr {a} drop;"
+            ),
+        )
     }
 }
 
@@ -349,7 +364,8 @@ fn on_a_local_grid_a_peer_cut_off_by_a_firewall_is_detected() {
         eprintln!("SKIPPED: needs root and nft (nftables) to cut a peer off with a firewall rule");
         return;
     }
-    let g = TestGrid::start("fd-fw", 4, &["--procs", "2"]);
+    // Addresses of its own, so the rule touches no other test's grid.
+    let g = TestGrid::start("fd-fw", 4, &["--procs", "2", "--net", "127.0.41"]);
     g.wait_hosts(1, 3);
     let job = grid_job(&g, 8, &["--notify", "--hold", "6000"]);
     let ready = job.ready(8);
@@ -370,4 +386,35 @@ fn on_a_local_grid_a_peer_cut_off_by_a_firewall_is_detected() {
     drop(wall);
     let (_code, text) = job.finish(LIMIT);
     assert!(text.contains(&format!("rank {} failed", victims[0])), "{text}");
+}
+
+#[test]
+fn a_send_the_network_stops_carrying_gives_up_after_twice_t_cleanup() {
+    // FM §5.3: a firewall lets the detector's datagrams through but not the data connection;
+    // the detector says the destination is alive, so the blocked send must give up by itself.
+    if !is_root() || Command::new("nft").arg("--version").output().is_err() {
+        eprintln!("SKIPPED: needs root and nft (nftables) to block one TCP connection with a firewall rule");
+        return;
+    }
+    // Addresses of its own, so the rule touches no other test's grid.
+    let g = TestGrid::start("fd-send", 2, &["--procs", "1", "--net", "127.0.42"]);
+    g.wait_hosts(1, 1);
+    let job = grid_job(&g, 2, &["--stream", "--hold", "30000"]);
+    let ready = job.ready(2);
+    let (a, b) = (ready[0].1.clone(), ready[1].1.clone());
+    assert_ne!(a, b);
+    let t0 = Instant::now();
+    let wall = Firewall::block_tcp(&a, &b).expect("nft rule");
+    // T_cleanup for 2 processes with DBRR = 3·1·T_gossip; the send gives up after twice that.
+    let limit_ms = 2 * 3 * TG as u128;
+    job.wait_for(Duration::from_secs(20), "the send giving up", |lines| {
+        lines.iter().find(|l| l.contains("made no progress")).cloned()
+    });
+    let took = t0.elapsed().as_millis();
+    drop(wall);
+    let (code, text) = job.finish(LIMIT);
+    assert_ne!(code, 0, "{text}");
+    assert!(text.contains("lost rank 1: a send to it made no progress"), "{text}");
+    assert!(took >= limit_ms, "gave up after {took} ms, before 2·T_cleanup = {limit_ms} ms:\n{text}");
+    assert!(took <= limit_ms + 3000, "gave up only after {took} ms (2·T_cleanup = {limit_ms} ms):\n{text}");
 }

@@ -1,6 +1,6 @@
 //! Watches the failure detector: for tests and demos of failure detection.
 //!
-//! `fdwatch [--notify] [--hold MS] [--work]`
+//! `fdwatch [--notify] [--hold MS] [--work] [--stream]`
 //!
 //! Every rank initializes, passes a barrier and prints `rank R ready pid PID on HOST at UNIX_MS`
 //! (HOST: the address its peer gave it, or `local`). Then:
@@ -10,6 +10,9 @@
 //! * with `--notify` (the program handles failures): every confirmed failure prints
 //!   `rank R notified: rank K failed at UNIX_MS`; the process keeps running until `--hold` ms
 //!   after start-up and finalizes (without the goodbye handshake once a process failed).
+//! * with `--stream`: rank 0 sends 64 KiB messages to rank 1 for `--hold` ms (rank 1 receives
+//!   them), then both pass a barrier: a send that the network stops carrying gives up after
+//!   2·T_cleanup.
 use mpi::traits::*;
 use std::io::Write;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -20,11 +23,12 @@ fn unix_ms() -> u128 {
 
 fn main() {
     let mut args = std::env::args().skip(1);
-    let (mut notify, mut hold, mut work) = (false, 1000u64, false);
+    let (mut notify, mut hold, mut work, mut stream) = (false, 1000u64, false, false);
     while let Some(a) = args.next() {
         match a.as_str() {
             "--notify" => notify = true,
             "--work" => work = true,
+            "--stream" => stream = true,
             "--hold" => hold = args.next().and_then(|v| v.parse().ok()).expect("--hold MS"),
             other => panic!("unknown argument {other:?}"),
         }
@@ -46,6 +50,28 @@ fn main() {
     let _ = std::io::stdout().flush();
     let hold = Duration::from_millis(hold);
     let mut x = 0u64;
+    if stream && world.size() >= 2 && me <= 1 {
+        let mut buf = vec![0u8; 64 << 10];
+        let mut count = 0u64;
+        loop {
+            let go = start.elapsed() < hold;
+            if me == 0 {
+                world.process_at_rank(1).send(&(go as u8));
+                if !go {
+                    break;
+                }
+                world.process_at_rank(1).send(&buf[..]);
+            } else {
+                let (go, _) = world.process_at_rank(0).receive::<u8>();
+                if go == 0 {
+                    break;
+                }
+                world.process_at_rank(0).receive_into(&mut buf[..]);
+            }
+            count += 1;
+        }
+        println!("rank {me} streamed {count} messages");
+    }
     while start.elapsed() < hold {
         if work {
             for i in 0..1_000_000u64 {

@@ -32,7 +32,7 @@ use p2pmpi_core::matching::{Arrival, Body, Envelope, Matcher, Pattern};
 use p2pmpi_wire::{FrameKind, Header, Mid};
 use std::collections::HashMap;
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
 /// Largest message sent with the eager protocol (the seeds' 128 KB).
@@ -414,7 +414,8 @@ impl Engine {
             return Ok(c);
         }
         let addr = self.addrs[dst as usize];
-        let std_stream = connect_with_retry(addr, Duration::from_secs(10))
+        let local = self.local_addr().map(|a| a.ip());
+        let std_stream = connect_with_retry(local, addr, Duration::from_secs(10))
             .map_err(|e| Error::PeerLost { rank: dst, cause: format!("cannot connect to {addr}: {e}") })?;
         let mut stream = TcpStream::from_std(std_stream);
         let cid = self.conns.iter().position(Option::is_none).unwrap_or_else(|| {
@@ -922,11 +923,23 @@ pub(crate) enum ConnError {
     Protocol(String),
 }
 
-fn connect_with_retry(addr: SocketAddr, total: Duration) -> io::Result<std::net::TcpStream> {
+/// Connects to `addr` from `local` (this process's own address, so that the peer, its
+/// firewall and HOST_DENY see the host it really comes from — on loopback an unbound socket
+/// would leave from 127.0.0.1), retrying until `total` has passed.
+fn connect_with_retry(local: Option<IpAddr>, addr: SocketAddr, total: Duration) -> io::Result<std::net::TcpStream> {
     let deadline = Instant::now() + total;
     let mut pause = Duration::from_millis(5);
+    let connect = || -> io::Result<std::net::TcpStream> {
+        let Some(ip) = local.filter(|ip| !ip.is_unspecified() && ip.is_ipv4() == addr.is_ipv4()) else {
+            return std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5));
+        };
+        let sock = socket2::Socket::new(socket2::Domain::for_address(addr), socket2::Type::STREAM, None)?;
+        sock.bind(&SocketAddr::new(ip, 0).into())?;
+        sock.connect_timeout(&addr.into(), Duration::from_secs(5))?;
+        Ok(sock.into())
+    };
     loop {
-        match std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5)) {
+        match connect() {
             Ok(s) => {
                 s.set_nodelay(true)?;
                 s.set_nonblocking(true)?;
