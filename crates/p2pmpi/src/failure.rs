@@ -30,6 +30,9 @@
 //! program that handles failures itself calls [`set_policy`]`(Policy::Notify)` before
 //! `initialize()`: it keeps running, its launcher lets the job go on, and communication
 //! fails with [`CommError::PeerLost`](crate::CommError::PeerLost) naming the rank.
+//!
+//! `P2PMPI_FD_DEBUG=1` in a process's environment prints every suspicion, refutation and
+//! failure with the heartbeat table.
 
 use crate::bootstrap;
 use p2pmpi_core::fd::{Detector, Event, FdConfig, Message, Protocol, Start};
@@ -243,12 +246,20 @@ pub(crate) fn start(rank: usize, token: u64, socket: UdpSocket, setup: Setup) ->
 
 fn run(me: usize, token: u64, socket: UdpSocket, setup: Setup) {
     let n = setup.addrs.len();
-    let origin = Instant::now();
-    *STARTED.lock() = Some(origin);
+    let started = Instant::now();
+    *STARTED.lock() = Some(started);
     let tg = setup.config.t_gossip;
-    // FM equation 4. The flat-tree send of the communicator takes far less than a T_gossip
-    // (one write per process to a local socket), so every process has started by Δt_i + T_gossip.
-    let start = Start::adjusted(origin - setup.received, setup.delta_t, setup.delta_t + tg, tg);
+    // FM equation 4, kept exact afterwards: this process's estimate of the instant the root
+    // first sent the communicator, ts_1 = tr_i − Δt_i, is the origin of its clock, and its
+    // counter is ⌊(t − ts_1)/T_gossip⌋ — equation 4's value at T_i, then one more every period,
+    // with gossip sent at the same phase by every process. Counters of different processes
+    // then agree to within the transit time of the communicator, so a failure is confirmed
+    // between T_cleanup − T_gossip and T_cleanup after the victim's last gossip, plus the ping.
+    let origin = setup.received.checked_sub(setup.delta_t).unwrap_or(setup.received);
+    // Every process has started by Δt_i + T_gossip: the flat-tree send of the communicator is
+    // one write per process to a local socket, far less than a T_gossip.
+    let all_started = Start::adjusted(Duration::ZERO, Duration::ZERO, setup.delta_t + tg, tg).all_started;
+    let start = Start { heartbeat: 0, all_started };
     let seed = token ^ (me as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ std::process::id() as u64;
     let mut det = Detector::new(me, n, setup.config, Duration::ZERO, start, seed);
     let suspicion_after = setup.config.suspicion_after(n);
@@ -270,6 +281,13 @@ fn run(me: usize, token: u64, socket: UdpSocket, setup: Setup) {
             SENT_BYTES.fetch_add(bytes.len() as u64, Ordering::Relaxed);
         }
         while let Some(ev) = det.poll_event() {
+            if std::env::var_os("P2PMPI_FD_DEBUG").is_some() {
+                eprintln!(
+                    "p2pmpi-fd: rank {me}: {ev:?} at {:?} (since the origin); heartbeats {:?}",
+                    origin.elapsed(),
+                    det.heartbeats()
+                );
+            }
             if let Event::Failed(k) = ev {
                 let notice = Notice {
                     rank: k as i32,
