@@ -534,11 +534,13 @@ impl Detector {
         let me = self.me;
         self.heartbeats[me] = self.heartbeats[me].max(self.clock(now));
         if now >= self.next_gossip {
+            // The round follows the shared counter, so that every process is at the same
+            // round of the cycle (the protocols' schedules assume it) however late it started.
+            self.round = (self.heartbeats[me] % cycle_len(self.cfg.protocol, self.n) as u64) as u32 + 1;
             if let Some(to) = self.current_target() {
                 self.out.push_back(Transmit { to, msg: Message::Gossip { heartbeats: self.heartbeats.clone() } });
                 self.sent_gossips += 1;
             }
-            self.round = if self.round >= cycle_len(self.cfg.protocol, self.n) { 1 } else { self.round + 1 };
             self.next_gossip += self.cfg.t_gossip;
             if self.next_gossip <= now {
                 // The driver was late (a loaded host): no burst to catch up.
@@ -695,8 +697,25 @@ mod tests {
     }
 
     #[test]
+    fn dbrr_matches_thesis_figure_4_12() {
+        // n = 4: rounds 1-2 clockwise (+1, +2), rounds 3-4 counter-clockwise (−1, −2).
+        let t = table(Protocol::Dbrr, 4);
+        assert_eq!(
+            t,
+            vec![
+                vec![(0, 1), (1, 2), (2, 3), (3, 0)],
+                vec![(0, 2), (1, 3), (2, 0), (3, 1)],
+                vec![(0, 3), (1, 0), (2, 1), (3, 2)],
+                vec![(0, 2), (1, 3), (2, 0), (3, 1)],
+            ]
+        );
+        // Two-way links: node 2 hears from 1 and 0 (BRR) and from 3 as well.
+        assert_eq!(sources(Protocol::Dbrr, 4, 2), vec![0, 1, 3]);
+    }
+
+    #[test]
     fn dbrr_goes_back_counter_clockwise() {
-        // Thesis figure 4.12 style, n = 8: rounds 1-3 clockwise +1, +2, +4; rounds 4-6 -1, -2, -4.
+        // n = 8: rounds 1-3 clockwise +1, +2, +4; rounds 4-6 -1, -2, -4.
         let t = table(Protocol::Dbrr, 8);
         assert_eq!(t.len(), 6);
         let steps: Vec<i64> = t.iter().map(|row| row[0].1 as i64).collect();
@@ -752,7 +771,7 @@ mod tests {
     #[test]
     fn targets_skip_self_and_dead() {
         let mut d = Detector::new(0, 4, cfg(Protocol::Brr), ms(0), Start::at(0), 1);
-        assert_eq!(d.current_target(), Some(1));
+        assert_eq!(d.current_target(), Some(1), "round 1 before any gossip");
         d.mark_dead(1);
         assert_eq!(d.poll_event(), Some(Event::Failed(1)));
         assert_eq!(d.current_target(), Some(2));
@@ -770,13 +789,14 @@ mod tests {
         d.handle_message(ms(10), 0, Message::Gossip { heartbeats: vec![7, 2, 0, 9] }).unwrap();
         // Entries not heard from yet hold this process's initial counter.
         assert_eq!(d.heartbeats(), &[7, 5, 5, 9]);
+        // Counter 5: round 5 mod 2 + 1 = 2, target 1 + 2 = 3.
         d.handle_timeout(ms(20));
         let t = d.poll_transmit().unwrap();
-        assert_eq!(t, Transmit { to: 2, msg: Message::Gossip { heartbeats: vec![7, 5, 5, 9] } });
+        assert_eq!(t, Transmit { to: 3, msg: Message::Gossip { heartbeats: vec![7, 5, 5, 9] } });
         d.handle_timeout(ms(120));
-        assert_eq!(d.poll_transmit().unwrap().to, 3);
+        assert_eq!(d.poll_transmit().unwrap().to, 2, "counter 6: round 1");
         d.handle_timeout(ms(220));
-        assert_eq!(d.poll_transmit().unwrap().to, 2, "cycle restarts after ⌈log2 n⌉ rounds");
+        assert_eq!(d.poll_transmit().unwrap().to, 3, "the cycle restarts after ⌈log2 n⌉ rounds");
         assert_eq!(
             d.handle_message(ms(1), 0, Message::Gossip { heartbeats: vec![1] }),
             Err(Rejected::WrongSize { got: 1, want: 4 })

@@ -1,0 +1,611 @@
+//! `p2pmpi-sim`: the failure-detector simulator's experiments (see the crate docs).
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Parser, Subcommand};
+use p2pmpi_core::fd::{Detector, FdConfig, Protocol, Start};
+use p2pmpi_sim::net::{fmt_duration, parse_duration, Jitter, NetConfig};
+use p2pmpi_sim::sim::{Sim, SimConfig, StartMode};
+use p2pmpi_sim::{detection, false_positives, output, par, reliability};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+#[derive(Parser)]
+#[command(
+    name = "p2pmpi-sim",
+    version,
+    about = "Simulates p2pmpi's gossip failure detector (BRR, DBRR) with virtual time"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Detection time vs n for BRR and DBRR, beside the theory T_cleanup (chapter figure 13).
+    Detection(DetectionArgs),
+    /// Probability that the detector itself fails vs n (chapter figure 12, FM figure 4).
+    Reliability(ReliabilityArgs),
+    /// False suspicions and detections per process-hour vs T_cleanup + T_MAX_HANG under random delays.
+    FalsePositives(FpArgs),
+    /// Runs the three experiments with the defaults of the committed figures and writes them to --out.
+    All(AllArgs),
+    /// One simulation with chosen crashes; prints what every process saw.
+    Run(RunArgs),
+    /// How far behind the freshest known counter of a process lags, fault-free (the margin
+    /// left before suspicion).
+    Lag(LagArgs),
+}
+
+#[derive(Args, Clone)]
+struct Common {
+    /// Seed of every random choice.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Worker threads (default: every core).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Directory to write NAME.md, NAME.csv and NAME.svg into.
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+impl Common {
+    fn threads(&self) -> usize {
+        self.threads.unwrap_or_else(par::default_threads).max(1)
+    }
+}
+
+#[derive(Args, Clone)]
+struct NetArgs {
+    /// Fixed part of every message's delay.
+    #[arg(long, value_parser = parse_duration)]
+    base: Option<Duration>,
+    /// Random part: none, uniform:MAX, exp:MEAN, pareto:MEAN,SHAPE or lognormal:MEAN,SIGMA.
+    #[arg(long)]
+    jitter: Option<Jitter>,
+    /// Probability that a message is lost.
+    #[arg(long)]
+    loss: Option<f64>,
+    /// Let messages of a link overtake each other (default: FIFO, as TCP).
+    #[arg(long)]
+    no_fifo: bool,
+    /// Delay the start-up communicator with the jitter too (default: base delay only).
+    #[arg(long)]
+    communicator_jitter: bool,
+    /// Start-up: "flat" (FM eq. 4, the default) or "aligned" (every detector at t = 0).
+    #[arg(long)]
+    start: Option<String>,
+    /// Flat tree: interval between the root's sends of the communicator.
+    #[arg(long, value_parser = parse_duration)]
+    send_interval: Option<Duration>,
+    /// Flat tree: a detector starts U(0, SETUP) after its process got the communicator.
+    #[arg(long, value_parser = parse_duration)]
+    setup: Option<Duration>,
+}
+
+impl NetArgs {
+    fn net(&self, default: NetConfig) -> Result<NetConfig> {
+        let mut n = default;
+        if let Some(b) = self.base {
+            n.base = b;
+        }
+        if let Some(j) = self.jitter {
+            n.jitter = j;
+        }
+        if let Some(l) = self.loss {
+            if !(0.0..=1.0).contains(&l) {
+                bail!("--loss must be a probability");
+            }
+            n.loss = l;
+        }
+        if self.no_fifo {
+            n.fifo = false;
+        }
+        if self.communicator_jitter {
+            n.communicator_jitter = true;
+        }
+        Ok(n)
+    }
+
+    fn start(&self, default: StartMode) -> Result<StartMode> {
+        let (mut si, mut su) = match default {
+            StartMode::FlatTree { send_interval, setup } => (send_interval, setup),
+            StartMode::Aligned => match StartMode::default() {
+                StartMode::FlatTree { send_interval, setup } => (send_interval, setup),
+                StartMode::Aligned => unreachable!(),
+            },
+        };
+        if let Some(v) = self.send_interval {
+            si = v;
+        }
+        if let Some(v) = self.setup {
+            su = v;
+        }
+        Ok(match self.start.as_deref() {
+            None => match default {
+                StartMode::Aligned => StartMode::Aligned,
+                StartMode::FlatTree { .. } => StartMode::FlatTree { send_interval: si, setup: su },
+            },
+            Some("aligned") => StartMode::Aligned,
+            Some("flat") | Some("flat-tree") => StartMode::FlatTree { send_interval: si, setup: su },
+            Some(s) => bail!("--start {s:?}: expected flat or aligned"),
+        })
+    }
+}
+
+#[derive(Args, Clone)]
+struct DetectionArgs {
+    /// Numbers of processes.
+    #[arg(long, value_delimiter = ',')]
+    sizes: Option<Vec<usize>>,
+    /// Protocols.
+    #[arg(long, value_delimiter = ',')]
+    protocols: Option<Vec<Protocol>>,
+    /// Runs per (protocol, n).
+    #[arg(long)]
+    trials: Option<usize>,
+    #[arg(long, value_parser = parse_duration)]
+    t_gossip: Option<Duration>,
+    #[arg(long, value_parser = parse_duration)]
+    t_max_hang: Option<Duration>,
+    /// The crash comes this long after the start, plus a random part of one gossip cycle.
+    #[arg(long, value_parser = parse_duration)]
+    warmup: Option<Duration>,
+    #[command(flatten)]
+    net: NetArgs,
+    #[command(flatten)]
+    common: Common,
+}
+
+impl DetectionArgs {
+    fn params(&self) -> Result<detection::DetectionParams> {
+        let d = detection::DetectionParams::default();
+        Ok(detection::DetectionParams {
+            sizes: self.sizes.clone().unwrap_or(d.sizes),
+            protocols: self.protocols.clone().unwrap_or(d.protocols),
+            trials: self.trials.unwrap_or(d.trials).max(1),
+            t_gossip: self.t_gossip.unwrap_or(d.t_gossip),
+            t_max_hang: self.t_max_hang.unwrap_or(d.t_max_hang),
+            warmup: self.warmup.unwrap_or(d.warmup),
+            net: self.net.net(d.net)?,
+            start: self.net.start(d.start)?,
+            seed: self.common.seed,
+            threads: self.common.threads(),
+        })
+    }
+}
+
+#[derive(Args, Clone)]
+struct ReliabilityArgs {
+    #[arg(long, value_delimiter = ',')]
+    sizes: Option<Vec<usize>>,
+    #[arg(long, value_delimiter = ',')]
+    protocols: Option<Vec<Protocol>>,
+    /// Failure probability of each process (the chapter's λt = 0.1 gives 1 − e^−0.1 = 0.0952).
+    #[arg(long)]
+    f: Option<f64>,
+    /// Crude Monte-Carlo draws per (protocol, n); 0 to skip.
+    #[arg(long)]
+    trials: Option<u64>,
+    /// Conditional Monte-Carlo draws per (protocol, n).
+    #[arg(long)]
+    klm_trials: Option<u64>,
+    /// Exact enumeration up to this n (at most 24).
+    #[arg(long)]
+    exact_max_n: Option<usize>,
+    #[command(flatten)]
+    common: Common,
+}
+
+impl ReliabilityArgs {
+    fn params(&self) -> Result<reliability::ReliabilityParams> {
+        let d = reliability::ReliabilityParams::default();
+        let p = reliability::ReliabilityParams {
+            sizes: self.sizes.clone().unwrap_or(d.sizes),
+            protocols: self.protocols.clone().unwrap_or(d.protocols),
+            f: self.f.unwrap_or(d.f),
+            trials: self.trials.unwrap_or(d.trials),
+            klm_trials: self.klm_trials.unwrap_or(d.klm_trials).max(1),
+            exact_max_n: self.exact_max_n.unwrap_or(d.exact_max_n).min(24),
+            seed: self.common.seed,
+            threads: self.common.threads(),
+        };
+        if !(p.f > 0.0 && p.f < 1.0) {
+            bail!("--f must be in (0, 1)");
+        }
+        if p.sizes.iter().any(|&n| n < 2) || p.protocols.contains(&Protocol::Random) {
+            bail!("reliability needs n ≥ 2 and a deterministic protocol (BRR, DBRR or RR)");
+        }
+        Ok(p)
+    }
+}
+
+#[derive(Args, Clone)]
+struct FpArgs {
+    /// Numbers of processes.
+    #[arg(long, value_delimiter = ',')]
+    sizes: Option<Vec<usize>>,
+    #[arg(long, value_delimiter = ',')]
+    protocols: Option<Vec<Protocol>>,
+    #[arg(long, value_parser = parse_duration)]
+    t_gossip: Option<Duration>,
+    /// Values of T_MAX_HANG.
+    #[arg(long, value_delimiter = ',', value_parser = parse_duration)]
+    hangs: Option<Vec<Duration>>,
+    /// Ping time (default: T_gossip).
+    #[arg(long, value_parser = parse_duration)]
+    ping_timeout: Option<Duration>,
+    /// Virtual duration of one run.
+    #[arg(long, value_parser = parse_duration)]
+    duration: Option<Duration>,
+    /// Runs per point.
+    #[arg(long)]
+    runs: Option<usize>,
+    #[command(flatten)]
+    net: NetArgs,
+    #[command(flatten)]
+    common: Common,
+}
+
+impl FpArgs {
+    fn params(&self) -> Result<false_positives::FpParams> {
+        let d = false_positives::FpParams::default();
+        Ok(false_positives::FpParams {
+            sizes: self.sizes.clone().unwrap_or(d.sizes).into_iter().map(|n| n.max(2)).collect(),
+            protocols: self.protocols.clone().unwrap_or(d.protocols),
+            t_gossip: self.t_gossip.unwrap_or(d.t_gossip),
+            hangs: self.hangs.clone().unwrap_or(d.hangs),
+            ping_timeout: self.ping_timeout.or(d.ping_timeout),
+            net: self.net.net(d.net)?,
+            start: self.net.start(d.start)?,
+            duration: self.duration.unwrap_or(d.duration),
+            runs: self.runs.unwrap_or(d.runs).max(1),
+            seed: self.common.seed,
+            threads: self.common.threads(),
+        })
+    }
+}
+
+#[derive(Args, Clone)]
+struct AllArgs {
+    /// Output directory.
+    #[arg(long, default_value = "docs/sim")]
+    out: PathBuf,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    #[arg(long)]
+    threads: Option<usize>,
+}
+
+#[derive(Args, Clone)]
+struct RunArgs {
+    #[arg(long, default_value_t = 16)]
+    n: usize,
+    #[arg(long, default_value = "DBRR")]
+    protocol: Protocol,
+    #[arg(long, default_value = "500ms", value_parser = parse_duration)]
+    t_gossip: Duration,
+    #[arg(long, default_value = "0", value_parser = parse_duration)]
+    t_max_hang: Duration,
+    /// Crashes as RANK@TIME, comma-separated (e.g. 3@20s,7@20s).
+    #[arg(long, value_delimiter = ',')]
+    crash: Vec<String>,
+    /// How long to simulate (default: until every crash is confirmed everywhere, or 120 s).
+    #[arg(long, value_parser = parse_duration)]
+    until: Option<Duration>,
+    /// Print every event.
+    #[arg(long)]
+    events: bool,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    #[command(flatten)]
+    net: NetArgs,
+}
+
+fn describe_start_short(s: StartMode) -> &'static str {
+    match s {
+        StartMode::Aligned => "aligned",
+        StartMode::FlatTree { .. } => "flat-tree (FM eq. 4)",
+    }
+}
+
+#[derive(Args, Clone)]
+struct LagArgs {
+    #[arg(long, value_delimiter = ',', default_value = "16,64,256")]
+    sizes: Vec<usize>,
+    #[arg(long, value_delimiter = ',', default_value = "BRR,DBRR")]
+    protocols: Vec<Protocol>,
+    #[arg(long, default_value = "500ms", value_parser = parse_duration)]
+    t_gossip: Duration,
+    /// Virtual time of each run (sampled every 37 ms after the first 5 s).
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    duration: Duration,
+    #[arg(long, default_value_t = 4)]
+    runs: u64,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    #[command(flatten)]
+    net: NetArgs,
+}
+
+fn lag_cmd(a: &LagArgs) -> Result<()> {
+    let net = a.net.net(NetConfig::default())?;
+    let start = a.net.start(StartMode::default())?;
+    println!("network: {net}; start: {}", detection::describe_start(start));
+    let mut table = p2pmpi_sim::table::Table::new(&[
+        "protocol",
+        "n",
+        "cycle (rounds)",
+        "suspicion after (rounds)",
+        "mean lag",
+        "99th pct lag",
+        "worst lag",
+    ]);
+    for &proto in &a.protocols {
+        for &n in &a.sizes {
+            let fd = FdConfig::new(proto, a.t_gossip, Duration::ZERO);
+            let mut hist = vec![0u64; 4096];
+            for run in 0..a.runs {
+                let mut sim = Sim::new(SimConfig { n, fd, net, start, seed: a.seed.wrapping_add(run) });
+                let mut t = Duration::from_secs(5);
+                while t < a.duration {
+                    sim.run_until(t);
+                    for i in (0..n).filter(|&i| sim.is_running(i)) {
+                        let h = sim.detector(i).expect("running").heartbeats();
+                        let lag = h.iter().map(|&v| h[i].saturating_sub(v)).max().unwrap_or(0);
+                        hist[(lag as usize).min(4095)] += 1;
+                    }
+                    t += Duration::from_millis(37);
+                }
+            }
+            let total: u64 = hist.iter().sum::<u64>().max(1);
+            let mean = hist.iter().enumerate().map(|(l, &c)| l as f64 * c as f64).sum::<f64>() / total as f64;
+            let mut acc = 0;
+            let p99 = hist.iter().position(|&c| {
+                acc += c;
+                acc as f64 >= 0.99 * total as f64
+            });
+            let worst = hist.iter().rposition(|&c| c > 0).unwrap_or(0);
+            table.row(vec![
+                proto.to_string(),
+                n.to_string(),
+                p2pmpi_core::fd::cycle_len(proto, n).to_string(),
+                Detector::new(0, n, fd, Duration::ZERO, Start::at(0), 0).suspicion_rounds().to_string(),
+                format!("{mean:.2}"),
+                p99.unwrap_or(0).to_string(),
+                worst.to_string(),
+            ]);
+        }
+    }
+    print!("{}", table.to_text());
+    Ok(())
+}
+
+fn command_line() -> String {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    format!("cargo run --release -p p2pmpi-sim -- {}", args.join(" "))
+}
+
+fn write_out(dir: Option<&Path>, files: Result<Vec<PathBuf>, std::io::Error>) -> Result<()> {
+    if let Some(dir) = dir {
+        let files = files.with_context(|| format!("writing into {}", dir.display()))?;
+        for f in files {
+            println!("wrote {}", f.display());
+        }
+    }
+    Ok(())
+}
+
+fn detection_cmd(p: &detection::DetectionParams, out: Option<&Path>, command: &str, name: &str) -> Result<f64> {
+    println!("== detection: {}", detection::describe(p));
+    let t = Instant::now();
+    let rows = detection::run(p);
+    let secs = t.elapsed().as_secs_f64();
+    let table = detection::table(&rows);
+    print!("{}", table.to_text());
+    println!("({secs:.1} s)\n");
+    let bad: usize = rows.iter().map(|r| r.undetected + r.false_events.failures as usize).sum();
+    let notes = format!(
+        "Columns: *first*, *last*: time from the crash until the first / the last surviving process confirms it; \
+         *all mean*: mean over every surviving process of every run (the value the seeds plot); *bound*: \
+         `FdConfig::detection_bound` = T_cleanup + T_MAX_HANG + ping time; *false susp.* / *false det.*: \
+         suspicions / confirmed failures of live processes over the whole runs. Computed in {secs:.1} s."
+    );
+    if let Some(dir) = out {
+        let files = output::Report {
+            name,
+            title: &format!("Detection time vs n (chapter figure 13), {} start", describe_start_short(p.start)),
+            description: &detection::describe(p),
+            command,
+            table: &table,
+            chart: &detection::chart(&rows, p),
+            notes: &notes,
+        }
+        .write(dir);
+        write_out(Some(dir), files)?;
+    }
+    if bad > 0 {
+        eprintln!("warning: {bad} false or missing detections");
+    }
+    Ok(secs)
+}
+
+fn reliability_cmd(p: &reliability::ReliabilityParams, out: Option<&Path>, command: &str, name: &str) -> Result<f64> {
+    println!("== reliability: {}", reliability::describe(p));
+    let t = Instant::now();
+    let rows = reliability::run(p);
+    let secs = t.elapsed().as_secs_f64();
+    let table = reliability::table(&rows, p);
+    print!("{}", table.to_text());
+    println!(
+        "P_brr(4) = f^4 + 4f^3(1−f) + 4f^2(1−f)^2 = {:.6} (FM §5.2: 0.0095 at f = 0.05); ({secs:.1} s)\n",
+        reliability::p_brr4(p.f)
+    );
+    let notes = format!(
+        "*exact*: `exact_detector_failure` of p2pmpi-core (every failure set enumerated). *crude MC*: failures found / \
+         draws, as the seeds did it. *conditional MC*: the Karp–Luby–Madras estimator of a union of events (see the \
+         crate docs of `p2pmpi_sim::reliability`), with its standard error. *strict*: only a **surviving** process \
+         cut off from all its sources counts (the seeds' definition also counts processes that failed themselves). A \
+         standard error of 0 means no draw cut off two processes at once: the estimate is then the union bound \
+         Σ_k f^|S_k|, exact up to terms of the order of its square. \
+         P_brr(4) = f⁴ + 4f³(1−f) + 4f²(1−f)² = {:.6}. Computed in {secs:.1} s.",
+        reliability::p_brr4(p.f)
+    );
+    if let Some(dir) = out {
+        let files = output::Report {
+            name,
+            title: &format!(
+                "Failure probability of the detector, f = {} (figure 12 / FM figure 4)",
+                reliability::fmt_f(p.f)
+            ),
+            description: &reliability::describe(p),
+            command,
+            table: &table,
+            chart: &reliability::chart(&rows, p),
+            notes: &notes,
+        }
+        .write(dir);
+        write_out(Some(dir), files)?;
+    }
+    Ok(secs)
+}
+
+fn fp_cmd(p: &false_positives::FpParams, out: Option<&Path>, command: &str) -> Result<f64> {
+    println!("== false positives: {}", false_positives::describe(p));
+    let t = Instant::now();
+    let rows = false_positives::run(p);
+    let secs = t.elapsed().as_secs_f64();
+    let table = false_positives::table(&rows);
+    print!("{}", table.to_text());
+    println!("({secs:.1} s)\n");
+    let notes = format!(
+        "*false suspicions*: a live process's counter lagged T_cleanup + T_MAX_HANG and it was pinged; *refuted*: \
+         the ping's answer or a fresher heartbeat cleared it; *false detections*: no answer within the ping time, so a \
+         live process was declared dead (final). Rates are per process-hour of observation (n × run time). \
+         Computed in {secs:.1} s."
+    );
+    if let Some(dir) = out {
+        let files = output::Report {
+            name: "false_positives",
+            title: "False positives vs T_cleanup under random delays",
+            description: &false_positives::describe(p),
+            command,
+            table: &table,
+            chart: &false_positives::chart(&rows, p),
+            notes: &notes,
+        }
+        .write(dir);
+        write_out(Some(dir), files)?;
+    }
+    Ok(secs)
+}
+
+fn run_cmd(a: &RunArgs) -> Result<()> {
+    let net = a.net.net(NetConfig::default())?;
+    let start = a.net.start(StartMode::default())?;
+    let fd = FdConfig::new(a.protocol, a.t_gossip, a.t_max_hang);
+    let mut sim = Sim::new(SimConfig { n: a.n, fd, net, start, seed: a.seed });
+    let mut crashes = Vec::new();
+    for c in &a.crash {
+        let (rank, at) = c.split_once('@').with_context(|| format!("--crash {c:?}: expected RANK@TIME"))?;
+        let rank: usize = rank.trim().parse().with_context(|| format!("--crash {c:?}"))?;
+        if rank >= a.n {
+            bail!("--crash {c:?}: no process {rank} among {}", a.n);
+        }
+        let at = parse_duration(at).map_err(anyhow::Error::msg)?;
+        sim.crash_at(rank, at);
+        crashes.push((rank, at));
+    }
+    let wall = Instant::now();
+    match a.until {
+        Some(t) => sim.run_until(t),
+        None if crashes.is_empty() => sim.run_until(Duration::from_secs(120)),
+        None => {
+            let last = crashes.iter().map(|c| c.1).max().unwrap_or_default();
+            sim.run_until_detected(last + fd.detection_bound(a.n) * 3 + a.t_gossip * 4);
+        }
+    }
+    println!(
+        "{} {} processes, T_gossip {}, T_cleanup {}, bound {}; {}; simulated {} in {:.3} s ({} queue items)",
+        a.protocol,
+        a.n,
+        fmt_duration(a.t_gossip),
+        fmt_duration(fd.suspicion_after(a.n)),
+        fmt_duration(fd.detection_bound(a.n)),
+        net,
+        fmt_duration(sim.now()),
+        wall.elapsed().as_secs_f64(),
+        sim.processed()
+    );
+    if a.events {
+        for r in sim.records() {
+            println!("{:>10.3} s  process {:>4}: {:?}", r.at.as_secs_f64(), r.observer, r.event);
+        }
+    }
+    for &(rank, at) in &crashes {
+        let conf: Vec<f64> = sim
+            .confirmations_of(rank)
+            .iter()
+            .enumerate()
+            .filter(|&(i, _)| sim.crashed_at(i).is_none())
+            .filter_map(|(_, t)| t.map(|t| t.saturating_sub(at).as_secs_f64()))
+            .collect();
+        let alive = (0..a.n).filter(|&i| sim.crashed_at(i).is_none()).count();
+        let (mn, mx) = conf.iter().fold((f64::INFINITY, 0.0f64), |(a, b), &x| (a.min(x), b.max(x)));
+        println!(
+            "crash of {rank} at {}: confirmed by {}/{} survivors, first after {:.3} s, last after {:.3} s",
+            fmt_duration(at),
+            conf.len(),
+            alive,
+            mn,
+            mx
+        );
+    }
+    let fe = sim.false_events();
+    let st = sim.stats();
+    println!(
+        "false suspicions {}, refuted {}, false detections {}; messages sent {} (gossip {}, pings {}), lost {}, to crashed {}",
+        fe.suspicions, fe.refutations, fe.failures, st.sent, st.gossips, st.pings, st.lost, st.to_crashed
+    );
+    Ok(())
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    let command = command_line();
+    match &cli.cmd {
+        Cmd::Detection(a) => {
+            detection_cmd(&a.params()?, a.common.out.as_deref(), &command, "detection")?;
+        }
+        Cmd::Reliability(a) => {
+            reliability_cmd(&a.params()?, a.common.out.as_deref(), &command, "reliability")?;
+        }
+        Cmd::FalsePositives(a) => {
+            fp_cmd(&a.params()?, a.common.out.as_deref(), &command)?;
+        }
+        Cmd::Run(a) => run_cmd(a)?,
+        Cmd::Lag(a) => lag_cmd(a)?,
+        Cmd::All(a) => {
+            let threads = a.threads.unwrap_or_else(par::default_threads).max(1);
+            let t = Instant::now();
+            let d = detection::DetectionParams { seed: a.seed, threads, ..Default::default() };
+            let t1 = detection_cmd(&d, Some(&a.out), &command, "detection")?;
+            // The analysis' ideal: every detector started at the same instant.
+            let d = detection::DetectionParams { start: StartMode::Aligned, ..d };
+            let t1 = t1 + detection_cmd(&d, Some(&a.out), &command, "detection_aligned")?;
+            let r = reliability::ReliabilityParams { seed: a.seed, threads, ..Default::default() };
+            let t2 = reliability_cmd(&r, Some(&a.out), &command, "reliability")?;
+            // The chapter's figure 12 caption: δ = 1, λt = 0.1, i.e. f = 1 − e^−0.1.
+            let r = reliability::ReliabilityParams { f: 1.0 - (-0.1f64).exp(), ..r };
+            let t2 = t2 + reliability_cmd(&r, Some(&a.out), &command, "reliability_chapter")?;
+            let f = false_positives::FpParams { seed: a.seed, threads, ..Default::default() };
+            let t3 = fp_cmd(&f, Some(&a.out), &command)?;
+            println!(
+                "all: {:.1} s (detection {t1:.1} s, reliability {t2:.1} s, false positives {t3:.1} s) on {threads} threads",
+                t.elapsed().as_secs_f64()
+            );
+        }
+    }
+    Ok(())
+}
