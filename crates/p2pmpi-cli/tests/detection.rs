@@ -208,11 +208,11 @@ fn pid_alive(pid: u32) -> bool {
 #[test]
 fn without_replication_a_frozen_process_stops_the_job_naming_the_rank() {
     // Default policy (Stop): every process waits in a barrier for the frozen one.
-    let job = local_job(8, &["--hold", "500"]);
+    let job = local_job(8, &["--hold", "3000"]);
     let ready = job.ready(8);
     let victim = ready[6].0;
-    let t0 = Instant::now();
     signal(victim, libc::SIGSTOP);
+    let t0 = Instant::now();
     let (code, text) = job.finish(Duration::from_secs(30));
     let took = t0.elapsed().as_millis();
     assert_eq!(code, 1, "{text}");
