@@ -24,7 +24,7 @@ use p2pmpi_peer::mpd;
 use p2pmpi_wire::grid::*;
 use p2pmpi_wire::secure::{GridSecret, SecureConn, SecureWriter};
 use std::net::{IpAddr, SocketAddr, TcpListener};
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc::{channel, Sender};
@@ -325,14 +325,7 @@ pub fn run(name: &str, opts: &RunArgs, n: usize, grid: Grid) -> Result<i32> {
         .stdin(Stdio::inherit())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    unsafe {
-        cmd.pre_exec(|| {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    launcher::die_with_launcher(&mut cmd);
     let mut child: Child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => {

@@ -317,15 +317,7 @@ fn run_local(name: &str, opts: RunArgs, n: usize) -> Result<i32> {
             .stdin(if rank == 0 { Stdio::inherit() } else { Stdio::null() })
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        unsafe {
-            cmd.pre_exec(|| {
-                // Die with the launcher: no orphan processes.
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
+        die_with_launcher(&mut cmd);
         let mut child = match cmd.spawn() {
             Ok(c) => c,
             Err(e) => {
@@ -356,6 +348,18 @@ fn run_local(name: &str, opts: RunArgs, n: usize) -> Result<i32> {
         let _ = p.join();
     }
     Ok(code)
+}
+
+/// Makes a child die with the launcher (`PR_SET_PDEATHSIG`): no orphan processes.
+pub(crate) fn die_with_launcher(cmd: &mut Command) {
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
 }
 
 /// Follows a job to its end: sends the communicator once every rank registered, judges

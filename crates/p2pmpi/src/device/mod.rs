@@ -930,7 +930,10 @@ fn connect_with_retry(local: Option<IpAddr>, addr: SocketAddr, total: Duration) 
     let deadline = Instant::now() + total;
     let mut pause = Duration::from_millis(5);
     let connect = || -> io::Result<std::net::TcpStream> {
-        let Some(ip) = local.filter(|ip| !ip.is_unspecified() && ip.is_ipv4() == addr.is_ipv4()) else {
+        // 127.0.0.1 is where an unbound loopback socket leaves from anyway (local runs).
+        let own =
+            |ip: &IpAddr| !ip.is_unspecified() && *ip != IpAddr::from([127, 0, 0, 1]) && ip.is_ipv4() == addr.is_ipv4();
+        let Some(ip) = local.filter(own) else {
             return std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5));
         };
         let sock = socket2::Socket::new(socket2::Domain::for_address(addr), socket2::Type::STREAM, None)?;
