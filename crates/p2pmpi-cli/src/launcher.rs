@@ -185,6 +185,8 @@ pub(crate) fn resolve_program(prog: &str) -> Result<PathBuf> {
 }
 
 pub(crate) enum Event {
+    /// Nothing arrived (the loop re-judges the processes).
+    Tick,
     Registered {
         rank: usize,
         addr: String,
@@ -387,7 +389,21 @@ pub(crate) fn event_loop(
     let start = Instant::now();
     let mut exited = 0;
     let mut provisional: Option<(Instant, usize, u32, i32, String)> = None;
-    while exited < n {
+    // Once every process has ended, wait (bounded) for the control connections still open:
+    // a process's last word (Finalized, Abort) may be read after its exit was seen.
+    let mut close_deadline: Option<Instant> = None;
+    loop {
+        if exited >= n {
+            let unread = |s: &RankState| s.exit.is_some() && s.registered && !s.ctrl_closed && !s.judged;
+            if !states.iter().any(unread) {
+                break;
+            }
+            if Instant::now() >= *close_deadline.get_or_insert_with(|| Instant::now() + Duration::from_millis(500)) {
+                for s in states.iter_mut() {
+                    s.ctrl_closed = true;
+                }
+            }
+        }
         if failure.is_none() {
             if let Some((deadline, rank, peer, code, message)) = &provisional {
                 if Instant::now() >= *deadline {
@@ -414,11 +430,15 @@ pub(crate) fn event_loop(
                     failure = Some(1);
                     stop_all();
                 }
-                continue;
+                if exited < n {
+                    continue;
+                }
+                Event::Tick
             }
             Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
         };
         match ev {
+            Event::Tick => {}
             Event::Registered { rank, addr, fd_addr, tolerant: t, conn } => {
                 if states[rank].registered {
                     eprintln!("{name}: warning: rank {rank} registered twice; ignoring the second");
