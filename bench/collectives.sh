@@ -37,10 +37,7 @@ TARGET_S=${TARGET_S:-0.2}
 RUN_TIMEOUT=${RUN_TIMEOUT:-120}
 QUIET_PCT=${QUIET_PCT:-25}
 QUIET_BUDGET=${QUIET_BUDGET:-60}
-TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
-case "$TARGET_DIR" in /*) ;; *) TARGET_DIR="$ROOT/$TARGET_DIR" ;; esac
 
-log() { printf '[collectives.sh] %s\n' "$*" >&2; }
 
 mkdir -p "$OUT"
 rm -rf "$RAW"

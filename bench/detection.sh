@@ -40,11 +40,8 @@ SEED=${SEED:-$(date +%s)}
 READY_TIMEOUT=${READY_TIMEOUT:-60}
 QUIET_PCT=${QUIET_PCT:-25}
 QUIET_BUDGET=${QUIET_BUDGET:-60}
-TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
-case "$TARGET_DIR" in /*) ;; *) TARGET_DIR="$ROOT/$TARGET_DIR" ;; esac
 STATS="$BENCH_DIR/detection_stats.py"
 
-log() { printf '[detection.sh] %s\n' "$*" >&2; }
 
 mkdir -p "$OUT"
 rm -rf "$RAW"

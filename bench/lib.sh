@@ -1,4 +1,11 @@
-# Shared helpers of the benchmark scripts (sourced, not run). Expects `log` and `OUT`.
+# Shared helpers of the benchmark scripts (sourced, not run). Expects `ROOT` and `OUT`.
+
+# The cargo target directory (CARGO_TARGET_DIR honoured, relative to the repository).
+TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
+case "$TARGET_DIR" in /*) ;; *) TARGET_DIR="$ROOT/$TARGET_DIR" ;; esac
+
+# Progress on standard error, tagged with the script's name.
+log() { printf '[%s] %s\n' "${0##*/}" "$*" >&2; }
 
 # Announces the machine at the start of a run.
 announce_machine() {

@@ -27,10 +27,7 @@ IMPLS=${IMPLS:-"ompi-tcp ompi-shm mpich rawtcp p2pmpi"}
 RUN_TIMEOUT=${RUN_TIMEOUT:-90}
 QUIET_PCT=${QUIET_PCT:-25}
 QUIET_BUDGET=${QUIET_BUDGET:-60}
-TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
-case "$TARGET_DIR" in /*) ;; *) TARGET_DIR="$ROOT/$TARGET_DIR" ;; esac
 
-log() { printf '[pingpong.sh] %s\n' "$*" >&2; }
 
 mkdir -p "$OUT"
 rm -rf "$OUT/raw"

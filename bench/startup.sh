@@ -33,10 +33,7 @@ GRID_PROCS=${GRID_PROCS:-2}
 RUN_TIMEOUT=${RUN_TIMEOUT:-60}
 QUIET_PCT=${QUIET_PCT:-25}
 QUIET_BUDGET=${QUIET_BUDGET:-60}
-TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
-case "$TARGET_DIR" in /*) ;; *) TARGET_DIR="$ROOT/$TARGET_DIR" ;; esac
 
-log() { printf '[startup.sh] %s\n' "$*" >&2; }
 
 mkdir -p "$OUT"
 rm -rf "$RAW"
