@@ -19,6 +19,8 @@
 //! * [`matching`]: MPI message matching — the expected (posted) and unexpected queues, the
 //!   message identifier (MID) sequence counters, and the per-source high-water marks that are
 //!   the compact form of the seeds' *history table* (thesis §4.3.2).
+//! * [`replication`]: transparent fault tolerance — the slot layout of replicas, master
+//!   election, the backup and log tables and the takeover of algorithm 7 (thesis §4.3).
 //! * [`reservation`]: both sides of discovery and reservation — the RS gatekeeper (J, P,
 //!   HOST_DENY, tickets that lapse unless claimed) and the submitter's booking with
 //!   overbooking, *rlist*, *slist* and the placement decision (thesis §3.3.2, SPEC §4).
@@ -28,4 +30,5 @@ pub mod allocation;
 pub mod fd;
 pub mod hosts;
 pub mod matching;
+pub mod replication;
 pub mod reservation;

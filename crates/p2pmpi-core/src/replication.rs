@@ -1,0 +1,382 @@
+//! Transparent fault tolerance by replication: the replica coordination protocol (thesis
+//! §4.3, SPEC §10) as a state machine without I/O.
+//!
+//! A *logical process* (rank) runs as several *replicas*; every real process is a *slot* of
+//! the job's [`Layout`]. One replica of each rank — the alive one with the lowest index — is
+//! the **master**: only it sends the rank's messages over the network. A [`Coordinator`]
+//! holds one process's view:
+//!
+//! * which slots are dead, hence who is master of every rank (election without
+//!   communication, algorithm 7);
+//! * the **backup table**: messages this replica reached but its master has not committed
+//!   yet, in send order (algorithm 4, non-master side);
+//! * the **log table**: what the master committed, per channel (communicator, destination,
+//!   tag) as a high-water mark. Commits of one channel come in MID order (they follow the
+//!   data on FIFO connections), so a mark is the set of committed MIDs in compact form and the
+//!   table does not grow with the length of the run; committing a MID also prunes every older
+//!   backup entry of its channel.
+//!
+//! The receiving side (the **history table**) is [`crate::matching::Matcher`]'s per-channel
+//! high-water mark. The driver (the library's TCP device) does the I/O: it asks
+//! [`Coordinator::on_send`] what to do with a send, transmits to the destinations it is given,
+//! sends the commits once every transmission is written, feeds commits and failure notices
+//! back, and resends what [`Coordinator::on_failure`] hands it after a takeover.
+
+use std::collections::{HashMap, VecDeque};
+
+/// Where the replicas of a job run: `n` ranks, rank 0 once, every other rank `r` times.
+/// Slots are numbered rank-major: rank 0 is slot 0, replica `j` of rank `k ≥ 1` is slot
+/// `1 + (k − 1)·r + j`. With `r = 1` a slot is a rank.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Layout {
+    /// Logical processes (the program's world size).
+    pub n: usize,
+    /// Replicas of every rank but 0.
+    pub r: usize,
+}
+
+impl Layout {
+    pub fn new(n: usize, r: usize) -> Layout {
+        Layout { n: n.max(1), r: r.max(1) }
+    }
+
+    /// Real processes of the job.
+    pub fn slots(&self) -> usize {
+        1 + (self.n - 1) * self.r
+    }
+
+    /// Replicas of `rank`.
+    pub fn replicas(&self, rank: usize) -> usize {
+        if rank == 0 {
+            1
+        } else {
+            self.r
+        }
+    }
+
+    /// The slot of replica `replica` of `rank`.
+    pub fn slot(&self, rank: usize, replica: usize) -> usize {
+        if rank == 0 {
+            0
+        } else {
+            1 + (rank - 1) * self.r + replica
+        }
+    }
+
+    /// The rank a slot runs.
+    pub fn rank_of(&self, slot: usize) -> usize {
+        if slot == 0 {
+            0
+        } else {
+            1 + (slot - 1) / self.r
+        }
+    }
+
+    /// The replica index of a slot within its rank.
+    pub fn replica_of(&self, slot: usize) -> usize {
+        if slot == 0 {
+            0
+        } else {
+            (slot - 1) % self.r
+        }
+    }
+
+    /// The slots of `rank`, replica 0 first.
+    pub fn slots_of(&self, rank: usize) -> std::ops::Range<usize> {
+        let first = self.slot(rank, 0);
+        first..first + self.replicas(rank)
+    }
+}
+
+/// A message identifier (thesis §4.3.1): communicator, source and destination ranks, tag and
+/// the count of earlier messages with the same (communicator, source, destination, tag).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct MsgId {
+    pub comm: u32,
+    pub src: u32,
+    pub dst: u32,
+    pub tag: i32,
+    pub seq: u64,
+}
+
+impl MsgId {
+    fn channel(&self) -> (u32, u32, i32) {
+        (self.comm, self.dst, self.tag)
+    }
+}
+
+/// What to do with a send this process reached (algorithm 4).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SendAction {
+    /// This process is the master: transmit to these slots (the alive replicas of the
+    /// destination), then, once every transmission is written, commit with
+    /// [`Coordinator::commit_targets`].
+    Transmit { dests: Vec<usize> },
+    /// A non-master whose master already committed this message: nothing to do.
+    Committed,
+    /// A non-master: the message was kept in the backup table.
+    Stored,
+}
+
+/// What a failure notice changed (algorithm 7).
+#[derive(Debug, PartialEq, Eq)]
+pub enum Recovery<P> {
+    /// Already known, or it changes nothing for this process's sending.
+    Nothing,
+    /// A replica died; its rank still runs (`new_master` is its master now).
+    Replica { rank: usize, new_master: usize },
+    /// This process became its rank's master: transmit and commit every message of the
+    /// backup table, in this order.
+    TookOver { resend: Vec<(MsgId, P)> },
+    /// Every replica of `rank` is dead: the application cannot go on.
+    RankLost { rank: usize },
+}
+
+/// One replica's view of the replica coordination protocol.
+#[derive(Debug)]
+pub struct Coordinator<P> {
+    layout: Layout,
+    me: usize,
+    dead: Vec<bool>,
+    /// Log table: per channel (comm, dst, tag), every seq below the mark is committed.
+    log: HashMap<(u32, u32, i32), u64>,
+    /// Backup table, in send order.
+    backup: VecDeque<(MsgId, P)>,
+    commits_received: u64,
+}
+
+impl<P> Coordinator<P> {
+    /// The coordinator of slot `me`.
+    pub fn new(layout: Layout, me: usize) -> Coordinator<P> {
+        Coordinator {
+            layout,
+            me,
+            dead: vec![false; layout.slots()],
+            log: HashMap::new(),
+            backup: VecDeque::new(),
+            commits_received: 0,
+        }
+    }
+
+    pub fn layout(&self) -> Layout {
+        self.layout
+    }
+
+    /// This process's slot.
+    pub fn me(&self) -> usize {
+        self.me
+    }
+
+    /// This process's rank.
+    pub fn rank(&self) -> usize {
+        self.layout.rank_of(self.me)
+    }
+
+    pub fn is_dead(&self, slot: usize) -> bool {
+        self.dead.get(slot).copied().unwrap_or(true)
+    }
+
+    /// The alive replicas of `rank`, lowest index first.
+    pub fn alive_slots(&self, rank: usize) -> impl Iterator<Item = usize> + '_ {
+        self.layout.slots_of(rank).filter(move |&s| !self.dead[s])
+    }
+
+    /// The master of `rank`: its alive replica with the lowest index.
+    pub fn master_of(&self, rank: usize) -> Option<usize> {
+        self.alive_slots(rank).next()
+    }
+
+    /// Whether this process is its rank's master.
+    pub fn is_master(&self) -> bool {
+        self.master_of(self.rank()) == Some(self.me)
+    }
+
+    /// The slots to send a commit to: the other alive replicas of this process's rank.
+    pub fn commit_targets(&self) -> Vec<usize> {
+        self.alive_slots(self.rank()).filter(|&s| s != self.me).collect()
+    }
+
+    /// Where a message to `dst_rank` goes when this process is master.
+    pub fn destinations(&self, dst_rank: usize) -> Vec<usize> {
+        self.alive_slots(dst_rank).collect()
+    }
+
+    fn committed(&self, mid: &MsgId) -> bool {
+        self.log.get(&mid.channel()).is_some_and(|&m| mid.seq < m)
+    }
+
+    /// This process reached a send (algorithm 4, part 1). `keep` makes the copy the backup
+    /// table holds; it is called only when the message must be kept.
+    pub fn on_send(&mut self, mid: MsgId, keep: impl FnOnce() -> P) -> SendAction {
+        if self.is_master() {
+            return SendAction::Transmit { dests: self.destinations(mid.dst as usize) };
+        }
+        if self.committed(&mid) {
+            return SendAction::Committed;
+        }
+        self.backup.push_back((mid, keep()));
+        SendAction::Stored
+    }
+
+    /// A commit arrived from `from` (algorithm 4, part 2). Commits from anything but this
+    /// rank's other replicas are refused (returns false).
+    pub fn on_commit(&mut self, from: usize, mid: MsgId) -> bool {
+        if from == self.me || from >= self.dead.len() || self.layout.rank_of(from) != self.rank() {
+            return false;
+        }
+        self.commits_received += 1;
+        let ch = mid.channel();
+        let mark = self.log.entry(ch).or_insert(0);
+        *mark = (*mark).max(mid.seq + 1);
+        // The master commits a channel in order: every older message of it is delivered.
+        self.backup.retain(|(m, _)| !(m.channel() == ch && m.seq <= mid.seq));
+        true
+    }
+
+    /// A failure of `slot` was notified (algorithm 7).
+    pub fn on_failure(&mut self, slot: usize) -> Recovery<P> {
+        if slot >= self.dead.len() || self.dead[slot] || slot == self.me {
+            return Recovery::Nothing;
+        }
+        let rank = self.layout.rank_of(slot);
+        let was_master = self.master_of(rank) == Some(slot);
+        self.dead[slot] = true;
+        let Some(new_master) = self.master_of(rank) else {
+            return Recovery::RankLost { rank };
+        };
+        if was_master && new_master == self.me {
+            return Recovery::TookOver { resend: self.backup.drain(..).collect() };
+        }
+        Recovery::Replica { rank, new_master }
+    }
+
+    /// Messages waiting for their commit.
+    pub fn backup_len(&self) -> usize {
+        self.backup.len()
+    }
+
+    /// Channels in the log table.
+    pub fn log_len(&self) -> usize {
+        self.log.len()
+    }
+
+    /// Commits received so far.
+    pub fn commits_received(&self) -> u64 {
+        self.commits_received
+    }
+
+    /// The dead slots.
+    pub fn dead_slots(&self) -> Vec<usize> {
+        (0..self.dead.len()).filter(|&s| self.dead[s]).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn mid(dst: u32, tag: i32, seq: u64) -> MsgId {
+        MsgId { comm: 0, src: 1, dst, tag, seq }
+    }
+
+    #[test]
+    fn layout_numbers_slots_rank_major_with_rank_zero_alone() {
+        let l = Layout::new(4, 3);
+        assert_eq!(l.slots(), 10);
+        assert_eq!(l.slots_of(0), 0..1);
+        assert_eq!(l.slots_of(1), 1..4);
+        assert_eq!(l.slots_of(3), 7..10);
+        for s in 0..l.slots() {
+            assert_eq!(l.slot(l.rank_of(s), l.replica_of(s)), s);
+        }
+        let one = Layout::new(5, 1);
+        assert!((0..5).all(|s| one.rank_of(s) == s && one.slot(s, 0) == s));
+    }
+
+    #[test]
+    fn master_transmits_to_alive_destination_replicas_and_commits_to_its_own() {
+        let l = Layout::new(3, 3);
+        let mut c: Coordinator<Vec<u8>> = Coordinator::new(l, l.slot(1, 0));
+        assert!(c.is_master());
+        assert_eq!(c.on_send(mid(2, 0, 0), || vec![1]), SendAction::Transmit { dests: vec![4, 5, 6] });
+        assert_eq!(c.commit_targets(), vec![2, 3]);
+        assert_eq!(c.on_failure(5), Recovery::Replica { rank: 2, new_master: 4 });
+        assert_eq!(c.on_send(mid(2, 0, 1), || vec![1]), SendAction::Transmit { dests: vec![4, 6] });
+        assert_eq!(c.backup_len(), 0);
+    }
+
+    #[test]
+    fn replica_keeps_until_commit_and_skips_what_was_committed() {
+        let l = Layout::new(3, 2);
+        let mut c: Coordinator<u32> = Coordinator::new(l, l.slot(1, 1));
+        assert!(!c.is_master());
+        assert_eq!(c.on_send(mid(2, 7, 0), || 10), SendAction::Stored);
+        assert_eq!(c.on_send(mid(2, 7, 1), || 11), SendAction::Stored);
+        assert!(c.on_commit(1, mid(2, 7, 0)));
+        assert_eq!(c.backup_len(), 1);
+        // The master is ahead: commits for messages this replica has not reached.
+        assert!(c.on_commit(1, mid(2, 7, 1)));
+        assert!(c.on_commit(1, mid(2, 7, 2)));
+        assert_eq!(c.backup_len(), 0);
+        assert_eq!(c.on_send(mid(2, 7, 2), || 12), SendAction::Committed);
+        assert_eq!(c.on_send(mid(2, 7, 3), || 13), SendAction::Stored);
+        // Commits from another rank are refused.
+        assert!(!c.on_commit(3, mid(2, 7, 3)));
+        assert_eq!(c.backup_len(), 1);
+    }
+
+    #[test]
+    fn lowest_alive_replica_takes_over_and_resends_its_backup_in_order() {
+        let l = Layout::new(3, 3);
+        let mut c: Coordinator<u32> = Coordinator::new(l, l.slot(1, 2));
+        for s in 0..4 {
+            c.on_send(mid(2, 0, s), || s as u32);
+        }
+        c.on_commit(1, mid(2, 0, 0));
+        // A non-master dies: nothing to resend.
+        assert_eq!(c.on_failure(2), Recovery::Replica { rank: 1, new_master: 1 });
+        match c.on_failure(1) {
+            Recovery::TookOver { resend } => assert_eq!(resend.iter().map(|x| x.1).collect::<Vec<_>>(), vec![1, 2, 3]),
+            other => panic!("{other:?}"),
+        }
+        assert!(c.is_master());
+        assert_eq!(c.on_failure(1), Recovery::Nothing);
+        assert_eq!(c.on_failure(4), Recovery::Replica { rank: 2, new_master: 5 });
+        assert_eq!(c.on_failure(5), Recovery::Replica { rank: 2, new_master: 6 });
+        assert_eq!(c.on_failure(6), Recovery::RankLost { rank: 2 });
+        assert_eq!(c.on_failure(0), Recovery::RankLost { rank: 0 });
+    }
+
+    proptest! {
+        /// Whatever the interleaving of the master's commits and a replica's own progress,
+        /// the backup table holds exactly the messages reached and not committed, and it
+        /// never exceeds how far the replica is ahead of its master.
+        #[test]
+        fn backup_is_exactly_the_uncommitted_messages(steps in proptest::collection::vec(any::<bool>(), 1..200)) {
+            let l = Layout::new(2, 2);
+            let mut c: Coordinator<u64> = Coordinator::new(l, 2);
+            let (mut reached, mut committed) = (0u64, 0u64);
+            for s in steps {
+                if s {
+                    let a = c.on_send(mid(0, 0, reached), || reached);
+                    prop_assert_eq!(a, if reached < committed { SendAction::Committed } else { SendAction::Stored });
+                    reached += 1;
+                } else {
+                    prop_assert!(c.on_commit(1, mid(0, 0, committed)));
+                    committed += 1;
+                }
+                prop_assert_eq!(c.backup_len() as u64, reached.saturating_sub(committed));
+                prop_assert!(c.log_len() <= 1);
+            }
+            match c.on_failure(1) {
+                Recovery::TookOver { resend } => {
+                    let seqs: Vec<u64> = resend.iter().map(|x| x.0.seq).collect();
+                    let want: Vec<u64> = (committed.min(reached)..reached).collect();
+                    prop_assert_eq!(seqs, want);
+                }
+                other => prop_assert!(false, "{:?}", other),
+            }
+        }
+    }
+}
