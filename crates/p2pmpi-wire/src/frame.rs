@@ -61,6 +61,9 @@ pub enum FrameKind {
     Data = 5,
     /// The sender finalized: it will send nothing more on this connection.
     Bye = 6,
+    /// Replication (thesis §4.3.2): the master of the sender's rank tells one of its replicas
+    /// that the message `mid` was transmitted to every alive replica of its destination.
+    Commit = 7,
 }
 
 impl FrameKind {
@@ -72,6 +75,7 @@ impl FrameKind {
             4 => Self::ReadyToRecv,
             5 => Self::Data,
             6 => Self::Bye,
+            7 => Self::Commit,
             _ => return None,
         })
     }
@@ -119,7 +123,7 @@ impl Header {
     /// Payload bytes that follow this header on the wire.
     pub fn payload_len(&self) -> u64 {
         match self.kind {
-            FrameKind::ReadyToSend | FrameKind::ReadyToRecv | FrameKind::Bye => 0,
+            FrameKind::ReadyToSend | FrameKind::ReadyToRecv | FrameKind::Bye | FrameKind::Commit => 0,
             _ => self.len,
         }
     }
@@ -169,7 +173,9 @@ impl Header {
         match kind {
             FrameKind::Hello if len > MAX_HELLO_LEN => Err(WireError::TooLong { kind, len, max: MAX_HELLO_LEN }),
             FrameKind::Eager if len > max_eager => Err(WireError::TooLong { kind, len, max: max_eager }),
-            FrameKind::ReadyToRecv | FrameKind::Bye if len != 0 => Err(WireError::UnexpectedPayload { kind, len }),
+            FrameKind::ReadyToRecv | FrameKind::Bye | FrameKind::Commit if len != 0 => {
+                Err(WireError::UnexpectedPayload { kind, len })
+            }
             _ => Ok(h),
         }
     }

@@ -36,6 +36,10 @@ pub mod env {
 pub(crate) struct Boot {
     pub rank: i32,
     pub size: i32,
+    /// This process's slot (= rank without replicas).
+    pub slot: i32,
+    /// The replicas' layout, when the job runs more than one per rank.
+    pub layout: Option<p2pmpi_core::replication::Layout>,
     pub token: u64,
     pub listener: Option<TcpListener>,
     pub addrs: Vec<SocketAddr>,
@@ -57,10 +61,32 @@ fn parse<T: std::str::FromStr>(name: &str) -> Result<T> {
 /// Reads the environment and, under a launcher, registers and receives the world.
 pub(crate) fn boot() -> Result<Boot> {
     let Some(ctrl_addr) = var(env::CONTROL) else {
-        return Ok(Boot { rank: 0, size: 1, token: 0, listener: None, addrs: Vec::new(), local_procs: 1 });
+        return Ok(Boot {
+            rank: 0,
+            size: 1,
+            slot: 0,
+            layout: None,
+            token: 0,
+            listener: None,
+            addrs: Vec::new(),
+            local_procs: 1,
+        });
     };
-    let rank: i32 = parse(env::RANK)?;
+    let slot: i32 = parse(env::RANK)?;
     let size: i32 = parse(env::SIZE)?;
+    let replicas: usize = if var(env::REPLICAS).is_some() { parse(env::REPLICAS)? } else { 1 };
+    if size < 1 || replicas < 1 {
+        return Err(Error::Bootstrap(format!("{size} ranks with {replicas} replicas is not valid")));
+    }
+    let layout = (replicas > 1).then(|| p2pmpi_core::replication::Layout::new(size as usize, replicas));
+    let slots = layout.map_or(size as usize, |l| l.slots()) as i32;
+    if slot < 0 || slot >= slots {
+        return Err(Error::Bootstrap(format!("slot {slot} of {slots} processes is not valid")));
+    }
+    let rank = layout.map_or(slot, |l| l.rank_of(slot as usize) as i32);
+    if let Some(l) = layout {
+        crate::failure::set_layout(l);
+    }
     let token = u64::from_str_radix(&var(env::TOKEN).unwrap_or_default(), 16)
         .map_err(|_| Error::Bootstrap(format!("{} is not valid", env::TOKEN)))?;
     let local_procs = parse(env::LOCAL_PROCS).unwrap_or(size as usize);
@@ -77,7 +103,7 @@ pub(crate) fn boot() -> Result<Boot> {
         .map_err(|e| Error::Bootstrap(format!("cannot reach the launcher at {ctrl_addr}: {e}")))?;
     let _ = ctrl.set_nodelay(true);
     let reg = Control::Register {
-        rank: rank as u32,
+        rank: slot as u32,
         data_addr: data_addr.to_string(),
         pid: std::process::id(),
         token,
@@ -92,8 +118,8 @@ pub(crate) fn boot() -> Result<Boot> {
         Ok(other) => return Err(Error::Bootstrap(format!("unexpected answer from the launcher: {other:?}"))),
         Err(e) => return Err(Error::Bootstrap(format!("launcher: {e}"))),
     };
-    if addrs.len() != size as usize {
-        return Err(Error::Bootstrap(format!("world table has {} entries for {size} ranks", addrs.len())));
+    if addrs.len() != slots as usize {
+        return Err(Error::Bootstrap(format!("world table has {} entries for {slots} processes", addrs.len())));
     }
     let addrs = addrs
         .iter()
@@ -101,8 +127,8 @@ pub(crate) fn boot() -> Result<Boot> {
         .collect::<Result<Vec<SocketAddr>>>()?;
     let received = Instant::now();
     if let (Some(fd), Some(sock)) = (fd, fd_socket) {
-        let setup = crate::failure::setup_from_wire(&fd, size as usize, received).map_err(Error::Bootstrap)?;
-        crate::failure::start(rank as usize, token, sock, setup)
+        let setup = crate::failure::setup_from_wire(&fd, slots as usize, received).map_err(Error::Bootstrap)?;
+        crate::failure::start(slot as usize, token, sock, setup)
             .map_err(|e| Error::Bootstrap(format!("cannot start the failure detector: {e}")))?;
     }
     ctrl.set_read_timeout(None)?;
@@ -112,7 +138,7 @@ pub(crate) fn boot() -> Result<Boot> {
         .name("p2pmpi-control".into())
         .spawn(move || watch_launcher(reader, rank))
         .map_err(|e| Error::Bootstrap(format!("cannot start the control thread: {e}")))?;
-    Ok(Boot { rank, size, token, listener: Some(listener), addrs, local_procs })
+    Ok(Boot { rank, size, slot, layout, token, listener: Some(listener), addrs, local_procs })
 }
 
 /// Binds the data port: in the configured range when there is one (`MIN_PORT`..`MAX_PORT`,
@@ -224,6 +250,10 @@ pub(crate) fn report_peer_failed_tolerated(rank: i32, failed: i32, detail: &str)
 /// Tells the launcher this process aborts the job.
 pub(crate) fn report_abort(rank: i32, code: i32, message: &str, lost: Option<i32>) {
     FINALIZING.store(true, Ordering::SeqCst);
-    let lost = lost.filter(|r| *r >= 0).map(|r| r as u32);
+    // The launcher knows processes by slot: a lost rank is named by its first replica.
+    let lost = lost.filter(|r| *r >= 0).map(|r| match crate::failure::layout() {
+        Some(l) => l.slot(r as usize, 0) as u32,
+        None => r as u32,
+    });
     send(&Control::Abort { rank: rank.max(0) as u32, code, message: message.to_string(), lost });
 }

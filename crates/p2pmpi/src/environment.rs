@@ -151,12 +151,16 @@ pub fn initialize_with_threading(threading: Threading) -> Option<(Universe, Thre
         }
     };
     OWN_RANK.store(boot.rank, Ordering::SeqCst);
+    crate::random::set_job_seed(boot.token);
+    #[cfg(feature = "failpoints")]
+    arm_failpoints(boot.slot);
     let spin = spin_budget(boot.local_procs);
     let yield_spin = yield_budget(boot.local_procs);
-    let engine = Engine::new(boot.rank, boot.size, boot.token, boot.listener, boot.addrs, spin).map(|mut e| {
-        e.yield_spin = yield_spin;
-        e
-    });
+    let engine = Engine::new(boot.rank, boot.size, boot.slot, boot.layout, boot.token, boot.listener, boot.addrs, spin)
+        .map(|mut e| {
+            e.yield_spin = yield_spin;
+            e
+        });
     let engine = engine.and_then(|mut e| {
         e.connect_mesh(Duration::from_secs(120))?;
         Ok(e)
@@ -166,6 +170,24 @@ pub fn initialize_with_threading(threading: Threading) -> Option<(Universe, Thre
         Err(e) => crate::error::fatal(&e),
     }
     Some((Universe { buffer: None }, threading))
+}
+
+/// Arms the fault-injection points of this process from `P2PMPI_FAILPOINTS_SLOT<slot>`:
+/// `name=actions;name=actions`, with the `fail` crate's action syntax (`2*off->return`: the
+/// third time the point is reached, the process dies there). Tests only.
+#[cfg(feature = "failpoints")]
+fn arm_failpoints(slot: i32) {
+    let Ok(spec) = std::env::var(format!("P2PMPI_FAILPOINTS_SLOT{slot}")) else { return };
+    for item in spec.split(';').map(str::trim).filter(|i| !i.is_empty()) {
+        let Some((name, actions)) = item.split_once('=') else {
+            eprintln!("p2pmpi: slot {slot}: failpoint setting {item:?} is not name=actions");
+            continue;
+        };
+        match fail::cfg(name.trim(), actions.trim()) {
+            Ok(()) => crate::device::failpoints::ARMED.store(true, Ordering::SeqCst),
+            Err(e) => eprintln!("p2pmpi: slot {slot}: failpoint {name}: {e}"),
+        }
+    }
 }
 
 /// How long a blocking call polls before sleeping: zero when the host runs more processes of
@@ -214,7 +236,10 @@ fn finalize() {
         return;
     }
     let res = (|| -> Result<()> {
-        wait_until(None, |e| e.all_sent().then_some(Ok(())))?;
+        // A replica also waits for its master to commit what it keeps: until then it may
+        // have to take over (and a dead master is noticed meanwhile).
+        wait_until(None, |e| (e.all_sent() && !e.backup_pending()).then_some(Ok(())))?;
+        write_trace();
         with_engine(|e| e.send_byes());
         wait_until(None, |e| e.all_closed().then_some(Ok(())))
     })();
@@ -225,6 +250,19 @@ fn finalize() {
     *ENGINE.lock() = None;
     STATE.store(FINALIZED, Ordering::SeqCst);
     bootstrap::report_finalized(rank);
+}
+
+/// With `P2PMPI_TRACE=DIR`, writes the messages this process accepted to
+/// `DIR/trace-<slot>.txt` (tests of the replication protocol compare replicas).
+fn write_trace() {
+    let Some(dir) = std::env::var_os("P2PMPI_TRACE") else { return };
+    let (slot, lines) = with_engine(|e| (e.slot, e.trace_lines()));
+    if let Some(lines) = lines {
+        let path = std::path::Path::new(&dir).join(format!("trace-{slot}.txt"));
+        if let Err(e) = std::fs::write(&path, lines) {
+            eprintln!("p2pmpi: cannot write {}: {e}", path.display());
+        }
+    }
 }
 
 /// The level of thread support provided.

@@ -103,6 +103,19 @@ static SUSPICION_AFTER: Mutex<Option<Duration>> = Mutex::new(None);
 static SENT_DATAGRAMS: AtomicU64 = AtomicU64::new(0);
 static SENT_BYTES: AtomicU64 = AtomicU64::new(0);
 static STARTED: Mutex<Option<Instant>> = Mutex::new(None);
+/// The replicas' layout of a job run with `-r R > 1`: the detector then watches slots.
+static LAYOUT: std::sync::OnceLock<p2pmpi_core::replication::Layout> = std::sync::OnceLock::new();
+/// Slots confirmed failed (replicated jobs).
+static DEAD_SLOTS: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+
+pub(crate) fn set_layout(l: p2pmpi_core::replication::Layout) {
+    let _ = LAYOUT.set(l);
+}
+
+/// The replicas' layout, when the job runs replicas.
+pub(crate) fn layout() -> Option<p2pmpi_core::replication::Layout> {
+    LAYOUT.get().copied()
+}
 
 /// What this process's detector has sent so far: datagrams, bytes (UDP payload), and for
 /// how long it has run. `None` when no detector runs.
@@ -168,6 +181,9 @@ pub(crate) fn send_timeout() -> Option<Duration> {
 /// Ranks notified since the engine last looked.
 pub(crate) fn take_pending() -> Vec<i32> {
     if PENDING.swap(false, Ordering::SeqCst) {
+        if layout().is_some() {
+            return DEAD_SLOTS.lock().iter().map(|&s| s as i32).collect();
+        }
         failed_ranks()
     } else {
         Vec::new()
@@ -313,8 +329,46 @@ fn run(me: usize, token: u64, socket: UdpSocket, setup: Setup) {
     }
 }
 
+/// A replica failed (replicated job): the communication engine takes it into account
+/// (algorithm 7) at its next step; the program is not told, unless every replica of a rank
+/// is gone — then this process stops, naming the rank, even if it is computing.
+fn deliver_replica(me: usize, l: p2pmpi_core::replication::Layout, notice: Notice) {
+    let slot = notice.rank as usize;
+    let all_dead = {
+        let mut dead = DEAD_SLOTS.lock();
+        if dead.contains(&slot) {
+            return;
+        }
+        dead.push(slot);
+        l.slots_of(l.rank_of(slot)).all(|s| dead.contains(&s))
+    };
+    PENDING.store(true, Ordering::SeqCst);
+    if bootstrap::is_finalizing() {
+        // Peers that end after this process began to finalize are not failures.
+        return;
+    }
+    let rank = l.rank_of(slot);
+    let detail = format!(
+        "rank {rank} replica {} failed: {}",
+        l.replica_of(slot),
+        notice.to_string().split_once(": ").map_or(String::new(), |(_, d)| d.to_string())
+    );
+    if all_dead {
+        let msg =
+            format!("p2pmpi: rank {}: lost rank {rank}: all replicas for that rank failed; stopping", l.rank_of(me));
+        eprintln!("{msg}");
+        bootstrap::report_abort(l.rank_of(me) as i32, 1, &msg, Some(rank as i32));
+        std::process::exit(1);
+    }
+    bootstrap::report_peer_failed_tolerated(me as i32, slot as i32, &detail);
+}
+
 /// Records a confirmed failure, runs the handlers, and applies the policy.
 fn deliver(me: usize, notice: Notice) {
+    if let Some(l) = layout() {
+        deliver_replica(me, l, notice);
+        return;
+    }
     {
         let mut g = NOTICES.lock();
         if g.iter().any(|n| n.rank == notice.rank) {

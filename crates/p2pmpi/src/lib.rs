@@ -39,6 +39,7 @@ mod error;
 pub mod failure;
 pub mod point_to_point;
 mod pool;
+pub mod random;
 pub mod request;
 pub mod topology;
 

@@ -26,7 +26,7 @@ pub(crate) enum Payload {
 }
 
 impl Payload {
-    fn bytes(&self) -> &[u8] {
+    pub(crate) fn bytes(&self) -> &[u8] {
         match self {
             Payload::None => &[],
             Payload::Owned(v) => v,
@@ -77,6 +77,12 @@ pub(crate) struct Conn {
     pub shutdown_after_flush: bool,
     /// The peer closed its sending side after saying `Bye`.
     pub read_eof: bool,
+    /// Largest eager payload accepted (replicated jobs send every message eager).
+    pub max_eager: u64,
+    /// The large eager message in `stream_unexpected` is matched only once complete (a
+    /// replicated job: a sender that dies mid-message must leave no trace, its successor
+    /// sends the message again).
+    pub arrive_when_complete: bool,
 }
 
 impl Conn {
@@ -96,6 +102,8 @@ impl Conn {
             stalled_since: None,
             shutdown_after_flush: false,
             read_eof: false,
+            max_eager: EAGER_LIMIT as u64,
+            arrive_when_complete: false,
         }
     }
 
@@ -136,6 +144,17 @@ impl Conn {
                 }
             }
         }
+    }
+
+    /// Whether a queued frame completes request `id`.
+    pub fn has_completion(&self, id: ReqId) -> bool {
+        self.outq.iter().any(|o| o.done == Some(id))
+    }
+
+    /// The requests of every frame still queued (the connection is being dropped: a
+    /// replicated job's transmissions to a dead replica count as done).
+    pub fn take_completions(&mut self) -> Vec<ReqId> {
+        self.outq.drain(..).filter_map(|o| o.done).collect()
     }
 
     /// Writes queued frames until the socket is full.
@@ -198,7 +217,7 @@ impl Conn {
             return Ok(None);
         }
         let hb: &[u8; HEADER_LEN] = self.rbuf[self.rpos..self.rpos + HEADER_LEN].try_into().unwrap();
-        let h = Header::decode(hb, EAGER_LIMIT as u64)?;
+        let h = Header::decode(hb, self.max_eager)?;
         // Rendez-vous data and large eager payloads are streamed to their destination, not
         // buffered: hand over the header alone.
         let body = if is_streamed(&h) { 0 } else { h.payload_len() as usize };

@@ -29,8 +29,9 @@ use conn::{Conn, Out, Payload, RState};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
 use p2pmpi_core::matching::{Arrival, Body, Envelope, Matcher, Pattern};
+use p2pmpi_core::replication::{Coordinator, Layout, MsgId, Recovery, SendAction};
 use p2pmpi_wire::{FrameKind, Header, Mid};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
@@ -65,6 +66,48 @@ struct Req {
     ptr: *mut u8,
     cap: usize,
     state: ReqState,
+    /// A transmission of a replicated send: the fan-out it counts for.
+    parent: Option<usize>,
+}
+
+/// One replicated send by a master (thesis algorithm 4): transmissions to the alive replicas
+/// of the destination still being written; once all are, the MID is committed to this rank's
+/// other replicas and the user's request (if any: resends after a takeover have none)
+/// completes.
+#[derive(Debug)]
+struct Fanout {
+    pending: usize,
+    mid: Mid,
+    user: Option<ReqId>,
+    subs: Vec<ReqId>,
+}
+
+/// The replication state of a process of a job run with `-r R` (R > 1).
+struct Replication {
+    coord: Coordinator<Vec<u8>>,
+    fanouts: Vec<Option<Fanout>>,
+    free_fanouts: Vec<usize>,
+    /// MIDs whose transmissions are all written: to commit.
+    commits: VecDeque<Mid>,
+    /// The backup table handed over by a takeover: to transmit and commit.
+    resends: VecDeque<(Mid, Vec<u8>)>,
+    /// Messages that arrived before their turn, per (comm, source, tag), by sequence.
+    early: HashMap<(u32, i32, i32), BTreeMap<u64, (Envelope, Vec<u8>)>>,
+}
+
+fn msg_id(m: &Mid) -> MsgId {
+    MsgId { comm: m.comm, src: m.src, dst: m.dst, tag: m.tag, seq: m.seq }
+}
+
+fn mid_of(m: &MsgId) -> Mid {
+    Mid { comm: m.comm, src: m.src, dst: m.dst, tag: m.tag, seq: m.seq }
+}
+
+/// The data of a transmission: the caller's buffer (valid until its request completes) or a
+/// copy from the backup table.
+enum TxData {
+    Raw(*const u8, usize),
+    Owned(Vec<u8>),
 }
 
 /// A message removed from the queues by a matched probe, waiting for its receive.
@@ -103,6 +146,13 @@ struct RndvSend {
 pub(crate) struct Engine {
     pub rank: i32,
     pub size: i32,
+    /// This process's slot (its index among the job's real processes): the rank, unless
+    /// the job runs replicas.
+    pub slot: i32,
+    layout: Option<Layout>,
+    repl: Option<Box<Replication>>,
+    /// MIDs accepted (`P2PMPI_TRACE`): comm, source, tag, sequence, length.
+    trace: Option<Vec<(u32, i32, i32, u64, u64)>>,
     token: u64,
     poll: Poll,
     events: Events,
@@ -133,15 +183,22 @@ pub(crate) struct Engine {
 unsafe impl Send for Engine {}
 
 impl Engine {
-    /// A device for `rank` of `size`, listening on `listener`, with peers at `addrs`.
+    /// A device for `rank` of `size`, listening on `listener`, with peers at `addrs` (one
+    /// per slot). With a `layout` of more than one replica, this process is slot `slot` and
+    /// runs the replica coordination protocol.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         rank: i32,
         size: i32,
+        slot: i32,
+        layout: Option<Layout>,
         token: u64,
         listener: Option<std::net::TcpListener>,
         addrs: Vec<SocketAddr>,
         spin: Duration,
     ) -> Result<Engine> {
+        let layout = layout.filter(|l| l.r > 1);
+        let slots = layout.map_or(size as usize, |l| l.slots());
         let poll = Poll::new()?;
         let listener = match listener {
             Some(l) => {
@@ -152,15 +209,30 @@ impl Engine {
             }
             None => None,
         };
+        let repl = layout.map(|l| {
+            Box::new(Replication {
+                coord: Coordinator::new(l, slot as usize),
+                fanouts: Vec::new(),
+                free_fanouts: Vec::new(),
+                commits: VecDeque::new(),
+                resends: VecDeque::new(),
+                early: HashMap::new(),
+            })
+        });
+        let trace = std::env::var_os("P2PMPI_TRACE").map(|_| Vec::new());
         Ok(Engine {
             rank,
             size,
+            slot,
+            layout,
+            repl,
+            trace,
             token,
             poll,
             events: Events::with_capacity(256),
             listener,
             addrs,
-            peers: (0..size).map(|_| Peer::default()).collect(),
+            peers: (0..slots).map(|_| Peer::default()).collect(),
             conns: Vec::new(),
             matcher: Matcher::new(),
             reqs: Vec::new(),
@@ -206,7 +278,7 @@ impl Engine {
     // ----------------------------------------------------------------- requests
 
     fn new_req(&mut self, ptr: *mut u8, cap: usize, state: ReqState) -> ReqId {
-        let r = Req { ptr, cap, state };
+        let r = Req { ptr, cap, state, parent: None };
         match self.free_reqs.pop() {
             Some(id) => {
                 self.reqs[id] = Some(r);
@@ -250,6 +322,13 @@ impl Engine {
     }
 
     fn complete(&mut self, id: ReqId, st: Result<StatusInfo>) {
+        if let Some(f) = self.reqs[id].as_ref().and_then(|r| r.parent) {
+            // One transmission of a replicated send is written (or its replica is dead).
+            self.reqs[id] = None;
+            self.free_reqs.push(id);
+            self.fanout_step(f);
+            return;
+        }
         let r = self.req_mut(id);
         r.state = match st {
             Ok(s) => ReqState::Done(s),
@@ -279,6 +358,18 @@ impl Engine {
     pub fn detach(&mut self, id: ReqId) {
         for conn in self.conns.iter_mut().flatten() {
             conn.detach(id);
+        }
+        if let Some(rp) = self.repl.as_mut() {
+            for f in rp.fanouts.iter_mut().flatten() {
+                if f.user == Some(id) {
+                    f.user = None;
+                    for sub in f.subs.clone() {
+                        for conn in self.conns.iter_mut().flatten() {
+                            conn.detach(sub);
+                        }
+                    }
+                }
+            }
         }
         self.rndv_send.retain(|_, s| s.req != id);
         if !self.matcher.cancel(&id) {
@@ -323,6 +414,22 @@ impl Engine {
             let st = StatusInfo { source: dst, tag, len: len as u64, cancelled: false };
             return Ok(self.new_req(std::ptr::null_mut(), 0, ReqState::Done(st)));
         }
+        if let Some(rp) = self.repl.as_mut() {
+            // Algorithm 4: the master transmits, a replica keeps the message until committed.
+            let mid = Mid { comm, src: self.rank as u32, dst: dst as u32, tag, seq };
+            let st = StatusInfo { source: dst, tag, len: len as u64, cancelled: false };
+            return match rp.coord.on_send(msg_id(&mid), || crate::pool::copy_of(data)) {
+                SendAction::Committed | SendAction::Stored => {
+                    Ok(self.new_req(std::ptr::null_mut(), 0, ReqState::Done(st)))
+                }
+                SendAction::Transmit { dests } => {
+                    let req = self.new_req(std::ptr::null_mut(), 0, ReqState::Pending);
+                    self.transmit(mid, TxData::Raw(ptr, len), dests, Some(req));
+                    self.flush_deferred();
+                    Ok(req)
+                }
+            };
+        }
         let cid = self.send_conn(dst)?;
         if mode == SendMode::Standard && len <= EAGER_LIMIT {
             // Written in place: what the socket does not take now is queued by reference (the
@@ -348,11 +455,86 @@ impl Engine {
     /// A message to this very process: matched (and copied) at once or queued.
     fn deliver_local(&mut self, comm: u32, tag: i32, seq: u64, data: &[u8]) {
         let env = Envelope { comm, src: self.rank, tag, seq, len: data.len() as u64 };
+        self.accept_eager(env, data, None);
+    }
+
+    /// An eager message arrived whole: matched, queued, dropped as a duplicate or kept
+    /// until its turn. `owned` is the data when the caller already holds a copy.
+    fn accept_eager(&mut self, env: Envelope, data: &[u8], owned: Option<Vec<u8>>) {
         match self.matcher.arrive(&env) {
-            Arrival::Matched(r) => self.fill(r, &env, data),
-            Arrival::Unmatched => self.matcher.enqueue(env, Body::Eager(crate::pool::copy_of(data))),
-            Arrival::Duplicate => {}
+            Arrival::Matched(r) => {
+                self.traced(&env);
+                self.fill(r, &env, data);
+                if let Some(v) = owned {
+                    crate::pool::give(v);
+                }
+            }
+            Arrival::Unmatched => {
+                self.traced(&env);
+                let v = owned.unwrap_or_else(|| crate::pool::copy_of(data));
+                self.matcher.enqueue(env, Body::Eager(v));
+            }
+            Arrival::Duplicate => {
+                if let Some(v) = owned {
+                    crate::pool::give(v);
+                }
+                return;
+            }
+            Arrival::Early => {
+                let v = owned.unwrap_or_else(|| crate::pool::copy_of(data));
+                if let Some(rp) = self.repl.as_mut() {
+                    rp.early.entry((env.comm, env.src, env.tag)).or_default().insert(env.seq, (env, v));
+                } else {
+                    log_warn(self.rank, &format!("message {env:?} arrived out of order; dropped"));
+                }
+                return;
+            }
         }
+        self.drain_early(env.comm, env.src, env.tag);
+    }
+
+    /// Accepts the messages kept aside that are now next on their channel.
+    fn drain_early(&mut self, comm: u32, src: i32, tag: i32) {
+        loop {
+            let Some(rp) = self.repl.as_mut() else { return };
+            if rp.early.is_empty() {
+                return;
+            }
+            let key = (comm, src, tag);
+            let next = self.matcher.next_expected(comm, src, tag);
+            let Some(q) = rp.early.get_mut(&key) else { return };
+            // Anything below `next` arrived meanwhile from another replica: duplicates.
+            while q.first_key_value().is_some_and(|(s, _)| *s < next) {
+                q.pop_first();
+            }
+            let Some((env, data)) = q.remove(&next) else {
+                if q.is_empty() {
+                    rp.early.remove(&key);
+                }
+                return;
+            };
+            if q.is_empty() {
+                rp.early.remove(&key);
+            }
+            let ptr = data.as_ptr();
+            let n = data.len();
+            // `accept_eager` keeps or frees `data`; the slice lives as long as it does.
+            let view = unsafe { std::slice::from_raw_parts(ptr, n) };
+            self.accept_eager(env, view, Some(data));
+        }
+    }
+
+    fn traced(&mut self, env: &Envelope) {
+        if let Some(t) = self.trace.as_mut() {
+            t.push((env.comm, env.src, env.tag, env.seq, env.len));
+        }
+    }
+
+    /// The messages accepted so far (with `P2PMPI_TRACE` set), one line each:
+    /// `comm src tag seq len`.
+    pub fn trace_lines(&self) -> Option<String> {
+        let t = self.trace.as_ref()?;
+        Some(t.iter().map(|(c, s, tg, q, l)| format!("{c} {s} {tg} {q} {l}\n")).collect())
     }
 
     /// Copies an eager message into a matched receive and completes it.
@@ -376,6 +558,183 @@ impl Engine {
         self.deferred.push((env.src, Out::new(Header::new(FrameKind::ReadyToRecv, mid, 0), Payload::None)));
     }
 
+    // ----------------------------------------------------------------- replication
+
+    /// The rank a slot runs.
+    fn rank_of(&self, slot: i32) -> i32 {
+        match &self.layout {
+            Some(l) if slot >= 0 => l.rank_of(slot as usize) as i32,
+            _ => slot,
+        }
+    }
+
+    /// A master's transmission of `mid` to the replicas `dests` of its destination; the
+    /// commit follows once every one is written ([`Self::fanout_step`]).
+    fn transmit(&mut self, mid: Mid, data: TxData, dests: Vec<usize>, user: Option<ReqId>) {
+        let len = match &data {
+            TxData::Raw(_, n) => *n,
+            TxData::Owned(v) => v.len(),
+        };
+        let Some(rp) = self.repl.as_mut() else { return };
+        let f = Fanout { pending: dests.len() + 1, mid, user, subs: Vec::with_capacity(dests.len()) };
+        let fid = match rp.free_fanouts.pop() {
+            Some(i) => {
+                rp.fanouts[i] = Some(f);
+                i
+            }
+            None => {
+                rp.fanouts.push(Some(f));
+                rp.fanouts.len() - 1
+            }
+        };
+        for (i, &d) in dests.iter().enumerate() {
+            failpoints::before_transmission(i);
+            let sub = self.new_req(std::ptr::null_mut(), 0, ReqState::Pending);
+            self.reqs[sub].as_mut().expect("new request").parent = Some(fid);
+            if let Some(f) = self.repl.as_mut().and_then(|rp| rp.fanouts[fid].as_mut()) {
+                f.subs.push(sub);
+            }
+            let h = Header::new(FrameKind::Eager, mid, len as u64);
+            let payload = match &data {
+                _ if len == 0 => Payload::None,
+                TxData::Raw(p, n) => Payload::Raw(*p, *n),
+                TxData::Owned(v) => Payload::Owned(crate::pool::copy_of(v)),
+            };
+            let dead = self.repl.as_ref().is_some_and(|rp| rp.coord.is_dead(d));
+            let cid = if dead { None } else { self.send_conn(d as i32).ok() };
+            if let Some(cid) = cid {
+                failpoints::partial_transmission(i, self.conns[cid].as_mut().map(|c| &mut c.stream), &h, &payload);
+                let _ = self.push_out(cid, Out::with_completion(h, payload, sub));
+                failpoints::written(self, cid);
+            }
+            // Not queued (its replica is dead or the write failed): it counts as done.
+            if self.reqs[sub].as_ref().is_some_and(|r| r.parent == Some(fid) && matches!(r.state, ReqState::Pending))
+                && !self.conns.iter().flatten().any(|c| c.has_completion(sub))
+            {
+                self.complete(sub, Ok(StatusInfo { source: d as i32, tag: mid.tag, len: 0, cancelled: false }));
+            }
+        }
+        failpoints::after_transmissions();
+        // The extra count taken above: the fan-out completes only once every transmission
+        // was queued (a fast one must not commit before the others are even sent).
+        self.fanout_step(fid);
+    }
+
+    /// One transmission of fan-out `f` is done; after the last, the MID goes to the commits.
+    fn fanout_step(&mut self, f: usize) {
+        let Some(rp) = self.repl.as_mut() else { return };
+        let Some(fo) = rp.fanouts[f].as_mut() else { return };
+        fo.pending -= 1;
+        if fo.pending > 0 {
+            return;
+        }
+        let fo = rp.fanouts[f].take().expect("live fan-out");
+        rp.free_fanouts.push(f);
+        rp.commits.push_back(fo.mid);
+        if let Some(u) = fo.user {
+            let st = StatusInfo { source: fo.mid.dst as i32, tag: fo.mid.tag, len: 0, cancelled: false };
+            self.complete(u, Ok(st));
+        }
+    }
+
+    /// Sends the pending commits, and after a takeover transmits the backup table.
+    fn flush_replication(&mut self) {
+        loop {
+            let Some(rp) = self.repl.as_mut() else { return };
+            if let Some((mid, data)) = rp.resends.pop_front() {
+                let dests = rp.coord.destinations(mid.dst as usize);
+                self.transmit(mid, TxData::Owned(data), dests, None);
+                continue;
+            }
+            let Some(mid) = rp.commits.pop_front() else { return };
+            let targets = rp.coord.commit_targets();
+            for (i, t) in targets.into_iter().enumerate() {
+                let h = Header::new(FrameKind::Commit, mid, 0);
+                if let Ok(cid) = self.send_conn(t as i32) {
+                    failpoints::partial_commit(i, self.conns[cid].as_mut().map(|c| &mut c.stream), &h);
+                    let _ = self.push_out(cid, Out::new(h, Payload::None));
+                    failpoints::written(self, cid);
+                }
+            }
+            failpoints::after_commits();
+        }
+    }
+
+    /// A replica was lost (its connection ended without `Bye`, the failure detector
+    /// confirmed it, or a send to it stalled): algorithm 7.
+    fn slot_failed(&mut self, slot: i32, cause: &str) {
+        let Some(rp) = self.repl.as_mut() else {
+            self.set_fatal(Error::PeerLost { rank: slot, cause: cause.to_string() });
+            return;
+        };
+        if slot < 0 || slot as usize >= self.peers.len() || self.peers[slot as usize].bye {
+            return;
+        }
+        let rec = rp.coord.on_failure(slot as usize);
+        match rec {
+            Recovery::Nothing => return,
+            Recovery::Replica { .. } => {}
+            Recovery::TookOver { resend } => {
+                if debug_replication() {
+                    eprintln!(
+                        "p2pmpi: slot {}: took over as master of rank {}, resending {}",
+                        self.slot,
+                        self.rank,
+                        resend.len()
+                    );
+                }
+                rp.resends.extend(resend.into_iter().map(|(m, d)| (mid_of(&m), d)));
+            }
+            Recovery::RankLost { rank } => {
+                self.set_fatal(Error::PeerLost {
+                    rank: rank as i32,
+                    cause: format!("all replicas for that rank failed (the last one: {cause})"),
+                });
+            }
+        }
+        if debug_replication() {
+            eprintln!("p2pmpi: slot {}: slot {slot} failed: {cause}", self.slot);
+        }
+        // Its connections go: queued transmissions to it count as done, and nothing it
+        // might still send (a frozen process that wakes up) is read.
+        let p = &mut self.peers[slot as usize];
+        p.send_conn = None;
+        let cids = std::mem::take(&mut p.conns);
+        let mut done = Vec::new();
+        for cid in cids {
+            if let Some(mut conn) = self.conns[cid].take() {
+                let _ = self.poll.registry().deregister(&mut conn.stream);
+                done.extend(conn.take_completions());
+                if let RState::Stream { req, discard: false, .. } = conn.rstate {
+                    if req != usize::MAX && !conn.arrive_when_complete {
+                        // Only rendez-vous data streams into a receive; replicated jobs use none.
+                        self.complete(req, Err(Error::PeerLost { rank: self.rank_of(slot), cause: cause.into() }));
+                    }
+                }
+            }
+        }
+        self.deferred.retain(|(p, _)| *p != slot);
+        for r in done {
+            self.complete(r, Ok(StatusInfo { source: slot, tag: 0, len: 0, cancelled: false }));
+        }
+    }
+
+    /// Writes a connection's queue out, waiting as long as it takes (fault injection only).
+    #[cfg(feature = "failpoints")]
+    fn flush_blocking(&mut self, cid: usize) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while self.conns[cid].as_ref().is_some_and(|c| !c.outq.is_empty()) && Instant::now() < deadline {
+            self.flush_conn(cid);
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+
+    /// Whether a non-master still waits for commits (it must not leave before its master
+    /// committed what it keeps: it might have to take over).
+    pub fn backup_pending(&self) -> bool {
+        self.repl.as_ref().is_some_and(|rp| !rp.coord.is_master() && rp.coord.backup_len() > 0)
+    }
+
     fn check_rank(&self, r: i32) -> Result<()> {
         if r < 0 || r >= self.size {
             return Err(Error::InvalidRank { rank: r, size: self.size });
@@ -388,7 +747,7 @@ impl Engine {
     /// one way only, so that every message costs a data segment plus a separate ACK instead of
     /// ACKs riding on replies (measured: +2–3 µs per message on loopback).
     pub fn connect_mesh(&mut self, limit: Duration) -> Result<()> {
-        for r in 0..self.rank {
+        for r in 0..self.slot {
             self.send_conn(r)?;
         }
         let deadline = Instant::now() + limit;
@@ -396,11 +755,12 @@ impl Engine {
             if let Some(e) = &self.fatal {
                 return Err(e.clone());
             }
-            let missing = (self.rank + 1..self.size).find(|&r| self.peers[r as usize].send_conn.is_none());
+            let slots = self.peers.len() as i32;
+            let missing = (self.slot + 1..slots).find(|&r| self.peers[r as usize].send_conn.is_none());
             let Some(r) = missing else { return Ok(()) };
             if Instant::now() >= deadline {
                 return Err(Error::PeerLost {
-                    rank: r,
+                    rank: self.rank_of(r),
                     cause: format!("it did not connect within {limit:?} of start-up"),
                 });
             }
@@ -415,8 +775,10 @@ impl Engine {
         }
         let addr = self.addrs[dst as usize];
         let local = self.local_addr().map(|a| a.ip());
-        let std_stream = connect_with_retry(local, addr, Duration::from_secs(10))
-            .map_err(|e| Error::PeerLost { rank: dst, cause: format!("cannot connect to {addr}: {e}") })?;
+        let std_stream = connect_with_retry(local, addr, Duration::from_secs(10)).map_err(|e| Error::PeerLost {
+            rank: self.rank_of(dst),
+            cause: format!("cannot connect to {addr}: {e}"),
+        })?;
         let mut stream = TcpStream::from_std(std_stream);
         let cid = self.conns.iter().position(Option::is_none).unwrap_or_else(|| {
             self.conns.push(None);
@@ -425,12 +787,15 @@ impl Engine {
         self.poll.registry().register(&mut stream, Token(cid), Interest::READABLE)?;
         let mut c = Conn::new(stream, true);
         c.peer = Some(dst);
+        if self.repl.is_some() {
+            c.max_eager = 1 << 40;
+        }
         self.conns[cid] = Some(c);
         let p = &mut self.peers[dst as usize];
         p.conns.push(cid);
         p.send_conn = Some(cid);
         let hello =
-            Header::new(FrameKind::Hello, Mid { comm: 0, src: self.rank as u32, dst: dst as u32, tag: 0, seq: 0 }, 8);
+            Header::new(FrameKind::Hello, Mid { comm: 0, src: self.slot as u32, dst: dst as u32, tag: 0, seq: 0 }, 8);
         self.push_out(cid, Out::new(hello, Payload::Owned(self.token.to_le_bytes().to_vec())))?;
         Ok(cid)
     }
@@ -459,6 +824,9 @@ impl Engine {
     }
 
     fn flush_deferred(&mut self) {
+        if self.repl.is_some() {
+            self.flush_replication();
+        }
         while !self.deferred.is_empty() {
             let batch = std::mem::take(&mut self.deferred);
             for (peer, out) in batch {
@@ -539,10 +907,16 @@ impl Engine {
         if timeout.is_none() {
             if let Some(h) = hint.filter(|h| *h != self.rank && *h >= 0 && *h < self.size) {
                 let mut got = false;
-                let mut i = 0;
-                while let Some(&cid) = self.peers[h as usize].conns.get(i) {
-                    got |= self.read_conn(cid);
-                    i += 1;
+                let slots = match &self.layout {
+                    Some(l) => l.slots_of(h as usize),
+                    None => h as usize..h as usize + 1,
+                };
+                for slot in slots {
+                    let mut i = 0;
+                    while let Some(&cid) = self.peers[slot].conns.get(i) {
+                        got |= self.read_conn(cid);
+                        i += 1;
+                    }
                 }
                 self.flush_deferred();
                 if got || self.tick % 64 != 0 {
@@ -592,7 +966,11 @@ impl Engine {
                         self.conns.len() - 1
                     });
                     if self.poll.registry().register(&mut stream, Token(cid), Interest::READABLE).is_ok() {
-                        self.conns[cid] = Some(Conn::new(stream, false));
+                        let mut c = Conn::new(stream, false);
+                        if self.repl.is_some() {
+                            c.max_eager = 1 << 40;
+                        }
+                        self.conns[cid] = Some(c);
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
@@ -643,7 +1021,12 @@ impl Engine {
                             conn.rstate = RState::Header;
                             if let Some((env, data)) = conn.stream_unexpected.take() {
                                 conn.stream_status = None;
-                                if let Some((r, Body::Eager(data))) = self.matcher.deliver_late(env, Body::Eager(data))
+                                if std::mem::take(&mut conn.arrive_when_complete) {
+                                    let ptr = data.as_ptr();
+                                    let view = unsafe { std::slice::from_raw_parts(ptr, data.len()) };
+                                    self.accept_eager(env, view, Some(data));
+                                } else if let Some((r, Body::Eager(data))) =
+                                    self.matcher.deliver_late(env, Body::Eager(data))
                                 {
                                     self.fill(r, &env, &data);
                                     crate::pool::give(data);
@@ -707,8 +1090,11 @@ impl Engine {
             if !ok_tok {
                 return Err(ConnError::Protocol("bad job token in Hello".into()));
             }
-            if r < 0 || r >= self.size || r == self.rank || h.mid.dst as i32 != self.rank {
+            if r < 0 || r as usize >= self.peers.len() || r == self.slot || h.mid.dst as i32 != self.slot {
                 return Err(ConnError::Protocol(format!("Hello from invalid rank {r}")));
+            }
+            if self.repl.as_ref().is_some_and(|rp| rp.coord.is_dead(r as usize)) {
+                return Err(ConnError::Protocol(format!("Hello from slot {r}, which failed")));
             }
             conn.peer = Some(r);
             let p = &mut self.peers[r as usize];
@@ -720,11 +1106,30 @@ impl Engine {
         };
         let proto = |d: String| ConnError::Protocol(d);
         let mid = h.mid;
+        // `peer` is a slot; messages name ranks.
+        let slot = peer;
+        let peer = self.rank_of(slot);
         let from_peer = mid.src as i32 == peer && mid.dst as i32 == self.rank;
         match h.kind {
             FrameKind::Hello => return Err(proto("second Hello".into())),
             FrameKind::Bye => {
-                self.peers[peer as usize].bye = true;
+                self.peers[slot as usize].bye = true;
+            }
+            FrameKind::Commit => {
+                let Some(rp) = self.repl.as_mut() else { return Err(proto("commit in a job without replicas".into())) };
+                if !rp.coord.on_commit(slot as usize, msg_id(&mid)) {
+                    return Err(proto(format!("commit of {mid:?} from slot {slot}, not a replica of this rank")));
+                }
+            }
+            FrameKind::Eager if self.repl.is_some() && conn::is_streamed(&h) => {
+                // Kept whole before it is matched: a sender dying mid-message leaves no trace.
+                let env = Envelope { comm: mid.comm, src: peer, tag: mid.tag, seq: mid.seq, len: h.len };
+                let mut data = crate::pool::zeroed(h.len as usize);
+                let ptr = data.as_mut_ptr();
+                conn.stream_unexpected = Some((env, data));
+                conn.stream_status = Some(StatusInfo { source: peer, tag: mid.tag, len: h.len, cancelled: false });
+                conn.arrive_when_complete = true;
+                conn.rstate = RState::Stream { req: usize::MAX, ptr, left: h.len as usize, discard: false };
             }
             FrameKind::Eager | FrameKind::ReadyToSend if !from_peer => {
                 return Err(proto(format!("{:?} frame with MID {mid:?} on rank {peer}'s connection", h.kind)))
@@ -733,8 +1138,13 @@ impl Engine {
                 let env = Envelope { comm: mid.comm, src: peer, tag: mid.tag, seq: mid.seq, len: h.len };
                 let st = StatusInfo { source: peer, tag: mid.tag, len: h.len, cancelled: false };
                 match self.matcher.arrive(&env) {
-                    Arrival::Matched(r) => self.begin_stream(conn, r, st),
+                    Arrival::Matched(r) => {
+                        self.traced(&env);
+                        self.begin_stream(conn, r, st)
+                    }
+                    Arrival::Early => return Err(proto(format!("message {mid:?} out of order"))),
                     Arrival::Unmatched => {
+                        self.traced(&env);
                         let mut data = crate::pool::zeroed(h.len as usize);
                         let ptr = data.as_mut_ptr();
                         conn.stream_unexpected = Some((env, data));
@@ -752,20 +1162,38 @@ impl Engine {
                     }
                 }
             }
+            FrameKind::Eager if self.repl.is_some() => {
+                let env = Envelope { comm: mid.comm, src: peer, tag: mid.tag, seq: mid.seq, len: h.len };
+                self.accept_eager(env, &conn.rbuf[payload], None);
+            }
             FrameKind::Eager => {
                 let env = Envelope { comm: mid.comm, src: peer, tag: mid.tag, seq: mid.seq, len: h.len };
                 match self.matcher.arrive(&env) {
-                    Arrival::Matched(r) => self.fill(r, &env, &conn.rbuf[payload]),
-                    Arrival::Unmatched => self.matcher.enqueue(env, Body::Eager(conn.rbuf[payload].to_vec())),
+                    Arrival::Matched(r) => {
+                        self.traced(&env);
+                        self.fill(r, &env, &conn.rbuf[payload])
+                    }
+                    Arrival::Unmatched => {
+                        self.traced(&env);
+                        self.matcher.enqueue(env, Body::Eager(conn.rbuf[payload].to_vec()))
+                    }
                     Arrival::Duplicate => {}
+                    Arrival::Early => return Err(proto(format!("message {mid:?} out of order"))),
                 }
             }
             FrameKind::ReadyToSend => {
                 let env = Envelope { comm: mid.comm, src: peer, tag: mid.tag, seq: mid.seq, len: h.len };
                 match self.matcher.arrive(&env) {
-                    Arrival::Matched(r) => self.start_rndv_recv(r, &env),
-                    Arrival::Unmatched => self.matcher.enqueue(env, Body::Rendezvous),
+                    Arrival::Matched(r) => {
+                        self.traced(&env);
+                        self.start_rndv_recv(r, &env)
+                    }
+                    Arrival::Unmatched => {
+                        self.traced(&env);
+                        self.matcher.enqueue(env, Body::Rendezvous)
+                    }
                     Arrival::Duplicate => {}
+                    Arrival::Early => return Err(proto(format!("message {mid:?} out of order"))),
                 }
             }
             FrameKind::ReadyToRecv => {
@@ -837,6 +1265,14 @@ impl Engine {
                     ConnError::Io(e) => format!("connection failed: {e}"),
                     ConnError::Protocol(d) => format!("protocol violation: {d}"),
                 };
+                if self.repl.is_some() {
+                    // A replica is gone: the others go on (algorithm 7).
+                    for r in conn.take_completions() {
+                        self.complete(r, Ok(StatusInfo { source: peer, tag: 0, len: 0, cancelled: false }));
+                    }
+                    self.slot_failed(peer, &cause);
+                    return;
+                }
                 self.set_fatal(Error::PeerLost { rank: peer, cause });
             }
         } else if let ConnError::Protocol(d) = e {
@@ -847,6 +1283,11 @@ impl Engine {
     /// The failure detector confirmed that `rank` failed and the program handles failures:
     /// communication ends with an error naming it.
     pub(crate) fn peer_failed(&mut self, rank: i32) {
+        if self.repl.is_some() {
+            // `rank` is a slot: one replica.
+            self.slot_failed(rank, "declared failed by the failure detector");
+            return;
+        }
         self.set_fatal(Error::PeerLost { rank, cause: "declared failed by the failure detector".into() });
     }
 
@@ -859,6 +1300,11 @@ impl Engine {
             (since.elapsed() > limit).then_some((c.peer.unwrap_or(-1), since.elapsed()))
         });
         if let Some((peer, for_)) = stalled {
+            if self.repl.is_some() {
+                let cause = format!("a send to it made no progress for {:.1} s (2·T_cleanup)", for_.as_secs_f64());
+                self.slot_failed(peer, &cause);
+                return;
+            }
             self.set_fatal(Error::PeerLost {
                 rank: peer,
                 cause: format!(
@@ -879,20 +1325,26 @@ impl Engine {
 
     /// Whether every queued frame has been written.
     pub fn all_sent(&self) -> bool {
-        self.rndv_send.is_empty() && self.deferred.is_empty() && self.conns.iter().flatten().all(|c| c.outq.is_empty())
+        let repl_idle = self.repl.as_ref().map_or(true, |rp| {
+            rp.commits.is_empty() && rp.resends.is_empty() && rp.fanouts.iter().all(Option::is_none)
+        });
+        repl_idle
+            && self.rndv_send.is_empty()
+            && self.deferred.is_empty()
+            && self.conns.iter().flatten().all(|c| c.outq.is_empty())
     }
 
     /// Says `Bye` on every connection to a peer and shuts down the sending side.
     pub fn send_byes(&mut self) {
-        for r in 0..self.size {
-            if r == self.rank || self.peers[r as usize].conns.is_empty() {
+        for r in 0..self.peers.len() as i32 {
+            if r == self.slot || self.peers[r as usize].conns.is_empty() {
                 continue;
             }
             let conns = self.peers[r as usize].conns.clone();
             for cid in conns {
                 let h = Header::new(
                     FrameKind::Bye,
-                    Mid { comm: 0, src: self.rank as u32, dst: r as u32, tag: 0, seq: 0 },
+                    Mid { comm: 0, src: self.rank_of(self.slot) as u32, dst: self.rank_of(r) as u32, tag: 0, seq: 0 },
                     0,
                 );
                 let _ = self.push_out(cid, Out::new(h, Payload::None));
@@ -953,6 +1405,139 @@ fn connect_with_retry(local: Option<IpAddr>, addr: SocketAddr, total: Duration) 
                 std::thread::sleep(pause);
                 pause = (pause * 2).min(Duration::from_millis(200));
             }
+        }
+    }
+}
+
+/// `P2PMPI_REPL_DEBUG` set: replication events (failures, takeovers) are printed.
+fn debug_replication() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("P2PMPI_REPL_DEBUG").is_some())
+}
+
+/// Deterministic fault injection for the tests of the replication protocol: a master dies
+/// at a chosen point of a send (thesis figure 4.8). Compiled in with the `failpoints` feature
+/// only; the points are armed per process from `P2PMPI_FAILPOINTS_SLOT<k>` (see
+/// `crate::environment`). Without the feature every function is empty.
+pub(crate) mod failpoints {
+    use super::{Engine, Payload};
+    use mio::net::TcpStream;
+    use p2pmpi_wire::Header;
+
+    #[cfg(feature = "failpoints")]
+    fn die(window: &str) -> ! {
+        eprintln!("p2pmpi: failpoint {window}: this process dies now");
+        unsafe {
+            libc::kill(libc::getpid(), libc::SIGKILL);
+        }
+        std::process::abort()
+    }
+
+    /// Whether any point is armed in this process (set by `environment`).
+    #[cfg(feature = "failpoints")]
+    pub(crate) static ARMED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+    #[cfg(feature = "failpoints")]
+    fn armed() -> bool {
+        ARMED.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    #[cfg(feature = "failpoints")]
+    fn hit(name: &str) -> bool {
+        armed() && fail::eval(name, |_| ()).is_some()
+    }
+
+    /// Writes half of a frame, blocking, then dies.
+    #[cfg(feature = "failpoints")]
+    fn half_and_die(window: &str, stream: Option<&mut TcpStream>, h: &Header, payload: &[u8]) -> ! {
+        use std::io::Write;
+        let mut bytes = h.encode().to_vec();
+        bytes.extend_from_slice(payload);
+        let half = bytes.len() / 2;
+        if let Some(s) = stream {
+            let mut off = 0;
+            while off < half {
+                match s.write(&bytes[off..half]) {
+                    Ok(n) => off += n,
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                        std::thread::sleep(std::time::Duration::from_millis(1))
+                    }
+                    Err(_) => break,
+                }
+            }
+        }
+        die(window)
+    }
+
+    /// Δ1 (before the first transmission) and Δ3 (between the first and the second).
+    #[allow(unused_variables)]
+    pub(super) fn before_transmission(i: usize) {
+        #[cfg(feature = "failpoints")]
+        {
+            let name = match i {
+                0 => "delta1",
+                1 => "delta3",
+                _ => return,
+            };
+            if hit(name) {
+                die(name)
+            }
+        }
+    }
+
+    /// Δ2 and Δ4: part of the first (second) transmission written.
+    #[allow(unused_variables)]
+    pub(super) fn partial_transmission(i: usize, stream: Option<&mut TcpStream>, h: &Header, payload: &Payload) {
+        #[cfg(feature = "failpoints")]
+        {
+            let name = match i {
+                0 => "delta2",
+                1 => "delta4",
+                _ => return,
+            };
+            if hit(name) {
+                half_and_die(name, stream, h, payload.bytes())
+            }
+        }
+    }
+
+    /// Δ5: every transmission written, no commit sent.
+    pub(super) fn after_transmissions() {
+        #[cfg(feature = "failpoints")]
+        if hit("delta5") {
+            die("delta5")
+        }
+    }
+
+    /// Δ6 (part of the first commit written) and Δ7 (between the first and second commit).
+    #[allow(unused_variables)]
+    pub(super) fn partial_commit(i: usize, stream: Option<&mut TcpStream>, h: &Header) {
+        #[cfg(feature = "failpoints")]
+        {
+            if i == 0 && hit("delta6") {
+                half_and_die("delta6", stream, h, &[])
+            }
+            if i == 1 && hit("delta7") {
+                die("delta7")
+            }
+        }
+    }
+
+    /// After every commit.
+    pub(super) fn after_commits() {
+        #[cfg(feature = "failpoints")]
+        if hit("after_commit") {
+            die("after_commit")
+        }
+    }
+
+    /// With failpoints, every frame of the protocol is written out before the next step, so
+    /// that a window is exactly what it says.
+    #[allow(unused_variables)]
+    pub(super) fn written(e: &mut Engine, cid: usize) {
+        #[cfg(feature = "failpoints")]
+        if armed() {
+            e.flush_blocking(cid);
         }
     }
 }

@@ -1,0 +1,97 @@
+//! Programs for the replication tests (`p2pmpirun -r R`): each prints what it computed, so a
+//! run where replicas die can be compared with a fault-free run.
+//!
+//! * `send K BYTES`   — rank 1 sends K messages of BYTES bytes to rank 2 (exact source and
+//!   tag); rank 2 prints a checksum of each (thesis figure 4.8's single send, repeated).
+//! * `anysource K`    — rank 1 sends K messages with different tags to rank 2, which receives
+//!   them with `ANY_SOURCE`/`ANY_TAG` (thesis figures 4.6–4.7).
+//! * `random`         — rank 1 draws a number with the replicated generator, sends it to rank 2,
+//!   both print it (thesis algorithm 6).
+//! * `iterate STEPS MS` — every rank: a ring exchange at every step, an allreduce every 10
+//!   steps, MS milliseconds of "computation" per step; rank 0 prints a checksum at the end.
+use mpi::point_to_point as p2p;
+use mpi::traits::*;
+
+fn checksum(data: &[u8]) -> u64 {
+    data.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3))
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let arg = |i: usize, d: u64| args.get(i).and_then(|a| a.parse().ok()).unwrap_or(d);
+    let universe = mpi::initialize().unwrap();
+    let world = universe.world();
+    let (rank, size) = (world.rank(), world.size());
+    assert!(size >= 3 || args.first().map(String::as_str) == Some("iterate"), "needs at least 3 ranks");
+    match args.first().map(String::as_str).unwrap_or("send") {
+        "send" => {
+            let (k, bytes) = (arg(1, 5), arg(2, 64) as usize);
+            if rank == 1 {
+                for i in 0..k {
+                    let msg: Vec<u8> = (0..bytes).map(|j| (i as usize * 31 + j * 7) as u8).collect();
+                    world.process_at_rank(2).send_with_tag(&msg[..], 5);
+                }
+                println!("rank 1 sent {k} message(s) of {bytes} B");
+            } else if rank == 2 {
+                for i in 0..k {
+                    let (msg, st) = world.process_at_rank(1).receive_vec_with_tag::<u8>(5);
+                    println!(
+                        "rank 2 got message {i}: {} B from {} checksum {:016x}",
+                        msg.len(),
+                        st.source_rank(),
+                        checksum(&msg)
+                    );
+                }
+            }
+        }
+        "anysource" => {
+            let k = arg(1, 4);
+            if rank == 1 {
+                for i in 0..k {
+                    world.process_at_rank(2).send_with_tag(&(1000 + i), i as i32);
+                }
+            } else if rank == 2 {
+                for _ in 0..k {
+                    let (v, st) = world.any_process().receive::<u64>();
+                    println!("rank 2 got {v} from rank {} tag {}", st.source_rank(), st.tag());
+                }
+            }
+        }
+        "random" => {
+            if rank == 1 {
+                let r = mpi::random::Rand::new().range(0, 1_000_000);
+                world.process_at_rank(2).send(&r);
+                println!("rank 1 drew {r}");
+            } else if rank == 2 {
+                let (r, _) = world.process_at_rank(1).receive::<u64>();
+                println!("rank 2 received {r}");
+            }
+        }
+        "iterate" => {
+            let (steps, ms) = (arg(1, 100), arg(2, 10));
+            let next = world.process_at_rank((rank + 1) % size);
+            let prev = world.process_at_rank((rank + size - 1) % size);
+            let mut v: u64 = rank as u64 + 1;
+            let mut total = 0u64;
+            for step in 0..steps {
+                // Some work, then the exchange.
+                std::thread::sleep(std::time::Duration::from_millis(ms));
+                v = v.wrapping_mul(6364136223846793005).wrapping_add(step + 1442695040888963407);
+                let (got, _): (u64, _) = p2p::send_receive(&v, &next, &prev);
+                v ^= got.rotate_left(17);
+                if step % 10 == 9 {
+                    let mut sum = 0u64;
+                    world.all_reduce_into(&(v % 1_000_003), &mut sum, mpi::collective::SystemOperation::sum());
+                    total = total.wrapping_add(sum);
+                    if rank == 0 {
+                        println!("step {step}: sum {sum}");
+                    }
+                }
+            }
+            if rank == 0 {
+                println!("checksum {total:016x} after {steps} steps on {size} ranks");
+            }
+        }
+        other => panic!("unknown mode {other}"),
+    }
+}
