@@ -343,23 +343,21 @@ fn deliver_replica(me: usize, l: p2pmpi_core::replication::Layout, notice: Notic
         l.slots_of(l.rank_of(slot)).all(|s| dead.contains(&s))
     };
     PENDING.store(true, Ordering::SeqCst);
-    if bootstrap::is_finalizing() {
-        // Peers that end after this process began to finalize are not failures.
-        return;
-    }
     let rank = l.rank_of(slot);
     let detail = format!(
         "rank {rank} replica {} failed: {}",
         l.replica_of(slot),
         notice.to_string().split_once(": ").map_or(String::new(), |(_, d)| d.to_string())
     );
-    if all_dead {
+    if all_dead && !bootstrap::is_finalizing() {
         let msg =
             format!("p2pmpi: rank {}: lost rank {rank}: all replicas for that rank failed; stopping", l.rank_of(me));
         eprintln!("{msg}");
         bootstrap::report_abort(l.rank_of(me) as i32, 1, &msg, Some(rank as i32));
         std::process::exit(1);
     }
+    // Also while finalizing: the launcher must learn of a replica that froze at the end (the
+    // others finish without it), and ignores one that had already ended.
     bootstrap::report_peer_failed_tolerated(me as i32, slot as i32, &detail);
 }
 

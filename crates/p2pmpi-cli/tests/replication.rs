@@ -1,0 +1,440 @@
+//! Transparent fault tolerance by replication (`p2pmpirun -r R`), with real processes:
+//!
+//! * a master killed at each failure window Δ1…Δ7 of one send (thesis figure 4.8) and after
+//!   its commits, by deterministic fault injection (`P2PMPI_FAILPOINTS_SLOT<k>`, compiled into
+//!   the test programs with the `failpoints` feature): every alive replica of the destination
+//!   accepts every message exactly once, in order, and the output equals the fault-free run;
+//! * the same for `ANY_SOURCE`/`ANY_TAG` receives (figures 4.6–4.7) and for a value drawn at
+//!   random with the replicated generator (§4.3.4);
+//! * a rank that loses every replica stops the job with an error naming it;
+//! * chaos on a local grid of real daemons: replicas (masters included) killed or frozen at
+//!   random moments, one at a time and several at once; the output equals the fault-free run
+//!   (`bench/soak_replication.sh` runs many more trials).
+
+mod common;
+
+use common::grid::{TestGrid, LIMIT};
+use common::{example, launcher, processes_with, run_cmd, wait_bounded, wait_no_processes, Outcome};
+use std::collections::HashMap;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// A fast failure detector: T_gossip 100 ms, no extra hang time.
+const FD: [&str; 4] = ["--t-gossip", "100", "--t-max-hang", "0"];
+
+fn tmpdir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("p2pmpi-repl-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// `p2pmpirun --local -n N -r R replcheck ARGS` with extra environment.
+fn local(n: usize, r: usize, args: &[&str], env: &[(String, String)]) -> Outcome {
+    let (n, r) = (n.to_string(), r.to_string());
+    let mut cmd = Command::new(launcher());
+    cmd.args(["--local", "-n", &n, "-r", &r])
+        .args(FD)
+        .arg(example("replcheck"))
+        .args(args)
+        .env("P2PMPI_HOME", "/nonexistent/p2pmpi-local-tests")
+        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    run_cmd(&mut cmd, LIMIT)
+}
+
+/// Output lines grouped by the rank that printed them (`rank K …` lines keep their order
+/// within a rank; ranks interleave freely).
+fn by_rank(stdout: &str) -> Vec<String> {
+    let mut lines: Vec<String> = stdout.lines().map(str::to_string).collect();
+    lines.sort_by_key(|l| l.split_whitespace().take(2).collect::<Vec<_>>().join(" "));
+    lines
+}
+
+/// The messages a process accepted: (comm, source, tag, seq, len).
+fn trace(dir: &Path, slot: usize) -> Vec<(u32, i32, i32, u64, u64)> {
+    let text = std::fs::read_to_string(dir.join(format!("trace-{slot}.txt")))
+        .unwrap_or_else(|e| panic!("no trace of slot {slot} in {}: {e}", dir.display()));
+    text.lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (
+                f[0].parse().unwrap(),
+                f[1].parse().unwrap(),
+                f[2].parse().unwrap(),
+                f[3].parse().unwrap(),
+                f[4].parse().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// Every alive replica of rank 2 (slots 4, 5, 6 with n = 3, r = 3) accepted rank 1's
+/// messages of `tags` exactly once each, sequences in order, and all replicas the same.
+fn assert_exactly_once(dir: &Path, k: u64, tags: impl Fn(u64) -> (i32, u64)) {
+    let mut first: Option<Vec<(i32, u64)>> = None;
+    for slot in 4..7 {
+        let got: Vec<(i32, u64)> =
+            trace(dir, slot).into_iter().filter(|m| m.1 == 1 && m.2 >= 0).map(|m| (m.2, m.3)).collect();
+        let mut want: Vec<(i32, u64)> = (0..k).map(&tags).collect();
+        let mut sorted = got.clone();
+        sorted.sort();
+        want.sort();
+        assert_eq!(sorted, want, "slot {slot}: messages from rank 1 accepted (tag, seq)");
+        match &first {
+            None => first = Some(got),
+            Some(f) => assert_eq!(&got, f, "slot {slot} accepted them in another order than slot 4"),
+        }
+    }
+}
+
+const K: u64 = 4;
+
+/// The fault-free output of `replcheck ARGS` with 3 ranks, 3 replicas each.
+fn fault_free(args: &'static [&'static str]) -> String {
+    static RUNS: OnceLock<std::sync::Mutex<HashMap<String, String>>> = OnceLock::new();
+    let key = args.join(" ");
+    let runs = RUNS.get_or_init(Default::default);
+    if let Some(s) = runs.lock().unwrap().get(&key) {
+        return s.clone();
+    }
+    let seed = [("P2PMPI_SEED".to_string(), "4242".to_string())];
+    let plain = local(3, 1, args, &seed);
+    plain.assert_ok();
+    let replicated = local(3, 3, args, &seed);
+    replicated.assert_ok();
+    assert_eq!(by_rank(&replicated.stdout), by_rank(&plain.stdout), "replicas changed the output");
+    runs.lock().unwrap().insert(key, plain.stdout.clone());
+    plain.stdout
+}
+
+/// Kills rank 1's master (slot 1) at `window` of its second send and checks the outcome.
+fn window_case(window: &str, args: &'static [&'static str], tags: impl Fn(u64) -> (i32, u64)) {
+    let want = fault_free(args);
+    let dir = tmpdir(&format!("{window}-{}", args[0]));
+    let env = [
+        ("P2PMPI_FAILPOINTS_SLOT1".to_string(), format!("{window}=1*off->return")),
+        ("P2PMPI_TRACE".to_string(), dir.display().to_string()),
+        ("P2PMPI_SEED".to_string(), "4242".to_string()),
+    ];
+    let out = local(3, 3, args, &env);
+    out.assert_ok();
+    assert!(out.stderr.contains(&format!("failpoint {window}")), "the master did not die at {window}:\n{}", out.stderr);
+    assert!(
+        out.stderr.contains("rank 1 replica 0"),
+        "the launcher did not report the replica's death:\n{}",
+        out.stderr
+    );
+    assert_eq!(by_rank(&out.stdout), by_rank(&want), "output differs from the fault-free run after {window}");
+    assert_exactly_once(&dir, K, tags);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+const SEND: &[&str] = &["send", "4", "100000"];
+const SEND_SMALL: &[&str] = &["send", "4", "64"];
+const ANY: &[&str] = &["anysource", "4"];
+
+fn send_tags(i: u64) -> (i32, u64) {
+    (5, i)
+}
+
+fn any_tags(i: u64) -> (i32, u64) {
+    (i as i32, 0)
+}
+
+#[test]
+fn replicas_print_once_and_equal_the_unreplicated_run() {
+    let want = fault_free(SEND_SMALL);
+    assert_eq!(want.lines().filter(|l| l.starts_with("rank 2 got message")).count(), K as usize);
+    for r in [2, 4] {
+        let out = local(3, r, SEND_SMALL, &[]);
+        out.assert_ok();
+        assert_eq!(by_rank(&out.stdout), by_rank(&want), "-r {r}");
+    }
+}
+
+#[test]
+fn master_dies_before_the_first_send_delta1() {
+    window_case("delta1", SEND, send_tags);
+}
+
+#[test]
+fn master_dies_inside_the_first_send_delta2() {
+    window_case("delta2", SEND, send_tags);
+}
+
+#[test]
+fn master_dies_between_the_sends_delta3() {
+    window_case("delta3", SEND, send_tags);
+}
+
+#[test]
+fn master_dies_inside_the_second_send_delta4() {
+    window_case("delta4", SEND, send_tags);
+}
+
+#[test]
+fn master_dies_after_the_sends_before_the_commit_delta5() {
+    window_case("delta5", SEND, send_tags);
+}
+
+#[test]
+fn master_dies_inside_the_first_commit_delta6() {
+    window_case("delta6", SEND, send_tags);
+}
+
+#[test]
+fn master_dies_between_the_commits_delta7() {
+    window_case("delta7", SEND, send_tags);
+}
+
+#[test]
+fn master_dies_after_the_commits() {
+    window_case("after_commit", SEND, send_tags);
+}
+
+#[test]
+fn small_messages_every_window() {
+    for w in ["delta2", "delta3", "delta5", "delta7"] {
+        window_case(w, SEND_SMALL, send_tags);
+    }
+}
+
+#[test]
+fn any_source_receives_discard_resent_messages() {
+    // Figures 4.6–4.7: m1 was transmitted, not committed; the new master resends it, then m2.
+    for w in ["delta3", "delta5", "delta6"] {
+        window_case(w, ANY, any_tags);
+    }
+}
+
+#[test]
+fn random_value_is_the_same_on_every_replica() {
+    // Algorithm 6 with the replicated generator: the new master resends the very value.
+    const RANDOM: &[&str] = &["random"];
+    let want = fault_free(RANDOM);
+    for w in ["delta3", "delta5"] {
+        let dir = tmpdir(&format!("random-{w}"));
+        let env = [
+            ("P2PMPI_FAILPOINTS_SLOT1".to_string(), format!("{w}=return")),
+            ("P2PMPI_TRACE".to_string(), dir.display().to_string()),
+            ("P2PMPI_SEED".to_string(), "4242".to_string()),
+        ];
+        let out = local(3, 3, RANDOM, &env);
+        out.assert_ok();
+        assert!(out.stderr.contains(&format!("failpoint {w}")), "{}", out.stderr);
+        assert_eq!(by_rank(&out.stdout), by_rank(&want));
+        // Every replica of rank 2 received the value rank 1's master printed.
+        let drew = want.lines().find_map(|l| l.strip_prefix("rank 1 drew ")).unwrap().to_string();
+        assert!(want.contains(&format!("rank 2 received {drew}")), "{want}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    // Different jobs draw differently (the job is part of the seed).
+    let a = local(3, 2, RANDOM, &[]);
+    let b = local(3, 2, RANDOM, &[]);
+    a.assert_ok();
+    b.assert_ok();
+    assert_ne!(by_rank(&a.stdout), by_rank(&b.stdout), "two jobs drew the same number");
+}
+
+// ------------------------------------------------------------------ processes and chaos
+
+/// The slot a process runs (its `P2PMPI_RANK`).
+fn slot_of(pid: u32) -> Option<usize> {
+    let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    env.split(|&b| b == 0)
+        .filter_map(|kv| std::str::from_utf8(kv).ok())
+        .find_map(|kv| kv.strip_prefix("P2PMPI_RANK=").and_then(|v| v.parse().ok()))
+}
+
+/// Waits until `count` processes carry `marker`; returns slot → pid.
+fn wait_processes(marker: &str, count: usize) -> HashMap<usize, u32> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let found: HashMap<usize, u32> =
+            processes_with(marker).into_iter().filter_map(|pid| slot_of(pid).map(|s| (s, pid))).collect();
+        if found.len() >= count {
+            return found;
+        }
+        assert!(Instant::now() < deadline, "only {} of {count} processes started", found.len());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A job started in the background, its output collected.
+struct Running {
+    child: std::process::Child,
+    out: std::thread::JoinHandle<String>,
+    err: std::thread::JoinHandle<String>,
+    start: Instant,
+}
+
+fn spawn(cmd: &mut Command) -> Running {
+    let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut o = child.stdout.take().unwrap();
+    let mut e = child.stderr.take().unwrap();
+    Running {
+        child,
+        out: std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = o.read_to_string(&mut s);
+            s
+        }),
+        err: std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = e.read_to_string(&mut s);
+            s
+        }),
+        start: Instant::now(),
+    }
+}
+
+impl Running {
+    fn finish(mut self, limit: Duration) -> Outcome {
+        let status = wait_bounded(&mut self.child, limit);
+        let Some(status) = status else {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+            panic!("job did not end within {limit:?}:\n{}", self.err.join().unwrap_or_default());
+        };
+        Outcome {
+            status,
+            stdout: self.out.join().unwrap(),
+            stderr: self.err.join().unwrap(),
+            elapsed: self.start.elapsed(),
+        }
+    }
+}
+
+#[test]
+fn a_rank_that_loses_every_replica_stops_the_job_naming_it() {
+    for (sig, name) in [(libc::SIGKILL, "kill"), (libc::SIGSTOP, "stop")] {
+        let marker = common::marker(&format!("lost-{name}"));
+        let mut cmd = Command::new(launcher());
+        cmd.args(["--local", "-n", "3", "-r", "2"])
+            .args(FD)
+            .arg(example("replcheck"))
+            .args(["iterate", "2000", "10", &marker])
+            .env("P2PMPI_HOME", "/nonexistent/p2pmpi-local-tests");
+        let job = spawn(&mut cmd);
+        // n = 3, r = 2: rank 2 is slots 3 and 4.
+        let procs = wait_processes(&marker, 5);
+        std::thread::sleep(Duration::from_millis(500));
+        let t0 = Instant::now();
+        for slot in [3, 4] {
+            unsafe { libc::kill(procs[&slot] as i32, sig) };
+        }
+        let out = job.finish(LIMIT);
+        let took = t0.elapsed();
+        assert!(!out.status.success(), "{name}: the job should fail:\n{}", out.stderr);
+        assert!(
+            out.stderr.contains("all replicas") && out.stderr.contains("rank 2"),
+            "{name}: the error must name rank 2:\n{}",
+            out.stderr
+        );
+        // 5 processes, DBRR: T_cleanup = 3·⌈log2 5⌉·100 ms = 900 ms; bound 2·T_cleanup, plus
+        // the stop of the others and slack for a loaded machine.
+        assert!(took < Duration::from_millis(2 * 900 + 1500), "{name}: stopped after {took:?}");
+        assert!(wait_no_processes(&marker, Duration::from_secs(10)).is_empty(), "{name}: processes left");
+    }
+}
+
+/// One chaos trial on `grid`: `-n 3 -r R`, replicas killed (kill -9) or frozen (SIGSTOP) at
+/// random moments; every rank keeps at least one replica. Returns the job's outcome.
+fn chaos_trial(grid: &TestGrid, r: usize, seed: u64, together: bool) -> Outcome {
+    let mut rng = p2pmpi::random::Rand::from_parts(seed, r as u64, together as u64);
+    let marker = common::marker(&format!("chaos-{seed}"));
+    let rs = r.to_string();
+    let mut cmd = Command::new(common::grid::bin("p2pmpirun"));
+    cmd.args(["-n", "3", "-r", &rs])
+        .args(FD)
+        .arg(example("replcheck"))
+        .args(["iterate", "80", "25", &marker])
+        .env("P2PMPI_HOME", grid.home(1))
+        .env_remove("P2PMPI_CONF_FILE");
+    let job = spawn(&mut cmd);
+    let slots = 1 + 2 * r;
+    let procs = wait_processes(&marker, slots);
+    // Victims: for each replicated rank, up to r − 1 of its replicas (masters included).
+    let mut victims: Vec<usize> = Vec::new();
+    for rank in 1..3 {
+        let k = rng.range(1, r as u64) as usize;
+        let mut reps: Vec<usize> = (0..r).collect();
+        for _ in 0..k {
+            let i = rng.range(0, reps.len() as u64) as usize;
+            victims.push(1 + (rank - 1) * r + reps.remove(i));
+        }
+    }
+    let signal = |rng: &mut p2pmpi::random::Rand| if rng.range(0, 2) == 0 { libc::SIGKILL } else { libc::SIGSTOP };
+    if together {
+        std::thread::sleep(Duration::from_millis(rng.range(100, 1500)));
+        let sig = signal(&mut rng);
+        for v in &victims {
+            unsafe { libc::kill(procs[v] as i32, sig) };
+        }
+    } else {
+        for v in &victims {
+            std::thread::sleep(Duration::from_millis(rng.range(50, 800)));
+            let sig = signal(&mut rng);
+            unsafe { libc::kill(procs[v] as i32, sig) };
+        }
+    }
+    let out = job.finish(LIMIT);
+    // Frozen victims are stopped by the launcher at the end; make sure nothing is left.
+    for pid in processes_with(&marker) {
+        unsafe {
+            libc::kill(pid as i32, libc::SIGKILL);
+        }
+    }
+    assert!(
+        out.status.success(),
+        "chaos trial (r {r}, seed {seed}, together {together}, victims {victims:?}) failed:\n{}",
+        out.stderr
+    );
+    out
+}
+
+/// Trials per configuration (the soak script sets more).
+fn trials() -> u64 {
+    std::env::var("P2PMPI_CHAOS_TRIALS").ok().and_then(|v| v.parse().ok()).unwrap_or(1)
+}
+
+#[test]
+fn chaos_on_a_local_grid() {
+    let grid = TestGrid::start("chaos", 4, &["--procs", "3"]);
+    grid.wait_hosts(1, 3);
+    let marker = common::marker("chaos-ref");
+    let reference = run_cmd(
+        Command::new(common::grid::bin("p2pmpirun"))
+            .args(["-n", "3", "-r", "1"])
+            .args(FD)
+            .arg(example("replcheck"))
+            .args(["iterate", "80", "25", &marker])
+            .env("P2PMPI_HOME", grid.home(1))
+            .env_remove("P2PMPI_CONF_FILE"),
+        LIMIT,
+    );
+    reference.assert_ok();
+    assert!(reference.stdout.contains("checksum"), "{}", reference.stdout);
+    let base: u64 = std::env::var("P2PMPI_CHAOS_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs());
+    let mut passed = 0;
+    let total = trials() * 4;
+    for t in 0..trials() {
+        for (r, together) in [(2, false), (3, false), (2, true), (3, true)] {
+            let seed = base.wrapping_add(t * 4 + r as u64 + together as u64 * 2);
+            let out = chaos_trial(&grid, r, seed, together);
+            assert_eq!(
+                out.stdout, reference.stdout,
+                "chaos trial (r {r}, seed {seed}, together {together}): output differs\nstderr:\n{}",
+                out.stderr
+            );
+            passed += 1;
+        }
+    }
+    eprintln!("chaos: {passed} of {total} trials passed (base seed {base})");
+}
