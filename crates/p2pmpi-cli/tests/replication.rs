@@ -445,3 +445,20 @@ fn chaos_on_a_local_grid() {
     eprintln!("chaos: {} of {total} trials passed (base seed {base})", total as usize - failures.len());
     assert!(failures.is_empty(), "{} chaos trial(s) failed; first:\n{}", failures.len(), failures[0]);
 }
+
+#[test]
+fn point_to_point_and_collectives_pass_their_checks_with_replicas() {
+    // Every point-to-point mode (synchronous sends acknowledged by a destination replica,
+    // probes, wildcards, immediate operations, buffered sends…) and every collective.
+    for (prog, r) in [("p2p_checks", "2"), ("coll_checks", "2"), ("p2p_checks", "3")] {
+        let out = run_cmd(
+            Command::new(launcher())
+                .args(["--local", "-n", "4", "-r", r])
+                .arg(example(prog))
+                .env("P2PMPI_HOME", "/nonexistent/p2pmpi-local-tests"),
+            LIMIT,
+        );
+        out.assert_ok();
+        assert!(out.stdout.contains("OK"), "{prog} -r {r}:\n{}", out.stdout);
+    }
+}

@@ -83,6 +83,8 @@ pub(crate) struct Conn {
     /// replicated job: a sender that dies mid-message must leave no trace, its successor
     /// sends the message again).
     pub arrive_when_complete: bool,
+    /// ... and it is a synchronous send's.
+    pub stream_sync: bool,
 }
 
 impl Conn {
@@ -104,6 +106,7 @@ impl Conn {
             read_eof: false,
             max_eager: EAGER_LIMIT as u64,
             arrive_when_complete: false,
+            stream_sync: false,
         }
     }
 

@@ -80,6 +80,11 @@ struct Fanout {
     mid: Mid,
     user: Option<ReqId>,
     subs: Vec<ReqId>,
+    /// A synchronous send: the user's request also waits for a destination replica to say
+    /// it matched the message.
+    sync: bool,
+    acked: bool,
+    written: bool,
 }
 
 /// The replication state of a process of a job run with `-r R` (R > 1).
@@ -92,7 +97,9 @@ struct Replication {
     /// The backup table handed over by a takeover: to transmit and commit.
     resends: VecDeque<(Mid, Vec<u8>)>,
     /// Messages that arrived before their turn, per (comm, source, tag), by sequence.
-    early: HashMap<(u32, i32, i32), BTreeMap<u64, (Envelope, Vec<u8>)>>,
+    early: HashMap<(u32, i32, i32), BTreeMap<u64, (Envelope, Vec<u8>, bool)>>,
+    /// Synchronous messages accepted but not matched yet: (comm, source, tag, seq).
+    sync_unmatched: std::collections::HashSet<(u32, i32, i32, u64)>,
 }
 
 fn msg_id(m: &Mid) -> MsgId {
@@ -217,6 +224,7 @@ impl Engine {
                 commits: VecDeque::new(),
                 resends: VecDeque::new(),
                 early: HashMap::new(),
+                sync_unmatched: Default::default(),
             })
         });
         let trace = std::env::var_os("P2PMPI_TRACE").map(|_| Vec::new());
@@ -424,7 +432,8 @@ impl Engine {
                 }
                 SendAction::Transmit { dests } => {
                     let req = self.new_req(std::ptr::null_mut(), 0, ReqState::Pending);
-                    self.transmit(mid, TxData::Raw(ptr, len), dests, Some(req));
+                    let sync = mode == SendMode::Synchronous;
+                    self.transmit(mid, TxData::Raw(ptr, len), dests, Some(req), sync);
                     self.flush_deferred();
                     Ok(req)
                 }
@@ -455,15 +464,18 @@ impl Engine {
     /// A message to this very process: matched (and copied) at once or queued.
     fn deliver_local(&mut self, comm: u32, tag: i32, seq: u64, data: &[u8]) {
         let env = Envelope { comm, src: self.rank, tag, seq, len: data.len() as u64 };
-        self.accept_eager(env, data, None);
+        self.accept_eager(env, data, None, false);
     }
 
     /// An eager message arrived whole: matched, queued, dropped as a duplicate or kept
     /// until its turn. `owned` is the data when the caller already holds a copy.
-    fn accept_eager(&mut self, env: Envelope, data: &[u8], owned: Option<Vec<u8>>) {
+    fn accept_eager(&mut self, env: Envelope, data: &[u8], owned: Option<Vec<u8>>, sync: bool) {
         match self.matcher.arrive(&env) {
             Arrival::Matched(r) => {
                 self.traced(&env);
+                if sync {
+                    self.ack_sync(&env);
+                }
                 self.fill(r, &env, data);
                 if let Some(v) = owned {
                     crate::pool::give(v);
@@ -471,6 +483,11 @@ impl Engine {
             }
             Arrival::Unmatched => {
                 self.traced(&env);
+                if sync {
+                    if let Some(rp) = self.repl.as_mut() {
+                        rp.sync_unmatched.insert((env.comm, env.src, env.tag, env.seq));
+                    }
+                }
                 let v = owned.unwrap_or_else(|| crate::pool::copy_of(data));
                 self.matcher.enqueue(env, Body::Eager(v));
             }
@@ -483,7 +500,7 @@ impl Engine {
             Arrival::Early => {
                 let v = owned.unwrap_or_else(|| crate::pool::copy_of(data));
                 if let Some(rp) = self.repl.as_mut() {
-                    rp.early.entry((env.comm, env.src, env.tag)).or_default().insert(env.seq, (env, v));
+                    rp.early.entry((env.comm, env.src, env.tag)).or_default().insert(env.seq, (env, v, sync));
                 } else {
                     log_warn(self.rank, &format!("message {env:?} arrived out of order; dropped"));
                 }
@@ -507,7 +524,7 @@ impl Engine {
             while q.first_key_value().is_some_and(|(s, _)| *s < next) {
                 q.pop_first();
             }
-            let Some((env, data)) = q.remove(&next) else {
+            let Some((env, data, sync)) = q.remove(&next) else {
                 if q.is_empty() {
                     rp.early.remove(&key);
                 }
@@ -520,7 +537,7 @@ impl Engine {
             let n = data.len();
             // `accept_eager` keeps or frees `data`; the slice lives as long as it does.
             let view = unsafe { std::slice::from_raw_parts(ptr, n) };
-            self.accept_eager(env, view, Some(data));
+            self.accept_eager(env, view, Some(data), sync);
         }
     }
 
@@ -570,13 +587,21 @@ impl Engine {
 
     /// A master's transmission of `mid` to the replicas `dests` of its destination; the
     /// commit follows once every one is written ([`Self::fanout_step`]).
-    fn transmit(&mut self, mid: Mid, data: TxData, dests: Vec<usize>, user: Option<ReqId>) {
+    fn transmit(&mut self, mid: Mid, data: TxData, dests: Vec<usize>, user: Option<ReqId>, sync: bool) {
         let len = match &data {
             TxData::Raw(_, n) => *n,
             TxData::Owned(v) => v.len(),
         };
         let Some(rp) = self.repl.as_mut() else { return };
-        let f = Fanout { pending: dests.len() + 1, mid, user, subs: Vec::with_capacity(dests.len()) };
+        let f = Fanout {
+            pending: dests.len() + 1,
+            mid,
+            user,
+            subs: Vec::with_capacity(dests.len()),
+            sync: sync && user.is_some(),
+            acked: false,
+            written: false,
+        };
         let fid = match rp.free_fanouts.pop() {
             Some(i) => {
                 rp.fanouts[i] = Some(f);
@@ -594,7 +619,10 @@ impl Engine {
             if let Some(f) = self.repl.as_mut().and_then(|rp| rp.fanouts[fid].as_mut()) {
                 f.subs.push(sub);
             }
-            let h = Header::new(FrameKind::Eager, mid, len as u64);
+            let mut h = Header::new(FrameKind::Eager, mid, len as u64);
+            if sync {
+                h.flags |= p2pmpi_wire::frame::flags::SYNCHRONOUS;
+            }
             let payload = match &data {
                 _ if len == 0 => Payload::None,
                 TxData::Raw(p, n) => Payload::Raw(*p, *n),
@@ -624,16 +652,53 @@ impl Engine {
     fn fanout_step(&mut self, f: usize) {
         let Some(rp) = self.repl.as_mut() else { return };
         let Some(fo) = rp.fanouts[f].as_mut() else { return };
-        fo.pending -= 1;
-        if fo.pending > 0 {
+        if !fo.written {
+            fo.pending -= 1;
+            if fo.pending > 0 {
+                return;
+            }
+            fo.written = true;
+            rp.commits.push_back(fo.mid);
+        }
+        if fo.sync && !fo.acked {
             return;
         }
         let fo = rp.fanouts[f].take().expect("live fan-out");
         rp.free_fanouts.push(f);
-        rp.commits.push_back(fo.mid);
         if let Some(u) = fo.user {
             let st = StatusInfo { source: fo.mid.dst as i32, tag: fo.mid.tag, len: 0, cancelled: false };
             self.complete(u, Ok(st));
+        }
+    }
+
+    /// A destination replica matched synchronous message `mid`.
+    fn sync_acked(&mut self, mid: Mid) {
+        let Some(rp) = self.repl.as_mut() else { return };
+        let Some(f) = rp.fanouts.iter().position(|f| f.as_ref().is_some_and(|f| f.sync && f.mid == mid && !f.acked))
+        else {
+            return;
+        };
+        let fo = rp.fanouts[f].as_mut().expect("found");
+        fo.acked = true;
+        if fo.written {
+            let fo = rp.fanouts[f].take().expect("found");
+            rp.free_fanouts.push(f);
+            if let Some(u) = fo.user {
+                let st = StatusInfo { source: mid.dst as i32, tag: mid.tag, len: 0, cancelled: false };
+                self.complete(u, Ok(st));
+            }
+        }
+    }
+
+    /// A synchronous message was matched by a receive here: tell every alive replica of its
+    /// sender (whichever is master now).
+    fn ack_sync(&mut self, env: &Envelope) {
+        let Some(rp) = self.repl.as_mut() else { return };
+        rp.sync_unmatched.remove(&(env.comm, env.src, env.tag, env.seq));
+        let mid = Mid { comm: env.comm, src: env.src as u32, dst: self.rank as u32, tag: env.tag, seq: env.seq };
+        let to: Vec<usize> = rp.coord.alive_slots(env.src as usize).collect();
+        for slot in to {
+            self.deferred.push((slot as i32, Out::new(Header::new(FrameKind::ReadyToRecv, mid, 0), Payload::None)));
         }
     }
 
@@ -643,7 +708,7 @@ impl Engine {
             let Some(rp) = self.repl.as_mut() else { return };
             if let Some((mid, data)) = rp.resends.pop_front() {
                 let dests = rp.coord.destinations(mid.dst as usize);
-                self.transmit(mid, TxData::Owned(data), dests, None);
+                self.transmit(mid, TxData::Owned(data), dests, None, false);
                 continue;
             }
             let Some(mid) = rp.commits.pop_front() else { return };
@@ -870,6 +935,14 @@ impl Engine {
     fn consume(&mut self, r: ReqId, env: Envelope, body: Body<Vec<u8>>) {
         match body {
             Body::Eager(data) => {
+                if self
+                    .repl
+                    .as_ref()
+                    .is_some_and(|rp| rp.sync_unmatched.contains(&(env.comm, env.src, env.tag, env.seq)))
+                {
+                    self.ack_sync(&env);
+                    self.flush_deferred();
+                }
                 self.fill(r, &env, &data);
                 crate::pool::give(data);
             }
@@ -1024,7 +1097,8 @@ impl Engine {
                                 if std::mem::take(&mut conn.arrive_when_complete) {
                                     let ptr = data.as_ptr();
                                     let view = unsafe { std::slice::from_raw_parts(ptr, data.len()) };
-                                    self.accept_eager(env, view, Some(data));
+                                    let sync = std::mem::take(&mut conn.stream_sync);
+                                    self.accept_eager(env, view, Some(data), sync);
                                 } else if let Some((r, Body::Eager(data))) =
                                     self.matcher.deliver_late(env, Body::Eager(data))
                                 {
@@ -1129,6 +1203,7 @@ impl Engine {
                 conn.stream_unexpected = Some((env, data));
                 conn.stream_status = Some(StatusInfo { source: peer, tag: mid.tag, len: h.len, cancelled: false });
                 conn.arrive_when_complete = true;
+                conn.stream_sync = h.flags & p2pmpi_wire::frame::flags::SYNCHRONOUS != 0;
                 conn.rstate = RState::Stream { req: usize::MAX, ptr, left: h.len as usize, discard: false };
             }
             FrameKind::Eager | FrameKind::ReadyToSend if !from_peer => {
@@ -1164,7 +1239,8 @@ impl Engine {
             }
             FrameKind::Eager if self.repl.is_some() => {
                 let env = Envelope { comm: mid.comm, src: peer, tag: mid.tag, seq: mid.seq, len: h.len };
-                self.accept_eager(env, &conn.rbuf[payload], None);
+                let sync = h.flags & p2pmpi_wire::frame::flags::SYNCHRONOUS != 0;
+                self.accept_eager(env, &conn.rbuf[payload], None, sync);
             }
             FrameKind::Eager => {
                 let env = Envelope { comm: mid.comm, src: peer, tag: mid.tag, seq: mid.seq, len: h.len };
@@ -1194,6 +1270,12 @@ impl Engine {
                     }
                     Arrival::Duplicate => {}
                     Arrival::Early => return Err(proto(format!("message {mid:?} out of order"))),
+                }
+            }
+            FrameKind::ReadyToRecv if self.repl.is_some() => {
+                // Replicated jobs send everything eager: this acknowledges a synchronous send.
+                if mid.src as i32 == self.rank && mid.dst as i32 == peer {
+                    self.sync_acked(mid);
                 }
             }
             FrameKind::ReadyToRecv => {
