@@ -12,11 +12,19 @@
 //!
 //! A failure at any step releases every reservation and stops every process already started;
 //! a peer lost while the job runs stops the job with a message naming it.
+//!
+//! With `-r R` the reservation places every rank R times on R different hosts, rank 0
+//! included. Rank 0 runs once, here; the other copies of rank 0 are dropped (a host left with
+//! nothing to run is released at once), and the j-th copy of rank k ≥ 1, in placement order,
+//! is its replica j: slot [`Layout::slot`]`(k, j)`. Hosts launch slots; a replica lost with
+//! its host is reported and the job goes on while its rank keeps another replica.
 
-use crate::launcher::{self, Event, RankState, RunArgs};
+use crate::launcher::{self, Event, Job, RankState, RunArgs};
+use crate::output::Output;
 use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use p2pmpi::bootstrap::env;
+use p2pmpi_core::replication::Layout;
 use p2pmpi_peer::config::Config;
 use p2pmpi_peer::ft::{self, LocalFile};
 use p2pmpi_peer::home::{self, Home, MpdState};
@@ -157,6 +165,40 @@ fn input_files(opts: &RunArgs, program: &Path, app: &str) -> Result<Vec<LocalFil
     Ok(files)
 }
 
+/// The slots each host of a reservation runs (`placements`: the ranks of each host, this
+/// host first). Rank 0 is slot 0, on this host; its other copies are dropped. The j-th
+/// occurrence of rank k ≥ 1, in placement order, is replica j. With R = 1 slots are ranks.
+pub(crate) fn assign_slots(layout: Layout, placements: &[Vec<u32>]) -> Result<Vec<Vec<u32>>> {
+    let mut seen = vec![0usize; layout.n];
+    let mut slots: Vec<Vec<u32>> = Vec::with_capacity(placements.len());
+    for (h, ranks) in placements.iter().enumerate() {
+        let mut here = Vec::new();
+        if h == 0 {
+            here.push(0);
+        }
+        for &k in ranks {
+            let k = k as usize;
+            if k >= layout.n {
+                bail!("the reservation placed rank {k} in a job of {} rank(s)", layout.n);
+            }
+            let j = seen[k];
+            seen[k] += 1;
+            if k == 0 {
+                continue;
+            }
+            if j >= layout.r {
+                bail!("the reservation placed rank {k} more than {} time(s)", layout.r);
+            }
+            here.push(layout.slot(k, j) as u32);
+        }
+        slots.push(here);
+    }
+    if let Some(k) = (1..layout.n).find(|&k| seen[k] != layout.r) {
+        bail!("the reservation placed rank {k} {} time(s) instead of {}", seen[k], layout.r);
+    }
+    Ok(slots)
+}
+
 fn addr_of(info: &PeerInfo, port: u16) -> SocketAddr {
     SocketAddr::new(info.id.ip.parse().unwrap_or(IpAddr::from([127, 0, 0, 1])), port)
 }
@@ -168,6 +210,7 @@ pub fn run(name: &str, opts: &RunArgs, n: usize, grid: Grid) -> Result<i32> {
     let files = input_files(opts, &program, &app)?;
     let strategy: p2pmpi_core::allocation::Strategy = opts.strategy.parse().map_err(|e: String| anyhow::anyhow!(e))?;
     let r = opts.replicas as usize;
+    let layout = Layout::new(n, r);
     let me = grid.state.ip;
     let fd = launcher::FdPlan::from_options(opts, &grid.cfg)?;
     let mut progress = Progress::new();
@@ -212,29 +255,49 @@ pub fn run(name: &str, opts: &RunArgs, n: usize, grid: Grid) -> Result<i32> {
         let hosts: Vec<String> = placements.iter().map(|p| format!("{}×{}", p.info.id, p.ranks.len())).collect();
         eprintln!("{name}: reserved {} in {} ms", hosts.join(", "), progress.start.elapsed().as_millis());
     }
-    let reservation = Reservation { grid: &grid, ticket, peers: placements.iter().map(|p| p.info.clone()).collect() };
+    let mut reservation =
+        Reservation { grid: &grid, ticket, peers: placements.iter().map(|p| p.info.clone()).collect() };
+    let assigned = assign_slots(layout, &placements.iter().map(|p| p.ranks.clone()).collect::<Vec<_>>());
 
-    if opts.dry_run || r > 1 {
+    if opts.dry_run {
         progress.done();
         println!("{:<22} {:>5}  ranks", "host", "procs");
         for p in &placements {
             let ranks: Vec<String> = p.ranks.iter().map(|r| r.to_string()).collect();
             println!("{:<22} {:>5}  {}", p.info.id.to_string(), p.ranks.len(), ranks.join(" "));
         }
-        drop(reservation);
-        if r > 1 && !opts.dry_run {
-            bail!("the hosts above were reserved for -r {r}, but running replicas is not available yet; reservations released");
+        if layout.slots() > layout.n {
+            // The table above is the reservation as placed (scripts read it); which copy is
+            // which replica is told apart, on stderr.
+            eprint!("{}", describe_replicas(layout, &placements, &assigned?));
         }
+        drop(reservation);
         return Ok(0);
+    }
+    let assigned = assigned?;
+    // Hosts whose only copy was a dropped rank 0 run nothing: released now.
+    let unused: Vec<PeerInfo> =
+        placements.iter().zip(&assigned).skip(1).filter(|(_, s)| s.is_empty()).map(|(p, _)| p.info.clone()).collect();
+    if !unused.is_empty() {
+        let req = MpdRequest::Release { ticket, peers: unused.clone() };
+        let _ = mpd::call(Some(me), grid.state.mpd_addr(), &grid.secret, &req);
+        reservation.peers.retain(|p| !unused.contains(p));
     }
 
     // 2. Staging to every host that runs a process besides rank 0.
     let job = format!("{:032x}", home::random_u128());
-    let remote: Vec<&Placement> = placements.iter().filter(|p| p.ranks.iter().any(|&x| x != 0)).collect();
+    // Each host with the slots it launches (slot 0 runs here, started by this process) and
+    // how many processes it runs in all.
+    let remote: Vec<(&Placement, Vec<u32>, usize)> = placements
+        .iter()
+        .zip(&assigned)
+        .map(|(p, s)| (p, s.iter().copied().filter(|&x| x != 0).collect::<Vec<u32>>(), s.len()))
+        .filter(|(_, s, _)| !s.is_empty())
+        .collect();
     if !remote.is_empty() {
         progress.set(format!("staging {} file(s) to {} host(s)", files.len(), remote.len()));
         let metas = ft::describe(&files)?;
-        let targets: Vec<SocketAddr> = remote.iter().map(|p| addr_of(&p.info, p.info.ft_port)).collect();
+        let targets: Vec<SocketAddr> = remote.iter().map(|(p, _, _)| addr_of(&p.info, p.info.ft_port)).collect();
         let results = ft::stage_many(
             &targets,
             grid.cfg.staging_fanout.max(1) as usize,
@@ -245,7 +308,7 @@ pub fn run(name: &str, opts: &RunArgs, n: usize, grid: Grid) -> Result<i32> {
             &metas,
             Duration::from_secs(120),
         );
-        for (p, res) in remote.iter().zip(results) {
+        for ((p, _, _), res) in remote.iter().zip(results) {
             match res {
                 Err(e) => {
                     progress.done();
@@ -261,19 +324,27 @@ pub fn run(name: &str, opts: &RunArgs, n: usize, grid: Grid) -> Result<i32> {
     }
 
     // 3. The root's control port, then the launches.
-    progress.set(format!("launching {n} process(es)"));
+    let slots = layout.slots();
+    progress.set(format!("launching {slots} process(es)"));
     let listener = TcpListener::bind((me, 0)).context("cannot open the root's control port")?;
     let root = listener.local_addr()?;
     let token = home::random_u128() as u64;
     let (tx, rx) = channel::<Event>();
-    launcher::spawn_control_server(listener, token, n, tx.clone());
-    let all_loopback = placements.iter().all(|p| p.info.id.ip.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback()));
-    let out_lock = Arc::new(Mutex::new(()));
+    launcher::spawn_control_server(listener, token, slots, tx.clone());
+    let all_loopback = placements
+        .iter()
+        .zip(&assigned)
+        .filter(|(_, s)| !s.is_empty())
+        .all(|(p, _)| p.info.id.ip.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback()));
+    let output = Arc::new(Output::new(layout, opts.tag_output));
     let mut remotes: Vec<Arc<Mutex<SecureWriter>>> = Vec::new();
     let mut readers = Vec::new();
-    for p in &remote {
-        let ranks: Vec<u32> = p.ranks.iter().copied().filter(|&x| x != 0).collect();
-        let local_procs = if all_loopback { n } else { p.ranks.len() };
+    for (p, ranks, procs) in &remote {
+        let local_procs = if all_loopback { slots } else { *procs };
+        let mut env = vec![(env::LOCAL_PROCS.to_string(), local_procs.to_string())];
+        if r > 1 {
+            env.push((env::REPLICAS.to_string(), r.to_string()));
+        }
         let spec = LaunchSpec {
             ticket,
             job: job.clone(),
@@ -284,7 +355,7 @@ pub fn run(name: &str, opts: &RunArgs, n: usize, grid: Grid) -> Result<i32> {
             size: n as u32,
             root: root.to_string(),
             token,
-            env: vec![(env::LOCAL_PROCS.to_string(), local_procs.to_string())],
+            env,
         };
         let conn = SecureConn::connect_from(
             Some(me),
@@ -309,7 +380,7 @@ pub fn run(name: &str, opts: &RunArgs, n: usize, grid: Grid) -> Result<i32> {
         };
         let (reader, writer) = conn.split();
         remotes.push(Arc::new(Mutex::new(writer)));
-        readers.push(follow_remote(reader, p.info.id.clone(), ranks, tx.clone(), opts.tag_output, out_lock.clone()));
+        readers.push(follow_remote(reader, p.info.id.clone(), ranks.clone(), tx.clone(), layout, output.clone()));
     }
 
     // 4. Rank 0, here.
@@ -320,11 +391,14 @@ pub fn run(name: &str, opts: &RunArgs, n: usize, grid: Grid) -> Result<i32> {
         .env(env::CONTROL, root.to_string())
         .env(env::TOKEN, format!("{token:016x}"))
         .env(env::BIND, me.to_string())
-        .env(env::LOCAL_PROCS, if all_loopback { n } else { placements[0].ranks.len() }.to_string())
+        .env(env::LOCAL_PROCS, if all_loopback { slots } else { assigned[0].len() }.to_string())
         .env("P2PMPI_JOB", &job)
         .stdin(Stdio::inherit())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
+    if r > 1 {
+        cmd.env(env::REPLICAS, r.to_string());
+    }
     launcher::die_with_launcher(&mut cmd);
     let mut child: Child = match cmd.spawn() {
         Ok(c) => c,
@@ -333,12 +407,11 @@ pub fn run(name: &str, opts: &RunArgs, n: usize, grid: Grid) -> Result<i32> {
             bail!("cannot start '{}': {e}", program.display());
         }
     };
-    let mut states: Vec<RankState> = (0..n).map(|_| RankState::default()).collect();
+    let mut states: Vec<RankState> = (0..slots).map(|_| RankState::default()).collect();
     states[0].pid = child.id();
-    let prefix = opts.tag_output.then(|| "[0] ".to_string());
     let pumps = vec![
-        launcher::pump(child.stdout.take().expect("piped"), false, prefix.clone(), out_lock.clone()),
-        launcher::pump(child.stderr.take().expect("piped"), true, prefix, out_lock.clone()),
+        launcher::pump(child.stdout.take().expect("piped"), 0, false, output.clone()),
+        launcher::pump(child.stderr.take().expect("piped"), 0, true, output.clone()),
     ];
     let announce = AppProcess { app: app.clone(), job: job.clone(), rank: 0, pid: child.id(), root: root.to_string() };
     let _ = mpd::call(Some(me), grid.state.mpd_addr(), &grid.secret, &MpdRequest::Announce(announce));
@@ -360,7 +433,16 @@ pub fn run(name: &str, opts: &RunArgs, n: usize, grid: Grid) -> Result<i32> {
             stop_remotes(&remotes, libc::SIGKILL);
         });
     };
-    let code = launcher::event_loop(name, n, &rx, &mut states, &stop, opts.startup_timeout, fd.as_ref());
+    // No per-process kill here: a replica declared dead is stopped with the stragglers.
+    let hooks = Job {
+        layout,
+        stop_all: &stop,
+        kill: None,
+        output: &output,
+        startup_timeout: opts.startup_timeout,
+        fd: fd.as_ref(),
+    };
+    let code = launcher::event_loop(name, &hooks, &rx, &mut states);
     for p in pumps {
         let _ = p.join();
     }
@@ -379,40 +461,31 @@ fn stop_remotes(remotes: &[Arc<Mutex<SecureWriter>>], sig: i32) {
 }
 
 /// Follows one host's launch: prints its processes' output, reports their exits, and
-/// reports the host lost if its connection ends before they all exited.
+/// reports the host lost if its connection ends before they all exited. `slots`: the
+/// processes it runs (the MPD's events name them in their `rank` field).
 fn follow_remote(
     mut reader: p2pmpi_wire::secure::SecureReader,
     peer: PeerId,
-    ranks: Vec<u32>,
+    slots: Vec<u32>,
     tx: Sender<Event>,
-    tag: bool,
-    lock: Arc<Mutex<()>>,
+    layout: Layout,
+    output: Arc<Output>,
 ) -> std::thread::JoinHandle<()> {
     reader.set_max_record(1 << 20);
     std::thread::spawn(move || {
-        let mut left: Vec<u32> = ranks;
+        let mut left: Vec<u32> = slots;
         loop {
             match reader.recv::<JobEvent>() {
-                Ok(Some(JobEvent::Output { rank, stderr, data })) => {
-                    let _g = lock.lock().unwrap_or_else(|p| p.into_inner());
-                    let prefix = tag.then(|| format!("[{rank}] "));
-                    for line in data.split_inclusive(|&c| c == b'\n') {
-                        let _ = if stderr {
-                            launcher::write_line(&mut std::io::stderr().lock(), prefix.as_deref(), line)
-                        } else {
-                            launcher::write_line(&mut std::io::stdout().lock(), prefix.as_deref(), line)
-                        };
-                    }
-                }
+                Ok(Some(JobEvent::Output { rank: slot, stderr, data })) => output.write(slot as usize, stderr, &data),
                 Ok(Some(JobEvent::Started { .. })) => {}
-                Ok(Some(JobEvent::Exited { rank, code, signal })) => {
+                Ok(Some(JobEvent::Exited { rank: slot, code, signal })) => {
                     let raw = match (code, signal) {
                         (_, Some(sig)) => sig & 0x7f,
                         (Some(c), None) => (c & 0xff) << 8,
                         (None, None) => libc::SIGKILL,
                     };
-                    left.retain(|&r| r != rank);
-                    if tx.send(Event::Exited { rank: rank as usize, status: ExitStatus::from_raw(raw) }).is_err() {
+                    left.retain(|&s| s != slot);
+                    if tx.send(Event::Exited { rank: slot as usize, status: ExitStatus::from_raw(raw) }).is_err() {
                         return;
                     }
                     // Its control connection to the root is closed once it exited.
@@ -426,12 +499,11 @@ fn follow_remote(
                 }
                 Ok(None) | Err(_) => {
                     if !left.is_empty() {
-                        let list: Vec<String> = left.iter().map(|r| r.to_string()).collect();
                         let _ = tx.send(Event::Lost {
                             ranks: left.iter().map(|&x| x as usize).collect(),
                             why: format!(
-                                "lost contact with host {peer} (its peer daemon), which ran rank(s) {}",
-                                list.join(", ")
+                                "lost contact with host {peer} (its peer daemon), which ran {}",
+                                ran(layout, &left)
                             ),
                         });
                     }
@@ -440,4 +512,78 @@ fn follow_remote(
             }
         }
     })
+}
+
+/// `rank(s) 1, 3`, or with replicas `rank 1 replica 0, rank 3 replica 1`.
+fn ran(layout: Layout, slots: &[u32]) -> String {
+    if layout.slots() == layout.n {
+        let list: Vec<String> = slots.iter().map(|r| r.to_string()).collect();
+        format!("rank(s) {}", list.join(", "))
+    } else {
+        slots.iter().map(|&s| launcher::who(layout, s as usize)).collect::<Vec<_>>().join(", ")
+    }
+}
+
+/// Where each replica runs, for `--dry-run -r R`: one line per rank, replica 0 first.
+fn describe_replicas(layout: Layout, placements: &[Placement], assigned: &[Vec<u32>]) -> String {
+    let mut host_of = vec![String::new(); layout.slots()];
+    for (p, slots) in placements.iter().zip(assigned) {
+        for &s in slots {
+            host_of[s as usize] = p.info.id.to_string();
+        }
+    }
+    let dropped = placements.iter().skip(1).filter(|p| p.ranks.contains(&0)).count();
+    let mut out = format!("replicas (-r {}): replica 0 of a rank is its master while it runs\n", layout.r);
+    out += &format!("  rank 0: {} (not replicated", host_of[0]);
+    if dropped > 0 {
+        out += &format!("; its {dropped} other reserved cop{} not used", if dropped == 1 { "y is" } else { "ies are" });
+    }
+    out += ")\n";
+    for k in 1..layout.n {
+        let hosts: Vec<String> =
+            layout.slots_of(k).enumerate().map(|(j, s)| format!("{}: {}", j, host_of[s])).collect();
+        out += &format!("  rank {k}: replica {}\n", hosts.join(", replica "));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn without_replicas_slots_are_the_ranks() {
+        let l = Layout::new(4, 1);
+        let a = assign_slots(l, &[vec![0, 2], vec![1], vec![3]]).unwrap();
+        assert_eq!(a, vec![vec![0, 2], vec![1], vec![3]]);
+    }
+
+    #[test]
+    fn replicas_become_slots_in_placement_order_and_extra_copies_of_rank_zero_are_dropped() {
+        // n = 3, r = 2, spread over 3 hosts: 0 1 | 2 0 | 1 2 (rank 0 reserved twice).
+        let l = Layout::new(3, 2);
+        let a = assign_slots(l, &[vec![0, 1], vec![2, 0], vec![1, 2]]).unwrap();
+        // rank 1: replica 0 = slot 1, replica 1 = slot 2; rank 2: slots 3, 4.
+        assert_eq!(a, vec![vec![0, 1], vec![3], vec![2, 4]]);
+        // A host whose only copy is rank 0's second one runs nothing.
+        let a = assign_slots(l, &[vec![0, 1, 2], vec![0], vec![1, 2]]).unwrap();
+        assert_eq!(a, vec![vec![0, 1, 3], vec![], vec![2, 4]]);
+        let mut all: Vec<u32> = a.concat();
+        all.sort_unstable();
+        assert_eq!(all, (0..l.slots() as u32).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn a_reservation_with_missing_or_extra_copies_is_refused() {
+        let l = Layout::new(3, 2);
+        assert!(assign_slots(l, &[vec![0, 1], vec![2, 1]]).is_err(), "rank 2 once");
+        assert!(assign_slots(l, &[vec![0, 1, 2], vec![1, 2], vec![1, 2]]).is_err(), "three copies");
+        assert!(assign_slots(l, &[vec![0, 1, 2], vec![5]]).is_err(), "no rank 5");
+    }
+
+    #[test]
+    fn lost_hosts_name_their_processes() {
+        assert_eq!(ran(Layout::new(4, 1), &[1, 3]), "rank(s) 1, 3");
+        assert_eq!(ran(Layout::new(4, 2), &[1, 4]), "rank 1 replica 0, rank 2 replica 1");
+    }
 }

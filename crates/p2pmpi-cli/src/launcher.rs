@@ -11,10 +11,21 @@
 //! others (SIGTERM, then SIGKILL after a grace period) and exits with that process's status.
 //! Children are started with `PR_SET_PDEATHSIG`, so they cannot outlive a launcher that is
 //! itself killed.
+//!
+//! Replication (`-r R`, SPEC §10): every rank but 0 runs as R replicas, each a process of its
+//! own — a *slot* of the job's [`Layout`]. Each process gets its slot as `P2PMPI_RANK`, the
+//! number of ranks as `P2PMPI_SIZE` and R as `P2PMPI_REPLICAS`; it registers with its slot,
+//! and the communicator table has one address per slot. The death of a replica whose rank
+//! keeps another one is reported and the job goes on (the replica is killed if it still runs:
+//! fail-stop); the job stops when a rank loses its last replica. Only each rank's master is
+//! shown on the output ([`crate::output`]). Run locally, the replicas of a rank share this
+//! host: they protect against process crashes only; on the grid they run on different hosts.
 
+use crate::output::Output;
 use anyhow::{bail, Context, Result};
 use clap::Parser;
 use p2pmpi::bootstrap::env;
+use p2pmpi_core::replication::Layout;
 use p2pmpi_wire::control::{self, Control};
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -30,6 +41,11 @@ use std::time::{Duration, Instant};
 /// How long an abort caused by a lost peer waits for that peer's own exit to be reported.
 const ROOT_CAUSE_GRACE: Duration = Duration::from_millis(500);
 
+/// With replicas: how long the replicas still running are waited for once everything else
+/// ended and each of their ranks has a replica that finished (frozen, or far behind: their
+/// output is already shown and no process needs them any more).
+const REDUNDANT_GRACE: Duration = Duration::from_secs(1);
+
 /// Options of `p2pmpirun`.
 #[derive(Parser, Debug)]
 #[command(about = "Run an MPI program on N processes", override_usage = "p2pmpirun -n N [OPTIONS] PROGRAM [ARGS...]")]
@@ -40,7 +56,10 @@ pub struct RunArgs {
     /// Prefix every output line with the rank that printed it: `[rank] line`.
     #[arg(short = 't', long = "tag-output")]
     pub tag_output: bool,
-    /// Replicas per rank (fault tolerance; rank 0 is not replicated).
+    /// Replicas per rank, for fault tolerance: every rank but 0 runs as R processes, only one
+    /// of which (its master) is shown on the output; the job goes on as long as every rank
+    /// keeps a replica. On the grid the replicas of a rank run on R different hosts; with
+    /// --local they all run on this host and protect against process crashes only.
     #[arg(short = 'r', value_name = "R", default_value_t = 1)]
     pub replicas: u32,
     /// Allocation strategy: spread (also: scatter) or concentrate (also: gather).
@@ -184,6 +203,8 @@ pub(crate) fn resolve_program(prog: &str) -> Result<PathBuf> {
     bail!("program '{prog}' not found in PATH (give a path such as ./{prog})")
 }
 
+/// What happens to a job's processes. A `rank` here is a slot of the job's [`Layout`] (the
+/// rank itself without replicas).
 pub(crate) enum Event {
     /// Nothing arrived (the loop re-judges the processes).
     Tick,
@@ -219,7 +240,7 @@ pub(crate) enum Event {
     BadClient {
         detail: String,
     },
-    /// Ranks lost with their host (its peer daemon stopped answering), or refused there.
+    /// Slots lost with their host (its peer daemon stopped answering), or refused there.
     Lost {
         ranks: Vec<usize>,
         why: String,
@@ -273,8 +294,8 @@ pub fn run(name: &str, opts: RunArgs) -> Result<i32> {
             return crate::grid_run::run(name, &opts, n, grid);
         }
     }
-    if opts.replicas > 1 || !opts.files.is_empty() || opts.dry_run {
-        bail!("-r, -l and --dry-run need the grid: start a peer daemon with mpiboot (or p2pmpi local-grid start)");
+    if !opts.files.is_empty() || opts.dry_run {
+        bail!("-l and --dry-run need the grid: start a peer daemon with mpiboot (or p2pmpi local-grid start)");
     }
     run_local(name, opts, n)
 }
@@ -288,8 +309,13 @@ pub(crate) fn check_n(name: &str, opts: &RunArgs) -> Result<usize> {
     })
 }
 
-/// Runs a job's N processes on this host.
+/// Runs a job's N processes on this host (with `-r R`, its 1 + (N − 1)·R slots).
 fn run_local(name: &str, opts: RunArgs, n: usize) -> Result<i32> {
+    let layout = Layout::new(n, opts.replicas as usize);
+    let slots = layout.slots();
+    if slots > 4096 {
+        bail!("-n {n} -r {} is {slots} processes, more than a local run supports (4096)", layout.r);
+    }
     let program = resolve_program(&opts.command[0])?;
     let fd = FdPlan::from_options(&opts, &crate::grid_run::load_config(name)?)?;
     let prog_args = &opts.command[1..];
@@ -301,24 +327,26 @@ fn run_local(name: &str, opts: RunArgs, n: usize) -> Result<i32> {
     let token = u64::from_le_bytes(tok);
 
     let (tx, rx) = channel::<Event>();
-    spawn_control_server(listener, token, n, tx.clone());
-    let tag = opts.tag_output;
+    spawn_control_server(listener, token, slots, tx.clone());
 
-    let out_lock = Arc::new(Mutex::new(()));
-    let mut children: Vec<Child> = Vec::with_capacity(n);
+    let output = Arc::new(Output::new(layout, opts.tag_output));
+    let mut children: Vec<Child> = Vec::with_capacity(slots);
     let mut pumps: Vec<JoinHandle<()>> = Vec::new();
-    let mut states: Vec<RankState> = (0..n).map(|_| RankState::default()).collect();
-    for rank in 0..n {
+    let mut states: Vec<RankState> = (0..slots).map(|_| RankState::default()).collect();
+    for (slot, state) in states.iter_mut().enumerate() {
         let mut cmd = Command::new(&program);
         cmd.args(prog_args)
-            .env(env::RANK, rank.to_string())
+            .env(env::RANK, slot.to_string())
             .env(env::SIZE, n.to_string())
             .env(env::CONTROL, ctrl_addr.to_string())
             .env(env::TOKEN, format!("{token:016x}"))
-            .env(env::LOCAL_PROCS, n.to_string())
-            .stdin(if rank == 0 { Stdio::inherit() } else { Stdio::null() })
+            .env(env::LOCAL_PROCS, slots.to_string())
+            .stdin(if slot == 0 { Stdio::inherit() } else { Stdio::null() })
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
+        if layout.r > 1 {
+            cmd.env(env::REPLICAS, layout.r.to_string());
+        }
         die_with_launcher(&mut cmd);
         let mut child = match cmd.spawn() {
             Ok(c) => c,
@@ -327,12 +355,11 @@ fn run_local(name: &str, opts: RunArgs, n: usize) -> Result<i32> {
                 bail!("cannot start '{}': {e}", program.display());
             }
         };
-        states[rank].pid = child.id();
-        let prefix = tag.then(|| format!("[{rank}] "));
+        state.pid = child.id();
         let so = child.stdout.take().expect("piped");
         let se = child.stderr.take().expect("piped");
-        pumps.push(pump(so, false, prefix.clone(), out_lock.clone()));
-        pumps.push(pump(se, true, prefix, out_lock.clone()));
+        pumps.push(pump(so, slot, false, output.clone()));
+        pumps.push(pump(se, slot, true, output.clone()));
         children.push(child);
     }
     // Exit watcher: polls children without blocking the event loop.
@@ -345,7 +372,16 @@ fn run_local(name: &str, opts: RunArgs, n: usize) -> Result<i32> {
     drop(tx);
 
     let stop = || terminate(&children);
-    let code = event_loop(name, n, &rx, &mut states, &stop, opts.startup_timeout, fd.as_ref());
+    let kill = |slot: usize| kill_one(&children, slot);
+    let job = Job {
+        layout,
+        stop_all: &stop,
+        kill: Some(&kill),
+        output: &output,
+        startup_timeout: opts.startup_timeout,
+        fd: fd.as_ref(),
+    };
+    let code = event_loop(name, &job, &rx, &mut states);
     for p in pumps {
         let _ = p.join();
     }
@@ -364,18 +400,129 @@ pub(crate) fn die_with_launcher(cmd: &mut Command) {
     }
 }
 
-/// Follows a job to its end: sends the communicator once every rank registered, judges
-/// every process's end, and on the first failure reports its root cause and calls `stop_all`
-/// (which must make every process end). Returns the job's exit status.
-pub(crate) fn event_loop(
-    name: &str,
-    n: usize,
-    rx: &Receiver<Event>,
-    states: &mut [RankState],
-    stop_all: &dyn Fn(),
-    startup_timeout: u64,
-    fd: Option<&FdPlan>,
-) -> i32 {
+/// What [`event_loop`] drives besides the control connections.
+pub(crate) struct Job<'a> {
+    /// The job's ranks and replicas: the loop's states, connections and tables have one
+    /// entry per slot.
+    pub(crate) layout: Layout,
+    /// Makes every remaining process end.
+    pub(crate) stop_all: &'a dyn Fn(),
+    /// Kills one slot's process at once, if it still runs (a replica declared dead must not
+    /// come back: fail-stop). `None` where processes cannot be stopped one by one (the
+    /// grid): those are stopped with the stragglers at the end.
+    pub(crate) kill: Option<&'a dyn Fn(usize)>,
+    /// The processes' output (told when a replica is declared dead).
+    pub(crate) output: &'a Output,
+    pub(crate) startup_timeout: u64,
+    pub(crate) fd: Option<&'a FdPlan>,
+}
+
+/// How reports name a process: `rank K`, or `rank K replica J` when its rank is replicated.
+pub(crate) fn who(layout: Layout, slot: usize) -> String {
+    let rank = layout.rank_of(slot);
+    if layout.replicas(rank) > 1 {
+        format!("rank {rank} replica {}", layout.replica_of(slot))
+    } else {
+        format!("rank {rank}")
+    }
+}
+
+/// `rank 2` or `ranks 2, 5`.
+fn ranks_text(ranks: &[usize]) -> String {
+    let list: Vec<String> = ranks.iter().map(|k| k.to_string()).collect();
+    format!("rank{} {}", if ranks.len() > 1 { "s" } else { "" }, list.join(", "))
+}
+
+/// A failure notice's text without its leading `rank K failed: ` (the report names the
+/// process itself).
+fn failure_detail(detail: &str) -> &str {
+    if let Some((head, tail)) = detail.strip_prefix("rank ").and_then(|r| r.split_once(" failed: ")) {
+        if head.split(" replica ").all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit())) {
+            return tail;
+        }
+    }
+    detail
+}
+
+/// An abort message without the library's `p2pmpi: rank K: ` (the report names the process).
+fn abort_text(message: &str, layout: Layout, slot: usize) -> &str {
+    let m = message.strip_prefix("p2pmpi: ").unwrap_or(message);
+    for p in [format!("{}: ", who(layout, slot)), format!("rank {}: ", layout.rank_of(slot)), format!("rank {slot}: ")]
+    {
+        if let Some(rest) = m.strip_prefix(p.as_str()) {
+            return rest;
+        }
+    }
+    m
+}
+
+/// The replicas declared dead: which ranks still run.
+struct Replicas {
+    layout: Layout,
+    dead: Vec<bool>,
+}
+
+impl Replicas {
+    /// Whether the death of `slot` can be survived: its rank has several replicas.
+    fn replicated(&self, slot: usize) -> bool {
+        self.layout.replicas(self.layout.rank_of(slot)) > 1
+    }
+
+    /// The replica of `rank` whose output is shown: its first one not declared dead.
+    fn master_of(&self, rank: usize) -> Option<usize> {
+        self.layout.slots_of(rank).find(|&s| !self.dead[s])
+    }
+
+    /// Replicas of `rank` not declared dead (those that ended well count: their work is done).
+    fn alive(&self, rank: usize) -> usize {
+        self.layout.slots_of(rank).filter(|&s| !self.dead[s]).count()
+    }
+
+    /// Declares `slot` dead: no longer shown, killed if it still runs. Returns how many
+    /// replicas its rank has left.
+    fn declare_dead(&mut self, job: &Job, slot: usize) -> usize {
+        self.dead[slot] = true;
+        job.output.slot_dead(slot);
+        if let Some(kill) = job.kill {
+            kill(slot);
+        }
+        self.alive(self.layout.rank_of(slot))
+    }
+
+    /// A replica ended badly (`what` names it and says how): reports it, once. Returns true
+    /// when the job must stop: its rank lost its last replica.
+    fn lost(&mut self, name: &str, job: &Job, slot: usize, what: &str, tolerant: bool) -> bool {
+        let rank = self.layout.rank_of(slot);
+        let left = self.declare_dead(job, slot);
+        if left > 0 {
+            eprintln!("{name}: {what}; rank {rank} goes on with {left} replica(s)");
+            false
+        } else if tolerant {
+            eprintln!(
+                "{name}: {what}; all replicas of rank {rank} failed; the program handles failures, the job goes on"
+            );
+            false
+        } else {
+            eprintln!("{name}: {what}; all replicas of rank {rank} failed; stopping the other processes");
+            true
+        }
+    }
+}
+
+/// Follows a job to its end: sends the communicator once every process registered, judges
+/// every process's end, and on the first failure reports its root cause and calls
+/// `job.stop_all` (which must make every process end). Returns the job's exit status.
+///
+/// With replicas, the states are per slot; a replica that dies (exits without finalizing,
+/// is declared failed by another process's detector, or is lost with its host) is reported
+/// and the job goes on while its rank keeps another replica.
+pub(crate) fn event_loop(name: &str, job: &Job, rx: &Receiver<Event>, states: &mut [RankState]) -> i32 {
+    let layout = job.layout;
+    let n = layout.slots();
+    let (stop_all, startup_timeout, fd) = (job.stop_all, job.startup_timeout, job.fd);
+    let replicated = layout.slots() > layout.n;
+    let who = |slot: usize| who(layout, slot);
+    let mut rep = Replicas { layout, dead: vec![false; n] };
     let mut conns: HashMap<usize, TcpStream> = HashMap::new();
     let mut addrs: Vec<Option<String>> = vec![None; n];
     let mut fd_addrs: Vec<String> = vec![String::new(); n];
@@ -384,6 +531,7 @@ pub(crate) fn event_loop(
     let mut tolerant = true;
     let mut reported_failed: Vec<bool> = vec![false; n];
     let mut stragglers_stopped = false;
+    let mut redundant_deadline: Option<Instant> = None;
     let mut world_sent = false;
     let mut failure: Option<i32> = None;
     let start = Instant::now();
@@ -405,9 +553,9 @@ pub(crate) fn event_loop(
             }
         }
         if failure.is_none() {
-            if let Some((deadline, rank, peer, code, message)) = &provisional {
+            if let Some((deadline, slot, peer, code, message)) = &provisional {
                 if Instant::now() >= *deadline {
-                    report_lost(name, *rank, *peer, message);
+                    report_lost(name, layout, *slot, *peer, message);
                     failure = Some(*code);
                     stop_all();
                 }
@@ -421,16 +569,17 @@ pub(crate) fn event_loop(
                     && states.iter().any(|s| s.registered)
                     && start.elapsed() > Duration::from_secs(startup_timeout)
                 {
-                    let missing: Vec<String> =
-                        (0..n).filter(|&r| !states[r].registered).map(|r| r.to_string()).collect();
-                    eprintln!(
-                        "{name}: start-up timed out after {startup_timeout} s: rank(s) {} never initialized MPI",
-                        missing.join(", ")
-                    );
+                    let missing: Vec<usize> = (0..n).filter(|&s| !states[s].registered).collect();
+                    let list = if replicated {
+                        missing.iter().map(|&s| who(s)).collect::<Vec<_>>().join(", ")
+                    } else {
+                        format!("rank(s) {}", missing.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(", "))
+                    };
+                    eprintln!("{name}: start-up timed out after {startup_timeout} s: {list} never initialized MPI");
                     failure = Some(1);
                     stop_all();
                 }
-                if exited < n {
+                if exited < n && redundant_deadline.is_none() {
                     continue;
                 }
                 Event::Tick
@@ -439,16 +588,16 @@ pub(crate) fn event_loop(
         };
         match ev {
             Event::Tick => {}
-            Event::Registered { rank, addr, fd_addr, tolerant: t, conn } => {
-                if states[rank].registered {
-                    eprintln!("{name}: warning: rank {rank} registered twice; ignoring the second");
+            Event::Registered { rank: slot, addr, fd_addr, tolerant: t, conn } => {
+                if states[slot].registered {
+                    eprintln!("{name}: warning: {} registered twice; ignoring the second", who(slot));
                     continue;
                 }
-                states[rank].registered = true;
-                addrs[rank] = Some(addr);
-                fd_addrs[rank] = fd_addr;
+                states[slot].registered = true;
+                addrs[slot] = Some(addr);
+                fd_addrs[slot] = fd_addr;
                 tolerant &= t;
-                conns.insert(rank, conn);
+                conns.insert(slot, conn);
                 if addrs.iter().all(Option::is_some) && !world_sent {
                     world_sent = true;
                     let table: Vec<String> = addrs.iter().map(|a| a.clone().unwrap()).collect();
@@ -457,8 +606,8 @@ pub(crate) fn event_loop(
                     // The communicator table, sent to every process by a flat tree, with
                     // Δt_i = ts_i − ts_1 for the detector's initial heartbeat (FM eq. 4).
                     let mut first: Option<Instant> = None;
-                    for rank in 0..n {
-                        let Some(c) = conns.get_mut(&rank) else { continue };
+                    for slot in 0..n {
+                        let Some(c) = conns.get_mut(&slot) else { continue };
                         let ts = Instant::now();
                         let ts1 = *first.get_or_insert(ts);
                         let msg = Control::World {
@@ -469,27 +618,44 @@ pub(crate) fn event_loop(
                     }
                 }
             }
-            Event::PeerFailed { rank, failed, detail } => {
-                if failed >= n || reported_failed[failed] {
+            Event::PeerFailed { rank: by, failed, detail } => {
+                if failed >= n {
+                    continue;
+                }
+                if world_sent && rep.replicated(failed) {
+                    // A replica: its rank may go on. One that finalized did its work.
+                    if rep.dead[failed] || states[failed].finalized || failure.is_some() {
+                        continue;
+                    }
+                    reported_failed[failed] = true;
+                    let what = format!("{} failed: {} (detected by {})", who(failed), failure_detail(&detail), who(by));
+                    if rep.lost(name, job, failed, &what, tolerant) {
+                        failure = Some(1);
+                        stop_all();
+                    }
+                    continue;
+                }
+                if reported_failed[failed] {
                     continue;
                 }
                 reported_failed[failed] = true;
                 if tolerant {
                     eprintln!(
-                        "{name}: {detail} (detected by rank {rank}); the program handles failures, the job goes on"
+                        "{name}: {detail} (detected by {}); the program handles failures, the job goes on",
+                        who(by)
                     );
                     continue;
                 }
-                states[rank].lost_peer = Some(failed as u32);
+                states[by].lost_peer = Some(failed as u32);
                 if failure.is_none() {
-                    eprintln!("{name}: {detail} (detected by rank {rank}); stopping the other processes");
+                    eprintln!("{name}: {detail} (detected by {}); stopping the other processes", who(by));
                     failure = Some(1);
                     stop_all();
                 }
             }
-            Event::Finalized { rank } => states[rank].finalized = true,
-            Event::Abort { rank, code, message, lost } => {
-                states[rank].lost_peer = lost;
+            Event::Finalized { rank: slot } => states[slot].finalized = true,
+            Event::Abort { rank: slot, code, message, lost } => {
+                states[slot].lost_peer = lost;
                 if failure.is_some() {
                     continue;
                 }
@@ -499,40 +665,89 @@ pub(crate) fn event_loop(
                     // moment to arrive, so the report names the root cause.
                     Some(peer) => {
                         if provisional.is_none() {
-                            provisional = Some((Instant::now() + ROOT_CAUSE_GRACE, rank, peer, code, message));
+                            provisional = Some((Instant::now() + ROOT_CAUSE_GRACE, slot, peer, code, message));
                         }
                     }
                     None => {
-                        if !message.is_empty() && !message.contains(&format!("rank {rank}:")) {
-                            eprintln!("{name}: rank {rank}: {message}");
+                        if rep.replicated(slot) && rep.master_of(layout.rank_of(slot)) != Some(slot) {
+                            // Only masters are shown: this process's own message was not.
+                            let why = abort_text(&message, layout, slot);
+                            if !why.is_empty() {
+                                eprintln!("{name}: {}: {why}", who(slot));
+                            }
+                        } else if !message.is_empty() && !message.contains(&format!("rank {}:", layout.rank_of(slot))) {
+                            eprintln!("{name}: {}: {message}", who(slot));
                         }
                         eprintln!(
-                            "{name}: rank {rank} aborted the job (error code {code}); stopping the other processes"
+                            "{name}: {} aborted the job (error code {code}); stopping the other processes",
+                            who(slot)
                         );
                         failure = Some(code);
                         stop_all();
                     }
                 }
             }
-            Event::ControlClosed { rank } => states[rank].ctrl_closed = true,
-            Event::Exited { rank, status } => {
-                if states[rank].exit.is_some() {
+            Event::ControlClosed { rank: slot } => states[slot].ctrl_closed = true,
+            Event::Exited { rank: slot, status } => {
+                if states[slot].exit.is_some() {
                     continue;
                 }
                 exited += 1;
-                states[rank].exit = Some(status);
+                states[slot].exit = Some(status);
             }
             Event::BadClient { detail } => {
                 eprintln!("{name}: warning: refused a control connection: {detail}");
             }
-            Event::Lost { ranks, why } => {
-                for &rank in &ranks {
-                    if states[rank].exit.is_none() {
+            Event::Lost { ranks: lost, why } => {
+                // Replicas lost with their host, while the job runs: their ranks may go on.
+                let survivable =
+                    world_sent && failure.is_none() && !lost.is_empty() && lost.iter().all(|&s| rep.replicated(s));
+                for &slot in &lost {
+                    if states[slot].exit.is_none() {
                         exited += 1;
-                        states[rank].exit = Some(ExitStatus::from_raw(libc::SIGKILL));
-                        states[rank].ctrl_closed = true;
-                        states[rank].judged = true;
+                        states[slot].exit = Some(ExitStatus::from_raw(libc::SIGKILL));
+                        states[slot].ctrl_closed = true;
+                        states[slot].judged = true;
                     }
+                }
+                if survivable {
+                    let mut ranks: Vec<usize> = Vec::new();
+                    for &slot in &lost {
+                        if rep.dead[slot] || states[slot].finalized {
+                            continue;
+                        }
+                        reported_failed[slot] = true;
+                        rep.declare_dead(job, slot);
+                        let k = layout.rank_of(slot);
+                        if !ranks.contains(&k) {
+                            ranks.push(k);
+                        }
+                    }
+                    let gone: Vec<usize> = ranks.iter().copied().filter(|&k| rep.alive(k) == 0).collect();
+                    if gone.is_empty() {
+                        let on: Vec<String> = ranks
+                            .iter()
+                            .map(|&k| format!("rank {k} goes on with {} replica(s)", rep.alive(k)))
+                            .collect();
+                        if on.is_empty() {
+                            eprintln!("{name}: {why}; the job goes on");
+                        } else {
+                            eprintln!("{name}: {why}; {}", on.join(", "));
+                        }
+                    } else if tolerant {
+                        eprintln!(
+                            "{name}: {why}; all replicas of {} failed; the program handles failures, the job goes on",
+                            ranks_text(&gone)
+                        );
+                    } else {
+                        eprintln!(
+                            "{name}: {why}; all replicas of {} failed; stopping the other processes",
+                            ranks_text(&gone)
+                        );
+                        failure = Some(1);
+                        stop_all();
+                    }
+                    continue;
                 }
                 if tolerant && world_sent && failure.is_none() {
                     eprintln!("{name}: {why}; the program handles failures, the job goes on");
@@ -544,28 +759,34 @@ pub(crate) fn event_loop(
             }
         }
         // Judge processes that are gone and whose control connection is closed.
-        for rank in 0..n {
-            let s = &mut states[rank];
+        for slot in 0..n {
+            let s = &mut states[slot];
             let Some(status) = s.exit else { continue };
             if s.judged || (s.registered && !s.ctrl_closed) {
                 continue;
             }
             s.judged = true;
-            if failure.is_some() || s.lost_peer.is_some() {
+            if failure.is_some() || s.lost_peer.is_some() || rep.dead[slot] {
                 continue;
             }
+            let s = &states[slot];
             let bad = if !status.success() {
-                Some((format!("rank {rank} (pid {}) {}", s.pid, describe(&status)), exit_code_of(&status)))
+                Some((format!("{} (pid {}) {}", who(slot), s.pid, describe(&status)), exit_code_of(&status)))
             } else if s.registered && !s.finalized {
                 Some((
-                    format!("rank {rank} (pid {}) exited without finalizing MPI (the Universe was not dropped)", s.pid),
+                    format!(
+                        "{} (pid {}) exited without finalizing MPI (the Universe was not dropped)",
+                        who(slot),
+                        s.pid
+                    ),
                     1,
                 ))
             } else if !s.registered && states.iter().any(|o| o.registered) && !world_sent {
                 Some((
                     format!(
-                        "rank {rank} (pid {}) exited without initializing MPI while the other ranks wait for it",
-                        states[rank].pid
+                        "{} (pid {}) exited without initializing MPI while the other ranks wait for it",
+                        who(slot),
+                        s.pid
                     ),
                     1,
                 ))
@@ -573,6 +794,15 @@ pub(crate) fn event_loop(
                 None
             };
             if let Some((msg, code)) = bad {
+                // A replica that ended before finalizing: its rank may go on. (One that
+                // finalized and then failed reports the program's own status.)
+                if world_sent && rep.replicated(slot) && !states[slot].finalized {
+                    if rep.lost(name, job, slot, &msg, tolerant) {
+                        failure = Some(1);
+                        stop_all();
+                    }
+                    continue;
+                }
                 if tolerant && world_sent {
                     eprintln!("{name}: {msg}; the program handles failures, the job goes on");
                     continue;
@@ -582,36 +812,63 @@ pub(crate) fn event_loop(
                 stop_all();
             }
         }
-        // A program that handles failures: once every process has ended or was declared
-        // failed, the failed ones (frozen, cut off) are stopped so the job can end.
-        if tolerant && world_sent && !stragglers_stopped && failure.is_none() {
-            let all_done = (0..n).all(|r| states[r].exit.is_some() || reported_failed[r]);
-            if all_done && (0..n).any(|r| states[r].exit.is_none()) {
-                stragglers_stopped = true;
-                for r in 0..n {
-                    if reported_failed[r] {
-                        states[r].judged = true;
+        // A program that handles failures, or replicas: once every process has ended or was
+        // declared failed, the failed ones (frozen, cut off) are stopped so the job can end.
+        // With replicas, a rank is also done once one of its replicas finalized and ended
+        // well: its other replicas still running (frozen but not detected before every
+        // other process ended, or far behind) are stopped after a grace period.
+        if (tolerant || replicated) && world_sent && !stragglers_stopped && failure.is_none() {
+            let gone = |s: usize| reported_failed[s] || rep.dead[s];
+            let finished = |k: usize| {
+                layout.slots_of(k).any(|s| states[s].finalized && states[s].exit.is_some_and(|e| e.success()))
+            };
+            let redundant = |s: usize| replicated && !gone(s) && finished(layout.rank_of(s));
+            let running: Vec<usize> = (0..n).filter(|&s| states[s].exit.is_none()).collect();
+            let waiting: Vec<usize> = running.iter().copied().filter(|&s| !gone(s)).collect();
+            if !running.is_empty() && waiting.iter().all(|&s| redundant(s)) {
+                let due = waiting.is_empty()
+                    || Instant::now() >= *redundant_deadline.get_or_insert_with(|| Instant::now() + REDUNDANT_GRACE);
+                if due {
+                    stragglers_stopped = true;
+                    for &s in &waiting {
+                        eprintln!(
+                            "{name}: {} was still running {:.0} s after its rank finished; stopping it",
+                            who(s),
+                            REDUNDANT_GRACE.as_secs_f64()
+                        );
                     }
+                    let stopped: Vec<usize> = (0..n).filter(|&s| gone(s) || waiting.contains(&s)).collect();
+                    for s in stopped {
+                        states[s].judged = true;
+                    }
+                    stop_all();
                 }
-                stop_all();
+            } else {
+                redundant_deadline = None;
             }
         }
     }
     // Every process ended before a lost-peer abort's grace ran out: it is still the failure.
-    if let (None, Some((_, rank, peer, code, message))) = (failure, &provisional) {
-        report_lost(name, *rank, *peer, message);
+    if let (None, Some((_, slot, peer, code, message))) = (failure, &provisional) {
+        report_lost(name, layout, *slot, *peer, message);
         failure = Some(*code);
     }
     failure.unwrap_or(0)
 }
 
-/// Reports that `rank` stopped because it lost `peer` (its own message says how).
-fn report_lost(name: &str, rank: usize, peer: u32, message: &str) {
+/// Reports that `slot` stopped because it lost `peer` (its own message says how).
+fn report_lost(name: &str, layout: Layout, slot: usize, peer: u32, message: &str) {
     let why = message.strip_prefix("p2pmpi: ").unwrap_or(message);
-    if why.is_empty() {
-        eprintln!("{name}: rank {rank} lost contact with rank {peer} and stopped; stopping the other processes");
-    } else {
+    if !why.is_empty() {
         eprintln!("{name}: {why}; stopping the other processes");
+        return;
+    }
+    let me = who(layout, slot);
+    let rank = layout.rank_of(peer as usize);
+    if layout.replicas(rank) > 1 {
+        eprintln!("{name}: {me} lost every replica of rank {rank} and stopped; stopping the other processes");
+    } else {
+        eprintln!("{name}: {me} lost contact with rank {rank} and stopped; stopping the other processes");
     }
 }
 
@@ -671,13 +928,8 @@ fn serve_control(mut conn: TcpStream, token: u64, n: usize, tx: Sender<Event>) {
     }
 }
 
-/// Copies a child's output to ours, line by line, optionally prefixed.
-pub(crate) fn pump(
-    src: impl Read + Send + 'static,
-    err: bool,
-    prefix: Option<String>,
-    lock: Arc<Mutex<()>>,
-) -> JoinHandle<()> {
+/// Copies a child's output (slot `slot`) to ours, line by line, through the job's [`Output`].
+pub(crate) fn pump(src: impl Read + Send + 'static, slot: usize, err: bool, output: Arc<Output>) -> JoinHandle<()> {
     std::thread::spawn(move || {
         let mut r = BufReader::with_capacity(64 * 1024, src);
         let mut line = Vec::with_capacity(256);
@@ -685,33 +937,11 @@ pub(crate) fn pump(
             line.clear();
             match r.read_until(b'\n', &mut line) {
                 Ok(0) | Err(_) => return,
-                Ok(_) => {
-                    let _g = lock.lock().unwrap_or_else(|p| p.into_inner());
-                    let res = if err {
-                        let mut o = std::io::stderr().lock();
-                        write_line(&mut o, prefix.as_deref(), &line)
-                    } else {
-                        let mut o = std::io::stdout().lock();
-                        write_line(&mut o, prefix.as_deref(), &line)
-                    };
-                    if res.is_err() {
-                        // Our own output is gone (closed pipe): keep draining the child.
-                    }
-                }
+                // Our own output may be gone (closed pipe): the child is drained anyway.
+                Ok(_) => output.write(slot, err, &line),
             }
         }
     })
-}
-
-pub(crate) fn write_line(o: &mut impl Write, prefix: Option<&str>, line: &[u8]) -> std::io::Result<()> {
-    if let Some(p) = prefix {
-        o.write_all(p.as_bytes())?;
-    }
-    o.write_all(line)?;
-    if !line.ends_with(b"\n") {
-        o.write_all(b"\n")?;
-    }
-    o.flush()
 }
 
 pub(crate) fn watch_exits(children: Arc<Mutex<Vec<Child>>>, tx: Sender<Event>) {
@@ -766,9 +996,48 @@ pub(crate) fn terminate(children: &Arc<Mutex<Vec<Child>>>) {
     });
 }
 
+/// Kills one process at once (SIGKILL), if it still runs: a replica declared dead.
+fn kill_one(children: &Arc<Mutex<Vec<Child>>>, slot: usize) {
+    let mut ch = children.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(c) = ch.get_mut(slot) {
+        // Not reaped yet (try_wait holds the lock): the pid is still this child's.
+        if matches!(c.try_wait(), Ok(None)) {
+            let _ = c.kill();
+        }
+    }
+}
+
 fn kill_all(children: &mut [Child]) {
     for c in children {
         let _ = c.kill();
         let _ = c.wait();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn processes_are_named_by_rank_and_replica() {
+        let one = Layout::new(4, 1);
+        assert_eq!(who(one, 3), "rank 3");
+        let rep = Layout::new(3, 2);
+        assert_eq!(who(rep, 0), "rank 0");
+        assert_eq!(who(rep, 2), "rank 1 replica 1");
+        assert_eq!(who(rep, 3), "rank 2 replica 0");
+        assert_eq!(ranks_text(&[2]), "rank 2");
+        assert_eq!(ranks_text(&[2, 5]), "ranks 2, 5");
+    }
+
+    #[test]
+    fn reports_do_not_repeat_the_process_name() {
+        assert_eq!(failure_detail("rank 4 failed: no heartbeat for 9.5 s"), "no heartbeat for 9.5 s");
+        assert_eq!(failure_detail("rank 2 replica 1 failed: silent"), "silent");
+        assert_eq!(failure_detail("connection closed"), "connection closed");
+        let l = Layout::new(3, 2);
+        assert_eq!(abort_text("p2pmpi: rank 1: abort(7) called", l, 2), "abort(7) called");
+        assert_eq!(abort_text("p2pmpi: rank 2: boom", l, 2), "boom");
+        assert_eq!(abort_text("boom", l, 2), "boom");
     }
 }

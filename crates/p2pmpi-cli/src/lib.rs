@@ -15,6 +15,7 @@ pub mod commands;
 pub mod grid_run;
 pub mod launcher;
 pub mod local_grid;
+pub mod output;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;

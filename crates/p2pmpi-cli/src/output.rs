@@ -1,0 +1,357 @@
+//! The processes' output, as the user sees it: with replication (`-r R`), one copy per rank.
+//!
+//! Every replica of a rank runs the same deterministic program, so they print the same lines.
+//! Only the rank's **master** — its alive replica of lowest index — is shown. When the master
+//! dies, its successor takes over exactly where the shown output stopped: no line is printed
+//! twice, none is skipped.
+//!
+//! The [`Router`] keeps, for every rank and stream (stdout, stderr), `shown`: how many lines
+//! of it were printed; and for every slot and stream, how many lines the slot produced and the
+//! lines it produced *ahead* of `shown` that were not printed (a queue). A line is
+//!
+//! * printed when it comes from the master and is at index `shown` or beyond (`shown` moves
+//!   past it, and the other replicas' queues drop what is now shown);
+//! * queued when it comes from another replica and is at index `shown` or beyond;
+//! * dropped when it is below `shown` (a replica behind the master) or its slot is dead.
+//!
+//! When a slot is declared dead, the master is recomputed and the new master's queued lines
+//! (those still at or beyond `shown`) are printed. A queue holds at most how far its replica
+//! ran ahead of the master.
+//!
+//! Without replication (`R = 1`, or a single rank) lines go straight through.
+
+use p2pmpi_core::replication::Layout;
+use std::collections::VecDeque;
+use std::io::Write;
+use std::sync::Mutex;
+
+/// Lines of one slot and stream held back: (index, line).
+type Queue = VecDeque<(u64, Vec<u8>)>;
+
+const STDOUT: usize = 0;
+const STDERR: usize = 1;
+
+/// Which lines of which slot reach the user (no I/O: lines to print are handed to `emit`
+/// with their logical rank and stream, 0 = stdout, 1 = stderr).
+#[derive(Debug)]
+pub struct Router {
+    layout: Layout,
+    /// No replication: every line goes through, nothing is counted.
+    passthrough: bool,
+    dead: Vec<bool>,
+    /// Per rank and stream: lines printed.
+    shown: Vec<[u64; 2]>,
+    /// Per slot and stream: lines produced.
+    produced: Vec<[u64; 2]>,
+    /// Per slot and stream: lines produced at index `shown` or beyond, not printed yet.
+    queued: Vec<[Queue; 2]>,
+}
+
+impl Router {
+    pub fn new(layout: Layout) -> Router {
+        let passthrough = layout.slots() == layout.n;
+        let (ranks, slots) = if passthrough { (0, 0) } else { (layout.n, layout.slots()) };
+        Router {
+            layout,
+            passthrough,
+            dead: vec![false; slots],
+            shown: vec![[0; 2]; ranks],
+            produced: vec![[0; 2]; slots],
+            queued: (0..slots).map(|_| [VecDeque::new(), VecDeque::new()]).collect(),
+        }
+    }
+
+    fn master_of(&self, rank: usize) -> Option<usize> {
+        self.layout.slots_of(rank).find(|&s| !self.dead[s])
+    }
+
+    /// Drops from the queues of `rank`'s replicas what is now shown.
+    fn trim(&mut self, rank: usize, stream: usize) {
+        let shown = self.shown[rank][stream];
+        for s in self.layout.slots_of(rank) {
+            let q = &mut self.queued[s][stream];
+            while q.front().is_some_and(|(i, _)| *i < shown) {
+                q.pop_front();
+            }
+        }
+    }
+
+    /// One line (with its newline, if it had one) produced by `slot` on `stream`.
+    pub fn line(&mut self, slot: usize, stream: usize, line: &[u8], emit: &mut dyn FnMut(usize, usize, &[u8])) {
+        if self.passthrough {
+            return emit(self.layout.rank_of(slot), stream, line);
+        }
+        if slot >= self.dead.len() || self.dead[slot] {
+            return;
+        }
+        let idx = self.produced[slot][stream];
+        self.produced[slot][stream] += 1;
+        let rank = self.layout.rank_of(slot);
+        if idx < self.shown[rank][stream] {
+            return;
+        }
+        if self.master_of(rank) == Some(slot) {
+            emit(rank, stream, line);
+            self.shown[rank][stream] = idx + 1;
+            self.trim(rank, stream);
+        } else {
+            self.queued[slot][stream].push_back((idx, line.to_vec()));
+        }
+    }
+
+    /// `slot` is dead: its lines are no longer shown, and if it was its rank's master the
+    /// next replica's lines ahead of what was shown are printed now.
+    pub fn slot_dead(&mut self, slot: usize, emit: &mut dyn FnMut(usize, usize, &[u8])) {
+        if self.passthrough || slot >= self.dead.len() || self.dead[slot] {
+            return;
+        }
+        self.dead[slot] = true;
+        self.queued[slot] = [VecDeque::new(), VecDeque::new()];
+        let rank = self.layout.rank_of(slot);
+        let Some(master) = self.master_of(rank) else { return };
+        for stream in [STDOUT, STDERR] {
+            let q = std::mem::take(&mut self.queued[master][stream]);
+            for (idx, line) in q {
+                if idx >= self.shown[rank][stream] {
+                    emit(rank, stream, &line);
+                    self.shown[rank][stream] = idx + 1;
+                }
+            }
+            self.trim(rank, stream);
+        }
+    }
+
+    /// Lines held back, all slots together (for tests and diagnostics).
+    pub fn queued_lines(&self) -> usize {
+        self.queued.iter().map(|q| q[0].len() + q[1].len()).sum()
+    }
+}
+
+/// The job's output: a [`Router`] writing to this process's stdout and stderr, one line at a
+/// time, optionally prefixed by the logical rank (`[k] `).
+pub struct Output {
+    router: Mutex<Router>,
+    tag: bool,
+}
+
+impl Output {
+    pub fn new(layout: Layout, tag: bool) -> Output {
+        Output { router: Mutex::new(Router::new(layout)), tag }
+    }
+
+    fn emit(tag: bool) -> impl FnMut(usize, usize, &[u8]) {
+        move |rank, stream, line| {
+            let prefix = tag.then(|| format!("[{rank}] "));
+            // Our own output may be gone (closed pipe): the children are drained anyway.
+            let _ = if stream == STDERR {
+                write_line(&mut std::io::stderr().lock(), prefix.as_deref(), line)
+            } else {
+                write_line(&mut std::io::stdout().lock(), prefix.as_deref(), line)
+            };
+        }
+    }
+
+    /// Output of `slot`: one or more lines, the last one possibly without its newline.
+    pub fn write(&self, slot: usize, stderr: bool, data: &[u8]) {
+        let mut router = self.router.lock().unwrap_or_else(|p| p.into_inner());
+        let mut emit = Self::emit(self.tag);
+        let stream = if stderr { STDERR } else { STDOUT };
+        for line in data.split_inclusive(|&c| c == b'\n') {
+            router.line(slot, stream, line, &mut emit);
+        }
+    }
+
+    /// `slot` was declared dead (see [`Router::slot_dead`]).
+    pub fn slot_dead(&self, slot: usize) {
+        let mut router = self.router.lock().unwrap_or_else(|p| p.into_inner());
+        router.slot_dead(slot, &mut Self::emit(self.tag));
+    }
+}
+
+/// Writes one line, prefixed, with a newline if it had none, and flushes.
+pub(crate) fn write_line(o: &mut impl Write, prefix: Option<&str>, line: &[u8]) -> std::io::Result<()> {
+    if let Some(p) = prefix {
+        o.write_all(p.as_bytes())?;
+    }
+    o.write_all(line)?;
+    if !line.ends_with(b"\n") {
+        o.write_all(b"\n")?;
+    }
+    o.flush()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A router and what it printed: (rank, stream, text).
+    struct T {
+        r: Router,
+        out: Vec<(usize, usize, String)>,
+    }
+
+    impl T {
+        fn new(n: usize, r: usize) -> T {
+            T { r: Router::new(Layout::new(n, r)), out: Vec::new() }
+        }
+        fn line(&mut self, slot: usize, stream: usize, text: &str) {
+            let out = &mut self.out;
+            self.r.line(slot, stream, text.as_bytes(), &mut |k, s, l| {
+                out.push((k, s, String::from_utf8(l.to_vec()).unwrap()))
+            });
+        }
+        /// `count` lines `prefix0\n`, `prefix1\n`… from index `from`.
+        fn lines(&mut self, slot: usize, stream: usize, prefix: &str, from: usize, count: usize) {
+            for i in from..from + count {
+                self.line(slot, stream, &format!("{prefix}{i}\n"));
+            }
+        }
+        fn dead(&mut self, slot: usize) {
+            let out = &mut self.out;
+            self.r.slot_dead(slot, &mut |k, s, l| out.push((k, s, String::from_utf8(l.to_vec()).unwrap())));
+        }
+        fn text(&self, rank: usize, stream: usize) -> Vec<String> {
+            self.out.iter().filter(|(k, s, _)| *k == rank && *s == stream).map(|x| x.2.clone()).collect()
+        }
+    }
+
+    fn seq(prefix: &str, count: usize) -> Vec<String> {
+        (0..count).map(|i| format!("{prefix}{i}\n")).collect()
+    }
+
+    #[test]
+    fn without_replication_lines_go_straight_through() {
+        let mut t = T::new(3, 1);
+        t.line(2, STDOUT, "a\n");
+        t.line(0, STDERR, "b");
+        t.line(2, STDOUT, "a\n");
+        t.dead(2);
+        t.line(2, STDOUT, "c\n");
+        assert_eq!(t.out, vec![(2, 0, "a\n".into()), (0, 1, "b".into()), (2, 0, "a\n".into()), (2, 0, "c\n".into())]);
+        assert_eq!(t.r.queued_lines(), 0);
+        // One rank, replicas asked: nothing to replicate, straight through too.
+        let mut t = T::new(1, 3);
+        t.line(0, STDOUT, "x\n");
+        assert_eq!(t.out.len(), 1);
+    }
+
+    #[test]
+    fn only_the_master_is_shown_and_replicas_behind_are_dropped() {
+        // n = 3, r = 2: rank 1 = slots 1, 2; rank 2 = slots 3, 4.
+        let mut t = T::new(3, 2);
+        t.lines(1, STDOUT, "r1-", 0, 5);
+        t.lines(2, STDOUT, "r1-", 0, 5);
+        t.lines(0, STDOUT, "r0-", 0, 2);
+        assert_eq!(t.text(1, STDOUT), seq("r1-", 5));
+        assert_eq!(t.text(0, STDOUT), seq("r0-", 2));
+        assert_eq!(t.r.queued_lines(), 0, "a replica behind the master keeps nothing");
+    }
+
+    #[test]
+    fn master_dies_with_the_replica_ahead() {
+        let mut t = T::new(2, 3);
+        t.lines(1, STDOUT, "l", 0, 3);
+        // Replica 1 is ahead (7 lines), replica 2 behind (2 lines).
+        t.lines(2, STDOUT, "l", 0, 7);
+        t.lines(3, STDOUT, "l", 0, 2);
+        assert_eq!(t.r.queued_lines(), 4, "lines 3..7 of replica 1 wait");
+        t.dead(1);
+        assert_eq!(t.text(1, STDOUT), seq("l", 7), "the new master's lines ahead are printed at once");
+        assert_eq!(t.r.queued_lines(), 0);
+        t.lines(2, STDOUT, "l", 7, 3);
+        t.lines(3, STDOUT, "l", 2, 8);
+        assert_eq!(t.text(1, STDOUT), seq("l", 10));
+        // Replica 2 is ahead now and takes over when replica 1 dies too.
+        t.lines(3, STDOUT, "l", 10, 2);
+        t.dead(2);
+        t.lines(3, STDOUT, "l", 12, 1);
+        assert_eq!(t.text(1, STDOUT), seq("l", 13));
+    }
+
+    #[test]
+    fn master_dies_with_the_replica_behind() {
+        let mut t = T::new(2, 2);
+        t.lines(1, STDOUT, "l", 0, 6);
+        t.lines(2, STDOUT, "l", 0, 2);
+        t.dead(1);
+        assert_eq!(t.text(1, STDOUT), seq("l", 6));
+        // The new master catches up: what was shown is not shown again.
+        t.lines(2, STDOUT, "l", 2, 4);
+        assert_eq!(t.text(1, STDOUT), seq("l", 6));
+        t.lines(2, STDOUT, "l", 6, 3);
+        assert_eq!(t.text(1, STDOUT), seq("l", 9));
+        // Lines of the dead master still in its pipe are dropped.
+        t.lines(1, STDOUT, "l", 6, 5);
+        assert_eq!(t.text(1, STDOUT), seq("l", 9));
+        assert_eq!(t.r.queued_lines(), 0);
+    }
+
+    #[test]
+    fn master_dies_with_the_replica_level() {
+        let mut t = T::new(2, 2);
+        t.lines(1, STDOUT, "l", 0, 4);
+        t.lines(2, STDOUT, "l", 0, 4);
+        t.dead(1);
+        assert_eq!(t.text(1, STDOUT), seq("l", 4));
+        t.lines(2, STDOUT, "l", 4, 2);
+        assert_eq!(t.text(1, STDOUT), seq("l", 6));
+    }
+
+    #[test]
+    fn a_dead_replica_that_was_not_master_changes_nothing_shown() {
+        let mut t = T::new(2, 2);
+        t.lines(2, STDOUT, "l", 0, 3);
+        t.dead(2);
+        assert!(t.out.is_empty());
+        assert_eq!(t.r.queued_lines(), 0, "a dead replica's queue is dropped");
+        t.lines(1, STDOUT, "l", 0, 3);
+        assert_eq!(t.text(1, STDOUT), seq("l", 3));
+    }
+
+    #[test]
+    fn stdout_and_stderr_are_counted_apart() {
+        let mut t = T::new(2, 2);
+        t.lines(1, STDOUT, "o", 0, 2);
+        t.lines(1, STDERR, "e", 0, 1);
+        t.lines(2, STDERR, "e", 0, 3);
+        t.lines(2, STDOUT, "o", 0, 1);
+        t.dead(1);
+        assert_eq!(t.text(1, STDOUT), seq("o", 2));
+        assert_eq!(t.text(1, STDERR), seq("e", 3));
+        t.lines(2, STDOUT, "o", 1, 2);
+        t.lines(2, STDERR, "e", 3, 1);
+        assert_eq!(t.text(1, STDOUT), seq("o", 3));
+        assert_eq!(t.text(1, STDERR), seq("e", 4));
+    }
+
+    #[test]
+    fn every_replica_dead_shows_nothing_more() {
+        let mut t = T::new(2, 2);
+        t.lines(1, STDOUT, "l", 0, 1);
+        t.lines(2, STDOUT, "l", 0, 2);
+        t.dead(2);
+        t.dead(1);
+        t.lines(1, STDOUT, "l", 1, 1);
+        assert_eq!(t.text(1, STDOUT), seq("l", 1));
+        assert_eq!(t.r.queued_lines(), 0);
+    }
+
+    #[test]
+    fn queues_are_bounded_by_how_far_a_replica_is_ahead() {
+        let mut t = T::new(2, 2);
+        for i in 0..1000 {
+            t.line(2, STDOUT, &format!("l{i}\n"));
+            t.line(1, STDOUT, &format!("l{i}\n"));
+            assert!(t.r.queued_lines() <= 1);
+        }
+        assert_eq!(t.text(1, STDOUT), seq("l", 1000));
+    }
+
+    #[test]
+    fn prefixed_lines_get_their_newline() {
+        let mut buf = Vec::new();
+        write_line(&mut buf, Some("[2] "), b"partial").unwrap();
+        write_line(&mut buf, None, b"whole\n").unwrap();
+        assert_eq!(buf, b"[2] partial\nwhole\n");
+    }
+}
