@@ -668,6 +668,25 @@ pub(crate) fn event_loop(name: &str, job: &Job, rx: &Receiver<Event>, states: &m
                             provisional = Some((Instant::now() + ROOT_CAUSE_GRACE, slot, peer, code, message));
                         }
                     }
+                    // A replica that is not its rank's master aborts (a panic where its
+                    // master did not: it diverged, e.g. on a non-deterministic probe): it
+                    // is treated as failed, the master goes on.
+                    None if world_sent
+                        && rep.replicated(slot)
+                        && !rep.dead[slot]
+                        && rep.master_of(layout.rank_of(slot)) != Some(slot) =>
+                    {
+                        let why = abort_text(&message, layout, slot);
+                        let what = if why.is_empty() {
+                            format!("{} aborted (error code {code})", who(slot))
+                        } else {
+                            format!("{} aborted: {why}", who(slot))
+                        };
+                        if rep.lost(name, job, slot, &what, tolerant) {
+                            failure = Some(code);
+                            stop_all();
+                        }
+                    }
                     None => {
                         if rep.replicated(slot) && rep.master_of(layout.rank_of(slot)) != Some(slot) {
                             // Only masters are shown: this process's own message was not.
