@@ -263,12 +263,30 @@ impl Engine {
             .enumerate()
             .filter_map(|(i, c)| {
                 c.as_ref().map(|c| {
-                    format!("c{i}:peer{:?} outq{} rbuf{} want_w{}", c.peer, c.outq.len(), c.buffered(), c.want_write)
+                    format!(
+                        "c{i}:peer{:?} outq{} rbuf{} want_w{} eof{}",
+                        c.peer,
+                        c.outq.len(),
+                        c.buffered(),
+                        c.want_write,
+                        c.read_eof
+                    )
                 })
             })
             .collect();
+        let repl = self.repl.as_ref().map_or(String::new(), |rp| {
+            format!(
+                " master {} backup {} fanouts {} commits {} resends {} dead {:?}",
+                rp.coord.is_master(),
+                rp.coord.backup_len(),
+                rp.fanouts.iter().flatten().count(),
+                rp.commits.len(),
+                rp.resends.len(),
+                rp.coord.dead_slots()
+            )
+        });
         format!(
-            "posted {} unexpected {} rndv_s {} rndv_r {} deferred {} conns [{}]",
+            "posted {} unexpected {} rndv_s {} rndv_r {} deferred {}{repl} conns [{}]",
             self.matcher.posted_len(),
             self.matcher.unexpected_len(),
             self.rndv_send.len(),
@@ -813,7 +831,13 @@ impl Engine {
     /// ACKs riding on replies (measured: +2–3 µs per message on loopback).
     pub fn connect_mesh(&mut self, limit: Duration) -> Result<()> {
         for r in 0..self.slot {
-            self.send_conn(r)?;
+            if let Err(e) = self.send_conn(r) {
+                if self.repl.is_none() {
+                    return Err(e);
+                }
+                // A replica that died during start-up: the others go on without it.
+                self.slot_failed(r, &e.to_string());
+            }
         }
         let deadline = Instant::now() + limit;
         loop {
@@ -821,7 +845,8 @@ impl Engine {
                 return Err(e.clone());
             }
             let slots = self.peers.len() as i32;
-            let missing = (self.slot + 1..slots).find(|&r| self.peers[r as usize].send_conn.is_none());
+            let dead = |r: i32| self.repl.as_ref().is_some_and(|rp| rp.coord.is_dead(r as usize));
+            let missing = (self.slot + 1..slots).find(|&r| self.peers[r as usize].send_conn.is_none() && !dead(r));
             let Some(r) = missing else { return Ok(()) };
             if Instant::now() >= deadline {
                 return Err(Error::PeerLost {
