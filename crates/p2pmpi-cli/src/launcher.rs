@@ -213,6 +213,8 @@ pub(crate) enum Event {
         addr: String,
         fd_addr: String,
         tolerant: bool,
+        /// The pid the process reports (the launcher's own child pid is kept when known).
+        pid: u32,
         conn: TcpStream,
     },
     /// A process's failure detector confirmed the failure of another.
@@ -588,12 +590,16 @@ pub(crate) fn event_loop(name: &str, job: &Job, rx: &Receiver<Event>, states: &m
         };
         match ev {
             Event::Tick => {}
-            Event::Registered { rank: slot, addr, fd_addr, tolerant: t, conn } => {
+            Event::Registered { rank: slot, addr, fd_addr, tolerant: t, pid, conn } => {
                 if states[slot].registered {
                     eprintln!("{name}: warning: {} registered twice; ignoring the second", who(slot));
                     continue;
                 }
                 states[slot].registered = true;
+                if states[slot].pid == 0 {
+                    // A process on another host: its own word is all we know of its pid.
+                    states[slot].pid = pid;
+                }
                 addrs[slot] = Some(addr);
                 fd_addrs[slot] = fd_addr;
                 tolerant &= t;
@@ -905,11 +911,11 @@ pub(crate) fn spawn_control_server(listener: TcpListener, token: u64, n: usize, 
 fn serve_control(mut conn: TcpStream, token: u64, n: usize, tx: Sender<Event>) {
     let _ = conn.set_nodelay(true);
     let _ = conn.set_read_timeout(Some(Duration::from_secs(10)));
-    let (rank, addr, fd_addr, tolerant) = match control::read_msg(&mut conn) {
-        Ok(Some(Control::Register { rank, data_addr, pid: _, token: t, fd_addr, tolerant }))
+    let (rank, addr, fd_addr, tolerant, pid) = match control::read_msg(&mut conn) {
+        Ok(Some(Control::Register { rank, data_addr, pid, token: t, fd_addr, tolerant }))
             if t == token && (rank as usize) < n =>
         {
-            (rank as usize, data_addr, fd_addr, tolerant)
+            (rank as usize, data_addr, fd_addr, tolerant, pid)
         }
         Ok(Some(Control::Register { .. })) => {
             let _ = tx.send(Event::BadClient { detail: "wrong job token or rank".into() });
@@ -926,7 +932,7 @@ fn serve_control(mut conn: TcpStream, token: u64, n: usize, tx: Sender<Event>) {
     };
     let _ = conn.set_read_timeout(None);
     let Ok(writer) = conn.try_clone() else { return };
-    let _ = tx.send(Event::Registered { rank, addr, fd_addr, tolerant, conn: writer });
+    let _ = tx.send(Event::Registered { rank, addr, fd_addr, tolerant, pid, conn: writer });
     loop {
         match control::read_msg(&mut conn) {
             Ok(Some(Control::Finalized { .. })) => {
