@@ -134,6 +134,8 @@ fn window_case(window: &str, args: &'static [&'static str], tags: impl Fn(u64) -
 
 const SEND: &[&str] = &["send", "4", "100000"];
 const SEND_SMALL: &[&str] = &["send", "4", "64"];
+/// Receives posted before the messages come: large ones stream straight into them.
+const SEND_POSTED: &[&str] = &["send", "4", "100000", "100"];
 const ANY: &[&str] = &["anysource", "4"];
 
 fn send_tags(i: u64) -> (i32, u64) {
@@ -193,6 +195,14 @@ fn master_dies_between_the_commits_delta7() {
 #[test]
 fn master_dies_after_the_commits() {
     window_case("after_commit", SEND, send_tags);
+}
+
+#[test]
+fn a_receive_half_filled_by_a_dying_master_gets_the_whole_message() {
+    // Δ2 and Δ4 while the destination's receive is already posted: the message streams
+    // straight into it, and the match is undone when the sender dies half-way.
+    window_case("delta2", SEND_POSTED, send_tags);
+    window_case("delta4", SEND_POSTED, send_tags);
 }
 
 #[test]

@@ -170,6 +170,34 @@ impl<R: PartialEq, P> Matcher<R, P> {
         self.next_recv.get(&(comm, src, tag)).copied().unwrap_or(0)
     }
 
+    /// Like [`Matcher::arrive`], but only when the message is next on its channel and a
+    /// posted receive takes it; otherwise nothing changes. Returns the receive with its
+    /// pattern and place in the posted queue, for [`Matcher::unarrive`].
+    pub fn arrive_if_matched(&mut self, env: &Envelope) -> Option<(R, Pattern, usize)> {
+        let key = (env.comm, env.src, env.tag);
+        if self.next_recv.get(&key).copied().unwrap_or(0) != env.seq {
+            return None;
+        }
+        let i = self.posted.iter().position(|(p, _)| p.accepts(env))?;
+        let (pat, r) = self.posted.remove(i).expect("index from position");
+        self.next_recv.insert(key, env.seq + 1);
+        Some((r, pat, i))
+    }
+
+    /// Undoes [`Matcher::arrive_if_matched`]: the message never came after all (its sender
+    /// died half-way through it; a replica will send it again). Returns false, changing
+    /// nothing, when a later message of the channel was accepted since.
+    pub fn unarrive(&mut self, env: &Envelope, pat: Pattern, pos: usize, req: R) -> bool {
+        let key = (env.comm, env.src, env.tag);
+        if self.next_recv.get(&key).copied() != Some(env.seq + 1) {
+            return false;
+        }
+        self.next_recv.insert(key, env.seq);
+        let at = pos.min(self.posted.len());
+        self.posted.insert(at, (pat, req));
+        true
+    }
+
     /// Queues a message that [`Matcher::arrive`] reported unmatched.
     pub fn enqueue(&mut self, env: Envelope, body: Body<P>) {
         let n = self.arrivals;
@@ -329,6 +357,21 @@ mod tests {
         assert_eq!(arrive(&mut m, env(1, 1, 0), 0), Arrival::Unmatched);
         assert_eq!(arrive(&mut m, env(2, 0, 0), 0), Arrival::Unmatched);
         assert_eq!(m.unexpected_len(), 4);
+    }
+
+    #[test]
+    fn a_match_can_be_undone_when_its_sender_dies_mid_message() {
+        let mut m: Matcher<u32, u32> = Matcher::new();
+        m.post(pat(Some(1), None), 7);
+        m.post(pat(None, None), 8);
+        assert_eq!(m.arrive_if_matched(&env(1, 0, 1)), None); // not its turn
+        let (r, p, i) = m.arrive_if_matched(&env(1, 0, 0)).unwrap();
+        assert_eq!((r, i), (7, 0));
+        assert!(m.unarrive(&env(1, 0, 0), p, i, r));
+        // The resent copy goes to the same receive.
+        assert_eq!(m.arrive(&env(1, 0, 0)), Arrival::Matched(7));
+        assert_eq!(m.arrive(&env(2, 0, 0)), Arrival::Matched(8));
+        assert!(!m.unarrive(&env(1, 0, 5), p, 0, 9));
     }
 
     #[test]

@@ -1,8 +1,9 @@
 //! Programs for the replication tests (`p2pmpirun -r R`): each prints what it computed, so a
 //! run where replicas die can be compared with a fault-free run.
 //!
-//! * `send K BYTES`   — rank 1 sends K messages of BYTES bytes to rank 2 (exact source and
-//!   tag); rank 2 prints a checksum of each (thesis figure 4.8's single send, repeated).
+//! * `send K BYTES [MS]` — rank 1 sends K messages of BYTES bytes to rank 2 (exact source
+//!   and tag), waiting MS milliseconds before each (so that rank 2's receive is posted when it
+//!   arrives); rank 2 prints a checksum of each (thesis figure 4.8's single send, repeated).
 //! * `anysource K`    — rank 1 sends K messages with different tags to rank 2, which receives
 //!   them with `ANY_SOURCE`/`ANY_TAG` (thesis figures 4.6–4.7).
 //! * `random`         — rank 1 draws a number with the replicated generator, sends it to rank 2,
@@ -25,16 +26,19 @@ fn main() {
     assert!(size >= 3 || args.first().map(String::as_str) == Some("iterate"), "needs at least 3 ranks");
     match args.first().map(String::as_str).unwrap_or("send") {
         "send" => {
-            let (k, bytes) = (arg(1, 5), arg(2, 64) as usize);
+            let (k, bytes, pause) = (arg(1, 5), arg(2, 64) as usize, arg(3, 0));
             if rank == 1 {
                 for i in 0..k {
+                    std::thread::sleep(std::time::Duration::from_millis(pause));
                     let msg: Vec<u8> = (0..bytes).map(|j| (i as usize * 31 + j * 7) as u8).collect();
                     world.process_at_rank(2).send_with_tag(&msg[..], 5);
                 }
                 println!("rank 1 sent {k} message(s) of {bytes} B");
             } else if rank == 2 {
+                let mut msg = vec![0u8; bytes];
                 for i in 0..k {
-                    let (msg, st) = world.process_at_rank(1).receive_vec_with_tag::<u8>(5);
+                    // Posted before the message comes (when rank 1 pauses): received in place.
+                    let st = world.process_at_rank(1).receive_into_with_tag(&mut msg[..], 5);
                     println!(
                         "rank 2 got message {i}: {} B from {} checksum {:016x}",
                         msg.len(),

@@ -404,6 +404,7 @@ impl Engine {
             for conn in self.conns.iter_mut().flatten() {
                 if let RState::Stream { req, ref mut discard, .. } = conn.rstate {
                     if req == id {
+                        conn.stream_undo = None;
                         *discard = true;
                     }
                 }
@@ -788,12 +789,7 @@ impl Engine {
             if let Some(mut conn) = self.conns[cid].take() {
                 let _ = self.poll.registry().deregister(&mut conn.stream);
                 done.extend(conn.take_completions());
-                if let RState::Stream { req, discard: false, .. } = conn.rstate {
-                    if req != usize::MAX && !conn.arrive_when_complete {
-                        // Only rendez-vous data streams into a receive; replicated jobs use none.
-                        self.complete(req, Err(Error::PeerLost { rank: self.rank_of(slot), cause: cause.into() }));
-                    }
-                }
+                self.undo_stream(&mut conn);
             }
         }
         self.deferred.retain(|(p, _)| *p != slot);
@@ -809,6 +805,33 @@ impl Engine {
         while self.conns[cid].as_ref().is_some_and(|c| !c.outq.is_empty()) && Instant::now() < deadline {
             self.flush_conn(cid);
             std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+
+    /// A connection to a dead replica goes away in the middle of a message streaming into
+    /// a receive: the receive waits again for the message, which the sender's successor
+    /// will send.
+    fn undo_stream(&mut self, conn: &mut Conn) {
+        let Some((env, pat, pos)) = conn.stream_undo.take() else { return };
+        let RState::Stream { req, .. } = conn.rstate else { return };
+        conn.rstate = RState::Header;
+        if debug_replication() {
+            eprintln!("p2pmpi: slot {}: undoing the match of {env:?} (its sender died mid-message)", self.slot);
+        }
+        if self.matcher.unarrive(&env, pat, pos, req) {
+            if let Some(t) = self.trace.as_mut() {
+                if let Some(i) = t.iter().rposition(|m| (m.0, m.1, m.2, m.3) == (env.comm, env.src, env.tag, env.seq)) {
+                    t.remove(i);
+                }
+            }
+        } else {
+            self.complete(
+                req,
+                Err(Error::PeerLost {
+                    rank: env.src,
+                    cause: "it died in the middle of a message whose successors were already received".into(),
+                }),
+            );
         }
     }
 
@@ -1117,6 +1140,7 @@ impl Engine {
                         got |= n > 0;
                         if left == 0 {
                             conn.rstate = RState::Header;
+                            conn.stream_undo = None;
                             if let Some((env, data)) = conn.stream_unexpected.take() {
                                 conn.stream_status = None;
                                 if std::mem::take(&mut conn.arrive_when_complete) {
@@ -1221,8 +1245,23 @@ impl Engine {
                 }
             }
             FrameKind::Eager if self.repl.is_some() && conn::is_streamed(&h) => {
-                // Kept whole before it is matched: a sender dying mid-message leaves no trace.
                 let env = Envelope { comm: mid.comm, src: peer, tag: mid.tag, seq: mid.seq, len: h.len };
+                let st = StatusInfo { source: peer, tag: mid.tag, len: h.len, cancelled: false };
+                // Its turn, and a receive waits for it: straight into the receive's buffer,
+                // undone if the sender dies half-way (a replica sends it again).
+                if let Some((r, pat, pos)) = self.matcher.arrive_if_matched(&env) {
+                    self.traced(&env);
+                    if h.flags & p2pmpi_wire::frame::flags::SYNCHRONOUS != 0 {
+                        self.ack_sync(&env);
+                    }
+                    self.begin_stream(conn, r, st);
+                    if let RState::Stream { discard: false, .. } = conn.rstate {
+                        conn.stream_undo = Some((env, pat, pos));
+                    }
+                    return Ok(());
+                }
+                // Otherwise kept whole before it is matched: a sender dying mid-message
+                // leaves no trace.
                 let mut data = crate::pool::zeroed(h.len as usize);
                 let ptr = data.as_mut_ptr();
                 conn.stream_unexpected = Some((env, data));
@@ -1374,6 +1413,7 @@ impl Engine {
                 };
                 if self.repl.is_some() {
                     // A replica is gone: the others go on (algorithm 7).
+                    self.undo_stream(&mut conn);
                     for r in conn.take_completions() {
                         self.complete(r, Ok(StatusInfo { source: peer, tag: 0, len: 0, cancelled: false }));
                     }
