@@ -100,6 +100,8 @@ struct Replication {
     early: HashMap<(u32, i32, i32), BTreeMap<u64, (Envelope, Vec<u8>, bool)>>,
     /// Synchronous messages accepted but not matched yet: (comm, source, tag, seq).
     sync_unmatched: std::collections::HashSet<(u32, i32, i32, u64)>,
+    /// Since when messages wait in `early` for an earlier one.
+    early_since: Option<Instant>,
 }
 
 fn msg_id(m: &Mid) -> MsgId {
@@ -225,6 +227,7 @@ impl Engine {
                 resends: VecDeque::new(),
                 early: HashMap::new(),
                 sync_unmatched: Default::default(),
+                early_since: None,
             })
         });
         let trace = std::env::var_os("P2PMPI_TRACE").map(|_| Vec::new());
@@ -1442,6 +1445,26 @@ impl Engine {
     /// destination takes no data, although the failure detector may still hear of it (a
     /// firewall that lets only some addresses through).
     pub(crate) fn check_stalled_sends(&mut self, limit: Duration) {
+        if let Some(rp) = self.repl.as_mut() {
+            // A message kept for 2·T_cleanup waiting for an earlier one of its channel: that
+            // one was lost with its sender (see the README's known limits). Say so, no hang.
+            if rp.early.is_empty() {
+                rp.early_since = None;
+            } else if rp.early_since.get_or_insert_with(Instant::now).elapsed() > limit {
+                let (&(comm, src, tag), q) = rp.early.iter().next().expect("not empty");
+                let first = q.keys().next().copied().unwrap_or(0);
+                let next = self.matcher.next_expected(comm, src, tag);
+                self.set_fatal(Error::PeerLost {
+                    rank: src,
+                    cause: format!(
+                        "message {next} of its channel (communicator {comm}, tag {tag}) was lost with a dead \
+                         replica; message {first} waited {:.1} s for it",
+                        limit.as_secs_f64()
+                    ),
+                });
+                return;
+            }
+        }
         let stalled = self.conns.iter().flatten().find_map(|c| {
             let since = c.stalled_since?;
             (since.elapsed() > limit).then_some((c.peer.unwrap_or(-1), since.elapsed()))
