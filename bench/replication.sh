@@ -1,0 +1,190 @@
+#!/usr/bin/env bash
+# Replication overhead (thesis "P2P-MPI" §4.8.2): the cost of running every rank but 0 as R
+# replicas (`p2pmpirun -r R`), all processes on this host (`--local`).
+#
+#   1. ping-pong, -n 2, R = 1 2 3 4: exactly ITERS (1000) timed round trips per message size
+#      (1 KiB ... 128 KiB); median round trip per (size, R) and its ratio to R = 1;
+#   2. collective-heavy programs, -n 4, R = 1 2 3: examples/repl_coll (allreduce + rotating
+#      bcast + barrier per step) and `replcheck iterate` (ring exchange per step, allreduce
+#      every 10); median wall time of the job (and of the program's loop) and ratio to R = 1.
+#
+# Usage: bench/replication.sh
+# Env:
+#   REPS=5            interleaved repetitions (medians are reported)
+#   SIZES=1024,2048,4096,8192,16384,32768,65536,131072   ping-pong sizes in bytes
+#   ITERS=1000        timed round trips per size (the thesis' 1000)
+#   WARMUP=50         untimed round trips before them, per size
+#   PP_RS="1 2 3 4"   replication degrees of the ping-pong
+#   NOSPIN=1          also run the ping-pong at R = 1 with the waiting policy of an
+#                     oversubscribed host (P2PMPI_SPIN_US=0 P2PMPI_YIELD_US=2000); 0 disables
+#   FANOUT=1          also run the ping-pong's traffic by hand, without replication, for each
+#                     R > 1 of PP_RS (`-n 1+R`: rank 0 sends to ranks 1..R, rank 1 answers and
+#                     sends an 8-byte commit to ranks 2..R); 0 disables
+#   COLL_NP=4         processes (ranks) of the collective-heavy programs
+#   COLL_RS="1 2 3"   their replication degrees
+#   COLL_STEPS=2000   steps of examples/repl_coll (0 skips it)
+#   COLL_BYTES=1024   its broadcast size
+#   ITERATE_STEPS=2000  steps of `replcheck iterate STEPS 0` (0 skips it)
+#   RUN_TIMEOUT=60    seconds allowed for one run; a slower run is recorded as failed (timeout)
+#   QUIET_PCT=25      before each run, wait while other processes keep the CPUs busier than this
+#   QUIET_BUDGET=60   ...but wait at most this many seconds in total over the whole script
+#
+# Output: a table on stdout, Markdown in bench/out/replication.md, every sample in
+# bench/out/replication.csv, each run's output in bench/out/raw/replication/ (`.err`: its
+# stderr), the commands in bench/out/replication-commands.txt, the CPU load before each run in
+# bench/out/replication-load.txt, the build log in bench/out/build-replication.log.
+set -uo pipefail
+
+BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$BENCH_DIR/.." && pwd)
+OUT="$BENCH_DIR/out"
+RAW="$OUT/raw/replication"
+STATS="$BENCH_DIR/replication_stats.py"
+CSV="$OUT/replication.csv"
+REPS=${REPS:-5}
+SIZES=${SIZES:-1024,2048,4096,8192,16384,32768,65536,131072}
+ITERS=${ITERS:-1000}
+WARMUP=${WARMUP:-50}
+PP_RS=${PP_RS:-"1 2 3 4"}
+NOSPIN=${NOSPIN:-1}
+FANOUT=${FANOUT:-1}
+COLL_NP=${COLL_NP:-4}
+COLL_RS=${COLL_RS:-"1 2 3"}
+COLL_STEPS=${COLL_STEPS:-2000}
+COLL_BYTES=${COLL_BYTES:-1024}
+ITERATE_STEPS=${ITERATE_STEPS:-2000}
+RUN_TIMEOUT=${RUN_TIMEOUT:-60}
+QUIET_PCT=${QUIET_PCT:-25}
+QUIET_BUDGET=${QUIET_BUDGET:-60}
+
+mkdir -p "$OUT"
+rm -rf "$RAW"
+mkdir -p "$RAW"
+rm -f "$CSV"
+# shellcheck source=bench/lib.sh
+source "$BENCH_DIR/lib.sh"
+announce_machine
+command -v python3 >/dev/null || { log "python3 is required"; exit 1; }
+
+# --------------------------------------------------------------------------- build
+# Release binaries, without the test-only `failpoints` feature.
+P2P_RUN="$TARGET_DIR/release/p2pmpirun"
+EX="$TARGET_DIR/release/examples"
+log "building p2pmpi's binaries and examples (release)"
+B0=$(date +%s)
+if ! (cd "$ROOT" && cargo build --release -p p2pmpi-cli --bins \
+        && cargo build --release -p p2pmpi-examples --examples) >"$OUT/build-replication.log" 2>&1 \
+    || ! [ -x "$P2P_RUN" ] || ! [ -x "$EX/repl_pingpong" ] || ! [ -x "$EX/repl_coll" ] || ! [ -x "$EX/replcheck" ]; then
+    log "build failed (see out/build-replication.log):"
+    grep -m5 '^error' "$OUT/build-replication.log" >&2
+    exit 1
+fi
+log "build done in $(($(date +%s) - B0)) s"
+
+# --------------------------------------------------------------------------- runs
+# No grid configuration (P2PMPI_HOME=/nonexistent) and every process on this host.
+LAUNCH="$P2P_RUN --local"
+NOSPIN_ENV="P2PMPI_SPIN_US=0 P2PMPI_YIELD_US=2000"
+
+# The command of a run: part (pingpong, coll, iterate), R, variant ("", nospin or fanout).
+command_of() {
+    local part=$1 r=$2 variant=$3 pre="env P2PMPI_HOME=/nonexistent "
+    [ "$variant" = nospin ] && pre="env $NOSPIN_ENV P2PMPI_HOME=/nonexistent "
+    case $part/$variant in
+        pingpong/fanout) echo "$pre$LAUNCH -n $((1 + r)) -r 1 $EX/repl_pingpong $SIZES $ITERS $WARMUP" ;;
+        pingpong/*) echo "$pre$LAUNCH -n 2 -r $r $EX/repl_pingpong $SIZES $ITERS $WARMUP" ;;
+        coll/*) echo "$pre$LAUNCH -n $COLL_NP -r $r $EX/repl_coll $COLL_STEPS $COLL_BYTES" ;;
+        iterate/*) echo "$pre$LAUNCH -n $COLL_NP -r $r $EX/replcheck iterate $ITERATE_STEPS 0" ;;
+    esac
+}
+
+# run_one part r variant rep: one job, timed from outside; appends its rows to the CSV.
+run_one() {
+    local part=$1 r=$2 variant=$3 rep=$4
+    local f="$RAW/$part.r$r${variant:+.$variant}.$rep.txt"
+    local cmd busy t0 t1 rc status ms
+    cmd=$(command_of "$part" "$r" "$variant")
+    busy=$(wait_quiet)
+    echo "$part r$r${variant:+ $variant} rep $rep: $busy" >>"$OUT/replication-load.txt"
+    t0=${EPOCHREALTIME/[.,]/}
+    # shellcheck disable=SC2086
+    timeout --kill-after=5 "$RUN_TIMEOUT" $cmd >"$f" 2>"$f.err" </dev/null
+    rc=$?
+    t1=${EPOCHREALTIME/[.,]/}
+    ms=$(printf '%d.%03d' $(((t1 - t0) / 1000)) $(((t1 - t0) % 1000)))
+    case $rc in
+        0) status=ok ;;
+        124 | 137) status=timeout ;;
+        *) status="exit $rc" ;;
+    esac
+    local np=$COLL_NP
+    [ "$part" = pingpong ] && np=2
+    [ "$variant" = fanout ] && np=$((1 + r))
+    python3 "$STATS" run "$CSV" "$part" "$np" \
+        "$r" "$variant" "$rep" "$busy" "$ms" "$status" "$f" "$([ "$part" = pingpong ] && echo "$SIZES")" \
+        | sed "s/^/[${0##*\/}]   /" >&2
+    if [ "$status" != ok ]; then
+        log "FAILED: $cmd ($status after $ms ms); stderr (out/raw/replication/${f##*/}.err):"
+        sed 's/^/    /' "$f.err" | tail -n 20 >&2
+    fi
+}
+
+# The cells: "part r variant" ("-" = no variant).
+CELLS_PP=()
+for r in $PP_RS; do CELLS_PP+=("pingpong $r -"); done
+[ "$NOSPIN" = 1 ] && CELLS_PP+=("pingpong 1 nospin")
+if [ "$FANOUT" = 1 ]; then
+    for r in $PP_RS; do [ "$r" -gt 1 ] && CELLS_PP+=("pingpong $r fanout"); done
+fi
+CELLS_COLL=()
+for r in $COLL_RS; do
+    [ "$COLL_STEPS" -gt 0 ] && CELLS_COLL+=("coll $r -")
+    [ "$ITERATE_STEPS" -gt 0 ] && CELLS_COLL+=("iterate $r -")
+done
+
+{
+    for c in "${CELLS_PP[@]}" "${CELLS_COLL[@]}"; do
+        read -r part r variant <<<"$c"
+        [ "$variant" = - ] && variant=
+        command_of "$part" "$r" "$variant"
+    done
+} >"$OUT/replication-commands.txt"
+: >"$OUT/replication-load.txt"
+
+# A quick smoke run (R = 2, 10 round trips of 1 KiB) to catch a broken command early.
+log "smoke test: -n 2 -r 2, 10 round trips"
+# shellcheck disable=SC2086  # $LAUNCH is a command prefix
+if ! timeout --kill-after=5 "$RUN_TIMEOUT" env P2PMPI_HOME=/nonexistent $LAUNCH -n 2 -r 2 "$EX/repl_pingpong" 1024 10 0 \
+        >"$RAW/smoke.txt" 2>"$RAW/smoke.txt.err" </dev/null \
+    || ! grep -q '^replpp 1024 10 .* ok$' "$RAW/smoke.txt"; then
+    log "smoke test failed (out/raw/replication/smoke.txt.err):"
+    sed 's/^/    /' "$RAW/smoke.txt.err" | tail -n 20 >&2
+    exit 1
+fi
+
+log "REPS=$REPS; ping-pong R in {$PP_RS}$([ "$NOSPIN" = 1 ] && echo " + R=1 nospin")$([ "$FANOUT" = 1 ] && echo " + fan-out"), sizes $SIZES, $ITERS round trips;" \
+    "collectives -n $COLL_NP R in {$COLL_RS}"
+# shellcheck disable=SC2034  # read by wait_quiet (lib.sh)
+QUIET_LEFT=$QUIET_BUDGET
+# Interleaved: each repetition runs every cell once; the starting cell rotates so that none
+# is always first.
+for ((rep = 1; rep <= REPS; rep++)); do
+    for cells in CELLS_PP CELLS_COLL; do
+        declare -n list=$cells
+        n=${#list[@]}
+        for ((k = 0; k < n; k++)); do
+            read -r part r variant <<<"${list[$(((k + rep - 1) % n))]}"
+            [ "$variant" = - ] && variant=
+            run_one "$part" "$r" "$variant" "$rep"
+        done
+        unset -n list
+    done
+    log "rep $rep/$REPS done ($(($(date +%s) - T_START)) s elapsed)"
+done
+
+# --------------------------------------------------------------------------- report
+export_machine
+COMMANDS=$(sed "s|$ROOT/||g" "$OUT/replication-commands.txt")   # paths relative to the repository
+export REPS ITERS WARMUP COLL_NP COLL_STEPS ITERATE_STEPS QUIET_PCT COMMANDS
+python3 "$STATS" report "$CSV" "$OUT/replication.md"
+log "total $(($(date +%s) - T_START)) s"

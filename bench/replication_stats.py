@@ -1,0 +1,337 @@
+#!/usr/bin/env python3
+"""Parsing and statistics of bench/replication.sh (the replication-overhead benchmark).
+
+    replication_stats.py run CSV PART NP R VARIANT REP BUSY WALL_MS STATUS OUTFILE [SIZES]
+        parses one run's output and appends its rows to CSV (writing the header first if CSV
+        does not exist); prints a one-line summary. PART is `pingpong` (examples/repl_pingpong:
+        one row per size of SIZES, a comma-separated list), `coll` (examples/repl_coll) or
+        `iterate` (examples/replcheck iterate). STATUS is the launcher's outcome as the script
+        saw it (ok, timeout, exit N); a run that exited 0 but printed too little becomes
+        `output`, a ping-pong whose echoed buffer came back wrong `corrupt`.
+    replication_stats.py report CSV MDFILE
+        the tables on stdout and as Markdown in MDFILE (the machine, the commands and the
+        knobs come from the environment set by replication.sh).
+
+Output lines parsed:
+    replpp <bytes> <iters> <round_trip_us> <one_way_us> <MB_per_s> <ok|CORRUPT>
+    replcoll <np> <steps> <bytes> <loop_ms> <us_per_step> <checksum>
+    checksum <hex> after <steps> steps on <np> ranks            (replcheck iterate)
+"""
+import csv
+import os
+import re
+import statistics
+import sys
+
+FIELDS = ["part", "np", "r", "variant", "rep", "size", "rtt_us", "loop_ms", "wall_ms", "checksum",
+          "status", "busy_pct"]
+
+PP = re.compile(r"^replpp (\d+) (\d+) ([0-9.]+) ([0-9.]+) ([0-9.]+) (\S+)")
+COLL = re.compile(r"^replcoll (\d+) (\d+) (\d+) ([0-9.]+) ([0-9.]+) ([0-9a-f]+)")
+ITER = re.compile(r"^checksum ([0-9a-f]+) after (\d+) steps on (\d+) ranks")
+
+# Thesis §4.8.2 (ping-pong, 1000 round trips, 1 Gb/s, one host per process): time with R
+# replicas / time without replication.
+THESIS = {65536: {2: 1.0, 3: 1.17, 4: 1.50}, 131072: {3: 1.42, 4: 1.73}}
+# Our targets at 64 KiB.
+TARGETS = {2: 1.05, 3: 1.15, 4: 1.35}
+TARGET_SIZE = 65536
+
+
+def cmd_run(args):
+    csv_path, part, np_, r, variant, rep, busy, wall_ms, status, outfile = args[:10]
+    sizes = [int(s) for s in args[10].split(",")] if len(args) > 10 and args[10] else []
+    try:
+        lines = open(outfile, errors="replace").read().splitlines()
+    except OSError:
+        lines = []
+    base = {"part": part, "np": np_, "r": r, "variant": variant, "rep": rep, "size": "",
+            "rtt_us": "", "loop_ms": "", "wall_ms": wall_ms, "checksum": "", "status": status,
+            "busy_pct": busy}
+    rows = []
+    if part == "pingpong":
+        got = {}
+        for l in lines:
+            m = PP.match(l)
+            if m:
+                got[int(m.group(1))] = (m.group(3), m.group(6))
+        for s in sizes or sorted(got):
+            row = dict(base, size=s)
+            if s in got:
+                row["rtt_us"] = got[s][0]
+                if got[s][1] != "ok" and status == "ok":
+                    row["status"] = "corrupt"
+            elif status == "ok":
+                row["status"] = "output"
+            rows.append(row)
+        summary = " ".join(f"{s // 1024}K:{got[s][0]}" for s in sorted(got) if s in got and s >= 1024)
+    else:
+        row = dict(base)
+        for l in lines:
+            m = COLL.match(l) if part == "coll" else ITER.match(l)
+            if m and part == "coll":
+                row["loop_ms"], row["checksum"] = m.group(4), m.group(6)
+            elif m:
+                row["checksum"] = m.group(1)
+        if not row["checksum"] and status == "ok":
+            row["status"] = "output"
+        rows.append(row)
+        summary = f"loop {row['loop_ms'] or '-'} ms, checksum {row['checksum'] or '-'}"
+    new = not os.path.exists(csv_path)
+    with open(csv_path, "a", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=FIELDS)
+        if new:
+            w.writeheader()
+        w.writerows(rows)
+    bad = sorted({x["status"] for x in rows if x["status"] != "ok"})
+    print(f"{part} np={np_} R={r}{' ' + variant if variant else ''} rep {rep}: wall {wall_ms} ms, "
+          f"{summary}{' [' + ','.join(bad) + ']' if bad else ''}")
+
+
+def med(xs):
+    return statistics.median(xs) if xs else None
+
+
+def fmt(x, nd=1):
+    return "—" if x is None else f"{x:.{nd}f}"
+
+
+def ratio(a, b):
+    return None if a is None or b is None or b == 0 else a / b
+
+
+def human(n):
+    return f"{n // 1024} KiB" if n >= 1024 and n % 1024 == 0 else f"{n} B"
+
+
+def md_table(hdr, rows):
+    out = ["| " + " | ".join(hdr) + " |", "|" + "|".join(["---"] + ["---:"] * (len(hdr) - 1)) + "|"]
+    return "\n".join(out + ["| " + " | ".join(r) + " |" for r in rows])
+
+
+def txt_table(hdr, rows):
+    w = [max([len(h)] + [len(r[j]) for r in rows]) for j, h in enumerate(hdr)]
+    line = lambda r: "  ".join(c.rjust(w[j]) for j, c in enumerate(r))
+    return "\n".join([line(hdr), line(["-" * x for x in w])] + [line(r) for r in rows])
+
+
+def cmd_report(args):
+    csv_path, md_path = args[:2]
+    E = os.environ
+    rows = list(csv.DictReader(open(csv_path))) if os.path.exists(csv_path) else []
+    nproc = int(E.get("MACHINE_NPROC", "2"))
+    ok = [r for r in rows if r["status"] == "ok"]
+    failed = [r for r in rows if r["status"] != "ok"]
+
+    def key(r):  # column of a ping-pong sample
+        return (int(r["r"]), r["variant"])
+
+    # ------------------------------------------------------------------ ping-pong
+    pp = [r for r in ok if r["part"] == "pingpong"]
+    pp_all = [r for r in rows if r["part"] == "pingpong"]
+    sizes = sorted({int(r["size"]) for r in pp_all if r["size"]})
+    cols = sorted({key(r) for r in pp_all}, key=lambda k: (k[1] != "", k[0]))
+    rs = sorted({k[0] for k in cols if k[1] == ""})
+    samples = {}  # (col, size) -> {rep: rtt}
+    for r in pp:
+        samples.setdefault((key(r), int(r["size"])), {})[r["rep"]] = float(r["rtt_us"])
+    m = {k: med(list(v.values())) for k, v in samples.items()}
+    counts = sorted({len(v) for v in samples.values()})
+    base = (1, "")
+
+    def per_rep_ratios(col, s):
+        a, b = samples.get((col, s), {}), samples.get((base, s), {})
+        return sorted(a[k] / b[k] for k in a if k in b and b[k] > 0)
+
+    main = [k for k in cols if k[1] == ""]
+    hdr = ["size"] + [f"R={k[0]} µs" for k in main] + [f"R={r}/R=1" for r in rs if r != 1] + ["thesis R=2/3/4"]
+    trows = []
+    for s in sizes:
+        row = [human(s)] + [fmt(m.get((k, s))) for k in main]
+        for r in rs:
+            if r == 1:
+                continue
+            x = ratio(m.get(((r, ""), s)), m.get((base, s)))
+            cell = fmt(x, 2)
+            if s == TARGET_SIZE and r in TARGETS and x is not None:
+                cell += " ✓" if x <= TARGETS[r] else " ✗"
+            row.append(cell)
+        th = THESIS.get(s)
+        row.append("/".join(fmt(th.get(r), 2) if r in th else "—" for r in (2, 3, 4)) if th else "")
+        trows.append(row)
+
+    # Diagnostics: R = 1 with the oversubscribed waiting policy, and the traffic by hand.
+    nospin = [k for k in cols if k[1] == "nospin"]
+    fan = [k for k in cols if k[1] == "fanout"]
+    dhdr = ["size"] + [f"R=1 nospin µs" for k in nospin] + [f"fan-out {k[0]} µs" for k in fan] + \
+        [f"R={k[0]}/fan-out {k[0]}" for k in fan]
+    drows = []
+    if nospin or fan:
+        for s in sizes:
+            drows.append([human(s)] + [fmt(m.get((k, s))) for k in nospin + fan] +
+                         [fmt(ratio(m.get(((k[0], ""), s)), m.get((k, s))), 2) for k in fan])
+
+    verdict = []
+    for r in sorted(TARGETS):
+        if r not in rs:
+            continue
+        x = ratio(m.get(((r, ""), TARGET_SIZE)), m.get((base, TARGET_SIZE)))
+        pr = per_rep_ratios((r, ""), TARGET_SIZE)
+        spread = f" (per-repetition ratios {', '.join(f'{v:.2f}' for v in pr)})" if pr else ""
+        if x is None:
+            verdict.append(f"R={r} at 64 KiB: no data — target ≤ {TARGETS[r]:.2f}× NOT checked")
+        else:
+            verdict.append(f"R={r} at 64 KiB: {x:.2f}× — target ≤ {TARGETS[r]:.2f}× "
+                           f"{'met' if x <= TARGETS[r] else 'NOT met'}{spread}")
+
+    # ------------------------------------------------------------------ collectives
+    cparts = [p for p in ("coll", "iterate") if any(r["part"] == p for r in rows)]
+    chdr = ["program", "R", "processes", "wall ms", "wall ×R=1", "loop ms", "loop ×R=1", "runs ok",
+            "checksum"]
+    crows = []
+    for p in cparts:
+        prow = [r for r in rows if r["part"] == p]
+        np_ = int(prow[0]["np"])
+        wall, loop, chk, runs = {}, {}, {}, {}
+        for r in prow:
+            R = int(r["r"])
+            runs.setdefault(R, [0, 0])[1] += 1
+            if r["status"] != "ok":
+                continue
+            runs[R][0] += 1
+            wall.setdefault(R, []).append(float(r["wall_ms"]))
+            if r["loop_ms"]:
+                loop.setdefault(R, []).append(float(r["loop_ms"]))
+            chk.setdefault(R, set()).add(r["checksum"])
+        ref = chk.get(1, set())
+        for R in sorted(runs):
+            c = chk.get(R, set())
+            if not c:
+                cs = "—"
+            elif len(c) > 1:
+                cs = "DIFFERS between runs"
+            elif R != 1 and ref and c != ref:
+                cs = "DIFFERS from R=1"
+            else:
+                cs = ("same as R=1" if R != 1 and ref else next(iter(c))[:16])
+            name = (f"repl_coll {E.get('COLL_STEPS', '')}" if p == "coll"
+                    else f"replcheck iterate {E.get('ITERATE_STEPS', '')} 0")
+            crows.append([name, str(R), str(1 + (np_ - 1) * R),
+                          fmt(med(wall.get(R, []))), fmt(ratio(med(wall.get(R, [])), med(wall.get(1, []))), 2),
+                          fmt(med(loop.get(R, []))), fmt(ratio(med(loop.get(R, [])), med(loop.get(1, []))), 2),
+                          f"{runs[R][0]}/{runs[R][1]}", cs])
+
+    # ------------------------------------------------------------------ text
+    machine = (f"{E.get('MACHINE_NPROC')} CPUs, {E.get('MACHINE_CPU')}, {E.get('MACHINE_KERNEL')}; "
+               f"{E.get('MACHINE_DATE')}")
+    reps = E.get("REPS", "?")
+    nrep = f"{reps} interleaved runs" + ("" if counts in ([int(reps)], []) else
+                                          f" (samples per cell: {', '.join(map(str, counts))})")
+    busy = [int(r["busy_pct"]) for r in rows if r["busy_pct"].isdigit()]
+    qp = int(E.get("QUIET_PCT", "25"))
+    noisy = len({(r["part"], r["r"], r["variant"], r["rep"]) for r in rows
+                 if r["busy_pct"].isdigit() and int(r["busy_pct"]) > qp})
+    nruns = len({(r["part"], r["r"], r["variant"], r["rep"]) for r in rows})
+    load = (f"{noisy} of {nruns} runs started while other processes kept the CPUs >{qp}% busy "
+            f"(max {max(busy)}%): figures are noisy" if noisy else
+            f"background CPU load before each run: max {max(busy) if busy else 0}%")
+    pp_np = 2
+    over = [r for r in rs if 1 + (pp_np - 1) * r > nproc]
+    notes = [
+        f"Ping-pong: `-n 2 -r R`, rank 0 is not replicated, rank 1 runs as R replicas: 1 + R "
+        f"processes on {nproc} cores. " + (
+            f"R = {', '.join(map(str, over))} oversubscribe{'s' if len(over) == 1 else ''} the machine ({1 + over[-1]} processes at "
+            f"R = {over[-1]}): the library then stops busy-polling (it yields, then sleeps in the "
+            f"kernel), and the replicas compete with the master for the cores. This inflates the "
+            f"ratios compared with the thesis' cluster (one host per process, 1 Gb/s)." if over else ""),
+        f"{E.get('ITERS', '1000')} timed round trips per size after {E.get('WARMUP', '50')} untimed; "
+        f"round-trip time in µs, median of {nrep}; ratio = median(R) / median(R=1).",
+    ]
+    dnotes = []
+    if nospin:
+        dnotes.append("`R=1 nospin`: R = 1 (2 processes) with the waiting policy the library picks when "
+                      "oversubscribed (`P2PMPI_SPIN_US=0 P2PMPI_YIELD_US=2000`): what the policy alone costs.")
+    if fan:
+        dnotes.append("`fan-out K`: no replication, `-n 1+K`: rank 0 sends each message to ranks 1..K, "
+                      "rank 1 answers and then sends an 8-byte commit to ranks 2..K, which receive both "
+                      "— the traffic and the process count of R = K done by hand, i.e. what K copies "
+                      "cost this machine without the library's protocol. `R=K/fan-out K` > 1 is the "
+                      "protocol's own overhead (MIDs, backup and log tables, ordering).")
+    out = []
+    out.append(f"Machine: {machine}")
+    out.append(f"Versions: {E.get('VER_RUST', '')}")
+    out.append(("WARNING: " if noisy else "") + load)
+    for n in notes:
+        out.append(n)
+    text = "\n".join(out)
+    print()
+    print(text)
+    if sizes:
+        print("\nPing-pong round trip (µs, median; ratio to R=1; ✓/✗ = our 64 KiB target)\n")
+        print(txt_table(hdr, trows))
+        print()
+        for v in verdict:
+            print(v)
+    if drows:
+        print("\nDiagnostics (µs, median; not part of the targets)\n")
+        for n in dnotes:
+            print(n)
+        print()
+        print(txt_table(dhdr, drows))
+    if crows:
+        print(f"\nCollective-heavy programs, -n {E.get('COLL_NP', '4')} (median ms; wall = the whole "
+              "job from outside, loop = the program's own timing of its loop)\n")
+        print(txt_table(chdr, crows))
+    if failed:
+        print(f"\nFailed runs: {len({(r['part'], r['r'], r['variant'], r['rep']) for r in failed})} "
+              "(left out of the medians):")
+        seen = set()
+        for r in failed:
+            k = (r["part"], r["r"], r["variant"], r["rep"], r["status"])
+            if k not in seen:
+                seen.add(k)
+                print(f"  {r['part']} R={r['r']}{' ' + r['variant'] if r['variant'] else ''} rep {r['rep']}: "
+                      f"{r['status']}")
+    print()
+
+    with open(md_path, "w") as f:
+        f.write("### Replication overhead (`p2pmpirun -r R`, one host)\n\n")
+        f.write(f"Machine: {machine}.  \nVersions: {E.get('VER_RUST', '')}.  \n")
+        f.write(("**Warning:** " if noisy else "") + load + ".\n\n")
+        for n in notes:
+            f.write(f"- {n}\n")
+        if sizes:
+            f.write("\n#### Ping-pong round trip (µs, lower is better; ratio to R = 1; "
+                    "✓/✗: our target at 64 KiB)\n\n")
+            f.write(md_table(hdr, trows) + "\n\n")
+            for v in verdict:
+                f.write(f"- {v}\n")
+        if drows:
+            f.write("\n#### Diagnostics (µs, median; not part of the targets)\n\n")
+            for n in dnotes:
+                f.write(f"- {n}\n")
+            f.write("\n" + md_table(dhdr, drows) + "\n")
+        if crows:
+            f.write(f"\n#### Collective-heavy programs, `-n {E.get('COLL_NP', '4')}` (median ms)\n\n")
+            f.write("wall = the whole job timed from outside (launch, start-up, loop, exit); loop = the "
+                    "program's own timing of its loop (rank 0).\n\n")
+            f.write(md_table(chdr, crows) + "\n")
+        if failed:
+            f.write("\nFailed runs (left out of the medians):\n\n")
+            seen = set()
+            for r in failed:
+                k = (r["part"], r["r"], r["variant"], r["rep"], r["status"])
+                if k not in seen:
+                    seen.add(k)
+                    f.write(f"- {r['part']} R={r['r']}{' ' + r['variant'] if r['variant'] else ''} "
+                            f"rep {r['rep']}: {r['status']}\n")
+        cmds = E.get("COMMANDS", "")
+        if cmds:
+            f.write("\nCommands:\n\n```\n" + cmds.rstrip() + "\n```\n")
+    print(f"Markdown: {md_path}")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 2 or sys.argv[1] not in ("run", "report"):
+        sys.exit(__doc__)
+    (cmd_run if sys.argv[1] == "run" else cmd_report)(sys.argv[2:])

@@ -1,0 +1,79 @@
+//! Ping-pong with a fixed number of round trips, for the replication benchmark
+//! (`bench/replication.sh`, thesis §4.8.2: 1000 round trips per size, `p2pmpirun -n 2 -r R`).
+//!
+//! Usage: `p2pmpirun -n 2 [-r R] repl_pingpong [SIZES [ITERS [WARMUP]]]`
+//! - SIZES: comma-separated message sizes in bytes (default 1 KiB, 2 KiB, ..., 128 KiB);
+//! - ITERS: timed round trips per size (default 1000);
+//! - WARMUP: untimed round trips before them (default 50).
+//!
+//! An empty argument means its default. Per size: a barrier, WARMUP round trips, a barrier,
+//! ITERS timed round trips (rank 0 `send` then `receive_into`, rank 1 the reverse, blocking,
+//! same buffer), then rank 0 checks the buffer it got back last (untimed) and prints
+//! `replpp <bytes> <iters> <round_trip_us> <one_way_us> <MB_per_s> <ok|CORRUPT>`
+//! (round trip = elapsed / ITERS, one way = half of it, MB = 10^6 bytes).
+//! With `-r R`, rank 1 runs as R replicas: rank 0 sends each message to all of them and the
+//! master of rank 1 answers (then commits to its replicas).
+//!
+//! **Fan-out mode** (`-n K` with K > 2, without `-r`): the same traffic done by hand, as a
+//! baseline of what R = K - 1 replicas cost the machine without the library's protocol: rank 0
+//! sends each message to ranks 1..K-1, rank 1 answers, then sends an 8-byte "commit" to ranks
+//! 2..K-1, which receive the message and the commit and do nothing else.
+use mpi::traits::*;
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let arg = |i: usize| args.get(i).map(|s| s.trim()).filter(|s| !s.is_empty());
+    let sizes: Vec<usize> = match arg(0) {
+        Some(s) => s.split(',').map(|x| x.trim().parse().expect("size")).collect(),
+        None => (0..8).map(|k| 1024usize << k).collect(),
+    };
+    let iters: u64 = arg(1).map_or(1000, |s| s.parse().expect("ITERS"));
+    let warmup: u64 = arg(2).map_or(50, |s| s.parse().expect("WARMUP"));
+
+    let universe = mpi::initialize().unwrap();
+    let world = universe.world();
+    let rank = world.rank();
+    let np = world.size();
+    assert!(np >= 2, "run with -n 2 (or more: fan-out mode)");
+    let peer = world.process_at_rank(if rank == 0 { 1 } else { 0 });
+    let others: Vec<_> = (2..np).map(|r| world.process_at_rank(r)).collect();
+    for &size in &sizes {
+        let msg = size;
+        let mut buf: Vec<u8> = (0..size.max(1)).map(|i| (i % 251) as u8 + 1).collect();
+        let want = buf.clone();
+        let round = |n: u64, buf: &mut Vec<u8>| {
+            let mut commit = [0u64; 1];
+            for _ in 0..n {
+                if rank == 0 {
+                    peer.send(&buf[..msg]);
+                    for o in &others {
+                        o.send(&buf[..msg]);
+                    }
+                    peer.receive_into(&mut buf[..msg]);
+                } else if rank == 1 {
+                    peer.receive_into(&mut buf[..msg]);
+                    peer.send(&buf[..msg]);
+                    commit[0] += 1;
+                    for o in &others {
+                        o.send(&commit[..]);
+                    }
+                } else {
+                    peer.receive_into(&mut buf[..msg]);
+                    world.process_at_rank(1).receive_into(&mut commit[..]);
+                }
+            }
+        };
+        world.barrier();
+        round(warmup, &mut buf);
+        world.barrier();
+        let t0 = mpi::time();
+        round(iters, &mut buf);
+        let dt = mpi::time() - t0;
+        if rank == 0 {
+            let rt = dt / iters.max(1) as f64;
+            let bw = if size == 0 { 0.0 } else { size as f64 / (rt / 2.0) / 1e6 };
+            let ok = if buf == want { "ok" } else { "CORRUPT" };
+            println!("replpp {size} {iters} {:.3} {:.3} {:.1} {ok}", rt * 1e6, rt / 2.0 * 1e6, bw);
+        }
+    }
+}
