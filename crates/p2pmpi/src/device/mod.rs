@@ -97,12 +97,19 @@ struct Replication {
     /// The backup table handed over by a takeover: to transmit and commit.
     resends: VecDeque<(Mid, Vec<u8>)>,
     /// Messages that arrived before their turn, per (comm, source, tag), by sequence.
-    early: HashMap<(u32, i32, i32), BTreeMap<u64, (Envelope, Vec<u8>, bool)>>,
+    early: HashMap<(u32, i32, i32), EarlyQueue>,
     /// Synchronous messages accepted but not matched yet: (comm, source, tag, seq).
     sync_unmatched: std::collections::HashSet<(u32, i32, i32, u64)>,
     /// Since when messages wait in `early` for an earlier one.
     early_since: Option<Instant>,
 }
+
+/// Messages of one channel that came before their turn, by sequence: the envelope, the data
+/// and whether it is a synchronous send's.
+type EarlyQueue = BTreeMap<u64, (Envelope, Vec<u8>, bool)>;
+
+/// What `P2PMPI_TRACE` records of an accepted message: comm, source, tag, sequence, length.
+type TraceEntry = (u32, i32, i32, u64, u64);
 
 fn msg_id(m: &Mid) -> MsgId {
     MsgId { comm: m.comm, src: m.src, dst: m.dst, tag: m.tag, seq: m.seq }
@@ -161,7 +168,7 @@ pub(crate) struct Engine {
     layout: Option<Layout>,
     repl: Option<Box<Replication>>,
     /// MIDs accepted (`P2PMPI_TRACE`): comm, source, tag, sequence, length.
-    trace: Option<Vec<(u32, i32, i32, u64, u64)>>,
+    trace: Option<Vec<TraceEntry>>,
     token: u64,
     poll: Poll,
     events: Events,
@@ -1125,7 +1132,7 @@ impl Engine {
     /// Reads everything available on a connection and handles the frames. Returns whether
     /// any byte was read.
     fn read_conn(&mut self, cid: usize) -> bool {
-        if self.conns.get(cid).and_then(Option::as_ref).map_or(true, |c| c.read_eof) {
+        if self.conns.get(cid).and_then(Option::as_ref).is_none_or(|c| c.read_eof) {
             return false;
         }
         let Some(mut conn) = self.conns.get_mut(cid).and_then(Option::take) else { return false };
@@ -1495,9 +1502,10 @@ impl Engine {
 
     /// Whether every queued frame has been written.
     pub fn all_sent(&self) -> bool {
-        let repl_idle = self.repl.as_ref().map_or(true, |rp| {
-            rp.commits.is_empty() && rp.resends.is_empty() && rp.fanouts.iter().all(Option::is_none)
-        });
+        let repl_idle = self
+            .repl
+            .as_ref()
+            .is_none_or(|rp| rp.commits.is_empty() && rp.resends.is_empty() && rp.fanouts.iter().all(Option::is_none));
         repl_idle
             && self.rndv_send.is_empty()
             && self.deferred.is_empty()
@@ -1533,7 +1541,7 @@ impl Engine {
         self.peers
             .iter()
             .flat_map(|p| p.conns.iter())
-            .all(|&cid| self.conns[cid].as_ref().map_or(true, |c| c.read_eof && c.outq.is_empty()))
+            .all(|&cid| self.conns[cid].as_ref().is_none_or(|c| c.read_eof && c.outq.is_empty()))
     }
 }
 
