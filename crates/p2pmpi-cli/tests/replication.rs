@@ -16,7 +16,6 @@ mod common;
 use common::grid::{TestGrid, LIMIT};
 use common::{example, launcher, processes_with, run_cmd, wait_bounded, wait_no_processes, Outcome};
 use std::collections::HashMap;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
@@ -283,22 +282,9 @@ struct Running {
 
 fn spawn(cmd: &mut Command) -> Running {
     let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-    let mut o = child.stdout.take().unwrap();
-    let mut e = child.stderr.take().unwrap();
-    Running {
-        child,
-        out: std::thread::spawn(move || {
-            let mut s = String::new();
-            let _ = o.read_to_string(&mut s);
-            s
-        }),
-        err: std::thread::spawn(move || {
-            let mut s = String::new();
-            let _ = e.read_to_string(&mut s);
-            s
-        }),
-        start: Instant::now(),
-    }
+    let out = common::reader(child.stdout.take().unwrap());
+    let err = common::reader(child.stderr.take().unwrap());
+    Running { child, out, err, start: Instant::now() }
 }
 
 impl Running {

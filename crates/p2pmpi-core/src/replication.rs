@@ -142,20 +142,12 @@ pub struct Coordinator<P> {
     log: HashMap<(u32, u32, i32), u64>,
     /// Backup table, in send order.
     backup: VecDeque<(MsgId, P)>,
-    commits_received: u64,
 }
 
 impl<P> Coordinator<P> {
     /// The coordinator of slot `me`.
     pub fn new(layout: Layout, me: usize) -> Coordinator<P> {
-        Coordinator {
-            layout,
-            me,
-            dead: vec![false; layout.slots()],
-            log: HashMap::new(),
-            backup: VecDeque::new(),
-            commits_received: 0,
-        }
+        Coordinator { layout, me, dead: vec![false; layout.slots()], log: HashMap::new(), backup: VecDeque::new() }
     }
 
     pub fn layout(&self) -> Layout {
@@ -224,7 +216,6 @@ impl<P> Coordinator<P> {
         if from == self.me || from >= self.dead.len() || self.layout.rank_of(from) != self.rank() {
             return false;
         }
-        self.commits_received += 1;
         let ch = mid.channel();
         let mark = self.log.entry(ch).or_insert(0);
         *mark = (*mark).max(mid.seq + 1);
@@ -258,11 +249,6 @@ impl<P> Coordinator<P> {
     /// Channels in the log table.
     pub fn log_len(&self) -> usize {
         self.log.len()
-    }
-
-    /// Commits received so far.
-    pub fn commits_received(&self) -> u64 {
-        self.commits_received
     }
 
     /// The dead slots.

@@ -89,7 +89,7 @@ pub fn run_cmd(cmd: &mut Command, limit: Duration) -> Outcome {
     Outcome { status, stdout: out.join().unwrap(), stderr: err.join().unwrap(), elapsed: start.elapsed() }
 }
 
-fn reader(mut r: impl Read + Send + 'static) -> std::thread::JoinHandle<String> {
+pub fn reader(mut r: impl Read + Send + 'static) -> std::thread::JoinHandle<String> {
     std::thread::spawn(move || {
         let mut s = String::new();
         let _ = r.read_to_string(&mut s);

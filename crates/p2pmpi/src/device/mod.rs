@@ -39,6 +39,10 @@ use std::time::{Duration, Instant};
 /// Largest message sent with the eager protocol (the seeds' 128 KB).
 pub const EAGER_LIMIT: usize = 128 * 1024;
 
+/// Largest message of a replicated job, where every message travels eager (a receiver must
+/// not be made to allocate more on a peer's word).
+pub const REPLICATED_MAX_MESSAGE: u64 = 1 << 32;
+
 const LISTENER: Token = Token(usize::MAX);
 
 /// Request handle inside the engine.
@@ -443,6 +447,13 @@ impl Engine {
         self.check_rank(dst)?;
         if let Some(e) = &self.fatal {
             return Err(e.clone());
+        }
+        if self.repl.is_some() && len as u64 > REPLICATED_MAX_MESSAGE {
+            // Refused before it takes a sequence number (a gap would stall the channel).
+            return Err(Error::Protocol {
+                rank: dst,
+                detail: format!("a message of {len} bytes: replicated jobs send at most 4 GiB per message"),
+            });
         }
         let seq = self.matcher.next_send_seq(comm, dst, tag);
         let data = if len == 0 { &[][..] } else { unsafe { std::slice::from_raw_parts(ptr, len) } };
@@ -911,7 +922,7 @@ impl Engine {
         let mut c = Conn::new(stream, true);
         c.peer = Some(dst);
         if self.repl.is_some() {
-            c.max_eager = 1 << 40;
+            c.max_eager = REPLICATED_MAX_MESSAGE;
         }
         self.conns[cid] = Some(c);
         let p = &mut self.peers[dst as usize];
@@ -1099,7 +1110,7 @@ impl Engine {
                     if self.poll.registry().register(&mut stream, Token(cid), Interest::READABLE).is_ok() {
                         let mut c = Conn::new(stream, false);
                         if self.repl.is_some() {
-                            c.max_eager = 1 << 40;
+                            c.max_eager = REPLICATED_MAX_MESSAGE;
                         }
                         self.conns[cid] = Some(c);
                     }
