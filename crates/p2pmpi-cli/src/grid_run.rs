@@ -330,7 +330,8 @@ pub fn run(name: &str, opts: &RunArgs, n: usize, grid: Grid) -> Result<i32> {
     let root = listener.local_addr()?;
     let token = home::random_u128() as u64;
     let (tx, rx) = channel::<Event>();
-    launcher::spawn_control_server(listener, token, slots, tx.clone());
+    let fencing = launcher::Fencing::shared(layout, fd.as_ref());
+    launcher::spawn_control_server(listener, token, slots, tx.clone(), fencing.clone());
     let all_loopback = placements
         .iter()
         .zip(&assigned)
@@ -420,7 +421,8 @@ pub fn run(name: &str, opts: &RunArgs, n: usize, grid: Grid) -> Result<i32> {
     {
         let children = children.clone();
         let tx = tx.clone();
-        std::thread::spawn(move || launcher::watch_exits(children, tx));
+        let output = output.clone();
+        std::thread::spawn(move || launcher::watch_exits(children, tx, output));
     }
     drop(tx);
 
@@ -433,14 +435,14 @@ pub fn run(name: &str, opts: &RunArgs, n: usize, grid: Grid) -> Result<i32> {
             stop_remotes(&remotes, libc::SIGKILL);
         });
     };
-    // No per-process kill here: a replica declared dead is stopped with the stragglers.
+    // A replica declared dead exits when it hears of it (or is stopped with the stragglers).
     let hooks = Job {
         layout,
         stop_all: &stop,
-        kill: None,
         output: &output,
         startup_timeout: opts.startup_timeout,
         fd: fd.as_ref(),
+        fencing,
     };
     let code = launcher::event_loop(name, &hooks, &rx, &mut states);
     for p in pumps {

@@ -25,6 +25,7 @@ use crate::output::Output;
 use anyhow::{bail, Context, Result};
 use clap::Parser;
 use p2pmpi::bootstrap::env;
+use p2pmpi_core::fencing::{Declaration, Grant, Supervisor};
 use p2pmpi_core::replication::Layout;
 use p2pmpi_wire::control::{self, Control};
 use std::collections::HashMap;
@@ -131,6 +132,11 @@ impl FdPlan {
         }))
     }
 
+    /// `T_cleanup + T_MAX_HANG` for `n` processes.
+    pub fn suspicion_after(&self, n: usize) -> Duration {
+        p2pmpi_core::fd::FdConfig::new(self.protocol, self.t_gossip, self.t_max_hang).suspicion_after(n)
+    }
+
     fn setup(&self, addrs: Vec<String>, delta_t: Duration) -> control::FdSetup {
         control::FdSetup {
             addrs,
@@ -215,7 +221,7 @@ pub(crate) enum Event {
         tolerant: bool,
         /// The pid the process reports (the launcher's own child pid is kept when known).
         pid: u32,
-        conn: TcpStream,
+        conn: Writer,
     },
     /// A process's failure detector confirmed the failure of another.
     PeerFailed {
@@ -259,6 +265,42 @@ pub(crate) struct RankState {
     judged: bool,
     /// It stopped because it lost another rank: its exit is a consequence, not a cause.
     lost_peer: Option<u32>,
+}
+
+/// The writing half of a process's control connection, shared by the event loop and the
+/// thread that answers the process's lease renewals.
+pub(crate) type Writer = Arc<Mutex<TcpStream>>;
+
+/// The job's supervisor (SPEC §10, fencing): the only place where deaths are declared. The
+/// event loop feeds it suspicions and ends, the control threads its lease renewals.
+pub(crate) struct Fencing {
+    pub(crate) sup: Supervisor,
+    /// The origin of the supervisor's clock (the job's start).
+    pub(crate) origin: Instant,
+}
+
+/// Shared between the event loop and the control threads.
+pub(crate) type SharedFencing = Arc<Mutex<Fencing>>;
+
+impl Fencing {
+    /// The supervisor of a job laid out as `layout`: leases as long as the detector's
+    /// suspicion time (at least 1 s; 5 s without a detector).
+    pub(crate) fn shared(layout: Layout, fd: Option<&FdPlan>) -> SharedFencing {
+        let lease = p2pmpi_core::fencing::lease_length(fd.map(|p| p.suspicion_after(layout.slots())));
+        Arc::new(Mutex::new(Fencing { sup: Supervisor::new(layout, lease), origin: Instant::now() }))
+    }
+
+    pub(crate) fn now(&self) -> Duration {
+        self.origin.elapsed()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn send_to(w: &Writer, msg: &Control) -> bool {
+    lock(w).write_all(&control::encode(msg)).is_ok()
 }
 
 fn describe(status: &ExitStatus) -> String {
@@ -329,7 +371,8 @@ fn run_local(name: &str, opts: RunArgs, n: usize) -> Result<i32> {
     let token = u64::from_le_bytes(tok);
 
     let (tx, rx) = channel::<Event>();
-    spawn_control_server(listener, token, slots, tx.clone());
+    let fencing = Fencing::shared(layout, fd.as_ref());
+    spawn_control_server(listener, token, slots, tx.clone(), fencing.clone());
 
     let output = Arc::new(Output::new(layout, opts.tag_output));
     let mut children: Vec<Child> = Vec::with_capacity(slots);
@@ -369,19 +412,19 @@ fn run_local(name: &str, opts: RunArgs, n: usize) -> Result<i32> {
     {
         let children = children.clone();
         let tx = tx.clone();
-        std::thread::spawn(move || watch_exits(children, tx));
+        let output = output.clone();
+        std::thread::spawn(move || watch_exits(children, tx, output));
     }
     drop(tx);
 
     let stop = || terminate(&children);
-    let kill = |slot: usize| kill_one(&children, slot);
     let job = Job {
         layout,
         stop_all: &stop,
-        kill: Some(&kill),
         output: &output,
         startup_timeout: opts.startup_timeout,
         fd: fd.as_ref(),
+        fencing,
     };
     let code = event_loop(name, &job, &rx, &mut states);
     for p in pumps {
@@ -409,14 +452,12 @@ pub(crate) struct Job<'a> {
     pub(crate) layout: Layout,
     /// Makes every remaining process end.
     pub(crate) stop_all: &'a dyn Fn(),
-    /// Kills one slot's process at once, if it still runs (a replica declared dead must not
-    /// come back: fail-stop). `None` where processes cannot be stopped one by one (the
-    /// grid): those are stopped with the stragglers at the end.
-    pub(crate) kill: Option<&'a dyn Fn(usize)>,
     /// The processes' output (told when a replica is declared dead).
     pub(crate) output: &'a Output,
     pub(crate) startup_timeout: u64,
     pub(crate) fd: Option<&'a FdPlan>,
+    /// The supervisor that declares deaths (shared with the control threads).
+    pub(crate) fencing: SharedFencing,
 }
 
 /// How reports name a process: `rank K`, or `rank K replica J` when its rank is replicated.
@@ -427,12 +468,6 @@ pub(crate) fn who(layout: Layout, slot: usize) -> String {
     } else {
         format!("rank {rank}")
     }
-}
-
-/// `rank 2` or `ranks 2, 5`.
-fn ranks_text(ranks: &[usize]) -> String {
-    let list: Vec<String> = ranks.iter().map(|k| k.to_string()).collect();
-    format!("rank{} {}", if ranks.len() > 1 { "s" } else { "" }, list.join(", "))
 }
 
 /// A failure notice's text without its leading `rank K failed: ` (the report names the
@@ -458,44 +493,94 @@ fn abort_text(message: &str, layout: Layout, slot: usize) -> &str {
     m
 }
 
-/// The replicas declared dead: which ranks still run.
-struct Replicas {
+/// The replicas: which ranks still run, as the job's supervisor declared (fencing). A replica
+/// declared dead is no longer shown, and every process is told the dead set; one that
+/// resumes learns that it was excluded and exits quietly.
+struct Replicas<'a> {
     layout: Layout,
-    dead: Vec<bool>,
+    fencing: &'a SharedFencing,
+    /// Control connections of the processes, by slot.
+    conns: HashMap<usize, Writer>,
 }
 
-impl Replicas {
+impl Replicas<'_> {
     /// Whether the death of `slot` can be survived: its rank has several replicas.
     fn replicated(&self, slot: usize) -> bool {
         self.layout.replicas(self.layout.rank_of(slot)) > 1
     }
 
+    fn dead(&self, slot: usize) -> bool {
+        lock(self.fencing).sup.is_dead(slot)
+    }
+
+    /// Whether `slot` was excluded or declared dead: its reports count for nothing.
+    fn fenced(&self, slot: usize) -> bool {
+        lock(self.fencing).sup.is_fenced(slot)
+    }
+
     /// The replica of `rank` whose output is shown: its first one not declared dead.
     fn master_of(&self, rank: usize) -> Option<usize> {
-        self.layout.slots_of(rank).find(|&s| !self.dead[s])
+        lock(self.fencing).sup.dead().master_of(rank)
     }
 
-    /// Replicas of `rank` not declared dead (those that ended well count: their work is done).
-    fn alive(&self, rank: usize) -> usize {
-        self.layout.slots_of(rank).filter(|&s| !self.dead[s]).count()
-    }
-
-    /// Declares `slot` dead: no longer shown, killed if it still runs. Returns how many
-    /// replicas its rank has left.
-    fn declare_dead(&mut self, job: &Job, slot: usize) -> usize {
-        self.dead[slot] = true;
-        job.output.slot_dead(slot);
-        if let Some(kill) = job.kill {
-            kill(slot);
+    /// A message came from `slot`: true if it is fenced (the message is ignored, and the
+    /// process is told it was excluded).
+    fn from_fenced(&self, slot: usize) -> bool {
+        let fenced = lock(self.fencing).sup.heard_from(slot);
+        if fenced {
+            if let Some(w) = self.conns.get(&slot) {
+                send_to(w, &Control::Excluded { reason: "declared dead by the launcher".into() });
+            }
         }
-        self.alive(self.layout.rank_of(slot))
+        fenced
     }
 
-    /// A replica ended badly (`what` names it and says how): reports it, once. Returns true
-    /// when the job must stop: its rank lost its last replica.
-    fn lost(&mut self, name: &str, job: &Job, slot: usize, what: &str, tolerant: bool) -> bool {
-        let rank = self.layout.rank_of(slot);
-        let left = self.declare_dead(job, slot);
+    /// `by` (or the launcher itself) suspects `slot`: it is excluded now, declared dead once
+    /// its lease ran out ([`Self::poll`]).
+    /// Returns the slot excluded (the accuser, when the supervisor still hears the suspect
+    /// and believing the accusation would lose a rank).
+    fn suspect(&self, slot: usize, by: Option<usize>, why: &str) -> Option<usize> {
+        let mut f = lock(self.fencing);
+        let now = f.now();
+        f.sup.suspect(now, slot, by, why)
+    }
+
+    /// `slot`'s process ended: declared at once.
+    fn ended(&self, slot: usize, why: &str) -> Option<Declaration> {
+        let mut f = lock(self.fencing);
+        let now = f.now();
+        f.sup.ended(now, slot, why)
+    }
+
+    /// Whether the fenced `slot` was heard from after its exclusion (it resumed).
+    fn fenced_resumed(&self, slot: usize) -> bool {
+        lock(self.fencing).sup.resumed(slot)
+    }
+
+    /// Declarations due now.
+    fn poll(&self) -> Vec<Declaration> {
+        let mut f = lock(self.fencing);
+        let now = f.now();
+        f.sup.poll(now)
+    }
+
+    /// Carries out a declaration: the slot's output is no longer shown and every process
+    /// learns the dead set. Returns how many replicas its rank has left.
+    fn declared(&self, job: &Job, d: &Declaration) -> usize {
+        job.output.slot_dead(d.slot);
+        let slots: Vec<u32> = lock(self.fencing).sup.dead().slots().into_iter().map(|s| s as u32).collect();
+        let msg = Control::Dead { slots };
+        for w in self.conns.values() {
+            send_to(w, &msg);
+        }
+        d.left
+    }
+
+    /// Reports a declaration (`what` names the process and says how it failed); true when
+    /// the job must stop: its rank lost its last replica.
+    fn report(&self, name: &str, job: &Job, d: &Declaration, what: &str, tolerant: bool) -> bool {
+        let rank = self.layout.rank_of(d.slot);
+        let left = self.declared(job, d);
         if left > 0 {
             eprintln!("{name}: {what}; rank {rank} goes on with {left} replica(s)");
             false
@@ -524,8 +609,8 @@ pub(crate) fn event_loop(name: &str, job: &Job, rx: &Receiver<Event>, states: &m
     let (stop_all, startup_timeout, fd) = (job.stop_all, job.startup_timeout, job.fd);
     let replicated = layout.slots() > layout.n;
     let who = |slot: usize| who(layout, slot);
-    let mut rep = Replicas { layout, dead: vec![false; n] };
-    let mut conns: HashMap<usize, TcpStream> = HashMap::new();
+    let mut rep = Replicas { layout, fencing: &job.fencing, conns: HashMap::new() };
+    let lease_us = if replicated { lock(&job.fencing).sup.lease().as_micros() as u64 } else { 0 };
     let mut addrs: Vec<Option<String>> = vec![None; n];
     let mut fd_addrs: Vec<String> = vec![String::new(); n];
     // The program handles failures itself (every process said so at registration): a
@@ -552,6 +637,15 @@ pub(crate) fn event_loop(name: &str, job: &Job, rx: &Receiver<Event>, states: &m
                 for s in states.iter_mut() {
                     s.ctrl_closed = true;
                 }
+            }
+        }
+        // Deaths declared now: suspects whose lease ran out.
+        for d in rep.poll() {
+            if failure.is_some() {
+                rep.declared(job, &d);
+            } else if rep.report(name, job, &d, &declaration_text(layout, &d), tolerant) {
+                failure = Some(1);
+                stop_all();
             }
         }
         if failure.is_none() {
@@ -581,7 +675,7 @@ pub(crate) fn event_loop(name: &str, job: &Job, rx: &Receiver<Event>, states: &m
                     failure = Some(1);
                     stop_all();
                 }
-                if exited < n && redundant_deadline.is_none() {
+                if exited < n && redundant_deadline.is_none() && lock(&job.fencing).sup.next_deadline().is_none() {
                     continue;
                 }
                 Event::Tick
@@ -603,7 +697,7 @@ pub(crate) fn event_loop(name: &str, job: &Job, rx: &Receiver<Event>, states: &m
                 addrs[slot] = Some(addr);
                 fd_addrs[slot] = fd_addr;
                 tolerant &= t;
-                conns.insert(slot, conn);
+                rep.conns.insert(slot, conn);
                 if addrs.iter().all(Option::is_some) && !world_sent {
                     world_sent = true;
                     let table: Vec<String> = addrs.iter().map(|a| a.clone().unwrap()).collect();
@@ -613,14 +707,15 @@ pub(crate) fn event_loop(name: &str, job: &Job, rx: &Receiver<Event>, states: &m
                     // Δt_i = ts_i − ts_1 for the detector's initial heartbeat (FM eq. 4).
                     let mut first: Option<Instant> = None;
                     for slot in 0..n {
-                        let Some(c) = conns.get_mut(&slot) else { continue };
+                        let Some(c) = rep.conns.get(&slot) else { continue };
                         let ts = Instant::now();
                         let ts1 = *first.get_or_insert(ts);
                         let msg = Control::World {
                             addrs: table.clone(),
                             fd: fd.map(|p| p.setup(fd_addrs.clone(), ts - ts1)),
+                            lease_us,
                         };
-                        let _ = c.write_all(&control::encode(&msg));
+                        send_to(c, &msg);
                     }
                 }
             }
@@ -628,16 +723,19 @@ pub(crate) fn event_loop(name: &str, job: &Job, rx: &Receiver<Event>, states: &m
                 if failed >= n {
                     continue;
                 }
-                if world_sent && rep.replicated(failed) {
-                    // A replica: its rank may go on. One that finalized did its work.
-                    if rep.dead[failed] || states[failed].finalized || failure.is_some() {
+                if world_sent && replicated && rep.from_fenced(by) {
+                    // Fencing: an excluded process that woke up suspects everybody (their
+                    // connections to it were closed); its word counts for nothing.
+                    continue;
+                }
+                if world_sent && replicated {
+                    // A replica: its rank may go on (an unreplicated rank 0 is lost). One that finalized did its work. It is
+                    // excluded now and declared dead once its lease ran out.
+                    if rep.fenced(failed) || states[failed].finalized || failure.is_some() {
                         continue;
                     }
-                    reported_failed[failed] = true;
-                    let what = format!("{} failed: {} (detected by {})", who(failed), failure_detail(&detail), who(by));
-                    if rep.lost(name, job, failed, &what, tolerant) {
-                        failure = Some(1);
-                        stop_all();
+                    if let Some(out) = rep.suspect(failed, Some(by), &detail) {
+                        reported_failed[out] = true;
                     }
                     continue;
                 }
@@ -659,7 +757,12 @@ pub(crate) fn event_loop(name: &str, job: &Job, rx: &Receiver<Event>, states: &m
                     stop_all();
                 }
             }
-            Event::Finalized { rank: slot } => states[slot].finalized = true,
+            Event::Finalized { rank: slot } => {
+                if !rep.from_fenced(slot) {
+                    states[slot].finalized = true;
+                }
+            }
+            Event::Abort { rank: slot, .. } if replicated && rep.from_fenced(slot) => {}
             Event::Abort { rank: slot, code, message, lost } => {
                 states[slot].lost_peer = lost;
                 if failure.is_some() {
@@ -679,7 +782,7 @@ pub(crate) fn event_loop(name: &str, job: &Job, rx: &Receiver<Event>, states: &m
                     // is treated as failed, the master goes on.
                     None if world_sent
                         && rep.replicated(slot)
-                        && !rep.dead[slot]
+                        && !rep.dead(slot)
                         && rep.master_of(layout.rank_of(slot)) != Some(slot) =>
                     {
                         let why = abort_text(&message, layout, slot);
@@ -688,9 +791,12 @@ pub(crate) fn event_loop(name: &str, job: &Job, rx: &Receiver<Event>, states: &m
                         } else {
                             format!("{} aborted: {why}", who(slot))
                         };
-                        if rep.lost(name, job, slot, &what, tolerant) {
-                            failure = Some(code);
-                            stop_all();
+                        // It is ending: nothing more will come from it.
+                        if let Some(d) = rep.ended(slot, &what) {
+                            if rep.report(name, job, &d, &what, tolerant) {
+                                failure = Some(code);
+                                stop_all();
+                            }
                         }
                     }
                     None => {
@@ -712,7 +818,20 @@ pub(crate) fn event_loop(name: &str, job: &Job, rx: &Receiver<Event>, states: &m
                     }
                 }
             }
-            Event::ControlClosed { rank: slot } => states[slot].ctrl_closed = true,
+            Event::ControlClosed { rank: slot } => {
+                states[slot].ctrl_closed = true;
+                // An excluded process whose connection closed has ended: no lease to wait for.
+                if replicated && rep.fenced(slot) && !rep.dead(slot) {
+                    if let Some(d) = rep.ended(slot, "") {
+                        if failure.is_some() {
+                            rep.declared(job, &d);
+                        } else if rep.report(name, job, &d, &declaration_text(layout, &d), tolerant) {
+                            failure = Some(1);
+                            stop_all();
+                        }
+                    }
+                }
+            }
             Event::Exited { rank: slot, status } => {
                 if states[slot].exit.is_some() {
                     continue;
@@ -736,41 +855,15 @@ pub(crate) fn event_loop(name: &str, job: &Job, rx: &Receiver<Event>, states: &m
                     }
                 }
                 if survivable {
-                    let mut ranks: Vec<usize> = Vec::new();
+                    // Excluded now, declared dead once their lease ran out (they may still
+                    // run, cut off from their daemon): each declaration is reported.
+                    eprintln!("{name}: {why}");
                     for &slot in &lost {
-                        if rep.dead[slot] || states[slot].finalized {
+                        if rep.fenced(slot) || states[slot].finalized {
                             continue;
                         }
                         reported_failed[slot] = true;
-                        rep.declare_dead(job, slot);
-                        let k = layout.rank_of(slot);
-                        if !ranks.contains(&k) {
-                            ranks.push(k);
-                        }
-                    }
-                    let gone: Vec<usize> = ranks.iter().copied().filter(|&k| rep.alive(k) == 0).collect();
-                    if gone.is_empty() {
-                        let on: Vec<String> = ranks
-                            .iter()
-                            .map(|&k| format!("rank {k} goes on with {} replica(s)", rep.alive(k)))
-                            .collect();
-                        if on.is_empty() {
-                            eprintln!("{name}: {why}; the job goes on");
-                        } else {
-                            eprintln!("{name}: {why}; {}", on.join(", "));
-                        }
-                    } else if tolerant {
-                        eprintln!(
-                            "{name}: {why}; all replicas of {} failed; the program handles failures, the job goes on",
-                            ranks_text(&gone)
-                        );
-                    } else {
-                        eprintln!(
-                            "{name}: {why}; all replicas of {} failed; stopping the other processes",
-                            ranks_text(&gone)
-                        );
-                        failure = Some(1);
-                        stop_all();
+                        rep.suspect(slot, None, &format!("{} was lost with its host", who(slot)));
                     }
                     continue;
                 }
@@ -791,7 +884,28 @@ pub(crate) fn event_loop(name: &str, job: &Job, rx: &Receiver<Event>, states: &m
                 continue;
             }
             s.judged = true;
-            if failure.is_some() || s.lost_peer.is_some() || rep.dead[slot] {
+            if replicated && rep.fenced(slot) {
+                // Excluded or declared dead: it ended as it should.
+                let d = if rep.dead(slot) { None } else { rep.ended(slot, "") };
+                if let Some(d) = &d {
+                    if failure.is_some() {
+                        rep.declared(job, d);
+                    } else if rep.report(name, job, d, &declaration_text(layout, d), tolerant) {
+                        failure = Some(1);
+                        stop_all();
+                    }
+                }
+                let at = lock(&job.fencing).sup.declared_at(slot);
+                if let Some(at) = at.filter(|_| rep.fenced_resumed(slot)) {
+                    eprintln!(
+                        "{name}: {} was declared dead at {:.1} s; it resumed and was stopped",
+                        who(slot),
+                        at.as_secs_f64()
+                    );
+                }
+                continue;
+            }
+            if failure.is_some() || s.lost_peer.is_some() {
                 continue;
             }
             let s = &states[slot];
@@ -822,9 +936,11 @@ pub(crate) fn event_loop(name: &str, job: &Job, rx: &Receiver<Event>, states: &m
                 // A replica that ended before finalizing: its rank may go on. (One that
                 // finalized and then failed reports the program's own status.)
                 if world_sent && rep.replicated(slot) && !states[slot].finalized {
-                    if rep.lost(name, job, slot, &msg, tolerant) {
-                        failure = Some(1);
-                        stop_all();
+                    if let Some(d) = rep.ended(slot, &msg) {
+                        if rep.report(name, job, &d, &msg, tolerant) {
+                            failure = Some(1);
+                            stop_all();
+                        }
                     }
                     continue;
                 }
@@ -843,7 +959,7 @@ pub(crate) fn event_loop(name: &str, job: &Job, rx: &Receiver<Event>, states: &m
         // well: its other replicas still running (frozen but not detected before every
         // other process ended, or far behind) are stopped after a grace period.
         if (tolerant || replicated) && world_sent && !stragglers_stopped && failure.is_none() {
-            let gone = |s: usize| reported_failed[s] || rep.dead[s];
+            let gone = |s: usize| reported_failed[s] || rep.fenced(s);
             let finished = |k: usize| {
                 layout.slots_of(k).any(|s| states[s].finalized && states[s].exit.is_some_and(|e| e.success()))
             };
@@ -881,6 +997,17 @@ pub(crate) fn event_loop(name: &str, job: &Job, rx: &Receiver<Event>, states: &m
     failure.unwrap_or(0)
 }
 
+/// How a declaration is reported: the process, how it failed and who noticed.
+fn declaration_text(layout: Layout, d: &Declaration) -> String {
+    match d.by {
+        Some(by) => {
+            format!("{} failed: {} (detected by {})", who(layout, d.slot), failure_detail(&d.why), who(layout, by))
+        }
+        None if d.why.is_empty() => format!("{} ended", who(layout, d.slot)),
+        None => d.why.clone(),
+    }
+}
+
 /// Reports that `slot` stopped because it lost `peer` (its own message says how).
 fn report_lost(name: &str, layout: Layout, slot: usize, peer: u32, message: &str) {
     let why = message.strip_prefix("p2pmpi: ").unwrap_or(message);
@@ -897,18 +1024,26 @@ fn report_lost(name: &str, layout: Layout, slot: usize, peer: u32, message: &str
     }
 }
 
-/// Accepts control connections; each is served by its own thread.
-pub(crate) fn spawn_control_server(listener: TcpListener, token: u64, n: usize, tx: Sender<Event>) {
+/// Accepts control connections; each is served by its own thread, which also answers the
+/// process's lease renewals from `fencing`.
+pub(crate) fn spawn_control_server(
+    listener: TcpListener,
+    token: u64,
+    n: usize,
+    tx: Sender<Event>,
+    fencing: SharedFencing,
+) {
     std::thread::spawn(move || {
         for conn in listener.incoming() {
             let Ok(conn) = conn else { continue };
             let tx = tx.clone();
-            std::thread::spawn(move || serve_control(conn, token, n, tx));
+            let fencing = fencing.clone();
+            std::thread::spawn(move || serve_control(conn, token, n, tx, fencing));
         }
     });
 }
 
-fn serve_control(mut conn: TcpStream, token: u64, n: usize, tx: Sender<Event>) {
+fn serve_control(mut conn: TcpStream, token: u64, n: usize, tx: Sender<Event>, fencing: SharedFencing) {
     let _ = conn.set_nodelay(true);
     let _ = conn.set_read_timeout(Some(Duration::from_secs(10)));
     let (rank, addr, fd_addr, tolerant, pid) = match control::read_msg(&mut conn) {
@@ -932,9 +1067,28 @@ fn serve_control(mut conn: TcpStream, token: u64, n: usize, tx: Sender<Event>) {
     };
     let _ = conn.set_read_timeout(None);
     let Ok(writer) = conn.try_clone() else { return };
-    let _ = tx.send(Event::Registered { rank, addr, fd_addr, tolerant, pid, conn: writer });
+    // A process that stopped reading (frozen) must not hold the launcher.
+    let _ = writer.set_write_timeout(Some(Duration::from_secs(2)));
+    let writer: Writer = Arc::new(Mutex::new(writer));
+    let _ = tx.send(Event::Registered { rank, addr, fd_addr, tolerant, pid, conn: writer.clone() });
     loop {
         match control::read_msg(&mut conn) {
+            Ok(Some(Control::Renew { stamp_us })) => {
+                let grant = {
+                    let mut f = lock(&fencing);
+                    let now = f.now();
+                    f.sup.renew(now, rank)
+                };
+                let answer = match grant {
+                    Grant::Lease => Control::Lease { stamp_us },
+                    Grant::Excluded => Control::Excluded { reason: "declared dead by the launcher".into() },
+                };
+                send_to(&writer, &answer);
+            }
+            Ok(Some(Control::Excluded { .. })) => {
+                // The process learned that it was excluded (it resumed) and leaves.
+                lock(&fencing).sup.heard_from(rank);
+            }
             Ok(Some(Control::Finalized { .. })) => {
                 let _ = tx.send(Event::Finalized { rank });
             }
@@ -961,7 +1115,10 @@ pub(crate) fn pump(src: impl Read + Send + 'static, slot: usize, err: bool, outp
         loop {
             line.clear();
             match r.read_until(b'\n', &mut line) {
-                Ok(0) | Err(_) => return,
+                Ok(0) | Err(_) => {
+                    output.pipe_closed(slot);
+                    return;
+                }
                 // Our own output may be gone (closed pipe): the child is drained anyway.
                 Ok(_) => output.write(slot, err, &line),
             }
@@ -969,7 +1126,9 @@ pub(crate) fn pump(src: impl Read + Send + 'static, slot: usize, err: bool, outp
     })
 }
 
-pub(crate) fn watch_exits(children: Arc<Mutex<Vec<Child>>>, tx: Sender<Event>) {
+/// Reports every child's exit (child `i` is slot `i`), once its output was read to the end
+/// (at most 500 ms after the exit: a grandchild may keep a pipe open).
+pub(crate) fn watch_exits(children: Arc<Mutex<Vec<Child>>>, tx: Sender<Event>, output: Arc<Output>) {
     let n = children.lock().unwrap().len();
     let mut done = vec![false; n];
     let mut left = n;
@@ -983,9 +1142,15 @@ pub(crate) fn watch_exits(children: Arc<Mutex<Vec<Child>>>, tx: Sender<Event>) {
                 if let Ok(Some(status)) = c.try_wait() {
                     done[rank] = true;
                     left -= 1;
-                    if tx.send(Event::Exited { rank, status }).is_err() {
-                        return;
-                    }
+                    let output = output.clone();
+                    let tx = tx.clone();
+                    std::thread::spawn(move || {
+                        let deadline = Instant::now() + Duration::from_millis(500);
+                        while !output.drained(rank) && Instant::now() < deadline {
+                            std::thread::sleep(Duration::from_millis(2));
+                        }
+                        let _ = tx.send(Event::Exited { rank, status });
+                    });
                 }
             }
         }
@@ -1021,17 +1186,6 @@ pub(crate) fn terminate(children: &Arc<Mutex<Vec<Child>>>) {
     });
 }
 
-/// Kills one process at once (SIGKILL), if it still runs: a replica declared dead.
-fn kill_one(children: &Arc<Mutex<Vec<Child>>>, slot: usize) {
-    let mut ch = children.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(c) = ch.get_mut(slot) {
-        // Not reaped yet (try_wait holds the lock): the pid is still this child's.
-        if matches!(c.try_wait(), Ok(None)) {
-            let _ = c.kill();
-        }
-    }
-}
-
 fn kill_all(children: &mut [Child]) {
     for c in children {
         let _ = c.kill();
@@ -1051,8 +1205,6 @@ mod tests {
         assert_eq!(who(rep, 0), "rank 0");
         assert_eq!(who(rep, 2), "rank 1 replica 1");
         assert_eq!(who(rep, 3), "rank 2 replica 0");
-        assert_eq!(ranks_text(&[2]), "rank 2");
-        assert_eq!(ranks_text(&[2, 5]), "ranks 2, 5");
     }
 
     #[test]

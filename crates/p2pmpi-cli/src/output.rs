@@ -132,11 +132,27 @@ impl Router {
 pub struct Output {
     router: Mutex<Router>,
     tag: bool,
+    /// Per slot: how many of its local pipes (stdout, stderr) reached their end.
+    closed: Vec<std::sync::atomic::AtomicU8>,
 }
 
 impl Output {
     pub fn new(layout: Layout, tag: bool) -> Output {
-        Output { router: Mutex::new(Router::new(layout)), tag }
+        let closed = (0..layout.slots()).map(|_| Default::default()).collect();
+        Output { router: Mutex::new(Router::new(layout)), tag, closed }
+    }
+
+    /// One of `slot`'s local pipes reached its end.
+    pub fn pipe_closed(&self, slot: usize) {
+        if let Some(c) = self.closed.get(slot) {
+            c.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    /// Whether both of `slot`'s local pipes were read to their end: everything it printed
+    /// went through the router (its death must not hide lines written while it lived).
+    pub fn drained(&self, slot: usize) -> bool {
+        self.closed.get(slot).is_none_or(|c| c.load(std::sync::atomic::Ordering::SeqCst) >= 2)
     }
 
     fn emit(tag: bool) -> impl FnMut(usize, usize, &[u8]) {

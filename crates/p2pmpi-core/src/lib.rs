@@ -14,6 +14,10 @@
 //! * [`fd`]: the failure detector — gossip heartbeats with max-merge, target selection
 //!   (random, round-robin, BRR, DBRR), suspicion, ping confirmation, the initial heartbeat
 //!   adjustment, and the seeds' reliability analysis (FM §4–§5).
+//! * [`fencing`]: deaths decided in one place — the launcher's [`fencing::Supervisor`]
+//!   (suspicions in, exclusions and declarations out) and every process's [`fencing::Lease`],
+//!   so that a replica frozen past detection, or cut off and reconnected, never disturbs the
+//!   live ones.
 //! * [`hosts`]: the supernode's *host list* (register, alive signals, expiry) and an MPD's
 //!   *cached list* (refresh, RTT ranking, dead hosts, serde persistence) (SPEC §2).
 //! * [`matching`]: MPI message matching — the expected (posted) and unexpected queues, the
@@ -28,6 +32,7 @@
 pub mod advisor;
 pub mod allocation;
 pub mod fd;
+pub mod fencing;
 pub mod hosts;
 pub mod matching;
 pub mod replication;

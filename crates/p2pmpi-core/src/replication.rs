@@ -88,6 +88,63 @@ impl Layout {
     }
 }
 
+/// The slots declared dead in a job, and the rule that follows from it: a rank's **master** is
+/// its alive replica of lowest index (election without communication, thesis §4.3.5). The
+/// library's [`Coordinator`], the launcher's [`crate::fencing::Supervisor`] and the output
+/// router all hold one, so the rule is written once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadSet {
+    layout: Layout,
+    dead: Vec<bool>,
+}
+
+impl DeadSet {
+    /// Nobody dead yet.
+    pub fn new(layout: Layout) -> DeadSet {
+        DeadSet { layout, dead: vec![false; layout.slots()] }
+    }
+
+    pub fn layout(&self) -> Layout {
+        self.layout
+    }
+
+    /// Whether `slot` is dead (a slot out of range counts as dead).
+    pub fn is_dead(&self, slot: usize) -> bool {
+        self.dead.get(slot).copied().unwrap_or(true)
+    }
+
+    /// Marks `slot` dead; false if it already was (or is out of range).
+    pub fn mark(&mut self, slot: usize) -> bool {
+        match self.dead.get_mut(slot) {
+            Some(d) if !*d => {
+                *d = true;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The alive replicas of `rank`, lowest index first.
+    pub fn alive_slots(&self, rank: usize) -> impl Iterator<Item = usize> + '_ {
+        self.layout.slots_of(rank).filter(move |&s| !self.dead[s])
+    }
+
+    /// How many replicas of `rank` are alive.
+    pub fn alive(&self, rank: usize) -> usize {
+        self.alive_slots(rank).count()
+    }
+
+    /// The master of `rank`: its alive replica with the lowest index.
+    pub fn master_of(&self, rank: usize) -> Option<usize> {
+        self.alive_slots(rank).next()
+    }
+
+    /// The dead slots, in order.
+    pub fn slots(&self) -> Vec<usize> {
+        (0..self.dead.len()).filter(|&s| self.dead[s]).collect()
+    }
+}
+
 /// A message identifier (thesis §4.3.1): communicator, source and destination ranks, tag and
 /// the count of earlier messages with the same (communicator, source, destination, tag).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -137,7 +194,7 @@ pub enum Recovery<P> {
 pub struct Coordinator<P> {
     layout: Layout,
     me: usize,
-    dead: Vec<bool>,
+    dead: DeadSet,
     /// Log table: per channel (comm, dst, tag), every seq below the mark is committed.
     log: HashMap<(u32, u32, i32), u64>,
     /// Backup table, in send order.
@@ -147,7 +204,7 @@ pub struct Coordinator<P> {
 impl<P> Coordinator<P> {
     /// The coordinator of slot `me`.
     pub fn new(layout: Layout, me: usize) -> Coordinator<P> {
-        Coordinator { layout, me, dead: vec![false; layout.slots()], log: HashMap::new(), backup: VecDeque::new() }
+        Coordinator { layout, me, dead: DeadSet::new(layout), log: HashMap::new(), backup: VecDeque::new() }
     }
 
     pub fn layout(&self) -> Layout {
@@ -165,17 +222,17 @@ impl<P> Coordinator<P> {
     }
 
     pub fn is_dead(&self, slot: usize) -> bool {
-        self.dead.get(slot).copied().unwrap_or(true)
+        self.dead.is_dead(slot)
     }
 
     /// The alive replicas of `rank`, lowest index first.
     pub fn alive_slots(&self, rank: usize) -> impl Iterator<Item = usize> + '_ {
-        self.layout.slots_of(rank).filter(move |&s| !self.dead[s])
+        self.dead.alive_slots(rank)
     }
 
     /// The master of `rank`: its alive replica with the lowest index.
     pub fn master_of(&self, rank: usize) -> Option<usize> {
-        self.alive_slots(rank).next()
+        self.dead.master_of(rank)
     }
 
     /// Whether this process is its rank's master.
@@ -213,7 +270,9 @@ impl<P> Coordinator<P> {
     /// A commit arrived from `from` (algorithm 4, part 2). Commits from anything but this
     /// rank's other replicas are refused (returns false).
     pub fn on_commit(&mut self, from: usize, mid: MsgId) -> bool {
-        if from == self.me || from >= self.dead.len() || self.layout.rank_of(from) != self.rank() {
+        // A dead replica's word counts for nothing (fencing): it may have resumed after the
+        // others took over, and its commit could claim a delivery the live ones never saw.
+        if from == self.me || self.dead.is_dead(from) || self.layout.rank_of(from) != self.rank() {
             return false;
         }
         let ch = mid.channel();
@@ -226,12 +285,12 @@ impl<P> Coordinator<P> {
 
     /// A failure of `slot` was notified (algorithm 7).
     pub fn on_failure(&mut self, slot: usize) -> Recovery<P> {
-        if slot >= self.dead.len() || self.dead[slot] || slot == self.me {
+        if self.dead.is_dead(slot) || slot == self.me {
             return Recovery::Nothing;
         }
         let rank = self.layout.rank_of(slot);
         let was_master = self.master_of(rank) == Some(slot);
-        self.dead[slot] = true;
+        self.dead.mark(slot);
         let Some(new_master) = self.master_of(rank) else {
             return Recovery::RankLost { rank };
         };
@@ -253,7 +312,7 @@ impl<P> Coordinator<P> {
 
     /// The dead slots.
     pub fn dead_slots(&self) -> Vec<usize> {
-        (0..self.dead.len()).filter(|&s| self.dead[s]).collect()
+        self.dead.slots()
     }
 }
 

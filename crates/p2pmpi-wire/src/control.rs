@@ -11,8 +11,9 @@ use thiserror::Error;
 /// Largest control record accepted.
 pub const MAX_CONTROL_LEN: u32 = 16 << 20;
 
-/// One control record. Processes send `Register`, `Finalized`, `Abort` and `PeerFailed`; the launcher
-/// answers with `World` and may send `Stop`.
+/// One control record. Processes send `Register`, `Finalized`, `Abort`, `PeerFailed` and
+/// `Renew`; the launcher answers with `World`, `Lease` and `Excluded`, and may send `Dead` and
+/// `Stop`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Control {
     /// A process announces itself: its rank, the address of its data port, its pid, the
@@ -21,8 +22,9 @@ pub enum Control {
     /// (`tolerant`: the launcher then lets the job go on when a process dies).
     Register { rank: u32, data_addr: String, pid: u32, token: u64, fd_addr: String, tolerant: bool },
     /// The communicator built at the root: rank → data address, for every rank, with the
-    /// failure detector's set-up for this process (`None`: no detector).
-    World { addrs: Vec<String>, fd: Option<FdSetup> },
+    /// failure detector's set-up for this process (`None`: no detector) and, in a replicated
+    /// job, the length of the leases the process must hold to send (µs; 0: no fencing).
+    World { addrs: Vec<String>, fd: Option<FdSetup>, lease_us: u64 },
     /// The process finalized cleanly.
     Finalized { rank: u32 },
     /// The process called `abort` (or hit a fatal error): stop the job with `code`.
@@ -34,6 +36,17 @@ pub enum Control {
     /// The failure detector of process `rank` confirmed the failure of process `failed`
     /// (`detail` says how); sent before the process stops, unless the program handles failures.
     PeerFailed { rank: u32, failed: u32, detail: String },
+    /// A replicated job's process asks to renew its lease; `stamp_us` is when it asked, by
+    /// its own clock (echoed in the answer).
+    Renew { stamp_us: u64 },
+    /// The lease asked at `stamp_us` is granted: it runs the lease length from then.
+    Lease { stamp_us: u64 },
+    /// The slots the launcher declared dead so far (every process applies them; a process
+    /// that finds itself there was excluded and exits quietly).
+    Dead { slots: Vec<u32> },
+    /// The process was excluded from the job (suspected or declared dead): it must exit
+    /// quietly.
+    Excluded { reason: String },
 }
 
 /// The failure detector's parameters for one application, sent with the communicator
@@ -119,8 +132,9 @@ mod tests {
                 fd_addr: "127.0.0.1:4001".into(),
                 tolerant: true,
             },
-            Control::World { addrs: vec!["a".into(), "b".into()], fd: None },
+            Control::World { addrs: vec!["a".into(), "b".into()], fd: None, lease_us: 0 },
             Control::World {
+                lease_us: 1_000_000,
                 addrs: vec!["a".into()],
                 fd: Some(FdSetup {
                     addrs: vec!["u".into()],
@@ -134,6 +148,10 @@ mod tests {
             Control::Finalized { rank: 1 },
             Control::Abort { rank: 2, code: 5, message: "x".into(), lost: Some(1) },
             Control::Stop { reason: "bye".into() },
+            Control::Renew { stamp_us: 17 },
+            Control::Lease { stamp_us: 17 },
+            Control::Dead { slots: vec![3, 5] },
+            Control::Excluded { reason: "suspected".into() },
         ];
         let mut buf = Vec::new();
         for m in &msgs {

@@ -99,7 +99,7 @@ pub(crate) fn boot() -> Result<Boot> {
     // The failure detector's socket, in the same port range (firewall-friendly).
     let fd_socket = bind_fd_port(&bind, var(env::PORTS).as_deref());
     let fd_addr = fd_socket.as_ref().and_then(|s| s.local_addr().ok()).map(|a| a.to_string()).unwrap_or_default();
-    let mut ctrl = TcpStream::connect(&ctrl_addr)
+    let mut ctrl = connect_from(&bind, &ctrl_addr)
         .map_err(|e| Error::Bootstrap(format!("cannot reach the launcher at {ctrl_addr}: {e}")))?;
     let _ = ctrl.set_nodelay(true);
     let reg = Control::Register {
@@ -112,8 +112,8 @@ pub(crate) fn boot() -> Result<Boot> {
     };
     control::write_msg(&mut ctrl, &reg).map_err(|e| Error::Bootstrap(e.to_string()))?;
     ctrl.set_read_timeout(Some(Duration::from_secs(600)))?;
-    let (addrs, fd) = match control::read_msg(&mut ctrl) {
-        Ok(Some(Control::World { addrs, fd })) => (addrs, fd),
+    let (addrs, fd, lease_us) = match control::read_msg(&mut ctrl) {
+        Ok(Some(Control::World { addrs, fd, lease_us })) => (addrs, fd, lease_us),
         Ok(Some(Control::Stop { reason })) => return Err(Error::Bootstrap(format!("job stopped: {reason}"))),
         Ok(other) => return Err(Error::Bootstrap(format!("unexpected answer from the launcher: {other:?}"))),
         Err(e) => return Err(Error::Bootstrap(format!("launcher: {e}"))),
@@ -132,13 +132,36 @@ pub(crate) fn boot() -> Result<Boot> {
             .map_err(|e| Error::Bootstrap(format!("cannot start the failure detector: {e}")))?;
     }
     ctrl.set_read_timeout(None)?;
+    // A write to a launcher that stopped reading must not hold this process forever.
+    ctrl.set_write_timeout(Some(Duration::from_secs(10)))?;
     let reader = ctrl.try_clone()?;
     *CONTROL_CONN.lock() = Some(ctrl);
+    if lease_us > 0 && layout.is_some() {
+        fence::start(Duration::from_micros(lease_us), slot)?;
+    }
     std::thread::Builder::new()
         .name("p2pmpi-control".into())
         .spawn(move || watch_launcher(reader, rank))
         .map_err(|e| Error::Bootstrap(format!("cannot start the control thread: {e}")))?;
     Ok(Boot { rank, size, slot, layout, token, listener: Some(listener), addrs, local_procs })
+}
+
+/// Connects to the launcher from this process's own address `bind` (on a local grid every
+/// host has its own loopback address, and an unbound socket would leave from 127.0.0.1: a
+/// host cut off by the network must be cut off from its launcher too).
+fn connect_from(bind: &str, to: &str) -> std::io::Result<TcpStream> {
+    let addr: SocketAddr = match to.parse() {
+        Ok(a) => a,
+        Err(_) => return TcpStream::connect(to),
+    };
+    let own = bind.parse::<std::net::IpAddr>().ok().filter(|ip| {
+        !ip.is_unspecified() && *ip != std::net::IpAddr::from([127, 0, 0, 1]) && ip.is_ipv4() == addr.is_ipv4()
+    });
+    let Some(ip) = own else { return TcpStream::connect(addr) };
+    let sock = socket2::Socket::new(socket2::Domain::for_address(addr), socket2::Type::STREAM, None)?;
+    sock.bind(&SocketAddr::new(ip, 0).into())?;
+    sock.connect(&addr.into())?;
+    Ok(sock.into())
 }
 
 /// Binds the data port: in the configured range when there is one (`MIN_PORT`..`MAX_PORT`,
@@ -201,8 +224,19 @@ fn watch_launcher(mut conn: TcpStream, rank: i32) {
                 }
                 return;
             }
+            Ok(Some(Control::Lease { stamp_us })) => fence::granted(stamp_us),
+            Ok(Some(Control::Excluded { .. })) => fence::excluded(),
+            Ok(Some(Control::Dead { slots })) => {
+                if fence::my_slot().is_some_and(|me| slots.contains(&me)) {
+                    fence::excluded();
+                }
+                crate::failure::declared_dead(&slots);
+            }
             Ok(Some(_)) => {}
             Ok(None) | Err(_) => {
+                if fence::is_excluded() {
+                    fence::excluded();
+                }
                 if !FINALIZING.load(Ordering::SeqCst) {
                     eprintln!("p2pmpi: rank {rank}: lost contact with the launcher; stopping");
                     std::process::exit(143);
@@ -256,4 +290,143 @@ pub(crate) fn report_abort(rank: i32, code: i32, message: &str, lost: Option<i32
         None => r as u32,
     });
     send(&Control::Abort { rank: rank.max(0) as u32, code, message: message.to_string(), lost });
+}
+
+/// Fencing in a replicated job (see [`p2pmpi_core::fencing`]): this process sends nothing
+/// while its lease is not valid, renews it every quarter of its length through the control
+/// connection, exits quietly when the launcher says it was excluded, and stops itself when it
+/// cannot reach the launcher for [`Lease::stop_after`](p2pmpi_core::fencing::Lease::stop_after).
+pub(crate) mod fence {
+    use super::{send, Control, Error, Result};
+    use p2pmpi_core::fencing::Lease;
+    use parking_lot::Mutex;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::OnceLock;
+    use std::time::{Duration, Instant};
+
+    struct Fence {
+        origin: Instant,
+        slot: u32,
+        lease: Mutex<Lease>,
+    }
+
+    static FENCE: OnceLock<Fence> = OnceLock::new();
+    /// Until when this process may send, µs since the fence's origin (the fast path's copy of
+    /// the lease).
+    static VALID_UNTIL_US: AtomicU64 = AtomicU64::new(0);
+    static EXCLUDED: AtomicBool = AtomicBool::new(false);
+    static ON: AtomicBool = AtomicBool::new(false);
+
+    fn now(f: &Fence) -> Duration {
+        f.origin.elapsed()
+    }
+
+    /// Starts fencing with leases of `length` and the renewal thread.
+    pub(crate) fn start(length: Duration, slot: i32) -> Result<()> {
+        let origin = Instant::now();
+        let f = Fence { origin, slot: slot as u32, lease: Mutex::new(Lease::new(length, Duration::ZERO)) };
+        if FENCE.set(f).is_err() {
+            return Ok(());
+        }
+        ON.store(true, Ordering::SeqCst);
+        std::thread::Builder::new()
+            .name("p2pmpi-lease".into())
+            .spawn(renew_loop)
+            .map(|_| ())
+            .map_err(|e| Error::Bootstrap(format!("cannot start the lease thread: {e}")))
+    }
+
+    fn renew_loop() {
+        let f = FENCE.get().expect("started");
+        let every = f.lease.lock().renew_every();
+        loop {
+            if super::FINALIZING.load(Ordering::SeqCst) && crate::environment::is_finalized() {
+                return;
+            }
+            let t = now(f);
+            send(&Control::Renew { stamp_us: t.as_micros() as u64 });
+            let out = f.lease.lock().out_of_contact(t);
+            if out && !crate::environment::is_finalized() {
+                let l = f.lease.lock().stop_after();
+                eprintln!(
+                    "p2pmpi: slot {}: no lease from the launcher for {:.1} s (cut off from it?); stopping",
+                    f.slot,
+                    l.as_secs_f64()
+                );
+                std::process::exit(1);
+            }
+            std::thread::sleep(every);
+        }
+    }
+
+    /// The launcher granted the renewal asked at `stamp_us`.
+    pub(crate) fn granted(stamp_us: u64) {
+        let Some(f) = FENCE.get() else { return };
+        let mut l = f.lease.lock();
+        l.granted(Duration::from_micros(stamp_us));
+        if let Some(v) = l.valid_until() {
+            VALID_UNTIL_US.fetch_max(v.as_micros() as u64, Ordering::SeqCst);
+        }
+    }
+
+    /// This process's slot, when fencing runs.
+    pub(crate) fn my_slot() -> Option<u32> {
+        FENCE.get().map(|f| f.slot)
+    }
+
+    pub(crate) fn is_excluded() -> bool {
+        EXCLUDED.load(Ordering::SeqCst)
+    }
+
+    /// The launcher excluded this process (it was frozen or cut off, and the job went on
+    /// without it): it leaves quietly — the launcher reports it, and its output is no longer
+    /// shown.
+    pub(crate) fn excluded() -> ! {
+        EXCLUDED.store(true, Ordering::SeqCst);
+        if std::env::var_os("P2PMPI_REPL_DEBUG").is_some() {
+            eprintln!("p2pmpi: slot {:?}: excluded from the job by the launcher; exiting", my_slot());
+        }
+        // The launcher learns that it came back (it reports it); a lock held by a thread
+        // that froze mid-write is not waited for long.
+        if let Some(mut c) = super::CONTROL_CONN.try_lock_for(Duration::from_millis(100)) {
+            if let Some(c) = c.as_mut() {
+                let _ = p2pmpi_wire::control::write_msg(c, &Control::Excluded { reason: "resumed".into() });
+            }
+        }
+        // SAFETY: `_exit` ends the process at once, without running destructors or atexit
+        // handlers that could block on locks held by the threads it ends.
+        unsafe { libc::_exit(0) }
+    }
+
+    /// Blocks until this process holds a valid lease (replicated jobs; returns at once
+    /// otherwise). Every frame the device writes passes here first.
+    #[inline]
+    pub(crate) fn wait_lease() {
+        if !ON.load(Ordering::Relaxed) {
+            return;
+        }
+        let f = FENCE.get().expect("on");
+        if (now(f).as_micros() as u64) < VALID_UNTIL_US.load(Ordering::Relaxed) {
+            return;
+        }
+        wait_slow(f);
+    }
+
+    #[cold]
+    fn wait_slow(f: &Fence) {
+        let mut pause = Duration::from_micros(50);
+        loop {
+            if EXCLUDED.load(Ordering::SeqCst) {
+                excluded();
+            }
+            if (now(f).as_micros() as u64) < VALID_UNTIL_US.load(Ordering::SeqCst) {
+                return;
+            }
+            // Ask at once rather than at the next period: a process woken from a freeze
+            // learns its fate within a round trip.
+            send(&Control::Renew { stamp_us: now(f).as_micros() as u64 });
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(20));
+        }
+    }
 }

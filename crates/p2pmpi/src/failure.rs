@@ -322,6 +322,10 @@ fn run(me: usize, token: u64, socket: UdpSocket, setup: Setup) {
                 if from >= n || addrs[from] != src {
                     continue;
                 }
+                // Fencing: a process declared dead that wakes up is not heard any more.
+                if layout().is_some() && is_declared_dead(from) {
+                    continue;
+                }
                 let _ = det.handle_message(origin.elapsed(), from, msg);
             }
             Err(_) => continue,
@@ -329,36 +333,56 @@ fn run(me: usize, token: u64, socket: UdpSocket, setup: Setup) {
     }
 }
 
-/// A replica failed (replicated job): the communication engine takes it into account
-/// (algorithm 7) at its next step; the program is not told, unless every replica of a rank
-/// is gone — then this process stops, naming the rank, even if it is computing.
-fn deliver_replica(me: usize, l: p2pmpi_core::replication::Layout, notice: Notice) {
-    let slot = notice.rank as usize;
-    let all_dead = {
-        let mut dead = DEAD_SLOTS.lock();
-        if dead.contains(&slot) {
+/// Slots this process already reported as suspected (replicated jobs).
+static SUSPECTED: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+
+/// This process suspects `slot` (replicated job): its detector confirmed it silent, its
+/// connection broke, or a send to it stalled. Only the launcher declares deaths (fencing, see
+/// [`p2pmpi_core::fencing`]): the suspicion is reported to it, once; the communication engine
+/// acts when the launcher announces the dead set. Also while finalizing: the launcher must
+/// learn of a replica that froze at the end (the others finish without it).
+pub(crate) fn suspect(me: usize, slot: usize, detail: &str) {
+    {
+        let mut s = SUSPECTED.lock();
+        if s.contains(&slot) || DEAD_SLOTS.lock().contains(&slot) {
             return;
         }
-        dead.push(slot);
-        l.slots_of(l.rank_of(slot)).all(|s| dead.contains(&s))
-    };
-    PENDING.store(true, Ordering::SeqCst);
-    let rank = l.rank_of(slot);
+        s.push(slot);
+    }
+    bootstrap::report_peer_failed_tolerated(me as i32, slot as i32, detail);
+}
+
+/// The launcher announced the slots declared dead so far: the engine applies them at its
+/// next step (algorithm 7), and the detector no longer listens to them.
+pub(crate) fn declared_dead(slots: &[u32]) {
+    let mut dead = DEAD_SLOTS.lock();
+    let mut new = false;
+    for &s in slots {
+        if !dead.contains(&(s as usize)) {
+            dead.push(s as usize);
+            new = true;
+        }
+    }
+    if new {
+        PENDING.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Whether the launcher declared `slot` dead.
+fn is_declared_dead(slot: usize) -> bool {
+    DEAD_SLOTS.lock().contains(&slot)
+}
+
+/// A replica failed (replicated job): reported to the launcher as a suspicion.
+fn deliver_replica(me: usize, l: p2pmpi_core::replication::Layout, notice: Notice) {
+    let slot = notice.rank as usize;
     let detail = format!(
-        "rank {rank} replica {} failed: {}",
+        "rank {} replica {} failed: {}",
+        l.rank_of(slot),
         l.replica_of(slot),
         notice.to_string().split_once(": ").map_or(String::new(), |(_, d)| d.to_string())
     );
-    if all_dead && !bootstrap::is_finalizing() {
-        let msg =
-            format!("p2pmpi: rank {}: lost rank {rank}: all replicas for that rank failed; stopping", l.rank_of(me));
-        eprintln!("{msg}");
-        bootstrap::report_abort(l.rank_of(me) as i32, 1, &msg, Some(rank as i32));
-        std::process::exit(1);
-    }
-    // Also while finalizing: the launcher must learn of a replica that froze at the end (the
-    // others finish without it), and ignores one that had already ended.
-    bootstrap::report_peer_failed_tolerated(me as i32, slot as i32, &detail);
+    suspect(me, slot, &detail);
 }
 
 /// Records a confirmed failure, runs the handlers, and applies the policy.

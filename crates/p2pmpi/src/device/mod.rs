@@ -106,6 +106,14 @@ struct Replication {
     sync_unmatched: std::collections::HashSet<(u32, i32, i32, u64)>,
     /// Since when messages wait in `early` for an earlier one.
     early_since: Option<Instant>,
+    /// Slots this process suspects (reported to the launcher, which alone declares deaths):
+    /// nothing more is sent to them or read from them.
+    suspected: Vec<bool>,
+    /// Per slot: transmissions to a suspected replica, held until the launcher declares it
+    /// dead. They do not count as written before that: a fan-out is committed only once every
+    /// live destination has its copy (if the launcher excludes this process instead, its
+    /// successor resends them from its backup table).
+    held: Vec<Vec<ReqId>>,
 }
 
 /// Messages of one channel that came before their turn, by sequence: the envelope, the data
@@ -239,6 +247,8 @@ impl Engine {
                 early: HashMap::new(),
                 sync_unmatched: Default::default(),
                 early_since: None,
+                suspected: vec![false; l.slots()],
+                held: vec![Vec::new(); l.slots()],
             })
         });
         let trace = std::env::var_os("P2PMPI_TRACE").map(|_| Vec::new());
@@ -669,14 +679,26 @@ impl Engine {
                 TxData::Owned(v) => Payload::Owned(crate::pool::copy_of(v)),
             };
             let dead = self.repl.as_ref().is_some_and(|rp| rp.coord.is_dead(d));
+            if !dead && self.repl.as_ref().is_some_and(|rp| rp.suspected[d]) {
+                if let Some(rp) = self.repl.as_mut() {
+                    rp.held[d].push(sub);
+                }
+                continue;
+            }
             let cid = if dead { None } else { self.send_conn(d as i32).ok() };
+            let cid = cid.filter(|_| self.repl.as_ref().is_some_and(|rp| !rp.suspected[d]));
             if let Some(cid) = cid {
                 failpoints::partial_transmission(i, self.conns[cid].as_mut().map(|c| &mut c.stream), &h, &payload);
                 let _ = self.push_out(cid, Out::with_completion(h, payload, sub));
                 failpoints::written(self, cid);
             }
-            // Not queued (its replica is dead or the write failed): it counts as done.
-            if self.reqs[sub].as_ref().is_some_and(|r| r.parent == Some(fid) && matches!(r.state, ReqState::Pending))
+            // Not queued (its replica is dead or the write failed): it counts as done, unless
+            // the replica became suspected meanwhile (then it waits for the verdict).
+            let held = self.repl.as_ref().is_some_and(|rp| rp.held[d].contains(&sub));
+            if !held
+                && self.reqs[sub]
+                    .as_ref()
+                    .is_some_and(|r| r.parent == Some(fid) && matches!(r.state, ReqState::Pending))
                 && !self.conns.iter().flatten().any(|c| c.has_completion(sub))
             {
                 self.complete(sub, Ok(StatusInfo { source: d as i32, tag: mid.tag, len: 0, cancelled: false }));
@@ -736,7 +758,7 @@ impl Engine {
         let Some(rp) = self.repl.as_mut() else { return };
         rp.sync_unmatched.remove(&(env.comm, env.src, env.tag, env.seq));
         let mid = Mid { comm: env.comm, src: env.src as u32, dst: self.rank as u32, tag: env.tag, seq: env.seq };
-        let to: Vec<usize> = rp.coord.alive_slots(env.src as usize).collect();
+        let to: Vec<usize> = rp.coord.alive_slots(env.src as usize).filter(|&s| !rp.suspected[s]).collect();
         for slot in to {
             self.deferred.push((slot as i32, Out::new(Header::new(FrameKind::ReadyToRecv, mid, 0), Payload::None)));
         }
@@ -752,7 +774,7 @@ impl Engine {
                 continue;
             }
             let Some(mid) = rp.commits.pop_front() else { return };
-            let targets = rp.coord.commit_targets();
+            let targets: Vec<usize> = rp.coord.commit_targets().into_iter().filter(|&t| !rp.suspected[t]).collect();
             for (i, t) in targets.into_iter().enumerate() {
                 let h = Header::new(FrameKind::Commit, mid, 0);
                 if let Ok(cid) = self.send_conn(t as i32) {
@@ -800,8 +822,48 @@ impl Engine {
         if debug_replication() {
             eprintln!("p2pmpi: slot {}: slot {slot} failed: {cause}", self.slot);
         }
-        // Its connections go: queued transmissions to it count as done, and nothing it
-        // might still send (a frozen process that wakes up) is read.
+        self.drop_peer(slot, false);
+        let held = self.repl.as_mut().map(|rp| std::mem::take(&mut rp.held[slot as usize])).unwrap_or_default();
+        for r in held {
+            self.complete(r, Ok(StatusInfo { source: slot, tag: 0, len: 0, cancelled: false }));
+        }
+    }
+
+    /// This process suspects `slot` (its connection broke, or a send to it stalled). Only the
+    /// launcher declares deaths (fencing, [`p2pmpi_core::fencing`]): the suspicion is reported
+    /// to it, and [`Self::slot_failed`] runs when it announces the death. Meanwhile nothing
+    /// more goes to the slot or is read from it (the launcher declares every suspect dead, so
+    /// nothing is lost for a live process).
+    fn suspect_slot(&mut self, slot: i32, cause: &str) {
+        let Some(rp) = self.repl.as_mut() else { return };
+        if slot < 0 || slot as usize >= rp.suspected.len() || slot == self.slot {
+            return;
+        }
+        let first = !std::mem::replace(&mut rp.suspected[slot as usize], true);
+        if first && !rp.coord.is_dead(slot as usize) {
+            if debug_replication() {
+                eprintln!("p2pmpi: slot {}: suspects slot {slot}: {cause}", self.slot);
+            }
+            let l = rp.coord.layout();
+            let detail =
+                format!("rank {} replica {} failed: {cause}", l.rank_of(slot as usize), l.replica_of(slot as usize));
+            crate::failure::suspect(self.slot as usize, slot as usize, &detail);
+        }
+        // A replica that said goodbye has everything it needs: nothing to wait for.
+        let hold = !self.peers[slot as usize].bye;
+        if !hold {
+            let held = self.repl.as_mut().map(|rp| std::mem::take(&mut rp.held[slot as usize])).unwrap_or_default();
+            for r in held {
+                self.complete(r, Ok(StatusInfo { source: slot, tag: 0, len: 0, cancelled: false }));
+            }
+        }
+        self.drop_peer(slot, hold);
+    }
+
+    /// Drops every connection with `slot`: nothing it might still send (a frozen process that
+    /// wakes up) is read. Queued transmissions to it count as done, or with `hold` wait for
+    /// the launcher's verdict.
+    fn drop_peer(&mut self, slot: i32, hold: bool) {
         let p = &mut self.peers[slot as usize];
         p.send_conn = None;
         let cids = std::mem::take(&mut p.conns);
@@ -814,6 +876,12 @@ impl Engine {
             }
         }
         self.deferred.retain(|(p, _)| *p != slot);
+        if hold {
+            if let Some(rp) = self.repl.as_mut() {
+                rp.held[slot as usize].extend(done);
+                return;
+            }
+        }
         for r in done {
             self.complete(r, Ok(StatusInfo { source: slot, tag: 0, len: 0, cancelled: false }));
         }
@@ -880,7 +948,7 @@ impl Engine {
                     return Err(e);
                 }
                 // A replica that died during start-up: the others go on without it.
-                self.slot_failed(r, &e.to_string());
+                self.suspect_slot(r, &e.to_string());
             }
         }
         let deadline = Instant::now() + limit;
@@ -889,7 +957,8 @@ impl Engine {
                 return Err(e.clone());
             }
             let slots = self.peers.len() as i32;
-            let dead = |r: i32| self.repl.as_ref().is_some_and(|rp| rp.coord.is_dead(r as usize));
+            let dead =
+                |r: i32| self.repl.as_ref().is_some_and(|rp| rp.coord.is_dead(r as usize) || rp.suspected[r as usize]);
             let missing = (self.slot + 1..slots).find(|&r| self.peers[r as usize].send_conn.is_none() && !dead(r));
             let Some(r) = missing else { return Ok(()) };
             if Instant::now() >= deadline {
@@ -906,6 +975,9 @@ impl Engine {
     fn send_conn(&mut self, dst: i32) -> Result<usize> {
         if let Some(c) = self.peers[dst as usize].send_conn {
             return Ok(c);
+        }
+        if self.repl.as_ref().is_some_and(|rp| rp.coord.is_dead(dst as usize) || rp.suspected[dst as usize]) {
+            return Err(Error::PeerLost { rank: self.rank_of(dst), cause: format!("slot {dst} failed") });
         }
         let addr = self.addrs[dst as usize];
         let local = self.local_addr().map(|a| a.ip());
@@ -936,6 +1008,10 @@ impl Engine {
 
     /// Queues a frame on a connection and writes as much as the socket takes now.
     fn push_out(&mut self, cid: usize, out: Out) -> Result<()> {
+        if self.repl.is_some() {
+            // Fencing: nothing leaves a replica that holds no valid lease.
+            crate::bootstrap::fence::wait_lease();
+        }
         let conn = self.conns[cid].as_mut().expect("live connection");
         let peer = conn.peer.unwrap_or(-1);
         let res = conn.push(out);
@@ -967,10 +1043,17 @@ impl Engine {
                 if self.fatal.is_some() {
                     return;
                 }
+                if let Some(rp) = self.repl.as_ref() {
+                    // Nothing more for a replica suspected or declared dead.
+                    if rp.coord.is_dead(peer as usize) || rp.suspected[peer as usize] {
+                        continue;
+                    }
+                }
                 match self.send_conn(peer) {
                     Ok(cid) => {
                         let _ = self.push_out(cid, out);
                     }
+                    Err(e) if self.repl.is_some() => self.suspect_slot(peer, &e.to_string()),
                     Err(e) => self.set_fatal(e),
                 }
             }
@@ -1126,6 +1209,9 @@ impl Engine {
     }
 
     fn flush_conn(&mut self, cid: usize) {
+        if self.repl.is_some() {
+            crate::bootstrap::fence::wait_lease();
+        }
         let Some(conn) = self.conns[cid].as_mut() else { return };
         let peer = conn.peer.unwrap_or(-1);
         match conn.flush() {
@@ -1237,7 +1323,7 @@ impl Engine {
             if r < 0 || r as usize >= self.peers.len() || r == self.slot || h.mid.dst as i32 != self.slot {
                 return Err(ConnError::Protocol(format!("Hello from invalid rank {r}")));
             }
-            if self.repl.as_ref().is_some_and(|rp| rp.coord.is_dead(r as usize)) {
+            if self.repl.as_ref().is_some_and(|rp| rp.coord.is_dead(r as usize) || rp.suspected[r as usize]) {
                 return Err(ConnError::Protocol(format!("Hello from slot {r}, which failed")));
             }
             conn.peer = Some(r);
@@ -1435,10 +1521,11 @@ impl Engine {
                 if self.repl.is_some() {
                     // A replica is gone: the others go on (algorithm 7).
                     self.undo_stream(&mut conn);
-                    for r in conn.take_completions() {
-                        self.complete(r, Ok(StatusInfo { source: peer, tag: 0, len: 0, cancelled: false }));
+                    let done = conn.take_completions();
+                    if let Some(rp) = self.repl.as_mut() {
+                        rp.held[peer as usize].extend(done);
                     }
-                    self.slot_failed(peer, &cause);
+                    self.suspect_slot(peer, &cause);
                     return;
                 }
                 self.set_fatal(Error::PeerLost { rank: peer, cause });
@@ -1453,7 +1540,7 @@ impl Engine {
     pub(crate) fn peer_failed(&mut self, rank: i32) {
         if self.repl.is_some() {
             // `rank` is a slot: one replica.
-            self.slot_failed(rank, "declared failed by the failure detector");
+            self.slot_failed(rank, "declared dead by the launcher");
             return;
         }
         self.set_fatal(Error::PeerLost { rank, cause: "declared failed by the failure detector".into() });
@@ -1490,7 +1577,7 @@ impl Engine {
         if let Some((peer, for_)) = stalled {
             if self.repl.is_some() {
                 let cause = format!("a send to it made no progress for {:.1} s (2·T_cleanup)", for_.as_secs_f64());
-                self.slot_failed(peer, &cause);
+                self.suspect_slot(peer, &cause);
                 return;
             }
             self.set_fatal(Error::PeerLost {

@@ -1,0 +1,413 @@
+//! Fencing: in a replicated job, deaths are decided in one place, and a process declared dead
+//! is out of the job for good.
+//!
+//! Machines we do not administer stop and come back (a laptop that sleeps, a VM paused or
+//! migrated, a network that drops and heals). If every process decided deaths on its own, a
+//! replica frozen past detection would wake up believing that everybody else died — their
+//! connections to it were closed — and could stop the job, or a partition could make two
+//! sides declare each other dead. So:
+//!
+//! * failure detectors and broken connections only **suspect**: they report to the job's
+//!   supervisor (the launcher, on the submitter);
+//! * the [`Supervisor`] **declares**: it excludes a suspect at once (no more leases for it)
+//!   and announces it dead once its lease has run out; every process applies the announced
+//!   dead set, and nothing from a declared-dead process is accepted afterwards (its commits,
+//!   data connections, heartbeats and reports are refused where they arrive);
+//! * every process holds a **lease** ([`Lease`]): it sends nothing while its lease is not
+//!   valid. A lease is renewed by asking the supervisor, and runs `length` from the moment the
+//!   renewal was *asked* (by the process's own clock), so the supervisor, which grants it
+//!   later, knows an upper bound of when it ends: once an excluded process's last lease has
+//!   run out it can no longer send, and declaring it dead is safe. A process woken from a
+//!   freeze finds its lease expired, asks for a new one, and learns that it was excluded: it
+//!   exits quietly. A process that cannot reach the supervisor for [`Lease::stop_after`] stops
+//!   itself (a partition that does not heal).
+//!
+//! Both sides are plain state machines with time passed in (a `Duration` since an origin of
+//! the caller's choosing), driven by the launcher and the library.
+
+use crate::replication::{DeadSet, Layout};
+use std::time::Duration;
+
+/// The longest a granted lease may outlive its supervisor's bound because of clock rates and
+/// scheduling: `length / 50 + 10 ms`.
+fn margin(length: Duration) -> Duration {
+    length / 50 + Duration::from_millis(10)
+}
+
+/// The lease length of a job whose failure detector suspects a silent process after
+/// `suspicion_after` (`T_cleanup + T_MAX_HANG`): the same, at least 1 s. A frozen process
+/// stops renewing when it freezes, so by the time it is suspected its lease has run out and
+/// the declaration waits for nothing.
+pub fn lease_length(suspicion_after: Option<Duration>) -> Duration {
+    suspicion_after.unwrap_or(Duration::from_secs(5)).max(Duration::from_secs(1))
+}
+
+/// The answer to a renewal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Grant {
+    /// The lease is renewed: it runs `length` from when the process asked.
+    Lease,
+    /// The process was excluded (suspected, or declared dead): it must stop, quietly.
+    Excluded,
+}
+
+/// A death the supervisor declares.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Declaration {
+    pub slot: usize,
+    /// When it was declared.
+    pub at: Duration,
+    /// The process whose report caused it (`None`: the supervisor's own evidence).
+    pub by: Option<usize>,
+    /// Why it was suspected.
+    pub why: String,
+    /// Replicas its rank has left.
+    pub left: usize,
+}
+
+#[derive(Debug, Clone, Default)]
+struct SlotState {
+    /// When the supervisor last granted a lease.
+    last_grant: Option<Duration>,
+    /// Suspected: no lease any more; declared once the last one ran out.
+    excluded: Option<(Duration, Option<usize>, String)>,
+    /// When it was declared dead.
+    declared: Option<Duration>,
+    /// It was heard from after it was excluded (it resumed, or its partition healed).
+    heard_after: bool,
+}
+
+/// The supervisor's side (the launcher): suspicions in, declarations out.
+#[derive(Debug)]
+pub struct Supervisor {
+    lease: Duration,
+    dead: DeadSet,
+    slots: Vec<SlotState>,
+}
+
+impl Supervisor {
+    /// The supervisor of a job laid out as `layout`, granting leases of `lease`.
+    pub fn new(layout: Layout, lease: Duration) -> Supervisor {
+        Supervisor { lease, dead: DeadSet::new(layout), slots: vec![SlotState::default(); layout.slots()] }
+    }
+
+    pub fn lease(&self) -> Duration {
+        self.lease
+    }
+
+    /// The declared dead set.
+    pub fn dead(&self) -> &DeadSet {
+        &self.dead
+    }
+
+    pub fn is_dead(&self, slot: usize) -> bool {
+        self.dead.is_dead(slot)
+    }
+
+    /// Whether `slot` is excluded or dead: its word counts for nothing.
+    pub fn is_fenced(&self, slot: usize) -> bool {
+        self.dead.is_dead(slot) || self.slots.get(slot).is_some_and(|s| s.excluded.is_some())
+    }
+
+    /// When `slot` was declared dead.
+    pub fn declared_at(&self, slot: usize) -> Option<Duration> {
+        self.slots.get(slot).and_then(|s| s.declared)
+    }
+
+    /// Whether `slot` was heard from after its exclusion.
+    pub fn resumed(&self, slot: usize) -> bool {
+        self.slots.get(slot).is_some_and(|s| s.heard_after)
+    }
+
+    /// Any message from `slot` arrived: returns true when the slot is fenced (the caller
+    /// ignores the message), and remembers that it was heard from.
+    pub fn heard_from(&mut self, slot: usize) -> bool {
+        if !self.is_fenced(slot) {
+            return false;
+        }
+        if let Some(s) = self.slots.get_mut(slot) {
+            s.heard_after = true;
+        }
+        true
+    }
+
+    /// `slot` asks to renew its lease.
+    pub fn renew(&mut self, now: Duration, slot: usize) -> Grant {
+        if self.heard_from(slot) || slot >= self.slots.len() {
+            return Grant::Excluded;
+        }
+        let g = &mut self.slots[slot].last_grant;
+        *g = Some(g.map_or(now, |g| g.max(now)));
+        Grant::Lease
+    }
+
+    /// Replicas of `rank` neither dead nor excluded, `but` aside.
+    fn standing(&self, rank: usize, but: usize) -> usize {
+        self.dead.alive_slots(rank).filter(|&s| s != but && !self.is_fenced(s)).count()
+    }
+
+    /// Whether `slot` renewed its lease within half a lease: the supervisor hears it well.
+    fn renews(&self, now: Duration, slot: usize) -> bool {
+        self.slots[slot].last_grant.is_some_and(|g| now.saturating_sub(g) < self.lease / 2)
+    }
+
+    /// `by` (or the supervisor itself, `None`) suspects `slot`. Returns the slot excluded, if
+    /// any: a suspicion from a fenced process, or of one already fenced, changes nothing.
+    ///
+    /// A suspicion whose verdict would lose a rank (the suspect is the last replica of its
+    /// rank standing) while the supervisor still hears the suspect renew its lease, and the
+    /// accuser's rank has another replica, excludes the **accuser** instead: it is the one cut
+    /// off (an asymmetric partition, or a process that froze and woke up accusing everybody).
+    pub fn suspect(&mut self, now: Duration, slot: usize, by: Option<usize>, why: &str) -> Option<usize> {
+        if slot >= self.slots.len() || self.is_fenced(slot) {
+            return None;
+        }
+        if let Some(b) = by {
+            if b >= self.slots.len() || self.heard_from(b) || b == slot {
+                return None;
+            }
+            let l = self.dead.layout();
+            if self.standing(l.rank_of(slot), slot) == 0 && self.renews(now, slot) && self.standing(l.rank_of(b), b) > 0
+            {
+                let why = format!("it reported that slot {slot}, which the launcher still hears, failed ({why})");
+                self.slots[b].excluded = Some((now, None, why));
+                return Some(b);
+            }
+        }
+        self.slots[slot].excluded = Some((now, by, why.to_string()));
+        Some(slot)
+    }
+
+    /// When the last lease of `slot` ends, at the latest.
+    fn lease_end(&self, slot: usize) -> Duration {
+        self.slots[slot].last_grant.map_or(Duration::ZERO, |g| g + self.lease + margin(self.lease))
+    }
+
+    fn declare(&mut self, now: Duration, slot: usize) -> Option<Declaration> {
+        if !self.dead.mark(slot) {
+            return None;
+        }
+        let (_, by, why) = self.slots[slot].excluded.clone().unwrap_or((now, None, String::new()));
+        self.slots[slot].declared = Some(now);
+        let left = self.dead.alive(self.dead.layout().rank_of(slot));
+        Some(Declaration { slot, at: now, by, why, left })
+    }
+
+    /// `slot`'s process is known to have ended (its exit status was seen): it can send no
+    /// more, so it is declared at once. `None` if it already was.
+    pub fn ended(&mut self, now: Duration, slot: usize, why: &str) -> Option<Declaration> {
+        if slot >= self.slots.len() || self.dead.is_dead(slot) {
+            return None;
+        }
+        if self.slots[slot].excluded.is_none() {
+            self.slots[slot].excluded = Some((now, None, why.to_string()));
+        }
+        self.declare(now, slot)
+    }
+
+    /// The exclusions whose lease has run out: declared dead now.
+    pub fn poll(&mut self, now: Duration) -> Vec<Declaration> {
+        let due: Vec<usize> = (0..self.slots.len())
+            .filter(|&s| !self.dead.is_dead(s) && self.slots[s].excluded.is_some() && now >= self.lease_end(s))
+            .collect();
+        due.into_iter().filter_map(|s| self.declare(now, s)).collect()
+    }
+
+    /// When [`Self::poll`] will next declare something.
+    pub fn next_deadline(&self) -> Option<Duration> {
+        (0..self.slots.len())
+            .filter(|&s| !self.dead.is_dead(s) && self.slots[s].excluded.is_some())
+            .map(|s| self.lease_end(s))
+            .min()
+    }
+}
+
+/// A process's side: may it send, and when must it ask again.
+#[derive(Debug, Clone)]
+pub struct Lease {
+    length: Duration,
+    valid_until: Option<Duration>,
+    /// When this process started asking (the origin of "out of contact" before any grant).
+    since: Duration,
+}
+
+impl Lease {
+    /// A lease of `length`, not granted yet, asked for since `now`.
+    pub fn new(length: Duration, now: Duration) -> Lease {
+        Lease { length, valid_until: None, since: now }
+    }
+
+    pub fn length(&self) -> Duration {
+        self.length
+    }
+
+    /// How often to ask for a renewal: a quarter of the length.
+    pub fn renew_every(&self) -> Duration {
+        self.length / 4
+    }
+
+    /// A renewal asked at `asked_at` was granted.
+    pub fn granted(&mut self, asked_at: Duration) {
+        let until = asked_at + self.length;
+        self.valid_until = Some(self.valid_until.map_or(until, |v| v.max(until)));
+    }
+
+    /// Until when this process may send (`None`: never granted).
+    pub fn valid_until(&self) -> Option<Duration> {
+        self.valid_until
+    }
+
+    /// Whether this process may send at `now`.
+    pub fn valid(&self, now: Duration) -> bool {
+        self.valid_until.is_some_and(|v| now < v)
+    }
+
+    /// How long without contact before the process stops itself: three lease lengths since
+    /// its last grant (two past its expiry).
+    pub fn stop_after(&self) -> Duration {
+        3 * self.length
+    }
+
+    /// Whether the process has been out of contact with its supervisor for
+    /// [`Self::stop_after`] at `now`.
+    pub fn out_of_contact(&self, now: Duration) -> bool {
+        let from = self.valid_until.map_or(self.since, |v| v.saturating_sub(self.length));
+        now >= from + self.stop_after()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const L: Duration = Duration::from_millis(1000);
+
+    fn ms(v: u64) -> Duration {
+        Duration::from_millis(v)
+    }
+
+    #[test]
+    fn a_suspect_is_excluded_at_once_and_declared_when_its_lease_ran_out() {
+        let layout = Layout::new(3, 2);
+        let mut s = Supervisor::new(layout, L);
+        assert_eq!(s.renew(ms(100), 3), Grant::Lease);
+        assert_eq!(s.suspect(ms(500), 3, Some(1), "silent"), Some(3));
+        // Excluded: no more leases, and a second suspicion changes nothing.
+        assert_eq!(s.renew(ms(600), 3), Grant::Excluded);
+        assert_eq!(s.suspect(ms(600), 3, Some(2), "again"), None);
+        assert!(s.poll(ms(1000)).is_empty(), "its lease (asked at 100 ms at the latest) still runs");
+        assert_eq!(s.next_deadline(), Some(ms(100) + L + margin(L)));
+        let d = s.poll(ms(1200));
+        assert_eq!(d, vec![Declaration { slot: 3, at: ms(1200), by: Some(1), why: "silent".into(), left: 1 }]);
+        assert!(s.is_dead(3) && s.resumed(3));
+        assert_eq!(s.dead().master_of(2), Some(4));
+        assert!(s.poll(ms(5000)).is_empty());
+    }
+
+    #[test]
+    fn a_fenced_process_s_word_counts_for_nothing() {
+        let layout = Layout::new(3, 2);
+        let mut s = Supervisor::new(layout, L);
+        assert_eq!(s.suspect(ms(0), 3, Some(1), "silent"), Some(3));
+        // The excluded process, waking up, suspects everybody: refused, and noted.
+        assert_eq!(s.suspect(ms(10), 1, Some(3), "connection closed"), None);
+        assert_eq!(s.suspect(ms(10), 2, Some(3), "connection closed"), None);
+        assert!(s.resumed(3));
+        assert!(!s.is_fenced(1) && !s.is_fenced(2));
+        // A partition: 1 and 3 suspect each other; the first word wins, only one side goes.
+        let mut s = Supervisor::new(layout, L);
+        assert_eq!(s.suspect(ms(0), 1, Some(3), "cut"), Some(1));
+        assert_eq!(s.suspect(ms(0), 3, Some(1), "cut"), None);
+        assert_eq!(s.poll(ms(0)).iter().map(|d| d.slot).collect::<Vec<_>>(), vec![1]);
+    }
+
+    #[test]
+    fn an_accusation_that_would_lose_a_rank_the_supervisor_still_hears_excludes_the_accuser() {
+        let layout = Layout::new(3, 2);
+        let mut s = Supervisor::new(layout, L);
+        for slot in 0..5 {
+            s.renew(ms(1000), slot);
+        }
+        // Rank 0 runs once: slot 2 (rank 1, which has slot 1 too) accuses it while the
+        // supervisor heard it 100 ms ago.
+        assert_eq!(s.suspect(ms(1100), 0, Some(2), "silent"), Some(2));
+        assert!(s.is_fenced(2) && !s.is_fenced(0));
+        let d = s.poll(ms(3000));
+        assert_eq!(d.len(), 1);
+        assert!(d[0].slot == 2 && d[0].by.is_none() && d[0].why.contains("still hears"), "{d:?}");
+        // Silent for longer than half a lease: the accusation stands (nobody else can be
+        // blamed: slot 1 is the last of rank 1 now, so it is the suspect who goes).
+        let mut s = Supervisor::new(layout, L);
+        for slot in 0..5 {
+            s.renew(ms(1000), slot);
+        }
+        assert_eq!(s.suspect(ms(1600), 0, Some(2), "silent"), Some(0));
+        // An accuser whose rank has no other replica standing is believed.
+        let mut s = Supervisor::new(layout, L);
+        s.renew(ms(0), 0);
+        s.renew(ms(0), 4);
+        s.suspect(ms(0), 3, None, "gone");
+        assert_eq!(s.suspect(ms(100), 0, Some(4), "silent"), Some(0));
+    }
+
+    #[test]
+    fn an_ended_process_is_declared_at_once_and_losing_every_replica_shows() {
+        let layout = Layout::new(3, 2);
+        let mut s = Supervisor::new(layout, L);
+        s.renew(ms(0), 3);
+        s.renew(ms(0), 4);
+        assert_eq!(s.ended(ms(5), 3, "SIGKILL").map(|d| d.left), Some(1));
+        assert!(s.ended(ms(6), 3, "again").is_none());
+        assert_eq!(s.suspect(ms(7), 4, None, "control connection closed"), Some(4));
+        let d = s.poll(ms(2000));
+        assert_eq!(d.len(), 1);
+        assert_eq!(d[0].left, 0);
+        assert_eq!(s.dead().master_of(2), None);
+    }
+
+    #[test]
+    fn a_lease_runs_from_when_it_was_asked() {
+        let mut l = Lease::new(L, ms(0));
+        assert!(!l.valid(ms(0)), "nothing is sent before the first grant");
+        l.granted(ms(10));
+        assert!(l.valid(ms(1009)) && !l.valid(ms(1010)));
+        // A stale answer (asked long ago, read after a freeze) does not extend it.
+        l.granted(ms(5));
+        assert_eq!(l.valid_until(), Some(ms(1010)));
+        assert!(!l.out_of_contact(ms(3009)));
+        assert!(l.out_of_contact(ms(3010)));
+        let never = Lease::new(L, ms(100));
+        assert!(!never.out_of_contact(ms(3099)) && never.out_of_contact(ms(3100)));
+    }
+
+    proptest! {
+        /// Whatever the interleaving of renewals, suspicions and time, a process is never
+        /// declared dead while a lease it was granted may still be valid by its own clock
+        /// (the process asks at `asked ≤ grant time`, its lease runs to `asked + L`).
+        #[test]
+        fn never_declared_while_its_lease_may_run(ops in proptest::collection::vec((0u8..3, 0usize..5, 0u64..400), 1..200)) {
+            let layout = Layout::new(3, 2);
+            let mut s = Supervisor::new(layout, L);
+            let mut leases: Vec<Lease> = (0..5).map(|_| Lease::new(L, Duration::ZERO)).collect();
+            let mut now = Duration::ZERO;
+            for (op, slot, dt) in ops {
+                now += ms(dt);
+                match op {
+                    0 => {
+                        // Asked a little before it is granted (transit).
+                        let asked = now.saturating_sub(ms(dt / 4));
+                        if s.renew(now, slot) == Grant::Lease {
+                            leases[slot].granted(asked);
+                        }
+                    }
+                    1 => { s.suspect(now, slot, None, "x"); }
+                    _ => {}
+                }
+                for d in s.poll(now) {
+                    prop_assert!(!leases[d.slot].valid(now), "slot {} declared at {:?} with a lease until {:?}", d.slot, now, leases[d.slot].valid_until());
+                }
+            }
+        }
+    }
+}
