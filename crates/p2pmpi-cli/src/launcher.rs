@@ -525,7 +525,7 @@ impl Replicas<'_> {
 
     /// A message came from `slot`: true if it is fenced (the message is ignored, and the
     /// process is told it was excluded).
-    fn from_fenced(&self, slot: usize) -> bool {
+    fn heard_from_fenced(&self, slot: usize) -> bool {
         let fenced = lock(self.fencing).sup.heard_from(slot);
         if fenced {
             if let Some(w) = self.conns.get(&slot) {
@@ -723,7 +723,7 @@ pub(crate) fn event_loop(name: &str, job: &Job, rx: &Receiver<Event>, states: &m
                 if failed >= n {
                     continue;
                 }
-                if world_sent && replicated && rep.from_fenced(by) {
+                if world_sent && replicated && rep.heard_from_fenced(by) {
                     // Fencing: an excluded process that woke up suspects everybody (their
                     // connections to it were closed); its word counts for nothing.
                     continue;
@@ -758,11 +758,11 @@ pub(crate) fn event_loop(name: &str, job: &Job, rx: &Receiver<Event>, states: &m
                 }
             }
             Event::Finalized { rank: slot } => {
-                if !rep.from_fenced(slot) {
+                if !rep.heard_from_fenced(slot) {
                     states[slot].finalized = true;
                 }
             }
-            Event::Abort { rank: slot, .. } if replicated && rep.from_fenced(slot) => {}
+            Event::Abort { rank: slot, .. } if replicated && rep.heard_from_fenced(slot) => {}
             Event::Abort { rank: slot, code, message, lost } => {
                 states[slot].lost_peer = lost;
                 if failure.is_some() {
