@@ -1,11 +1,19 @@
 #!/usr/bin/env bash
-# Soak test of replication: many chaos trials on a local grid of real daemons (replicas,
-# masters included, killed with kill -9 or frozen with SIGSTOP at random moments, one at a
-# time and several at once, every rank keeping a replica); each trial's output must equal the
-# fault-free run. Prints the pass count.
+# Soak test of every fault kind: many chaos trials on a local grid of real daemons. Each
+# trial harms replicas (masters included) at random moments, one at a time or several at
+# once, every rank keeping a replica:
+#   kill       kill -9
+#   freeze     SIGSTOP for good (stopped by the launcher at the end)
+#   resume     SIGSTOP, then SIGCONT 1.2-2 s later (past detection): the replica was
+#              excluded and must leave quietly (fencing)
+#   partition  (as root, with nftables) a host cut off by the network for 1.2-2.5 s, then
+#              healed: its replicas are excluded and leave
+# Each trial's output must equal the fault-free run. Prints the pass count. Later issues add
+# their fault kinds here.
 #
 # Usage: bench/soak_replication.sh [ROUNDS]
-#   ROUNDS  rounds of 4 trials (-r 2 and -r 3, one at a time and together); default 25
+#   ROUNDS  rounds of 6 trials (-r 2 and -r 3: one at a time, together, partition; 4 without
+#           root/nftables); default 25
 # Env: P2PMPI_CHAOS_SEED=N fixes the base seed (a failing trial prints its seed).
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

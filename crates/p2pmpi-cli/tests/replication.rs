@@ -491,8 +491,23 @@ fn on_a_local_grid_freeze_then_resume_and_partition_then_heal_never_harm_the_job
     assert!(wait_no_processes(&marker, Duration::from_secs(10)).is_empty(), "partition: processes left");
 }
 
-/// One chaos trial on `grid`: `-n 3 -r R`, replicas killed (kill -9) or frozen (SIGSTOP) at
-/// random moments; every rank keeps at least one replica. The output must equal `reference`.
+/// How a chaos trial harms a replica.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fault {
+    /// kill -9.
+    Kill,
+    /// SIGSTOP for good (stopped by the launcher at the end).
+    Freeze,
+    /// SIGSTOP, then SIGCONT after this many milliseconds (past detection, usually).
+    FreezeResume(u64),
+}
+
+/// The chaos job: `-n 3 -r R` of `replcheck iterate 120 25`.
+const CHAOS_STEPS: &str = "120";
+
+/// One chaos trial on `grid`: `-n 3 -r R`, replicas killed (kill -9), frozen (SIGSTOP), or
+/// frozen then resumed, at random moments; every rank keeps at least one replica. The output
+/// must equal `reference`.
 fn chaos_trial(grid: &TestGrid, r: usize, seed: u64, together: bool, reference: &str) -> Result<(), String> {
     let mut rng = p2pmpi::random::Rand::from_parts(seed, r as u64, together as u64);
     let marker = common::marker(&format!("chaos-{seed}"));
@@ -501,7 +516,7 @@ fn chaos_trial(grid: &TestGrid, r: usize, seed: u64, together: bool, reference: 
     cmd.args(["-n", "3", "-r", &rs])
         .args(FD)
         .arg(example("replcheck"))
-        .args(["iterate", "80", "25", &marker])
+        .args(["iterate", CHAOS_STEPS, "25", &marker])
         .env("P2PMPI_HOME", grid.home(1))
         .env_remove("P2PMPI_CONF_FILE");
     let job = spawn(&mut cmd);
@@ -517,22 +532,48 @@ fn chaos_trial(grid: &TestGrid, r: usize, seed: u64, together: bool, reference: 
             victims.push(1 + (rank - 1) * r + reps.remove(i));
         }
     }
-    let signal = |rng: &mut p2pmpi::random::Rand| if rng.range(0, 2) == 0 { libc::SIGKILL } else { libc::SIGSTOP };
-    let mut done: Vec<(usize, i32)> = Vec::new();
+    let fault = |rng: &mut p2pmpi::random::Rand| match rng.range(0, 3) {
+        0 => Fault::Kill,
+        1 => Fault::Freeze,
+        _ => Fault::FreezeResume(rng.range(1200, 2000)),
+    };
+    let mut resumes = Vec::new();
+    let mut harm = |slot: usize, f: Fault| {
+        let pid = procs[&slot] as i32;
+        match f {
+            Fault::Kill => unsafe {
+                libc::kill(pid, libc::SIGKILL);
+            },
+            Fault::Freeze => unsafe {
+                libc::kill(pid, libc::SIGSTOP);
+            },
+            Fault::FreezeResume(ms) => {
+                unsafe { libc::kill(pid, libc::SIGSTOP) };
+                resumes.push(std::thread::spawn(move || {
+                    std::thread::sleep(Duration::from_millis(ms));
+                    unsafe { libc::kill(pid, libc::SIGCONT) };
+                }));
+            }
+        }
+    };
+    let mut done: Vec<(usize, Fault)> = Vec::new();
     if together {
         std::thread::sleep(Duration::from_millis(rng.range(100, 1500)));
-        let sig = signal(&mut rng);
+        let f = fault(&mut rng);
         for v in &victims {
-            unsafe { libc::kill(procs[v] as i32, sig) };
-            done.push((*v, sig));
+            harm(*v, f);
+            done.push((*v, f));
         }
     } else {
         for v in &victims {
             std::thread::sleep(Duration::from_millis(rng.range(50, 800)));
-            let sig = signal(&mut rng);
-            unsafe { libc::kill(procs[v] as i32, sig) };
-            done.push((*v, sig));
+            let f = fault(&mut rng);
+            harm(*v, f);
+            done.push((*v, f));
         }
+    }
+    for t in resumes {
+        let _ = t.join();
     }
     let out = job.finish(LIMIT);
     // Frozen victims are stopped by the launcher at the end; make sure nothing is left.
@@ -542,7 +583,57 @@ fn chaos_trial(grid: &TestGrid, r: usize, seed: u64, together: bool, reference: 
             libc::kill(*pid as i32, libc::SIGKILL);
         }
     }
-    let what = format!("r {r}, seed {seed}, together {together}, (slot, signal) {done:?}");
+    let what = format!("r {r}, seed {seed}, together {together}, (slot, fault) {done:?}");
+    if !out.status.success() {
+        return Err(format!("{what}: the job failed ({:?}):\n{}", out.status, out.stderr));
+    }
+    if out.stdout != reference {
+        return Err(format!("{what}: output differs:\n{}\nstderr:\n{}", out.stdout, out.stderr));
+    }
+    if !left.is_empty() {
+        return Err(format!("{what}: processes {left:?} were left running"));
+    }
+    Ok(())
+}
+
+/// One partition trial on `grid` (as root, with nftables): `-n 3 -r R`, one host that does not
+/// run rank 0 is cut off by the network for 1.2–2.5 s, then the network heals. Every replica
+/// there is excluded (the replicas of a rank run on different hosts, so every rank keeps one);
+/// the output must equal `reference`.
+fn partition_trial(grid: &TestGrid, r: usize, seed: u64, reference: &str) -> Result<(), String> {
+    let mut rng = p2pmpi::random::Rand::from_parts(seed, r as u64, 7);
+    let marker = common::marker(&format!("cut-{seed}"));
+    let rs = r.to_string();
+    let mut cmd = Command::new(common::grid::bin("p2pmpirun"));
+    cmd.args(["-n", "3", "-r", &rs])
+        .args(FD)
+        .arg(example("replcheck"))
+        .args(["iterate", CHAOS_STEPS, "25", &marker])
+        .env("P2PMPI_HOME", grid.home(1))
+        .env_remove("P2PMPI_CONF_FILE");
+    let job = spawn(&mut cmd);
+    let procs = wait_processes(&marker, 1 + 2 * r);
+    let root = bind_of(procs[&0]).unwrap_or_default();
+    let mut hosts: Vec<String> = procs.values().filter_map(|p| bind_of(*p)).filter(|h| *h != root).collect();
+    hosts.sort();
+    hosts.dedup();
+    if hosts.is_empty() {
+        return Err(format!("r {r}, seed {seed}: every replica shares rank 0's host"));
+    }
+    let host = hosts[rng.range(0, hosts.len() as u64) as usize].clone();
+    std::thread::sleep(Duration::from_millis(rng.range(100, 1200)));
+    let cut_ms = rng.range(1200, 2500);
+    let wall = Partition::cut(&host, seed);
+    std::thread::sleep(Duration::from_millis(cut_ms));
+    drop(wall);
+    let out = job.finish(LIMIT);
+    let left = processes_with(&marker);
+    for pid in &left {
+        unsafe {
+            libc::kill(*pid as i32, libc::SIGKILL);
+        }
+    }
+    let what = format!("r {r}, seed {seed}, host {host} cut for {cut_ms} ms");
     if !out.status.success() {
         return Err(format!("{what}: the job failed ({:?}):\n{}", out.status, out.stderr));
     }
@@ -570,7 +661,7 @@ fn chaos_on_a_local_grid() {
             .args(["-n", "3", "-r", "1"])
             .args(FD)
             .arg(example("replcheck"))
-            .args(["iterate", "80", "25", &marker])
+            .args(["iterate", CHAOS_STEPS, "25", &marker])
             .env("P2PMPI_HOME", grid.home(1))
             .env_remove("P2PMPI_CONF_FILE"),
         LIMIT,
@@ -582,13 +673,27 @@ fn chaos_on_a_local_grid() {
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs());
     let mut failures = Vec::new();
-    let total = trials() * 4;
+    let cut = have_nft();
+    if !cut {
+        eprintln!("SKIPPED (partition trials): needs root and nft (nftables) to cut a host off");
+    }
+    let per_round = if cut { 6 } else { 4 };
+    let total = trials() * per_round;
     for t in 0..trials() {
         for (r, together) in [(2, false), (3, false), (2, true), (3, true)] {
-            let seed = base.wrapping_add(t * 4 + r as u64 + together as u64 * 2);
+            let seed = base.wrapping_add(t * 6 + r as u64 + together as u64 * 2);
             if let Err(e) = chaos_trial(&grid, r, seed, together, &reference.stdout) {
                 eprintln!("chaos trial failed: {e}");
                 failures.push(e);
+            }
+        }
+        if cut {
+            for r in [2, 3] {
+                let seed = base.wrapping_add(t * 6 + 4 + r as u64);
+                if let Err(e) = partition_trial(&grid, r, seed, &reference.stdout) {
+                    eprintln!("chaos trial failed: {e}");
+                    failures.push(e);
+                }
             }
         }
     }
