@@ -14,10 +14,11 @@
 //! a peer lost while the job runs stops the job with a message naming it.
 //!
 //! With `-r R` the reservation places every rank R times on R different hosts, rank 0
-//! included. Rank 0 runs once, here; the other copies of rank 0 are dropped (a host left with
-//! nothing to run is released at once), and the j-th copy of rank k ≥ 1, in placement order,
-//! is its replica j: slot [`Layout::slot`]`(k, j)`. Hosts launch slots; a replica lost with
-//! its host is reported and the job goes on while its rank keeps another replica.
+//! included, and the j-th copy of rank k, in placement order, is its replica j: slot
+//! [`Layout::slot`]`(k, j)`. Rank 0's first copy — its master while it lives — runs here (the
+//! reservation places it on the submitter); its other replicas run elsewhere like any rank's.
+//! Hosts launch slots; a replica lost with its host is reported and the job goes on while its
+//! rank keeps another replica.
 
 use crate::launcher::{self, Event, Job, RankState, RunArgs};
 use crate::output::Output;
@@ -171,11 +172,8 @@ fn input_files(opts: &RunArgs, program: &Path, app: &str) -> Result<Vec<LocalFil
 pub(crate) fn assign_slots(layout: Layout, placements: &[Vec<u32>]) -> Result<Vec<Vec<u32>>> {
     let mut seen = vec![0usize; layout.n];
     let mut slots: Vec<Vec<u32>> = Vec::with_capacity(placements.len());
-    for (h, ranks) in placements.iter().enumerate() {
+    for ranks in placements {
         let mut here = Vec::new();
-        if h == 0 {
-            here.push(0);
-        }
         for &k in ranks {
             let k = k as usize;
             if k >= layout.n {
@@ -183,9 +181,6 @@ pub(crate) fn assign_slots(layout: Layout, placements: &[Vec<u32>]) -> Result<Ve
             }
             let j = seen[k];
             seen[k] += 1;
-            if k == 0 {
-                continue;
-            }
             if j >= layout.r {
                 bail!("the reservation placed rank {k} more than {} time(s)", layout.r);
             }
@@ -193,8 +188,11 @@ pub(crate) fn assign_slots(layout: Layout, placements: &[Vec<u32>]) -> Result<Ve
         }
         slots.push(here);
     }
-    if let Some(k) = (1..layout.n).find(|&k| seen[k] != layout.r) {
+    if let Some(k) = (0..layout.n).find(|&k| seen[k] != layout.r) {
         bail!("the reservation placed rank {k} {} time(s) instead of {}", seen[k], layout.r);
+    }
+    if !slots.first().is_some_and(|s| s.contains(&0)) {
+        bail!("the reservation did not place rank 0 on this host");
     }
     Ok(slots)
 }
@@ -255,8 +253,7 @@ pub fn run(name: &str, opts: &RunArgs, n: usize, grid: Grid) -> Result<i32> {
         let hosts: Vec<String> = placements.iter().map(|p| format!("{}×{}", p.info.id, p.ranks.len())).collect();
         eprintln!("{name}: reserved {} in {} ms", hosts.join(", "), progress.start.elapsed().as_millis());
     }
-    let mut reservation =
-        Reservation { grid: &grid, ticket, peers: placements.iter().map(|p| p.info.clone()).collect() };
+    let reservation = Reservation { grid: &grid, ticket, peers: placements.iter().map(|p| p.info.clone()).collect() };
     let assigned = assign_slots(layout, &placements.iter().map(|p| p.ranks.clone()).collect::<Vec<_>>());
 
     if opts.dry_run {
@@ -275,14 +272,6 @@ pub fn run(name: &str, opts: &RunArgs, n: usize, grid: Grid) -> Result<i32> {
         return Ok(0);
     }
     let assigned = assigned?;
-    // Hosts whose only copy was a dropped rank 0 run nothing: released now.
-    let unused: Vec<PeerInfo> =
-        placements.iter().zip(&assigned).skip(1).filter(|(_, s)| s.is_empty()).map(|(p, _)| p.info.clone()).collect();
-    if !unused.is_empty() {
-        let req = MpdRequest::Release { ticket, peers: unused.clone() };
-        let _ = mpd::call(Some(me), grid.state.mpd_addr(), &grid.secret, &req);
-        reservation.peers.retain(|p| !unused.contains(p));
-    }
 
     // 2. Staging to every host that runs a process besides rank 0.
     let job = format!("{:032x}", home::random_u128());
@@ -534,14 +523,8 @@ fn describe_replicas(layout: Layout, placements: &[Placement], assigned: &[Vec<u
             host_of[s as usize] = p.info.id.to_string();
         }
     }
-    let dropped = placements.iter().skip(1).filter(|p| p.ranks.contains(&0)).count();
     let mut out = format!("replicas (-r {}): replica 0 of a rank is its master while it runs\n", layout.r);
-    out += &format!("  rank 0: {} (not replicated", host_of[0]);
-    if dropped > 0 {
-        out += &format!("; its {dropped} other reserved cop{} not used", if dropped == 1 { "y is" } else { "ies are" });
-    }
-    out += ")\n";
-    for k in 1..layout.n {
+    for k in 0..layout.n {
         let hosts: Vec<String> =
             layout.slots_of(k).enumerate().map(|(j, s)| format!("{}: {}", j, host_of[s])).collect();
         out += &format!("  rank {k}: replica {}\n", hosts.join(", replica "));
@@ -561,15 +544,11 @@ mod tests {
     }
 
     #[test]
-    fn replicas_become_slots_in_placement_order_and_extra_copies_of_rank_zero_are_dropped() {
-        // n = 3, r = 2, spread over 3 hosts: 0 1 | 2 0 | 1 2 (rank 0 reserved twice).
+    fn replicas_become_slots_in_placement_order_rank_zero_included() {
+        // n = 3, r = 2, spread over 3 hosts: 0 1 | 2 0 | 1 2. Rank k's replica j is slot 2k + j.
         let l = Layout::new(3, 2);
         let a = assign_slots(l, &[vec![0, 1], vec![2, 0], vec![1, 2]]).unwrap();
-        // rank 1: replica 0 = slot 1, replica 1 = slot 2; rank 2: slots 3, 4.
-        assert_eq!(a, vec![vec![0, 1], vec![3], vec![2, 4]]);
-        // A host whose only copy is rank 0's second one runs nothing.
-        let a = assign_slots(l, &[vec![0, 1, 2], vec![0], vec![1, 2]]).unwrap();
-        assert_eq!(a, vec![vec![0, 1, 3], vec![], vec![2, 4]]);
+        assert_eq!(a, vec![vec![0, 2], vec![4, 1], vec![3, 5]]);
         let mut all: Vec<u32> = a.concat();
         all.sort_unstable();
         assert_eq!(all, (0..l.slots() as u32).collect::<Vec<_>>());
@@ -578,14 +557,15 @@ mod tests {
     #[test]
     fn a_reservation_with_missing_or_extra_copies_is_refused() {
         let l = Layout::new(3, 2);
-        assert!(assign_slots(l, &[vec![0, 1], vec![2, 1]]).is_err(), "rank 2 once");
-        assert!(assign_slots(l, &[vec![0, 1, 2], vec![1, 2], vec![1, 2]]).is_err(), "three copies");
-        assert!(assign_slots(l, &[vec![0, 1, 2], vec![5]]).is_err(), "no rank 5");
+        assert!(assign_slots(l, &[vec![0, 1], vec![2, 1], vec![0]]).is_err(), "rank 2 once");
+        assert!(assign_slots(l, &[vec![0, 1, 2], vec![0, 1, 2], vec![1, 2]]).is_err(), "three copies");
+        assert!(assign_slots(l, &[vec![0, 1, 2], vec![0, 1, 5]]).is_err(), "no rank 5");
+        assert!(assign_slots(l, &[vec![1, 2], vec![0, 1, 2], vec![0]]).is_err(), "rank 0 elsewhere");
     }
 
     #[test]
     fn lost_hosts_name_their_processes() {
         assert_eq!(ran(Layout::new(4, 1), &[1, 3]), "rank(s) 1, 3");
-        assert_eq!(ran(Layout::new(4, 2), &[1, 4]), "rank 1 replica 0, rank 2 replica 1");
+        assert_eq!(ran(Layout::new(4, 2), &[2, 5]), "rank 1 replica 0, rank 2 replica 1");
     }
 }

@@ -12,14 +12,17 @@
 //! Children are started with `PR_SET_PDEATHSIG`, so they cannot outlive a launcher that is
 //! itself killed.
 //!
-//! Replication (`-r R`, SPEC §10): every rank but 0 runs as R replicas, each a process of its
-//! own — a *slot* of the job's [`Layout`]. Each process gets its slot as `P2PMPI_RANK`, the
-//! number of ranks as `P2PMPI_SIZE` and R as `P2PMPI_REPLICAS`; it registers with its slot,
-//! and the communicator table has one address per slot. The death of a replica whose rank
-//! keeps another one is reported and the job goes on (the replica is killed if it still runs:
-//! fail-stop); the job stops when a rank loses its last replica. Only each rank's master is
-//! shown on the output ([`crate::output`]). Run locally, the replicas of a rank share this
-//! host: they protect against process crashes only; on the grid they run on different hosts.
+//! Replication (`-r R`, SPEC §10): every rank, rank 0 included, runs as R replicas, each a
+//! process of its own — a *slot* of the job's [`Layout`]. Each process gets its slot as
+//! `P2PMPI_RANK`, the number of ranks as `P2PMPI_SIZE` and R as `P2PMPI_REPLICAS`; it registers
+//! with its slot, and the communicator table has one address per slot. The launcher is the
+//! job's supervisor ([`Fencing`]): processes only suspect one another, the launcher declares
+//! deaths, and a replica declared dead is out for good (fencing). The death of a replica whose
+//! rank keeps another one is reported and the job goes on; the job stops when a rank loses
+//! its last replica. Only each rank's master is shown on the output ([`crate::output`]); only
+//! rank 0's first replica reads the terminal's input. Run locally, the replicas of a rank
+//! share this host: they protect against process crashes only; on the grid they run on
+//! different hosts.
 
 use crate::output::Output;
 use anyhow::{bail, Context, Result};
@@ -57,9 +60,9 @@ pub struct RunArgs {
     /// Prefix every output line with the rank that printed it: `[rank] line`.
     #[arg(short = 't', long = "tag-output")]
     pub tag_output: bool,
-    /// Replicas per rank, for fault tolerance: every rank but 0 runs as R processes, only one
-    /// of which (its master) is shown on the output; the job goes on as long as every rank
-    /// keeps a replica. On the grid the replicas of a rank run on R different hosts; with
+    /// Replicas per rank, for fault tolerance: every rank (rank 0 too) runs as R processes,
+    /// only one of which (its master) is shown on the output; the job goes on as long as every
+    /// rank keeps a replica. On the grid the replicas of a rank run on R different hosts; with
     /// --local they all run on this host and protect against process crashes only.
     #[arg(short = 'r', value_name = "R", default_value_t = 1)]
     pub replicas: u32,
@@ -729,7 +732,7 @@ pub(crate) fn event_loop(name: &str, job: &Job, rx: &Receiver<Event>, states: &m
                     continue;
                 }
                 if world_sent && replicated {
-                    // A replica: its rank may go on (an unreplicated rank 0 is lost). One that finalized did its work. It is
+                    // A replica: its rank may go on. One that finalized did its work. It is
                     // excluded now and declared dead once its lease ran out.
                     if rep.fenced(failed) || states[failed].finalized || failure.is_some() {
                         continue;
@@ -1202,9 +1205,9 @@ mod tests {
         let one = Layout::new(4, 1);
         assert_eq!(who(one, 3), "rank 3");
         let rep = Layout::new(3, 2);
-        assert_eq!(who(rep, 0), "rank 0");
-        assert_eq!(who(rep, 2), "rank 1 replica 1");
-        assert_eq!(who(rep, 3), "rank 2 replica 0");
+        assert_eq!(who(rep, 0), "rank 0 replica 0");
+        assert_eq!(who(rep, 3), "rank 1 replica 1");
+        assert_eq!(who(rep, 4), "rank 2 replica 0");
     }
 
     #[test]

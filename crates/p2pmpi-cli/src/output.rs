@@ -253,10 +253,10 @@ mod tests {
 
     #[test]
     fn only_the_master_is_shown_and_replicas_behind_are_dropped() {
-        // n = 3, r = 2: rank 1 = slots 1, 2; rank 2 = slots 3, 4.
+        // n = 3, r = 2: rank 0 = slots 0, 1; rank 1 = slots 2, 3; rank 2 = slots 4, 5.
         let mut t = T::new(3, 2);
-        t.lines(1, STDOUT, "r1-", 0, 5);
         t.lines(2, STDOUT, "r1-", 0, 5);
+        t.lines(3, STDOUT, "r1-", 0, 5);
         t.lines(0, STDOUT, "r0-", 0, 2);
         assert_eq!(t.text(1, STDOUT), seq("r1-", 5));
         assert_eq!(t.text(0, STDOUT), seq("r0-", 2));
@@ -266,38 +266,38 @@ mod tests {
     #[test]
     fn master_dies_with_the_replica_ahead() {
         let mut t = T::new(2, 3);
-        t.lines(1, STDOUT, "l", 0, 3);
+        t.lines(3, STDOUT, "l", 0, 3);
         // Replica 1 is ahead (7 lines), replica 2 behind (2 lines).
-        t.lines(2, STDOUT, "l", 0, 7);
-        t.lines(3, STDOUT, "l", 0, 2);
+        t.lines(4, STDOUT, "l", 0, 7);
+        t.lines(5, STDOUT, "l", 0, 2);
         assert_eq!(t.r.queued_lines(), 4, "lines 3..7 of replica 1 wait");
-        t.dead(1);
+        t.dead(3);
         assert_eq!(t.text(1, STDOUT), seq("l", 7), "the new master's lines ahead are printed at once");
         assert_eq!(t.r.queued_lines(), 0);
-        t.lines(2, STDOUT, "l", 7, 3);
-        t.lines(3, STDOUT, "l", 2, 8);
+        t.lines(4, STDOUT, "l", 7, 3);
+        t.lines(5, STDOUT, "l", 2, 8);
         assert_eq!(t.text(1, STDOUT), seq("l", 10));
         // Replica 2 is ahead now and takes over when replica 1 dies too.
-        t.lines(3, STDOUT, "l", 10, 2);
-        t.dead(2);
-        t.lines(3, STDOUT, "l", 12, 1);
+        t.lines(5, STDOUT, "l", 10, 2);
+        t.dead(4);
+        t.lines(5, STDOUT, "l", 12, 1);
         assert_eq!(t.text(1, STDOUT), seq("l", 13));
     }
 
     #[test]
     fn master_dies_with_the_replica_behind() {
         let mut t = T::new(2, 2);
-        t.lines(1, STDOUT, "l", 0, 6);
-        t.lines(2, STDOUT, "l", 0, 2);
-        t.dead(1);
+        t.lines(2, STDOUT, "l", 0, 6);
+        t.lines(3, STDOUT, "l", 0, 2);
+        t.dead(2);
         assert_eq!(t.text(1, STDOUT), seq("l", 6));
         // The new master catches up: what was shown is not shown again.
-        t.lines(2, STDOUT, "l", 2, 4);
+        t.lines(3, STDOUT, "l", 2, 4);
         assert_eq!(t.text(1, STDOUT), seq("l", 6));
-        t.lines(2, STDOUT, "l", 6, 3);
+        t.lines(3, STDOUT, "l", 6, 3);
         assert_eq!(t.text(1, STDOUT), seq("l", 9));
         // Lines of the dead master still in its pipe are dropped.
-        t.lines(1, STDOUT, "l", 6, 5);
+        t.lines(2, STDOUT, "l", 6, 5);
         assert_eq!(t.text(1, STDOUT), seq("l", 9));
         assert_eq!(t.r.queued_lines(), 0);
     }
@@ -305,37 +305,37 @@ mod tests {
     #[test]
     fn master_dies_with_the_replica_level() {
         let mut t = T::new(2, 2);
-        t.lines(1, STDOUT, "l", 0, 4);
         t.lines(2, STDOUT, "l", 0, 4);
-        t.dead(1);
+        t.lines(3, STDOUT, "l", 0, 4);
+        t.dead(2);
         assert_eq!(t.text(1, STDOUT), seq("l", 4));
-        t.lines(2, STDOUT, "l", 4, 2);
+        t.lines(3, STDOUT, "l", 4, 2);
         assert_eq!(t.text(1, STDOUT), seq("l", 6));
     }
 
     #[test]
     fn a_dead_replica_that_was_not_master_changes_nothing_shown() {
         let mut t = T::new(2, 2);
-        t.lines(2, STDOUT, "l", 0, 3);
-        t.dead(2);
+        t.lines(3, STDOUT, "l", 0, 3);
+        t.dead(3);
         assert!(t.out.is_empty());
         assert_eq!(t.r.queued_lines(), 0, "a dead replica's queue is dropped");
-        t.lines(1, STDOUT, "l", 0, 3);
+        t.lines(2, STDOUT, "l", 0, 3);
         assert_eq!(t.text(1, STDOUT), seq("l", 3));
     }
 
     #[test]
     fn stdout_and_stderr_are_counted_apart() {
         let mut t = T::new(2, 2);
-        t.lines(1, STDOUT, "o", 0, 2);
-        t.lines(1, STDERR, "e", 0, 1);
-        t.lines(2, STDERR, "e", 0, 3);
-        t.lines(2, STDOUT, "o", 0, 1);
-        t.dead(1);
+        t.lines(2, STDOUT, "o", 0, 2);
+        t.lines(2, STDERR, "e", 0, 1);
+        t.lines(3, STDERR, "e", 0, 3);
+        t.lines(3, STDOUT, "o", 0, 1);
+        t.dead(2);
         assert_eq!(t.text(1, STDOUT), seq("o", 2));
         assert_eq!(t.text(1, STDERR), seq("e", 3));
-        t.lines(2, STDOUT, "o", 1, 2);
-        t.lines(2, STDERR, "e", 3, 1);
+        t.lines(3, STDOUT, "o", 1, 2);
+        t.lines(3, STDERR, "e", 3, 1);
         assert_eq!(t.text(1, STDOUT), seq("o", 3));
         assert_eq!(t.text(1, STDERR), seq("e", 4));
     }
@@ -343,11 +343,11 @@ mod tests {
     #[test]
     fn every_replica_dead_shows_nothing_more() {
         let mut t = T::new(2, 2);
-        t.lines(1, STDOUT, "l", 0, 1);
-        t.lines(2, STDOUT, "l", 0, 2);
+        t.lines(2, STDOUT, "l", 0, 1);
+        t.lines(3, STDOUT, "l", 0, 2);
+        t.dead(3);
         t.dead(2);
-        t.dead(1);
-        t.lines(1, STDOUT, "l", 1, 1);
+        t.lines(2, STDOUT, "l", 1, 1);
         assert_eq!(t.text(1, STDOUT), seq("l", 1));
         assert_eq!(t.r.queued_lines(), 0);
     }
@@ -356,8 +356,8 @@ mod tests {
     fn queues_are_bounded_by_how_far_a_replica_is_ahead() {
         let mut t = T::new(2, 2);
         for i in 0..1000 {
+            t.line(3, STDOUT, &format!("l{i}\n"));
             t.line(2, STDOUT, &format!("l{i}\n"));
-            t.line(1, STDOUT, &format!("l{i}\n"));
             assert!(t.r.queued_lines() <= 1);
         }
         assert_eq!(t.text(1, STDOUT), seq("l", 1000));

@@ -74,11 +74,11 @@ fn trace(dir: &Path, slot: usize) -> Vec<(u32, i32, i32, u64, u64)> {
         .collect()
 }
 
-/// Every alive replica of rank 2 (slots 4, 5, 6 with n = 3, r = 3) accepted rank 1's
+/// Every alive replica of rank 2 (slots 6, 7, 8 with n = 3, r = 3) accepted rank 1's
 /// messages of `tags` exactly once each, sequences in order, and all replicas the same.
 fn assert_exactly_once(dir: &Path, k: u64, tags: impl Fn(u64) -> (i32, u64)) {
     let mut first: Option<Vec<(i32, u64)>> = None;
-    for slot in 4..7 {
+    for slot in 6..9 {
         let got: Vec<(i32, u64)> =
             trace(dir, slot).into_iter().filter(|m| m.1 == 1 && m.2 >= 0).map(|m| (m.2, m.3)).collect();
         let mut want: Vec<(i32, u64)> = (0..k).map(&tags).collect();
@@ -88,7 +88,7 @@ fn assert_exactly_once(dir: &Path, k: u64, tags: impl Fn(u64) -> (i32, u64)) {
         assert_eq!(sorted, want, "slot {slot}: messages from rank 1 accepted (tag, seq)");
         match &first {
             None => first = Some(got),
-            Some(f) => assert_eq!(&got, f, "slot {slot} accepted them in another order than slot 4"),
+            Some(f) => assert_eq!(&got, f, "slot {slot} accepted them in another order than slot 6"),
         }
     }
 }
@@ -113,12 +113,12 @@ fn fault_free(args: &'static [&'static str]) -> String {
     plain.stdout
 }
 
-/// Kills rank 1's master (slot 1) at `window` of its second send and checks the outcome.
+/// Kills rank 1's master (slot 3) at `window` of its second send and checks the outcome.
 fn window_case(window: &str, args: &'static [&'static str], tags: impl Fn(u64) -> (i32, u64)) {
     let want = fault_free(args);
     let dir = tmpdir(&format!("{window}-{}", args[0]));
     let env = [
-        ("P2PMPI_FAILPOINTS_SLOT1".to_string(), format!("{window}=1*off->return")),
+        ("P2PMPI_FAILPOINTS_SLOT3".to_string(), format!("{window}=1*off->return")),
         ("P2PMPI_TRACE".to_string(), dir.display().to_string()),
         ("P2PMPI_SEED".to_string(), "4242".to_string()),
     ];
@@ -231,7 +231,7 @@ fn random_value_is_the_same_on_every_replica() {
     for w in ["delta3", "delta5"] {
         let dir = tmpdir(&format!("random-{w}"));
         let env = [
-            ("P2PMPI_FAILPOINTS_SLOT1".to_string(), format!("{w}=return")),
+            ("P2PMPI_FAILPOINTS_SLOT3".to_string(), format!("{w}=return")),
             ("P2PMPI_TRACE".to_string(), dir.display().to_string()),
             ("P2PMPI_SEED".to_string(), "4242".to_string()),
         ];
@@ -319,11 +319,11 @@ fn a_rank_that_loses_every_replica_stops_the_job_naming_it() {
             .args(["iterate", "2000", "10", &marker])
             .env("P2PMPI_HOME", "/nonexistent/p2pmpi-local-tests");
         let job = spawn(&mut cmd);
-        // n = 3, r = 2: rank 2 is slots 3 and 4.
-        let procs = wait_processes(&marker, 5);
+        // n = 3, r = 2: rank 2 is slots 4 and 5.
+        let procs = wait_processes(&marker, 6);
         std::thread::sleep(Duration::from_millis(500));
         let t0 = Instant::now();
-        for slot in [3, 4] {
+        for slot in [4, 5] {
             unsafe { libc::kill(procs[&slot] as i32, sig) };
         }
         let out = job.finish(LIMIT);
@@ -334,7 +334,7 @@ fn a_rank_that_loses_every_replica_stops_the_job_naming_it() {
             "{name}: the error must name rank 2:\n{}",
             out.stderr
         );
-        // 5 processes, DBRR: T_cleanup = 3·⌈log2 5⌉·100 ms = 900 ms; bound 2·T_cleanup, plus
+        // 6 processes, DBRR: T_cleanup = 3·⌈log2 6⌉·100 ms = 900 ms; bound 2·T_cleanup, plus
         // the stop of the others and slack for a loaded machine.
         assert!(took < Duration::from_millis(2 * 900 + 1500), "{name}: stopped after {took:?}");
         assert!(wait_no_processes(&marker, Duration::from_secs(10)).is_empty(), "{name}: processes left");
@@ -394,13 +394,41 @@ fn assert_resumed_report(stderr: &str, who: &str) {
 }
 
 #[test]
-fn a_replica_frozen_past_detection_that_resumes_is_stopped_and_harms_nothing() {
-    // The issue's case: n = 3, r = 2, T_gossip 100 ms; a replica of rank 2 frozen for 2.5 s
-    // (its detection takes ≈ 1 s), then resumed. Its master (slot 3) and the other one (4).
+fn rank_zero_is_replicated_too_and_survives_the_death_of_its_master() {
     let args = ["iterate", "200", "25"];
     let plain = local(3, 1, &args, &[]);
     plain.assert_ok();
-    for (slot, who) in [(4, "rank 2 replica 1"), (3, "rank 2 replica 0")] {
+    for sig in [libc::SIGKILL, libc::SIGSTOP] {
+        let marker = common::marker(&format!("rank0-{sig}"));
+        let mut cmd = Command::new(launcher());
+        cmd.args(["--local", "-n", "3", "-r", "2"])
+            .args(FD)
+            .arg(example("replcheck"))
+            .args(args)
+            .arg(&marker)
+            .env("P2PMPI_HOME", "/nonexistent/p2pmpi-local-tests");
+        let job = spawn(&mut cmd);
+        // Slot 0 is rank 0's master (the process a grid job runs on the submitter).
+        let procs = wait_processes(&marker, 6);
+        std::thread::sleep(Duration::from_millis(600));
+        unsafe { libc::kill(procs[&0] as i32, sig) };
+        let out = job.finish(LIMIT);
+        out.assert_ok();
+        assert_eq!(out.stdout, plain.stdout, "signal {sig}: output differs from the fault-free run:\n{}", out.stderr);
+        assert!(out.stderr.contains("rank 0 replica 0"), "signal {sig}: no report:\n{}", out.stderr);
+        assert!(out.stderr.contains("rank 0 goes on with 1 replica(s)"), "{}", out.stderr);
+        assert!(wait_no_processes(&marker, Duration::from_secs(10)).is_empty(), "signal {sig}: processes left");
+    }
+}
+
+#[test]
+fn a_replica_frozen_past_detection_that_resumes_is_stopped_and_harms_nothing() {
+    // The issue's case: n = 3, r = 2, T_gossip 100 ms; a replica of rank 2 frozen for 2.5 s
+    // (its detection takes ≈ 1 s), then resumed. Its master (slot 4) and the other one (5).
+    let args = ["iterate", "200", "25"];
+    let plain = local(3, 1, &args, &[]);
+    plain.assert_ok();
+    for (slot, who) in [(5, "rank 2 replica 1"), (4, "rank 2 replica 0")] {
         let marker = common::marker(&format!("resume-{slot}"));
         let mut cmd = Command::new(launcher());
         cmd.args(["--local", "-n", "3", "-r", "2"])
@@ -410,7 +438,7 @@ fn a_replica_frozen_past_detection_that_resumes_is_stopped_and_harms_nothing() {
             .arg(&marker)
             .env("P2PMPI_HOME", "/nonexistent/p2pmpi-local-tests");
         let job = spawn(&mut cmd);
-        let procs = wait_processes(&marker, 5);
+        let procs = wait_processes(&marker, 6);
         std::thread::sleep(Duration::from_millis(400));
         let pid = procs[&slot] as i32;
         unsafe { libc::kill(pid, libc::SIGSTOP) };
@@ -455,9 +483,9 @@ fn on_a_local_grid_freeze_then_resume_and_partition_then_heal_never_harm_the_job
     // Freeze then resume rank 2's master (on another host: nothing kills it meanwhile).
     let marker = common::marker("fence-freeze");
     let job = spawn(&mut run(&marker));
-    let procs = wait_processes(&marker, 5);
+    let procs = wait_processes(&marker, 6);
     std::thread::sleep(Duration::from_millis(400));
-    let pid = procs[&3] as i32;
+    let pid = procs[&4] as i32;
     unsafe { libc::kill(pid, libc::SIGSTOP) };
     std::thread::sleep(Duration::from_millis(2500));
     unsafe { libc::kill(pid, libc::SIGCONT) };
@@ -471,12 +499,12 @@ fn on_a_local_grid_freeze_then_resume_and_partition_then_heal_never_harm_the_job
         eprintln!("SKIPPED (partition then heal): needs root and nft (nftables) to cut a host off");
         return;
     }
-    // Cut off a host that does not run rank 0 (every replica there) for 2.5 s, then heal.
+    // Cut off a host other than the submitter (every replica there) for 2.5 s, then heal.
     let marker = common::marker("fence-cut");
     let job = spawn(&mut run(&marker));
-    let procs = wait_processes(&marker, 5);
+    let procs = wait_processes(&marker, 6);
     let root_host = bind_of(procs[&0]).expect("bind address");
-    let (victim, host) = (1..5)
+    let (victim, host) = (1..6)
         .find_map(|s| bind_of(procs[&s]).filter(|h| *h != root_host).map(|h| (s, h)))
         .expect("a replica away from rank 0's host");
     std::thread::sleep(Duration::from_millis(400));
@@ -486,7 +514,7 @@ fn on_a_local_grid_freeze_then_resume_and_partition_then_heal_never_harm_the_job
     let out = job.finish(LIMIT);
     out.assert_ok();
     assert_eq!(out.stdout.replace("plain", ""), plain.stdout.replace("plain", ""), "partition: {}", out.stderr);
-    let who = format!("rank {} replica {} failed", 1 + (victim - 1) / 2, (victim - 1) % 2);
+    let who = format!("rank {} replica {} failed", victim / 2, victim % 2);
     assert!(out.stderr.contains(&who), "partition: no report of {who}:\n{}", out.stderr);
     assert!(wait_no_processes(&marker, Duration::from_secs(10)).is_empty(), "partition: processes left");
 }
@@ -520,16 +548,17 @@ fn chaos_trial(grid: &TestGrid, r: usize, seed: u64, together: bool, reference: 
         .env("P2PMPI_HOME", grid.home(1))
         .env_remove("P2PMPI_CONF_FILE");
     let job = spawn(&mut cmd);
-    let slots = 1 + 2 * r;
+    let slots = 3 * r;
     let procs = wait_processes(&marker, slots);
-    // Victims: for each replicated rank, up to r − 1 of its replicas (masters included).
+    // Victims: for each rank (rank 0 included), up to r − 1 of its replicas (masters
+    // included).
     let mut victims: Vec<usize> = Vec::new();
-    for rank in 1..3 {
+    for rank in 0..3 {
         let k = rng.range(1, r as u64) as usize;
         let mut reps: Vec<usize> = (0..r).collect();
         for _ in 0..k {
             let i = rng.range(0, reps.len() as u64) as usize;
-            victims.push(1 + (rank - 1) * r + reps.remove(i));
+            victims.push(rank * r + reps.remove(i));
         }
     }
     let fault = |rng: &mut p2pmpi::random::Rand| match rng.range(0, 3) {
@@ -596,8 +625,9 @@ fn chaos_trial(grid: &TestGrid, r: usize, seed: u64, together: bool, reference: 
     Ok(())
 }
 
-/// One partition trial on `grid` (as root, with nftables): `-n 3 -r R`, one host that does not
-/// run rank 0 is cut off by the network for 1.2–2.5 s, then the network heals. Every replica
+/// One partition trial on `grid` (as root, with nftables): `-n 3 -r R`, one host other than the
+/// submitter (whose launcher supervises the job) is cut off by the network for 1.2–2.5 s, then
+/// the network heals. Every replica
 /// there is excluded (the replicas of a rank run on different hosts, so every rank keeps one);
 /// the output must equal `reference`.
 fn partition_trial(grid: &TestGrid, r: usize, seed: u64, reference: &str) -> Result<(), String> {
@@ -612,13 +642,13 @@ fn partition_trial(grid: &TestGrid, r: usize, seed: u64, reference: &str) -> Res
         .env("P2PMPI_HOME", grid.home(1))
         .env_remove("P2PMPI_CONF_FILE");
     let job = spawn(&mut cmd);
-    let procs = wait_processes(&marker, 1 + 2 * r);
+    let procs = wait_processes(&marker, 3 * r);
     let root = bind_of(procs[&0]).unwrap_or_default();
     let mut hosts: Vec<String> = procs.values().filter_map(|p| bind_of(*p)).filter(|h| *h != root).collect();
     hosts.sort();
     hosts.dedup();
     if hosts.is_empty() {
-        return Err(format!("r {r}, seed {seed}: every replica shares rank 0's host"));
+        return Err(format!("r {r}, seed {seed}: every replica runs on the submitter"));
     }
     let host = hosts[rng.range(0, hosts.len() as u64) as usize].clone();
     std::thread::sleep(Duration::from_millis(rng.range(100, 1200)));

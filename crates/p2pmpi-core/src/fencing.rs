@@ -301,7 +301,7 @@ mod tests {
         let d = s.poll(ms(1200));
         assert_eq!(d, vec![Declaration { slot: 3, at: ms(1200), by: Some(1), why: "silent".into(), left: 1 }]);
         assert!(s.is_dead(3) && s.resumed(3));
-        assert_eq!(s.dead().master_of(2), Some(4));
+        assert_eq!(s.dead().master_of(1), Some(2));
         assert!(s.poll(ms(5000)).is_empty());
     }
 
@@ -324,13 +324,15 @@ mod tests {
 
     #[test]
     fn an_accusation_that_would_lose_a_rank_the_supervisor_still_hears_excludes_the_accuser() {
+        // n = 3, r = 2: rank 0 is slots 0 and 1, rank 1 is 2 and 3, rank 2 is 4 and 5.
         let layout = Layout::new(3, 2);
         let mut s = Supervisor::new(layout, L);
-        for slot in 0..5 {
+        for slot in 0..6 {
             s.renew(ms(1000), slot);
         }
-        // Rank 0 runs once: slot 2 (rank 1, which has slot 1 too) accuses it while the
-        // supervisor heard it 100 ms ago.
+        s.ended(ms(1000), 1, "gone");
+        // Slot 0 is the last of rank 0: slot 2 (rank 1, which has slot 3 too) accuses it
+        // while the supervisor heard it 100 ms ago.
         assert_eq!(s.suspect(ms(1100), 0, Some(2), "silent"), Some(2));
         assert!(s.is_fenced(2) && !s.is_fenced(0));
         let d = s.poll(ms(3000));
@@ -339,15 +341,17 @@ mod tests {
         // Silent for longer than half a lease: the accusation stands (nobody else can be
         // blamed: slot 1 is the last of rank 1 now, so it is the suspect who goes).
         let mut s = Supervisor::new(layout, L);
-        for slot in 0..5 {
+        for slot in 0..6 {
             s.renew(ms(1000), slot);
         }
+        s.ended(ms(1000), 1, "gone");
         assert_eq!(s.suspect(ms(1600), 0, Some(2), "silent"), Some(0));
         // An accuser whose rank has no other replica standing is believed.
         let mut s = Supervisor::new(layout, L);
         s.renew(ms(0), 0);
         s.renew(ms(0), 4);
-        s.suspect(ms(0), 3, None, "gone");
+        s.ended(ms(0), 1, "gone");
+        s.suspect(ms(0), 5, None, "gone");
         assert_eq!(s.suspect(ms(100), 0, Some(4), "silent"), Some(0));
     }
 
@@ -355,15 +359,15 @@ mod tests {
     fn an_ended_process_is_declared_at_once_and_losing_every_replica_shows() {
         let layout = Layout::new(3, 2);
         let mut s = Supervisor::new(layout, L);
+        s.renew(ms(0), 2);
         s.renew(ms(0), 3);
-        s.renew(ms(0), 4);
         assert_eq!(s.ended(ms(5), 3, "SIGKILL").map(|d| d.left), Some(1));
         assert!(s.ended(ms(6), 3, "again").is_none());
-        assert_eq!(s.suspect(ms(7), 4, None, "control connection closed"), Some(4));
+        assert_eq!(s.suspect(ms(7), 2, None, "control connection closed"), Some(2));
         let d = s.poll(ms(2000));
         assert_eq!(d.len(), 1);
         assert_eq!(d[0].left, 0);
-        assert_eq!(s.dead().master_of(2), None);
+        assert_eq!(s.dead().master_of(1), None);
     }
 
     #[test]
@@ -386,10 +390,10 @@ mod tests {
         /// declared dead while a lease it was granted may still be valid by its own clock
         /// (the process asks at `asked ≤ grant time`, its lease runs to `asked + L`).
         #[test]
-        fn never_declared_while_its_lease_may_run(ops in proptest::collection::vec((0u8..3, 0usize..5, 0u64..400), 1..200)) {
+        fn never_declared_while_its_lease_may_run(ops in proptest::collection::vec((0u8..3, 0usize..6, 0u64..400), 1..200)) {
             let layout = Layout::new(3, 2);
             let mut s = Supervisor::new(layout, L);
-            let mut leases: Vec<Lease> = (0..5).map(|_| Lease::new(L, Duration::ZERO)).collect();
+            let mut leases: Vec<Lease> = (0..6).map(|_| Lease::new(L, Duration::ZERO)).collect();
             let mut now = Duration::ZERO;
             for (op, slot, dt) in ops {
                 now += ms(dt);

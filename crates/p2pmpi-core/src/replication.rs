@@ -24,14 +24,14 @@
 
 use std::collections::{HashMap, VecDeque};
 
-/// Where the replicas of a job run: `n` ranks, rank 0 once, every other rank `r` times.
-/// Slots are numbered rank-major: rank 0 is slot 0, replica `j` of rank `k ≥ 1` is slot
-/// `1 + (k − 1)·r + j`. With `r = 1` a slot is a rank.
+/// Where the replicas of a job run: `n` ranks, every one `r` times (rank 0 included: its
+/// master runs on the submitter). Slots are numbered rank-major: replica `j` of rank `k` is
+/// slot `k·r + j`, so slot 0 is rank 0's first replica. With `r = 1` a slot is a rank.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Layout {
     /// Logical processes (the program's world size).
     pub n: usize,
-    /// Replicas of every rank but 0.
+    /// Replicas of every rank.
     pub r: usize,
 }
 
@@ -42,49 +42,33 @@ impl Layout {
 
     /// Real processes of the job.
     pub fn slots(&self) -> usize {
-        1 + (self.n - 1) * self.r
+        self.n * self.r
     }
 
     /// Replicas of `rank`.
-    pub fn replicas(&self, rank: usize) -> usize {
-        if rank == 0 {
-            1
-        } else {
-            self.r
-        }
+    pub fn replicas(&self, _rank: usize) -> usize {
+        self.r
     }
 
     /// The slot of replica `replica` of `rank`.
     pub fn slot(&self, rank: usize, replica: usize) -> usize {
-        if rank == 0 {
-            0
-        } else {
-            1 + (rank - 1) * self.r + replica
-        }
+        rank * self.r + replica
     }
 
     /// The rank a slot runs.
     pub fn rank_of(&self, slot: usize) -> usize {
-        if slot == 0 {
-            0
-        } else {
-            1 + (slot - 1) / self.r
-        }
+        slot / self.r
     }
 
     /// The replica index of a slot within its rank.
     pub fn replica_of(&self, slot: usize) -> usize {
-        if slot == 0 {
-            0
-        } else {
-            (slot - 1) % self.r
-        }
+        slot % self.r
     }
 
     /// The slots of `rank`, replica 0 first.
     pub fn slots_of(&self, rank: usize) -> std::ops::Range<usize> {
         let first = self.slot(rank, 0);
-        first..first + self.replicas(rank)
+        first..first + self.r
     }
 }
 
@@ -326,12 +310,12 @@ mod tests {
     }
 
     #[test]
-    fn layout_numbers_slots_rank_major_with_rank_zero_alone() {
+    fn layout_numbers_slots_rank_major() {
         let l = Layout::new(4, 3);
-        assert_eq!(l.slots(), 10);
-        assert_eq!(l.slots_of(0), 0..1);
-        assert_eq!(l.slots_of(1), 1..4);
-        assert_eq!(l.slots_of(3), 7..10);
+        assert_eq!(l.slots(), 12);
+        assert_eq!(l.slots_of(0), 0..3);
+        assert_eq!(l.slots_of(1), 3..6);
+        assert_eq!(l.slots_of(3), 9..12);
         for s in 0..l.slots() {
             assert_eq!(l.slot(l.rank_of(s), l.replica_of(s)), s);
         }
@@ -341,13 +325,14 @@ mod tests {
 
     #[test]
     fn master_transmits_to_alive_destination_replicas_and_commits_to_its_own() {
+        // n = 3, r = 3: rank 1 is slots 3, 4, 5; rank 2 is 6, 7, 8.
         let l = Layout::new(3, 3);
         let mut c: Coordinator<Vec<u8>> = Coordinator::new(l, l.slot(1, 0));
         assert!(c.is_master());
-        assert_eq!(c.on_send(mid(2, 0, 0), || vec![1]), SendAction::Transmit { dests: vec![4, 5, 6] });
-        assert_eq!(c.commit_targets(), vec![2, 3]);
-        assert_eq!(c.on_failure(5), Recovery::Replica { rank: 2, new_master: 4 });
-        assert_eq!(c.on_send(mid(2, 0, 1), || vec![1]), SendAction::Transmit { dests: vec![4, 6] });
+        assert_eq!(c.on_send(mid(2, 0, 0), || vec![1]), SendAction::Transmit { dests: vec![6, 7, 8] });
+        assert_eq!(c.commit_targets(), vec![4, 5]);
+        assert_eq!(c.on_failure(7), Recovery::Replica { rank: 2, new_master: 6 });
+        assert_eq!(c.on_send(mid(2, 0, 1), || vec![1]), SendAction::Transmit { dests: vec![6, 8] });
         assert_eq!(c.backup_len(), 0);
     }
 
@@ -355,42 +340,47 @@ mod tests {
     fn replica_keeps_until_commit_and_skips_what_was_committed() {
         let l = Layout::new(3, 2);
         let mut c: Coordinator<u32> = Coordinator::new(l, l.slot(1, 1));
+        let master = l.slot(1, 0);
         assert!(!c.is_master());
         assert_eq!(c.on_send(mid(2, 7, 0), || 10), SendAction::Stored);
         assert_eq!(c.on_send(mid(2, 7, 1), || 11), SendAction::Stored);
-        assert!(c.on_commit(1, mid(2, 7, 0)));
+        assert!(c.on_commit(master, mid(2, 7, 0)));
         assert_eq!(c.backup_len(), 1);
         // The master is ahead: commits for messages this replica has not reached.
-        assert!(c.on_commit(1, mid(2, 7, 1)));
-        assert!(c.on_commit(1, mid(2, 7, 2)));
+        assert!(c.on_commit(master, mid(2, 7, 1)));
+        assert!(c.on_commit(master, mid(2, 7, 2)));
         assert_eq!(c.backup_len(), 0);
         assert_eq!(c.on_send(mid(2, 7, 2), || 12), SendAction::Committed);
         assert_eq!(c.on_send(mid(2, 7, 3), || 13), SendAction::Stored);
-        // Commits from another rank are refused.
-        assert!(!c.on_commit(3, mid(2, 7, 3)));
+        // Commits from another rank are refused, and from a dead replica (fencing).
+        assert!(!c.on_commit(l.slot(2, 0), mid(2, 7, 3)));
         assert_eq!(c.backup_len(), 1);
+        c.on_failure(master);
+        assert!(!c.on_commit(master, mid(2, 7, 4)));
     }
 
     #[test]
     fn lowest_alive_replica_takes_over_and_resends_its_backup_in_order() {
+        // n = 3, r = 3: rank 0 is slots 0–2, rank 1 is 3–5, rank 2 is 6–8.
         let l = Layout::new(3, 3);
         let mut c: Coordinator<u32> = Coordinator::new(l, l.slot(1, 2));
         for s in 0..4 {
             c.on_send(mid(2, 0, s), || s as u32);
         }
-        c.on_commit(1, mid(2, 0, 0));
+        c.on_commit(3, mid(2, 0, 0));
         // A non-master dies: nothing to resend.
-        assert_eq!(c.on_failure(2), Recovery::Replica { rank: 1, new_master: 1 });
-        match c.on_failure(1) {
+        assert_eq!(c.on_failure(4), Recovery::Replica { rank: 1, new_master: 3 });
+        match c.on_failure(3) {
             Recovery::TookOver { resend } => assert_eq!(resend.iter().map(|x| x.1).collect::<Vec<_>>(), vec![1, 2, 3]),
             other => panic!("{other:?}"),
         }
         assert!(c.is_master());
-        assert_eq!(c.on_failure(1), Recovery::Nothing);
-        assert_eq!(c.on_failure(4), Recovery::Replica { rank: 2, new_master: 5 });
-        assert_eq!(c.on_failure(5), Recovery::Replica { rank: 2, new_master: 6 });
-        assert_eq!(c.on_failure(6), Recovery::RankLost { rank: 2 });
-        assert_eq!(c.on_failure(0), Recovery::RankLost { rank: 0 });
+        assert_eq!(c.on_failure(3), Recovery::Nothing);
+        assert_eq!(c.on_failure(6), Recovery::Replica { rank: 2, new_master: 7 });
+        assert_eq!(c.on_failure(7), Recovery::Replica { rank: 2, new_master: 8 });
+        assert_eq!(c.on_failure(8), Recovery::RankLost { rank: 2 });
+        // Rank 0 is replicated too: its master's death is survived.
+        assert_eq!(c.on_failure(0), Recovery::Replica { rank: 0, new_master: 1 });
     }
 
     proptest! {
@@ -399,8 +389,9 @@ mod tests {
         /// never exceeds how far the replica is ahead of its master.
         #[test]
         fn backup_is_exactly_the_uncommitted_messages(steps in proptest::collection::vec(any::<bool>(), 1..200)) {
+            // Rank 1 is slots 2 (master) and 3 (this replica).
             let l = Layout::new(2, 2);
-            let mut c: Coordinator<u64> = Coordinator::new(l, 2);
+            let mut c: Coordinator<u64> = Coordinator::new(l, 3);
             let (mut reached, mut committed) = (0u64, 0u64);
             for s in steps {
                 if s {
@@ -408,13 +399,13 @@ mod tests {
                     prop_assert_eq!(a, if reached < committed { SendAction::Committed } else { SendAction::Stored });
                     reached += 1;
                 } else {
-                    prop_assert!(c.on_commit(1, mid(0, 0, committed)));
+                    prop_assert!(c.on_commit(2, mid(0, 0, committed)));
                     committed += 1;
                 }
                 prop_assert_eq!(c.backup_len() as u64, reached.saturating_sub(committed));
                 prop_assert!(c.log_len() <= 1);
             }
-            match c.on_failure(1) {
+            match c.on_failure(2) {
                 Recovery::TookOver { resend } => {
                     let seqs: Vec<u64> = resend.iter().map(|x| x.0.seq).collect();
                     let want: Vec<u64> = (committed.min(reached)..reached).collect();

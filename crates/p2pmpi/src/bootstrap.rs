@@ -27,7 +27,7 @@ pub mod env {
     pub const SPIN_US: &str = "P2PMPI_SPIN_US";
     /// Range of data ports (`MIN_PORT-MAX_PORT` of the peer's configuration; `0-0`: any).
     pub const PORTS: &str = "P2PMPI_PORTS";
-    /// Replicas of every rank but 0 (`-r R`; absent: 1). When set, `P2PMPI_RANK` is the
+    /// Replicas of every rank (`-r R`; absent: 1). When set, `P2PMPI_RANK` is the
     /// process's *slot* in [`p2pmpi_core::replication::Layout`] and `P2PMPI_SIZE` the number
     /// of ranks.
     pub const REPLICAS: &str = "P2PMPI_REPLICAS";
