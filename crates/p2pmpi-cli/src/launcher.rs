@@ -822,18 +822,9 @@ pub(crate) fn event_loop(name: &str, job: &Job, rx: &Receiver<Event>, states: &m
                 }
             }
             Event::ControlClosed { rank: slot } => {
+                // (An excluded process is declared when its exit is seen — after its output
+                // was read to the end — or when its lease ran out.)
                 states[slot].ctrl_closed = true;
-                // An excluded process whose connection closed has ended: no lease to wait for.
-                if replicated && rep.fenced(slot) && !rep.dead(slot) {
-                    if let Some(d) = rep.ended(slot, "") {
-                        if failure.is_some() {
-                            rep.declared(job, &d);
-                        } else if rep.report(name, job, &d, &declaration_text(layout, &d), tolerant) {
-                            failure = Some(1);
-                            stop_all();
-                        }
-                    }
-                }
             }
             Event::Exited { rank: slot, status } => {
                 if states[slot].exit.is_some() {
