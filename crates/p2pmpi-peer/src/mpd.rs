@@ -26,6 +26,7 @@ use p2pmpi_core::hosts::PeerCache;
 use p2pmpi_core::reservation::{Answer, Booking, BookingError, Decision, Gatekeeper, HostFilter, Policy};
 use p2pmpi_wire::grid::*;
 use p2pmpi_wire::secure::{GridSecret, SecureConn, SecureError, SecureWriter};
+use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, BufReader, Read};
 use std::net::{IpAddr, SocketAddr, TcpListener, UdpSocket};
@@ -33,7 +34,7 @@ use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::channel;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tracing::{info, warn};
 
@@ -106,7 +107,7 @@ impl Mpd {
 
     fn persist_cache(&self) {
         let path = self.cfg.peer_cache_path();
-        let cache = self.cache.lock().unwrap().clone();
+        let cache = self.cache.lock().clone();
         if let Err(e) = home::write_json(&path, &cache) {
             warn!("cannot persist the host cache: {e:#}");
         }
@@ -120,26 +121,26 @@ impl Mpd {
     fn keep_alive(&self) {
         for (name, sn) in &self.supernodes {
             let Some(sn) = *sn else { continue };
-            let registered = self.registered.lock().unwrap().contains(&sn);
+            let registered = self.registered.lock().contains(&sn);
             let req =
                 if registered { SnRequest::Alive(self.me.id.clone()) } else { SnRequest::Register(self.me.clone()) };
             match self.supernode_call(sn, &req) {
                 Ok(SnResponse::Ok) => {
                     if !registered {
                         info!("registered with supernode {name}");
-                        self.registered.lock().unwrap().insert(sn);
+                        self.registered.lock().insert(sn);
                     }
                 }
                 Ok(SnResponse::UnknownPeer) => {
                     info!("supernode {name} forgot us; registering again");
-                    self.registered.lock().unwrap().remove(&sn);
+                    self.registered.lock().remove(&sn);
                     if matches!(self.supernode_call(sn, &SnRequest::Register(self.me.clone())), Ok(SnResponse::Ok)) {
-                        self.registered.lock().unwrap().insert(sn);
+                        self.registered.lock().insert(sn);
                     }
                 }
                 Ok(other) => warn!("supernode {name} answered {other:?}"),
                 Err(e) => {
-                    if self.registered.lock().unwrap().remove(&sn) || !registered {
+                    if self.registered.lock().remove(&sn) || !registered {
                         warn!("supernode {name} unreachable: {e:#}");
                     }
                 }
@@ -150,7 +151,7 @@ impl Mpd {
     /// Fetches the host list from every reachable supernode. Returns false when none
     /// answered (the cache is then kept as it is).
     fn refresh(&self) -> bool {
-        *self.last_refresh.lock().unwrap() = Some(Instant::now());
+        *self.last_refresh.lock() = Some(Instant::now());
         let mut lists = Vec::new();
         for (name, sn) in &self.supernodes {
             let Some(sn) = *sn else { continue };
@@ -165,7 +166,7 @@ impl Mpd {
         }
         let now = self.now();
         {
-            let mut cache = self.cache.lock().unwrap();
+            let mut cache = self.cache.lock();
             for (i, list) in lists.into_iter().enumerate() {
                 let entries: Vec<(PeerId, PeerInfo)> = list.into_iter().map(|h| (h.info.id.clone(), h.info)).collect();
                 if i == 0 {
@@ -181,7 +182,7 @@ impl Mpd {
 
     /// Measures the round-trip time of an application-level ping to every cached host.
     fn ping_all(self: &Arc<Self>) {
-        let hosts: Vec<PeerInfo> = self.cache.lock().unwrap().entries().into_iter().map(|(_, e)| e.info).collect();
+        let hosts: Vec<PeerInfo> = self.cache.lock().entries().into_iter().map(|(_, e)| e.info).collect();
         for chunk in hosts.chunks(32) {
             std::thread::scope(|s| {
                 for h in chunk {
@@ -199,13 +200,13 @@ impl Mpd {
                         });
                         let now = me.now();
                         match r {
-                            Ok(rtt) => me.cache.lock().unwrap().measured(now, &h.id, rtt.as_micros().max(1) as u64),
+                            Ok(rtt) => me.cache.lock().measured(now, &h.id, rtt.as_micros().max(1) as u64),
                             Err(e) => {
-                                let was_alive = me.cache.lock().unwrap().get(&h.id).is_some_and(|e| e.alive);
+                                let was_alive = me.cache.lock().get(&h.id).is_some_and(|e| e.alive);
                                 if was_alive {
                                     warn!("host {} does not answer pings: {e}", h.id);
                                 }
-                                me.cache.lock().unwrap().mark_dead(now, &h.id)
+                                me.cache.lock().mark_dead(now, &h.id)
                             }
                         }
                     });
@@ -218,7 +219,7 @@ impl Mpd {
         if *id == self.me.id {
             return Some(self.me.clone());
         }
-        self.cache.lock().unwrap().get(id).map(|e| e.info.clone())
+        self.cache.lock().get(id).map(|e| e.info.clone())
     }
 
     fn peer_addr(info: &PeerInfo, port: u16) -> SocketAddr {
@@ -228,7 +229,7 @@ impl Mpd {
     /// Asks one host's RS for a reservation.
     fn ask_rs(&self, info: &PeerInfo, ticket: Ticket, app: &str) -> Answer {
         if info.id == self.me.id {
-            return match self.gate.lock().unwrap().reserve(self.now(), ticket.0, &self.ip.to_string(), app) {
+            return match self.gate.lock().reserve(self.now(), ticket.0, &self.ip.to_string(), app) {
                 Decision::Ok { p, .. } => Answer::Ok { p },
                 Decision::Nok(reason) => {
                     info!("own RS refused ticket {ticket}: {reason}");
@@ -269,7 +270,7 @@ impl Mpd {
             for h in hosts {
                 s.spawn(move || {
                     if h.id == self.me.id {
-                        self.gate.lock().unwrap().cancel(ticket.0);
+                        self.gate.lock().cancel(ticket.0);
                         return;
                     }
                     let addr = Self::peer_addr(h, h.rs_port);
@@ -306,13 +307,13 @@ impl Mpd {
         info!("reservation {ticket} for {app}: n={n} r={r} {strategy}, booking {want} host(s)");
         loop {
             // Enough known hosts? Otherwise ask the supernodes first.
-            let known = self.cache.lock().unwrap().ranked().len() + 1;
-            let stale = self.last_refresh.lock().unwrap().is_none_or(|t| t.elapsed() > Duration::from_millis(200));
+            let known = self.cache.lock().ranked().len() + 1;
+            let stale = self.last_refresh.lock().is_none_or(|t| t.elapsed() > Duration::from_millis(200));
             if known < want && stale {
                 self.refresh();
             }
             let mut candidates = vec![self.me.id.clone()];
-            candidates.extend(self.cache.lock().unwrap().ranked());
+            candidates.extend(self.cache.lock().ranked());
             let ask = booking.next_requests(&candidates);
             if !ask.is_empty() {
                 let (tx, rx) = channel();
@@ -332,7 +333,7 @@ impl Mpd {
                     for (id, ans) in rx {
                         booking.on_answer(&id, ans);
                         if ans == Answer::NoAnswer {
-                            self.cache.lock().unwrap().mark_dead(self.now(), &id);
+                            self.cache.lock().mark_dead(self.now(), &id);
                         }
                         let _ = conn.send(&MpdResponse::Progress {
                             accepted: booking.accepted() as u32,
@@ -371,7 +372,7 @@ impl Mpd {
                             "not enough peers after waiting {:.0} s: {} host(s) accepted ({} known, {} did not answer); {why}",
                             wait_ms as f64 / 1000.0,
                             booking.accepted(),
-                            self.cache.lock().unwrap().len() + 1,
+                            self.cache.lock().len() + 1,
                             booking.dead().len(),
                         );
                         info!("reservation {ticket} failed: {msg}");
@@ -398,7 +399,7 @@ impl Mpd {
     }
 
     fn gate_refusal(&self) -> String {
-        let gate = self.gate.lock().unwrap();
+        let gate = self.gate.lock();
         let p = gate.policy();
         if p.max_jobs > 0 && gate.active() >= p.max_jobs as usize {
             format!("MAX_JOBS ({}) reached", p.max_jobs)
@@ -472,7 +473,7 @@ pub fn run(opts: MpdOpts) -> Result<()> {
             cache_dir: home.ft_cache(),
             jobs_dir: home.jobs(),
             secret: secret.clone(),
-            check_ticket: Box::new(move |t| m.gate.lock().unwrap().touch(m.now(), t.0)),
+            check_ticket: Box::new(move |t| m.gate.lock().touch(m.now(), t.0)),
         };
         ft::serve(ft_l, Arc::new(ctx));
     }
@@ -510,7 +511,7 @@ pub fn run(opts: MpdOpts) -> Result<()> {
             next_alive = Instant::now() + Duration::from_millis(mpd.cfg.alive_period_ms);
         }
         if now >= next_refresh {
-            let due = mpd.last_refresh.lock().unwrap().is_none_or(|t| t.elapsed() >= Duration::from_millis(100));
+            let due = mpd.last_refresh.lock().is_none_or(|t| t.elapsed() >= Duration::from_millis(100));
             if due {
                 mpd.refresh();
             }
@@ -524,13 +525,13 @@ pub fn run(opts: MpdOpts) -> Result<()> {
             mpd.ping_all();
             next_ping = Instant::now() + Duration::from_millis(mpd.cfg.ping_period_ms);
         }
-        for t in mpd.gate.lock().unwrap().expire(mpd.now()) {
+        for t in mpd.gate.lock().expire(mpd.now()) {
             info!("reservation {} was never used: released", Ticket(t));
         }
         std::thread::sleep(tick);
     }
     // Halt: stop local processes, leave the supernodes, remove the state file.
-    let pids: Vec<u32> = mpd.jobs.lock().unwrap().values().flatten().copied().collect();
+    let pids: Vec<u32> = mpd.jobs.lock().values().flatten().copied().collect();
     for pid in pids {
         unsafe { libc::kill(pid as i32, libc::SIGKILL) };
     }
@@ -558,7 +559,7 @@ impl Mpd {
             let now = self.now();
             let answer = match req {
                 RsRequest::Reserve { ticket, app, submitter } => {
-                    let d = self.gate.lock().unwrap().reserve(now, ticket.0, &peer.ip().to_string(), &app);
+                    let d = self.gate.lock().reserve(now, ticket.0, &peer.ip().to_string(), &app);
                     match d {
                         Decision::Ok { p, expires_at_ms } => {
                             info!("reserved for {app} from {submitter} ({peer}): ticket {ticket}, P={p}");
@@ -571,7 +572,7 @@ impl Mpd {
                     }
                 }
                 RsRequest::Cancel { ticket } => {
-                    if self.gate.lock().unwrap().cancel(ticket.0) {
+                    if self.gate.lock().cancel(ticket.0) {
                         info!("reservation {ticket} cancelled by {peer}");
                     }
                     RsResponse::Cancelled
@@ -612,7 +613,6 @@ impl Mpd {
                     let hosts = self
                         .cache
                         .lock()
-                        .unwrap()
                         .entries()
                         .into_iter()
                         .map(|(_, e)| CachedHost {
@@ -627,7 +627,7 @@ impl Mpd {
                 MpdRequest::Stat => MpdResponse::Stat {
                     me: self.me.id.clone(),
                     version: VERSION.into(),
-                    apps: self.apps.lock().unwrap().clone(),
+                    apps: self.apps.lock().clone(),
                 },
                 MpdRequest::Halt => {
                     info!("halt requested from {peer}");
@@ -646,11 +646,11 @@ impl Mpd {
                     MpdResponse::Ok
                 }
                 MpdRequest::Announce(p) => {
-                    self.apps.lock().unwrap().push(p);
+                    self.apps.lock().push(p);
                     MpdResponse::Ok
                 }
                 MpdRequest::Retire { job, rank } => {
-                    self.apps.lock().unwrap().retain(|a| !(a.job == job && a.rank == rank));
+                    self.apps.lock().retain(|a| !(a.job == job && a.rank == rank));
                     MpdResponse::Ok
                 }
                 MpdRequest::Launch(spec) => {
@@ -671,13 +671,13 @@ impl Mpd {
         let (mut reader, writer) = conn.split();
         let writer = Arc::new(Mutex::new(writer));
         let send = |w: &Arc<Mutex<SecureWriter>>, ev: &JobEvent| {
-            let _ = w.lock().unwrap().send(ev);
+            let _ = w.lock().send(ev);
         };
         let refuse = |why: String| {
             warn!("launch of {} for {peer} refused: {why}", spec.app);
             send(&writer, &JobEvent::Refused(why));
         };
-        let p = match self.gate.lock().unwrap().claim(self.now(), spec.ticket.0) {
+        let p = match self.gate.lock().claim(self.now(), spec.ticket.0) {
             Ok(p) => p,
             Err(e) => return refuse(format!("{e} (ticket {})", spec.ticket)),
         };
@@ -727,16 +727,16 @@ impl Mpd {
                         let _ = c.kill();
                         let _ = c.wait();
                     }
-                    self.gate.lock().unwrap().finish(spec.ticket.0);
+                    self.gate.lock().finish(spec.ticket.0);
                     return refuse(format!("cannot start {}: {e}", spec.program));
                 }
             }
         }
         let pids: Vec<u32> = children.iter().map(|(_, c)| c.id()).collect();
-        self.jobs.lock().unwrap().insert(spec.job.clone(), pids.clone());
+        self.jobs.lock().insert(spec.job.clone(), pids.clone());
         for (rank, c) in &children {
             send(&writer, &JobEvent::Started { rank: *rank, pid: c.id() });
-            self.apps.lock().unwrap().push(AppProcess {
+            self.apps.lock().push(AppProcess {
                 app: spec.app.clone(),
                 job: spec.job.clone(),
                 rank: *rank,
@@ -787,15 +787,15 @@ impl Mpd {
                         Ok(st) => (st.code(), st.signal()),
                         Err(_) => (None, Some(libc::SIGKILL)),
                     };
-                    let _ = writer.lock().unwrap().send(&JobEvent::Exited { rank, code, signal });
+                    let _ = writer.lock().send(&JobEvent::Exited { rank, code, signal });
                 });
             }
         });
         done.store(true, Ordering::SeqCst);
-        writer.lock().unwrap().shutdown();
-        self.gate.lock().unwrap().finish(spec.ticket.0);
-        self.jobs.lock().unwrap().remove(&spec.job);
-        self.apps.lock().unwrap().retain(|a| a.job != spec.job);
+        writer.lock().shutdown();
+        self.gate.lock().finish(spec.ticket.0);
+        self.jobs.lock().remove(&spec.job);
+        self.apps.lock().retain(|a| a.job != spec.job);
         ft::remove_job(&self.home.jobs(), &spec.job);
         info!("job {} of {} ended here", spec.job, spec.app);
     }
@@ -827,7 +827,7 @@ fn pump(
                     let mut more = Vec::new();
                     let _ = r.read_until(b'\n', &mut more);
                     line.extend_from_slice(&more);
-                    let _ = w.lock().unwrap().send(&JobEvent::Output { rank, stderr, data: line });
+                    let _ = w.lock().send(&JobEvent::Output { rank, stderr, data: line });
                     if more.is_empty() {
                         return;
                     }
@@ -836,7 +836,7 @@ fn pump(
             };
             let data = buf[..take].to_vec();
             r.consume(take);
-            if w.lock().unwrap().send(&JobEvent::Output { rank, stderr, data }).is_err() {
+            if w.lock().send(&JobEvent::Output { rank, stderr, data }).is_err() {
                 // The submitter is gone; keep draining so the process is not blocked.
             }
         }

@@ -14,8 +14,9 @@ use anyhow::{Context, Result};
 use p2pmpi_core::hosts::HostList;
 use p2pmpi_wire::grid::{HostEntry, PeerId, PeerInfo, SnRequest, SnResponse};
 use p2pmpi_wire::secure::{GridSecret, SecureConn};
+use parking_lot::Mutex;
 use std::net::{SocketAddr, TcpListener};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tracing::{info, warn};
 
@@ -54,7 +55,7 @@ pub fn run(opts: SupernodeOpts) -> Result<()> {
         let shared = shared.clone();
         server::serve("supernode", listener, opts.secret.clone(), move |conn, peer| {
             if serve_conn(&shared, conn, peer, addr) {
-                let _ = stop_tx.lock().unwrap().send(());
+                let _ = stop_tx.lock().send(());
             }
         });
     }
@@ -65,7 +66,7 @@ pub fn run(opts: SupernodeOpts) -> Result<()> {
             Ok(()) => break,
             Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
                 let now = shared.now();
-                for gone in shared.hosts.lock().unwrap().expire(now, shared.ttl_ms) {
+                for gone in shared.hosts.lock().expire(now, shared.ttl_ms) {
                     info!("peer {gone} not seen for {} ms: dropped", shared.ttl_ms);
                 }
             }
@@ -92,24 +93,24 @@ fn serve_conn(sh: &Shared, mut conn: SecureConn, peer: SocketAddr, me: SocketAdd
         let (answer, stop) = match req {
             SnRequest::Register(info) => {
                 info!("peer {} ({}) registered from {peer}", info.id, info.name);
-                sh.hosts.lock().unwrap().register(now, info.id.clone(), info);
+                sh.hosts.lock().register(now, info.id.clone(), info);
                 (SnResponse::Ok, false)
             }
             SnRequest::Unregister(id) => {
-                if sh.hosts.lock().unwrap().unregister(&id) {
+                if sh.hosts.lock().unregister(&id) {
                     info!("peer {id} unregistered");
                 }
                 (SnResponse::Ok, false)
             }
             SnRequest::Alive(id) => {
-                if sh.hosts.lock().unwrap().alive(now, &id) {
+                if sh.hosts.lock().alive(now, &id) {
                     (SnResponse::Ok, false)
                 } else {
                     (SnResponse::UnknownPeer, false)
                 }
             }
             SnRequest::List => {
-                let list = sh.hosts.lock().unwrap().list(now);
+                let list = sh.hosts.lock().list(now);
                 (
                     SnResponse::Hosts(
                         list.into_iter().map(|(_, info, age)| HostEntry { info, last_seen_ms: age }).collect(),
