@@ -23,7 +23,7 @@ use crate::supernode;
 use anyhow::{bail, Context, Result};
 use p2pmpi_core::allocation::{booking_count, Strategy};
 use p2pmpi_core::hosts::PeerCache;
-use p2pmpi_core::reservation::{Answer, Booking, BookingError, Decision, Gatekeeper, HostFilter, Policy};
+use p2pmpi_core::reservation::{Answer, Booking, BookingError, ClaimError, Decision, Gatekeeper, HostFilter, Policy};
 use p2pmpi_wire::grid::*;
 use p2pmpi_wire::secure::{GridSecret, SecureConn, SecureError, SecureWriter};
 use parking_lot::Mutex;
@@ -677,8 +677,10 @@ impl Mpd {
             warn!("launch of {} for {peer} refused: {why}", spec.app);
             send(&writer, &JobEvent::Refused(why));
         };
-        let p = match self.gate.lock().claim(self.now(), spec.ticket.0) {
-            Ok(p) => p,
+        // From here on every way out (refusal, a process that cannot start, a panic, the
+        // job's end) releases the reservation: `_claim` finishes it when dropped.
+        let (p, _claim) = match self.claim(spec.ticket) {
+            Ok(c) => c,
             Err(e) => return refuse(format!("{e} (ticket {})", spec.ticket)),
         };
         if spec.ranks.len() > p as usize {
@@ -727,7 +729,6 @@ impl Mpd {
                         let _ = c.kill();
                         let _ = c.wait();
                     }
-                    self.gate.lock().finish(spec.ticket.0);
                     return refuse(format!("cannot start {}: {e}", spec.program));
                 }
             }
@@ -793,11 +794,37 @@ impl Mpd {
         });
         done.store(true, Ordering::SeqCst);
         writer.lock().shutdown();
-        self.gate.lock().finish(spec.ticket.0);
         self.jobs.lock().remove(&spec.job);
         self.apps.lock().retain(|a| a.job != spec.job);
         ft::remove_job(&self.home.jobs(), &spec.job);
         info!("job {} of {} ended here", spec.job, spec.app);
+    }
+
+    /// A launch claims its reservation: it becomes running (no longer lapses). The returned
+    /// guard finishes it when dropped, so a refused or failed launch never keeps the host
+    /// reserved (with `MAX_JOBS=1` that would lock the host for good). A launch joining a
+    /// ticket that is already running does not own it: the launch that claimed it releases it.
+    fn claim(&self, ticket: Ticket) -> Result<(u32, ClaimedTicket<'_>), ClaimError> {
+        let mut gate = self.gate.lock();
+        let running = gate.entries().iter().any(|(t, _, running)| *t == ticket.0 && *running);
+        let p = gate.claim(self.now(), ticket.0)?;
+        Ok((p, ClaimedTicket { gate: &self.gate, ticket, owned: !running }))
+    }
+}
+
+/// A reservation claimed by a launch; finished (released on this host) when dropped.
+struct ClaimedTicket<'a> {
+    gate: &'a Mutex<Gatekeeper>,
+    ticket: Ticket,
+    owned: bool,
+}
+
+impl Drop for ClaimedTicket<'_> {
+    fn drop(&mut self) {
+        if self.owned {
+            self.gate.lock().finish(self.ticket.0);
+            info!("reservation {} released", self.ticket);
+        }
     }
 }
 
