@@ -66,6 +66,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tracing::{info, warn};
 
+use crate::server::{spawn_with_slot, Slots};
+
 /// Largest content carried by one `Chunk` record.
 pub const CHUNK_SIZE: usize = 1 << 20;
 /// Largest record the service accepts (a chunk plus its framing; an offer must fit too).
@@ -93,7 +95,7 @@ pub struct FtContext {
 /// Serves FT connections on `listener` until the process ends (spawns its accept thread and
 /// returns immediately).
 pub fn serve(listener: TcpListener, ctx: Arc<FtContext>) {
-    let active = Arc::new(AtomicUsize::new(0));
+    let slots = Slots::new(MAX_CONNECTIONS);
     let spawned = std::thread::Builder::new().name("ft-accept".into()).spawn(move || {
         for conn in listener.incoming() {
             let stream = match conn {
@@ -105,19 +107,14 @@ pub fn serve(listener: TcpListener, ctx: Arc<FtContext>) {
                 }
             };
             let peer = peer_of(&stream);
-            if active.fetch_add(1, Ordering::SeqCst) >= MAX_CONNECTIONS {
-                active.fetch_sub(1, Ordering::SeqCst);
+            let Some(slot) = slots.take() else {
                 warn!("ft: too many connections; closing the one from {peer}");
                 continue;
-            }
-            let (ctx, count) = (ctx.clone(), active.clone());
-            let started = std::thread::Builder::new().name("ft-conn".into()).spawn(move || {
-                handle(stream, &ctx);
-                count.fetch_sub(1, Ordering::SeqCst);
-            });
-            if started.is_err() {
-                active.fetch_sub(1, Ordering::SeqCst);
-                warn!("ft: cannot start a thread for {peer}; connection closed");
+            };
+            let ctx = ctx.clone();
+            let builder = std::thread::Builder::new().name("ft-conn".into());
+            if let Err(e) = spawn_with_slot(builder, slot, move || handle(stream, &ctx)) {
+                warn!("ft: cannot start a thread for {peer}: {e}; connection closed");
             }
         }
     });
