@@ -469,12 +469,10 @@ pub fn run(opts: MpdOpts) -> Result<()> {
         let m = mpd.clone();
         server::serve("rs", rs_l, secret.clone(), move |c, peer| m.serve_rs(c, peer));
         let m = mpd.clone();
-        let ctx = FtContext {
-            cache_dir: home.ft_cache(),
-            jobs_dir: home.jobs(),
-            secret: secret.clone(),
-            check_ticket: Box::new(move |t| m.gate.lock().touch(m.now(), t.0)),
-        };
+        let mut ctx =
+            FtContext::new(home.ft_cache(), home.jobs(), secret.clone(), move |t| m.gate.lock().touch(m.now(), t.0));
+        ctx.cache_max = mpd.cfg.ft_cache_max;
+        ctx.fetch_max = mpd.cfg.ft_fetch_max;
         ft::serve(ft_l, Arc::new(ctx));
     }
     home::write_json(
