@@ -151,3 +151,51 @@ pub fn call(
     c.set_max_record(64 << 20);
     Ok(c.call(req)?)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use p2pmpi_wire::secure::HANDSHAKE_TIMEOUT;
+
+    /// A connection thread that panics while it holds the host list (a bug) does not take the
+    /// supernode down: the list is not poisoned and the next connections are served.
+    #[test]
+    fn a_panicking_connection_does_not_poison_the_host_list() {
+        let sh = Arc::new(Shared { start: Instant::now(), hosts: Mutex::new(HostList::new()), ttl_ms: 60_000 });
+        let held = sh.clone();
+        let crashed = std::thread::spawn(move || {
+            let _list = held.hosts.lock();
+            panic!("a bug while the host list is held");
+        });
+        assert!(crashed.join().is_err());
+
+        let secret = GridSecret::from_phrase("supernode test grid");
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let server = {
+            let (sh, secret) = (sh.clone(), secret.clone());
+            std::thread::spawn(move || {
+                let (s, peer) = l.accept().unwrap();
+                serve_conn(&sh, SecureConn::accept(s, &secret, HANDSHAKE_TIMEOUT).unwrap(), peer, addr)
+            })
+        };
+        let t = Duration::from_secs(10);
+        let mut c = SecureConn::connect(addr, &secret, t).unwrap();
+        c.set_read_timeout(Some(t)).unwrap();
+        let info = PeerInfo {
+            id: PeerId { ip: "127.0.0.9".into(), mpd_port: 9897 },
+            rs_port: 9900,
+            ft_port: 9898,
+            fd_port: 0,
+            capacity: 1,
+            name: "h".into(),
+        };
+        assert_eq!(c.call::<_, SnResponse>(&SnRequest::Register(info.clone())).unwrap(), SnResponse::Ok);
+        match c.call::<_, SnResponse>(&SnRequest::List).unwrap() {
+            SnResponse::Hosts(h) => assert_eq!(h.iter().map(|e| &e.info).collect::<Vec<_>>(), [&info]),
+            other => panic!("unexpected answer {other:?}"),
+        }
+        drop(c);
+        assert!(!server.join().unwrap(), "served until the client left");
+    }
+}
