@@ -9,6 +9,8 @@
 //! <home>/ft-cache/<hash>       staged files, by content (the FT's per-peer cache)
 //! <home>/jobs/<job>/           a running job's directory (program and input files)
 //! ```
+//!
+//! State files are written owner-only (0600) and atomically ([`write_private`]).
 
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
