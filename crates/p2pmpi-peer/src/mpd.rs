@@ -23,7 +23,7 @@ use crate::supernode;
 use anyhow::{bail, Context, Result};
 use p2pmpi_core::allocation::{booking_count, Strategy};
 use p2pmpi_core::hosts::PeerCache;
-use p2pmpi_core::reservation::{Answer, Booking, BookingError, ClaimError, Decision, Gatekeeper, HostFilter, Policy};
+use p2pmpi_core::reservation::{Answer, Booking, BookingError, Decision, Gatekeeper, HostFilter, Policy};
 use p2pmpi_wire::grid::*;
 use p2pmpi_wire::secure::{GridSecret, SecureConn, SecureError, SecureWriter};
 use parking_lot::Mutex;
@@ -676,18 +676,20 @@ impl Mpd {
             send(&writer, &JobEvent::Refused(why));
         };
         // From here on every way out (refusal, a process that cannot start, a panic, the
-        // job's end) releases the reservation: `_claim` finishes it when dropped.
-        let (p, _claim) = match self.claim(spec.ticket) {
+        // job's end) releases the reservation, and once the job id is valid, removes what the
+        // job left here: `claim` does it when dropped.
+        let (p, mut claim) = match self.claim(spec.ticket) {
             Ok(c) => c,
-            Err(e) => return refuse(format!("{e} (ticket {})", spec.ticket)),
+            Err(why) => return refuse(why),
         };
-        if spec.ranks.len() > p as usize {
-            return refuse(format!("{} processes asked, MAX_PROCESSES_PER_JOB is {p}", spec.ranks.len()));
-        }
         let dir = match ft::job_dir(&self.home.jobs(), &spec.job) {
             Ok(d) => d,
             Err(e) => return refuse(format!("{e:#}")),
         };
+        claim.job = Some(spec.job.clone());
+        if spec.ranks.len() > p as usize {
+            return refuse(format!("{} processes asked, MAX_PROCESSES_PER_JOB is {p}", spec.ranks.len()));
+        }
         let program = match ft::safe_join(&dir, &spec.program) {
             Ok(p) if p.is_file() => p,
             Ok(_) => return refuse(format!("program {} was not staged", spec.program)),
@@ -792,37 +794,43 @@ impl Mpd {
         });
         done.store(true, Ordering::SeqCst);
         writer.lock().shutdown();
-        self.jobs.lock().remove(&spec.job);
-        self.apps.lock().retain(|a| a.job != spec.job);
-        ft::remove_job(&self.home.jobs(), &spec.job);
+        drop(claim);
         info!("job {} of {} ended here", spec.job, spec.app);
     }
 
     /// A launch claims its reservation: it becomes running (no longer lapses). The returned
-    /// guard finishes it when dropped, so a refused or failed launch never keeps the host
-    /// reserved (with `MAX_JOBS=1` that would lock the host for good). A launch joining a
-    /// ticket that is already running does not own it: the launch that claimed it releases it.
-    fn claim(&self, ticket: Ticket) -> Result<(u32, ClaimedTicket<'_>), ClaimError> {
+    /// guard releases it when dropped, so a refused or failed launch never keeps the host
+    /// reserved (with `MAX_JOBS=1` that would lock the host for good). One launch per
+    /// reservation: a second one while it runs is refused (it would own nothing here).
+    fn claim(&self, ticket: Ticket) -> Result<(u32, Claim<'_>), String> {
         let mut gate = self.gate.lock();
-        let running = gate.entries().iter().any(|(t, _, running)| *t == ticket.0 && *running);
-        let p = gate.claim(self.now(), ticket.0)?;
-        Ok((p, ClaimedTicket { gate: &self.gate, ticket, owned: !running }))
+        if gate.entries().iter().any(|(t, _, running)| *t == ticket.0 && *running) {
+            return Err(format!("reservation {ticket} is already running a launch here"));
+        }
+        let p = gate.claim(self.now(), ticket.0).map_err(|e| format!("{e} (ticket {ticket})"))?;
+        Ok((p, Claim { mpd: self, ticket, job: None }))
     }
 }
 
-/// A reservation claimed by a launch; finished (released on this host) when dropped.
-struct ClaimedTicket<'a> {
-    gate: &'a Mutex<Gatekeeper>,
+/// A reservation claimed by a launch. When dropped — whichever way the launch ends — it
+/// removes what the job left here (its processes' records for halt and `mpistat`, its
+/// directory), then finishes the reservation.
+struct Claim<'a> {
+    mpd: &'a Mpd,
     ticket: Ticket,
-    owned: bool,
+    /// The job, once its id was checked.
+    job: Option<String>,
 }
 
-impl Drop for ClaimedTicket<'_> {
+impl Drop for Claim<'_> {
     fn drop(&mut self) {
-        if self.owned {
-            self.gate.lock().finish(self.ticket.0);
-            info!("reservation {} released", self.ticket);
+        if let Some(job) = &self.job {
+            self.mpd.jobs.lock().remove(job);
+            self.mpd.apps.lock().retain(|a| a.job != *job);
+            ft::remove_job(&self.mpd.home.jobs(), job);
         }
+        self.mpd.gate.lock().finish(self.ticket.0);
+        info!("reservation {} released", self.ticket);
     }
 }
 

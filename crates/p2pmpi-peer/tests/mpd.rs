@@ -4,7 +4,7 @@
 use p2pmpi_peer::config::Config;
 use p2pmpi_peer::home::{self, Home, MpdState};
 use p2pmpi_peer::mpd;
-use p2pmpi_wire::grid::{JobEvent, LaunchSpec, MpdRequest, MpdResponse, RsRequest, RsResponse, Ticket};
+use p2pmpi_wire::grid::{JobControl, JobEvent, LaunchSpec, MpdRequest, MpdResponse, RsRequest, RsResponse, Ticket};
 use p2pmpi_wire::secure::{GridSecret, SecureConn};
 use std::net::{IpAddr, SocketAddr};
 use std::os::unix::fs::PermissionsExt;
@@ -148,46 +148,88 @@ fn refusal(events: &[JobEvent]) -> &str {
     }
 }
 
+/// Stages a file by hand into a job's directory on the daemon.
+fn put(d: &Daemon, job: &str, name: &str, content: &[u8], mode: u32) {
+    std::fs::create_dir_all(d.job_dir(job)).unwrap();
+    let path = d.job_dir(job).join(name);
+    std::fs::write(&path, content).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+fn stat_apps(d: &Daemon) -> usize {
+    match mpd::call(Some(LOCAL), d.state.mpd_addr(), &secret(), &MpdRequest::Stat).unwrap() {
+        MpdResponse::Stat { apps, .. } => apps.len(),
+        other => panic!("unexpected answer {other:?}"),
+    }
+}
+
 /// Issue 13, item 4: every way a launch ends — each refusal after the claim, a process that
 /// cannot start, the job's normal end — releases the reservation it claimed, so with
-/// `MAX_JOBS=1` the host can be reserved again right after.
+/// `MAX_JOBS=1` the host can be reserved again right after; the job's directory goes too.
 #[test]
 fn mpd_every_launch_releases_its_reservation() {
     let d = Daemon::start(Config { max_jobs: 1, max_processes_per_job: 1, ..Config::default() });
     let job = "0abc";
-    std::fs::create_dir_all(d.job_dir(job)).unwrap();
-    // Staged but not executable: the process cannot start.
-    std::fs::write(d.job_dir(job).join("data"), b"not a program").unwrap();
-    std::fs::set_permissions(d.job_dir(job).join("data"), std::fs::Permissions::from_mode(0o644)).unwrap();
-
     let cases: [(&str, &str, Vec<u32>, &str); 5] = [
         (job, "prog", vec![1, 2], "2 processes asked, MAX_PROCESSES_PER_JOB is 1"),
         ("NOT-HEX", "prog", vec![1], "invalid job id"),
-        ("0def", "prog", vec![1], "program prog was not staged"),
+        (job, "prog", vec![1], "program prog was not staged"),
         (job, "../escape", vec![1], "refused file name"),
+        // Staged but not executable: the process cannot start.
         (job, "data", vec![1], "cannot start data"),
     ];
     for (i, (job, program, ranks, why)) in cases.into_iter().enumerate() {
         let ticket = Ticket(1 + i as u128);
         assert_eq!(d.reserve(ticket), Ok(1), "case {i}: the host is still held by the previous case");
         assert_eq!(d.reserve(Ticket(99)), Err("MAX_JOBS (1) reached".into()), "case {i}: the host is held");
+        put(&d, "0abc", "data", b"not a program", 0o644);
         let events = d.launch(spec(ticket, job, program, ranks));
         let got = refusal(&events);
         assert!(got.contains(why), "case {i}: refusal {got:?} does not say {why:?}");
+        assert_eq!(d.job_dir("0abc").exists(), job != "0abc", "case {i}: the refused job's directory is removed");
         // The claimed reservation is gone: a launch with it finds none.
         let again = d.launch(spec(ticket, job, program, vec![1]));
         assert!(refusal(&again).contains("no reservation holds this ticket"), "case {i}: {again:?}");
     }
 
-    // A job that runs and ends releases its reservation too.
+    // A job that runs and ends releases its reservation too, and leaves nothing.
     let ticket = Ticket(50);
     assert_eq!(d.reserve(ticket), Ok(1), "the host is still held after the last refusal");
-    let prog = d.job_dir(job).join("prog");
-    std::fs::write(&prog, b"#!/bin/sh\necho hello\n").unwrap();
-    std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o755)).unwrap();
+    put(&d, job, "prog", b"#!/bin/sh\necho hello\n", 0o755);
     let events = d.launch(spec(ticket, job, "prog", vec![1]));
     assert!(matches!(events.first(), Some(JobEvent::Started { rank: 1, .. })), "{events:?}");
     assert!(events.contains(&JobEvent::Output { rank: 1, stderr: false, data: b"hello\n".to_vec() }), "{events:?}");
     assert!(events.contains(&JobEvent::Exited { rank: 1, code: Some(0), signal: None }), "{events:?}");
     assert_eq!(d.reserve(Ticket(51)), Ok(1), "the host is still held after the job ended");
+    assert!(!d.job_dir(job).exists());
+    assert_eq!(stat_apps(&d), 0);
+}
+
+/// A second launch on a reservation that is running is refused, and its refusal leaves the
+/// running job alone: its reservation, its directory, its processes.
+#[test]
+fn mpd_a_second_launch_of_a_running_reservation_is_refused() {
+    let d = Daemon::start(Config { max_jobs: 1, max_processes_per_job: 1, ..Config::default() });
+    let job = "0abc";
+    put(&d, job, "prog", b"#!/bin/sh\nexec sleep 60\n", 0o755);
+    let ticket = Ticket(7);
+    d.reserve(ticket).unwrap();
+    let mut first = SecureConn::connect(d.state.mpd_addr(), &secret(), T).unwrap();
+    first.set_read_timeout(Some(T)).unwrap();
+    first.send(&MpdRequest::Launch(spec(ticket, job, "prog", vec![1]))).unwrap();
+    assert!(matches!(first.recv::<JobEvent>().unwrap(), Some(JobEvent::Started { rank: 1, .. })));
+
+    let second = d.launch(spec(ticket, job, "prog", vec![1, 2]));
+    assert!(refusal(&second).contains("already running a launch here"), "{second:?}");
+    assert!(d.job_dir(job).join("prog").is_file(), "the running job's directory is kept");
+    assert_eq!(stat_apps(&d), 1);
+    assert_eq!(d.reserve(Ticket(8)), Err("MAX_JOBS (1) reached".into()), "the running job still holds the host");
+
+    first.send(&JobControl::Signal(libc::SIGKILL)).unwrap();
+    let mut events = Vec::new();
+    while let Ok(Some(ev)) = first.recv::<JobEvent>() {
+        events.push(ev);
+    }
+    assert!(events.contains(&JobEvent::Exited { rank: 1, code: None, signal: Some(libc::SIGKILL) }), "{events:?}");
+    assert_eq!(d.reserve(Ticket(8)), Ok(1));
 }
