@@ -49,7 +49,9 @@
 //! used entries are removed until the cache fits — never one that a running staging uses: an
 //! offer marks every inline hash it names as in use before it looks into the cache, until it
 //! ends. A removed entry does not disturb a running job (its files are hard links or copies).
-//! Temporary files left by a daemon that died are removed when the service starts.
+//! Temporary files left by a daemon that died are removed when the service starts. A job's
+//! directory goes at the job's end, or with its reservation if that is cancelled or lapses
+//! before any launch (the MPD's side, told of each staged job by `check_ticket`).
 //!
 //! The service never panics on input. A malformed, oversized or unexpected record, a bad
 //! ticket, or a peer silent for [`STALL_TIMEOUT`] between records ends that connection with a
@@ -94,6 +96,9 @@ pub const MAX_CONNECTIONS: usize = 64;
 /// Longest staged name, in bytes.
 pub const MAX_NAME: usize = 255;
 
+/// Does a ticket hold a live reservation for staging a job? (ticket, job id)
+pub type TicketCheck = dyn Fn(Ticket, &str) -> bool + Send + Sync;
+
 /// What the FT service needs from its peer daemon.
 pub struct FtContext {
     /// Content-addressed cache: `<cache_dir>/<hex blake3>`.
@@ -101,8 +106,10 @@ pub struct FtContext {
     /// Per-job dirs: `<jobs_dir>/<job>/`.
     pub jobs_dir: PathBuf,
     pub secret: GridSecret,
-    /// Does this ticket hold a live reservation here? (the RS answers)
-    pub check_ticket: Box<dyn Fn(Ticket) -> bool + Send + Sync>,
+    /// Does this ticket hold a live reservation here, for staging this job? (the RS answers;
+    /// the MPD records the job with the reservation, so that its directory goes with a
+    /// reservation that lapses or is cancelled unused)
+    pub check_ticket: Box<TicketCheck>,
     /// `FT_CACHE_MAX`: bytes the cache keeps (see the module doc).
     pub cache_max: u64,
     /// `FT_FETCH_MAX`: largest `http://` input fetched, bytes.
@@ -117,7 +124,7 @@ impl FtContext {
         cache_dir: PathBuf,
         jobs_dir: PathBuf,
         secret: GridSecret,
-        check_ticket: impl Fn(Ticket) -> bool + Send + Sync + 'static,
+        check_ticket: impl Fn(Ticket, &str) -> bool + Send + Sync + 'static,
     ) -> Self {
         FtContext {
             cache_dir,
@@ -426,7 +433,7 @@ fn staging(
     if files.len() > u32::MAX as usize {
         return Err(refuse("too many files".into()));
     }
-    if !(ctx.check_ticket)(ticket) {
+    if !(ctx.check_ticket)(ticket, job) {
         return Err(refuse("unknown reservation ticket".into()));
     }
     fs::create_dir_all(&ctx.cache_dir).map_err(|e| refuse(format!("cannot create the cache dir: {e}")))?;

@@ -67,6 +67,9 @@ struct Mpd {
     apps: Mutex<Vec<AppProcess>>,
     /// Processes started here, by job: pids to kill at halt.
     jobs: Mutex<HashMap<String, Vec<u32>>>,
+    /// Jobs staged here, by reservation ticket: their directories go with a reservation that
+    /// lapses or is cancelled before any launch (a launch removes its own at its end).
+    staged: Mutex<HashMap<u128, HashSet<String>>>,
     halting: AtomicBool,
     last_refresh: Mutex<Option<Instant>>,
     registered: Mutex<HashSet<SocketAddr>>,
@@ -270,7 +273,7 @@ impl Mpd {
             for h in hosts {
                 s.spawn(move || {
                     if h.id == self.me.id {
-                        self.gate.lock().cancel(ticket.0);
+                        self.cancel_here(ticket);
                         return;
                     }
                     let addr = Self::peer_addr(h, h.rs_port);
@@ -458,6 +461,7 @@ pub fn run(opts: MpdOpts) -> Result<()> {
         gate: Mutex::new(Gatekeeper::new(policy)),
         apps: Mutex::new(Vec::new()),
         jobs: Mutex::new(HashMap::new()),
+        staged: Mutex::new(HashMap::new()),
         halting: AtomicBool::new(false),
         last_refresh: Mutex::new(None),
         registered: Mutex::new(HashSet::new()),
@@ -469,8 +473,13 @@ pub fn run(opts: MpdOpts) -> Result<()> {
         let m = mpd.clone();
         server::serve("rs", rs_l, secret.clone(), move |c, peer| m.serve_rs(c, peer));
         let m = mpd.clone();
-        let mut ctx =
-            FtContext::new(home.ft_cache(), home.jobs(), secret.clone(), move |t| m.gate.lock().touch(m.now(), t.0));
+        let mut ctx = FtContext::new(home.ft_cache(), home.jobs(), secret.clone(), move |t, job| {
+            let live = m.gate.lock().touch(m.now(), t.0);
+            if live {
+                m.staged.lock().entry(t.0).or_default().insert(job.to_string());
+            }
+            live
+        });
         ctx.cache_max = mpd.cfg.ft_cache_max;
         ctx.fetch_max = mpd.cfg.ft_fetch_max;
         ft::serve(ft_l, Arc::new(ctx));
@@ -523,8 +532,10 @@ pub fn run(opts: MpdOpts) -> Result<()> {
             mpd.ping_all();
             next_ping = Instant::now() + Duration::from_millis(mpd.cfg.ping_period_ms);
         }
-        for t in mpd.gate.lock().expire(mpd.now()) {
+        let lapsed = mpd.gate.lock().expire(mpd.now());
+        for t in lapsed {
             info!("reservation {} was never used: released", Ticket(t));
+            mpd.remove_staged(Ticket(t));
         }
         std::thread::sleep(tick);
     }
@@ -570,7 +581,7 @@ impl Mpd {
                     }
                 }
                 RsRequest::Cancel { ticket } => {
-                    if self.gate.lock().cancel(ticket.0) {
+                    if self.cancel_here(ticket) {
                         info!("reservation {ticket} cancelled by {peer}");
                     }
                     RsResponse::Cancelled
@@ -793,9 +804,33 @@ impl Mpd {
             }
         });
         done.store(true, Ordering::SeqCst);
-        writer.lock().shutdown();
+        // Released before the submitter sees the end: the host is free once it does.
         drop(claim);
+        writer.lock().shutdown();
         info!("job {} of {} ended here", spec.job, spec.app);
+    }
+
+    /// Cancels a reservation held here (unused, or a job's at its end). Jobs staged for it
+    /// but never launched lose their directories. Returns whether it was held.
+    fn cancel_here(&self, ticket: Ticket) -> bool {
+        let (held, running) = {
+            let mut gate = self.gate.lock();
+            let running = gate.entries().iter().any(|(t, _, running)| *t == ticket.0 && *running);
+            (gate.cancel(ticket.0), running)
+        };
+        if !running {
+            self.remove_staged(ticket);
+        }
+        held
+    }
+
+    /// Removes the directories of the jobs staged for `ticket` (never launched).
+    fn remove_staged(&self, ticket: Ticket) {
+        let jobs = self.staged.lock().remove(&ticket.0).unwrap_or_default();
+        for job in jobs {
+            info!("job {job} was staged for reservation {ticket} but never launched: its files are removed");
+            ft::remove_job(&self.home.jobs(), &job);
+        }
     }
 
     /// A launch claims its reservation: it becomes running (no longer lapses). The returned
@@ -828,6 +863,11 @@ impl Drop for Claim<'_> {
             self.mpd.jobs.lock().remove(job);
             self.mpd.apps.lock().retain(|a| a.job != *job);
             ft::remove_job(&self.mpd.home.jobs(), job);
+        }
+        // Other jobs staged for this reservation will never run.
+        let staged = self.mpd.staged.lock().remove(&self.ticket.0).unwrap_or_default();
+        for other in staged.iter().filter(|j| Some(*j) != self.job.as_ref()) {
+            ft::remove_job(&self.mpd.home.jobs(), other);
         }
         self.mpd.gate.lock().finish(self.ticket.0);
         info!("reservation {} released", self.ticket);

@@ -50,7 +50,7 @@ fn server() -> (SocketAddr, Tmp) {
 
 /// An FT service on `root`, its context adjusted by `set` (quota, fetch limit).
 fn server_with(root: Tmp, set: impl FnOnce(&mut FtContext)) -> (SocketAddr, Tmp) {
-    let mut ctx = FtContext::new(root.0.join("cache"), root.0.join("jobs"), secret(), |t| t == TICKET);
+    let mut ctx = FtContext::new(root.0.join("cache"), root.0.join("jobs"), secret(), |t, _| t == TICKET);
     set(&mut ctx);
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
@@ -274,7 +274,7 @@ fn ft_survives_garbage_and_silence() {
 #[test]
 fn ft_a_stalled_connection_is_closed() {
     let root = Tmp::new("stall");
-    let ctx = FtContext::new(root.0.join("cache"), root.0.join("jobs"), secret(), |_| true);
+    let ctx = FtContext::new(root.0.join("cache"), root.0.join("jobs"), secret(), |_, _| true);
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
     let t = std::thread::spawn(move || {

@@ -2,13 +2,14 @@
 //! ports chosen by the system and no supernode.
 
 use p2pmpi_peer::config::Config;
+use p2pmpi_peer::ft;
 use p2pmpi_peer::home::{self, Home, MpdState};
 use p2pmpi_peer::mpd;
 use p2pmpi_wire::grid::{JobControl, JobEvent, LaunchSpec, MpdRequest, MpdResponse, RsRequest, RsResponse, Ticket};
 use p2pmpi_wire::secure::{GridSecret, SecureConn};
 use std::net::{IpAddr, SocketAddr};
 use std::os::unix::fs::PermissionsExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
@@ -232,4 +233,49 @@ fn mpd_a_second_launch_of_a_running_reservation_is_refused() {
     }
     assert!(events.contains(&JobEvent::Exited { rank: 1, code: None, signal: Some(libc::SIGKILL) }), "{events:?}");
     assert_eq!(d.reserve(Ticket(8)), Ok(1));
+}
+
+/// Stages one small file for `job` under `ticket` through the daemon's FT.
+fn stage(d: &Daemon, ticket: Ticket, job: &str, src: &Path) {
+    std::fs::write(src.join("input"), b"input data").unwrap();
+    let files = [ft::LocalFile::Path { name: "input".into(), path: src.join("input"), executable: false }];
+    let metas = ft::describe(&files).unwrap();
+    let ft_addr = SocketAddr::new(LOCAL, d.state.ft_port);
+    ft::stage(ft_addr, &secret(), ticket, job, &files, &metas, T).unwrap();
+    assert!(d.job_dir(job).join("input").is_file());
+}
+
+/// Files staged for a reservation that is cancelled, or lapses, before any launch do not stay
+/// on the peer.
+#[test]
+fn mpd_files_staged_for_an_unused_reservation_are_removed() {
+    let d = Daemon::start(Config { reservation_hold_ms: 500, ..Config::default() });
+    let src = Tmp::new("src");
+
+    // Cancelled: the files are gone when the RS answers.
+    d.reserve(Ticket(1)).unwrap();
+    stage(&d, Ticket(1), "0a01", &src.0);
+    let mut c = SecureConn::connect(d.rs(), &secret(), T).unwrap();
+    c.set_read_timeout(Some(T)).unwrap();
+    assert_eq!(c.call::<_, RsResponse>(&RsRequest::Cancel { ticket: Ticket(1) }).unwrap(), RsResponse::Cancelled);
+    assert!(!d.job_dir("0a01").exists(), "the cancelled reservation's files stayed");
+
+    // Lapsed: the files go with the reservation (RESERVATION_HOLD = 0.5 s; waited for, bounded).
+    d.reserve(Ticket(2)).unwrap();
+    stage(&d, Ticket(2), "0a02", &src.0);
+    let deadline = Instant::now() + T;
+    while d.job_dir("0a02").exists() {
+        assert!(Instant::now() < deadline, "the lapsed reservation's files stayed for {T:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let again = d.launch(spec(Ticket(2), "0a02", "input", vec![1]));
+    assert!(refusal(&again).contains("no reservation holds this ticket"), "{again:?}");
+
+    // A launched job keeps its files while it runs (and removes them at its end).
+    d.reserve(Ticket(3)).unwrap();
+    stage(&d, Ticket(3), "0a03", &src.0);
+    put(&d, "0a03", "prog", b"#!/bin/sh\ncat input\n", 0o755);
+    let events = d.launch(spec(Ticket(3), "0a03", "prog", vec![1]));
+    assert!(events.contains(&JobEvent::Output { rank: 1, stderr: false, data: b"input data".to_vec() }), "{events:?}");
+    assert!(!d.job_dir("0a03").exists());
 }
