@@ -18,7 +18,8 @@ use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-/// What `start` records in `DIR/grid.json` for `stop` and `status`.
+/// What `start` records in `DIR/grid.json` for `stop` and `status` (it holds the grid secret:
+/// written private, mode 0600).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct GridFile {
     pub secret: String,
@@ -67,22 +68,15 @@ fn grid_file(dir: &Path) -> PathBuf {
     dir.join("grid.json")
 }
 
+/// Writes a peer's or the supernode's configuration, which holds the grid secret: private
+/// (0600) and atomic.
 fn write_conf(path: &Path, cfg: &Config, extra: &[String]) -> Result<()> {
-    use std::os::unix::fs::OpenOptionsExt;
     let mut text = cfg.to_text();
     for line in extra {
         text.push_str(line);
         text.push('\n');
     }
-    let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(true)
-        .write(true)
-        .mode(0o600)
-        .open(path)
-        .with_context(|| format!("cannot write {}", path.display()))?;
-    std::io::Write::write_all(&mut f, text.as_bytes())?;
-    Ok(())
+    home::write_private(path, text.as_bytes())
 }
 
 /// Starts the grid and waits until peer 1 has measured every other peer.

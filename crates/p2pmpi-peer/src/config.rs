@@ -9,7 +9,12 @@
 //!
 //! * a line without `=`, or a bad value, is an error ([`ConfigError`]), e.g.
 //!   `P2P-MPI.conf line 7: MAX_JOBS: "-1" is not a non-negative integer`;
-//! * an unknown key, or a key given twice (the last value wins), is a [`Warning`].
+//! * an unknown key, or a key given twice (the last value wins), is a [`Warning`] naming the key
+//!   and, for a key given twice, both lines: `P2P-MPI.conf line 9: MAX_JOBS: given again (first
+//!   on line 4); the last value wins`.
+//!
+//! Sizes (`FT_CACHE_MAX`, `FT_FETCH_MAX`) are bytes, or a number followed by `K`, `M`, `G` or `T`
+//! (also `KiB` … `TiB`; binary multiples: `512M`, `4G`).
 //!
 //! Addresses (`SUPERNODE`, `VISU_PROXY`) are written `tcp://host:port`, `host:port` or `host`
 //! (IPv6 as `[addr]:port`) and stored normalized as `host:port`.
@@ -52,6 +57,8 @@
 //! | `RESERVATION_HOLD` | 30000 | an unused reservation lapses after this, ms (≥ 1) |
 //! | `STAGING_FANOUT` | 8 | peers receiving files at once (≥ 1) |
 //! | `SUPERNODE_PORT` | 9700 | port of a supernode started on this host (0: any free port) |
+//! | `FT_CACHE_MAX` | `1G` | the FT cache keeps at most this many bytes: least recently used entries are evicted after a staging (never one a running staging uses) |
+//! | `FT_FETCH_MAX` | `4G` | largest `http://` input the FT fetches, bytes (≥ 1) |
 
 use std::collections::HashMap;
 use std::fmt;
@@ -64,6 +71,10 @@ pub const CONF_FILE_NAME: &str = "P2P-MPI.conf";
 pub const DEFAULT_SUPERNODE_PORT: u16 = 9700;
 /// Port of a `VISU_PROXY` that gives none.
 pub const DEFAULT_VISU_PROXY_PORT: u16 = 9701;
+/// Default `FT_CACHE_MAX`: 1 GiB.
+pub const DEFAULT_FT_CACHE_MAX: u64 = 1 << 30;
+/// Default `FT_FETCH_MAX`: 4 GiB.
+pub const DEFAULT_FT_FETCH_MAX: u64 = 4 << 30;
 
 /// The fault detector's gossip protocol (`GOSSIP_PROTOCOL`): `DBRR` (default), `BRR`, `RR` or
 /// `RANDOM`, chosen per application by its submitter.
@@ -83,6 +94,8 @@ pub use p2pmpi_core::fd::Protocol as GossipProtocol;
 /// * `RESERVATION_HOLD` ([`reservation_hold_ms`](Self::reservation_hold_ms), default 30000 ms).
 /// * `STAGING_FANOUT` ([`staging_fanout`](Self::staging_fanout), default 8).
 /// * `SUPERNODE_PORT` ([`supernode_port`](Self::supernode_port), default 9700).
+/// * `FT_CACHE_MAX` ([`ft_cache_max`](Self::ft_cache_max), default 1 GiB).
+/// * `FT_FETCH_MAX` ([`ft_fetch_max`](Self::ft_fetch_max), default 4 GiB).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
     /// `SUPERNODE`: supernodes as `host:port` (default `127.0.0.1:9700`).
@@ -137,6 +150,11 @@ pub struct Config {
     pub staging_fanout: u32,
     /// `SUPERNODE_PORT`: port of a supernode started on this host (default 9700; 0 = any free port).
     pub supernode_port: u16,
+    /// `FT_CACHE_MAX`: bytes the FT cache keeps; least recently used entries are evicted
+    /// (default 1 GiB; 0 keeps nothing after a staging).
+    pub ft_cache_max: u64,
+    /// `FT_FETCH_MAX`: largest `http://` input fetched, bytes (default 4 GiB, at least 1).
+    pub ft_fetch_max: u64,
     /// File the values came from (None = built-in defaults).
     pub source: Option<PathBuf>,
 }
@@ -170,6 +188,8 @@ impl Default for Config {
             reservation_hold_ms: 30_000,
             staging_fanout: 8,
             supernode_port: DEFAULT_SUPERNODE_PORT,
+            ft_cache_max: DEFAULT_FT_CACHE_MAX,
+            ft_fetch_max: DEFAULT_FT_FETCH_MAX,
             source: None,
         }
     }
@@ -222,6 +242,44 @@ fn port(v: &str) -> Result<u16, String> {
 
 fn u32_at_least(v: &str, min: u64) -> Result<u32, String> {
     uint(v, min, u32::MAX.into()).map(|n| n as u32)
+}
+
+/// Parses a size: bytes, or a number followed by `K`, `M`, `G` or `T` (or `KiB` … `TiB`;
+/// binary multiples), at least `min`.
+fn size(v: &str, min: u64) -> Result<u64, String> {
+    let bad = || format!("{v:?} is not a size (bytes, or a number followed by K, M, G or T, such as 512M or 4G)");
+    let digits = v.bytes().take_while(u8::is_ascii_digit).count();
+    let (number, unit) = v.split_at(digits);
+    let shift = match unit.to_ascii_uppercase().as_str() {
+        "" => 0,
+        "K" | "KIB" => 10,
+        "M" | "MIB" => 20,
+        "G" | "GIB" => 30,
+        "T" | "TIB" => 40,
+        _ => return Err(bad()),
+    };
+    if number.is_empty() {
+        return Err(bad());
+    }
+    let n = number
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(1 << shift))
+        .ok_or_else(|| format!("{v:?} is too large (at most {} bytes)", u64::MAX))?;
+    if n < min {
+        return Err(format!("{v:?} must be at least {min}"));
+    }
+    Ok(n)
+}
+
+/// Writes a size as [`size`] reads it: with the largest unit that divides it exactly.
+pub fn size_text(n: u64) -> String {
+    for (shift, unit) in [(40, "T"), (30, "G"), (20, "M"), (10, "K")] {
+        if n != 0 && n % (1 << shift) == 0 {
+            return format!("{}{unit}", n >> shift);
+        }
+    }
+    n.to_string()
 }
 
 /// Normalizes `tcp://host:port`, `host:port` or `host` to `host:port`.
@@ -331,6 +389,8 @@ fn apply(c: &mut Config, key: &str, v: &str) -> Result<bool, String> {
         "RESERVATION_HOLD" => c.reservation_hold_ms = uint(v, 1, u64::MAX)?,
         "STAGING_FANOUT" => c.staging_fanout = u32_at_least(v, 1)?,
         "SUPERNODE_PORT" => c.supernode_port = port(v)?,
+        "FT_CACHE_MAX" => c.ft_cache_max = size(v, 0)?,
+        "FT_FETCH_MAX" => c.ft_fetch_max = size(v, 1)?,
         _ => return Ok(false),
     }
     Ok(true)
@@ -463,6 +523,10 @@ impl Config {
         t.push_str(&format!("RESERVE_TIMEOUT={}\n", self.reserve_timeout_ms));
         t.push_str(&format!("RESERVATION_HOLD={}\n", self.reservation_hold_ms));
         t.push_str(&format!("STAGING_FANOUT={}\nSUPERNODE_PORT={}\n", self.staging_fanout, self.supernode_port));
+        t.push_str("# FT cache quota (least recently used entries are evicted), largest http:// input fetched;\n");
+        t.push_str("# bytes, or with K, M, G or T.\n");
+        t.push_str(&format!("FT_CACHE_MAX={}\n", size_text(self.ft_cache_max)));
+        t.push_str(&format!("FT_FETCH_MAX={}\n", size_text(self.ft_fetch_max)));
         t
     }
 
@@ -511,6 +575,7 @@ mod tests {
     const AT_LEAST_ONE: &str = "MAX_PROCESSES_PER_JOB T_GOSSIP PEER_TTL ALIVE_PERIOD CACHE_REFRESH PING_PERIOD \
         RESERVE_TIMEOUT RESERVATION_HOLD STAGING_FANOUT";
     const OTHER: &str = "SUPERNODE VISU_PROXY EXTERNAL_IP HOST_DENY HOST_ALLOW GOSSIP_PROTOCOL PEER_CACHE GRID_SECRET";
+    const SIZES: &str = "FT_CACHE_MAX FT_FETCH_MAX";
 
     fn parse(text: &str) -> Result<(Config, Vec<Warning>), ConfigError> {
         Config::parse(text, Path::new("P2P-MPI.conf"))
@@ -554,6 +619,8 @@ mod tests {
             reservation_hold_ms: 7,
             staging_fanout: 2,
             supernode_port: 0,
+            ft_cache_max: 3 << 20,
+            ft_fetch_max: 12345,
             source: None,
         }
     }
@@ -571,6 +638,7 @@ mod tests {
         let periods = (c.peer_ttl_ms, c.alive_period_ms, c.refresh_period_ms, c.ping_period_ms);
         assert_eq!(periods, (60000, 10000, 30000, 10000));
         assert_eq!((c.reserve_timeout_ms, c.reservation_hold_ms, c.supernode_port), (2000, 30000, 9700));
+        assert_eq!((c.ft_cache_max, c.ft_fetch_max), (1 << 30, 4 << 30));
         assert!(c.visu_proxy.is_none() && c.external_ip.is_none() && c.peer_cache.is_none() && c.grid_secret.is_none());
         assert!(c.host_deny.is_empty() && c.host_allow.is_empty() && c.source.is_none());
         assert_eq!(c.peer_cache_path(), p2pmpi_dir().join("peer-cache.json"));
@@ -585,7 +653,8 @@ mod tests {
             EXTERNAL_IP=198.51.100.1\nMAX_PROCESSES_PER_JOB=8\nMAX_JOBS=3\nHOST_DENY=192.168. , 10.0.0.1,fe80::\n\
             HOST_ALLOW=10.\nT_GOSSIP=1\nT_MAX_HANG=0\nGOSSIP_PROTOCOL=brr\nPEER_CACHE=/var/tmp/pc.json\n\
             GRID_SECRET= the secret = # phrase \nPEER_TTL=5000\nALIVE_PERIOD=1001\nCACHE_REFRESH=1002\n\
-            PING_PERIOD=2000\nRESERVE_TIMEOUT=1500\nRESERVATION_HOLD=7\nSTAGING_FANOUT=2\nSUPERNODE_PORT=0\n";
+            PING_PERIOD=2000\nRESERVE_TIMEOUT=1500\nRESERVATION_HOLD=7\nSTAGING_FANOUT=2\nSUPERNODE_PORT=0\n\
+            FT_CACHE_MAX=3m\nFT_FETCH_MAX=12345\n";
         assert_eq!(parse_ok(text), non_default());
         assert_eq!(non_default().peer_cache_path(), PathBuf::from("/var/tmp/pc.json"));
         let c = parse_ok("SUPERNODE=\nVISU_PROXY=\nHOST_DENY=\nEXTERNAL_IP=\nPEER_CACHE=");
@@ -651,6 +720,53 @@ mod tests {
     }
 
     #[test]
+    fn config_sizes() {
+        let sizes = |v: &str| {
+            parse(&format!("FT_CACHE_MAX={v}\nFT_FETCH_MAX={v}")).map(|(c, _)| (c.ft_cache_max, c.ft_fetch_max))
+        };
+        for (v, n) in [("1", 1), ("1073741824", 1 << 30), ("512K", 512 << 10), ("64m", 64 << 20), ("1G", 1 << 30)] {
+            assert_eq!(sizes(v), Ok((n, n)), "{v}");
+        }
+        for (v, n) in [("4GiB", 4u64 << 30), ("2tib", 2 << 40), ("3MiB", 3 << 20), ("16383T", 16383 << 40)] {
+            assert_eq!(sizes(v), Ok((n, n)), "{v}");
+        }
+        assert_eq!(parse_ok("FT_CACHE_MAX=0").ft_cache_max, 0, "a cache that keeps nothing");
+        assert_eq!(err_at("\nFT_FETCH_MAX=0"), (2, "FT_FETCH_MAX".into()));
+        for key in SIZES.split_whitespace() {
+            for bad in ["", "-1", "1.5G", "G", "1 G", "1GB", "1P", "0x10", "+3", "16777216T", "99999999999999999999"] {
+                let e = parse(&format!("# c\n{key}={bad}\n")).unwrap_err();
+                assert_eq!((e.line, e.key.as_str()), (2, key), "{key}={bad}");
+                assert!(e.message.contains(&format!("{bad:?}")), "{e}");
+            }
+        }
+        let e = parse("FT_CACHE_MAX=1GB").unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "P2P-MPI.conf line 1: FT_CACHE_MAX: \"1GB\" is not a size (bytes, or a number followed by K, M, G or T, such as 512M or 4G)"
+        );
+        for (n, text) in
+            [(0, "0"), (1, "1"), (1000, "1000"), (1024, "1K"), (1536, "1536"), (5 << 30, "5G"), (1 << 40, "1T")]
+        {
+            assert_eq!(size_text(n), text);
+        }
+    }
+
+    /// Issue 13: a key given twice is not silently accepted.
+    #[test]
+    fn config_a_key_given_twice_is_warned_naming_both_lines() {
+        let (c, w) = parse("MAX_JOBS=1\n# c\nFT_CACHE_MAX=1G\nMAX_JOBS=2\n\nFT_CACHE_MAX=2G\n").unwrap();
+        assert_eq!((c.max_jobs, c.ft_cache_max), (2, 2 << 30), "the last value wins");
+        let w: Vec<String> = w.iter().map(|w| w.to_string()).collect();
+        assert_eq!(
+            w,
+            [
+                "P2P-MPI.conf line 4: MAX_JOBS: given again (first on line 1); the last value wins",
+                "P2P-MPI.conf line 6: FT_CACHE_MAX: given again (first on line 3); the last value wins",
+            ]
+        );
+    }
+
+    #[test]
     fn config_round_trip() {
         for c in [Config::default(), non_default(), Config { supernodes: vec![], ..Config::default() }] {
             assert_eq!(parse_ok(&c.to_text()), c);
@@ -707,7 +823,9 @@ mod tests {
 
         #[test]
         fn config_parse_any_value_never_panics(
-            key in prop::sample::select(NUMERIC.split_whitespace().chain(OTHER.split_whitespace()).collect::<Vec<_>>()),
+            key in prop::sample::select(
+                NUMERIC.split_whitespace().chain(OTHER.split_whitespace()).chain(SIZES.split_whitespace()).collect::<Vec<_>>()
+            ),
             value in "[^\n]{0,40}",
             ascii in "[0-9a-zA-Z.:,/\\[\\] _#=-]{0,30}",
         ) {
@@ -732,6 +850,15 @@ mod tests {
                 *f = u64::from(n) * 1_000_003;
             }
             (c.max_processes_per_job, c.max_jobs, c.staging_fanout) = (nums[8], nums[9], nums[10]);
+            prop_assert_eq!(parse_ok(&c.to_text()), c);
+        }
+
+        #[test]
+        fn config_round_trip_sizes(cache in any::<u64>(), fetch in 1u64.., units in 1u64..1 << 20, shift in 0u32..41) {
+            let mut c = non_default();
+            (c.ft_cache_max, c.ft_fetch_max) = (cache, fetch);
+            prop_assert_eq!(parse_ok(&c.to_text()), c.clone());
+            (c.ft_cache_max, c.ft_fetch_max) = (units << shift, units << shift);
             prop_assert_eq!(parse_ok(&c.to_text()), c);
         }
     }

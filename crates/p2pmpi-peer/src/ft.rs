@@ -36,8 +36,22 @@
 //! torn write, must not poison later jobs). Files are installed as hard links to the cache when
 //! the cache file already has the wanted mode (`0o755` executable, else `0o644`), else copied:
 //! a hard link shares the mode, so linking across modes would flip other jobs' files. URL
-//! files (`http://` only — the peer has no TLS) are fetched by the peer itself with a time-out.
-//! Nothing is installed unless every inline file was verified.
+//! files (`http://` only — the peer has no TLS) are fetched by the peer itself with a time-out
+//! and at most [`FtContext::fetch_max`] bytes (`FT_FETCH_MAX`, checked against the announced
+//! length and again while the body streams in). Nothing is installed unless every inline file
+//! was verified.
+//!
+//! ## Cache quota
+//!
+//! The cache keeps at most [`FtContext::cache_max`] bytes (`FT_CACHE_MAX`). An entry's last use
+//! is its modification time, set whenever a staging receives it or finds it in the cache (so it
+//! survives a daemon restart). After every staging, and when the service starts, least recently
+//! used entries are removed until the cache fits — never one that a running staging uses: an
+//! offer marks every inline hash it names as in use before it looks into the cache, until it
+//! ends. A removed entry does not disturb a running job (its files are hard links or copies).
+//! Temporary files left by a daemon that died are removed when the service starts. A job's
+//! directory goes at the job's end, or with its reservation if that is cancelled or lapses
+//! before any launch (the MPD's side, told of each staged job by `check_ticket`).
 //!
 //! The service never panics on input. A malformed, oversized or unexpected record, a bad
 //! ticket, or a peer silent for [`STALL_TIMEOUT`] between records ends that connection with a
@@ -56,6 +70,7 @@
 use anyhow::{anyhow, bail, Context, Result};
 use p2pmpi_wire::grid::{FileMeta, FileSource, FtRequest, FtResponse, Ticket};
 use p2pmpi_wire::secure::{GridSecret, SecureConn, SecureError, HANDSHAKE_TIMEOUT};
+use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -65,6 +80,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tracing::{info, warn};
+
+use crate::server::{spawn_with_slot, Slots};
 
 /// Largest content carried by one `Chunk` record.
 pub const CHUNK_SIZE: usize = 1 << 20;
@@ -79,6 +96,9 @@ pub const MAX_CONNECTIONS: usize = 64;
 /// Longest staged name, in bytes.
 pub const MAX_NAME: usize = 255;
 
+/// Does a ticket hold a live reservation for staging a job? (ticket, job id)
+pub type TicketCheck = dyn Fn(Ticket, &str) -> bool + Send + Sync;
+
 /// What the FT service needs from its peer daemon.
 pub struct FtContext {
     /// Content-addressed cache: `<cache_dir>/<hex blake3>`.
@@ -86,14 +106,148 @@ pub struct FtContext {
     /// Per-job dirs: `<jobs_dir>/<job>/`.
     pub jobs_dir: PathBuf,
     pub secret: GridSecret,
-    /// Does this ticket hold a live reservation here? (the RS answers)
-    pub check_ticket: Box<dyn Fn(Ticket) -> bool + Send + Sync>,
+    /// Does this ticket hold a live reservation here, for staging this job? (the RS answers;
+    /// the MPD records the job with the reservation, so that its directory goes with a
+    /// reservation that lapses or is cancelled unused)
+    pub check_ticket: Box<TicketCheck>,
+    /// `FT_CACHE_MAX`: bytes the cache keeps (see the module doc).
+    pub cache_max: u64,
+    /// `FT_FETCH_MAX`: largest `http://` input fetched, bytes.
+    pub fetch_max: u64,
+    /// Cache entries (hex hashes) used by running stagings, with how many use each.
+    in_use: parking_lot::Mutex<HashMap<String, usize>>,
+}
+
+impl FtContext {
+    /// A context with the default `FT_CACHE_MAX` and `FT_FETCH_MAX`.
+    pub fn new(
+        cache_dir: PathBuf,
+        jobs_dir: PathBuf,
+        secret: GridSecret,
+        check_ticket: impl Fn(Ticket, &str) -> bool + Send + Sync + 'static,
+    ) -> Self {
+        FtContext {
+            cache_dir,
+            jobs_dir,
+            secret,
+            check_ticket: Box::new(check_ticket),
+            cache_max: crate::config::DEFAULT_FT_CACHE_MAX,
+            fetch_max: crate::config::DEFAULT_FT_FETCH_MAX,
+            in_use: Default::default(),
+        }
+    }
+
+    /// Marks cache entries as used by a running staging until the guard is dropped.
+    fn use_entries<'a>(&'a self, hashes: impl Iterator<Item = &'a [u8; 32]>) -> InUse<'a> {
+        let mut in_use = self.in_use.lock();
+        let names: Vec<String> = hashes.map(hex).collect();
+        for n in &names {
+            *in_use.entry(n.clone()).or_default() += 1;
+        }
+        InUse { ctx: self, names }
+    }
+}
+
+/// Cache entries a running staging uses (see [`FtContext::use_entries`]).
+struct InUse<'a> {
+    ctx: &'a FtContext,
+    names: Vec<String>,
+}
+
+impl Drop for InUse<'_> {
+    fn drop(&mut self) {
+        let mut in_use = self.ctx.in_use.lock();
+        for n in &self.names {
+            if let Some(k) = in_use.get_mut(n) {
+                *k -= 1;
+                if *k == 0 {
+                    in_use.remove(n);
+                }
+            }
+        }
+    }
+}
+
+/// Is this a cache entry's name (64 lowercase hex digits)?
+fn is_entry_name(name: &str) -> bool {
+    name.len() == 64 && name.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// Keeps the cache within `cache_max` bytes: removes entries by least recent use, skipping
+/// those a running staging uses. Returns the names removed, oldest first.
+pub fn enforce_cache_quota(ctx: &FtContext) -> Vec<String> {
+    // Held throughout, so no staging starts using an entry while it is being removed.
+    let in_use = ctx.in_use.lock();
+    let Ok(dir) = fs::read_dir(&ctx.cache_dir) else { return Vec::new() };
+    let mut entries: Vec<(std::time::SystemTime, String, u64)> = dir
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok().filter(|n| is_entry_name(n))?;
+            let m = fs::symlink_metadata(e.path()).ok().filter(|m| m.is_file())?;
+            Some((m.modified().unwrap_or(std::time::UNIX_EPOCH), name, m.len()))
+        })
+        .collect();
+    let mut total: u64 = entries.iter().map(|e| e.2).sum();
+    if total <= ctx.cache_max {
+        return Vec::new();
+    }
+    entries.sort();
+    let mut removed = Vec::new();
+    for (_, name, len) in entries {
+        if total <= ctx.cache_max {
+            break;
+        }
+        if in_use.contains_key(&name) {
+            continue;
+        }
+        match fs::remove_file(ctx.cache_dir.join(&name)) {
+            Ok(()) => {
+                total -= len;
+                removed.push(name);
+            }
+            Err(e) => warn!("ft: cannot evict cache entry {name}: {e}"),
+        }
+    }
+    if !removed.is_empty() {
+        info!(
+            "ft: cache above FT_CACHE_MAX ({} bytes): evicted {} least recently used entr{}, {total} bytes kept",
+            ctx.cache_max,
+            removed.len(),
+            if removed.len() == 1 { "y" } else { "ies" }
+        );
+    }
+    removed
+}
+
+/// Removes temporary files that daemons no longer running left in the cache.
+fn remove_stale_temp_files(cache: &Path) {
+    let Ok(dir) = fs::read_dir(cache) else { return };
+    for e in dir.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name.strip_prefix(".tmp-").and_then(|r| r.split('-').next()).and_then(|p| p.parse().ok())
+        else {
+            continue;
+        };
+        if pid != std::process::id() && !crate::home::pid_alive(pid) {
+            let _ = fs::remove_file(e.path());
+        }
+    }
+}
+
+/// Records a use of a cache entry (its last-use time is its modification time).
+fn touch(path: &Path) {
+    // Opened for reading: the entry may be a running job's program (no write access then).
+    if let Err(e) = File::open(path).and_then(|f| f.set_modified(std::time::SystemTime::now())) {
+        warn!("ft: cannot record the use of {}: {e}", path.display());
+    }
 }
 
 /// Serves FT connections on `listener` until the process ends (spawns its accept thread and
 /// returns immediately).
 pub fn serve(listener: TcpListener, ctx: Arc<FtContext>) {
-    let active = Arc::new(AtomicUsize::new(0));
+    remove_stale_temp_files(&ctx.cache_dir);
+    enforce_cache_quota(&ctx);
+    let slots = Slots::new(MAX_CONNECTIONS);
     let spawned = std::thread::Builder::new().name("ft-accept".into()).spawn(move || {
         for conn in listener.incoming() {
             let stream = match conn {
@@ -105,19 +259,14 @@ pub fn serve(listener: TcpListener, ctx: Arc<FtContext>) {
                 }
             };
             let peer = peer_of(&stream);
-            if active.fetch_add(1, Ordering::SeqCst) >= MAX_CONNECTIONS {
-                active.fetch_sub(1, Ordering::SeqCst);
+            let Some(slot) = slots.take() else {
                 warn!("ft: too many connections; closing the one from {peer}");
                 continue;
-            }
-            let (ctx, count) = (ctx.clone(), active.clone());
-            let started = std::thread::Builder::new().name("ft-conn".into()).spawn(move || {
-                handle(stream, &ctx);
-                count.fetch_sub(1, Ordering::SeqCst);
-            });
-            if started.is_err() {
-                active.fetch_sub(1, Ordering::SeqCst);
-                warn!("ft: cannot start a thread for {peer}; connection closed");
+            };
+            let ctx = ctx.clone();
+            let builder = std::thread::Builder::new().name("ft-conn".into());
+            if let Err(e) = spawn_with_slot(builder, slot, move || handle(stream, &ctx)) {
+                warn!("ft: cannot start a thread for {peer}: {e}; connection closed");
             }
         }
     });
@@ -230,7 +379,9 @@ fn session(conn: &mut SecureConn, ctx: &FtContext, peer: SocketAddr) -> Result<(
             Err(e) if e.is_timeout() => return Err("stalled".into()),
             Err(e) => return Err(e.to_string()),
         };
-        match staging(conn, ctx, ticket, &job, &files) {
+        let staged = staging(conn, ctx, ticket, &job, &files);
+        enforce_cache_quota(ctx);
+        match staged {
             Ok((cached, received, fetched)) => {
                 info!("ft: staged job {job} for {peer}: {cached} cached, {received} received, {fetched} fetched");
                 conn.send(&FtResponse::Staged { cached, received, fetched }).map_err(|e| e.to_string())?;
@@ -282,10 +433,16 @@ fn staging(
     if files.len() > u32::MAX as usize {
         return Err(refuse("too many files".into()));
     }
-    if !(ctx.check_ticket)(ticket) {
+    if !(ctx.check_ticket)(ticket, job) {
         return Err(refuse("unknown reservation ticket".into()));
     }
     fs::create_dir_all(&ctx.cache_dir).map_err(|e| refuse(format!("cannot create the cache dir: {e}")))?;
+
+    // Every entry this offer names stays in the cache until it ends.
+    let _in_use = ctx.use_entries(files.iter().filter_map(|f| match &f.source {
+        FileSource::Inline { hash, .. } => Some(hash),
+        FileSource::Url(_) => None,
+    }));
 
     // What the cache lacks (each hash asked once).
     let mut need: Vec<u32> = Vec::new();
@@ -347,7 +504,7 @@ fn staging(
     let mut fetched = 0;
     for f in files {
         if let FileSource::Url(url) = &f.source {
-            fetch(&dir, f, url).map_err(|e| refuse(format!("file {:?}: {e:#}", f.name)))?;
+            fetch(&dir, f, url, ctx.fetch_max).map_err(|e| refuse(format!("file {:?}: {e:#}", f.name)))?;
             fetched += 1;
         }
     }
@@ -374,7 +531,9 @@ fn cache_holds(cache: &Path, hash: &[u8; 32], size: u64) -> bool {
     }
     let ok = File::open(&path).and_then(|f| blake3::Hasher::new().update_reader(f).map(|h| h.finalize())).ok()
         == Some(blake3::Hash::from_bytes(*hash));
-    if !ok {
+    if ok {
+        touch(&path);
+    } else {
         warn!("ft: cache entry {} is damaged; removed", path.display());
         let _ = fs::remove_file(&path);
     }
@@ -429,10 +588,12 @@ fn finish(ctx: &FtContext, f: &FileMeta, inc: Option<Incoming>) -> Result<(), Fa
     if inc.hasher.finalize() != blake3::Hash::from_bytes(hash) {
         return Err(refuse("content does not match its BLAKE3 hash".into()));
     }
+    let entry = ctx.cache_dir.join(hex(&hash));
     fs::set_permissions(&inc.path, fs::Permissions::from_mode(mode_of(f.executable)))
-        .and_then(|()| fs::rename(&inc.path, ctx.cache_dir.join(hex(&hash))))
+        .and_then(|()| fs::rename(&inc.path, &entry))
         .map_err(|e| refuse(format!("cache: {e}")))?;
     inc.kept = true;
+    touch(&entry);
     Ok(())
 }
 
@@ -486,7 +647,9 @@ fn install(cache: &Path, dir: &Path, f: &FileMeta, hash: &[u8; 32]) -> Result<()
     Ok(())
 }
 
-fn fetch(dir: &Path, f: &FileMeta, url: &str) -> Result<()> {
+/// Fetches an `http://` input into the job dir: at most `max` bytes (`FT_FETCH_MAX`), refused
+/// at once when the server announces more, else stopped as soon as more arrives.
+fn fetch(dir: &Path, f: &FileMeta, url: &str, max: u64) -> Result<()> {
     let target = prepare(dir, &f.name)?;
     let config = ureq::Agent::config_builder()
         .timeout_global(Some(FETCH_TIMEOUT))
@@ -494,11 +657,22 @@ fn fetch(dir: &Path, f: &FileMeta, url: &str) -> Result<()> {
         .build();
     let agent = ureq::Agent::new_with_config(config);
     let mut resp = agent.get(url).call().map_err(|e| anyhow!("cannot fetch {url}: {e}"))?;
+    let announced = resp.headers().get("content-length").and_then(|v| v.to_str().ok()?.trim().parse::<u64>().ok());
+    if let Some(len) = announced.filter(|&len| len > max) {
+        bail!("cannot fetch {url}: it is {len} bytes, more than FT_FETCH_MAX ({max} bytes)");
+    }
     let mut out = create_new(&target, mode_of(f.executable)).context("cannot create")?;
-    let copied = io::copy(&mut resp.body_mut().as_reader(), &mut out);
-    if let Err(e) = copied {
+    let mut body = resp.body_mut().as_reader().take(max.saturating_add(1));
+    let copied = io::copy(&mut body, &mut out);
+    let failed = match copied {
+        Ok(n) if n > max => Some(format!("more than FT_FETCH_MAX ({max} bytes)")),
+        Ok(_) => None,
+        Err(e) => Some(e.to_string()),
+    };
+    if let Some(why) = failed {
+        drop(out);
         let _ = fs::remove_file(&target);
-        bail!("cannot fetch {url}: {e}");
+        bail!("cannot fetch {url}: {why}");
     }
     Ok(())
 }

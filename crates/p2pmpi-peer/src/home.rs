@@ -9,6 +9,8 @@
 //! <home>/ft-cache/<hash>       staged files, by content (the FT's per-peer cache)
 //! <home>/jobs/<job>/           a running job's directory (program and input files)
 //! ```
+//!
+//! State files are written owner-only (0600) and atomically ([`write_private`]).
 
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
@@ -101,12 +103,37 @@ pub fn connectable(ip: IpAddr) -> IpAddr {
     }
 }
 
-/// Writes a state file atomically (temporary file, then rename).
+/// Writes a state file as JSON with [`write_private`].
 pub fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<()> {
-    let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
-    std::fs::write(&tmp, serde_json::to_vec_pretty(value)?)
-        .with_context(|| format!("cannot write {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))?;
+    write_private(path, &serde_json::to_vec_pretty(value)?)
+}
+
+/// Writes a file that only its owner may read (mode 0600, whatever the umask), atomically:
+/// the content goes to a new temporary file of the same directory, created 0600, which is
+/// then renamed over `path`. A reader sees the old content or the new one, never a torn file,
+/// and a secret it holds (`grid.json`, a `P2P-MPI.conf` with `GRID_SECRET`) is never readable
+/// by others, not even for a moment, also when the file existed with a wider mode before.
+pub fn write_private(path: &Path, bytes: &[u8]) -> Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let name = path.file_name().with_context(|| format!("cannot write {}: not a file name", path.display()))?;
+    let tmp = path.with_file_name(format!(
+        ".{}.tmp-{}-{:08x}",
+        name.to_string_lossy(),
+        std::process::id(),
+        random_u128() as u32
+    ));
+    let written = (|| -> std::io::Result<()> {
+        let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
+        f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e).with_context(|| format!("cannot write {}", path.display()));
+    }
     Ok(())
 }
 
@@ -167,6 +194,29 @@ mod tests {
     fn ages_read_like_the_thesis() {
         assert_eq!(format_age(2 * 60_000 + 1441), "0D 0:2:1:441");
         assert_eq!(format_age(86_400_000 + 3_600_000 + 7), "1D 1:0:0:007");
+    }
+
+    #[test]
+    fn state_files_are_private_and_replaced_atomically() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("p2pmpi-home-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("grid.json");
+        // A file left world-readable by an older version is replaced by a private one.
+        std::fs::write(&path, b"old").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        write_json(&path, &serde_json::json!({"secret": "s3cret"})).unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "mode {mode:o}");
+        assert_eq!(read_json::<serde_json::Value>(&path).unwrap()["secret"], "s3cret");
+        write_private(&path, b"new").unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"new");
+        let names: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(names, ["grid.json"], "no temporary file left");
+        let e = write_private(&dir.join("missing-dir").join("x"), b"x").unwrap_err();
+        assert!(format!("{e:#}").contains("missing-dir/x"), "{e:#}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -26,6 +26,7 @@ use p2pmpi_core::hosts::PeerCache;
 use p2pmpi_core::reservation::{Answer, Booking, BookingError, Decision, Gatekeeper, HostFilter, Policy};
 use p2pmpi_wire::grid::*;
 use p2pmpi_wire::secure::{GridSecret, SecureConn, SecureError, SecureWriter};
+use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, BufReader, Read};
 use std::net::{IpAddr, SocketAddr, TcpListener, UdpSocket};
@@ -33,7 +34,7 @@ use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::channel;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tracing::{info, warn};
 
@@ -66,6 +67,9 @@ struct Mpd {
     apps: Mutex<Vec<AppProcess>>,
     /// Processes started here, by job: pids to kill at halt.
     jobs: Mutex<HashMap<String, Vec<u32>>>,
+    /// Jobs staged here, by reservation ticket: their directories go with a reservation that
+    /// lapses or is cancelled before any launch (a launch removes its own at its end).
+    staged: Mutex<HashMap<u128, HashSet<String>>>,
     halting: AtomicBool,
     last_refresh: Mutex<Option<Instant>>,
     registered: Mutex<HashSet<SocketAddr>>,
@@ -106,7 +110,7 @@ impl Mpd {
 
     fn persist_cache(&self) {
         let path = self.cfg.peer_cache_path();
-        let cache = self.cache.lock().unwrap().clone();
+        let cache = self.cache.lock().clone();
         if let Err(e) = home::write_json(&path, &cache) {
             warn!("cannot persist the host cache: {e:#}");
         }
@@ -120,26 +124,26 @@ impl Mpd {
     fn keep_alive(&self) {
         for (name, sn) in &self.supernodes {
             let Some(sn) = *sn else { continue };
-            let registered = self.registered.lock().unwrap().contains(&sn);
+            let registered = self.registered.lock().contains(&sn);
             let req =
                 if registered { SnRequest::Alive(self.me.id.clone()) } else { SnRequest::Register(self.me.clone()) };
             match self.supernode_call(sn, &req) {
                 Ok(SnResponse::Ok) => {
                     if !registered {
                         info!("registered with supernode {name}");
-                        self.registered.lock().unwrap().insert(sn);
+                        self.registered.lock().insert(sn);
                     }
                 }
                 Ok(SnResponse::UnknownPeer) => {
                     info!("supernode {name} forgot us; registering again");
-                    self.registered.lock().unwrap().remove(&sn);
+                    self.registered.lock().remove(&sn);
                     if matches!(self.supernode_call(sn, &SnRequest::Register(self.me.clone())), Ok(SnResponse::Ok)) {
-                        self.registered.lock().unwrap().insert(sn);
+                        self.registered.lock().insert(sn);
                     }
                 }
                 Ok(other) => warn!("supernode {name} answered {other:?}"),
                 Err(e) => {
-                    if self.registered.lock().unwrap().remove(&sn) || !registered {
+                    if self.registered.lock().remove(&sn) || !registered {
                         warn!("supernode {name} unreachable: {e:#}");
                     }
                 }
@@ -150,7 +154,7 @@ impl Mpd {
     /// Fetches the host list from every reachable supernode. Returns false when none
     /// answered (the cache is then kept as it is).
     fn refresh(&self) -> bool {
-        *self.last_refresh.lock().unwrap() = Some(Instant::now());
+        *self.last_refresh.lock() = Some(Instant::now());
         let mut lists = Vec::new();
         for (name, sn) in &self.supernodes {
             let Some(sn) = *sn else { continue };
@@ -165,7 +169,7 @@ impl Mpd {
         }
         let now = self.now();
         {
-            let mut cache = self.cache.lock().unwrap();
+            let mut cache = self.cache.lock();
             for (i, list) in lists.into_iter().enumerate() {
                 let entries: Vec<(PeerId, PeerInfo)> = list.into_iter().map(|h| (h.info.id.clone(), h.info)).collect();
                 if i == 0 {
@@ -181,7 +185,7 @@ impl Mpd {
 
     /// Measures the round-trip time of an application-level ping to every cached host.
     fn ping_all(self: &Arc<Self>) {
-        let hosts: Vec<PeerInfo> = self.cache.lock().unwrap().entries().into_iter().map(|(_, e)| e.info).collect();
+        let hosts: Vec<PeerInfo> = self.cache.lock().entries().into_iter().map(|(_, e)| e.info).collect();
         for chunk in hosts.chunks(32) {
             std::thread::scope(|s| {
                 for h in chunk {
@@ -199,13 +203,13 @@ impl Mpd {
                         });
                         let now = me.now();
                         match r {
-                            Ok(rtt) => me.cache.lock().unwrap().measured(now, &h.id, rtt.as_micros().max(1) as u64),
+                            Ok(rtt) => me.cache.lock().measured(now, &h.id, rtt.as_micros().max(1) as u64),
                             Err(e) => {
-                                let was_alive = me.cache.lock().unwrap().get(&h.id).is_some_and(|e| e.alive);
+                                let was_alive = me.cache.lock().get(&h.id).is_some_and(|e| e.alive);
                                 if was_alive {
                                     warn!("host {} does not answer pings: {e}", h.id);
                                 }
-                                me.cache.lock().unwrap().mark_dead(now, &h.id)
+                                me.cache.lock().mark_dead(now, &h.id)
                             }
                         }
                     });
@@ -218,7 +222,7 @@ impl Mpd {
         if *id == self.me.id {
             return Some(self.me.clone());
         }
-        self.cache.lock().unwrap().get(id).map(|e| e.info.clone())
+        self.cache.lock().get(id).map(|e| e.info.clone())
     }
 
     fn peer_addr(info: &PeerInfo, port: u16) -> SocketAddr {
@@ -228,7 +232,7 @@ impl Mpd {
     /// Asks one host's RS for a reservation.
     fn ask_rs(&self, info: &PeerInfo, ticket: Ticket, app: &str) -> Answer {
         if info.id == self.me.id {
-            return match self.gate.lock().unwrap().reserve(self.now(), ticket.0, &self.ip.to_string(), app) {
+            return match self.gate.lock().reserve(self.now(), ticket.0, &self.ip.to_string(), app) {
                 Decision::Ok { p, .. } => Answer::Ok { p },
                 Decision::Nok(reason) => {
                     info!("own RS refused ticket {ticket}: {reason}");
@@ -269,7 +273,7 @@ impl Mpd {
             for h in hosts {
                 s.spawn(move || {
                     if h.id == self.me.id {
-                        self.gate.lock().unwrap().cancel(ticket.0);
+                        self.cancel_here(ticket);
                         return;
                     }
                     let addr = Self::peer_addr(h, h.rs_port);
@@ -306,13 +310,13 @@ impl Mpd {
         info!("reservation {ticket} for {app}: n={n} r={r} {strategy}, booking {want} host(s)");
         loop {
             // Enough known hosts? Otherwise ask the supernodes first.
-            let known = self.cache.lock().unwrap().ranked().len() + 1;
-            let stale = self.last_refresh.lock().unwrap().is_none_or(|t| t.elapsed() > Duration::from_millis(200));
+            let known = self.cache.lock().ranked().len() + 1;
+            let stale = self.last_refresh.lock().is_none_or(|t| t.elapsed() > Duration::from_millis(200));
             if known < want && stale {
                 self.refresh();
             }
             let mut candidates = vec![self.me.id.clone()];
-            candidates.extend(self.cache.lock().unwrap().ranked());
+            candidates.extend(self.cache.lock().ranked());
             let ask = booking.next_requests(&candidates);
             if !ask.is_empty() {
                 let (tx, rx) = channel();
@@ -332,7 +336,7 @@ impl Mpd {
                     for (id, ans) in rx {
                         booking.on_answer(&id, ans);
                         if ans == Answer::NoAnswer {
-                            self.cache.lock().unwrap().mark_dead(self.now(), &id);
+                            self.cache.lock().mark_dead(self.now(), &id);
                         }
                         let _ = conn.send(&MpdResponse::Progress {
                             accepted: booking.accepted() as u32,
@@ -371,7 +375,7 @@ impl Mpd {
                             "not enough peers after waiting {:.0} s: {} host(s) accepted ({} known, {} did not answer); {why}",
                             wait_ms as f64 / 1000.0,
                             booking.accepted(),
-                            self.cache.lock().unwrap().len() + 1,
+                            self.cache.lock().len() + 1,
                             booking.dead().len(),
                         );
                         info!("reservation {ticket} failed: {msg}");
@@ -398,7 +402,7 @@ impl Mpd {
     }
 
     fn gate_refusal(&self) -> String {
-        let gate = self.gate.lock().unwrap();
+        let gate = self.gate.lock();
         let p = gate.policy();
         if p.max_jobs > 0 && gate.active() >= p.max_jobs as usize {
             format!("MAX_JOBS ({}) reached", p.max_jobs)
@@ -457,6 +461,7 @@ pub fn run(opts: MpdOpts) -> Result<()> {
         gate: Mutex::new(Gatekeeper::new(policy)),
         apps: Mutex::new(Vec::new()),
         jobs: Mutex::new(HashMap::new()),
+        staged: Mutex::new(HashMap::new()),
         halting: AtomicBool::new(false),
         last_refresh: Mutex::new(None),
         registered: Mutex::new(HashSet::new()),
@@ -468,12 +473,15 @@ pub fn run(opts: MpdOpts) -> Result<()> {
         let m = mpd.clone();
         server::serve("rs", rs_l, secret.clone(), move |c, peer| m.serve_rs(c, peer));
         let m = mpd.clone();
-        let ctx = FtContext {
-            cache_dir: home.ft_cache(),
-            jobs_dir: home.jobs(),
-            secret: secret.clone(),
-            check_ticket: Box::new(move |t| m.gate.lock().unwrap().touch(m.now(), t.0)),
-        };
+        let mut ctx = FtContext::new(home.ft_cache(), home.jobs(), secret.clone(), move |t, job| {
+            let live = m.gate.lock().touch(m.now(), t.0);
+            if live {
+                m.staged.lock().entry(t.0).or_default().insert(job.to_string());
+            }
+            live
+        });
+        ctx.cache_max = mpd.cfg.ft_cache_max;
+        ctx.fetch_max = mpd.cfg.ft_fetch_max;
         ft::serve(ft_l, Arc::new(ctx));
     }
     home::write_json(
@@ -510,7 +518,7 @@ pub fn run(opts: MpdOpts) -> Result<()> {
             next_alive = Instant::now() + Duration::from_millis(mpd.cfg.alive_period_ms);
         }
         if now >= next_refresh {
-            let due = mpd.last_refresh.lock().unwrap().is_none_or(|t| t.elapsed() >= Duration::from_millis(100));
+            let due = mpd.last_refresh.lock().is_none_or(|t| t.elapsed() >= Duration::from_millis(100));
             if due {
                 mpd.refresh();
             }
@@ -524,13 +532,15 @@ pub fn run(opts: MpdOpts) -> Result<()> {
             mpd.ping_all();
             next_ping = Instant::now() + Duration::from_millis(mpd.cfg.ping_period_ms);
         }
-        for t in mpd.gate.lock().unwrap().expire(mpd.now()) {
+        let lapsed = mpd.gate.lock().expire(mpd.now());
+        for t in lapsed {
             info!("reservation {} was never used: released", Ticket(t));
+            mpd.remove_staged(Ticket(t));
         }
         std::thread::sleep(tick);
     }
     // Halt: stop local processes, leave the supernodes, remove the state file.
-    let pids: Vec<u32> = mpd.jobs.lock().unwrap().values().flatten().copied().collect();
+    let pids: Vec<u32> = mpd.jobs.lock().values().flatten().copied().collect();
     for pid in pids {
         unsafe { libc::kill(pid as i32, libc::SIGKILL) };
     }
@@ -558,7 +568,7 @@ impl Mpd {
             let now = self.now();
             let answer = match req {
                 RsRequest::Reserve { ticket, app, submitter } => {
-                    let d = self.gate.lock().unwrap().reserve(now, ticket.0, &peer.ip().to_string(), &app);
+                    let d = self.gate.lock().reserve(now, ticket.0, &peer.ip().to_string(), &app);
                     match d {
                         Decision::Ok { p, expires_at_ms } => {
                             info!("reserved for {app} from {submitter} ({peer}): ticket {ticket}, P={p}");
@@ -571,7 +581,7 @@ impl Mpd {
                     }
                 }
                 RsRequest::Cancel { ticket } => {
-                    if self.gate.lock().unwrap().cancel(ticket.0) {
+                    if self.cancel_here(ticket) {
                         info!("reservation {ticket} cancelled by {peer}");
                     }
                     RsResponse::Cancelled
@@ -612,7 +622,6 @@ impl Mpd {
                     let hosts = self
                         .cache
                         .lock()
-                        .unwrap()
                         .entries()
                         .into_iter()
                         .map(|(_, e)| CachedHost {
@@ -627,7 +636,7 @@ impl Mpd {
                 MpdRequest::Stat => MpdResponse::Stat {
                     me: self.me.id.clone(),
                     version: VERSION.into(),
-                    apps: self.apps.lock().unwrap().clone(),
+                    apps: self.apps.lock().clone(),
                 },
                 MpdRequest::Halt => {
                     info!("halt requested from {peer}");
@@ -646,11 +655,11 @@ impl Mpd {
                     MpdResponse::Ok
                 }
                 MpdRequest::Announce(p) => {
-                    self.apps.lock().unwrap().push(p);
+                    self.apps.lock().push(p);
                     MpdResponse::Ok
                 }
                 MpdRequest::Retire { job, rank } => {
-                    self.apps.lock().unwrap().retain(|a| !(a.job == job && a.rank == rank));
+                    self.apps.lock().retain(|a| !(a.job == job && a.rank == rank));
                     MpdResponse::Ok
                 }
                 MpdRequest::Launch(spec) => {
@@ -671,23 +680,27 @@ impl Mpd {
         let (mut reader, writer) = conn.split();
         let writer = Arc::new(Mutex::new(writer));
         let send = |w: &Arc<Mutex<SecureWriter>>, ev: &JobEvent| {
-            let _ = w.lock().unwrap().send(ev);
+            let _ = w.lock().send(ev);
         };
         let refuse = |why: String| {
             warn!("launch of {} for {peer} refused: {why}", spec.app);
             send(&writer, &JobEvent::Refused(why));
         };
-        let p = match self.gate.lock().unwrap().claim(self.now(), spec.ticket.0) {
-            Ok(p) => p,
-            Err(e) => return refuse(format!("{e} (ticket {})", spec.ticket)),
+        // From here on every way out (refusal, a process that cannot start, a panic, the
+        // job's end) releases the reservation, and once the job id is valid, removes what the
+        // job left here: `claim` does it when dropped.
+        let (p, mut claim) = match self.claim(spec.ticket) {
+            Ok(c) => c,
+            Err(why) => return refuse(why),
         };
-        if spec.ranks.len() > p as usize {
-            return refuse(format!("{} processes asked, MAX_PROCESSES_PER_JOB is {p}", spec.ranks.len()));
-        }
         let dir = match ft::job_dir(&self.home.jobs(), &spec.job) {
             Ok(d) => d,
             Err(e) => return refuse(format!("{e:#}")),
         };
+        claim.job = Some(spec.job.clone());
+        if spec.ranks.len() > p as usize {
+            return refuse(format!("{} processes asked, MAX_PROCESSES_PER_JOB is {p}", spec.ranks.len()));
+        }
         let program = match ft::safe_join(&dir, &spec.program) {
             Ok(p) if p.is_file() => p,
             Ok(_) => return refuse(format!("program {} was not staged", spec.program)),
@@ -727,16 +740,15 @@ impl Mpd {
                         let _ = c.kill();
                         let _ = c.wait();
                     }
-                    self.gate.lock().unwrap().finish(spec.ticket.0);
                     return refuse(format!("cannot start {}: {e}", spec.program));
                 }
             }
         }
         let pids: Vec<u32> = children.iter().map(|(_, c)| c.id()).collect();
-        self.jobs.lock().unwrap().insert(spec.job.clone(), pids.clone());
+        self.jobs.lock().insert(spec.job.clone(), pids.clone());
         for (rank, c) in &children {
             send(&writer, &JobEvent::Started { rank: *rank, pid: c.id() });
-            self.apps.lock().unwrap().push(AppProcess {
+            self.apps.lock().push(AppProcess {
                 app: spec.app.clone(),
                 job: spec.job.clone(),
                 rank: *rank,
@@ -787,17 +799,78 @@ impl Mpd {
                         Ok(st) => (st.code(), st.signal()),
                         Err(_) => (None, Some(libc::SIGKILL)),
                     };
-                    let _ = writer.lock().unwrap().send(&JobEvent::Exited { rank, code, signal });
+                    let _ = writer.lock().send(&JobEvent::Exited { rank, code, signal });
                 });
             }
         });
         done.store(true, Ordering::SeqCst);
-        writer.lock().unwrap().shutdown();
-        self.gate.lock().unwrap().finish(spec.ticket.0);
-        self.jobs.lock().unwrap().remove(&spec.job);
-        self.apps.lock().unwrap().retain(|a| a.job != spec.job);
-        ft::remove_job(&self.home.jobs(), &spec.job);
+        // Released before the submitter sees the end: the host is free once it does.
+        drop(claim);
+        writer.lock().shutdown();
         info!("job {} of {} ended here", spec.job, spec.app);
+    }
+
+    /// Cancels a reservation held here (unused, or a job's at its end). Jobs staged for it
+    /// but never launched lose their directories. Returns whether it was held.
+    fn cancel_here(&self, ticket: Ticket) -> bool {
+        let (held, running) = {
+            let mut gate = self.gate.lock();
+            let running = gate.entries().iter().any(|(t, _, running)| *t == ticket.0 && *running);
+            (gate.cancel(ticket.0), running)
+        };
+        if !running {
+            self.remove_staged(ticket);
+        }
+        held
+    }
+
+    /// Removes the directories of the jobs staged for `ticket` (never launched).
+    fn remove_staged(&self, ticket: Ticket) {
+        let jobs = self.staged.lock().remove(&ticket.0).unwrap_or_default();
+        for job in jobs {
+            info!("job {job} was staged for reservation {ticket} but never launched: its files are removed");
+            ft::remove_job(&self.home.jobs(), &job);
+        }
+    }
+
+    /// A launch claims its reservation: it becomes running (no longer lapses). The returned
+    /// guard releases it when dropped, so a refused or failed launch never keeps the host
+    /// reserved (with `MAX_JOBS=1` that would lock the host for good). One launch per
+    /// reservation: a second one while it runs is refused (it would own nothing here).
+    fn claim(&self, ticket: Ticket) -> Result<(u32, Claim<'_>), String> {
+        let mut gate = self.gate.lock();
+        if gate.entries().iter().any(|(t, _, running)| *t == ticket.0 && *running) {
+            return Err(format!("reservation {ticket} is already running a launch here"));
+        }
+        let p = gate.claim(self.now(), ticket.0).map_err(|e| format!("{e} (ticket {ticket})"))?;
+        Ok((p, Claim { mpd: self, ticket, job: None }))
+    }
+}
+
+/// A reservation claimed by a launch. When dropped — whichever way the launch ends — it
+/// removes what the job left here (its processes' records for halt and `mpistat`, its
+/// directory), then finishes the reservation.
+struct Claim<'a> {
+    mpd: &'a Mpd,
+    ticket: Ticket,
+    /// The job, once its id was checked.
+    job: Option<String>,
+}
+
+impl Drop for Claim<'_> {
+    fn drop(&mut self) {
+        if let Some(job) = &self.job {
+            self.mpd.jobs.lock().remove(job);
+            self.mpd.apps.lock().retain(|a| a.job != *job);
+            ft::remove_job(&self.mpd.home.jobs(), job);
+        }
+        // Other jobs staged for this reservation will never run.
+        let staged = self.mpd.staged.lock().remove(&self.ticket.0).unwrap_or_default();
+        for other in staged.iter().filter(|j| Some(*j) != self.job.as_ref()) {
+            ft::remove_job(&self.mpd.home.jobs(), other);
+        }
+        self.mpd.gate.lock().finish(self.ticket.0);
+        info!("reservation {} released", self.ticket);
     }
 }
 
@@ -827,7 +900,7 @@ fn pump(
                     let mut more = Vec::new();
                     let _ = r.read_until(b'\n', &mut more);
                     line.extend_from_slice(&more);
-                    let _ = w.lock().unwrap().send(&JobEvent::Output { rank, stderr, data: line });
+                    let _ = w.lock().send(&JobEvent::Output { rank, stderr, data: line });
                     if more.is_empty() {
                         return;
                     }
@@ -836,7 +909,7 @@ fn pump(
             };
             let data = buf[..take].to_vec();
             r.consume(take);
-            if w.lock().unwrap().send(&JobEvent::Output { rank, stderr, data }).is_err() {
+            if w.lock().send(&JobEvent::Output { rank, stderr, data }).is_err() {
                 // The submitter is gone; keep draining so the process is not blocked.
             }
         }

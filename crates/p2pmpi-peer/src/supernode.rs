@@ -14,8 +14,9 @@ use anyhow::{Context, Result};
 use p2pmpi_core::hosts::HostList;
 use p2pmpi_wire::grid::{HostEntry, PeerId, PeerInfo, SnRequest, SnResponse};
 use p2pmpi_wire::secure::{GridSecret, SecureConn};
+use parking_lot::Mutex;
 use std::net::{SocketAddr, TcpListener};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tracing::{info, warn};
 
@@ -54,7 +55,7 @@ pub fn run(opts: SupernodeOpts) -> Result<()> {
         let shared = shared.clone();
         server::serve("supernode", listener, opts.secret.clone(), move |conn, peer| {
             if serve_conn(&shared, conn, peer, addr) {
-                let _ = stop_tx.lock().unwrap().send(());
+                let _ = stop_tx.lock().send(());
             }
         });
     }
@@ -65,7 +66,7 @@ pub fn run(opts: SupernodeOpts) -> Result<()> {
             Ok(()) => break,
             Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
                 let now = shared.now();
-                for gone in shared.hosts.lock().unwrap().expire(now, shared.ttl_ms) {
+                for gone in shared.hosts.lock().expire(now, shared.ttl_ms) {
                     info!("peer {gone} not seen for {} ms: dropped", shared.ttl_ms);
                 }
             }
@@ -92,24 +93,24 @@ fn serve_conn(sh: &Shared, mut conn: SecureConn, peer: SocketAddr, me: SocketAdd
         let (answer, stop) = match req {
             SnRequest::Register(info) => {
                 info!("peer {} ({}) registered from {peer}", info.id, info.name);
-                sh.hosts.lock().unwrap().register(now, info.id.clone(), info);
+                sh.hosts.lock().register(now, info.id.clone(), info);
                 (SnResponse::Ok, false)
             }
             SnRequest::Unregister(id) => {
-                if sh.hosts.lock().unwrap().unregister(&id) {
+                if sh.hosts.lock().unregister(&id) {
                     info!("peer {id} unregistered");
                 }
                 (SnResponse::Ok, false)
             }
             SnRequest::Alive(id) => {
-                if sh.hosts.lock().unwrap().alive(now, &id) {
+                if sh.hosts.lock().alive(now, &id) {
                     (SnResponse::Ok, false)
                 } else {
                     (SnResponse::UnknownPeer, false)
                 }
             }
             SnRequest::List => {
-                let list = sh.hosts.lock().unwrap().list(now);
+                let list = sh.hosts.lock().list(now);
                 (
                     SnResponse::Hosts(
                         list.into_iter().map(|(_, info, age)| HostEntry { info, last_seen_ms: age }).collect(),
@@ -149,4 +150,52 @@ pub fn call(
     c.set_read_timeout(Some(timeout))?;
     c.set_max_record(64 << 20);
     Ok(c.call(req)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use p2pmpi_wire::secure::HANDSHAKE_TIMEOUT;
+
+    /// A connection thread that panics while it holds the host list (a bug) does not take the
+    /// supernode down: the list is not poisoned and the next connections are served.
+    #[test]
+    fn a_panicking_connection_does_not_poison_the_host_list() {
+        let sh = Arc::new(Shared { start: Instant::now(), hosts: Mutex::new(HostList::new()), ttl_ms: 60_000 });
+        let held = sh.clone();
+        let crashed = std::thread::spawn(move || {
+            let _list = held.hosts.lock();
+            panic!("a bug while the host list is held");
+        });
+        assert!(crashed.join().is_err());
+
+        let secret = GridSecret::from_phrase("supernode test grid");
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let server = {
+            let (sh, secret) = (sh.clone(), secret.clone());
+            std::thread::spawn(move || {
+                let (s, peer) = l.accept().unwrap();
+                serve_conn(&sh, SecureConn::accept(s, &secret, HANDSHAKE_TIMEOUT).unwrap(), peer, addr)
+            })
+        };
+        let t = Duration::from_secs(10);
+        let mut c = SecureConn::connect(addr, &secret, t).unwrap();
+        c.set_read_timeout(Some(t)).unwrap();
+        let info = PeerInfo {
+            id: PeerId { ip: "127.0.0.9".into(), mpd_port: 9897 },
+            rs_port: 9900,
+            ft_port: 9898,
+            fd_port: 0,
+            capacity: 1,
+            name: "h".into(),
+        };
+        assert_eq!(c.call::<_, SnResponse>(&SnRequest::Register(info.clone())).unwrap(), SnResponse::Ok);
+        match c.call::<_, SnResponse>(&SnRequest::List).unwrap() {
+            SnResponse::Hosts(h) => assert_eq!(h.iter().map(|e| &e.info).collect::<Vec<_>>(), [&info]),
+            other => panic!("unexpected answer {other:?}"),
+        }
+        drop(c);
+        assert!(!server.join().unwrap(), "served until the client left");
+    }
 }

@@ -45,12 +45,13 @@ fn secret() -> GridSecret {
 /// An FT service on its own temp dirs: (address, root dir with cache/ and jobs/).
 fn server() -> (SocketAddr, Tmp) {
     let root = Tmp::new("srv");
-    let ctx = FtContext {
-        cache_dir: root.0.join("cache"),
-        jobs_dir: root.0.join("jobs"),
-        secret: secret(),
-        check_ticket: Box::new(|t| t == TICKET),
-    };
+    server_with(root, |_| {})
+}
+
+/// An FT service on `root`, its context adjusted by `set` (quota, fetch limit).
+fn server_with(root: Tmp, set: impl FnOnce(&mut FtContext)) -> (SocketAddr, Tmp) {
+    let mut ctx = FtContext::new(root.0.join("cache"), root.0.join("jobs"), secret(), |t, _| t == TICKET);
+    set(&mut ctx);
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
     ft::serve(l, Arc::new(ctx));
@@ -273,12 +274,7 @@ fn ft_survives_garbage_and_silence() {
 #[test]
 fn ft_a_stalled_connection_is_closed() {
     let root = Tmp::new("stall");
-    let ctx = FtContext {
-        cache_dir: root.0.join("cache"),
-        jobs_dir: root.0.join("jobs"),
-        secret: secret(),
-        check_ticket: Box::new(|_| true),
-    };
+    let ctx = FtContext::new(root.0.join("cache"), root.0.join("jobs"), secret(), |_, _| true);
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
     let t = std::thread::spawn(move || {
@@ -297,8 +293,14 @@ fn ft_a_stalled_connection_is_closed() {
     assert!(names_in(&root.0.join("cache")).is_empty(), "temp file removed");
 }
 
-/// A one-shot HTTP/1.1 server answering `body` to every request.
+/// An HTTP/1.1 server answering `body` to every request, with its `Content-Length`.
 fn http_server(body: &'static [u8]) -> SocketAddr {
+    http_server_with(body.to_vec(), true)
+}
+
+/// An HTTP/1.1 server answering `body` to every request; without `announce_length`, the body
+/// ends when the connection closes (no `Content-Length`).
+fn http_server_with(body: Vec<u8>, announce_length: bool) -> SocketAddr {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
     std::thread::spawn(move || {
@@ -312,9 +314,10 @@ fn http_server(body: &'static [u8]) -> SocketAddr {
                     Ok(n) => req.extend_from_slice(&b[..n]),
                 }
             }
-            let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len());
+            let length = if announce_length { format!("Content-Length: {}\r\n", body.len()) } else { String::new() };
+            let head = format!("HTTP/1.1 200 OK\r\n{length}Connection: close\r\n\r\n");
             let _ = s.write_all(head.as_bytes());
-            let _ = s.write_all(body);
+            let _ = s.write_all(&body);
         }
     });
     addr
@@ -361,4 +364,123 @@ fn ft_stage_many_in_target_order() {
     for (_, root) in &servers {
         assert!(root.0.join("jobs").join(JOB).join("prog").is_file());
     }
+}
+
+/// `FT_FETCH_MAX`: an `http://` input larger than the limit is refused, naming the URL and the
+/// limit, whether the server announces its length or not; nothing of it is kept.
+#[test]
+fn ft_fetch_stops_at_ft_fetch_max() {
+    let (addr, root) = server_with(Tmp::new("fetchmax"), |c| c.fetch_max = 1000);
+    let file = root.0.join("jobs").join(JOB).join("big.dat");
+    for announced in [true, false] {
+        let http = http_server_with(vec![b'x'; 5000], announced);
+        let url = format!("http://{http}/big.dat");
+        let files = [LocalFile::Url { name: "big.dat".into(), url: url.clone(), executable: false }];
+        let e = stage1(addr, &files, &ft::describe(&files).unwrap()).unwrap_err().to_string();
+        assert!(e.contains(&format!("cannot fetch {url}")), "{e}");
+        assert!(e.contains("more than FT_FETCH_MAX (1000 bytes)"), "{e}");
+        assert_eq!(e.contains("5000 bytes"), announced, "{e}");
+        assert!(!file.exists(), "a partial download is removed");
+    }
+    // At the limit, the file is fetched.
+    let http = http_server_with(vec![b'y'; 1000], false);
+    let files = [LocalFile::Url { name: "big.dat".into(), url: format!("http://{http}/big.dat"), executable: false }];
+    let rep = stage1(addr, &files, &ft::describe(&files).unwrap()).unwrap();
+    assert_eq!(rep.fetched, 1);
+    assert_eq!(std::fs::read(&file).unwrap(), vec![b'y'; 1000]);
+}
+
+/// 100 000 bytes of content that depend on `seed`, staged as `name`.
+fn sized_file(dir: &Path, name: &str, seed: u8) -> (Vec<LocalFile>, String) {
+    let content: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8 ^ seed).collect();
+    std::fs::write(dir.join(name), &content).unwrap();
+    let hash = blake3::hash(&content).to_hex().to_string();
+    (vec![LocalFile::Path { name: name.into(), path: dir.join(name), executable: false }], hash)
+}
+
+fn sorted(mut v: Vec<String>) -> Vec<String> {
+    v.sort();
+    v
+}
+
+/// `FT_CACHE_MAX`: after a staging, the cache is cut back to its quota by evicting the least
+/// recently used entries (a cache hit is a use); the jobs' files are not disturbed.
+#[test]
+fn ft_cache_keeps_its_quota_evicting_the_least_recently_used() {
+    let (addr, root) = server_with(Tmp::new("quota"), |c| c.cache_max = 250_000);
+    let cache = root.0.join("cache");
+    let src = Tmp::new("src");
+    let ((a, ha), (b, hb), (c, hc)) =
+        (sized_file(&src.0, "a", 1), sized_file(&src.0, "b", 2), sized_file(&src.0, "c", 3));
+    let stage = |f: &[LocalFile]| stage1(addr, f, &ft::describe(f).unwrap()).unwrap();
+    assert_eq!(stage(&a).received, 1);
+    assert_eq!(stage(&b).received, 1);
+    assert_eq!(stage(&a).cached, 1, "a is used again: b is now the least recently used");
+    assert_eq!(stage(&c).received, 1);
+    assert_eq!(names_in(&cache), sorted(vec![ha.clone(), hc.clone()]), "300 000 bytes > 250 000: b evicted");
+    assert_eq!(stage(&b).received, 1, "b was evicted, so it is sent again");
+    assert_eq!(names_in(&cache), sorted(vec![hc, hb]), "then a was the least recently used");
+    let job = root.0.join("jobs").join(JOB);
+    assert_eq!(std::fs::read(job.join("a")).unwrap(), std::fs::read(src.0.join("a")).unwrap());
+}
+
+/// An entry that a running staging found in the cache is never evicted before that staging
+/// installs it, even when it is the least recently used; afterwards it may go.
+#[test]
+fn ft_cache_never_evicts_an_entry_a_staging_uses() {
+    let (addr, root) = server_with(Tmp::new("inuse"), |c| c.cache_max = 150_000);
+    let cache = root.0.join("cache");
+    let src = Tmp::new("src");
+    let ((a, ha), (b, _), (c, hc)) =
+        (sized_file(&src.0, "a", 1), sized_file(&src.0, "b", 2), sized_file(&src.0, "c", 3));
+    let stage = |f: &[LocalFile]| stage1(addr, f, &ft::describe(f).unwrap()).unwrap();
+    assert_eq!(stage(&a).received, 1);
+
+    // A staging of another job finds a in the cache, and is not finished yet.
+    let job2 = "00beef";
+    let mut held = SecureConn::connect(addr, &secret(), T).unwrap();
+    held.set_read_timeout(Some(T)).unwrap();
+    let offer = FtRequest::Offer { ticket: TICKET, job: job2.into(), files: ft::describe(&a).unwrap() };
+    assert_eq!(held.call::<_, FtResponse>(&offer).unwrap(), FtResponse::Need(vec![]));
+
+    // b goes over the quota; a is the least recently used but in use: b is evicted instead.
+    assert_eq!(stage(&b).received, 1);
+    assert_eq!(names_in(&cache), vec![ha.clone()]);
+
+    // The held staging completes from the cache.
+    held.send(&FtRequest::Done).unwrap();
+    assert_eq!(held.recv::<FtResponse>().unwrap(), Some(FtResponse::Staged { cached: 1, received: 0, fetched: 0 }));
+    let staged = root.0.join("jobs").join(job2).join("a");
+    assert_eq!(std::fs::read(&staged).unwrap(), std::fs::read(src.0.join("a")).unwrap());
+
+    // No longer in use, a is evicted like any other entry.
+    assert_eq!(stage(&c).received, 1);
+    assert_eq!(names_in(&cache), vec![hc]);
+}
+
+/// When the service starts, temporary files left by a dead daemon are removed and the cache
+/// is cut back to its quota, oldest entries first; other files are left alone.
+#[test]
+fn ft_start_cleans_the_cache() {
+    let root = Tmp::new("start");
+    let cache = root.0.join("cache");
+    std::fs::create_dir_all(&cache).unwrap();
+    let entry = |n: u8| {
+        let content = vec![n; 100];
+        let name = blake3::hash(&content).to_hex().to_string();
+        let f = std::fs::File::create(cache.join(&name)).unwrap();
+        std::io::Write::write_all(&mut &f, &content).unwrap();
+        f.set_modified(std::time::UNIX_EPOCH + Duration::from_secs(1_000_000 + n as u64)).unwrap();
+        name
+    };
+    let (oldest, middle, newest) = (entry(1), entry(2), entry(3));
+    // No process has this pid (above Linux's largest, 2^22).
+    std::fs::write(cache.join(".tmp-4999999-0123456789abcdef"), b"torn").unwrap();
+    let ours = format!(".tmp-{}-0123456789abcdef", std::process::id());
+    std::fs::write(cache.join(&ours), b"being received").unwrap();
+    std::fs::write(cache.join("notes.txt"), b"not an entry").unwrap();
+    let _server = server_with(root, |c| c.cache_max = 250);
+    assert!(!names_in(&cache).contains(&oldest));
+    let want = sorted(vec![middle, newest, ours, "notes.txt".into()]);
+    assert_eq!(names_in(&cache), want);
 }
