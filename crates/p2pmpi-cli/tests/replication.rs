@@ -140,6 +140,9 @@ fn window_case(window: &str, args: &'static [&'static str], tags: impl Fn(u64) -
 
 const SEND: &[&str] = &["send", "4", "100000"];
 const SEND_SMALL: &[&str] = &["send", "4", "64"];
+/// Above the backup copy limit (128 KiB): a non-master lends its buffer instead of copying it,
+/// its send completing at the master's commit or at its own transmission after a takeover.
+const SEND_LENT: &[&str] = &["send", "4", "300000"];
 /// Receives posted before the messages come: large ones stream straight into them.
 const SEND_POSTED: &[&str] = &["send", "4", "100000", "100"];
 const ANY: &[&str] = &["anysource", "4"];
@@ -215,6 +218,13 @@ fn a_receive_half_filled_by_a_dying_master_gets_the_whole_message() {
 fn small_messages_every_window() {
     for w in ["delta2", "delta3", "delta5", "delta7"] {
         window_case(w, SEND_SMALL, send_tags);
+    }
+}
+
+#[test]
+fn large_lent_messages_every_window() {
+    for w in ["delta1", "delta3", "delta5", "delta7", "after_commit"] {
+        window_case(w, SEND_LENT, send_tags);
     }
 }
 

@@ -252,8 +252,10 @@ impl<P> Coordinator<P> {
     }
 
     /// A commit arrived from `from` (algorithm 4, part 2). Commits from anything but this
-    /// rank's other replicas are refused (returns false).
-    pub fn on_commit(&mut self, from: usize, mid: MsgId) -> bool {
+    /// rank's other replicas are refused (returns false). Every backup entry the commit
+    /// prunes is handed to `pruned` (a driver that lent the user's buffer instead of copying
+    /// it completes the send then).
+    pub fn on_commit(&mut self, from: usize, mid: MsgId, mut pruned: impl FnMut(MsgId, P)) -> bool {
         // A dead replica's word counts for nothing (fencing): it may have resumed after the
         // others took over, and its commit could claim a delivery the live ones never saw.
         if from == self.me || self.dead.is_dead(from) || self.layout.rank_of(from) != self.rank() {
@@ -263,8 +265,24 @@ impl<P> Coordinator<P> {
         let mark = self.log.entry(ch).or_insert(0);
         *mark = (*mark).max(mid.seq + 1);
         // The master commits a channel in order: every older message of it is delivered.
-        self.backup.retain(|(m, _)| !(m.channel() == ch && m.seq <= mid.seq));
+        if self.backup.iter().any(|(m, _)| m.channel() == ch && m.seq <= mid.seq) {
+            let mut keep = VecDeque::with_capacity(self.backup.len());
+            for (m, p) in self.backup.drain(..) {
+                if m.channel() == ch && m.seq <= mid.seq {
+                    pruned(m, p);
+                } else {
+                    keep.push_back((m, p));
+                }
+            }
+            self.backup = keep;
+        }
         true
+    }
+
+    /// The backup table's entries, in send order (a driver may swap a lent buffer for a copy
+    /// of it).
+    pub fn backup_mut(&mut self) -> impl Iterator<Item = &mut (MsgId, P)> {
+        self.backup.iter_mut()
     }
 
     /// A failure of `slot` was notified (algorithm 7).
@@ -344,19 +362,19 @@ mod tests {
         assert!(!c.is_master());
         assert_eq!(c.on_send(mid(2, 7, 0), || 10), SendAction::Stored);
         assert_eq!(c.on_send(mid(2, 7, 1), || 11), SendAction::Stored);
-        assert!(c.on_commit(master, mid(2, 7, 0)));
+        assert!(c.on_commit(master, mid(2, 7, 0), |_, _| ()));
         assert_eq!(c.backup_len(), 1);
         // The master is ahead: commits for messages this replica has not reached.
-        assert!(c.on_commit(master, mid(2, 7, 1)));
-        assert!(c.on_commit(master, mid(2, 7, 2)));
+        assert!(c.on_commit(master, mid(2, 7, 1), |_, _| ()));
+        assert!(c.on_commit(master, mid(2, 7, 2), |_, _| ()));
         assert_eq!(c.backup_len(), 0);
         assert_eq!(c.on_send(mid(2, 7, 2), || 12), SendAction::Committed);
         assert_eq!(c.on_send(mid(2, 7, 3), || 13), SendAction::Stored);
         // Commits from another rank are refused, and from a dead replica (fencing).
-        assert!(!c.on_commit(l.slot(2, 0), mid(2, 7, 3)));
+        assert!(!c.on_commit(l.slot(2, 0), mid(2, 7, 3), |_, _| ()));
         assert_eq!(c.backup_len(), 1);
         c.on_failure(master);
-        assert!(!c.on_commit(master, mid(2, 7, 4)));
+        assert!(!c.on_commit(master, mid(2, 7, 4), |_, _| ()));
     }
 
     #[test]
@@ -367,7 +385,7 @@ mod tests {
         for s in 0..4 {
             c.on_send(mid(2, 0, s), || s as u32);
         }
-        c.on_commit(3, mid(2, 0, 0));
+        c.on_commit(3, mid(2, 0, 0), |_, _| ());
         // A non-master dies: nothing to resend.
         assert_eq!(c.on_failure(4), Recovery::Replica { rank: 1, new_master: 3 });
         match c.on_failure(3) {
@@ -399,7 +417,11 @@ mod tests {
                     prop_assert_eq!(a, if reached < committed { SendAction::Committed } else { SendAction::Stored });
                     reached += 1;
                 } else {
-                    prop_assert!(c.on_commit(2, mid(0, 0, committed)));
+                    let mut pruned = Vec::new();
+                    prop_assert!(c.on_commit(2, mid(0, 0, committed), |m, _| pruned.push(m.seq)));
+                    // What a commit prunes is exactly the entry it commits, if reached.
+                    let want: Vec<u64> = if committed < reached { vec![committed] } else { vec![] };
+                    prop_assert_eq!(pruned, want);
                     committed += 1;
                 }
                 prop_assert_eq!(c.backup_len() as u64, reached.saturating_sub(committed));

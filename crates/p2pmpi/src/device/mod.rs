@@ -91,15 +91,36 @@ struct Fanout {
     written: bool,
 }
 
+/// Messages up to this size are copied into a non-master's backup table (its send returns at
+/// once); larger ones are *lent*: the send completes only when the master commits the message
+/// (or, after a takeover, when this replica transmitted it itself), so the user's buffer is
+/// the backup and nothing is copied.
+pub const BACKUP_COPY_LIMIT: usize = EAGER_LIMIT;
+
+/// At most this many bytes of copies in a non-master's backup table: past it, sends are lent
+/// too, so a replica running ahead of its master holds a bounded window of unsent payload.
+pub const BACKUP_WINDOW: usize = 4 << 20;
+
+/// A message in a non-master's backup table (thesis algorithm 4).
+#[derive(Debug)]
+enum Backup {
+    /// A copy (small messages, within [`BACKUP_WINDOW`]).
+    Copy(Vec<u8>),
+    /// The user's own buffer, valid until request `req` completes.
+    Lent { ptr: *const u8, len: usize, req: ReqId },
+}
+
 /// The replication state of a process of a job run with `-r R` (R > 1).
 struct Replication {
-    coord: Coordinator<Vec<u8>>,
+    coord: Coordinator<Backup>,
+    /// Bytes of copies in the backup table.
+    backup_bytes: usize,
     fanouts: Vec<Option<Fanout>>,
     free_fanouts: Vec<usize>,
     /// MIDs whose transmissions are all written: to commit.
     commits: VecDeque<Mid>,
     /// The backup table handed over by a takeover: to transmit and commit.
-    resends: VecDeque<(Mid, Vec<u8>)>,
+    resends: VecDeque<(Mid, Backup)>,
     /// Messages that arrived before their turn, per (comm, source, tag), by sequence.
     early: HashMap<(u32, i32, i32), EarlyQueue>,
     /// Synchronous messages accepted but not matched yet: (comm, source, tag, seq).
@@ -240,6 +261,7 @@ impl Engine {
         let repl = layout.map(|l| {
             Box::new(Replication {
                 coord: Coordinator::new(l, slot as usize),
+                backup_bytes: 0,
                 fanouts: Vec::new(),
                 free_fanouts: Vec::new(),
                 commits: VecDeque::new(),
@@ -410,6 +432,26 @@ impl Engine {
             conn.detach(id);
         }
         if let Some(rp) = self.repl.as_mut() {
+            // A lent backup whose send is withdrawn: its buffer is about to go; keep a copy.
+            let mut copied = 0;
+            let mut lent = |b: &mut Backup| {
+                if let Backup::Lent { ptr, len, req } = *b {
+                    if req == id {
+                        // SAFETY: the request is still live, so its buffer (`len` bytes at
+                        // `ptr`, lent by the caller of `isend`) is too.
+                        let data = if len == 0 { &[][..] } else { unsafe { std::slice::from_raw_parts(ptr, len) } };
+                        *b = Backup::Copy(crate::pool::copy_of(data));
+                        copied += len;
+                    }
+                }
+            };
+            for (_, b) in rp.coord.backup_mut() {
+                lent(b);
+            }
+            for (_, b) in rp.resends.iter_mut() {
+                lent(b);
+            }
+            rp.backup_bytes += copied;
             for f in rp.fanouts.iter_mut().flatten() {
                 if f.user == Some(id) {
                     f.user = None;
@@ -476,12 +518,26 @@ impl Engine {
             // Algorithm 4: the master transmits, a replica keeps the message until committed.
             let mid = Mid { comm, src: self.rank as u32, dst: dst as u32, tag, seq };
             let st = StatusInfo { source: dst, tag, len: len as u64, cancelled: false };
-            return match rp.coord.on_send(msg_id(&mid), || crate::pool::copy_of(data)) {
+            let lend = len > BACKUP_COPY_LIMIT || rp.backup_bytes + len > BACKUP_WINDOW;
+            let req = self.new_req(std::ptr::null_mut(), 0, ReqState::Pending);
+            let rp = self.repl.as_mut().expect("replicated");
+            let mut lent = false;
+            let action = rp.coord.on_send(msg_id(&mid), || {
+                if lend {
+                    lent = true;
+                    Backup::Lent { ptr, len, req }
+                } else {
+                    rp.backup_bytes += len;
+                    Backup::Copy(crate::pool::copy_of(data))
+                }
+            });
+            return match action {
+                SendAction::Stored if lent => Ok(req),
                 SendAction::Committed | SendAction::Stored => {
-                    Ok(self.new_req(std::ptr::null_mut(), 0, ReqState::Done(st)))
+                    self.complete(req, Ok(st));
+                    Ok(req)
                 }
                 SendAction::Transmit { dests } => {
-                    let req = self.new_req(std::ptr::null_mut(), 0, ReqState::Pending);
                     let sync = mode == SendMode::Synchronous;
                     self.transmit(mid, TxData::Raw(ptr, len), dests, Some(req), sync);
                     self.flush_deferred();
@@ -770,7 +826,16 @@ impl Engine {
             let Some(rp) = self.repl.as_mut() else { return };
             if let Some((mid, data)) = rp.resends.pop_front() {
                 let dests = rp.coord.destinations(mid.dst as usize);
-                self.transmit(mid, TxData::Owned(data), dests, None, false);
+                match data {
+                    Backup::Copy(v) => {
+                        rp.backup_bytes -= v.len();
+                        self.transmit(mid, TxData::Owned(v), dests, None, false)
+                    }
+                    // The lent send completes once this replica transmitted it.
+                    Backup::Lent { ptr, len, req } => {
+                        self.transmit(mid, TxData::Raw(ptr, len), dests, Some(req), false)
+                    }
+                }
                 continue;
             }
             let Some(mid) = rp.commits.pop_front() else { return };
@@ -1347,8 +1412,23 @@ impl Engine {
             }
             FrameKind::Commit => {
                 let Some(rp) = self.repl.as_mut() else { return Err(proto("commit in a job without replicas".into())) };
-                if !rp.coord.on_commit(slot as usize, msg_id(&mid)) {
+                if rp.coord.is_dead(slot as usize) {
+                    // Fencing: a declared-dead replica's commit counts for nothing.
+                    return Ok(());
+                }
+                let mut lent_done: Vec<ReqId> = Vec::new();
+                let mut freed = 0;
+                let ok = rp.coord.on_commit(slot as usize, msg_id(&mid), |_, b| match b {
+                    Backup::Copy(v) => freed += v.len(),
+                    Backup::Lent { req, .. } => lent_done.push(req),
+                });
+                rp.backup_bytes -= freed;
+                if !ok {
                     return Err(proto(format!("commit of {mid:?} from slot {slot}, not a replica of this rank")));
+                }
+                for r in lent_done {
+                    let st = StatusInfo { source: mid.dst as i32, tag: mid.tag, len: 0, cancelled: false };
+                    self.complete(r, Ok(st));
                 }
             }
             FrameKind::Eager if self.repl.is_some() && conn::is_streamed(&h) => {
