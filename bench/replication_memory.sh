@@ -24,7 +24,7 @@ for rep in $(seq 1 "$REPS"); do
     for r in 1 2; do
         dir=$(mktemp -d)
         BIGMSG_OUT=$dir P2PMPI_HOME=/nonexistent "$RUN" --local -n 2 -r "$r" "$PROG" "$MIB" "$ROUNDS" >"$OUT/bigmsg-r$r.txt"
-        read -r mx md < <(cat "$dir"/slot-*.txt | sort -n | awk '{a[NR]=$1} END {print a[NR], a[int((NR+1)/2)]}')
+        read -r mx md < <(for f in "$dir"/slot-*.txt; do cat "$f"; echo; done | grep . | sort -n | awk '{a[NR]=$1} END {print a[NR], a[int((NR+1)/2)]}')
         MAXES[$r]+="$mx "
         MEDS[$r]+="$md "
         log "rep $rep, -r $r: peak per process max $((mx / 1024)) MiB, median $((md / 1024)) MiB ($(ls "$dir" | wc -l) processes)"

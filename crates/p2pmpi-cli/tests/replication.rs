@@ -406,6 +406,55 @@ fn assert_resumed_report(stderr: &str, who: &str) {
     assert!(line.ends_with("; it resumed and was stopped"), "{line}");
 }
 
+/// The order in which each replica of rank 0 saw the workers' results (`replcheck workers`).
+fn orders(dir: &Path, slots: std::ops::Range<usize>) -> Vec<(usize, String)> {
+    slots.filter_map(|s| std::fs::read_to_string(dir.join(format!("order-{s}.txt"))).ok().map(|t| (s, t))).collect()
+}
+
+#[test]
+fn replicas_follow_their_master_s_choices() {
+    // Master-worker: rank 0 collects results in arrival order (ANY_SOURCE receives polled
+    // with immediate probes). Every replica of rank 0 must take its master's path: the same
+    // order, the same number of empty polls. Σ t² for t < 40 = 20540.
+    for r in [2, 3] {
+        let dir = tmpdir(&format!("choices-{r}"));
+        let env = [("REPLCHECK_OUT".to_string(), dir.display().to_string())];
+        let out = local(4, r, &["workers", "40"], &env);
+        out.assert_ok();
+        assert_eq!(out.stdout, "40 tasks, sum of results 20540\n");
+        let seen = orders(&dir, 0..r);
+        assert_eq!(seen.len(), r, "-r {r}: every replica of rank 0 writes its order");
+        assert!(seen[0].1.lines().count() == 41, "{}", seen[0].1);
+        for (slot, text) in &seen[1..] {
+            assert_eq!(text, &seen[0].1, "-r {r}: slot {slot} took another path than its master");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    // Rank 0's master killed half-way: its successor follows what it had chosen, decides the
+    // rest, and the last replica follows the successor.
+    let dir = tmpdir("choices-kill");
+    let marker = common::marker("choices-kill");
+    let mut cmd = Command::new(launcher());
+    cmd.args(["--local", "-n", "4", "-r", "3"])
+        .args(FD)
+        .arg(example("replcheck"))
+        .args(["workers", "3000", &marker])
+        .env("REPLCHECK_OUT", &dir)
+        .env("P2PMPI_HOME", "/nonexistent/p2pmpi-local-tests");
+    let job = spawn(&mut cmd);
+    let procs = wait_processes(&marker, 12);
+    std::thread::sleep(Duration::from_millis(400));
+    unsafe { libc::kill(procs[&0] as i32, libc::SIGKILL) };
+    let out = job.finish(LIMIT);
+    out.assert_ok();
+    // Σ t² for t < 3000.
+    assert_eq!(out.stdout, "3000 tasks, sum of results 8995500500\n", "{}", out.stderr);
+    let seen = orders(&dir, 1..3);
+    assert_eq!(seen.len(), 2, "both survivors write their order");
+    assert_eq!(seen[0].1, seen[1].1, "the survivors of rank 0 took different paths");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn rank_zero_is_replicated_too_and_survives_the_death_of_its_master() {
     let args = ["iterate", "200", "25"];

@@ -146,6 +146,66 @@ impl MsgId {
     }
 }
 
+/// What a rank's master chose at one of its non-deterministic choice points: which message a
+/// wildcard receive or a probe matched — its source, tag and sequence — or, for an immediate
+/// probe or a test, nothing (`None`). For a test or a wait on several requests, the source is
+/// the index of the request that completed.
+pub type Outcome = Option<(i32, i32, u64)>;
+
+/// The choice points of one replica (item: replicas follow their master's choices).
+///
+/// A program that receives from `ANY_SOURCE`, probes, or tests requests takes a path that
+/// depends on arrival order, which differs between replicas. Every replica numbers those
+/// points in program order (the same on every replica of a rank); the master decides at each
+/// and sends its [`Outcome`] to its replicas in index order, before anything that depends on
+/// it; a non-master waits for its master's outcome and follows it. The replicas are told in
+/// index order, so when the master dies the lowest alive replica — its successor — knows
+/// every choice any survivor knows, and decides the later ones itself.
+#[derive(Debug, Default)]
+pub struct Choices {
+    next: u64,
+    known: std::collections::BTreeMap<u64, Outcome>,
+}
+
+impl Choices {
+    pub fn new() -> Choices {
+        Choices::default()
+    }
+
+    /// This replica reached its next choice point: its number.
+    pub fn point(&mut self) -> u64 {
+        let c = self.next;
+        self.next += 1;
+        c
+    }
+
+    /// The master's outcome of choice point `c` arrived (a non-master; it may be ahead of
+    /// this replica or behind it). Returns false for a point this replica already passed
+    /// twice over (a duplicate: ignored).
+    pub fn learn(&mut self, c: u64, outcome: Outcome) -> bool {
+        if c + 1 < self.next && !self.known.contains_key(&c) {
+            return false;
+        }
+        self.known.insert(c, outcome);
+        true
+    }
+
+    /// The master's outcome of point `c`, if known; taken out (each point is followed once).
+    pub fn take(&mut self, c: u64) -> Option<Outcome> {
+        self.known.remove(&c)
+    }
+
+    /// Whether the master's outcome of point `c` is known.
+    pub fn knows(&self, c: u64) -> Option<Outcome> {
+        self.known.get(&c).copied()
+    }
+
+    /// Outcomes learned and not followed yet.
+    pub fn pending(&self) -> usize {
+        self.known.len()
+    }
+}
+
 /// What to do with a send this process reached (algorithm 4).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SendAction {
@@ -399,6 +459,21 @@ mod tests {
         assert_eq!(c.on_failure(8), Recovery::RankLost { rank: 2 });
         // Rank 0 is replicated too: its master's death is survived.
         assert_eq!(c.on_failure(0), Recovery::Replica { rank: 0, new_master: 1 });
+    }
+
+    #[test]
+    fn choices_are_numbered_in_program_order_and_followed_once() {
+        let mut c = Choices::new();
+        // The master's outcomes may arrive before or after the replica reaches the point.
+        assert!(c.learn(1, Some((3, 7, 0))));
+        assert_eq!(c.point(), 0);
+        assert_eq!(c.knows(0), None, "not told yet: wait");
+        assert!(c.learn(0, None));
+        assert_eq!(c.take(0), Some(None));
+        assert_eq!(c.point(), 1);
+        assert_eq!(c.take(1), Some(Some((3, 7, 0))));
+        assert_eq!(c.take(1), None);
+        assert_eq!(c.pending(), 0);
     }
 
     proptest! {

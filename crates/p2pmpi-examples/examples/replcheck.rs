@@ -10,6 +10,10 @@
 //!   both print it (thesis algorithm 6).
 //! * `iterate STEPS MS` — every rank: a ring exchange at every step, an allreduce every 10
 //!   steps, MS milliseconds of "computation" per step; rank 0 prints a checksum at the end.
+//! * `workers TASKS`  — master-worker: rank 0 hands out tasks and collects results in arrival
+//!   order (`ANY_SOURCE` receives polled with immediate probes); with `REPLCHECK_OUT=DIR`,
+//!   each replica of rank 0 writes the order it saw (and how many polls missed) to
+//!   `DIR/order-<slot>.txt`: replicas must follow their master's choices.
 use mpi::point_to_point as p2p;
 use mpi::traits::*;
 
@@ -94,6 +98,52 @@ fn main() {
             }
             if rank == 0 {
                 println!("checksum {total:016x} after {steps} steps on {size} ranks");
+            }
+        }
+        "workers" => {
+            // Master-worker: rank 0 hands out TASKS tasks and collects the results in arrival
+            // order (ANY_SOURCE receives, polled with immediate probes): a program whose path
+            // depends on arrival order, which replicas must follow from their master.
+            let tasks = arg(1, 40);
+            const STOP: u64 = u64::MAX;
+            if rank == 0 {
+                let mut log = String::new();
+                let mut next = 0u64;
+                for w in 1..size {
+                    let t = if next < tasks { next } else { STOP };
+                    world.process_at_rank(w).send(&t);
+                    next += 1;
+                }
+                let (mut done, mut sum, mut polls) = (0u64, 0u64, 0u64);
+                while done < tasks {
+                    while world.any_process().immediate_probe().is_none() {
+                        polls += 1;
+                        std::thread::sleep(std::time::Duration::from_micros(300));
+                    }
+                    let (res, st) = world.any_process().receive::<u64>();
+                    let w = st.source_rank();
+                    log += &format!("{res} from {w}\n");
+                    sum = sum.wrapping_add(res);
+                    done += 1;
+                    let t = if next < tasks { next } else { STOP };
+                    world.process_at_rank(w).send(&t);
+                    next += 1;
+                }
+                log += &format!("polls {polls}\n");
+                println!("{tasks} tasks, sum of results {sum}");
+                if let Ok(dir) = std::env::var("REPLCHECK_OUT") {
+                    let slot = std::env::var("P2PMPI_RANK").unwrap_or_else(|_| "0".into());
+                    std::fs::write(format!("{dir}/order-{slot}.txt"), &log).unwrap();
+                }
+            } else {
+                loop {
+                    let (t, _) = world.process_at_rank(0).receive::<u64>();
+                    if t == STOP {
+                        break;
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis((t * 7 + rank as u64 * 3) % 5));
+                    world.process_at_rank(0).send(&(t * t));
+                }
             }
         }
         other => panic!("unknown mode {other}"),

@@ -64,6 +64,11 @@ pub enum FrameKind {
     /// Replication (thesis §4.3.2): the master of the sender's rank tells one of its replicas
     /// that the message `mid` was transmitted to every alive replica of its destination.
     Commit = 7,
+    /// Replication: the master of this process's rank tells one of its replicas the outcome of
+    /// a non-deterministic choice. `mid.seq` is the choice point's number, `mid.comm` the
+    /// communicator; `mid.src`, `mid.tag` and `len` are the chosen message's source, tag and
+    /// sequence, with `flags` [`flags::NOTHING`] when nothing was chosen (no payload).
+    Choice = 8,
 }
 
 impl FrameKind {
@@ -76,6 +81,7 @@ impl FrameKind {
             5 => Self::Data,
             6 => Self::Bye,
             7 => Self::Commit,
+            8 => Self::Choice,
             _ => return None,
         })
     }
@@ -102,6 +108,8 @@ pub enum WireError {
 pub mod flags {
     /// Set on `ReadyToSend` frames of synchronous sends (informational).
     pub const SYNCHRONOUS: u16 = 1;
+    /// On `Choice` frames: the master's choice found nothing (an immediate probe, a test).
+    pub const NOTHING: u16 = 2;
 }
 
 /// A decoded frame header.
@@ -123,7 +131,11 @@ impl Header {
     /// Payload bytes that follow this header on the wire.
     pub fn payload_len(&self) -> u64 {
         match self.kind {
-            FrameKind::ReadyToSend | FrameKind::ReadyToRecv | FrameKind::Bye | FrameKind::Commit => 0,
+            FrameKind::ReadyToSend
+            | FrameKind::ReadyToRecv
+            | FrameKind::Bye
+            | FrameKind::Commit
+            | FrameKind::Choice => 0,
             _ => self.len,
         }
     }

@@ -201,42 +201,51 @@ fn recv_value<T: Equivalence>(h: &CommHandle, src: Rank, tag: Tag) -> Result<(T,
     Ok((unsafe { v.assume_init() }, st))
 }
 
+// Probes are choice points of a replicated job (`p2pmpi_core::replication::Choices`) when
+// their outcome depends on arrival order: the master decides, its replicas follow.
+
 fn probe_impl(h: &CommHandle, src: Rank, tag: Tag) -> Result<Status> {
     let pat = pattern(h, src, tag);
-    let env = wait_until(hint(h, src), |e| e.probe(pat).map(Ok))?;
+    let c = with_engine(|e| e.probe_point(&pat, false));
+    let env = wait_until(hint(h, src), |e| e.probe_at(c, pat, false).map(|f| Ok(f.expect("found"))))?;
     Ok(status_of(h, &env))
 }
 
 fn iprobe_impl(h: &CommHandle, src: Rank, tag: Tag) -> Result<Option<Status>> {
     let pat = pattern(h, src, tag);
-    with_engine(|e| {
+    let c = with_engine(|e| {
         if let Some(f) = &e.fatal {
             return Err(f.clone());
         }
         e.progress(hint(h, src), None);
-        Ok(e.probe(pat).map(|env| status_of(h, &env)))
-    })
+        Ok(e.probe_point(&pat, true))
+    })?;
+    let found = wait_until(hint(h, src), |e| e.probe_at(c, pat, true).map(Ok))?;
+    Ok(found.map(|env| status_of(h, &env)))
 }
 
 fn mprobe_impl(h: &CommHandle, src: Rank, tag: Tag) -> Result<(Message, Status)> {
     let pat = pattern(h, src, tag);
-    let m = wait_until(hint(h, src), |e| e.mprobe(pat).map(Ok))?;
+    let c = with_engine(|e| e.probe_point(&pat, false));
+    let m = wait_until(hint(h, src), |e| e.mprobe_at(c, pat, false).map(|m| Ok(m.expect("found"))))?;
     let st = status_of(h, &m.env);
     Ok((Message { matched: Some(m), handle: h.clone() }, st))
 }
 
 fn improbe_impl(h: &CommHandle, src: Rank, tag: Tag) -> Result<Option<(Message, Status)>> {
     let pat = pattern(h, src, tag);
-    with_engine(|e| {
+    let c = with_engine(|e| {
         if let Some(f) = &e.fatal {
             return Err(f.clone());
         }
         e.progress(hint(h, src), None);
-        Ok(e.mprobe(pat).map(|m| {
-            let st = status_of(h, &m.env);
-            (Message { matched: Some(m), handle: h.clone() }, st)
-        }))
-    })
+        Ok(e.probe_point(&pat, true))
+    })?;
+    let m = wait_until(hint(h, src), |e| e.mprobe_at(c, pat, true).map(Ok))?;
+    Ok(m.map(|m| {
+        let st = status_of(h, &m.env);
+        (Message { matched: Some(m), handle: h.clone() }, st)
+    }))
 }
 
 /// Receives a whole message as a vector of `T`.

@@ -29,7 +29,7 @@ use conn::{Conn, Out, Payload, RState};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
 use p2pmpi_core::matching::{Arrival, Body, Envelope, Matcher, Pattern};
-use p2pmpi_core::replication::{Coordinator, Layout, MsgId, Recovery, SendAction};
+use p2pmpi_core::replication::{Choices, Coordinator, Layout, MsgId, Outcome, Recovery, SendAction};
 use p2pmpi_wire::{FrameKind, Header, Mid};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::io;
@@ -130,6 +130,16 @@ struct Replication {
     /// Slots this process suspects (reported to the launcher, which alone declares deaths):
     /// nothing more is sent to them or read from them.
     suspected: Vec<bool>,
+    /// Choice points of this replica ([`Choices`]): the master's outcomes it learned.
+    choices: Choices,
+    /// The master's wildcard receives not complete yet: their choice point and communicator.
+    choice_of: HashMap<ReqId, (u64, u32)>,
+    /// The message a wildcard receive of the master matched: source, tag, sequence.
+    matched: HashMap<ReqId, (i32, i32, u64)>,
+    /// A non-master's wildcard receives waiting for their master's choice, by choice point.
+    deferred_recvs: std::collections::BTreeMap<u64, (ReqId, Pattern)>,
+    /// Choices of this master to tell its replicas: communicator, point, outcome.
+    choice_out: VecDeque<(u32, u64, Outcome)>,
     /// Per slot: transmissions to a suspected replica, held until the launcher declares it
     /// dead. They do not count as written before that: a fan-out is committed only once every
     /// live destination has its copy (if the launcher excludes this process instead, its
@@ -271,6 +281,11 @@ impl Engine {
                 early_since: None,
                 suspected: vec![false; l.slots()],
                 held: vec![Vec::new(); l.slots()],
+                choices: Choices::new(),
+                choice_of: HashMap::new(),
+                matched: HashMap::new(),
+                deferred_recvs: Default::default(),
+                choice_out: VecDeque::new(),
             })
         });
         let trace = std::env::var_os("P2PMPI_TRACE").map(|_| Vec::new());
@@ -394,6 +409,14 @@ impl Engine {
     }
 
     fn complete(&mut self, id: ReqId, st: Result<StatusInfo>) {
+        if let Some(rp) = self.repl.as_mut() {
+            // A master's wildcard receive completed: its replicas follow its choice.
+            if let Some((c, comm)) = rp.choice_of.remove(&id) {
+                if let Some(m) = rp.matched.remove(&id) {
+                    rp.choice_out.push_back((comm, c, Some(m)));
+                }
+            }
+        }
         if let Some(f) = self.reqs[id].as_ref().and_then(|r| r.parent) {
             // One transmission of a replicated send is written (or its replica is dead).
             self.reqs[id] = None;
@@ -662,6 +685,7 @@ impl Engine {
 
     /// Copies an eager message into a matched receive and completes it.
     fn fill(&mut self, r: ReqId, env: &Envelope, data: &[u8]) {
+        self.note_match(r, env);
         let req = self.req_mut(r);
         let st = if data.len() > req.cap {
             Err(Error::Truncated { from_rank: env.src, tag: env.tag, message_bytes: env.len, buffer_bytes: req.cap })
@@ -820,10 +844,59 @@ impl Engine {
         }
     }
 
-    /// Sends the pending commits, and after a takeover transmits the backup table.
-    fn flush_replication(&mut self) {
+    /// A non-master's wildcard receives whose master's choice arrived are posted, exact; after
+    /// a takeover, the ones still undecided are this master's to decide.
+    fn resolve_choices(&mut self) {
         loop {
             let Some(rp) = self.repl.as_mut() else { return };
+            let Some((&c, _)) = rp.deferred_recvs.first_key_value() else { return };
+            let pat = rp.deferred_recvs[&c].1;
+            let o = match rp.choices.take(c) {
+                Some(o) => {
+                    if rp.coord.is_master() {
+                        rp.choice_out.push_back((pat.comm, c, o));
+                    }
+                    Some(o)
+                }
+                None if rp.coord.is_master() => None,
+                // Points are followed in order: a later one waits for this one.
+                None => return,
+            };
+            let (r, pat) = rp.deferred_recvs.remove(&c).expect("present");
+            match o {
+                Some(o) => self.post(r, exact(pat, o)),
+                None => {
+                    rp_choice_of(self, r, c, pat.comm);
+                    self.post(r, pat);
+                }
+            }
+        }
+    }
+
+    /// Sends the pending commits, and after a takeover transmits the backup table.
+    fn flush_replication(&mut self) {
+        self.resolve_choices();
+        loop {
+            let Some(rp) = self.repl.as_mut() else { return };
+            if let Some((comm, c, o)) = rp.choice_out.pop_front() {
+                // Before anything else: what follows may depend on the choice.
+                let mid = match o {
+                    Some((src, tag, _)) => Mid { comm, src: src as u32, dst: 0, tag, seq: c },
+                    None => Mid { comm, src: 0, dst: 0, tag: 0, seq: c },
+                };
+                let mut h = Header::new(FrameKind::Choice, mid, o.map_or(0, |m| m.2));
+                if o.is_none() {
+                    h.flags |= p2pmpi_wire::frame::flags::NOTHING;
+                }
+                // In index order: the successor of a dying master is told first.
+                let targets: Vec<usize> = rp.coord.commit_targets().into_iter().filter(|&t| !rp.suspected[t]).collect();
+                for t in targets {
+                    if let Ok(cid) = self.send_conn(t as i32) {
+                        let _ = self.push_out(cid, Out::new(h, Payload::None));
+                    }
+                }
+                continue;
+            }
             if let Some((mid, data)) = rp.resends.pop_front() {
                 let dests = rp.coord.destinations(mid.dst as usize);
                 match data {
@@ -1143,10 +1216,105 @@ impl Engine {
             self.check_rank(s)?;
         }
         let r = self.new_req(ptr, cap, ReqState::Pending);
+        if let Some(rp) = self.repl.as_mut() {
+            if pat.src.is_none() || pat.tag.is_none() {
+                // A wildcard receive is a choice point: the master's match decides.
+                let c = rp.choices.point();
+                match rp.choices.take(c) {
+                    // Decided already (by this replica's master, or by the master it took
+                    // over from): followed, and relayed to this process's own replicas.
+                    Some(o) => {
+                        if rp.coord.is_master() {
+                            rp.choice_out.push_back((pat.comm, c, o));
+                        }
+                        self.post(r, exact(pat, o));
+                    }
+                    None if rp.coord.is_master() => {
+                        rp.choice_of.insert(r, (c, pat.comm));
+                        self.post(r, pat);
+                    }
+                    None => {
+                        rp.deferred_recvs.insert(c, (r, pat));
+                    }
+                }
+                self.flush_deferred();
+                return Ok(r);
+            }
+        }
+        self.post(r, pat);
+        Ok(r)
+    }
+
+    fn post(&mut self, r: ReqId, pat: Pattern) {
         if let Some((env, body)) = self.matcher.post(pat, r) {
             self.consume(r, env, body);
         }
-        Ok(r)
+    }
+
+    /// Records the message a master's wildcard receive matched (its choice).
+    fn note_match(&mut self, r: ReqId, env: &Envelope) {
+        if let Some(rp) = self.repl.as_mut() {
+            if rp.choice_of.contains_key(&r) {
+                rp.matched.insert(r, (env.src, env.tag, env.seq));
+            }
+        }
+    }
+
+    /// A choice point of a probe (`immediate`: an immediate one): its number in a replicated
+    /// job when its outcome may differ between replicas (a wildcard, or any immediate probe).
+    pub fn probe_point(&mut self, pat: &Pattern, immediate: bool) -> Option<u64> {
+        let rp = self.repl.as_mut()?;
+        (immediate || pat.src.is_none() || pat.tag.is_none()).then(|| rp.choices.point())
+    }
+
+    /// The outcome of probe choice point `c` for this replica: `None` while it must wait (a
+    /// non-master not told yet, or the chosen message not here yet; a blocking probe that
+    /// found nothing), else what the probe returns. Without a choice point, a plain probe.
+    pub fn probe_at(&mut self, c: Option<u64>, pat: Pattern, immediate: bool) -> Option<Option<Envelope>> {
+        let Some(c) = c else {
+            let found = self.probe(pat);
+            return if immediate { Some(found) } else { found.map(Some) };
+        };
+        let rp = self.repl.as_mut().expect("choice points only with replicas");
+        match rp.choices.knows(c) {
+            Some(o) => {
+                let found = match o {
+                    None => None,
+                    Some(_) => Some(self.probe(exact(pat, o))?),
+                };
+                let rp = self.repl.as_mut().expect("replicated");
+                rp.choices.take(c);
+                if rp.coord.is_master() {
+                    rp.choice_out.push_back((pat.comm, c, o));
+                    self.flush_deferred();
+                }
+                Some(found)
+            }
+            None if rp.coord.is_master() => {
+                let found = self.probe(pat);
+                if found.is_none() && !immediate {
+                    return None;
+                }
+                let o = found.map(|e| (e.src, e.tag, e.seq));
+                self.repl.as_mut().expect("replicated").choice_out.push_back((pat.comm, c, o));
+                self.flush_deferred();
+                Some(found)
+            }
+            None => None,
+        }
+    }
+
+    /// Like [`Self::probe_at`], taking the message out (matched probes).
+    pub fn mprobe_at(&mut self, c: Option<u64>, pat: Pattern, immediate: bool) -> Option<Option<Matched>> {
+        if c.is_none() {
+            let m = self.mprobe(pat);
+            return if immediate { Some(m) } else { m.map(Some) };
+        }
+        let env = self.probe_at(c, pat, immediate)?;
+        Some(env.map(|e| {
+            let exact = Pattern { comm: e.comm, src: Some(e.src), tag: Some(e.tag) };
+            self.mprobe(exact).expect("the probed message is queued")
+        }))
     }
 
     fn consume(&mut self, r: ReqId, env: Envelope, body: Body<Vec<u8>>) {
@@ -1431,6 +1599,17 @@ impl Engine {
                     self.complete(r, Ok(st));
                 }
             }
+            FrameKind::Choice => {
+                let Some(rp) = self.repl.as_mut() else { return Err(proto("choice in a job without replicas".into())) };
+                if rp.coord.is_dead(slot as usize) {
+                    return Ok(());
+                }
+                if rp.coord.layout().rank_of(slot as usize) != rp.coord.rank() {
+                    return Err(proto(format!("choice from slot {slot}, not a replica of this rank")));
+                }
+                let o = (h.flags & p2pmpi_wire::frame::flags::NOTHING == 0).then_some((mid.src as i32, mid.tag, h.len));
+                rp.choices.learn(mid.seq, o);
+            }
             FrameKind::Eager if self.repl.is_some() && conn::is_streamed(&h) => {
                 let env = Envelope { comm: mid.comm, src: peer, tag: mid.tag, seq: mid.seq, len: h.len };
                 let st = StatusInfo { source: peer, tag: mid.tag, len: h.len, cancelled: false };
@@ -1438,6 +1617,7 @@ impl Engine {
                 // undone if the sender dies half-way (a replica sends it again).
                 if let Some((r, pat, pos)) = self.matcher.arrive_if_matched(&env) {
                     self.traced(&env);
+                    self.note_match(r, &env);
                     if h.flags & p2pmpi_wire::frame::flags::SYNCHRONOUS != 0 {
                         self.ack_sync(&env);
                     }
@@ -1901,4 +2081,19 @@ pub(crate) mod failpoints {
 /// Writes a warning on standard error (the daemons' log later).
 pub(crate) fn log_warn(rank: i32, msg: &str) {
     eprintln!("p2pmpi: rank {rank}: warning: {msg}");
+}
+
+/// `pat` narrowed to the message a master chose (`None`: nothing chosen — unchanged).
+fn exact(pat: Pattern, o: Outcome) -> Pattern {
+    match o {
+        Some((src, tag, _)) => Pattern { comm: pat.comm, src: Some(src), tag: Some(tag) },
+        None => pat,
+    }
+}
+
+/// Registers a receive the master now decides (after a takeover).
+fn rp_choice_of(e: &mut Engine, r: ReqId, c: u64, comm: u32) {
+    if let Some(rp) = e.repl.as_mut() {
+        rp.choice_of.insert(r, (c, comm));
+    }
 }
