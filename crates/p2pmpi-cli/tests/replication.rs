@@ -416,17 +416,18 @@ fn replicas_follow_their_master_s_choices() {
     // Master-worker: rank 0 collects results in arrival order (ANY_SOURCE receives polled
     // with immediate probes). Every replica of rank 0 must take its master's path: the same
     // order, the same number of empty polls. Σ t² for t < 40 = 20540.
-    for r in [2, 3] {
-        let dir = tmpdir(&format!("choices-{r}"));
+    // Also with an immediate ANY_SOURCE receive polled with `test` (both choice points).
+    for (r, how) in [(2, "probe"), (3, "probe"), (2, "test"), (3, "test")] {
+        let dir = tmpdir(&format!("choices-{r}-{how}"));
         let env = [("REPLCHECK_OUT".to_string(), dir.display().to_string())];
-        let out = local(4, r, &["workers", "40"], &env);
+        let out = local(4, r, &["workers", "40", how], &env);
         out.assert_ok();
         assert_eq!(out.stdout, "40 tasks, sum of results 20540\n");
         let seen = orders(&dir, 0..r);
         assert_eq!(seen.len(), r, "-r {r}: every replica of rank 0 writes its order");
         assert!(seen[0].1.lines().count() == 41, "{}", seen[0].1);
         for (slot, text) in &seen[1..] {
-            assert_eq!(text, &seen[0].1, "-r {r}: slot {slot} took another path than its master");
+            assert_eq!(text, &seen[0].1, "-r {r} ({how}): slot {slot} took another path than its master");
         }
         let _ = std::fs::remove_dir_all(&dir);
     }

@@ -10,8 +10,9 @@
 //!   both print it (thesis algorithm 6).
 //! * `iterate STEPS MS` — every rank: a ring exchange at every step, an allreduce every 10
 //!   steps, MS milliseconds of "computation" per step; rank 0 prints a checksum at the end.
-//! * `workers TASKS`  — master-worker: rank 0 hands out tasks and collects results in arrival
-//!   order (`ANY_SOURCE` receives polled with immediate probes); with `REPLCHECK_OUT=DIR`,
+//! * `workers TASKS [test]` — master-worker: rank 0 hands out tasks and collects results in
+//!   arrival order (`ANY_SOURCE` receives polled with immediate probes, or with `test`: an
+//!   immediate `ANY_SOURCE` receive polled with `test`); with `REPLCHECK_OUT=DIR`,
 //!   each replica of rank 0 writes the order it saw (and how many polls missed) to
 //!   `DIR/order-<slot>.txt`: replicas must follow their master's choices.
 use mpi::point_to_point as p2p;
@@ -115,12 +116,32 @@ fn main() {
                     next += 1;
                 }
                 let (mut done, mut sum, mut polls) = (0u64, 0u64, 0u64);
+                let with_test = args.get(2).map(String::as_str) == Some("test");
                 while done < tasks {
-                    while world.any_process().immediate_probe().is_none() {
-                        polls += 1;
-                        std::thread::sleep(std::time::Duration::from_micros(300));
-                    }
-                    let (res, st) = world.any_process().receive::<u64>();
+                    let (res, st) = if with_test {
+                        // An immediate ANY_SOURCE receive, polled with `test`.
+                        let mut res = 0u64;
+                        let st = mpi::request::scope(|scope| {
+                            let mut req = world.any_process().immediate_receive_into(scope, &mut res);
+                            loop {
+                                match req.test() {
+                                    Ok(st) => break st,
+                                    Err(r) => {
+                                        req = r;
+                                        polls += 1;
+                                        std::thread::sleep(std::time::Duration::from_micros(300));
+                                    }
+                                }
+                            }
+                        });
+                        (res, st)
+                    } else {
+                        while world.any_process().immediate_probe().is_none() {
+                            polls += 1;
+                            std::thread::sleep(std::time::Duration::from_micros(300));
+                        }
+                        world.any_process().receive::<u64>()
+                    };
                     let w = st.source_rank();
                     log += &format!("{res} from {w}\n");
                     sum = sum.wrapping_add(res);

@@ -63,8 +63,27 @@ impl Pending {
         self.finish(r)
     }
 
-    /// The outcome if finished, else the pending request back.
+    /// The outcome if finished, else the pending request back. In a replicated job this is a
+    /// choice point: the master's answer is every replica's.
     pub fn test(self) -> std::result::Result<Result<Status>, Pending> {
+        let c = with_engine(|e| {
+            let c = e.completion_point();
+            if c.is_some() {
+                e.progress(self.hint, None);
+            }
+            c
+        });
+        if c.is_some() {
+            let id = self.id;
+            return match wait_until(self.hint, |e| e.completed_at(c, &[Some(id)], false).map(Ok)) {
+                Err(e) => Ok(Err(e)),
+                Ok(done) if done.is_empty() => Err(self),
+                Ok(_) => {
+                    let r = wait_req(self.id, self.hint);
+                    Ok(self.finish(r))
+                }
+            };
+        }
         let r = with_engine(|e| {
             let r = e.take_done(self.id);
             if r.is_none() {
@@ -321,8 +340,10 @@ pub fn wait_any<'a, D, S: Scope<'a>>(requests: &mut Vec<Request<'a, D, S>>) -> O
     if requests.is_empty() {
         return None;
     }
-    let ids: Vec<ReqId> = requests.iter().map(|r| r.pending.as_ref().expect("live request").id).collect();
-    let i = wait_until(None, |e| ids.iter().position(|&id| e.is_done(id)).map(Ok)).or_fatal();
+    let ids: Vec<Option<ReqId>> = requests.iter().map(|r| Some(r.pending.as_ref().expect("live request").id)).collect();
+    // A choice point in a replicated job: every replica completes the request its master did.
+    let c = with_engine(|e| e.completion_point());
+    let i = wait_until(None, |e| e.completed_at(c, &ids, true).map(|d| Ok(d[0]))).or_fatal();
     let req = requests.remove(i);
     Some((i, req.wait()))
 }
@@ -364,27 +385,24 @@ impl<'a, D: ?Sized> RequestCollection<'a, D> {
         (i, st, d)
     }
 
+    fn ids(&self) -> Vec<Option<ReqId>> {
+        self.slots.iter().map(|s| s.as_ref().map(|(p, _)| p.id)).collect()
+    }
+
+    /// The requests complete now (in a replicated job, as the master saw them: a choice point).
     fn done_indices(&self) -> Vec<usize> {
-        with_engine(|e| {
+        let ids = self.ids();
+        let c = with_engine(|e| {
             e.progress(None, None);
-            self.slots
-                .iter()
-                .enumerate()
-                .filter_map(|(i, s)| s.as_ref().filter(|(p, _)| e.is_done(p.id)).map(|_| i))
-                .collect()
-        })
+            e.completion_point()
+        });
+        wait_until(None, |e| e.completed_at(c, &ids, false).map(Ok)).or_fatal()
     }
 
     fn wait_for_some(&self) -> Result<Vec<usize>> {
-        wait_until(None, |e| {
-            let v: Vec<usize> = self
-                .slots
-                .iter()
-                .enumerate()
-                .filter_map(|(i, s)| s.as_ref().filter(|(p, _)| e.is_done(p.id)).map(|_| i))
-                .collect();
-            (!v.is_empty()).then_some(Ok(v))
-        })
+        let ids = self.ids();
+        let c = with_engine(|e| e.completion_point());
+        wait_until(None, |e| e.completed_at(c, &ids, true).map(Ok))
     }
 
     /// Waits for one request; `None` if none is active.

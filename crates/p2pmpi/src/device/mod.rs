@@ -1304,6 +1304,55 @@ impl Engine {
         }
     }
 
+    /// A choice point of a test or a wait on several requests, in a replicated job (which of
+    /// them completed depends on timing, which differs between replicas).
+    pub fn completion_point(&mut self) -> Option<u64> {
+        Some(self.repl.as_mut()?.choices.point())
+    }
+
+    /// Which of `ids` (`None`: an inactive slot) count as complete at choice point `c`:
+    /// `None` while this replica must wait (its master's outcome not known yet, or a request
+    /// the master saw complete not complete here yet; with `block`, nothing complete yet).
+    /// Without a choice point, the requests complete now. At most 64 indices from the first
+    /// are reported at once.
+    pub fn completed_at(&mut self, c: Option<u64>, ids: &[Option<ReqId>], block: bool) -> Option<Vec<usize>> {
+        let done_now = |e: &Engine| -> Vec<usize> {
+            ids.iter().enumerate().filter_map(|(i, id)| id.filter(|&id| e.is_done(id)).map(|_| i)).collect()
+        };
+        let Some(c) = c else {
+            let d = done_now(self);
+            return (!(block && d.is_empty())).then_some(d);
+        };
+        let rp = self.repl.as_mut().expect("choice points only with replicas");
+        let comm = u32::MAX;
+        match rp.choices.knows(c) {
+            Some(o) => {
+                let want = indices_of(o);
+                if !want.iter().all(|&i| ids.get(i).copied().flatten().is_some_and(|id| self.is_done(id))) {
+                    return None;
+                }
+                let rp = self.repl.as_mut().expect("replicated");
+                rp.choices.take(c);
+                if rp.coord.is_master() {
+                    rp.choice_out.push_back((comm, c, o));
+                    self.flush_deferred();
+                }
+                Some(want)
+            }
+            None if rp.coord.is_master() => {
+                let d = done_now(self);
+                if block && d.is_empty() {
+                    return None;
+                }
+                let o = outcome_of(&d);
+                self.repl.as_mut().expect("replicated").choice_out.push_back((comm, c, o));
+                self.flush_deferred();
+                Some(indices_of(o))
+            }
+            None => None,
+        }
+    }
+
     /// Like [`Self::probe_at`], taking the message out (matched probes).
     pub fn mprobe_at(&mut self, c: Option<u64>, pat: Pattern, immediate: bool) -> Option<Option<Matched>> {
         if c.is_none() {
@@ -2096,4 +2145,19 @@ fn rp_choice_of(e: &mut Engine, r: ReqId, c: u64, comm: u32) {
     if let Some(rp) = e.repl.as_mut() {
         rp.choice_of.insert(r, (c, comm));
     }
+}
+
+/// A set of request indices as a choice's outcome: the first, how many, and a mask of the
+/// (at most 64) indices from the first. `None`: the empty set.
+fn outcome_of(done: &[usize]) -> Outcome {
+    let first = *done.first()?;
+    let mask = done.iter().filter(|&&i| i - first < 64).fold(0u64, |m, &i| m | 1 << (i - first));
+    Some((first as i32, mask.count_ones() as i32, mask))
+}
+
+/// The indices an outcome of [`outcome_of`] names.
+fn indices_of(o: Outcome) -> Vec<usize> {
+    let Some((first, _, mask)) = o else { return Vec::new() };
+    let first = first.max(0) as usize;
+    (0..64).filter(|k| mask & (1 << k) != 0).map(|k| first + k).collect()
 }
