@@ -140,6 +140,10 @@ struct Replication {
     deferred_recvs: std::collections::BTreeMap<u64, (ReqId, Pattern)>,
     /// Choices of this master to tell its replicas: communicator, point, outcome.
     choice_out: VecDeque<(u32, u64, Outcome)>,
+    /// Choice frames queued but not written yet (their completions): the master transmits
+    /// nothing before they are, so that no message depending on a choice leaves before the
+    /// choice reached the replicas.
+    choice_unwritten: std::collections::HashSet<ReqId>,
     /// Per slot: transmissions to a suspected replica, held until the launcher declares it
     /// dead. They do not count as written before that: a fan-out is committed only once every
     /// live destination has its copy (if the launcher excludes this process instead, its
@@ -286,6 +290,7 @@ impl Engine {
                 matched: HashMap::new(),
                 deferred_recvs: Default::default(),
                 choice_out: VecDeque::new(),
+                choice_unwritten: Default::default(),
             })
         });
         let trace = std::env::var_os("P2PMPI_TRACE").map(|_| Vec::new());
@@ -410,6 +415,12 @@ impl Engine {
 
     fn complete(&mut self, id: ReqId, st: Result<StatusInfo>) {
         if let Some(rp) = self.repl.as_mut() {
+            if rp.choice_unwritten.remove(&id) {
+                // A choice frame was written (or its replica is gone).
+                self.reqs[id] = None;
+                self.free_reqs.push(id);
+                return;
+            }
             // A master's wildcard receive completed: its replicas follow its choice.
             if let Some((c, comm)) = rp.choice_of.remove(&id) {
                 if let Some(m) = rp.matched.remove(&id) {
@@ -718,6 +729,9 @@ impl Engine {
     /// A master's transmission of `mid` to the replicas `dests` of its destination; the
     /// commit follows once every one is written ([`Self::fanout_step`]).
     fn transmit(&mut self, mid: Mid, data: TxData, dests: Vec<usize>, user: Option<ReqId>, sync: bool) {
+        if user.is_some() {
+            self.choice_barrier();
+        }
         let len = match &data {
             TxData::Raw(_, n) => *n,
             TxData::Owned(v) => v.len(),
@@ -788,6 +802,23 @@ impl Engine {
         // The extra count taken above: the fan-out completes only once every transmission
         // was queued (a fast one must not commit before the others are even sent).
         self.fanout_step(fid);
+    }
+
+    /// Waits until every choice frame is written (or its replica is declared dead): what the
+    /// master sends next may depend on those choices, and a replica that takes over must know
+    /// them. Written at once unless a replica stopped reading for a long while.
+    fn choice_barrier(&mut self) {
+        while self.fatal.is_none() && self.repl.as_ref().is_some_and(|rp| !rp.choice_unwritten.is_empty()) {
+            self.progress(None, Some(Duration::from_millis(1)));
+            if crate::failure::PENDING.load(std::sync::atomic::Ordering::Relaxed) {
+                for k in crate::failure::take_pending() {
+                    self.peer_failed(k);
+                }
+            }
+            if let Some(limit) = crate::failure::send_timeout() {
+                self.check_stalled_sends(limit);
+            }
+        }
     }
 
     /// One transmission of fan-out `f` is done; after the last, the MID goes to the commits.
@@ -892,7 +923,13 @@ impl Engine {
                 let targets: Vec<usize> = rp.coord.commit_targets().into_iter().filter(|&t| !rp.suspected[t]).collect();
                 for t in targets {
                     if let Ok(cid) = self.send_conn(t as i32) {
-                        let _ = self.push_out(cid, Out::new(h, Payload::None));
+                        let req = self.new_req(std::ptr::null_mut(), 0, ReqState::Pending);
+                        if let Some(rp) = self.repl.as_mut() {
+                            rp.choice_unwritten.insert(req);
+                        }
+                        if self.push_out(cid, Out::with_completion(h, Payload::None, req)).is_err() {
+                            self.complete(req, Ok(StatusInfo { source: t as i32, tag: 0, len: 0, cancelled: false }));
+                        }
                     }
                 }
                 continue;
@@ -1016,7 +1053,13 @@ impl Engine {
         self.deferred.retain(|(p, _)| *p != slot);
         if hold {
             if let Some(rp) = self.repl.as_mut() {
-                rp.held[slot as usize].extend(done);
+                // Choice frames to a suspect of this very rank are moot: it will be declared.
+                let (choices, held): (Vec<ReqId>, Vec<ReqId>) =
+                    done.into_iter().partition(|r| rp.choice_unwritten.contains(r));
+                rp.held[slot as usize].extend(held);
+                for r in choices {
+                    self.complete(r, Ok(StatusInfo { source: slot, tag: 0, len: 0, cancelled: false }));
+                }
                 return;
             }
         }
@@ -1831,8 +1874,15 @@ impl Engine {
                     // A replica is gone: the others go on (algorithm 7).
                     self.undo_stream(&mut conn);
                     let done = conn.take_completions();
+                    let mut choices = Vec::new();
                     if let Some(rp) = self.repl.as_mut() {
-                        rp.held[peer as usize].extend(done);
+                        let (c, held): (Vec<ReqId>, Vec<ReqId>) =
+                            done.into_iter().partition(|r| rp.choice_unwritten.contains(r));
+                        rp.held[peer as usize].extend(held);
+                        choices = c;
+                    }
+                    for r in choices {
+                        self.complete(r, Ok(StatusInfo { source: peer, tag: 0, len: 0, cancelled: false }));
                     }
                     self.suspect_slot(peer, &cause);
                     return;
