@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Replication overhead (thesis "P2P-MPI" §4.8.2): the cost of running every rank but 0 as R
-# replicas (`p2pmpirun -r R`), all processes on this host (`--local`).
+# Replication overhead (thesis "P2P-MPI" §4.8.2): the cost of running every rank as R
+# replicas (`p2pmpirun -r R`, rank 0 included), all processes on this host (`--local`).
 #
 #   1. ping-pong, -n 2, R = 1 2 3 4: exactly ITERS (1000) timed round trips per message size
 #      (1 KiB ... 128 KiB); median round trip per (size, R) and its ratio to R = 1;
@@ -18,8 +18,9 @@
 #   NOSPIN=1          also run the ping-pong at R = 1 with the waiting policy of an
 #                     oversubscribed host (P2PMPI_SPIN_US=0 P2PMPI_YIELD_US=2000); 0 disables
 #   FANOUT=1          also run the ping-pong's traffic by hand, without replication, for each
-#                     R > 1 of PP_RS (`-n 1+R`: rank 0 sends to ranks 1..R, rank 1 answers and
-#                     sends an 8-byte commit to ranks 2..R); 0 disables
+#                     R > 1 of PP_RS (`-n 2R`: each side's first copy sends every message to
+#                     every copy of the other side and an 8-byte commit to its own copies);
+#                     0 disables
 #   COLL_NP=4         processes (ranks) of the collective-heavy programs
 #   COLL_RS="1 2 3"   their replication degrees
 #   COLL_STEPS=2000   steps of examples/repl_coll (0 skips it)
@@ -91,7 +92,7 @@ command_of() {
     local part=$1 r=$2 variant=$3 pre="env P2PMPI_HOME=/nonexistent "
     [ "$variant" = nospin ] && pre="env $NOSPIN_ENV P2PMPI_HOME=/nonexistent "
     case $part/$variant in
-        pingpong/fanout) echo "$pre$LAUNCH -n $((1 + r)) -r 1 $EX/repl_pingpong $SIZES $ITERS $WARMUP" ;;
+        pingpong/fanout) echo "$pre$LAUNCH -n $((2 * r)) -r 1 $EX/repl_pingpong $SIZES $ITERS $WARMUP" ;;
         pingpong/*) echo "$pre$LAUNCH -n 2 -r $r $EX/repl_pingpong $SIZES $ITERS $WARMUP" ;;
         coll/*) echo "$pre$LAUNCH -n $COLL_NP -r $r $EX/repl_coll $COLL_STEPS $COLL_BYTES" ;;
         iterate/*) echo "$pre$LAUNCH -n $COLL_NP -r $r $EX/replcheck iterate $ITERATE_STEPS 0" ;;
@@ -119,7 +120,7 @@ run_one() {
     esac
     local np=$COLL_NP
     [ "$part" = pingpong ] && np=2
-    [ "$variant" = fanout ] && np=$((1 + r))
+    [ "$variant" = fanout ] && np=$((2 * r))
     python3 "$STATS" run "$CSV" "$part" "$np" \
         "$r" "$variant" "$rep" "$busy" "$ms" "$status" "$f" "$([ "$part" = pingpong ] && echo "$SIZES")" \
         | sed "s/^/[${0##*\/}]   /" >&2

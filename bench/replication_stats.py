@@ -236,11 +236,11 @@ def cmd_report(args):
             f"(max {max(busy)}%): figures are noisy" if noisy else
             f"background CPU load before each run: max {max(busy) if busy else 0}%")
     pp_np = 2
-    over = [r for r in rs if 1 + (pp_np - 1) * r > nproc]
+    over = [r for r in rs if pp_np * r > nproc]
     notes = [
-        f"Ping-pong: `-n 2 -r R`, rank 0 is not replicated, rank 1 runs as R replicas: 1 + R "
+        f"Ping-pong: `-n 2 -r R`, both ranks run as R replicas: 2R "
         f"processes on {nproc} cores. " + (
-            f"R = {', '.join(map(str, over))} oversubscribe{'s' if len(over) == 1 else ''} the machine ({1 + over[-1]} processes at "
+            f"R = {', '.join(map(str, over))} oversubscribe{'s' if len(over) == 1 else ''} the machine ({2 * over[-1]} processes at "
             f"R = {over[-1]}): the library then stops busy-polling (it yields, then sleeps in the "
             f"kernel), and the replicas compete with the master for the cores. This inflates the "
             f"ratios compared with the thesis' cluster (one host per process, 1 Gb/s)." if over else ""),
@@ -252,11 +252,12 @@ def cmd_report(args):
         dnotes.append("`R=1 nospin`: R = 1 (2 processes) with the waiting policy the library picks when "
                       "oversubscribed (`P2PMPI_SPIN_US=0 P2PMPI_YIELD_US=2000`): what the policy alone costs.")
     if fan:
-        dnotes.append("`fan-out K`: no replication, `-n 1+K`: rank 0 sends each message to ranks 1..K, "
-                      "rank 1 answers and then sends an 8-byte commit to ranks 2..K, which receive both "
-                      "— the traffic and the process count of R = K done by hand, i.e. what K copies "
-                      "cost this machine without the library's protocol. `R=K/fan-out K` > 1 is the "
-                      "protocol's own overhead (MIDs, backup and log tables, ordering).")
+        dnotes.append("`fan-out K`: no replication, `-n 2K`: K copies of each side; each side's first "
+                      "copy sends each message to every copy of the other side and an 8-byte commit "
+                      "to its own copies, which receive both — the traffic and the process count of "
+                      "R = K done by hand, i.e. what K copies cost this machine without the library's "
+                      "protocol. `R=K/fan-out K` > 1 is the protocol's own overhead (MIDs, backup and "
+                      "log tables, ordering, leases).")
     out = []
     out.append(f"Machine: {machine}")
     out.append(f"Versions: {E.get('VER_RUST', '')}")

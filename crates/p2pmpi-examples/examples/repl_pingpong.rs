@@ -11,13 +11,15 @@
 //! same buffer), then rank 0 checks the buffer it got back last (untimed) and prints
 //! `replpp <bytes> <iters> <round_trip_us> <one_way_us> <MB_per_s> <ok|CORRUPT>`
 //! (round trip = elapsed / ITERS, one way = half of it, MB = 10^6 bytes).
-//! With `-r R`, rank 1 runs as R replicas: rank 0 sends each message to all of them and the
-//! master of rank 1 answers (then commits to its replicas).
+//! With `-r R`, both ranks run as R replicas: each rank's master sends each message to every
+//! replica of the other rank, then commits it to its own replicas.
 //!
-//! **Fan-out mode** (`-n K` with K > 2, without `-r`): the same traffic done by hand, as a
-//! baseline of what R = K - 1 replicas cost the machine without the library's protocol: rank 0
-//! sends each message to ranks 1..K-1, rank 1 answers, then sends an 8-byte "commit" to ranks
-//! 2..K-1, which receive the message and the commit and do nothing else.
+//! **Fan-out mode** (`-n 2R` with R > 1, without `-r`): the same traffic done by hand, as a
+//! baseline of what R replicas cost the machine without the library's protocol. Ranks 0..R-1
+//! are rank A's copies, R..2R-1 rank B's; A's first copy sends each message to every copy of
+//! B and an 8-byte "commit" to A's other copies; B's first copy answers to every copy of A and
+//! commits to B's other copies; the other copies receive the message and the commit and do
+//! nothing else.
 use mpi::traits::*;
 
 fn main() {
@@ -35,8 +37,17 @@ fn main() {
     let rank = world.rank();
     let np = world.size();
     assert!(np >= 2, "run with -n 2 (or more: fan-out mode)");
-    let peer = world.process_at_rank(if rank == 0 { 1 } else { 0 });
-    let others: Vec<_> = (2..np).map(|r| world.process_at_rank(r)).collect();
+    // Fan-out mode: R copies of each side (`-n 2R`); plain ping-pong: R = 1.
+    let r = (np / 2).max(1);
+    assert!(np == 2 || np == 2 * r, "run with -n 2, or -n 2R for the fan-out mode");
+    let side = rank / r; // 0: A, 1: B
+    let first = rank % r == 0;
+    let other: Vec<_> = (0..r).map(|k| world.process_at_rank((1 - side) * r + k)).collect();
+    let own: Vec<_> = (1..r).map(|k| world.process_at_rank(side * r + k)).collect();
+    let master_a = world.process_at_rank(0);
+    let master_b = world.process_at_rank(r);
+    let my_master = if side == 0 { &master_a } else { &master_b };
+    let other_master = if side == 0 { &master_b } else { &master_a };
     for &size in &sizes {
         let msg = size;
         let mut buf: Vec<u8> = (0..size.max(1)).map(|i| (i % 251) as u8 + 1).collect();
@@ -44,22 +55,23 @@ fn main() {
         let round = |n: u64, buf: &mut Vec<u8>| {
             let mut commit = [0u64; 1];
             for _ in 0..n {
-                if rank == 0 {
-                    peer.send(&buf[..msg]);
-                    for o in &others {
-                        o.send(&buf[..msg]);
+                // A sends, B answers; each side's first copy transmits to every copy of the
+                // other side and commits to its own copies.
+                for turn in 0..2 {
+                    let sending = turn == side;
+                    if sending && first {
+                        for o in &other {
+                            o.send(&buf[..msg]);
+                        }
+                        commit[0] += 1;
+                        for o in &own {
+                            o.send(&commit[..]);
+                        }
+                    } else if sending {
+                        my_master.receive_into(&mut commit[..]);
+                    } else {
+                        other_master.receive_into(&mut buf[..msg]);
                     }
-                    peer.receive_into(&mut buf[..msg]);
-                } else if rank == 1 {
-                    peer.receive_into(&mut buf[..msg]);
-                    peer.send(&buf[..msg]);
-                    commit[0] += 1;
-                    for o in &others {
-                        o.send(&commit[..]);
-                    }
-                } else {
-                    peer.receive_into(&mut buf[..msg]);
-                    world.process_at_rank(1).receive_into(&mut commit[..]);
                 }
             }
         };
