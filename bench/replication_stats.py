@@ -216,7 +216,7 @@ def cmd_report(args):
                 cs = ("same as R=1" if R != 1 and ref else next(iter(c))[:16])
             name = (f"repl_coll {E.get('COLL_STEPS', '')}" if p == "coll"
                     else f"replcheck iterate {E.get('ITERATE_STEPS', '')} 0")
-            crows.append([name, str(R), str(1 + (np_ - 1) * R),
+            crows.append([name, str(R), str(np_ * R),
                           fmt(med(wall.get(R, []))), fmt(ratio(med(wall.get(R, [])), med(wall.get(1, []))), 2),
                           fmt(med(loop.get(R, []))), fmt(ratio(med(loop.get(R, [])), med(loop.get(1, []))), 2),
                           f"{runs[R][0]}/{runs[R][1]}", cs])

@@ -406,6 +406,22 @@ fn assert_resumed_report(stderr: &str, who: &str) {
     assert!(line.ends_with("; it resumed and was stopped"), "{line}");
 }
 
+/// `p2pmpirun --local -n N -r R replcheck ARGS MARKER` (fast detector) started in the
+/// background, once all its processes run: the job and its processes by slot.
+fn local_job(n: usize, r: usize, args: &[&str], marker: &str) -> (Running, HashMap<usize, u32>) {
+    let (ns, rs) = (n.to_string(), r.to_string());
+    let mut cmd = Command::new(launcher());
+    cmd.args(["--local", "-n", &ns, "-r", &rs])
+        .args(FD)
+        .arg(example("replcheck"))
+        .args(args)
+        .arg(marker)
+        .env("P2PMPI_HOME", "/nonexistent/p2pmpi-local-tests");
+    let job = spawn(&mut cmd);
+    let procs = wait_processes(marker, n * r);
+    (job, procs)
+}
+
 /// The order in which each replica of rank 0 saw the workers' results (`replcheck workers`).
 fn orders(dir: &Path, slots: std::ops::Range<usize>) -> Vec<(usize, String)> {
     slots.filter_map(|s| std::fs::read_to_string(dir.join(format!("order-{s}.txt"))).ok().map(|t| (s, t))).collect()
@@ -463,16 +479,8 @@ fn rank_zero_is_replicated_too_and_survives_the_death_of_its_master() {
     plain.assert_ok();
     for sig in [libc::SIGKILL, libc::SIGSTOP] {
         let marker = common::marker(&format!("rank0-{sig}"));
-        let mut cmd = Command::new(launcher());
-        cmd.args(["--local", "-n", "3", "-r", "2"])
-            .args(FD)
-            .arg(example("replcheck"))
-            .args(args)
-            .arg(&marker)
-            .env("P2PMPI_HOME", "/nonexistent/p2pmpi-local-tests");
-        let job = spawn(&mut cmd);
+        let (job, procs) = local_job(3, 2, &args, &marker);
         // Slot 0 is rank 0's master (the process a grid job runs on the submitter).
-        let procs = wait_processes(&marker, 6);
         std::thread::sleep(Duration::from_millis(600));
         unsafe { libc::kill(procs[&0] as i32, sig) };
         let out = job.finish(LIMIT);
@@ -493,15 +501,7 @@ fn a_replica_frozen_past_detection_that_resumes_is_stopped_and_harms_nothing() {
     plain.assert_ok();
     for (slot, who) in [(5, "rank 2 replica 1"), (4, "rank 2 replica 0")] {
         let marker = common::marker(&format!("resume-{slot}"));
-        let mut cmd = Command::new(launcher());
-        cmd.args(["--local", "-n", "3", "-r", "2"])
-            .args(FD)
-            .arg(example("replcheck"))
-            .args(args)
-            .arg(&marker)
-            .env("P2PMPI_HOME", "/nonexistent/p2pmpi-local-tests");
-        let job = spawn(&mut cmd);
-        let procs = wait_processes(&marker, 6);
+        let (job, procs) = local_job(3, 2, &args, &marker);
         std::thread::sleep(Duration::from_millis(400));
         let pid = procs[&slot] as i32;
         unsafe { libc::kill(pid, libc::SIGSTOP) };

@@ -1,13 +1,15 @@
 //! The FT service and client over real TCP on 127.0.0.1.
 
+mod common;
+
+use common::Tmp;
 use p2pmpi_peer::ft::{self, FtContext, LocalFile, StageReport};
 use p2pmpi_wire::grid::{FileMeta, FileSource, FtRequest, FtResponse, Ticket};
 use p2pmpi_wire::secure::{GridSecret, SecureConn};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -15,36 +17,13 @@ const TICKET: Ticket = Ticket(0xfeed);
 const JOB: &str = "00c0ffee";
 const T: Duration = Duration::from_secs(10);
 
-/// A unique temporary directory, removed on drop.
-struct Tmp(PathBuf);
-
-impl Tmp {
-    fn new(tag: &str) -> Tmp {
-        static N: AtomicUsize = AtomicUsize::new(0);
-        let p = std::env::temp_dir().join(format!(
-            "p2pmpi-ft-{tag}-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::SeqCst)
-        ));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        Tmp(p)
-    }
-}
-
-impl Drop for Tmp {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 fn secret() -> GridSecret {
     GridSecret::from_phrase("ft test grid")
 }
 
 /// An FT service on its own temp dirs: (address, root dir with cache/ and jobs/).
 fn server() -> (SocketAddr, Tmp) {
-    let root = Tmp::new("srv");
+    let root = Tmp::new("ft-srv");
     server_with(root, |_| {})
 }
 
@@ -100,7 +79,7 @@ fn names_in(dir: &Path) -> Vec<String> {
 #[test]
 fn ft_stages_then_caches() {
     let (addr, root) = server();
-    let src = Tmp::new("src");
+    let src = Tmp::new("ft-src");
     let files = local_files(&src.0);
     let metas = ft::describe(&files).unwrap();
     let rep = stage1(addr, &files, &metas).unwrap();
@@ -129,7 +108,7 @@ fn ft_stages_then_caches() {
 #[test]
 fn ft_empty_file_and_same_content_twice() {
     let (addr, root) = server();
-    let src = Tmp::new("src");
+    let src = Tmp::new("ft-src");
     std::fs::write(src.0.join("empty"), b"").unwrap();
     std::fs::write(src.0.join("a"), b"same").unwrap();
     let files = vec![
@@ -149,7 +128,7 @@ fn ft_empty_file_and_same_content_twice() {
 #[test]
 fn ft_refuses_a_wrong_ticket_and_a_wrong_secret() {
     let (addr, root) = server();
-    let src = Tmp::new("src");
+    let src = Tmp::new("ft-src");
     let files = local_files(&src.0);
     let metas = ft::describe(&files).unwrap();
     let e = ft::stage(addr, &secret(), Ticket(1), JOB, &files, &metas, T).unwrap_err().to_string();
@@ -174,7 +153,7 @@ fn ft_refuses_escaping_names_and_job_ids() {
     assert!(names_in(&root.0).is_empty(), "nothing written: {:?}", names_in(&root.0));
     let parent = root.0.parent().unwrap();
     assert!(!parent.join("x").exists());
-    let src = Tmp::new("src");
+    let src = Tmp::new("ft-src");
     std::fs::write(src.0.join("f"), b"x").unwrap();
     let bad = [LocalFile::Path { name: "../f".into(), path: src.0.join("f"), executable: false }];
     assert!(ft::describe(&bad).is_err(), "the client refuses too");
@@ -200,7 +179,7 @@ fn ft_safe_join_rules() {
 #[test]
 fn ft_does_not_follow_symlinks_out_of_the_job_dir() {
     let (addr, root) = server();
-    let outside = Tmp::new("outside");
+    let outside = Tmp::new("ft-outside");
     std::fs::write(outside.0.join("target"), b"precious").unwrap();
     let job = root.0.join("jobs").join(JOB);
     std::fs::create_dir_all(&job).unwrap();
@@ -208,7 +187,7 @@ fn ft_does_not_follow_symlinks_out_of_the_job_dir() {
     std::os::unix::fs::symlink(&outside.0, job.join("sub")).unwrap();
 
     assert!(matches!(offer_raw(addr, JOB, vec![inline("evil", b"new")]), FtResponse::Need(_)));
-    let src = Tmp::new("src");
+    let src = Tmp::new("ft-src");
     std::fs::write(src.0.join("f"), b"new").unwrap();
     let files = [LocalFile::Path { name: "evil".into(), path: src.0.join("f"), executable: false }];
     stage1(addr, &files, &ft::describe(&files).unwrap()).unwrap();
@@ -224,7 +203,7 @@ fn ft_does_not_follow_symlinks_out_of_the_job_dir() {
 #[test]
 fn ft_hash_mismatch_installs_nothing() {
     let (addr, root) = server();
-    let src = Tmp::new("src");
+    let src = Tmp::new("ft-src");
     let files = local_files(&src.0);
     let metas = ft::describe(&files).unwrap();
     std::fs::write(src.0.join("prog"), b"#!/bin/sh\necho HELLO\n").unwrap(); // same size, other content
@@ -265,7 +244,7 @@ fn ft_survives_garbage_and_silence() {
     let _ = c.send(&FtRequest::Chunk { index: 0, data: vec![0; 3 << 20] });
     assert!(!matches!(c.recv::<FtResponse>(), Ok(Some(_))));
 
-    let src = Tmp::new("src");
+    let src = Tmp::new("ft-src");
     let files = local_files(&src.0);
     let rep = stage1(addr, &files, &ft::describe(&files).unwrap()).unwrap();
     assert_eq!(rep.received, 2);
@@ -273,7 +252,7 @@ fn ft_survives_garbage_and_silence() {
 
 #[test]
 fn ft_a_stalled_connection_is_closed() {
-    let root = Tmp::new("stall");
+    let root = Tmp::new("ft-stall");
     let ctx = FtContext::new(root.0.join("cache"), root.0.join("jobs"), secret(), |_, _| true);
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
@@ -327,7 +306,7 @@ fn http_server_with(body: Vec<u8>, announce_length: bool) -> SocketAddr {
 fn ft_fetches_url_files() {
     let (addr, root) = server();
     let http = http_server(b"fetched content\n");
-    let src = Tmp::new("src");
+    let src = Tmp::new("ft-src");
     let mut files = local_files(&src.0);
     files.push(LocalFile::Url {
         name: "in/remote.txt".into(),
@@ -349,7 +328,7 @@ fn ft_fetches_url_files() {
 #[test]
 fn ft_stage_many_in_target_order() {
     let servers: Vec<(SocketAddr, Tmp)> = (0..3).map(|_| server()).collect();
-    let src = Tmp::new("src");
+    let src = Tmp::new("ft-src");
     let files = local_files(&src.0);
     let metas = ft::describe(&files).unwrap();
     let mut targets: Vec<SocketAddr> = servers.iter().map(|s| s.0).collect();
@@ -370,7 +349,7 @@ fn ft_stage_many_in_target_order() {
 /// limit, whether the server announces its length or not; nothing of it is kept.
 #[test]
 fn ft_fetch_stops_at_ft_fetch_max() {
-    let (addr, root) = server_with(Tmp::new("fetchmax"), |c| c.fetch_max = 1000);
+    let (addr, root) = server_with(Tmp::new("ft-fetchmax"), |c| c.fetch_max = 1000);
     let file = root.0.join("jobs").join(JOB).join("big.dat");
     for announced in [true, false] {
         let http = http_server_with(vec![b'x'; 5000], announced);
@@ -407,9 +386,9 @@ fn sorted(mut v: Vec<String>) -> Vec<String> {
 /// recently used entries (a cache hit is a use); the jobs' files are not disturbed.
 #[test]
 fn ft_cache_keeps_its_quota_evicting_the_least_recently_used() {
-    let (addr, root) = server_with(Tmp::new("quota"), |c| c.cache_max = 250_000);
+    let (addr, root) = server_with(Tmp::new("ft-quota"), |c| c.cache_max = 250_000);
     let cache = root.0.join("cache");
-    let src = Tmp::new("src");
+    let src = Tmp::new("ft-src");
     let ((a, ha), (b, hb), (c, hc)) =
         (sized_file(&src.0, "a", 1), sized_file(&src.0, "b", 2), sized_file(&src.0, "c", 3));
     let stage = |f: &[LocalFile]| stage1(addr, f, &ft::describe(f).unwrap()).unwrap();
@@ -428,9 +407,9 @@ fn ft_cache_keeps_its_quota_evicting_the_least_recently_used() {
 /// installs it, even when it is the least recently used; afterwards it may go.
 #[test]
 fn ft_cache_never_evicts_an_entry_a_staging_uses() {
-    let (addr, root) = server_with(Tmp::new("inuse"), |c| c.cache_max = 150_000);
+    let (addr, root) = server_with(Tmp::new("ft-inuse"), |c| c.cache_max = 150_000);
     let cache = root.0.join("cache");
-    let src = Tmp::new("src");
+    let src = Tmp::new("ft-src");
     let ((a, ha), (b, _), (c, hc)) =
         (sized_file(&src.0, "a", 1), sized_file(&src.0, "b", 2), sized_file(&src.0, "c", 3));
     let stage = |f: &[LocalFile]| stage1(addr, f, &ft::describe(f).unwrap()).unwrap();
@@ -462,7 +441,7 @@ fn ft_cache_never_evicts_an_entry_a_staging_uses() {
 /// is cut back to its quota, oldest entries first; other files are left alone.
 #[test]
 fn ft_start_cleans_the_cache() {
-    let root = Tmp::new("start");
+    let root = Tmp::new("ft-start");
     let cache = root.0.join("cache");
     std::fs::create_dir_all(&cache).unwrap();
     let entry = |n: u8| {

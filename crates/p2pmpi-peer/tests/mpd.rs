@@ -1,6 +1,9 @@
 //! A real peer daemon (MPD with its RS and FT), run in this test process on 127.0.0.1 with
 //! ports chosen by the system and no supernode.
 
+mod common;
+
+use common::Tmp;
 use p2pmpi_peer::config::Config;
 use p2pmpi_peer::ft;
 use p2pmpi_peer::home::{self, Home, MpdState};
@@ -10,7 +13,6 @@ use p2pmpi_wire::secure::{GridSecret, SecureConn};
 use std::net::{IpAddr, SocketAddr};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 const T: Duration = Duration::from_secs(10);
@@ -18,29 +20,6 @@ const LOCAL: IpAddr = IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
 
 fn secret() -> GridSecret {
     GridSecret::from_phrase("mpd test grid")
-}
-
-/// A unique temporary directory, removed on drop.
-struct Tmp(PathBuf);
-
-impl Tmp {
-    fn new(tag: &str) -> Tmp {
-        static N: AtomicUsize = AtomicUsize::new(0);
-        let p = std::env::temp_dir().join(format!(
-            "p2pmpi-mpd-{tag}-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::SeqCst)
-        ));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        Tmp(p)
-    }
-}
-
-impl Drop for Tmp {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 /// A peer daemon running in a thread of this process; halted when dropped.
@@ -55,7 +34,7 @@ impl Daemon {
     /// Starts an MPD with `cfg` (ports, address, supernodes and cache file are set here) and
     /// waits, bounded, until it published its state.
     fn start(cfg: Config) -> Daemon {
-        let dir = Tmp::new("home");
+        let dir = Tmp::new("mpd-home");
         let home = Home::new(dir.0.join("p2pmpi"));
         let config = Config {
             supernodes: vec![],
@@ -250,7 +229,7 @@ fn stage(d: &Daemon, ticket: Ticket, job: &str, src: &Path) {
 #[test]
 fn mpd_files_staged_for_an_unused_reservation_are_removed() {
     let d = Daemon::start(Config { reservation_hold_ms: 500, ..Config::default() });
-    let src = Tmp::new("src");
+    let src = Tmp::new("mpd-src");
 
     // Cancelled: the files are gone when the RS answers.
     d.reserve(Ticket(1)).unwrap();
