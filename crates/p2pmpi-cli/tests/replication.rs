@@ -601,17 +601,7 @@ const CHAOS_STEPS: &str = "120";
 fn chaos_trial(grid: &TestGrid, r: usize, seed: u64, together: bool, reference: &str) -> Result<(), String> {
     let mut rng = p2pmpi::random::Rand::from_parts(seed, r as u64, together as u64);
     let marker = common::marker(&format!("chaos-{seed}"));
-    let rs = r.to_string();
-    let mut cmd = Command::new(common::grid::bin("p2pmpirun"));
-    cmd.args(["-n", "3", "-r", &rs])
-        .args(FD)
-        .arg(example("replcheck"))
-        .args(["iterate", CHAOS_STEPS, "25", &marker])
-        .env("P2PMPI_HOME", grid.home(1))
-        .env_remove("P2PMPI_CONF_FILE");
-    let job = spawn(&mut cmd);
-    let slots = 3 * r;
-    let procs = wait_processes(&marker, slots);
+    let (job, procs) = chaos_job(grid, r, &marker);
     // Victims: for each rank (rank 0 included), up to r − 1 of its replicas (masters
     // included).
     let mut victims: Vec<usize> = Vec::new();
@@ -666,15 +656,36 @@ fn chaos_trial(grid: &TestGrid, r: usize, seed: u64, together: bool, reference: 
     for t in resumes {
         let _ = t.join();
     }
+    let what = format!("r {r}, seed {seed}, together {together}, (slot, fault) {done:?}");
+    judge_trial(job, &marker, &what, reference)
+}
+
+/// The chaos job on `grid`: `-n 3 -r R replcheck iterate …`, started in the background once
+/// all its processes run.
+fn chaos_job(grid: &TestGrid, r: usize, marker: &str) -> (Running, HashMap<usize, u32>) {
+    let rs = r.to_string();
+    let mut cmd = Command::new(common::grid::bin("p2pmpirun"));
+    cmd.args(["-n", "3", "-r", &rs])
+        .args(FD)
+        .arg(example("replcheck"))
+        .args(["iterate", CHAOS_STEPS, "25", marker])
+        .env("P2PMPI_HOME", grid.home(1))
+        .env_remove("P2PMPI_CONF_FILE");
+    let job = spawn(&mut cmd);
+    let procs = wait_processes(marker, 3 * r);
+    (job, procs)
+}
+
+/// A trial's verdict: the job succeeded, printed `reference`, and left no process behind
+/// (frozen victims are stopped by the launcher at the end; leftovers are killed here).
+fn judge_trial(job: Running, marker: &str, what: &str, reference: &str) -> Result<(), String> {
     let out = job.finish(LIMIT);
-    // Frozen victims are stopped by the launcher at the end; make sure nothing is left.
-    let left = processes_with(&marker);
+    let left = processes_with(marker);
     for pid in &left {
         unsafe {
             libc::kill(*pid as i32, libc::SIGKILL);
         }
     }
-    let what = format!("r {r}, seed {seed}, together {together}, (slot, fault) {done:?}");
     if !out.status.success() {
         return Err(format!("{what}: the job failed ({:?}):\n{}", out.status, out.stderr));
     }
@@ -695,16 +706,7 @@ fn chaos_trial(grid: &TestGrid, r: usize, seed: u64, together: bool, reference: 
 fn partition_trial(grid: &TestGrid, r: usize, seed: u64, reference: &str) -> Result<(), String> {
     let mut rng = p2pmpi::random::Rand::from_parts(seed, r as u64, 7);
     let marker = common::marker(&format!("cut-{seed}"));
-    let rs = r.to_string();
-    let mut cmd = Command::new(common::grid::bin("p2pmpirun"));
-    cmd.args(["-n", "3", "-r", &rs])
-        .args(FD)
-        .arg(example("replcheck"))
-        .args(["iterate", CHAOS_STEPS, "25", &marker])
-        .env("P2PMPI_HOME", grid.home(1))
-        .env_remove("P2PMPI_CONF_FILE");
-    let job = spawn(&mut cmd);
-    let procs = wait_processes(&marker, 3 * r);
+    let (job, procs) = chaos_job(grid, r, &marker);
     let root = bind_of(procs[&0]).unwrap_or_default();
     let mut hosts: Vec<String> = procs.values().filter_map(|p| bind_of(*p)).filter(|h| *h != root).collect();
     hosts.sort();
@@ -718,24 +720,8 @@ fn partition_trial(grid: &TestGrid, r: usize, seed: u64, reference: &str) -> Res
     let wall = Partition::cut(&host, seed);
     std::thread::sleep(Duration::from_millis(cut_ms));
     drop(wall);
-    let out = job.finish(LIMIT);
-    let left = processes_with(&marker);
-    for pid in &left {
-        unsafe {
-            libc::kill(*pid as i32, libc::SIGKILL);
-        }
-    }
     let what = format!("r {r}, seed {seed}, host {host} cut for {cut_ms} ms");
-    if !out.status.success() {
-        return Err(format!("{what}: the job failed ({:?}):\n{}", out.status, out.stderr));
-    }
-    if out.stdout != reference {
-        return Err(format!("{what}: output differs:\n{}\nstderr:\n{}", out.stdout, out.stderr));
-    }
-    if !left.is_empty() {
-        return Err(format!("{what}: processes {left:?} were left running"));
-    }
-    Ok(())
+    judge_trial(job, &marker, &what, reference)
 }
 
 /// Trials per configuration (the soak script sets more).
