@@ -75,6 +75,9 @@ struct SlotState {
     declared: Option<Duration>,
     /// It was heard from after it was excluded (it resumed, or its partition healed).
     heard_after: bool,
+    /// Until when it counts as recently cut off: a renewal came after a silence of more than
+    /// half a lease (renewals queued during a partition arrive together when it heals).
+    silent_until: Duration,
 }
 
 /// The supervisor's side (the launcher): suspicions in, declarations out.
@@ -136,8 +139,12 @@ impl Supervisor {
         if self.heard_from(slot) || slot >= self.slots.len() {
             return Grant::Excluded;
         }
-        let g = &mut self.slots[slot].last_grant;
-        *g = Some(g.map_or(now, |g| g.max(now)));
+        let lease = self.lease;
+        let s = &mut self.slots[slot];
+        if s.last_grant.is_some_and(|g| now.saturating_sub(g) > lease / 2) {
+            s.silent_until = now + lease;
+        }
+        s.last_grant = Some(s.last_grant.map_or(now, |g| g.max(now)));
         Grant::Lease
     }
 
@@ -146,18 +153,22 @@ impl Supervisor {
         self.dead.alive_slots(rank).filter(|&s| s != but && !self.is_fenced(s)).count()
     }
 
-    /// Whether `slot` renewed its lease within half a lease: the supervisor hears it well.
+    /// Whether the supervisor hears `slot` well: it renewed within half a lease, and was not
+    /// silent for longer than that within the last lease.
     fn renews(&self, now: Duration, slot: usize) -> bool {
-        self.slots[slot].last_grant.is_some_and(|g| now.saturating_sub(g) < self.lease / 2)
+        let s = &self.slots[slot];
+        s.last_grant.is_some_and(|g| now.saturating_sub(g) < self.lease / 2) && now >= s.silent_until
     }
 
     /// `by` (or the supervisor itself, `None`) suspects `slot`. Returns the slot excluded, if
     /// any: a suspicion from a fenced process, or of one already fenced, changes nothing.
     ///
-    /// A suspicion whose verdict would lose a rank (the suspect is the last replica of its
-    /// rank standing) while the supervisor still hears the suspect renew its lease, and the
-    /// accuser's rank has another replica, excludes the **accuser** instead: it is the one cut
-    /// off (an asymmetric partition, or a process that froze and woke up accusing everybody).
+    /// The **accuser** is excluded instead, when its rank has another replica standing and
+    /// the supervisor still hears the suspect renew its lease, while
+    /// * the accuser itself was silent lately (it was the one cut off: its accusations come
+    ///   when its partition heals), or
+    /// * the verdict would lose a rank (the suspect is the last replica of its rank
+    ///   standing): an asymmetric partition, where one side must go.
     pub fn suspect(&mut self, now: Duration, slot: usize, by: Option<usize>, why: &str) -> Option<usize> {
         if slot >= self.slots.len() || self.is_fenced(slot) {
             return None;
@@ -167,8 +178,8 @@ impl Supervisor {
                 return None;
             }
             let l = self.dead.layout();
-            if self.standing(l.rank_of(slot), slot) == 0 && self.renews(now, slot) && self.standing(l.rank_of(b), b) > 0
-            {
+            let last = self.standing(l.rank_of(slot), slot) == 0;
+            if (last || !self.renews(now, b)) && self.renews(now, slot) && self.standing(l.rank_of(b), b) > 0 {
                 let why = format!("it reported that slot {slot}, which the launcher still hears, failed ({why})");
                 self.slots[b].excluded = Some((now, None, why));
                 return Some(b);
@@ -292,10 +303,11 @@ mod tests {
         let layout = Layout::new(3, 2);
         let mut s = Supervisor::new(layout, L);
         assert_eq!(s.renew(ms(100), 3), Grant::Lease);
-        assert_eq!(s.suspect(ms(500), 3, Some(1), "silent"), Some(3));
+        assert_eq!(s.renew(ms(450), 1), Grant::Lease);
+        assert_eq!(s.suspect(ms(650), 3, Some(1), "silent"), Some(3));
         // Excluded: no more leases, and a second suspicion changes nothing.
-        assert_eq!(s.renew(ms(600), 3), Grant::Excluded);
-        assert_eq!(s.suspect(ms(600), 3, Some(2), "again"), None);
+        assert_eq!(s.renew(ms(700), 3), Grant::Excluded);
+        assert_eq!(s.suspect(ms(700), 3, Some(2), "again"), None);
         assert!(s.poll(ms(1000)).is_empty(), "its lease (asked at 100 ms at the latest) still runs");
         assert_eq!(s.next_deadline(), Some(ms(100) + L + margin(L)));
         let d = s.poll(ms(1200));
@@ -353,6 +365,38 @@ mod tests {
         s.ended(ms(0), 1, "gone");
         s.suspect(ms(0), 5, None, "gone");
         assert_eq!(s.suspect(ms(100), 0, Some(4), "silent"), Some(0));
+    }
+
+    #[test]
+    fn an_accuser_that_was_cut_off_is_excluded_not_its_suspects() {
+        // n = 3, r = 3. Slot 8 is cut off for 1.3 s; its renewals queued meanwhile arrive
+        // when the partition heals, just before its accusations.
+        let layout = Layout::new(3, 3);
+        let mut s = Supervisor::new(layout, L);
+        let mut t = 0;
+        while t <= 1000 {
+            for slot in 0..9 {
+                if slot != 8 || t <= 200 {
+                    s.renew(ms(t), slot);
+                }
+            }
+            t += 250;
+        }
+        s.renew(ms(1500), 8);
+        for slot in 0..8 {
+            s.renew(ms(1500), slot);
+        }
+        assert_eq!(s.suspect(ms(1510), 3, Some(8), "silent"), Some(8), "the accuser goes");
+        assert_eq!(s.suspect(ms(1510), 4, Some(8), "silent"), None, "and its word counts for nothing");
+        // A suspect that really went silent is believed, from a well-heard accuser.
+        let mut s = Supervisor::new(layout, L);
+        for slot in 0..9 {
+            s.renew(ms(0), slot);
+        }
+        for slot in 0..8 {
+            s.renew(ms(400), slot);
+        }
+        assert_eq!(s.suspect(ms(600), 8, Some(3), "silent"), Some(8));
     }
 
     #[test]

@@ -101,6 +101,15 @@ pub const BACKUP_COPY_LIMIT: usize = EAGER_LIMIT;
 /// too, so a replica running ahead of its master holds a bounded window of unsent payload.
 pub const BACKUP_WINDOW: usize = 4 << 20;
 
+/// At most this many bytes of recently committed messages a non-master keeps (and at most
+/// [`RECENT_MAX`] of them), to send again if it takes over: a master's write counts as done
+/// once its kernel accepted it, and a master killed with unread input resets its connections,
+/// which discards what its kernel had not sent yet — messages it had already committed.
+/// Receivers drop what they already have (the history table).
+pub const RECENT_WINDOW: usize = 8 << 20;
+/// At most this many recently committed messages kept.
+pub const RECENT_MAX: usize = 1 << 16;
+
 /// A message in a non-master's backup table (thesis algorithm 4).
 #[derive(Debug)]
 enum Backup {
@@ -115,6 +124,9 @@ struct Replication {
     coord: Coordinator<Backup>,
     /// Bytes of copies in the backup table.
     backup_bytes: usize,
+    /// Copies of recently committed messages, oldest first ([`RECENT_WINDOW`]).
+    recent: VecDeque<(Mid, Vec<u8>)>,
+    recent_bytes: usize,
     fanouts: Vec<Option<Fanout>>,
     free_fanouts: Vec<usize>,
     /// MIDs whose transmissions are all written: to commit.
@@ -276,6 +288,8 @@ impl Engine {
             Box::new(Replication {
                 coord: Coordinator::new(l, slot as usize),
                 backup_bytes: 0,
+                recent: VecDeque::new(),
+                recent_bytes: 0,
                 fanouts: Vec::new(),
                 free_fanouts: Vec::new(),
                 commits: VecDeque::new(),
@@ -985,6 +999,14 @@ impl Engine {
                         resend.len()
                     );
                 }
+                // What the dead master committed lately first (its last writes may have died
+                // in its kernel), then what it had not committed.
+                let recent = std::mem::take(&mut rp.recent);
+                rp.recent_bytes = 0;
+                for (m, v) in recent {
+                    rp.backup_bytes += v.len();
+                    rp.resends.push_back((m, Backup::Copy(v)));
+                }
                 rp.resends.extend(resend.into_iter().map(|(m, d)| (mid_of(&m), d)));
             }
             Recovery::RankLost { rank } => {
@@ -1678,11 +1700,24 @@ impl Engine {
                 }
                 let mut lent_done: Vec<ReqId> = Vec::new();
                 let mut freed = 0;
-                let ok = rp.coord.on_commit(slot as usize, msg_id(&mid), |_, b| match b {
-                    Backup::Copy(v) => freed += v.len(),
+                let mut kept: Vec<(Mid, Vec<u8>)> = Vec::new();
+                let ok = rp.coord.on_commit(slot as usize, msg_id(&mid), |m, b| match b {
+                    Backup::Copy(v) => {
+                        freed += v.len();
+                        kept.push((mid_of(&m), v));
+                    }
                     Backup::Lent { req, .. } => lent_done.push(req),
                 });
                 rp.backup_bytes -= freed;
+                for (m, v) in kept {
+                    rp.recent_bytes += v.len();
+                    rp.recent.push_back((m, v));
+                }
+                while rp.recent_bytes > RECENT_WINDOW || rp.recent.len() > RECENT_MAX {
+                    let Some((_, v)) = rp.recent.pop_front() else { break };
+                    rp.recent_bytes -= v.len();
+                    crate::pool::give(v);
+                }
                 if !ok {
                     return Err(proto(format!("commit of {mid:?} from slot {slot}, not a replica of this rank")));
                 }
