@@ -1,0 +1,125 @@
+//! Deterministic fault injection for the tests of the replication protocol: a master dies
+//! at a chosen point of a send (thesis figure 4.8). Compiled in with the `failpoints` feature
+//! only; the points are armed per process from `P2PMPI_FAILPOINTS_SLOT<k>` (see
+//! `crate::environment`). Without the feature every function is empty.
+
+use super::{Engine, Payload};
+use mio::net::TcpStream;
+use p2pmpi_wire::Header;
+
+#[cfg(feature = "failpoints")]
+fn die(window: &str) -> ! {
+    eprintln!("p2pmpi: failpoint {window}: this process dies now");
+    unsafe {
+        libc::kill(libc::getpid(), libc::SIGKILL);
+    }
+    std::process::abort()
+}
+
+/// Whether any point is armed in this process (set by `environment`).
+#[cfg(feature = "failpoints")]
+pub(crate) static ARMED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+#[cfg(feature = "failpoints")]
+fn armed() -> bool {
+    ARMED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+#[cfg(feature = "failpoints")]
+fn hit(name: &str) -> bool {
+    armed() && fail::eval(name, |_| ()).is_some()
+}
+
+/// Writes half of a frame, blocking, then dies.
+#[cfg(feature = "failpoints")]
+fn half_and_die(window: &str, stream: Option<&mut TcpStream>, h: &Header, payload: &[u8]) -> ! {
+    use std::io::Write;
+    let mut bytes = h.encode().to_vec();
+    bytes.extend_from_slice(payload);
+    let half = bytes.len() / 2;
+    if let Some(s) = stream {
+        let mut off = 0;
+        while off < half {
+            match s.write(&bytes[off..half]) {
+                Ok(n) => off += n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    std::thread::sleep(std::time::Duration::from_millis(1))
+                }
+                Err(_) => break,
+            }
+        }
+    }
+    die(window)
+}
+
+/// Δ1 (before the first transmission) and Δ3 (between the first and the second).
+#[allow(unused_variables)]
+pub(super) fn before_transmission(i: usize) {
+    #[cfg(feature = "failpoints")]
+    {
+        let name = match i {
+            0 => "delta1",
+            1 => "delta3",
+            _ => return,
+        };
+        if hit(name) {
+            die(name)
+        }
+    }
+}
+
+/// Δ2 and Δ4: part of the first (second) transmission written.
+#[allow(unused_variables)]
+pub(super) fn partial_transmission(i: usize, stream: Option<&mut TcpStream>, h: &Header, payload: &Payload) {
+    #[cfg(feature = "failpoints")]
+    {
+        let name = match i {
+            0 => "delta2",
+            1 => "delta4",
+            _ => return,
+        };
+        if hit(name) {
+            half_and_die(name, stream, h, payload.bytes())
+        }
+    }
+}
+
+/// Δ5: every transmission written, no commit sent.
+pub(super) fn after_transmissions() {
+    #[cfg(feature = "failpoints")]
+    if hit("delta5") {
+        die("delta5")
+    }
+}
+
+/// Δ6 (part of the first commit written) and Δ7 (between the first and second commit).
+#[allow(unused_variables)]
+pub(super) fn partial_commit(i: usize, stream: Option<&mut TcpStream>, h: &Header) {
+    #[cfg(feature = "failpoints")]
+    {
+        if i == 0 && hit("delta6") {
+            half_and_die("delta6", stream, h, &[])
+        }
+        if i == 1 && hit("delta7") {
+            die("delta7")
+        }
+    }
+}
+
+/// After every commit.
+pub(super) fn after_commits() {
+    #[cfg(feature = "failpoints")]
+    if hit("after_commit") {
+        die("after_commit")
+    }
+}
+
+/// With failpoints, every frame of the protocol is written out before the next step, so
+/// that a window is exactly what it says.
+#[allow(unused_variables)]
+pub(super) fn written(e: &mut Engine, cid: usize) {
+    #[cfg(feature = "failpoints")]
+    if armed() {
+        e.flush_blocking(cid);
+    }
+}
