@@ -484,7 +484,16 @@ impl Engine {
             });
             return match action {
                 SendAction::Stored if lent => Ok(req),
-                SendAction::Committed | SendAction::Stored => {
+                SendAction::Committed => {
+                    // Committed by a master that ran ahead: kept with the recent ones all the
+                    // same (its kernel may yet drop it if it dies), unless large.
+                    if len <= BACKUP_COPY_LIMIT {
+                        self.keep_recent(mid, crate::pool::copy_of(data));
+                    }
+                    self.complete(req, Ok(st));
+                    Ok(req)
+                }
+                SendAction::Stored => {
                     self.complete(req, Ok(st));
                     Ok(req)
                 }
@@ -1104,13 +1113,7 @@ impl Engine {
                 });
                 rp.backup_bytes -= freed;
                 for (m, v) in kept {
-                    rp.recent_bytes += v.len();
-                    rp.recent.push_back((m, v));
-                }
-                while rp.recent_bytes > RECENT_WINDOW || rp.recent.len() > RECENT_MAX {
-                    let Some((_, v)) = rp.recent.pop_front() else { break };
-                    rp.recent_bytes -= v.len();
-                    crate::pool::give(v);
+                    self.keep_recent(m, v);
                 }
                 if !ok {
                     return Err(proto(format!("commit of {mid:?} from slot {slot}, not a replica of this rank")));

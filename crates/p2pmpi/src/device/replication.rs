@@ -111,6 +111,19 @@ pub(super) fn mid_of(m: &MsgId) -> Mid {
 }
 
 impl Engine {
+    /// Keeps a copy of a message this replica's master committed, for a while
+    /// ([`RECENT_WINDOW`]): sent again if this replica takes over.
+    pub(super) fn keep_recent(&mut self, mid: Mid, v: Vec<u8>) {
+        let Some(rp) = self.repl.as_mut() else { return };
+        rp.recent_bytes += v.len();
+        rp.recent.push_back((mid, v));
+        while rp.recent_bytes > RECENT_WINDOW || rp.recent.len() > RECENT_MAX {
+            let Some((_, v)) = rp.recent.pop_front() else { break };
+            rp.recent_bytes -= v.len();
+            crate::pool::give(v);
+        }
+    }
+
     /// The rank a slot runs.
     pub(super) fn rank_of(&self, slot: i32) -> i32 {
         match &self.layout {
