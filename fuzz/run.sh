@@ -18,7 +18,7 @@ if [ "$#" -gt 0 ]; then
 else
     mapfile -t targets < <(cargo fuzz list)
 fi
-cargo fuzz build -s none "${targets[@]/#/}" >/dev/null 2>&1 || cargo fuzz build -s none || exit 1
+cargo fuzz build -s none || exit 1
 mkdir -p logs
 status=0
 summary=()
@@ -30,6 +30,8 @@ for t in "${targets[@]}"; do
     cargo fuzz run -s none "$t" "corpus/$t" "${extra[@]}" -- \
         -max_total_time="$secs" -jobs=1 -workers=1 -print_final_stats=1 >"$log" 2>&1
     rc=$?
+    # With -jobs, libFuzzer may also write the worker's output to fuzz-0.log.
+    if [ -f fuzz-0.log ]; then cat fuzz-0.log >>"$log"; rm -f fuzz-0.log; fi
     execs=$(sed -n 's/^stat::number_of_executed_units: *\([0-9]*\).*/\1/p' "$log" | tail -n 1)
     if [ -z "$execs" ]; then
         execs=$(grep -o '^#[0-9]*' "$log" | tail -n 1 | tr -d '#')
