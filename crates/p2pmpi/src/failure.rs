@@ -209,7 +209,7 @@ pub(crate) fn encode(token: u64, from: u32, msg: &Message) -> Vec<u8> {
 }
 
 /// Decodes a datagram; `None` for anything malformed or from another job.
-pub(crate) fn decode(token: u64, bytes: &[u8]) -> Option<(u32, Message)> {
+pub fn decode(token: u64, bytes: &[u8]) -> Option<(u32, Message)> {
     if bytes.len() < HEADER || &bytes[..3] != MAGIC || bytes[3] != VERSION {
         return None;
     }
