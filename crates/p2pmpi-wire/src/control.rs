@@ -111,8 +111,13 @@ pub fn read_msg<R: Read>(r: &mut R) -> Result<Option<Control>, ControlError> {
     if n > MAX_CONTROL_LEN {
         return Err(ControlError::TooLong(n));
     }
-    let mut body = vec![0u8; n as usize];
-    r.read_exact(&mut body)?;
+    // Grown as the bytes come, not allocated on the peer's word: four bytes announcing 16 MiB
+    // must not cost 16 MiB.
+    let mut body = Vec::with_capacity((n as usize).min(64 * 1024));
+    r.take(n as u64).read_to_end(&mut body)?;
+    if body.len() < n as usize {
+        return Err(io::Error::from(io::ErrorKind::UnexpectedEof).into());
+    }
     Ok(Some(postcard::from_bytes(&body)?))
 }
 
@@ -162,6 +167,14 @@ mod tests {
             assert_eq!(read_msg(&mut r).unwrap().as_ref(), Some(m));
         }
         assert!(read_msg(&mut r).unwrap().is_none());
+    }
+
+    #[test]
+    fn a_short_record_is_an_error_and_its_announced_length_is_not_allocated() {
+        let mut b = (MAX_CONTROL_LEN).to_le_bytes().to_vec();
+        b.extend_from_slice(&[1, 2, 3]);
+        let e = read_msg(&mut &b[..]).unwrap_err();
+        assert!(matches!(e, ControlError::Io(ref io) if io.kind() == io::ErrorKind::UnexpectedEof), "{e}");
     }
 
     #[test]
