@@ -22,6 +22,10 @@
 //! sends the commits once every transmission is written, feeds commits and failure notices
 //! back, and resends what [`Coordinator::on_failure`] hands it after a takeover.
 
+pub mod endpoint;
+
+pub use endpoint::Endpoint;
+
 use std::collections::{HashMap, VecDeque};
 
 /// Where the replicas of a job run: `n` ranks, every one `r` times (rank 0 included: its

@@ -1,0 +1,996 @@
+//! One replica's whole side of the replica coordination protocol as a single state machine
+//! without I/O (the sans-IO style of [`crate::fd`]): the library's TCP device and the
+//! simulator (`p2pmpi-sim`'s `replicated` module) drive this very code.
+//!
+//! Events go in — a send the program reached, a frame that arrived (commit, choice,
+//! synchronous acknowledgement), a transmission written, a suspicion, a death the launcher
+//! declared, the time — and actions come out ([`Action`]): frames to transmit to a slot, user
+//! sends that completed, suspicions to report to the launcher, a fatal loss. The endpoint
+//! holds:
+//!
+//! * the [`Coordinator`] (dead set and election, backup and log tables, takeover);
+//! * the master's **fan-out and commit accounting**: a send is transmitted to every alive
+//!   replica of its destination, and committed to this rank's other replicas once every
+//!   transmission is written (thesis algorithm 4); a synchronous send also waits for a
+//!   destination replica's acknowledgement;
+//! * **suspicions** (fencing, [`crate::fencing`]): nothing more is transmitted to a suspect,
+//!   and its unwritten transmissions are *held* — they do not count as written until the
+//!   launcher declares it dead (or excludes this process instead, whose successor resends);
+//! * the non-master's **bounded backups**: small messages are copied, large ones (or past a
+//!   window of copies) are lent — the send completes on commit — and a window of recently
+//!   committed copies is kept to be sent again on takeover (a killed master's kernel may
+//!   drop what it had accepted);
+//! * the **reorder queue** of the receiving side: messages that came before their turn (a new
+//!   master resends what an old one had partly sent) wait for it, with a time limit;
+//! * **choice points** ([`Choices`]): the master tells its replicas, in index order, every
+//!   non-deterministic outcome, and transmits nothing new before those frames are written;
+//! * **stall timers**: a destination that takes no byte of an unwritten transmission for the
+//!   stall limit is suspected.
+//!
+//! The *history table* (what was delivered, per channel) is the driver's
+//! [`crate::matching::Matcher`]; the endpoint is told the next expected sequence where it
+//! needs it.
+
+use super::{Choices, Coordinator, Layout, MsgId, Outcome, Recovery, SendAction};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::time::Duration;
+
+/// What the endpoint needs to know of a payload. The driver picks the representation: the
+/// library's device uses the user's buffer (lent, valid until the send completes) or an owned
+/// copy; the simulator uses values.
+pub trait Payload: Sized {
+    /// Bytes of data.
+    fn len(&self) -> usize;
+    /// Whether it is an empty message.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Whether this is the user's own buffer (valid only until the send completes).
+    fn is_lent(&self) -> bool;
+    /// The same bytes, for one more transmission (cheap for a lent buffer).
+    fn share(&self) -> Self;
+    /// An owned copy (a lent buffer whose send is withdrawn).
+    fn to_owned_copy(&self) -> Self;
+}
+
+/// Identifies one transmission of a data or choice frame, for [`Endpoint::written`].
+pub type TxId = u64;
+
+/// Sizes and limits.
+#[derive(Debug, Clone, Copy)]
+pub struct Config {
+    /// Messages up to this size are copied into a non-master's backup table; larger ones are
+    /// lent (the send completes when the master commits it).
+    pub copy_limit: usize,
+    /// At most this many bytes of copies in the backup table; past it, sends are lent too.
+    pub backup_window: usize,
+    /// At most this many bytes of recently committed copies kept for a takeover.
+    pub recent_window: usize,
+    /// At most this many recently committed copies.
+    pub recent_max: usize,
+    /// A destination that takes nothing of an unwritten transmission for this long is
+    /// suspected; a message waits this long in the reorder queue before the job gives up.
+    /// `None`: no limit (no failure detector).
+    pub stall_limit: Option<Duration>,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            copy_limit: 128 << 10,
+            backup_window: 4 << 20,
+            recent_window: 8 << 20,
+            recent_max: 1 << 16,
+            stall_limit: None,
+        }
+    }
+}
+
+/// A frame of the protocol.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Frame<P> {
+    /// A message (every copy of a replicated send travels eager).
+    Data { mid: MsgId, payload: P, sync: bool },
+    /// The master's commit of `mid` to its own replicas.
+    Commit { mid: MsgId },
+    /// The master's outcome at choice point `point` (communicator `comm`, for the wire).
+    Choice { comm: u32, point: u64, outcome: Outcome },
+    /// A destination replica matched synchronous message `mid`.
+    SyncAck { mid: MsgId },
+}
+
+/// Where a transmission stands in its fan-out (fault injection hooks on it: the windows
+/// Δ1–Δ7 of thesis figure 4.8).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Step {
+    /// Index of this frame among the fan-out's (or the commit's) frames.
+    pub index: usize,
+    /// Whether it is the last of them.
+    pub last: bool,
+}
+
+/// What the driver must do.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Action<P, U> {
+    /// Write `frame` to `to`; with `tx`, report [`Endpoint::written`] once the kernel took it
+    /// all (or the connection is gone, see [`Endpoint::suspect`]).
+    Transmit { to: usize, tx: Option<TxId>, frame: Frame<P>, step: Step },
+    /// A fan-out's transmissions were all handed out (`mid`), before any was written.
+    FannedOut { mid: MsgId },
+    /// The commits of `mid` were all handed out.
+    Committed { mid: MsgId },
+    /// The user's send `U` is complete: its buffer is free.
+    Complete(U),
+    /// This process suspects `slot`: report it to the launcher, drop its connections and
+    /// read nothing more from it.
+    Suspect { slot: usize, cause: String },
+    /// This process took over as its rank's master and resends `count` messages.
+    TookOver { count: usize },
+    /// The job cannot go on: every replica of `rank` is lost, or a message was lost with a
+    /// dead replica.
+    Fatal { rank: usize, cause: String },
+}
+
+/// A message of the backup table: its payload, and the user's send when lent (it completes
+/// when the message is committed or this replica transmitted it).
+#[derive(Debug)]
+pub struct Kept<P, U> {
+    pub payload: P,
+    pub user: Option<U>,
+}
+
+#[derive(Debug)]
+struct Fanout<U> {
+    mid: MsgId,
+    pending: usize,
+    user: Option<U>,
+    sync: bool,
+    acked: bool,
+    written: bool,
+}
+
+/// A send the master cannot transmit yet (choice frames not written).
+#[derive(Debug)]
+struct Queued<P, U> {
+    mid: MsgId,
+    payload: P,
+    user: Option<U>,
+    sync: bool,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Tx {
+    Data { fanout: u64, slot: usize },
+    Choice { slot: usize },
+}
+
+type Channel = (u32, u32, i32);
+
+/// One replica's side of the protocol.
+#[derive(Debug)]
+pub struct Endpoint<P, U> {
+    cfg: Config,
+    coord: Coordinator<Kept<P, U>>,
+    suspected: Vec<bool>,
+    fanouts: HashMap<u64, Fanout<U>>,
+    next_fanout: u64,
+    txs: HashMap<TxId, Tx>,
+    next_tx: TxId,
+    /// Per slot: unwritten transmissions held while it is suspected.
+    held: Vec<Vec<TxId>>,
+    /// Per slot: unwritten transmissions, and when it last took something.
+    unwritten: Vec<usize>,
+    progress_at: Vec<Duration>,
+    commits: VecDeque<MsgId>,
+    queue: VecDeque<Queued<P, U>>,
+    backup_bytes: usize,
+    recent: VecDeque<(MsgId, P)>,
+    recent_bytes: usize,
+    early: HashMap<Channel, BTreeMap<u64, (P, bool)>>,
+    early_since: Option<Duration>,
+    sync_unmatched: HashSet<MsgId>,
+    choices: Choices,
+    choice_unwritten: HashSet<TxId>,
+    out: VecDeque<Action<P, U>>,
+    now: Duration,
+}
+
+impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
+    /// The endpoint of slot `me`.
+    pub fn new(layout: Layout, me: usize, cfg: Config) -> Endpoint<P, U> {
+        let slots = layout.slots();
+        Endpoint {
+            cfg,
+            coord: Coordinator::new(layout, me),
+            suspected: vec![false; slots],
+            fanouts: HashMap::new(),
+            next_fanout: 0,
+            txs: HashMap::new(),
+            next_tx: 0,
+            held: vec![Vec::new(); slots],
+            unwritten: vec![0; slots],
+            progress_at: vec![Duration::ZERO; slots],
+            commits: VecDeque::new(),
+            queue: VecDeque::new(),
+            backup_bytes: 0,
+            recent: VecDeque::new(),
+            recent_bytes: 0,
+            early: HashMap::new(),
+            early_since: None,
+            sync_unmatched: HashSet::new(),
+            choices: Choices::new(),
+            choice_unwritten: HashSet::new(),
+            out: VecDeque::new(),
+            now: Duration::ZERO,
+        }
+    }
+
+    // ------------------------------------------------------------------ queries
+
+    /// The coordinator (layout, election, tables).
+    pub fn coordinator(&self) -> &Coordinator<Kept<P, U>> {
+        &self.coord
+    }
+
+    pub fn layout(&self) -> Layout {
+        self.coord.layout()
+    }
+
+    pub fn me(&self) -> usize {
+        self.coord.me()
+    }
+
+    pub fn rank(&self) -> usize {
+        self.coord.rank()
+    }
+
+    pub fn is_master(&self) -> bool {
+        self.coord.is_master()
+    }
+
+    pub fn is_dead(&self, slot: usize) -> bool {
+        self.coord.is_dead(slot)
+    }
+
+    pub fn is_suspected(&self, slot: usize) -> bool {
+        self.suspected.get(slot).copied().unwrap_or(true)
+    }
+
+    /// Whether nothing more is exchanged with `slot` (suspected or declared dead).
+    pub fn is_cut(&self, slot: usize) -> bool {
+        self.is_dead(slot) || self.is_suspected(slot)
+    }
+
+    /// The next action for the driver.
+    pub fn poll_action(&mut self) -> Option<Action<P, U>> {
+        self.out.pop_front()
+    }
+
+    /// Whether a non-master's send of `len` bytes must be lent (the user's buffer is the
+    /// backup; the send completes on commit) rather than copied.
+    pub fn must_lend(&self, len: usize) -> bool {
+        !self.coord.is_master()
+            && (len > self.cfg.copy_limit || self.backup_bytes + len > self.cfg.backup_window)
+    }
+
+    /// Bytes of copies in the backup table.
+    pub fn backup_bytes(&self) -> usize {
+        self.backup_bytes
+    }
+
+    /// Whether a non-master still waits for commits (it must not leave before its master
+    /// committed what it keeps: it might have to take over).
+    pub fn backup_pending(&self) -> bool {
+        !self.coord.is_master() && self.coord.backup_len() > 0
+    }
+
+    /// Whether the master has nothing left to transmit or commit.
+    pub fn idle(&self) -> bool {
+        self.fanouts.is_empty() && self.commits.is_empty() && self.queue.is_empty()
+    }
+
+    /// Messages waiting in the reorder queue.
+    pub fn early_len(&self) -> usize {
+        self.early.values().map(|q| q.len()).sum()
+    }
+
+    /// A one-line summary for debugging.
+    pub fn summary(&self) -> String {
+        format!(
+            "master {} fanouts {} commits {} queued {} backup {} ({} B) recent {} early {} held {} choices pending {} unwritten {}",
+            self.is_master(),
+            self.fanouts.len(),
+            self.commits.len(),
+            self.queue.len(),
+            self.coord.backup_len(),
+            self.backup_bytes,
+            self.recent.len(),
+            self.early_len(),
+            self.held.iter().map(Vec::len).sum::<usize>(),
+            self.choices.pending(),
+            self.choice_unwritten.len()
+        )
+    }
+
+    // ------------------------------------------------------------------ sending
+
+    /// The program reached a send (algorithm 4). The master transmits it (now, or once its
+    /// choice frames are written); a non-master keeps it until its master commits it. `user`
+    /// completes ([`Action::Complete`]) when the payload is no longer needed.
+    pub fn send(&mut self, now: Duration, mid: MsgId, payload: P, sync: bool, user: U) {
+        self.now = now;
+        if self.coord.is_master() {
+            self.queue.push_back(Queued { mid, payload, user: Some(user), sync });
+            self.flush();
+            return;
+        }
+        let lent = payload.is_lent();
+        let len = payload.len();
+        let mut slot = Some(payload);
+        let action =
+            self.coord.on_send(mid, || Kept { payload: slot.take().expect("kept once"), user: lent.then_some(user) });
+        match action {
+            SendAction::Stored if lent => {}
+            SendAction::Stored => {
+                self.backup_bytes += len;
+                self.out.push_back(Action::Complete(user));
+            }
+            SendAction::Committed => {
+                // Committed by a master that ran ahead: kept with the recent ones all the
+                // same (its kernel may yet drop it if it dies), unless lent.
+                if let Some(p) = slot.take().filter(|_| !lent) {
+                    self.keep_recent(mid, p);
+                }
+                self.out.push_back(Action::Complete(user));
+            }
+            SendAction::Transmit { .. } => unreachable!("a non-master does not transmit"),
+        }
+    }
+
+    /// Transmissions wait for the choice frames to be written: what the master sends may
+    /// depend on those choices, and a replica that takes over must know them first.
+    fn flush(&mut self) {
+        while self.choice_unwritten.is_empty() && self.coord.is_master() {
+            let Some(q) = self.queue.pop_front() else { break };
+            self.transmit(q);
+        }
+        while let Some(mid) = self.commits.pop_front() {
+            let targets: Vec<usize> =
+                self.coord.commit_targets().into_iter().filter(|&t| !self.suspected[t]).collect();
+            let n = targets.len();
+            for (index, to) in targets.into_iter().enumerate() {
+                let step = Step { index, last: index + 1 == n };
+                self.out.push_back(Action::Transmit { to, tx: None, frame: Frame::Commit { mid }, step });
+            }
+            self.out.push_back(Action::Committed { mid });
+        }
+    }
+
+    fn transmit(&mut self, q: Queued<P, U>) {
+        let dests = self.coord.destinations(q.mid.dst as usize);
+        let f = self.next_fanout;
+        self.next_fanout += 1;
+        let n = dests.len();
+        self.fanouts.insert(
+            f,
+            Fanout { mid: q.mid, pending: n, user: q.user, sync: q.sync && q.user.is_some(), acked: false, written: false },
+        );
+        for (index, slot) in dests.into_iter().enumerate() {
+            let tx = self.next_tx;
+            self.next_tx += 1;
+            self.txs.insert(tx, Tx::Data { fanout: f, slot });
+            self.track(slot);
+            if self.suspected[slot] {
+                self.held[slot].push(tx);
+                continue;
+            }
+            let frame = Frame::Data { mid: q.mid, payload: q.payload.share(), sync: q.sync };
+            self.out.push_back(Action::Transmit { to: slot, tx: Some(tx), frame, step: Step { index, last: index + 1 == n } });
+        }
+        self.out.push_back(Action::FannedOut { mid: q.mid });
+        if n == 0 {
+            self.fanout_done(f);
+        }
+    }
+
+    fn track(&mut self, slot: usize) {
+        if self.unwritten[slot] == 0 {
+            self.progress_at[slot] = self.now;
+        }
+        self.unwritten[slot] += 1;
+    }
+
+    /// Transmission `tx` is written (or, for a slot declared dead, dropped).
+    pub fn written(&mut self, now: Duration, tx: TxId) {
+        self.now = now;
+        let Some(t) = self.txs.get(&tx).copied() else { return };
+        let slot = match t {
+            Tx::Data { slot, .. } | Tx::Choice { slot } => slot,
+        };
+        if self.suspected[slot] && !self.coord.is_dead(slot) {
+            // Held until the verdict: a late completion of a dropped connection.
+            if !self.held[slot].contains(&tx) {
+                self.held[slot].push(tx);
+            }
+            return;
+        }
+        self.txs.remove(&tx);
+        self.unwritten[slot] = self.unwritten[slot].saturating_sub(1);
+        self.progress_at[slot] = now;
+        match t {
+            Tx::Choice { .. } => {
+                self.choice_unwritten.remove(&tx);
+            }
+            Tx::Data { fanout, .. } => {
+                if let Some(f) = self.fanouts.get_mut(&fanout) {
+                    f.pending = f.pending.saturating_sub(1);
+                    if f.pending == 0 {
+                        self.fanout_done(fanout);
+                    }
+                }
+            }
+        }
+        self.flush();
+    }
+
+    /// Bytes of an unwritten transmission to `slot` were taken (the stall timer restarts).
+    pub fn progress(&mut self, now: Duration, slot: usize) {
+        if let Some(p) = self.progress_at.get_mut(slot) {
+            *p = now;
+        }
+    }
+
+    fn fanout_done(&mut self, f: u64) {
+        let Some(fo) = self.fanouts.get_mut(&f) else { return };
+        if !fo.written {
+            fo.written = true;
+            self.commits.push_back(fo.mid);
+        }
+        if fo.sync && !fo.acked {
+            return;
+        }
+        let fo = self.fanouts.remove(&f).expect("live fan-out");
+        if let Some(u) = fo.user {
+            self.out.push_back(Action::Complete(u));
+        }
+        self.flush();
+    }
+
+    /// A destination replica `from` matched this rank's synchronous message `mid`.
+    pub fn on_sync_ack(&mut self, from: usize, mid: MsgId) -> bool {
+        if self.coord.is_dead(from) || self.layout().rank_of(from) != mid.dst as usize || mid.src as usize != self.rank() {
+            return false;
+        }
+        let Some((&f, _)) = self.fanouts.iter().find(|(_, f)| f.sync && f.mid == mid && !f.acked) else {
+            return true;
+        };
+        let fo = self.fanouts.get_mut(&f).expect("found");
+        fo.acked = true;
+        if fo.written {
+            self.fanout_done(f);
+        }
+        true
+    }
+
+    /// A commit arrived from `from` (algorithm 4). Refused (false) from anything but an
+    /// alive replica of this rank.
+    pub fn on_commit(&mut self, from: usize, mid: MsgId) -> bool {
+        let mut pruned = Vec::new();
+        let ok = self.coord.on_commit(from, mid, |m, k| pruned.push((m, k)));
+        for (m, k) in pruned {
+            match k.user {
+                Some(u) => self.out.push_back(Action::Complete(u)),
+                None => {
+                    self.backup_bytes -= k.payload.len();
+                    self.keep_recent(m, k.payload);
+                }
+            }
+        }
+        ok
+    }
+
+    fn keep_recent(&mut self, mid: MsgId, p: P) {
+        if p.len() > self.cfg.copy_limit {
+            return;
+        }
+        self.recent_bytes += p.len();
+        self.recent.push_back((mid, p));
+        while self.recent_bytes > self.cfg.recent_window || self.recent.len() > self.cfg.recent_max {
+            let Some((_, p)) = self.recent.pop_front() else { break };
+            self.recent_bytes -= p.len();
+        }
+    }
+
+    /// The user's send `u` is withdrawn (its wait gave up with an error, its buffer is about
+    /// to go): a lent backup becomes a copy, and its fan-out completes without it. Returns
+    /// the transmissions still carrying its buffer (the driver copies or drops them).
+    pub fn detach(&mut self, u: U) -> Vec<TxId> {
+        let mut copied = 0;
+        let mut own = |k: &mut Kept<P, U>| {
+            if k.user == Some(u) {
+                k.payload = k.payload.to_owned_copy();
+                k.user = None;
+                copied += k.payload.len();
+            }
+        };
+        for (_, k) in self.coord.backup_mut() {
+            own(k);
+        }
+        self.backup_bytes += copied;
+        for q in self.queue.iter_mut().filter(|q| q.user == Some(u)) {
+            q.payload = q.payload.to_owned_copy();
+            q.user = None;
+        }
+        let mut fans = Vec::new();
+        for (&id, f) in self.fanouts.iter_mut() {
+            if f.user == Some(u) {
+                f.user = None;
+                fans.push(id);
+            }
+        }
+        self.txs.iter().filter(|(_, t)| matches!(t, Tx::Data { fanout, .. } if fans.contains(fanout))).map(|(&id, _)| id).collect()
+    }
+
+    // ------------------------------------------------------------------ receiving
+
+    /// A synchronous message arrived and was queued unmatched: it is acknowledged when a
+    /// receive takes it ([`Self::consumed`]).
+    pub fn sync_unmatched(&mut self, mid: MsgId) {
+        self.sync_unmatched.insert(mid);
+    }
+
+    /// A queued message was taken by a receive: acknowledged if synchronous.
+    pub fn consumed(&mut self, mid: MsgId) {
+        if self.sync_unmatched.remove(&mid) {
+            self.matched_sync(mid);
+        }
+    }
+
+    /// A synchronous message was matched here: every alive replica of its sender (whichever
+    /// is master now) is told.
+    pub fn matched_sync(&mut self, mid: MsgId) {
+        self.sync_unmatched.remove(&mid);
+        let to: Vec<usize> = self.coord.alive_slots(mid.src as usize).filter(|&s| !self.suspected[s]).collect();
+        let n = to.len();
+        for (index, slot) in to.into_iter().enumerate() {
+            self.out.push_back(Action::Transmit {
+                to: slot,
+                tx: None,
+                frame: Frame::SyncAck { mid },
+                step: Step { index, last: index + 1 == n },
+            });
+        }
+    }
+
+    /// A message came before its turn (a new master resends what the old one had partly
+    /// sent): it waits for its predecessors.
+    pub fn park(&mut self, now: Duration, mid: MsgId, data: P, sync: bool) {
+        self.early_since.get_or_insert(now);
+        self.early.entry((mid.comm, mid.src, mid.tag)).or_default().insert(mid.seq, (data, sync));
+    }
+
+    /// The parked message of channel (`comm`, `src`, `tag`) that is next (`next` is the
+    /// history table's next expected sequence); parked duplicates below it are dropped.
+    pub fn unpark(&mut self, comm: u32, src: u32, tag: i32, next: u64) -> Option<(MsgId, P, bool)> {
+        let key = (comm, src, tag);
+        let q = self.early.get_mut(&key)?;
+        while q.first_key_value().is_some_and(|(s, _)| *s < next) {
+            q.pop_first();
+        }
+        let got = q.remove(&next);
+        if q.is_empty() {
+            self.early.remove(&key);
+        }
+        if self.early.is_empty() {
+            self.early_since = None;
+        }
+        let (data, sync) = got?;
+        Some((MsgId { comm, src, dst: self.rank() as u32, tag, seq: next }, data, sync))
+    }
+
+    // ------------------------------------------------------------------ choices
+
+    /// This replica reached its next choice point.
+    pub fn choice_point(&mut self) -> u64 {
+        self.choices.point()
+    }
+
+    /// The master's outcome of point `c`, if known (not taken).
+    pub fn choice_known(&self, c: u64) -> Option<Outcome> {
+        self.choices.knows(c)
+    }
+
+    /// Takes the master's outcome of point `c` (followed once).
+    pub fn take_choice(&mut self, c: u64) -> Option<Outcome> {
+        self.choices.take(c)
+    }
+
+    /// A choice frame from `from`: learned if it is an alive replica of this rank.
+    pub fn on_choice(&mut self, from: usize, point: u64, outcome: Outcome) -> bool {
+        if self.coord.is_dead(from) || from == self.me() || self.layout().rank_of(from) != self.rank() {
+            return false;
+        }
+        self.choices.learn(point, outcome);
+        true
+    }
+
+    /// The master decided `outcome` at point `c`: its replicas are told, in index order (the
+    /// successor of a dying master first), before it transmits anything new. A non-master
+    /// (following) does nothing.
+    pub fn decided(&mut self, comm: u32, c: u64, outcome: Outcome) {
+        if !self.coord.is_master() {
+            return;
+        }
+        let targets: Vec<usize> = self.coord.commit_targets().into_iter().filter(|&t| !self.suspected[t]).collect();
+        let n = targets.len();
+        for (index, slot) in targets.into_iter().enumerate() {
+            let tx = self.next_tx;
+            self.next_tx += 1;
+            self.txs.insert(tx, Tx::Choice { slot });
+            self.track(slot);
+            self.choice_unwritten.insert(tx);
+            let frame = Frame::Choice { comm, point: c, outcome };
+            self.out.push_back(Action::Transmit { to: slot, tx: Some(tx), frame, step: Step { index, last: index + 1 == n } });
+        }
+    }
+
+    /// Whether choice frames are still unwritten (the master holds new transmissions back).
+    pub fn choices_unwritten(&self) -> bool {
+        !self.choice_unwritten.is_empty()
+    }
+
+    // ------------------------------------------------------------------ failures
+
+    /// This process suspects `slot` (a broken connection, a stall, the failure detector).
+    /// Only the launcher declares deaths: the suspicion is reported ([`Action::Suspect`]),
+    /// nothing more goes to the slot, and its unwritten transmissions are held until the
+    /// verdict — unless it said goodbye (`bye`: it has everything it needs).
+    pub fn suspect(&mut self, now: Duration, slot: usize, cause: &str, bye: bool) {
+        self.now = now;
+        if slot >= self.suspected.len() || slot == self.me() {
+            return;
+        }
+        let first = !std::mem::replace(&mut self.suspected[slot], true);
+        if first && !self.coord.is_dead(slot) {
+            self.out.push_back(Action::Suspect { slot, cause: cause.to_string() });
+        }
+        let mine: Vec<TxId> = self
+            .txs
+            .iter()
+            .filter(|(_, t)| matches!(t, Tx::Data { slot: s, .. } | Tx::Choice { slot: s } if *s == slot))
+            .map(|(&id, _)| id)
+            .collect();
+        for tx in mine {
+            let choice = matches!(self.txs[&tx], Tx::Choice { .. });
+            if bye || choice || self.coord.is_dead(slot) {
+                // Choice frames to a suspect of this very rank are moot: it will be declared.
+                self.release(tx, slot);
+            } else if !self.held[slot].contains(&tx) {
+                self.held[slot].push(tx);
+            }
+        }
+        if bye {
+            self.held[slot].clear();
+        }
+        self.flush();
+    }
+
+    /// Counts an unwritten transmission to a gone slot as done.
+    fn release(&mut self, tx: TxId, slot: usize) {
+        let Some(t) = self.txs.remove(&tx) else { return };
+        self.unwritten[slot] = self.unwritten[slot].saturating_sub(1);
+        match t {
+            Tx::Choice { .. } => {
+                self.choice_unwritten.remove(&tx);
+            }
+            Tx::Data { fanout, .. } => {
+                if let Some(f) = self.fanouts.get_mut(&fanout) {
+                    f.pending = f.pending.saturating_sub(1);
+                    if f.pending == 0 {
+                        self.fanout_done(fanout);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The launcher declared `slot` dead (algorithm 7): its held transmissions count as
+    /// written, and if it was this rank's master and this process is the lowest alive
+    /// replica, it takes over: what the dead master committed lately (its last writes may
+    /// have died in its kernel) and then its backup table are transmitted and committed.
+    pub fn declared_dead(&mut self, now: Duration, slot: usize) {
+        self.now = now;
+        if slot >= self.suspected.len() {
+            return;
+        }
+        self.suspected[slot] = true;
+        let rec = self.coord.on_failure(slot);
+        match rec {
+            Recovery::Nothing => {}
+            Recovery::Replica { .. } => {}
+            Recovery::TookOver { resend } => {
+                let recent = std::mem::take(&mut self.recent);
+                self.recent_bytes = 0;
+                let count = recent.len() + resend.len();
+                let mut q: VecDeque<Queued<P, U>> = VecDeque::with_capacity(count);
+                for (mid, payload) in recent {
+                    q.push_back(Queued { mid, payload, user: None, sync: false });
+                }
+                for (mid, k) in resend {
+                    if k.user.is_none() {
+                        self.backup_bytes -= k.payload.len();
+                    }
+                    q.push_back(Queued { mid, payload: k.payload, user: k.user, sync: false });
+                }
+                // Ahead of anything the program sends from now on.
+                q.append(&mut self.queue);
+                self.queue = q;
+                self.out.push_back(Action::TookOver { count });
+            }
+            Recovery::RankLost { rank } => {
+                self.out.push_back(Action::Fatal { rank, cause: "all replicas for that rank failed".into() });
+            }
+        }
+        let held = std::mem::take(&mut self.held[slot]);
+        for tx in held {
+            self.release(tx, slot);
+        }
+        // Anything still unwritten to it (a connection not dropped yet) is done too.
+        let rest: Vec<TxId> = self
+            .txs
+            .iter()
+            .filter(|(_, t)| matches!(t, Tx::Data { slot: s, .. } | Tx::Choice { slot: s } if *s == slot))
+            .map(|(&id, _)| id)
+            .collect();
+        for tx in rest {
+            self.release(tx, slot);
+        }
+        self.flush();
+    }
+
+    /// Time passes: a destination that took nothing of an unwritten transmission for the
+    /// stall limit is suspected; a message parked for that long waits for one lost with a
+    /// dead replica (the job cannot go on). `next` gives the history table's next expected
+    /// sequence of a channel, for the message.
+    pub fn poll(&mut self, now: Duration, next: impl Fn(u32, u32, i32) -> u64) {
+        self.now = now;
+        let Some(limit) = self.cfg.stall_limit else { return };
+        if let Some(since) = self.early_since {
+            if now.saturating_sub(since) > limit {
+                if let Some((&(comm, src, tag), q)) = self.early.iter().next() {
+                    let first = q.keys().next().copied().unwrap_or(0);
+                    let want = next(comm, src, tag);
+                    self.out.push_back(Action::Fatal {
+                        rank: src as usize,
+                        cause: format!(
+                            "message {want} of its channel (communicator {comm}, tag {tag}) was lost with a dead \
+                             replica; message {first} waited {:.1} s for it",
+                            limit.as_secs_f64()
+                        ),
+                    });
+                    self.early_since = None;
+                    self.early.clear();
+                }
+            }
+        }
+        for slot in 0..self.unwritten.len() {
+            if self.unwritten[slot] > 0
+                && !self.suspected[slot]
+                && now.saturating_sub(self.progress_at[slot]) > limit
+            {
+                let cause = format!(
+                    "a send to it made no progress for {:.1} s (2·T_cleanup)",
+                    now.saturating_sub(self.progress_at[slot]).as_secs_f64()
+                );
+                self.suspect(now, slot, &cause, false);
+            }
+        }
+    }
+
+    /// When [`Self::poll`] should run next (`None`: no timer).
+    pub fn next_deadline(&self) -> Option<Duration> {
+        let limit = self.cfg.stall_limit?;
+        let stall = (0..self.unwritten.len())
+            .filter(|&s| self.unwritten[s] > 0 && !self.suspected[s])
+            .map(|s| self.progress_at[s] + limit)
+            .min();
+        let early = self.early_since.map(|t| t + limit);
+        match (stall, early) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A test payload: a value and a size; `lent` marks a user's buffer.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    struct V {
+        v: u64,
+        len: usize,
+        lent: bool,
+    }
+
+    impl Payload for V {
+        fn len(&self) -> usize {
+            self.len
+        }
+        fn is_lent(&self) -> bool {
+            self.lent
+        }
+        fn share(&self) -> V {
+            self.clone()
+        }
+        fn to_owned_copy(&self) -> V {
+            V { lent: false, ..self.clone() }
+        }
+    }
+
+    fn v(v: u64) -> V {
+        V { v, len: 8, lent: false }
+    }
+
+    fn mid(src: u32, dst: u32, seq: u64) -> MsgId {
+        MsgId { comm: 0, src, dst, tag: 0, seq }
+    }
+
+    fn drain(e: &mut Endpoint<V, u32>) -> Vec<Action<V, u32>> {
+        std::iter::from_fn(|| e.poll_action()).collect()
+    }
+
+    fn txs(a: &[Action<V, u32>]) -> Vec<(usize, TxId)> {
+        a.iter()
+            .filter_map(|a| match a {
+                Action::Transmit { to, tx: Some(tx), .. } => Some((*to, *tx)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    const T: Duration = Duration::ZERO;
+
+    #[test]
+    fn master_fans_out_then_commits_then_completes() {
+        // n = 3, r = 2: rank 1 is slots 2 (master, me) and 3; rank 2 is 4 and 5.
+        let l = Layout::new(3, 2);
+        let mut e: Endpoint<V, u32> = Endpoint::new(l, 2, Config::default());
+        e.send(T, mid(1, 2, 0), v(7), false, 100);
+        let a = drain(&mut e);
+        let t = txs(&a);
+        assert_eq!(t.iter().map(|x| x.0).collect::<Vec<_>>(), vec![4, 5]);
+        assert!(!a.iter().any(|a| matches!(a, Action::Complete(_))));
+        e.written(T, t[0].1);
+        assert!(drain(&mut e).is_empty(), "no commit before every copy is written");
+        e.written(T, t[1].1);
+        let a = drain(&mut e);
+        assert!(a.iter().any(|a| matches!(a, Action::Transmit { to: 3, frame: Frame::Commit { .. }, .. })), "{a:?}");
+        assert!(a.contains(&Action::Complete(100)));
+        assert!(e.idle());
+    }
+
+    #[test]
+    fn synchronous_send_waits_for_an_acknowledgement() {
+        let l = Layout::new(2, 2);
+        let mut e: Endpoint<V, u32> = Endpoint::new(l, 0, Config::default());
+        e.send(T, mid(0, 1, 0), v(1), true, 9);
+        let t = txs(&drain(&mut e));
+        for (_, tx) in &t {
+            e.written(T, *tx);
+        }
+        assert!(!drain(&mut e).contains(&Action::Complete(9)));
+        assert!(!e.on_sync_ack(1, mid(0, 1, 0)), "from a replica of the wrong rank");
+        assert!(e.on_sync_ack(3, mid(0, 1, 0)));
+        assert_eq!(drain(&mut e), vec![Action::Complete(9)]);
+    }
+
+    #[test]
+    fn suspected_destination_holds_the_commit_until_declared() {
+        let l = Layout::new(2, 2);
+        let mut e: Endpoint<V, u32> = Endpoint::new(l, 0, Config::default());
+        e.send(T, mid(0, 1, 0), v(1), false, 1);
+        let t = txs(&drain(&mut e));
+        e.written(T, t[0].1);
+        e.suspect(T, 3, "connection closed", false);
+        let a = drain(&mut e);
+        assert_eq!(a, vec![Action::Suspect { slot: 3, cause: "connection closed".into() }]);
+        // A late completion of the dropped connection does not count.
+        e.written(T, t[1].1);
+        assert!(drain(&mut e).is_empty());
+        // A new send goes only to the other replica, and is held too (the old one is).
+        e.send(T, mid(0, 1, 1), v(2), false, 2);
+        let a = drain(&mut e);
+        assert_eq!(txs(&a).iter().map(|x| x.0).collect::<Vec<_>>(), vec![2]);
+        e.declared_dead(T, 3);
+        let a = drain(&mut e);
+        assert!(a.contains(&Action::Complete(1)), "{a:?}");
+        assert!(a.iter().any(|a| matches!(a, Action::Transmit { to: 1, frame: Frame::Commit { mid }, .. } if mid.seq == 0)));
+    }
+
+    #[test]
+    fn replica_copies_small_lends_large_and_takes_over_in_order() {
+        let l = Layout::new(2, 2);
+        let cfg = Config { copy_limit: 16, backup_window: 20, ..Config::default() };
+        let mut e: Endpoint<V, u32> = Endpoint::new(l, 1, cfg);
+        assert!(!e.must_lend(8));
+        assert!(e.must_lend(17));
+        e.send(T, mid(0, 1, 0), v(0), false, 10);
+        assert_eq!(drain(&mut e), vec![Action::Complete(10)], "a copy: complete at once");
+        e.send(T, mid(0, 1, 1), V { v: 1, len: 64, lent: true }, false, 11);
+        assert!(drain(&mut e).is_empty(), "lent: completes on commit");
+        e.send(T, mid(0, 1, 2), v(2), false, 12);
+        drain(&mut e);
+        assert!(e.must_lend(8), "the window of copies is full");
+        assert!(e.on_commit(0, mid(0, 1, 0)));
+        assert!(drain(&mut e).is_empty());
+        assert_eq!(e.backup_bytes(), 8);
+        e.declared_dead(T, 0);
+        let a = drain(&mut e);
+        assert!(a.contains(&Action::TookOver { count: 3 }), "{a:?}");
+        let sent: Vec<u64> = a
+            .iter()
+            .filter_map(|a| match a {
+                Action::Transmit { frame: Frame::Data { mid, .. }, .. } => Some(mid.seq),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(sent, vec![0, 0, 1, 1, 2, 2], "the recent copy, then the backup table, in order");
+        for (_, tx) in txs(&a) {
+            e.written(T, tx);
+        }
+        let a = drain(&mut e);
+        assert!(a.contains(&Action::Complete(11)), "the lent send completes once transmitted: {a:?}");
+    }
+
+    #[test]
+    fn master_holds_new_transmissions_until_choices_are_written() {
+        let l = Layout::new(2, 3);
+        let mut e: Endpoint<V, u32> = Endpoint::new(l, 0, Config::default());
+        let c = e.choice_point();
+        e.decided(0, c, Some((1, 0, 0)));
+        let a = drain(&mut e);
+        assert_eq!(txs(&a).iter().map(|x| x.0).collect::<Vec<_>>(), vec![1, 2], "replicas in index order");
+        e.send(T, mid(0, 1, 0), v(1), false, 1);
+        assert!(txs(&drain(&mut e)).is_empty(), "held behind the choice");
+        for (_, tx) in txs(&a) {
+            e.written(T, tx);
+        }
+        assert_eq!(txs(&drain(&mut e)).len(), 3);
+    }
+
+    #[test]
+    fn stalled_destination_is_suspected_and_parked_messages_time_out() {
+        let l = Layout::new(2, 2);
+        let cfg = Config { stall_limit: Some(Duration::from_secs(2)), ..Config::default() };
+        let mut e: Endpoint<V, u32> = Endpoint::new(l, 0, cfg);
+        e.send(T, mid(0, 1, 0), v(1), false, 1);
+        let t = txs(&drain(&mut e));
+        e.written(Duration::from_secs(1), t[0].1);
+        e.progress(Duration::from_secs(1), 3);
+        assert_eq!(e.next_deadline(), Some(Duration::from_secs(3)));
+        e.poll(Duration::from_millis(2500), |_, _, _| 0);
+        assert!(drain(&mut e).is_empty());
+        e.poll(Duration::from_millis(3100), |_, _, _| 0);
+        assert!(matches!(&drain(&mut e)[..], [Action::Suspect { slot: 3, .. }]));
+
+        e.park(Duration::from_secs(4), MsgId { comm: 0, src: 1, dst: 0, tag: 0, seq: 5 }, v(5), false);
+        assert!(e.unpark(0, 1, 0, 4).is_none());
+        e.poll(Duration::from_millis(6100), |_, _, _| 4);
+        assert!(matches!(&drain(&mut e)[..], [Action::Fatal { rank: 1, .. }]));
+    }
+
+    #[test]
+    fn parked_messages_come_out_in_turn_and_duplicates_go() {
+        let l = Layout::new(2, 1);
+        let mut e: Endpoint<V, u32> = Endpoint::new(l, 0, Config::default());
+        for s in [3, 1, 2] {
+            e.park(T, MsgId { comm: 0, src: 1, dst: 0, tag: 0, seq: s }, v(s), false);
+        }
+        assert!(e.unpark(0, 1, 0, 0).is_none());
+        assert_eq!(e.unpark(0, 1, 0, 2).map(|x| x.1.v), Some(2), "1 was delivered meanwhile: dropped");
+        assert_eq!(e.unpark(0, 1, 0, 3).map(|x| x.1.v), Some(3));
+        assert_eq!(e.early_len(), 0);
+    }
+}
