@@ -82,6 +82,7 @@ pub mod par;
 pub mod plot;
 pub mod reliability;
 pub mod rng;
+pub mod replicated;
 pub mod sim;
 pub mod table;
 

@@ -97,7 +97,17 @@ pub enum Frame<P> {
     Choice { comm: u32, point: u64, outcome: Outcome },
     /// A destination replica matched synchronous message `mid`.
     SyncAck { mid: MsgId },
+    /// A replica learned its master's outcome at choice point `point`.
+    ChoiceAck { point: u64 },
+    /// A new master asks a replica for every outcome it knows (they come back as `Choice`
+    /// frames, then `ChoicesTold`).
+    ChoiceQuery,
+    /// The end of the answer to a `ChoiceQuery`.
+    ChoicesTold,
 }
+
+/// The point number standing for a new master's query in the acknowledgement table.
+const QUERY: u64 = u64::MAX;
 
 /// Where a transmission stands in its fan-out (fault injection hooks on it: the windows
 /// Δ1–Δ7 of thesis figure 4.8).
@@ -190,7 +200,9 @@ pub struct Endpoint<P, U> {
     early_since: Option<Duration>,
     sync_unmatched: HashSet<MsgId>,
     choices: Choices,
-    choice_unwritten: HashSet<TxId>,
+    choice_unacked: HashSet<TxId>,
+    /// The choice frame of (point, slot) awaiting its acknowledgement.
+    choice_tx: HashMap<(u64, usize), TxId>,
     out: VecDeque<Action<P, U>>,
     now: Duration,
 }
@@ -219,7 +231,8 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
             early_since: None,
             sync_unmatched: HashSet::new(),
             choices: Choices::new(),
-            choice_unwritten: HashSet::new(),
+            choice_unacked: HashSet::new(),
+            choice_tx: HashMap::new(),
             out: VecDeque::new(),
             now: Duration::ZERO,
         }
@@ -308,7 +321,7 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
             self.early_len(),
             self.held.iter().map(Vec::len).sum::<usize>(),
             self.choices.pending(),
-            self.choice_unwritten.len()
+            self.choice_unacked.len()
         )
     }
 
@@ -350,7 +363,7 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
     /// Transmissions wait for the choice frames to be written: what the master sends may
     /// depend on those choices, and a replica that takes over must know them first.
     fn flush(&mut self) {
-        while self.choice_unwritten.is_empty() && self.coord.is_master() {
+        while self.choice_unacked.is_empty() && self.coord.is_master() && !self.recovering() {
             let Some(q) = self.queue.pop_front() else { break };
             self.transmit(q);
         }
@@ -414,22 +427,12 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
             }
             return;
         }
-        self.txs.remove(&tx);
-        self.unwritten[slot] = self.unwritten[slot].saturating_sub(1);
-        self.progress_at[slot] = now;
-        match t {
-            Tx::Choice { .. } => {
-                self.choice_unwritten.remove(&tx);
-            }
-            Tx::Data { fanout, .. } => {
-                if let Some(f) = self.fanouts.get_mut(&fanout) {
-                    f.pending = f.pending.saturating_sub(1);
-                    if f.pending == 0 {
-                        self.fanout_done(fanout);
-                    }
-                }
-            }
+        if matches!(t, Tx::Choice { .. }) {
+            // A choice counts once acknowledged.
+            return;
         }
+        self.progress_at[slot] = now;
+        self.release(tx, slot);
         self.flush();
     }
 
@@ -562,6 +565,16 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
         }
     }
 
+    /// A message arrived again (a new master resends what its predecessor had sent). A
+    /// synchronous one is acknowledged again once matched: the new master, which reached
+    /// the send after taking over, waits for an acknowledgement the receiver already gave
+    /// its predecessor.
+    pub fn duplicate(&mut self, mid: MsgId, sync: bool) {
+        if sync && !self.sync_unmatched.contains(&mid) {
+            self.matched_sync(mid);
+        }
+    }
+
     /// A message came before its turn (a new master resends what the old one had partly
     /// sent): it waits for its predecessors.
     pub fn park(&mut self, now: Duration, mid: MsgId, data: P, sync: bool) {
@@ -574,8 +587,11 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
     pub fn unpark(&mut self, comm: u32, src: u32, tag: i32, next: u64) -> Option<(MsgId, P, bool)> {
         let key = (comm, src, tag);
         let q = self.early.get_mut(&key)?;
+        let mut dups = Vec::new();
         while q.first_key_value().is_some_and(|(s, _)| *s < next) {
-            q.pop_first();
+            if let Some((seq, (_, true))) = q.pop_first() {
+                dups.push(seq);
+            }
         }
         let got = q.remove(&next);
         if q.is_empty() {
@@ -583,6 +599,10 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
         }
         if self.early.is_empty() {
             self.early_since = None;
+        }
+        let me = self.rank() as u32;
+        for seq in dups {
+            self.duplicate(MsgId { comm, src, dst: me, tag, seq }, true);
         }
         let (data, sync) = got?;
         Some((MsgId { comm, src, dst: self.rank() as u32, tag, seq: next }, data, sync))
@@ -605,38 +625,150 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
         self.choices.take(c)
     }
 
-    /// A choice frame from `from`: learned if it is an alive replica of this rank.
+    /// A choice frame from `from`: learned if it is an alive replica of this rank, and
+    /// acknowledged.
     pub fn on_choice(&mut self, from: usize, point: u64, outcome: Outcome) -> bool {
         if self.coord.is_dead(from) || from == self.me() || self.layout().rank_of(from) != self.rank() {
             return false;
         }
         self.choices.learn(point, outcome);
+        if !self.suspected[from] {
+            let step = Step { index: 0, last: true };
+            self.out.push_back(Action::Transmit { to: from, tx: None, frame: Frame::ChoiceAck { point }, step });
+        }
         true
     }
 
-    /// The master decided `outcome` at point `c`: its replicas are told, in index order (the
-    /// successor of a dying master first), before it transmits anything new. A non-master
-    /// (following) does nothing.
-    pub fn decided(&mut self, comm: u32, c: u64, outcome: Outcome) {
-        if !self.coord.is_master() {
-            return;
-        }
-        let targets: Vec<usize> = self.coord.commit_targets().into_iter().filter(|&t| !self.suspected[t]).collect();
+    /// Whether this process may decide a choice point itself: it is the master, and not
+    /// still learning what its replicas know after a takeover.
+    pub fn may_decide(&self) -> bool {
+        self.coord.is_master() && !self.recovering()
+    }
+
+    fn recovering(&self) -> bool {
+        self.choice_tx.keys().any(|k| k.0 == QUERY)
+    }
+
+    fn start_recovery(&mut self) {
+        let targets = self.coord.commit_targets();
         let n = targets.len();
         for (index, slot) in targets.into_iter().enumerate() {
             let tx = self.next_tx;
             self.next_tx += 1;
             self.txs.insert(tx, Tx::Choice { slot });
             self.track(slot);
-            self.choice_unwritten.insert(tx);
+            self.choice_unacked.insert(tx);
+            self.choice_tx.insert((QUERY, slot), tx);
+            if self.suspected[slot] {
+                self.held[slot].push(tx);
+                continue;
+            }
+            let step = Step { index, last: index + 1 == n };
+            self.out.push_back(Action::Transmit { to: slot, tx: None, frame: Frame::ChoiceQuery, step });
+        }
+        self.recovered();
+    }
+
+    /// Once every replica told what it knows: everything is told again.
+    fn recovered(&mut self) {
+        if self.recovering() {
+            return;
+        }
+        for (c, o) in self.choices.relay() {
+            self.tell_choice(u32::MAX, c, o);
+        }
+        self.flush();
+    }
+
+    /// A new master (`from`) asks what this replica knows.
+    pub fn on_choice_query(&mut self, from: usize) -> bool {
+        if self.coord.is_dead(from) || from == self.me() || self.layout().rank_of(from) != self.rank() {
+            return false;
+        }
+        if self.suspected[from] {
+            return true;
+        }
+        let step = Step { index: 0, last: false };
+        for (point, outcome) in self.choices.relay() {
+            self.out.push_back(Action::Transmit {
+                to: from,
+                tx: None,
+                frame: Frame::Choice { comm: u32::MAX, point, outcome },
+                step,
+            });
+        }
+        self.out.push_back(Action::Transmit { to: from, tx: None, frame: Frame::ChoicesTold, step });
+        true
+    }
+
+    /// Replica `from` told everything it knows.
+    pub fn on_choices_told(&mut self, from: usize) -> bool {
+        if self.coord.is_dead(from) || from == self.me() || self.layout().rank_of(from) != self.rank() {
+            return false;
+        }
+        if let Some(tx) = self.choice_tx.remove(&(QUERY, from)) {
+            self.progress_at[from] = self.now;
+            self.release(tx, from);
+            self.recovered();
+        }
+        true
+    }
+
+    /// Replica `from` acknowledged choice point `point`.
+    pub fn on_choice_ack(&mut self, from: usize, point: u64) -> bool {
+        if self.coord.is_dead(from) || from == self.me() || self.layout().rank_of(from) != self.rank() {
+            return false;
+        }
+        if let Some(tx) = self.choice_tx.remove(&(point, from)) {
+            self.progress_at[from] = self.now;
+            self.release(tx, from);
+            self.flush();
+        }
+        true
+    }
+
+    /// The master decided `outcome` at point `c`: its replicas are told, in index order (the
+    /// successor of a dying master first), and it transmits nothing new before every one
+    /// acknowledged (or is suspected): a frame written is not a frame delivered — a killed
+    /// master's kernel drops what it had not sent, a partition holds it — and a message that
+    /// depends on a choice must never reach anyone before the replicas that may take over
+    /// know the choice. A non-master (following) does nothing.
+    pub fn decided(&mut self, comm: u32, c: u64, outcome: Outcome) {
+        if !self.coord.is_master() {
+            return;
+        }
+        self.choices.followed(c, outcome);
+        self.tell_choice(comm, c, outcome);
+    }
+
+    fn tell_choice(&mut self, comm: u32, c: u64, outcome: Outcome) {
+        // A suspected replica too: until the launcher's verdict it may be the one that stays
+        // (the launcher may exclude this master instead), and it must not take over without
+        // the choices behind what this master sent meanwhile. Its frame is held.
+        let targets: Vec<usize> = self.coord.commit_targets();
+        let n = targets.len();
+        for (index, slot) in targets.into_iter().enumerate() {
+            if self.choice_tx.contains_key(&(c, slot)) {
+                continue;
+            }
+            let tx = self.next_tx;
+            self.next_tx += 1;
+            self.txs.insert(tx, Tx::Choice { slot });
+            self.track(slot);
+            self.choice_unacked.insert(tx);
+            self.choice_tx.insert((c, slot), tx);
+            if self.suspected[slot] {
+                self.held[slot].push(tx);
+                continue;
+            }
             let frame = Frame::Choice { comm, point: c, outcome };
-            self.out.push_back(Action::Transmit { to: slot, tx: Some(tx), frame, step: Step { index, last: index + 1 == n } });
+            self.out.push_back(Action::Transmit { to: slot, tx: None, frame, step: Step { index, last: index + 1 == n } });
         }
     }
 
     /// Whether choice frames are still unwritten (the master holds new transmissions back).
-    pub fn choices_unwritten(&self) -> bool {
-        !self.choice_unwritten.is_empty()
+    pub fn choices_unacked(&self) -> bool {
+        !self.choice_unacked.is_empty()
     }
 
     // ------------------------------------------------------------------ failures
@@ -661,9 +793,7 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
             .map(|(&id, _)| id)
             .collect();
         for tx in mine {
-            let choice = matches!(self.txs[&tx], Tx::Choice { .. });
-            if bye || choice || self.coord.is_dead(slot) {
-                // Choice frames to a suspect of this very rank are moot: it will be declared.
+            if bye || self.coord.is_dead(slot) {
                 self.release(tx, slot);
             } else if !self.held[slot].contains(&tx) {
                 self.held[slot].push(tx);
@@ -681,7 +811,12 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
         self.unwritten[slot] = self.unwritten[slot].saturating_sub(1);
         match t {
             Tx::Choice { .. } => {
-                self.choice_unwritten.remove(&tx);
+                self.choice_unacked.remove(&tx);
+                let query = self.choice_tx.iter().any(|(k, t)| *t == tx && k.0 == QUERY);
+                self.choice_tx.retain(|_, t| *t != tx);
+                if query {
+                    self.recovered();
+                }
             }
             Tx::Data { fanout, .. } => {
                 if let Some(f) = self.fanouts.get_mut(&fanout) {
@@ -725,6 +860,11 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
                 // Ahead of anything the program sends from now on.
                 q.append(&mut self.queue);
                 self.queue = q;
+                // The dead master's choices may have reached some replicas and not others:
+                // this one first learns what the others know, then tells everything again
+                // (acknowledged) before the resends, which depend on them, and before it
+                // decides anything itself.
+                self.start_recovery();
                 self.out.push_back(Action::TookOver { count });
             }
             Recovery::RankLost { rank } => {
@@ -945,19 +1085,37 @@ mod tests {
     }
 
     #[test]
-    fn master_holds_new_transmissions_until_choices_are_written() {
+    fn master_holds_new_transmissions_until_choices_are_acknowledged() {
         let l = Layout::new(2, 3);
         let mut e: Endpoint<V, u32> = Endpoint::new(l, 0, Config::default());
         let c = e.choice_point();
         e.decided(0, c, Some((1, 0, 0)));
         let a = drain(&mut e);
-        assert_eq!(txs(&a).iter().map(|x| x.0).collect::<Vec<_>>(), vec![1, 2], "replicas in index order");
+        let to: Vec<usize> = a
+            .iter()
+            .filter_map(|a| match a {
+                Action::Transmit { to, frame: Frame::Choice { .. }, .. } => Some(*to),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(to, vec![1, 2], "replicas in index order");
         e.send(T, mid(0, 1, 0), v(1), false, 1);
         assert!(txs(&drain(&mut e)).is_empty(), "held behind the choice");
-        for (_, tx) in txs(&a) {
-            e.written(T, tx);
-        }
+        assert!(e.on_choice_ack(1, c));
+        assert!(txs(&drain(&mut e)).is_empty(), "slot 2 has not acknowledged");
+        assert!(!e.on_choice_ack(3, c), "not a replica of this rank");
+        // A suspected replica is waited for until the verdict (the launcher may keep it and
+        // exclude this master instead).
+        e.suspect(T, 2, "stalled", false);
+        assert!(txs(&drain(&mut e)).is_empty());
+        e.declared_dead(T, 2);
         assert_eq!(txs(&drain(&mut e)).len(), 3);
+
+        // The replica's side: learned and acknowledged.
+        let mut r: Endpoint<V, u32> = Endpoint::new(l, 1, Config::default());
+        assert!(r.on_choice(0, 4, None));
+        assert_eq!(r.choice_known(4), Some(None));
+        assert!(matches!(&drain(&mut r)[..], [Action::Transmit { to: 0, frame: Frame::ChoiceAck { point: 4 }, .. }]));
     }
 
     #[test]

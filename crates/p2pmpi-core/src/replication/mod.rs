@@ -169,7 +169,14 @@ pub type Outcome = Option<(i32, i32, u64)>;
 pub struct Choices {
     next: u64,
     known: std::collections::BTreeMap<u64, Outcome>,
+    /// The outcomes followed lately ([`FOLLOWED_WINDOW`] points): a replica that takes over
+    /// tells them again, since the dead master's frames may have reached some replicas and
+    /// not others.
+    followed: std::collections::BTreeMap<u64, Outcome>,
 }
+
+/// How many followed outcomes a replica keeps to tell again if it takes over.
+pub const FOLLOWED_WINDOW: usize = 4096;
 
 impl Choices {
     pub fn new() -> Choices {
@@ -185,14 +192,29 @@ impl Choices {
 
     /// The master's outcome of choice point `c` arrived (a non-master; it may be ahead of
     /// this replica or behind it: a wildcard receive's outcome comes when it completes, after
-    /// the points of the tests that polled it).
+    /// the points of the tests that polled it). An outcome already followed is ignored (a
+    /// new master tells its recent ones again).
     pub fn learn(&mut self, c: u64, outcome: Outcome) {
+        let forgotten = self.followed.len() >= FOLLOWED_WINDOW && self.followed.first_key_value().is_some_and(|(&f, _)| c < f);
+        if self.followed.contains_key(&c) || forgotten {
+            return;
+        }
         self.known.insert(c, outcome);
     }
 
     /// The master's outcome of point `c`, if known; taken out (each point is followed once).
     pub fn take(&mut self, c: u64) -> Option<Outcome> {
-        self.known.remove(&c)
+        let o = self.known.remove(&c)?;
+        self.followed(c, o);
+        Some(o)
+    }
+
+    /// This replica followed (or, as master, decided) outcome `o` at point `c`.
+    pub fn followed(&mut self, c: u64, o: Outcome) {
+        self.followed.insert(c, o);
+        while self.followed.len() > FOLLOWED_WINDOW {
+            self.followed.pop_first();
+        }
     }
 
     /// Whether the master's outcome of point `c` is known.
@@ -203,6 +225,14 @@ impl Choices {
     /// Outcomes learned and not followed yet.
     pub fn pending(&self) -> usize {
         self.known.len()
+    }
+
+    /// Every outcome this replica knows — followed lately or learned — in point order: what
+    /// a new master tells its replicas first.
+    pub fn relay(&self) -> Vec<(u64, Outcome)> {
+        let mut all: Vec<(u64, Outcome)> = self.followed.iter().chain(self.known.iter()).map(|(&c, &o)| (c, o)).collect();
+        all.sort_by_key(|x| x.0);
+        all
     }
 }
 

@@ -35,6 +35,36 @@ enum Cmd {
     /// How far behind the freshest known counter of a process lags, fault-free (the margin
     /// left before suspicion).
     Lag(LagArgs),
+    /// Whole replicated jobs (random programs with ANY_SOURCE, probes, wait_any) under random
+    /// crashes, freezes, partitions and false suspicions: counts the schedules that pass.
+    Replicated(ReplArgs),
+}
+
+#[derive(Args, Clone)]
+struct ReplArgs {
+    /// How many schedules (one seed each).
+    #[arg(long, default_value_t = 1000)]
+    schedules: u64,
+    /// Seed of the first schedule (the others follow).
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Ranks and replicas; by default the schedules cycle through 3×2, 2×3, 4×2 and 3×3.
+    #[arg(long)]
+    n: Option<usize>,
+    #[arg(long)]
+    r: Option<usize>,
+    /// Messages of each program.
+    #[arg(long, default_value_t = 30)]
+    messages: usize,
+    /// At most this many faults per schedule.
+    #[arg(long, default_value_t = 3)]
+    faults: usize,
+    /// Worker threads (default: every core).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Print every process's state and the launcher's log for each violation.
+    #[arg(long)]
+    verbose: bool,
 }
 
 #[derive(Args, Clone)]
@@ -571,6 +601,63 @@ fn run_cmd(a: &RunArgs) -> Result<()> {
     Ok(())
 }
 
+fn replicated_cmd(a: &ReplArgs) -> Result<()> {
+    use p2pmpi_sim::replicated::{run, JobConfig, Verdict};
+    let shapes = [(3, 2), (2, 3), (4, 2), (3, 3)];
+    let threads = a.threads.unwrap_or_else(par::default_threads).max(1);
+    let t = Instant::now();
+    let shape = |i: u64| match (a.n, a.r) {
+        (Some(n), Some(r)) => (n, r),
+        (n, r) => {
+            let (dn, dr) = shapes[(i % shapes.len() as u64) as usize];
+            (n.unwrap_or(dn), r.unwrap_or(dr))
+        }
+    };
+    let results = par::par_map(a.schedules as usize, threads, |i| {
+        let seed = a.seed + i as u64;
+        let (n, r) = shape(i as u64);
+        let rep = run(seed, JobConfig { n, r, messages: a.messages, faults: a.faults });
+        (seed, n, r, rep)
+    });
+    let (mut ok, mut failed, mut bad, mut takeovers, mut events, mut faults) = (0u64, 0u64, 0u64, 0usize, 0u64, 0usize);
+    for (seed, n, r, rep) in &results {
+        takeovers += rep.takeovers;
+        events += rep.events;
+        faults += rep.faults.len();
+        match &rep.verdict {
+            Verdict::Completed => ok += 1,
+            Verdict::Failed(_) => failed += 1,
+            Verdict::Violation(v) => {
+                bad += 1;
+                if bad <= 10 {
+                    println!("VIOLATION seed {seed} ({n} ranks x {r} replicas): {v}");
+                    println!("  faults: {:?}", rep.faults);
+                    println!("  again: p2pmpi-sim replicated --schedules 1 --seed {seed} --n {n} --r {r} --messages {} --faults {} --verbose", a.messages, a.faults);
+                    if a.verbose {
+                        println!("{}", rep.state);
+                    }
+                }
+            }
+        }
+    }
+    println!(
+        "replicated jobs: {} schedules ({} faults, {} takeovers, {} events) in {:.1} s: {} completed, {} stopped cleanly (a rank lost every replica), {} violations",
+        results.len(),
+        faults,
+        takeovers,
+        events,
+        t.elapsed().as_secs_f64(),
+        ok,
+        failed,
+        bad
+    );
+    println!("passed: {} of {}", ok + failed, results.len());
+    if bad > 0 {
+        anyhow::bail!("{bad} schedules violated the protocol's guarantees");
+    }
+    Ok(())
+}
+
 fn main() -> Result<()> {
     let cli = Cli::parse();
     let command = command_line();
@@ -586,6 +673,7 @@ fn main() -> Result<()> {
         }
         Cmd::Run(a) => run_cmd(a)?,
         Cmd::Lag(a) => lag_cmd(a)?,
+        Cmd::Replicated(a) => replicated_cmd(a)?,
         Cmd::All(a) => {
             let threads = a.threads.unwrap_or_else(par::default_threads).max(1);
             let t = Instant::now();

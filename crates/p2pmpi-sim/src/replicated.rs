@@ -1,0 +1,1280 @@
+//! Deterministic simulation of whole replicated jobs.
+//!
+//! A job of `n` ranks × `r` replicas runs a random communication program under a random
+//! schedule of faults, in virtual time, with the very state machines the library and the
+//! launcher run: every process drives a [`p2pmpi_core::replication::Endpoint`] (fan-out,
+//! commits, backups, takeover, reorder queue, choices, stall timers) and a
+//! [`p2pmpi_core::matching::Matcher`] (the history table and MPI matching), holds a
+//! [`Lease`], and the launcher is a [`Supervisor`]. A run is a pure function of its seed.
+//!
+//! ## The programs
+//!
+//! A global list of messages is drawn first (source, destination, kind); every rank's
+//! program is its part of that list in order — a send where it is the source, a receive
+//! where it is the destination — so the program cannot deadlock whatever the schedule:
+//! *exact* messages are received naming their source (some sends synchronous), *wildcard*
+//! ones by `ANY_SOURCE` receives on a tag of their own, two successive exact receives from
+//! different sources may become a `wait_any` on both, and `ANY_SOURCE` probes are sprinkled
+//! in. Every value a rank sends is a hash of everything it has seen so far, so a replica that
+//! took another path (a different match, probe result or completion order) sends different
+//! values and is caught.
+//!
+//! ## The machine
+//!
+//! * **Network**: one FIFO link per ordered pair of processes, with a random delay per frame
+//!   (never overtaking) and a window of [`WINDOW`] frames: a frame is *written* (the
+//!   endpoint is told) once it fits in the window, as a kernel accepts data into its socket
+//!   buffer, and a receiver that does not read (frozen, cut off) makes its senders stall.
+//!   Suspecting a process closes both links with it; the other side sees the broken
+//!   connection a moment later.
+//! * **Faults** (drawn per run): a process *crashes* (the frames its kernel had not sent yet
+//!   — a random suffix of each outgoing link — are lost, as a reset connection loses them),
+//!   *freezes* and resumes, is *cut off* by a partition (its links and its launcher
+//!   connection hold everything) and heals, or is *falsely suspected* by another; message
+//!   delays vary. The failure detector is an oracle that suspects a frozen or cut-off
+//!   process about a second later if it still is.
+//! * **Launcher**: suspicions and lease renewals travel to it with a delay (held by a
+//!   partition); its declarations are broadcast; it learns of some crashes from the exit
+//!   status.
+//!
+//! ## The checks
+//!
+//! * every value received for a message is the value its sender computed (whichever replica
+//!   sent it), and every replica of a rank computes the same value for the same message;
+//! * every process delivers each message of a channel exactly once, in sequence order;
+//! * the replicas of a rank that finished have identical outputs;
+//! * a job where every rank keeps a replica untouched by faults completes (no hang, no
+//!   fatal error); any job ends (completes or fails with a reason) within the time limit.
+
+use crate::rng::Rng;
+use p2pmpi_core::fencing::{Grant, Lease, Supervisor};
+use p2pmpi_core::matching::{Arrival, Body, Envelope, Matcher, Pattern};
+use p2pmpi_core::replication::endpoint::{Action, Config, Frame, Payload, TxId};
+use p2pmpi_core::replication::{Endpoint, Layout, MsgId, Outcome};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
+use std::time::Duration;
+
+/// Frames a link holds unread before its sender's writes stall.
+pub const WINDOW: usize = 6;
+/// The tag of wildcard messages.
+const WILD: i32 = 100;
+
+fn ms(v: u64) -> Duration {
+    Duration::from_millis(v)
+}
+
+/// A simulated payload: a value standing for the bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Val(pub u64);
+
+impl Payload for Val {
+    fn len(&self) -> usize {
+        8
+    }
+    fn is_lent(&self) -> bool {
+        false
+    }
+    fn share(&self) -> Val {
+        *self
+    }
+    fn to_owned_copy(&self) -> Val {
+        *self
+    }
+}
+
+/// One operation of a rank's program.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Op {
+    Send { dst: usize, tag: i32, sync: bool },
+    Recv { src: Option<usize>, tag: i32 },
+    /// `MPI_Iprobe(ANY_SOURCE, WILD)`.
+    Probe,
+    /// Two exact receives posted together, `wait_any`, then a wait on the other.
+    WaitAny { a: (usize, i32), b: (usize, i32) },
+}
+
+/// What a run looks like.
+#[derive(Debug, Clone, Copy)]
+pub struct JobConfig {
+    pub n: usize,
+    pub r: usize,
+    /// Messages of the program.
+    pub messages: usize,
+    /// At most this many faults.
+    pub faults: usize,
+}
+
+impl Default for JobConfig {
+    fn default() -> JobConfig {
+        JobConfig { n: 3, r: 2, messages: 40, faults: 2 }
+    }
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Every rank finished on some replica, with consistent outputs.
+    Completed,
+    /// The job stopped with a reason, and the faults allowed it (a rank lost every
+    /// replica it could count on).
+    Failed(String),
+    /// A check failed.
+    Violation(String),
+}
+
+/// The result of one run.
+#[derive(Debug, Clone)]
+pub struct RunReport {
+    pub seed: u64,
+    pub verdict: Verdict,
+    pub faults: Vec<String>,
+    pub events: u64,
+    pub end: Duration,
+    pub takeovers: usize,
+    /// Every process's state at the end (for a violation's diagnosis).
+    pub state: String,
+}
+
+/// Draws the programs of a job: one per rank.
+pub fn programs(rng: &mut Rng, n: usize, messages: usize) -> Vec<Vec<Op>> {
+    let mut progs: Vec<Vec<Op>> = vec![Vec::new(); n];
+    if n < 2 {
+        return progs;
+    }
+    for _ in 0..messages {
+        let src = rng.below(n as u64) as usize;
+        let mut dst = rng.below(n as u64 - 1) as usize;
+        if dst >= src {
+            dst += 1;
+        }
+        let k = rng.below(100);
+        let (tag, sync, wild) = if k < 25 { (WILD, false, true) } else { (1 + rng.below(3) as i32, k < 40, false) };
+        progs[src].push(Op::Send { dst, tag, sync });
+        progs[dst].push(Op::Recv { src: (!wild).then_some(src), tag });
+        if rng.bernoulli(0.08) {
+            progs[dst].push(Op::Probe);
+        }
+    }
+    for p in progs.iter_mut() {
+        let mut out = Vec::with_capacity(p.len());
+        let mut i = 0;
+        while i < p.len() {
+            if let (Op::Recv { src: Some(a), tag: ta }, Some(Op::Recv { src: Some(b), tag: tb })) = (&p[i], p.get(i + 1)) {
+                if a != b && rng.bernoulli(0.4) {
+                    out.push(Op::WaitAny { a: (*a, *ta), b: (*b, *tb) });
+                    i += 2;
+                    continue;
+                }
+            }
+            out.push(p[i].clone());
+            i += 1;
+        }
+        *p = out;
+    }
+    progs
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Status {
+    Running,
+    Frozen,
+    Crashed,
+    /// Excluded by the launcher (or stopped itself): exited quietly.
+    Out,
+}
+
+/// What the current operation waits for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Wait {
+    /// Not started.
+    Start,
+    Req(u32),
+    Probe(u64),
+    Any { a: u32, b: u32, c: u64 },
+    Other(u32),
+    /// End of the program: every send complete.
+    Sends,
+}
+
+#[derive(Debug)]
+enum ToLauncher {
+    Suspect { by: usize, slot: usize, why: String },
+    Renew { slot: usize, asked_at: Duration },
+}
+
+#[derive(Debug, Clone)]
+enum FromLauncher {
+    Grant { asked_at: Duration },
+    Excluded,
+    Dead { slot: usize },
+}
+
+struct Proc {
+    slot: usize,
+    rank: usize,
+    ep: Endpoint<Val, u32>,
+    m: Matcher<u32, Val>,
+    pc: usize,
+    wait: Wait,
+    /// Receives and sends: `None` pending, `Some((source, value))` done.
+    reqs: HashMap<u32, Option<(i32, u64)>>,
+    next_req: u32,
+    open_sends: Vec<u32>,
+    out: Vec<u64>,
+    hash: u64,
+    /// Per channel (comm, source rank, tag): the sequences accepted, to check.
+    accepted: HashMap<(u32, i32, i32), u64>,
+    /// The value this replica computed for every message it sent.
+    computed: HashMap<MsgId, u64>,
+    choice_of: HashMap<u32, (u64, u32)>,
+    deferred: BTreeMap<u64, (u32, Pattern)>,
+    status: Status,
+    lease: Lease,
+    next_renew: Duration,
+    inbox: VecDeque<FromLauncher>,
+    written: Vec<TxId>,
+    broken: Vec<usize>,
+    fd_suspects: Vec<usize>,
+    done: bool,
+}
+
+#[derive(Debug, Default)]
+struct Link {
+    q: VecDeque<(Duration, Frame<Val>, Option<TxId>)>,
+    closed: bool,
+    last_at: Duration,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fd {
+    Faulty,
+    Isolated,
+    False,
+}
+
+#[derive(Debug)]
+enum Ev {
+    Wake(usize),
+    Crash(usize),
+    Freeze(usize),
+    Resume(usize),
+    Cut(usize),
+    Heal(usize),
+    /// The detector oracle: `by` suspects `slot` if `slot` is still frozen or cut off
+    /// ([`Fd::Faulty`]), if `by` itself is still cut off ([`Fd::Isolated`]: its detector hears
+    /// nobody), or whatever happens ([`Fd::False`]).
+    Fd { by: usize, slot: usize, when: Fd },
+    Launcher(ToLauncher),
+    ToProc(usize, FromLauncher),
+    LauncherPoll,
+    Ended(usize),
+}
+
+struct Sim {
+    rng: Rng,
+    now: Duration,
+    seq: u64,
+    heap: BinaryHeap<Reverse<(Duration, u64)>>,
+    evs: HashMap<u64, Ev>,
+    procs: Vec<Proc>,
+    links: HashMap<(usize, usize), Link>,
+    cut: Vec<bool>,
+    held_up: Vec<Vec<ToLauncher>>,
+    held_down: Vec<Vec<FromLauncher>>,
+    sup: Supervisor,
+    layout: Layout,
+    progs: Vec<Vec<Op>>,
+    /// The value of every message, as its first replica computed it.
+    values: HashMap<MsgId, u64>,
+    violation: Option<String>,
+    failed: Option<String>,
+    events: u64,
+    takeovers: usize,
+    lease: Duration,
+    up_last: Vec<Duration>,
+    down_last: Vec<Duration>,
+    log: Vec<String>,
+}
+
+fn mix(h: u64, v: u64) -> u64 {
+    let mut s = h ^ v.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    crate::rng::splitmix64(&mut s)
+}
+
+impl Sim {
+    fn at(&mut self, t: Duration, ev: Ev) {
+        self.seq += 1;
+        self.heap.push(Reverse((t, self.seq)));
+        self.evs.insert(self.seq, ev);
+    }
+
+    fn delay(&mut self) -> Duration {
+        // Mostly 1–5 ms, sometimes up to 200 ms.
+        if self.rng.bernoulli(0.03) {
+            ms(20 + self.rng.below(180))
+        } else {
+            Duration::from_micros(1000 + self.rng.below(4000))
+        }
+    }
+
+    fn violate(&mut self, what: String) {
+        if self.violation.is_none() {
+            self.violation = Some(format!("at {:.3} s: {what}", self.now.as_secs_f64()));
+        }
+    }
+
+    fn runnable(&self, s: usize) -> bool {
+        self.procs[s].status == Status::Running
+    }
+
+    // ------------------------------------------------------------- network
+
+    fn push_frame(&mut self, from: usize, to: usize, frame: Frame<Val>, tx: Option<TxId>) {
+        let d = self.delay();
+        let now = self.now;
+        let link = self.links.entry((from, to)).or_default();
+        if link.closed {
+            // Written into a closed connection: the sender learns it is broken.
+            if !self.procs[from].broken.contains(&to) {
+                self.procs[from].broken.push(to);
+            }
+            self.at(now, Ev::Wake(from));
+            return;
+        }
+        let t = (now + d).max(link.last_at);
+        link.last_at = t;
+        let fits = link.q.len() < WINDOW;
+        link.q.push_back((t, frame, tx));
+        if fits {
+            if let Some(tx) = tx {
+                self.procs[from].written.push(tx);
+            }
+        }
+        self.at(t, Ev::Wake(to));
+    }
+
+    /// Closes both links between `a` and `b` (a suspicion or a death): frames in them are
+    /// lost; `b` notices the broken connection a moment later.
+    fn close(&mut self, a: usize, b: usize) {
+        for k in [(a, b), (b, a)] {
+            let l = self.links.entry(k).or_default();
+            l.closed = true;
+            l.q.clear();
+        }
+        if self.procs[b].status != Status::Crashed && !self.procs[b].broken.contains(&a) {
+            self.procs[b].broken.push(a);
+            let d = self.delay();
+            self.at(self.now + d, Ev::Wake(b));
+        }
+    }
+
+    fn to_launcher(&mut self, from: usize, m: ToLauncher) {
+        if self.cut[from] {
+            self.held_up[from].push(m);
+            return;
+        }
+        let d = self.delay();
+        let t = (self.now + d).max(self.up_last[from]);
+        self.up_last[from] = t;
+        self.at(t, Ev::Launcher(m));
+    }
+
+    fn from_launcher(&mut self, to: usize, m: FromLauncher) {
+        if self.cut[to] {
+            self.held_down[to].push(m);
+            return;
+        }
+        let d = self.delay();
+        let t = (self.now + d).max(self.down_last[to]);
+        self.down_last[to] = t;
+        self.at(t, Ev::ToProc(to, m));
+    }
+
+    // ------------------------------------------------------------- launcher
+
+    fn launcher(&mut self, m: ToLauncher) {
+        match m {
+            ToLauncher::Suspect { by, slot, why } => {
+                let x = self.sup.suspect(self.now, slot, Some(by), &why);
+                self.log.push(format!("{:.3} s: slot {by} suspects slot {slot} ({why}): excluded {x:?}", self.now.as_secs_f64()));
+                if x.is_some() {
+                    if let Some(t) = self.sup.next_deadline() {
+                        self.at(t.max(self.now), Ev::LauncherPoll);
+                    }
+                }
+            }
+            ToLauncher::Renew { slot, asked_at } => {
+                let g = self.sup.renew(self.now, slot);
+                if std::env::var_os("SIM_TRACE_RENEW").is_some() {
+                    self.log.push(format!("{:.3} s: renew {slot} asked {:.3}: {g:?}", self.now.as_secs_f64(), asked_at.as_secs_f64()));
+                }
+                let m = match g {
+                    Grant::Lease => FromLauncher::Grant { asked_at },
+                    Grant::Excluded => FromLauncher::Excluded,
+                };
+                self.from_launcher(slot, m);
+            }
+        }
+    }
+
+    fn launcher_poll(&mut self) {
+        for d in self.sup.poll(self.now) {
+            self.declared(d.slot, d.left);
+        }
+        if let Some(t) = self.sup.next_deadline() {
+            self.at(t.max(self.now + ms(1)), Ev::LauncherPoll);
+        }
+    }
+
+    fn declared(&mut self, slot: usize, left: usize) {
+        self.log.push(format!("{:.3} s: slot {slot} declared dead", self.now.as_secs_f64()));
+        if left == 0 && self.failed.is_none() {
+            self.failed = Some(format!("the launcher declared the last replica of rank {} dead", self.layout.rank_of(slot)));
+        }
+        for s in 0..self.procs.len() {
+            self.from_launcher(s, FromLauncher::Dead { slot });
+        }
+    }
+
+    // ------------------------------------------------------------- processes
+
+    fn wake(&mut self, s: usize) {
+        if !self.runnable(s) {
+            return;
+        }
+        let now = self.now;
+        // Launcher messages first (they arrive even without a lease).
+        while let Some(m) = self.procs[s].inbox.pop_front() {
+            match m {
+                FromLauncher::Grant { asked_at } => self.procs[s].lease.granted(asked_at),
+                FromLauncher::Excluded => {
+                    self.exit(s);
+                    return;
+                }
+                FromLauncher::Dead { slot } if slot == s => {
+                    self.exit(s);
+                    return;
+                }
+                FromLauncher::Dead { slot } => {
+                    self.procs[s].ep.declared_dead(now, slot);
+                    self.close(s, slot);
+                }
+            }
+        }
+        if now >= self.procs[s].next_renew {
+            let every = self.procs[s].lease.renew_every();
+            self.procs[s].next_renew = now + every;
+            self.to_launcher(s, ToLauncher::Renew { slot: s, asked_at: now });
+            self.at(now + every, Ev::Wake(s));
+        }
+        if self.procs[s].lease.out_of_contact(now) {
+            self.exit(s);
+            return;
+        }
+        if !self.procs[s].lease.valid(now) {
+            // Nothing is written without a lease: wait for the renewal.
+            return;
+        }
+        // Broken connections and detector suspicions.
+        for b in std::mem::take(&mut self.procs[s].broken) {
+            self.procs[s].ep.suspect(now, b, "connection closed", false);
+        }
+        for b in std::mem::take(&mut self.procs[s].fd_suspects) {
+            self.procs[s].ep.suspect(now, b, "the failure detector suspects it", false);
+        }
+        for tx in std::mem::take(&mut self.procs[s].written) {
+            self.procs[s].ep.written(now, tx);
+        }
+        self.actions(s);
+        // Frames that arrived, in arrival order.
+        loop {
+            let mut best: Option<(Duration, usize)> = None;
+            for from in 0..self.procs.len() {
+                if from == s || self.cut[from] || self.cut[s] {
+                    continue;
+                }
+                if let Some(l) = self.links.get(&(from, s)) {
+                    if let Some((t, _, _)) = l.q.front() {
+                        if *t <= now && best.is_none_or(|b| *t < b.0) {
+                            best = Some((*t, from));
+                        }
+                    }
+                }
+            }
+            let Some((_, from)) = best else { break };
+            let link = self.links.get_mut(&(from, s)).expect("link");
+            let (_, frame, _) = link.q.pop_front().expect("front");
+            // The frame that now fits in the window is written.
+            if let Some((_, _, Some(tx))) = link.q.get(WINDOW - 1) {
+                let tx = *tx;
+                self.procs[from].written.push(tx);
+                self.at(now, Ev::Wake(from));
+            }
+            self.frame(s, from, frame);
+            self.actions(s);
+            if !self.runnable(s) {
+                return;
+            }
+        }
+        let next = self.next_expected_fn(s);
+        self.procs[s].ep.poll(now, |c, src, t| next.get(&(c, src as i32, t)).copied().unwrap_or(0));
+        self.actions(s);
+        self.resolve(s);
+        self.step(s);
+        self.actions(s);
+        self.check_done(s);
+        // Next wake-ups: the endpoint's timers and the renewal.
+        if let Some(t) = self.procs[s].ep.next_deadline() {
+            self.at(t.max(now + ms(1)), Ev::Wake(s));
+        }
+    }
+
+    fn next_expected_fn(&self, s: usize) -> HashMap<(u32, i32, i32), u64> {
+        self.procs[s].accepted.iter().map(|(&k, &v)| (k, v)).collect()
+    }
+
+    /// The process exits (excluded, or out of contact with the launcher for too long); the
+    /// launcher sees its exit status a moment later.
+    fn exit(&mut self, s: usize) {
+        let p = &mut self.procs[s];
+        if matches!(p.status, Status::Running | Status::Frozen) {
+            p.status = Status::Out;
+            let d = ms(50 + self.rng.below(500));
+            self.at(self.now + d, Ev::Ended(s));
+        }
+    }
+
+    /// Handles the endpoint's actions.
+    fn actions(&mut self, s: usize) {
+        while let Some(a) = self.procs[s].ep.poll_action() {
+            match a {
+                Action::Transmit { to, tx, frame, .. } => self.push_frame(s, to, frame, tx),
+                Action::FannedOut { .. } | Action::Committed { .. } => {}
+                Action::Complete(u) => {
+                    if let Some(r) = self.procs[s].reqs.get_mut(&u) {
+                        *r = Some((-1, 0));
+                    }
+                }
+                Action::Suspect { slot, cause } => {
+                    self.close(s, slot);
+                    self.to_launcher(s, ToLauncher::Suspect { by: s, slot, why: cause });
+                }
+                Action::TookOver { .. } => self.takeovers += 1,
+                Action::Fatal { rank, cause } => {
+                    if self.failed.is_none() {
+                        self.failed = Some(format!("slot {s}: rank {rank}: {cause}"));
+                    }
+                }
+            }
+        }
+    }
+
+    fn frame(&mut self, s: usize, from: usize, frame: Frame<Val>) {
+        if self.procs[s].ep.is_cut(from) {
+            return;
+        }
+        let now = self.now;
+        match frame {
+            Frame::Commit { mid } => {
+                if !self.procs[s].ep.on_commit(from, mid) {
+                    self.violate(format!("slot {s}: commit of {mid:?} from slot {from} refused"));
+                }
+            }
+            Frame::Choice { point, outcome, .. } => {
+                self.procs[s].ep.on_choice(from, point, outcome);
+            }
+            Frame::SyncAck { mid } => {
+                self.procs[s].ep.on_sync_ack(from, mid);
+            }
+            Frame::ChoiceAck { point } => {
+                self.procs[s].ep.on_choice_ack(from, point);
+            }
+            Frame::ChoiceQuery => {
+                self.procs[s].ep.on_choice_query(from);
+            }
+            Frame::ChoicesTold => {
+                self.procs[s].ep.on_choices_told(from);
+            }
+            Frame::Data { mid, payload, sync } => {
+                if self.layout.rank_of(from) != mid.src as usize || mid.dst as usize != self.procs[s].rank {
+                    self.violate(format!("slot {s}: data {mid:?} from slot {from}"));
+                    return;
+                }
+                self.accept(s, mid, payload, sync, now);
+            }
+        }
+    }
+
+    fn accept(&mut self, s: usize, mid: MsgId, v: Val, sync: bool, now: Duration) {
+        let env = Envelope { comm: mid.comm, src: mid.src as i32, tag: mid.tag, seq: mid.seq, len: 8 };
+        match self.values.get(&mid) {
+            Some(&want) if want != v.0 => self.violate(format!(
+                "slot {s}: message {mid:?} carries {}, but {want} was delivered elsewhere (its sender's replicas diverged)",
+                v.0
+            )),
+            Some(_) => {}
+            None => {
+                self.values.insert(mid, v.0);
+            }
+        }
+        let p = &mut self.procs[s];
+        match p.m.arrive(&env) {
+            Arrival::Duplicate => {
+                p.ep.duplicate(mid, sync);
+                return;
+            }
+            Arrival::Early => {
+                p.ep.park(now, mid, v, sync);
+                return;
+            }
+            arr => {
+                let key = (mid.comm, mid.src as i32, mid.tag);
+                let want = p.accepted.get(&key).copied().unwrap_or(0);
+                if mid.seq != want {
+                    let msg = format!("slot {s}: accepted {mid:?}, expected sequence {want}");
+                    self.violate(msg);
+                    return;
+                }
+                let p = &mut self.procs[s];
+                p.accepted.insert(key, want + 1);
+                match arr {
+                    Arrival::Matched(r) => {
+                        if sync {
+                            p.ep.matched_sync(mid);
+                        }
+                        p.reqs.insert(r, Some((env.src, v.0)));
+                        if let Some((c, comm)) = p.choice_of.remove(&r) {
+                            p.ep.decided(comm, c, Some((env.src, env.tag, env.seq)));
+                        }
+                    }
+                    _ => {
+                        if sync {
+                            p.ep.sync_unmatched(mid);
+                        }
+                        p.m.enqueue(env, Body::Eager(v));
+                    }
+                }
+            }
+        }
+        // Parked successors now in turn.
+        let next = self.procs[s].accepted.get(&(mid.comm, mid.src as i32, mid.tag)).copied().unwrap_or(0);
+        if let Some((m2, v2, sync2)) = self.procs[s].ep.unpark(mid.comm, mid.src, mid.tag, next) {
+            self.accept(s, m2, v2, sync2, now);
+        }
+    }
+
+    fn new_req(&mut self, s: usize) -> u32 {
+        let p = &mut self.procs[s];
+        let r = p.next_req;
+        p.next_req += 1;
+        p.reqs.insert(r, None);
+        r
+    }
+
+    fn post(&mut self, s: usize, r: u32, pat: Pattern) {
+        let p = &mut self.procs[s];
+        if let Some((env, body)) = p.m.post(pat, r) {
+            let Body::Eager(v) = body else { unreachable!("eager only") };
+            let mid = MsgId { comm: env.comm, src: env.src as u32, dst: p.rank as u32, tag: env.tag, seq: env.seq };
+            p.ep.consumed(mid);
+            p.reqs.insert(r, Some((env.src, v.0)));
+            if let Some((c, comm)) = p.choice_of.remove(&r) {
+                p.ep.decided(comm, c, Some((env.src, env.tag, env.seq)));
+            }
+        }
+    }
+
+    fn irecv(&mut self, s: usize, src: Option<usize>, tag: i32) -> u32 {
+        let r = self.new_req(s);
+        let pat = Pattern { comm: 0, src: src.map(|x| x as i32), tag: Some(tag) };
+        if src.is_none() {
+            let p = &mut self.procs[s];
+            let c = p.ep.choice_point();
+            match p.ep.take_choice(c) {
+                Some(o) => {
+                    p.ep.decided(0, c, o);
+                    self.post(s, r, exact(pat, o));
+                }
+                None if p.ep.may_decide() => {
+                    p.choice_of.insert(r, (c, 0));
+                    self.post(s, r, pat);
+                }
+                None => {
+                    p.deferred.insert(c, (r, pat));
+                }
+            }
+            return r;
+        }
+        self.post(s, r, pat);
+        r
+    }
+
+    /// A non-master's wildcard receives whose master's choice arrived are posted, exact;
+    /// after a takeover, the ones still undecided are this master's to decide.
+    fn resolve(&mut self, s: usize) {
+        loop {
+            let p = &mut self.procs[s];
+            let Some((&c, &(r, pat))) = p.deferred.first_key_value() else { return };
+            let o = match p.ep.take_choice(c) {
+                Some(o) => {
+                    p.ep.decided(pat.comm, c, o);
+                    Some(o)
+                }
+                None if p.ep.may_decide() => None,
+                None => return,
+            };
+            p.deferred.remove(&c);
+            match o {
+                Some(o) => self.post(s, r, exact(pat, o)),
+                None => {
+                    self.procs[s].choice_of.insert(r, (c, pat.comm));
+                    self.post(s, r, pat);
+                }
+            }
+        }
+    }
+
+    fn done_req(&self, s: usize, r: u32) -> Option<(i32, u64)> {
+        self.procs[s].reqs.get(&r).copied().flatten()
+    }
+
+    fn emit(&mut self, s: usize, v: u64) {
+        let p = &mut self.procs[s];
+        p.out.push(v);
+        p.hash = mix(p.hash, v);
+    }
+
+    /// Runs the program until it blocks (a few operations per wake-up, then a pause).
+    fn step(&mut self, s: usize) {
+        for _ in 0..4 {
+            if !self.step_one(s) {
+                return;
+            }
+            self.actions(s);
+        }
+        let d = Duration::from_micros(self.rng.below(3000));
+        self.at(self.now + d, Ev::Wake(s));
+    }
+
+    /// One step: true if the program moved.
+    fn step_one(&mut self, s: usize) -> bool {
+        let rank = self.procs[s].rank;
+        let pc = self.procs[s].pc;
+        let wait = self.procs[s].wait.clone();
+        let Some(op) = self.progs[rank].get(pc).cloned() else {
+            // The end: every send complete.
+            let open = std::mem::take(&mut self.procs[s].open_sends);
+            let still: Vec<u32> = open.into_iter().filter(|&r| self.done_req(s, r).is_none()).collect();
+            let moved = still.is_empty() && self.procs[s].wait != Wait::Sends;
+            if still.is_empty() {
+                self.procs[s].wait = Wait::Sends;
+            }
+            self.procs[s].open_sends = still;
+            return moved;
+        };
+        let advance = |sim: &mut Sim| {
+            sim.procs[s].pc += 1;
+            sim.procs[s].wait = Wait::Start;
+        };
+        match (op, wait) {
+            (Op::Send { dst, tag, sync }, Wait::Start) => {
+                let p = &mut self.procs[s];
+                let seq = p.m.next_send_seq(0, dst as i32, tag);
+                let mid = MsgId { comm: 0, src: rank as u32, dst: dst as u32, tag, seq };
+                let v = mix(p.hash, seq ^ ((dst as u64) << 32) ^ pc as u64);
+                self.procs[s].computed.insert(mid, v);
+                self.emit(s, v);
+                let r = self.new_req(s);
+                let now = self.now;
+                self.procs[s].ep.send(now, mid, Val(v), sync, r);
+                if sync {
+                    self.procs[s].wait = Wait::Req(r);
+                } else {
+                    self.procs[s].open_sends.push(r);
+                    advance(self);
+                }
+                true
+            }
+            (Op::Send { .. }, Wait::Req(r)) => match self.done_req(s, r) {
+                Some(_) => {
+                    advance(self);
+                    true
+                }
+                None => false,
+            },
+            (Op::Recv { src, tag }, Wait::Start) => {
+                let r = self.irecv(s, src, tag);
+                self.procs[s].wait = Wait::Req(r);
+                true
+            }
+            (Op::Recv { .. }, Wait::Req(r)) => match self.done_req(s, r) {
+                Some((src, v)) => {
+                    self.emit(s, mix(src as u64, v));
+                    advance(self);
+                    true
+                }
+                None => false,
+            },
+            (Op::Probe, Wait::Start) => {
+                let c = self.procs[s].ep.choice_point();
+                self.procs[s].wait = Wait::Probe(c);
+                true
+            }
+            (Op::Probe, Wait::Probe(c)) => {
+                let pat = Pattern { comm: 0, src: None, tag: Some(WILD) };
+                let p = &mut self.procs[s];
+                let found = match p.ep.choice_known(c) {
+                    Some(o) => {
+                        let f = match o {
+                            None => None,
+                            Some(_) => match p.m.probe(exact(pat, o)) {
+                                Some(e) => Some(*e),
+                                None => return false,
+                            },
+                        };
+                        p.ep.take_choice(c);
+                        p.ep.decided(0, c, o);
+                        f
+                    }
+                    None if p.ep.may_decide() => {
+                        let f = p.m.probe(pat).copied();
+                        p.ep.decided(0, c, f.map(|e| (e.src, e.tag, e.seq)));
+                        f
+                    }
+                    None => return false,
+                };
+                self.emit(s, found.map_or(u64::MAX, |e| e.src as u64));
+                advance(self);
+                true
+            }
+            (Op::WaitAny { a, b }, Wait::Start) => {
+                let ra = self.irecv(s, Some(a.0), a.1);
+                let rb = self.irecv(s, Some(b.0), b.1);
+                let c = self.procs[s].ep.choice_point();
+                self.procs[s].wait = Wait::Any { a: ra, b: rb, c };
+                true
+            }
+            (Op::WaitAny { .. }, Wait::Any { a, b, c }) => {
+                let p = &mut self.procs[s];
+                let done = |x: u32| p.reqs.get(&x).copied().flatten().is_some();
+                let idx = match p.ep.choice_known(c) {
+                    Some(o) => {
+                        let i = o.map_or(0, |o| o.0 as usize);
+                        if !done(if i == 0 { a } else { b }) {
+                            return false;
+                        }
+                        p.ep.take_choice(c);
+                        p.ep.decided(u32::MAX, c, o);
+                        i
+                    }
+                    None if p.ep.may_decide() => {
+                        let i = if done(a) {
+                            0
+                        } else if done(b) {
+                            1
+                        } else {
+                            return false;
+                        };
+                        p.ep.decided(u32::MAX, c, Some((i as i32, 1, 1)));
+                        i
+                    }
+                    None => return false,
+                };
+                let (first, other) = if idx == 0 { (a, b) } else { (b, a) };
+                let (src, v) = self.done_req(s, first).expect("complete");
+                self.emit(s, mix(idx as u64, mix(src as u64, v)));
+                self.procs[s].wait = Wait::Other(other);
+                true
+            }
+            (Op::WaitAny { .. }, Wait::Other(r)) => match self.done_req(s, r) {
+                Some((src, v)) => {
+                    self.emit(s, mix(src as u64, v));
+                    advance(self);
+                    true
+                }
+                None => false,
+            },
+            (op, w) => {
+                self.violate(format!("slot {s}: operation {op:?} in state {w:?}"));
+                false
+            }
+        }
+    }
+
+    fn check_done(&mut self, s: usize) {
+        let p = &self.procs[s];
+        let end = p.pc >= self.progs[p.rank].len() && p.wait == Wait::Sends;
+        self.procs[s].done = end && p.ep.idle() && !p.ep.backup_pending() && p.deferred.is_empty();
+    }
+
+    // ------------------------------------------------------------- faults
+
+    fn crash(&mut self, s: usize) {
+        if matches!(self.procs[s].status, Status::Crashed | Status::Out) {
+            return;
+        }
+        self.procs[s].status = Status::Crashed;
+        // The kernel's unsent data is lost: a random suffix of every outgoing link.
+        for to in 0..self.procs.len() {
+            if let Some(l) = self.links.get_mut(&(s, to)) {
+                let keep = self.rng.below(l.q.len() as u64 + 1) as usize;
+                l.q.truncate(keep);
+            }
+        }
+        for o in 0..self.procs.len() {
+            if o != s {
+                self.close(s, o);
+            }
+        }
+        if self.rng.bernoulli(0.5) {
+            let d = ms(50 + self.rng.below(500));
+            self.at(self.now + d, Ev::Ended(s));
+        }
+    }
+
+    /// The failure detector: some of the others (at least one) suspect `s` about a second
+    /// from now, if it is still frozen or cut off then.
+    fn fd_oracle(&mut self, s: usize) {
+        let mut any = false;
+        for o in 0..self.procs.len() {
+            if o != s && self.rng.bernoulli(0.6) {
+                any = true;
+                let d = ms(800 + self.rng.below(800));
+                self.at(self.now + d, Ev::Fd { by: o, slot: s, when: Fd::Faulty });
+            }
+        }
+        if !any {
+            let o = (s + 1 + self.rng.below(self.procs.len() as u64 - 1) as usize) % self.procs.len();
+            let d = ms(800 + self.rng.below(800));
+            self.at(self.now + d, Ev::Fd { by: o, slot: s, when: Fd::Faulty });
+        }
+    }
+
+    fn handle(&mut self, ev: Ev) {
+        match ev {
+            Ev::Wake(s) => self.wake(s),
+            Ev::Crash(s) => self.crash(s),
+            Ev::Freeze(s) => {
+                if self.procs[s].status == Status::Running {
+                    self.procs[s].status = Status::Frozen;
+                    self.fd_oracle(s);
+                }
+            }
+            Ev::Resume(s) => {
+                if self.procs[s].status == Status::Frozen {
+                    self.procs[s].status = Status::Running;
+                    self.at(self.now, Ev::Wake(s));
+                }
+            }
+            Ev::Cut(s) => {
+                self.cut[s] = true;
+                self.fd_oracle(s);
+                // Its own detector hears nobody.
+                let o = self.rng.below(self.procs.len() as u64) as usize;
+                if o != s {
+                    let d = ms(800 + self.rng.below(800));
+                    self.at(self.now + d, Ev::Fd { by: s, slot: o, when: Fd::Isolated });
+                }
+            }
+            Ev::Heal(s) => {
+                self.cut[s] = false;
+                for m in std::mem::take(&mut self.held_up[s]) {
+                    self.to_launcher(s, m);
+                }
+                for m in std::mem::take(&mut self.held_down[s]) {
+                    self.from_launcher(s, m);
+                }
+                for o in 0..self.procs.len() {
+                    self.at(self.now, Ev::Wake(o));
+                }
+            }
+            Ev::Fd { by, slot, when } => {
+                let go = match when {
+                    Fd::Faulty => self.procs[slot].status == Status::Frozen || self.cut[slot],
+                    Fd::Isolated => self.cut[by],
+                    Fd::False => true,
+                };
+                if go && self.procs[by].status == Status::Running {
+                    self.procs[by].fd_suspects.push(slot);
+                    self.at(self.now, Ev::Wake(by));
+                }
+            }
+            Ev::Launcher(m) => self.launcher(m),
+            Ev::ToProc(s, m) => {
+                if matches!(self.procs[s].status, Status::Running | Status::Frozen) {
+                    self.procs[s].inbox.push_back(m);
+                    self.at(self.now, Ev::Wake(s));
+                }
+            }
+            Ev::LauncherPoll => self.launcher_poll(),
+            Ev::Ended(s) => {
+                if let Some(d) = self.sup.ended(self.now, s, "exited") {
+                    self.declared(d.slot, d.left);
+                }
+            }
+        }
+    }
+
+    fn state(&self) -> String {
+        let mut o = String::new();
+        for p in &self.procs {
+            o += &format!(
+                "slot {} rank {} {:?} done {} pc {}/{} wait {:?} lease {:?} dead {:?} | {}\n",
+                p.slot,
+                p.rank,
+                p.status,
+                p.done,
+                p.pc,
+                self.progs[p.rank].len(),
+                p.wait,
+                p.lease.valid_until(),
+                p.ep.coordinator().dead_slots(),
+                p.ep.summary()
+            );
+        }
+        o += &format!("launcher dead {:?}; lease {:?}\n", self.sup.dead().slots(), self.lease);
+        for l in &self.log {
+            o += l;
+            o += "\n";
+        }
+        o
+    }
+
+    /// `s` finished its program and is still in the job (an excluded process may have run
+    /// to its end cut off from everyone: its output is not the job's).
+    fn finished_ok(&self, s: usize) -> bool {
+        self.procs[s].done && self.procs[s].status == Status::Running && !self.sup.is_fenced(s)
+    }
+
+    fn finished(&self) -> bool {
+        self.procs.iter().all(|p| p.done || matches!(p.status, Status::Crashed | Status::Out))
+            && (0..self.layout.n).all(|k| self.layout.slots_of(k).any(|s| self.finished_ok(s)))
+    }
+}
+
+fn exact(pat: Pattern, o: Outcome) -> Pattern {
+    match o {
+        Some((src, tag, _)) => Pattern { comm: pat.comm, src: Some(src), tag: Some(tag) },
+        None => pat,
+    }
+}
+
+/// Runs one job: programs, faults and network drawn from `seed`.
+pub fn run(seed: u64, cfg: JobConfig) -> RunReport {
+    let mut rng = Rng::new(seed);
+    let layout = Layout::new(cfg.n, cfg.r);
+    let progs = programs(&mut rng, layout.n, cfg.messages);
+    let lease_len = Duration::from_secs(1);
+    let ecfg = Config { stall_limit: Some(Duration::from_secs(2)), ..Config::default() };
+    let slots = layout.slots();
+    let procs = (0..slots)
+        .map(|s| {
+            let mut lease = Lease::new(lease_len, Duration::ZERO);
+            lease.granted(Duration::ZERO);
+            Proc {
+                slot: s,
+                rank: layout.rank_of(s),
+                ep: Endpoint::new(layout, s, ecfg),
+                m: Matcher::new(),
+                pc: 0,
+                wait: Wait::Start,
+                reqs: HashMap::new(),
+                next_req: 0,
+                open_sends: Vec::new(),
+                out: Vec::new(),
+                hash: layout.rank_of(s) as u64,
+                accepted: HashMap::new(),
+                computed: HashMap::new(),
+                choice_of: HashMap::new(),
+                deferred: BTreeMap::new(),
+                status: Status::Running,
+                lease,
+                next_renew: lease_len / 4,
+                inbox: VecDeque::new(),
+                written: Vec::new(),
+                broken: Vec::new(),
+                fd_suspects: Vec::new(),
+                done: false,
+            }
+        })
+        .collect();
+    let mut sim = Sim {
+        rng,
+        now: Duration::ZERO,
+        seq: 0,
+        heap: BinaryHeap::new(),
+        evs: HashMap::new(),
+        procs,
+        links: HashMap::new(),
+        cut: vec![false; slots],
+        held_up: (0..slots).map(|_| Vec::new()).collect(),
+        held_down: (0..slots).map(|_| Vec::new()).collect(),
+        sup: Supervisor::new(layout, lease_len),
+        layout,
+        progs,
+        values: HashMap::new(),
+        violation: None,
+        failed: None,
+        events: 0,
+        takeovers: 0,
+        lease: lease_len,
+        up_last: vec![Duration::ZERO; slots],
+        down_last: vec![Duration::ZERO; slots],
+        log: Vec::new(),
+    };
+    // Start-up: a renewal right away for everyone (the launcher grants it).
+    for s in 0..slots {
+        let t = Duration::from_micros(sim.rng.below(2000));
+        sim.at(t, Ev::Wake(s));
+        // The renewals' timer.
+        sim.at(lease_len / 4, Ev::Wake(s));
+        sim.sup.renew(Duration::ZERO, s);
+    }
+    // Faults.
+    let nfaults = sim.rng.below(cfg.faults as u64 + 1) as usize;
+    let mut faults = Vec::new();
+    let mut touched = vec![false; slots];
+    for _ in 0..nfaults {
+        let s = sim.rng.below(slots as u64) as usize;
+        let t = ms(sim.rng.below(1500));
+        let k = sim.rng.below(4);
+        touched[s] = true;
+        match k {
+            0 => {
+                sim.at(t, Ev::Crash(s));
+                faults.push(format!("crash slot {s} at {:.3} s", t.as_secs_f64()));
+            }
+            1 => {
+                let d = ms(200 + sim.rng.below(3000));
+                sim.at(t, Ev::Freeze(s));
+                sim.at(t + d, Ev::Resume(s));
+                faults.push(format!("freeze slot {s} at {:.3} s for {:.3} s", t.as_secs_f64(), d.as_secs_f64()));
+            }
+            2 => {
+                let d = ms(200 + sim.rng.below(3000));
+                sim.at(t, Ev::Cut(s));
+                sim.at(t + d, Ev::Heal(s));
+                faults.push(format!("cut off slot {s} at {:.3} s for {:.3} s", t.as_secs_f64(), d.as_secs_f64()));
+            }
+            _ => {
+                let by = sim.rng.below(slots as u64) as usize;
+                if by != s {
+                    touched[by] = true;
+                    sim.at(t, Ev::Fd { by, slot: s, when: Fd::False });
+                    faults.push(format!("slot {by} falsely suspects slot {s} at {:.3} s", t.as_secs_f64()));
+                }
+            }
+        }
+    }
+    let limit = Duration::from_secs(300);
+    while let Some(Reverse((t, id))) = sim.heap.pop() {
+        let ev = sim.evs.remove(&id).expect("event");
+        if t > limit || sim.events > 5_000_000 {
+            sim.violate("the job hangs: not finished after 300 s of virtual time".into());
+            break;
+        }
+        sim.now = t;
+        sim.events += 1;
+        sim.handle(ev);
+        if sim.violation.is_some() || sim.failed.is_some() || sim.finished() {
+            break;
+        }
+    }
+    if sim.violation.is_none() && sim.failed.is_none() && !sim.finished() {
+        sim.violate(format!("the job hangs: nothing left to happen at {:.3} s", sim.now.as_secs_f64()));
+    }
+    // Outputs of the finished replicas of a rank agree.
+    if sim.violation.is_none() && sim.failed.is_none() {
+        for k in 0..layout.n {
+            let outs: Vec<&Vec<u64>> =
+                layout.slots_of(k).filter(|&s| sim.finished_ok(s)).map(|s| &sim.procs[s].out).collect();
+            if outs.windows(2).any(|w| w[0] != w[1]) {
+                sim.violate(format!("the replicas of rank {k} that finished disagree"));
+            }
+        }
+    }
+    // What a finished replica sent is what was delivered.
+    if sim.violation.is_none() {
+        for p in sim.procs.iter().filter(|p| sim.finished_ok(p.slot)) {
+            if let Some((m, v, w)) = p.computed.iter().find_map(|(m, v)| sim.values.get(m).filter(|w| *w != v).map(|w| (m, v, w))) {
+                let msg = format!("slot {} computed {v} for {m:?}, but {w} was delivered", p.slot);
+                sim.violate(msg);
+                break;
+            }
+        }
+    }
+    let allowed = (0..layout.n).all(|k| {
+        let t = layout.slots_of(k).filter(|&s| touched[s]).count();
+        t < layout.r
+    });
+    let verdict = match (sim.violation.take(), sim.failed.take()) {
+        (Some(v), _) => Verdict::Violation(v),
+        (None, Some(f)) if allowed => Verdict::Violation(format!("the job failed although every rank kept an untouched replica: {f}")),
+        (None, Some(f)) => Verdict::Failed(f),
+        (None, None) => Verdict::Completed,
+    };
+    let state = sim.state();
+    RunReport { seed, verdict, faults, events: sim.events, end: sim.now, takeovers: sim.takeovers, state }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_seed() {
+        let Some(seed) = std::env::var("SIM_SEED").ok().and_then(|s| s.parse().ok()) else { return };
+        let n = std::env::var("SIM_N").ok().and_then(|s| s.parse().ok()).unwrap_or(3);
+        let r = std::env::var("SIM_R").ok().and_then(|s| s.parse().ok()).unwrap_or(2);
+        let rep = run(seed, JobConfig { n, r, messages: 30, faults: 3 });
+        println!("{:?}\n{:?}\n{}", rep.verdict, rep.faults, rep.state);
+    }
+
+    #[test]
+    fn programs_pair_every_send_with_a_receive() {
+        let mut rng = Rng::new(7);
+        let p = programs(&mut rng, 4, 200);
+        let sends: usize = p.iter().flatten().filter(|o| matches!(o, Op::Send { .. })).count();
+        let recvs: usize = p
+            .iter()
+            .flatten()
+            .map(|o| match o {
+                Op::Recv { .. } => 1,
+                Op::WaitAny { .. } => 2,
+                _ => 0,
+            })
+            .sum();
+        assert_eq!(sends, 200);
+        assert_eq!(recvs, 200);
+    }
+
+    #[test]
+    fn fault_free_jobs_complete() {
+        for seed in 0..30 {
+            let r = run(seed, JobConfig { faults: 0, ..JobConfig::default() });
+            assert_eq!(r.verdict, Verdict::Completed, "seed {seed}: {r:?}");
+        }
+    }
+
+    #[test]
+    fn a_run_is_a_function_of_its_seed() {
+        let a = run(42, JobConfig::default());
+        let b = run(42, JobConfig::default());
+        assert_eq!((a.verdict, a.events, a.end), (b.verdict, b.events, b.end));
+    }
+
+    #[test]
+    fn replicated_jobs_survive_random_faults() {
+        let mut bad = Vec::new();
+        for seed in 0..300 {
+            for (n, r) in [(3, 2), (2, 3)] {
+                let rep = run(seed, JobConfig { n, r, messages: 30, faults: 3 });
+                if let Verdict::Violation(v) = &rep.verdict {
+                    bad.push(format!("seed {seed} n {n} r {r}: {v}; faults {:?}\n{}", rep.faults, rep.state));
+                }
+            }
+        }
+        assert!(bad.is_empty(), "{} violations, first: {}", bad.len(), bad[0]);
+    }
+}
