@@ -110,6 +110,12 @@ pub mod flags {
     pub const SYNCHRONOUS: u16 = 1;
     /// On `Choice` frames: the master's choice found nothing (an immediate probe, a test).
     pub const NOTHING: u16 = 2;
+    /// On `Choice` frames: a replica acknowledges choice point `seq`.
+    pub const ACK: u16 = 4;
+    /// On `Choice` frames: a new master asks a replica for every outcome it knows.
+    pub const QUERY: u16 = 8;
+    /// On `Choice` frames: the end of the answer to a query.
+    pub const TOLD: u16 = 16;
 }
 
 /// A decoded frame header.

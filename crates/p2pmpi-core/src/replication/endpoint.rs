@@ -274,6 +274,11 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
         self.is_dead(slot) || self.is_suspected(slot)
     }
 
+    /// Sets the stall limit (known once the failure detector is configured).
+    pub fn set_stall_limit(&mut self, limit: Option<Duration>) {
+        self.cfg.stall_limit = limit;
+    }
+
     /// The next action for the driver.
     pub fn poll_action(&mut self) -> Option<Action<P, U>> {
         self.out.pop_front()

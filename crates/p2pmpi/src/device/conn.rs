@@ -153,11 +153,6 @@ impl Conn {
         }
     }
 
-    /// Whether a queued frame completes request `id`.
-    pub fn has_completion(&self, id: ReqId) -> bool {
-        self.outq.iter().any(|o| o.done == Some(id))
-    }
-
     /// The requests of every frame still queued (the connection is being dropped: a
     /// replicated job's transmissions to a dead replica count as done).
     pub fn take_completions(&mut self) -> Vec<ReqId> {

@@ -33,9 +33,9 @@ use conn::{Conn, Out, Payload, RState};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
 use p2pmpi_core::matching::{Arrival, Body, Envelope, Matcher, Pattern};
-use p2pmpi_core::replication::{Choices, Coordinator, Layout, MsgId, Outcome, Recovery, SendAction};
+use p2pmpi_core::replication::{Layout, MsgId, Outcome};
 use p2pmpi_wire::{FrameKind, Header, Mid};
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
@@ -74,19 +74,12 @@ struct Req {
     ptr: *mut u8,
     cap: usize,
     state: ReqState,
-    /// A transmission of a replicated send: the fan-out it counts for.
+    /// A transmission of the replication protocol: its id for the endpoint.
     parent: Option<usize>,
 }
 
 /// What `P2PMPI_TRACE` records of an accepted message: comm, source, tag, sequence, length.
 type TraceEntry = (u32, i32, i32, u64, u64);
-
-/// The data of a transmission: the caller's buffer (valid until its request completes) or a
-/// copy from the backup table.
-enum TxData {
-    Raw(*const u8, usize),
-    Owned(Vec<u8>),
-}
 
 /// A message removed from the queues by a matched probe, waiting for its receive.
 #[derive(Debug)]
@@ -187,29 +180,7 @@ impl Engine {
             }
             None => None,
         };
-        let repl = layout.map(|l| {
-            Box::new(Replication {
-                coord: Coordinator::new(l, slot as usize),
-                backup_bytes: 0,
-                recent: VecDeque::new(),
-                recent_bytes: 0,
-                fanouts: Vec::new(),
-                free_fanouts: Vec::new(),
-                commits: VecDeque::new(),
-                resends: VecDeque::new(),
-                early: HashMap::new(),
-                sync_unmatched: Default::default(),
-                early_since: None,
-                suspected: vec![false; l.slots()],
-                held: vec![Vec::new(); l.slots()],
-                choices: Choices::new(),
-                choice_of: HashMap::new(),
-                matched: HashMap::new(),
-                deferred_recvs: Default::default(),
-                choice_out: VecDeque::new(),
-                choice_unwritten: Default::default(),
-            })
-        });
+        let repl = layout.map(|l| Box::new(Replication::new(l, slot as usize)));
         let trace = std::env::var_os("P2PMPI_TRACE").map(|_| Vec::new());
         Ok(Engine {
             rank,
@@ -258,15 +229,7 @@ impl Engine {
             })
             .collect();
         let repl = self.repl.as_ref().map_or(String::new(), |rp| {
-            format!(
-                " master {} backup {} fanouts {} commits {} resends {} dead {:?}",
-                rp.coord.is_master(),
-                rp.coord.backup_len(),
-                rp.fanouts.iter().flatten().count(),
-                rp.commits.len(),
-                rp.resends.len(),
-                rp.coord.dead_slots()
-            )
+            format!(" {} dead {:?}", rp.ep.summary(), rp.ep.coordinator().dead_slots())
         });
         format!(
             "posted {} unexpected {} rndv_s {} rndv_r {} deferred {}{repl} conns [{}]",
@@ -331,26 +294,18 @@ impl Engine {
     }
 
     fn complete(&mut self, id: ReqId, st: Result<StatusInfo>) {
+        if let Some(tx) = self.reqs[id].as_ref().and_then(|r| r.parent) {
+            // A frame of the replication protocol is written.
+            self.tx_written(id, tx);
+            return;
+        }
         if let Some(rp) = self.repl.as_mut() {
-            if rp.choice_unwritten.remove(&id) {
-                // A choice frame was written (or its replica is gone).
-                self.reqs[id] = None;
-                self.free_reqs.push(id);
-                return;
-            }
             // A master's wildcard receive completed: its replicas follow its choice.
             if let Some((c, comm)) = rp.choice_of.remove(&id) {
                 if let Some(m) = rp.matched.remove(&id) {
-                    rp.choice_out.push_back((comm, c, Some(m)));
+                    rp.ep.decided(comm, c, Some(m));
                 }
             }
-        }
-        if let Some(f) = self.reqs[id].as_ref().and_then(|r| r.parent) {
-            // One transmission of a replicated send is written (or its replica is dead).
-            self.reqs[id] = None;
-            self.free_reqs.push(id);
-            self.fanout_step(f);
-            return;
         }
         let r = self.req_mut(id);
         r.state = match st {
@@ -383,34 +338,12 @@ impl Engine {
             conn.detach(id);
         }
         if let Some(rp) = self.repl.as_mut() {
-            // A lent backup whose send is withdrawn: its buffer is about to go; keep a copy.
-            let mut copied = 0;
-            let mut lent = |b: &mut Backup| {
-                if let Backup::Lent { ptr, len, req } = *b {
-                    if req == id {
-                        // SAFETY: the request is still live, so its buffer (`len` bytes at
-                        // `ptr`, lent by the caller of `isend`) is too.
-                        let data = if len == 0 { &[][..] } else { unsafe { std::slice::from_raw_parts(ptr, len) } };
-                        *b = Backup::Copy(crate::pool::copy_of(data));
-                        copied += len;
-                    }
-                }
-            };
-            for (_, b) in rp.coord.backup_mut() {
-                lent(b);
-            }
-            for (_, b) in rp.resends.iter_mut() {
-                lent(b);
-            }
-            rp.backup_bytes += copied;
-            for f in rp.fanouts.iter_mut().flatten() {
-                if f.user == Some(id) {
-                    f.user = None;
-                    for sub in f.subs.clone() {
-                        for conn in self.conns.iter_mut().flatten() {
-                            conn.detach(sub);
-                        }
-                    }
+            // A lent backup or a transmission whose send is withdrawn: its buffer is about to
+            // go; the endpoint keeps a copy, and queued frames carrying it copy it.
+            let subs: Vec<ReqId> = rp.ep.detach(id).iter().filter_map(|t| rp.tx_req.get(t).copied()).collect();
+            for sub in subs {
+                for conn in self.conns.iter_mut().flatten() {
+                    conn.detach(sub);
                 }
             }
         }
@@ -465,45 +398,10 @@ impl Engine {
             let st = StatusInfo { source: dst, tag, len: len as u64, cancelled: false };
             return Ok(self.new_req(std::ptr::null_mut(), 0, ReqState::Done(st)));
         }
-        if let Some(rp) = self.repl.as_mut() {
+        if self.repl.is_some() {
             // Algorithm 4: the master transmits, a replica keeps the message until committed.
             let mid = Mid { comm, src: self.rank as u32, dst: dst as u32, tag, seq };
-            let st = StatusInfo { source: dst, tag, len: len as u64, cancelled: false };
-            let lend = len > BACKUP_COPY_LIMIT || rp.backup_bytes + len > BACKUP_WINDOW;
-            let req = self.new_req(std::ptr::null_mut(), 0, ReqState::Pending);
-            let rp = self.repl.as_mut().expect("replicated");
-            let mut lent = false;
-            let action = rp.coord.on_send(msg_id(&mid), || {
-                if lend {
-                    lent = true;
-                    Backup::Lent { ptr, len, req }
-                } else {
-                    rp.backup_bytes += len;
-                    Backup::Copy(crate::pool::copy_of(data))
-                }
-            });
-            return match action {
-                SendAction::Stored if lent => Ok(req),
-                SendAction::Committed => {
-                    // Committed by a master that ran ahead: kept with the recent ones all the
-                    // same (its kernel may yet drop it if it dies), unless large.
-                    if len <= BACKUP_COPY_LIMIT {
-                        self.keep_recent(mid, crate::pool::copy_of(data));
-                    }
-                    self.complete(req, Ok(st));
-                    Ok(req)
-                }
-                SendAction::Stored => {
-                    self.complete(req, Ok(st));
-                    Ok(req)
-                }
-                SendAction::Transmit { dests } => {
-                    let sync = mode == SendMode::Synchronous;
-                    self.transmit(mid, TxData::Raw(ptr, len), dests, Some(req), sync);
-                    self.flush_deferred();
-                    Ok(req)
-                }
-            };
+            return Ok(self.replicated_send(mid, ptr, len, mode == SendMode::Synchronous));
         }
         let cid = self.send_conn(dst)?;
         if mode == SendMode::Standard && len <= EAGER_LIMIT {
@@ -550,8 +448,9 @@ impl Engine {
             Arrival::Unmatched => {
                 self.traced(&env);
                 if sync {
+                    let me = self.rank;
                     if let Some(rp) = self.repl.as_mut() {
-                        rp.sync_unmatched.insert((env.comm, env.src, env.tag, env.seq));
+                        rp.ep.sync_unmatched(env_mid(&env, me));
                     }
                 }
                 let v = owned.unwrap_or_else(|| crate::pool::copy_of(data));
@@ -561,12 +460,20 @@ impl Engine {
                 if let Some(v) = owned {
                     crate::pool::give(v);
                 }
+                let me = self.rank;
+                if let Some(rp) = self.repl.as_mut() {
+                    // A new master resending a synchronous message waits for an
+                    // acknowledgement its predecessor already had.
+                    rp.ep.duplicate(env_mid(&env, me), sync);
+                }
                 return;
             }
             Arrival::Early => {
                 let v = owned.unwrap_or_else(|| crate::pool::copy_of(data));
+                let me = self.rank;
                 if let Some(rp) = self.repl.as_mut() {
-                    rp.early.entry((env.comm, env.src, env.tag)).or_default().insert(env.seq, (env, v, sync));
+                    let now = rp.now();
+                    rp.ep.park(now, env_mid(&env, me), Bytes::Owned(v), sync);
                 } else {
                     log_warn(self.rank, &format!("message {env:?} arrived out of order; dropped"));
                 }
@@ -579,29 +486,17 @@ impl Engine {
     /// Accepts the messages kept aside that are now next on their channel.
     fn drain_early(&mut self, comm: u32, src: i32, tag: i32) {
         loop {
-            let Some(rp) = self.repl.as_mut() else { return };
-            if rp.early.is_empty() {
-                return;
-            }
-            let key = (comm, src, tag);
             let next = self.matcher.next_expected(comm, src, tag);
-            let Some(q) = rp.early.get_mut(&key) else { return };
-            // Anything below `next` arrived meanwhile from another replica: duplicates.
-            while q.first_key_value().is_some_and(|(s, _)| *s < next) {
-                q.pop_first();
-            }
-            let Some((env, data, sync)) = q.remove(&next) else {
-                if q.is_empty() {
-                    rp.early.remove(&key);
-                }
+            let Some(rp) = self.repl.as_mut() else { return };
+            if rp.ep.early_len() == 0 {
                 return;
-            };
-            if q.is_empty() {
-                rp.early.remove(&key);
             }
+            let Some((mid, data, sync)) = rp.ep.unpark(comm, src as u32, tag, next) else { return };
+            let Bytes::Owned(data) = data else { unreachable!("parked messages are owned") };
+            let env = Envelope { comm, src, tag, seq: mid.seq, len: data.len() as u64 };
             let ptr = data.as_ptr();
             let n = data.len();
-            // `accept_eager` keeps or frees `data`; the slice lives as long as it does.
+            // SAFETY: `accept_eager` keeps or frees `data`; the slice lives as long as it does.
             let view = unsafe { std::slice::from_raw_parts(ptr, n) };
             self.accept_eager(env, view, Some(data), sync);
         }
@@ -669,8 +564,7 @@ impl Engine {
                 return Err(e.clone());
             }
             let slots = self.peers.len() as i32;
-            let dead =
-                |r: i32| self.repl.as_ref().is_some_and(|rp| rp.coord.is_dead(r as usize) || rp.suspected[r as usize]);
+            let dead = |r: i32| self.repl.as_ref().is_some_and(|rp| rp.ep.is_cut(r as usize));
             let missing = (self.slot + 1..slots).find(|&r| self.peers[r as usize].send_conn.is_none() && !dead(r));
             let Some(r) = missing else { return Ok(()) };
             if Instant::now() >= deadline {
@@ -688,7 +582,7 @@ impl Engine {
         if let Some(c) = self.peers[dst as usize].send_conn {
             return Ok(c);
         }
-        if self.repl.as_ref().is_some_and(|rp| rp.coord.is_dead(dst as usize) || rp.suspected[dst as usize]) {
+        if self.repl.as_ref().is_some_and(|rp| rp.ep.is_cut(dst as usize)) {
             return Err(Error::PeerLost { rank: self.rank_of(dst), cause: format!("slot {dst} failed") });
         }
         let addr = self.addrs[dst as usize];
@@ -747,7 +641,7 @@ impl Engine {
 
     fn flush_deferred(&mut self) {
         if self.repl.is_some() {
-            self.flush_replication();
+            self.drive();
         }
         while !self.deferred.is_empty() {
             let batch = std::mem::take(&mut self.deferred);
@@ -757,7 +651,7 @@ impl Engine {
                 }
                 if let Some(rp) = self.repl.as_ref() {
                     // Nothing more for a replica suspected or declared dead.
-                    if rp.coord.is_dead(peer as usize) || rp.suspected[peer as usize] {
+                    if rp.ep.is_cut(peer as usize) {
                         continue;
                     }
                 }
@@ -793,17 +687,15 @@ impl Engine {
         if let Some(rp) = self.repl.as_mut() {
             if pat.src.is_none() || pat.tag.is_none() {
                 // A wildcard receive is a choice point: the master's match decides.
-                let c = rp.choices.point();
-                match rp.choices.take(c) {
+                let c = rp.ep.choice_point();
+                match rp.ep.take_choice(c) {
                     // Decided already (by this replica's master, or by the master it took
                     // over from): followed, and relayed to this process's own replicas.
                     Some(o) => {
-                        if rp.coord.is_master() {
-                            rp.choice_out.push_back((pat.comm, c, o));
-                        }
+                        rp.ep.decided(pat.comm, c, o);
                         self.post(r, exact(pat, o));
                     }
-                    None if rp.coord.is_master() => {
+                    None if rp.ep.may_decide() => {
                         rp.choice_of.insert(r, (c, pat.comm));
                         self.post(r, pat);
                     }
@@ -837,12 +729,10 @@ impl Engine {
     fn consume(&mut self, r: ReqId, env: Envelope, body: Body<Vec<u8>>) {
         match body {
             Body::Eager(data) => {
-                if self
-                    .repl
-                    .as_ref()
-                    .is_some_and(|rp| rp.sync_unmatched.contains(&(env.comm, env.src, env.tag, env.seq)))
-                {
-                    self.ack_sync(&env);
+                let me = self.rank;
+                if let Some(rp) = self.repl.as_mut() {
+                    // A synchronous message queued unmatched is acknowledged now.
+                    rp.ep.consumed(env_mid(&env, me));
                     self.flush_deferred();
                 }
                 self.fill(r, &env, &data);
@@ -964,6 +854,12 @@ impl Engine {
         }
         let Some(conn) = self.conns[cid].as_mut() else { return };
         let peer = conn.peer.unwrap_or(-1);
+        if let Some(rp) = self.repl.as_mut().filter(|_| peer >= 0) {
+            // The peer takes data: its stall timer starts again.
+            let now = rp.now();
+            rp.ep.progress(now, peer as usize);
+        }
+        let Some(conn) = self.conns[cid].as_mut() else { return };
         match conn.flush() {
             Ok(done) => {
                 for r in done {
@@ -1073,7 +969,7 @@ impl Engine {
             if r < 0 || r as usize >= self.peers.len() || r == self.slot || h.mid.dst as i32 != self.slot {
                 return Err(ConnError::Protocol(format!("Hello from invalid rank {r}")));
             }
-            if self.repl.as_ref().is_some_and(|rp| rp.coord.is_dead(r as usize) || rp.suspected[r as usize]) {
+            if self.repl.as_ref().is_some_and(|rp| rp.ep.is_cut(r as usize)) {
                 return Err(ConnError::Protocol(format!("Hello from slot {r}, which failed")));
             }
             conn.peer = Some(r);
@@ -1097,42 +993,34 @@ impl Engine {
             }
             FrameKind::Commit => {
                 let Some(rp) = self.repl.as_mut() else { return Err(proto("commit in a job without replicas".into())) };
-                if rp.coord.is_dead(slot as usize) {
+                if rp.ep.is_dead(slot as usize) {
                     // Fencing: a declared-dead replica's commit counts for nothing.
                     return Ok(());
                 }
-                let mut lent_done: Vec<ReqId> = Vec::new();
-                let mut freed = 0;
-                let mut kept: Vec<(Mid, Vec<u8>)> = Vec::new();
-                let ok = rp.coord.on_commit(slot as usize, msg_id(&mid), |m, b| match b {
-                    Backup::Copy(v) => {
-                        freed += v.len();
-                        kept.push((mid_of(&m), v));
-                    }
-                    Backup::Lent { req, .. } => lent_done.push(req),
-                });
-                rp.backup_bytes -= freed;
-                for (m, v) in kept {
-                    self.keep_recent(m, v);
-                }
-                if !ok {
+                if !rp.ep.on_commit(slot as usize, msg_id(&mid)) {
                     return Err(proto(format!("commit of {mid:?} from slot {slot}, not a replica of this rank")));
-                }
-                for r in lent_done {
-                    let st = StatusInfo { source: mid.dst as i32, tag: mid.tag, len: 0, cancelled: false };
-                    self.complete(r, Ok(st));
                 }
             }
             FrameKind::Choice => {
+                use p2pmpi_wire::frame::flags;
                 let Some(rp) = self.repl.as_mut() else { return Err(proto("choice in a job without replicas".into())) };
-                if rp.coord.is_dead(slot as usize) {
+                if rp.ep.is_dead(slot as usize) {
                     return Ok(());
                 }
-                if rp.coord.layout().rank_of(slot as usize) != rp.coord.rank() {
+                let from = slot as usize;
+                let ok = if h.flags & flags::ACK != 0 {
+                    rp.ep.on_choice_ack(from, mid.seq)
+                } else if h.flags & flags::QUERY != 0 {
+                    rp.ep.on_choice_query(from)
+                } else if h.flags & flags::TOLD != 0 {
+                    rp.ep.on_choices_told(from)
+                } else {
+                    let o = (h.flags & flags::NOTHING == 0).then_some((mid.src as i32, mid.tag, h.len));
+                    rp.ep.on_choice(from, mid.seq, o)
+                };
+                if !ok {
                     return Err(proto(format!("choice from slot {slot}, not a replica of this rank")));
                 }
-                let o = (h.flags & p2pmpi_wire::frame::flags::NOTHING == 0).then_some((mid.src as i32, mid.tag, h.len));
-                rp.choices.learn(mid.seq, o);
             }
             FrameKind::Eager if self.repl.is_some() && conn::is_streamed(&h) => {
                 let env = Envelope { comm: mid.comm, src: peer, tag: mid.tag, seq: mid.seq, len: h.len };
@@ -1230,7 +1118,9 @@ impl Engine {
             FrameKind::ReadyToRecv if self.repl.is_some() => {
                 // Replicated jobs send everything eager: this acknowledges a synchronous send.
                 if mid.src as i32 == self.rank && mid.dst as i32 == peer {
-                    self.sync_acked(mid);
+                    if let Some(rp) = self.repl.as_mut() {
+                        rp.ep.on_sync_ack(slot as usize, msg_id(&mid));
+                    }
                 }
             }
             FrameKind::ReadyToRecv => {
@@ -1303,19 +1193,10 @@ impl Engine {
                     ConnError::Protocol(d) => format!("protocol violation: {d}"),
                 };
                 if self.repl.is_some() {
-                    // A replica is gone: the others go on (algorithm 7).
+                    // A replica is gone: suspected; the launcher decides (fencing).
                     self.undo_stream(&mut conn);
                     let done = conn.take_completions();
-                    let mut choices = Vec::new();
-                    if let Some(rp) = self.repl.as_mut() {
-                        let (c, held): (Vec<ReqId>, Vec<ReqId>) =
-                            done.into_iter().partition(|r| rp.choice_unwritten.contains(r));
-                        rp.held[peer as usize].extend(held);
-                        choices = c;
-                    }
-                    for r in choices {
-                        self.complete(r, Ok(StatusInfo { source: peer, tag: 0, len: 0, cancelled: false }));
-                    }
+                    self.forget_completions(done);
                     self.suspect_slot(peer, &cause);
                     return;
                 }
@@ -1341,25 +1222,13 @@ impl Engine {
     /// destination takes no data, although the failure detector may still hear of it (a
     /// firewall that lets only some addresses through).
     pub(crate) fn check_stalled_sends(&mut self, limit: Duration) {
-        if let Some(rp) = self.repl.as_mut() {
-            // A message kept for 2·T_cleanup waiting for an earlier one of its channel: that
-            // one was lost with its sender (see the README's known limits). Say so, no hang.
-            if rp.early.is_empty() {
-                rp.early_since = None;
-            } else if rp.early_since.get_or_insert_with(Instant::now).elapsed() > limit {
-                let (&(comm, src, tag), q) = rp.early.iter().next().expect("not empty");
-                let first = q.keys().next().copied().unwrap_or(0);
-                let next = self.matcher.next_expected(comm, src, tag);
-                self.set_fatal(Error::PeerLost {
-                    rank: src,
-                    cause: format!(
-                        "message {next} of its channel (communicator {comm}, tag {tag}) was lost with a dead \
-                         replica; message {first} waited {:.1} s for it",
-                        limit.as_secs_f64()
-                    ),
-                });
-                return;
-            }
+        let Engine { repl, matcher, .. } = self;
+        if let Some(rp) = repl.as_mut() {
+            // The endpoint's timers: transmissions and choices a replica does not take, a
+            // message waiting for an earlier one of its channel lost with a dead replica.
+            rp.ep.set_stall_limit(Some(limit));
+            let now = rp.now();
+            rp.ep.poll(now, |c, s, t| matcher.next_expected(c, s as i32, t));
         }
         let stalled = self.conns.iter().flatten().find_map(|c| {
             let since = c.stalled_since?;
@@ -1391,10 +1260,7 @@ impl Engine {
 
     /// Whether every queued frame has been written.
     pub fn all_sent(&self) -> bool {
-        let repl_idle = self
-            .repl
-            .as_ref()
-            .is_none_or(|rp| rp.commits.is_empty() && rp.resends.is_empty() && rp.fanouts.iter().all(Option::is_none));
+        let repl_idle = self.repl.as_ref().is_none_or(|rp| rp.ep.idle());
         repl_idle
             && self.rndv_send.is_empty()
             && self.deferred.is_empty()

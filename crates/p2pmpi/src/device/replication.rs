@@ -1,30 +1,16 @@
-//! The replica coordination protocol's side of the TCP device (thesis §4.3, SPEC §10): the
-//! master's fan-out and commits, the backup table (copies and lent buffers), takeover and
-//! resends, synchronous acknowledgements, suspicions and declared deaths (fencing), and the
-//! choice points that keep replicas on their master's path. The decisions are the pure
-//! [`p2pmpi_core::replication`] and [`p2pmpi_core::fencing`] machines; this module moves the
-//! frames.
+//! The replica coordination protocol's side of the TCP device (thesis §4.3, SPEC §10). The
+//! protocol itself — fan-out and commits, backup/log tables, takeover and resends, held
+//! transmissions, synchronous acknowledgements, the reorder queue, choice points and their
+//! acknowledgements, stall timers — is the pure [`p2pmpi_core::replication::Endpoint`]
+//! (exercised by `p2pmpi-sim`'s whole-job simulation); this module feeds it what the sockets
+//! and the program do and carries out its actions: frames written to slots, user sends
+//! completed, suspicions reported to the launcher.
 
 use super::conn::{Conn, Out, Payload, RState};
 use super::failpoints;
 use super::*;
-
-/// One replicated send by a master (thesis algorithm 4): transmissions to the alive replicas
-/// of the destination still being written; once all are, the MID is committed to this rank's
-/// other replicas and the user's request (if any: resends after a takeover have none)
-/// completes.
-#[derive(Debug)]
-pub(super) struct Fanout {
-    pub(super) pending: usize,
-    pub(super) mid: Mid,
-    pub(super) user: Option<ReqId>,
-    pub(super) subs: Vec<ReqId>,
-    /// A synchronous send: the user's request also waits for a destination replica to say
-    /// it matched the message.
-    pub(super) sync: bool,
-    pub(super) acked: bool,
-    pub(super) written: bool,
-}
+use p2pmpi_core::replication::endpoint::{self as protocol, Action, Frame, Step, TxId};
+use p2pmpi_core::replication::Endpoint;
 
 /// Messages up to this size are copied into a non-master's backup table (its send returns at
 /// once); larger ones are *lent*: the send completes only when the master commits the message
@@ -45,62 +31,95 @@ pub const RECENT_WINDOW: usize = 8 << 20;
 /// At most this many recently committed messages kept.
 pub const RECENT_MAX: usize = 1 << 16;
 
-/// A message in a non-master's backup table (thesis algorithm 4).
+/// The data of a protocol message: the user's buffer (valid until its request completes) or
+/// an owned copy.
 #[derive(Debug)]
-pub(super) enum Backup {
-    /// A copy (small messages, within [`BACKUP_WINDOW`]).
-    Copy(Vec<u8>),
-    /// The user's own buffer, valid until request `req` completes.
-    Lent { ptr: *const u8, len: usize, req: ReqId },
+pub(super) enum Bytes {
+    Lent(*const u8, usize),
+    Owned(Vec<u8>),
+}
+
+impl Bytes {
+    fn view(&self) -> &[u8] {
+        match self {
+            Bytes::Lent(_, 0) => &[],
+            // SAFETY: a lent buffer stays valid until its request completes, and the protocol
+            // hands it out only until then (a withdrawn send is copied first, `detach`).
+            Bytes::Lent(p, n) => unsafe { std::slice::from_raw_parts(*p, *n) },
+            Bytes::Owned(v) => v,
+        }
+    }
+
+    fn into_payload(self) -> Payload {
+        match self {
+            Bytes::Lent(_, 0) => Payload::None,
+            Bytes::Lent(p, n) => Payload::Raw(p, n),
+            Bytes::Owned(v) if v.is_empty() => Payload::None,
+            Bytes::Owned(v) => Payload::Owned(v),
+        }
+    }
+}
+
+impl protocol::Payload for Bytes {
+    fn len(&self) -> usize {
+        match self {
+            Bytes::Lent(_, n) => *n,
+            Bytes::Owned(v) => v.len(),
+        }
+    }
+    fn is_lent(&self) -> bool {
+        matches!(self, Bytes::Lent(..))
+    }
+    fn share(&self) -> Bytes {
+        match self {
+            Bytes::Lent(p, n) => Bytes::Lent(*p, *n),
+            Bytes::Owned(v) => Bytes::Owned(crate::pool::copy_of(v)),
+        }
+    }
+    fn to_owned_copy(&self) -> Bytes {
+        Bytes::Owned(crate::pool::copy_of(self.view()))
+    }
 }
 
 /// The replication state of a process of a job run with `-r R` (R > 1).
 pub(super) struct Replication {
-    pub(super) coord: Coordinator<Backup>,
-    /// Bytes of copies in the backup table.
-    pub(super) backup_bytes: usize,
-    /// Copies of recently committed messages, oldest first ([`RECENT_WINDOW`]).
-    pub(super) recent: VecDeque<(Mid, Vec<u8>)>,
-    pub(super) recent_bytes: usize,
-    pub(super) fanouts: Vec<Option<Fanout>>,
-    pub(super) free_fanouts: Vec<usize>,
-    /// MIDs whose transmissions are all written: to commit.
-    pub(super) commits: VecDeque<Mid>,
-    /// The backup table handed over by a takeover: to transmit and commit.
-    pub(super) resends: VecDeque<(Mid, Backup)>,
-    /// Messages that arrived before their turn, per (comm, source, tag), by sequence.
-    pub(super) early: HashMap<(u32, i32, i32), EarlyQueue>,
-    /// Synchronous messages accepted but not matched yet: (comm, source, tag, seq).
-    pub(super) sync_unmatched: std::collections::HashSet<(u32, i32, i32, u64)>,
-    /// Since when messages wait in `early` for an earlier one.
-    pub(super) early_since: Option<Instant>,
-    /// Slots this process suspects (reported to the launcher, which alone declares deaths):
-    /// nothing more is sent to them or read from them.
-    pub(super) suspected: Vec<bool>,
-    /// Choice points of this replica ([`Choices`]): the master's outcomes it learned.
-    pub(super) choices: Choices,
+    pub(super) ep: Endpoint<Bytes, ReqId>,
+    /// The origin of the endpoint's clock.
+    origin: Instant,
+    /// The device request standing for each transmission under way (its completion is the
+    /// write).
+    pub(super) tx_req: HashMap<TxId, ReqId>,
     /// The master's wildcard receives not complete yet: their choice point and communicator.
     pub(super) choice_of: HashMap<ReqId, (u64, u32)>,
     /// The message a wildcard receive of the master matched: source, tag, sequence.
     pub(super) matched: HashMap<ReqId, (i32, i32, u64)>,
     /// A non-master's wildcard receives waiting for their master's choice, by choice point.
-    pub(super) deferred_recvs: std::collections::BTreeMap<u64, (ReqId, Pattern)>,
-    /// Choices of this master to tell its replicas: communicator, point, outcome.
-    pub(super) choice_out: VecDeque<(u32, u64, Outcome)>,
-    /// Choice frames queued but not written yet (their completions): the master transmits
-    /// nothing before they are, so that no message depending on a choice leaves before the
-    /// choice reached the replicas.
-    pub(super) choice_unwritten: std::collections::HashSet<ReqId>,
-    /// Per slot: transmissions to a suspected replica, held until the launcher declares it
-    /// dead. They do not count as written before that: a fan-out is committed only once every
-    /// live destination has its copy (if the launcher excludes this process instead, its
-    /// successor resends them from its backup table).
-    pub(super) held: Vec<Vec<ReqId>>,
+    pub(super) deferred_recvs: BTreeMap<u64, (ReqId, Pattern)>,
 }
 
-/// Messages of one channel that came before their turn, by sequence: the envelope, the data
-/// and whether it is a synchronous send's.
-pub(super) type EarlyQueue = BTreeMap<u64, (Envelope, Vec<u8>, bool)>;
+impl Replication {
+    pub(super) fn new(layout: Layout, slot: usize) -> Replication {
+        let cfg = protocol::Config {
+            copy_limit: BACKUP_COPY_LIMIT,
+            backup_window: BACKUP_WINDOW,
+            recent_window: RECENT_WINDOW,
+            recent_max: RECENT_MAX,
+            stall_limit: None,
+        };
+        Replication {
+            ep: Endpoint::new(layout, slot, cfg),
+            origin: Instant::now(),
+            tx_req: HashMap::new(),
+            choice_of: HashMap::new(),
+            matched: HashMap::new(),
+            deferred_recvs: BTreeMap::new(),
+        }
+    }
+
+    pub(super) fn now(&self) -> Duration {
+        self.origin.elapsed()
+    }
+}
 
 pub(super) fn msg_id(m: &Mid) -> MsgId {
     MsgId { comm: m.comm, src: m.src, dst: m.dst, tag: m.tag, seq: m.seq }
@@ -110,20 +129,14 @@ pub(super) fn mid_of(m: &MsgId) -> Mid {
     Mid { comm: m.comm, src: m.src, dst: m.dst, tag: m.tag, seq: m.seq }
 }
 
-impl Engine {
-    /// Keeps a copy of a message this replica's master committed, for a while
-    /// ([`RECENT_WINDOW`]): sent again if this replica takes over.
-    pub(super) fn keep_recent(&mut self, mid: Mid, v: Vec<u8>) {
-        let Some(rp) = self.repl.as_mut() else { return };
-        rp.recent_bytes += v.len();
-        rp.recent.push_back((mid, v));
-        while rp.recent_bytes > RECENT_WINDOW || rp.recent.len() > RECENT_MAX {
-            let Some((_, v)) = rp.recent.pop_front() else { break };
-            rp.recent_bytes -= v.len();
-            crate::pool::give(v);
-        }
-    }
+/// The MID of a message this process accepted.
+pub(super) fn env_mid(env: &Envelope, me: i32) -> MsgId {
+    MsgId { comm: env.comm, src: env.src as u32, dst: me as u32, tag: env.tag, seq: env.seq }
+}
 
+const DONE: StatusInfo = StatusInfo { source: 0, tag: 0, len: 0, cancelled: false };
+
+impl Engine {
     /// The rank a slot runs.
     pub(super) fn rank_of(&self, slot: i32) -> i32 {
         match &self.layout {
@@ -132,152 +145,162 @@ impl Engine {
         }
     }
 
-    /// A master's transmission of `mid` to the replicas `dests` of its destination; the
-    /// commit follows once every one is written ([`Self::fanout_step`]).
-    pub(super) fn transmit(&mut self, mid: Mid, data: TxData, dests: Vec<usize>, user: Option<ReqId>, sync: bool) {
-        if user.is_some() {
-            self.choice_barrier();
-        }
-        let len = match &data {
-            TxData::Raw(_, n) => *n,
-            TxData::Owned(v) => v.len(),
-        };
-        let Some(rp) = self.repl.as_mut() else { return };
-        let f = Fanout {
-            pending: dests.len() + 1,
-            mid,
-            user,
-            subs: Vec::with_capacity(dests.len()),
-            sync: sync && user.is_some(),
-            acked: false,
-            written: false,
-        };
-        let fid = match rp.free_fanouts.pop() {
-            Some(i) => {
-                rp.fanouts[i] = Some(f);
-                i
-            }
-            None => {
-                rp.fanouts.push(Some(f));
-                rp.fanouts.len() - 1
-            }
-        };
-        for (i, &d) in dests.iter().enumerate() {
-            failpoints::before_transmission(i);
-            let sub = self.new_req(std::ptr::null_mut(), 0, ReqState::Pending);
-            self.reqs[sub].as_mut().expect("new request").parent = Some(fid);
-            if let Some(f) = self.repl.as_mut().and_then(|rp| rp.fanouts[fid].as_mut()) {
-                f.subs.push(sub);
-            }
-            let mut h = Header::new(FrameKind::Eager, mid, len as u64);
-            if sync {
-                h.flags |= p2pmpi_wire::frame::flags::SYNCHRONOUS;
-            }
-            let payload = match &data {
-                _ if len == 0 => Payload::None,
-                TxData::Raw(p, n) => Payload::Raw(*p, *n),
-                TxData::Owned(v) => Payload::Owned(crate::pool::copy_of(v)),
+    /// A send of a replicated job (algorithm 4): the master transmits it, a replica keeps it
+    /// until its master commits it.
+    pub(super) fn replicated_send(&mut self, mid: Mid, ptr: *const u8, len: usize, sync: bool) -> ReqId {
+        let req = self.new_req(std::ptr::null_mut(), 0, ReqState::Pending);
+        let rp = self.repl.as_mut().expect("replicated");
+        let payload = if rp.ep.is_master() || rp.ep.must_lend(len) {
+            Bytes::Lent(ptr, len)
+        } else {
+            let data = if len == 0 {
+                &[][..]
+            } else {
+                // SAFETY: the caller of `isend` keeps `len` bytes at `ptr` valid for the call.
+                unsafe { std::slice::from_raw_parts(ptr, len) }
             };
-            let dead = self.repl.as_ref().is_some_and(|rp| rp.coord.is_dead(d));
-            if !dead && self.repl.as_ref().is_some_and(|rp| rp.suspected[d]) {
+            Bytes::Owned(crate::pool::copy_of(data))
+        };
+        let now = rp.now();
+        rp.ep.send(now, msg_id(&mid), payload, sync, req);
+        self.flush_deferred();
+        req
+    }
+
+    /// Carries out the endpoint's actions. Never called while a connection is checked out
+    /// (frames are handled with their connection taken out of the table): the actions wait
+    /// in the endpoint until the next [`Engine::flush_deferred`].
+    pub(super) fn drive(&mut self) {
+        self.resolve_choices();
+        loop {
+            let Some(rp) = self.repl.as_mut() else { return };
+            let Some(a) = rp.ep.poll_action() else { return };
+            match a {
+                Action::Transmit { to, tx, frame, step } => self.transmit_frame(to, tx, frame, step),
+                Action::FannedOut { .. } => failpoints::after_transmissions(),
+                Action::Committed { .. } => failpoints::after_commits(),
+                Action::Complete(u) => self.complete(u, Ok(DONE)),
+                Action::Suspect { slot, cause } => {
+                    if debug_replication() {
+                        eprintln!("p2pmpi: slot {}: suspects slot {slot}: {cause}", self.slot);
+                    }
+                    let l = rp.ep.layout();
+                    let detail = format!("rank {} replica {} failed: {cause}", l.rank_of(slot), l.replica_of(slot));
+                    crate::failure::suspect(self.slot as usize, slot, &detail);
+                    self.drop_peer(slot as i32);
+                }
+                Action::TookOver { count } => {
+                    if debug_replication() {
+                        eprintln!(
+                            "p2pmpi: slot {}: took over as master of rank {}, resending {count}",
+                            self.slot, self.rank
+                        );
+                    }
+                }
+                Action::Fatal { rank, cause } => self.set_fatal(Error::PeerLost { rank: rank as i32, cause }),
+            }
+        }
+    }
+
+    /// Writes one frame of the protocol to `to`.
+    fn transmit_frame(&mut self, to: usize, tx: Option<TxId>, frame: Frame<Bytes>, step: Step) {
+        use p2pmpi_wire::frame::flags;
+        let choice = |seq: u64, fl: u16| {
+            let mut h = Header::new(FrameKind::Choice, Mid { comm: 0, src: 0, dst: 0, tag: 0, seq }, 0);
+            h.flags |= fl;
+            h
+        };
+        let (h, payload, data) = match frame {
+            Frame::Data { mid, payload, sync } => {
+                failpoints::before_transmission(step.index);
+                let mut h = Header::new(FrameKind::Eager, mid_of(&mid), protocol::Payload::len(&payload) as u64);
+                if sync {
+                    h.flags |= flags::SYNCHRONOUS;
+                }
+                (h, payload.into_payload(), true)
+            }
+            Frame::Commit { mid } => (Header::new(FrameKind::Commit, mid_of(&mid), 0), Payload::None, false),
+            Frame::Choice { comm, point, outcome } => {
+                let mid = match outcome {
+                    Some((src, tag, _)) => Mid { comm, src: src as u32, dst: 0, tag, seq: point },
+                    None => Mid { comm, src: 0, dst: 0, tag: 0, seq: point },
+                };
+                let mut h = Header::new(FrameKind::Choice, mid, outcome.map_or(0, |m| m.2));
+                if outcome.is_none() {
+                    h.flags |= flags::NOTHING;
+                }
+                (h, Payload::None, false)
+            }
+            Frame::ChoiceAck { point } => (choice(point, flags::ACK), Payload::None, false),
+            Frame::ChoiceQuery => (choice(0, flags::QUERY), Payload::None, false),
+            Frame::ChoicesTold => (choice(0, flags::TOLD), Payload::None, false),
+            Frame::SyncAck { mid } => (Header::new(FrameKind::ReadyToRecv, mid_of(&mid), 0), Payload::None, false),
+        };
+        let cid = match self.send_conn(to as i32) {
+            Ok(c) => c,
+            Err(e) => {
+                // Nothing more for it: suspected (its transmission is held by the endpoint).
                 if let Some(rp) = self.repl.as_mut() {
-                    rp.held[d].push(sub);
+                    let now = rp.now();
+                    rp.ep.suspect(now, to, &e.to_string(), self.peers[to].bye);
                 }
-                continue;
-            }
-            let cid = if dead { None } else { self.send_conn(d as i32).ok() };
-            let cid = cid.filter(|_| self.repl.as_ref().is_some_and(|rp| !rp.suspected[d]));
-            if let Some(cid) = cid {
-                failpoints::partial_transmission(i, self.conns[cid].as_mut().map(|c| &mut c.stream), &h, &payload);
-                let _ = self.push_out(cid, Out::with_completion(h, payload, sub));
-                failpoints::written(self, cid);
-            }
-            // Not queued (its replica is dead or the write failed): it counts as done, unless
-            // the replica became suspected meanwhile (then it waits for the verdict).
-            let held = self.repl.as_ref().is_some_and(|rp| rp.held[d].contains(&sub));
-            if !held
-                && self.reqs[sub]
-                    .as_ref()
-                    .is_some_and(|r| r.parent == Some(fid) && matches!(r.state, ReqState::Pending))
-                && !self.conns.iter().flatten().any(|c| c.has_completion(sub))
-            {
-                self.complete(sub, Ok(StatusInfo { source: d as i32, tag: mid.tag, len: 0, cancelled: false }));
-            }
-        }
-        failpoints::after_transmissions();
-        // The extra count taken above: the fan-out completes only once every transmission
-        // was queued (a fast one must not commit before the others are even sent).
-        self.fanout_step(fid);
-    }
-
-    /// Waits until every choice frame is written (or its replica is declared dead): what the
-    /// master sends next may depend on those choices, and a replica that takes over must know
-    /// them. Written at once unless a replica stopped reading for a long while.
-    pub(super) fn choice_barrier(&mut self) {
-        while self.fatal.is_none() && self.repl.as_ref().is_some_and(|rp| !rp.choice_unwritten.is_empty()) {
-            self.progress(None, Some(Duration::from_millis(1)));
-            if crate::failure::PENDING.load(std::sync::atomic::Ordering::Relaxed) {
-                for k in crate::failure::take_pending() {
-                    self.peer_failed(k);
-                }
-            }
-            if let Some(limit) = crate::failure::send_timeout() {
-                self.check_stalled_sends(limit);
-            }
-        }
-    }
-
-    /// One transmission of fan-out `f` is done; after the last, the MID goes to the commits.
-    pub(super) fn fanout_step(&mut self, f: usize) {
-        let Some(rp) = self.repl.as_mut() else { return };
-        let Some(fo) = rp.fanouts[f].as_mut() else { return };
-        if !fo.written {
-            fo.pending -= 1;
-            if fo.pending > 0 {
                 return;
             }
-            fo.written = true;
-            rp.commits.push_back(fo.mid);
+        };
+        if data {
+            failpoints::partial_transmission(step.index, self.conns[cid].as_mut().map(|c| &mut c.stream), &h, &payload);
+        } else if h.kind == FrameKind::Commit {
+            failpoints::partial_commit(step.index, self.conns[cid].as_mut().map(|c| &mut c.stream), &h);
         }
-        if fo.sync && !fo.acked {
-            return;
-        }
-        let fo = rp.fanouts[f].take().expect("live fan-out");
-        rp.free_fanouts.push(f);
-        if let Some(u) = fo.user {
-            let st = StatusInfo { source: fo.mid.dst as i32, tag: fo.mid.tag, len: 0, cancelled: false };
-            self.complete(u, Ok(st));
+        let out = match tx {
+            Some(tx) => {
+                let sub = self.new_req(std::ptr::null_mut(), 0, ReqState::Pending);
+                self.reqs[sub].as_mut().expect("new request").parent = Some(tx as usize);
+                if let Some(rp) = self.repl.as_mut() {
+                    rp.tx_req.insert(tx, sub);
+                }
+                Out::with_completion(h, payload, sub)
+            }
+            None => Out::new(h, payload),
+        };
+        let _ = self.push_out(cid, out);
+        failpoints::written(self, cid);
+    }
+
+    /// A transmission's device request completed (its frame is written): the endpoint
+    /// learns it.
+    pub(super) fn tx_written(&mut self, sub: ReqId, tx: usize) {
+        self.reqs[sub] = None;
+        self.free_reqs.push(sub);
+        if let Some(rp) = self.repl.as_mut() {
+            rp.tx_req.remove(&(tx as TxId));
+            let now = rp.now();
+            rp.ep.written(now, tx as TxId);
         }
     }
 
-    /// A destination replica matched synchronous message `mid`.
-    pub(super) fn sync_acked(&mut self, mid: Mid) {
-        let Some(rp) = self.repl.as_mut() else { return };
-        let Some(f) = rp.fanouts.iter().position(|f| f.as_ref().is_some_and(|f| f.sync && f.mid == mid && !f.acked))
-        else {
-            return;
-        };
-        let fo = rp.fanouts[f].as_mut().expect("found");
-        fo.acked = true;
-        if fo.written {
-            let fo = rp.fanouts[f].take().expect("found");
-            rp.free_fanouts.push(f);
-            if let Some(u) = fo.user {
-                let st = StatusInfo { source: mid.dst as i32, tag: mid.tag, len: 0, cancelled: false };
-                self.complete(u, Ok(st));
+    /// Completions of frames that will never be written (their connection is gone): the
+    /// protocol's transmissions are the endpoint's to account for (held until the verdict).
+    pub(super) fn forget_completions(&mut self, done: Vec<ReqId>) {
+        for r in done {
+            if let Some(tx) = self.reqs[r].as_ref().and_then(|q| q.parent) {
+                self.reqs[r] = None;
+                self.free_reqs.push(r);
+                if let Some(rp) = self.repl.as_mut() {
+                    rp.tx_req.remove(&(tx as TxId));
+                }
+            } else {
+                self.complete(r, Ok(DONE));
             }
         }
     }
 
-    /// A synchronous message was matched by a receive here: tell every alive replica of its
-    /// sender (whichever is master now).
+    /// A synchronous message was matched by a receive here: every alive replica of its
+    /// sender is told.
     pub(super) fn ack_sync(&mut self, env: &Envelope) {
-        let Some(rp) = self.repl.as_mut() else { return };
-        rp.sync_unmatched.remove(&(env.comm, env.src, env.tag, env.seq));
-        let mid = Mid { comm: env.comm, src: env.src as u32, dst: self.rank as u32, tag: env.tag, seq: env.seq };
-        let to: Vec<usize> = rp.coord.alive_slots(env.src as usize).filter(|&s| !rp.suspected[s]).collect();
-        for slot in to {
-            self.deferred.push((slot as i32, Out::new(Header::new(FrameKind::ReadyToRecv, mid, 0), Payload::None)));
+        let me = self.rank;
+        if let Some(rp) = self.repl.as_mut() {
+            rp.ep.matched_sync(env_mid(env, me));
         }
     }
 
@@ -288,14 +311,12 @@ impl Engine {
             let Some(rp) = self.repl.as_mut() else { return };
             let Some((&c, _)) = rp.deferred_recvs.first_key_value() else { return };
             let pat = rp.deferred_recvs[&c].1;
-            let o = match rp.choices.take(c) {
+            let o = match rp.ep.take_choice(c) {
                 Some(o) => {
-                    if rp.coord.is_master() {
-                        rp.choice_out.push_back((pat.comm, c, o));
-                    }
+                    rp.ep.decided(pat.comm, c, o);
                     Some(o)
                 }
-                None if rp.coord.is_master() => None,
+                None if rp.ep.may_decide() => None,
                 // Points are followed in order: a later one waits for this one.
                 None => return,
             };
@@ -303,156 +324,51 @@ impl Engine {
             match o {
                 Some(o) => self.post(r, exact(pat, o)),
                 None => {
-                    rp_choice_of(self, r, c, pat.comm);
+                    rp.choice_of.insert(r, (c, pat.comm));
                     self.post(r, pat);
                 }
             }
         }
     }
 
-    /// Sends the pending commits, and after a takeover transmits the backup table.
-    pub(super) fn flush_replication(&mut self) {
-        self.resolve_choices();
-        loop {
-            let Some(rp) = self.repl.as_mut() else { return };
-            if let Some((comm, c, o)) = rp.choice_out.pop_front() {
-                // Before anything else: what follows may depend on the choice.
-                let mid = match o {
-                    Some((src, tag, _)) => Mid { comm, src: src as u32, dst: 0, tag, seq: c },
-                    None => Mid { comm, src: 0, dst: 0, tag: 0, seq: c },
-                };
-                let mut h = Header::new(FrameKind::Choice, mid, o.map_or(0, |m| m.2));
-                if o.is_none() {
-                    h.flags |= p2pmpi_wire::frame::flags::NOTHING;
-                }
-                // In index order: the successor of a dying master is told first.
-                let targets: Vec<usize> = rp.coord.commit_targets().into_iter().filter(|&t| !rp.suspected[t]).collect();
-                for t in targets {
-                    if let Ok(cid) = self.send_conn(t as i32) {
-                        let req = self.new_req(std::ptr::null_mut(), 0, ReqState::Pending);
-                        if let Some(rp) = self.repl.as_mut() {
-                            rp.choice_unwritten.insert(req);
-                        }
-                        if self.push_out(cid, Out::with_completion(h, Payload::None, req)).is_err() {
-                            self.complete(req, Ok(StatusInfo { source: t as i32, tag: 0, len: 0, cancelled: false }));
-                        }
-                    }
-                }
-                continue;
-            }
-            if let Some((mid, data)) = rp.resends.pop_front() {
-                let dests = rp.coord.destinations(mid.dst as usize);
-                match data {
-                    Backup::Copy(v) => {
-                        rp.backup_bytes -= v.len();
-                        self.transmit(mid, TxData::Owned(v), dests, None, false)
-                    }
-                    // The lent send completes once this replica transmitted it.
-                    Backup::Lent { ptr, len, req } => {
-                        self.transmit(mid, TxData::Raw(ptr, len), dests, Some(req), false)
-                    }
-                }
-                continue;
-            }
-            let Some(mid) = rp.commits.pop_front() else { return };
-            let targets: Vec<usize> = rp.coord.commit_targets().into_iter().filter(|&t| !rp.suspected[t]).collect();
-            for (i, t) in targets.into_iter().enumerate() {
-                let h = Header::new(FrameKind::Commit, mid, 0);
-                if let Ok(cid) = self.send_conn(t as i32) {
-                    failpoints::partial_commit(i, self.conns[cid].as_mut().map(|c| &mut c.stream), &h);
-                    let _ = self.push_out(cid, Out::new(h, Payload::None));
-                    failpoints::written(self, cid);
-                }
-            }
-            failpoints::after_commits();
-        }
-    }
-
-    /// A replica was lost (its connection ended without `Bye`, the failure detector
-    /// confirmed it, or a send to it stalled): algorithm 7.
+    /// A replica was declared dead by the launcher (algorithm 7).
     pub(super) fn slot_failed(&mut self, slot: i32, cause: &str) {
         let Some(rp) = self.repl.as_mut() else {
             self.set_fatal(Error::PeerLost { rank: slot, cause: cause.to_string() });
             return;
         };
-        if slot < 0 || slot as usize >= self.peers.len() || self.peers[slot as usize].bye {
+        if slot < 0 || slot as usize >= self.peers.len() || slot == self.slot {
             return;
-        }
-        let rec = rp.coord.on_failure(slot as usize);
-        match rec {
-            Recovery::Nothing => return,
-            Recovery::Replica { .. } => {}
-            Recovery::TookOver { resend } => {
-                if debug_replication() {
-                    eprintln!(
-                        "p2pmpi: slot {}: took over as master of rank {}, resending {}",
-                        self.slot,
-                        self.rank,
-                        resend.len()
-                    );
-                }
-                // What the dead master committed lately first (its last writes may have died
-                // in its kernel), then what it had not committed.
-                let recent = std::mem::take(&mut rp.recent);
-                rp.recent_bytes = 0;
-                for (m, v) in recent {
-                    rp.backup_bytes += v.len();
-                    rp.resends.push_back((m, Backup::Copy(v)));
-                }
-                rp.resends.extend(resend.into_iter().map(|(m, d)| (mid_of(&m), d)));
-            }
-            Recovery::RankLost { rank } => {
-                self.set_fatal(Error::PeerLost {
-                    rank: rank as i32,
-                    cause: format!("all replicas for that rank failed (the last one: {cause})"),
-                });
-            }
         }
         if debug_replication() {
             eprintln!("p2pmpi: slot {}: slot {slot} failed: {cause}", self.slot);
         }
-        self.drop_peer(slot, false);
-        let held = self.repl.as_mut().map(|rp| std::mem::take(&mut rp.held[slot as usize])).unwrap_or_default();
-        for r in held {
-            self.complete(r, Ok(StatusInfo { source: slot, tag: 0, len: 0, cancelled: false }));
+        let now = rp.now();
+        if self.peers[slot as usize].bye {
+            // It finished: it has everything it needs, nothing is waited for.
+            rp.ep.suspect(now, slot as usize, cause, true);
         }
+        rp.ep.declared_dead(now, slot as usize);
+        self.drop_peer(slot);
     }
 
     /// This process suspects `slot` (its connection broke, or a send to it stalled). Only the
-    /// launcher declares deaths (fencing, [`p2pmpi_core::fencing`]): the suspicion is reported
-    /// to it, and [`Self::slot_failed`] runs when it announces the death. Meanwhile nothing
-    /// more goes to the slot or is read from it (the launcher declares every suspect dead, so
-    /// nothing is lost for a live process).
+    /// launcher declares deaths (fencing, [`p2pmpi_core::fencing`]): the endpoint reports the
+    /// suspicion and holds what was meant for the slot until the verdict; nothing more is
+    /// read from it.
     pub(super) fn suspect_slot(&mut self, slot: i32, cause: &str) {
         let Some(rp) = self.repl.as_mut() else { return };
-        if slot < 0 || slot as usize >= rp.suspected.len() || slot == self.slot {
+        if slot < 0 || slot as usize >= self.peers.len() || slot == self.slot {
             return;
         }
-        let first = !std::mem::replace(&mut rp.suspected[slot as usize], true);
-        if first && !rp.coord.is_dead(slot as usize) {
-            if debug_replication() {
-                eprintln!("p2pmpi: slot {}: suspects slot {slot}: {cause}", self.slot);
-            }
-            let l = rp.coord.layout();
-            let detail =
-                format!("rank {} replica {} failed: {cause}", l.rank_of(slot as usize), l.replica_of(slot as usize));
-            crate::failure::suspect(self.slot as usize, slot as usize, &detail);
-        }
-        // A replica that said goodbye has everything it needs: nothing to wait for.
-        let hold = !self.peers[slot as usize].bye;
-        if !hold {
-            let held = self.repl.as_mut().map(|rp| std::mem::take(&mut rp.held[slot as usize])).unwrap_or_default();
-            for r in held {
-                self.complete(r, Ok(StatusInfo { source: slot, tag: 0, len: 0, cancelled: false }));
-            }
-        }
-        self.drop_peer(slot, hold);
+        let now = rp.now();
+        rp.ep.suspect(now, slot as usize, cause, self.peers[slot as usize].bye);
+        self.drop_peer(slot);
     }
 
     /// Drops every connection with `slot`: nothing it might still send (a frozen process that
-    /// wakes up) is read. Queued transmissions to it count as done, or with `hold` wait for
-    /// the launcher's verdict.
-    pub(super) fn drop_peer(&mut self, slot: i32, hold: bool) {
+    /// wakes up) is read.
+    pub(super) fn drop_peer(&mut self, slot: i32) {
         let p = &mut self.peers[slot as usize];
         p.send_conn = None;
         let cids = std::mem::take(&mut p.conns);
@@ -465,21 +381,7 @@ impl Engine {
             }
         }
         self.deferred.retain(|(p, _)| *p != slot);
-        if hold {
-            if let Some(rp) = self.repl.as_mut() {
-                // Choice frames to a suspect of this very rank are moot: it will be declared.
-                let (choices, held): (Vec<ReqId>, Vec<ReqId>) =
-                    done.into_iter().partition(|r| rp.choice_unwritten.contains(r));
-                rp.held[slot as usize].extend(held);
-                for r in choices {
-                    self.complete(r, Ok(StatusInfo { source: slot, tag: 0, len: 0, cancelled: false }));
-                }
-                return;
-            }
-        }
-        for r in done {
-            self.complete(r, Ok(StatusInfo { source: slot, tag: 0, len: 0, cancelled: false }));
-        }
+        self.forget_completions(done);
     }
 
     /// Writes a connection's queue out, waiting as long as it takes (fault injection only).
@@ -522,14 +424,14 @@ impl Engine {
     /// Whether a non-master still waits for commits (it must not leave before its master
     /// committed what it keeps: it might have to take over).
     pub fn backup_pending(&self) -> bool {
-        self.repl.as_ref().is_some_and(|rp| !rp.coord.is_master() && rp.coord.backup_len() > 0)
+        self.repl.as_ref().is_some_and(|rp| rp.ep.backup_pending())
     }
 
     /// A choice point of a probe (`immediate`: an immediate one): its number in a replicated
     /// job when its outcome may differ between replicas (a wildcard, or any immediate probe).
     pub fn probe_point(&mut self, pat: &Pattern, immediate: bool) -> Option<u64> {
         let rp = self.repl.as_mut()?;
-        (immediate || pat.src.is_none() || pat.tag.is_none()).then(|| rp.choices.point())
+        (immediate || pat.src.is_none() || pat.tag.is_none()).then(|| rp.ep.choice_point())
     }
 
     /// The outcome of probe choice point `c` for this replica: `None` while it must wait (a
@@ -541,27 +443,25 @@ impl Engine {
             return if immediate { Some(found) } else { found.map(Some) };
         };
         let rp = self.repl.as_mut().expect("choice points only with replicas");
-        match rp.choices.knows(c) {
+        match rp.ep.choice_known(c) {
             Some(o) => {
                 let found = match o {
                     None => None,
                     Some(_) => Some(self.probe(exact(pat, o))?),
                 };
                 let rp = self.repl.as_mut().expect("replicated");
-                rp.choices.take(c);
-                if rp.coord.is_master() {
-                    rp.choice_out.push_back((pat.comm, c, o));
-                    self.flush_deferred();
-                }
+                rp.ep.take_choice(c);
+                rp.ep.decided(pat.comm, c, o);
+                self.flush_deferred();
                 Some(found)
             }
-            None if rp.coord.is_master() => {
+            None if rp.ep.may_decide() => {
                 let found = self.probe(pat);
                 if found.is_none() && !immediate {
                     return None;
                 }
                 let o = found.map(|e| (e.src, e.tag, e.seq));
-                self.repl.as_mut().expect("replicated").choice_out.push_back((pat.comm, c, o));
+                self.repl.as_mut().expect("replicated").ep.decided(pat.comm, c, o);
                 self.flush_deferred();
                 Some(found)
             }
@@ -572,7 +472,7 @@ impl Engine {
     /// A choice point of a test or a wait on several requests, in a replicated job (which of
     /// them completed depends on timing, which differs between replicas).
     pub fn completion_point(&mut self) -> Option<u64> {
-        Some(self.repl.as_mut()?.choices.point())
+        Some(self.repl.as_mut()?.ep.choice_point())
     }
 
     /// Which of `ids` (`None`: an inactive slot) count as complete at choice point `c`:
@@ -590,27 +490,25 @@ impl Engine {
         };
         let rp = self.repl.as_mut().expect("choice points only with replicas");
         let comm = u32::MAX;
-        match rp.choices.knows(c) {
+        match rp.ep.choice_known(c) {
             Some(o) => {
                 let want = indices_of(o);
                 if !want.iter().all(|&i| ids.get(i).copied().flatten().is_some_and(|id| self.is_done(id))) {
                     return None;
                 }
                 let rp = self.repl.as_mut().expect("replicated");
-                rp.choices.take(c);
-                if rp.coord.is_master() {
-                    rp.choice_out.push_back((comm, c, o));
-                    self.flush_deferred();
-                }
+                rp.ep.take_choice(c);
+                rp.ep.decided(comm, c, o);
+                self.flush_deferred();
                 Some(want)
             }
-            None if rp.coord.is_master() => {
+            None if rp.ep.may_decide() => {
                 let d = done_now(self);
                 if block && d.is_empty() {
                     return None;
                 }
                 let o = outcome_of(&d);
-                self.repl.as_mut().expect("replicated").choice_out.push_back((comm, c, o));
+                self.repl.as_mut().expect("replicated").ep.decided(comm, c, o);
                 self.flush_deferred();
                 Some(indices_of(o))
             }
@@ -637,13 +535,6 @@ pub(super) fn exact(pat: Pattern, o: Outcome) -> Pattern {
     match o {
         Some((src, tag, _)) => Pattern { comm: pat.comm, src: Some(src), tag: Some(tag) },
         None => pat,
-    }
-}
-
-/// Registers a receive the master now decides (after a takeover).
-pub(super) fn rp_choice_of(e: &mut Engine, r: ReqId, c: u64, comm: u32) {
-    if let Some(rp) = e.repl.as_mut() {
-        rp.choice_of.insert(r, (c, comm));
     }
 }
 
