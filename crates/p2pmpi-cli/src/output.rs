@@ -20,7 +20,7 @@
 //!
 //! Without replication (`R = 1`, or a single rank) lines go straight through.
 
-use p2pmpi_core::replication::Layout;
+use p2pmpi_core::replication::{DeadSet, Layout};
 use std::collections::VecDeque;
 use std::io::Write;
 use std::sync::Mutex;
@@ -38,7 +38,8 @@ pub struct Router {
     layout: Layout,
     /// No replication: every line goes through, nothing is counted.
     passthrough: bool,
-    dead: Vec<bool>,
+    /// The dead slots, and with them the masters (the rule of [`DeadSet`]).
+    dead: DeadSet,
     /// Per rank and stream: lines printed.
     shown: Vec<[u64; 2]>,
     /// Per slot and stream: lines produced.
@@ -54,7 +55,7 @@ impl Router {
         Router {
             layout,
             passthrough,
-            dead: vec![false; slots],
+            dead: DeadSet::new(layout),
             shown: vec![[0; 2]; ranks],
             produced: vec![[0; 2]; slots],
             queued: (0..slots).map(|_| [VecDeque::new(), VecDeque::new()]).collect(),
@@ -62,7 +63,7 @@ impl Router {
     }
 
     fn master_of(&self, rank: usize) -> Option<usize> {
-        self.layout.slots_of(rank).find(|&s| !self.dead[s])
+        self.dead.master_of(rank)
     }
 
     /// Drops from the queues of `rank`'s replicas what is now shown.
@@ -81,7 +82,7 @@ impl Router {
         if self.passthrough {
             return emit(self.layout.rank_of(slot), stream, line);
         }
-        if slot >= self.dead.len() || self.dead[slot] {
+        if self.dead.is_dead(slot) {
             return;
         }
         let idx = self.produced[slot][stream];
@@ -102,10 +103,10 @@ impl Router {
     /// `slot` is dead: its lines are no longer shown, and if it was its rank's master the
     /// next replica's lines ahead of what was shown are printed now.
     pub fn slot_dead(&mut self, slot: usize, emit: &mut dyn FnMut(usize, usize, &[u8])) {
-        if self.passthrough || slot >= self.dead.len() || self.dead[slot] {
+        if self.passthrough || self.dead.is_dead(slot) {
             return;
         }
-        self.dead[slot] = true;
+        self.dead.mark(slot);
         self.queued[slot] = [VecDeque::new(), VecDeque::new()];
         let rank = self.layout.rank_of(slot);
         let Some(master) = self.master_of(rank) else { return };
