@@ -49,7 +49,7 @@
 use crate::rng::Rng;
 use p2pmpi_core::fencing::{Grant, Lease, Supervisor};
 use p2pmpi_core::matching::{Arrival, Body, Envelope, Matcher, Pattern};
-use p2pmpi_core::replication::endpoint::{Action, Config, Frame, Payload, TxId};
+use p2pmpi_core::replication::endpoint::{Action, Config, Frame, Parked, Payload, TxId};
 use p2pmpi_core::replication::{Endpoint, Layout, MsgId, Outcome};
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
@@ -64,13 +64,17 @@ fn ms(v: u64) -> Duration {
     Duration::from_millis(v)
 }
 
-/// A simulated payload: a value standing for the bytes.
+/// A simulated payload: a value standing for the bytes, and their number (large ones go
+/// by rendez-vous, above [`RNDV_LIMIT`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Val(pub u64);
+pub struct Val(pub u64, pub usize);
+
+/// The simulated rendez-vous threshold.
+pub const RNDV_LIMIT: usize = 100;
 
 impl Payload for Val {
     fn len(&self) -> usize {
-        8
+        self.1
     }
     fn is_lent(&self) -> bool {
         false
@@ -86,7 +90,8 @@ impl Payload for Val {
 /// One operation of a rank's program.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Op {
-    Send { dst: usize, tag: i32, sync: bool },
+    /// `big`: above the rendez-vous threshold.
+    Send { dst: usize, tag: i32, sync: bool, big: bool },
     Recv { src: Option<usize>, tag: i32 },
     /// `MPI_Iprobe(ANY_SOURCE, WILD)`.
     Probe,
@@ -150,7 +155,8 @@ pub fn programs(rng: &mut Rng, n: usize, messages: usize) -> Vec<Vec<Op>> {
         }
         let k = rng.below(100);
         let (tag, sync, wild) = if k < 25 { (WILD, false, true) } else { (1 + rng.below(3) as i32, k < 40, false) };
-        progs[src].push(Op::Send { dst, tag, sync });
+        let big = rng.bernoulli(0.2);
+        progs[src].push(Op::Send { dst, tag, sync, big });
         progs[dst].push(Op::Recv { src: (!wild).then_some(src), tag });
         if rng.bernoulli(0.08) {
             progs[dst].push(Op::Probe);
@@ -227,6 +233,8 @@ struct Proc {
     accepted: HashMap<(u32, i32, i32), u64>,
     /// The value this replica computed for every message it sent.
     computed: HashMap<MsgId, u64>,
+    /// Receives matched to a rendez-vous announcement, waiting for the data.
+    rndv: HashMap<MsgId, u32>,
     choice_of: HashMap<u32, (u64, u32)>,
     deferred: BTreeMap<u64, (u32, Pattern)>,
     status: Status,
@@ -601,13 +609,32 @@ impl Sim {
                     self.violate(format!("slot {s}: data {mid:?} from slot {from}"));
                     return;
                 }
-                self.accept(s, mid, payload, sync, now);
+                self.accept(s, mid, Some(payload), sync, 0, now);
+            }
+            Frame::Rts { mid, len, sync } => {
+                if self.layout.rank_of(from) != mid.src as usize || mid.dst as usize != self.procs[s].rank {
+                    self.violate(format!("slot {s}: announcement {mid:?} from slot {from}"));
+                    return;
+                }
+                self.accept(s, mid, None, sync, len, now);
+            }
+            Frame::Rtr { mid } => {
+                self.procs[s].ep.on_pull(from, mid, false);
+            }
+            Frame::Have { mid } => {
+                self.procs[s].ep.on_pull(from, mid, true);
+            }
+            Frame::RndvData { mid, payload } => {
+                let Some(r) = self.procs[s].rndv.remove(&mid) else { return };
+                self.check_value(s, mid, payload);
+                let p = &mut self.procs[s];
+                p.reqs.insert(r, Some((mid.src as i32, payload.0)));
+                p.ep.have(mid);
             }
         }
     }
 
-    fn accept(&mut self, s: usize, mid: MsgId, v: Val, sync: bool, now: Duration) {
-        let env = Envelope { comm: mid.comm, src: mid.src as i32, tag: mid.tag, seq: mid.seq, len: 8 };
+    fn check_value(&mut self, s: usize, mid: MsgId, v: Val) {
         match self.values.get(&mid) {
             Some(&want) if want != v.0 => self.violate(format!(
                 "slot {s}: message {mid:?} carries {}, but {want} was delivered elsewhere (its sender's replicas diverged)",
@@ -618,14 +645,34 @@ impl Sim {
                 self.values.insert(mid, v.0);
             }
         }
+    }
+
+    /// A message arrived: eager (`v`), or a rendez-vous announcement of `len` bytes.
+    fn accept(&mut self, s: usize, mid: MsgId, v: Option<Val>, sync: bool, len: u64, now: Duration) {
+        let env = Envelope { comm: mid.comm, src: mid.src as i32, tag: mid.tag, seq: mid.seq, len: 8 };
+        if let Some(v) = v {
+            self.check_value(s, mid, v);
+        }
         let p = &mut self.procs[s];
         match p.m.arrive(&env) {
             Arrival::Duplicate => {
-                p.ep.duplicate(mid, sync);
+                if v.is_some() {
+                    p.ep.duplicate(mid, sync);
+                } else if p.rndv.contains_key(&mid) {
+                    // Announced again by a new master while its data is awaited: pulled
+                    // again (the old master may have died before sending it).
+                    p.ep.pull(mid);
+                } else if !p.m.probe(Pattern { comm: mid.comm, src: Some(mid.src as i32), tag: Some(mid.tag) }).is_some_and(|e| e.seq <= mid.seq) {
+                    // Received already (not queued unmatched: then it is pulled when matched).
+                    p.ep.have(mid);
+                }
+                // Parked successors may be in turn.
+                self.unpark_all(s, mid, now);
                 return;
             }
             Arrival::Early => {
-                p.ep.park(now, mid, v, sync);
+                let rts = v.is_none().then_some(len);
+                p.ep.park(now, mid, Parked { data: v.unwrap_or(Val(0, 0)), sync, rts });
                 return;
             }
             arr => {
@@ -638,8 +685,8 @@ impl Sim {
                 }
                 let p = &mut self.procs[s];
                 p.accepted.insert(key, want + 1);
-                match arr {
-                    Arrival::Matched(r) => {
+                match (arr, v) {
+                    (Arrival::Matched(r), Some(v)) => {
                         if sync {
                             p.ep.matched_sync(mid);
                         }
@@ -648,19 +695,32 @@ impl Sim {
                             p.ep.decided(comm, c, Some((env.src, env.tag, env.seq)));
                         }
                     }
-                    _ => {
+                    (Arrival::Matched(r), None) => {
+                        p.rndv.insert(mid, r);
+                        p.ep.pull(mid);
+                        if let Some((c, comm)) = p.choice_of.remove(&r) {
+                            p.ep.decided(comm, c, Some((env.src, env.tag, env.seq)));
+                        }
+                    }
+                    (_, Some(v)) => {
                         if sync {
                             p.ep.sync_unmatched(mid);
                         }
                         p.m.enqueue(env, Body::Eager(v));
                     }
+                    (_, None) => p.m.enqueue(env, Body::Rendezvous),
                 }
             }
         }
-        // Parked successors now in turn.
+        self.unpark_all(s, mid, now);
+    }
+
+    /// Parked messages of `mid`'s channel now in turn.
+    fn unpark_all(&mut self, s: usize, mid: MsgId, now: Duration) {
         let next = self.procs[s].accepted.get(&(mid.comm, mid.src as i32, mid.tag)).copied().unwrap_or(0);
-        if let Some((m2, v2, sync2)) = self.procs[s].ep.unpark(mid.comm, mid.src, mid.tag, next) {
-            self.accept(s, m2, v2, sync2, now);
+        if let Some((m2, p2)) = self.procs[s].ep.unpark(mid.comm, mid.src, mid.tag, next) {
+            let v2 = p2.rts.is_none().then_some(p2.data);
+            self.accept(s, m2, v2, p2.sync, p2.rts.unwrap_or(0), now);
         }
     }
 
@@ -675,10 +735,17 @@ impl Sim {
     fn post(&mut self, s: usize, r: u32, pat: Pattern) {
         let p = &mut self.procs[s];
         if let Some((env, body)) = p.m.post(pat, r) {
-            let Body::Eager(v) = body else { unreachable!("eager only") };
             let mid = MsgId { comm: env.comm, src: env.src as u32, dst: p.rank as u32, tag: env.tag, seq: env.seq };
-            p.ep.consumed(mid);
-            p.reqs.insert(r, Some((env.src, v.0)));
+            match body {
+                Body::Eager(v) => {
+                    p.ep.consumed(mid);
+                    p.reqs.insert(r, Some((env.src, v.0)));
+                }
+                Body::Rendezvous => {
+                    p.rndv.insert(mid, r);
+                    p.ep.pull(mid);
+                }
+            }
             if let Some((c, comm)) = p.choice_of.remove(&r) {
                 p.ep.decided(comm, c, Some((env.src, env.tag, env.seq)));
             }
@@ -778,7 +845,7 @@ impl Sim {
             sim.procs[s].wait = Wait::Start;
         };
         match (op, wait) {
-            (Op::Send { dst, tag, sync }, Wait::Start) => {
+            (Op::Send { dst, tag, sync, big }, Wait::Start) => {
                 let p = &mut self.procs[s];
                 let seq = p.m.next_send_seq(0, dst as i32, tag);
                 let mid = MsgId { comm: 0, src: rank as u32, dst: dst as u32, tag, seq };
@@ -787,7 +854,7 @@ impl Sim {
                 self.emit(s, v);
                 let r = self.new_req(s);
                 let now = self.now;
-                self.procs[s].ep.send(now, mid, Val(v), sync, r);
+                self.procs[s].ep.send(now, mid, Val(v, if big { 1000 } else { 8 }), sync, r);
                 if sync {
                     self.procs[s].wait = Wait::Req(r);
                 } else {
@@ -1066,7 +1133,7 @@ pub fn run(seed: u64, cfg: JobConfig) -> RunReport {
     let layout = Layout::new(cfg.n, cfg.r);
     let progs = programs(&mut rng, layout.n, cfg.messages);
     let lease_len = Duration::from_secs(1);
-    let ecfg = Config { stall_limit: Some(Duration::from_secs(2)), ..Config::default() };
+    let ecfg = Config { stall_limit: Some(Duration::from_secs(2)), rndv_limit: RNDV_LIMIT, ..Config::default() };
     let slots = layout.slots();
     let procs = (0..slots)
         .map(|s| {
@@ -1086,6 +1153,7 @@ pub fn run(seed: u64, cfg: JobConfig) -> RunReport {
                 hash: layout.rank_of(s) as u64,
                 accepted: HashMap::new(),
                 computed: HashMap::new(),
+                rndv: HashMap::new(),
                 choice_of: HashMap::new(),
                 deferred: BTreeMap::new(),
                 status: Status::Running,

@@ -116,6 +116,12 @@ pub mod flags {
     pub const QUERY: u16 = 8;
     /// On `Choice` frames: the end of the answer to a query.
     pub const TOLD: u16 = 16;
+    /// On `ReadyToRecv` frames of a replicated job: the receiver matched a rendez-vous
+    /// announcement and pulls the data (without a flag: it acknowledges a synchronous eager
+    /// message).
+    pub const PULL: u16 = 32;
+    /// On `ReadyToRecv` frames of a replicated job: the receiver has the whole message.
+    pub const HAVE: u16 = 64;
 }
 
 /// A decoded frame header.

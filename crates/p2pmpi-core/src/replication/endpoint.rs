@@ -72,6 +72,12 @@ pub struct Config {
     /// suspected; a message waits this long in the reorder queue before the job gives up.
     /// `None`: no limit (no failure detector).
     pub stall_limit: Option<Duration>,
+    /// Messages larger than this travel by **rendez-vous**: the master announces them
+    /// (`Rts`) to every destination replica, sends the data to each one that matched them
+    /// (`Rtr`), and counts a destination done when it says it has the whole message
+    /// (`Have`) — not when the write completes, so that a dying master's kernel cannot drop
+    /// a committed message. No receiver allocates for an unexpected large message.
+    pub rndv_limit: usize,
 }
 
 impl Default for Config {
@@ -82,6 +88,7 @@ impl Default for Config {
             recent_window: 8 << 20,
             recent_max: 1 << 16,
             stall_limit: None,
+            rndv_limit: 128 << 10,
         }
     }
 }
@@ -89,8 +96,16 @@ impl Default for Config {
 /// A frame of the protocol.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Frame<P> {
-    /// A message (every copy of a replicated send travels eager).
+    /// A message, eager (header and data).
     Data { mid: MsgId, payload: P, sync: bool },
+    /// A large message's announcement (rendez-vous): `len` bytes.
+    Rts { mid: MsgId, len: u64, sync: bool },
+    /// A destination replica matched the announced message: send it the data.
+    Rtr { mid: MsgId },
+    /// The data of a rendez-vous message.
+    RndvData { mid: MsgId, payload: P },
+    /// A destination replica has the whole message (received, or had it already).
+    Have { mid: MsgId },
     /// The master's commit of `mid` to its own replicas.
     Commit { mid: MsgId },
     /// The master's outcome at choice point `point` (communicator `comm`, for the wire).
@@ -150,13 +165,24 @@ pub struct Kept<P, U> {
 }
 
 #[derive(Debug)]
-struct Fanout<U> {
+struct Fanout<P, U> {
     mid: MsgId,
     pending: usize,
     user: Option<U>,
     sync: bool,
     acked: bool,
     written: bool,
+    /// A rendez-vous message's data and destinations.
+    rndv: Option<Rndv<P>>,
+}
+
+#[derive(Debug)]
+struct Rndv<P> {
+    payload: P,
+    /// Destinations that have not pulled the data yet.
+    waiting: Vec<usize>,
+    /// Destinations that do not have the whole message yet (`pending` of the fan-out).
+    undone: Vec<usize>,
 }
 
 /// A send the master cannot transmit yet (choice frames not written).
@@ -176,13 +202,26 @@ enum Tx {
 
 type Channel = (u32, u32, i32);
 
+/// A message that came before its turn: its data (none yet for an announcement), whether
+/// it is a synchronous send's, and for a rendez-vous announcement its length.
+#[derive(Debug)]
+pub struct Parked<P> {
+    pub data: P,
+    pub sync: bool,
+    pub rts: Option<u64>,
+}
+
 /// One replica's side of the protocol.
 #[derive(Debug)]
 pub struct Endpoint<P, U> {
     cfg: Config,
     coord: Coordinator<Kept<P, U>>,
     suspected: Vec<bool>,
-    fanouts: HashMap<u64, Fanout<U>>,
+    fanouts: HashMap<u64, Fanout<P, U>>,
+    /// What destination replicas said of rendez-vous messages this process has not
+    /// transmitted yet (a non-master, or a master behind its predecessor): per message, the
+    /// slots that pulled it (`false`) or have it (`true`). Pruned by commits.
+    pulls: HashMap<MsgId, Vec<(usize, bool)>>,
     next_fanout: u64,
     txs: HashMap<TxId, Tx>,
     next_tx: TxId,
@@ -196,7 +235,7 @@ pub struct Endpoint<P, U> {
     backup_bytes: usize,
     recent: VecDeque<(MsgId, P)>,
     recent_bytes: usize,
-    early: HashMap<Channel, BTreeMap<u64, (P, bool)>>,
+    early: HashMap<Channel, BTreeMap<u64, Parked<P>>>,
     early_since: Option<Duration>,
     sync_unmatched: HashSet<MsgId>,
     choices: Choices,
@@ -216,6 +255,7 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
             coord: Coordinator::new(layout, me),
             suspected: vec![false; slots],
             fanouts: HashMap::new(),
+            pulls: HashMap::new(),
             next_fanout: 0,
             txs: HashMap::new(),
             next_tx: 0,
@@ -385,13 +425,24 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
     }
 
     fn transmit(&mut self, q: Queued<P, U>) {
+        if q.payload.len() > self.cfg.rndv_limit {
+            return self.announce(q);
+        }
         let dests = self.coord.destinations(q.mid.dst as usize);
         let f = self.next_fanout;
         self.next_fanout += 1;
         let n = dests.len();
         self.fanouts.insert(
             f,
-            Fanout { mid: q.mid, pending: n, user: q.user, sync: q.sync && q.user.is_some(), acked: false, written: false },
+            Fanout {
+                mid: q.mid,
+                pending: n,
+                user: q.user,
+                sync: q.sync && q.user.is_some(),
+                acked: false,
+                written: false,
+                rndv: None,
+            },
         );
         for (index, slot) in dests.into_iter().enumerate() {
             let tx = self.next_tx;
@@ -409,6 +460,122 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
         if n == 0 {
             self.fanout_done(f);
         }
+    }
+
+    /// A large message: announced to the destination replicas that neither pulled it nor
+    /// have it yet (what they told a predecessor, or this replica before it was master).
+    fn announce(&mut self, q: Queued<P, U>) {
+        let dests = self.coord.destinations(q.mid.dst as usize);
+        let told = self.pulls.remove(&q.mid).unwrap_or_default();
+        let f = self.next_fanout;
+        self.next_fanout += 1;
+        let n = dests.len();
+        let mut undone = Vec::new();
+        let mut waiting = Vec::new();
+        let mut pull = Vec::new();
+        for &slot in &dests {
+            match told.iter().find(|t| t.0 == slot) {
+                Some((_, true)) => {}
+                Some((_, false)) => {
+                    undone.push(slot);
+                    pull.push(slot);
+                }
+                None => {
+                    undone.push(slot);
+                    waiting.push(slot);
+                }
+            }
+        }
+        let pending = undone.len();
+        let acked = told.iter().any(|_| true);
+        let sync = q.sync && q.user.is_some();
+        let len = q.payload.len() as u64;
+        for (index, &slot) in dests.iter().enumerate() {
+            let step = Step { index, last: index + 1 == n };
+            if pull.contains(&slot) && !self.suspected[slot] {
+                let frame = Frame::RndvData { mid: q.mid, payload: q.payload.share() };
+                self.out.push_back(Action::Transmit { to: slot, tx: None, frame, step });
+            } else if waiting.contains(&slot) && !self.suspected[slot] {
+                let frame = Frame::Rts { mid: q.mid, len, sync: q.sync };
+                self.out.push_back(Action::Transmit { to: slot, tx: None, frame, step });
+            }
+        }
+        self.out.push_back(Action::FannedOut { mid: q.mid });
+        self.fanouts.insert(
+            f,
+            Fanout {
+                mid: q.mid,
+                pending,
+                user: q.user,
+                sync,
+                acked,
+                written: false,
+                rndv: Some(Rndv { payload: q.payload, waiting, undone }),
+            },
+        );
+        if pending == 0 {
+            self.fanout_done(f);
+        }
+    }
+
+    /// A destination replica `from` pulled (`have` false: matched the announcement) or has
+    /// (`have` true) the rendez-vous message `mid` of this rank.
+    pub fn on_pull(&mut self, from: usize, mid: MsgId, have: bool) -> bool {
+        if self.coord.is_dead(from) || self.layout().rank_of(from) != mid.dst as usize || mid.src as usize != self.rank() {
+            return false;
+        }
+        let Some((&f, _)) = self.fanouts.iter().find(|(_, f)| f.mid == mid && f.rndv.is_some()) else {
+            // Not transmitted by this process (yet): remembered, until committed.
+            let e = self.pulls.entry(mid).or_default();
+            match e.iter_mut().find(|t| t.0 == from) {
+                Some(t) => t.1 |= have,
+                None => e.push((from, have)),
+            }
+            return true;
+        };
+        let fo = self.fanouts.get_mut(&f).expect("found");
+        fo.acked = true;
+        let rv = fo.rndv.as_mut().expect("rendez-vous");
+        rv.waiting.retain(|&s| s != from);
+        if have {
+            // Done with this destination.
+            if let Some(i) = rv.undone.iter().position(|&s| s == from) {
+                rv.undone.swap_remove(i);
+                fo.pending = fo.pending.saturating_sub(1);
+            }
+            if fo.pending == 0 {
+                self.fanout_done(f);
+            }
+        } else if rv.undone.contains(&from) && !self.suspected[from] {
+            let frame = Frame::RndvData { mid, payload: rv.payload.share() };
+            self.out.push_back(Action::Transmit { to: from, tx: None, frame, step: Step { index: 0, last: true } });
+        }
+        // A synchronous send waiting for its acknowledgement only.
+        if self.fanouts.get(&f).is_some_and(|fo| fo.written) {
+            self.fanout_done(f);
+        }
+        true
+    }
+
+    /// Tells every alive replica of the sender of `mid` (whichever is master now) `frame`.
+    fn to_senders(&mut self, mid: MsgId, frame: impl Fn() -> Frame<P>) {
+        let to: Vec<usize> = self.coord.alive_slots(mid.src as usize).filter(|&s| !self.suspected[s]).collect();
+        let n = to.len();
+        for (index, slot) in to.into_iter().enumerate() {
+            self.out.push_back(Action::Transmit { to: slot, tx: None, frame: frame(), step: Step { index, last: index + 1 == n } });
+        }
+    }
+
+    /// A receive here matched the announced message `mid`: its sender's replicas are asked
+    /// for the data (the master sends it; a replica that takes over knows it was asked).
+    pub fn pull(&mut self, mid: MsgId) {
+        self.to_senders(mid, || Frame::Rtr { mid });
+    }
+
+    /// This process has the whole rendez-vous message `mid` (received, or announced again by a
+    /// new master after it was received): its sender's replicas count this destination done.
+    pub fn have(&mut self, mid: MsgId) {
+        self.to_senders(mid, || Frame::Have { mid });
     }
 
     fn track(&mut self, slot: usize) {
@@ -485,6 +652,9 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
     pub fn on_commit(&mut self, from: usize, mid: MsgId) -> bool {
         let mut pruned = Vec::new();
         let ok = self.coord.on_commit(from, mid, |m, k| pruned.push((m, k)));
+        if ok && !self.pulls.is_empty() {
+            self.pulls.retain(|m, _| !(m.comm == mid.comm && m.dst == mid.dst && m.tag == mid.tag && m.seq <= mid.seq));
+        }
         for (m, k) in pruned {
             match k.user {
                 Some(u) => self.out.push_back(Action::Complete(u)),
@@ -534,6 +704,9 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
             if f.user == Some(u) {
                 f.user = None;
                 fans.push(id);
+                if let Some(r) = f.rndv.as_mut() {
+                    r.payload = r.payload.to_owned_copy();
+                }
             }
         }
         self.txs.iter().filter(|(_, t)| matches!(t, Tx::Data { fanout, .. } if fans.contains(fanout))).map(|(&id, _)| id).collect()
@@ -582,35 +755,28 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
 
     /// A message came before its turn (a new master resends what the old one had partly
     /// sent): it waits for its predecessors.
-    pub fn park(&mut self, now: Duration, mid: MsgId, data: P, sync: bool) {
+    pub fn park(&mut self, now: Duration, mid: MsgId, parked: Parked<P>) {
         self.early_since.get_or_insert(now);
-        self.early.entry((mid.comm, mid.src, mid.tag)).or_default().insert(mid.seq, (data, sync));
+        self.early.entry((mid.comm, mid.src, mid.tag)).or_default().insert(mid.seq, parked);
     }
 
-    /// The parked message of channel (`comm`, `src`, `tag`) that is next (`next` is the
-    /// history table's next expected sequence); parked duplicates below it are dropped.
-    pub fn unpark(&mut self, comm: u32, src: u32, tag: i32, next: u64) -> Option<(MsgId, P, bool)> {
+    /// The first parked message of channel (`comm`, `src`, `tag`) if its turn has come
+    /// (`next` is the history table's next expected sequence). One below `next` arrived
+    /// meanwhile from another replica: the driver presents it again all the same, and its
+    /// history table reports the duplicate (a synchronous one is acknowledged again, an
+    /// announcement answered as duplicates are).
+    pub fn unpark(&mut self, comm: u32, src: u32, tag: i32, next: u64) -> Option<(MsgId, Parked<P>)> {
         let key = (comm, src, tag);
         let q = self.early.get_mut(&key)?;
-        let mut dups = Vec::new();
-        while q.first_key_value().is_some_and(|(s, _)| *s < next) {
-            if let Some((seq, (_, true))) = q.pop_first() {
-                dups.push(seq);
-            }
-        }
-        let got = q.remove(&next);
+        let (&seq, _) = q.first_key_value().filter(|(s, _)| **s <= next)?;
+        let p = q.remove(&seq).expect("first");
         if q.is_empty() {
             self.early.remove(&key);
         }
         if self.early.is_empty() {
             self.early_since = None;
         }
-        let me = self.rank() as u32;
-        for seq in dups {
-            self.duplicate(MsgId { comm, src, dst: me, tag, seq }, true);
-        }
-        let (data, sync) = got?;
-        Some((MsgId { comm, src, dst: self.rank() as u32, tag, seq: next }, data, sync))
+        Some((MsgId { comm, src, dst: self.rank() as u32, tag, seq }, p))
     }
 
     // ------------------------------------------------------------------ choices
@@ -880,6 +1046,22 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
         for tx in held {
             self.release(tx, slot);
         }
+        // Rendez-vous messages wait no more for it.
+        let rv: Vec<u64> = self
+            .fanouts
+            .iter_mut()
+            .filter_map(|(&id, fo)| {
+                let r = fo.rndv.as_mut()?;
+                r.waiting.retain(|&s| s != slot);
+                let i = r.undone.iter().position(|&s| s == slot)?;
+                r.undone.swap_remove(i);
+                fo.pending = fo.pending.saturating_sub(1);
+                (fo.pending == 0).then_some(id)
+            })
+            .collect();
+        for f in rv {
+            self.fanout_done(f);
+        }
         // Anything still unwritten to it (a connection not dropped yet) is done too.
         let rest: Vec<TxId> = self
             .txs
@@ -1138,10 +1320,57 @@ mod tests {
         e.poll(Duration::from_millis(3100), |_, _, _| 0);
         assert!(matches!(&drain(&mut e)[..], [Action::Suspect { slot: 3, .. }]));
 
-        e.park(Duration::from_secs(4), MsgId { comm: 0, src: 1, dst: 0, tag: 0, seq: 5 }, v(5), false);
+        e.park(Duration::from_secs(4), MsgId { comm: 0, src: 1, dst: 0, tag: 0, seq: 5 }, Parked { data: v(5), sync: false, rts: None });
         assert!(e.unpark(0, 1, 0, 4).is_none());
         e.poll(Duration::from_millis(6100), |_, _, _| 4);
         assert!(matches!(&drain(&mut e)[..], [Action::Fatal { rank: 1, .. }]));
+    }
+
+    #[test]
+    fn large_messages_go_by_rendez_vous_and_commit_once_every_destination_has_them() {
+        // n = 2, r = 2: rank 0 is slots 0 (master, me) and 1; rank 1 is 2 and 3.
+        let l = Layout::new(2, 2);
+        let cfg = Config { rndv_limit: 100, ..Config::default() };
+        let mut e: Endpoint<V, u32> = Endpoint::new(l, 0, cfg);
+        let big = V { v: 9, len: 1000, lent: true };
+        let m = mid(0, 1, 0);
+        e.send(T, m, big.clone(), false, 5);
+        let a = drain(&mut e);
+        let rts: Vec<usize> = a
+            .iter()
+            .filter_map(|a| match a {
+                Action::Transmit { to, frame: Frame::Rts { len: 1000, .. }, .. } => Some(*to),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(rts, vec![2, 3], "announced, no data yet");
+        assert!(e.on_pull(2, m, false));
+        let a = drain(&mut e);
+        assert!(matches!(&a[..], [Action::Transmit { to: 2, frame: Frame::RndvData { .. }, .. }]), "{a:?}");
+        assert!(e.on_pull(2, m, true));
+        assert!(drain(&mut e).is_empty(), "slot 3 does not have it yet");
+        // Slot 3 dies before pulling: the message is complete without it.
+        e.declared_dead(T, 3);
+        let a = drain(&mut e);
+        assert!(a.iter().any(|a| matches!(a, Action::Transmit { to: 1, frame: Frame::Commit { .. }, .. })), "{a:?}");
+        assert!(a.contains(&Action::Complete(5)));
+
+        // A replica that takes over knows who pulled and who has the message.
+        let mut r: Endpoint<V, u32> = Endpoint::new(l, 1, cfg);
+        r.send(T, m, big, false, 6);
+        assert!(r.on_pull(2, m, true));
+        assert!(r.on_pull(3, m, false));
+        r.declared_dead(T, 0);
+        let a = drain(&mut r);
+        let data: Vec<usize> = a
+            .iter()
+            .filter_map(|a| match a {
+                Action::Transmit { to, frame: Frame::RndvData { .. }, .. } => Some(*to),
+                Action::Transmit { frame: Frame::Rts { .. }, .. } => panic!("announced again: {a:?}"),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(data, vec![3], "slot 2 has it; slot 3 pulled it from the dead master");
     }
 
     #[test]
@@ -1149,11 +1378,12 @@ mod tests {
         let l = Layout::new(2, 1);
         let mut e: Endpoint<V, u32> = Endpoint::new(l, 0, Config::default());
         for s in [3, 1, 2] {
-            e.park(T, MsgId { comm: 0, src: 1, dst: 0, tag: 0, seq: s }, v(s), false);
+            e.park(T, MsgId { comm: 0, src: 1, dst: 0, tag: 0, seq: s }, Parked { data: v(s), sync: false, rts: None });
         }
         assert!(e.unpark(0, 1, 0, 0).is_none());
-        assert_eq!(e.unpark(0, 1, 0, 2).map(|x| x.1.v), Some(2), "1 was delivered meanwhile: dropped");
-        assert_eq!(e.unpark(0, 1, 0, 3).map(|x| x.1.v), Some(3));
+        assert_eq!(e.unpark(0, 1, 0, 2).map(|x| x.1.data.v), Some(1), "1 was delivered meanwhile: presented as a duplicate");
+        assert_eq!(e.unpark(0, 1, 0, 2).map(|x| x.1.data.v), Some(2));
+        assert_eq!(e.unpark(0, 1, 0, 3).map(|x| x.1.data.v), Some(3));
         assert_eq!(e.early_len(), 0);
     }
 }

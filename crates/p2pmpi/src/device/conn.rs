@@ -88,6 +88,10 @@ pub(crate) struct Conn {
     /// A replicated job's message streaming straight into a receive: how to undo its match
     /// if the sender dies before the end.
     pub stream_undo: Option<(p2pmpi_core::matching::Envelope, p2pmpi_core::matching::Pattern, usize)>,
+    /// A replicated job's rendez-vous data streaming into receive `.1`: on completion the
+    /// receiver says it has message `.0`; if the connection goes away first, the receive
+    /// waits again for the data (the sender's successor sends it).
+    pub rndv_stream: Option<(p2pmpi_wire::Mid, super::ReqId)>,
 }
 
 impl Conn {
@@ -111,6 +115,7 @@ impl Conn {
             arrive_when_complete: false,
             stream_sync: false,
             stream_undo: None,
+            rndv_stream: None,
         }
     }
 

@@ -33,6 +33,7 @@ use conn::{Conn, Out, Payload, RState};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
 use p2pmpi_core::matching::{Arrival, Body, Envelope, Matcher, Pattern};
+use p2pmpi_core::replication::endpoint::Parked;
 use p2pmpi_core::replication::{Layout, MsgId, Outcome};
 use p2pmpi_wire::{FrameKind, Header, Mid};
 use std::collections::{BTreeMap, HashMap};
@@ -42,10 +43,6 @@ use std::time::{Duration, Instant};
 
 /// Largest message sent with the eager protocol (the seeds' 128 KB).
 pub const EAGER_LIMIT: usize = 128 * 1024;
-
-/// Largest message of a replicated job, where every message travels eager (a receiver must
-/// not be made to allocate more on a peer's word).
-pub const REPLICATED_MAX_MESSAGE: u64 = 1 << 32;
 
 const LISTENER: Token = Token(usize::MAX);
 
@@ -384,13 +381,6 @@ impl Engine {
         if let Some(e) = &self.fatal {
             return Err(e.clone());
         }
-        if self.repl.is_some() && len as u64 > REPLICATED_MAX_MESSAGE {
-            // Refused before it takes a sequence number (a gap would stall the channel).
-            return Err(Error::Protocol {
-                rank: dst,
-                detail: format!("a message of {len} bytes: replicated jobs send at most 4 GiB per message"),
-            });
-        }
         let seq = self.matcher.next_send_seq(comm, dst, tag);
         let data = if len == 0 { &[][..] } else { unsafe { std::slice::from_raw_parts(ptr, len) } };
         if dst == self.rank {
@@ -473,9 +463,50 @@ impl Engine {
                 let me = self.rank;
                 if let Some(rp) = self.repl.as_mut() {
                     let now = rp.now();
-                    rp.ep.park(now, env_mid(&env, me), Bytes::Owned(v), sync);
+                    rp.ep.park(now, env_mid(&env, me), Parked { data: Bytes::Owned(v), sync, rts: None });
                 } else {
                     log_warn(self.rank, &format!("message {env:?} arrived out of order; dropped"));
+                }
+                return;
+            }
+        }
+        self.drain_early(env.comm, env.src, env.tag);
+    }
+
+    /// A rendez-vous announcement of a replicated job arrived: matched (the data is pulled
+    /// from the sender's replicas), queued, kept until its turn, or answered as a duplicate.
+    fn accept_announcement(&mut self, env: Envelope, sync: bool) {
+        let me = self.rank;
+        let mid = env_mid(&env, me);
+        match self.matcher.arrive(&env) {
+            Arrival::Matched(r) => {
+                self.traced(&env);
+                self.start_rndv_recv(r, &env);
+            }
+            Arrival::Unmatched => {
+                self.traced(&env);
+                self.matcher.enqueue(env, Body::Rendezvous);
+            }
+            Arrival::Duplicate => {
+                let wire = mid_of(&mid);
+                let queued = self
+                    .matcher
+                    .probe(Pattern { comm: env.comm, src: Some(env.src), tag: Some(env.tag) })
+                    .is_some_and(|e| e.seq <= env.seq);
+                let Some(rp) = self.repl.as_mut() else { return };
+                if self.rndv_recv.contains_key(&wire) {
+                    // Announced again by a new master while the data is awaited: pulled
+                    // again (the old master may have died before sending it).
+                    rp.ep.pull(mid);
+                } else if !queued {
+                    // Received already (a queued one is pulled when a receive matches it).
+                    rp.ep.have(mid);
+                }
+            }
+            Arrival::Early => {
+                if let Some(rp) = self.repl.as_mut() {
+                    let now = rp.now();
+                    rp.ep.park(now, mid, Parked { data: Bytes::Owned(Vec::new()), sync, rts: Some(env.len) });
                 }
                 return;
             }
@@ -491,8 +522,13 @@ impl Engine {
             if rp.ep.early_len() == 0 {
                 return;
             }
-            let Some((mid, data, sync)) = rp.ep.unpark(comm, src as u32, tag, next) else { return };
-            let Bytes::Owned(data) = data else { unreachable!("parked messages are owned") };
+            let Some((mid, p)) = rp.ep.unpark(comm, src as u32, tag, next) else { return };
+            let Bytes::Owned(data) = p.data else { unreachable!("parked messages are owned") };
+            let sync = p.sync;
+            if let Some(len) = p.rts {
+                self.accept_announcement(Envelope { comm, src, tag, seq: mid.seq, len }, sync);
+                continue;
+            }
             let env = Envelope { comm, src, tag, seq: mid.seq, len: data.len() as u64 };
             let ptr = data.as_ptr();
             let n = data.len();
@@ -532,8 +568,15 @@ impl Engine {
 
     /// A rendez-vous message matched receive `r`: ask for the data.
     fn start_rndv_recv(&mut self, r: ReqId, env: &Envelope) {
+        // A master's wildcard receive: its choice is told once the data is in.
+        self.note_match(r, env);
         let mid = Mid { comm: env.comm, src: env.src as u32, dst: self.rank as u32, tag: env.tag, seq: env.seq };
         self.rndv_recv.insert(mid, r);
+        if let Some(rp) = self.repl.as_mut() {
+            // Every alive replica of the sender is asked: whichever is master sends the data.
+            rp.ep.pull(msg_id(&mid));
+            return;
+        }
         self.deferred.push((env.src, Out::new(Header::new(FrameKind::ReadyToRecv, mid, 0), Payload::None)));
     }
 
@@ -599,9 +642,6 @@ impl Engine {
         self.poll.registry().register(&mut stream, Token(cid), Interest::READABLE)?;
         let mut c = Conn::new(stream, true);
         c.peer = Some(dst);
-        if self.repl.is_some() {
-            c.max_eager = REPLICATED_MAX_MESSAGE;
-        }
         self.conns[cid] = Some(c);
         let p = &mut self.peers[dst as usize];
         p.conns.push(cid);
@@ -831,11 +871,7 @@ impl Engine {
                         self.conns.len() - 1
                     });
                     if self.poll.registry().register(&mut stream, Token(cid), Interest::READABLE).is_ok() {
-                        let mut c = Conn::new(stream, false);
-                        if self.repl.is_some() {
-                            c.max_eager = REPLICATED_MAX_MESSAGE;
-                        }
-                        self.conns[cid] = Some(c);
+                        self.conns[cid] = Some(Conn::new(stream, false));
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
@@ -910,6 +946,12 @@ impl Engine {
                             } else if !discard {
                                 if let Some(st) = conn.stream_status.take() {
                                     self.complete(req, Ok(st));
+                                }
+                            }
+                            if let Some((m, _)) = conn.rndv_stream.take() {
+                                // A replicated rendez-vous message is whole here.
+                                if let Some(rp) = self.repl.as_mut() {
+                                    rp.ep.have(msg_id(&m));
                                 }
                             }
                             continue;
@@ -1100,6 +1142,30 @@ impl Engine {
                     Arrival::Early => return Err(proto(format!("message {mid:?} out of order"))),
                 }
             }
+            FrameKind::ReadyToSend if self.repl.is_some() && from_peer => {
+                let env = Envelope { comm: mid.comm, src: peer, tag: mid.tag, seq: mid.seq, len: h.len };
+                let sync = h.flags & p2pmpi_wire::frame::flags::SYNCHRONOUS != 0;
+                self.accept_announcement(env, sync);
+            }
+            FrameKind::Data if self.repl.is_some() && from_peer => {
+                let st = StatusInfo { source: peer, tag: mid.tag, len: h.len, cancelled: false };
+                match self.rndv_recv.remove(&mid) {
+                    Some(r) => {
+                        self.begin_stream(conn, r, st);
+                        if matches!(conn.rstate, RState::Stream { .. }) {
+                            conn.rndv_stream = Some((mid, r));
+                        } else if let Some(rp) = self.repl.as_mut() {
+                            rp.ep.have(msg_id(&mid));
+                        }
+                    }
+                    // Sent again by a new master after its predecessor's copy arrived whole.
+                    None => {
+                        conn.stream_status = Some(st);
+                        conn.rstate =
+                            RState::Stream { req: usize::MAX, ptr: std::ptr::null_mut(), left: h.len as usize, discard: true };
+                    }
+                }
+            }
             FrameKind::ReadyToSend => {
                 let env = Envelope { comm: mid.comm, src: peer, tag: mid.tag, seq: mid.seq, len: h.len };
                 match self.matcher.arrive(&env) {
@@ -1116,10 +1182,16 @@ impl Engine {
                 }
             }
             FrameKind::ReadyToRecv if self.repl.is_some() => {
-                // Replicated jobs send everything eager: this acknowledges a synchronous send.
+                // A destination replica pulls a rendez-vous message, has it, or acknowledges a
+                // synchronous eager one.
+                use p2pmpi_wire::frame::flags;
                 if mid.src as i32 == self.rank && mid.dst as i32 == peer {
                     if let Some(rp) = self.repl.as_mut() {
-                        rp.ep.on_sync_ack(slot as usize, msg_id(&mid));
+                        if h.flags & (flags::PULL | flags::HAVE) != 0 {
+                            rp.ep.on_pull(slot as usize, msg_id(&mid), h.flags & flags::HAVE != 0);
+                        } else {
+                            rp.ep.on_sync_ack(slot as usize, msg_id(&mid));
+                        }
                     }
                 }
             }

@@ -105,6 +105,7 @@ impl Replication {
             recent_window: RECENT_WINDOW,
             recent_max: RECENT_MAX,
             stall_limit: None,
+            rndv_limit: EAGER_LIMIT,
         };
         Replication {
             ep: Endpoint::new(layout, slot, cfg),
@@ -235,6 +236,28 @@ impl Engine {
             Frame::ChoiceQuery => (choice(0, flags::QUERY), Payload::None, false),
             Frame::ChoicesTold => (choice(0, flags::TOLD), Payload::None, false),
             Frame::SyncAck { mid } => (Header::new(FrameKind::ReadyToRecv, mid_of(&mid), 0), Payload::None, false),
+            Frame::Rts { mid, len, sync } => {
+                failpoints::before_transmission(step.index);
+                let mut h = Header::new(FrameKind::ReadyToSend, mid_of(&mid), len);
+                if sync {
+                    h.flags |= flags::SYNCHRONOUS;
+                }
+                (h, Payload::None, false)
+            }
+            Frame::Rtr { mid } => {
+                let mut h = Header::new(FrameKind::ReadyToRecv, mid_of(&mid), 0);
+                h.flags |= flags::PULL;
+                (h, Payload::None, false)
+            }
+            Frame::Have { mid } => {
+                let mut h = Header::new(FrameKind::ReadyToRecv, mid_of(&mid), 0);
+                h.flags |= flags::HAVE;
+                (h, Payload::None, false)
+            }
+            Frame::RndvData { mid, payload } => {
+                let h = Header::new(FrameKind::Data, mid_of(&mid), protocol::Payload::len(&payload) as u64);
+                (h, payload.into_payload(), false)
+            }
         };
         let cid = match self.send_conn(to as i32) {
             Ok(c) => c,
@@ -398,6 +421,14 @@ impl Engine {
     /// a receive: the receive waits again for the message, which the sender's successor
     /// will send.
     pub(super) fn undo_stream(&mut self, conn: &mut Conn) {
+        if let Some((mid, r)) = conn.rndv_stream.take() {
+            // Rendez-vous data cut off: the receive waits for the data again.
+            if let RState::Stream { .. } = conn.rstate {
+                conn.rstate = RState::Header;
+                self.rndv_recv.insert(mid, r);
+            }
+            return;
+        }
         let Some((env, pat, pos)) = conn.stream_undo.take() else { return };
         let RState::Stream { req, .. } = conn.rstate else { return };
         conn.rstate = RState::Header;
