@@ -14,8 +14,9 @@
 //! where it is the destination — so the program cannot deadlock whatever the schedule:
 //! *exact* messages are received naming their source (some sends synchronous), *wildcard*
 //! ones by `ANY_SOURCE` receives on a tag of their own, two successive exact receives from
-//! different sources may become a `wait_any` on both, and `ANY_SOURCE` probes are sprinkled
-//! in. Every value a rank sends is a hash of everything it has seen so far, so a replica that
+//! different sources may become a `wait_any` on both, `ANY_SOURCE` probes are sprinkled in,
+//! one message in five is large (rendez-vous), and now and then every rank takes part in a
+//! collective pattern (a gather to a root, then a broadcast from it). Every value a rank sends is a hash of everything it has seen so far, so a replica that
 //! took another path (a different match, probe result or completion order) sends different
 //! values and is caught.
 //!
@@ -92,7 +93,9 @@ impl Payload for Val {
 pub enum Op {
     /// `big`: above the rendez-vous threshold.
     Send { dst: usize, tag: i32, sync: bool, big: bool },
-    Recv { src: Option<usize>, tag: i32 },
+    /// `tag` `None`: `ANY_TAG` (only from a source that sends this rank no wildcard
+    /// message, so the program cannot deadlock).
+    Recv { src: Option<usize>, tag: Option<i32> },
     /// `MPI_Iprobe(ANY_SOURCE, WILD)`.
     Probe,
     /// Two exact receives posted together, `wait_any`, then a wait on the other.
@@ -147,17 +150,42 @@ pub fn programs(rng: &mut Rng, n: usize, messages: usize) -> Vec<Vec<Op>> {
     if n < 2 {
         return progs;
     }
-    for _ in 0..messages {
+    // Pairs (source, destination) that carry no wildcard message: their receives may name
+    // the source with ANY_TAG (MPI's non-overtaking rule makes them deterministic).
+    let quiet: Vec<Vec<bool>> = (0..n).map(|_| (0..n).map(|_| rng.bernoulli(0.5)).collect()).collect();
+    let mut left = messages;
+    while left > 0 {
+        if rng.bernoulli(0.05) && left >= 2 * (n - 1) {
+            // A collective pattern: a gather to a root then a broadcast from it (what the
+            // library's collectives do over point-to-point), on a tag of their own.
+            let root = rng.below(n as u64) as usize;
+            for k in (0..n).filter(|&k| k != root) {
+                progs[k].push(Op::Send { dst: root, tag: 50, sync: false, big: false });
+                progs[root].push(Op::Recv { src: Some(k), tag: Some(50) });
+            }
+            for k in (0..n).filter(|&k| k != root) {
+                progs[root].push(Op::Send { dst: k, tag: 51, sync: false, big: false });
+                progs[k].push(Op::Recv { src: Some(root), tag: Some(51) });
+            }
+            left -= 2 * (n - 1);
+            continue;
+        }
+        left -= 1;
         let src = rng.below(n as u64) as usize;
         let mut dst = rng.below(n as u64 - 1) as usize;
         if dst >= src {
             dst += 1;
         }
         let k = rng.below(100);
-        let (tag, sync, wild) = if k < 25 { (WILD, false, true) } else { (1 + rng.below(3) as i32, k < 40, false) };
+        let (tag, sync, wild) = if k < 25 && !quiet[src][dst] {
+            (WILD, false, true)
+        } else {
+            (1 + rng.below(3) as i32, k < 40, false)
+        };
         let big = rng.bernoulli(0.2);
         progs[src].push(Op::Send { dst, tag, sync, big });
-        progs[dst].push(Op::Recv { src: (!wild).then_some(src), tag });
+        let any_tag = quiet[src][dst] && rng.bernoulli(0.5);
+        progs[dst].push(Op::Recv { src: (!wild).then_some(src), tag: (!any_tag).then_some(tag) });
         if rng.bernoulli(0.08) {
             progs[dst].push(Op::Probe);
         }
@@ -166,7 +194,9 @@ pub fn programs(rng: &mut Rng, n: usize, messages: usize) -> Vec<Vec<Op>> {
         let mut out = Vec::with_capacity(p.len());
         let mut i = 0;
         while i < p.len() {
-            if let (Op::Recv { src: Some(a), tag: ta }, Some(Op::Recv { src: Some(b), tag: tb })) = (&p[i], p.get(i + 1)) {
+            if let (Op::Recv { src: Some(a), tag: Some(ta) }, Some(Op::Recv { src: Some(b), tag: Some(tb) })) =
+                (&p[i], p.get(i + 1))
+            {
                 if a != b && rng.bernoulli(0.4) {
                     out.push(Op::WaitAny { a: (*a, *ta), b: (*b, *tb) });
                     i += 2;
@@ -235,6 +265,8 @@ struct Proc {
     computed: HashMap<MsgId, u64>,
     /// Receives matched to a rendez-vous announcement, waiting for the data.
     rndv: HashMap<MsgId, u32>,
+    /// What this process accepted, in order (source rank, tag, sequence; for a diagnosis).
+    trace: Vec<(u32, i32, u64)>,
     choice_of: HashMap<u32, (u64, u32)>,
     deferred: BTreeMap<u64, (u32, Pattern)>,
     status: Status,
@@ -685,6 +717,7 @@ impl Sim {
                 }
                 let p = &mut self.procs[s];
                 p.accepted.insert(key, want + 1);
+                p.trace.push((mid.src, mid.tag, mid.seq));
                 match (arr, v) {
                     (Arrival::Matched(r), Some(v)) => {
                         if sync {
@@ -752,9 +785,9 @@ impl Sim {
         }
     }
 
-    fn irecv(&mut self, s: usize, src: Option<usize>, tag: i32) -> u32 {
+    fn irecv(&mut self, s: usize, src: Option<usize>, tag: Option<i32>) -> u32 {
         let r = self.new_req(s);
-        let pat = Pattern { comm: 0, src: src.map(|x| x as i32), tag: Some(tag) };
+        let pat = Pattern { comm: 0, src: src.map(|x| x as i32), tag };
         if src.is_none() {
             let p = &mut self.procs[s];
             let c = p.ep.choice_point();
@@ -916,8 +949,8 @@ impl Sim {
                 true
             }
             (Op::WaitAny { a, b }, Wait::Start) => {
-                let ra = self.irecv(s, Some(a.0), a.1);
-                let rb = self.irecv(s, Some(b.0), b.1);
+                let ra = self.irecv(s, Some(a.0), Some(a.1));
+                let rb = self.irecv(s, Some(b.0), Some(b.1));
                 let c = self.procs[s].ep.choice_point();
                 self.procs[s].wait = Wait::Any { a: ra, b: rb, c };
                 true
@@ -1100,6 +1133,9 @@ impl Sim {
                 p.ep.summary()
             );
         }
+        for p in &self.procs {
+            o += &format!("slot {} accepted {:?}\n", p.slot, p.trace);
+        }
         o += &format!("launcher dead {:?}; lease {:?}\n", self.sup.dead().slots(), self.lease);
         for l in &self.log {
             o += l;
@@ -1154,6 +1190,7 @@ pub fn run(seed: u64, cfg: JobConfig) -> RunReport {
                 accepted: HashMap::new(),
                 computed: HashMap::new(),
                 rndv: HashMap::new(),
+                trace: Vec::new(),
                 choice_of: HashMap::new(),
                 deferred: BTreeMap::new(),
                 status: Status::Running,

@@ -30,19 +30,9 @@ pub const MAX_HELLO_LEN: u64 = 4096;
 /// to which rank, with which tag, and how many messages with the same (communicator, source,
 /// destination, tag) were sent before it. It is computed locally by the sender and is the key
 /// that orders messages and, under replication, detects duplicates.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
-pub struct Mid {
-    /// Communicator context id.
-    pub comm: u32,
-    /// Source rank in that communicator.
-    pub src: u32,
-    /// Destination rank in that communicator.
-    pub dst: u32,
-    /// Message tag (non-negative for user messages; negative tags are reserved).
-    pub tag: i32,
-    /// Sequence count for (comm, src, dst, tag).
-    pub seq: u64,
-}
+///
+/// One type for the whole code base: the protocol cores' [`p2pmpi_core::replication::MsgId`].
+pub use p2pmpi_core::replication::MsgId as Mid;
 
 /// What a frame carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

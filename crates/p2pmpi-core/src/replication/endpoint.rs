@@ -162,6 +162,8 @@ pub enum Action<P, U> {
 pub struct Kept<P, U> {
     pub payload: P,
     pub user: Option<U>,
+    /// Its place in the rank's program order (every replica numbers its sends alike).
+    pub order: u64,
 }
 
 #[derive(Debug)]
@@ -233,8 +235,13 @@ pub struct Endpoint<P, U> {
     commits: VecDeque<MsgId>,
     queue: VecDeque<Queued<P, U>>,
     backup_bytes: usize,
-    recent: VecDeque<(MsgId, P)>,
+    /// Recently committed copies by program order: commits come in the master's completion
+    /// order (a large message completes after later small ones), and a new master must resend
+    /// in program order — a receiver with `ANY_TAG` takes one source's next message.
+    recent: BTreeMap<u64, (MsgId, P)>,
     recent_bytes: usize,
+    /// Sends this replica reached (the next one's program order).
+    sends: u64,
     early: HashMap<Channel, BTreeMap<u64, Parked<P>>>,
     early_since: Option<Duration>,
     sync_unmatched: HashSet<MsgId>,
@@ -265,8 +272,9 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
             commits: VecDeque::new(),
             queue: VecDeque::new(),
             backup_bytes: 0,
-            recent: VecDeque::new(),
+            recent: BTreeMap::new(),
             recent_bytes: 0,
+            sends: 0,
             early: HashMap::new(),
             early_since: None,
             sync_unmatched: HashSet::new(),
@@ -377,6 +385,8 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
     /// completes ([`Action::Complete`]) when the payload is no longer needed.
     pub fn send(&mut self, now: Duration, mid: MsgId, payload: P, sync: bool, user: U) {
         self.now = now;
+        let order = self.sends;
+        self.sends += 1;
         if self.coord.is_master() {
             self.queue.push_back(Queued { mid, payload, user: Some(user), sync });
             self.flush();
@@ -386,7 +396,7 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
         let len = payload.len();
         let mut slot = Some(payload);
         let action =
-            self.coord.on_send(mid, || Kept { payload: slot.take().expect("kept once"), user: lent.then_some(user) });
+            self.coord.on_send(mid, || Kept { payload: slot.take().expect("kept once"), user: lent.then_some(user), order });
         match action {
             SendAction::Stored if lent => {}
             SendAction::Stored => {
@@ -397,7 +407,7 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
                 // Committed by a master that ran ahead: kept with the recent ones all the
                 // same (its kernel may yet drop it if it dies), unless lent.
                 if let Some(p) = slot.take().filter(|_| !lent) {
-                    self.keep_recent(mid, p);
+                    self.keep_recent(order, mid, p);
                 }
                 self.out.push_back(Action::Complete(user));
             }
@@ -660,21 +670,21 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
                 Some(u) => self.out.push_back(Action::Complete(u)),
                 None => {
                     self.backup_bytes -= k.payload.len();
-                    self.keep_recent(m, k.payload);
+                    self.keep_recent(k.order, m, k.payload);
                 }
             }
         }
         ok
     }
 
-    fn keep_recent(&mut self, mid: MsgId, p: P) {
+    fn keep_recent(&mut self, order: u64, mid: MsgId, p: P) {
         if p.len() > self.cfg.copy_limit {
             return;
         }
         self.recent_bytes += p.len();
-        self.recent.push_back((mid, p));
+        self.recent.insert(order, (mid, p));
         while self.recent_bytes > self.cfg.recent_window || self.recent.len() > self.cfg.recent_max {
-            let Some((_, p)) = self.recent.pop_front() else { break };
+            let Some((_, (_, p))) = self.recent.pop_first() else { break };
             self.recent_bytes -= p.len();
         }
     }
@@ -1015,19 +1025,23 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
             Recovery::Nothing => {}
             Recovery::Replica { .. } => {}
             Recovery::TookOver { resend } => {
+                // What the dead master committed lately and what it had not: in program
+                // order (receivers naming a source with ANY_TAG take its next message).
                 let recent = std::mem::take(&mut self.recent);
                 self.recent_bytes = 0;
                 let count = recent.len() + resend.len();
-                let mut q: VecDeque<Queued<P, U>> = VecDeque::with_capacity(count);
-                for (mid, payload) in recent {
-                    q.push_back(Queued { mid, payload, user: None, sync: false });
+                let mut all: Vec<(u64, Queued<P, U>)> = Vec::with_capacity(count);
+                for (order, (mid, payload)) in recent {
+                    all.push((order, Queued { mid, payload, user: None, sync: false }));
                 }
                 for (mid, k) in resend {
                     if k.user.is_none() {
                         self.backup_bytes -= k.payload.len();
                     }
-                    q.push_back(Queued { mid, payload: k.payload, user: k.user, sync: false });
+                    all.push((k.order, Queued { mid, payload: k.payload, user: k.user, sync: false }));
                 }
+                all.sort_by_key(|x| x.0);
+                let mut q: VecDeque<Queued<P, U>> = all.into_iter().map(|x| x.1).collect();
                 // Ahead of anything the program sends from now on.
                 q.append(&mut self.queue);
                 self.queue = q;

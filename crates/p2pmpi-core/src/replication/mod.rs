@@ -133,14 +133,22 @@ impl DeadSet {
     }
 }
 
-/// A message identifier (thesis §4.3.1): communicator, source and destination ranks, tag and
-/// the count of earlier messages with the same (communicator, source, destination, tag).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// A message identifier, the MID (thesis §4.3.1): communicator, source and destination
+/// ranks, tag and the count of earlier messages with the same (communicator, source,
+/// destination, tag). It is computed locally by the sender, orders messages and, under
+/// replication, detects duplicates. The wire format carries it in every frame header
+/// (`p2pmpi_wire::Mid` is this type).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
 pub struct MsgId {
+    /// Communicator context id.
     pub comm: u32,
+    /// Source rank in that communicator.
     pub src: u32,
+    /// Destination rank in that communicator.
     pub dst: u32,
+    /// Message tag (non-negative for user messages; negative tags are reserved).
     pub tag: i32,
+    /// Sequence count for (comm, src, dst, tag).
     pub seq: u64,
 }
 

@@ -488,7 +488,7 @@ impl Engine {
                 self.matcher.enqueue(env, Body::Rendezvous);
             }
             Arrival::Duplicate => {
-                let wire = mid_of(&mid);
+                let wire = mid;
                 let queued = self
                     .matcher
                     .probe(Pattern { comm: env.comm, src: Some(env.src), tag: Some(env.tag) })
@@ -574,7 +574,7 @@ impl Engine {
         self.rndv_recv.insert(mid, r);
         if let Some(rp) = self.repl.as_mut() {
             // Every alive replica of the sender is asked: whichever is master sends the data.
-            rp.ep.pull(msg_id(&mid));
+            rp.ep.pull(mid);
             return;
         }
         self.deferred.push((env.src, Out::new(Header::new(FrameKind::ReadyToRecv, mid, 0), Payload::None)));
@@ -725,8 +725,12 @@ impl Engine {
         }
         let r = self.new_req(ptr, cap, ReqState::Pending);
         if let Some(rp) = self.repl.as_mut() {
-            if pat.src.is_none() || pat.tag.is_none() {
-                // A wildcard receive is a choice point: the master's match decides.
+            if pat.src.is_none() {
+                // An ANY_SOURCE receive is a choice point: the master's match decides. (A
+                // receive naming its source is not, even with ANY_TAG: one source's messages
+                // arrive in its program order — on one connection, and after a takeover the
+                // new master resends before it sends anything new — and MPI's non-overtaking
+                // rule then makes the match the same on every replica.)
                 let c = rp.ep.choice_point();
                 match rp.ep.take_choice(c) {
                     // Decided already (by this replica's master, or by the master it took
@@ -951,7 +955,7 @@ impl Engine {
                             if let Some((m, _)) = conn.rndv_stream.take() {
                                 // A replicated rendez-vous message is whole here.
                                 if let Some(rp) = self.repl.as_mut() {
-                                    rp.ep.have(msg_id(&m));
+                                    rp.ep.have(m);
                                 }
                             }
                             continue;
@@ -1039,7 +1043,7 @@ impl Engine {
                     // Fencing: a declared-dead replica's commit counts for nothing.
                     return Ok(());
                 }
-                if !rp.ep.on_commit(slot as usize, msg_id(&mid)) {
+                if !rp.ep.on_commit(slot as usize, mid) {
                     return Err(proto(format!("commit of {mid:?} from slot {slot}, not a replica of this rank")));
                 }
             }
@@ -1155,7 +1159,7 @@ impl Engine {
                         if matches!(conn.rstate, RState::Stream { .. }) {
                             conn.rndv_stream = Some((mid, r));
                         } else if let Some(rp) = self.repl.as_mut() {
-                            rp.ep.have(msg_id(&mid));
+                            rp.ep.have(mid);
                         }
                     }
                     // Sent again by a new master after its predecessor's copy arrived whole.
@@ -1188,9 +1192,9 @@ impl Engine {
                 if mid.src as i32 == self.rank && mid.dst as i32 == peer {
                     if let Some(rp) = self.repl.as_mut() {
                         if h.flags & (flags::PULL | flags::HAVE) != 0 {
-                            rp.ep.on_pull(slot as usize, msg_id(&mid), h.flags & flags::HAVE != 0);
+                            rp.ep.on_pull(slot as usize, mid, h.flags & flags::HAVE != 0);
                         } else {
-                            rp.ep.on_sync_ack(slot as usize, msg_id(&mid));
+                            rp.ep.on_sync_ack(slot as usize, mid);
                         }
                     }
                 }

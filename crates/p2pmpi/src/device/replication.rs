@@ -122,14 +122,6 @@ impl Replication {
     }
 }
 
-pub(super) fn msg_id(m: &Mid) -> MsgId {
-    MsgId { comm: m.comm, src: m.src, dst: m.dst, tag: m.tag, seq: m.seq }
-}
-
-pub(super) fn mid_of(m: &MsgId) -> Mid {
-    Mid { comm: m.comm, src: m.src, dst: m.dst, tag: m.tag, seq: m.seq }
-}
-
 /// The MID of a message this process accepted.
 pub(super) fn env_mid(env: &Envelope, me: i32) -> MsgId {
     MsgId { comm: env.comm, src: env.src as u32, dst: me as u32, tag: env.tag, seq: env.seq }
@@ -163,7 +155,7 @@ impl Engine {
             Bytes::Owned(crate::pool::copy_of(data))
         };
         let now = rp.now();
-        rp.ep.send(now, msg_id(&mid), payload, sync, req);
+        rp.ep.send(now, mid, payload, sync, req);
         self.flush_deferred();
         req
     }
@@ -214,13 +206,13 @@ impl Engine {
         let (h, payload, data) = match frame {
             Frame::Data { mid, payload, sync } => {
                 failpoints::before_transmission(step.index);
-                let mut h = Header::new(FrameKind::Eager, mid_of(&mid), protocol::Payload::len(&payload) as u64);
+                let mut h = Header::new(FrameKind::Eager, mid, protocol::Payload::len(&payload) as u64);
                 if sync {
                     h.flags |= flags::SYNCHRONOUS;
                 }
                 (h, payload.into_payload(), true)
             }
-            Frame::Commit { mid } => (Header::new(FrameKind::Commit, mid_of(&mid), 0), Payload::None, false),
+            Frame::Commit { mid } => (Header::new(FrameKind::Commit, mid, 0), Payload::None, false),
             Frame::Choice { comm, point, outcome } => {
                 let mid = match outcome {
                     Some((src, tag, _)) => Mid { comm, src: src as u32, dst: 0, tag, seq: point },
@@ -235,27 +227,27 @@ impl Engine {
             Frame::ChoiceAck { point } => (choice(point, flags::ACK), Payload::None, false),
             Frame::ChoiceQuery => (choice(0, flags::QUERY), Payload::None, false),
             Frame::ChoicesTold => (choice(0, flags::TOLD), Payload::None, false),
-            Frame::SyncAck { mid } => (Header::new(FrameKind::ReadyToRecv, mid_of(&mid), 0), Payload::None, false),
+            Frame::SyncAck { mid } => (Header::new(FrameKind::ReadyToRecv, mid, 0), Payload::None, false),
             Frame::Rts { mid, len, sync } => {
                 failpoints::before_transmission(step.index);
-                let mut h = Header::new(FrameKind::ReadyToSend, mid_of(&mid), len);
+                let mut h = Header::new(FrameKind::ReadyToSend, mid, len);
                 if sync {
                     h.flags |= flags::SYNCHRONOUS;
                 }
                 (h, Payload::None, false)
             }
             Frame::Rtr { mid } => {
-                let mut h = Header::new(FrameKind::ReadyToRecv, mid_of(&mid), 0);
+                let mut h = Header::new(FrameKind::ReadyToRecv, mid, 0);
                 h.flags |= flags::PULL;
                 (h, Payload::None, false)
             }
             Frame::Have { mid } => {
-                let mut h = Header::new(FrameKind::ReadyToRecv, mid_of(&mid), 0);
+                let mut h = Header::new(FrameKind::ReadyToRecv, mid, 0);
                 h.flags |= flags::HAVE;
                 (h, Payload::None, false)
             }
             Frame::RndvData { mid, payload } => {
-                let h = Header::new(FrameKind::Data, mid_of(&mid), protocol::Payload::len(&payload) as u64);
+                let h = Header::new(FrameKind::Data, mid, protocol::Payload::len(&payload) as u64);
                 (h, payload.into_payload(), false)
             }
         };
@@ -459,10 +451,11 @@ impl Engine {
     }
 
     /// A choice point of a probe (`immediate`: an immediate one): its number in a replicated
-    /// job when its outcome may differ between replicas (a wildcard, or any immediate probe).
+    /// job when its outcome may differ between replicas (`ANY_SOURCE`, or any immediate
+    /// probe; a blocking probe naming its source finds that source's next message).
     pub fn probe_point(&mut self, pat: &Pattern, immediate: bool) -> Option<u64> {
         let rp = self.repl.as_mut()?;
-        (immediate || pat.src.is_none() || pat.tag.is_none()).then(|| rp.ep.choice_point())
+        (immediate || pat.src.is_none()).then(|| rp.ep.choice_point())
     }
 
     /// The outcome of probe choice point `c` for this replica: `None` while it must wait (a
