@@ -260,10 +260,16 @@ impl Gate {
         Pending { gate: self.clone(), id }
     }
 
+    /// One more refusal of this kind: `Some(held back since the last report)` when it is to
+    /// be reported (at most one per [`LOG_PERIOD`]), for callers that report elsewhere than
+    /// the log.
+    pub fn note(&self, kind: Refusal) -> Option<u64> {
+        self.throttles.lock()[kind as usize].note(Instant::now())
+    }
+
     /// Logs a refusal, rate-limited per kind.
     pub fn refused(&self, kind: Refusal, what: &str) {
-        let shown = self.throttles.lock()[kind as usize].note(Instant::now());
-        match shown {
+        match self.note(kind) {
             Some(0) => warn!("{}: {what}", self.service),
             Some(n) => warn!(
                 "{}: {what} ({n} more like it since the last such line, at most one per {} s)",
