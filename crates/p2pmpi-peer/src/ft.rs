@@ -71,7 +71,7 @@
 
 use anyhow::{anyhow, bail, Context, Result};
 use p2pmpi_wire::grid::{FileMeta, FileSource, FtRequest, FtResponse, Ticket};
-use p2pmpi_wire::secure::{GridSecret, SecureConn, SecureError, HANDSHAKE_TIMEOUT};
+use p2pmpi_wire::secure::{Canceller, GridSecret, SecureConn, SecureError, HANDSHAKE_TIMEOUT};
 use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
@@ -717,6 +717,7 @@ pub struct StageReport {
 }
 
 /// Stages `files` (with their `metas` from describe, same order) to one peer's FT at `addr`.
+/// `timeout` bounds each wait for the peer (the handshake at most [`CONNECT_LIMIT`]).
 pub fn stage(
     addr: SocketAddr,
     secret: &GridSecret,
@@ -726,10 +727,30 @@ pub fn stage(
     metas: &[FileMeta],
     timeout: Duration,
 ) -> Result<StageReport> {
-    stage_inner(addr, secret, ticket, job, files, metas, timeout)
+    stage_cancellable(addr, secret, ticket, job, files, metas, timeout, &Canceller::new())
+}
+
+/// [`stage`], its connection closed by `cancel` whenever it is called (a watchdog that found
+/// the peer frozen: its kernel still accepts and buffers, nothing answers).
+#[allow(clippy::too_many_arguments)]
+pub fn stage_cancellable(
+    addr: SocketAddr,
+    secret: &GridSecret,
+    ticket: Ticket,
+    job: &str,
+    files: &[LocalFile],
+    metas: &[FileMeta],
+    timeout: Duration,
+    cancel: &Canceller,
+) -> Result<StageReport> {
+    stage_inner(addr, secret, ticket, job, files, metas, timeout, cancel)
         .map_err(|e| anyhow!("staging to {addr} failed: {e:#}"))
 }
 
+/// Longest wait for a staging's connection and handshake (one round trip).
+pub const CONNECT_LIMIT: Duration = Duration::from_secs(10);
+
+#[allow(clippy::too_many_arguments)]
 fn stage_inner(
     addr: SocketAddr,
     secret: &GridSecret,
@@ -738,11 +759,12 @@ fn stage_inner(
     files: &[LocalFile],
     metas: &[FileMeta],
     timeout: Duration,
+    cancel: &Canceller,
 ) -> Result<StageReport> {
     if files.len() != metas.len() || files.iter().zip(metas).any(|(f, m)| f.name() != m.name) {
         bail!("the file descriptions do not match the files");
     }
-    let mut conn = SecureConn::connect(addr, secret, timeout)?;
+    let mut conn = SecureConn::connect_cancellable(None, addr, secret, timeout.min(CONNECT_LIMIT), cancel)?;
     conn.set_read_timeout(Some(timeout))?;
     let offer = FtRequest::Offer { ticket, job: job.to_string(), files: metas.to_vec() };
     let need = match conn.call(&offer)? {
