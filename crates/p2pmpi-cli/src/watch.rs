@@ -8,7 +8,7 @@
 //! a `Pong` on a fresh connection (MPD, RS and FT are one process); a host that does not
 //! answer within [`PING_TIMEOUT`] is given up — its step's connection is closed through its
 //! [`Canceller`] and the step ends [`Outcome::Unresponsive`], within
-//! `PING_EVERY + PING_TIMEOUT` (7 s) of the freeze. A slow host that answers its pings is
+//! `PING_EVERY + PING_TIMEOUT` (8 s) of the freeze. A slow host that answers its pings is
 //! waited for as long as its step's own time-outs allow.
 //!
 //! The decision of when to ping and when to give up is [`Liveness`] (pure); [`run`] drives
@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 /// A step lasting this long gets its host pinged, and again this long after each answer.
 pub const PING_EVERY: Duration = Duration::from_secs(3);
 /// A host that does not answer a ping within this is given up.
-pub const PING_TIMEOUT: Duration = Duration::from_secs(4);
+pub const PING_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How one host's step ended.
 #[derive(Debug)]
