@@ -30,7 +30,7 @@ use clap::Parser;
 use p2pmpi::bootstrap::env;
 use p2pmpi_core::fencing::{Declaration, Grant, Supervisor};
 use p2pmpi_core::replication::Layout;
-use p2pmpi_peer::server::{self, Gate, Limits, Pending, Refusal};
+use p2pmpi_peer::server::{self, Framing, Gate, Limits, Pending, Refusal};
 use p2pmpi_wire::control::{self, Control};
 use p2pmpi_wire::secure::Bounded;
 use std::collections::HashMap;
@@ -836,7 +836,7 @@ pub(crate) fn event_loop(name: &str, job: &Job, rx: &Receiver<Event>, states: &m
                 states[slot].exit = Some(status);
             }
             Event::BadClient { detail } => {
-                eprintln!("{name}: warning: refused a control connection: {detail}");
+                eprintln!("{name}: warning: {detail}");
             }
             Event::Lost { ranks: lost, why } => {
                 // Replicas lost with their host, while the job runs: their ranks may go on.
@@ -1043,21 +1043,16 @@ pub(crate) fn spawn_control_server(
     tx: Sender<Event>,
     fencing: SharedFencing,
 ) {
-    let gate = Gate::new("control port", control_limits(n));
+    // Refusals are told on the terminal (rate-limited by the gate).
+    let report_tx = Mutex::new(tx.clone());
+    let report: server::Report = Box::new(move |line: &str| {
+        let _ = lock(&report_tx).send(Event::BadClient { detail: line.to_string() });
+    });
+    let gate = Gate::with_framing("control port", control_limits(n), Framing::Control, REGISTER_TIMEOUT, Some(report));
     let g = gate.clone();
     server::accept_loop(listener, gate, move |conn, peer, pending| {
         serve_control(conn, peer, pending, &g, token, n, tx.clone(), fencing.clone())
     });
-}
-
-/// Reports a refused control connection, at most once per period (a flood must not fill the
-/// terminal).
-fn bad_client(gate: &Gate, tx: &Sender<Event>, detail: String) {
-    match gate.note(Refusal::Unauthenticated) {
-        Some(0) => drop(tx.send(Event::BadClient { detail })),
-        Some(more) => drop(tx.send(Event::BadClient { detail: format!("{detail} ({more} more refused meanwhile)") })),
-        None => {}
-    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -1073,6 +1068,8 @@ fn serve_control(
 ) {
     let _ = conn.set_nodelay(true);
     let registration = control::read_msg(&mut Bounded::new(&conn, Instant::now() + REGISTER_TIMEOUT));
+    let refused =
+        |why: String| gate.refused(Refusal::Unauthenticated, &format!("refused a connection from {peer}: {why}"));
     let (rank, addr, fd_addr, tolerant, pid) = match registration {
         Ok(Some(Control::Register { rank, data_addr, pid, token: t, fd_addr, tolerant }))
             if t == token && (rank as usize) < n =>
@@ -1080,9 +1077,9 @@ fn serve_control(
             (rank as usize, data_addr, fd_addr, tolerant, pid)
         }
         _ if pending.evicted() => return,
-        Ok(Some(Control::Register { .. })) => return bad_client(gate, &tx, "wrong job token or rank".into()),
-        Ok(other) => return bad_client(gate, &tx, format!("expected a registration, got {other:?}")),
-        Err(e) => return bad_client(gate, &tx, e.to_string()),
+        Ok(Some(Control::Register { .. })) => return refused("wrong job token or rank".into()),
+        Ok(other) => return refused(format!("expected a registration, got {other:?}")),
+        Err(e) => return refused(e.to_string()),
     };
     let Some(_slot) = pending.authenticated(peer) else { return };
     let _ = conn.set_read_timeout(None);

@@ -1,5 +1,5 @@
-//! The accept loop shared by every grid service: authenticate, then hand the connection to
-//! the service, one thread per connection.
+//! The accept loop shared by every grid service (and the launcher's control port):
+//! authenticate, then hand the connection to the service, one thread per connection.
 //!
 //! Why threads and blocking sockets rather than an async runtime: a peer's control plane sees
 //! a handful of short request/answer connections per job (reserve, stage, launch, ping), and a
@@ -13,14 +13,21 @@
 //! A connection is *pending* from its acceptance until its handshake succeeded, then
 //! *authenticated*. The two are counted apart ([`Limits`]):
 //!
-//! * the handshake has one deadline for all of it ([`HANDSHAKE_TIMEOUT`]), so a connection
-//!   that trickles a byte now and then is closed within it;
+//! * a pending connection first waits, in the accept thread's poll and without a thread of
+//!   its own, until its client sent its whole first message (the Noise handshake's first
+//!   message; a launcher's registration); only then does a thread take it, to finish the
+//!   handshake (its own deadline: the message is there, the rest waits on this side). The
+//!   first message is due within one deadline ([`HANDSHAKE_TIMEOUT`]; the launcher's 10 s), so
+//!   a connection that trickles a byte now and then is closed at it, and one whose client
+//!   closed it half-way at once; a slow connection costs a descriptor, never a thread;
 //! * pending connections are limited per source address and in all; a new connection is
 //!   always admitted, and when a limit is reached the **oldest** pending connection of the
 //!   same address (else of the address holding the most) is closed to make room
-//!   ([`PendingTable`]). A handshake takes one round trip, so an honest client's connection
-//!   is young and completes long before an attacker's stale ones are due: to push it out an
-//!   attacker would have to open connections faster than a round trip, not merely keep them;
+//!   ([`PendingTable`]) — among those still waiting on their *client*: one whose client sent
+//!   its whole first message (seen in the kernel's queue, or already read) waits on this
+//!   server only and is not pushed out unless every candidate does. An honest client sends
+//!   its first message with its connection, so a flood of slow connections, even from its own
+//!   address and however busy the machine, never pushes it out;
 //! * authenticated connections take a slot of their own cap (long-lived clients: launches,
 //!   pools, monitors); pending ones never count against it. Authenticated connections are not
 //!   limited per address: the peers of a local grid share loopback addresses;
@@ -31,13 +38,15 @@ use p2pmpi_wire::secure::{GridSecret, SecureConn, HANDSHAKE_TIMEOUT};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tracing::warn;
 
 /// Time allowed between two records of a request/answer connection.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(15);
+/// Connections the kernel queues for a service's accept thread.
+pub const BACKLOG: i32 = 1024;
 /// Refusals of one kind are logged at most once per this period.
 pub const LOG_PERIOD: Duration = Duration::from_secs(5);
 
@@ -84,20 +93,29 @@ impl PendingTable {
     /// Admits a connection from `addr`: returns its id, and the connection closed to make
     /// room if a limit was reached — the oldest of the same address when that address has
     /// `pending_per_addr` pending, else, when `pending` are pending in all, the oldest of the
-    /// address holding the most (on a tie, the address whose oldest is the oldest).
-    pub fn admit(&mut self, addr: IpAddr, limits: &Limits) -> (u64, Option<(u64, Eviction)>) {
+    /// addresses holding the most. Only connections `evictable` says still wait on their
+    /// client are candidates, unless there is none: then the oldest of all candidates.
+    pub fn admit(
+        &mut self,
+        addr: IpAddr,
+        limits: &Limits,
+        evictable: &dyn Fn(u64) -> bool,
+    ) -> (u64, Option<(u64, Eviction)>) {
         let id = self.next;
         self.next += 1;
+        let pick = |cands: Vec<u64>| cands.iter().copied().find(|&i| evictable(i)).or(cands.first().copied());
         let evicted = if self.count(addr) >= limits.pending_per_addr.max(1) {
-            self.oldest_of(addr).map(|old| (old, Eviction::PerAddress))
+            let cands = self.entries.iter().filter(|(_, a)| *a == addr).map(|&(i, _)| i).collect();
+            pick(cands).map(|old| (old, Eviction::PerAddress))
         } else if self.entries.len() >= limits.pending.max(1) {
             let mut counts: HashMap<IpAddr, usize> = HashMap::new();
             for (_, a) in &self.entries {
                 *counts.entry(*a).or_default() += 1;
             }
-            let most = counts.values().copied().max().unwrap_or(0);
-            // Entries are oldest first: the first of an address holding `most` is the answer.
-            self.entries.iter().find(|(_, a)| counts[a] == most).map(|&(old, _)| (old, Eviction::Total))
+            // Addresses holding the most first; oldest first within (a stable sort).
+            let mut cands: Vec<(u64, IpAddr)> = self.entries.clone();
+            cands.sort_by_key(|(_, a)| std::cmp::Reverse(counts[a]));
+            pick(cands.into_iter().map(|(i, _)| i).collect()).map(|old| (old, Eviction::Total))
         } else {
             None
         };
@@ -135,10 +153,6 @@ impl PendingTable {
     /// Connections pending from `addr`.
     pub fn count(&self, addr: IpAddr) -> usize {
         self.entries.iter().filter(|(_, a)| *a == addr).count()
-    }
-
-    fn oldest_of(&self, addr: IpAddr) -> Option<u64> {
-        self.entries.iter().find(|(_, a)| *a == addr).map(|&(i, _)| i)
     }
 }
 
@@ -183,16 +197,39 @@ pub enum Refusal {
 
 const KINDS: usize = 4;
 
+/// How a connection's first message is framed, to tell whether it arrived whole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    /// A Noise handshake message: a 2-byte big-endian length, then that many bytes.
+    Noise,
+    /// A control record: a 4-byte little-endian length, then that many bytes.
+    Control,
+}
+
+/// A pending connection as its gate sees it.
+struct Watched {
+    /// A handle to close it when it is evicted.
+    stream: Option<TcpStream>,
+    /// Its first message was read: it waits on this server only.
+    received: Arc<AtomicBool>,
+}
+
 struct PendingState {
     table: PendingTable,
-    /// A handle on each pending connection, to close it when it is evicted.
-    streams: HashMap<u64, TcpStream>,
+    conns: HashMap<u64, Watched>,
 }
+
+/// Where a gate reports refusals instead of the log (a launcher tells its terminal).
+pub type Report = Box<dyn Fn(&str) + Send + Sync>;
 
 /// The admission of one service's connections (see the module doc).
 pub struct Gate {
     service: &'static str,
+    report: Option<Report>,
     limits: Limits,
+    framing: Framing,
+    /// Time a connection has to send its whole first message.
+    first_message: Duration,
     pending: Mutex<PendingState>,
     authenticated: Slots,
     throttles: Mutex<[Throttle; KINDS]>,
@@ -202,6 +239,7 @@ impl std::fmt::Debug for Gate {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Gate")
             .field("service", &self.service)
+            .field("framing", &self.framing)
             .field("limits", &self.limits)
             .field("pending", &self.pending_count())
             .field("authenticated", &self.authenticated_count())
@@ -213,14 +251,32 @@ impl std::fmt::Debug for Gate {
 pub struct Pending {
     gate: Arc<Gate>,
     id: u64,
+    received: Arc<AtomicBool>,
 }
 
 impl Gate {
+    /// The gate of a service whose connections start with a Noise handshake: the initiator's
+    /// message is due within [`HANDSHAKE_TIMEOUT`].
     pub fn new(service: &'static str, limits: Limits) -> Arc<Gate> {
+        Self::with_framing(service, limits, Framing::Noise, HANDSHAKE_TIMEOUT, None)
+    }
+
+    /// The gate of a service whose connections start with a first message framed so, due
+    /// within `first_message` of the connection; refusals go to `report` (else the log).
+    pub fn with_framing(
+        service: &'static str,
+        limits: Limits,
+        framing: Framing,
+        first_message: Duration,
+        report: Option<Report>,
+    ) -> Arc<Gate> {
         Arc::new(Gate {
             service,
+            report,
             limits,
-            pending: Mutex::new(PendingState { table: PendingTable::new(), streams: HashMap::new() }),
+            framing,
+            first_message,
+            pending: Mutex::new(PendingState { table: PendingTable::new(), conns: HashMap::new() }),
             authenticated: Slots::new(limits.authenticated),
             throttles: Mutex::new(std::array::from_fn(|_| Throttle::new(LOG_PERIOD))),
         })
@@ -233,19 +289,30 @@ impl Gate {
     /// Admits a connection just accepted as pending; closes another one to make room when a
     /// limit is reached (see [`PendingTable::admit`]).
     pub fn admit(self: &Arc<Self>, stream: &TcpStream, peer: SocketAddr) -> Pending {
+        use std::os::unix::io::AsRawFd;
         let mut st = self.pending.lock();
-        let (id, evicted) = st.table.admit(peer.ip(), &self.limits);
+        let PendingState { table, conns } = &mut *st;
+        let framing = self.framing;
+        // Waits on its client: its first message was neither read nor queued whole.
+        let evictable = |id: u64| {
+            conns.get(&id).is_some_and(|w| {
+                !w.received.load(Ordering::SeqCst)
+                    && w.stream
+                        .as_ref()
+                        .is_some_and(|s| first_message(s.as_raw_fd(), framing) == FirstMessage::Incomplete)
+            })
+        };
+        let (id, evicted) = table.admit(peer.ip(), &self.limits, &evictable);
         let closed = evicted.map(|(old, why)| {
-            let s = st.streams.remove(&old);
+            let s = conns.remove(&old).and_then(|w| w.stream);
             if let Some(s) = &s {
                 let _ = s.shutdown(std::net::Shutdown::Both);
             }
             (s.and_then(|s| s.peer_addr().ok()), why)
         });
         // Without a handle it cannot be evicted early; its handshake deadline still ends it.
-        if let Ok(s) = stream.try_clone() {
-            st.streams.insert(id, s);
-        }
+        let received = Arc::new(AtomicBool::new(false));
+        conns.insert(id, Watched { stream: stream.try_clone().ok(), received: received.clone() });
         drop(st);
         if let Some((who, why)) = closed {
             let who = who.map(|a| a.to_string()).unwrap_or_else(|| "?".into());
@@ -257,7 +324,7 @@ impl Gate {
             };
             self.refused(Refusal::Evicted, &format!("closed the oldest unauthenticated connection, from {who}: {why}"));
         }
-        Pending { gate: self.clone(), id }
+        Pending { gate: self.clone(), id, received }
     }
 
     /// One more refusal of this kind: `Some(held back since the last report)` when it is to
@@ -269,14 +336,18 @@ impl Gate {
 
     /// Logs a refusal, rate-limited per kind.
     pub fn refused(&self, kind: Refusal, what: &str) {
-        match self.note(kind) {
-            Some(0) => warn!("{}: {what}", self.service),
-            Some(n) => warn!(
+        let line = match self.note(kind) {
+            Some(0) => format!("{}: {what}", self.service),
+            Some(n) => format!(
                 "{}: {what} ({n} more like it since the last such line, at most one per {} s)",
                 self.service,
                 LOG_PERIOD.as_secs()
             ),
-            None => {}
+            None => return,
+        };
+        match &self.report {
+            Some(report) => report(&line),
+            None => warn!("{line}"),
         }
     }
 
@@ -292,6 +363,12 @@ impl Gate {
 }
 
 impl Pending {
+    /// Its first message was read: from now on it waits on this server only, and is not
+    /// pushed out while there are connections waiting on their clients.
+    pub fn received(&self) {
+        self.received.store(true, Ordering::SeqCst);
+    }
+
     /// Was this connection closed to make room for a newer one?
     pub fn evicted(&self) -> bool {
         !self.gate.pending.lock().table.contains(self.id)
@@ -303,7 +380,7 @@ impl Pending {
     pub fn authenticated(self, peer: SocketAddr) -> Option<Slot> {
         let was_pending = {
             let mut st = self.gate.pending.lock();
-            st.streams.remove(&self.id);
+            st.conns.remove(&self.id);
             st.table.remove(self.id)
         };
         if !was_pending {
@@ -326,48 +403,218 @@ impl Pending {
 impl Drop for Pending {
     fn drop(&mut self) {
         let mut st = self.gate.pending.lock();
-        st.streams.remove(&self.id);
+        st.conns.remove(&self.id);
         st.table.remove(self.id);
     }
 }
 
-/// Accepts connections on `listener` in a new thread; each is admitted by `gate` and handed
-/// with its [`Pending`] place to `work`, in its own thread.
+/// Accepts connections on `listener` in a new thread; each is admitted by `gate`, waits
+/// there — without a thread of its own — until its client sent its whole first message, and
+/// is then handed with its [`Pending`] place to `work`, in a thread of its own. A connection
+/// that did not send its first message within the gate's deadline, or that its client closed,
+/// or that was pushed out to make room, is closed by the accept thread.
 pub fn accept_loop<W>(listener: TcpListener, gate: Arc<Gate>, work: W)
 where
     W: Fn(TcpStream, SocketAddr, Pending) + Send + Sync + 'static,
 {
     raise_fd_limit();
-    let work = Arc::new(work);
+    {
+        use std::os::unix::io::AsRawFd;
+        // Linux takes a second listen() as a new backlog: room for a burst of connections
+        // while the accept thread waits for the processor (std's is 128).
+        // SAFETY: listen only changes the state of a socket this listener owns.
+        unsafe { libc::listen(listener.as_raw_fd(), BACKLOG) };
+    }
     let service = gate.service;
     std::thread::Builder::new()
         .name(format!("{service}-accept"))
         .spawn(move || {
-            for conn in listener.incoming() {
-                let stream = match conn {
-                    Ok(s) => s,
-                    Err(e) => {
-                        // Out of descriptors, typically: wait for some to be given back.
-                        gate.refused(Refusal::Resources, &format!("accept failed: {e}"));
-                        std::thread::sleep(Duration::from_millis(50));
-                        continue;
-                    }
-                };
-                let peer = stream.peer_addr().unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
-                let pending = gate.admit(&stream, peer);
-                let work = work.clone();
-                let started = std::thread::Builder::new()
-                    .name(format!("{service}-conn"))
-                    .spawn(move || work(stream, peer, pending));
-                if let Err(e) = started {
-                    gate.refused(
-                        Refusal::Resources,
-                        &format!("cannot start a thread for {peer}: {e}; connection closed"),
-                    );
-                }
+            if let Err(e) = Waiting::run(listener, gate.clone(), Arc::new(work)) {
+                warn!("{service}: the accept loop stopped: {e}");
             }
         })
         .expect("cannot start an accept thread");
+}
+
+/// What a waiting connection's first message looks like now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FirstMessage {
+    Incomplete,
+    Complete,
+    /// Closed by its client, reset, or shut down to make room.
+    Closed,
+}
+
+fn first_message(fd: std::os::unix::io::RawFd, framing: Framing) -> FirstMessage {
+    let head_len = match framing {
+        Framing::Noise => 2,
+        Framing::Control => 4,
+    };
+    let mut head = [0u8; 4];
+    // SAFETY: recv writes at most `head_len` (≤ 4) bytes into `head`, which outlives the
+    // call; MSG_PEEK leaves them queued, MSG_DONTWAIT never blocks.
+    let got = unsafe { libc::recv(fd, head.as_mut_ptr().cast(), head_len, libc::MSG_PEEK | libc::MSG_DONTWAIT) };
+    if got == 0 {
+        return FirstMessage::Closed;
+    }
+    if got < 0 {
+        let e = std::io::Error::last_os_error();
+        return match e.kind() {
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted => FirstMessage::Incomplete,
+            _ => FirstMessage::Closed,
+        };
+    }
+    if (got as usize) < head_len {
+        return FirstMessage::Incomplete;
+    }
+    let len = match framing {
+        Framing::Noise => u16::from_be_bytes([head[0], head[1]]) as usize,
+        Framing::Control => u32::from_le_bytes(head) as usize,
+    };
+    if framing == Framing::Control && len > p2pmpi_wire::control::MAX_CONTROL_LEN as usize {
+        // It can never be whole: its reader refuses it at once, saying why.
+        return FirstMessage::Complete;
+    }
+    let mut queued: libc::c_int = 0;
+    // SAFETY: FIONREAD writes one c_int through the pointer, to a local that outlives the call.
+    let r = unsafe { libc::ioctl(fd, libc::FIONREAD, &mut queued) };
+    if r == 0 && queued as usize >= head_len + len {
+        FirstMessage::Complete
+    } else {
+        FirstMessage::Incomplete
+    }
+}
+
+/// The accept thread's connections waiting for their first message.
+struct Waiting {
+    stream: mio::net::TcpStream,
+    peer: SocketAddr,
+    pending: Pending,
+    deadline: Instant,
+}
+
+impl Waiting {
+    const LISTENER: mio::Token = mio::Token(usize::MAX);
+
+    fn run<W>(listener: TcpListener, gate: Arc<Gate>, work: Arc<W>) -> std::io::Result<()>
+    where
+        W: Fn(TcpStream, SocketAddr, Pending) + Send + Sync + 'static,
+    {
+        use mio::{Events, Interest, Poll, Token};
+        use std::os::unix::io::{AsFd, AsRawFd};
+        listener.set_nonblocking(true)?;
+        let mut listener = mio::net::TcpListener::from_std(listener);
+        let mut poll = Poll::new()?;
+        poll.registry().register(&mut listener, Self::LISTENER, Interest::READABLE)?;
+        let mut events = Events::with_capacity(256);
+        let mut waiting: HashMap<usize, Waiting> = HashMap::new();
+        let mut next = 0usize;
+        let mut accept_again = true;
+        loop {
+            if let Err(e) = poll.poll(&mut events, Some(Duration::from_millis(100))) {
+                if e.kind() != std::io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+            let mut check: Vec<usize> = Vec::new();
+            // Connections whose client will send nothing more.
+            let mut ended: std::collections::HashSet<usize> = std::collections::HashSet::new();
+            for ev in events.iter() {
+                if ev.token() == Self::LISTENER {
+                    accept_again = true;
+                } else {
+                    check.push(ev.token().0);
+                    if ev.is_read_closed() || ev.is_error() {
+                        ended.insert(ev.token().0);
+                    }
+                }
+            }
+            // New connections (edge-triggered: until the queue is empty; after an error,
+            // such as no descriptor left, again on the next turn).
+            while accept_again {
+                match listener.accept() {
+                    Ok((mut stream, peer)) => {
+                        // A handle of its own for the gate, to close it if it is pushed out.
+                        let pending = match stream.as_fd().try_clone_to_owned() {
+                            Ok(dup) => gate.admit(&TcpStream::from(dup), peer),
+                            Err(_) => continue,
+                        };
+                        let token = next;
+                        next = next.wrapping_add(1) % (usize::MAX - 1);
+                        if poll.registry().register(&mut stream, Token(token), Interest::READABLE).is_err() {
+                            continue;
+                        }
+                        let deadline = Instant::now() + gate.first_message;
+                        waiting.insert(token, Waiting { stream, peer, pending, deadline });
+                        // Its first message may be there already.
+                        check.push(token);
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => accept_again = false,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => {
+                        // Out of descriptors, typically: try again on the next turn.
+                        gate.refused(Refusal::Resources, &format!("accept failed: {e}"));
+                        break;
+                    }
+                }
+            }
+            // Connections that sent something (or were closed).
+            for token in check {
+                let Some(w) = waiting.get(&token) else { continue };
+                match first_message(w.stream.as_raw_fd(), gate.framing) {
+                    FirstMessage::Incomplete if ended.contains(&token) => {
+                        let w = waiting.remove(&token).expect("present");
+                        let why = "its client closed it before its first message was whole".to_string();
+                        w.close(&poll, &gate, Some(why));
+                    }
+                    FirstMessage::Incomplete => {}
+                    FirstMessage::Closed => {
+                        let w = waiting.remove(&token).expect("present");
+                        w.close(&poll, &gate, None);
+                    }
+                    FirstMessage::Complete => {
+                        let mut w = waiting.remove(&token).expect("present");
+                        let _ = poll.registry().deregister(&mut w.stream);
+                        let stream = TcpStream::from(w.stream);
+                        if stream.set_nonblocking(false).is_err() {
+                            continue;
+                        }
+                        // From now on it waits on this side only.
+                        w.pending.received();
+                        let (work, peer, pending) = (work.clone(), w.peer, w.pending);
+                        let started = std::thread::Builder::new()
+                            .name(format!("{}-conn", gate.service))
+                            .spawn(move || work(stream, peer, pending));
+                        if let Err(e) = started {
+                            gate.refused(
+                                Refusal::Resources,
+                                &format!("cannot start a thread for {peer}: {e}; connection closed"),
+                            );
+                        }
+                    }
+                }
+            }
+            // Deadlines.
+            let now = Instant::now();
+            let late: Vec<usize> = waiting.iter().filter(|(_, w)| w.deadline <= now).map(|(&t, _)| t).collect();
+            for token in late {
+                let w = waiting.remove(&token).expect("present");
+                let why = format!("no complete first message in {:.0} s", gate.first_message.as_secs_f64());
+                w.close(&poll, &gate, Some(why));
+            }
+        }
+    }
+
+    /// Closes a waiting connection; `why` is logged (rate-limited) unless it was pushed out
+    /// to make room (logged then) or closed by its client.
+    fn close(mut self, poll: &mio::Poll, gate: &Gate, why: Option<String>) {
+        let _ = poll.registry().deregister(&mut self.stream);
+        if let Some(why) = why {
+            if !self.pending.evicted() {
+                gate.refused(Refusal::Unauthenticated, &format!("refused a connection from {}: {why}", self.peer));
+            }
+        }
+    }
 }
 
 /// Accepts connections on `listener` in a new thread with the [`DAEMON_LIMITS`]; each
@@ -503,17 +750,40 @@ mod tests {
         IpAddr::from([127, 0, 0, last])
     }
 
+    /// Every connection still waits on its client.
+    const ANY: fn(u64) -> bool = |_| true;
+
+    /// A connection whose client sent its whole first message is not pushed out while others
+    /// wait on their clients, however old it is; when all did, the oldest goes.
+    #[test]
+    fn connections_waiting_on_this_server_are_spared() {
+        let mut t = PendingTable::new();
+        let honest = t.admit(ip(9), &L, &ANY).0;
+        let slow: Vec<u64> = (0..2).map(|_| t.admit(ip(9), &L, &ANY).0).collect();
+        let waits_on_client = |id: u64| id != honest;
+        for k in 0..50 {
+            let (_, ev) = t.admit(ip(9), &L, &waits_on_client);
+            let (gone, why) = ev.expect("the address is full");
+            assert_ne!(gone, honest, "round {k}: the connection waiting on the server was pushed out");
+            assert_eq!(why, Eviction::PerAddress);
+        }
+        assert!(t.contains(honest) && !t.contains(slow[0]));
+        // Every one of them waits on the server: the oldest goes all the same.
+        let (_, ev) = t.admit(ip(9), &L, &|_| false);
+        assert_eq!(ev.map(|e| e.0), Some(honest));
+    }
+
     #[test]
     fn a_flood_from_one_address_pushes_out_its_own_oldest_only() {
         let mut t = PendingTable::new();
-        let (honest, none) = t.admit(ip(2), &L);
+        let (honest, none) = t.admit(ip(2), &L, &ANY);
         assert_eq!(none, None);
-        let flood: Vec<u64> = (0..3).map(|_| t.admit(ip(9), &L).0).collect();
+        let flood: Vec<u64> = (0..3).map(|_| t.admit(ip(9), &L, &ANY).0).collect();
         // The 4th from .9 closes the 1st from .9; the honest one stays.
-        let (_, ev) = t.admit(ip(9), &L);
+        let (_, ev) = t.admit(ip(9), &L, &ANY);
         assert_eq!(ev, Some((flood[0], Eviction::PerAddress)));
         for _ in 0..100 {
-            let (_, ev) = t.admit(ip(9), &L);
+            let (_, ev) = t.admit(ip(9), &L, &ANY);
             assert!(matches!(ev, Some((_, Eviction::PerAddress))));
         }
         assert!(t.contains(honest));
@@ -525,15 +795,15 @@ mod tests {
     #[test]
     fn when_all_are_taken_the_address_holding_the_most_gives_way() {
         let mut t = PendingTable::new();
-        let a: Vec<u64> = (0..2).map(|_| t.admit(ip(10), &L).0).collect();
-        let b: Vec<u64> = (0..3).map(|_| t.admit(ip(11), &L).0).collect();
-        let c = t.admit(ip(12), &L).0;
+        let a: Vec<u64> = (0..2).map(|_| t.admit(ip(10), &L, &ANY).0).collect();
+        let b: Vec<u64> = (0..3).map(|_| t.admit(ip(11), &L, &ANY).0).collect();
+        let c = t.admit(ip(12), &L, &ANY).0;
         assert_eq!(t.len(), 6);
         // A newcomer from a fourth address: .11 holds the most, its oldest goes.
-        let (d, ev) = t.admit(ip(13), &L);
+        let (d, ev) = t.admit(ip(13), &L, &ANY);
         assert_eq!(ev, Some((b[0], Eviction::Total)));
         // Now .10 and .11 hold two each: the older of their oldest (.10's first) goes.
-        let (_, ev) = t.admit(ip(14), &L);
+        let (_, ev) = t.admit(ip(14), &L, &ANY);
         assert_eq!(ev, Some((a[0], Eviction::Total)));
         assert!(t.contains(c) && t.contains(d));
         assert_eq!(t.len(), 6);
@@ -544,10 +814,76 @@ mod tests {
     #[test]
     fn many_addresses_one_each_the_oldest_gives_way() {
         let mut t = PendingTable::new();
-        let ids: Vec<u64> = (0..6).map(|k| t.admit(ip(20 + k), &L).0).collect();
-        let (me, ev) = t.admit(ip(2), &L);
+        let ids: Vec<u64> = (0..6).map(|k| t.admit(ip(20 + k), &L, &ANY).0).collect();
+        let (me, ev) = t.admit(ip(2), &L, &ANY);
         assert_eq!(ev, Some((ids[0], Eviction::Total)));
         assert!(t.contains(me));
+    }
+
+    /// The accept thread hands a connection over once its first message is whole, closes one
+    /// whose client gave up half-way at once, and one that trickles at its deadline — telling
+    /// the reporter, not one line each.
+    #[test]
+    fn connections_are_handed_over_once_their_first_message_is_whole() {
+        let (rtx, reports) = std::sync::mpsc::channel::<String>();
+        let rtx = parking_lot::Mutex::new(rtx);
+        let report: Report = Box::new(move |l: &str| drop(rtx.lock().send(l.to_string())));
+        let limits = Limits { authenticated: 8, pending: 8, pending_per_addr: 8 };
+        let gate = Gate::with_framing("test", limits, Framing::Noise, Duration::from_millis(800), Some(report));
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let (wtx, handed) = std::sync::mpsc::channel::<(Vec<u8>, Instant)>();
+        let wtx = parking_lot::Mutex::new(wtx);
+        accept_loop(l, gate.clone(), move |mut s, _, pending| {
+            let mut b = [0u8; 5];
+            s.read_exact(&mut b).unwrap();
+            assert!(pending.authenticated(s.peer_addr().unwrap()).is_some());
+            let _ = wtx.lock().send((b.to_vec(), Instant::now()));
+        });
+        let t = Duration::from_secs(10);
+        // Whole at once: handed over.
+        let mut whole = TcpStream::connect(addr).unwrap();
+        whole.write_all(&[0, 3, 1, 2, 3]).unwrap();
+        let (got, _) = handed.recv_timeout(t).unwrap();
+        assert_eq!(got, [0, 3, 1, 2, 3]);
+        // In two pieces: handed over when the second arrives.
+        let mut pieces = TcpStream::connect(addr).unwrap();
+        pieces.write_all(&[0, 3, 9]).unwrap();
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(handed.try_recv().is_err(), "handed over before it was whole");
+        let sent = Instant::now();
+        pieces.write_all(&[9, 9]).unwrap();
+        let (got, at) = handed.recv_timeout(t).unwrap();
+        assert_eq!(got, [0, 3, 9, 9, 9]);
+        assert!(at.duration_since(sent) < Duration::from_millis(500));
+        // Half a message, then the client closes: closed at once, and reported.
+        let mut half = TcpStream::connect(addr).unwrap();
+        half.write_all(&[0, 40, 1]).unwrap();
+        drop(half);
+        let line = reports.recv_timeout(t).unwrap();
+        assert!(line.contains("before its first message was whole"), "{line}");
+        // A trickle: closed at the deadline, however it goes on.
+        let mut slow = TcpStream::connect(addr).unwrap();
+        let start = Instant::now();
+        slow.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
+        let mut b = [0u8; 1];
+        slow.write_all(&[0, 40]).unwrap();
+        let closed_after = loop {
+            let _ = slow.write_all(&[1]);
+            match slow.read(&mut b) {
+                Ok(0) => break start.elapsed(),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(_) => break start.elapsed(),
+                Ok(_) => panic!("the server answered"),
+            }
+            assert!(start.elapsed() < t, "never closed");
+        };
+        assert!(
+            closed_after >= Duration::from_millis(700) && closed_after < Duration::from_secs(3),
+            "{closed_after:?}"
+        );
+        assert!(handed.try_recv().is_err());
+        assert_eq!(gate.pending_count(), 0);
     }
 
     #[test]
