@@ -20,7 +20,7 @@ use p2pmpi_wire::grid::{
 use p2pmpi_wire::secure::{connect_tcp, GridSecret, SecureConn};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -167,13 +167,14 @@ struct Slow {
 
 /// `per_target` slow connections to each target, from `sources` in turn: each sends one byte
 /// every `every` (a frame length announcing a 48-byte handshake message, then its bytes) and
-/// is opened again 1 s after the daemon closed it, until `stop`.
+/// is opened again 1 s after the daemon closed it, until `stop`. `opened` counts connections.
 fn attack(
     targets: Vec<SocketAddr>,
     per_target: usize,
     sources: Vec<IpAddr>,
     every: Duration,
     stop: Arc<AtomicBool>,
+    opened: Arc<AtomicUsize>,
 ) -> std::thread::JoinHandle<AttackReport> {
     std::thread::spawn(move || {
         let mut report = AttackReport::default();
@@ -193,6 +194,7 @@ fn attack(
                                 s.set_nonblocking(true).unwrap();
                                 let _ = (&s).write(&bytes[..1]);
                                 report.opened += 1;
+                                opened.fetch_add(1, Ordering::SeqCst);
                                 *slot = Some(Slow { stream: s, opened: now, last: now, sent: 1 });
                             }
                             Err(_) => next_open[k] = now + Duration::from_secs(1),
@@ -219,7 +221,7 @@ fn attack(
                     }
                 }
             }
-            std::thread::sleep(Duration::from_millis(50));
+            std::thread::sleep(Duration::from_millis(200));
         }
         let now = Instant::now();
         report.open_ages = conns.iter().flatten().map(|c| now - c.opened).collect();
@@ -362,7 +364,14 @@ fn lockout_scenario(per_service: usize, sources: Vec<IpAddr>) -> AttackReport {
     let targets =
         vec![victim.state.mpd_addr(), victim.addr(victim.state.rs_port), victim.addr(victim.state.ft_port), sn.addr];
     let stop = Arc::new(AtomicBool::new(false));
-    let attacker = attack(targets, per_service, sources, Duration::from_secs(4), stop.clone());
+    let opened = Arc::new(AtomicUsize::new(0));
+    let attacker = attack(targets, per_service, sources, Duration::from_secs(4), stop.clone(), opened.clone());
+    // The attack in place: every slow connection opened once.
+    let deadline = Instant::now() + T;
+    while opened.load(Ordering::SeqCst) < 4 * per_service {
+        assert!(Instant::now() < deadline, "the attack could not open its connections");
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let start = Instant::now();
     // Served all along: more than 10 s, so that a slow connection kept past the bound shows.
     let mut served = Served::default();
