@@ -133,7 +133,7 @@ fn garbage_on_data_and_control_ports_is_refused_and_the_job_goes_on() {
     o.assert_ok();
     assert!(o.stdout.contains("OK garbage"));
     assert!(o.stderr.contains("bad job token"), "{}", o.stderr);
-    assert!(o.stderr.contains("control port: refused a connection"), "{}", o.stderr);
+    assert!(o.stderr.contains("refused a control connection"), "{}", o.stderr);
 }
 
 #[test]

@@ -156,27 +156,35 @@ impl PendingTable {
     }
 }
 
-/// Rate limit of one kind of log line: the first goes out, then at most one per period,
-/// telling how many were held back meanwhile. Pure (the caller gives the time).
+/// Rate limit of one kind of log line: at most `burst` lines per period (the first ones go
+/// out at once), the next one telling how many were held back meanwhile. Pure (the caller
+/// gives the time).
 #[derive(Debug, Clone)]
 pub struct Throttle {
     period: Duration,
-    last: Option<Instant>,
+    burst: u32,
+    /// The current period's start and the lines let through in it.
+    window: Option<(Instant, u32)>,
     held: u64,
 }
 
 impl Throttle {
-    pub fn new(period: Duration) -> Self {
-        Throttle { period, last: None, held: 0 }
+    pub fn new(period: Duration, burst: u32) -> Self {
+        Throttle { period, burst: burst.max(1), window: None, held: 0 }
     }
 
     /// One more event at `now`: `Some(held back since the last line)` when a line is due.
     pub fn note(&mut self, now: Instant) -> Option<u64> {
-        if self.last.is_some_and(|t| now.saturating_duration_since(t) < self.period) {
-            self.held += 1;
-            return None;
+        match &mut self.window {
+            Some((start, shown)) if now.saturating_duration_since(*start) < self.period => {
+                if *shown >= self.burst {
+                    self.held += 1;
+                    return None;
+                }
+                *shown += 1;
+            }
+            _ => self.window = Some((now, 1)),
         }
-        self.last = Some(now);
         Some(std::mem::take(&mut self.held))
     }
 }
@@ -196,6 +204,18 @@ pub enum Refusal {
 }
 
 const KINDS: usize = 4;
+
+impl Refusal {
+    /// What the service did, for its log line.
+    fn verb(self) -> &'static str {
+        match self {
+            Refusal::Evicted => "closed an unauthenticated connection",
+            Refusal::Unauthenticated => "refused a connection",
+            Refusal::Full => "closed an authenticated connection",
+            Refusal::Resources => "could not serve a connection",
+        }
+    }
+}
 
 /// How a connection's first message is framed, to tell whether it arrived whole.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -219,8 +239,29 @@ struct PendingState {
     conns: HashMap<u64, Watched>,
 }
 
-/// Where a gate reports refusals instead of the log (a launcher tells its terminal).
-pub type Report = Box<dyn Fn(&str) + Send + Sync>;
+/// Where a gate reports refusals instead of the log (a launcher tells its terminal): the
+/// kind, and `from ADDRESS: why`.
+pub type Report = Box<dyn Fn(Refusal, &str) + Send + Sync>;
+
+/// How a [`Gate`] admits and reports, beyond its [`Limits`].
+pub struct GateOptions {
+    /// How a connection's first message is framed.
+    pub framing: Framing,
+    /// Time a connection has to send its whole first message.
+    pub first_message: Duration,
+    /// Where refusals go (`None`: the log).
+    pub report: Option<Report>,
+    /// Refusals of one kind reported at once per [`LOG_PERIOD`], before the others are counted.
+    pub burst: u32,
+}
+
+impl Default for GateOptions {
+    /// A Noise handshake's first message due within [`HANDSHAKE_TIMEOUT`], refusals logged,
+    /// one line per kind and period.
+    fn default() -> Self {
+        GateOptions { framing: Framing::Noise, first_message: HANDSHAKE_TIMEOUT, report: None, burst: 1 }
+    }
+}
 
 /// The admission of one service's connections (see the module doc).
 pub struct Gate {
@@ -258,18 +299,12 @@ impl Gate {
     /// The gate of a service whose connections start with a Noise handshake: the initiator's
     /// message is due within [`HANDSHAKE_TIMEOUT`].
     pub fn new(service: &'static str, limits: Limits) -> Arc<Gate> {
-        Self::with_framing(service, limits, Framing::Noise, HANDSHAKE_TIMEOUT, None)
+        Self::with_options(service, limits, GateOptions::default())
     }
 
-    /// The gate of a service whose connections start with a first message framed so, due
-    /// within `first_message` of the connection; refusals go to `report` (else the log).
-    pub fn with_framing(
-        service: &'static str,
-        limits: Limits,
-        framing: Framing,
-        first_message: Duration,
-        report: Option<Report>,
-    ) -> Arc<Gate> {
+    /// The gate of a service with other options (see [`GateOptions`]).
+    pub fn with_options(service: &'static str, limits: Limits, options: GateOptions) -> Arc<Gate> {
+        let GateOptions { framing, first_message, report, burst } = options;
         Arc::new(Gate {
             service,
             report,
@@ -278,7 +313,7 @@ impl Gate {
             first_message,
             pending: Mutex::new(PendingState { table: PendingTable::new(), conns: HashMap::new() }),
             authenticated: Slots::new(limits.authenticated),
-            throttles: Mutex::new(std::array::from_fn(|_| Throttle::new(LOG_PERIOD))),
+            throttles: Mutex::new(std::array::from_fn(|_| Throttle::new(LOG_PERIOD, burst))),
         })
     }
 
@@ -315,40 +350,38 @@ impl Gate {
         conns.insert(id, Watched { stream: stream.try_clone().ok(), received: received.clone() });
         drop(st);
         if let Some((who, why)) = closed {
-            let who = who.map(|a| a.to_string()).unwrap_or_else(|| "?".into());
             let why = match why {
-                Eviction::PerAddress => {
-                    format!("{} unauthenticated connections pending from that address", self.limits.pending_per_addr)
-                }
-                Eviction::Total => format!("{} unauthenticated connections pending in all", self.limits.pending),
+                Eviction::PerAddress => format!(
+                    "the oldest of {} unauthenticated connections pending from that address, closed to make room",
+                    self.limits.pending_per_addr
+                ),
+                Eviction::Total => format!(
+                    "the oldest of {} unauthenticated connections pending, closed to make room",
+                    self.limits.pending
+                ),
             };
-            self.refused(Refusal::Evicted, &format!("closed the oldest unauthenticated connection, from {who}: {why}"));
+            self.refused(Refusal::Evicted, who, &why);
         }
         Pending { gate: self.clone(), id, received }
     }
 
-    /// One more refusal of this kind: `Some(held back since the last report)` when it is to
-    /// be reported (at most one per [`LOG_PERIOD`]), for callers that report elsewhere than
-    /// the log.
-    pub fn note(&self, kind: Refusal) -> Option<u64> {
-        self.throttles.lock()[kind as usize].note(Instant::now())
-    }
-
-    /// Logs a refusal, rate-limited per kind.
-    pub fn refused(&self, kind: Refusal, what: &str) {
-        let line = match self.note(kind) {
-            Some(0) => format!("{}: {what}", self.service),
-            Some(n) => format!(
-                "{}: {what} ({n} more like it since the last such line, at most one per {} s)",
-                self.service,
-                LOG_PERIOD.as_secs()
-            ),
-            None => return,
+    /// Logs (or reports) a refusal of a connection from `peer`, rate-limited per kind:
+    /// `SERVICE: refused a connection from ADDRESS: why`.
+    pub fn refused(&self, kind: Refusal, peer: Option<SocketAddr>, why: &str) {
+        let Some(held) = self.throttles.lock()[kind as usize].note(Instant::now()) else { return };
+        let from = peer.map(|p| format!("from {p}: ")).unwrap_or_default();
+        let more = match held {
+            0 => String::new(),
+            n => format!(" ({n} more like it held back, at most {} per {} s)", self.burst(), LOG_PERIOD.as_secs()),
         };
         match &self.report {
-            Some(report) => report(&line),
-            None => warn!("{line}"),
+            Some(report) => report(kind, &format!("{from}{why}{more}")),
+            None => warn!("{}: {} {from}{why}{more}", self.service, kind.verb()),
         }
+    }
+
+    fn burst(&self) -> u32 {
+        self.throttles.lock()[0].burst
     }
 
     /// Connections in their handshake now.
@@ -388,13 +421,8 @@ impl Pending {
         }
         let slot = self.gate.authenticated.take();
         if slot.is_none() {
-            self.gate.refused(
-                Refusal::Full,
-                &format!(
-                    "closed an authenticated connection from {peer}: {} connections are served already",
-                    self.gate.limits.authenticated
-                ),
-            );
+            let why = format!("{} connections are served already", self.gate.limits.authenticated);
+            self.gate.refused(Refusal::Full, Some(peer), &why);
         }
         slot
     }
@@ -553,7 +581,7 @@ impl Waiting {
                     Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                     Err(e) => {
                         // Out of descriptors, typically: try again on the next turn.
-                        gate.refused(Refusal::Resources, &format!("accept failed: {e}"));
+                        gate.refused(Refusal::Resources, None, &format!("accept failed: {e}"));
                         break;
                     }
                 }
@@ -586,10 +614,8 @@ impl Waiting {
                             .name(format!("{}-conn", gate.service))
                             .spawn(move || work(stream, peer, pending));
                         if let Err(e) = started {
-                            gate.refused(
-                                Refusal::Resources,
-                                &format!("cannot start a thread for {peer}: {e}; connection closed"),
-                            );
+                            let why = format!("cannot start a thread: {e}; connection closed");
+                            gate.refused(Refusal::Resources, Some(peer), &why);
                         }
                     }
                 }
@@ -611,7 +637,7 @@ impl Waiting {
         let _ = poll.registry().deregister(&mut self.stream);
         if let Some(why) = why {
             if !self.pending.evicted() {
-                gate.refused(Refusal::Unauthenticated, &format!("refused a connection from {}: {why}", self.peer));
+                gate.refused(Refusal::Unauthenticated, Some(self.peer), &why);
             }
         }
     }
@@ -650,7 +676,7 @@ where
             }
             // An evicted connection's end was logged with its eviction.
             Err(_) if pending.evicted() => {}
-            Err(e) => g.refused(Refusal::Unauthenticated, &format!("refused a connection from {peer}: {e}")),
+            Err(e) => g.refused(Refusal::Unauthenticated, Some(peer), &e.to_string()),
         }
     });
     gate
@@ -827,9 +853,11 @@ mod tests {
     fn connections_are_handed_over_once_their_first_message_is_whole() {
         let (rtx, reports) = std::sync::mpsc::channel::<String>();
         let rtx = parking_lot::Mutex::new(rtx);
-        let report: Report = Box::new(move |l: &str| drop(rtx.lock().send(l.to_string())));
+        let report: Report = Box::new(move |_, l: &str| drop(rtx.lock().send(l.to_string())));
         let limits = Limits { authenticated: 8, pending: 8, pending_per_addr: 8 };
-        let gate = Gate::with_framing("test", limits, Framing::Noise, Duration::from_millis(800), Some(report));
+        let options =
+            GateOptions { first_message: Duration::from_millis(800), report: Some(report), ..Default::default() };
+        let gate = Gate::with_options("test", limits, options);
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = l.local_addr().unwrap();
         let (wtx, handed) = std::sync::mpsc::channel::<(Vec<u8>, Instant)>();
@@ -887,8 +915,17 @@ mod tests {
     }
 
     #[test]
+    fn a_throttle_with_a_burst_lets_that_many_through_per_period() {
+        let mut th = Throttle::new(Duration::from_secs(5), 3);
+        let t0 = Instant::now();
+        let shown: Vec<Option<u64>> = (0..6).map(|k| th.note(t0 + Duration::from_millis(10 * k))).collect();
+        assert_eq!(shown, [Some(0), Some(0), Some(0), None, None, None]);
+        assert_eq!(th.note(t0 + Duration::from_secs(5)), Some(3));
+    }
+
+    #[test]
     fn throttle_lets_one_line_through_per_period_and_counts_the_rest() {
-        let mut th = Throttle::new(Duration::from_secs(5));
+        let mut th = Throttle::new(Duration::from_secs(5), 1);
         let t0 = Instant::now();
         assert_eq!(th.note(t0), Some(0), "the first line goes out");
         for k in 1..=40 {
