@@ -22,6 +22,7 @@
 
 use crate::launcher::{self, Event, Job, RankState, RunArgs};
 use crate::output::Output;
+use crate::watch;
 use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use p2pmpi::bootstrap::env;
@@ -201,6 +202,173 @@ fn addr_of(info: &PeerInfo, port: u16) -> SocketAddr {
     SocketAddr::new(info.id.ip.parse().unwrap_or(IpAddr::from([127, 0, 0, 1])), port)
 }
 
+/// Start-up attempts at most: each after the first reserves without the hosts that stopped
+/// answering during the previous ones.
+const MAX_ATTEMPTS: usize = 4;
+/// Longest wait for a staging that makes no progress, while its host answers its pings.
+const STAGING_STALL: Duration = Duration::from_secs(120);
+
+/// What to reserve.
+#[derive(Clone, Copy)]
+struct Ask<'a> {
+    n: usize,
+    r: usize,
+    strategy: p2pmpi_core::allocation::Strategy,
+    app: &'a str,
+    /// Hosts given up on, with why: not to be reserved again.
+    exclude: &'a [(PeerId, String)],
+}
+
+/// Step 1: discovery and reservation, by the local MPD. (ticket, placements)
+fn reserve(grid: &Grid, opts: &RunArgs, ask: Ask<'_>, progress: &mut Progress) -> Result<(Ticket, Vec<Placement>)> {
+    let Ask { n, r, strategy, app, exclude } = ask;
+    let mut c =
+        SecureConn::connect_from(Some(grid.state.ip), grid.state.mpd_addr(), &grid.secret, Duration::from_secs(5))
+            .with_context(|| format!("cannot reach this host's peer daemon at {}", grid.state.mpd_addr()))?;
+    c.set_max_record(64 << 20);
+    c.send(&MpdRequest::Reserve {
+        n: n as u32,
+        r: r as u32,
+        strategy: strategy.to_string(),
+        wait_ms: opts.wait.saturating_mul(1000),
+        app: app.to_string(),
+        exclude: exclude.iter().map(|(id, _)| id.clone()).collect(),
+    })?;
+    c.set_read_timeout(Some(Duration::from_millis(200)))?;
+    progress.set(format!("reserving hosts for {n}×{r} process(es)"));
+    let started = Instant::now();
+    loop {
+        match c.recv::<MpdResponse>() {
+            Ok(Some(MpdResponse::Progress { accepted, needed, .. })) => {
+                progress.set(format!("reserving hosts: {accepted} accepted, {needed} process(es) to place"))
+            }
+            Ok(Some(MpdResponse::Reserved { ticket, placements })) => return Ok((ticket, placements)),
+            Ok(Some(MpdResponse::Failed(msg))) => bail!("{msg}"),
+            Ok(Some(other)) => bail!("unexpected answer from the peer daemon: {other:?}"),
+            Ok(None) => bail!("the peer daemon closed the connection during reservation"),
+            Err(e) if e.is_timeout() => {
+                progress.tick();
+                // The MPD gives up at -w itself; allow it a margin before we do.
+                if started.elapsed() > Duration::from_secs(opts.wait + 30) {
+                    bail!("the peer daemon did not finish the reservation in time");
+                }
+            }
+            Err(e) => bail!("reservation failed: {e}"),
+        }
+    }
+}
+
+/// An error of a start-up that gave up on hosts, naming them and why.
+fn with_given_up(e: anyhow::Error, given_up: &[(PeerId, String)]) -> anyhow::Error {
+    if given_up.is_empty() {
+        return e;
+    }
+    let hosts: Vec<String> = given_up.iter().map(|(id, why)| format!("host {id}: {why}")).collect();
+    anyhow::anyhow!("{e:#}; gave up during start-up on {}", hosts.join("; on "))
+}
+
+/// Pings a host's peer daemon: `Pong` within [`watch::PING_TIMEOUT`], or why not.
+fn pinger(me: IpAddr, secret: &GridSecret) -> watch::Ping {
+    let secret = secret.clone();
+    Arc::new(move |h: &PeerInfo| {
+        let start = Instant::now();
+        let addr = addr_of(h, h.id.mpd_port);
+        let mut c =
+            SecureConn::connect_from(Some(me), addr, &secret, watch::PING_TIMEOUT).map_err(|e| e.to_string())?;
+        let left = watch::PING_TIMEOUT.saturating_sub(start.elapsed()).max(Duration::from_millis(100));
+        c.set_read_timeout(Some(left)).map_err(|e| e.to_string())?;
+        match c.call::<_, MpdResponse>(&MpdRequest::Ping) {
+            Ok(MpdResponse::Pong) => Ok(()),
+            Ok(other) => Err(format!("it answered {other:?}")),
+            Err(e) => Err(e.to_string()),
+        }
+    })
+}
+
+/// Says what a watched step waits for: on the spinner, and with `-v` a line for each host
+/// that is pinged (when standard error is not a terminal, the spinner does not show).
+struct Waiter<'a> {
+    name: &'a str,
+    what: String,
+    verbose: bool,
+    told: std::collections::HashSet<usize>,
+}
+
+impl<'a> Waiter<'a> {
+    fn new(name: &'a str, what: impl Into<String>, verbose: bool) -> Self {
+        Waiter { name, what: what.into(), verbose, told: Default::default() }
+    }
+
+    /// The spinner's message for this turn.
+    fn turn(&mut self, hosts: &[PeerInfo], waiting: &[watch::Waiting]) -> String {
+        for w in waiting.iter().filter(|w| w.pinging) {
+            if self.verbose && self.told.insert(w.host) {
+                eprintln!(
+                    "{}: {}: waiting for host {} ({} s): checking that it is alive",
+                    self.name, self.what, hosts[w.host].id, w.for_s
+                );
+            }
+        }
+        let shown: Vec<String> = waiting
+            .iter()
+            .take(3)
+            .map(|w| {
+                let ping = if w.pinging { ", pinging" } else { "" };
+                format!("{} ({} s{ping})", hosts[w.host].id, w.for_s)
+            })
+            .collect();
+        let more = if waiting.len() > 3 { format!(" and {} more", waiting.len() - 3) } else { String::new() };
+        format!("{}: waiting for {}{more}", self.what, shown.join(", "))
+    }
+}
+
+/// Step 2: stages the files to `targets`, each host watched. Returns the hosts that stopped
+/// answering (given up, with why); an error for any other failure.
+#[allow(clippy::too_many_arguments)]
+fn stage_all(
+    name: &str,
+    grid: &Grid,
+    opts: &RunArgs,
+    ticket: Ticket,
+    job: &str,
+    files: &[LocalFile],
+    targets: &[PeerInfo],
+    progress: &mut Progress,
+) -> Result<Vec<(PeerId, String)>> {
+    if targets.is_empty() {
+        return Ok(Vec::new());
+    }
+    progress.set(format!("staging {} file(s) to {} host(s)", files.len(), targets.len()));
+    let metas = ft::describe(files)?;
+    let mut waiter = Waiter::new(name, format!("staging {} file(s)", files.len()), opts.verbose);
+    let outcomes = watch::run(
+        targets,
+        grid.cfg.staging_fanout.max(1) as usize,
+        pinger(grid.state.ip, &grid.secret),
+        &mut |w| progress.set(waiter.turn(targets, w)),
+        &|i, cancel| {
+            let addr = addr_of(&targets[i], targets[i].ft_port);
+            ft::stage_cancellable(addr, &grid.secret, ticket, job, files, &metas, STAGING_STALL, cancel)
+        },
+    );
+    let mut frozen = Vec::new();
+    for (info, outcome) in targets.iter().zip(outcomes) {
+        match outcome {
+            watch::Outcome::Done(rep) if opts.verbose => eprintln!(
+                "{name}: staged to {}: {} cached, {} sent, {} fetched by the peer",
+                info.id, rep.cached, rep.received, rep.fetched
+            ),
+            watch::Outcome::Done(_) => {}
+            watch::Outcome::Failed(e) => {
+                progress.done();
+                bail!("staging to host {} failed: {e:#}", info.id);
+            }
+            watch::Outcome::Unresponsive(why) => frozen.push((info.id.clone(), why)),
+        }
+    }
+    Ok(frozen)
+}
+
 /// Runs a job on the grid. Returns its exit status.
 pub fn run(name: &str, opts: &RunArgs, n: usize, grid: Grid) -> Result<i32> {
     let program = launcher::resolve_program(&opts.command[0])?;
@@ -213,68 +381,71 @@ pub fn run(name: &str, opts: &RunArgs, n: usize, grid: Grid) -> Result<i32> {
     let fd = launcher::FdPlan::from_options(opts, &grid.cfg)?;
     let mut progress = Progress::new();
 
-    // 1. Discovery and reservation, by the local MPD.
-    let mut c = SecureConn::connect_from(Some(me), grid.state.mpd_addr(), &grid.secret, Duration::from_secs(5))
-        .with_context(|| format!("cannot reach this host's peer daemon at {}", grid.state.mpd_addr()))?;
-    c.set_max_record(64 << 20);
-    c.send(&MpdRequest::Reserve {
-        n: n as u32,
-        r: r as u32,
-        strategy: strategy.to_string(),
-        wait_ms: opts.wait.saturating_mul(1000),
-        app: app.clone(),
-    })?;
-    c.set_read_timeout(Some(Duration::from_millis(200)))?;
-    progress.set(format!("reserving hosts for {n}×{r} process(es)"));
-    let (ticket, placements) = loop {
-        match c.recv::<MpdResponse>() {
-            Ok(Some(MpdResponse::Progress { accepted, needed, .. })) => {
-                progress.set(format!("reserving hosts: {accepted} accepted, {needed} process(es) to place"))
-            }
-            Ok(Some(MpdResponse::Reserved { ticket, placements })) => break (ticket, placements),
-            Ok(Some(MpdResponse::Failed(msg))) => {
+    // 1–2. Reservation and staging; a host that stops answering during staging is given up
+    // and the job reserved again without it (as the -w loop keeps looking for hosts).
+    let mut given_up: Vec<(PeerId, String)> = Vec::new();
+    let mut attempt = 0;
+    let (reservation, placements, assigned, job) = loop {
+        attempt += 1;
+        let ask = Ask { n, r, strategy, app: &app, exclude: &given_up };
+        let reserving = Instant::now();
+        let (ticket, placements) = match reserve(&grid, opts, ask, &mut progress) {
+            Ok(t) => t,
+            Err(e) => {
                 progress.done();
-                bail!("{msg}");
+                return Err(with_given_up(e, &given_up));
             }
-            Ok(Some(other)) => bail!("unexpected answer from the peer daemon: {other:?}"),
-            Ok(None) => bail!("the peer daemon closed the connection during reservation"),
-            Err(e) if e.is_timeout() => {
-                progress.tick();
-                // The MPD gives up at -w itself; allow it a margin before we do.
-                if progress.start.elapsed() > Duration::from_secs(opts.wait + 30) {
-                    bail!("the peer daemon did not finish the reservation in time");
-                }
-            }
-            Err(e) => bail!("reservation failed: {e}"),
+        };
+        if opts.verbose {
+            let hosts: Vec<String> = placements.iter().map(|p| format!("{}×{}", p.info.id, p.ranks.len())).collect();
+            eprintln!("{name}: reserved {} in {} ms", hosts.join(", "), reserving.elapsed().as_millis());
         }
-    };
-    drop(c);
-    if opts.verbose {
-        let hosts: Vec<String> = placements.iter().map(|p| format!("{}×{}", p.info.id, p.ranks.len())).collect();
-        eprintln!("{name}: reserved {} in {} ms", hosts.join(", "), progress.start.elapsed().as_millis());
-    }
-    let reservation = Reservation { grid: &grid, ticket, peers: placements.iter().map(|p| p.info.clone()).collect() };
-    let assigned = assign_slots(layout, &placements.iter().map(|p| p.ranks.clone()).collect::<Vec<_>>());
+        let mut reservation =
+            Reservation { grid: &grid, ticket, peers: placements.iter().map(|p| p.info.clone()).collect() };
+        let assigned = assign_slots(layout, &placements.iter().map(|p| p.ranks.clone()).collect::<Vec<_>>());
 
-    if opts.dry_run {
+        if opts.dry_run {
+            progress.done();
+            println!("{:<22} {:>5}  ranks", "host", "procs");
+            for p in &placements {
+                let ranks: Vec<String> = p.ranks.iter().map(|r| r.to_string()).collect();
+                println!("{:<22} {:>5}  {}", p.info.id.to_string(), p.ranks.len(), ranks.join(" "));
+            }
+            if layout.slots() > layout.n {
+                // The table above is the reservation as placed (scripts read it); which copy is
+                // which replica is told apart, on stderr.
+                eprint!("{}", describe_replicas(layout, &placements, &assigned?));
+            }
+            drop(reservation);
+            return Ok(0);
+        }
+        let assigned = assigned?;
+
+        // 2. Staging to every host that runs a process besides rank 0.
+        let job = format!("{:032x}", home::random_u128());
+        let targets: Vec<PeerInfo> = placements
+            .iter()
+            .zip(&assigned)
+            .filter(|(_, s)| s.iter().any(|&x| x != 0))
+            .map(|(p, _)| p.info.clone())
+            .collect();
+        let frozen = stage_all(name, &grid, opts, ticket, &job, &files, &targets, &mut progress)?;
+        if frozen.is_empty() {
+            break (reservation, placements, assigned, job);
+        }
         progress.done();
-        println!("{:<22} {:>5}  ranks", "host", "procs");
-        for p in &placements {
-            let ranks: Vec<String> = p.ranks.iter().map(|r| r.to_string()).collect();
-            println!("{:<22} {:>5}  {}", p.info.id.to_string(), p.ranks.len(), ranks.join(" "));
+        for (id, why) in &frozen {
+            eprintln!("{name}: gave up on host {id} during staging: {why}");
         }
-        if layout.slots() > layout.n {
-            // The table above is the reservation as placed (scripts read it); which copy is
-            // which replica is told apart, on stderr.
-            eprint!("{}", describe_replicas(layout, &placements, &assigned?));
-        }
+        // Its reservation lapses by itself; the others are given back now.
+        reservation.peers.retain(|p| !frozen.iter().any(|(id, _)| *id == p.id));
         drop(reservation);
-        return Ok(0);
-    }
-    let assigned = assigned?;
-
-    // 2. Staging to every host that runs a process besides rank 0.
-    let job = format!("{:032x}", home::random_u128());
+        given_up.extend(frozen);
+        if attempt >= MAX_ATTEMPTS {
+            bail!("{}", with_given_up(anyhow::anyhow!("giving up after {attempt} start-up attempts"), &given_up));
+        }
+        eprintln!("{name}: reserving other hosts instead");
+    };
     // Each host with the slots it launches (slot 0 runs here, started by this process) and
     // how many processes it runs in all.
     let remote: Vec<(&Placement, Vec<u32>, usize)> = placements
@@ -283,36 +454,8 @@ pub fn run(name: &str, opts: &RunArgs, n: usize, grid: Grid) -> Result<i32> {
         .map(|(p, s)| (p, s.iter().copied().filter(|&x| x != 0).collect::<Vec<u32>>(), s.len()))
         .filter(|(_, s, _)| !s.is_empty())
         .collect();
-    if !remote.is_empty() {
-        progress.set(format!("staging {} file(s) to {} host(s)", files.len(), remote.len()));
-        let metas = ft::describe(&files)?;
-        let targets: Vec<SocketAddr> = remote.iter().map(|(p, _, _)| addr_of(&p.info, p.info.ft_port)).collect();
-        let results = ft::stage_many(
-            &targets,
-            grid.cfg.staging_fanout.max(1) as usize,
-            &grid.secret,
-            ticket,
-            &job,
-            &files,
-            &metas,
-            Duration::from_secs(120),
-        );
-        for ((p, _, _), res) in remote.iter().zip(results) {
-            match res {
-                Err(e) => {
-                    progress.done();
-                    bail!("staging to host {} failed: {e:#}", p.info.id);
-                }
-                Ok(rep) if opts.verbose => eprintln!(
-                    "{name}: staged to {}: {} cached, {} sent, {} fetched by the peer",
-                    p.info.id, rep.cached, rep.received, rep.fetched
-                ),
-                Ok(_) => {}
-            }
-        }
-    }
 
-    // 3. The root's control port, then the launches.
+    // 3. The root's control port, then the launches (all at once, each host watched).
     let slots = layout.slots();
     progress.set(format!("launching {slots} process(es)"));
     let listener = TcpListener::bind((me, 0)).context("cannot open the root's control port")?;
@@ -329,49 +472,65 @@ pub fn run(name: &str, opts: &RunArgs, n: usize, grid: Grid) -> Result<i32> {
     let output = Arc::new(Output::new(layout, opts.tag_output));
     let mut remotes: Vec<Arc<Mutex<SecureWriter>>> = Vec::new();
     let mut readers = Vec::new();
-    for (p, ranks, procs) in &remote {
-        let local_procs = if all_loopback { slots } else { *procs };
-        let mut env = vec![(env::LOCAL_PROCS.to_string(), local_procs.to_string())];
-        if r > 1 {
-            env.push((env::REPLICAS.to_string(), r.to_string()));
-        }
-        let spec = LaunchSpec {
-            ticket,
-            job: job.clone(),
-            app: app.clone(),
-            program: app.clone(),
-            args: opts.command[1..].to_vec(),
-            ranks: ranks.clone(),
-            size: n as u32,
-            root: root.to_string(),
-            token,
-            env,
-        };
-        let conn = SecureConn::connect_from(
-            Some(me),
-            addr_of(&p.info, p.info.id.mpd_port),
-            &grid.secret,
-            Duration::from_secs(5),
-        )
-        .and_then(|mut c| {
-            c.send(&MpdRequest::Launch(spec))?;
-            Ok(c)
-        });
-        let conn = match conn {
-            Ok(c) => c,
-            Err(e) => {
-                progress.done();
-                let _ = tx.send(Event::Lost {
-                    ranks: ranks.iter().map(|&x| x as usize).collect(),
-                    why: format!("cannot launch on host {}: {e}", p.info.id),
-                });
-                continue;
+    let infos: Vec<PeerInfo> = remote.iter().map(|(p, _, _)| p.info.clone()).collect();
+    let mut waiter = Waiter::new(name, format!("launching {slots} process(es)"), opts.verbose);
+    let launched = watch::run(
+        &infos,
+        infos.len(),
+        pinger(me, &grid.secret),
+        &mut |w| progress.set(waiter.turn(&infos, w)),
+        &|i, cancel| {
+            let (p, ranks, procs) = &remote[i];
+            let local_procs = if all_loopback { slots } else { *procs };
+            let mut env = vec![(env::LOCAL_PROCS.to_string(), local_procs.to_string())];
+            if r > 1 {
+                env.push((env::REPLICAS.to_string(), r.to_string()));
             }
+            let spec = LaunchSpec {
+                ticket: reservation.ticket,
+                job: job.clone(),
+                app: app.clone(),
+                program: app.clone(),
+                args: opts.command[1..].to_vec(),
+                ranks: ranks.clone(),
+                size: n as u32,
+                root: root.to_string(),
+                token,
+                env,
+            };
+            let addr = addr_of(&p.info, p.info.id.mpd_port);
+            let mut c = SecureConn::connect_cancellable(Some(me), addr, &grid.secret, Duration::from_secs(5), cancel)?;
+            c.send(&MpdRequest::Launch(spec))?;
+            // The first event (started, or refused) tells the launch was taken; the watch
+            // gives the host up long before this time-out if it stops answering.
+            c.set_max_record(1 << 20);
+            c.set_read_timeout(Some(Duration::from_secs(120)))?;
+            let first: JobEvent = c.recv()?.ok_or_else(|| anyhow::anyhow!("the peer daemon closed the connection"))?;
+            c.set_read_timeout(None)?;
+            Ok((c, first))
+        },
+    );
+    for ((p, ranks, _), launch) in remote.iter().zip(launched) {
+        let lost = |why: String| {
+            let _ = tx.send(Event::Lost { ranks: ranks.iter().map(|&x| x as usize).collect(), why });
         };
-        let (reader, writer) = conn.split();
-        remotes.push(Arc::new(Mutex::new(writer)));
-        readers.push(follow_remote(reader, p.info.id.clone(), ranks.clone(), tx.clone(), layout, output.clone()));
+        match launch {
+            watch::Outcome::Done((_, JobEvent::Refused(why))) => {
+                lost(format!("host {} refused the launch: {why}", p.info.id))
+            }
+            watch::Outcome::Done((conn, first)) => {
+                let (reader, writer) = conn.split();
+                remotes.push(Arc::new(Mutex::new(writer)));
+                let follow = Follow { peer: p.info.id.clone(), slots: ranks.clone(), layout, output: output.clone() };
+                readers.push(follow_remote(reader, first, follow, tx.clone()));
+            }
+            watch::Outcome::Failed(e) => lost(format!("cannot launch on host {}: {e:#}", p.info.id)),
+            watch::Outcome::Unresponsive(why) => {
+                lost(format!("host {} stopped answering during the launch: {why}", p.info.id))
+            }
+        }
     }
+    progress.done();
 
     // 4. Rank 0, here.
     let mut cmd = Command::new(&program);
@@ -451,22 +610,35 @@ fn stop_remotes(remotes: &[Arc<Mutex<SecureWriter>>], sig: i32) {
     }
 }
 
-/// Follows one host's launch: prints its processes' output, reports their exits, and
-/// reports the host lost if its connection ends before they all exited. `slots`: the
-/// processes it runs (the MPD's events name them in their `rank` field).
-fn follow_remote(
-    mut reader: p2pmpi_wire::secure::SecureReader,
+/// One host's launch, as [`follow_remote`] follows it: the processes it runs (`slots`; the
+/// MPD's events name them in their `rank` field).
+struct Follow {
     peer: PeerId,
     slots: Vec<u32>,
-    tx: Sender<Event>,
     layout: Layout,
     output: Arc<Output>,
+}
+
+/// Follows one host's launch from its event `first` on: prints its processes' output,
+/// reports their exits, and reports the host lost if its connection ends before they all
+/// exited.
+fn follow_remote(
+    mut reader: p2pmpi_wire::secure::SecureReader,
+    first: JobEvent,
+    f: Follow,
+    tx: Sender<Event>,
 ) -> std::thread::JoinHandle<()> {
     reader.set_max_record(1 << 20);
     std::thread::spawn(move || {
+        let Follow { peer, slots, layout, output } = f;
         let mut left: Vec<u32> = slots;
+        let mut first = Some(first);
         loop {
-            match reader.recv::<JobEvent>() {
+            let event = match first.take() {
+                Some(ev) => Ok(Some(ev)),
+                None => reader.recv::<JobEvent>(),
+            };
+            match event {
                 Ok(Some(JobEvent::Output { rank: slot, stderr, data })) => output.write(slot as usize, stderr, &data),
                 Ok(Some(JobEvent::Started { .. })) => {}
                 Ok(Some(JobEvent::Exited { rank: slot, code, signal })) => {

@@ -30,10 +30,12 @@ use clap::Parser;
 use p2pmpi::bootstrap::env;
 use p2pmpi_core::fencing::{Declaration, Grant, Supervisor};
 use p2pmpi_core::replication::Layout;
+use p2pmpi_peer::server::{self, Framing, Gate, GateOptions, Limits, Pending, Refusal};
 use p2pmpi_wire::control::{self, Control};
+use p2pmpi_wire::secure::Bounded;
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -1018,8 +1020,22 @@ fn report_lost(name: &str, layout: Layout, slot: usize, peer: u32, message: &str
     }
 }
 
+/// Time a process has to register once it connected: all of it, not per read, so a
+/// connection that trickles bytes cannot hold a thread longer.
+const REGISTER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The control port's connection caps for a job of `slots` processes: every process may be
+/// connecting at once, all from one address (a local job); once registered, one connection
+/// per process (and a few to spare). A connection that did not register yet never takes the
+/// place of a registered one; when more are connecting than the job has processes, the
+/// oldest is closed to make room (see `p2pmpi_peer::server`).
+pub(crate) fn control_limits(slots: usize) -> Limits {
+    let pending = slots + 32;
+    Limits { authenticated: slots + 8, pending, pending_per_addr: pending }
+}
+
 /// Accepts control connections; each is served by its own thread, which also answers the
-/// process's lease renewals from `fencing`.
+/// process's lease renewals from `fencing`. Connections are capped ([`control_limits`]).
 pub(crate) fn spawn_control_server(
     listener: TcpListener,
     token: u64,
@@ -1027,38 +1043,46 @@ pub(crate) fn spawn_control_server(
     tx: Sender<Event>,
     fencing: SharedFencing,
 ) {
-    std::thread::spawn(move || {
-        for conn in listener.incoming() {
-            let Ok(conn) = conn else { continue };
-            let tx = tx.clone();
-            let fencing = fencing.clone();
-            std::thread::spawn(move || serve_control(conn, token, n, tx, fencing));
-        }
+    // Refusals are told on the terminal: a few at once, then counted (by the gate).
+    let report_tx = Mutex::new(tx.clone());
+    let report: server::Report = Box::new(move |_, detail: &str| {
+        let _ = lock(&report_tx).send(Event::BadClient { detail: detail.to_string() });
+    });
+    let options =
+        GateOptions { framing: Framing::Control, first_message: REGISTER_TIMEOUT, report: Some(report), burst: 8 };
+    let gate = Gate::with_options("control port", control_limits(n), options);
+    let g = gate.clone();
+    server::accept_loop(listener, gate, move |conn, peer, pending| {
+        serve_control(conn, peer, pending, &g, token, n, tx.clone(), fencing.clone())
     });
 }
 
-fn serve_control(mut conn: TcpStream, token: u64, n: usize, tx: Sender<Event>, fencing: SharedFencing) {
+#[allow(clippy::too_many_arguments)]
+fn serve_control(
+    mut conn: TcpStream,
+    peer: SocketAddr,
+    pending: Pending,
+    gate: &Gate,
+    token: u64,
+    n: usize,
+    tx: Sender<Event>,
+    fencing: SharedFencing,
+) {
     let _ = conn.set_nodelay(true);
-    let _ = conn.set_read_timeout(Some(Duration::from_secs(10)));
-    let (rank, addr, fd_addr, tolerant, pid) = match control::read_msg(&mut conn) {
+    let registration = control::read_msg(&mut Bounded::new(&conn, Instant::now() + REGISTER_TIMEOUT));
+    let refused = |why: String| gate.refused(Refusal::Unauthenticated, Some(peer), &why);
+    let (rank, addr, fd_addr, tolerant, pid) = match registration {
         Ok(Some(Control::Register { rank, data_addr, pid, token: t, fd_addr, tolerant }))
             if t == token && (rank as usize) < n =>
         {
             (rank as usize, data_addr, fd_addr, tolerant, pid)
         }
-        Ok(Some(Control::Register { .. })) => {
-            let _ = tx.send(Event::BadClient { detail: "wrong job token or rank".into() });
-            return;
-        }
-        Ok(other) => {
-            let _ = tx.send(Event::BadClient { detail: format!("expected a registration, got {other:?}") });
-            return;
-        }
-        Err(e) => {
-            let _ = tx.send(Event::BadClient { detail: e.to_string() });
-            return;
-        }
+        _ if pending.evicted() => return,
+        Ok(Some(Control::Register { .. })) => return refused("wrong job token or rank".into()),
+        Ok(other) => return refused(format!("expected a registration, got {other:?}")),
+        Err(e) => return refused(e.to_string()),
     };
+    let Some(_slot) = pending.authenticated(peer) else { return };
     let _ = conn.set_read_timeout(None);
     let Ok(writer) = conn.try_clone() else { return };
     // A process that stopped reading (frozen) must not hold the launcher.
@@ -1199,6 +1223,86 @@ mod tests {
         assert_eq!(who(rep, 0), "rank 0 replica 0");
         assert_eq!(who(rep, 3), "rank 1 replica 1");
         assert_eq!(who(rep, 4), "rank 2 replica 0");
+    }
+
+    /// Issue 13: the launcher's control port is capped. 200 connections that never register
+    /// (each sending a byte now and then) do not keep a process of the job from registering;
+    /// those beyond the cap are closed at once, the others when the registration time is up.
+    #[test]
+    fn the_control_port_is_capped_and_slow_connections_do_not_keep_processes_out() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (tx, rx) = channel();
+        let layout = Layout::new(2, 1);
+        spawn_control_server(listener, 0xfeed, 2, tx, Fencing::shared(layout, None));
+        let start = Instant::now();
+        let slow: Vec<TcpStream> = (0..200)
+            .map(|_| {
+                let mut s = TcpStream::connect(addr).unwrap();
+                s.write_all(&[64]).unwrap();
+                s
+            })
+            .collect();
+        let closed = |s: &TcpStream| {
+            s.set_read_timeout(Some(Duration::from_millis(1))).unwrap();
+            let mut b = [0u8; 1];
+            match (&mut &*s).read(&mut b) {
+                Ok(0) => true,
+                Err(e) => !matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut),
+                Ok(_) => false,
+            }
+        };
+        let open = |all: &[TcpStream]| all.iter().filter(|s| !closed(s)).count();
+        // Beyond the cap (2 + 32 registering), the oldest were closed at once.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while open(&slow) > control_limits(2).pending {
+            assert!(Instant::now() < deadline, "{} slow connections still open", open(&slow));
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // A process of the job registers all the same.
+        let mut p = TcpStream::connect(addr).unwrap();
+        let reg = Control::Register {
+            rank: 1,
+            data_addr: "127.0.0.1:1".into(),
+            pid: 1,
+            token: 0xfeed,
+            fd_addr: String::new(),
+            tolerant: false,
+        };
+        control::write_msg(&mut p, &reg).unwrap();
+        let t = Instant::now();
+        loop {
+            match rx.recv_timeout(Duration::from_secs(5)).expect("the registration was not served") {
+                Event::Registered { rank: 1, .. } => break,
+                Event::BadClient { .. } => {}
+                _ => panic!("unexpected event before the registration"),
+            }
+        }
+        let served = t.elapsed();
+        assert!(served < Duration::from_secs(2), "registered after {served:?}");
+        // The others are closed when their registration time is up, however they trickle.
+        let deadline = start + REGISTER_TIMEOUT + Duration::from_secs(3);
+        let mut sent = Instant::now();
+        while open(&slow) > 0 {
+            assert!(
+                Instant::now() < deadline,
+                "{} slow connections still open after {:?}",
+                open(&slow),
+                start.elapsed()
+            );
+            if sent.elapsed() > Duration::from_secs(2) {
+                for mut s in &slow {
+                    let _ = s.write_all(&[0]);
+                }
+                sent = Instant::now();
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert!(start.elapsed() >= REGISTER_TIMEOUT - Duration::from_millis(500), "closed before their time");
+        // Refusals were reported, but not one line each.
+        let reports = rx.try_iter().filter(|e| matches!(e, Event::BadClient { .. })).count();
+        assert!(reports <= 3 * 8, "{reports} reports of refused connections");
+        drop(p);
     }
 
     #[test]

@@ -16,6 +16,7 @@ pub mod grid_run;
 pub mod launcher;
 pub mod local_grid;
 pub mod output;
+pub mod watch;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;

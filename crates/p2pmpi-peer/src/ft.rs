@@ -56,7 +56,9 @@
 //! The service never panics on input. A malformed, oversized or unexpected record, a bad
 //! ticket, or a peer silent for [`STALL_TIMEOUT`] between records ends that connection with a
 //! log line naming the peer; the listener keeps serving. One thread serves each connection and
-//! at most [`MAX_CONNECTIONS`] are served at once.
+//! at most [`MAX_CONNECTIONS`] authenticated ones are served at once; connections still in their
+//! handshake are admitted apart, so that nobody without the secret can lock the service
+//! ([`crate::server`]).
 //!
 //! ## Safe names
 //!
@@ -69,7 +71,7 @@
 
 use anyhow::{anyhow, bail, Context, Result};
 use p2pmpi_wire::grid::{FileMeta, FileSource, FtRequest, FtResponse, Ticket};
-use p2pmpi_wire::secure::{GridSecret, SecureConn, SecureError, HANDSHAKE_TIMEOUT};
+use p2pmpi_wire::secure::{Canceller, GridSecret, SecureConn, SecureError, HANDSHAKE_TIMEOUT};
 use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
@@ -81,7 +83,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tracing::{info, warn};
 
-use crate::server::{spawn_with_slot, Slots};
+use crate::server::{self, Limits, DAEMON_LIMITS};
 
 /// Largest content carried by one `Chunk` record.
 pub const CHUNK_SIZE: usize = 1 << 20;
@@ -91,7 +93,8 @@ pub const MAX_RECORD: usize = CHUNK_SIZE + (64 << 10);
 pub const STALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// Time allowed to fetch one URL file.
 pub const FETCH_TIMEOUT: Duration = Duration::from_secs(300);
-/// Connections served at once; more are closed with a log line.
+/// Authenticated connections served at once; more are closed with a log line (connections
+/// still in their handshake do not count: see [`crate::server`]).
 pub const MAX_CONNECTIONS: usize = 64;
 /// Longest staged name, in bytes.
 pub const MAX_NAME: usize = 255;
@@ -243,39 +246,18 @@ fn touch(path: &Path) {
 }
 
 /// Serves FT connections on `listener` until the process ends (spawns its accept thread and
-/// returns immediately).
+/// returns immediately), with the admission of [`crate::server`]: at most [`MAX_CONNECTIONS`]
+/// authenticated connections, those still in their handshake counted apart.
 pub fn serve(listener: TcpListener, ctx: Arc<FtContext>) {
     remove_stale_temp_files(&ctx.cache_dir);
     enforce_cache_quota(&ctx);
-    let slots = Slots::new(MAX_CONNECTIONS);
-    let spawned = std::thread::Builder::new().name("ft-accept".into()).spawn(move || {
-        for conn in listener.incoming() {
-            let stream = match conn {
-                Ok(s) => s,
-                Err(e) => {
-                    warn!("ft: accept failed: {e}");
-                    std::thread::sleep(Duration::from_millis(50));
-                    continue;
-                }
-            };
-            let peer = peer_of(&stream);
-            let Some(slot) = slots.take() else {
-                warn!("ft: too many connections; closing the one from {peer}");
-                continue;
-            };
-            let ctx = ctx.clone();
-            let builder = std::thread::Builder::new().name("ft-conn".into());
-            if let Err(e) = spawn_with_slot(builder, slot, move || handle(stream, &ctx)) {
-                warn!("ft: cannot start a thread for {peer}: {e}; connection closed");
-            }
-        }
+    let limits = Limits { authenticated: MAX_CONNECTIONS, ..DAEMON_LIMITS };
+    server::serve_with("ft", listener, ctx.secret.clone(), limits, move |conn, peer| {
+        serve_conn(conn, peer, &ctx, STALL_TIMEOUT)
     });
-    if let Err(e) = spawned {
-        warn!("ft: cannot start the accept thread: {e}");
-    }
 }
 
-/// Serves one accepted connection (used by serve; public for tests).
+/// Serves one accepted connection, handshake included (public for tests).
 pub fn handle(stream: TcpStream, ctx: &FtContext) {
     handle_with_timeout(stream, ctx, STALL_TIMEOUT)
 }
@@ -283,10 +265,14 @@ pub fn handle(stream: TcpStream, ctx: &FtContext) {
 /// [`handle`] with another stall time-out (tests use a short one).
 pub fn handle_with_timeout(stream: TcpStream, ctx: &FtContext, stall: Duration) {
     let peer = peer_of(&stream);
-    let mut conn = match SecureConn::accept(stream, &ctx.secret, stall.min(HANDSHAKE_TIMEOUT)) {
-        Ok(c) => c,
-        Err(e) => return warn!("ft: refused a connection from {peer}: {e}"),
-    };
+    match SecureConn::accept(stream, &ctx.secret, stall.min(HANDSHAKE_TIMEOUT)) {
+        Ok(c) => serve_conn(c, peer, ctx, stall),
+        Err(e) => warn!("ft: refused a connection from {peer}: {e}"),
+    }
+}
+
+/// Serves one authenticated connection: stagings until the client closes it.
+fn serve_conn(mut conn: SecureConn, peer: SocketAddr, ctx: &FtContext, stall: Duration) {
     conn.set_max_record(MAX_RECORD);
     if let Err(e) = conn.set_read_timeout(Some(stall)) {
         return warn!("ft: {peer}: cannot set a time-out: {e}");
@@ -731,6 +717,7 @@ pub struct StageReport {
 }
 
 /// Stages `files` (with their `metas` from describe, same order) to one peer's FT at `addr`.
+/// `timeout` bounds each wait for the peer (the handshake at most [`CONNECT_LIMIT`]).
 pub fn stage(
     addr: SocketAddr,
     secret: &GridSecret,
@@ -740,10 +727,30 @@ pub fn stage(
     metas: &[FileMeta],
     timeout: Duration,
 ) -> Result<StageReport> {
-    stage_inner(addr, secret, ticket, job, files, metas, timeout)
+    stage_cancellable(addr, secret, ticket, job, files, metas, timeout, &Canceller::new())
+}
+
+/// [`stage`], its connection closed by `cancel` whenever it is called (a watchdog that found
+/// the peer frozen: its kernel still accepts and buffers, nothing answers).
+#[allow(clippy::too_many_arguments)]
+pub fn stage_cancellable(
+    addr: SocketAddr,
+    secret: &GridSecret,
+    ticket: Ticket,
+    job: &str,
+    files: &[LocalFile],
+    metas: &[FileMeta],
+    timeout: Duration,
+    cancel: &Canceller,
+) -> Result<StageReport> {
+    stage_inner(addr, secret, ticket, job, files, metas, timeout, cancel)
         .map_err(|e| anyhow!("staging to {addr} failed: {e:#}"))
 }
 
+/// Longest wait for a staging's connection and handshake (one round trip).
+pub const CONNECT_LIMIT: Duration = Duration::from_secs(10);
+
+#[allow(clippy::too_many_arguments)]
 fn stage_inner(
     addr: SocketAddr,
     secret: &GridSecret,
@@ -752,11 +759,12 @@ fn stage_inner(
     files: &[LocalFile],
     metas: &[FileMeta],
     timeout: Duration,
+    cancel: &Canceller,
 ) -> Result<StageReport> {
     if files.len() != metas.len() || files.iter().zip(metas).any(|(f, m)| f.name() != m.name) {
         bail!("the file descriptions do not match the files");
     }
-    let mut conn = SecureConn::connect(addr, secret, timeout)?;
+    let mut conn = SecureConn::connect_cancellable(None, addr, secret, timeout.min(CONNECT_LIMIT), cancel)?;
     conn.set_read_timeout(Some(timeout))?;
     let offer = FtRequest::Offer { ticket, job: job.to_string(), files: metas.to_vec() };
     let need = match conn.call(&offer)? {

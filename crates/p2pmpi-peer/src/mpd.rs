@@ -290,7 +290,8 @@ impl Mpd {
     }
 
     /// Discovery and reservation for a local submitter (thesis §3.3.2, figure 3.4).
-    fn reserve(&self, conn: &mut SecureConn, n: u32, r: u32, strategy: &str, wait_ms: u64, app: &str) -> Result<()> {
+    fn reserve(&self, conn: &mut SecureConn, ask: Ask<'_>) -> Result<()> {
+        let Ask { n, r, strategy, wait_ms, app, exclude } = ask;
         let strategy: Strategy = match strategy.parse() {
             Ok(s) => s,
             Err(e) => {
@@ -308,6 +309,10 @@ impl Mpd {
         let mut booking = Booking::new(n, r, strategy, self.me.id.clone());
         let want = booking_count(n, r);
         info!("reservation {ticket} for {app}: n={n} r={r} {strategy}, booking {want} host(s)");
+        if !exclude.is_empty() {
+            let list: Vec<String> = exclude.iter().map(|id| id.to_string()).collect();
+            info!("reservation {ticket}: not asking {} (the submitter gave up on them)", list.join(", "));
+        }
         loop {
             // Enough known hosts? Otherwise ask the supernodes first.
             let known = self.cache.lock().ranked().len() + 1;
@@ -316,7 +321,7 @@ impl Mpd {
                 self.refresh();
             }
             let mut candidates = vec![self.me.id.clone()];
-            candidates.extend(self.cache.lock().ranked());
+            candidates.extend(self.cache.lock().ranked().into_iter().filter(|id| !exclude.contains(id)));
             let ask = booking.next_requests(&candidates);
             if !ask.is_empty() {
                 let (tx, rx) = channel();
@@ -410,6 +415,17 @@ impl Mpd {
             "this host is not permitted by its own HOST_DENY/HOST_ALLOW".into()
         }
     }
+}
+
+/// A local submitter's reservation request.
+struct Ask<'a> {
+    n: u32,
+    r: u32,
+    strategy: &'a str,
+    wait_ms: u64,
+    app: &'a str,
+    /// Hosts not to ask (the submitter gave up on them).
+    exclude: &'a [PeerId],
 }
 
 /// Runs a peer daemon in the foreground until `mpihalt`.
@@ -643,9 +659,10 @@ impl Mpd {
                     self.halting.store(true, Ordering::SeqCst);
                     MpdResponse::Halting
                 }
-                MpdRequest::Reserve { n, r, strategy, wait_ms, app } => {
+                MpdRequest::Reserve { n, r, strategy, wait_ms, app, exclude } => {
                     let _ = conn.set_read_timeout(None);
-                    if let Err(e) = self.reserve(&mut conn, n, r, &strategy, wait_ms, &app) {
+                    let ask = Ask { n, r, strategy: &strategy, wait_ms, app: &app, exclude: &exclude };
+                    if let Err(e) = self.reserve(&mut conn, ask) {
                         warn!("reservation for {app}: the submitter went away: {e:#}");
                     }
                     continue;

@@ -210,9 +210,10 @@ pub enum MpdRequest {
     /// Stop the daemon (`mpihalt`; accepted from this host only).
     Halt,
     /// From the local submitter: discover and reserve hosts for n×r processes, placed by
-    /// `strategy`, retrying up to `wait_ms`. The MPD answers with `Progress` records, then
-    /// `Reserved` or `Failed`.
-    Reserve { n: u32, r: u32, strategy: String, wait_ms: u64, app: String },
+    /// `strategy`, retrying up to `wait_ms`, never on the hosts of `exclude` (the submitter
+    /// gave up on them: they stopped answering during an earlier start-up). The MPD answers
+    /// with `Progress` records, then `Reserved` or `Failed`.
+    Reserve { n: u32, r: u32, strategy: String, wait_ms: u64, app: String, exclude: Vec<PeerId> },
     /// From the local submitter: give back reservations (unused, or a job that ended).
     Release { ticket: Ticket, peers: Vec<PeerInfo> },
     /// Start processes for a job; the connection then carries [`JobEvent`]s until every

@@ -19,13 +19,18 @@
 //! length (4 bytes, little-endian), checked against the connection's limit before anything is
 //! allocated. Malformed, oversized or forged input is an error, never a panic. Reads honour the
 //! socket's read time-out, so a connection that stalls ends with an error the caller logs.
+//!
+//! The handshake has **one deadline** for all of it (TCP connection, every read and write),
+//! not a time-out per read: a side that trickles one byte every few seconds cannot make it
+//! last longer. A [`Canceller`] lets another thread close a connection in any phase, the
+//! handshake included (a watchdog that found the other side frozen).
 
 use serde::{de::DeserializeOwned, Serialize};
 use snow::StatelessTransportState;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use thiserror::Error;
 
 const NOISE_PARAMS: &str = "Noise_NNpsk0_25519_ChaChaPoly_BLAKE2s";
@@ -37,6 +42,94 @@ const CHUNK: usize = MAX_NOISE - TAG;
 pub const DEFAULT_MAX_RECORD: usize = 4 << 20;
 /// Default time allowed for the whole handshake.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A stream whose every read and write is bounded by what is left of one deadline: a peer
+/// that sends (or reads) a byte now and then cannot stretch an exchange past it. Each call
+/// sets the socket's time-out to the time left; once it passed, calls fail with `TimedOut`.
+pub struct Bounded<'a> {
+    stream: &'a TcpStream,
+    deadline: Instant,
+}
+
+impl<'a> Bounded<'a> {
+    pub fn new(stream: &'a TcpStream, deadline: Instant) -> Self {
+        Bounded { stream, deadline }
+    }
+
+    fn left(&self) -> io::Result<Duration> {
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::Error::new(io::ErrorKind::TimedOut, "deadline passed"));
+        }
+        Ok(left)
+    }
+}
+
+impl Read for Bounded<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.stream.set_read_timeout(Some(self.left()?))?;
+        (&mut &*self.stream).read(buf)
+    }
+}
+
+impl Write for Bounded<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.stream.set_write_timeout(Some(self.left()?))?;
+        (&mut &*self.stream).write(buf)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Closes a connection from another thread, in any phase (TCP connection excepted: it is
+/// bounded by its own time-out): whatever blocks on it returns an error at once. For a
+/// watchdog that gave up on the other side.
+#[derive(Clone, Default)]
+pub struct Canceller(Arc<Mutex<CancelState>>);
+
+#[derive(Default)]
+struct CancelState {
+    cancelled: bool,
+    stream: Option<TcpStream>,
+}
+
+impl Canceller {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Closes the connection (now, or as soon as it is attached).
+    pub fn cancel(&self) {
+        let mut st = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        st.cancelled = true;
+        if let Some(s) = st.stream.take() {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+    }
+
+    pub fn is_cancelled(&self) -> bool {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).cancelled
+    }
+
+    /// Attaches a connection: `cancel` closes it from now on (at once if it was called).
+    pub fn attach(&self, stream: &TcpStream) -> io::Result<()> {
+        let mut st = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if st.cancelled {
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+            return Err(io::Error::new(io::ErrorKind::ConnectionAborted, "cancelled"));
+        }
+        st.stream = Some(stream.try_clone()?);
+        Ok(())
+    }
+}
+
+impl std::fmt::Debug for Canceller {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Canceller(cancelled: {})", self.is_cancelled())
+    }
+}
 
 /// The grid secret, reduced to the 32-byte pre-shared key of the handshake.
 #[derive(Clone)]
@@ -159,7 +252,8 @@ pub struct SecureConn {
 }
 
 impl SecureConn {
-    /// Connects to `addr` and runs the handshake as initiator, all within `timeout`.
+    /// Connects to `addr` and runs the handshake as initiator, all within `timeout` (one
+    /// deadline for the TCP connection and the whole handshake).
     pub fn connect(addr: SocketAddr, secret: &GridSecret, timeout: Duration) -> Result<Self, SecureError> {
         Self::connect_from(None, addr, secret, timeout)
     }
@@ -173,24 +267,39 @@ impl SecureConn {
         secret: &GridSecret,
         timeout: Duration,
     ) -> Result<Self, SecureError> {
+        let deadline = Instant::now() + timeout;
         let stream = connect_tcp(local, addr, timeout).map_err(io_err)?;
-        Self::handshake(stream, secret, timeout, true)
+        Self::handshake(stream, secret, deadline, true)
     }
 
-    /// Runs the handshake as responder on an accepted connection.
+    /// Like [`SecureConn::connect_from`], closed by `cancel` whenever it is called, also
+    /// during the handshake.
+    pub fn connect_cancellable(
+        local: Option<std::net::IpAddr>,
+        addr: SocketAddr,
+        secret: &GridSecret,
+        timeout: Duration,
+        cancel: &Canceller,
+    ) -> Result<Self, SecureError> {
+        let deadline = Instant::now() + timeout;
+        let stream = connect_tcp(local, addr, timeout).map_err(io_err)?;
+        cancel.attach(&stream)?;
+        Self::handshake(stream, secret, deadline, true)
+    }
+
+    /// Runs the handshake as responder on an accepted connection, all of it within `timeout`.
     pub fn accept(stream: TcpStream, secret: &GridSecret, timeout: Duration) -> Result<Self, SecureError> {
-        Self::handshake(stream, secret, timeout, false)
+        Self::handshake(stream, secret, Instant::now() + timeout, false)
     }
 
     fn handshake(
-        mut stream: TcpStream,
+        stream: TcpStream,
         secret: &GridSecret,
-        timeout: Duration,
+        deadline: Instant,
         initiator: bool,
     ) -> Result<Self, SecureError> {
         stream.set_nodelay(true)?;
-        stream.set_read_timeout(Some(timeout))?;
-        stream.set_write_timeout(Some(timeout))?;
+        let mut io = Bounded::new(&stream, deadline);
         let b = builder(secret)?;
         let mut hs = if initiator { b.build_initiator() } else { b.build_responder() }
             .map_err(|e| SecureError::Handshake(format!("{e:?}")))?;
@@ -201,18 +310,18 @@ impl SecureConn {
         // NN: initiator → e, psk; responder → e, ee.
         if initiator {
             let n = hs.write_message(&[], &mut msg).map_err(hs_err)?;
-            write_frame(&mut stream, &msg[..n])?;
-            let Some(n) = read_frame(&mut stream, &mut frame)? else {
+            write_frame(&mut io, &msg[..n])?;
+            let Some(n) = read_frame(&mut io, &mut frame)? else {
                 return Err(SecureError::Handshake("the other side closed the connection".into()));
             };
             hs.read_message(&frame[..n], &mut payload).map_err(hs_err)?;
         } else {
-            let Some(n) = read_frame(&mut stream, &mut frame)? else {
+            let Some(n) = read_frame(&mut io, &mut frame)? else {
                 return Err(SecureError::Handshake("the other side closed the connection".into()));
             };
             hs.read_message(&frame[..n], &mut payload).map_err(hs_err)?;
             let n = hs.write_message(&[], &mut msg).map_err(hs_err)?;
-            write_frame(&mut stream, &msg[..n])?;
+            write_frame(&mut io, &msg[..n])?;
         }
         let noise = Arc::new(Mutex::new(hs.into_stateless_transport_mode().map_err(hs_err)?));
         stream.set_read_timeout(None)?;
@@ -358,6 +467,7 @@ impl SecureReader {
 mod tests {
     use super::*;
     use std::net::TcpListener;
+    use std::time::Instant;
 
     fn pair(a: &str, b: &str) -> (Result<SecureConn, SecureError>, Result<SecureConn, SecureError>) {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -414,6 +524,123 @@ mod tests {
         s.set_max_record(1000);
         c.send(&vec![0u8; 5000]).unwrap();
         assert!(matches!(s.recv::<Vec<u8>>(), Err(SecureError::TooLong(_, 1000))));
+    }
+
+    /// One deadline for the whole handshake: a client trickling its first message a byte at
+    /// a time, each byte well within the time-out, is dropped when the deadline passes.
+    #[test]
+    fn a_trickling_peer_cannot_stretch_the_handshake() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let trickler = std::thread::spawn(move || {
+            let mut s = TcpStream::connect(addr).unwrap();
+            s.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
+            let start = Instant::now();
+            // A length announcing 48 bytes, then one byte every 100 ms until the other side
+            // closes (bounded: 100 bytes).
+            let _ = s.write_all(&[0, 48]);
+            for _ in 0..100 {
+                std::thread::sleep(Duration::from_millis(100));
+                if s.write_all(&[7]).is_err() {
+                    break;
+                }
+                let mut b = [0u8; 1];
+                if matches!(s.read(&mut b), Ok(0)) {
+                    break;
+                }
+            }
+            start.elapsed()
+        });
+        let (s, _) = l.accept().unwrap();
+        let start = Instant::now();
+        let e = SecureConn::accept(s, &GridSecret::from_phrase("x"), Duration::from_millis(600)).err().unwrap();
+        let took = start.elapsed();
+        assert!(e.is_timeout(), "{e}");
+        assert!(took >= Duration::from_millis(550) && took < Duration::from_millis(1500), "{took:?}");
+        let lasted = trickler.join().unwrap();
+        assert!(lasted < Duration::from_secs(3), "the trickler was served for {lasted:?}");
+    }
+
+    /// The same deadline bounds the initiator: a server that accepted but trickles its answer.
+    #[test]
+    fn the_initiator_has_one_deadline_too() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            let _ = s.write_all(&[0, 48]);
+            for _ in 0..30 {
+                std::thread::sleep(Duration::from_millis(100));
+                if s.write_all(&[7]).is_err() {
+                    break;
+                }
+            }
+        });
+        let start = Instant::now();
+        let e = SecureConn::connect(addr, &GridSecret::from_phrase("x"), Duration::from_millis(600)).err().unwrap();
+        assert!(e.is_timeout(), "{e}");
+        assert!(start.elapsed() < Duration::from_millis(1500), "{:?}", start.elapsed());
+    }
+
+    /// A canceller closes a connection from another thread, in the handshake or after it.
+    #[test]
+    fn a_canceller_closes_the_connection_in_any_phase() {
+        // In the handshake: the server accepted (the kernel did) but never answers.
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let cancel = Canceller::new();
+        let c2 = cancel.clone();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(200));
+            c2.cancel();
+        });
+        let start = Instant::now();
+        let r = SecureConn::connect_cancellable(
+            None,
+            addr,
+            &GridSecret::from_phrase("x"),
+            Duration::from_secs(30),
+            &cancel,
+        );
+        assert!(r.is_err());
+        assert!(start.elapsed() < Duration::from_secs(5), "{:?}", start.elapsed());
+        t.join().unwrap();
+        assert!(cancel.is_cancelled());
+        // Cancelled before: refused at once.
+        assert!(SecureConn::connect_cancellable(
+            None,
+            addr,
+            &GridSecret::from_phrase("x"),
+            Duration::from_secs(30),
+            &cancel
+        )
+        .is_err());
+        drop(l);
+
+        // After the handshake: a receive waiting for an answer that never comes.
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let secret = GridSecret::from_phrase("k");
+        let server = {
+            let secret = secret.clone();
+            std::thread::spawn(move || {
+                let (s, _) = l.accept().unwrap();
+                let c = SecureConn::accept(s, &secret, Duration::from_secs(5)).unwrap();
+                std::thread::sleep(Duration::from_secs(1));
+                drop(c);
+            })
+        };
+        let cancel = Canceller::new();
+        let mut c = SecureConn::connect_cancellable(None, addr, &secret, Duration::from_secs(5), &cancel).unwrap();
+        let c2 = cancel.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            c2.cancel();
+        });
+        let start = Instant::now();
+        assert!(!matches!(c.recv::<u32>(), Ok(Some(_))));
+        assert!(start.elapsed() < Duration::from_millis(900), "{:?}", start.elapsed());
+        server.join().unwrap();
     }
 
     #[test]
