@@ -1,9 +1,10 @@
 //! The local launcher: runs the N processes of a job on this host.
 //!
 //! Start-up follows the seeds' execution preamble: each process binds its data port and
-//! registers (rank, address) on the launcher's control port, proving with the job's secret
-//! token that it belongs to the job; once all have registered the launcher sends every process
-//! the communicator table. The control connections stay open: a process reports `Finalized`
+//! registers (rank, address) on the launcher's control port, proving in a challenge-response
+//! on the job's key ([`p2pmpi_wire::auth`]; the key is drawn here and given to the children
+//! in their environment, never sent on a socket) that it belongs to the job; once all have
+//! registered the launcher sends every process the communicator table. The control connections stay open: a process reports `Finalized`
 //! or `Abort` on it, and its closing tells that the process is gone.
 //!
 //! Failure handling: when a process dies (signal, non-zero status, or success without
@@ -30,6 +31,7 @@ use clap::Parser;
 use p2pmpi::bootstrap::env;
 use p2pmpi_core::fencing::{Declaration, Grant, Supervisor};
 use p2pmpi_core::replication::Layout;
+use p2pmpi_wire::auth::JobKey;
 use p2pmpi_wire::control::{self, Control};
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -369,13 +371,11 @@ fn run_local(name: &str, opts: RunArgs, n: usize) -> Result<i32> {
 
     let listener = TcpListener::bind("127.0.0.1:0").context("cannot open the launcher's control port")?;
     let ctrl_addr = listener.local_addr()?;
-    let mut tok = [0u8; 8];
-    getrandom::fill(&mut tok).map_err(|e| anyhow::anyhow!("no randomness for the job token: {e}"))?;
-    let token = u64::from_le_bytes(tok);
+    let key = JobKey::random()?;
 
     let (tx, rx) = channel::<Event>();
     let fencing = Fencing::shared(layout, fd.as_ref());
-    spawn_control_server(listener, token, slots, tx.clone(), fencing.clone());
+    spawn_control_server(listener, key.clone(), slots, tx.clone(), fencing.clone());
 
     let output = Arc::new(Output::new(layout, opts.tag_output));
     let mut children: Vec<Child> = Vec::with_capacity(slots);
@@ -387,7 +387,7 @@ fn run_local(name: &str, opts: RunArgs, n: usize) -> Result<i32> {
             .env(env::RANK, slot.to_string())
             .env(env::SIZE, n.to_string())
             .env(env::CONTROL, ctrl_addr.to_string())
-            .env(env::TOKEN, format!("{token:016x}"))
+            .env(env::JOB_KEY, key.to_hex())
             .env(env::LOCAL_PROCS, slots.to_string())
             .stdin(if slot == 0 { Stdio::inherit() } else { Stdio::null() })
             .stdout(Stdio::piped())
@@ -1022,7 +1022,7 @@ fn report_lost(name: &str, layout: Layout, slot: usize, peer: u32, message: &str
 /// process's lease renewals from `fencing`.
 pub(crate) fn spawn_control_server(
     listener: TcpListener,
-    token: u64,
+    key: JobKey,
     n: usize,
     tx: Sender<Event>,
     fencing: SharedFencing,
@@ -1032,30 +1032,22 @@ pub(crate) fn spawn_control_server(
             let Ok(conn) = conn else { continue };
             let tx = tx.clone();
             let fencing = fencing.clone();
-            std::thread::spawn(move || serve_control(conn, token, n, tx, fencing));
+            let key = key.clone();
+            std::thread::spawn(move || serve_control(conn, &key, n, tx, fencing));
         }
     });
 }
 
-fn serve_control(mut conn: TcpStream, token: u64, n: usize, tx: Sender<Event>, fencing: SharedFencing) {
+fn serve_control(mut conn: TcpStream, key: &JobKey, n: usize, tx: Sender<Event>, fencing: SharedFencing) {
     let _ = conn.set_nodelay(true);
-    let _ = conn.set_read_timeout(Some(Duration::from_secs(10)));
-    let (rank, addr, fd_addr, tolerant, pid) = match control::read_msg(&mut conn) {
-        Ok(Some(Control::Register { rank, data_addr, pid, token: t, fd_addr, tolerant }))
-            if t == token && (rank as usize) < n =>
-        {
-            (rank as usize, data_addr, fd_addr, tolerant, pid)
-        }
-        Ok(Some(Control::Register { .. })) => {
-            let _ = tx.send(Event::BadClient { detail: "wrong job token or rank".into() });
-            return;
-        }
-        Ok(other) => {
-            let _ = tx.send(Event::BadClient { detail: format!("expected a registration, got {other:?}") });
-            return;
-        }
+    // The whole opening within 10 s: a connection that trickles bytes is dropped all the same.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut timed = Deadlined { conn: &mut conn, deadline };
+    let (rank, addr, fd_addr, tolerant, pid) = match control::accept(&mut timed, key, n) {
+        Ok(r) => (r.rank as usize, r.data_addr, r.fd_addr, r.tolerant, r.pid),
         Err(e) => {
-            let _ = tx.send(Event::BadClient { detail: e.to_string() });
+            let peer = conn.peer_addr().map(|a| a.to_string()).unwrap_or_else(|_| "?".into());
+            let _ = tx.send(Event::BadClient { detail: format!("from {peer}: {e}") });
             return;
         }
     };
@@ -1098,6 +1090,41 @@ fn serve_control(mut conn: TcpStream, token: u64, n: usize, tx: Sender<Event>, f
                 return;
             }
         }
+    }
+}
+
+/// A stream whose reads and writes give up at `deadline` (the opening of a control
+/// connection: one limit for all of it, not one per read).
+struct Deadlined<'a> {
+    conn: &'a mut TcpStream,
+    deadline: Instant,
+}
+
+impl Deadlined<'_> {
+    fn arm(&mut self) -> std::io::Result<()> {
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "the opening took more than 10 s"));
+        }
+        self.conn.set_read_timeout(Some(left))?;
+        self.conn.set_write_timeout(Some(left))
+    }
+}
+
+impl Read for Deadlined<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.arm()?;
+        self.conn.read(buf)
+    }
+}
+
+impl Write for Deadlined<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.arm()?;
+        self.conn.write(buf)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.conn.flush()
     }
 }
 

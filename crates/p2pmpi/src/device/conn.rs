@@ -1,14 +1,33 @@
 //! One TCP connection: a read buffer that frames are parsed from, a streaming state for
-//! rendez-vous data, and a queue of outgoing frames written with `writev`.
+//! rendez-vous data, a queue of outgoing frames written with `writev`, and where the
+//! connection's opening (the challenge-response on the job key) stands.
 
 use super::{ConnError, ReqId, StatusInfo, EAGER_LIMIT};
 use mio::net::TcpStream;
-use p2pmpi_wire::{Header, WireError, HEADER_LEN};
+use p2pmpi_wire::auth::Nonce;
+use p2pmpi_wire::{FrameKind, Header, HEADER_LEN};
 use std::collections::VecDeque;
 use std::io::{self, IoSlice, Read, Write};
 
 /// Read buffer size: a whole eager frame always fits.
 const RBUF: usize = 2 * EAGER_LIMIT + 2 * HEADER_LEN;
+
+/// Read buffer of an accepted connection until it is authenticated: the opening's frames
+/// fit (a connection that has not proved the job key costs little memory).
+const HANDSHAKE_RBUF: usize = 512;
+
+/// Where a connection's opening stands (see [`p2pmpi_wire::auth`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Auth {
+    /// Opened by this process, `Hello` sent: waiting for the acceptor's `Challenge`.
+    AwaitChallenge { nc: Nonce },
+    /// Accepted: waiting for the connector's `Hello`.
+    AwaitHello,
+    /// Accepted, `Challenge` sent: waiting for the connector's `Auth`.
+    AwaitAuth { slot: i32, nc: Nonce, na: Nonce },
+    /// Both sides proved the job key.
+    Done,
+}
 
 #[derive(Clone, Copy)]
 pub(crate) enum RState {
@@ -41,14 +60,20 @@ pub(crate) struct Out {
     /// Bytes of header + payload already written.
     pos: usize,
     done: Option<ReqId>,
+    /// A frame of the connection's opening: written while the connection is gated.
+    handshake: bool,
 }
 
 impl Out {
     pub fn new(h: Header, payload: Payload) -> Out {
-        Out { hdr: h.encode(), payload, pos: 0, done: None }
+        Out { hdr: h.encode(), payload, pos: 0, done: None, handshake: false }
     }
     pub fn with_completion(h: Header, payload: Payload, req: ReqId) -> Out {
-        Out { hdr: h.encode(), payload, pos: 0, done: Some(req) }
+        Out { hdr: h.encode(), payload, pos: 0, done: Some(req), handshake: false }
+    }
+    /// A frame of the opening (`Hello`, `Challenge`, `Auth`).
+    pub fn handshake(h: Header, payload: Payload) -> Out {
+        Out { hdr: h.encode(), payload, pos: 0, done: None, handshake: true }
     }
     fn total(&self) -> usize {
         HEADER_LEN + self.payload.bytes().len()
@@ -77,6 +102,15 @@ pub(crate) struct Conn {
     pub shutdown_after_flush: bool,
     /// The peer closed its sending side after saying `Bye`.
     pub read_eof: bool,
+    /// The opening's progress.
+    pub auth: Auth,
+    /// Only frames of the opening are written (a connection this process opened, until the
+    /// acceptor proved the job key): the others wait in the queue.
+    pub gated: bool,
+    /// The opening moved on while the connection was checked out: flush it once put back.
+    pub kick: bool,
+    /// When the connection was opened or accepted.
+    pub opened: std::time::Instant,
     /// Largest eager payload accepted (replicated jobs send every message eager).
     pub max_eager: u64,
     /// The large eager message in `stream_unexpected` is matched only once complete (a
@@ -91,12 +125,28 @@ pub(crate) struct Conn {
 }
 
 impl Conn {
-    pub fn new(stream: TcpStream, initiated: bool) -> Conn {
+    /// A connection this process opened to slot `peer`, whose opening starts with nonce `nc`:
+    /// gated until the acceptor answers.
+    pub fn opened(stream: TcpStream, peer: i32, nc: Nonce) -> Conn {
+        let mut c = Conn::new(stream, true, RBUF);
+        c.peer = Some(peer);
+        c.auth = Auth::AwaitChallenge { nc };
+        c.gated = true;
+        c
+    }
+
+    /// A connection accepted from an unknown process: a small read buffer until it proves
+    /// the job key.
+    pub fn accepted(stream: TcpStream) -> Conn {
+        Conn::new(stream, false, HANDSHAKE_RBUF)
+    }
+
+    fn new(stream: TcpStream, initiated: bool, rbuf: usize) -> Conn {
         Conn {
             stream,
             peer: None,
             initiated,
-            rbuf: vec![0u8; RBUF].into_boxed_slice(),
+            rbuf: vec![0u8; rbuf].into_boxed_slice(),
             rpos: 0,
             rend: 0,
             rstate: RState::Header,
@@ -107,6 +157,10 @@ impl Conn {
             stalled_since: None,
             shutdown_after_flush: false,
             read_eof: false,
+            auth: Auth::AwaitHello,
+            gated: false,
+            kick: false,
+            opened: std::time::Instant::now(),
             max_eager: EAGER_LIMIT as u64,
             arrive_when_complete: false,
             stream_sync: false,
@@ -118,6 +172,35 @@ impl Conn {
         self.rend - self.rpos
     }
 
+    /// Whether both sides proved the job key.
+    pub fn authenticated(&self) -> bool {
+        self.auth == Auth::Done
+    }
+
+    /// The full read buffer, once the connection is authenticated (what was read is kept).
+    pub fn grow_rbuf(&mut self) {
+        if self.rbuf.len() < RBUF {
+            let mut b = vec![0u8; RBUF].into_boxed_slice();
+            b[..self.rend - self.rpos].copy_from_slice(&self.rbuf[self.rpos..self.rend]);
+            self.rend -= self.rpos;
+            self.rpos = 0;
+            self.rbuf = b;
+        }
+    }
+
+    /// Whether the queue has a frame the socket may take now.
+    pub fn wants_write(&self) -> bool {
+        self.outq.front().is_some_and(|o| !self.gated || o.handshake)
+    }
+
+    /// Queues a frame of the opening ahead of the frames held back by the gate.
+    pub fn push_handshake_first(&mut self, out: Out) {
+        // While gated nothing but opening frames is written: the frames after them have not
+        // started, so the new one can go before them.
+        let at = self.outq.iter().take_while(|o| o.handshake).count();
+        self.outq.insert(at, out);
+    }
+
     pub fn peer_addr(&self) -> String {
         self.stream.peer_addr().map(|a| a.to_string()).unwrap_or_else(|_| "?".into())
     }
@@ -127,7 +210,7 @@ impl Conn {
     /// Queues a frame and writes what the socket takes. Returns the requests whose frames
     /// were completely written.
     pub fn push(&mut self, mut out: Out) -> Result<Vec<ReqId>, ConnError> {
-        if self.outq.is_empty() {
+        if self.outq.is_empty() && (!self.gated || out.handshake) {
             // Fast path: write directly, without queueing.
             write_some(&mut self.stream, &mut out)?;
             if out.pos == out.total() {
@@ -169,6 +252,9 @@ impl Conn {
         let mut done = Vec::new();
         let mut wrote = 0;
         while let Some(out) = self.outq.front_mut() {
+            if self.gated && !out.handshake {
+                break;
+            }
             wrote += write_some(&mut self.stream, out)?;
             if out.pos < out.total() {
                 break;
@@ -218,13 +304,17 @@ impl Conn {
     }
 
     /// The next complete frame in the buffer: its header and the range of its payload.
-    pub fn next_frame(&mut self) -> Result<Option<(Header, std::ops::Range<usize>)>, WireError> {
+    /// Before the connection is authenticated only the opening's frames are accepted.
+    pub fn next_frame(&mut self) -> Result<Option<(Header, std::ops::Range<usize>)>, ConnError> {
         let avail = self.rend - self.rpos;
         if avail < HEADER_LEN {
             return Ok(None);
         }
         let hb: &[u8; HEADER_LEN] = self.rbuf[self.rpos..self.rpos + HEADER_LEN].try_into().unwrap();
-        let h = Header::decode(hb, self.max_eager)?;
+        let h = Header::decode(hb, self.max_eager).map_err(|e| ConnError::Protocol(e.to_string()))?;
+        if !self.authenticated() && !matches!(h.kind, FrameKind::Hello | FrameKind::Challenge | FrameKind::Auth) {
+            return Err(ConnError::Protocol(format!("{:?} frame before the connection was authenticated", h.kind)));
+        }
         // Rendez-vous data and large eager payloads are streamed to their destination, not
         // buffered: hand over the header alone.
         let body = if is_streamed(&h) { 0 } else { h.payload_len() as usize };
