@@ -337,6 +337,9 @@ pub fn run(name: &str, opts: &RunArgs, n: usize, grid: Grid) -> Result<i32> {
         if r > 1 {
             env.push((env::REPLICAS.to_string(), r.to_string()));
         }
+        if opts.encrypt {
+            env.push((env::ENCRYPT.to_string(), "1".to_string()));
+        }
         let spec = LaunchSpec {
             ticket,
             job: job.clone(),
@@ -390,6 +393,9 @@ pub fn run(name: &str, opts: &RunArgs, n: usize, grid: Grid) -> Result<i32> {
         .stderr(Stdio::piped());
     if r > 1 {
         cmd.env(env::REPLICAS, r.to_string());
+    }
+    if opts.encrypt {
+        cmd.env(env::ENCRYPT, "1");
     }
     launcher::die_with_launcher(&mut cmd);
     let mut child: Child = match cmd.spawn() {

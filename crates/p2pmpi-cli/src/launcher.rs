@@ -103,6 +103,11 @@ pub struct RunArgs {
     /// Extra time before a silent process is suspected, milliseconds (default: T_MAX_HANG, 5000).
     #[arg(long = "t-max-hang", value_name = "MS")]
     pub t_max_hang: Option<u64>,
+    /// Encrypt the MPI messages: every data connection seals what follows its opening with
+    /// ChaCha20-Poly1305 (keys derived from the job key), so that whoever sees the traffic
+    /// can neither read nor alter it. Costs latency and bandwidth (see the README).
+    #[arg(long)]
+    pub encrypt: bool,
     /// The program to run, then its arguments.
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "PROGRAM")]
     pub command: Vec<String>,
@@ -394,6 +399,9 @@ fn run_local(name: &str, opts: RunArgs, n: usize) -> Result<i32> {
             .stderr(Stdio::piped());
         if layout.r > 1 {
             cmd.env(env::REPLICAS, layout.r.to_string());
+        }
+        if opts.encrypt {
+            cmd.env(env::ENCRYPT, "1");
         }
         die_with_launcher(&mut cmd);
         let mut child = match cmd.spawn() {

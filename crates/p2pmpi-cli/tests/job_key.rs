@@ -258,3 +258,53 @@ fn a_grid_job_writes_its_key_nowhere() {
     assert_not_written(&submitter, &here[0]);
     assert_not_written(&daemons, &here[0]);
 }
+
+/// What a capture of `p2p_checks secret` (rank 0 sends a recognisable text to the others)
+/// shows: the bytes every process wrote.
+fn capture_secret(encrypt: bool) -> Vec<u8> {
+    let strace = strace().expect("checked");
+    let dir = Dir::new(if encrypt { "sealed" } else { "clear" });
+    let out = dir.0.join("trace");
+    let mut args = vec!["-n".to_string(), "3".into()];
+    if encrypt {
+        args.push("--encrypt".into());
+    }
+    args.extend([example("p2p_checks").to_str().unwrap().to_string(), "secret".into()]);
+    let o = run_cmd(
+        Command::new(strace)
+            .args(capture_args(&out))
+            .arg(launcher())
+            .args(&args)
+            .env("P2PMPI_HOME", "/nonexistent/p2pmpi-local-tests"),
+        T,
+    );
+    o.assert_ok();
+    assert!(o.stdout.contains("OK secret"), "{}", o.stdout);
+    std::fs::read(&out).unwrap()
+}
+
+/// `--encrypt`: MPI messages, and the frame headers that carry them, are not on the wire in
+/// clear (without it they are: the capture sees them); the job key is in neither capture.
+#[test]
+fn encrypt_hides_the_messages() {
+    if strace().is_none() {
+        eprintln!("skipped: strace is not installed (apt-get install strace)");
+        return;
+    }
+    let secret = b"a-recognisable-payload-SECRET";
+    let eager = [&b"P2PM"[..], &[p2pmpi_wire::VERSION, p2pmpi_wire::FrameKind::Eager as u8]].concat();
+    let clear = capture_secret(false);
+    let w = written(&clear);
+    assert!(w.iter().any(|w| contains(w, secret)), "the capture does not see messages in clear");
+    assert!(w.iter().any(|w| contains(w, &eager)), "the capture does not see frame headers in clear");
+    let sealed = capture_secret(true);
+    let w = written(&sealed);
+    assert!(!w.iter().any(|w| contains(w, secret)), "--encrypt: a message was written in clear");
+    assert!(!w.iter().any(|w| contains(w, &eager)), "--encrypt: a frame header was written in clear");
+    assert_protocol_seen(&sealed);
+    for (trace, what) in [(&clear, "clear"), (&sealed, "sealed")] {
+        let keys = keys_given(trace);
+        assert_eq!(keys.len(), 3, "{what}");
+        assert_not_written(trace, &keys[0]);
+    }
+}

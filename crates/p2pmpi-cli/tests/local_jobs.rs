@@ -140,6 +140,21 @@ fn garbage_on_data_and_control_ports_is_refused_and_the_job_goes_on() {
     assert_eq!(o.stdout.matches("forged detector datagrams dropped").count(), 3, "{}", o.stdout);
 }
 
+/// `--encrypt`: the point-to-point suite, and forged openings refused, over sealed
+/// connections.
+#[test]
+fn encrypted_connections_pass_the_point_to_point_suite_and_refuse_forgeries() {
+    let prog = example("p2p_checks");
+    let o = run(&["--encrypt", "-n", "3", prog.to_str().unwrap(), "all"], T);
+    o.assert_ok();
+    assert!(o.stdout.contains("OK truncate"), "{}", o.stdout);
+    let o = run(&["--encrypt", "-n", "3", prog.to_str().unwrap(), "garbage"], T);
+    o.assert_ok();
+    assert_eq!(o.stderr.matches("failed to prove the job key").count(), 6, "{}", o.stderr);
+    let o = run(&["--encrypt", "-n", "3", "-r", "2", prog.to_str().unwrap(), "sendrecv"], T);
+    o.assert_ok();
+}
+
 #[test]
 fn threads_communicate_concurrently_with_threading_multiple() {
     let o = checks(3, "threads");

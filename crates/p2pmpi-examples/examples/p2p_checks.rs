@@ -65,6 +65,7 @@ fn main() {
             "abort" => abort(&world),
             "no-finalize" => no_finalize(&world),
             "garbage" => garbage(&world),
+            "secret" => secret(&world),
             "env" => env(&world),
             "maxloc" => maxloc(&world),
             "panic" => {
@@ -769,6 +770,24 @@ fn forge_openings(addr: std::net::SocketAddr, me: u32, other: u32) {
         let closed = s.read_to_end(&mut rest);
         assert!(closed.is_ok() || closed.as_ref().is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionReset), "{forged}: {closed:?}");
         assert!(rest.is_empty(), "{forged}: the process answered a forged opening");
+    }
+}
+
+/// Rank 0 sends every other rank a recognisable text, eager and rendez-vous (the capture
+/// tests look for it on the wire); the receivers check it without printing it.
+fn secret(world: &mpi::topology::SimpleCommunicator) {
+    let text = b"a-recognisable-payload-SECRET-0123456789".repeat(8);
+    let big = text.repeat(8 * 1024); // 2.5 MiB: rendez-vous
+    if world.rank() == 0 {
+        for r in 1..world.size() {
+            world.process_at_rank(r).send(&text[..]);
+            world.process_at_rank(r).send(&big[..]);
+        }
+    } else {
+        let (got, _) = world.process_at_rank(0).receive_vec::<u8>();
+        assert_eq!(got, text);
+        let (got, _) = world.process_at_rank(0).receive_vec::<u8>();
+        assert_eq!(got, big);
     }
 }
 

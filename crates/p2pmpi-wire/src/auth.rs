@@ -23,6 +23,12 @@
 //!
 //! The key also seeds what must differ between jobs but agree within one (the replicas'
 //! random numbers), through [`JobKey::seed`], from which it cannot be recovered.
+//!
+//! With `--encrypt`, each data connection derives two session keys from the job key and the
+//! opening's nonces ([`session_keys`]), one per direction, and everything after the opening
+//! travels in records sealed with ChaCha20-Poly1305 ([`Sealer`], [`Opener`]): a 4-byte length,
+//! the ciphertext, a 16-byte tag; the nonce is a per-direction record counter, so a record
+//! replayed, dropped or moved fails to open.
 
 use hmac::{Hmac, Mac};
 use serde::{Deserialize, Serialize};
@@ -62,6 +68,8 @@ pub enum Role {
     Datagram,
     /// A seed derived from the key (not a MAC anything checks).
     Seed,
+    /// A session key of an encrypted data connection (not a MAC anything checks).
+    Session,
 }
 
 impl Role {
@@ -73,6 +81,7 @@ impl Role {
             Role::ControlProcess => b"p2pmpi/1 control process",
             Role::Datagram => b"p2pmpi/1 fd datagram",
             Role::Seed => b"p2pmpi/1 seed",
+            Role::Session => b"p2pmpi/1 session key",
         }
     }
 }
@@ -188,6 +197,109 @@ pub fn verify_data_proof(
     key.verify(role, &[&connector.to_le_bytes(), &acceptor.to_le_bytes(), nc, na], proof)
 }
 
+/// The session keys of an encrypted data connection: (connector → acceptor, acceptor →
+/// connector), each HMAC-SHA256 of the job key over the direction, both slots and both
+/// nonces of the opening (fresh for every connection).
+pub fn session_keys(key: &JobKey, connector: u32, acceptor: u32, nc: &Nonce, na: &Nonce) -> ([u8; 32], [u8; 32]) {
+    let k = |dir: &[u8]| key.proof(Role::Session, &[dir, &connector.to_le_bytes(), &acceptor.to_le_bytes(), nc, na]);
+    (k(b"c2a"), k(b"a2c"))
+}
+
+/// Largest plaintext of one sealed record.
+pub const RECORD_MAX: usize = 32 * 1024;
+/// Bytes a record adds to its plaintext: its length and its tag.
+pub const RECORD_OVERHEAD: usize = 4 + 16;
+
+fn record_nonce(counter: u64) -> chacha20poly1305::Nonce {
+    let mut n = [0u8; 12];
+    n[..8].copy_from_slice(&counter.to_le_bytes());
+    n.into()
+}
+
+/// Seals the records one side of an encrypted connection sends.
+pub struct Sealer {
+    aead: chacha20poly1305::ChaCha20Poly1305,
+    counter: u64,
+}
+
+impl Sealer {
+    pub fn new(key: &[u8; 32]) -> Sealer {
+        use chacha20poly1305::KeyInit;
+        Sealer { aead: chacha20poly1305::ChaCha20Poly1305::new(key.into()), counter: 0 }
+    }
+
+    /// Appends the record of `parts` (their concatenation: at most [`RECORD_MAX`] bytes) to
+    /// `out`.
+    pub fn seal_into(&mut self, parts: &[&[u8]], out: &mut Vec<u8>) {
+        use chacha20poly1305::AeadInPlace;
+        let n: usize = parts.iter().map(|p| p.len()).sum();
+        assert!(n <= RECORD_MAX, "record of {n} bytes");
+        let len = ((n + 16) as u32).to_le_bytes();
+        out.extend_from_slice(&len);
+        let start = out.len();
+        for p in parts {
+            out.extend_from_slice(p);
+        }
+        let tag = self
+            .aead
+            .encrypt_in_place_detached(&record_nonce(self.counter), &len, &mut out[start..])
+            .expect("records are far below ChaCha20-Poly1305's limit");
+        out.extend_from_slice(&tag);
+        self.counter += 1;
+    }
+}
+
+/// Opens the records the other side of an encrypted connection sent, in order.
+pub struct Opener {
+    aead: chacha20poly1305::ChaCha20Poly1305,
+    counter: u64,
+}
+
+/// What [`Opener::next`] found at the start of a buffer.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Record {
+    /// Not a whole record yet.
+    Partial,
+    /// A record of this many bytes on the wire, whose plaintext (that many minus
+    /// [`RECORD_OVERHEAD`]) now starts at byte 4 of the buffer.
+    Opened(usize),
+    /// A bad length, or a record that does not open (forged, altered, replayed or out of
+    /// order).
+    Bad,
+}
+
+impl Opener {
+    pub fn new(key: &[u8; 32]) -> Opener {
+        use chacha20poly1305::KeyInit;
+        Opener { aead: chacha20poly1305::ChaCha20Poly1305::new(key.into()), counter: 0 }
+    }
+
+    /// Opens the record at the start of `buf` in place.
+    pub fn next(&mut self, buf: &mut [u8]) -> Record {
+        use chacha20poly1305::AeadInPlace;
+        if buf.len() < 4 {
+            return Record::Partial;
+        }
+        let len_bytes: [u8; 4] = buf[..4].try_into().expect("4 bytes");
+        let n = u32::from_le_bytes(len_bytes) as usize;
+        if !(16..=RECORD_MAX + 16).contains(&n) {
+            return Record::Bad;
+        }
+        if buf.len() < 4 + n {
+            return Record::Partial;
+        }
+        let (body, tag) = buf[4..4 + n].split_at_mut(n - 16);
+        let tag = chacha20poly1305::Tag::from_slice(tag);
+        match self.aead.decrypt_in_place_detached(&record_nonce(self.counter), &len_bytes, body, tag) {
+            Ok(()) => {
+                self.counter += 1;
+                Record::Opened(4 + n)
+            }
+            Err(_) => Record::Bad,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -235,6 +347,42 @@ mod tests {
         assert_eq!(k.seed("a"), k.seed("a"));
         assert_ne!(k.seed("a"), k.seed("b"));
         assert_ne!(k.seed("a"), JobKey::from_bytes([6; 32]).seed("a"));
+    }
+
+    #[test]
+    fn sealed_records_open_in_order_only() {
+        let (c2a, a2c) = session_keys(&JobKey::from_bytes([1; 32]), 1, 0, &[2; 32], &[3; 32]);
+        assert_ne!(c2a, a2c);
+        let mut s = Sealer::new(&c2a);
+        let mut wire = Vec::new();
+        s.seal_into(&[b"fi", b"rst"], &mut wire);
+        let first_len = wire.len();
+        s.seal_into(&[&[7u8; RECORD_MAX]], &mut wire);
+        assert!(!contains(&wire, b"first"), "plaintext on the wire");
+        let mut o = Opener::new(&c2a);
+        assert_eq!(o.next(&mut wire[..3].to_vec()), Record::Partial);
+        assert_eq!(o.next(&mut wire[..first_len - 1].to_vec()), Record::Partial);
+        let mut b = wire.clone();
+        assert_eq!(o.next(&mut b), Record::Opened(first_len));
+        assert_eq!(&b[4..first_len - 16], b"first");
+        // The first record again (a replay): refused.
+        assert_eq!(o.next(&mut wire.clone()), Record::Bad);
+        let mut rest = wire[first_len..].to_vec();
+        assert_eq!(o.next(&mut rest), Record::Opened(RECORD_MAX + RECORD_OVERHEAD));
+        // Wrong key, flipped bit, bad lengths.
+        let mut o = Opener::new(&a2c);
+        assert_eq!(o.next(&mut wire.clone()), Record::Bad);
+        for i in [0usize, 4, first_len - 1] {
+            let mut f = wire.clone();
+            f[i] ^= 1;
+            assert_eq!(Opener::new(&c2a).next(&mut f), Record::Bad, "byte {i}");
+        }
+        assert_eq!(Opener::new(&c2a).next(&mut [0, 0, 0, 0]), Record::Bad);
+        assert_eq!(Opener::new(&c2a).next(&mut [0xff, 0xff, 0xff, 0xff, 0]), Record::Bad);
+    }
+
+    fn contains(hay: &[u8], needle: &[u8]) -> bool {
+        hay.windows(needle.len()).any(|w| w == needle)
     }
 
     #[test]

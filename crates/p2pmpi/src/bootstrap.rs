@@ -25,6 +25,8 @@ pub mod env {
     pub const CONTROL: &str = "P2PMPI_CONTROL";
     /// The job's key: 64 hexadecimal digits ([`p2pmpi_wire::auth::JobKey::to_hex`]).
     pub const JOB_KEY: &str = "P2PMPI_JOB_KEY";
+    /// `1`: seal every data connection after its opening (`p2pmpirun --encrypt`).
+    pub const ENCRYPT: &str = "P2PMPI_ENCRYPT";
     pub const BIND: &str = "P2PMPI_BIND";
     pub const LOCAL_PROCS: &str = "P2PMPI_LOCAL_PROCS";
     pub const SPIN_US: &str = "P2PMPI_SPIN_US";
@@ -44,6 +46,8 @@ pub(crate) struct Boot {
     /// The replicas' layout, when the job runs more than one per rank.
     pub layout: Option<p2pmpi_core::replication::Layout>,
     pub key: JobKey,
+    /// Seal the data connections (`--encrypt`).
+    pub encrypt: bool,
     pub listener: Option<TcpListener>,
     pub addrs: Vec<SocketAddr>,
     pub local_procs: usize,
@@ -70,6 +74,7 @@ pub(crate) fn boot() -> Result<Boot> {
             slot: 0,
             layout: None,
             key: JobKey::from_bytes([0; 32]),
+            encrypt: false,
             listener: None,
             addrs: Vec::new(),
             local_procs: 1,
@@ -145,7 +150,8 @@ pub(crate) fn boot() -> Result<Boot> {
         .name("p2pmpi-control".into())
         .spawn(move || watch_launcher(reader, rank))
         .map_err(|e| Error::Bootstrap(format!("cannot start the control thread: {e}")))?;
-    Ok(Boot { rank, size, slot, layout, key, listener: Some(listener), addrs, local_procs })
+    let encrypt = var(env::ENCRYPT).is_some_and(|v| v == "1");
+    Ok(Boot { rank, size, slot, layout, key, encrypt, listener: Some(listener), addrs, local_procs })
 }
 
 /// Connects to the launcher from this process's own address `bind` (on a local grid every

@@ -159,6 +159,7 @@ pub fn initialize_with_threading(threading: Threading) -> Option<(Universe, Thre
     let engine = Engine::new(boot.rank, boot.size, boot.slot, boot.layout, boot.key, boot.listener, boot.addrs, spin)
         .map(|mut e| {
             e.yield_spin = yield_spin;
+            e.encrypt = boot.encrypt;
             e
         });
     let engine = engine.and_then(|mut e| {

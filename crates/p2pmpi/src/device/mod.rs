@@ -169,6 +169,9 @@ pub(crate) struct Engine {
     pub spin: Duration,
     /// After `spin`, how long it keeps polling with `sched_yield` between polls.
     pub yield_spin: Duration,
+    /// `--encrypt`: every data connection seals what follows its opening (ChaCha20-Poly1305
+    /// records under session keys derived from the job key and the opening's nonces).
+    pub encrypt: bool,
     tick: u32,
     /// Reused buffer of ready events.
     ready: Vec<(Token, bool, bool)>,
@@ -253,6 +256,7 @@ impl Engine {
             fatal: None,
             spin,
             yield_spin: Duration::ZERO,
+            encrypt: false,
             tick: 0,
             ready: Vec::with_capacity(256),
         })
@@ -1379,6 +1383,10 @@ impl Engine {
                 }
                 conn.auth = Auth::Done;
                 conn.grow_rbuf();
+                if self.encrypt {
+                    let (c2a, a2c) = auth::session_keys(&self.key, slot as u32, me as u32, &nc, &na);
+                    conn.seal(&a2c, &c2a);
+                }
                 conn.peer = Some(slot);
                 let p = &mut self.peers[slot as usize];
                 p.conns.push(cid);
@@ -1398,6 +1406,10 @@ impl Engine {
                     return Err(proto(format!(
                         "the process at slot {peer}'s address failed to prove the job key"
                     )));
+                }
+                if self.encrypt {
+                    let (c2a, a2c) = auth::session_keys(&self.key, me as u32, peer as u32, &nc, &na);
+                    conn.seal(&c2a, &a2c);
                 }
                 let mine = auth::data_proof(&self.key, Role::DataConnector, me as u32, peer as u32, &nc, &na);
                 let mid = Mid { comm: 0, src: me as u32, dst: peer as u32, tag: 0, seq: 0 };
