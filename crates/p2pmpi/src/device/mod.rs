@@ -10,9 +10,9 @@
 //!   ([`p2pmpi_wire::auth`]): the connector's `Hello` (its slot, a nonce), the acceptor's
 //!   `Challenge` (its nonce and proof), the connector's `Auth` (its proof). The key itself is
 //!   never sent. A connection that fails the check, or sends anything else before it, is
-//!   closed and logged (at a bounded rate) and the process keeps serving; at most
-//!   [`MAX_PENDING`] accepted connections may be unauthenticated at once, each for at most
-//!   [`HANDSHAKE_LIMIT`]. Frames after the opening are not authenticated one by one, so the
+//!   closed and logged (at a bounded rate) and the process keeps serving; an accepted
+//!   connection has [`HANDSHAKE_LIMIT`] to prove the key, and beyond [`MAX_PENDING`] waiting
+//!   ones the oldest are dropped. Frames after the opening are not authenticated one by one, so the
 //!   data path costs exactly what it did.
 //! * **Protocols** (thesis §5.3): messages up to [`EAGER_LIMIT`] travel *eager* (header and
 //!   data in one frame); larger ones and synchronous sends use *rendez-vous*: READY_TO_SEND,
@@ -56,9 +56,15 @@ pub const REPLICATED_MAX_MESSAGE: u64 = 1 << 32;
 
 const LISTENER: Token = Token(usize::MAX);
 
-/// Most accepted connections that may be waiting to prove the job key at once: the oldest
-/// is dropped to make room.
-pub(crate) const MAX_PENDING: usize = 64;
+/// Accepted connections that may be waiting to prove the job key at once: beyond, the oldest
+/// of those waiting for more than [`PENDING_GRACE`] are dropped to make room (the ones just
+/// accepted are not: at start-up a process accepts a connection from every higher slot at
+/// once, before it reads any).
+pub(crate) const MAX_PENDING: usize = 1024;
+
+/// How long an accepted connection may wait to prove the job key before it can be dropped
+/// to make room.
+pub(crate) const PENDING_GRACE: Duration = Duration::from_secs(1);
 
 /// Longest an accepted connection may take to prove the job key.
 pub(crate) const HANDSHAKE_LIMIT: Duration = Duration::from_secs(10);
@@ -998,7 +1004,8 @@ impl Engine {
     }
 
     /// Drops accepted connections that did not prove the job key within [`HANDSHAKE_LIMIT`],
-    /// and the oldest ones beyond [`MAX_PENDING`] - 1 (room for one more).
+    /// and the oldest ones beyond [`MAX_PENDING`] - 1 (room for one more) that waited more
+    /// than [`PENDING_GRACE`].
     fn prune_openings(&mut self) {
         let mut pending: Vec<(Instant, usize)> = self
             .conns
@@ -1010,7 +1017,7 @@ impl Engine {
         let excess = pending.len().saturating_sub(MAX_PENDING - 1);
         for (k, (opened, cid)) in pending.into_iter().enumerate() {
             let late = opened.elapsed() > HANDSHAKE_LIMIT;
-            if k < excess || late {
+            if (k < excess && opened.elapsed() > PENDING_GRACE) || late {
                 let Some(mut c) = self.conns[cid].take() else { continue };
                 let _ = self.poll.registry().deregister(&mut c.stream);
                 let why = if late {
