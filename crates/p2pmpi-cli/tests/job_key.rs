@@ -134,7 +134,8 @@ fn contains(hay: &[u8], needle: &[u8]) -> bool {
 
 /// Asserts that no write holds the key (`hex`, either case) or any 8 consecutive bytes of it.
 fn assert_not_written(trace: &[u8], hex: &str) {
-    let raw: Vec<u8> = (0..32).map(|i| hex_digit(hex.as_bytes()[2 * i]) << 4 | hex_digit(hex.as_bytes()[2 * i + 1])).collect();
+    let raw: Vec<u8> =
+        (0..32).map(|i| hex_digit(hex.as_bytes()[2 * i]) << 4 | hex_digit(hex.as_bytes()[2 * i + 1])).collect();
     let mut needles: Vec<Vec<u8>> = raw.windows(8).map(<[u8]>::to_vec).collect();
     needles.push(hex.to_lowercase().into_bytes());
     needles.push(hex.to_uppercase().into_bytes());
@@ -148,7 +149,11 @@ fn assert_not_written(trace: &[u8], hex: &str) {
         for (i, &c) in w.iter().enumerate() {
             if first[c as usize] {
                 for n in &needles {
-                    assert!(!w[i..].starts_with(n), "the key (or 8 bytes of it) was written: {:?}", String::from_utf8_lossy(n));
+                    assert!(
+                        !w[i..].starts_with(n),
+                        "the key (or 8 bytes of it) was written: {:?}",
+                        String::from_utf8_lossy(n)
+                    );
                 }
             }
         }
@@ -239,7 +244,8 @@ fn a_grid_job_writes_its_key_nowhere() {
         T,
     );
     // Stop the grid: its daemons end, and with them the capture.
-    let stop = run_cmd(Command::new(grid::bin("p2pmpi")).args(["local-grid", "stop", "--dir", g.dir.to_str().unwrap()]), T);
+    let stop =
+        run_cmd(Command::new(grid::bin("p2pmpi")).args(["local-grid", "stop", "--dir", g.dir.to_str().unwrap()]), T);
     if wait_bounded(&mut daemons, Duration::from_secs(30)).is_none() {
         let _ = daemons.kill();
         let _ = daemons.wait();

@@ -133,7 +133,12 @@ fn garbage_on_data_and_control_ports_is_refused_and_the_job_goes_on() {
     o.assert_ok();
     assert!(o.stdout.contains("OK garbage"));
     // Every rank refused a forged opening with a wrong key and a replayed one.
-    assert_eq!(o.stderr.matches("failed to prove the job key (wrong key or replayed opening)").count(), 6, "{}", o.stderr);
+    assert_eq!(
+        o.stderr.matches("failed to prove the job key (wrong key or replayed opening)").count(),
+        6,
+        "{}",
+        o.stderr
+    );
     assert!(o.stderr.contains("before the connection was authenticated"), "{}", o.stderr);
     assert!(o.stderr.contains("refused a control connection"), "{}", o.stderr);
     assert_eq!(o.stderr.matches("registration does not prove the job key").count(), 3, "{}", o.stderr);

@@ -686,7 +686,8 @@ fn garbage(world: &mpi::topology::SimpleCommunicator) {
             tolerant: false,
         };
         let wrong = JobKey::from_bytes([0xAB; 32]);
-        let e = p2pmpi_wire::control::register(&mut s, &wrong, &reg).expect_err("the launcher's proof holds only for the real key");
+        let e = p2pmpi_wire::control::register(&mut s, &wrong, &reg)
+            .expect_err("the launcher's proof holds only for the real key");
         assert!(e.to_string().contains("does not prove the job key"), "{e}");
         // The same opening played by hand, with a made-up proof: refused, the connection closed.
         let mut s = TcpStream::connect(&ctrl).expect("control port");
@@ -768,7 +769,10 @@ fn forge_openings(addr: std::net::SocketAddr, me: u32, other: u32) {
         s.set_read_timeout(Some(std::time::Duration::from_secs(20))).unwrap();
         let mut rest = Vec::new();
         let closed = s.read_to_end(&mut rest);
-        assert!(closed.is_ok() || closed.as_ref().is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionReset), "{forged}: {closed:?}");
+        assert!(
+            closed.is_ok() || closed.as_ref().is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionReset),
+            "{forged}: {closed:?}"
+        );
         assert!(rest.is_empty(), "{forged}: the process answered a forged opening");
     }
 }

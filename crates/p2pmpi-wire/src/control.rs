@@ -78,7 +78,13 @@ fn launcher_proof(key: &JobKey, rank: u32, np: &Nonce, nl: &Nonce) -> Proof {
     key.proof(Role::ControlLauncher, &[&rank.to_le_bytes(), np, nl])
 }
 
-fn process_parts<'a>(rank: &'a [u8; 4], np: &'a Nonce, nl: &'a Nonce, r: &'a Registration, pid: &'a [u8; 4]) -> [&'a [u8]; 7] {
+fn process_parts<'a>(
+    rank: &'a [u8; 4],
+    np: &'a Nonce,
+    nl: &'a Nonce,
+    r: &'a Registration,
+    pid: &'a [u8; 4],
+) -> [&'a [u8]; 7] {
     [rank, np, nl, r.data_addr.as_bytes(), pid, r.fd_addr.as_bytes(), if r.tolerant { &[1] } else { &[0] }]
 }
 
@@ -343,7 +349,13 @@ mod tests {
     }
 
     fn reg() -> Registration {
-        Registration { rank: 2, data_addr: "127.0.0.1:5000".into(), pid: 42, fd_addr: "127.0.0.1:5001".into(), tolerant: false }
+        Registration {
+            rank: 2,
+            data_addr: "127.0.0.1:5000".into(),
+            pid: 42,
+            fd_addr: "127.0.0.1:5001".into(),
+            tolerant: false,
+        }
     }
 
     fn contains(hay: &[u8], needle: &[u8]) -> bool {
@@ -405,7 +417,8 @@ mod tests {
     #[test]
     fn a_registration_for_another_slot_or_without_hello_is_refused() {
         let key = JobKey::from_bytes([3; 32]);
-        let mut s = Scripted { input: io::Cursor::new(encode(&Control::Hello { rank: 9, nonce: [0; 32] })), output: vec![] };
+        let mut s =
+            Scripted { input: io::Cursor::new(encode(&Control::Hello { rank: 9, nonce: [0; 32] })), output: vec![] };
         assert!(matches!(accept(&mut s, &key, 4), Err(ControlError::Refused(_))));
         let bare = |rank| Control::Register {
             rank,

@@ -240,7 +240,9 @@ mod tests {
         assert!(matches!(Header::decode(&big, 100), Err(WireError::TooLong { .. })));
         let hello = Header::new(FrameKind::Hello, Mid::default(), 1 << 20).encode();
         assert!(matches!(Header::decode(&hello, 100), Err(WireError::BadLength { .. })));
-        for (kind, want) in [(FrameKind::Hello, HELLO_LEN), (FrameKind::Challenge, CHALLENGE_LEN), (FrameKind::Auth, AUTH_LEN)] {
+        for (kind, want) in
+            [(FrameKind::Hello, HELLO_LEN), (FrameKind::Challenge, CHALLENGE_LEN), (FrameKind::Auth, AUTH_LEN)]
+        {
             assert!(Header::decode(&Header::new(kind, Mid::default(), want).encode(), 100).is_ok());
             for len in [0, want - 1, want + 1] {
                 let b = Header::new(kind, Mid::default(), len).encode();

@@ -433,7 +433,9 @@ impl Conn {
                 if buffered > 0 {
                     if !discard {
                         let off = self.stream_offset(*left);
-                        unsafe { std::ptr::copy_nonoverlapping(self.rbuf[self.rpos..].as_ptr(), ptr.add(off), buffered) };
+                        unsafe {
+                            std::ptr::copy_nonoverlapping(self.rbuf[self.rpos..].as_ptr(), ptr.add(off), buffered)
+                        };
                     }
                     self.rpos += buffered;
                     *left -= buffered;

@@ -12,8 +12,9 @@
 //!   never sent. A connection that fails the check, or sends anything else before it, is
 //!   closed and logged (at a bounded rate) and the process keeps serving; an accepted
 //!   connection has [`HANDSHAKE_LIMIT`] to prove the key, and beyond [`MAX_PENDING`] waiting
-//!   ones the oldest are dropped. Frames after the opening are not authenticated one by one, so the
-//!   data path costs exactly what it did.
+//!   ones the oldest are dropped. Frames after the opening are not authenticated one by one,
+//!   so the data path costs what it did — unless the job runs with `--encrypt`: then every
+//!   byte after the opening travels in sealed records (see `conn::Sec`).
 //! * **Protocols** (thesis §5.3): messages up to [`EAGER_LIMIT`] travel *eager* (header and
 //!   data in one frame); larger ones and synchronous sends use *rendez-vous*: READY_TO_SEND,
 //!   READY_TO_RECV when the receive is matched, then the data, which is read from the socket
@@ -1350,7 +1351,8 @@ impl Engine {
         let bytes = conn.rbuf.get(payload).ok_or_else(|| proto("opening frame outside the buffer".into()))?;
         let me = self.slot;
         let (src, dst) = (h.mid.src as i32, h.mid.dst as i32);
-        let failed = |r: i32| self.repl.as_ref().is_some_and(|rp| rp.coord.is_dead(r as usize) || rp.suspected[r as usize]);
+        let failed =
+            |r: i32| self.repl.as_ref().is_some_and(|rp| rp.coord.is_dead(r as usize) || rp.suspected[r as usize]);
         match (conn.auth, h.kind) {
             (Auth::AwaitHello, FrameKind::Hello) => {
                 if src < 0 || src as usize >= self.peers.len() || src == me || dst != me {
@@ -1410,9 +1412,7 @@ impl Engine {
                 let (na, proof) = bytes.split_at(auth::NONCE_LEN);
                 let na: auth::Nonce = na.try_into().map_err(|_| proto("bad Challenge".into()))?;
                 if !auth::verify_data_proof(&self.key, Role::DataAcceptor, me as u32, peer as u32, &nc, &na, proof) {
-                    return Err(proto(format!(
-                        "the process at slot {peer}'s address failed to prove the job key"
-                    )));
+                    return Err(proto(format!("the process at slot {peer}'s address failed to prove the job key")));
                 }
                 if self.encrypt {
                     let (c2a, a2c) = auth::session_keys(&self.key, me as u32, peer as u32, &nc, &na);
@@ -1429,12 +1429,15 @@ impl Engine {
                 conn.kick = true;
                 Ok(())
             }
-            (state, kind) => Err(proto(format!("{kind:?} frame during the opening ({})", match state {
-                Auth::AwaitHello => "expected Hello",
-                Auth::AwaitAuth { .. } => "expected Auth",
-                Auth::AwaitChallenge { .. } => "expected Challenge",
-                Auth::Done => "done",
-            }))),
+            (state, kind) => Err(proto(format!(
+                "{kind:?} frame during the opening ({})",
+                match state {
+                    Auth::AwaitHello => "expected Hello",
+                    Auth::AwaitAuth { .. } => "expected Auth",
+                    Auth::AwaitChallenge { .. } => "expected Challenge",
+                    Auth::Done => "done",
+                }
+            ))),
         }
     }
 
