@@ -364,11 +364,11 @@ mod tests {
 
     type Written = std::sync::Arc<std::sync::Mutex<Vec<u8>>>;
 
-    /// Runs both sides over a socket pair; returns their results and what each wrote.
-    fn handshake(
-        launcher_key: JobKey,
-        process_key: JobKey,
-    ) -> (Result<(), ControlError>, Result<Registration, ControlError>, Vec<u8>, Vec<u8>) {
+    /// Both sides' results, and what the process and the launcher wrote.
+    type Handshake = (Result<(), ControlError>, Result<Registration, ControlError>, Vec<u8>, Vec<u8>);
+
+    /// Runs both sides over a socket pair.
+    fn handshake(launcher_key: JobKey, process_key: JobKey) -> Handshake {
         let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
         let (wa, wb): (Written, Written) = Default::default();
         let mut l = Rec { inner: a, written: wa.clone() };

@@ -239,7 +239,7 @@ pub fn decode(key: &JobKey, bytes: &[u8]) -> Option<(u32, Message)> {
     }
     let from = u32::from_le_bytes(signed[4..8].try_into().ok()?);
     match postcard::take_from_bytes(&signed[HEADER..]) {
-        Ok((m, rest)) if rest.is_empty() => Some((from, m)),
+        Ok((m, [])) => Some((from, m)),
         _ => None,
     }
 }

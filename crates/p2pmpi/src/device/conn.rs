@@ -43,8 +43,8 @@ pub(crate) enum Auth {
     AwaitChallenge { nc: Nonce },
     /// Accepted: waiting for the connector's `Hello`.
     AwaitHello,
-    /// Accepted, `Challenge` sent: waiting for the connector's `Auth`.
-    AwaitAuth { slot: i32, nc: Nonce, na: Nonce },
+    /// Accepted, `Challenge` sent: waiting for the connector's proof (its `Auth` frame).
+    AwaitProof { slot: i32, nc: Nonce, na: Nonce },
     /// Both sides proved the job key.
     Done,
 }

@@ -1372,11 +1372,11 @@ impl Engine {
                     crate::bootstrap::fence::wait_lease();
                 }
                 conn.push(Out::handshake(Header::new(FrameKind::Challenge, mid, CHALLENGE_LEN), Payload::Owned(p)))?;
-                conn.auth = Auth::AwaitAuth { slot: src, nc, na };
+                conn.auth = Auth::AwaitProof { slot: src, nc, na };
                 conn.kick = true;
                 Ok(())
             }
-            (Auth::AwaitAuth { slot, nc, na }, FrameKind::Auth) => {
+            (Auth::AwaitProof { slot, nc, na }, FrameKind::Auth) => {
                 if src != slot || dst != me {
                     return Err(proto(format!("Auth from slot {src} on slot {slot}'s opening")));
                 }
@@ -1433,7 +1433,7 @@ impl Engine {
                 "{kind:?} frame during the opening ({})",
                 match state {
                     Auth::AwaitHello => "expected Hello",
-                    Auth::AwaitAuth { .. } => "expected Auth",
+                    Auth::AwaitProof { .. } => "expected Auth",
                     Auth::AwaitChallenge { .. } => "expected Challenge",
                     Auth::Done => "done",
                 }
