@@ -28,8 +28,9 @@ READY = re.compile(r"^rank (\d+) ready pid (\d+) on \S+ at (\d+)")
 NOTICE = re.compile(r"^rank (\d+) notified: rank (-?\d+) failed at (\d+)")
 TRAFFIC = re.compile(r"^rank (\d+) detector sent (\d+) datagrams, (\d+) bytes in (\d+) ms")
 
-# Header of a detector datagram: "PFD", version, token (u64), sender rank (u32).
-HEADER = 16
+# Fixed bytes of a detector datagram: "PFD", version, sender rank (u32) before the message,
+# and its 16-byte MAC on the job key after it.
+HEADER = 8 + 16
 
 
 def ceil_log2(n):
@@ -253,8 +254,8 @@ def cmd_report(a):
            f"processes without a notice by the end of their hold. Traffic: UDP payload bytes "
            f"the detector sent ÷ its running time, median over the surviving processes of every "
            f"run; theory = one gossip datagram per T_gossip, of {HEADER} + 2 + n bytes while "
-           f"the counters are below 128 (header, postcard tag and length, one varint counter "
-           f"per process); datagrams per T_gossip (theory 1) include the suspects' pings")
+           f"the counters are below 128 (header and MAC, postcard tag and length, one varint "
+           f"counter per process); datagrams per T_gossip (theory 1) include the suspects' pings")
 
     print()
     print(f"Machine: {machine}")

@@ -1,14 +1,19 @@
-//! `p2pmpi::failure::decode` of failure-detector datagrams. The job token is taken from the
-//! input's first 8 bytes half of the time, so the fuzzer reaches the postcard-decoded message.
+//! `p2pmpi::failure::decode` of failure-detector datagrams. Half of the inputs get a valid
+//! MAC on the test key appended, so the fuzzer reaches the postcard-decoded message; the
+//! others exercise the MAC check itself.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
+use p2pmpi_wire::auth::JobKey;
 
 fuzz_target!(|data: &[u8]| {
     let Some((&flag, rest)) = data.split_first() else { return };
-    let token = if flag & 1 == 1 && rest.len() >= 12 {
-        u64::from_le_bytes(rest[4..12].try_into().unwrap())
+    let key = JobKey::from_bytes([0x5e; 32]);
+    if flag & 1 == 1 {
+        let mut signed = rest.to_vec();
+        let mac = key.datagram_mac(&signed);
+        signed.extend_from_slice(&mac);
+        let _ = p2pmpi::failure::decode(&key, &signed);
     } else {
-        0x5eed_0f_f00d
-    };
-    let _ = p2pmpi::failure::decode(token, rest);
+        let _ = p2pmpi::failure::decode(&key, rest);
+    }
 });

@@ -460,10 +460,12 @@ pub fn run(name: &str, opts: &RunArgs, n: usize, grid: Grid) -> Result<i32> {
     progress.set(format!("launching {slots} process(es)"));
     let listener = TcpListener::bind((me, 0)).context("cannot open the root's control port")?;
     let root = listener.local_addr()?;
-    let token = home::random_u128() as u64;
+    // The job's key: handed to each host's MPD inside the launch request (over the Noise
+    // session, encrypted), and to rank 0 here in its environment; never sent in clear.
+    let key = p2pmpi_wire::auth::JobKey::random()?;
     let (tx, rx) = channel::<Event>();
     let fencing = launcher::Fencing::shared(layout, fd.as_ref());
-    launcher::spawn_control_server(listener, token, slots, tx.clone(), fencing.clone());
+    launcher::spawn_control_server(listener, key.clone(), slots, tx.clone(), fencing.clone());
     let all_loopback = placements
         .iter()
         .zip(&assigned)
@@ -486,6 +488,9 @@ pub fn run(name: &str, opts: &RunArgs, n: usize, grid: Grid) -> Result<i32> {
             if r > 1 {
                 env.push((env::REPLICAS.to_string(), r.to_string()));
             }
+            if opts.encrypt {
+                env.push((env::ENCRYPT.to_string(), "1".to_string()));
+            }
             let spec = LaunchSpec {
                 ticket: reservation.ticket,
                 job: job.clone(),
@@ -495,7 +500,7 @@ pub fn run(name: &str, opts: &RunArgs, n: usize, grid: Grid) -> Result<i32> {
                 ranks: ranks.clone(),
                 size: n as u32,
                 root: root.to_string(),
-                token,
+                job_key: key.clone(),
                 env,
             };
             let addr = addr_of(&p.info, p.info.id.mpd_port);
@@ -538,7 +543,7 @@ pub fn run(name: &str, opts: &RunArgs, n: usize, grid: Grid) -> Result<i32> {
         .env(env::RANK, "0")
         .env(env::SIZE, n.to_string())
         .env(env::CONTROL, root.to_string())
-        .env(env::TOKEN, format!("{token:016x}"))
+        .env(env::JOB_KEY, key.to_hex())
         .env(env::BIND, me.to_string())
         .env(env::LOCAL_PROCS, if all_loopback { slots } else { assigned[0].len() }.to_string())
         .env("P2PMPI_JOB", &job)
@@ -547,6 +552,9 @@ pub fn run(name: &str, opts: &RunArgs, n: usize, grid: Grid) -> Result<i32> {
         .stderr(Stdio::piped());
     if r > 1 {
         cmd.env(env::REPLICAS, r.to_string());
+    }
+    if opts.encrypt {
+        cmd.env(env::ENCRYPT, "1");
     }
     launcher::die_with_launcher(&mut cmd);
     let mut child: Child = match cmd.spawn() {

@@ -1,9 +1,10 @@
 //! The local launcher: runs the N processes of a job on this host.
 //!
 //! Start-up follows the seeds' execution preamble: each process binds its data port and
-//! registers (rank, address) on the launcher's control port, proving with the job's secret
-//! token that it belongs to the job; once all have registered the launcher sends every process
-//! the communicator table. The control connections stay open: a process reports `Finalized`
+//! registers (rank, address) on the launcher's control port, proving in a challenge-response
+//! on the job's key ([`p2pmpi_wire::auth`]; the key is drawn here and given to the children
+//! in their environment, never sent on a socket) that it belongs to the job; once all have
+//! registered the launcher sends every process the communicator table. The control connections stay open: a process reports `Finalized`
 //! or `Abort` on it, and its closing tells that the process is gone.
 //!
 //! Failure handling: when a process dies (signal, non-zero status, or success without
@@ -31,8 +32,8 @@ use p2pmpi::bootstrap::env;
 use p2pmpi_core::fencing::{Declaration, Grant, Supervisor};
 use p2pmpi_core::replication::Layout;
 use p2pmpi_peer::server::{self, Framing, Gate, GateOptions, Limits, Pending, Refusal};
+use p2pmpi_wire::auth::JobKey;
 use p2pmpi_wire::control::{self, Control};
-use p2pmpi_wire::secure::Bounded;
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -103,6 +104,11 @@ pub struct RunArgs {
     /// Extra time before a silent process is suspected, milliseconds (default: T_MAX_HANG, 5000).
     #[arg(long = "t-max-hang", value_name = "MS")]
     pub t_max_hang: Option<u64>,
+    /// Encrypt the MPI messages: every data connection seals what follows its opening with
+    /// ChaCha20-Poly1305 (keys derived from the job key), so that whoever sees the traffic
+    /// can neither read nor alter it. Costs latency and bandwidth (see the README).
+    #[arg(long)]
+    pub encrypt: bool,
     /// The program to run, then its arguments.
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "PROGRAM")]
     pub command: Vec<String>,
@@ -371,13 +377,11 @@ fn run_local(name: &str, opts: RunArgs, n: usize) -> Result<i32> {
 
     let listener = TcpListener::bind("127.0.0.1:0").context("cannot open the launcher's control port")?;
     let ctrl_addr = listener.local_addr()?;
-    let mut tok = [0u8; 8];
-    getrandom::fill(&mut tok).map_err(|e| anyhow::anyhow!("no randomness for the job token: {e}"))?;
-    let token = u64::from_le_bytes(tok);
+    let key = JobKey::random()?;
 
     let (tx, rx) = channel::<Event>();
     let fencing = Fencing::shared(layout, fd.as_ref());
-    spawn_control_server(listener, token, slots, tx.clone(), fencing.clone());
+    spawn_control_server(listener, key.clone(), slots, tx.clone(), fencing.clone());
 
     let output = Arc::new(Output::new(layout, opts.tag_output));
     let mut children: Vec<Child> = Vec::with_capacity(slots);
@@ -389,13 +393,16 @@ fn run_local(name: &str, opts: RunArgs, n: usize) -> Result<i32> {
             .env(env::RANK, slot.to_string())
             .env(env::SIZE, n.to_string())
             .env(env::CONTROL, ctrl_addr.to_string())
-            .env(env::TOKEN, format!("{token:016x}"))
+            .env(env::JOB_KEY, key.to_hex())
             .env(env::LOCAL_PROCS, slots.to_string())
             .stdin(if slot == 0 { Stdio::inherit() } else { Stdio::null() })
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         if layout.r > 1 {
             cmd.env(env::REPLICAS, layout.r.to_string());
+        }
+        if opts.encrypt {
+            cmd.env(env::ENCRYPT, "1");
         }
         die_with_launcher(&mut cmd);
         let mut child = match cmd.spawn() {
@@ -1038,7 +1045,7 @@ pub(crate) fn control_limits(slots: usize) -> Limits {
 /// process's lease renewals from `fencing`. Connections are capped ([`control_limits`]).
 pub(crate) fn spawn_control_server(
     listener: TcpListener,
-    token: u64,
+    key: JobKey,
     n: usize,
     tx: Sender<Event>,
     fencing: SharedFencing,
@@ -1053,7 +1060,7 @@ pub(crate) fn spawn_control_server(
     let gate = Gate::with_options("control port", control_limits(n), options);
     let g = gate.clone();
     server::accept_loop(listener, gate, move |conn, peer, pending| {
-        serve_control(conn, peer, pending, &g, token, n, tx.clone(), fencing.clone())
+        serve_control(conn, peer, pending, &g, &key, n, tx.clone(), fencing.clone())
     });
 }
 
@@ -1063,23 +1070,20 @@ fn serve_control(
     peer: SocketAddr,
     pending: Pending,
     gate: &Gate,
-    token: u64,
+    key: &JobKey,
     n: usize,
     tx: Sender<Event>,
     fencing: SharedFencing,
 ) {
     let _ = conn.set_nodelay(true);
-    let registration = control::read_msg(&mut Bounded::new(&conn, Instant::now() + REGISTER_TIMEOUT));
+    // The whole opening (a challenge on the job key) within 10 s: a connection that trickles
+    // bytes is dropped all the same.
+    let deadline = Instant::now() + REGISTER_TIMEOUT;
+    let mut timed = Deadlined { conn: &mut conn, deadline };
     let refused = |why: String| gate.refused(Refusal::Unauthenticated, Some(peer), &why);
-    let (rank, addr, fd_addr, tolerant, pid) = match registration {
-        Ok(Some(Control::Register { rank, data_addr, pid, token: t, fd_addr, tolerant }))
-            if t == token && (rank as usize) < n =>
-        {
-            (rank as usize, data_addr, fd_addr, tolerant, pid)
-        }
-        _ if pending.evicted() => return,
-        Ok(Some(Control::Register { .. })) => return refused("wrong job token or rank".into()),
-        Ok(other) => return refused(format!("expected a registration, got {other:?}")),
+    let (rank, addr, fd_addr, tolerant, pid) = match control::accept(&mut timed, key, n) {
+        Ok(r) => (r.rank as usize, r.data_addr, r.fd_addr, r.tolerant, r.pid),
+        Err(_) if pending.evicted() => return,
         Err(e) => return refused(e.to_string()),
     };
     let Some(_slot) = pending.authenticated(peer) else { return };
@@ -1122,6 +1126,41 @@ fn serve_control(
                 return;
             }
         }
+    }
+}
+
+/// A stream whose reads and writes give up at `deadline` (the opening of a control
+/// connection: one limit for all of it, not one per read).
+struct Deadlined<'a> {
+    conn: &'a mut TcpStream,
+    deadline: Instant,
+}
+
+impl Deadlined<'_> {
+    fn arm(&mut self) -> std::io::Result<()> {
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "the opening took more than 10 s"));
+        }
+        self.conn.set_read_timeout(Some(left))?;
+        self.conn.set_write_timeout(Some(left))
+    }
+}
+
+impl Read for Deadlined<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.arm()?;
+        self.conn.read(buf)
+    }
+}
+
+impl Write for Deadlined<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.arm()?;
+        self.conn.write(buf)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.conn.flush()
     }
 }
 
@@ -1234,7 +1273,8 @@ mod tests {
         let addr = listener.local_addr().unwrap();
         let (tx, rx) = channel();
         let layout = Layout::new(2, 1);
-        spawn_control_server(listener, 0xfeed, 2, tx, Fencing::shared(layout, None));
+        let key = JobKey::from_bytes([7; p2pmpi_wire::auth::KEY_LEN]);
+        spawn_control_server(listener, key.clone(), 2, tx, Fencing::shared(layout, None));
         let start = Instant::now();
         let slow: Vec<TcpStream> = (0..200)
             .map(|_| {
@@ -1261,15 +1301,15 @@ mod tests {
         }
         // A process of the job registers all the same.
         let mut p = TcpStream::connect(addr).unwrap();
-        let reg = Control::Register {
+        let reg = control::Registration {
             rank: 1,
             data_addr: "127.0.0.1:1".into(),
             pid: 1,
-            token: 0xfeed,
             fd_addr: String::new(),
             tolerant: false,
         };
-        control::write_msg(&mut p, &reg).unwrap();
+        p.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        control::register(&mut p, &key, &reg).unwrap();
         let t = Instant::now();
         loop {
             match rx.recv_timeout(Duration::from_secs(5)).expect("the registration was not served") {

@@ -132,8 +132,32 @@ fn garbage_on_data_and_control_ports_is_refused_and_the_job_goes_on() {
     let o = checks(3, "garbage");
     o.assert_ok();
     assert!(o.stdout.contains("OK garbage"));
-    assert!(o.stderr.contains("bad job token"), "{}", o.stderr);
+    // Every rank refused a forged opening with a wrong key and a replayed one.
+    assert_eq!(
+        o.stderr.matches("failed to prove the job key (wrong key or replayed opening)").count(),
+        6,
+        "{}",
+        o.stderr
+    );
+    assert!(o.stderr.contains("before the connection was authenticated"), "{}", o.stderr);
     assert!(o.stderr.contains("refused a control connection"), "{}", o.stderr);
+    assert_eq!(o.stderr.matches("registration does not prove the job key").count(), 3, "{}", o.stderr);
+    assert_eq!(o.stdout.matches("forged detector datagrams dropped").count(), 3, "{}", o.stdout);
+}
+
+/// `--encrypt`: the point-to-point suite, and forged openings refused, over sealed
+/// connections.
+#[test]
+fn encrypted_connections_pass_the_point_to_point_suite_and_refuse_forgeries() {
+    let prog = example("p2p_checks");
+    let o = run(&["--encrypt", "-n", "3", prog.to_str().unwrap(), "all"], T);
+    o.assert_ok();
+    assert!(o.stdout.contains("OK truncate"), "{}", o.stdout);
+    let o = run(&["--encrypt", "-n", "3", prog.to_str().unwrap(), "garbage"], T);
+    o.assert_ok();
+    assert_eq!(o.stderr.matches("failed to prove the job key").count(), 6, "{}", o.stderr);
+    let o = run(&["--encrypt", "-n", "3", "-r", "2", prog.to_str().unwrap(), "sendrecv"], T);
+    o.assert_ok();
 }
 
 #[test]

@@ -65,6 +65,7 @@ fn main() {
             "abort" => abort(&world),
             "no-finalize" => no_finalize(&world),
             "garbage" => garbage(&world),
+            "secret" => secret(&world),
             "env" => env(&world),
             "maxloc" => maxloc(&world),
             "panic" => {
@@ -612,39 +613,186 @@ fn no_finalize(world: &mpi::topology::SimpleCommunicator) {
     let _ = world.process_at_rank(1).receive::<u8>();
 }
 
-/// Sends garbage to this process's own data port and to the launcher's control port, then
+/// Sends garbage to this process's own data port, to the launcher's control port and to its
+/// failure detector, opens data connections with a wrong key and with a replayed proof, then
 /// checks that communication still works.
 fn garbage(world: &mpi::topology::SimpleCommunicator) {
+    use p2pmpi_wire::auth::JobKey;
+    use p2pmpi_wire::{FrameKind, Header, Mid};
     use std::net::TcpStream;
     let addr = mpi::environment::data_address().expect("launched");
-    let mut hello_bad_token = Vec::new();
-    hello_bad_token.extend_from_slice(b"P2PM");
-    hello_bad_token.extend_from_slice(&[1, 1, 0, 0]);
-    hello_bad_token.extend_from_slice(&[0u8; 24]);
-    hello_bad_token.extend_from_slice(&8u64.to_le_bytes());
-    hello_bad_token.extend_from_slice(&[0xAB; 8]);
-    let mut oversized = hello_bad_token.clone();
+    let me = world.rank() as u32;
+    let other = (me + 1) % world.size() as u32;
+    let hdr = |kind, len| Header::new(kind, Mid { comm: 0, src: other, dst: me, tag: 0, seq: 0 }, len).encode();
+    let mut old_hello = Vec::new();
+    old_hello.extend_from_slice(b"P2PM");
+    old_hello.extend_from_slice(&[1, 1, 0, 0]);
+    old_hello.extend_from_slice(&[0u8; 24]);
+    old_hello.extend_from_slice(&8u64.to_le_bytes());
+    old_hello.extend_from_slice(&[0xAB; 8]);
+    let mut oversized = old_hello.clone();
     oversized[32..40].copy_from_slice(&u64::MAX.to_le_bytes());
+    // An eager message before any opening.
+    let mut eager = hdr(FrameKind::Eager, 4).to_vec();
+    eager.extend_from_slice(b"evil");
     let payloads: Vec<Vec<u8>> = vec![
         b"GET / HTTP/1.0\r\n\r\n".to_vec(),
         (0..5000u32).map(|i| (i.wrapping_mul(2654435761) >> 7) as u8).collect(),
-        hello_bad_token,
+        old_hello,
         oversized,
         vec![0u8; 39],
+        eager,
     ];
     for p in &payloads {
         if let Ok(mut s) = TcpStream::connect(addr) {
             let _ = s.write_all(p);
         }
     }
+    // Openings that claim to be another rank, forged by a thread while this one keeps the
+    // engine going (it answers openings only from inside MPI calls).
+    struct Done(std::sync::Arc<std::sync::atomic::AtomicBool>);
+    impl Drop for Done {
+        fn drop(&mut self) {
+            self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = Done(done.clone());
+    let forger = std::thread::spawn(move || {
+        let _flag = flag;
+        forge_openings(addr, me, other);
+    });
+    loop {
+        let mine = done.load(std::sync::atomic::Ordering::SeqCst) as i32;
+        let mut all = 0;
+        world.all_reduce_into(&mine, &mut all, mpi::collective::SystemOperation::min());
+        if all == 1 {
+            break;
+        }
+    }
+    forger.join().expect("forged openings refused");
     if let Ok(ctrl) = std::env::var("P2PMPI_CONTROL") {
-        if let Ok(mut s) = TcpStream::connect(ctrl) {
+        if let Ok(mut s) = TcpStream::connect(&ctrl) {
             let _ = s.write_all(&[0xff; 64]);
         }
+        // A registration for this very slot made with a wrong key: the launcher's answer
+        // proves the real key, the registration is refused, and this process goes on.
+        let mut s = TcpStream::connect(&ctrl).expect("control port");
+        let reg = p2pmpi_wire::control::Registration {
+            rank: me,
+            data_addr: "127.0.0.1:9".into(),
+            pid: 1,
+            fd_addr: String::new(),
+            tolerant: false,
+        };
+        let wrong = JobKey::from_bytes([0xAB; 32]);
+        let e = p2pmpi_wire::control::register(&mut s, &wrong, &reg)
+            .expect_err("the launcher's proof holds only for the real key");
+        assert!(e.to_string().contains("does not prove the job key"), "{e}");
+        // The same opening played by hand, with a made-up proof: refused, the connection closed.
+        let mut s = TcpStream::connect(&ctrl).expect("control port");
+        use p2pmpi_wire::control::{read_msg, write_msg, Control};
+        write_msg(&mut s, &Control::Hello { rank: me, nonce: [7; 32] }).unwrap();
+        let Ok(Some(Control::Challenge { .. })) = read_msg(&mut s) else { panic!("no Challenge") };
+        write_msg(
+            &mut s,
+            &Control::Register {
+                rank: me,
+                data_addr: reg.data_addr.clone(),
+                pid: 1,
+                fd_addr: String::new(),
+                tolerant: false,
+                proof: [0xAB; 32],
+            },
+        )
+        .unwrap();
+        s.set_read_timeout(Some(std::time::Duration::from_secs(20))).unwrap();
+        assert!(matches!(read_msg(&mut s), Ok(None) | Err(_)), "a forged registration was answered");
+    }
+    // Detector datagrams with a MAC made with another key, and garbage: dropped.
+    if let Some(fd) = mpi::failure::detector_address() {
+        let before = mpi::failure::dropped_datagrams();
+        let u = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let mut forged = b"PFD\x02".to_vec();
+        forged.extend_from_slice(&other.to_le_bytes());
+        forged.extend_from_slice(&[1, 5]);
+        let mac = JobKey::from_bytes([0xAB; 32]).datagram_mac(&forged);
+        forged.extend_from_slice(&mac);
+        for _ in 0..5 {
+            u.send_to(&forged, fd).unwrap();
+            u.send_to(b"PFD\x02garbage-without-a-mac", fd).unwrap();
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while mpi::failure::dropped_datagrams() < before + 10 && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert!(mpi::failure::dropped_datagrams() >= before + 10, "forged datagrams were not dropped");
+        println!("rank {me}: forged detector datagrams dropped");
     }
     // Normal traffic still flows.
     sendrecv(world);
     order(world);
+    assert!(mpi::failure::failed_ranks().is_empty());
+}
+
+/// Opens data connections to `addr` (slot `me`) claiming to be slot `other`: the acceptor's
+/// answer proves the real key; a proof made with a wrong key, and a proof of the real key
+/// made for another opening (what replaying a captured opening sends), are both refused.
+fn forge_openings(addr: std::net::SocketAddr, me: u32, other: u32) {
+    use p2pmpi_wire::auth::{self, JobKey, Role};
+    use p2pmpi_wire::{FrameKind, Header, Mid};
+    use std::io::Read;
+    use std::net::TcpStream;
+    let hdr = |kind, len| Header::new(kind, Mid { comm: 0, src: other, dst: me, tag: 0, seq: 0 }, len).encode();
+    let key = JobKey::from_hex(&std::env::var("P2PMPI_JOB_KEY").expect("launched")).expect("a job key");
+    for forged in ["wrong key", "replay"] {
+        let mut s = TcpStream::connect(addr).expect("data port");
+        let nc = auth::nonce();
+        let mut hello = hdr(FrameKind::Hello, auth::NONCE_LEN as u64).to_vec();
+        hello.extend_from_slice(&nc);
+        s.write_all(&hello).unwrap();
+        let mut ch = [0u8; 40 + 64];
+        s.read_exact(&mut ch).expect("a Challenge");
+        let na: auth::Nonce = ch[40..72].try_into().unwrap();
+        assert!(auth::verify_data_proof(&key, Role::DataAcceptor, other, me, &nc, &na, &ch[72..]), "acceptor's proof");
+        let proof = match forged {
+            "wrong key" => auth::data_proof(&JobKey::from_bytes([0xAB; 32]), Role::DataConnector, other, me, &nc, &na),
+            _ => auth::data_proof(&key, Role::DataConnector, other, me, &nc, &auth::nonce()),
+        };
+        let mut a = hdr(FrameKind::Auth, auth::PROOF_LEN as u64).to_vec();
+        a.extend_from_slice(&proof);
+        let mut m = hdr(FrameKind::Eager, 4).to_vec();
+        m.extend_from_slice(b"evil");
+        a.extend_from_slice(&m);
+        let _ = s.write_all(&a);
+        // The process closes the connection: read until the end (bounded).
+        s.set_read_timeout(Some(std::time::Duration::from_secs(20))).unwrap();
+        let mut rest = Vec::new();
+        let closed = s.read_to_end(&mut rest);
+        assert!(
+            closed.is_ok() || closed.as_ref().is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionReset),
+            "{forged}: {closed:?}"
+        );
+        assert!(rest.is_empty(), "{forged}: the process answered a forged opening");
+    }
+}
+
+/// Rank 0 sends every other rank a recognisable text, eager and rendez-vous (the capture
+/// tests look for it on the wire); the receivers check it without printing it.
+fn secret(world: &mpi::topology::SimpleCommunicator) {
+    let text = b"a-recognisable-payload-SECRET-0123456789".repeat(8);
+    let big = text.repeat(8 * 1024); // 2.5 MiB: rendez-vous
+    if world.rank() == 0 {
+        for r in 1..world.size() {
+            world.process_at_rank(r).send(&text[..]);
+            world.process_at_rank(r).send(&big[..]);
+        }
+    } else {
+        let (got, _) = world.process_at_rank(0).receive_vec::<u8>();
+        assert_eq!(got, text);
+        let (got, _) = world.process_at_rank(0).receive_vec::<u8>();
+        assert_eq!(got, big);
+    }
 }
 
 /// Prints processor name, version and time (for the docs).

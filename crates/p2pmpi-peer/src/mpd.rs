@@ -732,7 +732,9 @@ impl Mpd {
                 .env("P2PMPI_RANK", rank.to_string())
                 .env("P2PMPI_SIZE", spec.size.to_string())
                 .env("P2PMPI_CONTROL", &spec.root)
-                .env("P2PMPI_TOKEN", format!("{:016x}", spec.token))
+                // The job key reaches the process in its environment (readable by this user
+                // only), never on the network in clear.
+                .env("P2PMPI_JOB_KEY", spec.job_key.to_hex())
                 .env("P2PMPI_BIND", self.ip.to_string())
                 .env("P2PMPI_PORTS", format!("{}-{}", self.cfg.min_port, self.cfg.max_port))
                 .env("P2PMPI_JOB", &spec.job)

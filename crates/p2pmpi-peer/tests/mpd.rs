@@ -116,7 +116,7 @@ fn spec(ticket: Ticket, job: &str, program: &str, ranks: Vec<u32>) -> LaunchSpec
         size: ranks.len() as u32 + 1,
         ranks,
         root: "127.0.0.1:1".into(),
-        token: 7,
+        job_key: p2pmpi_wire::auth::JobKey::from_bytes([7; 32]),
         env: vec![],
     }
 }

@@ -3,7 +3,14 @@
 //!
 //! Frame: 4-byte little-endian length `n` (at most [`MAX_CONTROL_LEN`]), then `n` bytes of a
 //! postcard-encoded [`Control`].
+//!
+//! A control connection opens with a challenge-response on the job key ([`crate::auth`]): the
+//! process sends `Hello` (its slot, a fresh nonce), the launcher answers `Challenge` (its
+//! nonce, its proof), and the process checks that proof and sends `Register` with its own
+//! proof, which also covers the registration's fields. [`register`] and [`accept`] run the
+//! two sides; the key itself is never written.
 
+use crate::auth::{self, JobKey, Nonce, Proof, Role};
 use serde::{Deserialize, Serialize};
 use std::io::{self, Read, Write};
 use thiserror::Error;
@@ -11,16 +18,16 @@ use thiserror::Error;
 /// Largest control record accepted.
 pub const MAX_CONTROL_LEN: u32 = 16 << 20;
 
-/// One control record. Processes send `Register`, `Finalized`, `Abort`, `PeerFailed` and
-/// `Renew`; the launcher answers with `World`, `Lease` and `Excluded`, and may send `Dead` and
-/// `Stop`.
+/// One control record. Processes send `Hello`, `Register`, `Finalized`, `Abort`, `PeerFailed`
+/// and `Renew`; the launcher answers with `Challenge`, `World`, `Lease` and `Excluded`, and may
+/// send `Dead` and `Stop`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Control {
-    /// A process announces itself: its rank, the address of its data port, its pid, the
-    /// job's secret token (proves it was started by this launcher), the address of its
-    /// failure detector (UDP; empty if none) and whether the program handles failures itself
-    /// (`tolerant`: the launcher then lets the job go on when a process dies).
-    Register { rank: u32, data_addr: String, pid: u32, token: u64, fd_addr: String, tolerant: bool },
+    /// A process announces itself: its rank (slot), the address of its data port, its pid,
+    /// the address of its failure detector (UDP; empty if none), whether the program handles
+    /// failures itself (`tolerant`: the launcher then lets the job go on when a process dies),
+    /// and its proof of the job key (see [`register`]).
+    Register { rank: u32, data_addr: String, pid: u32, fd_addr: String, tolerant: bool, proof: Proof },
     /// The communicator built at the root: rank → data address, for every rank, with the
     /// failure detector's set-up for this process (`None`: no detector) and, in a replicated
     /// job, the length of the leases the process must hold to send (µs; 0: no fencing).
@@ -47,6 +54,119 @@ pub enum Control {
     /// The process was excluded from the job (suspected or declared dead): it must exit
     /// quietly.
     Excluded { reason: String },
+    /// The first record of a control connection: the process's slot and a fresh nonce.
+    Hello { rank: u32, nonce: Nonce },
+    /// The launcher's answer to `Hello`: its nonce and its proof of the job key.
+    Challenge { nonce: Nonce, proof: Proof },
+}
+
+/// What a process registers with its launcher.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Registration {
+    /// The process's slot (its rank without replicas).
+    pub rank: u32,
+    /// Its data port.
+    pub data_addr: String,
+    pub pid: u32,
+    /// Its failure detector's port (UDP; empty if none).
+    pub fd_addr: String,
+    /// The program handles failures itself.
+    pub tolerant: bool,
+}
+
+fn launcher_proof(key: &JobKey, rank: u32, np: &Nonce, nl: &Nonce) -> Proof {
+    key.proof(Role::ControlLauncher, &[&rank.to_le_bytes(), np, nl])
+}
+
+fn process_parts<'a>(
+    rank: &'a [u8; 4],
+    np: &'a Nonce,
+    nl: &'a Nonce,
+    r: &'a Registration,
+    pid: &'a [u8; 4],
+) -> [&'a [u8]; 7] {
+    [rank, np, nl, r.data_addr.as_bytes(), pid, r.fd_addr.as_bytes(), if r.tolerant { &[1] } else { &[0] }]
+}
+
+fn process_proof(key: &JobKey, np: &Nonce, nl: &Nonce, r: &Registration) -> Proof {
+    let (rank, pid) = (r.rank.to_le_bytes(), r.pid.to_le_bytes());
+    key.proof(Role::ControlProcess, &process_parts(&rank, np, nl, r, &pid))
+}
+
+/// The process's side of a control connection's opening: `Hello`, the launcher's
+/// `Challenge` checked, then `Register` with this process's proof.
+pub fn register<S: Read + Write>(conn: &mut S, key: &JobKey, reg: &Registration) -> Result<(), ControlError> {
+    let np = auth::nonce();
+    write_msg(conn, &Control::Hello { rank: reg.rank, nonce: np })?;
+    let nl = match read_msg(conn)? {
+        Some(Control::Challenge { nonce, proof }) => {
+            if !key.verify(Role::ControlLauncher, &[&reg.rank.to_le_bytes(), &np, &nonce], &proof) {
+                return Err(ControlError::Refused("the launcher's answer does not prove the job key".into()));
+            }
+            nonce
+        }
+        Some(Control::Stop { reason }) => return Err(ControlError::Refused(format!("job stopped: {reason}"))),
+        Some(other) => return Err(ControlError::Refused(format!("unexpected answer from the launcher: {other:?}"))),
+        None => return Err(io::Error::from(io::ErrorKind::UnexpectedEof).into()),
+    };
+    let r = reg.clone();
+    let proof = process_proof(key, &np, &nl, &r);
+    write_msg(
+        conn,
+        &Control::Register {
+            rank: r.rank,
+            data_addr: r.data_addr,
+            pid: r.pid,
+            fd_addr: r.fd_addr,
+            tolerant: r.tolerant,
+            proof,
+        },
+    )
+}
+
+/// The launcher's side of a control connection's opening, for a job of `slots` processes:
+/// the process's registration once it proved the job key.
+pub fn accept<S: Read + Write>(conn: &mut S, key: &JobKey, slots: usize) -> Result<Registration, ControlError> {
+    let (rank, np) = match read_msg(conn)? {
+        Some(Control::Hello { rank, nonce }) if (rank as usize) < slots => (rank, nonce),
+        Some(Control::Hello { rank, .. }) => return Err(ControlError::Refused(format!("no slot {rank} in this job"))),
+        Some(other) => return Err(ControlError::Refused(format!("expected Hello, got {}", other.kind()))),
+        None => return Err(io::Error::from(io::ErrorKind::UnexpectedEof).into()),
+    };
+    let nl = auth::nonce();
+    write_msg(conn, &Control::Challenge { nonce: nl, proof: launcher_proof(key, rank, &np, &nl) })?;
+    match read_msg(conn)? {
+        Some(Control::Register { rank: r, data_addr, pid, fd_addr, tolerant, proof }) if r == rank => {
+            let reg = Registration { rank, data_addr, pid, fd_addr, tolerant };
+            let (rb, pb) = (rank.to_le_bytes(), pid.to_le_bytes());
+            if !key.verify(Role::ControlProcess, &process_parts(&rb, &np, &nl, &reg, &pb), &proof) {
+                return Err(ControlError::Refused(format!("slot {rank}'s registration does not prove the job key")));
+            }
+            Ok(reg)
+        }
+        Some(other) => Err(ControlError::Refused(format!("expected slot {rank}'s registration, got {}", other.kind()))),
+        None => Err(io::Error::from(io::ErrorKind::UnexpectedEof).into()),
+    }
+}
+
+impl Control {
+    /// The record's name (for messages that must not print its content).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Control::Register { .. } => "Register",
+            Control::World { .. } => "World",
+            Control::Finalized { .. } => "Finalized",
+            Control::Abort { .. } => "Abort",
+            Control::Stop { .. } => "Stop",
+            Control::PeerFailed { .. } => "PeerFailed",
+            Control::Renew { .. } => "Renew",
+            Control::Lease { .. } => "Lease",
+            Control::Dead { .. } => "Dead",
+            Control::Excluded { .. } => "Excluded",
+            Control::Hello { .. } => "Hello",
+            Control::Challenge { .. } => "Challenge",
+        }
+    }
 }
 
 /// The failure detector's parameters for one application, sent with the communicator
@@ -76,6 +196,8 @@ pub enum ControlError {
     TooLong(u32),
     #[error("malformed control record: {0}")]
     Malformed(#[from] postcard::Error),
+    #[error("{0}")]
+    Refused(String),
 }
 
 /// Encodes a record with its length prefix.
@@ -133,10 +255,12 @@ mod tests {
                 rank: 3,
                 data_addr: "127.0.0.1:4000".into(),
                 pid: 77,
-                token: 9,
                 fd_addr: "127.0.0.1:4001".into(),
                 tolerant: true,
+                proof: [9; 32],
             },
+            Control::Hello { rank: 3, nonce: [1; 32] },
+            Control::Challenge { nonce: [2; 32], proof: [3; 32] },
             Control::World { addrs: vec!["a".into(), "b".into()], fd: None, lease_us: 0 },
             Control::World {
                 lease_us: 1_000_000,
@@ -183,6 +307,135 @@ mod tests {
         assert!(matches!(read_msg(&mut &b[..]), Err(ControlError::TooLong(_))));
     }
 
+    /// A stream that records what is written through it.
+    struct Rec<S> {
+        inner: S,
+        written: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+    }
+    impl<S: Read> Read for Rec<S> {
+        fn read(&mut self, b: &mut [u8]) -> io::Result<usize> {
+            self.inner.read(b)
+        }
+    }
+    impl<S: Write> Write for Rec<S> {
+        fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+            let n = self.inner.write(b)?;
+            self.written.lock().unwrap().extend_from_slice(&b[..n]);
+            Ok(n)
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            self.inner.flush()
+        }
+    }
+
+    /// A scripted peer: reads come from `input`, writes are kept.
+    struct Scripted {
+        input: io::Cursor<Vec<u8>>,
+        output: Vec<u8>,
+    }
+    impl Read for Scripted {
+        fn read(&mut self, b: &mut [u8]) -> io::Result<usize> {
+            self.input.read(b)
+        }
+    }
+    impl Write for Scripted {
+        fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+            self.output.extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn reg() -> Registration {
+        Registration {
+            rank: 2,
+            data_addr: "127.0.0.1:5000".into(),
+            pid: 42,
+            fd_addr: "127.0.0.1:5001".into(),
+            tolerant: false,
+        }
+    }
+
+    fn contains(hay: &[u8], needle: &[u8]) -> bool {
+        hay.windows(needle.len()).any(|w| w == needle)
+    }
+
+    type Written = std::sync::Arc<std::sync::Mutex<Vec<u8>>>;
+
+    /// Both sides' results, and what the process and the launcher wrote.
+    type Handshake = (Result<(), ControlError>, Result<Registration, ControlError>, Vec<u8>, Vec<u8>);
+
+    /// Runs both sides over a socket pair.
+    fn handshake(launcher_key: JobKey, process_key: JobKey) -> Handshake {
+        let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+        let (wa, wb): (Written, Written) = Default::default();
+        let mut l = Rec { inner: a, written: wa.clone() };
+        let server = std::thread::spawn(move || accept(&mut l, &launcher_key, 4));
+        let mut p = Rec { inner: b, written: wb.clone() };
+        let client = register(&mut p, &process_key, &reg());
+        drop(p);
+        let accepted = server.join().unwrap();
+        let (pw, lw) = (wb.lock().unwrap().clone(), wa.lock().unwrap().clone());
+        (client, accepted, pw, lw)
+    }
+
+    #[test]
+    fn registration_proves_the_key_without_sending_it() {
+        let key = JobKey::from_bytes([0x5a; 32]);
+        let (client, accepted, pw, lw) = handshake(key.clone(), key.clone());
+        client.unwrap();
+        assert_eq!(accepted.unwrap(), reg());
+        for bytes in [&pw, &lw] {
+            assert!(!contains(bytes, &[0x5a; 32][..8]), "key bytes on the wire");
+            assert!(!contains(bytes, key.to_hex().as_bytes()), "key hex on the wire");
+        }
+    }
+
+    #[test]
+    fn a_wrong_key_is_refused_on_both_sides() {
+        let (client, accepted, _, _) = handshake(JobKey::from_bytes([1; 32]), JobKey::from_bytes([2; 32]));
+        assert!(matches!(client, Err(ControlError::Refused(_))), "{client:?}");
+        assert!(accepted.is_err());
+    }
+
+    #[test]
+    fn a_replayed_registration_is_refused() {
+        let key = JobKey::from_bytes([3; 32]);
+        let (client, accepted, pw, _) = handshake(key.clone(), key.clone());
+        client.unwrap();
+        accepted.unwrap();
+        // The same bytes again: the launcher's nonce differs, the proof no longer holds.
+        let mut replay = Scripted { input: io::Cursor::new(pw), output: Vec::new() };
+        match accept(&mut replay, &key, 4) {
+            Err(ControlError::Refused(why)) => assert!(why.contains("does not prove"), "{why}"),
+            other => panic!("replay accepted: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_registration_for_another_slot_or_without_hello_is_refused() {
+        let key = JobKey::from_bytes([3; 32]);
+        let mut s =
+            Scripted { input: io::Cursor::new(encode(&Control::Hello { rank: 9, nonce: [0; 32] })), output: vec![] };
+        assert!(matches!(accept(&mut s, &key, 4), Err(ControlError::Refused(_))));
+        let bare = |rank| Control::Register {
+            rank,
+            data_addr: String::new(),
+            pid: 1,
+            fd_addr: String::new(),
+            tolerant: false,
+            proof: [0; 32],
+        };
+        let mut s = Scripted { input: io::Cursor::new(encode(&bare(1))), output: vec![] };
+        assert!(matches!(accept(&mut s, &key, 4), Err(ControlError::Refused(_))));
+        let mut input = encode(&Control::Hello { rank: 1, nonce: [0; 32] });
+        input.extend(encode(&bare(2)));
+        let mut s = Scripted { input: io::Cursor::new(input), output: vec![] };
+        assert!(matches!(accept(&mut s, &key, 4), Err(ControlError::Refused(_))));
+    }
+
     proptest! {
         #[test]
         fn garbage_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
@@ -190,6 +443,10 @@ mod tests {
             for _ in 0..4 {
                 if !matches!(read_msg(&mut r), Ok(Some(_))) { break; }
             }
+            let mut s = Scripted { input: io::Cursor::new(bytes.clone()), output: vec![] };
+            let _ = accept(&mut s, &JobKey::from_bytes([0; 32]), 4);
+            let mut s = Scripted { input: io::Cursor::new(bytes), output: vec![] };
+            let _ = register(&mut s, &JobKey::from_bytes([0; 32]), &reg());
         }
     }
 }

@@ -19,12 +19,17 @@ use thiserror::Error;
 
 /// `b"P2PM"` read as a little-endian u32.
 pub const MAGIC: u32 = u32::from_le_bytes(*b"P2PM");
-/// Version of the data-plane protocol.
-pub const VERSION: u8 = 1;
+/// Version of the data-plane protocol (2: connections open with a challenge-response on the
+/// job key).
+pub const VERSION: u8 = 2;
 /// Size of an encoded [`Header`].
 pub const HEADER_LEN: usize = 40;
-/// Largest payload of a `Hello` frame.
-pub const MAX_HELLO_LEN: u64 = 4096;
+/// Payload of a `Hello` frame: the connector's nonce.
+pub const HELLO_LEN: u64 = crate::auth::NONCE_LEN as u64;
+/// Payload of a `Challenge` frame: the acceptor's nonce and proof.
+pub const CHALLENGE_LEN: u64 = (crate::auth::NONCE_LEN + crate::auth::PROOF_LEN) as u64;
+/// Payload of an `Auth` frame: the connector's proof.
+pub const AUTH_LEN: u64 = crate::auth::PROOF_LEN as u64;
 
 /// The message identifier of the seeds (thesis §4.3.2): which communicator, from which rank
 /// to which rank, with which tag, and how many messages with the same (communicator, source,
@@ -39,7 +44,8 @@ pub use p2pmpi_core::replication::MsgId as Mid;
 #[repr(u8)]
 pub enum FrameKind {
     /// First frame on a connection: the connecting process names itself. `mid.src` is its
-    /// rank, the payload is the job's secret token.
+    /// slot, `mid.dst` the slot it connects to, the payload its nonce ([`HELLO_LEN`] bytes;
+    /// see [`crate::auth`]).
     Hello = 1,
     /// A complete small message (eager protocol).
     Eager = 2,
@@ -59,6 +65,11 @@ pub enum FrameKind {
     /// communicator; `mid.src`, `mid.tag` and `len` are the chosen message's source, tag and
     /// sequence, with `flags` [`flags::NOTHING`] when nothing was chosen (no payload).
     Choice = 8,
+    /// The accepting process's answer to a `Hello`: `mid.src` is its slot, `mid.dst` the
+    /// connector's, the payload its nonce and its proof ([`CHALLENGE_LEN`] bytes).
+    Challenge = 9,
+    /// The connecting process's proof, which ends the opening ([`AUTH_LEN`] bytes).
+    Auth = 10,
 }
 
 impl FrameKind {
@@ -72,6 +83,8 @@ impl FrameKind {
             6 => Self::Bye,
             7 => Self::Commit,
             8 => Self::Choice,
+            9 => Self::Challenge,
+            10 => Self::Auth,
             _ => return None,
         })
     }
@@ -92,6 +105,8 @@ pub enum WireError {
     UnexpectedPayload { kind: FrameKind, len: u64 },
     #[error("rank field {0} out of range")]
     BadRank(u32),
+    #[error("{kind:?} frame of {len} payload bytes, must be {want}")]
+    BadLength { kind: FrameKind, len: u64, want: u64 },
 }
 
 /// Flags of a frame header.
@@ -185,7 +200,11 @@ impl Header {
         let len = u64_at(32);
         let h = Header { kind, flags, mid, len };
         match kind {
-            FrameKind::Hello if len > MAX_HELLO_LEN => Err(WireError::TooLong { kind, len, max: MAX_HELLO_LEN }),
+            FrameKind::Hello if len != HELLO_LEN => Err(WireError::BadLength { kind, len, want: HELLO_LEN }),
+            FrameKind::Challenge if len != CHALLENGE_LEN => {
+                Err(WireError::BadLength { kind, len, want: CHALLENGE_LEN })
+            }
+            FrameKind::Auth if len != AUTH_LEN => Err(WireError::BadLength { kind, len, want: AUTH_LEN }),
             FrameKind::Eager if len > max_eager => Err(WireError::TooLong { kind, len, max: max_eager }),
             FrameKind::ReadyToRecv | FrameKind::Bye | FrameKind::Commit if len != 0 => {
                 Err(WireError::UnexpectedPayload { kind, len })
@@ -222,7 +241,16 @@ mod tests {
         let big = Header::new(FrameKind::Eager, Mid::default(), 101).encode();
         assert!(matches!(Header::decode(&big, 100), Err(WireError::TooLong { .. })));
         let hello = Header::new(FrameKind::Hello, Mid::default(), 1 << 20).encode();
-        assert!(matches!(Header::decode(&hello, 100), Err(WireError::TooLong { .. })));
+        assert!(matches!(Header::decode(&hello, 100), Err(WireError::BadLength { .. })));
+        for (kind, want) in
+            [(FrameKind::Hello, HELLO_LEN), (FrameKind::Challenge, CHALLENGE_LEN), (FrameKind::Auth, AUTH_LEN)]
+        {
+            assert!(Header::decode(&Header::new(kind, Mid::default(), want).encode(), 100).is_ok());
+            for len in [0, want - 1, want + 1] {
+                let b = Header::new(kind, Mid::default(), len).encode();
+                assert!(matches!(Header::decode(&b, 100), Err(WireError::BadLength { .. })), "{kind:?} {len}");
+            }
+        }
         let bye = Header::new(FrameKind::Bye, Mid::default(), 1).encode();
         assert!(matches!(Header::decode(&bye, 100), Err(WireError::UnexpectedPayload { .. })));
     }

@@ -163,8 +163,10 @@ pub struct LaunchSpec {
     pub size: u32,
     /// Root's control address (the communicator is built there).
     pub root: String,
-    /// The job's token, proving registration at the root.
-    pub token: u64,
+    /// The job's key ([`crate::auth`]), which the processes prove to the root and to each
+    /// other. It travels only inside the Noise session of the launch request, and reaches the
+    /// processes in their environment.
+    pub job_key: crate::auth::JobKey,
     /// Extra environment for the processes.
     pub env: Vec<(String, String)>,
 }
@@ -302,7 +304,7 @@ mod tests {
             ranks: vec![1, 2],
             size: 3,
             root: "127.0.0.1:1".into(),
-            token: 5,
+            job_key: crate::auth::JobKey::from_bytes([5; 32]),
             env: vec![],
         });
         let b = postcard::to_allocvec(&m).unwrap();

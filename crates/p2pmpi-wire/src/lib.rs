@@ -12,6 +12,9 @@
 //!   finalization and abort. Messages are length-prefixed `postcard` (serde) records with a
 //!   size cap.
 //!
+//! * [`auth`]: the **per-job key** that authenticates the openings of data and control
+//!   connections (a challenge-response) and the failure detector's datagrams (a MAC).
+//!
 //! * [`secure`] and [`grid`]: the **grid control plane** between supernode, peer daemons
 //!   (MPD, RS, FT) and commands: a Noise handshake keyed by the grid secret, then encrypted
 //!   records (supernode, reservation, staging and launch requests).
@@ -19,6 +22,7 @@
 //! `postcard` was chosen over `bincode` for the control plane because it is actively
 //! maintained, compact, `no_std`-friendly and has a stable wire format specification.
 
+pub mod auth;
 pub mod control;
 pub mod frame;
 pub mod grid;

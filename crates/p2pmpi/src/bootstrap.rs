@@ -1,15 +1,17 @@
 //! How a process learns its place in the job.
 //!
 //! A process started by `p2pmpirun` finds in its environment its rank, the job size, the
-//! address of its launcher's control port and the job's secret token. It binds its own data
-//! port, registers with the launcher, and receives the communicator table (rank → address)
-//! built once every process registered (the seeds' execution preamble, step 10). The control
+//! address of its launcher's control port and the job's key ([`p2pmpi_wire::auth`]). It binds
+//! its own data port, registers with the launcher (proving the key in a challenge-response:
+//! the key itself is never sent), and receives the communicator table (rank → address) built
+//! once every process registered (the seeds' execution preamble, step 10). The control
 //! connection stays open: it carries `Finalized` and `Abort`, and if the launcher goes away the
 //! process stops instead of lingering as an orphan.
 //!
 //! Without those variables the program runs as a one-process world.
 
 use crate::error::{Error, Result};
+use p2pmpi_wire::auth::JobKey;
 use p2pmpi_wire::control::{self, Control};
 use parking_lot::Mutex;
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
@@ -21,7 +23,10 @@ pub mod env {
     pub const RANK: &str = "P2PMPI_RANK";
     pub const SIZE: &str = "P2PMPI_SIZE";
     pub const CONTROL: &str = "P2PMPI_CONTROL";
-    pub const TOKEN: &str = "P2PMPI_TOKEN";
+    /// The job's key: 64 hexadecimal digits ([`p2pmpi_wire::auth::JobKey::to_hex`]).
+    pub const JOB_KEY: &str = "P2PMPI_JOB_KEY";
+    /// `1`: seal every data connection after its opening (`p2pmpirun --encrypt`).
+    pub const ENCRYPT: &str = "P2PMPI_ENCRYPT";
     pub const BIND: &str = "P2PMPI_BIND";
     pub const LOCAL_PROCS: &str = "P2PMPI_LOCAL_PROCS";
     pub const SPIN_US: &str = "P2PMPI_SPIN_US";
@@ -40,7 +45,9 @@ pub(crate) struct Boot {
     pub slot: i32,
     /// The replicas' layout, when the job runs more than one per rank.
     pub layout: Option<p2pmpi_core::replication::Layout>,
-    pub token: u64,
+    pub key: JobKey,
+    /// Seal the data connections (`--encrypt`).
+    pub encrypt: bool,
     pub listener: Option<TcpListener>,
     pub addrs: Vec<SocketAddr>,
     pub local_procs: usize,
@@ -66,7 +73,8 @@ pub(crate) fn boot() -> Result<Boot> {
             size: 1,
             slot: 0,
             layout: None,
-            token: 0,
+            key: JobKey::from_bytes([0; 32]),
+            encrypt: false,
             listener: None,
             addrs: Vec::new(),
             local_procs: 1,
@@ -87,8 +95,8 @@ pub(crate) fn boot() -> Result<Boot> {
     if let Some(l) = layout {
         crate::failure::set_layout(l);
     }
-    let token = u64::from_str_radix(&var(env::TOKEN).unwrap_or_default(), 16)
-        .map_err(|_| Error::Bootstrap(format!("{} is not valid", env::TOKEN)))?;
+    let key = JobKey::from_hex(&var(env::JOB_KEY).unwrap_or_default())
+        .ok_or_else(|| Error::Bootstrap(format!("{} is missing or not valid", env::JOB_KEY)))?;
     let local_procs = parse(env::LOCAL_PROCS).unwrap_or(size as usize);
     if size < 1 || rank < 0 || rank >= size {
         return Err(Error::Bootstrap(format!("rank {rank} of size {size} is not valid")));
@@ -102,16 +110,15 @@ pub(crate) fn boot() -> Result<Boot> {
     let mut ctrl = connect_from(&bind, &ctrl_addr)
         .map_err(|e| Error::Bootstrap(format!("cannot reach the launcher at {ctrl_addr}: {e}")))?;
     let _ = ctrl.set_nodelay(true);
-    let reg = Control::Register {
+    let reg = control::Registration {
         rank: slot as u32,
         data_addr: data_addr.to_string(),
         pid: std::process::id(),
-        token,
         fd_addr,
         tolerant: crate::failure::policy() == crate::failure::Policy::Notify,
     };
-    control::write_msg(&mut ctrl, &reg).map_err(|e| Error::Bootstrap(e.to_string()))?;
     ctrl.set_read_timeout(Some(Duration::from_secs(600)))?;
+    control::register(&mut ctrl, &key, &reg).map_err(|e| Error::Bootstrap(format!("launcher: {e}")))?;
     let (addrs, fd, lease_us) = match control::read_msg(&mut ctrl) {
         Ok(Some(Control::World { addrs, fd, lease_us })) => (addrs, fd, lease_us),
         Ok(Some(Control::Stop { reason })) => return Err(Error::Bootstrap(format!("job stopped: {reason}"))),
@@ -128,7 +135,7 @@ pub(crate) fn boot() -> Result<Boot> {
     let received = Instant::now();
     if let (Some(fd), Some(sock)) = (fd, fd_socket) {
         let setup = crate::failure::setup_from_wire(&fd, slots as usize, received).map_err(Error::Bootstrap)?;
-        crate::failure::start(slot as usize, token, sock, setup)
+        crate::failure::start(slot as usize, key.clone(), sock, setup)
             .map_err(|e| Error::Bootstrap(format!("cannot start the failure detector: {e}")))?;
     }
     ctrl.set_read_timeout(None)?;
@@ -143,7 +150,8 @@ pub(crate) fn boot() -> Result<Boot> {
         .name("p2pmpi-control".into())
         .spawn(move || watch_launcher(reader, rank))
         .map_err(|e| Error::Bootstrap(format!("cannot start the control thread: {e}")))?;
-    Ok(Boot { rank, size, slot, layout, token, listener: Some(listener), addrs, local_procs })
+    let encrypt = var(env::ENCRYPT).is_some_and(|v| v == "1");
+    Ok(Boot { rank, size, slot, layout, key, encrypt, listener: Some(listener), addrs, local_procs })
 }
 
 /// Connects to the launcher from this process's own address `bind` (on a local grid every

@@ -151,14 +151,15 @@ pub fn initialize_with_threading(threading: Threading) -> Option<(Universe, Thre
         }
     };
     OWN_RANK.store(boot.rank, Ordering::SeqCst);
-    crate::random::set_job_seed(boot.token);
+    crate::random::set_job_seed(boot.key.seed("random"));
     #[cfg(feature = "failpoints")]
     arm_failpoints(boot.slot);
     let spin = spin_budget(boot.local_procs);
     let yield_spin = yield_budget(boot.local_procs);
-    let engine = Engine::new(boot.rank, boot.size, boot.slot, boot.layout, boot.token, boot.listener, boot.addrs, spin)
+    let engine = Engine::new(boot.rank, boot.size, boot.slot, boot.layout, boot.key, boot.listener, boot.addrs, spin)
         .map(|mut e| {
             e.yield_spin = yield_spin;
+            e.encrypt = boot.encrypt;
             e
         });
     let engine = engine.and_then(|mut e| {

@@ -17,8 +17,9 @@
 //! fine, the same code serves jobs with and without peer daemons, and the simulator drives
 //! the very same state machine. UDP keeps a silent destination from ever blocking a sender
 //! (a TCP write to a frozen process eventually blocks) and needs no connection per pair.
-//! Datagrams carry the job's token and their sender's rank, and are accepted only from that
-//! rank's address.
+//! Datagrams carry their sender's rank and end with a MAC on the job's key
+//! ([`p2pmpi_wire::auth::JobKey::datagram_mac`]); one whose MAC does not verify, or that
+//! does not come from that rank's address, is dropped.
 //!
 //! # What the program sees
 //!
@@ -36,6 +37,7 @@
 
 use crate::bootstrap;
 use p2pmpi_core::fd::{Detector, Event, FdConfig, Message, Protocol, Start};
+use p2pmpi_wire::auth::JobKey;
 use parking_lot::{Condvar, Mutex};
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
@@ -102,6 +104,9 @@ pub(crate) static PENDING: AtomicBool = AtomicBool::new(false);
 static SUSPICION_AFTER: Mutex<Option<Duration>> = Mutex::new(None);
 static SENT_DATAGRAMS: AtomicU64 = AtomicU64::new(0);
 static SENT_BYTES: AtomicU64 = AtomicU64::new(0);
+/// Datagrams received and dropped: malformed, or their MAC did not verify.
+static DROPPED_DATAGRAMS: AtomicU64 = AtomicU64::new(0);
+static FD_ADDR: std::sync::OnceLock<SocketAddr> = std::sync::OnceLock::new();
 static STARTED: Mutex<Option<Instant>> = Mutex::new(None);
 /// The replicas' layout of a job run with `-r R > 1`: the detector then watches slots.
 static LAYOUT: std::sync::OnceLock<p2pmpi_core::replication::Layout> = std::sync::OnceLock::new();
@@ -122,6 +127,17 @@ pub(crate) fn layout() -> Option<p2pmpi_core::replication::Layout> {
 pub fn detector_traffic() -> Option<(u64, u64, Duration)> {
     let started = (*STARTED.lock())?;
     Some((SENT_DATAGRAMS.load(Ordering::Relaxed), SENT_BYTES.load(Ordering::Relaxed), started.elapsed()))
+}
+
+/// The address of this process's failure detector (UDP), when one runs. Not in rsmpi.
+pub fn detector_address() -> Option<SocketAddr> {
+    FD_ADDR.get().copied()
+}
+
+/// Datagrams this process's detector received and dropped so far: malformed, from another
+/// job, or forged (their MAC on the job's key did not verify).
+pub fn dropped_datagrams() -> u64 {
+    DROPPED_DATAGRAMS.load(Ordering::Relaxed)
 }
 
 /// Chooses what happens on a confirmed failure (call before `initialize()`: the launcher
@@ -193,32 +209,39 @@ pub(crate) fn take_pending() -> Vec<i32> {
 // ----------------------------------------------------------------------------- the service
 
 const MAGIC: &[u8; 3] = b"PFD";
-const VERSION: u8 = 1;
-const HEADER: usize = 3 + 1 + 8 + 4;
+const VERSION: u8 = 2;
+const HEADER: usize = 3 + 1 + 4;
+const MAC_LEN: usize = p2pmpi_wire::auth::DATAGRAM_MAC_LEN;
 const MAX_DATAGRAM: usize = 65_507;
 
-/// Encodes one detector message: `PFD`, version, token (LE u64), sender rank (LE u32), then
-/// the postcard-encoded message.
-pub(crate) fn encode(token: u64, from: u32, msg: &Message) -> Vec<u8> {
-    let mut out = Vec::with_capacity(HEADER + 16);
+/// Encodes one detector message: `PFD`, version, sender rank (LE u32), the postcard-encoded
+/// message, then the MAC of all that on the job's key (the key itself is not in the bytes).
+pub fn encode(key: &JobKey, from: u32, msg: &Message) -> Vec<u8> {
+    let mut out = Vec::with_capacity(HEADER + 16 + MAC_LEN);
     out.extend_from_slice(MAGIC);
     out.push(VERSION);
-    out.extend_from_slice(&token.to_le_bytes());
     out.extend_from_slice(&from.to_le_bytes());
-    postcard::to_extend(msg, out).expect("detector messages always serialize")
+    let mut out = postcard::to_extend(msg, out).expect("detector messages always serialize");
+    let mac = key.datagram_mac(&out);
+    out.extend_from_slice(&mac);
+    out
 }
 
-/// Decodes a datagram; `None` for anything malformed or from another job.
-pub fn decode(token: u64, bytes: &[u8]) -> Option<(u32, Message)> {
-    if bytes.len() < HEADER || &bytes[..3] != MAGIC || bytes[3] != VERSION {
+/// Decodes a datagram; `None` for anything malformed, from another job or forged (its MAC
+/// does not verify with `key`).
+pub fn decode(key: &JobKey, bytes: &[u8]) -> Option<(u32, Message)> {
+    if bytes.len() < HEADER + MAC_LEN || &bytes[..3] != MAGIC || bytes[3] != VERSION {
         return None;
     }
-    let t = u64::from_le_bytes(bytes[4..12].try_into().ok()?);
-    if t != token {
+    let (signed, mac) = bytes.split_at(bytes.len() - MAC_LEN);
+    if !key.verify_datagram(signed, mac) {
         return None;
     }
-    let from = u32::from_le_bytes(bytes[12..16].try_into().ok()?);
-    postcard::from_bytes(&bytes[16..]).ok().map(|m| (from, m))
+    let from = u32::from_le_bytes(signed[4..8].try_into().ok()?);
+    match postcard::take_from_bytes(&signed[HEADER..]) {
+        Ok((m, [])) => Some((from, m)),
+        _ => None,
+    }
 }
 
 /// What the launcher told this process about its detector.
@@ -253,14 +276,17 @@ pub(crate) fn setup_from_wire(
 }
 
 /// Starts the detector thread of process `rank` on `socket`.
-pub(crate) fn start(rank: usize, token: u64, socket: UdpSocket, setup: Setup) -> std::io::Result<()> {
+pub(crate) fn start(rank: usize, key: JobKey, socket: UdpSocket, setup: Setup) -> std::io::Result<()> {
     let n = setup.addrs.len();
     *SUSPICION_AFTER.lock() = Some(setup.config.suspicion_after(n));
-    std::thread::Builder::new().name("p2pmpi-fd".into()).spawn(move || run(rank, token, socket, setup))?;
+    if let Ok(a) = socket.local_addr() {
+        let _ = FD_ADDR.set(a);
+    }
+    std::thread::Builder::new().name("p2pmpi-fd".into()).spawn(move || run(rank, key, socket, setup))?;
     Ok(())
 }
 
-fn run(me: usize, token: u64, socket: UdpSocket, setup: Setup) {
+fn run(me: usize, key: JobKey, socket: UdpSocket, setup: Setup) {
     let n = setup.addrs.len();
     let started = Instant::now();
     *STARTED.lock() = Some(started);
@@ -276,7 +302,7 @@ fn run(me: usize, token: u64, socket: UdpSocket, setup: Setup) {
     // one write per process to a local socket, far less than a T_gossip.
     let all_started = Start::adjusted(Duration::ZERO, Duration::ZERO, setup.delta_t + tg, tg).all_started;
     let start = Start { heartbeat: 0, all_started };
-    let seed = token ^ (me as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ std::process::id() as u64;
+    let seed = key.seed("fd") ^ (me as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ std::process::id() as u64;
     let mut det = Detector::new(me, n, setup.config, Duration::ZERO, start, seed);
     let suspicion_after = setup.config.suspicion_after(n);
     let protocol = setup.config.protocol.to_string();
@@ -289,7 +315,7 @@ fn run(me: usize, token: u64, socket: UdpSocket, setup: Setup) {
         let now = origin.elapsed();
         det.handle_timeout(now);
         while let Some(tx) = det.poll_transmit() {
-            let bytes = encode(token, me as u32, &tx.msg);
+            let bytes = encode(&key, me as u32, &tx.msg);
             // A send error (a host that went away: no route) is the silence the detector
             // judges; nothing else to do.
             let _ = socket.send_to(&bytes, addrs[tx.to]);
@@ -317,7 +343,10 @@ fn run(me: usize, token: u64, socket: UdpSocket, setup: Setup) {
         let _ = socket.set_read_timeout(Some(wait));
         match socket.recv_from(&mut buf) {
             Ok((len, src)) => {
-                let Some((from, msg)) = decode(token, &buf[..len]) else { continue };
+                let Some((from, msg)) = decode(&key, &buf[..len]) else {
+                    DROPPED_DATAGRAMS.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                };
                 let from = from as usize;
                 if from >= n || addrs[from] != src {
                     continue;
@@ -424,25 +453,61 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    fn key(b: u8) -> JobKey {
+        JobKey::from_bytes([b; 32])
+    }
+
     #[test]
     fn datagrams_roundtrip_and_other_jobs_are_rejected() {
         let m = Message::Gossip { heartbeats: vec![1, 2, 300_000] };
-        let b = encode(77, 3, &m);
-        assert_eq!(decode(77, &b), Some((3, m)));
-        assert_eq!(decode(78, &b), None);
-        assert_eq!(decode(77, &b[..10]), None);
+        let b = encode(&key(77), 3, &m);
+        assert_eq!(decode(&key(77), &b), Some((3, m)));
+        assert_eq!(decode(&key(78), &b), None);
+        assert_eq!(decode(&key(77), &b[..10]), None);
         let mut bad = b.clone();
         bad[3] = 9;
-        assert_eq!(decode(77, &bad), None);
+        assert_eq!(decode(&key(77), &bad), None);
+    }
+
+    #[test]
+    fn datagrams_with_a_bad_mac_are_dropped_and_the_key_is_not_in_them() {
+        let k = key(0x3c);
+        let m = Message::Pong { nonce: 5, heartbeat: 9 };
+        let b = encode(&k, 1, &m);
+        assert!(!b.windows(8).any(|w| w == [0x3c; 8]), "key bytes in a datagram");
+        // Any flipped bit (the rank, the message, the MAC) and the datagram is dropped.
+        for i in 0..b.len() {
+            for bit in 0..8 {
+                let mut f = b.clone();
+                f[i] ^= 1 << bit;
+                assert_eq!(decode(&k, &f), None, "byte {i} bit {bit}");
+            }
+        }
+        // A forger who changes the sender and recomputes a MAC without the key: dropped.
+        let mut forged = b[..b.len() - MAC_LEN].to_vec();
+        forged[4] = 2;
+        let mac = key(0).datagram_mac(&forged);
+        forged.extend_from_slice(&mac);
+        assert_eq!(decode(&k, &forged), None);
+        // Trailing bytes after the message (inside the MAC) are refused too.
+        let mut long = b[..b.len() - MAC_LEN].to_vec();
+        long.push(0);
+        let mac = k.datagram_mac(&long);
+        long.extend_from_slice(&mac);
+        assert_eq!(decode(&k, &long), None);
     }
 
     proptest! {
         #[test]
         fn garbage_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
-            let _ = decode(1, &bytes);
-            let mut framed = encode(1, 0, &Message::Ping { nonce: 1 })[..HEADER].to_vec();
+            let _ = decode(&key(1), &bytes);
+            let mut framed = encode(&key(1), 0, &Message::Ping { nonce: 1 })[..HEADER].to_vec();
             framed.extend_from_slice(&bytes);
-            let _ = decode(1, &framed);
+            let _ = decode(&key(1), &framed);
+            // With a valid MAC, garbage reaches the message decoder.
+            let mac = key(1).datagram_mac(&framed);
+            framed.extend_from_slice(&mac);
+            let _ = decode(&key(1), &framed);
         }
     }
 }

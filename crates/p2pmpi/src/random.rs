@@ -20,18 +20,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 static JOB_SEED: AtomicU64 = AtomicU64::new(0);
 
-/// Sets the job's part of the seeds (at initialization): `P2PMPI_SEED`, else a hash of the
-/// job's token (the token itself must not be recoverable from the numbers drawn).
-pub(crate) fn set_job_seed(token: u64) {
-    use std::hash::{Hash, Hasher};
-    let seed = match std::env::var("P2PMPI_SEED").ok().and_then(|v| v.trim().parse::<u64>().ok()) {
-        Some(s) => s,
-        None => {
-            let mut h = std::collections::hash_map::DefaultHasher::new();
-            ("p2pmpi random", token).hash(&mut h);
-            h.finish()
-        }
-    };
+/// Sets the job's part of the seeds (at initialization): `P2PMPI_SEED`, else `derived`, a
+/// value derived from the job's key (from which the key cannot be recovered).
+pub(crate) fn set_job_seed(derived: u64) {
+    let seed = std::env::var("P2PMPI_SEED").ok().and_then(|v| v.trim().parse::<u64>().ok()).unwrap_or(derived);
     JOB_SEED.store(seed, Ordering::SeqCst);
 }
 

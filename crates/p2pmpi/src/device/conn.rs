@@ -1,14 +1,53 @@
 //! One TCP connection: a read buffer that frames are parsed from, a streaming state for
-//! rendez-vous data, and a queue of outgoing frames written with `writev`.
+//! rendez-vous data, a queue of outgoing frames written with `writev`, and where the
+//! connection's opening (the challenge-response on the job key) stands.
 
 use super::{ConnError, ReqId, StatusInfo, EAGER_LIMIT};
 use mio::net::TcpStream;
-use p2pmpi_wire::{Header, WireError, HEADER_LEN};
+use p2pmpi_wire::auth::{Nonce, Opener, Record, Sealer, RECORD_MAX};
+use p2pmpi_wire::{FrameKind, Header, HEADER_LEN};
 use std::collections::VecDeque;
 use std::io::{self, IoSlice, Read, Write};
 
 /// Read buffer size: a whole eager frame always fits.
 const RBUF: usize = 2 * EAGER_LIMIT + 2 * HEADER_LEN;
+
+/// Read buffer of an accepted connection until it is authenticated: the opening's frames
+/// fit (a connection that has not proved the job key costs little memory).
+const HANDSHAKE_RBUF: usize = 512;
+
+/// `--encrypt`: the sealed records of a connection after its opening.
+pub(crate) struct Sec {
+    sealer: Sealer,
+    opener: Opener,
+    /// Sealed bytes of the front frame of the queue not written yet (empty whenever the
+    /// queue is: a frame counts as written once its records are).
+    wbuf: Vec<u8>,
+    wpos: usize,
+    /// Received bytes not opened yet: `raw[raw_start..raw_end]`.
+    raw: Box<[u8]>,
+    raw_start: usize,
+    raw_end: usize,
+}
+
+/// Size of the buffer of received ciphertext: a few whole records.
+const RAW_BUF: usize = 4 * (RECORD_MAX + p2pmpi_wire::auth::RECORD_OVERHEAD);
+
+/// Records sealed at once (one write for up to this many).
+const SEAL_BATCH: usize = 4;
+
+/// Where a connection's opening stands (see [`p2pmpi_wire::auth`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Auth {
+    /// Opened by this process, `Hello` sent: waiting for the acceptor's `Challenge`.
+    AwaitChallenge { nc: Nonce },
+    /// Accepted: waiting for the connector's `Hello`.
+    AwaitHello,
+    /// Accepted, `Challenge` sent: waiting for the connector's proof (its `Auth` frame).
+    AwaitProof { slot: i32, nc: Nonce, na: Nonce },
+    /// Both sides proved the job key.
+    Done,
+}
 
 #[derive(Clone, Copy)]
 pub(crate) enum RState {
@@ -41,14 +80,20 @@ pub(crate) struct Out {
     /// Bytes of header + payload already written.
     pos: usize,
     done: Option<ReqId>,
+    /// A frame of the connection's opening: written while the connection is gated.
+    handshake: bool,
 }
 
 impl Out {
     pub fn new(h: Header, payload: Payload) -> Out {
-        Out { hdr: h.encode(), payload, pos: 0, done: None }
+        Out { hdr: h.encode(), payload, pos: 0, done: None, handshake: false }
     }
     pub fn with_completion(h: Header, payload: Payload, req: ReqId) -> Out {
-        Out { hdr: h.encode(), payload, pos: 0, done: Some(req) }
+        Out { hdr: h.encode(), payload, pos: 0, done: Some(req), handshake: false }
+    }
+    /// A frame of the opening (`Hello`, `Challenge`, `Auth`).
+    pub fn handshake(h: Header, payload: Payload) -> Out {
+        Out { hdr: h.encode(), payload, pos: 0, done: None, handshake: true }
     }
     fn total(&self) -> usize {
         HEADER_LEN + self.payload.bytes().len()
@@ -77,6 +122,17 @@ pub(crate) struct Conn {
     pub shutdown_after_flush: bool,
     /// The peer closed its sending side after saying `Bye`.
     pub read_eof: bool,
+    /// The opening's progress.
+    pub auth: Auth,
+    /// Only frames of the opening are written (a connection this process opened, until the
+    /// acceptor proved the job key): the others wait in the queue.
+    pub gated: bool,
+    /// The opening moved on while the connection was checked out: flush it once put back.
+    pub kick: bool,
+    /// When the connection was opened or accepted.
+    pub opened: std::time::Instant,
+    /// `--encrypt`: its records, once the opening is done.
+    sec: Option<Box<Sec>>,
     /// Largest eager payload accepted (replicated jobs send every message eager).
     pub max_eager: u64,
     /// The large eager message in `stream_unexpected` is matched only once complete (a
@@ -95,12 +151,28 @@ pub(crate) struct Conn {
 }
 
 impl Conn {
-    pub fn new(stream: TcpStream, initiated: bool) -> Conn {
+    /// A connection this process opened to slot `peer`, whose opening starts with nonce `nc`:
+    /// gated until the acceptor answers.
+    pub fn opened(stream: TcpStream, peer: i32, nc: Nonce) -> Conn {
+        let mut c = Conn::new(stream, true, RBUF);
+        c.peer = Some(peer);
+        c.auth = Auth::AwaitChallenge { nc };
+        c.gated = true;
+        c
+    }
+
+    /// A connection accepted from an unknown process: a small read buffer until it proves
+    /// the job key.
+    pub fn accepted(stream: TcpStream) -> Conn {
+        Conn::new(stream, false, HANDSHAKE_RBUF)
+    }
+
+    fn new(stream: TcpStream, initiated: bool, rbuf: usize) -> Conn {
         Conn {
             stream,
             peer: None,
             initiated,
-            rbuf: vec![0u8; RBUF].into_boxed_slice(),
+            rbuf: vec![0u8; rbuf].into_boxed_slice(),
             rpos: 0,
             rend: 0,
             rstate: RState::Header,
@@ -111,6 +183,11 @@ impl Conn {
             stalled_since: None,
             shutdown_after_flush: false,
             read_eof: false,
+            auth: Auth::AwaitHello,
+            gated: false,
+            kick: false,
+            opened: std::time::Instant::now(),
+            sec: None,
             max_eager: EAGER_LIMIT as u64,
             arrive_when_complete: false,
             stream_sync: false,
@@ -123,6 +200,54 @@ impl Conn {
         self.rend - self.rpos
     }
 
+    /// Whether both sides proved the job key.
+    pub fn authenticated(&self) -> bool {
+        self.auth == Auth::Done
+    }
+
+    /// The full read buffer, once the connection is authenticated (what was read is kept).
+    pub fn grow_rbuf(&mut self) {
+        if self.rbuf.len() < RBUF {
+            let mut b = vec![0u8; RBUF].into_boxed_slice();
+            b[..self.rend - self.rpos].copy_from_slice(&self.rbuf[self.rpos..self.rend]);
+            self.rend -= self.rpos;
+            self.rpos = 0;
+            self.rbuf = b;
+        }
+    }
+
+    /// Seals everything after the opening (`--encrypt`): frames this side sends with
+    /// `tx`, what it receives with `rx`. Bytes already read past the opening are records.
+    pub fn seal(&mut self, tx: &[u8; 32], rx: &[u8; 32]) {
+        let mut raw = vec![0u8; RAW_BUF].into_boxed_slice();
+        let left = self.rend - self.rpos;
+        raw[..left].copy_from_slice(&self.rbuf[self.rpos..self.rend]);
+        self.rpos = 0;
+        self.rend = 0;
+        self.sec = Some(Box::new(Sec {
+            sealer: Sealer::new(tx),
+            opener: Opener::new(rx),
+            wbuf: Vec::new(),
+            wpos: 0,
+            raw,
+            raw_start: 0,
+            raw_end: left,
+        }));
+    }
+
+    /// Whether the queue has a frame the socket may take now.
+    pub fn wants_write(&self) -> bool {
+        self.outq.front().is_some_and(|o| !self.gated || o.handshake)
+    }
+
+    /// Queues a frame of the opening ahead of the frames held back by the gate.
+    pub fn push_handshake_first(&mut self, out: Out) {
+        // While gated nothing but opening frames is written: the frames after them have not
+        // started, so the new one can go before them.
+        let at = self.outq.iter().take_while(|o| o.handshake).count();
+        self.outq.insert(at, out);
+    }
+
     pub fn peer_addr(&self) -> String {
         self.stream.peer_addr().map(|a| a.to_string()).unwrap_or_else(|_| "?".into())
     }
@@ -132,10 +257,10 @@ impl Conn {
     /// Queues a frame and writes what the socket takes. Returns the requests whose frames
     /// were completely written.
     pub fn push(&mut self, mut out: Out) -> Result<Vec<ReqId>, ConnError> {
-        if self.outq.is_empty() {
+        if self.outq.is_empty() && (!self.gated || out.handshake) {
             // Fast path: write directly, without queueing.
-            write_some(&mut self.stream, &mut out)?;
-            if out.pos == out.total() {
+            write_out(&mut self.stream, self.sec.as_deref_mut(), &mut out)?;
+            if out_done(self.sec.as_deref(), &out) {
                 return Ok(out.done.into_iter().collect());
             }
         }
@@ -169,8 +294,11 @@ impl Conn {
         let mut done = Vec::new();
         let mut wrote = 0;
         while let Some(out) = self.outq.front_mut() {
-            wrote += write_some(&mut self.stream, out)?;
-            if out.pos < out.total() {
+            if self.gated && !out.handshake {
+                break;
+            }
+            wrote += write_out(&mut self.stream, self.sec.as_deref_mut(), out)?;
+            if !out_done(self.sec.as_deref(), out) {
                 break;
             }
             if let Some(r) = out.done {
@@ -203,6 +331,9 @@ impl Conn {
             self.rend -= self.rpos;
             self.rpos = 0;
         }
+        if self.sec.is_some() {
+            return self.fill_sealed();
+        }
         loop {
             match self.stream.read(&mut self.rbuf[self.rend..]) {
                 Ok(0) => return Err(ConnError::Closed),
@@ -217,14 +348,69 @@ impl Conn {
         }
     }
 
+    /// `--encrypt`: opens into the read buffer the records that fit, reading the socket
+    /// while none is whole. Returns the plaintext bytes added (0: would block).
+    fn fill_sealed(&mut self) -> Result<usize, ConnError> {
+        let sec = self.sec.as_mut().expect("sealed");
+        loop {
+            // The buffer always has room for a record: `fill` leaves at least an eager
+            // frame's worth free, which is more than `RECORD_MAX`.
+            if self.rbuf.len() - self.rend < RECORD_MAX {
+                return Err(ConnError::Protocol("no room for a sealed record".into()));
+            }
+            let mut got = 0;
+            while self.rbuf.len() - self.rend >= RECORD_MAX {
+                match sec.opener.next(&mut sec.raw[sec.raw_start..sec.raw_end]) {
+                    Record::Partial => break,
+                    Record::Bad => {
+                        return Err(ConnError::Protocol(
+                            "a sealed record failed to open (altered, forged, replayed or wrong key)".into(),
+                        ))
+                    }
+                    Record::Opened(w) => {
+                        let plain = &sec.raw[sec.raw_start + 4..sec.raw_start + w - 16];
+                        self.rbuf[self.rend..self.rend + plain.len()].copy_from_slice(plain);
+                        self.rend += plain.len();
+                        got += plain.len();
+                        sec.raw_start += w;
+                    }
+                }
+            }
+            if sec.raw_start == sec.raw_end {
+                sec.raw_start = 0;
+                sec.raw_end = 0;
+            }
+            if got > 0 {
+                return Ok(got);
+            }
+            if sec.raw.len() - sec.raw_end < RECORD_MAX + p2pmpi_wire::auth::RECORD_OVERHEAD {
+                // Room for a whole record after the partial one.
+                sec.raw.copy_within(sec.raw_start..sec.raw_end, 0);
+                sec.raw_end -= sec.raw_start;
+                sec.raw_start = 0;
+            }
+            match self.stream.read(&mut sec.raw[sec.raw_end..]) {
+                Ok(0) => return Err(ConnError::Closed),
+                Ok(n) => sec.raw_end += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(0),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(ConnError::Io(e)),
+            }
+        }
+    }
+
     /// The next complete frame in the buffer: its header and the range of its payload.
-    pub fn next_frame(&mut self) -> Result<Option<(Header, std::ops::Range<usize>)>, WireError> {
+    /// Before the connection is authenticated only the opening's frames are accepted.
+    pub fn next_frame(&mut self) -> Result<Option<(Header, std::ops::Range<usize>)>, ConnError> {
         let avail = self.rend - self.rpos;
         if avail < HEADER_LEN {
             return Ok(None);
         }
         let hb: &[u8; HEADER_LEN] = self.rbuf[self.rpos..self.rpos + HEADER_LEN].try_into().unwrap();
-        let h = Header::decode(hb, self.max_eager)?;
+        let h = Header::decode(hb, self.max_eager).map_err(|e| ConnError::Protocol(e.to_string()))?;
+        if !self.authenticated() && !matches!(h.kind, FrameKind::Hello | FrameKind::Challenge | FrameKind::Auth) {
+            return Err(ConnError::Protocol(format!("{:?} frame before the connection was authenticated", h.kind)));
+        }
         // Rendez-vous data and large eager payloads are streamed to their destination, not
         // buffered: hand over the header alone.
         let body = if is_streamed(&h) { 0 } else { h.payload_len() as usize };
@@ -239,6 +425,32 @@ impl Conn {
     /// Moves rendez-vous data to its destination: first what the read buffer holds, then
     /// straight from the socket. Returns bytes moved (0: would block).
     pub fn fill_stream(&mut self, ptr: *mut u8, left: &mut usize, discard: bool) -> Result<usize, ConnError> {
+        if self.sec.is_some() {
+            // Sealed: through the read buffer, record by record.
+            let mut moved = 0;
+            loop {
+                let buffered = (self.rend - self.rpos).min(*left);
+                if buffered > 0 {
+                    if !discard {
+                        let off = self.stream_offset(*left);
+                        unsafe {
+                            std::ptr::copy_nonoverlapping(self.rbuf[self.rpos..].as_ptr(), ptr.add(off), buffered)
+                        };
+                    }
+                    self.rpos += buffered;
+                    *left -= buffered;
+                    moved += buffered;
+                }
+                if *left == 0 {
+                    return Ok(moved);
+                }
+                self.rpos = 0;
+                self.rend = 0;
+                if self.fill_sealed()? == 0 {
+                    return Ok(moved);
+                }
+            }
+        }
         let mut moved = 0;
         let buffered = (self.rend - self.rpos).min(*left);
         if buffered > 0 {
@@ -289,6 +501,61 @@ pub(crate) fn is_streamed(h: &Header) -> bool {
         p2pmpi_wire::FrameKind::Data => true,
         p2pmpi_wire::FrameKind::Eager => h.len >= STREAM_MIN,
         _ => false,
+    }
+}
+
+/// Writes what the socket takes of `out`, sealed after the opening with `--encrypt`;
+/// returns the number of bytes written.
+fn write_out(stream: &mut TcpStream, sec: Option<&mut Sec>, out: &mut Out) -> Result<usize, ConnError> {
+    match sec {
+        Some(sec) if !out.handshake => write_sealed(stream, sec, out),
+        _ => write_some(stream, out),
+    }
+}
+
+/// Whether `out` is written out: all its bytes (sealed: all its records).
+fn out_done(sec: Option<&Sec>, out: &Out) -> bool {
+    out.pos == out.total() && sec.is_none_or(|s| s.wpos == s.wbuf.len())
+}
+
+/// `--encrypt`: seals `out` into records (a few at a time) and writes them.
+fn write_sealed(stream: &mut TcpStream, sec: &mut Sec, out: &mut Out) -> Result<usize, ConnError> {
+    let mut wrote = 0;
+    loop {
+        while sec.wpos < sec.wbuf.len() {
+            match stream.write(&sec.wbuf[sec.wpos..]) {
+                Ok(0) => return Err(ConnError::Closed),
+                Ok(n) => {
+                    sec.wpos += n;
+                    wrote += n;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(wrote),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(ConnError::Io(e)),
+            }
+        }
+        sec.wbuf.clear();
+        sec.wpos = 0;
+        let total = out.total();
+        if out.pos == total {
+            return Ok(wrote);
+        }
+        for _ in 0..SEAL_BATCH {
+            if out.pos == total {
+                break;
+            }
+            let n = (total - out.pos).min(RECORD_MAX);
+            let payload = out.payload.bytes();
+            if out.pos < HEADER_LEN {
+                let h = &out.hdr[out.pos..HEADER_LEN.min(out.pos + n)];
+                let p = &payload[..n - h.len()];
+                sec.sealer.seal_into(&[h, p], &mut sec.wbuf);
+            } else {
+                let from = out.pos - HEADER_LEN;
+                sec.sealer.seal_into(&[&payload[from..from + n]], &mut sec.wbuf);
+            }
+            out.pos += n;
+        }
     }
 }
 

@@ -6,9 +6,15 @@
 //!   but with **persistent** connections: a process connects to a peer the first time it has
 //!   something to send to it and keeps that connection. A connection accepted from a peer is
 //!   also used to send to that peer when none exists yet, so a pair normally shares one
-//!   socket. Every connection starts with a `Hello` frame carrying the sender's rank and the
-//!   job's secret token; a connection that fails that check, or sends a malformed frame before
-//!   it, is closed and logged and the process keeps serving.
+//!   socket. Every connection opens with a challenge-response on the job's key
+//!   ([`p2pmpi_wire::auth`]): the connector's `Hello` (its slot, a nonce), the acceptor's
+//!   `Challenge` (its nonce and proof), the connector's `Auth` (its proof). The key itself is
+//!   never sent. A connection that fails the check, or sends anything else before it, is
+//!   closed and logged (at a bounded rate) and the process keeps serving; an accepted
+//!   connection has [`HANDSHAKE_LIMIT`] to prove the key, and beyond [`MAX_PENDING`] waiting
+//!   ones the oldest are dropped. Frames after the opening are not authenticated one by one,
+//!   so the data path costs what it did — unless the job runs with `--encrypt`: then every
+//!   byte after the opening travels in sealed records (see `conn::Sec`).
 //! * **Protocols** (thesis §5.3): messages up to [`EAGER_LIMIT`] travel *eager* (header and
 //!   data in one frame); larger ones and synchronous sends use *rendez-vous*: READY_TO_SEND,
 //!   READY_TO_RECV when the receive is matched, then the data, which is read from the socket
@@ -29,12 +35,14 @@ mod replication;
 use replication::*;
 
 use crate::error::{Error, Result};
-use conn::{Conn, Out, Payload, RState};
+use conn::{Auth, Conn, Out, Payload, RState};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
 use p2pmpi_core::matching::{Arrival, Body, Envelope, Matcher, Pattern};
 use p2pmpi_core::replication::endpoint::Parked;
 use p2pmpi_core::replication::{Layout, MsgId, Outcome};
+use p2pmpi_wire::auth::{self, JobKey, Role};
+use p2pmpi_wire::frame::{AUTH_LEN, CHALLENGE_LEN, HELLO_LEN};
 use p2pmpi_wire::{FrameKind, Header, Mid};
 use std::collections::{BTreeMap, HashMap};
 use std::io;
@@ -45,6 +53,19 @@ use std::time::{Duration, Instant};
 pub const EAGER_LIMIT: usize = 128 * 1024;
 
 const LISTENER: Token = Token(usize::MAX);
+
+/// Accepted connections that may be waiting to prove the job key at once: beyond, the oldest
+/// of those waiting for more than [`PENDING_GRACE`] are dropped to make room (the ones just
+/// accepted are not: at start-up a process accepts a connection from every higher slot at
+/// once, before it reads any).
+pub(crate) const MAX_PENDING: usize = 1024;
+
+/// How long an accepted connection may wait to prove the job key before it can be dropped
+/// to make room.
+pub(crate) const PENDING_GRACE: Duration = Duration::from_secs(1);
+
+/// Longest an accepted connection may take to prove the job key.
+pub(crate) const HANDSHAKE_LIMIT: Duration = Duration::from_secs(10);
 
 /// Request handle inside the engine.
 pub(crate) type ReqId = usize;
@@ -121,7 +142,11 @@ pub(crate) struct Engine {
     repl: Option<Box<Replication>>,
     /// MIDs accepted (`P2PMPI_TRACE`): comm, source, tag, sequence, length.
     trace: Option<Vec<TraceEntry>>,
-    token: u64,
+    /// The job's key, which every connection's opening proves.
+    key: JobKey,
+    /// Refused connections: when the current logging window began, lines written in it,
+    /// refusals not shown.
+    refusals: (Instant, u32, u64),
     poll: Poll,
     events: Events,
     listener: Option<TcpListener>,
@@ -141,6 +166,9 @@ pub(crate) struct Engine {
     pub spin: Duration,
     /// After `spin`, how long it keeps polling with `sched_yield` between polls.
     pub yield_spin: Duration,
+    /// `--encrypt`: every data connection seals what follows its opening (ChaCha20-Poly1305
+    /// records under session keys derived from the job key and the opening's nonces).
+    pub encrypt: bool,
     tick: u32,
     /// Reused buffer of ready events.
     ready: Vec<(Token, bool, bool)>,
@@ -160,7 +188,7 @@ impl Engine {
         size: i32,
         slot: i32,
         layout: Option<Layout>,
-        token: u64,
+        key: JobKey,
         listener: Option<std::net::TcpListener>,
         addrs: Vec<SocketAddr>,
         spin: Duration,
@@ -186,7 +214,8 @@ impl Engine {
             layout,
             repl,
             trace,
-            token,
+            key,
+            refusals: (Instant::now(), 0, 0),
             poll,
             events: Events::with_capacity(256),
             listener,
@@ -202,6 +231,7 @@ impl Engine {
             fatal: None,
             spin,
             yield_spin: Duration::ZERO,
+            encrypt: false,
             tick: 0,
             ready: Vec::with_capacity(256),
         })
@@ -608,8 +638,18 @@ impl Engine {
             }
             let slots = self.peers.len() as i32;
             let dead = |r: i32| self.repl.as_ref().is_some_and(|rp| rp.ep.is_cut(r as usize));
+            // Every higher slot connected and proved the key, and every connection this
+            // process opened was answered (a lower slot waits for this process's proof: it
+            // must be given before the program goes off computing).
             let missing = (self.slot + 1..slots).find(|&r| self.peers[r as usize].send_conn.is_none() && !dead(r));
-            let Some(r) = missing else { return Ok(()) };
+            let unanswered = (0..self.slot).find(|&r| {
+                !dead(r)
+                    && self.peers[r as usize]
+                        .conns
+                        .iter()
+                        .any(|&c| self.conns[c].as_ref().is_some_and(|c| !c.authenticated()))
+            });
+            let Some(r) = missing.or(unanswered) else { return Ok(()) };
             if Instant::now() >= deadline {
                 return Err(Error::PeerLost {
                     rank: self.rank_of(r),
@@ -640,15 +680,20 @@ impl Engine {
             self.conns.len() - 1
         });
         self.poll.registry().register(&mut stream, Token(cid), Interest::READABLE)?;
-        let mut c = Conn::new(stream, true);
-        c.peer = Some(dst);
+        // The opening: this process's nonce; what it sends waits until the acceptor proves
+        // the job key (its `Challenge`), then follows this process's proof.
+        let nc = auth::nonce();
+        let c = Conn::opened(stream, dst, nc);
         self.conns[cid] = Some(c);
         let p = &mut self.peers[dst as usize];
         p.conns.push(cid);
         p.send_conn = Some(cid);
-        let hello =
-            Header::new(FrameKind::Hello, Mid { comm: 0, src: self.slot as u32, dst: dst as u32, tag: 0, seq: 0 }, 8);
-        self.push_out(cid, Out::new(hello, Payload::Owned(self.token.to_le_bytes().to_vec())))?;
+        let hello = Header::new(
+            FrameKind::Hello,
+            Mid { comm: 0, src: self.slot as u32, dst: dst as u32, tag: 0, seq: 0 },
+            HELLO_LEN,
+        );
+        self.push_out(cid, Out::handshake(hello, Payload::Owned(nc.to_vec())))?;
         Ok(cid)
     }
 
@@ -708,7 +753,7 @@ impl Engine {
 
     fn update_interest(&mut self, cid: usize) {
         let Some(conn) = self.conns[cid].as_mut() else { return };
-        let want = !conn.outq.is_empty();
+        let want = conn.wants_write();
         if want != conn.want_write {
             conn.want_write = want;
             let i = if want { Interest::READABLE | Interest::WRITABLE } else { Interest::READABLE };
@@ -870,12 +915,13 @@ impl Engine {
             match l.accept() {
                 Ok((mut stream, _addr)) => {
                     let _ = stream.set_nodelay(true);
+                    self.prune_openings();
                     let cid = self.conns.iter().position(Option::is_none).unwrap_or_else(|| {
                         self.conns.push(None);
                         self.conns.len() - 1
                     });
                     if self.poll.registry().register(&mut stream, Token(cid), Interest::READABLE).is_ok() {
-                        self.conns[cid] = Some(Conn::new(stream, false));
+                        self.conns[cid] = Some(Conn::accepted(stream));
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
@@ -885,6 +931,52 @@ impl Engine {
                     return;
                 }
             }
+        }
+    }
+
+    /// Drops accepted connections that did not prove the job key within [`HANDSHAKE_LIMIT`],
+    /// and the oldest ones beyond [`MAX_PENDING`] - 1 (room for one more) that waited more
+    /// than [`PENDING_GRACE`].
+    fn prune_openings(&mut self) {
+        let mut pending: Vec<(Instant, usize)> = self
+            .conns
+            .iter()
+            .enumerate()
+            .filter_map(|(i, c)| c.as_ref().filter(|c| c.peer.is_none()).map(|c| (c.opened, i)))
+            .collect();
+        pending.sort();
+        let excess = pending.len().saturating_sub(MAX_PENDING - 1);
+        for (k, (opened, cid)) in pending.into_iter().enumerate() {
+            let late = opened.elapsed() > HANDSHAKE_LIMIT;
+            if (k < excess && opened.elapsed() > PENDING_GRACE) || late {
+                let Some(mut c) = self.conns[cid].take() else { continue };
+                let _ = self.poll.registry().deregister(&mut c.stream);
+                let why = if late {
+                    format!("it did not prove the job key within {} s", HANDSHAKE_LIMIT.as_secs())
+                } else {
+                    format!("more than {MAX_PENDING} connections were waiting to prove the job key")
+                };
+                self.log_refusal(&format!("dropped a connection from {}: {why}", c.peer_addr()));
+            }
+        }
+    }
+
+    /// Logs a refused connection: at most 10 lines per 10 s, then how many were not shown.
+    fn log_refusal(&mut self, msg: &str) {
+        let (since, lines, hidden) = &mut self.refusals;
+        if since.elapsed() > Duration::from_secs(10) {
+            if *hidden > 0 {
+                log_warn(self.rank, &format!("{hidden} more connection(s) refused and not shown"));
+            }
+            *since = Instant::now();
+            *lines = 0;
+            *hidden = 0;
+        }
+        if *lines < 10 {
+            *lines += 1;
+            log_warn(self.rank, msg);
+        } else {
+            *hidden += 1;
         }
     }
 
@@ -978,7 +1070,7 @@ impl Engine {
                     continue;
                 }
                 Ok(None) => {}
-                Err(e) => break Err(ConnError::Protocol(e.to_string())),
+                Err(e) => break Err(e),
             }
             match conn.fill() {
                 Ok(0) => break Ok(()),
@@ -987,9 +1079,13 @@ impl Engine {
             }
         };
         let peer = conn.peer;
+        let kick = std::mem::take(&mut conn.kick);
         self.conns[cid] = Some(conn);
         if let Err(e) = outcome {
             self.conn_failed(cid, peer.unwrap_or(-1), e);
+        } else if kick {
+            // The opening moved on: write its frame, and what waited behind the gate.
+            self.flush_conn(cid);
         }
         got
     }
@@ -1001,30 +1097,11 @@ impl Engine {
         h: Header,
         payload: std::ops::Range<usize>,
     ) -> std::result::Result<(), ConnError> {
+        if !conn.authenticated() {
+            return self.opening_frame(cid, conn, h, payload);
+        }
         let Some(peer) = conn.peer else {
-            // The first frame must be a valid Hello.
-            if h.kind != FrameKind::Hello {
-                return Err(ConnError::Protocol(format!("expected Hello, got {:?}", h.kind)));
-            }
-            let r = h.mid.src as i32;
-            let tok = conn.rbuf.get(payload.clone()).filter(|p| p.len() == 8);
-            let ok_tok = tok.map(|t| u64::from_le_bytes(t.try_into().unwrap()) == self.token).unwrap_or(false);
-            if !ok_tok {
-                return Err(ConnError::Protocol("bad job token in Hello".into()));
-            }
-            if r < 0 || r as usize >= self.peers.len() || r == self.slot || h.mid.dst as i32 != self.slot {
-                return Err(ConnError::Protocol(format!("Hello from invalid rank {r}")));
-            }
-            if self.repl.as_ref().is_some_and(|rp| rp.ep.is_cut(r as usize)) {
-                return Err(ConnError::Protocol(format!("Hello from slot {r}, which failed")));
-            }
-            conn.peer = Some(r);
-            let p = &mut self.peers[r as usize];
-            p.conns.push(cid);
-            if p.send_conn.is_none() {
-                p.send_conn = Some(cid);
-            }
-            return Ok(());
+            return Err(ConnError::Protocol("authenticated connection without a peer".into()));
         };
         let proto = |d: String| ConnError::Protocol(d);
         let mid = h.mid;
@@ -1033,7 +1110,9 @@ impl Engine {
         let peer = self.rank_of(slot);
         let from_peer = mid.src as i32 == peer && mid.dst as i32 == self.rank;
         match h.kind {
-            FrameKind::Hello => return Err(proto("second Hello".into())),
+            FrameKind::Hello | FrameKind::Challenge | FrameKind::Auth => {
+                return Err(proto(format!("{:?} frame after the opening", h.kind)))
+            }
             FrameKind::Bye => {
                 self.peers[slot as usize].bye = true;
             }
@@ -1224,6 +1303,109 @@ impl Engine {
         Ok(())
     }
 
+    /// A frame of a connection's opening (see [`p2pmpi_wire::auth`]): the acceptor answers
+    /// `Hello` with its `Challenge` and checks the connector's `Auth`; the connector checks
+    /// the `Challenge` and answers with its `Auth`, which opens its gate.
+    fn opening_frame(
+        &mut self,
+        cid: usize,
+        conn: &mut Conn,
+        h: Header,
+        payload: std::ops::Range<usize>,
+    ) -> std::result::Result<(), ConnError> {
+        let proto = |d: String| ConnError::Protocol(d);
+        let bytes = conn.rbuf.get(payload).ok_or_else(|| proto("opening frame outside the buffer".into()))?;
+        let me = self.slot;
+        let (src, dst) = (h.mid.src as i32, h.mid.dst as i32);
+        let failed = |r: i32| self.repl.as_ref().is_some_and(|rp| rp.ep.is_cut(r as usize));
+        match (conn.auth, h.kind) {
+            (Auth::AwaitHello, FrameKind::Hello) => {
+                if src < 0 || src as usize >= self.peers.len() || src == me || dst != me {
+                    return Err(proto(format!("Hello from invalid slot {src} to slot {dst}")));
+                }
+                if failed(src) {
+                    return Err(proto(format!("Hello from slot {src}, which failed")));
+                }
+                let nc: auth::Nonce = bytes.try_into().map_err(|_| proto("bad Hello".into()))?;
+                let na = auth::nonce();
+                let proof = auth::data_proof(&self.key, Role::DataAcceptor, src as u32, me as u32, &nc, &na);
+                let mut p = Vec::with_capacity(CHALLENGE_LEN as usize);
+                p.extend_from_slice(&na);
+                p.extend_from_slice(&proof);
+                let mid = Mid { comm: 0, src: me as u32, dst: src as u32, tag: 0, seq: 0 };
+                if self.repl.is_some() {
+                    crate::bootstrap::fence::wait_lease();
+                }
+                conn.push(Out::handshake(Header::new(FrameKind::Challenge, mid, CHALLENGE_LEN), Payload::Owned(p)))?;
+                conn.auth = Auth::AwaitProof { slot: src, nc, na };
+                conn.kick = true;
+                Ok(())
+            }
+            (Auth::AwaitProof { slot, nc, na }, FrameKind::Auth) => {
+                if src != slot || dst != me {
+                    return Err(proto(format!("Auth from slot {src} on slot {slot}'s opening")));
+                }
+                if bytes.len() != AUTH_LEN as usize
+                    || !auth::verify_data_proof(&self.key, Role::DataConnector, slot as u32, me as u32, &nc, &na, bytes)
+                {
+                    return Err(proto(format!(
+                        "a process claiming slot {slot} failed to prove the job key (wrong key or replayed opening)"
+                    )));
+                }
+                if failed(slot) {
+                    return Err(proto(format!("Hello from slot {slot}, which failed")));
+                }
+                conn.auth = Auth::Done;
+                conn.grow_rbuf();
+                if self.encrypt {
+                    let (c2a, a2c) = auth::session_keys(&self.key, slot as u32, me as u32, &nc, &na);
+                    conn.seal(&a2c, &c2a);
+                }
+                conn.peer = Some(slot);
+                let p = &mut self.peers[slot as usize];
+                p.conns.push(cid);
+                if p.send_conn.is_none() {
+                    p.send_conn = Some(cid);
+                }
+                Ok(())
+            }
+            (Auth::AwaitChallenge { nc }, FrameKind::Challenge) => {
+                let peer = conn.peer.unwrap_or(-1);
+                if src != peer || dst != me || bytes.len() != CHALLENGE_LEN as usize {
+                    return Err(proto(format!("Challenge from slot {src} on the connection to slot {peer}")));
+                }
+                let (na, proof) = bytes.split_at(auth::NONCE_LEN);
+                let na: auth::Nonce = na.try_into().map_err(|_| proto("bad Challenge".into()))?;
+                if !auth::verify_data_proof(&self.key, Role::DataAcceptor, me as u32, peer as u32, &nc, &na, proof) {
+                    return Err(proto(format!("the process at slot {peer}'s address failed to prove the job key")));
+                }
+                if self.encrypt {
+                    let (c2a, a2c) = auth::session_keys(&self.key, me as u32, peer as u32, &nc, &na);
+                    conn.seal(&c2a, &a2c);
+                }
+                let mine = auth::data_proof(&self.key, Role::DataConnector, me as u32, peer as u32, &nc, &na);
+                let mid = Mid { comm: 0, src: me as u32, dst: peer as u32, tag: 0, seq: 0 };
+                conn.push_handshake_first(Out::handshake(
+                    Header::new(FrameKind::Auth, mid, AUTH_LEN),
+                    Payload::Owned(mine.to_vec()),
+                ));
+                conn.auth = Auth::Done;
+                conn.gated = false;
+                conn.kick = true;
+                Ok(())
+            }
+            (state, kind) => Err(proto(format!(
+                "{kind:?} frame during the opening ({})",
+                match state {
+                    Auth::AwaitHello => "expected Hello",
+                    Auth::AwaitProof { .. } => "expected Auth",
+                    Auth::AwaitChallenge { .. } => "expected Challenge",
+                    Auth::Done => "done",
+                }
+            ))),
+        }
+    }
+
     /// Streams the payload announced by a header into receive `r`'s buffer (or drops it,
     /// failing the receive, if it does not fit).
     fn begin_stream(&mut self, conn: &mut Conn, r: ReqId, st: StatusInfo) {
@@ -1279,7 +1461,7 @@ impl Engine {
                 self.set_fatal(Error::PeerLost { rank: peer, cause });
             }
         } else if let ConnError::Protocol(d) = e {
-            log_warn(self.rank, &format!("dropped a connection from {}: {d}", conn.peer_addr()));
+            self.log_refusal(&format!("dropped a connection from {}: {d}", conn.peer_addr()));
         }
     }
 
