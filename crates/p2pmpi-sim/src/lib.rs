@@ -81,8 +81,8 @@ pub mod output;
 pub mod par;
 pub mod plot;
 pub mod reliability;
-pub mod rng;
 pub mod replicated;
+pub mod rng;
 pub mod sim;
 pub mod table;
 

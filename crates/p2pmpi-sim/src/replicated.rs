@@ -177,11 +177,8 @@ pub fn programs(rng: &mut Rng, n: usize, messages: usize) -> Vec<Vec<Op>> {
             dst += 1;
         }
         let k = rng.below(100);
-        let (tag, sync, wild) = if k < 25 && !quiet[src][dst] {
-            (WILD, false, true)
-        } else {
-            (1 + rng.below(3) as i32, k < 40, false)
-        };
+        let (tag, sync, wild) =
+            if k < 25 && !quiet[src][dst] { (WILD, false, true) } else { (1 + rng.below(3) as i32, k < 40, false) };
         let big = rng.bernoulli(0.2);
         progs[src].push(Op::Send { dst, tag, sync, big });
         let any_tag = quiet[src][dst] && rng.bernoulli(0.5);
@@ -227,7 +224,11 @@ enum Wait {
     Start,
     Req(u32),
     Probe(u64),
-    Any { a: u32, b: u32, c: u64 },
+    Any {
+        a: u32,
+        b: u32,
+        c: u64,
+    },
     Other(u32),
     /// End of the program: every send complete.
     Sends,
@@ -304,7 +305,11 @@ enum Ev {
     /// The detector oracle: `by` suspects `slot` if `slot` is still frozen or cut off
     /// ([`Fd::Faulty`]), if `by` itself is still cut off ([`Fd::Isolated`]: its detector hears
     /// nobody), or whatever happens ([`Fd::False`]).
-    Fd { by: usize, slot: usize, when: Fd },
+    Fd {
+        by: usize,
+        slot: usize,
+        when: Fd,
+    },
     Launcher(ToLauncher),
     ToProc(usize, FromLauncher),
     LauncherPoll,
@@ -437,7 +442,10 @@ impl Sim {
         match m {
             ToLauncher::Suspect { by, slot, why } => {
                 let x = self.sup.suspect(self.now, slot, Some(by), &why);
-                self.log.push(format!("{:.3} s: slot {by} suspects slot {slot} ({why}): excluded {x:?}", self.now.as_secs_f64()));
+                self.log.push(format!(
+                    "{:.3} s: slot {by} suspects slot {slot} ({why}): excluded {x:?}",
+                    self.now.as_secs_f64()
+                ));
                 if x.is_some() {
                     if let Some(t) = self.sup.next_deadline() {
                         self.at(t.max(self.now), Ev::LauncherPoll);
@@ -447,7 +455,11 @@ impl Sim {
             ToLauncher::Renew { slot, asked_at } => {
                 let g = self.sup.renew(self.now, slot);
                 if std::env::var_os("SIM_TRACE_RENEW").is_some() {
-                    self.log.push(format!("{:.3} s: renew {slot} asked {:.3}: {g:?}", self.now.as_secs_f64(), asked_at.as_secs_f64()));
+                    self.log.push(format!(
+                        "{:.3} s: renew {slot} asked {:.3}: {g:?}",
+                        self.now.as_secs_f64(),
+                        asked_at.as_secs_f64()
+                    ));
                 }
                 let m = match g {
                     Grant::Lease => FromLauncher::Grant { asked_at },
@@ -470,7 +482,8 @@ impl Sim {
     fn declared(&mut self, slot: usize, left: usize) {
         self.log.push(format!("{:.3} s: slot {slot} declared dead", self.now.as_secs_f64()));
         if left == 0 && self.failed.is_none() {
-            self.failed = Some(format!("the launcher declared the last replica of rank {} dead", self.layout.rank_of(slot)));
+            self.failed =
+                Some(format!("the launcher declared the last replica of rank {} dead", self.layout.rank_of(slot)));
         }
         for s in 0..self.procs.len() {
             self.from_launcher(s, FromLauncher::Dead { slot });
@@ -694,7 +707,11 @@ impl Sim {
                     // Announced again by a new master while its data is awaited: pulled
                     // again (the old master may have died before sending it).
                     p.ep.pull(mid);
-                } else if !p.m.probe(Pattern { comm: mid.comm, src: Some(mid.src as i32), tag: Some(mid.tag) }).is_some_and(|e| e.seq <= mid.seq) {
+                } else if !p
+                    .m
+                    .probe(Pattern { comm: mid.comm, src: Some(mid.src as i32), tag: Some(mid.tag) })
+                    .is_some_and(|e| e.seq <= mid.seq)
+                {
                     // Received already (not queued unmatched: then it is pulled when matched).
                     p.ep.have(mid);
                 }
@@ -1302,7 +1319,9 @@ pub fn run(seed: u64, cfg: JobConfig) -> RunReport {
     // What a finished replica sent is what was delivered.
     if sim.violation.is_none() {
         for p in sim.procs.iter().filter(|p| sim.finished_ok(p.slot)) {
-            if let Some((m, v, w)) = p.computed.iter().find_map(|(m, v)| sim.values.get(m).filter(|w| *w != v).map(|w| (m, v, w))) {
+            if let Some((m, v, w)) =
+                p.computed.iter().find_map(|(m, v)| sim.values.get(m).filter(|w| *w != v).map(|w| (m, v, w)))
+            {
                 let msg = format!("slot {} computed {v} for {m:?}, but {w} was delivered", p.slot);
                 sim.violate(msg);
                 break;
@@ -1315,7 +1334,9 @@ pub fn run(seed: u64, cfg: JobConfig) -> RunReport {
     });
     let verdict = match (sim.violation.take(), sim.failed.take()) {
         (Some(v), _) => Verdict::Violation(v),
-        (None, Some(f)) if allowed => Verdict::Violation(format!("the job failed although every rank kept an untouched replica: {f}")),
+        (None, Some(f)) if allowed => {
+            Verdict::Violation(format!("the job failed although every rank kept an untouched replica: {f}"))
+        }
         (None, Some(f)) => Verdict::Failed(f),
         (None, None) => Verdict::Completed,
     };

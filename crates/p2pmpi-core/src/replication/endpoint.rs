@@ -23,7 +23,10 @@
 //! * the **reorder queue** of the receiving side: messages that came before their turn (a new
 //!   master resends what an old one had partly sent) wait for it, with a time limit;
 //! * **choice points** ([`Choices`]): the master tells its replicas, in index order, every
-//!   non-deterministic outcome, and transmits nothing new before those frames are written;
+//!   non-deterministic outcome, and transmits nothing new before every replica acknowledged
+//!   it; a new master first gathers what its replicas know;
+//! * **rendez-vous** for large messages: announced to every destination replica, pulled by
+//!   each, committed once each has it whole;
 //! * **stall timers**: a destination that takes no byte of an unwritten transmission for the
 //!   stall limit is suspected.
 //!
@@ -53,7 +56,8 @@ pub trait Payload: Sized {
     fn to_owned_copy(&self) -> Self;
 }
 
-/// Identifies one transmission of a data or choice frame, for [`Endpoint::written`].
+/// Identifies one tracked transmission (an eager data frame, whose write the driver reports
+/// with [`Endpoint::written`], or a choice frame or query, which count once answered).
 pub type TxId = u64;
 
 /// Sizes and limits.
@@ -187,7 +191,7 @@ struct Rndv<P> {
     undone: Vec<usize>,
 }
 
-/// A send the master cannot transmit yet (choice frames not written).
+/// A send the master cannot transmit yet (its choices not acknowledged by every replica).
 #[derive(Debug)]
 struct Queued<P, U> {
     mid: MsgId,
@@ -335,8 +339,7 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
     /// Whether a non-master's send of `len` bytes must be lent (the user's buffer is the
     /// backup; the send completes on commit) rather than copied.
     pub fn must_lend(&self, len: usize) -> bool {
-        !self.coord.is_master()
-            && (len > self.cfg.copy_limit || self.backup_bytes + len > self.cfg.backup_window)
+        !self.coord.is_master() && (len > self.cfg.copy_limit || self.backup_bytes + len > self.cfg.backup_window)
     }
 
     /// Bytes of copies in the backup table.
@@ -363,7 +366,7 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
     /// A one-line summary for debugging.
     pub fn summary(&self) -> String {
         format!(
-            "master {} fanouts {} commits {} queued {} backup {} ({} B) recent {} early {} held {} choices pending {} unwritten {}",
+            "master {} fanouts {} commits {} queued {} backup {} ({} B) recent {} early {} held {} choices pending {} unacknowledged {}",
             self.is_master(),
             self.fanouts.len(),
             self.commits.len(),
@@ -381,7 +384,7 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
     // ------------------------------------------------------------------ sending
 
     /// The program reached a send (algorithm 4). The master transmits it (now, or once its
-    /// choice frames are written); a non-master keeps it until its master commits it. `user`
+    /// choices are acknowledged); a non-master keeps it until its master commits it. `user`
     /// completes ([`Action::Complete`]) when the payload is no longer needed.
     pub fn send(&mut self, now: Duration, mid: MsgId, payload: P, sync: bool, user: U) {
         self.now = now;
@@ -395,8 +398,11 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
         let lent = payload.is_lent();
         let len = payload.len();
         let mut slot = Some(payload);
-        let action =
-            self.coord.on_send(mid, || Kept { payload: slot.take().expect("kept once"), user: lent.then_some(user), order });
+        let action = self.coord.on_send(mid, || Kept {
+            payload: slot.take().expect("kept once"),
+            user: lent.then_some(user),
+            order,
+        });
         match action {
             SendAction::Stored if lent => {}
             SendAction::Stored => {
@@ -415,7 +421,7 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
         }
     }
 
-    /// Transmissions wait for the choice frames to be written: what the master sends may
+    /// Transmissions wait for the choices to be acknowledged: what the master sends may
     /// depend on those choices, and a replica that takes over must know them first.
     fn flush(&mut self) {
         while self.choice_unacked.is_empty() && self.coord.is_master() && !self.recovering() {
@@ -423,8 +429,7 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
             self.transmit(q);
         }
         while let Some(mid) = self.commits.pop_front() {
-            let targets: Vec<usize> =
-                self.coord.commit_targets().into_iter().filter(|&t| !self.suspected[t]).collect();
+            let targets: Vec<usize> = self.coord.commit_targets().into_iter().filter(|&t| !self.suspected[t]).collect();
             let n = targets.len();
             for (index, to) in targets.into_iter().enumerate() {
                 let step = Step { index, last: index + 1 == n };
@@ -464,7 +469,12 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
                 continue;
             }
             let frame = Frame::Data { mid: q.mid, payload: q.payload.share(), sync: q.sync };
-            self.out.push_back(Action::Transmit { to: slot, tx: Some(tx), frame, step: Step { index, last: index + 1 == n } });
+            self.out.push_back(Action::Transmit {
+                to: slot,
+                tx: Some(tx),
+                frame,
+                step: Step { index, last: index + 1 == n },
+            });
         }
         self.out.push_back(Action::FannedOut { mid: q.mid });
         if n == 0 {
@@ -531,7 +541,10 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
     /// A destination replica `from` pulled (`have` false: matched the announcement) or has
     /// (`have` true) the rendez-vous message `mid` of this rank.
     pub fn on_pull(&mut self, from: usize, mid: MsgId, have: bool) -> bool {
-        if self.coord.is_dead(from) || self.layout().rank_of(from) != mid.dst as usize || mid.src as usize != self.rank() {
+        if self.coord.is_dead(from)
+            || self.layout().rank_of(from) != mid.dst as usize
+            || mid.src as usize != self.rank()
+        {
             return false;
         }
         let Some((&f, _)) = self.fanouts.iter().find(|(_, f)| f.mid == mid && f.rndv.is_some()) else {
@@ -572,7 +585,12 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
         let to: Vec<usize> = self.coord.alive_slots(mid.src as usize).filter(|&s| !self.suspected[s]).collect();
         let n = to.len();
         for (index, slot) in to.into_iter().enumerate() {
-            self.out.push_back(Action::Transmit { to: slot, tx: None, frame: frame(), step: Step { index, last: index + 1 == n } });
+            self.out.push_back(Action::Transmit {
+                to: slot,
+                tx: None,
+                frame: frame(),
+                step: Step { index, last: index + 1 == n },
+            });
         }
     }
 
@@ -643,7 +661,10 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
 
     /// A destination replica `from` matched this rank's synchronous message `mid`.
     pub fn on_sync_ack(&mut self, from: usize, mid: MsgId) -> bool {
-        if self.coord.is_dead(from) || self.layout().rank_of(from) != mid.dst as usize || mid.src as usize != self.rank() {
+        if self.coord.is_dead(from)
+            || self.layout().rank_of(from) != mid.dst as usize
+            || mid.src as usize != self.rank()
+        {
             return false;
         }
         let Some((&f, _)) = self.fanouts.iter().find(|(_, f)| f.sync && f.mid == mid && !f.acked) else {
@@ -719,7 +740,11 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
                 }
             }
         }
-        self.txs.iter().filter(|(_, t)| matches!(t, Tx::Data { fanout, .. } if fans.contains(fanout))).map(|(&id, _)| id).collect()
+        self.txs
+            .iter()
+            .filter(|(_, t)| matches!(t, Tx::Data { fanout, .. } if fans.contains(fanout)))
+            .map(|(&id, _)| id)
+            .collect()
     }
 
     // ------------------------------------------------------------------ receiving
@@ -943,11 +968,16 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
                 continue;
             }
             let frame = Frame::Choice { comm, point: c, outcome };
-            self.out.push_back(Action::Transmit { to: slot, tx: None, frame, step: Step { index, last: index + 1 == n } });
+            self.out.push_back(Action::Transmit {
+                to: slot,
+                tx: None,
+                frame,
+                step: Step { index, last: index + 1 == n },
+            });
         }
     }
 
-    /// Whether choice frames are still unwritten (the master holds new transmissions back).
+    /// Whether choices are still unacknowledged (the master holds new transmissions back).
     pub fn choices_unacked(&self) -> bool {
         !self.choice_unacked.is_empty()
     }
@@ -1115,10 +1145,7 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
             }
         }
         for slot in 0..self.unwritten.len() {
-            if self.unwritten[slot] > 0
-                && !self.suspected[slot]
-                && now.saturating_sub(self.progress_at[slot]) > limit
-            {
+            if self.unwritten[slot] > 0 && !self.suspected[slot] && now.saturating_sub(self.progress_at[slot]) > limit {
                 let cause = format!(
                     "a send to it made no progress for {:.1} s (2·T_cleanup)",
                     now.saturating_sub(self.progress_at[slot]).as_secs_f64()
@@ -1247,7 +1274,9 @@ mod tests {
         e.declared_dead(T, 3);
         let a = drain(&mut e);
         assert!(a.contains(&Action::Complete(1)), "{a:?}");
-        assert!(a.iter().any(|a| matches!(a, Action::Transmit { to: 1, frame: Frame::Commit { mid }, .. } if mid.seq == 0)));
+        assert!(a
+            .iter()
+            .any(|a| matches!(a, Action::Transmit { to: 1, frame: Frame::Commit { mid }, .. } if mid.seq == 0)));
     }
 
     #[test]
@@ -1334,7 +1363,11 @@ mod tests {
         e.poll(Duration::from_millis(3100), |_, _, _| 0);
         assert!(matches!(&drain(&mut e)[..], [Action::Suspect { slot: 3, .. }]));
 
-        e.park(Duration::from_secs(4), MsgId { comm: 0, src: 1, dst: 0, tag: 0, seq: 5 }, Parked { data: v(5), sync: false, rts: None });
+        e.park(
+            Duration::from_secs(4),
+            MsgId { comm: 0, src: 1, dst: 0, tag: 0, seq: 5 },
+            Parked { data: v(5), sync: false, rts: None },
+        );
         assert!(e.unpark(0, 1, 0, 4).is_none());
         e.poll(Duration::from_millis(6100), |_, _, _| 4);
         assert!(matches!(&drain(&mut e)[..], [Action::Fatal { rank: 1, .. }]));
@@ -1395,7 +1428,11 @@ mod tests {
             e.park(T, MsgId { comm: 0, src: 1, dst: 0, tag: 0, seq: s }, Parked { data: v(s), sync: false, rts: None });
         }
         assert!(e.unpark(0, 1, 0, 0).is_none());
-        assert_eq!(e.unpark(0, 1, 0, 2).map(|x| x.1.data.v), Some(1), "1 was delivered meanwhile: presented as a duplicate");
+        assert_eq!(
+            e.unpark(0, 1, 0, 2).map(|x| x.1.data.v),
+            Some(1),
+            "1 was delivered meanwhile: presented as a duplicate"
+        );
         assert_eq!(e.unpark(0, 1, 0, 2).map(|x| x.1.data.v), Some(2));
         assert_eq!(e.unpark(0, 1, 0, 3).map(|x| x.1.data.v), Some(3));
         assert_eq!(e.early_len(), 0);

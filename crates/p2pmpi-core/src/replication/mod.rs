@@ -203,7 +203,8 @@ impl Choices {
     /// the points of the tests that polled it). An outcome already followed is ignored (a
     /// new master tells its recent ones again).
     pub fn learn(&mut self, c: u64, outcome: Outcome) {
-        let forgotten = self.followed.len() >= FOLLOWED_WINDOW && self.followed.first_key_value().is_some_and(|(&f, _)| c < f);
+        let forgotten =
+            self.followed.len() >= FOLLOWED_WINDOW && self.followed.first_key_value().is_some_and(|(&f, _)| c < f);
         if self.followed.contains_key(&c) || forgotten {
             return;
         }
@@ -238,7 +239,8 @@ impl Choices {
     /// Every outcome this replica knows — followed lately or learned — in point order: what
     /// a new master tells its replicas first.
     pub fn relay(&self) -> Vec<(u64, Outcome)> {
-        let mut all: Vec<(u64, Outcome)> = self.followed.iter().chain(self.known.iter()).map(|(&c, &o)| (c, o)).collect();
+        let mut all: Vec<(u64, Outcome)> =
+            self.followed.iter().chain(self.known.iter()).map(|(&c, &o)| (c, o)).collect();
         all.sort_by_key(|x| x.0);
         all
     }

@@ -255,9 +255,10 @@ impl Engine {
                 })
             })
             .collect();
-        let repl = self.repl.as_ref().map_or(String::new(), |rp| {
-            format!(" {} dead {:?}", rp.ep.summary(), rp.ep.coordinator().dead_slots())
-        });
+        let repl = self
+            .repl
+            .as_ref()
+            .map_or(String::new(), |rp| format!(" {} dead {:?}", rp.ep.summary(), rp.ep.coordinator().dead_slots()));
         format!(
             "posted {} unexpected {} rndv_s {} rndv_r {} deferred {}{repl} conns [{}]",
             self.matcher.posted_len(),
@@ -1244,8 +1245,12 @@ impl Engine {
                     // Sent again by a new master after its predecessor's copy arrived whole.
                     None => {
                         conn.stream_status = Some(st);
-                        conn.rstate =
-                            RState::Stream { req: usize::MAX, ptr: std::ptr::null_mut(), left: h.len as usize, discard: true };
+                        conn.rstate = RState::Stream {
+                            req: usize::MAX,
+                            ptr: std::ptr::null_mut(),
+                            left: h.len as usize,
+                            discard: true,
+                        };
                     }
                 }
             }
