@@ -834,13 +834,35 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
     /// A choice frame from `from`: learned if it is an alive replica of this rank, and
     /// acknowledged.
     pub fn on_choice(&mut self, from: usize, point: u64, outcome: Outcome) -> bool {
-        if self.coord.is_dead(from) || from == self.me() || self.layout().rank_of(from) != self.rank() {
+        if !self.from_own_replica(from) {
             return false;
         }
         self.choices.learn(point, outcome);
         if !self.suspected[from] {
             let step = Step { index: 0, last: true };
             self.out.push_back(Action::Transmit { to: from, tx: None, frame: Frame::ChoiceAck { point }, step });
+        }
+        true
+    }
+
+    /// Whether `from` is another alive replica of this process's rank (the only slots whose
+    /// choice frames, acknowledgements, queries and answers count).
+    fn from_own_replica(&self, from: usize) -> bool {
+        !self.coord.is_dead(from) && from != self.me() && self.layout().rank_of(from) == self.rank()
+    }
+
+    /// Registers a choice frame (or, with `point` [`QUERY`], a query) to `slot`, answered when
+    /// acknowledged; held if `slot` is suspected. Returns whether to transmit it now.
+    fn track_choice(&mut self, point: u64, slot: usize) -> bool {
+        let tx = self.next_tx;
+        self.next_tx += 1;
+        self.txs.insert(tx, Tx::Choice { slot });
+        self.track(slot);
+        self.choice_unacked.insert(tx);
+        self.choice_tx.insert((point, slot), tx);
+        if self.suspected[slot] {
+            self.held[slot].push(tx);
+            return false;
         }
         true
     }
@@ -859,14 +881,7 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
         let targets = self.coord.commit_targets();
         let n = targets.len();
         for (index, slot) in targets.into_iter().enumerate() {
-            let tx = self.next_tx;
-            self.next_tx += 1;
-            self.txs.insert(tx, Tx::Choice { slot });
-            self.track(slot);
-            self.choice_unacked.insert(tx);
-            self.choice_tx.insert((QUERY, slot), tx);
-            if self.suspected[slot] {
-                self.held[slot].push(tx);
+            if !self.track_choice(QUERY, slot) {
                 continue;
             }
             let step = Step { index, last: index + 1 == n };
@@ -888,7 +903,7 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
 
     /// A new master (`from`) asks what this replica knows.
     pub fn on_choice_query(&mut self, from: usize) -> bool {
-        if self.coord.is_dead(from) || from == self.me() || self.layout().rank_of(from) != self.rank() {
+        if !self.from_own_replica(from) {
             return false;
         }
         if self.suspected[from] {
@@ -909,7 +924,7 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
 
     /// Replica `from` told everything it knows.
     pub fn on_choices_told(&mut self, from: usize) -> bool {
-        if self.coord.is_dead(from) || from == self.me() || self.layout().rank_of(from) != self.rank() {
+        if !self.from_own_replica(from) {
             return false;
         }
         if let Some(tx) = self.choice_tx.remove(&(QUERY, from)) {
@@ -922,7 +937,7 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
 
     /// Replica `from` acknowledged choice point `point`.
     pub fn on_choice_ack(&mut self, from: usize, point: u64) -> bool {
-        if self.coord.is_dead(from) || from == self.me() || self.layout().rank_of(from) != self.rank() {
+        if !self.from_own_replica(from) {
             return false;
         }
         if let Some(tx) = self.choice_tx.remove(&(point, from)) {
@@ -954,17 +969,7 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
         let targets: Vec<usize> = self.coord.commit_targets();
         let n = targets.len();
         for (index, slot) in targets.into_iter().enumerate() {
-            if self.choice_tx.contains_key(&(c, slot)) {
-                continue;
-            }
-            let tx = self.next_tx;
-            self.next_tx += 1;
-            self.txs.insert(tx, Tx::Choice { slot });
-            self.track(slot);
-            self.choice_unacked.insert(tx);
-            self.choice_tx.insert((c, slot), tx);
-            if self.suspected[slot] {
-                self.held[slot].push(tx);
+            if self.choice_tx.contains_key(&(c, slot)) || !self.track_choice(c, slot) {
                 continue;
             }
             let frame = Frame::Choice { comm, point: c, outcome };

@@ -151,6 +151,12 @@ pub(crate) struct Conn {
 }
 
 impl Conn {
+    /// Reads and drops the `len` bytes of payload that follow a header (a duplicate).
+    pub fn skip_payload(&mut self, st: super::StatusInfo, len: usize) {
+        self.stream_status = Some(st);
+        self.rstate = RState::Stream { req: usize::MAX, ptr: std::ptr::null_mut(), left: len, discard: true };
+    }
+
     /// A connection this process opened to slot `peer`, whose opening starts with nonce `nc`:
     /// gated until the acceptor answers.
     pub fn opened(stream: TcpStream, peer: i32, nc: Nonce) -> Conn {

@@ -1196,13 +1196,7 @@ impl Engine {
                         conn.rstate = RState::Stream { req: usize::MAX, ptr, left: h.len as usize, discard: false };
                     }
                     Arrival::Duplicate => {
-                        conn.stream_status = Some(st);
-                        conn.rstate = RState::Stream {
-                            req: usize::MAX,
-                            ptr: std::ptr::null_mut(),
-                            left: h.len as usize,
-                            discard: true,
-                        };
+                        conn.skip_payload(st, h.len as usize);
                     }
                 }
             }
@@ -1244,13 +1238,7 @@ impl Engine {
                     }
                     // Sent again by a new master after its predecessor's copy arrived whole.
                     None => {
-                        conn.stream_status = Some(st);
-                        conn.rstate = RState::Stream {
-                            req: usize::MAX,
-                            ptr: std::ptr::null_mut(),
-                            left: h.len as usize,
-                            discard: true,
-                        };
+                        conn.skip_payload(st, h.len as usize);
                     }
                 }
             }
