@@ -10,7 +10,7 @@ use std::collections::VecDeque;
 use std::io::{self, IoSlice, Read, Write};
 
 /// Read buffer size: a whole eager frame always fits.
-const RBUF: usize = 2 * EAGER_LIMIT + 2 * HEADER_LEN;
+pub(super) const RBUF: usize = 2 * EAGER_LIMIT + 2 * HEADER_LEN;
 
 /// Read buffer of an accepted connection until it is authenticated: the opening's frames
 /// fit (a connection that has not proved the job key costs little memory).

@@ -52,6 +52,12 @@ use std::time::{Duration, Instant};
 /// Largest message sent with the eager protocol (the seeds' 128 KB).
 pub const EAGER_LIMIT: usize = 128 * 1024;
 
+/// Bytes one call reads from a connection before it returns to its caller.
+const READ_BUDGET: usize = 1 << 20;
+
+#[cfg(test)]
+mod tests;
+
 const LISTENER: Token = Token(usize::MAX);
 
 /// Accepted connections that may be waiting to prove the job key at once: beyond, the oldest
@@ -172,6 +178,9 @@ pub(crate) struct Engine {
     tick: u32,
     /// Reused buffer of ready events.
     ready: Vec<(Token, bool, bool)>,
+    /// Connections left readable when their read budget ran out (epoll is edge-triggered:
+    /// no new event comes for data already there), read again by the next progress call.
+    unread: Vec<usize>,
 }
 
 // The raw pointers inside are buffers the API layer guarantees to outlive their requests;
@@ -234,6 +243,7 @@ impl Engine {
             encrypt: false,
             tick: 0,
             ready: Vec::with_capacity(256),
+            unread: Vec::new(),
         })
     }
 
@@ -879,7 +889,10 @@ impl Engine {
                 }
             }
         }
-        let t = timeout.unwrap_or(Duration::ZERO);
+        let t = if self.unread.is_empty() { timeout.unwrap_or(Duration::ZERO) } else { Duration::ZERO };
+        for cid in std::mem::take(&mut self.unread) {
+            self.read_conn(cid);
+        }
         if let Err(e) = self.poll.poll(&mut self.events, Some(t)) {
             if e.kind() != io::ErrorKind::Interrupted {
                 self.set_fatal(e.into());
@@ -1013,6 +1026,9 @@ impl Engine {
         }
         let Some(mut conn) = self.conns.get_mut(cid).and_then(Option::take) else { return false };
         let mut got = false;
+        // A sender faster than this process must not keep it here: past the budget it goes
+        // back to its caller (whose request may be complete) and reads on at the next call.
+        let mut budget = READ_BUDGET;
         let outcome = loop {
             // Streaming rendez-vous data straight into the receive buffer.
             if let RState::Stream { req, ptr, left, discard } = conn.rstate {
@@ -1024,6 +1040,7 @@ impl Engine {
                 match res {
                     Ok(n) => {
                         got |= n > 0;
+                        budget = budget.saturating_sub(n);
                         if left == 0 {
                             conn.rstate = RState::Header;
                             conn.stream_undo = None;
@@ -1056,6 +1073,12 @@ impl Engine {
                         if n == 0 {
                             break Ok(());
                         }
+                        if budget == 0 {
+                            if !self.unread.contains(&cid) {
+                                self.unread.push(cid);
+                            }
+                            break Ok(());
+                        }
                         continue;
                     }
                     Err(e) => break Err(e),
@@ -1073,9 +1096,18 @@ impl Engine {
                 Ok(None) => {}
                 Err(e) => break Err(e),
             }
+            if budget == 0 {
+                if !self.unread.contains(&cid) {
+                    self.unread.push(cid);
+                }
+                break Ok(());
+            }
             match conn.fill() {
                 Ok(0) => break Ok(()),
-                Ok(_) => got = true,
+                Ok(n) => {
+                    got = true;
+                    budget = budget.saturating_sub(n);
+                }
                 Err(e) => break Err(e),
             }
         };
