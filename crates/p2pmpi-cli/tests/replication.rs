@@ -13,7 +13,7 @@
 //! * chaos on a local grid of real daemons: replicas (masters included) killed, frozen, frozen
 //!   then resumed, or (as root) cut off by the network then reconnected, at random moments, one
 //!   at a time and several at once; the output equals the fault-free run
-//!   (`bench/soak_replication.sh` runs many more trials).
+//!   (`bench/soak.sh` runs many more trials).
 
 mod common;
 

@@ -321,6 +321,16 @@ impl<K: Clone + Eq + Hash + fmt::Debug> Booking<K> {
         self.answers.values().filter(|a| matches!(a, Some(Answer::Ok { .. }))).count()
     }
 
+    /// Whether `host` was asked by this booking.
+    pub fn was_asked(&self, host: &K) -> bool {
+        self.answers.contains_key(host)
+    }
+
+    /// Hosts that refused (busy: `MAX_JOBS` reached, or the requester is denied).
+    pub fn refused(&self) -> Vec<K> {
+        self.with(|a| a == Some(Answer::Nok))
+    }
+
     /// Hosts that did not answer in time (to be marked dead in the cache).
     pub fn dead(&self) -> Vec<K> {
         self.with(|a| a == Some(Answer::NoAnswer))
@@ -580,6 +590,10 @@ mod tests {
         b.on_answer(&1, Answer::Ok { p: 8 });
         assert_eq!(b.decide(), Err(BookingError::SubmitterRefused));
         assert!(BookingError::SubmitterRefused.to_string().contains("submitter"));
+        // What the MPD needs to tell busy hosts from missing ones.
+        assert_eq!(b.refused(), vec![0]);
+        assert!(b.was_asked(&0) && b.was_asked(&1) && !b.was_asked(&2));
+        assert!(b.dead().is_empty());
     }
 
     proptest! {

@@ -304,9 +304,11 @@ impl Mpd {
             conn.send(&MpdResponse::Failed("-n and -r must be at least 1".into()))?;
             return Ok(());
         }
-        let ticket = Ticket(home::random_u128());
+        let mut ticket = Ticket(home::random_u128());
         let deadline = Instant::now() + Duration::from_millis(wait_ms);
         let mut booking = Booking::new(n, r, strategy, self.me.id.clone());
+        // Hosts that did not answer, not asked again by a later round of this reservation.
+        let mut gone: Vec<PeerId> = Vec::new();
         let want = booking_count(n, r);
         info!("reservation {ticket} for {app}: n={n} r={r} {strategy}, booking {want} host(s)");
         if !exclude.is_empty() {
@@ -321,7 +323,9 @@ impl Mpd {
                 self.refresh();
             }
             let mut candidates = vec![self.me.id.clone()];
-            candidates.extend(self.cache.lock().ranked().into_iter().filter(|id| !exclude.contains(id)));
+            candidates.extend(
+                self.cache.lock().ranked().into_iter().filter(|id| !exclude.contains(id) && !gone.contains(id)),
+            );
             let ask = booking.next_requests(&candidates);
             if !ask.is_empty() {
                 let (tx, rx) = channel();
@@ -367,25 +371,43 @@ impl Mpd {
                     conn.send(&MpdResponse::Reserved { ticket, placements })?;
                     return Ok(());
                 }
-                Err(BookingError::SubmitterRefused) => {
-                    self.release_all(&booking, ticket);
-                    let why = self.gate_refusal();
-                    conn.send(&MpdResponse::Failed(format!("this host's RS refused the job: {why}")))?;
-                    return Ok(());
-                }
-                Err(BookingError::Infeasible(why)) => {
-                    if Instant::now() >= deadline {
+                Err(e @ (BookingError::SubmitterRefused | BookingError::Infeasible(_))) => {
+                    // Busy: this host refused, or others did and every candidate was asked.
+                    let busy = matches!(e, BookingError::SubmitterRefused)
+                        || (!booking.refused().is_empty() && candidates.iter().all(|c| booking.was_asked(c)));
+                    if Instant::now() >= deadline || (busy && wait_ms == 0) {
                         self.release_all(&booking, ticket);
-                        let msg = format!(
-                            "not enough peers after waiting {:.0} s: {} host(s) accepted ({} known, {} did not answer); {why}",
-                            wait_ms as f64 / 1000.0,
-                            booking.accepted(),
-                            self.cache.lock().len() + 1,
-                            booking.dead().len(),
-                        );
+                        let msg = match e {
+                            BookingError::SubmitterRefused => {
+                                format!("this host's RS refused the job: {}", self.gate_refusal())
+                            }
+                            BookingError::Infeasible(why) => format!(
+                                "not enough peers after waiting {:.0} s: {} host(s) accepted ({} known, {} did not \
+                                 answer, {} busy); {why}",
+                                wait_ms as f64 / 1000.0,
+                                booking.accepted(),
+                                self.cache.lock().len() + 1,
+                                booking.dead().len(),
+                                booking.refused().len(),
+                            ),
+                        };
                         info!("reservation {ticket} failed: {msg}");
                         conn.send(&MpdResponse::Failed(msg))?;
                         return Ok(());
+                    }
+                    if busy {
+                        // Hosts are busy (this one included, maybe): give back what this round
+                        // holds (jobs booking at once would otherwise each keep part of the
+                        // hosts and wait for the rest until their deadlines) and try them all
+                        // again after a pause of random length, under a new ticket.
+                        self.release_all(&booking, ticket);
+                        gone.extend(booking.dead());
+                        booking = Booking::new(n, r, strategy, self.me.id.clone());
+                        ticket = Ticket(home::random_u128());
+                        let jitter = Duration::from_millis(250 + (home::random_u128() % 500) as u64);
+                        std::thread::sleep(jitter.min(deadline.saturating_duration_since(Instant::now())));
+                        let _ = conn.send(&MpdResponse::Progress { accepted: 0, needed: (n * r) as u32, asked: 0 });
+                        continue;
                     }
                     // Wait for new peers: ask the supernodes again shortly.
                     let pause = Duration::from_millis(250).min(deadline.saturating_duration_since(Instant::now()));
