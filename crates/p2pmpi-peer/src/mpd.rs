@@ -241,15 +241,29 @@ impl Mpd {
             };
         }
         let timeout = Duration::from_millis(self.cfg.reserve_timeout_ms);
+        let deadline = Instant::now() + timeout;
         let addr = Self::peer_addr(info, info.rs_port);
-        let r = SecureConn::connect_from(Some(self.ip), addr, &self.secret, timeout).and_then(|mut c| {
-            c.set_read_timeout(Some(timeout))?;
-            c.call::<_, RsResponse>(&RsRequest::Reserve {
-                ticket,
-                app: app.to_string(),
-                submitter: self.ip.to_string(),
-            })
-        });
+        // A connection closed before the answer is tried again within the time-out: a host
+        // in a storm of requests closes connections still in their handshake to make room
+        // (see `server`), and is busy, not dead. Only silence until the time-out is.
+        let mut attempt = 0u32;
+        let r = loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let r = SecureConn::connect_from(Some(self.ip), addr, &self.secret, left).and_then(|mut c| {
+                c.set_read_timeout(Some(left.max(Duration::from_millis(1))))?;
+                c.call::<_, RsResponse>(&RsRequest::Reserve {
+                    ticket,
+                    app: app.to_string(),
+                    submitter: self.ip.to_string(),
+                })
+            });
+            attempt += 1;
+            let pause = Duration::from_millis((10u64 << attempt.min(5)) + (home::random_u128() % 20) as u64);
+            match r {
+                Err(e) if closed_early(&e) && Instant::now() + pause < deadline => std::thread::sleep(pause),
+                r => break r,
+            }
+        };
         match r {
             Ok(RsResponse::Ok { p, .. }) => Answer::Ok { p },
             Ok(RsResponse::Nok { reason }) => {
@@ -972,5 +986,16 @@ pub fn call(state_ip: Option<IpAddr>, addr: SocketAddr, secret: &GridSecret, req
     match c.call(req) {
         Ok(a) => Ok(a),
         Err(e) => bail!("the MPD at {addr} did not answer: {e}"),
+    }
+}
+
+/// A connection the other side closed before answering (during the handshake or the
+/// request): the host is alive (it accepted), maybe busy.
+fn closed_early(e: &SecureError) -> bool {
+    use std::io::ErrorKind::{BrokenPipe, ConnectionAborted, ConnectionReset, UnexpectedEof};
+    match e {
+        SecureError::Handshake(_) => true,
+        SecureError::Io(e) => matches!(e.kind(), ConnectionReset | UnexpectedEof | BrokenPipe | ConnectionAborted),
+        _ => false,
     }
 }
