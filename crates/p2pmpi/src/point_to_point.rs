@@ -44,12 +44,7 @@ impl Status {
     }
     /// How many elements of datatype `d` the message holds.
     pub fn count<D: Datatype>(&self, d: D) -> Count {
-        let size = d.type_map().size() as u64;
-        if size == 0 {
-            0
-        } else {
-            (self.bytes / size) as Count
-        }
+        self.bytes.checked_div(d.type_map().size() as u64).map_or(0, |n| n as Count)
     }
     /// The message size in bytes (not in rsmpi).
     pub fn byte_count(&self) -> u64 {
@@ -828,6 +823,7 @@ impl<T: Equivalence> ReceiveFuture<T> {
     }
 
     /// The value if it arrived, else the future back.
+    #[allow(clippy::result_large_err, reason = "rsmpi's signature: the Err is the future handed back unfinished")]
     pub fn r#try(mut self) -> std::result::Result<(T, Status), Self> {
         match self.pending.take().expect("pending").test() {
             Ok(r) => {

@@ -65,6 +65,10 @@ impl Pending {
 
     /// The outcome if finished, else the pending request back. In a replicated job this is a
     /// choice point: the master's answer is every replica's.
+    #[allow(
+        clippy::result_large_err,
+        reason = "the Err is the request handed back unfinished; boxing it would allocate on every poll"
+    )]
     pub fn test(self) -> std::result::Result<Result<Status>, Pending> {
         let c = with_engine(|e| {
             let c = e.completion_point();
@@ -145,7 +149,7 @@ pub struct LocalScope<'a> {
     phantom: PhantomData<Cell<&'a ()>>,
 }
 
-unsafe impl<'a, 'b> Scope<'a> for &'b LocalScope<'a> {
+unsafe impl<'a> Scope<'a> for &LocalScope<'a> {
     fn register(&self) {
         self.num_requests.set(self.num_requests.get() + 1)
     }
@@ -219,11 +223,13 @@ impl<'a, D: ?Sized, S: Scope<'a>> Request<'a, D, S> {
     }
 
     /// Completes the request if it has finished, else gives it back.
+    #[allow(clippy::result_large_err, reason = "rsmpi's signature: the Err is the request handed back unfinished")]
     pub fn test(self) -> std::result::Result<Status, Self> {
         self.test_with_data().map(|(s, _)| s)
     }
 
     /// Like [`Self::test`], also returning the data buffer.
+    #[allow(clippy::result_large_err, reason = "rsmpi's signature: the Err is the request handed back unfinished")]
     pub fn test_with_data(mut self) -> std::result::Result<(Status, &'a D), Self> {
         let p = self.pending.take().expect("live request");
         match p.test() {

@@ -378,7 +378,7 @@ pub(crate) fn allreduce(c: &Coll, acc: &mut Vec<u8>, map: &TypeMap, count: usize
 /// process's rank among the power-of-two group, or `None` if it only contributed.
 fn fold_extra(
     c: &Coll,
-    acc: &mut Vec<u8>,
+    acc: &mut [u8],
     map: &TypeMap,
     count: usize,
     op: &dyn Operation,
@@ -759,7 +759,7 @@ pub(crate) fn exscan(
 fn prefix_recursive_doubling(
     c: &Coll,
     mine: &[u8],
-    result: &mut Vec<u8>,
+    result: &mut [u8],
     inclusive: bool,
     map: &TypeMap,
     count: usize,

@@ -455,7 +455,7 @@ mod tests {
             let x = x.downcast::<u64>().unwrap();
             let y = y.downcast::<u64>().unwrap();
             for (a, b) in x.iter().zip(y.iter_mut()) {
-                *b = a * 10 + *b;
+                *b += a * 10;
             }
         });
         assert!(!op.is_commutative());
