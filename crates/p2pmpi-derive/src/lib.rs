@@ -88,6 +88,7 @@
 //! `proc-macro-crate`: `::mpi` when renamed as above, `::p2pmpi` otherwise), falling back to
 //! `::mpi`. Like rsmpi, `#[mpi(crate = "path::to::mpi")]` on the struct overrides it, e.g. when
 //! p2pmpi is re-exported by another crate.
+#![forbid(unsafe_code)]
 
 extern crate proc_macro;
 

@@ -1,5 +1,6 @@
 //! `#[derive(Equivalence)]` on plain structs, nested structs, arrays and tuples: each rank
 //! sends a particle to the next one (ring) and checks what it gets.
+#![forbid(unsafe_code)]
 use mpi::traits::*;
 
 #[derive(Equivalence, Debug, Clone, Copy, PartialEq, Default)]
