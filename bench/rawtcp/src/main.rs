@@ -24,6 +24,7 @@
 //! Iteration counts use the same adaptive algorithm as `bench/c/pingpong.c`:
 //! warm-up batches doubled until one lasts >= 20 ms, then enough timed round
 //! trips for about 0.2 s (clamped to 20..=1_000_000).
+#![forbid(unsafe_code)]
 
 use std::io::{self, ErrorKind, Read, Write};
 use std::net::{TcpListener, TcpStream};

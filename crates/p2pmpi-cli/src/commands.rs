@@ -18,11 +18,10 @@ use crate::grid_run::{load_config, secret_of};
 use anyhow::{bail, Context, Result};
 use p2pmpi_peer::config::Config;
 use p2pmpi_peer::home::{self, format_age, Home, SupernodeState};
-use p2pmpi_peer::{mpd, supernode};
+use p2pmpi_peer::{mpd, os, supernode};
 use p2pmpi_wire::grid::*;
 use std::io::{BufRead, Write};
 use std::net::{IpAddr, SocketAddr};
-use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -107,12 +106,7 @@ pub fn spawn_daemon(kind: Daemon, home: &Home, log: &Path, conf: Option<&Path>) 
         Some(c) => cmd.env("P2PMPI_CONF_FILE", c),
         None => cmd.env_remove("P2PMPI_CONF_FILE"),
     };
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::setsid();
-            Ok(())
-        });
-    }
+    os::new_session(&mut cmd);
     let mut child = cmd.spawn().context("cannot start the daemon")?;
     let pid = child.id();
     let deadline = Instant::now() + Duration::from_secs(15);
@@ -193,9 +187,9 @@ pub fn halt() -> Result<()> {
         .map(|a| matches!(a, MpdResponse::Halting));
     if !matches!(asked, Ok(true)) || !wait_gone(st.pid, Duration::from_secs(10)) {
         // The daemon does not answer: stop its process.
-        unsafe { libc::kill(st.pid as i32, libc::SIGTERM) };
+        let _ = os::signal(st.pid, libc::SIGTERM);
         if !wait_gone(st.pid, Duration::from_secs(3)) {
-            unsafe { libc::kill(st.pid as i32, libc::SIGKILL) };
+            let _ = os::signal(st.pid, libc::SIGKILL);
             wait_gone(st.pid, Duration::from_secs(3));
         }
         let _ = std::fs::remove_file(home.mpd_state());
@@ -298,7 +292,7 @@ pub fn supernode_stop() -> Result<()> {
     };
     let asked = supernode::call(None, st.addr, &secret, &SnRequest::Stop, Duration::from_secs(3));
     if !matches!(asked, Ok(SnResponse::Ok)) || !wait_gone(st.pid, Duration::from_secs(5)) {
-        unsafe { libc::kill(st.pid as i32, libc::SIGKILL) };
+        let _ = os::signal(st.pid, libc::SIGKILL);
         wait_gone(st.pid, Duration::from_secs(3));
         let _ = std::fs::remove_file(home.supernode_state());
     }

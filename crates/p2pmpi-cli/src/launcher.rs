@@ -37,7 +37,7 @@ use p2pmpi_wire::control::{self, Control};
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc::{channel, Receiver, Sender};
@@ -447,14 +447,7 @@ fn run_local(name: &str, opts: RunArgs, n: usize) -> Result<i32> {
 
 /// Makes a child die with the launcher (`PR_SET_PDEATHSIG`): no orphan processes.
 pub(crate) fn die_with_launcher(cmd: &mut Command) {
-    unsafe {
-        cmd.pre_exec(|| {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    p2pmpi_peer::os::die_with_parent(cmd);
 }
 
 /// What [`event_loop`] drives besides the control connections.
@@ -1223,10 +1216,8 @@ pub(crate) fn terminate(children: &Arc<Mutex<Vec<Child>>>) {
     };
     for pid in alive(children) {
         // SIGCONT too: a frozen (stopped) process acts on SIGTERM only once continued.
-        unsafe {
-            libc::kill(pid as i32, libc::SIGTERM);
-            libc::kill(pid as i32, libc::SIGCONT);
-        }
+        let _ = p2pmpi_peer::os::signal(pid, libc::SIGTERM);
+        let _ = p2pmpi_peer::os::signal(pid, libc::SIGCONT);
     }
     let children = children.clone();
     std::thread::spawn(move || {
@@ -1238,7 +1229,7 @@ pub(crate) fn terminate(children: &Arc<Mutex<Vec<Child>>>) {
             std::thread::sleep(Duration::from_millis(20));
         }
         for pid in alive(&children) {
-            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            let _ = p2pmpi_peer::os::signal(pid, libc::SIGKILL);
         }
     });
 }

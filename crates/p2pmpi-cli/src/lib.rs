@@ -9,6 +9,7 @@
 //!
 //! Every binary is a thin entry into [`entry`]; a binary started as `<name> __daemon KIND`
 //! becomes that daemon (how `mpiboot` and `runSupernode` put daemons in the background).
+#![forbid(unsafe_code)]
 
 pub mod advise;
 pub mod commands;

@@ -10,7 +10,7 @@ use crate::commands::{spawn_daemon, wait_gone, Daemon};
 use anyhow::{bail, Context, Result};
 use p2pmpi_peer::config::Config;
 use p2pmpi_peer::home::{self, Home, MpdState, SupernodeState};
-use p2pmpi_peer::mpd;
+use p2pmpi_peer::{mpd, os};
 use p2pmpi_wire::grid::{MpdRequest, MpdResponse, SnRequest};
 use p2pmpi_wire::secure::GridSecret;
 use serde::{Deserialize, Serialize};
@@ -209,7 +209,7 @@ pub fn stop(dir: &Path) -> Result<usize> {
                     }
                     let _ = mpd::call(Some(p.state.ip), p.state.mpd_addr(), &secret, &MpdRequest::Halt);
                     if !wait_gone(p.state.pid, Duration::from_secs(5)) {
-                        unsafe { libc::kill(p.state.pid as i32, libc::SIGKILL) };
+                        let _ = os::signal(p.state.pid, libc::SIGKILL);
                         wait_gone(p.state.pid, Duration::from_secs(2));
                     }
                     true
@@ -226,7 +226,7 @@ pub fn stop(dir: &Path) -> Result<usize> {
         let _ =
             p2pmpi_peer::supernode::call(None, grid.supernode.addr, &secret, &SnRequest::Stop, Duration::from_secs(2));
         if !wait_gone(grid.supernode.pid, Duration::from_secs(3)) {
-            unsafe { libc::kill(grid.supernode.pid as i32, libc::SIGKILL) };
+            let _ = os::signal(grid.supernode.pid, libc::SIGKILL);
         }
     }
     let _ = std::fs::remove_file(grid_file(dir));

@@ -1,5 +1,6 @@
 //! `p2pmpi advise`: the seeds' figures on "how much replication" (SPEC §11, chapter §4.5,
 //! FM §3) from the built binary, and bad input rejected with exit status 2.
+#![forbid(unsafe_code)]
 
 use std::process::{Command, Output};
 

@@ -6,6 +6,7 @@
 //! A failing job's standard error lists every wrong result (collective, root, datatype and
 //! operation, round, length, first differing element); rerun one by hand with
 //! `p2pmpirun -n N target/debug/examples/coll_checks SEED` (`COLL_CHECKS_TRACE=1` traces).
+#![forbid(unsafe_code)]
 
 mod common;
 use common::*;

@@ -2,6 +2,7 @@
 //! losing their peer daemon or cut off by a firewall, with the local launcher and on local
 //! grids of real daemons. Every alive process must be notified within the detector's bound,
 //! and without a program that handles failures the job must stop, naming the rank.
+#![forbid(unsafe_code)]
 
 mod common;
 
@@ -170,7 +171,7 @@ fn assert_all_notified(job: &Job, n: usize, victim: usize, at: u128, min: u128) 
 fn signal(pid: u32, sig: i32) -> u128 {
     std::thread::sleep(Duration::from_millis(8 * TG));
     let at = unix_ms();
-    assert_eq!(unsafe { libc::kill(pid as i32, sig) }, 0, "kill -{sig} {pid}");
+    p2pmpi_peer::os::signal(pid, sig).unwrap_or_else(|e| panic!("kill -{sig} {pid}: {e}"));
     at
 }
 
@@ -323,7 +324,7 @@ fn mpd_pid(g: &TestGrid, peer: usize) -> u32 {
 }
 
 fn is_root() -> bool {
-    unsafe { libc::geteuid() == 0 }
+    p2pmpi_peer::os::is_root()
 }
 
 /// An nftables table dropping every packet to or from one address; removed on drop.

@@ -1,6 +1,7 @@
 //! What happens when things go wrong: bad arguments, dying ranks, errors in the program.
 //! Every case must end with a message naming the rank and cause, the right exit status,
 //! within a few seconds, and with no process left behind.
+#![forbid(unsafe_code)]
 
 mod common;
 use common::*;
@@ -56,6 +57,12 @@ fn truncated_receive_stops_with_a_clear_message() {
         "{}",
         o.stderr
     );
+}
+
+#[test]
+fn value_from_a_short_message_stops_with_a_clear_message() {
+    let o = failing("2", "short-fatal", "short");
+    assert!(o.stderr.contains("p2pmpi: rank 1: expected a message of 4 bytes, received 2 bytes"), "{}", o.stderr);
 }
 
 #[test]

@@ -1,5 +1,6 @@
 //! The grid with real daemons: local grids of a supernode and peers, each peer on its own
 //! loopback address, driven by the commands a user types.
+#![forbid(unsafe_code)]
 
 mod common;
 
@@ -271,9 +272,9 @@ fn a_peer_killed_during_start_up_fails_the_launch_cleanly() {
     // Once peer 3 started its process, its daemon dies.
     let st: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(g.home(3).join("mpd.json")).unwrap()).unwrap();
-    let pid3 = st["pid"].as_u64().unwrap() as i32;
+    let pid3 = st["pid"].as_u64().unwrap() as u32;
     wait_for(|| (processes_with(&marker).len() >= 3).then_some(()));
-    unsafe { libc::kill(pid3, libc::SIGKILL) };
+    let _ = p2pmpi_peer::os::signal(pid3, libc::SIGKILL);
     let out = job.join().unwrap();
     assert!(!out.status.success());
     assert!(out.stderr.contains("lost contact with host 127.0.0.4"), "{}", out.stderr);

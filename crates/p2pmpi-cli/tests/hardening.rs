@@ -1,4 +1,5 @@
 //! Hardening of the grid's daemons and their files (issue 13), seen from the commands.
+#![forbid(unsafe_code)]
 
 mod common;
 
@@ -133,19 +134,18 @@ impl LiveRun {
 }
 
 /// The pid of peer `peer`'s daemon.
-fn mpd_pid(g: &TestGrid, peer: usize) -> i32 {
+fn mpd_pid(g: &TestGrid, peer: usize) -> u32 {
     let st: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(g.home(peer).join("mpd.json")).unwrap()).unwrap();
-    st["pid"].as_u64().unwrap() as i32
+    st["pid"].as_u64().unwrap() as u32
 }
 
 /// Continues a stopped daemon when dropped, so that the grid can be stopped.
-struct Frozen(i32);
+struct Frozen(u32);
 
 impl Drop for Frozen {
     fn drop(&mut self) {
-        // SAFETY: kill only sends a signal; the pid is one of this test's daemons.
-        unsafe { libc::kill(self.0, libc::SIGCONT) };
+        let _ = p2pmpi_peer::os::signal(self.0, libc::SIGCONT);
     }
 }
 
@@ -175,8 +175,7 @@ fn freeze_during_staging(g: &TestGrid, n: usize) -> (String, Duration, std::proc
                          // Both remote hosts are in the middle of their staging: each fetches the input.
     wait_for(|| (requests.load(Ordering::SeqCst) >= 2).then_some(()));
     let pid = mpd_pid(g, peer);
-    // SAFETY: kill only sends a signal; the pid is this grid's daemon of `peer`.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+    p2pmpi_peer::os::signal(pid, libc::SIGSTOP).unwrap();
     let frozen = Frozen(pid);
     let at = Instant::now();
     open.store(true, Ordering::SeqCst);

@@ -3,6 +3,7 @@
 //! pipes and files, taken with `strace`, holds neither the key nor any 8 bytes of it, while
 //! the processes did receive it (in their environment) and did use it (the openings of their
 //! data connections and their detector datagrams are in the capture).
+#![forbid(unsafe_code)]
 
 mod common;
 

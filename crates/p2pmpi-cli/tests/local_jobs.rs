@@ -1,4 +1,5 @@
 //! Jobs run through the real `p2pmpirun` with real processes and sockets.
+#![forbid(unsafe_code)]
 
 mod common;
 use common::*;
@@ -59,6 +60,7 @@ fn point_to_point_suite_on_two_processes() {
         "object",
         "datatypes",
         "truncate",
+        "values",
     ] {
         assert!(o.stdout.contains(&format!("OK {m}\n")), "mode {m} missing:\n{}", o.stdout);
     }

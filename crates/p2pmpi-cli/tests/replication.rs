@@ -14,6 +14,7 @@
 //!   then resumed, or (as root) cut off by the network then reconnected, at random moments, one
 //!   at a time and several at once; the output equals the fault-free run
 //!   (`bench/soak.sh` runs many more trials).
+#![forbid(unsafe_code)]
 
 mod common;
 
@@ -337,7 +338,7 @@ fn a_rank_that_loses_every_replica_stops_the_job_naming_it() {
         std::thread::sleep(Duration::from_millis(500));
         let t0 = Instant::now();
         for slot in [4, 5] {
-            unsafe { libc::kill(procs[&slot] as i32, sig) };
+            let _ = p2pmpi_peer::os::signal(procs[&slot], sig);
         }
         let out = job.finish(LIMIT);
         let took = t0.elapsed();
@@ -363,7 +364,7 @@ fn bind_of(pid: u32) -> Option<String> {
 }
 
 fn is_root() -> bool {
-    unsafe { libc::geteuid() == 0 }
+    p2pmpi_peer::os::is_root()
 }
 
 fn have_nft() -> bool {
@@ -461,7 +462,7 @@ fn replicas_follow_their_master_s_choices() {
     let job = spawn(&mut cmd);
     let procs = wait_processes(&marker, 12);
     std::thread::sleep(Duration::from_millis(400));
-    unsafe { libc::kill(procs[&0] as i32, libc::SIGKILL) };
+    let _ = p2pmpi_peer::os::signal(procs[&0], libc::SIGKILL);
     let out = job.finish(LIMIT);
     out.assert_ok();
     // Σ t² for t < 3000.
@@ -482,7 +483,7 @@ fn rank_zero_is_replicated_too_and_survives_the_death_of_its_master() {
         let (job, procs) = local_job(3, 2, &args, &marker);
         // Slot 0 is rank 0's master (the process a grid job runs on the submitter).
         std::thread::sleep(Duration::from_millis(600));
-        unsafe { libc::kill(procs[&0] as i32, sig) };
+        let _ = p2pmpi_peer::os::signal(procs[&0], sig);
         let out = job.finish(LIMIT);
         out.assert_ok();
         assert_eq!(out.stdout, plain.stdout, "signal {sig}: output differs from the fault-free run:\n{}", out.stderr);
@@ -503,10 +504,10 @@ fn a_replica_frozen_past_detection_that_resumes_is_stopped_and_harms_nothing() {
         let marker = common::marker(&format!("resume-{slot}"));
         let (job, procs) = local_job(3, 2, &args, &marker);
         std::thread::sleep(Duration::from_millis(400));
-        let pid = procs[&slot] as i32;
-        unsafe { libc::kill(pid, libc::SIGSTOP) };
+        let pid = procs[&slot];
+        let _ = p2pmpi_peer::os::signal(pid, libc::SIGSTOP);
         std::thread::sleep(Duration::from_millis(2500));
-        unsafe { libc::kill(pid, libc::SIGCONT) };
+        let _ = p2pmpi_peer::os::signal(pid, libc::SIGCONT);
         let out = job.finish(LIMIT);
         out.assert_ok();
         assert_eq!(out.stdout, plain.stdout, "{who} frozen then resumed changed the output:\n{}", out.stderr);
@@ -547,10 +548,10 @@ fn on_a_local_grid_freeze_then_resume_and_partition_then_heal_never_harm_the_job
     let job = spawn(&mut run(&marker));
     let procs = wait_processes(&marker, 6);
     std::thread::sleep(Duration::from_millis(400));
-    let pid = procs[&4] as i32;
-    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    let pid = procs[&4];
+    let _ = p2pmpi_peer::os::signal(pid, libc::SIGSTOP);
     std::thread::sleep(Duration::from_millis(2500));
-    unsafe { libc::kill(pid, libc::SIGCONT) };
+    let _ = p2pmpi_peer::os::signal(pid, libc::SIGCONT);
     let out = job.finish(LIMIT);
     out.assert_ok();
     assert_eq!(out.stdout.replace("plain", ""), plain.stdout.replace("plain", ""), "freeze: {}", out.stderr);
@@ -623,19 +624,19 @@ fn chaos_trial(grid: &TestGrid, r: usize, seed: u64, together: bool, reference: 
     };
     let mut resumes = Vec::new();
     let mut harm = |slot: usize, f: Fault| {
-        let pid = procs[&slot] as i32;
+        let pid = procs[&slot];
         match f {
-            Fault::Kill => unsafe {
-                libc::kill(pid, libc::SIGKILL);
-            },
-            Fault::Freeze => unsafe {
-                libc::kill(pid, libc::SIGSTOP);
-            },
+            Fault::Kill => {
+                let _ = p2pmpi_peer::os::signal(pid, libc::SIGKILL);
+            }
+            Fault::Freeze => {
+                let _ = p2pmpi_peer::os::signal(pid, libc::SIGSTOP);
+            }
             Fault::FreezeResume(ms) => {
-                unsafe { libc::kill(pid, libc::SIGSTOP) };
+                let _ = p2pmpi_peer::os::signal(pid, libc::SIGSTOP);
                 resumes.push(std::thread::spawn(move || {
                     std::thread::sleep(Duration::from_millis(ms));
-                    unsafe { libc::kill(pid, libc::SIGCONT) };
+                    let _ = p2pmpi_peer::os::signal(pid, libc::SIGCONT);
                 }));
             }
         }
@@ -685,9 +686,7 @@ fn judge_trial(job: Running, marker: &str, what: &str, reference: &str) -> Resul
     let out = job.finish(LIMIT);
     let left = processes_with(marker);
     for pid in &left {
-        unsafe {
-            libc::kill(*pid as i32, libc::SIGKILL);
-        }
+        let _ = p2pmpi_peer::os::signal(*pid, libc::SIGKILL);
     }
     if !out.status.success() {
         return Err(format!("{what}: the job failed ({:?}):\n{}", out.status, out.stderr));

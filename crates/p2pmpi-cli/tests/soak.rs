@@ -2,6 +2,7 @@
 //! thousand and jobs competing for hosts. Each checks that `MAX_JOBS` (J) and
 //! `MAX_PROCESSES_PER_JOB` (P) were never exceeded and that no ticket, process or file was
 //! left behind. `bench/soak.sh` repeats them (`P2PMPI_SOAK_STORMS=N` storms per test).
+#![forbid(unsafe_code)]
 
 mod common;
 

@@ -28,6 +28,7 @@
 //! * [`reservation`]: both sides of discovery and reservation — the RS gatekeeper (J, P,
 //!   HOST_DENY, tickets that lapse unless claimed) and the submitter's booking with
 //!   overbooking, *rlist*, *slist* and the placement decision (thesis §3.3.2, SPEC §4).
+#![forbid(unsafe_code)]
 
 pub mod advisor;
 pub mod allocation;

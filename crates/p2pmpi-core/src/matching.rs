@@ -72,7 +72,7 @@ impl Pattern {
     /// Does a message with this envelope satisfy the pattern?
     #[inline]
     pub fn accepts(&self, env: &Envelope) -> bool {
-        self.comm == env.comm && self.src.map_or(true, |s| s == env.src) && self.tag.map_or(true, |t| t == env.tag)
+        self.comm == env.comm && self.src.is_none_or(|s| s == env.src) && self.tag.is_none_or(|t| t == env.tag)
     }
 }
 

@@ -23,20 +23,23 @@
 //! An `unsafe impl Equivalence` whose datatype is a *structured* datatype
 //! (`MPI_Type_create_struct`): one block of length 1 per field, at the field's byte offset
 //! (`core::mem::offset_of!`, so Rust's field reordering is respected and padding bytes are never
-//! read or written), with the field's own datatype:
+//! read or written), with the field's own datatype, resized to the struct's `size_of` (lower
+//! bound 0) so that arrays of the struct line up even when it is over-aligned or packed:
 //!
 //! - a type `T` (a primitive or another derived struct): `<T as Equivalence>::equivalent_datatype()`;
 //! - an array `[E; N]`: a *contiguous* datatype of `N` copies of `E`'s datatype (recursively, so
 //!   arrays of arrays and arrays of tuples work; `N` must fit in a `Count`, which is checked
 //!   when the datatype is built);
-//! - a tuple `(X, Y, ..)`: a structured datatype built from the tuple's own field offsets;
+//! - a tuple `(X, Y, ..)`: a structured datatype built from the tuple's own field offsets,
+//!   resized to the tuple's size;
 //!   `()` (and a unit struct) is a structured datatype with no fields.
 //!
 //! Named structs, tuple structs and unit structs are supported. Enums, unions and fields of
 //! types that cannot be sent as plain data (references, raw pointers, slices, function
 //! pointers, trait objects, ...) are rejected with a compile error.
 //!
-//! For a non-generic struct `Foo` the expansion has the same shape as rsmpi's:
+//! For a non-generic struct `Foo` the expansion has the same shape as rsmpi's (plus the
+//! `resized`):
 //!
 //! ```ignore
 //! unsafe impl ::mpi::datatype::Equivalence for Foo {
@@ -50,6 +53,7 @@
 //!                 &[offset_of!(Foo, a) as ::mpi::Address, ..],
 //!                 &[UncommittedDatatypeRef::from(<A as Equivalence>::equivalent_datatype()), ..],
 //!             )
+//!             .resized(size_of::<Foo>())
 //!         }))
 //!     }
 //! }
@@ -84,6 +88,7 @@
 //! `proc-macro-crate`: `::mpi` when renamed as above, `::p2pmpi` otherwise), falling back to
 //! `::mpi`. Like rsmpi, `#[mpi(crate = "path::to::mpi")]` on the struct overrides it, e.g. when
 //! p2pmpi is re-exported by another crate.
+#![forbid(unsafe_code)]
 
 extern crate proc_macro;
 
@@ -320,7 +325,11 @@ struct Generator<'a> {
 }
 
 impl Generator<'_> {
-    /// `UserDatatype::structured(..)` of the given members of `container`.
+    /// `UserDatatype::structured(..)` of the given members of `container`, resized to the
+    /// container's size (lb 0, extent `size_of`), so that `n` elements are exactly an array
+    /// of `n` containers even when it is over-aligned or packed (the padded extent of
+    /// `MPI_Type_create_struct` would then differ from Rust's size), as `Equivalence`
+    /// requires.
     fn structured(&self, container: &TokenStream2, members: &[Member], datatypes: &[TokenStream2]) -> TokenStream2 {
         let krate = self.krate;
         let ones = members.iter().map(|_| quote!(1));
@@ -330,6 +339,7 @@ impl Generator<'_> {
                 &[#(::core::mem::offset_of!(#container, #members) as #krate::Address),*],
                 &[#(#datatypes),*],
             )
+            .resized(::core::mem::size_of::<#container>())
         }
     }
 
@@ -363,12 +373,14 @@ impl Generator<'_> {
                     datatypes.push(self.datatype(elem, field)?);
                 }
                 let ones = members.iter().map(|_| quote!(1));
+                // Resized to the tuple's size, as a struct is (arrays of tuples need it).
+                let committed = quote!(#krate::datatype::UserDatatype);
                 return Ok(quote! {
-                    #dref::from(&#udt::structured::<#dref<'_>>(
+                    #dref::from(&#committed::structured::<#dref<'_>>(
                         &[#(#ones),*],
                         &[#(::core::mem::offset_of!(#tuple, #members) as #krate::Address),*],
                         &[#(#datatypes),*],
-                    ))
+                    ).resized(::core::mem::size_of::<#tuple>()))
                 });
             }
             Type::Path(_) | Type::Macro(_) | Type::Verbatim(_) => {

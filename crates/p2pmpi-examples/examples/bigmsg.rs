@@ -5,6 +5,7 @@
 //! With `BIGMSG_OUT=DIR` every process writes its peak resident memory (`VmHWM`, KiB) to
 //! `DIR/slot-<P2PMPI_RANK>.txt` at the end — every replica, not only the masters whose output
 //! is shown.
+#![forbid(unsafe_code)]
 use mpi::traits::*;
 
 fn main() {

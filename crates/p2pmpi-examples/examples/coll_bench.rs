@@ -19,6 +19,7 @@
 //! of timed operations (about TARGET_S in total, clamped to 5..1,000,000) and broadcasts it;
 //! a barrier; the timed loop of back-to-back operations; the reported time is the maximum
 //! over ranks of elapsed / iterations. The result of the last operation is checked (untimed).
+#![forbid(unsafe_code)]
 use mpi::collective::SystemOperation;
 use mpi::traits::*;
 

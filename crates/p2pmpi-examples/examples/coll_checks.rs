@@ -22,6 +22,7 @@
 //! its displacement with another part), and `coll_checks mismatch
 //! all_gather|broadcast|broadcast_larger_root|all_reduce` (ranks call a collective with
 //! buffers of different sizes: the job must fail with a clear message, not hang).
+#![forbid(unsafe_code)]
 use mpi::collective::{SystemOperation, UserOperation};
 use mpi::datatype::{DynBuffer, DynBufferMut, Partition, PartitionMut};
 use mpi::topology::{Color, CommunicatorRelation, GroupRelation, SimpleCommunicator, SystemGroup};
@@ -1386,6 +1387,19 @@ fn gaps(world: &SimpleCommunicator) {
         all, want,
         "rank {me}: all_gather_varcount_into wrote outside its parts (n={n}, counts {counts:?}, displs {displs:?})"
     );
+    // The same into bools (received through a staged copy, see `fill_parts`): the gaps keep
+    // their value too.
+    let mut flags = vec![true; 2 * n + 1];
+    {
+        let mut part = PartitionMut::new(&mut flags[..], &counts[..], &displs[..]);
+        world.all_gather_varcount_into(&(me % 2 == 1), &mut part);
+    }
+    let want: Vec<bool> = (0..2 * n + 1).map(|k| k % 2 == 0 || (k / 2) % 2 == 1).collect();
+    assert_eq!(flags, want, "rank {me}: all_gather_varcount_into of bools");
+    // Bytes other than 0 and 1 received into bools arrive as `true`.
+    let mut flags = vec![false; n];
+    world.all_gather_into(&(me as u8 + 1), &mut flags[..]);
+    assert!(flags.iter().all(|&f| f), "rank {me}: bytes 1..={n} received as bools: {flags:?}");
     world.barrier();
     if me == 0 {
         println!("OK gaps");

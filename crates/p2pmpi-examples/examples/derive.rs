@@ -1,5 +1,6 @@
 //! `#[derive(Equivalence)]` on plain structs, nested structs, arrays and tuples: each rank
 //! sends a particle to the next one (ring) and checks what it gets.
+#![forbid(unsafe_code)]
 use mpi::traits::*;
 
 #[derive(Equivalence, Debug, Clone, Copy, PartialEq, Default)]
@@ -19,6 +20,28 @@ struct Particle {
 
 #[derive(Equivalence, Debug, Clone, Copy, PartialEq, Default)]
 struct Pair(i32, f32);
+
+/// Over-aligned: 64 bytes in memory for 5 bytes of data; arrays of it step by 64.
+#[derive(Equivalence, Debug, Clone, Copy, PartialEq, Default)]
+#[repr(align(64))]
+struct Line {
+    tag: u8,
+    value: f32,
+}
+
+/// Packed: 9 bytes in memory, although a u64 alone would pad a struct to 16.
+#[derive(Equivalence, Debug, Clone, Copy, PartialEq, Default)]
+#[repr(C, packed)]
+struct Packed {
+    kind: u8,
+    value: u64,
+}
+
+/// Arrays of tuples whose element is over-aligned: the tuple's extent is its size too.
+#[derive(Equivalence, Debug, Clone, Copy, PartialEq, Default)]
+struct Lines {
+    pairs: [(u8, Line); 3],
+}
 
 fn particle(rank: i32) -> Particle {
     Particle {
@@ -46,6 +69,28 @@ fn main() {
     });
     let (pair, _) = mpi::point_to_point::send_receive::<Pair, _, _, _>(&Pair(rank, 0.5), &next, &prev);
     assert_eq!(pair, Pair(prev.rank(), 0.5));
+
+    // The datatype of a derived struct spans exactly its size, whatever its alignment.
+    use mpi::datatype::DatatypeInfo;
+    assert_eq!(Line::equivalent_datatype().extent(), std::mem::size_of::<Line>() as mpi::Address);
+    assert_eq!(Packed::equivalent_datatype().extent(), 9);
+    assert_eq!(Lines::equivalent_datatype().extent(), std::mem::size_of::<Lines>() as mpi::Address);
+    let line = |i: i32| Line { tag: i as u8, value: i as f32 / 2.0 };
+    let lines: Vec<Line> = (0..5).map(|i| line(rank * 10 + i)).collect();
+    let packed: Vec<Packed> = (0..5).map(|i| Packed { kind: i as u8, value: (rank * 100 + i) as u64 }).collect();
+    let nested = Lines { pairs: [(1, line(rank)), (2, line(rank + 1)), (3, line(rank + 2))] };
+    mpi::request::scope(|scope| {
+        let _a = mpi::request::WaitGuard::from(next.immediate_send(scope, &lines[..]));
+        let _b = mpi::request::WaitGuard::from(next.immediate_send_with_tag(scope, &packed[..], 1));
+        let _c = mpi::request::WaitGuard::from(next.immediate_send_with_tag(scope, &nested, 2));
+        let p = prev.rank();
+        let (got, _) = prev.receive_vec::<Line>();
+        assert_eq!(got, (0..5).map(|i| line(p * 10 + i)).collect::<Vec<_>>());
+        let (got, _) = prev.receive_vec_with_tag::<Packed>(1);
+        assert_eq!(got, (0..5).map(|i| Packed { kind: i as u8, value: (p * 100 + i) as u64 }).collect::<Vec<_>>());
+        let (got, _) = prev.receive_with_tag::<Lines>(2);
+        assert_eq!(got, Lines { pairs: [(1, line(p)), (2, line(p + 1)), (3, line(p + 2))] });
+    });
     world.barrier();
     if rank == 0 {
         println!(

@@ -13,6 +13,7 @@
 //! * with `--stream`: rank 0 sends 64 KiB messages to rank 1 for `--hold` ms (rank 1 receives
 //!   them), then both pass a barrier: a send that the network stops carrying gives up after
 //!   2·T_cleanup.
+#![forbid(unsafe_code)]
 use mpi::traits::*;
 use std::io::Write;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};

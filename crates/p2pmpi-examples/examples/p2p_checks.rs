@@ -39,6 +39,7 @@ fn main() {
             "object",
             "datatypes",
             "truncate",
+            "values",
         ]
     } else {
         vec![mode.as_str()]
@@ -57,6 +58,8 @@ fn main() {
             "object" => object(&world),
             "datatypes" => datatypes(&world),
             "truncate" => truncate(&world),
+            "values" => values(&world),
+            "short-fatal" => short_fatal(&world),
             "buffered" => buffered(&mut universe),
             "large" => large(&world),
             "truncate-fatal" => truncate_fatal(&world),
@@ -460,11 +463,13 @@ fn datatypes(world: &mpi::topology::SimpleCommunicator) {
     let t = UserDatatype::vector(2, 2, 3, &i32::equivalent_datatype());
     if world.rank() == 0 {
         let src = [1, 2, 3, 4, 5, 6];
+        // SAFETY: one element of `t` (2 blocks of 2 i32, 3 apart) spans 5 of the 6 i32.
         let v = unsafe { View::with_count_and_datatype(&src[..], 1, &t) };
         world.process_at_rank(1).send(&v);
     } else {
         let mut dst = [-1i32; 6];
         {
+            // SAFETY: as for the send; any bytes are valid i32s.
             let mut v = unsafe { MutView::with_count_and_datatype(&mut dst[..], 1, &t) };
             let st = world.process_at_rank(0).receive_into(&mut v);
             assert_eq!(st.count(&t), 1);
@@ -475,6 +480,7 @@ fn datatypes(world: &mpi::topology::SimpleCommunicator) {
     let ints = [3i32, 1, 4, 1, 5];
     let packed = world.pack(&ints[..]);
     let mut back = [0i32; 5];
+    // SAFETY: the bytes were packed from 5 i32, and `back` holds 5 i32.
     unsafe { world.unpack_into(&packed, &mut back[..], 0) };
     assert_eq!(back, ints);
 }
@@ -504,6 +510,60 @@ fn truncate(world: &mpi::topology::SimpleCommunicator) {
         }
         let (v, _) = p.receive_with_tag::<u8>(3);
         assert_eq!(v, 5, "communication goes on after a truncation");
+    }
+}
+
+/// A receive of one value gets exactly the value's bytes: a shorter message is an error,
+/// never a value partly written; bytes other than 0 and 1 received for a `bool` arrive as
+/// `true`; and values of every receive path round-trip.
+fn values(world: &mpi::topology::SimpleCommunicator) {
+    if world.size() < 2 || world.rank() > 1 {
+        return;
+    }
+    if world.rank() == 0 {
+        let p = world.process_at_rank(1);
+        p.send_with_tag(&[1u8, 2][..], 1); // 2 bytes for a u32
+        p.send_with_tag(&[9u8; 8][..], 2); // 8 bytes for a (u32, u64), which has 12
+        p.send_with_tag(&[0u8, 1, 2, 255][..], 3);
+        p.send_with_tag(&7u8, 4);
+        p.send_with_tag(&[5u8, 0][..], 5);
+        p.send_with_tag(&0x1234_5678_9abc_def0u64, 6);
+        p.send_with_tag(&(3i32, 2.5f64), 7);
+        p.send_with_tag(&[2u8, 0, 1][..], 8);
+        p.send_with_tag(&-5i16, 9);
+    } else {
+        let p = world.process_at_rank(0);
+        match p.try_receive_with_tag::<u32>(1) {
+            Err(mpi::CommError::SizeMismatch { expected: 4, got: 2 }) => {}
+            other => panic!("expected a size mismatch, got {other:?}"),
+        }
+        match p.try_receive_with_tag::<(u32, u64)>(2) {
+            Err(mpi::CommError::SizeMismatch { expected: 12, got: 8 }) => {}
+            other => panic!("expected a size mismatch, got {other:?}"),
+        }
+        let mut flags = [false; 4];
+        p.receive_into_with_tag(&mut flags[..], 3);
+        assert_eq!(flags, [false, true, true, true]);
+        assert!(p.receive_with_tag::<bool>(4).0);
+        assert_eq!(p.receive_with_tag::<(bool, u8)>(5).0, (true, 0));
+        assert_eq!(p.immediate_receive_with_tag::<u64>(6).get().0, 0x1234_5678_9abc_def0);
+        let (m, _) = p.matched_probe_with_tag(7);
+        assert_eq!(m.matched_receive::<(i32, f64)>().0, (3, 2.5));
+        assert_eq!(p.receive_vec_with_tag::<bool>(8).0, [true, false, true]);
+        let (v, _): (i16, _) = p2p::send_receive_with_tags(&0u8, &world.this_process(), 10, &p, 9);
+        assert_eq!(v, -5);
+        let _ = world.this_process().receive_with_tag::<u8>(10);
+    }
+}
+
+/// A value received by `immediate_receive` from a message too short for it stops the process
+/// with a clear message (the plain calls have no error to return).
+fn short_fatal(world: &mpi::topology::SimpleCommunicator) {
+    if world.rank() == 0 {
+        world.process_at_rank(1).send(&[1u8, 2][..]);
+    } else if world.rank() == 1 {
+        let _ = world.process_at_rank(0).immediate_receive::<u32>().get();
+        unreachable!("a short value must not be returned");
     }
 }
 
@@ -583,12 +643,12 @@ fn crash(world: &mpi::topology::SimpleCommunicator) {
     let last = world.size() - 1;
     if world.rank() == last {
         std::io::stdout().flush().unwrap();
-        unsafe { libc_kill_self() };
+        kill_self();
     }
     let _ = world.process_at_rank(last).receive::<u8>();
 }
 
-unsafe fn libc_kill_self() {
+fn kill_self() -> ! {
     // Avoid a libc dependency in the example: send ourselves SIGKILL through /bin/kill.
     let pid = std::process::id().to_string();
     let _ = std::process::Command::new("kill").args(["-9", &pid]).status();

@@ -1,6 +1,7 @@
 //! Computes an approximation of π by integrating 4/(1+x²) over [0, 1] — the program of the
 //! chapter's figure 1: rank 0 broadcasts the number of intervals, each rank sums its share,
 //! and a reduction adds the partial sums at rank 0.
+#![forbid(unsafe_code)]
 use mpi::collective::SystemOperation;
 use mpi::traits::*;
 

@@ -1,4 +1,5 @@
 //! Ping-pong between ranks 0 and 1: prints the round-trip time for a few message sizes.
+#![forbid(unsafe_code)]
 use mpi::traits::*;
 
 fn main() {

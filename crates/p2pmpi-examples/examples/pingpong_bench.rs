@@ -1,5 +1,6 @@
 //! The benchmark ping-pong of `bench/` (same algorithm as `bench/c/pingpong.c`): prints
 //! `pingpong <bytes> <one_way_latency_us> <bandwidth_MB_per_s>` per size.
+#![forbid(unsafe_code)]
 use mpi::traits::*;
 
 fn main() {

@@ -11,6 +11,7 @@
 //! Rank 0 times the loop (from a barrier before it to the end of the last barrier) and
 //! prints `replcoll <np> <steps> <bytes> <loop_ms> <us_per_step> <checksum>`; the checksum
 //! (hex) depends on every result, so runs with different R must print the same one.
+#![forbid(unsafe_code)]
 use mpi::collective::SystemOperation;
 use mpi::traits::*;
 

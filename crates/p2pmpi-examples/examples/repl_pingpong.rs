@@ -20,6 +20,7 @@
 //! B and an 8-byte "commit" to A's other copies; B's first copy answers to every copy of A and
 //! commits to B's other copies; the other copies receive the message and the commit and do
 //! nothing else.
+#![forbid(unsafe_code)]
 use mpi::traits::*;
 
 fn main() {

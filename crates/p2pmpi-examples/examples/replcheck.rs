@@ -15,6 +15,7 @@
 //!   immediate `ANY_SOURCE` receive polled with `test`); with `REPLCHECK_OUT=DIR`,
 //!   each replica of rank 0 writes the order it saw (and how many polls missed) to
 //!   `DIR/order-<slot>.txt`: replicas must follow their master's choices.
+#![forbid(unsafe_code)]
 use mpi::point_to_point as p2p;
 use mpi::traits::*;
 

@@ -1,4 +1,5 @@
 //! Passes a token around the ring of processes `laps` times; each rank adds its rank to it.
+#![forbid(unsafe_code)]
 use mpi::traits::*;
 
 fn main() {

@@ -5,6 +5,7 @@
 //! given, the file's first line as read from its working directory (the staged copy).
 //! `--pre-init-sleep` waits before `initialize` (a slow start-up); `--hold` keeps the job
 //! running for a while after it (a job that holds its hosts).
+#![forbid(unsafe_code)]
 use mpi::traits::*;
 use std::time::Duration;
 

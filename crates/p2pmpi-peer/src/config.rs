@@ -550,6 +550,10 @@ pub fn p2pmpi_dir() -> PathBuf {
 fn account_home() -> Option<PathBuf> {
     use std::os::unix::ffi::OsStrExt;
     let mut buf = vec![0 as libc::c_char; 4096];
+    // (std::env::home_dir would do, but it returns an empty HOME as is rather than looking the
+    // user up.)
+    // SAFETY: `passwd` is a C struct of integers and raw pointers, for which all-zero bytes
+    // are a valid value (null pointers); getpwuid_r fills it in.
     let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
     let mut out: *mut libc::passwd = std::ptr::null_mut();
     // SAFETY: every pointer refers to live, correctly sized storage; on success `out` points to

@@ -145,11 +145,7 @@ pub fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Option<T> {
 
 /// Is a process with this pid alive (and not a zombie we could reap)?
 pub fn pid_alive(pid: u32) -> bool {
-    if pid == 0 {
-        return false;
-    }
-    let r = unsafe { libc::kill(pid as i32, 0) };
-    if r != 0 {
+    if crate::os::signal(pid, 0).is_err() {
         return false;
     }
     // A zombie still answers kill(0): look at its state.
@@ -161,13 +157,7 @@ pub fn pid_alive(pid: u32) -> bool {
 
 /// This host's name.
 pub fn hostname() -> String {
-    let mut buf = [0u8; 256];
-    let r = unsafe { libc::gethostname(buf.as_mut_ptr() as *mut libc::c_char, buf.len()) };
-    if r != 0 {
-        return "localhost".into();
-    }
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    String::from_utf8_lossy(&buf[..end]).into_owned()
+    crate::os::hostname()
 }
 
 /// A random value from the operating system.

@@ -5,10 +5,19 @@
 //! * [`mpd`]: the peer daemon — MPD (membership, cached host list, latency, reservation
 //!   coordination, launch), hosting the [`rs`] (reservation) and [`ft`] (file transfer)
 //!   services.
+//! * [`os`]: the process-level system calls std lacks (signals, session, parent death),
+//!   behind safe functions.
 
+// Unsafe code is confined to the modules that make system calls std does not offer.
+#![deny(unsafe_code)]
+
+#[allow(unsafe_code, reason = "getpwuid_r: the account's home directory")]
 pub mod config;
 pub mod ft;
 pub mod home;
 pub mod mpd;
+#[allow(unsafe_code, reason = "kill, geteuid, gethostname, setsid and prctl behind safe functions")]
+pub mod os;
+#[allow(unsafe_code, reason = "listen's backlog, a peek that never blocks, FIONREAD, the descriptor limit")]
 pub mod server;
 pub mod supernode;

@@ -30,7 +30,7 @@ use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, BufReader, Read};
 use std::net::{IpAddr, SocketAddr, TcpListener, UdpSocket};
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::ExitStatusExt;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::channel;
@@ -594,7 +594,7 @@ pub fn run(opts: MpdOpts) -> Result<()> {
     // Halt: stop local processes, leave the supernodes, remove the state file.
     let pids: Vec<u32> = mpd.jobs.lock().values().flatten().copied().collect();
     for pid in pids {
-        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+        let _ = crate::os::signal(pid, libc::SIGKILL);
     }
     for (name, sn) in &mpd.supernodes {
         if let Some(sn) = sn {
@@ -780,14 +780,7 @@ impl Mpd {
             for (k, v) in &spec.env {
                 cmd.env(k, v);
             }
-            unsafe {
-                cmd.pre_exec(|| {
-                    if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                    Ok(())
-                });
-            }
+            crate::os::die_with_parent(&mut cmd);
             match cmd.spawn() {
                 Ok(c) => children.push((rank, c)),
                 Err(e) => {
@@ -821,10 +814,10 @@ impl Mpd {
                 match reader.recv::<JobControl>() {
                     Ok(Some(JobControl::Signal(sig))) => {
                         for &pid in &pids {
-                            unsafe { libc::kill(pid as i32, sig) };
+                            let _ = crate::os::signal(pid, sig);
                             if sig == libc::SIGTERM {
                                 // A frozen (stopped) process acts on SIGTERM only once continued.
-                                unsafe { libc::kill(pid as i32, libc::SIGCONT) };
+                                let _ = crate::os::signal(pid, libc::SIGCONT);
                             }
                         }
                     }
@@ -832,7 +825,7 @@ impl Mpd {
                         if !done.load(Ordering::SeqCst) {
                             warn!("submitter {peer} went away: killing its processes");
                             for &pid in &pids {
-                                unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+                                let _ = crate::os::signal(pid, libc::SIGKILL);
                             }
                         }
                         return;

@@ -1,4 +1,5 @@
 //! The FT service and client over real TCP on 127.0.0.1.
+#![forbid(unsafe_code)]
 
 mod common;
 

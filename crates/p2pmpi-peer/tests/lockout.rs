@@ -7,6 +7,7 @@
 //! promptly by each service (`mpihost`'s request to its own MPD, a reservation, an offer to the
 //! FT, the supernode's list), the other peer must keep the victim alive in its cache, every
 //! slow connection must be closed within 10 s, and the refusals must not flood the log.
+#![forbid(unsafe_code)]
 
 mod common;
 

@@ -1,5 +1,6 @@
 //! A real peer daemon (MPD with its RS and FT), run in this test process on 127.0.0.1 with
 //! ports chosen by the system and no supernode.
+#![forbid(unsafe_code)]
 
 mod common;
 

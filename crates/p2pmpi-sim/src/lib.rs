@@ -73,6 +73,7 @@
 //! [`Duration`]: std::time::Duration
 //! [`Detector::poll_timeout`]: p2pmpi_core::fd::Detector::poll_timeout
 //! [`Start::adjusted`]: p2pmpi_core::fd::Start::adjusted
+#![forbid(unsafe_code)]
 
 pub mod detection;
 pub mod false_positives;

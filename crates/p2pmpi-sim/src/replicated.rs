@@ -414,6 +414,7 @@ impl Sim {
         }
     }
 
+    #[allow(clippy::wrong_self_convention, reason = "named for the direction of the message, not a conversion")]
     fn to_launcher(&mut self, from: usize, m: ToLauncher) {
         if self.cut[from] {
             self.held_up[from].push(m);
@@ -425,6 +426,7 @@ impl Sim {
         self.at(t, Ev::Launcher(m));
     }
 
+    #[allow(clippy::wrong_self_convention, reason = "named for the direction of the message, not a conversion")]
     fn from_launcher(&mut self, to: usize, m: FromLauncher) {
         if self.cut[to] {
             self.held_down[to].push(m);
@@ -707,10 +709,10 @@ impl Sim {
                     // Announced again by a new master while its data is awaited: pulled
                     // again (the old master may have died before sending it).
                     p.ep.pull(mid);
-                } else if !p
+                } else if p
                     .m
                     .probe(Pattern { comm: mid.comm, src: Some(mid.src as i32), tag: Some(mid.tag) })
-                    .is_some_and(|e| e.seq <= mid.seq)
+                    .is_none_or(|e| e.seq > mid.seq)
                 {
                     // Received already (not queued unmatched: then it is pulled when matched).
                     p.ep.have(mid);

@@ -1,6 +1,7 @@
 //! Simulator runs of the real detector (`p2pmpi_core::fd`): detection within the bound, no
 //! false detection, determinism, several crashes at once, and the Monte-Carlo reliability
 //! estimate against the seeds' exact n = 4 value.
+#![forbid(unsafe_code)]
 
 use p2pmpi_core::fd::{exact_detector_failure, t_cleanup, Event, FdConfig, Protocol, Status};
 use p2pmpi_sim::detection::{run_trial, DetectionParams};

@@ -21,6 +21,7 @@
 //!
 //! `postcard` was chosen over `bincode` for the control plane because it is actively
 //! maintained, compact, `no_std`-friendly and has a stable wire format specification.
+#![forbid(unsafe_code)]
 
 pub mod auth;
 pub mod control;

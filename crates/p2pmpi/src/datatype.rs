@@ -205,37 +205,99 @@ impl TypeMap {
         self
     }
 
-    /// Copies `count` elements at `src` into the packed buffer `out`.
-    ///
-    /// # Safety
-    /// `src` must point to `count` valid elements of this layout.
-    pub unsafe fn pack(&self, src: *const u8, count: usize, out: &mut Vec<u8>) {
-        if self.is_contiguous() {
-            out.extend_from_slice(std::slice::from_raw_parts(src, count * self.size));
+    /// Whether some data of the layout is `bool` (the one primitive kind with invalid bit
+    /// patterns: only bytes 0 and 1 are `bool` values).
+    pub fn has_bool(&self) -> bool {
+        self.blocks.iter().any(|b| b.kind == Primitive::Bool)
+    }
+
+    /// Whether received bytes may be written straight into user memory of this layout:
+    /// contiguous, and without `bool` data (bytes received for a `bool` are staged and
+    /// unpacked, which turns any non-zero byte into `true`, so that no other byte value ever
+    /// lands in a `bool`).
+    pub fn receives_in_place(&self) -> bool {
+        self.is_contiguous() && !self.has_bool()
+    }
+
+    /// Makes the `bool` data of packed elements valid: any non-zero byte becomes 1 (`true`),
+    /// as in C's conversion to `_Bool`. `packed` holds whole packed elements of this layout
+    /// (a trailing partial element is fixed as far as it goes).
+    pub fn fix_bools(&self, packed: &mut [u8]) {
+        if !self.has_bool() || self.size == 0 {
             return;
         }
-        out.reserve(count * self.size);
-        for i in 0..count as isize {
-            let base = src.offset(i * self.extent);
+        for element in packed.chunks_mut(self.size) {
+            let mut pos = 0;
             for b in self.blocks.iter() {
-                out.extend_from_slice(std::slice::from_raw_parts(base.offset(b.offset), b.len));
+                let end = (pos + b.len).min(element.len());
+                if b.kind == Primitive::Bool {
+                    for byte in &mut element[pos..end] {
+                        *byte = (*byte != 0) as u8;
+                    }
+                }
+                pos = end;
             }
         }
     }
 
-    /// Copies packed data into `count` elements at `dst`; returns the bytes consumed.
+    /// Copies `count` elements at `src` into the packed buffer `out`.
     ///
     /// # Safety
-    /// `dst` must point to `count` writable elements of this layout.
+    /// `src` must point to `count` valid elements of this layout: for each element `i` and
+    /// block `b`, the `b.len` bytes at `src + i * extent + b.offset` must be readable and
+    /// initialised (gaps between blocks, such as struct padding, are never read).
+    pub unsafe fn pack(&self, src: *const u8, count: usize, out: &mut Vec<u8>) {
+        if self.is_contiguous() {
+            // SAFETY: contiguous: element i's data is the `size` bytes at `src + i * size`
+            // (lb 0, extent == size, blocks back to back from 0), so the `count` elements are
+            // `count * size` initialised bytes at `src`, readable per the caller's contract.
+            out.extend_from_slice(unsafe { std::slice::from_raw_parts(src, count * self.size) });
+            return;
+        }
+        out.reserve(count * self.size);
+        for i in 0..count as isize {
+            for b in self.blocks.iter() {
+                // SAFETY: this is block `b` of element `i`, which the caller guarantees to be
+                // readable and initialised (and thus inside one allocation with `src`, so the
+                // offset arithmetic stays in bounds).
+                let block = unsafe { std::slice::from_raw_parts(src.offset(i * self.extent + b.offset), b.len) };
+                out.extend_from_slice(block);
+            }
+        }
+    }
+
+    /// Copies packed data into `count` elements at `dst`; returns the bytes consumed. Stops
+    /// at the first block that `packed` does not hold whole (a short message leaves the rest
+    /// of `dst` as it was). `bool` data is made valid on the way (see [`Self::fix_bools`]).
+    ///
+    /// # Safety
+    /// `dst` must point to `count` elements of this layout whose data blocks are writable
+    /// (for each element `i` and block `b`, the `b.len` bytes at `dst + i * extent +
+    /// b.offset`); they need not be initialised. Every bit pattern written must be valid for
+    /// the memory it lands in — true of every [`Equivalence`] type's own datatype.
     pub unsafe fn unpack(&self, packed: &[u8], dst: *mut u8, count: usize) -> usize {
         let mut pos = 0;
         'outer: for i in 0..count as isize {
-            let base = dst.offset(i * self.extent);
             for b in self.blocks.iter() {
                 if pos + b.len > packed.len() {
                     break 'outer;
                 }
-                std::ptr::copy_nonoverlapping(packed.as_ptr().add(pos), base.offset(b.offset), b.len);
+                let src = &packed[pos..pos + b.len];
+                // SAFETY: block `b` of element `i`, writable per the caller's contract (and
+                // inside one allocation with `dst`, so the offset stays in bounds).
+                let to = unsafe { dst.offset(i * self.extent + b.offset) };
+                if b.kind == Primitive::Bool {
+                    for (k, &byte) in src.iter().enumerate() {
+                        // SAFETY: byte `k < b.len` of the writable block; a u8 store needs no
+                        // alignment, and 0 or 1 is a valid `bool`.
+                        unsafe { to.add(k).write((byte != 0) as u8) };
+                    }
+                } else {
+                    // SAFETY: `src` is `b.len` bytes of `packed`, `to` the writable block of
+                    // `b.len` bytes; `packed` is a shared borrow, so it cannot overlap the
+                    // memory the caller lets this function write.
+                    unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), to, b.len) };
+                }
                 pos += b.len;
             }
         }
@@ -550,8 +612,21 @@ impl UncommittedDatatype for UncommittedUserDatatype {
 /// A type with an equivalent datatype: values of it can be sent and received.
 ///
 /// # Safety
-/// The datatype must describe exactly the bytes of `Self` that hold data, and every bit pattern
-/// received for them must be a valid value.
+/// The datatype must describe `Self` exactly, since the library reads and writes values of
+/// `Self` through it as raw bytes:
+/// * its blocks cover bytes of `Self` that hold data (never padding), each with the kind of
+///   the primitive stored there;
+/// * its lower bound is 0 and its extent `size_of::<Self>()`, so that `n` elements of the
+///   datatype are exactly a `[Self; n]`;
+/// * every bit pattern of a block is a valid value for the bytes it covers, except in
+///   [`Primitive::Bool`] blocks, which the library only ever fills with 0 or 1 (received
+///   `bool` data is staged and unpacked, turning any non-zero byte into `true`); so a value
+///   built from received bytes is a valid `Self`;
+/// * `Self` is plain data: no pointers, no interior mutability (views of it are shared with
+///   reduction operations, see [`DynBuffer`]).
+///
+/// `#[derive(Equivalence)]` (feature `derive`) builds such a datatype for a struct whose
+/// fields are `Equivalence` types.
 pub unsafe trait Equivalence {
     /// The datatype handle type.
     type Out: Datatype;
@@ -561,6 +636,12 @@ pub unsafe trait Equivalence {
 
 macro_rules! equivalence {
     ($($t:ty => $map:ident),* $(,)?) => {$(
+        // SAFETY: `$map` is the primitive map of `$t`: one block of kind `$t` covering all
+        // `size_of::<$t>()` bytes at offset 0, lb 0, extent `size_of::<$t>()` (the kinds'
+        // sizes are Rust's, and `isize`/`usize` map to the integer of the pointer width).
+        // Every bit pattern is a valid integer, float or complex number; `bool`'s block is
+        // of kind `Bool`, which the library fills with 0 or 1 only (`TypeMap::unpack`,
+        // `TypeMap::receives_in_place`). All of them are plain data.
         unsafe impl Equivalence for $t {
             type Out = SystemDatatype;
             #[inline]
@@ -601,6 +682,10 @@ fn tuple_datatype<T: 'static>(build: impl FnOnce() -> UserDatatype) -> DatatypeR
 
 /// Pairs — the seeds' pair types (`INT2`, `DOUBLE2`, … used with MAXLOC/MINLOC, e.g.
 /// `(f64, i32)` as (value, index)). Not in rsmpi.
+// SAFETY: the datatype places A's and B's datatypes (which describe them exactly) at the
+// tuple's own field offsets (`offset_of!`), so it covers the fields' data and no padding;
+// `resized` sets lb 0 and extent `size_of::<(A, B)>()`. Bit patterns and plain data: as A
+// and B.
 unsafe impl<A: Equivalence + 'static, B: Equivalence + 'static> Equivalence for (A, B) {
     type Out = DatatypeRef<'static>;
     fn equivalent_datatype() -> Self::Out {
@@ -617,6 +702,8 @@ unsafe impl<A: Equivalence + 'static, B: Equivalence + 'static> Equivalence for 
 }
 
 /// Triples. Not in rsmpi.
+// SAFETY: as for pairs: the fields' exact datatypes at `offset_of!` offsets, resized to lb 0
+// and extent `size_of::<(A, B, C)>()`.
 unsafe impl<A: Equivalence + 'static, B: Equivalence + 'static, C: Equivalence + 'static> Equivalence for (A, B, C) {
     type Out = DatatypeRef<'static>;
     fn equivalent_datatype() -> Self::Out {
@@ -643,7 +730,8 @@ unsafe impl<A: Equivalence + 'static, B: Equivalence + 'static, C: Equivalence +
 /// Something whose datatype is known.
 ///
 /// # Safety
-/// The datatype must describe the memory the value points to.
+/// The datatype must describe the memory the value points to (as [`Equivalence`] describes
+/// a type: data blocks only, and for a receive buffer every bit pattern valid there).
 pub unsafe trait AsDatatype {
     type Out: Datatype;
     fn as_datatype(&self) -> Self::Out;
@@ -652,7 +740,7 @@ pub unsafe trait AsDatatype {
 /// Something with a number of elements.
 ///
 /// # Safety
-/// The count must not exceed the memory the value points to.
+/// `count` elements of the datatype must lie in the memory the value points to.
 pub unsafe trait Collection {
     fn count(&self) -> Count;
 }
@@ -660,7 +748,9 @@ pub unsafe trait Collection {
 /// Something with an address.
 ///
 /// # Safety
-/// The pointer must be valid for reads of the described data.
+/// The pointer must be valid for reads of the described data (the `count` elements of the
+/// datatype, or for a partitioned buffer the elements of its parts), which must be
+/// initialised, for as long as the value is borrowed.
 pub unsafe trait Pointer {
     fn pointer(&self) -> *const c_void;
 }
@@ -668,7 +758,9 @@ pub unsafe trait Pointer {
 /// Something with a mutable address.
 ///
 /// # Safety
-/// The pointer must be valid for writes of the described data.
+/// The pointer must be valid for reads and writes of the described data (the `count`
+/// elements of the datatype, or the elements of a partitioned buffer's parts), which must be
+/// initialised, for as long as the value is mutably borrowed.
 pub unsafe trait PointerMut {
     fn pointer_mut(&mut self) -> *mut c_void;
 }
@@ -685,23 +777,33 @@ pub unsafe trait Buffer: Pointer + Collection + AsDatatype {}
 /// Pointer, count and datatype must describe valid, writable memory.
 pub unsafe trait BufferMut: PointerMut + Collection + AsDatatype {}
 
+// A value `T` is one element of `T`, an array `[T; N]` is N elements of `T` back to back.
 macro_rules! buffers {
     ($([$($g:tt)*] $t:ty, $count:expr;)*) => {$(
+        // SAFETY: the elements are `T`s, which `T::equivalent_datatype()` describes exactly
+        // (`Equivalence`'s contract).
         unsafe impl<$($g)*> AsDatatype for $t {
             type Out = <T as Equivalence>::Out;
             fn as_datatype(&self) -> Self::Out { T::equivalent_datatype() }
         }
+        // SAFETY: the value holds exactly this many `T`s (1, or N), and N elements of `T`'s
+        // datatype span `N * size_of::<T>()` bytes (extent `size_of::<T>()`).
         unsafe impl<$($g)*> Collection for $t {
-            #[allow(clippy::redundant_closure_call)]
+            #[allow(clippy::redundant_closure_call, reason = "the count is given to the macro as a closure")]
             fn count(&self) -> Count { ($count)(self) }
         }
+        // SAFETY: the address of the value is that of its first `T`; a `&self` borrow makes
+        // the initialised elements readable for as long as it lasts.
         unsafe impl<$($g)*> Pointer for $t {
             fn pointer(&self) -> *const c_void { self as *const Self as *const T as *const c_void }
         }
+        // SAFETY: as for `Pointer`, and `&mut self` makes them writable too.
         unsafe impl<$($g)*> PointerMut for $t {
             fn pointer_mut(&mut self) -> *mut c_void { self as *mut Self as *mut T as *mut c_void }
         }
+        // SAFETY: the impls above describe the same elements.
         unsafe impl<$($g)*> Buffer for $t {}
+        // SAFETY: the impls above describe the same elements.
         unsafe impl<$($g)*> BufferMut for $t {}
     )*};
 }
@@ -710,52 +812,69 @@ buffers! {
     [T: Equivalence, const N: usize] [T; N], |_: &[T; N]| N as Count;
 }
 
+// SAFETY: the elements are `T`s, which `T::equivalent_datatype()` describes exactly.
 unsafe impl<T: Equivalence> AsDatatype for [T] {
     type Out = T::Out;
     fn as_datatype(&self) -> T::Out {
         T::equivalent_datatype()
     }
 }
+// SAFETY: the slice holds `len` elements of `T`, i.e. `len` elements of its datatype (extent
+// `size_of::<T>()`); a length beyond `Count` panics rather than being truncated.
 unsafe impl<T: Equivalence> Collection for [T] {
     fn count(&self) -> Count {
         self.len().try_into().expect("buffer length exceeds the range of a Count")
     }
 }
+// SAFETY: `as_ptr` is the first of the `len` initialised elements, readable while `self` is
+// borrowed.
 unsafe impl<T: Equivalence> Pointer for [T] {
     fn pointer(&self) -> *const c_void {
         self.as_ptr() as _
     }
 }
+// SAFETY: `as_mut_ptr` is the first of the `len` elements, readable and writable while
+// `self` is mutably borrowed.
 unsafe impl<T: Equivalence> PointerMut for [T] {
     fn pointer_mut(&mut self) -> *mut c_void {
         self.as_mut_ptr() as _
     }
 }
+// SAFETY: the impls above describe the same `len` elements.
 unsafe impl<T: Equivalence> Buffer for [T] {}
+// SAFETY: the impls above describe the same `len` elements.
 unsafe impl<T: Equivalence> BufferMut for [T] {}
 
+// SAFETY: the elements are `T`s, which `T::equivalent_datatype()` describes exactly.
 unsafe impl<T: Equivalence> AsDatatype for Vec<T> {
     type Out = T::Out;
     fn as_datatype(&self) -> T::Out {
         T::equivalent_datatype()
     }
 }
+// SAFETY: the count of the vector's slice of `len` elements (see `[T]`).
 unsafe impl<T: Equivalence> Collection for Vec<T> {
     fn count(&self) -> Count {
         self[..].count()
     }
 }
+// SAFETY: `as_ptr` is the first of the `len` initialised elements, readable while `self` is
+// borrowed (a borrowed vector cannot reallocate).
 unsafe impl<T: Equivalence> Pointer for Vec<T> {
     fn pointer(&self) -> *const c_void {
         self.as_ptr() as _
     }
 }
+// SAFETY: `as_mut_ptr` is the first of the `len` elements, readable and writable while
+// `self` is mutably borrowed (through this borrow only: the API never resizes it).
 unsafe impl<T: Equivalence> PointerMut for Vec<T> {
     fn pointer_mut(&mut self) -> *mut c_void {
         self.as_mut_ptr() as _
     }
 }
+// SAFETY: the impls above describe the same `len` elements.
 unsafe impl<T: Equivalence> Buffer for Vec<T> {}
+// SAFETY: the impls above describe the same `len` elements.
 unsafe impl<T: Equivalence> BufferMut for Vec<T> {}
 
 /// A buffer seen through an explicit datatype and count.
@@ -771,27 +890,34 @@ where
 
 impl<'d, 'b, D: 'd + Datatype, B: 'b + ?Sized + Pointer> View<'d, 'b, D, B> {
     /// # Safety
-    /// `count` elements of `datatype` must fit in `buffer`.
+    /// `count` elements of `datatype`, starting at `buffer`'s address, must lie in
+    /// `buffer`'s initialised memory.
     pub unsafe fn with_count_and_datatype(buffer: &'b B, count: Count, datatype: &'d D) -> Self {
         View { datatype, count, buffer }
     }
 }
+// SAFETY: for the four impls of `View`: `with_count_and_datatype`'s caller guaranteed that
+// `count` elements of `datatype` lie in `buffer`'s initialised memory, which `B: Pointer`
+// keeps readable for the borrow `'b` the view holds.
 unsafe impl<'d, 'b, D: 'd + Datatype, B: 'b + ?Sized + Pointer> AsDatatype for View<'d, 'b, D, B> {
     type Out = &'d D;
     fn as_datatype(&self) -> &'d D {
         self.datatype
     }
 }
+// SAFETY: see `AsDatatype for View`.
 unsafe impl<'d, 'b, D: 'd + Datatype, B: 'b + ?Sized + Pointer> Collection for View<'d, 'b, D, B> {
     fn count(&self) -> Count {
         self.count
     }
 }
+// SAFETY: see `AsDatatype for View`.
 unsafe impl<'d, 'b, D: 'd + Datatype, B: 'b + ?Sized + Pointer> Pointer for View<'d, 'b, D, B> {
     fn pointer(&self) -> *const c_void {
         self.buffer.pointer()
     }
 }
+// SAFETY: see `AsDatatype for View`.
 unsafe impl<'d, 'b, D: 'd + Datatype, B: 'b + ?Sized + Pointer> Buffer for View<'d, 'b, D, B> {}
 
 /// A mutable buffer seen through an explicit datatype and count.
@@ -807,27 +933,37 @@ where
 
 impl<'d, 'b, D: 'd + Datatype, B: 'b + ?Sized + PointerMut> MutView<'d, 'b, D, B> {
     /// # Safety
-    /// `count` elements of `datatype` must fit in `buffer`.
+    /// `count` elements of `datatype`, starting at `buffer`'s address, must lie in
+    /// `buffer`'s initialised memory, and every bit pattern of each block of `datatype` must
+    /// be valid for the bytes of `buffer` it covers (received data is written there as is,
+    /// but for `bool` blocks).
     pub unsafe fn with_count_and_datatype(buffer: &'b mut B, count: Count, datatype: &'d D) -> Self {
         MutView { datatype, count, buffer }
     }
 }
+// SAFETY: for the four impls of `MutView`: `with_count_and_datatype`'s caller guaranteed that
+// `count` elements of `datatype` lie in `buffer`'s initialised memory and that any bit
+// pattern of the datatype's blocks is valid there; `B: PointerMut` keeps that memory readable
+// and writable for the mutable borrow `'b` the view holds.
 unsafe impl<'d, 'b, D: 'd + Datatype, B: 'b + ?Sized + PointerMut> AsDatatype for MutView<'d, 'b, D, B> {
     type Out = &'d D;
     fn as_datatype(&self) -> &'d D {
         self.datatype
     }
 }
+// SAFETY: see `AsDatatype for MutView`.
 unsafe impl<'d, 'b, D: 'd + Datatype, B: 'b + ?Sized + PointerMut> Collection for MutView<'d, 'b, D, B> {
     fn count(&self) -> Count {
         self.count
     }
 }
+// SAFETY: see `AsDatatype for MutView`.
 unsafe impl<'d, 'b, D: 'd + Datatype, B: 'b + ?Sized + PointerMut> PointerMut for MutView<'d, 'b, D, B> {
     fn pointer_mut(&mut self) -> *mut c_void {
         self.buffer.pointer_mut()
     }
 }
+// SAFETY: see `AsDatatype for MutView`.
 unsafe impl<'d, 'b, D: 'd + Datatype, B: 'b + ?Sized + PointerMut> BufferMut for MutView<'d, 'b, D, B> {}
 
 /// A buffer split into parts of given counts at given displacements (in elements), for the
@@ -837,6 +973,12 @@ pub trait Partitioned {
     fn counts(&self) -> &[Count];
     /// Displacement of each part, in elements.
     fn displs(&self) -> &[Count];
+    /// How many elements the memory behind the buffer holds, if known: the collectives then
+    /// check every part against it before touching the memory. Not part of rsmpi's API.
+    #[doc(hidden)]
+    fn element_limit(&self) -> Option<Count> {
+        None
+    }
 }
 
 /// A partitioned buffer that can be sent.
@@ -849,6 +991,8 @@ pub struct Partition<'b, B: 'b + ?Sized, C, D> {
     buf: &'b B,
     counts: C,
     displs: D,
+    /// `buf.count()`, which every part was checked against.
+    limit: Count,
 }
 
 impl<'b, B, C, D> Partition<'b, B, C, D>
@@ -862,18 +1006,26 @@ where
         let n = buf.count();
         assert_eq!(counts.borrow().len(), displs.borrow().len(), "counts and displs must have the same length");
         for (&c, &d) in counts.borrow().iter().zip(displs.borrow()) {
-            assert!(c >= 0 && d >= 0 && c + d <= n, "partition [{d}, {d}+{c}) exceeds the buffer of {n} elements");
+            assert!(
+                c >= 0 && d >= 0 && c as i64 + d as i64 <= n as i64,
+                "partition [{d}, {d}+{c}) exceeds the buffer of {n} elements"
+            );
         }
-        Partition { buf, counts, displs }
+        Partition { buf, counts, displs, limit: n }
     }
 }
 
+// SAFETY: the parts are elements of `buf`, which its own datatype describes.
 unsafe impl<'b, B: 'b + Buffer + ?Sized, C, D> AsDatatype for Partition<'b, B, C, D> {
     type Out = <B as AsDatatype>::Out;
     fn as_datatype(&self) -> Self::Out {
         self.buf.as_datatype()
     }
 }
+// SAFETY: `buf.pointer()` is readable for `buf.count()` elements (`B: Buffer`) while `'b`
+// lasts. `new` checked the parts against that count, and `element_limit` gives it to the
+// collectives, which check the parts again when they use them (`counts()` and `displs()`
+// go through the `Borrow` impls of `C` and `D`, safe code that could answer differently).
 unsafe impl<'b, B: 'b + Buffer + ?Sized, C, D> Pointer for Partition<'b, B, C, D> {
     fn pointer(&self) -> *const c_void {
         self.buf.pointer()
@@ -888,6 +1040,9 @@ impl<'b, B: 'b + Buffer + ?Sized, C: std::borrow::Borrow<[Count]>, D: std::borro
     fn displs(&self) -> &[Count] {
         self.displs.borrow()
     }
+    fn element_limit(&self) -> Option<Count> {
+        Some(self.limit)
+    }
 }
 impl<'b, B: 'b + Buffer + ?Sized, C: std::borrow::Borrow<[Count]>, D: std::borrow::Borrow<[Count]>> PartitionedBuffer
     for Partition<'b, B, C, D>
@@ -899,6 +1054,8 @@ pub struct PartitionMut<'b, B: 'b + ?Sized, C, D> {
     buf: &'b mut B,
     counts: C,
     displs: D,
+    /// `buf.count()`, which every part was checked against.
+    limit: Count,
 }
 
 impl<'b, B, C, D> PartitionMut<'b, B, C, D>
@@ -912,18 +1069,25 @@ where
         let n = buf.count();
         assert_eq!(counts.borrow().len(), displs.borrow().len(), "counts and displs must have the same length");
         for (&c, &d) in counts.borrow().iter().zip(displs.borrow()) {
-            assert!(c >= 0 && d >= 0 && c + d <= n, "partition [{d}, {d}+{c}) exceeds the buffer of {n} elements");
+            assert!(
+                c >= 0 && d >= 0 && c as i64 + d as i64 <= n as i64,
+                "partition [{d}, {d}+{c}) exceeds the buffer of {n} elements"
+            );
         }
-        PartitionMut { buf, counts, displs }
+        PartitionMut { buf, counts, displs, limit: n }
     }
 }
 
+// SAFETY: the parts are elements of `buf`, which its own datatype describes.
 unsafe impl<'b, B: 'b + BufferMut + ?Sized, C, D> AsDatatype for PartitionMut<'b, B, C, D> {
     type Out = <B as AsDatatype>::Out;
     fn as_datatype(&self) -> Self::Out {
         self.buf.as_datatype()
     }
 }
+// SAFETY: `buf.pointer_mut()` is readable and writable for `buf.count()` elements
+// (`B: BufferMut`) while the mutable borrow `'b` lasts; the parts are checked against that
+// count as for `Partition`.
 unsafe impl<'b, B: 'b + BufferMut + ?Sized, C, D> PointerMut for PartitionMut<'b, B, C, D> {
     fn pointer_mut(&mut self) -> *mut c_void {
         self.buf.pointer_mut()
@@ -938,10 +1102,42 @@ impl<'b, B: 'b + BufferMut + ?Sized, C: std::borrow::Borrow<[Count]>, D: std::bo
     fn displs(&self) -> &[Count] {
         self.displs.borrow()
     }
+    fn element_limit(&self) -> Option<Count> {
+        Some(self.limit)
+    }
 }
 impl<'b, B: 'b + BufferMut + ?Sized, C: std::borrow::Borrow<[Count]>, D: std::borrow::Borrow<[Count]>>
     PartitionedBufferMut for PartitionMut<'b, B, C, D>
 {
+}
+
+/// What a [`DynBuffer`] knows of its elements' type: the fingerprint of its layout, and the
+/// lower bound and extent that place the elements in memory.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+struct ElementType {
+    fingerprint: u64,
+    lb: isize,
+    extent: isize,
+}
+
+impl ElementType {
+    fn of_map(map: &TypeMap) -> ElementType {
+        ElementType { fingerprint: map.fingerprint(), lb: map.lb(), extent: map.extent() }
+    }
+    fn of<T: Equivalence>() -> ElementType {
+        ElementType::of_map(T::equivalent_datatype().type_map())
+    }
+    /// Whether `len` elements at `ptr` of this type may be viewed as a `[T]`: same layout
+    /// fingerprint, and (so that even a fingerprint collision could not reach outside the
+    /// memory or misalign) the elements are `size_of::<T>()` apart from offset 0, and `ptr`
+    /// is non-null and aligned for `T`.
+    fn fits<T: Equivalence>(&self, ptr: *const c_void) -> bool {
+        *self == ElementType::of::<T>()
+            && self.lb == 0
+            && self.extent == std::mem::size_of::<T>() as isize
+            && !ptr.is_null()
+            && (ptr as usize) % std::mem::align_of::<T>() == 0
+    }
 }
 
 /// A read-only buffer whose element type is known only at run time (what user reduction
@@ -950,44 +1146,52 @@ impl<'b, B: 'b + BufferMut + ?Sized, C: std::borrow::Borrow<[Count]>, D: std::bo
 pub struct DynBuffer<'a> {
     ptr: *const c_void,
     len: usize,
-    fingerprint: u64,
+    elem: ElementType,
     phantom: std::marker::PhantomData<&'a [u8]>,
 }
 
+// SAFETY: a `DynBuffer` is a shared view, for `'a`, of elements of an `Equivalence` type (or,
+// through `from_raw`, of memory under the same terms): plain data, without pointers or
+// interior mutability, so that like `&'a [T]` for a `T: Sync` it may be sent to and shared
+// with other threads.
 unsafe impl Send for DynBuffer<'_> {}
+// SAFETY: see `Send for DynBuffer`: through `&DynBuffer` the elements can only be read.
 unsafe impl Sync for DynBuffer<'_> {}
-
-fn fingerprint_of<T: Equivalence>() -> u64 {
-    T::equivalent_datatype().type_map().fingerprint()
-}
 
 impl<'a> DynBuffer<'a> {
     /// Wraps a typed slice.
     pub fn new<T: Equivalence>(buf: &'a [T]) -> Self {
-        DynBuffer {
-            ptr: buf.as_ptr() as _,
-            len: buf.len(),
-            fingerprint: fingerprint_of::<T>(),
-            phantom: Default::default(),
-        }
+        DynBuffer { ptr: buf.as_ptr() as _, len: buf.len(), elem: ElementType::of::<T>(), phantom: Default::default() }
     }
     /// Whether the elements are of type `T`.
     pub fn is<T: Equivalence>(&self) -> bool {
-        self.fingerprint == fingerprint_of::<T>()
+        self.elem.fingerprint == ElementType::of::<T>().fingerprint
     }
     /// The elements as a `&[T]`, if they are of type `T`.
     pub fn downcast<T: Equivalence>(self) -> Option<&'a [T]> {
-        self.is::<T>().then(|| unsafe { std::slice::from_raw_parts(self.ptr as *const T, self.len) })
+        self.elem.fits::<T>(self.ptr).then(|| {
+            // SAFETY: the buffer holds `len` initialised elements of its datatype for `'a`
+            // (made from a `&'a [T']` in `new`, or promised by `from_raw`'s caller). `fits`
+            // checked that this datatype is `T`'s (same fingerprint, lb 0, extent
+            // `size_of::<T>()`): the `len * size_of::<T>()` bytes at the non-null, aligned
+            // `ptr` are those elements, and `T`'s datatype covers all of `T`'s data, every bit
+            // pattern of which is a valid `T` (`Equivalence`'s contract). They are only read
+            // for `'a`, as the shared borrow the buffer stands for allows. (Two different
+            // layouts with one fingerprint would take a collision of its 64-bit hash; even
+            // then the extent and alignment checks keep the view inside the memory.)
+            unsafe { std::slice::from_raw_parts(self.ptr as *const T, self.len) }
+        })
     }
     /// Wraps raw memory of `len` elements of `datatype`.
     ///
     /// # Safety
-    /// The memory must hold `len` valid elements of `datatype` for `'a`.
+    /// The memory must hold `len` valid elements of `datatype` for `'a`, readable and not
+    /// written for `'a`, each a valid value of any `Equivalence` type of that datatype.
     pub unsafe fn from_raw<T>(ptr: *const T, len: Count, datatype: DatatypeRef<'a>) -> Self {
         DynBuffer {
             ptr: ptr as _,
-            len: len as usize,
-            fingerprint: datatype.map.fingerprint(),
+            len: len.max(0) as usize,
+            elem: ElementType::of_map(datatype.map),
             phantom: Default::default(),
         }
     }
@@ -1010,11 +1214,15 @@ impl<'a> DynBuffer<'a> {
 pub struct DynBufferMut<'a> {
     ptr: *mut c_void,
     len: usize,
-    fingerprint: u64,
+    elem: ElementType,
     phantom: std::marker::PhantomData<&'a mut [u8]>,
 }
 
+// SAFETY: a `DynBufferMut` is an exclusive view, for `'a`, of plain-data elements (see
+// `DynBuffer`), so that like `&'a mut [T]` it may move to another thread.
 unsafe impl Send for DynBufferMut<'_> {}
+// SAFETY: through `&DynBufferMut` the elements can only be read (`reborrow`, `as_ptr`): like
+// `&&mut [T]` for a `T: Sync`.
 unsafe impl Sync for DynBufferMut<'_> {}
 
 impl<'a> DynBufferMut<'a> {
@@ -1023,27 +1231,35 @@ impl<'a> DynBufferMut<'a> {
         DynBufferMut {
             ptr: buf.as_mut_ptr() as _,
             len: buf.len(),
-            fingerprint: fingerprint_of::<T>(),
+            elem: ElementType::of::<T>(),
             phantom: Default::default(),
         }
     }
     /// Whether the elements are of type `T`.
     pub fn is<T: Equivalence>(&self) -> bool {
-        self.fingerprint == fingerprint_of::<T>()
+        self.elem.fingerprint == ElementType::of::<T>().fingerprint
     }
     /// The elements as a `&mut [T]`, if they are of type `T`.
     pub fn downcast<T: Equivalence>(self) -> Option<&'a mut [T]> {
-        self.is::<T>().then(|| unsafe { std::slice::from_raw_parts_mut(self.ptr as *mut T, self.len) })
+        self.elem.fits::<T>(self.ptr).then(|| {
+            // SAFETY: as in `DynBuffer::downcast`, the bytes are `len` valid `T`s; the buffer
+            // stands for an exclusive borrow for `'a` (a `&'a mut [T']` in `new`, promised by
+            // `from_raw`'s caller), and `self` is consumed, so this is the only view. Any `T`
+            // the caller stores is a valid element of the datatype.
+            unsafe { std::slice::from_raw_parts_mut(self.ptr as *mut T, self.len) }
+        })
     }
     /// Wraps raw memory of `len` elements of `datatype`.
     ///
     /// # Safety
-    /// The memory must hold `len` valid, writable elements of `datatype` for `'a`.
+    /// The memory must hold `len` valid elements of `datatype` for `'a`, readable, writable
+    /// and accessed by nothing else for `'a`, each a valid value of any `Equivalence` type of
+    /// that datatype.
     pub unsafe fn from_raw<T>(ptr: *mut T, len: Count, datatype: DatatypeRef<'a>) -> Self {
         DynBufferMut {
             ptr: ptr as _,
-            len: len as usize,
-            fingerprint: datatype.map.fingerprint(),
+            len: len.max(0) as usize,
+            elem: ElementType::of_map(datatype.map),
             phantom: Default::default(),
         }
     }
@@ -1065,15 +1281,15 @@ impl<'a> DynBufferMut<'a> {
     }
     /// A read-only view for the duration of the borrow.
     pub fn reborrow(&self) -> DynBuffer<'_> {
-        DynBuffer { ptr: self.ptr, len: self.len, fingerprint: self.fingerprint, phantom: Default::default() }
+        DynBuffer { ptr: self.ptr, len: self.len, elem: self.elem, phantom: Default::default() }
     }
     /// A mutable view for the duration of the borrow.
     pub fn reborrow_mut(&mut self) -> DynBufferMut<'_> {
-        DynBufferMut { ptr: self.ptr, len: self.len, fingerprint: self.fingerprint, phantom: Default::default() }
+        DynBufferMut { ptr: self.ptr, len: self.len, elem: self.elem, phantom: Default::default() }
     }
     /// Gives up mutability.
     pub fn downgrade(self) -> DynBuffer<'a> {
-        DynBuffer { ptr: self.ptr, len: self.len, fingerprint: self.fingerprint, phantom: Default::default() }
+        DynBuffer { ptr: self.ptr, len: self.len, elem: self.elem, phantom: Default::default() }
     }
 }
 
@@ -1130,10 +1346,12 @@ mod tests {
         assert_eq!(t.type_map().extent(), std::mem::size_of::<(i32, f64)>() as isize);
         let v = [(1i32, 2.5f64), (3, 4.5)];
         let mut packed = Vec::new();
+        // SAFETY: `v` holds 2 initialised `(i32, f64)`, the layout `t` describes.
         unsafe { t.type_map().pack(v.as_ptr() as *const u8, 2, &mut packed) };
         assert_eq!(packed.len(), 24);
         assert_eq!(i32::from_le_bytes(packed[12..16].try_into().unwrap()), 3);
         let mut back = [(0i32, 0f64); 2];
+        // SAFETY: `back` holds 2 writable `(i32, f64)`; any bytes are valid for them.
         unsafe { t.type_map().unpack(&packed, back.as_mut_ptr() as *mut u8, 2) };
         assert_eq!(back, v);
         assert!(std::ptr::eq(<(i32, f64)>::equivalent_datatype().type_map(), t.type_map()), "cached");
@@ -1175,10 +1393,12 @@ mod tests {
         assert!(!m.is_contiguous());
         let src: Vec<i32> = (0..6).collect();
         let mut packed = Vec::new();
+        // SAFETY: one element of `m` spans 20 bytes (5 i32) and `src` holds 6 i32.
         unsafe { m.pack(src.as_ptr() as *const u8, 1, &mut packed) };
         let vals: Vec<i32> = packed.chunks(4).map(|c| i32::from_le_bytes(c.try_into().unwrap())).collect();
         assert_eq!(vals, vec![0, 1, 3, 4]);
         let mut dst = vec![-1i32; 6];
+        // SAFETY: as above, `dst` holds 6 writable i32; any bytes are valid i32s.
         unsafe { m.unpack(&packed, dst.as_mut_ptr() as *mut u8, 1) };
         assert_eq!(dst, vec![0, 1, -1, 3, 4, -1]);
     }
@@ -1207,5 +1427,73 @@ mod tests {
         let t = UserDatatype::structured(&[1, 1], &[0, 8], &[u64::equivalent_datatype(), u8::equivalent_datatype()]);
         assert_eq!(t.type_map().extent(), 16);
         assert_eq!(t.type_map().size(), 9);
+    }
+
+    #[test]
+    fn bool_data_is_never_received_in_place_and_unpacks_to_0_or_1() {
+        let b = bool::equivalent_datatype();
+        assert!(b.type_map().has_bool() && b.type_map().is_contiguous());
+        assert!(!b.type_map().receives_in_place(), "staged, so only 0 and 1 reach a bool");
+        assert!(u8::equivalent_datatype().type_map().receives_in_place());
+        let pair = <(bool, u8)>::equivalent_datatype();
+        assert!(pair.type_map().has_bool() && !pair.type_map().receives_in_place());
+
+        let mut dst = [false; 4];
+        // SAFETY: `dst` holds 4 writable bools; unpack writes only 0 or 1 into them.
+        let used = unsafe { b.type_map().unpack(&[0, 1, 2, 255], dst.as_mut_ptr() as *mut u8, 4) };
+        assert_eq!(used, 4);
+        assert_eq!(dst, [false, true, true, true]);
+
+        // Mixed layout: only the bool block is normalised, the u8 keeps its value.
+        let mut pairs = [(false, 0u8); 2];
+        // SAFETY: `pairs` holds 2 writable `(bool, u8)`, the layout of `pair`.
+        unsafe { pair.type_map().unpack(&[7, 7, 0, 9], pairs.as_mut_ptr() as *mut u8, 2) };
+        assert_eq!(pairs, [(true, 7), (false, 9)]);
+
+        let mut packed = vec![7, 7, 0, 9, 3];
+        pair.type_map().fix_bools(&mut packed);
+        assert_eq!(packed, [1, 7, 0, 9, 1], "bool bytes of whole and partial elements");
+    }
+
+    #[test]
+    fn unpack_stops_at_the_first_block_a_short_input_does_not_hold() {
+        let t = UserDatatype::structured(&[1, 1], &[0, 8], &[u32::equivalent_datatype(), u64::equivalent_datatype()]);
+        let mut dst = [(0u32, 0u64); 2];
+        let packed: Vec<u8> = (1..=14).collect(); // one element (12 bytes) and 2 bytes more
+                                                  // SAFETY: `dst` holds 2 writable `(u32, u64)`; the map's blocks lie inside each.
+        let used = unsafe { t.type_map().unpack(&packed, dst.as_mut_ptr() as *mut u8, 2) };
+        assert_eq!(used, 12);
+        assert_eq!(dst[1], (0, 0), "the partial element is left as it was");
+    }
+
+    #[test]
+    fn downcast_checks_layout_size_and_alignment() {
+        let v = [1u32, 2, 3];
+        assert_eq!(DynBuffer::new(&v[..]).downcast::<u32>(), Some(&v[..]));
+        assert!(DynBuffer::new(&v[..]).downcast::<i32>().is_none(), "another kind");
+        // u32's blocks, placed by a datatype of another extent: refused.
+        let spread = UserDatatype::contiguous(1, &u32::equivalent_datatype()).resized(8);
+        // SAFETY: one element of `spread` (4 bytes of data) lies in `v`.
+        let d = unsafe { DynBuffer::from_raw(v.as_ptr(), 1, spread.as_ref()) };
+        assert!(d.downcast::<u32>().is_none());
+        // Misaligned for u32: refused.
+        let bytes = [0u8; 8];
+        let p = if bytes.as_ptr() as usize % 4 == 0 { bytes[1..].as_ptr() } else { bytes.as_ptr() };
+        // SAFETY: one 4-byte element lies in `bytes` after `p` (at most 1 byte in).
+        let d = unsafe { DynBuffer::from_raw(p, 1, u32::equivalent_datatype()) };
+        assert!(d.downcast::<u32>().is_none());
+        let mut w = [5u64; 2];
+        let m = DynBufferMut::new(&mut w[..]);
+        m.downcast::<u64>().unwrap()[1] = 6;
+        assert_eq!(w, [5, 6]);
+    }
+
+    #[test]
+    fn partitions_are_checked_without_overflow() {
+        let v = [0i32; 4];
+        let p = Partition::new(&v[..], vec![2, 2], vec![0, 2]);
+        assert_eq!(p.element_limit(), Some(4));
+        let r = std::panic::catch_unwind(|| Partition::new(&v[..], vec![Count::MAX], vec![Count::MAX]));
+        assert!(r.is_err(), "c + d must not wrap around");
     }
 }

@@ -294,6 +294,8 @@ pub fn library_version() -> std::result::Result<String, std::string::FromUtf8Err
 /// The name of this host.
 pub fn processor_name() -> std::result::Result<String, std::string::FromUtf8Error> {
     let mut buf = [0u8; 256];
+    // SAFETY: gethostname writes at most `buf.len()` bytes into `buf`, which outlives the call
+    // (no std API gives the host name).
     let rc = unsafe { libc::gethostname(buf.as_mut_ptr() as *mut libc::c_char, buf.len()) };
     if rc != 0 {
         return Ok("localhost".into());
@@ -377,13 +379,13 @@ pub(crate) fn wait_until<T>(hint: Option<i32>, mut check: impl FnMut(&mut Engine
             spins = spins.wrapping_add(1);
             if spins % YIELD_EVERY == 0 {
                 drop(g);
-                unsafe { libc::sched_yield() };
+                std::thread::yield_now();
             }
         } else if t0.elapsed() < e.yield_spin {
             // Oversubscribed: poll, and give the core to a runnable peer between polls.
             e.progress(hint, None);
             drop(g);
-            unsafe { libc::sched_yield() };
+            std::thread::yield_now();
         } else {
             if debug_waits() {
                 eprintln!("rank {} blocking: hint {:?} {}", e.rank, hint, e.debug_state());

@@ -18,6 +18,7 @@ use p2pmpi_core::matching::Pattern;
 use parking_lot::Mutex;
 use std::fmt;
 use std::mem::MaybeUninit;
+use std::ptr::NonNull;
 
 /// Matches any tag in receives and probes.
 pub const ANY_TAG: Tag = -1;
@@ -44,12 +45,7 @@ impl Status {
     }
     /// How many elements of datatype `d` the message holds.
     pub fn count<D: Datatype>(&self, d: D) -> Count {
-        let size = d.type_map().size() as u64;
-        if size == 0 {
-            0
-        } else {
-            (self.bytes / size) as Count
-        }
+        self.bytes.checked_div(d.type_map().size() as u64).map_or(0, |n| n as Count)
     }
     /// The message size in bytes (not in rsmpi).
     pub fn byte_count(&self) -> u64 {
@@ -99,23 +95,48 @@ fn send_bytes<B: ?Sized + Buffer>(buf: &B) -> (*const u8, usize, Option<Vec<u8>>
         (buf.pointer() as *const u8, count * map.size(), None)
     } else {
         let mut v = Vec::new();
+        // SAFETY: `Buffer`'s contract: `buf.pointer()` is readable for `count` initialised
+        // elements of its datatype while `buf` is borrowed.
         unsafe { map.pack(buf.pointer() as *const u8, count, &mut v) };
         (v.as_ptr(), v.len(), Some(v))
     }
 }
 
-/// Where received bytes go: straight into the buffer if contiguous, else a staging area.
-fn recv_target<B: ?Sized + BufferMut>(buf: &mut B) -> (*mut u8, usize, Option<Unpack>) {
-    let dt = buf.as_datatype();
-    let map: &TypeMap = dt.type_map();
-    let count = buf.count().max(0) as usize;
-    let ptr = buf.pointer_mut() as *mut u8;
-    if map.is_contiguous() {
+/// Where the received bytes of `count` elements of `map` at `ptr` go: straight there if the
+/// layout may be received in place (contiguous, no `bool`), else a staging area that
+/// [`Pending::finish`] unpacks there.
+fn raw_target(ptr: *mut u8, map: &TypeMap, count: usize) -> (*mut u8, usize, Option<Unpack>) {
+    if map.receives_in_place() {
         (ptr, count * map.size(), None)
     } else {
         let mut tmp = vec![0u8; count * map.size()];
         let p = tmp.as_mut_ptr();
         (p, tmp.len(), Some(Unpack { tmp, dst: ptr, map: map.clone(), count }))
+    }
+}
+
+/// Where received bytes for `buf` go.
+fn recv_target<B: ?Sized + BufferMut>(buf: &mut B) -> (*mut u8, usize, Option<Unpack>) {
+    let dt = buf.as_datatype();
+    let count = buf.count().max(0) as usize;
+    raw_target(buf.pointer_mut() as *mut u8, dt.type_map(), count)
+}
+
+/// Where the bytes of one received `T` go: into `slot`, room for a `T` that is not
+/// initialised (so only raw pointers to it are ever made, never a reference to a `T`).
+/// `T`'s layout describes its `size_of::<T>()` bytes (`Equivalence`'s contract).
+fn value_target<T: Equivalence>(slot: *mut T) -> (*mut u8, usize, Option<Unpack>) {
+    raw_target(slot.cast(), T::equivalent_datatype().type_map(), 1)
+}
+
+/// Whether a completed receive of one `T` brought a whole `T` (a shorter message leaves part
+/// of it unwritten).
+fn whole_value<T: Equivalence>(st: &Status) -> Result<()> {
+    let size = T::equivalent_datatype().type_map().size();
+    if st.bytes == size as u64 {
+        Ok(())
+    } else {
+        Err(Error::SizeMismatch { expected: size, got: st.bytes })
     }
 }
 
@@ -186,18 +207,20 @@ fn recv_into_impl<B: ?Sized + BufferMut>(h: &CommHandle, src: Rank, tag: Tag, bu
 /// Receives exactly one value of `T`.
 fn recv_value<T: Equivalence>(h: &CommHandle, src: Rank, tag: Tag) -> Result<(T, Status)> {
     let mut v = MaybeUninit::<T>::uninit();
-    let size = T::equivalent_datatype().type_map().size();
-    let st = {
-        // SAFETY: the buffer is only written through; it is read after a complete receive.
-        let slot: &mut T = unsafe { &mut *v.as_mut_ptr() };
-        recv_into_impl(h, src, tag, slot)?
-    };
-    if st.bytes != size as u64 {
-        if st.bytes == 0 {
-            panic!("Received an empty message.");
-        }
-        return Err(Error::SizeMismatch { expected: size, got: st.bytes });
+    let (ptr, cap, unpack) = value_target(v.as_mut_ptr());
+    let mut p = start_recv(h, h.p2p_id(), src, tag, ptr, cap)?;
+    p.unpack = unpack;
+    // `v` stays in place until the receive is over: `wait` returns only once it completed, or
+    // failed and was detached from the device.
+    let st = p.wait()?;
+    if st.bytes == 0 {
+        panic!("Received an empty message.");
     }
+    whole_value::<T>(&st)?;
+    // SAFETY: the receive completed with exactly `size` bytes, `T`'s data: written straight
+    // into `v` (a contiguous layout: those bytes are all of `T`, which has no padding) or
+    // unpacked into each of `T`'s data blocks; padding needs no value. Every bit pattern of
+    // the data is a valid `T` (`Equivalence`'s contract; `bool` data was unpacked to 0 or 1).
     Ok((unsafe { v.assume_init() }, st))
 }
 
@@ -286,7 +309,11 @@ fn bsend_impl<B: ?Sized + Buffer>(h: &CommHandle, dst: Rank, buf: &B, tag: Tag) 
         }
     }
     let (ptr, len, keep) = send_bytes(buf);
-    let data = keep.unwrap_or_else(|| unsafe { std::slice::from_raw_parts(ptr, len) }.to_vec());
+    let data = keep.unwrap_or_else(|| {
+        // SAFETY: without a packed copy, `send_bytes` gave the contiguous data of `buf` in
+        // place: `len` initialised bytes at `ptr`, readable while `buf` is borrowed.
+        unsafe { std::slice::from_raw_parts(ptr, len) }.to_vec()
+    });
     let used: usize = b.pending.iter().map(|(_, d)| d.len()).sum();
     if used + data.len() > b.capacity {
         return Err(Error::BufferExhausted { needed: data.len(), free: b.capacity - used, size: b.capacity });
@@ -387,8 +414,8 @@ pub unsafe trait Source: AsCommunicator {
         Buf: 'a + BufferMut,
         Sc: Scope<'a>,
     {
-        let p = irecv_buf(self.comm_handle(), self.source_rank(), tag, buf).or_fatal();
-        Request::new(p, &*buf, scope)
+        let (h, src) = (self.comm_handle(), self.source_rank());
+        Request::receive(buf, scope, |buf| irecv_buf(h, src, tag, buf).or_fatal())
     }
     /// Starts receiving a message into `buf`.
     fn immediate_receive_into<'a, Sc, Buf: ?Sized>(&self, scope: Sc, buf: &'a mut Buf) -> Request<'a, Buf, Sc>
@@ -403,9 +430,12 @@ pub unsafe trait Source: AsCommunicator {
     where
         Msg: Equivalence,
     {
-        let mut val: Box<MaybeUninit<Msg>> = Box::new(MaybeUninit::uninit());
-        let slot: &mut Msg = unsafe { &mut *val.as_mut_ptr() };
-        let p = irecv_buf(self.comm_handle(), self.source_rank(), tag, slot).or_fatal();
+        // Owned as a raw pointer (not a `Box`) while the device may write into it.
+        let val = NonNull::from(Box::leak(Box::new(MaybeUninit::<Msg>::uninit())));
+        let (ptr, cap, unpack) = value_target(val.as_ptr().cast::<Msg>());
+        let h = self.comm_handle();
+        let mut p = start_recv(h, h.p2p_id(), self.source_rank(), tag, ptr, cap).or_fatal();
+        p.unpack = unpack;
         ReceiveFuture { val: Some(val), pending: Some(p) }
     }
     /// Starts receiving one value.
@@ -680,11 +710,13 @@ pub trait Destination: AsCommunicator {
     }
 }
 
+// SAFETY: `ANY_SOURCE` is always a valid source.
 unsafe impl Source for crate::topology::AnyProcess<'_> {
     fn source_rank(&self) -> Rank {
         ANY_SOURCE
     }
 }
+// SAFETY: a `Process` is made for a rank of its communicator (`process_at_rank` checks it).
 unsafe impl Source for crate::topology::Process<'_> {
     fn source_rank(&self) -> Rank {
         self.rank()
@@ -721,20 +753,16 @@ impl Message {
     /// Receives the message as one value.
     pub fn matched_receive<Msg: Equivalence>(mut self) -> (Msg, Status) {
         let mut v = MaybeUninit::<Msg>::uninit();
-        let slot: &mut Msg = unsafe { &mut *v.as_mut_ptr() };
-        let (ptr, cap, unpack) = recv_target(slot);
+        let (ptr, cap, unpack) = value_target(v.as_mut_ptr());
         let mut p = self.start(ptr, cap);
         p.unpack = unpack;
         let st = p.wait().or_fatal();
         if st.bytes == 0 {
             panic!("Received an empty message.");
         }
-        if st.bytes as usize != Msg::equivalent_datatype().type_map().size() {
-            crate::error::fatal(&Error::SizeMismatch {
-                expected: Msg::equivalent_datatype().type_map().size(),
-                got: st.bytes,
-            });
-        }
+        whole_value::<Msg>(&st).or_fatal();
+        // SAFETY: as in `recv_value`: a completed receive of exactly `Msg`'s data bytes into
+        // `v`, every bit pattern of which is a valid `Msg`.
         (unsafe { v.assume_init() }, st)
     }
 
@@ -756,10 +784,12 @@ impl Message {
         Buf: BufferMut,
         Sc: Scope<'a>,
     {
-        let (ptr, cap, unpack) = recv_target(buf);
-        let mut p = self.start(ptr, cap);
-        p.unpack = unpack;
-        Request::new(p, &*buf, scope)
+        Request::receive(buf, scope, |buf| {
+            let (ptr, cap, unpack) = recv_target(buf);
+            let mut p = self.start(ptr, cap);
+            p.unpack = unpack;
+            p
+        })
     }
 
     fn try_matched_receive_vec_with<T: Equivalence>(mut self, st: Status) -> Result<(Vec<T>, Status)> {
@@ -770,15 +800,20 @@ impl Message {
         }
         let n = (st.bytes / map_size as u64) as usize;
         let mut v: Vec<T> = Vec::with_capacity(n);
-        let st = {
-            let spare = unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr(), n) };
-            let (ptr, cap, unpack) = recv_target(spare);
-            let mut p = self.start(ptr, cap);
-            p.unpack = unpack;
-            p.wait()?
-        };
+        // Into the spare capacity, through raw pointers only: it is not initialised.
+        let (ptr, cap, unpack) = raw_target(v.as_mut_ptr().cast(), T::equivalent_datatype().type_map(), n);
+        let mut p = self.start(ptr, cap);
+        p.unpack = unpack;
+        let got = p.wait()?;
+        if got.bytes != st.bytes {
+            return Err(Error::SizeMismatch { expected: st.bytes as usize, got: got.bytes });
+        }
+        // SAFETY: the capacity holds `n` elements (`n * size_of::<T>()` bytes, `n` extents of
+        // `T`'s datatype), and the receive completed with `n * map_size` bytes: every data
+        // byte of the `n` elements, written in place or unpacked; padding needs no value and
+        // every bit pattern of the data is a valid `T` (`Equivalence`'s contract).
         unsafe { v.set_len(n) };
-        Ok((v, st))
+        Ok((v, got))
     }
 }
 
@@ -808,17 +843,30 @@ impl MatchedReceiveVec for (Message, Status) {
 /// A value being received by `immediate_receive`.
 #[must_use]
 pub struct ReceiveFuture<T> {
-    val: Option<Box<MaybeUninit<T>>>,
+    /// A leaked `Box<MaybeUninit<T>>`, the receive's target: held as a raw pointer, not a
+    /// `Box`, while the device may write into it; freed by `finish`, leaked if the future is
+    /// dropped unfinished.
+    val: Option<NonNull<MaybeUninit<T>>>,
     pending: Option<Pending>,
 }
+
+// SAFETY: a `ReceiveFuture` owns its allocation as a `Box<MaybeUninit<T>>` would (nothing else
+// points to it but the pending receive) and its `Pending`, which is `Send`; moving it to
+// another thread moves a `T` there, hence `T: Send`.
+unsafe impl<T: Send> Send for ReceiveFuture<T> {}
 
 impl<T: Equivalence> ReceiveFuture<T> {
     fn finish(&mut self, st: Status) -> (T, Status) {
         if st.bytes == 0 {
             panic!("Received an empty message into a ReceiveFuture.");
         }
+        whole_value::<T>(&st).or_fatal();
         let v = self.val.take().expect("value");
-        (unsafe { v.assume_init_read() }, st)
+        // SAFETY: `v` came from `Box::leak` in `immediate_receive_with_tag` and is given back
+        // once: the receive into it completed (nothing writes into it any more) with exactly
+        // `T`'s data bytes, every bit pattern of which is a valid `T` (see `recv_value`).
+        let v = unsafe { Box::from_raw(v.as_ptr()).assume_init() };
+        (*v, st)
     }
 
     /// Waits for the value.
@@ -828,6 +876,7 @@ impl<T: Equivalence> ReceiveFuture<T> {
     }
 
     /// The value if it arrived, else the future back.
+    #[allow(clippy::result_large_err, reason = "rsmpi's signature: the Err is the future handed back unfinished")]
     pub fn r#try(mut self) -> std::result::Result<(T, Status), Self> {
         match self.pending.take().expect("pending").test() {
             Ok(r) => {
@@ -845,12 +894,17 @@ impl<T: Equivalence> ReceiveFuture<T> {
 impl<T> Drop for ReceiveFuture<T> {
     fn drop(&mut self) {
         if let Some(p) = self.pending.take() {
-            // The engine may still write into the value: keep its memory alive (leak it).
-            std::mem::forget(self.val.take());
+            // The engine may still write into the value: its memory stays allocated (leaked).
+            self.val = None;
             drop(p);
             if !std::thread::panicking() {
                 panic!("request was dropped without being completed");
             }
+        } else if let Some(v) = self.val.take() {
+            // SAFETY: no receive is pending (it completed, a panic interrupted `finish`), so
+            // nothing points into the allocation from `Box::leak` any more; it is freed as the
+            // `MaybeUninit<T>` it is, without dropping a `T`.
+            drop(unsafe { Box::from_raw(v.as_ptr()) });
         }
     }
 }
@@ -877,11 +931,26 @@ where
 {
     check_same(source, destination);
     let mut v = MaybeUninit::<R>::uninit();
-    let st = {
-        let slot: &mut R = unsafe { &mut *v.as_mut_ptr() };
-        send_receive_into_with_tags(msg, destination, sendtag, slot, source, receivetag)
-    };
+    let (ptr, cap, unpack) = value_target(v.as_mut_ptr());
+    let h = Source::comm_handle(source);
+    let mut recv = start_recv(h, h.p2p_id(), source.source_rank(), receivetag, ptr, cap).or_fatal();
+    recv.unpack = unpack;
+    let st = send_then_wait(msg, destination, sendtag, recv);
+    whole_value::<R>(&st).or_fatal();
+    // SAFETY: as in `recv_value`: a completed receive of exactly `R`'s data bytes into `v`,
+    // every bit pattern of which is a valid `R`.
     (unsafe { v.assume_init() }, st)
+}
+
+/// Sends `msg` while the receive `recv` is posted, then waits for both.
+fn send_then_wait<M: ?Sized + Buffer, D: Destination>(msg: &M, destination: &D, sendtag: Tag, recv: Pending) -> Status {
+    let (ptr, len, keep) = send_bytes(msg);
+    let dh = Destination::comm_handle(destination);
+    let send =
+        start_send(dh, dh.p2p_id(), destination.destination_rank(), sendtag, ptr, len, SendMode::Standard).or_fatal();
+    send.wait().or_fatal();
+    drop(keep);
+    recv.wait().or_fatal()
 }
 
 /// Sends `msg` and receives a value (`send_receive::<R, _, _, _>`).
@@ -913,13 +982,7 @@ where
     check_same(source, destination);
     let h = Source::comm_handle(source);
     let recv = irecv_buf(h, source.source_rank(), receivetag, buf).or_fatal();
-    let (ptr, len, keep) = send_bytes(msg);
-    let dh = Destination::comm_handle(destination);
-    let send =
-        start_send(dh, dh.p2p_id(), destination.destination_rank(), sendtag, ptr, len, SendMode::Standard).or_fatal();
-    send.wait().or_fatal();
-    drop(keep);
-    recv.wait().or_fatal()
+    send_then_wait(msg, destination, sendtag, recv)
 }
 
 /// Sends `msg` and receives into `buf`.
@@ -950,6 +1013,8 @@ where
     // Pack the outgoing data first: the receive writes into the same memory.
     let dt = buf.as_datatype();
     let mut out = Vec::new();
+    // SAFETY: `BufferMut`'s contract: `buf.pointer_mut()` is readable for `count()`
+    // initialised elements of its datatype while `buf` is mutably borrowed.
     unsafe { dt.type_map().pack(buf.pointer_mut() as *const u8, buf.count().max(0) as usize, &mut out) };
     send_receive_into_with_tags(&out[..], destination, sendtag, buf, source, receivetag)
 }

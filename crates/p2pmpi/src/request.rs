@@ -10,6 +10,7 @@ use crate::topology::{comm_rank_of, Rank};
 use std::cell::Cell;
 use std::fmt;
 use std::marker::PhantomData;
+use std::ptr::NonNull;
 use std::sync::Arc;
 
 /// Data to unpack once a receive of a non-contiguous datatype completes.
@@ -32,7 +33,11 @@ pub(crate) struct Pending {
     pub unpack: Option<Unpack>,
 }
 
-// The raw pointers are buffers the request's owner keeps alive until completion.
+// SAFETY: the raw pointers (a receive's `Unpack::dst`; the device's copies of the target and
+// send pointers) refer to buffers that the request's owner keeps borrowed until completion (a
+// blocking call waits before returning, a `Request` holds the borrow, a `ReceiveFuture` owns
+// the allocation), not to anything of the thread that made them; the device uses them only
+// under the engine's lock, whichever thread drives it.
 unsafe impl Send for Pending {}
 
 impl Pending {
@@ -44,6 +49,12 @@ impl Pending {
     pub fn finish(self, r: Result<StatusInfo>) -> Result<Status> {
         let st = r?;
         if let Some(u) = self.unpack {
+            // SAFETY: `dst` is where the receive was asked to put `count` elements of `map`
+            // (`raw_target`): the writable buffer of the request's owner, still borrowed (see
+            // `Send for Pending`), or a `MaybeUninit` slot, which may be written whatever it
+            // holds. The bytes are valid there (`BufferMut`'s or `Equivalence`'s contract;
+            // `unpack` writes `bool` data as 0 or 1). The device put at most `tmp.len()`
+            // bytes in `tmp` (a longer message fails as truncated), so the slice is in range.
             unsafe { u.map.unpack(&u.tmp[..st.len as usize], u.dst, u.count) };
         }
         Ok(Status {
@@ -65,6 +76,10 @@ impl Pending {
 
     /// The outcome if finished, else the pending request back. In a replicated job this is a
     /// choice point: the master's answer is every replica's.
+    #[allow(
+        clippy::result_large_err,
+        reason = "the Err is the request handed back unfinished; boxing it would allocate on every poll"
+    )]
     pub fn test(self) -> std::result::Result<Result<Status>, Pending> {
         let c = with_engine(|e| {
             let c = e.completion_point();
@@ -133,6 +148,8 @@ pub unsafe trait Scope<'a> {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct StaticScope;
 
+// SAFETY: a request in the static scope borrows its buffer for `'static`: the buffer outlives
+// it whatever happens, so there is nothing to count.
 unsafe impl Scope<'static> for StaticScope {
     fn register(&self) {}
     unsafe fn unregister(&self) {}
@@ -145,7 +162,10 @@ pub struct LocalScope<'a> {
     phantom: PhantomData<Cell<&'a ()>>,
 }
 
-unsafe impl<'a, 'b> Scope<'a> for &'b LocalScope<'a> {
+// SAFETY: `register` and `unregister` count the scope's live requests exactly, and the scope's
+// `Drop` (at the end of `scope`, before the buffers borrowed for `'a` can go) aborts the
+// process if any is left: no request outlives the buffers it uses.
+unsafe impl<'a> Scope<'a> for &LocalScope<'a> {
     fn register(&self) {
         self.num_requests.set(self.num_requests.get() + 1)
     }
@@ -174,24 +194,60 @@ where
     f(&LocalScope { num_requests: Default::default(), phantom: Default::default() })
 }
 
+/// The buffer of a completed request, as a shared reference at last.
+///
+/// # Safety
+/// `data` must be a request's buffer pointer (borrowed for `'a`, see [`Request`]'s field),
+/// and that request must have completed: the device neither writes nor reads it any more.
+unsafe fn completed_data<'a, D: ?Sized>(data: NonNull<D>) -> &'a D {
+    // SAFETY: per the caller's contract the buffer is borrowed for `'a` and nothing writes
+    // it any more; from now on it is only read, through this shared reference.
+    unsafe { data.as_ref() }
+}
+
 /// A request of an immediate operation on data `D` in scope `S`. It must be completed
 /// (`wait`, `test` until it succeeds) before it is dropped.
 #[must_use]
 pub struct Request<'a, D: ?Sized, S: Scope<'a> = StaticScope> {
     pending: Option<Pending>,
-    data: &'a D,
+    /// The buffer, borrowed for `'a` (shared for a send, exclusive for a receive). Held as a
+    /// pointer, not a reference: the device writes a receive's buffer until the request
+    /// completes, and only then is a `&'a D` made ([`Self::completed_data`]).
+    data: NonNull<D>,
     scope: S,
-    phantom: PhantomData<Cell<&'a ()>>,
+    phantom: PhantomData<(Cell<&'a ()>, &'a D)>,
 }
 
+// SAFETY: what a `Request` holds is a `Pending` (`Send`), the scope, and in effect a `&'a D`
+// (`Send` when `D: Sync`): the raw pointer stands for that borrow and is only dereferenced as
+// such, on whichever thread completes the request.
+unsafe impl<'a, D: ?Sized + Sync, S: Scope<'a> + Send> Send for Request<'a, D, S> {}
+
 impl<'a, D: ?Sized, S: Scope<'a>> Request<'a, D, S> {
+    /// A request that reads `data` (a send).
     pub(crate) fn new(pending: Pending, data: &'a D, scope: S) -> Self {
+        Self::from_parts(pending, NonNull::from(data), scope)
+    }
+
+    /// A request that writes `data` (a receive), posted by `start` on the buffer.
+    pub(crate) fn receive(data: &'a mut D, scope: S, start: impl FnOnce(&mut D) -> Pending) -> Self {
+        let mut ptr = NonNull::from(data);
+        // SAFETY: `ptr` comes from the exclusive borrow `data`, given up to this request for
+        // `'a`. This reborrow is its only use until the request completes: `start` posts the
+        // receive with it, and the device keeps the raw target pointers derived from it.
+        let pending = start(unsafe { ptr.as_mut() });
+        Self::from_parts(pending, ptr, scope)
+    }
+
+    fn from_parts(pending: Pending, data: NonNull<D>, scope: S) -> Self {
         scope.register();
         Request { pending: Some(pending), data, scope, phantom: PhantomData }
     }
 
-    fn take(mut self) -> (Pending, &'a D) {
+    fn take(mut self) -> (Pending, NonNull<D>) {
         let p = self.pending.take().expect("live request");
+        // SAFETY: this request registered with the scope in `from_parts` and leaves it once:
+        // `pending` is now empty, so `Drop` will not unregister it again.
         unsafe { self.scope.unregister() };
         (p, self.data)
     }
@@ -200,7 +256,8 @@ impl<'a, D: ?Sized, S: Scope<'a>> Request<'a, D, S> {
     pub fn wait_for_data(self) -> &'a D {
         let (p, d) = self.take();
         p.wait().or_fatal();
-        d
+        // SAFETY: `d` is this request's buffer, and `wait` returned: the request completed.
+        unsafe { completed_data(d) }
     }
 
     /// Waits for completion.
@@ -219,19 +276,25 @@ impl<'a, D: ?Sized, S: Scope<'a>> Request<'a, D, S> {
     }
 
     /// Completes the request if it has finished, else gives it back.
+    #[allow(clippy::result_large_err, reason = "rsmpi's signature: the Err is the request handed back unfinished")]
     pub fn test(self) -> std::result::Result<Status, Self> {
         self.test_with_data().map(|(s, _)| s)
     }
 
     /// Like [`Self::test`], also returning the data buffer.
+    #[allow(clippy::result_large_err, reason = "rsmpi's signature: the Err is the request handed back unfinished")]
     pub fn test_with_data(mut self) -> std::result::Result<(Status, &'a D), Self> {
         let p = self.pending.take().expect("live request");
         match p.test() {
             Ok(r) => {
+                // SAFETY: registered in `from_parts`, left once (`self` is forgotten below, so
+                // `Drop` does not run).
                 unsafe { self.scope.unregister() };
                 let d = self.data;
                 std::mem::forget(self);
-                Ok((r.or_fatal(), d))
+                let st = r.or_fatal();
+                // SAFETY: `d` is this request's buffer, and `test` found it completed.
+                Ok((st, unsafe { completed_data(d) }))
             }
             Err(p) => {
                 self.pending = Some(p);
@@ -255,10 +318,12 @@ impl<'a, D: ?Sized, S: Scope<'a>> Request<'a, D, S> {
         S2: Scope<'b>,
     {
         let p = self.pending.take().expect("live request");
+        // SAFETY: registered in `from_parts`, left once (`self` is forgotten below, so `Drop`
+        // does not run); the new request registers with the new scope.
         unsafe { self.scope.unregister() };
         let d = self.data;
         std::mem::forget(self);
-        Request::new(p, d, scope)
+        Request::from_parts(p, d, scope)
     }
 }
 
@@ -266,6 +331,7 @@ impl<'a, D: ?Sized, S: Scope<'a>> Drop for Request<'a, D, S> {
     fn drop(&mut self) {
         if let Some(p) = self.pending.take() {
             p.abandon();
+            // SAFETY: registered in `from_parts`, still pending so never unregistered.
             unsafe { self.scope.unregister() };
             if !std::thread::panicking() {
                 panic!("request was dropped without being completed");
@@ -276,7 +342,8 @@ impl<'a, D: ?Sized, S: Scope<'a>> Drop for Request<'a, D, S> {
 
 impl<'a, D: ?Sized + fmt::Debug, S: Scope<'a>> fmt::Debug for Request<'a, D, S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Request").field("data", &self.data).finish_non_exhaustive()
+        // Not the data: a receive may be writing it.
+        f.debug_struct("Request").field("pending", &self.pending.is_some()).finish_non_exhaustive()
     }
 }
 
@@ -350,9 +417,13 @@ pub fn wait_any<'a, D, S: Scope<'a>>(requests: &mut Vec<Request<'a, D, S>>) -> O
 
 /// A set of requests on the same kind of data, created by [`multiple_scope`].
 pub struct RequestCollection<'a, D: ?Sized> {
-    slots: Vec<Option<(Pending, &'a D)>>,
-    phantom: PhantomData<Cell<&'a ()>>,
+    /// Pending requests and their buffers (pointers as in [`Request`]).
+    slots: Vec<Option<(Pending, NonNull<D>)>>,
+    phantom: PhantomData<(Cell<&'a ()>, &'a D)>,
 }
+
+// SAFETY: as for `Request`: `Pending`s, and pointers that stand for `&'a D` borrows.
+unsafe impl<'a, D: ?Sized + Sync> Send for RequestCollection<'a, D> {}
 
 /// Runs `f` with a scope and an empty request collection (with room for `reserve`).
 pub fn multiple_scope<'a, F, R, D>(reserve: usize, f: F) -> R
@@ -382,7 +453,9 @@ impl<'a, D: ?Sized> RequestCollection<'a, D> {
     fn complete(&mut self, i: usize) -> (usize, Status, &'a D) {
         let (p, d) = self.slots[i].take().expect("active slot");
         let st = p.wait().or_fatal();
-        (i, st, d)
+        // SAFETY: `d` is the buffer of the request taken from a `Request` in `add` (borrowed
+        // for `'a`), and `wait` returned: it completed.
+        (i, st, unsafe { completed_data(d) })
     }
 
     fn ids(&self) -> Vec<Option<ReqId>> {

@@ -236,7 +236,9 @@ pub trait Communicator: AsHandle {
     {
         let mut out = Vec::new();
         let dt = inbuf.as_datatype();
-        unsafe { dt.type_map().pack(inbuf.pointer() as *const u8, inbuf.count() as usize, &mut out) };
+        // SAFETY: `Buffer`'s contract: `inbuf.pointer()` is readable for `count()` initialised
+        // elements of its datatype while `inbuf` is borrowed.
+        unsafe { dt.type_map().pack(inbuf.pointer() as *const u8, inbuf.count().max(0) as usize, &mut out) };
         out
     }
     /// Packs a buffer into `outbuf` at `position`; returns the new position.
@@ -254,15 +256,20 @@ pub trait Communicator: AsHandle {
     /// Unpacks bytes from `inbuf` at `position` into `outbuf`; returns the new position.
     ///
     /// # Safety
-    /// The packed bytes must be valid values of `outbuf`'s element type.
+    /// The packed bytes must be valid values of `outbuf`'s element type. (Kept `unsafe` as in
+    /// rsmpi; with the library's own buffer types every byte pattern is valid, `bool` data
+    /// being unpacked to 0 or 1.)
     unsafe fn unpack_into<Buf>(&self, inbuf: &[u8], outbuf: &mut Buf, position: Count) -> Count
     where
         Buf: ?Sized + BufferMut,
         Self: Sized,
     {
         let dt = outbuf.as_datatype();
-        let count = outbuf.count() as usize;
-        let used = dt.type_map().unpack(&inbuf[position as usize..], outbuf.pointer_mut() as *mut u8, count);
+        let count = outbuf.count().max(0) as usize;
+        // SAFETY: `BufferMut`'s contract: `outbuf.pointer_mut()` is writable for `count()`
+        // elements of its datatype while `outbuf` is mutably borrowed; the bytes written are
+        // valid there (the caller's promise, and `unpack` writes only 0 or 1 to `bool` data).
+        let used = unsafe { dt.type_map().unpack(&inbuf[position as usize..], outbuf.pointer_mut() as *mut u8, count) };
         position + used as Count
     }
 }

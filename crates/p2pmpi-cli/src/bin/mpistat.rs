@@ -1,5 +1,6 @@
 //! `mpistat`: the classic P2P-MPI command (thesis appendix C.2).
 #![allow(non_snake_case)]
+#![forbid(unsafe_code)]
 fn main() {
     std::process::exit(p2pmpi_cli::entry("mpistat"));
 }

@@ -107,7 +107,7 @@ impl Drop for TestGrid {
                     if let Some(pid) =
                         serde_json::from_str::<serde_json::Value>(&text).ok().and_then(|v| v["pid"].as_u64())
                     {
-                        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+                        let _ = p2pmpi_peer::os::signal(pid as u32, libc::SIGKILL);
                     }
                 }
             }

@@ -581,6 +581,7 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
     }
 
     /// Tells every alive replica of the sender of `mid` (whichever is master now) `frame`.
+    #[allow(clippy::wrong_self_convention, reason = "named for the frame's recipients, not a conversion")]
     fn to_senders(&mut self, mid: MsgId, frame: impl Fn() -> Frame<P>) {
         let to: Vec<usize> = self.coord.alive_slots(mid.src as usize).filter(|&s| !self.suspected[s]).collect();
         let n = to.len();
@@ -847,6 +848,7 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
 
     /// Whether `from` is another alive replica of this process's rank (the only slots whose
     /// choice frames, acknowledgements, queries and answers count).
+    #[allow(clippy::wrong_self_convention, reason = "a predicate on a frame's sender, not a constructor")]
     fn from_own_replica(&self, from: usize) -> bool {
         !self.coord.is_dead(from) && from != self.me() && self.layout().rank_of(from) == self.rank()
     }

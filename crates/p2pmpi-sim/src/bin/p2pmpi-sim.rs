@@ -1,4 +1,5 @@
 //! `p2pmpi-sim`: the failure-detector simulator's experiments (see the crate docs).
+#![forbid(unsafe_code)]
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};

@@ -378,7 +378,7 @@ pub(crate) fn allreduce(c: &Coll, acc: &mut Vec<u8>, map: &TypeMap, count: usize
 /// process's rank among the power-of-two group, or `None` if it only contributed.
 fn fold_extra(
     c: &Coll,
-    acc: &mut Vec<u8>,
+    acc: &mut [u8],
     map: &TypeMap,
     count: usize,
     op: &dyn Operation,
@@ -451,7 +451,7 @@ fn unfold_extra(c: &Coll, acc: &mut [u8], rem: i32, tag: i32) -> Result<()> {
 
 /// Rabenseifner: reduce-scatter by recursive halving, then allgather by recursive doubling,
 /// over the power-of-two group. Each process moves ~2× the data instead of log2(n)×.
-fn allreduce_rabenseifner(c: &Coll, acc: &mut Vec<u8>, map: &TypeMap, count: usize, op: &dyn Operation) -> Result<()> {
+fn allreduce_rabenseifner(c: &Coll, acc: &mut [u8], map: &TypeMap, count: usize, op: &dyn Operation) -> Result<()> {
     let (newrank, pof2) = fold_extra(c, acc, map, count, op, TAG_ALLREDUCE)?;
     let rem = c.size - pof2;
     if let Some(nr) = newrank {
@@ -708,7 +708,7 @@ pub(crate) fn alltoallv(c: &Coll, send: &[&[u8]], recv: Vec<&mut [u8]>) -> Resul
 /// Inclusive scan: `result` = x0 ∘ … ∘ x_rank, in rank order. A linear chain for small
 /// messages (each rank only waits for its left neighbour, so consecutive scans pipeline),
 /// recursive doubling otherwise.
-pub(crate) fn scan(c: &Coll, result: &mut Vec<u8>, map: &TypeMap, count: usize, op: &dyn Operation) -> Result<()> {
+pub(crate) fn scan(c: &Coll, result: &mut [u8], map: &TypeMap, count: usize, op: &dyn Operation) -> Result<()> {
     let linear = match forced("SCAN") {
         Some(Algorithm::Linear) => true,
         Some(_) => false,
@@ -728,13 +728,7 @@ pub(crate) fn scan(c: &Coll, result: &mut Vec<u8>, map: &TypeMap, count: usize, 
     scan_recursive_doubling(c, result, map, count, op)
 }
 
-fn scan_recursive_doubling(
-    c: &Coll,
-    result: &mut Vec<u8>,
-    map: &TypeMap,
-    count: usize,
-    op: &dyn Operation,
-) -> Result<()> {
+fn scan_recursive_doubling(c: &Coll, result: &mut [u8], map: &TypeMap, count: usize, op: &dyn Operation) -> Result<()> {
     let mine = crate::pool::Scratch::copy_of(result);
     prefix_recursive_doubling(c, &mine, result, true, map, count, op, TAG_SCAN).map(|_| ())
 }
@@ -744,7 +738,7 @@ fn scan_recursive_doubling(
 pub(crate) fn exscan(
     c: &Coll,
     mine: &[u8],
-    result: &mut Vec<u8>,
+    result: &mut [u8],
     map: &TypeMap,
     count: usize,
     op: &dyn Operation,
@@ -759,7 +753,7 @@ pub(crate) fn exscan(
 fn prefix_recursive_doubling(
     c: &Coll,
     mine: &[u8],
-    result: &mut Vec<u8>,
+    result: &mut [u8],
     inclusive: bool,
     map: &TypeMap,
     count: usize,

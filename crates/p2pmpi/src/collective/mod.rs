@@ -9,11 +9,14 @@
 pub mod algorithms;
 pub mod ops;
 
-use crate::datatype::{Buffer, BufferMut, PartitionedBuffer, PartitionedBufferMut, TypeMap, UncommittedDatatype};
+use crate::datatype::{
+    Buffer, BufferMut, Partitioned, PartitionedBuffer, PartitionedBufferMut, TypeMap, UncommittedDatatype,
+};
 use crate::error::{Error, OrFatal, Result};
 use crate::topology::{sealed::AsHandle, AsCommunicator, CommHandle, Communicator, Process, Rank};
 use algorithms::Coll;
 use std::borrow::Cow;
+use std::marker::PhantomData;
 
 pub use ops::{reduce_local_into, Operation, SystemOperation, UserOperation};
 
@@ -29,38 +32,50 @@ fn packed<B: ?Sized + Buffer>(b: &B) -> Packed<'_> {
     let map = dt.type_map().clone();
     let count = b.count().max(0) as usize;
     let bytes = if map.is_contiguous() {
+        // SAFETY: `Buffer`'s contract: `b.pointer()` is readable for `count` initialised
+        // elements, which for a contiguous layout are `count * size` bytes with no gap; the
+        // slice borrows `b`, so it cannot outlive that.
         Cow::Borrowed(unsafe { std::slice::from_raw_parts(b.pointer() as *const u8, count * map.size()) })
     } else {
         let mut v = Vec::new();
+        // SAFETY: `Buffer`'s contract: `b.pointer()` is readable for `count` initialised
+        // elements of the layout.
         unsafe { map.pack(b.pointer() as *const u8, count, &mut v) };
         Cow::Owned(v)
     };
     Packed { bytes, map, count }
 }
 
-/// A receive buffer as packed bytes: written in place when contiguous, else staged and
-/// unpacked by [`Target::finish`].
-struct Target {
+/// A receive buffer as packed bytes: written in place when its layout allows it
+/// ([`TypeMap::receives_in_place`]), else staged and unpacked by [`Target::finish`]. It holds
+/// the buffer's mutable borrow.
+struct Target<'b> {
     ptr: *mut u8,
     map: TypeMap,
     count: usize,
     tmp: Option<Vec<u8>>,
+    buffer: PhantomData<&'b mut [u8]>,
 }
 
-fn target<B: ?Sized + BufferMut>(b: &mut B) -> Target {
+fn target<B: ?Sized + BufferMut>(b: &mut B) -> Target<'_> {
     let dt = b.as_datatype();
     let map = dt.type_map().clone();
     let count = b.count().max(0) as usize;
     let ptr = b.pointer_mut() as *mut u8;
-    let tmp = (!map.is_contiguous()).then(|| vec![0u8; count * map.size()]);
-    Target { ptr, map, count, tmp }
+    let tmp = (!map.receives_in_place()).then(|| vec![0u8; count * map.size()]);
+    Target { ptr, map, count, tmp, buffer: PhantomData }
 }
 
-impl Target {
+impl Target<'_> {
     fn bytes(&mut self) -> &mut [u8] {
+        let len = self.len();
         match &mut self.tmp {
             Some(v) => v,
-            None => unsafe { std::slice::from_raw_parts_mut(self.ptr, self.count * self.map.size()) },
+            // SAFETY: in place: the layout is contiguous without `bool`, so the `count`
+            // elements are `count * size` initialised bytes at `ptr`, readable and writable
+            // (`BufferMut`'s contract) while the borrow `Target` holds lasts, and any byte
+            // values are valid there. The slice borrows `self` mutably: it is the only view.
+            None => unsafe { std::slice::from_raw_parts_mut(self.ptr, len) },
         }
     }
     fn len(&self) -> usize {
@@ -68,19 +83,69 @@ impl Target {
     }
     fn finish(self) {
         if let Some(v) = self.tmp {
+            // SAFETY: `ptr` is writable for `count` elements of `map` (`BufferMut`'s contract,
+            // borrow held by `self`); `unpack` writes valid bytes (`bool` data as 0 or 1).
             unsafe { self.map.unpack(&v, self.ptr, self.count) };
         }
     }
     fn finish_with(self, data: &[u8]) {
         match self.tmp {
+            // SAFETY: as in `finish`.
             Some(_) => unsafe {
                 self.map.unpack(data, self.ptr, self.count);
             },
-            None => unsafe {
-                std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr, data.len().min(self.count * self.map.size()))
-            },
+            // SAFETY: in place (see `bytes`): the `count * size` bytes at `ptr` are writable
+            // and take any value; at most that many are copied, from `data`, which is borrowed
+            // shared and so is not that memory.
+            None => unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr, data.len().min(self.len())) },
         }
     }
+}
+
+/// The byte range of each part of a partitioned buffer of contiguous layout `map`, and the
+/// span from the buffer's address that covers them all. The counts and displacements are
+/// read once, and checked against the number of elements the buffer holds when it says so.
+fn parts<P: ?Sized + Partitioned>(p: &P, map: &TypeMap, what: &str) -> Result<(Vec<(usize, usize)>, usize)> {
+    let (counts, displs) = (p.counts(), p.displs());
+    if let Some(n) = p.element_limit() {
+        for (&c, &d) in counts.iter().zip(displs) {
+            if c < 0 || d < 0 || c as i64 + d as i64 > n as i64 {
+                return Err(Error::Collective(format!(
+                    "{what}: part [{d}, {d}+{c}) exceeds the buffer of {n} elements"
+                )));
+            }
+        }
+    }
+    let ranges = part_ranges(counts, displs, map);
+    let total = ranges.iter().map(|(o, l)| o + l).max().unwrap_or(0);
+    Ok((ranges, total))
+}
+
+/// Runs `fill` on the `total` bytes at `ptr`, the parts of a partitioned receive buffer of
+/// contiguous layout `map`: in place, or, for `bool` data, on a copy whose `bool` bytes are
+/// then made valid before it is copied back (so no other value ever lands in a `bool`).
+///
+/// # Safety
+/// The `total` bytes at `ptr` must be initialised, readable and writable, and used by
+/// nothing else during the call; `map` must be contiguous and describe them.
+unsafe fn fill_parts(
+    ptr: *mut u8,
+    total: usize,
+    map: &TypeMap,
+    fill: impl FnOnce(&mut [u8]) -> Result<()>,
+) -> Result<()> {
+    if map.receives_in_place() {
+        // SAFETY: the caller's contract; without `bool` data any byte value is valid there.
+        return fill(unsafe { std::slice::from_raw_parts_mut(ptr, total) });
+    }
+    // SAFETY: the caller's contract (initialised and readable).
+    let mut staged = unsafe { std::slice::from_raw_parts(ptr, total) }.to_vec();
+    fill(&mut staged)?;
+    map.fix_bools(&mut staged);
+    // SAFETY: the caller's contract (writable); `staged` is a separate allocation, whose
+    // `bool` bytes are now 0 or 1 (the others take any value).
+    unsafe { std::ptr::copy_nonoverlapping(staged.as_ptr(), ptr, total) };
+    Ok(())
 }
 
 /// Byte (offset, length) of each part of a partitioned buffer, in packed terms when the
@@ -135,13 +200,18 @@ fn all_gather_varcount_impl<S: ?Sized + Buffer, R: ?Sized + PartitionedBufferMut
     let dt = r.as_datatype();
     let map = dt.type_map().clone();
     require_contiguous(&map, "all_gather_varcount_into")?;
-    let ranges = part_ranges(r.counts(), r.displs(), &map);
-    let total = ranges.iter().map(|(o, l)| o + l).max().unwrap_or(0);
-    let buf = unsafe { std::slice::from_raw_parts_mut(r.pointer_mut() as *mut u8, total) };
+    let (ranges, total) = parts(r, &map, "all_gather_varcount_into")?;
     let (o, l) = ranges[c.rank as usize];
     check_len("all_gather_varcount_into (own part)", p.bytes.len(), l)?;
-    buf[o..o + l].copy_from_slice(&p.bytes);
-    algorithms::allgatherv(&c, buf, &ranges)
+    let fill = |buf: &mut [u8]| {
+        buf[o..o + l].copy_from_slice(&p.bytes);
+        algorithms::allgatherv(&c, buf, &ranges)
+    };
+    // SAFETY: `PartitionedBufferMut`'s contract (`PointerMut`): the pointer is readable and
+    // writable for the initialised elements of the parts, which `total` bytes cover (the
+    // layout is contiguous), or for `element_limit` elements, which `parts` checked them
+    // against; `r` stays mutably borrowed for the call.
+    unsafe { fill_parts(r.pointer_mut() as *mut u8, total, &map, fill) }
 }
 
 fn all_to_all_impl<S: ?Sized + Buffer, R: ?Sized + BufferMut>(h: &CommHandle, s: &S, r: &mut R) -> Result<()> {
@@ -177,15 +247,20 @@ fn all_to_all_varcount_impl<S: ?Sized + PartitionedBuffer, R: ?Sized + Partition
     let rmap = rdt.type_map().clone();
     require_contiguous(&smap, "all_to_all_varcount_into")?;
     require_contiguous(&rmap, "all_to_all_varcount_into")?;
-    let sr = part_ranges(s.counts(), s.displs(), &smap);
-    let rr = part_ranges(r.counts(), r.displs(), &rmap);
-    let stotal = sr.iter().map(|(o, l)| o + l).max().unwrap_or(0);
-    let rtotal = rr.iter().map(|(o, l)| o + l).max().unwrap_or(0);
+    let (sr, stotal) = parts(s, &smap, "all_to_all_varcount_into")?;
+    let (rr, rtotal) = parts(r, &rmap, "all_to_all_varcount_into")?;
+    // SAFETY: `PartitionedBuffer`'s contract (`Pointer`): readable for the initialised
+    // elements of the parts, which `stotal` bytes cover (contiguous layout), or for
+    // `element_limit` elements, which `parts` checked them against; the slice borrows `s`.
     let sbuf = unsafe { std::slice::from_raw_parts(s.pointer() as *const u8, stotal) };
-    let rbuf = unsafe { std::slice::from_raw_parts_mut(r.pointer_mut() as *mut u8, rtotal) };
     let send: Vec<&[u8]> = sr.iter().map(|&(o, l)| &sbuf[o..o + l]).collect();
-    let recv = algorithms::split_parts_mut(rbuf, &rr)?;
-    algorithms::alltoallv(&c, &send, recv)
+    let fill = |rbuf: &mut [u8]| {
+        let recv = algorithms::split_parts_mut(rbuf, &rr)?;
+        algorithms::alltoallv(&c, &send, recv)
+    };
+    // SAFETY: as in `all_gather_varcount_impl`; `r` and `s` are distinct borrows (one of them
+    // mutable), so the receive bytes are not the send bytes.
+    unsafe { fill_parts(r.pointer_mut() as *mut u8, rtotal, &rmap, fill) }
 }
 
 fn all_reduce_impl<S: ?Sized + Buffer, R: ?Sized + BufferMut>(
@@ -381,11 +456,13 @@ fn root_gatherv_root_impl<S: ?Sized + Buffer, R: ?Sized + PartitionedBufferMut>(
     let dt = r.as_datatype();
     let map = dt.type_map().clone();
     require_contiguous(&map, "gather_varcount_into_root")?;
-    let ranges = part_ranges(r.counts(), r.displs(), &map);
-    let total = ranges.iter().map(|(o, l)| o + l).max().unwrap_or(0);
-    let buf = unsafe { std::slice::from_raw_parts_mut(r.pointer_mut() as *mut u8, total) };
-    let parts = algorithms::split_parts_mut(buf, &ranges)?;
-    algorithms::gatherv(&c, &p.bytes, Some(parts), c.rank)
+    let (ranges, total) = parts(r, &map, "gather_varcount_into_root")?;
+    let fill = |buf: &mut [u8]| {
+        let parts = algorithms::split_parts_mut(buf, &ranges)?;
+        algorithms::gatherv(&c, &p.bytes, Some(parts), c.rank)
+    };
+    // SAFETY: as in `all_gather_varcount_impl`.
+    unsafe { fill_parts(r.pointer_mut() as *mut u8, total, &map, fill) }
 }
 
 fn root_scatter_impl<R: ?Sized + BufferMut>(h: &CommHandle, root: Rank, r: &mut R) -> Result<()> {
@@ -418,8 +495,8 @@ fn root_scatterv_root_impl<S: ?Sized + PartitionedBuffer, R: ?Sized + BufferMut>
     let dt = s.as_datatype();
     let map = dt.type_map().clone();
     require_contiguous(&map, "scatter_varcount_into_root")?;
-    let ranges = part_ranges(s.counts(), s.displs(), &map);
-    let total = ranges.iter().map(|(o, l)| o + l).max().unwrap_or(0);
+    let (ranges, total) = parts(s, &map, "scatter_varcount_into_root")?;
+    // SAFETY: as for the send buffer of `all_to_all_varcount_impl`.
     let buf = unsafe { std::slice::from_raw_parts(s.pointer() as *const u8, total) };
     let parts: Vec<&[u8]> = ranges.iter().map(|&(o, l)| &buf[o..o + l]).collect();
     let mut t = target(r);
@@ -434,6 +511,8 @@ fn root_bcast_impl<B: ?Sized + BufferMut>(h: &CommHandle, root: Rank, b: &mut B)
     if c.rank == root {
         if let Some(tmp) = &mut t.tmp {
             tmp.clear();
+            // SAFETY: `BufferMut`'s contract: `t.ptr` is readable for `count` initialised
+            // elements (the root's data), borrowed by `t`.
             unsafe { t.map.pack(t.ptr, t.count, tmp) };
         }
     }

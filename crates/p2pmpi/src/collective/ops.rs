@@ -7,6 +7,7 @@
 
 use crate::datatype::{Buffer, BufferMut, UncommittedDatatype};
 use crate::datatype::{DynBuffer, DynBufferMut, Primitive, TypeMap};
+use crate::Count;
 use std::fmt;
 
 /// A reduction operation.
@@ -321,21 +322,34 @@ impl<'a> UserOperation<'a> {
     }
 }
 
-/// An aligned scratch buffer holding elements in their native layout.
-struct Aligned {
+/// Zeroed, 16-byte aligned scratch memory holding `count` elements of a layout in their
+/// native form, for user operations (which see typed slices). The first element's base is
+/// `front` bytes in, so that every data block of every element lies inside the memory,
+/// whatever the offsets of the blocks (negative ones included) and the extent.
+struct Native {
     words: Vec<u128>,
-    len: usize,
+    front: usize,
 }
 
-impl Aligned {
-    fn zeroed(len: usize) -> Aligned {
-        Aligned { words: vec![0u128; len.div_ceil(16).max(1)], len }
+impl Native {
+    fn zeroed(map: &TypeMap, count: usize) -> Native {
+        let (mut lo, mut hi) = (0isize, 0isize);
+        if count > 0 {
+            for b in map.blocks() {
+                let last = (count as isize - 1) * map.extent();
+                lo = lo.min(b.offset).min(b.offset + last);
+                hi = hi.max(b.offset + b.len as isize).max(b.offset + b.len as isize + last);
+            }
+        }
+        // `-lo` rounded up to the alignment of the memory, so the base stays 16-aligned.
+        let front = ((-lo) as usize).next_multiple_of(16);
+        let len = front + hi as usize;
+        Native { words: vec![0u128; len.div_ceil(16).max(1)], front }
     }
-    fn as_mut_ptr(&mut self) -> *mut u8 {
-        self.words.as_mut_ptr() as *mut u8
-    }
-    fn bytes(&self) -> &[u8] {
-        unsafe { std::slice::from_raw_parts(self.words.as_ptr() as *const u8, self.len) }
+    /// The base of the first element.
+    fn base(&mut self) -> *mut u8 {
+        // `front` is inside the allocation: the memory is `front + hi` bytes long, hi >= 0.
+        self.words.as_mut_ptr().cast::<u8>().wrapping_add(self.front)
     }
 }
 
@@ -345,19 +359,28 @@ impl Operation for UserOperation<'_> {
     }
     fn combine(&self, map: &TypeMap, count: usize, input: &[u8], inout: &mut [u8]) {
         // The closure sees typed slices in the native layout: unpack into aligned memory.
-        let span = (map.extent().max(0) as usize) * count + map.lb().max(0) as usize;
-        let mut a = Aligned::zeroed(span.max(map.size() * count));
-        let mut b = Aligned::zeroed(span.max(map.size() * count));
+        let mut a = Native::zeroed(map, count);
+        let mut b = Native::zeroed(map, count);
+        let (pa, pb) = (a.base(), b.base());
+        // SAFETY: `Native::zeroed` sized each memory so that every data block of the `count`
+        // elements from its base lies inside it, writable; any bytes are valid in a `u128`.
         unsafe {
-            map.unpack(input, a.as_mut_ptr(), count);
-            map.unpack(inout, b.as_mut_ptr(), count);
+            map.unpack(input, pa, count);
+            map.unpack(inout, pb, count);
         }
         let dt = crate::datatype::DatatypeRef::from_map(map);
-        let x = unsafe { DynBuffer::from_raw(a.as_mut_ptr() as *const u8, count as i32, dt) };
-        let y = unsafe { DynBufferMut::from_raw(b.as_mut_ptr(), count as i32, dt) };
+        let n = Count::try_from(count).expect("reduction of more elements than a Count holds");
+        // SAFETY: `a` holds `count` elements of `map` from `pa`, initialised (zeroed, then data
+        // unpacked: valid for any `Equivalence` type of this layout, `bool` data as 0 or 1);
+        // `x` lives only for the call of the closure below, while `a` is not touched.
+        let x = unsafe { DynBuffer::from_raw(pa as *const u8, n, dt) };
+        // SAFETY: the same for `b` from `pb`, a separate allocation, accessed only through `y`
+        // during the call; whatever the closure stores through `y` is a valid element.
+        let y = unsafe { DynBufferMut::from_raw(pb, n, dt) };
         (self.function)(x, y);
         let mut out = Vec::with_capacity(inout.len());
-        unsafe { map.pack(b.bytes().as_ptr(), count, &mut out) };
+        // SAFETY: `b` holds `count` initialised elements of `map` from `pb` (see above).
+        unsafe { map.pack(pb, count, &mut out) };
         inout[..out.len()].copy_from_slice(&out);
     }
 }
@@ -372,13 +395,27 @@ where
     let dt = inbuf.as_datatype();
     let map = dt.type_map().clone();
     let count = inbuf.count().max(0) as usize;
+    // Both buffers are walked with `inbuf`'s layout and count, as MPI_Reduce_local does: they
+    // must be `inoutbuf`'s too, or the walk would leave its memory.
+    let out_dt = inoutbuf.as_datatype();
+    let out_map = out_dt.type_map();
+    assert!(
+        inoutbuf.count() == inbuf.count()
+            && out_map.blocks() == map.blocks()
+            && (out_map.lb(), out_map.extent()) == (map.lb(), map.extent()),
+        "reduce_local_into: the two buffers differ in count or datatype"
+    );
     let mut a = Vec::new();
     let mut b = Vec::new();
+    // SAFETY: `Buffer`'s and `BufferMut`'s contracts: each pointer is readable for `count`
+    // initialised elements of `map` (checked to be the layout and count of both buffers).
     unsafe {
         map.pack(inbuf.pointer() as *const u8, count, &mut a);
         map.pack(inoutbuf.pointer_mut() as *const u8, count, &mut b);
     }
     op.combine(&map, count, &a, &mut b);
+    // SAFETY: `BufferMut`'s contract: writable for those `count` elements, valid for any bytes
+    // of the layout (`bool` data is unpacked as 0 or 1).
     unsafe { map.unpack(&b, inoutbuf.pointer_mut() as *mut u8, count) };
 }
 
@@ -387,12 +424,17 @@ mod tests {
     use super::*;
     use crate::datatype::{Equivalence, UserDatatype};
 
-    fn bytes<T: Copy>(v: &[T]) -> Vec<u8> {
-        unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, std::mem::size_of_val(v)) }.to_vec()
+    fn bytes<T: Copy + Equivalence>(v: &[T]) -> Vec<u8> {
+        let mut out = Vec::new();
+        // SAFETY: `v` holds `v.len()` initialised `T`s, which `T`'s datatype describes.
+        unsafe { T::equivalent_datatype().type_map().pack(v.as_ptr() as *const u8, v.len(), &mut out) };
+        out
     }
-    fn back<T: Copy + Default>(b: &[u8]) -> Vec<T> {
-        let mut v = vec![T::default(); b.len() / std::mem::size_of::<T>()];
-        unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), v.as_mut_ptr() as *mut u8, b.len()) };
+    fn back<T: Copy + Default + Equivalence>(b: &[u8]) -> Vec<T> {
+        let map = T::equivalent_datatype().type_map().clone();
+        let mut v = vec![T::default(); b.len() / map.size()];
+        // SAFETY: `v` holds `v.len()` writable `T`s; `unpack` writes valid bytes for them.
+        unsafe { map.unpack(b, v.as_mut_ptr() as *mut u8, v.len()) };
         v
     }
     fn run<T: Copy + Default + Equivalence>(op: SystemOperation, a: &[T], b: &[T]) -> Vec<T> {
@@ -432,6 +474,7 @@ mod tests {
         let map = t.type_map().clone();
         let pack = |v: &[ValIdx]| {
             let mut out = Vec::new();
+            // SAFETY: `v` holds `v.len()` initialised `ValIdx`, the layout of `map`.
             unsafe { map.pack(v.as_ptr() as *const u8, v.len(), &mut out) };
             out
         };
@@ -440,10 +483,12 @@ mod tests {
         let mut out = pack(&b);
         SystemOperation::max_loc().combine(&map, 3, &pack(&a), &mut out);
         let mut res = [ValIdx::default(); 3];
+        // SAFETY: `res` holds 3 writable `ValIdx`; any bytes are valid for them.
         unsafe { map.unpack(&out, res.as_mut_ptr() as *mut u8, 3) };
         assert_eq!(res, [ValIdx { v: 3.0, i: 7 }, ValIdx { v: 2.0, i: 1 }, ValIdx { v: 5.0, i: 1 }]);
         let mut out = pack(&b);
         SystemOperation::min_loc().combine(&map, 3, &pack(&a), &mut out);
+        // SAFETY: as above.
         unsafe { map.unpack(&out, res.as_mut_ptr() as *mut u8, 3) };
         assert_eq!(res, [ValIdx { v: 3.0, i: 7 }, ValIdx { v: 1.0, i: 2 }, ValIdx { v: 5.0, i: 1 }]);
     }
@@ -455,7 +500,7 @@ mod tests {
             let x = x.downcast::<u64>().unwrap();
             let y = y.downcast::<u64>().unwrap();
             for (a, b) in x.iter().zip(y.iter_mut()) {
-                *b = a * 10 + *b;
+                *b += a * 10;
             }
         });
         assert!(!op.is_commutative());
@@ -463,5 +508,42 @@ mod tests {
         reduce_local_into(&[1u64, 4][..], &mut inout[..], &op);
         assert_eq!(inout, [12, 45]);
         assert!(DynBuffer::new(&[1u32][..]).downcast::<i32>().is_none(), "u32 is not i32");
+    }
+
+    #[test]
+    fn user_operation_on_a_layout_with_a_negative_offset_stays_in_its_memory() {
+        // One u64 8 bytes *before* each element's base: the native copies given to the
+        // closure must reach below the base (run under valgrind by bench/valgrind.sh).
+        let t = UserDatatype::heterogeneous_indexed(&[1], &[-8], &u64::equivalent_datatype());
+        let map = t.type_map().clone();
+        assert!(map.blocks()[0].offset < 0);
+        let op = UserOperation::commutative(|x: DynBuffer, y: DynBufferMut| {
+            assert_eq!((x.len(), y.len()), (3, 3));
+            assert!(x.downcast::<u64>().is_none(), "not u64's layout");
+        });
+        let input = bytes(&[1u64, 2, 3]);
+        let mut inout = bytes(&[4u64, 5, 6]);
+        op.combine(&map, 3, &input, &mut inout);
+        assert_eq!(back::<u64>(&inout), vec![4, 5, 6], "the closure changed nothing");
+    }
+
+    #[test]
+    fn user_operation_sees_valid_bools() {
+        let op = UserOperation::commutative(|x: DynBuffer, y: DynBufferMut| {
+            let x = x.downcast::<bool>().unwrap();
+            for (a, b) in x.iter().zip(y.downcast::<bool>().unwrap()) {
+                *b = *a && *b;
+            }
+        });
+        let mut inout = vec![1u8, 2, 0];
+        op.combine(bool::equivalent_datatype().type_map(), 3, &[7, 1, 1], &mut inout);
+        assert_eq!(inout, [1, 1, 0], "bytes other than 0 and 1 reach the closure as true");
+    }
+
+    #[test]
+    #[should_panic(expected = "differ in count or datatype")]
+    fn reduce_local_into_refuses_buffers_of_another_layout() {
+        let mut small = [0u8; 2];
+        reduce_local_into(&[1u64, 2][..], &mut small[..], SystemOperation::sum());
     }
 }

@@ -69,6 +69,9 @@ impl Payload {
         match self {
             Payload::None => &[],
             Payload::Owned(v) => v,
+            // SAFETY: a `Raw` payload is a sender's buffer, `n` initialised bytes that the API
+            // layer keeps valid until the frame's request completes; before it may go away
+            // (`Engine::detach`), the payload is replaced by a copy.
             Payload::Raw(p, n) => unsafe { std::slice::from_raw_parts(*p, *n) },
         }
     }
@@ -282,6 +285,8 @@ impl Conn {
         for out in self.outq.iter_mut() {
             if out.done == Some(id) {
                 if let Payload::Raw(p, n) = out.payload {
+                    // SAFETY: the request is still pending (it is being detached, before its
+                    // buffer goes away), so its `n` bytes at `p` are still valid.
                     let copy = crate::pool::copy_of(unsafe { std::slice::from_raw_parts(p, n) });
                     out.payload = Payload::Owned(copy);
                 }
@@ -430,6 +435,12 @@ impl Conn {
 
     /// Moves rendez-vous data to its destination: first what the read buffer holds, then
     /// straight from the socket. Returns bytes moved (0: would block).
+    ///
+    /// Unless `discard`, `ptr` is the destination of the whole stream, valid for writes of
+    /// its `total` bytes (the status's length): a receive buffer of at least that capacity
+    /// (`Engine::begin_stream`; valid until the receive completes or is detached, which turns
+    /// the stream into `discard`), or an owned staging vector of that length. `left` counts
+    /// the bytes still to come, which go to offsets `total - left..total`.
     pub fn fill_stream(&mut self, ptr: *mut u8, left: &mut usize, discard: bool) -> Result<usize, ConnError> {
         if self.sec.is_some() {
             // Sealed: through the read buffer, record by record.
@@ -439,6 +450,8 @@ impl Conn {
                 if buffered > 0 {
                     if !discard {
                         let off = self.stream_offset(*left);
+                        // SAFETY: see `fill_stream`: bytes `off..off + buffered` of the stream's
+                        // destination (`buffered <= left`), from this connection's read buffer.
                         unsafe {
                             std::ptr::copy_nonoverlapping(self.rbuf[self.rpos..].as_ptr(), ptr.add(off), buffered)
                         };
@@ -462,6 +475,7 @@ impl Conn {
         if buffered > 0 {
             if !discard {
                 let off = self.stream_offset(*left);
+                // SAFETY: see above: bytes `off..off + buffered` of the destination.
                 unsafe { std::ptr::copy_nonoverlapping(self.rbuf[self.rpos..].as_ptr(), ptr.add(off), buffered) };
             }
             self.rpos += buffered;
@@ -474,6 +488,8 @@ impl Conn {
                 self.stream.read(&mut self.rbuf[..n])
             } else {
                 let off = self.stream_offset(*left);
+                // SAFETY: see above: the last `left` bytes of the destination, `off..total`;
+                // the slice lives for this read only.
                 let dst = unsafe { std::slice::from_raw_parts_mut(ptr.add(off), *left) };
                 self.stream.read(dst)
             };

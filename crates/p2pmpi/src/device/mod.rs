@@ -137,6 +137,34 @@ struct RndvSend {
     len: usize,
 }
 
+/// The data of an eager message that arrived whole: borrowed (from a read buffer, or a local
+/// sender's memory), or a copy the caller already owns, kept rather than copied again.
+enum Eager<'d> {
+    Borrowed(&'d [u8]),
+    Owned(Vec<u8>),
+}
+
+impl Eager<'_> {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Eager::Borrowed(b) => b,
+            Eager::Owned(v) => v,
+        }
+    }
+    fn into_owned(self) -> Vec<u8> {
+        match self {
+            Eager::Borrowed(b) => crate::pool::copy_of(b),
+            Eager::Owned(v) => v,
+        }
+    }
+    /// Done with it: an owned copy goes back to the pool.
+    fn give(self) {
+        if let Eager::Owned(v) = self {
+            crate::pool::give(v);
+        }
+    }
+}
+
 /// The state of one process's device.
 pub(crate) struct Engine {
     pub rank: i32,
@@ -183,8 +211,10 @@ pub(crate) struct Engine {
     unread: Vec<usize>,
 }
 
-// The raw pointers inside are buffers the API layer guarantees to outlive their requests;
-// the engine is only ever used behind the global lock.
+// SAFETY: the raw pointers inside are the buffers of requests (and payloads queued by
+// reference), which the API layer keeps valid until each request completes or is detached
+// (see `isend`, `irecv`), whichever thread that happens on; they are not tied to the thread
+// that made them. The engine is only ever used behind the global lock, one thread at a time.
 unsafe impl Send for Engine {}
 
 impl Engine {
@@ -423,7 +453,13 @@ impl Engine {
             return Err(e.clone());
         }
         let seq = self.matcher.next_send_seq(comm, dst, tag);
-        let data = if len == 0 { &[][..] } else { unsafe { std::slice::from_raw_parts(ptr, len) } };
+        let data = if len == 0 {
+            &[][..]
+        } else {
+            // SAFETY: this function's contract: `len` initialised bytes at `ptr`, readable until
+            // the request completes (and so during this call); the slice does not outlive it.
+            unsafe { std::slice::from_raw_parts(ptr, len) }
+        };
         if dst == self.rank {
             self.deliver_local(comm, tag, seq, data);
             let st = StatusInfo { source: dst, tag, len: len as u64, cancelled: false };
@@ -459,22 +495,20 @@ impl Engine {
     /// A message to this very process: matched (and copied) at once or queued.
     fn deliver_local(&mut self, comm: u32, tag: i32, seq: u64, data: &[u8]) {
         let env = Envelope { comm, src: self.rank, tag, seq, len: data.len() as u64 };
-        self.accept_eager(env, data, None, false);
+        self.accept_eager(env, Eager::Borrowed(data), false);
     }
 
     /// An eager message arrived whole: matched, queued, dropped as a duplicate or kept
-    /// until its turn. `owned` is the data when the caller already holds a copy.
-    fn accept_eager(&mut self, env: Envelope, data: &[u8], owned: Option<Vec<u8>>, sync: bool) {
+    /// until its turn.
+    fn accept_eager(&mut self, env: Envelope, data: Eager<'_>, sync: bool) {
         match self.matcher.arrive(&env) {
             Arrival::Matched(r) => {
                 self.traced(&env);
                 if sync {
                     self.ack_sync(&env);
                 }
-                self.fill(r, &env, data);
-                if let Some(v) = owned {
-                    crate::pool::give(v);
-                }
+                self.fill(r, &env, data.bytes());
+                data.give();
             }
             Arrival::Unmatched => {
                 self.traced(&env);
@@ -484,13 +518,10 @@ impl Engine {
                         rp.ep.sync_unmatched(env_mid(&env, me));
                     }
                 }
-                let v = owned.unwrap_or_else(|| crate::pool::copy_of(data));
-                self.matcher.enqueue(env, Body::Eager(v));
+                self.matcher.enqueue(env, Body::Eager(data.into_owned()));
             }
             Arrival::Duplicate => {
-                if let Some(v) = owned {
-                    crate::pool::give(v);
-                }
+                data.give();
                 let me = self.rank;
                 if let Some(rp) = self.repl.as_mut() {
                     // A new master resending a synchronous message waits for an
@@ -500,7 +531,7 @@ impl Engine {
                 return;
             }
             Arrival::Early => {
-                let v = owned.unwrap_or_else(|| crate::pool::copy_of(data));
+                let v = data.into_owned();
                 let me = self.rank;
                 if let Some(rp) = self.repl.as_mut() {
                     let now = rp.now();
@@ -571,11 +602,7 @@ impl Engine {
                 continue;
             }
             let env = Envelope { comm, src, tag, seq: mid.seq, len: data.len() as u64 };
-            let ptr = data.as_ptr();
-            let n = data.len();
-            // SAFETY: `accept_eager` keeps or frees `data`; the slice lives as long as it does.
-            let view = unsafe { std::slice::from_raw_parts(ptr, n) };
-            self.accept_eager(env, view, Some(data), sync);
+            self.accept_eager(env, Eager::Owned(data), sync);
         }
     }
 
@@ -600,6 +627,9 @@ impl Engine {
             Err(Error::Truncated { from_rank: env.src, tag: env.tag, message_bytes: env.len, buffer_bytes: req.cap })
         } else {
             if !data.is_empty() {
+                // SAFETY: `req.ptr` is valid for writes of `req.cap >= data.len()` bytes until
+                // the request completes (`irecv`'s contract; it completes just below), and
+                // `data` is the device's or a sender's memory, not the receive buffer.
                 unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), req.ptr, data.len()) };
             }
             Ok(StatusInfo { source: env.src, tag: env.tag, len: env.len, cancelled: false })
@@ -774,7 +804,9 @@ impl Engine {
 
     // ----------------------------------------------------------------- receiving
 
-    /// Posts a receive into `cap` bytes at `ptr` (valid until the request completes).
+    /// Posts a receive into `cap` bytes at `ptr`, which must stay valid for writes, and used
+    /// by nothing else, until the request completes or is detached ([`Self::detach`]); any
+    /// byte values must be valid there.
     pub fn irecv(&mut self, pat: Pattern, ptr: *mut u8, cap: usize) -> Result<ReqId> {
         if let Some(s) = pat.src {
             self.check_rank(s)?;
@@ -855,7 +887,8 @@ impl Engine {
         self.matcher.take(pat).map(|(env, body)| Matched { env, body })
     }
 
-    /// Receives a message taken by [`Self::mprobe`].
+    /// Receives a message taken by [`Self::mprobe`] into `cap` bytes at `ptr` (as in
+    /// [`Self::irecv`]).
     pub fn mrecv(&mut self, m: Matched, ptr: *mut u8, cap: usize) -> ReqId {
         let r = self.new_req(ptr, cap, ReqState::Pending);
         self.consume(r, m.env, m.body);
@@ -1047,10 +1080,8 @@ impl Engine {
                             if let Some((env, data)) = conn.stream_unexpected.take() {
                                 conn.stream_status = None;
                                 if std::mem::take(&mut conn.arrive_when_complete) {
-                                    let ptr = data.as_ptr();
-                                    let view = unsafe { std::slice::from_raw_parts(ptr, data.len()) };
                                     let sync = std::mem::take(&mut conn.stream_sync);
-                                    self.accept_eager(env, view, Some(data), sync);
+                                    self.accept_eager(env, Eager::Owned(data), sync);
                                 } else if let Some((r, Body::Eager(data))) =
                                     self.matcher.deliver_late(env, Body::Eager(data))
                                 {
@@ -1235,7 +1266,7 @@ impl Engine {
             FrameKind::Eager if self.repl.is_some() => {
                 let env = Envelope { comm: mid.comm, src: peer, tag: mid.tag, seq: mid.seq, len: h.len };
                 let sync = h.flags & p2pmpi_wire::frame::flags::SYNCHRONOUS != 0;
-                self.accept_eager(env, &conn.rbuf[payload], None, sync);
+                self.accept_eager(env, Eager::Borrowed(&conn.rbuf[payload]), sync);
             }
             FrameKind::Eager => {
                 let env = Envelope { comm: mid.comm, src: peer, tag: mid.tag, seq: mid.seq, len: h.len };

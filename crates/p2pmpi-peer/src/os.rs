@@ -1,0 +1,98 @@
+//! The operating-system calls about processes that std does not offer, each behind a safe
+//! function: signals, the effective user, the host name, and how a child is started (in a
+//! session of its own, or bound to die with its parent). The daemons and the command-line
+//! tools (which forbid `unsafe` code) use these.
+
+use std::io;
+use std::process::Command;
+
+/// Sends signal `sig` to process `pid` (`kill(2)`); signal 0 only checks that the process
+/// exists and may be signalled. A `pid` of 0 or above `i32::MAX` is refused: as a `pid_t` it
+/// would name a process group, or every process (-1), instead of one process.
+pub fn signal(pid: u32, sig: i32) -> io::Result<()> {
+    let pid = match i32::try_from(pid) {
+        Ok(p) if p > 0 => p,
+        _ => return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("{pid} is not a process id"))),
+    };
+    // SAFETY: kill takes two integers and no pointer, so it cannot touch this process's
+    // memory; whatever `sig` makes the target do is the caller's intent, not undefined
+    // behaviour.
+    if unsafe { libc::kill(pid, sig) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Whether this process runs with the effective user id of root.
+pub fn is_root() -> bool {
+    // SAFETY: geteuid takes no argument and always succeeds.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// This host's name (`gethostname(2)`), or `localhost` if it cannot be read.
+pub fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: gethostname writes at most `buf.len()` bytes into `buf`, which outlives the call.
+    let r = unsafe { libc::gethostname(buf.as_mut_ptr() as *mut libc::c_char, buf.len()) };
+    if r != 0 {
+        return "localhost".into();
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
+/// Makes the child that `cmd` starts lead a new session (`setsid(2)`): no controlling
+/// terminal, so that a daemon survives the end of the shell that started it.
+pub fn new_session(cmd: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs in the forked child, before exec, where only
+    // async-signal-safe calls may be made: it makes one, setsid, which takes no argument,
+    // and allocates nothing. (It can only fail for a process group leader, which a freshly
+    // forked child is not.)
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        });
+    }
+}
+
+/// Makes the child that `cmd` starts get SIGKILL when its parent ends (`PR_SET_PDEATHSIG`;
+/// for the kernel the parent is the thread that spawns it): no orphan process outlives the
+/// daemon or launcher that started it.
+pub fn die_with_parent(cmd: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs in the forked child, before exec: prctl is async-signal-safe
+    // and takes integers only, and reading errno for the error allocates nothing.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn signals_go_to_one_process_only() {
+        assert!(signal(std::process::id(), 0).is_ok(), "this process exists");
+        for pid in [0, u32::MAX, i32::MAX as u32 + 1] {
+            assert_eq!(signal(pid, 0).unwrap_err().kind(), io::ErrorKind::InvalidInput, "pid {pid}");
+        }
+    }
+
+    #[test]
+    fn children_start_with_the_settings() {
+        let mut cmd = Command::new("true");
+        new_session(&mut cmd);
+        die_with_parent(&mut cmd);
+        assert!(cmd.status().unwrap().success());
+        assert!(!hostname().is_empty());
+    }
+}
