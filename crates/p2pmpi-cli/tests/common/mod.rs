@@ -3,6 +3,8 @@
 #![allow(dead_code)]
 
 pub mod grid;
+pub mod job;
+pub mod netns;
 
 use std::io::Read;
 use std::path::PathBuf;
