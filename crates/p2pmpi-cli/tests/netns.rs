@@ -183,3 +183,285 @@ fn namespaces_are_removed_on_drop_with_their_processes_even_after_a_panic() {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     assert!(stat.is_empty() || stat.split_whitespace().nth(2) == Some("Z"), "sleep {pid} still runs: {stat}");
 }
+
+// ------------------------------------------------------------------------------ grids
+
+use common::job::Job;
+use common::netns::NsGrid;
+use common::{env_of, example};
+
+/// T_gossip of the fast detector, ms.
+const TG: u64 = 100;
+/// Detection bound for 8 processes with DBRR (as in tests/detection.rs): T_cleanup =
+/// 3⌈log2 8⌉·T_gossip = 900 ms, plus the ping time (one T_gossip), T_MAX_HANG = 0.
+const BOUND_MS: u128 = 3 * 3 * TG as u128 + TG as u128;
+/// The earliest a failure can be confirmed: T_cleanup less the round the victim was in.
+const MIN_MS: u128 = 3 * 3 * TG as u128 - TG as u128;
+/// Slack for a loaded 2-core machine (see tests/detection.rs).
+const SLACK_MS: u128 = 600;
+/// How long the launcher waits for the end of processes it stopped before it gives up on
+/// those whose host does not answer (`STOP_CONFIRM` in the launcher), ms.
+const STOP_CONFIRM_MS: u128 = 5000;
+/// Then the submitter's peer daemon releases the reservation, also on the host it cannot
+/// reach: it gives up connecting there after its connection time-out (2 s), ms.
+const RELEASE_MS: u128 = 2000;
+
+fn fd_args() -> [String; 6] {
+    ["--fd", "DBRR", "--t-gossip", &TG.to_string(), "--t-max-hang", "0"].map(String::from)
+}
+
+const PEERS: [&str; 6] = ["a1", "a2", "a3", "a4", "b1", "b2"];
+
+/// Site a: the supernode and four peers; site b, behind NAT: two peers. Every peer runs at
+/// most 2 processes of a job; the grid is started and a1 (the submitter) sees the other
+/// peers of site a alive, those of site b dead (it cannot reach them).
+fn topology(tag: &str) -> Netns {
+    Netns::new(tag, &[Site::open(&["sn", "a1", "a2", "a3", "a4"]), Site::nat(&["b1", "b2"])])
+}
+
+fn grid(net: &Netns) -> NsGrid<'_> {
+    let g = NsGrid::start(net, "sn", &PEERS, 2, &[]);
+    g.wait_hosts("a1", &["a2", "a3", "a4"], &["b1", "b2"]);
+    g
+}
+
+/// Waits (at most `limit`) until no process runs in the topology's namespaces but the grid's
+/// daemons; returns what is left (pid, command line) otherwise.
+fn leftovers(g: &NsGrid, limit: Duration) -> Vec<(u32, String)> {
+    let daemons = g.daemon_pids();
+    let deadline = Instant::now() + limit;
+    loop {
+        let left: Vec<(u32, String)> = g
+            .net
+            .namespaces()
+            .iter()
+            .flat_map(|ns| common::netns::pids_in(ns))
+            .filter(|p| !daemons.contains(p))
+            .filter_map(|p| {
+                let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).ok()?;
+                let cmd = std::fs::read(format!("/proc/{p}/cmdline")).ok()?;
+                (stat.split_whitespace().nth(2) != Some("Z"))
+                    .then(|| (p, String::from_utf8_lossy(&cmd).replace('\0', " ")))
+            })
+            .collect();
+        if left.is_empty() || Instant::now() >= deadline {
+            return left;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The processes of a job (those carrying `P2PMPI_RANK` in their environment) that run in
+/// the topology: slot → (pid, the address they bind to).
+fn job_processes(g: &NsGrid) -> std::collections::BTreeMap<usize, (u32, String)> {
+    g.net
+        .namespaces()
+        .iter()
+        .flat_map(|ns| common::netns::pids_in(ns))
+        .filter_map(|p| {
+            let slot = env_of(p, "P2PMPI_RANK")?.parse().ok()?;
+            Some((slot, (p, env_of(p, "P2PMPI_BIND")?)))
+        })
+        .collect()
+}
+
+#[test]
+fn a_peer_cut_off_mid_job_stops_an_unreplicated_job_naming_its_rank_within_the_bound() {
+    if skip() {
+        return;
+    }
+    let net = topology("stop");
+    let g = grid(&net);
+    let mut cmd = g.p2pmpirun("a1");
+    cmd.args(["-n", "8"]).args(fd_args()).arg(example("fdwatch")).args(["--hold", "30000"]);
+    let job = Job::spawn(&mut cmd);
+    let ready = job.ready(8, Duration::from_secs(60));
+    let hosts: std::collections::BTreeSet<String> = ready.iter().map(|(_, h)| g.host_of(h)).collect();
+    assert_eq!(hosts.len(), 4, "two processes on every peer of site a: {ready:?}");
+    // The host of rank 7, not the submitter's: its ranks are lost with it.
+    let victim = g.host_of(&ready[7].1);
+    assert_ne!(victim, "a1");
+    let victims: Vec<usize> = (0..8).filter(|&r| g.host_of(&ready[r].1) == victim).collect();
+    // Past the start-up grace (a process never heard of is given it; see tests/detection.rs).
+    std::thread::sleep(Duration::from_millis(8 * TG));
+    let at = Instant::now();
+    net.link_down(&victim);
+    let line = job.wait_for(Duration::from_secs(10), "the failure report", |lines| {
+        lines.iter().find(|l| l.text.starts_with("p2pmpirun: rank ") && l.text.contains(" failed: ")).cloned()
+    });
+    let detected = (line.at - at).as_millis();
+    let (code, text) = job.finish(Duration::from_secs(30));
+    let ended = at.elapsed().as_millis();
+    eprintln!("{victim} cut off: rank failure reported after {detected} ms, the job ended after {ended} ms:\n{text}");
+    assert_eq!(code, 1, "{text}");
+    let named: usize = line.text["p2pmpirun: rank ".len()..].split_whitespace().next().unwrap().parse().unwrap();
+    assert!(victims.contains(&named), "the report names rank {named}, not one of {victims:?} on {victim}:\n{text}");
+    assert!(line.text.contains("no heartbeat") && line.text.contains("stopping the other processes"), "{text}");
+    assert!(detected >= MIN_MS, "reported after only {detected} ms: not the detector's doing?\n{text}");
+    assert!(detected <= BOUND_MS + SLACK_MS, "reported {detected} ms after the cut (bound {BOUND_MS} ms):\n{text}");
+    // The launcher gives up on the processes of the host it cannot reach, naming them.
+    for r in &victims {
+        assert!(
+            text.lines()
+                .any(|l| l.contains(&format!("rank {r} (pid {})", ready[*r].0)) && l.contains("did not confirm")),
+            "rank {r}'s end is not reported unconfirmed:\n{text}"
+        );
+    }
+    // Nothing hangs: the launcher gives up on what it cannot reach, releases, and ends.
+    assert!(
+        ended <= detected + STOP_CONFIRM_MS + RELEASE_MS + SLACK_MS * 5,
+        "the job ended {ended} ms after the cut, {detected} ms after the report:\n{text}"
+    );
+    // Nothing is left behind, on any host: the cut-off host's processes stopped by themselves
+    // (their own detectors saw every other process fail).
+    let left = leftovers(&g, Duration::from_secs(10));
+    assert!(left.is_empty(), "left behind with the link still down: {left:?}\n{text}");
+    // Plugged back in, the peer is seen alive again by the submitter.
+    net.link_up(&victim);
+    g.wait_hosts("a1", &["a2", "a3", "a4"], &[]);
+}
+
+#[test]
+fn with_replicas_a_peer_cut_off_mid_job_is_survived_and_the_output_is_the_fault_free_one() {
+    if skip() {
+        return;
+    }
+    let args = ["iterate", "200", "25"];
+    // The fault-free output (the program is deterministic), computed meanwhile on this host.
+    let reference = {
+        let prog = example("replcheck");
+        std::thread::spawn(move || {
+            let mut a = vec!["--local", "-n", "3", prog.to_str().unwrap()];
+            a.extend_from_slice(&args);
+            common::run(&a, Duration::from_secs(60))
+        })
+    };
+    let net = topology("repl");
+    let g = grid(&net);
+    let mut cmd = g.p2pmpirun("a1");
+    cmd.args(["-n", "3", "-r", "2"]).args(fd_args()).arg(example("replcheck")).args(args);
+    let job = Job::spawn(&mut cmd);
+    let procs = {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let p = job_processes(&g);
+            if p.len() == 6 {
+                break p;
+            }
+            assert!(Instant::now() < deadline, "6 processes not started within 60 s: {p:?}\n{}", job.text());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    let host_of = |slot: usize| g.host_of(&procs[&slot].1);
+    // Replicas of a rank run on distinct peers (slot 2k + j is rank k's replica j).
+    for k in 0..3 {
+        assert_ne!(host_of(2 * k), host_of(2 * k + 1), "rank {k}'s replicas share a host: {procs:?}");
+    }
+    // The peer (not the submitter) that runs the most processes; it takes them all down.
+    let mut counts: Vec<(usize, String)> =
+        ["a2", "a3", "a4"].iter().map(|h| ((0..6).filter(|&s| host_of(s) == *h).count(), h.to_string())).collect();
+    counts.sort();
+    let (_, victim) = counts.pop().unwrap();
+    let lost: Vec<usize> = (0..6).filter(|&s| host_of(s) == victim).collect();
+    assert!(!lost.is_empty());
+    // Well into the job (rank 0 prints every 10 steps).
+    job.wait_for(Duration::from_secs(30), "step 19", |l| l.iter().find(|l| l.text.starts_with("step 19:")).map(|_| ()));
+    let at = Instant::now();
+    net.link_down(&victim);
+    let who = |s: usize| format!("rank {} replica {}", s / 2, s % 2);
+    // Each lost replica is reported, and its rank goes on.
+    let reports: Vec<u128> = lost
+        .iter()
+        .map(|&s| {
+            let line = job.wait_for(Duration::from_secs(10), &format!("the report of {}", who(s)), |lines| {
+                lines.iter().find(|l| l.text.contains(&format!("{} failed", who(s)))).cloned()
+            });
+            assert!(line.text.contains(&format!("rank {} goes on with 1 replica(s)", s / 2)), "{}", line.text);
+            (line.at - at).as_millis()
+        })
+        .collect();
+    let checksum = job.wait_for(Duration::from_secs(60), "the checksum", |lines| {
+        lines.iter().find(|l| l.text.starts_with("checksum ")).map(|l| l.at)
+    });
+    let common::job::Ended { code, text, stdout } = job.end(Duration::from_secs(30));
+    let ended = at.elapsed();
+    let after_checksum = checksum.elapsed();
+    let reference = reference.join().unwrap();
+    reference.assert_ok();
+    eprintln!(
+        "{victim} (slots {lost:?}) cut off: reported after {reports:?} ms; the job ended {ended:?} later, \
+         {after_checksum:?} after the checksum:\n{text}"
+    );
+    assert_eq!(code, 0, "{text}");
+    assert_eq!(stdout, reference.stdout, "output differs from the fault-free run:\n{text}");
+    for (&s, &t) in lost.iter().zip(&reports) {
+        assert!(t <= BOUND_MS + SLACK_MS, "{} reported {t} ms after the cut (bound {BOUND_MS} ms):\n{text}", who(s));
+        assert!(
+            text.lines()
+                .any(|l| l.contains(&format!("{} (pid {})", who(s), procs[&s].0)) && l.contains("did not confirm")),
+            "{}'s end is not reported unconfirmed:\n{text}",
+            who(s)
+        );
+    }
+    // Nothing hangs: once its output is complete, the job ends as soon as the launcher gave
+    // up on the processes it cannot reach.
+    assert!(
+        after_checksum.as_millis() <= STOP_CONFIRM_MS + RELEASE_MS + SLACK_MS * 5,
+        "the job ended {after_checksum:?} after its last output:\n{text}"
+    );
+    let left = leftovers(&g, Duration::from_secs(10));
+    assert!(left.is_empty(), "left behind with the link still down: {left:?}\n{text}");
+    net.link_up(&victim);
+}
+
+#[test]
+fn a_job_submitted_from_behind_nat_stops_at_start_up_naming_the_ranks_that_cannot_reach_it() {
+    if skip() {
+        return;
+    }
+    let net = topology("natjob");
+    let g = grid(&net);
+    // Behind NAT, b1 reaches every peer (the others of site a see it dead: above).
+    g.wait_hosts("b1", &["a1", "a2", "a3", "a4", "b2"], &[]);
+    // From site a, the NAT site's peers are never asked: 10 processes do not fit in site a.
+    let out = g.on("a1", "p2pmpirun", &["-n", "10", "-w", "1", example("fdwatch").to_str().unwrap()]);
+    assert!(!out.status.success(), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("not enough peers")
+            && out.stderr.contains("4 host(s) accepted")
+            && out.stderr.contains("0 did not answer"),
+        "{}",
+        out.stderr
+    );
+    // From b1: reservation, staging and launch go out of the NAT site and work; the processes
+    // placed in site a cannot connect back to the launcher (the root's control port is behind
+    // the NAT), and the start-up times out naming them.
+    let mut cmd = g.p2pmpirun("b1");
+    cmd.args(["-n", "8", "--startup-timeout", "5"]).args(fd_args()).arg(example("fdwatch"));
+    let job = Job::spawn(&mut cmd);
+    let procs = {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let p = job_processes(&g);
+            if p.len() == 8 {
+                break p;
+            }
+            assert!(Instant::now() < deadline, "8 processes not started within 60 s: {p:?}\n{}", job.text());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    let launched = Instant::now();
+    let outside: Vec<usize> = procs.iter().filter(|(_, (_, ip))| ip.starts_with("10.0.1.")).map(|(s, _)| *s).collect();
+    assert!(!outside.is_empty() && outside.len() < 8, "placement: {procs:?}");
+    let (code, text) = job.finish(Duration::from_secs(60));
+    eprintln!("the NAT-spanning job ended {:?} after its processes started:\n{text}", launched.elapsed());
+    assert_eq!(code, 1, "{text}");
+    let list = outside.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(", ");
+    assert!(
+        text.contains(&format!("start-up timed out after 5 s: rank(s) {list} never initialized MPI")),
+        "the error should name exactly the ranks outside the NAT site ({list}):\n{text}"
+    );
+    assert!(launched.elapsed() < Duration::from_secs(5 + 10), "{text}");
+    let left = leftovers(&g, Duration::from_secs(10));
+    assert!(left.is_empty(), "left behind: {left:?}\n{text}");
+}

@@ -16,6 +16,15 @@ pub struct Line {
     pub text: String,
 }
 
+/// How a job ended.
+pub struct Ended {
+    /// Its exit code; -1 if a signal killed it.
+    pub code: i32,
+    /// Its whole output, standard output and error interleaved as they came.
+    pub text: String,
+    pub stdout: String,
+}
+
 pub struct Job {
     child: Child,
     out: Arc<Mutex<Vec<Line>>>,
@@ -94,7 +103,13 @@ impl Job {
 
     /// Waits (at most `limit`) for the job to end: its exit code (-1 if killed by a signal)
     /// and whole output. A job still running then is killed and the test fails.
-    pub fn finish(mut self, limit: Duration) -> (i32, String) {
+    pub fn finish(self, limit: Duration) -> (i32, String) {
+        let e = self.end(limit);
+        (e.code, e.text)
+    }
+
+    /// [`Job::finish`], with standard output apart.
+    pub fn end(mut self, limit: Duration) -> Ended {
         let st = wait_bounded(&mut self.child, limit);
         if st.is_none() {
             let _ = self.child.kill();
@@ -105,7 +120,7 @@ impl Job {
         }
         let text = self.text();
         let st = st.unwrap_or_else(|| panic!("the job did not end within {limit:?}; output:\n{text}"));
-        (st.code().unwrap_or(-1), text)
+        Ended { code: st.code().unwrap_or(-1), text, stdout: self.stdout() }
     }
 }
 
