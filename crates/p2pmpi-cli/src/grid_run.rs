@@ -527,7 +527,7 @@ pub fn run(name: &str, opts: &RunArgs, n: usize, grid: Grid) -> Result<i32> {
                 let (reader, writer) = conn.split();
                 remotes.push(Arc::new(Mutex::new(writer)));
                 let follow = Follow { peer: p.info.id.clone(), slots: ranks.clone(), layout, output: output.clone() };
-                readers.push(follow_remote(reader, first, follow, tx.clone()));
+                readers.push((ranks.clone(), follow_remote(reader, first, follow, tx.clone())));
             }
             watch::Outcome::Failed(e) => lost(format!("cannot launch on host {}: {e:#}", p.info.id)),
             watch::Outcome::Unresponsive(why) => {
@@ -604,7 +604,12 @@ pub fn run(name: &str, opts: &RunArgs, n: usize, grid: Grid) -> Result<i32> {
     for p in pumps {
         let _ = p.join();
     }
-    for r in readers {
+    for (slots, r) in readers {
+        // A host that never confirmed the end of its processes (cut off by the network): its
+        // connection carries nothing, its reader is left to end with this process.
+        if slots.iter().any(|&s| states[s as usize].unconfirmed) {
+            continue;
+        }
         let _ = r.join();
     }
     let _ = mpd::call(Some(me), grid.state.mpd_addr(), &grid.secret, &MpdRequest::Retire { job, rank: 0 });

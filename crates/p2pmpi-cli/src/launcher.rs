@@ -53,6 +53,13 @@ const ROOT_CAUSE_GRACE: Duration = Duration::from_millis(500);
 /// output is already shown and no process needs them any more).
 const REDUNDANT_GRACE: Duration = Duration::from_secs(1);
 
+/// Once the job was stopped, how long the end of its processes is waited for. A process on
+/// a host cut off by the network never confirms it: its peer daemon's connection carries
+/// nothing, and no error comes until TCP gives up retransmitting the stop (about 15 minutes
+/// with Linux's defaults). Past this, the launcher gives up on it, says so, and ends. The
+/// stop sends SIGKILL after 1 s.
+pub(crate) const STOP_CONFIRM: Duration = Duration::from_secs(5);
+
 /// Options of `p2pmpirun`.
 #[derive(Parser, Debug)]
 #[command(about = "Run an MPI program on N processes", override_usage = "p2pmpirun -n N [OPTIONS] PROGRAM [ARGS...]")]
@@ -276,6 +283,8 @@ pub(crate) struct RankState {
     judged: bool,
     /// It stopped because it lost another rank: its exit is a consequence, not a cause.
     lost_peer: Option<u32>,
+    /// Its end was never confirmed ([`STOP_CONFIRM`]): it may still run, out of reach.
+    pub(crate) unconfirmed: bool,
 }
 
 /// The writing half of a process's control connection, shared by the event loop and the
@@ -611,7 +620,15 @@ impl Replicas<'_> {
 pub(crate) fn event_loop(name: &str, job: &Job, rx: &Receiver<Event>, states: &mut [RankState]) -> i32 {
     let layout = job.layout;
     let n = layout.slots();
-    let (stop_all, startup_timeout, fd) = (job.stop_all, job.startup_timeout, job.fd);
+    let (startup_timeout, fd) = (job.startup_timeout, job.fd);
+    // When the job was first told to stop: its processes' ends are awaited for STOP_CONFIRM.
+    let stopped_at: std::cell::Cell<Option<Instant>> = std::cell::Cell::new(None);
+    let stop_all = || {
+        if stopped_at.get().is_none() {
+            stopped_at.set(Some(Instant::now()));
+        }
+        (job.stop_all)();
+    };
     let replicated = layout.slots() > layout.n;
     let who = |slot: usize| who(layout, slot);
     let mut rep = Replicas { layout, fencing: &job.fencing, conns: HashMap::new() };
@@ -633,6 +650,24 @@ pub(crate) fn event_loop(name: &str, job: &Job, rx: &Receiver<Event>, states: &m
     // a process's last word (Finalized, Abort) may be read after its exit was seen.
     let mut close_deadline: Option<Instant> = None;
     loop {
+        if exited < n && stopped_at.get().is_some_and(|t| t.elapsed() >= STOP_CONFIRM) {
+            let unconfirmed: Vec<usize> = (0..n).filter(|&s| states[s].exit.is_none()).collect();
+            for slot in unconfirmed {
+                eprintln!(
+                    "{name}: warning: {} (pid {}) did not confirm its end within {} s of being stopped (is its host \
+                     cut off?); giving up on it: it may still run there",
+                    who(slot),
+                    states[slot].pid,
+                    STOP_CONFIRM.as_secs()
+                );
+                let s = &mut states[slot];
+                s.exit = Some(ExitStatus::from_raw(libc::SIGKILL));
+                s.ctrl_closed = true;
+                s.judged = true;
+                s.unconfirmed = true;
+                exited += 1;
+            }
+        }
         if exited >= n {
             let unread = |s: &RankState| s.exit.is_some() && s.registered && !s.ctrl_closed && !s.judged;
             if !states.iter().any(unread) {

@@ -30,6 +30,20 @@ pub fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
+/// Moves the calling thread into the network namespace `ns` (an open `/var/run/netns/NAME`
+/// or `/proc/PID/ns/net`, `setns(2)`): the sockets it opens from then on live there. For test
+/// harnesses and tools that place peers in namespaces; needs root.
+pub fn enter_netns(ns: &std::fs::File) -> io::Result<()> {
+    use std::os::unix::io::AsRawFd;
+    // SAFETY: setns takes a descriptor, which `ns` keeps open for the call, and a flag; it
+    // reads no memory of this process and changes only this thread's network namespace.
+    if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 /// This host's name (`gethostname(2)`), or `localhost` if it cannot be read.
 pub fn hostname() -> String {
     let mut buf = [0u8; 256];

@@ -18,6 +18,7 @@ pub fn bin(name: &str) -> PathBuf {
         "mpihalt" => env!("CARGO_BIN_EXE_mpihalt").into(),
         "mpihost" => env!("CARGO_BIN_EXE_mpihost").into(),
         "mpistat" => env!("CARGO_BIN_EXE_mpistat").into(),
+        "runSupernode" => env!("CARGO_BIN_EXE_runSupernode").into(),
         "stopSupernode" => env!("CARGO_BIN_EXE_stopSupernode").into(),
         "supernode_stat" => env!("CARGO_BIN_EXE_supernode_stat").into(),
         other => panic!("no binary {other}"),

@@ -3,6 +3,8 @@
 #![allow(dead_code)]
 
 pub mod grid;
+pub mod job;
+pub mod netns;
 
 use std::io::Read;
 use std::path::PathBuf;
@@ -145,4 +147,13 @@ pub fn wait_no_processes(needle: &str, limit: Duration) -> Vec<u32> {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// The value of `key` in the environment of live process `pid`.
+pub fn env_of(pid: u32, key: &str) -> Option<String> {
+    let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    let prefix = format!("{key}=");
+    env.split(|&b| b == 0)
+        .filter_map(|kv| std::str::from_utf8(kv).ok())
+        .find_map(|kv| kv.strip_prefix(prefix.as_str()).map(str::to_string))
 }
