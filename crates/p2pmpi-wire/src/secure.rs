@@ -238,6 +238,14 @@ pub struct SecureWriter {
 /// The receiving half of a connection.
 pub struct SecureReader {
     stream: TcpStream,
+    records: RecordReader,
+}
+
+/// The record layer of one receiving direction: reads frames from a byte stream, decrypts
+/// and authenticates them in order (the nonce counts them), reassembles the chunks of a record,
+/// bounds its length and decodes it. Kept apart from the socket so that the same code also
+/// runs over an in-memory stream (the `secure_records` fuzz target).
+pub struct RecordReader {
     noise: Arc<Mutex<StatelessTransportState>>,
     nonce: u64,
     max_record: usize,
@@ -328,14 +336,7 @@ impl SecureConn {
         stream.set_write_timeout(Some(Duration::from_secs(30)))?;
         let rstream = stream.try_clone()?;
         Ok(SecureConn {
-            reader: SecureReader {
-                stream: rstream,
-                noise: noise.clone(),
-                nonce: 0,
-                max_record: DEFAULT_MAX_RECORD,
-                frame: Vec::new(),
-                plain: Vec::new(),
-            },
+            reader: SecureReader { stream: rstream, records: RecordReader::new(noise.clone()) },
             writer: SecureWriter { stream, noise, nonce: 0, out: vec![0u8; MAX_NOISE] },
         })
     }
@@ -363,7 +364,7 @@ impl SecureConn {
 
     /// Largest record accepted from the other side.
     pub fn set_max_record(&mut self, n: usize) {
-        self.reader.max_record = n;
+        self.reader.set_max_record(n);
     }
 
     pub fn peer_addr(&self) -> io::Result<SocketAddr> {
@@ -411,8 +412,38 @@ impl SecureWriter {
 }
 
 impl SecureReader {
-    fn read_chunk(&mut self) -> Result<Option<usize>, SecureError> {
-        let Some(n) = read_frame(&mut self.stream, &mut self.frame)? else { return Ok(None) };
+    /// Receives one record; `Ok(None)` when the other side closed the connection cleanly.
+    pub fn recv<T: DeserializeOwned>(&mut self) -> Result<Option<T>, SecureError> {
+        self.records.recv(&mut self.stream)
+    }
+
+    /// Read time-out for the next receives (`None`: wait forever).
+    pub fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+        self.stream.set_read_timeout(t)
+    }
+
+    /// Largest record accepted from the other side.
+    pub fn set_max_record(&mut self, n: usize) {
+        self.records.max_record = n;
+    }
+
+    /// Fuzzing only (feature `fuzzing`): a record layer for this connection's incoming
+    /// direction as it was right after the handshake (same keys and limit, first nonce, empty
+    /// buffers), to be fed from memory; the connection itself is untouched. Restarting the
+    /// nonce would accept replayed records, which is why product builds do not have it.
+    #[cfg(feature = "fuzzing")]
+    pub fn fresh_records(&self) -> RecordReader {
+        RecordReader { max_record: self.records.max_record, ..RecordReader::new(self.records.noise.clone()) }
+    }
+}
+
+impl RecordReader {
+    fn new(noise: Arc<Mutex<StatelessTransportState>>) -> Self {
+        RecordReader { noise, nonce: 0, max_record: DEFAULT_MAX_RECORD, frame: Vec::new(), plain: Vec::new() }
+    }
+
+    fn read_chunk(&mut self, r: &mut impl Read) -> Result<Option<usize>, SecureError> {
+        let Some(n) = read_frame(r, &mut self.frame)? else { return Ok(None) };
         if n < TAG {
             return Err(SecureError::Forged);
         }
@@ -428,10 +459,10 @@ impl SecureReader {
         Ok(Some(k))
     }
 
-    /// Receives one record; `Ok(None)` when the other side closed the connection cleanly.
-    pub fn recv<T: DeserializeOwned>(&mut self) -> Result<Option<T>, SecureError> {
+    /// Reads and decodes one record from `r`; `Ok(None)` on a clean end of stream before it.
+    pub fn recv<T: DeserializeOwned>(&mut self, r: &mut impl Read) -> Result<Option<T>, SecureError> {
         self.plain.clear();
-        if self.read_chunk()?.is_none() {
+        if self.read_chunk(r)?.is_none() {
             return Ok(None);
         }
         if self.plain.len() < 4 {
@@ -442,7 +473,7 @@ impl SecureReader {
             return Err(SecureError::TooLong(total, self.max_record));
         }
         while self.plain.len() < 4 + total {
-            if self.read_chunk()?.is_none() {
+            if self.read_chunk(r)?.is_none() {
                 return Err(SecureError::Io(io::ErrorKind::UnexpectedEof.into()));
             }
         }
@@ -450,16 +481,6 @@ impl SecureReader {
             return Err(SecureError::Malformed("record longer than announced".into()));
         }
         postcard::from_bytes(&self.plain[4..]).map(Some).map_err(|e| SecureError::Malformed(e.to_string()))
-    }
-
-    /// Read time-out for the next receives (`None`: wait forever).
-    pub fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
-        self.stream.set_read_timeout(t)
-    }
-
-    /// Largest record accepted from the other side.
-    pub fn set_max_record(&mut self, n: usize) {
-        self.max_record = n;
     }
 }
 
