@@ -2174,7 +2174,7 @@ mod tests {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig::with_cases(24))]
+        #![proptest_config(ProptestConfig::with_cases(16))]
 
         #[test]
         fn random_crashes_are_reported_by_all_and_sets_repaired(

@@ -557,7 +557,7 @@ impl DisconnectParams {
             ks: vec![1, 2, 3, 4, 5],
             sizes,
             mc_sizes: vec![3, 4, 5, 6, 7, 8, 9, 10, 12, 15, 20, 30, 50, 100],
-            trials: ((1_000_000.0 / scale) as u64).max(1000),
+            trials: ((200_000.0 / scale) as u64).max(1000),
             protocol_runs: ((2000.0 / scale) as usize).max(50),
             protocol_points: vec![(1, 8), (1, 20), (2, 6), (2, 10)],
             seed,
@@ -628,7 +628,7 @@ pub fn disconnect(p: &DisconnectParams) -> Vec<DisconnectRow> {
 fn frac(c: Option<(u64, u64)>) -> String {
     match c {
         None => String::new(),
-        Some((x, t)) if x == 0 => format!("0 / {t} (< {})", prob(wilson(0, t).1)),
+        Some((0, t)) => format!("0 / {t} (< {})", prob(wilson(0, t).1)),
         Some((x, t)) => {
             let (lo, hi) = wilson(x, t);
             format!("{} ({}–{})", prob(x as f64 / t as f64), prob(lo), prob(hi))
@@ -695,8 +695,8 @@ impl ToleranceParams {
         ToleranceParams {
             ks: vec![2, 3, 4, 5, 6],
             sizes: vec![10, 20, 50, 100, 200, 500, 1000, 2000, 5000],
-            trials: ((200_000.0 / scale) as u64).max(2000),
-            trials_large: ((50_000.0 / scale) as u64).max(1000),
+            trials: ((100_000.0 / scale) as u64).max(2000),
+            trials_large: ((20_000.0 / scale) as u64).max(1000),
             threshold: 1e-4,
             seed,
             threads,
