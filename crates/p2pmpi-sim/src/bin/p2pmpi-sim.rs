@@ -698,7 +698,7 @@ fn kmonitor_cmd(c: &KmCmd, command: &str) -> Result<()> {
     let a = match c {
         KmCmd::Disconnect(a) | KmCmd::Tolerance(a) | KmCmd::Latency(a) | KmCmd::Traffic(a) | KmCmd::All(a) => a,
     };
-    if !(a.scale >= 1.0) {
+    if a.scale.is_nan() || a.scale < 1.0 {
         bail!("--scale must be ≥ 1");
     }
     let all = matches!(c, KmCmd::All(_));
@@ -768,7 +768,7 @@ fn kmonitor_cmd(c: &KmCmd, command: &str) -> Result<()> {
             p.trials_large,
             p.trials_large as f64 * p.threshold,
             100.0 / (p.trials_large as f64 * p.threshold).sqrt(),
-            thr = format!("{:.0}", p.threshold * p.trials as f64),
+            thr = (p.threshold * p.trials as f64).round(),
         );
         let chart = kmonitor::tolerance_chart(&rows, &p);
         if let Some(dir) = out {
