@@ -20,6 +20,10 @@
 //!   live ones.
 //! * [`hosts`]: the supernode's *host list* (register, alive signals, expiry) and an MPD's
 //!   *cached list* (refresh, RTT ranking, dead hosts, serde persistence) (SPEC §2).
+//! * [`kmonitor`]: the self-organizing k-monitor detector (Horita et al., SPEC §13) — monitor
+//!   requests, heartbeats to k random monitors, failures flooded on the established connections,
+//!   the wide-area extension (clusters by subnet, k connections between clusters, NAT), and an
+//!   optional confirmation by a second monitor.
 //! * [`matching`]: MPI message matching — the expected (posted) and unexpected queues, the
 //!   message identifier (MID) sequence counters, and the per-source high-water marks that are
 //!   the compact form of the seeds' *history table* (thesis §4.3.2).
@@ -35,6 +39,7 @@ pub mod allocation;
 pub mod fd;
 pub mod fencing;
 pub mod hosts;
+pub mod kmonitor;
 pub mod matching;
 pub mod replication;
 pub mod reservation;
