@@ -168,7 +168,10 @@ impl Supervisor {
     /// * the accuser itself was silent lately (it was the one cut off: its accusations come
     ///   when its partition heals), or
     /// * the verdict would lose a rank (the suspect is the last replica of its rank
-    ///   standing): an asymmetric partition, where one side must go.
+    ///   standing): an asymmetric partition, where one side must go;
+    ///
+    /// and also, whether or not the suspect renews, when an accuser that came back from a
+    /// silence accuses the last replica of a rank.
     pub fn suspect(&mut self, now: Duration, slot: usize, by: Option<usize>, why: &str) -> Option<usize> {
         if slot >= self.slots.len() || self.is_fenced(slot) {
             return None;
@@ -179,8 +182,20 @@ impl Supervisor {
             }
             let l = self.dead.layout();
             let last = self.standing(l.rank_of(slot), slot) == 0;
-            if (last || !self.renews(now, b)) && self.renews(now, slot) && self.standing(l.rank_of(b), b) > 0 {
-                let why = format!("it reported that slot {slot}, which the launcher still hears, failed ({why})");
+            let cut_off = !self.renews(now, b);
+            let heard = self.renews(now, slot);
+            // An accuser that came back from a silence (its renewals stopped, then resumed:
+            // it was cut off) against the last replica of a rank is not believed even when the
+            // suspect's own renewal is late (a loaded host): the verdict cannot be undone. A
+            // suspect that really died is declared anyway, by the supervisor itself when its
+            // lease runs out.
+            let came_back = now < self.slots[b].silent_until;
+            if ((last || cut_off) && heard || last && came_back) && self.standing(l.rank_of(b), b) > 0 {
+                let why = if heard {
+                    format!("it reported that slot {slot}, which the launcher still hears, failed ({why})")
+                } else {
+                    format!("it was cut off and reported that slot {slot}, the last of its rank, failed ({why})")
+                };
                 self.slots[b].excluded = Some((now, None, why));
                 return Some(b);
             }
@@ -397,6 +412,28 @@ mod tests {
             s.renew(ms(400), slot);
         }
         assert_eq!(s.suspect(ms(600), 8, Some(3), "silent"), Some(8));
+    }
+
+    /// Seen in CI: a host cut off, its replica accusing the last replica of another rank
+    /// whose renewal was late on a loaded machine. The accuser goes, not the rank.
+    #[test]
+    fn a_cut_off_accuser_never_costs_a_rank_even_when_the_suspect_renews_late() {
+        // n = 3, r = 2: rank 1 is slots 2 and 3, rank 2 is slots 4 and 5.
+        let layout = Layout::new(3, 2);
+        let mut s = Supervisor::new(layout, L);
+        for slot in 0..6 {
+            s.renew(ms(0), slot);
+        }
+        // Slot 5 (rank 2) is gone; slot 3 is cut off from 100 ms on; slot 4 renews late.
+        s.ended(ms(100), 5, "cut off");
+        for slot in [0, 1, 2] {
+            s.renew(ms(900), slot);
+        }
+        s.renew(ms(1400), 3);
+        assert_eq!(s.suspect(ms(1410), 4, Some(3), "silent"), Some(3), "the accuser goes");
+        assert!(!s.is_fenced(4));
+        // Slot 4 really dead: the supervisor's own suspicion (its lease ran out) still counts.
+        assert_eq!(s.suspect(ms(2500), 4, None, "lease ran out"), Some(4));
     }
 
     #[test]
