@@ -101,10 +101,25 @@ pub struct RunArgs {
     /// Seconds to wait for every process to register before giving up.
     #[arg(long = "startup-timeout", default_value_t = 60, value_name = "SECONDS")]
     pub startup_timeout: u64,
-    /// The failure detector's gossip protocol for this application: DBRR, BRR, RR, RANDOM,
-    /// or off (default: GOSSIP_PROTOCOL of the configuration, DBRR).
+    /// The failure detector for this application: gossip with DBRR, BRR, RR or RANDOM, the
+    /// k-monitor detector (kmonitor), or off (default: GOSSIP_PROTOCOL of the configuration,
+    /// DBRR).
     #[arg(long = "fd", value_name = "PROTOCOL")]
     pub fd: Option<String>,
+    /// k-monitor detector: monitors per process (default: K_MONITORS, 4).
+    #[arg(long = "k", value_name = "K")]
+    pub k: Option<u32>,
+    /// k-monitor detector: heartbeat period in milliseconds (default: T_HB, 100).
+    #[arg(long = "t-hb", value_name = "MS")]
+    pub t_hb: Option<u64>,
+    /// k-monitor detector: silence after which a monitored process has failed, milliseconds
+    /// (default: T_TO, 1000).
+    #[arg(long = "t-to", value_name = "MS")]
+    pub t_to: Option<u64>,
+    /// k-monitor detector: a monitor whose time-out expires asks a second monitor before it
+    /// reports the failure (fewer false detections under load, up to one T_TO later).
+    #[arg(long = "confirm")]
+    pub confirm: bool,
     /// The failure detector's gossip period in milliseconds (default: T_GOSSIP, 500).
     #[arg(long = "t-gossip", value_name = "MS")]
     pub t_gossip: Option<u64>,
@@ -128,16 +143,67 @@ pub struct FdPlan {
     pub protocol: p2pmpi_core::fd::Protocol,
     pub t_gossip: Duration,
     pub t_max_hang: Duration,
+    /// The k-monitor detector instead of gossip.
+    pub kmonitor: Option<KmonitorPlan>,
+}
+
+/// The k-monitor detector's settings for one application (`--fd kmonitor`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KmonitorPlan {
+    pub k: u32,
+    pub t_hb: Duration,
+    pub t_to: Duration,
+    pub confirm: bool,
+}
+
+/// The subnet prefix length the k-monitor detector gives an address (its cluster: Horita's
+/// wide-area extension): loopback addresses are one cluster (/8), other IPv4 addresses are
+/// grouped by /24, IPv6 addresses by /64.
+pub fn cluster_prefix(addr: &str) -> u8 {
+    match addr.parse::<std::net::SocketAddr>().map(|a| a.ip()) {
+        Ok(std::net::IpAddr::V4(ip)) if ip.is_loopback() => 8,
+        Ok(std::net::IpAddr::V4(_)) => 24,
+        Ok(std::net::IpAddr::V6(_)) => 64,
+        Err(_) => 24,
+    }
 }
 
 impl FdPlan {
     /// The plan from the options, falling back on the configuration's `GOSSIP_PROTOCOL`,
     /// `T_GOSSIP` and `T_MAX_HANG`; `None` with `--fd off`.
     pub fn from_options(opts: &RunArgs, cfg: &p2pmpi_peer::config::Config) -> Result<Option<FdPlan>> {
-        let protocol = match opts.fd.as_deref() {
+        let (protocol, kmonitor) = match opts.fd.as_deref() {
             Some(v) if v.eq_ignore_ascii_case("off") || v.eq_ignore_ascii_case("none") => return Ok(None),
-            Some(v) => v.parse().map_err(|e: String| anyhow::anyhow!("--fd: {e}"))?,
-            None => cfg.gossip_protocol,
+            Some(v) if v.eq_ignore_ascii_case("kmonitor") || v.eq_ignore_ascii_case("k-monitor") => {
+                (cfg.gossip_protocol, true)
+            }
+            Some(v) => (v.parse().map_err(|e: String| anyhow::anyhow!("--fd: {e}, KMONITOR or off"))?, false),
+            None => (cfg.gossip_protocol, cfg.kmonitor),
+        };
+        let kmonitor = if kmonitor {
+            let k = opts.k.unwrap_or(cfg.k_monitors);
+            let t_hb = opts.t_hb.unwrap_or(cfg.t_hb_ms);
+            let t_to = opts.t_to.unwrap_or(cfg.t_to_ms);
+            if k == 0 {
+                bail!("--k must be at least 1");
+            }
+            if t_hb == 0 {
+                bail!("--t-hb must be at least 1 ms");
+            }
+            if t_to <= t_hb {
+                bail!("--t-to ({t_to} ms) must be longer than --t-hb ({t_hb} ms)");
+            }
+            Some(KmonitorPlan {
+                k,
+                t_hb: Duration::from_millis(t_hb),
+                t_to: Duration::from_millis(t_to),
+                confirm: opts.confirm,
+            })
+        } else {
+            if opts.k.is_some() || opts.t_hb.is_some() || opts.t_to.is_some() || opts.confirm {
+                bail!("--k, --t-hb, --t-to and --confirm are options of the k-monitor detector: add --fd kmonitor");
+            }
+            None
         };
         let t_gossip = opts.t_gossip.unwrap_or(cfg.t_gossip_ms);
         if t_gossip == 0 {
@@ -147,21 +213,43 @@ impl FdPlan {
             protocol,
             t_gossip: Duration::from_millis(t_gossip),
             t_max_hang: Duration::from_millis(opts.t_max_hang.unwrap_or(cfg.t_max_hang_ms)),
+            kmonitor,
         }))
     }
 
-    /// `T_cleanup + T_MAX_HANG` for `n` processes.
+    /// The time after which a silent process is reported: `T_cleanup + T_MAX_HANG` for `n`
+    /// processes with gossip; `T_to + T_hb` with the k-monitor detector (twice `T_to` with
+    /// confirmation).
     pub fn suspicion_after(&self, n: usize) -> Duration {
-        p2pmpi_core::fd::FdConfig::new(self.protocol, self.t_gossip, self.t_max_hang).suspicion_after(n)
+        match self.kmonitor {
+            Some(k) => k.t_to * (1 + k.confirm as u32) + k.t_hb,
+            None => p2pmpi_core::fd::FdConfig::new(self.protocol, self.t_gossip, self.t_max_hang).suspicion_after(n),
+        }
+    }
+
+    /// The detector's name for messages.
+    pub fn name(&self) -> String {
+        match self.kmonitor {
+            Some(k) => format!("k-monitor (k = {}, T_hb = {:?}, T_to = {:?})", k.k, k.t_hb, k.t_to),
+            None => format!("{} gossip (T_gossip = {:?})", self.protocol, self.t_gossip),
+        }
     }
 
     fn setup(&self, addrs: Vec<String>, delta_t: Duration) -> control::FdSetup {
+        let kmonitor = self.kmonitor.map(|k| control::KmonitorSetup {
+            k: k.k,
+            t_hb_us: k.t_hb.as_micros() as u64,
+            t_to_us: k.t_to.as_micros() as u64,
+            confirm: k.confirm,
+            prefixes: addrs.iter().map(|a| cluster_prefix(a)).collect(),
+        });
         control::FdSetup {
             addrs,
-            protocol: self.protocol.to_string(),
+            protocol: if kmonitor.is_some() { "KMONITOR".into() } else { self.protocol.to_string() },
             t_gossip_us: self.t_gossip.as_micros() as u64,
             t_max_hang_us: self.t_max_hang.as_micros() as u64,
             delta_t_us: delta_t.as_micros() as u64,
+            kmonitor,
         }
     }
 }
@@ -178,7 +266,21 @@ pub fn main_with_args(name: &str, args: &[String]) -> i32 {
             if !in_prog
                 && !a.starts_with('-')
                 && argv.last().is_some_and(|l| {
-                    !matches!(l.as_str(), "-n" | "--np" | "--startup-timeout" | "-r" | "-a" | "-l" | "-w")
+                    !matches!(
+                        l.as_str(),
+                        "-n" | "--np"
+                            | "--startup-timeout"
+                            | "-r"
+                            | "-a"
+                            | "-l"
+                            | "-w"
+                            | "--fd"
+                            | "--t-gossip"
+                            | "--t-max-hang"
+                            | "--k"
+                            | "--t-hb"
+                            | "--t-to"
+                    )
                 })
             {
                 in_prog = true;

@@ -255,6 +255,8 @@ pub enum Message {
     ConfirmReq { suspect: NodeId },
     /// (Confirmation) the answer.
     ConfirmAns { suspect: NodeId, verdict: Verdict },
+    /// "I am leaving (my program ended): what follows is not a failure."
+    Leave,
 }
 
 impl Message {
@@ -271,6 +273,7 @@ impl Message {
             Message::MonitorSet { .. } => "monitor_set",
             Message::ConfirmReq { .. } => "confirm_req",
             Message::ConfirmAns { .. } => "confirm_ans",
+            Message::Leave => "leave",
         }
     }
 }
@@ -290,6 +293,8 @@ pub enum Cause {
     Notice { from: NodeId },
     /// This process was declared failed by others (it then stops).
     Excluded,
+    /// The application declared it dead ([`Node::on_declared`]: e.g. the job's supervisor).
+    Declared,
 }
 
 /// What the driver must do.
@@ -478,6 +483,10 @@ pub struct Node {
     next_wide_hb: Duration,
     started: bool,
     excluded: bool,
+    /// This process left ([`Node::leave`]).
+    left: bool,
+    /// Processes that left (also in `failed`, which silences them, but never reported).
+    departed: BTreeSet<NodeId>,
     rng: u64,
     out: VecDeque<Action>,
     stats: Stats,
@@ -524,6 +533,8 @@ impl Node {
             next_wide_hb: Duration::ZERO,
             started: false,
             excluded: false,
+            left: false,
+            departed: BTreeSet::new(),
             rng: seed ^ 0xA076_1D64_78BD_642F ^ ((me.id as u64) << 29),
             out: VecDeque::new(),
             stats: Stats::default(),
@@ -567,14 +578,19 @@ impl Node {
         self.wide.keys().copied()
     }
 
-    /// `F`: the processes known failed.
+    /// `F`: the processes known failed (not those that left).
     pub fn failed(&self) -> impl Iterator<Item = NodeId> + '_ {
-        self.failed.iter().copied()
+        self.failed.iter().copied().filter(|id| !self.departed.contains(id))
     }
 
     /// Whether `id` is known failed.
     pub fn is_failed(&self, id: NodeId) -> bool {
-        self.failed.contains(&id)
+        self.failed.contains(&id) && !self.departed.contains(&id)
+    }
+
+    /// Whether `id` left ([`Message::Leave`]).
+    pub fn has_left(&self, id: NodeId) -> bool {
+        self.departed.contains(&id)
     }
 
     /// `W(c)`: the known connections between this cluster and `c`.
@@ -621,7 +637,7 @@ impl Node {
 
     /// When [`tick`](Self::tick) must be called next (`None`: nothing scheduled).
     pub fn next_deadline(&self) -> Option<Duration> {
-        if !self.started || self.excluded {
+        if !self.started || self.excluded || self.left {
             return None;
         }
         let mut t: Option<Duration> = None;
@@ -900,7 +916,7 @@ impl Node {
 
     /// Figure 1's / figure 4's `detect_failure`: records, reports, floods, repairs.
     fn detect_failure(&mut self, f: NodeId, cause: Cause, now: Duration) {
-        if self.failed.contains(&f) || self.excluded {
+        if self.failed.contains(&f) || self.excluded || self.left {
             return;
         }
         if f == self.me.id {
@@ -987,7 +1003,67 @@ impl Node {
         self.send(m, Message::ConfirmReq { suspect: s });
     }
 
+    /// `f` left: forgotten without a notice. Its place among the monitors is not refilled:
+    /// processes leave when their program ends, and so do the others soon.
+    fn departed_peer(&mut self, f: NodeId) {
+        if !self.failed.insert(f) {
+            return;
+        }
+        self.departed.insert(f);
+        if let Some(c) = self.cluster_of(f) {
+            *self.failed_per_cluster.entry(c).or_default() += 1;
+        }
+        let was_monitor = self.monitors.remove(&f) | self.asked.remove(&f).is_some();
+        self.monitored.remove(&f);
+        self.wide.remove(&f);
+        self.wide_asked.remove(&f);
+        self.co_monitors.remove(&f);
+        self.confirms.remove(&f);
+        for set in self.co_monitors.values_mut() {
+            set.retain(|&m| m != f);
+        }
+        for set in self.wconns.values_mut() {
+            set.retain(|&(a, b)| a != f && b != f);
+        }
+        if self.conns.remove(&f).is_some() {
+            self.out.push_back(Action::Disconnect { to: f });
+        }
+        if was_monitor {
+            self.send_monitor_set();
+        }
+    }
+
     // ---------------------------------------------------------------- inputs
+
+    /// This process leaves (its program ended): every connection gets [`Message::Leave`] and
+    /// is closed, and the node stops (no heartbeat, no timeout, no failure any more). The
+    /// others forget it without declaring it failed.
+    pub fn leave(&mut self, _now: Duration) {
+        if !self.started || self.excluded || self.left {
+            return;
+        }
+        self.left = true;
+        let peers: Vec<NodeId> = self.conns.keys().copied().collect();
+        for p in peers {
+            match self.conns.remove(&p) {
+                Some(Conn::Up) => {
+                    self.out.push_back(Action::Send { to: p, msg: Message::Leave });
+                    self.out.push_back(Action::Disconnect { to: p });
+                }
+                Some(Conn::Opening(_)) => self.out.push_back(Action::Disconnect { to: p }),
+                None => {}
+            }
+        }
+    }
+
+    /// The application declares `node` dead (for instance the job's supervisor did): it is
+    /// failed from now on, the notice is flooded and the monitor set repaired, as for a
+    /// failure this process detected ([`Cause::Declared`]).
+    pub fn on_declared(&mut self, node: NodeId, now: Duration) {
+        if node != self.me.id {
+            self.detect_failure(node, Cause::Declared, now);
+        }
+    }
 
     /// Starts the detector: picks `k` monitors among the processes of its cluster known from
     /// the start, and schedules the connections to the other clusters.
@@ -1049,7 +1125,7 @@ impl Node {
 
     /// The connection to `peer` broke (reset, or closed by the peer).
     pub fn on_connection_reset(&mut self, peer: NodeId, now: Duration) {
-        if self.conns.remove(&peer).is_none() || self.failed.contains(&peer) || self.excluded {
+        if self.conns.remove(&peer).is_none() || self.failed.contains(&peer) || self.excluded || self.left {
             return;
         }
         if self.monitors.contains(&peer) || self.monitored.contains_key(&peer) || self.wide.contains_key(&peer) {
@@ -1069,7 +1145,7 @@ impl Node {
 
     /// A message from `from` arrived.
     pub fn on_message(&mut self, from: NodeId, msg: Message, now: Duration) {
-        if self.excluded || from == self.me.id {
+        if self.excluded || self.left || from == self.me.id {
             return;
         }
         if self.failed.contains(&from) {
@@ -1151,6 +1227,10 @@ impl Node {
                 }
             }
             Message::Heartbeat => {}
+            Message::Leave => {
+                self.departed_peer(from);
+                return;
+            }
             Message::Failure { node } => self.detect_failure(node, Cause::Notice { from }, now),
             Message::WconnInfo { local, remote } => {
                 if self.failed.contains(&local) || self.failed.contains(&remote.id) {
@@ -1206,7 +1286,7 @@ impl Node {
 
     /// Advances time: heartbeats, timeouts, wide-area attempts, confirmations.
     pub fn tick(&mut self, now: Duration) {
-        if !self.started || self.excluded {
+        if !self.started || self.excluded || self.left {
             return;
         }
         if now >= self.next_hb {
@@ -1371,6 +1451,7 @@ pub fn encode_into(msg: &Message, out: &mut Vec<u8>) {
             out.push(9);
             put_var(out, *suspect as u64);
         }
+        Message::Leave => out.push(11),
         Message::ConfirmAns { suspect, verdict } => {
             out.push(10);
             put_var(out, *suspect as u64);
@@ -1386,7 +1467,7 @@ pub fn encode_into(msg: &Message, out: &mut Vec<u8>) {
 /// The encoded size of a message.
 pub fn encoded_len(msg: &Message) -> usize {
     match msg {
-        Message::MonitorAck | Message::MonitorCancel | Message::Heartbeat => 1,
+        Message::MonitorAck | Message::MonitorCancel | Message::Heartbeat | Message::Leave => 1,
         _ => encode(msg).len(),
     }
 }
@@ -1498,6 +1579,7 @@ pub fn decode(bytes: &[u8]) -> Result<Message, DecodeError> {
             };
             Message::ConfirmAns { suspect, verdict }
         }
+        11 => Message::Leave,
         t => return Err(DecodeError::BadTag(t)),
     };
     if r.at != bytes.len() {
@@ -1831,6 +1913,7 @@ mod tests {
             Message::ConfirmAns { suspect: 9, verdict: Verdict::Alive },
             Message::ConfirmAns { suspect: 9, verdict: Verdict::Silent },
             Message::ConfirmAns { suspect: 9, verdict: Verdict::Unknown },
+            Message::Leave,
         ]
     }
 
@@ -1849,7 +1932,7 @@ mod tests {
             assert_eq!(decode(&long), Err(DecodeError::Trailing(1)));
         }
         assert_eq!(encode(&Message::Heartbeat), vec![5]);
-        assert_eq!(decode(&[11]), Err(DecodeError::BadTag(11)));
+        assert_eq!(decode(&[12]), Err(DecodeError::BadTag(12)));
         assert_eq!(decode(&[6, 0xff, 0xff, 0xff, 0xff, 0x10]), Err(DecodeError::BadField("process id")));
         // An endpoint with a /33 is refused.
         let mut b = encode(&Message::WconnInfo { local: 1, remote: Endpoint::v4(2, [1, 2, 3, 4], 32, 5) });
@@ -1932,6 +2015,53 @@ mod tests {
             assert!(net.failure_msgs <= (2 * 3 * n) as u64, "{} notices", net.failure_msgs);
             net.assert_monitored(3);
         }
+    }
+
+    /// Processes that leave one after the other (a job ending) are never reported failed,
+    /// not even when the last ones see every connection close.
+    #[test]
+    fn processes_that_leave_are_never_reported_failed() {
+        let n = 20;
+        let mut net = Net::lan(n, cfg(3), 5);
+        net.start_all();
+        net.run_until(ms(3000));
+        for i in 0..n {
+            let at = ms(3000 + 7 * i as u64);
+            net.run_until(at);
+            net.nodes[i].leave(at);
+            net.after(i);
+            // Leaving is final: no timer, and messages are ignored.
+            assert_eq!(net.nodes[i].next_deadline(), None);
+        }
+        // The processes are gone (their sockets reset) once every one left.
+        for i in 0..n {
+            net.crash_at(i, ms(3000 + 7 * n as u64 + 1), true);
+        }
+        net.run_until(ms(10_000));
+        assert!(net.reports.is_empty(), "{:?}", net.reports);
+        assert!(net.nodes[n - 1].has_left(0) && !net.nodes[n - 1].is_failed(0));
+    }
+
+    /// A process the application declares dead is failed everywhere (flooded) and the monitor
+    /// sets are repaired.
+    #[test]
+    fn a_declared_death_is_flooded_and_repaired() {
+        let n = 15;
+        let mut net = Net::lan(n, cfg(3), 4);
+        net.start_all();
+        net.run_until(ms(2000));
+        net.nodes[1].on_declared(6, ms(2000));
+        net.after(1);
+        net.alive[6] = false;
+        net.run_until(ms(2050));
+        let mut want: Vec<usize> = net.live();
+        want.retain(|&i| i != 1);
+        let mut got = net.reported(6);
+        got.retain(|&i| i != 1);
+        assert_eq!(got, want);
+        assert!(net.reports.iter().any(|r| r.0 == 1 && r.1 == 6 && r.2 == Cause::Declared));
+        net.run_until(ms(6000));
+        net.assert_monitored(3);
     }
 
     #[test]
@@ -2146,6 +2276,7 @@ mod tests {
             Just(Message::MonitorCancel),
             proptest::collection::vec(arb_endpoint(), 0..8).prop_map(|nodes| Message::NodeInfo { nodes }),
             Just(Message::Heartbeat),
+            Just(Message::Leave),
             any::<u32>().prop_map(|node| Message::Failure { node }),
             (any::<u32>(), arb_endpoint()).prop_map(|(local, remote)| Message::WconnInfo { local, remote }),
             proptest::collection::vec(any::<u32>(), 0..8).prop_map(|monitors| Message::MonitorSet { monitors }),

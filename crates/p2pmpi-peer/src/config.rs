@@ -44,7 +44,10 @@
 //! | **Fault detector** | | |
 //! | `T_GOSSIP` | 500 | gossip period, milliseconds (≥ 1; the thesis text says µs) |
 //! | `T_MAX_HANG` | 5000 | extra time before a silent process is declared dead, ms |
-//! | `GOSSIP_PROTOCOL` | `DBRR` | `DBRR` (double binary round-robin), `BRR`, `RR` (round-robin) or `RANDOM` |
+//! | `GOSSIP_PROTOCOL` | `DBRR` | `DBRR` (double binary round-robin), `BRR`, `RR` (round-robin), `RANDOM`, or `KMONITOR` (the k-monitor detector instead of gossip) |
+//! | `K_MONITORS` | 4 | k-monitor: monitors per process (≥ 1) |
+//! | `T_HB` | 100 | k-monitor: heartbeat period, ms (≥ 1) |
+//! | `T_TO` | 1000 | k-monitor: silence after which a monitored process has failed, ms (> `T_HB`) |
 //! | `PEER_CACHE` | `<p2pmpi dir>/peer-cache.json` | the MPD's cached host list |
 //! | **Beyond the seeds** | | |
 //! | `GRID_SECRET` | unset | phrase shared by every daemon and command of one grid (needed to boot) |
@@ -130,6 +133,15 @@ pub struct Config {
     pub t_max_hang_ms: u64,
     /// `GOSSIP_PROTOCOL` (default DBRR).
     pub gossip_protocol: GossipProtocol,
+    /// `GOSSIP_PROTOCOL=KMONITOR`: jobs use the k-monitor detector instead of gossip (default
+    /// false).
+    pub kmonitor: bool,
+    /// `K_MONITORS`: the k-monitor detector's monitors per process (default 4, at least 1).
+    pub k_monitors: u32,
+    /// `T_HB`: the k-monitor detector's heartbeat period, ms (default 100, at least 1).
+    pub t_hb_ms: u64,
+    /// `T_TO`: the k-monitor detector's time-out, ms (default 1000, more than `T_HB`).
+    pub t_to_ms: u64,
     /// `PEER_CACHE` (default `<p2pmpi dir>/peer-cache.json`, see [`Config::peer_cache_path`]).
     pub peer_cache: Option<PathBuf>,
     /// `GRID_SECRET`: the grid's shared secret (default none).
@@ -178,6 +190,10 @@ impl Default for Config {
             t_gossip_ms: 500,
             t_max_hang_ms: 5000,
             gossip_protocol: GossipProtocol::Dbrr,
+            kmonitor: false,
+            k_monitors: 4,
+            t_hb_ms: 100,
+            t_to_ms: 1000,
             peer_cache: None,
             grid_secret: None,
             peer_ttl_ms: 60_000,
@@ -378,7 +394,14 @@ fn apply(c: &mut Config, key: &str, v: &str) -> Result<bool, String> {
         "HOST_ALLOW" => c.host_allow = list(v, host_pattern)?,
         "T_GOSSIP" => c.t_gossip_ms = uint(v, 1, u64::MAX)?,
         "T_MAX_HANG" => c.t_max_hang_ms = uint(v, 0, u64::MAX)?,
-        "GOSSIP_PROTOCOL" => c.gossip_protocol = v.parse()?,
+        "GOSSIP_PROTOCOL" if v.eq_ignore_ascii_case("KMONITOR") => c.kmonitor = true,
+        "GOSSIP_PROTOCOL" => {
+            c.gossip_protocol = v.parse().map_err(|e: String| format!("{e}, or KMONITOR"))?;
+            c.kmonitor = false;
+        }
+        "K_MONITORS" => c.k_monitors = u32_at_least(v, 1)?,
+        "T_HB" => c.t_hb_ms = uint(v, 1, u64::MAX)?,
+        "T_TO" => c.t_to_ms = uint(v, 2, u64::MAX)?,
         "PEER_CACHE" => c.peer_cache = optional(v).map(PathBuf::from),
         "GRID_SECRET" => c.grid_secret = Some(v.to_string()),
         "PEER_TTL" => c.peer_ttl_ms = uint(v, 1, u64::MAX)?,
@@ -505,10 +528,15 @@ impl Config {
         t.push_str("\n# Resource contribution: processes per application, applications at once (0 = unlimited).\n");
         t.push_str(&format!("MAX_PROCESSES_PER_JOB={}\nMAX_JOBS={}\n", self.max_processes_per_job, self.max_jobs));
         t.push_str(
-            "\n# Fault detector: gossip period, extra time before a death, DBRR, BRR, RR or RANDOM; host cache file.\n",
+            "\n# Fault detector: gossip period, extra time before a death, DBRR, BRR, RR, RANDOM or KMONITOR;\n# the k-monitor detector's monitors, heartbeat period and time-out (ms); host cache file.\n",
         );
         t.push_str(&format!("T_GOSSIP={}\nT_MAX_HANG={}\n", self.t_gossip_ms, self.t_max_hang_ms));
-        t.push_str(&format!("GOSSIP_PROTOCOL={}\n", self.gossip_protocol));
+        if self.kmonitor {
+            t.push_str("GOSSIP_PROTOCOL=KMONITOR\n");
+        } else {
+            t.push_str(&format!("GOSSIP_PROTOCOL={}\n", self.gossip_protocol));
+        }
+        t.push_str(&format!("K_MONITORS={}\nT_HB={}\nT_TO={}\n", self.k_monitors, self.t_hb_ms, self.t_to_ms));
         t.push_str(&opt("PEER_CACHE", self.peer_cache.as_ref().map(|p| p.display().to_string()), "peer-cache.json"));
         t.push_str("\n# Beyond the seeds: the grid's shared secret, hosts allowed here (empty = everyone),\n");
         t.push_str("# supernode peer lifetime, MPD periods, reservation timeouts, staging fan-out,\n");
@@ -575,8 +603,8 @@ mod tests {
 
     const NUMERIC: &str = "MPD_PORT FT_PORT FD_PORT RS_PORT MIN_PORT MAX_PORT MAX_PROCESSES_PER_JOB MAX_JOBS T_GOSSIP \
         T_MAX_HANG PEER_TTL ALIVE_PERIOD CACHE_REFRESH PING_PERIOD RESERVE_TIMEOUT RESERVATION_HOLD STAGING_FANOUT \
-        SUPERNODE_PORT";
-    const AT_LEAST_ONE: &str = "MAX_PROCESSES_PER_JOB T_GOSSIP PEER_TTL ALIVE_PERIOD CACHE_REFRESH PING_PERIOD \
+        SUPERNODE_PORT K_MONITORS T_HB T_TO";
+    const AT_LEAST_ONE: &str = "MAX_PROCESSES_PER_JOB K_MONITORS T_HB T_TO T_GOSSIP PEER_TTL ALIVE_PERIOD CACHE_REFRESH PING_PERIOD \
         RESERVE_TIMEOUT RESERVATION_HOLD STAGING_FANOUT";
     const OTHER: &str = "SUPERNODE VISU_PROXY EXTERNAL_IP HOST_DENY HOST_ALLOW GOSSIP_PROTOCOL PEER_CACHE GRID_SECRET";
     const SIZES: &str = "FT_CACHE_MAX FT_FETCH_MAX";
@@ -613,6 +641,10 @@ mod tests {
             t_gossip_ms: 1,
             t_max_hang_ms: 0,
             gossip_protocol: GossipProtocol::Brr,
+            kmonitor: false,
+            k_monitors: 3,
+            t_hb_ms: 7,
+            t_to_ms: 9,
             peer_cache: Some("/var/tmp/pc.json".into()),
             grid_secret: Some("the secret = # phrase".into()),
             peer_ttl_ms: 5000,
@@ -639,6 +671,7 @@ mod tests {
         );
         assert_eq!((c.max_processes_per_job, c.max_jobs, c.staging_fanout), (1, 0, 8));
         assert_eq!((c.t_gossip_ms, c.t_max_hang_ms, c.gossip_protocol), (500, 5000, GossipProtocol::Dbrr));
+        assert_eq!((c.kmonitor, c.k_monitors, c.t_hb_ms, c.t_to_ms), (false, 4, 100, 1000));
         let periods = (c.peer_ttl_ms, c.alive_period_ms, c.refresh_period_ms, c.ping_period_ms);
         assert_eq!(periods, (60000, 10000, 30000, 10000));
         assert_eq!((c.reserve_timeout_ms, c.reservation_hold_ms, c.supernode_port), (2000, 30000, 9700));
@@ -658,7 +691,7 @@ mod tests {
             HOST_ALLOW=10.\nT_GOSSIP=1\nT_MAX_HANG=0\nGOSSIP_PROTOCOL=brr\nPEER_CACHE=/var/tmp/pc.json\n\
             GRID_SECRET= the secret = # phrase \nPEER_TTL=5000\nALIVE_PERIOD=1001\nCACHE_REFRESH=1002\n\
             PING_PERIOD=2000\nRESERVE_TIMEOUT=1500\nRESERVATION_HOLD=7\nSTAGING_FANOUT=2\nSUPERNODE_PORT=0\n\
-            FT_CACHE_MAX=3m\nFT_FETCH_MAX=12345\n";
+            FT_CACHE_MAX=3m\nFT_FETCH_MAX=12345\nK_MONITORS=3\nT_HB=7\nT_TO=9\n";
         assert_eq!(parse_ok(text), non_default());
         assert_eq!(non_default().peer_cache_path(), PathBuf::from("/var/tmp/pc.json"));
         let c = parse_ok("SUPERNODE=\nVISU_PROXY=\nHOST_DENY=\nEXTERNAL_IP=\nPEER_CACHE=");
@@ -703,6 +736,10 @@ mod tests {
         }
         assert_eq!(err_at("\nEXTERNAL_IP=1.2.3"), (2, "EXTERNAL_IP".into()));
         assert_eq!(err_at("\nGOSSIP_PROTOCOL=gossip"), (2, "GOSSIP_PROTOCOL".into()));
+        let c = parse_ok("GOSSIP_PROTOCOL=kmonitor\nK_MONITORS=3\nT_HB=50\nT_TO=400");
+        assert_eq!((c.kmonitor, c.k_monitors, c.t_hb_ms, c.t_to_ms), (true, 3, 50, 400));
+        assert!(!parse("GOSSIP_PROTOCOL=KMONITOR\nGOSSIP_PROTOCOL=BRR").unwrap().0.kmonitor);
+        assert_eq!(err_at("\nT_TO=1"), (2, "T_TO".into()));
         assert_eq!(parse_ok("EXTERNAL_IP=::1").external_ip, Some(IpAddr::from(Ipv6Addr::LOCALHOST)));
         for p in [GossipProtocol::Brr, GossipProtocol::Dbrr] {
             assert_eq!(p.to_string().to_lowercase().parse::<GossipProtocol>(), Ok(p));

@@ -66,6 +66,8 @@ pub enum Role {
     ControlProcess,
     /// A failure-detector datagram.
     Datagram,
+    /// A frame of the k-monitor detector on its TCP connections.
+    Monitor,
     /// A seed derived from the key (not a MAC anything checks).
     Seed,
     /// A session key of an encrypted data connection (not a MAC anything checks).
@@ -80,6 +82,7 @@ impl Role {
             Role::ControlLauncher => b"p2pmpi/1 control launcher",
             Role::ControlProcess => b"p2pmpi/1 control process",
             Role::Datagram => b"p2pmpi/1 fd datagram",
+            Role::Monitor => b"p2pmpi/1 k-monitor frame",
             Role::Seed => b"p2pmpi/1 seed",
             Role::Session => b"p2pmpi/1 session key",
         }
@@ -161,6 +164,20 @@ impl JobKey {
     /// Whether `mac` is the [`JobKey::datagram_mac`] of `bytes` (constant time).
     pub fn verify_datagram(&self, bytes: &[u8], mac: &[u8]) -> bool {
         mac.len() == DATAGRAM_MAC_LEN && self.keyed(Role::Datagram, &[bytes]).verify_truncated_left(mac).is_ok()
+    }
+
+    /// A [`DATAGRAM_MAC_LEN`]-byte MAC (HMAC-SHA256 truncated) of `parts` for `role`: what
+    /// ends every frame of the k-monitor detector.
+    pub fn short_mac(&self, role: Role, parts: &[&[u8]]) -> [u8; DATAGRAM_MAC_LEN] {
+        let full = self.proof(role, parts);
+        let mut t = [0u8; DATAGRAM_MAC_LEN];
+        t.copy_from_slice(&full[..DATAGRAM_MAC_LEN]);
+        t
+    }
+
+    /// Whether `mac` is the [`JobKey::short_mac`] of `parts` for `role` (constant time).
+    pub fn verify_short_mac(&self, role: Role, parts: &[&[u8]], mac: &[u8]) -> bool {
+        mac.len() == DATAGRAM_MAC_LEN && self.keyed(role, parts).verify_truncated_left(mac).is_ok()
     }
 
     /// A 64-bit value derived from the key for `purpose`: the same in every process of the

@@ -185,6 +185,24 @@ pub struct FdSetup {
     /// `Δt_i = ts_i − ts_1`: when the root sent this process the communicator, after its
     /// first send, microseconds (FM equation 4).
     pub delta_t_us: u64,
+    /// With `--fd kmonitor`: the k-monitor detector instead of gossip (`addrs` are then its
+    /// TCP endpoints; `protocol` and `t_gossip_us` are ignored).
+    pub kmonitor: Option<KmonitorSetup>,
+}
+
+/// The k-monitor detector's parameters for one application (`--fd kmonitor`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KmonitorSetup {
+    /// Monitors per process.
+    pub k: u32,
+    /// `T_hb`, microseconds.
+    pub t_hb_us: u64,
+    /// `T_to`, microseconds.
+    pub t_to_us: u64,
+    /// Ask a second monitor before flooding a time-out.
+    pub confirm: bool,
+    /// Every rank's subnet prefix length (its cluster), by rank.
+    pub prefixes: Vec<u8>,
 }
 
 /// Errors of the control plane.
@@ -271,6 +289,19 @@ mod tests {
                     t_gossip_us: 500_000,
                     t_max_hang_us: 0,
                     delta_t_us: 12,
+                    kmonitor: None,
+                }),
+            },
+            Control::World {
+                lease_us: 1,
+                addrs: vec!["a".into()],
+                fd: Some(FdSetup {
+                    addrs: vec!["u".into()],
+                    protocol: "KMONITOR".into(),
+                    t_gossip_us: 0,
+                    t_max_hang_us: 0,
+                    delta_t_us: 0,
+                    kmonitor: Some(KmonitorSetup { k: 4, t_hb_us: 100_000, t_to_us: 1_000_000, confirm: true, prefixes: vec![8, 24] }),
                 }),
             },
             Control::PeerFailed { rank: 1, failed: 2, detail: "silent".into() },

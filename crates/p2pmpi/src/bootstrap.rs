@@ -105,7 +105,10 @@ pub(crate) fn boot() -> Result<Boot> {
     let listener = bind_data_port(&bind, var(env::PORTS).as_deref())?;
     let data_addr = listener.local_addr()?;
     // The failure detector's socket, in the same port range (firewall-friendly).
-    let fd_socket = bind_fd_port(&bind, var(env::PORTS).as_deref());
+    let (fd_socket, km_listener) = match bind_fd_port(&bind, var(env::PORTS).as_deref()) {
+        Some((s, l)) => (Some(s), l),
+        None => (None, None),
+    };
     let fd_addr = fd_socket.as_ref().and_then(|s| s.local_addr().ok()).map(|a| a.to_string()).unwrap_or_default();
     let mut ctrl = connect_from(&bind, &ctrl_addr)
         .map_err(|e| Error::Bootstrap(format!("cannot reach the launcher at {ctrl_addr}: {e}")))?;
@@ -135,7 +138,7 @@ pub(crate) fn boot() -> Result<Boot> {
     let received = Instant::now();
     if let (Some(fd), Some(sock)) = (fd, fd_socket) {
         let setup = crate::failure::setup_from_wire(&fd, slots as usize, received).map_err(Error::Bootstrap)?;
-        crate::failure::start(slot as usize, key.clone(), sock, setup)
+        crate::failure::start(slot as usize, key.clone(), sock, km_listener, setup)
             .map_err(|e| Error::Bootstrap(format!("cannot start the failure detector: {e}")))?;
     }
     ctrl.set_read_timeout(None)?;
@@ -196,9 +199,27 @@ fn bind_data_port(bind: &str, range: Option<&str>) -> Result<TcpListener> {
     }
 }
 
-/// Binds the failure detector's UDP socket like the data port; `None` if no port is free
-/// (the job then runs without a detector for this process, and says so).
-fn bind_fd_port(bind: &str, range: Option<&str>) -> Option<UdpSocket> {
+/// Binds the failure detector's UDP socket like the data port, and a TCP listener on the same
+/// port number for the k-monitor detector (tried on a few ports; the listener is `None` if
+/// none had both free); `None` if no port is free (the job then runs without a detector for
+/// this process, and says so).
+fn bind_fd_port(bind: &str, range: Option<&str>) -> Option<(UdpSocket, Option<TcpListener>)> {
+    let mut first = None;
+    for _ in 0..8 {
+        let udp = bind_udp_port(bind, range)?;
+        let port = udp.local_addr().ok()?.port();
+        if let Ok(l) = TcpListener::bind((bind, port)) {
+            return Some((udp, Some(l)));
+        }
+        // Keep the first socket bound meanwhile, so the next try gets another port.
+        if first.is_none() {
+            first = Some(udp);
+        }
+    }
+    first.map(|u| (u, None))
+}
+
+fn bind_udp_port(bind: &str, range: Option<&str>) -> Option<UdpSocket> {
     let parsed = range.and_then(|r| {
         let (a, b) = r.split_once('-')?;
         Some((a.trim().parse::<u16>().ok()?, b.trim().parse::<u16>().ok()?))

@@ -234,6 +234,7 @@ fn finalize() {
         *ENGINE.lock() = None;
         STATE.store(FINALIZED, Ordering::SeqCst);
         bootstrap::report_finalized(rank);
+        crate::failure::leave();
         return;
     }
     let res = (|| -> Result<()> {
@@ -251,6 +252,7 @@ fn finalize() {
     *ENGINE.lock() = None;
     STATE.store(FINALIZED, Ordering::SeqCst);
     bootstrap::report_finalized(rank);
+    crate::failure::leave();
 }
 
 /// With `P2PMPI_TRACE=DIR`, writes the messages this process accepted to

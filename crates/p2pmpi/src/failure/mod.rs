@@ -34,6 +34,17 @@
 //!
 //! `P2PMPI_FD_DEBUG=1` in a process's environment prints every suspicion, refutation and
 //! failure with the heartbeat table.
+//!
+//! # The k-monitor detector
+//!
+//! With `p2pmpirun --fd kmonitor` (or `GOSSIP_PROTOCOL=KMONITOR`), the processes run the
+//! self-organizing k-monitor detector instead (Horita; [`p2pmpi_core::kmonitor`]): each asks
+//! `k` others to monitor it over TCP and sends them a heartbeat every `T_hb`; a monitor
+//! reports a failure after `T_to` of silence, at once when the connection is reset (a
+//! crash), and the notice is flooded on every connection. Its driver is [`kmonitor`]; its
+//! failures become the same [`Notice`]s, with [`Cause::KMonitor`].
+
+pub mod kmonitor;
 
 use crate::bootstrap;
 use p2pmpi_core::fd::{Detector, Event, FdConfig, Message, Protocol, Start};
@@ -65,6 +76,11 @@ pub enum Cause {
         /// The gossip protocol.
         protocol: String,
     },
+    /// The k-monitor detector established it.
+    KMonitor {
+        /// How, in words.
+        how: String,
+    },
 }
 
 /// A confirmed failure of a process of this application.
@@ -87,6 +103,7 @@ impl std::fmt::Display for Notice {
                 self.rank,
                 suspicion_after.as_secs_f64()
             ),
+            Cause::KMonitor { how } => write!(f, "rank {} failed: {how}", self.rank),
         }
     }
 }
@@ -108,6 +125,8 @@ static SENT_BYTES: AtomicU64 = AtomicU64::new(0);
 static DROPPED_DATAGRAMS: AtomicU64 = AtomicU64::new(0);
 static FD_ADDR: std::sync::OnceLock<SocketAddr> = std::sync::OnceLock::new();
 static STARTED: Mutex<Option<Instant>> = Mutex::new(None);
+/// The k-monitor driver's control and counters, when it runs.
+static KMONITOR: std::sync::OnceLock<(Arc<kmonitor::Control>, Arc<kmonitor::Counters>)> = std::sync::OnceLock::new();
 /// The replicas' layout of a job run with `-r R > 1`: the detector then watches slots.
 static LAYOUT: std::sync::OnceLock<p2pmpi_core::replication::Layout> = std::sync::OnceLock::new();
 /// Slots confirmed failed (replicated jobs).
@@ -126,7 +145,12 @@ pub(crate) fn layout() -> Option<p2pmpi_core::replication::Layout> {
 /// how long it has run. `None` when no detector runs.
 pub fn detector_traffic() -> Option<(u64, u64, Duration)> {
     let started = (*STARTED.lock())?;
-    Some((SENT_DATAGRAMS.load(Ordering::Relaxed), SENT_BYTES.load(Ordering::Relaxed), started.elapsed()))
+    let (mut n, mut b) = (SENT_DATAGRAMS.load(Ordering::Relaxed), SENT_BYTES.load(Ordering::Relaxed));
+    if let Some((_, c)) = KMONITOR.get() {
+        n += c.frames_sent.load(Ordering::Relaxed);
+        b += c.bytes_sent.load(Ordering::Relaxed);
+    }
+    Some((n, b, started.elapsed()))
 }
 
 /// The address of this process's failure detector (UDP), when one runs. Not in rsmpi.
@@ -137,7 +161,21 @@ pub fn detector_address() -> Option<SocketAddr> {
 /// Datagrams this process's detector received and dropped so far: malformed, from another
 /// job, or forged (their MAC on the job's key did not verify).
 pub fn dropped_datagrams() -> u64 {
-    DROPPED_DATAGRAMS.load(Ordering::Relaxed)
+    DROPPED_DATAGRAMS.load(Ordering::Relaxed) + KMONITOR.get().map_or(0, |(_, c)| c.rejected.load(Ordering::Relaxed))
+}
+
+/// Which detector this process runs: `"gossip"`, `"kmonitor"`, or `None`. Not in rsmpi.
+pub fn detector_kind() -> Option<&'static str> {
+    STARTED.lock().as_ref()?;
+    Some(if KMONITOR.get().is_some() { "kmonitor" } else { "gossip" })
+}
+
+/// The program ends (finalize): a k-monitor detector tells its peers that this process is
+/// leaving, not failing, and waits until that is written (at most half a second).
+pub(crate) fn leave() {
+    if let Some((c, _)) = KMONITOR.get() {
+        c.leave(Duration::from_millis(500));
+    }
 }
 
 /// Chooses what happens on a confirmed failure (call before `initialize()`: the launcher
@@ -251,6 +289,8 @@ pub(crate) struct Setup {
     pub delta_t: Duration,
     /// When the communicator was received (`tr_i`).
     pub received: Instant,
+    /// The k-monitor detector instead of gossip.
+    pub kmonitor: Option<(p2pmpi_core::kmonitor::Config, Vec<u8>)>,
 }
 
 /// Parses the launcher's [`p2pmpi_wire::control::FdSetup`].
@@ -267,16 +307,51 @@ pub(crate) fn setup_from_wire(
         .iter()
         .map(|a| a.parse().map_err(|_| format!("bad failure detector address {a:?}")))
         .collect::<Result<Vec<SocketAddr>, String>>()?;
-    let protocol: Protocol = s.protocol.parse()?;
-    if s.t_gossip_us == 0 {
+    let kmonitor = match &s.kmonitor {
+        None => None,
+        Some(k) => {
+            if k.prefixes.len() != size {
+                return Err(format!("k-monitor table has {} subnets for {size} ranks", k.prefixes.len()));
+            }
+            if k.k == 0 || k.t_hb_us == 0 || k.t_to_us <= k.t_hb_us {
+                return Err(format!("bad k-monitor settings: k = {}, T_hb = {} µs, T_to = {} µs", k.k, k.t_hb_us, k.t_to_us));
+            }
+            let mut c = p2pmpi_core::kmonitor::Config::new(
+                k.k as usize,
+                Duration::from_micros(k.t_hb_us),
+                Duration::from_micros(k.t_to_us),
+            );
+            c.confirm = k.confirm;
+            Some((c, k.prefixes.clone()))
+        }
+    };
+    let protocol: Protocol = if kmonitor.is_some() { Protocol::Dbrr } else { s.protocol.parse()? };
+    if s.t_gossip_us == 0 && kmonitor.is_none() {
         return Err("T_GOSSIP of 0".into());
     }
-    let config = FdConfig::new(protocol, Duration::from_micros(s.t_gossip_us), Duration::from_micros(s.t_max_hang_us));
-    Ok(Setup { addrs, config, delta_t: Duration::from_micros(s.delta_t_us), received })
+    let config = FdConfig::new(
+        protocol,
+        Duration::from_micros(s.t_gossip_us.max(1)),
+        Duration::from_micros(s.t_max_hang_us),
+    );
+    Ok(Setup { addrs, config, delta_t: Duration::from_micros(s.delta_t_us), received, kmonitor })
 }
 
-/// Starts the detector thread of process `rank` on `socket`.
-pub(crate) fn start(rank: usize, key: JobKey, socket: UdpSocket, setup: Setup) -> std::io::Result<()> {
+/// Starts the detector thread of process `rank` on `socket` (gossip) or `listener` (the
+/// k-monitor detector).
+pub(crate) fn start(
+    rank: usize,
+    key: JobKey,
+    socket: UdpSocket,
+    listener: Option<std::net::TcpListener>,
+    setup: Setup,
+) -> std::io::Result<()> {
+    if let Some((cfg, prefixes)) = setup.kmonitor.clone() {
+        let listener = listener.ok_or_else(|| {
+            std::io::Error::new(std::io::ErrorKind::AddrInUse, "no TCP port for the k-monitor detector")
+        })?;
+        return start_kmonitor(rank, key, listener, &setup.addrs, cfg, &prefixes);
+    }
     let n = setup.addrs.len();
     *SUSPICION_AFTER.lock() = Some(setup.config.suspicion_after(n));
     if let Ok(a) = socket.local_addr() {
@@ -362,6 +437,72 @@ fn run(me: usize, key: JobKey, socket: UdpSocket, setup: Setup) {
     }
 }
 
+fn start_kmonitor(
+    me: usize,
+    key: JobKey,
+    listener: std::net::TcpListener,
+    addrs: &[SocketAddr],
+    cfg: p2pmpi_core::kmonitor::Config,
+    prefixes: &[u8],
+) -> std::io::Result<()> {
+    use p2pmpi_core::kmonitor::{Directory, Endpoint};
+    let after = cfg.t_to * (1 + cfg.confirm as u32) + cfg.t_hb;
+    *SUSPICION_AFTER.lock() = Some(after);
+    if let Ok(a) = listener.local_addr() {
+        let _ = FD_ADDR.set(a);
+    }
+    let eps: Vec<Endpoint> = addrs
+        .iter()
+        .zip(prefixes)
+        .enumerate()
+        .map(|(i, (a, &p))| Endpoint { id: i as u32, ip: a.ip(), prefix: p, port: a.port() })
+        .collect();
+    let wide = eps.iter().map(Endpoint::cluster).collect::<std::collections::BTreeSet<_>>().len() > 1;
+    let dir = Arc::new(Directory::new(eps.iter().copied(), wide));
+    let seed = key.seed("kmonitor") ^ (me as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ std::process::id() as u64;
+    let setup = kmonitor::Setup { me: eps[me], dir, cfg, key, seed };
+    let ctl = Arc::new(kmonitor::Control::default());
+    let driver = kmonitor::Driver::new(setup, listener, ctl.clone())?;
+    let _ = KMONITOR.set((ctl, driver.counters()));
+    *STARTED.lock() = Some(Instant::now());
+    let t_to = cfg.t_to;
+    std::thread::Builder::new().name("p2pmpi-kmonitor".into()).spawn(move || {
+        driver.run(
+            |r| match r {
+                kmonitor::Report::Failed { node, cause } => {
+                    let how = kmonitor_words(cause, t_to);
+                    deliver(me, Notice { rank: node as i32, at: crate::time(), cause: Cause::KMonitor { how } });
+                }
+                kmonitor::Report::Excluded => {
+                    if std::env::var_os("P2PMPI_FD_DEBUG").is_some() {
+                        eprintln!("p2pmpi-fd: rank {me}: the k-monitor detectors declared this process failed");
+                    }
+                }
+            },
+            || false,
+        )
+    })?;
+    Ok(())
+}
+
+/// A k-monitor cause in words (the launcher prints them).
+fn kmonitor_words(cause: p2pmpi_core::kmonitor::Cause, t_to: Duration) -> String {
+    use p2pmpi_core::kmonitor::Cause as K;
+    let name = |id: u32| match layout() {
+        Some(l) => format!("rank {} replica {}", l.rank_of(id as usize), l.replica_of(id as usize)),
+        None => format!("rank {id}"),
+    };
+    match cause {
+        K::Silent => format!("no heartbeat for {:.1} s (k-monitor T_to)", t_to.as_secs_f64()),
+        K::Reset => "its k-monitor connection was reset (the process died)".into(),
+        K::Unreachable => "no k-monitor connection could be opened to it".into(),
+        K::NoAck => format!("it did not answer a monitor request within {:.1} s (k-monitor T_to)", t_to.as_secs_f64()),
+        K::Notice { from } => format!("{} reported it failed (k-monitor notice)", name(from)),
+        K::Declared => "declared dead by the launcher".into(),
+        K::Excluded => "declared failed by the others".into(),
+    }
+}
+
 /// Slots this process already reported as suspected (replicated jobs).
 static SUSPECTED: Mutex<Vec<usize>> = Mutex::new(Vec::new());
 
@@ -394,6 +535,11 @@ pub(crate) fn declared_dead(slots: &[u32]) {
     }
     if new {
         PENDING.store(true, Ordering::SeqCst);
+        if let Some((c, _)) = KMONITOR.get() {
+            for &s in slots {
+                c.declare(s);
+            }
+        }
     }
 }
 
