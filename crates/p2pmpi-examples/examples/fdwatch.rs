@@ -83,7 +83,8 @@ fn main() {
         }
     }
     if let Some((datagrams, bytes, ran)) = mpi::failure::detector_traffic() {
-        println!("rank {me} detector sent {datagrams} datagrams, {bytes} bytes in {} ms", ran.as_millis());
+        let kind = mpi::failure::detector_kind().unwrap_or("none");
+        println!("rank {me} detector sent {datagrams} datagrams, {bytes} bytes in {} ms ({kind})", ran.as_millis());
     }
     if notify {
         println!("rank {me} exits (failed: {:?}) {}", mpi::failure::failed_ranks(), x % 2);

@@ -1,0 +1,211 @@
+//! The k-monitor failure detector (`--fd kmonitor`) in running jobs: real processes killed
+//! (`kill -9`: their connections are reset) or frozen (`SIGSTOP`: silence), jobs that end
+//! normally (their processes leave, nobody is reported failed), replicated jobs, the
+//! configuration file, and bad options.
+#![forbid(unsafe_code)]
+
+mod common;
+
+use common::job::Job;
+use common::{example, launcher, run_cmd};
+use std::process::Command;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// T_hb and T_to of the fast tests, ms.
+const T_HB: u64 = 50;
+const T_TO: u64 = 500;
+/// Slack for a loaded 2-core machine (the suite runs tests in parallel): a notice is printed
+/// by the program's handler and read by the test through pipes.
+const SLACK_MS: u128 = 700;
+const LIMIT: Duration = Duration::from_secs(90);
+
+fn unix_ms() -> u128 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis()
+}
+
+fn km_args() -> Vec<String> {
+    ["--fd", "kmonitor", "--t-hb", &T_HB.to_string(), "--t-to", &T_TO.to_string()].map(String::from).to_vec()
+}
+
+fn local_job(n: usize, extra: &[&str], prog: &str, prog_args: &[&str]) -> Job {
+    let mut cmd = Command::new(launcher());
+    cmd.args(["-n", &n.to_string(), "--local"]).args(km_args()).args(extra).arg(example(prog)).args(prog_args);
+    cmd.env("P2PMPI_HOME", "/nonexistent").env_remove("P2PMPI_CONF_FILE");
+    Job::spawn(&mut cmd)
+}
+
+/// rank → when it was notified of `victim`'s failure (unix ms), from `fdwatch --notify`.
+fn notices_of(job: &Job, victim: usize) -> Vec<(usize, u128)> {
+    let pat = format!("notified: rank {victim} failed at ");
+    job.lines()
+        .iter()
+        .filter_map(|l| {
+            let rest = l.text.strip_prefix("rank ")?;
+            let rank = rest.split_whitespace().next()?.parse().ok()?;
+            let at = l.text.split(&pat).nth(1)?.trim().parse().ok()?;
+            Some((rank, at))
+        })
+        .collect()
+}
+
+/// Every rank but `victim` is notified of its failure within `bound` ms of `at`, and of
+/// nothing else; returns the delays.
+fn assert_all_notified(job: &Job, n: usize, victim: usize, at: u128, bound: u128) -> Vec<u128> {
+    let got = job.wait_for(Duration::from_secs(20), "every notice", |_| {
+        let got = notices_of(job, victim);
+        (got.len() >= n - 1).then_some(got)
+    });
+    let mut times = Vec::new();
+    for r in (0..n).filter(|&r| r != victim) {
+        let (_, t) = got.iter().find(|(rank, _)| *rank == r).unwrap_or_else(|| panic!("rank {r} not notified"));
+        let dt = t.saturating_sub(at);
+        assert!(dt <= bound + SLACK_MS, "rank {r} notified {dt} ms after the failure (bound {bound} ms):\n{}", job.text());
+        times.push(dt);
+    }
+    let text = job.text();
+    assert!(
+        !text.lines().any(|l| l.contains("notified: rank") && !l.contains(&format!("notified: rank {victim} "))),
+        "a false detection:\n{text}"
+    );
+    eprintln!("k-monitor: rank {victim}'s failure notified after {times:?} ms (bound {bound} ms)");
+    times
+}
+
+fn signal(pid: u32, sig: i32) -> u128 {
+    // Past start-up: every process has its monitors.
+    std::thread::sleep(Duration::from_millis(4 * T_HB));
+    let at = unix_ms();
+    p2pmpi_peer::os::signal(pid, sig).unwrap_or_else(|e| panic!("kill -{sig} {pid}: {e}"));
+    at
+}
+
+#[test]
+fn kill_9_is_known_everywhere_at_once_through_the_reset_connections() {
+    let n = 12;
+    let job = local_job(n, &[], "fdwatch", &["--notify", "--hold", "4000"]);
+    let ready = job.ready(n, LIMIT);
+    let at = signal(ready[7].0, libc::SIGKILL);
+    // The seed's claim: a crash is seen at once (a reset), not after T_to.
+    let times = assert_all_notified(&job, n, 7, at, 100);
+    assert!(times.iter().any(|&t| t < T_TO as u128), "no notice before T_to: not through the reset? {times:?}");
+    let (code, text) = job.finish(LIMIT);
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("rank 7 failed: its k-monitor connection was reset"), "{text}");
+    assert!(text.contains("(kmonitor)"), "the job did not run the k-monitor detector:\n{text}");
+}
+
+#[test]
+fn sigstop_is_known_everywhere_within_t_to() {
+    let n = 8;
+    let job = local_job(n, &[], "fdwatch", &["--notify", "--hold", "4000"]);
+    let ready = job.ready(n, LIMIT);
+    let at = signal(ready[2].0, libc::SIGSTOP);
+    let times = assert_all_notified(&job, n, 2, at, T_TO as u128 + 50);
+    // Silence, not a reset: nobody can know before T_to minus one heartbeat period.
+    assert!(times.iter().all(|&t| t + T_HB as u128 >= T_TO as u128), "{times:?}");
+    let (code, text) = job.finish(LIMIT);
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("rank 2 failed: no heartbeat for 0.5 s (k-monitor T_to)"), "{text}");
+}
+
+#[test]
+fn without_replication_a_killed_process_stops_the_job_naming_the_rank() {
+    let job = local_job(6, &[], "fdwatch", &["--hold", "3000"]);
+    let ready = job.ready(6, LIMIT);
+    signal(ready[4].0, libc::SIGKILL);
+    let (code, text) = job.finish(LIMIT);
+    assert_eq!(code, 1, "{text}");
+    assert!(text.contains("rank 4"), "{text}");
+    assert!(text.contains("stopping the other processes"), "{text}");
+}
+
+/// Processes that finish leave: whatever order they end in, nobody is reported failed (the
+/// connections they close at exit are not resets of live processes).
+#[test]
+fn jobs_that_end_normally_report_no_failure() {
+    for round in 0..3 {
+        let job = local_job(8, &[], "fdwatch", &["--hold", &format!("{}", 300 + 200 * round)]);
+        let (code, text) = job.finish(LIMIT);
+        assert_eq!(code, 0, "round {round}:\n{text}");
+        assert!(!text.contains("failed"), "round {round}: a false detection:\n{text}");
+        assert_eq!(text.lines().filter(|l| l.contains(" done ")).count(), 8, "{text}");
+    }
+}
+
+/// `-r 2`: a replica killed mid-run is reported through the k-monitor detector, fenced by the
+/// launcher, and the job ends with the fault-free result.
+#[test]
+fn replicated_job_survives_a_killed_replica() {
+    let clean = local_job(3, &["-r", "2"], "replcheck", &["iterate", "60", "20"]);
+    let e = clean.end(LIMIT);
+    assert_eq!(e.code, 0, "{}", e.text);
+    let want = e.stdout;
+    assert!(!want.is_empty(), "{}", e.text);
+    let marker = common::marker("km-repl");
+    let job = local_job(3, &["-r", "2"], "replcheck", &["iterate", "60", "20", &marker]);
+    // Slot 3 is rank 1's second replica (slots are rank-major: rank r replica i = r·R + i).
+    let deadline = std::time::Instant::now() + LIMIT;
+    let pid = loop {
+        let found = common::processes_with(&marker)
+            .into_iter()
+            .find(|&pid| common::env_of(pid, "P2PMPI_RANK").as_deref() == Some("3"));
+        if let Some(p) = found {
+            break p;
+        }
+        assert!(std::time::Instant::now() < deadline, "slot 3 never started:\n{}", job.text());
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    std::thread::sleep(Duration::from_millis(400));
+    p2pmpi_peer::os::signal(pid, libc::SIGKILL).unwrap();
+    let e = job.end(LIMIT);
+    assert_eq!(e.code, 0, "{}", e.text);
+    assert_eq!(e.stdout, want, "{}", e.text);
+    assert!(e.text.contains("rank 1 replica 1 failed") && e.text.contains("k-monitor"), "{}", e.text);
+    assert!(e.text.contains("rank 1 goes on with 1 replica(s)"), "{}", e.text);
+}
+
+/// `GOSSIP_PROTOCOL=KMONITOR` in the configuration picks the detector for every job, with
+/// `K_MONITORS`, `T_HB` and `T_TO`.
+#[test]
+fn the_configuration_file_selects_the_k_monitor_detector() {
+    let dir = std::env::temp_dir().join(format!("p2pmpi-kmconf-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let conf = dir.join("P2P-MPI.conf");
+    std::fs::write(&conf, "GOSSIP_PROTOCOL=KMONITOR\nK_MONITORS=2\nT_HB=40\nT_TO=400\n").unwrap();
+    let mut cmd = Command::new(launcher());
+    cmd.args(["-n", "4", "--local"]).arg(example("fdwatch")).args(["--notify", "--hold", "2500"]);
+    cmd.env("P2PMPI_HOME", &dir).env("P2PMPI_CONF_FILE", &conf);
+    let job = Job::spawn(&mut cmd);
+    let ready = job.ready(4, LIMIT);
+    let at = signal(ready[1].0, libc::SIGSTOP);
+    assert_all_notified(&job, 4, 1, at, 450);
+    let (code, text) = job.finish(LIMIT);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("no heartbeat for 0.4 s (k-monitor T_to)"), "{text}");
+    assert!(text.contains("(kmonitor)"), "{text}");
+}
+
+#[test]
+fn bad_k_monitor_options_are_refused_with_a_clear_error() {
+    let fdwatch = example("fdwatch");
+    let fdwatch = fdwatch.to_str().unwrap();
+    for (args, want) in [
+        (vec!["--k", "3"], "add --fd kmonitor"),
+        (vec!["--fd", "kmonitor", "--t-hb", "200", "--t-to", "100"], "must be longer than --t-hb"),
+        (vec!["--fd", "kmonitor", "--k", "0"], "--k must be at least 1"),
+        (vec!["--fd", "gossip"], "KMONITOR or off"),
+    ] {
+        let o = run_cmd(
+            Command::new(launcher())
+                .args(["-n", "2", "--local"])
+                .args(&args)
+                .arg(fdwatch)
+                .env("P2PMPI_HOME", "/nonexistent")
+                .env_remove("P2PMPI_CONF_FILE"),
+            Duration::from_secs(30),
+        );
+        assert_eq!(o.code(), Some(2), "{args:?}: {}", o.stderr);
+        assert!(o.stderr.contains(want), "{args:?}: {}", o.stderr);
+    }
+}
