@@ -85,6 +85,9 @@ fn main() {
     if let Some((datagrams, bytes, ran)) = mpi::failure::detector_traffic() {
         let kind = mpi::failure::detector_kind().unwrap_or("none");
         println!("rank {me} detector sent {datagrams} datagrams, {bytes} bytes in {} ms ({kind})", ran.as_millis());
+        if let Some(f) = mpi::failure::failure_notices_sent() {
+            println!("rank {me} failure notices sent {f}");
+        }
     }
     if notify {
         println!("rank {me} exits (failed: {:?}) {}", mpi::failure::failed_ranks(), x % 2);

@@ -32,8 +32,10 @@
 //! waits (at most half a second) until it is written: the others forget the process without
 //! reporting it failed.
 
-use p2pmpi_core::kmonitor::{self as km, Action, Directory, Endpoint, Node, NodeId};
-use p2pmpi_wire::auth::{JobKey, Nonce, Role, DATAGRAM_MAC_LEN, NONCE_LEN};
+use p2pmpi_core::kmonitor::{self as km, Action, Node};
+pub use p2pmpi_core::kmonitor::{Cause, Config, Directory, Endpoint, NodeId};
+pub use p2pmpi_wire::auth::JobKey;
+use p2pmpi_wire::auth::{Nonce, Role, DATAGRAM_MAC_LEN, NONCE_LEN};
 use std::collections::HashMap;
 use std::io::{ErrorKind, Read, Write};
 use std::net::SocketAddr;
@@ -70,6 +72,8 @@ pub struct Counters {
     pub bytes_sent: std::sync::atomic::AtomicU64,
     /// Connections closed because what they sent did not verify or decode.
     pub rejected: std::sync::atomic::AtomicU64,
+    /// Failure notices sent (flooding).
+    pub failure_msgs: std::sync::atomic::AtomicU64,
 }
 
 /// Asks a running driver to leave, and tells when it has.
@@ -281,6 +285,7 @@ impl Driver {
             self.drain(&mut report);
             self.node.tick(self.now());
             self.drain(&mut report);
+            self.counters.failure_msgs.store(self.node.stats().failure_msgs, Ordering::Relaxed);
         }
         self.ctl.set_left();
     }

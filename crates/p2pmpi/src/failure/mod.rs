@@ -164,6 +164,12 @@ pub fn dropped_datagrams() -> u64 {
     DROPPED_DATAGRAMS.load(Ordering::Relaxed) + KMONITOR.get().map_or(0, |(_, c)| c.rejected.load(Ordering::Relaxed))
 }
 
+/// Failure notices this process's k-monitor detector sent so far (flooding); `None` with
+/// gossip or no detector. Not in rsmpi.
+pub fn failure_notices_sent() -> Option<u64> {
+    KMONITOR.get().map(|(_, c)| c.failure_msgs.load(Ordering::Relaxed))
+}
+
 /// Which detector this process runs: `"gossip"`, `"kmonitor"`, or `None`. Not in rsmpi.
 pub fn detector_kind() -> Option<&'static str> {
     STARTED.lock().as_ref()?;
