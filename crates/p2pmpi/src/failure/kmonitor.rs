@@ -74,6 +74,10 @@ pub struct Counters {
     pub rejected: std::sync::atomic::AtomicU64,
     /// Failure notices sent (flooding).
     pub failure_msgs: std::sync::atomic::AtomicU64,
+    /// This process's monitors (`H`) now.
+    pub monitors: std::sync::atomic::AtomicU64,
+    /// Its wide-area links (connections to other clusters) now.
+    pub wide_links: std::sync::atomic::AtomicU64,
 }
 
 /// Asks a running driver to leave, and tells when it has.
@@ -286,6 +290,8 @@ impl Driver {
             self.node.tick(self.now());
             self.drain(&mut report);
             self.counters.failure_msgs.store(self.node.stats().failure_msgs, Ordering::Relaxed);
+            self.counters.monitors.store(self.node.monitors().count() as u64, Ordering::Relaxed);
+            self.counters.wide_links.store(self.node.wide_peers().count() as u64, Ordering::Relaxed);
         }
         self.ctl.set_left();
     }
