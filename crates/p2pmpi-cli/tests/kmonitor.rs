@@ -59,7 +59,11 @@ fn assert_all_notified(job: &Job, n: usize, victim: usize, at: u128, bound: u128
     for r in (0..n).filter(|&r| r != victim) {
         let (_, t) = got.iter().find(|(rank, _)| *rank == r).unwrap_or_else(|| panic!("rank {r} not notified"));
         let dt = t.saturating_sub(at);
-        assert!(dt <= bound + SLACK_MS, "rank {r} notified {dt} ms after the failure (bound {bound} ms):\n{}", job.text());
+        assert!(
+            dt <= bound + SLACK_MS,
+            "rank {r} notified {dt} ms after the failure (bound {bound} ms):\n{}",
+            job.text()
+        );
         times.push(dt);
     }
     let text = job.text();

@@ -96,7 +96,11 @@ impl Group {
         }
         let delays: Vec<u128> = live.iter().map(|&i| self.notice(i, victim).unwrap().saturating_sub(at)).collect();
         for (&i, &d) in live.iter().zip(&delays) {
-            assert!(d <= bound + SLACK_MS, "node {i} reported {victim} {d} ms after (bound {bound} ms):\n{}", self.text());
+            assert!(
+                d <= bound + SLACK_MS,
+                "node {i} reported {victim} {d} ms after (bound {bound} ms):\n{}",
+                self.text()
+            );
         }
         for &i in &live {
             for l in self.nodes[i].lines() {
@@ -111,7 +115,11 @@ impl Group {
     }
 
     fn text(&self) -> String {
-        self.nodes.iter().enumerate().map(|(i, n)| format!("--- node {i} ({})\n{}\n", self.hosts[i], n.text())).collect()
+        self.nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| format!("--- node {i} ({})\n{}\n", self.hosts[i], n.text()))
+            .collect()
     }
 }
 

@@ -46,12 +46,11 @@ fn main() {
             "--id" => id = Some(value(&a, args.next()).parse::<u32>().expect("--id N")),
             "--key" => key = Some(JobKey::from_hex(&value(&a, args.next())).expect("--key: 64 hex digits")),
             "--peers" => {
-                peers = value(&a, args.next()).split(',').map(parse_peer).collect::<Result<_, _>>().unwrap_or_else(
-                    |e| {
+                peers =
+                    value(&a, args.next()).split(',').map(parse_peer).collect::<Result<_, _>>().unwrap_or_else(|e| {
                         eprintln!("kmnode: {e}");
                         std::process::exit(2)
-                    },
-                )
+                    })
             }
             "--k" => k = value(&a, args.next()).parse().expect("--k K"),
             "--t-hb" => t_hb = value(&a, args.next()).parse().expect("--t-hb MS"),

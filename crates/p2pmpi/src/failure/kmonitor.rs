@@ -277,8 +277,10 @@ impl Driver {
             }
             // Inputs first, then the timers: a process that was itself late (frozen, starved)
             // reads the heartbeats waiting for it before it judges anybody silent.
-            let ready: Vec<(mio::Token, bool, bool)> =
-                events.iter().map(|e| (e.token(), e.is_readable() || e.is_read_closed() || e.is_error(), e.is_writable())).collect();
+            let ready: Vec<(mio::Token, bool, bool)> = events
+                .iter()
+                .map(|e| (e.token(), e.is_readable() || e.is_read_closed() || e.is_error(), e.is_writable()))
+                .collect();
             for (t, r, w) in ready {
                 match t {
                     LISTENER => self.accept(),
@@ -496,7 +498,9 @@ impl Driver {
         if self.send_on.get(&peer) == Some(&t) {
             self.send_on.remove(&peer);
         }
-        let others_up = v.iter().any(|&x| self.conns.get(&x).is_some_and(|c| c.state == State::Up && !c.closing && (c.outbound || c.proven)));
+        let others_up = v.iter().any(|&x| {
+            self.conns.get(&x).is_some_and(|c| c.state == State::Up && !c.closing && (c.outbound || c.proven))
+        });
         let others = !v.is_empty();
         if !others {
             self.links.remove(&peer);
@@ -514,12 +518,8 @@ impl Driver {
 
     fn expire_handshakes(&mut self, report: &mut impl FnMut(Report)) {
         let now = Instant::now();
-        let late: Vec<mio::Token> = self
-            .conns
-            .iter()
-            .filter(|(_, c)| c.deadline.is_some_and(|d| now >= d))
-            .map(|(&t, _)| t)
-            .collect();
+        let late: Vec<mio::Token> =
+            self.conns.iter().filter(|(_, c)| c.deadline.is_some_and(|d| now >= d)).map(|(&t, _)| t).collect();
         for t in late {
             if self.debug {
                 eprintln!("p2pmpi-fd: k-monitor {}: a connection's opening timed out", self.me);
@@ -734,5 +734,176 @@ impl Driver {
 
     fn node_count(&self) -> usize {
         self.n
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpStream;
+    use std::sync::Mutex;
+
+    /// A group of drivers on 127.0.0.1, each on its own thread; reports collected.
+    struct Group {
+        ctls: Vec<Arc<Control>>,
+        counters: Vec<Arc<Counters>>,
+        reports: Arc<Mutex<Vec<(usize, Report)>>>,
+        addrs: Vec<SocketAddr>,
+        stop: Arc<AtomicBool>,
+        threads: Vec<std::thread::JoinHandle<()>>,
+    }
+
+    fn key() -> JobKey {
+        JobKey::from_bytes([7; 32])
+    }
+
+    impl Group {
+        fn start(n: usize, k: usize) -> Group {
+            let listeners: Vec<std::net::TcpListener> =
+                (0..n).map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap()).collect();
+            let addrs: Vec<SocketAddr> = listeners.iter().map(|l| l.local_addr().unwrap()).collect();
+            let eps: Vec<Endpoint> = addrs
+                .iter()
+                .enumerate()
+                .map(|(i, a)| Endpoint { id: i as u32, ip: a.ip(), prefix: 8, port: a.port() })
+                .collect();
+            let dir = Arc::new(Directory::new(eps.iter().copied(), false));
+            let cfg = km::Config::new(k, Duration::from_millis(20), Duration::from_millis(400));
+            let reports = Arc::new(Mutex::new(Vec::new()));
+            let stop = Arc::new(AtomicBool::new(false));
+            let (mut ctls, mut counters, mut threads) = (Vec::new(), Vec::new(), Vec::new());
+            for (i, l) in listeners.into_iter().enumerate() {
+                let ctl = Arc::new(Control::default());
+                let setup = Setup { me: eps[i], dir: dir.clone(), cfg, key: key(), seed: i as u64 };
+                let d = Driver::new(setup, l, ctl.clone()).unwrap();
+                counters.push(d.counters());
+                ctls.push(ctl);
+                let (reports, stop) = (reports.clone(), stop.clone());
+                threads.push(std::thread::spawn(move || {
+                    d.run(|r| reports.lock().unwrap().push((i, r)), move || stop.load(Ordering::SeqCst))
+                }));
+            }
+            Group { ctls, counters, reports, addrs, stop, threads }
+        }
+
+        fn reports(&self) -> Vec<(usize, Report)> {
+            self.reports.lock().unwrap().clone()
+        }
+
+        /// Waits (bounded) until every node has `m` monitors.
+        fn wait_monitored(&self, m: u64) {
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while !self.counters.iter().all(|c| c.monitors.load(Ordering::Relaxed) >= m) {
+                assert!(Instant::now() < deadline, "monitors not set up");
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+    }
+
+    impl Drop for Group {
+        fn drop(&mut self) {
+            self.stop.store(true, Ordering::SeqCst);
+            for c in &self.ctls {
+                if let Some(w) = c.waker.get() {
+                    let _ = w.wake();
+                }
+            }
+            for t in self.threads.drain(..) {
+                let _ = t.join();
+            }
+        }
+    }
+
+    fn wait_until(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            if f() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        f()
+    }
+
+    #[test]
+    fn processes_that_leave_are_not_reported_and_a_declared_one_is() {
+        let g = Group::start(4, 2);
+        g.wait_monitored(2);
+        g.ctls[3].leave(Duration::from_secs(2));
+        g.ctls[1].declare(2);
+        assert!(wait_until(Duration::from_secs(5), || {
+            [0, 1]
+                .iter()
+                .all(|&i| g.reports().iter().any(|(o, r)| *o == i && matches!(r, Report::Failed { node: 2, .. })))
+        }));
+        // Well past T_to: node 3 left, nobody reports it; node 2 (still running, declared)
+        // is silenced everywhere.
+        std::thread::sleep(Duration::from_millis(600));
+        let r = g.reports();
+        assert!(!r.iter().any(|(_, r)| matches!(r, Report::Failed { node: 3, .. })), "{r:?}");
+        assert!(r.iter().any(|(o, r)| *o == 1 && matches!(r, Report::Failed { node: 2, cause: km::Cause::Declared })));
+    }
+
+    /// Garbage, forged frames and connections that say nothing cost the detector nothing: each
+    /// is closed, counted, and the group monitors on without a false report.
+    #[test]
+    fn garbage_forgeries_and_idle_connections_are_closed_and_harmless() {
+        let g = Group::start(3, 2);
+        g.wait_monitored(2);
+        let target = g.addrs[0];
+        let mut held = Vec::new();
+        // 1. Bytes that are not a hello.
+        let mut s = TcpStream::connect(target).unwrap();
+        s.write_all(&[0xde; 200]).unwrap();
+        held.push(s);
+        // 2. A well-formed hello naming rank 1, then a frame sealed with another key.
+        let mut s = TcpStream::connect(target).unwrap();
+        let mut hello = MAGIC.to_vec();
+        hello.extend_from_slice(&1u32.to_le_bytes());
+        hello.extend_from_slice(&0u32.to_le_bytes());
+        hello.extend_from_slice(&[3; NONCE_LEN]);
+        s.write_all(&hello).unwrap();
+        let mut reply = [0u8; REPLY_LEN];
+        s.read_exact(&mut reply).unwrap();
+        let body = km::encode(&km::Message::Failure { node: 2 });
+        let wrong = JobKey::from_bytes([8; 32]);
+        let mac = wrong.short_mac(
+            Role::Monitor,
+            &[&[3; NONCE_LEN], &reply[4..], &[0], &0u64.to_le_bytes(), &1u32.to_le_bytes(), &body],
+        );
+        let mut frame = ((body.len() + MAC_LEN) as u32).to_le_bytes().to_vec();
+        frame.extend_from_slice(&body);
+        frame.extend_from_slice(&mac);
+        s.write_all(&frame).unwrap();
+        held.push(s);
+        // 3. Many connections that never say anything: at most MAX_UNPROVEN are kept, each
+        // for at most T_to.
+        for _ in 0..(MAX_UNPROVEN + 40) {
+            if let Ok(s) = TcpStream::connect(target) {
+                held.push(s);
+            }
+        }
+        assert!(
+            wait_until(Duration::from_secs(5), || g.counters[0].rejected.load(Ordering::Relaxed) >= 2),
+            "the garbage and the forgery were not rejected"
+        );
+        // Every connection is closed by the detector within T_to (+ slack): reads end.
+        for s in &mut held {
+            s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            let mut b = [0u8; 64];
+            loop {
+                match s.read(&mut b) {
+                    Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                        panic!("a connection was still open 5 s later")
+                    }
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {}
+                }
+            }
+        }
+        // The forged notice did not count, and nobody was reported: the group still works.
+        std::thread::sleep(Duration::from_millis(500));
+        assert!(g.reports().is_empty(), "{:?}", g.reports());
+        assert!(g.counters.iter().all(|c| c.monitors.load(Ordering::Relaxed) == 2));
     }
 }

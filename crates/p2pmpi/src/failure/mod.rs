@@ -320,7 +320,10 @@ pub(crate) fn setup_from_wire(
                 return Err(format!("k-monitor table has {} subnets for {size} ranks", k.prefixes.len()));
             }
             if k.k == 0 || k.t_hb_us == 0 || k.t_to_us <= k.t_hb_us {
-                return Err(format!("bad k-monitor settings: k = {}, T_hb = {} µs, T_to = {} µs", k.k, k.t_hb_us, k.t_to_us));
+                return Err(format!(
+                    "bad k-monitor settings: k = {}, T_hb = {} µs, T_to = {} µs",
+                    k.k, k.t_hb_us, k.t_to_us
+                ));
             }
             let mut c = p2pmpi_core::kmonitor::Config::new(
                 k.k as usize,
@@ -335,11 +338,8 @@ pub(crate) fn setup_from_wire(
     if s.t_gossip_us == 0 && kmonitor.is_none() {
         return Err("T_GOSSIP of 0".into());
     }
-    let config = FdConfig::new(
-        protocol,
-        Duration::from_micros(s.t_gossip_us.max(1)),
-        Duration::from_micros(s.t_max_hang_us),
-    );
+    let config =
+        FdConfig::new(protocol, Duration::from_micros(s.t_gossip_us.max(1)), Duration::from_micros(s.t_max_hang_us));
     Ok(Setup { addrs, config, delta_t: Duration::from_micros(s.delta_t_us), received, kmonitor })
 }
 
