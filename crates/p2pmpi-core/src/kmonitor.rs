@@ -1499,6 +1499,10 @@ impl Reader<'_> {
             }
             v |= ((b & 0x7f) as u64) << (7 * i);
             if b & 0x80 == 0 {
+                // One form per value: a last byte of zero after others is an overlong form.
+                if b == 0 && i > 0 {
+                    return Err(DecodeError::BadField("integer"));
+                }
                 return Ok(v);
             }
         }
@@ -1933,6 +1937,9 @@ mod tests {
         }
         assert_eq!(encode(&Message::Heartbeat), vec![5]);
         assert_eq!(decode(&[12]), Err(DecodeError::BadTag(12)));
+        // Overlong integers (found by fuzzing): one encoding per message.
+        assert_eq!(decode(&[6, 0x81, 0x00]), Err(DecodeError::BadField("integer")));
+        assert_eq!(decode(&[8, 1, 174, 165, 234, 0]), Err(DecodeError::BadField("integer")));
         assert_eq!(decode(&[6, 0xff, 0xff, 0xff, 0xff, 0x10]), Err(DecodeError::BadField("process id")));
         // An endpoint with a /33 is refused.
         let mut b = encode(&Message::WconnInfo { local: 1, remote: Endpoint::v4(2, [1, 2, 3, 4], 32, 5) });
