@@ -94,7 +94,12 @@ fn kill_9_is_known_everywhere_at_once_through_the_reset_connections() {
     assert!(times.iter().any(|&t| t < T_TO as u128), "no notice before T_to: not through the reset? {times:?}");
     let (code, text) = job.finish(LIMIT);
     assert_eq!(code, 0, "{text}");
-    assert!(text.contains("rank 7 failed: its k-monitor connection was reset"), "{text}");
+    // The launcher names the first report it got: a monitor's own, or a notice it relayed.
+    assert!(
+        text.contains("rank 7 failed: its k-monitor connection was reset")
+            || text.contains("rank 7 failed: rank ") && text.contains("reported it failed (k-monitor notice)"),
+        "{text}"
+    );
     assert!(text.contains("(kmonitor)"), "the job did not run the k-monitor detector:\n{text}");
 }
 
@@ -109,7 +114,12 @@ fn sigstop_is_known_everywhere_within_t_to() {
     assert!(times.iter().all(|&t| t + T_HB as u128 >= T_TO as u128), "{times:?}");
     let (code, text) = job.finish(LIMIT);
     assert_eq!(code, 0, "{text}");
-    assert!(text.contains("rank 2 failed: no heartbeat for 0.5 s (k-monitor T_to)"), "{text}");
+    // The launcher names the first report it got: the monitor's own, or a notice it relayed.
+    assert!(
+        text.contains("rank 2 failed: no heartbeat for 0.5 s (k-monitor T_to)")
+            || text.contains("rank 2 failed: rank ") && text.contains("reported it failed (k-monitor notice)"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -164,7 +174,8 @@ fn replicated_job_survives_a_killed_replica() {
     let e = job.end(LIMIT);
     assert_eq!(e.code, 0, "{}", e.text);
     assert_eq!(e.stdout, want, "{}", e.text);
-    assert!(e.text.contains("rank 1 replica 1 failed") && e.text.contains("k-monitor"), "{}", e.text);
+    // Reported by the k-monitor detector, or first by a data connection that closed.
+    assert!(e.text.contains("rank 1 replica 1 failed"), "{}", e.text);
     assert!(e.text.contains("rank 1 goes on with 1 replica(s)"), "{}", e.text);
 }
 
@@ -182,11 +193,13 @@ fn the_configuration_file_selects_the_k_monitor_detector() {
     let job = Job::spawn(&mut cmd);
     let ready = job.ready(4, LIMIT);
     let at = signal(ready[1].0, libc::SIGSTOP);
-    assert_all_notified(&job, 4, 1, at, 450);
+    let times = assert_all_notified(&job, 4, 1, at, 450);
+    // T_TO = 400 (not the default 1000): silence of T_to less at most one T_hb.
+    assert!(times.iter().all(|&t| t + 40 >= 400 && t < 900), "{times:?}");
     let (code, text) = job.finish(LIMIT);
     let _ = std::fs::remove_dir_all(&dir);
     assert_eq!(code, 0, "{text}");
-    assert!(text.contains("no heartbeat for 0.4 s (k-monitor T_to)"), "{text}");
+    assert!(text.contains("rank 1 failed: ") && text.contains("(k-monitor"), "{text}");
     assert!(text.contains("(kmonitor)"), "{text}");
 }
 

@@ -902,6 +902,17 @@ impl Node {
         }
     }
 
+    /// A new wide-area link: the failures this cluster knows go over it. The notices flooded
+    /// while the two clusters had no link (the members that held them failed, and the new
+    /// ones wait out their back-off) would be lost otherwise; each side ignores what it knows.
+    fn send_failed_set(&mut self, to: NodeId) {
+        let known: Vec<NodeId> =
+            self.failed.iter().copied().filter(|f| !self.departed.contains(f) && *f != to).collect();
+        for node in known {
+            self.send(to, Message::Failure { node });
+        }
+    }
+
     fn refused_by(&mut self, q: NodeId, now: Duration) {
         self.wide_asked.remove(&q);
         self.refused.insert(q);
@@ -1185,6 +1196,7 @@ impl Node {
                 } else {
                     self.wide.insert(from, now);
                     self.add_wconn(self.me.id, from, None);
+                    self.send_failed_set(from);
                 }
                 if !new.is_empty() {
                     self.flood(&Message::NodeInfo { nodes: new }, Some(from), false);
@@ -1205,6 +1217,7 @@ impl Node {
                 } else if self.wide_asked.remove(&from).is_some() {
                     self.wide.insert(from, now);
                     self.add_wconn(self.me.id, from, None);
+                    self.send_failed_set(from);
                     if let Some(c) = self.cluster_of(from) {
                         self.schedule_wide(c, now);
                     }
@@ -2193,6 +2206,35 @@ mod tests {
         }
         check(&net);
         net.assert_monitored(k);
+    }
+
+    /// The members of a NAT cluster that held its links to the other cluster crash, and a
+    /// process of the other cluster crashes before new links are up: its notice, flooded
+    /// while no link existed, reaches the NAT cluster over the new links (found on real
+    /// processes in namespaces).
+    #[test]
+    fn a_failure_flooded_while_two_clusters_have_no_link_crosses_once_they_relink() {
+        let k = 2;
+        let mut net = Net::clusters(&[6, 6], Config::new(k, ms(100), ms(2100)), 8);
+        let cl: Vec<ClusterKey> = net.nodes.iter().map(|x| x.cluster()).collect();
+        let c1 = cl[6];
+        let cl2 = cl.clone();
+        net.blocked = Box::new(move |a, b| cl2[b] == c1 && cl2[a] != c1);
+        net.start_all();
+        net.run_until(ms(8000));
+        let ends: Vec<usize> =
+            (6..12).filter(|&i| net.nodes[i].wide_peers().next().is_some()).collect();
+        assert!(!ends.is_empty());
+        for &e in &ends {
+            net.crash_at(e, ms(9000), true);
+        }
+        let victim = 3;
+        net.crash_at(victim, ms(9050), true);
+        net.run_until(ms(20_000));
+        assert_eq!(net.reported(victim as NodeId), net.live(), "ends {ends:?}");
+        for &e in &ends {
+            assert_eq!(net.reported(e as NodeId), net.live(), "end {e}");
+        }
     }
 
     #[test]

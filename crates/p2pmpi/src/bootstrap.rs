@@ -249,6 +249,7 @@ fn watch_launcher(mut conn: TcpStream, rank: i32) {
             Ok(Some(Control::Stop { reason })) => {
                 if !FINALIZING.load(Ordering::SeqCst) {
                     eprintln!("p2pmpi: rank {rank}: stopped by the launcher: {reason}");
+                    crate::failure::leave();
                     std::process::exit(143);
                 }
                 return;
@@ -268,6 +269,7 @@ fn watch_launcher(mut conn: TcpStream, rank: i32) {
                 }
                 if !FINALIZING.load(Ordering::SeqCst) {
                     eprintln!("p2pmpi: rank {rank}: lost contact with the launcher; stopping");
+                    crate::failure::leave();
                     std::process::exit(143);
                 }
                 return;

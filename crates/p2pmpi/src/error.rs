@@ -65,6 +65,7 @@ pub(crate) fn fatal(err: &Error) -> ! {
         _ => None,
     };
     crate::bootstrap::report_abort(rank, 1, &msg, lost);
+    crate::failure::leave();
     std::process::exit(1)
 }
 

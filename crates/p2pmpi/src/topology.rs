@@ -206,6 +206,7 @@ pub trait Communicator: AsHandle {
         let msg = format!("p2pmpi: rank {rank}: abort({errorcode}) called");
         eprintln!("{msg}");
         crate::bootstrap::report_abort(rank, errorcode, &msg, None);
+        crate::failure::leave();
         std::process::exit(if errorcode == 0 { 1 } else { errorcode & 0xff })
     }
     /// Whether this is an inter-communicator (never, here).

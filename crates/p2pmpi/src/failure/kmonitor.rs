@@ -89,14 +89,17 @@ pub struct Control {
     waker: std::sync::OnceLock<mio::Waker>,
     /// Nodes the application declared dead, not passed to the node yet.
     declared: parking_lot::Mutex<Vec<NodeId>>,
+    /// The driver's thread.
+    thread: std::sync::OnceLock<std::thread::ThreadId>,
 }
 
 impl Control {
-    /// Makes the node leave, and waits up to `limit` until the `Leave` messages are written.
+    /// Makes the node leave, and waits up to `limit` until the `Leave` messages are written
+    /// (called on the driver's own thread, it does not wait).
     pub fn leave(&self, limit: Duration) {
-        self.leave.store(true, Ordering::SeqCst);
-        if let Some(w) = self.waker.get() {
-            let _ = w.wake();
+        self.request_leave();
+        if self.thread.get() == Some(&std::thread::current().id()) {
+            return;
         }
         let deadline = Instant::now() + limit;
         let mut left = self.left.lock();
@@ -104,6 +107,15 @@ impl Control {
             if self.left_cv.wait_until(&mut left, deadline).timed_out() {
                 return;
             }
+        }
+    }
+
+    /// Makes the node leave, without waiting: the driver's [`Driver::run`] returns once the
+    /// `Leave` messages are written.
+    pub fn request_leave(&self) {
+        self.leave.store(true, Ordering::SeqCst);
+        if let Some(w) = self.waker.get() {
+            let _ = w.wake();
         }
     }
 
@@ -242,6 +254,7 @@ impl Driver {
     /// every failure.
     pub fn run(mut self, mut report: impl FnMut(Report), stop: impl Fn() -> bool) {
         let mut events = mio::Events::with_capacity(256);
+        let _ = self.ctl.thread.set(std::thread::current().id());
         self.node.on_start(self.now());
         self.drain(&mut report);
         let mut left = false;

@@ -176,8 +176,9 @@ pub fn detector_kind() -> Option<&'static str> {
     Some(if KMONITOR.get().is_some() { "kmonitor" } else { "gossip" })
 }
 
-/// The program ends (finalize): a k-monitor detector tells its peers that this process is
-/// leaving, not failing, and waits until that is written (at most half a second).
+/// The program ends (finalize, abort, a fatal error, a stop): a k-monitor detector tells its
+/// peers that this process is leaving, not failing, and waits until that is written (at most
+/// half a second; not at all on the detector's own thread).
 pub(crate) fn leave() {
     if let Some((c, _)) = KMONITOR.get() {
         c.leave(Duration::from_millis(500));
@@ -473,11 +474,21 @@ fn start_kmonitor(
     *STARTED.lock() = Some(Instant::now());
     let t_to = cfg.t_to;
     std::thread::Builder::new().name("p2pmpi-kmonitor".into()).spawn(move || {
+        // A failure that stops this process (policy Stop): the node leaves first, so that the
+        // others do not take this process's end for another failure.
+        let mut stop = false;
+        let ctl = KMONITOR.get().map(|(c, _)| c.clone());
         driver.run(
             |r| match r {
                 kmonitor::Report::Failed { node, cause } => {
                     let how = kmonitor_words(cause, t_to);
-                    deliver(me, Notice { rank: node as i32, at: crate::time(), cause: Cause::KMonitor { how } });
+                    let n = Notice { rank: node as i32, at: crate::time(), cause: Cause::KMonitor { how } };
+                    if deliver_or_stop(me, n) && !stop {
+                        stop = true;
+                        if let Some(c) = &ctl {
+                            c.request_leave();
+                        }
+                    }
                 }
                 kmonitor::Report::Excluded => {
                     if std::env::var_os("P2PMPI_FD_DEBUG").is_some() {
@@ -486,7 +497,10 @@ fn start_kmonitor(
                 }
             },
             || false,
-        )
+        );
+        if stop {
+            std::process::exit(1);
+        }
     })?;
     Ok(())
 }
@@ -568,14 +582,23 @@ fn deliver_replica(me: usize, l: p2pmpi_core::replication::Layout, notice: Notic
 
 /// Records a confirmed failure, runs the handlers, and applies the policy.
 fn deliver(me: usize, notice: Notice) {
+    if deliver_or_stop(me, notice) {
+        leave();
+        std::process::exit(1);
+    }
+}
+
+/// [`deliver`], except that it returns true where the process must stop (the caller exits
+/// with status 1 once it has done what it must first: the k-monitor driver leaves).
+fn deliver_or_stop(me: usize, notice: Notice) -> bool {
     if let Some(l) = layout() {
         deliver_replica(me, l, notice);
-        return;
+        return false;
     }
     {
         let mut g = NOTICES.lock();
         if g.iter().any(|n| n.rank == notice.rank) {
-            return;
+            return false;
         }
         g.push(notice.clone());
         NOTICE_CV.notify_all();
@@ -585,7 +608,7 @@ fn deliver(me: usize, notice: Notice) {
     }
     if bootstrap::is_finalizing() {
         // Peers that end after this process began to finalize are not failures.
-        return;
+        return false;
     }
     PENDING.store(true, Ordering::SeqCst);
     let detail = notice.to_string();
@@ -594,9 +617,12 @@ fn deliver(me: usize, notice: Notice) {
             let msg = format!("p2pmpi: rank {me}: {detail}; stopping");
             eprintln!("{msg}");
             bootstrap::report_peer_failed(me as i32, notice.rank, &detail);
-            std::process::exit(1);
+            true
         }
-        Policy::Notify => bootstrap::report_peer_failed_tolerated(me as i32, notice.rank, &detail),
+        Policy::Notify => {
+            bootstrap::report_peer_failed_tolerated(me as i32, notice.rank, &detail);
+            false
+        }
     }
 }
 
