@@ -122,6 +122,22 @@ fn sigstop_is_known_everywhere_within_t_to() {
     );
 }
 
+/// `--confirm`: a monitor whose time-out expires asks a co-monitor first. A frozen process is
+/// still known everywhere, at the cost of one round trip to the co-monitor; and the processes
+/// that end after it (policy Notify: no goodbye handshake) leave without being reported.
+#[test]
+fn with_confirmation_sigstop_is_known_everywhere_and_the_ends_are_clean() {
+    let n = 8;
+    let job = local_job(n, &["--confirm"], "fdwatch", &["--notify", "--hold", "3000"]);
+    let ready = job.ready(n, LIMIT);
+    let at = signal(ready[3].0, libc::SIGSTOP);
+    let times = assert_all_notified(&job, n, 3, at, T_TO as u128 + 50);
+    assert!(times.iter().all(|&t| t + T_HB as u128 >= T_TO as u128), "{times:?}");
+    let (code, text) = job.finish(LIMIT);
+    assert_eq!(code, 0, "{text}");
+    assert_eq!(text.lines().filter(|l| l.contains("exits (failed: [3])")).count(), n - 1, "{text}");
+}
+
 #[test]
 fn without_replication_a_killed_process_stops_the_job_naming_the_rank() {
     let job = local_job(6, &[], "fdwatch", &["--hold", "3000"]);

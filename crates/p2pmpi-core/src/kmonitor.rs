@@ -2222,8 +2222,7 @@ mod tests {
         net.blocked = Box::new(move |a, b| cl2[b] == c1 && cl2[a] != c1);
         net.start_all();
         net.run_until(ms(8000));
-        let ends: Vec<usize> =
-            (6..12).filter(|&i| net.nodes[i].wide_peers().next().is_some()).collect();
+        let ends: Vec<usize> = (6..12).filter(|&i| net.nodes[i].wide_peers().next().is_some()).collect();
         assert!(!ends.is_empty());
         for &e in &ends {
             net.crash_at(e, ms(9000), true);

@@ -198,6 +198,8 @@ pub struct Driver {
     links: HashMap<NodeId, Vec<mio::Token>>,
     /// The connection each peer's messages go on.
     send_on: HashMap<NodeId, mio::Token>,
+    /// Messages for a peer whose only connections are still opening.
+    waiting: HashMap<NodeId, Vec<km::Message>>,
     origin: Instant,
     t_to: Duration,
     ctl: Arc<Control>,
@@ -233,6 +235,7 @@ impl Driver {
             next_token: 0,
             links: HashMap::new(),
             send_on: HashMap::new(),
+            waiting: HashMap::new(),
             origin: Instant::now(),
             t_to,
             ctl,
@@ -459,7 +462,11 @@ impl Driver {
             Some(t) => t,
             None => {
                 let Some(t) = self.links.get(&to).and_then(|v| v.iter().copied().find(|&t| self.usable(t))) else {
-                    // The link went away; its reset is being reported.
+                    if self.links.get(&to).is_some_and(|v| !v.is_empty()) {
+                        // Only connections still opening: the message waits for the first.
+                        self.waiting.entry(to).or_default().push(msg.clone());
+                    }
+                    // Else the link went away; its reset is being reported.
                     return;
                 };
                 self.send_on.insert(to, t);
@@ -474,8 +481,16 @@ impl Driver {
         self.flush(t, report);
     }
 
+    /// A connection to `peer` became usable: what waited for it goes.
+    fn link_up(&mut self, peer: NodeId, report: &mut impl FnMut(Report)) {
+        for m in self.waiting.remove(&peer).unwrap_or_default() {
+            self.send(peer, &m, report);
+        }
+    }
+
     fn disconnect(&mut self, to: NodeId) {
         self.send_on.remove(&to);
+        self.waiting.remove(&to);
         for t in self.links.remove(&to).unwrap_or_default() {
             if let Some(c) = self.conns.get_mut(&t) {
                 c.closing = true;
@@ -517,10 +532,14 @@ impl Driver {
         let others = !v.is_empty();
         if !others {
             self.links.remove(&peer);
+            self.waiting.remove(&peer);
         }
         let now = self.now();
         if outbound && state != State::Up {
-            if !others_up && !others {
+            if others_up {
+                // Another connection to the peer works (it opened one meanwhile): it serves.
+                self.node.on_connected(peer, now);
+            } else if !others {
                 self.node.on_connect_failed(peer, now);
             }
         } else if !others {
@@ -693,6 +712,7 @@ impl Driver {
                     }
                     self.node.on_connected(peer, self.now());
                     self.drain(report);
+                    self.link_up(peer, report);
                     self.flush(t, report);
                 }
                 State::Up => {
@@ -730,12 +750,14 @@ impl Driver {
                     c.recv_ctr += 1;
                     c.rbuf.drain(..4 + len);
                     let peer = c.peer;
+                    let closing = c.closing;
                     if !c.proven {
                         c.proven = true;
                         c.deadline = None;
                         self.links.entry(peer).or_default().push(t);
+                        self.link_up(peer, report);
                     }
-                    if c.closing {
+                    if closing {
                         continue;
                     }
                     self.node.on_message(peer, msg, self.now());
