@@ -195,6 +195,45 @@ fn replicated_job_survives_a_killed_replica() {
     assert!(e.text.contains("rank 1 goes on with 1 replica(s)"), "{}", e.text);
 }
 
+/// `-r 2`: a replica frozen past detection and then resumed (issue 12's principal case) is
+/// declared dead by the launcher on the k-monitor detector's word, is stopped when it resumes,
+/// and the job ends with the fault-free result.
+#[test]
+fn replicated_job_survives_a_replica_frozen_then_resumed() {
+    let args = ["iterate", "100", "30"];
+    let clean = local_job(3, &["-r", "2"], "replcheck", &args);
+    let e = clean.end(LIMIT);
+    assert_eq!(e.code, 0, "{}", e.text);
+    let want = e.stdout;
+    let marker = common::marker("km-freeze");
+    let job = local_job(3, &["-r", "2"], "replcheck", &[args[0], args[1], args[2], &marker]);
+    // Slot 5: rank 2's second replica.
+    let deadline = std::time::Instant::now() + LIMIT;
+    let pid = loop {
+        let found = common::processes_with(&marker)
+            .into_iter()
+            .find(|&pid| common::env_of(pid, "P2PMPI_RANK").as_deref() == Some("5"));
+        if let Some(p) = found {
+            break p;
+        }
+        assert!(std::time::Instant::now() < deadline, "slot 5 never started:\n{}", job.text());
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    p2pmpi_peer::os::signal(pid, libc::SIGSTOP).unwrap();
+    job.wait_for(LIMIT, "the frozen replica declared dead", |l| {
+        l.iter().any(|l| l.text.contains("rank 2 replica 1 failed")).then_some(())
+    });
+    // Frozen past its lease (1 s from its last renewal: the launcher then declares it dead).
+    std::thread::sleep(Duration::from_millis(2000));
+    p2pmpi_peer::os::signal(pid, libc::SIGCONT).unwrap();
+    let e = job.end(LIMIT);
+    assert_eq!(e.code, 0, "{}", e.text);
+    assert_eq!(e.stdout, want, "{}", e.text);
+    assert!(e.text.contains("rank 2 replica 1 was declared dead at"), "{}", e.text);
+    assert!(e.text.contains("it resumed and was stopped"), "{}", e.text);
+}
+
 /// `GOSSIP_PROTOCOL=KMONITOR` in the configuration picks the detector for every job, with
 /// `K_MONITORS`, `T_HB` and `T_TO`.
 #[test]
