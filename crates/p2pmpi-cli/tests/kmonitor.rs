@@ -200,7 +200,7 @@ fn replicated_job_survives_a_killed_replica() {
 /// and the job ends with the fault-free result.
 #[test]
 fn replicated_job_survives_a_replica_frozen_then_resumed() {
-    let args = ["iterate", "100", "30"];
+    let args = ["iterate", "200", "30"];
     let clean = local_job(3, &["-r", "2"], "replcheck", &args);
     let e = clean.end(LIMIT);
     assert_eq!(e.code, 0, "{}", e.text);
