@@ -62,7 +62,12 @@ pub(crate) const STOP_CONFIRM: Duration = Duration::from_secs(5);
 
 /// Options of `p2pmpirun`.
 #[derive(Parser, Debug)]
-#[command(about = "Run an MPI program on N processes", override_usage = "p2pmpirun -n N [OPTIONS] PROGRAM [ARGS...]")]
+#[command(
+    name = "p2pmpirun",
+    version,
+    about = "Run an MPI program on N processes",
+    override_usage = "p2pmpirun -n N [OPTIONS] PROGRAM [ARGS...]"
+)]
 pub struct RunArgs {
     /// Number of MPI processes (also -np).
     #[arg(short = 'n', long = "np", value_name = "N")]

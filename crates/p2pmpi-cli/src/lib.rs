@@ -123,26 +123,48 @@ pub fn entry(name: &str) -> i32 {
         return commands::daemon_main(&args[2]);
     }
     let rest = &args[1..];
-    let help = |usage: &str| {
-        if rest.iter().any(|a| a == "-h" || a == "--help") {
-            println!("{usage}");
-            true
-        } else {
-            false
+    if name == "p2pmpirun" {
+        return launcher::main_with_args("p2pmpirun", rest);
+    }
+    // The classic commands: arguments parsed by clap like everything else, so that `--help`
+    // and `--version` print and never act, and an unknown option is an error, not ignored.
+    let (cname, about): (&'static str, &'static str) = match name {
+        "mpiboot" => (
+            "mpiboot",
+            "Start this host's peer daemon (MPD, with its RS, FT and FD services) and register it with the supernode",
+        ),
+        "mpihalt" => ("mpihalt", "Stop this host's peer daemon"),
+        "mpihost" => ("mpihost", "List the hosts this host's peer daemon knows (its cached host list)"),
+        "mpistat" => ("mpistat", "Show the processes this host's peer daemon runs"),
+        "runSupernode" => ("runSupernode", "Start a supernode on this host"),
+        "stopSupernode" => ("stopSupernode", "Stop the supernode of this host"),
+        "supernode_stat" => ("supernode_stat", "Show the peers the supernode of this host knows"),
+        _ => return p2pmpi_main(),
+    };
+    let daemon = matches!(name, "mpiboot" | "runSupernode");
+    let mut cmd = clap::Command::new(cname).version(env!("CARGO_PKG_VERSION")).about(about);
+    if daemon {
+        cmd = cmd.arg(
+            clap::Arg::new("foreground")
+                .long("foreground")
+                .action(clap::ArgAction::SetTrue)
+                .help("Stay in the foreground instead of running as a daemon"),
+        );
+    }
+    let m = match cmd.try_get_matches_from(std::iter::once(name.to_string()).chain(rest.iter().cloned())) {
+        Ok(m) => m,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() { 2 } else { 0 };
         }
     };
+    let foreground = daemon && m.get_flag("foreground");
     match name {
-        "p2pmpirun" => launcher::main_with_args("p2pmpirun", rest),
-        "mpiboot" => {
-            if help("mpiboot [--foreground]: start this host's peer daemon (MPD, RS, FT)") {
-                return 0;
-            }
-            report(name, commands::boot(rest.iter().any(|a| a == "--foreground")))
-        }
+        "mpiboot" => report(name, commands::boot(foreground)),
         "mpihalt" => report(name, commands::halt()),
         "mpihost" => report(name, commands::host()),
         "mpistat" => report(name, commands::stat()),
-        "runSupernode" => report(name, commands::supernode_start(rest.iter().any(|a| a == "--foreground"))),
+        "runSupernode" => report(name, commands::supernode_start(foreground)),
         "stopSupernode" => report(name, commands::supernode_stop()),
         "supernode_stat" => report(name, commands::supernode_stat()),
         _ => p2pmpi_main(),

@@ -362,3 +362,34 @@ fn several_supernodes_none_is_a_single_point_of_failure() {
     g.on_home(&home3, "mpihalt", &[]).assert_ok();
     run_cmd(Command::new(env!("CARGO_BIN_EXE_stopSupernode")).env("P2PMPI_HOME", &sn2), LIMIT).assert_ok();
 }
+
+/// Issue 18, item 1: every command parses its arguments with clap. `--help` prints help and
+/// never acts (`mpihalt --help` halted the daemon), `--version` works everywhere, and an
+/// unknown option is reported as one instead of being ignored.
+#[test]
+fn every_command_prints_help_and_version_and_never_acts_on_them() {
+    let g = TestGrid::start("help", 2, &["--procs", "1"]);
+    g.wait_hosts(1, 1);
+    let home = g.home(1);
+    let classic = ["mpiboot", "mpihalt", "mpihost", "mpistat", "runSupernode", "stopSupernode", "supernode_stat"];
+    for c in classic.iter().chain(&["p2pmpirun", "p2pmpi"]) {
+        let run = |args: &[&str]| {
+            run_cmd(Command::new(bin(c)).args(args).env("P2PMPI_HOME", &home).env_remove("P2PMPI_CONF_FILE"), LIMIT)
+        };
+        let h = run(&["--help"]);
+        assert_eq!(h.code(), Some(0), "{c} --help: {}{}", h.stdout, h.stderr);
+        assert!(h.stdout.contains("Usage:"), "{c} --help:\n{}", h.stdout);
+        let v = run(&["--version"]);
+        assert_eq!(v.code(), Some(0), "{c} --version: {}", v.stderr);
+        assert!(v.stdout.starts_with(&format!("{c} ")) && v.stdout.contains(env!("CARGO_PKG_VERSION")), "{}", v.stdout);
+        if *c != "p2pmpirun" && *c != "p2pmpi" {
+            let u = run(&["--no-such-option"]);
+            assert_eq!(u.code(), Some(2), "{c} --no-such-option: {}{}", u.stdout, u.stderr);
+            assert!(u.stderr.contains("unexpected argument '--no-such-option'"), "{c}: {}", u.stderr);
+        }
+    }
+    // Nothing acted: the daemons still run and know each other.
+    g.wait_hosts(1, 1);
+    let o = run_cmd(Command::new(bin("mpihost")).env("P2PMPI_HOME", &home).env_remove("P2PMPI_CONF_FILE"), LIMIT);
+    assert_eq!(o.code(), Some(0), "the daemon was stopped: {}", o.stderr);
+}
