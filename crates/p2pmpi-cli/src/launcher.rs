@@ -300,6 +300,12 @@ pub fn main_with_args(name: &str, args: &[String]) -> i32 {
             return if e.use_stderr() { 2 } else { 0 };
         }
     };
+    // The program is the first argument that is not an option: one that starts with '-' is
+    // an option p2pmpirun does not know, not a program.
+    if let Some(first) = opts.command.first().filter(|a| a.starts_with('-')) {
+        eprintln!("{name}: error: unknown option '{first}' (see {name} --help)");
+        return 2;
+    }
     match run(name, opts) {
         Ok(code) => code,
         Err(e) => {
