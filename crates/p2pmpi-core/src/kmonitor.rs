@@ -966,8 +966,16 @@ impl Node {
                 touched.push(*c);
             }
         }
-        if self.conns.remove(&f).is_some() {
-            self.out.push_back(Action::Disconnect { to: f });
+        // The failed process itself is told, last thing on the connection: one that was only
+        // late (frozen, starved) reads it when it runs again, knows it is out, and accuses
+        // nobody for the silence and the closed connections it then finds.
+        match self.conns.remove(&f) {
+            Some(Conn::Up) => {
+                self.out.push_back(Action::Send { to: f, msg: Message::Failure { node: f } });
+                self.out.push_back(Action::Disconnect { to: f });
+            }
+            Some(Conn::Opening(_)) => self.out.push_back(Action::Disconnect { to: f }),
+            None => {}
         }
         if was_monitor {
             self.send_monitor_set();
@@ -2060,6 +2068,33 @@ mod tests {
         net.run_until(ms(10_000));
         assert!(net.reports.is_empty(), "{:?}", net.reports);
         assert!(net.nodes[n - 1].has_left(0) && !net.nodes[n - 1].is_failed(0));
+    }
+
+    /// A process frozen past `T_to` is declared failed by the others; when it runs again it
+    /// reads its own failure notice before anything else and accuses nobody (without it, it
+    /// took the silence and the closed connections for failures of all its peers).
+    #[test]
+    fn a_process_declared_failed_while_frozen_accuses_nobody_when_it_resumes() {
+        let n = 12;
+        let mut net = Net::lan(n, cfg(3), 21);
+        net.start_all();
+        net.run_until(ms(2000));
+        let frozen = 4;
+        // Frozen: nothing it sends leaves, nothing it receives is read, no timer runs, until
+        // 6 s (well past T_to = 2.1 s).
+        net.alive[frozen] = false;
+        net.frozen_until[frozen] = ms(6000);
+        net.run_until(ms(5990));
+        assert_eq!(net.reported(frozen as NodeId).len(), n - 1, "{:?}", net.reports);
+        net.alive[frozen] = true;
+        net.run_until(ms(12_000));
+        net.nodes[frozen].tick(ms(12_000));
+        net.after(frozen);
+        let accused: Vec<(usize, NodeId, Cause)> =
+            net.reports.iter().filter(|r| r.0 == frozen).map(|r| (r.0, r.1, r.2)).collect();
+        assert_eq!(accused, vec![(frozen, frozen as NodeId, Cause::Excluded)], "{:?}", net.reports);
+        assert!(net.nodes[frozen].is_excluded());
+        assert!(net.reports.iter().all(|r| r.1 == frozen as NodeId), "{:?}", net.reports);
     }
 
     /// A process the application declares dead is failed everywhere (flooded) and the monitor
