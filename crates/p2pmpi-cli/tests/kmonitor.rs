@@ -132,6 +132,20 @@ fn jobs_that_end_normally_report_no_failure() {
     }
 }
 
+/// With `--confirm`, a process whose monitor leaves tells its other monitors (`MonitorSet`)
+/// just as they leave too: a write that meets a peer's reset must read the `Leave` waiting in
+/// the socket before it reports the link broken (it reported every such peer failed).
+#[test]
+fn jobs_that_end_normally_report_no_failure_with_confirmation() {
+    for round in 0..3 {
+        let job = local_job(12, &["--confirm"], "fdwatch", &["--notify", "--hold", &format!("{}", 1000 + 300 * round)]);
+        let (code, text) = job.finish(LIMIT);
+        assert_eq!(code, 0, "round {round}:\n{text}");
+        assert!(!text.contains("notified"), "round {round}: a false detection:\n{text}");
+        assert_eq!(text.lines().filter(|l| l.contains("exits (failed: [])")).count(), 12, "round {round}:\n{text}");
+    }
+}
+
 /// `-r 2`: a replica killed mid-run is reported through the k-monitor detector, fenced by the
 /// launcher, and the job ends with the fault-free result.
 #[test]

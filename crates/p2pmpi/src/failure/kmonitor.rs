@@ -536,7 +536,13 @@ impl Driver {
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(_) => {
-                    self.close(t, report);
+                    // The peer is gone (a reset). What it wrote before may still wait in the
+                    // socket: a `Leave` read now makes its exit a departure, not a failure
+                    // (processes that end together write to peers that just left).
+                    self.read(t, report);
+                    if self.conns.contains_key(&t) {
+                        self.close(t, report);
+                    }
                     return;
                 }
             }
