@@ -169,7 +169,7 @@ def report(a):
                f"detector's TCP frames (length, message, MAC) ÷ its running time, median over the "
                f"survivors; theory {mk} heartbeats of {KM_FRAME} bytes per T_hb = "
                f"{mk * KM_FRAME * 1000 / t_hb:.0f} B/s. Detector CPU: its thread's CPU time (schedstat) ÷ "
-               f"wall time from the ready lines to 0.7 s before the end (the detection included), mean "
+               f"wall time from the ready lines to a quarter of the hold before its end (the detection included), mean "
                f"over the survivors.\n",
                md_table(hdr, out)] + [f"\nProblem: {p}" for p in problems]
 
@@ -226,7 +226,7 @@ def report(a):
                f"{head}, {E.get('REPS', '?')} runs per detector, interleaved; medians over the runs. "
                f"Detector CPU ÷ processes' CPU: the CPU time of every process's detector thread "
                f"(`p2pmpi-kmonitor` / `p2pmpi-fd`, /proc/PID/task/*/schedstat) ÷ the CPU time of all "
-               f"their threads, from the ready lines to 0.7 s before the end: with every core busy "
+               f"their threads, from the ready lines to a quarter of the hold before its end: with every core busy "
                f"computing, this is the share of the machine the detector takes from the program. "
                f"Work rounds/s: the sum over the processes of the rounds of 10⁶ multiply-adds each did "
                f"÷ its hold; vs --fd off: the change in that throughput (it includes the machine's "
