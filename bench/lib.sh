@@ -74,3 +74,24 @@ export_machine() {
     export VER_OMPI=$(mpirun.openmpi --version 2>/dev/null | head -n1)
     export VER_RUST=$(rustc --version 2>/dev/null)
 }
+
+# detector_cpu_sample FILE PID...: appends one line per process to FILE,
+# `PID DETECTOR_NS TOTAL_NS WALL_US THREADS`: the CPU time (ns, /proc/PID/task/*/schedstat) of
+# its failure-detector thread (named `p2pmpi-kmonitor` or `p2pmpi-fd`), of all its threads, the
+# wall clock (unix µs) of the sample and the threads found. Two samples give the detector's
+# share of a process (when it has as many threads in both: not exiting meanwhile).
+detector_cpu_sample() {
+    local f=$1 pid t comm run det tot now nt
+    shift
+    now=${EPOCHREALTIME/[.,]/}
+    for pid in "$@"; do
+        det=0 tot=0 nt=0
+        for t in /proc/"$pid"/task/*; do
+            read -r comm 2>/dev/null <"$t/comm" || continue
+            read -r run _ 2>/dev/null <"$t/schedstat" || continue
+            tot=$((tot + run)) nt=$((nt + 1))
+            case $comm in p2pmpi-kmonitor | p2pmpi-fd) det=$((det + run)) ;; esac
+        done
+        echo "$pid $det $tot $now $nt"
+    done >>"$f"
+}

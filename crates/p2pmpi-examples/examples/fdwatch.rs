@@ -2,6 +2,9 @@
 //!
 //! `fdwatch [--notify] [--hold MS] [--work] [--stream]`
 //!
+//! With `--work` it computes (rounds of 10⁶ multiply-adds) instead of sleeping, and prints
+//! `rank R worked W rounds in T ms` at the end of its hold.
+//!
 //! Every rank initializes, passes a barrier and prints `rank R ready pid PID on HOST at UNIX_MS`
 //! (HOST: the address its peer gave it, or `local`). Then:
 //! * without `--notify` (the default policy, Stop): it waits `--hold` ms (computing if
@@ -51,6 +54,7 @@ fn main() {
     let _ = std::io::stdout().flush();
     let hold = Duration::from_millis(hold);
     let mut x = 0u64;
+    let mut rounds = 0u64;
     if stream && world.size() >= 2 && me <= 1 {
         let mut buf = vec![0u8; 64 << 10];
         let mut count = 0u64;
@@ -78,9 +82,13 @@ fn main() {
             for i in 0..1_000_000u64 {
                 x = x.wrapping_mul(6364136223846793005).wrapping_add(i);
             }
+            rounds += 1;
         } else {
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+    if work {
+        println!("rank {me} worked {rounds} rounds in {} ms", start.elapsed().as_millis());
     }
     if let Some((datagrams, bytes, ran)) = mpi::failure::detector_traffic() {
         let kind = mpi::failure::detector_kind().unwrap_or("none");
