@@ -138,6 +138,27 @@ fn with_confirmation_sigstop_is_known_everywhere_and_the_ends_are_clean() {
     assert_eq!(text.lines().filter(|l| l.contains("exits (failed: [3])")).count(), n - 1, "{text}");
 }
 
+/// A process frozen past `T_to` (0.9 s) and resumed: the others declare it failed; when it runs
+/// again it reads that it was declared failed before it judges anyone, so it accuses nobody
+/// (it used to report every process it monitors, and the launcher printed those reports).
+#[test]
+fn a_process_frozen_then_resumed_accuses_nobody() {
+    let n = 12;
+    let job = local_job(n, &[], "fdwatch", &["--notify", "--hold", "4000"]);
+    let ready = job.ready(n, LIMIT);
+    let pid = ready[5].0;
+    let at = signal(pid, libc::SIGSTOP);
+    assert_all_notified(&job, n, 5, at, T_TO as u128 + 50);
+    std::thread::sleep(Duration::from_millis(400));
+    p2pmpi_peer::os::signal(pid, libc::SIGCONT).unwrap();
+    // (The job's exit code is not the point: the resumed rank, declared failed, finds at its
+    // end that the others finished without it, as with gossip.)
+    let (_, text) = job.finish(LIMIT);
+    assert!(!text.contains("(detected by rank 5)"), "the resumed process accused others:\n{text}");
+    assert!(!text.lines().any(|l| l.starts_with("rank 5 notified")), "the resumed process accused others:\n{text}");
+    assert_eq!(text.lines().filter(|l| l.contains("exits (failed: [5])")).count(), n - 1, "{text}");
+}
+
 #[test]
 fn without_replication_a_killed_process_stops_the_job_naming_the_rank() {
     let job = local_job(6, &[], "fdwatch", &["--hold", "3000"]);

@@ -285,12 +285,19 @@ impl Driver {
             };
             let wait = wait.min(Duration::from_millis(100)).max(Duration::from_micros(200));
             let wait = if left { Duration::from_millis(5) } else { wait };
+            let before = Instant::now();
+            let mut stalled = false;
             if let Err(e) = self.poll.poll(&mut events, Some(wait)) {
                 if e.kind() != ErrorKind::Interrupted {
                     eprintln!("p2pmpi: k-monitor detector: poll failed: {e}; the detector stops");
                     break;
                 }
+                // A signal, such as the SIGCONT of a process that was stopped: read first.
+                stalled = true;
             }
+            // Back much later than asked: this thread did not run for a while (the process was
+            // frozen, or starved of CPU).
+            stalled |= before.elapsed() > wait + self.t_to / 4;
             // Inputs first, then the timers: a process that was itself late (frozen, starved)
             // reads the heartbeats waiting for it before it judges anybody silent.
             let ready: Vec<(mio::Token, bool, bool)> = events
@@ -305,6 +312,12 @@ impl Driver {
                 }
             }
             self.drain(&mut report);
+            if stalled {
+                // Read everything that waits first (perhaps the notice that this process was
+                // declared failed meanwhile), then judge the silences: the next poll returns at
+                // once with whatever is left.
+                continue;
+            }
             self.node.tick(self.now());
             self.drain(&mut report);
             self.counters.failure_msgs.store(self.node.stats().failure_msgs, Ordering::Relaxed);
