@@ -50,12 +50,31 @@ impl Bytes {
         }
     }
 
-    fn into_payload(self) -> Payload {
-        match self {
+    fn into_payload(mut self) -> Payload {
+        match &mut self {
             Bytes::Lent(_, 0) => Payload::None,
-            Bytes::Lent(p, n) => Payload::Raw(p, n),
+            Bytes::Lent(p, n) => Payload::Raw(*p, *n),
             Bytes::Owned(v) if v.is_empty() => Payload::None,
-            Bytes::Owned(v) => Payload::Owned(v),
+            Bytes::Owned(v) => Payload::Owned(std::mem::take(v)),
+        }
+    }
+
+    /// The owned copy's buffer (empty for a lent buffer).
+    pub(super) fn into_vec(mut self) -> Vec<u8> {
+        match &mut self {
+            Bytes::Lent(..) => Vec::new(),
+            Bytes::Owned(v) => std::mem::take(v),
+        }
+    }
+}
+
+impl Drop for Bytes {
+    /// A copy no longer needed (committed and out of the recent window, or written) goes back
+    /// to the pool: a non-master copies every small message it sends, and a fresh buffer per
+    /// message costs page faults (the pool's reason to be).
+    fn drop(&mut self) {
+        if let Bytes::Owned(v) = self {
+            crate::pool::give(std::mem::take(v));
         }
     }
 }
