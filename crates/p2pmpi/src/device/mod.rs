@@ -905,9 +905,18 @@ impl Engine {
         if timeout.is_none() {
             if let Some(h) = hint.filter(|h| *h != self.rank && *h >= 0 && *h < self.size) {
                 let mut got = false;
-                let slots = match &self.layout {
-                    Some(l) => l.slots_of(h as usize),
-                    None => h as usize..h as usize + 1,
+                let slots = match (&self.layout, self.repl.as_ref()) {
+                    // A replicated rank's data comes from its master alone: its other
+                    // replicas send only acknowledgements of this process's own transmissions
+                    // (synchronous sends, rendez-vous pulls), awaited only while some are under
+                    // way. Reading their sockets on every poll doubled the system calls of a
+                    // wait at R = 2; they are read through the kernel's readiness list below.
+                    (Some(l), Some(rp)) if rp.ep.idle() => match rp.ep.coordinator().master_of(h as usize) {
+                        Some(m) => m..m + 1,
+                        None => l.slots_of(h as usize),
+                    },
+                    (Some(l), _) => l.slots_of(h as usize),
+                    (None, _) => h as usize..h as usize + 1,
                 };
                 for slot in slots {
                     let mut i = 0;
