@@ -10,6 +10,7 @@ use super::conn::{Conn, Out, Payload, RState};
 use super::failpoints;
 use super::*;
 use p2pmpi_core::replication::endpoint::{self as protocol, Action, Frame, Step, TxId};
+use p2pmpi_core::matching::FastMap;
 use p2pmpi_core::replication::Endpoint;
 
 /// Messages up to this size are copied into a non-master's backup table (its send returns at
@@ -107,11 +108,11 @@ pub(super) struct Replication {
     origin: Instant,
     /// The device request standing for each transmission under way (its completion is the
     /// write).
-    pub(super) tx_req: HashMap<TxId, ReqId>,
+    pub(super) tx_req: FastMap<TxId, ReqId>,
     /// The master's wildcard receives not complete yet: their choice point and communicator.
-    pub(super) choice_of: HashMap<ReqId, (u64, u32)>,
+    pub(super) choice_of: FastMap<ReqId, (u64, u32)>,
     /// The message a wildcard receive of the master matched: source, tag, sequence.
-    pub(super) matched: HashMap<ReqId, (i32, i32, u64)>,
+    pub(super) matched: FastMap<ReqId, (i32, i32, u64)>,
     /// A non-master's wildcard receives waiting for their master's choice, by choice point.
     pub(super) deferred_recvs: BTreeMap<u64, (ReqId, Pattern)>,
 }
@@ -129,9 +130,9 @@ impl Replication {
         Replication {
             ep: Endpoint::new(layout, slot, cfg),
             origin: Instant::now(),
-            tx_req: HashMap::new(),
-            choice_of: HashMap::new(),
-            matched: HashMap::new(),
+            tx_req: FastMap::default(),
+            choice_of: FastMap::default(),
+            matched: FastMap::default(),
             deferred_recvs: BTreeMap::new(),
         }
     }
