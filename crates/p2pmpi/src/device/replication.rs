@@ -9,8 +9,8 @@
 use super::conn::{Conn, Out, Payload, RState};
 use super::failpoints;
 use super::*;
-use p2pmpi_core::replication::endpoint::{self as protocol, Action, Frame, Step, TxId};
 use p2pmpi_core::matching::FastMap;
+use p2pmpi_core::replication::endpoint::{self as protocol, Action, Frame, Step, TxId};
 use p2pmpi_core::replication::Endpoint;
 
 /// Messages up to this size are copied into a non-master's backup table (its send returns at
