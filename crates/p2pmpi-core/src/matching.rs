@@ -37,7 +37,20 @@ impl Hasher for KeyHasher {
     fn write_i32(&mut self, n: i32) {
         self.write_u32(n as u32)
     }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+    fn write_usize(&mut self, n: usize) {
+        self.write_u64(n as u64)
+    }
 }
+
+/// A hash map with [`KeyHasher`], for the small integer keys of the per-message bookkeeping
+/// (sequence counters, transmissions, fan-outs).
+pub type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<KeyHasher>>;
+
+/// A hash set with [`KeyHasher`].
+pub type FastSet<K> = std::collections::HashSet<K, BuildHasherDefault<KeyHasher>>;
 
 type KeyMap = HashMap<(u32, i32, i32), u64, BuildHasherDefault<KeyHasher>>;
 

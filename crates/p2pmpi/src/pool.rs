@@ -29,11 +29,24 @@ pub(crate) fn copy_of(data: &[u8]) -> Vec<u8> {
     v
 }
 
+/// An empty buffer with room for `len` bytes (recycled when possible): for data written
+/// through its pointer, then [`Vec::set_len`] once every byte is there — no zero-filling.
+pub(crate) fn with_room(len: usize) -> Vec<u8> {
+    take(len)
+}
+
 /// An empty buffer with room for `len` bytes.
 fn take(len: usize) -> Vec<u8> {
     let got = FREE.with(|f| {
         let mut f = f.borrow_mut();
-        let i = f.iter().position(|v| v.capacity() >= len)?;
+        // The smallest buffer that fits, and not one much larger than asked: a small copy
+        // may be kept long (a replica's recent messages), and must not pin a large buffer.
+        let most = len.saturating_mul(4).max(4096);
+        let (i, _) = f
+            .iter()
+            .enumerate()
+            .filter(|(_, v)| v.capacity() >= len && v.capacity() <= most)
+            .min_by_key(|(_, v)| v.capacity())?;
         Some(f.swap_remove(i))
     });
     match got {
@@ -50,7 +63,8 @@ pub(crate) fn give(v: Vec<u8>) {
     if v.capacity() == 0 || v.capacity() > MAX_KEEP {
         return;
     }
-    FREE.with(|f| {
+    // `try_with`: a buffer dropped while the thread exits is simply freed.
+    let _ = FREE.try_with(|f| {
         let mut f = f.borrow_mut();
         if f.len() < MAX_BUFFERS {
             f.push(v);

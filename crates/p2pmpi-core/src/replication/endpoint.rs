@@ -35,7 +35,8 @@
 //! needs it.
 
 use super::{Choices, Coordinator, Layout, MsgId, Outcome, Recovery, SendAction};
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use crate::matching::{FastMap, FastSet};
+use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
 /// What the endpoint needs to know of a payload. The driver picks the representation: the
@@ -223,13 +224,13 @@ pub struct Endpoint<P, U> {
     cfg: Config,
     coord: Coordinator<Kept<P, U>>,
     suspected: Vec<bool>,
-    fanouts: HashMap<u64, Fanout<P, U>>,
+    fanouts: FastMap<u64, Fanout<P, U>>,
     /// What destination replicas said of rendez-vous messages this process has not
     /// transmitted yet (a non-master, or a master behind its predecessor): per message, the
     /// slots that pulled it (`false`) or have it (`true`). Pruned by commits.
-    pulls: HashMap<MsgId, Vec<(usize, bool)>>,
+    pulls: FastMap<MsgId, Vec<(usize, bool)>>,
     next_fanout: u64,
-    txs: HashMap<TxId, Tx>,
+    txs: FastMap<TxId, Tx>,
     next_tx: TxId,
     /// Per slot: unwritten transmissions held while it is suspected.
     held: Vec<Vec<TxId>>,
@@ -246,15 +247,18 @@ pub struct Endpoint<P, U> {
     recent_bytes: usize,
     /// Sends this replica reached (the next one's program order).
     sends: u64,
-    early: HashMap<Channel, BTreeMap<u64, Parked<P>>>,
+    early: FastMap<Channel, BTreeMap<u64, Parked<P>>>,
     early_since: Option<Duration>,
-    sync_unmatched: HashSet<MsgId>,
+    sync_unmatched: FastSet<MsgId>,
     choices: Choices,
-    choice_unacked: HashSet<TxId>,
+    choice_unacked: FastSet<TxId>,
     /// The choice frame of (point, slot) awaiting its acknowledgement.
-    choice_tx: HashMap<(u64, usize), TxId>,
+    choice_tx: FastMap<(u64, usize), TxId>,
     out: VecDeque<Action<P, U>>,
     now: Duration,
+    /// Reused lists of slots and of pruned backups (no allocation per message).
+    scratch_slots: Vec<usize>,
+    scratch_pruned: Vec<(MsgId, Kept<P, U>)>,
 }
 
 impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
@@ -265,10 +269,10 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
             cfg,
             coord: Coordinator::new(layout, me),
             suspected: vec![false; slots],
-            fanouts: HashMap::new(),
-            pulls: HashMap::new(),
+            fanouts: FastMap::default(),
+            pulls: FastMap::default(),
             next_fanout: 0,
-            txs: HashMap::new(),
+            txs: FastMap::default(),
             next_tx: 0,
             held: vec![Vec::new(); slots],
             unwritten: vec![0; slots],
@@ -279,14 +283,16 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
             recent: BTreeMap::new(),
             recent_bytes: 0,
             sends: 0,
-            early: HashMap::new(),
+            early: FastMap::default(),
             early_since: None,
-            sync_unmatched: HashSet::new(),
+            sync_unmatched: FastSet::default(),
             choices: Choices::new(),
-            choice_unacked: HashSet::new(),
-            choice_tx: HashMap::new(),
+            choice_unacked: FastSet::default(),
+            choice_tx: FastMap::default(),
             out: VecDeque::new(),
             now: Duration::ZERO,
+            scratch_slots: Vec::new(),
+            scratch_pruned: Vec::new(),
         }
     }
 
@@ -429,12 +435,16 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
             self.transmit(q);
         }
         while let Some(mid) = self.commits.pop_front() {
-            let targets: Vec<usize> = self.coord.commit_targets().into_iter().filter(|&t| !self.suspected[t]).collect();
+            let mut targets = std::mem::take(&mut self.scratch_slots);
+            targets.clear();
+            let me = self.me();
+            targets.extend(self.coord.alive_slots(self.rank()).filter(|&t| t != me && !self.suspected[t]));
             let n = targets.len();
-            for (index, to) in targets.into_iter().enumerate() {
+            for (index, &to) in targets.iter().enumerate() {
                 let step = Step { index, last: index + 1 == n };
                 self.out.push_back(Action::Transmit { to, tx: None, frame: Frame::Commit { mid }, step });
             }
+            self.scratch_slots = targets;
             self.out.push_back(Action::Committed { mid });
         }
     }
@@ -443,7 +453,9 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
         if q.payload.len() > self.cfg.rndv_limit {
             return self.announce(q);
         }
-        let dests = self.coord.destinations(q.mid.dst as usize);
+        let mut dests = std::mem::take(&mut self.scratch_slots);
+        dests.clear();
+        dests.extend(self.coord.alive_slots(q.mid.dst as usize));
         let f = self.next_fanout;
         self.next_fanout += 1;
         let n = dests.len();
@@ -459,7 +471,7 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
                 rndv: None,
             },
         );
-        for (index, slot) in dests.into_iter().enumerate() {
+        for (index, &slot) in dests.iter().enumerate() {
             let tx = self.next_tx;
             self.next_tx += 1;
             self.txs.insert(tx, Tx::Data { fanout: f, slot });
@@ -476,6 +488,7 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
                 step: Step { index, last: index + 1 == n },
             });
         }
+        self.scratch_slots = dests;
         self.out.push_back(Action::FannedOut { mid: q.mid });
         if n == 0 {
             self.fanout_done(f);
@@ -682,12 +695,12 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
     /// A commit arrived from `from` (algorithm 4). Refused (false) from anything but an
     /// alive replica of this rank.
     pub fn on_commit(&mut self, from: usize, mid: MsgId) -> bool {
-        let mut pruned = Vec::new();
+        let mut pruned = std::mem::take(&mut self.scratch_pruned);
         let ok = self.coord.on_commit(from, mid, |m, k| pruned.push((m, k)));
         if ok && !self.pulls.is_empty() {
             self.pulls.retain(|m, _| !(m.comm == mid.comm && m.dst == mid.dst && m.tag == mid.tag && m.seq <= mid.seq));
         }
-        for (m, k) in pruned {
+        for (m, k) in pruned.drain(..) {
             match k.user {
                 Some(u) => self.out.push_back(Action::Complete(u)),
                 None => {
@@ -696,6 +709,7 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
                 }
             }
         }
+        self.scratch_pruned = pruned;
         ok
     }
 

@@ -26,7 +26,8 @@ pub mod endpoint;
 
 pub use endpoint::Endpoint;
 
-use std::collections::{HashMap, VecDeque};
+use crate::matching::FastMap;
+use std::collections::VecDeque;
 
 /// Where the replicas of a job run: `n` ranks, every one `r` times (rank 0 included: its
 /// master runs on the submitter). Slots are numbered rank-major: replica `j` of rank `k` is
@@ -280,7 +281,7 @@ pub struct Coordinator<P> {
     me: usize,
     dead: DeadSet,
     /// Log table: per channel (comm, dst, tag), every seq below the mark is committed.
-    log: HashMap<(u32, u32, i32), u64>,
+    log: FastMap<(u32, u32, i32), u64>,
     /// Backup table, in send order.
     backup: VecDeque<(MsgId, P)>,
 }
@@ -288,7 +289,7 @@ pub struct Coordinator<P> {
 impl<P> Coordinator<P> {
     /// The coordinator of slot `me`.
     pub fn new(layout: Layout, me: usize) -> Coordinator<P> {
-        Coordinator { layout, me, dead: DeadSet::new(layout), log: HashMap::new(), backup: VecDeque::new() }
+        Coordinator { layout, me, dead: DeadSet::new(layout), log: FastMap::default(), backup: VecDeque::new() }
     }
 
     pub fn layout(&self) -> Layout {
@@ -365,6 +366,12 @@ impl<P> Coordinator<P> {
         let mark = self.log.entry(ch).or_insert(0);
         *mark = (*mark).max(mid.seq + 1);
         // The master commits a channel in order: every older message of it is delivered.
+        // Usually they lead the table (a replica keeps little beyond its master): taken from
+        // the front, then the rest of the table is searched.
+        while self.backup.front().is_some_and(|(m, _)| m.channel() == ch && m.seq <= mid.seq) {
+            let (m, p) = self.backup.pop_front().expect("front");
+            pruned(m, p);
+        }
         if self.backup.iter().any(|(m, _)| m.channel() == ch && m.seq <= mid.seq) {
             let mut keep = VecDeque::with_capacity(self.backup.len());
             for (m, p) in self.backup.drain(..) {

@@ -595,8 +595,8 @@ impl Engine {
                 return;
             }
             let Some((mid, p)) = rp.ep.unpark(comm, src as u32, tag, next) else { return };
-            let Bytes::Owned(data) = p.data else { unreachable!("parked messages are owned") };
             let sync = p.sync;
+            let data = p.data.into_vec();
             if let Some(len) = p.rts {
                 self.accept_announcement(Envelope { comm, src, tag, seq: mid.seq, len }, sync);
                 continue;
@@ -905,9 +905,18 @@ impl Engine {
         if timeout.is_none() {
             if let Some(h) = hint.filter(|h| *h != self.rank && *h >= 0 && *h < self.size) {
                 let mut got = false;
-                let slots = match &self.layout {
-                    Some(l) => l.slots_of(h as usize),
-                    None => h as usize..h as usize + 1,
+                let slots = match (&self.layout, self.repl.as_ref()) {
+                    // A replicated rank's data comes from its master alone: its other
+                    // replicas send only acknowledgements of this process's own transmissions
+                    // (synchronous sends, rendez-vous pulls), awaited only while some are under
+                    // way. Reading their sockets on every poll doubled the system calls of a
+                    // wait at R = 2; they are read through the kernel's readiness list below.
+                    (Some(l), Some(rp)) if rp.ep.idle() => match rp.ep.coordinator().master_of(h as usize) {
+                        Some(m) => m..m + 1,
+                        None => l.slots_of(h as usize),
+                    },
+                    (Some(l), _) => l.slots_of(h as usize),
+                    (None, _) => h as usize..h as usize + 1,
                 };
                 for slot in slots {
                     let mut i = 0;
@@ -1077,7 +1086,11 @@ impl Engine {
                         if left == 0 {
                             conn.rstate = RState::Header;
                             conn.stream_undo = None;
-                            if let Some((env, data)) = conn.stream_unexpected.take() {
+                            if let Some((env, mut data)) = conn.stream_unexpected.take() {
+                                // SAFETY: the buffer was created empty with room for `env.len`
+                                // bytes (`pool::with_room`), and the stream, now complete
+                                // (`left == 0`), wrote all of them through its pointer.
+                                unsafe { data.set_len(env.len as usize) };
                                 conn.stream_status = None;
                                 if std::mem::take(&mut conn.arrive_when_complete) {
                                     let sync = std::mem::take(&mut conn.stream_sync);
@@ -1230,7 +1243,8 @@ impl Engine {
                 }
                 // Otherwise kept whole before it is matched: a sender dying mid-message
                 // leaves no trace.
-                let mut data = crate::pool::zeroed(h.len as usize);
+                // Not zero-filled: the stream writes every byte before the length is set.
+                let mut data = crate::pool::with_room(h.len as usize);
                 let ptr = data.as_mut_ptr();
                 conn.stream_unexpected = Some((env, data));
                 conn.stream_status = Some(StatusInfo { source: peer, tag: mid.tag, len: h.len, cancelled: false });
@@ -1252,7 +1266,7 @@ impl Engine {
                     Arrival::Early => return Err(proto(format!("message {mid:?} out of order"))),
                     Arrival::Unmatched => {
                         self.traced(&env);
-                        let mut data = crate::pool::zeroed(h.len as usize);
+                        let mut data = crate::pool::with_room(h.len as usize);
                         let ptr = data.as_mut_ptr();
                         conn.stream_unexpected = Some((env, data));
                         conn.stream_status = Some(st);

@@ -9,6 +9,7 @@
 use super::conn::{Conn, Out, Payload, RState};
 use super::failpoints;
 use super::*;
+use p2pmpi_core::matching::FastMap;
 use p2pmpi_core::replication::endpoint::{self as protocol, Action, Frame, Step, TxId};
 use p2pmpi_core::replication::Endpoint;
 
@@ -50,12 +51,31 @@ impl Bytes {
         }
     }
 
-    fn into_payload(self) -> Payload {
-        match self {
+    fn into_payload(mut self) -> Payload {
+        match &mut self {
             Bytes::Lent(_, 0) => Payload::None,
-            Bytes::Lent(p, n) => Payload::Raw(p, n),
+            Bytes::Lent(p, n) => Payload::Raw(*p, *n),
             Bytes::Owned(v) if v.is_empty() => Payload::None,
-            Bytes::Owned(v) => Payload::Owned(v),
+            Bytes::Owned(v) => Payload::Owned(std::mem::take(v)),
+        }
+    }
+
+    /// The owned copy's buffer (empty for a lent buffer).
+    pub(super) fn into_vec(mut self) -> Vec<u8> {
+        match &mut self {
+            Bytes::Lent(..) => Vec::new(),
+            Bytes::Owned(v) => std::mem::take(v),
+        }
+    }
+}
+
+impl Drop for Bytes {
+    /// A copy no longer needed (committed and out of the recent window, or written) goes back
+    /// to the pool: a non-master copies every small message it sends, and a fresh buffer per
+    /// message costs page faults (the pool's reason to be).
+    fn drop(&mut self) {
+        if let Bytes::Owned(v) = self {
+            crate::pool::give(std::mem::take(v));
         }
     }
 }
@@ -88,11 +108,11 @@ pub(super) struct Replication {
     origin: Instant,
     /// The device request standing for each transmission under way (its completion is the
     /// write).
-    pub(super) tx_req: HashMap<TxId, ReqId>,
+    pub(super) tx_req: FastMap<TxId, ReqId>,
     /// The master's wildcard receives not complete yet: their choice point and communicator.
-    pub(super) choice_of: HashMap<ReqId, (u64, u32)>,
+    pub(super) choice_of: FastMap<ReqId, (u64, u32)>,
     /// The message a wildcard receive of the master matched: source, tag, sequence.
-    pub(super) matched: HashMap<ReqId, (i32, i32, u64)>,
+    pub(super) matched: FastMap<ReqId, (i32, i32, u64)>,
     /// A non-master's wildcard receives waiting for their master's choice, by choice point.
     pub(super) deferred_recvs: BTreeMap<u64, (ReqId, Pattern)>,
 }
@@ -110,9 +130,9 @@ impl Replication {
         Replication {
             ep: Endpoint::new(layout, slot, cfg),
             origin: Instant::now(),
-            tx_req: HashMap::new(),
-            choice_of: HashMap::new(),
-            matched: HashMap::new(),
+            tx_req: FastMap::default(),
+            choice_of: FastMap::default(),
+            matched: FastMap::default(),
             deferred_recvs: BTreeMap::new(),
         }
     }
