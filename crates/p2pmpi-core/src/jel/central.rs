@@ -629,11 +629,7 @@ impl Server {
             self.members.insert(id, Member { addr, last: now, sent: next, has_state: false });
             self.by_addr.insert(addr, id);
             self.order.push(id);
-            let peers = if self.cfg.dissemination == Dissemination::Bootstrap {
-                self.pick_peers()
-            } else {
-                Vec::new()
-            };
+            let peers = if self.cfg.dissemination == Dissemination::Bootstrap { self.pick_peers() } else { Vec::new() };
             let snapshot = if peers.is_empty() { Some(self.snapshot()) } else { None };
             self.members.get_mut(&id).expect("member").has_state = snapshot.is_some();
             self.send(addr, Message::Welcome { next, snapshot, peers });
@@ -869,14 +865,7 @@ pub struct Client {
 impl Client {
     /// The client of member `id`, listening at `addr`, of the pool served at `server`. The
     /// central implementation serves every consistency model (one ordered stream).
-    pub fn new(
-        id: MemberId,
-        addr: Addr,
-        server: Addr,
-        cfg: Config,
-        consistency: Consistency,
-        seed: u64,
-    ) -> Client {
+    pub fn new(id: MemberId, addr: Addr, server: Addr, cfg: Config, consistency: Consistency, seed: u64) -> Client {
         Client {
             cfg,
             consistency,
@@ -1192,15 +1181,13 @@ impl Client {
                     self.send(self.server, Message::Ack { next });
                 }
             }
-            Message::BootstrapReq => {
-                if self.phase == Phase::Member {
-                    let s = Snapshot {
-                        next: self.next_seq(),
-                        members: self.members.clone(),
-                        elections: self.elections.iter().map(|(n, w)| (n.clone(), *w)).collect(),
-                    };
-                    self.send(from, Message::Snapshot(s));
-                }
+            Message::BootstrapReq if self.phase == Phase::Member => {
+                let s = Snapshot {
+                    next: self.next_seq(),
+                    members: self.members.clone(),
+                    elections: self.elections.iter().map(|(n, w)| (n.clone(), *w)).collect(),
+                };
+                self.send(from, Message::Snapshot(s));
             }
             Message::Events { first, events } => self.receive(first, events, now),
             Message::Ping => {
@@ -1218,11 +1205,9 @@ impl Client {
                     self.send(self.server, Message::Ack { next: mine });
                 }
             }
-            Message::ElectionResult { name, winner } => {
-                if let Some(w) = winner {
-                    self.waits.remove(&name);
-                    self.out.push_back(Action::ElectionResult { name, winner: Some(w) });
-                }
+            Message::ElectionResult { name, winner: Some(w) } => {
+                self.waits.remove(&name);
+                self.out.push_back(Action::ElectionResult { name, winner: Some(w) });
             }
             Message::Gossip { next } => {
                 if self.phase != Phase::Member {
@@ -1323,7 +1308,7 @@ mod tests {
     /// Node 0 is the server, the others clients.
     #[derive(Debug)]
     enum CNode {
-        Server(Server),
+        Server(Box<Server>),
         Client(Box<Client>),
     }
 
@@ -1384,7 +1369,7 @@ mod tests {
         let mut net = Net::new(n + 1, seed);
         let mut s = Server::new(cfg, seed);
         s.start(Duration::ZERO);
-        net.nodes[0] = Some(CNode::Server(s));
+        net.nodes[0] = Some(CNode::Server(Box::new(s)));
         for i in 1..=n {
             let c = Client::new(id(i), addr(i), addr(0), cfg, consistency, seed.wrapping_add(i as u64));
             net.nodes[i] = Some(CNode::Client(Box::new(c)));
@@ -1598,8 +1583,11 @@ mod tests {
             Just(Message::BootstrapReq),
             arb_snapshot().prop_map(Message::Snapshot),
             any::<u64>().prop_map(|next| Message::Gossip { next }),
-            (any::<u64>(), 0u64..1 << 40, events())
-                .prop_map(|(next, first, events)| Message::GossipReply { next, first, events }),
+            (any::<u64>(), 0u64..1 << 40, events()).prop_map(|(next, first, events)| Message::GossipReply {
+                next,
+                first,
+                events
+            }),
         ]
     }
 

@@ -32,7 +32,9 @@
 //! See [the module docs](super) for the driving contract.
 
 use super::wire::{put_addr, put_id, put_name, put_var, DecodeError, Reader};
-use super::{below, next_period, Action, Addr, Consistency, Elections, Event, JoinLeave, MemberId, PartOff, Unsupported};
+use super::{
+    below, next_period, Action, Addr, Consistency, Elections, Event, JoinLeave, MemberId, PartOff, Unsupported,
+};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::time::Duration;
@@ -516,8 +518,13 @@ impl Node {
             return;
         }
         self.version += 1;
-        let me =
-            MemberInfo { id: self.id, addr: self.addr, version: self.version, state: State::Left, witnesses: Vec::new() };
+        let me = MemberInfo {
+            id: self.id,
+            addr: self.addr,
+            version: self.version,
+            state: State::Left,
+            witnesses: Vec::new(),
+        };
         self.merge_member(&me, now);
         let mut targets: Vec<Addr> = self.sampler.view.iter().map(|p| p.1).collect();
         targets.extend(self.sampler.fallback.iter().map(|p| p.1));
@@ -864,6 +871,235 @@ impl Node {
         for name in expired {
             self.waits.remove(&name);
             self.out.push_back(Action::ElectionResult { name, winner: None });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testnet::{addr, ms, Core, Net};
+    use super::super::wire::arb;
+    use super::*;
+    use proptest::prelude::*;
+
+    impl Core for Node {
+        type Msg = Message;
+        fn on_message(&mut self, from: Addr, msg: Message, now: Duration) {
+            Node::on_message(self, from, msg, now)
+        }
+        fn on_unreachable(&mut self, to: Addr, now: Duration) {
+            Node::on_unreachable(self, to, now)
+        }
+        fn tick(&mut self, now: Duration) {
+            Node::tick(self, now)
+        }
+        fn next_deadline(&self) -> Option<Duration> {
+            Node::next_deadline(self)
+        }
+        fn poll_action(&mut self) -> Option<Action<Message>> {
+            Node::poll_action(self)
+        }
+        fn wire(msg: &Message) -> Message {
+            decode(&encode(msg)).expect("what is encoded decodes")
+        }
+    }
+
+    fn test_cfg() -> Config {
+        Config {
+            interval: ms(200),
+            timeout: ms(3000),
+            probe_timeout: ms(500),
+            view_size: 8,
+            shuffle_len: 4,
+            exchange_len: 8,
+            ..Config::default()
+        }
+    }
+
+    /// Ids in a scrambled order, so that the lowest is not the first to join.
+    fn id(i: usize) -> MemberId {
+        let mut s = i as u64 + 99;
+        super::super::splitmix64(&mut s)
+    }
+
+    /// `n` nodes, all bootstrapping from node 0, joining over `spread` ms.
+    fn pool(n: usize, cfg: Config, seed: u64, spread: u64) -> Net<Node> {
+        let mut net = Net::new(n, seed);
+        for i in 0..n {
+            let boot = if i == 0 { vec![] } else { vec![addr(0)] };
+            net.nodes[i] = Some(Node::new(id(i), addr(i), boot, cfg, Consistency::WEAK, seed ^ i as u64).unwrap());
+        }
+        let mut s = seed;
+        let mut times: Vec<(u64, usize)> =
+            (0..n).map(|i| (if i == 0 { 0 } else { below(&mut s, spread as usize + 1) as u64 }, i)).collect();
+        times.sort();
+        for (t, i) in times {
+            net.run_until(ms(t));
+            net.with(i, |c, now| c.join(now));
+        }
+        net
+    }
+
+    fn node(net: &Net<Node>, i: usize) -> &Node {
+        net.nodes[i].as_ref().expect("node")
+    }
+
+    #[test]
+    fn joins_reach_everyone() {
+        let n = 40;
+        let mut net = pool(n, test_cfg(), 3, 1000);
+        net.run_until(ms(20_000));
+        for i in 0..n {
+            assert_eq!(node(&net, i).pool_size(), n, "node {i}");
+            let mut seen = net.joins_seen(i);
+            seen.sort();
+            seen.dedup();
+            assert_eq!(seen.len(), n, "node {i}: each join told once");
+            assert!(node(&net, i).sampler().view().len() <= test_cfg().view_size);
+        }
+    }
+
+    #[test]
+    fn a_crash_is_pronounced_dead_by_witnesses_and_a_leave_is_told() {
+        let n = 20;
+        for refuse in [false, true] {
+            let mut net = pool(n, test_cfg(), 5, 200);
+            net.refuse = refuse;
+            net.run_until(ms(6000));
+            net.crash(7);
+            net.with(3, |c, now| c.leave(now));
+            net.run_until(ms(30_000));
+            for i in (0..n).filter(|&i| i != 7 && i != 3) {
+                assert!(net.told(i, &Event::Died { id: id(7) }).is_some(), "refuse {refuse}: node {i}");
+                assert!(net.told(i, &Event::Left { id: id(3) }).is_some(), "node {i}");
+                assert!(node(&net, i).is_dead(id(7)));
+                assert_eq!(node(&net, i).pool_size(), n - 2);
+            }
+            // Nobody else was declared dead.
+            let deaths: usize = net.delivered.iter().flatten().filter(|(_, e)| matches!(e, Event::Died { .. })).count();
+            assert_eq!(deaths, n - 2);
+        }
+    }
+
+    #[test]
+    fn conflicting_elections_resolve_to_the_lowest_id_and_are_redone_when_it_dies() {
+        let n = 16;
+        let mut net = pool(n, test_cfg(), 9, 100);
+        net.run_until(ms(3000));
+        // Everyone stands at once: each first declares itself.
+        for i in 0..n {
+            net.with(i, |c, now| c.elect("master", now).unwrap());
+        }
+        net.with(0, |c, now| c.get_election_result("other", ms(1000), now).unwrap());
+        net.run_until(ms(12_000));
+        let lowest = (0..n).map(id).min().unwrap();
+        for i in 0..n {
+            assert_eq!(node(&net, i).election("master"), Some(lowest), "node {i}");
+        }
+        assert!(net.results[0].iter().any(|r| r.1 == "other" && r.2.is_none()));
+        let w = (0..n).find(|&i| id(i) == lowest).unwrap();
+        net.crash(w);
+        net.run_until(ms(40_000));
+        let next = (0..n).filter(|&i| i != w).map(id).min().unwrap();
+        for i in (0..n).filter(|&i| i != w) {
+            assert_eq!(node(&net, i).election("master"), Some(next), "node {i}");
+            assert!(net.told(i, &Event::Elected { name: "master".into(), winner: next }).is_some());
+        }
+    }
+
+    #[test]
+    fn strong_consistency_is_refused_and_parts_can_be_off() {
+        let a = addr(1);
+        assert!(Node::new(1, a, vec![], Config::default(), Consistency::STRONG, 0).is_err());
+        let off = Consistency { joins: None, elections: None };
+        let mut nd = Node::new(1, a, vec![], Config::default(), off, 0).unwrap();
+        nd.join(Duration::ZERO);
+        assert_eq!(nd.elect("x", Duration::ZERO), Err(PartOff));
+        assert!(nd.poll_action().is_none());
+        assert_eq!(nd.pool_size(), 1);
+    }
+
+    #[test]
+    fn the_fallback_cache_and_bootstrap_are_used_when_the_view_empties() {
+        let cfg = test_cfg();
+        let mut nd = Node::new(1, addr(1), vec![addr(0)], cfg, Consistency::WEAK, 0).unwrap();
+        let mut rng = 1;
+        assert_eq!(nd.sampler.sample(&mut rng), Some(addr(0)));
+        nd.join(Duration::ZERO);
+        nd.on_message(addr(2), Message::ShuffleReply { entries: vec![(3, addr(3))] }, Duration::ZERO);
+        nd.sampler.answered((2, addr(2)));
+        assert_eq!(nd.sampler.sample(&mut rng), Some(addr(3)));
+        nd.on_unreachable(addr(3), Duration::ZERO);
+        assert_eq!(nd.sampler.sample(&mut rng), Some(addr(2)));
+        nd.on_unreachable(addr(2), Duration::ZERO);
+        assert_eq!(nd.sampler.sample(&mut rng), Some(addr(0)));
+    }
+
+    fn arb_info() -> impl Strategy<Value = MemberInfo> {
+        (any::<u64>(), arb::addr(), any::<u64>(), 0u8..3, proptest::collection::vec(any::<u64>(), 0..3)).prop_map(
+            |(id, addr, version, s, witnesses)| MemberInfo {
+                id,
+                addr,
+                version,
+                state: [State::Alive, State::Left, State::Dead][s as usize],
+                witnesses,
+            },
+        )
+    }
+
+    fn arb_message() -> impl Strategy<Value = Message> {
+        let entries = || proptest::collection::vec((any::<u64>(), arb::addr()), 0..5);
+        prop_oneof![
+            entries().prop_map(|entries| Message::Shuffle { entries }),
+            entries().prop_map(|entries| Message::ShuffleReply { entries }),
+            (
+                any::<bool>(),
+                proptest::collection::vec(arb_info(), 0..4),
+                proptest::collection::vec((arb::name(), any::<u64>()), 0..3)
+            )
+                .prop_map(|(reply, members, elections)| Message::Exchange { reply, members, elections }),
+            Just(Message::Probe),
+            any::<u64>().prop_map(|version| Message::ProbeAck { version }),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..96)) {
+            if let Ok(m) = decode(&bytes) {
+                prop_assert_eq!(decode(&encode(&m)), Ok(m));
+            }
+        }
+
+        #[test]
+        fn messages_roundtrip(m in arb_message()) {
+            prop_assert_eq!(decode(&encode(&m)), Ok(m.clone()));
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(8))]
+
+        /// Random pools with a crash: everyone alive converges on the same members and on the
+        /// lowest live candidate.
+        #[test]
+        fn survivors_converge(n in 4usize..20, seed in any::<u64>(), victim in 1usize..20) {
+            let victim = victim % n;
+            let mut net = pool(n, test_cfg(), seed, 500);
+            net.run_until(ms(2000));
+            for i in (0..n).step_by(2) {
+                net.with(i, |c, now| { let _ = c.elect("e", now); });
+            }
+            net.run_until(ms(4000));
+            net.crash(victim);
+            net.run_until(ms(40_000));
+            let live: Vec<usize> = (0..n).filter(|&i| i != victim).collect();
+            let want = live.iter().filter(|&&i| i % 2 == 0).map(|&i| id(i)).min();
+            for &i in &live {
+                prop_assert_eq!(node(&net, i).pool_size(), n - 1);
+                prop_assert!(node(&net, i).is_dead(id(victim)));
+                prop_assert_eq!(node(&net, i).election("e"), want);
+            }
         }
     }
 }

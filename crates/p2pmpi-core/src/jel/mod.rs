@@ -343,7 +343,9 @@ pub(crate) mod testnet {
                 let q = self.queue.peek().map(|r| r.0 .0);
                 let d = (0..self.nodes.len())
                     .filter(|&i| !self.crashed[i])
-                    .filter_map(|i| self.nodes[i].as_ref().and_then(|c| c.next_deadline()).map(|d| (d.max(self.now), i)))
+                    .filter_map(|i| {
+                        self.nodes[i].as_ref().and_then(|c| c.next_deadline()).map(|d| (d.max(self.now), i))
+                    })
                     .min();
                 let t = match (q, d) {
                     (Some(q), Some((d, _))) => q.min(d),
