@@ -77,6 +77,7 @@
 
 pub mod detection;
 pub mod false_positives;
+pub mod jel;
 pub mod kmonitor;
 pub mod net;
 pub mod output;

@@ -23,11 +23,14 @@
 //!   last. *Tree*: the server sends new events to its children in a binomial tree of rank
 //!   0 (itself) and ranks 1.. (the live members in join order, which every member derives from
 //!   the stream itself), and every member forwards what it receives to its own children.
-//!   *Gossip*: every [`Config::gossip_interval`] the server sends the new events to one random
-//!   member, and every member merges its stream with a random peer's (push-pull); *adaptive
+//!   Every strategy but serial send bootstraps newcomers from peers
+//!   ([`Config::peer_bootstrap`]).
+//!   *Gossip*: every [`Config::gossip_interval`] the server sends the events created since its
+//!   last such push to one random member, and every member merges its stream with a random peer's (push-pull); *adaptive
 //!   gossip* divides the server's interval by `log2(pool size)`. Every strategy is backed by
 //!   the **fallback**: every [`Config::fallback_interval`] the server tells every member how
-//!   long the stream is ([`Message::Sync`]) and a member that is behind fetches the rest.
+//!   long the stream is ([`Message::Sync`]), the member answers how far it got
+//!   ([`Message::Ack`]) and the server sends what it lacks and was not sent to it yet.
 //!
 //! # The client
 //!
@@ -55,6 +58,7 @@ pub enum Dissemination {
     /// The server sends every event to every member, and the whole state to a newcomer.
     Serial,
     /// Serial, but newcomers take the state from random members (the server as a backup).
+    /// (Every strategy but serial send bootstraps from peers: [`Config::peer_bootstrap`].)
     Bootstrap,
     /// A binomial broadcast tree rooted at the server, built from the stream.
     Tree,
@@ -124,8 +128,17 @@ pub struct Config {
     pub lease: Duration,
     /// ... and declares it dead if it does not answer within this.
     pub ping_timeout: Duration,
-    /// A client fetches a gap in its stream still open after this long.
+    /// A client fetches a gap in its stream still open after this long (not with gossip,
+    /// which fills gaps itself, the fallback being the backstop).
     pub gap_timeout: Duration,
+    /// Gossip: events a member keeps to serve its peers (older ones are purged; a member
+    /// that needs them gets them from the fallback).
+    pub log_keep: usize,
+    /// Newcomers take the state from peers (the server as the last resort) rather than from
+    /// the server's welcome: on for every strategy but serial send by default, as in the
+    /// seed's measurements (table II: the tree's and gossip's servers send a few megabytes,
+    /// which no server sending every newcomer the whole state could).
+    pub peer_bootstrap: bool,
     /// Peer bootstrap: members a newcomer is told to ask for the state.
     pub bootstrap_peers: usize,
     /// Peer bootstrap: a newcomer asks the next peer (at last the server) after this long.
@@ -139,11 +152,13 @@ impl Config {
             dissemination,
             flush: Duration::from_millis(20),
             gossip_interval: Duration::from_secs(1),
-            fallback_interval: Duration::from_secs(10),
+            fallback_interval: Duration::from_secs(60),
             heartbeat_interval: Duration::from_secs(30),
             lease: Duration::from_secs(60),
             ping_timeout: Duration::from_secs(5),
             gap_timeout: Duration::from_secs(2),
+            log_keep: 4096,
+            peer_bootstrap: dissemination != Dissemination::Serial,
             bootstrap_peers: 3,
             bootstrap_timeout: Duration::from_secs(2),
         }
@@ -174,7 +189,7 @@ pub enum Message {
     /// (member → server) leave gracefully.
     Leave,
     /// (member → server) a heartbeat, or the answer to a ping or sync: "I have events up to
-    /// `next` (excluded)".
+    /// `next` (excluded)"; after a sync the server sends what it lacks and was not sent yet.
     Ack { next: u64 },
     /// (member → server) `suspect` may be dead.
     MaybeDead { suspect: MemberId },
@@ -182,8 +197,8 @@ pub enum Message {
     Elect { name: String },
     /// (member → server) who won `name`?
     GetElection { name: String },
-    /// (member → server or peer) send me the events from `from` on.
-    Fetch { from: u64 },
+    /// (member → server or peer) send me the events from `from` up to `to` (excluded): a gap.
+    Fetch { from: u64, to: u64 },
     /// (server → member) you joined: the state (serial) or peers to take it from (bootstrap);
     /// your own join is event `next − 1`.
     Welcome { next: u64, snapshot: Option<Snapshot>, peers: Vec<Addr> },
@@ -301,9 +316,10 @@ pub fn encode_into(msg: &Message, out: &mut Vec<u8>) {
             out.push(6);
             put_name(out, name);
         }
-        Message::Fetch { from } => {
+        Message::Fetch { from, to } => {
             out.push(7);
             put_var(out, *from);
+            put_var(out, *to);
         }
         Message::Welcome { next, snapshot, peers } => {
             out.push(8);
@@ -400,7 +416,10 @@ pub fn decode(bytes: &[u8]) -> Result<Message, DecodeError> {
         4 => Message::MaybeDead { suspect: r.id()? },
         5 => Message::Elect { name: r.name()? },
         6 => Message::GetElection { name: r.name()? },
-        7 => Message::Fetch { from: r.var()? },
+        7 => {
+            let from = r.var()?;
+            Message::Fetch { from, to: r.var()? }
+        }
         8 => {
             let next = r.var()?;
             let snapshot = if r.bool()? { Some(read_snapshot(&mut r)?) } else { None };
@@ -447,6 +466,10 @@ struct Member {
     sent: u64,
     /// It said it holds the state (peer bootstrap may point newcomers to it).
     has_state: bool,
+    /// A fallback sync was sent to it: its next ack gets what it lacks.
+    syncing: bool,
+    /// The stream's length when it joined (it holds nothing before).
+    joined: u64,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -481,6 +504,8 @@ pub struct Server {
     flush_at: Option<Duration>,
     /// Events up to this were sent down the tree.
     flushed: u64,
+    /// Gossip: events up to this were seeded.
+    seeded: u64,
     next_gossip: Duration,
     next_fallback: Duration,
     next_lease_check: Duration,
@@ -503,6 +528,7 @@ impl Server {
             pinged: BTreeMap::new(),
             flush_at: None,
             flushed: 0,
+            seeded: 0,
             next_gossip: Duration::ZERO,
             next_fallback: Duration::ZERO,
             next_lease_check: Duration::ZERO,
@@ -626,10 +652,11 @@ impl Server {
             self.stats.joins += 1;
             self.append(Event::Joined { id, addr }, now);
             let next = self.log.len() as u64;
-            self.members.insert(id, Member { addr, last: now, sent: next, has_state: false });
+            self.members
+                .insert(id, Member { addr, last: now, sent: next, has_state: false, syncing: false, joined: next });
             self.by_addr.insert(addr, id);
             self.order.push(id);
-            let peers = if self.cfg.dissemination == Dissemination::Bootstrap { self.pick_peers() } else { Vec::new() };
+            let peers = if self.cfg.peer_bootstrap { self.pick_peers() } else { Vec::new() };
             let snapshot = if peers.is_empty() { Some(self.snapshot()) } else { None };
             self.members.get_mut(&id).expect("member").has_state = snapshot.is_some();
             self.send(addr, Message::Welcome { next, snapshot, peers });
@@ -649,9 +676,18 @@ impl Server {
         match msg {
             Message::Leave => self.remove(id, false, now),
             Message::Ack { next } => {
+                // The fallback: what it lacks and was not sent yet (what was sent is on its
+                // way: the connection is reliable until it breaks, and then the member is dead).
                 let m = self.members.get_mut(&id).expect("member");
                 m.sent = m.sent.max(next);
-                m.has_state = true;
+                m.has_state |= next > 0;
+                let len = self.log.len() as u64;
+                if std::mem::take(&mut m.syncing) && m.sent < len {
+                    let first = m.sent;
+                    m.sent = len;
+                    let msg = self.events_from(first);
+                    self.send(from, msg);
+                }
             }
             Message::MaybeDead { suspect } => {
                 if let Some(m) = self.members.get(&suspect) {
@@ -682,12 +718,14 @@ impl Server {
                 let winner = self.election(&name);
                 self.send(from, Message::ElectionResult { name, winner });
             }
-            Message::Fetch { from: first } => {
+            Message::Fetch { from: first, to } => {
                 self.stats.fetches += 1;
-                let m = self.members.get_mut(&id).expect("member");
-                m.sent = m.sent.max(self.log.len() as u64);
-                let reply = self.events_from(first);
-                self.send(from, reply);
+                let len = self.log.len() as u64;
+                let (first, to) = (first.min(len), to.min(len));
+                if first < to {
+                    let events = self.log[first as usize..to as usize].to_vec();
+                    self.send(from, Message::Events { first, events });
+                }
             }
             _ => {}
         }
@@ -773,12 +811,32 @@ impl Server {
             }
         }
         if self.cfg.dissemination.gossips() && now >= self.next_gossip {
-            if !self.order.is_empty() {
-                let id = self.order[below(&mut self.rng, self.order.len())];
+            if !self.order.is_empty() && self.seeded < len {
+                // The new events only: the members gossip the older ones among themselves. The
+                // target must be a member that holds the stream from before them (a younger one
+                // could not pass them on): a few random draws.
+                // Events before the oldest member's join are in everyone's state already.
+                let oldest = self.order[0];
+                self.seeded = self.seeded.max(self.members[&oldest].joined);
+                let mut id = oldest;
+                for _ in 0..8 {
+                    let c = self.order[below(&mut self.rng, self.order.len())];
+                    if self.members[&c].joined <= self.seeded {
+                        id = c;
+                        break;
+                    }
+                }
                 let m = self.members.get_mut(&id).expect("member");
-                if m.sent < len {
-                    let (a, from) = (m.addr, m.sent);
+                let from = m.sent.max(self.seeded);
+                if from == m.sent {
+                    // Only a contiguous push moves the mark (the fallback sends what is below).
                     m.sent = len;
+                }
+                let a = m.addr;
+                if m.joined <= self.seeded {
+                    self.seeded = len;
+                }
+                if from < len {
                     let msg = self.events_from(from);
                     self.send(a, msg);
                 }
@@ -786,7 +844,14 @@ impl Server {
             self.next_gossip = next_period(self.next_gossip, self.gossip_period(), now);
         }
         if now >= self.next_fallback {
-            let addrs: Vec<Addr> = self.members.values().map(|m| m.addr).collect();
+            let addrs: Vec<Addr> = self
+                .members
+                .values_mut()
+                .map(|m| {
+                    m.syncing = true;
+                    m.addr
+                })
+                .collect();
             for a in addrs {
                 self.send(a, Message::Sync { next: len });
             }
@@ -1067,10 +1132,16 @@ impl Client {
         self.phase = Phase::Member;
         self.pending = self.pending.split_off(&s.next);
         self.drain_pending(now);
-        if self.next_seq() < self.welcome_next && !self.pending.contains_key(&self.next_seq()) {
-            // A peer's state older than our join: fetch the rest at once.
+        self.trim();
+        if self.next_seq() < self.welcome_next
+            && !self.pending.contains_key(&self.next_seq())
+            && !self.cfg.dissemination.gossips()
+        {
+            // A peer's state older than our join: fetch the events in between at once (gossip
+            // brings them anyway).
             let from = self.next_seq();
-            self.send(self.server, Message::Fetch { from });
+            let to = self.pending.keys().next().copied().unwrap_or(self.welcome_next).min(self.welcome_next);
+            self.send(self.server, Message::Fetch { from, to });
         }
     }
 
@@ -1092,6 +1163,18 @@ impl Client {
         if self.has_state() {
             self.drain_pending(now);
             self.forward(before);
+            self.trim();
+        }
+    }
+
+    /// Purges old events: gossip keeps the last [`Config::log_keep`] to serve its peers, the
+    /// other strategies none (the state is enough for peer bootstrap).
+    fn trim(&mut self) {
+        let keep = if self.cfg.dissemination.gossips() { self.cfg.log_keep } else { 0 };
+        if self.log.len() > keep {
+            let k = self.log.len() - keep;
+            self.log.drain(..k);
+            self.base += k as u64;
         }
     }
 
@@ -1124,6 +1207,21 @@ impl Client {
             binomial_children(pos + 1, self.members.len() + 1).map(|r| self.members[r - 1].1).collect();
         for a in children {
             self.send(a, Message::Events { first: before, events: events.clone() });
+        }
+    }
+
+    /// Gossip: the events held beyond a gap travel too (a member seeded by the server may
+    /// hold the only copies while its gap is being filled), one run per message.
+    fn send_pending(&mut self, to: Addr) {
+        let mut runs: Vec<(u64, Vec<Event>)> = Vec::new();
+        for (&seq, e) in &self.pending {
+            match runs.last_mut() {
+                Some((first, evs)) if *first + evs.len() as u64 == seq => evs.push(e.clone()),
+                _ => runs.push((seq, vec![e.clone()])),
+            }
+        }
+        for (first, events) in runs {
+            self.send(to, Message::Events { first, events });
         }
     }
 
@@ -1198,12 +1296,9 @@ impl Client {
                 if !self.has_state() {
                     return;
                 }
+                let _ = next;
                 let mine = self.next_seq();
-                if mine < next {
-                    self.send(self.server, Message::Fetch { from: mine });
-                } else {
-                    self.send(self.server, Message::Ack { next: mine });
-                }
+                self.send(self.server, Message::Ack { next: mine });
             }
             Message::ElectionResult { name, winner: Some(w) } => {
                 self.waits.remove(&name);
@@ -1216,16 +1311,21 @@ impl Client {
                 let mine = self.next_seq();
                 let (first, events) = self.events_for(next).unwrap_or((next, Vec::new()));
                 self.send(from, Message::GossipReply { next: mine, first, events });
+                self.send_pending(from);
             }
             Message::GossipReply { next, first, events } => {
                 self.receive(first, events, now);
                 if let Some((first, events)) = self.events_for(next) {
                     self.send(from, Message::Events { first, events });
                 }
+                self.send_pending(from);
             }
-            Message::Fetch { from: first } => {
-                if let Some((first, events)) = self.events_for(first) {
-                    self.send(from, Message::Events { first, events });
+            Message::Fetch { from: first, to } => {
+                if let Some((first, mut events)) = self.events_for(first) {
+                    events.truncate(to.saturating_sub(first).min(usize::MAX as u64) as usize);
+                    if !events.is_empty() {
+                        self.send(from, Message::Events { first, events });
+                    }
                 }
             }
             _ => {}
@@ -1241,7 +1341,7 @@ impl Client {
         if let Phase::Bootstrapping { deadline, .. } = self.phase {
             t = t.min(deadline);
         }
-        if let Some(g) = self.gap_since {
+        if let Some(g) = self.gap_since.filter(|_| !self.cfg.dissemination.gossips()) {
             t = t.min(g + self.cfg.gap_timeout);
         }
         if self.cfg.dissemination.gossips() && self.phase == Phase::Member {
@@ -1267,10 +1367,11 @@ impl Client {
                 self.ask_next_peer(now);
             }
         }
-        if self.gap_since.is_some_and(|g| g + self.cfg.gap_timeout <= now) {
+        if self.gap_since.is_some_and(|g| g + self.cfg.gap_timeout <= now) && !self.cfg.dissemination.gossips() {
             self.gap_since = Some(now);
             let from = self.next_seq();
-            self.send(self.server, Message::Fetch { from });
+            let to = self.pending.keys().next().copied().unwrap_or(from);
+            self.send(self.server, Message::Fetch { from, to });
         }
         if self.cfg.dissemination.gossips() && self.phase == Phase::Member && now >= self.next_gossip {
             self.next_gossip = next_period(self.next_gossip, self.cfg.gossip_interval, now);
@@ -1572,7 +1673,7 @@ mod tests {
             any::<u64>().prop_map(|suspect| Message::MaybeDead { suspect }),
             arb::name().prop_map(|name| Message::Elect { name }),
             arb::name().prop_map(|name| Message::GetElection { name }),
-            any::<u64>().prop_map(|from| Message::Fetch { from }),
+            (any::<u64>(), any::<u64>()).prop_map(|(from, to)| Message::Fetch { from, to }),
             (any::<u64>(), proptest::option::of(arb_snapshot()), proptest::collection::vec(arb::addr(), 0..4))
                 .prop_map(|(next, snapshot, peers)| Message::Welcome { next, snapshot, peers }),
             (0u64..1 << 40, events()).prop_map(|(first, events)| Message::Events { first, events }),

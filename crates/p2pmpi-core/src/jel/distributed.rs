@@ -11,13 +11,17 @@
 //!   members unreachable; the bootstrap addresses given at creation come last.
 //! * **Gossip of members and elections.** Every interval a node also sends a random subset of
 //!   the members it knows ([`MemberInfo`]: address, the member's own round counter
-//!   `version`, its state and the witnesses of its silence), its own entry and every election
-//!   to a peer drawn from the sampler ([`Message::Exchange`]); the peer answers with the
-//!   same and both merge. A member never heard of before is delivered as
+//!   `version`, its state and the witnesses of its silence) — half of them the latest news
+//!   (members learned, gone or newly witnessed), half at random — its own entry and every election to a peer drawn
+//!   from the sampler ([`Message::Exchange`]); the peer answers with the same and both merge. A member never heard of before is delivered as
 //!   [`Event::Joined`], a `Left` or `Dead` entry as [`Event::Left`] / [`Event::Died`]
 //!   (tombstones are final and keep spreading).
 //! * **Deaths by witnesses.** An entry whose version did not grow for [`Config::timeout`] is
-//!   suspected; the node probes the member ([`Message::Probe`]). An answer refreshes the entry;
+//!   suspected; the node probes the member ([`Message::Probe`]) — every round it looks at a
+//!   few random entries and probes at most [`Config::probes_per_round`] stale ones, so that
+//!   the cost stays O(1) per round in a large pool where many entries are stale without
+//!   their member being dead. An exchange or shuffle that cannot reach a member counts as
+//!   a failed probe. An answer refreshes the entry;
 //!   no answer within [`Config::probe_timeout`] (or an unreachable address) and the node adds
 //!   itself to the member's witnesses, which travel with the entry (unions at equal version,
 //!   the newer version's set otherwise). With [`Config::witnesses`] witnesses (fewer in a
@@ -56,6 +60,8 @@ pub struct Config {
     pub timeout: Duration,
     /// A probe not answered within this makes the prober a witness.
     pub probe_timeout: Duration,
+    /// Stale entries probed per round at most.
+    pub probes_per_round: usize,
     /// Witnesses needed to pronounce a member dead.
     pub witnesses: usize,
     /// Peers told directly of a leave.
@@ -72,6 +78,7 @@ impl Default for Config {
             exchange_len: 20,
             timeout: Duration::from_secs(120),
             probe_timeout: Duration::from_secs(5),
+            probes_per_round: 2,
             witnesses: 3,
             leave_fanout: 5,
         }
@@ -381,6 +388,9 @@ pub struct Node {
     entries: BTreeMap<MemberId, Entry>,
     /// Every id in `entries`, for random picks.
     ids: Vec<MemberId>,
+    /// News, newest last: members learned, gone, or newly witnessed. Half of an exchange,
+    /// so that news spreads as an epidemic rather than by chance.
+    recent: VecDeque<MemberId>,
     by_addr: HashMap<Addr, MemberId>,
     /// Members probed, and when the probe times out.
     probes: BTreeMap<MemberId, Duration>,
@@ -392,7 +402,6 @@ pub struct Node {
     joined: bool,
     gone: bool,
     next_round: Duration,
-    next_scan: Duration,
     rng: u64,
     out: VecDeque<Action<Message>>,
     stats: Stats,
@@ -424,6 +433,7 @@ impl Node {
             sampler: Sampler::new((id, addr), bootstrap, &cfg),
             entries: BTreeMap::new(),
             ids: Vec::new(),
+            recent: VecDeque::new(),
             by_addr: HashMap::new(),
             probes: BTreeMap::new(),
             alive: 0,
@@ -434,7 +444,6 @@ impl Node {
             joined: false,
             gone: false,
             next_round: Duration::ZERO,
-            next_scan: Duration::ZERO,
             rng: seed ^ id.rotate_left(17),
             out: VecDeque::new(),
             stats: Stats::default(),
@@ -509,7 +518,6 @@ impl Node {
         let me = MemberInfo { id: self.id, addr: self.addr, version: 0, state: State::Alive, witnesses: Vec::new() };
         self.merge_member(&me, now);
         self.next_round = now;
-        self.next_scan = now + self.cfg.timeout / 4;
     }
 
     /// Leaves gracefully (final): tells a few peers, which gossip it on.
@@ -640,6 +648,7 @@ impl Node {
                 },
             );
             self.ids.push(m.id);
+            self.touch(m.id);
             self.by_addr.insert(m.addr, m.id);
             if m.state == State::Alive {
                 self.alive += 1;
@@ -672,6 +681,7 @@ impl Node {
                 e.version = e.version.max(m.version);
                 e.witnesses.extend(m.witnesses.iter().copied());
                 self.probes.remove(&m.id);
+                self.touch(m.id);
                 self.gone_member(m.id, m.state == State::Dead);
             }
         }
@@ -708,6 +718,7 @@ impl Node {
         e.refreshed = now;
         if e.witnesses.insert(me) {
             self.stats.witnessed += 1;
+            self.touch(id);
         }
         self.check_witnesses(id);
     }
@@ -720,10 +731,25 @@ impl Node {
         }
     }
 
+    fn touch(&mut self, id: MemberId) {
+        self.recent.push_back(id);
+        if self.recent.len() > 2 * self.cfg.exchange_len {
+            self.recent.pop_front();
+        }
+    }
+
     fn exchange(&mut self, reply: bool) -> Message {
         let mut members = vec![self.info(self.id)];
         let k = self.cfg.exchange_len.min(self.ids.len());
         let mut picked = BTreeSet::new();
+        for &id in self.recent.iter().rev() {
+            if picked.len() >= k / 2 {
+                break;
+            }
+            if id != self.id && picked.insert(id) {
+                members.push(self.info(id));
+            }
+        }
         for _ in 0..2 * k {
             if picked.len() >= k {
                 break;
@@ -809,7 +835,7 @@ impl Node {
         if !self.joined || self.gone {
             return None;
         }
-        let mut t = self.next_round.min(self.next_scan);
+        let mut t = self.next_round;
         if let Some(&w) = self.waits.values().min() {
             t = t.min(w);
         }
@@ -844,22 +870,26 @@ impl Node {
                 let m = self.exchange(false);
                 self.send(to, m);
             }
-        }
-        if now >= self.next_scan {
-            self.next_scan = next_period(self.next_scan, self.cfg.timeout / 4, now);
-            let stale: Vec<MemberId> = self
-                .entries
-                .iter()
-                .filter(|(id, e)| {
-                    **id != self.id
+            // Suspicion: a few random entries whose version did not grow for `timeout` are
+            // probed (a bounded rate: with n members, each node does O(1) work per round and
+            // a silent member is sampled by some node ~4·probes_per_round times a round).
+            let k = self.cfg.probes_per_round;
+            let mut probed = 0;
+            for _ in 0..4 * k {
+                if probed >= k || self.ids.is_empty() {
+                    break;
+                }
+                let id = self.ids[below(&mut self.rng, self.ids.len())];
+                let stale = self.entries.get(&id).is_some_and(|e| {
+                    id != self.id
                         && e.state == State::Alive
-                        && !self.probes.contains_key(id)
+                        && !self.probes.contains_key(&id)
                         && e.refreshed + self.cfg.timeout <= now
-                })
-                .map(|(id, _)| *id)
-                .collect();
-            for id in stale {
-                self.probe(id, now);
+                });
+                if stale {
+                    self.probe(id, now);
+                    probed += 1;
+                }
             }
         }
         // Probes not answered (checked every tick: at most a round late).
