@@ -486,6 +486,31 @@ pub fn join_run(p: JoinParams) -> JoinRun {
     }
 }
 
+impl std::str::FromStr for Impl {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Impl, String> {
+        if s == "distributed" {
+            return Ok(Impl::Distributed);
+        }
+        s.parse::<Dissemination>().map(Impl::Central).map_err(|e| format!("{e} or distributed"))
+    }
+}
+
+/// Runs some implementations on one setting, `threads` at a time (results in `imps` order).
+#[allow(clippy::too_many_arguments)]
+pub fn join_some(
+    imps: &[Impl],
+    n: usize,
+    net: Network,
+    id_bytes: usize,
+    spread: Duration,
+    duration: Duration,
+    seed: u64,
+    threads: usize,
+) -> Vec<JoinRun> {
+    par_map(imps.len(), threads, |j| join_run(JoinParams { n, imp: imps[j], net, id_bytes, spread, duration, seed }))
+}
+
 /// Runs every implementation on one setting, in parallel (results in [`Impl::ALL`] order).
 pub fn join_all(
     n: usize,

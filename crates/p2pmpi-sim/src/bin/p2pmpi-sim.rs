@@ -930,7 +930,10 @@ enum JelCmd {
     /// Server and per-node megabytes, 2000 nodes on DAS-3 (table II), with Ibis-sized and
     /// with our own identifiers.
     Traffic(JelArgs),
-    /// Both, and 10 000 nodes on DAS-3, written to --out (default docs/sim).
+    /// The large pool: --max-n nodes on DAS-3, the implementations of --only one after the
+    /// other (every simulated member holds the whole pool: memory grows as n²).
+    Large(JelArgs),
+    /// Join, traffic and large, written to --out (default docs/sim).
     All(JelArgs),
 }
 
@@ -948,9 +951,15 @@ struct JelArgs {
     /// Everyone leaves after this (the seed's experiment: 10 min).
     #[arg(long, value_parser = parse_duration)]
     duration: Option<Duration>,
-    /// The large run's number of nodes (all).
-    #[arg(long, default_value_t = 10_000)]
+    /// The large run's number of nodes (10 000 needs about 9 GB per run: every simulated
+    /// member holds the whole pool).
+    #[arg(long, default_value_t = 5_000)]
     max_n: usize,
+    /// The large run's implementations (serial, bootstrap, tree, gossip, adaptive,
+    /// distributed).
+    #[arg(long, value_delimiter = ',', default_value = "serial,bootstrap,tree,gossip,adaptive")]
+    only: Vec<jel::Impl>,
+
     #[command(flatten)]
     common: Common,
 }
@@ -958,7 +967,7 @@ struct JelArgs {
 fn jel_cmd(c: &JelCmd, command: &str) -> Result<()> {
     let total = Instant::now();
     let a = match c {
-        JelCmd::Join(a) | JelCmd::Traffic(a) | JelCmd::All(a) => a,
+        JelCmd::Join(a) | JelCmd::Traffic(a) | JelCmd::Large(a) | JelCmd::All(a) => a,
     };
     if a.scale.is_nan() || a.scale < 1.0 {
         bail!("--scale must be ≥ 1");
@@ -1065,10 +1074,10 @@ fn jel_cmd(c: &JelCmd, command: &str) -> Result<()> {
             write_out(Some(dir), files)?;
         }
     }
-    if all {
+    if all || matches!(c, JelCmd::Large(_)) {
         let nn = n(a.max_n);
         let net = jel::Network::DAS3;
-        let runs = jel::join_all(nn, net, a.id_bytes, spread, duration, seed, threads);
+        let runs = jel::join_some(&a.only, nn, net, a.id_bytes, spread, duration, seed, 1);
         let table = jel::join_table(&runs);
         println!("== JEL join test, {nn} nodes on DAS-3");
         print!("{}", table.to_text());
