@@ -23,21 +23,25 @@
 //!   last. *Tree*: the server sends new events to its children in a binomial tree of rank
 //!   0 (itself) and ranks 1.. (the live members in join order, which every member derives from
 //!   the stream itself), and every member forwards what it receives to its own children.
-//!   Every strategy but serial send bootstraps newcomers from peers
-//!   ([`Config::peer_bootstrap`]).
 //!   *Gossip*: every [`Config::gossip_interval`] the server sends the events created since its
-//!   last such push to one random member, and every member merges its stream with a random peer's (push-pull); *adaptive
-//!   gossip* divides the server's interval by `log2(pool size)`. Every strategy is backed by
-//!   the **fallback**: every [`Config::fallback_interval`] the server tells every member how
-//!   long the stream is ([`Message::Sync`]), the member answers how far it got
-//!   ([`Message::Ack`]) and the server sends what it lacks and was not sent to it yet.
+//!   last such push to one random member that holds the stream from before them, and every
+//!   member merges its stream with a random peer's (push-pull; events held beyond a gap travel
+//!   too); *adaptive gossip* divides the server's interval by `log2(pool size)`. Every
+//!   strategy but serial send bootstraps newcomers from peers ([`Config::peer_bootstrap`]), as
+//!   the seed's measurements imply. Every strategy is backed by the **fallback**: every
+//!   [`Config::fallback_interval`] the server tells every member how long the stream is
+//!   ([`Message::Sync`]), the member answers how far it got ([`Message::Ack`]) and the server
+//!   sends what it lacks and was not sent to it yet (what was sent is on its way: a connection
+//!   delivers in order until it breaks, and then the member is dead).
 //!
 //! # The client
 //!
-//! A [`Client`] keeps the stream from its join on (events before it are summed up by the
-//! snapshot of its welcome: one [`Event::Joined`] per member present, one [`Event::Elected`]
-//! per election), delivers events strictly in sequence order, holds back those that arrive
-//! early, and fetches a gap from the server if it is still open after [`Config::gap_timeout`].
+//! A [`Client`] starts from the state of its welcome or of a peer (delivered as one
+//! [`Event::Joined`] per member present, in join order, and one [`Event::Elected`] per
+//! election), delivers the events after it strictly in sequence order, holds back those that
+//! arrive early, and fetches a gap from the server if it is still open after
+//! [`Config::gap_timeout`] (gossip leaves gaps to the gossip). It keeps the last
+//! [`Config::log_keep`] events to serve its gossip peers (none with the other strategies).
 //! It forwards (tree) or gossips (gossip) the stream as its strategy says. Both consistency
 //! models of joins are served by this one ordered stream; a part switched off is not
 //! delivered, and [`Client::elect`] is refused when elections are off.
