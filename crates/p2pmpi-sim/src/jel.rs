@@ -448,7 +448,8 @@ pub fn join_run(p: JoinParams) -> JoinRun {
         }
     }
     let n = p.n as f64;
-    let first_at = |f: &dyn Fn(&(f64, f64, usize, bool)) -> bool| samples.iter().find(|s| f(s)).map(|s| s.0);
+    type Sample = (f64, f64, usize, bool);
+    let first_at = |f: &dyn Fn(&Sample) -> bool| samples.iter().find(|s| f(s)).map(|s| s.0);
     let t50 = first_at(&|s| s.1 >= 0.5 * n);
     let t99 = first_at(&|s| s.1 >= 0.99 * n);
     let t_full = first_at(&|s| s.3);
@@ -622,4 +623,27 @@ pub fn traffic_table(ibis: &[JoinRun], ours: &[JoinRun]) -> Table {
         ]);
     }
     t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_small_pool_converges_with_every_implementation_and_the_tree_spares_the_server() {
+        let runs = join_all(40, Network::DAS2, 256, Duration::from_secs(2), Duration::from_secs(60), 3, 2);
+        for r in &runs {
+            assert!(r.t_full.is_some(), "{}: never everyone sees everyone", r.p.imp);
+            assert!(r.samples.last().is_some_and(|s| s.1 == 40.0), "{}", r.p.imp);
+        }
+        let server = |k: usize| runs[k].server_bytes;
+        // Serial send carries every newcomer's state and every event to everyone.
+        assert!(server(0) > server(1) && server(1) > server(2), "{} {} {}", server(0), server(1), server(2));
+        assert_eq!(runs[5].server_bytes, 0);
+        // The same seed gives the same run.
+        let again = join_run(runs[2].p);
+        assert_eq!((again.messages, again.server_bytes), (runs[2].messages, runs[2].server_bytes));
+        assert_eq!(join_table(&runs).rows.len(), 6);
+        assert!(join_chart(&runs, "t", 60.0).to_svg().is_ok());
+    }
 }
