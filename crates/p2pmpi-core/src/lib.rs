@@ -39,6 +39,7 @@ pub mod allocation;
 pub mod fd;
 pub mod fencing;
 pub mod hosts;
+pub mod jel;
 pub mod kmonitor;
 pub mod matching;
 pub mod replication;

@@ -66,6 +66,10 @@
 //!   that stays accurate for the tiny probabilities of large n.
 //! * [`false_positives`]: no crash, heavy-tailed delays; false suspicions and false
 //!   detections per process-hour vs `T_cleanup + T_MAX_HANG`.
+//! * [`kmonitor`]: the k-monitor detector (Horita et al.).
+//! * [`jel`]: JEL resource tracking (Drost et al.): the join test over a bandwidth-limited
+//!   network for each dissemination strategy of the central registry and for the distributed
+//!   implementation, and the traffic of table II.
 //!
 //! Each experiment prints a table and can write Markdown, CSV and an SVG plot
 //! ([`output`], [`plot`]: plotters' SVG backend only, with no font library).
@@ -77,6 +81,7 @@
 
 pub mod detection;
 pub mod false_positives;
+pub mod jel;
 pub mod kmonitor;
 pub mod net;
 pub mod output;

@@ -6,7 +6,7 @@ use clap::{Args, Parser, Subcommand};
 use p2pmpi_core::fd::{Detector, FdConfig, Protocol, Start};
 use p2pmpi_sim::net::{fmt_duration, parse_duration, Jitter, NetConfig};
 use p2pmpi_sim::sim::{Sim, SimConfig, StartMode};
-use p2pmpi_sim::{detection, false_positives, kmonitor, output, par, reliability};
+use p2pmpi_sim::{detection, false_positives, jel, kmonitor, output, par, reliability};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -39,6 +39,10 @@ enum Cmd {
     /// The k-monitor detector (Horita et al.): figures 3, 7, 10 and the traffic vs n.
     #[command(subcommand)]
     Kmonitor(KmCmd),
+    /// JEL resource tracking (Drost et al.): the join test (figures 5 and 6), the traffic of
+    /// table II, and 10 000 nodes.
+    #[command(subcommand)]
+    Jel(JelCmd),
     /// Whole replicated jobs (random programs with ANY_SOURCE, probes, wait_any) under random
     /// crashes, freezes, partitions and false suspicions: counts the schedules that pass.
     Replicated(ReplArgs),
@@ -918,6 +922,187 @@ fn kmonitor_cmd(c: &KmCmd, command: &str) -> Result<()> {
     Ok(())
 }
 
+#[derive(Subcommand)]
+enum JelCmd {
+    /// 1000 nodes on DAS-2 and 2000 on DAS-3 joining one pool: the average perceived pool
+    /// size over time for every strategy and the distributed implementation (figures 5, 6).
+    Join(JelArgs),
+    /// Server and per-node megabytes, 2000 nodes on DAS-3 (table II), with Ibis-sized and
+    /// with our own identifiers.
+    Traffic(JelArgs),
+    /// The large pool: --max-n nodes on DAS-3, the implementations of --only one after the
+    /// other (every simulated member holds the whole pool: memory grows as n²).
+    Large(JelArgs),
+    /// Join, traffic and large, written to --out (default docs/sim).
+    All(JelArgs),
+}
+
+#[derive(Args, Clone)]
+struct JelArgs {
+    /// Divide the numbers of nodes by this (1: the seed's scale).
+    #[arg(long, default_value_t = 1.0)]
+    scale: f64,
+    /// Bytes charged per member identity carried (Ibis identifiers; ours take 15).
+    #[arg(long, default_value_t = 256)]
+    id_bytes: usize,
+    /// Nodes start at random within this.
+    #[arg(long, value_parser = parse_duration)]
+    spread: Option<Duration>,
+    /// Everyone leaves after this (the seed's experiment: 10 min).
+    #[arg(long, value_parser = parse_duration)]
+    duration: Option<Duration>,
+    /// The large run's number of nodes (every simulated member holds the whole pool, so the
+    /// memory grows as n²: 2.3 GB at 3000 nodes, more than 9 GB at 10 000).
+    #[arg(long, default_value_t = 3_000)]
+    max_n: usize,
+    /// The large run's implementations (serial, bootstrap, tree, gossip, adaptive,
+    /// distributed). Serial send and peer bootstrap at 5000 nodes held more than 11 GB (every
+    /// newcomer's whole state, every event to everyone) and ran for many minutes.
+    #[arg(long, value_delimiter = ',', default_value = "tree,gossip,adaptive")]
+    only: Vec<jel::Impl>,
+
+    #[command(flatten)]
+    common: Common,
+}
+
+fn jel_cmd(c: &JelCmd, command: &str) -> Result<()> {
+    let total = Instant::now();
+    let a = match c {
+        JelCmd::Join(a) | JelCmd::Traffic(a) | JelCmd::Large(a) | JelCmd::All(a) => a,
+    };
+    if a.scale.is_nan() || a.scale < 1.0 {
+        bail!("--scale must be ≥ 1");
+    }
+    let all = matches!(c, JelCmd::All(_));
+    let default_out = PathBuf::from("docs/sim");
+    let out = a.common.out.as_deref().or(if all { Some(default_out.as_path()) } else { None });
+    let (threads, seed) = (a.common.threads(), a.common.seed);
+    let spread = a.spread.unwrap_or(Duration::from_secs(5));
+    let duration = a.duration.unwrap_or(Duration::from_secs(600));
+    let n = |base: usize| ((base as f64 / a.scale).round() as usize).max(2);
+    let window = duration.as_secs_f64().min(120.0);
+    let setting = |n: usize, net: &jel::Network, ids: usize| {
+        format!(
+            "{n} nodes start at random within {} and join one pool; {} ({:.0} Mbit/s per node, {:.0} Mbit/s at the \
+             server), 0.1 ms latency; {ids} bytes per member identity; everyone leaves at {} (traffic counted until \
+             30 s later). Seed {seed}.",
+            fmt_duration(spread),
+            net.name,
+            net.node_bw * 8e-6,
+            net.server_bw * 8e-6,
+            fmt_duration(duration),
+        )
+    };
+    let notes = |runs: &[jel::JoinRun]| {
+        format!(
+            "*t 50 % / t 99 %*: first second at which the average perceived pool size (over the nodes started, \
+             a node not welcomed yet counting 0) reached that share of the pool; *t all*: every node sees every \
+             member. *MB*: bytes sent plus received (10⁶), 4-byte frame per message, TCP/IP headers not counted; \
+             *messages*: all sent. The very cores of `p2pmpi_core::jel` with their default parameters (central: \
+             flush 20 ms, gossip 1 s, fallback 10 s, heartbeat 30 s; distributed: round 1 s, view 20, 20 members \
+             per exchange, timeout 120 s, 3 witnesses). Simulated in {:.1} s.",
+            runs.iter().map(|r| r.wall).sum::<f64>()
+        )
+    };
+    let mut das3_runs = None;
+    let join_settings: Vec<(usize, jel::Network, String, &str)> = vec![
+        (n(1000), jel::Network::DAS2, format!("jel_join_{}", n(1000)), "figure 5"),
+        (n(2000), jel::Network::DAS3, format!("jel_join_{}", n(2000)), "figure 6"),
+    ];
+    if all || matches!(c, JelCmd::Join(_)) {
+        for (k, (nn, net, name, fig)) in join_settings.iter().enumerate() {
+            let runs = jel::join_all(*nn, *net, a.id_bytes, spread, duration, seed, threads);
+            let table = jel::join_table(&runs);
+            println!("== JEL join test, {nn} nodes on {} ({fig})", net.name);
+            print!("{}", table.to_text());
+            println!();
+            if let Some(dir) = out {
+                let title = format!("JEL join test: {nn} nodes on {} (Drost et al. {fig})", net.name);
+                let chart = jel::join_chart(&runs, &title, window);
+                let files = output::Report {
+                    name,
+                    title: &title,
+                    description: &setting(*nn, net, a.id_bytes),
+                    command,
+                    table: &table,
+                    chart: &chart,
+                    notes: &notes(&runs),
+                }
+                .write(dir);
+                write_out(Some(dir), files)?;
+            }
+            if k == 1 {
+                das3_runs = Some(runs);
+            }
+        }
+    }
+    if all || matches!(c, JelCmd::Traffic(_)) {
+        let nn = n(2000);
+        let net = jel::Network::DAS3;
+        let ibis = match das3_runs.take() {
+            Some(r) => r,
+            None => jel::join_all(nn, net, a.id_bytes, spread, duration, seed, threads),
+        };
+        let ours = jel::join_all(nn, net, jel::OUR_ID_BYTES, spread, duration, seed, threads);
+        let table = jel::traffic_table(&ibis, &ours);
+        println!("== JEL traffic, {nn} nodes on DAS-3 (table II)");
+        print!("{}", table.to_text());
+        println!();
+        print!("{}", jel::join_table(&ours).to_text());
+        println!();
+        if let Some(dir) = out {
+            let title = format!("JEL join test with our {}-byte identifiers: {nn} nodes on DAS-3", jel::OUR_ID_BYTES);
+            let chart = jel::join_chart(&ours, &title, window);
+            let notes = format!(
+                "Megabytes (10⁶ bytes) sent plus received over the whole run, by the server and on average by a \
+                 node. *seed*: Drost et al. table II (Ibis on DAS-3, a 10-minute run). *Ibis ids*: every member \
+                 identity charged {} bytes; *our ids*: the cores' own encoding ({} bytes). The plot is the join test \
+                 with our identifiers; its timings:\n\n{}",
+                a.id_bytes,
+                jel::OUR_ID_BYTES,
+                jel::join_table(&ours).to_markdown()
+            );
+            let files = output::Report {
+                name: "jel_traffic",
+                title: &format!("JEL traffic: {nn} nodes joining and leaving on DAS-3 (Drost et al. table II)"),
+                description: &setting(nn, &net, a.id_bytes),
+                command,
+                table: &table,
+                chart: &chart,
+                notes: &notes,
+            }
+            .write(dir);
+            write_out(Some(dir), files)?;
+        }
+    }
+    if all || matches!(c, JelCmd::Large(_)) {
+        let nn = n(a.max_n);
+        let net = jel::Network::DAS3;
+        let runs = jel::join_some(&a.only, nn, net, a.id_bytes, spread, duration, seed, 1);
+        let table = jel::join_table(&runs);
+        println!("== JEL join test, {nn} nodes on DAS-3");
+        print!("{}", table.to_text());
+        println!();
+        if let Some(dir) = out {
+            let title = format!("JEL join test: {nn} nodes on DAS-3");
+            let chart = jel::join_chart(&runs, &title, window);
+            let files = output::Report {
+                name: &format!("jel_join_{nn}"),
+                title: &title,
+                description: &setting(nn, &net, a.id_bytes),
+                command,
+                table: &table,
+                chart: &chart,
+                notes: &notes(&runs),
+            }
+            .write(dir);
+            write_out(Some(dir), files)?;
+        }
+    }
+    println!("jel: {:.1} s on {threads} threads", total.elapsed().as_secs_f64());
+    Ok(())
+}
+
 fn main() -> Result<()> {
     let cli = Cli::parse();
     let command = command_line();
@@ -935,6 +1120,7 @@ fn main() -> Result<()> {
         Cmd::Lag(a) => lag_cmd(a)?,
         Cmd::Replicated(a) => replicated_cmd(a)?,
         Cmd::Kmonitor(c) => kmonitor_cmd(c, &command)?,
+        Cmd::Jel(c) => jel_cmd(c, &command)?,
         Cmd::All(a) => {
             let threads = a.threads.unwrap_or_else(par::default_threads).max(1);
             let t = Instant::now();
