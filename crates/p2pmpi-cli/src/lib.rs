@@ -61,6 +61,16 @@ enum Cmd {
     },
     /// How much replication: P_app(p, r) for r = 1..R and the best degree (SPEC §11).
     Advise(advise::AdviseArgs),
+    /// Write a private (0600) P2P-MPI.conf with a fresh GRID_SECRET in the p2pmpi directory
+    /// (P2PMPI_HOME, else ~/.p2pmpi).
+    Init {
+        /// The supernode(s) of the grid, HOST:PORT (default: 127.0.0.1:9700).
+        #[arg(long, value_name = "HOST:PORT")]
+        supernode: Option<String>,
+        /// Replace an existing configuration (its GRID_SECRET changes).
+        #[arg(long)]
+        force: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -104,6 +114,47 @@ enum GridCmd {
         #[arg(long)]
         dir: Option<PathBuf>,
     },
+}
+
+/// `p2pmpi init`: a private configuration with a fresh grid secret.
+fn init(supernode: Option<String>, force: bool) -> anyhow::Result<()> {
+    use anyhow::Context;
+    use p2pmpi_peer::config::{p2pmpi_dir, Config, CONF_FILE_NAME};
+    let dir = p2pmpi_dir();
+    let path = dir.join(CONF_FILE_NAME);
+    if path.exists() && !force {
+        anyhow::bail!(
+            "{} already exists; `p2pmpi init --force` replaces it (its GRID_SECRET changes: every machine of the grid then needs the new one)",
+            path.display()
+        );
+    }
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)
+            .with_context(|| format!("cannot create {}", dir.display()))?;
+    }
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes).map_err(|e| anyhow::anyhow!("no randomness from the operating system: {e}"))?;
+    let secret: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    let mut cfg = Config { grid_secret: Some(secret), ..Config::default() };
+    if let Some(sn) = supernode {
+        // Checked as the configuration file checks it: the same errors.
+        let (parsed, _) = Config::parse(&format!("SUPERNODE={sn}\n"), std::path::Path::new("--supernode"))
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        cfg.supernodes = parsed.supernodes;
+    }
+    p2pmpi_peer::home::write_private(&path, cfg.to_text().as_bytes())?;
+    // The written file must read back as written.
+    Config::load_file(&path).map_err(|e| anyhow::anyhow!("{e}"))?;
+    println!("wrote {} (readable by you only) with a new GRID_SECRET", path.display());
+    println!("Every machine of this grid needs the same secret: copy this file (or its GRID_SECRET line)");
+    println!("to each machine's p2pmpi directory over a channel you trust (for example scp), never in clear.");
+    println!("Then start the supernode on one machine (runSupernode), set SUPERNODE=HOST:9700 to it on the");
+    println!("others, and start each machine's peer daemon (mpiboot).");
+    Ok(())
 }
 
 fn report(name: &str, r: anyhow::Result<()>) -> i32 {
@@ -187,6 +238,7 @@ fn p2pmpi_main() -> i32 {
             SupernodeCmd::Stat => report("p2pmpi supernode stat", commands::supernode_stat()),
         },
         Cmd::Advise(args) => advise::run(&args),
+        Cmd::Init { supernode, force } => report("p2pmpi init", init(supernode, force)),
         Cmd::LocalGrid { action } => match action {
             GridCmd::Start { peers, dir, procs, max_jobs, set, net } => {
                 let dir = dir.unwrap_or_else(local_grid::default_dir);

@@ -394,3 +394,45 @@ fn every_command_prints_help_and_version_and_never_acts_on_them() {
     let o = run_cmd(Command::new(bin("mpihost")).env("P2PMPI_HOME", &home).env_remove("P2PMPI_CONF_FILE"), LIMIT);
     assert_eq!(o.code(), Some(0), "the daemon was stopped: {}", o.stderr);
 }
+
+/// Issue 18, item 4: `p2pmpi init` writes a private P2P-MPI.conf with a fresh GRID_SECRET,
+/// says how to share it, never overwrites one without `--force`, and checks `--supernode` as
+/// the configuration file does.
+#[test]
+fn init_writes_a_private_configuration_with_a_fresh_secret() {
+    use std::os::unix::fs::PermissionsExt;
+    let home = std::env::temp_dir().join(format!("p2pmpi-init-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&home);
+    let init =
+        |args: &[&str]| run_cmd(Command::new(bin("p2pmpi")).arg("init").args(args).env("P2PMPI_HOME", &home), LIMIT);
+    let conf = home.join("P2P-MPI.conf");
+    let secret_of = || -> String {
+        let text = std::fs::read_to_string(&conf).unwrap();
+        let (c, w) = p2pmpi_peer::config::Config::parse(&text, &conf).unwrap();
+        assert!(w.is_empty(), "{w:?}");
+        c.grid_secret.expect("a GRID_SECRET")
+    };
+    let o = init(&["--supernode", "sn.example:9701"]);
+    assert_eq!(o.code(), Some(0), "{}", o.stderr);
+    assert!(o.stdout.contains("GRID_SECRET") && o.stdout.contains("mpiboot"), "{}", o.stdout);
+    let mode = std::fs::metadata(&conf).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "mode {mode:o}");
+    let first = secret_of();
+    assert!(first.len() == 64 && first.chars().all(|c| c.is_ascii_hexdigit()), "{first}");
+    assert!(std::fs::read_to_string(&conf).unwrap().contains("SUPERNODE=sn.example:9701"));
+    // Not again without --force; the file is untouched.
+    let o = init(&[]);
+    assert_eq!(o.code(), Some(1));
+    assert!(o.stderr.contains("already exists") && o.stderr.contains("--force"), "{}", o.stderr);
+    assert_eq!(secret_of(), first);
+    // A bad supernode is refused, naming the option.
+    let o = init(&["--force", "--supernode", "h:x"]);
+    assert_eq!(o.code(), Some(1));
+    assert!(o.stderr.contains("--supernode"), "{}", o.stderr);
+    assert_eq!(secret_of(), first);
+    // --force: a new secret.
+    let o = init(&["--force"]);
+    assert_eq!(o.code(), Some(0), "{}", o.stderr);
+    assert_ne!(secret_of(), first);
+    let _ = std::fs::remove_dir_all(&home);
+}
