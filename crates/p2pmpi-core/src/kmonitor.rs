@@ -1401,13 +1401,7 @@ impl fmt::Display for DecodeError {
 
 impl std::error::Error for DecodeError {}
 
-fn put_var(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
+use crate::codec::put_var;
 
 fn put_endpoint(out: &mut Vec<u8>, e: &Endpoint) {
     put_var(out, e.id as u64);
@@ -1512,22 +1506,10 @@ impl Reader<'_> {
     }
 
     fn var(&mut self) -> Result<u64, DecodeError> {
-        let mut v = 0u64;
-        for i in 0..10 {
-            let b = self.u8()?;
-            if i == 9 && b > 1 {
-                return Err(DecodeError::BadField("integer"));
-            }
-            v |= ((b & 0x7f) as u64) << (7 * i);
-            if b & 0x80 == 0 {
-                // One form per value: a last byte of zero after others is an overlong form.
-                if b == 0 && i > 0 {
-                    return Err(DecodeError::BadField("integer"));
-                }
-                return Ok(v);
-            }
-        }
-        Err(DecodeError::BadField("integer"))
+        crate::codec::get_var(self.b, &mut self.at).map_err(|e| match e {
+            crate::codec::VarError::Truncated => DecodeError::Truncated,
+            crate::codec::VarError::Bad => DecodeError::BadField("integer"),
+        })
     }
 
     fn id(&mut self) -> Result<NodeId, DecodeError> {

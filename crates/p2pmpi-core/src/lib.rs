@@ -36,6 +36,7 @@
 
 pub mod advisor;
 pub mod allocation;
+mod codec;
 pub mod fd;
 pub mod fencing;
 pub mod hosts;

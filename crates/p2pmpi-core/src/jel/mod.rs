@@ -63,6 +63,8 @@ pub use wire::DecodeError;
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
+// Address values only (where a member can be reached, as data in events): the core opens no
+// socket and resolves no name; the driver does all I/O and hands addresses in.
 use std::net::SocketAddr;
 use std::time::Duration;
 

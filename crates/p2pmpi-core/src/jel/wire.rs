@@ -3,6 +3,8 @@
 
 use super::{Addr, Event, MemberId};
 use std::fmt;
+// Address values only (a member's address and its encoding): the core opens no socket and
+// resolves no name; the driver does all I/O and hands addresses in.
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 /// The longest election name accepted on the wire.
@@ -34,13 +36,7 @@ impl fmt::Display for DecodeError {
 
 impl std::error::Error for DecodeError {}
 
-pub(crate) fn put_var(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
+pub(crate) use crate::codec::put_var;
 
 pub(crate) fn put_addr(out: &mut Vec<u8>, a: &Addr) {
     match a.ip() {
@@ -113,18 +109,10 @@ impl<'a> Reader<'a> {
     }
 
     pub(crate) fn var(&mut self) -> Result<u64, DecodeError> {
-        let mut v = 0u64;
-        for i in 0..10 {
-            let b = self.u8()?;
-            if i == 9 && b > 1 {
-                return Err(DecodeError::BadField("integer"));
-            }
-            v |= ((b & 0x7f) as u64) << (7 * i);
-            if b & 0x80 == 0 {
-                return Ok(v);
-            }
-        }
-        Err(DecodeError::BadField("integer"))
+        crate::codec::get_var(self.b, &mut self.at).map_err(|e| match e {
+            crate::codec::VarError::Truncated => DecodeError::Truncated,
+            crate::codec::VarError::Bad => DecodeError::BadField("integer"),
+        })
     }
 
     pub(crate) fn id(&mut self) -> Result<MemberId, DecodeError> {
