@@ -19,7 +19,8 @@
 //! the bytes. An accepted connection belongs to a peer only once a first frame verifies; a
 //! connection that sends anything that does not verify or decode is closed (and logged with
 //! `P2PMPI_FD_DEBUG=1`), and at most [`MAX_UNPROVEN`] accepted connections may wait for
-//! their first frame, each for at most `T_to`.
+//! their first frame, each for at most `T_to`: a new connection beyond that closes the oldest
+//! waiting one, so connections that say nothing never keep a monitor out.
 //!
 //! Two processes may open connections to each other at once: the node sees one link per
 //! peer. The driver sends on the first connection that worked and keeps to it (order
@@ -72,6 +73,8 @@ pub struct Counters {
     pub bytes_sent: std::sync::atomic::AtomicU64,
     /// Connections closed because what they sent did not verify or decode.
     pub rejected: std::sync::atomic::AtomicU64,
+    /// Accepted connections closed unproven to make room for a newer one ([`MAX_UNPROVEN`]).
+    pub evicted: std::sync::atomic::AtomicU64,
     /// Failure notices sent (flooding).
     pub failure_msgs: std::sync::atomic::AtomicU64,
     /// This process's monitors (`H`) now.
@@ -163,6 +166,8 @@ struct Conn {
     deadline: Option<Instant>,
     /// Closing: drop once `wbuf` is written.
     closing: bool,
+    /// When it was opened or accepted.
+    accepted: Instant,
 }
 
 impl Conn {
@@ -395,6 +400,7 @@ impl Driver {
             wbuf: Vec::new(),
             deadline: Some(Instant::now() + self.t_to),
             closing: false,
+            accepted: Instant::now(),
         };
         if self
             .poll
@@ -413,11 +419,7 @@ impl Driver {
         loop {
             match self.listener.accept() {
                 Ok((stream, _)) => {
-                    let unproven = self.conns.values().filter(|c| !c.outbound && !c.proven).count();
-                    if unproven >= MAX_UNPROVEN {
-                        // Dropped at once: a client without the key cannot hold the detector busy.
-                        continue;
-                    }
+                    self.make_room_for_unproven();
                     let t = self.token();
                     let mut conn = Conn {
                         stream,
@@ -433,6 +435,7 @@ impl Driver {
                         wbuf: Vec::new(),
                         deadline: Some(Instant::now() + self.t_to),
                         closing: false,
+                        accepted: Instant::now(),
                     };
                     let _ = conn.stream.set_nodelay(true);
                     if self
@@ -448,6 +451,41 @@ impl Driver {
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 // Out of descriptors, or a connection reset before accept: try later.
                 Err(_) => return,
+            }
+        }
+    }
+
+    /// Keeps the accepted connections still waiting for their first proof under
+    /// [`MAX_UNPROVEN`] by closing the oldest of them. A monitor proves itself within a round
+    /// trip of connecting, so the oldest waiting are the ones that say nothing: a client
+    /// without the key that holds many connections open loses its own, never a newcomer's
+    /// place.
+    fn make_room_for_unproven(&mut self) {
+        loop {
+            let mut count = 0;
+            let mut oldest: Option<(Instant, mio::Token)> = None;
+            for (&t, c) in &self.conns {
+                if c.outbound || c.proven {
+                    continue;
+                }
+                count += 1;
+                let since = c.accepted;
+                if oldest.is_none_or(|(o, _)| since < o) {
+                    oldest = Some((since, t));
+                }
+            }
+            match oldest {
+                Some((_, t)) if count >= MAX_UNPROVEN => {
+                    if self.debug {
+                        eprintln!(
+                            "p2pmpi-fd: k-monitor {}: {MAX_UNPROVEN} connections wait for their proof; the oldest is closed",
+                            self.me
+                        );
+                    }
+                    self.counters.evicted.fetch_add(1, Ordering::Relaxed);
+                    self.drop_conn(t);
+                }
+                _ => return,
             }
         }
     }
@@ -959,5 +997,56 @@ mod tests {
         std::thread::sleep(Duration::from_millis(500));
         assert!(g.reports().is_empty(), "{:?}", g.reports());
         assert!(g.counters.iter().all(|c| c.monitors.load(Ordering::Relaxed) == 2));
+    }
+    /// Connections that never prove themselves cannot keep a monitor out: with
+    /// [`MAX_UNPROVEN`] of them held open, a newcomer that knows the key is still answered,
+    /// the oldest silent connection making room, and once it proves itself it stays.
+    #[test]
+    fn a_flood_of_silent_connections_never_keeps_a_monitor_out() {
+        let g = Group::start(3, 2);
+        g.wait_monitored(2);
+        let target = g.addrs[0];
+        let mut silent: Vec<TcpStream> = (0..MAX_UNPROVEN).map(|_| TcpStream::connect(target).unwrap()).collect();
+        // The newcomer: hello as rank 1 (a second connection of a real peer), reply, one
+        // sealed heartbeat.
+        let opened = Instant::now();
+        let mut s = TcpStream::connect(target).unwrap();
+        let nc = [5u8; NONCE_LEN];
+        let mut hello = MAGIC.to_vec();
+        hello.extend_from_slice(&1u32.to_le_bytes());
+        hello.extend_from_slice(&0u32.to_le_bytes());
+        hello.extend_from_slice(&nc);
+        s.write_all(&hello).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut reply = [0u8; REPLY_LEN];
+        s.read_exact(&mut reply).expect("the newcomer was refused: the silent connections keep it out");
+        assert_eq!(&reply[..4], MAGIC);
+        let body = km::encode(&km::Message::Heartbeat);
+        let mac =
+            key().short_mac(Role::Monitor, &[&nc, &reply[4..], &[0], &0u64.to_le_bytes(), &1u32.to_le_bytes(), &body]);
+        let mut frame = ((body.len() + MAC_LEN) as u32).to_le_bytes().to_vec();
+        frame.extend_from_slice(&body);
+        frame.extend_from_slice(&mac);
+        s.write_all(&frame).unwrap();
+        assert!(g.counters[0].evicted.load(Ordering::Relaxed) >= 1, "no silent connection made room");
+        let mut b = [0u8; 8];
+        // Every silent connection is closed within T_to; the proven newcomer is not.
+        for c in &mut silent {
+            c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            match c.read(&mut b) {
+                Ok(0) | Err(_) => {}
+                Ok(_) => panic!("a silent connection was sent something"),
+            }
+        }
+        // Well past the newcomer's own handshake deadline (T_to = 400 ms from its accept): it
+        // would have been closed had its proof not counted.
+        std::thread::sleep(Duration::from_secs(1).saturating_sub(opened.elapsed()));
+        s.set_nonblocking(true).unwrap();
+        match s.read(&mut b) {
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+            other => panic!("the proven connection was closed or sent garbage: {other:?}"),
+        }
+        assert_eq!(g.counters[0].rejected.load(Ordering::Relaxed), 0);
+        assert!(g.reports().is_empty(), "{:?}", g.reports());
     }
 }
