@@ -209,3 +209,51 @@ fn a_link_taken_down_is_known_everywhere_within_t_to() {
         eprintln!("{host}'s link down: notified after {d:?} ms");
     }
 }
+
+/// A host cut off, then back: the others declared it failed; it took some of them for failed
+/// in its own view, but nothing it concluded reaches them, and once its link is back it
+/// learns that it is out (its probe is answered `Fenced`) within two `T_to`.
+#[test]
+fn a_cut_link_that_heals_harms_no_one_and_the_host_learns_it_is_out() {
+    if skip() {
+        return;
+    }
+    let net = topology("kmheal");
+    let g = Group::start(&net, &all_hosts());
+    g.settle(2, &NATTED);
+    let v = g.id("a2");
+    let at = unix_ms();
+    net.link_down("a2");
+    g.assert_all_notified(v, &[v], at, T_TO as u128 + 50);
+    // Held down a while longer: whatever a2 concludes alone has time to happen.
+    std::thread::sleep(Duration::from_millis(2 * T_TO));
+    assert!(!g.nodes[v].lines().iter().any(|l| l.text.starts_with("excluded")), "told while cut off?\n{}", g.text());
+    let healed = unix_ms();
+    net.link_up("a2");
+    let excluded = g.nodes[v].wait_for(Duration::from_secs(20), "a2 told it is out", |l| {
+        l.iter().find_map(|l| l.text.strip_prefix(&format!("excluded {v} at "))?.trim().parse::<u128>().ok())
+    });
+    let after = excluded.saturating_sub(healed);
+    eprintln!("a2 healed: told it is out after {after} ms");
+    assert!(after <= 2 * T_TO as u128 + SLACK_MS, "a2 learned it was out {after} ms after the heal:\n{}", g.text());
+    // The others: nobody but a2 was ever reported, and every one still has its monitors.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let monitored = (0..g.nodes.len()).filter(|&i| i != v).all(|i| g.links(i).is_some_and(|(m, _)| m >= 2));
+        if monitored {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "monitors not repaired:\n{}", g.text());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for i in (0..g.nodes.len()).filter(|&i| i != v) {
+        for l in g.nodes[i].lines() {
+            assert!(
+                !l.text.starts_with("failed ") || l.text.starts_with(&format!("failed {v} ")),
+                "after the heal, a false detection: {}\n{}",
+                l.text,
+                g.text()
+            );
+        }
+    }
+}

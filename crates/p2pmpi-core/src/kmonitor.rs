@@ -29,6 +29,19 @@
 //!   at most one message per direction of each connection, so `≤ 2kn` messages for `n`
 //!   processes and `k` monitors each (plus the wide-area connections). A process that loses a
 //!   monitor (or an asked process) asks a replacement, so the set is repaired.
+//! * **A cut that heals.** A process cut off from the network (its link down, no reset) is
+//!   declared failed by its monitors, and in its own view declares failed the processes it
+//!   monitors and those it asks to replace them. Its notices are lost in the cut; once the
+//!   link is back nobody listens to it (a failed process is not heard), so it might never
+//!   learn that it is out. So a *quiet* process — one that has heard nothing from a process
+//!   it believes alive for `T_to` — *probes*, every `T_to`, one of the members of its
+//!   cluster it declared failed with a monitor request. A process that is not quiet and
+//!   receives a monitor request from a process it declared failed answers
+//!   [`Message::Fenced`], and the prober heeds it from the one it probed: it is excluded
+//!   ([`Cause::Excluded`]), as a frozen process that resumes is. Quiet processes
+//!   never answer probes, so a process cut off cannot exclude one that stayed (one that
+//!   monitors nobody is quiet too: it probes, harmlessly). Nothing a process concluded while
+//!   cut off ever reaches the others.
 //!
 //! # The wide-area extension (Horita §V, figure 4)
 //!
@@ -257,6 +270,11 @@ pub enum Message {
     ConfirmAns { suspect: NodeId, verdict: Verdict },
     /// "I am leaving (my program ended): what follows is not a failure."
     Leave,
+    /// "You were declared failed": the answer to a monitor request from a process the
+    /// sender declared failed (a probe after a cut, see the module's documentation). Never
+    /// sent by a quiet process, and apart from [`Message::Failure`] so that a failure notice
+    /// a process wrote while cut off, delivered when the cut heals, is never taken for it.
+    Fenced,
 }
 
 impl Message {
@@ -274,6 +292,7 @@ impl Message {
             Message::ConfirmReq { .. } => "confirm_req",
             Message::ConfirmAns { .. } => "confirm_ans",
             Message::Leave => "leave",
+            Message::Fenced => "fenced",
         }
     }
 }
@@ -442,6 +461,8 @@ pub struct Stats {
     pub heartbeats: u64,
     /// Timeouts that a co-monitor refuted (confirmation).
     pub refuted: u64,
+    /// Monitor requests an isolated process sent to processes it declared failed.
+    pub probes: u64,
 }
 
 /// The k-monitor detector of one process.
@@ -482,6 +503,12 @@ pub struct Node {
     next_hb: Duration,
     next_wide_hb: Duration,
     started: bool,
+    /// When a quiet process probes next ([`Node::isolated`]).
+    next_probe: Duration,
+    /// The last message from a process not failed.
+    last_heard: Duration,
+    /// The process probed last, while its answer may come.
+    probing: Option<NodeId>,
     excluded: bool,
     /// This process left ([`Node::leave`]).
     left: bool,
@@ -532,6 +559,9 @@ impl Node {
             next_hb: Duration::ZERO,
             next_wide_hb: Duration::ZERO,
             started: false,
+            next_probe: Duration::ZERO,
+            last_heard: Duration::ZERO,
+            probing: None,
             excluded: false,
             left: false,
             departed: BTreeSet::new(),
@@ -668,7 +698,44 @@ impl Node {
         for c in self.confirms.values() {
             at(c.deadline);
         }
+        if self.may_probe() {
+            at(self.next_probe.max(self.last_heard + self.cfg.t_to));
+        }
         t
+    }
+
+    /// Heard nothing from a process it believes alive for `T_to`.
+    fn quiet(&self, now: Duration) -> bool {
+        now >= self.last_heard + self.cfg.t_to
+    }
+
+    /// Members of its cluster are failed in its view (not those that left).
+    fn may_probe(&self) -> bool {
+        self.failed_per_cluster.get(&self.cluster).is_some_and(|&f| f > 0) && {
+            let (a, b) = self.members(&self.cluster);
+            a.iter().chain(b).any(|&id| id != self.me.id && self.is_failed(id))
+        }
+    }
+
+    /// A quiet process asks one of the processes it declared failed to monitor it: if it was
+    /// cut off and the cut healed, the answer is its own failure notice.
+    fn probe(&mut self, now: Duration) {
+        self.next_probe = now + self.cfg.t_to;
+        if let Some(prev) = self.probing.take() {
+            // Unanswered: given up.
+            if self.conns.remove(&prev).is_some() {
+                self.out.push_back(Action::Disconnect { to: prev });
+            }
+        }
+        let me = self.me.id;
+        let c = self.cluster;
+        let Some(q) = self.pick(&c, |n, id| id != me && n.is_failed(id) && !n.conns.contains_key(&id)) else {
+            return;
+        };
+        self.stats.probes += 1;
+        self.probing = Some(q);
+        let msg = Message::MonitorReq { from: self.me, view: self.view };
+        self.send(q, msg);
     }
 
     // ---------------------------------------------------------------- helpers
@@ -1091,6 +1158,7 @@ impl Node {
             return;
         }
         self.started = true;
+        self.last_heard = now;
         self.next_hb = now + self.cfg.t_hb;
         self.next_wide_hb = now + self.cfg.wide_t_hb;
         let me = self.me.id;
@@ -1168,9 +1236,24 @@ impl Node {
             return;
         }
         if self.failed.contains(&from) {
-            // Fencing: a process declared failed is not heard any more.
+            // Fencing: a process declared failed is not heard any more. For a cut that
+            // healed (see the module's documentation): the probed process's answer is
+            // heeded, and a prober is told it failed.
+            if self.probing == Some(from) && msg == Message::Fenced {
+                self.probing = None;
+                self.detect_failure(self.me.id, Cause::Notice { from }, now);
+            } else if matches!(msg, Message::MonitorReq { .. })
+                && !self.departed.contains(&from)
+                && !self.conns.contains_key(&from)
+                && !self.quiet(now)
+            {
+                // On the connection it opened, closed after what was written.
+                self.out.push_back(Action::Send { to: from, msg: Message::Fenced });
+                self.out.push_back(Action::Disconnect { to: from });
+            }
             return;
         }
+        self.last_heard = now;
         // A message on a connection the peer opened makes the connection known.
         match self.conns.get(&from) {
             Some(Conn::Up) => {}
@@ -1252,6 +1335,8 @@ impl Node {
                 self.departed_peer(from);
                 return;
             }
+            // From a process this one believes alive: it knows better.
+            Message::Fenced => self.detect_failure(self.me.id, Cause::Notice { from }, now),
             Message::Failure { node } => self.detect_failure(node, Cause::Notice { from }, now),
             Message::WconnInfo { local, remote } => {
                 if self.failed.contains(&local) || self.failed.contains(&remote.id) {
@@ -1360,6 +1445,9 @@ impl Node {
         for s in expired {
             self.confirm_next(s, now);
         }
+        if now >= self.next_probe && self.quiet(now) && self.may_probe() {
+            self.probe(now);
+        }
     }
 }
 
@@ -1467,6 +1555,7 @@ pub fn encode_into(msg: &Message, out: &mut Vec<u8>) {
             put_var(out, *suspect as u64);
         }
         Message::Leave => out.push(11),
+        Message::Fenced => out.push(12),
         Message::ConfirmAns { suspect, verdict } => {
             out.push(10);
             put_var(out, *suspect as u64);
@@ -1482,7 +1571,7 @@ pub fn encode_into(msg: &Message, out: &mut Vec<u8>) {
 /// The encoded size of a message.
 pub fn encoded_len(msg: &Message) -> usize {
     match msg {
-        Message::MonitorAck | Message::MonitorCancel | Message::Heartbeat | Message::Leave => 1,
+        Message::MonitorAck | Message::MonitorCancel | Message::Heartbeat | Message::Leave | Message::Fenced => 1,
         _ => encode(msg).len(),
     }
 }
@@ -1587,6 +1676,7 @@ pub fn decode(bytes: &[u8]) -> Result<Message, DecodeError> {
             Message::ConfirmAns { suspect, verdict }
         }
         11 => Message::Leave,
+        12 => Message::Fenced,
         t => return Err(DecodeError::BadTag(t)),
     };
     if r.at != bytes.len() {
@@ -1634,6 +1724,10 @@ mod tests {
         /// What arrives for this node waits until then (an overloaded process whose
         /// timers still fire but that reads its sockets late).
         frozen_until: Vec<Duration>,
+        /// This node's link is down until then: nothing reaches it or leaves it (TCP holds
+        /// what was written and delivers it after, unless the connection was closed), and
+        /// connections to or from it time out after `T_to`. Its timers run.
+        cut_until: Vec<Duration>,
         intra: Duration,
         inter: Duration,
         blocked: Box<dyn Fn(usize, usize) -> bool>,
@@ -1662,6 +1756,7 @@ mod tests {
                 epochs: 0,
                 armed: vec![None; n],
                 frozen_until: vec![Duration::ZERO; n],
+                cut_until: vec![Duration::ZERO; n],
                 intra: Duration::from_micros(100),
                 inter: Duration::from_micros(2250),
                 blocked: Box::new(|_, _| false),
@@ -1727,7 +1822,10 @@ mod tests {
                     Action::Connect { to } => {
                         let b = to.id as usize;
                         let l = self.lat(i, b);
-                        if let Some(&e) = self.conns.get(&pair(i, b)) {
+                        if self.now < self.cut_until[i].max(self.cut_until[b]) {
+                            let t_to = self.nodes[i].config().t_to;
+                            self.push(self.now + t_to, Ev::ConnFail { a: i, b });
+                        } else if let Some(&e) = self.conns.get(&pair(i, b)) {
                             // The peer opened one meanwhile: it is reused.
                             self.push(self.now + l * 2, Ev::Connected { a: i, b, epoch: e });
                         } else if (self.blocked)(i, b) || !self.alive[b] {
@@ -1795,6 +1893,10 @@ mod tests {
                             self.after(i);
                         }
                     }
+                    Ev::Deliver { from, to, epoch, msg } if at < self.cut_until[from].max(self.cut_until[to]) => {
+                        let t = self.cut_until[from].max(self.cut_until[to]);
+                        self.push(t, Ev::Deliver { from, to, epoch, msg });
+                    }
                     Ev::Deliver { from, to, epoch, msg } if at < self.frozen_until[to] => {
                         let t = self.frozen_until[to];
                         self.push(t, Ev::Deliver { from, to, epoch, msg });
@@ -1822,6 +1924,10 @@ mod tests {
                             self.nodes[a].on_connect_failed(b as NodeId, at);
                             self.after(a);
                         }
+                    }
+                    Ev::Closed { to, from, epoch } if at < self.cut_until[from].max(self.cut_until[to]) => {
+                        let t = self.cut_until[from].max(self.cut_until[to]);
+                        self.push(t, Ev::Closed { to, from, epoch });
                     }
                     Ev::Closed { to, from, epoch } if at < self.frozen_until[to] => {
                         let t = self.frozen_until[to];
@@ -1921,6 +2027,7 @@ mod tests {
             Message::ConfirmAns { suspect: 9, verdict: Verdict::Silent },
             Message::ConfirmAns { suspect: 9, verdict: Verdict::Unknown },
             Message::Leave,
+            Message::Fenced,
         ]
     }
 
@@ -1939,7 +2046,7 @@ mod tests {
             assert_eq!(decode(&long), Err(DecodeError::Trailing(1)));
         }
         assert_eq!(encode(&Message::Heartbeat), vec![5]);
-        assert_eq!(decode(&[12]), Err(DecodeError::BadTag(12)));
+        assert_eq!(decode(&[13]), Err(DecodeError::BadTag(13)));
         // Overlong integers (found by fuzzing): one encoding per message.
         assert_eq!(decode(&[6, 0x81, 0x00]), Err(DecodeError::BadField("integer")));
         assert_eq!(decode(&[8, 1, 174, 165, 234, 0]), Err(DecodeError::BadField("integer")));
@@ -2077,6 +2184,53 @@ mod tests {
         assert_eq!(accused, vec![(frozen, frozen as NodeId, Cause::Excluded)], "{:?}", net.reports);
         assert!(net.nodes[frozen].is_excluded());
         assert!(net.reports.iter().all(|r| r.1 == frozen as NodeId), "{:?}", net.reports);
+    }
+
+    /// A process cut off from the network (no reset) past `T_to` is declared failed by the
+    /// others, and declares its whole cluster failed in its own view. When the cut heals,
+    /// its probe is answered with its own failure notice: it is excluded, and nothing it
+    /// concluded while cut off reaches anyone. Without the probe it stayed, alive and
+    /// unaware, with no monitor.
+    #[test]
+    fn a_process_cut_off_learns_it_is_out_when_the_cut_heals() {
+        let n = 12;
+        let mut probed = 0;
+        for seed in 0..40u64 {
+            let mut net = Net::lan(n, cfg(3), 31 + seed);
+            net.start_all();
+            net.run_until(ms(2000));
+            let cut = 5;
+            net.cut_until[cut] = ms(9000);
+            net.run_until(ms(8990));
+            assert_eq!(net.reported(cut as NodeId).len(), n - 1, "{:?}", net.reports);
+            // Cut off, it took the processes it monitors (and the replacements it asked), if
+            // any, for failed; it cannot know it is out.
+            assert!(!net.nodes[cut].is_excluded());
+            // The cut heals: within two probe periods (and a round trip) it knows it is out.
+            net.run_until(ms(9000 + 2 * 2100 + 10));
+            assert!(net.nodes[cut].is_excluded(), "seed {seed}: not told it is out: {:?}", net.reports);
+            probed += (net.nodes[cut].stats().probes > 0) as usize;
+            assert!(
+                net.reports.iter().any(|r| r.0 == cut && r.1 == cut as NodeId && r.2 == Cause::Excluded),
+                "{:?}",
+                net.reports
+            );
+            // Nobody else was accused, and the others are still monitored.
+            assert!(
+                net.reports.iter().filter(|r| r.0 != cut).all(|r| r.1 == cut as NodeId),
+                "seed {seed}: {:?}",
+                net.reports
+            );
+            let probes = net.nodes[cut].stats().probes;
+            net.alive[cut] = false;
+            net.run_until(ms(20_000));
+            net.assert_monitored(3);
+            // Excluded, it probes no more.
+            assert_eq!(net.nodes[cut].stats().probes, probes);
+        }
+        // Some learned it from a monitor request of theirs (a replacement, answered
+        // `Fenced`); the others only by probing.
+        assert!(probed > 0);
     }
 
     /// A process the application declares dead is failed everywhere (flooded) and the monitor
@@ -2342,6 +2496,7 @@ mod tests {
             proptest::collection::vec(arb_endpoint(), 0..8).prop_map(|nodes| Message::NodeInfo { nodes }),
             Just(Message::Heartbeat),
             Just(Message::Leave),
+            Just(Message::Fenced),
             any::<u32>().prop_map(|node| Message::Failure { node }),
             (any::<u32>(), arb_endpoint()).prop_map(|(local, remote)| Message::WconnInfo { local, remote }),
             proptest::collection::vec(any::<u32>(), 0..8).prop_map(|monitors| Message::MonitorSet { monitors }),
