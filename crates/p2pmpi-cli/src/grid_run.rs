@@ -379,6 +379,9 @@ pub fn run(name: &str, opts: &RunArgs, n: usize, grid: Grid) -> Result<i32> {
     let layout = Layout::new(n, r);
     let me = grid.state.ip;
     let fd = launcher::FdPlan::from_options(opts, &grid.cfg)?;
+    if opts.verbose {
+        eprintln!("{name}: failure detector: {}", fd.as_ref().map_or("off".to_string(), |f| f.name()));
+    }
     let mut progress = Progress::new();
 
     // 1–2. Reservation and staging; a host that stops answering during staging is given up

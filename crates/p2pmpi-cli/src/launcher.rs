@@ -125,6 +125,18 @@ pub struct RunArgs {
     /// reports the failure (fewer false detections under load, up to one T_TO later).
     #[arg(long = "confirm")]
     pub confirm: bool,
+    /// k-monitor detector: heartbeat period between clusters (subnets), milliseconds
+    /// (default: T_HB_WIDE, else --t-hb).
+    #[arg(long = "t-hb-wide", value_name = "MS")]
+    pub t_hb_wide: Option<u64>,
+    /// k-monitor detector: time-out between clusters, milliseconds (default: T_TO_WIDE, else
+    /// --t-to).
+    #[arg(long = "t-to-wide", value_name = "MS")]
+    pub t_to_wide: Option<u64>,
+    /// k-monitor detector: connections to another cluster refused (NAT, firewall) before a
+    /// process leaves it to that cluster to connect (default: WIDE_REFUSALS, 3).
+    #[arg(long = "wide-refusals", value_name = "N")]
+    pub wide_refusals: Option<u32>,
     /// The failure detector's gossip period in milliseconds (default: T_GOSSIP, 500).
     #[arg(long = "t-gossip", value_name = "MS")]
     pub t_gossip: Option<u64>,
@@ -159,6 +171,10 @@ pub struct KmonitorPlan {
     pub t_hb: Duration,
     pub t_to: Duration,
     pub confirm: bool,
+    /// `T'_hb`, `T'_to` and the refusals between clusters (Horita's wide-area extension).
+    pub wide_t_hb: Duration,
+    pub wide_t_to: Duration,
+    pub wide_refusals: u32,
 }
 
 /// The subnet prefix length the k-monitor detector gives an address (its cluster: Horita's
@@ -198,15 +214,40 @@ impl FdPlan {
             if t_to <= t_hb {
                 bail!("--t-to ({t_to} ms) must be longer than --t-hb ({t_hb} ms)");
             }
+            let wide_t_hb = opts.t_hb_wide.or(cfg.t_hb_wide_ms).unwrap_or(t_hb);
+            let wide_t_to = opts.t_to_wide.or(cfg.t_to_wide_ms).unwrap_or(t_to);
+            let wide_refusals = opts.wide_refusals.unwrap_or(cfg.wide_refusals);
+            if wide_t_hb == 0 {
+                bail!("--t-hb-wide must be at least 1 ms");
+            }
+            if wide_t_to <= wide_t_hb {
+                bail!("--t-to-wide ({wide_t_to} ms) must be longer than --t-hb-wide ({wide_t_hb} ms)");
+            }
+            if wide_refusals == 0 {
+                bail!("--wide-refusals must be at least 1");
+            }
             Some(KmonitorPlan {
                 k,
                 t_hb: Duration::from_millis(t_hb),
                 t_to: Duration::from_millis(t_to),
                 confirm: opts.confirm,
+                wide_t_hb: Duration::from_millis(wide_t_hb),
+                wide_t_to: Duration::from_millis(wide_t_to),
+                wide_refusals,
             })
         } else {
-            if opts.k.is_some() || opts.t_hb.is_some() || opts.t_to.is_some() || opts.confirm {
-                bail!("--k, --t-hb, --t-to and --confirm are options of the k-monitor detector: add --fd kmonitor");
+            if opts.k.is_some()
+                || opts.t_hb.is_some()
+                || opts.t_to.is_some()
+                || opts.confirm
+                || opts.t_hb_wide.is_some()
+                || opts.t_to_wide.is_some()
+                || opts.wide_refusals.is_some()
+            {
+                bail!(
+                    "--k, --t-hb, --t-to, --confirm, --t-hb-wide, --t-to-wide and --wide-refusals are options of \
+                     the k-monitor detector: add --fd kmonitor"
+                );
             }
             None
         };
@@ -235,6 +276,10 @@ impl FdPlan {
     /// The detector's name for messages.
     pub fn name(&self) -> String {
         match self.kmonitor {
+            Some(k) if (k.wide_t_hb, k.wide_t_to) != (k.t_hb, k.t_to) => format!(
+                "k-monitor (k = {}, T_hb = {:?}, T_to = {:?}; between subnets T'_hb = {:?}, T'_to = {:?})",
+                k.k, k.t_hb, k.t_to, k.wide_t_hb, k.wide_t_to
+            ),
             Some(k) => format!("k-monitor (k = {}, T_hb = {:?}, T_to = {:?})", k.k, k.t_hb, k.t_to),
             None => format!("{} gossip (T_gossip = {:?})", self.protocol, self.t_gossip),
         }
@@ -247,6 +292,9 @@ impl FdPlan {
             t_to_us: k.t_to.as_micros() as u64,
             confirm: k.confirm,
             prefixes: addrs.iter().map(|a| cluster_prefix(a)).collect(),
+            wide_t_hb_us: k.wide_t_hb.as_micros() as u64,
+            wide_t_to_us: k.wide_t_to.as_micros() as u64,
+            wide_refusals: k.wide_refusals,
         });
         control::FdSetup {
             addrs,
@@ -285,6 +333,9 @@ pub fn main_with_args(name: &str, args: &[String]) -> i32 {
                             | "--k"
                             | "--t-hb"
                             | "--t-to"
+                            | "--t-hb-wide"
+                            | "--t-to-wide"
+                            | "--wide-refusals"
                     )
                 })
             {
@@ -495,6 +546,9 @@ fn run_local(name: &str, opts: RunArgs, n: usize) -> Result<i32> {
     }
     let program = resolve_program(&opts.command[0])?;
     let fd = FdPlan::from_options(&opts, &crate::grid_run::load_config(name)?)?;
+    if opts.verbose {
+        eprintln!("{name}: failure detector: {}", fd.as_ref().map_or("off".to_string(), |f| f.name()));
+    }
     let prog_args = &opts.command[1..];
 
     let listener = TcpListener::bind("127.0.0.1:0").context("cannot open the launcher's control port")?;

@@ -301,6 +301,13 @@ fn bad_k_monitor_options_are_refused_with_a_clear_error() {
         (vec!["--k", "3"], "add --fd kmonitor"),
         (vec!["--fd", "kmonitor", "--t-hb", "200", "--t-to", "100"], "must be longer than --t-hb"),
         (vec!["--fd", "kmonitor", "--k", "0"], "--k must be at least 1"),
+        (vec!["--t-to-wide", "3000"], "add --fd kmonitor"),
+        (
+            vec!["--fd", "kmonitor", "--t-hb-wide", "1000"],
+            "--t-to-wide (1000 ms) must be longer than --t-hb-wide (1000 ms)",
+        ),
+        (vec!["--fd", "kmonitor", "--t-hb-wide", "0"], "--t-hb-wide must be at least 1 ms"),
+        (vec!["--fd", "kmonitor", "--wide-refusals", "0"], "--wide-refusals must be at least 1"),
         (vec!["--fd", "gossip"], "KMONITOR or off"),
     ] {
         let o = run_cmd(
@@ -315,4 +322,34 @@ fn bad_k_monitor_options_are_refused_with_a_clear_error() {
         assert_eq!(o.code(), Some(2), "{args:?}: {}", o.stderr);
         assert!(o.stderr.contains(want), "{args:?}: {}", o.stderr);
     }
+}
+
+#[test]
+fn wide_area_settings_are_taken_from_options_and_configuration() {
+    let fdwatch = example("fdwatch");
+    let dir = std::env::temp_dir().join(format!("p2pmpi-kmwide-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("P2P-MPI.conf"), "GOSSIP_PROTOCOL=KMONITOR\nT_HB_WIDE=200\nT_TO_WIDE=2500\n").unwrap();
+    for (args, want) in
+        [(vec![], "T'_hb = 200ms, T'_to = 2.5s"), (vec!["--t-to-wide", "4000"], "T'_hb = 200ms, T'_to = 4s")]
+    {
+        let o = run_cmd(
+            Command::new(launcher())
+                .args(["-n", "2", "--local", "-v"])
+                .args(&args)
+                .arg(&fdwatch)
+                .env("P2PMPI_HOME", &dir)
+                .env_remove("P2PMPI_CONF_FILE"),
+            Duration::from_secs(30),
+        );
+        assert_eq!(o.code(), Some(0), "{args:?}: {}", o.stderr);
+        assert!(
+            o.stderr.contains(&format!(
+                "failure detector: k-monitor (k = 4, T_hb = 100ms, T_to = 1s; between subnets {want})"
+            )),
+            "{args:?}: {}",
+            o.stderr
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -1,7 +1,8 @@
 //! The k-monitor failure detector alone, without MPI: one process of a detector group, for
 //! the wide-area tests (network namespaces, NAT) and for trying the detector by hand.
 //!
-//! `kmnode --id I --key HEX --peers LIST [--k K] [--t-hb MS] [--t-to MS] [--start-at UNIX_MS] [--run MS]`
+//! `kmnode --id I --key HEX --peers LIST [--k K] [--t-hb MS] [--t-to MS] [--t-hb-wide MS] [--t-to-wide MS]
+//! [--refusals N] [--start-at UNIX_MS] [--run MS]`
 //!
 //! LIST names every process of the group, this one included, as `ID@IP:PORT/PREFIX` separated
 //! by commas (PREFIX: the subnet's prefix length; processes of one subnet form a cluster, and
@@ -40,6 +41,7 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let (mut id, mut key, mut peers) = (None, None, Vec::new());
     let (mut k, mut t_hb, mut t_to, mut run, mut start_at) = (4usize, 100u64, 1000u64, None::<u64>, 0u128);
+    let (mut wide_hb, mut wide_to, mut refusals) = (None::<u64>, None::<u64>, None::<u32>);
     let value = |a: &str, v: Option<String>| v.unwrap_or_else(|| panic!("{a} needs a value"));
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -56,6 +58,9 @@ fn main() {
             "--t-hb" => t_hb = value(&a, args.next()).parse().expect("--t-hb MS"),
             "--t-to" => t_to = value(&a, args.next()).parse().expect("--t-to MS"),
             "--run" => run = Some(value(&a, args.next()).parse().expect("--run MS")),
+            "--t-hb-wide" => wide_hb = Some(value(&a, args.next()).parse().expect("--t-hb-wide MS")),
+            "--t-to-wide" => wide_to = Some(value(&a, args.next()).parse().expect("--t-to-wide MS")),
+            "--refusals" => refusals = Some(value(&a, args.next()).parse().expect("--refusals N")),
             "--start-at" => start_at = value(&a, args.next()).parse().expect("--start-at UNIX_MS"),
             other => {
                 eprintln!("kmnode: unknown argument {other:?}");
@@ -80,7 +85,14 @@ fn main() {
     while unix_ms() < start_at {
         std::thread::sleep(Duration::from_millis(((start_at - unix_ms()) as u64).clamp(1, 50)));
     }
-    let cfg = Config::new(k, Duration::from_millis(t_hb), Duration::from_millis(t_to));
+    let mut cfg = Config::new(k, Duration::from_millis(t_hb), Duration::from_millis(t_to));
+    cfg.wide_t_hb = Duration::from_millis(wide_hb.unwrap_or(t_hb));
+    cfg.wide_t_to = Duration::from_millis(wide_to.unwrap_or(t_to));
+    cfg.wide_refusals = refusals.unwrap_or(cfg.wide_refusals);
+    if cfg.wide_t_to <= cfg.wide_t_hb || cfg.wide_refusals == 0 {
+        eprintln!("kmnode: --t-to-wide must be longer than --t-hb-wide, and --refusals at least 1");
+        std::process::exit(2);
+    }
     let dir = Arc::new(Directory::new(peers.iter().copied(), true));
     let seed = key.seed("kmnode") ^ u64::from(id).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ u64::from(std::process::id());
     let ctl = Arc::new(Control::default());

@@ -142,6 +142,15 @@ pub struct Config {
     pub t_hb_ms: u64,
     /// `T_TO`: the k-monitor detector's time-out, ms (default 1000, more than `T_HB`).
     pub t_to_ms: u64,
+    /// `T_HB_WIDE`: the k-monitor detector's heartbeat period on connections between clusters
+    /// (Horita's `T'_hb`), ms (default: `T_HB`).
+    pub t_hb_wide_ms: Option<u64>,
+    /// `T_TO_WIDE`: its time-out on connections between clusters (`T'_to`), ms (default:
+    /// `T_TO`; more than the wide heartbeat period).
+    pub t_to_wide_ms: Option<u64>,
+    /// `WIDE_REFUSALS`: connections to another cluster refused (NAT, firewall) before a
+    /// process leaves it to the others to connect (default 3, at least 1).
+    pub wide_refusals: u32,
     /// `PEER_CACHE` (default `<p2pmpi dir>/peer-cache.json`, see [`Config::peer_cache_path`]).
     pub peer_cache: Option<PathBuf>,
     /// `GRID_SECRET`: the grid's shared secret (default none).
@@ -194,6 +203,9 @@ impl Default for Config {
             k_monitors: 4,
             t_hb_ms: 100,
             t_to_ms: 1000,
+            t_hb_wide_ms: None,
+            t_to_wide_ms: None,
+            wide_refusals: 3,
             peer_cache: None,
             grid_secret: None,
             peer_ttl_ms: 60_000,
@@ -402,6 +414,9 @@ fn apply(c: &mut Config, key: &str, v: &str) -> Result<bool, String> {
         "K_MONITORS" => c.k_monitors = u32_at_least(v, 1)?,
         "T_HB" => c.t_hb_ms = uint(v, 1, u64::MAX)?,
         "T_TO" => c.t_to_ms = uint(v, 2, u64::MAX)?,
+        "T_HB_WIDE" => c.t_hb_wide_ms = optional(v).map(|v| uint(v, 1, u64::MAX)).transpose()?,
+        "T_TO_WIDE" => c.t_to_wide_ms = optional(v).map(|v| uint(v, 2, u64::MAX)).transpose()?,
+        "WIDE_REFUSALS" => c.wide_refusals = u32_at_least(v, 1)?,
         "PEER_CACHE" => c.peer_cache = optional(v).map(PathBuf::from),
         "GRID_SECRET" => c.grid_secret = Some(v.to_string()),
         "PEER_TTL" => c.peer_ttl_ms = uint(v, 1, u64::MAX)?,
@@ -537,6 +552,11 @@ impl Config {
             t.push_str(&format!("GOSSIP_PROTOCOL={}\n", self.gossip_protocol));
         }
         t.push_str(&format!("K_MONITORS={}\nT_HB={}\nT_TO={}\n", self.k_monitors, self.t_hb_ms, self.t_to_ms));
+        t.push_str("# Between clusters (subnets): heartbeat period and time-out (default T_HB and T_TO),\n");
+        t.push_str("# connections refused before leaving it to the other cluster to connect.\n");
+        t.push_str(&opt("T_HB_WIDE", self.t_hb_wide_ms.map(|v| v.to_string()), "100"));
+        t.push_str(&opt("T_TO_WIDE", self.t_to_wide_ms.map(|v| v.to_string()), "1000"));
+        t.push_str(&format!("WIDE_REFUSALS={}\n", self.wide_refusals));
         t.push_str(&opt("PEER_CACHE", self.peer_cache.as_ref().map(|p| p.display().to_string()), "peer-cache.json"));
         t.push_str("\n# Beyond the seeds: the grid's shared secret, hosts allowed here (empty = everyone),\n");
         t.push_str("# supernode peer lifetime, MPD periods, reservation timeouts, staging fan-out,\n");
@@ -603,11 +623,12 @@ mod tests {
 
     const NUMERIC: &str = "MPD_PORT FT_PORT FD_PORT RS_PORT MIN_PORT MAX_PORT MAX_PROCESSES_PER_JOB MAX_JOBS T_GOSSIP \
         T_MAX_HANG PEER_TTL ALIVE_PERIOD CACHE_REFRESH PING_PERIOD RESERVE_TIMEOUT RESERVATION_HOLD STAGING_FANOUT \
-        SUPERNODE_PORT K_MONITORS T_HB T_TO";
+        SUPERNODE_PORT K_MONITORS T_HB T_TO WIDE_REFUSALS";
     const AT_LEAST_ONE: &str =
         "MAX_PROCESSES_PER_JOB K_MONITORS T_HB T_TO T_GOSSIP PEER_TTL ALIVE_PERIOD CACHE_REFRESH PING_PERIOD \
-        RESERVE_TIMEOUT RESERVATION_HOLD STAGING_FANOUT";
-    const OTHER: &str = "SUPERNODE VISU_PROXY EXTERNAL_IP HOST_DENY HOST_ALLOW GOSSIP_PROTOCOL PEER_CACHE GRID_SECRET";
+        RESERVE_TIMEOUT RESERVATION_HOLD STAGING_FANOUT WIDE_REFUSALS";
+    const OTHER: &str =
+        "SUPERNODE VISU_PROXY EXTERNAL_IP HOST_DENY HOST_ALLOW GOSSIP_PROTOCOL PEER_CACHE GRID_SECRET T_HB_WIDE T_TO_WIDE";
     const SIZES: &str = "FT_CACHE_MAX FT_FETCH_MAX";
 
     fn parse(text: &str) -> Result<(Config, Vec<Warning>), ConfigError> {
@@ -646,6 +667,9 @@ mod tests {
             k_monitors: 3,
             t_hb_ms: 7,
             t_to_ms: 9,
+            t_hb_wide_ms: Some(300),
+            t_to_wide_ms: Some(3000),
+            wide_refusals: 5,
             peer_cache: Some("/var/tmp/pc.json".into()),
             grid_secret: Some("the secret = # phrase".into()),
             peer_ttl_ms: 5000,
@@ -692,7 +716,8 @@ mod tests {
             HOST_ALLOW=10.\nT_GOSSIP=1\nT_MAX_HANG=0\nGOSSIP_PROTOCOL=brr\nPEER_CACHE=/var/tmp/pc.json\n\
             GRID_SECRET= the secret = # phrase \nPEER_TTL=5000\nALIVE_PERIOD=1001\nCACHE_REFRESH=1002\n\
             PING_PERIOD=2000\nRESERVE_TIMEOUT=1500\nRESERVATION_HOLD=7\nSTAGING_FANOUT=2\nSUPERNODE_PORT=0\n\
-            FT_CACHE_MAX=3m\nFT_FETCH_MAX=12345\nK_MONITORS=3\nT_HB=7\nT_TO=9\n";
+            FT_CACHE_MAX=3m\nFT_FETCH_MAX=12345\nK_MONITORS=3\nT_HB=7\nT_TO=9\n\
+            T_HB_WIDE=300\nT_TO_WIDE=3000\nWIDE_REFUSALS=5\n";
         assert_eq!(parse_ok(text), non_default());
         assert_eq!(non_default().peer_cache_path(), PathBuf::from("/var/tmp/pc.json"));
         let c = parse_ok("SUPERNODE=\nVISU_PROXY=\nHOST_DENY=\nEXTERNAL_IP=\nPEER_CACHE=");
@@ -741,6 +766,15 @@ mod tests {
         assert_eq!((c.kmonitor, c.k_monitors, c.t_hb_ms, c.t_to_ms), (true, 3, 50, 400));
         assert!(!parse("GOSSIP_PROTOCOL=KMONITOR\nGOSSIP_PROTOCOL=BRR").unwrap().0.kmonitor);
         assert_eq!(err_at("\nT_TO=1"), (2, "T_TO".into()));
+        assert_eq!(err_at("\n\nT_TO_WIDE=1"), (3, "T_TO_WIDE".into()));
+        assert_eq!(err_at("WIDE_REFUSALS=0"), (1, "WIDE_REFUSALS".into()));
+        for bad in ["0", "-1", "x", "1.5"] {
+            assert_eq!(err_at(&format!("T_HB_WIDE={bad}")), (1, "T_HB_WIDE".into()));
+            assert_eq!(err_at(&format!("T_TO_WIDE={bad}")), (1, "T_TO_WIDE".into()));
+        }
+        assert_eq!(parse_ok("T_HB_WIDE=\nT_TO_WIDE=").t_to_wide_ms, None);
+        let c = parse_ok("T_HB_WIDE=250\nT_TO_WIDE=2500");
+        assert_eq!((c.t_hb_wide_ms, c.t_to_wide_ms, c.wide_refusals), (Some(250), Some(2500), 3));
         assert_eq!(parse_ok("EXTERNAL_IP=::1").external_ip, Some(IpAddr::from(Ipv6Addr::LOCALHOST)));
         for p in [GossipProtocol::Brr, GossipProtocol::Dbrr] {
             assert_eq!(p.to_string().to_lowercase().parse::<GossipProtocol>(), Ok(p));

@@ -203,6 +203,12 @@ pub struct KmonitorSetup {
     pub confirm: bool,
     /// Every rank's subnet prefix length (its cluster), by rank.
     pub prefixes: Vec<u8>,
+    /// `T'_hb` between clusters, microseconds.
+    pub wide_t_hb_us: u64,
+    /// `T'_to` between clusters, microseconds.
+    pub wide_t_to_us: u64,
+    /// Refused connections to a cluster before leaving it to the other side.
+    pub wide_refusals: u32,
 }
 
 /// Errors of the control plane.
@@ -307,6 +313,9 @@ mod tests {
                         t_to_us: 1_000_000,
                         confirm: true,
                         prefixes: vec![8, 24],
+                        wide_t_hb_us: 300_000,
+                        wide_t_to_us: 3_000_000,
+                        wide_refusals: 3,
                     }),
                 }),
             },

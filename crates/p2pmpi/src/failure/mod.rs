@@ -320,10 +320,17 @@ pub(crate) fn setup_from_wire(
             if k.prefixes.len() != size {
                 return Err(format!("k-monitor table has {} subnets for {size} ranks", k.prefixes.len()));
             }
-            if k.k == 0 || k.t_hb_us == 0 || k.t_to_us <= k.t_hb_us {
+            if k.k == 0
+                || k.t_hb_us == 0
+                || k.t_to_us <= k.t_hb_us
+                || k.wide_t_hb_us == 0
+                || k.wide_t_to_us <= k.wide_t_hb_us
+                || k.wide_refusals == 0
+            {
                 return Err(format!(
-                    "bad k-monitor settings: k = {}, T_hb = {} µs, T_to = {} µs",
-                    k.k, k.t_hb_us, k.t_to_us
+                    "bad k-monitor settings: k = {}, T_hb = {} µs, T_to = {} µs, T'_hb = {} µs, T'_to = {} µs, \
+                     {} refusals",
+                    k.k, k.t_hb_us, k.t_to_us, k.wide_t_hb_us, k.wide_t_to_us, k.wide_refusals
                 ));
             }
             let mut c = p2pmpi_core::kmonitor::Config::new(
@@ -332,6 +339,9 @@ pub(crate) fn setup_from_wire(
                 Duration::from_micros(k.t_to_us),
             );
             c.confirm = k.confirm;
+            c.wide_t_hb = Duration::from_micros(k.wide_t_hb_us);
+            c.wide_t_to = Duration::from_micros(k.wide_t_to_us);
+            c.wide_refusals = k.wide_refusals;
             Some((c, k.prefixes.clone()))
         }
     };
@@ -633,6 +643,43 @@ mod tests {
 
     fn key(b: u8) -> JobKey {
         JobKey::from_bytes([b; 32])
+    }
+
+    /// The launcher's k-monitor settings, the wide-area ones included, reach the detector's
+    /// configuration; inconsistent ones are refused.
+    #[test]
+    fn kmonitor_settings_from_the_launcher() {
+        let mut k = p2pmpi_wire::control::KmonitorSetup {
+            k: 3,
+            t_hb_us: 50_000,
+            t_to_us: 500_000,
+            confirm: true,
+            prefixes: vec![8, 24],
+            wide_t_hb_us: 300_000,
+            wide_t_to_us: 3_000_000,
+            wide_refusals: 5,
+        };
+        let wire = |k: &p2pmpi_wire::control::KmonitorSetup| p2pmpi_wire::control::FdSetup {
+            addrs: vec!["127.0.0.1:1".into(), "10.0.0.1:2".into()],
+            protocol: "KMONITOR".into(),
+            t_gossip_us: 0,
+            t_max_hang_us: 0,
+            delta_t_us: 0,
+            kmonitor: Some(k.clone()),
+        };
+        let s = setup_from_wire(&wire(&k), 2, Instant::now()).unwrap();
+        let (c, prefixes) = s.kmonitor.unwrap();
+        assert_eq!((c.k, c.t_hb, c.t_to, c.confirm), (3, Duration::from_millis(50), Duration::from_millis(500), true));
+        assert_eq!(
+            (c.wide_t_hb, c.wide_t_to, c.wide_refusals),
+            (Duration::from_millis(300), Duration::from_secs(3), 5)
+        );
+        assert_eq!(prefixes, vec![8, 24]);
+        k.wide_t_to_us = 300_000;
+        assert!(setup_from_wire(&wire(&k), 2, Instant::now()).err().unwrap().contains("T'_to"));
+        k.wide_t_to_us = 3_000_000;
+        k.wide_refusals = 0;
+        assert!(setup_from_wire(&wire(&k), 2, Instant::now()).is_err());
     }
 
     #[test]
