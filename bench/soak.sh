@@ -7,7 +7,9 @@
 #              good, SIGSTOP then SIGCONT past detection, and (as root, with nftables) a host
 #              cut off by the network then healed. Each output must equal the fault-free run.
 #   links      (as root, with ip netns) peers in network namespaces, a peer's link taken down
-#              mid-job: the replicated job goes on, the unreplicated one stops naming the rank.
+#              mid-job: the replicated job goes on, the unreplicated one stops naming the rank;
+#              and the k-monitor detector alone across a NAT: crashes, links taken down, a cut
+#              that heals (tests/kmonitor_wide_area.rs).
 #   storms     1000 reservation requests at once against one peer (J = 3), then 1000 that
 #              reserve and cancel at once; and jobs submitted at once from every peer onto
 #              hosts with J = 1, P = 2. J and P are never exceeded; every request is answered;
@@ -62,7 +64,7 @@ round() {
             grep "chaos trial failed" "$log" | head -3 >&2
             ;;
         links)
-            cargo nextest run -p p2pmpi-cli --test netns --no-capture >"$log" 2>&1
+            cargo nextest run -p p2pmpi-cli --test netns --test kmonitor_wide_area --no-capture >"$log" 2>&1
             rc=$?
             if grep -q "SKIPPED" "$log"; then
                 [ "$k" = 1 ] && grep -m1 "SKIPPED" "$log" >&2

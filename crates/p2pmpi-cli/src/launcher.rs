@@ -970,6 +970,20 @@ pub(crate) fn event_loop(name: &str, job: &Job, rx: &Receiver<Event>, states: &m
                 }
             }
             Event::Abort { rank: slot, .. } if replicated && rep.heard_from_fenced(slot) => {}
+            // A program that handles failures: a process reported failed (a false detection:
+            // it ran on, abandoned by the others) that then stops on an error of its own
+            // (a peer that no longer talks to it) is not a new failure of the job.
+            Event::Abort { rank: slot, message, .. }
+                if tolerant && !replicated && world_sent && reported_failed[slot] =>
+            {
+                let why = abort_text(&message, layout, slot);
+                eprintln!(
+                    "{name}: {}, reported failed earlier, stopped: {}; the job goes on without it",
+                    who(slot),
+                    if why.is_empty() { "aborted" } else { why }
+                );
+                states[slot].judged = true;
+            }
             Event::Abort { rank: slot, code, message, lost } => {
                 states[slot].lost_peer = lost;
                 if failure.is_some() {

@@ -463,6 +463,8 @@ pub struct Stats {
     pub refuted: u64,
     /// Monitor requests an isolated process sent to processes it declared failed.
     pub probes: u64,
+    /// Stalls of this process ([`Node::on_stall`]).
+    pub stalls: u64,
 }
 
 /// The k-monitor detector of one process.
@@ -1120,6 +1122,32 @@ impl Node {
     }
 
     // ---------------------------------------------------------------- inputs
+
+    /// This process did not run for `stalled` (its thread starved of CPU, the whole machine
+    /// stalled, the process stopped): silence measured while it was not running says nothing
+    /// of the others, which may not have been scheduled again yet either. Every silence it
+    /// measures (the processes it monitors, wide-area peers, requests and confirmations in
+    /// flight) is shortened by `stalled`, so it accuses nobody for less than `T_to` of its own
+    /// running time. Call it after reading what waited for the process, before
+    /// [`tick`](Self::tick). A real failure is then reported up to `stalled` later; stalls
+    /// shorter than a heartbeat period are not worth it.
+    pub fn on_stall(&mut self, now: Duration, stalled: Duration) {
+        if !self.started || self.excluded || self.left {
+            return;
+        }
+        self.stats.stalls += 1;
+        let shift = |t: &mut Duration| *t = (*t + stalled).min(now).max(*t);
+        for t in self.monitored.values_mut().chain(self.wide.values_mut()) {
+            shift(t);
+        }
+        for t in self.asked.values_mut().chain(self.wide_asked.values_mut()) {
+            shift(t);
+        }
+        for c in self.confirms.values_mut() {
+            c.deadline += stalled;
+        }
+        shift(&mut self.last_heard);
+    }
 
     /// This process leaves (its program ended): every connection gets [`Message::Leave`] and
     /// is closed, and the node stops (no heartbeat, no timeout, no failure any more). The
@@ -2231,6 +2259,54 @@ mod tests {
         // Some learned it from a monitor request of theirs (a replacement, answered
         // `Fenced`); the others only by probing.
         assert!(probed > 0);
+    }
+
+    /// A monitor that did not run for a while (starved, the machine stalled) and resumes
+    /// before the processes it monitors accuses none of them: the stall does not count in
+    /// their silence. One that really died meanwhile is reported one `T_to` later.
+    #[test]
+    fn a_monitor_that_stalled_gives_the_others_a_fresh_time_out() {
+        let n = 10;
+        let mut net = Net::lan(n, cfg(3), 7);
+        net.start_all();
+        net.run_until(ms(2000));
+        // The whole machine stalls 3 s (well past T_to = 2.1 s): nothing runs, nothing is
+        // delivered. Node 0 resumes first and ticks before anybody else has run.
+        for i in 0..n {
+            net.frozen_until[i] = ms(5000);
+            net.alive[i] = false;
+        }
+        net.run_until(ms(5000));
+        net.alive[0] = true;
+        net.nodes[0].on_stall(ms(5000), ms(3000));
+        net.nodes[0].tick(ms(5000));
+        net.after(0);
+        assert!(net.reports.is_empty(), "accused after its own stall: {:?}", net.reports);
+        // Without the stall notice, the same tick accuses every process it monitors.
+        let mut copy = Net::lan(n, cfg(3), 7);
+        copy.start_all();
+        copy.run_until(ms(2000));
+        let watched = copy.nodes[0].monitored().count();
+        assert!(watched > 0);
+        copy.nodes[0].tick(ms(5000));
+        copy.after(0);
+        assert_eq!(copy.reports.iter().filter(|r| r.2 == Cause::Silent).count(), watched, "{:?}", copy.reports);
+        // The others resume; one of them (node 3) is dead after all: known within T_to + ε.
+        for i in 1..n {
+            net.alive[i] = i != 3;
+        }
+        for i in 1..n {
+            if i != 3 {
+                net.nodes[i].on_stall(ms(5000), ms(3000));
+                net.after(i);
+            }
+        }
+        net.run_until(ms(5000 + 2100 + 200));
+        let r: Vec<NodeId> = net.reports.iter().map(|r| r.1).collect();
+        assert!(r.iter().all(|&x| x == 3), "{:?}", net.reports);
+        if net.nodes.iter().any(|m| m.monitored().any(|x| x == 3)) {
+            assert!(!r.is_empty(), "the dead node was not reported: {:?}", net.reports);
+        }
     }
 
     /// A process the application declares dead is failed everywhere (flooded) and the monitor

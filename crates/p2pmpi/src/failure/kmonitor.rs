@@ -301,8 +301,9 @@ impl Driver {
                 stalled = true;
             }
             // Back much later than asked: this thread did not run for a while (the process was
-            // frozen, or starved of CPU).
-            stalled |= before.elapsed() > wait + self.t_to / 4;
+            // frozen, or starved of CPU). That time does not count in the silences it judges.
+            let late = before.elapsed().saturating_sub(wait);
+            stalled |= late > self.t_to / 4;
             // Inputs first, then the timers: a process that was itself late (frozen, starved)
             // reads the heartbeats waiting for it before it judges anybody silent.
             let ready: Vec<(mio::Token, bool, bool)> = events
@@ -317,6 +318,9 @@ impl Driver {
                 }
             }
             self.drain(&mut report);
+            if late > self.node.config().t_hb {
+                self.node.on_stall(self.now(), late);
+            }
             if stalled {
                 // Read everything that waits first (perhaps the notice that this process was
                 // declared failed meanwhile), then judge the silences: the next poll returns at
