@@ -394,8 +394,10 @@ fn stage_all(
             let bytes = sent.load(std::sync::atomic::Ordering::Relaxed);
             let rate = bytes as f64 / started.elapsed().as_secs_f64().max(0.001);
             let mut msg = format!("{what}: {} sent ({}/s)", HumanBytes(bytes), HumanBytes(rate as u64));
-            if !w.is_empty() {
-                msg = format!("{msg}; {}", waiter.turn(targets, w));
+            // Hosts slow to answer are named (every host is "waited for" while it stages).
+            let turn = waiter.turn(targets, w);
+            if w.iter().any(|x| x.pinging) {
+                msg = format!("{msg}; {turn}");
             }
             progress.set(msg)
         },
