@@ -610,3 +610,29 @@ fn log_level_restarted_peers_and_a_missing_supernode() {
     assert!(boot.stdout.contains("MPD started"), "{}", boot.stdout);
     g.on(2, "mpihalt", &[]).assert_ok();
 }
+
+/// A staging that lasts longer than the reservation hold keeps its reservation: the FT
+/// renews it while content arrives (before, the reservation lapsed under a large staging and
+/// the launch was refused: "no reservation holds this ticket").
+#[test]
+fn a_staging_longer_than_the_reservation_hold_keeps_the_reservation() {
+    let g = TestGrid::start("longstage", 2, &["--procs", "1", "--set", "RESERVATION_HOLD=700"]);
+    g.wait_hosts(1, 1);
+    let big = g.dir.join("big.bin");
+    {
+        // 8 MiB that do not compress, with the program a staging of a few seconds in a
+        // debug build.
+        let mut f = std::io::BufWriter::new(std::fs::File::create(&big).unwrap());
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        for _ in 0..(8 << 20) / 8 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            f.write_all(&x.to_le_bytes()).unwrap();
+        }
+    }
+    let w = example("whereami");
+    let o = g.run(&["-v", "-n", "2", "-l", big.to_str().unwrap(), w.to_str().unwrap()]);
+    o.assert_ok();
+    assert_eq!(placement(&o.stdout).len(), 2, "{}", o.stdout);
+}

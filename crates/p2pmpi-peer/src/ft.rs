@@ -442,12 +442,17 @@ fn staging(
     }
     conn.send(&FtResponse::Need(need.clone())).map_err(drop_err)?;
 
-    // Content, in order, then Done.
+    // Content, in order, then Done. The reservation is renewed with every chunk: a staging
+    // longer than RESERVATION_HOLD does not lose it.
+    let lapsed = || refuse("the reservation lapsed during the staging".into());
     let mut cur = 0usize;
     let mut incoming: Option<Incoming> = None;
     loop {
         match conn.recv::<FtRequest>().map_err(drop_err)? {
             Some(FtRequest::Chunk { index, data }) => {
+                if !(ctx.check_ticket)(ticket, job) {
+                    return Err(lapsed());
+                }
                 while need.get(cur) != Some(&index) {
                     if cur >= need.len() {
                         return Err(refuse(format!("content for file index {index} was not asked for")));
@@ -475,6 +480,9 @@ fn staging(
     while cur < need.len() {
         finish(ctx, &files[need[cur] as usize], incoming.take())?;
         cur += 1;
+    }
+    if !(ctx.check_ticket)(ticket, job) {
+        return Err(lapsed());
     }
 
     // Everything verified: fetch, then install.
