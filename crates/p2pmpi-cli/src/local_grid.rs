@@ -190,31 +190,37 @@ pub fn wait_ready(grid: &GridFile, limit: Duration) -> Result<()> {
     }
 }
 
-/// The peer daemons running for the grid's peers: for each peer, the one its directory's
-/// state file names now (a peer restarted with `mpiboot` has a new pid), and the one
-/// recorded at start if it still runs.
-fn running_peers(grid: &GridFile) -> Vec<MpdState> {
+/// The peer daemons running for the grid in `dir`: for each peer, the one its directory's
+/// state file names now (a peer restarted with `mpiboot` has a new pid) and the one recorded
+/// at start if it still runs; and any other peer daemon whose p2pmpi directory is in `dir`
+/// (one added by hand, `P2PMPI_HOME=DIR/peer5 mpiboot`).
+fn running_peers(grid: &GridFile, dir: &Path) -> Vec<MpdState> {
+    let mut homes: Vec<PathBuf> = grid.peers.iter().map(|p| p.home.clone()).collect();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        if e.path().is_dir() && !homes.contains(&e.path()) {
+            homes.push(e.path());
+        }
+    }
+    let recorded = grid.peers.iter().map(|p| p.state.clone());
     let mut out: Vec<MpdState> = Vec::new();
-    for p in &grid.peers {
-        let now = home::read_json::<MpdState>(&Home::new(p.home.clone()).mpd_state());
-        for st in now.into_iter().chain(std::iter::once(p.state.clone())) {
-            if home::pid_alive(st.pid) && !out.iter().any(|o| o.pid == st.pid) {
-                out.push(st);
-            }
+    let now = homes.iter().filter_map(|h| home::read_json::<MpdState>(&Home::new(h.clone()).mpd_state()));
+    for st in now.chain(recorded) {
+        if home::pid_alive(st.pid) && !out.iter().any(|o| o.pid == st.pid) {
+            out.push(st);
         }
     }
     out
 }
 
 /// Stops every daemon of the grid in `dir`, however each was started (by `local-grid
-/// start`, or again by hand with `mpiboot` in a peer's directory).
+/// start`, or by hand with `mpiboot` in a directory of the grid's).
 pub fn stop(dir: &Path) -> Result<usize> {
     let Some(grid) = home::read_json::<GridFile>(&grid_file(dir)) else {
         bail!("no local grid in {} (no grid.json)", dir.display());
     };
     let secret = GridSecret::from_phrase(&grid.secret);
     let mut stopped = 0;
-    let peers = running_peers(&grid);
+    let peers = running_peers(&grid, dir);
     std::thread::scope(|s| {
         let hs: Vec<_> = peers
             .iter()

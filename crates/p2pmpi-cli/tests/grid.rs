@@ -571,8 +571,8 @@ fn mpistat_shows_ranks_and_replicas_and_no_finished_process() {
 }
 
 /// Issue 18, items 3, 5 and 6: `LOG_LEVEL` sets what daemons log and `RUST_LOG` wins over it;
-/// `local-grid stop` stops a peer restarted by hand with `mpiboot`; `mpiboot` says when no
-/// supernode answers and still starts.
+/// `local-grid stop` stops a peer restarted by hand with `mpiboot`, and one added by hand in
+/// the grid's directory; `mpiboot` says when no supernode answers and still starts.
 #[test]
 fn log_level_restarted_peers_and_a_missing_supernode() {
     let g = TestGrid::start("logs", 2, &["--procs", "1", "--set", "LOG_LEVEL=warn"]);
@@ -594,13 +594,23 @@ fn log_level_restarted_peers_and_a_missing_supernode() {
         serde_json::from_str(&std::fs::read_to_string(g.home(2).join("mpd.json")).unwrap()).unwrap();
     let pid = state["pid"].as_u64().unwrap() as u32;
     assert!(p2pmpi_peer::home::pid_alive(pid));
+    // A third peer added by hand in the grid's directory.
+    let home3 = g.dir.join("peer3");
+    std::fs::create_dir_all(&home3).unwrap();
+    let conf =
+        std::fs::read_to_string(g.conf(2)).unwrap().replace("127.0.0.3", "127.0.0.4").replace("/peer2/", "/peer3/");
+    std::fs::write(home3.join("P2P-MPI.conf"), conf).unwrap();
+    g.on_home(&home3, "mpiboot", &[]).assert_ok();
+    let state: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(home3.join("mpd.json")).unwrap()).unwrap();
+    let pid3 = state["pid"].as_u64().unwrap() as u32;
     let stop =
         run_cmd(Command::new(bin("p2pmpi")).args(["local-grid", "stop", "--dir", g.dir.to_str().unwrap()]), LIMIT);
     stop.assert_ok();
-    assert!(stop.stdout.contains("(2 peer(s))"), "{}", stop.stdout);
+    assert!(stop.stdout.contains("(3 peer(s))"), "{}", stop.stdout);
     let deadline = Instant::now() + Duration::from_secs(10);
-    while p2pmpi_peer::home::pid_alive(pid) {
-        assert!(Instant::now() < deadline, "the restarted peer still runs");
+    while p2pmpi_peer::home::pid_alive(pid) || p2pmpi_peer::home::pid_alive(pid3) {
+        assert!(Instant::now() < deadline, "a peer started by hand still runs");
         std::thread::sleep(Duration::from_millis(50));
     }
     // No supernode now: mpiboot says so on the terminal, and starts all the same.
