@@ -439,10 +439,7 @@ fn init_writes_a_private_configuration_with_a_fresh_secret() {
 
 /// Issue 18, item 2: mpirun's conventions on the grid. `-x` reaches remote ranks,
 /// `--output-filename` writes one file per rank, `--collect` brings back what remote ranks
-/// wrote in their job directories, `-H`/`--hostfile` restrict the peers that may be reserved
-/// (an unknown host is named; a request the allowed hosts cannot meet says at once what they
-/// give against what it needs, then waits for `-w`), and `--timeout` stops the job
-/// everywhere.
+/// wrote in their job directories, and `--timeout` stops the job everywhere.
 #[test]
 fn mpirun_options_on_the_grid() {
     let g = TestGrid::start("mpirun", 3, &["--procs", "2"]);
@@ -488,6 +485,29 @@ fn mpirun_options_on_the_grid() {
         wait_for(|| (std::fs::read_dir(&jobs).map(|d| d.count()).unwrap_or(0) == 0).then_some(()));
     }
 
+    // --timeout: every process, remote ones too, is stopped.
+    let m = common::marker("grid-timeout");
+    let o = submit(&["-n", "3", "--timeout", "2", w, "--hold", "60000", &m]);
+    assert_eq!(o.code(), Some(124), "{}", o.stderr);
+    assert!(o.stderr.contains("ran longer than --timeout 2 s"), "{}", o.stderr);
+    assert!(wait_no_processes(&m, Duration::from_secs(10)).is_empty(), "processes left behind");
+}
+
+/// Issue 18, items 2 and 3: `-H`/`--hostfile` restrict the peers that may be reserved (an
+/// unknown host is named); a request the allowed hosts cannot meet says at once what they give
+/// against what it needs, then waits for `-w`.
+#[test]
+fn hosts_restrict_the_reservation() {
+    let g = TestGrid::start("hosts", 3, &["--procs", "2"]);
+    g.wait_hosts(1, 2);
+    let w = example("whereami");
+    let w = w.to_str().unwrap();
+    let work = g.dir.join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    let submit = |args: &[&str]| {
+        run_cmd(Command::new(bin("p2pmpirun")).args(args).current_dir(&work).env("P2PMPI_HOME", g.home(1)), LIMIT)
+    };
+
     // -H: only 127.0.0.3 besides the submitter.
     let o = submit(&["-n", "3", "-H", "127.0.0.3", w]);
     o.assert_ok();
@@ -515,13 +535,6 @@ fn mpirun_options_on_the_grid() {
     );
     assert!(o.stderr.contains("waiting up to 3 s for more peers"), "{}", o.stderr);
     assert!(t.elapsed() >= Duration::from_secs(2), "-w 3 was not waited out: {:?}", t.elapsed());
-
-    // --timeout: every process, remote ones too, is stopped.
-    let m = common::marker("grid-timeout");
-    let o = submit(&["-n", "3", "--timeout", "2", w, "--hold", "60000", &m]);
-    assert_eq!(o.code(), Some(124), "{}", o.stderr);
-    assert!(o.stderr.contains("ran longer than --timeout 2 s"), "{}", o.stderr);
-    assert!(wait_no_processes(&m, Duration::from_secs(10)).is_empty(), "processes left behind");
 }
 
 /// Issue 18, item 5: `mpistat` names ranks and replicas (not slots), and does not list a
