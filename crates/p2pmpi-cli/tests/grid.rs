@@ -552,8 +552,13 @@ fn mpistat_shows_ranks_and_replicas_and_no_finished_process() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    // The launcher and six processes, two on every peer.
-    wait_for(|| (processes_with(&m).len() >= 7).then_some(()));
+    // The launcher and six processes, two on every peer (staging a debug build on a loaded
+    // machine may take a while: the bound is the job's).
+    let deadline = Instant::now() + LIMIT;
+    while processes_with(&m).len() < 7 {
+        assert!(Instant::now() < deadline, "the job's processes did not all start");
+        std::thread::sleep(Duration::from_millis(100));
+    }
     let mut seen = BTreeSet::new();
     for peer in 1..=3 {
         let st = g.on(peer, "mpistat", &[]);
