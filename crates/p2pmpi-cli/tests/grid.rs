@@ -644,15 +644,17 @@ fn log_level_restarted_peers_and_a_missing_supernode() {
 /// the launch was refused: "no reservation holds this ticket").
 #[test]
 fn a_staging_longer_than_the_reservation_hold_keeps_the_reservation() {
-    let g = TestGrid::start("longstage", 2, &["--procs", "1", "--set", "RESERVATION_HOLD=700"]);
+    let g = TestGrid::start("longstage", 2, &["--procs", "1", "--set", "RESERVATION_HOLD=1500"]);
     g.wait_hosts(1, 1);
     let big = g.dir.join("big.bin");
     {
-        // 8 MiB that do not compress, with the program a staging of a few seconds in a
-        // debug build.
+        // 24 MiB that do not compress: with the program, a staging of several seconds in a
+        // debug build, while the other steps (hashing, launching) stay well within the hold.
+        // (A release build stages them faster than the hold: the test then proves nothing, and
+        // passes.)
         let mut f = std::io::BufWriter::new(std::fs::File::create(&big).unwrap());
         let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
-        for _ in 0..(8 << 20) / 8 {
+        for _ in 0..(24 << 20) / 8 {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
