@@ -45,9 +45,10 @@ impl Daemon {
 /// Entry point of a daemon process (`<any command> __daemon mpd|supernode`): logs go to
 /// standard error, which the starter pointed at the log file.
 pub fn daemon_main(kind: &str) -> i32 {
-    let _ = tracing_subscriber::fmt().with_ansi(false).with_writer(std::io::stderr).try_init();
+    let loaded = Config::load();
+    init_logging(loaded.as_ref().ok().and_then(|(c, _)| c.log_level.as_deref()));
     let r = (|| -> Result<()> {
-        let (cfg, warnings) = Config::load()?;
+        let (cfg, warnings) = loaded?;
         for w in warnings {
             tracing::warn!("{w}");
         }
@@ -75,6 +76,24 @@ pub fn daemon_main(kind: &str) -> i32 {
             eprintln!("p2pmpi: error: {e:#}");
             1
         }
+    }
+}
+
+/// The daemons' logging, through `tracing`: the filter of `RUST_LOG` when it is set, else
+/// the configuration's `LOG_LEVEL`, else `info`.
+fn init_logging(log_level: Option<&str>) {
+    use tracing_subscriber::EnvFilter;
+    let from_env = std::env::var("RUST_LOG").ok().filter(|v| !v.trim().is_empty());
+    let (filter, bad) = match from_env {
+        Some(v) => match EnvFilter::try_new(&v) {
+            Ok(f) => (f, None),
+            Err(e) => (EnvFilter::new("info"), Some(format!("RUST_LOG={v} ignored: {e}"))),
+        },
+        None => (EnvFilter::try_new(log_level.unwrap_or("info")).unwrap_or_else(|_| EnvFilter::new("info")), None),
+    };
+    let _ = tracing_subscriber::fmt().with_ansi(false).with_writer(std::io::stderr).with_env_filter(filter).try_init();
+    if let Some(bad) = bad {
+        tracing::warn!("{bad}");
     }
 }
 
@@ -162,7 +181,44 @@ pub fn boot(foreground: bool) -> Result<()> {
     let pid = spawn_daemon(Daemon::Mpd, &home, &home.mpd_log(), conf_env().as_deref())?;
     println!(".");
     println!("MPD started (pid {pid}). Log is in {}", home.mpd_log().display());
+    if let Some(warning) = no_supernode_answers(&cfg) {
+        eprintln!("mpiboot: warning: {warning}");
+    }
     Ok(())
+}
+
+/// `None` when a configured supernode answers; else what the peer does without one.
+fn no_supernode_answers(cfg: &Config) -> Option<String> {
+    let secret = secret_of(cfg).ok()?;
+    let answered = std::thread::scope(|s| {
+        let calls: Vec<_> = cfg
+            .supernodes
+            .iter()
+            .map(|name| {
+                let secret = secret.clone();
+                s.spawn(move || {
+                    use std::net::ToSocketAddrs;
+                    let Some(addr) = name.to_socket_addrs().ok().and_then(|mut a| a.next()) else { return false };
+                    supernode::call(None, addr, &secret, &SnRequest::List, Duration::from_secs(2)).is_ok()
+                })
+            })
+            .collect();
+        calls.into_iter().any(|c| c.join().unwrap_or(false))
+    });
+    if answered {
+        return None;
+    }
+    let cached = home::read_json::<p2pmpi_core::hosts::PeerCache<PeerId, PeerInfo>>(&cfg.peer_cache_path())
+        .map_or(0, |c| c.len());
+    let tried = if cfg.supernodes.is_empty() {
+        "none is configured (SUPERNODE)".to_string()
+    } else {
+        cfg.supernodes.join(", ")
+    };
+    Some(format!(
+        "no supernode answered (SUPERNODE: {tried}); the peer works from its cached host list ({cached} host(s)) and \
+         keeps trying to register"
+    ))
 }
 
 fn local_mpd(name: &str) -> Result<(home::MpdState, p2pmpi_wire::secure::GridSecret)> {
@@ -237,7 +293,12 @@ pub fn stat() -> Result<()> {
     for a in &apps {
         println!();
         println!("Application Name : {}", a.app);
-        println!("MPI Rank : {}", a.rank);
+        // The MPD records slots: rank k's replica j is slot k·R + j.
+        let r = a.replicas.max(1);
+        println!("MPI Rank : {}", a.rank / r);
+        if r > 1 {
+            println!("Replica : {} of {r}", a.rank % r);
+        }
         println!("Process ID : {}", a.pid);
         println!("Rank 0 IP : {}", a.root);
     }

@@ -24,7 +24,7 @@ use crate::launcher::{self, Event, Job, RankState, RunArgs};
 use crate::output::Output;
 use crate::watch;
 use anyhow::{bail, Context, Result};
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::{HumanBytes, ProgressBar, ProgressStyle};
 use p2pmpi::bootstrap::env;
 use p2pmpi_core::replication::Layout;
 use p2pmpi_peer::config::Config;
@@ -108,6 +108,10 @@ impl Progress {
         if let Some(b) = &self.bar {
             b.set_message(self.msg.clone());
         }
+    }
+    /// Shows the spinner at once (not after a second).
+    fn show_now(&mut self) {
+        self.start = Instant::now().checked_sub(Duration::from_secs(2)).unwrap_or(self.start);
     }
     fn tick(&mut self) {
         let m = self.msg.clone();
@@ -217,11 +221,19 @@ struct Ask<'a> {
     app: &'a str,
     /// Hosts given up on, with why: not to be reserved again.
     exclude: &'a [(PeerId, String)],
+    /// `-H`/`--hostfile`: the only hosts that may be reserved (empty: any).
+    only: &'a [String],
 }
 
 /// Step 1: discovery and reservation, by the local MPD. (ticket, placements)
-fn reserve(grid: &Grid, opts: &RunArgs, ask: Ask<'_>, progress: &mut Progress) -> Result<(Ticket, Vec<Placement>)> {
-    let Ask { n, r, strategy, app, exclude } = ask;
+fn reserve(
+    name: &str,
+    grid: &Grid,
+    opts: &RunArgs,
+    ask: Ask<'_>,
+    progress: &mut Progress,
+) -> Result<(Ticket, Vec<Placement>)> {
+    let Ask { n, r, strategy, app, exclude, only } = ask;
     let mut c =
         SecureConn::connect_from(Some(grid.state.ip), grid.state.mpd_addr(), &grid.secret, Duration::from_secs(5))
             .with_context(|| format!("cannot reach this host's peer daemon at {}", grid.state.mpd_addr()))?;
@@ -233,20 +245,49 @@ fn reserve(grid: &Grid, opts: &RunArgs, ask: Ask<'_>, progress: &mut Progress) -
         wait_ms: opts.wait.saturating_mul(1000),
         app: app.to_string(),
         exclude: exclude.iter().map(|(id, _)| id.clone()).collect(),
+        only: only.to_vec(),
     })?;
     c.set_read_timeout(Some(Duration::from_millis(200)))?;
     progress.set(format!("reserving hosts for {n}×{r} process(es)"));
     let started = Instant::now();
+    // The grid fell short: what it gave, and until when the peer daemon keeps asking.
+    let mut short: Option<(String, Instant)> = None;
     loop {
         match c.recv::<MpdResponse>() {
-            Ok(Some(MpdResponse::Progress { accepted, needed, .. })) => {
+            Ok(Some(MpdResponse::Progress { accepted, needed, .. })) if short.is_none() => {
                 progress.set(format!("reserving hosts: {accepted} accepted, {needed} process(es) to place"))
+            }
+            Ok(Some(MpdResponse::Progress { .. })) => progress.tick(),
+            Ok(Some(MpdResponse::Short { hosts, slots, needed, left_ms })) => {
+                let found = format!(
+                    "the grid gives {slots} process slot(s) on {hosts} host(s){}, the job needs {needed}{}",
+                    if only.is_empty() { "" } else { " allowed by -H/--hostfile" },
+                    if r > 1 {
+                        format!(" (-n {n} × -r {r}, the copies of a rank on different hosts)")
+                    } else {
+                        String::new()
+                    }
+                );
+                let until = Instant::now() + Duration::from_millis(left_ms);
+                progress.done();
+                eprintln!(
+                    "{name}: {found}; waiting up to {} s for more peers to join (-w {})",
+                    left_ms.div_ceil(1000),
+                    opts.wait
+                );
+                short = Some((found, until));
+                *progress = Progress::new();
+                progress.show_now();
             }
             Ok(Some(MpdResponse::Reserved { ticket, placements })) => return Ok((ticket, placements)),
             Ok(Some(MpdResponse::Failed(msg))) => bail!("{msg}"),
             Ok(Some(other)) => bail!("unexpected answer from the peer daemon: {other:?}"),
             Ok(None) => bail!("the peer daemon closed the connection during reservation"),
             Err(e) if e.is_timeout() => {
+                if let Some((found, until)) = &short {
+                    let left = until.saturating_duration_since(Instant::now()).as_secs_f64().ceil();
+                    progress.set(format!("{found}; still looking for peers: {left:.0} s left"));
+                }
                 progress.tick();
                 // The MPD gives up at -w itself; allow it a margin before we do.
                 if started.elapsed() > Duration::from_secs(opts.wait + 30) {
@@ -338,19 +379,41 @@ fn stage_all(
     if targets.is_empty() {
         return Ok(Vec::new());
     }
-    progress.set(format!("staging {} file(s) to {} host(s)", files.len(), targets.len()));
+    let what = format!("staging {} file(s) to {} host(s)", files.len(), targets.len());
+    progress.set(what.clone());
     let metas = ft::describe(files)?;
     let mut waiter = Waiter::new(name, format!("staging {} file(s)", files.len()), opts.verbose);
+    // Bytes of content sent so far, to every host together: shown as they go.
+    let sent = std::sync::atomic::AtomicU64::new(0);
+    let started = Instant::now();
     let outcomes = watch::run(
         targets,
         grid.cfg.staging_fanout.max(1) as usize,
         pinger(grid.state.ip, &grid.secret),
-        &mut |w| progress.set(waiter.turn(targets, w)),
+        &mut |w| {
+            let bytes = sent.load(std::sync::atomic::Ordering::Relaxed);
+            let rate = bytes as f64 / started.elapsed().as_secs_f64().max(0.001);
+            let mut msg = format!("{what}: {} sent ({}/s)", HumanBytes(bytes), HumanBytes(rate as u64));
+            // Hosts slow to answer are named (every host is "waited for" while it stages).
+            let turn = waiter.turn(targets, w);
+            if w.iter().any(|x| x.pinging) {
+                msg = format!("{msg}; {turn}");
+            }
+            progress.set(msg)
+        },
         &|i, cancel| {
             let addr = addr_of(&targets[i], targets[i].ft_port);
-            ft::stage_cancellable(addr, &grid.secret, ticket, job, files, &metas, STAGING_STALL, cancel)
+            ft::stage_counted(addr, &grid.secret, ticket, job, files, &metas, STAGING_STALL, cancel, &sent)
         },
     );
+    if opts.verbose {
+        eprintln!(
+            "{name}: staging sent {} to {} host(s) in {} ms",
+            HumanBytes(sent.load(std::sync::atomic::Ordering::Relaxed)),
+            targets.len(),
+            started.elapsed().as_millis()
+        );
+    }
     let mut frozen = Vec::new();
     for (info, outcome) in targets.iter().zip(outcomes) {
         match outcome {
@@ -369,6 +432,36 @@ fn stage_all(
     Ok(frozen)
 }
 
+/// `-H`/`--hostfile`: every host named must be a peer this host's daemon knows (by address or
+/// host name, or a name that resolves to its address).
+fn check_hosts(grid: &Grid, only: &[String]) -> Result<()> {
+    if only.is_empty() {
+        return Ok(());
+    }
+    let MpdResponse::Hosts { me, hosts } =
+        mpd::call(Some(grid.state.ip), grid.state.mpd_addr(), &grid.secret, &MpdRequest::Hosts)?
+    else {
+        bail!("unexpected answer from this host's peer daemon");
+    };
+    let mut known: Vec<(String, String)> = vec![(me.ip.clone(), home::hostname())];
+    known.extend(hosts.iter().filter(|h| h.alive).map(|h| (h.info.id.ip.clone(), h.info.name.clone())));
+    for h in only {
+        let ips: Vec<String> = {
+            use std::net::ToSocketAddrs;
+            (h.as_str(), 0).to_socket_addrs().into_iter().flatten().map(|a| a.ip().to_string()).collect()
+        };
+        if !known.iter().any(|(ip, host)| ip == h || host == h || ips.contains(ip)) {
+            let list: Vec<&str> = known.iter().map(|(ip, _)| ip.as_str()).collect();
+            bail!(
+                "host {h} (given with -H/--host or --hostfile) is not a peer of the grid that answers; the peers known \
+                 here are {}",
+                list.join(", ")
+            );
+        }
+    }
+    Ok(())
+}
+
 /// Runs a job on the grid. Returns its exit status.
 pub fn run(name: &str, opts: &RunArgs, n: usize, grid: Grid) -> Result<i32> {
     let program = launcher::resolve_program(&opts.command[0])?;
@@ -382,6 +475,19 @@ pub fn run(name: &str, opts: &RunArgs, n: usize, grid: Grid) -> Result<i32> {
     if opts.verbose {
         eprintln!("{name}: failure detector: {}", fd.as_ref().map_or("off".to_string(), |f| f.name()));
     }
+    let extra = launcher::extra_env(opts)?;
+    let only = launcher::allowed_hosts(opts)?;
+    check_hosts(&grid, &only)?;
+    let output = Arc::new(Output::create(layout, opts.tag_output, opts.output_filename.as_deref())?);
+    let collector = (!opts.collect.is_empty()).then(|| {
+        Arc::new(Collector {
+            name: name.to_string(),
+            base: std::env::current_dir().unwrap_or_else(|_| PathBuf::from(".")),
+            since: std::time::SystemTime::now(),
+            written: Mutex::new(Default::default()),
+            placing: Mutex::new(()),
+        })
+    });
     let mut progress = Progress::new();
 
     // 1–2. Reservation and staging; a host that stops answering during staging is given up
@@ -390,9 +496,9 @@ pub fn run(name: &str, opts: &RunArgs, n: usize, grid: Grid) -> Result<i32> {
     let mut attempt = 0;
     let (reservation, placements, assigned, job) = loop {
         attempt += 1;
-        let ask = Ask { n, r, strategy, app: &app, exclude: &given_up };
+        let ask = Ask { n, r, strategy, app: &app, exclude: &given_up, only: &only };
         let reserving = Instant::now();
-        let (ticket, placements) = match reserve(&grid, opts, ask, &mut progress) {
+        let (ticket, placements) = match reserve(name, &grid, opts, ask, &mut progress) {
             Ok(t) => t,
             Err(e) => {
                 progress.done();
@@ -474,7 +580,6 @@ pub fn run(name: &str, opts: &RunArgs, n: usize, grid: Grid) -> Result<i32> {
         .zip(&assigned)
         .filter(|(_, s)| !s.is_empty())
         .all(|(p, _)| p.info.id.ip.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback()));
-    let output = Arc::new(Output::new(layout, opts.tag_output));
     let mut remotes: Vec<Arc<Mutex<SecureWriter>>> = Vec::new();
     let mut readers = Vec::new();
     let infos: Vec<PeerInfo> = remote.iter().map(|(p, _, _)| p.info.clone()).collect();
@@ -494,6 +599,7 @@ pub fn run(name: &str, opts: &RunArgs, n: usize, grid: Grid) -> Result<i32> {
             if opts.encrypt {
                 env.push((env::ENCRYPT.to_string(), "1".to_string()));
             }
+            env.extend(extra.iter().cloned());
             let spec = LaunchSpec {
                 ticket: reservation.ticket,
                 job: job.clone(),
@@ -505,6 +611,7 @@ pub fn run(name: &str, opts: &RunArgs, n: usize, grid: Grid) -> Result<i32> {
                 root: root.to_string(),
                 job_key: key.clone(),
                 env,
+                collect: opts.collect.clone(),
             };
             let addr = addr_of(&p.info, p.info.id.mpd_port);
             let mut c = SecureConn::connect_cancellable(Some(me), addr, &grid.secret, Duration::from_secs(5), cancel)?;
@@ -529,7 +636,13 @@ pub fn run(name: &str, opts: &RunArgs, n: usize, grid: Grid) -> Result<i32> {
             watch::Outcome::Done((conn, first)) => {
                 let (reader, writer) = conn.split();
                 remotes.push(Arc::new(Mutex::new(writer)));
-                let follow = Follow { peer: p.info.id.clone(), slots: ranks.clone(), layout, output: output.clone() };
+                let follow = Follow {
+                    peer: p.info.id.clone(),
+                    slots: ranks.clone(),
+                    layout,
+                    output: output.clone(),
+                    collector: collector.clone(),
+                };
                 readers.push((ranks.clone(), follow_remote(reader, first, follow, tx.clone())));
             }
             watch::Outcome::Failed(e) => lost(format!("cannot launch on host {}: {e:#}", p.info.id)),
@@ -559,6 +672,7 @@ pub fn run(name: &str, opts: &RunArgs, n: usize, grid: Grid) -> Result<i32> {
     if opts.encrypt {
         cmd.env(env::ENCRYPT, "1");
     }
+    cmd.envs(extra.iter().cloned());
     launcher::die_with_launcher(&mut cmd);
     let mut child: Child = match cmd.spawn() {
         Ok(c) => c,
@@ -573,7 +687,14 @@ pub fn run(name: &str, opts: &RunArgs, n: usize, grid: Grid) -> Result<i32> {
         launcher::pump(child.stdout.take().expect("piped"), 0, false, output.clone()),
         launcher::pump(child.stderr.take().expect("piped"), 0, true, output.clone()),
     ];
-    let announce = AppProcess { app: app.clone(), job: job.clone(), rank: 0, pid: child.id(), root: root.to_string() };
+    let announce = AppProcess {
+        app: app.clone(),
+        job: job.clone(),
+        rank: 0,
+        replicas: r as u32,
+        pid: child.id(),
+        root: root.to_string(),
+    };
     let _ = mpd::call(Some(me), grid.state.mpd_addr(), &grid.secret, &MpdRequest::Announce(announce));
     progress.done();
     let children = Arc::new(Mutex::new(vec![child]));
@@ -600,6 +721,7 @@ pub fn run(name: &str, opts: &RunArgs, n: usize, grid: Grid) -> Result<i32> {
         stop_all: &stop,
         output: &output,
         startup_timeout: opts.startup_timeout,
+        timeout: opts.timeout.map(Duration::from_secs),
         fd: fd.as_ref(),
         fencing,
     };
@@ -633,6 +755,78 @@ struct Follow {
     slots: Vec<u32>,
     layout: Layout,
     output: Arc<Output>,
+    /// `--collect`: where the files the host sends back go.
+    collector: Option<Arc<Collector>>,
+}
+
+/// `--collect`: writes the files remote ranks wrote into the submitter's current directory,
+/// under their path in the job directory. A file changed there since the job started (rank 0
+/// wrote it, or another host sent the same name) is kept, unless the new one is identical:
+/// the other is then left out, with a warning.
+struct Collector {
+    name: String,
+    base: PathBuf,
+    since: std::time::SystemTime,
+    /// Files being received, by (host, name): where they are written meanwhile.
+    written: Mutex<std::collections::HashMap<(String, String), PathBuf>>,
+    /// Held while a received file takes its place (hosts sending the same name at once).
+    placing: Mutex<()>,
+}
+
+impl Collector {
+    /// A chunk of `name` from `host`.
+    fn chunk(&self, host: &PeerId, name: &str, data: &[u8], last: bool) {
+        use std::io::Write;
+        let dest = match ft::safe_join(&self.base, name) {
+            Ok(d) => d,
+            Err(e) => {
+                eprintln!("{}: --collect: host {host} sent a file that cannot be written here: {e:#}", self.name);
+                return;
+            }
+        };
+        let key = (host.to_string(), name.to_string());
+        let part = {
+            let mut w = self.written.lock().unwrap_or_else(|p| p.into_inner());
+            let part = w.entry(key.clone()).or_insert_with(|| {
+                let file = dest.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
+                dest.with_file_name(format!(".{file}.p2pmpi-{:x}", home::random_u128() as u64))
+            });
+            part.clone()
+        };
+        let write = || -> std::io::Result<()> {
+            if let Some(d) = part.parent() {
+                std::fs::create_dir_all(d)?;
+            }
+            let mut f = std::fs::OpenOptions::new().create(true).append(true).open(&part)?;
+            f.write_all(data)
+        };
+        if let Err(e) = write() {
+            eprintln!("{}: --collect: cannot write {}: {e}", self.name, dest.display());
+        }
+        if !last {
+            return;
+        }
+        self.written.lock().unwrap_or_else(|p| p.into_inner()).remove(&key);
+        let _placing = self.placing.lock().unwrap_or_else(|p| p.into_inner());
+        let changed = std::fs::metadata(&dest).and_then(|m| m.modified()).is_ok_and(|t| t >= self.since);
+        if changed {
+            let same = std::fs::read(&dest).ok() == std::fs::read(&part).ok();
+            let _ = std::fs::remove_file(&part);
+            if !same {
+                eprintln!(
+                    "{}: --collect: {name} from host {host} left out: {} was already written during this job (by \
+                     rank 0, or another host)",
+                    self.name,
+                    dest.display()
+                );
+            }
+            return;
+        }
+        if let Err(e) = std::fs::rename(&part, &dest) {
+            eprintln!("{}: --collect: cannot write {}: {e}", self.name, dest.display());
+            let _ = std::fs::remove_file(&part);
+        }
+    }
 }
 
 /// Follows one host's launch from its event `first` on: prints its processes' output,
@@ -646,7 +840,7 @@ fn follow_remote(
 ) -> std::thread::JoinHandle<()> {
     reader.set_max_record(1 << 20);
     std::thread::spawn(move || {
-        let Follow { peer, slots, layout, output } = f;
+        let Follow { peer, slots, layout, output, collector } = f;
         let mut left: Vec<u32> = slots;
         let mut first = Some(first);
         loop {
@@ -657,6 +851,16 @@ fn follow_remote(
             match event {
                 Ok(Some(JobEvent::Output { rank: slot, stderr, data })) => output.write(slot as usize, stderr, &data),
                 Ok(Some(JobEvent::Started { .. })) => {}
+                Ok(Some(JobEvent::Collected { name, data, last })) => {
+                    if let Some(c) = &collector {
+                        c.chunk(&peer, &name, &data, last);
+                    }
+                }
+                Ok(Some(JobEvent::NotCollected { name, why })) => {
+                    if let Some(c) = &collector {
+                        eprintln!("{}: --collect: host {peer} could not send {name}: {why}", c.name);
+                    }
+                }
                 Ok(Some(JobEvent::Exited { rank: slot, code, signal })) => {
                     let raw = match (code, signal) {
                         (_, Some(sig)) => sig & 0x7f,

@@ -148,6 +148,36 @@ pub struct RunArgs {
     /// can neither read nor alter it. Costs latency and bandwidth (see the README).
     #[arg(long)]
     pub encrypt: bool,
+    /// Set an environment variable in every process, remote ones included: `-x VAR=VALUE`,
+    /// or `-x VAR` for its value here (repeatable).
+    #[arg(short = 'x', value_name = "VAR[=VALUE]")]
+    pub env: Vec<String>,
+    /// Stop the job when it runs longer than SECONDS (counted from the start of its processes):
+    /// every process is stopped and p2pmpirun exits with status 124.
+    #[arg(long, value_name = "SECONDS")]
+    pub timeout: Option<u64>,
+    /// Write each rank's output to DIR/rank.N/stdout and DIR/rank.N/stderr instead of the
+    /// terminal (DIR is created; files of an earlier run are replaced).
+    #[arg(long = "output-filename", value_name = "DIR")]
+    pub output_filename: Option<PathBuf>,
+    /// Accepted for mpirun compatibility. A local run may always start more processes than
+    /// this host has cores; on the grid a peer never runs more than its owner's
+    /// MAX_PROCESSES_PER_JOB.
+    #[arg(long)]
+    pub oversubscribe: bool,
+    /// Only these peers of the grid may be reserved (addresses or host names, comma-separated,
+    /// repeatable); this host runs rank 0 all the same.
+    #[arg(short = 'H', long = "host", value_name = "HOSTS", value_delimiter = ',')]
+    pub hosts: Vec<String>,
+    /// Like -H, the peers read from FILE: one host per line (`#` starts a comment; words after
+    /// the host, such as slots=4, are ignored).
+    #[arg(long, value_name = "FILE")]
+    pub hostfile: Option<PathBuf>,
+    /// Bring back the files that remote ranks wrote in their job directory and whose path
+    /// matches PATTERN (relative; `*` and `?` within a name, `**` for any depth; repeatable)
+    /// into the current directory, before the job directory is removed.
+    #[arg(long, value_name = "PATTERN")]
+    pub collect: Vec<String>,
     /// The program to run, then its arguments.
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "PROGRAM")]
     pub command: Vec<String>,
@@ -336,6 +366,13 @@ pub fn main_with_args(name: &str, args: &[String]) -> i32 {
                             | "--t-hb-wide"
                             | "--t-to-wide"
                             | "--wide-refusals"
+                            | "-x"
+                            | "--timeout"
+                            | "--output-filename"
+                            | "-H"
+                            | "--host"
+                            | "--hostfile"
+                            | "--collect"
                     )
                 })
             {
@@ -511,19 +548,101 @@ fn exit_code_of(status: &ExitStatus) -> i32 {
     status.signal().map(|s| 128 + s).or(status.code()).unwrap_or(1)
 }
 
+/// The variables of `-x`: `VAR=VALUE`, or `VAR` with its value in this environment.
+pub(crate) fn extra_env(opts: &RunArgs) -> Result<Vec<(String, String)>> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    for x in &opts.env {
+        let (k, v) = match x.split_once('=') {
+            Some((k, v)) => (k.to_string(), v.to_string()),
+            None => match std::env::var(x) {
+                Ok(v) => (x.clone(), v),
+                Err(_) => bail!("-x {x}: {x} is not set here (give its value: -x {x}=VALUE)"),
+            },
+        };
+        if k.is_empty() || k.contains('\0') || v.contains('\0') {
+            bail!("-x {x}: not a variable (want VAR=VALUE or VAR)");
+        }
+        if k.starts_with("P2PMPI_") {
+            bail!("-x {x}: the P2PMPI_ variables are set by the launcher");
+        }
+        out.retain(|(o, _)| *o != k);
+        out.push((k, v));
+    }
+    Ok(out)
+}
+
+/// The hosts of `-H` and `--hostfile` (empty: any peer of the grid).
+pub(crate) fn allowed_hosts(opts: &RunArgs) -> Result<Vec<String>> {
+    let mut hosts: Vec<String> = Vec::new();
+    for h in &opts.hosts {
+        let h = h.trim();
+        if h.is_empty() || h.contains(char::is_whitespace) {
+            bail!("-H/--host: {h:?} is not a host name or address");
+        }
+        hosts.push(h.to_string());
+    }
+    if let Some(file) = &opts.hostfile {
+        let text =
+            std::fs::read_to_string(file).with_context(|| format!("--hostfile: cannot read {}", file.display()))?;
+        let before = hosts.len();
+        for line in text.lines() {
+            let line = line.split('#').next().unwrap_or("");
+            if let Some(h) = line.split_whitespace().next() {
+                hosts.push(h.to_string());
+            }
+        }
+        if hosts.len() == before {
+            bail!("--hostfile {}: no host in it", file.display());
+        }
+    }
+    hosts.sort();
+    hosts.dedup();
+    Ok(hosts)
+}
+
+/// Exit status of a job stopped by `--timeout` (as timeout(1)).
+pub const TIMEOUT_EXIT: i32 = 124;
+
 /// Runs a job: on the grid when this host's peer daemon runs (or `--grid`), else locally.
 pub fn run(name: &str, opts: RunArgs) -> Result<i32> {
     let n = check_n(name, &opts)?;
     if opts.replicas < 1 {
         bail!("-r must be at least 1 (got {})", opts.replicas);
     }
-    if !opts.local {
-        if let Some(grid) = crate::grid_run::find_grid(opts.grid)? {
-            return crate::grid_run::run(name, &opts, n, grid);
+    if opts.timeout == Some(0) {
+        bail!("--timeout must be at least 1 second");
+    }
+    for p in &opts.collect {
+        if let Err(why) = p2pmpi_peer::collect::check_pattern(p) {
+            bail!("--collect {p}: {why}");
         }
     }
+    extra_env(&opts)?;
+    let hosts = allowed_hosts(&opts)?;
+    let why_local = if opts.local {
+        "--local was given".to_string()
+    } else {
+        match crate::grid_run::find_grid(opts.grid)? {
+            Some(grid) => return crate::grid_run::run(name, &opts, n, grid),
+            None => format!(
+                "no peer daemon runs here (p2pmpi directory {}; start one with mpiboot, or a local grid with \
+                 `p2pmpi local-grid start`)",
+                p2pmpi_peer::home::Home::user().dir.display()
+            ),
+        }
+    };
     if !opts.files.is_empty() || opts.dry_run {
         bail!("-l and --dry-run need the grid: start a peer daemon with mpiboot (or p2pmpi local-grid start)");
+    }
+    if !hosts.is_empty() {
+        bail!("-H/--host and --hostfile choose peers of the grid, and this job runs on this host: {why_local}");
+    }
+    if opts.verbose {
+        let slots = Layout::new(n, opts.replicas as usize).slots();
+        eprintln!("{name}: running all {slots} process(es) on this host: {why_local}");
+        if !opts.collect.is_empty() {
+            eprintln!("{name}: --collect: every process runs in the current directory, where its files already are");
+        }
     }
     run_local(name, opts, n)
 }
@@ -559,7 +678,8 @@ fn run_local(name: &str, opts: RunArgs, n: usize) -> Result<i32> {
     let fencing = Fencing::shared(layout, fd.as_ref());
     spawn_control_server(listener, key.clone(), slots, tx.clone(), fencing.clone());
 
-    let output = Arc::new(Output::new(layout, opts.tag_output));
+    let output = Arc::new(Output::create(layout, opts.tag_output, opts.output_filename.as_deref())?);
+    let extra = extra_env(&opts)?;
     let mut children: Vec<Child> = Vec::with_capacity(slots);
     let mut pumps: Vec<JoinHandle<()>> = Vec::new();
     let mut states: Vec<RankState> = (0..slots).map(|_| RankState::default()).collect();
@@ -580,6 +700,7 @@ fn run_local(name: &str, opts: RunArgs, n: usize) -> Result<i32> {
         if opts.encrypt {
             cmd.env(env::ENCRYPT, "1");
         }
+        cmd.envs(extra.iter().cloned());
         die_with_launcher(&mut cmd);
         let mut child = match cmd.spawn() {
             Ok(c) => c,
@@ -611,6 +732,7 @@ fn run_local(name: &str, opts: RunArgs, n: usize) -> Result<i32> {
         stop_all: &stop,
         output: &output,
         startup_timeout: opts.startup_timeout,
+        timeout: opts.timeout.map(Duration::from_secs),
         fd: fd.as_ref(),
         fencing,
     };
@@ -636,6 +758,8 @@ pub(crate) struct Job<'a> {
     /// The processes' output (told when a replica is declared dead).
     pub(crate) output: &'a Output,
     pub(crate) startup_timeout: u64,
+    /// `--timeout`: the job is stopped when it runs longer.
+    pub(crate) timeout: Option<Duration>,
     pub(crate) fd: Option<&'a FdPlan>,
     /// The supervisor that declares deaths (shared with the control threads).
     pub(crate) fencing: SharedFencing,
@@ -660,6 +784,11 @@ fn failure_detail(detail: &str) -> &str {
         }
     }
     detail
+}
+
+/// The panic message of an abort (`panicked at FILE:LINE:COL:` and the message), if it is one.
+fn panic_text(why: &str) -> Option<&str> {
+    why.starts_with("panicked").then_some(why)
 }
 
 /// An abort message without the library's `p2pmpi: rank K: ` (the report names the process).
@@ -855,6 +984,14 @@ pub(crate) fn event_loop(name: &str, job: &Job, rx: &Receiver<Event>, states: &m
                 stop_all();
             }
         }
+        if let Some(limit) = job.timeout.filter(|&t| failure.is_none() && exited < n && start.elapsed() >= t) {
+            eprintln!(
+                "{name}: the job ran longer than --timeout {} s; stopping every process (exit status {TIMEOUT_EXIT})",
+                limit.as_secs()
+            );
+            failure = Some(TIMEOUT_EXIT);
+            stop_all();
+        }
         if failure.is_none() {
             if let Some((deadline, slot, peer, code, message)) = &provisional {
                 if Instant::now() >= *deadline {
@@ -1009,6 +1146,9 @@ pub(crate) fn event_loop(name: &str, job: &Job, rx: &Receiver<Event>, states: &m
                         let why = abort_text(&message, layout, slot);
                         let what = if why.is_empty() {
                             format!("{} aborted (error code {code})", who(slot))
+                        } else if let Some(p) = panic_text(why) {
+                            // One line: the report names the process once.
+                            format!("{} {}", who(slot), p.replace('\n', " "))
                         } else {
                             format!("{} aborted: {why}", who(slot))
                         };
@@ -1019,6 +1159,15 @@ pub(crate) fn event_loop(name: &str, job: &Job, rx: &Receiver<Event>, states: &m
                                 stop_all();
                             }
                         }
+                    }
+                    None if panic_text(abort_text(&message, layout, slot)).is_some() => {
+                        let text = panic_text(abort_text(&message, layout, slot)).unwrap_or_default();
+                        for line in text.lines() {
+                            eprintln!("{name}: {}: {line}", who(slot));
+                        }
+                        eprintln!("{name}: {} panicked; stopping the other processes", who(slot));
+                        failure = Some(code);
+                        stop_all();
                     }
                     None => {
                         if rep.replicated(slot) && rep.master_of(layout.rank_of(slot)) != Some(slot) {

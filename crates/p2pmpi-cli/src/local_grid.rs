@@ -190,27 +190,47 @@ pub fn wait_ready(grid: &GridFile, limit: Duration) -> Result<()> {
     }
 }
 
-/// Stops every daemon of the grid in `dir`.
+/// The peer daemons running for the grid in `dir`: for each peer, the one its directory's
+/// state file names now (a peer restarted with `mpiboot` has a new pid) and the one recorded
+/// at start if it still runs; and any other peer daemon whose p2pmpi directory is in `dir`
+/// (one added by hand, `P2PMPI_HOME=DIR/peer5 mpiboot`).
+fn running_peers(grid: &GridFile, dir: &Path) -> Vec<MpdState> {
+    let mut homes: Vec<PathBuf> = grid.peers.iter().map(|p| p.home.clone()).collect();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        if e.path().is_dir() && !homes.contains(&e.path()) {
+            homes.push(e.path());
+        }
+    }
+    let recorded = grid.peers.iter().map(|p| p.state.clone());
+    let mut out: Vec<MpdState> = Vec::new();
+    let now = homes.iter().filter_map(|h| home::read_json::<MpdState>(&Home::new(h.clone()).mpd_state()));
+    for st in now.chain(recorded) {
+        if home::pid_alive(st.pid) && !out.iter().any(|o| o.pid == st.pid) {
+            out.push(st);
+        }
+    }
+    out
+}
+
+/// Stops every daemon of the grid in `dir`, however each was started (by `local-grid
+/// start`, or by hand with `mpiboot` in a directory of the grid's).
 pub fn stop(dir: &Path) -> Result<usize> {
     let Some(grid) = home::read_json::<GridFile>(&grid_file(dir)) else {
         bail!("no local grid in {} (no grid.json)", dir.display());
     };
     let secret = GridSecret::from_phrase(&grid.secret);
     let mut stopped = 0;
+    let peers = running_peers(&grid, dir);
     std::thread::scope(|s| {
-        let hs: Vec<_> = grid
-            .peers
+        let hs: Vec<_> = peers
             .iter()
-            .map(|p| {
+            .map(|st| {
                 let secret = secret.clone();
                 s.spawn(move || {
-                    if !home::pid_alive(p.state.pid) {
-                        return false;
-                    }
-                    let _ = mpd::call(Some(p.state.ip), p.state.mpd_addr(), &secret, &MpdRequest::Halt);
-                    if !wait_gone(p.state.pid, Duration::from_secs(5)) {
-                        let _ = os::signal(p.state.pid, libc::SIGKILL);
-                        wait_gone(p.state.pid, Duration::from_secs(2));
+                    let _ = mpd::call(Some(st.ip), st.mpd_addr(), &secret, &MpdRequest::Halt);
+                    if !wait_gone(st.pid, Duration::from_secs(5)) {
+                        let _ = os::signal(st.pid, libc::SIGKILL);
+                        wait_gone(st.pid, Duration::from_secs(2));
                     }
                     true
                 })
@@ -222,11 +242,18 @@ pub fn stop(dir: &Path) -> Result<usize> {
             }
         }
     });
-    if home::pid_alive(grid.supernode.pid) {
-        let _ =
-            p2pmpi_peer::supernode::call(None, grid.supernode.addr, &secret, &SnRequest::Stop, Duration::from_secs(2));
-        if !wait_gone(grid.supernode.pid, Duration::from_secs(3)) {
-            let _ = os::signal(grid.supernode.pid, libc::SIGKILL);
+    // The supernode, likewise: the one recorded, and one restarted in its directory.
+    let sn_now = home::read_json::<SupernodeState>(&Home::new(dir.join("supernode")).supernode_state());
+    let mut sns: Vec<SupernodeState> = Vec::new();
+    for st in sn_now.into_iter().chain(std::iter::once(grid.supernode.clone())) {
+        if home::pid_alive(st.pid) && !sns.iter().any(|o| o.pid == st.pid) {
+            sns.push(st);
+        }
+    }
+    for st in sns {
+        let _ = p2pmpi_peer::supernode::call(None, st.addr, &secret, &SnRequest::Stop, Duration::from_secs(2));
+        if !wait_gone(st.pid, Duration::from_secs(3)) {
+            let _ = os::signal(st.pid, libc::SIGKILL);
         }
     }
     let _ = std::fs::remove_file(grid_file(dir));

@@ -133,6 +133,8 @@ impl Router {
 pub struct Output {
     router: Mutex<Router>,
     tag: bool,
+    /// `--output-filename DIR`: per rank, its stdout and stderr files (instead of ours).
+    files: Option<Vec<[Mutex<std::fs::File>; 2]>>,
     /// Per slot: how many of its local pipes (stdout, stderr) reached their end.
     closed: Vec<std::sync::atomic::AtomicU8>,
 }
@@ -140,7 +142,29 @@ pub struct Output {
 impl Output {
     pub fn new(layout: Layout, tag: bool) -> Output {
         let closed = (0..layout.slots()).map(|_| Default::default()).collect();
-        Output { router: Mutex::new(Router::new(layout)), tag, closed }
+        Output { router: Mutex::new(Router::new(layout)), tag, files: None, closed }
+    }
+
+    /// The job's output; with `dir` (`--output-filename`), rank k's goes to `dir/rank.k/stdout`
+    /// and `dir/rank.k/stderr` (created, or emptied) instead of the terminal.
+    pub fn create(layout: Layout, tag: bool, dir: Option<&std::path::Path>) -> anyhow::Result<Output> {
+        use anyhow::Context;
+        let mut out = Output::new(layout, tag);
+        let Some(dir) = dir else { return Ok(out) };
+        let mut files = Vec::with_capacity(layout.n);
+        for k in 0..layout.n {
+            let d = dir.join(format!("rank.{k}"));
+            std::fs::create_dir_all(&d).with_context(|| format!("--output-filename: cannot create {}", d.display()))?;
+            let open = |name: &str| {
+                let p = d.join(name);
+                std::fs::File::create(&p)
+                    .map(Mutex::new)
+                    .with_context(|| format!("--output-filename: cannot create {}", p.display()))
+            };
+            files.push([open("stdout")?, open("stderr")?]);
+        }
+        out.files = Some(files);
+        Ok(out)
     }
 
     /// One of `slot`'s local pipes reached its end.
@@ -156,8 +180,14 @@ impl Output {
         self.closed.get(slot).is_none_or(|c| c.load(std::sync::atomic::Ordering::SeqCst) >= 2)
     }
 
-    fn emit(tag: bool) -> impl FnMut(usize, usize, &[u8]) {
+    fn emit(&self) -> impl FnMut(usize, usize, &[u8]) + '_ {
+        let tag = self.tag;
         move |rank, stream, line| {
+            if let Some(f) = self.files.as_ref().and_then(|f| f.get(rank)) {
+                let mut f = f[stream].lock().unwrap_or_else(|p| p.into_inner());
+                let _ = write_line(&mut *f, None, line);
+                return;
+            }
             let prefix = tag.then(|| format!("[{rank}] "));
             // Our own output may be gone (closed pipe): the children are drained anyway.
             let _ = if stream == STDERR {
@@ -171,7 +201,7 @@ impl Output {
     /// Output of `slot`: one or more lines, the last one possibly without its newline.
     pub fn write(&self, slot: usize, stderr: bool, data: &[u8]) {
         let mut router = self.router.lock().unwrap_or_else(|p| p.into_inner());
-        let mut emit = Self::emit(self.tag);
+        let mut emit = self.emit();
         let stream = if stderr { STDERR } else { STDOUT };
         for line in data.split_inclusive(|&c| c == b'\n') {
             router.line(slot, stream, line, &mut emit);
@@ -181,7 +211,7 @@ impl Output {
     /// `slot` was declared dead (see [`Router::slot_dead`]).
     pub fn slot_dead(&self, slot: usize) {
         let mut router = self.router.lock().unwrap_or_else(|p| p.into_inner());
-        router.slot_dead(slot, &mut Self::emit(self.tag));
+        router.slot_dead(slot, &mut self.emit());
     }
 }
 

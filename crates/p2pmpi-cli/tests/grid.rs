@@ -436,3 +436,233 @@ fn init_writes_a_private_configuration_with_a_fresh_secret() {
     assert_ne!(secret_of(), first);
     let _ = std::fs::remove_dir_all(&home);
 }
+
+/// Issue 18, item 2: mpirun's conventions on the grid. `-x` reaches remote ranks,
+/// `--output-filename` writes one file per rank, `--collect` brings back what remote ranks
+/// wrote in their job directories, and `--timeout` stops the job everywhere.
+#[test]
+fn mpirun_options_on_the_grid() {
+    let g = TestGrid::start("mpirun", 3, &["--procs", "2"]);
+    g.wait_hosts(1, 2);
+    let w = example("whereami");
+    let w = w.to_str().unwrap();
+    let work = g.dir.join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    let submit = |args: &[&str]| {
+        run_cmd(Command::new(bin("p2pmpirun")).args(args).current_dir(&work).env("P2PMPI_HOME", g.home(1)), LIMIT)
+    };
+
+    // -x, --output-filename, --collect.
+    let o = submit(&[
+        "-n",
+        "3",
+        "-x",
+        "FOO=bar",
+        "--output-filename",
+        "outdir",
+        "--collect",
+        "*",
+        w,
+        "--env",
+        "FOO",
+        "--write",
+        "out",
+    ]);
+    o.assert_ok();
+    let mut hosts = BTreeSet::new();
+    for k in 0..3 {
+        let out = std::fs::read_to_string(work.join(format!("outdir/rank.{k}/stdout"))).unwrap();
+        assert!(out.starts_with(&format!("rank {k} of 3 on ")) && out.ends_with(" FOO=bar\n"), "rank {k}: {out:?}");
+        hosts.insert(out.split(" on ").nth(1).unwrap().split(' ').next().unwrap().to_string());
+        let file = std::fs::read_to_string(work.join(format!("out.{k}.txt")))
+            .unwrap_or_else(|e| panic!("out.{k}.txt not collected ({e}); stderr:\n{}", o.stderr));
+        assert_eq!(file, format!("written by rank {k}\n"));
+    }
+    assert_eq!(hosts.len(), 3, "spread over the three peers: {hosts:?}");
+    assert!(!work.join("whereami").exists(), "the staged program is not collected");
+    for peer in 2..=3 {
+        let jobs = g.home(peer).join("jobs");
+        wait_for(|| (std::fs::read_dir(&jobs).map(|d| d.count()).unwrap_or(0) == 0).then_some(()));
+    }
+
+    // --timeout: every process, remote ones too, is stopped.
+    let m = common::marker("grid-timeout");
+    let o = submit(&["-n", "3", "--timeout", "2", w, "--hold", "60000", &m]);
+    assert_eq!(o.code(), Some(124), "{}", o.stderr);
+    assert!(o.stderr.contains("ran longer than --timeout 2 s"), "{}", o.stderr);
+    assert!(wait_no_processes(&m, Duration::from_secs(10)).is_empty(), "processes left behind");
+}
+
+/// Issue 18, items 2 and 3: `-H`/`--hostfile` restrict the peers that may be reserved (an
+/// unknown host is named); a request the allowed hosts cannot meet says at once what they give
+/// against what it needs, then waits for `-w`.
+#[test]
+fn hosts_restrict_the_reservation() {
+    let g = TestGrid::start("hosts", 3, &["--procs", "2"]);
+    g.wait_hosts(1, 2);
+    let w = example("whereami");
+    let w = w.to_str().unwrap();
+    let work = g.dir.join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    let submit = |args: &[&str]| {
+        run_cmd(Command::new(bin("p2pmpirun")).args(args).current_dir(&work).env("P2PMPI_HOME", g.home(1)), LIMIT)
+    };
+
+    // -H: only 127.0.0.3 besides the submitter.
+    let o = submit(&["-n", "3", "-H", "127.0.0.3", w]);
+    o.assert_ok();
+    let p = placement(&o.stdout);
+    assert_eq!(p.len(), 3, "{}", o.stdout);
+    assert!(p.values().all(|h| h == "127.0.0.2" || h == "127.0.0.3"), "{p:?}");
+    // --hostfile, with a comment and Open MPI's slots=N.
+    let hostfile = work.join("hosts");
+    std::fs::write(&hostfile, "# the peers\n127.0.0.4 slots=2   # the third peer\n\n").unwrap();
+    let o = submit(&["-n", "2", "--hostfile", hostfile.to_str().unwrap(), w]);
+    o.assert_ok();
+    assert_eq!(placement(&o.stdout).get(&1).map(String::as_str), Some("127.0.0.4"), "{}", o.stdout);
+    // A host that is not in the grid.
+    let o = submit(&["-n", "2", "-H", "127.0.0.3,127.0.0.99", w]);
+    assert_eq!(o.code(), Some(2), "{}", o.stderr);
+    assert!(o.stderr.contains("host 127.0.0.99 (given with -H/--host or --hostfile) is not a peer"), "{}", o.stderr);
+    // More than the allowed hosts can give: said at once, then -w is waited out.
+    let t = Instant::now();
+    let o = submit(&["-n", "5", "-w", "3", "-H", "127.0.0.3", w]);
+    assert!(!o.status.success(), "{}", o.stderr);
+    assert!(
+        o.stderr.contains("the grid gives 4 process slot(s) on 2 host(s) allowed by -H/--hostfile, the job needs 5"),
+        "{}",
+        o.stderr
+    );
+    assert!(o.stderr.contains("waiting up to 3 s for more peers"), "{}", o.stderr);
+    assert!(t.elapsed() >= Duration::from_secs(2), "-w 3 was not waited out: {:?}", t.elapsed());
+}
+
+/// Issue 18, item 5: `mpistat` names ranks and replicas (not slots), and does not list a
+/// process that ended, even one whose launcher was killed before it could say so.
+#[test]
+fn mpistat_shows_ranks_and_replicas_and_no_finished_process() {
+    let g = TestGrid::start("mpistat", 3, &["--procs", "2"]);
+    g.wait_hosts(1, 2);
+    let w = example("whereami");
+    let m = common::marker("mpistat");
+    let mut job = Command::new(bin("p2pmpirun"))
+        .args(["-n", "3", "-r", "2", w.to_str().unwrap(), "--hold", "60000", &m])
+        .env("P2PMPI_HOME", g.home(1))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // The launcher and six processes, two on every peer (staging a debug build on a loaded
+    // machine may take a while: the bound is the job's).
+    let deadline = Instant::now() + LIMIT;
+    while processes_with(&m).len() < 7 {
+        assert!(Instant::now() < deadline, "the job's processes did not all start");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let mut seen = BTreeSet::new();
+    for peer in 1..=3 {
+        let st = g.on(peer, "mpistat", &[]);
+        st.assert_ok();
+        let ranks: Vec<usize> =
+            st.stdout.lines().filter_map(|l| l.strip_prefix("MPI Rank : ")).map(|r| r.parse().unwrap()).collect();
+        let replicas: Vec<String> =
+            st.stdout.lines().filter_map(|l| l.strip_prefix("Replica : ")).map(str::to_string).collect();
+        assert_eq!(ranks.len(), 2, "peer {peer}: {}", st.stdout);
+        assert_eq!(replicas.len(), 2, "peer {peer}: {}", st.stdout);
+        for (k, j) in ranks.iter().zip(&replicas) {
+            assert!(*k < 3, "a rank, not a slot: {}", st.stdout);
+            assert!(j.ends_with(" of 2"), "{}", st.stdout);
+            assert!(seen.insert((*k, j.clone())), "rank {k} replica {j} twice");
+        }
+    }
+    assert_eq!(seen.len(), 6, "{seen:?}");
+    // The launcher is killed: it never retires rank 0, whose process dies with it.
+    job.kill().unwrap();
+    let _ = job.wait();
+    assert!(wait_no_processes(&m, Duration::from_secs(10)).is_empty(), "processes left behind");
+    for peer in 1..=3 {
+        wait_for(|| {
+            let st = g.on(peer, "mpistat", &[]);
+            st.stdout.contains("No application is running.").then_some(())
+        });
+    }
+}
+
+/// Issue 18, items 3, 5 and 6: `LOG_LEVEL` sets what daemons log and `RUST_LOG` wins over it;
+/// `local-grid stop` stops a peer restarted by hand with `mpiboot`, and one added by hand in
+/// the grid's directory; `mpiboot` says when no supernode answers and still starts.
+#[test]
+fn log_level_restarted_peers_and_a_missing_supernode() {
+    let g = TestGrid::start("logs", 2, &["--procs", "1", "--set", "LOG_LEVEL=warn"]);
+    g.wait_hosts(1, 1);
+    assert!(!g.log(1).contains(" INFO "), "LOG_LEVEL=warn: no INFO line:\n{}", g.log(1));
+    // Peer 2 restarted by hand, RUST_LOG in its environment.
+    g.on(2, "mpihalt", &[]).assert_ok();
+    let boot = run_cmd(
+        Command::new(bin("mpiboot"))
+            .env("P2PMPI_HOME", g.home(2))
+            .env_remove("P2PMPI_CONF_FILE")
+            .env("RUST_LOG", "info"),
+        LIMIT,
+    );
+    boot.assert_ok();
+    assert!(!boot.stderr.contains("no supernode answered"), "the supernode runs: {}", boot.stderr);
+    assert!(g.log(2).contains(" INFO "), "RUST_LOG=info wins over LOG_LEVEL=warn:\n{}", g.log(2));
+    let state: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(g.home(2).join("mpd.json")).unwrap()).unwrap();
+    let pid = state["pid"].as_u64().unwrap() as u32;
+    assert!(p2pmpi_peer::home::pid_alive(pid));
+    // A third peer added by hand in the grid's directory.
+    let home3 = g.dir.join("peer3");
+    std::fs::create_dir_all(&home3).unwrap();
+    let conf =
+        std::fs::read_to_string(g.conf(2)).unwrap().replace("127.0.0.3", "127.0.0.4").replace("/peer2/", "/peer3/");
+    std::fs::write(home3.join("P2P-MPI.conf"), conf).unwrap();
+    g.on_home(&home3, "mpiboot", &[]).assert_ok();
+    let state: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(home3.join("mpd.json")).unwrap()).unwrap();
+    let pid3 = state["pid"].as_u64().unwrap() as u32;
+    let stop =
+        run_cmd(Command::new(bin("p2pmpi")).args(["local-grid", "stop", "--dir", g.dir.to_str().unwrap()]), LIMIT);
+    stop.assert_ok();
+    assert!(stop.stdout.contains("(3 peer(s))"), "{}", stop.stdout);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while p2pmpi_peer::home::pid_alive(pid) || p2pmpi_peer::home::pid_alive(pid3) {
+        assert!(Instant::now() < deadline, "a peer started by hand still runs");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // No supernode now: mpiboot says so on the terminal, and starts all the same.
+    let boot = g.on(2, "mpiboot", &[]);
+    boot.assert_ok();
+    assert!(boot.stderr.contains("mpiboot: warning: no supernode answered"), "{}", boot.stderr);
+    assert!(boot.stdout.contains("MPD started"), "{}", boot.stdout);
+    g.on(2, "mpihalt", &[]).assert_ok();
+}
+
+/// A staging that lasts longer than the reservation hold keeps its reservation: the FT
+/// renews it while content arrives (before, the reservation lapsed under a large staging and
+/// the launch was refused: "no reservation holds this ticket").
+#[test]
+fn a_staging_longer_than_the_reservation_hold_keeps_the_reservation() {
+    let g = TestGrid::start("longstage", 2, &["--procs", "1", "--set", "RESERVATION_HOLD=1500"]);
+    g.wait_hosts(1, 1);
+    let big = g.dir.join("big.bin");
+    {
+        // 24 MiB that do not compress: with the program, a staging of several seconds in a
+        // debug build, while the other steps (hashing, launching) stay well within the hold.
+        // (A release build stages them faster than the hold: the test then proves nothing, and
+        // passes.)
+        let mut f = std::io::BufWriter::new(std::fs::File::create(&big).unwrap());
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        for _ in 0..(24 << 20) / 8 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            f.write_all(&x.to_le_bytes()).unwrap();
+        }
+    }
+    let w = example("whereami");
+    let o = g.run(&["-v", "-n", "2", "-l", big.to_str().unwrap(), w.to_str().unwrap()]);
+    o.assert_ok();
+    assert_eq!(placement(&o.stdout).len(), 2, "{}", o.stdout);
+}

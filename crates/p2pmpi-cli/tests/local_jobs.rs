@@ -177,3 +177,97 @@ fn max_loc_and_min_loc_on_pairs() {
         assert!(o.stdout.contains("OK maxloc"));
     }
 }
+
+/// Issue 18: `-x` sets variables in every process, `--output-filename` writes one file per
+/// rank and stream, and `-v` says why the job runs on this host.
+#[test]
+fn x_variables_and_output_files_on_a_local_run() {
+    let dir = std::env::temp_dir().join(format!("p2pmpi-outfiles-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let w = example("whereami");
+    let o = run_cmd(
+        std::process::Command::new(launcher())
+            .args(["-v", "-n", "2", "-x", "FOO=bar baz", "-x", "FROM_HERE", "--output-filename"])
+            .arg(&dir)
+            .args([w.to_str().unwrap(), "--env", "FOO", "--env", "FROM_HERE"])
+            .env("FROM_HERE", "here")
+            .env("P2PMPI_HOME", "/nonexistent/p2pmpi-local-tests"),
+        T,
+    );
+    o.assert_ok();
+    assert!(
+        o.stderr.contains("running all 2 process(es) on this host: no peer daemon runs here"),
+        "-v says why the job runs here: {}",
+        o.stderr
+    );
+    assert!(!o.stdout.contains("rank "), "the output went to the files: {}", o.stdout);
+    for k in 0..2 {
+        let out = std::fs::read_to_string(dir.join(format!("rank.{k}/stdout"))).unwrap();
+        assert_eq!(out, format!("rank {k} of 2 on local FOO=bar baz FROM_HERE=here\n"));
+        assert!(dir.join(format!("rank.{k}/stderr")).is_file());
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Issue 18: `--timeout` stops the job with a clear message and status 124; no process is
+/// left behind.
+#[test]
+fn timeout_stops_a_local_job() {
+    let m = marker("timeout");
+    let w = example("whereami");
+    let o = run(&["--timeout", "1", "-n", "2", w.to_str().unwrap(), "--hold", "60000", &m], T);
+    assert_eq!(o.code(), Some(124), "stdout:\n{}\nstderr:\n{}", o.stdout, o.stderr);
+    assert!(o.stderr.contains("ran longer than --timeout 1 s"), "{}", o.stderr);
+    assert!(o.elapsed < Duration::from_secs(20), "{:?}", o.elapsed);
+    assert!(wait_no_processes(&m, Duration::from_secs(10)).is_empty(), "processes left behind");
+}
+
+/// Issue 18: a rank that panics is reported as a panic, its rank on every line of the
+/// message (and the message is not printed bare).
+#[test]
+fn a_panicking_rank_is_reported_with_its_rank_on_each_line() {
+    let w = example("whereami");
+    // (Without RUST_BACKTRACE, which adds the program's own report: the test runner sets it.)
+    let o = run_cmd(
+        std::process::Command::new(launcher())
+            .args(["-n", "3", w.to_str().unwrap(), "--panic", "1"])
+            .env("P2PMPI_HOME", "/nonexistent/p2pmpi-local-tests")
+            .env_remove("RUST_BACKTRACE"),
+        T,
+    );
+    assert!(!o.status.success(), "{}", o.stderr);
+    let panic_lines: Vec<&str> =
+        o.stderr.lines().filter(|l| l.contains("boom from rank 1") || l.contains("second line of the panic")).collect();
+    assert_eq!(panic_lines.len(), 2, "{}", o.stderr);
+    for l in &panic_lines {
+        assert!(l.starts_with("p2pmpirun: rank 1: "), "line without its rank: {l:?}\n{}", o.stderr);
+    }
+    assert!(o.stderr.contains("p2pmpirun: rank 1: panicked at "), "{}", o.stderr);
+    assert!(o.stderr.contains("rank 1 panicked; stopping the other processes"), "{}", o.stderr);
+}
+
+/// Issue 18: the mpirun options are checked before anything starts, each error naming its
+/// option; `--oversubscribe` is accepted.
+#[test]
+fn mpirun_options_are_checked_and_oversubscribe_is_accepted() {
+    let w = example("whereami");
+    let w = w.to_str().unwrap();
+    for (args, says) in [
+        (vec!["-x", "P2PMPI_RANK=3"], "-x P2PMPI_RANK=3"),
+        (vec!["-x", "P2PMPI_TEST_SURELY_UNSET"], "-x P2PMPI_TEST_SURELY_UNSET"),
+        (vec!["-x", "NO_SUCH_VAR_FOR_P2PMPI_TESTS"], "NO_SUCH_VAR_FOR_P2PMPI_TESTS is not set here"),
+        (vec!["--collect", "../up.txt"], "--collect ../up.txt"),
+        (vec!["--collect", "/etc/passwd"], "--collect /etc/passwd"),
+        (vec!["--timeout", "0"], "--timeout"),
+        (vec!["-H", "127.0.0.3"], "-H/--host and --hostfile"),
+    ] {
+        let mut all = args.clone();
+        all.extend(["-n", "2", w]);
+        let o = run(&all, T);
+        assert_eq!(o.code(), Some(2), "{all:?} must fail: {}", o.stderr);
+        assert!(o.stderr.contains(says), "{all:?}: {}", o.stderr);
+    }
+    let o = run(&["--oversubscribe", "-n", "3", w], T);
+    o.assert_ok();
+    assert_eq!(o.stdout.lines().count(), 3, "{}", o.stdout);
+}

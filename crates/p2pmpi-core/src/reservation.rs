@@ -321,6 +321,17 @@ impl<K: Clone + Eq + Hash + fmt::Debug> Booking<K> {
         self.answers.values().filter(|a| matches!(a, Some(Answer::Ok { .. }))).count()
     }
 
+    /// Processes the hosts that accepted can run together: the sum of their P.
+    pub fn capacity(&self) -> usize {
+        self.answers
+            .values()
+            .map(|a| match a {
+                Some(Answer::Ok { p }) => *p as usize,
+                _ => 0,
+            })
+            .sum()
+    }
+
     /// Whether `host` was asked by this booking.
     pub fn was_asked(&self, host: &K) -> bool {
         self.answers.contains_key(host)

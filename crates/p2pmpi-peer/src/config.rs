@@ -62,6 +62,7 @@
 //! | `SUPERNODE_PORT` | 9700 | port of a supernode started on this host (0: any free port) |
 //! | `FT_CACHE_MAX` | `1G` | the FT cache keeps at most this many bytes: least recently used entries are evicted after a staging (never one a running staging uses) |
 //! | `FT_FETCH_MAX` | `4G` | largest `http://` input the FT fetches, bytes (≥ 1) |
+//! | `LOG_LEVEL` | `info` | what the daemons log: `error`, `warn`, `info`, `debug`, `trace` or `off`, or directives such as `info,p2pmpi_peer::mpd=debug`; the environment variable `RUST_LOG`, when set, wins |
 
 use std::collections::HashMap;
 use std::fmt;
@@ -176,6 +177,8 @@ pub struct Config {
     pub ft_cache_max: u64,
     /// `FT_FETCH_MAX`: largest `http://` input fetched, bytes (default 4 GiB, at least 1).
     pub ft_fetch_max: u64,
+    /// `LOG_LEVEL`: the daemons' log filter (default none: `info`; `RUST_LOG` wins).
+    pub log_level: Option<String>,
     /// File the values came from (None = built-in defaults).
     pub source: Option<PathBuf>,
 }
@@ -218,6 +221,7 @@ impl Default for Config {
             supernode_port: DEFAULT_SUPERNODE_PORT,
             ft_cache_max: DEFAULT_FT_CACHE_MAX,
             ft_fetch_max: DEFAULT_FT_FETCH_MAX,
+            log_level: None,
             source: None,
         }
     }
@@ -381,6 +385,28 @@ fn host_pattern(e: &str) -> Result<String, String> {
     }
 }
 
+/// A `LOG_LEVEL` value: comma-separated `LEVEL` or `TARGET=LEVEL` directives (the syntax of
+/// `RUST_LOG`, without spans or fields).
+fn log_filter(v: &str) -> Result<String, String> {
+    const LEVELS: [&str; 6] = ["error", "warn", "info", "debug", "trace", "off"];
+    for d in v.split(',').map(str::trim) {
+        let level = match d.rsplit_once('=') {
+            Some((target, level)) => {
+                let ok = !target.is_empty() && target.chars().all(|c| c.is_ascii_alphanumeric() || "_:-".contains(c));
+                if !ok {
+                    return Err(format!("{d:?}: {target:?} is not a module path"));
+                }
+                level
+            }
+            None => d,
+        };
+        if !LEVELS.iter().any(|l| l.eq_ignore_ascii_case(level)) {
+            return Err(format!("{d:?}: the level must be one of error, warn, info, debug, trace, off"));
+        }
+    }
+    Ok(v.to_string())
+}
+
 fn optional(v: &str) -> Option<&str> {
     (!v.is_empty()).then_some(v)
 }
@@ -429,6 +455,7 @@ fn apply(c: &mut Config, key: &str, v: &str) -> Result<bool, String> {
         "SUPERNODE_PORT" => c.supernode_port = port(v)?,
         "FT_CACHE_MAX" => c.ft_cache_max = size(v, 0)?,
         "FT_FETCH_MAX" => c.ft_fetch_max = size(v, 1)?,
+        "LOG_LEVEL" => c.log_level = optional(v).map(log_filter).transpose()?,
         _ => return Ok(false),
     }
     Ok(true)
@@ -575,6 +602,8 @@ impl Config {
         t.push_str("# bytes, or with K, M, G or T.\n");
         t.push_str(&format!("FT_CACHE_MAX={}\n", size_text(self.ft_cache_max)));
         t.push_str(&format!("FT_FETCH_MAX={}\n", size_text(self.ft_fetch_max)));
+        t.push_str("# What the daemons log (error, warn, info, debug, trace; RUST_LOG wins when set).\n");
+        t.push_str(&opt("LOG_LEVEL", self.log_level.clone(), "info"));
         t
     }
 
@@ -682,6 +711,7 @@ mod tests {
             supernode_port: 0,
             ft_cache_max: 3 << 20,
             ft_fetch_max: 12345,
+            log_level: Some("warn,p2pmpi_peer::mpd=debug".into()),
             source: None,
         }
     }
@@ -717,7 +747,8 @@ mod tests {
             GRID_SECRET= the secret = # phrase \nPEER_TTL=5000\nALIVE_PERIOD=1001\nCACHE_REFRESH=1002\n\
             PING_PERIOD=2000\nRESERVE_TIMEOUT=1500\nRESERVATION_HOLD=7\nSTAGING_FANOUT=2\nSUPERNODE_PORT=0\n\
             FT_CACHE_MAX=3m\nFT_FETCH_MAX=12345\nK_MONITORS=3\nT_HB=7\nT_TO=9\n\
-            T_HB_WIDE=300\nT_TO_WIDE=3000\nWIDE_REFUSALS=5\n";
+            T_HB_WIDE=300\nT_TO_WIDE=3000\nWIDE_REFUSALS=5\n\
+            LOG_LEVEL=warn,p2pmpi_peer::mpd=debug\n";
         assert_eq!(parse_ok(text), non_default());
         assert_eq!(non_default().peer_cache_path(), PathBuf::from("/var/tmp/pc.json"));
         let c = parse_ok("SUPERNODE=\nVISU_PROXY=\nHOST_DENY=\nEXTERNAL_IP=\nPEER_CACHE=");
@@ -775,6 +806,9 @@ mod tests {
         assert_eq!(parse_ok("T_HB_WIDE=\nT_TO_WIDE=").t_to_wide_ms, None);
         let c = parse_ok("T_HB_WIDE=250\nT_TO_WIDE=2500");
         assert_eq!((c.t_hb_wide_ms, c.t_to_wide_ms, c.wide_refusals), (Some(250), Some(2500), 3));
+        assert_eq!(err_at("\n\nLOG_LEVEL=loud"), (3, "LOG_LEVEL".into()));
+        assert_eq!(err_at("LOG_LEVEL=info,=debug"), (1, "LOG_LEVEL".into()));
+        assert_eq!(parse_ok("LOG_LEVEL=DEBUG").log_level.as_deref(), Some("DEBUG"));
         assert_eq!(parse_ok("EXTERNAL_IP=::1").external_ip, Some(IpAddr::from(Ipv6Addr::LOCALHOST)));
         for p in [GossipProtocol::Brr, GossipProtocol::Dbrr] {
             assert_eq!(p.to_string().to_lowercase().parse::<GossipProtocol>(), Ok(p));

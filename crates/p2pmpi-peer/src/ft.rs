@@ -78,7 +78,7 @@ use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tracing::{info, warn};
@@ -442,12 +442,17 @@ fn staging(
     }
     conn.send(&FtResponse::Need(need.clone())).map_err(drop_err)?;
 
-    // Content, in order, then Done.
+    // Content, in order, then Done. The reservation is renewed with every chunk: a staging
+    // longer than RESERVATION_HOLD does not lose it.
+    let lapsed = || refuse("the reservation lapsed during the staging".into());
     let mut cur = 0usize;
     let mut incoming: Option<Incoming> = None;
     loop {
         match conn.recv::<FtRequest>().map_err(drop_err)? {
             Some(FtRequest::Chunk { index, data }) => {
+                if !(ctx.check_ticket)(ticket, job) {
+                    return Err(lapsed());
+                }
                 while need.get(cur) != Some(&index) {
                     if cur >= need.len() {
                         return Err(refuse(format!("content for file index {index} was not asked for")));
@@ -475,6 +480,9 @@ fn staging(
     while cur < need.len() {
         finish(ctx, &files[need[cur] as usize], incoming.take())?;
         cur += 1;
+    }
+    if !(ctx.check_ticket)(ticket, job) {
+        return Err(lapsed());
     }
 
     // Everything verified: fetch, then install.
@@ -743,7 +751,24 @@ pub fn stage_cancellable(
     timeout: Duration,
     cancel: &Canceller,
 ) -> Result<StageReport> {
-    stage_inner(addr, secret, ticket, job, files, metas, timeout, cancel)
+    stage_counted(addr, secret, ticket, job, files, metas, timeout, cancel, &AtomicU64::new(0))
+}
+
+/// [`stage_cancellable`], adding to `sent` the bytes of file content as they are sent (for a
+/// progress display).
+#[allow(clippy::too_many_arguments)]
+pub fn stage_counted(
+    addr: SocketAddr,
+    secret: &GridSecret,
+    ticket: Ticket,
+    job: &str,
+    files: &[LocalFile],
+    metas: &[FileMeta],
+    timeout: Duration,
+    cancel: &Canceller,
+    sent: &AtomicU64,
+) -> Result<StageReport> {
+    stage_inner(addr, secret, ticket, job, files, metas, timeout, cancel, sent)
         .map_err(|e| anyhow!("staging to {addr} failed: {e:#}"))
 }
 
@@ -760,6 +785,7 @@ fn stage_inner(
     metas: &[FileMeta],
     timeout: Duration,
     cancel: &Canceller,
+    sent: &AtomicU64,
 ) -> Result<StageReport> {
     if files.len() != metas.len() || files.iter().zip(metas).any(|(f, m)| f.name() != m.name) {
         bail!("the file descriptions do not match the files");
@@ -780,7 +806,7 @@ fn stage_inner(
         }
         last = Some(i);
     }
-    if let Err(e) = send_content(&mut conn, files, &need) {
+    if let Err(e) = send_content(&mut conn, files, &need, sent) {
         // The peer may have said why it stopped reading.
         if let Ok(Some(FtResponse::Error(msg))) = conn.recv::<FtResponse>() {
             bail!("the peer refused: {msg}");
@@ -797,7 +823,7 @@ fn stage_inner(
     }
 }
 
-fn send_content(conn: &mut SecureConn, files: &[LocalFile], need: &[u32]) -> Result<()> {
+fn send_content(conn: &mut SecureConn, files: &[LocalFile], need: &[u32], sent: &AtomicU64) -> Result<()> {
     let mut buf = vec![0u8; CHUNK_SIZE];
     for &i in need {
         let LocalFile::Path { name, path, .. } = &files[i as usize] else { bail!("the peer asked for a URL file") };
@@ -808,6 +834,7 @@ fn send_content(conn: &mut SecureConn, files: &[LocalFile], need: &[u32]) -> Res
                 break;
             }
             conn.send(&FtRequest::Chunk { index: i, data: buf[..n].to_vec() })?;
+            sent.fetch_add(n as u64, Ordering::Relaxed);
             if n < buf.len() {
                 break;
             }

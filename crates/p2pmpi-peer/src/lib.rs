@@ -5,12 +5,14 @@
 //! * [`mpd`]: the peer daemon — MPD (membership, cached host list, latency, reservation
 //!   coordination, launch), hosting the [`rs`] (reservation) and [`ft`] (file transfer)
 //!   services.
+//! * [`collect`]: which files of a job directory `p2pmpirun --collect` brings back.
 //! * [`os`]: the process-level system calls std lacks (signals, session, parent death),
 //!   behind safe functions.
 
 // Unsafe code is confined to the modules that make system calls std does not offer.
 #![deny(unsafe_code)]
 
+pub mod collect;
 #[allow(unsafe_code, reason = "getpwuid_r: the account's home directory")]
 pub mod config;
 pub mod ft;

@@ -305,7 +305,7 @@ impl Mpd {
 
     /// Discovery and reservation for a local submitter (thesis §3.3.2, figure 3.4).
     fn reserve(&self, conn: &mut SecureConn, ask: Ask<'_>) -> Result<()> {
-        let Ask { n, r, strategy, wait_ms, app, exclude } = ask;
+        let Ask { n, r, strategy, wait_ms, app, exclude, only } = ask;
         let strategy: Strategy = match strategy.parse() {
             Ok(s) => s,
             Err(e) => {
@@ -321,6 +321,24 @@ impl Mpd {
         let mut ticket = Ticket(home::random_u128());
         let deadline = Instant::now() + Duration::from_millis(wait_ms);
         let mut booking = Booking::new(n, r, strategy, self.me.id.clone());
+        // `-H`/`--hostfile`: the hosts that may be reserved (by address, host name, or a
+        // name that resolves to the address), this one aside.
+        let allowed: HashSet<String> = only
+            .iter()
+            .flat_map(|h| {
+                use std::net::ToSocketAddrs;
+                let mut names = vec![h.clone()];
+                names.extend((h.as_str(), 0).to_socket_addrs().into_iter().flatten().map(|a| a.ip().to_string()));
+                names
+            })
+            .collect();
+        let permitted = |id: &PeerId| {
+            allowed.is_empty()
+                || allowed.contains(&id.ip)
+                || self.cache.lock().get(id).is_some_and(|e| allowed.contains(&e.info.name))
+        };
+        // Said once: what the grid gave against what the job needs.
+        let mut told_short = false;
         // Hosts that did not answer, not asked again by a later round of this reservation.
         let mut gone: Vec<PeerId> = Vec::new();
         let want = booking_count(n, r);
@@ -337,9 +355,9 @@ impl Mpd {
                 self.refresh();
             }
             let mut candidates = vec![self.me.id.clone()];
-            candidates.extend(
-                self.cache.lock().ranked().into_iter().filter(|id| !exclude.contains(id) && !gone.contains(id)),
-            );
+            let ranked = self.cache.lock().ranked();
+            candidates
+                .extend(ranked.into_iter().filter(|id| !exclude.contains(id) && !gone.contains(id) && permitted(id)));
             let ask = booking.next_requests(&candidates);
             if !ask.is_empty() {
                 let (tx, rx) = channel();
@@ -396,11 +414,16 @@ impl Mpd {
                                 format!("this host's RS refused the job: {}", self.gate_refusal())
                             }
                             BookingError::Infeasible(why) => format!(
-                                "not enough peers after waiting {:.0} s: {} host(s) accepted ({} known, {} did not \
-                                 answer, {} busy); {why}",
+                                "not enough peers after waiting {:.0} s: {} host(s) accepted ({} known{}, {} did \
+                                 not answer, {} busy); {why}",
                                 wait_ms as f64 / 1000.0,
                                 booking.accepted(),
                                 self.cache.lock().len() + 1,
+                                if only.is_empty() {
+                                    String::new()
+                                } else {
+                                    format!(", {} allowed by -H/--hostfile", candidates.len())
+                                },
                                 booking.dead().len(),
                                 booking.refused().len(),
                             ),
@@ -423,7 +446,17 @@ impl Mpd {
                         let _ = conn.send(&MpdResponse::Progress { accepted: 0, needed: (n * r) as u32, asked: 0 });
                         continue;
                     }
-                    // Wait for new peers: ask the supernodes again shortly.
+                    // Every candidate answered and the grid falls short: say so once, then wait
+                    // for new peers (ask the supernodes again shortly).
+                    if !told_short && booking.pending().is_empty() && candidates.iter().all(|c| booking.was_asked(c)) {
+                        told_short = true;
+                        let _ = conn.send(&MpdResponse::Short {
+                            hosts: booking.accepted() as u32,
+                            slots: booking.capacity() as u32,
+                            needed: (n * r) as u32,
+                            left_ms: deadline.saturating_duration_since(Instant::now()).as_millis() as u64,
+                        });
+                    }
                     let pause = Duration::from_millis(250).min(deadline.saturating_duration_since(Instant::now()));
                     std::thread::sleep(pause);
                     self.refresh();
@@ -462,6 +495,8 @@ struct Ask<'a> {
     app: &'a str,
     /// Hosts not to ask (the submitter gave up on them).
     exclude: &'a [PeerId],
+    /// The only hosts that may be asked besides this one (`-H`/`--hostfile`; empty: any).
+    only: &'a [String],
 }
 
 /// Runs a peer daemon in the foreground until `mpihalt`.
@@ -685,19 +720,24 @@ impl Mpd {
                         .collect();
                     MpdResponse::Hosts { me: self.me.id.clone(), hosts }
                 }
-                MpdRequest::Stat => MpdResponse::Stat {
-                    me: self.me.id.clone(),
-                    version: VERSION.into(),
-                    apps: self.apps.lock().clone(),
-                },
+                MpdRequest::Stat => {
+                    // A process that ended is no longer shown, however it ended (a submitter
+                    // interrupted before it could retire its rank 0, say).
+                    self.apps.lock().retain(|a| home::pid_alive(a.pid));
+                    MpdResponse::Stat {
+                        me: self.me.id.clone(),
+                        version: VERSION.into(),
+                        apps: self.apps.lock().clone(),
+                    }
+                }
                 MpdRequest::Halt => {
                     info!("halt requested from {peer}");
                     self.halting.store(true, Ordering::SeqCst);
                     MpdResponse::Halting
                 }
-                MpdRequest::Reserve { n, r, strategy, wait_ms, app, exclude } => {
+                MpdRequest::Reserve { n, r, strategy, wait_ms, app, exclude, only } => {
                     let _ = conn.set_read_timeout(None);
-                    let ask = Ask { n, r, strategy: &strategy, wait_ms, app: &app, exclude: &exclude };
+                    let ask = Ask { n, r, strategy: &strategy, wait_ms, app: &app, exclude: &exclude, only: &only };
                     if let Err(e) = self.reserve(&mut conn, ask) {
                         warn!("reservation for {app}: the submitter went away: {e:#}");
                     }
@@ -760,6 +800,21 @@ impl Mpd {
             Err(e) => return refuse(format!("{e:#}")),
         };
         info!("launching {} rank(s) {:?} of {} (job {}) for {peer}", spec.ranks.len(), spec.ranks, spec.app, spec.job);
+        for (k, _) in &spec.env {
+            if k.is_empty() || k.contains('=') || k.contains('\0') {
+                return refuse(format!("invalid environment variable name {k:?}"));
+            }
+        }
+        // What the job directory holds before the processes run (staged files): not collected
+        // unless they change it.
+        let before = if spec.collect.is_empty() { HashMap::new() } else { crate::collect::snapshot(&dir) };
+        let replicas = spec
+            .env
+            .iter()
+            .find(|(k, _)| k == "P2PMPI_REPLICAS")
+            .and_then(|(_, v)| v.parse::<u32>().ok())
+            .unwrap_or(1)
+            .max(1);
         let mut children = Vec::new();
         for &rank in &spec.ranks {
             let mut cmd = Command::new(&program);
@@ -800,6 +855,7 @@ impl Mpd {
                 app: spec.app.clone(),
                 job: spec.job.clone(),
                 rank: *rank,
+                replicas,
                 pid: c.id(),
                 root: spec.root.clone(),
             });
@@ -833,6 +889,7 @@ impl Mpd {
                 }
             });
         }
+        let job = &spec.job;
         std::thread::scope(|s| {
             for (rank, mut child) in children {
                 let writer = writer.clone();
@@ -847,15 +904,67 @@ impl Mpd {
                         Ok(st) => (st.code(), st.signal()),
                         Err(_) => (None, Some(libc::SIGKILL)),
                     };
+                    // `mpistat` shows running processes only.
+                    self.apps.lock().retain(|a| !(a.job == *job && a.rank == rank));
                     let _ = writer.lock().send(&JobEvent::Exited { rank, code, signal });
                 });
             }
         });
+        if !spec.collect.is_empty() {
+            self.send_collected(&writer, &dir, &spec.collect, &before);
+        }
         done.store(true, Ordering::SeqCst);
         // Released before the submitter sees the end: the host is free once it does.
         drop(claim);
         writer.lock().shutdown();
         info!("job {} of {} ended here", spec.job, spec.app);
+    }
+
+    /// `--collect`: sends the files of the job directory that match `patterns` and that the
+    /// processes wrote, before the directory is removed.
+    fn send_collected(
+        &self,
+        writer: &Mutex<SecureWriter>,
+        dir: &std::path::Path,
+        patterns: &[String],
+        before: &HashMap<String, crate::collect::Stamp>,
+    ) {
+        const CHUNK: usize = 256 << 10;
+        for p in patterns {
+            if let Err(why) = crate::collect::check_pattern(p) {
+                let _ = writer.lock().send(&JobEvent::NotCollected { name: p.clone(), why });
+            }
+        }
+        let files = crate::collect::find(dir, patterns, before);
+        info!("sending {} collected file(s) to the submitter", files.len());
+        for (name, path) in files {
+            let mut f = match std::fs::File::open(&path) {
+                Ok(f) => f,
+                Err(e) => {
+                    let _ = writer.lock().send(&JobEvent::NotCollected { name, why: e.to_string() });
+                    continue;
+                }
+            };
+            let mut buf = vec![0u8; CHUNK];
+            loop {
+                let got = match read_full(&mut f, &mut buf) {
+                    Ok(k) => k,
+                    Err(e) => {
+                        let _ = writer.lock().send(&JobEvent::NotCollected { name: name.clone(), why: e.to_string() });
+                        break;
+                    }
+                };
+                let last = got < CHUNK;
+                let ev = JobEvent::Collected { name: name.clone(), data: buf[..got].to_vec(), last };
+                if writer.lock().send(&ev).is_err() {
+                    warn!("the submitter went away while files were collected");
+                    return;
+                }
+                if last {
+                    break;
+                }
+            }
+        }
     }
 
     /// Cancels a reservation held here (unused, or a job's at its end). Jobs staged for it
@@ -962,6 +1071,20 @@ fn pump(
             }
         }
     })
+}
+
+/// Reads until `buf` is full or the file ends; how much was read.
+fn read_full(f: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        match f.read(&mut buf[got..]) {
+            Ok(0) => break,
+            Ok(k) => got += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(got)
 }
 
 /// Reads the state of the peer daemon running for `home`, if it is alive.

@@ -119,6 +119,7 @@ fn spec(ticket: Ticket, job: &str, program: &str, ranks: Vec<u32>) -> LaunchSpec
         root: "127.0.0.1:1".into(),
         job_key: p2pmpi_wire::auth::JobKey::from_bytes([7; 32]),
         env: vec![],
+        collect: vec![],
     }
 }
 

@@ -167,8 +167,13 @@ pub struct LaunchSpec {
     /// other. It travels only inside the Noise session of the launch request, and reaches the
     /// processes in their environment.
     pub job_key: crate::auth::JobKey,
-    /// Extra environment for the processes.
+    /// Extra environment for the processes (`p2pmpirun -x`, and the launcher's own).
     pub env: Vec<(String, String)>,
+    /// `p2pmpirun --collect`: patterns (relative to the job directory, `*` and `?` within a
+    /// name, `**` for any depth) of files the processes wrote, sent back to the submitter as
+    /// [`JobEvent::Collected`] once every process here ended, before the job directory is
+    /// removed.
+    pub collect: Vec<String>,
 }
 
 /// One running MPI process, as `mpistat` shows it.
@@ -176,7 +181,10 @@ pub struct LaunchSpec {
 pub struct AppProcess {
     pub app: String,
     pub job: String,
+    /// The process's slot: rank k's replica j is slot k·R + j (with R = `replicas`).
     pub rank: u32,
+    /// Replicas per rank of its job (1: no replication).
+    pub replicas: u32,
     pub pid: u32,
     /// Root process address (the submitter's control port).
     pub root: String,
@@ -215,7 +223,9 @@ pub enum MpdRequest {
     /// `strategy`, retrying up to `wait_ms`, never on the hosts of `exclude` (the submitter
     /// gave up on them: they stopped answering during an earlier start-up). The MPD answers
     /// with `Progress` records, then `Reserved` or `Failed`.
-    Reserve { n: u32, r: u32, strategy: String, wait_ms: u64, app: String, exclude: Vec<PeerId> },
+    /// With `only` not empty (`p2pmpirun -H`/`--hostfile`), only those hosts (addresses or
+    /// host names) may be reserved besides this one, which runs rank 0.
+    Reserve { n: u32, r: u32, strategy: String, wait_ms: u64, app: String, exclude: Vec<PeerId>, only: Vec<String> },
     /// From the local submitter: give back reservations (unused, or a job that ended).
     Release { ticket: Ticket, peers: Vec<PeerInfo> },
     /// Start processes for a job; the connection then carries [`JobEvent`]s until every
@@ -254,6 +264,15 @@ pub enum MpdResponse {
         placements: Vec<Placement>,
     },
     Failed(String),
+    /// Reservation: every host known was asked and the grid cannot give what the job needs:
+    /// `hosts` hosts accepted, together able to run `slots` processes, against `needed`. The
+    /// MPD keeps asking (new peers may join) for `left_ms` more.
+    Short {
+        hosts: u32,
+        slots: u32,
+        needed: u32,
+        left_ms: u64,
+    },
 }
 
 /// Events of a launched job, from the remote MPD to the submitter.
@@ -276,6 +295,19 @@ pub enum JobEvent {
         rank: u32,
         code: Option<i32>,
         signal: Option<i32>,
+    },
+    /// A file collected from the job directory (`LaunchSpec::collect`), in chunks: `name` is
+    /// its path relative to the job directory, `data` the next chunk, `last` ends the file.
+    /// Sent after every process here ended.
+    Collected {
+        name: String,
+        data: Vec<u8>,
+        last: bool,
+    },
+    /// A file that matched a `collect` pattern but could not be sent (why).
+    NotCollected {
+        name: String,
+        why: String,
     },
 }
 
@@ -305,7 +337,8 @@ mod tests {
             size: 3,
             root: "127.0.0.1:1".into(),
             job_key: crate::auth::JobKey::from_bytes([5; 32]),
-            env: vec![],
+            env: vec![("FOO".into(), "bar".into())],
+            collect: vec!["out/*.txt".into()],
         });
         let b = postcard::to_allocvec(&m).unwrap();
         assert_eq!(postcard::from_bytes::<MpdRequest>(&b).unwrap(), m);

@@ -98,13 +98,45 @@ impl Drop for Universe {
     fn drop(&mut self) {
         if std::thread::panicking() {
             // A panicking rank cannot take part in the finalization handshake (its peers may
-            // be waiting for it in a collective): stop the job instead of waiting forever.
-            abandon("the process panicked");
+            // be waiting for it in a collective): stop the job instead of waiting forever. The
+            // launcher is told the panic's message, and shows it with the rank on each line.
+            let text = PANIC_TEXT.lock().take();
+            abandon(text.as_deref().unwrap_or("the process panicked"));
             return;
         }
         self.detach_buffer();
         finalize();
     }
+}
+
+/// The message of a panic of the thread that initialized the library, kept by the panic hook
+/// for the launcher ([`install_panic_hook`]).
+static PANIC_TEXT: Mutex<Option<String>> = Mutex::new(None);
+
+/// While the library runs under a launcher, a panic of the thread that initialized it is not
+/// printed here: its message goes to the launcher with the abort (when the [`Universe`] is
+/// dropped by the unwinding), which prints it with the rank on each line. Other threads'
+/// panics, and panics before initialization or after finalization, print as usual; with
+/// `RUST_BACKTRACE` set the usual report (with its backtrace) is printed too.
+fn install_panic_hook() {
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let ours = INIT_THREAD.get() == Some(&std::thread::current().id());
+        if !ours || STATE.load(Ordering::SeqCst) != RUNNING {
+            return previous(info);
+        }
+        let payload = info.payload();
+        let msg = payload
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "Box<dyn Any>".into());
+        let at = info.location().map(|l| format!(" at {}:{}:{}", l.file(), l.line(), l.column())).unwrap_or_default();
+        *PANIC_TEXT.lock() = Some(format!("panicked{at}:\n{msg}"));
+        if std::env::var_os("RUST_BACKTRACE").is_some_and(|v| v != "0") {
+            previous(info);
+        }
+    }));
 }
 
 /// Gives up the communication layer without the finalization handshake and asks the
@@ -151,6 +183,7 @@ pub fn initialize_with_threading(threading: Threading) -> Option<(Universe, Thre
         }
     };
     OWN_RANK.store(boot.rank, Ordering::SeqCst);
+    install_panic_hook();
     crate::random::set_job_seed(boot.key.seed("random"));
     #[cfg(feature = "failpoints")]
     arm_failpoints(boot.slot);
