@@ -56,6 +56,36 @@ pub enum SnRequest {
     List,
     /// Stop the supernode (`stopSupernode`).
     Stop,
+    /// Attach this connection to the JEL registry the supernode hosts (SPEC §14): from now
+    /// on it carries the pool's records ([`JelRecord`]), no more supernode requests.
+    Jel(JelHello),
+}
+
+/// The opening record of a JEL connection (SPEC §14): to a registry (inside
+/// [`SnRequest::Jel`]) or to another member of the pool.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JelHello {
+    /// The pool's name.
+    pub pool: String,
+    /// Where the sender listens (its identity in the JEL cores); for a command that only
+    /// asks, its connection's local address.
+    pub addr: std::net::SocketAddr,
+    /// To a registry: the parameters of the pool, used if this hello creates it (a pool
+    /// that exists must have the same dissemination strategy).
+    pub config: Option<p2pmpi_core::jel::central::Config>,
+}
+
+/// What follows a [`JelHello`] on a JEL connection.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum JelRecord {
+    /// (registry → member) the answer to the hello: attached, or why not.
+    Attached(Result<(), String>),
+    /// One message of a JEL core, in the core's own encoding
+    /// (`p2pmpi_core::jel::central::encode` or `…::distributed::encode`).
+    Msg(Vec<u8>),
+    /// (registry → member) the last record before the registry closes the connection: why
+    /// (the member was declared dead).
+    Closed(String),
 }
 
 /// Answers of a supernode.
