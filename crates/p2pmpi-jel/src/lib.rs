@@ -81,7 +81,7 @@ pub use p2pmpi_wire::grid::JelHello;
 pub use p2pmpi_wire::secure::GridSecret;
 
 use member::{Core, Driver, Sink};
-use p2pmpi_wire::grid::{JelRecord, SnRequest};
+use p2pmpi_wire::grid::{JelRecord, SnRequest, SnResponse};
 use p2pmpi_wire::secure::SecureConn;
 use std::fmt;
 use std::net::{IpAddr, SocketAddr, TcpListener};
@@ -118,8 +118,10 @@ pub enum Implementation {
     /// `config` creates the pool if this member is its first; a pool that exists must use
     /// the same dissemination strategy.
     Central { registry: SocketAddr, config: central::Config },
-    /// Among the members, starting from any of `bootstrap` (empty for the first member).
-    Distributed { bootstrap: Vec<SocketAddr>, config: distributed::Config },
+    /// Among the members, starting from any of `bootstrap` (empty for the first member)
+    /// and, with a `rendezvous` (a supernode or registry), from the last members that
+    /// joined through it (this member is added to them).
+    Distributed { bootstrap: Vec<SocketAddr>, rendezvous: Option<SocketAddr>, config: distributed::Config },
 }
 
 /// How to join.
@@ -157,7 +159,11 @@ impl Options {
     /// elections.
     pub fn distributed(pool: &str, secret: GridSecret, bootstrap: Vec<SocketAddr>) -> Options {
         Options {
-            implementation: Implementation::Distributed { bootstrap, config: distributed::Config::default() },
+            implementation: Implementation::Distributed {
+                bootstrap,
+                rendezvous: None,
+                config: distributed::Config::default(),
+            },
             consistency: Consistency::WEAK,
             ..Options::central(pool, secret, SocketAddr::from(([127, 0, 0, 1], 0)))
         }
@@ -285,7 +291,9 @@ impl Pool {
     fn start(opts: Options, sink: Sink, events: Receiver<Notice>) -> Result<Pool, Error> {
         let target = match &opts.implementation {
             Implementation::Central { registry, .. } => Some(*registry),
-            Implementation::Distributed { bootstrap, .. } => bootstrap.first().copied(),
+            Implementation::Distributed { bootstrap, rendezvous, .. } => {
+                bootstrap.first().or(rendezvous.as_ref()).copied()
+            }
         };
         let listener = TcpListener::bind(opts.bind)?;
         let mut addr = listener.local_addr()?;
@@ -303,7 +311,14 @@ impl Pool {
                 let core = central::Client::new(id, addr, registry, config, opts.consistency, seed);
                 Pool::drive(core, &opts, addr, Some(registry), Some(config), local, listener, sink, ready_tx)
             }
-            Implementation::Distributed { bootstrap, config } => {
+            Implementation::Distributed { mut bootstrap, rendezvous, config } => {
+                if let Some(r) = rendezvous {
+                    for a in seeds(r, &opts.secret, &opts.pool, Some(addr), opts.connect_timeout)? {
+                        if a != addr && !bootstrap.contains(&a) {
+                            bootstrap.push(a);
+                        }
+                    }
+                }
                 let core = distributed::Node::new(id, addr, bootstrap, config, opts.consistency, seed)?;
                 Pool::drive(core, &opts, addr, None, None, local, listener, sink, ready_tx)
             }
@@ -479,6 +494,24 @@ pub fn list(
             }
             _ => return Err(Error::Registry(pool.into(), "the registry closed the connection".into())),
         }
+    }
+}
+
+/// Asks the rendezvous at `registry` for the last members of the distributed pool `pool`
+/// (most recent first); `me`, if given, is added to them.
+pub fn seeds(
+    registry: SocketAddr,
+    secret: &GridSecret,
+    pool: &str,
+    me: Option<SocketAddr>,
+    timeout: Duration,
+) -> Result<Vec<SocketAddr>, Error> {
+    let err = |e: p2pmpi_wire::secure::SecureError| Error::Registry(pool.into(), e.to_string());
+    let mut c = SecureConn::connect(registry, secret, timeout).map_err(err)?;
+    c.set_read_timeout(Some(timeout))?;
+    match c.call::<_, SnResponse>(&SnRequest::JelSeeds { pool: pool.to_string(), addr: me }).map_err(err)? {
+        SnResponse::JelSeeds(v) => Ok(v),
+        other => Err(Error::Registry(pool.into(), format!("unexpected answer {other:?}"))),
     }
 }
 

@@ -13,10 +13,10 @@
 use crate::net::{self, Acceptor, MAX_QUEUED};
 use p2pmpi_core::jel::central::{self, Dissemination, Message, Server};
 use p2pmpi_core::jel::{Action, Addr, Event, MemberId};
-use p2pmpi_wire::grid::{JelHello, JelRecord, SnRequest};
+use p2pmpi_wire::grid::{JelHello, JelRecord, SnRequest, SnResponse};
 use p2pmpi_wire::secure::{GridSecret, SecureConn};
 use parking_lot::Mutex;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::net::{SocketAddr, TcpListener};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, SyncSender, TrySendError};
 use std::sync::Arc;
@@ -38,7 +38,14 @@ struct Slot {
 #[derive(Clone, Default)]
 pub struct Registry {
     pools: Arc<Mutex<HashMap<String, Slot>>>,
+    /// Distributed pools: the last members that asked for seeds.
+    seeds: Arc<Mutex<HashMap<String, VecDeque<Addr>>>>,
 }
+
+/// Seeds kept per distributed pool (the most recent).
+pub const SEEDS: usize = 16;
+/// Distributed pools whose seeds are kept, at most (the oldest forgotten).
+const SEED_POOLS: usize = 4096;
 
 impl std::fmt::Debug for Registry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -59,6 +66,27 @@ impl Registry {
         let mut v: Vec<String> = self.pools.lock().keys().cloned().collect();
         v.sort();
         v
+    }
+
+    /// A rendezvous of the distributed implementation (nothing of the pool is served here):
+    /// the last [`SEEDS`] members of `pool` that asked, most recent first; `addr` is added.
+    pub fn seeds(&self, pool: &str, addr: Option<Addr>) -> Vec<Addr> {
+        let mut all = self.seeds.lock();
+        if !all.contains_key(pool) && all.len() >= SEED_POOLS {
+            if let Some(k) = all.keys().next().cloned() {
+                all.remove(&k);
+            }
+        }
+        let list = all.entry(pool.to_string()).or_default();
+        let out: Vec<Addr> = list.iter().rev().copied().collect();
+        if let Some(a) = addr {
+            list.retain(|x| *x != a);
+            list.push_back(a);
+            if list.len() > SEEDS {
+                list.pop_front();
+            }
+        }
+        out
     }
 
     /// Serves one member's connection whose hello was read (blocks until it ends).
@@ -271,6 +299,9 @@ pub fn serve(listener: TcpListener, secret: GridSecret) -> std::io::Result<Regis
         let _ = conn.set_read_timeout(Some(net::OPEN_TIMEOUT));
         match conn.recv::<SnRequest>() {
             Ok(Some(SnRequest::Jel(hello))) => r.serve_conn(conn, hello),
+            Ok(Some(SnRequest::JelSeeds { pool, addr })) => {
+                let _ = conn.send(&SnResponse::JelSeeds(r.seeds(&pool, addr)));
+            }
             Ok(Some(_)) => debug!("jel registry: {peer} sent a request that is not for a pool: closed"),
             Ok(None) => {}
             Err(e) => debug!("jel registry: {peer}: {e}"),

@@ -176,23 +176,24 @@ fn the_registry_survives_garbage_and_handshake_floods() {
 #[test]
 fn distributed_pool_joins_leaves_and_converges_on_one_winner() {
     let secret = secret();
+    // Members 0..3 bootstrap through the registry's rendezvous, 3 and 4 from a given address.
+    let reg = p2pmpi_jel::serve_registry("127.0.0.1:0".parse().unwrap(), secret.clone()).unwrap();
     let mk = |i: u8, boot: Vec<SocketAddr>| {
-        let mut o = Options::distributed("d", secret.clone(), boot).with_bind(bind(60 + i));
-        o.implementation = p2pmpi_jel::Implementation::Distributed {
-            bootstrap: match &o.implementation {
-                p2pmpi_jel::Implementation::Distributed { bootstrap, .. } => bootstrap.clone(),
-                _ => unreachable!(),
-            },
-            config: fast_distributed(),
-        };
+        let mut o = Options::distributed("d", secret.clone(), boot.clone()).with_bind(bind(60 + i));
+        if let p2pmpi_jel::Implementation::Distributed { config, rendezvous, .. } = &mut o.implementation {
+            *config = fast_distributed();
+            if boot.is_empty() {
+                *rendezvous = Some(reg.addr);
+            }
+        }
         Pool::join(o).unwrap()
     };
-    let first = mk(0, Vec::new());
-    let mut members = vec![first];
-    for i in 1..5u8 {
-        let boot = vec![members[(i as usize - 1) / 2].addr()];
+    let mut members: Vec<Pool> = Vec::new();
+    for i in 0..5u8 {
+        let boot = if i < 3 { Vec::new() } else { vec![members[i as usize - 2].addr()] };
         members.push(mk(i, boot));
     }
+    assert_eq!(reg.registry.seeds("d", None), [members[2].addr(), members[1].addr(), members[0].addr()]);
     let ids: HashSet<MemberId> = members.iter().map(|m| m.id()).collect();
     let mut seen: Vec<Vec<Notice>> = vec![Vec::new(); members.len()];
     for (i, m) in members.iter().enumerate() {

@@ -59,6 +59,10 @@ pub enum SnRequest {
     /// Attach this connection to the JEL registry the supernode hosts (SPEC §14): from now
     /// on it carries the pool's records ([`JelRecord`]), no more supernode requests.
     Jel(JelHello),
+    /// A rendezvous for the distributed JEL implementation: the last members of `pool` that
+    /// asked (answered by [`SnResponse::JelSeeds`]); `addr`, where the asker listens, is
+    /// added to them.
+    JelSeeds { pool: String, addr: Option<std::net::SocketAddr> },
 }
 
 /// The opening record of a JEL connection (SPEC §14): to a registry (inside
@@ -96,6 +100,8 @@ pub enum SnResponse {
     UnknownPeer,
     Hosts(Vec<HostEntry>),
     Error(String),
+    /// Members of a distributed JEL pool to bootstrap from (most recent first).
+    JelSeeds(Vec<std::net::SocketAddr>),
 }
 
 /// A reservation ticket: unique key created by the submitter's RS.
