@@ -171,10 +171,7 @@ fn central_pool_joins_kill9_reelection_and_sigterm_leave() {
     assert_eq!(ended.code, 0, "{}", ended.text);
     assert!(!b.out().contains(&format!("died {}", c.id)));
     let list = run_cmd(&mut sn.cmd(&["pool", "list", "work"]), LIMIT);
-    assert_eq!(
-        list.stdout.lines().map(|l| l.split(' ').next().unwrap().to_string()).collect::<Vec<_>>(),
-        [b.id.clone()]
-    );
+    assert_eq!(list.stdout.lines().map(|l| l.split(' ').next().unwrap()).collect::<Vec<_>>(), [b.id.as_str()]);
     assert_lines_well_formed(&b);
     b.term();
     assert_eq!(b.job.end(LIMIT).code, 0);
@@ -276,4 +273,55 @@ fn the_supernode_keeps_serving_pools_after_garbage() {
         })
         .collect();
     assert!(mine[&b.id].starts_with("127.0.5.2:"), "{mine:?}");
+}
+
+/// The master-worker example (`p2pmpi-examples/examples/jel_master_worker.rs`): a worker
+/// killed while it works has its tasks redone, a killed master is replaced by re-election,
+/// and every survivor prints the right result.
+#[test]
+fn master_worker_survives_a_killed_worker_and_a_killed_master() {
+    let sn = Sn::start("mw");
+    let registry = sn.addr();
+    let (tasks, ms) = (400u64, 15u64);
+    let expected: u64 = (0..tasks).map(|t| t * t + 1).sum();
+    let spawn = |i: u8| {
+        let ip = format!("127.0.8.{i}");
+        Job::spawn(
+            Command::new(common::example("jel_master_worker"))
+                .args([registry.as_str(), "mw", ip.as_str(), &tasks.to_string(), &ms.to_string()])
+                .env("P2PMPI_JEL_SECRET", "pool tests secret"),
+        )
+    };
+    let did = |j: &Job| j.lines().iter().filter(|l| l.text.starts_with("did ")).count();
+    let master = spawn(1);
+    master.wait_for(LIMIT, "the first process becomes the master", |l| {
+        l.iter().any(|l| l.text.starts_with("master ")).then_some(())
+    });
+    let workers: Vec<Job> = (2..=4).map(spawn).collect();
+    // A worker dies while it works.
+    workers[0].wait_for(LIMIT, "worker 2 computed tasks", |_| (did(&workers[0]) >= 5).then_some(()));
+    p2pmpi_peer::os::signal(workers[0].pid(), libc::SIGKILL).unwrap();
+    // Then the master.
+    let before = did(&workers[1]);
+    workers[1].wait_for(LIMIT, "worker 3 went on", |_| (did(&workers[1]) >= before + 5).then_some(()));
+    p2pmpi_peer::os::signal(master.pid(), libc::SIGKILL).unwrap();
+    let tasks_of = |out: &str| -> std::collections::BTreeSet<u64> {
+        out.lines().filter_map(|l| l.strip_prefix("did ")).map(|t| t.parse().unwrap()).collect()
+    };
+    let mut workers = workers.into_iter();
+    let killed = tasks_of(&workers.next().unwrap().end(LIMIT).stdout);
+    let mut redone = std::collections::BTreeSet::new();
+    let mut new_masters = 0;
+    for w in workers {
+        let ended = w.end(LIMIT);
+        redone.extend(tasks_of(&ended.stdout));
+        assert_eq!(ended.code, 0, "{}", ended.text);
+        assert!(ended.stdout.lines().any(|l| l == format!("result {expected}")), "{}", ended.stdout);
+        new_masters += ended.stdout.lines().filter(|l| l.starts_with("master ")).count();
+    }
+    assert_eq!(new_masters, 1, "one survivor took the master's place");
+    // The killed worker's results died with the master that had them: redone by survivors.
+    assert!(killed.len() >= 5 && killed.is_subset(&redone), "killed {killed:?}, survivors {redone:?}");
+    let ended = master.end(LIMIT);
+    assert!(!ended.stdout.contains("result"), "the killed master had not finished: {}", ended.stdout);
 }
