@@ -255,6 +255,7 @@ impl<C: Core> Driver<C> {
 
     fn handle(&mut self, input: Input<C::Msg>) {
         let now = self.now();
+        let unreachable = matches!(input, Input::Unreachable { .. });
         match input {
             Input::Msg { from, msg } => {
                 if !self.left {
@@ -270,7 +271,10 @@ impl<C: Core> Driver<C> {
                 }
                 if self.registry == Some(addr) {
                     self.registry_gone(addr, why);
-                } else if !self.left {
+                } else if unreachable && !self.left {
+                    // A member's connection that ends is only forgotten (a member that left
+                    // closes its connections too): the next message opens a new one, and a
+                    // dead member is found when that cannot be opened or written.
                     self.core.on_unreachable(addr, now);
                 }
             }

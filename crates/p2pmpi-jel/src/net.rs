@@ -270,7 +270,11 @@ fn connect(
                 Ok(None) => return Err("the registry closed the connection".into()),
                 Err(e) => return Err(e.to_string()),
             }
-            c.set_read_timeout(None).map_err(|e| e.to_string())?;
+            // The registry tells every member the stream's length every fallback interval:
+            // three intervals of silence and its host is gone (a `kill -9` or a stop ends the
+            // connection at once; this bounds a host that vanished).
+            let silence = h.config.map(|c| c.fallback_interval * 3 + c.ping_timeout);
+            c.set_read_timeout(silence).map_err(|e| e.to_string())?;
         }
     }
     Ok(c)
