@@ -178,6 +178,8 @@ pub(crate) struct Driver<C: Core> {
     get_waits: HashMap<String, Vec<Reply>>,
     left: bool,
     stopped: bool,
+    /// Messages sent so far (the connections' clock for closing the least recently used).
+    uses: u64,
 }
 
 impl<C: Core> Driver<C> {
@@ -219,6 +221,7 @@ impl<C: Core> Driver<C> {
             get_waits: HashMap::new(),
             left: false,
             stopped: false,
+            uses: 0,
         }
     }
 
@@ -373,7 +376,16 @@ impl<C: Core> Driver<C> {
         if self.stopped && !self.left {
             return;
         }
+        self.uses += 1;
         if !self.out.contains_key(&to) {
+            let members = self.out.keys().filter(|a| Some(**a) != self.registry).count();
+            if members >= net::MAX_OUTBOUND && Some(to) != self.registry {
+                // Closed after what was queued on it is written.
+                let lru = self.out.iter().filter(|(a, _)| Some(**a) != self.registry).min_by_key(|(_, o)| o.used);
+                if let Some(a) = lru.map(|(a, _)| *a) {
+                    self.out.remove(&a);
+                }
+            }
             let hello = JelHello { pool: self.pool.clone(), addr: self.me, config: None };
             let opening = if Some(to) == self.registry {
                 Opening::Registry(JelHello { config: self.central_cfg, ..hello })
@@ -393,7 +405,8 @@ impl<C: Core> Driver<C> {
             );
             self.out.insert(to, o);
         }
-        let o = self.out.get(&to).expect("opened");
+        let o = self.out.get_mut(&to).expect("opened");
+        o.used = self.uses;
         match o.tx.try_send(JelRecord::Msg(bytes)) {
             Ok(()) => {}
             Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {

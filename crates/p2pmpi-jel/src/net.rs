@@ -183,13 +183,21 @@ pub(crate) enum Opening {
 pub(crate) struct Outbound {
     pub conn: u64,
     pub tx: SyncSender<JelRecord>,
+    /// When it was last used (the driver's counter): the least recently used is closed
+    /// first when a member holds [`MAX_OUTBOUND`].
+    pub used: u64,
 }
 
+/// Connections a member keeps open to other members, at most (the registry's aside): a
+/// gossiping member of a large pool talks to many peers over time, and each connection is a
+/// thread here and one at the peer.
+pub const MAX_OUTBOUND: usize = 24;
+
 /// Opens a connection to `to` in a thread of its own (the driver never waits for a
-/// connection). The writer sends what is queued; a reader passes the answers on (a registry
-/// answers on this connection; a member's answers come on its own connection to us, and
-/// this reader only notices the end). `Unreachable` when it cannot be opened or written,
-/// `Closed` when it ends. `done` is dropped when the writer ends (a leave waits for it).
+/// connection). The writer sends what is queued; to a registry, a reader passes its answers
+/// on (`Closed` when the connection ends); a member answers on its own connection to us.
+/// `Unreachable` when it cannot be opened or written. `done` is dropped when the writer ends
+/// (a leave waits for it).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn open<M: Send + 'static>(
     to: Addr,
@@ -216,11 +224,15 @@ pub(crate) fn open<M: Send + 'static>(
             }
         };
         let (mut reader, mut writer) = c.split();
-        let rtx = tx.clone();
-        spawn("jel-in", move || {
-            let why = read_messages(&mut reader, to, decode, &rtx);
-            let _ = rtx.send(Input::Closed { addr: to, conn, why });
-        });
+        if matches!(opening, Opening::Registry(_)) {
+            // A registry answers on this connection; a member answers on its own connection
+            // to us (this side notices a dead member when a write fails).
+            let rtx = tx.clone();
+            spawn("jel-in", move || {
+                let why = read_messages(&mut reader, to, decode, &rtx);
+                let _ = rtx.send(Input::Closed { addr: to, conn, why });
+            });
+        }
         write_loop(&mut writer, &qrx, |why| {
             let _ = tx.send(Input::Unreachable { addr: to, conn, why });
         });
@@ -228,7 +240,7 @@ pub(crate) fn open<M: Send + 'static>(
     if !started {
         let _ = failed.send(Input::Unreachable { addr: to, conn, why: "no thread".into() });
     }
-    Outbound { conn, tx: qtx }
+    Outbound { conn, tx: qtx, used: 0 }
 }
 
 /// Writes the queued records until the queue's sender is dropped (then closes the sending
