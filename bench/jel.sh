@@ -14,7 +14,11 @@
 #   N=200                 members per implementation
 #   IMPLS="central distributed"
 #   DISSEMINATION=tree    central: serial|bootstrap|tree|gossip|adaptive
-#   DETECT_MS=5000        --detect-ms of every member (the lease / the gossip time-out)
+#   DETECT_MS_CENTRAL=5000        --detect-ms of the central members (the lease)
+#   DETECT_MS_DISTRIBUTED=30000   --detect-ms of the distributed members (the gossip time-out:
+#                                 an entry not refreshed for this long is probed; too short for
+#                                 the pool's size and refreshes lag, probes fail under load,
+#                                 and live members are pronounced dead)
 #   STEP_TIMEOUT=300      seconds allowed for each step
 #   P2PMPI=...            the p2pmpi binary (default: build target/release/p2pmpi)
 #
@@ -28,7 +32,8 @@ RAW="$OUT/jel-raw"
 N=${N:-200}
 IMPLS=${IMPLS:-"central distributed"}
 DISSEMINATION=${DISSEMINATION:-tree}
-DETECT_MS=${DETECT_MS:-5000}
+DETECT_MS_CENTRAL=${DETECT_MS_CENTRAL:-5000}
+DETECT_MS_DISTRIBUTED=${DETECT_MS_DISTRIBUTED:-30000}
 STEP_TIMEOUT=${STEP_TIMEOUT:-300}
 
 mkdir -p "$OUT"
@@ -106,11 +111,13 @@ drop() {
     ALIVE=("${keep[@]}")
 }
 
-declare -A RES
+declare -A RES DETECT
 for IMPL in $IMPLS; do
     echo "== $IMPL: $N members" >&2
     PIDS=()
     ALIVE=()
+    if [ "$IMPL" = central ]; then DETECT_MS=$DETECT_MS_CENTRAL; else DETECT_MS=$DETECT_MS_DISTRIBUTED; fi
+    DETECT[$IMPL]=$DETECT_MS
     extra=(--impl "$IMPL" --detect-ms "$DETECT_MS" --elect master)
     [ "$IMPL" = central ] && extra+=(--dissemination "$DISSEMINATION")
     t0=$(now)
@@ -123,6 +130,13 @@ for IMPL in $IMPLS; do
     wait_until "$IMPL: every join everywhere" all_joined || ok=0
     RES[$IMPL.join]=$([ $ok = 1 ] && since "$t0" || echo timeout)
     echo "   join: ${RES[$IMPL.join]} s" >&2
+    if [ $ok = 0 ]; then
+        for k in died elect left; do RES[$IMPL.$k]=-; done
+        for i in "${ALIVE[@]}"; do kill -TERM "${PIDS[i]}" 2>/dev/null; done
+        for i in "${ALIVE[@]}"; do wait "${PIDS[i]}" 2>/dev/null; done
+        PIDS=()
+        continue
+    fi
 
     # The master: the winner every member agrees on (the lowest id, distributed).
     if [ "$IMPL" = central ]; then
@@ -179,11 +193,11 @@ for IMPL in $IMPLS; do
 done
 
 {
-    echo "JEL pools, $N members on loopback ($(nproc) CPUs), --detect-ms $DETECT_MS, central: --dissemination $DISSEMINATION"
+    echo "JEL pools, $N members on loopback ($(nproc) CPUs), central: --dissemination $DISSEMINATION"
     echo
-    echo "| implementation | every join everywhere (s) | kill -9 → died everywhere (s) | master killed → re-elected everywhere (s) | SIGTERM → left everywhere (s) |"
-    echo "|---|---|---|---|---|"
+    echo "| implementation | --detect-ms | every join everywhere (s) | kill -9 → died everywhere (s) | master killed → re-elected everywhere (s) | SIGTERM → left everywhere (s) |"
+    echo "|---|---|---|---|---|---|"
     for IMPL in $IMPLS; do
-        echo "| $IMPL | ${RES[$IMPL.join]} | ${RES[$IMPL.died]} | ${RES[$IMPL.elect]} | ${RES[$IMPL.left]} |"
+        echo "| $IMPL | ${DETECT[$IMPL]} | ${RES[$IMPL.join]} | ${RES[$IMPL.died]} | ${RES[$IMPL.elect]} | ${RES[$IMPL.left]} |"
     done
 } | tee "$OUT/jel.md"
