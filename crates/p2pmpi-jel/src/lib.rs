@@ -313,7 +313,7 @@ impl Pool {
             }
             Implementation::Distributed { mut bootstrap, rendezvous, config } => {
                 if let Some(r) = rendezvous {
-                    for a in seeds(r, &opts.secret, &opts.pool, Some(addr), opts.connect_timeout)? {
+                    for a in seeds_from(local, r, &opts.secret, &opts.pool, Some(addr), opts.connect_timeout)? {
                         if a != addr && !bootstrap.contains(&a) {
                             bootstrap.push(a);
                         }
@@ -506,8 +506,21 @@ pub fn seeds(
     me: Option<SocketAddr>,
     timeout: Duration,
 ) -> Result<Vec<SocketAddr>, Error> {
+    seeds_from(None, registry, secret, pool, me, timeout)
+}
+
+/// [`seeds`] from the local address `local` (a member speaks from its own address: the
+/// registry's limits per address then count it alone).
+fn seeds_from(
+    local: Option<IpAddr>,
+    registry: SocketAddr,
+    secret: &GridSecret,
+    pool: &str,
+    me: Option<SocketAddr>,
+    timeout: Duration,
+) -> Result<Vec<SocketAddr>, Error> {
     let err = |e: p2pmpi_wire::secure::SecureError| Error::Registry(pool.into(), e.to_string());
-    let mut c = SecureConn::connect(registry, secret, timeout).map_err(err)?;
+    let mut c = SecureConn::connect_from(local, registry, secret, timeout).map_err(err)?;
     c.set_read_timeout(Some(timeout))?;
     match c.call::<_, SnResponse>(&SnRequest::JelSeeds { pool: pool.to_string(), addr: me }).map_err(err)? {
         SnResponse::JelSeeds(v) => Ok(v),
