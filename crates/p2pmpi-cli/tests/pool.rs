@@ -325,3 +325,38 @@ fn master_worker_survives_a_killed_worker_and_a_killed_master() {
     let ended = master.end(LIMIT);
     assert!(!ended.stdout.contains("result"), "the killed master had not finished: {}", ended.stdout);
 }
+
+/// `maybe_dead` of a frozen member (SIGSTOP: its connection stays open, it answers nothing):
+/// the registry pings it and declares it dead after the ping's time-out; resumed, the member
+/// learns it was excluded and stops.
+#[test]
+fn maybe_dead_of_a_frozen_member_is_a_death_and_the_member_is_excluded() {
+    use p2pmpi_jel::{Event, GridSecret, Notice, Options, Pool};
+    let sn = Sn::start("maybedead");
+    // Long leases (the pool's config comes from its first member): only the suspicion acts.
+    let frozen = sn.join("md", "127.0.9.1", &["--detect-ms", "60000", "--dissemination", "serial"]);
+    let registry: std::net::SocketAddr = sn.addr().parse().unwrap();
+    let mut opts = Options::central("md", GridSecret::from_phrase("pool tests secret"), registry)
+        .with_bind("127.0.9.2:0".parse().unwrap());
+    // (The registry pings with the pool's ping time-out: 5 s, from the first member's config.)
+    let cfg = p2pmpi_jel::central::Config::new(p2pmpi_jel::central::Dissemination::Serial);
+    opts.implementation = p2pmpi_jel::Implementation::Central { registry, config: cfg };
+    let me = Pool::join(opts).unwrap();
+    let suspect = u64::from_str_radix(&frozen.id, 16).unwrap();
+    frozen.wait_joins(2);
+    // Alive: a suspicion changes nothing.
+    me.maybe_dead(suspect);
+    p2pmpi_peer::os::signal(frozen.job.pid(), libc::SIGSTOP).unwrap();
+    me.maybe_dead(suspect);
+    let deadline = std::time::Instant::now() + LIMIT;
+    let mut seen = Vec::new();
+    while !seen.contains(&Notice::Event(Event::Died { id: suspect })) {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        seen.push(me.events().recv_timeout(left).unwrap_or_else(|_| panic!("no death; seen {seen:?}")));
+    }
+    p2pmpi_peer::os::signal(frozen.job.pid(), libc::SIGCONT).unwrap();
+    let ended = frozen.job.end(LIMIT);
+    assert_eq!(ended.code, 1, "{}", ended.text);
+    assert_eq!(ended.stdout.lines().last(), Some("excluded"), "{}", ended.stdout);
+    assert_eq!(me.members().iter().map(|m| m.0).collect::<Vec<_>>(), [me.id()]);
+}
