@@ -199,7 +199,8 @@ fn the_supernodes_death_is_told_once_to_every_member() {
 #[test]
 fn distributed_pool_through_the_supernodes_rendezvous() {
     let sn = Sn::start("dist");
-    let extra = ["--impl", "distributed", "--detect-ms", "1500", "--elect", "leader"];
+    // (A loaded machine must not make live members look dead: 4 s, a round every 0.4 s.)
+    let extra = ["--impl", "distributed", "--detect-ms", "4000", "--elect", "leader"];
     let members: Vec<Member> = (1..=4).map(|i| sn.join("d", &format!("127.0.4.{i}"), &extra)).collect();
     let ids: Vec<String> = members.iter().map(|m| m.id.clone()).collect();
     let lowest = ids.iter().min().unwrap().clone();
