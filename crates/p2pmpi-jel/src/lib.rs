@@ -218,6 +218,12 @@ pub(crate) enum Input<M> {
         conn: u64,
         why: String,
     },
+    /// The connection `conn` to `addr` could not be started for a reason of this process
+    /// (no thread): its messages are lost, the peer is not suspected.
+    Dropped {
+        addr: Addr,
+        conn: u64,
+    },
     /// The registry's last word before closing.
     Told {
         from: Addr,

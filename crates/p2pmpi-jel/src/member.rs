@@ -281,6 +281,14 @@ impl<C: Core> Driver<C> {
                     self.core.on_unreachable(addr, now);
                 }
             }
+            Input::Dropped { addr, conn } => {
+                if self.out.get(&addr).is_some_and(|o| o.conn == conn) {
+                    self.out.remove(&addr);
+                }
+                if self.registry == Some(addr) {
+                    self.registry_gone(addr, "cannot start a thread for the registry's connection".into());
+                }
+            }
             Input::Told { from, why } => {
                 if self.registry == Some(from) && !self.left {
                     debug!("jel: the registry closed our connection: {why}");
@@ -409,8 +417,17 @@ impl<C: Core> Driver<C> {
         o.used = self.uses;
         match o.tx.try_send(JelRecord::Msg(bytes)) {
             Ok(()) => {}
-            Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
-                // It does not read (or the connection ended: its end is reported too).
+            Err(TrySendError::Disconnected(_)) => {
+                // Its writer ended: why (unreachable, or a failure of this process) is
+                // reported by its own input; the next message opens a new connection (never
+                // to the registry: the connection is the membership).
+                self.out.remove(&to);
+                if self.registry == Some(to) {
+                    self.registry_gone(to, "the connection to the registry ended".into());
+                }
+            }
+            Err(TrySendError::Full(_)) => {
+                // It does not read.
                 self.out.remove(&to);
                 if self.registry == Some(to) {
                     self.registry_gone(to, "the registry does not read".into());

@@ -238,7 +238,8 @@ pub(crate) fn open<M: Send + 'static>(
         });
     });
     if !started {
-        let _ = failed.send(Input::Unreachable { addr: to, conn, why: "no thread".into() });
+        // A failure of this process, not of the peer: the core is not told.
+        let _ = failed.send(Input::Dropped { addr: to, conn });
     }
     Outbound { conn, tx: qtx, used: 0 }
 }
