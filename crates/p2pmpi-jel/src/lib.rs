@@ -218,8 +218,9 @@ pub(crate) enum Input<M> {
         conn: u64,
         why: String,
     },
-    /// The connection `conn` to `addr` could not be started for a reason of this process
-    /// (no thread): its messages are lost, the peer is not suspected.
+    /// The connection `conn` to another member could not be opened for a reason that says
+    /// nothing sure of it (no thread here, a time-out, a handshake cut short): its messages
+    /// are lost, the peer is not suspected.
     Dropped {
         addr: Addr,
         conn: u64,

@@ -5,7 +5,7 @@
 use crate::Input;
 use p2pmpi_core::jel::{Addr, DecodeError};
 use p2pmpi_wire::grid::{JelHello, JelRecord, SnRequest};
-use p2pmpi_wire::secure::{GridSecret, SecureConn, SecureReader, SecureWriter, HANDSHAKE_TIMEOUT};
+use p2pmpi_wire::secure::{GridSecret, SecureConn, SecureError, SecureReader, SecureWriter, HANDSHAKE_TIMEOUT};
 use parking_lot::Mutex;
 use std::collections::VecDeque;
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
@@ -217,9 +217,17 @@ pub(crate) fn open<M: Send + 'static>(
         let r = connect(to, local, &secret, &opening, connect_timeout);
         let c = match r {
             Ok(c) => c,
-            Err(why) => {
+            Err((why, refused)) => {
                 debug!("jel: cannot open a connection to {to}: {why}");
-                let _ = tx.send(Input::Unreachable { addr: to, conn, why });
+                // Refused: nobody listens there any more (a dead process). A time-out or a
+                // handshake cut short says nothing sure (both happen to live peers on a
+                // loaded host; a vanished host is found by the cores' own time-outs), and
+                // telling the core would make the distributed one forget a live peer.
+                let _ = if refused || matches!(opening, Opening::Registry(_)) {
+                    tx.send(Input::Unreachable { addr: to, conn, why })
+                } else {
+                    tx.send(Input::Dropped { addr: to, conn })
+                };
                 return;
             }
         };
@@ -262,14 +270,24 @@ pub(crate) fn write_loop(writer: &mut SecureWriter, rx: &Receiver<JelRecord>, fa
     writer.shutdown();
 }
 
+/// Opens and greets; the error says why, and whether the connection was refused.
 fn connect(
     to: Addr,
     local: Option<IpAddr>,
     secret: &GridSecret,
     opening: &Opening,
     timeout: Duration,
-) -> Result<SecureConn, String> {
-    let mut c = SecureConn::connect_from(local, to, secret, timeout).map_err(|e| e.to_string())?;
+) -> Result<SecureConn, (String, bool)> {
+    let mut c = SecureConn::connect_from(local, to, secret, timeout).map_err(|e| {
+        let refused = matches!(&e, SecureError::Io(io) if io.kind() == std::io::ErrorKind::ConnectionRefused);
+        (e.to_string(), refused)
+    })?;
+    let opening_err = |e: String| (e, false);
+    connect_greet(&mut c, opening, timeout).map_err(opening_err)?;
+    Ok(c)
+}
+
+fn connect_greet(c: &mut SecureConn, opening: &Opening, timeout: Duration) -> Result<(), String> {
     c.set_max_record(MAX_RECORD);
     match opening {
         Opening::Member(h) => c.send(h).map_err(|e| e.to_string())?,
@@ -290,5 +308,5 @@ fn connect(
             c.set_read_timeout(silence).map_err(|e| e.to_string())?;
         }
     }
-    Ok(c)
+    Ok(())
 }
