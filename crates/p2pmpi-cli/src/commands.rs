@@ -328,7 +328,7 @@ pub fn supernode_start(foreground: bool) -> Result<()> {
 }
 
 /// The supernodes a command talks to: the one running here, else the configured ones.
-fn supernode_addrs(cfg: &Config) -> Vec<(String, Option<SocketAddr>)> {
+pub fn supernode_addrs(cfg: &Config) -> Vec<(String, Option<SocketAddr>)> {
     let home = Home::user();
     if let Some(st) = home::read_json::<SupernodeState>(&home.supernode_state()).filter(|s| home::pid_alive(s.pid)) {
         return vec![(st.addr.to_string(), Some(st.addr))];

@@ -9,6 +9,7 @@
 //! * The daemons' commands ([`commands`]): `mpiboot`, `mpihalt`, `mpihost`, `mpistat`,
 //!   `runSupernode`, `stopSupernode`, `supernode_stat`, and their `p2pmpi` subcommands.
 //! * `p2pmpi local-grid start|stop` ([`local_grid`]): a supernode and K peers on this machine.
+//! * `p2pmpi pool join|list|registry` ([`pool`]): JEL pools (join, elect, leave) from scripts.
 //!
 //! Every binary is a thin entry into [`entry`]; a binary started as `<name> __daemon KIND`
 //! becomes that daemon (how `mpiboot` and `runSupernode` put daemons in the background).
@@ -20,6 +21,7 @@ pub mod grid_run;
 pub mod launcher;
 pub mod local_grid;
 pub mod output;
+pub mod pool;
 pub mod watch;
 
 use clap::{Parser, Subcommand};
@@ -61,6 +63,11 @@ enum Cmd {
     LocalGrid {
         #[command(subcommand)]
         action: GridCmd,
+    },
+    /// JEL pools: join one and print its events, list its members (SPEC §14).
+    Pool {
+        #[command(subcommand)]
+        action: pool::PoolCmd,
     },
     /// How much replication: P_app(p, r) for r = 1..R and the best degree (SPEC §11).
     Advise(advise::AdviseArgs),
@@ -241,6 +248,13 @@ fn p2pmpi_main() -> i32 {
             SupernodeCmd::Stat => report("p2pmpi supernode stat", commands::supernode_stat()),
         },
         Cmd::Advise(args) => advise::run(&args),
+        Cmd::Pool { action } => match pool::run(action) {
+            Ok(code) => code,
+            Err(e) => {
+                eprintln!("p2pmpi pool: error: {e:#}");
+                1
+            }
+        },
         Cmd::Init { supernode, force } => report("p2pmpi init", init(supernode, force)),
         Cmd::LocalGrid { action } => match action {
             GridCmd::Start { peers, dir, procs, max_jobs, set, net } => {

@@ -7,6 +7,12 @@
 //!
 //! Several supernodes may serve one grid: peers register with every one they reach, so none
 //! is a single point of failure.
+//!
+//! The supernode also hosts the grid's JEL registry (SPEC §14, [`p2pmpi_jel::registry`]): a
+//! connection that opens with [`SnRequest::Jel`] is handed to it and from then on carries a
+//! pool's messages. Its pools live as long as this process: when it dies, every member's
+//! connection ends and each is told so once (`registry-lost`). (Replicating the pools among
+//! several supernodes is not done: each supernode serves its own pools.)
 
 use crate::home::{Home, SupernodeState};
 use crate::server;
@@ -33,6 +39,8 @@ struct Shared {
     start: Instant,
     hosts: Mutex<HostList<PeerId, PeerInfo>>,
     ttl_ms: u64,
+    /// The JEL pools it serves.
+    jel: p2pmpi_jel::registry::Registry,
 }
 
 impl Shared {
@@ -47,8 +55,12 @@ pub fn run(opts: SupernodeOpts) -> Result<()> {
     let listener = TcpListener::bind(opts.bind).with_context(|| format!("cannot listen on {}", opts.bind))?;
     let addr = listener.local_addr()?;
     let addr = SocketAddr::new(crate::home::connectable(addr.ip()), addr.port());
-    let shared =
-        Arc::new(Shared { start: Instant::now(), hosts: Mutex::new(HostList::new()), ttl_ms: opts.peer_ttl_ms });
+    let shared = Arc::new(Shared {
+        start: Instant::now(),
+        hosts: Mutex::new(HostList::new()),
+        ttl_ms: opts.peer_ttl_ms,
+        jel: Default::default(),
+    });
     let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
     let stop_tx = Mutex::new(stop_tx);
     {
@@ -118,6 +130,12 @@ fn serve_conn(sh: &Shared, mut conn: SecureConn, peer: SocketAddr, me: SocketAdd
                     false,
                 )
             }
+            SnRequest::Jel(hello) => {
+                // From now on this connection belongs to the pool (until it ends).
+                sh.jel.serve_conn(conn, hello);
+                return false;
+            }
+            SnRequest::JelSeeds { pool, addr } => (SnResponse::JelSeeds(sh.jel.seeds(&pool, addr)), false),
             SnRequest::Stop => {
                 if server::is_local(peer.ip(), me.ip()) {
                     info!("stop requested from {peer}");
@@ -161,7 +179,12 @@ mod tests {
     /// supernode down: the list is not poisoned and the next connections are served.
     #[test]
     fn a_panicking_connection_does_not_poison_the_host_list() {
-        let sh = Arc::new(Shared { start: Instant::now(), hosts: Mutex::new(HostList::new()), ttl_ms: 60_000 });
+        let sh = Arc::new(Shared {
+            start: Instant::now(),
+            hosts: Mutex::new(HostList::new()),
+            ttl_ms: 60_000,
+            jel: Default::default(),
+        });
         let held = sh.clone();
         let crashed = std::thread::spawn(move || {
             let _list = held.hosts.lock();

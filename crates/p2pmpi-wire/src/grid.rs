@@ -56,6 +56,40 @@ pub enum SnRequest {
     List,
     /// Stop the supernode (`stopSupernode`).
     Stop,
+    /// Attach this connection to the JEL registry the supernode hosts (SPEC §14): from now
+    /// on it carries the pool's records ([`JelRecord`]), no more supernode requests.
+    Jel(JelHello),
+    /// A rendezvous for the distributed JEL implementation: the last members of `pool` that
+    /// asked (answered by [`SnResponse::JelSeeds`]); `addr`, where the asker listens, is
+    /// added to them.
+    JelSeeds { pool: String, addr: Option<std::net::SocketAddr> },
+}
+
+/// The opening record of a JEL connection (SPEC §14): to a registry (inside
+/// [`SnRequest::Jel`]) or to another member of the pool.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JelHello {
+    /// The pool's name.
+    pub pool: String,
+    /// Where the sender listens (its identity in the JEL cores); for a command that only
+    /// asks, its connection's local address.
+    pub addr: std::net::SocketAddr,
+    /// To a registry: the parameters of the pool, used if this hello creates it (a pool
+    /// that exists must have the same dissemination strategy).
+    pub config: Option<p2pmpi_core::jel::central::Config>,
+}
+
+/// What follows a [`JelHello`] on a JEL connection.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum JelRecord {
+    /// (registry → member) the answer to the hello: attached, or why not.
+    Attached(Result<(), String>),
+    /// One message of a JEL core, in the core's own encoding
+    /// (`p2pmpi_core::jel::central::encode` or `…::distributed::encode`).
+    Msg(Vec<u8>),
+    /// (registry → member) the last record before the registry closes the connection: why
+    /// (the member was declared dead).
+    Closed(String),
 }
 
 /// Answers of a supernode.
@@ -66,6 +100,8 @@ pub enum SnResponse {
     UnknownPeer,
     Hosts(Vec<HostEntry>),
     Error(String),
+    /// Members of a distributed JEL pool to bootstrap from (most recent first).
+    JelSeeds(Vec<std::net::SocketAddr>),
 }
 
 /// A reservation ticket: unique key created by the submitter's RS.

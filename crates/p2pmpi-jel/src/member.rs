@@ -1,0 +1,460 @@
+//! A member's driver: one thread owning the core ([`central::Client`] or
+//! [`distributed::Node`]), fed by the connections' threads and the application's commands
+//! through one channel, ticked at the core's deadlines.
+
+use crate::net::{self, Acceptor, Opening, Outbound};
+use crate::{Cmd, Input, Notice, Reply};
+
+type Channel<M> = (Sender<Input<M>>, Receiver<Input<M>>);
+use p2pmpi_core::jel::{central, distributed, Action, Addr, DecodeError, MemberId, PartOff};
+use p2pmpi_wire::grid::{JelHello, JelRecord};
+use p2pmpi_wire::secure::GridSecret;
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, TrySendError};
+use std::time::{Duration, Instant};
+use tracing::debug;
+
+/// What the driver needs of a core (both cores have this shape; see `p2pmpi_core::jel`).
+pub(crate) trait Core: Send + 'static {
+    type Msg: Send + 'static;
+    fn encode(msg: &Self::Msg) -> Vec<u8>;
+    fn decode(bytes: &[u8]) -> Result<Self::Msg, DecodeError>;
+    fn join(&mut self, now: Duration);
+    fn leave(&mut self, now: Duration);
+    fn maybe_dead(&mut self, suspect: MemberId, now: Duration);
+    fn elect(&mut self, name: &str, now: Duration) -> Result<(), PartOff>;
+    fn get_election_result(&mut self, name: &str, timeout: Duration, now: Duration) -> Result<(), PartOff>;
+    fn on_message(&mut self, from: Addr, msg: Self::Msg, now: Duration);
+    fn on_unreachable(&mut self, to: Addr, now: Duration);
+    fn tick(&mut self, now: Duration);
+    fn next_deadline(&self) -> Option<Duration>;
+    fn poll_action(&mut self) -> Option<Action<Self::Msg>>;
+    fn members(&self) -> Vec<(MemberId, Addr)>;
+    /// It holds the pool's state (the join is complete).
+    fn ready(&self) -> bool;
+    /// The others declared it dead.
+    fn excluded(&self) -> bool;
+}
+
+impl Core for central::Client {
+    type Msg = central::Message;
+    fn encode(msg: &Self::Msg) -> Vec<u8> {
+        central::encode(msg)
+    }
+    fn decode(bytes: &[u8]) -> Result<Self::Msg, DecodeError> {
+        central::decode(bytes)
+    }
+    fn join(&mut self, now: Duration) {
+        central::Client::join(self, now)
+    }
+    fn leave(&mut self, now: Duration) {
+        central::Client::leave(self, now)
+    }
+    fn maybe_dead(&mut self, suspect: MemberId, now: Duration) {
+        central::Client::maybe_dead(self, suspect, now)
+    }
+    fn elect(&mut self, name: &str, now: Duration) -> Result<(), PartOff> {
+        central::Client::elect(self, name, now)
+    }
+    fn get_election_result(&mut self, name: &str, timeout: Duration, now: Duration) -> Result<(), PartOff> {
+        central::Client::get_election_result(self, name, timeout, now)
+    }
+    fn on_message(&mut self, from: Addr, msg: Self::Msg, now: Duration) {
+        central::Client::on_message(self, from, msg, now)
+    }
+    fn on_unreachable(&mut self, to: Addr, now: Duration) {
+        central::Client::on_unreachable(self, to, now)
+    }
+    fn tick(&mut self, now: Duration) {
+        central::Client::tick(self, now)
+    }
+    fn next_deadline(&self) -> Option<Duration> {
+        central::Client::next_deadline(self)
+    }
+    fn poll_action(&mut self) -> Option<Action<Self::Msg>> {
+        central::Client::poll_action(self)
+    }
+    fn members(&self) -> Vec<(MemberId, Addr)> {
+        central::Client::members(self).collect()
+    }
+    fn ready(&self) -> bool {
+        matches!(self.phase(), central::Phase::Member | central::Phase::Left)
+    }
+    fn excluded(&self) -> bool {
+        *self.phase() == central::Phase::Excluded
+    }
+}
+
+impl Core for distributed::Node {
+    type Msg = distributed::Message;
+    fn encode(msg: &Self::Msg) -> Vec<u8> {
+        distributed::encode(msg)
+    }
+    fn decode(bytes: &[u8]) -> Result<Self::Msg, DecodeError> {
+        distributed::decode(bytes)
+    }
+    fn join(&mut self, now: Duration) {
+        distributed::Node::join(self, now)
+    }
+    fn leave(&mut self, now: Duration) {
+        distributed::Node::leave(self, now)
+    }
+    fn maybe_dead(&mut self, suspect: MemberId, now: Duration) {
+        distributed::Node::maybe_dead(self, suspect, now)
+    }
+    fn elect(&mut self, name: &str, now: Duration) -> Result<(), PartOff> {
+        distributed::Node::elect(self, name, now)
+    }
+    fn get_election_result(&mut self, name: &str, timeout: Duration, now: Duration) -> Result<(), PartOff> {
+        distributed::Node::get_election_result(self, name, timeout, now)
+    }
+    fn on_message(&mut self, from: Addr, msg: Self::Msg, now: Duration) {
+        distributed::Node::on_message(self, from, msg, now)
+    }
+    fn on_unreachable(&mut self, to: Addr, now: Duration) {
+        distributed::Node::on_unreachable(self, to, now)
+    }
+    fn tick(&mut self, now: Duration) {
+        distributed::Node::tick(self, now)
+    }
+    fn next_deadline(&self) -> Option<Duration> {
+        distributed::Node::next_deadline(self)
+    }
+    fn poll_action(&mut self) -> Option<Action<Self::Msg>> {
+        distributed::Node::poll_action(self)
+    }
+    fn members(&self) -> Vec<(MemberId, Addr)> {
+        distributed::Node::members(self).collect()
+    }
+    fn ready(&self) -> bool {
+        true
+    }
+    fn excluded(&self) -> bool {
+        self.is_gone()
+    }
+}
+
+/// Where the events go.
+pub(crate) enum Sink {
+    Channel(Sender<Notice>),
+    Callback(Box<dyn FnMut(Notice) + Send>),
+}
+
+impl Sink {
+    fn put(&mut self, n: Notice) {
+        match self {
+            Sink::Channel(tx) => {
+                let _ = tx.send(n);
+            }
+            Sink::Callback(f) => f(n),
+        }
+    }
+}
+
+/// How long a leave waits for its messages to be written, at most.
+pub(crate) const LEAVE_FLUSH: Duration = Duration::from_secs(3);
+
+pub(crate) struct Driver<C: Core> {
+    pub core: C,
+    pub pool: String,
+    pub me: Addr,
+    /// The registry (central): its connection's end is the registry's death.
+    pub registry: Option<Addr>,
+    pub central_cfg: Option<central::Config>,
+    pub secret: GridSecret,
+    pub local: Option<IpAddr>,
+    pub connect_timeout: Duration,
+    pub rx: Receiver<Input<C::Msg>>,
+    pub tx: Sender<Input<C::Msg>>,
+    pub sink: Sink,
+    pub ready: Option<Sender<Result<(), String>>>,
+    pub acceptor: Acceptor,
+    start: Instant,
+    out: HashMap<Addr, Outbound>,
+    done_tx: Option<Sender<()>>,
+    done_rx: Option<Receiver<()>>,
+    elect_waits: HashMap<String, Vec<Reply>>,
+    get_waits: HashMap<String, Vec<Reply>>,
+    left: bool,
+    stopped: bool,
+    /// Messages sent so far (the connections' clock for closing the least recently used).
+    uses: u64,
+}
+
+impl<C: Core> Driver<C> {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        core: C,
+        pool: String,
+        me: Addr,
+        registry: Option<Addr>,
+        central_cfg: Option<central::Config>,
+        secret: GridSecret,
+        local: Option<IpAddr>,
+        connect_timeout: Duration,
+        (tx, rx): Channel<C::Msg>,
+        sink: Sink,
+        ready: Sender<Result<(), String>>,
+        acceptor: Acceptor,
+    ) -> Self {
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        Driver {
+            core,
+            pool,
+            me,
+            registry,
+            central_cfg,
+            secret,
+            local,
+            connect_timeout,
+            rx,
+            tx,
+            sink,
+            ready: Some(ready),
+            acceptor,
+            start: Instant::now(),
+            out: HashMap::new(),
+            done_tx: Some(done_tx),
+            done_rx: Some(done_rx),
+            elect_waits: HashMap::new(),
+            get_waits: HashMap::new(),
+            left: false,
+            stopped: false,
+            uses: 0,
+        }
+    }
+
+    fn now(&self) -> Duration {
+        self.start.elapsed()
+    }
+
+    /// Runs until the member left, was excluded, or lost its registry.
+    pub(crate) fn run(mut self) {
+        let now = self.now();
+        self.core.join(now);
+        self.drain();
+        while !self.stopped {
+            let now = self.now();
+            let wait = self
+                .core
+                .next_deadline()
+                .map_or(Duration::from_secs(1), |d| d.saturating_sub(now))
+                .min(Duration::from_secs(1));
+            match self.rx.recv_timeout(wait) {
+                Ok(input) => self.handle(input),
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => break,
+            }
+            if self.stopped {
+                break;
+            }
+            let now = self.now();
+            self.core.tick(now);
+            self.drain();
+        }
+        self.finish();
+    }
+
+    fn handle(&mut self, input: Input<C::Msg>) {
+        let now = self.now();
+        let unreachable = matches!(input, Input::Unreachable { .. });
+        match input {
+            Input::Msg { from, msg } => {
+                if !self.left {
+                    self.core.on_message(from, msg, now);
+                }
+            }
+            Input::Unreachable { addr, conn, why } | Input::Closed { addr, conn, why } => {
+                if self.out.get(&addr).is_some_and(|o| o.conn == conn) {
+                    self.out.remove(&addr);
+                } else if self.registry != Some(addr) {
+                    // The end of a connection already replaced.
+                    return;
+                }
+                if self.registry == Some(addr) {
+                    self.registry_gone(addr, why);
+                } else if unreachable && !self.left {
+                    // A member's connection that ends is only forgotten (a member that left
+                    // closes its connections too): the next message opens a new one, and a
+                    // dead member is found when that cannot be opened or written.
+                    self.core.on_unreachable(addr, now);
+                }
+            }
+            Input::Dropped { addr, conn } => {
+                if self.out.get(&addr).is_some_and(|o| o.conn == conn) {
+                    self.out.remove(&addr);
+                }
+                if self.registry == Some(addr) {
+                    self.registry_gone(addr, "cannot start a thread for the registry's connection".into());
+                }
+            }
+            Input::Told { from, why } => {
+                if self.registry == Some(from) && !self.left {
+                    debug!("jel: the registry closed our connection: {why}");
+                    self.notify(Notice::Excluded);
+                    self.stopped = true;
+                }
+            }
+            Input::Cmd(cmd) => self.command(cmd, now),
+        }
+        self.drain();
+    }
+
+    fn registry_gone(&mut self, addr: Addr, why: String) {
+        if self.left || self.stopped {
+            return;
+        }
+        if let Some(r) = self.ready.take() {
+            let _ = r.send(Err(why));
+        } else {
+            debug!("jel: lost the registry {addr}: {why}");
+            self.notify(Notice::RegistryLost(addr));
+        }
+        self.stopped = true;
+    }
+
+    fn command(&mut self, cmd: Cmd, now: Duration) {
+        match cmd {
+            Cmd::Leave(reply) => {
+                if !self.left {
+                    self.core.leave(now);
+                    self.left = true;
+                    self.drain();
+                }
+                self.stopped = true;
+                self.finish();
+                let _ = reply.send(());
+            }
+            Cmd::MaybeDead(id) => self.core.maybe_dead(id, now),
+            Cmd::Elect(name, reply) => match self.core.elect(&name, now) {
+                Ok(()) if self.left => {
+                    let _ = reply.send(Ok(None));
+                }
+                Ok(()) => self.elect_waits.entry(name).or_default().push(reply),
+                Err(e) => {
+                    let _ = reply.send(Err(e));
+                }
+            },
+            Cmd::GetElection(name, timeout, reply) => match self.core.get_election_result(&name, timeout, now) {
+                Ok(()) => self.get_waits.entry(name).or_default().push(reply),
+                Err(e) => {
+                    let _ = reply.send(Err(e));
+                }
+            },
+            Cmd::Members(reply) => {
+                let _ = reply.send(self.core.members());
+            }
+        }
+    }
+
+    fn notify(&mut self, n: Notice) {
+        self.sink.put(n);
+    }
+
+    /// Carries out what the core asked for.
+    fn drain(&mut self) {
+        while let Some(a) = self.core.poll_action() {
+            match a {
+                Action::Send { to, msg } => self.send(to, C::encode(&msg)),
+                Action::Deliver(e) => self.notify(Notice::Event(e)),
+                Action::ElectionResult { name, winner } => {
+                    let mut waits = self.get_waits.remove(&name).unwrap_or_default();
+                    if winner.is_some() {
+                        waits.extend(self.elect_waits.remove(&name).unwrap_or_default());
+                    }
+                    for w in waits {
+                        let _ = w.send(Ok(winner));
+                    }
+                }
+            }
+        }
+        if self.core.ready() {
+            if let Some(r) = self.ready.take() {
+                let _ = r.send(Ok(()));
+            }
+        }
+        if self.core.excluded() && !self.left && !self.stopped {
+            self.notify(Notice::Excluded);
+            self.stopped = true;
+        }
+    }
+
+    fn send(&mut self, to: Addr, bytes: Vec<u8>) {
+        if self.stopped && !self.left {
+            return;
+        }
+        self.uses += 1;
+        if !self.out.contains_key(&to) {
+            let members = self.out.keys().filter(|a| Some(**a) != self.registry).count();
+            if members >= net::MAX_OUTBOUND && Some(to) != self.registry {
+                // Closed after what was queued on it is written.
+                let lru = self.out.iter().filter(|(a, _)| Some(**a) != self.registry).min_by_key(|(_, o)| o.used);
+                if let Some(a) = lru.map(|(a, _)| *a) {
+                    self.out.remove(&a);
+                }
+            }
+            let hello = JelHello { pool: self.pool.clone(), addr: self.me, config: None };
+            let opening = if Some(to) == self.registry {
+                Opening::Registry(JelHello { config: self.central_cfg, ..hello })
+            } else {
+                Opening::Member(hello)
+            };
+            let Some(done) = self.done_tx.clone() else { return };
+            let o = net::open(
+                to,
+                self.local,
+                self.secret.clone(),
+                opening,
+                C::decode,
+                self.tx.clone(),
+                done,
+                self.connect_timeout,
+            );
+            self.out.insert(to, o);
+        }
+        let o = self.out.get_mut(&to).expect("opened");
+        o.used = self.uses;
+        match o.tx.try_send(JelRecord::Msg(bytes)) {
+            Ok(()) => {}
+            Err(TrySendError::Disconnected(_)) => {
+                // Its writer ended: why (unreachable, or a failure of this process) is
+                // reported by its own input; the next message opens a new connection (never
+                // to the registry: the connection is the membership).
+                self.out.remove(&to);
+                if self.registry == Some(to) {
+                    self.registry_gone(to, "the connection to the registry ended".into());
+                }
+            }
+            Err(TrySendError::Full(_)) => {
+                // It does not read.
+                self.out.remove(&to);
+                if self.registry == Some(to) {
+                    self.registry_gone(to, "the registry does not read".into());
+                } else if !self.left {
+                    let now = self.now();
+                    self.core.on_unreachable(to, now);
+                }
+            }
+        }
+    }
+
+    /// Closes everything, after what was queued is written (bounded by [`LEAVE_FLUSH`]).
+    fn finish(&mut self) {
+        self.acceptor.stop();
+        self.out.clear();
+        self.done_tx = None;
+        if let Some(done) = self.done_rx.take() {
+            // Nothing is sent on it: it ends (disconnected) when the last writer ended.
+            let _ = done.recv_timeout(LEAVE_FLUSH);
+        }
+        if let Some(r) = self.ready.take() {
+            let _ = r.send(Err("stopped before the join completed".into()));
+        }
+        for (_, w) in self.elect_waits.drain().chain(self.get_waits.drain()) {
+            for w in w {
+                let _ = w.send(Ok(None));
+            }
+        }
+    }
+}
