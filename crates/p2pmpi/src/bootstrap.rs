@@ -200,46 +200,53 @@ fn bind_data_port(bind: &str, range: Option<&str>) -> Result<TcpListener> {
 }
 
 /// Binds the failure detector's UDP socket like the data port, and a TCP listener on the same
-/// port number for the k-monitor detector (tried on a few ports; the listener is `None` if
-/// none had both free); `None` if no port is free (the job then runs without a detector for
-/// this process, and says so).
+/// port number for the k-monitor detector: the first port of the range (from a pid-dependent
+/// offset, half the range away from the data port's) where both are free, so that the data
+/// ports of the host's other processes (consecutive pids take consecutive ports) never stand
+/// in the way. Without a range, ports the system gives until one has both free. The listener
+/// is `None` if no port had both free; `None` if no UDP port is free at all (the job then runs
+/// without a detector for this process, and says so).
 fn bind_fd_port(bind: &str, range: Option<&str>) -> Option<(UdpSocket, Option<TcpListener>)> {
-    let mut first = None;
-    for _ in 0..8 {
-        let udp = bind_udp_port(bind, range)?;
-        let port = udp.local_addr().ok()?.port();
-        if let Ok(l) = TcpListener::bind((bind, port)) {
-            return Some((udp, Some(l)));
-        }
-        // Keep the first socket bound meanwhile, so the next try gets another port.
-        if first.is_none() {
-            first = Some(udp);
-        }
-    }
-    first.map(|u| (u, None))
-}
-
-fn bind_udp_port(bind: &str, range: Option<&str>) -> Option<UdpSocket> {
     let parsed = range.and_then(|r| {
         let (a, b) = r.split_once('-')?;
         Some((a.trim().parse::<u16>().ok()?, b.trim().parse::<u16>().ok()?))
     });
+    let mut udp_only = None;
     if let Some((lo, hi)) = parsed.filter(|(lo, hi)| *lo > 0 && lo <= hi) {
         let span = (hi - lo) as u32 + 1;
-        let start = (std::process::id() + 1) % span;
+        let start = (std::process::id() + span / 2) % span;
         for k in 0..span {
-            if let Ok(s) = UdpSocket::bind((bind, (lo as u32 + (start + k) % span) as u16)) {
-                return Some(s);
+            let port = (lo as u32 + (start + k) % span) as u16;
+            let Ok(udp) = UdpSocket::bind((bind, port)) else { continue };
+            if let Ok(l) = TcpListener::bind((bind, port)) {
+                return Some((udp, Some(l)));
             }
+            udp_only.get_or_insert(udp);
         }
-    }
-    match UdpSocket::bind((bind, 0)) {
-        Ok(s) => Some(s),
-        Err(e) => {
-            eprintln!("p2pmpi: warning: no port for the failure detector on {bind}: {e}");
-            None
+    } else {
+        // Sockets kept bound while trying, so that every try gets another port.
+        let mut tried = Vec::new();
+        for _ in 0..32 {
+            let Ok(udp) = UdpSocket::bind((bind, 0)) else { break };
+            let Ok(port) = udp.local_addr().map(|a| a.port()) else { break };
+            if let Ok(l) = TcpListener::bind((bind, port)) {
+                return Some((udp, Some(l)));
+            }
+            tried.push(udp);
         }
+        udp_only = tried.into_iter().next();
     }
+    if udp_only.is_none() {
+        // Nothing free in the range: any port.
+        udp_only = match UdpSocket::bind((bind, 0)) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                eprintln!("p2pmpi: warning: no port for the failure detector on {bind}: {e}");
+                None
+            }
+        };
+    }
+    udp_only.map(|u| (u, None))
 }
 
 /// Follows the control connection: a `Stop` or the launcher's disappearance ends the process.
@@ -459,5 +466,38 @@ pub(crate) mod fence {
             std::thread::sleep(pause);
             pause = (pause * 2).min(Duration::from_millis(20));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// With every port of the range but one taken for TCP (the data ports of the host's other
+    /// processes), the detector still finds the one where both its UDP socket and its
+    /// k-monitor listener fit. (It used to try two ports and run without the k-monitor
+    /// detector: "no TCP port for the k-monitor detector".)
+    #[test]
+    fn the_detector_port_is_one_free_for_udp_and_tcp() {
+        // Sixteen consecutive ports free for TCP, held but one.
+        let base = 20_000 + (std::process::id() % 2000) as u16 * 16;
+        let (lo, mut held) = (0..64u16)
+            .map(|b| base.wrapping_add(b * 16) % 40_000 + 20_000)
+            .find_map(|lo| {
+                let held: Vec<TcpListener> =
+                    (lo..lo + 16).map_while(|p| TcpListener::bind(("127.0.0.1", p)).ok()).collect();
+                (held.len() == 16).then_some((lo, held))
+            })
+            .expect("16 free ports");
+        let free = lo + 11;
+        held.remove(11);
+        let range = format!("{lo}-{}", lo + 15);
+        let (udp, tcp) = bind_fd_port("127.0.0.1", Some(&range)).expect("a UDP port");
+        assert_eq!(udp.local_addr().unwrap().port(), free);
+        assert_eq!(tcp.expect("a k-monitor listener").local_addr().unwrap().port(), free);
+        // None left with both free: UDP only, still in the range.
+        let (udp2, tcp2) = bind_fd_port("127.0.0.1", Some(&range)).expect("a UDP port");
+        let p = udp2.local_addr().unwrap().port();
+        assert!((lo..=lo + 15).contains(&p) && p != free && tcp2.is_none());
     }
 }
