@@ -176,7 +176,11 @@ fn a_process_declared_failed_that_runs_on_does_not_fail_a_tolerant_job() {
     p2pmpi_peer::os::signal(pid, libc::SIGCONT).unwrap();
     let (code, text) = job.finish(LIMIT);
     assert_eq!(code, 0, "{text}");
-    assert!(text.contains("rank 5, reported failed earlier, stopped: "), "{text}");
+    // Rank 5 stops on an error when its peers closed their connections before it finalized
+    // (the usual order; it may also finalize first and exit 0): the launcher says so.
+    if text.contains("p2pmpi: rank 5: ") {
+        assert!(text.contains("rank 5, reported failed earlier, stopped: "), "{text}");
+    }
     assert!(!text.contains("stopping the other processes"), "{text}");
 }
 
