@@ -16,6 +16,7 @@
 #![forbid(unsafe_code)]
 
 pub mod advise;
+pub mod cargo_run;
 pub mod commands;
 pub mod grid_run;
 pub mod launcher;
