@@ -20,7 +20,8 @@
 #   FANOUT=1          also run the ping-pong's traffic by hand, without replication, for each
 #                     R > 1 of PP_RS (`-n 2R`: each side's first copy sends every message to
 #                     every copy of the other side and an 8-byte commit to its own copies);
-#                     0 disables
+#                     0 disables; also `repl_coll`'s traffic by hand for each R > 1 of
+#                     COLL_RS (`-n 4R`, examples/repl_coll's fan-out mode)
 #   COLL_NP=4         processes (ranks) of the collective-heavy programs
 #   COLL_RS="1 2 3"   their replication degrees
 #   COLL_STEPS=2000   steps of examples/repl_coll (0 skips it)
@@ -94,6 +95,7 @@ command_of() {
     case $part/$variant in
         pingpong/fanout) echo "$pre$LAUNCH -n $((2 * r)) -r 1 $EX/repl_pingpong $SIZES $ITERS $WARMUP" ;;
         pingpong/*) echo "$pre$LAUNCH -n 2 -r $r $EX/repl_pingpong $SIZES $ITERS $WARMUP" ;;
+        coll/fanout) echo "$pre$LAUNCH -n $((COLL_NP * r)) -r 1 $EX/repl_coll $COLL_STEPS $COLL_BYTES $r" ;;
         coll/*) echo "$pre$LAUNCH -n $COLL_NP -r $r $EX/repl_coll $COLL_STEPS $COLL_BYTES" ;;
         iterate/*) echo "$pre$LAUNCH -n $COLL_NP -r $r $EX/replcheck iterate $ITERATE_STEPS 0" ;;
     esac
@@ -120,7 +122,7 @@ run_one() {
     esac
     local np=$COLL_NP
     [ "$part" = pingpong ] && np=2
-    [ "$variant" = fanout ] && np=$((2 * r))
+    [ "$variant" = fanout ] && np=$((np * r))
     python3 "$STATS" run "$CSV" "$part" "$np" \
         "$r" "$variant" "$rep" "$busy" "$ms" "$status" "$f" "$([ "$part" = pingpong ] && echo "$SIZES")" \
         | sed "s/^/[${0##*\/}]   /" >&2
@@ -140,6 +142,7 @@ fi
 CELLS_COLL=()
 for r in $COLL_RS; do
     [ "$COLL_STEPS" -gt 0 ] && CELLS_COLL+=("coll $r -")
+    [ "$COLL_STEPS" -gt 0 ] && [ "$FANOUT" = 1 ] && [ "$r" -gt 1 ] && CELLS_COLL+=("coll $r fanout")
     [ "$ITERATE_STEPS" -gt 0 ] && CELLS_COLL+=("iterate $r -")
 done
 

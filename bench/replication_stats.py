@@ -189,12 +189,15 @@ def cmd_report(args):
     chdr = ["program", "R", "processes", "wall ms", "wall ×R=1", "loop ms", "loop ×R=1", "runs ok",
             "checksum"]
     crows = []
+    cfan = []
     for p in cparts:
         prow = [r for r in rows if r["part"] == p]
-        np_ = int(prow[0]["np"])
+        np_ = min(int(r["np"]) for r in prow if r["variant"] != "fanout") if any(
+            r["variant"] != "fanout" for r in prow) else int(E.get("COLL_NP", "4"))
         wall, loop, chk, runs = {}, {}, {}, {}
         for r in prow:
-            R = int(r["r"])
+            # Key: R, or ("fanout", K) for the same traffic by hand with K copies.
+            R = int(r["r"]) if r["variant"] != "fanout" else ("fanout", int(r["np"]) // np_)
             runs.setdefault(R, [0, 0])[1] += 1
             if r["status"] != "ok":
                 continue
@@ -204,7 +207,7 @@ def cmd_report(args):
                 loop.setdefault(R, []).append(float(r["loop_ms"]))
             chk.setdefault(R, set()).add(r["checksum"])
         ref = chk.get(1, set())
-        for R in sorted(runs):
+        for R in sorted(runs, key=lambda k: (isinstance(k, tuple), k if not isinstance(k, tuple) else k[1])):
             c = chk.get(R, set())
             if not c:
                 cs = "—"
@@ -216,10 +219,17 @@ def cmd_report(args):
                 cs = ("same as R=1" if R != 1 and ref else next(iter(c))[:16])
             name = (f"repl_coll {E.get('COLL_STEPS', '')}" if p == "coll"
                     else f"replcheck iterate {E.get('ITERATE_STEPS', '')} 0")
-            crows.append([name, str(R), str(np_ * R),
+            label = f"fan-out {R[1]}" if isinstance(R, tuple) else str(R)
+            nprocs = np_ * (R[1] if isinstance(R, tuple) else R)
+            crows.append([name, label, str(nprocs),
                           fmt(med(wall.get(R, []))), fmt(ratio(med(wall.get(R, [])), med(wall.get(1, []))), 2),
                           fmt(med(loop.get(R, []))), fmt(ratio(med(loop.get(R, [])), med(loop.get(1, []))), 2),
                           f"{runs[R][0]}/{runs[R][1]}", cs])
+            if isinstance(R, tuple) and R[1] in loop:
+                x = ratio(med(loop.get(R[1], [])), med(loop.get(R, [])))
+                if x is not None:
+                    cfan.append(f"{name}: R={R[1]} / fan-out {R[1]} (loop time) = {x:.2f}× — target ≤ 1.05× "
+                                f"{'met' if x <= 1.05 else 'NOT met'}")
 
     # ------------------------------------------------------------------ text
     machine = (f"{E.get('MACHINE_NPROC')} CPUs, {E.get('MACHINE_CPU')}, {E.get('MACHINE_KERNEL')}; "
@@ -283,6 +293,8 @@ def cmd_report(args):
         print(f"\nCollective-heavy programs, -n {E.get('COLL_NP', '4')} (median ms; wall = the whole "
               "job from outside, loop = the program's own timing of its loop)\n")
         print(txt_table(chdr, crows))
+        for v in cfan:
+            print(v)
     if failed:
         print(f"\nFailed runs: {len({(r['part'], r['r'], r['variant'], r['rep']) for r in failed})} "
               "(left out of the medians):")
@@ -317,6 +329,12 @@ def cmd_report(args):
             f.write("wall = the whole job timed from outside (launch, start-up, loop, exit); loop = the "
                     "program's own timing of its loop (rank 0).\n\n")
             f.write(md_table(chdr, crows) + "\n")
+            if cfan:
+                f.write("\n`fan-out K`: `repl_coll STEPS BYTES K` at `-n 4K` without replication — the same "
+                        "collective algorithms over logical ranks, each message sent by hand to every copy "
+                        "of its destination plus an 8-byte commit to the sender's copies (same checksum).\n\n")
+                for v in cfan:
+                    f.write(f"- {v}\n")
         if failed:
             f.write("\nFailed runs (left out of the medians):\n\n")
             seen = set()
