@@ -86,11 +86,21 @@ pub fn find_grid(force: bool) -> Result<Option<Grid>> {
     Ok(Some(Grid { cfg, state, secret }))
 }
 
-/// A spinner on the terminal, shown only once a step has lasted more than a second.
+/// A spinner on the terminal, shown only once a step has lasted more than a second
+/// (`P2PMPI_PROGRESS_DELAY_MS` changes that delay; 0 shows it at once). Nothing is drawn when
+/// standard error is not a terminal.
 struct Progress {
     start: Instant,
     bar: Option<ProgressBar>,
     msg: String,
+}
+
+fn spinner_delay() -> Duration {
+    static DELAY: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+    *DELAY.get_or_init(|| {
+        let ms = std::env::var("P2PMPI_PROGRESS_DELAY_MS").ok().and_then(|v| v.trim().parse().ok());
+        Duration::from_millis(ms.unwrap_or(1000))
+    })
 }
 
 impl Progress {
@@ -99,7 +109,7 @@ impl Progress {
     }
     fn set(&mut self, msg: impl Into<String>) {
         self.msg = msg.into();
-        if self.bar.is_none() && self.start.elapsed() > Duration::from_secs(1) {
+        if self.bar.is_none() && self.start.elapsed() >= spinner_delay() {
             let bar = ProgressBar::new_spinner();
             bar.set_style(ProgressStyle::with_template("{spinner} {msg} [{elapsed}]").unwrap());
             bar.enable_steady_tick(Duration::from_millis(120));

@@ -13,6 +13,19 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// rank → host from `whereami` output.
+/// A file of `len` pseudo-random bytes (nothing for compression or the FT cache to save).
+fn incompressible_file(path: &std::path::Path, len: usize) -> std::path::PathBuf {
+    let mut f = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15 ^ len as u64;
+    for _ in 0..len / 8 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        f.write_all(&x.to_le_bytes()).unwrap();
+    }
+    path.to_path_buf()
+}
+
 fn placement(out: &str) -> BTreeMap<usize, String> {
     out.lines()
         .filter_map(|l| {
@@ -646,23 +659,60 @@ fn log_level_restarted_peers_and_a_missing_supernode() {
 fn a_staging_longer_than_the_reservation_hold_keeps_the_reservation() {
     let g = TestGrid::start("longstage", 2, &["--procs", "1", "--set", "RESERVATION_HOLD=1500"]);
     g.wait_hosts(1, 1);
-    let big = g.dir.join("big.bin");
-    {
-        // 24 MiB that do not compress: with the program, a staging of several seconds in a
-        // debug build, while the other steps (hashing, launching) stay well within the hold.
-        // (A release build stages them faster than the hold: the test then proves nothing, and
-        // passes.)
-        let mut f = std::io::BufWriter::new(std::fs::File::create(&big).unwrap());
-        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
-        for _ in 0..(24 << 20) / 8 {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            f.write_all(&x.to_le_bytes()).unwrap();
-        }
-    }
+    // 24 MiB that do not compress: with the program, a staging of several seconds in a
+    // debug build, while the other steps (hashing, launching) stay well within the hold.
+    // (A release build stages them faster than the hold: the test then proves nothing, and
+    // passes.)
+    let big = incompressible_file(&g.dir.join("big.bin"), 24 << 20);
     let w = example("whereami");
     let o = g.run(&["-v", "-n", "2", "-l", big.to_str().unwrap(), w.to_str().unwrap()]);
     o.assert_ok();
     assert_eq!(placement(&o.stdout).len(), 2, "{}", o.stdout);
+}
+
+/// On a terminal, staging shows the bytes sent so far and the rate as they go (issue 18: a
+/// 200-300 MB staging used to show nothing for seconds). The job runs under `script`, which
+/// gives it a pseudo-terminal, with the spinner's one-second delay set to zero.
+#[test]
+fn on_a_terminal_staging_shows_the_bytes_sent_as_they_go() {
+    let g = TestGrid::start("ttystage", 2, &["--procs", "1"]);
+    g.wait_hosts(1, 1);
+    let big = incompressible_file(&g.dir.join("big.bin"), 48 << 20);
+    let w = example("whereami");
+    let line = format!(
+        "env P2PMPI_HOME='{}' P2PMPI_PROGRESS_DELAY_MS=0 '{}' -n 2 -l '{}' '{}'",
+        g.home(1).display(),
+        bin("p2pmpirun").display(),
+        big.display(),
+        w.display()
+    );
+    let o = run_cmd(Command::new("script").args(["-qefc", &line, "/dev/null"]).env_remove("P2PMPI_CONF_FILE"), LIMIT);
+    o.assert_ok();
+    // indicatif redraws its line in place: carriage returns and escape sequences (CSI).
+    let mut text = String::new();
+    let mut chars = o.stdout.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\x1b' if chars.peek() == Some(&'[') => {
+                for d in chars.by_ref().skip(1) {
+                    if d.is_ascii_alphabetic() {
+                        break;
+                    }
+                }
+                text.push('\n');
+            }
+            '\r' => text.push('\n'),
+            c => text.push(c),
+        }
+    }
+    assert_eq!(placement(&text).len(), 2, "{text}");
+    let shown: Vec<&str> = text.lines().filter(|l| l.contains(" sent (")).collect();
+    assert!(!shown.is_empty(), "no staging progress on the terminal:\n{text}");
+    assert!(shown.iter().all(|l| l.contains("staging 2 file(s) to 1 host(s)") && l.contains("/s)")), "{shown:?}");
+    let nonzero = shown.iter().filter(|l| l.contains("KiB sent") || l.contains("MiB sent")).count();
+    assert!(nonzero > 0, "the byte count never moved: {shown:?}");
+    // Without a terminal (the other tests), nothing of it is printed.
+    let plain = g.run(&["-n", "2", "-l", big.to_str().unwrap(), w.to_str().unwrap()]);
+    plain.assert_ok();
+    assert!(!plain.stderr.contains(" sent ("), "{}", plain.stderr);
 }

@@ -143,13 +143,8 @@ fn main() {
     let universe = mpi::initialize().unwrap();
     let world = universe.world();
     assert!(k >= 1 && world.size() % k == 0, "FANOUT must divide the number of processes");
-    let mut fan = (k > 1).then(|| Fanout {
-        world: &world,
-        k,
-        me: world.rank() / k,
-        first: world.rank() % k == 0,
-        commits: 0,
-    });
+    let mut fan =
+        (k > 1).then(|| Fanout { world: &world, k, me: world.rank() / k, first: world.rank() % k == 0, commits: 0 });
     let (rank, np) = match &fan {
         Some(f) => (f.me, f.n()),
         None => (world.rank(), world.size()),
