@@ -466,3 +466,66 @@ fn a_job_submitted_from_behind_nat_stops_at_start_up_naming_the_ranks_that_canno
     let left = leftovers(&g, Duration::from_secs(10));
     assert!(left.is_empty(), "left behind: {left:?}\n{text}");
 }
+
+/// The README's "A grid of several machines", step by step, on two machines (network
+/// namespaces m1 = 10.0.1.1 and m2 = 10.0.1.2) with nothing but its commands and the
+/// defaults: `p2pmpi init --supernode` on m1, its file copied to m2, `runSupernode` and
+/// `mpiboot` on m1, `mpiboot` on m2, `mpihost` on m2 until it lists m1, `p2pmpirun -n 2` from
+/// m2 (one rank on each machine), then `mpihalt` and `stopSupernode`. Default ports, no
+/// `EXTERNAL_IP`: the addresses are found by the daemons.
+#[test]
+fn the_readme_two_machine_grid_works_as_written() {
+    if skip() {
+        return;
+    }
+    let net = Netns::new("readme", &[Site::open(&["m1", "m2"])]);
+    let dir = std::env::temp_dir().join(format!("{}homes", net.prefix));
+    let _ = std::fs::remove_dir_all(&dir);
+    let home = |h: &str| dir.join(h);
+    let on = |h: &str, cmd: &str, args: &[&str]| {
+        let mut c = net.exec(h, common::grid::bin(cmd));
+        c.args(args).env("P2PMPI_HOME", home(h)).env_remove("P2PMPI_CONF_FILE");
+        common::run_cmd(&mut c, common::grid::LIMIT)
+    };
+    let m1 = net.addr("m1").to_string();
+    let sn = format!("{m1}:9700");
+    let init = on("m1", "p2pmpi", &["init", "--supernode", &sn]);
+    init.assert_ok();
+    assert!(init.stdout.contains("with a new GRID_SECRET"), "{}", init.stdout);
+    std::fs::create_dir_all(home("m2")).unwrap();
+    std::fs::copy(home("m1").join("P2P-MPI.conf"), home("m2").join("P2P-MPI.conf")).unwrap();
+
+    on("m1", "runSupernode", &[]).assert_ok();
+    on("m1", "mpiboot", &[]).assert_ok();
+    let boot = on("m2", "mpiboot", &[]);
+    boot.assert_ok();
+    assert!(!boot.stderr.contains("no supernode answered"), "{}", boot.stderr);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let hosts = on("m2", "mpihost", &[]);
+        hosts.assert_ok();
+        let seen = hosts.stdout.lines().any(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            w.first() == Some(&m1.as_str()) && w.get(3) == Some(&"true")
+        });
+        if seen {
+            break;
+        }
+        assert!(Instant::now() < deadline, "m2 never listed m1 alive:\n{}", hosts.stdout);
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let pi = common::example("pi");
+    let whereami = common::example("whereami");
+    let run = on("m2", "p2pmpirun", &["-n", "2", pi.to_str().unwrap()]);
+    run.assert_ok();
+    assert!(run.stdout.contains("Pi is approximately 3.14159265"), "{}", run.stdout);
+    let run = on("m2", "p2pmpirun", &["-n", "2", whereami.to_str().unwrap()]);
+    run.assert_ok();
+    for h in ["m1", "m2"] {
+        assert!(run.stdout.contains(&net.addr(h).to_string()), "no rank ran on {h}:\n{}", run.stdout);
+    }
+    on("m2", "mpihalt", &[]).assert_ok();
+    on("m1", "mpihalt", &[]).assert_ok();
+    on("m1", "stopSupernode", &[]).assert_ok();
+    let _ = std::fs::remove_dir_all(&dir);
+}
