@@ -8,6 +8,9 @@
 //!
 //! * [`advisor`]: how much replication — Weibull host failures, `P_app(p, r)`, the Amdahl
 //!   duration model and the replication degree of least failure probability (SPEC §11).
+//! * [`agreement`]: fault-tolerant agreement for fault-aware programs (ULFM's agree and
+//!   shrink), decided by the job's supervisor like deaths: contributions and failures in, one
+//!   decision out for every survivor.
 //! * [`allocation`]: the reservation arithmetic (booking count with overbooking, *slist*,
 //!   the feasibility test) and the *spread* / *concentrate* strategies with the rank
 //!   distribution that keeps the copies of a rank on different hosts (thesis §3.3–§3.4).
@@ -35,6 +38,7 @@
 #![forbid(unsafe_code)]
 
 pub mod advisor;
+pub mod agreement;
 pub mod allocation;
 mod codec;
 pub mod fd;

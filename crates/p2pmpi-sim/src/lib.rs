@@ -79,6 +79,7 @@
 //! [`Start::adjusted`]: p2pmpi_core::fd::Start::adjusted
 #![forbid(unsafe_code)]
 
+pub mod agreement;
 pub mod detection;
 pub mod false_positives;
 pub mod jel;

@@ -46,6 +46,19 @@ enum Cmd {
     /// Whole replicated jobs (random programs with ANY_SOURCE, probes, wait_any) under random
     /// crashes, freezes, partitions and false suspicions: counts the schedules that pass.
     Replicated(ReplArgs),
+    /// Fault-tolerant agreement (agree, then shrink, several rounds) while processes crash,
+    /// decided by the launcher's registry: counts the schedules that pass.
+    Agree(AgreeArgs),
+}
+
+#[derive(Args, Clone)]
+struct AgreeArgs {
+    /// How many schedules.
+    #[arg(long, default_value_t = 10000)]
+    schedules: u64,
+    /// Base seed.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
 }
 
 #[derive(Args, Clone)]
@@ -1119,6 +1132,27 @@ fn main() -> Result<()> {
         Cmd::Run(a) => run_cmd(a)?,
         Cmd::Lag(a) => lag_cmd(a)?,
         Cmd::Replicated(a) => replicated_cmd(a)?,
+        Cmd::Agree(a) => {
+            let t0 = Instant::now();
+            let t = p2pmpi_sim::agreement::run_many(a.seed, a.schedules);
+            println!(
+                "agreement: {} schedules ({} crashes, {} while an agreement was open, {} contributions refused as fenced, {} decisions) in {:.1} s: {} passed, {} violations",
+                t.schedules,
+                t.crashed,
+                t.during,
+                t.refused,
+                t.decisions,
+                t0.elapsed().as_secs_f64(),
+                t.passed,
+                t.schedules - t.passed
+            );
+            for (seed, why) in &t.failures {
+                println!("  seed {seed}: {why}");
+            }
+            if t.passed != t.schedules {
+                std::process::exit(1);
+            }
+        }
         Cmd::Kmonitor(c) => kmonitor_cmd(c, &command)?,
         Cmd::Jel(c) => jel_cmd(c, &command)?,
         Cmd::All(a) => {
