@@ -29,6 +29,7 @@ use crate::output::Output;
 use anyhow::{bail, Context, Result};
 use clap::Parser;
 use p2pmpi::bootstrap::env;
+use p2pmpi_core::agreement;
 use p2pmpi_core::fencing::{Declaration, Grant, Supervisor};
 use p2pmpi_core::replication::Layout;
 use p2pmpi_peer::server::{self, Framing, Gate, GateOptions, Limits, Pending, Refusal};
@@ -467,6 +468,14 @@ pub(crate) enum Event {
     BadClient {
         detail: String,
     },
+    /// A fault-aware program's process contributes to an agreement
+    /// ([`p2pmpi_core::agreement`]).
+    Agree {
+        rank: usize,
+        key: agreement::Key,
+        members: Vec<u32>,
+        flag: u32,
+    },
     /// Slots lost with their host (its peer daemon stopped answering), or refused there.
     Lost {
         ranks: Vec<usize>,
@@ -811,9 +820,57 @@ struct Replicas<'a> {
     fencing: &'a SharedFencing,
     /// Control connections of the processes, by slot.
     conns: HashMap<usize, Writer>,
+    /// Fault-aware programs' agreements, decided here like deaths.
+    agreements: std::cell::RefCell<Agreements>,
+}
+
+/// The agreements of fault-aware programs ([`p2pmpi_core::agreement`]): the registry, and
+/// the processes (slots) waiting for each decision.
+#[derive(Default)]
+struct Agreements {
+    reg: agreement::Registry,
+    waiting: HashMap<agreement::Key, Vec<usize>>,
 }
 
 impl Replicas<'_> {
+    /// Slot `slot` contributes `flag` to agreement `key` over `members` (world ranks).
+    fn agree(&self, slot: usize, key: agreement::Key, members: &[u32], flag: u32) {
+        let rank = self.layout.rank_of(slot) as u32;
+        let mut a = self.agreements.borrow_mut();
+        match a.reg.contribute(key, rank, members, flag) {
+            Ok(Some(d)) => {
+                let mut to = a.waiting.remove(&key).unwrap_or_default();
+                to.push(slot);
+                self.send_decision(key, &d, &to);
+            }
+            Ok(None) => a.waiting.entry(key).or_default().push(slot),
+            Err(e) => {
+                if let Some(w) = self.conns.get(&slot) {
+                    send_to(w, &Control::AgreeRefused { comm: key.comm, seq: key.seq, reason: e.to_string() });
+                }
+            }
+        }
+    }
+
+    /// Every replica of `rank` failed (or the process of an unreplicated rank): agreements
+    /// stop waiting for it.
+    fn rank_failed(&self, rank: usize) {
+        let mut a = self.agreements.borrow_mut();
+        for (key, d) in a.reg.rank_failed(rank as u32) {
+            let to = a.waiting.remove(&key).unwrap_or_default();
+            self.send_decision(key, &d, &to);
+        }
+    }
+
+    fn send_decision(&self, key: agreement::Key, d: &agreement::Decision, to: &[usize]) {
+        let msg = Control::Agreed { comm: key.comm, seq: key.seq, flag: d.flag, failed: d.failed.clone(), id: d.id };
+        for slot in to {
+            if let Some(w) = self.conns.get(slot) {
+                send_to(w, &msg);
+            }
+        }
+    }
+
     /// Whether the death of `slot` can be survived: its rank has several replicas.
     fn replicated(&self, slot: usize) -> bool {
         self.layout.replicas(self.layout.rank_of(slot)) > 1
@@ -883,6 +940,9 @@ impl Replicas<'_> {
         for w in self.conns.values() {
             send_to(w, &msg);
         }
+        if d.left == 0 {
+            self.rank_failed(self.layout.rank_of(d.slot));
+        }
         d.left
     }
 
@@ -927,7 +987,7 @@ pub(crate) fn event_loop(name: &str, job: &Job, rx: &Receiver<Event>, states: &m
     };
     let replicated = layout.slots() > layout.n;
     let who = |slot: usize| who(layout, slot);
-    let mut rep = Replicas { layout, fencing: &job.fencing, conns: HashMap::new() };
+    let mut rep = Replicas { layout, fencing: &job.fencing, conns: HashMap::new(), agreements: Default::default() };
     let lease_us = if replicated { lock(&job.fencing).sup.lease().as_micros() as u64 } else { 0 };
     let mut addrs: Vec<Option<String>> = vec![None; n];
     let mut fd_addrs: Vec<String> = vec![String::new(); n];
@@ -1092,6 +1152,7 @@ pub(crate) fn event_loop(name: &str, job: &Job, rx: &Receiver<Event>, states: &m
                         "{name}: {detail} (detected by {}); the program handles failures, the job goes on",
                         who(by)
                     );
+                    rep.rank_failed(layout.rank_of(failed));
                     continue;
                 }
                 states[by].lost_peer = Some(failed as u32);
@@ -1099,6 +1160,11 @@ pub(crate) fn event_loop(name: &str, job: &Job, rx: &Receiver<Event>, states: &m
                     eprintln!("{name}: {detail} (detected by {}); stopping the other processes", who(by));
                     failure = Some(1);
                     stop_all();
+                }
+            }
+            Event::Agree { rank: slot, key, members, flag } => {
+                if !(replicated && rep.heard_from_fenced(slot)) {
+                    rep.agree(slot, key, &members, flag);
                 }
             }
             Event::Finalized { rank: slot } => {
@@ -1230,6 +1296,9 @@ pub(crate) fn event_loop(name: &str, job: &Job, rx: &Receiver<Event>, states: &m
                 }
                 if tolerant && world_sent && failure.is_none() {
                     eprintln!("{name}: {why}; the program handles failures, the job goes on");
+                    for &slot in &lost {
+                        rep.rank_failed(layout.rank_of(slot));
+                    }
                 } else if failure.is_none() {
                     eprintln!("{name}: {why}; stopping the other processes");
                     failure = Some(1);
@@ -1307,6 +1376,7 @@ pub(crate) fn event_loop(name: &str, job: &Job, rx: &Receiver<Event>, states: &m
                 }
                 if tolerant && world_sent {
                     eprintln!("{name}: {msg}; the program handles failures, the job goes on");
+                    rep.rank_failed(layout.rank_of(slot));
                     continue;
                 }
                 eprintln!("{name}: {msg}; stopping the other processes");
@@ -1477,6 +1547,10 @@ fn serve_control(
             }
             Ok(Some(Control::PeerFailed { failed, detail, .. })) => {
                 let _ = tx.send(Event::PeerFailed { rank, failed: failed as usize, detail });
+            }
+            Ok(Some(Control::Agree { comm, seq, members, flag })) => {
+                let key = agreement::Key { comm, seq };
+                let _ = tx.send(Event::Agree { rank, key, members, flag });
             }
             Ok(Some(_)) => {}
             Ok(None) | Err(_) => {

@@ -40,6 +40,9 @@ pub struct Decision {
     /// The members declared failed when the agreement was decided (sorted): every member
     /// that is not here contributed.
     pub failed: Vec<Rank>,
+    /// A number no other decision of this registry has (in the order decisions were taken):
+    /// what survivors that shrink name their new communicator by, without talking.
+    pub id: u64,
 }
 
 impl Decision {
@@ -96,6 +99,7 @@ pub struct Registry {
     open: BTreeMap<Key, Open>,
     decided: BTreeMap<Key, Decision>,
     order: std::collections::VecDeque<Key>,
+    next_id: u64,
 }
 
 impl Registry {
@@ -179,7 +183,8 @@ impl Registry {
             .collect::<BTreeSet<_>>()
             .into_iter()
             .collect();
-        let d = Decision { flag, failed };
+        let d = Decision { flag, failed, id: self.next_id };
+        self.next_id += 1;
         self.open.remove(&key);
         self.decided.insert(key, d.clone());
         self.order.push_back(key);
@@ -206,7 +211,7 @@ mod tests {
         assert_eq!(r.contribute(K, 2, &m, 0b101).unwrap(), None);
         assert_eq!(r.waiting_for(K), vec![1]);
         let d = r.contribute(K, 1, &m, 0b110).unwrap().unwrap();
-        assert_eq!(d, Decision { flag: 0b100, failed: vec![] });
+        assert_eq!(d, Decision { flag: 0b100, failed: vec![], id: 0 });
         // A late ask (a replica, a retry) gets the same decision.
         assert_eq!(r.contribute(K, 1, &m, 0b110).unwrap(), Some(d));
     }
@@ -221,14 +226,14 @@ mod tests {
         // 3 contributed, then failed: reported as failed, its value counted.
         assert!(r.rank_failed(3).is_empty());
         let d = r.contribute(K, 2, &m, 1).unwrap().unwrap();
-        assert_eq!(d, Decision { flag: 1, failed: vec![1, 3] });
+        assert_eq!(d, Decision { flag: 1, failed: vec![1, 3], id: 0 });
         assert_eq!(d.survivors(&m), vec![0, 2]);
         // A contribution from a failed rank is refused, not counted.
         let k2 = Key { comm: 7, seq: 1 };
         assert_eq!(r.contribute(k2, 1, &m, 0), Err(Refused::Failed(1)));
         r.contribute(k2, 0, &m, 1).unwrap();
         let done = r.rank_failed(2);
-        assert_eq!(done, vec![(k2, Decision { flag: 1, failed: vec![1, 2, 3] })]);
+        assert_eq!(done, vec![(k2, Decision { flag: 1, failed: vec![1, 2, 3], id: 1 })]);
     }
 
     #[test]

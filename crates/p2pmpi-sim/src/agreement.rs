@@ -63,7 +63,7 @@ enum Ev {
     Decided {
         p: Rank,
         round: u32,
-        d: (u32, Vec<Rank>),
+        d: (u32, Vec<Rank>, u64),
     },
     Crash {
         p: Rank,
@@ -100,7 +100,7 @@ pub fn run(seed: u64, cfg: Config) -> Outcome {
         }
     }
     // Per round: the decision first received, and the accepted contributions.
-    let mut decisions: BTreeMap<u32, (u32, Vec<Rank>)> = BTreeMap::new();
+    let mut decisions: BTreeMap<u32, (u32, Vec<Rank>, u64)> = BTreeMap::new();
     let mut accepted: BTreeMap<u32, BTreeMap<Rank, u32>> = BTreeMap::new();
     let mut comm_of_round: BTreeMap<u32, Vec<Rank>> = BTreeMap::new();
     let mut crashed = vec![false; n as usize];
@@ -188,7 +188,7 @@ pub fn run(seed: u64, cfg: Config) -> Outcome {
                     continue;
                 }
                 pr.waiting = false;
-                let dec = Decision { flag: d.0, failed: d.1.clone() };
+                let dec = Decision { flag: d.0, failed: d.1.clone(), id: d.2 };
                 pr.members = dec.survivors(&pr.members);
                 pr.round += 1;
                 if pr.round < cfg.rounds {
@@ -198,7 +198,7 @@ pub fn run(seed: u64, cfg: Config) -> Outcome {
         }
     }
     // The properties.
-    for (round, (flag, failed)) in &decisions {
+    for (round, (flag, failed, _)) in &decisions {
         let acc = accepted.get(round).cloned().unwrap_or_default();
         let and = acc.values().fold(u32::MAX, |a, &v| a & v);
         if and != *flag {
@@ -247,7 +247,7 @@ fn deliver(
 ) {
     for &m in members {
         if procs[m as usize].alive {
-            push(q, t + 1 + rng.below(300), Ev::Decided { p: m, round, d: (d.flag, d.failed.clone()) });
+            push(q, t + 1 + rng.below(300), Ev::Decided { p: m, round, d: (d.flag, d.failed.clone(), d.id) });
         }
     }
 }

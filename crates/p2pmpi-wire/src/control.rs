@@ -18,9 +18,9 @@ use thiserror::Error;
 /// Largest control record accepted.
 pub const MAX_CONTROL_LEN: u32 = 16 << 20;
 
-/// One control record. Processes send `Hello`, `Register`, `Finalized`, `Abort`, `PeerFailed`
-/// and `Renew`; the launcher answers with `Challenge`, `World`, `Lease` and `Excluded`, and may
-/// send `Dead` and `Stop`.
+/// One control record. Processes send `Hello`, `Register`, `Finalized`, `Abort`, `PeerFailed`,
+/// `Renew` and `Agree`; the launcher answers with `Challenge`, `World`, `Lease`, `Excluded`,
+/// `Agreed` and `AgreeRefused`, and may send `Dead` and `Stop`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Control {
     /// A process announces itself: its rank (slot), the address of its data port, its pid,
@@ -58,6 +58,15 @@ pub enum Control {
     Hello { rank: u32, nonce: Nonce },
     /// The launcher's answer to `Hello`: its nonce and its proof of the job key.
     Challenge { nonce: Nonce, proof: Proof },
+    /// A fault-aware program's process contributes `flag` to agreement `seq` on the
+    /// communicator of context `comm`, whose members are the world ranks `members`
+    /// (`p2pmpi_core::agreement`: the launcher decides).
+    Agree { comm: u64, seq: u64, members: Vec<u32>, flag: u32 },
+    /// The launcher's decision of an agreement: the AND of the flags contributed, the
+    /// members (world ranks) that failed, and the decision's number (unique in the job).
+    Agreed { comm: u64, seq: u64, flag: u32, failed: Vec<u32>, id: u64 },
+    /// The launcher refused the process's contribution (`reason` says why).
+    AgreeRefused { comm: u64, seq: u64, reason: String },
 }
 
 /// What a process registers with its launcher.
@@ -165,6 +174,9 @@ impl Control {
             Control::Excluded { .. } => "Excluded",
             Control::Hello { .. } => "Hello",
             Control::Challenge { .. } => "Challenge",
+            Control::Agree { .. } => "Agree",
+            Control::Agreed { .. } => "Agreed",
+            Control::AgreeRefused { .. } => "AgreeRefused",
         }
     }
 }
@@ -285,6 +297,9 @@ mod tests {
             },
             Control::Hello { rank: 3, nonce: [1; 32] },
             Control::Challenge { nonce: [2; 32], proof: [3; 32] },
+            Control::Agree { comm: 5, seq: 2, members: vec![0, 2, 3], flag: 0xff },
+            Control::Agreed { comm: 5, seq: 2, flag: 0x0f, failed: vec![2], id: 9 },
+            Control::AgreeRefused { comm: 5, seq: 2, reason: "rank 2 was declared failed".into() },
             Control::World { addrs: vec!["a".into(), "b".into()], fd: None, lease_us: 0 },
             Control::World {
                 lease_us: 1_000_000,

@@ -263,6 +263,12 @@ fn watch_launcher(mut conn: TcpStream, rank: i32) {
             }
             Ok(Some(Control::Lease { stamp_us })) => fence::granted(stamp_us),
             Ok(Some(Control::Excluded { .. })) => fence::excluded(),
+            Ok(Some(Control::Agreed { comm, seq, flag, failed, id })) => {
+                agreements::decided((comm, seq), Ok((flag, failed, id)));
+            }
+            Ok(Some(Control::AgreeRefused { comm, seq, reason })) => {
+                agreements::decided((comm, seq), Err(reason));
+            }
             Ok(Some(Control::Dead { slots })) => {
                 if fence::my_slot().is_some_and(|me| slots.contains(&me)) {
                     fence::excluded();
@@ -282,6 +288,39 @@ fn watch_launcher(mut conn: TcpStream, rank: i32) {
                 return;
             }
         }
+    }
+}
+
+/// Agreements of fault-aware programs: contributions go to the launcher, which decides
+/// ([`p2pmpi_core::agreement`]); decisions come back on the control connection.
+pub(crate) mod agreements {
+    use super::*;
+    use std::collections::HashMap;
+
+    /// A decision: (AND of the flags, failed members as world ranks, its number), or why the
+    /// launcher refused the contribution.
+    pub(crate) type Outcome = std::result::Result<(u32, Vec<u32>, u64), String>;
+
+    static DECIDED: Mutex<Option<HashMap<(u64, u64), Outcome>>> = Mutex::new(None);
+
+    pub(super) fn decided(key: (u64, u64), o: Outcome) {
+        DECIDED.lock().get_or_insert_with(HashMap::new).insert(key, o);
+    }
+
+    /// Sends this process's contribution. Without a launcher (a program started alone, a
+    /// world of one) the decision is taken here: every member is this process.
+    pub(crate) fn contribute(key: (u64, u64), members: &[u32], flag: u32) {
+        if CONTROL_CONN.lock().is_none() {
+            static ALONE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+            decided(key, Ok((flag, Vec::new(), ALONE.fetch_add(1, Ordering::SeqCst))));
+            return;
+        }
+        send(&Control::Agree { comm: key.0, seq: key.1, members: members.to_vec(), flag });
+    }
+
+    /// The decision of `key`, once it arrived (taken: each is asked for once).
+    pub(crate) fn take(key: (u64, u64)) -> Option<Outcome> {
+        DECIDED.lock().as_mut().and_then(|m| m.remove(&key))
     }
 }
 

@@ -42,6 +42,7 @@ mod pool;
 pub mod random;
 pub mod request;
 pub mod topology;
+pub mod ulfm;
 
 pub use crate::environment::{
     initialize, initialize_with_threading, is_finalized, is_initialized, time, time_resolution, Threading,

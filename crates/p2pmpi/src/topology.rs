@@ -392,7 +392,7 @@ fn fnv(s: &str) -> u64 {
     s.bytes().fold(0xcbf29ce484222325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100000001b3))
 }
 
-fn new_comm(ctx: u32, members: Vec<Rank>, me_world: Rank) -> SimpleCommunicator {
+pub(crate) fn new_comm(ctx: u32, members: Vec<Rank>, me_world: Rank) -> SimpleCommunicator {
     let rank = members.iter().position(|&w| w == me_world).expect("member") as Rank;
     let size = members.len() as Rank;
     let identity =

@@ -196,6 +196,9 @@ pub(crate) struct Engine {
     deferred: Vec<(i32, Out)>,
     /// The error that ended communication, if any: every later wait returns it.
     pub fatal: Option<Error>,
+    /// Peers lost in a program that handles failures (`Policy::Notify`, unreplicated): what
+    /// involves them fails with an error naming them, the rest goes on (rank → cause).
+    lost: HashMap<i32, String>,
     /// How long a blocking call polls before it sleeps.
     pub spin: Duration,
     /// After `spin`, how long it keeps polling with `sched_yield` between polls.
@@ -268,6 +271,7 @@ impl Engine {
             rndv_recv: HashMap::new(),
             deferred: Vec::new(),
             fatal: None,
+            lost: HashMap::new(),
             spin,
             yield_spin: Duration::ZERO,
             encrypt: false,
@@ -706,6 +710,9 @@ impl Engine {
         if let Some(c) = self.peers[dst as usize].send_conn {
             return Ok(c);
         }
+        if let Some(cause) = self.lost.get(&dst) {
+            return Err(Error::PeerLost { rank: dst, cause: cause.clone() });
+        }
         if self.repl.as_ref().is_some_and(|rp| rp.ep.is_cut(dst as usize)) {
             return Err(Error::PeerLost { rank: self.rank_of(dst), cause: format!("slot {dst} failed") });
         }
@@ -840,7 +847,44 @@ impl Engine {
             }
         }
         self.post(r, pat);
+        if let Some(cause) = pat.src.and_then(|s| self.lost.get(&s)) {
+            // Nothing more comes from a lost peer (what it sent before is matched above).
+            if self.matcher.cancel(&r) {
+                let err = Error::PeerLost { rank: pat.src.unwrap_or(-1), cause: cause.clone() };
+                self.complete(r, Err(err));
+            }
+        }
         Ok(r)
+    }
+
+    /// A peer is lost (its connection broke, or the failure detector declared it failed).
+    /// A program that handles failures (`Policy::Notify`, unreplicated) goes on: what
+    /// involves the peer fails with an error naming it — receives naming it, sends and
+    /// rendez-vous with it, later operations with it — and the rest of communication goes on.
+    /// Otherwise communication ends.
+    fn lose_peer(&mut self, rank: i32, cause: String, unsent: Vec<ReqId>) {
+        let err = Error::PeerLost { rank, cause: cause.clone() };
+        if !self.failure_tolerant() {
+            self.set_fatal(err);
+            return;
+        }
+        self.lost.entry(rank).or_insert(cause);
+        let mut failed = unsent;
+        let posted: Vec<ReqId> = self.matcher.posted().filter(|(p, _)| p.src == Some(rank)).map(|(_, r)| *r).collect();
+        for r in posted {
+            if self.matcher.cancel(&r) {
+                failed.push(r);
+            }
+        }
+        let rr: Vec<Mid> = self.rndv_recv.keys().filter(|m| m.src as i32 == rank).copied().collect();
+        failed.extend(rr.iter().filter_map(|m| self.rndv_recv.remove(m)));
+        let rs: Vec<Mid> = self.rndv_send.keys().filter(|m| m.dst as i32 == rank).copied().collect();
+        failed.extend(rs.iter().filter_map(|m| self.rndv_send.remove(m)).map(|s| s.req));
+        for r in failed {
+            if self.reqs.get(r).is_some_and(|q| q.as_ref().is_some_and(|q| matches!(q.state, ReqState::Pending))) {
+                self.complete(r, Err(err.clone()));
+            }
+        }
     }
 
     fn post(&mut self, r: ReqId, pat: Pattern) {
@@ -1528,7 +1572,8 @@ impl Engine {
                     self.suspect_slot(peer, &cause);
                     return;
                 }
-                self.set_fatal(Error::PeerLost { rank: peer, cause });
+                let unsent = conn.take_completions();
+                self.lose_peer(peer, cause, unsent);
             }
         } else if let ConnError::Protocol(d) = e {
             self.log_refusal(&format!("dropped a connection from {}: {d}", conn.peer_addr()));
@@ -1543,7 +1588,23 @@ impl Engine {
             self.slot_failed(rank, "declared dead by the launcher");
             return;
         }
-        self.set_fatal(Error::PeerLost { rank, cause: "declared failed by the failure detector".into() });
+        // Its connections are dropped (a frozen process's would hold queued sends forever).
+        let mut unsent = Vec::new();
+        if self.failure_tolerant() && rank >= 0 && (rank as usize) < self.peers.len() {
+            for cid in std::mem::take(&mut self.peers[rank as usize].conns) {
+                if let Some(mut conn) = self.conns[cid].take() {
+                    let _ = self.poll.registry().deregister(&mut conn.stream);
+                    unsent.extend(conn.take_completions());
+                }
+            }
+            self.peers[rank as usize].send_conn = None;
+        }
+        self.lose_peer(rank, "declared failed by the failure detector".into(), unsent);
+    }
+
+    /// A program that handles failures, unreplicated: a lost peer does not end communication.
+    fn failure_tolerant(&self) -> bool {
+        self.repl.is_none() && crate::failure::policy() == crate::failure::Policy::Notify
     }
 
     /// Gives up when a send has made no progress for `limit` (2·T_cleanup, FM §5.3): the

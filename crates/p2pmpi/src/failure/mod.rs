@@ -61,8 +61,10 @@ pub enum Policy {
     /// Print an error naming the failed rank and stop this process (the default: the job
     /// stops everywhere).
     Stop,
-    /// Tell the program (handlers, [`failed_ranks`], [`wait_for_failure`]) and keep running;
-    /// communication then fails with an error naming the rank.
+    /// Tell the program (handlers, [`failed_ranks`], [`wait_for_failure`]) and keep running:
+    /// communication with the failed rank then fails with an error naming it (`try_*` calls
+    /// return it; plain calls stop the process with it), communication among the others goes
+    /// on, and [`crate::ulfm`] agrees and shrinks communicators around the failure.
     Notify,
 }
 
