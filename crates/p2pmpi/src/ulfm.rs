@@ -7,6 +7,7 @@
 //! (`mpi::failure::set_policy(Policy::Notify)` before `initialize`):
 //!
 //! ```no_run
+//! # extern crate p2pmpi as mpi;
 //! use mpi::traits::*;
 //! use mpi::ulfm::FaultTolerant;
 //!
