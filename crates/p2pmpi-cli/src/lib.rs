@@ -19,6 +19,7 @@ pub mod advise;
 pub mod cargo_run;
 pub mod commands;
 pub mod grid_run;
+pub mod grid_status;
 pub mod launcher;
 pub mod local_grid;
 pub mod output;
@@ -72,6 +73,12 @@ enum Cmd {
     },
     /// How much replication: P_app(p, r) for r = 1..R and the best degree (SPEC §11).
     Advise(advise::AdviseArgs),
+    /// The whole grid: peers, their load and free slots, running jobs with their ranks and
+    /// replicas.
+    Grid {
+        #[command(subcommand)]
+        action: GridViewCmd,
+    },
     /// Write a private (0600) P2P-MPI.conf with a fresh GRID_SECRET in the p2pmpi directory
     /// (P2PMPI_HOME, else ~/.p2pmpi).
     Init {
@@ -81,6 +88,20 @@ enum Cmd {
         /// Replace an existing configuration (its GRID_SECRET changes).
         #[arg(long)]
         force: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum GridViewCmd {
+    /// Every peer the supernodes know (address, OS, CPUs, load, memory, jobs against
+    /// MAX_JOBS, processes per job) and every MPI job running on them.
+    Status {
+        /// Print JSON instead of tables.
+        #[arg(long)]
+        json: bool,
+        /// Refresh every 2 s until interrupted.
+        #[arg(long)]
+        watch: bool,
     },
 }
 
@@ -249,6 +270,9 @@ fn p2pmpi_main() -> i32 {
             SupernodeCmd::Stat => report("p2pmpi supernode stat", commands::supernode_stat()),
         },
         Cmd::Advise(args) => advise::run(&args),
+        Cmd::Grid { action: GridViewCmd::Status { json, watch } } => {
+            report("p2pmpi grid status", grid_status::run(json, watch))
+        }
         Cmd::Pool { action } => match pool::run(action) {
             Ok(code) => code,
             Err(e) => {

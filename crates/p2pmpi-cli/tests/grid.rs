@@ -716,3 +716,55 @@ fn on_a_terminal_staging_shows_the_bytes_sent_as_they_go() {
     plain.assert_ok();
     assert!(!plain.stderr.contains(" sent ("), "{}", plain.stderr);
 }
+
+/// `p2pmpi grid status` (issue 19, item 4): every peer of the grid with what its MPD reports,
+/// and a running replicated job with each rank's replicas, where they run and which is the
+/// master — as JSON and as text.
+#[test]
+fn grid_status_shows_every_peer_and_the_running_job_with_its_replicas() {
+    let g = TestGrid::start("gridstatus", 3, &["--procs", "2", "--max-jobs", "2"]);
+    g.wait_hosts(1, 2);
+    let mut cmd = Command::new(bin("p2pmpirun"));
+    cmd.args(["-n", "3", "-r", "2"])
+        .arg(example("fdwatch"))
+        .args(["--hold", "20000"])
+        .env("P2PMPI_HOME", g.home(1))
+        .env_remove("P2PMPI_CONF_FILE");
+    let job = common::job::Job::spawn(&mut cmd);
+    job.ready(3, LIMIT);
+    let o = g.on(2, "p2pmpi", &["grid", "status", "--json"]);
+    o.assert_ok();
+    let v: serde_json::Value = serde_json::from_str(&o.stdout).expect("JSON");
+    let peers = v["peers"].as_array().unwrap();
+    assert_eq!(peers.len(), 3, "{}", o.stdout);
+    for p in peers {
+        assert_eq!(p["status"], "up", "{p}");
+        assert_eq!(p["max_procs"], 2, "{p}");
+        assert_eq!(p["max_jobs"], 2, "{p}");
+        assert_eq!(p["jobs"], 1, "every peer runs a part of the job: {p}");
+        assert!(p["cpus"].as_u64().unwrap() >= 1 && p["mem_total_kb"].as_u64().unwrap() > 0, "{p}");
+        assert!(p["os"].as_str().unwrap().starts_with("Linux"), "{p}");
+    }
+    let jobs = v["jobs"].as_array().unwrap();
+    assert_eq!(jobs.len(), 1, "{}", o.stdout);
+    assert_eq!(jobs[0]["program"], "fdwatch");
+    assert_eq!(jobs[0]["replicas"], 2);
+    let procs = jobs[0]["processes"].as_array().unwrap();
+    assert_eq!(procs.len(), 6, "{}", o.stdout);
+    for rank in 0..3u64 {
+        let mine: Vec<&serde_json::Value> = procs.iter().filter(|p| p["rank"] == rank).collect();
+        assert_eq!(mine.len(), 2, "rank {rank}: {mine:?}");
+        assert_ne!(mine[0]["host"], mine[1]["host"], "the replicas of a rank run on different hosts");
+        assert_eq!(mine.iter().filter(|p| p["master"] == true).count(), 1, "one master: {mine:?}");
+    }
+    let text = g.on(1, "p2pmpi", &["grid", "status"]);
+    text.assert_ok();
+    assert!(text.stdout.contains("3 peer(s)") && text.stdout.contains("3 answering"), "{}", text.stdout);
+    assert!(
+        text.stdout.contains("— fdwatch (2 replica(s) per rank") && text.stdout.contains("(master)"),
+        "{}",
+        text.stdout
+    );
+    let _ = Command::new("kill").arg(job.pid().to_string()).status();
+    let _ = job.end(LIMIT);
+}

@@ -486,6 +486,34 @@ impl Mpd {
     }
 }
 
+/// The operating system and its release, from `/proc` (`Linux 6.1.0`).
+fn host_os() -> String {
+    let read = |f: &str| std::fs::read_to_string(f).map(|s| s.trim().to_string()).unwrap_or_default();
+    let (ty, rel) = (read("/proc/sys/kernel/ostype"), read("/proc/sys/kernel/osrelease"));
+    if ty.is_empty() {
+        std::env::consts::OS.to_string()
+    } else {
+        format!("{ty} {rel}")
+    }
+}
+
+/// The one-minute load average (`/proc/loadavg`), 0 if unknown.
+fn load_average() -> f32 {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().and_then(|w| w.parse().ok()))
+        .unwrap_or(0.0)
+}
+
+/// (MemTotal, MemAvailable) in KiB from `/proc/meminfo`, zeros if unknown.
+fn host_memory() -> (u64, u64) {
+    let text = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let field = |name: &str| {
+        text.lines().find_map(|l| l.strip_prefix(name)?.trim().trim_end_matches("kB").trim().parse().ok()).unwrap_or(0)
+    };
+    (field("MemTotal:"), field("MemAvailable:"))
+}
+
 /// A local submitter's reservation request.
 struct Ask<'a> {
     n: u32,
@@ -729,6 +757,29 @@ impl Mpd {
                         version: VERSION.into(),
                         apps: self.apps.lock().clone(),
                     }
+                }
+                MpdRequest::Report => {
+                    self.apps.lock().retain(|a| home::pid_alive(a.pid));
+                    let (max_jobs, max_procs, jobs) = {
+                        let gate = self.gate.lock();
+                        let p = gate.policy();
+                        (p.max_jobs, p.max_procs, gate.active() as u32)
+                    };
+                    let (mem_total_kb, mem_available_kb) = host_memory();
+                    MpdResponse::Report(HostReport {
+                        me: self.me.id.clone(),
+                        name: self.me.name.clone(),
+                        os: host_os(),
+                        cpus: std::thread::available_parallelism().map_or(1, |n| n.get() as u32),
+                        load1: load_average(),
+                        mem_total_kb,
+                        mem_available_kb,
+                        max_jobs,
+                        max_procs,
+                        jobs,
+                        apps: self.apps.lock().clone(),
+                        version: VERSION.into(),
+                    })
                 }
                 MpdRequest::Halt => {
                     info!("halt requested from {peer}");

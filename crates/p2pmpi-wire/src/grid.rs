@@ -271,6 +271,31 @@ pub enum MpdRequest {
     Announce(AppProcess),
     /// The announced process ended.
     Retire { job: String, rank: u32 },
+    /// What this host is and does now, for the grid's views (`p2pmpi grid status`).
+    Report,
+}
+
+/// A host's report (`MpdRequest::Report`): what it is, what it lends and how busy it is.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HostReport {
+    pub me: PeerId,
+    /// Host name.
+    pub name: String,
+    /// Operating system and kernel release (`Linux 6.1.0`).
+    pub os: String,
+    pub cpus: u32,
+    /// Load average over the last minute.
+    pub load1: f32,
+    pub mem_total_kb: u64,
+    pub mem_available_kb: u64,
+    /// `MAX_JOBS` (0: unlimited) and `MAX_PROCESSES_PER_JOB`.
+    pub max_jobs: u32,
+    pub max_procs: u32,
+    /// Jobs running here now (reservations claimed by a launch).
+    pub jobs: u32,
+    /// The MPI processes running here.
+    pub apps: Vec<AppProcess>,
+    pub version: String,
 }
 
 /// Answers of an MPD.
@@ -309,6 +334,8 @@ pub enum MpdResponse {
         needed: u32,
         left_ms: u64,
     },
+    /// The answer to `Report`.
+    Report(HostReport),
 }
 
 /// Events of a launched job, from the remote MPD to the submitter.
