@@ -171,7 +171,13 @@ fn list(
         Err(_) if !bootstrap.is_empty() => None,
         Err(e) => return Err(e),
     };
-    if let (Some(r), true) = (r, implementation != Some(Impl::Distributed) && bootstrap.is_empty()) {
+    let central_first = match implementation {
+        Some(Impl::Central) => true,
+        Some(Impl::Distributed) => false,
+        None => bootstrap.is_empty(),
+    };
+    if central_first {
+        let r = r.context("no registry (SUPERNODE in P2P-MPI.conf, or --registry)")?;
         let members = p2pmpi_jel::list(r, secret, pool, LIST_TIMEOUT)?;
         if !members.is_empty() || implementation == Some(Impl::Central) {
             return Ok(members);

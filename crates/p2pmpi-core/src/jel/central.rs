@@ -991,8 +991,9 @@ impl Roster {
     fn grow_index(&mut self) {
         let size = (self.index.len() * 2).max(16);
         self.index = vec![0; size];
-        for k in 0..self.slots.len() {
-            let b = self.find(self.slots[k].0);
+        let ids: Vec<MemberId> = self.slots.iter().map(|s| s.0).collect();
+        for (k, id) in ids.into_iter().enumerate() {
+            let b = self.find(id);
             // A rejoined id: its last slot wins.
             self.index[b] = k as u32 + 1;
         }

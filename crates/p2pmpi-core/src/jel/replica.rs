@@ -446,7 +446,7 @@ mod tests {
                     killed = true;
                 }
                 net.run_until(now.max(net.now));
-                if step >= 1 && step <= n as u64 {
+                if (1..=n as u64).contains(&step) {
                     net.with(step as usize, |c, now| {
                         if let RNode::Client(c) = c {
                             c.join(now);
