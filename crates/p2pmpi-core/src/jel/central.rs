@@ -1107,6 +1107,8 @@ pub struct Client {
     gap_since: Option<Duration>,
     /// The welcome's `next`: the state must reach at least this far.
     welcome_next: u64,
+    /// The stream's length the last fallback `Sync` announced.
+    synced: u64,
     members: Roster,
     elections: BTreeMap<String, MemberId>,
     /// `get_election_result` calls waiting, with their deadlines.
@@ -1135,6 +1137,7 @@ impl Client {
             pending: BTreeMap::new(),
             gap_since: None,
             welcome_next: 0,
+            synced: 0,
             members: Roster::default(),
             elections: BTreeMap::new(),
             waits: BTreeMap::new(),
@@ -1477,10 +1480,13 @@ impl Client {
                 }
                 let mine = self.next_seq();
                 self.send(self.server, Message::Ack { next: mine });
-                if next > mine && self.pending.is_empty() && !self.cfg.dissemination.gossips() {
-                    // The stream's tail never came (sent by a registry that died before
-                    // writing it; the one that took over believes it sent): fetch it. With
-                    // a gap the gap's own fetch does it; gossip brings it anyway.
+                let announced = std::mem::replace(&mut self.synced, next);
+                if announced > mine && next > mine && self.pending.is_empty() && !self.cfg.dissemination.gossips() {
+                    // Events the previous `Sync` announced, a whole fallback interval ago,
+                    // never came (sent by a registry that died before writing them; the one
+                    // that took over believes they were sent): fetch them. (Events merely
+                    // on their way are not fetched twice; with a gap, the gap's own fetch
+                    // does it; gossip brings them anyway.)
                     self.send(self.server, Message::Fetch { from: mine, to: next });
                 }
             }
@@ -1855,12 +1861,20 @@ mod tests {
         c.on_message(addr(0), Message::Welcome { next: 1, snapshot: Some(snapshot), peers: vec![] }, ms(1));
         while c.poll_action().is_some() {}
         // The registry's replica believes events 1 and 2 were sent (a leader died before
-        // writing them): the fallback's length tells the member, which fetches them.
+        // writing them): the fallback's length tells the member; still missing at the next
+        // fallback, they are fetched (at the first they may be on their way).
+        let fetches = |c: &mut Client| -> Vec<Message> {
+            std::iter::from_fn(|| c.poll_action())
+                .filter_map(|a| match a {
+                    Action::Send { msg: m @ Message::Fetch { .. }, .. } => Some(m),
+                    _ => None,
+                })
+                .collect()
+        };
         c.on_message(addr(0), Message::Sync { next: 3 }, ms(2));
-        let sent: Vec<Message> = std::iter::from_fn(|| c.poll_action())
-            .filter_map(|a| if let Action::Send { msg, .. } = a { Some(msg) } else { None })
-            .collect();
-        assert!(sent.contains(&Message::Fetch { from: 1, to: 3 }), "{sent:?}");
+        assert_eq!(fetches(&mut c), []);
+        c.on_message(addr(0), Message::Sync { next: 4 }, ms(2002));
+        assert_eq!(fetches(&mut c), [Message::Fetch { from: 1, to: 4 }]);
         // Up to date: nothing to fetch.
         c.on_message(addr(0), Message::Sync { next: 1 }, ms(3));
         assert!(std::iter::from_fn(|| c.poll_action())
