@@ -6,7 +6,9 @@
 //!   `died ID`, `elected NAME ID`; and, when it stops without having left, `registry-lost
 //!   ADDR` (the supernode is gone) or `excluded` (the pool declared it dead), with status 1.
 //!   SIGTERM or SIGINT makes it leave gracefully (status 0).
-//! * `p2pmpi pool list POOL` prints the members, `ID ADDR`, in join order.
+//! * `p2pmpi pool list POOL` prints the members, `ID ADDR`: a central pool's in join order
+//!   (the registry's), a distributed pool's by id (the view of one live member, found through
+//!   `--bootstrap` or the rendezvous and asked without joining; docs/jel.md says why).
 //! * `p2pmpi pool registry [--listen ADDR]`: a registry of its own, for pools outside a grid
 //!   (the supernode hosts one already).
 //!
@@ -45,12 +47,20 @@ pub enum ElectionsArg {
 pub enum PoolCmd {
     /// Join POOL and print its events, one line each, until SIGTERM or SIGINT (then leave).
     Join(JoinArgs),
-    /// Print the members of POOL (central pools), `ID ADDR` in join order.
+    /// Print the members of POOL, `ID ADDR`: a central pool's in join order (the registry's
+    /// state), a distributed pool's by id (the view of a member it asks, without joining).
     List {
         pool: String,
-        /// The registry, HOST:PORT (default: the supernode of P2P-MPI.conf).
+        /// The implementation (default: the registry's central pool of that name if it has
+        /// members, else the distributed pool).
+        #[arg(long = "impl", value_enum)]
+        implementation: Option<Impl>,
+        /// The registry (and rendezvous), HOST:PORT (default: the supernode of P2P-MPI.conf).
         #[arg(long, value_name = "HOST:PORT")]
         registry: Option<String>,
+        /// Distributed: a member to ask (repeatable; tried before the rendezvous's seeds).
+        #[arg(long, value_name = "HOST:PORT")]
+        bootstrap: Vec<SocketAddr>,
     },
     /// Run a JEL registry of its own (the supernode hosts one already).
     Registry {
@@ -119,11 +129,10 @@ fn id(i: u64) -> String {
 pub fn run(cmd: PoolCmd) -> Result<i32> {
     match cmd {
         PoolCmd::Join(a) => join(a),
-        PoolCmd::List { pool, registry } => {
+        PoolCmd::List { pool, implementation, registry, bootstrap } => {
             let cfg = load_config("p2pmpi pool list")?;
             let secret = secret_of(&cfg)?;
-            let r = registry_addr(&registry, &cfg)?;
-            for (m, addr) in p2pmpi_jel::list(r, &secret, &pool, Duration::from_secs(10))? {
+            for (m, addr) in list(&pool, implementation, &registry, &bootstrap, &cfg, &secret)? {
                 println!("{} {addr}", id(m));
             }
             Ok(0)
@@ -140,6 +149,54 @@ pub fn run(cmd: PoolCmd) -> Result<i32> {
             server.stop();
             Ok(0)
         }
+    }
+}
+
+const LIST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The members: a central pool's from the registry; a distributed pool's from the first
+/// member that answers, among `--bootstrap` then the rendezvous's seeds (the latest members
+/// that joined through it), asked without registering this process as a seed.
+fn list(
+    pool: &str,
+    implementation: Option<Impl>,
+    registry: &Option<String>,
+    bootstrap: &[SocketAddr],
+    cfg: &p2pmpi_peer::config::Config,
+    secret: &p2pmpi_jel::GridSecret,
+) -> Result<Vec<(u64, SocketAddr)>> {
+    // Given members to ask, no registry is needed.
+    let r = match registry_addr(registry, cfg) {
+        Ok(r) => Some(r),
+        Err(_) if !bootstrap.is_empty() => None,
+        Err(e) => return Err(e),
+    };
+    let central_first = match implementation {
+        Some(Impl::Central) => true,
+        Some(Impl::Distributed) => false,
+        None => bootstrap.is_empty(),
+    };
+    if central_first {
+        let r = r.context("no registry (SUPERNODE in P2P-MPI.conf, or --registry)")?;
+        let members = p2pmpi_jel::list(r, secret, pool, LIST_TIMEOUT)?;
+        if !members.is_empty() || implementation == Some(Impl::Central) {
+            return Ok(members);
+        }
+    }
+    let mut seeds = bootstrap.to_vec();
+    if let Some(r) = r {
+        match p2pmpi_jel::seeds(r, secret, pool, None, LIST_TIMEOUT) {
+            Ok(s) => seeds.extend(s.into_iter().filter(|a| !bootstrap.contains(a))),
+            Err(e) if bootstrap.is_empty() => return Err(e.into()),
+            Err(_) => {}
+        }
+    }
+    if seeds.is_empty() {
+        return Ok(Vec::new());
+    }
+    match p2pmpi_jel::list_distributed(&seeds, secret, pool, LIST_TIMEOUT)? {
+        Some(members) => Ok(members),
+        None => bail!("pool {pool}: none of its {} known members answered", seeds.len()),
     }
 }
 

@@ -216,6 +216,17 @@ fn distributed_pool_through_the_supernodes_rendezvous() {
         // Non-uniform: every member ends with the lowest id.
         m.wait_line(&format!("elected leader {lowest}"));
     }
+    // `pool list` of a distributed pool: a member found through the rendezvous tells its
+    // view, by id; the asker does not join (nobody prints a fifth join).
+    let listed = |args: &[&str]| -> Vec<String> {
+        let out = run_cmd(&mut sn.cmd(args), LIMIT);
+        out.assert_ok();
+        out.stdout.lines().map(|l| l.split(' ').next().unwrap().to_string()).collect()
+    };
+    let mut sorted = ids.clone();
+    sorted.sort();
+    assert_eq!(listed(&["pool", "list", "d"]), sorted);
+    assert_eq!(listed(&["pool", "list", "d", "--impl", "distributed"]), sorted);
     // kill -9 a member that is not the leader; the others pronounce it dead.
     let victim = members.iter().position(|m| m.id != lowest).unwrap();
     members[victim].kill9();
@@ -223,6 +234,21 @@ fn distributed_pool_through_the_supernodes_rendezvous() {
         if i != victim {
             m.wait_line(&format!("died {}", members[victim].id));
         }
+    }
+    // Asked directly (`--bootstrap`, no registry needed), a survivor no longer lists it.
+    let survivor = members.iter().position(|m| m.id == lowest).unwrap();
+    let boot = format!("127.0.4.{}", survivor + 1);
+    let addr = members[survivor]
+        .out()
+        .iter()
+        .find_map(|l| l.strip_prefix(&format!("joined {} ", lowest)).map(str::to_string))
+        .unwrap();
+    assert!(addr.starts_with(&boot), "{addr}");
+    let alive: Vec<String> = sorted.iter().filter(|i| **i != members[victim].id).cloned().collect();
+    assert_eq!(listed(&["pool", "list", "d", "--bootstrap", &addr]), alive);
+    assert_eq!(listed(&["pool", "list", "d"]), alive);
+    for m in &members {
+        assert!(m.joins().iter().all(|j| ids.contains(j)), "the lister joined: {}", m.job.text());
     }
     // Kill the leader too: the survivors converge on the next lowest.
     let leader = members.iter().position(|m| m.id == lowest).unwrap();

@@ -504,6 +504,79 @@ pub fn list(
     }
 }
 
+/// Asks members of the distributed pool `pool` for the members they believe alive, without
+/// joining: the members at `seeds` are tried in turn (each within what is left of
+/// `timeout`), and the first answer is returned, by id. The asker listens on a port of its
+/// own, sends `JelHello` and [`distributed::Message::ListReq`] on an authenticated
+/// connection, and the member's core answers [`distributed::Message::List`] on the member's
+/// own connection back (the way members answer each other); that connection must prove the
+/// grid secret and greet for `pool`, anything else is closed. `Ok(None)`: nobody answered.
+pub fn list_distributed(
+    seeds: &[SocketAddr],
+    secret: &GridSecret,
+    pool: &str,
+    timeout: Duration,
+) -> Result<Option<Vec<(MemberId, Addr)>>, Error> {
+    let deadline = std::time::Instant::now() + timeout;
+    for &seed in seeds {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        match ask_view(seed, secret, pool, left) {
+            Ok(v) => return Ok(Some(v)),
+            Err(e) => tracing::debug!("jel list: {seed}: {e}"),
+        }
+    }
+    Ok(None)
+}
+
+fn ask_view(
+    seed: SocketAddr,
+    secret: &GridSecret,
+    pool: &str,
+    timeout: Duration,
+) -> Result<Vec<(MemberId, Addr)>, String> {
+    let deadline = std::time::Instant::now() + timeout;
+    let mut c = SecureConn::connect(seed, secret, timeout).map_err(|e| e.to_string())?;
+    let ip = c.local_addr().map_err(|e| e.to_string())?.ip();
+    let listener = TcpListener::bind((ip, 0)).map_err(|e| e.to_string())?;
+    let me = listener.local_addr().map_err(|e| e.to_string())?;
+    c.send(&JelHello { pool: pool.to_string(), addr: me, config: None }).map_err(|e| e.to_string())?;
+    c.send(&JelRecord::Msg(distributed::encode(&distributed::Message::ListReq))).map_err(|e| e.to_string())?;
+    listener.set_nonblocking(true).map_err(|e| e.to_string())?;
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return Err("no answer".into());
+        }
+        let stream = match listener.accept() {
+            Ok((s, _)) => s,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                // The listener is ours alone and lives for this one answer.
+                std::thread::sleep(Duration::from_millis(5).min(left));
+                continue;
+            }
+            Err(e) => return Err(e.to_string()),
+        };
+        let _ = stream.set_nonblocking(false);
+        let Ok(mut a) = SecureConn::accept(stream, secret, left.min(net::OPEN_TIMEOUT)) else { continue };
+        a.set_max_record(net::MAX_RECORD);
+        if a.set_read_timeout(Some(left)).is_err() {
+            continue;
+        }
+        match a.recv::<JelHello>() {
+            Ok(Some(h)) if h.pool == pool => {}
+            _ => continue,
+        }
+        while let Ok(Some(JelRecord::Msg(b))) = a.recv::<JelRecord>() {
+            if let Ok(distributed::Message::List { members }) = distributed::decode(&b) {
+                return Ok(members);
+            }
+        }
+    }
+}
+
 /// Asks the rendezvous at `registry` for the last members of the distributed pool `pool`
 /// (most recent first); `me`, if given, is added to them.
 pub fn seeds(

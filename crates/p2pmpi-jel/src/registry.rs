@@ -1,5 +1,7 @@
 //! The central registry's driver: one [`central::Server`] per pool, each on a thread of its
-//! own, fed by the members' connections.
+//! own, fed by the members' connections — through the pool's input log: the server is a
+//! [`Replica`] fed each input as a committed entry (at once here; the seam where a log
+//! replicated among several supernodes goes).
 //!
 //! A member's connection opens with [`SnRequest::Jel`] (the supernode hands such a
 //! connection to its [`Registry`]; [`serve`] runs a registry on a listener of its own). The
@@ -11,7 +13,8 @@
 //! connection closed. A record that does not decode closes its connection, nothing else.
 
 use crate::net::{self, Acceptor, MAX_QUEUED};
-use p2pmpi_core::jel::central::{self, Dissemination, Message, Server};
+use p2pmpi_core::jel::central::{self, Dissemination, Message};
+use p2pmpi_core::jel::replica::{self, Replica};
 use p2pmpi_core::jel::{Action, Addr, Event, MemberId};
 use p2pmpi_wire::grid::{JelHello, JelRecord, SnRequest, SnResponse};
 use p2pmpi_wire::secure::{GridSecret, SecureConn};
@@ -176,17 +179,38 @@ impl Registry {
     }
 }
 
+/// A pool's input log, committed here at once (a single registry). The pool's server is a
+/// [`Replica`] fed the committed entries, as every supernode's would be with the log
+/// replicated by Raft among several (docs/jel.md, "Several supernodes"): this is the seam
+/// where a consensus log goes.
+struct LocalLog {
+    replica: Replica,
+    index: u64,
+}
+
+impl LocalLog {
+    fn commit(&mut self, now: Duration, input: replica::Input) {
+        let e = self.replica.stamp(now, input);
+        self.index += 1;
+        let applied = self.replica.apply(self.index, &e);
+        debug_assert!(applied, "entries are committed in order");
+    }
+}
+
 fn run_pool(registry: Registry, name: String, cfg: central::Config, seed: u64, rx: Receiver<Input>) {
     let start = Instant::now();
-    let mut server = Server::new(cfg, seed);
-    server.start(Duration::ZERO);
+    let mut replica = Replica::new(cfg, seed);
+    replica.set_leader(true);
+    let mut log = LocalLog { replica, index: 0 };
+    log.commit(Duration::ZERO, replica::Input::Start);
     let mut conns: HashMap<Addr, (u64, SyncSender<JelRecord>)> = HashMap::new();
     let mut addrs: HashMap<MemberId, Addr> = HashMap::new();
     let mut seen = 0usize;
     let mut idle_since: Option<Instant> = None;
     loop {
         let now = start.elapsed();
-        let wait = server
+        let wait = log
+            .replica
             .next_deadline()
             .map_or(Duration::from_secs(1), |d| d.saturating_sub(now))
             .min(Duration::from_secs(1));
@@ -197,23 +221,25 @@ fn run_pool(registry: Registry, name: String, cfg: central::Config, seed: u64, r
             }
             Ok(Input::Msg { from, conn, msg }) => {
                 if conns.get(&from).is_some_and(|c| c.0 == conn) {
-                    server.on_message(from, msg, start.elapsed());
+                    log.commit(start.elapsed(), replica::Input::Message { from, msg });
                 }
             }
             Ok(Input::Closed { addr, conn }) => {
                 if conns.get(&addr).is_some_and(|c| c.0 == conn) {
                     conns.remove(&addr);
-                    server.on_unreachable(addr, start.elapsed());
+                    log.commit(start.elapsed(), replica::Input::Unreachable { addr });
                 }
             }
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => return,
         }
-        server.tick(start.elapsed());
+        if let Some(tick) = log.replica.due(start.elapsed()) {
+            log.commit(tick.now, tick.input);
+        }
         // Sending may find a member unreachable, which appends events and sends more.
         loop {
             let mut any = false;
-            while let Some(a) = server.poll_action() {
+            while let Some(a) = log.replica.poll_action() {
                 any = true;
                 let Action::Send { to, msg } = a else { continue };
                 let ok = conns.get(&to).is_some_and(|c| match c.1.try_send(JelRecord::Msg(central::encode(&msg))) {
@@ -222,10 +248,11 @@ fn run_pool(registry: Registry, name: String, cfg: central::Config, seed: u64, r
                 });
                 if !ok {
                     conns.remove(&to);
-                    server.on_unreachable(to, start.elapsed());
+                    log.commit(start.elapsed(), replica::Input::Unreachable { addr: to });
                 }
             }
             // Who joined and who went: the dead are told so and their connection closed.
+            let server = log.replica.server();
             for e in &server.log()[seen..] {
                 match e {
                     Event::Joined { id, addr } => {
@@ -250,6 +277,7 @@ fn run_pool(registry: Registry, name: String, cfg: central::Config, seed: u64, r
                 break;
             }
         }
+        let server = log.replica.server();
         if server.members().is_empty() && conns.is_empty() {
             let since = *idle_since.get_or_insert_with(Instant::now);
             if since.elapsed() >= IDLE_POOL {

@@ -212,6 +212,16 @@ fn distributed_pool_joins_leaves_and_converges_on_one_winner() {
         }
         assert_eq!(m.get_election_result("leader", WAIT).unwrap(), Some(lowest));
     }
+    // Listed without joining: a member's view (every member, by id); a dead address is
+    // skipped for the next; without the grid secret nobody answers.
+    let mut by_id: Vec<(MemberId, SocketAddr)> = members.iter().map(|m| (m.id(), m.addr())).collect();
+    by_id.sort();
+    let nobody: SocketAddr = "127.0.0.1:9".parse().unwrap();
+    let seeds = [nobody, members[3].addr()];
+    assert_eq!(p2pmpi_jel::list_distributed(&seeds, &secret, "d", WAIT).unwrap(), Some(by_id));
+    let wrong = GridSecret::from_phrase("not the grid's");
+    assert_eq!(p2pmpi_jel::list_distributed(&seeds, &wrong, "d", Duration::from_secs(2)).unwrap(), None);
+    assert_eq!(p2pmpi_jel::list_distributed(&seeds, &secret, "other pool", Duration::from_secs(2)).unwrap(), None);
     // A graceful leave is told as a leave.
     let gone = members.remove(4);
     let left = Event::Left { id: gone.id() };

@@ -576,7 +576,7 @@ impl Server {
 
     /// The next action for the driver.
     pub fn poll_action(&mut self) -> Option<Action<Message>> {
-        self.out.pop_front()
+        super::pop_action(&mut self.out)
     }
 
     fn send(&mut self, to: Addr, msg: Message) {
@@ -590,6 +590,27 @@ impl Server {
         } else {
             base
         }
+    }
+
+    /// The state after the first `next` events of the stream, replayed from the log (a rare
+    /// path: a join welcomed again must get the state its own join ends, as the first time,
+    /// so that the events after it reach it one by one).
+    fn snapshot_at(&self, next: u64) -> Snapshot {
+        let mut members: Vec<(MemberId, Addr)> = Vec::new();
+        let mut elections: BTreeMap<String, MemberId> = BTreeMap::new();
+        for e in &self.log[..(next as usize).min(self.log.len())] {
+            match e {
+                Event::Joined { id, addr } => members.push((*id, *addr)),
+                Event::Left { id } | Event::Died { id } => {
+                    members.retain(|m| m.0 != *id);
+                    elections.retain(|_, w| w != id);
+                }
+                Event::Elected { name, winner } => {
+                    elections.insert(name.clone(), *winner);
+                }
+            }
+        }
+        Snapshot { next, members, elections: elections.into_iter().collect() }
     }
 
     fn snapshot(&self) -> Snapshot {
@@ -650,6 +671,15 @@ impl Server {
     /// A message from the node listening at `from`.
     pub fn on_message(&mut self, from: Addr, msg: Message, now: Duration) {
         if let Message::Join { id, addr } = msg {
+            if let Some(m) = self.members.get_mut(&id).filter(|m| m.addr == addr) {
+                // Sent again: its welcome was lost (the registry that took the join died
+                // before sending it; a replica took over). The same place in the stream.
+                let next = m.joined;
+                m.has_state = true;
+                let snapshot = Some(self.snapshot_at(next));
+                self.send(addr, Message::Welcome { next, snapshot, peers: Vec::new() });
+                return;
+            }
             if self.members.contains_key(&id) || self.by_addr.contains_key(&addr) {
                 return;
             }
@@ -886,16 +916,95 @@ impl Server {
 
 /// The live members in join order, with O(log n) removal, rank and selection (a Fenwick tree
 /// over the join slots): a pool of 10 000 sees 10 000 leaves without quadratic work.
+///
+/// Every member of a pool holds one, so a simulated pool of n members holds n² entries: an
+/// entry takes about 28 bytes (the id and a packed address, 16; the Fenwick count, 4; the
+/// index, 4 per bucket at most 3/4 full) where a `Vec<Option<(MemberId, SocketAddr)>>` and a
+/// `HashMap<MemberId, usize>` took about 80, and 10 000 simulated members fit in memory.
 #[derive(Debug, Clone, Default)]
 struct Roster {
-    slots: Vec<Option<(MemberId, Addr)>>,
+    /// Per join slot: the id and the packed address ([`Roster::pack`]; 0: removed).
+    slots: Vec<(MemberId, u64)>,
+    /// Addresses that do not fit a packed word (IPv6), referred to by index.
+    wide: Vec<Addr>,
     /// Fenwick tree (1-based) of the live slots.
     fen: Vec<u32>,
-    index: HashMap<MemberId, usize>,
+    /// Open addressing by id (linear probing): slot + 1, 0 for an empty bucket. A removed
+    /// member's bucket keeps pointing at its dead slot (no tombstones; a rejoin repoints it).
+    index: Vec<u32>,
     alive: usize,
 }
 
+const PACKED_V4: u64 = 1 << 63;
+const PACKED_WIDE: u64 = 1 << 62;
+
 impl Roster {
+    fn pack(&mut self, a: Addr) -> u64 {
+        match a {
+            Addr::V4(v4) => PACKED_V4 | (u64::from(u32::from(*v4.ip())) << 16) | u64::from(v4.port()),
+            Addr::V6(_) => {
+                self.wide.push(a);
+                PACKED_WIDE | (self.wide.len() as u64 - 1)
+            }
+        }
+    }
+
+    fn unpack(&self, p: u64) -> Addr {
+        if p & PACKED_V4 != 0 {
+            let ip = std::net::Ipv4Addr::from(((p >> 16) & 0xffff_ffff) as u32);
+            Addr::from((ip, (p & 0xffff) as u16))
+        } else {
+            self.wide[(p & !PACKED_WIDE) as usize]
+        }
+    }
+
+    fn bucket(&self, id: MemberId) -> usize {
+        // Fibonacci hashing: the high bits of the product, as many as the table has.
+        let bits = self.index.len().trailing_zeros();
+        (id.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - bits)) as usize
+    }
+
+    /// The bucket of `id`, or the empty one where it would go.
+    fn find(&self, id: MemberId) -> usize {
+        let mask = self.index.len() - 1;
+        let mut b = self.bucket(id);
+        loop {
+            match self.index[b] {
+                0 => return b,
+                k if self.slots[k as usize - 1].0 == id => return b,
+                _ => b = (b + 1) & mask,
+            }
+        }
+    }
+
+    /// The live slot of `id`.
+    fn slot(&self, id: MemberId) -> Option<usize> {
+        if self.index.is_empty() {
+            return None;
+        }
+        match self.index[self.find(id)] {
+            0 => None,
+            k => Some(k as usize - 1).filter(|&k| self.slots[k].1 != 0),
+        }
+    }
+
+    fn grow_index(&mut self) {
+        let size = (self.index.len() * 2).max(16);
+        self.index = vec![0; size];
+        let ids: Vec<MemberId> = self.slots.iter().map(|s| s.0).collect();
+        for (k, id) in ids.into_iter().enumerate() {
+            let b = self.find(id);
+            // A rejoined id: its last slot wins.
+            self.index[b] = k as u32 + 1;
+        }
+    }
+
+    /// Room for `n` more members without growing.
+    fn reserve(&mut self, n: usize) {
+        self.slots.reserve_exact(n);
+        self.fen.reserve_exact(n);
+    }
+
     fn prefix(&self, mut i: usize) -> u32 {
         let mut s = 0;
         while i > 0 {
@@ -906,21 +1015,26 @@ impl Roster {
     }
 
     fn push(&mut self, id: MemberId, addr: Addr) {
-        if self.index.contains_key(&id) {
+        if self.slot(id).is_some() {
             return;
+        }
+        if (self.slots.len() + 1) * 4 > self.index.len() * 3 {
+            self.grow_index();
         }
         let i = self.slots.len() + 1;
         let low = i & i.wrapping_neg();
         let v = 1 + self.prefix(i - 1) - self.prefix(i - low);
         self.fen.push(v);
-        self.slots.push(Some((id, addr)));
-        self.index.insert(id, i - 1);
+        let packed = self.pack(addr);
+        self.slots.push((id, packed));
+        let b = self.find(id);
+        self.index[b] = i as u32;
         self.alive += 1;
     }
 
     fn remove(&mut self, id: MemberId) {
-        let Some(k) = self.index.remove(&id) else { return };
-        self.slots[k] = None;
+        let Some(k) = self.slot(id) else { return };
+        self.slots[k].1 = 0;
         self.alive -= 1;
         let mut i = k + 1;
         while i <= self.fen.len() {
@@ -935,7 +1049,7 @@ impl Roster {
 
     /// The position of `id` among the live members.
     fn rank(&self, id: MemberId) -> Option<usize> {
-        self.index.get(&id).map(|&k| self.prefix(k + 1) as usize - 1)
+        self.slot(id).map(|k| self.prefix(k + 1) as usize - 1)
     }
 
     /// The live member at position `r` (`r < len`).
@@ -949,11 +1063,13 @@ impl Roster {
             }
             step /= 2;
         }
-        self.slots[pos].expect("a live slot")
+        let (id, p) = self.slots[pos];
+        debug_assert!(p != 0, "a live slot");
+        (id, self.unpack(p))
     }
 
     fn iter(&self) -> impl Iterator<Item = (MemberId, Addr)> + '_ {
-        self.slots.iter().flatten().copied()
+        self.slots.iter().filter(|s| s.1 != 0).map(|&(id, p)| (id, self.unpack(p)))
     }
 }
 
@@ -991,6 +1107,8 @@ pub struct Client {
     gap_since: Option<Duration>,
     /// The welcome's `next`: the state must reach at least this far.
     welcome_next: u64,
+    /// The stream's length the last fallback `Sync` announced.
+    synced: u64,
     members: Roster,
     elections: BTreeMap<String, MemberId>,
     /// `get_election_result` calls waiting, with their deadlines.
@@ -1019,6 +1137,7 @@ impl Client {
             pending: BTreeMap::new(),
             gap_since: None,
             welcome_next: 0,
+            synced: 0,
             members: Roster::default(),
             elections: BTreeMap::new(),
             waits: BTreeMap::new(),
@@ -1077,7 +1196,7 @@ impl Client {
 
     /// The next action for the driver.
     pub fn poll_action(&mut self) -> Option<Action<Message>> {
-        self.out.pop_front()
+        super::pop_action(&mut self.out)
     }
 
     fn send(&mut self, to: Addr, msg: Message) {
@@ -1184,6 +1303,7 @@ impl Client {
     fn install(&mut self, s: Snapshot, now: Duration) {
         self.base = s.next;
         self.log.clear();
+        self.members.reserve(s.members.len());
         for (id, addr) in s.members {
             self.apply(&Event::Joined { id, addr });
         }
@@ -1358,9 +1478,17 @@ impl Client {
                 if !self.has_state() {
                     return;
                 }
-                let _ = next;
                 let mine = self.next_seq();
                 self.send(self.server, Message::Ack { next: mine });
+                let announced = std::mem::replace(&mut self.synced, next);
+                if announced > mine && next > mine && self.pending.is_empty() && !self.cfg.dissemination.gossips() {
+                    // Events the previous `Sync` announced, a whole fallback interval ago,
+                    // never came (sent by a registry that died before writing them; the one
+                    // that took over believes they were sent): fetch them. (Events merely
+                    // on their way are not fetched twice; with a gap, the gap's own fetch
+                    // does it; gossip brings them anyway.)
+                    self.send(self.server, Message::Fetch { from: mine, to: next });
+                }
             }
             Message::ElectionResult { name, winner: Some(w) } => {
                 self.waits.remove(&name);
@@ -1455,8 +1583,15 @@ impl Client {
             self.out.push_back(Action::ElectionResult { name, winner: None });
         }
         if self.last_server + self.cfg.heartbeat_interval <= now {
-            let next = self.next_seq();
-            self.send(self.server, Message::Ack { next });
+            if self.phase == Phase::Joining {
+                // No welcome yet: the join (or its welcome) was lost with a registry that
+                // died; its replacement welcomes a join it already took again.
+                let (id, addr) = (self.id, self.addr);
+                self.send(self.server, Message::Join { id, addr });
+            } else {
+                let next = self.next_seq();
+                self.send(self.server, Message::Ack { next });
+            }
         }
     }
 }
@@ -1688,14 +1823,81 @@ mod tests {
     }
 
     #[test]
+    fn a_join_sent_again_is_welcomed_again_at_its_own_place_in_the_stream() {
+        let n = 5;
+        let mut net = pool(n, test_cfg(Dissemination::Serial), Consistency::STRONG, 4);
+        join_all(&mut net, n, 50, 4);
+        net.run_until(ms(200));
+        on_client(&mut net, 2, |c, now| c.elect("master", now).unwrap());
+        net.run_until(ms(300));
+        on_client(&mut net, 2, |c, now| c.leave(now));
+        on_client(&mut net, 3, |c, now| c.leave(now));
+        net.run_until(ms(400));
+        let s = server(&net);
+        // The state replayed to the end is the state kept.
+        assert_eq!(s.snapshot_at(s.log().len() as u64), s.snapshot());
+        // Member 1 asks again: the state right after its own join, not the current one.
+        let before = net.messages;
+        net.with(0, |srv, now| srv.on_message(addr(1), Message::Join { id: id(1), addr: addr(1) }, now));
+        assert_eq!(net.messages, before + 1);
+        let s = server(&net);
+        let joined = s.log().iter().position(|e| *e == Event::Joined { id: id(1), addr: addr(1) }).unwrap() as u64;
+        let at = s.snapshot_at(joined + 1);
+        assert_eq!(at.next, joined + 1);
+        assert!(at.members.contains(&(id(1), addr(1))));
+        assert!(at.members.len() <= n && at.elections.is_empty());
+        // A foreign id at a known address, or a known id at another address: ignored.
+        net.with(0, |srv, now| srv.on_message(addr(9), Message::Join { id: id(1), addr: addr(9) }, now));
+        assert_eq!(net.messages, before + 1);
+        assert_eq!(server(&net).members().len(), n - 2);
+    }
+
+    #[test]
+    fn a_member_told_of_a_longer_stream_fetches_its_tail() {
+        let cfg = test_cfg(Dissemination::Serial);
+        let mut c = Client::new(id(1), addr(1), addr(0), cfg, Consistency::STRONG, 1);
+        c.join(ms(0));
+        let snapshot = Snapshot { next: 1, members: vec![(id(1), addr(1))], elections: vec![] };
+        c.on_message(addr(0), Message::Welcome { next: 1, snapshot: Some(snapshot), peers: vec![] }, ms(1));
+        while c.poll_action().is_some() {}
+        // The registry's replica believes events 1 and 2 were sent (a leader died before
+        // writing them): the fallback's length tells the member; still missing at the next
+        // fallback, they are fetched (at the first they may be on their way).
+        let fetches = |c: &mut Client| -> Vec<Message> {
+            std::iter::from_fn(|| c.poll_action())
+                .filter_map(|a| match a {
+                    Action::Send { msg: m @ Message::Fetch { .. }, .. } => Some(m),
+                    _ => None,
+                })
+                .collect()
+        };
+        c.on_message(addr(0), Message::Sync { next: 3 }, ms(2));
+        assert_eq!(fetches(&mut c), []);
+        c.on_message(addr(0), Message::Sync { next: 4 }, ms(2002));
+        assert_eq!(fetches(&mut c), [Message::Fetch { from: 1, to: 4 }]);
+        // Up to date: nothing to fetch.
+        c.on_message(addr(0), Message::Sync { next: 1 }, ms(3));
+        assert!(std::iter::from_fn(|| c.poll_action())
+            .all(|a| !matches!(a, Action::Send { msg: Message::Fetch { .. }, .. })));
+    }
+
+    #[test]
     fn the_roster_ranks_and_selects_live_members_in_join_order() {
         let mut r = Roster::default();
         let mut model: Vec<MemberId> = Vec::new();
+        let mut addrs = std::collections::HashMap::new();
         let mut s = 5u64;
         for step in 0..400u64 {
             if below(&mut s, 3) > 0 || model.is_empty() {
-                r.push(step, addr(0));
-                model.push(step);
+                // Now and then an IPv6 address, or an id that was removed coming back.
+                let a: Addr =
+                    if step % 5 == 0 { format!("[::1]:{step}").parse().unwrap() } else { addr(step as usize) };
+                let id = if step % 11 == 0 && !model.contains(&(step / 2)) { step / 2 } else { step };
+                r.push(id, a);
+                if !model.contains(&id) {
+                    model.push(id);
+                    addrs.insert(id, a);
+                }
             } else {
                 let id = model.remove(below(&mut s, model.len()));
                 r.remove(id);
@@ -1703,10 +1905,12 @@ mod tests {
             assert_eq!(r.len(), model.len());
             for (k, &id) in model.iter().enumerate().step_by(7) {
                 assert_eq!(r.rank(id), Some(k));
-                assert_eq!(r.select(k).0, id);
+                assert_eq!(r.select(k), (id, addrs[&id]));
             }
         }
         assert_eq!(r.iter().map(|m| m.0).collect::<Vec<_>>(), model);
+        assert!(r.iter().all(|(id, a)| addrs[&id] == a));
+        assert_eq!(r.rank(u64::MAX), None);
     }
 
     #[test]

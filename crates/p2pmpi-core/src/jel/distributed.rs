@@ -118,6 +118,11 @@ pub enum Message {
     Probe,
     /// Yes, at this version.
     ProbeAck { version: u64 },
+    /// (observer → node) which members do you believe alive? Answered by any joined node,
+    /// to anyone: `p2pmpi pool list` of a distributed pool, without joining it.
+    ListReq,
+    /// The answer: the members the node believes alive (itself included), by id.
+    List { members: Vec<(MemberId, Addr)> },
 }
 
 impl Message {
@@ -129,6 +134,8 @@ impl Message {
             Message::Exchange { .. } => "exchange",
             Message::Probe => "probe",
             Message::ProbeAck { .. } => "probe_ack",
+            Message::ListReq => "list_req",
+            Message::List { .. } => "list",
         }
     }
 
@@ -136,8 +143,9 @@ impl Message {
     pub fn member_records(&self) -> usize {
         match self {
             Message::Shuffle { entries } | Message::ShuffleReply { entries } => entries.len(),
+            Message::List { members } => members.len(),
             Message::Exchange { members, elections, .. } => members.len() + elections.len(),
-            Message::Probe | Message::ProbeAck { .. } => 0,
+            Message::Probe | Message::ProbeAck { .. } | Message::ListReq => 0,
         }
     }
 }
@@ -197,6 +205,11 @@ pub fn encode_into(msg: &Message, out: &mut Vec<u8>) {
             out.push(5);
             put_var(out, *version);
         }
+        Message::ListReq => out.push(6),
+        Message::List { members } => {
+            out.push(7);
+            put_entries(out, members);
+        }
     }
 }
 
@@ -247,6 +260,8 @@ pub fn decode(bytes: &[u8]) -> Result<Message, DecodeError> {
         }
         4 => Message::Probe,
         5 => Message::ProbeAck { version: r.var()? },
+        6 => Message::ListReq,
+        7 => Message::List { members: read_entries(&mut r)? },
         t => return Err(DecodeError::BadTag(t)),
     };
     r.finish()?;
@@ -492,7 +507,7 @@ impl Node {
     }
 
     pub fn poll_action(&mut self) -> Option<Action<Message>> {
-        self.out.pop_front()
+        super::pop_action(&mut self.out)
     }
 
     fn send(&mut self, to: Addr, msg: Message) {
@@ -815,6 +830,12 @@ impl Node {
                 let v = self.version;
                 self.send(from, Message::ProbeAck { version: v });
             }
+            Message::ListReq => {
+                let members = self.members().collect();
+                self.send(from, Message::List { members });
+            }
+            // An answer to an observer: a node never asks.
+            Message::List { .. } => {}
             Message::ProbeAck { version } => {
                 if let Some(&id) = self.by_addr.get(&from) {
                     self.probes.remove(&id);
@@ -1050,6 +1071,28 @@ mod tests {
     }
 
     #[test]
+    fn an_observer_is_told_the_live_members_without_joining() {
+        let mut nd = Node::new(1, addr(1), vec![], test_cfg(), Consistency::WEAK, 0).unwrap();
+        // Not joined yet: nothing to say.
+        nd.on_message(addr(99), Message::ListReq, Duration::ZERO);
+        assert!(nd.poll_action().is_none());
+        nd.join(Duration::ZERO);
+        let info = |id: u64, state| MemberInfo { id, addr: addr(id as usize), version: 1, state, witnesses: vec![] };
+        let members = vec![info(2, State::Alive), info(3, State::Alive), info(4, State::Left)];
+        nd.on_message(addr(2), Message::Exchange { reply: true, members, elections: vec![] }, Duration::ZERO);
+        while nd.poll_action().is_some() {}
+        nd.on_message(addr(99), Message::ListReq, Duration::ZERO);
+        let answer = std::iter::from_fn(|| nd.poll_action()).find_map(|a| match a {
+            Action::Send { to, msg: Message::List { members } } => Some((to, members)),
+            _ => None,
+        });
+        assert_eq!(answer, Some((addr(99), vec![(1, addr(1)), (2, addr(2)), (3, addr(3))])));
+        // The observer is not a member: nobody learned of it.
+        assert_eq!(nd.pool_size(), 3);
+        assert!(nd.members().all(|(id, _)| id != 99));
+    }
+
+    #[test]
     fn the_fallback_cache_and_bootstrap_are_used_when_the_view_empties() {
         let cfg = test_cfg();
         let mut nd = Node::new(1, addr(1), vec![addr(0)], cfg, Consistency::WEAK, 0).unwrap();
@@ -1090,6 +1133,8 @@ mod tests {
                 .prop_map(|(reply, members, elections)| Message::Exchange { reply, members, elections }),
             Just(Message::Probe),
             any::<u64>().prop_map(|version| Message::ProbeAck { version }),
+            Just(Message::ListReq),
+            entries().prop_map(|members| Message::List { members }),
         ]
     }
 

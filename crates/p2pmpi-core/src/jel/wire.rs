@@ -172,6 +172,13 @@ impl<'a> Reader<'a> {
         })
     }
 
+    /// Everything left (a nested message).
+    pub(crate) fn rest(&mut self) -> &'a [u8] {
+        let s = &self.b[self.at..];
+        self.at = self.b.len();
+        s
+    }
+
     pub(crate) fn finish(&self) -> Result<(), DecodeError> {
         if self.at != self.b.len() {
             return Err(DecodeError::Trailing(self.b.len() - self.at));
