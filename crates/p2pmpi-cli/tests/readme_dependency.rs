@@ -60,8 +60,10 @@ fn the_readme_dependency_lines_and_program_compile_outside_the_repository() {
     let lines: Vec<&str> = toml[0].lines().filter(|l| l.starts_with("mpi = ")).collect();
     assert_eq!(lines.len(), 2, "a path line and a git line: {}", toml[0]);
     let here = root().display().to_string();
-    let scratch = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("readme-dependency");
-    let target = scratch.join("target");
+    // The crates outside the repository; their build directory under this one's target
+    // directory (kept between runs).
+    let scratch = std::env::temp_dir().join(format!("p2pmpi-readme-dependency-{}", std::process::id()));
+    let target = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("readme-dependency");
     for (i, line) in lines.iter().enumerate() {
         let line = line.replace("/home/me/src/p2pmpi", &here);
         if line.contains("git = ") && !root().join(".git").exists() {
@@ -70,4 +72,5 @@ fn the_readme_dependency_lines_and_program_compile_outside_the_repository() {
         }
         check(&scratch.join(format!("crate{i}")), &line, &rust[0], &target);
     }
+    let _ = std::fs::remove_dir_all(&scratch);
 }
