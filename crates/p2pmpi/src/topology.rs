@@ -35,6 +35,8 @@ pub(crate) struct CommInner {
     pub members: Option<Arc<[Rank]>>,
     pub size: Rank,
     pub name: Mutex<String>,
+    /// Immediate collectives started on this communicator (each gets its own tag).
+    pub immediate: std::sync::atomic::AtomicU32,
 }
 
 /// The shared state behind a communicator.
@@ -69,6 +71,10 @@ impl CommHandle {
     }
     pub(crate) fn rank(&self) -> Rank {
         self.0.rank
+    }
+    /// Counts an immediate collective started on this communicator; returns its number.
+    pub(crate) fn next_immediate(&self) -> u32 {
+        self.0.immediate.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     }
 }
 
@@ -291,6 +297,7 @@ impl SimpleCommunicator {
                 members: None,
                 size,
                 name: Mutex::new("MPI_COMM_WORLD".into()),
+                immediate: Default::default(),
             }))
         });
         SimpleCommunicator(h.clone())
@@ -305,6 +312,7 @@ impl SimpleCommunicator {
             members: Some(Arc::from(vec![me])),
             size: 1,
             name: Mutex::new("MPI_COMM_SELF".into()),
+            immediate: Default::default(),
         })))
     }
 }
@@ -403,6 +411,7 @@ fn new_comm(ctx: u32, members: Vec<Rank>, me_world: Rank) -> SimpleCommunicator 
         members: (!identity).then(|| Arc::from(members)),
         size,
         name: Mutex::new(String::new()),
+        immediate: Default::default(),
     })))
 }
 
