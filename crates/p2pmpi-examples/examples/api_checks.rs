@@ -7,10 +7,12 @@
 //! `attributes`, `unsafe_op`, `dyn_buffer`), all of them by default. Every rank checks its own
 //! results and panics on the first wrong one (naming the check); rank 0 prints
 //! `OK api_checks n=<size> <parts>` at the end.
-use mpi::collective::{SystemOperation, UserOperation};
-use mpi::datatype::{Partition, PartitionMut};
+use mpi::collective::{SystemOperation, UnsafeUserOperation, UserOperation};
+use mpi::datatype::{DynBufferMut, Partition, PartitionMut};
+use mpi::ffi::MPI_Datatype;
 use mpi::request;
-use mpi::topology::SimpleCommunicator;
+use mpi::topology::{CartesianLayout, SimpleCommunicator};
+use std::os::raw::{c_int, c_void};
 use mpi::traits::*;
 use mpi::{Count, Rank};
 
@@ -253,6 +255,167 @@ fn progress(world: &SimpleCommunicator) {
     }
 }
 
+/// Cartesian grids on every shape the job allows: 1-D periodic ring, 2-D (n/2 × 2 when even),
+/// and a grid smaller than the job (left-out ranks get `None`).
+fn cartesian(world: &SimpleCommunicator) {
+    let n = world.size();
+    let me = world.rank();
+
+    // A ring: shifts wrap.
+    let ring = world.create_cartesian_communicator(&[n], &[true], true).expect("every rank is in the ring");
+    assert_eq!(ring.num_dimensions(), 1);
+    assert_eq!(ring.rank(), me, "ranks are kept");
+    assert_eq!(ring.shift(0, 1), (Some((me - 1).rem_euclid(n)), Some((me + 1) % n)), "ring shift");
+    assert_eq!(ring.coordinates_to_rank(&[me + n]), me, "periodic coordinates wrap");
+    // The ring works as a communicator: a sum around it.
+    let mut s = 0;
+    ring.all_reduce_into(&me, &mut s, SystemOperation::sum());
+    assert_eq!(s, n * (n - 1) / 2);
+
+    // A line: no wrap.
+    let line = world.create_cartesian_communicator(&[n], &[false], false).unwrap();
+    let (src, dst) = line.shift(0, 1);
+    assert_eq!(src, (me > 0).then(|| me - 1), "line shift source");
+    assert_eq!(dst, (me + 1 < n).then_some(me + 1), "line shift destination");
+
+    // 2-D: rows of 2 when the size is even, else a grid of n − 1 (the last rank left out).
+    let rows = if n % 2 == 0 { n / 2 } else { (n - 1) / 2 };
+    if rows >= 1 {
+        let dims = [rows, 2];
+        let grid = world.create_cartesian_communicator(&dims, &[false, true], true);
+        assert_eq!(world.cartesian_map(&dims, &[false, true]), grid.as_ref().map(|g| g.rank()), "cartesian_map");
+        match grid {
+            None => assert!(me >= 2 * rows, "rank {me} left out of a {rows}x2 grid"),
+            Some(g) => {
+                let CartesianLayout { dims: d, periods, coords } = g.get_layout();
+                assert_eq!(d, vec![rows, 2]);
+                assert_eq!(periods, vec![false, true]);
+                assert_eq!(coords, vec![me / 2, me % 2], "row-major coordinates");
+                assert_eq!(g.coordinates_to_rank(&coords), me);
+                for r in 0..g.size() {
+                    assert_eq!(g.rank_to_coordinates(r), vec![r / 2, r % 2]);
+                }
+                let (mut dd, mut pp, mut cc) = ([0; 2], [false; 2], [0; 2]);
+                g.get_layout_into(&mut dd, &mut pp, &mut cc);
+                assert_eq!((dd, pp, cc), ([rows, 2], [false, true], [me / 2, me % 2]));
+                // Along the periodic dimension of size 2, both neighbours are the other column.
+                let other = me ^ 1;
+                assert_eq!(g.shift(1, 1), (Some(other), Some(other)));
+                assert_eq!(g.shift(1, 2), (Some(me), Some(me)));
+                // Rows and columns as sub-grids, checked by a sum over each.
+                let row = g.subgroup(&[false, true]);
+                assert_eq!((row.size(), row.rank(), row.num_dimensions()), (2, me % 2, 1));
+                let col = g.subgroup(&[true, false]);
+                assert_eq!((col.size(), col.rank()), (rows, me / 2));
+                let mut rs = 0;
+                row.all_reduce_into(&me, &mut rs, SystemOperation::sum());
+                assert_eq!(rs, (me & !1) + (me | 1), "sum over the row");
+                let mut cs = 0;
+                col.all_reduce_into(&me, &mut cs, SystemOperation::sum());
+                assert_eq!(cs, (0..rows).map(|r| 2 * r + me % 2).sum::<i32>(), "sum over the column");
+                assert_eq!(col.get_layout().periods, vec![false]);
+            }
+        }
+    }
+}
+
+#[derive(Debug, PartialEq, Clone)]
+struct Copied(i32);
+impl CommAttribute for Copied {
+    const CLONE_ON_DUP: bool = true;
+}
+
+#[derive(Debug, PartialEq, Clone)]
+struct NotCopied(String);
+impl CommAttribute for NotCopied {}
+
+fn set_through_dyn(comm: &mut dyn Communicator, v: i32) {
+    comm.set_attr(Copied(v));
+}
+
+fn attributes(universe: &mpi::environment::Universe) {
+    let mut world = universe.world();
+    let n = world.size() as usize;
+    let size = universe.size().expect("a universe size");
+    match std::env::var("P2PMPI_UNIVERSE_SIZE").ok().and_then(|v| v.parse::<usize>().ok()) {
+        Some(u) => assert_eq!(size, u.max(n), "universe size from the launcher"),
+        None => assert_eq!(size, n, "universe size without more knowledge: the job's size"),
+    }
+    assert_eq!(world.get_attr::<Copied>(), None);
+    world.set_attr(Copied(10));
+    world.set_attr(NotCopied("x".into()));
+    assert_eq!(world.get_attr::<Copied>(), Some(&Copied(10)));
+    let r = world.get_attr::<NotCopied>().cloned();
+    assert_eq!(r, Some(NotCopied("x".into())));
+    let mut dup = world.duplicate();
+    assert_eq!(dup.get_attr::<Copied>(), Some(&Copied(10)), "CLONE_ON_DUP attribute copied");
+    assert_eq!(dup.get_attr::<NotCopied>(), None, "other attributes not copied");
+    set_through_dyn(&mut dup, 20);
+    assert_eq!(dup.get_attr::<Copied>(), Some(&Copied(20)));
+    assert_eq!(world.get_attr::<Copied>(), Some(&Copied(10)), "the duplicate's attributes are its own");
+    // Another handle of the world sees the world's attributes.
+    assert_eq!(universe.world().get_attr::<Copied>(), Some(&Copied(10)));
+}
+
+unsafe extern "C" fn c_max_abs(invec: *mut c_void, inoutvec: *mut c_void, len: *mut c_int, _dt: *mut MPI_Datatype) {
+    // SAFETY: the library passes `*len` elements of the reduced type (i64 here) at each pointer.
+    let (x, y) = unsafe {
+        (
+            std::slice::from_raw_parts(invec as *const i64, *len as usize),
+            std::slice::from_raw_parts_mut(inoutvec as *mut i64, *len as usize),
+        )
+    };
+    for (a, b) in x.iter().zip(y) {
+        if a.abs() > b.abs() {
+            *b = *a;
+        }
+    }
+}
+
+/// Keeps the left operand: not commutative, so the result is rank 0's value.
+unsafe extern "C" fn c_first(invec: *mut c_void, inoutvec: *mut c_void, len: *mut c_int, _dt: *mut MPI_Datatype) {
+    // SAFETY: as in `c_max_abs`, the buffers do not overlap.
+    unsafe { std::ptr::copy_nonoverlapping(invec as *const i64, inoutvec as *mut i64, *len as usize) };
+}
+
+fn unsafe_op(world: &SimpleCommunicator) {
+    let n = world.size() as i64;
+    let me = world.rank() as i64;
+    // SAFETY: `c_max_abs` reads and writes `*len` i64 values, the type it is used with.
+    let op = unsafe { UnsafeUserOperation::commutative(c_max_abs) };
+    let x = [if me % 2 == 0 { me } else { -me }, 3];
+    let mut r = [0i64; 2];
+    world.all_reduce_into(&x[..], &mut r[..], &op);
+    let want = if (n - 1) % 2 == 0 { n - 1 } else { -(n - 1) };
+    assert_eq!(r, [want, 3], "UnsafeUserOperation all_reduce_into");
+    // SAFETY: `c_first` copies `*len` i64 values.
+    let first = unsafe { UnsafeUserOperation::associative(c_first) };
+    let mut f = 0i64;
+    world.all_reduce_into(&(me + 100), &mut f, &first);
+    assert_eq!(f, 100, "a non-commutative UnsafeUserOperation is applied in rank order");
+    let (mine, mut g) = (me + 100, 0i64);
+    request::scope(|scope| world.immediate_all_reduce_into(scope, &mine, &mut g, &first).wait());
+    assert_eq!(g, 100, "UnsafeUserOperation in an immediate collective");
+}
+
+fn dyn_buffer(world: &SimpleCommunicator) {
+    let me = world.rank();
+    let dt = i32::equivalent_datatype().dup();
+    let mut ints = if me == 0 { [1i32, 2, 3, 4] } else { [0; 4] };
+    {
+        // SAFETY: `ints` holds 4 i32, borrowed exclusively by the buffer while it lives.
+        let mut buffer = unsafe { DynBufferMut::from_raw(ints.as_mut_ptr(), ints.count(), dt.as_ref()) };
+        world.process_at_rank(0).broadcast_into(&mut buffer);
+    }
+    assert_eq!(ints, [1, 2, 3, 4], "broadcast into a DynBufferMut");
+    let mut all = vec![0i32; world.size() as usize];
+    {
+        let mut buffer = DynBufferMut::new(&mut all[..]);
+        world.all_gather_into(&me, &mut buffer);
+    }
+    assert_eq!(all, (0..world.size()).collect::<Vec<_>>(), "all_gather into a DynBufferMut");
+}
+
 fn main() {
     let universe = mpi::initialize().unwrap();
     let world = universe.world();
@@ -263,6 +426,10 @@ fn main() {
         match *p {
             "immediate" => immediate(&world),
             "progress" => progress(&world),
+            "cartesian" => cartesian(&world),
+            "attributes" => attributes(&universe),
+            "unsafe_op" => unsafe_op(&world),
+            "dyn_buffer" => dyn_buffer(&world),
             other => panic!("unknown part {other}"),
         }
     }

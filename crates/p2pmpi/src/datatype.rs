@@ -1215,6 +1215,8 @@ pub struct DynBufferMut<'a> {
     ptr: *mut c_void,
     len: usize,
     elem: ElementType,
+    /// The elements' layout, for use as a [`BufferMut`].
+    map: Arc<TypeMap>,
     phantom: std::marker::PhantomData<&'a mut [u8]>,
 }
 
@@ -1228,10 +1230,12 @@ unsafe impl Sync for DynBufferMut<'_> {}
 impl<'a> DynBufferMut<'a> {
     /// Wraps a typed mutable slice.
     pub fn new<T: Equivalence>(buf: &'a mut [T]) -> Self {
+        let dt = T::equivalent_datatype();
         DynBufferMut {
             ptr: buf.as_mut_ptr() as _,
             len: buf.len(),
-            elem: ElementType::of::<T>(),
+            elem: ElementType::of_map(dt.type_map()),
+            map: Arc::new(dt.type_map().clone()),
             phantom: Default::default(),
         }
     }
@@ -1260,6 +1264,7 @@ impl<'a> DynBufferMut<'a> {
             ptr: ptr as _,
             len: len.max(0) as usize,
             elem: ElementType::of_map(datatype.map),
+            map: Arc::new(datatype.map.clone()),
             phantom: Default::default(),
         }
     }
@@ -1285,13 +1290,46 @@ impl<'a> DynBufferMut<'a> {
     }
     /// A mutable view for the duration of the borrow.
     pub fn reborrow_mut(&mut self) -> DynBufferMut<'_> {
-        DynBufferMut { ptr: self.ptr, len: self.len, elem: self.elem, phantom: Default::default() }
+        DynBufferMut { ptr: self.ptr, len: self.len, elem: self.elem, map: self.map.clone(), phantom: Default::default() }
     }
     /// Gives up mutability.
     pub fn downgrade(self) -> DynBuffer<'a> {
         DynBuffer { ptr: self.ptr, len: self.len, elem: self.elem, phantom: Default::default() }
     }
 }
+
+// SAFETY: the datatype is the elements' own layout (from `T` in `new`, or the one
+// `from_raw`'s caller vouched for).
+unsafe impl AsDatatype for DynBufferMut<'_> {
+    type Out = UserDatatype;
+    fn as_datatype(&self) -> UserDatatype {
+        UserDatatype { map: self.map.clone() }
+    }
+}
+// SAFETY: `len` elements of the datatype are at `ptr` (see `AsDatatype`).
+unsafe impl Collection for DynBufferMut<'_> {
+    fn count(&self) -> Count {
+        Count::try_from(self.len).expect("a DynBufferMut of more elements than a Count holds")
+    }
+}
+// SAFETY: `ptr` is readable for the `len` elements for `'a` (`new`'s borrow, `from_raw`'s
+// contract), and the pointer is only used while `self` is borrowed.
+unsafe impl Pointer for DynBufferMut<'_> {
+    fn pointer(&self) -> *const c_void {
+        self.ptr
+    }
+}
+// SAFETY: `ptr` is writable and used by nothing else for `'a` (the exclusive borrow the buffer
+// stands for); any element stored is a valid value (`from_raw`'s contract, `Equivalence`'s).
+unsafe impl PointerMut for DynBufferMut<'_> {
+    fn pointer_mut(&mut self) -> *mut c_void {
+        self.ptr
+    }
+}
+// SAFETY: see the impls above.
+unsafe impl Buffer for DynBufferMut<'_> {}
+// SAFETY: see the impls above.
+unsafe impl BufferMut for DynBufferMut<'_> {}
 
 /// The address of a value (`MPI_Get_address`).
 pub fn address_of<T>(x: &T) -> Address {

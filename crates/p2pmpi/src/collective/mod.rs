@@ -19,7 +19,7 @@ use algorithms::Coll;
 use std::borrow::Cow;
 use std::marker::PhantomData;
 
-pub use ops::{reduce_local_into, Operation, SystemOperation, UserOperation};
+pub use ops::{reduce_local_into, Operation, SystemOperation, UnsafeUserFunction, UnsafeUserOperation, UserOperation};
 
 /// A send buffer as packed bytes (borrowed in place when the layout is contiguous).
 struct Packed<'a> {
