@@ -5,7 +5,7 @@
 #   ONLY="cartesian reduce" bench/rsmpi_examples.sh RSMPI_DIR
 #
 # The examples are copied into a scratch crate ($OUT, default /tmp/rsmpi-examples) whose only
-# change is the dependency line: `mpi = { package = "p2pmpi", path = ..., features = [...] }`.
+# change is the dependency line: `mpi = { package = "p2pmpi", path = ... }` (with rsmpi's features).
 # Each example that compiles is run with `p2pmpirun --local -n 2` and `-n 3` (60 s limit each).
 # Prints one line per example (PASS, FAIL n=N, NOCOMPILE) and a closing "N passed, N failed".
 set -u
@@ -26,9 +26,22 @@ publish = false
 
 [workspace]
 
+# What rsmpi's own manifest gives its examples: its feature names (the examples test
+# \`feature = "user-operations"\`), the \`msmpi\` cfg its build script declares, and its
+# dev-dependencies.
+[features]
+default = ["user-operations", "derive", "complex"]
+user-operations = ["mpi/user-operations"]
+derive = ["mpi/derive"]
+complex = ["mpi/complex"]
+
+[lints.rust]
+unexpected_cfgs = { level = "warn", check-cfg = ['cfg(msmpi)'] }
+
 [dependencies]
-mpi = { package = "p2pmpi", path = "$ROOT/crates/p2pmpi", features = ["derive", "complex"] }
+mpi = { package = "p2pmpi", path = "$ROOT/crates/p2pmpi" }
 num-complex = "0.4"
+memoffset = "0.9"
 TOML
 ( cd "$ROOT" && cargo build -q -p p2pmpi-cli --bin p2pmpirun ) || exit 2
 RUN=$CARGO_TARGET_DIR/debug/p2pmpirun

@@ -363,6 +363,48 @@ impl SimpleCommunicator {
     }
 }
 
+/// The kind of topology attached to a communicator.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub enum Topology {
+    /// A graph (not supported: never returned).
+    Graph,
+    /// A Cartesian grid.
+    Cartesian,
+    /// A distributed graph (not supported: never returned).
+    DistributedGraph,
+    /// No topology.
+    Undefined,
+}
+
+/// A communicator by the kind of its topology ([`SimpleCommunicator::into_topology`]).
+pub enum IntoTopology {
+    /// A graph (not supported: never returned).
+    Graph(GraphCommunicator),
+    /// A Cartesian grid.
+    Cartesian(CartesianCommunicator),
+    /// A distributed graph (not supported: never returned).
+    DistributedGraph(DistributedGraphCommunicator),
+    /// No topology.
+    Undefined(SimpleCommunicator),
+}
+
+/// Graph topologies are not supported (rsmpi has only this placeholder too).
+pub struct GraphCommunicator;
+/// Distributed graph topologies are not supported (rsmpi has only this placeholder too).
+pub struct DistributedGraphCommunicator;
+
+impl SimpleCommunicator {
+    /// The topology of this communicator: a `SimpleCommunicator` has none (Cartesian
+    /// communicators are [`CartesianCommunicator`]s from their creation on).
+    pub fn topology(&self) -> Topology {
+        Topology::Undefined
+    }
+    /// This communicator by the kind of its topology (always `Undefined`, see [`Self::topology`]).
+    pub fn into_topology(self) -> IntoTopology {
+        IntoTopology::Undefined(self)
+    }
+}
+
 impl AsHandle for SimpleCommunicator {
     fn handle(&self) -> &CommHandle {
         &self.0
