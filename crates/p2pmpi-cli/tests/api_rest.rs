@@ -74,7 +74,16 @@ fn unsafe_user_operations_and_dyn_buffers() {
 fn immediate_collectives_with_replicas() {
     let prog = example("api_checks");
     let o = run_cmd(
-        Command::new(launcher()).args(["--local", "-n", "3", "-r", "2", prog.to_str().unwrap(), "immediate", "progress"]),
+        Command::new(launcher()).args([
+            "--local",
+            "-n",
+            "3",
+            "-r",
+            "2",
+            prog.to_str().unwrap(),
+            "immediate",
+            "progress",
+        ]),
         T,
     );
     assert!(o.status.success(), "replicated api_checks failed ({:?}):\n{}\n{}", o.status, o.stdout, o.stderr);

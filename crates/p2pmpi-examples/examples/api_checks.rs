@@ -12,9 +12,9 @@ use mpi::datatype::{DynBufferMut, Partition, PartitionMut};
 use mpi::ffi::MPI_Datatype;
 use mpi::request;
 use mpi::topology::{CartesianLayout, SimpleCommunicator};
-use std::os::raw::{c_int, c_void};
 use mpi::traits::*;
 use mpi::{Count, Rank};
+use std::os::raw::{c_int, c_void};
 
 /// Rank r's value number i.
 fn val(r: Rank, i: usize) -> i32 {
@@ -41,14 +41,20 @@ fn immediate(world: &SimpleCommunicator) {
                 Err(r) => req = r,
             }
         };
-        assert_eq!(got.to_vec(), (0..5).map(|i| val(root, i)).collect::<Vec<_>>(), "immediate_broadcast_into root {root}");
+        assert_eq!(
+            got.to_vec(),
+            (0..5).map(|i| val(root, i)).collect::<Vec<_>>(),
+            "immediate_broadcast_into root {root}"
+        );
     }
 
     {
         // all_gather
         let mine = [val(me, 0), val(me, 1)];
         let mut all = vec![0i32; 2 * nu];
-        request::scope(|scope| { world.immediate_all_gather_into(scope, &mine[..], &mut all[..]).wait(); });
+        request::scope(|scope| {
+            world.immediate_all_gather_into(scope, &mine[..], &mut all[..]).wait();
+        });
         let want: Vec<i32> = (0..n).flat_map(|r| [val(r, 0), val(r, 1)]).collect();
         assert_eq!(all, want, "immediate_all_gather_into");
 
@@ -64,7 +70,9 @@ fn immediate(world: &SimpleCommunicator) {
         let mut buf = vec![-1i32; at as usize];
         {
             let mut part = PartitionMut::new(&mut buf[..], &counts[..], &displs[..]);
-            request::scope(|scope| { world.immediate_all_gather_varcount_into(scope, &mine[..], &mut part).wait(); });
+            request::scope(|scope| {
+                world.immediate_all_gather_varcount_into(scope, &mine[..], &mut part).wait();
+            });
         }
         let mut want = vec![-1i32; at as usize];
         for r in 0..n {
@@ -77,7 +85,9 @@ fn immediate(world: &SimpleCommunicator) {
         // all_to_all: block j of rank i is 1000 i + j.
         let send: Vec<i32> = (0..n).map(|j| 1000 * me + j).collect();
         let mut recv = vec![0i32; nu];
-        request::scope(|scope| { world.immediate_all_to_all_into(scope, &send[..], &mut recv[..]).wait(); });
+        request::scope(|scope| {
+            world.immediate_all_to_all_into(scope, &send[..], &mut recv[..]).wait();
+        });
         assert_eq!(recv, (0..n).map(|i| 1000 * i + me).collect::<Vec<_>>(), "immediate_all_to_all_into");
 
         // all_to_all_varcount: rank i sends j + 1 copies of (i, j) to rank j.
@@ -90,7 +100,9 @@ fn immediate(world: &SimpleCommunicator) {
         {
             let sp = Partition::new(&send[..], &scounts[..], &sdispls[..]);
             let mut rp = PartitionMut::new(&mut recv[..], &rcounts[..], &rdispls[..]);
-            request::scope(|scope| { world.immediate_all_to_all_varcount_into(scope, &sp, &mut rp).wait(); });
+            request::scope(|scope| {
+                world.immediate_all_to_all_varcount_into(scope, &sp, &mut rp).wait();
+            });
         }
         let want: Vec<i32> = (0..n).flat_map(|i| std::iter::repeat_n(10 * i + me, me as usize + 1)).collect();
         assert_eq!(recv, want, "immediate_all_to_all_varcount_into");
@@ -98,41 +110,55 @@ fn immediate(world: &SimpleCommunicator) {
         // all_reduce (sum, max) and a non-commutative user operation (rank order matters).
         let x = [me + 1, 7 - me];
         let mut s = [0i32; 2];
-        request::scope(|scope| { world.immediate_all_reduce_into(scope, &x[..], &mut s[..], SystemOperation::sum()).wait(); });
+        request::scope(|scope| {
+            world.immediate_all_reduce_into(scope, &x[..], &mut s[..], SystemOperation::sum()).wait();
+        });
         let tri = n * (n + 1) / 2;
         assert_eq!(s, [tri, 7 * n - n * (n - 1) / 2], "immediate_all_reduce_into sum");
         let mut m = 0i32;
-        request::scope(|scope| { world.immediate_all_reduce_into(scope, &me, &mut m, SystemOperation::max()).wait(); });
+        request::scope(|scope| {
+            world.immediate_all_reduce_into(scope, &me, &mut m, SystemOperation::max()).wait();
+        });
         assert_eq!(m, n - 1, "immediate_all_reduce_into max");
         // Composition of digits: acc = 10 · left + right (associative on (value, 10^len) pairs).
         let concat = UserOperation::associative(|a, b| {
             let a: &[i64] = a.downcast().unwrap();
             let b: &mut [i64] = b.downcast().unwrap();
-            b[0] = a[0] * b[1] + b[0];
+            b[0] += a[0] * b[1];
             b[1] *= a[1];
         });
         let digit = [me as i64 + 1, 10i64];
         let mut out = [0i64; 2];
-        request::scope(|scope| { world.immediate_all_reduce_into(scope, &digit[..], &mut out[..], &concat).wait(); });
+        request::scope(|scope| {
+            world.immediate_all_reduce_into(scope, &digit[..], &mut out[..], &concat).wait();
+        });
         let want: i64 = (1..=n as i64).fold(0, |acc, d| acc * 10 + d);
         assert_eq!(out[0], want, "immediate_all_reduce_into with a non-commutative operation");
 
         // reduce_scatter_block: rank i gets sum over ranks r of (r + i).
         let send: Vec<i32> = (0..n).map(|i| me + i).collect();
         let mut got = 0i32;
-        request::scope(|scope| { world.immediate_reduce_scatter_block_into(scope, &send[..], &mut got, SystemOperation::sum()).wait(); });
+        request::scope(|scope| {
+            world.immediate_reduce_scatter_block_into(scope, &send[..], &mut got, SystemOperation::sum()).wait();
+        });
         assert_eq!(got, n * (n - 1) / 2 + n * me, "immediate_reduce_scatter_block_into");
 
         // scan and exclusive scan; with the non-commutative operation too.
         let mine1 = me + 1;
         let mut sc = 0i32;
-        request::scope(|scope| { world.immediate_scan_into(scope, &mine1, &mut sc, SystemOperation::sum()).wait(); });
+        request::scope(|scope| {
+            world.immediate_scan_into(scope, &mine1, &mut sc, SystemOperation::sum()).wait();
+        });
         assert_eq!(sc, (me + 1) * (me + 2) / 2, "immediate_scan_into");
         let mut out = [0i64; 2];
-        request::scope(|scope| { world.immediate_scan_into(scope, &digit[..], &mut out[..], &concat).wait(); });
+        request::scope(|scope| {
+            world.immediate_scan_into(scope, &digit[..], &mut out[..], &concat).wait();
+        });
         assert_eq!(out[0], (1..=me as i64 + 1).fold(0, |a, d| a * 10 + d), "immediate_scan_into (order)");
         let mut ex = -5i32;
-        request::scope(|scope| { world.immediate_exclusive_scan_into(scope, &mine1, &mut ex, SystemOperation::sum()).wait(); });
+        request::scope(|scope| {
+            world.immediate_exclusive_scan_into(scope, &mine1, &mut ex, SystemOperation::sum()).wait();
+        });
         let want = if me == 0 { -5 } else { me * (me + 1) / 2 };
         assert_eq!(ex, want, "immediate_exclusive_scan_into (rank 0 untouched)");
 
@@ -142,11 +168,15 @@ fn immediate(world: &SimpleCommunicator) {
             let mine = [val(me, 0), val(me, 1)];
             if me == root {
                 let mut all = vec![0i32; 2 * nu];
-                request::scope(|scope| { rp.immediate_gather_into_root(scope, &mine[..], &mut all[..]).wait(); });
+                request::scope(|scope| {
+                    rp.immediate_gather_into_root(scope, &mine[..], &mut all[..]).wait();
+                });
                 let want: Vec<i32> = (0..n).flat_map(|r| [val(r, 0), val(r, 1)]).collect();
                 assert_eq!(all, want, "immediate_gather_into_root root {root}");
             } else {
-                request::scope(|scope| { rp.immediate_gather_into(scope, &mine[..]).wait(); });
+                request::scope(|scope| {
+                    rp.immediate_gather_into(scope, &mine[..]).wait();
+                });
             }
 
             let mine: Vec<i32> = (0..=me as usize).map(|i| val(me, i)).collect();
@@ -156,20 +186,28 @@ fn immediate(world: &SimpleCommunicator) {
                 let mut buf = vec![0i32; (n * (n + 1) / 2) as usize];
                 {
                     let mut part = PartitionMut::new(&mut buf[..], &counts[..], &displs[..]);
-                    request::scope(|scope| { rp.immediate_gather_varcount_into_root(scope, &mine[..], &mut part).wait(); });
+                    request::scope(|scope| {
+                        rp.immediate_gather_varcount_into_root(scope, &mine[..], &mut part).wait();
+                    });
                 }
                 let want: Vec<i32> = (0..n).flat_map(|r| (0..=r as usize).map(move |i| val(r, i))).collect();
                 assert_eq!(buf, want, "immediate_gather_varcount_into_root root {root}");
             } else {
-                request::scope(|scope| { rp.immediate_gather_varcount_into(scope, &mine[..]).wait(); });
+                request::scope(|scope| {
+                    rp.immediate_gather_varcount_into(scope, &mine[..]).wait();
+                });
             }
 
             let mut got = [0i32; 2];
             if me == root {
                 let all: Vec<i32> = (0..n).flat_map(|r| [val(r, 0), val(r, 1)]).collect();
-                request::scope(|scope| { rp.immediate_scatter_into_root(scope, &all[..], &mut got[..]).wait(); });
+                request::scope(|scope| {
+                    rp.immediate_scatter_into_root(scope, &all[..], &mut got[..]).wait();
+                });
             } else {
-                request::scope(|scope| { rp.immediate_scatter_into(scope, &mut got[..]).wait(); });
+                request::scope(|scope| {
+                    rp.immediate_scatter_into(scope, &mut got[..]).wait();
+                });
             }
             assert_eq!(got, [val(me, 0), val(me, 1)], "immediate_scatter_into root {root}");
 
@@ -179,25 +217,33 @@ fn immediate(world: &SimpleCommunicator) {
                 let displs: Vec<Count> = counts.iter().scan(0, |a, &c| Some(std::mem::replace(a, *a + c))).collect();
                 let all: Vec<i32> = (0..n).flat_map(|r| (0..=r as usize).map(move |i| val(r, i))).collect();
                 let part = Partition::new(&all[..], &counts[..], &displs[..]);
-                request::scope(|scope| { rp.immediate_scatter_varcount_into_root(scope, &part, &mut got[..]).wait(); });
+                request::scope(|scope| {
+                    rp.immediate_scatter_varcount_into_root(scope, &part, &mut got[..]).wait();
+                });
             } else {
-                request::scope(|scope| { rp.immediate_scatter_varcount_into(scope, &mut got[..]).wait(); });
+                request::scope(|scope| {
+                    rp.immediate_scatter_varcount_into(scope, &mut got[..]).wait();
+                });
             }
             assert_eq!(got, (0..=me as usize).map(|i| val(me, i)).collect::<Vec<_>>(), "immediate_scatter_varcount");
 
             if me == root {
                 let mut out = [0i64; 2];
-                request::scope(|scope| { rp.immediate_reduce_into_root(scope, &digit[..], &mut out[..], &concat).wait(); });
+                request::scope(|scope| {
+                    rp.immediate_reduce_into_root(scope, &digit[..], &mut out[..], &concat).wait();
+                });
                 assert_eq!(out[0], (1..=n as i64).fold(0, |a, d| a * 10 + d), "immediate_reduce_into_root {root}");
             } else {
-                request::scope(|scope| { rp.immediate_reduce_into(scope, &digit[..], &concat).wait(); });
+                request::scope(|scope| {
+                    rp.immediate_reduce_into(scope, &digit[..], &concat).wait();
+                });
             }
         }
     }
 
     // Several in flight at once, completed in reverse order, in a request collection.
     let a = [me; 3];
-    let mut outs = vec![[0i32; 3]; 4];
+    let mut outs = [[0i32; 3]; 4];
     mpi::request::multiple_scope(4, |scope, coll| {
         let mut rest = &mut outs[..];
         for k in 0..4 {
@@ -378,6 +424,10 @@ unsafe extern "C" fn c_first(invec: *mut c_void, inoutvec: *mut c_void, len: *mu
     unsafe { std::ptr::copy_nonoverlapping(invec as *const i64, inoutvec as *mut i64, *len as usize) };
 }
 
+#[allow(
+    clippy::needless_borrows_for_generic_args,
+    reason = "rsmpi's form: an UnsafeUserOperation is passed by reference"
+)]
 fn unsafe_op(world: &SimpleCommunicator) {
     let n = world.size() as i64;
     let me = world.rank() as i64;

@@ -342,7 +342,7 @@ impl SimpleCommunicator {
                 size,
                 name: Mutex::new("MPI_COMM_WORLD".into()),
                 immediate: Default::default(),
- attrs: Default::default(),
+                attrs: Default::default(),
             }))
         });
         SimpleCommunicator(h.clone())
@@ -358,7 +358,7 @@ impl SimpleCommunicator {
             size: 1,
             name: Mutex::new("MPI_COMM_SELF".into()),
             immediate: Default::default(),
- attrs: Default::default(),
+            attrs: Default::default(),
         })))
     }
 }
@@ -500,7 +500,7 @@ fn new_comm(ctx: u32, members: Vec<Rank>, me_world: Rank) -> SimpleCommunicator 
         size,
         name: Mutex::new(String::new()),
         immediate: Default::default(),
- attrs: Default::default(),
+        attrs: Default::default(),
     })))
 }
 

@@ -1184,12 +1184,8 @@ fn i_reduction(
     let own_counts = receives_from(me);
     let plan = exchange_plan(me, n, outgoing, incoming, move |parts| {
         let Some(out) = out else { return Ok(()) };
-        let operands: Vec<&[u8]> = parts
-            .iter()
-            .enumerate()
-            .filter(|(r, _)| *r as Rank != me || own_counts)
-            .filter_map(|(_, p)| *p)
-            .collect();
+        let operands: Vec<&[u8]> =
+            parts.iter().enumerate().filter(|(r, _)| *r as Rank != me || own_counts).filter_map(|(_, p)| *p).collect();
         if operands.is_empty() {
             return Ok(());
         }
@@ -1255,11 +1251,16 @@ fn i_recv_from_root(h: &CommHandle, root: Rank, out: Output, what: &'static str)
 fn i_scatter_root(h: &CommHandle, outgoing: Vec<Vec<u8>>, out: Output, what: &'static str) -> Result<Pending> {
     let me = h.rank() as usize;
     check_len(what, outgoing[me].len(), out_len(&out))?;
-    let plan =
-        exchange_plan(h.rank(), h.size(), outgoing.into_iter().map(Some).collect(), vec![None; h.size() as usize], move |parts| {
+    let plan = exchange_plan(
+        h.rank(),
+        h.size(),
+        outgoing.into_iter().map(Some).collect(),
+        vec![None; h.size() as usize],
+        move |parts| {
             // SAFETY: the request's receive buffer, still borrowed and writable.
             unsafe { out.write(parts[me].unwrap_or_default()) };
             Ok(())
-        });
+        },
+    );
     immediate::start(h, what, plan)
 }

@@ -388,8 +388,12 @@ impl Operation for UserOperation<'_> {
 /// The C signature of a user function of [`UnsafeUserOperation`] (`MPI_User_function`):
 /// `f(invec, inoutvec, len, datatype)` must set `inoutvec[i] = invec[i] ∘ inoutvec[i]` for the
 /// `*len` elements.
-pub type UnsafeUserFunction =
-    unsafe extern "C" fn(*mut std::os::raw::c_void, *mut std::os::raw::c_void, *mut Count, *mut crate::ffi::MPI_Datatype);
+pub type UnsafeUserFunction = unsafe extern "C" fn(
+    *mut std::os::raw::c_void,
+    *mut std::os::raw::c_void,
+    *mut Count,
+    *mut crate::ffi::MPI_Datatype,
+);
 
 /// A user operation given as a C function pointer (rsmpi's `UnsafeUserOperation`). The
 /// function sees the elements in their native layout (aligned, as in the program's memory),

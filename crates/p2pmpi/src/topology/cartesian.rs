@@ -43,11 +43,7 @@ fn check_grid(dims: &[Count], periods: &[bool], size: Rank) {
 
 /// Creates the Cartesian communicator over `parent` (collective): the first `∏ dims` ranks
 /// are in it, the others get `None`.
-pub(super) fn create_cartesian(
-    parent: &CommHandle,
-    dims: &[Count],
-    periods: &[bool],
-) -> Option<CartesianCommunicator> {
+pub(super) fn create_cartesian(parent: &CommHandle, dims: &[Count], periods: &[bool]) -> Option<CartesianCommunicator> {
     check_grid(dims, periods, parent.size());
     let inside = (parent.rank() as i64) < product(dims);
     let color = if inside { 0 } else { super::Color::undefined().0 };
