@@ -8,7 +8,7 @@
 //! results and panics on the first wrong one (naming the check); rank 0 prints
 //! `OK api_checks n=<size> <parts>` at the end.
 use mpi::collective::{SystemOperation, UnsafeUserOperation, UserOperation};
-use mpi::datatype::{DynBufferMut, Partition, PartitionMut};
+use mpi::datatype::{DynBuffer, DynBufferMut, Partition, PartitionMut};
 use mpi::ffi::MPI_Datatype;
 use mpi::request;
 use mpi::topology::{CartesianLayout, SimpleCommunicator};
@@ -464,6 +464,22 @@ fn dyn_buffer(world: &SimpleCommunicator) {
         world.all_gather_into(&me, &mut buffer);
     }
     assert_eq!(all, (0..world.size()).collect::<Vec<_>>(), "all_gather into a DynBufferMut");
+    // A DynBuffer as a send buffer; a DynBufferMut's reborrow too.
+    let mine = [me, -me];
+    let mut pairs = vec![0i32; 2 * world.size() as usize];
+    world.all_gather_into(&DynBuffer::new(&mine[..]), &mut pairs[..]);
+    assert_eq!(pairs, (0..world.size()).flat_map(|r| [r, -r]).collect::<Vec<_>>(), "all_gather from a DynBuffer");
+    let mut sums = [0i32; 2];
+    {
+        let mut out = DynBufferMut::new(&mut sums[..]);
+        let src = [1i32, me];
+        let mut store = [0i32; 2];
+        let mut sbuf = DynBufferMut::new(&mut store[..]);
+        sbuf.reborrow_mut().downcast::<i32>().unwrap().copy_from_slice(&src);
+        world.all_reduce_into(&sbuf.reborrow(), &mut out, SystemOperation::sum());
+    }
+    let n = world.size();
+    assert_eq!(sums, [n, n * (n - 1) / 2], "all_reduce from a reborrowed DynBuffer into a DynBufferMut");
 }
 
 fn main() {

@@ -852,6 +852,11 @@ pub trait Root: AsCommunicator {
         S: 'a + Buffer,
         Sc: Scope<'a>,
     {
+        assert_ne!(
+            self.as_communicator().rank(),
+            self.root_rank(),
+            "immediate_gather_into must not be called on the root (use immediate_gather_into_root)"
+        );
         let p = i_send_to_root(self.root_handle(), self.root_rank(), sendbuf, "immediate_gather_into").or_fatal();
         Request::new(p, sendbuf, scope)
     }
