@@ -1313,13 +1313,7 @@ impl<'a> DynBufferMut<'a> {
     }
     /// A mutable view for the duration of the borrow.
     pub fn reborrow_mut(&mut self) -> DynBufferMut<'_> {
-        DynBufferMut {
-            ptr: self.ptr,
-            len: self.len,
-            elem: self.elem,
-            map: self.map,
-            phantom: Default::default(),
-        }
+        DynBufferMut { ptr: self.ptr, len: self.len, elem: self.elem, map: self.map, phantom: Default::default() }
     }
     /// Gives up mutability.
     pub fn downgrade(self) -> DynBuffer<'a> {
