@@ -22,6 +22,9 @@ use std::time::{Duration, Instant};
 pub mod env {
     pub const RANK: &str = "P2PMPI_RANK";
     pub const SIZE: &str = "P2PMPI_SIZE";
+    /// The number of processes the grid could give the job (`Universe::size`), when the
+    /// launcher knows it; the job's size otherwise.
+    pub const UNIVERSE_SIZE: &str = "P2PMPI_UNIVERSE_SIZE";
     pub const CONTROL: &str = "P2PMPI_CONTROL";
     /// The job's key: 64 hexadecimal digits ([`p2pmpi_wire::auth::JobKey::to_hex`]).
     pub const JOB_KEY: &str = "P2PMPI_JOB_KEY";

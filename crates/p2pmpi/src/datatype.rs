@@ -1147,7 +1147,22 @@ pub struct DynBuffer<'a> {
     ptr: *const c_void,
     len: usize,
     elem: ElementType,
+    /// The elements' layout, for use as a [`Buffer`].
+    map: &'a TypeMap,
     phantom: std::marker::PhantomData<&'a [u8]>,
+}
+
+/// A `'static` copy of `map`, one per distinct layout (kept for the life of the process), so
+/// that a [`DynBuffer`] made from a type whose datatype is owned can name its layout.
+fn interned(map: &TypeMap) -> &'static TypeMap {
+    static LAYOUTS: std::sync::Mutex<Vec<&'static TypeMap>> = std::sync::Mutex::new(Vec::new());
+    let mut all = LAYOUTS.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(m) = all.iter().find(|m| **m == map) {
+        return m;
+    }
+    let m: &'static TypeMap = Box::leak(Box::new(map.clone()));
+    all.push(m);
+    m
 }
 
 // SAFETY: a `DynBuffer` is a shared view, for `'a`, of elements of an `Equivalence` type (or,
@@ -1161,7 +1176,14 @@ unsafe impl Sync for DynBuffer<'_> {}
 impl<'a> DynBuffer<'a> {
     /// Wraps a typed slice.
     pub fn new<T: Equivalence>(buf: &'a [T]) -> Self {
-        DynBuffer { ptr: buf.as_ptr() as _, len: buf.len(), elem: ElementType::of::<T>(), phantom: Default::default() }
+        let dt = T::equivalent_datatype();
+        DynBuffer {
+            ptr: buf.as_ptr() as _,
+            len: buf.len(),
+            elem: ElementType::of_map(dt.type_map()),
+            map: interned(dt.type_map()),
+            phantom: Default::default(),
+        }
     }
     /// Whether the elements are of type `T`.
     pub fn is<T: Equivalence>(&self) -> bool {
@@ -1192,6 +1214,7 @@ impl<'a> DynBuffer<'a> {
             ptr: ptr as _,
             len: len.max(0) as usize,
             elem: ElementType::of_map(datatype.map),
+            map: datatype.map,
             phantom: Default::default(),
         }
     }
@@ -1215,6 +1238,8 @@ pub struct DynBufferMut<'a> {
     ptr: *mut c_void,
     len: usize,
     elem: ElementType,
+    /// The elements' layout, for use as a [`BufferMut`].
+    map: &'a TypeMap,
     phantom: std::marker::PhantomData<&'a mut [u8]>,
 }
 
@@ -1228,10 +1253,12 @@ unsafe impl Sync for DynBufferMut<'_> {}
 impl<'a> DynBufferMut<'a> {
     /// Wraps a typed mutable slice.
     pub fn new<T: Equivalence>(buf: &'a mut [T]) -> Self {
+        let dt = T::equivalent_datatype();
         DynBufferMut {
             ptr: buf.as_mut_ptr() as _,
             len: buf.len(),
-            elem: ElementType::of::<T>(),
+            elem: ElementType::of_map(dt.type_map()),
+            map: interned(dt.type_map()),
             phantom: Default::default(),
         }
     }
@@ -1260,6 +1287,7 @@ impl<'a> DynBufferMut<'a> {
             ptr: ptr as _,
             len: len.max(0) as usize,
             elem: ElementType::of_map(datatype.map),
+            map: datatype.map,
             phantom: Default::default(),
         }
     }
@@ -1281,17 +1309,74 @@ impl<'a> DynBufferMut<'a> {
     }
     /// A read-only view for the duration of the borrow.
     pub fn reborrow(&self) -> DynBuffer<'_> {
-        DynBuffer { ptr: self.ptr, len: self.len, elem: self.elem, phantom: Default::default() }
+        DynBuffer { ptr: self.ptr, len: self.len, elem: self.elem, map: self.map, phantom: Default::default() }
     }
     /// A mutable view for the duration of the borrow.
     pub fn reborrow_mut(&mut self) -> DynBufferMut<'_> {
-        DynBufferMut { ptr: self.ptr, len: self.len, elem: self.elem, phantom: Default::default() }
+        DynBufferMut { ptr: self.ptr, len: self.len, elem: self.elem, map: self.map, phantom: Default::default() }
     }
     /// Gives up mutability.
     pub fn downgrade(self) -> DynBuffer<'a> {
-        DynBuffer { ptr: self.ptr, len: self.len, elem: self.elem, phantom: Default::default() }
+        DynBuffer { ptr: self.ptr, len: self.len, elem: self.elem, map: self.map, phantom: Default::default() }
     }
 }
+
+// SAFETY: the datatype is the elements' own layout (from `T` in `new`, or the one
+// `from_raw`'s caller vouched for).
+unsafe impl<'a> AsDatatype for DynBufferMut<'a> {
+    type Out = DatatypeRef<'a>;
+    fn as_datatype(&self) -> DatatypeRef<'a> {
+        DatatypeRef::from_map(self.map)
+    }
+}
+// SAFETY: `len` elements of the datatype are at `ptr` (see `AsDatatype`).
+unsafe impl Collection for DynBufferMut<'_> {
+    fn count(&self) -> Count {
+        Count::try_from(self.len).expect("a DynBufferMut of more elements than a Count holds")
+    }
+}
+// SAFETY: `ptr` is readable for the `len` elements for `'a` (`new`'s borrow, `from_raw`'s
+// contract), and the pointer is only used while `self` is borrowed.
+unsafe impl Pointer for DynBufferMut<'_> {
+    fn pointer(&self) -> *const c_void {
+        self.ptr
+    }
+}
+// SAFETY: `ptr` is writable and used by nothing else for `'a` (the exclusive borrow the buffer
+// stands for); any element stored is a valid value (`from_raw`'s contract, `Equivalence`'s).
+unsafe impl PointerMut for DynBufferMut<'_> {
+    fn pointer_mut(&mut self) -> *mut c_void {
+        self.ptr
+    }
+}
+// SAFETY: see the impls above.
+unsafe impl Buffer for DynBufferMut<'_> {}
+// SAFETY: see the impls above.
+unsafe impl BufferMut for DynBufferMut<'_> {}
+
+// SAFETY: the datatype is the elements' own layout (from `T` in `new`, or the one
+// `from_raw`'s caller vouched for).
+unsafe impl<'a> AsDatatype for DynBuffer<'a> {
+    type Out = DatatypeRef<'a>;
+    fn as_datatype(&self) -> DatatypeRef<'a> {
+        DatatypeRef::from_map(self.map)
+    }
+}
+// SAFETY: `len` elements of the datatype are at `ptr` (see `AsDatatype`).
+unsafe impl Collection for DynBuffer<'_> {
+    fn count(&self) -> Count {
+        Count::try_from(self.len).expect("a DynBuffer of more elements than a Count holds")
+    }
+}
+// SAFETY: `ptr` is readable for the `len` elements for `'a` (`new`'s borrow, `from_raw`'s
+// contract).
+unsafe impl Pointer for DynBuffer<'_> {
+    fn pointer(&self) -> *const c_void {
+        self.ptr
+    }
+}
+// SAFETY: see the impls above.
+unsafe impl Buffer for DynBuffer<'_> {}
 
 /// The address of a value (`MPI_Get_address`).
 pub fn address_of<T>(x: &T) -> Address {

@@ -57,9 +57,12 @@ impl Universe {
         SimpleCommunicator::world()
     }
 
-    /// The number of processes the job was started with.
+    /// The universe size (`MPI_UNIVERSE_SIZE`): the number of processes the grid could give
+    /// the job, when the launcher says so (`P2PMPI_UNIVERSE_SIZE`), else the job's size.
     pub fn size(&self) -> Option<usize> {
-        Some(with_engine(|e| e.size as usize))
+        let job = with_engine(|e| e.size as usize);
+        let known = std::env::var(bootstrap::env::UNIVERSE_SIZE).ok().and_then(|v| v.trim().parse::<usize>().ok());
+        Some(known.map_or(job, |u| u.max(job)))
     }
 
     /// The application number (always 0: one program per job).

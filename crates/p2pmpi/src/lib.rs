@@ -30,6 +30,7 @@
 // `where`), so that programs written for rsmpi, turbofish included, compile unchanged.
 #![allow(clippy::multiple_bound_locations)]
 
+pub mod attribute;
 pub mod bootstrap;
 pub mod collective;
 pub mod datatype;
@@ -65,17 +66,32 @@ pub mod ffi {
     pub const RSMPI_ANY_TAG: crate::Tag = crate::point_to_point::ANY_TAG;
     /// Matches any source.
     pub const RSMPI_ANY_SOURCE: crate::Rank = crate::point_to_point::ANY_SOURCE;
+
+    /// An opaque datatype handle, as the user functions of
+    /// [`crate::collective::UnsafeUserOperation`] receive it (`*mut MPI_Datatype`). It
+    /// identifies the layout of the elements; nothing can be done with it but pass it on.
+    #[allow(non_camel_case_types)]
+    #[repr(transparent)]
+    #[derive(Copy, Clone, Debug, PartialEq, Eq)]
+    pub struct MPI_Datatype(*const std::os::raw::c_void);
+
+    impl MPI_Datatype {
+        pub(crate) fn of(map: &crate::datatype::TypeMap) -> Self {
+            MPI_Datatype(map as *const crate::datatype::TypeMap as *const std::os::raw::c_void)
+        }
+    }
 }
 
 /// Everything a program usually imports: `use mpi::traits::*;`.
 pub mod traits {
+    pub use crate::attribute::traits::*;
     pub use crate::collective::traits::*;
     pub use crate::datatype::{
         AsDatatype, Buffer, BufferMut, Collection, Datatype, DatatypeInfo, Equivalence, Partitioned, PartitionedBuffer,
         PartitionedBufferMut, Pointer, PointerMut, UncommittedDatatype,
     };
     pub use crate::point_to_point::traits::*;
-    pub use crate::topology::{AsCommunicator, Communicator, Group};
+    pub use crate::topology::{AnyCommunicator, AsCommunicator, Communicator, Group};
     #[cfg(feature = "derive")]
     pub use p2pmpi_derive::Equivalence;
 }

@@ -17,6 +17,9 @@ pub type Rank = c_int;
 /// Orders processes in `split_by_color_with_key`.
 pub type Key = c_int;
 
+mod cartesian;
+pub use cartesian::{CartesianCommunicator, CartesianLayout};
+
 pub(crate) mod sealed {
     /// Access to a communicator's handle; sealed so users cannot implement `Communicator`.
     pub trait AsHandle {
@@ -35,6 +38,10 @@ pub(crate) struct CommInner {
     pub members: Option<Arc<[Rank]>>,
     pub size: Rank,
     pub name: Mutex<String>,
+    /// Immediate collectives started on this communicator (each gets its own tag).
+    pub immediate: std::sync::atomic::AtomicU32,
+    /// Attributes (`set_attr`/`get_attr`).
+    pub attrs: Mutex<crate::attribute::Attributes>,
 }
 
 /// The shared state behind a communicator.
@@ -69,6 +76,10 @@ impl CommHandle {
     }
     pub(crate) fn rank(&self) -> Rank {
         self.0.rank
+    }
+    /// Counts an immediate collective started on this communicator; returns its number.
+    pub(crate) fn next_immediate(&self) -> u32 {
+        self.0.immediate.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     }
 }
 
@@ -163,7 +174,9 @@ pub trait Communicator: AsHandle {
     }
     /// A new communicator with the same processes and its own context (collective).
     fn duplicate(&self) -> SimpleCommunicator {
-        create(self.handle(), Spec::Duplicate).or_fatal().expect("every member gets the duplicate")
+        let dup = create(self.handle(), Spec::Duplicate).or_fatal().expect("every member gets the duplicate");
+        *dup.0 .0.attrs.lock() = self.handle().0.attrs.lock().for_duplicate();
+        dup
     }
     /// Splits into one communicator per color (collective); ranks keep their relative order.
     /// `None` for `Color::undefined()`.
@@ -193,6 +206,21 @@ pub trait Communicator: AsHandle {
     /// Like [`Self::split_by_subgroup`], with a tag to tell concurrent creations apart.
     fn split_by_subgroup_with_tag(&self, group: &dyn Group, tag: crate::Tag) -> Option<SimpleCommunicator> {
         create_in_group(self.handle(), group.members_world(), tag).or_fatal()
+    }
+    /// A communicator with the first `∏ dims` processes laid out on a grid of `dims`
+    /// (collective; `reorder` is accepted and ranks are kept). `None` on the processes left out.
+    fn create_cartesian_communicator(
+        &self,
+        dims: &[Count],
+        periods: &[bool],
+        reorder: bool,
+    ) -> Option<CartesianCommunicator> {
+        let _ = reorder;
+        cartesian::create_cartesian(self.handle(), dims, periods)
+    }
+    /// This process's rank in a grid of `dims` (`MPI_Cart_map`), `None` if it is not in it.
+    fn cartesian_map(&self, dims: &[Count], periods: &[bool]) -> Option<Rank> {
+        cartesian::cartesian_map(self.handle(), dims, periods)
     }
     /// The group of this communicator's processes.
     fn group(&self) -> UserGroup {
@@ -275,6 +303,28 @@ pub trait Communicator: AsHandle {
     }
 }
 
+/// Attributes of any communicator (also `&mut dyn Communicator`).
+pub trait AnyCommunicator: Communicator {
+    /// The attribute of type `A`, if one was set.
+    fn get_attr<A: crate::attribute::CommAttribute>(&self) -> Option<&A>;
+    /// Sets the attribute of type `A` (replacing any previous one).
+    fn set_attr<A: crate::attribute::CommAttribute>(&mut self, val: A);
+}
+
+impl<C: ?Sized + Communicator> AnyCommunicator for C {
+    fn get_attr<A: crate::attribute::CommAttribute>(&self) -> Option<&A> {
+        let p = self.handle().0.attrs.lock().get::<A>()?;
+        // SAFETY: the value is boxed in the communicator's attributes, which never free a
+        // value before the communicator itself (a replaced one is kept), and never move it
+        // (the box's heap address is stable); `self` keeps the communicator alive for the
+        // returned borrow, and the value is only ever read (attributes are `Sync`).
+        Some(unsafe { &*p })
+    }
+    fn set_attr<A: crate::attribute::CommAttribute>(&mut self, val: A) {
+        self.handle().0.attrs.lock().set(val);
+    }
+}
+
 /// A communicator created by the library (the world, self, and those derived from them).
 pub struct SimpleCommunicator(pub(crate) CommHandle);
 
@@ -291,6 +341,8 @@ impl SimpleCommunicator {
                 members: None,
                 size,
                 name: Mutex::new("MPI_COMM_WORLD".into()),
+                immediate: Default::default(),
+                attrs: Default::default(),
             }))
         });
         SimpleCommunicator(h.clone())
@@ -305,7 +357,51 @@ impl SimpleCommunicator {
             members: Some(Arc::from(vec![me])),
             size: 1,
             name: Mutex::new("MPI_COMM_SELF".into()),
+            immediate: Default::default(),
+            attrs: Default::default(),
         })))
+    }
+}
+
+/// The kind of topology attached to a communicator.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub enum Topology {
+    /// A graph (not supported: never returned).
+    Graph,
+    /// A Cartesian grid.
+    Cartesian,
+    /// A distributed graph (not supported: never returned).
+    DistributedGraph,
+    /// No topology.
+    Undefined,
+}
+
+/// A communicator by the kind of its topology ([`SimpleCommunicator::into_topology`]).
+pub enum IntoTopology {
+    /// A graph (not supported: never returned).
+    Graph(GraphCommunicator),
+    /// A Cartesian grid.
+    Cartesian(CartesianCommunicator),
+    /// A distributed graph (not supported: never returned).
+    DistributedGraph(DistributedGraphCommunicator),
+    /// No topology.
+    Undefined(SimpleCommunicator),
+}
+
+/// Graph topologies are not supported (rsmpi has only this placeholder too).
+pub struct GraphCommunicator;
+/// Distributed graph topologies are not supported (rsmpi has only this placeholder too).
+pub struct DistributedGraphCommunicator;
+
+impl SimpleCommunicator {
+    /// The topology of this communicator: a `SimpleCommunicator` has none (Cartesian
+    /// communicators are [`CartesianCommunicator`]s from their creation on).
+    pub fn topology(&self) -> Topology {
+        Topology::Undefined
+    }
+    /// This communicator by the kind of its topology (always `Undefined`, see [`Self::topology`]).
+    pub fn into_topology(self) -> IntoTopology {
+        IntoTopology::Undefined(self)
     }
 }
 
@@ -403,6 +499,8 @@ pub(crate) fn new_comm(ctx: u32, members: Vec<Rank>, me_world: Rank) -> SimpleCo
         members: (!identity).then(|| Arc::from(members)),
         size,
         name: Mutex::new(String::new()),
+        immediate: Default::default(),
+        attrs: Default::default(),
     })))
 }
 

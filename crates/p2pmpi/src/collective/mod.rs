@@ -7,6 +7,7 @@
 //! point-to-point. The algorithms are in [`algorithms`].
 
 pub mod algorithms;
+pub(crate) mod immediate;
 pub mod ops;
 
 use crate::datatype::{
@@ -18,7 +19,7 @@ use algorithms::Coll;
 use std::borrow::Cow;
 use std::marker::PhantomData;
 
-pub use ops::{reduce_local_into, Operation, SystemOperation, UserOperation};
+pub use ops::{reduce_local_into, Operation, SystemOperation, UnsafeUserFunction, UnsafeUserOperation, UserOperation};
 
 /// A send buffer as packed bytes (borrowed in place when the layout is contiguous).
 struct Packed<'a> {
@@ -416,6 +417,180 @@ pub trait CommunicatorCollectives: Communicator {
     {
         exscan_impl(self.handle(), sendbuf, recvbuf, &op).or_fatal()
     }
+
+    /// Starts a barrier; the request completes once every process started it.
+    fn immediate_barrier(&self) -> Request<'static, ()> {
+        let h = self.handle();
+        let plan = immediate::barrier_plan(h.rank(), h.size());
+        Request::new(immediate::start(h, "immediate_barrier", plan).or_fatal(), &(), StaticScope)
+    }
+
+    /// Immediate [`Self::all_gather_into`].
+    fn immediate_all_gather_into<'a, S: ?Sized, R: ?Sized, Sc>(
+        &self,
+        scope: Sc,
+        sendbuf: &'a S,
+        recvbuf: &'a mut R,
+    ) -> Request<'a, R, Sc>
+    where
+        S: 'a + Buffer,
+        R: 'a + BufferMut,
+        Sc: Scope<'a>,
+    {
+        let mine = packed(sendbuf).bytes.into_owned();
+        recv_request(recvbuf, scope, |r| i_all_gather(self.handle(), mine, output(r)))
+    }
+
+    /// Immediate [`Self::all_gather_varcount_into`].
+    fn immediate_all_gather_varcount_into<'a, S: ?Sized, R: ?Sized, Sc>(
+        &self,
+        scope: Sc,
+        sendbuf: &'a S,
+        recvbuf: &'a mut R,
+    ) -> Request<'a, R, Sc>
+    where
+        S: 'a + Buffer,
+        R: 'a + PartitionedBufferMut,
+        Sc: Scope<'a>,
+    {
+        let mine = packed(sendbuf).bytes.into_owned();
+        recv_request(recvbuf, scope, |r| {
+            let (out, ranges) = parts_output(r, "immediate_all_gather_varcount_into")?;
+            i_all_gather_varcount(self.handle(), mine, out, ranges)
+        })
+    }
+
+    /// Immediate [`Self::all_to_all_into`].
+    fn immediate_all_to_all_into<'a, S: ?Sized, R: ?Sized, Sc>(
+        &self,
+        scope: Sc,
+        sendbuf: &'a S,
+        recvbuf: &'a mut R,
+    ) -> Request<'a, R, Sc>
+    where
+        S: 'a + Buffer,
+        R: 'a + BufferMut,
+        Sc: Scope<'a>,
+    {
+        let what = "immediate_all_to_all_into";
+        let outgoing = blocks(what, &packed(sendbuf).bytes, self.handle().size() as usize).or_fatal();
+        recv_request(recvbuf, scope, |r| i_all_to_all(self.handle(), outgoing, output(r), what))
+    }
+
+    /// Immediate [`Self::all_to_all_varcount_into`].
+    fn immediate_all_to_all_varcount_into<'a, S: ?Sized, R: ?Sized, Sc>(
+        &self,
+        scope: Sc,
+        sendbuf: &'a S,
+        recvbuf: &'a mut R,
+    ) -> Request<'a, R, Sc>
+    where
+        S: 'a + PartitionedBuffer,
+        R: 'a + PartitionedBufferMut,
+        Sc: Scope<'a>,
+    {
+        let what = "immediate_all_to_all_varcount_into";
+        let outgoing = send_parts(sendbuf, what).or_fatal();
+        recv_request(recvbuf, scope, |r| {
+            let (out, ranges) = parts_output(r, what)?;
+            i_all_to_all_varcount(self.handle(), outgoing, out, ranges)
+        })
+    }
+
+    /// Immediate [`Self::all_reduce_into`].
+    fn immediate_all_reduce_into<'a, S: ?Sized, R: ?Sized, O, Sc>(
+        &self,
+        scope: Sc,
+        sendbuf: &'a S,
+        recvbuf: &'a mut R,
+        op: O,
+    ) -> Request<'a, R, Sc>
+    where
+        S: 'a + Buffer,
+        R: 'a + BufferMut,
+        O: 'a + Operation,
+        Sc: Scope<'a>,
+    {
+        let p = packed(sendbuf);
+        let (map, count, mine) = (p.map, p.count, p.bytes.into_owned());
+        // SAFETY: the schedule keeping `op` is over before the request completes, and the
+        // request cannot outlive `'a` (see `KeptOp::new`).
+        let op = unsafe { KeptOp::new(op) };
+        recv_request(recvbuf, scope, |r| {
+            let what = "immediate_all_reduce_into";
+            i_reduction(self.handle(), what, mine, map, count, op, |_| true, |_| true, Some(output(r)))
+        })
+    }
+
+    /// Immediate [`Self::reduce_scatter_block_into`].
+    fn immediate_reduce_scatter_block_into<'a, S: ?Sized, R: ?Sized, O, Sc>(
+        &self,
+        scope: Sc,
+        sendbuf: &'a S,
+        recvbuf: &'a mut R,
+        op: O,
+    ) -> Request<'a, R, Sc>
+    where
+        S: 'a + Buffer,
+        R: 'a + BufferMut,
+        O: 'a + Operation,
+        Sc: Scope<'a>,
+    {
+        let p = packed(sendbuf);
+        // SAFETY: as in `immediate_all_reduce_into`.
+        let op = unsafe { KeptOp::new(op) };
+        recv_request(recvbuf, scope, |r| i_reduce_scatter_block(self.handle(), p, output(r), op))
+    }
+
+    /// Immediate [`Self::scan_into`].
+    fn immediate_scan_into<'a, S: ?Sized, R: ?Sized, O, Sc>(
+        &self,
+        scope: Sc,
+        sendbuf: &'a S,
+        recvbuf: &'a mut R,
+        op: O,
+    ) -> Request<'a, R, Sc>
+    where
+        S: 'a + Buffer,
+        R: 'a + BufferMut,
+        O: 'a + Operation,
+        Sc: Scope<'a>,
+    {
+        let p = packed(sendbuf);
+        let (map, count, mine) = (p.map, p.count, p.bytes.into_owned());
+        // SAFETY: as in `immediate_all_reduce_into`.
+        let op = unsafe { KeptOp::new(op) };
+        let me = self.rank();
+        recv_request(recvbuf, scope, |r| {
+            let what = "immediate_scan_into";
+            i_reduction(self.handle(), what, mine, map, count, op, |d| d > me, |s| s <= me, Some(output(r)))
+        })
+    }
+
+    /// Immediate [`Self::exclusive_scan_into`] (rank 0's buffer is left untouched).
+    fn immediate_exclusive_scan_into<'a, S: ?Sized, R: ?Sized, O, Sc>(
+        &self,
+        scope: Sc,
+        sendbuf: &'a S,
+        recvbuf: &'a mut R,
+        op: O,
+    ) -> Request<'a, R, Sc>
+    where
+        S: 'a + Buffer,
+        R: 'a + BufferMut,
+        O: 'a + Operation,
+        Sc: Scope<'a>,
+    {
+        let p = packed(sendbuf);
+        let (map, count, mine) = (p.map, p.count, p.bytes.into_owned());
+        // SAFETY: as in `immediate_all_reduce_into`.
+        let op = unsafe { KeptOp::new(op) };
+        let me = self.rank();
+        recv_request(recvbuf, scope, |r| {
+            let what = "immediate_exclusive_scan_into";
+            i_reduction(self.handle(), what, mine, map, count, op, |d| d > me, |s| s < me, Some(output(r)))
+        })
+    }
 }
 
 impl<C: Communicator + ?Sized> CommunicatorCollectives for C {}
@@ -646,6 +821,215 @@ pub trait Root: AsCommunicator {
     {
         root_reduce_root_impl(self.root_handle(), sendbuf, recvbuf, &op).or_fatal()
     }
+
+    /// Immediate [`Self::broadcast_into`].
+    fn immediate_broadcast_into<'a, Buf: ?Sized, Sc>(&self, scope: Sc, buf: &'a mut Buf) -> Request<'a, Buf, Sc>
+    where
+        Buf: 'a + BufferMut,
+        Sc: Scope<'a>,
+    {
+        let h = self.root_handle();
+        let root = self.root_rank();
+        recv_request(buf, scope, |b| {
+            let out = output(b);
+            let (data, out) = if h.rank() == root {
+                let mut v = Vec::new();
+                // SAFETY: `BufferMut`'s contract: readable for `count` initialised elements (the
+                // root's data), borrowed for the call.
+                unsafe { out.map.pack(out.ptr.0, out.count, &mut v) };
+                (v, None)
+            } else {
+                (vec![0u8; out_len(&out)], Some(out))
+            };
+            let plan = immediate::bcast_plan(h.rank(), h.size(), root, data, out);
+            immediate::start(h, "immediate_broadcast_into", plan)
+        })
+    }
+
+    /// Immediate [`Self::gather_into`] (on non-root processes).
+    fn immediate_gather_into<'a, S: ?Sized, Sc>(&self, scope: Sc, sendbuf: &'a S) -> Request<'a, S, Sc>
+    where
+        S: 'a + Buffer,
+        Sc: Scope<'a>,
+    {
+        assert_ne!(
+            self.as_communicator().rank(),
+            self.root_rank(),
+            "immediate_gather_into must not be called on the root (use immediate_gather_into_root)"
+        );
+        let p = i_send_to_root(self.root_handle(), self.root_rank(), sendbuf, "immediate_gather_into").or_fatal();
+        Request::new(p, sendbuf, scope)
+    }
+
+    /// Immediate [`Self::gather_into_root`].
+    fn immediate_gather_into_root<'a, S: ?Sized, R: ?Sized, Sc>(
+        &self,
+        scope: Sc,
+        sendbuf: &'a S,
+        recvbuf: &'a mut R,
+    ) -> Request<'a, R, Sc>
+    where
+        S: 'a + Buffer,
+        R: 'a + BufferMut,
+        Sc: Scope<'a>,
+    {
+        let h = self.root_handle();
+        let mine = packed(sendbuf).bytes.into_owned();
+        recv_request(recvbuf, scope, |r| {
+            let what = "immediate_gather_into_root";
+            let out = output(r);
+            let n = h.size() as usize;
+            check_len(what, out_len(&out), mine.len() * n)?;
+            let len = mine.len();
+            let mut outgoing = vec![None; n];
+            outgoing[h.rank() as usize] = Some(mine);
+            let plan = exchange_plan(h.rank(), h.size(), outgoing, vec![Some(len); n], move |parts| {
+                // SAFETY: the request's receive buffer, still borrowed and writable.
+                unsafe { out.write(&concat(&parts)) };
+                Ok(())
+            });
+            immediate::start(h, what, plan)
+        })
+    }
+
+    /// Immediate [`Self::gather_varcount_into`].
+    fn immediate_gather_varcount_into<'a, Sc, S: ?Sized>(&self, scope: Sc, sendbuf: &'a S) -> Request<'a, S, Sc>
+    where
+        S: 'a + Buffer,
+        Sc: Scope<'a>,
+    {
+        let what = "immediate_gather_varcount_into";
+        let p = i_send_to_root(self.root_handle(), self.root_rank(), sendbuf, what).or_fatal();
+        Request::new(p, sendbuf, scope)
+    }
+
+    /// Immediate [`Self::gather_varcount_into_root`].
+    fn immediate_gather_varcount_into_root<'a, Sc, S: ?Sized, R: ?Sized>(
+        &self,
+        scope: Sc,
+        sendbuf: &'a S,
+        recvbuf: &'a mut R,
+    ) -> Request<'a, R, Sc>
+    where
+        S: 'a + Buffer,
+        R: 'a + PartitionedBufferMut,
+        Sc: Scope<'a>,
+    {
+        let h = self.root_handle();
+        let mine = packed(sendbuf).bytes.into_owned();
+        recv_request(recvbuf, scope, |r| {
+            let what = "immediate_gather_varcount_into_root";
+            let (out, ranges) = parts_output(r, what)?;
+            let (n, me) = (h.size() as usize, h.rank() as usize);
+            check_len(what, mine.len(), ranges[me].1)?;
+            let mut outgoing = vec![None; n];
+            outgoing[me] = Some(mine);
+            let incoming = ranges.iter().map(|&(_, l)| Some(l)).collect();
+            let plan = exchange_plan(h.rank(), h.size(), outgoing, incoming, move |parts| {
+                write_parts(&out, &ranges, &parts);
+                Ok(())
+            });
+            immediate::start(h, what, plan)
+        })
+    }
+
+    /// Immediate [`Self::scatter_into`] (on non-root processes).
+    fn immediate_scatter_into<'a, Sc, R: ?Sized>(&self, scope: Sc, recvbuf: &'a mut R) -> Request<'a, R, Sc>
+    where
+        R: 'a + BufferMut,
+        Sc: Scope<'a>,
+    {
+        let (h, root) = (self.root_handle(), self.root_rank());
+        recv_request(recvbuf, scope, |r| i_recv_from_root(h, root, output(r), "immediate_scatter_into"))
+    }
+
+    /// Immediate [`Self::scatter_into_root`].
+    fn immediate_scatter_into_root<'a, Sc, S: ?Sized, R: ?Sized>(
+        &self,
+        scope: Sc,
+        sendbuf: &'a S,
+        recvbuf: &'a mut R,
+    ) -> Request<'a, R, Sc>
+    where
+        S: 'a + Buffer,
+        R: 'a + BufferMut,
+        Sc: Scope<'a>,
+    {
+        let h = self.root_handle();
+        let what = "immediate_scatter_into_root";
+        let outgoing = blocks(what, &packed(sendbuf).bytes, h.size() as usize).or_fatal();
+        recv_request(recvbuf, scope, |r| i_scatter_root(h, outgoing, output(r), what))
+    }
+
+    /// Immediate [`Self::scatter_varcount_into`] (on non-root processes).
+    fn immediate_scatter_varcount_into<'a, Sc, R: ?Sized>(&self, scope: Sc, recvbuf: &'a mut R) -> Request<'a, R, Sc>
+    where
+        R: 'a + BufferMut,
+        Sc: Scope<'a>,
+    {
+        let (h, root) = (self.root_handle(), self.root_rank());
+        recv_request(recvbuf, scope, |r| i_recv_from_root(h, root, output(r), "immediate_scatter_varcount_into"))
+    }
+
+    /// Immediate [`Self::scatter_varcount_into_root`].
+    fn immediate_scatter_varcount_into_root<'a, Sc, S: ?Sized, R: ?Sized>(
+        &self,
+        scope: Sc,
+        sendbuf: &'a S,
+        recvbuf: &'a mut R,
+    ) -> Request<'a, R, Sc>
+    where
+        S: 'a + PartitionedBuffer,
+        R: 'a + BufferMut,
+        Sc: Scope<'a>,
+    {
+        let h = self.root_handle();
+        let what = "immediate_scatter_varcount_into_root";
+        let outgoing = send_parts(sendbuf, what).or_fatal();
+        recv_request(recvbuf, scope, |r| i_scatter_root(h, outgoing, output(r), what))
+    }
+
+    /// Immediate [`Self::reduce_into`] (on non-root processes).
+    fn immediate_reduce_into<'a, Sc, S: ?Sized, O>(&self, scope: Sc, sendbuf: &'a S, op: O) -> Request<'a, S, Sc>
+    where
+        S: 'a + Buffer,
+        O: 'a + Operation,
+        Sc: Scope<'a>,
+    {
+        let (h, root) = (self.root_handle(), self.root_rank());
+        let p = packed(sendbuf);
+        let (map, count, mine) = (p.map, p.count, p.bytes.into_owned());
+        // SAFETY: as in `immediate_all_reduce_into`.
+        let op = unsafe { KeptOp::new(op) };
+        let what = "immediate_reduce_into";
+        let p = i_reduction(h, what, mine, map, count, op, |d| d == root, |_| false, None).or_fatal();
+        Request::new(p, sendbuf, scope)
+    }
+
+    /// Immediate [`Self::reduce_into_root`].
+    fn immediate_reduce_into_root<'a, Sc, S: ?Sized, R: ?Sized, O>(
+        &self,
+        scope: Sc,
+        sendbuf: &'a S,
+        recvbuf: &'a mut R,
+        op: O,
+    ) -> Request<'a, R, Sc>
+    where
+        S: 'a + Buffer,
+        R: 'a + BufferMut,
+        O: 'a + Operation,
+        Sc: Scope<'a>,
+    {
+        let h = self.root_handle();
+        let p = packed(sendbuf);
+        let (map, count, mine) = (p.map, p.count, p.bytes.into_owned());
+        // SAFETY: as in `immediate_all_reduce_into`.
+        let op = unsafe { KeptOp::new(op) };
+        recv_request(recvbuf, scope, |r| {
+            let what = "immediate_reduce_into_root";
+            i_reduction(h, what, mine, map, count, op, |_| false, |_| true, Some(output(r)))
+        })
+    }
 }
 
 impl Root for Process<'_> {
@@ -657,4 +1041,231 @@ impl Root for Process<'_> {
 /// Re-exports for `use mpi::collective::traits::*`.
 pub mod traits {
     pub use super::{CommunicatorCollectives, Operation, Root};
+}
+
+// ------------------------------------------------------------------------ immediate collectives
+
+use crate::request::{Pending, Request, Scope, StaticScope};
+use immediate::{exchange_plan, KeptOp, Output, SendPtr};
+
+fn output<B: ?Sized + BufferMut>(b: &mut B) -> Output {
+    let dt = b.as_datatype();
+    let map = dt.type_map().clone();
+    Output { ptr: SendPtr(b.pointer_mut() as *mut u8), map, count: b.count().max(0) as usize }
+}
+
+fn out_len(o: &Output) -> usize {
+    o.count * o.map.size()
+}
+
+/// Splits `bytes` into `n` equal blocks.
+fn blocks(what: &str, bytes: &[u8], n: usize) -> Result<Vec<Vec<u8>>> {
+    if bytes.len() % n != 0 {
+        return Err(Error::Collective(format!("{what}: {} bytes do not split into {n} equal blocks", bytes.len())));
+    }
+    let b = bytes.len() / n;
+    Ok((0..n).map(|i| bytes[i * b..(i + 1) * b].to_vec()).collect())
+}
+
+/// A contiguous partitioned receive buffer: where each rank's part goes.
+fn parts_output<B: ?Sized + PartitionedBufferMut>(b: &mut B, what: &str) -> Result<(Output, Vec<(usize, usize)>)> {
+    let dt = b.as_datatype();
+    let map = dt.type_map().clone();
+    require_contiguous(&map, what)?;
+    let (ranges, _) = parts(b, &map, what)?;
+    Ok((Output { ptr: SendPtr(b.pointer_mut() as *mut u8), map, count: 0 }, ranges))
+}
+
+/// The parts of a contiguous partitioned send buffer, copied.
+fn send_parts<B: ?Sized + PartitionedBuffer>(b: &B, what: &str) -> Result<Vec<Vec<u8>>> {
+    let dt = b.as_datatype();
+    let map = dt.type_map().clone();
+    require_contiguous(&map, what)?;
+    let (ranges, total) = parts(b, &map, what)?;
+    // SAFETY: `PartitionedBuffer`'s contract (`Pointer`): readable for the initialised elements
+    // of the parts, which `total` bytes cover (contiguous layout), or for `element_limit`
+    // elements, which `parts` checked them against; the slice borrows `b`.
+    let buf = unsafe { std::slice::from_raw_parts(b.pointer() as *const u8, total) };
+    Ok(ranges.iter().map(|&(o, l)| buf[o..o + l].to_vec()).collect())
+}
+
+fn write_parts(out: &Output, ranges: &[(usize, usize)], parts: &[Option<&[u8]>]) {
+    for (&(o, _), part) in ranges.iter().zip(parts) {
+        if let Some(d) = part {
+            // SAFETY: the request's partitioned receive buffer, still borrowed (the request
+            // completes after this step); each part `(o, l)` was checked against the buffer
+            // when the collective started, and `d` is exactly `l` bytes (checked on receipt).
+            unsafe { out.write_at(o, d) };
+        }
+    }
+}
+
+fn concat(parts: &[Option<&[u8]>]) -> Vec<u8> {
+    parts.iter().flat_map(|p| p.unwrap_or_default().iter().copied()).collect()
+}
+
+fn i_all_gather(h: &CommHandle, mine: Vec<u8>, out: Output) -> Result<Pending> {
+    let n = h.size() as usize;
+    check_len("immediate_all_gather_into", out_len(&out), mine.len() * n)?;
+    let len = mine.len();
+    let plan = exchange_plan(h.rank(), h.size(), vec![Some(mine); n], vec![Some(len); n], move |parts| {
+        // SAFETY: the request's receive buffer, still borrowed and writable (see `Output`).
+        unsafe { out.write(&concat(&parts)) };
+        Ok(())
+    });
+    immediate::start(h, "immediate_all_gather_into", plan)
+}
+
+fn i_all_gather_varcount(h: &CommHandle, mine: Vec<u8>, out: Output, ranges: Vec<(usize, usize)>) -> Result<Pending> {
+    let n = h.size() as usize;
+    let me = h.rank() as usize;
+    check_len("immediate_all_gather_varcount_into (own part)", mine.len(), ranges[me].1)?;
+    let incoming = ranges.iter().map(|&(_, l)| Some(l)).collect();
+    let plan = exchange_plan(h.rank(), h.size(), vec![Some(mine); n], incoming, move |parts| {
+        write_parts(&out, &ranges, &parts);
+        Ok(())
+    });
+    immediate::start(h, "immediate_all_gather_varcount_into", plan)
+}
+
+fn i_all_to_all(h: &CommHandle, outgoing: Vec<Vec<u8>>, out: Output, what: &'static str) -> Result<Pending> {
+    let total: usize = outgoing.iter().map(Vec::len).sum();
+    check_len(what, out_len(&out), total)?;
+    let n = h.size() as usize;
+    let block = total / n;
+    let plan = exchange_plan(
+        h.rank(),
+        h.size(),
+        outgoing.into_iter().map(Some).collect(),
+        vec![Some(block); n],
+        move |parts| {
+            // SAFETY: as in `i_all_gather`.
+            unsafe { out.write(&concat(&parts)) };
+            Ok(())
+        },
+    );
+    immediate::start(h, what, plan)
+}
+
+fn i_all_to_all_varcount(
+    h: &CommHandle,
+    outgoing: Vec<Vec<u8>>,
+    out: Output,
+    ranges: Vec<(usize, usize)>,
+) -> Result<Pending> {
+    let what = "immediate_all_to_all_varcount_into";
+    let me = h.rank() as usize;
+    check_len(what, outgoing[me].len(), ranges[me].1)?;
+    let incoming = ranges.iter().map(|&(_, l)| Some(l)).collect();
+    let plan = exchange_plan(h.rank(), h.size(), outgoing.into_iter().map(Some).collect(), incoming, move |parts| {
+        write_parts(&out, &ranges, &parts);
+        Ok(())
+    });
+    immediate::start(h, what, plan)
+}
+
+/// Reductions combined in rank order from the operands of `from..to` (own bytes `mine` at
+/// this rank's place), written to `out` if any: all-reduce, reduce at a root, scans.
+#[allow(clippy::too_many_arguments)]
+fn i_reduction(
+    h: &CommHandle,
+    what: &'static str,
+    mine: Vec<u8>,
+    map: TypeMap,
+    count: usize,
+    op: KeptOp,
+    senders_to: impl Fn(Rank) -> bool,
+    receives_from: impl Fn(Rank) -> bool,
+    out: Option<Output>,
+) -> Result<Pending> {
+    let n = h.size();
+    let me = h.rank();
+    if let Some(o) = &out {
+        check_len(what, out_len(o), mine.len())?;
+    }
+    let len = mine.len();
+    let outgoing = (0..n).map(|r| (r == me || senders_to(r)).then(|| mine.clone())).collect();
+    let incoming = (0..n).map(|r| (r != me && receives_from(r)).then_some(len)).collect();
+    let own_counts = receives_from(me);
+    let plan = exchange_plan(me, n, outgoing, incoming, move |parts| {
+        let Some(out) = out else { return Ok(()) };
+        let operands: Vec<&[u8]> =
+            parts.iter().enumerate().filter(|(r, _)| *r as Rank != me || own_counts).filter_map(|(_, p)| *p).collect();
+        if operands.is_empty() {
+            return Ok(());
+        }
+        let r = immediate::fold(op.get(), &map, count, &operands);
+        // SAFETY: as in `i_all_gather`.
+        unsafe { out.write(&r) };
+        Ok(())
+    });
+    immediate::start(h, what, plan)
+}
+
+fn i_reduce_scatter_block(h: &CommHandle, p: Packed<'_>, out: Output, op: KeptOp) -> Result<Pending> {
+    let what = "immediate_reduce_scatter_block_into";
+    let n = h.size() as usize;
+    check_len(what, out_len(&out) * n, p.bytes.len())?;
+    let outgoing = blocks(what, &p.bytes, n)?;
+    let block = p.bytes.len() / n;
+    let (map, count) = (p.map.clone(), p.count / n);
+    let plan = exchange_plan(
+        h.rank(),
+        h.size(),
+        outgoing.into_iter().map(Some).collect(),
+        vec![Some(block); n],
+        move |parts| {
+            let operands: Vec<&[u8]> = parts.iter().map(|p| p.unwrap_or_default()).collect();
+            let r = immediate::fold(op.get(), &map, count, &operands);
+            // SAFETY: as in `i_all_gather`.
+            unsafe { out.write(&r) };
+            Ok(())
+        },
+    );
+    immediate::start(h, what, plan)
+}
+
+/// A request for a receive buffer `recvbuf`, started by `start` on it.
+fn recv_request<'a, R: ?Sized + 'a, Sc: Scope<'a>>(
+    recvbuf: &'a mut R,
+    scope: Sc,
+    start: impl FnOnce(&mut R) -> Result<Pending>,
+) -> Request<'a, R, Sc> {
+    Request::receive(recvbuf, scope, |r| start(r).or_fatal())
+}
+
+fn i_send_to_root<S: ?Sized + Buffer>(h: &CommHandle, root: Rank, s: &S, what: &'static str) -> Result<Pending> {
+    let n = h.size() as usize;
+    let mut outgoing = vec![None; n];
+    outgoing[root as usize] = Some(packed(s).bytes.into_owned());
+    immediate::start(h, what, exchange_plan(h.rank(), h.size(), outgoing, vec![None; n], |_| Ok(())))
+}
+
+fn i_recv_from_root(h: &CommHandle, root: Rank, out: Output, what: &'static str) -> Result<Pending> {
+    let n = h.size() as usize;
+    let mut incoming = vec![None; n];
+    incoming[root as usize] = Some(out_len(&out));
+    let plan = exchange_plan(h.rank(), h.size(), vec![None; n], incoming, move |parts| {
+        // SAFETY: the request's receive buffer, still borrowed and writable.
+        unsafe { out.write(parts[root as usize].unwrap_or_default()) };
+        Ok(())
+    });
+    immediate::start(h, what, plan)
+}
+
+fn i_scatter_root(h: &CommHandle, outgoing: Vec<Vec<u8>>, out: Output, what: &'static str) -> Result<Pending> {
+    let me = h.rank() as usize;
+    check_len(what, outgoing[me].len(), out_len(&out))?;
+    let plan = exchange_plan(
+        h.rank(),
+        h.size(),
+        outgoing.into_iter().map(Some).collect(),
+        vec![None; h.size() as usize],
+        move |parts| {
+            // SAFETY: the request's receive buffer, still borrowed and writable.
+            unsafe { out.write(parts[me].unwrap_or_default()) };
+            Ok(())
+        },
+    );
+    immediate::start(h, what, plan)
 }

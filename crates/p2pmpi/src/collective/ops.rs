@@ -385,6 +385,85 @@ impl Operation for UserOperation<'_> {
     }
 }
 
+/// The C signature of a user function of [`UnsafeUserOperation`] (`MPI_User_function`):
+/// `f(invec, inoutvec, len, datatype)` must set `inoutvec[i] = invec[i] ∘ inoutvec[i]` for the
+/// `*len` elements.
+pub type UnsafeUserFunction = unsafe extern "C" fn(
+    *mut std::os::raw::c_void,
+    *mut std::os::raw::c_void,
+    *mut Count,
+    *mut crate::ffi::MPI_Datatype,
+);
+
+/// A user operation given as a C function pointer (rsmpi's `UnsafeUserOperation`). The
+/// function sees the elements in their native layout (aligned, as in the program's memory),
+/// `*len` of them, and an opaque datatype handle.
+#[derive(Clone, Copy)]
+pub struct UnsafeUserOperation {
+    commutes: bool,
+    function: UnsafeUserFunction,
+}
+
+impl fmt::Debug for UnsafeUserOperation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("UnsafeUserOperation").field(&(self.function as *const ())).finish()
+    }
+}
+
+impl UnsafeUserOperation {
+    /// An associative operation, applied in rank order.
+    ///
+    /// # Safety
+    /// `function` must be sound to call on any buffers of the datatypes the operation is used
+    /// with, and implement an associative operation.
+    pub unsafe fn associative(function: UnsafeUserFunction) -> Self {
+        // SAFETY: the caller's contract is `new`'s.
+        unsafe { Self::new(false, function) }
+    }
+    /// An associative and commutative operation.
+    ///
+    /// # Safety
+    /// As for [`Self::associative`]; the operation must also be commutative.
+    pub unsafe fn commutative(function: UnsafeUserFunction) -> Self {
+        // SAFETY: the caller's contract is `new`'s.
+        unsafe { Self::new(true, function) }
+    }
+    /// An operation, commutative if `commute`.
+    ///
+    /// # Safety
+    /// As for [`Self::associative`].
+    pub unsafe fn new(commute: bool, function: UnsafeUserFunction) -> Self {
+        UnsafeUserOperation { commutes: commute, function }
+    }
+}
+
+impl Operation for UnsafeUserOperation {
+    fn is_commutative(&self) -> bool {
+        self.commutes
+    }
+    fn combine(&self, map: &TypeMap, count: usize, input: &[u8], inout: &mut [u8]) {
+        let mut a = Native::zeroed(map, count);
+        let mut b = Native::zeroed(map, count);
+        let (pa, pb) = (a.base(), b.base());
+        // SAFETY: as in `UserOperation::combine`: each memory holds every data block of the
+        // `count` elements from its base.
+        unsafe {
+            map.unpack(input, pa, count);
+            map.unpack(inout, pb, count);
+        }
+        let mut len = Count::try_from(count).expect("reduction of more elements than a Count holds");
+        let mut handle = crate::ffi::MPI_Datatype::of(map);
+        // SAFETY: the constructor's caller vouched that the function is sound on buffers of
+        // this datatype; `pa` and `pb` hold `count` initialised elements in native layout
+        // (separate allocations, alive for the call), `len` and `handle` are live locals.
+        unsafe { (self.function)(pa.cast(), pb.cast(), &mut len, &mut handle) };
+        let mut out = Vec::with_capacity(inout.len());
+        // SAFETY: `b` holds `count` initialised elements of `map` from `pb`.
+        unsafe { map.pack(pb, count, &mut out) };
+        inout[..out.len()].copy_from_slice(&out);
+    }
+}
+
 /// Combines locally: `inoutbuf = inbuf ∘ inoutbuf` (MPI_Reduce_local).
 pub fn reduce_local_into<S: ?Sized, R: ?Sized, O>(inbuf: &S, inoutbuf: &mut R, op: O)
 where

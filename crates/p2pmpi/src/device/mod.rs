@@ -212,6 +212,8 @@ pub(crate) struct Engine {
     /// Connections left readable when their read budget ran out (epoll is edge-triggered:
     /// no new event comes for data already there), read again by the next progress call.
     unread: Vec<usize>,
+    /// Immediate collectives under way, moved forward by every progress call.
+    schedules: Vec<crate::collective::immediate::Schedule>,
 }
 
 // SAFETY: the raw pointers inside are the buffers of requests (and payloads queued by
@@ -278,6 +280,7 @@ impl Engine {
             tick: 0,
             ready: Vec::with_capacity(256),
             unread: Vec::new(),
+            schedules: Vec::new(),
         })
     }
 
@@ -406,6 +409,13 @@ impl Engine {
     /// dropped, a receive not matched yet is withdrawn. Used when a wait gives up with an
     /// error, before the caller may free its buffer.
     pub fn detach(&mut self, id: ReqId) {
+        if let Some(i) = self.schedules.iter().position(|s| s.req == id) {
+            // An immediate collective given up: its transfers are withdrawn, and it will
+            // never write the user's buffer.
+            let mut s = self.schedules.swap_remove(i);
+            s.abort(self);
+            return;
+        }
         for conn in self.conns.iter_mut().flatten() {
             conn.detach(id);
         }
@@ -941,10 +951,43 @@ impl Engine {
 
     // ----------------------------------------------------------------- progress
 
-    /// Makes progress: reads and writes what the sockets allow. With `timeout` `None` it
-    /// never sleeps; `hint` names the peer a caller waits for, whose sockets are read
-    /// directly before asking the kernel which others are ready.
+    /// Makes progress: reads and writes what the sockets allow, then moves every immediate
+    /// collective forward. With `timeout` `None` it never sleeps; `hint` names the peer a
+    /// caller waits for, whose sockets are read directly before asking the kernel which
+    /// others are ready.
     pub fn progress(&mut self, hint: Option<i32>, timeout: Option<Duration>) {
+        self.progress_io(hint, timeout);
+        self.advance_schedules();
+    }
+
+    /// Starts an immediate collective: returns the request that completes with it. Its
+    /// first steps are posted at once.
+    pub(crate) fn start_schedule(&mut self, mut s: crate::collective::immediate::Schedule) -> ReqId {
+        let id = self.new_req(std::ptr::null_mut(), 0, ReqState::Pending);
+        s.req = id;
+        self.schedules.push(s);
+        self.advance_schedules();
+        id
+    }
+
+    /// Moves every immediate collective as far as it goes; completes those that are over.
+    fn advance_schedules(&mut self) {
+        if self.schedules.is_empty() {
+            return;
+        }
+        let mut live = std::mem::take(&mut self.schedules);
+        live.retain_mut(|s| match s.advance(self) {
+            None => true,
+            Some(r) => {
+                self.complete(s.req, r);
+                false
+            }
+        });
+        live.append(&mut self.schedules);
+        self.schedules = live;
+    }
+
+    fn progress_io(&mut self, hint: Option<i32>, timeout: Option<Duration>) {
         self.tick = self.tick.wrapping_add(1);
         if timeout.is_none() {
             if let Some(h) = hint.filter(|h| *h != self.rank && *h >= 0 && *h < self.size) {
