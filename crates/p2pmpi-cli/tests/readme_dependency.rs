@@ -37,7 +37,9 @@ fn check(dir: &Path, dependency: &str, program: &str, target: &Path) {
     std::fs::create_dir_all(dir.join("src")).unwrap();
     std::fs::write(
         dir.join("Cargo.toml"),
-        format!("[package]\nname = \"myprog\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n[dependencies]\n{dependency}\n"),
+        format!(
+            "[package]\nname = \"myprog\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n[dependencies]\n{dependency}\n"
+        ),
     )
     .unwrap();
     std::fs::write(dir.join("src/main.rs"), program).unwrap();
