@@ -115,6 +115,35 @@ fn any_source_mixes_shared_memory_and_tcp_peers() {
     assert!(dir.leftovers().is_empty(), "segments left: {:?}", dir.leftovers());
 }
 
+#[test]
+fn encrypted_and_replicated_jobs_keep_tcp() {
+    let dir = SegDir::new("keep-tcp");
+    let prog = example("shm_checks");
+    let mut enc = Command::new(launcher());
+    enc.args(["--encrypt", "-n", "2", prog.to_str().unwrap(), "anysource"])
+        .env("P2PMPI_HOME", "/nonexistent/p2pmpi-local-tests")
+        .env("P2PMPI_SHM_DIR", &dir.0)
+        .env("P2PMPI_SHM_DEBUG", "1")
+        .env_remove("P2PMPI_SHM")
+        .env_remove("P2PMPI_SHM_SLOTS");
+    let o = run_cmd(&mut enc, T);
+    o.assert_ok();
+    assert!(o.stdout.contains("OK anysource"), "{}", o.stdout);
+    assert!(shm_pairs(&o.stderr).is_empty(), "--encrypt keeps TCP: {}", o.stderr);
+    let mut repl = Command::new(launcher());
+    repl.args(["--local", "-n", "2", "-r", "2", prog.to_str().unwrap(), "anysource"])
+        .env("P2PMPI_HOME", "/nonexistent/p2pmpi-local-tests")
+        .env("P2PMPI_SHM_DIR", &dir.0)
+        .env("P2PMPI_SHM_DEBUG", "1")
+        .env_remove("P2PMPI_SHM")
+        .env_remove("P2PMPI_SHM_SLOTS");
+    let o = run_cmd(&mut repl, T);
+    o.assert_ok();
+    assert!(o.stdout.contains("OK anysource"), "{}", o.stdout);
+    assert!(shm_pairs(&o.stderr).is_empty(), "-r 2 keeps TCP: {}", o.stderr);
+    assert!(dir.leftovers().is_empty(), "segments left: {:?}", dir.leftovers());
+}
+
 /// Starts an endless stream from rank 1 to rank 0 through a small ring, kills `victim` with
 /// SIGKILL while the data flows, and checks the job ends promptly naming it.
 fn kill_mid_stream(victim: u32, test: &str) {

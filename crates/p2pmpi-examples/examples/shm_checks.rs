@@ -17,23 +17,8 @@ fn pattern(n: usize, seed: usize) -> Vec<u8> {
     (0..n).map(|i| ((i * 131 + seed * 7 + i / 251) % 256) as u8).collect()
 }
 
-const SIZES: &[usize] = &[
-    0,
-    1,
-    8,
-    40,
-    1000,
-    4095,
-    4096,
-    4097,
-    16383,
-    16384,
-    65536,
-    128 * 1024,
-    128 * 1024 + 1,
-    1 << 20,
-    (4 << 20) + 7,
-];
+const SIZES: &[usize] =
+    &[0, 1, 8, 40, 1000, 4095, 4096, 4097, 16383, 16384, 65536, 128 * 1024, 128 * 1024 + 1, 1 << 20, (4 << 20) + 7];
 
 fn sizes(world: &mpi::topology::SimpleCommunicator) {
     let (rank, size) = (world.rank(), world.size());

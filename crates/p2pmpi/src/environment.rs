@@ -323,7 +323,7 @@ pub fn version() -> (c_int, c_int) {
 
 /// Identifies the library.
 pub fn library_version() -> std::result::Result<String, std::string::FromUtf8Error> {
-    Ok(format!("p2pmpi {} (P2P-MPI in Rust, TCP device)", env!("CARGO_PKG_VERSION")))
+    Ok(format!("p2pmpi {} (P2P-MPI in Rust, TCP and shared-memory device)", env!("CARGO_PKG_VERSION")))
 }
 
 /// The name of this host.
@@ -409,14 +409,15 @@ pub(crate) fn wait_until<T>(hint: Option<i32>, mut check: impl FnMut(&mut Engine
             return Err(f.clone());
         }
         let t0 = *start.get_or_insert_with(Instant::now);
-        if t0.elapsed() < e.spin {
+        let waited = t0.elapsed();
+        if waited < e.spin {
             e.progress(hint, None);
             spins = spins.wrapping_add(1);
             if spins % YIELD_EVERY == 0 {
                 drop(g);
                 std::thread::yield_now();
             }
-        } else if t0.elapsed() < e.yield_spin {
+        } else if waited < e.yield_spin {
             // Oversubscribed: poll, and give the core to a runnable peer between polls.
             e.progress(hint, None);
             drop(g);

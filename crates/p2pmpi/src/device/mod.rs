@@ -25,6 +25,9 @@
 //!   `epoll_wait`. On this kind of VM a thread woken by the kernel pays ≈ 30 µs per message
 //!   while a polling one pays ≈ 4 µs. When more processes run on the host than it has cores,
 //!   the spin budget drops to zero (spinning would steal the CPU from the peer it waits for).
+//! * **Same host**: a pair of processes on one host sends its frames through shared-memory
+//!   rings instead of the socket once the opening is done (see [`shm`] and docs/shm.md);
+//!   the socket stays as the pair's liveness channel and doorbell.
 //! * The matching rules live in the pure [`p2pmpi_core::matching::Matcher`]; this module only
 //!   moves bytes and bookkeeping.
 
@@ -318,12 +321,13 @@ impl Engine {
             .filter_map(|(i, c)| {
                 c.as_ref().map(|c| {
                     format!(
-                        "c{i}:peer{:?} outq{} rbuf{} want_w{} eof{}",
+                        "c{i}:peer{:?} outq{} rbuf{} want_w{} eof{}{}",
                         c.peer,
                         c.outq.len(),
                         c.buffered(),
                         c.want_write,
-                        c.read_eof
+                        c.read_eof,
+                        if c.shm.is_some() { " shm" } else { "" }
                     )
                 })
             })
@@ -1038,12 +1042,13 @@ impl Engine {
         self.repl.is_none() && !self.encrypt && self.shm_policy.allows(self.slot, peer)
     }
 
-    /// Whether slot `peer` listens on this host's address (or both on loopback). The
-    /// acceptor's check is the segment itself: on another host it does not exist.
+    /// Whether slot `peer` listens on this process's own address: the host address the
+    /// bootstrap knows. (Distinct loopback addresses are distinct hosts: a grid simulated on
+    /// one machine gives each peer its own, and tests cut them apart with firewall rules.)
+    /// The acceptor's check is the segment itself: on another host it does not exist.
     fn same_host(&self, peer: i32) -> bool {
         let Some(me) = self.local_addr().map(|a| a.ip()) else { return false };
-        let them = self.addrs[peer as usize].ip();
-        them == me || (them.is_loopback() && me.is_loopback())
+        self.addrs[peer as usize].ip() == me
     }
 
     fn shm_note(&self, msg: &str) {
@@ -1196,7 +1201,7 @@ impl Engine {
     /// Reads everything available on a connection and handles the frames. Returns whether
     /// any byte was read.
     fn read_conn(&mut self, cid: usize) -> bool {
-        if self.conns.get(cid).and_then(Option::as_ref).is_none_or(|c| c.read_eof) {
+        if self.conns.get(cid).and_then(Option::as_ref).is_none_or(|c| c.read_eof || c.ring_quiet()) {
             return false;
         }
         let Some(mut conn) = self.conns.get_mut(cid).and_then(Option::take) else { return false };

@@ -67,6 +67,9 @@ pub(crate) const MIN_RING: usize = 4096;
 pub(crate) const MAX_RING: usize = 1 << 26;
 /// Default capacity of each direction's ring.
 pub(crate) const DEFAULT_RING: usize = 1 << 20;
+/// Most bytes one write publishes, or one read releases, at once: large transfers are
+/// pipelined (the reader copies a chunk out while the writer copies the next one in).
+const CHUNK: usize = 64 * 1024;
 
 fn seg_len(cap: usize) -> usize {
     SEG_HEADER + 2 * (RING_HEADER + cap)
@@ -268,7 +271,7 @@ impl Link {
     /// Writes as much of the concatenation of `parts` as there is room for, published at
     /// once (a frame's header and payload: one store, one check for a sleeping reader).
     pub(crate) fn write_parts(&mut self, parts: &[&[u8]]) -> Result<(usize, bool), String> {
-        let mut room = self.tx.room(self.tx_tail)?;
+        let mut room = self.tx.room(self.tx_tail)?.min(CHUNK);
         let cap = self.tx.cap;
         let mut tail = self.tx_tail;
         for buf in parts {
@@ -314,7 +317,7 @@ impl Link {
     /// `dst` must be valid for writes of `len` bytes, and not be the ring's memory.
     pub(crate) unsafe fn read_raw(&mut self, dst: *mut u8, len: usize) -> Result<(usize, bool), String> {
         let avail = self.rx.readable(self.rx_head)?;
-        let n = avail.min(len);
+        let n = avail.min(len).min(CHUNK);
         if n == 0 {
             return Ok((0, false));
         }
@@ -416,7 +419,7 @@ mod tests {
 
     #[test]
     fn corrupted_indices_are_an_error() {
-        let (mut a, mut b) = pair(MIN_RING);
+        let (a, mut b) = pair(MIN_RING);
         a.tx.tail().store(10 * MIN_RING as u64, Ordering::Release);
         let mut buf = [0u8; 8];
         assert!(b.read(&mut buf).is_err());
