@@ -382,6 +382,9 @@ fn block_slice() -> Duration {
 /// one is freed), and two processes polling on two cores can starve it for milliseconds.
 const YIELD_EVERY: u32 = 64;
 
+/// A blocking wait reads the clock once every this many polls.
+const CLOCK_EVERY: u32 = 8;
+
 /// `P2PMPI_DEBUG` set: blocking waits print the device state (what is posted, queued, …).
 fn debug_waits() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
@@ -394,6 +397,10 @@ fn debug_waits() -> bool {
 pub(crate) fn wait_until<T>(hint: Option<i32>, mut check: impl FnMut(&mut Engine) -> Option<Result<T>>) -> Result<T> {
     let mut start: Option<Instant> = None;
     let mut spins: u32 = 0;
+    // The clock is read every CLOCK_EVERY rounds: a shared-memory poll costs a few loads,
+    // and reading the clock on each round made the loop several times slower.
+    let mut rounds: u32 = 0;
+    let mut waited = Duration::ZERO;
     loop {
         let mut g = ENGINE.lock();
         let e = g.as_mut().unwrap_or_else(|| panic!("{}", not_running()));
@@ -409,7 +416,10 @@ pub(crate) fn wait_until<T>(hint: Option<i32>, mut check: impl FnMut(&mut Engine
             return Err(f.clone());
         }
         let t0 = *start.get_or_insert_with(Instant::now);
-        let waited = t0.elapsed();
+        if rounds % CLOCK_EVERY == 0 {
+            waited = t0.elapsed();
+        }
+        rounds = rounds.wrapping_add(1);
         if waited < e.spin {
             e.progress(hint, None);
             spins = spins.wrapping_add(1);
