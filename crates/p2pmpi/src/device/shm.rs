@@ -16,7 +16,9 @@
 //! (whichever comes first; the other gets `ENOENT`). From then on the segment lives only in
 //! the two mappings, and the kernel frees it when both processes are gone, whatever killed
 //! them. The only window for a leftover file is between the connector's `open` and its
-//! `Hello` reaching the acceptor (the opening's round trip), if both processes die in it.
+//! `Hello` being handled by the acceptor (the opening's round trip), if both processes die in
+//! it (a job stopped while it starts): such files are reaped by the next process that creates
+//! a segment (`reap_stale`: its creator's pid no longer runs).
 //!
 //! A memfd would leave no window at all, but passing its descriptor needs a Unix socket
 //! (the device's connections are TCP, possibly across a firewall-friendly single port) or
@@ -98,6 +100,44 @@ pub(crate) fn ring_capacity() -> usize {
         .unwrap_or(DEFAULT_RING)
 }
 
+/// Removes the segments left by processes that died during an opening (a job stopped while
+/// it started: the connector created the segment, nobody mapped it). Once per process,
+/// before its first segment: every `p2pmpi-*` file of this user whose header names a
+/// creator that no longer runs. (A reused pid keeps its file: conservative.)
+fn reap_stale() {
+    static DONE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if !DONE.swap(true, Ordering::Relaxed) {
+        reap_now();
+    }
+}
+
+/// [`reap_stale`]'s sweep.
+fn reap_now() {
+    use std::io::Read;
+    let Ok(entries) = std::fs::read_dir(dir()) else { return };
+    // SAFETY: geteuid takes no argument and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    for e in entries.flatten() {
+        if !e.file_name().to_string_lossy().starts_with("p2pmpi-") {
+            continue;
+        }
+        let path = e.path();
+        let Ok(mut f) = OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC).open(&path)
+        else {
+            continue;
+        };
+        let mut h = [0u8; 32];
+        if !f.metadata().is_ok_and(|m| m.uid() == me && m.is_file()) || f.read_exact(&mut h).is_err() {
+            continue;
+        }
+        let word = |i: usize| u64::from_ne_bytes(h[i * 8..i * 8 + 8].try_into().unwrap_or([0; 8]));
+        let pid = word(3);
+        if word(0) == MAGIC && pid > 0 && !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_file(&path);
+        }
+    }
+}
+
 /// One side of one ring: where its control block and data are in the mapping.
 struct Ring {
     ctl: *mut u8,
@@ -173,6 +213,7 @@ impl Link {
     /// Creates the segment of an opening with nonce `nc` (the connector's side), with rings
     /// of `cap` bytes.
     pub(crate) fn create(key: &p2pmpi_wire::auth::JobKey, nc: &[u8], cap: usize) -> std::io::Result<Link> {
+        reap_stale();
         let path = path_for(key, nc);
         let file = OpenOptions::new()
             .read(true)
@@ -423,6 +464,26 @@ mod tests {
         a.tx.tail().store(10 * MIN_RING as u64, Ordering::Release);
         let mut buf = [0u8; 8];
         assert!(b.read(&mut buf).is_err());
+    }
+
+    #[test]
+    fn segments_of_dead_creators_are_reaped() {
+        let key = p2pmpi_wire::auth::JobKey::from_bytes([5; 32]);
+        let nc = p2pmpi_wire::auth::nonce();
+        let l = Link::create(&key, &nc, MIN_RING).expect("create");
+        let p = path_for(&key, &nc);
+        // Its creator "died": a pid that cannot run (above the kernel's pid limit).
+        let map = &l._map;
+        // SAFETY: word 3 of the header of the mapping this test created, which it alone uses.
+        unsafe { (map.as_mut_ptr() as *mut u64).add(3).write(u64::from(u32::MAX)) };
+        reap_now();
+        assert!(!p.exists(), "the segment of a dead creator is removed");
+        // A live creator's segment stays.
+        let nc2 = p2pmpi_wire::auth::nonce();
+        let _l2 = Link::create(&key, &nc2, MIN_RING).expect("create");
+        reap_now();
+        assert!(path_for(&key, &nc2).exists(), "a live creator's segment stays");
+        let _ = std::fs::remove_file(path_for(&key, &nc2));
     }
 
     #[test]
