@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Ping-pong benchmark: p2pmpi vs Open MPI (TCP and shared memory), MPICH (TCP) and a
-# raw busy-polling TCP socket, all on loopback (127.0.0.1), 2 processes.
+# Ping-pong benchmark: p2pmpi (shared memory, its default between ranks of one host, and TCP)
+# vs Open MPI (TCP and shared memory), MPICH (TCP) and a raw busy-polling TCP socket, all on
+# loopback (127.0.0.1), 2 processes.
 #
 # Usage: bench/pingpong.sh [SIZES]
 #   SIZES   optional comma-separated message sizes in bytes (also env SIZES)
 # Env:
 #   REPS=5          interleaved repetitions of every implementation (medians are reported)
-#   IMPLS="..."     subset/order of: ompi-tcp ompi-shm mpich rawtcp p2pmpi
+#   IMPLS="..."     subset/order of: ompi-tcp ompi-shm mpich rawtcp p2pmpi-tcp p2pmpi
+#                   (p2pmpi: shared memory; p2pmpi-tcp: the same with P2PMPI_SHM=0)
 #   NO_INSTALL=1    never run apt-get
 #   P2PMPI_CMD=...  run this command (sizes appended) for the p2pmpi column instead of
 #                   building target/release/p2pmpirun and examples/pingpong_bench
@@ -23,7 +25,7 @@ ROOT=$(cd "$BENCH_DIR/.." && pwd)
 OUT="$BENCH_DIR/out"
 REPS=${REPS:-5}
 SIZES=${1:-${SIZES:-}}
-IMPLS=${IMPLS:-"ompi-tcp ompi-shm mpich rawtcp p2pmpi"}
+IMPLS=${IMPLS:-"ompi-tcp ompi-shm mpich rawtcp p2pmpi-tcp p2pmpi"}
 RUN_TIMEOUT=${RUN_TIMEOUT:-90}
 QUIET_PCT=${QUIET_PCT:-25}
 QUIET_BUDGET=${QUIET_BUDGET:-60}
@@ -92,18 +94,21 @@ if want rawtcp; then
     fi
 fi
 
-if want p2pmpi && [ -n "${P2PMPI_CMD:-}" ]; then
+if { want p2pmpi || want p2pmpi-tcp; } && [ -n "${P2PMPI_CMD:-}" ]; then
     CMD[p2pmpi]=$P2PMPI_CMD   # explicit command given: no build
-elif want p2pmpi; then
+    CMD[p2pmpi-tcp]="env P2PMPI_SHM=0 $P2PMPI_CMD"
+elif want p2pmpi || want p2pmpi-tcp; then
     P2P_RUN="$TARGET_DIR/release/p2pmpirun"
     P2P_BIN="$TARGET_DIR/release/examples/pingpong_bench"
     if (cd "$ROOT" && cargo build --release -p p2pmpi-cli \
             && cargo build --release -p p2pmpi-examples --example pingpong_bench) >"$OUT/build-p2pmpi.log" 2>&1 \
         && [ -x "$P2P_RUN" ] && [ -x "$P2P_BIN" ]; then
-        CMD[p2pmpi]="$P2P_RUN -n 2 $P2P_BIN"
+        CMD[p2pmpi]="env P2PMPI_SHM=1 $P2P_RUN -n 2 $P2P_BIN"
+        CMD[p2pmpi-tcp]="env P2PMPI_SHM=0 $P2P_RUN -n 2 $P2P_BIN"
     else
         why=$(grep -m1 '^error' "$OUT/build-p2pmpi.log" 2>/dev/null | cut -c1-160)
         SKIP[p2pmpi]="could not build p2pmpirun + example pingpong_bench${why:+ ($why)}; full log: out/build-p2pmpi.log"
+        SKIP[p2pmpi-tcp]=${SKIP[p2pmpi]}
     fi
 fi
 
@@ -173,9 +178,9 @@ import glob, os, re, statistics
 
 out = os.environ["OUT"]
 reps = int(os.environ["REPS"])
-order = ["ompi-tcp", "ompi-shm", "mpich", "rawtcp", "p2pmpi"]
+order = ["ompi-tcp", "ompi-shm", "mpich", "rawtcp", "p2pmpi-tcp", "p2pmpi"]
 names = {"ompi-tcp": "Open MPI TCP", "ompi-shm": "Open MPI shm", "mpich": "MPICH TCP",
-         "rawtcp": "raw TCP", "p2pmpi": "p2pmpi"}
+         "rawtcp": "raw TCP", "p2pmpi-tcp": "p2pmpi TCP", "p2pmpi": "p2pmpi shm"}
 
 data = {}  # impl -> size -> [(lat, bw)]
 for f in sorted(glob.glob(os.path.join(out, "raw", "*.txt"))):
@@ -226,16 +231,16 @@ def ratio(a, b):
 def table(kind):
     k, nd = (0, 2) if kind == "lat" else (1, None)
     hdr = ["size"] + [names.get(i, i) for i in impls]
-    if "p2pmpi" in impls:
-        hdr += ["p2pmpi / Open MPI TCP", "p2pmpi / raw TCP"]
+    # p2pmpi over shared memory against Open MPI's, over TCP against TCP.
+    pairs = [(a, b) for a, b in (("p2pmpi", "ompi-shm"), ("p2pmpi-tcp", "ompi-tcp"), ("p2pmpi-tcp", "rawtcp"))
+             if a in impls and b in impls]
+    hdr += [f"{names[a]} / {names[b]}" for a, b in pairs]
     rows = []
     for s in sizes:
         if kind == "bw" and s == 0:
             continue
         r = [human(s)] + [fmt(get(i, s, k), nd) for i in impls]
-        if "p2pmpi" in impls:
-            r += [fmt(ratio(get("p2pmpi", s, k), get("ompi-tcp", s, k)), 2),
-                  fmt(ratio(get("p2pmpi", s, k), get("rawtcp", s, k)), 2)]
+        r += [fmt(ratio(get(a, s, k), get(b, s, k)), 2) for a, b in pairs]
         rows.append(r)
     return hdr, rows
 

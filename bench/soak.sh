@@ -37,6 +37,9 @@ case "${1:-}" in
     *) ROUNDS=$1 ;;
 esac
 PARTS=${SOAK_PARTS:-"chaos links storms"}
+# Shared-memory segments (docs/shm.md) present before the soak: any other found at the end
+# was left behind.
+SHM_BEFORE=$(ls -1 /dev/shm 2>/dev/null | grep '^p2pmpi-' | sort || true)
 
 echo "building the tests" >&2
 cargo build --workspace --all-targets >"$OUT/build.log" 2>&1 || { tail -20 "$OUT/build.log" >&2; exit 1; }
@@ -118,6 +121,13 @@ left=$(pgrep -f "p2pmpi-grid-|examples/(replcheck|whereami|fdwatch)" | grep -v "
 if [ -n "$left" ]; then
     echo "processes left behind:" >&2
     ps -o pid,args -p $left >&2
+    status=1
+fi
+# ... and no shared-memory segment (they are unlinked once both ends mapped them).
+shm_left=$(comm -13 <(echo "$SHM_BEFORE") <(ls -1 /dev/shm 2>/dev/null | grep '^p2pmpi-' | sort || true))
+if [ -n "$shm_left" ]; then
+    echo "shared-memory segments left behind in /dev/shm:" >&2
+    echo "$shm_left" >&2
     status=1
 fi
 exit $status

@@ -127,6 +127,10 @@ pub mod flags {
     pub const PULL: u16 = 32;
     /// On `ReadyToRecv` frames of a replicated job: the receiver has the whole message.
     pub const HAVE: u16 = 64;
+    /// On `Hello`: the connector, on the same host, created a shared-memory segment for the
+    /// connection. On `Challenge`: the acceptor mapped it; every frame after the opening
+    /// goes through it.
+    pub const SHM: u16 = 128;
 }
 
 /// A decoded frame header.

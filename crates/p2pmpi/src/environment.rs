@@ -326,7 +326,7 @@ pub fn version() -> (c_int, c_int) {
 
 /// Identifies the library.
 pub fn library_version() -> std::result::Result<String, std::string::FromUtf8Error> {
-    Ok(format!("p2pmpi {} (P2P-MPI in Rust, TCP device)", env!("CARGO_PKG_VERSION")))
+    Ok(format!("p2pmpi {} (P2P-MPI in Rust, TCP and shared-memory device)", env!("CARGO_PKG_VERSION")))
 }
 
 /// The name of this host.
@@ -385,6 +385,9 @@ fn block_slice() -> Duration {
 /// one is freed), and two processes polling on two cores can starve it for milliseconds.
 const YIELD_EVERY: u32 = 64;
 
+/// A blocking wait reads the clock once every this many polls.
+const CLOCK_EVERY: u32 = 8;
+
 /// `P2PMPI_DEBUG` set: blocking waits print the device state (what is posted, queued, …).
 fn debug_waits() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
@@ -397,6 +400,10 @@ fn debug_waits() -> bool {
 pub(crate) fn wait_until<T>(hint: Option<i32>, mut check: impl FnMut(&mut Engine) -> Option<Result<T>>) -> Result<T> {
     let mut start: Option<Instant> = None;
     let mut spins: u32 = 0;
+    // The clock is read every CLOCK_EVERY rounds: a shared-memory poll costs a few loads,
+    // and reading the clock on each round made the loop several times slower.
+    let mut rounds: u32 = 0;
+    let mut waited = Duration::ZERO;
     loop {
         let mut g = ENGINE.lock();
         let e = g.as_mut().unwrap_or_else(|| panic!("{}", not_running()));
@@ -412,14 +419,18 @@ pub(crate) fn wait_until<T>(hint: Option<i32>, mut check: impl FnMut(&mut Engine
             return Err(f.clone());
         }
         let t0 = *start.get_or_insert_with(Instant::now);
-        if t0.elapsed() < e.spin {
+        if rounds % CLOCK_EVERY == 0 {
+            waited = t0.elapsed();
+        }
+        rounds = rounds.wrapping_add(1);
+        if waited < e.spin {
             e.progress(hint, None);
             spins = spins.wrapping_add(1);
             if spins % YIELD_EVERY == 0 {
                 drop(g);
                 std::thread::yield_now();
             }
-        } else if t0.elapsed() < e.yield_spin {
+        } else if waited < e.yield_spin {
             // Oversubscribed: poll, and give the core to a runnable peer between polls.
             e.progress(hint, None);
             drop(g);

@@ -151,6 +151,17 @@ pub(crate) struct Conn {
     /// receiver says it has message `.0`; if the connection goes away first, the receive
     /// waits again for the data (the sender's successor sends it).
     pub rndv_stream: Option<(p2pmpi_wire::Mid, super::ReqId)>,
+    /// Same host: the shared-memory rings that carry every frame after the opening (the
+    /// TCP connection then only carries doorbells and, by its end, the peer's death).
+    pub shm: Option<Box<super::shm::Link>>,
+    /// The segment offered (connector) or opened (acceptor) during the opening, used once
+    /// it completes.
+    pub shm_offer: Option<Box<super::shm::Link>>,
+    /// The TCP socket of a shared-memory connection is readable (a doorbell or its end).
+    pub sock_check: bool,
+    /// The TCP side of a shared-memory connection reached its end: the peer closed it
+    /// (after `Bye`) or died. The ring is read to its end, then the connection is closed.
+    pub peer_eof: bool,
 }
 
 impl Conn {
@@ -202,6 +213,10 @@ impl Conn {
             stream_sync: false,
             stream_undo: None,
             rndv_stream: None,
+            shm: None,
+            shm_offer: None,
+            sock_check: false,
+            peer_eof: false,
         }
     }
 
@@ -246,7 +261,26 @@ impl Conn {
 
     /// Whether the queue has a frame the socket may take now.
     pub fn wants_write(&self) -> bool {
-        self.outq.front().is_some_and(|o| !self.gated || o.handshake)
+        // A shared-memory connection writes its frames into the ring (flushed by every
+        // progress call), the socket only the opening's.
+        self.outq.front().is_some_and(|o| (!self.gated && self.shm.is_none()) || o.handshake)
+    }
+
+    /// A shared-memory connection with nothing to do on reading: no buffered byte, no
+    /// stream under way, nothing in the ring, no socket event. Checked before the
+    /// connection is taken out of the engine's table (polling an idle ring costs a few
+    /// loads, not moving the whole connection twice).
+    pub fn ring_quiet(&self) -> bool {
+        matches!(self.rstate, RState::Header)
+            && self.rpos == self.rend
+            && !self.sock_check
+            && !self.peer_eof
+            && self.shm.as_deref().is_some_and(|l| !l.has_data())
+    }
+
+    /// Frames queued for the ring of a shared-memory connection (flushed on progress).
+    pub fn ring_backlog(&self) -> bool {
+        self.shm.is_some() && self.outq.front().is_some_and(|o| !o.handshake && !self.gated)
     }
 
     /// Queues a frame of the opening ahead of the frames held back by the gate.
@@ -268,7 +302,7 @@ impl Conn {
     pub fn push(&mut self, mut out: Out) -> Result<Vec<ReqId>, ConnError> {
         if self.outq.is_empty() && (!self.gated || out.handshake) {
             // Fast path: write directly, without queueing.
-            write_out(&mut self.stream, self.sec.as_deref_mut(), &mut out)?;
+            write_out(&mut self.stream, self.sec.as_deref_mut(), self.shm.as_deref_mut(), &mut out)?;
             if out_done(self.sec.as_deref(), &out) {
                 return Ok(out.done.into_iter().collect());
             }
@@ -308,7 +342,7 @@ impl Conn {
             if self.gated && !out.handshake {
                 break;
             }
-            wrote += write_out(&mut self.stream, self.sec.as_deref_mut(), out)?;
+            wrote += write_out(&mut self.stream, self.sec.as_deref_mut(), self.shm.as_deref_mut(), out)?;
             if !out_done(self.sec.as_deref(), out) {
                 break;
             }
@@ -345,6 +379,18 @@ impl Conn {
         if self.sec.is_some() {
             return self.fill_sealed();
         }
+        if let Some(l) = self.shm.as_deref_mut() {
+            let rend = self.rend;
+            let (n, wake) = l.read(&mut self.rbuf[rend..]).map_err(ConnError::Protocol)?;
+            if wake {
+                doorbell(&mut self.stream);
+            }
+            if n > 0 {
+                self.rend += n;
+                return Ok(n);
+            }
+            return self.ring_idle().map(|()| 0);
+        }
         loop {
             match self.stream.read(&mut self.rbuf[self.rend..]) {
                 Ok(0) => return Err(ConnError::Closed),
@@ -357,6 +403,34 @@ impl Conn {
                 Err(e) => return Err(ConnError::Io(e)),
             }
         }
+    }
+
+    /// A shared-memory connection's ring is empty: reads the socket if it is readable
+    /// (doorbells are dropped); at its end, once the ring is empty too, the connection is
+    /// closed (what the peer published before it went is read first).
+    fn ring_idle(&mut self) -> Result<(), ConnError> {
+        if std::mem::take(&mut self.sock_check) {
+            let mut bell = [0u8; 64];
+            loop {
+                match self.stream.read(&mut bell) {
+                    Ok(0) => {
+                        self.peer_eof = true;
+                        break;
+                    }
+                    Ok(_) => {}
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(_) => {
+                        self.peer_eof = true;
+                        break;
+                    }
+                }
+            }
+        }
+        if self.peer_eof && !self.shm.as_deref().is_some_and(|l| l.has_data()) {
+            return Err(ConnError::Closed);
+        }
+        Ok(())
     }
 
     /// `--encrypt`: opens into the read buffer the records that fit, reading the socket
@@ -482,6 +556,31 @@ impl Conn {
             *left -= buffered;
             moved += buffered;
         }
+        if self.shm.is_some() {
+            while *left > 0 {
+                let off = self.stream_offset(*left);
+                let l = self.shm.as_deref_mut().expect("shared memory");
+                let res = if discard {
+                    let n = (*left).min(self.rbuf.len());
+                    l.read(&mut self.rbuf[..n])
+                } else {
+                    // SAFETY: see above: the last `left` bytes of the destination,
+                    // `off..total`, which is not the ring's memory.
+                    unsafe { l.read_raw(ptr.add(off), *left) }
+                };
+                let (n, wake) = res.map_err(ConnError::Protocol)?;
+                if wake {
+                    doorbell(&mut self.stream);
+                }
+                if n == 0 {
+                    self.ring_idle()?;
+                    break;
+                }
+                *left -= n;
+                moved += n;
+            }
+            return Ok(moved);
+        }
         while *left > 0 {
             let res = if discard {
                 let n = (*left).min(self.rbuf.len());
@@ -528,11 +627,49 @@ pub(crate) fn is_streamed(h: &Header) -> bool {
 
 /// Writes what the socket takes of `out`, sealed after the opening with `--encrypt`;
 /// returns the number of bytes written.
-fn write_out(stream: &mut TcpStream, sec: Option<&mut Sec>, out: &mut Out) -> Result<usize, ConnError> {
-    match sec {
-        Some(sec) if !out.handshake => write_sealed(stream, sec, out),
+fn write_out(
+    stream: &mut TcpStream,
+    sec: Option<&mut Sec>,
+    shm: Option<&mut super::shm::Link>,
+    out: &mut Out,
+) -> Result<usize, ConnError> {
+    match (sec, shm) {
+        (_, Some(l)) if !out.handshake => write_ring(stream, l, out),
+        (Some(sec), _) if !out.handshake => write_sealed(stream, sec, out),
         _ => write_some(stream, out),
     }
+}
+
+/// Writes what the ring takes of `out` (a shared-memory connection), ringing the peer's
+/// doorbell if it sleeps; returns the number of bytes written.
+fn write_ring(stream: &mut TcpStream, l: &mut super::shm::Link, out: &mut Out) -> Result<usize, ConnError> {
+    let total = out.total();
+    let start = out.pos;
+    let mut wake = false;
+    while out.pos < total {
+        let (n, w) = if out.pos < HEADER_LEN {
+            l.write_parts(&[&out.hdr[out.pos..], out.payload.bytes()])
+        } else {
+            l.write(&out.payload.bytes()[out.pos - HEADER_LEN..])
+        }
+        .map_err(ConnError::Protocol)?;
+        wake |= w;
+        if n == 0 {
+            break;
+        }
+        out.pos += n;
+    }
+    if wake {
+        doorbell(stream);
+    }
+    Ok(out.pos - start)
+}
+
+/// Wakes the peer of a shared-memory connection, asleep in `epoll_wait`: one byte on the TCP
+/// connection (a full socket means a doorbell is pending already; a dead peer is noticed by
+/// the reading side).
+fn doorbell(stream: &mut TcpStream) {
+    let _ = stream.write(&[0u8]);
 }
 
 /// Whether `out` is written out: all its bytes (sealed: all its records).

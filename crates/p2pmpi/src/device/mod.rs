@@ -25,12 +25,16 @@
 //!   `epoll_wait`. On this kind of VM a thread woken by the kernel pays ≈ 30 µs per message
 //!   while a polling one pays ≈ 4 µs. When more processes run on the host than it has cores,
 //!   the spin budget drops to zero (spinning would steal the CPU from the peer it waits for).
+//! * **Same host**: a pair of processes on one host sends its frames through shared-memory
+//!   rings instead of the socket once the opening is done (see [`shm`] and docs/shm.md);
+//!   the socket stays as the pair's liveness channel and doorbell.
 //! * The matching rules live in the pure [`p2pmpi_core::matching::Matcher`]; this module only
 //!   moves bytes and bookkeeping.
 
 mod conn;
 pub(crate) mod failpoints;
 mod replication;
+pub(crate) mod shm;
 
 use replication::*;
 
@@ -214,6 +218,36 @@ pub(crate) struct Engine {
     unread: Vec<usize>,
     /// Immediate collectives under way, moved forward by every progress call.
     schedules: Vec<crate::collective::immediate::Schedule>,
+    /// Which peers on this host may be reached through shared memory.
+    shm_policy: ShmPolicy,
+    /// Connections whose frames travel through shared memory (polled on every progress).
+    shm_conns: Vec<usize>,
+}
+
+/// When the shared-memory path is used (see `shm`): `P2PMPI_SHM=0` turns it off;
+/// `P2PMPI_SHM_SLOTS=a,b,...` limits it to pairs of those slots (tests mixing transports);
+/// `P2PMPI_SHM_DEBUG` prints a line per pair that uses it. Replicated jobs and `--encrypt`
+/// jobs keep TCP.
+#[derive(Debug, Clone, Default)]
+struct ShmPolicy {
+    on: bool,
+    slots: Option<Vec<i32>>,
+    debug: bool,
+    ring: usize,
+}
+
+impl ShmPolicy {
+    fn from_env() -> ShmPolicy {
+        let on = !matches!(std::env::var("P2PMPI_SHM").as_deref(), Ok("0"));
+        let slots = std::env::var("P2PMPI_SHM_SLOTS")
+            .ok()
+            .map(|v| v.split(',').filter_map(|s| s.trim().parse().ok()).collect());
+        let debug = std::env::var_os("P2PMPI_SHM_DEBUG").is_some();
+        ShmPolicy { on, slots, debug, ring: shm::ring_capacity() }
+    }
+    fn allows(&self, a: i32, b: i32) -> bool {
+        self.on && self.slots.as_ref().is_none_or(|s| s.contains(&a) && s.contains(&b))
+    }
 }
 
 // SAFETY: the raw pointers inside are the buffers of requests (and payloads queued by
@@ -281,6 +315,8 @@ impl Engine {
             ready: Vec::with_capacity(256),
             unread: Vec::new(),
             schedules: Vec::new(),
+            shm_policy: ShmPolicy::from_env(),
+            shm_conns: Vec::new(),
         })
     }
 
@@ -292,12 +328,13 @@ impl Engine {
             .filter_map(|(i, c)| {
                 c.as_ref().map(|c| {
                     format!(
-                        "c{i}:peer{:?} outq{} rbuf{} want_w{} eof{}",
+                        "c{i}:peer{:?} outq{} rbuf{} want_w{} eof{}{}",
                         c.peer,
                         c.outq.len(),
                         c.buffered(),
                         c.want_write,
-                        c.read_eof
+                        c.read_eof,
+                        if c.shm.is_some() { " shm" } else { "" }
                     )
                 })
             })
@@ -741,16 +778,25 @@ impl Engine {
         // The opening: this process's nonce; what it sends waits until the acceptor proves
         // the job key (its `Challenge`), then follows this process's proof.
         let nc = auth::nonce();
-        let c = Conn::opened(stream, dst, nc);
-        self.conns[cid] = Some(c);
-        let p = &mut self.peers[dst as usize];
-        p.conns.push(cid);
-        p.send_conn = Some(cid);
-        let hello = Header::new(
+        let mut c = Conn::opened(stream, dst, nc);
+        let mut hello = Header::new(
             FrameKind::Hello,
             Mid { comm: 0, src: self.slot as u32, dst: dst as u32, tag: 0, seq: 0 },
             HELLO_LEN,
         );
+        if self.shm_allowed(dst) && self.same_host(dst) {
+            match shm::Link::create(&self.key, &nc, self.shm_policy.ring) {
+                Ok(l) => {
+                    c.shm_offer = Some(Box::new(l));
+                    hello.flags |= p2pmpi_wire::frame::flags::SHM;
+                }
+                Err(e) => self.shm_note(&format!("no shared memory with slot {dst} (TCP instead): {e}")),
+            }
+        }
+        self.conns[cid] = Some(c);
+        let p = &mut self.peers[dst as usize];
+        p.conns.push(cid);
+        p.send_conn = Some(cid);
         self.push_out(cid, Out::handshake(hello, Payload::Owned(nc.to_vec())))?;
         Ok(cid)
     }
@@ -989,6 +1035,9 @@ impl Engine {
 
     fn progress_io(&mut self, hint: Option<i32>, timeout: Option<Duration>) {
         self.tick = self.tick.wrapping_add(1);
+        if !self.shm_conns.is_empty() {
+            self.flush_rings();
+        }
         if timeout.is_none() {
             if let Some(h) = hint.filter(|h| *h != self.rank && *h >= 0 && *h < self.size) {
                 let mut got = false;
@@ -1018,11 +1067,23 @@ impl Engine {
                 }
             }
         }
-        let t = if self.unread.is_empty() { timeout.unwrap_or(Duration::ZERO) } else { Duration::ZERO };
+        let mut t = if self.unread.is_empty() { timeout.unwrap_or(Duration::ZERO) } else { Duration::ZERO };
         for cid in std::mem::take(&mut self.unread) {
             self.read_conn(cid);
         }
-        if let Err(e) = self.poll.poll(&mut self.events, Some(t)) {
+        let armed = !t.is_zero() && !self.shm_conns.is_empty();
+        if armed && self.arm_rings() {
+            t = Duration::ZERO;
+        }
+        let polled = self.poll.poll(&mut self.events, Some(t));
+        if armed {
+            for &cid in &self.shm_conns {
+                if let Some(l) = self.conns[cid].as_ref().and_then(|c| c.shm.as_deref()) {
+                    l.disarm();
+                }
+            }
+        }
+        if let Err(e) = polled {
             if e.kind() != io::ErrorKind::Interrupted {
                 self.set_fatal(e.into());
             }
@@ -1045,11 +1106,88 @@ impl Engine {
                 self.flush_conn(cid);
             }
             if readable {
+                if let Some(c) = self.conns.get_mut(cid).and_then(Option::as_mut) {
+                    c.sock_check = true;
+                }
                 self.read_conn(cid);
             }
         }
         self.ready = ready;
+        let mut i = 0;
+        while let Some(&cid) = self.shm_conns.get(i) {
+            self.read_conn(cid);
+            i += 1;
+        }
         self.flush_deferred();
+    }
+
+    // ----------------------------------------------------------------- shared memory
+
+    /// Whether this process and slot `peer` may use shared memory (the policy, and neither
+    /// a replicated nor an encrypted job: those keep TCP).
+    fn shm_allowed(&self, peer: i32) -> bool {
+        self.repl.is_none() && !self.encrypt && self.shm_policy.allows(self.slot, peer)
+    }
+
+    /// Whether slot `peer` listens on this process's own address: the host address the
+    /// bootstrap knows. (Distinct loopback addresses are distinct hosts: a grid simulated on
+    /// one machine gives each peer its own, and tests cut them apart with firewall rules.)
+    /// The acceptor's check is the segment itself: on another host it does not exist.
+    fn same_host(&self, peer: i32) -> bool {
+        let Some(me) = self.local_addr().map(|a| a.ip()) else { return false };
+        self.addrs[peer as usize].ip() == me
+    }
+
+    fn shm_note(&self, msg: &str) {
+        if self.shm_policy.debug {
+            eprintln!("p2pmpi: rank {}: {msg}", self.rank);
+        }
+    }
+
+    /// The opening is done and both sides mapped the segment: every later frame goes
+    /// through it.
+    fn shm_activate(
+        &mut self,
+        cid: usize,
+        conn: &mut Conn,
+        mut link: Box<shm::Link>,
+        peer: i32,
+    ) -> std::result::Result<(), ConnError> {
+        link.unlink();
+        if conn.buffered() != 0 {
+            return Err(ConnError::Protocol(format!("{} bytes on TCP after the opening", conn.buffered())));
+        }
+        conn.shm = Some(link);
+        if !self.shm_conns.contains(&cid) {
+            self.shm_conns.push(cid);
+        }
+        self.shm_note(&format!("shared memory with rank {}", self.rank_of(peer)));
+        Ok(())
+    }
+
+    /// Writes what the rings take of the frames queued for them.
+    fn flush_rings(&mut self) {
+        let mut i = 0;
+        while let Some(&cid) = self.shm_conns.get(i) {
+            if self.conns[cid].as_ref().is_some_and(|c| c.ring_backlog()) {
+                self.flush_conn(cid);
+            }
+            i += 1;
+        }
+    }
+
+    /// Before sleeping: asks every ring's peer for a doorbell. Returns whether one of them
+    /// is ready already (then the poll must not sleep).
+    fn arm_rings(&self) -> bool {
+        let mut ready = false;
+        for &cid in &self.shm_conns {
+            if let Some(c) = self.conns[cid].as_ref().filter(|c| !c.read_eof) {
+                if let Some(l) = c.shm.as_deref() {
+                    ready |= l.arm(c.ring_backlog());
+                }
+            }
+        }
+        ready
     }
 
     fn accept_all(&mut self) {
@@ -1150,7 +1288,7 @@ impl Engine {
     /// Reads everything available on a connection and handles the frames. Returns whether
     /// any byte was read.
     fn read_conn(&mut self, cid: usize) -> bool {
-        if self.conns.get(cid).and_then(Option::as_ref).is_none_or(|c| c.read_eof) {
+        if self.conns.get(cid).and_then(Option::as_ref).is_none_or(|c| c.read_eof || c.ring_quiet()) {
             return false;
         }
         let Some(mut conn) = self.conns.get_mut(cid).and_then(Option::take) else { return false };
@@ -1493,7 +1631,18 @@ impl Engine {
                 if self.repl.is_some() {
                     crate::bootstrap::fence::wait_lease();
                 }
-                conn.push(Out::handshake(Header::new(FrameKind::Challenge, mid, CHALLENGE_LEN), Payload::Owned(p)))?;
+                let mut challenge = Header::new(FrameKind::Challenge, mid, CHALLENGE_LEN);
+                if h.flags & p2pmpi_wire::frame::flags::SHM != 0 && self.shm_allowed(src) {
+                    // Mapped (and unlinked) now, used once the connector proved the key.
+                    match shm::Link::open(&self.key, &nc) {
+                        Ok(l) => {
+                            conn.shm_offer = Some(Box::new(l));
+                            challenge.flags |= p2pmpi_wire::frame::flags::SHM;
+                        }
+                        Err(e) => self.shm_note(&format!("no shared memory with slot {src} (TCP instead): {e}")),
+                    }
+                }
+                conn.push(Out::handshake(challenge, Payload::Owned(p)))?;
                 conn.auth = Auth::AwaitProof { slot: src, nc, na };
                 conn.kick = true;
                 Ok(())
@@ -1519,6 +1668,9 @@ impl Engine {
                     conn.seal(&a2c, &c2a);
                 }
                 conn.peer = Some(slot);
+                if let Some(l) = conn.shm_offer.take() {
+                    self.shm_activate(cid, conn, l, slot)?;
+                }
                 let p = &mut self.peers[slot as usize];
                 p.conns.push(cid);
                 if p.send_conn.is_none() {
@@ -1539,6 +1691,12 @@ impl Engine {
                 if self.encrypt {
                     let (c2a, a2c) = auth::session_keys(&self.key, me as u32, peer as u32, &nc, &na);
                     conn.seal(&c2a, &a2c);
+                }
+                // Refused (another host, or shared memory off there): TCP, and the segment is
+                // removed as the offer drops.
+                let offer = conn.shm_offer.take().filter(|_| h.flags & p2pmpi_wire::frame::flags::SHM != 0);
+                if let Some(l) = offer {
+                    self.shm_activate(cid, conn, l, peer)?;
                 }
                 let mine = auth::data_proof(&self.key, Role::DataConnector, me as u32, peer as u32, &nc, &na);
                 let mid = Mid { comm: 0, src: me as u32, dst: peer as u32, tag: 0, seq: 0 };
@@ -1594,6 +1752,7 @@ impl Engine {
         }
         let Some(mut conn) = self.conns[cid].take() else { return };
         let _ = self.poll.registry().deregister(&mut conn.stream);
+        self.shm_conns.retain(|c| *c != cid);
         if peer >= 0 {
             let p = &mut self.peers[peer as usize];
             p.conns.retain(|c| *c != cid);
@@ -1639,6 +1798,7 @@ impl Engine {
                     let _ = self.poll.registry().deregister(&mut conn.stream);
                     unsent.extend(conn.take_completions());
                 }
+                self.shm_conns.retain(|c| *c != cid);
             }
             self.peers[rank as usize].send_conn = None;
         }

@@ -6,14 +6,69 @@ use std::sync::Arc;
 
 const MSG: usize = 64 << 10;
 
-fn pair() -> (Engine, Engine) {
+/// Two engines; `shm`: through shared memory (rings of `ring` bytes), else TCP only.
+fn pair(shm: Option<usize>) -> (Engine, Engine) {
     let key = JobKey::from_bytes([7; p2pmpi_wire::auth::KEY_LEN]);
     let l0 = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let l1 = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addrs = vec![l0.local_addr().unwrap(), l1.local_addr().unwrap()];
-    let e0 = Engine::new(0, 2, 0, None, key.clone(), Some(l0), addrs.clone(), Duration::ZERO).unwrap();
-    let e1 = Engine::new(1, 2, 1, None, key, Some(l1), addrs, Duration::ZERO).unwrap();
+    let mut e0 = Engine::new(0, 2, 0, None, key.clone(), Some(l0), addrs.clone(), Duration::ZERO).unwrap();
+    let mut e1 = Engine::new(1, 2, 1, None, key, Some(l1), addrs, Duration::ZERO).unwrap();
+    for e in [&mut e0, &mut e1] {
+        e.shm_policy = ShmPolicy { on: shm.is_some(), slots: None, debug: false, ring: shm.unwrap_or(0) };
+    }
     (e0, e1)
+}
+
+/// Connects the pair: `e0` in a thread (returned), `e1` here.
+fn connect(mut e0: Engine, e1: &mut Engine) -> std::thread::JoinHandle<Engine> {
+    let t = std::thread::spawn(move || {
+        e0.connect_mesh(Duration::from_secs(10)).unwrap();
+        e0
+    });
+    let t0 = Instant::now();
+    while e1.connect_mesh(Duration::from_millis(10)).is_err() {
+        assert!(t0.elapsed() < Duration::from_secs(10), "the pair did not connect");
+    }
+    t
+}
+
+/// Two engines of one host talk through shared memory: messages of every protocol, larger
+/// than the ring too, arrive whole and in order.
+#[test]
+fn engines_of_one_host_talk_through_shared_memory() {
+    let (e0, mut e1) = pair(Some(shm::MIN_RING));
+    let mut e0 = connect(e0, &mut e1).join().unwrap();
+    assert_eq!((e0.shm_conns.len(), e1.shm_conns.len()), (1, 1), "both sides use the rings");
+    let sizes = [0usize, 8, 5000, 20_000, 200_000, 1 << 20];
+    let sender = std::thread::spawn(move || {
+        for (k, &n) in sizes.iter().enumerate() {
+            let buf: Vec<u8> = (0..n).map(|i| (i * 13 + k) as u8).collect();
+            let r = e0.isend(0, 1, k as i32, buf.as_ptr(), n, SendMode::Standard).unwrap();
+            let t0 = Instant::now();
+            while !e0.is_done(r) {
+                assert!(t0.elapsed() < Duration::from_secs(20), "send of {n} bytes did not complete");
+                e0.progress(Some(1), Some(Duration::from_millis(1)));
+            }
+            e0.take_done(r).unwrap().unwrap();
+        }
+        e0
+    });
+    for (k, &n) in sizes.iter().enumerate() {
+        let mut buf = vec![0u8; n + 1];
+        let pat = Pattern { comm: 0, src: Some(0), tag: Some(k as i32) };
+        let r = e1.irecv(pat, buf.as_mut_ptr(), buf.len()).unwrap();
+        let t0 = Instant::now();
+        while !e1.is_done(r) {
+            assert!(t0.elapsed() < Duration::from_secs(20), "receive of {n} bytes did not complete");
+            e1.progress(Some(0), Some(Duration::from_millis(1)));
+        }
+        let st = e1.take_done(r).unwrap().unwrap();
+        assert_eq!(st.len as usize, n);
+        assert!(buf[..n].iter().enumerate().all(|(i, b)| *b == (i * 13 + k) as u8), "content of {n} bytes");
+    }
+    let e0 = sender.join().unwrap();
+    assert!(e0.fatal.is_none() && e1.fatal.is_none());
 }
 
 /// A receiver slower than its sender: one progress call reads a bounded amount and returns,
@@ -22,7 +77,9 @@ fn pair() -> (Engine, Engine) {
 /// sender stopped streaming 30 s later).
 #[test]
 fn one_progress_call_reads_a_bounded_amount_from_a_streaming_sender() {
-    let (mut e0, mut e1) = pair();
+    // Over TCP: what the test fills is the kernel's socket buffers (a shared-memory ring
+    // holds at most its capacity).
+    let (mut e0, mut e1) = pair(None);
     let stop = Arc::new(AtomicBool::new(false));
     let sent = Arc::new(AtomicUsize::new(0));
     let sender = {

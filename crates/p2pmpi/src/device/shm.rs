@@ -1,0 +1,500 @@
+//! The shared-memory path between two processes of one host: a pair of single-producer,
+//! single-consumer byte rings in a segment both map, carrying exactly the bytes the TCP
+//! connection would carry (the same frames), so matching, MID order and `ANY_SOURCE` do not
+//! know which transport a peer uses.
+//!
+//! # The segment
+//!
+//! A file in `/dev/shm` (tmpfs), created by the process that opens the connection (the
+//! *connector*) with `O_CREAT | O_EXCL | O_NOFOLLOW` and mode 0600, mapped with `memmap2`
+//! (a well-kept crate whose `MmapRaw` gives a shared read-write mapping without claiming
+//! exclusive access to memory another process writes). Its name is 128 bits of the HMAC of
+//! the job key over the opening's nonce: nobody without the job key can guess it, and the
+//! acceptor derives it from the `Hello` without a name on the wire. The acceptor opens it
+//! only if it belongs to this user with mode 0600 and has the size its header announces,
+//! maps it and **unlinks it at once**; the connector unlinks it too when the opening ends
+//! (whichever comes first; the other gets `ENOENT`). From then on the segment lives only in
+//! the two mappings, and the kernel frees it when both processes are gone, whatever killed
+//! them. The only window for a leftover file is between the connector's `open` and its
+//! `Hello` being handled by the acceptor (the opening's round trip), if both processes die in
+//! it (a job stopped while it starts): such files are reaped by the next process that creates
+//! a segment (`reap_stale`: its creator's pid no longer runs).
+//!
+//! A memfd would leave no window at all, but passing its descriptor needs a Unix socket
+//! (the device's connections are TCP, possibly across a firewall-friendly single port) or
+//! `pidfd_getfd` (ptrace permission, often refused in containers); `/dev/shm` with an
+//! unguessable name and an early unlink works everywhere Linux runs.
+//!
+//! # The TCP connection stays
+//!
+//! The pair's authenticated TCP connection is kept: the opening (challenge-response on the
+//! job key) runs on it, a process that dies closes it (the kernel does, even after
+//! `kill -9`), and it is the doorbell of a process asleep in `epoll_wait`. A reader that
+//! finds its ring empty sleeps only after setting the ring's `consumer_sleep` flag and
+//! checking the ring once more; a writer that published bytes checks the flag and, if set,
+//! clears it and writes one byte on the TCP connection (Dekker's pattern with sequentially
+//! consistent fences on both sides: one of them sees the other). The same holds for a
+//! writer waiting for room (`producer_sleep`). While processes spin or yield no system call
+//! is made at all.
+//!
+//! # Failures
+//!
+//! A peer's death shows as end-of-file on the TCP connection. The ring is then read to its
+//! end (what the peer published before dying), and the connection fails as a TCP one would:
+//! a message cut in the middle completes no request (a rendez-vous or large eager stream
+//! stops with its request pending, then the whole communication fails naming the rank).
+//! Indices the peer publishes are checked (`tail - head <= capacity`, monotonic), so a
+//! corrupted ring is a protocol error, never a read out of bounds.
+
+use memmap2::{MmapOptions, MmapRaw};
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::PathBuf;
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+
+const MAGIC: u64 = 0x7032_706d_7069_7368; // "p2pmpish"
+const VERSION: u64 = 1;
+/// Bytes of the segment header (magic, version, capacity, creator pid).
+const SEG_HEADER: usize = 128;
+/// Bytes of a ring's control block: tail, head and the sleep flags each on its own pair of
+/// cache lines (no false sharing between the producer's and the consumer's writes).
+const RING_HEADER: usize = 512;
+const TAIL: usize = 0;
+const HEAD: usize = 128;
+const CONSUMER_SLEEP: usize = 256;
+const PRODUCER_SLEEP: usize = 384;
+
+/// Smallest and largest ring capacities accepted (`P2PMPI_SHM_RING`).
+pub(crate) const MIN_RING: usize = 4096;
+pub(crate) const MAX_RING: usize = 1 << 26;
+/// Default capacity of each direction's ring.
+pub(crate) const DEFAULT_RING: usize = 1 << 20;
+/// Most bytes one write publishes, or one read releases, at once: large transfers are
+/// pipelined (the reader copies a chunk out while the writer copies the next one in).
+const CHUNK: usize = 64 * 1024;
+
+fn seg_len(cap: usize) -> usize {
+    SEG_HEADER + 2 * (RING_HEADER + cap)
+}
+
+/// Where segments are created: `/dev/shm`, or `P2PMPI_SHM_DIR` (tests watch a directory of
+/// their own for leftovers).
+fn dir() -> PathBuf {
+    std::env::var_os("P2PMPI_SHM_DIR").map_or_else(|| PathBuf::from("/dev/shm"), PathBuf::from)
+}
+
+/// The segment's path for an opening with nonce `nc` under `key`.
+pub(crate) fn path_for(key: &p2pmpi_wire::auth::JobKey, nc: &[u8]) -> PathBuf {
+    let mac = key.proof(p2pmpi_wire::auth::Role::Seed, &[b"p2pmpi shared-memory segment", nc]);
+    let hex: String = mac[..16].iter().map(|b| format!("{b:02x}")).collect();
+    dir().join(format!("p2pmpi-{hex}"))
+}
+
+/// The ring capacity to create segments with: `P2PMPI_SHM_RING` (bytes, a power of two
+/// within bounds) or [`DEFAULT_RING`].
+pub(crate) fn ring_capacity() -> usize {
+    std::env::var("P2PMPI_SHM_RING")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .filter(|c| c.is_power_of_two() && (MIN_RING..=MAX_RING).contains(c))
+        .unwrap_or(DEFAULT_RING)
+}
+
+/// Removes the segments left by processes that died during an opening (a job stopped while
+/// it started: the connector created the segment, nobody mapped it). Once per process,
+/// before its first segment: every `p2pmpi-*` file of this user whose header names a
+/// creator that no longer runs. (A reused pid keeps its file: conservative.)
+fn reap_stale() {
+    static DONE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if !DONE.swap(true, Ordering::Relaxed) {
+        reap_now();
+    }
+}
+
+/// [`reap_stale`]'s sweep.
+fn reap_now() {
+    use std::io::Read;
+    let Ok(entries) = std::fs::read_dir(dir()) else { return };
+    // SAFETY: geteuid takes no argument and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    for e in entries.flatten() {
+        if !e.file_name().to_string_lossy().starts_with("p2pmpi-") {
+            continue;
+        }
+        let path = e.path();
+        let Ok(mut f) = OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC).open(&path)
+        else {
+            continue;
+        };
+        let mut h = [0u8; 32];
+        if !f.metadata().is_ok_and(|m| m.uid() == me && m.is_file()) || f.read_exact(&mut h).is_err() {
+            continue;
+        }
+        let word = |i: usize| u64::from_ne_bytes(h[i * 8..i * 8 + 8].try_into().unwrap_or([0; 8]));
+        let pid = word(3);
+        if word(0) == MAGIC && pid > 0 && !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_file(&path);
+        }
+    }
+}
+
+/// One side of one ring: where its control block and data are in the mapping.
+struct Ring {
+    ctl: *mut u8,
+    data: *mut u8,
+    cap: usize,
+}
+
+impl Ring {
+    fn atomic64(&self, off: usize) -> &AtomicU64 {
+        // SAFETY: `ctl + off` (off one of TAIL, HEAD: multiples of 128 within RING_HEADER)
+        // is 8-aligned inside the mapping, which outlives `self` (both live in one `Link`,
+        // the map field dropped last); the other process only accesses it atomically too.
+        unsafe { &*(self.ctl.add(off) as *const AtomicU64) }
+    }
+    fn atomic32(&self, off: usize) -> &AtomicU32 {
+        // SAFETY: as in `atomic64`: an aligned word of the control block.
+        unsafe { &*(self.ctl.add(off) as *const AtomicU32) }
+    }
+    fn tail(&self) -> &AtomicU64 {
+        self.atomic64(TAIL)
+    }
+    fn head(&self) -> &AtomicU64 {
+        self.atomic64(HEAD)
+    }
+    fn consumer_sleep(&self) -> &AtomicU32 {
+        self.atomic32(CONSUMER_SLEEP)
+    }
+    fn producer_sleep(&self) -> &AtomicU32 {
+        self.atomic32(PRODUCER_SLEEP)
+    }
+
+    /// Bytes readable (consumer side), or an error if the peer published impossible indices.
+    fn readable(&self, head: u64) -> Result<usize, String> {
+        let tail = self.tail().load(Ordering::Acquire);
+        let n = tail.wrapping_sub(head);
+        if n > self.cap as u64 {
+            return Err(format!("shared-memory ring corrupted (tail {tail}, head {head}, capacity {})", self.cap));
+        }
+        Ok(n as usize)
+    }
+
+    /// Room for writing (producer side).
+    fn room(&self, tail: u64) -> Result<usize, String> {
+        let head = self.head().load(Ordering::Acquire);
+        let used = tail.wrapping_sub(head);
+        if used > self.cap as u64 {
+            return Err(format!("shared-memory ring corrupted (tail {tail}, head {head}, capacity {})", self.cap));
+        }
+        Ok(self.cap - used as usize)
+    }
+}
+
+/// A connection's two rings, once both processes mapped the segment.
+pub(crate) struct Link {
+    tx: Ring,
+    rx: Ring,
+    /// Our own copies of the indices this side publishes (the shared ones are only written
+    /// here, but a peer could scribble on them: ours are the truth).
+    tx_tail: u64,
+    rx_head: u64,
+    /// The path, while this process may still have to unlink it (the creator).
+    path: Option<PathBuf>,
+    _map: MmapRaw,
+}
+
+impl Drop for Link {
+    fn drop(&mut self) {
+        self.unlink();
+    }
+}
+
+impl Link {
+    /// Creates the segment of an opening with nonce `nc` (the connector's side), with rings
+    /// of `cap` bytes.
+    pub(crate) fn create(key: &p2pmpi_wire::auth::JobKey, nc: &[u8], cap: usize) -> std::io::Result<Link> {
+        reap_stale();
+        let path = path_for(key, nc);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&path)?;
+        let made = (|| {
+            file.set_len(seg_len(cap) as u64)?;
+            let map = MmapOptions::new().len(seg_len(cap)).map_raw(&file)?;
+            let base = map.as_mut_ptr();
+            // SAFETY: the mapping is `seg_len(cap)` >= SEG_HEADER bytes, page-aligned, and
+            // nobody else maps it yet (the acceptor learns of it from the Hello sent after
+            // this returns); the header's words are written before it is announced.
+            unsafe {
+                let h = base as *mut u64;
+                h.write(MAGIC);
+                h.add(1).write(VERSION);
+                h.add(2).write(cap as u64);
+                h.add(3).write(u64::from(std::process::id()));
+            }
+            Ok::<_, std::io::Error>(Link::from_map(map, cap, true, Some(path.clone())))
+        })();
+        if made.is_err() {
+            let _ = std::fs::remove_file(&path);
+        }
+        made
+    }
+
+    /// Opens, checks, maps and unlinks the segment of an opening with nonce `nc` (the
+    /// acceptor's side).
+    pub(crate) fn open(key: &p2pmpi_wire::auth::JobKey, nc: &[u8]) -> Result<Link, String> {
+        let path = path_for(key, nc);
+        let file: File = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&path)
+            .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+        // Removed whatever happens next: from now on only the mappings hold it.
+        let _ = std::fs::remove_file(&path);
+        let meta = file.metadata().map_err(|e| format!("cannot stat the segment: {e}"))?;
+        // SAFETY: geteuid takes no argument and cannot fail.
+        let me = unsafe { libc::geteuid() };
+        if meta.uid() != me || meta.mode() & 0o777 != 0o600 || !meta.is_file() {
+            return Err(format!("segment owned by uid {} with mode {:o}, not ours with 0600", meta.uid(), meta.mode()));
+        }
+        let len = meta.len() as usize;
+        if len < seg_len(MIN_RING) || len > seg_len(MAX_RING) {
+            return Err(format!("segment of {len} bytes"));
+        }
+        let map = MmapOptions::new().len(len).map_raw(&file).map_err(|e| format!("cannot map the segment: {e}"))?;
+        let base = map.as_ptr() as *const u64;
+        // SAFETY: the mapping is at least SEG_HEADER bytes (checked above), page-aligned; the
+        // creator wrote the header before sending the Hello that led here.
+        let (magic, version, cap) = unsafe { (base.read(), base.add(1).read(), base.add(2).read()) };
+        let cap = usize::try_from(cap).unwrap_or(0);
+        if magic != MAGIC || version != VERSION || !cap.is_power_of_two() || seg_len(cap) != len {
+            return Err(format!("not a segment of this version (magic {magic:#x}, version {version}, capacity {cap})"));
+        }
+        Ok(Link::from_map(map, cap, false, None))
+    }
+
+    fn from_map(map: MmapRaw, cap: usize, connector: bool, path: Option<PathBuf>) -> Link {
+        let base = map.as_mut_ptr();
+        let ring = |i: usize| {
+            // SAFETY: both rings lie inside the `seg_len(cap)` bytes mapped: ring `i` (0 or 1)
+            // starts at SEG_HEADER + i * (RING_HEADER + cap) and spans RING_HEADER + cap.
+            let ctl = unsafe { base.add(SEG_HEADER + i * (RING_HEADER + cap)) };
+            // SAFETY: as above, the data follows the control block inside the ring's span.
+            let data = unsafe { ctl.add(RING_HEADER) };
+            Ring { ctl, data, cap }
+        };
+        // Ring 0 carries the connector's bytes, ring 1 the acceptor's.
+        let (tx, rx) = if connector { (ring(0), ring(1)) } else { (ring(1), ring(0)) };
+        let tx_tail = tx.tail().load(Ordering::Acquire);
+        let rx_head = rx.head().load(Ordering::Acquire);
+        Link { tx, rx, tx_tail, rx_head, path, _map: map }
+    }
+
+    /// Removes the segment's name (the creator's duty once the acceptor has it, or the
+    /// opening failed).
+    pub(crate) fn unlink(&mut self) {
+        if let Some(p) = self.path.take() {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+
+    /// Writes as much of `buf` as there is room for. Returns the bytes written and whether
+    /// the peer asked to be woken (a byte to send on the TCP connection).
+    pub(crate) fn write(&mut self, buf: &[u8]) -> Result<(usize, bool), String> {
+        self.write_parts(&[buf])
+    }
+
+    /// Writes as much of the concatenation of `parts` as there is room for, published at
+    /// once (a frame's header and payload: one store, one check for a sleeping reader).
+    pub(crate) fn write_parts(&mut self, parts: &[&[u8]]) -> Result<(usize, bool), String> {
+        let mut room = self.tx.room(self.tx_tail)?.min(CHUNK);
+        let cap = self.tx.cap;
+        let mut tail = self.tx_tail;
+        for buf in parts {
+            let n = room.min(buf.len());
+            if n == 0 {
+                continue;
+            }
+            let at = (tail as usize) & (cap - 1);
+            let first = n.min(cap - at);
+            // SAFETY: `at + first <= cap` and `n - first < cap`: both copies stay inside the
+            // ring's data; the bytes `tail..tail + n` are free (`n <= room`), the consumer
+            // reads none of them before the Release store of the new tail below; `buf` is
+            // our memory.
+            unsafe {
+                std::ptr::copy_nonoverlapping(buf.as_ptr(), self.tx.data.add(at), first);
+                std::ptr::copy_nonoverlapping(buf.as_ptr().add(first), self.tx.data, n - first);
+            }
+            tail = tail.wrapping_add(n as u64);
+            room -= n;
+            if n < buf.len() {
+                break;
+            }
+        }
+        let n = tail.wrapping_sub(self.tx_tail) as usize;
+        if n == 0 {
+            return Ok((0, false));
+        }
+        self.tx_tail = tail;
+        self.tx.tail().store(self.tx_tail, Ordering::Release);
+        Ok((n, self.wake(true)))
+    }
+
+    /// Reads up to `buf.len()` bytes. Returns the bytes read and whether the peer asked to
+    /// be woken (it waits for room).
+    pub(crate) fn read(&mut self, buf: &mut [u8]) -> Result<(usize, bool), String> {
+        // SAFETY: `buf` is valid for writes of its length (a slice).
+        unsafe { self.read_raw(buf.as_mut_ptr(), buf.len()) }
+    }
+
+    /// [`Self::read`] into raw memory.
+    ///
+    /// # Safety
+    /// `dst` must be valid for writes of `len` bytes, and not be the ring's memory.
+    pub(crate) unsafe fn read_raw(&mut self, dst: *mut u8, len: usize) -> Result<(usize, bool), String> {
+        let avail = self.rx.readable(self.rx_head)?;
+        let n = avail.min(len).min(CHUNK);
+        if n == 0 {
+            return Ok((0, false));
+        }
+        let cap = self.rx.cap;
+        let at = (self.rx_head as usize) & (cap - 1);
+        let first = n.min(cap - at);
+        // SAFETY: `at + first <= cap` and `n - first < cap`: inside the ring's data; the
+        // bytes `head..head + n` were published by the producer's Release store of the tail
+        // (Acquire-loaded in `readable`); `dst` is valid for `n <= len` bytes (the caller).
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.rx.data.add(at), dst, first);
+            std::ptr::copy_nonoverlapping(self.rx.data, dst.add(first), n - first);
+        }
+        self.rx_head = self.rx_head.wrapping_add(n as u64);
+        self.rx.head().store(self.rx_head, Ordering::Release);
+        Ok((n, self.wake(false)))
+    }
+
+    /// After publishing: whether the other side sleeps waiting for what was just published
+    /// (data when `data`, room otherwise); the flag is cleared (one doorbell per sleep).
+    fn wake(&self, data: bool) -> bool {
+        fence(Ordering::SeqCst);
+        let flag = if data { self.tx.consumer_sleep() } else { self.rx.producer_sleep() };
+        flag.load(Ordering::Relaxed) != 0 && flag.swap(0, Ordering::AcqRel) != 0
+    }
+
+    /// Whether bytes wait to be read.
+    pub(crate) fn has_data(&self) -> bool {
+        !matches!(self.rx.readable(self.rx_head), Ok(0))
+    }
+
+    /// Before sleeping: asks to be woken when data arrives (and, with `want_room`, when room
+    /// is made). Returns whether the wait is over already (then nothing should sleep).
+    pub(crate) fn arm(&self, want_room: bool) -> bool {
+        self.rx.consumer_sleep().store(1, Ordering::Relaxed);
+        if want_room {
+            self.tx.producer_sleep().store(1, Ordering::Relaxed);
+        }
+        fence(Ordering::SeqCst);
+        self.has_data() || (want_room && !matches!(self.tx.room(self.tx_tail), Ok(0)))
+    }
+
+    /// After sleeping: no doorbell wanted any more.
+    pub(crate) fn disarm(&self) {
+        self.rx.consumer_sleep().store(0, Ordering::Relaxed);
+        self.tx.producer_sleep().store(0, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pair(cap: usize) -> (Link, Link) {
+        let key = p2pmpi_wire::auth::JobKey::from_bytes([7; 32]);
+        let nc = p2pmpi_wire::auth::nonce();
+        let a = Link::create(&key, &nc, cap).expect("create");
+        let b = Link::open(&key, &nc).expect("open");
+        assert!(!path_for(&key, &nc).exists(), "the acceptor unlinks the segment");
+        (a, b)
+    }
+
+    #[test]
+    fn bytes_cross_both_ways_and_wrap() {
+        let (mut a, mut b) = pair(MIN_RING);
+        let msg: Vec<u8> = (0..10_000u32).map(|i| (i * 7) as u8).collect();
+        let mut got = Vec::new();
+        let mut sent = 0;
+        let mut buf = [0u8; 1000];
+        while got.len() < msg.len() {
+            sent += a.write(&msg[sent..]).unwrap().0;
+            let (n, _) = b.read(&mut buf).unwrap();
+            got.extend_from_slice(&buf[..n]);
+        }
+        assert_eq!(got, msg);
+        assert_eq!(b.write(b"back").unwrap().0, 4);
+        assert_eq!(a.read(&mut buf).unwrap().0, 4);
+        assert_eq!(&buf[..4], b"back");
+    }
+
+    #[test]
+    fn full_ring_takes_nothing_and_doorbells_fire_once() {
+        let (mut a, mut b) = pair(MIN_RING);
+        assert_eq!(a.write(&vec![1u8; 2 * MIN_RING]).unwrap().0, MIN_RING);
+        assert_eq!(a.write(b"x").unwrap().0, 0);
+        // The producer waits for room: the consumer's read rings once.
+        assert!(!a.arm(true), "a has no data and no room");
+        let mut buf = [0u8; 16];
+        assert_eq!(b.read(&mut buf).unwrap(), (16, true));
+        assert_eq!(b.read(&mut buf).unwrap(), (16, false));
+        a.disarm();
+        // The consumer sleeps: the producer's write rings once.
+        let mut sink = vec![0u8; MIN_RING];
+        b.read(&mut sink).unwrap();
+        assert!(!b.arm(false));
+        assert_eq!(a.write(b"y").unwrap(), (1, true));
+        assert_eq!(a.write(b"z").unwrap(), (1, false));
+    }
+
+    #[test]
+    fn corrupted_indices_are_an_error() {
+        let (a, mut b) = pair(MIN_RING);
+        a.tx.tail().store(10 * MIN_RING as u64, Ordering::Release);
+        let mut buf = [0u8; 8];
+        assert!(b.read(&mut buf).is_err());
+    }
+
+    #[test]
+    fn segments_of_dead_creators_are_reaped() {
+        let key = p2pmpi_wire::auth::JobKey::from_bytes([5; 32]);
+        let nc = p2pmpi_wire::auth::nonce();
+        let l = Link::create(&key, &nc, MIN_RING).expect("create");
+        let p = path_for(&key, &nc);
+        // Its creator "died": a pid that cannot run (above the kernel's pid limit).
+        let map = &l._map;
+        // SAFETY: word 3 of the header of the mapping this test created, which it alone uses.
+        unsafe { (map.as_mut_ptr() as *mut u64).add(3).write(u64::from(u32::MAX)) };
+        reap_now();
+        assert!(!p.exists(), "the segment of a dead creator is removed");
+        // A live creator's segment stays.
+        let nc2 = p2pmpi_wire::auth::nonce();
+        let _l2 = Link::create(&key, &nc2, MIN_RING).expect("create");
+        reap_now();
+        assert!(path_for(&key, &nc2).exists(), "a live creator's segment stays");
+        let _ = std::fs::remove_file(path_for(&key, &nc2));
+    }
+
+    #[test]
+    fn a_foreign_or_missing_segment_is_refused() {
+        let key = p2pmpi_wire::auth::JobKey::from_bytes([9; 32]);
+        let nc = p2pmpi_wire::auth::nonce();
+        assert!(Link::open(&key, &nc).is_err());
+        let p = path_for(&key, &nc);
+        std::fs::write(&p, vec![0u8; seg_len(MIN_RING)]).unwrap();
+        let r = Link::open(&key, &nc);
+        assert!(r.is_err(), "wrong mode or header");
+        assert!(!p.exists());
+    }
+}
