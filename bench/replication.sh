@@ -89,9 +89,11 @@ LAUNCH="$P2P_RUN --local"
 NOSPIN_ENV="P2PMPI_SPIN_US=0 P2PMPI_YIELD_US=2000"
 
 # The command of a run: part (pingpong, coll, iterate), R, variant ("", nospin or fanout).
+# Every variant on TCP (P2PMPI_SHM=0): replicated jobs keep TCP, so the unreplicated runs
+# and the traffic by hand must too, or the ratios would compare transports, not the protocol.
 command_of() {
-    local part=$1 r=$2 variant=$3 pre="env P2PMPI_HOME=/nonexistent "
-    [ "$variant" = nospin ] && pre="env $NOSPIN_ENV P2PMPI_HOME=/nonexistent "
+    local part=$1 r=$2 variant=$3 pre="env P2PMPI_SHM=0 P2PMPI_HOME=/nonexistent "
+    [ "$variant" = nospin ] && pre="env $NOSPIN_ENV P2PMPI_SHM=0 P2PMPI_HOME=/nonexistent "
     case $part/$variant in
         pingpong/fanout) echo "$pre$LAUNCH -n $((2 * r)) -r 1 $EX/repl_pingpong $SIZES $ITERS $WARMUP" ;;
         pingpong/*) echo "$pre$LAUNCH -n 2 -r $r $EX/repl_pingpong $SIZES $ITERS $WARMUP" ;;
