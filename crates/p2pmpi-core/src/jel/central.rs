@@ -714,7 +714,11 @@ impl Server {
                 // way: the connection is reliable until it breaks, and then the member is dead).
                 let m = self.members.get_mut(&id).expect("member");
                 m.sent = m.sent.max(next);
-                m.has_state |= next > 0;
+                // It holds the state once its stream reached its own join (the snapshot a
+                // member installs may be older than that: it is not a bootstrap peer yet).
+                // Gossip only: the tree and the serial strategies bring a stale member up to
+                // date at once, and their newcomers' states come from the server otherwise.
+                m.has_state |= if self.cfg.dissemination.gossips() { next >= m.joined } else { next > 0 };
                 let len = self.log.len() as u64;
                 if std::mem::take(&mut m.syncing) && m.sent < len {
                     let first = m.sent;
@@ -1107,6 +1111,9 @@ pub struct Client {
     gap_since: Option<Duration>,
     /// The welcome's `next`: the state must reach at least this far.
     welcome_next: u64,
+    /// The server was told (an `Ack`) that this member's state reached `welcome_next`: from
+    /// then on it may be offered to newcomers as a bootstrap peer.
+    told_caught_up: bool,
     /// The stream's length the last fallback `Sync` announced.
     synced: u64,
     members: Roster,
@@ -1137,6 +1144,7 @@ impl Client {
             pending: BTreeMap::new(),
             gap_since: None,
             welcome_next: 0,
+            told_caught_up: false,
             synced: 0,
             members: Roster::default(),
             elections: BTreeMap::new(),
@@ -1370,6 +1378,18 @@ impl Client {
             self.gap_since = None;
         } else if self.gap_since.is_none() {
             self.gap_since = Some(now);
+        }
+        if !self.told_caught_up
+            && self.cfg.dissemination.gossips()
+            && self.phase == Phase::Member
+            && self.welcome_next > 0
+            && next >= self.welcome_next
+        {
+            // Once only (gossip): the server offers as bootstrap peers only members whose state
+            // reached their own join (a member still behind would hand newcomers a stale
+            // state, and they would all catch up from the same few old members).
+            self.told_caught_up = true;
+            self.send(self.server, Message::Ack { next });
         }
     }
 
