@@ -57,3 +57,24 @@ fn alone_without_a_launcher_agreement_is_immediate() {
     o.assert_ok();
     assert_eq!(answer(&o.stdout), Some(("1".into(), "correct".into())), "{}", o.stdout);
 }
+
+#[test]
+fn a_receive_from_any_source_fails_when_a_worker_dies_and_works_again_once_acknowledged() {
+    let mut c = Command::new(launcher());
+    c.args(["-n", "4", "--t-gossip", "100", "--t-max-hang", "0"])
+        .arg(example("ft_collect"))
+        .args(["12", "150"])
+        .env("P2PMPI_HOME", "/nonexistent/p2pmpi-local-tests");
+    let job = Job::spawn(&mut c);
+    let ready = job.ready(4, T);
+    job.wait_for(T, "round 2", |lines| lines.iter().any(|l| l.text == "round 2 complete").then_some(()));
+    let victim = ready[2].0;
+    assert!(Command::new("kill").args(["-9", &victim.to_string()]).status().unwrap().success());
+    // Without the failure's notice reaching the pending receive, rank 0 would wait forever
+    // for rank 2's message of the round: the job would not end.
+    let (code, text) = job.finish(T);
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("receive from any source failed: ") && text.contains("lost rank 2"), "{text}");
+    assert!(text.contains("round 11 complete"), "{text}");
+    assert!(text.contains("from 2 of 3 workers: correct"), "{text}");
+}

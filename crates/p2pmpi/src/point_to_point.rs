@@ -190,7 +190,11 @@ pub(crate) fn start_recv(
     let mut pat = pattern(h, src, tag);
     pat.comm = comm_id;
     let id = with_engine(|e| e.irecv(pat, ptr, cap))?;
-    Ok(Pending::new(id, hint(h, src), h.members()))
+    let mut p = Pending::new(id, hint(h, src), h.members());
+    if src == ANY_SOURCE && crate::failure::policy() == crate::failure::Policy::Notify {
+        p.any_source_ctx = Some(h.0.ctx);
+    }
+    Ok(p)
 }
 
 fn irecv_buf<B: ?Sized + BufferMut>(h: &CommHandle, src: Rank, tag: Tag, buf: &mut B) -> Result<Pending> {

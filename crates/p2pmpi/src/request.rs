@@ -31,6 +31,11 @@ pub(crate) struct Pending {
     /// Packed send data that must live until completion.
     pub keep: Option<Vec<u8>>,
     pub unpack: Option<Unpack>,
+    /// A receive from `ANY_SOURCE` of a program that handles failures: the context of its
+    /// communicator. It fails while a member of the communicator is failed and not
+    /// acknowledged (ULFM's semantics, [`crate::ulfm`]), rather than wait for a message that
+    /// may only have come from the dead.
+    pub any_source_ctx: Option<u32>,
 }
 
 // SAFETY: the raw pointers (a receive's `Unpack::dst`; the device's copies of the target and
@@ -42,7 +47,7 @@ unsafe impl Send for Pending {}
 
 impl Pending {
     pub fn new(id: ReqId, hint: Option<Rank>, members: Option<Arc<[Rank]>>) -> Pending {
-        Pending { id, hint, members, keep: None, unpack: None }
+        Pending { id, hint, members, keep: None, unpack: None, any_source_ctx: None }
     }
 
     /// Turns the engine's outcome into a status, unpacking received data.
@@ -66,7 +71,10 @@ impl Pending {
     }
 
     pub fn wait(self) -> Result<Status> {
-        let r = wait_req(self.id, self.hint);
+        let r = match self.any_source_ctx {
+            Some(ctx) => crate::ulfm::wait_any_source(self.id, ctx, self.members.as_deref()),
+            None => wait_req(self.id, self.hint),
+        };
         if r.is_err() {
             // The caller may free its buffer now: nothing may point into it any more.
             with_engine(|e| e.detach(self.id));

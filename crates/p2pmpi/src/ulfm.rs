@@ -89,6 +89,51 @@ fn agreement<C: Communicator + ?Sized>(comm: &C, flag: u32) -> Result<Decided, F
     Ok(Decided { flag, failed, id })
 }
 
+/// A member of communicator `ctx` (world ranks `members`, `None`: the world) that failed and
+/// that this process has not acknowledged on it: its world rank.
+pub(crate) fn unacked_failure(ctx: u32, members: Option<&[Rank]>) -> Option<Rank> {
+    if !crate::failure::any_failed() {
+        return None;
+    }
+    let failed = crate::failure::failed_ranks();
+    let acked = ACKED.lock();
+    let acked = acked.as_ref().and_then(|m| m.get(&ctx));
+    failed.into_iter().find(|&w| {
+        let rank = match members {
+            Some(m) => m.iter().position(|&x| x == w).map(|r| r as Rank),
+            None => Some(w),
+        };
+        rank.is_some_and(|r| !acked.is_some_and(|a| a.contains(&r)))
+    })
+}
+
+/// Waits for receive `id` from `ANY_SOURCE` on communicator `ctx`: it fails with
+/// [`Error::PeerLost`](crate::error::Error::PeerLost) naming a failed member while one is not
+/// acknowledged ([`FaultTolerant::failure_ack`] makes such receives possible again), unless a
+/// message already matched it. ULFM's `MPI_ERR_PROC_FAILED_PENDING`, made final: the receive
+/// is withdrawn, and the program posts it again after acknowledging.
+pub(crate) fn wait_any_source(
+    id: crate::device::ReqId,
+    ctx: u32,
+    members: Option<&[Rank]>,
+) -> crate::error::Result<crate::device::StatusInfo> {
+    crate::environment::wait_until(None, |e| {
+        if let Some(done) = e.take_done(id) {
+            return Some(done);
+        }
+        let w = unacked_failure(ctx, members)?;
+        // Withdrawn only if nothing matched it yet (a message on its way in is delivered).
+        if !e.cancel(id) {
+            return None;
+        }
+        let _ = e.take_done(id);
+        Some(Err(crate::error::Error::PeerLost {
+            rank: w,
+            cause: "failed, and not acknowledged on this communicator (a receive from any source cannot tell whether its message would have come from it; acknowledge with failure_ack and receive again)".into(),
+        }))
+    })
+}
+
 /// Agreement, shrinking and failure acknowledgement (ULFM), on every communicator.
 pub trait FaultTolerant: Communicator {
     /// Agrees with the members that did not fail on `flag`: every survivor gets the bitwise

@@ -117,6 +117,13 @@ const NOTIFY: u8 = 1;
 static POLICY: AtomicU8 = AtomicU8::new(STOP);
 static HANDLERS: Mutex<Vec<Handler>> = Mutex::new(Vec::new());
 static NOTICES: Mutex<Vec<Notice>> = Mutex::new(Vec::new());
+/// How many notices [`NOTICES`] holds (read without its lock by waits that poll it).
+static NOTICE_COUNT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Whether any rank was reported failed to this process (cheap: no lock).
+pub(crate) fn any_failed() -> bool {
+    NOTICE_COUNT.load(Ordering::Acquire) > 0
+}
 static NOTICE_CV: Condvar = Condvar::new();
 /// Set when a notice arrived that the communication engine has not seen yet.
 pub(crate) static PENDING: AtomicBool = AtomicBool::new(false);
@@ -613,6 +620,7 @@ fn deliver_or_stop(me: usize, notice: Notice) -> bool {
             return false;
         }
         g.push(notice.clone());
+        NOTICE_COUNT.store(g.len(), Ordering::Release);
         NOTICE_CV.notify_all();
     }
     for h in HANDLERS.lock().iter() {

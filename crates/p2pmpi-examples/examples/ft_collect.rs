@@ -1,0 +1,92 @@
+//! A fault-aware master collecting results with receives from any source (ULFM semantics,
+//! `mpi::ulfm`): a worker killed while it runs makes the master's pending receive from any
+//! source fail, naming the dead rank, instead of waiting forever for a message that can only
+//! have come from it; the master acknowledges the failure, stops expecting that worker and
+//! goes on with the others.
+//!
+//! Usage: `p2pmpirun -n N ft_collect [ROUNDS [HOLD_MS]]`
+//! - ROUNDS: rounds (default 10); in round `k` every worker `w` sends `w * 1000 + k`, tagged
+//!   `k`, and rank 0 receives them from any source;
+//! - HOLD_MS: a worker's pause before each round's message (default 0), so that a test can
+//!   kill one mid-run.
+//!
+//! Every rank prints `rank R ready pid PID on HOST at 0`; rank 0 prints `round K complete`
+//! after each round, `receive from any source failed: CAUSE` and `lost rank W` when a
+//! receive failed, and at the end
+//! `collected M messages from K of N-1 workers: correct` (or `WRONG`), checking the sum of
+//! what it got against what the workers alive at the end must have sent.
+#![forbid(unsafe_code)]
+use mpi::traits::*;
+use mpi::ulfm::FaultTolerant;
+use std::collections::BTreeSet;
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let arg = |i: usize| args.get(i).map(|s| s.trim()).filter(|s| !s.is_empty());
+    let rounds: i32 = arg(0).map_or(10, |s| s.parse().expect("ROUNDS"));
+    let hold = std::time::Duration::from_millis(arg(1).map_or(0, |s| s.parse().expect("HOLD_MS")));
+
+    mpi::failure::set_policy(mpi::failure::Policy::Notify);
+    let universe = mpi::initialize().unwrap();
+    let world = universe.world();
+    let n = world.size();
+    let host = mpi::environment::processor_name().unwrap_or_default();
+    println!("rank {} ready pid {} on {host} at 0", world.rank(), std::process::id());
+
+    if world.rank() != 0 {
+        let w = world.rank() as u64;
+        for k in 0..rounds {
+            std::thread::sleep(hold);
+            let v = w * 1000 + k as u64;
+            if world.process_at_rank(0).try_send_with_tag(&[v][..], k).is_err() {
+                break;
+            }
+        }
+        return;
+    }
+
+    let mut alive: BTreeSet<i32> = (1..n).collect();
+    let mut lost = BTreeSet::new();
+    let mut got: Vec<(i32, i32, u64)> = Vec::new();
+    for k in 0..rounds {
+        let mut waiting: BTreeSet<i32> = alive.clone();
+        while !waiting.is_empty() {
+            let mut v = [0u64; 1];
+            match world.any_process().try_receive_into_with_tag(&mut v[..], k) {
+                Ok(st) => {
+                    waiting.remove(&st.source_rank());
+                    got.push((st.source_rank(), k, v[0]));
+                }
+                Err(e) => {
+                    println!("receive from any source failed: {e}");
+                    world.failure_ack();
+                    for r in world.failed_members() {
+                        if alive.remove(&r) {
+                            println!("lost rank {r}");
+                            lost.insert(r);
+                        }
+                        waiting.remove(&r);
+                    }
+                }
+            }
+        }
+        println!("round {k} complete");
+    }
+    // Every message of a worker alive at the end, and a prefix of rounds of the lost ones.
+    let mut ok = true;
+    for &w in &alive {
+        let mine: Vec<u64> = got.iter().filter(|g| g.0 == w).map(|g| g.2).collect();
+        ok &= mine == (0..rounds).map(|k| w as u64 * 1000 + k as u64).collect::<Vec<_>>();
+    }
+    for &w in &lost {
+        let mine: Vec<u64> = got.iter().filter(|g| g.0 == w).map(|g| g.2).collect();
+        ok &= mine == (0..mine.len() as u64).map(|k| w as u64 * 1000 + k).collect::<Vec<_>>();
+    }
+    println!(
+        "collected {} messages from {} of {} workers: {}",
+        got.len(),
+        alive.len(),
+        n - 1,
+        if ok { "correct" } else { "WRONG" }
+    );
+}
