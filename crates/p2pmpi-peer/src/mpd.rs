@@ -1078,8 +1078,10 @@ struct Claim<'a> {
 impl Drop for Claim<'_> {
     fn drop(&mut self) {
         if let Some(job) = &self.job {
-            self.mpd.jobs.lock().remove(job);
-            self.mpd.apps.lock().retain(|a| a.job != *job);
+            // Only the processes this launch started: the job's rank 0, announced by its
+            // submitter on this same host, runs on.
+            let pids = self.mpd.jobs.lock().remove(job).unwrap_or_default();
+            self.mpd.apps.lock().retain(|a| !(a.job == *job && pids.contains(&a.pid)));
             ft::remove_job(&self.mpd.home.jobs(), job);
         }
         // Other jobs staged for this reservation will never run.
