@@ -12,8 +12,8 @@
 use crate::commands::supernode_addrs;
 use crate::grid_run::{load_config, secret_of};
 use anyhow::{bail, Result};
-use p2pmpi_peer::supernode;
 use p2pmpi_peer::config::Config;
+use p2pmpi_peer::supernode;
 use p2pmpi_wire::grid::{
     AppProcess, HostReport, JobHistory, JobNoticeKind, MpdRequest, MpdResponse, PeerInfo, SnRequest, SnResponse,
 };

@@ -1344,7 +1344,11 @@ pub(crate) fn event_loop(name: &str, job: &Job, rx: &Receiver<Event>, states: &m
                 }
                 let at = lock(&job.fencing).sup.declared_at(slot);
                 if let Some(at) = at.filter(|_| rep.fenced_resumed(slot)) {
-                    let what = format!("{} was declared dead at {:.1} s; it resumed and was stopped", who(slot), at.as_secs_f64());
+                    let what = format!(
+                        "{} was declared dead at {:.1} s; it resumed and was stopped",
+                        who(slot),
+                        at.as_secs_f64()
+                    );
                     eprintln!("{name}: {what}");
                     if let Some(n) = job.notices {
                         n.note(JobNoticeKind::Fenced, slot, what);

@@ -122,9 +122,7 @@ fn token_of(req: &Request) -> Option<String> {
             return Some(t.trim().to_string());
         }
     }
-    req.uri().query().and_then(|q| {
-        q.split('&').find_map(|kv| kv.strip_prefix("token=").map(|t| t.to_string()))
-    })
+    req.uri().query().and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("token=").map(|t| t.to_string())))
 }
 
 async fn require_token(State(st): State<AppState>, req: Request, next: Next) -> Response {
@@ -232,7 +230,18 @@ fn fingerprint_of(v: &GridView, error: &Option<String>) -> String {
     let peers: Vec<_> = v
         .peers
         .iter()
-        .map(|p| (&p.address, &p.name, &p.status, &p.error, p.jobs, p.max_jobs, p.max_procs, p.load1.map(|l| (l * 10.0) as i32)))
+        .map(|p| {
+            (
+                &p.address,
+                &p.name,
+                &p.status,
+                &p.error,
+                p.jobs,
+                p.max_jobs,
+                p.max_procs,
+                p.load1.map(|l| (l * 10.0) as i32),
+            )
+        })
         .collect();
     let jobs: Vec<_> = v
         .jobs
@@ -246,7 +255,12 @@ fn fingerprint_of(v: &GridView, error: &Option<String>) -> String {
 }
 
 /// The poller: one round per interval, whatever the number of pages open.
-fn poll_forever(cfg: p2pmpi_peer::config::Config, secret: p2pmpi_wire::secure::GridSecret, interval: Duration, tx: watch::Sender<Arc<Snapshot>>) {
+fn poll_forever(
+    cfg: p2pmpi_peer::config::Config,
+    secret: p2pmpi_wire::secure::GridSecret,
+    interval: Duration,
+    tx: watch::Sender<Arc<Snapshot>>,
+) {
     let mut version = 0u64;
     let mut last = String::new();
     let mut last_push = Instant::now();
@@ -254,7 +268,9 @@ fn poll_forever(cfg: p2pmpi_peer::config::Config, secret: p2pmpi_wire::secure::G
         let start = Instant::now();
         let (view, error) = match gather_with(&cfg, &secret, ANSWER_WITHIN) {
             Ok(v) => (v, None),
-            Err(e) => (GridView { supernodes: Vec::new(), peers: Vec::new(), jobs: Vec::new() }, Some(format!("{e:#}"))),
+            Err(e) => {
+                (GridView { supernodes: Vec::new(), peers: Vec::new(), jobs: Vec::new() }, Some(format!("{e:#}")))
+            }
         };
         let poll_ms = start.elapsed().as_millis() as u64;
         let fp = fingerprint_of(&view, &error);
@@ -286,8 +302,11 @@ fn tls_config(names: Vec<String>) -> Result<(Arc<rustls::ServerConfig>, String)>
     use sha2::Digest;
     let ck = rcgen::generate_simple_self_signed(names).context("cannot make a certificate")?;
     let der = ck.cert.der().clone();
-    let fingerprint = sha2::Sha256::digest(der.as_ref()).iter().map(|b| format!("{b:02X}")).collect::<Vec<_>>().join(":");
-    let key = rustls::pki_types::PrivateKeyDer::Pkcs8(rustls::pki_types::PrivatePkcs8KeyDer::from(ck.key_pair.serialize_der()));
+    let fingerprint =
+        sha2::Sha256::digest(der.as_ref()).iter().map(|b| format!("{b:02X}")).collect::<Vec<_>>().join(":");
+    let key = rustls::pki_types::PrivateKeyDer::Pkcs8(rustls::pki_types::PrivatePkcs8KeyDer::from(
+        ck.key_pair.serialize_der(),
+    ));
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut cfg = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
@@ -400,7 +419,8 @@ pub fn run(args: &MonitorArgs) -> Result<()> {
 /// `runVisu`: prints the monitor's page (the one this user runs on this host, else the one
 /// `VISU_PROXY` names) and opens it where there is a desktop.
 pub fn visu() -> Result<()> {
-    let running = p2pmpi_peer::home::read_json::<MonitorState>(&state_file()).filter(|s| p2pmpi_peer::home::pid_alive(s.pid));
+    let running =
+        p2pmpi_peer::home::read_json::<MonitorState>(&state_file()).filter(|s| p2pmpi_peer::home::pid_alive(s.pid));
     let url = if let Some(s) = &running {
         println!("monitor: {}", s.url);
         if let Some(fp) = &s.fingerprint {

@@ -6,8 +6,8 @@
 
 mod common;
 
-use common::grid::{bin, wait_for, TestGrid, LIMIT};
 use common::example;
+use common::grid::{bin, wait_for, TestGrid, LIMIT};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
@@ -206,8 +206,12 @@ fn monitor_serves_the_grid_and_its_replicated_job_to_token_holders_only() {
     // Read-only: nothing but GET.
     let mut s2 = TcpStream::connect(m.addr).unwrap();
     s2.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(s2, "POST /api/peers?token={} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Length: 0\r\n\r\n", m.token)
-        .unwrap();
+    write!(
+        s2,
+        "POST /api/peers?token={} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Length: 0\r\n\r\n",
+        m.token
+    )
+    .unwrap();
     let mut r = String::new();
     let _ = s2.read_to_string(&mut r);
     assert!(r.starts_with("HTTP/1.1 405"), "{r}");
@@ -226,15 +230,16 @@ fn monitor_serves_the_grid_and_its_replicated_job_to_token_holders_only() {
         "{mine:?}"
     );
     assert!(mine.iter().any(|p| p["replica"] != victim["replica"] && p["master"] == true), "{mine:?}");
+    for p in j["processes"].as_array().unwrap() {
+        if p["rank"] != 2 || p["replica"] != victim["replica"] {
+            assert_eq!(p["status"], "running", "only the killed replica stopped: {p}");
+        }
+    }
     let kinds: Vec<&str> = j["events"].as_array().unwrap().iter().filter_map(|e| e["kind"].as_str()).collect();
     assert!(kinds.contains(&"failed") && kinds.contains(&"takeover"), "{kinds:?}");
     let text = g.on(3, "p2pmpi", &["grid", "status"]);
     text.assert_ok();
-    assert!(
-        text.stdout.contains("FAILED") && text.stdout.contains("1 failure(s), 1 takeover(s)"),
-        "{}",
-        text.stdout
-    );
+    assert!(text.stdout.contains("FAILED") && text.stdout.contains("1 failure(s), 1 takeover(s)"), "{}", text.stdout);
 
     // A peer whose daemon stops answering is shown unreachable; the monitor keeps serving.
     let pid3: u32 = json(&std::fs::read_to_string(g.home(3).join("mpd.json")).unwrap())["pid"].as_u64().unwrap() as u32;
@@ -380,11 +385,7 @@ impl Drop for Browser {
 
 fn chromium() -> Option<PathBuf> {
     ["chromium", "chromium-browser"].iter().find_map(|name| {
-        std::env::var_os("PATH")?
-            .to_str()?
-            .split(':')
-            .map(|d| Path::new(d).join(name))
-            .find(|p| p.is_file())
+        std::env::var_os("PATH")?.to_str()?.split(':').map(|d| Path::new(d).join(name)).find(|p| p.is_file())
     })
 }
 
@@ -447,7 +448,8 @@ impl Browser {
 
     /// Evaluates a JavaScript expression in the page; its value.
     fn eval(&mut self, expr: &str) -> serde_json::Value {
-        self.call("Runtime.evaluate", serde_json::json!({ "expression": expr, "returnByValue": true }))["result"]["value"]
+        self.call("Runtime.evaluate", serde_json::json!({ "expression": expr, "returnByValue": true }))["result"]
+            ["value"]
             .clone()
     }
 
@@ -459,6 +461,7 @@ impl Browser {
                programs: [...document.querySelectorAll('.job')].map(j => j.dataset.program), \
                procs: [...document.querySelectorAll('.proc')].map(p => [+p.dataset.rank, +p.dataset.replica, p.dataset.status, p.classList.contains('master')]), \
                log: document.getElementById('log').innerText, \
+               details: document.getElementById('details').innerText, \
                conn: document.getElementById('conn').textContent })",
         );
         v.as_str().map(|s| serde_json::from_str(s).unwrap()).unwrap_or_default()
@@ -551,7 +554,15 @@ fn the_page_in_a_real_browser_shows_the_grid_the_job_and_a_killed_replica_failed
     let log = shown["log"].as_str().unwrap_or_default();
     assert!(log.contains("failed") && log.contains("takeover"), "{log}");
     if let Some(path) = std::env::var_os("P2PMPI_MONITOR_SCREENSHOT") {
-        b.call("Emulation.setDeviceMetricsOverride", serde_json::json!({"width": 1280, "height": 900, "deviceScaleFactor": 1, "mobile": false}));
+        b.call(
+            "Emulation.setDeviceMetricsOverride",
+            serde_json::json!({"width": 1280, "height": 900, "deviceScaleFactor": 1, "mobile": false}),
+        );
+        // A peer's details shown, as a click shows them.
+        b.eval("document.querySelector('#peers tbody tr:nth-child(2)').click()");
+        b.wait_shown(Duration::from_secs(5), "the details", |v| {
+            v["details"].as_str()?.contains("Processes").then_some(())
+        });
         b.screenshot(Path::new(&path));
     }
     drop(b);

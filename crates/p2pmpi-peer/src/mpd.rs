@@ -1219,7 +1219,12 @@ mod tests {
         assert_eq!(h.len(), HISTORY_JOBS);
         assert_eq!(h.front().unwrap().job, "job3", "the oldest jobs went first");
         // A job heard from again keeps its events and moves last.
-        record_notices(&mut h, "job5".into(), "app".into(), (0..HISTORY_NOTICES as u32 + 10).map(|r| notice(r, "y")).collect());
+        record_notices(
+            &mut h,
+            "job5".into(),
+            "app".into(),
+            (0..HISTORY_NOTICES as u32 + 10).map(|r| notice(r, "y")).collect(),
+        );
         let last = h.back().unwrap();
         assert_eq!(last.job, "job5");
         assert_eq!(last.notices.len(), HISTORY_NOTICES);

@@ -9,6 +9,7 @@ const SVG = 'http://www.w3.org/2000/svg';
 let grid = null;        // the last snapshot
 let selected = null;    // the address of the peer shown in the details
 const view = { x: 0, y: 0, w: 800, h: 360 };  // the graph's viewBox (zoom and pan)
+let moved = false;      // the user zoomed or panned: the graph is no longer fitted
 
 function el(tag, attrs, ...children) {
   const e = tag.startsWith('svg:') ? document.createElementNS(SVG, tag.slice(4)) : document.createElement(tag);
@@ -74,11 +75,14 @@ function renderGraph() {
   const items = [];
   const names = [...groups.keys()].sort();
   const cols = Math.max(1, Math.ceil(Math.sqrt(names.length)));
+  const box = { x0: Infinity, y0: Infinity, x1: -Infinity, y1: -Infinity };
   names.forEach((g, i) => {
     const peers = groups.get(g);
     const cx = 200 + (i % cols) * 400, cy = 180 + Math.floor(i / cols) * 360;
     const r = Math.max(60, Math.min(150, 30 + peers.length * 14));
     items.push(el('svg:circle', { class: 'group', cx, cy, r: r + 28 }));
+    box.x0 = Math.min(box.x0, cx - r - 40); box.x1 = Math.max(box.x1, cx + r + 40);
+    box.y0 = Math.min(box.y0, cy - r - 60); box.y1 = Math.max(box.y1, cy + r + 40);
     items.push(el('svg:text', { class: 'group-label', x: cx, y: cy - r - 34, 'text-anchor': 'middle' }, g));
     peers.forEach((p, k) => {
       const a = (2 * Math.PI * k) / peers.length - Math.PI / 2;
@@ -97,6 +101,12 @@ function renderGraph() {
     });
   });
   svg.replaceChildren(...items);
+  if (!moved && names.length > 0) {
+    // Fitted: everything in view, the aspect of the box kept.
+    const w = Math.max(box.x1 - box.x0, (box.y1 - box.y0) * 800 / 360);
+    view.w = w; view.h = w * 360 / 800;
+    view.x = (box.x0 + box.x1 - view.w) / 2; view.y = (box.y0 + box.y1 - view.h) / 2;
+  }
   svg.setAttribute('viewBox', `${view.x} ${view.y} ${view.w} ${view.h}`);
 }
 
@@ -184,6 +194,7 @@ function setupGraph() {
   const svg = document.getElementById('graph');
   svg.addEventListener('wheel', ev => {
     ev.preventDefault();
+    moved = true;
     const k = ev.deltaY > 0 ? 1.15 : 1 / 1.15;
     const r = svg.getBoundingClientRect();
     const fx = (ev.clientX - r.left) / r.width, fy = (ev.clientY - r.top) / r.height;
@@ -196,6 +207,7 @@ function setupGraph() {
   window.addEventListener('mouseup', () => { drag = null; svg.classList.remove('dragging'); });
   window.addEventListener('mousemove', ev => {
     if (!drag) return;
+    moved = true;
     const r = svg.getBoundingClientRect();
     view.x -= (ev.clientX - drag.x) * view.w / r.width;
     view.y -= (ev.clientY - drag.y) * view.h / r.height;
