@@ -758,7 +758,7 @@ pub fn run(name: &str, opts: &RunArgs, n: usize, grid: Grid) -> Result<i32> {
     let code = launcher::event_loop(name, &hooks, &rx, &mut states);
     notifier.finish(
         if code == 0 { "ended".to_string() } else { format!("ended with exit status {code}") },
-        Duration::from_secs(3),
+        Duration::from_secs(1),
     );
     for p in pumps {
         let _ = p.join();

@@ -338,6 +338,8 @@ fn merge_history(jobs: &mut Vec<JobView>, peer: &str, h: JobHistory) {
             JobNoticeKind::Failed => {
                 j.failures += 1;
                 failed.insert((n.rank, n.replica), n.detail.clone());
+                // (Its placement may have been dropped from a long history.)
+                placed.entry((n.rank, n.replica)).or_insert_with(|| n.host.clone());
                 "failed"
             }
             JobNoticeKind::Takeover => {

@@ -387,6 +387,7 @@ pub fn run(args: &MonitorArgs) -> Result<()> {
             if !local.ip().is_unspecified() {
                 names.push(local.ip().to_string());
             }
+            names.sort();
             names.dedup();
             let (c, fp) = tls_config(names)?;
             let host = if host.contains(':') { format!("[{host}]") } else { host };
@@ -394,6 +395,11 @@ pub fn run(args: &MonitorArgs) -> Result<()> {
         } else {
             (format!("http://{local}/?token={token}"), None, None)
         };
+        // Written before the address is printed: whoever read it finds it for runVisu.
+        let st = MonitorState { pid: std::process::id(), url: url.clone(), fingerprint: fingerprint.clone() };
+        if let Err(e) = p2pmpi_peer::home::write_json(&state_file(), &st) {
+            tracing::debug!("monitor: cannot record its address for runVisu: {e:#}");
+        }
         writeln!(out, "monitor: {url}")?;
         if let Some(fp) = &fingerprint {
             writeln!(out, "monitor: TLS certificate (self-signed, made at start) SHA-256 fingerprint {fp}")?;
@@ -405,10 +411,6 @@ pub fn run(args: &MonitorArgs) -> Result<()> {
         )?;
         out.flush()?;
         drop(out);
-        let st = MonitorState { pid: std::process::id(), url, fingerprint };
-        if let Err(e) = p2pmpi_peer::home::write_json(&state_file(), &st) {
-            tracing::debug!("monitor: cannot record its address for runVisu: {e:#}");
-        }
         match tls_cfg {
             Some(c) => serve_tls(listener, app, c).await,
             None => axum::serve(listener, app).await.context("web server"),

@@ -363,7 +363,29 @@ fn a_monitor_on_a_network_address_speaks_tls_only_with_the_certificate_it_printe
     let mut buf = Vec::new();
     let _ = s.read_to_end(&mut buf);
     assert!(!String::from_utf8_lossy(&buf).contains("HTTP/1.1 200"), "plain HTTP answered");
+
+    // runVisu: the page of the monitor running here (no desktop: printed only) ...
+    let visu = || {
+        Command::new(env!("CARGO_BIN_EXE_runVisu"))
+            .env("P2PMPI_HOME", &home)
+            .env_remove("P2PMPI_CONF_FILE")
+            .env_remove("DISPLAY")
+            .env_remove("WAYLAND_DISPLAY")
+            .output()
+            .unwrap()
+    };
+    let o = visu();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success() && out.contains(&m.lines[0]) && out.contains(&fp), "{o:?}");
     drop(m);
+    // ... else the one VISU_PROXY names, else an error that says what to do.
+    let o = visu();
+    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("VISU_PROXY"), "{o:?}");
+    let mut conf = std::fs::OpenOptions::new().append(true).open(home.join("P2P-MPI.conf")).unwrap();
+    writeln!(conf, "VISU_PROXY=monitor.example.org").unwrap();
+    let o = visu();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success() && out.contains("https://monitor.example.org:9701/"), "{o:?}");
     let _ = std::fs::remove_dir_all(&home);
 }
 

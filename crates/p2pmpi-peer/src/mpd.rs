@@ -1165,8 +1165,17 @@ fn record_notices(history: &mut VecDeque<JobHistory>, job: String, app: String, 
         None => JobHistory { job: cut(job), app: cut(app), notices: Vec::new() },
     };
     h.notices.extend(notices.into_iter().map(|n| JobNotice { host: cut(n.host), detail: cut(n.detail), ..n }));
-    let over = h.notices.len().saturating_sub(HISTORY_NOTICES);
-    h.notices.drain(..over);
+    // Too many: placements go first (the running processes are in the report anyway), then
+    // the oldest.
+    let mut over = h.notices.len().saturating_sub(HISTORY_NOTICES);
+    if over > 0 {
+        h.notices.retain(|n| {
+            let drop = over > 0 && n.kind == JobNoticeKind::Placed;
+            over -= usize::from(drop);
+            !drop
+        });
+        h.notices.drain(..over);
+    }
     history.push_back(h);
     while history.len() > HISTORY_JOBS {
         history.pop_front();
@@ -1229,6 +1238,14 @@ mod tests {
         assert_eq!(last.job, "job5");
         assert_eq!(last.notices.len(), HISTORY_NOTICES);
         assert_eq!(last.notices.last().unwrap().rank, HISTORY_NOTICES as u32 + 9, "the newest are kept");
+        // Placements are dropped before failures.
+        let mut many: Vec<JobNotice> =
+            (0..200).map(|r| JobNotice { kind: JobNoticeKind::Placed, ..notice(r, "") }).collect();
+        many.insert(3, notice(7, "failed early"));
+        record_notices(&mut h, "big".into(), "app".into(), many);
+        let big = h.back().unwrap();
+        assert_eq!(big.notices.len(), HISTORY_NOTICES);
+        assert_eq!(big.notices[0].detail, "failed early", "{:?}", big.notices[0]);
         record_notices(&mut h, "long".into(), "app".into(), vec![notice(0, &"é".repeat(10_000))]);
         assert_eq!(h.back().unwrap().notices[0].detail.chars().count(), NOTICE_TEXT);
     }
