@@ -244,18 +244,28 @@ fn monitor_serves_the_grid_and_its_replicated_job_to_token_holders_only() {
     // A peer whose daemon stops answering is shown unreachable; the monitor keeps serving.
     let pid3: u32 = json(&std::fs::read_to_string(g.home(3).join("mpd.json")).unwrap())["pid"].as_u64().unwrap() as u32;
     let _ = Command::new("kill").args(["-STOP", &pid3.to_string()]).status();
+    let resume = Resume(pid3);
     let bad = wait_api(&m, "/api/peers", Duration::from_secs(15), |v| {
         let p = v["peers"].as_array()?;
         let bad: Vec<_> = p.iter().filter(|p| p["status"] == "unreachable").cloned().collect();
         (p.len() == 3 && bad.len() == 1).then_some(bad)
     });
-    let _ = Command::new("kill").args(["-CONT", &pid3.to_string()]).status();
+    drop(resume);
     assert!(bad[0]["error"].is_string(), "{:?}", bad[0]);
     assert_eq!(get(m.addr, &format!("/api/jobs?token={}", m.token), &[]).0, 200);
     wait_api(&m, "/api/peers", Duration::from_secs(15), |v| {
         v["peers"].as_array()?.iter().all(|p| p["status"] == "up").then_some(())
     });
     stop_job(job);
+}
+
+/// Resumes a stopped process when dropped (also when the test fails meanwhile).
+struct Resume(u32);
+
+impl Drop for Resume {
+    fn drop(&mut self) {
+        let _ = Command::new("kill").args(["-CONT", &self.0.to_string()]).status();
+    }
 }
 
 /// Accepts exactly the certificate whose SHA-256 fingerprint the monitor printed.

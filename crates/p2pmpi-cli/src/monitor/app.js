@@ -4,7 +4,10 @@
 // as text (never as HTML), so nothing a peer reports can run here.
 'use strict';
 
-const token = new URLSearchParams(location.search).get('token') || '';
+// The token: the monitor put it in this script's own address (also when the page was
+// fetched with a bearer header instead of ?token=).
+const token = new URL(document.currentScript.src).searchParams.get('token') ||
+  new URLSearchParams(location.search).get('token') || '';
 const SVG = 'http://www.w3.org/2000/svg';
 let grid = null;        // the last snapshot
 let selected = null;    // the address of the peer shown in the details
