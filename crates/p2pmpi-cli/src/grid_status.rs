@@ -23,6 +23,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
+/// Ended jobs shown (the most recent), with their failures.
+pub const ENDED_JOBS_SHOWN: usize = 8;
+
 /// How long a peer has to answer (connection, handshake and report).
 pub const ANSWER_WITHIN: Duration = Duration::from_secs(2);
 
@@ -298,8 +301,10 @@ pub fn gather_with(cfg: &Config, secret: &GridSecret, within: Duration) -> Resul
             }
         }
     }
-    // Running jobs first, then the most recent.
+    // Running jobs first, then the most recent; of the ended ones, the last few only.
     jobs.sort_by_key(|j| (j.state != "running", std::cmp::Reverse(j.events.first().map_or(u64::MAX, |e| e.at_ms))));
+    let running = jobs.iter().filter(|j| j.state == "running").count();
+    jobs.truncate(running + ENDED_JOBS_SHOWN);
     Ok(GridView { supernodes: answered, peers, jobs })
 }
 

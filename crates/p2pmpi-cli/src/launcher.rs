@@ -1004,6 +1004,12 @@ pub(crate) fn event_loop(name: &str, job: &Job, rx: &Receiver<Event>, states: &m
     };
     let replicated = layout.slots() > layout.n;
     let who = |slot: usize| who(layout, slot);
+    // A process that failed outside the replicas' declarations (no replicas): told to the MPD.
+    let note_failed = |slot: usize, what: &str| {
+        if let Some(n) = job.notices {
+            n.note(JobNoticeKind::Failed, slot, what);
+        }
+    };
     let mut rep = Replicas { layout, fencing: &job.fencing, conns: HashMap::new(), agreements: Default::default() };
     let lease_us = if replicated { lock(&job.fencing).sup.lease().as_micros() as u64 } else { 0 };
     let mut addrs: Vec<Option<String>> = vec![None; n];
@@ -1164,6 +1170,7 @@ pub(crate) fn event_loop(name: &str, job: &Job, rx: &Receiver<Event>, states: &m
                     continue;
                 }
                 reported_failed[failed] = true;
+                note_failed(failed, &format!("{detail} (detected by {})", who(by)));
                 if tolerant {
                     eprintln!(
                         "{name}: {detail} (detected by {}); the program handles failures, the job goes on",
@@ -1395,6 +1402,7 @@ pub(crate) fn event_loop(name: &str, job: &Job, rx: &Receiver<Event>, states: &m
                     }
                     continue;
                 }
+                note_failed(slot, &msg);
                 if tolerant && world_sent {
                     eprintln!("{name}: {msg}; the program handles failures, the job goes on");
                     rep.rank_failed(layout.rank_of(slot));

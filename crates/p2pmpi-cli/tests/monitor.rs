@@ -257,6 +257,26 @@ fn monitor_serves_the_grid_and_its_replicated_job_to_token_holders_only() {
         v["peers"].as_array()?.iter().all(|p| p["status"] == "up").then_some(())
     });
     stop_job(job);
+
+    // Without replicas, a killed rank ends the job: shown ended, with its failure.
+    let mut cmd = Command::new(bin("p2pmpirun"));
+    cmd.args(["-n", "2"])
+        .arg(example("fdwatch"))
+        .args(["--hold", "30000"])
+        .env("P2PMPI_HOME", g.home(1))
+        .env_remove("P2PMPI_CONF_FILE");
+    let job = common::job::Job::spawn(&mut cmd);
+    let ready = job.ready(2, LIMIT);
+    let _ = Command::new("kill").args(["-9", &ready[1].0.to_string()]).status();
+    let _ = job.end(LIMIT);
+    let j = wait_api(&m, "/api/jobs", Duration::from_secs(10), |v| {
+        v["jobs"].as_array()?.iter().find(|j| j["replicas"] == 1 && j["state"] == "ended").cloned()
+    });
+    assert_eq!(j["program"], "fdwatch", "{j}");
+    assert_eq!(j["failures"], 1, "{j}");
+    let failed = j["processes"].as_array().unwrap().iter().find(|p| p["status"] == "failed").cloned().unwrap();
+    assert_eq!(failed["rank"], 1, "{j}");
+    assert!(failed["failure"].as_str().unwrap().contains("SIGKILL"), "{j}");
 }
 
 /// Resumes a stopped process when dropped (also when the test fails meanwhile).
