@@ -706,6 +706,25 @@ pub fn run(name: &str, opts: &RunArgs, n: usize, grid: Grid) -> Result<i32> {
         root: root.to_string(),
     };
     let _ = mpd::call(Some(me), grid.state.mpd_addr(), &grid.secret, &MpdRequest::Announce(announce));
+    // The job's events, to this host's MPD (`p2pmpi grid status`, `p2pmpi monitor`).
+    let mut slot_hosts = vec![String::new(); slots];
+    for (p, s) in placements.iter().zip(&assigned) {
+        for &slot in s {
+            if let Some(h) = slot_hosts.get_mut(slot as usize) {
+                h.clone_from(&p.info.id.ip);
+            }
+        }
+    }
+    let notifier = crate::notices::Notifier::start(
+        job.clone(),
+        app.clone(),
+        layout,
+        slot_hosts,
+        me,
+        grid.state.mpd_addr(),
+        grid.secret.clone(),
+    );
+    notifier.placed();
     progress.done();
     let children = Arc::new(Mutex::new(vec![child]));
     {
@@ -734,8 +753,13 @@ pub fn run(name: &str, opts: &RunArgs, n: usize, grid: Grid) -> Result<i32> {
         timeout: opts.timeout.map(Duration::from_secs),
         fd: fd.as_ref(),
         fencing,
+        notices: Some(&notifier),
     };
     let code = launcher::event_loop(name, &hooks, &rx, &mut states);
+    notifier.finish(
+        if code == 0 { "ended".to_string() } else { format!("ended with exit status {code}") },
+        Duration::from_secs(1),
+    );
     for p in pumps {
         let _ = p.join();
     }

@@ -1,27 +1,45 @@
 //! `p2pmpi grid status [--json] [--watch]`: the whole grid in one view — every peer the
 //! supernodes know (address, OS, CPUs, load, memory, jobs against `MAX_JOBS`, processes per
 //! job), whether it answers, and the MPI jobs running on it (program, ranks and replicas,
-//! which replica is each rank's master).
+//! which replica is each rank's master), and the recent events of the jobs (failures as the
+//! launchers' supervisors declared them, takeovers of a rank by another replica).
 //!
 //! The supernodes (`SUPERNODE` of this host's configuration) give the peers; each peer's MPD
 //! is asked for its `Report` over the grid's authenticated channel (in parallel, 2 s each).
-//! Nothing is changed anywhere.
+//! Nothing is changed anywhere. `p2pmpi monitor` ([`crate::monitor`]) shows the same view
+//! on a web page.
 
 use crate::commands::supernode_addrs;
 use crate::grid_run::{load_config, secret_of};
 use anyhow::{bail, Result};
-use p2pmpi_peer::{mpd, supernode};
-use p2pmpi_wire::grid::{AppProcess, HostReport, MpdRequest, MpdResponse, PeerInfo, SnRequest, SnResponse};
+use p2pmpi_peer::config::Config;
+use p2pmpi_peer::supernode;
+use p2pmpi_wire::grid::{
+    AppProcess, HostReport, JobHistory, JobNoticeKind, MpdRequest, MpdResponse, PeerInfo, SnRequest, SnResponse,
+};
+use p2pmpi_wire::secure::{GridSecret, SecureConn};
 use serde::Serialize;
-use std::collections::BTreeMap;
-use std::net::SocketAddr;
-use std::time::Duration;
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::{IpAddr, SocketAddr};
+use std::time::{Duration, Instant};
+
+/// Ended jobs shown (the most recent), with their failures.
+pub const ENDED_JOBS_SHOWN: usize = 8;
+
+/// How long a peer has to answer (connection, handshake and report).
+pub const ANSWER_WITHIN: Duration = Duration::from_secs(2);
 
 /// One peer as the view shows it.
 #[derive(Debug, Clone, Serialize)]
 pub struct PeerView {
     pub address: String,
     pub name: String,
+    /// The DNS domain of its name (`example.org` of `node1.example.org`), if it has one.
+    pub domain: Option<String>,
+    /// Its subnet (`192.0.2.0/24`; `/64` for IPv6).
+    pub subnet: String,
+    /// What the graph groups it by: its domain, else its subnet.
+    pub group: String,
     /// `up` (its MPD answered) or `unreachable` (with why).
     pub status: String,
     pub error: Option<String>,
@@ -36,6 +54,8 @@ pub struct PeerView {
     pub jobs: Option<u32>,
     pub max_jobs: Option<u32>,
     pub max_procs: u32,
+    /// Round trip of the `Report` request (after the handshake), in milliseconds.
+    pub rtt_ms: Option<f64>,
 }
 
 /// One process of a job.
@@ -46,7 +66,25 @@ pub struct ProcessView {
     /// The lowest replica of its rank still running: the one whose output is shown.
     pub master: bool,
     pub host: String,
+    /// 0 when it no longer runs.
     pub pid: u32,
+    /// `running`, `failed` (declared dead by the job's supervisor) or `ended`.
+    pub status: String,
+    /// Why it failed, as its launcher reported it.
+    pub failure: Option<String>,
+}
+
+/// One event of a job, as its launcher reported it.
+#[derive(Debug, Clone, Serialize)]
+pub struct EventView {
+    /// Milliseconds since the Unix epoch.
+    pub at_ms: u64,
+    /// `placed`, `failed`, `takeover`, `fenced` or `ended`.
+    pub kind: String,
+    pub rank: u32,
+    pub replica: u32,
+    pub host: String,
+    pub detail: String,
 }
 
 /// One job.
@@ -57,7 +95,16 @@ pub struct JobView {
     pub replicas: u32,
     /// Where its rank 0 (the submitter) listens.
     pub root: String,
+    /// `running`, or `ended` (a recent job whose events are still kept).
+    pub state: String,
+    /// The peer whose MPD keeps its events (its submitter's), if it reported any.
+    pub submitter: Option<String>,
     pub processes: Vec<ProcessView>,
+    /// Replicas declared dead, and ranks taken over by another replica.
+    pub failures: u32,
+    pub takeovers: u32,
+    /// Its recent events, oldest first (without the placements).
+    pub events: Vec<EventView>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -71,15 +118,59 @@ pub struct GridView {
 pub fn gather() -> Result<GridView> {
     let cfg = load_config("p2pmpi grid status")?;
     let secret = secret_of(&cfg)?;
+    gather_with(&cfg, &secret, ANSWER_WITHIN)
+}
+
+/// One peer's report and its round trip (the request's, after the handshake).
+fn report_of(addr: SocketAddr, secret: &GridSecret, within: Duration) -> Result<(HostReport, Duration)> {
+    let mut c = SecureConn::connect_from(None, addr, secret, within)
+        .map_err(|e| anyhow::anyhow!("cannot reach the MPD at {addr}: {e}"))?;
+    c.set_read_timeout(Some(within))?;
+    c.set_max_record(16 << 20);
+    let t = Instant::now();
+    match c.call(&MpdRequest::Report) {
+        Ok(MpdResponse::Report(r)) => Ok((r, t.elapsed())),
+        Ok(MpdResponse::Failed(why)) => bail!("{why}"),
+        Ok(other) => bail!("unexpected answer {other:?}"),
+        Err(e) => bail!("the MPD at {addr} did not answer within {} s: {e}", within.as_secs_f32()),
+    }
+}
+
+/// The subnet of an address: /24 for IPv4, /64 for IPv6.
+pub fn subnet_of(ip: &str) -> String {
+    match ip.parse::<IpAddr>() {
+        Ok(IpAddr::V4(v)) => {
+            let o = v.octets();
+            format!("{}.{}.{}.0/24", o[0], o[1], o[2])
+        }
+        Ok(IpAddr::V6(v)) => {
+            let s = v.segments();
+            format!("{:x}:{:x}:{:x}:{:x}::/64", s[0], s[1], s[2], s[3])
+        }
+        Err(_) => ip.to_string(),
+    }
+}
+
+/// The DNS domain of a host name: what follows its first dot (none for a bare name or an
+/// address).
+pub fn domain_of(name: &str) -> Option<String> {
+    if name.parse::<IpAddr>().is_ok() {
+        return None;
+    }
+    name.split_once('.').map(|(_, d)| d.to_string()).filter(|d| !d.is_empty())
+}
+
+/// Asks the supernodes of `cfg` and every peer they know (each within `within`).
+pub fn gather_with(cfg: &Config, secret: &GridSecret, within: Duration) -> Result<GridView> {
     let mut hosts: BTreeMap<String, (PeerInfo, u64)> = BTreeMap::new();
     let mut answered = Vec::new();
     let mut errors = Vec::new();
-    for (name, addr) in supernode_addrs(&cfg) {
+    for (name, addr) in supernode_addrs(cfg) {
         let Some(addr) = addr else {
             errors.push(format!("supernode {name}: address does not resolve"));
             continue;
         };
-        match supernode::call(None, addr, &secret, &SnRequest::List, Duration::from_secs(3)) {
+        match supernode::call(None, addr, secret, &SnRequest::List, within + Duration::from_secs(1)) {
             Ok(SnResponse::Hosts(list)) => {
                 answered.push(addr.to_string());
                 for h in list {
@@ -98,20 +189,16 @@ pub fn gather() -> Result<GridView> {
         bail!("no supernode answered ({})", errors.join("; "));
     }
     // Every MPD at once, each within its own time-out.
-    let reports: Vec<(String, PeerInfo, u64, Result<HostReport>)> = std::thread::scope(|s| {
+    type Answer = (String, PeerInfo, u64, Result<(HostReport, Duration)>);
+    let reports: Vec<Answer> = std::thread::scope(|s| {
         let handles: Vec<_> = hosts
             .iter()
             .map(|(key, (info, seen))| {
-                let secret = &secret;
                 s.spawn(move || {
-                    let r = (|| -> Result<HostReport> {
-                        let addr: SocketAddr = key.parse()?;
-                        match mpd::call(None, addr, secret, &MpdRequest::Report)? {
-                            MpdResponse::Report(r) => Ok(r),
-                            MpdResponse::Failed(why) => bail!("{why}"),
-                            other => bail!("unexpected answer {other:?}"),
-                        }
-                    })();
+                    let r = key
+                        .parse::<SocketAddr>()
+                        .map_err(anyhow::Error::from)
+                        .and_then(|addr| report_of(addr, secret, within));
                     (key.clone(), info.clone(), *seen, r)
                 })
             })
@@ -120,10 +207,17 @@ pub fn gather() -> Result<GridView> {
     });
     let mut peers = Vec::new();
     let mut procs: BTreeMap<String, (AppProcess, Vec<ProcessView>)> = BTreeMap::new();
+    let mut histories: Vec<(String, JobHistory)> = Vec::new();
     for (key, info, seen, r) in reports {
         let ip = info.id.ip.clone();
+        let subnet = subnet_of(&ip);
+        let (name, domain) = match &r {
+            Ok((rep, _)) => (rep.name.clone(), domain_of(&rep.name)),
+            Err(_) => (info.name.clone(), domain_of(&info.name)),
+        };
+        let group = domain.clone().unwrap_or_else(|| subnet.clone());
         match r {
-            Ok(rep) => {
+            Ok((rep, rtt)) => {
                 for a in &rep.apps {
                     let r = a.replicas.max(1);
                     let e = procs.entry(a.job.clone()).or_insert_with(|| (a.clone(), Vec::new()));
@@ -133,11 +227,17 @@ pub fn gather() -> Result<GridView> {
                         master: false,
                         host: ip.clone(),
                         pid: a.pid,
+                        status: "running".into(),
+                        failure: None,
                     });
                 }
+                histories.extend(rep.history.into_iter().map(|h| (key.clone(), h)));
                 peers.push(PeerView {
                     address: key,
-                    name: rep.name,
+                    name,
+                    domain,
+                    subnet,
+                    group,
                     status: "up".into(),
                     error: None,
                     last_seen_ms: seen,
@@ -149,11 +249,15 @@ pub fn gather() -> Result<GridView> {
                     jobs: Some(rep.jobs),
                     max_jobs: Some(rep.max_jobs),
                     max_procs: rep.max_procs,
+                    rtt_ms: Some(rtt.as_secs_f64() * 1000.0),
                 });
             }
             Err(e) => peers.push(PeerView {
                 address: key,
-                name: info.name.clone(),
+                name,
+                domain,
+                subnet,
+                group,
                 status: "unreachable".into(),
                 error: Some(format!("{e:#}")),
                 last_seen_ms: seen,
@@ -165,22 +269,128 @@ pub fn gather() -> Result<GridView> {
                 jobs: None,
                 max_jobs: None,
                 max_procs: info.capacity,
+                rtt_ms: None,
             }),
         }
     }
-    let jobs = procs
+    let mut jobs: Vec<JobView> = procs
         .into_values()
-        .map(|(a, mut ps)| {
-            ps.sort_by_key(|p| (p.rank, p.replica));
-            let mut seen_rank = None;
-            for p in ps.iter_mut() {
-                p.master = seen_rank != Some(p.rank);
-                seen_rank = Some(p.rank);
-            }
-            JobView { job: a.job, program: a.app, replicas: a.replicas.max(1), root: a.root, processes: ps }
+        .map(|(a, ps)| JobView {
+            job: a.job,
+            program: a.app,
+            replicas: a.replicas.max(1),
+            root: a.root,
+            state: "running".into(),
+            submitter: None,
+            processes: ps,
+            failures: 0,
+            takeovers: 0,
+            events: Vec::new(),
         })
         .collect();
+    for (peer, h) in histories {
+        merge_history(&mut jobs, &peer, h);
+    }
+    for j in jobs.iter_mut() {
+        j.processes.sort_by_key(|p| (p.rank, p.replica));
+        let mut seen_rank = None;
+        for p in j.processes.iter_mut() {
+            p.master = p.status == "running" && seen_rank != Some(p.rank);
+            if p.master {
+                seen_rank = Some(p.rank);
+            }
+        }
+    }
+    // Running jobs first, then the most recent; of the ended ones, the last few only.
+    jobs.sort_by_key(|j| (j.state != "running", std::cmp::Reverse(j.events.first().map_or(u64::MAX, |e| e.at_ms))));
+    let running = jobs.iter().filter(|j| j.state == "running").count();
+    jobs.truncate(running + ENDED_JOBS_SHOWN);
     Ok(GridView { supernodes: answered, peers, jobs })
+}
+
+/// Adds a job's events (kept by its submitter's MPD, `peer`) to the jobs seen running: its
+/// failed processes, takeovers, and the job itself if it no longer runs.
+fn merge_history(jobs: &mut Vec<JobView>, peer: &str, h: JobHistory) {
+    let i = match jobs.iter().position(|j| j.job == h.job) {
+        Some(i) => i,
+        None => {
+            jobs.push(JobView {
+                job: h.job.clone(),
+                program: h.app.clone(),
+                replicas: 1 + h.notices.iter().map(|n| n.replica).max().unwrap_or(0),
+                root: String::new(),
+                state: "ended".into(),
+                submitter: None,
+                processes: Vec::new(),
+                failures: 0,
+                takeovers: 0,
+                events: Vec::new(),
+            });
+            jobs.len() - 1
+        }
+    };
+    let j = &mut jobs[i];
+    j.submitter = Some(peer.to_string());
+    let running: BTreeSet<(u32, u32)> = j.processes.iter().map(|p| (p.rank, p.replica)).collect();
+    let mut placed: BTreeMap<(u32, u32), String> = BTreeMap::new();
+    let mut failed: BTreeMap<(u32, u32), String> = BTreeMap::new();
+    for n in h.notices {
+        let kind = match n.kind {
+            JobNoticeKind::Placed => {
+                placed.insert((n.rank, n.replica), n.host);
+                continue;
+            }
+            JobNoticeKind::Failed => {
+                j.failures += 1;
+                failed.insert((n.rank, n.replica), n.detail.clone());
+                // (Its placement may have been dropped from a long history.)
+                placed.entry((n.rank, n.replica)).or_insert_with(|| n.host.clone());
+                "failed"
+            }
+            JobNoticeKind::Takeover => {
+                j.takeovers += 1;
+                "takeover"
+            }
+            JobNoticeKind::Fenced => "fenced",
+            JobNoticeKind::Ended => {
+                if j.state == "running" && running.is_empty() {
+                    j.state = "ended".into();
+                }
+                "ended"
+            }
+        };
+        j.events.push(EventView {
+            at_ms: n.at_ms,
+            kind: kind.into(),
+            rank: n.rank,
+            replica: n.replica,
+            host: n.host,
+            detail: n.detail,
+        });
+    }
+    // The processes no longer running: failed ones, or ended ones.
+    for ((rank, replica), host) in placed {
+        if running.contains(&(rank, replica)) {
+            if let Some(p) = j.processes.iter_mut().find(|p| (p.rank, p.replica) == (rank, replica)) {
+                // A failed replica still running (declared dead, not stopped yet).
+                if let Some(why) = failed.get(&(rank, replica)) {
+                    p.status = "failed".into();
+                    p.failure = Some(why.clone());
+                }
+            }
+            continue;
+        }
+        let failure = failed.get(&(rank, replica)).cloned();
+        j.processes.push(ProcessView {
+            rank,
+            replica,
+            master: false,
+            host,
+            pid: 0,
+            status: if failure.is_some() { "failed" } else { "ended" }.into(),
+            failure,
+        });
+    }
 }
 
 /// The view as text for a terminal.
@@ -191,7 +401,7 @@ pub fn render(v: &GridView) -> String {
         "Grid: {} peer(s) known to supernode(s) {}, {up} answering; {} job(s) running\n\n",
         v.peers.len(),
         v.supernodes.join(", "),
-        v.jobs.len()
+        v.jobs.iter().filter(|j| j.state == "running").count()
     ));
     s.push_str(&format!(
         "{:<22} {:<14} {:<12} {:<22} {:>4} {:>6} {:>13} {:>9} {:>2}\n",
@@ -225,17 +435,27 @@ pub fn render(v: &GridView) -> String {
         }
     }
     for j in &v.jobs {
-        s.push_str(&format!(
-            "\nJob {} — {} ({} replica(s) per rank; rank 0 at {})\n",
-            j.job, j.program, j.replicas, j.root
-        ));
+        let state = if j.state == "running" { String::new() } else { format!(", {}", j.state) };
+        let root = if j.root.is_empty() { String::new() } else { format!("; rank 0 at {}", j.root) };
+        s.push_str(&format!("\nJob {} — {} ({} replica(s) per rank{root}{state})\n", j.job, j.program, j.replicas));
         for p in &j.processes {
             let who = if j.replicas > 1 {
                 format!("rank {} replica {}{}", p.rank, p.replica, if p.master { " (master)" } else { "" })
             } else {
                 format!("rank {}", p.rank)
             };
-            s.push_str(&format!("  {who:<28} on {:<16} pid {}\n", p.host, p.pid));
+            let what = match p.status.as_str() {
+                "running" => format!("pid {}", p.pid),
+                "failed" => format!("FAILED: {}", p.failure.as_deref().unwrap_or("declared dead")),
+                other => other.to_string(),
+            };
+            s.push_str(&format!("  {who:<28} on {:<16} {what}\n", p.host));
+        }
+        if j.failures + j.takeovers > 0 {
+            s.push_str(&format!("  {} failure(s), {} takeover(s):\n", j.failures, j.takeovers));
+            for e in j.events.iter().filter(|e| e.kind == "failed" || e.kind == "takeover" || e.kind == "fenced") {
+                s.push_str(&format!("    {} {}\n", e.kind, e.detail));
+            }
         }
     }
     s

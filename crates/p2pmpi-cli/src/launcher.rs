@@ -35,6 +35,7 @@ use p2pmpi_core::replication::Layout;
 use p2pmpi_peer::server::{self, Framing, Gate, GateOptions, Limits, Pending, Refusal};
 use p2pmpi_wire::auth::JobKey;
 use p2pmpi_wire::control::{self, Control};
+use p2pmpi_wire::grid::JobNoticeKind;
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -744,6 +745,7 @@ fn run_local(name: &str, opts: RunArgs, n: usize) -> Result<i32> {
         timeout: opts.timeout.map(Duration::from_secs),
         fd: fd.as_ref(),
         fencing,
+        notices: None,
     };
     let code = event_loop(name, &job, &rx, &mut states);
     for p in pumps {
@@ -772,6 +774,8 @@ pub(crate) struct Job<'a> {
     pub(crate) fd: Option<&'a FdPlan>,
     /// The supervisor that declares deaths (shared with the control threads).
     pub(crate) fencing: SharedFencing,
+    /// Where the job's events are reported (its local MPD, on a grid).
+    pub(crate) notices: Option<&'a crate::notices::Notifier>,
 }
 
 /// How reports name a process: `rank K`, or `rank K replica J` when its rank is replicated.
@@ -951,6 +955,19 @@ impl Replicas<'_> {
     fn report(&self, name: &str, job: &Job, d: &Declaration, what: &str, tolerant: bool) -> bool {
         let rank = self.layout.rank_of(d.slot);
         let left = self.declared(job, d);
+        if let Some(n) = job.notices {
+            n.note(JobNoticeKind::Failed, d.slot, what);
+            // The master is the lowest replica not declared dead: one above the dead one
+            // means the dead one was master until now (the replicas below it were dead).
+            match self.master_of(rank) {
+                Some(m) if m > d.slot => n.note(
+                    JobNoticeKind::Takeover,
+                    m,
+                    format!("{} took over from {}", who(self.layout, m), who(self.layout, d.slot)),
+                ),
+                _ => {}
+            }
+        }
         if left > 0 {
             eprintln!("{name}: {what}; rank {rank} goes on with {left} replica(s)");
             false
@@ -987,6 +1004,12 @@ pub(crate) fn event_loop(name: &str, job: &Job, rx: &Receiver<Event>, states: &m
     };
     let replicated = layout.slots() > layout.n;
     let who = |slot: usize| who(layout, slot);
+    // A process that failed outside the replicas' declarations (no replicas): told to the MPD.
+    let note_failed = |slot: usize, what: &str| {
+        if let Some(n) = job.notices {
+            n.note(JobNoticeKind::Failed, slot, what);
+        }
+    };
     let mut rep = Replicas { layout, fencing: &job.fencing, conns: HashMap::new(), agreements: Default::default() };
     let lease_us = if replicated { lock(&job.fencing).sup.lease().as_micros() as u64 } else { 0 };
     let mut addrs: Vec<Option<String>> = vec![None; n];
@@ -1147,6 +1170,7 @@ pub(crate) fn event_loop(name: &str, job: &Job, rx: &Receiver<Event>, states: &m
                     continue;
                 }
                 reported_failed[failed] = true;
+                note_failed(failed, &format!("{detail} (detected by {})", who(by)));
                 if tolerant {
                     eprintln!(
                         "{name}: {detail} (detected by {}); the program handles failures, the job goes on",
@@ -1327,11 +1351,15 @@ pub(crate) fn event_loop(name: &str, job: &Job, rx: &Receiver<Event>, states: &m
                 }
                 let at = lock(&job.fencing).sup.declared_at(slot);
                 if let Some(at) = at.filter(|_| rep.fenced_resumed(slot)) {
-                    eprintln!(
-                        "{name}: {} was declared dead at {:.1} s; it resumed and was stopped",
+                    let what = format!(
+                        "{} was declared dead at {:.1} s; it resumed and was stopped",
                         who(slot),
                         at.as_secs_f64()
                     );
+                    eprintln!("{name}: {what}");
+                    if let Some(n) = job.notices {
+                        n.note(JobNoticeKind::Fenced, slot, what);
+                    }
                 }
                 continue;
             }
@@ -1374,6 +1402,7 @@ pub(crate) fn event_loop(name: &str, job: &Job, rx: &Receiver<Event>, states: &m
                     }
                     continue;
                 }
+                note_failed(slot, &msg);
                 if tolerant && world_sent {
                     eprintln!("{name}: {msg}; the program handles failures, the job goes on");
                     rep.rank_failed(layout.rank_of(slot));

@@ -10,6 +10,9 @@
 //!   `runSupernode`, `stopSupernode`, `supernode_stat`, and their `p2pmpi` subcommands.
 //! * `p2pmpi local-grid start|stop` ([`local_grid`]): a supernode and K peers on this machine.
 //! * `p2pmpi pool join|list|registry` ([`pool`]): JEL pools (join, elect, leave) from scripts.
+//! * `p2pmpi grid status` ([`grid_status`]) and `p2pmpi monitor` (also `runVisuProxy`;
+//!   [`monitor`]): the whole grid, in a terminal or live on a web page; `runVisu` prints
+//!   (and on a desktop opens) the monitor's page.
 //!
 //! Every binary is a thin entry into [`entry`]; a binary started as `<name> __daemon KIND`
 //! becomes that daemon (how `mpiboot` and `runSupernode` put daemons in the background).
@@ -22,6 +25,8 @@ pub mod grid_run;
 pub mod grid_status;
 pub mod launcher;
 pub mod local_grid;
+pub mod monitor;
+pub mod notices;
 pub mod output;
 pub mod pool;
 pub mod watch;
@@ -79,6 +84,10 @@ enum Cmd {
         #[command(subcommand)]
         action: GridViewCmd,
     },
+    /// The grid monitor (`runVisuProxy`): a live web page and JSON API of the peers, the jobs
+    /// and their failures, served on 127.0.0.1:9701 (TLS on any other address); read-only,
+    /// the token it prints is required.
+    Monitor(monitor::MonitorArgs),
     /// Write a private (0600) P2P-MPI.conf with a fresh GRID_SECRET in the p2pmpi directory
     /// (P2PMPI_HOME, else ~/.p2pmpi).
     Init {
@@ -222,6 +231,11 @@ pub fn entry(name: &str) -> i32 {
         "runSupernode" => ("runSupernode", "Start a supernode on this host"),
         "stopSupernode" => ("stopSupernode", "Stop the supernode of this host"),
         "supernode_stat" => ("supernode_stat", "Show the peers the supernode of this host knows"),
+        "runVisuProxy" => return visu_proxy_main(rest),
+        "runVisu" => (
+            "runVisu",
+            "Print the grid monitor's page (the one running here, else VISU_PROXY's) and open it on a desktop",
+        ),
         _ => return p2pmpi_main(),
     };
     let daemon = matches!(name, "mpiboot" | "runSupernode");
@@ -250,7 +264,29 @@ pub fn entry(name: &str) -> i32 {
         "runSupernode" => report(name, commands::supernode_start(foreground)),
         "stopSupernode" => report(name, commands::supernode_stop()),
         "supernode_stat" => report(name, commands::supernode_stat()),
+        "runVisu" => report(name, monitor::visu()),
         _ => p2pmpi_main(),
+    }
+}
+
+/// `runVisuProxy [--listen ADDR:PORT] [--interval MS]`: `p2pmpi monitor`.
+fn visu_proxy_main(rest: &[String]) -> i32 {
+    #[derive(Parser)]
+    #[command(name = "runVisuProxy", version, about = "The grid monitor (p2pmpi monitor): a live web page of the grid")]
+    struct VisuProxy {
+        #[command(flatten)]
+        args: monitor::MonitorArgs,
+    }
+    match VisuProxy::try_parse_from(std::iter::once("runVisuProxy".to_string()).chain(rest.iter().cloned())) {
+        Ok(v) => report("runVisuProxy", monitor::run(&v.args)),
+        Err(e) => {
+            let _ = e.print();
+            if e.use_stderr() {
+                2
+            } else {
+                0
+            }
+        }
     }
 }
 
@@ -273,6 +309,7 @@ fn p2pmpi_main() -> i32 {
         Cmd::Grid { action: GridViewCmd::Status { json, watch } } => {
             report("p2pmpi grid status", grid_status::run(json, watch))
         }
+        Cmd::Monitor(args) => report("p2pmpi monitor", monitor::run(&args)),
         Cmd::Pool { action } => match pool::run(action) {
             Ok(code) => code,
             Err(e) => {

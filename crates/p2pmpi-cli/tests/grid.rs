@@ -384,7 +384,17 @@ fn every_command_prints_help_and_version_and_never_acts_on_them() {
     let g = TestGrid::start("help", 2, &["--procs", "1"]);
     g.wait_hosts(1, 1);
     let home = g.home(1);
-    let classic = ["mpiboot", "mpihalt", "mpihost", "mpistat", "runSupernode", "stopSupernode", "supernode_stat"];
+    let classic = [
+        "mpiboot",
+        "mpihalt",
+        "mpihost",
+        "mpistat",
+        "runSupernode",
+        "stopSupernode",
+        "supernode_stat",
+        "runVisuProxy",
+        "runVisu",
+    ];
     for c in classic.iter().chain(&["p2pmpirun", "p2pmpi"]) {
         let run = |args: &[&str]| {
             run_cmd(Command::new(bin(c)).args(args).env("P2PMPI_HOME", &home).env_remove("P2PMPI_CONF_FILE"), LIMIT)

@@ -27,7 +27,7 @@ use p2pmpi_core::reservation::{Answer, Booking, BookingError, Decision, Gatekeep
 use p2pmpi_wire::grid::*;
 use p2pmpi_wire::secure::{GridSecret, SecureConn, SecureError, SecureWriter};
 use parking_lot::Mutex;
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::{BufRead, BufReader, Read};
 use std::net::{IpAddr, SocketAddr, TcpListener, UdpSocket};
 use std::os::unix::process::ExitStatusExt;
@@ -65,6 +65,9 @@ struct Mpd {
     cache: Mutex<Cache>,
     gate: Mutex<Gatekeeper>,
     apps: Mutex<Vec<AppProcess>>,
+    /// Recent events of the jobs submitted from here (`MpdRequest::JobNotices`), newest job
+    /// last; bounded by [`HISTORY_JOBS`] and [`HISTORY_NOTICES`].
+    history: Mutex<VecDeque<JobHistory>>,
     /// Processes started here, by job: pids to kill at halt.
     jobs: Mutex<HashMap<String, Vec<u32>>>,
     /// Jobs staged here, by reservation ticket: their directories go with a reservation that
@@ -575,6 +578,7 @@ pub fn run(opts: MpdOpts) -> Result<()> {
         cache: Mutex::new(cache),
         gate: Mutex::new(Gatekeeper::new(policy)),
         apps: Mutex::new(Vec::new()),
+        history: Mutex::new(VecDeque::new()),
         jobs: Mutex::new(HashMap::new()),
         staged: Mutex::new(HashMap::new()),
         halting: AtomicBool::new(false),
@@ -723,6 +727,7 @@ impl Mpd {
                     | MpdRequest::Release { .. }
                     | MpdRequest::Announce(_)
                     | MpdRequest::Retire { .. }
+                    | MpdRequest::JobNotices { .. }
             );
             if local_only && !local {
                 warn!("mpd: refused {req:?} from remote host {peer}");
@@ -779,6 +784,7 @@ impl Mpd {
                         jobs,
                         apps: self.apps.lock().clone(),
                         version: VERSION.into(),
+                        history: self.history.lock().iter().cloned().collect(),
                     })
                 }
                 MpdRequest::Halt => {
@@ -809,6 +815,10 @@ impl Mpd {
                 MpdRequest::Launch(spec) => {
                     self.launch(conn, peer, spec);
                     return;
+                }
+                MpdRequest::JobNotices { job, app, notices } => {
+                    record_notices(&mut self.history.lock(), job, app, notices);
+                    MpdResponse::Ok
                 }
             };
             if let Err(e) = conn.send(&answer) {
@@ -1068,8 +1078,10 @@ struct Claim<'a> {
 impl Drop for Claim<'_> {
     fn drop(&mut self) {
         if let Some(job) = &self.job {
-            self.mpd.jobs.lock().remove(job);
-            self.mpd.apps.lock().retain(|a| a.job != *job);
+            // Only the processes this launch started: the job's rank 0, announced by its
+            // submitter on this same host, runs on.
+            let pids = self.mpd.jobs.lock().remove(job).unwrap_or_default();
+            self.mpd.apps.lock().retain(|a| !(a.job == *job && pids.contains(&a.pid)));
             ft::remove_job(&self.mpd.home.jobs(), job);
         }
         // Other jobs staged for this reservation will never run.
@@ -1138,6 +1150,38 @@ fn read_full(f: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
     Ok(got)
 }
 
+/// Jobs whose recent events an MPD keeps (the oldest job's are dropped first).
+pub const HISTORY_JOBS: usize = 16;
+/// Events kept per job (the oldest are dropped first).
+pub const HISTORY_NOTICES: usize = 64;
+/// Longest `detail` or `host` kept (longer ones are cut).
+const NOTICE_TEXT: usize = 240;
+
+/// Adds a job's notices to the bounded history (a job heard from again moves last).
+fn record_notices(history: &mut VecDeque<JobHistory>, job: String, app: String, notices: Vec<JobNotice>) {
+    let cut = |s: String| if s.len() <= NOTICE_TEXT { s } else { s.chars().take(NOTICE_TEXT).collect() };
+    let mut h = match history.iter().position(|h| h.job == job) {
+        Some(i) => history.remove(i).expect("position is in range"),
+        None => JobHistory { job: cut(job), app: cut(app), notices: Vec::new() },
+    };
+    h.notices.extend(notices.into_iter().map(|n| JobNotice { host: cut(n.host), detail: cut(n.detail), ..n }));
+    // Too many: placements go first (the running processes are in the report anyway), then
+    // the oldest.
+    let mut over = h.notices.len().saturating_sub(HISTORY_NOTICES);
+    if over > 0 {
+        h.notices.retain(|n| {
+            let drop = over > 0 && n.kind == JobNoticeKind::Placed;
+            over -= usize::from(drop);
+            !drop
+        });
+        h.notices.drain(..over);
+    }
+    history.push_back(h);
+    while history.len() > HISTORY_JOBS {
+        history.pop_front();
+    }
+}
+
 /// Reads the state of the peer daemon running for `home`, if it is alive.
 pub fn running(home: &Home) -> Option<MpdState> {
     let st: MpdState = home::read_json(&home.mpd_state())?;
@@ -1164,5 +1208,45 @@ fn closed_early(e: &SecureError) -> bool {
         SecureError::Handshake(_) => true,
         SecureError::Io(e) => matches!(e.kind(), ConnectionReset | UnexpectedEof | BrokenPipe | ConnectionAborted),
         _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn notice(rank: u32, detail: &str) -> JobNotice {
+        JobNotice { at_ms: 1, kind: JobNoticeKind::Failed, rank, replica: 0, host: "h".into(), detail: detail.into() }
+    }
+
+    #[test]
+    fn job_history_is_bounded_in_jobs_notices_and_text() {
+        let mut h = VecDeque::new();
+        for j in 0..HISTORY_JOBS + 3 {
+            record_notices(&mut h, format!("job{j}"), "app".into(), vec![notice(0, "x")]);
+        }
+        assert_eq!(h.len(), HISTORY_JOBS);
+        assert_eq!(h.front().unwrap().job, "job3", "the oldest jobs went first");
+        // A job heard from again keeps its events and moves last.
+        record_notices(
+            &mut h,
+            "job5".into(),
+            "app".into(),
+            (0..HISTORY_NOTICES as u32 + 10).map(|r| notice(r, "y")).collect(),
+        );
+        let last = h.back().unwrap();
+        assert_eq!(last.job, "job5");
+        assert_eq!(last.notices.len(), HISTORY_NOTICES);
+        assert_eq!(last.notices.last().unwrap().rank, HISTORY_NOTICES as u32 + 9, "the newest are kept");
+        // Placements are dropped before failures.
+        let mut many: Vec<JobNotice> =
+            (0..200).map(|r| JobNotice { kind: JobNoticeKind::Placed, ..notice(r, "") }).collect();
+        many.insert(3, notice(7, "failed early"));
+        record_notices(&mut h, "big".into(), "app".into(), many);
+        let big = h.back().unwrap();
+        assert_eq!(big.notices.len(), HISTORY_NOTICES);
+        assert_eq!(big.notices[0].detail, "failed early", "{:?}", big.notices[0]);
+        record_notices(&mut h, "long".into(), "app".into(), vec![notice(0, &"é".repeat(10_000))]);
+        assert_eq!(h.back().unwrap().notices[0].detail.chars().count(), NOTICE_TEXT);
     }
 }

@@ -273,6 +273,50 @@ pub enum MpdRequest {
     Retire { job: String, rank: u32 },
     /// What this host is and does now, for the grid's views (`p2pmpi grid status`).
     Report,
+    /// From the local submitter: what happened to its job (placement, failures, takeovers,
+    /// fenced processes), kept by the MPD in a bounded recent list per job and shown in its
+    /// [`HostReport::history`] (`p2pmpi grid status`, `p2pmpi monitor`).
+    JobNotices { job: String, app: String, notices: Vec<JobNotice> },
+}
+
+/// What a job's launcher noticed about one of its processes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum JobNoticeKind {
+    /// The process was placed (and started) on `host`.
+    Placed,
+    /// The job's supervisor declared the process dead (its detector's verdict, or its end).
+    Failed,
+    /// The process became its rank's master (the replica whose output is shown) after the
+    /// master before it was declared dead.
+    Takeover,
+    /// The process was heard from after it was declared dead: it was fenced (told it is
+    /// out, and stopped).
+    Fenced,
+    /// The job ended (`rank`/`replica` 0; `detail` says how).
+    Ended,
+}
+
+/// One event of a job, as its launcher reports it to the local MPD.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobNotice {
+    /// When (milliseconds since the Unix epoch, by the launcher's clock).
+    pub at_ms: u64,
+    pub kind: JobNoticeKind,
+    pub rank: u32,
+    pub replica: u32,
+    /// Where the process runs (an address, or empty when unknown).
+    pub host: String,
+    /// How, in words (the failure's cause, who detected it, ...).
+    pub detail: String,
+}
+
+/// The recent events of one job (the MPD of its submitter keeps them).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobHistory {
+    pub job: String,
+    pub app: String,
+    /// Oldest first; bounded (the oldest are dropped).
+    pub notices: Vec<JobNotice>,
 }
 
 /// A host's report (`MpdRequest::Report`): what it is, what it lends and how busy it is.
@@ -296,6 +340,8 @@ pub struct HostReport {
     /// The MPI processes running here.
     pub apps: Vec<AppProcess>,
     pub version: String,
+    /// Recent events of the jobs submitted from here ([`MpdRequest::JobNotices`]).
+    pub history: Vec<JobHistory>,
 }
 
 /// Answers of an MPD.
@@ -411,6 +457,45 @@ mod tests {
         assert_eq!(id.to_string(), "127.0.0.2:9897");
     }
 
+    #[test]
+    fn job_notices_and_reports_roundtrip_and_truncations_are_refused() {
+        let notice = JobNotice {
+            at_ms: 1_700_000_000_000,
+            kind: JobNoticeKind::Takeover,
+            rank: 2,
+            replica: 1,
+            host: "127.0.0.3".into(),
+            detail: "rank 2 replica 0 failed".into(),
+        };
+        let m = MpdRequest::JobNotices { job: "ab".into(), app: "pi".into(), notices: vec![notice.clone()] };
+        let b = postcard::to_allocvec(&m).unwrap();
+        assert_eq!(postcard::from_bytes::<MpdRequest>(&b).unwrap(), m);
+        for cut in 0..b.len() {
+            assert!(postcard::from_bytes::<MpdRequest>(&b[..cut]).is_err(), "cut at {cut}");
+        }
+        let r = MpdResponse::Report(HostReport {
+            me: PeerId { ip: "127.0.0.2".into(), mpd_port: 1 },
+            name: "h".into(),
+            os: "Linux".into(),
+            cpus: 2,
+            load1: 0.5,
+            mem_total_kb: 10,
+            mem_available_kb: 5,
+            max_jobs: 0,
+            max_procs: 4,
+            jobs: 1,
+            apps: vec![],
+            version: "0".into(),
+            history: vec![JobHistory { job: "ab".into(), app: "pi".into(), notices: vec![notice] }],
+        });
+        let b = postcard::to_allocvec(&r).unwrap();
+        assert_eq!(postcard::from_bytes::<MpdResponse>(&b).unwrap(), r);
+        // A kind that does not exist.
+        let mut bad = postcard::to_allocvec(&JobNoticeKind::Ended).unwrap();
+        bad[0] = 200;
+        assert!(postcard::from_bytes::<JobNoticeKind>(&bad).is_err());
+    }
+
     proptest! {
         #[test]
         fn garbage_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
@@ -419,6 +504,8 @@ mod tests {
             let _ = postcard::from_bytes::<RsRequest>(&bytes);
             let _ = postcard::from_bytes::<FtRequest>(&bytes);
             let _ = postcard::from_bytes::<JobEvent>(&bytes);
+            let _ = postcard::from_bytes::<MpdResponse>(&bytes);
+            let _ = postcard::from_bytes::<JobNotice>(&bytes);
         }
     }
 }

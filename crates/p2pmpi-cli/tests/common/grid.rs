@@ -21,6 +21,8 @@ pub fn bin(name: &str) -> PathBuf {
         "runSupernode" => env!("CARGO_BIN_EXE_runSupernode").into(),
         "stopSupernode" => env!("CARGO_BIN_EXE_stopSupernode").into(),
         "supernode_stat" => env!("CARGO_BIN_EXE_supernode_stat").into(),
+        "runVisuProxy" => env!("CARGO_BIN_EXE_runVisuProxy").into(),
+        "runVisu" => env!("CARGO_BIN_EXE_runVisu").into(),
         other => panic!("no binary {other}"),
     }
 }
