@@ -1,0 +1,281 @@
+//! `p2pmpi pool` with the JEL registry replicated among three real supernode processes
+//! (Raft, `p2pmpi_jel::consensus`): members of a reliable pool, the leading supernode killed
+//! with `kill -9` (while a member is joining), then more joins, a graceful leave and a
+//! member's death; every member's event lines are compared: no event missing, the same
+//! order everywhere, nothing told twice, no `registry-lost`.
+
+mod common;
+
+use common::job::Job;
+use common::{p2pmpi_tool, run_cmd};
+use std::net::{SocketAddr, TcpListener};
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+/// Three supernodes on `NET.1`, `NET.2`, `NET.3` (one port), each with its own p2pmpi
+/// directory; `SUPERNODE` lists the three everywhere.
+struct Grid {
+    dir: PathBuf,
+}
+
+/// A port free on every one of `ips` (bound and released: nothing else on this machine
+/// picks ports in 127.0.x.y for these addresses).
+fn free_port(ips: &[String]) -> u16 {
+    for _ in 0..100 {
+        let l = TcpListener::bind((ips[0].as_str(), 0)).unwrap();
+        let port = l.local_addr().unwrap().port();
+        let others: Vec<_> = ips[1..].iter().map(|ip| TcpListener::bind((ip.as_str(), port))).collect();
+        if others.iter().all(Result::is_ok) {
+            return port;
+        }
+    }
+    panic!("no port free on {ips:?}");
+}
+
+impl Grid {
+    fn start(name: &str, net: &str) -> Grid {
+        let dir = std::env::temp_dir().join(format!("p2pmpi-poolraft-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let ips: Vec<String> = (1..=3).map(|i| format!("{net}.{i}")).collect();
+        let port = free_port(&ips);
+        let addrs: Vec<SocketAddr> = ips.iter().map(|ip| format!("{ip}:{port}").parse().unwrap()).collect();
+        let list = addrs.iter().map(SocketAddr::to_string).collect::<Vec<_>>().join(",");
+        let g = Grid { dir };
+        for (i, ip) in ips.iter().enumerate() {
+            let home = g.home(i);
+            std::fs::create_dir_all(&home).unwrap();
+            std::fs::write(
+                home.join("P2P-MPI.conf"),
+                format!("GRID_SECRET=pool raft secret\nSUPERNODE={list}\nSUPERNODE_PORT={port}\nEXTERNAL_IP={ip}\n"),
+            )
+            .unwrap();
+        }
+        let members = g.dir.join("members");
+        std::fs::create_dir_all(&members).unwrap();
+        std::fs::write(members.join("P2P-MPI.conf"), format!("GRID_SECRET=pool raft secret\nSUPERNODE={list}\n"))
+            .unwrap();
+        for i in 0..3 {
+            run_cmd(&mut g.cmd(&g.home(i), &["supernode", "start"]), LIMIT).assert_ok();
+        }
+        g
+    }
+
+    fn home(&self, i: usize) -> PathBuf {
+        self.dir.join(format!("sn{i}"))
+    }
+
+    fn cmd(&self, home: &std::path::Path, args: &[&str]) -> Command {
+        let mut c = Command::new(p2pmpi_tool());
+        c.args(args).env("P2PMPI_HOME", home).env("P2PMPI_CONF_FILE", home.join("P2P-MPI.conf"));
+        c
+    }
+
+    fn json(&self, i: usize, file: &str) -> Option<serde_json::Value> {
+        serde_json::from_str(&std::fs::read_to_string(self.home(i).join(file)).ok()?).ok()
+    }
+
+    fn pid(&self, i: usize) -> u32 {
+        self.json(i, "supernode.json").unwrap()["pid"].as_u64().unwrap() as u32
+    }
+
+    /// Waits until every supernode of `alive` names the same leader among `alive`.
+    fn leader(&self, alive: &[usize]) -> usize {
+        let deadline = Instant::now() + LIMIT;
+        loop {
+            let seen: Vec<Option<u64>> =
+                alive.iter().map(|&i| self.json(i, "jel-raft.json").and_then(|v| v["leader"].as_u64())).collect();
+            if let Some(Some(l)) = seen.first() {
+                let l = *l as usize;
+                if l > 0 && alive.contains(&(l - 1)) && seen.iter().all(|s| *s == Some(l as u64)) {
+                    return l - 1;
+                }
+            }
+            assert!(Instant::now() < deadline, "no leader agreed on among {alive:?} within {LIMIT:?}: {seen:?}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// A member started (its `me` line not waited for).
+    fn spawn(&self, pool: &str, ip: &str, extra: &[&str]) -> Job {
+        let bind = format!("{ip}:0");
+        let mut args = vec!["pool", "join", pool, "--bind", &bind, "--detect-ms", "3000"];
+        args.extend_from_slice(extra);
+        Job::spawn(&mut self.cmd(&self.dir.join("members"), &args))
+    }
+
+    fn join(&self, pool: &str, ip: &str, extra: &[&str]) -> Member {
+        Member::of(self.spawn(pool, ip, extra))
+    }
+}
+
+impl Drop for Grid {
+    fn drop(&mut self) {
+        for i in 0..3 {
+            if let Some(pid) = self.json(i, "supernode.json").and_then(|v| v["pid"].as_u64()) {
+                let _ = p2pmpi_peer::os::signal(pid as u32, libc::SIGKILL);
+            }
+        }
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+struct Member {
+    job: Job,
+    id: String,
+}
+
+impl Member {
+    fn of(job: Job) -> Member {
+        let me = job.wait_for(LIMIT, "the `me` line", |lines| {
+            let l = lines.iter().find(|l| !l.stderr)?;
+            l.text.strip_prefix("me ").map(str::to_string)
+        });
+        Member { job, id: me }
+    }
+
+    /// Its event lines (standard output after `me`).
+    fn events(&self) -> Vec<String> {
+        self.job.lines().into_iter().filter(|l| !l.stderr).skip(1).map(|l| l.text).collect()
+    }
+
+    fn wait_line(&self, line: &str) {
+        self.job.wait_for(LIMIT, line, |lines| lines.iter().any(|l| l.text == line).then_some(()));
+    }
+
+    fn joins(&self) -> Vec<String> {
+        joins(&self.events())
+    }
+
+    fn wait_joins(&self, n: usize) -> Vec<String> {
+        self.job.wait_for(LIMIT, &format!("{n} joins"), |_| {
+            let j = self.joins();
+            (j.len() >= n).then_some(j)
+        })
+    }
+}
+
+fn joins(events: &[String]) -> Vec<String> {
+    events.iter().filter_map(|l| l.strip_prefix("joined ")).map(|r| r.split(' ').next().unwrap().to_string()).collect()
+}
+
+/// What `events` says after the line telling `id`'s join.
+fn after_join(events: &[String], id: &str) -> Vec<String> {
+    let k = events
+        .iter()
+        .position(|l| l.starts_with(&format!("joined {id} ")))
+        .unwrap_or_else(|| panic!("no join of {id} in {events:#?}"));
+    events[k + 1..].to_vec()
+}
+
+/// Nothing told twice, no lost registry, no exclusion.
+fn assert_clean(name: &str, events: &[String]) {
+    for (k, l) in events.iter().enumerate() {
+        assert!(!l.starts_with("registry-lost") && l != "excluded", "{name}: {l} in {events:#?}");
+        if !l.starts_with("elected ") {
+            assert!(!events[k + 1..].contains(l), "{name}: {l} told twice in {events:#?}");
+        }
+    }
+}
+
+#[test]
+fn killing_the_leading_supernode_loses_and_reorders_no_event() {
+    let g = Grid::start("failover", "127.0.9");
+    let first = g.leader(&[0, 1, 2]);
+    let a = g.join("work", "127.0.10.1", &["--elect", "master"]);
+    a.wait_line(&format!("elected master {}", a.id));
+    let b = g.join("work", "127.0.10.2", &["--elect", "master"]);
+    let c = g.join("work", "127.0.10.3", &[]);
+    for m in [&a, &b, &c] {
+        m.wait_joins(3);
+    }
+
+    // kill -9 of the leading supernode while a member is joining.
+    let f = g.spawn("work", "127.0.10.6", &[]);
+    p2pmpi_peer::os::signal(g.pid(first), libc::SIGKILL).unwrap();
+    let alive: Vec<usize> = (0..3).filter(|&i| i != first).collect();
+    let second = g.leader(&alive);
+    assert_ne!(second, first);
+    let f = Member::of(f);
+
+    // More joins through the new leader, a graceful leave, a death and a re-election.
+    let d = g.join("work", "127.0.10.4", &["--elect", "master"]);
+    let e = g.join("work", "127.0.10.5", &[]);
+    let all = [&a, &b, &c, &f, &d, &e];
+    for m in all {
+        m.wait_joins(6);
+    }
+    c.job.wait_for(LIMIT, "6 joins", |_| (c.joins().len() >= 6).then_some(()));
+    p2pmpi_peer::os::signal(c.job.pid(), libc::SIGTERM).unwrap();
+    let survivors = [&b, &f, &d, &e];
+    for m in [&a, &b, &f, &d, &e] {
+        m.wait_line(&format!("left {}", c.id));
+    }
+    p2pmpi_peer::os::signal(a.job.pid(), libc::SIGKILL).unwrap();
+    for m in survivors {
+        m.wait_line(&format!("died {}", a.id));
+        m.wait_line(&format!("elected master {}", b.id));
+    }
+
+    // The same joins, in the same order, everywhere.
+    let order = b.joins();
+    assert_eq!(order.len(), 6, "{:#?}", b.events());
+    assert_eq!(&order[..3], [a.id.clone(), b.id.clone(), c.id.clone()]);
+    let a_events = a.events();
+    let c_events = c.events();
+    let named: Vec<(&str, Vec<String>)> = vec![
+        ("a", a_events.clone()),
+        ("b", b.events()),
+        ("c", c_events.clone()),
+        ("d", d.events()),
+        ("e", e.events()),
+        ("f", f.events()),
+    ];
+    for (name, ev) in &named {
+        assert_clean(name, ev);
+        let j = joins(ev);
+        assert_eq!(j, order[..j.len()], "member {name}'s joins: {ev:#?}");
+    }
+    // Every member was told, after its own join, what the earliest survivor (b) was told
+    // after that join: the same events in the same order (a member that went earlier, a
+    // prefix). For a, which joined before b, from b's join on (b learned what came before
+    // its join as the pool's state).
+    let reference = b.events();
+    let ids = [("a", &b.id), ("b", &b.id), ("c", &c.id), ("d", &d.id), ("e", &e.id), ("f", &f.id)];
+    for ((name, ev), (_, id)) in named.iter().zip(ids) {
+        let mut mine = after_join(ev, id);
+        let theirs = after_join(&reference, id);
+        // A newcomer is told the pool's state: the members (its own join last), then the
+        // winners of the elections so far — which the others were told before its join.
+        let before = &reference[..reference.len() - theirs.len()];
+        while mine.first().is_some_and(|l| l.starts_with("elected ") && before.contains(l)) && *name != "a" {
+            mine.remove(0);
+        }
+        let gone = *name == "a" || *name == "c";
+        if gone {
+            assert!(theirs.starts_with(&mine), "member {name}: {mine:#?}\nthe reference after its join: {theirs:#?}");
+        } else {
+            assert_eq!(mine, theirs, "member {name} after its join; b: {reference:#?}");
+        }
+    }
+    eprintln!("supernode {first} led, then {second}; b was told: {reference:#?}");
+    let tail: Vec<&String> = reference.iter().filter(|l| !l.starts_with("joined ")).collect();
+    let want_end = [format!("left {}", c.id), format!("died {}", a.id), format!("elected master {}", b.id)];
+    assert_eq!(tail[tail.len() - 3..], want_end.iter().collect::<Vec<_>>(), "{reference:#?}");
+
+    // `pool list` finds the leader through any supernode (a follower names it).
+    let list = run_cmd(&mut g.cmd(&g.dir.join("members"), &["pool", "list", "work"]), LIMIT);
+    list.assert_ok();
+    let listed: Vec<&str> = list.stdout.lines().map(|l| l.split(' ').next().unwrap()).collect();
+    let live: Vec<&str> = order.iter().map(String::as_str).filter(|i| *i != a.id && *i != c.id).collect();
+    assert_eq!(listed, live);
+    for m in survivors {
+        p2pmpi_peer::os::signal(m.job.pid(), libc::SIGTERM).unwrap();
+    }
+    drop(a_events);
+    drop(c_events);
+}
