@@ -1,8 +1,10 @@
 //! `p2pmpi pool` with the JEL registry replicated among three real supernode processes
 //! (Raft, `p2pmpi_jel::consensus`): members of a reliable pool, the leading supernode killed
 //! with `kill -9` (while a member is joining), then more joins, a graceful leave and a
-//! member's death; every member's event lines are compared: no event missing, the same
-//! order everywhere, nothing told twice, no `registry-lost`.
+//! member's death; the killed supernode restarted (it reads its log back and catches up),
+//! the second leader killed in turn, and more events again. Every member's event lines
+//! are compared: no event missing, the same order everywhere, nothing told twice, no
+//! `registry-lost`.
 
 mod common;
 
@@ -94,6 +96,23 @@ impl Grid {
                 }
             }
             assert!(Instant::now() < deadline, "no leader agreed on among {alive:?} within {LIMIT:?}: {seen:?}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Waits until the supernode `i` follows `leader` and committed as far as the leader
+    /// had when this was called.
+    fn caught_up(&self, i: usize, leader: usize) {
+        let deadline = Instant::now() + LIMIT;
+        let commit = |j: usize| self.json(j, "jel-raft.json").and_then(|v| v["commit"].as_u64());
+        let target = commit(leader).unwrap();
+        loop {
+            let st = self.json(i, "jel-raft.json");
+            let follows = st.as_ref().and_then(|v| v["leader"].as_u64()) == Some(leader as u64 + 1);
+            if follows && commit(i).is_some_and(|c| c >= target) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "supernode {i} did not catch up with {leader} (index {target}): {st:?}");
             std::thread::sleep(Duration::from_millis(50));
         }
     }
@@ -205,77 +224,104 @@ fn killing_the_leading_supernode_loses_and_reorders_no_event() {
     // More joins through the new leader, a graceful leave, a death and a re-election.
     let d = g.join("work", "127.0.10.4", &["--elect", "master"]);
     let e = g.join("work", "127.0.10.5", &[]);
-    let all = [&a, &b, &c, &f, &d, &e];
-    for m in all {
+    for m in [&a, &b, &c, &f, &d, &e] {
         m.wait_joins(6);
     }
-    c.job.wait_for(LIMIT, "6 joins", |_| (c.joins().len() >= 6).then_some(()));
     p2pmpi_peer::os::signal(c.job.pid(), libc::SIGTERM).unwrap();
-    let survivors = [&b, &f, &d, &e];
     for m in [&a, &b, &f, &d, &e] {
         m.wait_line(&format!("left {}", c.id));
     }
     p2pmpi_peer::os::signal(a.job.pid(), libc::SIGKILL).unwrap();
-    for m in survivors {
+    for m in [&b, &f, &d, &e] {
         m.wait_line(&format!("died {}", a.id));
         m.wait_line(&format!("elected master {}", b.id));
     }
 
+    // The killed supernode comes back (its log read back from its file) and catches up;
+    // then the second leader is killed too: the first and the third go on.
+    run_cmd(&mut g.cmd(&g.home(first), &["supernode", "start"]), LIMIT).assert_ok();
+    g.caught_up(first, second);
+    p2pmpi_peer::os::signal(g.pid(second), libc::SIGKILL).unwrap();
+    let alive: Vec<usize> = (0..3).filter(|&i| i != second).collect();
+    let third = g.leader(&alive);
+    let h = g.join("work", "127.0.10.7", &[]);
+    for m in [&b, &f, &d, &e] {
+        m.wait_joins(7);
+    }
+    // A newcomer is told the members alive (a died, c left).
+    h.wait_joins(5);
+    p2pmpi_peer::os::signal(e.job.pid(), libc::SIGTERM).unwrap();
+    for m in [&b, &f, &d, &h] {
+        m.wait_line(&format!("left {}", e.id));
+    }
+    p2pmpi_peer::os::signal(b.job.pid(), libc::SIGKILL).unwrap();
+    for m in [&f, &d, &h] {
+        m.wait_line(&format!("died {}", b.id));
+        m.wait_line(&format!("elected master {}", d.id));
+    }
+
     // The same joins, in the same order, everywhere.
-    let order = b.joins();
-    assert_eq!(order.len(), 6, "{:#?}", b.events());
+    let order = f.joins();
+    assert_eq!(order.len(), 7, "{:#?}", f.events());
     assert_eq!(&order[..3], [a.id.clone(), b.id.clone(), c.id.clone()]);
-    let a_events = a.events();
-    let c_events = c.events();
-    let named: Vec<(&str, Vec<String>)> = vec![
-        ("a", a_events.clone()),
-        ("b", b.events()),
-        ("c", c_events.clone()),
-        ("d", d.events()),
-        ("e", e.events()),
-        ("f", f.events()),
-    ];
-    for (name, ev) in &named {
-        assert_clean(name, ev);
-        let j = joins(ev);
-        assert_eq!(j, order[..j.len()], "member {name}'s joins: {ev:#?}");
+    let named: Vec<(&str, &Member)> = vec![("a", &a), ("b", &b), ("c", &c), ("d", &d), ("e", &e), ("f", &f), ("h", &h)];
+    for (name, m) in &named {
+        let ev = m.events();
+        assert_clean(name, &ev);
+        let j = joins(&ev);
+        let k = order.iter().position(|i| *i == m.id).unwrap();
+        // Every join from its own on; before its own, the members alive when it joined.
+        let want: Vec<&String> = order.iter().enumerate().filter(|(x, i)| *x >= k || j.contains(i)).map(|p| p.1).collect();
+        assert_eq!(j.iter().collect::<Vec<_>>(), want[..j.len()], "member {name}'s joins: {ev:#?}");
     }
-    // Every member was told, after its own join, what the earliest survivor (b) was told
-    // after that join: the same events in the same order (a member that went earlier, a
-    // prefix). For a, which joined before b, from b's join on (b learned what came before
-    // its join as the pool's state).
-    let reference = b.events();
-    let ids = [("a", &b.id), ("b", &b.id), ("c", &c.id), ("d", &d.id), ("e", &e.id), ("f", &f.id)];
-    for ((name, ev), (_, id)) in named.iter().zip(ids) {
-        let mut mine = after_join(ev, id);
-        let theirs = after_join(&reference, id);
-        // A newcomer is told the pool's state: the members (its own join last), then the
-        // winners of the elections so far — which the others were told before its join.
-        let before = &reference[..reference.len() - theirs.len()];
-        while mine.first().is_some_and(|l| l.starts_with("elected ") && before.contains(l)) && *name != "a" {
-            mine.remove(0);
+    // Every member was told, after its own join, what f (the earliest member alive at the
+    // end) was told after that join: the same events in the same order (a member that went
+    // earlier, a prefix). For the members that joined before f, from f's join on (f
+    // learned what came before its join as the pool's state).
+    let reference = f.events();
+    let f_at = order.iter().position(|i| *i == f.id).unwrap();
+    for (name, m) in &named {
+        let ev = m.events();
+        let k = order.iter().position(|i| *i == m.id).unwrap();
+        let from = if k < f_at { &f.id } else { &m.id };
+        let mut mine = after_join(&ev, from);
+        let theirs = after_join(&reference, from);
+        if k >= f_at {
+            // A newcomer is told the pool's state: the members (its own join last), then
+            // the winners of the elections so far — which the others were told before its
+            // join.
+            let before = &reference[..reference.len() - theirs.len()];
+            while mine.first().is_some_and(|l| l.starts_with("elected ") && before.contains(l)) {
+                mine.remove(0);
+            }
         }
-        let gone = *name == "a" || *name == "c";
-        if gone {
-            assert!(theirs.starts_with(&mine), "member {name}: {mine:#?}\nthe reference after its join: {theirs:#?}");
+        let alive_at_end = ["d", "f", "h"].contains(name);
+        if alive_at_end {
+            assert_eq!(mine, theirs, "member {name} after the join of {from}; f: {reference:#?}");
         } else {
-            assert_eq!(mine, theirs, "member {name} after its join; b: {reference:#?}");
+            assert!(theirs.starts_with(&mine), "member {name}: {mine:#?}\nf after the join of {from}: {theirs:#?}");
         }
     }
-    eprintln!("supernode {first} led, then {second}; b was told: {reference:#?}");
+    eprintln!("supernode {first} led, then {second}, then {third}; f was told: {reference:#?}");
     let tail: Vec<&String> = reference.iter().filter(|l| !l.starts_with("joined ")).collect();
-    let want_end = [format!("left {}", c.id), format!("died {}", a.id), format!("elected master {}", b.id)];
-    assert_eq!(tail[tail.len() - 3..], want_end.iter().collect::<Vec<_>>(), "{reference:#?}");
+    let want_end = [
+        format!("left {}", c.id),
+        format!("died {}", a.id),
+        format!("elected master {}", b.id),
+        format!("left {}", e.id),
+        format!("died {}", b.id),
+        format!("elected master {}", d.id),
+    ];
+    assert_eq!(tail[tail.len() - 6..], want_end.iter().collect::<Vec<_>>(), "{reference:#?}");
 
     // `pool list` finds the leader through any supernode (a follower names it).
     let list = run_cmd(&mut g.cmd(&g.dir.join("members"), &["pool", "list", "work"]), LIMIT);
     list.assert_ok();
     let listed: Vec<&str> = list.stdout.lines().map(|l| l.split(' ').next().unwrap()).collect();
-    let live: Vec<&str> = order.iter().map(String::as_str).filter(|i| *i != a.id && *i != c.id).collect();
+    let gone = [&a.id, &b.id, &c.id, &e.id];
+    let live: Vec<&str> = order.iter().filter(|i| !gone.contains(i)).map(String::as_str).collect();
     assert_eq!(listed, live);
-    for m in survivors {
+    for m in [&d, &f, &h] {
         p2pmpi_peer::os::signal(m.job.pid(), libc::SIGTERM).unwrap();
     }
-    drop(a_events);
-    drop(c_events);
 }

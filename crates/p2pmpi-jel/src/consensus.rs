@@ -40,17 +40,18 @@
 //! [`SnRequest::Raft`]; a message that does not decode, or claims another sender than its
 //! connection's, closes that connection.
 //!
-//! # Storage: in memory
+//! # Storage
 //!
-//! The log lives in memory (raft-rs's [`MemStorage`]) and is never compacted: it is the
-//! pools' inputs since the supernodes started. A supernode that restarts comes back with an
-//! empty log and catches up from the leader, which sends it the whole log (no snapshot is
-//! ever needed since nothing is compacted). Since it forgot its votes and its log, a
-//! restarted supernode does not vote until it caught up: it ignores vote requests until it
-//! has heard from a leader and committed as far as that leader had, or until
-//! [`REJOIN_QUIET`] passed without hearing any leader (the whole group starting). The group
-//! of three therefore survives one supernode down (killed, or restarted and not yet caught
-//! up), as Raft promises with durable storage; losing two loses the pools.
+//! The log is raft-rs's [`MemStorage`], mirrored in a file ([`Disk`]: the supernode's
+//! `jel-raft.log`): every entry appended, every hard state (term, vote, commit) written
+//! before the messages that depend on them are sent, and read back when the supernode
+//! starts. Raft needs this: a supernode that came back having forgotten its votes and its
+//! log could elect a leader missing committed entries (and raft-rs stops on a commit index
+//! beyond its log). The file is written, not synced: it survives the process's death
+//! (`kill -9`), not the host's. It is never compacted (the pools' inputs since the group
+//! first started; a snapshot would need the pools' servers serializable): a supernode that
+//! restarts replays it, then catches up from the leader. A file written for another
+//! `SUPERNODE` list is set aside (`.old`) and the supernode starts empty.
 
 use crate::net;
 use p2pmpi_core::jel::central;
@@ -58,12 +59,14 @@ use p2pmpi_wire::grid::SnRequest;
 use p2pmpi_wire::secure::{GridSecret, SecureConn};
 use parking_lot::Mutex;
 use protobuf::Message as _;
-use raft::eraftpb::{ConfState, Entry, EntryType, Message, MessageType};
+use raft::eraftpb::{ConfState, Entry, EntryType, HardState, Message};
 use raft::storage::MemStorage;
 use raft::{RawNode, StateRole};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
+use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, SyncSender, TrySendError};
 use std::sync::Arc;
@@ -76,9 +79,6 @@ pub const TICK: Duration = Duration::from_millis(100);
 const ELECTION_TICKS: usize = 10;
 /// The leader's heartbeat, in ticks.
 const HEARTBEAT_TICKS: usize = 2;
-/// A supernode that starts with an empty memory votes once it caught up with a leader, or
-/// after this long without hearing one.
-pub const REJOIN_QUIET: Duration = Duration::from_secs(3);
 /// Messages queued for a peer supernode that does not read, at most (then dropped: Raft
 /// sends again).
 const PEER_QUEUE: usize = 4096;
@@ -134,12 +134,14 @@ pub struct Node {
 impl Node {
     /// Starts this supernode's member of the group `peers` (in `SUPERNODE`'s order: the
     /// first is id 1), `me` being its index there from 0. `local` is the address its
-    /// connections to the others leave from.
+    /// connections to the others leave from; `log` the file that keeps its log (`None`:
+    /// memory only, for tests).
     pub fn start(
         peers: Vec<SocketAddr>,
         me: usize,
         secret: GridSecret,
         local: Option<IpAddr>,
+        log: Option<PathBuf>,
         sm: impl Apply,
     ) -> Result<Arc<Node>, String> {
         let ids: Vec<u64> = (1..=peers.len() as u64).collect();
@@ -156,6 +158,11 @@ impl Node {
         };
         cfg.validate().map_err(|e| e.to_string())?;
         let storage = MemStorage::new_with_conf_state(ConfState::from((ids.clone(), vec![])));
+        let group = format!("p2pmpi jel raft 1 {me_id} {peers:?}");
+        let disk = match log {
+            Some(path) => Some(Disk::open(&path, &group, &storage).map_err(|e| format!("{}: {e}", path.display()))?),
+            None => None,
+        };
         let logger = slog::Logger::root(slog::Discard, slog::o!());
         let raw = RawNode::new(&cfg, storage, &logger).map_err(|e| e.to_string())?;
         let (tx, rx) = std::sync::mpsc::channel();
@@ -168,7 +175,7 @@ impl Node {
             commit: AtomicU64::new(0),
         });
         let n = node.clone();
-        let driver = Driver { node: n, raw, rx, tx, secret, local, out: HashMap::new(), sm, caught_up: None };
+        let driver = Driver { node: n, raw, rx, tx, secret, local, out: HashMap::new(), sm, disk };
         std::thread::Builder::new()
             .name("jel-raft".into())
             .spawn(move || driver.run())
@@ -249,38 +256,19 @@ struct Driver<A: Apply> {
     local: Option<IpAddr>,
     out: HashMap<u64, (u64, SyncSender<Vec<u8>>)>,
     sm: A,
-    /// Votes are granted from then on (see the module's "Storage").
-    caught_up: Option<Instant>,
+    disk: Option<Disk>,
 }
 
 impl<A: Apply> Driver<A> {
     fn run(mut self) {
-        let started = Instant::now();
         let mut next_tick = Instant::now() + TICK;
-        let mut rejoin_at: Option<u64> = None;
         let mut leading = false;
         let mut leader = 0u64;
         loop {
             let wait = next_tick.saturating_duration_since(Instant::now());
             match self.rx.recv_timeout(wait) {
                 Ok(In::Step(m)) => {
-                    let m = *m;
-                    let from_leader = matches!(
-                        m.get_msg_type(),
-                        MessageType::MsgAppend | MessageType::MsgHeartbeat | MessageType::MsgSnapshot
-                    );
-                    let vote = matches!(m.get_msg_type(), MessageType::MsgRequestVote | MessageType::MsgRequestPreVote);
-                    if self.caught_up.is_none() {
-                        if from_leader && rejoin_at.is_none() {
-                            rejoin_at = Some(m.commit);
-                        }
-                        if started.elapsed() >= REJOIN_QUIET && rejoin_at.is_none() {
-                            self.caught_up = Some(Instant::now());
-                        }
-                    }
-                    if vote && self.caught_up.is_none() {
-                        debug!("jel raft: a vote request ignored: this supernode has not caught up yet");
-                    } else if let Err(e) = self.raw.step(m) {
+                    if let Err(e) = self.raw.step(*m) {
                         debug!("jel raft: a message refused: {e}");
                     }
                 }
@@ -300,17 +288,6 @@ impl<A: Apply> Driver<A> {
                 next_tick += TICK;
                 if next_tick < Instant::now() {
                     next_tick = Instant::now() + TICK;
-                }
-                if self.caught_up.is_none() && rejoin_at.is_none() && started.elapsed() >= REJOIN_QUIET {
-                    self.caught_up = Some(Instant::now());
-                }
-            }
-            if self.caught_up.is_none() {
-                if let Some(c) = rejoin_at {
-                    if self.raw.raft.raft_log.committed >= c {
-                        info!("jel raft: caught up with the leader (index {c}): votes from now on");
-                        self.caught_up = Some(Instant::now());
-                    }
                 }
             }
             if self.raw.has_ready() {
@@ -355,14 +332,27 @@ impl<A: Apply> Driver<A> {
             if let Err(e) = self.raw.mut_store().wl().append(rd.entries()) {
                 warn!("jel raft: entries not stored: {e}");
             }
+            if let Some(d) = &mut self.disk {
+                d.entries(rd.entries());
+            }
         }
         if let Some(hs) = rd.hs() {
             self.raw.mut_store().wl().set_hardstate(hs.clone());
+            if let Some(d) = &mut self.disk {
+                d.hard_state(hs);
+            }
+        }
+        if let Some(d) = &mut self.disk {
+            d.flush();
         }
         self.send(rd.take_persisted_messages());
         let mut light = self.raw.advance(rd);
         if let Some(c) = light.commit_index() {
             self.raw.mut_store().wl().mut_hard_state().set_commit(c);
+            if let Some(d) = &mut self.disk {
+                d.commit(c);
+                d.flush();
+            }
         }
         self.send(light.take_messages());
         let committed = light.take_committed_entries();
@@ -436,5 +426,124 @@ impl<A: Apply> Driver<A> {
             let _ = self.tx.send(In::Unreachable(to));
         }
         (conn, qtx)
+    }
+}
+
+/// The log's file: records `[tag u8][length u32 LE][payload]` — 0 the group (the first
+/// record: which supernode of which `SUPERNODE` list wrote it), 1 a hard state, 2 an entry
+/// (raft-rs's protobuf encoding both), 3 a commit index (u64 LE). Read back in order into
+/// the [`MemStorage`] (an entry overwrites the ones from its index on, as when it was
+/// appended); a record cut short by a crash ends the file.
+struct Disk {
+    file: std::io::BufWriter<std::fs::File>,
+    path: PathBuf,
+}
+
+impl Disk {
+    fn open(path: &Path, group: &str, storage: &MemStorage) -> std::io::Result<Disk> {
+        let mut bytes = Vec::new();
+        match std::fs::File::open(path) {
+            Ok(mut f) => {
+                f.read_to_end(&mut bytes)?;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+        let mut good = 0usize;
+        let mut records = 0usize;
+        let mut pos = 0usize;
+        let mut ours = bytes.is_empty();
+        while pos + 5 <= bytes.len() {
+            let tag = bytes[pos];
+            let len = u32::from_le_bytes(bytes[pos + 1..pos + 5].try_into().expect("4 bytes")) as usize;
+            let Some(body) = bytes.get(pos + 5..pos + 5 + len) else { break };
+            if records == 0 {
+                if tag != 0 || body != group.as_bytes() {
+                    break;
+                }
+                ours = true;
+            } else {
+                let last = raft::Storage::last_index(storage).unwrap_or(0);
+                let mut core = storage.wl();
+                let ok = match tag {
+                    1 => HardState::parse_from_bytes(body).map(|hs| core.set_hardstate(hs)).is_ok(),
+                    2 => match Entry::parse_from_bytes(body) {
+                        Ok(e) if e.index >= 1 && e.index <= last + 1 => core.append(&[e]).is_ok(),
+                        _ => false,
+                    },
+                    3 if len == 8 => {
+                        let c = u64::from_le_bytes(body.try_into().expect("8 bytes"));
+                        core.mut_hard_state().set_commit(c);
+                        true
+                    }
+                    _ => false,
+                };
+                if !ok {
+                    break;
+                }
+            }
+            pos += 5 + len;
+            good = pos;
+            records += 1;
+        }
+        if !ours {
+            let old = path.with_extension("old");
+            warn!("jel raft: {} was written for another group of supernodes: moved to {}", path.display(), old.display());
+            std::fs::rename(path, &old)?;
+            good = 0;
+            records = 0;
+        }
+        let file = std::fs::OpenOptions::new().create(true).write(true).truncate(false).open(path)?;
+        // What follows the last whole record (a write cut short) is dropped.
+        file.set_len(good as u64)?;
+        let mut file = std::io::BufWriter::new(file);
+        std::io::Seek::seek(&mut file, std::io::SeekFrom::End(0))?;
+        let mut d = Disk { file, path: path.to_path_buf() };
+        if records == 0 {
+            d.record(0, group.as_bytes());
+            d.flush();
+        } else {
+            let last = raft::Storage::last_index(storage).unwrap_or(0);
+            let core = storage.rl();
+            info!(
+                "jel raft: {} read back: {last} entries, term {}, commit {}",
+                path.display(),
+                core.hard_state().term,
+                core.hard_state().commit
+            );
+        }
+        Ok(d)
+    }
+
+    fn record(&mut self, tag: u8, body: &[u8]) {
+        let mut head = [tag, 0, 0, 0, 0];
+        head[1..].copy_from_slice(&(body.len() as u32).to_le_bytes());
+        if let Err(e) = self.file.write_all(&head).and_then(|()| self.file.write_all(body)) {
+            warn!("jel raft: cannot write {}: {e}", self.path.display());
+        }
+    }
+
+    fn entries(&mut self, ents: &[Entry]) {
+        for e in ents {
+            if let Ok(b) = e.write_to_bytes() {
+                self.record(2, &b);
+            }
+        }
+    }
+
+    fn hard_state(&mut self, hs: &HardState) {
+        if let Ok(b) = hs.write_to_bytes() {
+            self.record(1, &b);
+        }
+    }
+
+    fn commit(&mut self, c: u64) {
+        self.record(3, &c.to_le_bytes());
+    }
+
+    fn flush(&mut self) {
+        if let Err(e) = self.file.flush() {
+            warn!("jel raft: cannot write {}: {e}", self.path.display());
+        }
     }
 }

@@ -108,15 +108,17 @@ impl Registry {
 
     /// The registry replicated among the supernodes `peers` (`SUPERNODE`'s list, the same
     /// on every one), this one being `peers[me]`; `local` is the address its connections
-    /// to the others leave from.
+    /// to the others leave from, `log` the file keeping its Raft log
+    /// ([`consensus::Node::start`]).
     pub fn replicated(
         peers: Vec<SocketAddr>,
         me: usize,
         secret: GridSecret,
         local: Option<std::net::IpAddr>,
+        log: Option<std::path::PathBuf>,
     ) -> Result<Registry, String> {
         let registry = Registry::new();
-        let node = consensus::Node::start(peers, me, secret, local, Machine { registry: registry.clone() })?;
+        let node = consensus::Node::start(peers, me, secret, local, log, Machine { registry: registry.clone() })?;
         let _ = registry.raft.set(node);
         Ok(registry)
     }

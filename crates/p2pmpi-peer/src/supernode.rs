@@ -16,8 +16,8 @@
 //! replicate the registry with Raft ([`p2pmpi_jel::consensus`]): the leader serves the
 //! members, the others answer them with the leader's address, and the pools survive the
 //! death of any minority of the supernodes. Their Raft messages come on connections opened
-//! with [`SnRequest::Raft`]; this supernode's view of the group is published in
-//! `jel-raft.json` in its p2pmpi directory.
+//! with [`SnRequest::Raft`]; its log is kept in `jel-raft.log` and its view of the group
+//! published in `jel-raft.json`, both in its p2pmpi directory.
 
 use crate::home::{Home, SupernodeState};
 use crate::server;
@@ -79,7 +79,8 @@ pub fn run(opts: SupernodeOpts) -> Result<()> {
     let jel = match opts.supernodes.iter().position(|a| *a == addr) {
         Some(me) if opts.supernodes.len() > 1 => {
             info!("the JEL registry is replicated among the supernodes {:?}", opts.supernodes);
-            p2pmpi_jel::registry::Registry::replicated(opts.supernodes.clone(), me, opts.secret.clone(), Some(addr.ip()))
+            let log = Some(opts.home.dir.join("jel-raft.log"));
+            p2pmpi_jel::registry::Registry::replicated(opts.supernodes.clone(), me, opts.secret.clone(), Some(addr.ip()), log)
                 .map_err(|e| anyhow::anyhow!("cannot start the JEL registry's consensus: {e}"))?
         }
         None if opts.supernodes.len() > 1 => {
