@@ -4,7 +4,8 @@
 //! member's death; the killed supernode restarted (it reads its log back and catches up),
 //! the second leader killed in turn, and more events again. Every member's event lines
 //! are compared: no event missing, the same order everywhere, nothing told twice, no
-//! `registry-lost`.
+//! `registry-lost` — until the third leader is killed too: without a majority, each member
+//! is told once that the registry is lost.
 
 mod common;
 
@@ -77,6 +78,10 @@ impl Grid {
 
     fn json(&self, i: usize, file: &str) -> Option<serde_json::Value> {
         serde_json::from_str(&std::fs::read_to_string(self.home(i).join(file)).ok()?).ok()
+    }
+
+    fn addr(&self, i: usize) -> String {
+        self.json(i, "supernode.json").unwrap()["addr"].as_str().unwrap().to_string()
     }
 
     fn pid(&self, i: usize) -> u32 {
@@ -321,7 +326,16 @@ fn killing_the_leading_supernode_loses_and_reorders_no_event() {
     let gone = [&a.id, &b.id, &c.id, &e.id];
     let live: Vec<&str> = order.iter().filter(|i| !gone.contains(i)).map(String::as_str).collect();
     assert_eq!(listed, live);
-    for m in [&d, &f, &h] {
-        p2pmpi_peer::os::signal(m.job.pid(), libc::SIGTERM).unwrap();
+
+    // Without a majority of the supernodes (the third leader killed too: one is left, which
+    // cannot be elected), each member looks for a leader for a while, then is told once
+    // that the registry is lost.
+    p2pmpi_peer::os::signal(g.pid(third), libc::SIGKILL).unwrap();
+    for (name, m) in [("d", d), ("f", f), ("h", h)] {
+        let ended = m.job.end(LIMIT);
+        assert_eq!(ended.code, 1, "member {name}: {}", ended.text);
+        let lost = ended.stdout.lines().filter(|l| l.starts_with("registry-lost ")).count();
+        assert_eq!(lost, 1, "member {name}: {}", ended.stdout);
+        assert!(ended.stdout.ends_with(&format!("registry-lost {}\n", g.addr(0))), "member {name}: {}", ended.stdout);
     }
 }

@@ -547,3 +547,108 @@ impl Disk {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use raft::Storage as _;
+
+    fn entry(index: u64, term: u64, data: &[u8]) -> Entry {
+        let mut e = Entry::default();
+        e.index = index;
+        e.term = term;
+        e.data = data.to_vec().into();
+        e
+    }
+
+    fn storage() -> MemStorage {
+        MemStorage::new_with_conf_state(ConfState::from((vec![1, 2, 3], vec![])))
+    }
+
+    fn entries(s: &MemStorage) -> Vec<(u64, u64, Vec<u8>)> {
+        let last = s.last_index().unwrap();
+        if last == 0 {
+            return Vec::new();
+        }
+        let got = s.entries(1, last + 1, None, raft::GetEntriesContext::empty(false)).unwrap();
+        got.into_iter().map(|e| (e.index, e.term, e.data.to_vec())).collect()
+    }
+
+    /// What was written is read back: entries (a later append overwriting a suffix, as Raft
+    /// does when a new leader's log wins), the hard state, the commit; a record cut short
+    /// by a crash is dropped and the file goes on after the last whole one; a file of
+    /// another group is set aside.
+    #[test]
+    fn the_log_file_is_read_back_as_it_was_written() {
+        let dir = std::env::temp_dir().join(format!("p2pmpi-jel-raft-disk-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("jel-raft.log");
+        let group = "p2pmpi jel raft 1 1 [a, b, c]";
+        {
+            let s = storage();
+            let mut d = Disk::open(&path, group, &s).unwrap();
+            d.entries(&[entry(1, 1, b"one"), entry(2, 1, b"two"), entry(3, 1, b"three")]);
+            let mut hs = HardState::default();
+            hs.term = 2;
+            hs.vote = 3;
+            d.hard_state(&hs);
+            // A new leader's entries replace the third one.
+            d.entries(&[entry(3, 2, b"three again"), entry(4, 2, b"four")]);
+            d.commit(3);
+            d.flush();
+        }
+        let s = storage();
+        drop(Disk::open(&path, group, &s).unwrap());
+        let want = vec![
+            (1, 1, b"one".to_vec()),
+            (2, 1, b"two".to_vec()),
+            (3, 2, b"three again".to_vec()),
+            (4, 2, b"four".to_vec()),
+        ];
+        assert_eq!(entries(&s), want);
+        let hs = s.initial_state().unwrap().hard_state;
+        assert_eq!((hs.term, hs.vote, hs.commit), (2, 3, 3));
+
+        // A crash in the middle of a record: the whole ones are kept, and what is written
+        // next follows them.
+        let len = std::fs::metadata(&path).unwrap().len();
+        {
+            let mut f = std::fs::OpenOptions::new().append(true).open(&path).unwrap();
+            f.write_all(&[2, 200, 0, 0, 0, 1, 2, 3]).unwrap();
+        }
+        {
+            let s = storage();
+            let mut d = Disk::open(&path, group, &s).unwrap();
+            assert_eq!(std::fs::metadata(&path).unwrap().len(), len);
+            d.entries(&[entry(5, 2, b"five")]);
+            d.flush();
+        }
+        let s = storage();
+        drop(Disk::open(&path, group, &s).unwrap());
+        assert_eq!(entries(&s).len(), 5);
+
+        // Another group's file is moved aside; the supernode starts empty.
+        let s = storage();
+        drop(Disk::open(&path, "p2pmpi jel raft 1 2 [x, y, z]", &s).unwrap());
+        assert!(entries(&s).is_empty());
+        assert!(path.with_extension("old").exists());
+        let s = storage();
+        drop(Disk::open(&path, "p2pmpi jel raft 1 2 [x, y, z]", &s).unwrap());
+        assert!(entries(&s).is_empty());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn commands_round_trip() {
+        let cmds = [
+            Command::Create { pool: "p".into(), config: central::Config::default(), seed: 7 },
+            Command::Input { pool: "p".into(), entry: vec![1, 2, 3] },
+            Command::Forget { pool: "p".into(), applied: 9 },
+        ];
+        for c in cmds {
+            let b = postcard::to_allocvec(&c).unwrap();
+            assert_eq!(postcard::from_bytes::<Command>(&b).unwrap(), c);
+        }
+    }
+}
