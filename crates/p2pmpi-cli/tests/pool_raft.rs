@@ -220,11 +220,17 @@ fn killing_the_leading_supernode_loses_and_reorders_no_event() {
 
     // kill -9 of the leading supernode while a member is joining.
     let f = g.spawn("work", "127.0.10.6", &[]);
+    let killed = Instant::now();
     p2pmpi_peer::os::signal(g.pid(first), libc::SIGKILL).unwrap();
     let alive: Vec<usize> = (0..3).filter(|&i| i != first).collect();
     let second = g.leader(&alive);
+    let elected_after = killed.elapsed();
     assert_ne!(second, first);
     let f = Member::of(f);
+    eprintln!(
+        "leader killed: a new one after {elected_after:?}, the member joining then joined after {:?}",
+        killed.elapsed()
+    );
 
     // More joins through the new leader, a graceful leave, a death and a re-election.
     let d = g.join("work", "127.0.10.4", &["--elect", "master"]);
@@ -276,7 +282,8 @@ fn killing_the_leading_supernode_loses_and_reorders_no_event() {
         let j = joins(&ev);
         let k = order.iter().position(|i| *i == m.id).unwrap();
         // Every join from its own on; before its own, the members alive when it joined.
-        let want: Vec<&String> = order.iter().enumerate().filter(|(x, i)| *x >= k || j.contains(i)).map(|p| p.1).collect();
+        let want: Vec<&String> =
+            order.iter().enumerate().filter(|(x, i)| *x >= k || j.contains(i)).map(|p| p.1).collect();
         assert_eq!(j.iter().collect::<Vec<_>>(), want[..j.len()], "member {name}'s joins: {ev:#?}");
     }
     // Every member was told, after its own join, what f (the earliest member alive at the
@@ -330,9 +337,11 @@ fn killing_the_leading_supernode_loses_and_reorders_no_event() {
     // Without a majority of the supernodes (the third leader killed too: one is left, which
     // cannot be elected), each member looks for a leader for a while, then is told once
     // that the registry is lost.
+    let killed = Instant::now();
     p2pmpi_peer::os::signal(g.pid(third), libc::SIGKILL).unwrap();
     for (name, m) in [("d", d), ("f", f), ("h", h)] {
         let ended = m.job.end(LIMIT);
+        eprintln!("member {name} stopped {:?} after the loss of the majority", killed.elapsed());
         assert_eq!(ended.code, 1, "member {name}: {}", ended.text);
         let lost = ended.stdout.lines().filter(|l| l.starts_with("registry-lost ")).count();
         assert_eq!(lost, 1, "member {name}: {}", ended.stdout);

@@ -176,10 +176,7 @@ impl Node {
         });
         let n = node.clone();
         let driver = Driver { node: n, raw, rx, tx, secret, local, out: HashMap::new(), sm, disk };
-        std::thread::Builder::new()
-            .name("jel-raft".into())
-            .spawn(move || driver.run())
-            .map_err(|e| e.to_string())?;
+        std::thread::Builder::new().name("jel-raft".into()).spawn(move || driver.run()).map_err(|e| e.to_string())?;
         info!("jel raft: supernode {me_id} of {} ({:?})", peers.len(), peers);
         Ok(node)
     }
@@ -488,7 +485,11 @@ impl Disk {
         }
         if !ours {
             let old = path.with_extension("old");
-            warn!("jel raft: {} was written for another group of supernodes: moved to {}", path.display(), old.display());
+            warn!(
+                "jel raft: {} was written for another group of supernodes: moved to {}",
+                path.display(),
+                old.display()
+            );
             std::fs::rename(path, &old)?;
             good = 0;
             records = 0;
@@ -554,11 +555,7 @@ mod tests {
     use raft::Storage as _;
 
     fn entry(index: u64, term: u64, data: &[u8]) -> Entry {
-        let mut e = Entry::default();
-        e.index = index;
-        e.term = term;
-        e.data = data.to_vec().into();
-        e
+        Entry { index, term, data: data.to_vec().into(), ..Default::default() }
     }
 
     fn storage() -> MemStorage {
@@ -589,9 +586,7 @@ mod tests {
             let s = storage();
             let mut d = Disk::open(&path, group, &s).unwrap();
             d.entries(&[entry(1, 1, b"one"), entry(2, 1, b"two"), entry(3, 1, b"three")]);
-            let mut hs = HardState::default();
-            hs.term = 2;
-            hs.vote = 3;
+            let hs = HardState { term: 2, vote: 3, ..Default::default() };
             d.hard_state(&hs);
             // A new leader's entries replace the third one.
             d.entries(&[entry(3, 2, b"three again"), entry(4, 2, b"four")]);

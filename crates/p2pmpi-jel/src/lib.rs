@@ -39,7 +39,10 @@
 //!   to the registry is also its lease: when it ends without a leave (a `kill -9`) the
 //!   member is declared dead at once; a silent member is pinged, then declared dead. The
 //!   registry's own death (its connection ends) is told to every member as one
-//!   [`Notice::RegistryLost`]; the member then stops.
+//!   [`Notice::RegistryLost`]; the member then stops. The supernodes of a grid that has
+//!   several replicate the registry with Raft ([`consensus`]): a member given them all
+//!   ([`Options::registries`]) follows the leader when one dies, and is told
+//!   `RegistryLost` only once none answers.
 //! * **Distributed** ([`Implementation::Distributed`]): no server; members gossip over a
 //!   peer-sampling service, bootstrapping from the addresses given; deaths are pronounced
 //!   after enough witnesses. Unreliable joins and non-uniform elections only (asking for

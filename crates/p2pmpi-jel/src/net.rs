@@ -388,7 +388,9 @@ fn connect_greet(c: &mut SecureConn, opening: &Opening, timeout: Duration) -> Re
             match c.recv::<JelRecord>() {
                 Ok(Some(JelRecord::Attached(Ok(())))) => {}
                 Ok(Some(JelRecord::NotLeader(l))) => return Err(Greet::NotLeader(l)),
-                Ok(Some(JelRecord::Attached(Err(e)))) => return Err(Greet::Refused(format!("the registry refused: {e}"))),
+                Ok(Some(JelRecord::Attached(Err(e)))) => {
+                    return Err(Greet::Refused(format!("the registry refused: {e}")))
+                }
                 Ok(Some(_)) => return Err("the registry answered something else".to_string().into()),
                 Ok(None) => return Err("the registry closed the connection".to_string().into()),
                 Err(e) => return Err(e.to_string().into()),

@@ -33,9 +33,20 @@ use std::time::{Duration, Instant};
 use tracing::{debug, info, warn};
 
 enum Input {
-    Attach { addr: Addr, conn: u64, tx: SyncSender<JelRecord> },
-    Msg { from: Addr, conn: u64, msg: Message },
-    Closed { addr: Addr, conn: u64 },
+    Attach {
+        addr: Addr,
+        conn: u64,
+        tx: SyncSender<JelRecord>,
+    },
+    Msg {
+        from: Addr,
+        conn: u64,
+        msg: Message,
+    },
+    Closed {
+        addr: Addr,
+        conn: u64,
+    },
     /// (replicated) The next committed entry of this pool.
     Committed(replica::Entry),
     /// (replicated) This supernode leads, or stopped leading.
@@ -405,8 +416,15 @@ fn run_pool(
     let replicated = matches!(mode, Mode::Replicated(_));
     let mut replica = Replica::new(cfg, seed);
     replica.set_leader(leading);
-    let mut log =
-        LocalLog { replica, index: 0, name: name.clone(), mode, base: Instant::now(), at: Duration::ZERO, tick_sent: None };
+    let mut log = LocalLog {
+        replica,
+        index: 0,
+        name: name.clone(),
+        mode,
+        base: Instant::now(),
+        at: Duration::ZERO,
+        tick_sent: None,
+    };
     // The pool's first entry: every replica applies it when the pool is created (the
     // creation is the committed command).
     if replicated {

@@ -80,8 +80,14 @@ pub fn run(opts: SupernodeOpts) -> Result<()> {
         Some(me) if opts.supernodes.len() > 1 => {
             info!("the JEL registry is replicated among the supernodes {:?}", opts.supernodes);
             let log = Some(opts.home.dir.join("jel-raft.log"));
-            p2pmpi_jel::registry::Registry::replicated(opts.supernodes.clone(), me, opts.secret.clone(), Some(addr.ip()), log)
-                .map_err(|e| anyhow::anyhow!("cannot start the JEL registry's consensus: {e}"))?
+            p2pmpi_jel::registry::Registry::replicated(
+                opts.supernodes.clone(),
+                me,
+                opts.secret.clone(),
+                Some(addr.ip()),
+                log,
+            )
+            .map_err(|e| anyhow::anyhow!("cannot start the JEL registry's consensus: {e}"))?
         }
         None if opts.supernodes.len() > 1 => {
             warn!("this supernode ({addr}) is not in SUPERNODE: it serves JEL pools of its own");
@@ -89,12 +95,8 @@ pub fn run(opts: SupernodeOpts) -> Result<()> {
         }
         _ => Default::default(),
     };
-    let shared = Arc::new(Shared {
-        start: Instant::now(),
-        hosts: Mutex::new(HostList::new()),
-        ttl_ms: opts.peer_ttl_ms,
-        jel,
-    });
+    let shared =
+        Arc::new(Shared { start: Instant::now(), hosts: Mutex::new(HostList::new()), ttl_ms: opts.peer_ttl_ms, jel });
     let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
     let stop_tx = Mutex::new(stop_tx);
     {
