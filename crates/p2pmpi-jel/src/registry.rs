@@ -25,7 +25,7 @@ use p2pmpi_core::jel::{Action, Addr, Event, MemberId};
 use p2pmpi_wire::grid::{JelHello, JelRecord, SnRequest, SnResponse};
 use p2pmpi_wire::secure::{GridSecret, SecureConn};
 use parking_lot::Mutex;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::{SocketAddr, TcpListener};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, SyncSender, TrySendError};
 use std::sync::{Arc, OnceLock};
@@ -434,6 +434,10 @@ fn run_pool(
     }
     let mut conns: HashMap<Addr, (u64, SyncSender<JelRecord>)> = HashMap::new();
     let mut addrs: HashMap<MemberId, Addr> = HashMap::new();
+    let mut members: HashSet<Addr> = HashSet::new();
+    // (replicated) The messages for members not connected to this leader (yet): a new
+    // leader's members reconnect within a moment, and the server believes it sent them.
+    let mut pending: HashMap<Addr, VecDeque<JelRecord>> = HashMap::new();
     let mut seen = 0usize;
     let mut idle_since: Option<Instant> = None;
     loop {
@@ -449,6 +453,13 @@ fn run_pool(
                 // follower holds none (the member asks the leader; the registry's flag is
                 // set before this thread is told it leads).
                 if log.leads() || registry.leading.load(std::sync::atomic::Ordering::SeqCst) || !replicated {
+                    // What this leader had for it while it was not connected here goes
+                    // first, in order.
+                    for rec in pending.remove(&addr).unwrap_or_default() {
+                        if tx.try_send(rec).is_err() {
+                            break;
+                        }
+                    }
                     conns.insert(addr, (conn, tx));
                 }
             }
@@ -477,6 +488,7 @@ fn run_pool(
                     // The members find the new leader (dropping the queue closes each
                     // connection once what was queued is written).
                     conns.clear();
+                    pending.clear();
                 }
             }
             Err(RecvTimeoutError::Timeout) => {}
@@ -490,11 +502,17 @@ fn run_pool(
                 any = true;
                 let Action::Send { to, msg } = a else { continue };
                 let Some(c) = conns.get(&to) else {
-                    // Not connected here: a member that has not reconnected to this (new)
-                    // leader yet, or one whose end was already fed. It catches up when it
-                    // comes back, or its lease runs out.
                     if !replicated {
                         log.commit(log.now(), replica::Input::Unreachable { addr: to });
+                    } else if members.contains(&to) {
+                        // A member that has not reconnected to this (new) leader yet: kept
+                        // for it (the oldest dropped beyond a connection's queue: the member
+                        // fetches a gap); one that never comes back is found by its lease.
+                        let q = pending.entry(to).or_default();
+                        if q.len() >= MAX_QUEUED {
+                            q.pop_front();
+                        }
+                        q.push_back(JelRecord::Msg(central::encode(&msg)));
                     }
                     continue;
                 };
@@ -513,16 +531,22 @@ fn run_pool(
                 match e {
                     Event::Joined { id, addr } => {
                         addrs.insert(*id, *addr);
+                        members.insert(*addr);
                     }
                     Event::Died { id } => {
                         if let Some(a) = addrs.remove(id) {
+                            members.remove(&a);
+                            pending.remove(&a);
                             if let Some((_, c)) = conns.remove(&a) {
                                 let _ = c.try_send(JelRecord::Closed("declared dead by the registry".into()));
                             }
                         }
                     }
                     Event::Left { id } => {
-                        addrs.remove(id);
+                        if let Some(a) = addrs.remove(id) {
+                            members.remove(&a);
+                            pending.remove(&a);
+                        }
                     }
                     Event::Elected { .. } => {}
                 }
