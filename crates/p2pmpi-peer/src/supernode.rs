@@ -79,6 +79,14 @@ pub fn run(opts: SupernodeOpts) -> Result<()> {
     let jel = match opts.supernodes.iter().position(|a| *a == addr) {
         Some(me) if opts.supernodes.len() > 1 => {
             info!("the JEL registry is replicated among the supernodes {:?}", opts.supernodes);
+            if opts.supernodes.len() % 2 == 0 {
+                warn!(
+                    "{} supernodes: a majority is {}, so they survive no more deaths than {} would",
+                    opts.supernodes.len(),
+                    opts.supernodes.len() / 2 + 1,
+                    opts.supernodes.len() - 1
+                );
+            }
             let log = Some(opts.home.dir.join("jel-raft.log"));
             p2pmpi_jel::registry::Registry::replicated(
                 opts.supernodes.clone(),
@@ -90,7 +98,11 @@ pub fn run(opts: SupernodeOpts) -> Result<()> {
             .map_err(|e| anyhow::anyhow!("cannot start the JEL registry's consensus: {e}"))?
         }
         None if opts.supernodes.len() > 1 => {
-            warn!("this supernode ({addr}) is not in SUPERNODE: it serves JEL pools of its own");
+            warn!(
+                "this supernode ({addr}) is not in SUPERNODE {:?}: it serves JEL pools of its own (EXTERNAL_IP and \
+                 SUPERNODE_PORT must give its address in the list for it to join the others)",
+                opts.supernodes
+            );
             Default::default()
         }
         _ => Default::default(),
