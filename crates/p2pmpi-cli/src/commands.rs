@@ -59,11 +59,20 @@ pub fn daemon_main(kind: &str) -> i32 {
             "mpd" => mpd::run(mpd::MpdOpts { config: cfg, home, secret }),
             "supernode" => {
                 let ip = cfg.external_ip.unwrap_or(IpAddr::from([0, 0, 0, 0]));
+                let supernodes = cfg
+                    .supernodes
+                    .iter()
+                    .filter_map(|s| {
+                        use std::net::ToSocketAddrs;
+                        s.to_socket_addrs().ok().and_then(|mut a| a.next())
+                    })
+                    .collect();
                 supernode::run(supernode::SupernodeOpts {
                     bind: SocketAddr::new(ip, cfg.supernode_port),
                     secret,
                     peer_ttl_ms: cfg.peer_ttl_ms,
                     home,
+                    supernodes,
                 })
             }
             other => bail!("unknown daemon {other}"),

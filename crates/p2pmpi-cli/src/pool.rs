@@ -113,13 +113,31 @@ fn parse_dissemination(s: &str) -> Result<central::Dissemination, String> {
 
 /// The registry: `--registry`, else the supernode this host runs, else the configuration's.
 fn registry_addr(given: &Option<String>, cfg: &p2pmpi_peer::config::Config) -> Result<SocketAddr> {
+    Ok(registry_addrs(given, cfg)?[0])
+}
+
+/// Every address the registry is served at: `--registry` (a comma list), else the
+/// supernode this host runs and then every supernode of the configuration (a registry
+/// replicated among them is found at the one that leads).
+fn registry_addrs(given: &Option<String>, cfg: &p2pmpi_peer::config::Config) -> Result<Vec<SocketAddr>> {
+    let mut all: Vec<SocketAddr> = Vec::new();
     if let Some(r) = given {
-        return r.to_socket_addrs()?.next().with_context(|| format!("{r}: no address"));
+        for one in r.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            all.push(one.to_socket_addrs()?.next().with_context(|| format!("{one}: no address"))?);
+        }
+    } else {
+        let local = crate::commands::supernode_addrs(cfg).into_iter().filter_map(|(_, a)| a);
+        let configured = cfg.supernodes.iter().filter_map(|s| s.to_socket_addrs().ok().and_then(|mut a| a.next()));
+        for a in local.chain(configured) {
+            if !all.contains(&a) {
+                all.push(a);
+            }
+        }
     }
-    crate::commands::supernode_addrs(cfg)
-        .into_iter()
-        .find_map(|(_, a)| a)
-        .context("no supernode address resolves (SUPERNODE in P2P-MPI.conf, or --registry)")
+    if all.is_empty() {
+        bail!("no supernode address resolves (SUPERNODE in P2P-MPI.conf, or --registry)");
+    }
+    Ok(all)
 }
 
 fn id(i: u64) -> String {
@@ -177,8 +195,8 @@ fn list(
         None => bootstrap.is_empty(),
     };
     if central_first {
-        let r = r.context("no registry (SUPERNODE in P2P-MPI.conf, or --registry)")?;
-        let members = p2pmpi_jel::list(r, secret, pool, LIST_TIMEOUT)?;
+        r.context("no registry (SUPERNODE in P2P-MPI.conf, or --registry)")?;
+        let members = p2pmpi_jel::list_from(&registry_addrs(registry, cfg)?, secret, pool, LIST_TIMEOUT)?;
         if !members.is_empty() || implementation == Some(Impl::Central) {
             return Ok(members);
         }
@@ -223,10 +241,11 @@ fn join(a: JoinArgs) -> Result<i32> {
         Some(ElectionsArg::NonUniform) => Some(Elections::NonUniform),
         Some(ElectionsArg::Off) => None,
     };
-    let registry = match (central, a.bootstrap.is_empty()) {
-        (false, false) if a.registry.is_none() => None,
-        _ => Some(registry_addr(&a.registry, &cfg)?),
+    let registries = match (central, a.bootstrap.is_empty()) {
+        (false, false) if a.registry.is_none() => Vec::new(),
+        _ => registry_addrs(&a.registry, &cfg)?,
     };
+    let registry = registries.first().copied();
     let implementation = if central {
         let mut c = central::Config::new(a.dissemination);
         if let Some(ms) = a.detect_ms {
@@ -250,6 +269,9 @@ fn join(a: JoinArgs) -> Result<i32> {
     let mut opts = Options::central(&a.pool, secret, SocketAddr::from(([127, 0, 0, 1], 0)));
     opts.implementation = implementation;
     opts.consistency = Consistency { joins, elections };
+    if central {
+        opts.registries = registries;
+    }
     if let Some(b) = a.bind {
         opts.bind = b;
     }

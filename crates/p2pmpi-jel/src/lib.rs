@@ -39,7 +39,10 @@
 //!   to the registry is also its lease: when it ends without a leave (a `kill -9`) the
 //!   member is declared dead at once; a silent member is pinged, then declared dead. The
 //!   registry's own death (its connection ends) is told to every member as one
-//!   [`Notice::RegistryLost`]; the member then stops.
+//!   [`Notice::RegistryLost`]; the member then stops. The supernodes of a grid that has
+//!   several replicate the registry with Raft ([`consensus`]): a member given them all
+//!   ([`Options::registries`]) follows the leader when one dies, and is told
+//!   `RegistryLost` only once none answers.
 //! * **Distributed** ([`Implementation::Distributed`]): no server; members gossip over a
 //!   peer-sampling service, bootstrapping from the addresses given; deaths are pronounced
 //!   after enough witnesses. Unreliable joins and non-uniform elections only (asking for
@@ -70,6 +73,7 @@
 //! per member, which Linux handles easily; tens of thousands would call for `mio`.
 #![forbid(unsafe_code)]
 
+pub mod consensus;
 mod member;
 pub mod net;
 pub mod registry;
@@ -135,6 +139,11 @@ pub struct Options {
     /// and advertises the one that reaches the registry (or the first bootstrap address);
     /// a specific IP is also the one its connections leave from.
     pub bind: SocketAddr,
+    /// (central) The other supernodes of a registry replicated among several (the grid's
+    /// `SUPERNODE` list): when the connection to the registry is lost, the member finds the
+    /// one that leads now among these and goes on; [`Notice::RegistryLost`] only once none
+    /// answers. Empty: the registry of [`Implementation::Central`] alone.
+    pub registries: Vec<SocketAddr>,
     /// How long [`Pool::join`] waits for the pool's state.
     pub join_timeout: Duration,
     pub connect_timeout: Duration,
@@ -150,6 +159,7 @@ impl Options {
             implementation: Implementation::Central { registry, config: central::Config::default() },
             consistency: Consistency::STRONG,
             bind: SocketAddr::from(([0, 0, 0, 0], 0)),
+            registries: Vec::new(),
             join_timeout: Duration::from_secs(20),
             connect_timeout: Duration::from_secs(5),
         }
@@ -171,6 +181,12 @@ impl Options {
 
     pub fn with_bind(mut self, bind: SocketAddr) -> Options {
         self.bind = bind;
+        self
+    }
+
+    /// The other supernodes of a replicated registry ([`Options::registries`]).
+    pub fn with_registries(mut self, registries: Vec<SocketAddr>) -> Options {
+        self.registries = registries;
         self
     }
 
@@ -224,6 +240,11 @@ pub(crate) enum Input<M> {
     Dropped {
         addr: Addr,
         conn: u64,
+    },
+    /// The connection `conn` to the registry attached, at the supernode `at`.
+    Attached {
+        conn: u64,
+        at: Addr,
     },
     /// The registry's last word before closing.
     Told {
@@ -371,11 +392,18 @@ impl Pool {
             let why = net::read_messages(&mut reader, hello.addr, C::decode, &itx);
             tracing::debug!("jel: connection from {} ended: {why}", hello.addr);
         });
+        let mut registries: Vec<Addr> = registry.into_iter().collect();
+        for r in &opts.registries {
+            if !registries.contains(r) {
+                registries.push(*r);
+            }
+        }
         let driver = Driver::new(
             core,
             opts.pool.clone(),
             me,
             registry,
+            registries,
             central_cfg,
             opts.secret.clone(),
             local,
@@ -479,6 +507,52 @@ pub fn list(
     pool: &str,
     timeout: Duration,
 ) -> Result<Vec<(MemberId, Addr)>, Error> {
+    list_from(&[registry], secret, pool, timeout)
+}
+
+/// [`list`] from a registry replicated among the supernodes `registries`: the leader is
+/// found (a follower names it), within `timeout`.
+pub fn list_from(
+    registries: &[SocketAddr],
+    secret: &GridSecret,
+    pool: &str,
+    timeout: Duration,
+) -> Result<Vec<(MemberId, Addr)>, Error> {
+    let deadline = std::time::Instant::now() + timeout;
+    let mut last = Error::Registry(pool.into(), "no registry address".into());
+    let mut queue: std::collections::VecDeque<SocketAddr> = registries.iter().copied().collect();
+    let mut asked = 0;
+    while let Some(r) = queue.pop_front() {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() || asked > 4 * registries.len() + 4 {
+            break;
+        }
+        asked += 1;
+        match list_at(r, secret, pool, left) {
+            Ok(Listed::Members(m)) => return Ok(m),
+            Ok(Listed::NotLeader(l)) => {
+                last = Error::Registry(pool.into(), format!("{r} does not lead the registry"));
+                match l {
+                    Some(l) => queue.push_front(l),
+                    None => {
+                        // An election: ask again a little later.
+                        std::thread::sleep(Duration::from_millis(200).min(left));
+                        queue.push_back(r);
+                    }
+                }
+            }
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
+enum Listed {
+    Members(Vec<(MemberId, Addr)>),
+    NotLeader(Option<SocketAddr>),
+}
+
+fn list_at(registry: SocketAddr, secret: &GridSecret, pool: &str, timeout: Duration) -> Result<Listed, Error> {
     let mut c =
         SecureConn::connect(registry, secret, timeout).map_err(|e| Error::Registry(pool.into(), e.to_string()))?;
     c.set_max_record(net::MAX_RECORD);
@@ -488,7 +562,8 @@ pub fn list(
     c.send(&SnRequest::Jel(JelHello { pool: pool.to_string(), addr: me, config: None })).map_err(err)?;
     match c.recv::<JelRecord>().map_err(err)? {
         Some(JelRecord::Attached(Ok(()))) => {}
-        Some(JelRecord::Attached(Err(_))) => return Ok(Vec::new()),
+        Some(JelRecord::Attached(Err(_))) => return Ok(Listed::Members(Vec::new())),
+        Some(JelRecord::NotLeader(l)) => return Ok(Listed::NotLeader(l)),
         _ => return Err(Error::Registry(pool.into(), "unexpected answer".into())),
     }
     c.send(&JelRecord::Msg(central::encode(&central::Message::BootstrapReq))).map_err(err)?;
@@ -496,7 +571,7 @@ pub fn list(
         match c.recv::<JelRecord>().map_err(err)? {
             Some(JelRecord::Msg(b)) => {
                 if let Ok(central::Message::Snapshot(s)) = central::decode(&b) {
-                    return Ok(s.members);
+                    return Ok(Listed::Members(s.members));
                 }
             }
             _ => return Err(Error::Registry(pool.into(), "the registry closed the connection".into())),

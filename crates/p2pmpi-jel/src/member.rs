@@ -159,8 +159,17 @@ pub(crate) struct Driver<C: Core> {
     pub core: C,
     pub pool: String,
     pub me: Addr,
-    /// The registry (central): its connection's end is the registry's death.
+    /// The registry (central), as the core knows it (its messages come from this address,
+    /// whichever supernode serves them): its connection's end is the registry's death —
+    /// unless it is replicated: then the member reconnects to the supernode that leads.
     pub registry: Option<Addr>,
+    /// Where the registry is served: `registry` first, then the other supernodes of a
+    /// replicated registry.
+    registries: Vec<Addr>,
+    /// The supernode that served the last connection (tried first by the next).
+    prefer: Addr,
+    /// The connection to the registry that attached (a reconnection follows its end).
+    attached: Option<u64>,
     pub central_cfg: Option<central::Config>,
     pub secret: GridSecret,
     pub local: Option<IpAddr>,
@@ -189,6 +198,7 @@ impl<C: Core> Driver<C> {
         pool: String,
         me: Addr,
         registry: Option<Addr>,
+        registries: Vec<Addr>,
         central_cfg: Option<central::Config>,
         secret: GridSecret,
         local: Option<IpAddr>,
@@ -204,6 +214,9 @@ impl<C: Core> Driver<C> {
             pool,
             me,
             registry,
+            prefer: registries.first().copied().unwrap_or(me),
+            registries,
+            attached: None,
             central_cfg,
             secret,
             local,
@@ -268,12 +281,12 @@ impl<C: Core> Driver<C> {
             Input::Unreachable { addr, conn, why } | Input::Closed { addr, conn, why } => {
                 if self.out.get(&addr).is_some_and(|o| o.conn == conn) {
                     self.out.remove(&addr);
-                } else if self.registry != Some(addr) {
+                } else if self.registry != Some(addr) || self.registries.len() > 1 {
                     // The end of a connection already replaced.
                     return;
                 }
                 if self.registry == Some(addr) {
-                    self.registry_gone(addr, why);
+                    self.registry_ended(addr, conn, why);
                 } else if unreachable && !self.left {
                     // A member's connection that ends is only forgotten (a member that left
                     // closes its connections too): the next message opens a new one, and a
@@ -289,6 +302,15 @@ impl<C: Core> Driver<C> {
                     self.registry_gone(addr, "cannot start a thread for the registry's connection".into());
                 }
             }
+            Input::Attached { conn, at } => {
+                if self.registry.is_some_and(|r| self.out.get(&r).is_some_and(|o| o.conn == conn)) {
+                    if self.attached.is_some() {
+                        debug!("jel: the registry is served by {at} now");
+                    }
+                    self.attached = Some(conn);
+                    self.prefer = at;
+                }
+            }
             Input::Told { from, why } => {
                 if self.registry == Some(from) && !self.left {
                     debug!("jel: the registry closed our connection: {why}");
@@ -299,6 +321,20 @@ impl<C: Core> Driver<C> {
             Input::Cmd(cmd) => self.command(cmd, now),
         }
         self.drain();
+    }
+
+    /// The connection `conn` to the registry ended: a replicated registry's member
+    /// reconnects if that connection had attached (the next one looks for the leader; if
+    /// it finds none, the registry is lost); otherwise the registry is lost.
+    fn registry_ended(&mut self, addr: Addr, conn: u64, why: String) {
+        if self.registries.len() > 1 && self.attached == Some(conn) && !self.left && !self.stopped {
+            debug!("jel: the connection to the registry at {} ended ({why}): looking for its leader", self.prefer);
+            self.attached = None;
+            self.out.remove(&addr);
+            self.open(addr);
+            return;
+        }
+        self.registry_gone(addr, why);
     }
 
     fn registry_gone(&mut self, addr: Addr, why: String) {
@@ -385,7 +421,40 @@ impl<C: Core> Driver<C> {
             return;
         }
         self.uses += 1;
-        if !self.out.contains_key(&to) {
+        if !self.out.contains_key(&to) && !self.open(to) {
+            return;
+        }
+        let o = self.out.get_mut(&to).expect("opened");
+        o.used = self.uses;
+        let conn = o.conn;
+        match o.tx.try_send(JelRecord::Msg(bytes)) {
+            Ok(()) => {}
+            Err(TrySendError::Disconnected(_)) => {
+                // Its writer ended: why (unreachable, or a failure of this process) is
+                // reported by its own input; the next message opens a new connection (never
+                // to a registry alone: the connection is the membership).
+                self.out.remove(&to);
+                if self.registry == Some(to) {
+                    self.registry_ended(to, conn, "the connection to the registry ended".into());
+                }
+            }
+            Err(TrySendError::Full(_)) => {
+                // It does not read.
+                self.out.remove(&to);
+                if self.registry == Some(to) {
+                    self.registry_ended(to, conn, "the registry does not read".into());
+                } else if !self.left {
+                    let now = self.now();
+                    self.core.on_unreachable(to, now);
+                }
+            }
+        }
+    }
+
+    /// Opens a connection to `to` (the registry: at the supernodes, the last that served
+    /// first).
+    fn open(&mut self, to: Addr) -> bool {
+        {
             let members = self.out.keys().filter(|a| Some(**a) != self.registry).count();
             if members >= net::MAX_OUTBOUND && Some(to) != self.registry {
                 // Closed after what was queued on it is written.
@@ -396,11 +465,13 @@ impl<C: Core> Driver<C> {
             }
             let hello = JelHello { pool: self.pool.clone(), addr: self.me, config: None };
             let opening = if Some(to) == self.registry {
-                Opening::Registry(JelHello { config: self.central_cfg, ..hello })
+                let mut at = vec![self.prefer];
+                at.extend(self.registries.iter().filter(|a| **a != self.prefer));
+                Opening::Registry(JelHello { config: self.central_cfg, ..hello }, at)
             } else {
                 Opening::Member(hello)
             };
-            let Some(done) = self.done_tx.clone() else { return };
+            let Some(done) = self.done_tx.clone() else { return false };
             let o = net::open(
                 to,
                 self.local,
@@ -413,30 +484,7 @@ impl<C: Core> Driver<C> {
             );
             self.out.insert(to, o);
         }
-        let o = self.out.get_mut(&to).expect("opened");
-        o.used = self.uses;
-        match o.tx.try_send(JelRecord::Msg(bytes)) {
-            Ok(()) => {}
-            Err(TrySendError::Disconnected(_)) => {
-                // Its writer ended: why (unreachable, or a failure of this process) is
-                // reported by its own input; the next message opens a new connection (never
-                // to the registry: the connection is the membership).
-                self.out.remove(&to);
-                if self.registry == Some(to) {
-                    self.registry_gone(to, "the connection to the registry ended".into());
-                }
-            }
-            Err(TrySendError::Full(_)) => {
-                // It does not read.
-                self.out.remove(&to);
-                if self.registry == Some(to) {
-                    self.registry_gone(to, "the registry does not read".into());
-                } else if !self.left {
-                    let now = self.now();
-                    self.core.on_unreachable(to, now);
-                }
-            }
-        }
+        true
     }
 
     /// Closes everything, after what was queued is written (bounded by [`LEAVE_FLUSH`]).

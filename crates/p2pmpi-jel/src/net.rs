@@ -158,7 +158,7 @@ pub(crate) fn read_messages<M>(
                 }
                 Err(e) => return format!("{e}"),
             },
-            Ok(Some(JelRecord::Attached(_))) => return "an unexpected record".into(),
+            Ok(Some(JelRecord::Attached(_) | JelRecord::NotLeader(_))) => return "an unexpected record".into(),
             Ok(Some(JelRecord::Closed(why))) => {
                 let _ = tx.send(Input::Told { from, why: why.clone() });
                 return why;
@@ -173,8 +173,10 @@ pub(crate) fn read_messages<M>(
 #[derive(Debug, Clone)]
 pub(crate) enum Opening {
     /// A registry (a supernode or a standalone one): `SnRequest::Jel(hello)`, then its
-    /// `Attached` answer.
-    Registry(JelHello),
+    /// `Attached` answer. Tried at each address in turn (a replicated registry's
+    /// supernodes, the one to try first first), following the `NotLeader` answers, until
+    /// one attaches.
+    Registry(JelHello, Vec<SocketAddr>),
     /// Another member: the hello.
     Member(JelHello),
 }
@@ -214,16 +216,24 @@ pub(crate) fn open<M: Send + 'static>(
     let failed = tx.clone();
     let started = spawn("jel-out", move || {
         let _done = done;
-        let r = connect(to, local, &secret, &opening, connect_timeout);
+        let r = match &opening {
+            Opening::Registry(hello, at) => connect_registry(at, local, &secret, hello, connect_timeout),
+            Opening::Member(_) => connect(to, local, &secret, &opening, connect_timeout),
+        };
         let c = match r {
-            Ok(c) => c,
+            Ok((c, at)) => {
+                if matches!(opening, Opening::Registry(..)) {
+                    let _ = tx.send(Input::Attached { conn, at });
+                }
+                c
+            }
             Err((why, refused)) => {
                 debug!("jel: cannot open a connection to {to}: {why}");
                 // Refused: nobody listens there any more (a dead process). A time-out or a
                 // handshake cut short says nothing sure (both happen to live peers on a
                 // loaded host; a vanished host is found by the cores' own time-outs), and
                 // telling the core would make the distributed one forget a live peer.
-                let _ = if refused || matches!(opening, Opening::Registry(_)) {
+                let _ = if refused || matches!(opening, Opening::Registry(..)) {
                     tx.send(Input::Unreachable { addr: to, conn, why })
                 } else {
                     tx.send(Input::Dropped { addr: to, conn })
@@ -232,7 +242,7 @@ pub(crate) fn open<M: Send + 'static>(
             }
         };
         let (mut reader, mut writer) = c.split();
-        if matches!(opening, Opening::Registry(_)) {
+        if matches!(opening, Opening::Registry(..)) {
             // A registry answers on this connection; a member answers on its own connection
             // to us (this side notices a dead member when a write fails).
             let rtx = tx.clone();
@@ -270,6 +280,10 @@ pub(crate) fn write_loop(writer: &mut SecureWriter, rx: &Receiver<JelRecord>, fa
     writer.shutdown();
 }
 
+/// How long a member looks for the leader of a replicated registry (its supernodes answer
+/// `NotLeader` while they elect one) before it counts the registry as lost.
+pub const FIND_LEADER: Duration = Duration::from_secs(15);
+
 /// Opens and greets; the error says why, and whether the connection was refused.
 fn connect(
     to: Addr,
@@ -277,29 +291,109 @@ fn connect(
     secret: &GridSecret,
     opening: &Opening,
     timeout: Duration,
-) -> Result<SecureConn, (String, bool)> {
+) -> Result<(SecureConn, Addr), (String, bool)> {
     let mut c = SecureConn::connect_from(local, to, secret, timeout).map_err(|e| {
         let refused = matches!(&e, SecureError::Io(io) if io.kind() == std::io::ErrorKind::ConnectionRefused);
         (e.to_string(), refused)
     })?;
-    let opening_err = |e: String| (e, false);
+    let opening_err = |e: Greet| match e {
+        Greet::Failed(e) | Greet::Refused(e) => (e, false),
+        Greet::NotLeader(l) => (format!("not the leader (the leader: {l:?})"), false),
+    };
     connect_greet(&mut c, opening, timeout).map_err(opening_err)?;
-    Ok(c)
+    Ok((c, to))
 }
 
-fn connect_greet(c: &mut SecureConn, opening: &Opening, timeout: Duration) -> Result<(), String> {
+/// A registry at any of `at`: each in turn, a leader named by a `NotLeader` answer at once;
+/// rounds 200 ms apart while some supernode answers `NotLeader` (an election), for
+/// [`FIND_LEADER`] at most. Refused everywhere (or a single address that fails): lost.
+fn connect_registry(
+    at: &[SocketAddr],
+    local: Option<IpAddr>,
+    secret: &GridSecret,
+    hello: &JelHello,
+    timeout: Duration,
+) -> Result<(SecureConn, Addr), (String, bool)> {
+    let deadline = std::time::Instant::now() + FIND_LEADER;
+    let opening = Opening::Registry(hello.clone(), Vec::new());
+    let mut last = (String::from("no registry address"), false);
+    loop {
+        let mut queue: VecDeque<SocketAddr> = at.iter().copied().collect();
+        let mut tried = Vec::new();
+        let mut electing = false;
+        while let Some(a) = queue.pop_front() {
+            if tried.contains(&a) {
+                continue;
+            }
+            tried.push(a);
+            let mut c = match SecureConn::connect_from(local, a, secret, timeout) {
+                Ok(c) => c,
+                Err(e) => {
+                    let refused =
+                        matches!(&e, SecureError::Io(io) if io.kind() == std::io::ErrorKind::ConnectionRefused);
+                    debug!("jel: registry {a}: {e}");
+                    last = (e.to_string(), refused);
+                    continue;
+                }
+            };
+            match connect_greet(&mut c, &opening, timeout) {
+                Ok(()) => return Ok((c, a)),
+                Err(Greet::NotLeader(l)) => {
+                    debug!("jel: registry {a} does not lead (leader: {l:?})");
+                    electing = true;
+                    if let Some(l) = l {
+                        queue.push_front(l);
+                        tried.retain(|x| *x != l);
+                    }
+                    last = (format!("{a}: no leader"), false);
+                }
+                Err(Greet::Refused(e)) => return Err((e, false)),
+                Err(Greet::Failed(e)) => {
+                    debug!("jel: registry {a}: {e}");
+                    last = (e, false);
+                    if at.len() == 1 {
+                        return Err(last);
+                    }
+                    electing = true;
+                }
+            }
+        }
+        if !electing || std::time::Instant::now() >= deadline {
+            return Err(last);
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+enum Greet {
+    Failed(String),
+    /// The registry answered, and refused (a pool of another dissemination, ...).
+    Refused(String),
+    NotLeader(Option<SocketAddr>),
+}
+
+impl From<String> for Greet {
+    fn from(e: String) -> Greet {
+        Greet::Failed(e)
+    }
+}
+
+fn connect_greet(c: &mut SecureConn, opening: &Opening, timeout: Duration) -> Result<(), Greet> {
     c.set_max_record(MAX_RECORD);
     match opening {
         Opening::Member(h) => c.send(h).map_err(|e| e.to_string())?,
-        Opening::Registry(h) => {
+        Opening::Registry(h, _) => {
             c.send(&SnRequest::Jel(h.clone())).map_err(|e| e.to_string())?;
             c.set_read_timeout(Some(timeout)).map_err(|e| e.to_string())?;
             match c.recv::<JelRecord>() {
                 Ok(Some(JelRecord::Attached(Ok(())))) => {}
-                Ok(Some(JelRecord::Attached(Err(e)))) => return Err(format!("the registry refused: {e}")),
-                Ok(Some(_)) => return Err("the registry answered something else".into()),
-                Ok(None) => return Err("the registry closed the connection".into()),
-                Err(e) => return Err(e.to_string()),
+                Ok(Some(JelRecord::NotLeader(l))) => return Err(Greet::NotLeader(l)),
+                Ok(Some(JelRecord::Attached(Err(e)))) => {
+                    return Err(Greet::Refused(format!("the registry refused: {e}")))
+                }
+                Ok(Some(_)) => return Err("the registry answered something else".to_string().into()),
+                Ok(None) => return Err("the registry closed the connection".to_string().into()),
+                Err(e) => return Err(e.to_string().into()),
             }
             // The registry tells every member the stream's length every fallback interval:
             // three intervals of silence and its host is gone (a `kill -9` or a stop ends the

@@ -1,7 +1,12 @@
 //! The central registry's driver: one [`central::Server`] per pool, each on a thread of its
 //! own, fed by the members' connections — through the pool's input log: the server is a
-//! [`Replica`] fed each input as a committed entry (at once here; the seam where a log
-//! replicated among several supernodes goes).
+//! [`Replica`] fed each input as a committed entry. A registry of its own ([`serve`], or a
+//! supernode alone) commits each input at once ([`LocalLog`]); the supernodes of a grid
+//! that has several replicate the log with Raft ([`crate::consensus`],
+//! [`Registry::replicated`]): the leader's pool threads propose the inputs, every
+//! supernode's pool threads apply the committed ones to their replicas, and only the
+//! leader's carry the actions out and hold the members' connections. A follower answers a
+//! member's hello with [`JelRecord::NotLeader`] (the leader's address when it knows it).
 //!
 //! A member's connection opens with [`SnRequest::Jel`] (the supernode hands such a
 //! connection to its [`Registry`]; [`serve`] runs a registry on a listener of its own). The
@@ -12,6 +17,7 @@
 //! lease ran out and it did not answer the ping) is told so ([`JelRecord::Closed`]) and its
 //! connection closed. A record that does not decode closes its connection, nothing else.
 
+use crate::consensus::{self, Command};
 use crate::net::{self, Acceptor, MAX_QUEUED};
 use p2pmpi_core::jel::central::{self, Dissemination, Message};
 use p2pmpi_core::jel::replica::{self, Replica};
@@ -19,22 +25,42 @@ use p2pmpi_core::jel::{Action, Addr, Event, MemberId};
 use p2pmpi_wire::grid::{JelHello, JelRecord, SnRequest, SnResponse};
 use p2pmpi_wire::secure::{GridSecret, SecureConn};
 use parking_lot::Mutex;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::{SocketAddr, TcpListener};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, SyncSender, TrySendError};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 enum Input {
-    Attach { addr: Addr, conn: u64, tx: SyncSender<JelRecord> },
-    Msg { from: Addr, conn: u64, msg: Message },
-    Closed { addr: Addr, conn: u64 },
+    Attach {
+        addr: Addr,
+        conn: u64,
+        tx: SyncSender<JelRecord>,
+    },
+    Msg {
+        from: Addr,
+        conn: u64,
+        msg: Message,
+    },
+    Closed {
+        addr: Addr,
+        conn: u64,
+    },
+    /// (replicated) The next committed entry of this pool.
+    Committed(replica::Entry),
+    /// (replicated) This supernode leads, or stopped leading.
+    Leader(bool),
+    /// (replicated) The pool was forgotten: the thread ends (a member that attached in the
+    /// meantime reconnects and creates it again).
+    Forgotten,
 }
 
 struct Slot {
     tx: Sender<Input>,
     dissemination: Dissemination,
+    /// (replicated) The pool's inputs applied so far (the same count on every supernode).
+    applied: u64,
 }
 
 /// The registry of every pool, shared by the connections' threads.
@@ -43,6 +69,33 @@ pub struct Registry {
     pools: Arc<Mutex<HashMap<String, Slot>>>,
     /// Distributed pools: the last members that asked for seeds.
     seeds: Arc<Mutex<HashMap<String, VecDeque<Addr>>>>,
+    /// The consensus among the supernodes, if the registry is replicated.
+    raft: Arc<OnceLock<Arc<consensus::Node>>>,
+    /// (replicated) This supernode leads.
+    leading: Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// How long a member's hello waits for the pool it creates to be committed.
+const CREATE_WAIT: Duration = Duration::from_secs(5);
+
+/// The registry's side of the consensus: committed commands applied to the pools.
+struct Machine {
+    registry: Registry,
+}
+
+impl consensus::Apply for Machine {
+    fn apply(&mut self, cmd: Command) {
+        self.registry.apply(cmd);
+    }
+
+    fn role(&mut self, leading: bool, leader: Option<SocketAddr>) {
+        let r = &self.registry;
+        r.leading.store(leading, std::sync::atomic::Ordering::SeqCst);
+        debug!("jel registry: leading: {leading}, leader {leader:?}");
+        for s in r.pools.lock().values() {
+            let _ = s.tx.send(Input::Leader(leading));
+        }
+    }
 }
 
 /// Seeds kept per distributed pool (the most recent).
@@ -62,6 +115,71 @@ const IDLE_POOL: Duration = Duration::from_secs(30);
 impl Registry {
     pub fn new() -> Registry {
         Registry::default()
+    }
+
+    /// The registry replicated among the supernodes `peers` (`SUPERNODE`'s list, the same
+    /// on every one), this one being `peers[me]`; `local` is the address its connections
+    /// to the others leave from, `log` the file keeping its Raft log
+    /// ([`consensus::Node::start`]).
+    pub fn replicated(
+        peers: Vec<SocketAddr>,
+        me: usize,
+        secret: GridSecret,
+        local: Option<std::net::IpAddr>,
+        log: Option<std::path::PathBuf>,
+    ) -> Result<Registry, String> {
+        let registry = Registry::new();
+        let node = consensus::Node::start(peers, me, secret, local, log, Machine { registry: registry.clone() })?;
+        let _ = registry.raft.set(node);
+        Ok(registry)
+    }
+
+    /// The consensus, if the registry is replicated.
+    pub fn raft(&self) -> Option<&Arc<consensus::Node>> {
+        self.raft.get()
+    }
+
+    /// Applies a committed command (the consensus's thread, in the log's order).
+    fn apply(&self, cmd: Command) {
+        let mut pools = self.pools.lock();
+        match cmd {
+            Command::Create { pool, config, seed } => {
+                if pools.contains_key(&pool) {
+                    return;
+                }
+                let (tx, rx) = std::sync::mpsc::channel();
+                let (name, registry) = (pool.clone(), self.clone());
+                let Some(node) = self.raft.get().cloned() else { return };
+                let leading = self.leading.load(std::sync::atomic::Ordering::SeqCst);
+                let ok = net::spawn("jel-pool", move || {
+                    run_pool(registry, name, config, seed, rx, Mode::Replicated(node), leading)
+                });
+                if !ok {
+                    warn!("jel registry: cannot start the thread of pool {pool:?}: its replica is missing here");
+                    return;
+                }
+                info!("jel registry: pool {pool:?} created ({} dissemination)", config.dissemination);
+                pools.insert(pool, Slot { tx, dissemination: config.dissemination, applied: 0 });
+            }
+            Command::Input { pool, entry } => {
+                let Some(slot) = pools.get_mut(&pool) else { return };
+                slot.applied += 1;
+                match replica::decode(&entry) {
+                    Ok(e) => {
+                        let _ = slot.tx.send(Input::Committed(e));
+                    }
+                    Err(e) => warn!("jel registry: an entry of pool {pool:?} does not decode ({e}): skipped"),
+                }
+            }
+            Command::Forget { pool, applied } => {
+                if pools.get(&pool).is_some_and(|s| s.applied == applied) {
+                    if let Some(s) = pools.remove(&pool) {
+                        let _ = s.tx.send(Input::Forgotten);
+                    }
+                    info!("jel registry: pool {pool:?} is empty: forgotten");
+                }
+            }
+        }
     }
 
     /// The pools served now.
@@ -96,6 +214,12 @@ impl Registry {
     pub fn serve_conn(&self, mut conn: SecureConn, hello: JelHello) {
         conn.set_max_record(net::MAX_RECORD);
         let _ = conn.set_read_timeout(None);
+        if let Some(node) = self.raft.get() {
+            if !node.leads() {
+                let _ = conn.send(&JelRecord::NotLeader(node.leader_addr()));
+                return;
+            }
+        }
         let tx = match self.attach(&hello) {
             Ok(tx) => tx,
             Err(why) => {
@@ -165,90 +289,240 @@ impl Registry {
         let Some(cfg) = hello.config else {
             return Err(format!("no pool named {:?}", hello.pool));
         };
-        let (tx, rx) = std::sync::mpsc::channel();
         let mut seed = [0u8; 8];
         getrandom::fill(&mut seed).map_err(|e| e.to_string())?;
+        let seed = u64::from_le_bytes(seed);
+        if let Some(node) = self.raft.get() {
+            // Created when the command is committed, on every supernode.
+            drop(pools);
+            node.propose(&Command::Create { pool: hello.pool.clone(), config: cfg, seed });
+            let deadline = Instant::now() + CREATE_WAIT;
+            loop {
+                if let Some(s) = self.pools.lock().get(&hello.pool) {
+                    if let Some(c) = &hello.config {
+                        if c.dissemination != s.dissemination {
+                            return Err(format!(
+                                "pool {:?} uses the {} dissemination, not {}",
+                                hello.pool, s.dissemination, c.dissemination
+                            ));
+                        }
+                    }
+                    return Ok(s.tx.clone());
+                }
+                if Instant::now() >= deadline || !node.leads() {
+                    return Err(format!("pool {:?} could not be created (no quorum of supernodes)", hello.pool));
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        let (tx, rx) = std::sync::mpsc::channel();
         let (name, registry) = (hello.pool.clone(), self.clone());
-        let ok = net::spawn("jel-pool", move || run_pool(registry, name, cfg, u64::from_le_bytes(seed), rx));
+        let ok = net::spawn("jel-pool", move || run_pool(registry, name, cfg, seed, rx, Mode::Local, true));
         if !ok {
             return Err("cannot start a thread".into());
         }
         info!("jel registry: pool {:?} created ({} dissemination)", hello.pool, cfg.dissemination);
-        pools.insert(hello.pool.clone(), Slot { tx: tx.clone(), dissemination: cfg.dissemination });
+        pools.insert(hello.pool.clone(), Slot { tx: tx.clone(), dissemination: cfg.dissemination, applied: 0 });
         Ok(tx)
     }
 }
 
-/// A pool's input log, committed here at once (a single registry). The pool's server is a
-/// [`Replica`] fed the committed entries, as every supernode's would be with the log
-/// replicated by Raft among several (docs/jel.md, "Several supernodes"): this is the seam
-/// where a consensus log goes.
+/// How a pool's inputs become committed entries.
+enum Mode {
+    /// At once (a single registry): [`LocalLog`].
+    Local,
+    /// Through the consensus among the supernodes: proposed (by the leader), applied when
+    /// the consensus commits them ([`Input::Committed`]).
+    Replicated(Arc<consensus::Node>),
+}
+
+/// A pool's input log. The pool's server is a [`Replica`] fed the committed entries, as
+/// every supernode's is with the log replicated by Raft among several (docs/jel.md,
+/// "Several supernodes"): alone, an input is committed at once; replicated, it is proposed
+/// and applied when the consensus commits it.
 struct LocalLog {
     replica: Replica,
     index: u64,
+    name: String,
+    mode: Mode,
+    /// The pool's clock: `at` when `base` was read (a new leader continues from the
+    /// replica's clock: time does not jump by the difference of two processes' clocks, nor
+    /// by the time without a leader).
+    base: Instant,
+    at: Duration,
+    /// (replicated) A tick proposed and not applied yet (then no other is proposed), and
+    /// since when.
+    tick_sent: Option<Instant>,
 }
 
 impl LocalLog {
+    fn now(&self) -> Duration {
+        self.at + self.base.elapsed()
+    }
+
+    fn leads(&self) -> bool {
+        self.replica.is_leader()
+    }
+
     fn commit(&mut self, now: Duration, input: replica::Input) {
         let e = self.replica.stamp(now, input);
-        self.index += 1;
-        let applied = self.replica.apply(self.index, &e);
-        debug_assert!(applied, "entries are committed in order");
+        match &self.mode {
+            Mode::Local => {
+                self.index += 1;
+                let applied = self.replica.apply(self.index, &e);
+                debug_assert!(applied, "entries are committed in order");
+            }
+            Mode::Replicated(node) => {
+                if self.replica.is_leader() {
+                    node.propose(&Command::Input { pool: self.name.clone(), entry: replica::encode(&e) });
+                }
+            }
+        }
+    }
+
+    /// A committed entry (replicated).
+    fn apply(&mut self, e: &replica::Entry) {
+        let index = self.replica.next_index();
+        if e.input == replica::Input::Tick {
+            self.tick_sent = None;
+        }
+        let applied = self.replica.apply(index, e);
+        debug_assert!(applied, "entries are applied in order");
+    }
+
+    /// Proposes a tick if the server's deadline passed (one at a time when replicated).
+    fn tick(&mut self) {
+        if self.tick_sent.is_some_and(|t| t.elapsed() < Duration::from_millis(500)) {
+            return;
+        }
+        if let Some(tick) = self.replica.due(self.now()) {
+            if matches!(self.mode, Mode::Replicated(_)) {
+                self.tick_sent = Some(Instant::now());
+            }
+            self.commit(tick.now, tick.input);
+        }
     }
 }
 
-fn run_pool(registry: Registry, name: String, cfg: central::Config, seed: u64, rx: Receiver<Input>) {
-    let start = Instant::now();
+fn run_pool(
+    registry: Registry,
+    name: String,
+    cfg: central::Config,
+    seed: u64,
+    rx: Receiver<Input>,
+    mode: Mode,
+    leading: bool,
+) {
+    let replicated = matches!(mode, Mode::Replicated(_));
     let mut replica = Replica::new(cfg, seed);
-    replica.set_leader(true);
-    let mut log = LocalLog { replica, index: 0 };
-    log.commit(Duration::ZERO, replica::Input::Start);
+    replica.set_leader(leading);
+    let mut log = LocalLog {
+        replica,
+        index: 0,
+        name: name.clone(),
+        mode,
+        base: Instant::now(),
+        at: Duration::ZERO,
+        tick_sent: None,
+    };
+    // The pool's first entry: every replica applies it when the pool is created (the
+    // creation is the committed command).
+    if replicated {
+        log.apply(&replica::Entry { now: Duration::ZERO, input: replica::Input::Start });
+    } else {
+        log.commit(Duration::ZERO, replica::Input::Start);
+    }
     let mut conns: HashMap<Addr, (u64, SyncSender<JelRecord>)> = HashMap::new();
     let mut addrs: HashMap<MemberId, Addr> = HashMap::new();
+    let mut members: HashSet<Addr> = HashSet::new();
+    // (replicated) The messages for members not connected to this leader (yet): a new
+    // leader's members reconnect within a moment, and the server believes it sent them.
+    let mut pending: HashMap<Addr, VecDeque<JelRecord>> = HashMap::new();
     let mut seen = 0usize;
     let mut idle_since: Option<Instant> = None;
     loop {
-        let now = start.elapsed();
+        let now = log.now();
         let wait = log
             .replica
             .next_deadline()
             .map_or(Duration::from_secs(1), |d| d.saturating_sub(now))
-            .min(Duration::from_secs(1));
+            .clamp(Duration::from_millis(if log.tick_sent.is_some() { 50 } else { 0 }), Duration::from_secs(1));
         match rx.recv_timeout(wait) {
             Ok(Input::Attach { addr, conn, tx }) => {
-                // A newer connection from the same address replaces the older one.
-                conns.insert(addr, (conn, tx));
+                // A newer connection from the same address replaces the older one. A
+                // follower holds none (the member asks the leader; the registry's flag is
+                // set before this thread is told it leads).
+                if log.leads() || registry.leading.load(std::sync::atomic::Ordering::SeqCst) || !replicated {
+                    // What this leader had for it while it was not connected here goes
+                    // first, in order.
+                    for rec in pending.remove(&addr).unwrap_or_default() {
+                        if tx.try_send(rec).is_err() {
+                            break;
+                        }
+                    }
+                    conns.insert(addr, (conn, tx));
+                }
             }
             Ok(Input::Msg { from, conn, msg }) => {
                 if conns.get(&from).is_some_and(|c| c.0 == conn) {
-                    log.commit(start.elapsed(), replica::Input::Message { from, msg });
+                    log.commit(log.now(), replica::Input::Message { from, msg });
                 }
             }
             Ok(Input::Closed { addr, conn }) => {
                 if conns.get(&addr).is_some_and(|c| c.0 == conn) {
                     conns.remove(&addr);
-                    log.commit(start.elapsed(), replica::Input::Unreachable { addr });
+                    log.commit(log.now(), replica::Input::Unreachable { addr });
+                }
+            }
+            Ok(Input::Committed(e)) => log.apply(&e),
+            Ok(Input::Forgotten) => return,
+            Ok(Input::Leader(leads)) => {
+                if leads && !log.leads() {
+                    // Time goes on from the last entry's.
+                    log.base = Instant::now();
+                    log.at = log.replica.clock();
+                    log.tick_sent = None;
+                }
+                log.replica.set_leader(leads);
+                if !leads {
+                    // The members find the new leader (dropping the queue closes each
+                    // connection once what was queued is written).
+                    conns.clear();
+                    pending.clear();
                 }
             }
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => return,
         }
-        if let Some(tick) = log.replica.due(start.elapsed()) {
-            log.commit(tick.now, tick.input);
-        }
+        log.tick();
         // Sending may find a member unreachable, which appends events and sends more.
         loop {
             let mut any = false;
             while let Some(a) = log.replica.poll_action() {
                 any = true;
                 let Action::Send { to, msg } = a else { continue };
-                let ok = conns.get(&to).is_some_and(|c| match c.1.try_send(JelRecord::Msg(central::encode(&msg))) {
+                let Some(c) = conns.get(&to) else {
+                    if !replicated {
+                        log.commit(log.now(), replica::Input::Unreachable { addr: to });
+                    } else if members.contains(&to) {
+                        // A member that has not reconnected to this (new) leader yet: kept
+                        // for it (the oldest dropped beyond a connection's queue: the member
+                        // fetches a gap); one that never comes back is found by its lease.
+                        let q = pending.entry(to).or_default();
+                        if q.len() >= MAX_QUEUED {
+                            q.pop_front();
+                        }
+                        q.push_back(JelRecord::Msg(central::encode(&msg)));
+                    }
+                    continue;
+                };
+                let ok = match c.1.try_send(JelRecord::Msg(central::encode(&msg))) {
                     Ok(()) => true,
                     Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => false,
-                });
+                };
                 if !ok {
                     conns.remove(&to);
-                    log.commit(start.elapsed(), replica::Input::Unreachable { addr: to });
+                    log.commit(log.now(), replica::Input::Unreachable { addr: to });
                 }
             }
             // Who joined and who went: the dead are told so and their connection closed.
@@ -257,16 +531,22 @@ fn run_pool(registry: Registry, name: String, cfg: central::Config, seed: u64, r
                 match e {
                     Event::Joined { id, addr } => {
                         addrs.insert(*id, *addr);
+                        members.insert(*addr);
                     }
                     Event::Died { id } => {
                         if let Some(a) = addrs.remove(id) {
+                            members.remove(&a);
+                            pending.remove(&a);
                             if let Some((_, c)) = conns.remove(&a) {
                                 let _ = c.try_send(JelRecord::Closed("declared dead by the registry".into()));
                             }
                         }
                     }
                     Event::Left { id } => {
-                        addrs.remove(id);
+                        if let Some(a) = addrs.remove(id) {
+                            members.remove(&a);
+                            pending.remove(&a);
+                        }
                     }
                     Event::Elected { .. } => {}
                 }
@@ -281,6 +561,18 @@ fn run_pool(registry: Registry, name: String, cfg: central::Config, seed: u64, r
         if server.members().is_empty() && conns.is_empty() {
             let since = *idle_since.get_or_insert_with(Instant::now);
             if since.elapsed() >= IDLE_POOL {
+                if let Mode::Replicated(node) = &log.mode {
+                    // Forgotten everywhere when the command is committed (if nothing came in
+                    // the meantime); the registry then drops this thread's channel.
+                    if log.leads() {
+                        let applied = registry.pools.lock().get(&name).map(|s| s.applied);
+                        if let Some(applied) = applied {
+                            node.propose(&Command::Forget { pool: name.clone(), applied });
+                        }
+                    }
+                    idle_since = None;
+                    continue;
+                }
                 // Forgotten under the registry's lock, once no attach is on its way.
                 let mut pools = registry.pools.lock();
                 match rx.try_recv() {

@@ -31,7 +31,7 @@
 //! | Key | Default | Meaning |
 //! |-----|---------|---------|
 //! | **Bootstrap** | | |
-//! | `SUPERNODE` | `127.0.0.1:9700` | comma list of supernodes (port defaults to 9700) |
+//! | `SUPERNODE` | `127.0.0.1:9700` | comma list of supernodes (port defaults to 9700); several replicate the JEL registry with Raft (the same list, in the same order, on each) |
 //! | `VISU_PROXY` | unset | the visualisation proxy (port defaults to 9701) |
 //! | **Local machine** | | |
 //! | `MPD_PORT`, `FT_PORT`, `FD_PORT`, `RS_PORT` | 9897, 9898, 9899, 9900 | service ports (0: any free port) |

@@ -10,9 +10,14 @@
 //!
 //! The supernode also hosts the grid's JEL registry (SPEC §14, [`p2pmpi_jel::registry`]): a
 //! connection that opens with [`SnRequest::Jel`] is handed to it and from then on carries a
-//! pool's messages. Its pools live as long as this process: when it dies, every member's
-//! connection ends and each is told so once (`registry-lost`). (Replicating the pools among
-//! several supernodes is not done: each supernode serves its own pools.)
+//! pool's messages. Alone (`SUPERNODE` names one supernode, or not this one), its pools live
+//! as long as this process: when it dies, every member's connection ends and each is told
+//! so once (`registry-lost`). When `SUPERNODE` names several and this one among them, they
+//! replicate the registry with Raft ([`p2pmpi_jel::consensus`]): the leader serves the
+//! members, the others answer them with the leader's address, and the pools survive the
+//! death of any minority of the supernodes. Their Raft messages come on connections opened
+//! with [`SnRequest::Raft`]; its log is kept in `jel-raft.log` and its view of the group
+//! published in `jel-raft.json`, both in its p2pmpi directory.
 
 use crate::home::{Home, SupernodeState};
 use crate::server;
@@ -33,6 +38,22 @@ pub struct SupernodeOpts {
     pub secret: GridSecret,
     pub peer_ttl_ms: u64,
     pub home: Home,
+    /// The grid's supernodes (`SUPERNODE`, resolved, in order): with several, this one
+    /// among them (its address equal to the bound one), the JEL registry is replicated
+    /// among them.
+    pub supernodes: Vec<SocketAddr>,
+}
+
+/// This supernode's view of the replicated JEL registry (`jel-raft.json`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RaftState {
+    /// Its Raft id (its place in `SUPERNODE`, from 1).
+    pub me: u64,
+    /// The leader's id, 0 if none is known.
+    pub leader: u64,
+    pub leader_addr: Option<SocketAddr>,
+    pub term: u64,
+    pub commit: u64,
 }
 
 struct Shared {
@@ -55,12 +76,39 @@ pub fn run(opts: SupernodeOpts) -> Result<()> {
     let listener = TcpListener::bind(opts.bind).with_context(|| format!("cannot listen on {}", opts.bind))?;
     let addr = listener.local_addr()?;
     let addr = SocketAddr::new(crate::home::connectable(addr.ip()), addr.port());
-    let shared = Arc::new(Shared {
-        start: Instant::now(),
-        hosts: Mutex::new(HostList::new()),
-        ttl_ms: opts.peer_ttl_ms,
-        jel: Default::default(),
-    });
+    let jel = match opts.supernodes.iter().position(|a| *a == addr) {
+        Some(me) if opts.supernodes.len() > 1 => {
+            info!("the JEL registry is replicated among the supernodes {:?}", opts.supernodes);
+            if opts.supernodes.len() % 2 == 0 {
+                warn!(
+                    "{} supernodes: a majority is {}, so they survive no more deaths than {} would",
+                    opts.supernodes.len(),
+                    opts.supernodes.len() / 2 + 1,
+                    opts.supernodes.len() - 1
+                );
+            }
+            let log = Some(opts.home.dir.join("jel-raft.log"));
+            p2pmpi_jel::registry::Registry::replicated(
+                opts.supernodes.clone(),
+                me,
+                opts.secret.clone(),
+                Some(addr.ip()),
+                log,
+            )
+            .map_err(|e| anyhow::anyhow!("cannot start the JEL registry's consensus: {e}"))?
+        }
+        None if opts.supernodes.len() > 1 => {
+            warn!(
+                "this supernode ({addr}) is not in SUPERNODE {:?}: it serves JEL pools of its own (EXTERNAL_IP and \
+                 SUPERNODE_PORT must give its address in the list for it to join the others)",
+                opts.supernodes
+            );
+            Default::default()
+        }
+        _ => Default::default(),
+    };
+    let shared =
+        Arc::new(Shared { start: Instant::now(), hosts: Mutex::new(HostList::new()), ttl_ms: opts.peer_ttl_ms, jel });
     let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
     let stop_tx = Mutex::new(stop_tx);
     {
@@ -73,8 +121,29 @@ pub fn run(opts: SupernodeOpts) -> Result<()> {
     }
     crate::home::write_json(&opts.home.supernode_state(), &SupernodeState { pid: std::process::id(), addr })?;
     info!("supernode listening on {addr}; peers expire after {} ms", opts.peer_ttl_ms);
+    let raft_state = opts.home.dir.join("jel-raft.json");
+    let mut published: Option<(RaftState, Instant)> = None;
     loop {
-        match stop_rx.recv_timeout(Duration::from_millis(500)) {
+        if let Some(node) = shared.jel.raft() {
+            let st = node.status();
+            let now = RaftState {
+                me: st.me,
+                leader: st.leader,
+                leader_addr: node.leader_addr(),
+                term: st.term,
+                commit: st.commit,
+            };
+            // At once when the leader changes; the commit index at most once a second.
+            let stale = published.as_ref().is_none_or(|(p, at)| {
+                (p.leader, p.term) != (now.leader, now.term)
+                    || (p.commit != now.commit && at.elapsed() >= Duration::from_secs(1))
+            });
+            if stale {
+                let _ = crate::home::write_json(&raft_state, &now);
+                published = Some((now, Instant::now()));
+            }
+        }
+        match stop_rx.recv_timeout(Duration::from_millis(100)) {
             Ok(()) => break,
             Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
                 let now = shared.now();
@@ -86,6 +155,7 @@ pub fn run(opts: SupernodeOpts) -> Result<()> {
         }
     }
     let _ = std::fs::remove_file(opts.home.supernode_state());
+    let _ = std::fs::remove_file(&raft_state);
     info!("supernode stopped");
     Ok(())
 }
@@ -136,6 +206,14 @@ fn serve_conn(sh: &Shared, mut conn: SecureConn, peer: SocketAddr, me: SocketAdd
                 return false;
             }
             SnRequest::JelSeeds { pool, addr } => (SnResponse::JelSeeds(sh.jel.seeds(&pool, addr)), false),
+            SnRequest::Raft { from } => {
+                // From now on this connection carries a peer supernode's Raft messages.
+                match sh.jel.raft() {
+                    Some(node) => node.serve_peer(conn, from),
+                    None => warn!("{peer} sent Raft messages, but this supernode's registry is not replicated"),
+                }
+                return false;
+            }
             SnRequest::Stop => {
                 if server::is_local(peer.ip(), me.ip()) {
                     info!("stop requested from {peer}");

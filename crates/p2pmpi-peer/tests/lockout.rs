@@ -76,6 +76,7 @@ impl Supernode {
             secret: secret(),
             peer_ttl_ms: 60_000,
             home: home.clone(),
+            supernodes: Vec::new(),
         };
         let (tx, done) = std::sync::mpsc::channel();
         std::thread::spawn(move || {

@@ -63,6 +63,11 @@ pub enum SnRequest {
     /// asked (answered by [`SnResponse::JelSeeds`]); `addr`, where the asker listens, is
     /// added to them.
     JelSeeds { pool: String, addr: Option<std::net::SocketAddr> },
+    /// (supernode → supernode) this connection carries the Raft messages of the JEL
+    /// registry replicated among the grid's supernodes, from the supernode whose Raft id is
+    /// `from` (its place in `SUPERNODE`, from 1): each record after this one is one message
+    /// (`Vec<u8>`, raft-rs's protobuf encoding), one way, no answer.
+    Raft { from: u64 },
 }
 
 /// The opening record of a JEL connection (SPEC §14): to a registry (inside
@@ -90,6 +95,10 @@ pub enum JelRecord {
     /// (registry → member) the last record before the registry closes the connection: why
     /// (the member was declared dead).
     Closed(String),
+    /// (registry → member) the answer to the hello of a supernode that does not lead the
+    /// replicated registry: the leader's address if it knows one (ask there), else none
+    /// (an election is under way: ask again).
+    NotLeader(Option<std::net::SocketAddr>),
 }
 
 /// Answers of a supernode.

@@ -36,8 +36,8 @@
 //! go on with their stream where they were; a member that does not come back is found by
 //! its lease like any silent member.
 //!
-//! This module is the pure part; the consensus itself (openraft, see docs/jel.md) and the
-//! connections belong to the supernode's driver.
+//! This module is the pure part; the consensus itself (raft-rs, `p2pmpi_jel::consensus`;
+//! docs/jel.md says why) and the connections belong to the supernode's driver.
 
 use super::central::{self, Config, Message, Server};
 use super::wire::{put_addr, put_var, DecodeError, Reader};
