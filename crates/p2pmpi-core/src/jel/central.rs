@@ -40,7 +40,8 @@
 //! [`Event::Joined`] per member present, in join order, and one [`Event::Elected`] per
 //! election), delivers the events after it strictly in sequence order, holds back those that
 //! arrive early, and fetches a gap from the server if it is still open after
-//! [`Config::gap_timeout`] (gossip leaves gaps to the gossip). It keeps the last
+//! [`Config::gap_timeout`] (with gossip: after a whole [`Config::fallback_interval`], gossip
+//! filling gaps itself). It keeps the last
 //! [`Config::log_keep`] events to serve its gossip peers (none with the other strategies).
 //! It forwards (tree) or gossips (gossip) the stream as its strategy says. Both consistency
 //! models of joins are served by this one ordered stream; a part switched off is not
@@ -1542,6 +1543,19 @@ impl Client {
         }
     }
 
+    /// How long a gap in the stream may stay open before the member fetches it from the
+    /// server. Gossip fills gaps itself, so it waits a whole fallback interval: a gap that
+    /// old is one the gossip cannot fill (its events were purged from the peers' logs), and
+    /// the fallback does not fill it either (the server sent those events, as a seeding push
+    /// beyond the gap, and counts them as sent).
+    fn gap_limit(&self) -> Duration {
+        if self.cfg.dissemination.gossips() {
+            self.cfg.fallback_interval
+        } else {
+            self.cfg.gap_timeout
+        }
+    }
+
     /// When [`tick`](Self::tick) must be called next.
     pub fn next_deadline(&self) -> Option<Duration> {
         if !self.active() {
@@ -1551,8 +1565,8 @@ impl Client {
         if let Phase::Bootstrapping { deadline, .. } = self.phase {
             t = t.min(deadline);
         }
-        if let Some(g) = self.gap_since.filter(|_| !self.cfg.dissemination.gossips()) {
-            t = t.min(g + self.cfg.gap_timeout);
+        if let Some(g) = self.gap_since {
+            t = t.min(g + self.gap_limit());
         }
         if self.cfg.dissemination.gossips() && self.phase == Phase::Member {
             t = t.min(self.next_gossip);
@@ -1577,7 +1591,7 @@ impl Client {
                 self.ask_next_peer(now);
             }
         }
-        if self.gap_since.is_some_and(|g| g + self.cfg.gap_timeout <= now) && !self.cfg.dissemination.gossips() {
+        if self.gap_since.is_some_and(|g| g + self.gap_limit() <= now) {
             self.gap_since = Some(now);
             let from = self.next_seq();
             let to = self.pending.keys().next().copied().unwrap_or(from);
@@ -1899,6 +1913,36 @@ mod tests {
         c.on_message(addr(0), Message::Sync { next: 1 }, ms(3));
         assert!(std::iter::from_fn(|| c.poll_action())
             .all(|a| !matches!(a, Action::Send { msg: Message::Fetch { .. }, .. })));
+    }
+
+    #[test]
+    fn a_gossiping_member_fetches_a_gap_no_peer_filled_after_a_fallback_interval() {
+        // Seen at 10 000 nodes with adaptive gossip: a seeding push beyond a member's gap,
+        // whose events its peers had already purged; the server counts them as sent, so the
+        // fallback never resends them, and the member never saw everyone.
+        let cfg = test_cfg(Dissemination::Adaptive);
+        let mut c = Client::new(id(1), addr(1), addr(0), cfg, Consistency::STRONG, 1);
+        c.join(ms(0));
+        let snapshot = Snapshot { next: 1, members: vec![(id(1), addr(1))], elections: vec![] };
+        c.on_message(addr(0), Message::Welcome { next: 1, snapshot: Some(snapshot), peers: vec![] }, ms(1));
+        while c.poll_action().is_some() {}
+        let join = |k: usize| Event::Joined { id: id(k), addr: addr(k) };
+        c.on_message(addr(0), Message::Events { first: 3, events: vec![join(3)] }, ms(10));
+        let fetches = |c: &mut Client, now: Duration| -> Vec<Message> {
+            c.tick(now);
+            std::iter::from_fn(|| c.poll_action())
+                .filter_map(|a| match a {
+                    Action::Send { msg: m @ Message::Fetch { .. }, .. } => Some(m),
+                    _ => None,
+                })
+                .collect()
+        };
+        // Gossip may still fill it: nothing fetched before a fallback interval.
+        assert_eq!(fetches(&mut c, ms(1500)), []);
+        assert!(c.next_deadline().is_some_and(|d| d <= ms(2010)));
+        assert_eq!(fetches(&mut c, ms(2010)), [Message::Fetch { from: 1, to: 3 }]);
+        c.on_message(addr(0), Message::Events { first: 1, events: vec![join(2), join(4)] }, ms(2020));
+        assert_eq!(c.pool_size(), 4, "the gap filled, the held event delivered");
     }
 
     #[test]
