@@ -484,11 +484,18 @@ pub fn join_run(p: JoinParams) -> JoinRun {
         let sent: Vec<_> = w.node_kinds.iter().filter(|((n, _), _)| *n == top).collect();
         let got: Vec<_> = w.node_kinds.iter().filter(|((n, _), _)| *n == top + 1_000_000).collect();
         eprintln!("  top node sent by kind {sent:?}\n  received {got:?}");
-        let mut g: Vec<(u64, usize)> =
-            w.node_kinds.iter().filter(|((n, k), _)| *n >= 1_000_000 && *k == "gossip").map(|((n, _), b)| (*b, n - 1_000_000)).collect();
+        let mut g: Vec<(u64, usize)> = w
+            .node_kinds
+            .iter()
+            .filter(|((n, k), _)| *n >= 1_000_000 && *k == "gossip")
+            .map(|((n, _), b)| (*b, n - 1_000_000))
+            .collect();
         g.sort_unstable_by(|a, b| b.cmp(a));
         eprintln!("  most gossiped-to (bytes, node): {:?}; median {:?}", &g[..g.len().min(8)], g.get(g.len() / 2));
-        let started: Vec<(usize, f64)> = g[..g.len().min(8)].iter().map(|&(_, n)| (n, w.start_at.get(n).map_or(-1.0, |d| d.as_secs_f64()))).collect();
+        let started: Vec<(usize, f64)> = g[..g.len().min(8)]
+            .iter()
+            .map(|&(_, n)| (n, w.start_at.get(n).map_or(-1.0, |d| d.as_secs_f64())))
+            .collect();
         eprintln!("  their start times {started:?}");
         for t in [10.0, 20.0, 30.0, 60.0] {
             if let Some(s) = samples.iter().find(|s| s.0 >= t) {
