@@ -477,6 +477,11 @@ pub(crate) enum Event {
         members: Vec<u32>,
         flag: u32,
     },
+    /// A fault-aware program's process revokes a communicator.
+    Revoke {
+        rank: usize,
+        comm: u64,
+    },
     /// Slots lost with their host (its peer daemon stopped answering), or refused there.
     Lost {
         ranks: Vec<usize>,
@@ -826,6 +831,8 @@ struct Replicas<'a> {
     conns: HashMap<usize, Writer>,
     /// Fault-aware programs' agreements, decided here like deaths.
     agreements: std::cell::RefCell<Agreements>,
+    /// Communicators (contexts) a fault-aware program revoked.
+    revoked: std::cell::RefCell<std::collections::BTreeSet<u64>>,
 }
 
 /// The agreements of fault-aware programs ([`p2pmpi_core::agreement`]): the registry, and
@@ -852,6 +859,15 @@ impl Replicas<'_> {
                 if let Some(w) = self.conns.get(&slot) {
                     send_to(w, &Control::AgreeRefused { comm: key.comm, seq: key.seq, reason: e.to_string() });
                 }
+            }
+        }
+    }
+
+    /// A process revoked communicator `comm`: every process is told, once.
+    fn revoke(&self, comm: u64) {
+        if self.revoked.borrow_mut().insert(comm) {
+            for w in self.conns.values() {
+                send_to(w, &Control::Revoked { comm });
             }
         }
     }
@@ -1010,7 +1026,13 @@ pub(crate) fn event_loop(name: &str, job: &Job, rx: &Receiver<Event>, states: &m
             n.note(JobNoticeKind::Failed, slot, what);
         }
     };
-    let mut rep = Replicas { layout, fencing: &job.fencing, conns: HashMap::new(), agreements: Default::default() };
+    let mut rep = Replicas {
+        layout,
+        fencing: &job.fencing,
+        conns: HashMap::new(),
+        agreements: Default::default(),
+        revoked: Default::default(),
+    };
     let lease_us = if replicated { lock(&job.fencing).sup.lease().as_micros() as u64 } else { 0 };
     let mut addrs: Vec<Option<String>> = vec![None; n];
     let mut fd_addrs: Vec<String> = vec![String::new(); n];
@@ -1189,6 +1211,11 @@ pub(crate) fn event_loop(name: &str, job: &Job, rx: &Receiver<Event>, states: &m
             Event::Agree { rank: slot, key, members, flag } => {
                 if !(replicated && rep.heard_from_fenced(slot)) {
                     rep.agree(slot, key, &members, flag);
+                }
+            }
+            Event::Revoke { rank: slot, comm } => {
+                if !(replicated && rep.heard_from_fenced(slot)) {
+                    rep.revoke(comm);
                 }
             }
             Event::Finalized { rank: slot } => {
@@ -1580,6 +1607,9 @@ fn serve_control(
             Ok(Some(Control::Agree { comm, seq, members, flag })) => {
                 let key = agreement::Key { comm, seq };
                 let _ = tx.send(Event::Agree { rank, key, members, flag });
+            }
+            Ok(Some(Control::Revoke { comm })) => {
+                let _ = tx.send(Event::Revoke { rank, comm });
             }
             Ok(Some(_)) => {}
             Ok(None) | Err(_) => {

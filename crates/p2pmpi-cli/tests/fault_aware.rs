@@ -60,10 +60,21 @@ fn alone_without_a_launcher_agreement_is_immediate() {
 
 #[test]
 fn a_receive_from_any_source_fails_when_a_worker_dies_and_works_again_once_acknowledged() {
+    collect_through_a_worker_death("receive");
+}
+
+#[test]
+fn blocking_probes_from_any_source_fail_when_a_worker_dies_and_work_again_once_acknowledged() {
+    collect_through_a_worker_death("probe");
+    // A receive of a vector probes for the message's size first.
+    collect_through_a_worker_death("vec");
+}
+
+fn collect_through_a_worker_death(mode: &str) {
     let mut c = Command::new(launcher());
     c.args(["-n", "4", "--t-gossip", "100", "--t-max-hang", "0"])
         .arg(example("ft_collect"))
-        .args(["12", "150"])
+        .args(["12", "150", mode])
         .env("P2PMPI_HOME", "/nonexistent/p2pmpi-local-tests");
     let job = Job::spawn(&mut c);
     let ready = job.ready(4, T);
@@ -74,7 +85,33 @@ fn a_receive_from_any_source_fails_when_a_worker_dies_and_works_again_once_ackno
     // for rank 2's message of the round: the job would not end.
     let (code, text) = job.finish(T);
     assert_eq!(code, 0, "{text}");
-    assert!(text.contains("receive from any source failed: ") && text.contains("lost rank 2"), "{text}");
+    assert!(text.contains(&format!("{mode} from any source failed: ")) && text.contains("lost rank 2"), "{text}");
     assert!(text.contains("round 11 complete"), "{text}");
     assert!(text.contains("from 2 of 3 workers: correct"), "{text}");
+}
+
+#[test]
+fn collectives_return_their_errors_and_a_revoke_frees_ranks_that_never_talk_to_the_dead_one() {
+    let mut c = Command::new(launcher());
+    c.args(["-n", "4", "--t-gossip", "100", "--t-max-hang", "0"])
+        .arg(example("ft_revoke"))
+        .args(["20", "1000", "150"])
+        .env("P2PMPI_HOME", "/nonexistent/p2pmpi-local-tests");
+    let job = Job::spawn(&mut c);
+    let ready = job.ready(4, T);
+    job.wait_for(T, "round 3", |lines| lines.iter().any(|l| l.text == "round 3 done on 4 ranks").then_some(()));
+    let victim = ready[2].0;
+    assert!(Command::new("kill").args(["-9", &victim.to_string()]).status().unwrap().success());
+    // Without the revocation, a rank whose allreduce partner gave up would wait for it
+    // forever: the job would not end.
+    let (code, text) = job.finish(T);
+    assert_eq!(code, 0, "{text}");
+    let failed: Vec<&str> = text.lines().filter(|l| l.contains(": round ") && l.contains(" failed: ")).collect();
+    assert_eq!(failed.len(), 3, "every survivor saw the round fail: {text}");
+    assert!(
+        failed.iter().any(|l| l.contains("the communicator was revoked")),
+        "a survivor learned it through the revocation: {text}"
+    );
+    assert!(text.contains("shrunk from 4 to 3 ranks"), "{text}");
+    assert!(text.contains("total 00000002534e5ed3 over 20 rounds on 3 of 4 ranks: correct"), "{text}");
 }

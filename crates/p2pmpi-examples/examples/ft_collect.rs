@@ -4,11 +4,14 @@
 //! have come from it; the master acknowledges the failure, stops expecting that worker and
 //! goes on with the others.
 //!
-//! Usage: `p2pmpirun -n N ft_collect [ROUNDS [HOLD_MS]]`
+//! Usage: `p2pmpirun -n N ft_collect [ROUNDS [HOLD_MS [MODE]]]`
 //! - ROUNDS: rounds (default 10); in round `k` every worker `w` sends `w * 1000 + k`, tagged
 //!   `k`, and rank 0 receives them from any source;
 //! - HOLD_MS: a worker's pause before each round's message (default 0), so that a test can
-//!   kill one mid-run.
+//!   kill one mid-run;
+//! - MODE: how rank 0 takes each message: `receive` (default) from any source, `probe` (a
+//!   blocking probe from any source, then a receive from the rank it found) or `vec` (a
+//!   receive of a vector, which probes for its size): each fails the same way.
 //!
 //! Every rank prints `rank R ready pid PID on HOST at 0`; rank 0 prints `round K complete`
 //! after each round, `receive from any source failed: CAUSE` and `lost rank W` when a
@@ -25,6 +28,11 @@ fn main() {
     let arg = |i: usize| args.get(i).map(|s| s.trim()).filter(|s| !s.is_empty());
     let rounds: i32 = arg(0).map_or(10, |s| s.parse().expect("ROUNDS"));
     let hold = std::time::Duration::from_millis(arg(1).map_or(0, |s| s.parse().expect("HOLD_MS")));
+    // How rank 0 takes each message: a receive from any source (`receive`), a blocking probe
+    // from any source then a receive from the rank found (`probe`), or a receive of a vector,
+    // which probes for its size (`vec`).
+    let mode = arg(2).unwrap_or("receive").to_string();
+    assert!(["receive", "probe", "vec"].contains(&mode.as_str()), "MODE: receive, probe or vec");
 
     mpi::failure::set_policy(mpi::failure::Policy::Notify);
     let universe = mpi::initialize().unwrap();
@@ -52,13 +60,24 @@ fn main() {
         let mut waiting: BTreeSet<i32> = alive.clone();
         while !waiting.is_empty() {
             let mut v = [0u64; 1];
-            match world.any_process().try_receive_into_with_tag(&mut v[..], k) {
+            let got_one = match mode.as_str() {
+                "probe" => world
+                    .any_process()
+                    .try_probe_with_tag(k)
+                    .and_then(|st| world.process_at_rank(st.source_rank()).try_receive_into_with_tag(&mut v[..], k)),
+                "vec" => world.any_process().try_receive_vec_with_tag::<u64>(k).map(|(m, st)| {
+                    v[0] = m.first().copied().unwrap_or(u64::MAX);
+                    st
+                }),
+                _ => world.any_process().try_receive_into_with_tag(&mut v[..], k),
+            };
+            match got_one {
                 Ok(st) => {
                     waiting.remove(&st.source_rank());
                     got.push((st.source_rank(), k, v[0]));
                 }
                 Err(e) => {
-                    println!("receive from any source failed: {e}");
+                    println!("{mode} from any source failed: {e}");
                     world.failure_ack();
                     for r in world.failed_members() {
                         if alive.remove(&r) {

@@ -19,8 +19,8 @@ use thiserror::Error;
 pub const MAX_CONTROL_LEN: u32 = 16 << 20;
 
 /// One control record. Processes send `Hello`, `Register`, `Finalized`, `Abort`, `PeerFailed`,
-/// `Renew` and `Agree`; the launcher answers with `Challenge`, `World`, `Lease`, `Excluded`,
-/// `Agreed` and `AgreeRefused`, and may send `Dead` and `Stop`.
+/// `Renew`, `Agree` and `Revoke`; the launcher answers with `Challenge`, `World`, `Lease`,
+/// `Excluded`, `Agreed` and `AgreeRefused`, and may send `Dead`, `Revoked` and `Stop`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Control {
     /// A process announces itself: its rank (slot), the address of its data port, its pid,
@@ -67,6 +67,12 @@ pub enum Control {
     Agreed { comm: u64, seq: u64, flag: u32, failed: Vec<u32>, id: u64 },
     /// The launcher refused the process's contribution (`reason` says why).
     AgreeRefused { comm: u64, seq: u64, reason: String },
+    /// A fault-aware program's process revokes the communicator of context `comm` (ULFM's
+    /// `MPIX_Comm_revoke`): the launcher tells every process.
+    Revoke { comm: u64 },
+    /// The communicator of context `comm` was revoked: its pending and later communication
+    /// fails.
+    Revoked { comm: u64 },
 }
 
 /// What a process registers with its launcher.
@@ -177,6 +183,8 @@ impl Control {
             Control::Agree { .. } => "Agree",
             Control::Agreed { .. } => "Agreed",
             Control::AgreeRefused { .. } => "AgreeRefused",
+            Control::Revoke { .. } => "Revoke",
+            Control::Revoked { .. } => "Revoked",
         }
     }
 }
@@ -300,6 +308,8 @@ mod tests {
             Control::Agree { comm: 5, seq: 2, members: vec![0, 2, 3], flag: 0xff },
             Control::Agreed { comm: 5, seq: 2, flag: 0x0f, failed: vec![2], id: 9 },
             Control::AgreeRefused { comm: 5, seq: 2, reason: "rank 2 was declared failed".into() },
+            Control::Revoke { comm: 7 },
+            Control::Revoked { comm: 7 },
             Control::World { addrs: vec!["a".into(), "b".into()], fd: None, lease_us: 0 },
             Control::World {
                 lease_us: 1_000_000,

@@ -272,6 +272,11 @@ fn watch_launcher(mut conn: TcpStream, rank: i32) {
             Ok(Some(Control::AgreeRefused { comm, seq, reason })) => {
                 agreements::decided((comm, seq), Err(reason));
             }
+            Ok(Some(Control::Revoked { comm })) => {
+                if let Ok(ctx) = u32::try_from(comm) {
+                    crate::ulfm::revoked(ctx);
+                }
+            }
             Ok(Some(Control::Dead { slots })) => {
                 if fence::my_slot().is_some_and(|me| slots.contains(&me)) {
                     fence::excluded();
@@ -325,6 +330,12 @@ pub(crate) mod agreements {
     pub(crate) fn take(key: (u64, u64)) -> Option<Outcome> {
         DECIDED.lock().as_mut().and_then(|m| m.remove(&key))
     }
+}
+
+/// Asks the launcher to revoke communicator `ctx` everywhere (ULFM's revoke). Without a
+/// launcher this process is the whole job.
+pub(crate) fn revoke(ctx: u32) {
+    send(&Control::Revoke { comm: u64::from(ctx) });
 }
 
 fn send(msg: &Control) {

@@ -415,6 +415,10 @@ pub(crate) fn wait_until<T>(hint: Option<i32>, mut check: impl FnMut(&mut Engine
                 e.peer_failed(k);
             }
         }
+        if crate::ulfm::REVOKE_PENDING.load(Ordering::Relaxed) {
+            // Applies the revocations told since (their pending requests fail).
+            e.is_revoked(0);
+        }
         if let Some(f) = &e.fatal {
             return Err(f.clone());
         }

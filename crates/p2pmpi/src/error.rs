@@ -43,6 +43,11 @@ pub enum Error {
     /// An operating-system error.
     #[error("i/o error: {0}")]
     Io(String),
+    /// The communicator was revoked by one of its members (`mpi::ulfm::FaultTolerant::revoke`,
+    /// ULFM's `MPI_ERR_REVOKED`): its communication fails; agree, shrink and failure
+    /// acknowledgement still work on it.
+    #[error("the communicator was revoked by a member (only agree, shrink and failure_ack work on it now)")]
+    Revoked,
 }
 
 /// Result of the fallible (`try_*`) calls.

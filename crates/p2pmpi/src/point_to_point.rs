@@ -231,10 +231,37 @@ fn recv_value<T: Equivalence>(h: &CommHandle, src: Rank, tag: Tag) -> Result<(T,
 // Probes are choice points of a replicated job (`p2pmpi_core::replication::Choices`) when
 // their outcome depends on arrival order: the master decides, its replicas follow.
 
+/// Why a blocking probe for `pat` on `h` can never succeed: its communicator was revoked,
+/// or — a program that handles failures, unreplicated — the rank it names is lost, or, for
+/// `ANY_SOURCE`, a member failed that this process has not acknowledged (as for receives,
+/// [`crate::ulfm`]).
+fn probe_blocked(e: &mut crate::device::Engine, h: &CommHandle, pat: &Pattern) -> Option<Error> {
+    if e.is_revoked(pat.comm) {
+        return Some(Error::Revoked);
+    }
+    if e.replicated() || crate::failure::policy() != crate::failure::Policy::Notify {
+        return None;
+    }
+    match pat.src {
+        Some(src) => e.lost_cause(src).map(|cause| Error::PeerLost { rank: src, cause }),
+        None => {
+            let members = h.members();
+            let w = crate::ulfm::unacked_failure(h.0.ctx, members.as_deref())?;
+            Some(Error::PeerLost {
+                rank: w,
+                cause: "failed, and not acknowledged on this communicator (a probe from any source cannot tell whether its message would have come from it; acknowledge with failure_ack and probe again)".into(),
+            })
+        }
+    }
+}
+
 fn probe_impl(h: &CommHandle, src: Rank, tag: Tag) -> Result<Status> {
     let pat = pattern(h, src, tag);
     let c = with_engine(|e| e.probe_point(&pat, false));
-    let env = wait_until(hint(h, src), |e| e.probe_at(c, pat, false).map(|f| Ok(f.expect("found"))))?;
+    let env = wait_until(hint(h, src), |e| match e.probe_at(c, pat, false) {
+        Some(f) => Some(Ok(f.expect("found"))),
+        None => probe_blocked(e, h, &pat).map(Err),
+    })?;
     Ok(status_of(h, &env))
 }
 
@@ -254,7 +281,10 @@ fn iprobe_impl(h: &CommHandle, src: Rank, tag: Tag) -> Result<Option<Status>> {
 fn mprobe_impl(h: &CommHandle, src: Rank, tag: Tag) -> Result<(Message, Status)> {
     let pat = pattern(h, src, tag);
     let c = with_engine(|e| e.probe_point(&pat, false));
-    let m = wait_until(hint(h, src), |e| e.mprobe_at(c, pat, false).map(|m| Ok(m.expect("found"))))?;
+    let m = wait_until(hint(h, src), |e| match e.mprobe_at(c, pat, false) {
+        Some(m) => Some(Ok(m.expect("found"))),
+        None => probe_blocked(e, h, &pat).map(Err),
+    })?;
     let st = status_of(h, &m.env);
     Ok((Message { matched: Some(m), handle: h.clone() }, st))
 }

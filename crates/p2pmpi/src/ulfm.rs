@@ -32,9 +32,11 @@
 //! shrink cannot split the survivors. With `-r R`, a rank counts as failed only once every
 //! replica of it has (replicas contribute the same values: they follow their master).
 
+pub use crate::collective::{TryCollectives, TryRoot};
 use crate::topology::{Communicator, Rank, SimpleCommunicator};
 use parking_lot::Mutex;
 use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Context ids of communicators made by [`FaultTolerant::shrink`]: this base plus the
 /// agreement's number (the ids `split` and `duplicate` hand out stay far below).
@@ -61,6 +63,27 @@ pub enum FaultError {
 /// match because agreement is collective), and the failed ranks acknowledged per context.
 static SEQ: Mutex<Option<HashMap<u32, u64>>> = Mutex::new(None);
 static ACKED: Mutex<Option<HashMap<u32, BTreeSet<Rank>>>> = Mutex::new(None);
+
+/// Every communicator context revoked in this job so far (as this process heard), and those
+/// the engine has not applied yet ([`REVOKE_PENDING`]).
+static REVOKED: Mutex<BTreeSet<u32>> = Mutex::new(BTreeSet::new());
+static UNAPPLIED: Mutex<Vec<u32>> = Mutex::new(Vec::new());
+/// Revocations wait to be applied by the engine (its requests on them fail).
+pub(crate) static REVOKE_PENDING: AtomicBool = AtomicBool::new(false);
+
+/// Communicator context `ctx` was revoked (told by the launcher, or by this process itself).
+pub(crate) fn revoked(ctx: u32) {
+    if REVOKED.lock().insert(ctx) {
+        UNAPPLIED.lock().push(ctx);
+        REVOKE_PENDING.store(true, Ordering::SeqCst);
+    }
+}
+
+/// The revocations the engine has not applied yet.
+pub(crate) fn take_revocations() -> Vec<u32> {
+    REVOKE_PENDING.store(false, Ordering::SeqCst);
+    std::mem::take(&mut *UNAPPLIED.lock())
+}
 
 /// A decision: the agreed flag, the failed members (ranks of the communicator), its number.
 struct Decided {
@@ -169,6 +192,28 @@ pub trait FaultTolerant: Communicator {
         }
         let ctx = SHRINK_CTX_BASE + (d.id as u32 & (SHRINK_CTX_BASE - 1));
         Ok(crate::topology::new_comm(ctx, survivors, me))
+    }
+
+    /// Revokes the communicator for every member (ULFM's `MPIX_Comm_revoke`): communication
+    /// on it that is pending or started later fails with
+    /// [`Error::Revoked`](crate::error::Error::Revoked) on every member, wherever it waits —
+    /// also members that never talk to a failed process and would otherwise wait for one that
+    /// gave up. Agreement, shrinking and failure acknowledgement still work on it. Not
+    /// collective: any member may call it, once or several times. Not available with `-r R`
+    /// (a revocation could interrupt a rank's replicas at different points).
+    fn revoke(&self) -> Result<(), FaultError> {
+        if crate::environment::with_engine(|e| e.replicated()) {
+            return Err(FaultError::Refused("revoke is not available in replicated jobs (-r R)".into()));
+        }
+        let ctx = self.handle().0.ctx;
+        revoked(ctx);
+        crate::bootstrap::revoke(ctx);
+        Ok(())
+    }
+
+    /// Whether the communicator was revoked (by any member, as this process heard so far).
+    fn is_revoked(&self) -> bool {
+        REVOKED.lock().contains(&self.handle().0.ctx)
     }
 
     /// Acknowledges the failures of members known to this process now: later agreements no

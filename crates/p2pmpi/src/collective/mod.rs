@@ -7,6 +7,8 @@
 //! point-to-point. The algorithms are in [`algorithms`].
 
 pub mod algorithms;
+mod fallible;
+pub use fallible::{TryCollectives, TryRoot};
 pub(crate) mod immediate;
 pub mod ops;
 

@@ -203,6 +203,8 @@ pub(crate) struct Engine {
     /// Peers lost in a program that handles failures (`Policy::Notify`, unreplicated): what
     /// involves them fails with an error naming them, the rest goes on (rank → cause).
     lost: HashMap<i32, String>,
+    /// Communicators (contexts) revoked by a member (ULFM): their communication fails.
+    revoked: std::collections::HashSet<u32>,
     /// How long a blocking call polls before it sleeps.
     pub spin: Duration,
     /// After `spin`, how long it keeps polling with `sched_yield` between polls.
@@ -308,6 +310,7 @@ impl Engine {
             deferred: Vec::new(),
             fatal: None,
             lost: HashMap::new(),
+            revoked: std::collections::HashSet::new(),
             spin,
             yield_spin: Duration::ZERO,
             encrypt: false,
@@ -502,6 +505,9 @@ impl Engine {
         self.check_rank(dst)?;
         if let Some(e) = &self.fatal {
             return Err(e.clone());
+        }
+        if self.is_revoked(comm) {
+            return Err(Error::Revoked);
         }
         let seq = self.matcher.next_send_seq(comm, dst, tag);
         let data = if len == 0 {
@@ -873,6 +879,9 @@ impl Engine {
     pub fn irecv(&mut self, pat: Pattern, ptr: *mut u8, cap: usize) -> Result<ReqId> {
         if let Some(s) = pat.src {
             self.check_rank(s)?;
+        }
+        if self.is_revoked(pat.comm) {
+            return Err(Error::Revoked);
         }
         let r = self.new_req(ptr, cap, ReqState::Pending);
         if let Some(rp) = self.repl.as_mut() {
@@ -1803,6 +1812,54 @@ impl Engine {
             self.peers[rank as usize].send_conn = None;
         }
         self.lose_peer(rank, "declared failed by the failure detector".into(), unsent);
+    }
+
+    /// Whether the communicator of MID communicator id `comm` (point-to-point or collective
+    /// traffic of one context) was revoked. Revocations told since the last call are applied
+    /// first.
+    pub(crate) fn is_revoked(&mut self, comm: u32) -> bool {
+        if crate::ulfm::REVOKE_PENDING.load(std::sync::atomic::Ordering::Relaxed) {
+            for ctx in crate::ulfm::take_revocations() {
+                self.revoke(ctx);
+            }
+        }
+        !self.revoked.is_empty() && self.revoked.contains(&(comm / 2))
+    }
+
+    /// Communicator context `ctx` was revoked (ULFM's `MPIX_Comm_revoke`): its posted
+    /// receives and rendez-vous transfers fail with [`Error::Revoked`], and so will anything
+    /// posted on it later. Sends already written complete as usual.
+    pub(crate) fn revoke(&mut self, ctx: u32) {
+        if !self.revoked.insert(ctx) {
+            return;
+        }
+        let of = |comm: u32| comm / 2 == ctx;
+        let mut failed = Vec::new();
+        let posted: Vec<ReqId> = self.matcher.posted().filter(|(p, _)| of(p.comm)).map(|(_, r)| *r).collect();
+        for r in posted {
+            if self.matcher.cancel(&r) {
+                failed.push(r);
+            }
+        }
+        let rr: Vec<Mid> = self.rndv_recv.keys().filter(|m| of(m.comm)).copied().collect();
+        failed.extend(rr.iter().filter_map(|m| self.rndv_recv.remove(m)));
+        let rs: Vec<Mid> = self.rndv_send.keys().filter(|m| of(m.comm)).copied().collect();
+        failed.extend(rs.iter().filter_map(|m| self.rndv_send.remove(m)).map(|s| s.req));
+        for r in failed {
+            if self.reqs.get(r).is_some_and(|q| q.as_ref().is_some_and(|q| matches!(q.state, ReqState::Pending))) {
+                self.complete(r, Err(Error::Revoked));
+            }
+        }
+    }
+
+    /// Why world rank `rank` was lost (a program that handles failures goes on without it).
+    pub(crate) fn lost_cause(&self, rank: i32) -> Option<String> {
+        self.lost.get(&rank).cloned()
+    }
+
+    /// Whether this process runs as one of several replicas of its rank.
+    pub(crate) fn replicated(&self) -> bool {
+        self.repl.is_some()
     }
 
     /// A program that handles failures, unreplicated: a lost peer does not end communication.

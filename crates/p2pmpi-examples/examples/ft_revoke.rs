@@ -1,0 +1,107 @@
+//! A fault-aware program built on collectives (ULFM style, `mpi::ulfm`): each round sums
+//! its tasks with `try_all_reduce_into`, and no agreement is paid per round.
+//!
+//! When a rank is killed, the allreduce fails on the ranks that exchange with it. Others may
+//! wait for a partner that gave up: whoever sees an error **revokes** the communicator, so
+//! every survivor's pending or next operation on it fails too, wherever it waits. Then all
+//! agree on whether everyone finished, shrink the communicator, agree on the rounds every
+//! survivor completed, and go on from there with the work spread over fewer ranks.
+//!
+//! Usage: `ft_revoke [ROUNDS] [TASKS_PER_ROUND] [HOLD_MS]` (defaults 20, 1000, 0): HOLD_MS
+//! pauses after each round, so that a test can kill a rank mid-run.
+//!
+//! Prints `rank R ready pid PID on HOST at 0` at the start, `round K done on N ranks` (rank 0
+//! of the communicator), `rank R: round K failed: ERROR` on an error,
+//! `shrunk from A to B ranks; round K again`, and at the end
+//! `total SUM over ROUNDS rounds on N of M ranks: correct` (or `WRONG`), the sum being the
+//! one a single process computes.
+#![forbid(unsafe_code)]
+
+use mpi::collective::SystemOperation;
+use mpi::traits::*;
+use mpi::ulfm::{FaultError, FaultTolerant, TryCollectives};
+
+fn h(t: u64) -> u64 {
+    let mut z = t.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    (z ^ (z >> 31)) % 1_000_003
+}
+
+/// This rank's share of round `k`: the tasks `t` of the round with `t mod size = rank`.
+fn part(k: u64, per_round: u64, rank: u64, size: u64) -> u64 {
+    (k * per_round..(k + 1) * per_round).filter(|t| t % size == rank).fold(0u64, |a, t| a.wrapping_add(h(t)))
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let arg = |i: usize| args.get(i).map(|s| s.trim()).filter(|s| !s.is_empty());
+    let rounds: u64 = arg(0).map_or(20, |s| s.parse().expect("ROUNDS"));
+    let per_round: u64 = arg(1).map_or(1000, |s| s.parse().expect("TASKS_PER_ROUND")).max(1);
+    let hold = std::time::Duration::from_millis(arg(2).map_or(0, |s| s.parse().expect("HOLD_MS")));
+
+    mpi::failure::set_policy(mpi::failure::Policy::Notify);
+    let universe = mpi::initialize().unwrap();
+    let world = universe.world();
+    let n = world.size();
+    let me = world.rank();
+    let host = mpi::environment::processor_name().unwrap_or_default();
+    println!("rank {me} ready pid {} on {host} at 0", std::process::id());
+    world.barrier();
+
+    let mut comm = world.duplicate();
+    // The sum of every round completed, in order.
+    let mut sums: Vec<u64> = Vec::new();
+    loop {
+        let mut finished = true;
+        while (sums.len() as u64) < rounds {
+            let k = sums.len() as u64;
+            let mine = part(k, per_round, comm.rank() as u64, comm.size() as u64);
+            let mut sum = 0u64;
+            match comm.try_all_reduce_into(&mine, &mut sum, SystemOperation::sum()) {
+                Ok(()) => {
+                    sums.push(sum);
+                    if comm.rank() == 0 {
+                        println!("round {} done on {} ranks", k + 1, comm.size());
+                    }
+                    std::thread::sleep(hold);
+                }
+                Err(e) => {
+                    println!("rank {me}: round {} failed: {e}", k + 1);
+                    // Everyone else's pending or next operation on it fails too.
+                    comm.revoke().unwrap_or_else(|e| panic!("revoke: {e}"));
+                    finished = false;
+                    break;
+                }
+            }
+        }
+        // Did every survivor finish? (Failures known now are acknowledged: the agreement then
+        // reports only new ones, and its value counts either way.)
+        comm.failure_ack();
+        let all_finished = match comm.agree(u32::from(finished)) {
+            Ok(f) => f,
+            Err(FaultError::ProcFailed { agreed, .. }) => agreed,
+            Err(e) => panic!("agreement: {e}"),
+        };
+        if all_finished == 1 {
+            break;
+        }
+        let before = comm.size();
+        comm.failure_ack();
+        comm = comm.shrink().unwrap_or_else(|e| panic!("shrink: {e}"));
+        // Go on from the rounds every survivor completed.
+        let done = sums.len() as u64;
+        let mut least = 0u64;
+        comm.all_reduce_into(&done, &mut least, SystemOperation::min());
+        sums.truncate(least as usize);
+        if comm.rank() == 0 {
+            println!("shrunk from {before} to {} ranks; round {} again", comm.size(), least + 1);
+        }
+    }
+    if comm.rank() == 0 {
+        let total = sums.iter().fold(0u64, |a, s| a.wrapping_add(*s));
+        let want = (0..rounds * per_round).fold(0u64, |a, t| a.wrapping_add(h(t)));
+        let verdict = if total == want { "correct" } else { "WRONG" };
+        println!("total {total:016x} over {rounds} rounds on {} of {n} ranks: {verdict}", comm.size());
+    }
+}
