@@ -70,6 +70,11 @@ fn blocking_probes_from_any_source_fail_when_a_worker_dies_and_work_again_once_a
     collect_through_a_worker_death("vec");
 }
 
+#[test]
+fn waiting_for_any_of_several_requests_fails_the_receive_from_any_source_when_a_worker_dies() {
+    collect_through_a_worker_death("waitany");
+}
+
 fn collect_through_a_worker_death(mode: &str) {
     let mut c = Command::new(launcher());
     c.args(["-n", "4", "--t-gossip", "100", "--t-max-hang", "0"])

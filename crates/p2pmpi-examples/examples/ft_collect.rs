@@ -11,7 +11,8 @@
 //!   kill one mid-run;
 //! - MODE: how rank 0 takes each message: `receive` (default) from any source, `probe` (a
 //!   blocking probe from any source, then a receive from the rank it found) or `vec` (a
-//!   receive of a vector, which probes for its size): each fails the same way.
+//!   receive of a vector, which probes for its size) or `waitany` (an immediate receive from
+//!   any source, waited for with `try_wait_any`): each fails the same way.
 //!
 //! Every rank prints `rank R ready pid PID on HOST at 0`; rank 0 prints `round K complete`
 //! after each round, `receive from any source failed: CAUSE` and `lost rank W` when a
@@ -32,7 +33,7 @@ fn main() {
     // from any source then a receive from the rank found (`probe`), or a receive of a vector,
     // which probes for its size (`vec`).
     let mode = arg(2).unwrap_or("receive").to_string();
-    assert!(["receive", "probe", "vec"].contains(&mode.as_str()), "MODE: receive, probe or vec");
+    assert!(["receive", "probe", "vec", "waitany"].contains(&mode.as_str()), "MODE: receive, probe, vec or waitany");
 
     mpi::failure::set_policy(mpi::failure::Policy::Notify);
     let universe = mpi::initialize().unwrap();
@@ -68,6 +69,10 @@ fn main() {
                 "vec" => world.any_process().try_receive_vec_with_tag::<u64>(k).map(|(m, st)| {
                     v[0] = m.first().copied().unwrap_or(u64::MAX);
                     st
+                }),
+                "waitany" => mpi::request::multiple_scope(1, |scope, coll| {
+                    coll.add(world.any_process().immediate_receive_into_with_tag(scope, &mut v[..], k));
+                    coll.try_wait_any().expect("one request").1
                 }),
                 _ => world.any_process().try_receive_into_with_tag(&mut v[..], k),
             };

@@ -4,7 +4,7 @@
 use crate::datatype::TypeMap;
 use crate::device::{ReqId, StatusInfo};
 use crate::environment::{wait_req, wait_until, with_engine};
-use crate::error::{OrFatal, Result};
+use crate::error::{Error, OrFatal, Result};
 use crate::point_to_point::Status;
 use crate::topology::{comm_rank_of, Rank};
 use std::cell::Cell;
@@ -48,6 +48,22 @@ unsafe impl Send for Pending {}
 impl Pending {
     pub fn new(id: ReqId, hint: Option<Rank>, members: Option<Arc<[Rank]>>) -> Pending {
         Pending { id, hint, members, keep: None, unpack: None, any_source_ctx: None }
+    }
+
+    /// A receive from `ANY_SOURCE` of a fault-aware program, not matched yet, while a member
+    /// of its communicator failed unacknowledged: withdrawn and failed with that member's loss
+    /// (as [`Pending::wait`] does, [`crate::ulfm::wait_any_source`]) so that waiting for
+    /// several requests does not wait forever for it. Returns whether it failed it.
+    fn fail_if_any_source_orphaned(&self, e: &mut crate::device::Engine) -> bool {
+        let Some(ctx) = self.any_source_ctx else { return false };
+        let Some(w) = crate::ulfm::unacked_failure(ctx, self.members.as_deref()) else { return false };
+        e.fail_receive(
+            self.id,
+            Error::PeerLost {
+                rank: w,
+                cause: "failed, and not acknowledged on this communicator (a receive from any source cannot tell whether its message would have come from it; acknowledge with failure_ack and receive again)".into(),
+            },
+        )
     }
 
     /// Turns the engine's outcome into a status, unpacking received data.
@@ -415,12 +431,56 @@ pub fn wait_any<'a, D, S: Scope<'a>>(requests: &mut Vec<Request<'a, D, S>>) -> O
     if requests.is_empty() {
         return None;
     }
+    let (i, r) = try_wait_any(requests)?;
+    Some((i, r.or_fatal()))
+}
+
+/// Like [`wait_any`], returning the completed request's failure instead of stopping: a
+/// receive from `ANY_SOURCE` of a fault-aware program fails (naming the member) while a member
+/// of its communicator failed and was not acknowledged, unless a message matched it first
+/// (ULFM's semantics, [`crate::ulfm`]).
+pub fn try_wait_any<'a, D, S: Scope<'a>>(requests: &mut Vec<Request<'a, D, S>>) -> Option<(usize, Result<Status>)> {
+    if requests.is_empty() {
+        return None;
+    }
     let ids: Vec<Option<ReqId>> = requests.iter().map(|r| Some(r.pending.as_ref().expect("live request").id)).collect();
     // A choice point in a replicated job: every replica completes the request its master did.
     let c = with_engine(|e| e.completion_point());
-    let i = wait_until(None, |e| e.completed_at(c, &ids, true).map(|d| Ok(d[0]))).or_fatal();
+    let pendings: Vec<&Pending> = requests.iter().filter_map(|r| r.pending.as_ref()).collect();
+    let found = wait_until(None, |e| done_or_orphaned(e, c, &ids, true, pendings.iter().copied()).map(|d| Ok(d[0])));
+    drop(pendings);
+    // On a fatal error of the library, the first request is given back failed with it.
+    let i = found.unwrap_or(0);
     let req = requests.remove(i);
-    Some((i, req.wait()))
+    Some((i, req.try_wait()))
+}
+
+/// The requests of `ids` complete now (`c`: a replicated job's choice point); without one,
+/// receives from `ANY_SOURCE` that can no longer be told apart from a failed member's are
+/// failed first ([`Pending::fail_if_any_source_orphaned`]).
+fn done_or_orphaned<'p>(
+    e: &mut crate::device::Engine,
+    c: Option<u64>,
+    ids: &[Option<ReqId>],
+    block: bool,
+    pendings: impl Iterator<Item = &'p Pending>,
+) -> Option<Vec<usize>> {
+    if let Some(d) = e.completed_at(c, ids, block) {
+        if !d.is_empty() || c.is_some() {
+            return Some(d);
+        }
+    }
+    if c.is_some() || !crate::failure::any_failed() {
+        return (!block).then(Vec::new);
+    }
+    let mut failed = false;
+    for p in pendings {
+        failed |= p.fail_if_any_source_orphaned(e);
+    }
+    if failed {
+        return e.completed_at(c, ids, block);
+    }
+    (!block).then(Vec::new)
 }
 
 /// A set of requests on the same kind of data, created by [`multiple_scope`].
@@ -459,11 +519,21 @@ impl<'a, D: ?Sized> RequestCollection<'a, D> {
     }
 
     fn complete(&mut self, i: usize) -> (usize, Status, &'a D) {
+        let (i, st, d) = self.try_complete(i);
+        (i, st.or_fatal(), d)
+    }
+
+    fn try_complete(&mut self, i: usize) -> (usize, Result<Status>, &'a D) {
         let (p, d) = self.slots[i].take().expect("active slot");
-        let st = p.wait().or_fatal();
+        let st = p.wait();
         // SAFETY: `d` is the buffer of the request taken from a `Request` in `add` (borrowed
-        // for `'a`), and `wait` returned: it completed.
+        // for `'a`), and `wait` returned: it completed (or failed, and nothing points into
+        // the buffer any more).
         (i, st, unsafe { completed_data(d) })
+    }
+
+    fn pendings(&self) -> impl Iterator<Item = &Pending> {
+        self.slots.iter().filter_map(|s| s.as_ref().map(|(p, _)| p))
     }
 
     fn ids(&self) -> Vec<Option<ReqId>> {
@@ -477,13 +547,29 @@ impl<'a, D: ?Sized> RequestCollection<'a, D> {
             e.progress(None, None);
             e.completion_point()
         });
-        wait_until(None, |e| e.completed_at(c, &ids, false).map(Ok)).or_fatal()
+        wait_until(None, |e| done_or_orphaned(e, c, &ids, false, self.pendings()).map(Ok)).or_fatal()
     }
 
     fn wait_for_some(&self) -> Result<Vec<usize>> {
         let ids = self.ids();
         let c = with_engine(|e| e.completion_point());
-        wait_until(None, |e| e.completed_at(c, &ids, true).map(Ok))
+        wait_until(None, |e| done_or_orphaned(e, c, &ids, true, self.pendings()).map(Ok))
+    }
+
+    /// Like [`Self::wait_any`], returning the completed request's failure instead of stopping
+    /// (a receive from `ANY_SOURCE` fails while a member failed unacknowledged, see
+    /// [`try_wait_any`]).
+    pub fn try_wait_any(&mut self) -> Option<(usize, Result<Status>, &'a D)> {
+        if self.incomplete() == 0 {
+            return None;
+        }
+        let i = self.wait_for_some().or_fatal()[0];
+        Some(self.try_complete(i))
+    }
+
+    /// Like [`Self::test_any`], returning the completed request's failure instead of stopping.
+    pub fn try_test_any(&mut self) -> Option<(usize, Result<Status>, &'a D)> {
+        self.done_indices().first().map(|&i| self.try_complete(i))
     }
 
     /// Waits for one request; `None` if none is active.

@@ -1852,6 +1852,15 @@ impl Engine {
         }
     }
 
+    /// Withdraws receive `id` if it is still posted (unmatched) and fails it with `err`.
+    pub(crate) fn fail_receive(&mut self, id: ReqId, err: Error) -> bool {
+        if self.is_done(id) || !self.matcher.cancel(&id) {
+            return false;
+        }
+        self.complete(id, Err(err));
+        true
+    }
+
     /// Why world rank `rank` was lost (a program that handles failures goes on without it).
     pub(crate) fn lost_cause(&self, rank: i32) -> Option<String> {
         self.lost.get(&rank).cloned()
