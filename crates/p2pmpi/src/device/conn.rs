@@ -314,6 +314,35 @@ impl Conn {
         Ok(Vec::new())
     }
 
+    /// Fault injection: writes `bytes` (part of a frame) the way this connection's frames
+    /// go — through its shared-memory ring, else its socket — waiting for room.
+    #[cfg(feature = "failpoints")]
+    pub fn write_prefix(&mut self, bytes: &[u8]) {
+        let mut off = 0;
+        while off < bytes.len() {
+            let wrote = match self.shm.as_deref_mut() {
+                Some(l) => match l.write(&bytes[off..]) {
+                    Ok((n, wake)) => {
+                        if wake {
+                            doorbell(&mut self.stream);
+                        }
+                        Ok(n)
+                    }
+                    Err(_) => return,
+                },
+                None => self.stream.write(&bytes[off..]),
+            };
+            match wrote {
+                Ok(0) => std::thread::sleep(std::time::Duration::from_millis(1)),
+                Ok(n) => off += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    std::thread::sleep(std::time::Duration::from_millis(1))
+                }
+                Err(_) => return,
+            }
+        }
+    }
+
     /// Replaces in-place payloads of request `id` by copies (see `Engine::detach`).
     pub fn detach(&mut self, id: ReqId) {
         for out in self.outq.iter_mut() {

@@ -3,8 +3,8 @@
 //! only; the points are armed per process from `P2PMPI_FAILPOINTS_SLOT<k>` (see
 //! `crate::environment`). Without the feature every function is empty.
 
+use super::conn::Conn;
 use super::{Engine, Payload};
-use mio::net::TcpStream;
 use p2pmpi_wire::Header;
 
 #[cfg(feature = "failpoints")]
@@ -33,23 +33,15 @@ fn hit(name: &str) -> bool {
 }
 
 /// Writes half of a frame, blocking, then dies.
+/// Writes the first half of the frame the way the connection's frames go (its shared-memory
+/// ring, else its socket), then dies.
 #[cfg(feature = "failpoints")]
-fn half_and_die(window: &str, stream: Option<&mut TcpStream>, h: &Header, payload: &[u8]) -> ! {
-    use std::io::Write;
+fn half_and_die(window: &str, conn: Option<&mut Conn>, h: &Header, payload: &[u8]) -> ! {
     let mut bytes = h.encode().to_vec();
     bytes.extend_from_slice(payload);
     let half = bytes.len() / 2;
-    if let Some(s) = stream {
-        let mut off = 0;
-        while off < half {
-            match s.write(&bytes[off..half]) {
-                Ok(n) => off += n,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    std::thread::sleep(std::time::Duration::from_millis(1))
-                }
-                Err(_) => break,
-            }
-        }
+    if let Some(c) = conn {
+        c.write_prefix(&bytes[..half]);
     }
     die(window)
 }
@@ -72,7 +64,7 @@ pub(super) fn before_transmission(i: usize) {
 
 /// Δ2 and Δ4: part of the first (second) transmission written.
 #[allow(unused_variables)]
-pub(super) fn partial_transmission(i: usize, stream: Option<&mut TcpStream>, h: &Header, payload: &Payload) {
+pub(super) fn partial_transmission(i: usize, conn: Option<&mut Conn>, h: &Header, payload: &Payload) {
     #[cfg(feature = "failpoints")]
     {
         let name = match i {
@@ -81,7 +73,7 @@ pub(super) fn partial_transmission(i: usize, stream: Option<&mut TcpStream>, h: 
             _ => return,
         };
         if hit(name) {
-            half_and_die(name, stream, h, payload.bytes())
+            half_and_die(name, conn, h, payload.bytes())
         }
     }
 }
@@ -96,11 +88,11 @@ pub(super) fn after_transmissions() {
 
 /// Δ6 (part of the first commit written) and Δ7 (between the first and second commit).
 #[allow(unused_variables)]
-pub(super) fn partial_commit(i: usize, stream: Option<&mut TcpStream>, h: &Header) {
+pub(super) fn partial_commit(i: usize, conn: Option<&mut Conn>, h: &Header) {
     #[cfg(feature = "failpoints")]
     {
         if i == 0 && hit("delta6") {
-            half_and_die("delta6", stream, h, &[])
+            half_and_die("delta6", conn, h, &[])
         }
         if i == 1 && hit("delta7") {
             die("delta7")

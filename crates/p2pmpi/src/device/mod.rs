@@ -1135,7 +1135,7 @@ impl Engine {
     /// Whether this process and slot `peer` may use shared memory (the policy, and neither
     /// a replicated nor an encrypted job: those keep TCP).
     fn shm_allowed(&self, peer: i32) -> bool {
-        self.repl.is_none() && !self.encrypt && self.shm_policy.allows(self.slot, peer)
+        !self.encrypt && self.shm_policy.allows(self.slot, peer)
     }
 
     /// Whether slot `peer` listens on this process's own address: the host address the

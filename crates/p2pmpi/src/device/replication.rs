@@ -283,9 +283,9 @@ impl Engine {
             }
         };
         if data {
-            failpoints::partial_transmission(step.index, self.conns[cid].as_mut().map(|c| &mut c.stream), &h, &payload);
+            failpoints::partial_transmission(step.index, self.conns[cid].as_mut(), &h, &payload);
         } else if h.kind == FrameKind::Commit {
-            failpoints::partial_commit(step.index, self.conns[cid].as_mut().map(|c| &mut c.stream), &h);
+            failpoints::partial_commit(step.index, self.conns[cid].as_mut(), &h);
         }
         let out = match tx {
             Some(tx) => {
@@ -414,6 +414,9 @@ impl Engine {
                 done.extend(conn.take_completions());
                 self.undo_stream(&mut conn);
             }
+            // Its ring is read no more either (fencing: a process that resumes may write into
+            // its mapping, but nobody takes anything from it).
+            self.shm_conns.retain(|c| *c != cid);
         }
         self.deferred.retain(|(p, _)| *p != slot);
         self.forget_completions(done);
