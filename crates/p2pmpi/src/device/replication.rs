@@ -283,9 +283,9 @@ impl Engine {
             }
         };
         if data {
-            failpoints::partial_transmission(step.index, self.conns[cid].as_mut(), &h, &payload);
+            failpoints::partial_transmission(step.index, self.conns[cid].as_deref_mut(), &h, &payload);
         } else if h.kind == FrameKind::Commit {
-            failpoints::partial_commit(step.index, self.conns[cid].as_mut(), &h);
+            failpoints::partial_commit(step.index, self.conns[cid].as_deref_mut(), &h);
         }
         let out = match tx {
             Some(tx) => {
