@@ -100,7 +100,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::fmt;
 // Address values only (an endpoint's address, its subnet arithmetic, their encoding): the core
 // opens no socket and resolves no name; the driver does all I/O and hands addresses in.
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -956,7 +956,7 @@ impl Roster {
 
     fn unpack(&self, p: u64) -> Addr {
         if p & PACKED_V4 != 0 {
-            let ip = std::net::Ipv4Addr::from(((p >> 16) & 0xffff_ffff) as u32);
+            let ip = core::net::Ipv4Addr::from(((p >> 16) & 0xffff_ffff) as u32);
             Addr::from((ip, (p & 0xffff) as u16))
         } else {
             self.wide[(p & !PACKED_WIDE) as usize]

@@ -67,7 +67,7 @@ use std::collections::VecDeque;
 use std::fmt;
 // Address values only (where a member can be reached, as data in events): the core opens no
 // socket and resolves no name; the driver does all I/O and hands addresses in.
-use std::net::SocketAddr;
+use core::net::SocketAddr;
 use std::time::Duration;
 
 /// A member's identity: an opaque number unique in the pool. The distributed implementation
@@ -281,9 +281,9 @@ mod tests {
 #[cfg(test)]
 pub(crate) mod testnet {
     use super::*;
+    use core::net::{IpAddr, Ipv4Addr};
     use std::cmp::Reverse;
     use std::collections::{BinaryHeap, HashMap};
-    use std::net::{IpAddr, Ipv4Addr};
 
     pub(crate) trait Core {
         type Msg: Clone + std::fmt::Debug;

@@ -5,7 +5,7 @@ use super::{Addr, Event, MemberId};
 use std::fmt;
 // Address values only (a member's address and its encoding): the core opens no socket and
 // resolves no name; the driver does all I/O and hands addresses in.
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use core::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 /// The longest election name accepted on the wire.
 pub const MAX_NAME: usize = 1024;
