@@ -6,7 +6,9 @@
 //! groups merge (parents `Low`) and check an allreduce over the 4 processes.
 //! `... spawn_checks multiple`: `spawn_multiple` of 2 + 1 children with their own arguments
 //! and application numbers. `... spawn_checks missing`: spawning a program that does not
-//! exist is an `MpiError::Spawn`, and the parents go on. Every check panics when it fails.
+//! exist is an `MpiError::Spawn`, and the parents go on. `... spawn_checks child_panics`: the
+//! children panic; the parents waiting for them must stop with an error. Every check panics
+//! when it fails.
 #![forbid(unsafe_code)]
 
 use mpi::collective::SystemOperation;
@@ -56,6 +58,7 @@ fn main() -> Result<(), mpi::MpiError> {
                 parent.process_at_rank(0).send(&(100 * appnum as i32 + rank));
                 println!("{mode} child {rank} of {size} (appnum {appnum}), parent size {np}");
             }
+            "panic" => panic!("child {rank} panics on purpose"),
             other => panic!("unknown child mode {other}"),
         }
         return Ok(());
@@ -106,6 +109,13 @@ fn main() -> Result<(), mpi::MpiError> {
             world.all_reduce_into(&1, &mut sum, SystemOperation::sum());
             assert_eq!(sum, size);
             println!("OK spawn_checks missing: parent {rank}");
+        }
+        "child_panics" => {
+            // The children die right after start-up: the parents' receive must fail (the job
+            // stops naming the cause), never wait forever.
+            let child = world.process_at_rank(0).spawn(&child_command(&["panic"]), 2)?;
+            let v = child.process_at_rank(0).receive::<i32>().0;
+            panic!("received {v} from a child that panicked");
         }
         other => panic!("unknown mode {other}"),
     }

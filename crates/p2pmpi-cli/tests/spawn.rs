@@ -1,0 +1,75 @@
+//! Dynamic processes through the real `p2pmpirun --local`: `spawn_checks` (in
+//! `p2pmpi-examples`) spawns children of itself, talks with them across the
+//! intercommunicator both ways, merges, and checks every result (a wrong one panics, and the
+//! job fails).
+#![forbid(unsafe_code)]
+
+mod common;
+use common::*;
+use std::time::Duration;
+
+/// A spawn that hangs fails here.
+const T: Duration = Duration::from_secs(90);
+
+fn spawn_checks(n: usize, mode: &str) -> Outcome {
+    let prog = example("spawn_checks");
+    run(&["--local", "-n", &n.to_string(), prog.to_str().unwrap(), mode], T)
+}
+
+fn count(text: &str, pat: &str) -> usize {
+    text.lines().filter(|l| l.contains(pat)).count()
+}
+
+#[test]
+fn two_parents_spawn_two_children_talk_both_ways_and_merge() {
+    let o = spawn_checks(2, "basic");
+    o.assert_ok();
+    // The parents' lines and the children's, all through the launcher's output.
+    for r in 0..2 {
+        let parent = format!("OK spawn_checks basic: parent {r}, merged rank {r} of 4, sum 6");
+        assert!(o.stdout.contains(&parent), "missing {parent:?} in:\n{}", o.stdout);
+        let child = format!("child {r} of 2: 2 parents, merged rank {} of 4, sum 6", 2 + r);
+        assert!(o.stdout.contains(&child), "missing {child:?} in:\n{}", o.stdout);
+    }
+    assert_eq!(count(&o.stdout, "OK spawn_checks basic"), 2, "{}", o.stdout);
+    assert_eq!(count(&o.stdout, "child "), 2, "{}", o.stdout);
+}
+
+#[test]
+fn one_parent_spawns_and_merges() {
+    let o = spawn_checks(1, "basic");
+    o.assert_ok();
+    assert!(o.stdout.contains("OK spawn_checks basic: parent 0, merged rank 0 of 3, sum 3"), "{}", o.stdout);
+    assert!(o.stdout.contains("child 1 of 2: 1 parents, merged rank 2 of 3, sum 3"), "{}", o.stdout);
+}
+
+#[test]
+fn spawn_multiple_gives_one_world_with_application_numbers() {
+    let o = spawn_checks(2, "multiple");
+    o.assert_ok();
+    assert_eq!(count(&o.stdout, "OK spawn_checks multiple"), 2, "{}", o.stdout);
+    assert_eq!(count(&o.stdout, "first child "), 2, "{}", o.stdout);
+    assert!(o.stdout.contains("second child 2 of 3 (appnum 1), parent size 2"), "{}", o.stdout);
+}
+
+#[test]
+fn spawning_a_missing_program_is_an_error_and_the_parents_go_on() {
+    let o = spawn_checks(2, "missing");
+    o.assert_ok();
+    assert_eq!(count(&o.stdout, "OK spawn_checks missing"), 2, "{}", o.stdout);
+    assert!(
+        o.stderr.contains("spawn failed: program '/nonexistent/p2pmpi-spawn-target' not found"),
+        "the root names the cause:\n{}",
+        o.stderr
+    );
+    assert!(o.elapsed < Duration::from_secs(30), "took {:?}", o.elapsed);
+}
+
+#[test]
+fn children_that_die_stop_the_parents_instead_of_hanging() {
+    let o = spawn_checks(2, "child_panics");
+    assert!(!o.status.success(), "the job succeeded:\n{}\n{}", o.stdout, o.stderr);
+    assert!(o.stderr.contains("panics on purpose"), "the children's panic is shown:\n{}", o.stderr);
+    assert!(!o.stdout.contains("received"), "{}", o.stdout);
+    assert!(o.elapsed < Duration::from_secs(60), "took {:?}", o.elapsed);
+}
