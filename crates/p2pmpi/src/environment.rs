@@ -60,7 +60,7 @@ impl Universe {
     /// The universe size (`MPI_UNIVERSE_SIZE`): the number of processes the grid could give
     /// the job, when the launcher says so (`P2PMPI_UNIVERSE_SIZE`), else the job's size.
     pub fn size(&self) -> Option<usize> {
-        let job = with_engine(|e| e.size as usize);
+        let job = with_engine(|e| e.world_size as usize);
         let known = std::env::var(bootstrap::env::UNIVERSE_SIZE).ok().and_then(|v| v.trim().parse::<usize>().ok());
         Some(known.map_or(job, |u| u.max(job)))
     }

@@ -1695,18 +1695,13 @@ impl Engine {
         let bytes = conn.rbuf.get(payload).ok_or_else(|| proto("opening frame outside the buffer".into()))?;
         let me = self.slot;
         let (src, dst) = (h.mid.src as i32, h.mid.dst as i32);
-        if matches!((&conn.auth, h.kind), (Auth::AwaitHello, FrameKind::Hello))
-            && self.repl.is_none()
-            && src >= self.peers.len() as i32
-            && src < MAX_UNIVERSE
-        {
-            // A process spawned by this job: it proves the job key like any other.
-            self.grow(src as usize + 1);
-        }
         let failed = |r: i32| self.repl.as_ref().is_some_and(|rp| rp.ep.is_cut(r as usize));
         match (conn.auth, h.kind) {
             (Auth::AwaitHello, FrameKind::Hello) => {
-                if src < 0 || src as usize >= self.peers.len() || src == me || dst != me {
+                // Beyond the known processes: one spawned by this job (or by a child of it),
+                // known once it proved the job key.
+                let known = if self.repl.is_none() { MAX_UNIVERSE as usize } else { self.peers.len() };
+                if src < 0 || src as usize >= known || src == me || dst != me {
                     return Err(proto(format!("Hello from invalid slot {src} to slot {dst}")));
                 }
                 if failed(src) {
@@ -1762,6 +1757,7 @@ impl Engine {
                 if let Some(l) = conn.shm_offer.take() {
                     self.shm_activate(cid, conn, l, slot)?;
                 }
+                self.grow(slot as usize + 1);
                 let p = &mut self.peers[slot as usize];
                 p.conns.push(cid);
                 if p.send_conn.is_none() {
