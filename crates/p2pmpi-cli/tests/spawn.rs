@@ -73,3 +73,24 @@ fn children_that_die_stop_the_parents_instead_of_hanging() {
     assert!(!o.stdout.contains("received"), "{}", o.stdout);
     assert!(o.elapsed < Duration::from_secs(60), "took {:?}", o.elapsed);
 }
+
+#[test]
+fn a_merge_where_both_groups_say_low_puts_the_parents_first() {
+    let o = spawn_checks(2, "tie");
+    o.assert_ok();
+    assert_eq!(count(&o.stdout, "OK spawn_checks tie"), 2, "{}", o.stdout);
+    assert!(o.stdout.contains("tie child 0: merged rank 2"), "{}", o.stdout);
+    assert!(o.stdout.contains("tie child 1: merged rank 3"), "{}", o.stdout);
+}
+
+/// Children spawn in turn: the grandchild's universe ids follow the children's, and it talks
+/// with both children (its parents) across its own intercommunicator.
+#[test]
+fn children_spawn_a_grandchild() {
+    let o = spawn_checks(2, "nested");
+    o.assert_ok();
+    assert_eq!(count(&o.stdout, "OK spawn_checks nested"), 2, "{}", o.stdout);
+    assert!(o.stdout.contains("grandchild of 2 parents"), "{}", o.stdout);
+    assert!(o.stdout.contains("nested child 0 relayed 300"), "{}", o.stdout);
+    assert!(o.stdout.contains("nested child 1 relayed 301"), "{}", o.stdout);
+}

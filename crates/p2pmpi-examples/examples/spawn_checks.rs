@@ -5,7 +5,8 @@
 //! every parent sends each child a value and receives one back (sources checked), then both
 //! groups merge (parents `Low`) and check an allreduce over the 4 processes.
 //! `... spawn_checks multiple`: `spawn_multiple` of 2 + 1 children with their own arguments
-//! and application numbers. `... spawn_checks missing`: spawning a program that does not
+//! and application numbers. `tie`: both groups merge `Low` (the parents come first). `nested`:
+//! the children spawn a grandchild, which talks to both of them. `... spawn_checks missing`: spawning a program that does not
 //! exist is an `MpiError::Spawn`, and the parents go on. `... spawn_checks child_panics`: the
 //! children panic; the parents waiting for them must stop with an error. Every check panics
 //! when it fails.
@@ -14,6 +15,7 @@
 use mpi::collective::SystemOperation;
 use mpi::topology::MergeOrder;
 use mpi::traits::*;
+use mpi::Rank;
 use std::process::Command;
 
 fn child_command(args: &[&str]) -> Command {
@@ -42,6 +44,11 @@ fn main() -> Result<(), mpi::MpiError> {
                 for p in 0..np {
                     parent.process_at_rank(p).send(&(2000 + 10 * rank + p));
                 }
+                // Received from any process of the remote group by the parents.
+                for p in 0..np {
+                    parent.process_at_rank(p).send_with_tag(&rank, 7);
+                }
+                assert_eq!(parent.remote_group().size(), np);
                 let merged = parent.merge(MergeOrder::High);
                 assert_eq!(merged.size(), np + size);
                 assert_eq!(merged.rank(), np + rank, "children come after the parents");
@@ -59,6 +66,27 @@ fn main() -> Result<(), mpi::MpiError> {
                 println!("{mode} child {rank} of {size} (appnum {appnum}), parent size {np}");
             }
             "panic" => panic!("child {rank} panics on purpose"),
+            "tie" => {
+                // Both groups say Low: the parents come first.
+                let merged = parent.merge(MergeOrder::Low);
+                assert_eq!(merged.rank(), np + rank);
+                println!("tie child {rank}: merged rank {}", merged.rank());
+            }
+            "nested_child" => {
+                // A child spawns a grandchild from its own world, and relays its value up.
+                let grandchild = world.process_at_rank(1).spawn(&child_command(&["grandchild"]), 1)?;
+                let (v, st) = grandchild.process_at_rank(0).receive::<i32>();
+                assert_eq!((v, st.source_rank()), (300 + rank, 0));
+                parent.process_at_rank(0).send(&v);
+                println!("nested child {rank} relayed {v}");
+            }
+            "grandchild" => {
+                assert_eq!((np, size), (2, 1), "a grandchild's parents are the children's world");
+                for p in 0..np {
+                    parent.process_at_rank(p).send(&(300 + p));
+                }
+                println!("grandchild of {np} parents");
+            }
             other => panic!("unknown child mode {other}"),
         }
         return Ok(());
@@ -77,6 +105,15 @@ fn main() -> Result<(), mpi::MpiError> {
                 assert_eq!(v, 2000 + 10 * c + rank, "value from child {c}");
                 assert_eq!(st.source_rank(), c);
             }
+            let mut from: Vec<Rank> = (0..2)
+                .map(|_| {
+                    let (v, st) = child.any_process().receive_with_tag::<i32>(7);
+                    assert_eq!(v, st.source_rank(), "any-source receive across the intercommunicator");
+                    v
+                })
+                .collect();
+            from.sort();
+            assert_eq!(from, vec![0, 1]);
             let merged = child.merge(MergeOrder::Low);
             assert_eq!(merged.size(), size + 2);
             assert_eq!(merged.rank(), rank, "parents come first");
@@ -109,6 +146,21 @@ fn main() -> Result<(), mpi::MpiError> {
             world.all_reduce_into(&1, &mut sum, SystemOperation::sum());
             assert_eq!(sum, size);
             println!("OK spawn_checks missing: parent {rank}");
+        }
+        "tie" => {
+            let child = world.process_at_rank(0).spawn(&child_command(&["tie"]), 2)?;
+            let merged = child.merge(MergeOrder::Low);
+            assert_eq!(merged.rank(), rank);
+            println!("OK spawn_checks tie: parent {rank}");
+        }
+        "nested" => {
+            let child = world.process_at_rank(0).spawn(&child_command(&["nested_child"]), 2)?;
+            if rank == 0 {
+                let mut got: Vec<i32> = (0..2).map(|c| child.process_at_rank(c).receive::<i32>().0).collect();
+                got.sort();
+                assert_eq!(got, vec![300, 301]);
+            }
+            println!("OK spawn_checks nested: parent {rank}");
         }
         "child_panics" => {
             // The children die right after start-up: the parents' receive must fail (the job
