@@ -94,3 +94,14 @@ fn children_spawn_a_grandchild() {
     assert!(o.stdout.contains("nested child 0 relayed 300"), "{}", o.stdout);
     assert!(o.stdout.contains("nested child 1 relayed 301"), "{}", o.stdout);
 }
+
+/// Not supported yet with replicas: every replica of the root gets `MpiError::Spawn`, the cause
+/// is printed, and the job goes on.
+#[test]
+fn spawn_in_a_replicated_job_is_a_clear_error() {
+    let prog = example("spawn_checks");
+    let o = run(&["--local", "-n", "2", "-r", "2", prog.to_str().unwrap(), "missing"], T);
+    o.assert_ok();
+    assert_eq!(count(&o.stdout, "OK spawn_checks missing"), 2, "{}", o.stdout);
+    assert!(o.stderr.contains("spawn is not supported in replicated jobs (-r) yet"), "{}", o.stderr);
+}
