@@ -105,3 +105,20 @@ fn spawn_in_a_replicated_job_is_a_clear_error() {
     assert_eq!(count(&o.stdout, "OK spawn_checks missing"), 2, "{}", o.stdout);
     assert!(o.stderr.contains("spawn is not supported in replicated jobs (-r) yet"), "{}", o.stderr);
 }
+
+/// Children that start but never initialize MPI: the parents' spawn gives up after
+/// `P2PMPI_SPAWN_TIMEOUT` with `MpiError::Spawn`, naming the cause, and the parents go on.
+#[test]
+fn children_that_never_connect_are_an_error_after_the_time_out() {
+    let prog = example("spawn_checks");
+    let o = run_cmd(
+        std::process::Command::new(launcher())
+            .args(["--local", "-n", "2", prog.to_str().unwrap(), "missing", "/bin/true"])
+            .env("P2PMPI_SPAWN_TIMEOUT", "3"),
+        T,
+    );
+    o.assert_ok();
+    assert_eq!(count(&o.stdout, "OK spawn_checks missing"), 2, "{}", o.stdout);
+    assert!(o.stderr.contains("the spawned process did not connect within 3s"), "{}", o.stderr);
+    assert!(o.elapsed >= Duration::from_secs(3) && o.elapsed < Duration::from_secs(30), "took {:?}", o.elapsed);
+}

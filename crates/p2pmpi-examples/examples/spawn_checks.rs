@@ -135,7 +135,8 @@ fn main() -> Result<(), mpi::MpiError> {
             println!("OK spawn_checks multiple: parent {rank}");
         }
         "missing" => {
-            let cmd = Command::new("/nonexistent/p2pmpi-spawn-target");
+            // A program that does not exist, or (second argument) one that never starts MPI.
+            let cmd = Command::new(args.get(1).map_or("/nonexistent/p2pmpi-spawn-target", String::as_str));
             match world.process_at_rank(0).spawn(&cmd, 2) {
                 Err(mpi::MpiError::Spawn(failed, asked)) => assert_eq!((failed, asked), (2, 2)),
                 Err(e) => panic!("unexpected error {e}"),

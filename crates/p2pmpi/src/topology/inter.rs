@@ -195,8 +195,12 @@ fn fatal(e: Error) -> ! {
     crate::error::fatal(&e)
 }
 
-/// How long the parents wait for their children to connect.
-const CHILDREN_LIMIT: Duration = Duration::from_secs(60);
+/// How long the parents wait for their children to connect: `P2PMPI_SPAWN_TIMEOUT` seconds,
+/// 60 by default.
+fn children_limit() -> Duration {
+    let s = std::env::var("P2PMPI_SPAWN_TIMEOUT").ok().and_then(|v| v.trim().parse::<u64>().ok());
+    Duration::from_secs(s.unwrap_or(60).max(1))
+}
 
 /// `spawn`/`spawn_multiple` over communicator `h` with root `root` (collective over `h`).
 pub(crate) fn spawn(
@@ -244,7 +248,7 @@ pub(crate) fn spawn(
     let ids: Vec<Rank> = (base..base + total).collect();
     let connected = crate::environment::with_engine(|e| {
         e.grow((base + total) as usize);
-        e.await_connections(&ids, CHILDREN_LIMIT)
+        e.await_connections(&ids, children_limit())
     });
     if let Err(e) = connected {
         eprintln!("p2pmpi: rank {}: spawn: {e}", crate::environment::own_rank());
