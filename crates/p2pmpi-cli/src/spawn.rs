@@ -36,6 +36,8 @@ pub(crate) struct Settings {
 struct Inner {
     settings: Settings,
     next_id: Mutex<u32>,
+    /// Spawned jobs started so far.
+    started: std::sync::atomic::AtomicUsize,
     /// The processes of every spawned job (stopped with the parents').
     jobs: Mutex<Vec<Arc<Mutex<Vec<Child>>>>>,
     /// Each spawned job's event loop, which returns its exit status.
@@ -56,7 +58,13 @@ const MAX_SPAWN: u32 = 4096;
 impl LocalSpawner {
     pub(crate) fn new(settings: Settings) -> LocalSpawner {
         let next_id = Mutex::new(settings.first_id);
-        LocalSpawner(Arc::new(Inner { settings, next_id, jobs: Mutex::default(), loops: Mutex::default() }))
+        LocalSpawner(Arc::new(Inner {
+            settings,
+            next_id,
+            started: Default::default(),
+            jobs: Mutex::default(),
+            loops: Mutex::default(),
+        }))
     }
 
     /// Stops every spawned process.
@@ -102,13 +110,18 @@ impl LocalSpawner {
         let ctrl_addr = listener.local_addr().map_err(|e| e.to_string())?;
         let (tx, rx) = channel::<Event>();
         let fencing = Fencing::shared(layout, None);
-        let output = Arc::new(Output::create(layout, s.tag_output, None).map_err(|e| format!("{e:#}"))?);
-        let base = {
+        let (base, number) = {
             let mut next = lock(&self.0.next_id);
             let base = *next;
             *next += m as u32;
-            base
+            (base, self.0.started.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1)
         };
+        // Tagged lines of the k-th spawned job read `[spawnk.RANK] `.
+        let output = Arc::new(
+            Output::create(layout, s.tag_output, None)
+                .map_err(|e| format!("{e:#}"))?
+                .labelled(format!("spawn{number}.")),
+        );
         let mut children: Vec<Child> = Vec::with_capacity(m);
         let mut pumps = Vec::new();
         let mut states: Vec<RankState> = Vec::with_capacity(m);

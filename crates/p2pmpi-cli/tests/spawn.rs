@@ -122,3 +122,17 @@ fn children_that_never_connect_are_an_error_after_the_time_out() {
     assert!(o.stderr.contains("the spawned process did not connect within 3s"), "{}", o.stderr);
     assert!(o.elapsed >= Duration::from_secs(3) && o.elapsed < Duration::from_secs(30), "took {:?}", o.elapsed);
 }
+
+/// `--tag-output`: the spawned job's lines are told apart from the parents'.
+#[test]
+fn tagged_output_tells_the_children_apart() {
+    let prog = example("spawn_checks");
+    let o = run(&["--local", "-n", "2", "--tag-output", prog.to_str().unwrap(), "basic"], T);
+    o.assert_ok();
+    for r in 0..2 {
+        let parent = format!("[{r}] OK spawn_checks basic: parent {r},");
+        assert!(o.stdout.contains(&parent), "missing {parent:?} in:\n{}", o.stdout);
+        let child = format!("[spawn1.{r}] child {r} of 2:");
+        assert!(o.stdout.contains(&child), "missing {child:?} in:\n{}", o.stdout);
+    }
+}
