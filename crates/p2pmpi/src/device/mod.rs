@@ -831,7 +831,8 @@ impl Engine {
         if let Some(c) = self.peers[dst as usize].send_conn {
             return Ok(c);
         }
-        if self.addrs[dst as usize].port() == 0 {
+        let outside = dst < self.world_base || dst >= self.world_base + self.world_size;
+        if outside && self.repl.is_none() && self.addrs[dst as usize].port() == 0 {
             // A process outside the world whose address is unknown (a spawned child): it
             // connects itself (see `await_connections`).
             self.await_connections(&[dst], Duration::from_secs(60))?;
