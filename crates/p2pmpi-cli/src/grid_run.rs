@@ -754,6 +754,7 @@ pub fn run(name: &str, opts: &RunArgs, n: usize, grid: Grid) -> Result<i32> {
         fd: fd.as_ref(),
         fencing,
         notices: Some(&notifier),
+        spawner: None,
     };
     let code = launcher::event_loop(name, &hooks, &rx, &mut states);
     notifier.finish(

@@ -487,7 +487,19 @@ pub(crate) enum Event {
         ranks: Vec<usize>,
         why: String,
     },
+    /// The root of a `spawn` asks for new processes ([`Control::Spawn`]).
+    Spawn {
+        rank: usize,
+        apps: Vec<control::SpawnApp>,
+        parents: Vec<(u32, String)>,
+        ctx: u32,
+    },
 }
+
+/// Starts the processes a job's `spawn` asks for: the programs, the parents (universe id,
+/// data address), the intercommunicator's context; answers the first child's universe id.
+pub(crate) type Spawner<'a> =
+    dyn Fn(&[control::SpawnApp], &[(u32, String)], u32) -> std::result::Result<u32, String> + 'a;
 
 #[derive(Default)]
 pub(crate) struct RankState {
@@ -741,7 +753,21 @@ fn run_local(name: &str, opts: RunArgs, n: usize) -> Result<i32> {
     }
     drop(tx);
 
-    let stop = || terminate(&children);
+    let spawner = crate::spawn::LocalSpawner::new(crate::spawn::Settings {
+        name: name.to_string(),
+        key: key.clone(),
+        first_id: slots as u32,
+        tag_output: opts.tag_output,
+        extra: extra.clone(),
+        startup_timeout: opts.startup_timeout,
+        timeout: opts.timeout.map(Duration::from_secs),
+        encrypt: opts.encrypt,
+    });
+    let stop = || {
+        terminate(&children);
+        spawner.terminate_all();
+    };
+    let spawn = |apps: &[control::SpawnApp], parents: &[(u32, String)], ctx: u32| spawner.spawn(apps, parents, ctx);
     let job = Job {
         layout,
         stop_all: &stop,
@@ -751,12 +777,15 @@ fn run_local(name: &str, opts: RunArgs, n: usize) -> Result<i32> {
         fd: fd.as_ref(),
         fencing,
         notices: None,
+        spawner: Some(&spawn),
     };
     let code = event_loop(name, &job, &rx, &mut states);
     for p in pumps {
         let _ = p.join();
     }
-    Ok(code)
+    // The spawned jobs end like the parents' (their exit status counts if the parents' is 0).
+    let spawned = spawner.wait();
+    Ok(if code == 0 { spawned } else { code })
 }
 
 /// Makes a child die with the launcher (`PR_SET_PDEATHSIG`): no orphan processes.
@@ -781,6 +810,8 @@ pub(crate) struct Job<'a> {
     pub(crate) fencing: SharedFencing,
     /// Where the job's events are reported (its local MPD, on a grid).
     pub(crate) notices: Option<&'a crate::notices::Notifier>,
+    /// Starts the processes of a `spawn` (`None`: spawning is not supported here).
+    pub(crate) spawner: Option<&'a Spawner<'a>>,
 }
 
 /// How reports name a process: `rank K`, or `rank K replica J` when its rank is replicated.
@@ -1208,6 +1239,23 @@ pub(crate) fn event_loop(name: &str, job: &Job, rx: &Receiver<Event>, states: &m
                     stop_all();
                 }
             }
+            Event::Spawn { rank: slot, apps, parents, ctx } => {
+                let answer = if replicated {
+                    Err("spawn is not supported in replicated jobs (-r) yet".to_string())
+                } else {
+                    match job.spawner {
+                        Some(s) => s(&apps, &parents, ctx),
+                        None => Err("spawn is only supported by local jobs (p2pmpirun --local) yet".to_string()),
+                    }
+                };
+                if let Some(c) = rep.conns.get(&slot) {
+                    let msg = match answer {
+                        Ok(base) => Control::Spawned { base, error: None },
+                        Err(e) => Control::Spawned { base: 0, error: Some(e) },
+                    };
+                    send_to(c, &msg);
+                }
+            }
             Event::Agree { rank: slot, key, members, flag } => {
                 if !(replicated && rep.heard_from_fenced(slot)) {
                     rep.agree(slot, key, &members, flag);
@@ -1610,6 +1658,9 @@ fn serve_control(
             }
             Ok(Some(Control::Revoke { comm })) => {
                 let _ = tx.send(Event::Revoke { rank, comm });
+            }
+            Ok(Some(Control::Spawn { apps, parents, ctx })) => {
+                let _ = tx.send(Event::Spawn { rank, apps, parents, ctx });
             }
             Ok(Some(_)) => {}
             Ok(None) | Err(_) => {

@@ -29,6 +29,7 @@ pub mod monitor;
 pub mod notices;
 pub mod output;
 pub mod pool;
+pub(crate) mod spawn;
 pub mod watch;
 
 use clap::{Parser, Subcommand};

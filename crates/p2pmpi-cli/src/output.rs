@@ -133,6 +133,8 @@ impl Router {
 pub struct Output {
     router: Mutex<Router>,
     tag: bool,
+    /// Put before the rank in tags (a spawned job's: `spawn1.`).
+    label: String,
     /// `--output-filename DIR`: per rank, its stdout and stderr files (instead of ours).
     files: Option<Vec<[Mutex<std::fs::File>; 2]>>,
     /// Per slot: how many of its local pipes (stdout, stderr) reached their end.
@@ -142,7 +144,13 @@ pub struct Output {
 impl Output {
     pub fn new(layout: Layout, tag: bool) -> Output {
         let closed = (0..layout.slots()).map(|_| Default::default()).collect();
-        Output { router: Mutex::new(Router::new(layout)), tag, files: None, closed }
+        Output { router: Mutex::new(Router::new(layout)), tag, label: String::new(), files: None, closed }
+    }
+
+    /// Tags read `[LABELk] ` (a spawned job's output, told apart from its parents').
+    pub fn labelled(mut self, label: String) -> Output {
+        self.label = label;
+        self
     }
 
     /// The job's output; with `dir` (`--output-filename`), rank k's goes to `dir/rank.k/stdout`
@@ -182,13 +190,14 @@ impl Output {
 
     fn emit(&self) -> impl FnMut(usize, usize, &[u8]) + '_ {
         let tag = self.tag;
+        let label = &self.label;
         move |rank, stream, line| {
             if let Some(f) = self.files.as_ref().and_then(|f| f.get(rank)) {
                 let mut f = f[stream].lock().unwrap_or_else(|p| p.into_inner());
                 let _ = write_line(&mut *f, None, line);
                 return;
             }
-            let prefix = tag.then(|| format!("[{rank}] "));
+            let prefix = tag.then(|| format!("[{label}{rank}] "));
             // Our own output may be gone (closed pipe): the children are drained anyway.
             let _ = if stream == STDERR {
                 write_line(&mut std::io::stderr().lock(), prefix.as_deref(), line)

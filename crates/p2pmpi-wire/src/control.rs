@@ -19,8 +19,9 @@ use thiserror::Error;
 pub const MAX_CONTROL_LEN: u32 = 16 << 20;
 
 /// One control record. Processes send `Hello`, `Register`, `Finalized`, `Abort`, `PeerFailed`,
-/// `Renew`, `Agree` and `Revoke`; the launcher answers with `Challenge`, `World`, `Lease`,
-/// `Excluded`, `Agreed` and `AgreeRefused`, and may send `Dead`, `Revoked` and `Stop`.
+/// `Renew`, `Agree`, `Revoke` and `Spawn`; the launcher answers with `Challenge`, `World`,
+/// `Lease`, `Excluded`, `Agreed`, `AgreeRefused` and `Spawned`, and may send `Dead`,
+/// `Revoked` and `Stop`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Control {
     /// A process announces itself: its rank (slot), the address of its data port, its pid,
@@ -73,6 +74,22 @@ pub enum Control {
     /// The communicator of context `comm` was revoked: its pending and later communication
     /// fails.
     Revoked { comm: u64 },
+    /// The root of a `spawn` asks the launcher to start new processes: one entry per
+    /// program (`spawn_multiple`), the spawning communicator's members (their universe ids
+    /// and data addresses, in communicator order) and the context id the parents agreed for
+    /// the intercommunicator.
+    Spawn { apps: Vec<SpawnApp>, parents: Vec<(u32, String)>, ctx: u32 },
+    /// The launcher's answer to `Spawn`: the universe id of the first child (the others
+    /// follow), or why the children could not be started.
+    Spawned { base: u32, error: Option<String> },
+}
+
+/// One program of a `Spawn`: its path, arguments and number of processes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SpawnApp {
+    pub program: String,
+    pub args: Vec<String>,
+    pub procs: u32,
 }
 
 /// What a process registers with its launcher.
@@ -185,6 +202,8 @@ impl Control {
             Control::AgreeRefused { .. } => "AgreeRefused",
             Control::Revoke { .. } => "Revoke",
             Control::Revoked { .. } => "Revoked",
+            Control::Spawn { .. } => "Spawn",
+            Control::Spawned { .. } => "Spawned",
         }
     }
 }

@@ -39,6 +39,24 @@ pub mod env {
     /// process's *slot* in [`p2pmpi_core::replication::Layout`] and `P2PMPI_SIZE` the number
     /// of ranks.
     pub const REPLICAS: &str = "P2PMPI_REPLICAS";
+    /// A spawned process (`spawn`): the universe id of the spawn's first child (this
+    /// process's world rank `P2PMPI_RANK` is counted from there).
+    pub const SPAWN_BASE: &str = "P2PMPI_SPAWN_BASE";
+    /// A spawned process: its parents, `id=address` separated by `;`, in the order of the
+    /// spawning communicator (the remote group of `world().parent()`).
+    pub const PARENTS: &str = "P2PMPI_PARENTS";
+    /// A spawned process: the context id of the intercommunicator to its parents.
+    pub const PARENT_CTX: &str = "P2PMPI_PARENT_CTX";
+    /// A spawned process: which program of `spawn_multiple` it runs (`Universe::appnum`).
+    pub const APPNUM: &str = "P2PMPI_APPNUM";
+}
+
+/// A spawned process's parents: the intercommunicator's context and remote group.
+#[derive(Debug, Clone)]
+pub(crate) struct Parents {
+    pub ctx: u32,
+    /// Universe ids of the parents, in the spawning communicator's order.
+    pub ids: Vec<i32>,
 }
 
 pub(crate) struct Boot {
@@ -54,6 +72,11 @@ pub(crate) struct Boot {
     pub listener: Option<TcpListener>,
     pub addrs: Vec<SocketAddr>,
     pub local_procs: usize,
+    /// Universe id of this job's world rank 0 (0 but in spawned processes) and its size.
+    pub world_base: i32,
+    pub world_size: i32,
+    /// In a spawned process: its parents.
+    pub parents: Option<Parents>,
 }
 
 static CONTROL_CONN: Mutex<Option<TcpStream>> = Mutex::new(None);
@@ -81,6 +104,9 @@ pub(crate) fn boot() -> Result<Boot> {
             listener: None,
             addrs: Vec::new(),
             local_procs: 1,
+            world_base: 0,
+            world_size: 1,
+            parents: None,
         });
     };
     let slot: i32 = parse(env::RANK)?;
@@ -157,7 +183,100 @@ pub(crate) fn boot() -> Result<Boot> {
         .spawn(move || watch_launcher(reader, rank))
         .map_err(|e| Error::Bootstrap(format!("cannot start the control thread: {e}")))?;
     let encrypt = var(env::ENCRYPT).is_some_and(|v| v == "1");
-    Ok(Boot { rank, size, slot, layout, key, encrypt, listener: Some(listener), addrs, local_procs })
+    let mut boot = Boot {
+        rank,
+        size,
+        slot,
+        layout,
+        key,
+        encrypt,
+        listener: Some(listener),
+        addrs,
+        local_procs,
+        world_base: 0,
+        world_size: size,
+        parents: None,
+    };
+    if var(env::SPAWN_BASE).is_some() {
+        spawned(&mut boot)?;
+    }
+    Ok(boot)
+}
+
+/// A spawned process: its world starts at universe id `P2PMPI_SPAWN_BASE`, and its device
+/// also knows its parents' addresses (universe ids below the base).
+fn spawned(boot: &mut Boot) -> Result<()> {
+    if boot.layout.is_some() {
+        return Err(Error::Bootstrap("spawned processes cannot be replicated".into()));
+    }
+    let base: i32 = parse(env::SPAWN_BASE)?;
+    let ctx: u32 = parse(env::PARENT_CTX)?;
+    let list = var(env::PARENTS).ok_or_else(|| Error::Bootstrap(format!("{} is not set", env::PARENTS)))?;
+    let mut parents = Vec::new();
+    for item in list.split(';').filter(|s| !s.is_empty()) {
+        let bad = || Error::Bootstrap(format!("bad parent {item:?} in {}", env::PARENTS));
+        let (id, addr) = item.split_once('=').ok_or_else(bad)?;
+        let id: i32 = id.parse().map_err(|_| bad())?;
+        let addr: SocketAddr = addr.parse().map_err(|_| bad())?;
+        if id < 0 || id >= base {
+            return Err(bad());
+        }
+        parents.push((id, addr));
+    }
+    if base < 1 || parents.is_empty() {
+        return Err(Error::Bootstrap(format!("spawn base {base} with {} parents is not valid", parents.len())));
+    }
+    let unknown: SocketAddr = ([0, 0, 0, 0], 0).into();
+    let mut addrs = vec![unknown; base as usize];
+    for &(id, a) in &parents {
+        addrs[id as usize] = a;
+    }
+    addrs.extend(boot.addrs.iter().copied());
+    boot.addrs = addrs;
+    boot.world_base = base;
+    boot.world_size = boot.size;
+    boot.rank += base;
+    boot.slot += base;
+    boot.size += base;
+    boot.parents = Some(Parents { ctx, ids: parents.iter().map(|p| p.0).collect() });
+    Ok(())
+}
+
+/// Spawning: the root's request to the launcher and its answer.
+pub(crate) mod spawning {
+    use super::*;
+    use parking_lot::Condvar;
+
+    static ANSWER: Mutex<Option<std::result::Result<u32, String>>> = Mutex::new(None);
+    static ARRIVED: Condvar = Condvar::new();
+
+    pub(super) fn answered(a: std::result::Result<u32, String>) {
+        *ANSWER.lock() = Some(a);
+        ARRIVED.notify_all();
+    }
+
+    /// Asks the launcher to start `apps` as children of `parents`; returns the universe id
+    /// of the first child, or why they could not be started.
+    pub(crate) fn request(
+        apps: Vec<control::SpawnApp>,
+        parents: Vec<(u32, String)>,
+        ctx: u32,
+        limit: Duration,
+    ) -> std::result::Result<u32, String> {
+        if CONTROL_CONN.lock().is_none() {
+            return Err("this process was not started by p2pmpirun: there is no launcher to start processes".into());
+        }
+        let mut answer = ANSWER.lock();
+        *answer = None;
+        send(&Control::Spawn { apps, parents, ctx });
+        let deadline = Instant::now() + limit;
+        while answer.is_none() {
+            if ARRIVED.wait_until(&mut answer, deadline).timed_out() {
+                return Err(format!("the launcher did not answer within {limit:?}"));
+            }
+        }
+        answer.take().expect("an answer")
+    }
 }
 
 /// Connects to the launcher from this process's own address `bind` (on a local grid every
@@ -276,6 +395,9 @@ fn watch_launcher(mut conn: TcpStream, rank: i32) {
                 if let Ok(ctx) = u32::try_from(comm) {
                     crate::ulfm::revoked(ctx);
                 }
+            }
+            Ok(Some(Control::Spawned { base, error })) => {
+                spawning::answered(error.map_or(Ok(base), Err));
             }
             Ok(Some(Control::Dead { slots })) => {
                 if fence::my_slot().is_some_and(|me| slots.contains(&me)) {

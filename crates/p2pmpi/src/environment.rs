@@ -60,14 +60,15 @@ impl Universe {
     /// The universe size (`MPI_UNIVERSE_SIZE`): the number of processes the grid could give
     /// the job, when the launcher says so (`P2PMPI_UNIVERSE_SIZE`), else the job's size.
     pub fn size(&self) -> Option<usize> {
-        let job = with_engine(|e| e.size as usize);
+        let job = with_engine(|e| e.world_size as usize);
         let known = std::env::var(bootstrap::env::UNIVERSE_SIZE).ok().and_then(|v| v.trim().parse::<usize>().ok());
         Some(known.map_or(job, |u| u.max(job)))
     }
 
-    /// The application number (always 0: one program per job).
+    /// The application number: in a process started by `spawn_multiple`, which of its
+    /// programs it runs; 0 otherwise.
     pub fn appnum(&self) -> Option<isize> {
-        Some(0)
+        Some(std::env::var(bootstrap::env::APPNUM).ok().and_then(|v| v.parse().ok()).unwrap_or(0))
     }
 
     /// Size of the buffer attached for buffered sends (0 if none).
@@ -93,7 +94,8 @@ impl Universe {
         }
     }
 
-    /// Disconnects from a parent job (no-op: p2pmpi jobs are not spawned).
+    /// Disconnects from a parent job (no-op: the connections to the parents close when the
+    /// library finalizes).
     pub fn disconnect_parent(&mut self) {}
 }
 
@@ -185,7 +187,7 @@ pub fn initialize_with_threading(threading: Threading) -> Option<(Universe, Thre
             std::process::exit(1);
         }
     };
-    OWN_RANK.store(boot.rank, Ordering::SeqCst);
+    OWN_RANK.store(boot.rank - boot.world_base, Ordering::SeqCst);
     install_panic_hook();
     crate::random::set_job_seed(boot.key.seed("random"));
     #[cfg(feature = "failpoints")]
@@ -196,10 +198,18 @@ pub fn initialize_with_threading(threading: Threading) -> Option<(Universe, Thre
         .map(|mut e| {
             e.yield_spin = yield_spin;
             e.encrypt = boot.encrypt;
+            e.world_base = boot.world_base;
+            e.world_size = boot.world_size;
             e
         });
+    let parents = boot.parents;
     let engine = engine.and_then(|mut e| {
         e.connect_mesh(Duration::from_secs(120))?;
+        if let Some(p) = &parents {
+            // A spawned process: its parents wait in `spawn` until it connected to each.
+            e.connect_to(&p.ids, Duration::from_secs(60))?;
+            crate::topology::inter::set_parents(p);
+        }
         Ok(e)
     });
     match engine {

@@ -49,7 +49,7 @@ pub use crate::environment::{
     initialize, initialize_with_threading, is_finalized, is_initialized, time, time_resolution, Threading,
 };
 pub use crate::error::{Error as CommError, Result as CommResult};
-pub use crate::topology::Rank;
+pub use crate::topology::{MpiError, Rank};
 
 /// Error code type (`c_int`), as in rsmpi.
 pub type Error = std::os::raw::c_int;

@@ -19,6 +19,8 @@ pub type Key = c_int;
 
 mod cartesian;
 pub use cartesian::{CartesianCommunicator, CartesianLayout};
+pub(crate) mod inter;
+pub use inter::{InterCommunicator, MergeOrder, MpiError};
 
 pub(crate) mod sealed {
     /// Access to a communicator's handle; sealed so users cannot implement `Communicator`.
@@ -140,6 +142,11 @@ pub trait Communicator: AsHandle {
     fn process_at_rank(&self, r: Rank) -> Process<'_> {
         assert!(0 <= r && r < self.target_size(), "rank {r} out of range (size {})", self.target_size());
         Process { comm: AnyProcess(self.handle()), rank: r }
+    }
+    /// In a process started by `spawn`: the intercommunicator to its parents (the remote
+    /// group is the spawning communicator). `None` in a process started by `p2pmpirun`.
+    fn parent(&self) -> Option<InterCommunicator> {
+        inter::parent()
     }
     /// Any process (for receives from `ANY_SOURCE`).
     fn any_process(&self) -> AnyProcess<'_> {
@@ -334,11 +341,13 @@ impl SimpleCommunicator {
     /// The communicator of every process of the job (`MPI_COMM_WORLD`).
     pub fn world() -> SimpleCommunicator {
         let h = WORLD.get_or_init(|| {
-            let (rank, size) = crate::environment::with_engine(|e| (e.rank, e.size));
+            let (rank, base, size) = crate::environment::with_engine(|e| (e.rank, e.world_base, e.world_size));
+            // A spawned job's world: its ranks are universe ids from `base` on.
+            let members = (base != 0).then(|| Arc::from((base..base + size).collect::<Vec<Rank>>()));
             CommHandle(Arc::new(CommInner {
                 ctx: 0,
-                rank,
-                members: None,
+                rank: rank - base,
+                members,
                 size,
                 name: Mutex::new("MPI_COMM_WORLD".into()),
                 immediate: Default::default(),
@@ -491,8 +500,8 @@ fn fnv(s: &str) -> u64 {
 pub(crate) fn new_comm(ctx: u32, members: Vec<Rank>, me_world: Rank) -> SimpleCommunicator {
     let rank = members.iter().position(|&w| w == me_world).expect("member") as Rank;
     let size = members.len() as Rank;
-    let identity =
-        members.iter().enumerate().all(|(i, &w)| i as Rank == w) && crate::environment::with_engine(|e| e.size) == size;
+    let identity = members.iter().enumerate().all(|(i, &w)| i as Rank == w)
+        && crate::environment::with_engine(|e| e.world_base == 0 && e.world_size == size);
     SimpleCommunicator(CommHandle(Arc::new(CommInner {
         ctx,
         rank,

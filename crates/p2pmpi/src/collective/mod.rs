@@ -733,6 +733,29 @@ pub trait Root: AsCommunicator {
         self.as_communicator().handle()
     }
 
+    /// Starts `maxprocs` processes of `command` (collective over the communicator; the
+    /// root's arguments count): the root's launcher starts them as a job of their own, and
+    /// the result is an intercommunicator whose remote group is the children's world.
+    /// `Err(MpiError::Spawn(failed, asked))` when they could not be started (the root says
+    /// why on standard error).
+    fn spawn(
+        &self,
+        command: &std::process::Command,
+        maxprocs: Rank,
+    ) -> std::result::Result<crate::topology::InterCommunicator, crate::topology::MpiError> {
+        crate::topology::inter::spawn(self.root_handle(), self.root_rank(), std::slice::from_ref(command), &[maxprocs])
+    }
+
+    /// Starts `maxprocs[i]` processes of each `commands[i]` in one world (their
+    /// `Universe::appnum` is `i`); see [`spawn`](Self::spawn).
+    fn spawn_multiple(
+        &self,
+        commands: &[std::process::Command],
+        maxprocs: &[Rank],
+    ) -> std::result::Result<crate::topology::InterCommunicator, crate::topology::MpiError> {
+        crate::topology::inter::spawn(self.root_handle(), self.root_rank(), commands, maxprocs)
+    }
+
     /// Broadcasts the root's `buffer` into every process's `buffer`.
     fn broadcast_into<Buf: ?Sized>(&self, buffer: &mut Buf)
     where

@@ -176,6 +176,12 @@ pub(crate) struct Engine {
     /// This process's slot (its index among the job's real processes): the rank, unless
     /// the job runs replicas.
     pub slot: i32,
+    /// Universe id of this job's world rank 0 and the world's size: the mesh built at
+    /// start-up. Spawned processes (and their parents, after a spawn) also reach processes
+    /// outside it, by universe id: ids below `world_base` are ancestors, ids from
+    /// `world_base + world_size` on are children.
+    pub world_base: i32,
+    pub world_size: i32,
     layout: Option<Layout>,
     repl: Option<Box<Replication>>,
     /// MIDs accepted (`P2PMPI_TRACE`): comm, source, tag, sequence, length.
@@ -293,6 +299,8 @@ impl Engine {
             rank,
             size,
             slot,
+            world_base: 0,
+            world_size: size,
             layout,
             repl,
             trace,
@@ -360,6 +368,14 @@ impl Engine {
     }
 
     /// The address of the listening data port.
+    /// The data address of universe id `id`, when this process knows it.
+    pub fn addr_of(&self, id: i32) -> Option<SocketAddr> {
+        if id == self.slot {
+            return self.local_addr();
+        }
+        self.addrs.get(usize::try_from(id).ok()?).copied().filter(|a| a.port() != 0)
+    }
+
     pub fn local_addr(&self) -> Option<SocketAddr> {
         self.listener.as_ref().and_then(|l| l.local_addr().ok())
     }
@@ -722,7 +738,12 @@ impl Engine {
     /// one way only, so that every message costs a data segment plus a separate ACK instead of
     /// ACKs riding on replies (measured: +2–3 µs per message on loopback).
     pub fn connect_mesh(&mut self, limit: Duration) -> Result<()> {
-        for r in 0..self.slot {
+        let (lo, hi) = if self.layout.is_some() {
+            (0, self.peers.len() as i32)
+        } else {
+            (self.world_base, self.world_base + self.world_size)
+        };
+        for r in lo..self.slot {
             if let Err(e) = self.send_conn(r) {
                 if self.repl.is_none() {
                     return Err(e);
@@ -736,13 +757,13 @@ impl Engine {
             if let Some(e) = &self.fatal {
                 return Err(e.clone());
             }
-            let slots = self.peers.len() as i32;
+            let slots = hi;
             let dead = |r: i32| self.repl.as_ref().is_some_and(|rp| rp.ep.is_cut(r as usize));
             // Every higher slot connected and proved the key, and every connection this
             // process opened was answered (a lower slot waits for this process's proof: it
             // must be given before the program goes off computing).
             let missing = (self.slot + 1..slots).find(|&r| self.peers[r as usize].send_conn.is_none() && !dead(r));
-            let unanswered = (0..self.slot).find(|&r| {
+            let unanswered = (lo..self.slot).find(|&r| {
                 !dead(r)
                     && self.peers[r as usize]
                         .conns
@@ -760,10 +781,72 @@ impl Engine {
         }
     }
 
+    /// Makes room for universe ids below `n` (processes outside the world: children of a
+    /// spawn, whose addresses are unknown until they connect).
+    pub fn grow(&mut self, n: usize) {
+        if n > self.peers.len() {
+            self.peers.resize_with(n, Peer::default);
+            self.addrs.resize(n, SocketAddr::from(([0, 0, 0, 0], 0)));
+            self.size = self.size.max(n as i32);
+        }
+    }
+
+    /// Opens connections to the processes `ids` (outside the world) and waits until each one
+    /// proved the job key, or until `limit`.
+    pub fn connect_to(&mut self, ids: &[i32], limit: Duration) -> Result<()> {
+        for &r in ids {
+            self.send_conn(r)?;
+        }
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(e) = &self.fatal {
+                return Err(e.clone());
+            }
+            let pending = ids.iter().copied().find(|&r| {
+                self.peers[r as usize].conns.iter().any(|&c| self.conns[c].as_ref().is_some_and(|c| !c.authenticated()))
+            });
+            let Some(r) = pending else { return Ok(()) };
+            if Instant::now() >= deadline {
+                return Err(Error::PeerLost { rank: r, cause: format!("it did not answer within {limit:?}") });
+            }
+            self.progress(None, Some(Duration::from_millis(5)));
+        }
+    }
+
+    /// Waits until every process of `ids` (spawned children, whose addresses this process
+    /// does not know) connected and proved the job key, or until `limit`.
+    pub fn await_connections(&mut self, ids: &[i32], limit: Duration) -> Result<()> {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(e) = &self.fatal {
+                return Err(e.clone());
+            }
+            let Some(r) = ids.iter().copied().find(|&r| self.peers[r as usize].send_conn.is_none()) else {
+                return Ok(());
+            };
+            if Instant::now() >= deadline {
+                return Err(Error::PeerLost {
+                    rank: r,
+                    cause: format!("the spawned process did not connect within {limit:?}"),
+                });
+            }
+            self.progress(None, Some(Duration::from_millis(5)));
+        }
+    }
+
     /// The connection used to send to `dst`, connecting if there is none.
     fn send_conn(&mut self, dst: i32) -> Result<usize> {
         if let Some(c) = self.peers[dst as usize].send_conn {
             return Ok(c);
+        }
+        let outside = dst < self.world_base || dst >= self.world_base + self.world_size;
+        if outside && self.repl.is_none() && self.addrs[dst as usize].port() == 0 {
+            // A process outside the world whose address is unknown (a spawned child): it
+            // connects itself (see `await_connections`).
+            self.await_connections(&[dst], Duration::from_secs(60))?;
+            if let Some(c) = self.peers[dst as usize].send_conn {
+                return Ok(c);
+            }
         }
         if let Some(cause) = self.lost.get(&dst) {
             return Err(Error::PeerLost { rank: dst, cause: cause.clone() });
@@ -1137,7 +1220,8 @@ impl Engine {
     /// Whether this process and slot `peer` may use shared memory (the policy, and neither
     /// a replicated nor an encrypted job: those keep TCP).
     fn shm_allowed(&self, peer: i32) -> bool {
-        !self.encrypt && self.shm_policy.allows(self.slot, peer)
+        let in_world = peer >= self.world_base && peer < self.world_base + self.world_size;
+        in_world && !self.encrypt && self.shm_policy.allows(self.slot, peer)
     }
 
     /// Whether slot `peer` listens on this process's own address: the host address the
@@ -1626,7 +1710,10 @@ impl Engine {
         let failed = |r: i32| self.repl.as_ref().is_some_and(|rp| rp.ep.is_cut(r as usize));
         match (conn.auth, h.kind) {
             (Auth::AwaitHello, FrameKind::Hello) => {
-                if src < 0 || src as usize >= self.peers.len() || src == me || dst != me {
+                // Beyond the known processes: one spawned by this job (or by a child of it),
+                // known once it proved the job key.
+                let known = if self.repl.is_none() { MAX_UNIVERSE as usize } else { self.peers.len() };
+                if src < 0 || src as usize >= known || src == me || dst != me {
                     return Err(proto(format!("Hello from invalid slot {src} to slot {dst}")));
                 }
                 if failed(src) {
@@ -1682,6 +1769,7 @@ impl Engine {
                 if let Some(l) = conn.shm_offer.take() {
                     self.shm_activate(cid, conn, l, slot)?;
                 }
+                self.grow(slot as usize + 1);
                 let p = &mut self.peers[slot as usize];
                 p.conns.push(cid);
                 if p.send_conn.is_none() {
@@ -1971,6 +2059,9 @@ pub(crate) enum ConnError {
 /// Connects to `addr` from `local` (this process's own address, so that the peer, its
 /// firewall and HOST_DENY see the host it really comes from — on loopback an unbound socket
 /// would leave from 127.0.0.1), retrying until `total` has passed.
+/// Universe ids (processes of a job and every process it spawned) accepted in an opening.
+const MAX_UNIVERSE: i32 = 1 << 16;
+
 fn connect_with_retry(local: Option<IpAddr>, addr: SocketAddr, total: Duration) -> io::Result<std::net::TcpStream> {
     let deadline = Instant::now() + total;
     let mut pause = Duration::from_millis(5);

@@ -131,3 +131,78 @@ fn one_progress_call_reads_a_bounded_amount_from_a_streaming_sender() {
     stop.store(true, Ordering::Relaxed);
     sender.join().unwrap();
 }
+
+/// A spawned process (universe id 1, its own world of one) reaches its parent (id 0, which
+/// does not know it): the parent learns it once it proved the job key, and messages go both
+/// ways. A process with another key claiming a further id is refused and not added.
+#[test]
+fn a_spawned_process_beyond_the_known_ones_connects_once_it_proves_the_key() {
+    let key = JobKey::from_bytes([7; p2pmpi_wire::auth::KEY_LEN]);
+    let l0 = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let l1 = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let a0 = l0.local_addr().unwrap();
+    let mut parent = Engine::new(0, 1, 0, None, key.clone(), Some(l0), vec![a0], Duration::ZERO).unwrap();
+    let addrs = vec![a0, l1.local_addr().unwrap()];
+    let mut child = Engine::new(1, 2, 1, None, key, Some(l1), addrs, Duration::ZERO).unwrap();
+    (child.world_base, child.world_size) = (1, 1);
+    let child = std::thread::spawn(move || {
+        child.connect_mesh(Duration::from_secs(10)).unwrap();
+        child.connect_to(&[0], Duration::from_secs(10)).unwrap();
+        let v = 42u32.to_le_bytes();
+        let r = child.isend(6, 0, 3, v.as_ptr(), 4, SendMode::Standard).unwrap();
+        let mut back = [0u8; 4];
+        let pat = Pattern { comm: 6, src: Some(0), tag: Some(4) };
+        let q = child.irecv(pat, back.as_mut_ptr(), 4).unwrap();
+        let t0 = Instant::now();
+        while !(child.is_done(r) && child.is_done(q)) {
+            assert!(t0.elapsed() < Duration::from_secs(10), "the child's messages did not complete");
+            child.progress(None, Some(Duration::from_millis(1)));
+        }
+        child.take_done(r).unwrap().unwrap();
+        child.take_done(q).unwrap().unwrap();
+        assert_eq!(u32::from_le_bytes(back), 43);
+        child
+    });
+    parent.grow(2);
+    parent.await_connections(&[1], Duration::from_secs(10)).unwrap();
+    let mut got = [0u8; 4];
+    let pat = Pattern { comm: 6, src: Some(1), tag: Some(3) };
+    let q = parent.irecv(pat, got.as_mut_ptr(), 4).unwrap();
+    let t0 = Instant::now();
+    while !parent.is_done(q) {
+        assert!(t0.elapsed() < Duration::from_secs(10), "the child's message did not arrive");
+        parent.progress(None, Some(Duration::from_millis(1)));
+    }
+    parent.take_done(q).unwrap().unwrap();
+    assert_eq!(u32::from_le_bytes(got), 42);
+    // Sent back on the connection the child opened (the parent never knew its address).
+    let v = 43u32.to_le_bytes();
+    let r = parent.isend(6, 1, 4, v.as_ptr(), 4, SendMode::Standard).unwrap();
+    let child = {
+        let t0 = Instant::now();
+        while !child.is_finished() {
+            assert!(t0.elapsed() < Duration::from_secs(10), "the child did not finish");
+            parent.progress(None, Some(Duration::from_millis(1)));
+        }
+        child.join().unwrap()
+    };
+    assert!(parent.is_done(r));
+    assert!(child.fatal.is_none() && parent.fatal.is_none());
+
+    // Another key, claiming id 5: refused, and the parent does not grow.
+    let l5 = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let mut addrs = vec![a0; 6];
+    addrs[5] = l5.local_addr().unwrap();
+    let other = JobKey::from_bytes([9; p2pmpi_wire::auth::KEY_LEN]);
+    let mut forger = Engine::new(5, 6, 5, None, other, Some(l5), addrs, Duration::ZERO).unwrap();
+    (forger.world_base, forger.world_size) = (5, 1);
+    let forger = std::thread::spawn(move || forger.connect_to(&[0], Duration::from_secs(3)).is_err());
+    let t0 = Instant::now();
+    while !forger.is_finished() {
+        assert!(t0.elapsed() < Duration::from_secs(10), "the forger's opening did not end");
+        parent.progress(None, Some(Duration::from_millis(1)));
+    }
+    assert!(forger.join().unwrap(), "an opening with another key succeeded");
+    assert_eq!(parent.peers.len(), 2, "a process that did not prove the key was added");
+    assert!(parent.fatal.is_none());
+}

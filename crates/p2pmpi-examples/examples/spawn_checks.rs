@@ -1,0 +1,176 @@
+//! Dynamic processes, written as an rsmpi program: `spawn`, `spawn_multiple`, `parent`,
+//! point-to-point across the intercommunicator both ways, `merge`, and a spawn that fails.
+//!
+//! `p2pmpirun --local -n 2 spawn_checks basic`: the parents spawn 2 children of this program;
+//! every parent sends each child a value and receives one back (sources checked), then both
+//! groups merge (parents `Low`) and check an allreduce over the 4 processes.
+//! `... spawn_checks multiple`: `spawn_multiple` of 2 + 1 children with their own arguments
+//! and application numbers. `tie`: both groups merge `Low` (the parents come first). `nested`:
+//! the children spawn a grandchild, which talks to both of them. `... spawn_checks missing`: spawning a program that does not
+//! exist is an `MpiError::Spawn`, and the parents go on. `... spawn_checks child_panics`: the
+//! children panic; the parents waiting for them must stop with an error. Every check panics
+//! when it fails.
+#![forbid(unsafe_code)]
+
+use mpi::collective::SystemOperation;
+use mpi::topology::MergeOrder;
+use mpi::traits::*;
+use mpi::Rank;
+use std::process::Command;
+
+fn child_command(args: &[&str]) -> Command {
+    let mut c = Command::new(std::env::current_exe().unwrap());
+    c.args(args);
+    c
+}
+
+fn main() -> Result<(), mpi::MpiError> {
+    let universe = mpi::initialize().unwrap();
+    let world = universe.world();
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mode = args.first().map(String::as_str).unwrap_or("basic");
+    let (rank, size) = (world.rank(), world.size());
+
+    if let Some(parent) = world.parent() {
+        let np = parent.remote_size();
+        match mode {
+            "child" => {
+                assert_eq!(size, 2, "the children's own world");
+                for p in 0..np {
+                    let (v, st) = parent.process_at_rank(p).receive::<i32>();
+                    assert_eq!(v, 1000 + 10 * p + rank, "value from parent {p}");
+                    assert_eq!(st.source_rank(), p, "source of the parent's message");
+                }
+                for p in 0..np {
+                    parent.process_at_rank(p).send(&(2000 + 10 * rank + p));
+                }
+                // Received from any process of the remote group by the parents.
+                for p in 0..np {
+                    parent.process_at_rank(p).send_with_tag(&rank, 7);
+                }
+                assert_eq!(parent.remote_group().size(), np);
+                let merged = parent.merge(MergeOrder::High);
+                assert_eq!(merged.size(), np + size);
+                assert_eq!(merged.rank(), np + rank, "children come after the parents");
+                let mut sum = 0;
+                merged.all_reduce_into(&merged.rank(), &mut sum, SystemOperation::sum());
+                let n = merged.size();
+                assert_eq!(sum, n * (n - 1) / 2);
+                println!("child {rank} of {size}: {np} parents, merged rank {} of {n}, sum {sum}", merged.rank());
+            }
+            "first" | "second" => {
+                let appnum = universe.appnum().unwrap_or(-1);
+                assert_eq!(appnum, if mode == "first" { 0 } else { 1 });
+                assert_eq!(size, 3, "both programs share one world");
+                parent.process_at_rank(0).send(&(100 * appnum as i32 + rank));
+                println!("{mode} child {rank} of {size} (appnum {appnum}), parent size {np}");
+            }
+            "panic" => panic!("child {rank} panics on purpose"),
+            "tie" => {
+                // Both groups say Low: the parents come first.
+                let merged = parent.merge(MergeOrder::Low);
+                assert_eq!(merged.rank(), np + rank);
+                println!("tie child {rank}: merged rank {}", merged.rank());
+            }
+            "nested_child" => {
+                // A child spawns a grandchild from its own world, and relays its value up.
+                let grandchild = world.process_at_rank(1).spawn(&child_command(&["grandchild"]), 1)?;
+                let (v, st) = grandchild.process_at_rank(0).receive::<i32>();
+                assert_eq!((v, st.source_rank()), (300 + rank, 0));
+                parent.process_at_rank(0).send(&v);
+                println!("nested child {rank} relayed {v}");
+            }
+            "grandchild" => {
+                assert_eq!((np, size), (2, 1), "a grandchild's parents are the children's world");
+                for p in 0..np {
+                    parent.process_at_rank(p).send(&(300 + p));
+                }
+                println!("grandchild of {np} parents");
+            }
+            other => panic!("unknown child mode {other}"),
+        }
+        return Ok(());
+    }
+
+    match mode {
+        "basic" => {
+            let child = world.process_at_rank(0).spawn(&child_command(&["child"]), 2)?;
+            assert_eq!(child.remote_size(), 2);
+            assert_eq!((child.rank(), child.size()), (rank, size));
+            for c in 0..child.remote_size() {
+                child.process_at_rank(c).send(&(1000 + 10 * rank + c));
+            }
+            for c in 0..child.remote_size() {
+                let (v, st) = child.process_at_rank(c).receive::<i32>();
+                assert_eq!(v, 2000 + 10 * c + rank, "value from child {c}");
+                assert_eq!(st.source_rank(), c);
+            }
+            let mut from: Vec<Rank> = (0..2)
+                .map(|_| {
+                    let (v, st) = child.any_process().receive_with_tag::<i32>(7);
+                    assert_eq!(v, st.source_rank(), "any-source receive across the intercommunicator");
+                    v
+                })
+                .collect();
+            from.sort();
+            assert_eq!(from, vec![0, 1]);
+            let merged = child.merge(MergeOrder::Low);
+            assert_eq!(merged.size(), size + 2);
+            assert_eq!(merged.rank(), rank, "parents come first");
+            let mut sum = 0;
+            merged.all_reduce_into(&merged.rank(), &mut sum, SystemOperation::sum());
+            let n = merged.size();
+            assert_eq!(sum, n * (n - 1) / 2);
+            println!("OK spawn_checks basic: parent {rank}, merged rank {} of {n}, sum {sum}", merged.rank());
+        }
+        "multiple" => {
+            let cmds = [child_command(&["first"]), child_command(&["second"])];
+            let child = world.process_at_rank(0).spawn_multiple(&cmds, &[2, 1])?;
+            assert_eq!(child.remote_size(), 3);
+            if rank == 0 {
+                let mut got: Vec<i32> = (0..3).map(|c| child.process_at_rank(c).receive::<i32>().0).collect();
+                got.sort();
+                assert_eq!(got, vec![0, 1, 102]);
+            }
+            println!("OK spawn_checks multiple: parent {rank}");
+        }
+        "missing" => {
+            // A program that does not exist, or (second argument) one that never starts MPI.
+            let cmd = Command::new(args.get(1).map_or("/nonexistent/p2pmpi-spawn-target", String::as_str));
+            match world.process_at_rank(0).spawn(&cmd, 2) {
+                Err(mpi::MpiError::Spawn(failed, asked)) => assert_eq!((failed, asked), (2, 2)),
+                Err(e) => panic!("unexpected error {e}"),
+                Ok(_) => panic!("spawning a missing program succeeded"),
+            }
+            // The parents go on.
+            let mut sum = 0;
+            world.all_reduce_into(&1, &mut sum, SystemOperation::sum());
+            assert_eq!(sum, size);
+            println!("OK spawn_checks missing: parent {rank}");
+        }
+        "tie" => {
+            let child = world.process_at_rank(0).spawn(&child_command(&["tie"]), 2)?;
+            let merged = child.merge(MergeOrder::Low);
+            assert_eq!(merged.rank(), rank);
+            println!("OK spawn_checks tie: parent {rank}");
+        }
+        "nested" => {
+            let child = world.process_at_rank(0).spawn(&child_command(&["nested_child"]), 2)?;
+            if rank == 0 {
+                let mut got: Vec<i32> = (0..2).map(|c| child.process_at_rank(c).receive::<i32>().0).collect();
+                got.sort();
+                assert_eq!(got, vec![300, 301]);
+            }
+            println!("OK spawn_checks nested: parent {rank}");
+        }
+        "child_panics" => {
+            // The children die right after start-up: the parents' receive must fail (the job
+            // stops naming the cause), never wait forever.
+            let child = world.process_at_rank(0).spawn(&child_command(&["panic"]), 2)?;
+            let v = child.process_at_rank(0).receive::<i32>().0;
+            panic!("received {v} from a child that panicked");
+        }
+        other => panic!("unknown mode {other}"),
+    }
+    Ok(())
+}

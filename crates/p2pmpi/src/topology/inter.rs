@@ -1,0 +1,258 @@
+//! Intercommunicators and dynamic processes (`spawn`, `spawn_multiple`, `parent`, `merge`).
+//!
+//! Every process of a job and of the jobs it spawns has a *universe id*: a job's world ranks
+//! are ids `0..n`, and each spawn's children get the next free ids, handed out by the
+//! launcher. The device addresses peers by universe id, so a message between a parent and a
+//! child travels like any other: an intercommunicator is a context id agreed by both groups
+//! and the remote group's ids (`process_at_rank(r)` names the remote group's rank `r`).
+//!
+//! A spawn, collective over the parents' communicator: the parents agree on a free context
+//! id; the root asks its launcher to start the children (`Control::Spawn`: programs,
+//! arguments, the parents' ids and addresses, the context); the launcher starts them through
+//! the same path as a job's processes (their output goes to the submitter's terminal) as a
+//! job of their own with their own world; the root broadcasts the answer, and the parents
+//! wait until every child connected to each of them (the children know the parents'
+//! addresses; the parents learn the children's from their connections).
+
+use super::{sealed::AsHandle, CommHandle, CommInner, Communicator, Rank, SimpleCommunicator, UserGroup};
+use crate::collective::algorithms::{self, Coll};
+use crate::error::{Error, Result};
+use parking_lot::Mutex;
+use std::process::Command;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+/// Errors of the calls that return a `Result` in rsmpi (`spawn`, `spawn_multiple`).
+#[derive(thiserror::Error, Debug)]
+pub enum MpiError {
+    /// Failed to spawn some processes: how many failed, of how many asked.
+    #[error("Failed to spawn {0} of {1} processes")]
+    Spawn(Rank, Rank),
+    /// A string for the new processes (program or argument) holds an interior 0 byte.
+    #[error("An interior 0 byte was found in string")]
+    StringNul(#[from] std::ffi::NulError),
+}
+
+/// How the groups of an intercommunicator are ordered by [`InterCommunicator::merge`]: if
+/// one group says `Low` and the other `High`, the `Low` group comes first; if both say the
+/// same, the parents come first.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum MergeOrder {
+    /// Ranks of this group come first in the merged communicator.
+    Low,
+    /// Ranks of this group come last in the merged communicator.
+    High,
+}
+
+/// A communicator between two disjoint groups (here: a spawn's parents and children).
+/// Point-to-point calls address the *remote* group: `process_at_rank(r)` is its rank `r`,
+/// and a received message's source is a remote rank. `rank` and `size` are this process's
+/// rank in its own group and that group's size. Collectives over an intercommunicator are
+/// not supported (merge it first).
+#[derive(Debug, Clone)]
+pub struct InterCommunicator {
+    /// Context, this process's local rank, the remote group's universe ids.
+    remote: CommHandle,
+    /// The local group (the spawning communicator, or the children's world).
+    local: CommHandle,
+    /// Whether this side is the parents' (breaks `merge` ties).
+    parents_side: bool,
+}
+
+impl InterCommunicator {
+    fn new(ctx: u32, local: CommHandle, remote_ids: Vec<Rank>, parents_side: bool) -> Self {
+        let remote = CommHandle(Arc::new(CommInner {
+            ctx,
+            rank: local.rank(),
+            size: remote_ids.len() as Rank,
+            members: Some(Arc::from(remote_ids)),
+            name: Mutex::new(String::new()),
+            immediate: Default::default(),
+            attrs: Default::default(),
+        }));
+        InterCommunicator { remote, local, parents_side }
+    }
+
+    /// The number of processes in the remote group.
+    pub fn remote_size(&self) -> Rank {
+        self.remote.size()
+    }
+
+    /// The remote group.
+    pub fn remote_group(&self) -> UserGroup {
+        UserGroup { members: self.remote.members().expect("an intercommunicator's remote group") }
+    }
+
+    /// Merges both groups into one intracommunicator (collective over both groups). See
+    /// [`MergeOrder`].
+    pub fn merge(&self, merge_order: MergeOrder) -> SimpleCommunicator {
+        use crate::error::OrFatal;
+        self.try_merge(merge_order).or_fatal()
+    }
+
+    /// [`merge`](Self::merge), returning an error if a process of either group was lost.
+    pub fn try_merge(&self, merge_order: MergeOrder) -> Result<SimpleCommunicator> {
+        let high = matches!(merge_order, MergeOrder::High) as u32;
+        // A context id free in the local group...
+        let mine = agree_ctx(&self.local, "intercommunicator merge")?;
+        // ...exchanged by the leaders with the other group's, with each group's order.
+        let mut theirs = [0u8; 8];
+        if self.local.rank() == 0 {
+            let c = Coll::new(&self.remote, "intercommunicator merge");
+            let mut out = [0u8; 8];
+            out[..4].copy_from_slice(&mine.to_le_bytes());
+            out[4..].copy_from_slice(&high.to_le_bytes());
+            c.sendrecv(0, &out, 0, &mut theirs, algorithms::TAG_COMM_GROUP - 1)?;
+        }
+        algorithms::bcast(&Coll::new(&self.local, "intercommunicator merge"), &mut theirs, 0)?;
+        let their_ctx = u32::from_le_bytes(theirs[..4].try_into().expect("4 bytes"));
+        let their_high = u32::from_le_bytes(theirs[4..].try_into().expect("4 bytes"));
+        let ctx = mine.max(their_ctx);
+        super::NEXT_CTX.fetch_max(ctx + 1, Ordering::SeqCst);
+        let local_first = if high != their_high { high == 0 } else { self.parents_side };
+        let local: Vec<Rank> = (0..self.local.size()).map(|r| self.local.world_rank(r)).collect();
+        let remote: Vec<Rank> = (0..self.remote.size()).map(|r| self.remote.world_rank(r)).collect();
+        let members = if local_first { [local, remote].concat() } else { [remote, local].concat() };
+        let me = self.local.world_rank(self.local.rank());
+        Ok(super::new_comm(ctx, members, me))
+    }
+}
+
+impl AsHandle for InterCommunicator {
+    fn handle(&self) -> &CommHandle {
+        &self.remote
+    }
+}
+
+impl Communicator for InterCommunicator {
+    fn target_size(&self) -> Rank {
+        self.remote.size()
+    }
+    fn size(&self) -> Rank {
+        self.local.size()
+    }
+    fn rank(&self) -> Rank {
+        self.local.rank()
+    }
+}
+
+impl super::AsCommunicator for InterCommunicator {
+    type Out = InterCommunicator;
+    fn as_communicator(&self) -> &InterCommunicator {
+        self
+    }
+}
+
+/// A context id free on every member of `h` (collective over `h`); marked used here.
+fn agree_ctx(h: &CommHandle, what: &'static str) -> Result<u32> {
+    let c = Coll::new(h, what);
+    let n = h.size() as usize;
+    let mine = super::NEXT_CTX.load(Ordering::SeqCst);
+    let mut all = vec![0u8; 4 * n];
+    let me = h.rank() as usize;
+    all[4 * me..4 * me + 4].copy_from_slice(&mine.to_le_bytes());
+    algorithms::allgather(&c, &mut all, 4)?;
+    let ctx = all.chunks_exact(4).map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes"))).max().unwrap_or(mine);
+    super::NEXT_CTX.fetch_max(ctx + 1, Ordering::SeqCst);
+    Ok(ctx)
+}
+
+/// A spawned process's intercommunicator to its parents (set at initialization).
+static PARENT: OnceLock<(u32, Vec<Rank>)> = OnceLock::new();
+
+/// Initialization of a spawned process: connects to every parent, and keeps the
+/// intercommunicator's context and the parents' universe ids.
+pub(crate) fn set_parents(p: &crate::bootstrap::Parents) {
+    super::NEXT_CTX.fetch_max(p.ctx + 1, Ordering::SeqCst);
+    let _ = PARENT.set((p.ctx, p.ids.clone()));
+}
+
+/// `Communicator::parent`.
+pub(crate) fn parent() -> Option<InterCommunicator> {
+    let (ctx, ids) = PARENT.get()?;
+    let world = SimpleCommunicator::world();
+    Some(InterCommunicator::new(*ctx, world.0, ids.clone(), false))
+}
+
+/// The program and arguments of a `Command` (its environment and directory cannot be given
+/// to new processes yet: like rsmpi, environment variables are refused).
+fn app_of(command: &Command, procs: Rank) -> std::result::Result<p2pmpi_wire::control::SpawnApp, MpiError> {
+    assert_eq!(command.get_envs().len(), 0, "Support for environment variables not yet implemented");
+    let text = |s: &std::ffi::OsStr| -> std::result::Result<String, MpiError> {
+        let t = s.to_string_lossy().into_owned();
+        std::ffi::CString::new(t.as_bytes())?;
+        Ok(t)
+    };
+    Ok(p2pmpi_wire::control::SpawnApp {
+        program: text(command.get_program())?,
+        args: command.get_args().map(text).collect::<std::result::Result<_, _>>()?,
+        procs: u32::try_from(procs).expect("maxprocs should be positive"),
+    })
+}
+
+fn fatal(e: Error) -> ! {
+    crate::error::fatal(&e)
+}
+
+/// How long the parents wait for their children to connect: `P2PMPI_SPAWN_TIMEOUT` seconds,
+/// 60 by default.
+fn children_limit() -> Duration {
+    let s = std::env::var("P2PMPI_SPAWN_TIMEOUT").ok().and_then(|v| v.trim().parse::<u64>().ok());
+    Duration::from_secs(s.unwrap_or(60).max(1))
+}
+
+/// `spawn`/`spawn_multiple` over communicator `h` with root `root` (collective over `h`).
+pub(crate) fn spawn(
+    h: &CommHandle,
+    root: Rank,
+    commands: &[Command],
+    maxprocs: &[Rank],
+) -> std::result::Result<InterCommunicator, MpiError> {
+    assert_eq!(commands.len(), maxprocs.len());
+    let total: Rank = maxprocs.iter().sum();
+    let ctx = agree_ctx(h, "spawn").unwrap_or_else(|e| fatal(e));
+    // The root asks its launcher; the answer (first universe id, or failed) goes to all.
+    let mut answer = [0u8; 8];
+    if h.rank() == root {
+        let apps =
+            commands.iter().zip(maxprocs).map(|(c, &n)| app_of(c, n)).collect::<std::result::Result<Vec<_>, _>>();
+        let outcome = match apps {
+            Err(e) => Err(e.to_string()),
+            Ok(apps) => {
+                let parents = crate::environment::with_engine(|e| {
+                    (0..h.size())
+                        .map(|r| {
+                            let id = h.world_rank(r);
+                            (id as u32, e.addr_of(id).map(|a| a.to_string()).unwrap_or_default())
+                        })
+                        .collect::<Vec<_>>()
+                });
+                crate::bootstrap::spawning::request(apps, parents, ctx, Duration::from_secs(120))
+            }
+        };
+        match outcome {
+            Ok(base) => answer[..4].copy_from_slice(&base.to_le_bytes()),
+            Err(why) => {
+                eprintln!("p2pmpi: rank {}: spawn failed: {why}", crate::environment::own_rank());
+                answer[4..].copy_from_slice(&(total as u32).to_le_bytes());
+            }
+        }
+    }
+    algorithms::bcast(&Coll::new(h, "spawn"), &mut answer, root).unwrap_or_else(|e| fatal(e));
+    let base = u32::from_le_bytes(answer[..4].try_into().expect("4 bytes")) as Rank;
+    let failed = u32::from_le_bytes(answer[4..].try_into().expect("4 bytes")) as Rank;
+    if failed > 0 {
+        return Err(MpiError::Spawn(failed, total));
+    }
+    let ids: Vec<Rank> = (base..base + total).collect();
+    let connected = crate::environment::with_engine(|e| {
+        e.grow((base + total) as usize);
+        e.await_connections(&ids, children_limit())
+    });
+    if let Err(e) = connected {
+        eprintln!("p2pmpi: rank {}: spawn: {e}", crate::environment::own_rank());
+        return Err(MpiError::Spawn(total, total));
+    }
+    Ok(InterCommunicator::new(ctx, h.clone(), ids, true))
+}
