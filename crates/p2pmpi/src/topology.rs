@@ -42,6 +42,9 @@ pub(crate) struct CommInner {
     pub immediate: std::sync::atomic::AtomicU32,
     /// Attributes (`set_attr`/`get_attr`).
     pub attrs: Mutex<crate::attribute::Attributes>,
+    /// Which members share a host, built on the first collective that asks (`None`: the
+    /// hierarchical collectives do not apply).
+    pub hosts: std::sync::OnceLock<Option<crate::collective::hier::HostLayout>>,
 }
 
 /// The shared state behind a communicator.
@@ -343,6 +346,7 @@ impl SimpleCommunicator {
                 name: Mutex::new("MPI_COMM_WORLD".into()),
                 immediate: Default::default(),
                 attrs: Default::default(),
+                hosts: Default::default(),
             }))
         });
         SimpleCommunicator(h.clone())
@@ -359,6 +363,7 @@ impl SimpleCommunicator {
             name: Mutex::new("MPI_COMM_SELF".into()),
             immediate: Default::default(),
             attrs: Default::default(),
+            hosts: Default::default(),
         })))
     }
 }
@@ -501,6 +506,7 @@ pub(crate) fn new_comm(ctx: u32, members: Vec<Rank>, me_world: Rank) -> SimpleCo
         name: Mutex::new(String::new()),
         immediate: Default::default(),
         attrs: Default::default(),
+        hosts: Default::default(),
     })))
 }
 
