@@ -174,7 +174,8 @@ fn order_kept(l: &HostLayout, op: &dyn Operation) -> bool {
 }
 
 /// Each host reduces to its leader (in rank order), the leaders reduce to the root's host's
-/// leader (in host order), which hands the result to the root.
+/// leader (in host order), which hands the result to the root. `None`: the operation needs
+/// the flat algorithm (see [`order_kept`]).
 pub(crate) fn reduce(
     c: &Coll,
     l: &HostLayout,
@@ -184,32 +185,38 @@ pub(crate) fn reduce(
     op: &dyn Operation,
     root: i32,
 ) -> Option<Result<()>> {
-    if !order_kept(l, op) {
-        return None;
+    order_kept(l, op).then(|| reduce_phases(c, l, acc, map, count, op, root))
+}
+
+fn reduce_phases(
+    c: &Coll,
+    l: &HostLayout,
+    acc: &mut Vec<u8>,
+    map: &TypeMap,
+    count: usize,
+    op: &dyn Operation,
+    root: i32,
+) -> Result<()> {
+    let me = c.rank;
+    let host = &l.hosts[l.host_of[me as usize]];
+    algorithms::reduce(&c.sub(host, TAG_LOCAL), acc, map, count, op, 0)?;
+    let rh = l.host_of[root as usize];
+    if me == host[0] {
+        algorithms::reduce(&c.sub(&l.leaders, TAG_INTER), acc, map, count, op, rh as i32)?;
     }
-    Some((|| {
-        let me = c.rank;
-        let my_host = l.host_of[me as usize];
-        let host = &l.hosts[my_host];
-        algorithms::reduce(&c.sub(host, TAG_LOCAL), acc, map, count, op, 0)?;
-        let rh = l.host_of[root as usize];
-        if me == host[0] {
-            algorithms::reduce(&c.sub(&l.leaders, TAG_INTER), acc, map, count, op, rh as i32)?;
+    let lead = l.leaders[rh];
+    if root != lead {
+        if me == lead {
+            c.send(root, algorithms::TAG_REDUCE + TAG_LOCAL, acc)?;
+        } else if me == root {
+            c.recv(lead, algorithms::TAG_REDUCE + TAG_LOCAL, acc)?;
         }
-        let lead = l.leaders[rh];
-        if root != lead {
-            if me == lead {
-                c.send(root, algorithms::TAG_REDUCE + TAG_LOCAL, acc)?;
-            } else if me == root {
-                c.recv(lead, algorithms::TAG_REDUCE + TAG_LOCAL, acc)?;
-            }
-        }
-        Ok(())
-    })())
+    }
+    Ok(())
 }
 
 /// Each host reduces to its leader, the leaders all-reduce, each leader broadcasts the
-/// result to its host.
+/// result to its host. `None`: the operation needs the flat algorithm (see [`order_kept`]).
 pub(crate) fn allreduce(
     c: &Coll,
     l: &HostLayout,
@@ -218,19 +225,24 @@ pub(crate) fn allreduce(
     count: usize,
     op: &dyn Operation,
 ) -> Option<Result<()>> {
-    if !order_kept(l, op) {
-        return None;
+    order_kept(l, op).then(|| allreduce_phases(c, l, acc, map, count, op))
+}
+
+fn allreduce_phases(
+    c: &Coll,
+    l: &HostLayout,
+    acc: &mut Vec<u8>,
+    map: &TypeMap,
+    count: usize,
+    op: &dyn Operation,
+) -> Result<()> {
+    let host = &l.hosts[l.host_of[c.rank as usize]];
+    let local = c.sub(host, TAG_LOCAL);
+    algorithms::reduce(&local, acc, map, count, op, 0)?;
+    if local.rank == 0 {
+        algorithms::allreduce(&c.sub(&l.leaders, TAG_INTER), acc, map, count, op)?;
     }
-    Some((|| {
-        let me = c.rank;
-        let host = &l.hosts[l.host_of[me as usize]];
-        let local = c.sub(host, TAG_LOCAL);
-        algorithms::reduce(&local, acc, map, count, op, 0)?;
-        if local.rank == 0 {
-            algorithms::allreduce(&c.sub(&l.leaders, TAG_INTER), acc, map, count, op)?;
-        }
-        algorithms::bcast(&local, acc, 0)
-    })())
+    algorithms::bcast(&local, acc, 0)
 }
 
 #[cfg(test)]
