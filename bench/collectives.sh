@@ -16,6 +16,8 @@
 #   P2PMPI_CMD=...  command prefix for the p2pmpi column instead of building it; "{np}" in
 #                   it is replaced by the process count (default: target/release/p2pmpirun
 #                   -n {np} target/release/examples/coll_bench)
+#   OMPI_BTL=tcp,self  Open MPI's transports (vader,self: its shared memory, to compare with
+#                   p2pmpi's same-host shared-memory path)
 #   RUN_TIMEOUT=120 seconds allowed for one run of one implementation
 #   QUIET_PCT=25    before each run, wait while other processes keep the CPUs busier than this
 #   QUIET_BUDGET=60 ...but wait at most this many seconds in total over the whole script
@@ -35,6 +37,7 @@ COLLS=${COLLS:-barrier,bcast,reduce,allreduce,gather,scatter,allgather,alltoall,
 SIZES=${SIZES:-8,65536}
 TARGET_S=${TARGET_S:-0.2}
 RUN_TIMEOUT=${RUN_TIMEOUT:-120}
+OMPI_BTL=${OMPI_BTL:-tcp,self}
 QUIET_PCT=${QUIET_PCT:-25}
 QUIET_BUDGET=${QUIET_BUDGET:-60}
 
@@ -60,7 +63,7 @@ if want ompi; then
         # Same flags as pingpong.sh: ob1 + TCP BTL (self for a rank to itself), loopback for
         # both MPI traffic and the runtime. With more ranks than cores Open MPI runs in its
         # oversubscribed mode (no binding, yields the CPU when idle).
-        CMD[ompi]="mpirun.openmpi --allow-run-as-root --oversubscribe -np {np} --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo $OUT/collectives_ompi"
+        CMD[ompi]="mpirun.openmpi --allow-run-as-root --oversubscribe -np {np} --mca pml ob1 --mca btl $OMPI_BTL --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo $OUT/collectives_ompi"
     else
         SKIP[ompi]="mpicc.openmpi missing or compile of c/collectives.c failed (see out/build-coll-ompi.log)"
     fi

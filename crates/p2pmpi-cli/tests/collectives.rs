@@ -59,7 +59,55 @@ fn checks_with(n: usize, env: &[(&str, &str)], seeds: &[u64]) {
         );
         let ok = format!("OK coll_checks n={n} seed={seed} rounds=3");
         assert!(o.stdout.contains(&ok), "missing {ok:?} in:\n{}", o.stdout);
+        // One host: the flat algorithms only.
+        assert_eq!(hierarchical(&o.stdout), vec![0; n], "{}", o.stdout);
     }
+}
+
+/// How many collectives each rank ran hierarchically (`coll_checks rank R hierarchical K`),
+/// in rank order.
+fn hierarchical(stdout: &str) -> Vec<u64> {
+    let mut v: Vec<(usize, u64)> = stdout
+        .lines()
+        .filter_map(|l| {
+            let rest = &l[l.find("coll_checks rank ")? + "coll_checks rank ".len()..];
+            let (r, k) = rest.split_once(" hierarchical ")?;
+            Some((r.trim().parse().ok()?, k.trim().parse().ok()?))
+        })
+        .collect();
+    v.sort();
+    assert!(v.iter().enumerate().all(|(i, &(r, _))| i == r), "one line per rank: {v:?}");
+    v.into_iter().map(|(_, k)| k).collect()
+}
+
+/// Ranks on several hosts (a local grid: 3 peers on their own loopback addresses, 2
+/// processes each): the collectives run in phases per host and every result still equals
+/// the sequential reference, also for the non-commutative operation; replicated jobs keep
+/// the flat algorithms.
+#[test]
+fn collectives_across_hosts_run_hierarchically() {
+    use common::grid::TestGrid;
+    let g = TestGrid::start("hier", 3, &["--procs", "2"]);
+    g.wait_hosts(1, 2);
+    let prog = example("coll_checks");
+    let prog = prog.to_str().unwrap();
+    // (n, placement, expect the hierarchical path): concentrate fills the hosts in rank order
+    // ({0,1} {2,3} {4,5}, or {0,1} {2,3} {4}); spread deals ranks out ({0,3} {1,4} {2}), so
+    // hosts are not rank ranges and the non-commutative operation keeps the flat algorithms.
+    for (n, strategy, seed) in [(6, "gather", "61"), (5, "gather", "51"), (5, "spread", "52")] {
+        let o = g.run(&["-n", &n.to_string(), "-a", strategy, prog, seed]);
+        o.assert_ok();
+        let ok = format!("OK coll_checks n={n} seed={seed} rounds=3");
+        assert!(o.stdout.contains(&ok), "{strategy}: missing {ok:?} in:\n{}", o.stdout);
+        let k = hierarchical(&o.stdout);
+        assert_eq!(k.len(), n, "{}", o.stdout);
+        assert!(k.iter().all(|&k| k > 0), "{strategy} n={n}: every rank ran hierarchical collectives: {k:?}");
+    }
+    // -r 2: the replicas of a rank on different hosts, so the flat algorithms.
+    let o = g.run(&["-n", "3", "-r", "2", prog, "31"]);
+    o.assert_ok();
+    assert!(o.stdout.contains("OK coll_checks n=3 seed=31 rounds=3"), "{}", o.stdout);
+    assert_eq!(hierarchical(&o.stdout), vec![0; 3], "{}", o.stdout);
 }
 
 #[test]

@@ -11,7 +11,9 @@
 //! one (composition of affine maps, which depends on rank order); then communicators made by
 //! duplicate, split_by_color(_with_key), split_by_subgroup(_collective) and split_shared, with
 //! collectives on them interleaved with point-to-point traffic on the world using the same
-//! tags; then groups. Rank 0 prints `OK coll_checks n=<size> seed=<SEED> rounds=<R>`.
+//! tags; then groups. Every rank prints `coll_checks rank <r> hierarchical <k>` (k: how many
+//! collectives it ran in phases per host), then rank 0 prints
+//! `OK coll_checks n=<size> seed=<SEED> rounds=<R>`.
 //!
 //! Wrong results are reported on standard error (collective, communicator, root, datatype and
 //! operation, round, length, first differing element) and the job goes on, to fail at the end;
@@ -361,6 +363,8 @@ fn main() {
         eprintln!("coll_checks: rank {me}: {mine} failed checks ({total} on all ranks), seed {seed}");
         world.abort(3);
     }
+    // How many collectives ran in phases per host (p2pmpi only; tests check the path taken).
+    println!("coll_checks rank {me} hierarchical {}", mpi::collective::hierarchical_collectives());
     if me == 0 {
         println!("OK coll_checks n={n} seed={seed} rounds={rounds}");
     }
@@ -1148,9 +1152,24 @@ fn communicators(c: &Ctx) {
     };
 
     c.step("split_shared");
-    let shared = world.split_shared(0);
-    let shared = Comm { comm: &shared, members: wm.clone(), name: "split_shared".into() };
-    check_rel("split_shared.compare(world)", shared.comm.compare(world), CommunicatorRelation::Congruent);
+    // Replicas of a rank run on different hosts, so with replicas on a grid of several hosts
+    // "the ranks of my host" differs between the copies of a rank: check split_shared without
+    // replicas only (a duplicate stands in for it).
+    let replicated = std::env::var("P2PMPI_REPLICAS").is_ok_and(|r| r != "1");
+    let shared = if replicated { world.duplicate() } else { world.split_shared(0) };
+    // The ranks on this process's host: every rank on one host, or, on a grid of several
+    // hosts, those whose data address has this process's IP.
+    let ip = |a: Option<std::net::SocketAddr>| match a.map(|a| a.ip()) {
+        Some(std::net::IpAddr::V4(v4)) => u32::from(v4) as u64,
+        Some(std::net::IpAddr::V6(v6)) => u128::from(v6) as u64,
+        None => 0,
+    };
+    let mut hosts = vec![0u64; n];
+    world.all_gather_into(&ip(mpi::environment::data_address()), &mut hosts[..]);
+    let same: Vec<usize> = (0..n).filter(|&r| replicated || hosts[r] == hosts[me]).collect();
+    let rel = if same.len() == n { CommunicatorRelation::Congruent } else { CommunicatorRelation::Unequal };
+    let shared = Comm { comm: &shared, members: same, name: "split_shared".into() };
+    check_rel("split_shared.compare(world)", shared.comm.compare(world), rel);
 
     // World point-to-point traffic with every tag the collectives use, pending throughout the
     // collectives of the other communicators.

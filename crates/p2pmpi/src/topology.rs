@@ -44,6 +44,9 @@ pub(crate) struct CommInner {
     pub immediate: std::sync::atomic::AtomicU32,
     /// Attributes (`set_attr`/`get_attr`).
     pub attrs: Mutex<crate::attribute::Attributes>,
+    /// Which members share a host, built on the first collective that asks (`None`: the
+    /// hierarchical collectives do not apply).
+    pub hosts: std::sync::OnceLock<Option<crate::collective::hier::HostLayout>>,
 }
 
 /// The shared state behind a communicator.
@@ -352,6 +355,7 @@ impl SimpleCommunicator {
                 name: Mutex::new("MPI_COMM_WORLD".into()),
                 immediate: Default::default(),
                 attrs: Default::default(),
+                hosts: Default::default(),
             }))
         });
         SimpleCommunicator(h.clone())
@@ -368,6 +372,7 @@ impl SimpleCommunicator {
             name: Mutex::new("MPI_COMM_SELF".into()),
             immediate: Default::default(),
             attrs: Default::default(),
+            hosts: Default::default(),
         })))
     }
 }
@@ -510,6 +515,7 @@ pub(crate) fn new_comm(ctx: u32, members: Vec<Rank>, me_world: Rank) -> SimpleCo
         name: Mutex::new(String::new()),
         immediate: Default::default(),
         attrs: Default::default(),
+        hosts: Default::default(),
     })))
 }
 

@@ -8,6 +8,7 @@
 //! faster on this machine. `P2PMPI_COLL_<OPERATION>=<algorithm>` forces a choice (see
 //! [`Algorithm`]); the defaults are the fastest measured.
 
+use super::hier;
 use super::ops::Operation;
 use crate::datatype::TypeMap;
 use crate::device::SendMode;
@@ -79,17 +80,37 @@ const LARGE: usize = 32 * 1024;
 const SMALL: usize = 1024;
 
 /// The collective context of a communicator: blocking and immediate byte transfers.
+///
+/// A `Coll` may also stand for a subset of the communicator (see [`Coll::sub`]): `rank` and
+/// `size` are then positions in `ranks`, which maps them back to communicator ranks, and
+/// every tag is moved by `tag_off` (the hierarchical collectives' phases, [`super::hier`]).
 pub(crate) struct Coll<'a> {
     pub h: &'a CommHandle,
     pub rank: i32,
     pub size: i32,
     /// The collective being run, for error messages.
     pub name: &'static str,
+    /// Communicator rank of each member of a subset, `None` for the whole communicator.
+    pub ranks: Option<&'a [i32]>,
+    pub tag_off: i32,
 }
 
 impl<'a> Coll<'a> {
     pub fn new(h: &'a CommHandle, name: &'static str) -> Self {
-        Coll { h, rank: h.rank(), size: h.size(), name }
+        Coll { h, rank: h.rank(), size: h.size(), name, ranks: None, tag_off: 0 }
+    }
+    /// The subset `ranks` (communicator ranks, this process's among them) of `self`'s
+    /// communicator, its tags moved by `tag_off`.
+    pub fn sub(&self, ranks: &'a [i32], tag_off: i32) -> Coll<'a> {
+        let me = ranks.iter().position(|&r| r == self.h.rank()).expect("member of the subset") as i32;
+        Coll { h: self.h, rank: me, size: ranks.len() as i32, name: self.name, ranks: Some(ranks), tag_off }
+    }
+    #[inline]
+    fn peer(&self, r: i32) -> i32 {
+        match self.ranks {
+            None => r,
+            Some(m) => m[r as usize],
+        }
     }
     /// A receive that overflows inside a collective means the ranks disagree on sizes.
     fn named(&self, e: Error) -> Error {
@@ -104,9 +125,11 @@ impl<'a> Coll<'a> {
         }
     }
     fn isend(&self, dst: i32, tag: i32, data: &[u8]) -> Result<Pending> {
+        let (dst, tag) = (self.peer(dst), tag + self.tag_off);
         start_send(self.h, self.h.coll_id(), dst, tag, data.as_ptr(), data.len(), SendMode::Standard)
     }
     fn irecv(&self, src: i32, tag: i32, buf: &mut [u8]) -> Result<Pending> {
+        let (src, tag) = (self.peer(src), tag + self.tag_off);
         start_recv(self.h, self.h.coll_id(), src, tag, buf.as_mut_ptr(), buf.len())
     }
     pub fn send(&self, dst: i32, tag: i32, data: &[u8]) -> Result<()> {
@@ -161,6 +184,9 @@ fn wait_all(reqs: Vec<Pending>) -> Result<()> {
 // ---------------------------------------------------------------------------- barrier
 
 pub(crate) fn barrier(c: &Coll) -> Result<()> {
+    if let Some(l) = hier::layout(c) {
+        return hier::ran(hier::barrier(c, l));
+    }
     match forced("BARRIER") {
         Some(Algorithm::Tree4) => barrier_tree4(c),
         _ => barrier_dissemination(c),
@@ -199,6 +225,9 @@ fn barrier_tree4(c: &Coll) -> Result<()> {
 pub(crate) fn bcast(c: &Coll, buf: &mut [u8], root: i32) -> Result<()> {
     if c.size == 1 {
         return Ok(());
+    }
+    if let Some(l) = hier::layout(c) {
+        return hier::ran(hier::bcast(c, l, buf, root));
     }
     let algo = forced("BCAST").unwrap_or(if buf.len() >= 4 * LARGE && c.size > 2 {
         Algorithm::ScatterAllgather
@@ -303,6 +332,9 @@ pub(crate) fn reduce(
     if c.size == 1 {
         return Ok(());
     }
+    if let Some(r) = hier::layout(c).and_then(|l| hier::reduce(c, l, acc, map, count, op, root)) {
+        return hier::ran(r);
+    }
     if op.is_commutative() {
         reduce_binomial(c, acc, map, count, op, root)
     } else {
@@ -356,6 +388,9 @@ fn reduce_binomial(
 pub(crate) fn allreduce(c: &Coll, acc: &mut Vec<u8>, map: &TypeMap, count: usize, op: &dyn Operation) -> Result<()> {
     if c.size == 1 {
         return Ok(());
+    }
+    if let Some(r) = hier::layout(c).and_then(|l| hier::allreduce(c, l, acc, map, count, op)) {
+        return hier::ran(r);
     }
     let default = if acc.len() >= LARGE && op.is_commutative() && count >= c.size as usize {
         Algorithm::Rabenseifner

@@ -8,6 +8,7 @@
 
 pub mod algorithms;
 mod fallible;
+pub(crate) mod hier;
 pub use fallible::{TryCollectives, TryRoot};
 pub(crate) mod immediate;
 pub mod ops;
@@ -20,6 +21,13 @@ use crate::topology::{sealed::AsHandle, AsCommunicator, CommHandle, Communicator
 use algorithms::Coll;
 use std::borrow::Cow;
 use std::marker::PhantomData;
+
+/// How many collectives this process has run with the hierarchical algorithms (phases
+/// inside each host, then across hosts; see docs/mpi-library.md). For tests and diagnostics.
+#[doc(hidden)]
+pub fn hierarchical_collectives() -> u64 {
+    hier::run_count()
+}
 
 pub use ops::{reduce_local_into, Operation, SystemOperation, UnsafeUserFunction, UnsafeUserOperation, UserOperation};
 
