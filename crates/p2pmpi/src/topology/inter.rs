@@ -70,6 +70,7 @@ impl InterCommunicator {
             name: Mutex::new(String::new()),
             immediate: Default::default(),
             attrs: Default::default(),
+            hosts: Default::default(),
         }));
         InterCommunicator { remote, local, parents_side }
     }
