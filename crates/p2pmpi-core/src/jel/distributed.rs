@@ -95,7 +95,7 @@ impl Default for Config {
             probe_timeout: Duration::from_secs(5),
             probes_per_round: 1,
             witnesses: 3,
-            leave_fanout: 5,
+            leave_fanout: 20,
         }
     }
 }
@@ -624,6 +624,9 @@ pub struct Node {
     news: VecDeque<(u32, u8)>,
     /// Members probed: the probe's deadline and the address probed.
     probes: BTreeMap<MemberId, (Duration, Addr)>,
+    /// Members with enough witnesses, and when they are pronounced dead if nothing (a new
+    /// version, a leave) came in the meantime.
+    doomed: BTreeMap<MemberId, Duration>,
     /// The last peers sent to, with their ids (to name an unreachable address).
     sent_to: VecDeque<(Addr, MemberId)>,
     /// Where the scan for members not heard from for `timeout` resumes.
@@ -676,6 +679,7 @@ impl Node {
             witnesses: BTreeMap::new(),
             news: VecDeque::new(),
             probes: BTreeMap::new(),
+            doomed: BTreeMap::new(),
             sent_to: VecDeque::new(),
             cursor: 0,
             alive: 0,
@@ -748,7 +752,7 @@ impl Node {
 
     /// Sends to a member whose id is known (so that its address can be named if unreachable).
     fn send_to(&mut self, to: Addr, msg: Message) {
-        if let Some(id) = self.id_of(to) {
+        if let Some(id) = self.id_near(to) {
             self.sent_to.retain(|(a, _)| *a != to);
             self.sent_to.push_back((to, id));
             if self.sent_to.len() > 32 {
@@ -761,16 +765,19 @@ impl Node {
     /// The member listening at `a`, among the peers this node deals with (probed, sampled,
     /// sent to lately), else any it knows.
     fn id_of(&self, a: Addr) -> Option<MemberId> {
+        self.id_near(a)
+            .or_else(|| (0..self.table.len()).rev().find(|&k| self.table.addr(k) == a).map(|k| self.table.slots[k].id))
+    }
+
+    /// [`Node::id_of`] among the peers this node deals with only (no scan of the table).
+    fn id_near(&self, a: Addr) -> Option<MemberId> {
         if let Some((id, _)) = self.probes.iter().find(|(_, p)| p.1 == a) {
             return Some(*id);
         }
         if let Some(p) = self.sampler.view.iter().chain(self.sampler.fallback.iter()).find(|p| p.1 == a) {
             return Some(p.0);
         }
-        if let Some(p) = self.sent_to.iter().rev().find(|p| p.0 == a) {
-            return Some(p.1);
-        }
-        (0..self.table.len()).rev().find(|&k| self.table.addr(k) == a).map(|k| self.table.slots[k].id)
+        self.sent_to.iter().rev().find(|p| p.0 == a).map(|p| p.1)
     }
 
     fn deliver(&mut self, e: Event) {
@@ -901,6 +908,7 @@ impl Node {
     /// A member went (left or died): its elections are reopened.
     fn gone_member(&mut self, id: MemberId, died: bool) {
         self.alive -= 1;
+        self.doomed.remove(&id);
         self.witnesses.remove(&id);
         self.probes.remove(&id);
         self.sampler.forget_id(id);
@@ -944,7 +952,7 @@ impl Node {
                     w.dedup();
                     self.witnesses.insert(m.id, w);
                     self.suspect(m.id, now);
-                    self.check_witnesses(m.id);
+                    self.check_witnesses(m.id, now);
                 }
             }
             return;
@@ -1007,7 +1015,7 @@ impl Node {
                         self.suspect(m.id, now);
                     }
                 }
-                self.check_witnesses(m.id);
+                self.check_witnesses(m.id, now);
             }
             State::Left | State::Dead => {
                 let v = self.table.slots[k].version.max(version);
@@ -1026,11 +1034,28 @@ impl Node {
         }
     }
 
-    fn check_witnesses(&mut self, id: MemberId) {
+    /// Enough witnesses: the member is pronounced dead a probe time-out later, unless it
+    /// refuted them or its leave came in the meantime (a member that left is refused like
+    /// a dead one until its `Left` reached everyone).
+    fn check_witnesses(&mut self, id: MemberId, now: Duration) {
+        if self.doomed_now(id) {
+            self.doomed.entry(id).or_insert(now + self.cfg.probe_timeout);
+        }
+    }
+
+    fn doomed_now(&self, id: MemberId) -> bool {
         let need = self.witnesses_needed();
-        let Some(k) = self.table.get(id) else { return };
+        let Some(k) = self.table.get(id) else { return false };
         let n = self.witnesses.get(&id).map_or(0, Vec::len);
-        if self.table.slots[k].alive() && id != self.id && n >= need {
+        self.table.slots[k].alive() && id != self.id && n >= need
+    }
+
+    fn pronounce(&mut self, id: MemberId) {
+        self.doomed.remove(&id);
+        if !self.doomed_now(id) {
+            return;
+        }
+        if let Some(k) = self.table.get(id) {
             let v = self.table.slots[k].version;
             self.table.set(k, v, DEAD);
             self.stats.pronounced += 1;
@@ -1064,7 +1089,7 @@ impl Node {
             self.stats.witnessed += 1;
             self.touch(k);
         }
-        self.check_witnesses(id);
+        self.check_witnesses(id, now);
     }
 
     /// Heard from `id` directly: its entry is fresh.
@@ -1072,6 +1097,22 @@ impl Node {
         if let Some(k) = self.table.get(id) {
             self.table.slots[k].refresh(now);
         }
+    }
+
+    /// A live member other than this node, at random (a few tries).
+    fn random_member(&mut self) -> Option<(MemberId, Addr)> {
+        let n = self.table.len();
+        for _ in 0..4 {
+            if n < 2 {
+                return None;
+            }
+            let k = below(&mut self.rng, n);
+            let s = self.table.slots[k];
+            if s.id != self.id && s.alive() {
+                return Some((s.id, self.table.addr(k)));
+            }
+        }
+        None
     }
 
     /// The driver could not reach `addr`.
@@ -1272,6 +1313,9 @@ impl Node {
         if let Some(p) = self.probes.values().map(|p| p.0).min() {
             t = t.min(p);
         }
+        if let Some(&d) = self.doomed.values().min() {
+            t = t.min(d);
+        }
         Some(t)
     }
 
@@ -1282,8 +1326,12 @@ impl Node {
         }
         if now >= self.next_round {
             self.next_round = next_period(self.next_round, self.cfg.interval, now);
-            // Peer sampling: a shuffle.
-            if let Some(to) = self.sampler.sample(&mut self.rng) {
+            self.rounds += 1;
+            // Peer sampling: a shuffle; a newcomer's first ones go to each bootstrap address
+            // in turn (two members that started at once, each alone, given to the next
+            // newcomers as seeds, would otherwise stay two pools).
+            let boot = self.sampler.bootstrap.get(self.rounds as usize - 1).copied();
+            if let Some(to) = boot.or_else(|| self.sampler.sample(&mut self.rng)) {
                 let mut entries = vec![(self.id, self.addr)];
                 let sub = self.sampler.subset(&mut self.rng, self.cfg.shuffle_len.saturating_sub(1));
                 self.sampler.sent = sub.iter().map(|p| p.0).collect();
@@ -1293,9 +1341,14 @@ impl Node {
             // Gossip of members and elections; a newcomer's first round only shuffles with
             // the bootstrap address, which answers with peers to gossip with (else in a large
             // pool every newcomer's first exchange, and its answer, crowd that one link).
-            self.rounds += 1;
+            // Every fourth round the peer is any member known (views that happen to hold only
+            // part of the pool do not keep the member tables apart).
             let first = self.rounds == 1 && self.sampler.view.is_empty() && !self.synced;
-            if let Some(to) = self.sampler.sample(&mut self.rng).filter(|_| !first) {
+            let any = if self.rounds % 4 == 0 { self.random_member() } else { None };
+            if let Some((id, a)) = any {
+                self.sent_to.push_back((a, id));
+            }
+            if let Some(to) = any.map(|p| p.1).or_else(|| self.sampler.sample(&mut self.rng)).filter(|_| !first) {
                 let m = self.exchange(false, false, &[]);
                 self.send_to(to, m);
             }
@@ -1326,6 +1379,10 @@ impl Node {
         let expired: Vec<MemberId> = self.probes.iter().filter(|(_, p)| p.0 <= now).map(|(id, _)| *id).collect();
         for id in expired {
             self.witness(id, now);
+        }
+        let due: Vec<MemberId> = self.doomed.iter().filter(|(_, &d)| d <= now).map(|(id, _)| *id).collect();
+        for id in due {
+            self.pronounce(id);
         }
         let expired: Vec<String> = self.waits.iter().filter(|(_, &d)| d <= now).map(|(n, _)| n.clone()).collect();
         for name in expired {
