@@ -720,11 +720,14 @@ impl Node {
         self.alive
     }
 
-    /// The members it believes alive.
+    /// The members it believes alive, by id.
     pub fn members(&self) -> impl Iterator<Item = (MemberId, Addr)> + '_ {
-        (0..self.table.len())
+        let mut v: Vec<(MemberId, Addr)> = (0..self.table.len())
             .filter(|&k| self.table.slots[k].alive())
             .map(|k| (self.table.slots[k].id, self.table.addr(k)))
+            .collect();
+        v.sort_unstable_by_key(|m| m.0);
+        v.into_iter()
     }
 
     /// Whether it believes `id` dead (pronounced by witnesses).
