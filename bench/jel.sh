@@ -15,10 +15,10 @@
 #   IMPLS="central distributed"
 #   DISSEMINATION=tree    central: serial|bootstrap|tree|gossip|adaptive
 #   DETECT_MS_CENTRAL=5000        --detect-ms of the central members (the lease)
-#   DETECT_MS_DISTRIBUTED=30000   --detect-ms of the distributed members (the gossip time-out:
-#                                 an entry not refreshed for this long is probed; too short for
-#                                 the pool's size and refreshes lag, probes fail under load,
-#                                 and live members are pronounced dead)
+#   DETECT_MS_DISTRIBUTED=default --detect-ms of the distributed members (`default`: no flag,
+#                                 the core's defaults: 1 s rounds, a member not heard from for
+#                                 120 s probed, 5 s probe time-out; deaths of killed members are
+#                                 found sooner, by refused connections and probes on suspicion)
 #   STEP_TIMEOUT=300      seconds allowed for each step
 #   P2PMPI=...            the p2pmpi binary (default: build target/release/p2pmpi)
 #
@@ -33,7 +33,7 @@ N=${N:-200}
 IMPLS=${IMPLS:-"central distributed"}
 DISSEMINATION=${DISSEMINATION:-tree}
 DETECT_MS_CENTRAL=${DETECT_MS_CENTRAL:-5000}
-DETECT_MS_DISTRIBUTED=${DETECT_MS_DISTRIBUTED:-30000}
+DETECT_MS_DISTRIBUTED=${DETECT_MS_DISTRIBUTED:-default}
 STEP_TIMEOUT=${STEP_TIMEOUT:-300}
 
 mkdir -p "$OUT"
@@ -118,7 +118,8 @@ for IMPL in $IMPLS; do
     ALIVE=()
     if [ "$IMPL" = central ]; then DETECT_MS=$DETECT_MS_CENTRAL; else DETECT_MS=$DETECT_MS_DISTRIBUTED; fi
     DETECT[$IMPL]=$DETECT_MS
-    extra=(--impl "$IMPL" --detect-ms "$DETECT_MS" --elect master)
+    extra=(--impl "$IMPL" --elect master)
+    if [ "$DETECT_MS" != default ]; then extra+=(--detect-ms "$DETECT_MS"); fi
     [ "$IMPL" = central ] && extra+=(--dissemination "$DISSEMINATION")
     t0=$(now)
     for ((i = 0; i < N; i++)); do

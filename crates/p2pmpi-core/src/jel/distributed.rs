@@ -9,23 +9,32 @@
 //!   part of its own and both merge, evicting the entries they sent first (Cyclon). Peers
 //!   that answered are kept in a *fallback cache*, used when the view is empty or its
 //!   members unreachable; the bootstrap addresses given at creation come last.
-//! * **Gossip of members and elections.** Every interval a node also sends a random subset of
-//!   the members it knows ([`MemberInfo`]: address, the member's own round counter
-//!   `version`, its state and the witnesses of its silence) — half of them the latest news
-//!   (members learned, gone or newly witnessed), half at random — its own entry and every election to a peer drawn
-//!   from the sampler ([`Message::Exchange`]); the peer answers with the same and both merge. A member never heard of before is delivered as
-//!   [`Event::Joined`], a `Left` or `Dead` entry as [`Event::Left`] / [`Event::Died`]
-//!   (tombstones are final and keep spreading).
-//! * **Deaths by witnesses.** An entry whose version did not grow for [`Config::timeout`] is
-//!   suspected; the node probes the member ([`Message::Probe`]) — every round it looks at a
-//!   few random entries and probes at most [`Config::probes_per_round`] stale ones, so that
-//!   the cost stays O(1) per round in a large pool where many entries are stale without
-//!   their member being dead. An exchange or shuffle that cannot reach a member counts as
-//!   a failed probe. An answer refreshes the entry;
-//!   no answer within [`Config::probe_timeout`] (or an unreachable address) and the node adds
-//!   itself to the member's witnesses, which travel with the entry (unions at equal version,
-//!   the newer version's set otherwise). With [`Config::witnesses`] witnesses (fewer in a
-//!   pool too small for that) the member is pronounced dead.
+//! * **Gossip of members and elections.** Every interval a node also sends its own entry,
+//!   every election and members it knows ([`MemberInfo`]: address, the member's incarnation
+//!   `version`, its state and the witnesses of its silence) to a peer drawn from the sampler
+//!   ([`Message::Exchange`]); the peer answers with the same and both merge. While the
+//!   node's table fits in [`Config::exchange_max`] entries an exchange carries all of it (a
+//!   pool of a few hundred converges in a few rounds); beyond, it carries the *news* — each
+//!   member learned, gone, newly witnessed or refuted goes out in the next ~ln n + 3
+//!   exchanges (rumor mongering: an epidemic that reaches everyone in O(log n) rounds) — and
+//!   [`Config::exchange_len`] entries at random (anti-entropy). A newcomer asks for a whole
+//!   table (`want_all`) until it got one; each node gives at most one a round. A member never
+//!   heard of before is delivered as [`Event::Joined`], a `Left` or `Dead` entry as
+//!   [`Event::Left`] / [`Event::Died`] (tombstones are final and keep spreading).
+//! * **Deaths by witnesses.** A member not heard from directly (an exchange or a shuffle from
+//!   it, a probe answered) for [`Config::timeout`] is suspected and probed
+//!   ([`Message::Probe`]): a scan goes round the table once per `timeout` and probes at most
+//!   [`Config::probes_per_round`] members a round, so that the cost stays O(1) messages per
+//!   round whatever the pool's size. An exchange or shuffle that cannot reach a member counts
+//!   as a failed probe. An answer refreshes the entry; no answer within
+//!   [`Config::probe_timeout`] (or an unreachable address) and the node adds itself to the
+//!   member's witnesses, which travel with the entry as news (unions at equal version, the
+//!   newer version's set otherwise). A node that learns of witnesses probes the suspect
+//!   itself before it accuses it; the suspect, told of witnesses against its current
+//!   version, refutes them with a new version. With [`Config::witnesses`] witnesses (fewer
+//!   in a pool too small for that) the member is pronounced dead. The version is not a
+//!   heartbeat (it grows only to refute): nothing changes in a quiet pool, so the exchanges
+//!   carry nothing new, and no time-out depends on how fast n entries can be refreshed.
 //! * **Elections** ([`Node::elect`]): a node that needs the result of an unknown election
 //!   declares itself the winner; merging two different winners keeps the lowest id, so one
 //!   winner remains. When a winner leaves or dies the entry is dropped and the candidates
@@ -40,7 +49,7 @@ use super::{
     below, next_period, Action, Addr, Consistency, Elections, Event, JoinLeave, MemberId, PartOff, Unsupported,
 };
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
 
 /// The parameters.
@@ -54,9 +63,14 @@ pub struct Config {
     pub shuffle_len: usize,
     /// Peers that answered, kept as a fallback.
     pub fallback_size: usize,
-    /// Member entries sent in an exchange, besides the sender's own.
+    /// Member entries drawn at random for an exchange (anti-entropy), besides the news.
     pub exchange_len: usize,
-    /// An entry whose version did not grow for this long is probed.
+    /// Member entries an exchange carries at most, besides the sender's own: the whole table
+    /// while it fits, else the news still to be spread and `exchange_len` at random. A
+    /// newcomer gets one whole table whatever its size.
+    pub exchange_max: usize,
+    /// A member not heard from directly (an exchange, a shuffle, a probe's answer) for this
+    /// long is probed.
     pub timeout: Duration,
     /// A probe not answered within this makes the prober a witness.
     pub probe_timeout: Duration,
@@ -75,12 +89,13 @@ impl Default for Config {
             view_size: 20,
             shuffle_len: 8,
             fallback_size: 10,
-            exchange_len: 20,
+            exchange_len: 10,
+            exchange_max: 512,
             timeout: Duration::from_secs(120),
             probe_timeout: Duration::from_secs(5),
-            probes_per_round: 2,
+            probes_per_round: 1,
             witnesses: 3,
-            leave_fanout: 5,
+            leave_fanout: 20,
         }
     }
 }
@@ -112,8 +127,19 @@ pub enum Message {
     Shuffle { entries: Vec<(MemberId, Addr)> },
     /// The answer: part of the receiver's view.
     ShuffleReply { entries: Vec<(MemberId, Addr)> },
-    /// Members (the sender's own entry first) and elections; `reply`: an answer.
-    Exchange { reply: bool, members: Vec<MemberInfo>, elections: Vec<(String, MemberId)> },
+    /// Members (the sender's own entry first) and elections; `reply`: an answer; `want_all`:
+    /// the sender never got a whole table (a newcomer); `whole`: `members` is the sender's
+    /// whole table; `digest`: a summary of the ids the sender knows (a request's; empty in
+    /// an answer), per [`DIGEST_BUCKETS`] ranges of ids the count and the XOR of its ids,
+    /// answered with the entries of the ranges where the receiver's differ.
+    Exchange {
+        reply: bool,
+        want_all: bool,
+        whole: bool,
+        members: Vec<MemberInfo>,
+        elections: Vec<(String, MemberId)>,
+        digest: Vec<(u32, u64)>,
+    },
     /// Are you alive?
     Probe,
     /// Yes, at this version.
@@ -176,9 +202,9 @@ pub fn encode_into(msg: &Message, out: &mut Vec<u8>) {
             out.push(2);
             put_entries(out, entries);
         }
-        Message::Exchange { reply, members, elections } => {
+        Message::Exchange { reply, want_all, whole, members, elections, digest } => {
             out.push(3);
-            out.push(u8::from(*reply));
+            out.push(u8::from(*reply) | u8::from(*want_all) << 1 | u8::from(*whole) << 2);
             put_var(out, members.len() as u64);
             for m in members {
                 put_id(out, m.id);
@@ -198,6 +224,11 @@ pub fn encode_into(msg: &Message, out: &mut Vec<u8>) {
             for (n, w) in elections {
                 put_name(out, n);
                 put_id(out, *w);
+            }
+            put_var(out, digest.len() as u64);
+            for (c, x) in digest {
+                put_var(out, u64::from(*c));
+                put_id(out, *x);
             }
         }
         Message::Probe => out.push(4),
@@ -230,7 +261,11 @@ pub fn decode(bytes: &[u8]) -> Result<Message, DecodeError> {
         1 => Message::Shuffle { entries: read_entries(&mut r)? },
         2 => Message::ShuffleReply { entries: read_entries(&mut r)? },
         3 => {
-            let reply = r.bool()?;
+            let flags = r.u8()?;
+            if flags > 7 {
+                return Err(DecodeError::BadField("exchange flags"));
+            }
+            let (reply, want_all, whole) = (flags & 1 != 0, flags & 2 != 0, flags & 4 != 0);
             let n = r.len()?;
             let mut members = Vec::with_capacity(n.min(1024));
             for _ in 0..n {
@@ -256,7 +291,13 @@ pub fn decode(bytes: &[u8]) -> Result<Message, DecodeError> {
                 let name = r.name()?;
                 elections.push((name, r.id()?));
             }
-            Message::Exchange { reply, members, elections }
+            let n = r.len()?;
+            let mut digest = Vec::with_capacity(n.min(DIGEST_BUCKETS));
+            for _ in 0..n {
+                let c = u32::try_from(r.var()?).map_err(|_| DecodeError::BadField("digest count"))?;
+                digest.push((c, r.id()?));
+            }
+            Message::Exchange { reply, want_all, whole, members, elections, digest }
         }
         4 => Message::Probe,
         5 => Message::ProbeAck { version: r.var()? },
@@ -373,23 +414,198 @@ impl Sampler {
     }
 }
 
-// ------------------------------------------------------------------------ the node
+// ------------------------------------------------------------------------ the member table
 
-#[derive(Debug, Clone)]
-struct Entry {
-    addr: Addr,
-    version: u64,
-    state: State,
-    witnesses: BTreeSet<MemberId>,
-    /// When its version last grew (or it answered a probe).
-    refreshed: Duration,
+const PACKED_V4: u64 = 1 << 63;
+
+/// Ranges of ids in an exchange's digest (by the ids' top 8 bits; ids are random).
+pub const DIGEST_BUCKETS: usize = 256;
+
+fn bucket_of(id: MemberId) -> usize {
+    (id >> 56) as usize
 }
+
+/// What an entry adds (XOR) to its range's digest: its id, version and state, mixed.
+fn digest_word(id: MemberId, version: u32, state: u8) -> u64 {
+    let mut x = id ^ (u64::from(version) << 2 | u64::from(state)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    super::splitmix64(&mut x)
+}
+const ALIVE: u8 = 0;
+const LEFT: u8 = 1;
+const DEAD: u8 = 2;
+
+fn state_code(s: State) -> u8 {
+    match s {
+        State::Alive => ALIVE,
+        State::Left => LEFT,
+        State::Dead => DEAD,
+    }
+}
+
+fn code_state(c: u8) -> State {
+    match c {
+        ALIVE => State::Alive,
+        LEFT => State::Left,
+        _ => State::Dead,
+    }
+}
+
+/// One member as a node keeps it: 24 bytes (a simulated pool of n nodes holds n² of them).
+#[derive(Debug, Clone, Copy)]
+struct Slot {
+    id: MemberId,
+    /// An IPv4 address and port packed in a word (`PACKED_V4` set), else an index into
+    /// [`Table::wide`].
+    addr: u64,
+    /// The member's incarnation, raised by the member itself to refute witnesses.
+    version: u32,
+    /// The state (2 high bits) and when the member was last heard from directly, in tenths
+    /// of a second (30 bits: three years).
+    meta: u32,
+}
+
+impl Slot {
+    fn state(&self) -> u8 {
+        (self.meta >> 30) as u8
+    }
+    fn alive(&self) -> bool {
+        self.state() == ALIVE
+    }
+    fn refreshed(&self) -> Duration {
+        Duration::from_millis(u64::from(self.meta & 0x3fff_ffff) * 100)
+    }
+    fn set_state(&mut self, s: u8) {
+        self.meta = (self.meta & 0x3fff_ffff) | (u32::from(s) << 30);
+    }
+    fn refresh(&mut self, now: Duration) {
+        let t = (now.as_millis() / 100).min(0x3fff_ffff) as u32;
+        self.meta = (self.meta & !0x3fff_ffff) | t;
+    }
+}
+
+/// Every member a node heard of (tombstones of the gone included), in the order learned,
+/// indexed by id with open addressing (linear probing over `u32` buckets, no removals).
+#[derive(Debug, Clone, Default)]
+struct Table {
+    slots: Vec<Slot>,
+    /// Addresses that do not pack in a word (IPv6).
+    wide: Vec<Addr>,
+    /// Slot + 1 per bucket, 0 for an empty one.
+    index: Vec<u32>,
+    /// Per digest range: its slots, and the count and XOR of its ids.
+    ranges: Vec<Vec<u32>>,
+    digest: Vec<(u32, u64)>,
+}
+
+impl Table {
+    fn pack(&mut self, a: Addr) -> u64 {
+        match a {
+            Addr::V4(v4) => PACKED_V4 | (u64::from(u32::from(*v4.ip())) << 16) | u64::from(v4.port()),
+            Addr::V6(_) => {
+                self.wide.push(a);
+                self.wide.len() as u64 - 1
+            }
+        }
+    }
+
+    fn addr(&self, k: usize) -> Addr {
+        let p = self.slots[k].addr;
+        if p & PACKED_V4 != 0 {
+            let ip = std::net::Ipv4Addr::from(((p >> 16) & 0xffff_ffff) as u32);
+            Addr::from((ip, (p & 0xffff) as u16))
+        } else {
+            self.wide[p as usize]
+        }
+    }
+
+    fn bucket(&self, id: MemberId) -> usize {
+        let bits = self.index.len().trailing_zeros();
+        (id.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - bits)) as usize
+    }
+
+    fn find(&self, id: MemberId) -> usize {
+        let mask = self.index.len() - 1;
+        let mut b = self.bucket(id);
+        loop {
+            match self.index[b] {
+                0 => return b,
+                k if self.slots[k as usize - 1].id == id => return b,
+                _ => b = (b + 1) & mask,
+            }
+        }
+    }
+
+    fn get(&self, id: MemberId) -> Option<usize> {
+        if self.index.is_empty() {
+            return None;
+        }
+        match self.index[self.find(id)] {
+            0 => None,
+            k => Some(k as usize - 1),
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Sets slot `k`'s version and state, keeping the digest up to date.
+    fn set(&mut self, k: usize, version: u32, state: u8) {
+        let s = &mut self.slots[k];
+        let r = bucket_of(s.id);
+        self.digest[r].1 ^= digest_word(s.id, s.version, s.state()) ^ digest_word(s.id, version, state);
+        s.version = version;
+        s.set_state(state);
+    }
+
+    fn push(&mut self, id: MemberId, addr: Addr, version: u32, state: u8, now: Duration) -> usize {
+        if (self.slots.len() + 1) * 8 > self.index.len() * 7 {
+            let size = (self.index.len() * 2).max(16);
+            self.index = vec![0; size];
+            for k in 0..self.slots.len() {
+                let b = self.find(self.slots[k].id);
+                self.index[b] = k as u32 + 1;
+            }
+        }
+        if self.slots.len() == self.slots.capacity() {
+            // Grow by a quarter, not double: n² slots in a simulated pool.
+            self.slots.reserve_exact(self.slots.len() / 4 + 8);
+        }
+        if self.ranges.is_empty() {
+            self.ranges = vec![Vec::new(); DIGEST_BUCKETS];
+            self.digest = vec![(0, 0); DIGEST_BUCKETS];
+        }
+        let r = bucket_of(id);
+        let range = &mut self.ranges[r];
+        if range.len() == range.capacity() {
+            range.reserve_exact(range.len() / 4 + 2);
+        }
+        range.push(self.slots.len() as u32);
+        self.digest[r].0 += 1;
+        self.digest[r].1 ^= digest_word(id, version, state);
+        let packed = self.pack(addr);
+        let mut s = Slot { id, addr: packed, version, meta: 0 };
+        s.set_state(state);
+        s.refresh(now);
+        self.slots.push(s);
+        let b = self.find(id);
+        let k = self.slots.len() - 1;
+        self.index[b] = k as u32 + 1;
+        k
+    }
+}
+
+// ------------------------------------------------------------------------ the node
 
 /// A node's counters.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Stats {
     pub probes: u64,
     pub witnessed: u64,
+    /// Members this node pronounced dead itself (the last witness).
+    pub pronounced: u64,
+    /// Whole tables sent to newcomers.
+    pub whole_sent: u64,
 }
 
 /// One member of a distributed pool.
@@ -400,17 +616,29 @@ pub struct Node {
     id: MemberId,
     addr: Addr,
     sampler: Sampler,
-    entries: BTreeMap<MemberId, Entry>,
-    /// Every id in `entries`, for random picks.
-    ids: Vec<MemberId>,
-    /// News, newest last: members learned, gone, or newly witnessed. Half of an exchange,
-    /// so that news spreads as an epidemic rather than by chance.
-    recent: VecDeque<MemberId>,
-    by_addr: HashMap<Addr, MemberId>,
-    /// Members probed, and when the probe times out.
-    probes: BTreeMap<MemberId, Duration>,
+    table: Table,
+    /// The witnesses of live members (few have any), sorted.
+    witnesses: BTreeMap<MemberId, Vec<MemberId>>,
+    /// News (members learned, gone, newly witnessed or refuted): slots, each with the
+    /// number of exchanges it is still to be sent in (rumor mongering, ~ln n times each).
+    news: VecDeque<(u32, u8)>,
+    /// Members probed: the probe's deadline and the address probed.
+    probes: BTreeMap<MemberId, (Duration, Addr)>,
+    /// Members with enough witnesses, and when they are pronounced dead if nothing (a new
+    /// version, a leave) came in the meantime.
+    doomed: BTreeMap<MemberId, Duration>,
+    /// The last peers sent to, with their ids (to name an unreachable address).
+    sent_to: VecDeque<(Addr, MemberId)>,
+    /// Where the scan for members not heard from for `timeout` resumes.
+    cursor: usize,
     alive: usize,
     version: u64,
+    /// Whether it ever got a whole table (a newcomer asks for one until then).
+    synced: bool,
+    /// When it last sent a whole table to a newcomer (at most one per round).
+    last_whole: Option<Duration>,
+    /// Rounds since it joined.
+    rounds: u64,
     elections: BTreeMap<String, MemberId>,
     candidacies: BTreeSet<String>,
     waits: BTreeMap<String, Duration>,
@@ -440,19 +668,25 @@ impl Node {
         if consistency.elections == Some(Elections::Uniform) {
             return Err(Unsupported("uniform elections"));
         }
+        let synced = bootstrap.iter().all(|a| *a == addr);
         Ok(Node {
             cfg,
             consistency,
             id,
             addr,
             sampler: Sampler::new((id, addr), bootstrap, &cfg),
-            entries: BTreeMap::new(),
-            ids: Vec::new(),
-            recent: VecDeque::new(),
-            by_addr: HashMap::new(),
+            table: Table::default(),
+            witnesses: BTreeMap::new(),
+            news: VecDeque::new(),
             probes: BTreeMap::new(),
+            doomed: BTreeMap::new(),
+            sent_to: VecDeque::new(),
+            cursor: 0,
             alive: 0,
             version: 0,
+            synced,
+            last_whole: None,
+            rounds: 0,
             elections: BTreeMap::new(),
             candidacies: BTreeSet::new(),
             waits: BTreeMap::new(),
@@ -486,14 +720,19 @@ impl Node {
         self.alive
     }
 
-    /// The members it believes alive.
+    /// The members it believes alive, by id.
     pub fn members(&self) -> impl Iterator<Item = (MemberId, Addr)> + '_ {
-        self.entries.iter().filter(|(_, e)| e.state == State::Alive).map(|(id, e)| (*id, e.addr))
+        let mut v: Vec<(MemberId, Addr)> = (0..self.table.len())
+            .filter(|&k| self.table.slots[k].alive())
+            .map(|k| (self.table.slots[k].id, self.table.addr(k)))
+            .collect();
+        v.sort_unstable_by_key(|m| m.0);
+        v.into_iter()
     }
 
     /// Whether it believes `id` dead (pronounced by witnesses).
     pub fn is_dead(&self, id: MemberId) -> bool {
-        self.entries.get(&id).is_some_and(|e| e.state == State::Dead)
+        self.table.get(id).is_some_and(|k| self.table.slots[k].state() == DEAD)
     }
 
     /// The winner of `name` as far as this node knows.
@@ -512,6 +751,36 @@ impl Node {
 
     fn send(&mut self, to: Addr, msg: Message) {
         self.out.push_back(Action::Send { to, msg });
+    }
+
+    /// Sends to a member whose id is known (so that its address can be named if unreachable).
+    fn send_to(&mut self, to: Addr, msg: Message) {
+        if let Some(id) = self.id_near(to) {
+            self.sent_to.retain(|(a, _)| *a != to);
+            self.sent_to.push_back((to, id));
+            if self.sent_to.len() > 32 {
+                self.sent_to.pop_front();
+            }
+        }
+        self.send(to, msg);
+    }
+
+    /// The member listening at `a`, among the peers this node deals with (probed, sampled,
+    /// sent to lately), else any it knows.
+    fn id_of(&self, a: Addr) -> Option<MemberId> {
+        self.id_near(a)
+            .or_else(|| (0..self.table.len()).rev().find(|&k| self.table.addr(k) == a).map(|k| self.table.slots[k].id))
+    }
+
+    /// [`Node::id_of`] among the peers this node deals with only (no scan of the table).
+    fn id_near(&self, a: Addr) -> Option<MemberId> {
+        if let Some((id, _)) = self.probes.iter().find(|(_, p)| p.1 == a) {
+            return Some(*id);
+        }
+        if let Some(p) = self.sampler.view.iter().chain(self.sampler.fallback.iter()).find(|p| p.1 == a) {
+            return Some(p.0);
+        }
+        self.sent_to.iter().rev().find(|p| p.0 == a).map(|p| p.1)
     }
 
     fn deliver(&mut self, e: Event) {
@@ -551,14 +820,21 @@ impl Node {
         self.merge_member(&me, now);
         let mut targets: Vec<Addr> = self.sampler.view.iter().map(|p| p.1).collect();
         targets.extend(self.sampler.fallback.iter().map(|p| p.1));
-        targets.dedup();
         let mut sent = BTreeSet::new();
         for a in targets {
             if sent.len() >= self.cfg.leave_fanout {
                 break;
             }
             if sent.insert(a) {
-                self.send(a, Message::Exchange { reply: false, members: vec![me.clone()], elections: Vec::new() });
+                let m = Message::Exchange {
+                    reply: false,
+                    want_all: false,
+                    whole: false,
+                    members: vec![me.clone()],
+                    elections: Vec::new(),
+                    digest: Vec::new(),
+                };
+                self.send(a, m);
             }
         }
         self.gone = true;
@@ -621,20 +897,23 @@ impl Node {
         self.cfg.witnesses.min(self.alive.saturating_sub(2)).max(1)
     }
 
-    fn info(&self, id: MemberId) -> MemberInfo {
-        let e = &self.entries[&id];
+    fn info(&self, k: usize) -> MemberInfo {
+        let s = &self.table.slots[k];
         MemberInfo {
-            id,
-            addr: e.addr,
-            version: e.version,
-            state: e.state,
-            witnesses: e.witnesses.iter().copied().collect(),
+            id: s.id,
+            addr: self.table.addr(k),
+            version: if s.id == self.id { self.version } else { u64::from(s.version) },
+            state: code_state(s.state()),
+            witnesses: self.witnesses.get(&s.id).cloned().unwrap_or_default(),
         }
     }
 
     /// A member went (left or died): its elections are reopened.
     fn gone_member(&mut self, id: MemberId, died: bool) {
         self.alive -= 1;
+        self.doomed.remove(&id);
+        self.witnesses.remove(&id);
+        self.probes.remove(&id);
         self.sampler.forget_id(id);
         self.deliver(if died { Event::Died { id } } else { Event::Left { id } });
         let names: Vec<String> = self.elections.iter().filter(|(_, w)| **w == id).map(|(n, _)| n.clone()).collect();
@@ -650,132 +929,284 @@ impl Node {
         }
     }
 
+    /// How many exchanges a piece of news goes out in: ~ln n + 3, enough for a push-pull
+    /// epidemic to reach every node with high probability (the random part of the exchanges
+    /// and the whole tables of newcomers catch the rest).
+    fn news_sends(&self) -> u8 {
+        ((self.alive.max(2) as f64).ln().ceil() as u8).saturating_add(3)
+    }
+
+    fn touch(&mut self, k: usize) {
+        let n = self.news_sends();
+        self.news.push_back((k as u32, n));
+    }
+
     fn merge_member(&mut self, m: &MemberInfo, now: Duration) {
-        let Some(e) = self.entries.get_mut(&m.id) else {
-            self.entries.insert(
-                m.id,
-                Entry {
-                    addr: m.addr,
-                    version: m.version,
-                    state: m.state,
-                    witnesses: m.witnesses.iter().copied().collect(),
-                    refreshed: now,
-                },
-            );
-            self.ids.push(m.id);
-            self.touch(m.id);
-            self.by_addr.insert(m.addr, m.id);
+        let version = m.version.min(u64::from(u32::MAX)) as u32;
+        let Some(k) = self.table.get(m.id) else {
+            let k = self.table.push(m.id, m.addr, version, state_code(m.state), now);
+            self.touch(k);
             if m.state == State::Alive {
                 self.alive += 1;
                 self.deliver(Event::Joined { id: m.id, addr: m.addr });
-                self.check_witnesses(m.id);
+                if !m.witnesses.is_empty() && m.id != self.id {
+                    let mut w = m.witnesses.clone();
+                    w.sort_unstable();
+                    w.dedup();
+                    self.witnesses.insert(m.id, w);
+                    self.suspect(m.id, now);
+                    self.check_witnesses(m.id, now);
+                }
             }
             return;
         };
-        if e.state != State::Alive {
+        if !self.table.slots[k].alive() {
+            // Tombstones are final; two of them converge on the greater (version, state), so
+            // that the digests of the nodes agree.
+            let (v, st) = (self.table.slots[k].version, self.table.slots[k].state());
+            let code = state_code(m.state);
+            if m.state != State::Alive && (version, code) > (v, st) {
+                self.table.set(k, version, code);
+            }
             return;
         }
-        if m.id == self.id && m.state == State::Alive {
-            // Others' news about this node is never newer than itself; a death is final.
+        if m.id == self.id {
+            match m.state {
+                // Others' news about this node is never newer than itself; but witnesses of
+                // its current incarnation are refuted with a new one.
+                State::Alive => {
+                    if !m.witnesses.is_empty() && m.version >= self.version {
+                        self.version = m.version + 1;
+                        self.table.set(k, self.version.min(u64::from(u32::MAX)) as u32, ALIVE);
+                        self.touch(k);
+                    }
+                }
+                // A death (or a leave) is final.
+                State::Left | State::Dead => {
+                    let v = self.version.max(m.version).min(u64::from(u32::MAX)) as u32;
+                    self.table.set(k, v, state_code(m.state));
+                    self.touch(k);
+                    self.gone_member(m.id, m.state == State::Dead);
+                }
+            }
             return;
         }
         match m.state {
             State::Alive => {
-                if m.version > e.version {
-                    e.version = m.version;
-                    e.refreshed = now;
-                    e.witnesses = m.witnesses.iter().copied().collect();
+                let cur = self.table.slots[k].version;
+                if version > cur {
+                    self.table.set(k, version, ALIVE);
+                    self.table.slots[k].refresh(now);
                     self.probes.remove(&m.id);
-                } else if m.version == e.version {
-                    e.witnesses.extend(m.witnesses.iter().copied());
+                    if m.witnesses.is_empty() {
+                        self.witnesses.remove(&m.id);
+                    } else {
+                        let mut w = m.witnesses.clone();
+                        w.sort_unstable();
+                        w.dedup();
+                        self.witnesses.insert(m.id, w);
+                    }
+                    self.touch(k);
+                } else if version == cur && !m.witnesses.is_empty() {
+                    let set = self.witnesses.entry(m.id).or_default();
+                    let before = set.len();
+                    set.extend(m.witnesses.iter().copied());
+                    set.sort_unstable();
+                    set.dedup();
+                    if set.len() > before {
+                        self.touch(k);
+                        self.suspect(m.id, now);
+                    }
                 }
-                self.check_witnesses(m.id);
+                self.check_witnesses(m.id, now);
             }
             State::Left | State::Dead => {
-                e.state = m.state;
-                e.version = e.version.max(m.version);
-                e.witnesses.extend(m.witnesses.iter().copied());
-                self.probes.remove(&m.id);
-                self.touch(m.id);
+                let v = self.table.slots[k].version.max(version);
+                self.table.set(k, v, state_code(m.state));
+                self.touch(k);
                 self.gone_member(m.id, m.state == State::Dead);
             }
         }
     }
 
-    fn check_witnesses(&mut self, id: MemberId) {
+    /// Others witnessed `id`'s silence: this node checks for itself before it accuses.
+    fn suspect(&mut self, id: MemberId, now: Duration) {
+        let mine = self.witnesses.get(&id).is_some_and(|w| w.binary_search(&self.id).is_ok());
+        if !mine {
+            self.probe(id, now);
+        }
+    }
+
+    /// Enough witnesses: the member is pronounced dead a probe time-out later, unless it
+    /// refuted them or its leave came in the meantime (a member that left is refused like
+    /// a dead one until its `Left` reached everyone).
+    fn check_witnesses(&mut self, id: MemberId, now: Duration) {
+        if self.doomed_now(id) {
+            self.doomed.entry(id).or_insert(now + self.cfg.probe_timeout);
+        }
+    }
+
+    fn doomed_now(&self, id: MemberId) -> bool {
         let need = self.witnesses_needed();
-        let Some(e) = self.entries.get_mut(&id) else { return };
-        if e.state == State::Alive && id != self.id && e.witnesses.len() >= need {
-            e.state = State::Dead;
-            self.probes.remove(&id);
+        let Some(k) = self.table.get(id) else { return false };
+        let n = self.witnesses.get(&id).map_or(0, Vec::len);
+        self.table.slots[k].alive() && id != self.id && n >= need
+    }
+
+    fn pronounce(&mut self, id: MemberId) {
+        self.doomed.remove(&id);
+        if !self.doomed_now(id) {
+            return;
+        }
+        if let Some(k) = self.table.get(id) {
+            let v = self.table.slots[k].version;
+            self.table.set(k, v, DEAD);
+            self.stats.pronounced += 1;
+            self.touch(k);
             self.gone_member(id, true);
         }
     }
 
     fn probe(&mut self, id: MemberId, now: Duration) {
-        let Some(e) = self.entries.get_mut(&id) else { return };
-        if e.state != State::Alive || self.probes.contains_key(&id) {
+        let Some(k) = self.table.get(id) else { return };
+        if !self.table.slots[k].alive() || id == self.id || self.probes.contains_key(&id) {
             return;
         }
-        self.probes.insert(id, now + self.cfg.probe_timeout);
-        let a = e.addr;
+        let a = self.table.addr(k);
+        self.probes.insert(id, (now + self.cfg.probe_timeout, a));
         self.stats.probes += 1;
         self.send(a, Message::Probe);
     }
 
     fn witness(&mut self, id: MemberId, now: Duration) {
         let me = self.id;
-        let Some(e) = self.entries.get_mut(&id) else { return };
-        if e.state != State::Alive || id == me {
+        let Some(k) = self.table.get(id) else { return };
+        if !self.table.slots[k].alive() || id == me {
             return;
         }
         self.probes.remove(&id);
-        e.refreshed = now;
-        if e.witnesses.insert(me) {
+        self.table.slots[k].refresh(now);
+        let set = self.witnesses.entry(id).or_default();
+        if let Err(p) = set.binary_search(&me) {
+            set.insert(p, me);
             self.stats.witnessed += 1;
-            self.touch(id);
+            self.touch(k);
         }
-        self.check_witnesses(id);
+        self.check_witnesses(id, now);
+    }
+
+    /// Heard from `id` directly: its entry is fresh.
+    fn heard(&mut self, id: MemberId, now: Duration) {
+        if let Some(k) = self.table.get(id) {
+            self.table.slots[k].refresh(now);
+        }
+    }
+
+    /// A live member other than this node, at random (a few tries).
+    fn random_member(&mut self) -> Option<(MemberId, Addr)> {
+        let n = self.table.len();
+        for _ in 0..4 {
+            if n < 2 {
+                return None;
+            }
+            let k = below(&mut self.rng, n);
+            let s = self.table.slots[k];
+            if s.id != self.id && s.alive() {
+                return Some((s.id, self.table.addr(k)));
+            }
+        }
+        None
     }
 
     /// The driver could not reach `addr`.
     pub fn on_unreachable(&mut self, addr: Addr, now: Duration) {
+        let id = self.id_of(addr);
         self.sampler.forget(addr);
-        if let Some(&id) = self.by_addr.get(&addr) {
+        if let Some(id) = id {
             self.witness(id, now);
         }
     }
 
-    fn touch(&mut self, id: MemberId) {
-        self.recent.push_back(id);
-        if self.recent.len() > 2 * self.cfg.exchange_len {
-            self.recent.pop_front();
-        }
-    }
-
-    fn exchange(&mut self, reply: bool) -> Message {
-        let mut members = vec![self.info(self.id)];
-        let k = self.cfg.exchange_len.min(self.ids.len());
-        let mut picked = BTreeSet::new();
-        for &id in self.recent.iter().rev() {
-            if picked.len() >= k / 2 {
-                break;
+    /// An exchange: this node's own entry first, the elections, and either the whole table
+    /// (when it fits in [`Config::exchange_max`], or for a newcomer that asks) or the news
+    /// still to be spread plus [`Config::exchange_len`] entries at random.
+    fn exchange(&mut self, reply: bool, whole: bool, theirs: &[(u32, u64)]) -> Message {
+        let me = self.table.get(self.id).expect("a joined node knows itself");
+        let mut members = vec![self.info(me)];
+        let n = self.table.len();
+        let max = self.cfg.exchange_max;
+        if whole {
+            members.reserve_exact(n - 1);
+            members.extend((0..n).filter(|&k| k != me).map(|k| self.info(k)));
+            // Every piece of news went out once more.
+            for _ in 0..self.news.len() {
+                let Some((k, left)) = self.news.pop_front() else { break };
+                if left > 1 {
+                    self.news.push_back((k, left - 1));
+                }
             }
-            if id != self.id && picked.insert(id) {
-                members.push(self.info(id));
+        } else {
+            let mut picked = BTreeSet::new();
+            picked.insert(me as u32);
+            let budget = max.saturating_sub(self.cfg.exchange_len);
+            // The freshest news first (it goes out in the next exchanges until its count is
+            // spent); the oldest is dropped beyond `4 * exchange_max` (anti-entropy below
+            // makes up for it).
+            let mut again = Vec::new();
+            while members.len() <= budget {
+                let Some((k, left)) = self.news.pop_back() else { break };
+                if picked.insert(k) {
+                    members.push(self.info(k as usize));
+                }
+                if left > 1 {
+                    again.push((k, left - 1));
+                }
             }
-        }
-        for _ in 0..2 * k {
-            if picked.len() >= k {
-                break;
+            self.news.extend(again.into_iter().rev());
+            while self.news.len() > 4 * max {
+                self.news.pop_front();
             }
-            let id = self.ids[below(&mut self.rng, self.ids.len())];
-            if id != self.id && picked.insert(id) {
-                members.push(self.info(id));
+            // Anti-entropy: the ranges of ids where the asker's digest differs from ours,
+            // those where we know more ids first.
+            if theirs.len() == DIGEST_BUCKETS && !self.table.digest.is_empty() {
+                let mut ranges: Vec<(i64, usize)> = (0..DIGEST_BUCKETS)
+                    .filter(|&r| self.table.digest[r] != theirs[r] && self.table.digest[r].0 > 0)
+                    .map(|r| (i64::from(theirs[r].0) - i64::from(self.table.digest[r].0), r))
+                    .collect();
+                let shift = below(&mut self.rng, DIGEST_BUCKETS);
+                ranges.sort_unstable_by_key(|&(d, r)| (d, (r + shift) % DIGEST_BUCKETS));
+                for (_, r) in ranges {
+                    if members.len() > max {
+                        break;
+                    }
+                    for i in 0..self.table.ranges[r].len() {
+                        if members.len() > max {
+                            break;
+                        }
+                        let k = self.table.ranges[r][i];
+                        if picked.insert(k) {
+                            members.push(self.info(k as usize));
+                        }
+                    }
+                }
+            }
+            let want = (members.len() + self.cfg.exchange_len).min(n).min(max + 1);
+            for _ in 0..2 * self.cfg.exchange_len {
+                if members.len() >= want {
+                    break;
+                }
+                let k = below(&mut self.rng, n);
+                if picked.insert(k as u32) {
+                    members.push(self.info(k));
+                }
+            }
+            if self.news.capacity() > 4 * self.news.len().max(64) {
+                self.news.shrink_to(self.news.len() * 2);
             }
         }
         let elections = self.elections.iter().map(|(n, w)| (n.clone(), *w)).collect();
-        Message::Exchange { reply, members, elections }
+        let digest = if reply { Vec::new() } else { self.table.digest.clone() };
+        Message::Exchange { reply, want_all: !self.synced, whole, members, elections, digest }
     }
 
     /// A message from the node listening at `from`.
@@ -788,32 +1219,47 @@ impl Node {
                 let mut reply = self.sampler.subset(&mut self.rng, self.cfg.shuffle_len);
                 reply.retain(|(id, _)| entries.first().is_none_or(|f| f.0 != *id));
                 self.send(from, Message::ShuffleReply { entries: reply });
+                if let Some(f) = entries.first().filter(|f| f.1 == from) {
+                    self.heard(f.0, now);
+                }
                 self.sampler.merge(&entries, &mut self.rng);
             }
             Message::ShuffleReply { entries } => {
                 self.sampler.merge(&entries, &mut self.rng);
-                if let Some(&id) = self.by_addr.get(&from) {
-                    self.sampler.answered((id, from));
+                let peer = self
+                    .sampler
+                    .view
+                    .iter()
+                    .chain(self.sampler.fallback.iter())
+                    .chain(self.sent_to.iter().map(|p| (p.1, p.0)).collect::<Vec<_>>().iter())
+                    .find(|p| p.1 == from)
+                    .copied();
+                if let Some(p) = peer {
+                    self.sampler.answered(p);
+                    self.heard(p.0, now);
                 }
             }
-            Message::Exchange { reply, members, elections } => {
+            Message::Exchange { reply, want_all, whole, members, elections, digest } => {
                 for m in &members {
                     self.merge_member(m, now);
                     if self.gone {
                         return;
                     }
                 }
+                if whole {
+                    self.synced = true;
+                }
                 if let Some(first) = members.first() {
                     if first.addr == from && first.state == State::Alive {
                         self.sampler.answered((first.id, from));
-                        if let Some(e) = self.entries.get_mut(&first.id) {
-                            e.refreshed = now;
-                            self.probes.remove(&first.id);
+                        self.heard(first.id, now);
+                        if self.probes.remove(&first.id).is_some() {
+                            // It answered: a probe's worth.
                         }
                     }
                 }
                 for (name, w) in elections {
-                    if self.entries.get(&w).is_some_and(|e| e.state != State::Alive) {
+                    if self.table.get(w).is_some_and(|k| !self.table.slots[k].alive()) {
                         continue;
                     }
                     match self.elections.get(&name) {
@@ -822,7 +1268,13 @@ impl Node {
                     }
                 }
                 if !reply {
-                    let m = self.exchange(true);
+                    // A newcomer's first whole table: at most one a round from each node.
+                    let give = want_all && self.last_whole.is_none_or(|t| t + self.cfg.interval <= now);
+                    if give {
+                        self.last_whole = Some(now);
+                        self.stats.whole_sent += 1;
+                    }
+                    let m = self.exchange(true, give, &digest);
                     self.send(from, m);
                 }
             }
@@ -837,14 +1289,15 @@ impl Node {
             // An answer to an observer: a node never asks.
             Message::List { .. } => {}
             Message::ProbeAck { version } => {
-                if let Some(&id) = self.by_addr.get(&from) {
-                    self.probes.remove(&id);
-                    if let Some(e) = self.entries.get_mut(&id) {
-                        e.refreshed = now;
-                        if version > e.version {
-                            e.version = version;
-                            e.witnesses.clear();
-                        }
+                let Some(id) = self.probes.iter().find(|(_, p)| p.1 == from).map(|(id, _)| *id) else { return };
+                self.probes.remove(&id);
+                if let Some(k) = self.table.get(id) {
+                    self.table.slots[k].refresh(now);
+                    let v = version.min(u64::from(u32::MAX)) as u32;
+                    if v > self.table.slots[k].version {
+                        self.table.set(k, v, ALIVE);
+                        self.witnesses.remove(&id);
+                        self.touch(k);
                     }
                 }
             }
@@ -860,8 +1313,11 @@ impl Node {
         if let Some(&w) = self.waits.values().min() {
             t = t.min(w);
         }
-        if let Some(&p) = self.probes.values().min() {
+        if let Some(p) = self.probes.values().map(|p| p.0).min() {
             t = t.min(p);
+        }
+        if let Some(&d) = self.doomed.values().min() {
+            t = t.min(d);
         }
         Some(t)
     }
@@ -873,50 +1329,63 @@ impl Node {
         }
         if now >= self.next_round {
             self.next_round = next_period(self.next_round, self.cfg.interval, now);
-            self.version += 1;
-            let v = self.version;
-            if let Some(e) = self.entries.get_mut(&self.id) {
-                e.version = v;
-            }
-            // Peer sampling: a shuffle.
-            if let Some(to) = self.sampler.sample(&mut self.rng) {
+            self.rounds += 1;
+            // Peer sampling: a shuffle; a newcomer's first ones go to each bootstrap address
+            // in turn (two members that started at once, each alone, given to the next
+            // newcomers as seeds, would otherwise stay two pools).
+            let boot = self.sampler.bootstrap.get(self.rounds as usize - 1).copied();
+            if let Some(to) = boot.or_else(|| self.sampler.sample(&mut self.rng)) {
                 let mut entries = vec![(self.id, self.addr)];
                 let sub = self.sampler.subset(&mut self.rng, self.cfg.shuffle_len.saturating_sub(1));
                 self.sampler.sent = sub.iter().map(|p| p.0).collect();
                 entries.extend(sub);
-                self.send(to, Message::Shuffle { entries });
+                self.send_to(to, Message::Shuffle { entries });
             }
-            // Gossip of members and elections.
-            if let Some(to) = self.sampler.sample(&mut self.rng) {
-                let m = self.exchange(false);
-                self.send(to, m);
+            // Gossip of members and elections; a newcomer's first round only shuffles with
+            // the bootstrap address, which answers with peers to gossip with (else in a large
+            // pool every newcomer's first exchange, and its answer, crowd that one link).
+            // Every fourth round the peer is any member known (views that happen to hold only
+            // part of the pool do not keep the member tables apart).
+            let first = self.rounds == 1 && self.sampler.view.is_empty() && !self.synced;
+            let any = if self.rounds % 4 == 0 { self.random_member() } else { None };
+            if let Some((id, a)) = any {
+                self.sent_to.push_back((a, id));
             }
-            // Suspicion: a few random entries whose version did not grow for `timeout` are
-            // probed (a bounded rate: with n members, each node does O(1) work per round and
-            // a silent member is sampled by some node ~4·probes_per_round times a round).
-            let k = self.cfg.probes_per_round;
+            if let Some(to) = any.map(|p| p.1).or_else(|| self.sampler.sample(&mut self.rng)).filter(|_| !first) {
+                let m = self.exchange(false, false, &[]);
+                self.send_to(to, m);
+            }
+            // Suspicion: the members not heard from directly for `timeout` are probed, at
+            // most `probes_per_round` a round (O(1) messages a round whatever the pool's
+            // size), found by a scan that goes round the table once per `timeout`.
+            let n = self.table.len();
+            let per_timeout = (self.cfg.timeout.as_secs_f64() / self.cfg.interval.as_secs_f64().max(1e-3)).max(1.0);
+            let scan = ((n as f64 / per_timeout).ceil() as usize).max(4 * self.cfg.probes_per_round).min(n);
             let mut probed = 0;
-            for _ in 0..4 * k {
-                if probed >= k || self.ids.is_empty() {
+            for _ in 0..scan {
+                if probed >= self.cfg.probes_per_round {
                     break;
                 }
-                let id = self.ids[below(&mut self.rng, self.ids.len())];
-                let stale = self.entries.get(&id).is_some_and(|e| {
-                    id != self.id
-                        && e.state == State::Alive
-                        && !self.probes.contains_key(&id)
-                        && e.refreshed + self.cfg.timeout <= now
-                });
-                if stale {
-                    self.probe(id, now);
+                self.cursor = (self.cursor + 1) % n;
+                let s = self.table.slots[self.cursor];
+                if s.id != self.id
+                    && s.alive()
+                    && !self.probes.contains_key(&s.id)
+                    && s.refreshed() + self.cfg.timeout <= now
+                {
+                    self.probe(s.id, now);
                     probed += 1;
                 }
             }
         }
         // Probes not answered (checked every tick: at most a round late).
-        let expired: Vec<MemberId> = self.probes.iter().filter(|(_, &d)| d <= now).map(|(id, _)| *id).collect();
+        let expired: Vec<MemberId> = self.probes.iter().filter(|(_, p)| p.0 <= now).map(|(id, _)| *id).collect();
         for id in expired {
             self.witness(id, now);
+        }
+        let due: Vec<MemberId> = self.doomed.iter().filter(|(_, &d)| d <= now).map(|(id, _)| *id).collect();
+        for id in due {
+            self.pronounce(id);
         }
         let expired: Vec<String> = self.waits.iter().filter(|(_, &d)| d <= now).map(|(n, _)| n.clone()).collect();
         for name in expired {
@@ -1058,6 +1527,82 @@ mod tests {
         }
     }
 
+    /// A pool of `n` under the default configuration (1 s rounds, probes after 120 s):
+    /// every join seen everywhere within `join_bound` seconds, no live member ever
+    /// pronounced dead; then the winner of an election is killed (its address refused, as
+    /// `kill -9` makes it), seen dead and replaced everywhere within 15 s, and a leave is
+    /// seen everywhere within 10 s.
+    fn default_pool_converges(n: usize, join_bound: u64, seed: u64) {
+        let cfg = Config::default();
+        let mut net = pool(n, cfg, seed, 5000);
+        let mut t = 5000;
+        while (0..n).any(|i| node(&net, i).pool_size() != n) {
+            t += 1000;
+            assert!(t <= join_bound * 1000, "n {n}: not every join everywhere after {t} ms");
+            net.run_until(ms(t));
+        }
+        eprintln!("n {n}: every join everywhere at {t} ms");
+        for i in 0..n {
+            let mut seen = net.joins_seen(i);
+            seen.sort();
+            seen.dedup();
+            assert_eq!(seen.len(), n, "node {i}: each join told once");
+        }
+        for i in 0..n {
+            net.with(i, |c, now| c.elect("master", now).unwrap());
+        }
+        net.run_until(ms(t + 10_000));
+        let lowest = (0..n).map(id).min().unwrap();
+        assert!((0..n).all(|i| node(&net, i).election("master") == Some(lowest)));
+        let w = (0..n).find(|&i| id(i) == lowest).unwrap();
+        let killed = t + 10_000;
+        net.crash(w);
+        let next = (0..n).filter(|&i| i != w).map(id).min().unwrap();
+        let leaver = (0..n).find(|&i| i != w && id(i) != next).unwrap();
+        let mut t = killed;
+        while (0..n)
+            .filter(|&i| i != w)
+            .any(|i| !node(&net, i).is_dead(id(w)) || node(&net, i).election("master") != Some(next))
+        {
+            t += 500;
+            assert!(
+                t <= killed + 15_000,
+                "n {n}: the killed winner not dead and replaced everywhere after {} ms",
+                t - killed
+            );
+            net.run_until(ms(t));
+        }
+        eprintln!("n {n}: died and re-elected everywhere {} ms after the kill", t - killed);
+        net.with(leaver, |c, now| c.leave(now));
+        let left_at = t;
+        while (0..n).filter(|&i| i != w && i != leaver).any(|i| net.told(i, &Event::Left { id: id(leaver) }).is_none())
+        {
+            t += 500;
+            assert!(t <= left_at + 10_000, "n {n}: the leave not seen everywhere after {} ms", t - left_at);
+            net.run_until(ms(t));
+        }
+        // Only the killed member was ever pronounced dead, by anyone.
+        for i in 0..n {
+            for (_, e) in &net.delivered[i] {
+                if let Event::Died { id: d } = e {
+                    assert_eq!(*d, id(w), "node {i} was told a live member died");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn two_hundred_members_converge_fast_with_the_default_config_and_no_live_one_dies() {
+        // The whole table fits an exchange. (Before: 20 entries an exchange, ~60 s.)
+        default_pool_converges(200, 20, 11);
+    }
+
+    #[test]
+    fn six_hundred_members_converge_fast_by_news_and_no_live_one_dies() {
+        // Beyond `exchange_max`: news, random entries and newcomers' whole tables.
+        default_pool_converges(600, 30, 12);
+    }
+
     #[test]
     fn strong_consistency_is_refused_and_parts_can_be_off() {
         let a = addr(1);
@@ -1079,7 +1624,18 @@ mod tests {
         nd.join(Duration::ZERO);
         let info = |id: u64, state| MemberInfo { id, addr: addr(id as usize), version: 1, state, witnesses: vec![] };
         let members = vec![info(2, State::Alive), info(3, State::Alive), info(4, State::Left)];
-        nd.on_message(addr(2), Message::Exchange { reply: true, members, elections: vec![] }, Duration::ZERO);
+        nd.on_message(
+            addr(2),
+            Message::Exchange {
+                reply: true,
+                want_all: false,
+                whole: false,
+                members,
+                elections: vec![],
+                digest: vec![],
+            },
+            Duration::ZERO,
+        );
         while nd.poll_action().is_some() {}
         nd.on_message(addr(99), Message::ListReq, Duration::ZERO);
         let answer = std::iter::from_fn(|| nd.poll_action()).find_map(|a| match a {
@@ -1126,11 +1682,19 @@ mod tests {
             entries().prop_map(|entries| Message::Shuffle { entries }),
             entries().prop_map(|entries| Message::ShuffleReply { entries }),
             (
-                any::<bool>(),
+                (any::<bool>(), any::<bool>(), any::<bool>()),
                 proptest::collection::vec(arb_info(), 0..4),
-                proptest::collection::vec((arb::name(), any::<u64>()), 0..3)
+                proptest::collection::vec((arb::name(), any::<u64>()), 0..3),
+                proptest::collection::vec((any::<u32>(), any::<u64>()), 0..3)
             )
-                .prop_map(|(reply, members, elections)| Message::Exchange { reply, members, elections }),
+                .prop_map(|((reply, want_all, whole), members, elections, digest)| Message::Exchange {
+                    reply,
+                    want_all,
+                    whole,
+                    members,
+                    elections,
+                    digest
+                }),
             Just(Message::Probe),
             any::<u64>().prop_map(|version| Message::ProbeAck { version }),
             Just(Message::ListReq),

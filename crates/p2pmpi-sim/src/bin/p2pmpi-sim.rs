@@ -1013,8 +1013,8 @@ fn jel_cmd(c: &JelCmd, command: &str) -> Result<()> {
              a node not welcomed yet counting 0) reached that share of the pool; *t all*: every node sees every \
              member. *MB*: bytes sent plus received (10⁶), 4-byte frame per message, TCP/IP headers not counted; \
              *messages*: all sent. The very cores of `p2pmpi_core::jel` with their default parameters (central: \
-             flush 20 ms, gossip 1 s, fallback 10 s, heartbeat 30 s; distributed: round 1 s, view 20, 20 members \
-             per exchange, timeout 120 s, 3 witnesses). Simulated in {:.1} s.",
+             flush 20 ms, gossip 1 s, fallback 10 s, heartbeat 30 s; distributed: round 1 s, view 20, up to 512 \
+             members per exchange (news, digest differences, 10 at random), timeout 120 s, 3 witnesses). Simulated in {:.1} s.",
             runs.iter().map(|r| r.wall).sum::<f64>()
         )
     };
