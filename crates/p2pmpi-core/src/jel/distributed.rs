@@ -511,7 +511,7 @@ impl Table {
     fn addr(&self, k: usize) -> Addr {
         let p = self.slots[k].addr;
         if p & PACKED_V4 != 0 {
-            let ip = std::net::Ipv4Addr::from(((p >> 16) & 0xffff_ffff) as u32);
+            let ip = core::net::Ipv4Addr::from(((p >> 16) & 0xffff_ffff) as u32);
             Addr::from((ip, (p & 0xffff) as u16))
         } else {
             self.wide[p as usize]
