@@ -465,13 +465,11 @@ fn done_or_orphaned<'p>(
     block: bool,
     pendings: impl Iterator<Item = &'p Pending>,
 ) -> Option<Vec<usize>> {
-    if let Some(d) = e.completed_at(c, ids, block) {
-        if !d.is_empty() || c.is_some() {
-            return Some(d);
-        }
-    }
-    if c.is_some() || !crate::failure::any_failed() {
-        return (!block).then(Vec::new);
+    let done = e.completed_at(c, ids, block);
+    // A replicated job's choice point (`c`) is answered by the master alone: `None` means
+    // its answer is not known yet, and nothing may be decided here.
+    if c.is_some() || !crate::failure::any_failed() || done.as_ref().is_some_and(|d| !d.is_empty()) {
+        return done;
     }
     let mut failed = false;
     for p in pendings {
@@ -480,7 +478,7 @@ fn done_or_orphaned<'p>(
     if failed {
         return e.completed_at(c, ids, block);
     }
-    (!block).then(Vec::new)
+    done
 }
 
 /// A set of requests on the same kind of data, created by [`multiple_scope`].

@@ -1221,7 +1221,7 @@ impl Engine {
     /// a replicated nor an encrypted job: those keep TCP).
     fn shm_allowed(&self, peer: i32) -> bool {
         let in_world = peer >= self.world_base && peer < self.world_base + self.world_size;
-        in_world && self.repl.is_none() && !self.encrypt && self.shm_policy.allows(self.slot, peer)
+        in_world && !self.encrypt && self.shm_policy.allows(self.slot, peer)
     }
 
     /// Whether slot `peer` listens on this process's own address: the host address the
