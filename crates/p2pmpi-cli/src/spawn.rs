@@ -128,8 +128,16 @@ impl LocalSpawner {
         let slots = (0..apps.len()).flat_map(|a| std::iter::repeat_n(a, apps[a].procs as usize));
         for (rank, app) in slots.enumerate() {
             let mut cmd = Command::new(&programs[app]);
-            cmd.args(&apps[app].args)
-                .env(env::RANK, rank.to_string())
+            cmd.args(&apps[app].args);
+            // What the spawning program's `Command` set or removed, before the job's own
+            // variables (which it cannot override).
+            for (k, v) in &apps[app].env {
+                match v {
+                    Some(v) => cmd.env(k, v),
+                    None => cmd.env_remove(k),
+                };
+            }
+            cmd.env(env::RANK, rank.to_string())
                 .env(env::SIZE, m.to_string())
                 .env(env::CONTROL, ctrl_addr.to_string())
                 .env(env::JOB_KEY, s.key.to_hex())

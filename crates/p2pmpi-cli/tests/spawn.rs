@@ -149,3 +149,17 @@ fn a_grid_job_spawn_is_a_clear_error() {
     assert_eq!(count(&o.stdout, "OK spawn_checks missing"), 2, "{}", o.stdout);
     assert!(o.stderr.contains("spawn is only supported by local jobs (p2pmpirun --local) yet"), "{}", o.stderr);
 }
+
+#[test]
+fn the_spawn_command_s_environment_reaches_the_children() {
+    // The children check that the variable the parents' `Command` set is there, and that
+    // the one it removed is gone although the launcher's environment has it.
+    let prog = example("spawn_checks");
+    let mut c = std::process::Command::new(launcher());
+    c.args(["--local", "-n", "1", prog.to_str().unwrap(), "basic"])
+        .env("P2PMPI_HOME", "/nonexistent/p2pmpi-local-tests")
+        .env("SPAWN_CHECKS_GONE", "set in the launcher");
+    let o = run_cmd(&mut c, T);
+    o.assert_ok();
+    assert_eq!(count(&o.stdout, "child "), 2, "{}", o.stdout);
+}

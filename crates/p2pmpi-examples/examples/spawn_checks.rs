@@ -20,7 +20,7 @@ use std::process::Command;
 
 fn child_command(args: &[&str]) -> Command {
     let mut c = Command::new(std::env::current_exe().unwrap());
-    c.args(args);
+    c.args(args).env("SPAWN_CHECKS_FROM", "the parents' Command").env_remove("SPAWN_CHECKS_GONE");
     c
 }
 
@@ -36,6 +36,8 @@ fn main() -> Result<(), mpi::MpiError> {
         match mode {
             "child" => {
                 assert_eq!(size, 2, "the children's own world");
+                assert_eq!(std::env::var("SPAWN_CHECKS_FROM").as_deref(), Ok("the parents' Command"));
+                assert!(std::env::var_os("SPAWN_CHECKS_GONE").is_none(), "removed by the parents' Command");
                 for p in 0..np {
                     let (v, st) = parent.process_at_rank(p).receive::<i32>();
                     assert_eq!(v, 1000 + 10 * p + rank, "value from parent {p}");

@@ -84,12 +84,14 @@ pub enum Control {
     Spawned { base: u32, error: Option<String> },
 }
 
-/// One program of a `Spawn`: its path, arguments and number of processes.
+/// One program of a `Spawn`: its path, arguments, number of processes, and the environment
+/// variables its `Command` set (`Some`) or removed (`None`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SpawnApp {
     pub program: String,
     pub args: Vec<String>,
     pub procs: u32,
+    pub env: Vec<(String, Option<String>)>,
 }
 
 /// What a process registers with its launcher.

@@ -176,10 +176,9 @@ pub(crate) fn parent() -> Option<InterCommunicator> {
     Some(InterCommunicator::new(*ctx, world.0, ids.clone(), false))
 }
 
-/// The program and arguments of a `Command` (its environment and directory cannot be given
-/// to new processes yet: like rsmpi, environment variables are refused).
+/// The program, arguments and environment changes of a `Command` (its working directory is
+/// not carried: children start in the launcher's).
 fn app_of(command: &Command, procs: Rank) -> std::result::Result<p2pmpi_wire::control::SpawnApp, MpiError> {
-    assert_eq!(command.get_envs().len(), 0, "Support for environment variables not yet implemented");
     let text = |s: &std::ffi::OsStr| -> std::result::Result<String, MpiError> {
         let t = s.to_string_lossy().into_owned();
         std::ffi::CString::new(t.as_bytes())?;
@@ -189,6 +188,10 @@ fn app_of(command: &Command, procs: Rank) -> std::result::Result<p2pmpi_wire::co
         program: text(command.get_program())?,
         args: command.get_args().map(text).collect::<std::result::Result<_, _>>()?,
         procs: u32::try_from(procs).expect("maxprocs should be positive"),
+        env: command
+            .get_envs()
+            .map(|(k, v)| Ok((text(k)?, v.map(text).transpose()?)))
+            .collect::<std::result::Result<_, MpiError>>()?,
     })
 }
 
