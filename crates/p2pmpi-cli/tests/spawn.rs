@@ -163,3 +163,35 @@ fn the_spawn_command_s_environment_reaches_the_children() {
     o.assert_ok();
     assert_eq!(count(&o.stdout, "child "), 2, "{}", o.stdout);
 }
+
+fn spawn_collectives(n: usize, mode: &str) -> Outcome {
+    let prog = example("spawn_collectives");
+    run(&["--local", "-n", &n.to_string(), prog.to_str().unwrap(), mode], T)
+}
+
+#[test]
+fn collectives_over_an_intercommunicator_take_the_other_group_s_contributions() {
+    // 2 parents and 3 children: every group size differs, so a result taken from the wrong
+    // group (or from both) has the wrong length or sum; the example checks each.
+    let o = spawn_collectives(2, "");
+    o.assert_ok();
+    for r in 0..2 {
+        let l = format!("OK spawn_collectives: parent {r} of 2, remote group of 3");
+        assert!(o.stdout.contains(&l), "missing {l:?} in:\n{}", o.stdout);
+    }
+    for r in 0..3 {
+        let l = format!("OK spawn_collectives: child {r} of 3, remote group of 2");
+        assert!(o.stdout.contains(&l), "missing {l:?} in:\n{}", o.stdout);
+    }
+}
+
+#[test]
+fn a_rooted_collective_over_an_intercommunicator_is_a_clear_error() {
+    let o = spawn_collectives(2, "rooted");
+    assert_ne!(o.code(), Some(0), "{}", o.stderr);
+    assert!(
+        o.stderr.contains("broadcast_into over an intercommunicator is not supported (merge it first"),
+        "{}",
+        o.stderr
+    );
+}

@@ -47,6 +47,9 @@ pub(crate) struct CommInner {
     /// Which members share a host, built on the first collective that asks (`None`: the
     /// hierarchical collectives do not apply).
     pub hosts: std::sync::OnceLock<Option<crate::collective::hier::HostLayout>>,
+    /// For the remote side of an intercommunicator: the local group's communicator (the
+    /// collectives over an intercommunicator run in both, see `collective::inter`).
+    pub inter_local: Option<CommHandle>,
 }
 
 /// The shared state behind a communicator.
@@ -356,6 +359,7 @@ impl SimpleCommunicator {
                 immediate: Default::default(),
                 attrs: Default::default(),
                 hosts: Default::default(),
+                inter_local: None,
             }))
         });
         SimpleCommunicator(h.clone())
@@ -373,6 +377,7 @@ impl SimpleCommunicator {
             immediate: Default::default(),
             attrs: Default::default(),
             hosts: Default::default(),
+            inter_local: None,
         })))
     }
 }
@@ -516,6 +521,7 @@ pub(crate) fn new_comm(ctx: u32, members: Vec<Rank>, me_world: Rank) -> SimpleCo
         immediate: Default::default(),
         attrs: Default::default(),
         hosts: Default::default(),
+        inter_local: None,
     })))
 }
 

@@ -93,17 +93,43 @@ pub(crate) struct Coll<'a> {
     /// Communicator rank of each member of a subset, `None` for the whole communicator.
     pub ranks: Option<&'a [i32]>,
     pub tag_off: i32,
+    /// Whether this runs a phase of a collective that supports intercommunicators (see
+    /// [`super::inter`]); every other collective over an intercommunicator is refused.
+    pub inter: bool,
 }
 
 impl<'a> Coll<'a> {
     pub fn new(h: &'a CommHandle, name: &'static str) -> Self {
-        Coll { h, rank: h.rank(), size: h.size(), name, ranks: None, tag_off: 0 }
+        Coll { h, rank: h.rank(), size: h.size(), name, ranks: None, tag_off: 0, inter: false }
+    }
+    /// The remote group of an intercommunicator, for the collectives that support it.
+    pub fn new_inter(h: &'a CommHandle, name: &'static str) -> Self {
+        Coll { inter: true, ..Coll::new(h, name) }
+    }
+    /// Refuses a collective over an intercommunicator that has no intercommunicator form.
+    fn check_inter(&self) -> Result<()> {
+        if self.h.0.inter_local.is_some() && !self.inter {
+            return Err(Error::Collective(format!(
+                "{} over an intercommunicator is not supported (merge it first, or use barrier, \
+                 all_gather_into, all_to_all_into, all_reduce_into or reduce_scatter_block_into)",
+                self.name
+            )));
+        }
+        Ok(())
     }
     /// The subset `ranks` (communicator ranks, this process's among them) of `self`'s
     /// communicator, its tags moved by `tag_off`.
     pub fn sub(&self, ranks: &'a [i32], tag_off: i32) -> Coll<'a> {
         let me = ranks.iter().position(|&r| r == self.h.rank()).expect("member of the subset") as i32;
-        Coll { h: self.h, rank: me, size: ranks.len() as i32, name: self.name, ranks: Some(ranks), tag_off }
+        Coll {
+            h: self.h,
+            rank: me,
+            size: ranks.len() as i32,
+            name: self.name,
+            ranks: Some(ranks),
+            tag_off,
+            inter: self.inter,
+        }
     }
     #[inline]
     fn peer(&self, r: i32) -> i32 {
@@ -124,11 +150,13 @@ impl<'a> Coll<'a> {
             e => e,
         }
     }
-    fn isend(&self, dst: i32, tag: i32, data: &[u8]) -> Result<Pending> {
+    pub(super) fn isend(&self, dst: i32, tag: i32, data: &[u8]) -> Result<Pending> {
+        self.check_inter()?;
         let (dst, tag) = (self.peer(dst), tag + self.tag_off);
         start_send(self.h, self.h.coll_id(), dst, tag, data.as_ptr(), data.len(), SendMode::Standard)
     }
-    fn irecv(&self, src: i32, tag: i32, buf: &mut [u8]) -> Result<Pending> {
+    pub(super) fn irecv(&self, src: i32, tag: i32, buf: &mut [u8]) -> Result<Pending> {
+        self.check_inter()?;
         let (src, tag) = (self.peer(src), tag + self.tag_off);
         start_recv(self.h, self.h.coll_id(), src, tag, buf.as_mut_ptr(), buf.len())
     }
@@ -158,7 +186,7 @@ impl<'a> Coll<'a> {
         Ok(())
     }
     /// Waits for every request; the first error wins, named after the collective.
-    fn wait_all(&self, reqs: Vec<Pending>) -> Result<()> {
+    pub(super) fn wait_all(&self, reqs: Vec<Pending>) -> Result<()> {
         wait_all(reqs).map_err(|e| self.named(e))
     }
 }

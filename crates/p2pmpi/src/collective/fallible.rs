@@ -19,7 +19,7 @@ use crate::topology::Communicator;
 pub trait TryCollectives: Communicator {
     /// [`barrier`](super::CommunicatorCollectives::barrier), returning its error.
     fn try_barrier(&self) -> Result<()> {
-        super::algorithms::barrier(&super::Coll::new(self.handle(), "barrier"))
+        super::barrier_impl(self.handle())
     }
 
     /// [`all_gather_into`](super::CommunicatorCollectives::all_gather_into), returning its error.

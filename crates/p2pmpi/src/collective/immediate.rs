@@ -197,6 +197,9 @@ const TAG_IMMEDIATE: i32 = 1 << 24;
 /// Starts `plan` as immediate collective `name` of communicator `h`; returns the pending
 /// request that completes with it.
 pub(crate) fn start(h: &CommHandle, name: &'static str, plan: Plan) -> Result<Pending> {
+    if h.0.inter_local.is_some() {
+        return Err(Error::Collective(format!("{name} over an intercommunicator is not supported (merge it first)")));
+    }
     let tag = TAG_IMMEDIATE + (h.next_immediate() % (1 << 24)) as i32;
     let sched = Schedule {
         req: 0,

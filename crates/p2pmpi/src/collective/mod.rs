@@ -9,6 +9,7 @@
 pub mod algorithms;
 mod fallible;
 pub(crate) mod hier;
+mod inter;
 pub use fallible::{TryCollectives, TryRoot};
 pub(crate) mod immediate;
 pub mod ops;
@@ -188,7 +189,17 @@ fn check_len(what: &str, got: usize, want: usize) -> Result<()> {
 
 // ------------------------------------------------------------------------ implementations
 
+pub(super) fn barrier_impl(h: &CommHandle) -> Result<()> {
+    match inter::local_of(h) {
+        Some(local) => inter::barrier(h, local),
+        None => algorithms::barrier(&Coll::new(h, "barrier")),
+    }
+}
+
 fn all_gather_impl<S: ?Sized + Buffer, R: ?Sized + BufferMut>(h: &CommHandle, s: &S, r: &mut R) -> Result<()> {
+    if let Some(local) = inter::local_of(h) {
+        return inter::all_gather(h, local, s, r);
+    }
     let c = Coll::new(h, "all_gather_into");
     let p = packed(s);
     let block = p.bytes.len();
@@ -226,6 +237,9 @@ fn all_gather_varcount_impl<S: ?Sized + Buffer, R: ?Sized + PartitionedBufferMut
 }
 
 fn all_to_all_impl<S: ?Sized + Buffer, R: ?Sized + BufferMut>(h: &CommHandle, s: &S, r: &mut R) -> Result<()> {
+    if inter::local_of(h).is_some() {
+        return inter::all_to_all(h, s, r);
+    }
     let c = Coll::new(h, "all_to_all_into");
     let n = c.size as usize;
     let p = packed(s);
@@ -280,6 +294,9 @@ fn all_reduce_impl<S: ?Sized + Buffer, R: ?Sized + BufferMut>(
     r: &mut R,
     op: &dyn Operation,
 ) -> Result<()> {
+    if let Some(local) = inter::local_of(h) {
+        return inter::all_reduce(h, local, s, r, op);
+    }
     let c = Coll::new(h, "all_reduce_into");
     let p = packed(s);
     let t = target(r);
@@ -296,6 +313,9 @@ fn reduce_scatter_block_impl<S: ?Sized + Buffer, R: ?Sized + BufferMut>(
     r: &mut R,
     op: &dyn Operation,
 ) -> Result<()> {
+    if let Some(local) = inter::local_of(h) {
+        return inter::reduce_scatter_block(h, local, s, r, op);
+    }
     let c = Coll::new(h, "reduce_scatter_block_into");
     let n = c.size as usize;
     let p = packed(s);
@@ -349,7 +369,7 @@ fn exscan_impl<S: ?Sized + Buffer, R: ?Sized + BufferMut>(
 pub trait CommunicatorCollectives: Communicator {
     /// Blocks until every process of the communicator has called it.
     fn barrier(&self) {
-        algorithms::barrier(&Coll::new(self.handle(), "barrier")).or_fatal()
+        barrier_impl(self.handle()).or_fatal()
     }
 
     /// Gathers every process's `sendbuf` into every process's `recvbuf`, in rank order.

@@ -48,8 +48,10 @@ pub enum MergeOrder {
 /// A communicator between two disjoint groups (here: a spawn's parents and children).
 /// Point-to-point calls address the *remote* group: `process_at_rank(r)` is its rank `r`,
 /// and a received message's source is a remote rank. `rank` and `size` are this process's
-/// rank in its own group and that group's size. Collectives over an intercommunicator are
-/// not supported (merge it first).
+/// rank in its own group and that group's size. Collectives without a root (`barrier`,
+/// `all_gather_into`, `all_to_all_into`, `all_reduce_into`, `reduce_scatter_block_into`)
+/// work over an intercommunicator with MPI's semantics (each group's result comes from the
+/// other group); the others are refused with an error (merge first).
 #[derive(Debug, Clone)]
 pub struct InterCommunicator {
     /// Context, this process's local rank, the remote group's universe ids.
@@ -71,6 +73,7 @@ impl InterCommunicator {
             immediate: Default::default(),
             attrs: Default::default(),
             hosts: Default::default(),
+            inter_local: Some(local.clone()),
         }));
         InterCommunicator { remote, local, parents_side }
     }
@@ -100,7 +103,7 @@ impl InterCommunicator {
         // ...exchanged by the leaders with the other group's, with each group's order.
         let mut theirs = [0u8; 8];
         if self.local.rank() == 0 {
-            let c = Coll::new(&self.remote, "intercommunicator merge");
+            let c = Coll::new_inter(&self.remote, "intercommunicator merge");
             let mut out = [0u8; 8];
             out[..4].copy_from_slice(&mine.to_le_bytes());
             out[4..].copy_from_slice(&high.to_le_bytes());
