@@ -375,6 +375,26 @@ impl CommAttribute for Copied {
 struct NotCopied(String);
 impl CommAttribute for NotCopied {}
 
+/// Two types sharing one slot through an overridden `get_key` (rsmpi's way to reach a
+/// foreign keyval).
+#[derive(Debug, PartialEq, Clone)]
+struct SharedA(u8);
+#[derive(Debug, PartialEq, Clone)]
+struct SharedB(u8);
+const SHARED_KEY: i32 = -7;
+impl CommAttribute for SharedA {
+    fn get_key() -> mpi::attribute::AttributeKey {
+        // SAFETY: p2pmpi accepts any key (a negative one is never handed out by default).
+        unsafe { mpi::attribute::AttributeKey::new_unchecked(SHARED_KEY) }
+    }
+}
+impl CommAttribute for SharedB {
+    fn get_key() -> mpi::attribute::AttributeKey {
+        // SAFETY: as for `SharedA`.
+        unsafe { mpi::attribute::AttributeKey::new_unchecked(SHARED_KEY) }
+    }
+}
+
 fn set_through_dyn(comm: &mut dyn Communicator, v: i32) {
     comm.set_attr(Copied(v));
 }
@@ -401,6 +421,17 @@ fn attributes(universe: &mpi::environment::Universe) {
     assert_eq!(world.get_attr::<Copied>(), Some(&Copied(10)), "the duplicate's attributes are its own");
     // Another handle of the world sees the world's attributes.
     assert_eq!(universe.world().get_attr::<Copied>(), Some(&Copied(10)));
+    // Keys: one per type, stable; an overridden key is shared by the types that return it.
+    assert_eq!(Copied::get_key(), Copied::get_key());
+    assert_ne!(Copied::get_key(), NotCopied::get_key());
+    assert_eq!(SharedA::get_key(), SharedB::get_key());
+    world.set_attr(SharedA(1));
+    assert_eq!(world.get_attr::<SharedA>(), Some(&SharedA(1)));
+    assert_eq!(world.get_attr::<SharedB>(), None, "the slot holds a SharedA");
+    world.set_attr(SharedB(2));
+    assert_eq!(world.get_attr::<SharedA>(), None, "replaced by a SharedB in the shared slot");
+    assert_eq!(world.get_attr::<SharedB>(), Some(&SharedB(2)));
+    assert_eq!(world.get_attr::<Copied>(), Some(&Copied(10)), "other slots untouched");
 }
 
 unsafe extern "C" fn c_max_abs(invec: *mut c_void, inoutvec: *mut c_void, len: *mut c_int, _dt: *mut MPI_Datatype) {

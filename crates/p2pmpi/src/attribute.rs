@@ -6,9 +6,46 @@
 //! Unlike rsmpi, attribute types must be `Send + Sync` (a communicator may be used from any
 //! thread). A value replaced by `set_attr` is kept until the communicator is freed (a
 //! reference from `get_attr` may still point to it).
+//!
+//! Values are stored under their type's [`AttributeKey`] ([`CommAttribute::get_key`]): one
+//! per type by default, handed out by this process in the order types are first used (in
+//! rsmpi, by `MPI_Comm_create_keyval`). A type that overrides `get_key` shares its slot
+//! with every type returning the same key; reading it as another type gives `None`.
 
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
+
+/// The key of an attribute type (rsmpi's wrapper of an MPI keyval), from
+/// [`CommAttribute::get_key`].
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct AttributeKey(i32);
+
+impl AttributeKey {
+    /// A key chosen by the program, for an overridden [`CommAttribute::get_key`].
+    ///
+    /// # Safety
+    ///
+    /// Nothing here can go wrong with any value (p2pmpi has no C keyvals); the function is
+    /// `unsafe` as in rsmpi, where the key must be a valid MPI keyval. Keys from 1 to 2^30
+    /// may be handed out by the default `get_key`: choose others to keep a slot of your own.
+    pub unsafe fn new_unchecked(k: i32) -> Self {
+        AttributeKey(k)
+    }
+
+    /// The key's number.
+    pub fn value(&self) -> i32 {
+        self.0
+    }
+}
+
+/// The default keys, one per type, in the order types ask.
+fn default_key(t: TypeId) -> AttributeKey {
+    static KEYS: OnceLock<Mutex<HashMap<TypeId, i32>>> = OnceLock::new();
+    let mut keys = KEYS.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
+    let next = keys.len() as i32 + 1;
+    AttributeKey(*keys.entry(t).or_insert(next))
+}
 
 /// A type that can be attached to a communicator as an attribute.
 pub trait CommAttribute
@@ -17,6 +54,12 @@ where
 {
     /// Whether `duplicate` copies the attribute (by `clone`) into the new communicator.
     const CLONE_ON_DUP: bool = false;
+
+    /// The key this type's values are stored under: by default one of its own, the same for
+    /// the whole run. Override it to share a slot between types (see [`AttributeKey`]).
+    fn get_key() -> AttributeKey {
+        default_key(TypeId::of::<Self>())
+    }
 }
 
 /// Re-exports for `use mpi::attribute::traits::*`.
@@ -41,7 +84,7 @@ impl<A: CommAttribute> AttrValue for A {
 /// The attributes of one communicator.
 #[derive(Default)]
 pub(crate) struct Attributes {
-    values: HashMap<TypeId, Box<dyn AttrValue>>,
+    values: HashMap<AttributeKey, Box<dyn AttrValue>>,
     /// Replaced values, freed with the communicator.
     replaced: Vec<Box<dyn AttrValue>>,
 }
@@ -54,18 +97,18 @@ impl std::fmt::Debug for Attributes {
 
 impl Attributes {
     pub fn set<A: CommAttribute>(&mut self, val: A) {
-        if let Some(old) = self.values.insert(TypeId::of::<A>(), Box::new(val)) {
+        if let Some(old) = self.values.insert(A::get_key(), Box::new(val)) {
             self.replaced.push(old);
         }
     }
     /// The address of the value of type `A`, stable until the communicator is freed.
     pub fn get<A: CommAttribute>(&self) -> Option<*const A> {
-        let v = self.values.get(&TypeId::of::<A>())?;
+        let v = self.values.get(&A::get_key())?;
         v.as_any().downcast_ref::<A>().map(|a| a as *const A)
     }
     /// The attributes a duplicate gets.
     pub fn for_duplicate(&self) -> Attributes {
-        let values = self.values.iter().filter_map(|(k, v)| v.duplicate().map(|d| (*k, d))).collect();
+        let values = self.values.iter().filter_map(|(k, v)| v.duplicate().map(|d| (k.clone(), d))).collect();
         Attributes { values, replaced: Vec::new() }
     }
 }
