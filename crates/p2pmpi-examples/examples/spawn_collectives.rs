@@ -5,7 +5,8 @@
 //! group's contributions. `p2pmpirun --local -n 2 spawn_collectives` prints one `OK` line per
 //! process; `... spawn_collectives rooted`: the parents try a broadcast over the
 //! intercommunicator, which p2pmpi refuses with a clear error (rsmpi cannot name MPI's
-//! `MPI_ROOT`), so the job fails with that message. Every check panics when it fails.
+//! `MPI_ROOT`), so the job fails with that message. The children end with
+//! `disconnect_parent`, after which they have no parent. Every check panics when it fails.
 #![forbid(unsafe_code)]
 
 use mpi::collective::SystemOperation;
@@ -72,6 +73,9 @@ fn main() {
         if mode != "rooted" {
             exercise(&parent, 1, world.size());
         }
+        let mut universe = universe;
+        universe.disconnect_parent();
+        assert!(world.parent().is_none(), "no parent after disconnect_parent");
         return;
     }
     let mut cmd = Command::new(std::env::current_exe().unwrap());

@@ -94,9 +94,13 @@ impl Universe {
         }
     }
 
-    /// Disconnects from a parent job (no-op: the connections to the parents close when the
-    /// library finalizes).
-    pub fn disconnect_parent(&mut self) {}
+    /// Disconnects from the parent job: afterwards `Communicator::parent` answers `None`, as
+    /// MPI's `MPI_Comm_get_parent` does once the parent communicator is disconnected. What was
+    /// sent to the parents is still delivered (the connections close, after every queued
+    /// message, when the library finalizes).
+    pub fn disconnect_parent(&mut self) {
+        crate::topology::disconnect_parent();
+    }
 }
 
 impl Drop for Universe {

@@ -20,6 +20,7 @@ pub type Key = c_int;
 mod cartesian;
 pub use cartesian::{CartesianCommunicator, CartesianLayout};
 pub(crate) mod inter;
+pub(crate) use inter::disconnect_parent;
 pub use inter::{InterCommunicator, MergeOrder, MpiError};
 
 pub(crate) mod sealed {

@@ -172,8 +172,19 @@ pub(crate) fn set_parents(p: &crate::bootstrap::Parents) {
     let _ = PARENT.set((p.ctx, p.ids.clone()));
 }
 
+/// Set by `Universe::disconnect_parent`.
+static DISCONNECTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// `Universe::disconnect_parent`: the parent intercommunicator is no longer offered.
+pub(crate) fn disconnect_parent() {
+    DISCONNECTED.store(true, Ordering::SeqCst);
+}
+
 /// `Communicator::parent`.
 pub(crate) fn parent() -> Option<InterCommunicator> {
+    if DISCONNECTED.load(Ordering::SeqCst) {
+        return None;
+    }
     let (ctx, ids) = PARENT.get()?;
     let world = SimpleCommunicator::world();
     Some(InterCommunicator::new(*ctx, world.0, ids.clone(), false))
