@@ -85,6 +85,24 @@ fn gather_to_leader(c: &Coll, mine: &[u8], all: &mut [u8]) -> Result<()> {
     }
 }
 
+/// Reduces the local group's `s` with `op` at its leader, which swaps the result for the
+/// remote group's: written into `theirs` (whose length the caller knows) at the leader only.
+fn reduce_and_swap<S: ?Sized + Buffer>(
+    remote: &CommHandle,
+    c: &Coll,
+    s: &S,
+    op: &dyn Operation,
+    theirs: &mut [u8],
+) -> Result<()> {
+    let p = packed(s);
+    let mut acc = crate::pool::Scratch::copy_of(&p.bytes);
+    algorithms::reduce(c, &mut acc, &p.map, p.count, op, 0)?;
+    if c.rank == 0 {
+        leaders_exchange(remote, c.name, TAG_ALLREDUCE, &acc, theirs)?;
+    }
+    Ok(())
+}
+
 /// Every process gets the reduction, with `op`, of the remote group's contributions.
 pub(super) fn all_reduce<S: ?Sized + Buffer, R: ?Sized + BufferMut>(
     remote: &CommHandle,
@@ -93,23 +111,17 @@ pub(super) fn all_reduce<S: ?Sized + Buffer, R: ?Sized + BufferMut>(
     r: &mut R,
     op: &dyn Operation,
 ) -> Result<()> {
-    let name = "all_reduce_into";
-    let c = Coll::new(local, name);
-    let p = packed(s);
+    let c = Coll::new(local, "all_reduce_into");
     let mut t = target(r);
-    check_len(name, t.len(), p.bytes.len())?;
-    let mut acc = crate::pool::Scratch::copy_of(&p.bytes);
-    algorithms::reduce(&c, &mut acc, &p.map, p.count, op, 0)?;
-    if local.rank() == 0 {
-        leaders_exchange(remote, name, TAG_ALLREDUCE, &acc, t.bytes())?;
-    }
+    check_len(c.name, t.len(), packed(s).bytes.len())?;
+    reduce_and_swap(remote, &c, s, op, t.bytes())?;
     algorithms::bcast(&c, t.bytes(), 0)?;
     t.finish();
     Ok(())
 }
 
-/// The reduction, with `op`, of the remote group's vectors (`remote size × block` elements
-/// each... of this group's size: block i goes to local rank i).
+/// Each process gives one block per remote rank; local rank i gets block i of the
+/// reduction, with `op`, of the remote group's vectors.
 pub(super) fn reduce_scatter_block<S: ?Sized + Buffer, R: ?Sized + BufferMut>(
     remote: &CommHandle,
     local: &CommHandle,
@@ -117,21 +129,15 @@ pub(super) fn reduce_scatter_block<S: ?Sized + Buffer, R: ?Sized + BufferMut>(
     r: &mut R,
     op: &dyn Operation,
 ) -> Result<()> {
-    let name = "reduce_scatter_block_into";
-    let c = Coll::new(local, name);
-    let p = packed(s);
+    let c = Coll::new(local, "reduce_scatter_block_into");
     let mut t = target(r);
     let block = t.len();
     let n = local.size() as usize;
-    let mut acc = crate::pool::Scratch::copy_of(&p.bytes);
-    // The local group reduces its vectors (one block per remote rank)...
-    algorithms::reduce(&c, &mut acc, &p.map, p.count, op, 0)?;
+    // The groups reduce their vectors and the leaders swap them, each then holding one block
+    // per local rank...
     let mut theirs = vec![0u8; if local.rank() == 0 { block * n } else { 0 }];
-    if local.rank() == 0 {
-        // ...the leaders swap them, each then holding one block per local rank...
-        leaders_exchange(remote, name, TAG_ALLREDUCE, &acc, &mut theirs)?;
-    }
-    // ...and scatter them.
+    reduce_and_swap(remote, &c, s, op, &mut theirs)?;
+    // ...which it scatters.
     let parts = (local.rank() == 0).then(|| theirs.chunks(block.max(1)).take(n).collect::<Vec<_>>());
     let parts = parts.map(|v| if block == 0 { vec![&[][..]; n] } else { v });
     algorithms::scatterv(&c, parts, t.bytes(), 0)?;
