@@ -31,6 +31,7 @@ use p2pmpi_peer::config::Config;
 use p2pmpi_peer::ft::{self, LocalFile};
 use p2pmpi_peer::home::{self, Home, MpdState};
 use p2pmpi_peer::mpd;
+use p2pmpi_wire::control::SpawnApp;
 use p2pmpi_wire::grid::*;
 use p2pmpi_wire::secure::{GridSecret, SecureConn, SecureWriter};
 use std::net::{IpAddr, SocketAddr, TcpListener};
@@ -42,6 +43,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// The grid as seen from this host: its configuration and running peer daemon.
+#[derive(Clone)]
 pub struct Grid {
     pub cfg: Config,
     pub state: MpdState,
@@ -135,13 +137,13 @@ impl Progress {
 }
 
 /// Gives reservations back when dropped (every exit path of a submission).
-struct Reservation<'a> {
-    grid: &'a Grid,
+pub(crate) struct Reservation {
+    grid: Grid,
     ticket: Ticket,
     peers: Vec<PeerInfo>,
 }
 
-impl Drop for Reservation<'_> {
+impl Drop for Reservation {
     fn drop(&mut self) {
         let req = MpdRequest::Release { ticket: self.ticket, peers: std::mem::take(&mut self.peers) };
         let _ = mpd::call(Some(self.grid.state.ip), self.grid.state.mpd_addr(), &self.grid.secret, &req);
@@ -442,6 +444,188 @@ fn stage_all(
     Ok(frozen)
 }
 
+/// A job reserved and staged: the reservation (given back when dropped), the hosts with
+/// the ranks the reservation placed there, the slots each host runs, and the job's id.
+struct Staged {
+    reservation: Reservation,
+    placements: Vec<Placement>,
+    assigned: Vec<Vec<u32>>,
+    job: String,
+}
+
+/// Steps 1–2: reservation and staging of `files` to every host that runs a process besides
+/// slot 0 (`slot0_staged`: slot 0 too, which then runs in a job directory like the others); a
+/// host that stops answering during staging is given up and the job reserved again without it
+/// (as the -w loop keeps looking for hosts). `None` after `--dry-run` printed the placement.
+fn reserve_and_stage(
+    name: &str,
+    grid: &Grid,
+    opts: &RunArgs,
+    ask: Ask<'_>,
+    files: &[LocalFile],
+    slot0_staged: bool,
+    progress: &mut Progress,
+) -> Result<Option<Staged>> {
+    let layout = Layout::new(ask.n, ask.r);
+    let mut given_up: Vec<(PeerId, String)> = ask.exclude.to_vec();
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let reserving = Instant::now();
+        let (ticket, placements) = match reserve(name, grid, opts, Ask { exclude: &given_up, ..ask }, progress) {
+            Ok(t) => t,
+            Err(e) => {
+                progress.done();
+                return Err(with_given_up(e, &given_up));
+            }
+        };
+        if opts.verbose {
+            let hosts: Vec<String> = placements.iter().map(|p| format!("{}×{}", p.info.id, p.ranks.len())).collect();
+            eprintln!("{name}: reserved {} in {} ms", hosts.join(", "), reserving.elapsed().as_millis());
+        }
+        let mut reservation =
+            Reservation { grid: grid.clone(), ticket, peers: placements.iter().map(|p| p.info.clone()).collect() };
+        let assigned = assign_slots(layout, &placements.iter().map(|p| p.ranks.clone()).collect::<Vec<_>>());
+
+        if opts.dry_run {
+            progress.done();
+            println!("{:<22} {:>5}  ranks", "host", "procs");
+            for p in &placements {
+                let ranks: Vec<String> = p.ranks.iter().map(|r| r.to_string()).collect();
+                println!("{:<22} {:>5}  {}", p.info.id.to_string(), p.ranks.len(), ranks.join(" "));
+            }
+            if layout.slots() > layout.n {
+                // The table above is the reservation as placed (scripts read it); which copy is
+                // which replica is told apart, on stderr.
+                eprint!("{}", describe_replicas(layout, &placements, &assigned?));
+            }
+            return Ok(None);
+        }
+        let assigned = assigned?;
+
+        // 2. Staging to every host that runs a process besides slot 0.
+        let job = format!("{:032x}", home::random_u128());
+        let targets: Vec<PeerInfo> = placements
+            .iter()
+            .zip(&assigned)
+            .filter(|(_, s)| s.iter().any(|&x| x != 0 || slot0_staged))
+            .map(|(p, _)| p.info.clone())
+            .collect();
+        let frozen = stage_all(name, grid, opts, ticket, &job, files, &targets, progress)?;
+        if frozen.is_empty() {
+            return Ok(Some(Staged { reservation, placements, assigned, job }));
+        }
+        progress.done();
+        for (id, why) in &frozen {
+            eprintln!("{name}: gave up on host {id} during staging: {why}");
+        }
+        // Its reservation lapses by itself; the others are given back now.
+        reservation.peers.retain(|p| !frozen.iter().any(|(id, _)| *id == p.id));
+        drop(reservation);
+        given_up.extend(frozen);
+        if attempt >= MAX_ATTEMPTS {
+            bail!("{}", with_given_up(anyhow::anyhow!("giving up after {attempt} start-up attempts"), &given_up));
+        }
+        eprintln!("{name}: reserving other hosts instead");
+    }
+}
+
+/// Whether every host that runs a process of the job is on a loopback address (a local grid:
+/// all the processes share one machine).
+fn all_loopback(placements: &[Placement], assigned: &[Vec<u32>]) -> bool {
+    placements
+        .iter()
+        .zip(assigned)
+        .filter(|(_, s)| !s.is_empty())
+        .all(|(p, _)| p.info.id.ip.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback()))
+}
+
+/// Where the launched hosts' events go: their processes' output and exits, the files they
+/// send back.
+struct FollowAll {
+    layout: Layout,
+    output: Arc<Output>,
+    collector: Option<Arc<Collector>>,
+    tx: Sender<Event>,
+}
+
+/// What [`launch_hosts`] started: the submitter's ends of the hosts' launch connections (to
+/// signal their processes), the threads that follow each host with the slots it runs, and
+/// the hosts that did not launch (their slots, and why).
+struct Launched {
+    remotes: Vec<Arc<Mutex<SecureWriter>>>,
+    readers: Vec<(Vec<u32>, std::thread::JoinHandle<()>)>,
+    failed: Vec<(Vec<u32>, String)>,
+}
+
+/// Step 3: asks every host of `remote` (a placement, the slots it launches, how many
+/// processes it runs in all) to launch its slots, all at once, each host watched; `spec_for`
+/// writes a host's request from its slots and process count.
+fn launch_hosts(
+    name: &str,
+    grid: &Grid,
+    verbose: bool,
+    remote: &[(&Placement, Vec<u32>, usize)],
+    spec_for: &(dyn Fn(&[u32], usize) -> LaunchSpec + Sync),
+    follow: &FollowAll,
+    progress: &mut Progress,
+) -> Launched {
+    let me = grid.state.ip;
+    let procs: usize = remote.iter().map(|(_, s, _)| s.len()).sum();
+    progress.set(format!("launching {procs} process(es)"));
+    let mut remotes: Vec<Arc<Mutex<SecureWriter>>> = Vec::new();
+    let mut readers = Vec::new();
+    let mut failed = Vec::new();
+    let infos: Vec<PeerInfo> = remote.iter().map(|(p, _, _)| p.info.clone()).collect();
+    let mut waiter = Waiter::new(name, format!("launching {procs} process(es)"), verbose);
+    let launched = watch::run(
+        &infos,
+        infos.len(),
+        pinger(me, &grid.secret),
+        &mut |w| progress.set(waiter.turn(&infos, w)),
+        &|i, cancel| {
+            let (p, ranks, procs) = &remote[i];
+            let spec = spec_for(ranks, *procs);
+            let addr = addr_of(&p.info, p.info.id.mpd_port);
+            let mut c = SecureConn::connect_cancellable(Some(me), addr, &grid.secret, Duration::from_secs(5), cancel)?;
+            c.send(&MpdRequest::Launch(spec))?;
+            // The first event (started, or refused) tells the launch was taken; the watch
+            // gives the host up long before this time-out if it stops answering.
+            c.set_max_record(1 << 20);
+            c.set_read_timeout(Some(Duration::from_secs(120)))?;
+            let first: JobEvent = c.recv()?.ok_or_else(|| anyhow::anyhow!("the peer daemon closed the connection"))?;
+            c.set_read_timeout(None)?;
+            Ok((c, first))
+        },
+    );
+    for ((p, ranks, _), launch) in remote.iter().zip(launched) {
+        let mut lost = |why: String| failed.push((ranks.clone(), why));
+        match launch {
+            watch::Outcome::Done((_, JobEvent::Refused(why))) => {
+                lost(format!("host {} refused the launch: {why}", p.info.id))
+            }
+            watch::Outcome::Done((conn, first)) => {
+                let (reader, writer) = conn.split();
+                remotes.push(Arc::new(Mutex::new(writer)));
+                let f = Follow {
+                    peer: p.info.id.clone(),
+                    slots: ranks.clone(),
+                    layout: follow.layout,
+                    output: follow.output.clone(),
+                    collector: follow.collector.clone(),
+                };
+                readers.push((ranks.clone(), follow_remote(reader, first, f, follow.tx.clone())));
+            }
+            watch::Outcome::Failed(e) => lost(format!("cannot launch on host {}: {e:#}", p.info.id)),
+            watch::Outcome::Unresponsive(why) => {
+                lost(format!("host {} stopped answering during the launch: {why}", p.info.id))
+            }
+        }
+    }
+    progress.done();
+    Launched { remotes, readers, failed }
+}
+
 /// `-H`/`--hostfile`: every host named must be a peer this host's daemon knows (by address or
 /// host name, or a name that resolves to its address).
 fn check_hosts(grid: &Grid, only: &[String]) -> Result<()> {
@@ -500,70 +684,12 @@ pub fn run(name: &str, opts: &RunArgs, n: usize, grid: Grid) -> Result<i32> {
     });
     let mut progress = Progress::new();
 
-    // 1–2. Reservation and staging; a host that stops answering during staging is given up
-    // and the job reserved again without it (as the -w loop keeps looking for hosts).
-    let mut given_up: Vec<(PeerId, String)> = Vec::new();
-    let mut attempt = 0;
-    let (reservation, placements, assigned, job) = loop {
-        attempt += 1;
-        let ask = Ask { n, r, strategy, app: &app, exclude: &given_up, only: &only };
-        let reserving = Instant::now();
-        let (ticket, placements) = match reserve(name, &grid, opts, ask, &mut progress) {
-            Ok(t) => t,
-            Err(e) => {
-                progress.done();
-                return Err(with_given_up(e, &given_up));
-            }
-        };
-        if opts.verbose {
-            let hosts: Vec<String> = placements.iter().map(|p| format!("{}×{}", p.info.id, p.ranks.len())).collect();
-            eprintln!("{name}: reserved {} in {} ms", hosts.join(", "), reserving.elapsed().as_millis());
-        }
-        let mut reservation =
-            Reservation { grid: &grid, ticket, peers: placements.iter().map(|p| p.info.clone()).collect() };
-        let assigned = assign_slots(layout, &placements.iter().map(|p| p.ranks.clone()).collect::<Vec<_>>());
-
-        if opts.dry_run {
-            progress.done();
-            println!("{:<22} {:>5}  ranks", "host", "procs");
-            for p in &placements {
-                let ranks: Vec<String> = p.ranks.iter().map(|r| r.to_string()).collect();
-                println!("{:<22} {:>5}  {}", p.info.id.to_string(), p.ranks.len(), ranks.join(" "));
-            }
-            if layout.slots() > layout.n {
-                // The table above is the reservation as placed (scripts read it); which copy is
-                // which replica is told apart, on stderr.
-                eprint!("{}", describe_replicas(layout, &placements, &assigned?));
-            }
-            drop(reservation);
-            return Ok(0);
-        }
-        let assigned = assigned?;
-
-        // 2. Staging to every host that runs a process besides rank 0.
-        let job = format!("{:032x}", home::random_u128());
-        let targets: Vec<PeerInfo> = placements
-            .iter()
-            .zip(&assigned)
-            .filter(|(_, s)| s.iter().any(|&x| x != 0))
-            .map(|(p, _)| p.info.clone())
-            .collect();
-        let frozen = stage_all(name, &grid, opts, ticket, &job, &files, &targets, &mut progress)?;
-        if frozen.is_empty() {
-            break (reservation, placements, assigned, job);
-        }
-        progress.done();
-        for (id, why) in &frozen {
-            eprintln!("{name}: gave up on host {id} during staging: {why}");
-        }
-        // Its reservation lapses by itself; the others are given back now.
-        reservation.peers.retain(|p| !frozen.iter().any(|(id, _)| *id == p.id));
-        drop(reservation);
-        given_up.extend(frozen);
-        if attempt >= MAX_ATTEMPTS {
-            bail!("{}", with_given_up(anyhow::anyhow!("giving up after {attempt} start-up attempts"), &given_up));
-        }
-        eprintln!("{name}: reserving other hosts instead");
+    // 1–2. Reservation and staging.
+    let ask = Ask { n, r, strategy, app: &app, exclude: &[], only: &only };
+    let Some(Staged { reservation, placements, assigned, job }) =
+        reserve_and_stage(name, &grid, opts, ask, &files, false, &mut progress)?
+    else {
+        return Ok(0);
     };
     // Each host with the slots it launches (slot 0 runs here, started by this process) and
     // how many processes it runs in all.
@@ -576,7 +702,6 @@ pub fn run(name: &str, opts: &RunArgs, n: usize, grid: Grid) -> Result<i32> {
 
     // 3. The root's control port, then the launches (all at once, each host watched).
     let slots = layout.slots();
-    progress.set(format!("launching {slots} process(es)"));
     let listener = TcpListener::bind((me, 0)).context("cannot open the root's control port")?;
     let root = listener.local_addr()?;
     // The job's key: handed to each host's MPD inside the launch request (over the Noise
@@ -585,81 +710,36 @@ pub fn run(name: &str, opts: &RunArgs, n: usize, grid: Grid) -> Result<i32> {
     let (tx, rx) = channel::<Event>();
     let fencing = launcher::Fencing::shared(layout, fd.as_ref());
     launcher::spawn_control_server(listener, key.clone(), slots, tx.clone(), fencing.clone());
-    let all_loopback = placements
-        .iter()
-        .zip(&assigned)
-        .filter(|(_, s)| !s.is_empty())
-        .all(|(p, _)| p.info.id.ip.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback()));
-    let mut remotes: Vec<Arc<Mutex<SecureWriter>>> = Vec::new();
-    let mut readers = Vec::new();
-    let infos: Vec<PeerInfo> = remote.iter().map(|(p, _, _)| p.info.clone()).collect();
-    let mut waiter = Waiter::new(name, format!("launching {slots} process(es)"), opts.verbose);
-    let launched = watch::run(
-        &infos,
-        infos.len(),
-        pinger(me, &grid.secret),
-        &mut |w| progress.set(waiter.turn(&infos, w)),
-        &|i, cancel| {
-            let (p, ranks, procs) = &remote[i];
-            let local_procs = if all_loopback { slots } else { *procs };
-            let mut env = vec![(env::LOCAL_PROCS.to_string(), local_procs.to_string())];
-            if r > 1 {
-                env.push((env::REPLICAS.to_string(), r.to_string()));
-            }
-            if opts.encrypt {
-                env.push((env::ENCRYPT.to_string(), "1".to_string()));
-            }
-            env.extend(extra.iter().cloned());
-            let spec = LaunchSpec {
-                ticket: reservation.ticket,
-                job: job.clone(),
-                app: app.clone(),
-                program: app.clone(),
-                args: opts.command[1..].to_vec(),
-                ranks: ranks.clone(),
-                size: n as u32,
-                root: root.to_string(),
-                job_key: key.clone(),
-                env,
-                collect: opts.collect.clone(),
-            };
-            let addr = addr_of(&p.info, p.info.id.mpd_port);
-            let mut c = SecureConn::connect_cancellable(Some(me), addr, &grid.secret, Duration::from_secs(5), cancel)?;
-            c.send(&MpdRequest::Launch(spec))?;
-            // The first event (started, or refused) tells the launch was taken; the watch
-            // gives the host up long before this time-out if it stops answering.
-            c.set_max_record(1 << 20);
-            c.set_read_timeout(Some(Duration::from_secs(120)))?;
-            let first: JobEvent = c.recv()?.ok_or_else(|| anyhow::anyhow!("the peer daemon closed the connection"))?;
-            c.set_read_timeout(None)?;
-            Ok((c, first))
-        },
-    );
-    for ((p, ranks, _), launch) in remote.iter().zip(launched) {
-        let lost = |why: String| {
-            let _ = tx.send(Event::Lost { ranks: ranks.iter().map(|&x| x as usize).collect(), why });
-        };
-        match launch {
-            watch::Outcome::Done((_, JobEvent::Refused(why))) => {
-                lost(format!("host {} refused the launch: {why}", p.info.id))
-            }
-            watch::Outcome::Done((conn, first)) => {
-                let (reader, writer) = conn.split();
-                remotes.push(Arc::new(Mutex::new(writer)));
-                let follow = Follow {
-                    peer: p.info.id.clone(),
-                    slots: ranks.clone(),
-                    layout,
-                    output: output.clone(),
-                    collector: collector.clone(),
-                };
-                readers.push((ranks.clone(), follow_remote(reader, first, follow, tx.clone())));
-            }
-            watch::Outcome::Failed(e) => lost(format!("cannot launch on host {}: {e:#}", p.info.id)),
-            watch::Outcome::Unresponsive(why) => {
-                lost(format!("host {} stopped answering during the launch: {why}", p.info.id))
-            }
+    let all_loopback = all_loopback(&placements, &assigned);
+    let spec_for = |ranks: &[u32], procs: usize| {
+        let local_procs = if all_loopback { slots } else { procs };
+        let mut env = vec![(env::LOCAL_PROCS.to_string(), local_procs.to_string())];
+        if r > 1 {
+            env.push((env::REPLICAS.to_string(), r.to_string()));
         }
+        if opts.encrypt {
+            env.push((env::ENCRYPT.to_string(), "1".to_string()));
+        }
+        env.extend(extra.iter().cloned());
+        LaunchSpec {
+            ticket: reservation.ticket,
+            job: job.clone(),
+            app: app.clone(),
+            program: app.clone(),
+            args: opts.command[1..].to_vec(),
+            ranks: ranks.to_vec(),
+            size: n as u32,
+            root: root.to_string(),
+            job_key: key.clone(),
+            env,
+            collect: opts.collect.clone(),
+        }
+    };
+    let follow = FollowAll { layout, output: output.clone(), collector: collector.clone(), tx: tx.clone() };
+    let Launched { remotes, readers, failed } =
+        launch_hosts(name, &grid, opts.verbose, &remote, &spec_for, &follow, &mut progress);
+    for (ranks, why) in failed {
+        let _ = tx.send(Event::Lost { ranks: ranks.iter().map(|&x| x as usize).collect(), why });
     }
     progress.done();
 
@@ -735,15 +815,27 @@ pub fn run(name: &str, opts: &RunArgs, n: usize, grid: Grid) -> Result<i32> {
     }
     drop(tx);
 
+    let spawns = crate::spawn::Spawns::new(crate::spawn::Settings {
+        name: name.to_string(),
+        key: key.clone(),
+        first_id: slots as u32,
+        tag_output: opts.tag_output,
+        extra: extra.clone(),
+        startup_timeout: opts.startup_timeout,
+        timeout: opts.timeout.map(Duration::from_secs),
+        encrypt: opts.encrypt,
+        place: crate::spawn::Place::Grid(Arc::new(GridSpawn {
+            grid: grid.clone(),
+            opts: opts.clone(),
+            only: only.clone(),
+        })),
+    });
     let stop = || {
         launcher::terminate(&children);
-        stop_remotes(&remotes, libc::SIGTERM);
-        let remotes = remotes.clone();
-        std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_secs(1));
-            stop_remotes(&remotes, libc::SIGKILL);
-        });
+        stop_hosts(&remotes);
+        spawns.terminate_all();
     };
+    let spawn = |apps: &[SpawnApp], parents: &[(u32, String)], ctx: u32| spawns.spawn(apps, parents, ctx);
     // A replica declared dead exits when it hears of it (or is stopped with the stragglers).
     let hooks = Job {
         layout,
@@ -754,7 +846,7 @@ pub fn run(name: &str, opts: &RunArgs, n: usize, grid: Grid) -> Result<i32> {
         fd: fd.as_ref(),
         fencing,
         notices: Some(&notifier),
-        spawner: None,
+        spawner: Some(&spawn),
     };
     let code = launcher::event_loop(name, &hooks, &rx, &mut states);
     notifier.finish(
@@ -774,12 +866,125 @@ pub fn run(name: &str, opts: &RunArgs, n: usize, grid: Grid) -> Result<i32> {
     }
     let _ = mpd::call(Some(me), grid.state.mpd_addr(), &grid.secret, &MpdRequest::Retire { job, rank: 0 });
     drop(reservation);
-    Ok(code)
+    // The spawned jobs end like the parents' (their exit status counts if the parents' is 0).
+    let spawned = spawns.wait();
+    Ok(if code == 0 { spawned } else { code })
+}
+
+/// Stops the processes of launched hosts: SIGTERM, then SIGKILL a second later.
+fn stop_hosts(remotes: &[Arc<Mutex<SecureWriter>>]) {
+    stop_remotes(remotes, libc::SIGTERM);
+    let remotes = remotes.to_vec();
+    std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_secs(1));
+        stop_remotes(&remotes, libc::SIGKILL);
+    });
 }
 
 fn stop_remotes(remotes: &[Arc<Mutex<SecureWriter>>], sig: i32) {
     for w in remotes {
         let _ = w.lock().unwrap_or_else(|p| p.into_inner()).send(&JobControl::Signal(sig));
+    }
+}
+
+/// Spawning from a grid job (`spawn`, `spawn_multiple`). The submitter's launcher does it, on
+/// behalf of the spawning root wherever that runs: it holds the grid session (this host's peer
+/// daemon, the grid secret), the user's terminal where every process's output goes, and the
+/// job's options; the children are reserved, staged and launched through this host's peer
+/// daemon exactly as the job was (`-w`, `-a`, `-H`, `-l`, `-x`, `-v` apply), each program of
+/// a `spawn_multiple` as a reservation of its own (a host launches one program per
+/// reservation). Unlike the job's rank 0, no child runs in the launcher's directory: every
+/// child, on this host too, runs in a staged job directory started by its host's daemon.
+pub(crate) struct GridSpawn {
+    pub(crate) grid: Grid,
+    pub(crate) opts: RunArgs,
+    /// `-H`/`--hostfile`: the only hosts that may be reserved (empty: any).
+    pub(crate) only: Vec<String>,
+}
+
+impl GridSpawn {
+    /// This host's grid address (children reach the spawned job's control port there).
+    pub(crate) fn address(&self) -> IpAddr {
+        self.grid.state.ip
+    }
+
+    /// Reserves, stages and launches the processes of `req`; on failure stops what started,
+    /// gives back every reservation, and says why.
+    pub(crate) fn start(&self, name: &str, req: &crate::spawn::Request<'_>) -> Result<crate::spawn::Started, String> {
+        let strategy: p2pmpi_core::allocation::Strategy = self.opts.strategy.parse()?;
+        let layout = Layout::new(req.m, 1);
+        let follow = FollowAll { layout, output: req.output.clone(), collector: None, tx: req.tx.clone() };
+        let mut progress = Progress::new();
+        let mut reservations = Vec::new();
+        let mut remotes: Vec<Arc<Mutex<SecureWriter>>> = Vec::new();
+        let mut threads = Vec::new();
+        let mut offset = 0u32;
+        for (a, app) in req.apps.iter().enumerate() {
+            let program = &req.programs[a];
+            let app_name = program.file_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or("program".into());
+            let ask = Ask { n: app.procs as usize, r: 1, strategy, app: &app_name, exclude: &[], only: &self.only };
+            let staged = input_files(&self.opts, program, &app_name).and_then(|files| {
+                reserve_and_stage(name, &self.grid, &self.opts, ask, &files, true, &mut progress)?
+                    .ok_or_else(|| anyhow::anyhow!("a dry run reserves only"))
+            });
+            let staged = match staged {
+                Ok(s) => s,
+                Err(e) => {
+                    progress.done();
+                    // The programs already launched stop; every reservation is given back.
+                    stop_remotes(&remotes, libc::SIGKILL);
+                    return Err(format!("cannot reserve {} process(es) for {app_name} on the grid: {e:#}", app.procs));
+                }
+            };
+            let all_loopback = all_loopback(&staged.placements, &staged.assigned);
+            let remote: Vec<(&Placement, Vec<u32>, usize)> = staged
+                .placements
+                .iter()
+                .zip(&staged.assigned)
+                .filter(|(_, s)| !s.is_empty())
+                .map(|(p, s)| (p, s.iter().map(|&x| x + offset).collect(), s.len()))
+                .collect();
+            let spec_for = |ranks: &[u32], procs: usize| {
+                // The spawning program's `Command` variables first; the launcher's own after
+                // (the daemon applies them in order), which they cannot override.
+                let mut env: Vec<(String, String)> = app
+                    .env
+                    .iter()
+                    .filter(|(k, _)| !crate::spawn::own_variable(k))
+                    .filter_map(|(k, v)| Some((k.clone(), v.clone()?)))
+                    .collect();
+                let local_procs = if all_loopback { req.universe } else { procs };
+                env.push((env::LOCAL_PROCS.to_string(), local_procs.to_string()));
+                env.push((env::APPNUM.to_string(), a.to_string()));
+                env.extend(req.vars.iter().cloned());
+                LaunchSpec {
+                    ticket: staged.reservation.ticket,
+                    job: staged.job.clone(),
+                    app: app_name.clone(),
+                    program: app_name.clone(),
+                    args: app.args.clone(),
+                    ranks: ranks.to_vec(),
+                    size: req.m as u32,
+                    root: req.root.to_string(),
+                    job_key: req.key.clone(),
+                    env,
+                    collect: Vec::new(),
+                }
+            };
+            let launched =
+                launch_hosts(name, &self.grid, self.opts.verbose, &remote, &spec_for, &follow, &mut progress);
+            remotes.extend(launched.remotes);
+            threads.extend(launched.readers.into_iter().map(|(s, t)| (s.iter().map(|&x| x as usize).collect(), t)));
+            reservations.push(staged.reservation);
+            if !launched.failed.is_empty() {
+                stop_remotes(&remotes, libc::SIGKILL);
+                let why: Vec<String> = launched.failed.into_iter().map(|(_, why)| why).collect();
+                return Err(why.join("; "));
+            }
+            offset += app.procs;
+        }
+        let stop = Arc::new(move || stop_hosts(&remotes));
+        Ok(crate::spawn::Started { stop, pids: vec![0; req.m], threads, keep: Box::new(reservations) })
     }
 }
 

@@ -63,7 +63,7 @@ const REDUNDANT_GRACE: Duration = Duration::from_secs(1);
 pub(crate) const STOP_CONFIRM: Duration = Duration::from_secs(5);
 
 /// Options of `p2pmpirun`.
-#[derive(Parser, Debug)]
+#[derive(Parser, Debug, Clone)]
 #[command(
     name = "p2pmpirun",
     version,
@@ -753,7 +753,7 @@ fn run_local(name: &str, opts: RunArgs, n: usize) -> Result<i32> {
     }
     drop(tx);
 
-    let spawner = crate::spawn::LocalSpawner::new(crate::spawn::Settings {
+    let spawner = crate::spawn::Spawns::new(crate::spawn::Settings {
         name: name.to_string(),
         key: key.clone(),
         first_id: slots as u32,
@@ -762,6 +762,7 @@ fn run_local(name: &str, opts: RunArgs, n: usize) -> Result<i32> {
         startup_timeout: opts.startup_timeout,
         timeout: opts.timeout.map(Duration::from_secs),
         encrypt: opts.encrypt,
+        place: crate::spawn::Place::Local,
     });
     let stop = || {
         terminate(&children);
@@ -1245,7 +1246,7 @@ pub(crate) fn event_loop(name: &str, job: &Job, rx: &Receiver<Event>, states: &m
                 } else {
                     match job.spawner {
                         Some(s) => s(&apps, &parents, ctx),
-                        None => Err("spawn is only supported by local jobs (p2pmpirun --local) yet".to_string()),
+                        None => Err("this job cannot spawn processes".to_string()),
                     }
                 };
                 if let Some(c) = rep.conns.get(&slot) {

@@ -1,8 +1,12 @@
-//! Dynamic processes of a local job (`spawn`, `spawn_multiple`): the launcher starts the
-//! children a root asks for through the same path as the job's own processes — resolved
-//! program, the job's key, a control port of their own, output pumped to this terminal line
-//! by line, the same event loop judging their exits — as a job of their own (their own world)
-//! whose universe ids follow the parents'. Children may spawn in turn.
+//! Dynamic processes (`spawn`, `spawn_multiple`): the launcher starts the children a root
+//! asks for through the same path as the job's own processes — resolved program, the job's
+//! key, a control port of their own, output pumped to this terminal line by line, the same
+//! event loop judging their exits — as a job of their own (their own world) whose universe ids
+//! follow the parents'. Children may spawn in turn.
+//!
+//! Where the children run follows the job: on this host for `p2pmpirun --local`
+//! ([`Place::Local`]); on the grid otherwise ([`Place::Grid`]), reserved, staged and launched
+//! through this host's peer daemon like the job itself ([`crate::grid_run::GridSpawn`]).
 
 use crate::launcher::{
     die_with_launcher, event_loop, pump, resolve_program, spawn_control_server, terminate, watch_exits, Event, Fencing,
@@ -13,12 +17,22 @@ use p2pmpi::bootstrap::env;
 use p2pmpi_core::replication::Layout;
 use p2pmpi_wire::auth::JobKey;
 use p2pmpi_wire::control::SpawnApp;
-use std::net::TcpListener;
+use std::net::{SocketAddr, TcpListener};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc::channel;
+use std::sync::mpsc::{channel, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
+
+/// Where spawned processes run.
+#[derive(Clone)]
+pub(crate) enum Place {
+    /// On this host, started by this process (`p2pmpirun --local`).
+    Local,
+    /// On grid peers, through this host's peer daemon.
+    Grid(Arc<crate::grid_run::GridSpawn>),
+}
 
 /// What every spawned job shares with the job that spawned it.
 pub(crate) struct Settings {
@@ -31,6 +45,38 @@ pub(crate) struct Settings {
     pub startup_timeout: u64,
     pub timeout: Option<Duration>,
     pub encrypt: bool,
+    pub place: Place,
+}
+
+/// What starting a spawned job's processes gives its event loop.
+pub(crate) struct Started {
+    /// Stops every process of the spawned job.
+    pub stop: Arc<dyn Fn() + Send + Sync>,
+    /// The process ids, by rank (0 where the process runs on another host).
+    pub pids: Vec<u32>,
+    /// Threads that carry the processes' output and exits, with the ranks each serves:
+    /// joined once the job ended, unless one of those ranks never confirmed its end.
+    pub threads: Vec<(Vec<usize>, JoinHandle<()>)>,
+    /// Held until the spawned job ended (its reservations on the grid).
+    pub keep: Box<dyn Send>,
+}
+
+/// The start of one spawned job, wherever it runs.
+pub(crate) struct Request<'a> {
+    pub apps: &'a [SpawnApp],
+    /// Each app's program, resolved on this host.
+    pub programs: &'a [PathBuf],
+    /// The variables every process gets after its app's own (which cannot override them):
+    /// the control port, spawn base, parents, encryption, `-x`.
+    pub vars: &'a [(String, String)],
+    /// Processes in the spawned job.
+    pub m: usize,
+    /// The universe size once the job runs (parents, earlier spawned jobs, this one).
+    pub universe: usize,
+    pub root: SocketAddr,
+    pub key: &'a JobKey,
+    pub output: &'a Arc<Output>,
+    pub tx: &'a Sender<Event>,
 }
 
 struct Inner {
@@ -38,15 +84,15 @@ struct Inner {
     next_id: Mutex<u32>,
     /// Spawned jobs started so far.
     started: std::sync::atomic::AtomicUsize,
-    /// The processes of every spawned job (stopped with the parents').
-    jobs: Mutex<Vec<Arc<Mutex<Vec<Child>>>>>,
+    /// How to stop every spawned job (with the parents).
+    jobs: Mutex<Vec<Arc<dyn Fn() + Send + Sync>>>,
     /// Each spawned job's event loop, which returns its exit status.
     loops: Mutex<Vec<JoinHandle<i32>>>,
 }
 
-/// Starts spawned jobs on this host; shared by the job's event loop and the spawned jobs'.
+/// Starts spawned jobs; shared by the job's event loop and the spawned jobs'.
 #[derive(Clone)]
-pub(crate) struct LocalSpawner(Arc<Inner>);
+pub(crate) struct Spawns(Arc<Inner>);
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -55,10 +101,31 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// Most processes one spawn may ask for.
 const MAX_SPAWN: u32 = 4096;
 
-impl LocalSpawner {
-    pub(crate) fn new(settings: Settings) -> LocalSpawner {
+/// Variables the launcher sets for every process, which a spawning program's `Command`
+/// cannot override.
+pub(crate) fn own_variable(k: &str) -> bool {
+    [
+        env::RANK,
+        env::SIZE,
+        env::CONTROL,
+        env::JOB_KEY,
+        env::BIND,
+        env::PORTS,
+        env::LOCAL_PROCS,
+        env::SPAWN_BASE,
+        env::PARENTS,
+        env::PARENT_CTX,
+        env::APPNUM,
+        env::REPLICAS,
+        "P2PMPI_JOB",
+    ]
+    .contains(&k)
+}
+
+impl Spawns {
+    pub(crate) fn new(settings: Settings) -> Spawns {
         let next_id = Mutex::new(settings.first_id);
-        LocalSpawner(Arc::new(Inner {
+        Spawns(Arc::new(Inner {
             settings,
             next_id,
             started: Default::default(),
@@ -70,8 +137,8 @@ impl LocalSpawner {
     /// Stops every spawned process.
     pub(crate) fn terminate_all(&self) {
         let jobs: Vec<_> = lock(&self.0.jobs).clone();
-        for j in jobs {
-            terminate(&j);
+        for stop in jobs {
+            stop();
         }
     }
 
@@ -106,7 +173,11 @@ impl LocalSpawner {
         let parent_list = parents.iter().map(|(id, a)| format!("{id}={a}")).collect::<Vec<_>>().join(";");
         let m = m as usize;
         let layout = Layout::new(m, 1);
-        let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("cannot open a control port: {e}"))?;
+        let bind = match &s.place {
+            Place::Local => std::net::IpAddr::from([127, 0, 0, 1]),
+            Place::Grid(g) => g.address(),
+        };
+        let listener = TcpListener::bind((bind, 0)).map_err(|e| format!("cannot open a control port: {e}"))?;
         let ctrl_addr = listener.local_addr().map_err(|e| e.to_string())?;
         let (tx, rx) = channel::<Event>();
         let fencing = Fencing::shared(layout, None);
@@ -122,71 +193,53 @@ impl LocalSpawner {
                 .map_err(|e| format!("{e:#}"))?
                 .labelled(format!("spawn{number}.")),
         );
-        let mut children: Vec<Child> = Vec::with_capacity(m);
-        let mut pumps = Vec::new();
-        let mut states: Vec<RankState> = Vec::with_capacity(m);
-        let slots = (0..apps.len()).flat_map(|a| std::iter::repeat_n(a, apps[a].procs as usize));
-        for (rank, app) in slots.enumerate() {
-            let mut cmd = Command::new(&programs[app]);
-            cmd.args(&apps[app].args);
-            // What the spawning program's `Command` set or removed, before the job's own
-            // variables (which it cannot override).
-            for (k, v) in &apps[app].env {
-                match v {
-                    Some(v) => cmd.env(k, v),
-                    None => cmd.env_remove(k),
-                };
-            }
-            cmd.env(env::RANK, rank.to_string())
-                .env(env::SIZE, m.to_string())
-                .env(env::CONTROL, ctrl_addr.to_string())
-                .env(env::JOB_KEY, s.key.to_hex())
-                .env(env::LOCAL_PROCS, (base as usize + m).to_string())
-                .env(env::SPAWN_BASE, base.to_string())
-                .env(env::PARENTS, &parent_list)
-                .env(env::PARENT_CTX, ctx.to_string())
-                .env(env::APPNUM, app.to_string())
-                .stdin(Stdio::null())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped());
-            if s.encrypt {
-                cmd.env(env::ENCRYPT, "1");
-            }
-            cmd.envs(s.extra.iter().cloned());
-            die_with_launcher(&mut cmd);
-            let mut child = match cmd.spawn() {
-                Ok(c) => c,
-                Err(e) => {
-                    terminate(&Arc::new(Mutex::new(children)));
-                    return Err(format!("cannot start '{}': {e}", programs[app].display()));
-                }
-            };
-            let mut st = RankState::default();
-            st.pid = child.id();
-            states.push(st);
-            let so = child.stdout.take().expect("piped");
-            let se = child.stderr.take().expect("piped");
-            pumps.push(pump(so, rank, false, output.clone()));
-            pumps.push(pump(se, rank, true, output.clone()));
-            children.push(child);
+        let mut vars = vec![
+            (env::CONTROL.to_string(), ctrl_addr.to_string()),
+            (env::SPAWN_BASE.to_string(), base.to_string()),
+            (env::PARENTS.to_string(), parent_list),
+            (env::PARENT_CTX.to_string(), ctx.to_string()),
+        ];
+        if s.encrypt {
+            vars.push((env::ENCRYPT.to_string(), "1".to_string()));
         }
+        vars.extend(s.extra.iter().cloned());
+        let req = Request {
+            apps,
+            programs: &programs,
+            vars: &vars,
+            m,
+            universe: base as usize + m,
+            root: ctrl_addr,
+            key: &s.key,
+            output: &output,
+            tx: &tx,
+        };
+        let started = match &s.place {
+            Place::Local => start_here(&req)?,
+            Place::Grid(g) => g.start(&format!("{} (spawned job {number})", s.name), &req)?,
+        };
         spawn_control_server(listener, s.key.clone(), m, tx.clone(), fencing.clone());
-        let children = Arc::new(Mutex::new(children));
-        lock(&self.0.jobs).push(children.clone());
-        {
-            let children = children.clone();
-            let output = output.clone();
-            std::thread::spawn(move || watch_exits(children, tx, output));
-        }
+        lock(&self.0.jobs).push(started.stop.clone());
+        let mut states: Vec<RankState> = started
+            .pids
+            .iter()
+            .map(|&pid| {
+                let mut st = RankState::default();
+                st.pid = pid;
+                st
+            })
+            .collect();
+        drop(tx);
         let me = self.clone();
         let name = format!("{} (spawned job)", s.name);
         let handle = std::thread::spawn(move || {
             let st = &me.0.settings;
-            let stop = || terminate(&children);
+            let Started { stop, threads, keep, .. } = started;
+            let stop_all = || stop();
             let nested = |a: &[SpawnApp], p: &[(u32, String)], c: u32| me.spawn(a, p, c);
             let job = Job {
                 layout,
-                stop_all: &stop,
+                stop_all: &stop_all,
                 output: &output,
                 startup_timeout: st.startup_timeout,
                 timeout: st.timeout,
@@ -196,12 +249,70 @@ impl LocalSpawner {
                 spawner: Some(&nested),
             };
             let code = event_loop(&name, &job, &rx, &mut states);
-            for p in pumps {
-                let _ = p.join();
+            for (ranks, t) in threads {
+                // A host cut off never confirmed its processes' end: its thread ends with
+                // this process.
+                if ranks.iter().any(|&r| states[r].unconfirmed) {
+                    continue;
+                }
+                let _ = t.join();
             }
+            drop(keep);
             code
         });
         lock(&self.0.loops).push(handle);
         Ok(base)
     }
+}
+
+/// Starts a spawned job's processes on this host.
+fn start_here(req: &Request<'_>) -> Result<Started, String> {
+    let Request { apps, programs, vars, m, universe, key, output, tx, .. } = *req;
+    let mut children: Vec<Child> = Vec::with_capacity(m);
+    let mut threads = Vec::new();
+    let mut pids = Vec::with_capacity(m);
+    let slots = (0..apps.len()).flat_map(|a| std::iter::repeat_n(a, apps[a].procs as usize));
+    for (rank, app) in slots.enumerate() {
+        let mut cmd = Command::new(&programs[app]);
+        cmd.args(&apps[app].args);
+        // What the spawning program's `Command` set or removed, before the job's own
+        // variables (which it cannot override).
+        for (k, v) in &apps[app].env {
+            match v {
+                Some(v) => cmd.env(k, v),
+                None => cmd.env_remove(k),
+            };
+        }
+        cmd.env(env::RANK, rank.to_string())
+            .env(env::SIZE, m.to_string())
+            .env(env::JOB_KEY, key.to_hex())
+            .env(env::LOCAL_PROCS, universe.to_string())
+            .env(env::APPNUM, app.to_string())
+            .envs(vars.iter().cloned())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        die_with_launcher(&mut cmd);
+        let mut child = match cmd.spawn() {
+            Ok(c) => c,
+            Err(e) => {
+                terminate(&Arc::new(Mutex::new(children)));
+                return Err(format!("cannot start '{}': {e}", programs[app].display()));
+            }
+        };
+        pids.push(child.id());
+        let so = child.stdout.take().expect("piped");
+        let se = child.stderr.take().expect("piped");
+        threads.push((vec![rank], pump(so, rank, false, output.clone())));
+        threads.push((vec![rank], pump(se, rank, true, output.clone())));
+        children.push(child);
+    }
+    let children = Arc::new(Mutex::new(children));
+    {
+        let children = children.clone();
+        let output = output.clone();
+        let tx = tx.clone();
+        std::thread::spawn(move || watch_exits(children, tx, output));
+    }
+    Ok(Started { stop: Arc::new(move || terminate(&children)), pids, threads, keep: Box::new(()) })
 }

@@ -137,19 +137,6 @@ fn tagged_output_tells_the_children_apart() {
     }
 }
 
-/// A grid job (not `--local`): spawning is not supported there yet; the root's launcher says
-/// so, every parent gets `MpiError::Spawn`, and the job goes on.
-#[test]
-fn a_grid_job_spawn_is_a_clear_error() {
-    let g = common::grid::TestGrid::start("spawn", 2, &["--procs", "2"]);
-    g.wait_hosts(1, 1);
-    let prog = example("spawn_checks");
-    let o = g.run(&["-n", "2", prog.to_str().unwrap(), "missing"]);
-    o.assert_ok();
-    assert_eq!(count(&o.stdout, "OK spawn_checks missing"), 2, "{}", o.stdout);
-    assert!(o.stderr.contains("spawn is only supported by local jobs (p2pmpirun --local) yet"), "{}", o.stderr);
-}
-
 #[test]
 fn the_spawn_command_s_environment_reaches_the_children() {
     // The children check that the variable the parents' `Command` set is there, and that

@@ -9,7 +9,8 @@
 //! the children spawn a grandchild, which talks to both of them. `... spawn_checks missing`: spawning a program that does not
 //! exist is an `MpiError::Spawn`, and the parents go on. `... spawn_checks child_panics`: the
 //! children panic; the parents waiting for them must stop with an error. Every check panics
-//! when it fails.
+//! when it fails. The `basic` lines end with `on HOST`: the address the process's peer gave it
+//! (`local` without a grid).
 #![forbid(unsafe_code)]
 
 use mpi::collective::SystemOperation;
@@ -22,6 +23,11 @@ fn child_command(args: &[&str]) -> Command {
     let mut c = Command::new(std::env::current_exe().unwrap());
     c.args(args).env("SPAWN_CHECKS_FROM", "the parents' Command").env_remove("SPAWN_CHECKS_GONE");
     c
+}
+
+/// The address this process's peer gave it (`local` for `p2pmpirun --local`).
+fn host() -> String {
+    std::env::var("P2PMPI_BIND").unwrap_or_else(|_| "local".into())
 }
 
 fn main() -> Result<(), mpi::MpiError> {
@@ -58,7 +64,11 @@ fn main() -> Result<(), mpi::MpiError> {
                 merged.all_reduce_into(&merged.rank(), &mut sum, SystemOperation::sum());
                 let n = merged.size();
                 assert_eq!(sum, n * (n - 1) / 2);
-                println!("child {rank} of {size}: {np} parents, merged rank {} of {n}, sum {sum}", merged.rank());
+                println!(
+                    "child {rank} of {size}: {np} parents, merged rank {} of {n}, sum {sum} on {}",
+                    merged.rank(),
+                    host()
+                );
             }
             "first" | "second" => {
                 let appnum = universe.appnum().unwrap_or(-1);
@@ -123,7 +133,11 @@ fn main() -> Result<(), mpi::MpiError> {
             merged.all_reduce_into(&merged.rank(), &mut sum, SystemOperation::sum());
             let n = merged.size();
             assert_eq!(sum, n * (n - 1) / 2);
-            println!("OK spawn_checks basic: parent {rank}, merged rank {} of {n}, sum {sum}", merged.rank());
+            println!(
+                "OK spawn_checks basic: parent {rank}, merged rank {} of {n}, sum {sum} on {}",
+                merged.rank(),
+                host()
+            );
         }
         "multiple" => {
             let cmds = [child_command(&["first"]), child_command(&["second"])];

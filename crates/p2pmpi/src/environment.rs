@@ -196,7 +196,7 @@ pub fn initialize_with_threading(threading: Threading) -> Option<(Universe, Thre
     crate::random::set_job_seed(boot.key.seed("random"));
     #[cfg(feature = "failpoints")]
     arm_failpoints(boot.slot);
-    crate::collective::hier::set_world_hosts(&boot.addrs, boot.layout.is_some());
+    crate::collective::hier::set_world_hosts(&boot.addrs, boot.world_base, boot.layout.is_some());
     let spin = spin_budget(boot.local_procs);
     let yield_spin = yield_budget(boot.local_procs);
     let engine = Engine::new(boot.rank, boot.size, boot.slot, boot.layout, boot.key, boot.listener, boot.addrs, spin)

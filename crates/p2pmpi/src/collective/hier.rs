@@ -25,9 +25,10 @@ use crate::error::Result;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
-/// Host number of every world rank (numbered in order of first appearance), or `None` when
-/// the hierarchical algorithms are off for this job (replicated, one host, turned off).
-static WORLD_HOSTS: OnceLock<Option<Arc<[u32]>>> = OnceLock::new();
+/// The first universe id of this process's world, and the host number of every rank of that
+/// world (numbered in order of first appearance), or `None` when the hierarchical algorithms
+/// are off for this job (replicated, one host, turned off).
+static WORLD_HOSTS: OnceLock<Option<(i32, Arc<[u32]>)>> = OnceLock::new();
 
 /// Collectives this process ran hierarchically (see [`super::hierarchical_collectives`]).
 static RUN: AtomicU64 = AtomicU64::new(0);
@@ -36,10 +37,17 @@ static RUN: AtomicU64 = AtomicU64::new(0);
 const TAG_LOCAL: i32 = 32;
 const TAG_INTER: i32 = 64;
 
-/// Records the host of every world rank from the world table (`addrs[r]`'s IP address), once
-/// at start-up. `replicated`: the job runs replicas (the hierarchy stays off).
-pub(crate) fn set_world_hosts(addrs: &[std::net::SocketAddr], replicated: bool) {
+/// Records the host of every rank of this process's world from the world table (`addrs[r]`'s
+/// IP address, `base` the world's first universe id), once at start-up. `replicated`: the job
+/// runs replicas (the hierarchy stays off).
+///
+/// Only the process's own world counts: a communicator with processes of other worlds (a
+/// spawned job's parents or children, merged) keeps the flat algorithms, on both sides alike —
+/// a spawned process knows its parents' addresses, but the parents do not know their
+/// children's at start-up, and both sides must choose the same algorithm.
+pub(crate) fn set_world_hosts(addrs: &[std::net::SocketAddr], base: i32, replicated: bool) {
     let off = replicated || matches!(std::env::var("P2PMPI_COLL_HIER").as_deref(), Ok("0"));
+    let addrs = addrs.get(usize::try_from(base).unwrap_or(usize::MAX)..).unwrap_or_default();
     let hosts = (!off && addrs.len() > 1).then(|| {
         let mut seen: Vec<std::net::IpAddr> = Vec::new();
         addrs
@@ -53,7 +61,7 @@ pub(crate) fn set_world_hosts(addrs: &[std::net::SocketAddr], replicated: bool) 
             })
             .collect::<Arc<[u32]>>()
     });
-    let _ = WORLD_HOSTS.set(hosts);
+    let _ = WORLD_HOSTS.set(hosts.map(|h| (base, h)));
 }
 
 pub(crate) fn run_count() -> u64 {
@@ -77,16 +85,18 @@ impl HostLayout {
     /// The layout of a communicator whose world ranks are `world[r]`, if hierarchical
     /// collectives apply: more than one host and fewer hosts than ranks.
     pub(crate) fn build(world: impl Iterator<Item = i32>) -> Option<HostLayout> {
-        Self::build_from(WORLD_HOSTS.get()?.as_ref()?, world)
+        let (base, table) = WORLD_HOSTS.get()?.as_ref()?;
+        Self::build_from(table, world.map(|w| w - base))
     }
 
-    /// As [`Self::build`], with `table[w]` the host of world rank `w`.
+    /// As [`Self::build`], with `table[w]` the host of world rank `w` (a rank outside the
+    /// table: no layout).
     fn build_from(table: &[u32], world: impl Iterator<Item = i32>) -> Option<HostLayout> {
         let mut ids: Vec<u32> = Vec::new();
         let mut hosts: Vec<Vec<i32>> = Vec::new();
         let mut host_of = Vec::new();
         for (r, w) in world.enumerate() {
-            let id = *table.get(w as usize)?;
+            let id = *table.get(usize::try_from(w).ok()?)?;
             let h = match ids.iter().position(|&x| x == id) {
                 Some(h) => h,
                 None => {
@@ -272,5 +282,7 @@ mod tests {
         assert!(HostLayout::build_from(&[0, 1, 2, 3], 0..4).is_none(), "one rank per host");
         assert!(HostLayout::build_from(&[0, 0, 1, 1], [0, 2].into_iter()).is_none(), "a subset: one per host");
         assert!(HostLayout::build_from(&[0, 0, 1, 1], [0, 1, 2].into_iter()).is_some());
+        assert!(HostLayout::build_from(&[0, 0, 1, 1], [0, 1, 2, 4].into_iter()).is_none(), "another world's rank");
+        assert!(HostLayout::build_from(&[0, 0, 1, 1], [-2, 0, 1, 2].into_iter()).is_none(), "a parent's rank");
     }
 }
