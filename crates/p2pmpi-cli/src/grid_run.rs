@@ -19,6 +19,10 @@
 //! reservation places it on the submitter); its other replicas run elsewhere like any rank's.
 //! Hosts launch slots; a replica lost with its host is reported and the job goes on while its
 //! rank keeps another replica.
+//!
+//! A running job's `spawn` goes through steps 1–3 again, from this process ([`GridSpawn`]):
+//! the children are reserved, staged and launched like the job, as a job of their own whose
+//! output and exits come back here.
 
 use crate::launcher::{self, Event, Job, RankState, RunArgs};
 use crate::output::Output;
