@@ -118,3 +118,23 @@ fn grid_children_spawn_a_grandchild() {
     assert!(o.stdout.contains("nested child 0 relayed 300"), "{}", o.stdout);
     assert!(o.stdout.contains("nested child 1 relayed 301"), "{}", o.stdout);
 }
+
+/// Collectives over the intercommunicator when the 3 children are spread over the grid's
+/// peers (`--procs 2`: at least two hosts), each group checking the other's contributions;
+/// the children end with `disconnect_parent`.
+#[test]
+fn grid_collectives_over_an_intercommunicator_take_the_other_group_s_contributions() {
+    let g = TestGrid::start("spawn-coll", 3, &["--procs", "2"]);
+    g.wait_hosts(1, 2);
+    let prog = example("spawn_collectives");
+    let o = g.run(&["-n", "2", prog.to_str().unwrap()]);
+    o.assert_ok();
+    for r in 0..2 {
+        let l = format!("OK spawn_collectives: parent {r} of 2, remote group of 3");
+        assert!(o.stdout.contains(&l), "missing {l:?} in:\n{}", o.stdout);
+    }
+    for r in 0..3 {
+        let l = format!("OK spawn_collectives: child {r} of 3, remote group of 2");
+        assert!(o.stdout.contains(&l), "missing {l:?} in:\n{}", o.stdout);
+    }
+}
