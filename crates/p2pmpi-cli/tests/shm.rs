@@ -185,7 +185,8 @@ fn large_messages_are_copied_once_across_the_threshold() {
     // np 3: sizes across 64 KiB and the eager limit, standard and synchronous, both ways,
     // then bursts of immediate sends and receives; every byte checked by the program.
     let dir = SegDir::new("single-copy");
-    let o = run_cmd(&mut job("3", &["large"], &dir, &[("P2PMPI_SHM_RING", "16384")]), T);
+    let env = [("P2PMPI_SHM_SINGLE_COPY", "1"), ("P2PMPI_SHM_SINGLE_COPY_MIN", "65536"), ("P2PMPI_SHM_RING", "16384")];
+    let o = run_cmd(&mut job("3", &["large"], &dir, &env), T);
     o.assert_ok();
     assert!(o.stdout.contains("OK large"), "{}", o.stdout);
     assert_eq!(shm_pairs(&o.stderr), all_pairs(3), "{}", o.stderr);
@@ -198,18 +199,24 @@ fn large_messages_are_copied_once_across_the_threshold() {
 }
 
 #[test]
-fn single_copy_can_be_turned_off() {
-    // The same messages pipelined through the ring instead.
-    let dir = SegDir::new("single-copy-off");
-    let env = [("P2PMPI_SHM_SINGLE_COPY", "0"), ("P2PMPI_SHM_RING", "16384")];
-    let o = run_cmd(&mut job("2", &["large"], &dir, &env), T);
-    o.assert_ok();
-    assert!(o.stdout.contains("OK large"), "{}", o.stdout);
-    assert_eq!(shm_pairs(&o.stderr), all_pairs(2), "{}", o.stderr);
-    assert!(single_copy_pairs(&o.stderr).is_empty(), "{}", o.stderr);
-    assert!(o.stderr.contains("no single copy from rank 1: turned off"), "{}", o.stderr);
-    assert!(single_copies(&o.stderr).is_empty(), "{}", o.stderr);
-    assert!(dir.leftovers().is_empty(), "segments left: {:?}", dir.leftovers());
+fn single_copy_is_off_by_default_and_can_be_turned_off() {
+    // The same messages pipelined through the ring instead: by default, and with `=0`.
+    for (test, env) in [("single-copy-default", None), ("single-copy-off", Some("0"))] {
+        let dir = SegDir::new(test);
+        let mut cmd = job("2", &["large"], &dir, &[("P2PMPI_SHM_RING", "16384")]);
+        match env {
+            Some(v) => cmd.env("P2PMPI_SHM_SINGLE_COPY", v),
+            None => cmd.env_remove("P2PMPI_SHM_SINGLE_COPY"),
+        };
+        let o = run_cmd(&mut cmd, T);
+        o.assert_ok();
+        assert!(o.stdout.contains("OK large"), "{}", o.stdout);
+        assert_eq!(shm_pairs(&o.stderr), all_pairs(2), "{}", o.stderr);
+        assert!(single_copy_pairs(&o.stderr).is_empty(), "{}", o.stderr);
+        assert!(o.stderr.contains("no single copy from rank 1: turned off"), "{}", o.stderr);
+        assert!(single_copies(&o.stderr).is_empty(), "{}", o.stderr);
+        assert!(dir.leftovers().is_empty(), "segments left: {:?}", dir.leftovers());
+    }
 }
 
 /// Starts an endless stream of 16 MiB messages from rank 1 to rank 0 (by single copy, or
@@ -219,6 +226,7 @@ fn kill_mid_stream(victim: u32, test: &str, ring: bool) {
     let dir = SegDir::new(test);
     let m = marker(test);
     let env = [("P2PMPI_SHM_RING", "16384"), ("P2PMPI_SHM_SINGLE_COPY", if ring { "0" } else { "1" })];
+    // (16 MiB messages: above the default threshold, so copied once when turned on.)
     let job = Job::spawn(&mut job("2", &["stream", "16", &m], &dir, &env));
     let pid = job.wait_for(T, "the victim's pid and the stream", |lines| {
         lines.iter().find(|l| l.text.contains("STREAMING"))?;

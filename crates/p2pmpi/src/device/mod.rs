@@ -275,15 +275,16 @@ struct ShmPolicy {
     slots: Option<Vec<i32>>,
     debug: bool,
     ring: usize,
-    /// Large messages copied straight from the sender's memory (`process_vm_readv`):
-    /// `P2PMPI_SHM_SINGLE_COPY=0` turns it off (pipelined through the ring instead).
+    /// Large messages copied straight from the sender's memory (`process_vm_readv`)
+    /// instead of pipelined through the ring: `P2PMPI_SHM_SINGLE_COPY=1` turns it on. Off by
+    /// default: measured slower than the ring at every size (docs/shm.md).
     single_copy: bool,
     /// Smallest message sent by a single copy: `P2PMPI_SHM_SINGLE_COPY_MIN` bytes, default
     /// [`SINGLE_COPY_MIN`] (only rendez-vous messages: above the eager limit, or synchronous).
     sc_min: usize,
 }
 
-/// Default smallest message sent by a single copy (see `docs/shm.md` for the measurement).
+/// Default smallest message sent by a single copy, once it is turned on (`docs/shm.md`).
 pub const SINGLE_COPY_MIN: usize = 64 * 1024;
 
 impl ShmPolicy {
@@ -293,7 +294,7 @@ impl ShmPolicy {
             .ok()
             .map(|v| v.split(',').filter_map(|s| s.trim().parse().ok()).collect());
         let debug = std::env::var_os("P2PMPI_SHM_DEBUG").is_some();
-        let single_copy = !matches!(std::env::var("P2PMPI_SHM_SINGLE_COPY").as_deref(), Ok("0"));
+        let single_copy = matches!(std::env::var("P2PMPI_SHM_SINGLE_COPY").as_deref(), Ok("1"));
         let sc_min = std::env::var("P2PMPI_SHM_SINGLE_COPY_MIN")
             .ok()
             .and_then(|v| v.parse::<usize>().ok())
@@ -619,7 +620,8 @@ impl Engine {
             let req = self.new_req(std::ptr::null_mut(), 0, ReqState::Pending);
             // Same host, and the receiver may read this process's memory: it copies the data
             // straight from `ptr` (valid until the request completes, which its answer does).
-            let sc = len >= self.shm_policy.sc_min
+            let sc = self.shm_policy.single_copy
+                && len >= self.shm_policy.sc_min
                 && self.conns[cid].as_ref().and_then(|c| c.shm.as_deref()).is_some_and(|l| l.peer_reads_me());
             let (ticket, payload) = if sc {
                 let (t, value) = self.take_ticket();

@@ -338,9 +338,10 @@ impl Link {
     /// peer's view of the segment header at the address it published and compares it with
     /// ours (it includes a random token). Publishes the outcome: the peer, as a sender, offers
     /// its buffers only if this side may read them ([`Self::peer_reads_me`]). `enabled`
-    /// false (`P2PMPI_SHM_SINGLE_COPY=0`) publishes a refusal.
+    /// false (the default; `P2PMPI_SHM_SINGLE_COPY=1` turns it on) publishes a refusal.
     pub(crate) fn probe_single_copy(&mut self, enabled: bool) -> Result<i32, String> {
-        let outcome = if enabled { self.probe() } else { Err("turned off (P2PMPI_SHM_SINGLE_COPY=0)".to_string()) };
+        let outcome =
+            if enabled { self.probe() } else { Err("turned off (P2PMPI_SHM_SINGLE_COPY=1 turns it on)".to_string()) };
         let mine = if self.connector { W_CONNECTOR_READS } else { W_ACCEPTOR_READS };
         self.word(mine).store(if outcome.is_ok() { READS_YES } else { READS_NO }, Ordering::Release);
         self.peer_pid = outcome.as_ref().ok().copied();
@@ -693,6 +694,30 @@ mod tests {
         ticket.store(42, Ordering::SeqCst);
         // Memory that is not mapped: a failure, not a fault here.
         assert!(matches!(copy(&mut dst, me, 4096, 42), Err(CopyError::Failed(_))));
+        // A buffer whose end is unmapped (a sender's memory going away under the copy): the
+        // read stops at the hole, goes on from there, and fails; nothing counts as whole.
+        // SAFETY: sysconf takes no pointer.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+        // SAFETY: a fresh private anonymous mapping of two pages, no address imposed.
+        let two = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                2 * page,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(two, libc::MAP_FAILED);
+        // SAFETY: the second page of the mapping made just above, used by nothing else.
+        assert_eq!(unsafe { libc::munmap((two as *mut u8).add(page) as *mut libc::c_void, page) }, 0);
+        let mut half = vec![0u8; 2 * page];
+        // SAFETY: `half` is valid for writes of its 2 pages.
+        let r = unsafe { copy_from(me, two as u64, 2 * page, half.as_mut_ptr(), t, 42) };
+        assert!(matches!(r, Err(CopyError::Failed(_))), "{r:?}");
+        // SAFETY: the first page, still mapped, is this test's.
+        unsafe { libc::munmap(two, page) };
         // A process that is gone.
         let mut child = std::process::Command::new("true").spawn().expect("spawn true");
         let pid = child.id() as i32;
