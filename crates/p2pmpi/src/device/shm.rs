@@ -46,6 +46,18 @@
 //! Indices the peer publishes are checked (`tail - head <= capacity`, monotonic), so a
 //! corrupted ring is a protocol error, never a read out of bounds.
 
+//!
+//! # Single copy (off by default)
+//!
+//! With `P2PMPI_SHM_SINGLE_COPY=1`, a receiver copies a rendez-vous message straight from
+//! its sender's buffer with `process_vm_readv` ([`copy_from`]) instead of through the ring.
+//! Whether it may, and that the pid the peer published is the process that maps this very
+//! segment, is probed once per connection ([`Link::probe_single_copy`]: the peer's view of
+//! the header, read at the address it published, must equal ours, random token included);
+//! the outcome is published in the header for the peer as a sender. Each copy reads the
+//! sender's ticket before and after the data, so a withdrawn send or a recycled pid never
+//! delivers bytes. Measured slower than the pipelined ring on the machines tried (docs/shm.md).
+
 use memmap2::{MmapOptions, MmapRaw};
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
