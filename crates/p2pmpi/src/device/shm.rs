@@ -738,6 +738,31 @@ mod tests {
     }
 
     #[test]
+    fn a_probe_that_fails_falls_back_to_the_ring() {
+        // The acceptor's published pid is not the process that maps the segment (a recycled
+        // pid, say): refused, and the connector will not offer its buffers either way.
+        let (mut a, b) = pair(MIN_RING);
+        let child = std::process::Command::new("sleep").arg("30").spawn();
+        let mut child = child.expect("spawn sleep");
+        a.word(W_ACCEPTOR_PID).store(u64::from(child.id()), Ordering::Release);
+        let e = a.probe_single_copy(true).expect_err("another process");
+        assert!(e.contains("does not map this segment") || e.contains("process_vm_readv"), "{e}");
+        assert!(!b.peer_reads_me());
+        assert_eq!(a.peer_pid(), None);
+        let _ = child.kill();
+        let _ = child.wait();
+        // An address where the peer maps nothing: refused too.
+        let (mut a, b) = pair(MIN_RING);
+        a.word(W_ACCEPTOR_ADDR).store(4096, Ordering::Release);
+        assert!(a.probe_single_copy(true).is_err());
+        assert!(!b.peer_reads_me());
+        // No pid published at all.
+        let (mut a, _b) = pair(MIN_RING);
+        a.word(W_ACCEPTOR_PID).store(0, Ordering::Release);
+        assert!(a.probe_single_copy(true).is_err_and(|e| e.contains("no peer pid")));
+    }
+
+    #[test]
     fn segments_of_dead_creators_are_reaped() {
         let key = p2pmpi_wire::auth::JobKey::from_bytes([5; 32]);
         let nc = p2pmpi_wire::auth::nonce();
