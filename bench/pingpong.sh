@@ -8,7 +8,10 @@
 # Env:
 #   REPS=5          interleaved repetitions of every implementation (medians are reported)
 #   IMPLS="..."     subset/order of: ompi-tcp ompi-shm mpich rawtcp p2pmpi-tcp p2pmpi
-#                   (p2pmpi: shared memory; p2pmpi-tcp: the same with P2PMPI_SHM=0)
+#                   p2pmpi-1copy
+#                   (p2pmpi: shared memory; p2pmpi-tcp: the same with P2PMPI_SHM=0;
+#                   p2pmpi-1copy: shared memory with the single copy of large messages,
+#                   process_vm_readv, turned on: P2PMPI_SHM_SINGLE_COPY=1, off by default)
 #   NO_INSTALL=1    never run apt-get
 #   P2PMPI_CMD=...  run this command (sizes appended) for the p2pmpi column instead of
 #                   building target/release/p2pmpirun and examples/pingpong_bench
@@ -94,10 +97,11 @@ if want rawtcp; then
     fi
 fi
 
-if { want p2pmpi || want p2pmpi-tcp; } && [ -n "${P2PMPI_CMD:-}" ]; then
+if { want p2pmpi || want p2pmpi-tcp || want p2pmpi-1copy; } && [ -n "${P2PMPI_CMD:-}" ]; then
     CMD[p2pmpi]=$P2PMPI_CMD   # explicit command given: no build
     CMD[p2pmpi-tcp]="env P2PMPI_SHM=0 $P2PMPI_CMD"
-elif want p2pmpi || want p2pmpi-tcp; then
+    CMD[p2pmpi-1copy]="env P2PMPI_SHM_SINGLE_COPY=1 $P2PMPI_CMD"
+elif want p2pmpi || want p2pmpi-tcp || want p2pmpi-1copy; then
     P2P_RUN="$TARGET_DIR/release/p2pmpirun"
     P2P_BIN="$TARGET_DIR/release/examples/pingpong_bench"
     if (cd "$ROOT" && cargo build --release -p p2pmpi-cli \
@@ -105,10 +109,12 @@ elif want p2pmpi || want p2pmpi-tcp; then
         && [ -x "$P2P_RUN" ] && [ -x "$P2P_BIN" ]; then
         CMD[p2pmpi]="env P2PMPI_SHM=1 $P2P_RUN -n 2 $P2P_BIN"
         CMD[p2pmpi-tcp]="env P2PMPI_SHM=0 $P2P_RUN -n 2 $P2P_BIN"
+        CMD[p2pmpi-1copy]="env P2PMPI_SHM=1 P2PMPI_SHM_SINGLE_COPY=1 $P2P_RUN -n 2 $P2P_BIN"
     else
         why=$(grep -m1 '^error' "$OUT/build-p2pmpi.log" 2>/dev/null | cut -c1-160)
         SKIP[p2pmpi]="could not build p2pmpirun + example pingpong_bench${why:+ ($why)}; full log: out/build-p2pmpi.log"
         SKIP[p2pmpi-tcp]=${SKIP[p2pmpi]}
+        SKIP[p2pmpi-1copy]=${SKIP[p2pmpi]}
     fi
 fi
 
@@ -178,9 +184,10 @@ import glob, os, re, statistics
 
 out = os.environ["OUT"]
 reps = int(os.environ["REPS"])
-order = ["ompi-tcp", "ompi-shm", "mpich", "rawtcp", "p2pmpi-tcp", "p2pmpi"]
+order = ["ompi-tcp", "ompi-shm", "mpich", "rawtcp", "p2pmpi-tcp", "p2pmpi", "p2pmpi-1copy"]
 names = {"ompi-tcp": "Open MPI TCP", "ompi-shm": "Open MPI shm", "mpich": "MPICH TCP",
-         "rawtcp": "raw TCP", "p2pmpi-tcp": "p2pmpi TCP", "p2pmpi": "p2pmpi shm"}
+         "rawtcp": "raw TCP", "p2pmpi-tcp": "p2pmpi TCP", "p2pmpi-1copy": "p2pmpi shm 1-copy",
+         "p2pmpi": "p2pmpi shm"}
 
 data = {}  # impl -> size -> [(lat, bw)]
 for f in sorted(glob.glob(os.path.join(out, "raw", "*.txt"))):
@@ -232,7 +239,8 @@ def table(kind):
     k, nd = (0, 2) if kind == "lat" else (1, None)
     hdr = ["size"] + [names.get(i, i) for i in impls]
     # p2pmpi over shared memory against Open MPI's, over TCP against TCP.
-    pairs = [(a, b) for a, b in (("p2pmpi", "ompi-shm"), ("p2pmpi-tcp", "ompi-tcp"), ("p2pmpi-tcp", "rawtcp"))
+    pairs = [(a, b) for a, b in (("p2pmpi", "ompi-shm"), ("p2pmpi-1copy", "ompi-shm"), ("p2pmpi-1copy", "p2pmpi"),
+                                 ("p2pmpi-tcp", "ompi-tcp"), ("p2pmpi-tcp", "rawtcp"))
              if a in impls and b in impls]
     hdr += [f"{names[a]} / {names[b]}" for a, b in pairs]
     rows = []

@@ -68,6 +68,39 @@ fn shm_pairs(stderr: &str) -> Vec<(u32, u32)> {
     v
 }
 
+/// The pairs (rank, peer) where the rank may copy large messages straight from the peer's
+/// memory (`process_vm_readv` probed at the connection's set-up).
+fn single_copy_pairs(stderr: &str) -> Vec<(u32, u32)> {
+    let mut v: Vec<(u32, u32)> = stderr
+        .lines()
+        .filter_map(|l| {
+            let i = l.find("p2pmpi: rank ")?;
+            let rest = &l[i + "p2pmpi: rank ".len()..];
+            let (me, rest) = rest.split_once(": single copy from rank ")?;
+            let (peer, _) = rest.split_once(" (pid ")?;
+            Some((me.trim().parse().ok()?, peer.trim().parse().ok()?))
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// Per rank, the messages it received by a single copy (printed as it finalizes).
+fn single_copies(stderr: &str) -> Vec<(u32, u64)> {
+    let mut v: Vec<(u32, u64)> = stderr
+        .lines()
+        .filter_map(|l| {
+            let i = l.find("p2pmpi: rank ")?;
+            let rest = &l[i + "p2pmpi: rank ".len()..];
+            let (me, rest) = rest.split_once(": ")?;
+            let (n, _) = rest.split_once(" messages received by single copy")?;
+            Some((me.trim().parse().ok()?, n.trim().parse().ok()?))
+        })
+        .collect();
+    v.sort();
+    v
+}
+
 fn all_pairs(n: u32) -> Vec<(u32, u32)> {
     (0..n).flat_map(|a| (0..n).filter(move |b| *b != a).map(move |b| (a, b))).collect()
 }
@@ -147,12 +180,53 @@ fn encrypted_jobs_keep_tcp_and_replicas_on_one_host_use_shared_memory() {
     assert!(dir.leftovers().is_empty(), "segments left: {:?}", dir.leftovers());
 }
 
-/// Starts an endless stream from rank 1 to rank 0 through a small ring, kills `victim` with
-/// SIGKILL while the data flows, and checks the job ends promptly naming it.
-fn kill_mid_stream(victim: u32, test: &str) {
+#[test]
+fn large_messages_are_copied_once_across_the_threshold() {
+    // np 3: sizes across 64 KiB and the eager limit, standard and synchronous, both ways,
+    // then bursts of immediate sends and receives; every byte checked by the program.
+    let dir = SegDir::new("single-copy");
+    let env = [("P2PMPI_SHM_SINGLE_COPY", "1"), ("P2PMPI_SHM_SINGLE_COPY_MIN", "65536"), ("P2PMPI_SHM_RING", "16384")];
+    let o = run_cmd(&mut job("3", &["large"], &dir, &env), T);
+    o.assert_ok();
+    assert!(o.stdout.contains("OK large"), "{}", o.stdout);
+    assert_eq!(shm_pairs(&o.stderr), all_pairs(3), "{}", o.stderr);
+    assert_eq!(single_copy_pairs(&o.stderr), all_pairs(3), "every pair may copy once: {}", o.stderr);
+    // Ranks 1 and 2 each receive from rank 0 the 8 standard sends above the eager limit and
+    // the 13 synchronous ones of 64 KiB or more (not 65 535 B), then 3 bursts of 8 standard
+    // ones: 45; rank 0 as many from each of them. The others went through the ring.
+    assert_eq!(single_copies(&o.stderr), vec![(0, 90), (1, 45), (2, 45)], "{}", o.stderr);
+    assert!(dir.leftovers().is_empty(), "segments left: {:?}", dir.leftovers());
+}
+
+#[test]
+fn single_copy_is_off_by_default_and_can_be_turned_off() {
+    // The same messages pipelined through the ring instead: by default, and with `=0`.
+    for (test, env) in [("single-copy-default", None), ("single-copy-off", Some("0"))] {
+        let dir = SegDir::new(test);
+        let mut cmd = job("2", &["large"], &dir, &[("P2PMPI_SHM_RING", "16384")]);
+        match env {
+            Some(v) => cmd.env("P2PMPI_SHM_SINGLE_COPY", v),
+            None => cmd.env_remove("P2PMPI_SHM_SINGLE_COPY"),
+        };
+        let o = run_cmd(&mut cmd, T);
+        o.assert_ok();
+        assert!(o.stdout.contains("OK large"), "{}", o.stdout);
+        assert_eq!(shm_pairs(&o.stderr), all_pairs(2), "{}", o.stderr);
+        assert!(single_copy_pairs(&o.stderr).is_empty(), "{}", o.stderr);
+        assert!(o.stderr.contains("no single copy from rank 1: turned off"), "{}", o.stderr);
+        assert!(single_copies(&o.stderr).is_empty(), "{}", o.stderr);
+        assert!(dir.leftovers().is_empty(), "segments left: {:?}", dir.leftovers());
+    }
+}
+
+/// Starts an endless stream of 16 MiB messages from rank 1 to rank 0 (by single copy, or
+/// with `ring` through a small ring), kills `victim` with SIGKILL while the data flows, and
+/// checks the job ends promptly naming it.
+fn kill_mid_stream(victim: u32, test: &str, ring: bool) {
     let dir = SegDir::new(test);
     let m = marker(test);
-    let env = [("P2PMPI_SHM_RING", "16384")];
+    let env = [("P2PMPI_SHM_RING", "16384"), ("P2PMPI_SHM_SINGLE_COPY", if ring { "0" } else { "1" })];
+    // (16 MiB messages: above the default threshold, so copied once when turned on.)
     let job = Job::spawn(&mut job("2", &["stream", "16", &m], &dir, &env));
     let pid = job.wait_for(T, "the victim's pid and the stream", |lines| {
         lines.iter().find(|l| l.text.contains("STREAMING"))?;
@@ -165,7 +239,8 @@ fn kill_mid_stream(victim: u32, test: &str) {
     // Both ranks said they use shared memory before the stream started.
     job.wait_for(T, "shared memory in use", |lines| {
         let text: String = lines.iter().map(|l| format!("{}\n", l.text)).collect();
-        (shm_pairs(&text).len() == 2).then_some(())
+        let copies = single_copy_pairs(&text).len();
+        (shm_pairs(&text).len() == 2 && copies == if ring { 0 } else { 2 }).then_some(())
     });
     let killed = Instant::now();
     let st = Command::new("kill").args(["-9", &pid.to_string()]).status().unwrap();
@@ -187,10 +262,20 @@ fn kill_mid_stream(victim: u32, test: &str) {
 
 #[test]
 fn writer_killed_mid_stream_is_reported_without_leftovers() {
-    kill_mid_stream(1, "kill-writer");
+    kill_mid_stream(1, "kill-writer", true);
 }
 
 #[test]
 fn reader_killed_mid_stream_is_reported_without_leftovers() {
-    kill_mid_stream(0, "kill-reader");
+    kill_mid_stream(0, "kill-reader", true);
+}
+
+#[test]
+fn sender_killed_while_its_memory_is_copied_is_reported_without_leftovers() {
+    kill_mid_stream(1, "kill-sc-sender", false);
+}
+
+#[test]
+fn receiver_killed_while_copying_is_reported_without_leftovers() {
+    kill_mid_stream(0, "kill-sc-receiver", false);
 }

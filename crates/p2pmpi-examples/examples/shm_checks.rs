@@ -6,6 +6,9 @@
 //!   checks every byte and the order.
 //! * `anysource`: every rank sends rank 0 a stream of messages of mixed sizes; rank 0 takes
 //!   them with `ANY_SOURCE` and checks each source's order and content.
+//! * `large`: every size across the single-copy threshold (64 KiB, the eager limit 128 KiB)
+//!   both ways with standard and synchronous sends, then bursts of immediate sends and
+//!   receives of large messages both ways at once, every byte checked.
 //! * `stream MIB`: rank 1 sends rank 0 messages of MIB MiB without end, once a line
 //!   `PID <rank> <pid>` of every rank and `STREAMING` are printed (a test kills a rank while
 //!   the data flows).
@@ -17,8 +20,121 @@ fn pattern(n: usize, seed: usize) -> Vec<u8> {
     (0..n).map(|i| ((i * 131 + seed * 7 + i / 251) % 256) as u8).collect()
 }
 
-const SIZES: &[usize] =
-    &[0, 1, 8, 40, 1000, 4095, 4096, 4097, 16383, 16384, 65536, 128 * 1024, 128 * 1024 + 1, 1 << 20, (4 << 20) + 7];
+const SIZES: &[usize] = &[
+    0,
+    1,
+    8,
+    40,
+    1000,
+    4095,
+    4096,
+    4097,
+    16383,
+    16384,
+    65535,
+    65536,
+    65537,
+    128 * 1024,
+    128 * 1024 + 1,
+    1 << 20,
+    (4 << 20) + 7,
+];
+
+/// Sizes around the single-copy threshold (64 KiB for synchronous sends, above the eager
+/// limit for standard ones) and well above it, odd ones included.
+const LARGE: &[usize] = &[
+    65535,
+    65536,
+    65537,
+    100_003,
+    128 * 1024 - 1,
+    128 * 1024,
+    128 * 1024 + 1,
+    200_000,
+    256 * 1024,
+    (1 << 20) - 3,
+    1 << 20,
+    (3 << 20) + 5,
+    4 << 20,
+    (8 << 20) + 1,
+];
+
+fn large(world: &mpi::topology::SimpleCommunicator) {
+    let (rank, size) = (world.rank(), world.size());
+    // One size after the other, standard then synchronous, there and back.
+    for (k, &n) in LARGE.iter().enumerate() {
+        for sync in [false, true] {
+            let tag = (2 * k + sync as usize) as i32;
+            if rank == 0 {
+                for peer in 1..size {
+                    let p = world.process_at_rank(peer);
+                    let data = pattern(n, k * 3 + peer as usize);
+                    if sync {
+                        p.synchronous_send_with_tag(&data[..], tag);
+                    } else {
+                        p.send_with_tag(&data[..], tag);
+                    }
+                    let mut back = vec![0u8; n];
+                    let st = p.receive_into_with_tag(&mut back[..], tag);
+                    assert_eq!(st.count(u8::equivalent_datatype()) as usize, n);
+                    let want: Vec<u8> = data.iter().map(|b| b.wrapping_add(1)).collect();
+                    assert!(back == want, "size {n} (sync {sync}) back from {peer}");
+                }
+            } else {
+                let p = world.process_at_rank(0);
+                let mut buf = vec![0u8; n];
+                let st = p.receive_into_with_tag(&mut buf[..], tag);
+                assert_eq!(st.count(u8::equivalent_datatype()) as usize, n);
+                assert!(buf == pattern(n, k * 3 + rank as usize), "size {n} (sync {sync}) at rank {rank}");
+                for b in buf.iter_mut() {
+                    *b = b.wrapping_add(1);
+                }
+                if sync {
+                    p.synchronous_send_with_tag(&buf[..], tag);
+                } else {
+                    p.send_with_tag(&buf[..], tag);
+                }
+            }
+        }
+    }
+    // Bursts: every rank posts all its immediate receives and sends at once, both ways
+    // (rank 0 with every other rank), every message large; each is checked.
+    let others: Vec<i32> = if rank == 0 { (1..size).collect() } else { vec![0] };
+    for round in 0..3usize {
+        let outgoing: Vec<(i32, usize, Vec<u8>)> = others
+            .iter()
+            .flat_map(|&p| {
+                LARGE.iter().enumerate().map(move |(k, &n)| (p, k, pattern(n, 1000 * round + 10 * rank as usize + k)))
+            })
+            .collect();
+        let mut incoming: Vec<(i32, usize, Vec<u8>)> =
+            others.iter().flat_map(|&p| LARGE.iter().enumerate().map(move |(k, &n)| (p, k, vec![0u8; n]))).collect();
+        mpi::request::scope(|scope| {
+            let mut recvs = Vec::new();
+            for (p, k, buf) in incoming.iter_mut() {
+                let r = world.process_at_rank(*p).immediate_receive_into_with_tag(scope, &mut buf[..], 500 + *k as i32);
+                recvs.push(r);
+            }
+            let mut sends = Vec::new();
+            for (p, k, data) in outgoing.iter() {
+                sends.push(world.process_at_rank(*p).immediate_send_with_tag(scope, &data[..], 500 + *k as i32));
+            }
+            for r in recvs {
+                r.wait();
+            }
+            for s in sends {
+                s.wait();
+            }
+        });
+        for (p, k, buf) in &incoming {
+            assert!(
+                *buf == pattern(buf.len(), 1000 * round + 10 * *p as usize + k),
+                "burst {round}: message {k} from {p} at rank {rank}"
+            );
+        }
+    }
+    world.barrier();
+}
 
 fn sizes(world: &mpi::topology::SimpleCommunicator) {
     let (rank, size) = (world.rank(), world.size());
@@ -127,6 +243,7 @@ fn main() {
     match mode.as_str() {
         "sizes" => sizes(&world),
         "anysource" => anysource(&world),
+        "large" => large(&world),
         "stream" => stream(&world, args.get(2).and_then(|a| a.parse().ok()).unwrap_or(16)),
         m => panic!("unknown mode {m}"),
     }

@@ -131,7 +131,15 @@ pub mod flags {
     /// connection. On `Challenge`: the acceptor mapped it; every frame after the opening
     /// goes through it.
     pub const SHM: u16 = 128;
+    /// On `ReadyToSend` (same host, shared memory): the receiver copies the data straight
+    /// from the sender's memory (`process_vm_readv`); a payload of [`SINGLE_COPY_LEN`]
+    /// bytes follows (the data's address, a ticket's address, the ticket's value). On
+    /// `ReadyToRecv`: the receiver is done with the sender's buffer (the send completes).
+    pub const SINGLE_COPY: u16 = 256;
 }
+
+/// Payload bytes of a `ReadyToSend` frame with the [`flags::SINGLE_COPY`] flag.
+pub const SINGLE_COPY_LEN: u64 = 24;
 
 /// A decoded frame header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -152,6 +160,7 @@ impl Header {
     /// Payload bytes that follow this header on the wire.
     pub fn payload_len(&self) -> u64 {
         match self.kind {
+            FrameKind::ReadyToSend if self.flags & flags::SINGLE_COPY != 0 => SINGLE_COPY_LEN,
             FrameKind::ReadyToSend
             | FrameKind::ReadyToRecv
             | FrameKind::Bye

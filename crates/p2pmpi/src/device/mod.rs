@@ -51,6 +51,7 @@ use p2pmpi_wire::{FrameKind, Header, Mid};
 use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// Largest message sent with the eager protocol (the seeds' 128 KB).
@@ -139,6 +140,19 @@ struct RndvSend {
     req: ReqId,
     ptr: *const u8,
     len: usize,
+    /// Offered to the receiver for a single copy: the ticket it checks around its reads.
+    ticket: Option<&'static AtomicU64>,
+}
+
+/// A rendez-vous announcement that offers a single copy: where the receiver reads the data.
+#[derive(Debug, Clone, Copy)]
+struct ScSource {
+    /// The sender's slot and pid (confirmed by the connection's probe).
+    slot: i32,
+    pid: i32,
+    addr: u64,
+    ticket: u64,
+    value: u64,
 }
 
 /// The data of an eager message that arrived whole: borrowed (from a read buffer, or a local
@@ -232,7 +246,24 @@ pub(crate) struct Engine {
     shm_policy: ShmPolicy,
     /// Connections whose frames travel through shared memory (polled on every progress).
     shm_conns: Vec<usize>,
+    /// Single-copy announcements received, by MID, until a receive takes them.
+    sc_in: HashMap<Mid, ScSource>,
+    /// Tickets of single-copy sends not in use (never freed: a receiver may still look at a
+    /// withdrawn send's ticket; they are few, one per send in flight at most).
+    tickets: Vec<&'static AtomicU64>,
+    /// The next ticket value (never 0, never reused by this process).
+    ticket_next: u64,
+    /// Single copies that failed while the sender's connection was still up: the slot, since
+    /// when, why. A dying sender's connection ends soon (its receives fail as the TCP
+    /// device's do); one still up after [`SC_GRACE`] is failed with this cause.
+    sc_broken: Vec<(i32, Instant, String)>,
+    /// Messages received by a single copy (`P2PMPI_SHM_DEBUG` prints it at the end).
+    sc_count: u64,
 }
+
+/// How long a single copy that failed waits for the sender's connection to end (a sender
+/// killed while the receiver read its memory) before it fails the connection itself.
+const SC_GRACE: Duration = Duration::from_secs(2);
 
 /// When the shared-memory path is used (see `shm`): `P2PMPI_SHM=0` turns it off;
 /// `P2PMPI_SHM_SLOTS=a,b,...` limits it to pairs of those slots (tests mixing transports);
@@ -244,7 +275,17 @@ struct ShmPolicy {
     slots: Option<Vec<i32>>,
     debug: bool,
     ring: usize,
+    /// Large messages copied straight from the sender's memory (`process_vm_readv`)
+    /// instead of pipelined through the ring: `P2PMPI_SHM_SINGLE_COPY=1` turns it on. Off by
+    /// default: measured slower than the ring at every size (docs/shm.md).
+    single_copy: bool,
+    /// Smallest message sent by a single copy: `P2PMPI_SHM_SINGLE_COPY_MIN` bytes, default
+    /// [`SINGLE_COPY_MIN`] (only rendez-vous messages: above the eager limit, or synchronous).
+    sc_min: usize,
 }
+
+/// Default smallest message sent by a single copy, once it is turned on (`docs/shm.md`).
+pub const SINGLE_COPY_MIN: usize = 64 * 1024;
 
 impl ShmPolicy {
     fn from_env() -> ShmPolicy {
@@ -253,7 +294,13 @@ impl ShmPolicy {
             .ok()
             .map(|v| v.split(',').filter_map(|s| s.trim().parse().ok()).collect());
         let debug = std::env::var_os("P2PMPI_SHM_DEBUG").is_some();
-        ShmPolicy { on, slots, debug, ring: shm::ring_capacity() }
+        let single_copy = matches!(std::env::var("P2PMPI_SHM_SINGLE_COPY").as_deref(), Ok("1"));
+        let sc_min = std::env::var("P2PMPI_SHM_SINGLE_COPY_MIN")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+            .unwrap_or(SINGLE_COPY_MIN)
+            .max(1);
+        ShmPolicy { on, slots, debug, ring: shm::ring_capacity(), single_copy, sc_min }
     }
     fn allows(&self, a: i32, b: i32) -> bool {
         self.on && self.slots.as_ref().is_none_or(|s| s.contains(&a) && s.contains(&b))
@@ -330,6 +377,11 @@ impl Engine {
             schedules: Vec::new(),
             shm_policy: ShmPolicy::from_env(),
             shm_conns: Vec::new(),
+            sc_in: HashMap::new(),
+            tickets: Vec::new(),
+            ticket_next: 1,
+            sc_broken: Vec::new(),
+            sc_count: 0,
         })
     }
 
@@ -487,7 +539,12 @@ impl Engine {
                 }
             }
         }
-        self.rndv_send.retain(|_, s| s.req != id);
+        let withdrawn: Vec<Mid> = self.rndv_send.iter().filter(|(_, s)| s.req == id).map(|(m, _)| *m).collect();
+        for m in withdrawn {
+            if let Some(s) = self.rndv_send.remove(&m) {
+                self.retire_send(s);
+            }
+        }
         if !self.matcher.cancel(&id) {
             // A receive already streaming into its buffer: drop the data instead.
             self.rndv_recv.retain(|_, r| *r != id);
@@ -561,8 +618,24 @@ impl Engine {
                 h.flags |= p2pmpi_wire::frame::flags::SYNCHRONOUS;
             }
             let req = self.new_req(std::ptr::null_mut(), 0, ReqState::Pending);
-            self.rndv_send.insert(h.mid, RndvSend { req, ptr, len });
-            self.push_out(cid, Out::new(h, Payload::None))?;
+            // Same host, and the receiver may read this process's memory: it copies the data
+            // straight from `ptr` (valid until the request completes, which its answer does).
+            let sc = self.shm_policy.single_copy
+                && len >= self.shm_policy.sc_min
+                && self.conns[cid].as_ref().and_then(|c| c.shm.as_deref()).is_some_and(|l| l.peer_reads_me());
+            let (ticket, payload) = if sc {
+                let (t, value) = self.take_ticket();
+                h.flags |= p2pmpi_wire::frame::flags::SINGLE_COPY;
+                let mut p = Vec::with_capacity(p2pmpi_wire::frame::SINGLE_COPY_LEN as usize);
+                p.extend_from_slice(&(ptr as u64).to_le_bytes());
+                p.extend_from_slice(&(t as *const AtomicU64 as u64).to_le_bytes());
+                p.extend_from_slice(&value.to_le_bytes());
+                (Some(t), Payload::Owned(p))
+            } else {
+                (None, Payload::None)
+            };
+            self.rndv_send.insert(h.mid, RndvSend { req, ptr, len, ticket });
+            self.push_out(cid, Out::new(h, payload))?;
             Ok(req)
         }
     }
@@ -723,7 +796,105 @@ impl Engine {
             rp.ep.pull(mid);
             return;
         }
+        if let Some(src) = self.sc_in.remove(&mid) {
+            self.single_copy(r, env, mid, src);
+            return;
+        }
         self.deferred.push((env.src, Out::new(Header::new(FrameKind::ReadyToRecv, mid, 0), Payload::None)));
+    }
+
+    /// A single-copy announcement matched receive `r`: the data is copied straight from the
+    /// sender's memory into the receive buffer, then the sender is told (its send
+    /// completes). If the copy fails, the receive waits for the sender's connection to end
+    /// (a sender that died) and fails with it, as with the TCP device; see `sc_broken`.
+    fn single_copy(&mut self, r: ReqId, env: &Envelope, mid: Mid, src: ScSource) {
+        let (ptr, cap) = {
+            let q = self.reqs[r].as_ref().expect("live request");
+            (q.ptr, q.cap)
+        };
+        let len = env.len as usize;
+        let st = StatusInfo { source: env.src, tag: env.tag, len: env.len, cancelled: false };
+        let res = if len > cap {
+            Err(Error::Truncated { from_rank: env.src, tag: env.tag, message_bytes: env.len, buffer_bytes: cap })
+        } else {
+            // SAFETY: `ptr` is valid for writes of `cap >= len` bytes until the request
+            // completes (`irecv`'s contract; it is pending and completes just below).
+            match unsafe { shm::copy_from(src.pid, src.addr, len, ptr, src.ticket, src.value) } {
+                Ok(()) => {
+                    self.sc_count += 1;
+                    Ok(st)
+                }
+                Err(e) => {
+                    // Nothing is delivered: the receive waits like one whose data never came.
+                    let why = match e {
+                        shm::CopyError::Gone => "the sender's process is gone".to_string(),
+                        shm::CopyError::Failed(d) => format!("single copy from the sender failed: {d}"),
+                        shm::CopyError::Withdrawn => "the sender withdrew a message being copied".to_string(),
+                    };
+                    self.shm_note(&format!("single copy of {mid:?} from rank {}: {why}", env.src));
+                    let gone = self.peers.get(src.slot as usize).is_none_or(|p| p.conns.is_empty());
+                    if let Some(cause) = self.lost.get(&env.src).cloned() {
+                        Err(Error::PeerLost { rank: env.src, cause })
+                    } else if gone {
+                        let cause = "connection closed before it finalized (process died?)".to_string();
+                        Err(Error::PeerLost { rank: env.src, cause })
+                    } else {
+                        self.rndv_recv.insert(mid, r);
+                        self.sc_broken.push((src.slot, Instant::now(), why));
+                        return;
+                    }
+                }
+            }
+        };
+        self.complete(r, res);
+        let mut done = Header::new(FrameKind::ReadyToRecv, mid, 0);
+        done.flags |= p2pmpi_wire::frame::flags::SINGLE_COPY;
+        self.deferred.push((env.src, Out::new(done, Payload::None)));
+    }
+
+    /// A ticket for a single-copy send, and its value.
+    fn take_ticket(&mut self) -> (&'static AtomicU64, u64) {
+        let t = self.tickets.pop().unwrap_or_else(|| Box::leak(Box::new(AtomicU64::new(0))));
+        let value = self.ticket_next;
+        self.ticket_next = self.ticket_next.wrapping_add(1).max(1);
+        t.store(value, Ordering::SeqCst);
+        (t, value)
+    }
+
+    /// A rendez-vous send is over (or withdrawn): its ticket, if any, is cleared before the
+    /// caller may let the buffer go (a receiver reading it then fails its check) and goes
+    /// back to the pool. Returns the send's request.
+    fn retire_send(&mut self, s: RndvSend) -> ReqId {
+        if let Some(t) = s.ticket {
+            t.store(0, Ordering::SeqCst);
+            self.tickets.push(t);
+        }
+        s.req
+    }
+
+    /// Fails the connections of senders whose single copy failed and that are still up
+    /// after [`SC_GRACE`] (a sender gone closes its connection first: see `single_copy`).
+    fn check_single_copies(&mut self) {
+        let now = Instant::now();
+        let mut i = 0;
+        while i < self.sc_broken.len() {
+            let (slot, since, _) = self.sc_broken[i];
+            let conns = self.peers.get(slot as usize).map(|p| p.conns.clone()).unwrap_or_default();
+            if conns.is_empty() || self.fatal.is_some() {
+                self.sc_broken.swap_remove(i);
+                continue;
+            }
+            if now.duration_since(since) < SC_GRACE {
+                i += 1;
+                continue;
+            }
+            let (_, _, why) = self.sc_broken.swap_remove(i);
+            for cid in conns {
+                if self.conns.get(cid).is_some_and(Option::is_some) {
+                    self.conn_failed(cid, slot, ConnError::Protocol(why.clone()));
+                }
+            }
+        }
     }
 
     fn check_rank(&self, r: i32) -> Result<()> {
@@ -1029,7 +1200,11 @@ impl Engine {
         let rr: Vec<Mid> = self.rndv_recv.keys().filter(|m| m.src as i32 == rank).copied().collect();
         failed.extend(rr.iter().filter_map(|m| self.rndv_recv.remove(m)));
         let rs: Vec<Mid> = self.rndv_send.keys().filter(|m| m.dst as i32 == rank).copied().collect();
-        failed.extend(rs.iter().filter_map(|m| self.rndv_send.remove(m)).map(|s| s.req));
+        for m in rs {
+            if let Some(s) = self.rndv_send.remove(&m) {
+                failed.push(self.retire_send(s));
+            }
+        }
         for r in failed {
             if self.reqs.get(r).is_some_and(|q| q.as_ref().is_some_and(|q| matches!(q.state, ReqState::Pending))) {
                 self.complete(r, Err(err.clone()));
@@ -1129,6 +1304,9 @@ impl Engine {
 
     fn progress_io(&mut self, hint: Option<i32>, timeout: Option<Duration>) {
         self.tick = self.tick.wrapping_add(1);
+        if !self.sc_broken.is_empty() {
+            self.check_single_copies();
+        }
         if !self.shm_conns.is_empty() {
             self.flush_rings();
         }
@@ -1162,6 +1340,10 @@ impl Engine {
             }
         }
         let mut t = if self.unread.is_empty() { timeout.unwrap_or(Duration::ZERO) } else { Duration::ZERO };
+        if !self.sc_broken.is_empty() {
+            // A failed single copy is looked at again soon (see `check_single_copies`).
+            t = t.min(Duration::from_millis(50));
+        }
         for cid in std::mem::take(&mut self.unread) {
             self.read_conn(cid);
         }
@@ -1252,11 +1434,19 @@ impl Engine {
         if conn.buffered() != 0 {
             return Err(ConnError::Protocol(format!("{} bytes on TCP after the opening", conn.buffered())));
         }
+        let rank = self.rank_of(peer);
+        if self.repl.is_none() {
+            // Replicated jobs send every message through their own protocol (no single copy).
+            match link.probe_single_copy(self.shm_policy.single_copy) {
+                Ok(pid) => self.shm_note(&format!("single copy from rank {rank} (pid {pid})")),
+                Err(e) => self.shm_note(&format!("no single copy from rank {rank}: {e}")),
+            }
+        }
         conn.shm = Some(link);
         if !self.shm_conns.contains(&cid) {
             self.shm_conns.push(cid);
         }
-        self.shm_note(&format!("shared memory with rank {}", self.rank_of(peer)));
+        self.shm_note(&format!("shared memory with rank {rank}"));
         Ok(())
     }
 
@@ -1641,6 +1831,20 @@ impl Engine {
             }
             FrameKind::ReadyToSend => {
                 let env = Envelope { comm: mid.comm, src: peer, tag: mid.tag, seq: mid.seq, len: h.len };
+                if h.flags & p2pmpi_wire::frame::flags::SINGLE_COPY != 0 {
+                    let Some(pid) = conn.shm.as_deref().and_then(|l| l.peer_pid()) else {
+                        return Err(proto(format!(
+                            "single-copy announcement of {mid:?} that this process may not read"
+                        )));
+                    };
+                    let b = &conn.rbuf[payload];
+                    let word = |i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap_or([0; 8]));
+                    if b.len() != p2pmpi_wire::frame::SINGLE_COPY_LEN as usize || h.len == 0 {
+                        return Err(proto(format!("bad single-copy announcement of {mid:?}")));
+                    }
+                    // Taken by the receive that matches it (now or once queued).
+                    self.sc_in.insert(mid, ScSource { slot, pid, addr: word(0), ticket: word(1), value: word(2) });
+                }
                 match self.matcher.arrive(&env) {
                     Arrival::Matched(r) => {
                         self.traced(&env);
@@ -1650,7 +1854,9 @@ impl Engine {
                         self.traced(&env);
                         self.matcher.enqueue(env, Body::Rendezvous)
                     }
-                    Arrival::Duplicate => {}
+                    Arrival::Duplicate => {
+                        self.sc_in.remove(&mid);
+                    }
                     Arrival::Early => return Err(proto(format!("message {mid:?} out of order"))),
                 }
             }
@@ -1672,9 +1878,22 @@ impl Engine {
                 if mid.src as i32 != self.rank || mid.dst as i32 != peer {
                     return Err(proto(format!("READY_TO_RECV for MID {mid:?} from rank {peer}")));
                 }
+                if h.flags & p2pmpi_wire::frame::flags::SINGLE_COPY != 0 {
+                    // The receiver copied the data: the send is complete. (Unknown: a send
+                    // withdrawn meanwhile, whose ticket the receiver found cleared.)
+                    if let Some(s) = self.rndv_send.remove(&mid) {
+                        let req = self.retire_send(s);
+                        let st = StatusInfo { source: peer, tag: 0, len: 0, cancelled: false };
+                        self.complete(req, Ok(st));
+                    }
+                    return Ok(());
+                }
                 let Some(s) = self.rndv_send.remove(&mid) else {
                     return Err(proto(format!("READY_TO_RECV for unknown MID {mid:?}")));
                 };
+                if s.ticket.is_some() {
+                    return Err(proto(format!("READY_TO_RECV for a single-copy send {mid:?}")));
+                }
                 let data = Header::new(FrameKind::Data, mid, s.len as u64);
                 let payload = if s.len == 0 { Payload::None } else { Payload::Raw(s.ptr, s.len) };
                 self.deferred.push((peer, Out::with_completion(data, payload, s.req)));
@@ -1934,7 +2153,11 @@ impl Engine {
         let rr: Vec<Mid> = self.rndv_recv.keys().filter(|m| of(m.comm)).copied().collect();
         failed.extend(rr.iter().filter_map(|m| self.rndv_recv.remove(m)));
         let rs: Vec<Mid> = self.rndv_send.keys().filter(|m| of(m.comm)).copied().collect();
-        failed.extend(rs.iter().filter_map(|m| self.rndv_send.remove(m)).map(|s| s.req));
+        for m in rs {
+            if let Some(s) = self.rndv_send.remove(&m) {
+                failed.push(self.retire_send(s));
+            }
+        }
         for r in failed {
             if self.reqs.get(r).is_some_and(|q| q.as_ref().is_some_and(|q| matches!(q.state, ReqState::Pending))) {
                 self.complete(r, Err(Error::Revoked));
@@ -2017,6 +2240,9 @@ impl Engine {
 
     /// Says `Bye` on every connection to a peer and shuts down the sending side.
     pub fn send_byes(&mut self) {
+        if self.sc_count > 0 {
+            self.shm_note(&format!("{} messages received by single copy", self.sc_count));
+        }
         for r in 0..self.peers.len() as i32 {
             if r == self.slot || self.peers[r as usize].conns.is_empty() {
                 continue;

@@ -46,6 +46,18 @@
 //! Indices the peer publishes are checked (`tail - head <= capacity`, monotonic), so a
 //! corrupted ring is a protocol error, never a read out of bounds.
 
+//!
+//! # Single copy (off by default)
+//!
+//! With `P2PMPI_SHM_SINGLE_COPY=1`, a receiver copies a rendez-vous message straight from
+//! its sender's buffer with `process_vm_readv` ([`copy_from`]) instead of through the ring.
+//! Whether it may, and that the pid the peer published is the process that maps this very
+//! segment, is probed once per connection ([`Link::probe_single_copy`]: the peer's view of
+//! the header, read at the address it published, must equal ours, random token included);
+//! the outcome is published in the header for the peer as a sender. Each copy reads the
+//! sender's ticket before and after the data, so a withdrawn send or a recycled pid never
+//! delivers bytes. Measured slower than the pipelined ring on the machines tried (docs/shm.md).
+
 use memmap2::{MmapOptions, MmapRaw};
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
@@ -53,9 +65,25 @@ use std::path::PathBuf;
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 
 const MAGIC: u64 = 0x7032_706d_7069_7368; // "p2pmpish"
-const VERSION: u64 = 1;
-/// Bytes of the segment header (magic, version, capacity, creator pid).
+const VERSION: u64 = 2;
+/// Bytes of the segment header (magic, version, capacity, creator pid, and the words of the
+/// single copy below).
 const SEG_HEADER: usize = 128;
+// Words (u64 indices) of the segment header used by the single copy (`process_vm_readv`):
+// where each side maps the segment, its pid, a random token, and whether each side may read
+// the other's memory.
+const W_CREATOR_PID: usize = 3;
+const W_CONNECTOR_ADDR: usize = 4;
+const W_TOKEN: usize = 5;
+const W_ACCEPTOR_PID: usize = 6;
+const W_ACCEPTOR_ADDR: usize = 7;
+const W_CONNECTOR_READS: usize = 8;
+const W_ACCEPTOR_READS: usize = 9;
+/// Bytes of the header a probe reads from the peer: magic through the token.
+const PROBE_LEN: usize = 48;
+/// Values of the `*_READS` words (0 while not probed yet): permitted, refused (or turned off).
+const READS_YES: u64 = 1;
+const READS_NO: u64 = 2;
 /// Bytes of a ring's control block: tail, head and the sleep flags each on its own pair of
 /// cache lines (no false sharing between the producer's and the consumer's writes).
 const RING_HEADER: usize = 512;
@@ -200,6 +228,13 @@ pub(crate) struct Link {
     rx_head: u64,
     /// The path, while this process may still have to unlink it (the creator).
     path: Option<PathBuf>,
+    /// Start of the mapping (its header).
+    base: *mut u8,
+    /// This side created the segment (it opened the connection).
+    connector: bool,
+    /// The peer's pid, once a probe showed that this process may read the peer's memory and
+    /// that this pid maps this very segment (see [`Self::probe_single_copy`]).
+    peer_pid: Option<i32>,
     _map: MmapRaw,
 }
 
@@ -234,7 +269,9 @@ impl Link {
                 h.write(MAGIC);
                 h.add(1).write(VERSION);
                 h.add(2).write(cap as u64);
-                h.add(3).write(u64::from(std::process::id()));
+                h.add(W_CREATOR_PID).write(u64::from(std::process::id()));
+                h.add(W_CONNECTOR_ADDR).write(base as u64);
+                h.add(W_TOKEN).write(u64::from_ne_bytes(token()));
             }
             Ok::<_, std::io::Error>(Link::from_map(map, cap, true, Some(path.clone())))
         })();
@@ -275,7 +312,10 @@ impl Link {
         if magic != MAGIC || version != VERSION || !cap.is_power_of_two() || seg_len(cap) != len {
             return Err(format!("not a segment of this version (magic {magic:#x}, version {version}, capacity {cap})"));
         }
-        Ok(Link::from_map(map, cap, false, None))
+        let link = Link::from_map(map, cap, false, None);
+        link.word(W_ACCEPTOR_PID).store(u64::from(std::process::id()), Ordering::Relaxed);
+        link.word(W_ACCEPTOR_ADDR).store(link.base as u64, Ordering::Release);
+        Ok(link)
     }
 
     fn from_map(map: MmapRaw, cap: usize, connector: bool, path: Option<PathBuf>) -> Link {
@@ -292,7 +332,70 @@ impl Link {
         let (tx, rx) = if connector { (ring(0), ring(1)) } else { (ring(1), ring(0)) };
         let tx_tail = tx.tail().load(Ordering::Acquire);
         let rx_head = rx.head().load(Ordering::Acquire);
-        Link { tx, rx, tx_tail, rx_head, path, _map: map }
+        Link { tx, rx, tx_tail, rx_head, path, base, connector, peer_pid: None, _map: map }
+    }
+
+    /// Word `i` of the segment header.
+    fn word(&self, i: usize) -> &AtomicU64 {
+        debug_assert!(i < SEG_HEADER / 8);
+        // SAFETY: `base` is the page-aligned start of the mapping, which outlives `self` and
+        // holds SEG_HEADER bytes of header: word `i < 16` is 8-aligned inside it; the other
+        // process writes these words once, before the message that makes us read them, or
+        // atomically.
+        unsafe { &*(self.base.add(8 * i) as *const AtomicU64) }
+    }
+
+    /// Checks whether this process may copy from the peer's memory (`process_vm_readv`) and
+    /// that the pid the peer published is the process that maps this very segment: reads the
+    /// peer's view of the segment header at the address it published and compares it with
+    /// ours (it includes a random token). Publishes the outcome: the peer, as a sender, offers
+    /// its buffers only if this side may read them ([`Self::peer_reads_me`]). `enabled`
+    /// false (the default; `P2PMPI_SHM_SINGLE_COPY=1` turns it on) publishes a refusal.
+    pub(crate) fn probe_single_copy(&mut self, enabled: bool) -> Result<i32, String> {
+        let outcome =
+            if enabled { self.probe() } else { Err("turned off (P2PMPI_SHM_SINGLE_COPY=1 turns it on)".to_string()) };
+        let mine = if self.connector { W_CONNECTOR_READS } else { W_ACCEPTOR_READS };
+        self.word(mine).store(if outcome.is_ok() { READS_YES } else { READS_NO }, Ordering::Release);
+        self.peer_pid = outcome.as_ref().ok().copied();
+        outcome
+    }
+
+    fn probe(&self) -> Result<i32, String> {
+        let (wp, wa) =
+            if self.connector { (W_ACCEPTOR_PID, W_ACCEPTOR_ADDR) } else { (W_CREATOR_PID, W_CONNECTOR_ADDR) };
+        let pid = self.word(wp).load(Ordering::Acquire);
+        let addr = self.word(wa).load(Ordering::Acquire);
+        let pid = i32::try_from(pid).ok().filter(|p| *p > 0).ok_or("no peer pid in the segment")?;
+        if addr == 0 {
+            return Err("no peer address in the segment".into());
+        }
+        let mut theirs = [0u8; PROBE_LEN];
+        // SAFETY: `theirs` is valid for writes of PROBE_LEN bytes.
+        let n =
+            unsafe { vm_read(pid, &[(theirs.as_mut_ptr(), addr, PROBE_LEN)]) }.map_err(|e| match e.raw_os_error() {
+                Some(libc::EPERM) => format!("process_vm_readv not permitted (EPERM: {e})"),
+                Some(libc::ENOSYS) => format!("process_vm_readv not available (ENOSYS: {e})"),
+                _ => format!("process_vm_readv failed: {e}"),
+            })?;
+        // SAFETY: the header's first PROBE_LEN bytes, inside the mapping (see `word`); the
+        // words compared are written once before the peer learnt of the segment.
+        let ours = unsafe { std::slice::from_raw_parts(self.base as *const u8, PROBE_LEN) };
+        if n != PROBE_LEN || theirs[..] != ours[..] {
+            return Err(format!("process {pid} does not map this segment where it said"));
+        }
+        Ok(pid)
+    }
+
+    /// The peer's pid, if this process may copy from its memory (a successful probe).
+    pub(crate) fn peer_pid(&self) -> Option<i32> {
+        self.peer_pid
+    }
+
+    /// Whether the peer probed this process's memory successfully: it may then copy large
+    /// messages straight from this process's buffers. (Not probed yet: no.)
+    pub(crate) fn peer_reads_me(&self) -> bool {
+        let theirs = if self.connector { W_ACCEPTOR_READS } else { W_CONNECTOR_READS };
+        self.word(theirs).load(Ordering::Acquire) == READS_YES
     }
 
     /// Removes the segment's name (the creator's duty once the acceptor has it, or the
@@ -408,6 +511,112 @@ impl Link {
     }
 }
 
+/// 8 random bytes (the segment's token).
+fn token() -> [u8; 8] {
+    let n = p2pmpi_wire::auth::nonce();
+    let mut t = [0u8; 8];
+    t.copy_from_slice(&n[..8]);
+    t
+}
+
+/// One `process_vm_readv` call: reads from process `pid`, part by part in order, `len` bytes at
+/// remote address `addr` into `dst`. Returns the bytes read: a partial read completes the first
+/// parts, then stops (at a fault) within the next one.
+///
+/// # Safety
+/// Every `dst` must be valid for writes of its `len` bytes, and not overlap another.
+unsafe fn vm_read(pid: i32, parts: &[(*mut u8, u64, usize)]) -> std::io::Result<usize> {
+    let local: Vec<libc::iovec> =
+        parts.iter().map(|&(d, _, n)| libc::iovec { iov_base: d as *mut libc::c_void, iov_len: n }).collect();
+    let remote: Vec<libc::iovec> =
+        parts.iter().map(|&(_, a, n)| libc::iovec { iov_base: a as usize as *mut libc::c_void, iov_len: n }).collect();
+    loop {
+        // SAFETY: the local iovecs describe memory valid for writes (the caller's contract);
+        // the remote ones are only read, in the other process, by the kernel, which checks
+        // them (a bad address is EFAULT or a partial read, never a fault here).
+        let n = unsafe {
+            libc::process_vm_readv(
+                pid,
+                local.as_ptr(),
+                local.len() as libc::c_ulong,
+                remote.as_ptr(),
+                remote.len() as libc::c_ulong,
+                0,
+            )
+        };
+        if n >= 0 {
+            return Ok(n as usize);
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+/// Why a single copy failed.
+#[derive(Debug)]
+pub(crate) enum CopyError {
+    /// The sender is gone (`ESRCH`): its connection's end follows.
+    Gone,
+    /// The read failed otherwise (`EFAULT`: the sender's memory went away, a dying process).
+    Failed(String),
+    /// The sender's ticket no longer holds the announced value: the send was withdrawn (its
+    /// buffer may be gone), or the pid is not the sender's any more.
+    Withdrawn,
+}
+
+/// Copies a message straight from a sender's memory: `len` bytes at `addr` in process `pid`
+/// into `dst`. Every call reads the sender's ticket (8 bytes at `ticket`) before and after
+/// the data, in the same `process_vm_readv`: the message counts only if both hold `value`
+/// (the sender clears its ticket before it lets its buffer go, and values are never reused,
+/// so the data was read from the live buffer of this very send). Partial reads go on from
+/// where they stopped; a call that moves nothing is a failure.
+///
+/// # Safety
+/// `dst` must be valid for writes of `len` bytes.
+pub(crate) unsafe fn copy_from(
+    pid: i32,
+    addr: u64,
+    len: usize,
+    dst: *mut u8,
+    ticket: u64,
+    value: u64,
+) -> Result<(), CopyError> {
+    let mut done = 0usize;
+    loop {
+        let rest = len - done;
+        let mut before = 0u64;
+        let mut after = 0u64;
+        let parts = [
+            (&mut before as *mut u64 as *mut u8, ticket, 8),
+            // SAFETY: `done < len` (or 0): inside `dst`'s `len` bytes (the caller's contract).
+            (unsafe { dst.add(done) }, addr + done as u64, rest),
+            (&mut after as *mut u64 as *mut u8, ticket, 8),
+        ];
+        // SAFETY: the two tickets' 8 bytes are locals, the data part is the rest of `dst`.
+        let n = match unsafe { vm_read(pid, &parts) } {
+            Ok(n) => n,
+            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => return Err(CopyError::Gone),
+            Err(e) => return Err(CopyError::Failed(e.to_string())),
+        };
+        if n < 8 {
+            return Err(CopyError::Failed(format!("process_vm_readv read {n} bytes of the ticket")));
+        }
+        if before != value {
+            return Err(CopyError::Withdrawn);
+        }
+        if n == rest + 16 {
+            return if after == value { Ok(()) } else { Err(CopyError::Withdrawn) };
+        }
+        let got = (n - 8).min(rest);
+        if got == 0 && rest > 0 {
+            return Err(CopyError::Failed("process_vm_readv read none of the data (bad address)".into()));
+        }
+        done += got;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -464,6 +673,93 @@ mod tests {
         a.tx.tail().store(10 * MIN_RING as u64, Ordering::Release);
         let mut buf = [0u8; 8];
         assert!(b.read(&mut buf).is_err());
+    }
+
+    #[test]
+    fn single_copy_is_probed_and_checks_the_ticket() {
+        let (mut a, mut b) = pair(MIN_RING);
+        assert!(!a.peer_reads_me() && !b.peer_reads_me(), "not probed yet: no");
+        let me = std::process::id() as i32;
+        // Both ends live in this process: each reads the other's mapping of the header.
+        assert_eq!(a.probe_single_copy(true), Ok(me));
+        assert!(b.peer_reads_me());
+        assert!(b.probe_single_copy(false).is_err_and(|e| e.contains("turned off")));
+        assert!(!a.peer_reads_me());
+        assert_eq!(a.peer_pid(), Some(me));
+        assert_eq!(b.peer_pid(), None);
+
+        let src: Vec<u8> = (0..300_001u32).map(|i| (i * 13 + i / 7) as u8).collect();
+        let ticket = AtomicU64::new(42);
+        let t = &ticket as *const AtomicU64 as u64;
+        let mut dst = vec![0u8; src.len()];
+        let from = src.as_ptr() as u64;
+        let copy = |dst: &mut Vec<u8>, pid: i32, from: u64, value: u64| {
+            // SAFETY: `dst` is valid for writes of its `dst.len()` bytes.
+            unsafe { copy_from(pid, from, dst.len(), dst.as_mut_ptr(), t, value) }
+        };
+        copy(&mut dst, me, from, 42).unwrap();
+        assert_eq!(dst, src);
+        // A withdrawn send (its ticket cleared), or another send's value: refused.
+        assert!(matches!(copy(&mut dst, me, from, 41), Err(CopyError::Withdrawn)));
+        ticket.store(0, Ordering::SeqCst);
+        assert!(matches!(copy(&mut dst, me, from, 42), Err(CopyError::Withdrawn)));
+        ticket.store(42, Ordering::SeqCst);
+        // Memory that is not mapped: a failure, not a fault here.
+        assert!(matches!(copy(&mut dst, me, 4096, 42), Err(CopyError::Failed(_))));
+        // A buffer whose end is unmapped (a sender's memory going away under the copy): the
+        // read stops at the hole, goes on from there, and fails; nothing counts as whole.
+        // SAFETY: sysconf takes no pointer.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+        // SAFETY: a fresh private anonymous mapping of two pages, no address imposed.
+        let two = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                2 * page,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(two, libc::MAP_FAILED);
+        // SAFETY: the second page of the mapping made just above, used by nothing else.
+        assert_eq!(unsafe { libc::munmap((two as *mut u8).add(page) as *mut libc::c_void, page) }, 0);
+        let mut half = vec![0u8; 2 * page];
+        // SAFETY: `half` is valid for writes of its 2 pages.
+        let r = unsafe { copy_from(me, two as u64, 2 * page, half.as_mut_ptr(), t, 42) };
+        assert!(matches!(r, Err(CopyError::Failed(_))), "{r:?}");
+        // SAFETY: the first page, still mapped, is this test's.
+        unsafe { libc::munmap(two, page) };
+        // A process that is gone.
+        let mut child = std::process::Command::new("true").spawn().expect("spawn true");
+        let pid = child.id() as i32;
+        child.wait().unwrap();
+        assert!(matches!(copy(&mut dst, pid, from, 42), Err(CopyError::Gone)));
+    }
+
+    #[test]
+    fn a_probe_that_fails_falls_back_to_the_ring() {
+        // The acceptor's published pid is not the process that maps the segment (a recycled
+        // pid, say): refused, and the connector will not offer its buffers either way.
+        let (mut a, b) = pair(MIN_RING);
+        let child = std::process::Command::new("sleep").arg("30").spawn();
+        let mut child = child.expect("spawn sleep");
+        a.word(W_ACCEPTOR_PID).store(u64::from(child.id()), Ordering::Release);
+        let e = a.probe_single_copy(true).expect_err("another process");
+        assert!(e.contains("does not map this segment") || e.contains("process_vm_readv"), "{e}");
+        assert!(!b.peer_reads_me());
+        assert_eq!(a.peer_pid(), None);
+        let _ = child.kill();
+        let _ = child.wait();
+        // An address where the peer maps nothing: refused too.
+        let (mut a, b) = pair(MIN_RING);
+        a.word(W_ACCEPTOR_ADDR).store(4096, Ordering::Release);
+        assert!(a.probe_single_copy(true).is_err());
+        assert!(!b.peer_reads_me());
+        // No pid published at all.
+        let (mut a, _b) = pair(MIN_RING);
+        a.word(W_ACCEPTOR_PID).store(0, Ordering::Release);
+        assert!(a.probe_single_copy(true).is_err_and(|e| e.contains("no peer pid")));
     }
 
     #[test]

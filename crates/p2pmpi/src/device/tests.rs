@@ -8,6 +8,11 @@ const MSG: usize = 64 << 10;
 
 /// Two engines; `shm`: through shared memory (rings of `ring` bytes), else TCP only.
 fn pair(shm: Option<usize>) -> (Engine, Engine) {
+    pair_sc(shm, true)
+}
+
+/// [`pair`], with large messages copied once (`process_vm_readv`) or not.
+fn pair_sc(shm: Option<usize>, single_copy: bool) -> (Engine, Engine) {
     let key = JobKey::from_bytes([7; p2pmpi_wire::auth::KEY_LEN]);
     let l0 = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let l1 = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -15,7 +20,14 @@ fn pair(shm: Option<usize>) -> (Engine, Engine) {
     let mut e0 = Engine::new(0, 2, 0, None, key.clone(), Some(l0), addrs.clone(), Duration::ZERO).unwrap();
     let mut e1 = Engine::new(1, 2, 1, None, key, Some(l1), addrs, Duration::ZERO).unwrap();
     for e in [&mut e0, &mut e1] {
-        e.shm_policy = ShmPolicy { on: shm.is_some(), slots: None, debug: false, ring: shm.unwrap_or(0) };
+        e.shm_policy = ShmPolicy {
+            on: shm.is_some(),
+            slots: None,
+            debug: false,
+            ring: shm.unwrap_or(0),
+            single_copy,
+            sc_min: SINGLE_COPY_MIN,
+        };
     }
     (e0, e1)
 }
@@ -37,14 +49,28 @@ fn connect(mut e0: Engine, e1: &mut Engine) -> std::thread::JoinHandle<Engine> {
 /// than the ring too, arrive whole and in order.
 #[test]
 fn engines_of_one_host_talk_through_shared_memory() {
-    let (e0, mut e1) = pair(Some(shm::MIN_RING));
+    exchange_through_shared_memory(false);
+}
+
+/// The same with large messages copied once from the sender's memory (both engines are in
+/// this process: the probe and the copies read this process's own memory).
+#[test]
+fn engines_of_one_host_copy_large_messages_once() {
+    let e1 = exchange_through_shared_memory(true);
+    // 200 000 B and 1 MiB standard, 100 000 B synchronous.
+    assert_eq!(e1.sc_count, 3);
+}
+
+fn exchange_through_shared_memory(single_copy: bool) -> Engine {
+    let (e0, mut e1) = pair_sc(Some(shm::MIN_RING), single_copy);
     let mut e0 = connect(e0, &mut e1).join().unwrap();
     assert_eq!((e0.shm_conns.len(), e1.shm_conns.len()), (1, 1), "both sides use the rings");
-    let sizes = [0usize, 8, 5000, 20_000, 200_000, 1 << 20];
+    let sizes = [0usize, 8, 5000, 20_000, 200_000, 1 << 20, 100_000];
     let sender = std::thread::spawn(move || {
         for (k, &n) in sizes.iter().enumerate() {
             let buf: Vec<u8> = (0..n).map(|i| (i * 13 + k) as u8).collect();
-            let r = e0.isend(0, 1, k as i32, buf.as_ptr(), n, SendMode::Standard).unwrap();
+            let mode = if k == 6 { SendMode::Synchronous } else { SendMode::Standard };
+            let r = e0.isend(0, 1, k as i32, buf.as_ptr(), n, mode).unwrap();
             let t0 = Instant::now();
             while !e0.is_done(r) {
                 assert!(t0.elapsed() < Duration::from_secs(20), "send of {n} bytes did not complete");
@@ -69,6 +95,10 @@ fn engines_of_one_host_talk_through_shared_memory() {
     }
     let e0 = sender.join().unwrap();
     assert!(e0.fatal.is_none() && e1.fatal.is_none());
+    if !single_copy {
+        assert_eq!(e1.sc_count, 0);
+    }
+    e1
 }
 
 /// A receiver slower than its sender: one progress call reads a bounded amount and returns,
