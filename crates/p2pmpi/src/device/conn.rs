@@ -299,19 +299,19 @@ impl Conn {
 
     /// Queues a frame and writes what the socket takes. Returns the requests whose frames
     /// were completely written.
-    pub fn push(&mut self, mut out: Out) -> Result<Vec<ReqId>, ConnError> {
+    pub fn push(&mut self, mut out: Out) -> Result<Option<ReqId>, ConnError> {
         if self.outq.is_empty() && (!self.gated || out.handshake) {
             // Fast path: write directly, without queueing.
             write_out(&mut self.stream, self.sec.as_deref_mut(), self.shm.as_deref_mut(), &mut out)?;
             if out_done(self.sec.as_deref(), &out) {
-                return Ok(out.done.into_iter().collect());
+                return Ok(out.done);
             }
         }
         if self.outq.is_empty() {
             self.stalled_since = Some(std::time::Instant::now());
         }
         self.outq.push_back(out);
-        Ok(Vec::new())
+        Ok(None)
     }
 
     /// Fault injection: writes `bytes` (part of a frame) the way this connection's frames

@@ -1082,7 +1082,7 @@ impl Engine {
                     .unwrap_or(Error::PeerLost { rank: peer, cause: "connection failed".into() }));
             }
         };
-        for r in done {
+        if let Some(r) = done {
             let st = StatusInfo { source: peer, tag: 0, len: 0, cancelled: false };
             self.complete(r, Ok(st));
         }
