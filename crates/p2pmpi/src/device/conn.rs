@@ -270,6 +270,7 @@ impl Conn {
     /// stream under way, nothing in the ring, no socket event. Checked before the
     /// connection is taken out of the engine's table (polling an idle ring costs a few
     /// loads, not moving the whole connection twice).
+    #[inline]
     pub fn ring_quiet(&self) -> bool {
         matches!(self.rstate, RState::Header)
             && self.rpos == self.rend
@@ -515,6 +516,12 @@ impl Conn {
 
     /// The next complete frame in the buffer: its header and the range of its payload.
     /// Before the connection is authenticated only the opening's frames are accepted.
+    /// Whether a frame header may be buffered (a cheaper test than [`Self::next_frame`]).
+    #[inline]
+    pub fn header_buffered(&self) -> bool {
+        self.rend - self.rpos >= HEADER_LEN
+    }
+
     pub fn next_frame(&mut self) -> Result<Option<(Header, std::ops::Range<usize>)>, ConnError> {
         let avail = self.rend - self.rpos;
         if avail < HEADER_LEN {

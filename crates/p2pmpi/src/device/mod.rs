@@ -1639,7 +1639,7 @@ impl Engine {
                 }
             }
             // Whole frames already buffered.
-            match conn.next_frame() {
+            match if conn.header_buffered() { conn.next_frame() } else { Ok(None) } {
                 Ok(Some((h, payload_range))) => {
                     got = true;
                     if let Err(e) = self.handle_frame(cid, &mut conn, h, payload_range) {
@@ -1654,6 +1654,10 @@ impl Engine {
                 if !self.unread.contains(&cid) {
                     self.unread.push(cid);
                 }
+                break Ok(());
+            }
+            if conn.ring_quiet() {
+                // A shared-memory connection with nothing more published: no need to look.
                 break Ok(());
             }
             match conn.fill() {
