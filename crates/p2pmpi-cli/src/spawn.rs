@@ -275,6 +275,18 @@ fn start_here(req: &Request<'_>) -> Result<Started, String> {
     for (rank, app) in slots.enumerate() {
         let mut cmd = Command::new(&programs[app]);
         cmd.args(&apps[app].args);
+        if let Some(dir) = &apps[app].dir {
+            // The spawning `Command`'s working directory (on this host: children started
+            // through the grid run in their staged job directory instead).
+            if !std::path::Path::new(dir).is_dir() {
+                terminate(&Arc::new(Mutex::new(children)));
+                return Err(format!(
+                    "cannot start '{}': its working directory '{dir}' is not a directory",
+                    programs[app].display()
+                ));
+            }
+            cmd.current_dir(dir);
+        }
         // What the spawning program's `Command` set or removed, before the job's own
         // variables (which it cannot override).
         for (k, v) in &apps[app].env {

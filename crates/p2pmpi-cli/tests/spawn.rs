@@ -182,3 +182,21 @@ fn a_rooted_collective_over_an_intercommunicator_is_a_clear_error() {
         o.stderr
     );
 }
+
+#[test]
+fn children_start_in_the_working_directory_of_the_spawning_command() {
+    let dir = std::env::temp_dir().join(format!("p2pmpi-spawn-cwd-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let prog = example("spawn_checks");
+    let o = run(&["--local", "-n", "2", prog.to_str().unwrap(), "cwd", dir.to_str().unwrap()], T);
+    o.assert_ok();
+    let here = dir.canonicalize().unwrap();
+    assert_eq!(count(&o.stdout, &format!(": in {}", here.display())), 2, "{}", o.stdout);
+    assert_eq!(count(&o.stdout, "OK spawn_checks cwd"), 2, "{}", o.stdout);
+    // A directory that does not exist: the spawn fails, saying which directory.
+    let missing = dir.join("missing");
+    let o = run(&["--local", "-n", "2", prog.to_str().unwrap(), "cwd", missing.to_str().unwrap()], T);
+    assert_ne!(o.code(), Some(0));
+    assert!(o.stderr.contains("is not a directory") && o.stderr.contains("missing"), "{}", o.stderr);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

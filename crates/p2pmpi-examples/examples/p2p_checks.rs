@@ -752,7 +752,8 @@ fn garbage(world: &mpi::topology::SimpleCommunicator) {
         // The same opening played by hand, with a made-up proof: refused, the connection closed.
         let mut s = TcpStream::connect(&ctrl).expect("control port");
         use p2pmpi_wire::control::{read_msg, write_msg, Control};
-        write_msg(&mut s, &Control::Hello { rank: me, nonce: [7; 32] }).unwrap();
+        write_msg(&mut s, &Control::Hello { rank: me, nonce: [7; 32], version: p2pmpi_wire::control::CONTROL_VERSION })
+            .unwrap();
         let Ok(Some(Control::Challenge { .. })) = read_msg(&mut s) else { panic!("no Challenge") };
         write_msg(
             &mut s,

@@ -8,8 +8,9 @@
 //! and application numbers. `tie`: both groups merge `Low` (the parents come first). `nested`:
 //! the children spawn a grandchild, which talks to both of them. `... spawn_checks missing`: spawning a program that does not
 //! exist is an `MpiError::Spawn`, and the parents go on. `... spawn_checks child_panics`: the
-//! children panic; the parents waiting for them must stop with an error. Every check panics
-//! when it fails. The `basic` lines end with `on HOST`: the address the process's peer gave it
+//! children panic; the parents waiting for them must stop with an error. `... spawn_checks
+//! cwd DIR`: the children start in the working directory the spawning `Command` names. Every
+//! check panics when it fails. The `basic` lines end with `on HOST`: the address the process's peer gave it
 //! (`local` without a grid).
 #![forbid(unsafe_code)]
 
@@ -99,6 +100,14 @@ fn main() -> Result<(), mpi::MpiError> {
                 }
                 println!("grandchild of {np} parents");
             }
+            "cwd_child" => {
+                // Started in the directory the parents' `Command` named.
+                let want = std::path::Path::new(&args[1]).canonicalize().unwrap();
+                let here = std::env::current_dir().unwrap().canonicalize().unwrap();
+                assert_eq!(here, want, "the spawning Command's working directory");
+                parent.merge(MergeOrder::High).barrier();
+                println!("cwd child {rank}: in {}", here.display());
+            }
             other => panic!("unknown child mode {other}"),
         }
         return Ok(());
@@ -185,6 +194,15 @@ fn main() -> Result<(), mpi::MpiError> {
             let child = world.process_at_rank(0).spawn(&child_command(&["panic"]), 2)?;
             let v = child.process_at_rank(0).receive::<i32>().0;
             panic!("received {v} from a child that panicked");
+        }
+        "cwd" => {
+            // The children start in the directory the `Command` names (argument 1).
+            let dir = args.get(1).expect("a directory").clone();
+            let mut cmd = child_command(&["cwd_child", &dir]);
+            cmd.current_dir(&dir);
+            let child = world.process_at_rank(0).spawn(&cmd, 2)?;
+            child.merge(MergeOrder::Low).barrier();
+            println!("OK spawn_checks cwd: parent {rank}");
         }
         other => panic!("unknown mode {other}"),
     }

@@ -18,6 +18,11 @@ use thiserror::Error;
 /// Largest control record accepted.
 pub const MAX_CONTROL_LEN: u32 = 16 << 20;
 
+/// Version of the control protocol, carried by `Hello`: a launcher refuses a process that
+/// speaks another (a program built against another p2pmpi than the `p2pmpirun` or MPD that
+/// started it would otherwise misread records). 2: `SpawnApp` carries a working directory.
+pub const CONTROL_VERSION: u32 = 2;
+
 /// One control record. Processes send `Hello`, `Register`, `Finalized`, `Abort`, `PeerFailed`,
 /// `Renew`, `Agree`, `Revoke` and `Spawn`; the launcher answers with `Challenge`, `World`,
 /// `Lease`, `Excluded`, `Agreed`, `AgreeRefused` and `Spawned`, and may send `Dead`,
@@ -55,8 +60,9 @@ pub enum Control {
     /// The process was excluded from the job (suspected or declared dead): it must exit
     /// quietly.
     Excluded { reason: String },
-    /// The first record of a control connection: the process's slot and a fresh nonce.
-    Hello { rank: u32, nonce: Nonce },
+    /// The first record of a control connection: the process's slot, a fresh nonce and its
+    /// [`CONTROL_VERSION`].
+    Hello { rank: u32, nonce: Nonce, version: u32 },
     /// The launcher's answer to `Hello`: its nonce and its proof of the job key.
     Challenge { nonce: Nonce, proof: Proof },
     /// A fault-aware program's process contributes `flag` to agreement `seq` on the
@@ -84,14 +90,16 @@ pub enum Control {
     Spawned { base: u32, error: Option<String> },
 }
 
-/// One program of a `Spawn`: its path, arguments, number of processes, and the environment
-/// variables its `Command` set (`Some`) or removed (`None`).
+/// One program of a `Spawn`: its path, arguments, number of processes, the environment
+/// variables its `Command` set (`Some`) or removed (`None`), and the working directory it
+/// names (`None`: the launcher's).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SpawnApp {
     pub program: String,
     pub args: Vec<String>,
     pub procs: u32,
     pub env: Vec<(String, Option<String>)>,
+    pub dir: Option<String>,
 }
 
 /// What a process registers with its launcher.
@@ -131,7 +139,7 @@ fn process_proof(key: &JobKey, np: &Nonce, nl: &Nonce, r: &Registration) -> Proo
 /// `Challenge` checked, then `Register` with this process's proof.
 pub fn register<S: Read + Write>(conn: &mut S, key: &JobKey, reg: &Registration) -> Result<(), ControlError> {
     let np = auth::nonce();
-    write_msg(conn, &Control::Hello { rank: reg.rank, nonce: np })?;
+    write_msg(conn, &Control::Hello { rank: reg.rank, nonce: np, version: CONTROL_VERSION })?;
     let nl = match read_msg(conn)? {
         Some(Control::Challenge { nonce, proof }) => {
             if !key.verify(Role::ControlLauncher, &[&reg.rank.to_le_bytes(), &np, &nonce], &proof) {
@@ -161,8 +169,24 @@ pub fn register<S: Read + Write>(conn: &mut S, key: &JobKey, reg: &Registration)
 /// The launcher's side of a control connection's opening, for a job of `slots` processes:
 /// the process's registration once it proved the job key.
 pub fn accept<S: Read + Write>(conn: &mut S, key: &JobKey, slots: usize) -> Result<Registration, ControlError> {
-    let (rank, np) = match read_msg(conn)? {
-        Some(Control::Hello { rank, nonce }) if (rank as usize) < slots => (rank, nonce),
+    let first = match read_msg(conn) {
+        Ok(Some(Control::Hello { version, .. })) if version != CONTROL_VERSION => {
+            let why = format!(
+                "the program's p2pmpi library speaks control protocol {version}, this launcher {CONTROL_VERSION}: \
+                 build the program against the same p2pmpi version as p2pmpirun"
+            );
+            let _ = write_msg(conn, &Control::Stop { reason: why.clone() });
+            return Err(ControlError::Refused(why));
+        }
+        Err(ControlError::Malformed(e)) => {
+            return Err(ControlError::Refused(format!(
+                "a malformed first record ({e}): a program built against another p2pmpi version?"
+            )))
+        }
+        other => other?,
+    };
+    let (rank, np) = match first {
+        Some(Control::Hello { rank, nonce, .. }) if (rank as usize) < slots => (rank, nonce),
         Some(Control::Hello { rank, .. }) => return Err(ControlError::Refused(format!("no slot {rank} in this job"))),
         Some(other) => return Err(ControlError::Refused(format!("expected Hello, got {}", other.kind()))),
         None => return Err(io::Error::from(io::ErrorKind::UnexpectedEof).into()),
@@ -324,7 +348,7 @@ mod tests {
                 tolerant: true,
                 proof: [9; 32],
             },
-            Control::Hello { rank: 3, nonce: [1; 32] },
+            Control::Hello { rank: 3, nonce: [1; 32], version: CONTROL_VERSION },
             Control::Challenge { nonce: [2; 32], proof: [3; 32] },
             Control::Agree { comm: 5, seq: 2, members: vec![0, 2, 3], flag: 0xff },
             Control::Agreed { comm: 5, seq: 2, flag: 0x0f, failed: vec![2], id: 9 },
@@ -509,8 +533,10 @@ mod tests {
     #[test]
     fn a_registration_for_another_slot_or_without_hello_is_refused() {
         let key = JobKey::from_bytes([3; 32]);
-        let mut s =
-            Scripted { input: io::Cursor::new(encode(&Control::Hello { rank: 9, nonce: [0; 32] })), output: vec![] };
+        let mut s = Scripted {
+            input: io::Cursor::new(encode(&Control::Hello { rank: 9, nonce: [0; 32], version: CONTROL_VERSION })),
+            output: vec![],
+        };
         assert!(matches!(accept(&mut s, &key, 4), Err(ControlError::Refused(_))));
         let bare = |rank| Control::Register {
             rank,
@@ -522,10 +548,36 @@ mod tests {
         };
         let mut s = Scripted { input: io::Cursor::new(encode(&bare(1))), output: vec![] };
         assert!(matches!(accept(&mut s, &key, 4), Err(ControlError::Refused(_))));
-        let mut input = encode(&Control::Hello { rank: 1, nonce: [0; 32] });
+        let mut input = encode(&Control::Hello { rank: 1, nonce: [0; 32], version: CONTROL_VERSION });
         input.extend(encode(&bare(2)));
         let mut s = Scripted { input: io::Cursor::new(input), output: vec![] };
         assert!(matches!(accept(&mut s, &key, 4), Err(ControlError::Refused(_))));
+    }
+
+    #[test]
+    fn a_process_speaking_another_control_version_is_told_and_refused() {
+        let key = JobKey::from_bytes([3; 32]);
+        let hello = Control::Hello { rank: 0, nonce: [0; 32], version: CONTROL_VERSION + 1 };
+        let mut s = Scripted { input: io::Cursor::new(encode(&hello)), output: vec![] };
+        match accept(&mut s, &key, 4) {
+            Err(ControlError::Refused(why)) => assert!(why.contains("control protocol"), "{why}"),
+            other => panic!("accepted: {other:?}"),
+        }
+        // The process is told why, in a record it understands.
+        match read_msg(&mut &s.output[..]) {
+            Ok(Some(Control::Stop { reason })) => assert!(reason.contains("same p2pmpi version"), "{reason}"),
+            other => panic!("no Stop: {other:?}"),
+        }
+        // A first record that does not decode (an older Hello, cut short) says what may be wrong.
+        let mut short = encode(&Control::Hello { rank: 0, nonce: [0; 32], version: CONTROL_VERSION });
+        short.truncate(short.len() - 1);
+        let body = (short.len() - 4) as u32;
+        short[..4].copy_from_slice(&body.to_le_bytes());
+        let mut s = Scripted { input: io::Cursor::new(short), output: vec![] };
+        match accept(&mut s, &key, 4) {
+            Err(ControlError::Refused(why)) => assert!(why.contains("another p2pmpi version"), "{why}"),
+            other => panic!("accepted: {other:?}"),
+        }
     }
 
     proptest! {

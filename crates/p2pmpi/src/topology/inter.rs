@@ -190,8 +190,7 @@ pub(crate) fn parent() -> Option<InterCommunicator> {
     Some(InterCommunicator::new(*ctx, world.0, ids.clone(), false))
 }
 
-/// The program, arguments and environment changes of a `Command` (its working directory is
-/// not carried: children start in the launcher's).
+/// The program, arguments, environment changes and working directory of a `Command`.
 fn app_of(command: &Command, procs: Rank) -> std::result::Result<p2pmpi_wire::control::SpawnApp, MpiError> {
     let text = |s: &std::ffi::OsStr| -> std::result::Result<String, MpiError> {
         let t = s.to_string_lossy().into_owned();
@@ -206,6 +205,7 @@ fn app_of(command: &Command, procs: Rank) -> std::result::Result<p2pmpi_wire::co
             .get_envs()
             .map(|(k, v)| Ok((text(k)?, v.map(text).transpose()?)))
             .collect::<std::result::Result<_, MpiError>>()?,
+        dir: command.get_current_dir().map(|d| text(d.as_os_str())).transpose()?,
     })
 }
 
