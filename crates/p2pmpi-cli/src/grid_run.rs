@@ -819,21 +819,14 @@ pub fn run(name: &str, opts: &RunArgs, n: usize, grid: Grid) -> Result<i32> {
     }
     drop(tx);
 
-    let spawns = crate::spawn::Spawns::new(crate::spawn::Settings {
-        name: name.to_string(),
-        key: key.clone(),
-        first_id: slots as u32,
-        tag_output: opts.tag_output,
-        extra: extra.clone(),
-        startup_timeout: opts.startup_timeout,
-        timeout: opts.timeout.map(Duration::from_secs),
-        encrypt: opts.encrypt,
-        place: crate::spawn::Place::Grid(Arc::new(GridSpawn {
-            grid: grid.clone(),
-            opts: opts.clone(),
-            only: only.clone(),
-        })),
-    });
+    let spawns = crate::spawn::Spawns::new(crate::spawn::Settings::of_job(
+        name,
+        &key,
+        slots,
+        opts,
+        &extra,
+        crate::spawn::Place::Grid(Arc::new(GridSpawn { grid: grid.clone(), opts: opts.clone(), only: only.clone() })),
+    ));
     let stop = || {
         launcher::terminate(&children);
         stop_hosts(&remotes);

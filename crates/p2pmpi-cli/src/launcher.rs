@@ -753,17 +753,14 @@ fn run_local(name: &str, opts: RunArgs, n: usize) -> Result<i32> {
     }
     drop(tx);
 
-    let spawner = crate::spawn::Spawns::new(crate::spawn::Settings {
-        name: name.to_string(),
-        key: key.clone(),
-        first_id: slots as u32,
-        tag_output: opts.tag_output,
-        extra: extra.clone(),
-        startup_timeout: opts.startup_timeout,
-        timeout: opts.timeout.map(Duration::from_secs),
-        encrypt: opts.encrypt,
-        place: crate::spawn::Place::Local,
-    });
+    let spawner = crate::spawn::Spawns::new(crate::spawn::Settings::of_job(
+        name,
+        &key,
+        slots,
+        &opts,
+        &extra,
+        crate::spawn::Place::Local,
+    ));
     let stop = || {
         terminate(&children);
         spawner.terminate_all();

@@ -48,6 +48,31 @@ pub(crate) struct Settings {
     pub place: Place,
 }
 
+impl Settings {
+    /// The settings a job run with `opts` (of `slots` processes, started with the
+    /// environment `extra`) hands its spawned jobs, which start at `place`.
+    pub(crate) fn of_job(
+        name: &str,
+        key: &JobKey,
+        slots: usize,
+        opts: &crate::launcher::RunArgs,
+        extra: &[(String, String)],
+        place: Place,
+    ) -> Settings {
+        Settings {
+            name: name.to_string(),
+            key: key.clone(),
+            first_id: slots as u32,
+            tag_output: opts.tag_output,
+            extra: extra.to_vec(),
+            startup_timeout: opts.startup_timeout,
+            timeout: opts.timeout.map(Duration::from_secs),
+            encrypt: opts.encrypt,
+            place,
+        }
+    }
+}
+
 /// What starting a spawned job's processes gives its event loop.
 pub(crate) struct Started {
     /// Stops every process of the spawned job.
