@@ -16,9 +16,7 @@ fn spawn_checks(n: usize, mode: &str) -> Outcome {
     run(&["--local", "-n", &n.to_string(), prog.to_str().unwrap(), mode], T)
 }
 
-fn count(text: &str, pat: &str) -> usize {
-    text.lines().filter(|l| l.contains(pat)).count()
-}
+use common::spawn::{assert_collectives, assert_nested, count};
 
 #[test]
 fn two_parents_spawn_two_children_talk_both_ways_and_merge() {
@@ -87,12 +85,7 @@ fn a_merge_where_both_groups_say_low_puts_the_parents_first() {
 /// with both children (its parents) across its own intercommunicator.
 #[test]
 fn children_spawn_a_grandchild() {
-    let o = spawn_checks(2, "nested");
-    o.assert_ok();
-    assert_eq!(count(&o.stdout, "OK spawn_checks nested"), 2, "{}", o.stdout);
-    assert!(o.stdout.contains("grandchild of 2 parents"), "{}", o.stdout);
-    assert!(o.stdout.contains("nested child 0 relayed 300"), "{}", o.stdout);
-    assert!(o.stdout.contains("nested child 1 relayed 301"), "{}", o.stdout);
+    assert_nested(&spawn_checks(2, "nested"));
 }
 
 /// Not supported yet with replicas: every replica of the root gets `MpiError::Spawn`, the cause
@@ -160,16 +153,7 @@ fn spawn_collectives(n: usize, mode: &str) -> Outcome {
 fn collectives_over_an_intercommunicator_take_the_other_group_s_contributions() {
     // 2 parents and 3 children: every group size differs, so a result taken from the wrong
     // group (or from both) has the wrong length or sum; the example checks each.
-    let o = spawn_collectives(2, "");
-    o.assert_ok();
-    for r in 0..2 {
-        let l = format!("OK spawn_collectives: parent {r} of 2, remote group of 3");
-        assert!(o.stdout.contains(&l), "missing {l:?} in:\n{}", o.stdout);
-    }
-    for r in 0..3 {
-        let l = format!("OK spawn_collectives: child {r} of 3, remote group of 2");
-        assert!(o.stdout.contains(&l), "missing {l:?} in:\n{}", o.stdout);
-    }
+    assert_collectives(&spawn_collectives(2, ""), 2);
 }
 
 #[test]

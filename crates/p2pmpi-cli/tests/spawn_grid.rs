@@ -11,9 +11,7 @@ use common::grid::TestGrid;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-fn count(text: &str, pat: &str) -> usize {
-    text.lines().filter(|l| l.contains(pat)).count()
-}
+use common::spawn::{assert_collectives, assert_nested, count};
 
 /// The hosts (`on HOST` at the end) of the lines that contain `pat`.
 fn hosts(text: &str, pat: &str) -> Vec<String> {
@@ -111,12 +109,7 @@ fn grid_children_spawn_a_grandchild() {
     let g = TestGrid::start("spawn-nested", 3, &["--procs", "2"]);
     g.wait_hosts(1, 2);
     let prog = example("spawn_checks");
-    let o = g.run(&["-n", "2", prog.to_str().unwrap(), "nested"]);
-    o.assert_ok();
-    assert_eq!(count(&o.stdout, "OK spawn_checks nested"), 2, "{}", o.stdout);
-    assert!(o.stdout.contains("grandchild of 2 parents"), "{}", o.stdout);
-    assert!(o.stdout.contains("nested child 0 relayed 300"), "{}", o.stdout);
-    assert!(o.stdout.contains("nested child 1 relayed 301"), "{}", o.stdout);
+    assert_nested(&g.run(&["-n", "2", prog.to_str().unwrap(), "nested"]));
 }
 
 /// Collectives over the intercommunicator when the 3 children are spread over the grid's
@@ -127,14 +120,5 @@ fn grid_collectives_over_an_intercommunicator_take_the_other_group_s_contributio
     let g = TestGrid::start("spawn-coll", 3, &["--procs", "2"]);
     g.wait_hosts(1, 2);
     let prog = example("spawn_collectives");
-    let o = g.run(&["-n", "2", prog.to_str().unwrap()]);
-    o.assert_ok();
-    for r in 0..2 {
-        let l = format!("OK spawn_collectives: parent {r} of 2, remote group of 3");
-        assert!(o.stdout.contains(&l), "missing {l:?} in:\n{}", o.stdout);
-    }
-    for r in 0..3 {
-        let l = format!("OK spawn_collectives: child {r} of 3, remote group of 2");
-        assert!(o.stdout.contains(&l), "missing {l:?} in:\n{}", o.stdout);
-    }
+    assert_collectives(&g.run(&["-n", "2", prog.to_str().unwrap()]), 2);
 }

@@ -5,6 +5,7 @@
 pub mod grid;
 pub mod job;
 pub mod netns;
+pub mod spawn;
 
 use std::io::Read;
 use std::path::PathBuf;
