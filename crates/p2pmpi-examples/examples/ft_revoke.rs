@@ -21,12 +21,7 @@ use mpi::collective::SystemOperation;
 use mpi::traits::*;
 use mpi::ulfm::{FaultError, FaultTolerant, TryCollectives};
 
-fn h(t: u64) -> u64 {
-    let mut z = t.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    (z ^ (z >> 31)) % 1_000_003
-}
+use p2pmpi_examples::work_item as h;
 
 /// This rank's share of round `k`: the tasks `t` of the round with `t mod size = rank`.
 fn part(k: u64, per_round: u64, rank: u64, size: u64) -> u64 {

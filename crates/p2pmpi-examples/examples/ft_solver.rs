@@ -19,12 +19,7 @@
 use mpi::traits::*;
 use mpi::ulfm::{FaultError, FaultTolerant};
 
-fn h(t: u64) -> u64 {
-    let mut z = t.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    (z ^ (z >> 31)) % 1_000_003
-}
+use p2pmpi_examples::work_item as h;
 
 /// One round's reduction to rank 0 and back: the round's sum, or None if a rank failed.
 fn reduce_round(comm: &impl Communicator, part: u64, tag: i32) -> Option<u64> {

@@ -1,59 +1,18 @@
 //! The JEL join test's memory, bounded (docs/sim/jel.md, "10 000 nodes"): every simulated
 //! member holds the whole pool, so the heap grows as n², and what each (member, member) pair
-//! costs decides whether 10 000 nodes fit. This binary counts the heap's peak with an
-//! allocator of its own (its own process: the other tests are not affected).
+//! costs decides whether 10 000 nodes fit. The heap's peak is counted by the binary's own
+//! allocator (`heap`).
+
+mod heap;
 
 use p2pmpi_core::jel::central::Dissemination;
-use p2pmpi_sim::jel::{join_run, Impl, JoinParams, Network};
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use p2pmpi_sim::jel::{Impl, JoinParams, Network};
 use std::time::Duration;
-
-struct Counting;
-
-static NOW: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: every call is passed on to the system allocator unchanged; only counters are kept.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        // SAFETY: the caller's layout, passed on unchanged.
-        let p = unsafe { System.alloc(l) };
-        if !p.is_null() {
-            let now = NOW.fetch_add(l.size(), Ordering::Relaxed) + l.size();
-            PEAK.fetch_max(now, Ordering::Relaxed);
-        }
-        p
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        // SAFETY: a pointer this allocator (the system's) gave for this layout.
-        unsafe { System.dealloc(p, l) };
-        NOW.fetch_sub(l.size(), Ordering::Relaxed);
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
-        // SAFETY: as for dealloc; the caller's new size, passed on unchanged.
-        let q = unsafe { System.realloc(p, l, new) };
-        if !q.is_null() {
-            if new >= l.size() {
-                let now = NOW.fetch_add(new - l.size(), Ordering::Relaxed) + (new - l.size());
-                PEAK.fetch_max(now, Ordering::Relaxed);
-            } else {
-                NOW.fetch_sub(l.size() - new, Ordering::Relaxed);
-            }
-        }
-        q
-    }
-}
-
-#[global_allocator]
-static A: Counting = Counting;
 
 #[test]
 fn the_broadcast_trees_heap_stays_within_64_bytes_per_member_pair() {
     let n = 600;
-    let base = NOW.load(Ordering::Relaxed);
-    PEAK.store(base, Ordering::Relaxed);
-    let r = join_run(JoinParams {
+    let (r, per_pair) = heap::join_run_per_pair(JoinParams {
         n,
         imp: Impl::Central(Dissemination::Tree),
         net: Network::DAS3,
@@ -63,9 +22,6 @@ fn the_broadcast_trees_heap_stays_within_64_bytes_per_member_pair() {
         seed: 1,
     });
     assert!(r.t_full.is_some(), "everyone must see everyone");
-    let peak = PEAK.load(Ordering::Relaxed) - base;
-    let per_pair = peak as f64 / (n * n) as f64;
-    eprintln!("{n} nodes: heap peak {:.1} MB, {per_pair:.1} bytes per member pair", peak as f64 / 1e6);
     // Before the compact roster and the drained action queues: ~170 bytes per pair.
     assert!(per_pair < 64.0, "{per_pair:.1} bytes per member pair");
 }
