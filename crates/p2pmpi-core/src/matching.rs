@@ -173,6 +173,8 @@ impl<R: PartialEq, P> Matcher<R, P> {
         }
         *next = env.seq + 1;
         match self.posted.iter().position(|(p, _)| p.accepts(env)) {
+            // The oldest posted receive (the usual case) leaves without moving the others.
+            Some(0) => Arrival::Matched(self.posted.pop_front().expect("index from position").1),
             Some(i) => Arrival::Matched(self.posted.remove(i).expect("index from position").1),
             None => Arrival::Unmatched,
         }

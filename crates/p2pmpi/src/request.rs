@@ -87,6 +87,10 @@ impl Pending {
     }
 
     pub fn wait(self) -> Result<Status> {
+        if self.id == crate::device::DONE {
+            // Finished on the spot: nothing to wait for (nor to lock the engine for).
+            return self.finish(Ok(crate::device::DONE_STATUS));
+        }
         let r = match self.any_source_ctx {
             Some(ctx) => crate::ulfm::wait_any_source(self.id, ctx, self.members.as_deref()),
             None => wait_req(self.id, self.hint),

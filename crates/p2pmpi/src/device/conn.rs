@@ -82,7 +82,7 @@ pub(crate) struct Out {
     payload: Payload,
     /// Bytes of header + payload already written.
     pos: usize,
-    done: Option<ReqId>,
+    pub(super) done: Option<ReqId>,
     /// A frame of the connection's opening: written while the connection is gated.
     handshake: bool,
 }
@@ -315,6 +315,22 @@ impl Conn {
         Ok(None)
     }
 
+    /// [`Self::push`] of a frame without a request: `None` if it was written whole at once,
+    /// else the frame as queued (its writing goes on later), to attach a request to.
+    pub fn push_or_queue(&mut self, mut out: Out) -> Result<Option<&mut Out>, ConnError> {
+        if self.outq.is_empty() && !self.gated {
+            write_out(&mut self.stream, self.sec.as_deref_mut(), self.shm.as_deref_mut(), &mut out)?;
+            if out_done(self.sec.as_deref(), &out) {
+                return Ok(None);
+            }
+        }
+        if self.outq.is_empty() {
+            self.stalled_since = Some(std::time::Instant::now());
+        }
+        self.outq.push_back(out);
+        Ok(self.outq.back_mut())
+    }
+
     /// Fault injection: writes `bytes` (part of a frame) the way this connection's frames
     /// go — through its shared-memory ring, else its socket — waiting for room.
     #[cfg(feature = "failpoints")]
@@ -518,6 +534,16 @@ impl Conn {
     /// Before the connection is authenticated only the opening's frames are accepted.
     /// Whether a frame header may be buffered (a cheaper test than [`Self::next_frame`]).
     #[inline]
+    /// Nothing read is waiting in the read buffer.
+    pub fn nothing_buffered(&self) -> bool {
+        self.rpos == self.rend
+    }
+
+    /// Rings the peer's doorbell (a shared-memory connection whose peer waits for room).
+    pub fn doorbell(&mut self) {
+        doorbell(&mut self.stream);
+    }
+
     pub fn header_buffered(&self) -> bool {
         self.rend - self.rpos >= HEADER_LEN
     }
@@ -681,6 +707,15 @@ fn write_out(
 fn write_ring(stream: &mut TcpStream, l: &mut super::shm::Link, out: &mut Out) -> Result<usize, ConnError> {
     let total = out.total();
     let start = out.pos;
+    if start == 0 {
+        if let Some(wake) = l.write_frame(&out.hdr, out.payload.bytes()).map_err(ConnError::Protocol)? {
+            out.pos = total;
+            if wake {
+                doorbell(stream);
+            }
+            return Ok(total);
+        }
+    }
     let mut wake = false;
     while out.pos < total {
         let (n, w) = if out.pos < HEADER_LEN {

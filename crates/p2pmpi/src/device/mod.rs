@@ -81,6 +81,14 @@ pub(crate) const HANDSHAKE_LIMIT: Duration = Duration::from_secs(10);
 /// Request handle inside the engine.
 pub(crate) type ReqId = usize;
 
+/// The request of every operation finished on the spot (an eager send written whole at
+/// once, [`Engine::completed_req`]): a slot of the request table that is never freed, so such
+/// an operation costs no allocation of a request, and waiting for it no look at the engine.
+pub(crate) const DONE: ReqId = 0;
+
+/// What waiting for [`DONE`] returns.
+pub(crate) const DONE_STATUS: StatusInfo = StatusInfo { source: -1, tag: -1, len: 0, cancelled: false };
+
 /// What a completed receive learned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct StatusInfo {
@@ -360,7 +368,12 @@ impl Engine {
             peers: (0..slots).map(|_| Peer::default()).collect(),
             conns: Vec::new(),
             matcher: Matcher::new(),
-            reqs: Vec::new(),
+            reqs: vec![Some(Req {
+                ptr: std::ptr::null_mut(),
+                cap: 0,
+                state: ReqState::Done(DONE_STATUS),
+                parent: None,
+            })],
             free_reqs: Vec::new(),
             rndv_send: HashMap::new(),
             rndv_recv: HashMap::new(),
@@ -435,17 +448,7 @@ impl Engine {
     // ----------------------------------------------------------------- requests
 
     fn new_req(&mut self, ptr: *mut u8, cap: usize, state: ReqState) -> ReqId {
-        let r = Req { ptr, cap, state, parent: None };
-        match self.free_reqs.pop() {
-            Some(id) => {
-                self.reqs[id] = Some(r);
-                id
-            }
-            None => {
-                self.reqs.push(Some(r));
-                self.reqs.len() - 1
-            }
-        }
+        alloc_req(&mut self.reqs, &mut self.free_reqs, Req { ptr, cap, state, parent: None })
     }
 
     fn req_mut(&mut self, id: ReqId) -> &mut Req {
@@ -454,8 +457,7 @@ impl Engine {
 
     /// A request that is already complete (for operations finished on the spot).
     pub fn completed_req(&mut self) -> ReqId {
-        let st = StatusInfo { source: -1, tag: -1, len: 0, cancelled: false };
-        self.new_req(std::ptr::null_mut(), 0, ReqState::Done(st))
+        DONE
     }
 
     /// The state of a request, if it has finished (the request stays until [`Self::release`]).
@@ -465,6 +467,9 @@ impl Engine {
 
     /// Takes a finished request's outcome and frees it; `None` if still pending.
     pub fn take_done(&mut self, id: ReqId) -> Option<Result<StatusInfo>> {
+        if id == DONE {
+            return Some(Ok(DONE_STATUS));
+        }
         let r = self.reqs[id].as_ref().expect("live request");
         if matches!(r.state, ReqState::Pending) {
             return None;
@@ -607,11 +612,10 @@ impl Engine {
             // Written in place: what the socket does not take now is queued by reference (the
             // caller keeps the buffer until the request completes), never copied, so a sender
             // running ahead of its receiver is held back by TCP instead of growing a queue.
+            // A frame written whole at once completes the send on the spot ([`DONE`]).
             let h = self.header(FrameKind::Eager, comm, dst, tag, seq, len as u64);
-            let req = self.new_req(std::ptr::null_mut(), 0, ReqState::Pending);
             let payload = if len == 0 { Payload::None } else { Payload::Raw(ptr, len) };
-            self.push_out(cid, Out::with_completion(h, payload, req))?;
-            Ok(req)
+            self.push_eager(cid, Out::new(h, payload))
         } else {
             let mut h = self.header(FrameKind::ReadyToSend, comm, dst, tag, seq, len as u64);
             if mode == SendMode::Synchronous {
@@ -1090,6 +1094,27 @@ impl Engine {
         Ok(())
     }
 
+    /// [`Self::push_out`] for an eager send's frame: [`DONE`] if the frame was written whole
+    /// at once, else a request that completes when the rest is written.
+    fn push_eager(&mut self, cid: usize, out: Out) -> Result<ReqId> {
+        let conn = self.conns[cid].as_mut().expect("live connection");
+        match conn.push_or_queue(out) {
+            Ok(None) => Ok(DONE),
+            Ok(Some(queued)) => {
+                let r = Req { ptr: std::ptr::null_mut(), cap: 0, state: ReqState::Pending, parent: None };
+                let req = alloc_req(&mut self.reqs, &mut self.free_reqs, r);
+                queued.done = Some(req);
+                self.update_interest(cid);
+                Ok(req)
+            }
+            Err(e) => {
+                let peer = conn.peer.unwrap_or(-1);
+                self.conn_failed(cid, peer, e);
+                Err(self.fatal.clone().unwrap_or(Error::PeerLost { rank: peer, cause: "connection failed".into() }))
+            }
+        }
+    }
+
     fn flush_deferred(&mut self) {
         if self.repl.is_some() {
             self.drive();
@@ -1168,7 +1193,7 @@ impl Engine {
             }
         }
         self.post(r, pat);
-        if let Some(cause) = pat.src.and_then(|s| self.lost.get(&s)) {
+        if let Some(cause) = pat.src.filter(|_| !self.lost.is_empty()).and_then(|s| self.lost.get(&s)) {
             // Nothing more comes from a lost peer (what it sent before is matched above).
             if self.matcher.cancel(&r) {
                 let err = Error::PeerLost { rank: pat.src.unwrap_or(-1), cause: cause.clone() };
@@ -1660,6 +1685,17 @@ impl Engine {
                 // A shared-memory connection with nothing more published: no need to look.
                 break Ok(());
             }
+            if conn.nothing_buffered() && self.repl.is_none() {
+                // Nothing buffered: a small eager frame is taken straight from the ring.
+                match self.ring_eager(&mut conn) {
+                    Ok(true) => {
+                        got = true;
+                        continue;
+                    }
+                    Ok(false) => {}
+                    Err(e) => break Err(e),
+                }
+            }
             match conn.fill() {
                 Ok(0) => break Ok(()),
                 Ok(n) => {
@@ -1679,6 +1715,82 @@ impl Engine {
             self.flush_conn(cid);
         }
         got
+    }
+
+    /// The same-host fast path of an unreplicated job: an eager frame whose header and
+    /// payload lie in one piece at the read position of a shared-memory connection is matched
+    /// and copied straight from the ring into its receive (or into the unexpected queue),
+    /// without passing through the connection's read buffer. Returns whether it took a frame;
+    /// anything else (other kinds, a frame that wraps around the ring's end or is not whole
+    /// yet, a connection still opening or streaming) is left to the general path.
+    fn ring_eager(&mut self, conn: &mut Conn) -> std::result::Result<bool, ConnError> {
+        if !matches!(conn.rstate, RState::Header) || !conn.authenticated() {
+            return Ok(false);
+        }
+        let (Some(slot), Some(l)) = (conn.peer, conn.shm.as_deref_mut()) else { return Ok(false) };
+        let Some((hb, contiguous)) =
+            l.peek_header::<{ p2pmpi_wire::frame::HEADER_LEN }>().map_err(ConnError::Protocol)?
+        else {
+            return Ok(false);
+        };
+        let h = Header::decode(&hb, conn.max_eager).map_err(|e| ConnError::Protocol(e.to_string()))?;
+        let mid = h.mid;
+        let peer = self.rank_of(slot);
+        let total = p2pmpi_wire::frame::HEADER_LEN + h.len as usize;
+        if h.kind != FrameKind::Eager
+            || conn::is_streamed(&h)
+            || total > contiguous
+            || mid.src as i32 != peer
+            || mid.dst as i32 != self.rank
+        {
+            return Ok(false);
+        }
+        let env = Envelope { comm: mid.comm, src: peer, tag: mid.tag, seq: mid.seq, len: h.len };
+        let data = l.at_head(p2pmpi_wire::frame::HEADER_LEN);
+        let len = h.len as usize;
+        match self.matcher.arrive(&env) {
+            Arrival::Matched(r) => {
+                self.traced(&env);
+                self.note_match(r, &env);
+                let req = self.req_mut(r);
+                let st = if len > req.cap {
+                    Err(Error::Truncated {
+                        from_rank: env.src,
+                        tag: env.tag,
+                        message_bytes: env.len,
+                        buffer_bytes: req.cap,
+                    })
+                } else {
+                    if len != 0 {
+                        // SAFETY: `data` points at the `len` payload bytes that `peek_header`
+                        // found published in one piece (`total <= contiguous`), ours until
+                        // `consume` below; `req.ptr` is valid for writes of `req.cap >= len`
+                        // bytes until the request completes (`irecv`'s contract; it completes
+                        // just below) and is not the ring's memory.
+                        unsafe { std::ptr::copy_nonoverlapping(data, req.ptr, len) };
+                    }
+                    Ok(StatusInfo { source: env.src, tag: env.tag, len: env.len, cancelled: false })
+                };
+                self.complete(r, st);
+            }
+            Arrival::Unmatched => {
+                self.traced(&env);
+                let mut v = crate::pool::with_room(len);
+                // SAFETY: as above for `data`; `v` has room for `len` bytes, all written by the
+                // copy before its length is set.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(data, v.as_mut_ptr(), len);
+                    v.set_len(len);
+                }
+                self.matcher.enqueue(env, Body::Eager(v));
+            }
+            Arrival::Duplicate => {}
+            Arrival::Early => return Err(ConnError::Protocol(format!("message {mid:?} out of order"))),
+        }
+        if l.consume(total) {
+            conn.doorbell();
+        }
+        Ok(true)
     }
 
     fn handle_frame(
@@ -2291,6 +2403,20 @@ pub(crate) enum ConnError {
 /// would leave from 127.0.0.1), retrying until `total` has passed.
 /// Universe ids (processes of a job and every process it spawned) accepted in an opening.
 const MAX_UNIVERSE: i32 = 1 << 16;
+
+/// A slot of the request table for `r` (a freed one if any).
+fn alloc_req(reqs: &mut Vec<Option<Req>>, free: &mut Vec<ReqId>, r: Req) -> ReqId {
+    match free.pop() {
+        Some(id) => {
+            reqs[id] = Some(r);
+            id
+        }
+        None => {
+            reqs.push(Some(r));
+            reqs.len() - 1
+        }
+    }
+}
 
 fn connect_with_retry(local: Option<IpAddr>, addr: SocketAddr, total: Duration) -> io::Result<std::net::TcpStream> {
     let deadline = Instant::now() + total;
