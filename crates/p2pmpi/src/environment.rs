@@ -400,6 +400,10 @@ fn block_slice() -> Duration {
 /// one is freed), and two processes polling on two cores can starve it for milliseconds.
 const YIELD_EVERY: u32 = 64;
 
+/// While spinning for a peer on this host, looks at its rings this many times between two
+/// progress rounds ([`Engine::await_ring`]).
+const RING_LOOKS: u32 = 32;
+
 /// A blocking wait reads the clock once every this many polls.
 const CLOCK_EVERY: u32 = 8;
 
@@ -443,6 +447,7 @@ pub(crate) fn wait_until<T>(hint: Option<i32>, mut check: impl FnMut(&mut Engine
         }
         rounds = rounds.wrapping_add(1);
         if waited < e.spin {
+            e.await_ring(hint, RING_LOOKS);
             e.progress(hint, None);
             spins = spins.wrapping_add(1);
             if spins % YIELD_EVERY == 0 {

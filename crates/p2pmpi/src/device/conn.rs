@@ -315,6 +315,26 @@ impl Conn {
         Ok(None)
     }
 
+    /// A small frame written straight into the shared-memory ring, if this is a
+    /// shared-memory connection with nothing queued and the frame fits in one piece; returns
+    /// whether it was written (else nothing was, and the caller takes the general path).
+    #[inline]
+    pub fn ring_write_now(&mut self, h: &Header, payload: &[u8]) -> Result<bool, ConnError> {
+        let Some(l) = self.shm.as_deref_mut() else { return Ok(false) };
+        if !self.outq.is_empty() || self.gated {
+            return Ok(false);
+        }
+        match l.write_frame(&h.encode(), payload).map_err(ConnError::Protocol)? {
+            Some(wake) => {
+                if wake {
+                    doorbell(&mut self.stream);
+                }
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
     /// [`Self::push`] of a frame without a request: `None` if it was written whole at once,
     /// else the frame as queued (its writing goes on later), to attach a request to.
     pub fn push_or_queue(&mut self, mut out: Out) -> Result<Option<&mut Out>, ConnError> {

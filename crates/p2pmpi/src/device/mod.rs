@@ -614,6 +614,15 @@ impl Engine {
             // running ahead of its receiver is held back by TCP instead of growing a queue.
             // A frame written whole at once completes the send on the spot ([`DONE`]).
             let h = self.header(FrameKind::Eager, comm, dst, tag, seq, len as u64);
+            let conn = self.conns[cid].as_mut().expect("live connection");
+            match conn.ring_write_now(&h, data) {
+                Ok(true) => return Ok(DONE),
+                Ok(false) => {}
+                Err(e) => {
+                    let peer = conn.peer.unwrap_or(-1);
+                    return Err(self.write_failed(cid, peer, e));
+                }
+            }
             let payload = if len == 0 { Payload::None } else { Payload::Raw(ptr, len) };
             self.push_eager(cid, Out::new(h, payload))
         } else {
@@ -1078,13 +1087,7 @@ impl Engine {
         let res = conn.push(out);
         let done = match res {
             Ok(done) => done,
-            Err(e) => {
-                self.conn_failed(cid, peer, e);
-                return Err(self
-                    .fatal
-                    .clone()
-                    .unwrap_or(Error::PeerLost { rank: peer, cause: "connection failed".into() }));
-            }
+            Err(e) => return Err(self.write_failed(cid, peer, e)),
         };
         if let Some(r) = done {
             let st = StatusInfo { source: peer, tag: 0, len: 0, cancelled: false };
@@ -1092,6 +1095,13 @@ impl Engine {
         }
         self.update_interest(cid);
         Ok(())
+    }
+
+    /// A write on connection `cid` (to `peer`) failed: the connection is dropped; returns the
+    /// error the send reports.
+    fn write_failed(&mut self, cid: usize, peer: i32, e: ConnError) -> Error {
+        self.conn_failed(cid, peer, e);
+        self.fatal.clone().unwrap_or(Error::PeerLost { rank: peer, cause: "connection failed".into() })
     }
 
     /// [`Self::push_out`] for an eager send's frame: [`DONE`] if the frame was written whole
@@ -1109,8 +1119,7 @@ impl Engine {
             }
             Err(e) => {
                 let peer = conn.peer.unwrap_or(-1);
-                self.conn_failed(cid, peer, e);
-                Err(self.fatal.clone().unwrap_or(Error::PeerLost { rank: peer, cause: "connection failed".into() }))
+                Err(self.write_failed(cid, peer, e))
             }
         }
     }
@@ -1295,6 +1304,26 @@ impl Engine {
     /// collective forward. With `timeout` `None` it never sleeps; `hint` names the peer a
     /// caller waits for, whose sockets are read directly before asking the kernel which
     /// others are ready.
+    /// While a blocking call spins for a message from `hint`: watches that peer's
+    /// shared-memory rings alone, up to `rounds` looks, until one shows something (or the
+    /// peer has other connections, or the job is replicated: then it returns at once). A look
+    /// is a load or three, where a progress round is a few hundred instructions: a frame is
+    /// seen sooner after it is published.
+    pub fn await_ring(&self, hint: Option<i32>, rounds: u32) {
+        let Some(h) = hint.filter(|h| *h != self.rank && *h >= 0 && (*h as usize) < self.peers.len()) else { return };
+        if self.repl.is_some() || !self.unread.is_empty() || !self.schedules.is_empty() {
+            return;
+        }
+        let conns = &self.peers[h as usize].conns;
+        let quiet = || conns.iter().all(|&c| self.conns[c].as_ref().is_some_and(|c| c.shm.is_some() && c.ring_quiet()));
+        for _ in 0..rounds {
+            if conns.is_empty() || !quiet() {
+                return;
+            }
+            std::hint::spin_loop();
+        }
+    }
+
     pub fn progress(&mut self, hint: Option<i32>, timeout: Option<Duration>) {
         self.progress_io(hint, timeout);
         self.advance_schedules();

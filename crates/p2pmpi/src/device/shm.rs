@@ -92,6 +92,10 @@ const HEAD: usize = 128;
 const CONSUMER_SLEEP: usize = 256;
 const PRODUCER_SLEEP: usize = 384;
 
+/// How far past the read position a poll also loads (see `Link::has_data`): the last byte
+/// of a frame of 8 bytes (header and payload).
+const TOUCH: usize = 47;
+
 /// Smallest and largest ring capacities accepted (`P2PMPI_SHM_RING`).
 pub(crate) const MIN_RING: usize = 4096;
 pub(crate) const MAX_RING: usize = 1 << 26;
@@ -448,8 +452,7 @@ impl Link {
             return Ok((0, false));
         }
         self.tx_tail = tail;
-        self.tx.tail().store(self.tx_tail, Ordering::Release);
-        Ok((n, self.wake(true)))
+        Ok((n, self.publish_tail()))
     }
 
     /// Room for writing: from the head last seen if that shows at least `want` bytes, else
@@ -491,8 +494,7 @@ impl Link {
             }
         }
         self.tx_tail = self.tx_tail.wrapping_add(n as u64);
-        self.tx.tail().store(self.tx_tail, Ordering::Release);
-        Ok(Some(self.wake(true)))
+        Ok(Some(self.publish_tail()))
     }
 
     /// Reads up to `buf.len()` bytes. Returns the bytes read and whether the peer asked to
@@ -523,8 +525,7 @@ impl Link {
             std::ptr::copy_nonoverlapping(self.rx.data, dst.add(first), n - first);
         }
         self.rx_head = self.rx_head.wrapping_add(n as u64);
-        self.rx.head().store(self.rx_head, Ordering::Release);
-        Ok((n, self.wake(false)))
+        Ok((n, self.publish_head()))
     }
 
     /// The header of the frame at the read position, copied, if its `H` bytes lie in one
@@ -561,29 +562,58 @@ impl Link {
     #[inline]
     pub(crate) fn consume(&mut self, n: usize) -> bool {
         self.rx_head = self.rx_head.wrapping_add(n as u64);
-        self.rx.head().store(self.rx_head, Ordering::Release);
-        self.wake(false)
+        self.publish_head()
     }
 
-    /// After publishing: whether the other side sleeps waiting for what was just published
-    /// (data when `data`, room otherwise); the flag is cleared (one doorbell per sleep).
-    fn wake(&self, data: bool) -> bool {
-        fence(Ordering::SeqCst);
-        let flag = if data { self.tx.consumer_sleep() } else { self.rx.producer_sleep() };
-        flag.load(Ordering::Relaxed) != 0 && flag.swap(0, Ordering::AcqRel) != 0
+    /// Publishes what was written (the new tail); returns whether the consumer sleeps
+    /// waiting for it (its flag is cleared: one doorbell per sleep).
+    #[inline]
+    fn publish_tail(&self) -> bool {
+        // A sequentially consistent exchange, then a sequentially consistent load of the
+        // flag: the consumer stores its flag, fences (SeqCst) and reads the tail (`arm`), so
+        // one of the two sees the other's store. The exchange is a locked instruction, where
+        // a store and a separate fence cost an `mfence` more (slow on these CPUs).
+        self.tx.tail().swap(self.tx_tail, Ordering::SeqCst);
+        Self::take_flag(self.tx.consumer_sleep())
+    }
+
+    /// Gives back what was read (the new head); returns whether the producer sleeps waiting
+    /// for room (as [`Self::publish_tail`]).
+    #[inline]
+    fn publish_head(&self) -> bool {
+        self.rx.head().swap(self.rx_head, Ordering::SeqCst);
+        Self::take_flag(self.rx.producer_sleep())
+    }
+
+    #[inline]
+    fn take_flag(flag: &AtomicU32) -> bool {
+        flag.load(Ordering::SeqCst) != 0 && flag.swap(0, Ordering::AcqRel) != 0
     }
 
     /// Whether bytes wait to be read.
     pub(crate) fn has_data(&self) -> bool {
-        !matches!(self.rx.readable(self.rx_head), Ok(0))
+        let readable = self.rx.readable(self.rx_head);
+        // The cache lines the next small frame will be in are loaded with the tail, not after
+        // it: when a frame arrives, the two misses (the tail's line, the frame's) overlap
+        // instead of following one another. (The loads come after the tail's in program
+        // order, so they see at least what the tail published; their values are not used.)
+        let cap = self.rx.cap;
+        let at = (self.rx_head as usize) & (cap - 1);
+        // SAFETY: both offsets are below `cap` (masked): inside the ring's data, mapped as
+        // long as `self`; a volatile read of a byte the peer may be writing only loads it.
+        unsafe {
+            std::ptr::read_volatile(self.rx.data.add(at));
+            std::ptr::read_volatile(self.rx.data.add((at + TOUCH) & (cap - 1)));
+        }
+        !matches!(readable, Ok(0))
     }
 
     /// Before sleeping: asks to be woken when data arrives (and, with `want_room`, when room
     /// is made). Returns whether the wait is over already (then nothing should sleep).
     pub(crate) fn arm(&self, want_room: bool) -> bool {
-        self.rx.consumer_sleep().store(1, Ordering::Relaxed);
+        self.rx.consumer_sleep().store(1, Ordering::SeqCst);
         if want_room {
-            self.tx.producer_sleep().store(1, Ordering::Relaxed);
+            self.tx.producer_sleep().store(1, Ordering::SeqCst);
         }
         fence(Ordering::SeqCst);
         self.has_data() || (want_room && !matches!(self.tx.room(self.tx_tail), Ok(0)))
