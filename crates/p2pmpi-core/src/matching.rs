@@ -240,6 +240,9 @@ impl<R: PartialEq, P> Matcher<R, P> {
 
     /// Where the earliest unexpected message fitting `pat` is: (queue key, index).
     fn find(&self, pat: Pattern) -> Option<((u32, i32), usize)> {
+        if self.unexpected_count == 0 {
+            return None;
+        }
         let first_fit = |q: &SourceQueue<P>| q.iter().position(|(_, e, _)| pat.accepts(e));
         match pat.src {
             Some(s) => {
@@ -279,9 +282,8 @@ impl<R: PartialEq, P> Matcher<R, P> {
         let (k, i) = self.find(pat)?;
         let q = self.unexpected.get_mut(&k)?;
         let (_, env, body) = if i == 0 { q.pop_front()? } else { q.remove(i)? };
-        if q.is_empty() {
-            self.unexpected.remove(&k);
-        }
+        // An emptied queue is kept (with its allocation) for the source's next unexpected
+        // message: a receiver running behind its sender takes every message this way.
         self.unexpected_count -= 1;
         Some((env, body))
     }

@@ -57,8 +57,20 @@ pub enum Algorithm {
     Linear,
 }
 
+/// The algorithm `P2PMPI_COLL_<OP>` forces for collective `op`, if any. The environment is
+/// read once per process: looking a variable up takes the environment's lock and scans it,
+/// which cost more than a small collective itself when it was done on every call.
 fn forced(op: &str) -> Option<Algorithm> {
-    let v = std::env::var(format!("P2PMPI_COLL_{op}")).ok()?;
+    static FORCED: std::sync::OnceLock<Vec<(String, Algorithm)>> = std::sync::OnceLock::new();
+    let all = FORCED.get_or_init(|| {
+        std::env::vars()
+            .filter_map(|(k, v)| Some((k.strip_prefix("P2PMPI_COLL_")?.to_string(), algorithm_named(&v)?)))
+            .collect()
+    });
+    all.iter().find(|(k, _)| k == op).map(|(_, a)| *a)
+}
+
+fn algorithm_named(v: &str) -> Option<Algorithm> {
     Some(match v.to_ascii_lowercase().as_str() {
         "dissemination" => Algorithm::Dissemination,
         "tree" | "tree4" => Algorithm::Tree4,

@@ -267,6 +267,8 @@ pub(crate) struct Engine {
     sc_broken: Vec<(i32, Instant, String)>,
     /// Messages received by a single copy (`P2PMPI_SHM_DEBUG` prints it at the end).
     sc_count: u64,
+    /// A receive was filled since this was last cleared (see `read_conn`).
+    filled: bool,
 }
 
 /// How long a single copy that failed waits for the sender's connection to end (a sender
@@ -395,6 +397,7 @@ impl Engine {
             ticket_next: 1,
             sc_broken: Vec::new(),
             sc_count: 0,
+            filled: false,
         })
     }
 
@@ -782,6 +785,7 @@ impl Engine {
 
     /// Copies an eager message into a matched receive and completes it.
     fn fill(&mut self, r: ReqId, env: &Envelope, data: &[u8]) {
+        self.filled = true;
         self.note_match(r, env);
         let req = self.req_mut(r);
         let st = if data.len() > req.cap {
@@ -1696,8 +1700,14 @@ impl Engine {
             match if conn.header_buffered() { conn.next_frame() } else { Ok(None) } {
                 Ok(Some((h, payload_range))) => {
                     got = true;
+                    self.filled = false;
                     if let Err(e) = self.handle_frame(cid, &mut conn, h, payload_range) {
                         break Err(e);
+                    }
+                    if self.filled && conn.shm.is_some() {
+                        // As after `ring_eager`: what is still buffered is read at the next
+                        // progress call (a shared-memory connection is looked at on each).
+                        break Ok(());
                     }
                     continue;
                 }
@@ -1717,11 +1727,19 @@ impl Engine {
             if conn.nothing_buffered() && self.repl.is_none() {
                 // Nothing buffered: a small eager frame is taken straight from the ring.
                 match self.ring_eager(&mut conn) {
-                    Ok(true) => {
+                    // A receive completed: back to the caller, who may be waiting for just
+                    // that one (reading on would move what follows into the unexpected queue,
+                    // to be copied twice, when the caller's next receive could take it
+                    // straight from the ring).
+                    Ok(Some(true)) => {
+                        got = true;
+                        break Ok(());
+                    }
+                    Ok(Some(false)) => {
                         got = true;
                         continue;
                     }
-                    Ok(false) => {}
+                    Ok(None) => {}
                     Err(e) => break Err(e),
                 }
             }
@@ -1749,18 +1767,18 @@ impl Engine {
     /// The same-host fast path of an unreplicated job: an eager frame whose header and
     /// payload lie in one piece at the read position of a shared-memory connection is matched
     /// and copied straight from the ring into its receive (or into the unexpected queue),
-    /// without passing through the connection's read buffer. Returns whether it took a frame;
-    /// anything else (other kinds, a frame that wraps around the ring's end or is not whole
+    /// without passing through the connection's read buffer. Returns whether it took a frame
+    /// (`None`: it did not), and whether that frame completed a receive; anything else (other kinds, a frame that wraps around the ring's end or is not whole
     /// yet, a connection still opening or streaming) is left to the general path.
-    fn ring_eager(&mut self, conn: &mut Conn) -> std::result::Result<bool, ConnError> {
+    fn ring_eager(&mut self, conn: &mut Conn) -> std::result::Result<Option<bool>, ConnError> {
         if !matches!(conn.rstate, RState::Header) || !conn.authenticated() {
-            return Ok(false);
+            return Ok(None);
         }
-        let (Some(slot), Some(l)) = (conn.peer, conn.shm.as_deref_mut()) else { return Ok(false) };
+        let (Some(slot), Some(l)) = (conn.peer, conn.shm.as_deref_mut()) else { return Ok(None) };
         let Some((hb, contiguous)) =
             l.peek_header::<{ p2pmpi_wire::frame::HEADER_LEN }>().map_err(ConnError::Protocol)?
         else {
-            return Ok(false);
+            return Ok(None);
         };
         let h = Header::decode(&hb, conn.max_eager).map_err(|e| ConnError::Protocol(e.to_string()))?;
         let mid = h.mid;
@@ -1772,13 +1790,15 @@ impl Engine {
             || mid.src as i32 != peer
             || mid.dst as i32 != self.rank
         {
-            return Ok(false);
+            return Ok(None);
         }
         let env = Envelope { comm: mid.comm, src: peer, tag: mid.tag, seq: mid.seq, len: h.len };
         let data = l.at_head(p2pmpi_wire::frame::HEADER_LEN);
         let len = h.len as usize;
+        let mut matched = false;
         match self.matcher.arrive(&env) {
             Arrival::Matched(r) => {
+                matched = true;
                 self.traced(&env);
                 self.note_match(r, &env);
                 let req = self.req_mut(r);
@@ -1819,7 +1839,7 @@ impl Engine {
         if l.consume(total) {
             conn.doorbell();
         }
-        Ok(true)
+        Ok(Some(matched))
     }
 
     fn handle_frame(
