@@ -64,6 +64,13 @@ fn graph_topology_placeholders() {
     raw_checks(2, "topology");
 }
 
+#[test]
+fn intercommunicator_handles_with_spawned_children() {
+    for n in [2, 3] {
+        raw_checks(n, "inter");
+    }
+}
+
 /// Every part in one job, one after the other (handles and callbacks across parts).
 #[test]
 fn all_parts_in_one_job() {

@@ -4,7 +4,8 @@
 //! topology placeholders.
 //!
 //! `raw_checks [PART...]` runs the named parts (`handles`, `ffi`, `callbacks`, `keyvals`,
-//! `topology`), all of them by default. Every rank checks its own results and panics on the
+//! `topology`, and `inter`, which spawns 2 children of this program), all but `inter` by
+//! default. Every rank checks its own results and panics on the
 //! first wrong one (naming the check); rank 0 prints `OK raw_checks n=<size> <parts>` at the
 //! end.
 use mpi::collective::{SystemOperation, UnsafeUserOperation, UserOperation};
@@ -904,10 +905,111 @@ fn topology(world: &SimpleCommunicator) {
     world.barrier();
 }
 
+/// An intercommunicator through its handle: the parents spawn 2 children of this program
+/// (`inter_child`); both sides check the handle's answers, exchange values with `MPI_Send` and
+/// `MPI_Recv` on it, run `MPI_Barrier` and `MPI_Allreduce` over it, and merge the
+/// intercommunicators made by `from_raw` (both `Low`: the parents come first, so a
+/// from_raw'd intercommunicator keeps its side).
+fn inter(world: &SimpleCommunicator) {
+    let n = world.size();
+    let me = world.rank();
+    let cmd = {
+        let mut c = std::process::Command::new(std::env::current_exe().expect("this program"));
+        c.arg("inter_child");
+        c
+    };
+    let child = world.process_at_rank(0).spawn(&cmd, 2).expect("spawn");
+    let h = child.as_raw();
+    inter_side(h, me, n, 2);
+    // SAFETY: `h` names `child`, alive here.
+    let again = unsafe { mpi::topology::InterCommunicator::from_raw(h) };
+    let merged = again.merge(mpi::topology::MergeOrder::Low);
+    assert_eq!((merged.size(), merged.rank()), (n + 2, me), "the parents first in the merge");
+    world.barrier();
+}
+
+/// One side's checks of an intercommunicator handle `h`: this process is `me` of `n` in its
+/// group, the other group has `remote`.
+fn inter_side(h: MPI_Comm, me: Rank, n: Rank, remote: Rank) {
+    let (mut flag, mut rs, mut s, mut r) = (0, 0, 0, 0);
+    // SAFETY: live locals, a live handle.
+    unsafe {
+        ok(ffi::MPI_Comm_test_inter(h, &mut flag), "MPI_Comm_test_inter");
+        ok(ffi::MPI_Comm_remote_size(h, &mut rs), "MPI_Comm_remote_size");
+        ok(ffi::MPI_Comm_size(h, &mut s), "MPI_Comm_size(inter)");
+        ok(ffi::MPI_Comm_rank(h, &mut r), "MPI_Comm_rank(inter)");
+    }
+    assert_eq!((flag, rs, s, r), (1, remote, n, me), "an intercommunicator's handle");
+    // Every process sends its rank + 100 to every remote process, then receives from any.
+    let mine = [me + 100];
+    let mut got = vec![];
+    for dest in 0..remote {
+        // SAFETY: one i32 from a live local; a live handle.
+        unsafe {
+            ok(ffi::MPI_Send(mine.as_ptr() as *const c_void, 1, ffi::RSMPI_INT32_T, dest, 5, h), "MPI_Send(inter)")
+        };
+    }
+    for _ in 0..remote {
+        let mut v = [0i32];
+        let mut st = MPI_Status::default();
+        // SAFETY: one i32 into a live local; a live handle.
+        unsafe {
+            ok(
+                ffi::MPI_Recv(
+                    v.as_mut_ptr() as *mut c_void,
+                    1,
+                    ffi::RSMPI_INT32_T,
+                    ffi::RSMPI_ANY_SOURCE,
+                    5,
+                    h,
+                    &mut st,
+                ),
+                "MPI_Recv(inter)",
+            )
+        };
+        assert_eq!(v[0], st.MPI_SOURCE + 100, "a value from remote rank {}", st.MPI_SOURCE);
+        got.push(st.MPI_SOURCE);
+    }
+    got.sort_unstable();
+    assert_eq!(got, (0..remote).collect::<Vec<_>>(), "one value from each remote process");
+    let one = [1i32];
+    let mut sum = [0i32];
+    // SAFETY: live locals, a live handle.
+    unsafe {
+        ok(ffi::MPI_Barrier(h), "MPI_Barrier(inter)");
+        ok(
+            ffi::MPI_Allreduce(
+                one.as_ptr() as *const c_void,
+                sum.as_mut_ptr() as *mut c_void,
+                1,
+                ffi::RSMPI_INT32_T,
+                ffi::RSMPI_SUM,
+                h,
+            ),
+            "MPI_Allreduce(inter)",
+        );
+    }
+    assert_eq!(sum[0], remote, "an allreduce over an intercommunicator gives the other group's sum");
+}
+
+fn inter_child(world: &SimpleCommunicator, parent: &mpi::topology::InterCommunicator) {
+    let h = parent.as_raw();
+    inter_side(h, world.rank(), world.size(), parent.remote_size());
+    // SAFETY: `h` names `parent`, alive here.
+    let again = unsafe { mpi::topology::InterCommunicator::from_raw(h) };
+    let merged = again.merge(mpi::topology::MergeOrder::Low);
+    assert_eq!(merged.rank(), parent.remote_size() + world.rank(), "the children after the parents");
+    println!("inter child {} OK", world.rank());
+}
+
 fn main() {
     let universe = mpi::initialize().unwrap();
     let world = universe.world();
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if let Some(parent) = world.parent() {
+        inter_child(&world, &parent);
+        return;
+    }
     let all = ["handles", "ffi", "callbacks", "keyvals", "topology"];
     let parts: Vec<&str> = if args.is_empty() { all.to_vec() } else { args.iter().map(String::as_str).collect() };
     for p in &parts {
@@ -917,6 +1019,7 @@ fn main() {
             "callbacks" => callbacks(&world),
             "keyvals" => keyvals(&world),
             "topology" => topology(&world),
+            "inter" => inter(&world),
             other => panic!("unknown part {other}"),
         }
     }
