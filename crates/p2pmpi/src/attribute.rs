@@ -1,20 +1,41 @@
-//! Communicator attributes (rsmpi's `mpi::attribute`): a value of any type implementing
-//! [`CommAttribute`] can be attached to a communicator, one per type, and read back with
-//! `get_attr`/`set_attr` ([`crate::topology::AnyCommunicator`]). A duplicate of the
-//! communicator gets a clone of the values whose type says `CLONE_ON_DUP`.
+//! Communicator attributes (rsmpi's `mpi::attribute`), with MPI's keys and callbacks.
+//!
+//! A value of any type implementing [`CommAttribute`] can be attached to a communicator
+//! under its type's key and read back with `get_attr`/`set_attr`
+//! ([`crate::topology::AnyCommunicator`]). As in MPI, every key has two callbacks with C
+//! signatures, which a type may override ([`CommAttribute::comm_copy_attr_fn`],
+//! [`CommAttribute::comm_delete_attr_fn`]):
+//! - the **copy** callback runs for every attribute of a communicator being duplicated
+//!   (`duplicate`, `MPI_Comm_dup`) and says by its flag whether the duplicate gets a value,
+//!   and which (the default: a clone when `CLONE_ON_DUP`, else none);
+//! - the **delete** callback runs when a value goes away: replaced by `set_attr` /
+//!   `MPI_Comm_set_attr`, removed by `MPI_Comm_delete_attr`, or when its communicator is freed
+//!   (the last Rust object and handle of it dropped, or `MPI_Comm_free`). The world's
+//!   attributes are never freed (the world lives as long as the process).
 //!
 //! Unlike rsmpi, attribute types must be `Send + Sync` (a communicator may be used from any
-//! thread). A value replaced by `set_attr` is kept until the communicator is freed (a
-//! reference from `get_attr` may still point to it).
+//! thread). The default delete callback keeps a replaced or removed value until its
+//! communicator is freed (another Rust handle of the same communicator, e.g. a second
+//! `universe.world()`, may still hold a reference from `get_attr`); at the communicator's
+//! free it drops the value. An overridden delete callback that frees the value at once must
+//! make sure no such reference remains.
 //!
-//! Values are stored under their type's [`AttributeKey`] ([`CommAttribute::get_key`]): one
-//! per type by default, handed out by this process in the order types are first used (in
-//! rsmpi, by `MPI_Comm_create_keyval`). A type that overrides `get_key` shares its slot
-//! with every type returning the same key; reading it as another type gives `None`.
+//! Values are stored under their type's [`AttributeKey`] ([`CommAttribute::get_key`]): by
+//! default one key per type, made on first use like `MPI_Comm_create_keyval` with the type's
+//! callbacks. A type that overrides `get_key` shares its slot with every type returning the
+//! same key; reading it as another type gives `None`. A value stored under a key that was
+//! not made by `MPI_Comm_create_keyval` (e.g. `AttributeKey::new_unchecked(k)`) uses the
+//! callbacks of its own type.
 
+use crate::ffi::{MPI_Comm, MPI_Comm_copy_attr_function, MPI_Comm_delete_attr_function};
+use crate::raw::AsRaw;
+use crate::topology::CommHandle;
 use std::any::{Any, TypeId};
+use std::cell::RefCell;
 use std::collections::HashMap;
-use std::sync::{Mutex, OnceLock};
+use std::os::raw::{c_int, c_void};
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::{LazyLock, Mutex, MutexGuard};
 
 /// The key of an attribute type (rsmpi's wrapper of an MPI keyval), from
 /// [`CommAttribute::get_key`].
@@ -22,13 +43,15 @@ use std::sync::{Mutex, OnceLock};
 pub struct AttributeKey(i32);
 
 impl AttributeKey {
-    /// A key chosen by the program, for an overridden [`CommAttribute::get_key`].
+    /// A key chosen by the program, for an overridden [`CommAttribute::get_key`] (e.g. one
+    /// made by `mpi::ffi::MPI_Comm_create_keyval`).
     ///
     /// # Safety
     ///
-    /// Nothing here can go wrong with any value (p2pmpi has no C keyvals); the function is
-    /// `unsafe` as in rsmpi, where the key must be a valid MPI keyval. Keys from 1 to 2^30
-    /// may be handed out by the default `get_key`: choose others to keep a slot of your own.
+    /// Nothing here can go wrong with any value; the function is `unsafe` as in rsmpi, where
+    /// the key must be a valid MPI keyval. Keys from 1 to 2^30 are handed out by
+    /// `MPI_Comm_create_keyval` and the default `get_key`: choose others to keep a slot of
+    /// your own, or use one made by `MPI_Comm_create_keyval`.
     pub unsafe fn new_unchecked(k: i32) -> Self {
         AttributeKey(k)
     }
@@ -39,12 +62,61 @@ impl AttributeKey {
     }
 }
 
-/// The default keys, one per type, in the order types ask.
-fn default_key(t: TypeId) -> AttributeKey {
-    static KEYS: OnceLock<Mutex<HashMap<TypeId, i32>>> = OnceLock::new();
-    let mut keys = KEYS.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
-    let next = keys.len() as i32 + 1;
-    AttributeKey(*keys.entry(t).or_insert(next))
+// SAFETY: the key's number is the raw keyval.
+unsafe impl AsRaw for AttributeKey {
+    type Raw = c_int;
+    fn as_raw(&self) -> c_int {
+        self.0
+    }
+}
+
+/// The callbacks of a key, and its extra state (`MPI_Comm_create_keyval`).
+#[derive(Clone, Copy)]
+struct Callbacks {
+    copy: MPI_Comm_copy_attr_function,
+    delete: MPI_Comm_delete_attr_function,
+    extra: *mut c_void,
+}
+
+// SAFETY: the extra state is the program's pointer, only handed back to its callbacks (as
+// in MPI, where any thread may run them).
+unsafe impl Send for Callbacks {}
+
+static KEYVALS: LazyLock<Mutex<HashMap<i32, Callbacks>>> = LazyLock::new(Default::default);
+static NEXT_KEY: AtomicI32 = AtomicI32::new(1);
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn create_keyval(copy: MPI_Comm_copy_attr_function, delete: MPI_Comm_delete_attr_function, extra: *mut c_void) -> i32 {
+    let k = NEXT_KEY.fetch_add(1, Ordering::Relaxed);
+    lock(&KEYVALS).insert(k, Callbacks { copy, delete, extra });
+    k
+}
+
+thread_local! {
+    /// While the library runs a delete callback for a replaced or removed value: where the
+    /// default callback puts the value (it is dropped with its communicator).
+    static RETIRED: RefCell<Option<Vec<Box<dyn Any + Send + Sync>>>> = const { RefCell::new(None) };
+}
+
+/// The default delete callback's work: drops the value, or keeps it for the communicator's
+/// free when it is replaced or removed.
+///
+/// # Safety
+/// `val` must come from `Box::into_raw` of a `Box<A>`, and not be used afterwards.
+unsafe fn release<A: CommAttribute>(val: *mut c_void) {
+    // SAFETY: per the contract, the value is a leaked `Box<A>` owned by this call.
+    let b = unsafe { Box::from_raw(val as *mut A) };
+    let kept = RETIRED.with(|r| match r.borrow_mut().as_mut() {
+        Some(v) => {
+            v.push(b);
+            None
+        }
+        None => Some(b),
+    });
+    drop(kept);
 }
 
 /// A type that can be attached to a communicator as an attribute.
@@ -52,13 +124,76 @@ pub trait CommAttribute
 where
     Self: 'static + Sized + Clone + Send + Sync,
 {
-    /// Whether `duplicate` copies the attribute (by `clone`) into the new communicator.
+    /// Whether the default copy callback gives a duplicate a clone of the value.
     const CLONE_ON_DUP: bool = false;
 
-    /// The key this type's values are stored under: by default one of its own, the same for
-    /// the whole run. Override it to share a slot between types (see [`AttributeKey`]).
+    /// Called when a value of this type goes away (replaced, removed, or its communicator
+    /// freed), with the communicator, the key, the value (a `*mut Self` from
+    /// `Box::into_raw`, unless set with `MPI_Comm_set_attr`) and the key's extra state.
+    /// Returns `MPI_SUCCESS`, or an error code (then the call that removed it returns it).
+    ///
+    /// The default drops the value (keeping it until the communicator is freed when it was
+    /// replaced or removed, see the module's documentation).
+    ///
+    /// # Safety
+    ///
+    /// Called by the library with a value stored by `set_attr` (a `Box<Self>`).
+    unsafe extern "C" fn comm_delete_attr_fn(
+        _comm: MPI_Comm,
+        _key: c_int,
+        val: *mut c_void,
+        _extra_state: *mut c_void,
+    ) -> c_int {
+        // SAFETY: the library passes a value stored by `set_attr::<Self>`, a `Box<Self>`
+        // it gives up.
+        unsafe { release::<Self>(val) };
+        crate::ffi::MPI_SUCCESS as c_int
+    }
+
+    /// Called for a value of this type when its communicator is duplicated, with the old
+    /// communicator, the key, its extra state, the value, where to write the duplicate's
+    /// value (a `*mut *mut c_void`) and a flag to set to 1 if the duplicate gets one (0
+    /// otherwise). Returns `MPI_SUCCESS` or an error code (the duplication then fails).
+    ///
+    /// The default writes a boxed clone when `CLONE_ON_DUP`.
+    ///
+    /// # Safety
+    ///
+    /// Called by the library with a value stored by `set_attr` (a `Box<Self>`), a writable
+    /// `val_out` and `flag`.
+    unsafe extern "C" fn comm_copy_attr_fn(
+        _old_comm: MPI_Comm,
+        _key: c_int,
+        _extra_state: *mut c_void,
+        val_in: *mut c_void,
+        val_out: *mut c_void,
+        flag: *mut c_int,
+    ) -> c_int {
+        if Self::CLONE_ON_DUP {
+            // SAFETY: `val_in` is a live `Box<Self>`'s value (only read here).
+            let copy = Box::new(unsafe { &*(val_in as *const Self) }.clone());
+            // SAFETY: the library passes a writable `*mut *mut c_void` and flag.
+            unsafe {
+                *(val_out as *mut *mut c_void) = Box::into_raw(copy) as *mut c_void;
+                *flag = 1;
+            }
+        } else {
+            // SAFETY: as above.
+            unsafe { *flag = 0 };
+        }
+        crate::ffi::MPI_SUCCESS as c_int
+    }
+
+    /// The key this type's values are stored under: by default one of its own, made on
+    /// first use with this type's callbacks, the same for the whole run. Override it to
+    /// share a slot between types, or to use a key made by `MPI_Comm_create_keyval`.
     fn get_key() -> AttributeKey {
-        default_key(TypeId::of::<Self>())
+        static KEYS: LazyLock<Mutex<HashMap<TypeId, i32>>> = LazyLock::new(Default::default);
+        let mut keys = lock(&KEYS);
+        let k = *keys.entry(TypeId::of::<Self>()).or_insert_with(|| {
+            create_keyval(Some(Self::comm_copy_attr_fn), Some(Self::comm_delete_attr_fn), std::ptr::null_mut())
+        });
+        AttributeKey(k)
     }
 }
 
@@ -67,26 +202,33 @@ pub mod traits {
     pub use super::CommAttribute;
 }
 
-pub(crate) trait AttrValue: Any + Send + Sync {
-    fn duplicate(&self) -> Option<Box<dyn AttrValue>>;
-    fn as_any(&self) -> &dyn Any;
-}
-
-impl<A: CommAttribute> AttrValue for A {
-    fn duplicate(&self) -> Option<Box<dyn AttrValue>> {
-        A::CLONE_ON_DUP.then(|| Box::new(self.clone()) as Box<dyn AttrValue>)
-    }
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
+/// One stored value.
+struct Value {
+    ptr: *mut c_void,
+    /// The Rust type of the value (`None`: set through `MPI_Comm_set_attr`).
+    type_id: Option<TypeId>,
+    callbacks: Callbacks,
 }
 
 /// The attributes of one communicator.
 #[derive(Default)]
 pub(crate) struct Attributes {
-    values: HashMap<AttributeKey, Box<dyn AttrValue>>,
-    /// Replaced values, freed with the communicator.
-    replaced: Vec<Box<dyn AttrValue>>,
+    values: HashMap<i32, Value>,
+    /// Values removed while the communicator lives, dropped with it.
+    retired: Vec<Box<dyn Any + Send + Sync>>,
+}
+
+// SAFETY: the values are `Send + Sync` Rust values (the trait's bounds) or the program's
+// pointers set through `MPI_Comm_set_attr`, only handed back to it; callbacks are C
+// function pointers.
+unsafe impl Send for Attributes {}
+// SAFETY: as above; shared access only reads the values.
+unsafe impl Sync for Attributes {}
+
+impl Attributes {
+    pub(crate) fn is_empty(&self) -> bool {
+        self.values.is_empty()
+    }
 }
 
 impl std::fmt::Debug for Attributes {
@@ -95,20 +237,197 @@ impl std::fmt::Debug for Attributes {
     }
 }
 
-impl Attributes {
-    pub fn set<A: CommAttribute>(&mut self, val: A) {
-        if let Some(old) = self.values.insert(A::get_key(), Box::new(val)) {
-            self.replaced.push(old);
+/// Runs a delete callback on a removed value; a value the default callback keeps is added to
+/// the communicator's retired ones.
+fn delete_value(h: &CommHandle, key: i32, v: Value) -> c_int {
+    let Some(f) = v.callbacks.delete else { return crate::ffi::MPI_SUCCESS as c_int };
+    let comm = crate::ffi::comm_to_raw(h, None);
+    RETIRED.with(|r| *r.borrow_mut() = Some(Vec::new()));
+    // SAFETY: the value was stored with these callbacks, which the program (or the
+    // attribute type) vouched for; it is removed from the communicator, so this is its
+    // only deletion.
+    let code = unsafe { f(comm, key, v.ptr, v.callbacks.extra) };
+    let kept = RETIRED.with(|r| r.borrow_mut().take()).unwrap_or_default();
+    h.0.attrs.lock().retired.extend(kept);
+    code
+}
+
+/// Stores a value under `key`, running the delete callback of the value it replaces.
+fn store(h: &CommHandle, key: i32, v: Value) -> c_int {
+    let old = h.0.attrs.lock().values.insert(key, v);
+    old.map_or(crate::ffi::MPI_SUCCESS as c_int, |o| delete_value(h, key, o))
+}
+
+/// `set_attr`.
+pub(crate) fn set<A: CommAttribute>(h: &CommHandle, val: A) {
+    let key = A::get_key().0;
+    let callbacks = lock(&KEYVALS).get(&key).copied().unwrap_or(Callbacks {
+        copy: Some(A::comm_copy_attr_fn),
+        delete: Some(A::comm_delete_attr_fn),
+        extra: std::ptr::null_mut(),
+    });
+    let ptr = Box::into_raw(Box::new(val)) as *mut c_void;
+    let code = store(h, key, Value { ptr, type_id: Some(TypeId::of::<A>()), callbacks });
+    assert_eq!(code, 0, "an attribute's delete callback failed (code {code}) when set_attr replaced it");
+}
+
+/// `get_attr`: the value of type `A`, if the key of `A` holds one.
+pub(crate) fn get<A: CommAttribute>(h: &CommHandle) -> Option<*const A> {
+    let attrs = h.0.attrs.lock();
+    let v = attrs.values.get(&A::get_key().0)?;
+    (v.type_id == Some(TypeId::of::<A>())).then_some(v.ptr as *const A)
+}
+
+/// The attributes a duplicate of `h` gets, by the copy callbacks.
+pub(crate) fn for_duplicate(h: &CommHandle) -> Attributes {
+    let snapshot: Vec<(i32, *mut c_void, Option<TypeId>, Callbacks)> =
+        h.0.attrs.lock().values.iter().map(|(&k, v)| (k, v.ptr, v.type_id, v.callbacks)).collect();
+    let mut out = Attributes::default();
+    if snapshot.is_empty() {
+        return out;
+    }
+    let comm = crate::ffi::comm_to_raw(h, None);
+    for (key, ptr, type_id, callbacks) in snapshot {
+        let Some(copy) = callbacks.copy else { continue };
+        let mut new: *mut c_void = std::ptr::null_mut();
+        let mut flag: c_int = 0;
+        // SAFETY: the value is alive in `h` (held by the caller) and was stored with these
+        // callbacks; `new` and `flag` are live locals.
+        let code =
+            unsafe { copy(comm, key, callbacks.extra, ptr, &mut new as *mut *mut c_void as *mut c_void, &mut flag) };
+        assert_eq!(code, 0, "the copy callback of attribute key {key} failed (code {code}) in a duplication");
+        if flag != 0 {
+            out.values.insert(key, Value { ptr: new, type_id, callbacks });
         }
     }
-    /// The address of the value of type `A`, stable until the communicator is freed.
-    pub fn get<A: CommAttribute>(&self) -> Option<*const A> {
-        let v = self.values.get(&A::get_key())?;
-        v.as_any().downcast_ref::<A>().map(|a| a as *const A)
+    out
+}
+
+/// Runs the delete callbacks of every value of a communicator being freed (`comm` names it
+/// for the callbacks).
+pub(crate) fn free_all(attrs: &mut Attributes, comm: MPI_Comm) {
+    for (key, v) in attrs.values.drain() {
+        if let Some(f) = v.callbacks.delete {
+            // SAFETY: as in `delete_value`; the communicator is being freed, so this is the
+            // value's only deletion and nothing can borrow it any more.
+            let code = unsafe { f(comm, key, v.ptr, v.callbacks.extra) };
+            if code != 0 {
+                eprintln!("p2pmpi: the delete callback of attribute key {key} failed (code {code})");
+            }
+        }
     }
-    /// The attributes a duplicate gets.
-    pub fn for_duplicate(&self) -> Attributes {
-        let values = self.values.iter().filter_map(|(k, v)| v.duplicate().map(|d| (k.clone(), d))).collect();
-        Attributes { values, replaced: Vec::new() }
+}
+
+/// The C functions of attributes, re-exported by [`crate::ffi`].
+pub(crate) mod ffi {
+    #![allow(non_snake_case)]
+    use super::*;
+    use crate::ffi::{
+        comm_from_raw, MPI_APPNUM, MPI_ERR_ARG, MPI_ERR_COMM, MPI_ERR_KEYVAL, MPI_KEYVAL_INVALID, MPI_SUCCESS,
+        MPI_UNIVERSE_SIZE,
+    };
+
+    const SUCCESS: c_int = MPI_SUCCESS as c_int;
+
+    /// Makes a new attribute key with these callbacks (`None`: nothing to do: no copy,
+    /// nothing to free) and extra state, written to `*comm_keyval`.
+    ///
+    /// # Safety
+    /// `comm_keyval` must be valid for a write. The callbacks must be sound on every value
+    /// set under the key.
+    pub unsafe extern "C" fn MPI_Comm_create_keyval(
+        comm_copy_attr_fn: MPI_Comm_copy_attr_function,
+        comm_delete_attr_fn: MPI_Comm_delete_attr_function,
+        comm_keyval: *mut c_int,
+        extra_state: *mut c_void,
+    ) -> c_int {
+        if comm_keyval.is_null() {
+            return MPI_ERR_ARG as c_int;
+        }
+        let k = create_keyval(comm_copy_attr_fn, comm_delete_attr_fn, extra_state);
+        // SAFETY: checked non-null; the caller vouches it is writable.
+        unsafe { *comm_keyval = k };
+        SUCCESS
+    }
+
+    /// Frees a key (values already set keep their callbacks) and sets `*comm_keyval` to
+    /// `MPI_KEYVAL_INVALID`.
+    ///
+    /// # Safety
+    /// `comm_keyval` must be valid for a read and a write.
+    pub unsafe extern "C" fn MPI_Comm_free_keyval(comm_keyval: *mut c_int) -> c_int {
+        if comm_keyval.is_null() {
+            return MPI_ERR_ARG as c_int;
+        }
+        // SAFETY: checked non-null; the caller vouches it is readable and writable.
+        let k = unsafe { *comm_keyval };
+        if lock(&KEYVALS).remove(&k).is_none() {
+            return MPI_ERR_KEYVAL as c_int;
+        }
+        // SAFETY: as above.
+        unsafe { *comm_keyval = MPI_KEYVAL_INVALID as c_int };
+        SUCCESS
+    }
+
+    /// Sets the attribute `comm_keyval` of `comm` to `attribute_val`, running the key's
+    /// delete callback on the value it replaces (its code is returned).
+    ///
+    /// # Safety
+    /// The key's callbacks must accept `attribute_val`.
+    pub unsafe extern "C" fn MPI_Comm_set_attr(
+        comm: MPI_Comm,
+        comm_keyval: c_int,
+        attribute_val: *mut c_void,
+    ) -> c_int {
+        let Some((h, _)) = comm_from_raw(comm, false) else { return MPI_ERR_COMM as c_int };
+        let Some(callbacks) = lock(&KEYVALS).get(&comm_keyval).copied() else { return MPI_ERR_KEYVAL as c_int };
+        store(&h, comm_keyval, Value { ptr: attribute_val, type_id: None, callbacks })
+    }
+
+    /// Reads the attribute `comm_keyval` of `comm`: `*flag` is 1 and `*(attribute_val as
+    /// *mut *mut c_void)` the value if there is one, else `*flag` is 0. The predefined
+    /// `MPI_UNIVERSE_SIZE` and `MPI_APPNUM` give a pointer to a `c_int`.
+    ///
+    /// # Safety
+    /// `attribute_val` must be valid for a write of a pointer, `flag` for a write.
+    pub unsafe extern "C" fn MPI_Comm_get_attr(
+        comm: MPI_Comm,
+        comm_keyval: c_int,
+        attribute_val: *mut c_void,
+        flag: *mut c_int,
+    ) -> c_int {
+        if attribute_val.is_null() || flag.is_null() {
+            return MPI_ERR_ARG as c_int;
+        }
+        let Some((h, _)) = comm_from_raw(comm, false) else { return MPI_ERR_COMM as c_int };
+        let found = if comm_keyval == MPI_UNIVERSE_SIZE as c_int || comm_keyval == MPI_APPNUM as c_int {
+            static UNIVERSE: LazyLock<c_int> =
+                LazyLock::new(|| crate::environment::Universe::size_now().try_into().unwrap_or(c_int::MAX));
+            static APPNUM: LazyLock<c_int> =
+                LazyLock::new(|| crate::environment::Universe::appnum_now().try_into().unwrap_or(0));
+            let p: &'static c_int = if comm_keyval == MPI_APPNUM as c_int { &APPNUM } else { &UNIVERSE };
+            Some(p as *const c_int as *mut c_void)
+        } else {
+            h.0.attrs.lock().values.get(&comm_keyval).map(|v| v.ptr)
+        };
+        // SAFETY: checked non-null; the caller vouches both are writable.
+        unsafe {
+            *flag = found.is_some() as c_int;
+            if let Some(p) = found {
+                *(attribute_val as *mut *mut c_void) = p;
+            }
+        }
+        SUCCESS
+    }
+
+    /// Removes the attribute `comm_keyval` of `comm`, running its delete callback (whose
+    /// code is returned). Removing an attribute that is not set does nothing.
+    ///
+    /// # Safety
+    /// None beyond the callbacks' own.
+    pub unsafe extern "C" fn MPI_Comm_delete_attr(comm: MPI_Comm, comm_keyval: c_int) -> c_int {
+        let Some((h, _)) = comm_from_raw(comm, false) else { return MPI_ERR_COMM as c_int };
+        let old = h.0.attrs.lock().values.remove(&comm_keyval);
+        old.map_or(SUCCESS, |v| delete_value(&h, comm_keyval, v))
     }
 }

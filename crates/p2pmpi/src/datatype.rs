@@ -11,6 +11,7 @@
 //! All hosts of a job are assumed to share byte order and type sizes (x86-64/aarch64
 //! little-endian); data travels as raw bytes.
 
+use crate::raw::{AsRaw, FromRaw, MatchesRaw};
 use crate::Count;
 use std::os::raw::c_void;
 use std::sync::Arc;
@@ -306,7 +307,7 @@ impl TypeMap {
 }
 
 macro_rules! primitive_maps {
-    ($($name:ident = $k:ident;)*) => { $( static $name: TypeMap = TypeMap::primitive(Primitive::$k); )* };
+    ($($name:ident = $k:ident;)*) => { $( pub(crate) static $name: TypeMap = TypeMap::primitive(Primitive::$k); )* };
 }
 primitive_maps! {
     MAP_BOOL = Bool; MAP_I8 = I8; MAP_U8 = U8; MAP_I16 = I16; MAP_U16 = U16; MAP_I32 = I32;
@@ -330,7 +331,7 @@ impl TypeMap {
 }
 
 /// Common behaviour of datatype handles, committed or not (rsmpi's `UncommittedDatatype`).
-pub trait UncommittedDatatype {
+pub trait UncommittedDatatype: AsRaw<Raw = crate::ffi::MPI_Datatype> {
     /// What [`UncommittedDatatype::dup`] returns.
     type DuplicatedDatatype;
     /// A copy of this datatype (`MPI_Type_dup`).
@@ -356,6 +357,7 @@ impl<'a, D: 'a + Datatype + ?Sized> Datatype for &'a D {}
 
 /// A borrowed, committed datatype.
 #[derive(Copy, Clone, Debug)]
+#[repr(transparent)]
 pub struct DatatypeRef<'a> {
     map: &'a TypeMap,
 }
@@ -407,8 +409,53 @@ impl UncommittedDatatype for DatatypeRef<'_> {
 }
 impl Datatype for DatatypeRef<'_> {}
 
+// SAFETY: the handle is the address of the layout this reference borrows.
+unsafe impl AsRaw for DatatypeRef<'_> {
+    type Raw = crate::ffi::MPI_Datatype;
+    fn as_raw(&self) -> crate::ffi::MPI_Datatype {
+        crate::ffi::MPI_Datatype::of(self.map)
+    }
+}
+
+impl FromRaw for DatatypeRef<'_> {
+    /// A reference to the datatype `datatype` names.
+    ///
+    /// # Safety
+    /// `datatype` must name a live datatype (not `RSMPI_DATATYPE_NULL`) that outlives `'a`.
+    unsafe fn from_raw(datatype: crate::ffi::MPI_Datatype) -> Self {
+        // SAFETY: the caller's contract.
+        DatatypeRef { map: unsafe { datatype.map() } }
+    }
+}
+
+// SAFETY: `#[repr(transparent)]` over a reference, which is the handle's address.
+unsafe impl MatchesRaw for DatatypeRef<'_> {}
+
+// SAFETY: as for `DatatypeRef`.
+unsafe impl AsRaw for UncommittedDatatypeRef<'_> {
+    type Raw = crate::ffi::MPI_Datatype;
+    fn as_raw(&self) -> crate::ffi::MPI_Datatype {
+        crate::ffi::MPI_Datatype::of(self.map)
+    }
+}
+
+impl FromRaw for UncommittedDatatypeRef<'_> {
+    /// A reference to the datatype `datatype` names.
+    ///
+    /// # Safety
+    /// As for [`DatatypeRef::from_raw`].
+    unsafe fn from_raw(datatype: crate::ffi::MPI_Datatype) -> Self {
+        // SAFETY: the caller's contract.
+        UncommittedDatatypeRef { map: unsafe { datatype.map() } }
+    }
+}
+
+// SAFETY: as for `DatatypeRef`.
+unsafe impl MatchesRaw for UncommittedDatatypeRef<'_> {}
+
 /// A borrowed datatype that may not be committed (used to build other datatypes).
 #[derive(Copy, Clone, Debug)]
+#[repr(transparent)]
 pub struct UncommittedDatatypeRef<'a> {
     map: &'a TypeMap,
 }
@@ -578,6 +625,26 @@ impl UncommittedDatatype for UserDatatype {
 }
 impl Datatype for UserDatatype {}
 
+// SAFETY: the handle is the address of this datatype's layout, alive as long as it is.
+unsafe impl AsRaw for UserDatatype {
+    type Raw = crate::ffi::MPI_Datatype;
+    fn as_raw(&self) -> crate::ffi::MPI_Datatype {
+        crate::ffi::MPI_Datatype::of(&self.map)
+    }
+}
+
+impl FromRaw for UserDatatype {
+    /// A datatype with the layout `handle` names (a copy: p2pmpi's layouts are immutable,
+    /// so it behaves as the same datatype; the named one is not freed with it).
+    ///
+    /// # Safety
+    /// `handle` must name a live datatype (not `RSMPI_DATATYPE_NULL`).
+    unsafe fn from_raw(handle: crate::ffi::MPI_Datatype) -> Self {
+        // SAFETY: the caller's contract; the layout is only read during this call.
+        UserDatatype::of(unsafe { handle.map() }.clone())
+    }
+}
+
 /// An owned user-defined datatype that is not committed yet.
 #[derive(Debug, Clone)]
 pub struct UncommittedUserDatatype {
@@ -598,6 +665,25 @@ impl UncommittedUserDatatype {
     }
 }
 constructors!(UncommittedUserDatatype);
+
+// SAFETY: as for `UserDatatype`.
+unsafe impl AsRaw for UncommittedUserDatatype {
+    type Raw = crate::ffi::MPI_Datatype;
+    fn as_raw(&self) -> crate::ffi::MPI_Datatype {
+        crate::ffi::MPI_Datatype::of(&self.map)
+    }
+}
+
+impl FromRaw for UncommittedUserDatatype {
+    /// A datatype with the layout `handle` names (a copy, as for `UserDatatype`).
+    ///
+    /// # Safety
+    /// As for [`UserDatatype::from_raw`].
+    unsafe fn from_raw(handle: crate::ffi::MPI_Datatype) -> Self {
+        // SAFETY: the caller's contract; the layout is only read during this call.
+        UncommittedUserDatatype::of(unsafe { handle.map() }.clone())
+    }
+}
 
 impl UncommittedDatatype for UncommittedUserDatatype {
     type DuplicatedDatatype = UncommittedUserDatatype;

@@ -60,15 +60,23 @@ impl Universe {
     /// The universe size (`MPI_UNIVERSE_SIZE`): the number of processes the grid could give
     /// the job, when the launcher says so (`P2PMPI_UNIVERSE_SIZE`), else the job's size.
     pub fn size(&self) -> Option<usize> {
+        Some(Self::size_now())
+    }
+
+    pub(crate) fn size_now() -> usize {
         let job = with_engine(|e| e.world_size as usize);
         let known = std::env::var(bootstrap::env::UNIVERSE_SIZE).ok().and_then(|v| v.trim().parse::<usize>().ok());
-        Some(known.map_or(job, |u| u.max(job)))
+        known.map_or(job, |u| u.max(job))
+    }
+
+    pub(crate) fn appnum_now() -> isize {
+        std::env::var(bootstrap::env::APPNUM).ok().and_then(|v| v.parse().ok()).unwrap_or(0)
     }
 
     /// The application number: in a process started by `spawn_multiple`, which of its
     /// programs it runs; 0 otherwise.
     pub fn appnum(&self) -> Option<isize> {
-        Some(std::env::var(bootstrap::env::APPNUM).ok().and_then(|v| v.parse().ok()).unwrap_or(0))
+        Some(Self::appnum_now())
     }
 
     /// Size of the buffer attached for buffered sends (0 if none).

@@ -38,9 +38,11 @@ pub mod device;
 pub mod environment;
 mod error;
 pub mod failure;
+pub mod ffi;
 pub mod point_to_point;
 mod pool;
 pub mod random;
+pub mod raw;
 pub mod request;
 pub mod topology;
 pub mod ulfm;
@@ -60,28 +62,6 @@ pub type Tag = std::os::raw::c_int;
 /// Byte displacements.
 pub type Address = datatype::Address;
 
-/// Constants rsmpi programs take from its raw C bindings.
-pub mod ffi {
-    /// Matches any tag.
-    pub const RSMPI_ANY_TAG: crate::Tag = crate::point_to_point::ANY_TAG;
-    /// Matches any source.
-    pub const RSMPI_ANY_SOURCE: crate::Rank = crate::point_to_point::ANY_SOURCE;
-
-    /// An opaque datatype handle, as the user functions of
-    /// [`crate::collective::UnsafeUserOperation`] receive it (`*mut MPI_Datatype`). It
-    /// identifies the layout of the elements; nothing can be done with it but pass it on.
-    #[allow(non_camel_case_types)]
-    #[repr(transparent)]
-    #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-    pub struct MPI_Datatype(*const std::os::raw::c_void);
-
-    impl MPI_Datatype {
-        pub(crate) fn of(map: &crate::datatype::TypeMap) -> Self {
-            MPI_Datatype(map as *const crate::datatype::TypeMap as *const std::os::raw::c_void)
-        }
-    }
-}
-
 /// Everything a program usually imports: `use mpi::traits::*;`.
 pub mod traits {
     pub use crate::attribute::traits::*;
@@ -91,6 +71,7 @@ pub mod traits {
         PartitionedBufferMut, Pointer, PointerMut, UncommittedDatatype,
     };
     pub use crate::point_to_point::traits::*;
+    pub use crate::raw::traits::*;
     pub use crate::topology::{AnyCommunicator, AsCommunicator, Communicator, Group};
     #[cfg(feature = "derive")]
     pub use p2pmpi_derive::Equivalence;

@@ -47,6 +47,10 @@ impl Status {
     pub fn count<D: Datatype>(&self, d: D) -> Count {
         self.bytes.checked_div(d.type_map().size() as u64).map_or(0, |n| n as Count)
     }
+    /// The status a raw `MPI_Status` describes (e.g. from `mpi::ffi::MPI_Recv`).
+    pub fn from_raw(status: crate::ffi::MPI_Status) -> Status {
+        Status { source: status.MPI_SOURCE, tag: status.MPI_TAG, bytes: status.bytes, cancelled: status.cancelled != 0 }
+    }
     /// The message size in bytes (not in rsmpi).
     pub fn byte_count(&self) -> u64 {
         self.bytes
@@ -289,7 +293,7 @@ fn mprobe_impl(h: &CommHandle, src: Rank, tag: Tag) -> Result<(Message, Status)>
         None => probe_blocked(e, h, &pat).map(Err),
     })?;
     let st = status_of(h, &m.env);
-    Ok((Message { matched: Some(m), handle: h.clone() }, st))
+    Ok((Message { matched: Some(m), handle: h.clone(), raw: crate::ffi::MPI_Message::next() }, st))
 }
 
 fn improbe_impl(h: &CommHandle, src: Rank, tag: Tag) -> Result<Option<(Message, Status)>> {
@@ -304,7 +308,7 @@ fn improbe_impl(h: &CommHandle, src: Rank, tag: Tag) -> Result<Option<(Message, 
     let m = wait_until(hint(h, src), |e| e.mprobe_at(c, pat, true).map(Ok))?;
     Ok(m.map(|m| {
         let st = status_of(h, &m.env);
-        (Message { matched: Some(m), handle: h.clone() }, st)
+        (Message { matched: Some(m), handle: h.clone(), raw: crate::ffi::MPI_Message::next() }, st)
     }))
 }
 
@@ -772,6 +776,27 @@ impl Destination for crate::topology::Process<'_> {
 pub struct Message {
     matched: Option<Matched>,
     handle: CommHandle,
+    /// Its raw handle (a number of its own; no function of `mpi::ffi` takes one).
+    raw: crate::ffi::MPI_Message,
+}
+
+// SAFETY: the handle is this message's own number until it is received.
+unsafe impl crate::raw::AsRaw for Message {
+    type Raw = crate::ffi::MPI_Message;
+    fn as_raw(&self) -> crate::ffi::MPI_Message {
+        if self.matched.is_some() {
+            self.raw
+        } else {
+            crate::ffi::RSMPI_MESSAGE_NULL
+        }
+    }
+}
+
+// SAFETY: the pointer is to the message's own handle field, valid while it is borrowed.
+unsafe impl crate::raw::AsRawMut for Message {
+    fn as_raw_mut(&mut self) -> *mut crate::ffi::MPI_Message {
+        &mut self.raw
+    }
 }
 
 impl Message {

@@ -355,6 +355,58 @@ impl<'a, D: ?Sized, S: Scope<'a>> Request<'a, D, S> {
     }
 }
 
+impl<'a, D: ?Sized, S: Scope<'a>> Request<'a, D, S> {
+    /// Makes a request of a handle from [`Request::into_raw`], on `data` in `scope`.
+    ///
+    /// # Safety
+    /// `request` must come from `into_raw` (and not have been completed by `MPI_Wait` or
+    /// `MPI_Test` since), `data` be that request's buffer, and `scope` one the buffer
+    /// outlives. Panics if `request` names no such request.
+    pub unsafe fn from_raw(request: crate::ffi::MPI_Request, data: &'a D, scope: S) -> Self {
+        let p = crate::ffi::request_from_raw(request)
+            .unwrap_or_else(|| panic!("Request::from_raw: {request:?} names no request handed over by into_raw"));
+        Self::from_parts(p, NonNull::from(data), scope)
+    }
+
+    /// Hands the request over to a raw handle (completed by `mpi::ffi::MPI_Wait`/`MPI_Test`
+    /// or made a `Request` again by [`Request::from_raw`]); returns it with the buffer and
+    /// the scope, which no longer counts the request.
+    ///
+    /// # Safety
+    /// The buffer must stay valid, and not be used otherwise (for a receive: not read),
+    /// until the request completes; nothing checks that any more.
+    pub unsafe fn into_raw(mut self) -> (crate::ffi::MPI_Request, &'a D, S) {
+        let p = self.pending.take().expect("live request");
+        // SAFETY: registered in `from_parts`, and `pending` is now empty: the request leaves
+        // its scope once.
+        unsafe { self.scope.unregister() };
+        let data = self.data;
+        // SAFETY: the scope is read out once, and `self` is forgotten right after, so it is
+        // neither dropped twice nor used again (`Drop` would do nothing: `pending` is empty).
+        let scope = unsafe { std::ptr::read(&self.scope) };
+        std::mem::forget(self);
+        // SAFETY: `data` is the buffer borrowed for `'a`; the caller vouches for its use.
+        (crate::ffi::request_into_raw(p), unsafe { data.as_ref() }, scope)
+    }
+}
+
+// SAFETY: the handle number is derived from the request's own id, the same that `into_raw`
+// hands over.
+unsafe impl<'a, D: ?Sized, S: Scope<'a>> crate::raw::AsRaw for Request<'a, D, S> {
+    type Raw = crate::ffi::MPI_Request;
+    fn as_raw(&self) -> crate::ffi::MPI_Request {
+        self.pending.as_ref().map_or(crate::ffi::RSMPI_REQUEST_NULL, crate::ffi::request_number)
+    }
+}
+
+// SAFETY: as for `Request`.
+unsafe impl<'a, D: ?Sized, S: Scope<'a>> crate::raw::AsRaw for WaitGuard<'a, D, S> {
+    type Raw = crate::ffi::MPI_Request;
+    fn as_raw(&self) -> crate::ffi::MPI_Request {
+        self.0.as_ref().map_or(crate::ffi::RSMPI_REQUEST_NULL, |r| r.as_raw())
+    }
+}
+
 impl<'a, D: ?Sized, S: Scope<'a>> Drop for Request<'a, D, S> {
     fn drop(&mut self) {
         if let Some(p) = self.pending.take() {

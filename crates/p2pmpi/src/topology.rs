@@ -29,7 +29,18 @@ pub(crate) mod sealed {
         fn handle(&self) -> &super::CommHandle;
     }
 }
+use crate::raw::{AsRaw, FromRaw};
 use sealed::AsHandle;
+
+/// Whether `h` is this job's world communicator.
+pub(crate) fn is_world(h: &CommHandle) -> bool {
+    WORLD.get().is_some_and(|w| Arc::ptr_eq(&w.0, &h.0))
+}
+
+/// Whether `h` is a communicator of this process alone made by `self_comm` (context 1).
+pub(crate) fn is_self(h: &CommHandle) -> bool {
+    h.0.ctx == 1 && h.0.inter_local.is_none()
+}
 
 #[derive(Debug)]
 pub(crate) struct CommInner {
@@ -51,6 +62,23 @@ pub(crate) struct CommInner {
     /// For the remote side of an intercommunicator: the local group's communicator (the
     /// collectives over an intercommunicator run in both, see `collective::inter`).
     pub inter_local: Option<CommHandle>,
+}
+
+impl Drop for CommInner {
+    /// Frees the communicator: its attributes' delete callbacks run, given a handle that
+    /// names the communicator for the time of the calls.
+    fn drop(&mut self) {
+        let addr = self as *const CommInner as usize;
+        let attrs = self.attrs.get_mut();
+        if attrs.is_empty() {
+            return;
+        }
+        let (comm, temporary) = crate::ffi::dying_comm(addr);
+        crate::attribute::free_all(attrs, comm);
+        if temporary {
+            crate::ffi::forget_comm(comm);
+        }
+    }
 }
 
 /// The shared state behind a communicator.
@@ -132,7 +160,7 @@ impl Color {
 }
 
 /// Operations every communicator offers.
-pub trait Communicator: AsHandle {
+pub trait Communicator: AsHandle + AsRaw<Raw = crate::ffi::MPI_Comm> {
     /// Number of processes addressable by `process_at_rank`.
     fn target_size(&self) -> Rank {
         self.handle().size()
@@ -189,7 +217,8 @@ pub trait Communicator: AsHandle {
     /// A new communicator with the same processes and its own context (collective).
     fn duplicate(&self) -> SimpleCommunicator {
         let dup = create(self.handle(), Spec::Duplicate).or_fatal().expect("every member gets the duplicate");
-        *dup.0 .0.attrs.lock() = self.handle().0.attrs.lock().for_duplicate();
+        let attrs = crate::attribute::for_duplicate(self.handle());
+        *dup.0 .0.attrs.lock() = attrs;
         dup
     }
     /// Splits into one communicator per color (collective); ranks keep their relative order.
@@ -327,15 +356,17 @@ pub trait AnyCommunicator: Communicator {
 
 impl<C: ?Sized + Communicator> AnyCommunicator for C {
     fn get_attr<A: crate::attribute::CommAttribute>(&self) -> Option<&A> {
-        let p = self.handle().0.attrs.lock().get::<A>()?;
-        // SAFETY: the value is boxed in the communicator's attributes, which never free a
-        // value before the communicator itself (a replaced one is kept), and never move it
-        // (the box's heap address is stable); `self` keeps the communicator alive for the
-        // returned borrow, and the value is only ever read (attributes are `Sync`).
+        let p = crate::attribute::get::<A>(self.handle())?;
+        // SAFETY: the value is a `Box<A>` (its type is checked) in the communicator's
+        // attributes, which with `A`'s default delete callback never free a value before the
+        // communicator itself (a replaced one is kept), and never move it (the box's heap
+        // address is stable); `self` keeps the communicator alive for the returned borrow,
+        // and the value is only ever read (attributes are `Sync`). An overridden delete
+        // callback takes this over (`unsafe extern "C" fn`, see `mpi::attribute`).
         Some(unsafe { &*p })
     }
     fn set_attr<A: crate::attribute::CommAttribute>(&mut self, val: A) {
-        self.handle().0.attrs.lock().set(val);
+        crate::attribute::set(self.handle(), val);
     }
 }
 
@@ -408,20 +439,55 @@ pub enum IntoTopology {
     Undefined(SimpleCommunicator),
 }
 
-/// Graph topologies are not supported (rsmpi has only this placeholder too).
+/// Graph topologies: a placeholder, as in rsmpi 0.8.1 (which offers no way to make or use
+/// one); never returned.
+#[allow(missing_copy_implementations)]
 pub struct GraphCommunicator;
-/// Distributed graph topologies are not supported (rsmpi has only this placeholder too).
+/// Distributed graph topologies: a placeholder, as in rsmpi 0.8.1; never returned.
+#[allow(missing_copy_implementations)]
 pub struct DistributedGraphCommunicator;
 
 impl SimpleCommunicator {
     /// The topology of this communicator: a `SimpleCommunicator` has none (Cartesian
     /// communicators are [`CartesianCommunicator`]s from their creation on).
+    /// A handle of a Cartesian communicator made into a `SimpleCommunicator` by `from_raw`
+    /// says `Cartesian`.
     pub fn topology(&self) -> Topology {
-        Topology::Undefined
+        match crate::ffi::comm_kind(&self.0) {
+            Some(crate::ffi::CommKind::Cart { .. }) => Topology::Cartesian,
+            _ => Topology::Undefined,
+        }
     }
-    /// This communicator by the kind of its topology (always `Undefined`, see [`Self::topology`]).
+    /// This communicator by the kind of its topology (see [`Self::topology`]).
     pub fn into_topology(self) -> IntoTopology {
-        IntoTopology::Undefined(self)
+        match crate::ffi::comm_kind(&self.0) {
+            Some(crate::ffi::CommKind::Cart { dims, periods }) => {
+                IntoTopology::Cartesian(CartesianCommunicator::from_parts(self, dims, periods))
+            }
+            _ => IntoTopology::Undefined(self),
+        }
+    }
+}
+
+// SAFETY: the handle names this communicator (the table keeps its address) while it lives.
+unsafe impl AsRaw for SimpleCommunicator {
+    type Raw = crate::ffi::MPI_Comm;
+    fn as_raw(&self) -> crate::ffi::MPI_Comm {
+        crate::ffi::comm_to_raw(&self.0, Some(crate::ffi::CommKind::Intra))
+    }
+}
+
+impl FromRaw for SimpleCommunicator {
+    /// The communicator `handle` names (the world for `RSMPI_COMM_WORLD`, this process's own
+    /// for `RSMPI_COMM_SELF`); a handle that owned its communicator (`MPI_Comm_dup`) gives
+    /// the ownership to the new object, and stays valid while it lives.
+    ///
+    /// # Safety
+    /// `handle` must name a live communicator (panics otherwise, e.g. on `RSMPI_COMM_NULL`).
+    unsafe fn from_raw(handle: crate::ffi::MPI_Comm) -> Self {
+        let (h, _) = crate::ffi::comm_from_raw(handle, true)
+            .unwrap_or_else(|| panic!("SimpleCommunicator::from_raw: {handle:?} names no live communicator"));
+        SimpleCommunicator(h)
     }
 }
 
@@ -456,6 +522,14 @@ impl<'a> Process<'a> {
     }
 }
 
+// SAFETY: a process's handle is its communicator's.
+unsafe impl AsRaw for Process<'_> {
+    type Raw = crate::ffi::MPI_Comm;
+    fn as_raw(&self) -> crate::ffi::MPI_Comm {
+        crate::ffi::comm_to_raw(self.handle(), None)
+    }
+}
+
 impl AsHandle for Process<'_> {
     fn handle(&self) -> &CommHandle {
         self.comm.0
@@ -472,6 +546,14 @@ impl<'a> AsCommunicator for Process<'a> {
 /// Any process of a communicator: a source for `ANY_SOURCE` receives.
 #[derive(Copy, Clone)]
 pub struct AnyProcess<'a>(&'a CommHandle);
+
+// SAFETY: as for `Process`.
+unsafe impl AsRaw for AnyProcess<'_> {
+    type Raw = crate::ffi::MPI_Comm;
+    fn as_raw(&self) -> crate::ffi::MPI_Comm {
+        crate::ffi::comm_to_raw(self.0, None)
+    }
+}
 
 impl AsHandle for AnyProcess<'_> {
     fn handle(&self) -> &CommHandle {
@@ -617,7 +699,7 @@ pub enum GroupRelation {
 }
 
 /// An ordered set of processes.
-pub trait Group {
+pub trait Group: AsRaw<Raw = crate::ffi::MPI_Group> {
     /// World ranks of the members, in group order. Not part of rsmpi's API.
     #[doc(hidden)]
     fn members_world(&self) -> &[Rank];
@@ -727,6 +809,24 @@ pub struct UserGroup {
     members: Arc<[Rank]>,
 }
 
+impl UserGroup {
+    pub(crate) fn from_members(members: Arc<[Rank]>) -> Self {
+        UserGroup { members }
+    }
+    pub(crate) fn members_arc(&self) -> Arc<[Rank]> {
+        self.members.clone()
+    }
+}
+
+// SAFETY: the handle names this group's members (the table keeps their address) while it
+// lives.
+unsafe impl AsRaw for UserGroup {
+    type Raw = crate::ffi::MPI_Group;
+    fn as_raw(&self) -> crate::ffi::MPI_Group {
+        crate::ffi::group_to_raw(&self.members)
+    }
+}
+
 impl Group for UserGroup {
     fn members_world(&self) -> &[Rank] {
         &self.members
@@ -741,6 +841,14 @@ impl SystemGroup {
     /// The group with no member.
     pub fn empty() -> SystemGroup {
         SystemGroup(())
+    }
+}
+
+// SAFETY: the only system group is the empty one, `RSMPI_GROUP_EMPTY`.
+unsafe impl AsRaw for SystemGroup {
+    type Raw = crate::ffi::MPI_Group;
+    fn as_raw(&self) -> crate::ffi::MPI_Group {
+        crate::ffi::RSMPI_GROUP_EMPTY
     }
 }
 

@@ -10,8 +10,8 @@ use crate::datatype::{DynBuffer, DynBufferMut, Primitive, TypeMap};
 use crate::Count;
 use std::fmt;
 
-/// A reduction operation.
-pub trait Operation {
+/// A reduction operation (named by a raw `MPI_Op` handle, as in rsmpi).
+pub trait Operation: crate::raw::AsRaw<Raw = crate::ffi::MPI_Op> {
     /// Whether `a ∘ b = b ∘ a`.
     fn is_commutative(&self) -> bool;
 
@@ -100,6 +100,28 @@ impl SystemOperation {
     /// MINLOC (not in rsmpi): like [`SystemOperation::max_loc`] with the smallest value.
     pub fn min_loc() -> Self {
         SystemOperation(SysOp::MinLoc)
+    }
+}
+
+// SAFETY: each operation has its predefined handle.
+unsafe impl crate::raw::AsRaw for SystemOperation {
+    type Raw = crate::ffi::MPI_Op;
+    fn as_raw(&self) -> crate::ffi::MPI_Op {
+        use crate::ffi::*;
+        match self.0 {
+            SysOp::Max => RSMPI_MAX,
+            SysOp::Min => RSMPI_MIN,
+            SysOp::Sum => RSMPI_SUM,
+            SysOp::Product => RSMPI_PROD,
+            SysOp::LogicalAnd => RSMPI_LAND,
+            SysOp::LogicalOr => RSMPI_LOR,
+            SysOp::LogicalXor => RSMPI_LXOR,
+            SysOp::BitwiseAnd => RSMPI_BAND,
+            SysOp::BitwiseOr => RSMPI_BOR,
+            SysOp::BitwiseXor => RSMPI_BXOR,
+            SysOp::MaxLoc => OP_MAXLOC,
+            SysOp::MinLoc => OP_MINLOC,
+        }
     }
 }
 
@@ -288,8 +310,80 @@ fn loc(op: SysOp, map: &TypeMap, count: usize, a: &[u8], b: &mut [u8]) {
 /// `inout[i] = input[i] ∘ inout[i]` (input holds the lower ranks' contribution).
 pub struct UserOperation<'a> {
     commutes: bool,
-    #[allow(clippy::type_complexity)]
-    function: Box<dyn Fn(DynBuffer, DynBufferMut) + Sync + 'a>,
+    body: Body<'a>,
+    /// What `from_raw` was given to keep alive with the operation.
+    _anchor: Option<Box<dyn Erased + 'a>>,
+}
+
+/// Anything, kept alive by a [`UserOperation`] made by `from_raw`.
+trait Erased {}
+impl<T: ?Sized> Erased for T {}
+
+/// A user operation's closure.
+pub(crate) type Closure<'a> = dyn Fn(DynBuffer, DynBufferMut) + Sync + 'a;
+
+enum Body<'a> {
+    Closure(Box<Closure<'a>>),
+    /// Made by `from_raw` of this handle.
+    Raw(crate::ffi::MPI_Op, crate::ffi::AnyOp),
+}
+
+/// A user operation's closure, named by a raw handle (its lifetime erased: the handle is
+/// only valid while the operation lives, and forgotten when it is dropped).
+#[derive(Clone, Copy)]
+pub(crate) struct ClosureRef {
+    pub(crate) f: *const Closure<'static>,
+    pub(crate) commutes: bool,
+}
+
+// SAFETY: the closure is `Sync`; the pointer is only dereferenced (shared) while the
+// operation it belongs to lives, which its handle's user vouches for.
+unsafe impl Send for ClosureRef {}
+// SAFETY: as above.
+unsafe impl Sync for ClosureRef {}
+
+// SAFETY: the handle names this closure (see `ClosureRef`).
+unsafe impl crate::raw::AsRaw for ClosureRef {
+    type Raw = crate::ffi::MPI_Op;
+    fn as_raw(&self) -> crate::ffi::MPI_Op {
+        crate::ffi::closure_op_to_raw(*self)
+    }
+}
+
+impl Operation for ClosureRef {
+    fn is_commutative(&self) -> bool {
+        self.commutes
+    }
+    fn combine(&self, map: &TypeMap, count: usize, input: &[u8], inout: &mut [u8]) {
+        // SAFETY: the handle of this closure is live, so the operation (and its closure) is
+        // (the contract of the ffi functions that take it).
+        combine_closure(unsafe { &*self.f }, map, count, input, inout)
+    }
+}
+
+impl Drop for UserOperation<'_> {
+    fn drop(&mut self) {
+        if let Body::Closure(f) = &self.body {
+            crate::ffi::forget_closure_op(&**f as *const Closure<'_> as *const () as usize);
+        }
+    }
+}
+
+// SAFETY: the handle names this operation's closure while it lives (forgotten at its drop),
+// or is the handle it was made from.
+unsafe impl crate::raw::AsRaw for UserOperation<'_> {
+    type Raw = crate::ffi::MPI_Op;
+    fn as_raw(&self) -> crate::ffi::MPI_Op {
+        match &self.body {
+            Body::Closure(f) => {
+                let p: *const Closure<'_> = &**f;
+                // SAFETY: only the lifetime is erased (same layout); see `ClosureRef`.
+                let f = unsafe { std::mem::transmute::<*const Closure<'_>, *const Closure<'static>>(p) };
+                crate::ffi::closure_op_to_raw(ClosureRef { f, commutes: self.commutes })
+            }
+            Body::Raw(h, _) => *h,
+        }
+    }
 }
 
 impl fmt::Debug for UserOperation<'_> {
@@ -318,8 +412,48 @@ impl<'a> UserOperation<'a> {
     where
         F: Fn(DynBuffer, DynBufferMut) + Sync + 'a,
     {
-        UserOperation { commutes: commute, function: Box::new(function) }
+        UserOperation { commutes: commute, body: Body::Closure(Box::new(function)), _anchor: None }
     }
+
+    /// The operation `op` names (a predefined one, one made by `MPI_Op_create`, or another
+    /// operation's `as_raw`), keeping `anchor` alive with it.
+    ///
+    /// # Safety
+    /// `op` must name a live operation (not `RSMPI_OP_NULL`; panics on an unknown handle),
+    /// which must outlive the new one.
+    pub unsafe fn from_raw<T: 'a>(op: crate::ffi::MPI_Op, anchor: Box<T>) -> Self {
+        let any = crate::ffi::op_of(op).unwrap_or_else(|| panic!("UserOperation::from_raw: {op:?} names no operation"));
+        let commutes = any.is_commutative();
+        UserOperation { commutes, body: Body::Raw(op, any), _anchor: Some(anchor) }
+    }
+}
+
+/// Runs a closure on `count` packed elements of `map`: `inout = input ∘ inout`.
+fn combine_closure(f: &Closure<'_>, map: &TypeMap, count: usize, input: &[u8], inout: &mut [u8]) {
+    // The closure sees typed slices in the native layout: unpack into aligned memory.
+    let mut a = Native::zeroed(map, count);
+    let mut b = Native::zeroed(map, count);
+    let (pa, pb) = (a.base(), b.base());
+    // SAFETY: `Native::zeroed` sized each memory so that every data block of the `count`
+    // elements from its base lies inside it, writable; any bytes are valid in a `u128`.
+    unsafe {
+        map.unpack(input, pa, count);
+        map.unpack(inout, pb, count);
+    }
+    let dt = crate::datatype::DatatypeRef::from_map(map);
+    let n = Count::try_from(count).expect("reduction of more elements than a Count holds");
+    // SAFETY: `a` holds `count` elements of `map` from `pa`, initialised (zeroed, then data
+    // unpacked: valid for any `Equivalence` type of this layout, `bool` data as 0 or 1);
+    // `x` lives only for the call of the closure below, while `a` is not touched.
+    let x = unsafe { DynBuffer::from_raw(pa as *const u8, n, dt) };
+    // SAFETY: the same for `b` from `pb`, a separate allocation, accessed only through `y`
+    // during the call; whatever the closure stores through `y` is a valid element.
+    let y = unsafe { DynBufferMut::from_raw(pb, n, dt) };
+    f(x, y);
+    let mut out = Vec::with_capacity(inout.len());
+    // SAFETY: `b` holds `count` initialised elements of `map` from `pb` (see above).
+    unsafe { map.pack(pb, count, &mut out) };
+    inout[..out.len()].copy_from_slice(&out);
 }
 
 /// Zeroed, 16-byte aligned scratch memory holding `count` elements of a layout in their
@@ -358,30 +492,10 @@ impl Operation for UserOperation<'_> {
         self.commutes
     }
     fn combine(&self, map: &TypeMap, count: usize, input: &[u8], inout: &mut [u8]) {
-        // The closure sees typed slices in the native layout: unpack into aligned memory.
-        let mut a = Native::zeroed(map, count);
-        let mut b = Native::zeroed(map, count);
-        let (pa, pb) = (a.base(), b.base());
-        // SAFETY: `Native::zeroed` sized each memory so that every data block of the `count`
-        // elements from its base lies inside it, writable; any bytes are valid in a `u128`.
-        unsafe {
-            map.unpack(input, pa, count);
-            map.unpack(inout, pb, count);
+        match &self.body {
+            Body::Closure(f) => combine_closure(&**f, map, count, input, inout),
+            Body::Raw(_, op) => op.combine(map, count, input, inout),
         }
-        let dt = crate::datatype::DatatypeRef::from_map(map);
-        let n = Count::try_from(count).expect("reduction of more elements than a Count holds");
-        // SAFETY: `a` holds `count` elements of `map` from `pa`, initialised (zeroed, then data
-        // unpacked: valid for any `Equivalence` type of this layout, `bool` data as 0 or 1);
-        // `x` lives only for the call of the closure below, while `a` is not touched.
-        let x = unsafe { DynBuffer::from_raw(pa as *const u8, n, dt) };
-        // SAFETY: the same for `b` from `pb`, a separate allocation, accessed only through `y`
-        // during the call; whatever the closure stores through `y` is a valid element.
-        let y = unsafe { DynBufferMut::from_raw(pb, n, dt) };
-        (self.function)(x, y);
-        let mut out = Vec::with_capacity(inout.len());
-        // SAFETY: `b` holds `count` initialised elements of `map` from `pb` (see above).
-        unsafe { map.pack(pb, count, &mut out) };
-        inout[..out.len()].copy_from_slice(&out);
     }
 }
 
@@ -434,6 +548,24 @@ impl UnsafeUserOperation {
     /// As for [`Self::associative`].
     pub unsafe fn new(commute: bool, function: UnsafeUserFunction) -> Self {
         UnsafeUserOperation { commutes: commute, function }
+    }
+}
+
+impl UnsafeUserOperation {
+    pub(crate) fn function(&self) -> UnsafeUserFunction {
+        self.function
+    }
+    pub(crate) fn is_commutative_flag(&self) -> bool {
+        self.commutes
+    }
+}
+
+// SAFETY: the handle names an operation with the same function and commutativity, for the
+// whole run (operations are plain data).
+unsafe impl crate::raw::AsRaw for UnsafeUserOperation {
+    type Raw = crate::ffi::MPI_Op;
+    fn as_raw(&self) -> crate::ffi::MPI_Op {
+        crate::ffi::op_to_raw(self)
     }
 }
 

@@ -6,6 +6,7 @@
 use super::sealed::AsHandle;
 use super::{create, AsCommunicator, CommHandle, Communicator, Rank, SimpleCommunicator, Spec};
 use crate::error::OrFatal;
+use crate::raw::{AsRaw, FromRaw};
 use crate::Count;
 
 /// The layout of a Cartesian communicator, and this process's coordinates in it.
@@ -159,6 +160,46 @@ impl CartesianCommunicator {
         let keep = |v: &[Count]| v.iter().zip(retain).filter(|(_, &k)| k).map(|(&x, _)| x).collect::<Vec<_>>();
         let periods = self.periods.iter().zip(retain).filter(|(_, &k)| k).map(|(&p, _)| p).collect();
         CartesianCommunicator { comm, dims: keep(&self.dims), periods }
+    }
+}
+
+impl CartesianCommunicator {
+    pub(crate) fn from_parts(comm: SimpleCommunicator, dims: Vec<Count>, periods: Vec<bool>) -> Self {
+        CartesianCommunicator { comm, dims, periods }
+    }
+
+    /// The Cartesian communicator `raw` names, `None` if it names none (or a communicator
+    /// without a Cartesian layout, or `RSMPI_COMM_NULL`).
+    ///
+    /// # Safety
+    /// As for [`FromRaw::from_raw`].
+    pub unsafe fn try_from_raw(raw: crate::ffi::MPI_Comm) -> Option<CartesianCommunicator> {
+        let (h, kind) = crate::ffi::comm_from_raw(raw, false)?;
+        let crate::ffi::CommKind::Cart { dims, periods } = kind else { return None };
+        crate::ffi::comm_from_raw(raw, true);
+        Some(CartesianCommunicator::from_parts(SimpleCommunicator(h), dims, periods))
+    }
+}
+
+// SAFETY: the handle names this communicator, with its layout, while it lives.
+unsafe impl AsRaw for CartesianCommunicator {
+    type Raw = crate::ffi::MPI_Comm;
+    fn as_raw(&self) -> crate::ffi::MPI_Comm {
+        let kind = crate::ffi::CommKind::Cart { dims: self.dims.clone(), periods: self.periods.clone() };
+        crate::ffi::comm_to_raw(self.comm.handle(), Some(kind))
+    }
+}
+
+impl FromRaw for CartesianCommunicator {
+    /// The Cartesian communicator `raw` names (see [`SimpleCommunicator::from_raw`] for
+    /// ownership).
+    ///
+    /// # Safety
+    /// `raw` must name a live Cartesian communicator (panics otherwise).
+    unsafe fn from_raw(raw: crate::ffi::MPI_Comm) -> Self {
+        // SAFETY: the caller's contract.
+        unsafe { Self::try_from_raw(raw) }
+            .unwrap_or_else(|| panic!("CartesianCommunicator::from_raw: {raw:?} names no live Cartesian communicator"))
     }
 }
 

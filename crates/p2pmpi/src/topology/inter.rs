@@ -17,6 +17,7 @@
 use super::{sealed::AsHandle, CommHandle, CommInner, Communicator, Rank, SimpleCommunicator, UserGroup};
 use crate::collective::algorithms::{self, Coll};
 use crate::error::{Error, Result};
+use crate::raw::{AsRaw, FromRaw};
 use parking_lot::Mutex;
 use std::process::Command;
 use std::sync::atomic::Ordering;
@@ -78,6 +79,30 @@ impl InterCommunicator {
         InterCommunicator { remote, local, parents_side }
     }
 
+    /// The intercommunicator whose remote side is `remote` (see `CommInner::inter_local`).
+    pub(crate) fn from_remote(remote: CommHandle, parents_side: bool) -> Self {
+        let local = remote.0.inter_local.clone().expect("the remote side of an intercommunicator");
+        InterCommunicator { remote, local, parents_side }
+    }
+
+    /// The local group's communicator.
+    pub(crate) fn local_handle(&self) -> &CommHandle {
+        &self.local
+    }
+
+    /// The intercommunicator `raw` names, `None` if it names none (or an intracommunicator,
+    /// or `RSMPI_COMM_NULL`).
+    ///
+    /// # Safety
+    /// As for [`FromRaw::from_raw`].
+    pub unsafe fn try_from_raw(raw: crate::ffi::MPI_Comm) -> Option<Self> {
+        let (h, kind) = crate::ffi::comm_from_raw(raw, false)?;
+        h.0.inter_local.as_ref()?;
+        let parents_side = matches!(kind, crate::ffi::CommKind::Inter { parents_side: true });
+        crate::ffi::comm_from_raw(raw, true);
+        Some(InterCommunicator::from_remote(h, parents_side))
+    }
+
     /// The number of processes in the remote group.
     pub fn remote_size(&self) -> Rank {
         self.remote.size()
@@ -120,6 +145,26 @@ impl InterCommunicator {
         let members = if local_first { [local, remote].concat() } else { [remote, local].concat() };
         let me = self.local.world_rank(self.local.rank());
         Ok(super::new_comm(ctx, members, me))
+    }
+}
+
+// SAFETY: the handle names this intercommunicator while it lives.
+unsafe impl AsRaw for InterCommunicator {
+    type Raw = crate::ffi::MPI_Comm;
+    fn as_raw(&self) -> crate::ffi::MPI_Comm {
+        crate::ffi::comm_to_raw(&self.remote, Some(crate::ffi::CommKind::Inter { parents_side: self.parents_side }))
+    }
+}
+
+impl FromRaw for InterCommunicator {
+    /// The intercommunicator `handle` names.
+    ///
+    /// # Safety
+    /// `handle` must name a live intercommunicator (panics otherwise).
+    unsafe fn from_raw(handle: crate::ffi::MPI_Comm) -> Self {
+        // SAFETY: the caller's contract.
+        unsafe { Self::try_from_raw(handle) }
+            .unwrap_or_else(|| panic!("InterCommunicator::from_raw: {handle:?} names no live intercommunicator"))
     }
 }
 

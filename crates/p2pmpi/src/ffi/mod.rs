@@ -1,0 +1,1370 @@
+//! rsmpi's `mpi::ffi`, without a C library: the MPI handle types, the predefined handles
+//! (`RSMPI_COMM_WORLD`, `RSMPI_SUM`, `RSMPI_INT32_T`, ...) and a subset of the C functions of
+//! MPI (`MPI_Comm_rank`, `MPI_Send`, `MPI_Allreduce`, ...) with the names and signatures
+//! rsmpi's bindings give them, working on p2pmpi's own objects.
+//!
+//! **Handles.** `MPI_Comm`, `MPI_Group`, `MPI_Op`, `MPI_Request` and `MPI_Message` are opaque
+//! integers naming objects in process-wide tables (see [`crate::raw`] for the conversions:
+//! `as_raw` names a Rust object, `from_raw` makes one). `MPI_Datatype` is the address of a
+//! datatype's layout. A handle made by `as_raw` names the Rust object without keeping it
+//! alive; a handle made by a function here (`MPI_Comm_dup`, `MPI_Comm_group`, `MPI_Op_create`,
+//! ...) owns its object until it is freed (`MPI_Comm_free`, ...) or taken over by `from_raw`.
+//!
+//! **Predefined names** are constants (in rsmpi, `extern` statics read in an `unsafe` block:
+//! `unsafe { ffi::RSMPI_COMM_WORLD }` compiles here too, with an `unused_unsafe` warning).
+//!
+//! **Errors.** The functions return `MPI_SUCCESS` (0) or an error class (`MPI_ERR_COMM` for a
+//! dead or unknown communicator handle, `MPI_ERR_RANK`, `MPI_ERR_COUNT`, ...,
+//! `MPI_ERR_OTHER` for a failed communication, e.g. a lost peer). Errors are returned, never
+//! fatal (as with `MPI_ERRORS_RETURN`).
+//!
+//! **Not provided**: files, windows, info objects, error handlers (their null handles only),
+//! `MPI_IN_PLACE`, the non-blocking functions (`MPI_Isend`, `MPI_Irecv`; requests made in
+//! Rust can be handed over with `Request::into_raw` and completed by `MPI_Wait`/`MPI_Test`),
+//! the Fortran conversions (`RSMPI_Comm_c2f`, ...), and every function not listed below.
+#![allow(non_camel_case_types, non_upper_case_globals, non_snake_case)]
+
+pub(crate) mod handles;
+
+use crate::collective::ops::ClosureRef;
+use crate::collective::{SystemOperation, UnsafeUserOperation};
+use crate::datatype::{DatatypeRef, DynBuffer, DynBufferMut, TypeMap};
+use crate::point_to_point::{Destination, Source};
+use crate::request::Pending;
+use crate::topology::{
+    CartesianCommunicator, CommHandle, CommInner, Communicator, CommunicatorRelation, Group, GroupRelation,
+    InterCommunicator, Rank, SimpleCommunicator, UserGroup,
+};
+use crate::ulfm::{TryCollectives, TryRoot};
+use crate::Count;
+use handles::Table;
+use std::collections::HashMap;
+use std::os::raw::{c_double, c_int, c_void};
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard, Weak};
+
+// ------------------------------------------------------------------------ handle types
+
+/// A communicator handle.
+#[repr(transparent)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct MPI_Comm(c_int);
+
+/// A group handle.
+#[repr(transparent)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct MPI_Group(c_int);
+
+/// A reduction operation handle.
+#[repr(transparent)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct MPI_Op(c_int);
+
+/// A request handle.
+#[repr(transparent)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct MPI_Request(c_int);
+
+/// A matched message handle (it names a [`crate::point_to_point::Message`]; no function here
+/// takes one).
+#[repr(transparent)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct MPI_Message(c_int);
+
+impl MPI_Message {
+    pub(crate) fn next() -> MPI_Message {
+        static NEXT: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(handles::FIRST_USER);
+        MPI_Message(NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+    }
+}
+
+/// A datatype handle: the address of the datatype's layout. It is valid while the datatype
+/// lives (forever for the predefined ones).
+#[repr(transparent)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct MPI_Datatype(*const c_void);
+
+impl MPI_Datatype {
+    pub(crate) fn of(map: &TypeMap) -> Self {
+        MPI_Datatype(map as *const TypeMap as *const c_void)
+    }
+    /// The layout this handle names.
+    ///
+    /// # Safety
+    /// The handle must be a live datatype's (not `RSMPI_DATATYPE_NULL`), and the layout must
+    /// outlive `'a`.
+    pub(crate) unsafe fn map<'a>(self) -> &'a TypeMap {
+        // SAFETY: per the contract, the pointer came from `of` on a layout alive for `'a`.
+        unsafe { &*(self.0 as *const TypeMap) }
+    }
+    fn is_null(self) -> bool {
+        self.0.is_null()
+    }
+}
+
+/// What a receive reports (`MPI_Status`): the public fields of C's, and the received size.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct MPI_Status {
+    /// The sender's rank.
+    pub MPI_SOURCE: c_int,
+    /// The message's tag.
+    pub MPI_TAG: c_int,
+    /// The error class of the operation (`MPI_SUCCESS`).
+    pub MPI_ERROR: c_int,
+    pub(crate) bytes: u64,
+    pub(crate) cancelled: c_int,
+}
+
+impl From<crate::point_to_point::Status> for MPI_Status {
+    fn from(s: crate::point_to_point::Status) -> Self {
+        MPI_Status {
+            MPI_SOURCE: s.source,
+            MPI_TAG: s.tag,
+            MPI_ERROR: MPI_SUCCESS as c_int,
+            bytes: s.bytes,
+            cancelled: s.cancelled as c_int,
+        }
+    }
+}
+
+/// The C signature of a user reduction function (`MPI_User_function`).
+pub type MPI_User_function = Option<unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_int, *mut MPI_Datatype)>;
+/// An attribute copy callback (`MPI_Comm_copy_attr_function`): `(oldcomm, keyval,
+/// extra_state, attribute_val_in, attribute_val_out, flag)`.
+pub type MPI_Comm_copy_attr_function =
+    Option<unsafe extern "C" fn(MPI_Comm, c_int, *mut c_void, *mut c_void, *mut c_void, *mut c_int) -> c_int>;
+/// An attribute delete callback (`MPI_Comm_delete_attr_function`): `(comm, keyval,
+/// attribute_val, extra_state)`.
+pub type MPI_Comm_delete_attr_function =
+    Option<unsafe extern "C" fn(MPI_Comm, c_int, *mut c_void, *mut c_void) -> c_int>;
+
+// ------------------------------------------------------------------ predefined handles
+
+/// The null communicator.
+pub const RSMPI_COMM_NULL: MPI_Comm = MPI_Comm(0);
+/// The world communicator.
+pub const RSMPI_COMM_WORLD: MPI_Comm = MPI_Comm(1);
+/// The communicator of this process alone.
+pub const RSMPI_COMM_SELF: MPI_Comm = MPI_Comm(2);
+/// The null group.
+pub const RSMPI_GROUP_NULL: MPI_Group = MPI_Group(0);
+/// The empty group.
+pub const RSMPI_GROUP_EMPTY: MPI_Group = MPI_Group(1);
+/// The null request.
+pub const RSMPI_REQUEST_NULL: MPI_Request = MPI_Request(0);
+/// The null message.
+pub const RSMPI_MESSAGE_NULL: MPI_Message = MPI_Message(0);
+/// The message of a probe of `MPI_PROC_NULL`.
+pub const RSMPI_MESSAGE_NO_PROC: MPI_Message = MPI_Message(1);
+/// The null operation.
+pub const RSMPI_OP_NULL: MPI_Op = MPI_Op(0);
+/// Maximum.
+pub const RSMPI_MAX: MPI_Op = MPI_Op(1);
+/// Minimum.
+pub const RSMPI_MIN: MPI_Op = MPI_Op(2);
+/// Sum.
+pub const RSMPI_SUM: MPI_Op = MPI_Op(3);
+/// Product.
+pub const RSMPI_PROD: MPI_Op = MPI_Op(4);
+/// Logical and.
+pub const RSMPI_LAND: MPI_Op = MPI_Op(5);
+/// Bitwise and.
+pub const RSMPI_BAND: MPI_Op = MPI_Op(6);
+/// Logical or.
+pub const RSMPI_LOR: MPI_Op = MPI_Op(7);
+/// Bitwise or.
+pub const RSMPI_BOR: MPI_Op = MPI_Op(8);
+/// Logical exclusive or.
+pub const RSMPI_LXOR: MPI_Op = MPI_Op(9);
+/// Bitwise exclusive or.
+pub const RSMPI_BXOR: MPI_Op = MPI_Op(10);
+/// `MPI_MAXLOC` (not a predefined name of rsmpi; `SystemOperation::max_loc().as_raw()`).
+pub(crate) const OP_MAXLOC: MPI_Op = MPI_Op(11);
+/// `MPI_MINLOC`.
+pub(crate) const OP_MINLOC: MPI_Op = MPI_Op(12);
+
+macro_rules! datatypes {
+    ($($(#[$m:meta])* $name:ident = $map:ident, $doc:literal;)*) => {$(
+        #[doc = $doc]
+        $(#[$m])*
+        pub const $name: MPI_Datatype = MPI_Datatype(&crate::datatype::$map as *const TypeMap as *const c_void);
+    )*};
+}
+datatypes! {
+    RSMPI_C_BOOL = MAP_BOOL, "`bool`.";
+    RSMPI_FLOAT = MAP_F32, "`f32`.";
+    RSMPI_DOUBLE = MAP_F64, "`f64`.";
+    RSMPI_INT8_T = MAP_I8, "`i8`.";
+    RSMPI_INT16_T = MAP_I16, "`i16`.";
+    RSMPI_INT32_T = MAP_I32, "`i32`.";
+    RSMPI_INT64_T = MAP_I64, "`i64`.";
+    RSMPI_UINT8_T = MAP_U8, "`u8`.";
+    RSMPI_UINT16_T = MAP_U16, "`u16`.";
+    RSMPI_UINT32_T = MAP_U32, "`u32`.";
+    RSMPI_UINT64_T = MAP_U64, "`u64`.";
+    #[cfg(feature = "complex")] RSMPI_FLOAT_COMPLEX = MAP_C32, "A complex number of two `f32`.";
+    #[cfg(feature = "complex")] RSMPI_DOUBLE_COMPLEX = MAP_C64, "A complex number of two `f64`.";
+}
+/// The null datatype.
+pub const RSMPI_DATATYPE_NULL: MPI_Datatype = MPI_Datatype(std::ptr::null());
+
+/// Pass as a status argument to ignore the status.
+pub const RSMPI_STATUS_IGNORE: *mut MPI_Status = std::ptr::null_mut();
+/// Pass as an array of statuses to ignore them.
+pub const RSMPI_STATUSES_IGNORE: *mut MPI_Status = std::ptr::null_mut();
+
+/// Matches any tag.
+pub const RSMPI_ANY_TAG: crate::Tag = crate::point_to_point::ANY_TAG;
+/// Matches any source.
+pub const RSMPI_ANY_SOURCE: Rank = crate::point_to_point::ANY_SOURCE;
+/// The null process: sends to it and receives from it complete at once, doing nothing.
+pub const RSMPI_PROC_NULL: Rank = -1;
+/// "Undefined" (a rank not in a group, a split color, a count that is not whole).
+pub const RSMPI_UNDEFINED: c_int = -32766;
+/// `MPI_Comm_split_type`'s shared-memory type.
+pub const RSMPI_COMM_TYPE_SHARED: c_int = 1;
+/// `MPI_Comm_compare`/`MPI_Group_compare`: the same object.
+pub const RSMPI_IDENT: c_int = 0;
+/// `MPI_Comm_compare`: the same members in the same order, another context.
+pub const RSMPI_CONGRUENT: c_int = 1;
+/// The same members in another order.
+pub const RSMPI_SIMILAR: c_int = 2;
+/// Different members.
+pub const RSMPI_UNEQUAL: c_int = 3;
+/// Thread support levels.
+pub const RSMPI_THREAD_SINGLE: c_int = 0;
+/// Thread support levels.
+pub const RSMPI_THREAD_FUNNELED: c_int = 1;
+/// Thread support levels.
+pub const RSMPI_THREAD_SERIALIZED: c_int = 2;
+/// Thread support levels.
+pub const RSMPI_THREAD_MULTIPLE: c_int = 3;
+/// `MPI_Topo_test`: a graph topology (never here).
+pub const RSMPI_GRAPH: c_int = 1;
+/// `MPI_Topo_test`: a Cartesian topology.
+pub const RSMPI_CART: c_int = 2;
+/// `MPI_Topo_test`: a distributed graph topology (never here).
+pub const RSMPI_DIST_GRAPH: c_int = 3;
+/// Longest library version string.
+pub const RSMPI_MAX_LIBRARY_VERSION_STRING: c_int = 8192;
+/// Longest processor name.
+pub const RSMPI_MAX_PROCESSOR_NAME: c_int = 128;
+
+/// The predefined attribute key of the universe size (read with `MPI_Comm_get_attr` on the
+/// world: a pointer to a `c_int`).
+pub const MPI_UNIVERSE_SIZE: u32 = 0x6440_0009;
+/// The predefined attribute key of the application number.
+pub const MPI_APPNUM: u32 = 0x6440_000b;
+/// `MPI_Comm_create_keyval`'s answer when no key could be made (never).
+pub const MPI_KEYVAL_INVALID: u32 = 0x2400_0000;
+
+/// Success.
+pub const MPI_SUCCESS: u32 = 0;
+/// An invalid buffer pointer.
+pub const MPI_ERR_BUFFER: u32 = 1;
+/// An invalid count.
+pub const MPI_ERR_COUNT: u32 = 2;
+/// An invalid datatype.
+pub const MPI_ERR_TYPE: u32 = 3;
+/// An invalid tag.
+pub const MPI_ERR_TAG: u32 = 4;
+/// An invalid communicator.
+pub const MPI_ERR_COMM: u32 = 5;
+/// An invalid rank.
+pub const MPI_ERR_RANK: u32 = 6;
+/// An invalid root.
+pub const MPI_ERR_ROOT: u32 = 7;
+/// An invalid group.
+pub const MPI_ERR_GROUP: u32 = 8;
+/// An invalid operation.
+pub const MPI_ERR_OP: u32 = 9;
+/// An invalid argument.
+pub const MPI_ERR_ARG: u32 = 12;
+/// A message longer than the receive buffer.
+pub const MPI_ERR_TRUNCATE: u32 = 14;
+/// Another error (a failed communication).
+pub const MPI_ERR_OTHER: u32 = 15;
+/// An invalid request.
+pub const MPI_ERR_REQUEST: u32 = 19;
+/// An invalid attribute key.
+pub const MPI_ERR_KEYVAL: u32 = 48;
+
+const SUCCESS: c_int = MPI_SUCCESS as c_int;
+const ERR_COMM: c_int = MPI_ERR_COMM as c_int;
+const ERR_GROUP: c_int = MPI_ERR_GROUP as c_int;
+const ERR_ARG: c_int = MPI_ERR_ARG as c_int;
+const ERR_COUNT: c_int = MPI_ERR_COUNT as c_int;
+const ERR_TYPE: c_int = MPI_ERR_TYPE as c_int;
+const ERR_RANK: c_int = MPI_ERR_RANK as c_int;
+const ERR_ROOT: c_int = MPI_ERR_ROOT as c_int;
+const ERR_OP: c_int = MPI_ERR_OP as c_int;
+const ERR_REQUEST: c_int = MPI_ERR_REQUEST as c_int;
+
+/// The error class of a failed communication.
+fn err_class(e: &crate::CommError) -> c_int {
+    match e {
+        crate::CommError::Truncated { .. } => MPI_ERR_TRUNCATE as c_int,
+        _ => MPI_ERR_OTHER as c_int,
+    }
+}
+
+// ------------------------------------------------------------------ communicator table
+
+/// What kind of Rust communicator a handle stands for.
+#[derive(Clone, Debug)]
+pub(crate) enum CommKind {
+    Intra,
+    Inter { parents_side: bool },
+    Cart { dims: Vec<Count>, periods: Vec<bool> },
+}
+
+struct CommSlot {
+    comm: Weak<CommInner>,
+    kind: CommKind,
+    /// The communicator, when the handle owns it.
+    owned: Option<CommHandle>,
+}
+
+struct Comms {
+    table: Table<usize, CommSlot>,
+    /// Sweep dead slots once the table holds this many.
+    sweep_at: usize,
+}
+
+static COMMS: LazyLock<Mutex<Comms>> = LazyLock::new(|| Mutex::new(Comms { table: Table::default(), sweep_at: 64 }));
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The handle of communicator `h`, registered if needed; `kind` says what Rust object it is
+/// (`None`: unknown, e.g. from a `Process`).
+pub(crate) fn comm_to_raw(h: &CommHandle, kind: Option<CommKind>) -> MPI_Comm {
+    if crate::topology::is_world(h) {
+        return RSMPI_COMM_WORLD;
+    }
+    if crate::topology::is_self(h) {
+        return RSMPI_COMM_SELF;
+    }
+    let key = Arc::as_ptr(&h.0) as usize;
+    let mut comms = lock(&COMMS);
+    if let Some(id) = comms.table.find(key) {
+        let slot = comms.table.get_mut(id).expect("a found slot");
+        if slot.comm.upgrade().is_some_and(|c| Arc::ptr_eq(&c, &h.0)) {
+            if let (CommKind::Intra, Some(k)) = (&slot.kind, kind) {
+                slot.kind = k;
+            }
+            return MPI_Comm(id);
+        }
+    }
+    if comms.table.len() >= comms.sweep_at {
+        comms.table.sweep(|s| s.comm.strong_count() == 0);
+        comms.sweep_at = (comms.table.len() * 2).max(64);
+    }
+    let kind = kind.unwrap_or_else(|| match h.0.inter_local {
+        Some(_) => CommKind::Inter { parents_side: false },
+        None => CommKind::Intra,
+    });
+    MPI_Comm(comms.table.insert(Some(key), CommSlot { comm: Arc::downgrade(&h.0), kind, owned: None }))
+}
+
+/// A new handle owning `c`.
+fn comm_owned(c: CommHandle, kind: CommKind) -> MPI_Comm {
+    let key = Arc::as_ptr(&c.0) as usize;
+    let mut comms = lock(&COMMS);
+    if let Some(id) = comms.table.find(key) {
+        if let Some(slot) = comms.table.get_mut(id) {
+            if slot.comm.strong_count() > 0 {
+                slot.owned = Some(c);
+                return MPI_Comm(id);
+            }
+        }
+    }
+    MPI_Comm(comms.table.insert(Some(key), CommSlot { comm: Arc::downgrade(&c.0), kind, owned: Some(c) }))
+}
+
+/// The communicator of a handle and its kind; `take` moves the handle's ownership out (to a
+/// Rust object made by `from_raw`).
+pub(crate) fn comm_from_raw(c: MPI_Comm, take: bool) -> Option<(CommHandle, CommKind)> {
+    if c == RSMPI_COMM_WORLD {
+        return Some((SimpleCommunicator::world().0, CommKind::Intra));
+    }
+    if c == RSMPI_COMM_SELF {
+        return Some((SimpleCommunicator::self_comm().0, CommKind::Intra));
+    }
+    let mut comms = lock(&COMMS);
+    let slot = comms.table.get_mut(c.0)?;
+    let h = CommHandle(slot.comm.upgrade()?);
+    if take {
+        slot.owned = None;
+    }
+    Some((h, slot.kind.clone()))
+}
+
+/// A handle for a communicator being freed (at `addr`), for its attributes' delete
+/// callbacks: its own if it has one, else a temporary one (`true`) that names nothing
+/// usable, to be forgotten after the calls.
+pub(crate) fn dying_comm(addr: usize) -> (MPI_Comm, bool) {
+    let mut comms = lock(&COMMS);
+    match comms.table.find(addr) {
+        Some(id) => (MPI_Comm(id), false),
+        None => {
+            let slot = CommSlot { comm: Weak::new(), kind: CommKind::Intra, owned: None };
+            (MPI_Comm(comms.table.insert(None, slot)), true)
+        }
+    }
+}
+
+/// Frees a temporary handle of [`dying_comm`].
+pub(crate) fn forget_comm(c: MPI_Comm) {
+    let slot = lock(&COMMS).table.remove(c.0);
+    drop(slot);
+}
+
+/// The kind registered for communicator `h` (for `topology()`), without registering it.
+pub(crate) fn comm_kind(h: &CommHandle) -> Option<CommKind> {
+    let comms = lock(&COMMS);
+    let id = comms.table.find(Arc::as_ptr(&h.0) as usize)?;
+    comms.table.get(id).map(|s| s.kind.clone())
+}
+
+/// The Rust communicator a handle stands for.
+pub(crate) enum CommObj {
+    Intra(SimpleCommunicator),
+    Inter(InterCommunicator),
+    Cart(CartesianCommunicator),
+}
+
+impl CommObj {
+    pub(crate) fn of(h: CommHandle, kind: CommKind) -> CommObj {
+        match kind {
+            CommKind::Intra if h.0.inter_local.is_some() => CommObj::Inter(InterCommunicator::from_remote(h, false)),
+            CommKind::Intra => CommObj::Intra(SimpleCommunicator(h)),
+            CommKind::Inter { parents_side } => CommObj::Inter(InterCommunicator::from_remote(h, parents_side)),
+            CommKind::Cart { dims, periods } => {
+                CommObj::Cart(CartesianCommunicator::from_parts(SimpleCommunicator(h), dims, periods))
+            }
+        }
+    }
+}
+
+/// Runs `$body` with `$c` bound to the Rust communicator of `$obj`.
+macro_rules! with_comm {
+    ($obj:expr, $c:ident => $body:expr) => {
+        match $obj {
+            CommObj::Intra($c) => $body,
+            CommObj::Inter($c) => $body,
+            CommObj::Cart($c) => $body,
+        }
+    };
+}
+
+/// The communicator of handle `c`, or `MPI_ERR_COMM` from the calling function.
+macro_rules! comm_or_return {
+    ($c:expr) => {
+        match comm_from_raw($c, false) {
+            Some((h, k)) => CommObj::of(h, k),
+            None => return ERR_COMM,
+        }
+    };
+}
+
+// ------------------------------------------------------------------------ group table
+
+struct GroupSlot {
+    group: Weak<[Rank]>,
+    owned: Option<Arc<[Rank]>>,
+}
+
+static GROUPS: LazyLock<Mutex<Table<usize, GroupSlot>>> = LazyLock::new(Default::default);
+
+/// The handle of a group with these members (world ranks).
+pub(crate) fn group_to_raw(members: &Arc<[Rank]>) -> MPI_Group {
+    let key = Arc::as_ptr(members) as *const Rank as usize;
+    let mut groups = lock(&GROUPS);
+    if let Some(id) = groups.find(key) {
+        if groups.get(id).and_then(|s| s.group.upgrade()).is_some_and(|g| Arc::ptr_eq(&g, members)) {
+            return MPI_Group(id);
+        }
+    }
+    if groups.len() >= 64 {
+        groups.sweep(|s| s.group.strong_count() == 0);
+    }
+    MPI_Group(groups.insert(Some(key), GroupSlot { group: Arc::downgrade(members), owned: None }))
+}
+
+fn group_owned(members: Arc<[Rank]>) -> MPI_Group {
+    let key = Arc::as_ptr(&members) as *const Rank as usize;
+    MPI_Group(lock(&GROUPS).insert(Some(key), GroupSlot { group: Arc::downgrade(&members), owned: Some(members) }))
+}
+
+/// The members (world ranks) of a group handle.
+fn group_members(g: MPI_Group) -> Option<Arc<[Rank]>> {
+    if g == RSMPI_GROUP_EMPTY {
+        return Some(Arc::from(Vec::new()));
+    }
+    let groups = lock(&GROUPS);
+    let slot = groups.get(g.0)?;
+    slot.owned.clone().or_else(|| slot.group.upgrade())
+}
+
+// -------------------------------------------------------------------- operation table
+
+/// A user operation named by a handle.
+#[derive(Clone, Copy)]
+enum UserOp {
+    Unsafe(UnsafeUserOperation),
+    Closure(ClosureRef),
+}
+
+/// The user operations with handles. Keys: a C function's address times 2, plus 1 if
+/// commutative (the top bit cleared), or a closure's address with the top bit set (user
+/// addresses never have it on the platforms p2pmpi runs on).
+static OPS: LazyLock<Mutex<Table<usize, UserOp>>> = LazyLock::new(Default::default);
+
+const CLOSURE_KEY: usize = 1 << (usize::BITS - 1);
+
+/// The handle of a user operation (the same for the same function and commutativity).
+pub(crate) fn op_to_raw(op: &UnsafeUserOperation) -> MPI_Op {
+    let key = (op.function() as usize).wrapping_mul(2) + op.is_commutative_flag() as usize;
+    let key = key & !CLOSURE_KEY;
+    let mut ops = lock(&OPS);
+    if let Some(id) = ops.find(key) {
+        return MPI_Op(id);
+    }
+    MPI_Op(ops.insert(Some(key), UserOp::Unsafe(*op)))
+}
+
+/// The handle of a `UserOperation`'s closure.
+pub(crate) fn closure_op_to_raw(c: ClosureRef) -> MPI_Op {
+    let key = (c.f as *const () as usize) | CLOSURE_KEY;
+    let mut ops = lock(&OPS);
+    if let Some(id) = ops.find(key) {
+        return MPI_Op(id);
+    }
+    MPI_Op(ops.insert(Some(key), UserOp::Closure(c)))
+}
+
+/// Forgets the handle of a `UserOperation`'s closure at `addr` (the operation is dropped).
+pub(crate) fn forget_closure_op(addr: usize) {
+    let mut ops = lock(&OPS);
+    if let Some(id) = ops.find(addr | CLOSURE_KEY) {
+        ops.remove(id);
+    }
+}
+
+/// An operation named by a handle.
+#[derive(Clone, Copy)]
+pub(crate) enum AnyOp {
+    System(SystemOperation),
+    User(UnsafeUserOperation),
+    Closure(ClosureRef),
+}
+
+// SAFETY: each kind of operation has its own handle.
+unsafe impl crate::raw::AsRaw for AnyOp {
+    type Raw = MPI_Op;
+    fn as_raw(&self) -> MPI_Op {
+        match self {
+            AnyOp::System(o) => o.as_raw(),
+            AnyOp::User(o) => o.as_raw(),
+            AnyOp::Closure(o) => o.as_raw(),
+        }
+    }
+}
+
+impl crate::collective::Operation for AnyOp {
+    fn is_commutative(&self) -> bool {
+        match self {
+            AnyOp::System(o) => o.is_commutative(),
+            AnyOp::User(o) => o.is_commutative(),
+            AnyOp::Closure(o) => o.is_commutative(),
+        }
+    }
+    fn combine(&self, map: &TypeMap, count: usize, input: &[u8], inout: &mut [u8]) {
+        match self {
+            AnyOp::System(o) => o.combine(map, count, input, inout),
+            AnyOp::User(o) => o.combine(map, count, input, inout),
+            AnyOp::Closure(o) => o.combine(map, count, input, inout),
+        }
+    }
+}
+
+pub(crate) fn op_of(op: MPI_Op) -> Option<AnyOp> {
+    let s = match op {
+        RSMPI_MAX => SystemOperation::max(),
+        RSMPI_MIN => SystemOperation::min(),
+        RSMPI_SUM => SystemOperation::sum(),
+        RSMPI_PROD => SystemOperation::product(),
+        RSMPI_LAND => SystemOperation::logical_and(),
+        RSMPI_BAND => SystemOperation::bitwise_and(),
+        RSMPI_LOR => SystemOperation::logical_or(),
+        RSMPI_BOR => SystemOperation::bitwise_or(),
+        RSMPI_LXOR => SystemOperation::logical_xor(),
+        RSMPI_BXOR => SystemOperation::bitwise_xor(),
+        OP_MAXLOC => SystemOperation::max_loc(),
+        OP_MINLOC => SystemOperation::min_loc(),
+        _ => {
+            return lock(&OPS).get(op.0).map(|u| match u {
+                UserOp::Unsafe(u) => AnyOp::User(*u),
+                UserOp::Closure(c) => AnyOp::Closure(*c),
+            })
+        }
+    };
+    Some(AnyOp::System(s))
+}
+
+// ---------------------------------------------------------------------- request table
+
+static REQUESTS: LazyLock<Mutex<HashMap<c_int, Pending>>> = LazyLock::new(Default::default);
+
+/// The handle number of a request (derived from the engine's request id, so that a
+/// request's `as_raw` and `into_raw` agree).
+pub(crate) fn request_number(p: &Pending) -> MPI_Request {
+    MPI_Request((p.id % (c_int::MAX as usize - 1)) as c_int + 1)
+}
+
+/// Hands a pending request over to a handle.
+pub(crate) fn request_into_raw(p: Pending) -> MPI_Request {
+    let h = request_number(&p);
+    lock(&REQUESTS).insert(h.0, p);
+    h
+}
+
+/// Takes a pending request back from its handle.
+pub(crate) fn request_from_raw(h: MPI_Request) -> Option<Pending> {
+    lock(&REQUESTS).remove(&h.0)
+}
+
+// ------------------------------------------------------------------------- functions
+
+/// Whether `initialize` was called (`MPI_Initialized`).
+///
+/// # Safety
+/// `flag` must be valid for a write.
+pub unsafe extern "C" fn MPI_Initialized(flag: *mut c_int) -> c_int {
+    if flag.is_null() {
+        return ERR_ARG;
+    }
+    // SAFETY: checked non-null; the caller vouches it is writable.
+    unsafe { *flag = crate::is_initialized() as c_int };
+    SUCCESS
+}
+
+/// Whether the library was finalized (`MPI_Finalized`).
+///
+/// # Safety
+/// `flag` must be valid for a write.
+pub unsafe extern "C" fn MPI_Finalized(flag: *mut c_int) -> c_int {
+    if flag.is_null() {
+        return ERR_ARG;
+    }
+    // SAFETY: checked non-null; the caller vouches it is writable.
+    unsafe { *flag = crate::is_finalized() as c_int };
+    SUCCESS
+}
+
+/// Writes `v` to `out`, or answers `MPI_ERR_ARG` for a null pointer.
+///
+/// # Safety
+/// `out` must be null or valid for a write.
+unsafe fn put<T>(out: *mut T, v: T) -> c_int {
+    if out.is_null() {
+        return ERR_ARG;
+    }
+    // SAFETY: checked non-null; the caller vouches it is writable.
+    unsafe { out.write(v) };
+    SUCCESS
+}
+
+/// This process's rank in `comm` (in its local group for an intercommunicator).
+///
+/// # Safety
+/// `rank` must be valid for a write.
+pub unsafe extern "C" fn MPI_Comm_rank(comm: MPI_Comm, rank: *mut c_int) -> c_int {
+    let c = comm_or_return!(comm);
+    // SAFETY: the caller's contract.
+    unsafe { put(rank, with_comm!(c, c => c.rank())) }
+}
+
+/// The number of processes of `comm` (of its local group for an intercommunicator).
+///
+/// # Safety
+/// `size` must be valid for a write.
+pub unsafe extern "C" fn MPI_Comm_size(comm: MPI_Comm, size: *mut c_int) -> c_int {
+    let c = comm_or_return!(comm);
+    // SAFETY: the caller's contract.
+    unsafe { put(size, with_comm!(c, c => c.size())) }
+}
+
+/// The size of an intercommunicator's remote group.
+///
+/// # Safety
+/// `size` must be valid for a write.
+pub unsafe extern "C" fn MPI_Comm_remote_size(comm: MPI_Comm, size: *mut c_int) -> c_int {
+    match comm_or_return!(comm) {
+        // SAFETY: the caller's contract.
+        CommObj::Inter(c) => unsafe { put(size, c.remote_size()) },
+        _ => ERR_COMM,
+    }
+}
+
+/// Whether `comm` is an intercommunicator.
+///
+/// # Safety
+/// `flag` must be valid for a write.
+pub unsafe extern "C" fn MPI_Comm_test_inter(comm: MPI_Comm, flag: *mut c_int) -> c_int {
+    let c = comm_or_return!(comm);
+    // SAFETY: the caller's contract.
+    unsafe { put(flag, matches!(c, CommObj::Inter(_)) as c_int) }
+}
+
+/// The topology of `comm`: `RSMPI_CART` or `RSMPI_UNDEFINED` (graphs are never made here).
+///
+/// # Safety
+/// `status` must be valid for a write.
+pub unsafe extern "C" fn MPI_Topo_test(comm: MPI_Comm, status: *mut c_int) -> c_int {
+    let c = comm_or_return!(comm);
+    let t = if matches!(c, CommObj::Cart(_)) { RSMPI_CART } else { RSMPI_UNDEFINED };
+    // SAFETY: the caller's contract.
+    unsafe { put(status, t) }
+}
+
+/// Duplicates `comm` (collective): `*newcomm` owns the new communicator until
+/// `MPI_Comm_free` or a `from_raw`. Attributes are copied by their keys' copy callbacks.
+///
+/// # Safety
+/// `newcomm` must be valid for a write.
+pub unsafe extern "C" fn MPI_Comm_dup(comm: MPI_Comm, newcomm: *mut MPI_Comm) -> c_int {
+    if newcomm.is_null() {
+        return ERR_ARG;
+    }
+    let c = comm_or_return!(comm);
+    if matches!(c, CommObj::Inter(_)) {
+        return ERR_COMM;
+    }
+    let d = with_comm!(c, c => c.duplicate());
+    // SAFETY: checked non-null; the caller vouches it is writable.
+    unsafe { put(newcomm, comm_owned(d.0, CommKind::Intra)) }
+}
+
+/// Splits `comm` by `color` (`RSMPI_UNDEFINED`: no new communicator, `*newcomm` is
+/// `RSMPI_COMM_NULL`), ordered by `key` (collective).
+///
+/// # Safety
+/// `newcomm` must be valid for a write.
+pub unsafe extern "C" fn MPI_Comm_split(comm: MPI_Comm, color: c_int, key: c_int, newcomm: *mut MPI_Comm) -> c_int {
+    if newcomm.is_null() {
+        return ERR_ARG;
+    }
+    if color < 0 && color != RSMPI_UNDEFINED {
+        return ERR_ARG;
+    }
+    let c = comm_or_return!(comm);
+    if matches!(c, CommObj::Inter(_)) {
+        return ERR_COMM;
+    }
+    let color = if color == RSMPI_UNDEFINED {
+        crate::topology::Color::undefined()
+    } else {
+        crate::topology::Color::with_value(color)
+    };
+    let d = with_comm!(c, c => c.split_by_color_with_key(color, key));
+    let h = d.map_or(RSMPI_COMM_NULL, |d| comm_owned(d.0, CommKind::Intra));
+    // SAFETY: checked non-null; the caller vouches it is writable.
+    unsafe { put(newcomm, h) }
+}
+
+/// Frees the communicator `*comm` owns (its attributes' delete callbacks run once no Rust
+/// object holds it any more) and sets `*comm` to `RSMPI_COMM_NULL`. The world and self
+/// communicators cannot be freed.
+///
+/// # Safety
+/// `comm` must be valid for a read and a write.
+pub unsafe extern "C" fn MPI_Comm_free(comm: *mut MPI_Comm) -> c_int {
+    if comm.is_null() {
+        return ERR_ARG;
+    }
+    // SAFETY: checked non-null; the caller vouches it is readable and writable.
+    let c = unsafe { *comm };
+    if c == RSMPI_COMM_WORLD || c == RSMPI_COMM_SELF {
+        return ERR_COMM;
+    }
+    let dropped = {
+        let mut comms = lock(&COMMS);
+        let Some(slot) = comms.table.get_mut(c.0) else { return ERR_COMM };
+        if slot.comm.strong_count() == 0 {
+            return ERR_COMM;
+        }
+        let owned = slot.owned.take();
+        comms.table.remove(c.0);
+        owned
+    };
+    // Dropped outside the table's lock: the delete callbacks may use this module.
+    drop(dropped);
+    // SAFETY: as above.
+    unsafe { *comm = RSMPI_COMM_NULL };
+    SUCCESS
+}
+
+fn relation_code(r: CommunicatorRelation) -> c_int {
+    match r {
+        CommunicatorRelation::Identical => RSMPI_IDENT,
+        CommunicatorRelation::Congruent => RSMPI_CONGRUENT,
+        CommunicatorRelation::Similar => RSMPI_SIMILAR,
+        CommunicatorRelation::Unequal => RSMPI_UNEQUAL,
+    }
+}
+
+/// Compares two communicators: `RSMPI_IDENT`, `RSMPI_CONGRUENT`, `RSMPI_SIMILAR` or
+/// `RSMPI_UNEQUAL`.
+///
+/// # Safety
+/// `result` must be valid for a write.
+pub unsafe extern "C" fn MPI_Comm_compare(comm1: MPI_Comm, comm2: MPI_Comm, result: *mut c_int) -> c_int {
+    let a = comm_or_return!(comm1);
+    let b = comm_or_return!(comm2);
+    let r = with_comm!(a, a => with_comm!(&b, b => a.compare(b)));
+    // SAFETY: the caller's contract.
+    unsafe { put(result, relation_code(r)) }
+}
+
+/// The group of `comm` (its local group for an intercommunicator); `*group` owns it until
+/// `MPI_Group_free`.
+///
+/// # Safety
+/// `group` must be valid for a write.
+pub unsafe extern "C" fn MPI_Comm_group(comm: MPI_Comm, group: *mut MPI_Group) -> c_int {
+    let c = comm_or_return!(comm);
+    let g = match &c {
+        CommObj::Inter(i) => SimpleCommunicator(i.local_handle().clone()).group(),
+        _ => with_comm!(c, c => c.group()),
+    };
+    // SAFETY: the caller's contract.
+    unsafe { put(group, group_owned(g.members_arc())) }
+}
+
+/// The number of processes of a group.
+///
+/// # Safety
+/// `size` must be valid for a write.
+pub unsafe extern "C" fn MPI_Group_size(group: MPI_Group, size: *mut c_int) -> c_int {
+    let Some(m) = group_members(group) else { return ERR_GROUP };
+    // SAFETY: the caller's contract.
+    unsafe { put(size, m.len() as c_int) }
+}
+
+/// This process's rank in a group, `RSMPI_UNDEFINED` if it is not a member.
+///
+/// # Safety
+/// `rank` must be valid for a write.
+pub unsafe extern "C" fn MPI_Group_rank(group: MPI_Group, rank: *mut c_int) -> c_int {
+    let Some(m) = group_members(group) else { return ERR_GROUP };
+    let r = UserGroup::from_members(m).rank().unwrap_or(RSMPI_UNDEFINED);
+    // SAFETY: the caller's contract.
+    unsafe { put(rank, r) }
+}
+
+/// Translates `n` ranks of `group1` into ranks of `group2` (`RSMPI_UNDEFINED` for those not
+/// in it).
+///
+/// # Safety
+/// `ranks1` must be valid for `n` reads and `ranks2` for `n` writes.
+pub unsafe extern "C" fn MPI_Group_translate_ranks(
+    group1: MPI_Group,
+    n: c_int,
+    ranks1: *const c_int,
+    group2: MPI_Group,
+    ranks2: *mut c_int,
+) -> c_int {
+    let (Some(a), Some(b)) = (group_members(group1), group_members(group2)) else { return ERR_GROUP };
+    if n < 0 {
+        return ERR_COUNT;
+    }
+    if n > 0 && (ranks1.is_null() || ranks2.is_null()) {
+        return ERR_ARG;
+    }
+    for i in 0..n as usize {
+        // SAFETY: `i < n`, and the caller vouches for `n` elements of each array.
+        let r = unsafe { *ranks1.add(i) };
+        let t = match usize::try_from(r).ok().and_then(|r| a.get(r)) {
+            Some(w) => b.iter().position(|x| x == w).map_or(RSMPI_UNDEFINED, |p| p as c_int),
+            None if r == RSMPI_PROC_NULL => RSMPI_PROC_NULL,
+            None => return ERR_RANK,
+        };
+        // SAFETY: as above.
+        unsafe { *ranks2.add(i) = t };
+    }
+    SUCCESS
+}
+
+/// Compares two groups: `RSMPI_IDENT`, `RSMPI_SIMILAR` or `RSMPI_UNEQUAL`.
+///
+/// # Safety
+/// `result` must be valid for a write.
+pub unsafe extern "C" fn MPI_Group_compare(group1: MPI_Group, group2: MPI_Group, result: *mut c_int) -> c_int {
+    let (Some(a), Some(b)) = (group_members(group1), group_members(group2)) else { return ERR_GROUP };
+    let r = match UserGroup::from_members(a).compare(&UserGroup::from_members(b)) {
+        GroupRelation::Identical => RSMPI_IDENT,
+        GroupRelation::Similar => RSMPI_SIMILAR,
+        GroupRelation::Unequal => RSMPI_UNEQUAL,
+    };
+    // SAFETY: the caller's contract.
+    unsafe { put(result, r) }
+}
+
+/// Frees a group handle made here (`MPI_Comm_group`) and sets `*group` to
+/// `RSMPI_GROUP_NULL`. A handle from `as_raw` only stops naming its group.
+///
+/// # Safety
+/// `group` must be valid for a read and a write.
+pub unsafe extern "C" fn MPI_Group_free(group: *mut MPI_Group) -> c_int {
+    if group.is_null() {
+        return ERR_ARG;
+    }
+    // SAFETY: checked non-null; the caller vouches it is readable and writable.
+    let g = unsafe { *group };
+    if g == RSMPI_GROUP_EMPTY {
+        // SAFETY: as above.
+        unsafe { *group = RSMPI_GROUP_NULL };
+        return SUCCESS;
+    }
+    if lock(&GROUPS).remove(g.0).is_none() {
+        return ERR_GROUP;
+    }
+    // SAFETY: as above.
+    unsafe { *group = RSMPI_GROUP_NULL };
+    SUCCESS
+}
+
+/// Creates a user reduction operation; `*op` names it until `MPI_Op_free`.
+///
+/// # Safety
+/// `function` must be sound to call on the buffers and datatypes the operation will be used
+/// with, and implement an associative operation (commutative if `commute` is non-zero).
+/// `op` must be valid for a write.
+pub unsafe extern "C" fn MPI_Op_create(function: MPI_User_function, commute: c_int, op: *mut MPI_Op) -> c_int {
+    let Some(f) = function else { return ERR_ARG };
+    if op.is_null() {
+        return ERR_ARG;
+    }
+    // SAFETY: the caller vouches for the function, as `UnsafeUserOperation::new` asks.
+    let u = unsafe { UnsafeUserOperation::new(commute != 0, f) };
+    let h = MPI_Op(lock(&OPS).insert(None, UserOp::Unsafe(u)));
+    // SAFETY: checked non-null; the caller vouches it is writable.
+    unsafe { put(op, h) }
+}
+
+/// Frees a user operation handle and sets `*op` to `RSMPI_OP_NULL`.
+///
+/// # Safety
+/// `op` must be valid for a read and a write.
+pub unsafe extern "C" fn MPI_Op_free(op: *mut MPI_Op) -> c_int {
+    if op.is_null() {
+        return ERR_ARG;
+    }
+    // SAFETY: checked non-null; the caller vouches it is readable and writable.
+    let o = unsafe { *op };
+    if lock(&OPS).remove(o.0).is_none() {
+        return ERR_OP;
+    }
+    // SAFETY: as above.
+    unsafe { *op = RSMPI_OP_NULL };
+    SUCCESS
+}
+
+/// The number of data bytes in one element of `datatype`.
+///
+/// # Safety
+/// `datatype` must name a live datatype; `size` must be valid for a write.
+pub unsafe extern "C" fn MPI_Type_size(datatype: MPI_Datatype, size: *mut c_int) -> c_int {
+    if datatype.is_null() {
+        return ERR_TYPE;
+    }
+    // SAFETY: the caller vouches for the handle.
+    let m = unsafe { datatype.map() };
+    // SAFETY: the caller's contract.
+    unsafe { put(size, m.size() as c_int) }
+}
+
+/// Checks a buffer's arguments: the datatype is not null, the count not negative, the
+/// pointer not null when there is data.
+fn check_buffer(buf: *const c_void, count: c_int, datatype: MPI_Datatype) -> Result<(), c_int> {
+    if datatype.is_null() {
+        return Err(ERR_TYPE);
+    }
+    if count < 0 {
+        return Err(ERR_COUNT);
+    }
+    if count > 0 && buf.is_null() {
+        return Err(MPI_ERR_BUFFER as c_int);
+    }
+    Ok(())
+}
+
+fn check_rank(c: &CommObj, r: Rank) -> Result<(), c_int> {
+    let n = with_comm!(c, c => c.target_size());
+    if (0..n).contains(&r) {
+        Ok(())
+    } else {
+        Err(ERR_RANK)
+    }
+}
+
+/// Sends `count` elements of `datatype` from `buf` to rank `dest` of `comm` with `tag`
+/// (blocking, standard mode). A send to `RSMPI_PROC_NULL` does nothing.
+///
+/// # Safety
+/// `buf` must hold `count` valid elements of `datatype` (a live datatype).
+pub unsafe extern "C" fn MPI_Send(
+    buf: *const c_void,
+    count: c_int,
+    datatype: MPI_Datatype,
+    dest: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+) -> c_int {
+    let c = comm_or_return!(comm);
+    if let Err(e) = check_buffer(buf, count, datatype) {
+        return e;
+    }
+    if dest == RSMPI_PROC_NULL {
+        return SUCCESS;
+    }
+    if let Err(e) = check_rank(&c, dest) {
+        return e;
+    }
+    if tag < 0 {
+        return MPI_ERR_TAG as c_int;
+    }
+    // SAFETY: the caller vouches for `count` elements of the live `datatype` at `buf`,
+    // read only during this call.
+    let data = unsafe { DynBuffer::from_raw(buf, count, DatatypeRef::from_map(datatype.map())) };
+    match with_comm!(c, c => c.process_at_rank(dest).try_send_with_tag(&data, tag)) {
+        Ok(()) => SUCCESS,
+        Err(e) => err_class(&e),
+    }
+}
+
+/// Receives at most `count` elements of `datatype` into `buf` from rank `source` of `comm`
+/// (or `RSMPI_ANY_SOURCE`) with `tag` (or `RSMPI_ANY_TAG`); fills `*status` unless it is
+/// `RSMPI_STATUS_IGNORE`. A receive from `RSMPI_PROC_NULL` completes at once with source
+/// `RSMPI_PROC_NULL`, tag `RSMPI_ANY_TAG` and no data.
+///
+/// # Safety
+/// `buf` must be writable for `count` elements of `datatype` (a live datatype); `status`
+/// must be null or valid for a write.
+pub unsafe extern "C" fn MPI_Recv(
+    buf: *mut c_void,
+    count: c_int,
+    datatype: MPI_Datatype,
+    source: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+    status: *mut MPI_Status,
+) -> c_int {
+    let c = comm_or_return!(comm);
+    if let Err(e) = check_buffer(buf, count, datatype) {
+        return e;
+    }
+    if tag < 0 && tag != RSMPI_ANY_TAG {
+        return MPI_ERR_TAG as c_int;
+    }
+    let st = if source == RSMPI_PROC_NULL {
+        MPI_Status { MPI_SOURCE: RSMPI_PROC_NULL, MPI_TAG: RSMPI_ANY_TAG, ..Default::default() }
+    } else {
+        if source != RSMPI_ANY_SOURCE {
+            if let Err(e) = check_rank(&c, source) {
+                return e;
+            }
+        }
+        // SAFETY: the caller vouches that `buf` is writable for `count` elements of the
+        // live `datatype`, and nothing else uses it during this call.
+        let mut data = unsafe { DynBufferMut::from_raw(buf, count, DatatypeRef::from_map(datatype.map())) };
+        let r = with_comm!(c, c => if source == RSMPI_ANY_SOURCE {
+            c.any_process().try_receive_into_with_tag(&mut data, tag)
+        } else {
+            c.process_at_rank(source).try_receive_into_with_tag(&mut data, tag)
+        });
+        match r {
+            Ok(s) => MPI_Status::from(s),
+            Err(e) => return err_class(&e),
+        }
+    };
+    if !status.is_null() {
+        // SAFETY: non-null, and the caller vouches it is writable.
+        unsafe { *status = st };
+    }
+    SUCCESS
+}
+
+/// The number of whole elements of `datatype` a status's message held (`RSMPI_UNDEFINED`
+/// if it is not a whole number).
+///
+/// # Safety
+/// `status` must be valid for a read, `datatype` a live datatype, `count` valid for a write.
+pub unsafe extern "C" fn MPI_Get_count(status: *const MPI_Status, datatype: MPI_Datatype, count: *mut c_int) -> c_int {
+    if status.is_null() {
+        return ERR_ARG;
+    }
+    if datatype.is_null() {
+        return ERR_TYPE;
+    }
+    // SAFETY: checked non-null; the caller vouches it is readable.
+    let bytes = unsafe { (*status).bytes };
+    // SAFETY: the caller vouches for the handle.
+    let size = unsafe { datatype.map() }.size() as u64;
+    let n = match size {
+        0 if bytes == 0 => 0,
+        0 => RSMPI_UNDEFINED,
+        s if bytes % s != 0 => RSMPI_UNDEFINED,
+        s => c_int::try_from(bytes / s).unwrap_or(RSMPI_UNDEFINED),
+    };
+    // SAFETY: the caller's contract.
+    unsafe { put(count, n) }
+}
+
+/// Blocks until every process of `comm` called it.
+///
+/// # Safety
+/// None (the function is `unsafe` as in rsmpi's bindings).
+pub unsafe extern "C" fn MPI_Barrier(comm: MPI_Comm) -> c_int {
+    let c = comm_or_return!(comm);
+    match with_comm!(c, c => c.try_barrier()) {
+        Ok(()) => SUCCESS,
+        Err(e) => err_class(&e),
+    }
+}
+
+/// Broadcasts `count` elements of `datatype` at `buf` from rank `root` of `comm`
+/// (collective over an intracommunicator).
+///
+/// # Safety
+/// `buf` must be writable for `count` elements of `datatype` (a live datatype), and hold
+/// them at the root.
+pub unsafe extern "C" fn MPI_Bcast(
+    buf: *mut c_void,
+    count: c_int,
+    datatype: MPI_Datatype,
+    root: c_int,
+    comm: MPI_Comm,
+) -> c_int {
+    let c = comm_or_return!(comm);
+    if matches!(c, CommObj::Inter(_)) {
+        return ERR_COMM;
+    }
+    if let Err(e) = check_buffer(buf, count, datatype) {
+        return e;
+    }
+    if check_rank(&c, root).is_err() {
+        return ERR_ROOT;
+    }
+    // SAFETY: the caller vouches for `count` writable elements of the live `datatype`.
+    let mut data = unsafe { DynBufferMut::from_raw(buf, count, DatatypeRef::from_map(datatype.map())) };
+    match with_comm!(c, c => c.process_at_rank(root).try_broadcast_into(&mut data)) {
+        Ok(()) => SUCCESS,
+        Err(e) => err_class(&e),
+    }
+}
+
+/// Reduces `count` elements of `datatype` from every process's `sendbuf` with `op` into
+/// `recvbuf` at rank `root` (`recvbuf` is not used elsewhere).
+///
+/// # Safety
+/// `sendbuf` must hold `count` elements of `datatype` (a live datatype); at the root,
+/// `recvbuf` must be writable for as many and not overlap `sendbuf`.
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn MPI_Reduce(
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    count: c_int,
+    datatype: MPI_Datatype,
+    op: MPI_Op,
+    root: c_int,
+    comm: MPI_Comm,
+) -> c_int {
+    let c = comm_or_return!(comm);
+    if matches!(c, CommObj::Inter(_)) {
+        return ERR_COMM;
+    }
+    if let Err(e) = check_buffer(sendbuf, count, datatype) {
+        return e;
+    }
+    if check_rank(&c, root).is_err() {
+        return ERR_ROOT;
+    }
+    let Some(op) = op_of(op) else { return ERR_OP };
+    let me = with_comm!(&c, c => c.rank());
+    if me == root {
+        if let Err(e) = check_buffer(recvbuf, count, datatype) {
+            return e;
+        }
+    }
+    // SAFETY: the caller vouches for `count` elements of the live `datatype` at `sendbuf`.
+    let s = unsafe { DynBuffer::from_raw(sendbuf, count, DatatypeRef::from_map(datatype.map())) };
+    let r = if me == root {
+        // SAFETY: the root's `recvbuf` is writable for `count` elements, apart from `sendbuf`.
+        let mut r = unsafe { DynBufferMut::from_raw(recvbuf, count, DatatypeRef::from_map(datatype.map())) };
+        with_comm!(c, c => c.process_at_rank(root).try_reduce_into_root(&s, &mut r, op))
+    } else {
+        with_comm!(c, c => c.process_at_rank(root).try_reduce_into(&s, op))
+    };
+    match r {
+        Ok(()) => SUCCESS,
+        Err(e) => err_class(&e),
+    }
+}
+
+/// Reduces `count` elements of `datatype` from every process's `sendbuf` with `op` into
+/// every process's `recvbuf`.
+///
+/// # Safety
+/// `sendbuf` must hold `count` elements of `datatype` (a live datatype), `recvbuf` be
+/// writable for as many and not overlap `sendbuf`.
+pub unsafe extern "C" fn MPI_Allreduce(
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    count: c_int,
+    datatype: MPI_Datatype,
+    op: MPI_Op,
+    comm: MPI_Comm,
+) -> c_int {
+    let c = comm_or_return!(comm);
+    if let Err(e) = check_buffer(sendbuf, count, datatype).and(check_buffer(recvbuf, count, datatype)) {
+        return e;
+    }
+    let Some(op) = op_of(op) else { return ERR_OP };
+    // SAFETY: the caller vouches for both buffers, `count` elements of the live `datatype`
+    // each, apart from each other.
+    let (s, mut r) = unsafe {
+        let d = DatatypeRef::from_map(datatype.map());
+        (DynBuffer::from_raw(sendbuf, count, d), DynBufferMut::from_raw(recvbuf, count, d))
+    };
+    let res = with_comm!(c, c => c.try_all_reduce_into(&s, &mut r, op));
+    match res {
+        Ok(()) => SUCCESS,
+        Err(e) => err_class(&e),
+    }
+}
+
+/// Waits for the request `*request` names (one handed over by `Request::into_raw`), fills
+/// `*status` unless it is `RSMPI_STATUS_IGNORE`, and sets `*request` to
+/// `RSMPI_REQUEST_NULL`. Waiting for `RSMPI_REQUEST_NULL` returns at once.
+///
+/// # Safety
+/// `request` must be valid for a read and a write, `status` null or valid for a write. The
+/// request's buffer must still be valid (as `Request::into_raw` says).
+pub unsafe extern "C" fn MPI_Wait(request: *mut MPI_Request, status: *mut MPI_Status) -> c_int {
+    if request.is_null() {
+        return ERR_ARG;
+    }
+    // SAFETY: checked non-null; the caller vouches it is readable and writable.
+    let h = unsafe { *request };
+    let st = if h == RSMPI_REQUEST_NULL {
+        MPI_Status { MPI_SOURCE: RSMPI_ANY_SOURCE, MPI_TAG: RSMPI_ANY_TAG, ..Default::default() }
+    } else {
+        let Some(p) = request_from_raw(h) else { return ERR_REQUEST };
+        // SAFETY: as above.
+        unsafe { *request = RSMPI_REQUEST_NULL };
+        match p.wait() {
+            Ok(s) => MPI_Status::from(s),
+            Err(e) => return err_class(&e),
+        }
+    };
+    if !status.is_null() {
+        // SAFETY: non-null, and the caller vouches it is writable.
+        unsafe { *status = st };
+    }
+    SUCCESS
+}
+
+/// Tests the request `*request` names: if it completed, `*flag` is 1, `*status` filled and
+/// `*request` set to `RSMPI_REQUEST_NULL`; else `*flag` is 0.
+///
+/// # Safety
+/// As for [`MPI_Wait`]; `flag` must be valid for a write.
+pub unsafe extern "C" fn MPI_Test(request: *mut MPI_Request, flag: *mut c_int, status: *mut MPI_Status) -> c_int {
+    if request.is_null() || flag.is_null() {
+        return ERR_ARG;
+    }
+    // SAFETY: checked non-null; the caller vouches it is readable and writable.
+    let h = unsafe { *request };
+    let st = if h == RSMPI_REQUEST_NULL {
+        MPI_Status { MPI_SOURCE: RSMPI_ANY_SOURCE, MPI_TAG: RSMPI_ANY_TAG, ..Default::default() }
+    } else {
+        let Some(p) = request_from_raw(h) else { return ERR_REQUEST };
+        match p.test() {
+            Ok(Ok(s)) => {
+                // SAFETY: as above.
+                unsafe { *request = RSMPI_REQUEST_NULL };
+                MPI_Status::from(s)
+            }
+            Ok(Err(e)) => {
+                // SAFETY: as above.
+                unsafe { *request = RSMPI_REQUEST_NULL };
+                return err_class(&e);
+            }
+            Err(p) => {
+                lock(&REQUESTS).insert(h.0, p);
+                // SAFETY: checked non-null; the caller vouches it is writable.
+                unsafe { *flag = 0 };
+                return SUCCESS;
+            }
+        }
+    };
+    // SAFETY: checked non-null; the caller vouches it is writable.
+    unsafe { *flag = 1 };
+    if !status.is_null() {
+        // SAFETY: non-null, and the caller vouches it is writable.
+        unsafe { *status = st };
+    }
+    SUCCESS
+}
+
+/// Seconds since an arbitrary point in the past.
+///
+/// # Safety
+/// None (the function is `unsafe` as in rsmpi's bindings).
+pub unsafe extern "C" fn MPI_Wtime() -> c_double {
+    crate::time()
+}
+
+/// The resolution of [`MPI_Wtime`] in seconds.
+///
+/// # Safety
+/// None (the function is `unsafe` as in rsmpi's bindings).
+pub unsafe extern "C" fn MPI_Wtick() -> c_double {
+    crate::time_resolution()
+}
+
+/// rsmpi's wrapper of `MPI_Wtime`.
+///
+/// # Safety
+/// None (the function is `unsafe` as in rsmpi's bindings).
+pub unsafe extern "C" fn RSMPI_Wtime() -> c_double {
+    crate::time()
+}
+
+/// rsmpi's wrapper of `MPI_Wtick`.
+///
+/// # Safety
+/// None (the function is `unsafe` as in rsmpi's bindings).
+pub unsafe extern "C" fn RSMPI_Wtick() -> c_double {
+    crate::time_resolution()
+}
+
+/// Stops every process of the job with `errorcode` (never returns). An invalid `comm`
+/// aborts the job all the same.
+///
+/// # Safety
+/// None (the function is `unsafe` as in rsmpi's bindings).
+pub unsafe extern "C" fn MPI_Abort(comm: MPI_Comm, errorcode: c_int) -> c_int {
+    match comm_from_raw(comm, false) {
+        Some((h, k)) => with_comm!(CommObj::of(h, k), c => c.abort(errorcode)),
+        None => SimpleCommunicator::world().abort(errorcode),
+    }
+}
+
+pub use crate::attribute::ffi::{
+    MPI_Comm_create_keyval, MPI_Comm_delete_attr, MPI_Comm_free_keyval, MPI_Comm_get_attr, MPI_Comm_set_attr,
+};
