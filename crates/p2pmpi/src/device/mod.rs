@@ -1319,7 +1319,13 @@ impl Engine {
             return;
         }
         let conns = &self.peers[h as usize].conns;
-        let quiet = || conns.iter().all(|&c| self.conns[c].as_ref().is_some_and(|c| c.shm.is_some() && c.ring_quiet()));
+        // Quiet both ways: a frame queued for the ring (waiting for room) is written by the
+        // progress round, not watched for.
+        let quiet = || {
+            conns.iter().all(|&c| {
+                self.conns[c].as_ref().is_some_and(|c| c.shm.is_some() && c.ring_quiet() && !c.ring_backlog())
+            })
+        };
         for _ in 0..rounds {
             if conns.is_empty() || !quiet() {
                 return;
