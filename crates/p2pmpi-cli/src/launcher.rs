@@ -669,6 +669,15 @@ impl Binding {
         }
     }
 
+    /// How many of a job's `slots` processes run on `slot`'s CPU (itself included).
+    pub(crate) fn sharing(&self, slot: usize, slots: usize) -> usize {
+        match self {
+            Binding::None => slots,
+            // The CPUs are distinct: the slots congruent to `slot` modulo their number.
+            Binding::Cpus(cpus) => (slots - slot % cpus.len()).div_ceil(cpus.len()),
+        }
+    }
+
     /// The CPU of `slot`, if bound.
     pub(crate) fn cpu_of(&self, slot: usize) -> Option<usize> {
         match self {
@@ -794,6 +803,9 @@ fn run_local(name: &str, opts: RunArgs, n: usize, binding: Binding) -> Result<i3
         cmd.envs(extra.iter().cloned());
         die_with_launcher(&mut cmd);
         if let Some(cpu) = binding.cpu_of(slot) {
+            // The library compares the job's processes here with the CPUs it may use (one,
+            // bound) to choose between polling and yielding: it is told those sharing its CPU.
+            cmd.env(env::LOCAL_PROCS, binding.sharing(slot, slots).to_string());
             if let Err(e) = p2pmpi_peer::os::bind_to_cpu(&mut cmd, cpu) {
                 kill_all(&mut children);
                 bail!("--bind-to: cannot bind {} to CPU {cpu}: {e}", who(layout, slot));
@@ -1864,6 +1876,18 @@ fn kill_all(children: &mut [Child]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bound_slots_go_round_robin_and_count_who_shares_their_cpu() {
+        let b = Binding::Cpus(vec![2, 5, 7]);
+        let cpus: Vec<_> = (0..7).map(|s| b.cpu_of(s)).collect();
+        assert_eq!(cpus, [2, 5, 7, 2, 5, 7, 2].map(Some));
+        let sharing: Vec<_> = (0..7).map(|s| b.sharing(s, 7)).collect();
+        assert_eq!(sharing, [3, 2, 2, 3, 2, 2, 3]);
+        assert_eq!(b.sharing(1, 2), 1);
+        assert_eq!(Binding::None.cpu_of(3), None);
+        assert_eq!(Binding::None.sharing(0, 4), 4);
+    }
 
     #[test]
     fn processes_are_named_by_rank_and_replica() {

@@ -314,10 +314,16 @@ fn bind_to_core_pins_each_process_round_robin() {
         v
     };
 
-    let o = run(&["--bind-to", "core", "-n", "3", w, "--affinity"], T);
+    let o = run(&["--bind-to", "core", "-n", "3", w, "--env", "P2PMPI_LOCAL_PROCS", "--affinity"], T);
     o.assert_ok();
     let want: Vec<(usize, String)> = (0..3).map(|k| (k, cpus[k % cpus.len()].to_string())).collect();
     assert_eq!(rank_cpus(&o), want, "{}", o.stdout);
+    // Each is told how many of the job's processes share its CPU (its polling policy).
+    for k in 0..3 {
+        let sharing = (3 - k % cpus.len()).div_ceil(cpus.len());
+        let line = o.stdout.lines().find(|l| l.starts_with(&format!("rank {k} "))).unwrap();
+        assert!(line.contains(&format!(" P2PMPI_LOCAL_PROCS={sharing} ")), "{line}");
+    }
 
     // Replicated: slot = rank * R + replica; the masters (replica 0) print, -v reports all.
     let o = run(&["--bind-to", "core", "-v", "-n", "2", "-r", "2", w, "--affinity"], T);
