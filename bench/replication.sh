@@ -27,13 +27,18 @@
 #   COLL_STEPS=2000   steps of examples/repl_coll (0 skips it)
 #   COLL_BYTES=1024   its broadcast size
 #   ITERATE_STEPS=2000  steps of `replcheck iterate STEPS 0` (0 skips it)
+#   BIND=core         `p2pmpirun --bind-to BIND`: `core` pins process K of each job (slot K:
+#                     rank K / R, replica K % R; in the fan-out variants copy K % R of
+#                     logical rank K / R, the same role) to CPU K mod #CPUs, so that the
+#                     replicated job and its traffic by hand place the same roles on the same
+#                     cores; `none` leaves placement to the scheduler
 #   RUN_TIMEOUT=60    seconds allowed for one run; a slower run is recorded as failed (timeout)
 #   QUIET_PCT=25      before each run, wait while other processes keep the CPUs busier than this
 #   QUIET_BUDGET=60   ...but wait at most this many seconds in total over the whole script
 #
 # Output: a table on stdout, Markdown in bench/out/replication.md, every sample in
 # bench/out/replication.csv, each run's output in bench/out/raw/replication/ (`.err`: its
-# stderr), the commands in bench/out/replication-commands.txt, the CPU load before each run in
+# stderr; `.time`: its wall, user and system seconds by /usr/bin/time, children included), the commands in bench/out/replication-commands.txt, the CPU load before each run in
 # bench/out/replication-load.txt, the build log in bench/out/build-replication.log.
 set -uo pipefail
 
@@ -55,6 +60,7 @@ COLL_RS=${COLL_RS:-"1 2 3"}
 COLL_STEPS=${COLL_STEPS:-2000}
 COLL_BYTES=${COLL_BYTES:-1024}
 ITERATE_STEPS=${ITERATE_STEPS:-2000}
+BIND=${BIND:-core}
 RUN_TIMEOUT=${RUN_TIMEOUT:-60}
 QUIET_PCT=${QUIET_PCT:-25}
 QUIET_BUDGET=${QUIET_BUDGET:-60}
@@ -67,6 +73,8 @@ rm -f "$CSV"
 source "$BENCH_DIR/lib.sh"
 announce_machine
 command -v python3 >/dev/null || { log "python3 is required"; exit 1; }
+[ -x /usr/bin/time ] || { log "/usr/bin/time (GNU time) is required: it measures each run's CPU time"; exit 1; }
+case $BIND in core | none) ;; *) log "BIND=$BIND: want core or none"; exit 1 ;; esac
 
 # --------------------------------------------------------------------------- build
 # Release binaries, without the test-only `failpoints` feature.
@@ -85,7 +93,7 @@ log "build done in $(($(date +%s) - B0)) s"
 
 # --------------------------------------------------------------------------- runs
 # No grid configuration (P2PMPI_HOME=/nonexistent) and every process on this host.
-LAUNCH="$P2P_RUN --local"
+LAUNCH="$P2P_RUN --local --bind-to $BIND"
 NOSPIN_ENV="P2PMPI_SPIN_US=0 P2PMPI_YIELD_US=2000"
 
 # The command of a run: part (pingpong, coll, iterate), R, variant ("", nospin or fanout).
@@ -107,16 +115,21 @@ command_of() {
 run_one() {
     local part=$1 r=$2 variant=$3 rep=$4
     local f="$RAW/$part.r$r${variant:+.$variant}.$rep.txt"
-    local cmd busy t0 t1 rc status ms
+    local cmd busy t0 t1 rc status ms cpu
     cmd=$(command_of "$part" "$r" "$variant")
     busy=$(wait_quiet)
     echo "$part r$r${variant:+ $variant} rep $rep: $busy" >>"$OUT/replication-load.txt"
     t0=${EPOCHREALTIME/[.,]/}
     # shellcheck disable=SC2086
-    timeout --kill-after=5 "$RUN_TIMEOUT" $cmd >"$f" 2>"$f.err" </dev/null
+    # /usr/bin/time reports the user and system time of timeout(1) and what it waited for:
+    # the launcher and, through it, every process of the job.
+    /usr/bin/time -f '%e %U %S' -o "$f.time" timeout --kill-after=5 "$RUN_TIMEOUT" $cmd >"$f" 2>"$f.err" </dev/null
     rc=$?
     t1=${EPOCHREALTIME/[.,]/}
     ms=$(printf '%d.%03d' $(((t1 - t0) / 1000)) $(((t1 - t0) % 1000)))
+    # CPU ms = (user + system) s; the last line (GNU time writes "Command exited with ..."
+    # first when the status is not 0).
+    cpu=$(tail -n 1 "$f.time" 2>/dev/null | awk 'NF == 3 { printf "%.0f", ($2 + $3) * 1000 }')
     case $rc in
         0) status=ok ;;
         124 | 137) status=timeout ;;
@@ -126,7 +139,7 @@ run_one() {
     [ "$part" = pingpong ] && np=2
     [ "$variant" = fanout ] && np=$((np * r))
     python3 "$STATS" run "$CSV" "$part" "$np" \
-        "$r" "$variant" "$rep" "$busy" "$ms" "$status" "$f" "$([ "$part" = pingpong ] && echo "$SIZES")" \
+        "$r" "$variant" "$rep" "$busy" "$ms" "${cpu:--}" "$status" "$f" "$([ "$part" = pingpong ] && echo "$SIZES")" \
         | sed "s/^/[${0##*\/}]   /" >&2
     if [ "$status" != ok ]; then
         log "FAILED: $cmd ($status after $ms ms); stderr (out/raw/replication/${f##*/}.err):"
@@ -191,6 +204,6 @@ done
 # --------------------------------------------------------------------------- report
 export_machine
 COMMANDS=$(sed "s|$ROOT/||g" "$OUT/replication-commands.txt")   # paths relative to the repository
-export REPS ITERS WARMUP COLL_NP COLL_STEPS ITERATE_STEPS QUIET_PCT COMMANDS
+export REPS ITERS WARMUP COLL_NP COLL_STEPS ITERATE_STEPS QUIET_PCT COMMANDS BIND
 python3 "$STATS" report "$CSV" "$OUT/replication.md"
 log "total $(($(date +%s) - T_START)) s"

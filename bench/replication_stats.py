@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """Parsing and statistics of bench/replication.sh (the replication-overhead benchmark).
 
-    replication_stats.py run CSV PART NP R VARIANT REP BUSY WALL_MS STATUS OUTFILE [SIZES]
+    replication_stats.py run CSV PART NP R VARIANT REP BUSY WALL_MS CPU_MS STATUS OUTFILE [SIZES]
         parses one run's output and appends its rows to CSV (writing the header first if CSV
         does not exist); prints a one-line summary. PART is `pingpong` (examples/repl_pingpong:
         one row per size of SIZES, a comma-separated list), `coll` (examples/repl_coll) or
         `iterate` (examples/replcheck iterate). STATUS is the launcher's outcome as the script
-        saw it (ok, timeout, exit N); a run that exited 0 but printed too little becomes
+        saw it (ok, timeout, exit N); CPU_MS the user + system time of all the job's processes
+        (`-` if unknown); a run that exited 0 but printed too little becomes
         `output`, a ping-pong whose echoed buffer came back wrong `corrupt`.
     replication_stats.py report CSV MDFILE
         the tables on stdout and as Markdown in MDFILE (the machine, the commands and the
@@ -23,7 +24,7 @@ import re
 import statistics
 import sys
 
-FIELDS = ["part", "np", "r", "variant", "rep", "size", "rtt_us", "loop_ms", "wall_ms", "checksum",
+FIELDS = ["part", "np", "r", "variant", "rep", "size", "rtt_us", "loop_ms", "wall_ms", "cpu_ms", "checksum",
           "status", "busy_pct"]
 
 PP = re.compile(r"^replpp (\d+) (\d+) ([0-9.]+) ([0-9.]+) ([0-9.]+) (\S+)")
@@ -39,14 +40,15 @@ TARGET_SIZE = 65536
 
 
 def cmd_run(args):
-    csv_path, part, np_, r, variant, rep, busy, wall_ms, status, outfile = args[:10]
-    sizes = [int(s) for s in args[10].split(",")] if len(args) > 10 and args[10] else []
+    csv_path, part, np_, r, variant, rep, busy, wall_ms, cpu_ms, status, outfile = args[:11]
+    sizes = [int(s) for s in args[11].split(",")] if len(args) > 11 and args[11] else []
+    cpu_ms = "" if cpu_ms == "-" else cpu_ms
     try:
         lines = open(outfile, errors="replace").read().splitlines()
     except OSError:
         lines = []
     base = {"part": part, "np": np_, "r": r, "variant": variant, "rep": rep, "size": "",
-            "rtt_us": "", "loop_ms": "", "wall_ms": wall_ms, "checksum": "", "status": status,
+            "rtt_us": "", "loop_ms": "", "wall_ms": wall_ms, "cpu_ms": cpu_ms, "checksum": "", "status": status,
             "busy_pct": busy}
     rows = []
     if part == "pingpong":
@@ -85,6 +87,7 @@ def cmd_run(args):
         w.writerows(rows)
     bad = sorted({x["status"] for x in rows if x["status"] != "ok"})
     print(f"{part} np={np_} R={r}{' ' + variant if variant else ''} rep {rep}: wall {wall_ms} ms, "
+          f"CPU {cpu_ms or '-'} ms, "
           f"{summary}{' [' + ','.join(bad) + ']' if bad else ''}")
 
 
@@ -170,6 +173,39 @@ def cmd_report(args):
         for s in sizes:
             drows.append([human(s)] + [fmt(m.get((k, s))) for k in nospin + fan] +
                          [fmt(ratio(m.get(((k[0], ""), s)), m.get((k, s))), 2) for k in fan])
+
+    fverdict = []
+    for k in fan:
+        for s_ in sizes:
+            a, b = samples.get(((k[0], ""), s_), {}), samples.get((k, s_), {})
+            pr = sorted(a[x] / b[x] for x in a if x in b and b[x] > 0)
+            x = ratio(m.get(((k[0], ""), s_)), m.get((k, s_)))
+            if x is not None:
+                fverdict.append(f"R={k[0]} / fan-out {k[0]} at {human(s_)}: {x:.2f}× — target ≤ 1.05× "
+                                f"{'met' if x <= 1.05 else 'NOT met'}"
+                                + (f" (same-repetition ratios {pr[0]:.2f}–{pr[-1]:.2f})" if pr else ""))
+
+    # Whole jobs: wall and CPU time (user + system of every process) per cell.
+    jobs = {}  # (part, R, variant) -> {"np", "wall": {rep: ms}, "cpu": {rep: ms}}
+    for r in ok:
+        k = (r["part"], int(r["r"]), r["variant"])
+        j = jobs.setdefault(k, {"np": r["np"], "wall": {}, "cpu": {}})
+        j["wall"][r["rep"]] = float(r["wall_ms"])
+        if r.get("cpu_ms"):
+            j["cpu"][r["rep"]] = float(r["cpu_ms"])
+    jhdr = ["job", "R / variant", "processes", "wall ms", "CPU ms", "CPU / wall", "wall ÷ fan-out",
+            "CPU ÷ fan-out"]
+    jrows = []
+    for k in sorted(jobs, key=lambda k: (k[0], k[1], k[2])):
+        j = jobs[k]
+        w, c = med(list(j["wall"].values())), med(list(j["cpu"].values()))
+        f = jobs.get((k[0], k[1], "fanout")) if k[2] == "" and k[1] > 1 else None
+        fw = med(list(f["wall"].values())) if f else None
+        fc = med(list(f["cpu"].values())) if f and f["cpu"] else None
+        jrows.append([k[0], f"R={k[1]}" + (f" {k[2]}" if k[2] and k[2] != "fanout" else "") if k[2] != "fanout"
+                      else f"fan-out {k[1]}", j["np"] if k[2] == "fanout" else str(int(j["np"]) * k[1]),
+                      fmt(w), fmt(c, 0), fmt(ratio(c, w), 2), fmt(ratio(w, fw), 2) if f else "",
+                      fmt(ratio(c, fc), 2) if f else ""])
 
     verdict = []
     for r in sorted(TARGETS):
@@ -271,6 +307,7 @@ def cmd_report(args):
     out = []
     out.append(f"Machine: {machine}")
     out.append(f"Versions: {E.get('VER_RUST', '')}")
+    out.append(f"CPU binding: --bind-to {E.get('BIND', 'none')}")
     out.append(("WARNING: " if noisy else "") + load)
     for n in notes:
         out.append(n)
@@ -289,6 +326,12 @@ def cmd_report(args):
             print(n)
         print()
         print(txt_table(dhdr, drows))
+        print()
+        for v in fverdict:
+            print(v)
+    if jrows:
+        print("\nWhole jobs (median ms over the runs; CPU = user + system time of every process)\n")
+        print(txt_table(jhdr, jrows))
     if crows:
         print(f"\nCollective-heavy programs, -n {E.get('COLL_NP', '4')} (median ms; wall = the whole "
               "job from outside, loop = the program's own timing of its loop)\n")
@@ -309,7 +352,8 @@ def cmd_report(args):
 
     with open(md_path, "w") as f:
         f.write("### Replication overhead (`p2pmpirun -r R`, one host)\n\n")
-        f.write(f"Machine: {machine}.  \nVersions: {E.get('VER_RUST', '')}.  \n")
+        f.write(f"Machine: {machine}.  \nVersions: {E.get('VER_RUST', '')}.  \n"
+                f"CPU binding: `--bind-to {E.get('BIND', 'none')}`.  \n")
         f.write(("**Warning:** " if noisy else "") + load + ".\n\n")
         for n in notes:
             f.write(f"- {n}\n")
@@ -324,6 +368,14 @@ def cmd_report(args):
             for n in dnotes:
                 f.write(f"- {n}\n")
             f.write("\n" + md_table(dhdr, drows) + "\n")
+            if fverdict:
+                f.write("\n")
+            for v in fverdict:
+                f.write(f"- {v}\n")
+        if jrows:
+            f.write("\n#### Whole jobs (median ms; CPU = user + system time of every process, by "
+                    "/usr/bin/time)\n\n")
+            f.write(md_table(jhdr, jrows) + "\n")
         if crows:
             f.write(f"\n#### Collective-heavy programs, `-n {E.get('COLL_NP', '4')}` (median ms)\n\n")
             f.write("wall = the whole job timed from outside (launch, start-up, loop, exit); loop = the "

@@ -167,6 +167,11 @@ pub struct RunArgs {
     /// MAX_PROCESSES_PER_JOB.
     #[arg(long)]
     pub oversubscribe: bool,
+    /// With --local, pin each process to one CPU: `core` binds process K (slot K: rank
+    /// K / R, replica K % R) to the K-th CPU this launcher may use, round-robin; `none` (the
+    /// default) leaves placement to the scheduler. Default: P2PMPI_BIND_TO, else none.
+    #[arg(long = "bind-to", value_name = "core|none")]
+    pub bind_to: Option<String>,
     /// Only these peers of the grid may be reserved (addresses or host names, comma-separated,
     /// repeatable); this host runs rank 0 all the same.
     #[arg(short = 'H', long = "host", value_name = "HOSTS", value_delimiter = ',')]
@@ -627,6 +632,70 @@ pub(crate) fn allowed_hosts(opts: &RunArgs) -> Result<Vec<String>> {
     Ok(hosts)
 }
 
+/// The variable that gives `--bind-to` its default.
+pub const BIND_TO_ENV: &str = "P2PMPI_BIND_TO";
+
+/// Where `--bind-to` puts the processes of a local job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Binding {
+    /// The scheduler places them.
+    None,
+    /// Slot K runs on `cpus[K % cpus.len()]` only.
+    Cpus(Vec<usize>),
+}
+
+impl Binding {
+    /// The binding of `--bind-to` (else of P2PMPI_BIND_TO); `core` over the CPUs this
+    /// launcher may use (`hwthread` and `cpu` are the same here: one logical CPU each).
+    pub(crate) fn from_options(opts: &RunArgs) -> Result<Binding> {
+        let (value, from) = match &opts.bind_to {
+            Some(v) => (v.clone(), "--bind-to".to_string()),
+            None => match std::env::var(BIND_TO_ENV) {
+                Ok(v) if !v.trim().is_empty() => (v, BIND_TO_ENV.to_string()),
+                _ => return Ok(Binding::None),
+            },
+        };
+        match value.trim().to_ascii_lowercase().as_str() {
+            "none" => Ok(Binding::None),
+            "core" | "hwthread" | "cpu" => {
+                let cpus = p2pmpi_peer::os::allowed_cpus()
+                    .map_err(|e| anyhow::anyhow!("{from} {value}: cannot read this process's CPUs: {e}"))?;
+                if cpus.is_empty() {
+                    bail!("{from} {value}: this process may run on no CPU");
+                }
+                Ok(Binding::Cpus(cpus))
+            }
+            _ => bail!("{from} {value}: want core or none"),
+        }
+    }
+
+    /// How many of a job's `slots` processes run on `slot`'s CPU (itself included).
+    pub(crate) fn sharing(&self, slot: usize, slots: usize) -> usize {
+        match self {
+            Binding::None => slots,
+            // The CPUs are distinct: the slots congruent to `slot` modulo their number.
+            Binding::Cpus(cpus) => (slots - slot % cpus.len()).div_ceil(cpus.len()),
+        }
+    }
+
+    /// The CPU of `slot`, if bound.
+    pub(crate) fn cpu_of(&self, slot: usize) -> Option<usize> {
+        match self {
+            Binding::None => None,
+            Binding::Cpus(cpus) => Some(cpus[slot % cpus.len()]),
+        }
+    }
+}
+
+/// The CPUs a running process may use, as the kernel says (`Cpus_allowed_list` of
+/// /proc/PID/status), for `-v`'s report of the binding.
+fn cpus_allowed(pid: u32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:").map(|v| v.trim().to_string())))
+        .unwrap_or_else(|| "?".into())
+}
+
 /// Exit status of a job stopped by `--timeout` (as timeout(1)).
 pub const TIMEOUT_EXIT: i32 = 124;
 
@@ -645,11 +714,15 @@ pub fn run(name: &str, opts: RunArgs) -> Result<i32> {
         }
     }
     extra_env(&opts)?;
+    let binding = Binding::from_options(&opts)?;
     let hosts = allowed_hosts(&opts)?;
     let why_local = if opts.local {
         "--local was given".to_string()
     } else {
         match crate::grid_run::find_grid(opts.grid)? {
+            Some(_) if opts.bind_to.is_some() && binding != Binding::None => {
+                bail!("--bind-to core binds the processes of a job on this host (--local); on the grid each peer's scheduler places its processes")
+            }
             Some(grid) => return crate::grid_run::run(name, &opts, n, grid),
             None => format!(
                 "no peer daemon runs here (p2pmpi directory {}; start one with mpiboot, or a local grid with \
@@ -671,7 +744,7 @@ pub fn run(name: &str, opts: RunArgs) -> Result<i32> {
             eprintln!("{name}: --collect: every process runs in the current directory, where its files already are");
         }
     }
-    run_local(name, opts, n)
+    run_local(name, opts, n, binding)
 }
 
 pub(crate) fn check_n(name: &str, opts: &RunArgs) -> Result<usize> {
@@ -684,7 +757,7 @@ pub(crate) fn check_n(name: &str, opts: &RunArgs) -> Result<usize> {
 }
 
 /// Runs a job's N processes on this host (with `-r R`, its 1 + (N − 1)·R slots).
-fn run_local(name: &str, opts: RunArgs, n: usize) -> Result<i32> {
+fn run_local(name: &str, opts: RunArgs, n: usize, binding: Binding) -> Result<i32> {
     let layout = Layout::new(n, opts.replicas as usize);
     let slots = layout.slots();
     if slots > 4096 {
@@ -729,6 +802,15 @@ fn run_local(name: &str, opts: RunArgs, n: usize) -> Result<i32> {
         }
         cmd.envs(extra.iter().cloned());
         die_with_launcher(&mut cmd);
+        if let Some(cpu) = binding.cpu_of(slot) {
+            // The library compares the job's processes here with the CPUs it may use (one,
+            // bound) to choose between polling and yielding: it is told those sharing its CPU.
+            cmd.env(env::LOCAL_PROCS, binding.sharing(slot, slots).to_string());
+            if let Err(e) = p2pmpi_peer::os::bind_to_cpu(&mut cmd, cpu) {
+                kill_all(&mut children);
+                bail!("--bind-to: cannot bind {} to CPU {cpu}: {e}", who(layout, slot));
+            }
+        }
         let mut child = match cmd.spawn() {
             Ok(c) => c,
             Err(e) => {
@@ -737,6 +819,9 @@ fn run_local(name: &str, opts: RunArgs, n: usize) -> Result<i32> {
             }
         };
         state.pid = child.id();
+        if opts.verbose && binding != Binding::None {
+            eprintln!("{name}: {} (pid {}) bound to CPU {}", who(layout, slot), state.pid, cpus_allowed(state.pid));
+        }
         let so = child.stdout.take().expect("piped");
         let se = child.stderr.take().expect("piped");
         pumps.push(pump(so, slot, false, output.clone()));
@@ -1791,6 +1876,18 @@ fn kill_all(children: &mut [Child]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bound_slots_go_round_robin_and_count_who_shares_their_cpu() {
+        let b = Binding::Cpus(vec![2, 5, 7]);
+        let cpus: Vec<_> = (0..7).map(|s| b.cpu_of(s)).collect();
+        assert_eq!(cpus, [2, 5, 7, 2, 5, 7, 2].map(Some));
+        let sharing: Vec<_> = (0..7).map(|s| b.sharing(s, 7)).collect();
+        assert_eq!(sharing, [3, 2, 2, 3, 2, 2, 3]);
+        assert_eq!(b.sharing(1, 2), 1);
+        assert_eq!(Binding::None.cpu_of(3), None);
+        assert_eq!(Binding::None.sharing(0, 4), 4);
+    }
 
     #[test]
     fn processes_are_named_by_rank_and_replica() {

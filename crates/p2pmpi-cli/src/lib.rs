@@ -4,8 +4,9 @@
 //!   `p2pmpi run …`: start a job — on the grid through this host's peer daemon when one runs
 //!   ([`grid_run`]), else every process on this host ([`launcher`]). With mpirun's
 //!   conventions: `-x VAR[=VALUE]`, `--timeout SECONDS`, `--output-filename DIR`,
-//!   `--oversubscribe`, `-H`/`--host` and `--hostfile` (the peers that may be reserved), and
-//!   `--collect PATTERN` (files remote ranks wrote, brought back).
+//!   `--oversubscribe`, `--bind-to core|none` (local jobs: one CPU per process, round-robin),
+//!   `-H`/`--host` and `--hostfile` (the peers that may be reserved), and `--collect PATTERN`
+//!   (files remote ranks wrote, brought back).
 //! * The daemons' commands ([`commands`]): `mpiboot`, `mpihalt`, `mpihost`, `mpistat`,
 //!   `runSupernode`, `stopSupernode`, `supernode_stat`, and their `p2pmpi` subcommands.
 //! * `p2pmpi local-grid start|stop` ([`local_grid`]): a supernode and K peers on this machine.

@@ -271,3 +271,85 @@ fn mpirun_options_are_checked_and_oversubscribe_is_accepted() {
     o.assert_ok();
     assert_eq!(o.stdout.lines().count(), 3, "{}", o.stdout);
 }
+
+/// The CPUs this test may run on (`Cpus_allowed_list` of /proc/self/status, ranges expanded):
+/// those the launcher it starts may use.
+fn own_cpus() -> Vec<usize> {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let list = status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).unwrap().trim();
+    let mut cpus = Vec::new();
+    for part in list.split(',') {
+        match part.split_once('-') {
+            Some((a, b)) => cpus.extend(a.parse::<usize>().unwrap()..=b.parse::<usize>().unwrap()),
+            None => cpus.push(part.parse().unwrap()),
+        }
+    }
+    cpus
+}
+
+/// `--bind-to core` pins process K of a local job (slot K: rank K / R, replica K % R) to the
+/// K-th CPU the launcher may use, round-robin: each process reads its own affinity, and `-v`
+/// reports the kernel's view of every process, replicas included. `none` (the default) leaves
+/// them every CPU; P2PMPI_BIND_TO gives the default; a wrong value is refused.
+#[test]
+fn bind_to_core_pins_each_process_round_robin() {
+    let cpus = own_cpus();
+    let all = std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:").map(|v| v.trim().to_string()))
+        .unwrap();
+    let w = example("whereami");
+    let w = w.to_str().unwrap();
+    let rank_cpus = |o: &Outcome| -> Vec<(usize, String)> {
+        let mut v: Vec<(usize, String)> = o
+            .stdout
+            .lines()
+            .map(|l| {
+                let rank = l.split_whitespace().nth(1).unwrap().parse().unwrap();
+                (rank, l.rsplit_once(" cpus=").expect(l).1.to_string())
+            })
+            .collect();
+        v.sort();
+        v
+    };
+
+    let o = run(&["--bind-to", "core", "-n", "3", w, "--env", "P2PMPI_LOCAL_PROCS", "--affinity"], T);
+    o.assert_ok();
+    let want: Vec<(usize, String)> = (0..3).map(|k| (k, cpus[k % cpus.len()].to_string())).collect();
+    assert_eq!(rank_cpus(&o), want, "{}", o.stdout);
+    // Each is told how many of the job's processes share its CPU (its polling policy).
+    for k in 0..3 {
+        let sharing = (3 - k % cpus.len()).div_ceil(cpus.len());
+        let line = o.stdout.lines().find(|l| l.starts_with(&format!("rank {k} "))).unwrap();
+        assert!(line.contains(&format!(" P2PMPI_LOCAL_PROCS={sharing} ")), "{line}");
+    }
+
+    // Replicated: slot = rank * R + replica; the masters (replica 0) print, -v reports all.
+    let o = run(&["--bind-to", "core", "-v", "-n", "2", "-r", "2", w, "--affinity"], T);
+    o.assert_ok();
+    let want: Vec<(usize, String)> = (0..2).map(|r| (r, cpus[(2 * r) % cpus.len()].to_string())).collect();
+    assert_eq!(rank_cpus(&o), want, "{}", o.stdout);
+    for slot in 0..4 {
+        let line = format!("rank {} replica {} (pid ", slot / 2, slot % 2);
+        let report = o.stderr.lines().find(|l| l.contains(&line)).unwrap_or_else(|| panic!("{line}: {}", o.stderr));
+        assert!(report.ends_with(&format!("bound to CPU {}", cpus[slot % cpus.len()])), "{report}");
+    }
+
+    let o = run(&["--bind-to", "none", "-n", "2", w, "--affinity"], T);
+    o.assert_ok();
+    assert!(rank_cpus(&o).iter().all(|(_, c)| *c == all), "{}", o.stdout);
+
+    let mut cmd = std::process::Command::new(launcher());
+    cmd.args(["-n", "2", w, "--affinity"]).env("P2PMPI_HOME", "/nonexistent/p2pmpi-local-tests");
+    let o = run_cmd(cmd.env("P2PMPI_BIND_TO", "core"), T);
+    o.assert_ok();
+    let want: Vec<(usize, String)> = (0..2).map(|k| (k, cpus[k % cpus.len()].to_string())).collect();
+    assert_eq!(rank_cpus(&o), want, "{}", o.stdout);
+    let o = run_cmd(cmd.env("P2PMPI_BIND_TO", "socket"), T);
+    assert_eq!(o.code(), Some(2), "{}", o.stderr);
+    assert!(o.stderr.contains("P2PMPI_BIND_TO socket: want core or none"), "{}", o.stderr);
+    let o = run(&["--bind-to", "sockets", "-n", "2", w], T);
+    assert_eq!(o.code(), Some(2), "{}", o.stderr);
+    assert!(o.stderr.contains("--bind-to sockets: want core or none"), "{}", o.stderr);
+}

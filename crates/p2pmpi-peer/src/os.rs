@@ -89,6 +89,46 @@ pub fn die_with_parent(cmd: &mut Command) {
     }
 }
 
+/// The CPUs this process may run on (`sched_getaffinity(2)`), in increasing order: those of
+/// its cpuset or of `taskset`, not every CPU of the host.
+pub fn allowed_cpus() -> io::Result<Vec<usize>> {
+    // SAFETY: cpu_set_t is a plain bit array, for which all zeroes is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: sched_getaffinity writes at most `size_of::<cpu_set_t>()` bytes into `set`,
+    // which outlives the call; pid 0 is the calling thread.
+    if unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: CPU_ISSET reads bit `c` of `set`, and `c` stays below CPU_SETSIZE.
+    Ok((0..libc::CPU_SETSIZE as usize).filter(|&c| unsafe { libc::CPU_ISSET(c, &set) }).collect())
+}
+
+/// Makes the child that `cmd` starts run on CPU `cpu` only (`sched_setaffinity(2)` before
+/// exec, so that every thread it starts inherits the binding). A CPU out of range is refused
+/// here; one that the child may not use makes its start fail (`EINVAL`).
+pub fn bind_to_cpu(cmd: &mut Command, cpu: usize) -> io::Result<()> {
+    use std::os::unix::process::CommandExt;
+    if cpu >= libc::CPU_SETSIZE as usize {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("CPU {cpu} is out of range")));
+    }
+    // SAFETY: cpu_set_t is a plain bit array, for which all zeroes is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: CPU_SET sets bit `cpu` of `set`, and `cpu` is below CPU_SETSIZE (checked).
+    unsafe { libc::CPU_SET(cpu, &mut set) };
+    // SAFETY: the closure runs in the forked child, before exec: sched_setaffinity is a plain
+    // system call, reads the set (copied into the closure, alive for the call) and allocates
+    // nothing; neither does reading errno for the error.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -108,5 +148,19 @@ mod tests {
         die_with_parent(&mut cmd);
         assert!(cmd.status().unwrap().success());
         assert!(!hostname().is_empty());
+    }
+
+    #[test]
+    fn a_bound_child_runs_on_its_cpu_only() {
+        let cpus = allowed_cpus().unwrap();
+        assert!(!cpus.is_empty());
+        let cpu = *cpus.last().unwrap();
+        let mut cmd = Command::new("grep");
+        cmd.args(["^Cpus_allowed_list:", "/proc/self/status"]);
+        bind_to_cpu(&mut cmd, cpu).unwrap();
+        let out = cmd.output().unwrap();
+        assert!(out.status.success());
+        assert_eq!(String::from_utf8_lossy(&out.stdout).split_whitespace().nth(1), Some(cpu.to_string().as_str()));
+        assert!(bind_to_cpu(&mut Command::new("true"), libc::CPU_SETSIZE as usize).is_err());
     }
 }

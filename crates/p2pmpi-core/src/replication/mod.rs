@@ -367,12 +367,15 @@ impl<P> Coordinator<P> {
         *mark = (*mark).max(mid.seq + 1);
         // The master commits a channel in order: every older message of it is delivered.
         // Usually they lead the table (a replica keeps little beyond its master): taken from
-        // the front, then the rest of the table is searched.
+        // the front, then the rest of the table is searched. The table is in send order, so a
+        // channel's entries are in MID order there: the rest holds one to prune only if the
+        // channel's first entry left is one. (Scanning the whole table instead cost a replica
+        // that reads its commits late — tens of entries behind — a pass per commit.)
         while self.backup.front().is_some_and(|(m, _)| m.channel() == ch && m.seq <= mid.seq) {
             let (m, p) = self.backup.pop_front().expect("front");
             pruned(m, p);
         }
-        if self.backup.iter().any(|(m, _)| m.channel() == ch && m.seq <= mid.seq) {
+        if self.backup.iter().find(|(m, _)| m.channel() == ch).is_some_and(|(m, _)| m.seq <= mid.seq) {
             let mut keep = VecDeque::with_capacity(self.backup.len());
             for (m, p) in self.backup.drain(..) {
                 if m.channel() == ch && m.seq <= mid.seq {
@@ -556,6 +559,39 @@ mod tests {
                     prop_assert_eq!(seqs, want);
                 }
                 other => prop_assert!(false, "{:?}", other),
+            }
+        }
+
+        /// With several channels interleaved in the table (two tags), a commit prunes exactly
+        /// its channel's reached messages up to it, wherever they sit, and the table keeps
+        /// the others in send order.
+        #[test]
+        fn commits_prune_their_channel_among_others(steps in proptest::collection::vec((any::<bool>(), 0..2i32), 1..300)) {
+            let l = Layout::new(2, 2);
+            let mut c: Coordinator<u64> = Coordinator::new(l, 3);
+            let (mut reached, mut committed) = ([0u64; 2], [0u64; 2]);
+            let mut order = 0u64;
+            let mut kept: Vec<(i32, u64)> = Vec::new();
+            for (send, tag) in steps {
+                let t = tag as usize;
+                if send {
+                    let a = c.on_send(mid(0, tag, reached[t]), || order);
+                    if reached[t] >= committed[t] {
+                        prop_assert_eq!(a, SendAction::Stored);
+                        kept.push((tag, reached[t]));
+                    }
+                    reached[t] += 1;
+                    order += 1;
+                } else {
+                    let mut pruned = Vec::new();
+                    prop_assert!(c.on_commit(2, mid(0, tag, committed[t]), |m, _| pruned.push((m.tag, m.seq))));
+                    let want: Vec<(i32, u64)> = kept.iter().copied().filter(|&(g, q)| g == tag && q <= committed[t]).collect();
+                    kept.retain(|&(g, q)| !(g == tag && q <= committed[t]));
+                    prop_assert_eq!(pruned, want);
+                    committed[t] += 1;
+                }
+                let table: Vec<(i32, u64)> = c.backup_mut().map(|(m, _)| (m.tag, m.seq)).collect();
+                prop_assert_eq!(&table, &kept);
             }
         }
     }
