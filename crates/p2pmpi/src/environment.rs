@@ -467,10 +467,13 @@ pub(crate) fn wait_until<T>(hint: Option<i32>, mut check: impl FnMut(&mut Engine
                 std::thread::yield_now();
             }
         } else if waited < e.yield_spin {
-            // Oversubscribed: poll, and give the core to a runnable peer between polls.
-            e.progress(hint, None);
-            drop(g);
-            std::thread::yield_now();
+            // Oversubscribed: poll, and give the core to a runnable peer between polls —
+            // unless the poll brought something (a receiver behind its sender takes a frame
+            // per poll: it reads on rather than give its turn away after each).
+            if !e.progress(hint, None) {
+                drop(g);
+                std::thread::yield_now();
+            }
         } else {
             if debug_waits() {
                 eprintln!("rank {} blocking: hint {:?} {}", e.rank, hint, e.debug_state());

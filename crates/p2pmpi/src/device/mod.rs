@@ -1334,9 +1334,11 @@ impl Engine {
         }
     }
 
-    pub fn progress(&mut self, hint: Option<i32>, timeout: Option<Duration>) {
-        self.progress_io(hint, timeout);
+    /// Moves every connection forward; returns whether one gave something.
+    pub fn progress(&mut self, hint: Option<i32>, timeout: Option<Duration>) -> bool {
+        let got = self.progress_io(hint, timeout);
         self.advance_schedules();
+        got
     }
 
     /// Starts an immediate collective: returns the request that completes with it. Its
@@ -1366,7 +1368,8 @@ impl Engine {
         self.schedules = live;
     }
 
-    fn progress_io(&mut self, hint: Option<i32>, timeout: Option<Duration>) {
+    /// Returns whether a connection gave something (a frame, or data of one).
+    fn progress_io(&mut self, hint: Option<i32>, timeout: Option<Duration>) -> bool {
         self.tick = self.tick.wrapping_add(1);
         if !self.sc_broken.is_empty() {
             self.check_single_copies();
@@ -1399,7 +1402,7 @@ impl Engine {
                 }
                 self.flush_deferred();
                 if got || self.tick % 64 != 0 {
-                    return;
+                    return got;
                 }
             }
         }
@@ -1408,8 +1411,9 @@ impl Engine {
             // A failed single copy is looked at again soon (see `check_single_copies`).
             t = t.min(Duration::from_millis(50));
         }
+        let mut got = false;
         for cid in std::mem::take(&mut self.unread) {
-            self.read_conn(cid);
+            got |= self.read_conn(cid);
         }
         let armed = !t.is_zero() && !self.shm_conns.is_empty();
         if armed && self.arm_rings() {
@@ -1427,7 +1431,7 @@ impl Engine {
             if e.kind() != io::ErrorKind::Interrupted {
                 self.set_fatal(e.into());
             }
-            return;
+            return false;
         }
         let mut ready = std::mem::take(&mut self.ready);
         ready.clear();
@@ -1449,16 +1453,17 @@ impl Engine {
                 if let Some(c) = self.conns.get_mut(cid).and_then(Option::as_mut) {
                     c.sock_check = true;
                 }
-                self.read_conn(cid);
+                got |= self.read_conn(cid);
             }
         }
         self.ready = ready;
         let mut i = 0;
         while let Some(&cid) = self.shm_conns.get(i) {
-            self.read_conn(cid);
+            got |= self.read_conn(cid);
             i += 1;
         }
         self.flush_deferred();
+        got
     }
 
     // ----------------------------------------------------------------- shared memory
