@@ -430,7 +430,25 @@ impl<'a> UserOperation<'a> {
 
 /// Runs a closure on `count` packed elements of `map`: `inout = input ∘ inout`.
 fn combine_closure(f: &Closure<'_>, map: &TypeMap, count: usize, input: &[u8], inout: &mut [u8]) {
-    // The closure sees typed slices in the native layout: unpack into aligned memory.
+    // The closure sees typed slices in the native layout.
+    in_native(map, count, input, inout, |pa, pb| {
+        let dt = crate::datatype::DatatypeRef::from_map(map);
+        let n = Count::try_from(count).expect("reduction of more elements than a Count holds");
+        // SAFETY: `pa` holds `count` elements of `map`, initialised (zeroed, then data
+        // unpacked: valid for any `Equivalence` type of this layout, `bool` data as 0 or 1);
+        // `x` lives only for the call of the closure below, while that memory is not touched.
+        let x = unsafe { DynBuffer::from_raw(pa as *const u8, n, dt) };
+        // SAFETY: the same for `pb`, a separate allocation, accessed only through `y` during
+        // the call; whatever the closure stores through `y` is a valid element.
+        let y = unsafe { DynBufferMut::from_raw(pb, n, dt) };
+        f(x, y);
+    });
+}
+
+/// `inout = input ∘ inout` by `op` on the native layout: both operands unpacked into aligned
+/// memory (`op` gets the bases of the input's and the in-out's `count` elements), the result
+/// packed back into `inout`. For user operations, which see typed memory.
+fn in_native(map: &TypeMap, count: usize, input: &[u8], inout: &mut [u8], op: impl FnOnce(*mut u8, *mut u8)) {
     let mut a = Native::zeroed(map, count);
     let mut b = Native::zeroed(map, count);
     let (pa, pb) = (a.base(), b.base());
@@ -440,18 +458,10 @@ fn combine_closure(f: &Closure<'_>, map: &TypeMap, count: usize, input: &[u8], i
         map.unpack(input, pa, count);
         map.unpack(inout, pb, count);
     }
-    let dt = crate::datatype::DatatypeRef::from_map(map);
-    let n = Count::try_from(count).expect("reduction of more elements than a Count holds");
-    // SAFETY: `a` holds `count` elements of `map` from `pa`, initialised (zeroed, then data
-    // unpacked: valid for any `Equivalence` type of this layout, `bool` data as 0 or 1);
-    // `x` lives only for the call of the closure below, while `a` is not touched.
-    let x = unsafe { DynBuffer::from_raw(pa as *const u8, n, dt) };
-    // SAFETY: the same for `b` from `pb`, a separate allocation, accessed only through `y`
-    // during the call; whatever the closure stores through `y` is a valid element.
-    let y = unsafe { DynBufferMut::from_raw(pb, n, dt) };
-    f(x, y);
+    op(pa, pb);
     let mut out = Vec::with_capacity(inout.len());
-    // SAFETY: `b` holds `count` initialised elements of `map` from `pb` (see above).
+    // SAFETY: `b` holds `count` initialised elements of `map` from `pb` (unpacked above, then
+    // written by `op` with elements of the layout).
     unsafe { map.pack(pb, count, &mut out) };
     inout[..out.len()].copy_from_slice(&out);
 }
@@ -574,25 +584,15 @@ impl Operation for UnsafeUserOperation {
         self.commutes
     }
     fn combine(&self, map: &TypeMap, count: usize, input: &[u8], inout: &mut [u8]) {
-        let mut a = Native::zeroed(map, count);
-        let mut b = Native::zeroed(map, count);
-        let (pa, pb) = (a.base(), b.base());
-        // SAFETY: as in `UserOperation::combine`: each memory holds every data block of the
-        // `count` elements from its base.
-        unsafe {
-            map.unpack(input, pa, count);
-            map.unpack(inout, pb, count);
-        }
-        let mut len = Count::try_from(count).expect("reduction of more elements than a Count holds");
-        let mut handle = crate::ffi::MPI_Datatype::of(map);
-        // SAFETY: the constructor's caller vouched that the function is sound on buffers of
-        // this datatype; `pa` and `pb` hold `count` initialised elements in native layout
-        // (separate allocations, alive for the call), `len` and `handle` are live locals.
-        unsafe { (self.function)(pa.cast(), pb.cast(), &mut len, &mut handle) };
-        let mut out = Vec::with_capacity(inout.len());
-        // SAFETY: `b` holds `count` initialised elements of `map` from `pb`.
-        unsafe { map.pack(pb, count, &mut out) };
-        inout[..out.len()].copy_from_slice(&out);
+        in_native(map, count, input, inout, |pa, pb| {
+            let mut len = Count::try_from(count).expect("reduction of more elements than a Count holds");
+            let mut handle = crate::ffi::MPI_Datatype::of(map);
+            // SAFETY: the constructor's caller vouched that the function is sound on buffers
+            // of this datatype; `pa` and `pb` hold `count` initialised elements in native
+            // layout (separate allocations, alive for the call), `len` and `handle` are live
+            // locals.
+            unsafe { (self.function)(pa.cast(), pb.cast(), &mut len, &mut handle) };
+        });
     }
 }
 
