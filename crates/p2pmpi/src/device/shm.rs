@@ -65,7 +65,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 
 const MAGIC: u64 = 0x7032_706d_7069_7368; // "p2pmpish"
-const VERSION: u64 = 2;
+const VERSION: u64 = 3;
 /// Bytes of the segment header (magic, version, capacity, creator pid, and the words of the
 /// single copy below).
 const SEG_HEADER: usize = 128;
@@ -84,17 +84,25 @@ const PROBE_LEN: usize = 48;
 /// Values of the `*_READS` words (0 while not probed yet): permitted, refused (or turned off).
 const READS_YES: u64 = 1;
 const READS_NO: u64 = 2;
-/// Bytes of a ring's control block: tail, head and the sleep flags each on its own pair of
-/// cache lines (no false sharing between the producer's and the consumer's writes).
+/// Bytes of a ring's control block: the consumer's head and the two sleep flags, each on its
+/// own pair of cache lines (no false sharing between the producer's and the consumer's
+/// writes). (The producer publishes no index: each record carries its own stamp.)
 const RING_HEADER: usize = 512;
-const TAIL: usize = 0;
 const HEAD: usize = 128;
 const CONSUMER_SLEEP: usize = 256;
 const PRODUCER_SLEEP: usize = 384;
 
-/// How far past the read position a poll also loads (see `Link::has_data`): the last byte
-/// of a frame of 8 bytes (header and payload).
-const TOUCH: usize = 47;
+/// Records start on cache-line boundaries...
+const REC_ALIGN: usize = 64;
+/// ...with a header of two words: the stamp (the record's position XOR the segment's stamp
+/// key) and the data's length.
+const REC_HDR: usize = 16;
+
+/// Bytes a record of `n` data bytes takes in the ring, header and padding included.
+#[inline]
+const fn record_size(n: usize) -> usize {
+    (REC_HDR + n + REC_ALIGN - 1) & !(REC_ALIGN - 1)
+}
 
 /// Smallest and largest ring capacities accepted (`P2PMPI_SHM_RING`).
 pub(crate) const MIN_RING: usize = 4096;
@@ -188,9 +196,6 @@ impl Ring {
         // SAFETY: as in `atomic64`: an aligned word of the control block.
         unsafe { &*(self.ctl.add(off) as *const AtomicU32) }
     }
-    fn tail(&self) -> &AtomicU64 {
-        self.atomic64(TAIL)
-    }
     fn head(&self) -> &AtomicU64 {
         self.atomic64(HEAD)
     }
@@ -201,14 +206,15 @@ impl Ring {
         self.atomic32(PRODUCER_SLEEP)
     }
 
-    /// Bytes readable (consumer side), or an error if the peer published impossible indices.
-    fn readable(&self, head: u64) -> Result<usize, String> {
-        let tail = self.tail().load(Ordering::Acquire);
-        let n = tail.wrapping_sub(head);
-        if n > self.cap as u64 {
-            return Err(format!("shared-memory ring corrupted (tail {tail}, head {head}, capacity {})", self.cap));
-        }
-        Ok(n as usize)
+    /// The word at position `pos` of the data (a record's stamp at a record's position, its
+    /// length 8 bytes further).
+    #[inline]
+    fn word_at(&self, pos: u64) -> &AtomicU64 {
+        // SAFETY: `pos` is a record's position (a multiple of REC_ALIGN) or 8 more, masked
+        // into the data, whose capacity is a multiple of REC_ALIGN: the word is 8-aligned
+        // (the data starts at a page offset multiple of 64) and inside the mapping, which
+        // outlives `self`; the other process only accesses record headers atomically too.
+        unsafe { &*(self.data.add(pos as usize & (self.cap - 1)) as *const AtomicU64) }
     }
 
     /// Room for writing (producer side).
@@ -226,14 +232,22 @@ impl Ring {
 pub(crate) struct Link {
     tx: Ring,
     rx: Ring,
-    /// Our own copies of the indices this side publishes (the shared ones are only written
-    /// here, but a peer could scribble on them: ours are the truth).
+    /// Where our next record goes (our own count: no shared copy).
     tx_tail: u64,
     /// The consumer's head as last read: the room it shows is never more than the truth, so
     /// a write that fits in it needs no look at the consumer's cache line (in a ping-pong,
     /// one miss fewer per message).
     tx_head_seen: u64,
+    /// Where the record being read starts (our own copy of the head we publish: a peer could
+    /// scribble on the shared one, ours is the truth).
     rx_head: u64,
+    /// The length of the record being read (0: not known yet, its stamp not seen), and how
+    /// much of it was read.
+    rx_len: usize,
+    rx_off: usize,
+    /// The segment's random token with its top bit set: a record at position `p` is stamped
+    /// `p ^ stamp_key`, which no earlier lap's stamp at that place, nor zeroed memory, equals.
+    stamp_key: u64,
     /// The path, while this process may still have to unlink it (the creator).
     path: Option<PathBuf>,
     /// Start of the mapping (its header).
@@ -338,9 +352,24 @@ impl Link {
         };
         // Ring 0 carries the connector's bytes, ring 1 the acceptor's.
         let (tx, rx) = if connector { (ring(0), ring(1)) } else { (ring(1), ring(0)) };
-        let tx_tail = tx.tail().load(Ordering::Acquire);
-        let rx_head = rx.head().load(Ordering::Acquire);
-        Link { tx, rx, tx_tail, tx_head_seen: tx_tail, rx_head, path, base, connector, peer_pid: None, _map: map }
+        // SAFETY: word W_TOKEN of the header, inside the mapping; the creator wrote it before
+        // the segment was announced.
+        let token = unsafe { (base as *const u64).add(W_TOKEN).read() };
+        Link {
+            tx,
+            rx,
+            tx_tail: 0,
+            tx_head_seen: 0,
+            rx_head: 0,
+            rx_len: 0,
+            rx_off: 0,
+            stamp_key: token | 1 << 63,
+            path,
+            base,
+            connector,
+            peer_pid: None,
+            _map: map,
+        }
     }
 
     /// Word `i` of the segment header.
@@ -420,39 +449,49 @@ impl Link {
         self.write_parts(&[buf])
     }
 
-    /// Writes as much of the concatenation of `parts` as there is room for, published at
-    /// once (a frame's header and payload: one store, one check for a sleeping reader).
+    /// Writes as much of the concatenation of `parts` as there is room for, as one record
+    /// (a frame's header and payload: one stamp, one check for a sleeping reader).
     pub(crate) fn write_parts(&mut self, parts: &[&[u8]]) -> Result<(usize, bool), String> {
-        let mut room = self.room_for(CHUNK)?.min(CHUNK);
-        let cap = self.tx.cap;
-        let mut tail = self.tx_tail;
-        for buf in parts {
-            let n = room.min(buf.len());
-            if n == 0 {
-                continue;
-            }
-            let at = (tail as usize) & (cap - 1);
-            let first = n.min(cap - at);
-            // SAFETY: `at + first <= cap` and `n - first < cap`: both copies stay inside the
-            // ring's data; the bytes `tail..tail + n` are free (`n <= room`), the consumer
-            // reads none of them before the Release store of the new tail below; `buf` is
-            // our memory.
-            unsafe {
-                std::ptr::copy_nonoverlapping(buf.as_ptr(), self.tx.data.add(at), first);
-                std::ptr::copy_nonoverlapping(buf.as_ptr().add(first), self.tx.data, n - first);
-            }
-            tail = tail.wrapping_add(n as u64);
-            room -= n;
-            if n < buf.len() {
-                break;
-            }
+        let want = parts.iter().map(|p| p.len()).sum::<usize>().min(self.max_record());
+        if want == 0 {
+            return Ok((0, false));
         }
-        let n = tail.wrapping_sub(self.tx_tail) as usize;
+        let room = self.room_for(record_size(want))?;
+        // The data bytes that fit in the room's whole lines after the record's header.
+        let n = want.min((room & !(REC_ALIGN - 1)).saturating_sub(REC_HDR));
         if n == 0 {
             return Ok((0, false));
         }
-        self.tx_tail = tail;
-        Ok((n, self.publish_tail()))
+        let cap = self.tx.cap;
+        let mut at = (self.tx_tail as usize + REC_HDR) & (cap - 1);
+        let mut left = n;
+        for buf in parts {
+            let k = left.min(buf.len());
+            if k == 0 {
+                continue;
+            }
+            let first = k.min(cap - at);
+            // SAFETY: `at + first <= cap` and `k - first < cap`: both copies stay inside the
+            // ring's data; the record's bytes are free (`record_size(n) <= room`), and the
+            // consumer reads none of them before the stamp's Release store in `publish`;
+            // `buf` is our memory.
+            unsafe {
+                std::ptr::copy_nonoverlapping(buf.as_ptr(), self.tx.data.add(at), first);
+                std::ptr::copy_nonoverlapping(buf.as_ptr().add(first), self.tx.data, k - first);
+            }
+            at = (at + k) & (cap - 1);
+            left -= k;
+            if left == 0 {
+                break;
+            }
+        }
+        Ok((n, self.publish(n)))
+    }
+
+    /// The largest record's data: a chunk, or what a ring smaller than two chunks holds.
+    #[inline]
+    fn max_record(&self) -> usize {
+        CHUNK.min(self.tx.cap - REC_HDR)
     }
 
     /// Room for writing: from the head last seen if that shows at least `want` bytes, else
@@ -468,10 +507,11 @@ impl Link {
         Ok(room)
     }
 
-    /// Writes a whole frame — `hdr`, then `payload` — if there is room for it in one piece
-    /// without wrapping around the ring's end; returns whether the peer asked to be woken, or
-    /// `None` (nothing written) if it does not fit so: [`Self::write_parts`] then writes it.
-    /// The common case of a small message, with one copy of a fixed size for the header.
+    /// Writes a whole frame — `hdr`, then `payload` — as one record if there is room for it
+    /// and it does not wrap around the ring's end; returns whether the peer asked to be
+    /// woken, or `None` (nothing written): [`Self::write_parts`] then writes it. The common
+    /// case of a small message, with one copy of a fixed size for the header; a frame of up
+    /// to 8 payload bytes fills exactly one cache line with its record header.
     #[inline]
     pub(crate) fn write_frame<const H: usize>(
         &mut self,
@@ -481,20 +521,89 @@ impl Link {
         let n = H + payload.len();
         let cap = self.tx.cap;
         let at = (self.tx_tail as usize) & (cap - 1);
-        if n > CHUNK || at + n > cap || self.room_for(n)? < n {
+        if n > self.max_record() || at + REC_HDR + n > cap || self.room_for(record_size(n))? < record_size(n) {
             return Ok(None);
         }
-        // SAFETY: `at + n <= cap`: both copies stay inside the ring's data; the bytes
-        // `tail..tail + n` are free (`n <= room`), and the consumer reads none of them before
-        // the Release store of the new tail below; `hdr` and `payload` are our memory.
+        // SAFETY: `at + REC_HDR + n <= cap`: both copies stay inside the ring's data; the
+        // record's bytes are free (room checked), and the consumer reads none of them before
+        // the stamp's Release store in `publish`; `hdr` and `payload` are our memory.
         unsafe {
-            std::ptr::copy_nonoverlapping(hdr.as_ptr(), self.tx.data.add(at), H);
+            let d = self.tx.data.add(at + REC_HDR);
+            std::ptr::copy_nonoverlapping(hdr.as_ptr(), d, H);
             if !payload.is_empty() {
-                std::ptr::copy_nonoverlapping(payload.as_ptr(), self.tx.data.add(at + H), payload.len());
+                std::ptr::copy_nonoverlapping(payload.as_ptr(), d.add(H), payload.len());
             }
         }
-        self.tx_tail = self.tx_tail.wrapping_add(n as u64);
-        Ok(Some(self.publish_tail()))
+        Ok(Some(self.publish(n)))
+    }
+
+    /// Publishes the record of `n` data bytes written at the tail: its length, then its stamp;
+    /// returns whether the consumer sleeps waiting for it (its flag is cleared: one doorbell
+    /// per sleep).
+    #[inline]
+    fn publish(&mut self, n: usize) -> bool {
+        let pos = self.tx_tail;
+        self.tx.word_at(pos + 8).store(n as u64, Ordering::Relaxed);
+        // A sequentially consistent exchange, then a sequentially consistent load of the
+        // flag: the consumer stores its flag, fences (SeqCst) and reads the stamp (`arm`), so
+        // one of the two sees the other's store. The exchange is a locked instruction, where
+        // a store and a separate fence cost an `mfence` more (slow on these CPUs). Its
+        // Release half publishes the data and the length written before it.
+        self.tx.word_at(pos).swap(pos ^ self.stamp_key, Ordering::SeqCst);
+        self.tx_tail = pos.wrapping_add(record_size(n) as u64);
+        Self::take_flag(self.tx.consumer_sleep())
+    }
+
+    /// The data bytes of the record at the read position not read yet (0: no record there
+    /// yet), learning the record's length from its stamp and length words the first time.
+    #[inline]
+    fn current(&mut self) -> Result<usize, String> {
+        if self.rx_len == 0 {
+            self.rx_len = self.peek_record()?;
+            self.rx_off = 0;
+        }
+        Ok(self.rx_len - self.rx_off)
+    }
+
+    /// The length of the record at the read position if its stamp is there (0 if not), or an
+    /// error if the peer wrote an impossible length.
+    #[inline]
+    fn peek_record(&self) -> Result<usize, String> {
+        let pos = self.rx_head;
+        if self.rx.word_at(pos).load(Ordering::Acquire) != pos ^ self.stamp_key {
+            return Ok(0);
+        }
+        let len = self.rx.word_at(pos + 8).load(Ordering::Relaxed);
+        if len == 0 || len > CHUNK.min(self.rx.cap - REC_HDR) as u64 {
+            return Err(format!(
+                "shared-memory ring corrupted (a record of {len} bytes at {pos}, capacity {})",
+                self.rx.cap
+            ));
+        }
+        Ok(len as usize)
+    }
+
+    /// Where the unread data of the current record starts in the ring's data.
+    #[inline]
+    fn read_at(&self) -> usize {
+        (self.rx_head as usize + REC_HDR + self.rx_off) & (self.rx.cap - 1)
+    }
+
+    /// Marks `n` more bytes of the current record read; once it is all read, gives its space
+    /// back (the new head) and returns whether the producer sleeps waiting for room (as
+    /// [`Self::publish`]).
+    #[inline]
+    fn advance(&mut self, n: usize) -> bool {
+        self.rx_off += n;
+        debug_assert!(self.rx_off <= self.rx_len);
+        if self.rx_off < self.rx_len {
+            return false;
+        }
+        self.rx_head = self.rx_head.wrapping_add(record_size(self.rx_len) as u64);
+        self.rx_len = 0;
+        self.rx_off = 0;
+        self.rx.head().swap(self.rx_head, Ordering::SeqCst);
+        Self::take_flag(self.rx.producer_sleep())
     }
 
     /// Reads up to `buf.len()` bytes. Returns the bytes read and whether the peer asked to
@@ -504,46 +613,50 @@ impl Link {
         unsafe { self.read_raw(buf.as_mut_ptr(), buf.len()) }
     }
 
-    /// [`Self::read`] into raw memory.
+    /// [`Self::read`] into raw memory: at most a chunk, across records.
     ///
     /// # Safety
     /// `dst` must be valid for writes of `len` bytes, and not be the ring's memory.
     pub(crate) unsafe fn read_raw(&mut self, dst: *mut u8, len: usize) -> Result<(usize, bool), String> {
-        let avail = self.rx.readable(self.rx_head)?;
-        let n = avail.min(len).min(CHUNK);
-        if n == 0 {
-            return Ok((0, false));
-        }
+        let len = len.min(CHUNK);
         let cap = self.rx.cap;
-        let at = (self.rx_head as usize) & (cap - 1);
-        let first = n.min(cap - at);
-        // SAFETY: `at + first <= cap` and `n - first < cap`: inside the ring's data; the
-        // bytes `head..head + n` were published by the producer's Release store of the tail
-        // (Acquire-loaded in `readable`); `dst` is valid for `n <= len` bytes (the caller).
-        unsafe {
-            std::ptr::copy_nonoverlapping(self.rx.data.add(at), dst, first);
-            std::ptr::copy_nonoverlapping(self.rx.data, dst.add(first), n - first);
+        let (mut done, mut wake) = (0, false);
+        while done < len {
+            let k = self.current()?.min(len - done);
+            if k == 0 {
+                break;
+            }
+            let at = self.read_at();
+            let first = k.min(cap - at);
+            // SAFETY: `at + first <= cap` and `k - first < cap`: inside the ring's data; the
+            // bytes are the current record's, published by the producer's Release store of
+            // its stamp (Acquire-loaded in `peek_record`), ours until `advance` gives them
+            // back; `dst` is valid for `done + k <= len` bytes (the caller).
+            unsafe {
+                std::ptr::copy_nonoverlapping(self.rx.data.add(at), dst.add(done), first);
+                std::ptr::copy_nonoverlapping(self.rx.data, dst.add(done + first), k - first);
+            }
+            done += k;
+            wake |= self.advance(k);
         }
-        self.rx_head = self.rx_head.wrapping_add(n as u64);
-        Ok((n, self.publish_head()))
+        Ok((done, wake))
     }
 
     /// The header of the frame at the read position, copied, if its `H` bytes lie in one
-    /// piece before the ring's end, and how many published bytes follow the read position
-    /// without wrapping (header included). `None` when fewer than `H` bytes lie so.
+    /// piece in the current record before the ring's end, and how many published bytes follow
+    /// the read position so (header included). `None` when fewer than `H` bytes lie so.
     #[inline]
-    pub(crate) fn peek_header<const H: usize>(&self) -> Result<Option<([u8; H], usize)>, String> {
-        let avail = self.rx.readable(self.rx_head)?;
-        let cap = self.rx.cap;
-        let at = (self.rx_head as usize) & (cap - 1);
-        let n = avail.min(cap - at);
+    pub(crate) fn peek_header<const H: usize>(&mut self) -> Result<Option<([u8; H], usize)>, String> {
+        let avail = self.current()?;
+        let at = self.read_at();
+        let n = avail.min(self.rx.cap - at);
         if n < H {
             return Ok(None);
         }
         let mut h = [0u8; H];
         // SAFETY: `at + H <= cap` (`n <= cap - at`): inside the ring's data; the bytes were
-        // published by the producer's Release store of the tail (Acquire-loaded in
-        // `readable`) and stay ours until `consume` publishes a new head.
+        // published with the record's stamp (Acquire-loaded in `peek_record`) and stay ours
+        // until `consume` gives the record back.
         unsafe { std::ptr::copy_nonoverlapping(self.rx.data.add(at), h.as_mut_ptr(), H) };
         Ok(Some((h, n)))
     }
@@ -553,36 +666,14 @@ impl Link {
     /// wrapping (`off + len` at most its count), until [`Self::consume`].
     #[inline]
     pub(crate) fn at_head(&self, off: usize) -> *const u8 {
-        let at = (self.rx_head as usize) & (self.rx.cap - 1);
-        self.rx.data.wrapping_add(at + off)
+        self.rx.data.wrapping_add(self.read_at() + off)
     }
 
     /// Gives back `n` bytes read in place (at most what [`Self::peek_header`] reported);
     /// returns whether the peer asked to be woken (it waits for room).
     #[inline]
     pub(crate) fn consume(&mut self, n: usize) -> bool {
-        self.rx_head = self.rx_head.wrapping_add(n as u64);
-        self.publish_head()
-    }
-
-    /// Publishes what was written (the new tail); returns whether the consumer sleeps
-    /// waiting for it (its flag is cleared: one doorbell per sleep).
-    #[inline]
-    fn publish_tail(&self) -> bool {
-        // A sequentially consistent exchange, then a sequentially consistent load of the
-        // flag: the consumer stores its flag, fences (SeqCst) and reads the tail (`arm`), so
-        // one of the two sees the other's store. The exchange is a locked instruction, where
-        // a store and a separate fence cost an `mfence` more (slow on these CPUs).
-        self.tx.tail().swap(self.tx_tail, Ordering::SeqCst);
-        Self::take_flag(self.tx.consumer_sleep())
-    }
-
-    /// Gives back what was read (the new head); returns whether the producer sleeps waiting
-    /// for room (as [`Self::publish_tail`]).
-    #[inline]
-    fn publish_head(&self) -> bool {
-        self.rx.head().swap(self.rx_head, Ordering::SeqCst);
-        Self::take_flag(self.rx.producer_sleep())
+        self.advance(n)
     }
 
     #[inline]
@@ -590,22 +681,11 @@ impl Link {
         flag.load(Ordering::SeqCst) != 0 && flag.swap(0, Ordering::AcqRel) != 0
     }
 
-    /// Whether bytes wait to be read.
+    /// Whether bytes wait to be read: the current record's rest, or the next record's stamp
+    /// (one load, in the cache line that also holds a small frame).
+    #[inline]
     pub(crate) fn has_data(&self) -> bool {
-        let readable = self.rx.readable(self.rx_head);
-        // The cache lines the next small frame will be in are loaded with the tail, not after
-        // it: when a frame arrives, the two misses (the tail's line, the frame's) overlap
-        // instead of following one another. (The loads come after the tail's in program
-        // order, so they see at least what the tail published; their values are not used.)
-        let cap = self.rx.cap;
-        let at = (self.rx_head as usize) & (cap - 1);
-        // SAFETY: both offsets are below `cap` (masked): inside the ring's data, mapped as
-        // long as `self`; a volatile read of a byte the peer may be writing only loads it.
-        unsafe {
-            std::ptr::read_volatile(self.rx.data.add(at));
-            std::ptr::read_volatile(self.rx.data.add((at + TOUCH) & (cap - 1)));
-        }
-        !matches!(readable, Ok(0))
+        self.rx_len > self.rx_off || !matches!(self.peek_record(), Ok(0))
     }
 
     /// Before sleeping: asks to be woken when data arrives (and, with `want_room`, when room
@@ -616,7 +696,8 @@ impl Link {
             self.tx.producer_sleep().store(1, Ordering::SeqCst);
         }
         fence(Ordering::SeqCst);
-        self.has_data() || (want_room && !matches!(self.tx.room(self.tx_tail), Ok(0)))
+        // (A corrupted head counts as ready: the write that follows reports it.)
+        self.has_data() || (want_room && !matches!(self.tx.room(self.tx_tail), Ok(r) if r < REC_ALIGN))
     }
 
     /// After sleeping: no doorbell wanted any more.
@@ -746,21 +827,23 @@ mod tests {
     }
 
     #[test]
-    fn whole_frames_are_written_and_read_in_place_until_they_would_wrap() {
+    fn whole_frames_are_written_and_read_in_place_until_the_ring_is_full() {
         let (mut a, mut b) = pair(MIN_RING);
         let hdr = [9u8; 40];
         let payload: Vec<u8> = (0..100u8).collect();
-        // Frames of 140 bytes in a 4096-byte ring: 29 fit before the end, the 30th would wrap.
+        // Frames of 140 bytes take records of 192 (16 of header, padding to a cache line):
+        // 21 fit in a 4096-byte ring.
+        assert_eq!(record_size(140), 192);
         let mut written = 0;
         while let Some(_wake) = a.write_frame(&hdr, &payload).unwrap() {
             written += 1;
-            assert!(written <= 29, "a frame that wraps must be refused");
+            assert!(written <= 21, "a frame without room must be refused");
         }
-        assert_eq!(written, 29);
+        assert_eq!(written, 21);
         for k in 0..written {
             let (h, contiguous) = b.peek_header::<40>().unwrap().expect("a published header");
             assert_eq!(h, hdr);
-            assert!(contiguous >= 140, "frame {k}: {contiguous} bytes in one piece");
+            assert_eq!(contiguous, 140, "frame {k}: the record's bytes in one piece");
             let mut got = vec![0u8; 100];
             // SAFETY: `peek_header` reported at least 140 published bytes from the head.
             unsafe { std::ptr::copy_nonoverlapping(b.at_head(40), got.as_mut_ptr(), 100) };
@@ -768,26 +851,31 @@ mod tests {
             b.consume(140);
         }
         assert!(b.peek_header::<40>().unwrap().is_none(), "nothing left");
-        // The rest before the end (36 bytes) is left to the byte path, which wraps.
+        assert!(!b.has_data());
+        // 64 bytes are left before the end: the frame would wrap, so `write_frame` leaves it
+        // to the byte path, whose record wraps; the reader sees only 48 bytes in one piece.
+        assert!(a.write_frame(&hdr, &payload).unwrap().is_none());
         let mut frame = hdr.to_vec();
         frame.extend_from_slice(&payload);
         assert_eq!(a.write_parts(&[&hdr, &payload]).unwrap().0, 140);
+        assert_eq!(b.peek_header::<40>().unwrap().map(|(_, n)| n), Some(48));
         let mut buf = vec![0u8; 140];
         let mut n = 0;
         while n < 140 {
             n += b.read(&mut buf[n..]).unwrap().0;
         }
         assert_eq!(buf, frame);
+        assert!(!b.has_data(), "the old lap's stamps are not taken for new records");
     }
 
     #[test]
     fn the_writer_sees_room_made_by_the_reader_once_it_needs_it() {
         let (mut a, mut b) = pair(MIN_RING);
-        let big = vec![1u8; MIN_RING - 40];
+        let big = vec![1u8; MIN_RING - REC_HDR - 40];
         assert!(a.write_frame(&[0u8; 40], &big).unwrap().is_some(), "the whole ring");
         assert!(a.write_frame(&[0u8; 40], &[]).unwrap().is_none(), "full");
         let mut sink = vec![0u8; MIN_RING];
-        assert_eq!(b.read(&mut sink).unwrap().0, MIN_RING);
+        assert_eq!(b.read(&mut sink).unwrap().0, MIN_RING - REC_HDR);
         // The head it saw last shows no room: it reads the reader's head again.
         assert_eq!(a.write(&[5u8; 100]).unwrap().0, 100);
     }
@@ -813,28 +901,98 @@ mod tests {
     #[test]
     fn full_ring_takes_nothing_and_doorbells_fire_once() {
         let (mut a, mut b) = pair(MIN_RING);
-        assert_eq!(a.write(&vec![1u8; 2 * MIN_RING]).unwrap().0, MIN_RING);
+        assert_eq!(a.write(&vec![1u8; 2 * MIN_RING]).unwrap().0, MIN_RING - REC_HDR);
         assert_eq!(a.write(b"x").unwrap().0, 0);
-        // The producer waits for room: the consumer's read rings once.
+        // The producer waits for room: the consumer rings once, when it gives the record back.
         assert!(!a.arm(true), "a has no data and no room");
         let mut buf = [0u8; 16];
-        assert_eq!(b.read(&mut buf).unwrap(), (16, true));
-        assert_eq!(b.read(&mut buf).unwrap(), (16, false));
-        a.disarm();
-        // The consumer sleeps: the producer's write rings once.
+        assert_eq!(b.read(&mut buf).unwrap(), (16, false), "the record is not given back yet");
         let mut sink = vec![0u8; MIN_RING];
-        b.read(&mut sink).unwrap();
+        assert_eq!(b.read(&mut sink).unwrap(), (MIN_RING - 2 * REC_HDR, true));
+        a.disarm();
+        assert_eq!(a.write(b"x").unwrap(), (1, false));
+        assert_eq!(b.read(&mut buf).unwrap(), (1, false), "one doorbell per sleep");
+        // The consumer sleeps: the producer's write rings once.
         assert!(!b.arm(false));
         assert_eq!(a.write(b"y").unwrap(), (1, true));
         assert_eq!(a.write(b"z").unwrap(), (1, false));
     }
 
     #[test]
-    fn corrupted_indices_are_an_error() {
-        let (a, mut b) = pair(MIN_RING);
-        a.tx.tail().store(10 * MIN_RING as u64, Ordering::Release);
+    fn corrupted_records_and_indices_are_an_error() {
+        let (mut a, mut b) = pair(MIN_RING);
+        // A stamped record whose length is impossible.
+        a.tx.word_at(8).store(10 * MIN_RING as u64, Ordering::Relaxed);
+        a.tx.word_at(0).store(a.stamp_key, Ordering::Release);
         let mut buf = [0u8; 8];
         assert!(b.read(&mut buf).is_err());
+        assert!(b.has_data(), "a sleeping reader wakes up to find the error");
+        // A head beyond what was written: seen once the writer needs to read it again.
+        b.rx.head().store(10 * MIN_RING as u64, Ordering::Release);
+        assert_eq!(a.write(&[0u8; 3000]).unwrap().0, 3000, "the room seen last");
+        assert!(a.write(&[0u8; 3000]).is_err());
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+        /// Any interleaving of writes (whole frames or byte runs, of any size) and reads (into
+        /// buffers of any size, or in place) carries the bytes in order, whatever the ring's
+        /// capacity, lap after lap.
+        #[test]
+        fn any_writes_and_reads_carry_the_bytes_in_order(
+            cap_log in 12u32..15,
+            ops in proptest::collection::vec((0u8..4, 1usize..9000), 1..200),
+        ) {
+            let (mut a, mut b) = pair(1 << cap_log);
+            let mut sent: Vec<u8> = Vec::new();
+            let mut got: Vec<u8> = Vec::new();
+            let mut next = 0u32;
+            let mut bytes = |n: usize| -> Vec<u8> {
+                (0..n).map(|_| { next = next.wrapping_mul(1_103_515_245).wrapping_add(12_345); (next >> 16) as u8 }).collect()
+            };
+            for (kind, n) in ops {
+                match kind {
+                    0 => {
+                        let data = bytes(n);
+                        let (w, _) = a.write(&data).unwrap();
+                        sent.extend_from_slice(&data[..w]);
+                    }
+                    1 => {
+                        let data = bytes(n.min(200));
+                        let hdr: [u8; 40] = bytes(40).try_into().unwrap();
+                        if a.write_frame(&hdr, &data).unwrap().is_some() {
+                            sent.extend_from_slice(&hdr);
+                            sent.extend_from_slice(&data);
+                        }
+                    }
+                    2 => {
+                        let mut buf = vec![0u8; n];
+                        let (r, _) = b.read(&mut buf).unwrap();
+                        got.extend_from_slice(&buf[..r]);
+                    }
+                    _ => {
+                        if let Some((h, contiguous)) = b.peek_header::<40>().unwrap() {
+                            let k = contiguous.min(n).max(40);
+                            got.extend_from_slice(&h);
+                            let mut rest = vec![0u8; k - 40];
+                            // SAFETY: `k <= contiguous` bytes lie published in one piece.
+                            unsafe { std::ptr::copy_nonoverlapping(b.at_head(40), rest.as_mut_ptr(), k - 40) };
+                            got.extend_from_slice(&rest);
+                            b.consume(k);
+                        }
+                    }
+                }
+                proptest::prop_assert_eq!(&got[..], &sent[..got.len()]);
+            }
+            let mut buf = vec![0u8; 1 << 16];
+            loop {
+                let (r, _) = b.read(&mut buf).unwrap();
+                if r == 0 { break; }
+                got.extend_from_slice(&buf[..r]);
+            }
+            proptest::prop_assert_eq!(got, sent);
+            proptest::prop_assert!(!b.has_data());
+        }
     }
 
     #[test]
