@@ -52,7 +52,49 @@ pub type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<KeyHasher>>;
 /// A hash set with [`KeyHasher`].
 pub type FastSet<K> = std::collections::HashSet<K, BuildHasherDefault<KeyHasher>>;
 
-type KeyMap = HashMap<(u32, i32, i32), u64, BuildHasherDefault<KeyHasher>>;
+type Key = (u32, i32, i32);
+
+/// Sequence counters per (communicator, peer, tag): a map to places in a table, with the
+/// place of the key used last kept aside. A process exchanging with one peer on one tag (a
+/// ping-pong, a pipeline) finds its counter with three comparisons instead of a hash
+/// lookup, on every message.
+#[derive(Debug, Default)]
+struct SeqTable {
+    places: HashMap<Key, usize, BuildHasherDefault<KeyHasher>>,
+    counts: Vec<u64>,
+    last: Option<(Key, usize)>,
+}
+
+impl SeqTable {
+    /// The counter of `key`, created at 0.
+    #[inline]
+    fn slot(&mut self, key: Key) -> &mut u64 {
+        let i = match self.last {
+            Some((k, i)) if k == key => i,
+            _ => self.place(key),
+        };
+        &mut self.counts[i]
+    }
+
+    fn place(&mut self, key: Key) -> usize {
+        let counts = &mut self.counts;
+        let i = *self.places.entry(key).or_insert_with(|| {
+            counts.push(0);
+            counts.len() - 1
+        });
+        self.last = Some((key, i));
+        i
+    }
+
+    /// The counter of `key` (0 if it has none yet).
+    #[inline]
+    fn get(&self, key: Key) -> u64 {
+        match self.last {
+            Some((k, i)) if k == key => self.counts[i],
+            _ => self.places.get(&key).map_or(0, |&i| self.counts[i]),
+        }
+    }
+}
 
 /// Unexpected messages of one (communicator, source), with their arrival numbers.
 type SourceQueue<P> = VecDeque<(u64, Envelope, Body<P>)>;
@@ -129,8 +171,8 @@ pub struct Matcher<R, P> {
     unexpected: HashMap<(u32, i32), SourceQueue<P>, BuildHasherDefault<KeyHasher>>,
     unexpected_count: usize,
     arrivals: u64,
-    next_send: KeyMap,
-    next_recv: KeyMap,
+    next_send: SeqTable,
+    next_recv: SeqTable,
 }
 
 impl<R, P> Default for Matcher<R, P> {
@@ -140,8 +182,8 @@ impl<R, P> Default for Matcher<R, P> {
             unexpected: HashMap::default(),
             unexpected_count: 0,
             arrivals: 0,
-            next_send: KeyMap::default(),
-            next_recv: KeyMap::default(),
+            next_send: SeqTable::default(),
+            next_recv: SeqTable::default(),
         }
     }
 }
@@ -153,7 +195,7 @@ impl<R: PartialEq, P> Matcher<R, P> {
 
     /// The sequence count to stamp on the next message to `dst` with `tag` on `comm`.
     pub fn next_send_seq(&mut self, comm: u32, dst: i32, tag: i32) -> u64 {
-        let c = self.next_send.entry((comm, dst, tag)).or_insert(0);
+        let c = self.next_send.slot((comm, dst, tag));
         let s = *c;
         *c += 1;
         s
@@ -164,7 +206,7 @@ impl<R: PartialEq, P> Matcher<R, P> {
     /// [`Matcher::enqueue`] before anything else happens (the split lets the caller copy the
     /// data straight into a matched receive's buffer without an intermediate allocation).
     pub fn arrive(&mut self, env: &Envelope) -> Arrival<R> {
-        let next = self.next_recv.entry((env.comm, env.src, env.tag)).or_insert(0);
+        let next = self.next_recv.slot((env.comm, env.src, env.tag));
         if env.seq < *next {
             return Arrival::Duplicate;
         }
@@ -182,7 +224,7 @@ impl<R: PartialEq, P> Matcher<R, P> {
 
     /// The sequence count of the next message expected on (communicator, source, tag).
     pub fn next_expected(&self, comm: u32, src: i32, tag: i32) -> u64 {
-        self.next_recv.get(&(comm, src, tag)).copied().unwrap_or(0)
+        self.next_recv.get((comm, src, tag))
     }
 
     /// Like [`Matcher::arrive`], but only when the message is next on its channel and a
@@ -190,12 +232,12 @@ impl<R: PartialEq, P> Matcher<R, P> {
     /// pattern and place in the posted queue, for [`Matcher::unarrive`].
     pub fn arrive_if_matched(&mut self, env: &Envelope) -> Option<(R, Pattern, usize)> {
         let key = (env.comm, env.src, env.tag);
-        if self.next_recv.get(&key).copied().unwrap_or(0) != env.seq {
+        if self.next_recv.get(key) != env.seq {
             return None;
         }
         let i = self.posted.iter().position(|(p, _)| p.accepts(env))?;
         let (pat, r) = self.posted.remove(i).expect("index from position");
-        self.next_recv.insert(key, env.seq + 1);
+        *self.next_recv.slot(key) = env.seq + 1;
         Some((r, pat, i))
     }
 
@@ -204,10 +246,10 @@ impl<R: PartialEq, P> Matcher<R, P> {
     /// nothing, when a later message of the channel was accepted since.
     pub fn unarrive(&mut self, env: &Envelope, pat: Pattern, pos: usize, req: R) -> bool {
         let key = (env.comm, env.src, env.tag);
-        if self.next_recv.get(&key).copied() != Some(env.seq + 1) {
+        if self.next_recv.get(key) != env.seq + 1 {
             return false;
         }
-        self.next_recv.insert(key, env.seq);
+        *self.next_recv.slot(key) = env.seq;
         let at = pos.min(self.posted.len());
         self.posted.insert(at, (pat, req));
         true

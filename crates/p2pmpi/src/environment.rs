@@ -460,7 +460,18 @@ pub(crate) fn wait_until<T>(hint: Option<i32>, mut check: impl FnMut(&mut Engine
         rounds = rounds.wrapping_add(1);
         if waited < e.spin {
             e.await_ring(hint, RING_LOOKS);
-            e.progress(hint, None);
+            match e.ring_poll(hint) {
+                // A frame completed a receive: perhaps the awaited one, looked at under the
+                // same lock.
+                Some(true) => {
+                    if let Some(r) = check(e) {
+                        return r;
+                    }
+                }
+                Some(false) | None => {
+                    e.progress(hint, None);
+                }
+            }
             spins = spins.wrapping_add(1);
             if spins % YIELD_EVERY == 0 {
                 drop(g);

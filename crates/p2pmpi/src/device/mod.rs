@@ -469,14 +469,18 @@ impl Engine {
     }
 
     /// Takes a finished request's outcome and frees it; `None` if still pending.
+    #[inline]
     pub fn take_done(&mut self, id: ReqId) -> Option<Result<StatusInfo>> {
         if id == DONE {
             return Some(Ok(DONE_STATUS));
         }
-        let r = self.reqs[id].as_ref().expect("live request");
-        if matches!(r.state, ReqState::Pending) {
+        if matches!(self.reqs[id].as_ref().expect("live request").state, ReqState::Pending) {
             return None;
         }
+        self.take_finished(id)
+    }
+
+    fn take_finished(&mut self, id: ReqId) -> Option<Result<StatusInfo>> {
         let r = self.reqs[id].take().expect("live request");
         self.free_reqs.push(id);
         Some(match r.state {
@@ -1331,6 +1335,35 @@ impl Engine {
                 return;
             }
             std::hint::spin_loop();
+        }
+    }
+
+    /// The spin phase of a blocking wait for `hint` on shared memory, once [`Self::await_ring`]
+    /// saw something: takes a small eager frame straight from that peer's ring, without a
+    /// whole progress round (the other connections, queued writes and immediate
+    /// collectives are moved by the rounds the caller makes whenever this returns `None`).
+    /// `Some(true)`: the frame completed a receive (the caller looks at its request at once);
+    /// `Some(false)`: it went to the unexpected queue; `None`: the fast path does not apply
+    /// (another kind of frame or none, a replicated job, a peer with several connections or
+    /// bytes buffered, work pending elsewhere).
+    #[inline]
+    pub fn ring_poll(&mut self, hint: Option<i32>) -> Option<bool> {
+        let h = hint.filter(|h| *h != self.rank && *h >= 0 && *h < self.size)? as usize;
+        if self.repl.is_some() || !self.unread.is_empty() || !self.schedules.is_empty() || !self.sc_broken.is_empty() {
+            return None;
+        }
+        let [cid] = self.peers.get(h)?.conns[..] else { return None };
+        let mut conn = self.conns[cid].take()?;
+        let ok = conn.shm.is_some() && !conn.read_eof && conn.nothing_buffered() && !conn.ring_backlog();
+        let res = if ok { self.ring_eager(&mut conn) } else { Ok(None) };
+        let peer = conn.peer;
+        self.conns[cid] = Some(conn);
+        match res {
+            Ok(r) => r,
+            Err(e) => {
+                self.conn_failed(cid, peer.unwrap_or(-1), e);
+                None
+            }
         }
     }
 
@@ -2302,13 +2335,26 @@ impl Engine {
     /// Whether the communicator of MID communicator id `comm` (point-to-point or collective
     /// traffic of one context) was revoked. Revocations told since the last call are applied
     /// first.
+    #[inline]
     pub(crate) fn is_revoked(&mut self, comm: u32) -> bool {
         if crate::ulfm::REVOKE_PENDING.load(std::sync::atomic::Ordering::Relaxed) {
-            for ctx in crate::ulfm::take_revocations() {
-                self.revoke(ctx);
-            }
+            self.apply_revocations();
         }
-        !self.revoked.is_empty() && self.revoked.contains(&(comm / 2))
+        !self.revoked.is_empty() && self.comm_revoked(comm)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn apply_revocations(&mut self) {
+        for ctx in crate::ulfm::take_revocations() {
+            self.revoke(ctx);
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn comm_revoked(&self, comm: u32) -> bool {
+        self.revoked.contains(&(comm / 2))
     }
 
     /// Communicator context `ctx` was revoked (ULFM's `MPIX_Comm_revoke`): its posted
