@@ -1,7 +1,15 @@
 //! The shared-memory path between two processes of one host: a pair of single-producer,
-//! single-consumer byte rings in a segment both map, carrying exactly the bytes the TCP
+//! single-consumer rings in a segment both map, carrying exactly the bytes the TCP
 //! connection would carry (the same frames), so matching, MID order and `ANY_SOURCE` do not
 //! know which transport a peer uses.
+//!
+//! # Records
+//!
+//! A ring holds records, each on a cache-line boundary: a stamp word (the record's position
+//! XOR the segment's random token), a length word, then up to a chunk of the byte stream. The
+//! writer fills the record and stores its stamp last; the reader polls the stamp at its read
+//! position. No tail index is shared: a small frame and its stamp share one cache line, so a
+//! message costs one line transfer, not two (the tail's, then the frame's).
 //!
 //! # The segment
 //!
