@@ -40,6 +40,8 @@ pub(crate) struct Settings {
     pub key: JobKey,
     /// The first free universe id (the job's own processes have those below).
     pub first_id: u32,
+    /// Replicas of every rank (`-r R`): a spawned job runs as many of each of its ranks.
+    pub replicas: usize,
     pub tag_output: bool,
     pub extra: Vec<(String, String)>,
     pub startup_timeout: u64,
@@ -49,12 +51,12 @@ pub(crate) struct Settings {
 }
 
 impl Settings {
-    /// The settings a job run with `opts` (of `slots` processes, started with the
+    /// The settings a job run with `opts` (of `layout`'s processes, started with the
     /// environment `extra`) hands its spawned jobs, which start at `place`.
     pub(crate) fn of_job(
         name: &str,
         key: &JobKey,
-        slots: usize,
+        layout: Layout,
         opts: &crate::launcher::RunArgs,
         extra: &[(String, String)],
         place: Place,
@@ -62,7 +64,8 @@ impl Settings {
         Settings {
             name: name.to_string(),
             key: key.clone(),
-            first_id: slots as u32,
+            first_id: layout.n as u32,
+            replicas: layout.r,
             tag_output: opts.tag_output,
             extra: extra.to_vec(),
             startup_timeout: opts.startup_timeout,
@@ -94,8 +97,10 @@ pub(crate) struct Request<'a> {
     /// The variables every process gets after its app's own (which cannot override them):
     /// the control port, spawn base, parents, encryption, `-x`.
     pub vars: &'a [(String, String)],
-    /// Processes in the spawned job.
+    /// Ranks in the spawned job.
     pub m: usize,
+    /// Replicas of each (slot `k·r + j` is replica `j` of rank `k`).
+    pub r: usize,
     /// The universe size once the job runs (parents, earlier spawned jobs, this one).
     pub universe: usize,
     pub root: SocketAddr,
@@ -113,6 +118,12 @@ struct Inner {
     jobs: Mutex<Vec<Arc<dyn Fn() + Send + Sync>>>,
     /// Each spawned job's event loop, which returns its exit status.
     loops: Mutex<Vec<JoinHandle<i32>>>,
+    /// Replicated universes: every job's event loop (the parents' and each spawned job's),
+    /// by its first universe slot and its number of slots, so that a death one declares
+    /// reaches the processes of the others, and a suspicion reaches the job that decides.
+    worlds: Mutex<Vec<(usize, usize, Sender<Event>)>>,
+    /// Universe slots declared dead so far (told to every job registered later).
+    dead: Mutex<Vec<u32>>,
 }
 
 /// Starts spawned jobs; shared by the job's event loop and the spawned jobs'.
@@ -156,7 +167,41 @@ impl Spawns {
             started: Default::default(),
             jobs: Mutex::default(),
             loops: Mutex::default(),
+            worlds: Mutex::default(),
+            dead: Mutex::default(),
         }))
+    }
+
+    /// The event loop of the job whose universe slots start at `base` (`slots` of them)
+    /// hears of other jobs' declarations and of suspicions of its processes.
+    pub(crate) fn register_world(&self, base: usize, slots: usize, tx: Sender<Event>) {
+        let mut worlds = lock(&self.0.worlds);
+        let dead = lock(&self.0.dead).clone();
+        if !dead.is_empty() {
+            let _ = tx.send(Event::ForeignDead { slots: dead });
+        }
+        worlds.push((base, slots, tx));
+    }
+
+    /// The job at universe slot `from` declared universe slots `dead`: every other job's
+    /// processes learn it.
+    pub(crate) fn relay_dead(&self, from: usize, dead: &[u32]) {
+        let worlds = lock(&self.0.worlds);
+        lock(&self.0.dead).extend_from_slice(dead);
+        for (base, _, tx) in worlds.iter() {
+            if *base != from {
+                let _ = tx.send(Event::ForeignDead { slots: dead.to_vec() });
+            }
+        }
+    }
+
+    /// A process suspects universe slot `slot` of another job: that job's supervisor decides.
+    pub(crate) fn relay_suspect(&self, slot: usize, why: &str) {
+        for (base, n, tx) in lock(&self.0.worlds).iter() {
+            if (*base..base + n).contains(&slot) {
+                let _ = tx.send(Event::ForeignSuspect { slot: slot - base, why: why.to_string() });
+            }
+        }
     }
 
     /// Stops every spawned process.
@@ -197,7 +242,13 @@ impl Spawns {
             .collect::<Result<Vec<_>, _>>()?;
         let parent_list = parents.iter().map(|(id, a)| format!("{id}={a}")).collect::<Vec<_>>().join(";");
         let m = m as usize;
-        let layout = Layout::new(m, 1);
+        let r = s.replicas.max(1);
+        if r > 1 && matches!(s.place, Place::Grid(_)) {
+            return Err(
+                "spawning from a replicated job (-r) is supported with --local only, not on the grid yet".into()
+            );
+        }
+        let layout = Layout::new(m, r);
         let bind = match &s.place {
             Place::Local => std::net::IpAddr::from([127, 0, 0, 1]),
             Place::Grid(g) => g.address(),
@@ -233,7 +284,8 @@ impl Spawns {
             programs: &programs,
             vars: &vars,
             m,
-            universe: base as usize + m,
+            r,
+            universe: (base as usize + m) * r,
             root: ctrl_addr,
             key: &s.key,
             output: &output,
@@ -243,7 +295,10 @@ impl Spawns {
             Place::Local => start_here(&req)?,
             Place::Grid(g) => g.start(&format!("{} (spawned job {number})", s.name), &req)?,
         };
-        spawn_control_server(listener, s.key.clone(), m, tx.clone(), fencing.clone());
+        spawn_control_server(listener, s.key.clone(), layout.slots(), tx.clone(), fencing.clone());
+        if r > 1 {
+            self.register_world(base as usize * r, layout.slots(), tx.clone());
+        }
         lock(&self.0.jobs).push(started.stop.clone());
         let mut states: Vec<RankState> = started
             .pids
@@ -272,6 +327,8 @@ impl Spawns {
                 fencing,
                 notices: None,
                 spawner: Some(&nested),
+                slot_base: base as usize * layout.r,
+                relay: (layout.r > 1).then_some(&me),
             };
             let code = event_loop(&name, &job, &rx, &mut states);
             for (ranks, t) in threads {
@@ -292,11 +349,12 @@ impl Spawns {
 
 /// Starts a spawned job's processes on this host.
 fn start_here(req: &Request<'_>) -> Result<Started, String> {
-    let Request { apps, programs, vars, m, universe, key, output, tx, .. } = *req;
-    let mut children: Vec<Child> = Vec::with_capacity(m);
+    let Request { apps, programs, vars, m, r, universe, key, output, tx, .. } = *req;
+    let mut children: Vec<Child> = Vec::with_capacity(m * r);
     let mut threads = Vec::new();
-    let mut pids = Vec::with_capacity(m);
-    let slots = (0..apps.len()).flat_map(|a| std::iter::repeat_n(a, apps[a].procs as usize));
+    let mut pids = Vec::with_capacity(m * r);
+    // Slot `k·r + j` is replica `j` of rank `k` (rank-major, as the layout).
+    let slots = (0..apps.len()).flat_map(|a| std::iter::repeat_n(a, apps[a].procs as usize * r));
     for (rank, app) in slots.enumerate() {
         let mut cmd = Command::new(&programs[app]);
         cmd.args(&apps[app].args);
@@ -319,6 +377,9 @@ fn start_here(req: &Request<'_>) -> Result<Started, String> {
                 Some(v) => cmd.env(k, v),
                 None => cmd.env_remove(k),
             };
+        }
+        if r > 1 {
+            cmd.env(env::REPLICAS, r.to_string());
         }
         cmd.env(env::RANK, rank.to_string())
             .env(env::SIZE, m.to_string())

@@ -296,6 +296,20 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
         }
     }
 
+    /// Covers the ranks of a universe of `n` ranks: the processes of a spawn (its children,
+    /// or the parents and their earlier children seen from a child) are slots of the same
+    /// numbering ([`Layout::grown`]), with per-slot state like the job's own.
+    pub fn grow(&mut self, n: usize) {
+        self.coord.grow(n);
+        let slots = self.coord.layout().slots();
+        if slots > self.suspected.len() {
+            self.suspected.resize(slots, false);
+            self.held.resize_with(slots, Vec::new);
+            self.unwritten.resize(slots, 0);
+            self.progress_at.resize(slots, self.now);
+        }
+    }
+
     // ------------------------------------------------------------------ queries
 
     /// The coordinator (layout, election, tables).
