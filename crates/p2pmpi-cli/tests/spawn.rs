@@ -123,6 +123,34 @@ fn a_replicated_job_s_failed_spawn_is_an_error_everywhere_and_the_job_goes_on() 
     );
 }
 
+/// The root's master dies in the middle of a spawn (fault injection, the test programs are
+/// built with `failpoints`): before it asks its launcher, and after the launcher started the
+/// children and answered but before the answer was broadcast. Its replica takes over and
+/// makes the same request: the launcher starts one set of children only (no second spawned
+/// job), and the job ends with the fault-free output.
+#[test]
+fn the_root_s_master_dying_mid_spawn_leaves_one_set_of_children() {
+    let prog = example("spawn_checks");
+    for window in ["spawn_before_request", "spawn_after_answer"] {
+        let mut cmd = std::process::Command::new(launcher());
+        cmd.args(["--local", "-n", "2", "-r", "2", "--tag-output", prog.to_str().unwrap(), "basic"])
+            .env("P2PMPI_HOME", "/nonexistent/p2pmpi-local-tests")
+            .env("P2PMPI_FAILPOINTS_SLOT0", format!("{window}=return"));
+        let o = run_cmd(&mut cmd, T);
+        o.assert_ok();
+        assert!(o.stderr.contains(&format!("failpoint {window}: this process dies now")), "{window}: {}", o.stderr);
+        assert!(o.stderr.contains("rank 0 goes on with 1 replica(s)"), "{window}: {}", o.stderr);
+        for r in 0..2 {
+            let parent = format!("[{r}] OK spawn_checks basic: parent {r}, merged rank {r} of 4, sum 6");
+            assert!(o.stdout.contains(&parent), "{window}: missing {parent:?} in:\n{}", o.stdout);
+            let child = format!("[spawn1.{r}] child {r} of 2: 2 parents, merged rank {} of 4, sum 6", 2 + r);
+            assert!(o.stdout.contains(&child), "{window}: missing {child:?} in:\n{}", o.stdout);
+        }
+        assert_eq!(count(&o.stdout, "child "), 2, "{window}: {}", o.stdout);
+        assert_eq!(count(&o.stdout, "[spawn2."), 0, "{window}: a second set of children:\n{}", o.stdout);
+    }
+}
+
 /// What `spawn_checks pause` prints at `-n 2` (with its 2 children), sorted.
 fn pause_output() -> Vec<String> {
     let mut v: Vec<String> = vec![

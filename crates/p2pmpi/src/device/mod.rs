@@ -992,6 +992,7 @@ impl Engine {
                     if let Some(rp) = self.repl.as_mut() {
                         rp.ep.grow(n);
                     }
+                    crate::failure::renotify();
                 }
                 l.slots()
             }
@@ -2162,12 +2163,19 @@ impl Engine {
         let bytes = conn.rbuf.get(payload).ok_or_else(|| proto("opening frame outside the buffer".into()))?;
         let me = self.slot;
         let (src, dst) = (h.mid.src as i32, h.mid.dst as i32);
-        let failed = |r: i32| self.repl.as_ref().is_some_and(|rp| rp.ep.is_cut(r as usize));
+        // (A slot beyond the known ones is not failed: a spawned process, known once it
+        // proved the job key.)
+        let failed =
+            |r: i32| self.repl.as_ref().is_some_and(|rp| (r as usize) < self.peers.len() && rp.ep.is_cut(r as usize));
         match (conn.auth, h.kind) {
             (Auth::AwaitHello, FrameKind::Hello) => {
                 // Beyond the known processes: one spawned by this job (or by a child of it),
-                // known once it proved the job key.
-                let known = if self.repl.is_none() { MAX_UNIVERSE as usize } else { self.peers.len() };
+                // known once it proved the job key (every replica of a universe id, in a
+                // replicated job).
+                let known = match &self.layout {
+                    None => MAX_UNIVERSE as usize,
+                    Some(l) => MAX_UNIVERSE as usize * l.r,
+                };
                 if src < 0 || src as usize >= known || src == me || dst != me {
                     return Err(proto(format!("Hello from invalid slot {src} to slot {dst}")));
                 }

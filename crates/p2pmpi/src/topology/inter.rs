@@ -286,7 +286,10 @@ pub(crate) fn spawn(
                 let ids: Vec<i32> = (0..h.size()).map(|r| h.world_rank(r)).collect();
                 // With replicas, every replica of every parent (the children connect to each).
                 let parents = crate::environment::with_engine(|e| e.spawn_parents(&ids));
-                crate::bootstrap::spawning::request(apps, parents, ctx, Duration::from_secs(120))
+                crate::device::failpoints::spawn_window("spawn_before_request");
+                let answer = crate::bootstrap::spawning::request(apps, parents, ctx, Duration::from_secs(120));
+                crate::device::failpoints::spawn_window("spawn_after_answer");
+                answer
             }
         };
         match outcome {
