@@ -107,6 +107,21 @@ fn a_replicated_job_spawns_replicated_children_that_talk_both_ways_and_merge() {
     assert!(!o.stderr.contains("spawn failed"), "{}", o.stderr);
 }
 
+/// `spawn_multiple` and children that spawn a grandchild, from a replicated job (`-r 2`: the
+/// children and the grandchild run 2 replicas of each rank too).
+#[test]
+fn a_replicated_job_s_spawn_multiple_and_grandchildren() {
+    let prog = example("spawn_checks");
+    let o = run(&["--local", "-n", "2", "-r", "2", prog.to_str().unwrap(), "multiple"], T);
+    o.assert_ok();
+    assert_eq!(count(&o.stdout, "OK spawn_checks multiple"), 2, "{}", o.stdout);
+    assert_eq!(count(&o.stdout, "first child "), 2, "{}", o.stdout);
+    assert_eq!(count(&o.stdout, "second child 2 of 3 (appnum 1), parent size 2"), 1, "{}", o.stdout);
+    let o = run(&["--local", "-n", "2", "-r", "2", prog.to_str().unwrap(), "nested"], T);
+    assert_nested(&o);
+    assert_eq!(count(&o.stdout, "grandchild of 2 parents"), 1, "{}", o.stdout);
+}
+
 /// A spawn that fails in a replicated job: every replica of every parent gets
 /// `MpiError::Spawn`, the cause is printed once (by the root's master), the job goes on.
 #[test]
