@@ -878,6 +878,7 @@ fn run_local(name: &str, opts: RunArgs, n: usize, binding: Binding) -> Result<i3
         relay: (layout.r > 1).then_some(&spawner),
     };
     let code = event_loop(name, &job, &rx, &mut states);
+    spawner.unregister_world(0);
     for p in pumps {
         let _ = p.join();
     }

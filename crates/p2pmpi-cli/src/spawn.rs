@@ -183,6 +183,12 @@ impl Spawns {
         worlds.push((base, slots, tx));
     }
 
+    /// The job at universe slot `base` ended: nothing more is relayed to it (and its loop's
+    /// channel is not held open).
+    pub(crate) fn unregister_world(&self, base: usize) {
+        lock(&self.0.worlds).retain(|w| w.0 != base);
+    }
+
     /// The job at universe slot `from` declared universe slots `dead`: every other job's
     /// processes learn it.
     pub(crate) fn relay_dead(&self, from: usize, dead: &[u32]) {
@@ -331,6 +337,7 @@ impl Spawns {
                 relay: (layout.r > 1).then_some(&me),
             };
             let code = event_loop(&name, &job, &rx, &mut states);
+            me.unregister_world(base as usize * layout.r);
             for (ranks, t) in threads {
                 // A host cut off never confirmed its processes' end: its thread ends with
                 // this process.

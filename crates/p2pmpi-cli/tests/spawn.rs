@@ -180,10 +180,13 @@ fn pause_output() -> Vec<String> {
     v
 }
 
+/// Pids by (child?, slot in its own job).
+type Procs = Vec<((bool, usize), u32)>;
+
 /// A replicated job (`-n 2 -r 2`) whose children paused half-way (`spawn_checks pause`):
 /// the job, the directory whose `go` file releases them, and the pids of the processes by
 /// (child?, slot in its own job).
-fn paused_replicated_spawn(test: &str) -> (common::job::Job, std::path::PathBuf, Vec<((bool, usize), u32)>) {
+fn paused_replicated_spawn(test: &str) -> (common::job::Job, std::path::PathBuf, Procs) {
     let marker = marker(test);
     let dir = std::env::temp_dir().join(&marker);
     std::fs::create_dir_all(&dir).unwrap();
@@ -199,7 +202,7 @@ fn paused_replicated_spawn(test: &str) -> (common::job::Job, std::path::PathBuf,
         let seen = |r: usize| lines.iter().any(|l| !l.stderr && l.text == format!("child {r} paused"));
         (seen(0) && seen(1)).then_some(())
     });
-    let procs: Vec<((bool, usize), u32)> = processes_with(&marker)
+    let procs: Procs = processes_with(&marker)
         .into_iter()
         .filter_map(|pid| {
             let slot = env_of(pid, "P2PMPI_RANK")?.parse().ok()?;
