@@ -285,41 +285,54 @@ impl Spawns {
             vars.push((env::ENCRYPT.to_string(), "1".to_string()));
         }
         vars.extend(s.extra.iter().cloned());
-        let req = Request {
-            apps,
-            programs: &programs,
-            vars: &vars,
-            m,
-            r,
-            universe: (base as usize + m) * r,
-            root: ctrl_addr,
-            key: &s.key,
-            output: &output,
-            tx: &tx,
-        };
-        let started = match &s.place {
-            Place::Local => start_here(&req)?,
-            Place::Grid(g) => g.start(&format!("{} (spawned job {number})", s.name), &req)?,
-        };
-        spawn_control_server(listener, s.key.clone(), layout.slots(), tx.clone(), fencing.clone());
-        if r > 1 {
-            self.register_world(base as usize * r, layout.slots(), tx.clone());
-        }
-        lock(&self.0.jobs).push(started.stop.clone());
-        let mut states: Vec<RankState> = started
-            .pids
-            .iter()
-            .map(|&pid| {
-                let mut st = RankState::default();
-                st.pid = pid;
-                st
-            })
-            .collect();
-        drop(tx);
+        // The processes are started by the thread that then follows the job to its end: a
+        // process dies with the thread that started it (`PR_SET_PDEATHSIG`). (Started from
+        // the spawning job's loop, a grandchild was killed when its parents' job ended first.)
+        let (started_tx, started_rx) = channel::<Result<(), String>>();
+        let apps = apps.to_vec();
         let me = self.clone();
         let name = format!("{} (spawned job)", s.name);
         let handle = std::thread::spawn(move || {
             let st = &me.0.settings;
+            let req = Request {
+                apps: &apps,
+                programs: &programs,
+                vars: &vars,
+                m,
+                r,
+                universe: (base as usize + m) * r,
+                root: ctrl_addr,
+                key: &st.key,
+                output: &output,
+                tx: &tx,
+            };
+            let started = match &st.place {
+                Place::Local => start_here(&req),
+                Place::Grid(g) => g.start(&format!("{} (spawned job {number})", st.name), &req),
+            };
+            let started = match started {
+                Ok(s) => s,
+                Err(e) => {
+                    let _ = started_tx.send(Err(e));
+                    return 0;
+                }
+            };
+            spawn_control_server(listener, st.key.clone(), layout.slots(), tx.clone(), fencing.clone());
+            if r > 1 {
+                me.register_world(base as usize * r, layout.slots(), tx.clone());
+            }
+            lock(&me.0.jobs).push(started.stop.clone());
+            let mut states: Vec<RankState> = started
+                .pids
+                .iter()
+                .map(|&pid| {
+                    let mut st = RankState::default();
+                    st.pid = pid;
+                    st
+                })
+                .collect();
+            drop(tx);
+            let _ = started_tx.send(Ok(()));
             let Started { stop, threads, keep, .. } = started;
             let stop_all = || stop();
             let nested = |a: &[SpawnApp], p: &[(u32, String)], c: u32| me.spawn(a, p, c);
@@ -349,8 +362,17 @@ impl Spawns {
             drop(keep);
             code
         });
-        lock(&self.0.loops).push(handle);
-        Ok(base)
+        match started_rx.recv() {
+            Ok(Ok(())) => {
+                lock(&self.0.loops).push(handle);
+                Ok(base)
+            }
+            Ok(Err(e)) => {
+                let _ = handle.join();
+                Err(e)
+            }
+            Err(_) => Err("the spawned job's thread ended before starting its processes".into()),
+        }
     }
 }
 

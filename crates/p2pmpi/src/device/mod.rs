@@ -1018,6 +1018,16 @@ impl Engine {
     pub fn connect_to(&mut self, ids: &[i32], limit: Duration) -> Result<()> {
         let ids = &self.slots_of_ids(ids)[..];
         for &r in ids {
+            if self.repl.is_some() && crate::failure::PENDING.load(std::sync::atomic::Ordering::Relaxed) {
+                // Replicas the launcher declared dead already (a spawn's parent that died
+                // before its children started): not waited for.
+                for k in crate::failure::take_pending() {
+                    self.peer_failed(k);
+                }
+            }
+            if self.cut(r) {
+                continue;
+            }
             if let Err(e) = self.send_conn(r) {
                 if self.repl.is_none() {
                     return Err(e);
@@ -1105,7 +1115,10 @@ impl Engine {
         }
         let addr = self.addrs[dst as usize];
         let local = self.local_addr().map(|a| a.ip());
-        let std_stream = connect_with_retry(local, addr, Duration::from_secs(10)).map_err(|e| Error::PeerLost {
+        // A replica outside the world (a spawn's parent) listens since before the spawn: a
+        // refused connection means it died, and its replicas are there instead.
+        let retry = if outside && self.repl.is_some() { Duration::from_secs(1) } else { Duration::from_secs(10) };
+        let std_stream = connect_with_retry(local, addr, retry).map_err(|e| Error::PeerLost {
             rank: self.rank_of(dst),
             cause: format!("cannot connect to {addr}: {e}"),
         })?;
