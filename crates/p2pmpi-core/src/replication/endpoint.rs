@@ -1275,6 +1275,30 @@ mod tests {
     }
 
     #[test]
+    fn a_grown_universe_fans_out_to_every_replica_of_a_spawned_rank_and_survives_their_deaths() {
+        // Parents n = 2, r = 2 (me: slot 0, rank 0's master); a spawn adds ranks 2 and 3
+        // (slots 4..8).
+        let mut e: Endpoint<V, u32> = Endpoint::new(Layout::new(2, 2), 0, Config::default());
+        e.grow(4);
+        assert_eq!(e.layout(), Layout::new(4, 2));
+        e.send(T, mid(0, 3, 0), v(5), false, 1);
+        let t = txs(&drain(&mut e));
+        assert_eq!(t.iter().map(|x| x.0).collect::<Vec<_>>(), vec![6, 7]);
+        e.written(T, t[0].1);
+        // Child rank 3's master dies: declared by its own job, told to the parents.
+        e.suspect(T, 7, "connection closed", false);
+        assert_eq!(drain(&mut e), vec![Action::Suspect { slot: 7, cause: "connection closed".into() }]);
+        e.declared_dead(T, 7);
+        let a = drain(&mut e);
+        assert!(a.contains(&Action::Complete(1)), "{a:?}");
+        assert!(a.iter().any(|a| matches!(a, Action::Transmit { to: 1, frame: Frame::Commit { .. }, .. })), "{a:?}");
+        // Growing again keeps what is known: the dead stay dead, later sends skip them.
+        e.grow(3);
+        e.send(T, mid(0, 3, 1), v(6), false, 2);
+        assert_eq!(txs(&drain(&mut e)).iter().map(|x| x.0).collect::<Vec<_>>(), vec![6]);
+    }
+
+    #[test]
     fn synchronous_send_waits_for_an_acknowledgement() {
         let l = Layout::new(2, 2);
         let mut e: Endpoint<V, u32> = Endpoint::new(l, 0, Config::default());
