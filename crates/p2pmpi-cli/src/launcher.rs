@@ -1073,6 +1073,14 @@ impl Replicas<'_> {
         f.sup.suspect(now, slot, by, why)
     }
 
+    /// A process of another job of the universe suspects `slot`
+    /// ([`Supervisor::suspect_from_outside`]).
+    fn suspect_from_outside(&self, slot: usize, why: &str) -> Option<usize> {
+        let mut f = lock(self.fencing);
+        let now = f.now();
+        f.sup.suspect_from_outside(now, slot, why)
+    }
+
     /// `slot`'s process ended: declared at once.
     fn ended(&self, slot: usize, why: &str) -> Option<Declaration> {
         let mut f = lock(self.fencing);
@@ -1339,7 +1347,7 @@ pub(crate) fn event_loop(name: &str, job: &Job, rx: &Receiver<Event>, states: &m
                     // The accuser's text names universe ranks: the report names the process.
                     let why =
                         format!("{} failed: {} (detected by another job's process)", who(slot), failure_detail(&why));
-                    if let Some(out) = rep.suspect(slot, None, &why) {
+                    if let Some(out) = rep.suspect_from_outside(slot, &why) {
                         reported_failed[out] = true;
                     }
                 }
