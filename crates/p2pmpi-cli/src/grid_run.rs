@@ -822,7 +822,7 @@ pub fn run(name: &str, opts: &RunArgs, n: usize, grid: Grid) -> Result<i32> {
     let spawns = crate::spawn::Spawns::new(crate::spawn::Settings::of_job(
         name,
         &key,
-        slots,
+        layout,
         opts,
         &extra,
         crate::spawn::Place::Grid(Arc::new(GridSpawn { grid: grid.clone(), opts: opts.clone(), only: only.clone() })),
@@ -844,6 +844,8 @@ pub fn run(name: &str, opts: &RunArgs, n: usize, grid: Grid) -> Result<i32> {
         fencing,
         notices: Some(&notifier),
         spawner: Some(&spawn),
+        slot_base: 0,
+        relay: None,
     };
     let code = launcher::event_loop(name, &hooks, &rx, &mut states);
     notifier.finish(

@@ -31,6 +31,7 @@ use clap::Parser;
 use p2pmpi::bootstrap::env;
 use p2pmpi_core::agreement;
 use p2pmpi_core::fencing::{Declaration, Grant, Supervisor};
+use p2pmpi_core::replication::spawn::{Ask, SpawnLedger};
 use p2pmpi_core::replication::Layout;
 use p2pmpi_peer::server::{self, Framing, Gate, GateOptions, Limits, Pending, Refusal};
 use p2pmpi_wire::auth::JobKey;
@@ -492,6 +493,15 @@ pub(crate) enum Event {
         ranks: Vec<usize>,
         why: String,
     },
+    /// Another job of the universe declared these universe slots dead (replicated spawns).
+    ForeignDead {
+        slots: Vec<u32>,
+    },
+    /// A process of another job of the universe suspects this job's slot `slot`.
+    ForeignSuspect {
+        slot: usize,
+        why: String,
+    },
     /// The root of a `spawn` asks for new processes ([`Control::Spawn`]).
     Spawn {
         rank: usize,
@@ -836,16 +846,19 @@ fn run_local(name: &str, opts: RunArgs, n: usize, binding: Binding) -> Result<i3
         let output = output.clone();
         std::thread::spawn(move || watch_exits(children, tx, output));
     }
-    drop(tx);
-
     let spawner = crate::spawn::Spawns::new(crate::spawn::Settings::of_job(
         name,
         &key,
-        slots,
+        layout,
         &opts,
         &extra,
         crate::spawn::Place::Local,
     ));
+    if layout.r > 1 {
+        // Its children's declared deaths reach the parents, and the other way round.
+        spawner.register_world(0, slots, tx.clone());
+    }
+    drop(tx);
     let stop = || {
         terminate(&children);
         spawner.terminate_all();
@@ -861,8 +874,11 @@ fn run_local(name: &str, opts: RunArgs, n: usize, binding: Binding) -> Result<i3
         fencing,
         notices: None,
         spawner: Some(&spawn),
+        slot_base: 0,
+        relay: (layout.r > 1).then_some(&spawner),
     };
     let code = event_loop(name, &job, &rx, &mut states);
+    spawner.unregister_world(0);
     for p in pumps {
         let _ = p.join();
     }
@@ -895,6 +911,12 @@ pub(crate) struct Job<'a> {
     pub(crate) notices: Option<&'a crate::notices::Notifier>,
     /// Starts the processes of a `spawn` (`None`: spawning is not supported here).
     pub(crate) spawner: Option<&'a Spawner<'a>>,
+    /// The universe slot of the job's slot 0 (a spawned job's follow its ancestors'): its
+    /// processes name slots of the universe, the loop its own.
+    pub(crate) slot_base: usize,
+    /// A replicated universe (parents and the jobs they spawned): declarations and
+    /// suspicions that concern another job's processes go through it.
+    pub(crate) relay: Option<&'a crate::spawn::Spawns>,
 }
 
 /// How reports name a process: `rank K`, or `rank K replica J` when its rank is replicated.
@@ -947,6 +969,11 @@ struct Replicas<'a> {
     agreements: std::cell::RefCell<Agreements>,
     /// Communicators (contexts) a fault-aware program revoked.
     revoked: std::cell::RefCell<std::collections::BTreeSet<u64>>,
+    /// The universe slot of slot 0 ([`Job::slot_base`]).
+    slot_base: usize,
+    /// Universe slots other jobs of the universe declared dead (replicated spawns).
+    foreign: std::cell::RefCell<std::collections::BTreeSet<u32>>,
+    relay: Option<&'a crate::spawn::Spawns>,
 }
 
 /// The agreements of fault-aware programs ([`p2pmpi_core::agreement`]): the registry, and
@@ -1046,6 +1073,14 @@ impl Replicas<'_> {
         f.sup.suspect(now, slot, by, why)
     }
 
+    /// A process of another job of the universe suspects `slot`
+    /// ([`Supervisor::suspect_from_outside`]).
+    fn suspect_from_outside(&self, slot: usize, why: &str) -> Option<usize> {
+        let mut f = lock(self.fencing);
+        let now = f.now();
+        f.sup.suspect_from_outside(now, slot, why)
+    }
+
     /// `slot`'s process ended: declared at once.
     fn ended(&self, slot: usize, why: &str) -> Option<Declaration> {
         let mut f = lock(self.fencing);
@@ -1069,15 +1104,25 @@ impl Replicas<'_> {
     /// learns the dead set. Returns how many replicas its rank has left.
     fn declared(&self, job: &Job, d: &Declaration) -> usize {
         job.output.slot_dead(d.slot);
-        let slots: Vec<u32> = lock(self.fencing).sup.dead().slots().into_iter().map(|s| s as u32).collect();
-        let msg = Control::Dead { slots };
-        for w in self.conns.values() {
-            send_to(w, &msg);
+        self.tell_dead();
+        if let Some(relay) = self.relay {
+            relay.relay_dead(self.slot_base, &[(self.slot_base + d.slot) as u32]);
         }
         if d.left == 0 {
             self.rank_failed(self.layout.rank_of(d.slot));
         }
         d.left
+    }
+
+    /// Tells every process the dead set: this job's slots and other jobs' (universe slots).
+    fn tell_dead(&self) {
+        let mut slots: Vec<u32> =
+            lock(self.fencing).sup.dead().slots().into_iter().map(|s| (s + self.slot_base) as u32).collect();
+        slots.extend(self.foreign.borrow().iter().copied());
+        let msg = Control::Dead { slots };
+        for w in self.conns.values() {
+            send_to(w, &msg);
+        }
     }
 
     /// Reports a declaration (`what` names the process and says how it failed); true when
@@ -1146,7 +1191,12 @@ pub(crate) fn event_loop(name: &str, job: &Job, rx: &Receiver<Event>, states: &m
         conns: HashMap::new(),
         agreements: Default::default(),
         revoked: Default::default(),
+        slot_base: job.slot_base,
+        foreign: Default::default(),
+        relay: job.relay,
     };
+    // Spawn requests of a replicated job's replicas: performed once per request.
+    let mut spawn_ledger = SpawnLedger::<std::result::Result<u32, String>>::new(layout);
     let lease_us = if replicated { lock(&job.fencing).sup.lease().as_micros() as u64 } else { 0 };
     let mut addrs: Vec<Option<String>> = vec![None; n];
     let mut fd_addrs: Vec<String> = vec![String::new(); n];
@@ -1280,9 +1330,46 @@ pub(crate) fn event_loop(name: &str, job: &Job, rx: &Receiver<Event>, states: &m
                         };
                         send_to(c, &msg);
                     }
+                    if !rep.foreign.borrow().is_empty() {
+                        // Processes of other jobs of the universe declared dead before.
+                        rep.tell_dead();
+                    }
+                }
+            }
+            Event::ForeignDead { slots } => {
+                rep.foreign.borrow_mut().extend(slots);
+                if world_sent {
+                    rep.tell_dead();
+                }
+            }
+            Event::ForeignSuspect { slot, why } => {
+                if world_sent && replicated && failure.is_none() && !rep.fenced(slot) && !states[slot].finalized {
+                    // The accuser's text names universe ranks: the report names the process.
+                    let why =
+                        format!("{} failed: {} (detected by another job's process)", who(slot), failure_detail(&why));
+                    if let Some(out) = rep.suspect_from_outside(slot, &why) {
+                        reported_failed[out] = true;
+                    }
                 }
             }
             Event::PeerFailed { rank: by, failed, detail } => {
+                // A replicated job's processes name universe slots.
+                let failed = if replicated {
+                    match failed.checked_sub(job.slot_base).filter(|&f| f < n) {
+                        Some(f) => f,
+                        None => {
+                            // Another job's process: its own job decides (fencing).
+                            if let Some(relay) = job.relay {
+                                if !rep.heard_from_fenced(by) {
+                                    relay.relay_suspect(failed, &detail);
+                                }
+                            }
+                            continue;
+                        }
+                    }
+                } else {
+                    failed
+                };
                 if failed >= n {
                     continue;
                 }
@@ -1323,13 +1410,27 @@ pub(crate) fn event_loop(name: &str, job: &Job, rx: &Receiver<Event>, states: &m
                 }
             }
             Event::Spawn { rank: slot, apps, parents, ctx } => {
+                let perform = || match job.spawner {
+                    Some(s) => s(&apps, &parents, ctx),
+                    None => Err("this job cannot spawn processes".to_string()),
+                };
                 let answer = if replicated {
-                    Err("spawn is not supported in replicated jobs (-r) yet".to_string())
-                } else {
-                    match job.spawner {
-                        Some(s) => s(&apps, &parents, ctx),
-                        None => Err("this job cannot spawn processes".to_string()),
+                    // Every replica of the root asks: the first performs the spawn, the
+                    // others get its outcome (one set of children, whoever is master).
+                    if rep.heard_from_fenced(slot) {
+                        continue;
                     }
+                    match spawn_ledger.ask(slot) {
+                        Some(Ask::Perform(k)) => {
+                            let a = perform();
+                            spawn_ledger.decide(slot, k, a.clone());
+                            a
+                        }
+                        Some(Ask::Decided(a)) => a,
+                        None => continue,
+                    }
+                } else {
+                    perform()
                 };
                 if let Some(c) = rep.conns.get(&slot) {
                     let msg = match answer {

@@ -40,6 +40,8 @@ pub(crate) struct Settings {
     pub key: JobKey,
     /// The first free universe id (the job's own processes have those below).
     pub first_id: u32,
+    /// Replicas of every rank (`-r R`): a spawned job runs as many of each of its ranks.
+    pub replicas: usize,
     pub tag_output: bool,
     pub extra: Vec<(String, String)>,
     pub startup_timeout: u64,
@@ -49,12 +51,12 @@ pub(crate) struct Settings {
 }
 
 impl Settings {
-    /// The settings a job run with `opts` (of `slots` processes, started with the
+    /// The settings a job run with `opts` (of `layout`'s processes, started with the
     /// environment `extra`) hands its spawned jobs, which start at `place`.
     pub(crate) fn of_job(
         name: &str,
         key: &JobKey,
-        slots: usize,
+        layout: Layout,
         opts: &crate::launcher::RunArgs,
         extra: &[(String, String)],
         place: Place,
@@ -62,7 +64,8 @@ impl Settings {
         Settings {
             name: name.to_string(),
             key: key.clone(),
-            first_id: slots as u32,
+            first_id: layout.n as u32,
+            replicas: layout.r,
             tag_output: opts.tag_output,
             extra: extra.to_vec(),
             startup_timeout: opts.startup_timeout,
@@ -94,8 +97,10 @@ pub(crate) struct Request<'a> {
     /// The variables every process gets after its app's own (which cannot override them):
     /// the control port, spawn base, parents, encryption, `-x`.
     pub vars: &'a [(String, String)],
-    /// Processes in the spawned job.
+    /// Ranks in the spawned job.
     pub m: usize,
+    /// Replicas of each (slot `k·r + j` is replica `j` of rank `k`).
+    pub r: usize,
     /// The universe size once the job runs (parents, earlier spawned jobs, this one).
     pub universe: usize,
     pub root: SocketAddr,
@@ -113,6 +118,12 @@ struct Inner {
     jobs: Mutex<Vec<Arc<dyn Fn() + Send + Sync>>>,
     /// Each spawned job's event loop, which returns its exit status.
     loops: Mutex<Vec<JoinHandle<i32>>>,
+    /// Replicated universes: every job's event loop (the parents' and each spawned job's),
+    /// by its first universe slot and its number of slots, so that a death one declares
+    /// reaches the processes of the others, and a suspicion reaches the job that decides.
+    worlds: Mutex<Vec<(usize, usize, Sender<Event>)>>,
+    /// Universe slots declared dead so far (told to every job registered later).
+    dead: Mutex<Vec<u32>>,
 }
 
 /// Starts spawned jobs; shared by the job's event loop and the spawned jobs'.
@@ -156,7 +167,47 @@ impl Spawns {
             started: Default::default(),
             jobs: Mutex::default(),
             loops: Mutex::default(),
+            worlds: Mutex::default(),
+            dead: Mutex::default(),
         }))
+    }
+
+    /// The event loop of the job whose universe slots start at `base` (`slots` of them)
+    /// hears of other jobs' declarations and of suspicions of its processes.
+    pub(crate) fn register_world(&self, base: usize, slots: usize, tx: Sender<Event>) {
+        let mut worlds = lock(&self.0.worlds);
+        let dead = lock(&self.0.dead).clone();
+        if !dead.is_empty() {
+            let _ = tx.send(Event::ForeignDead { slots: dead });
+        }
+        worlds.push((base, slots, tx));
+    }
+
+    /// The job at universe slot `base` ended: nothing more is relayed to it (and its loop's
+    /// channel is not held open).
+    pub(crate) fn unregister_world(&self, base: usize) {
+        lock(&self.0.worlds).retain(|w| w.0 != base);
+    }
+
+    /// The job at universe slot `from` declared universe slots `dead`: every other job's
+    /// processes learn it.
+    pub(crate) fn relay_dead(&self, from: usize, dead: &[u32]) {
+        let worlds = lock(&self.0.worlds);
+        lock(&self.0.dead).extend_from_slice(dead);
+        for (base, _, tx) in worlds.iter() {
+            if *base != from {
+                let _ = tx.send(Event::ForeignDead { slots: dead.to_vec() });
+            }
+        }
+    }
+
+    /// A process suspects universe slot `slot` of another job: that job's supervisor decides.
+    pub(crate) fn relay_suspect(&self, slot: usize, why: &str) {
+        for (base, n, tx) in lock(&self.0.worlds).iter() {
+            if (*base..base + n).contains(&slot) {
+                let _ = tx.send(Event::ForeignSuspect { slot: slot - base, why: why.to_string() });
+            }
+        }
     }
 
     /// Stops every spawned process.
@@ -197,7 +248,13 @@ impl Spawns {
             .collect::<Result<Vec<_>, _>>()?;
         let parent_list = parents.iter().map(|(id, a)| format!("{id}={a}")).collect::<Vec<_>>().join(";");
         let m = m as usize;
-        let layout = Layout::new(m, 1);
+        let r = s.replicas.max(1);
+        if r > 1 && matches!(s.place, Place::Grid(_)) {
+            return Err(
+                "spawning from a replicated job (-r) is supported with --local only, not on the grid yet".into()
+            );
+        }
+        let layout = Layout::new(m, r);
         let bind = match &s.place {
             Place::Local => std::net::IpAddr::from([127, 0, 0, 1]),
             Place::Grid(g) => g.address(),
@@ -228,37 +285,54 @@ impl Spawns {
             vars.push((env::ENCRYPT.to_string(), "1".to_string()));
         }
         vars.extend(s.extra.iter().cloned());
-        let req = Request {
-            apps,
-            programs: &programs,
-            vars: &vars,
-            m,
-            universe: base as usize + m,
-            root: ctrl_addr,
-            key: &s.key,
-            output: &output,
-            tx: &tx,
-        };
-        let started = match &s.place {
-            Place::Local => start_here(&req)?,
-            Place::Grid(g) => g.start(&format!("{} (spawned job {number})", s.name), &req)?,
-        };
-        spawn_control_server(listener, s.key.clone(), m, tx.clone(), fencing.clone());
-        lock(&self.0.jobs).push(started.stop.clone());
-        let mut states: Vec<RankState> = started
-            .pids
-            .iter()
-            .map(|&pid| {
-                let mut st = RankState::default();
-                st.pid = pid;
-                st
-            })
-            .collect();
-        drop(tx);
+        // The processes are started by the thread that then follows the job to its end: a
+        // process dies with the thread that started it (`PR_SET_PDEATHSIG`). (Started from
+        // the spawning job's loop, a grandchild was killed when its parents' job ended first.)
+        let (started_tx, started_rx) = channel::<Result<(), String>>();
+        let apps = apps.to_vec();
         let me = self.clone();
         let name = format!("{} (spawned job)", s.name);
         let handle = std::thread::spawn(move || {
             let st = &me.0.settings;
+            let req = Request {
+                apps: &apps,
+                programs: &programs,
+                vars: &vars,
+                m,
+                r,
+                universe: (base as usize + m) * r,
+                root: ctrl_addr,
+                key: &st.key,
+                output: &output,
+                tx: &tx,
+            };
+            let started = match &st.place {
+                Place::Local => start_here(&req),
+                Place::Grid(g) => g.start(&format!("{} (spawned job {number})", st.name), &req),
+            };
+            let started = match started {
+                Ok(s) => s,
+                Err(e) => {
+                    let _ = started_tx.send(Err(e));
+                    return 0;
+                }
+            };
+            spawn_control_server(listener, st.key.clone(), layout.slots(), tx.clone(), fencing.clone());
+            if r > 1 {
+                me.register_world(base as usize * r, layout.slots(), tx.clone());
+            }
+            lock(&me.0.jobs).push(started.stop.clone());
+            let mut states: Vec<RankState> = started
+                .pids
+                .iter()
+                .map(|&pid| {
+                    let mut st = RankState::default();
+                    st.pid = pid;
+                    st
+                })
+                .collect();
+            drop(tx);
+            let _ = started_tx.send(Ok(()));
             let Started { stop, threads, keep, .. } = started;
             let stop_all = || stop();
             let nested = |a: &[SpawnApp], p: &[(u32, String)], c: u32| me.spawn(a, p, c);
@@ -272,8 +346,11 @@ impl Spawns {
                 fencing,
                 notices: None,
                 spawner: Some(&nested),
+                slot_base: base as usize * layout.r,
+                relay: (layout.r > 1).then_some(&me),
             };
             let code = event_loop(&name, &job, &rx, &mut states);
+            me.unregister_world(base as usize * layout.r);
             for (ranks, t) in threads {
                 // A host cut off never confirmed its processes' end: its thread ends with
                 // this process.
@@ -285,18 +362,28 @@ impl Spawns {
             drop(keep);
             code
         });
-        lock(&self.0.loops).push(handle);
-        Ok(base)
+        match started_rx.recv() {
+            Ok(Ok(())) => {
+                lock(&self.0.loops).push(handle);
+                Ok(base)
+            }
+            Ok(Err(e)) => {
+                let _ = handle.join();
+                Err(e)
+            }
+            Err(_) => Err("the spawned job's thread ended before starting its processes".into()),
+        }
     }
 }
 
 /// Starts a spawned job's processes on this host.
 fn start_here(req: &Request<'_>) -> Result<Started, String> {
-    let Request { apps, programs, vars, m, universe, key, output, tx, .. } = *req;
-    let mut children: Vec<Child> = Vec::with_capacity(m);
+    let Request { apps, programs, vars, m, r, universe, key, output, tx, .. } = *req;
+    let mut children: Vec<Child> = Vec::with_capacity(m * r);
     let mut threads = Vec::new();
-    let mut pids = Vec::with_capacity(m);
-    let slots = (0..apps.len()).flat_map(|a| std::iter::repeat_n(a, apps[a].procs as usize));
+    let mut pids = Vec::with_capacity(m * r);
+    // Slot `k·r + j` is replica `j` of rank `k` (rank-major, as the layout).
+    let slots = (0..apps.len()).flat_map(|a| std::iter::repeat_n(a, apps[a].procs as usize * r));
     for (rank, app) in slots.enumerate() {
         let mut cmd = Command::new(&programs[app]);
         cmd.args(&apps[app].args);
@@ -319,6 +406,9 @@ fn start_here(req: &Request<'_>) -> Result<Started, String> {
                 Some(v) => cmd.env(k, v),
                 None => cmd.env_remove(k),
             };
+        }
+        if r > 1 {
+            cmd.env(env::REPLICAS, r.to_string());
         }
         cmd.env(env::RANK, rank.to_string())
             .env(env::SIZE, m.to_string())

@@ -88,15 +88,198 @@ fn children_spawn_a_grandchild() {
     assert_nested(&spawn_checks(2, "nested"));
 }
 
-/// Not supported yet with replicas: every replica of the root gets `MpiError::Spawn`, the cause
-/// is printed, and the job goes on.
+/// With `-r 2` every replica of the root calls `spawn`, the launcher starts one set of
+/// children, replicated too (each child rank as 2 replicas): values both ways with their
+/// sources, any-source receives, merge and allreduce, every line shown once per logical rank.
 #[test]
-fn spawn_in_a_replicated_job_is_a_clear_error() {
+fn a_replicated_job_spawns_replicated_children_that_talk_both_ways_and_merge() {
+    let prog = example("spawn_checks");
+    let o = run(&["--local", "-n", "2", "-r", "2", prog.to_str().unwrap(), "basic"], T);
+    o.assert_ok();
+    for r in 0..2 {
+        let parent = format!("OK spawn_checks basic: parent {r}, merged rank {r} of 4, sum 6");
+        assert!(o.stdout.contains(&parent), "missing {parent:?} in:\n{}", o.stdout);
+        let child = format!("child {r} of 2: 2 parents, merged rank {} of 4, sum 6", 2 + r);
+        assert!(o.stdout.contains(&child), "missing {child:?} in:\n{}", o.stdout);
+    }
+    assert_eq!(count(&o.stdout, "OK spawn_checks basic"), 2, "{}", o.stdout);
+    assert_eq!(count(&o.stdout, "child "), 2, "replicas' output is not shown:\n{}", o.stdout);
+    assert!(!o.stderr.contains("spawn failed"), "{}", o.stderr);
+}
+
+/// `spawn_multiple` and children that spawn a grandchild, from a replicated job (`-r 2`: the
+/// children and the grandchild run 2 replicas of each rank too).
+#[test]
+fn a_replicated_job_s_spawn_multiple_and_grandchildren() {
+    let prog = example("spawn_checks");
+    let o = run(&["--local", "-n", "2", "-r", "2", prog.to_str().unwrap(), "multiple"], T);
+    o.assert_ok();
+    assert_eq!(count(&o.stdout, "OK spawn_checks multiple"), 2, "{}", o.stdout);
+    assert_eq!(count(&o.stdout, "first child "), 2, "{}", o.stdout);
+    assert_eq!(count(&o.stdout, "second child 2 of 3 (appnum 1), parent size 2"), 1, "{}", o.stdout);
+    let o = run(&["--local", "-n", "2", "-r", "2", prog.to_str().unwrap(), "nested"], T);
+    assert_nested(&o);
+    assert_eq!(count(&o.stdout, "grandchild of 2 parents"), 1, "{}", o.stdout);
+}
+
+/// A spawn that fails in a replicated job: every replica of every parent gets
+/// `MpiError::Spawn`, the cause is printed once (by the root's master), the job goes on.
+#[test]
+fn a_replicated_job_s_failed_spawn_is_an_error_everywhere_and_the_job_goes_on() {
     let prog = example("spawn_checks");
     let o = run(&["--local", "-n", "2", "-r", "2", prog.to_str().unwrap(), "missing"], T);
     o.assert_ok();
     assert_eq!(count(&o.stdout, "OK spawn_checks missing"), 2, "{}", o.stdout);
-    assert!(o.stderr.contains("spawn is not supported in replicated jobs (-r) yet"), "{}", o.stderr);
+    assert_eq!(
+        count(&o.stderr, "spawn failed: program '/nonexistent/p2pmpi-spawn-target' not found"),
+        1,
+        "{}",
+        o.stderr
+    );
+}
+
+/// The root's master dies in the middle of a spawn (fault injection, the test programs are
+/// built with `failpoints`): before it asks its launcher, and after the launcher started the
+/// children and answered but before the answer was broadcast. Its replica takes over and
+/// makes the same request: the launcher starts one set of children only (no second spawned
+/// job), and the job ends with the fault-free output.
+#[test]
+fn the_root_s_master_dying_mid_spawn_leaves_one_set_of_children() {
+    let prog = example("spawn_checks");
+    for window in ["spawn_before_request", "spawn_after_answer"] {
+        let mut cmd = std::process::Command::new(launcher());
+        cmd.args(["--local", "-n", "2", "-r", "2", "--tag-output", prog.to_str().unwrap(), "basic"])
+            .env("P2PMPI_HOME", "/nonexistent/p2pmpi-local-tests")
+            .env("P2PMPI_FAILPOINTS_SLOT0", format!("{window}=return"));
+        let o = run_cmd(&mut cmd, T);
+        o.assert_ok();
+        assert!(o.stderr.contains(&format!("failpoint {window}: this process dies now")), "{window}: {}", o.stderr);
+        assert!(o.stderr.contains("rank 0 goes on with 1 replica(s)"), "{window}: {}", o.stderr);
+        for r in 0..2 {
+            let parent = format!("[{r}] OK spawn_checks basic: parent {r}, merged rank {r} of 4, sum 6");
+            assert!(o.stdout.contains(&parent), "{window}: missing {parent:?} in:\n{}", o.stdout);
+            let child = format!("[spawn1.{r}] child {r} of 2: 2 parents, merged rank {} of 4, sum 6", 2 + r);
+            assert!(o.stdout.contains(&child), "{window}: missing {child:?} in:\n{}", o.stdout);
+        }
+        assert_eq!(count(&o.stdout, "child "), 2, "{window}: {}", o.stdout);
+        assert_eq!(count(&o.stdout, "[spawn2."), 0, "{window}: a second set of children:\n{}", o.stdout);
+    }
+}
+
+/// What `spawn_checks pause` prints at `-n 2` (with its 2 children), sorted.
+fn pause_output() -> Vec<String> {
+    let mut v: Vec<String> = vec![
+        "child 0 paused".into(),
+        "child 1 paused".into(),
+        "child 0 of 2: 6 rounds, merged rank 2 of 4, sum 6".into(),
+        "child 1 of 2: 6 rounds, merged rank 3 of 4, sum 6".into(),
+        "OK spawn_checks pause: parent 0, 6 rounds, merged rank 0 of 4, sum 6".into(),
+        "OK spawn_checks pause: parent 1, 6 rounds, merged rank 1 of 4, sum 6".into(),
+    ];
+    v.sort();
+    v
+}
+
+/// Pids by (child?, slot in its own job).
+type Procs = Vec<((bool, usize), u32)>;
+
+/// A replicated job (`-n 2 -r 2`) whose children paused half-way (`spawn_checks pause`):
+/// the job, the directory whose `go` file releases them, and the pids of the processes by
+/// (child?, slot in its own job).
+fn paused_replicated_spawn(test: &str) -> (common::job::Job, std::path::PathBuf, Procs) {
+    let marker = marker(test);
+    let dir = std::env::temp_dir().join(&marker);
+    std::fs::create_dir_all(&dir).unwrap();
+    let prog = example("spawn_checks");
+    let mut cmd = std::process::Command::new(launcher());
+    cmd.args(["--local", "-n", "2", "-r", "2"])
+        .arg(prog)
+        .arg("pause")
+        .arg(&dir)
+        .env("P2PMPI_HOME", "/nonexistent/p2pmpi-local-tests");
+    let job = common::job::Job::spawn(&mut cmd);
+    job.wait_for(T, "both children paused", |lines| {
+        let seen = |r: usize| lines.iter().any(|l| !l.stderr && l.text == format!("child {r} paused"));
+        (seen(0) && seen(1)).then_some(())
+    });
+    let procs: Procs = processes_with(&marker)
+        .into_iter()
+        .filter_map(|pid| {
+            let slot = env_of(pid, "P2PMPI_RANK")?.parse().ok()?;
+            assert_eq!(env_of(pid, "P2PMPI_REPLICAS").as_deref(), Some("2"), "pid {pid}: replicated");
+            Some(((env_of(pid, "P2PMPI_SPAWN_BASE").is_some(), slot), pid))
+        })
+        .collect();
+    let mut slots: Vec<(bool, usize)> = procs.iter().map(|p| p.0).collect();
+    slots.sort();
+    let want: Vec<(bool, usize)> = (0..4).map(|s| (false, s)).chain((0..4).map(|s| (true, s))).collect();
+    assert_eq!(slots, want, "2 parents and 2 children, 2 replicas each");
+    (job, dir, procs)
+}
+
+/// Kills `pid` (kill -9) and waits (bounded) until it is gone.
+fn kill_and_wait(pid: u32, marker_dir: &std::path::Path) {
+    let _ = p2pmpi_peer::os::signal(pid, libc::SIGKILL);
+    let needle = marker_dir.to_string_lossy().to_string();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while processes_with(&needle).contains(&pid) {
+        assert!(std::time::Instant::now() < deadline, "pid {pid} survived kill -9");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn sorted_lines(text: &str) -> Vec<String> {
+    let mut v: Vec<String> = text.lines().map(str::to_string).collect();
+    v.sort();
+    v
+}
+
+/// The fault-free run of `pause` with replicas: 4 children processes (2 ranks × 2), rounds
+/// both ways, merge and allreduce, each line once.
+#[test]
+fn replicated_children_run_as_replicas_of_each_rank() {
+    let (job, dir, _) = paused_replicated_spawn("spawn-repl-plain");
+    std::fs::write(dir.join("go"), b"").unwrap();
+    let e = job.end(T);
+    assert_eq!(e.code, 0, "{}", e.text);
+    assert_eq!(sorted_lines(&e.stdout), pause_output(), "{}", e.text);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Killing the master of a child rank (kill -9) while the children wait half-way: its replica
+/// takes over, messages across the intercommunicator go on, and the output is the fault-free
+/// one.
+#[test]
+fn killing_a_replica_of_a_spawned_child_leaves_the_output_fault_free() {
+    let (job, dir, procs) = paused_replicated_spawn("spawn-repl-kill-child");
+    // Child rank 1's replica 0 (slot 2 of the children's job): its master.
+    let pid = procs.iter().find(|p| p.0 == (true, 2)).unwrap().1;
+    kill_and_wait(pid, &dir);
+    std::fs::write(dir.join("go"), b"").unwrap();
+    let e = job.end(T);
+    assert_eq!(e.code, 0, "{}", e.text);
+    assert_eq!(sorted_lines(&e.stdout), pause_output(), "{}", e.text);
+    assert!(
+        e.text.contains("(spawned job): rank 1 replica 0") && e.text.contains("rank 1 goes on with 1 replica(s)"),
+        "{}",
+        e.text
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Killing the master of parent rank 0 (the spawn's root) while the children wait: the
+/// children learn its death from the parents' launcher and go on with its replica.
+#[test]
+fn killing_the_root_s_master_after_the_spawn_leaves_the_output_fault_free() {
+    let (job, dir, procs) = paused_replicated_spawn("spawn-repl-kill-root");
+    let pid = procs.iter().find(|p| p.0 == (false, 0)).unwrap().1;
+    kill_and_wait(pid, &dir);
+    std::fs::write(dir.join("go"), b"").unwrap();
+    let e = job.end(T);
+    assert_eq!(e.code, 0, "{}", e.text);
+    assert_eq!(sorted_lines(&e.stdout), pause_output(), "{}", e.text);
+    assert!(e.text.contains("rank 0 goes on with 1 replica(s)"), "{}", e.text);
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Children that start but never initialize MPI: the parents' spawn gives up after

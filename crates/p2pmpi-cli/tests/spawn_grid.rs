@@ -61,6 +61,7 @@ fn grid_spawn_multiple_gives_one_world_with_application_numbers() {
 /// A program that does not exist: every parent gets `MpiError::Spawn`, the root names the
 /// cause, and the job goes on. Then no free peer (`MAX_JOBS = 1`, the parents hold every
 /// host): the reservation fails within `-w`, with the daemon's reason, and the job goes on.
+/// Then a spawn from a replicated job, refused on the grid.
 #[test]
 fn grid_spawn_of_a_missing_program_or_without_free_peers_is_a_clear_error() {
     let g = TestGrid::start("spawn-missing", 2, &["--procs", "2", "--max-jobs", "1"]);
@@ -86,6 +87,17 @@ fn grid_spawn_of_a_missing_program_or_without_free_peers_is_a_clear_error() {
     );
     assert!(o.stderr.contains("MAX_JOBS (1) reached"), "the daemon's reason:\n{}", o.stderr);
     assert!(o.elapsed < Duration::from_secs(40), "took {:?}", o.elapsed);
+
+    // From a replicated job (each rank's replicas on both peers): not on the grid yet, a
+    // clear error on every replica of every parent, and the job goes on.
+    let o = g.run(&["-n", "2", "-r", "2", prog.to_str().unwrap(), "missing", prog.to_str().unwrap()]);
+    o.assert_ok();
+    assert_eq!(count(&o.stdout, "OK spawn_checks missing"), 2, "{}", o.stdout);
+    assert!(
+        o.stderr.contains("spawn failed: spawning from a replicated job (-r) is supported with --local only"),
+        "{}",
+        o.stderr
+    );
 }
 
 /// Children that die right after start-up, on the grid: the parents waiting for them stop

@@ -204,6 +204,23 @@ impl Supervisor {
         Some(slot)
     }
 
+    /// A process of *another* job of the universe (a spawn's parents or children, with their
+    /// own supervisor) suspects `slot`. There is no accuser here to exclude instead, so the
+    /// suspicion is not believed against the last replica of a rank standing while the
+    /// supervisor still hears it renew: the verdict would lose a rank on one foreign word. A
+    /// suspect that really died is declared anyway when its end is seen or its lease runs
+    /// out. Otherwise as [`Self::suspect`] by the supervisor itself.
+    pub fn suspect_from_outside(&mut self, now: Duration, slot: usize, why: &str) -> Option<usize> {
+        if slot >= self.slots.len() || self.is_fenced(slot) {
+            return None;
+        }
+        let rank = self.dead.layout().rank_of(slot);
+        if self.standing(rank, slot) == 0 && self.renews(now, slot) {
+            return None;
+        }
+        self.suspect(now, slot, None, why)
+    }
+
     /// When the last lease of `slot` ends, at the latest.
     fn lease_end(&self, slot: usize) -> Duration {
         self.slots[slot].last_grant.map_or(Duration::ZERO, |g| g + self.lease + margin(self.lease))
@@ -311,6 +328,23 @@ mod tests {
 
     fn ms(v: u64) -> Duration {
         Duration::from_millis(v)
+    }
+
+    #[test]
+    fn a_foreign_suspicion_spares_the_last_replica_it_still_hears() {
+        let layout = Layout::new(2, 2);
+        let mut s = Supervisor::new(layout, L);
+        for slot in 0..4 {
+            assert_eq!(s.renew(ms(100), slot), Grant::Lease);
+        }
+        // Rank 1 keeps slot 2 standing: slot 3 is excluded.
+        assert_eq!(s.suspect_from_outside(ms(200), 3, "connection closed"), Some(3));
+        // Slot 2 is now rank 1's last replica, and it renews: not believed.
+        assert_eq!(s.suspect_from_outside(ms(250), 2, "connection closed"), None);
+        assert!(!s.is_fenced(2));
+        // Once it stopped renewing (silent for more than half a lease), it is.
+        assert_eq!(s.suspect_from_outside(ms(700), 2, "connection closed"), Some(2));
+        assert_eq!(s.suspect_from_outside(ms(800), 2, "again"), None, "already fenced");
     }
 
     #[test]

@@ -9,7 +9,10 @@
 //! the children spawn a grandchild, which talks to both of them. `... spawn_checks missing`: spawning a program that does not
 //! exist is an `MpiError::Spawn`, and the parents go on. `... spawn_checks child_panics`: the
 //! children panic; the parents waiting for them must stop with an error. `... spawn_checks
-//! cwd DIR`: the children start in the working directory the spawning `Command` names. Every
+//! cwd DIR`: the children start in the working directory the spawning `Command` names.
+//! `... spawn_checks pause DIR`: parents and children exchange 6 rounds of values both ways;
+//! after 3 the children print `child K paused` and wait until the file `DIR/go` exists (a
+//! test kills a child replica meanwhile), then merge and check an allreduce. Every
 //! check panics when it fails. The `basic` lines end with `on HOST`: the address the process's peer gave it
 //! (`local` without a grid).
 #![forbid(unsafe_code)]
@@ -29,6 +32,18 @@ fn child_command(args: &[&str]) -> Command {
 /// The address this process's peer gave it (`local` for `p2pmpirun --local`).
 fn host() -> String {
     std::env::var("P2PMPI_BIND").unwrap_or_else(|_| "local".into())
+}
+
+/// Rounds of the `pause` mode.
+const ROUNDS: i32 = 6;
+
+/// Waits (at most 60 s) until `path` exists.
+fn wait_for_file(path: &std::path::Path) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !path.exists() {
+        assert!(std::time::Instant::now() < deadline, "{} did not appear within 60 s", path.display());
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
 }
 
 fn main() -> Result<(), mpi::MpiError> {
@@ -70,6 +85,26 @@ fn main() -> Result<(), mpi::MpiError> {
                     merged.rank(),
                     host()
                 );
+            }
+            "pause_child" => {
+                let dir = std::path::PathBuf::from(&args[1]);
+                for round in 0..ROUNDS {
+                    if round == ROUNDS / 2 {
+                        println!("child {rank} paused");
+                        wait_for_file(&dir.join("go"));
+                    }
+                    for p in 0..np {
+                        let (v, st) = parent.process_at_rank(p).receive::<i32>();
+                        assert_eq!((v, st.source_rank()), (100 * round + 10 * p + rank, p), "round {round}");
+                        parent.process_at_rank(p).send(&(5000 + 100 * round + 10 * rank + p));
+                    }
+                }
+                let merged = parent.merge(MergeOrder::High);
+                let mut sum = 0;
+                merged.all_reduce_into(&merged.rank(), &mut sum, SystemOperation::sum());
+                let n = merged.size();
+                assert_eq!(sum, n * (n - 1) / 2);
+                println!("child {rank} of {size}: {ROUNDS} rounds, merged rank {} of {n}, sum {sum}", merged.rank());
             }
             "first" | "second" => {
                 let appnum = universe.appnum().unwrap_or(-1);
@@ -146,6 +181,25 @@ fn main() -> Result<(), mpi::MpiError> {
                 "OK spawn_checks basic: parent {rank}, merged rank {} of {n}, sum {sum} on {}",
                 merged.rank(),
                 host()
+            );
+        }
+        "pause" => {
+            let child = world.process_at_rank(0).spawn(&child_command(&["pause_child", &args[1]]), 2)?;
+            for round in 0..ROUNDS {
+                for c in 0..child.remote_size() {
+                    child.process_at_rank(c).send(&(100 * round + 10 * rank + c));
+                    let (v, st) = child.process_at_rank(c).receive::<i32>();
+                    assert_eq!((v, st.source_rank()), (5000 + 100 * round + 10 * c + rank, c), "round {round}");
+                }
+            }
+            let merged = child.merge(MergeOrder::Low);
+            let mut sum = 0;
+            merged.all_reduce_into(&merged.rank(), &mut sum, SystemOperation::sum());
+            let n = merged.size();
+            assert_eq!(sum, n * (n - 1) / 2);
+            println!(
+                "OK spawn_checks pause: parent {rank}, {ROUNDS} rounds, merged rank {} of {n}, sum {sum}",
+                merged.rank()
             );
         }
         "multiple" => {

@@ -175,8 +175,11 @@ pub(crate) fn boot() -> Result<Boot> {
     ctrl.set_write_timeout(Some(Duration::from_secs(10)))?;
     let reader = ctrl.try_clone()?;
     *CONTROL_CONN.lock() = Some(ctrl);
-    if lease_us > 0 && layout.is_some() {
-        fence::start(Duration::from_micros(lease_us), slot)?;
+    if let (true, Some(l)) = (lease_us > 0, layout) {
+        // The launcher names slots of the universe in its declarations: a spawned
+        // process's slots follow its ancestors' (see `spawned`).
+        let base: i32 = if var(env::SPAWN_BASE).is_some() { parse(env::SPAWN_BASE)? } else { 0 };
+        fence::start(Duration::from_micros(lease_us), slot + base * l.r as i32)?;
     }
     std::thread::Builder::new()
         .name("p2pmpi-control".into())
@@ -205,10 +208,13 @@ pub(crate) fn boot() -> Result<Boot> {
 
 /// A spawned process: its world starts at universe id `P2PMPI_SPAWN_BASE`, and its device
 /// also knows its parents' addresses (universe ids below the base).
+///
+/// Replicated (`P2PMPI_REPLICAS` R > 1, the parents' degree): every universe id runs R
+/// replicas, numbered in one layout over the universe, so this process is slot
+/// `base·R + P2PMPI_RANK`, and `P2PMPI_PARENTS` lists every replica of the parents,
+/// `slot=address`.
 fn spawned(boot: &mut Boot) -> Result<()> {
-    if boot.layout.is_some() {
-        return Err(Error::Bootstrap("spawned processes cannot be replicated".into()));
-    }
+    let r = boot.layout.map_or(1, |l| l.r) as i32;
     let base: i32 = parse(env::SPAWN_BASE)?;
     let ctx: u32 = parse(env::PARENT_CTX)?;
     let list = var(env::PARENTS).ok_or_else(|| Error::Bootstrap(format!("{} is not set", env::PARENTS)))?;
@@ -218,7 +224,7 @@ fn spawned(boot: &mut Boot) -> Result<()> {
         let (id, addr) = item.split_once('=').ok_or_else(bad)?;
         let id: i32 = id.parse().map_err(|_| bad())?;
         let addr: SocketAddr = addr.parse().map_err(|_| bad())?;
-        if id < 0 || id >= base {
+        if id < 0 || id >= base.saturating_mul(r) {
             return Err(bad());
         }
         parents.push((id, addr));
@@ -227,7 +233,7 @@ fn spawned(boot: &mut Boot) -> Result<()> {
         return Err(Error::Bootstrap(format!("spawn base {base} with {} parents is not valid", parents.len())));
     }
     let unknown: SocketAddr = ([0, 0, 0, 0], 0).into();
-    let mut addrs = vec![unknown; base as usize];
+    let mut addrs = vec![unknown; (base * r) as usize];
     for &(id, a) in &parents {
         addrs[id as usize] = a;
     }
@@ -236,9 +242,18 @@ fn spawned(boot: &mut Boot) -> Result<()> {
     boot.world_base = base;
     boot.world_size = boot.size;
     boot.rank += base;
-    boot.slot += base;
+    boot.slot += base * r;
     boot.size += base;
-    boot.parents = Some(Parents { ctx, ids: parents.iter().map(|p| p.0).collect() });
+    boot.layout = boot.layout.map(|l| l.grown(boot.size as usize));
+    // The parents' universe ids, in order (with replicas, each listed once per replica).
+    let mut ids: Vec<i32> = Vec::new();
+    for &(slot, _) in &parents {
+        let id = slot / r;
+        if !ids.contains(&id) {
+            ids.push(id);
+        }
+    }
+    boot.parents = Some(Parents { ctx, ids });
     Ok(())
 }
 

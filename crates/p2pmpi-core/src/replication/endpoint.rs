@@ -296,6 +296,20 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
         }
     }
 
+    /// Covers the ranks of a universe of `n` ranks: the processes of a spawn (its children,
+    /// or the parents and their earlier children seen from a child) are slots of the same
+    /// numbering ([`Layout::grown`]), with per-slot state like the job's own.
+    pub fn grow(&mut self, n: usize) {
+        self.coord.grow(n);
+        let slots = self.coord.layout().slots();
+        if slots > self.suspected.len() {
+            self.suspected.resize(slots, false);
+            self.held.resize_with(slots, Vec::new);
+            self.unwritten.resize(slots, 0);
+            self.progress_at.resize(slots, self.now);
+        }
+    }
+
     // ------------------------------------------------------------------ queries
 
     /// The coordinator (layout, election, tables).
@@ -1258,6 +1272,30 @@ mod tests {
         assert!(a.iter().any(|a| matches!(a, Action::Transmit { to: 3, frame: Frame::Commit { .. }, .. })), "{a:?}");
         assert!(a.contains(&Action::Complete(100)));
         assert!(e.idle());
+    }
+
+    #[test]
+    fn a_grown_universe_fans_out_to_every_replica_of_a_spawned_rank_and_survives_their_deaths() {
+        // Parents n = 2, r = 2 (me: slot 0, rank 0's master); a spawn adds ranks 2 and 3
+        // (slots 4..8).
+        let mut e: Endpoint<V, u32> = Endpoint::new(Layout::new(2, 2), 0, Config::default());
+        e.grow(4);
+        assert_eq!(e.layout(), Layout::new(4, 2));
+        e.send(T, mid(0, 3, 0), v(5), false, 1);
+        let t = txs(&drain(&mut e));
+        assert_eq!(t.iter().map(|x| x.0).collect::<Vec<_>>(), vec![6, 7]);
+        e.written(T, t[0].1);
+        // Child rank 3's master dies: declared by its own job, told to the parents.
+        e.suspect(T, 7, "connection closed", false);
+        assert_eq!(drain(&mut e), vec![Action::Suspect { slot: 7, cause: "connection closed".into() }]);
+        e.declared_dead(T, 7);
+        let a = drain(&mut e);
+        assert!(a.contains(&Action::Complete(1)), "{a:?}");
+        assert!(a.iter().any(|a| matches!(a, Action::Transmit { to: 1, frame: Frame::Commit { .. }, .. })), "{a:?}");
+        // Growing again keeps what is known: the dead stay dead, later sends skip them.
+        e.grow(3);
+        e.send(T, mid(0, 3, 1), v(6), false, 2);
+        assert_eq!(txs(&drain(&mut e)).iter().map(|x| x.0).collect::<Vec<_>>(), vec![6]);
     }
 
     #[test]

@@ -23,6 +23,7 @@
 //! back, and resends what [`Coordinator::on_failure`] hands it after a takeover.
 
 pub mod endpoint;
+pub mod spawn;
 
 pub use endpoint::Endpoint;
 
@@ -75,6 +76,13 @@ impl Layout {
         let first = self.slot(rank, 0);
         first..first + self.r
     }
+
+    /// The layout of a *universe* of `n` ranks (at least this one's): a spawn's children take
+    /// the universe ids (ranks) that follow the parents', with as many replicas, so their
+    /// slots follow the parents' slots and every existing slot keeps its number.
+    pub fn grown(&self, n: usize) -> Layout {
+        Layout { n: self.n.max(n), r: self.r }
+    }
 }
 
 /// The slots declared dead in a job, and the rule that follows from it: a rank's **master** is
@@ -95,6 +103,13 @@ impl DeadSet {
 
     pub fn layout(&self) -> Layout {
         self.layout
+    }
+
+    /// Covers the ranks of a universe of `n` ranks ([`Layout::grown`]); the new slots are
+    /// alive.
+    pub fn grow(&mut self, n: usize) {
+        self.layout = self.layout.grown(n);
+        self.dead.resize(self.layout.slots(), false);
     }
 
     /// Whether `slot` is dead (a slot out of range counts as dead).
@@ -301,6 +316,12 @@ impl<P> Coordinator<P> {
         self.me
     }
 
+    /// Covers the ranks of a universe of `n` ranks (a spawn's children, [`Layout::grown`]).
+    pub fn grow(&mut self, n: usize) {
+        self.dead.grow(n);
+        self.layout = self.dead.layout();
+    }
+
     /// This process's rank.
     pub fn rank(&self) -> usize {
         self.layout.rank_of(self.me)
@@ -435,6 +456,26 @@ mod tests {
 
     fn mid(dst: u32, tag: i32, seq: u64) -> MsgId {
         MsgId { comm: 0, src: 1, dst, tag, seq }
+    }
+
+    #[test]
+    fn a_grown_layout_keeps_every_slot_and_adds_alive_ones() {
+        let l = Layout::new(2, 2);
+        let g = l.grown(5);
+        assert_eq!(g.slots(), 10);
+        assert_eq!(l.grown(1), l, "never shrinks");
+        for s in 0..l.slots() {
+            assert_eq!((g.rank_of(s), g.replica_of(s)), (l.rank_of(s), l.replica_of(s)));
+        }
+        let mut c = Coordinator::<()>::new(l, 1);
+        let _ = c.on_failure(0);
+        c.grow(4);
+        assert_eq!(c.layout(), l.grown(4));
+        assert!(c.is_dead(0), "the dead stay dead");
+        assert_eq!(c.master_of(0), Some(1));
+        assert_eq!(c.master_of(3), Some(6), "a child rank's master is its replica 0");
+        assert!(!c.is_dead(7));
+        assert!(c.is_dead(8), "beyond the universe counts as dead");
     }
 
     #[test]

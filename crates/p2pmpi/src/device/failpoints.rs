@@ -117,3 +117,14 @@ pub(super) fn written(e: &mut Engine, cid: usize) {
         e.flush_blocking(cid);
     }
 }
+
+/// A spawn's root between the steps of its request: `spawn_before_request` (before it asks
+/// its launcher) and `spawn_after_answer` (the launcher started the children and answered;
+/// the answer is not broadcast yet).
+#[allow(unused_variables)]
+pub(crate) fn spawn_window(name: &'static str) {
+    #[cfg(feature = "failpoints")]
+    if hit(name) {
+        die(name)
+    }
+}

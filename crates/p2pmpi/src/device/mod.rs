@@ -444,6 +444,15 @@ impl Engine {
         self.addrs.get(usize::try_from(id).ok()?).copied().filter(|a| a.port() != 0)
     }
 
+    /// The processes of universe ids `ids` for a spawn's children: every slot (each replica,
+    /// in a replicated job) with its data address (empty when unknown).
+    pub fn spawn_parents(&self, ids: &[i32]) -> Vec<(u32, String)> {
+        self.slots_of_ids(ids)
+            .into_iter()
+            .map(|s| (s as u32, self.addr_of(s).map(|a| a.to_string()).unwrap_or_default()))
+            .collect()
+    }
+
     pub fn local_addr(&self) -> Option<SocketAddr> {
         self.listener.as_ref().and_then(|l| l.local_addr().ok())
     }
@@ -930,8 +939,10 @@ impl Engine {
     /// one way only, so that every message costs a data segment plus a separate ACK instead of
     /// ACKs riding on replies (measured: +2–3 µs per message on loopback).
     pub fn connect_mesh(&mut self, limit: Duration) -> Result<()> {
-        let (lo, hi) = if self.layout.is_some() {
-            (0, self.peers.len() as i32)
+        let (lo, hi) = if let Some(l) = &self.layout {
+            // The world's slots (a spawned job's follow its ancestors').
+            let r = l.r as i32;
+            (self.world_base * r, (self.world_base + self.world_size) * r)
         } else {
             (self.world_base, self.world_base + self.world_size)
         };
@@ -975,19 +986,59 @@ impl Engine {
 
     /// Makes room for universe ids below `n` (processes outside the world: children of a
     /// spawn, whose addresses are unknown until they connect).
+    /// In a replicated job the universe's layout grows: every universe id has as many
+    /// replicas, numbered after the slots already known ([`Layout::grown`]).
     pub fn grow(&mut self, n: usize) {
-        if n > self.peers.len() {
-            self.peers.resize_with(n, Peer::default);
-            self.addrs.resize(n, SocketAddr::from(([0, 0, 0, 0], 0)));
-            self.size = self.size.max(n as i32);
+        let slots = match self.layout.as_mut() {
+            Some(l) => {
+                if n > l.n {
+                    *l = l.grown(n);
+                    if let Some(rp) = self.repl.as_mut() {
+                        rp.ep.grow(n);
+                    }
+                    crate::failure::renotify();
+                }
+                l.slots()
+            }
+            None => n,
+        };
+        if slots > self.peers.len() {
+            self.peers.resize_with(slots, Peer::default);
+            self.addrs.resize(slots, SocketAddr::from(([0, 0, 0, 0], 0)));
+        }
+        self.size = self.size.max(n as i32);
+    }
+
+    /// The slots of universe ids `ids`: their replicas in a replicated job, else the ids.
+    fn slots_of_ids(&self, ids: &[i32]) -> Vec<i32> {
+        match &self.layout {
+            Some(l) => ids.iter().flat_map(|&id| l.slots_of(id as usize).map(|s| s as i32)).collect(),
+            None => ids.to_vec(),
         }
     }
 
     /// Opens connections to the processes `ids` (outside the world) and waits until each one
     /// proved the job key, or until `limit`.
     pub fn connect_to(&mut self, ids: &[i32], limit: Duration) -> Result<()> {
+        let ids = &self.slots_of_ids(ids)[..];
         for &r in ids {
-            self.send_conn(r)?;
+            if self.repl.is_some() && crate::failure::PENDING.load(std::sync::atomic::Ordering::Relaxed) {
+                // Replicas the launcher declared dead already (a spawn's parent that died
+                // before its children started): not waited for.
+                for k in crate::failure::take_pending() {
+                    self.peer_failed(k);
+                }
+            }
+            if self.cut(r) {
+                continue;
+            }
+            if let Err(e) = self.send_conn(r) {
+                if self.repl.is_none() {
+                    return Err(e);
+                }
+                // A replica that died: the others go on without it.
+                self.suspect_slot(r, &e.to_string());
+            }
         }
         let deadline = Instant::now() + limit;
         loop {
@@ -995,11 +1046,18 @@ impl Engine {
                 return Err(e.clone());
             }
             let pending = ids.iter().copied().find(|&r| {
-                self.peers[r as usize].conns.iter().any(|&c| self.conns[c].as_ref().is_some_and(|c| !c.authenticated()))
+                !self.cut(r)
+                    && self.peers[r as usize]
+                        .conns
+                        .iter()
+                        .any(|&c| self.conns[c].as_ref().is_some_and(|c| !c.authenticated()))
             });
             let Some(r) = pending else { return Ok(()) };
             if Instant::now() >= deadline {
-                return Err(Error::PeerLost { rank: r, cause: format!("it did not answer within {limit:?}") });
+                return Err(Error::PeerLost {
+                    rank: self.rank_of(r),
+                    cause: format!("it did not answer within {limit:?}"),
+                });
             }
             self.progress(None, Some(Duration::from_millis(5)));
         }
@@ -1008,17 +1066,24 @@ impl Engine {
     /// Waits until every process of `ids` (spawned children, whose addresses this process
     /// does not know) connected and proved the job key, or until `limit`.
     pub fn await_connections(&mut self, ids: &[i32], limit: Duration) -> Result<()> {
+        let slots = self.slots_of_ids(ids);
+        self.await_slots(&slots, limit)
+    }
+
+    /// Waits until every slot of `ids` connected and proved the job key, or until `limit`.
+    fn await_slots(&mut self, ids: &[i32], limit: Duration) -> Result<()> {
         let deadline = Instant::now() + limit;
         loop {
             if let Some(e) = &self.fatal {
                 return Err(e.clone());
             }
-            let Some(r) = ids.iter().copied().find(|&r| self.peers[r as usize].send_conn.is_none()) else {
+            let Some(r) = ids.iter().copied().find(|&r| self.peers[r as usize].send_conn.is_none() && !self.cut(r))
+            else {
                 return Ok(());
             };
             if Instant::now() >= deadline {
                 return Err(Error::PeerLost {
-                    rank: r,
+                    rank: self.rank_of(r),
                     cause: format!("the spawned process did not connect within {limit:?}"),
                 });
             }
@@ -1026,16 +1091,22 @@ impl Engine {
         }
     }
 
+    /// Whether slot `slot` is a replica this process no longer counts on (replicated jobs).
+    fn cut(&self, slot: i32) -> bool {
+        self.repl.as_ref().is_some_and(|rp| rp.ep.is_cut(slot as usize))
+    }
+
     /// The connection used to send to `dst`, connecting if there is none.
     fn send_conn(&mut self, dst: i32) -> Result<usize> {
         if let Some(c) = self.peers[dst as usize].send_conn {
             return Ok(c);
         }
-        let outside = dst < self.world_base || dst >= self.world_base + self.world_size;
-        if outside && self.repl.is_none() && self.addrs[dst as usize].port() == 0 {
+        let id = self.rank_of(dst);
+        let outside = id < self.world_base || id >= self.world_base + self.world_size;
+        if outside && self.addrs[dst as usize].port() == 0 && !self.cut(dst) {
             // A process outside the world whose address is unknown (a spawned child): it
             // connects itself (see `await_connections`).
-            self.await_connections(&[dst], Duration::from_secs(60))?;
+            self.await_slots(&[dst], Duration::from_secs(60))?;
             if let Some(c) = self.peers[dst as usize].send_conn {
                 return Ok(c);
             }
@@ -1048,7 +1119,10 @@ impl Engine {
         }
         let addr = self.addrs[dst as usize];
         let local = self.local_addr().map(|a| a.ip());
-        let std_stream = connect_with_retry(local, addr, Duration::from_secs(10)).map_err(|e| Error::PeerLost {
+        // A replica outside the world (a spawn's parent) listens since before the spawn: a
+        // refused connection means it died, and its replicas are there instead.
+        let retry = if outside && self.repl.is_some() { Duration::from_secs(1) } else { Duration::from_secs(10) };
+        let std_stream = connect_with_retry(local, addr, retry).map_err(|e| Error::PeerLost {
             rank: self.rank_of(dst),
             cause: format!("cannot connect to {addr}: {e}"),
         })?;
@@ -2135,12 +2209,19 @@ impl Engine {
         let bytes = conn.rbuf.get(payload).ok_or_else(|| proto("opening frame outside the buffer".into()))?;
         let me = self.slot;
         let (src, dst) = (h.mid.src as i32, h.mid.dst as i32);
-        let failed = |r: i32| self.repl.as_ref().is_some_and(|rp| rp.ep.is_cut(r as usize));
+        // (A slot beyond the known ones is not failed: a spawned process, known once it
+        // proved the job key.)
+        let failed =
+            |r: i32| self.repl.as_ref().is_some_and(|rp| (r as usize) < self.peers.len() && rp.ep.is_cut(r as usize));
         match (conn.auth, h.kind) {
             (Auth::AwaitHello, FrameKind::Hello) => {
                 // Beyond the known processes: one spawned by this job (or by a child of it),
-                // known once it proved the job key.
-                let known = if self.repl.is_none() { MAX_UNIVERSE as usize } else { self.peers.len() };
+                // known once it proved the job key (every replica of a universe id, in a
+                // replicated job).
+                let known = match &self.layout {
+                    None => MAX_UNIVERSE as usize,
+                    Some(l) => MAX_UNIVERSE as usize * l.r,
+                };
                 if src < 0 || src as usize >= known || src == me || dst != me {
                     return Err(proto(format!("Hello from invalid slot {src} to slot {dst}")));
                 }
@@ -2197,7 +2278,7 @@ impl Engine {
                 if let Some(l) = conn.shm_offer.take() {
                     self.shm_activate(cid, conn, l, slot)?;
                 }
-                self.grow(slot as usize + 1);
+                self.grow(self.rank_of(slot) as usize + 1);
                 let p = &mut self.peers[slot as usize];
                 p.conns.push(cid);
                 if p.send_conn.is_none() {

@@ -248,6 +248,14 @@ pub(crate) fn send_timeout() -> Option<Duration> {
     suspicion_after().map(|t| 2 * t)
 }
 
+/// The engine covers more slots (a spawn's processes): the declarations heard so far are
+/// applied again at its next step, those about slots it did not know yet included.
+pub(crate) fn renotify() {
+    if !DEAD_SLOTS.lock().is_empty() {
+        PENDING.store(true, Ordering::SeqCst);
+    }
+}
+
 /// Ranks notified since the engine last looked.
 pub(crate) fn take_pending() -> Vec<i32> {
     if PENDING.swap(false, Ordering::SeqCst) {

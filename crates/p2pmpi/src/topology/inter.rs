@@ -283,15 +283,13 @@ pub(crate) fn spawn(
         let outcome = match apps {
             Err(e) => Err(e.to_string()),
             Ok(apps) => {
-                let parents = crate::environment::with_engine(|e| {
-                    (0..h.size())
-                        .map(|r| {
-                            let id = h.world_rank(r);
-                            (id as u32, e.addr_of(id).map(|a| a.to_string()).unwrap_or_default())
-                        })
-                        .collect::<Vec<_>>()
-                });
-                crate::bootstrap::spawning::request(apps, parents, ctx, Duration::from_secs(120))
+                let ids: Vec<i32> = (0..h.size()).map(|r| h.world_rank(r)).collect();
+                // With replicas, every replica of every parent (the children connect to each).
+                let parents = crate::environment::with_engine(|e| e.spawn_parents(&ids));
+                crate::device::failpoints::spawn_window("spawn_before_request");
+                let answer = crate::bootstrap::spawning::request(apps, parents, ctx, Duration::from_secs(120));
+                crate::device::failpoints::spawn_window("spawn_after_answer");
+                answer
             }
         };
         match outcome {
