@@ -616,6 +616,12 @@ impl Sim {
                     self.to_launcher(s, ToLauncher::Suspect { by: s, slot, why: cause });
                 }
                 Action::TookOver { .. } => self.takeovers += 1,
+                // Only with `set_notify`, which the simulated programs do not use.
+                Action::RankLost { rank } => {
+                    if self.failed.is_none() {
+                        self.failed = Some(format!("slot {s}: rank {rank} lost"));
+                    }
+                }
                 Action::Fatal { rank, cause } => {
                     if self.failed.is_none() {
                         self.failed = Some(format!("slot {s}: rank {rank}: {cause}"));

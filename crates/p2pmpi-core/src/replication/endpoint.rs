@@ -159,6 +159,10 @@ pub enum Action<P, U> {
     /// The job cannot go on: every replica of `rank` is lost, or a message was lost with a
     /// dead replica.
     Fatal { rank: usize, cause: String },
+    /// Every replica of `rank` is lost, and the program handles failures
+    /// ([`Endpoint::set_notify`]): operations involving it fail (the master decides which),
+    /// the job goes on.
+    RankLost { rank: usize },
 }
 
 /// A message of the backup table: its payload, and the user's send when lent (it completes
@@ -259,6 +263,9 @@ pub struct Endpoint<P, U> {
     /// Reused lists of slots and of pruned backups (no allocation per message).
     scratch_slots: Vec<usize>,
     scratch_pruned: Vec<(MsgId, Kept<P, U>)>,
+    /// The program handles failures: a rank that loses every replica is reported
+    /// ([`Action::RankLost`]) instead of ending the job.
+    notify: bool,
 }
 
 impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
@@ -293,6 +300,7 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
             now: Duration::ZERO,
             scratch_slots: Vec::new(),
             scratch_pruned: Vec::new(),
+            notify: false,
         }
     }
 
@@ -308,6 +316,14 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
             self.unwritten.resize(slots, 0);
             self.progress_at.resize(slots, self.now);
         }
+    }
+
+    /// The program handles failures (`Policy::Notify`): a rank that loses every replica no
+    /// longer ends the job ([`Action::RankLost`] instead of [`Action::Fatal`]); synchronous
+    /// sends to it complete, and messages of its channels waiting for an earlier one that
+    /// died with it are dropped.
+    pub fn set_notify(&mut self, on: bool) {
+        self.notify = on;
     }
 
     // ------------------------------------------------------------------ queries
@@ -1117,6 +1133,10 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
                 self.start_recovery();
                 self.out.push_back(Action::TookOver { count });
             }
+            Recovery::RankLost { rank } if self.notify => {
+                self.rank_lost(rank);
+                self.out.push_back(Action::RankLost { rank });
+            }
             Recovery::RankLost { rank } => {
                 self.out.push_back(Action::Fatal { rank, cause: "all replicas for that rank failed".into() });
             }
@@ -1152,6 +1172,30 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
             self.release(tx, slot);
         }
         self.flush();
+    }
+
+    /// Every replica of `rank` is lost (a program that handles failures): nothing more comes
+    /// from it and nothing reaches it. Synchronous sends to it wait no more for its
+    /// acknowledgement (they complete, like the eager sends to it: MPI lets a send complete
+    /// before its receiver has it), and its messages parked for an earlier one that died with
+    /// it are dropped.
+    fn rank_lost(&mut self, rank: usize) {
+        let mut acked = Vec::new();
+        for (&id, f) in self.fanouts.iter_mut() {
+            if f.sync && !f.acked && f.mid.dst as usize == rank {
+                f.acked = true;
+                if f.written {
+                    acked.push(id);
+                }
+            }
+        }
+        for f in acked {
+            self.fanout_done(f);
+        }
+        self.early.retain(|&(_, src, _), _| src as usize != rank);
+        if self.early.is_empty() {
+            self.early_since = None;
+        }
     }
 
     /// Time passes: a destination that took nothing of an unwritten transmission for the
@@ -1495,5 +1539,34 @@ mod tests {
         assert_eq!(e.unpark(0, 1, 0, 2).map(|x| x.1.data.v), Some(2));
         assert_eq!(e.unpark(0, 1, 0, 3).map(|x| x.1.data.v), Some(3));
         assert_eq!(e.early_len(), 0);
+    }
+
+    #[test]
+    fn a_rank_lost_whole_is_reported_and_its_synchronous_sends_complete_when_failures_are_handled() {
+        // n = 3, r = 2: this is slot 0 (rank 0's master); rank 2 is slots 4 and 5.
+        let l = Layout::new(3, 2);
+        for notify in [false, true] {
+            let mut e: Endpoint<V, u32> = Endpoint::new(l, 0, Config::default());
+            e.set_notify(notify);
+            e.send(T, mid(0, 2, 0), v(1), true, 100);
+            for (_, tx) in txs(&drain(&mut e)) {
+                e.written(T, tx);
+            }
+            // Written everywhere, committed, but a synchronous send waits for a match.
+            assert!(!drain(&mut e).iter().any(|a| matches!(a, Action::Complete(100))));
+            e.park(T, MsgId { comm: 0, src: 2, dst: 0, tag: 0, seq: 3 }, Parked { data: v(3), sync: false, rts: None });
+            e.declared_dead(T, 4);
+            assert!(drain(&mut e).iter().all(|a| !matches!(a, Action::RankLost { .. } | Action::Fatal { .. })));
+            e.declared_dead(T, 5);
+            let a = drain(&mut e);
+            if notify {
+                assert!(a.contains(&Action::RankLost { rank: 2 }), "{a:?}");
+                assert!(a.contains(&Action::Complete(100)), "the synchronous send to the lost rank completes: {a:?}");
+                assert!(!a.iter().any(|a| matches!(a, Action::Fatal { .. })));
+                assert_eq!(e.early_len(), 0, "what the lost rank's channels waited for never comes");
+            } else {
+                assert!(matches!(&a[..], [Action::Fatal { rank: 2, .. }]), "{a:?}");
+            }
+        }
     }
 }

@@ -180,6 +180,98 @@ impl MsgId {
 /// the index of the request that completed.
 pub type Outcome = Option<(i32, i32, u64)>;
 
+/// Failure outcomes of fault-aware replicated jobs (`Policy::Notify` with `-r R`).
+///
+/// Whether an operation fails because a rank was lost (every replica of it failed) or its
+/// communicator was revoked depends on when this process heard of it, which differs
+/// between the replicas of a rank. So the **master decides** it, like a choice: every
+/// replica numbers the operations it posts (sends and receives, in program order: the same
+/// numbers on every replica), and when one fails on the master with such an error, the
+/// master tells its replicas the outcome at choice point [`failure_point`]`(op)`, with the
+/// choice frames' acknowledgements (nothing that depends on it leaves the master before
+/// every replica knows it). A non-master never fails an operation on its own for these
+/// causes: it fails it when its master's outcome comes. A wildcard receive's choice point
+/// may carry a failure outcome too (the master withdrew it with an error), and so does the
+/// list of failed ranks a program acknowledges ([`lost_set_outcome`]).
+pub mod failures {
+    use super::Outcome;
+
+    /// The bit that marks the choice point of an operation's failure (ordinary choice
+    /// points count from 0 and never reach it).
+    pub const FAILURE_POINT: u64 = 1 << 63;
+
+    /// Why an operation failed on the master.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Failed {
+        /// Every replica of this world rank failed.
+        Lost(u32),
+        /// Its communicator was revoked.
+        Revoked,
+    }
+
+    /// The choice point standing for the failure of operation number `op`.
+    pub fn failure_point(op: u64) -> u64 {
+        FAILURE_POINT | op
+    }
+
+    /// The operation number of a failure point (`None`: an ordinary choice point).
+    pub fn op_of_point(c: u64) -> Option<u64> {
+        (c & FAILURE_POINT != 0).then_some(c & !FAILURE_POINT)
+    }
+
+    /// Source value that marks a failure outcome (never a rank, nor `ANY_SOURCE` = -1).
+    const FAILED_SRC: i32 = -2;
+    /// Source value that marks a set of failed ranks.
+    const LOST_SET_SRC: i32 = -3;
+    /// Failure codes (the outcome's tag); [`AT_POST`] marks a failure at the post itself.
+    const LOST: i32 = 1;
+    const REVOKED: i32 = 2;
+    pub const AT_POST: i32 = 0x10;
+
+    /// The outcome telling that an operation failed (`at_post`: when it was posted, not
+    /// later while pending).
+    pub fn failure_outcome(f: Failed, at_post: bool) -> Outcome {
+        let post = if at_post { AT_POST } else { 0 };
+        Some(match f {
+            Failed::Lost(rank) => (FAILED_SRC, LOST | post, u64::from(rank)),
+            Failed::Revoked => (FAILED_SRC, REVOKED | post, 0),
+        })
+    }
+
+    /// The failure an outcome tells, and whether it was at the post (`None`: not a failure).
+    pub fn outcome_failure(o: Outcome) -> Option<(Failed, bool)> {
+        let (src, code, v) = o?;
+        if src != FAILED_SRC {
+            return None;
+        }
+        let at_post = code & AT_POST != 0;
+        match code & !AT_POST {
+            LOST => Some((Failed::Lost(u32::try_from(v).ok()?), at_post)),
+            REVOKED => Some((Failed::Revoked, at_post)),
+            _ => None,
+        }
+    }
+
+    /// The outcome naming a set of failed world ranks (the master's view when the program
+    /// asks for it). Ranks from 64 on are not representable: `None` when one is there.
+    pub fn lost_set_outcome(ranks: &[u32]) -> Option<Outcome> {
+        let mut mask = 0u64;
+        for &r in ranks {
+            if r >= 64 {
+                return None;
+            }
+            mask |= 1 << r;
+        }
+        Some(Some((LOST_SET_SRC, 0, mask)))
+    }
+
+    /// The failed world ranks an outcome of [`lost_set_outcome`] names.
+    pub fn outcome_lost_set(o: Outcome) -> Option<Vec<u32>> {
+        let (src, _, mask) = o?;
+        (src == LOST_SET_SRC).then(|| (0..64).filter(|r| mask & (1 << r) != 0).collect())
+    }
+}
+
 /// The choice points of one replica (item: replicas follow their master's choices).
 ///
 /// A program that receives from `ANY_SOURCE`, probes, or tests requests takes a path that
@@ -635,5 +727,47 @@ mod tests {
                 prop_assert_eq!(&table, &kept);
             }
         }
+    }
+
+    #[test]
+    fn failure_outcomes_round_trip_and_never_look_like_a_match() {
+        use failures::*;
+        for f in [Failed::Lost(0), Failed::Lost(7), Failed::Lost(u32::MAX), Failed::Revoked] {
+            for post in [false, true] {
+                let o = failure_outcome(f, post);
+                assert_eq!(outcome_failure(o), Some((f, post)));
+                // Through the wire's fields (source as u32, tag, sequence) and back.
+                let (s, t, v) = o.unwrap();
+                assert_eq!(outcome_failure(Some(((s as u32) as i32, t, v))), Some((f, post)));
+                assert_eq!(outcome_lost_set(o), None);
+            }
+        }
+        // A match (a source, which is never negative) or nothing is not a failure.
+        assert_eq!(outcome_failure(Some((3, 1, 9))), None);
+        assert_eq!(outcome_failure(None), None);
+        assert_eq!(op_of_point(failure_point(42)), Some(42));
+        assert_eq!(op_of_point(42), None);
+        let set = lost_set_outcome(&[2, 0, 63]).unwrap();
+        assert_eq!(outcome_lost_set(set), Some(vec![0, 2, 63]));
+        assert_eq!(outcome_failure(set), None);
+        assert_eq!(outcome_lost_set(lost_set_outcome(&[]).unwrap()), Some(vec![]));
+        assert_eq!(lost_set_outcome(&[64]), None);
+    }
+
+    #[test]
+    fn failure_points_are_learned_and_kept_apart_from_ordinary_points() {
+        use failures::*;
+        let mut c = Choices::new();
+        let p0 = c.point();
+        c.learn(failure_point(5), failure_outcome(Failed::Lost(2), false));
+        c.learn(p0, Some((1, 0, 0)));
+        // Many ordinary points followed later do not push the failure's outcome out.
+        for _ in 0..(FOLLOWED_WINDOW + 10) {
+            let p = c.point();
+            c.followed(p, None);
+        }
+        assert_eq!(c.take(failure_point(5)), Some(failure_outcome(Failed::Lost(2), false)));
+        assert_eq!(c.take(p0), Some(Some((1, 0, 0))));
+        assert!(c.relay().iter().any(|&(p, _)| p == failure_point(5)), "a new master tells it again");
     }
 }
