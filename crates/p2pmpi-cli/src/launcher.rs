@@ -1313,6 +1313,8 @@ pub(crate) fn event_loop(name: &str, job: &Job, rx: &Receiver<Event>, states: &m
                 rep.conns.insert(slot, conn);
                 if addrs.iter().all(Option::is_some) && !world_sent {
                     world_sent = true;
+                    // Every process registered: a fault-aware program survives a lost rank.
+                    lock(&job.fencing).sup.set_rank_loss_tolerated(tolerant);
                     let table: Vec<String> = addrs.iter().map(|a| a.clone().unwrap()).collect();
                     // Every process needs a detector address for the detector to run.
                     let fd = fd.filter(|_| fd_addrs.iter().all(|a| !a.is_empty()));

@@ -86,12 +86,30 @@ pub struct Supervisor {
     lease: Duration,
     dead: DeadSet,
     slots: Vec<SlotState>,
+    /// The program handles failures: losing a rank does not end the job, so an accusation
+    /// is not disbelieved only because it would lose one.
+    rank_loss_tolerated: bool,
 }
 
 impl Supervisor {
     /// The supervisor of a job laid out as `layout`, granting leases of `lease`.
     pub fn new(layout: Layout, lease: Duration) -> Supervisor {
-        Supervisor { lease, dead: DeadSet::new(layout), slots: vec![SlotState::default(); layout.slots()] }
+        Supervisor {
+            lease,
+            dead: DeadSet::new(layout),
+            slots: vec![SlotState::default(); layout.slots()],
+            rank_loss_tolerated: false,
+        }
+    }
+
+    /// The program handles failures (every process runs `Policy::Notify`): a rank that loses
+    /// every replica is one more failure the program deals with, not the job's end. Then an
+    /// accusation against the last replica of a rank that the supervisor still hears is
+    /// believed like any other (the usual case is a real death whose exit the launcher has not
+    /// seen yet: disbelieving it would exclude a healthy accuser and cost its rank a
+    /// replica). An accuser that was cut off lately is still not believed.
+    pub fn set_rank_loss_tolerated(&mut self, on: bool) {
+        self.rank_loss_tolerated = on;
     }
 
     pub fn lease(&self) -> Duration {
@@ -181,7 +199,7 @@ impl Supervisor {
                 return None;
             }
             let l = self.dead.layout();
-            let last = self.standing(l.rank_of(slot), slot) == 0;
+            let last = self.standing(l.rank_of(slot), slot) == 0 && !self.rank_loss_tolerated;
             let cut_off = !self.renews(now, b);
             let heard = self.renews(now, slot);
             // An accuser that came back from a silence (its renewals stopped, then resumed:
@@ -414,6 +432,26 @@ mod tests {
         s.ended(ms(0), 1, "gone");
         s.suspect(ms(0), 5, None, "gone");
         assert_eq!(s.suspect(ms(100), 0, Some(4), "silent"), Some(0));
+        // A program that handles failures: the accusation against the last replica of a
+        // rank is believed, unless the accuser was cut off lately.
+        let mut s = Supervisor::new(layout, L);
+        s.set_rank_loss_tolerated(true);
+        for slot in 0..6 {
+            s.renew(ms(1000), slot);
+        }
+        s.ended(ms(1000), 1, "gone");
+        assert_eq!(s.suspect(ms(1100), 0, Some(2), "connection closed"), Some(0));
+        assert!(s.is_fenced(0) && !s.is_fenced(2));
+        let mut s = Supervisor::new(layout, L);
+        s.set_rank_loss_tolerated(true);
+        for slot in 0..6 {
+            s.renew(ms(1000), slot);
+        }
+        s.ended(ms(1000), 1, "gone");
+        s.renew(ms(1400), 0);
+        s.renew(ms(1800), 0);
+        s.renew(ms(2000), 2);
+        assert_eq!(s.suspect(ms(2100), 0, Some(2), "silent"), Some(2), "an accuser back from a silence is not");
     }
 
     #[test]

@@ -285,9 +285,14 @@ fn finalize() {
         return;
     }
     bootstrap::finalizing();
-    if crate::failure::policy() == crate::failure::Policy::Notify && !crate::failure::failed_ranks().is_empty() {
+    if crate::failure::policy() == crate::failure::Policy::Notify
+        && !crate::failure::failed_ranks().is_empty()
+        && crate::failure::layout().is_none()
+    {
         // A program that handles failures, after one: the goodbye handshake would wait for
         // the dead; finish without it (what was sent is flushed as far as the living take it).
+        // (With `-r R` the dead replicas' connections are gone already: the handshake runs
+        // with the living, and a replica still waits for its master's commits.)
         let _ = wait_until(None, |e| e.all_sent().then_some(Ok(())));
         let rank = own_rank();
         *ENGINE.lock() = None;

@@ -242,11 +242,27 @@ fn recv_value<T: Equivalence>(h: &CommHandle, src: Rank, tag: Tag) -> Result<(T,
 /// or — a program that handles failures, unreplicated — the rank it names is lost, or, for
 /// `ANY_SOURCE`, a member failed that this process has not acknowledged (as for receives,
 /// [`crate::ulfm`]).
-fn probe_blocked(e: &mut crate::device::Engine, h: &CommHandle, pat: &Pattern) -> Option<Error> {
+fn probe_blocked(e: &mut crate::device::Engine, h: &CommHandle, pat: &Pattern, c: Option<u64>) -> Option<Error> {
+    if e.replicated() {
+        // The master decides, and tells its replicas at the probe's choice point (a probe
+        // naming its source has none: a replica follows only a wildcard one).
+        if let Some(err) = e.choice_failure(c) {
+            return Some(err);
+        }
+        if e.follows() {
+            return None;
+        }
+    }
+    let err = probe_blocked_here(e, h, pat)?;
+    e.decide_probe_failure(c, &err);
+    Some(err)
+}
+
+fn probe_blocked_here(e: &mut crate::device::Engine, h: &CommHandle, pat: &Pattern) -> Option<Error> {
     if e.is_revoked(pat.comm) {
         return Some(Error::Revoked);
     }
-    if e.replicated() || crate::failure::policy() != crate::failure::Policy::Notify {
+    if crate::failure::policy() != crate::failure::Policy::Notify {
         return None;
     }
     match pat.src {
@@ -267,7 +283,7 @@ fn probe_impl(h: &CommHandle, src: Rank, tag: Tag) -> Result<Status> {
     let c = with_engine(|e| e.probe_point(&pat, false));
     let env = wait_until(hint(h, src), |e| match e.probe_at(c, pat, false) {
         Some(f) => Some(Ok(f.expect("found"))),
-        None => probe_blocked(e, h, &pat).map(Err),
+        None => probe_blocked(e, h, &pat, c).map(Err),
     })?;
     Ok(status_of(h, &env))
 }
@@ -290,7 +306,7 @@ fn mprobe_impl(h: &CommHandle, src: Rank, tag: Tag) -> Result<(Message, Status)>
     let c = with_engine(|e| e.probe_point(&pat, false));
     let m = wait_until(hint(h, src), |e| match e.mprobe_at(c, pat, false) {
         Some(m) => Some(Ok(m.expect("found"))),
-        None => probe_blocked(e, h, &pat).map(Err),
+        None => probe_blocked(e, h, &pat, c).map(Err),
     })?;
     let st = status_of(h, &m.env);
     Ok((Message { matched: Some(m), handle: h.clone(), raw: crate::ffi::MPI_Message::next() }, st))

@@ -56,6 +56,10 @@ impl Pending {
     /// several requests does not wait forever for it. Returns whether it failed it.
     fn fail_if_any_source_orphaned(&self, e: &mut crate::device::Engine) -> bool {
         let Some(ctx) = self.any_source_ctx else { return false };
+        if e.follows() {
+            // A replica that follows its master: the master's outcome comes.
+            return false;
+        }
         let Some(w) = crate::ulfm::unacked_failure(ctx, self.members.as_deref()) else { return false };
         e.fail_receive(
             self.id,
@@ -522,9 +526,10 @@ fn done_or_orphaned<'p>(
     pendings: impl Iterator<Item = &'p Pending>,
 ) -> Option<Vec<usize>> {
     let done = e.completed_at(c, ids, block);
-    // A replicated job's choice point (`c`) is answered by the master alone: `None` means
-    // its answer is not known yet, and nothing may be decided here.
-    if c.is_some() || !crate::failure::any_failed() || done.as_ref().is_some_and(|d| !d.is_empty()) {
+    // A replicated job's choice point (`c`) is answered by the master alone: on a replica
+    // that follows it, `None` means its answer is not known yet, and nothing may be decided
+    // here (the master's withdrawals of receives come as their outcomes).
+    if (c.is_some() && e.follows()) || !crate::failure::any_failed() || done.as_ref().is_some_and(|d| !d.is_empty()) {
         return done;
     }
     let mut failed = false;

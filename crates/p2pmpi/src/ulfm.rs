@@ -144,17 +144,34 @@ pub(crate) fn wait_any_source(
         if let Some(done) = e.take_done(id) {
             return Some(done);
         }
-        let w = unacked_failure(ctx, members)?;
-        // Withdrawn only if nothing matched it yet (a message on its way in is delivered).
-        if !e.cancel(id) {
+        if e.follows() {
+            // A replica that follows its master: the master withdraws the receive or not,
+            // and says so (the receive's choice point).
             return None;
         }
-        let _ = e.take_done(id);
-        Some(Err(crate::error::Error::PeerLost {
+        let w = unacked_failure(ctx, members)?;
+        // Withdrawn only if nothing matched it yet (a message on its way in is delivered);
+        // a master's replicas are told.
+        let err = crate::error::Error::PeerLost {
             rank: w,
             cause: "failed, and not acknowledged on this communicator (a receive from any source cannot tell whether its message would have come from it; acknowledge with failure_ack and receive again)".into(),
-        }))
+        };
+        if !e.fail_receive(id, err) {
+            return None;
+        }
+        e.take_done(id)
     })
+}
+
+/// The world ranks known failed now. With `-r R` this is the master's view, which its
+/// replicas follow (a choice point): what each one heard so far may differ.
+fn failed_world() -> Vec<Rank> {
+    let c = crate::environment::with_engine(|e| e.replicated().then(|| e.completion_point()).flatten());
+    match c {
+        None => crate::failure::failed_ranks(),
+        Some(c) => crate::environment::wait_until(None, |e| e.lost_view_at(c).map(Ok))
+            .unwrap_or_else(|_| crate::failure::failed_ranks()),
+    }
 }
 
 /// Agreement, shrinking and failure acknowledgement (ULFM), on every communicator.
@@ -199,12 +216,9 @@ pub trait FaultTolerant: Communicator {
     /// [`Error::Revoked`](crate::error::Error::Revoked) on every member, wherever it waits —
     /// also members that never talk to a failed process and would otherwise wait for one that
     /// gave up. Agreement, shrinking and failure acknowledgement still work on it. Not
-    /// collective: any member may call it, once or several times. Not available with `-r R`
-    /// (a revocation could interrupt a rank's replicas at different points).
+    /// collective: any member may call it, once or several times. With `-r R`, a rank's
+    /// master decides which of its operations the revocation fails, and its replicas follow.
     fn revoke(&self) -> Result<(), FaultError> {
-        if crate::environment::with_engine(|e| e.replicated()) {
-            return Err(FaultError::Refused("revoke is not available in replicated jobs (-r R)".into()));
-        }
         let ctx = self.handle().0.ctx;
         revoked(ctx);
         crate::bootstrap::revoke(ctx);
@@ -234,7 +248,7 @@ pub trait FaultTolerant: Communicator {
     /// notices and the launcher's declarations).
     fn failed_members(&self) -> Vec<Rank> {
         let h = self.handle();
-        let failed = crate::failure::failed_ranks();
+        let failed = failed_world();
         (0..h.size()).filter(|&r| failed.contains(&h.world_rank(r))).collect()
     }
 }

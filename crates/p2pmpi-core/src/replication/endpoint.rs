@@ -871,6 +871,12 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
         self.choices.knows(c)
     }
 
+    /// The master's failure outcomes learned and not followed yet (see
+    /// [`super::failures`]).
+    pub fn known_failures(&self) -> Vec<(u64, Outcome)> {
+        self.choices.known_failures()
+    }
+
     /// Takes the master's outcome of point `c` (followed once).
     pub fn take_choice(&mut self, c: u64) -> Option<Outcome> {
         self.choices.take(c)

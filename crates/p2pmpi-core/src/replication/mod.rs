@@ -219,10 +219,11 @@ pub mod failures {
         (c & FAILURE_POINT != 0).then_some(c & !FAILURE_POINT)
     }
 
-    /// Source value that marks a failure outcome (never a rank, nor `ANY_SOURCE` = -1).
-    const FAILED_SRC: i32 = -2;
+    /// Source value that marks a failure outcome: never a rank nor a request's index, and
+    /// not negative (the wire's rank fields are not).
+    const FAILED_SRC: i32 = i32::MAX;
     /// Source value that marks a set of failed ranks.
-    const LOST_SET_SRC: i32 = -3;
+    const LOST_SET_SRC: i32 = i32::MAX - 1;
     /// Failure codes (the outcome's tag); [`AT_POST`] marks a failure at the post itself.
     const LOST: i32 = 1;
     const REVOKED: i32 = 2;
@@ -337,6 +338,12 @@ impl Choices {
     /// Whether the master's outcome of point `c` is known.
     pub fn knows(&self, c: u64) -> Option<Outcome> {
         self.known.get(&c).copied()
+    }
+
+    /// The failure outcomes learned and not followed yet ([`failures::failure_point`]s), in
+    /// point order.
+    pub fn known_failures(&self) -> Vec<(u64, Outcome)> {
+        self.known.range(failures::FAILURE_POINT..).map(|(&c, &o)| (c, o)).collect()
     }
 
     /// Outcomes learned and not followed yet.
@@ -742,7 +749,7 @@ mod tests {
                 assert_eq!(outcome_lost_set(o), None);
             }
         }
-        // A match (a source, which is never negative) or nothing is not a failure.
+        // A match (a source, a rank) or nothing is not a failure.
         assert_eq!(outcome_failure(Some((3, 1, 9))), None);
         assert_eq!(outcome_failure(None), None);
         assert_eq!(op_of_point(failure_point(42)), Some(42));
@@ -766,6 +773,7 @@ mod tests {
             let p = c.point();
             c.followed(p, None);
         }
+        assert_eq!(c.known_failures(), vec![(failure_point(5), failure_outcome(Failed::Lost(2), false))]);
         assert_eq!(c.take(failure_point(5)), Some(failure_outcome(Failed::Lost(2), false)));
         assert_eq!(c.take(p0), Some(Some((1, 0, 0))));
         assert!(c.relay().iter().any(|&(p, _)| p == failure_point(5)), "a new master tells it again");

@@ -492,6 +492,9 @@ impl Engine {
     fn take_finished(&mut self, id: ReqId) -> Option<Result<StatusInfo>> {
         let r = self.reqs[id].take().expect("live request");
         self.free_reqs.push(id);
+        if self.repl.is_some() {
+            self.taken(id, matches!(r.state, ReqState::Done(_)));
+        }
         Some(match r.state {
             ReqState::Done(s) => Ok(s),
             ReqState::Failed(e) => Err(e),
@@ -504,6 +507,10 @@ impl Engine {
             // A frame of the replication protocol is written.
             self.tx_written(id, tx);
             return;
+        }
+        if self.repl.is_some() {
+            // A master's operation failed (a lost rank, a revocation): its replicas follow.
+            self.decide_failure(id, &st);
         }
         if let Some(rp) = self.repl.as_mut() {
             // A master's wildcard receive completed: its replicas follow its choice.
@@ -602,8 +609,10 @@ impl Engine {
         if let Some(e) = &self.fatal {
             return Err(e.clone());
         }
-        if self.is_revoked(comm) {
-            return Err(Error::Revoked);
+        let op = self.next_op();
+        let revoked = self.is_revoked(comm).then_some(Error::Revoked);
+        if let Some(e) = self.post_failure(op, revoked) {
+            return Err(e);
         }
         let seq = self.matcher.next_send_seq(comm, dst, tag);
         let data = if len == 0 {
@@ -621,7 +630,9 @@ impl Engine {
         if self.repl.is_some() {
             // Algorithm 4: the master transmits, a replica keeps the message until committed.
             let mid = Mid { comm, src: self.rank as u32, dst: dst as u32, tag, seq };
-            return Ok(self.replicated_send(mid, ptr, len, mode == SendMode::Synchronous));
+            let r = self.replicated_send(mid, ptr, len, mode == SendMode::Synchronous);
+            self.number(r, op);
+            return Ok(r);
         }
         let cid = self.send_conn(dst)?;
         if mode == SendMode::Standard && len <= EAGER_LIMIT {
@@ -1111,7 +1122,7 @@ impl Engine {
                 return Ok(c);
             }
         }
-        if let Some(cause) = self.lost.get(&dst) {
+        if let Some(cause) = self.lost.get(&dst).filter(|_| self.repl.is_none()) {
             return Err(Error::PeerLost { rank: dst, cause: cause.clone() });
         }
         if self.repl.as_ref().is_some_and(|rp| rp.ep.is_cut(dst as usize)) {
@@ -1252,10 +1263,13 @@ impl Engine {
         if let Some(s) = pat.src {
             self.check_rank(s)?;
         }
-        if self.is_revoked(pat.comm) {
-            return Err(Error::Revoked);
+        let op = self.next_op();
+        let revoked = self.is_revoked(pat.comm).then_some(Error::Revoked);
+        if let Some(e) = self.post_failure(op, revoked) {
+            return Err(e);
         }
         let r = self.new_req(ptr, cap, ReqState::Pending);
+        self.number(r, op);
         if let Some(rp) = self.repl.as_mut() {
             if pat.src.is_none() {
                 // An ANY_SOURCE receive is a choice point: the master's match decides. (A
@@ -1464,6 +1478,9 @@ impl Engine {
             return;
         }
         let mut live = std::mem::take(&mut self.schedules);
+        if let Some(rp) = self.repl.as_mut() {
+            rp.in_schedule = true;
+        }
         live.retain_mut(|s| match s.advance(self) {
             None => true,
             Some(r) => {
@@ -1471,6 +1488,9 @@ impl Engine {
                 false
             }
         });
+        if let Some(rp) = self.repl.as_mut() {
+            rp.in_schedule = false;
+        }
         live.append(&mut self.schedules);
         self.schedules = live;
     }
@@ -2011,6 +2031,9 @@ impl Engine {
                     rp.ep.on_choices_told(from)
                 } else {
                     let o = (h.flags & flags::NOTHING == 0).then_some((mid.src as i32, mid.tag, h.len));
+                    if p2pmpi_core::replication::failures::op_of_point(mid.seq).is_some() {
+                        rp.words = true;
+                    }
                     rp.ep.on_choice(from, mid.seq, o)
                 };
                 if !ok {
@@ -2428,7 +2451,12 @@ impl Engine {
     #[inline(never)]
     fn apply_revocations(&mut self) {
         for ctx in crate::ulfm::take_revocations() {
-            self.revoke(ctx);
+            match self.repl.as_mut() {
+                // A non-master's operations fail when its master says (it applies the
+                // revocation itself only if it takes over).
+                Some(rp) if !rp.ep.is_master() => rp.unapplied.push(ctx),
+                _ => self.revoke(ctx),
+            }
         }
     }
 
@@ -2487,9 +2515,10 @@ impl Engine {
         self.repl.is_some()
     }
 
-    /// A program that handles failures, unreplicated: a lost peer does not end communication.
+    /// A program that handles failures: a lost peer (with `-r R`, a rank lost whole) does
+    /// not end communication.
     fn failure_tolerant(&self) -> bool {
-        self.repl.is_none() && crate::failure::policy() == crate::failure::Policy::Notify
+        crate::failure::policy() == crate::failure::Policy::Notify
     }
 
     /// Gives up when a send has made no progress for `limit` (2·T_cleanup, FM §5.3): the

@@ -11,6 +11,7 @@ use super::failpoints;
 use super::*;
 use p2pmpi_core::matching::FastMap;
 use p2pmpi_core::replication::endpoint::{self as protocol, Action, Frame, Step, TxId};
+use p2pmpi_core::replication::failures::{self, Failed};
 use p2pmpi_core::replication::Endpoint;
 
 /// Messages up to this size are copied into a non-master's backup table (its send returns at
@@ -115,7 +116,29 @@ pub(super) struct Replication {
     pub(super) matched: FastMap<ReqId, (i32, i32, u64)>,
     /// A non-master's wildcard receives waiting for their master's choice, by choice point.
     pub(super) deferred_recvs: BTreeMap<u64, (ReqId, Pattern)>,
+    /// Fault-aware programs (`Policy::Notify`): the operations posted so far (sends and
+    /// receives of the program, numbered alike on every replica of the rank), the request of
+    /// each one not taken yet, and the number of each request.
+    pub(super) ops: u64,
+    pub(super) op_req: BTreeMap<u64, ReqId>,
+    pub(super) req_op: FastMap<ReqId, u64>,
+    /// Operations whose success the program took (a master's failure of one of them cannot
+    /// be followed any more), the latest [`TAKEN_WINDOW`].
+    pub(super) taken_ok: std::collections::BTreeSet<u64>,
+    /// A schedule (immediate collective) is posting: its operations are not numbered (they
+    /// are posted when the progress engine runs, which differs between replicas).
+    pub(super) in_schedule: bool,
+    /// The master told failure outcomes that this process has not applied yet.
+    pub(super) words: bool,
+    /// Ranks lost whole (every replica declared dead), in the order this process heard.
+    pub(super) lost_ranks: Vec<i32>,
+    /// Revocations a non-master heard from the launcher: its master applies them and tells
+    /// which operations failed; this process applies them itself if it takes over.
+    pub(super) unapplied: Vec<u32>,
 }
+
+/// How many taken operations a replica remembers (to notice a failure it cannot follow).
+const TAKEN_WINDOW: usize = 1 << 16;
 
 impl Replication {
     pub(super) fn new(layout: Layout, slot: usize) -> Replication {
@@ -127,13 +150,23 @@ impl Replication {
             stall_limit: None,
             rndv_limit: EAGER_LIMIT,
         };
+        let mut ep = Endpoint::new(layout, slot, cfg);
+        ep.set_notify(crate::failure::policy() == crate::failure::Policy::Notify);
         Replication {
-            ep: Endpoint::new(layout, slot, cfg),
+            ep,
             origin: Instant::now(),
             tx_req: FastMap::default(),
             choice_of: FastMap::default(),
             matched: FastMap::default(),
             deferred_recvs: BTreeMap::new(),
+            ops: 0,
+            op_req: BTreeMap::new(),
+            req_op: FastMap::default(),
+            taken_ok: std::collections::BTreeSet::new(),
+            in_schedule: false,
+            words: false,
+            lost_ranks: Vec::new(),
+            unapplied: Vec::new(),
         }
     }
 
@@ -209,8 +242,10 @@ impl Engine {
                             self.slot, self.rank
                         );
                     }
+                    self.now_master();
                 }
                 Action::Fatal { rank, cause } => self.set_fatal(Error::PeerLost { rank: rank as i32, cause }),
+                Action::RankLost { rank } => self.rank_lost(rank as i32),
             }
         }
     }
@@ -342,6 +377,9 @@ impl Engine {
     /// A non-master's wildcard receives whose master's choice arrived are posted, exact; after
     /// a takeover, the ones still undecided are this master's to decide.
     pub(super) fn resolve_choices(&mut self) {
+        if self.repl.as_ref().is_some_and(|rp| rp.words) {
+            self.apply_failures();
+        }
         loop {
             let Some(rp) = self.repl.as_mut() else { return };
             let Some((&c, _)) = rp.deferred_recvs.first_key_value() else { return };
@@ -357,12 +395,223 @@ impl Engine {
             };
             let (r, pat) = rp.deferred_recvs.remove(&c).expect("present");
             match o {
+                // The master withdrew this receive with an error: so does this replica.
+                Some(o) if failures::outcome_failure(o).is_some() => {
+                    let err = failure_error(o).expect("a failure");
+                    self.complete(r, Err(err));
+                }
                 Some(o) => self.post(r, exact(pat, o)),
                 None => {
                     rp.choice_of.insert(r, (c, pat.comm));
                     self.post(r, pat);
                 }
             }
+        }
+    }
+
+    /// The number of the operation being posted, in a fault-aware replicated job (`None`
+    /// otherwise, and for a schedule's operations).
+    pub(super) fn next_op(&mut self) -> Option<u64> {
+        let rp = self.repl.as_mut().filter(|rp| !rp.in_schedule)?;
+        if crate::failure::policy() != crate::failure::Policy::Notify {
+            return None;
+        }
+        let op = rp.ops;
+        rp.ops += 1;
+        Some(op)
+    }
+
+    /// Whether this process follows its master's outcomes (a non-master of a replicated
+    /// job, or a new master still learning what its replicas know).
+    pub(crate) fn follows(&self) -> bool {
+        self.repl.as_ref().is_some_and(|rp| !rp.ep.may_decide())
+    }
+
+    /// Operation `op` fails at its post on the master with `err`: the replicas are told. On a
+    /// non-master: the master's outcome at the post, if it failed there (known already).
+    pub(super) fn post_failure(&mut self, op: Option<u64>, err: Option<Error>) -> Option<Error> {
+        let (Some(op), Some(rp)) = (op, self.repl.as_mut()) else { return err };
+        let c = failures::failure_point(op);
+        if rp.ep.may_decide() {
+            let f = failed_of(err.as_ref()?)?;
+            rp.ep.decided(u32::MAX, c, failures::failure_outcome(f, true));
+            self.flush_deferred();
+            return err;
+        }
+        // Only the master's word counts (what this process heard may not be what it heard).
+        let o = rp.ep.choice_known(c)?;
+        let (_, at_post) = failures::outcome_failure(o)?;
+        if !at_post {
+            return None;
+        }
+        rp.ep.take_choice(c);
+        rp.ep.decided(u32::MAX, c, o);
+        failure_error(o)
+    }
+
+    /// Request `r` stands for operation `op` (a fault-aware replicated job).
+    pub(super) fn number(&mut self, r: ReqId, op: Option<u64>) {
+        let (Some(op), Some(rp)) = (op, self.repl.as_mut()) else { return };
+        rp.op_req.insert(op, r);
+        rp.req_op.insert(r, op);
+        if !rp.ep.may_decide() && rp.ep.choice_known(failures::failure_point(op)).is_some() {
+            rp.words = true;
+            self.apply_failures();
+        }
+    }
+
+    /// A master's request completes with `st`: a failure it must tell its replicas (a
+    /// wildcard receive withdrawn, an operation failed by a lost rank or a revocation).
+    pub(super) fn decide_failure(&mut self, id: ReqId, st: &Result<StatusInfo>) {
+        let Err(e) = st else { return };
+        let Some(f) = failed_of(e) else { return };
+        let Some(rp) = self.repl.as_mut() else { return };
+        if !rp.ep.is_master() {
+            return;
+        }
+        if let Some((c, comm)) = rp.choice_of.remove(&id) {
+            rp.matched.remove(&id);
+            rp.ep.decided(comm, c, failures::failure_outcome(f, false));
+        }
+        if let Some(&op) = rp.req_op.get(&id) {
+            rp.ep.decided(u32::MAX, failures::failure_point(op), failures::failure_outcome(f, false));
+        }
+    }
+
+    /// The program took request `id`'s outcome.
+    pub(super) fn taken(&mut self, id: ReqId, ok: bool) {
+        let Some(rp) = self.repl.as_mut() else { return };
+        let Some(op) = rp.req_op.remove(&id) else { return };
+        rp.op_req.remove(&op);
+        if ok && !rp.ep.is_master() {
+            rp.taken_ok.insert(op);
+            if rp.taken_ok.len() > TAKEN_WINDOW {
+                rp.taken_ok.pop_first();
+            }
+        }
+    }
+
+    /// A non-master applies the failure outcomes its master told: the operations fail here
+    /// too. One whose success the program already took cannot follow: this replica leaves
+    /// (its rank goes on with its master).
+    pub(super) fn apply_failures(&mut self) {
+        let Some(rp) = self.repl.as_mut() else { return };
+        if !std::mem::take(&mut rp.words) || rp.ep.may_decide() {
+            return;
+        }
+        let known = rp.ep.known_failures();
+        for (c, o) in known {
+            let Some(op) = failures::op_of_point(c) else { continue };
+            let rp = self.repl.as_mut().expect("replicated");
+            if op >= rp.ops {
+                // Not reached yet: applied at its post.
+                continue;
+            }
+            if rp.taken_ok.contains(&op) {
+                let why = format!(
+                    "its master's operation {op} failed ({}) where this replica's had succeeded",
+                    failure_error(o).map(|e| e.to_string()).unwrap_or_default()
+                );
+                self.diverged(&why);
+            }
+            rp.ep.take_choice(c);
+            rp.ep.decided(u32::MAX, c, o);
+            let Some(&r) = rp.op_req.get(&op) else { continue };
+            let err = failure_error(o).expect("a failure outcome");
+            if self.is_done(r) {
+                // Done here and not taken yet: the master's outcome replaces it.
+                self.req_mut(r).state = ReqState::Failed(err);
+                continue;
+            }
+            self.matcher.cancel(&r);
+            self.rndv_recv.retain(|_, q| *q != r);
+            if let Some(rp) = self.repl.as_mut() {
+                rp.deferred_recvs.retain(|_, (q, _)| *q != r);
+            }
+            self.complete(r, Err(err));
+        }
+    }
+
+    /// This replica cannot take its master's path any more: it leaves, as a replica that
+    /// failed (its rank goes on with its master).
+    pub(super) fn diverged(&mut self, why: &str) -> ! {
+        let msg = format!("rank {} replica {}: cannot follow its master: {why}; leaving", self.rank, self.slot);
+        eprintln!("p2pmpi: {msg}");
+        crate::bootstrap::report_abort(self.slot, 70, &msg, None);
+        crate::failure::leave();
+        std::process::exit(70);
+    }
+
+    /// Every replica of `rank` is lost and the program handles failures: the program is told
+    /// (its failure notices), and the master fails what involves the rank (its replicas
+    /// follow the master's outcomes).
+    fn rank_lost(&mut self, rank: i32) {
+        let Some(rp) = self.repl.as_mut() else { return };
+        if rp.lost_ranks.contains(&rank) {
+            return;
+        }
+        rp.lost_ranks.push(rank);
+        let master = rp.ep.is_master();
+        crate::failure::rank_lost(rank);
+        if master {
+            self.lose_peer(rank, "all replicas for that rank failed".into(), Vec::new());
+        }
+    }
+
+    /// This process became its rank's master: what it heard and its master did not get to
+    /// apply is applied now (its operations fail, and its replicas are told).
+    fn now_master(&mut self) {
+        let Some(rp) = self.repl.as_mut() else { return };
+        let lost = rp.lost_ranks.clone();
+        let revs = std::mem::take(&mut rp.unapplied);
+        for r in lost {
+            self.lose_peer(r, "all replicas for that rank failed".into(), Vec::new());
+        }
+        for ctx in revs {
+            self.revoke(ctx);
+        }
+    }
+
+    /// The master's view of the failed world ranks at choice point `c` (`failure_ack`,
+    /// `failed_members`): `None` while this replica waits for its master's.
+    pub(crate) fn lost_view_at(&mut self, c: u64) -> Option<Vec<i32>> {
+        let rp = self.repl.as_mut()?;
+        if let Some(o) = rp.ep.take_choice(c) {
+            rp.ep.decided(u32::MAX, c, o);
+            return Some(failures::outcome_lost_set(o).unwrap_or_default().into_iter().map(|r| r as i32).collect());
+        }
+        if !rp.ep.may_decide() {
+            return None;
+        }
+        let mut view = rp.lost_ranks.clone();
+        view.sort_unstable();
+        let ranks: Vec<u32> = view.iter().map(|&r| r as u32).collect();
+        // Beyond 64 ranks the view is not told (the replicas use their own).
+        if let Some(o) = failures::lost_set_outcome(&ranks) {
+            rp.ep.decided(u32::MAX, c, o);
+            self.flush_deferred();
+        }
+        Some(view)
+    }
+
+    /// The master's failure outcome of choice point `c` (a probe's), if it told one: taken.
+    pub(crate) fn choice_failure(&mut self, c: Option<u64>) -> Option<Error> {
+        let c = c?;
+        let rp = self.repl.as_mut()?;
+        let o = rp.ep.choice_known(c)?;
+        let err = failure_error(o)?;
+        rp.ep.take_choice(c);
+        rp.ep.decided(u32::MAX, c, o);
+        Some(err)
+    }
+
+    /// A master's probe at choice point `c` fails with `err`: its replicas are told.
+    pub(crate) fn decide_probe_failure(&mut self, c: Option<u64>, err: &Error) {
+        let (Some(c), Some(f)) = (c, failed_of(err)) else { return };
+        let Some(rp) = self.repl.as_mut() else { return };
+        if rp.ep.may_decide() {
+            rp.ep.decided(u32::MAX, c, failures::failure_outcome(f, false));
+            self.flush_deferred();
         }
     }
 
@@ -478,7 +727,10 @@ impl Engine {
     /// probe; a blocking probe naming its source finds that source's next message).
     pub fn probe_point(&mut self, pat: &Pattern, immediate: bool) -> Option<u64> {
         let rp = self.repl.as_mut()?;
-        (immediate || pat.src.is_none()).then(|| rp.ep.choice_point())
+        // A fault-aware program's blocking probe naming its source may fail (a lost rank, a
+        // revocation), which its master decides: a choice point too.
+        let notify = crate::failure::policy() == crate::failure::Policy::Notify;
+        (immediate || pat.src.is_none() || notify).then(|| rp.ep.choice_point())
     }
 
     /// The outcome of probe choice point `c` for this replica: `None` while it must wait (a
@@ -574,6 +826,23 @@ impl Engine {
             let exact = Pattern { comm: e.comm, src: Some(e.src), tag: Some(e.tag) };
             self.mprobe(exact).expect("the probed message is queued")
         }))
+    }
+}
+
+/// What a failure outcome stands for, as an error (`None`: not a failure outcome).
+pub(super) fn failure_error(o: Outcome) -> Option<Error> {
+    Some(match failures::outcome_failure(o)?.0 {
+        Failed::Lost(rank) => Error::PeerLost { rank: rank as i32, cause: "all replicas for that rank failed".into() },
+        Failed::Revoked => Error::Revoked,
+    })
+}
+
+/// The failure outcome an error stands for (`None`: an error the replicas do not follow).
+pub(super) fn failed_of(e: &Error) -> Option<Failed> {
+    match e {
+        Error::PeerLost { rank, .. } if *rank >= 0 => Some(Failed::Lost(*rank as u32)),
+        Error::Revoked => Some(Failed::Revoked),
+        _ => None,
     }
 }
 

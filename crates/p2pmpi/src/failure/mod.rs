@@ -590,6 +590,26 @@ pub(crate) fn declared_dead(slots: &[u32]) {
     }
 }
 
+/// Every replica of world rank `rank` was declared dead (a replicated job whose program
+/// handles failures): the program's notices list it.
+pub(crate) fn rank_lost(rank: i32) {
+    let notice = Notice {
+        rank,
+        at: crate::environment::time(),
+        cause: Cause::KMonitor { how: "every replica of it was declared dead by the launcher".into() },
+    };
+    {
+        let mut g = NOTICES.lock();
+        if g.iter().any(|n| n.rank == rank) {
+            return;
+        }
+        g.push(notice);
+        NOTICE_COUNT.store(g.len(), Ordering::Release);
+        NOTICE_CV.notify_all();
+    }
+    // (Handlers are not run: this is the communication engine's thread, under its lock.)
+}
+
 /// Whether the launcher declared `slot` dead.
 fn is_declared_dead(slot: usize) -> bool {
     DEAD_SLOTS.lock().contains(&slot)
