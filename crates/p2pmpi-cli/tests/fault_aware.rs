@@ -120,3 +120,184 @@ fn collectives_return_their_errors_and_a_revoke_frees_ranks_that_never_talk_to_t
     assert!(text.contains("shrunk from 4 to 3 ranks"), "{text}");
     assert!(text.contains("total 00000002534e5ed3 over 20 rounds on 3 of 4 ranks: correct"), "{text}");
 }
+
+// ------------------------------------------------------------------ replicated jobs (-r R)
+//
+// `-n 4 -r 2`: replica j of rank k is slot 2k + j (rank 2 is slots 4 and 5). The examples
+// record their path (`FT_PATH_DIR`: what each operation gave, the agreements, the shrinks)
+// per slot; every replica of a surviving rank must have taken its master's path, although
+// only the master's output is shown.
+
+/// `p2pmpirun --local -n 4 -r 2 EXAMPLE ARGS MARKER`, recording the paths in `dir`.
+fn replicated(example_name: &str, args: &[&str], marker: &str, dir: &std::path::Path) -> Command {
+    let mut c = Command::new(launcher());
+    c.args(["--local", "-n", "4", "-r", "2", "--t-gossip", "100", "--t-max-hang", "0"])
+        .arg(example(example_name))
+        .args(args)
+        // Ignored by the examples: it finds their processes.
+        .arg(marker)
+        .env("FT_PATH_DIR", dir)
+        .env("P2PMPI_HOME", "/nonexistent/p2pmpi-local-tests");
+    c
+}
+
+fn path_dir(test: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("p2pmpi-ft-{test}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Waits (bounded) until the job's 8 processes run; returns slot → pid.
+fn slots_of(marker: &str) -> std::collections::HashMap<usize, u32> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let found: std::collections::HashMap<usize, u32> = processes_with(marker)
+            .into_iter()
+            .filter_map(|pid| env_of(pid, "P2PMPI_RANK").and_then(|s| s.parse().ok()).map(|s| (s, pid)))
+            .collect();
+        if found.len() >= 8 {
+            return found;
+        }
+        assert!(std::time::Instant::now() < deadline, "only {} of 8 processes started", found.len());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn kill9(pid: u32) {
+    assert!(Command::new("kill").args(["-9", &pid.to_string()]).status().unwrap().success());
+}
+
+/// Each slot's recorded path.
+fn paths(dir: &std::path::Path) -> Vec<String> {
+    (0..8).map(|s| std::fs::read_to_string(dir.join(format!("path-{s}.txt"))).unwrap_or_default()).collect()
+}
+
+/// Both replicas of every rank but `lost` took the same path (and recorded one); those of
+/// `lost` took the same path as far as each went.
+fn assert_replicas_took_one_path(p: &[String], lost: Option<usize>, text: &str) {
+    for k in 0..4 {
+        let (a, b) = (&p[2 * k], &p[2 * k + 1]);
+        if Some(k) == lost {
+            let (short, long) = if a.len() <= b.len() { (a, b) } else { (b, a) };
+            assert!(long.starts_with(short.as_str()), "rank {k}'s replicas parted:\n{a}\n---\n{b}");
+        } else {
+            assert!(!a.is_empty(), "rank {k} recorded nothing: {text}");
+            assert_eq!(a, b, "rank {k}'s replicas took different paths: {text}");
+        }
+    }
+    assert!(!text.contains("cannot follow its master"), "a replica could not follow its master: {text}");
+}
+
+#[test]
+fn replicated_solver_losing_one_replica_of_a_rank_needs_no_shrink() {
+    let marker = marker("ft-repl-one");
+    let dir = path_dir("repl-one");
+    let job = Job::spawn(&mut replicated("ft_solver", &["20000", "1000", "150"], &marker, &dir));
+    let procs = slots_of(&marker);
+    job.wait_for(T, "round 3", |lines| lines.iter().any(|l| l.text == "round 3 done on 4 ranks").then_some(()));
+    // Rank 2's master: its replica takes over, and the program sees nothing.
+    kill9(procs[&4]);
+    let (code, text) = job.finish(T);
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("rank 2 replica 0 (pid") && text.contains("rank 2 goes on with 1 replica(s)"), "{text}");
+    assert!(!text.contains("shrunk") && !text.contains("all replicas"), "{text}");
+    assert_eq!(answer(&text), Some(("4".into(), "correct".into())), "{text}");
+    let p = paths(&dir);
+    assert_replicas_took_one_path(&p, Some(2), &text);
+    assert!(p.iter().all(|s| !s.contains("failed") && !s.contains("None")), "an operation failed: {p:?}");
+    assert!(p[5].contains("total "), "rank 2's replica finished the work: {}", p[5]);
+}
+
+#[test]
+fn replicated_solver_losing_every_replica_of_a_rank_shrinks_and_is_right() {
+    let marker = marker("ft-repl-both");
+    let dir = path_dir("repl-both");
+    let job = Job::spawn(&mut replicated("ft_solver", &["20000", "1000", "150"], &marker, &dir));
+    let procs = slots_of(&marker);
+    job.wait_for(T, "round 3", |lines| lines.iter().any(|l| l.text == "round 3 done on 4 ranks").then_some(()));
+    kill9(procs[&4]);
+    kill9(procs[&5]);
+    let (code, text) = job.finish(T);
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("all replicas of rank 2 failed; the program handles failures, the job goes on"), "{text}");
+    assert!(text.contains("shrunk from 4 to 3 ranks"), "{text}");
+    assert!(text.contains(" done on 3 ranks"), "{text}");
+    assert_eq!(answer(&text), Some(("3".into(), "correct".into())), "{text}");
+    let p = paths(&dir);
+    assert_replicas_took_one_path(&p, Some(2), &text);
+    assert!(p.iter().any(|s| s.contains(": None")), "a round failed somewhere: {p:?}");
+    assert!(p[0].contains("shrunk from 4 to 3: rank 0"), "{}", p[0]);
+}
+
+#[test]
+fn replicated_solver_loses_a_rank_s_master_then_the_replica_that_took_over() {
+    let marker = marker("ft-repl-seq");
+    let dir = path_dir("repl-seq");
+    let job = Job::spawn(&mut replicated("ft_solver", &["20000", "1000", "150"], &marker, &dir));
+    let procs = slots_of(&marker);
+    job.wait_for(T, "round 3", |lines| lines.iter().any(|l| l.text == "round 3 done on 4 ranks").then_some(()));
+    kill9(procs[&4]);
+    job.wait_for(T, "the master's death", |lines| {
+        lines.iter().any(|l| l.text.contains("rank 2 goes on with 1 replica(s)")).then_some(())
+    });
+    // Two more rounds with rank 2's new master, then it dies too.
+    let seen = job.lines().iter().filter(|l| l.text.ends_with("done on 4 ranks")).count();
+    job.wait_for(T, "two more rounds", |lines| {
+        (lines.iter().filter(|l| l.text.ends_with("done on 4 ranks")).count() >= seen + 2).then_some(())
+    });
+    kill9(procs[&5]);
+    let (code, text) = job.finish(T);
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("all replicas of rank 2 failed; the program handles failures, the job goes on"), "{text}");
+    assert!(text.contains("shrunk from 4 to 3 ranks"), "{text}");
+    assert_eq!(answer(&text), Some(("3".into(), "correct".into())), "{text}");
+    let p = paths(&dir);
+    assert_replicas_took_one_path(&p, Some(2), &text);
+    assert!(p[5].len() > p[4].len(), "rank 2's replica went on after its master: {}\n---\n{}", p[4], p[5]);
+}
+
+#[test]
+fn replicated_revoke_frees_the_survivors_and_every_replica_follows_its_master() {
+    let marker = marker("ft-repl-revoke");
+    let dir = path_dir("repl-revoke");
+    let job = Job::spawn(&mut replicated("ft_revoke", &["20", "1000", "150"], &marker, &dir));
+    let procs = slots_of(&marker);
+    job.wait_for(T, "round 3", |lines| lines.iter().any(|l| l.text == "round 3 done on 4 ranks").then_some(()));
+    kill9(procs[&4]);
+    kill9(procs[&5]);
+    // Without the revocation (refused before in replicated jobs), a rank whose allreduce
+    // partner gave up would wait for it forever.
+    let (code, text) = job.finish(T);
+    assert_eq!(code, 0, "{text}");
+    let failed: Vec<&str> = text.lines().filter(|l| l.contains(": round ") && l.contains(" failed: ")).collect();
+    assert_eq!(failed.len(), 3, "every survivor saw the round fail (its master's line): {text}");
+    assert!(text.contains("shrunk from 4 to 3 ranks"), "{text}");
+    assert!(text.contains("total 00000002534e5ed3 over 20 rounds on 3 of 4 ranks: correct"), "{text}");
+    let p = paths(&dir);
+    assert_replicas_took_one_path(&p, Some(2), &text);
+    for k in [0, 1, 3] {
+        assert!(p[2 * k].contains(" failed: "), "rank {k}'s replicas both saw the round fail: {}", p[2 * k]);
+    }
+}
+
+#[test]
+fn replicated_collect_from_any_source_fails_on_every_replica_of_the_master_alike() {
+    for mode in ["receive", "waitany"] {
+        let marker = marker(&format!("ft-repl-collect-{mode}"));
+        let dir = path_dir(&format!("repl-collect-{mode}"));
+        let job = Job::spawn(&mut replicated("ft_collect", &["12", "150", mode], &marker, &dir));
+        let procs = slots_of(&marker);
+        job.wait_for(T, "round 2", |lines| lines.iter().any(|l| l.text == "round 2 complete").then_some(()));
+        kill9(procs[&4]);
+        kill9(procs[&5]);
+        let (code, text) = job.finish(T);
+        assert_eq!(code, 0, "{mode}: {text}");
+        assert!(text.contains(&format!("{mode} from any source failed: ")) && text.contains("lost rank 2"), "{text}");
+        assert!(text.contains("round 11 complete"), "{text}");
+        assert!(text.contains("from 2 of 3 workers: correct"), "{text}");
+        let p = paths(&dir);
+        assert_replicas_took_one_path(&p, Some(2), &text);
+        assert!(p[0].contains("failed: lost rank 2") && p[0].contains("acknowledged [2]"), "{mode}: {}", p[0]);
+    }
+}

@@ -22,6 +22,7 @@
 #![forbid(unsafe_code)]
 use mpi::traits::*;
 use mpi::ulfm::FaultTolerant;
+use p2pmpi_examples::{error_kind, path};
 use std::collections::BTreeSet;
 
 fn main() {
@@ -47,9 +48,11 @@ fn main() {
         for k in 0..rounds {
             std::thread::sleep(hold);
             let v = w * 1000 + k as u64;
-            if world.process_at_rank(0).try_send_with_tag(&[v][..], k).is_err() {
+            if let Err(e) = world.process_at_rank(0).try_send_with_tag(&[v][..], k) {
+                path(format!("send {k} failed: {}", error_kind(&e)));
                 break;
             }
+            path(format!("sent {k}"));
         }
         return;
     }
@@ -78,12 +81,15 @@ fn main() {
             };
             match got_one {
                 Ok(st) => {
+                    path(format!("round {k}: from {}: {}", st.source_rank(), v[0]));
                     waiting.remove(&st.source_rank());
                     got.push((st.source_rank(), k, v[0]));
                 }
                 Err(e) => {
                     println!("{mode} from any source failed: {e}");
+                    path(format!("round {k}: failed: {}", error_kind(&e)));
                     world.failure_ack();
+                    path(format!("acknowledged {:?}", world.failure_get_acked()));
                     for r in world.failed_members() {
                         if alive.remove(&r) {
                             println!("lost rank {r}");

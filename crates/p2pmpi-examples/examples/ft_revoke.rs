@@ -21,7 +21,7 @@ use mpi::collective::SystemOperation;
 use mpi::traits::*;
 use mpi::ulfm::{FaultError, FaultTolerant, TryCollectives};
 
-use p2pmpi_examples::work_item as h;
+use p2pmpi_examples::{error_kind, path, work_item as h};
 
 /// This rank's share of round `k`: the tasks `t` of the round with `t mod size = rank`.
 fn part(k: u64, per_round: u64, rank: u64, size: u64) -> u64 {
@@ -55,6 +55,7 @@ fn main() {
             let mut sum = 0u64;
             match comm.try_all_reduce_into(&mine, &mut sum, SystemOperation::sum()) {
                 Ok(()) => {
+                    path(format!("round {} on {} ranks: {sum:016x}", k + 1, comm.size()));
                     sums.push(sum);
                     if comm.rank() == 0 {
                         println!("round {} done on {} ranks", k + 1, comm.size());
@@ -63,6 +64,7 @@ fn main() {
                 }
                 Err(e) => {
                     println!("rank {me}: round {} failed: {e}", k + 1);
+                    path(format!("round {} failed: {}", k + 1, error_kind(&e)));
                     // Everyone else's pending or next operation on it fails too.
                     comm.revoke().unwrap_or_else(|e| panic!("revoke: {e}"));
                     finished = false;
@@ -78,6 +80,7 @@ fn main() {
             Err(FaultError::ProcFailed { agreed, .. }) => agreed,
             Err(e) => panic!("agreement: {e}"),
         };
+        path(format!("agreed {all_finished}, acknowledged {:?}", comm.failure_get_acked()));
         if all_finished == 1 {
             break;
         }
@@ -89,6 +92,7 @@ fn main() {
         let mut least = 0u64;
         comm.all_reduce_into(&done, &mut least, SystemOperation::min());
         sums.truncate(least as usize);
+        path(format!("shrunk from {before} to {}: rank {}, from round {}", comm.size(), comm.rank(), least + 1));
         if comm.rank() == 0 {
             println!("shrunk from {before} to {} ranks; round {} again", comm.size(), least + 1);
         }

@@ -19,7 +19,7 @@
 use mpi::traits::*;
 use mpi::ulfm::{FaultError, FaultTolerant};
 
-use p2pmpi_examples::work_item as h;
+use p2pmpi_examples::{error_kind, path, work_item as h};
 
 /// One round's reduction to rank 0 and back: the round's sum, or None if a rank failed.
 fn reduce_round(comm: &impl Communicator, part: u64, tag: i32) -> Option<u64> {
@@ -31,7 +31,10 @@ fn reduce_round(comm: &impl Communicator, part: u64, tag: i32) -> Option<u64> {
             let mut v = [0u64; 1];
             match comm.process_at_rank(r).try_receive_into_with_tag(&mut v[..], tag) {
                 Ok(_) => sum = sum.wrapping_add(v[0]),
-                Err(_) => ok = false,
+                Err(e) => {
+                    path(format!("receive from {r} failed: {}", error_kind(&e)));
+                    ok = false;
+                }
             }
         }
         let answer = [u64::from(ok), sum];
@@ -70,6 +73,7 @@ fn main() {
         let (me, size) = (comm.rank() as u64, comm.size() as u64);
         let part = (next..end).filter(|t| t % size == me).fold(0u64, |a, t| a.wrapping_add(h(t)));
         let sum = reduce_round(&comm, part, attempt);
+        path(format!("attempt {attempt} on {size} ranks: {sum:?}"));
         attempt += 1;
         // Known failures are acknowledged, so that the agreement reports only new ones; the
         // agreed value counts either way.
@@ -79,6 +83,7 @@ fn main() {
             Err(FaultError::ProcFailed { agreed, .. }) => agreed,
             Err(e) => panic!("agreement: {e}"),
         };
+        path(format!("agreed {agreed}, acknowledged {:?}", comm.failure_get_acked()));
         if agreed == 1 {
             total = total.wrapping_add(sum.expect("agreed"));
             next = end;
@@ -89,11 +94,13 @@ fn main() {
         } else {
             let before = comm.size();
             comm = comm.shrink().unwrap_or_else(|e| panic!("shrink: {e}"));
+            path(format!("shrunk from {before} to {}: rank {}", comm.size(), comm.rank()));
             if comm.rank() == 0 {
                 println!("shrunk from {before} to {} ranks; round {} again", comm.size(), next / round + 1);
             }
         }
     }
+    path(format!("total {total:016x}"));
     if comm.rank() == 0 {
         let want = (0..tasks).fold(0u64, |a, t| a.wrapping_add(h(t)));
         let verdict = if total == want { "correct" } else { "WRONG" };

@@ -11,3 +11,24 @@ pub fn work_item(t: u64) -> u64 {
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     (z ^ (z >> 31)) % 1_000_003
 }
+
+/// The fault-tolerant examples' path: with `FT_PATH_DIR=DIR` in the environment, each
+/// process appends `line` to `DIR/path-<slot>.txt` (its `P2PMPI_RANK`: with `-r R`, every
+/// replica has its own file). Tests compare the files of a rank's replicas: they must have
+/// taken the same path — the same operations failing, the same agreements — although only
+/// the master's output is shown.
+pub fn path(line: impl std::fmt::Display) {
+    use std::io::Write;
+    let Some(dir) = std::env::var_os("FT_PATH_DIR") else { return };
+    let slot = std::env::var("P2PMPI_RANK").unwrap_or_else(|_| "0".into());
+    let file = std::path::Path::new(&dir).join(format!("path-{slot}.txt"));
+    let mut f = std::fs::OpenOptions::new().create(true).append(true).open(&file).expect("open the path file");
+    writeln!(f, "{line}").expect("write the path file");
+}
+
+/// An error as the path records it: what failed ("lost rank 2", "the communicator was
+/// revoked …"), without the cause, which depends on how this process learned it.
+pub fn error_kind(e: &impl std::fmt::Display) -> String {
+    let s = e.to_string();
+    s.split(": ").next().unwrap_or_default().to_string()
+}
