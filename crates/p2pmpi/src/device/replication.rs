@@ -432,21 +432,23 @@ impl Engine {
     pub(super) fn post_failure(&mut self, op: Option<u64>, err: Option<Error>) -> Option<Error> {
         let (Some(op), Some(rp)) = (op, self.repl.as_mut()) else { return err };
         let c = failures::failure_point(op);
-        if rp.ep.may_decide() {
+        // A master's outcome known already (a new master's predecessor's) is followed.
+        if let Some(o) = rp.ep.choice_known(c) {
+            if failures::outcome_failure(o).is_some_and(|(_, at_post)| at_post) {
+                rp.ep.take_choice(c);
+                rp.ep.decided(u32::MAX, c, o);
+                return failure_error(o);
+            }
+            return None;
+        }
+        if rp.ep.is_master() {
             let f = failed_of(err.as_ref()?)?;
             rp.ep.decided(u32::MAX, c, failures::failure_outcome(f, true));
             self.flush_deferred();
             return err;
         }
         // Only the master's word counts (what this process heard may not be what it heard).
-        let o = rp.ep.choice_known(c)?;
-        let (_, at_post) = failures::outcome_failure(o)?;
-        if !at_post {
-            return None;
-        }
-        rp.ep.take_choice(c);
-        rp.ep.decided(u32::MAX, c, o);
-        failure_error(o)
+        None
     }
 
     /// Request `r` stands for operation `op` (a fault-aware replicated job).
@@ -454,7 +456,7 @@ impl Engine {
         let (Some(op), Some(rp)) = (op, self.repl.as_mut()) else { return };
         rp.op_req.insert(op, r);
         rp.req_op.insert(r, op);
-        if !rp.ep.may_decide() && rp.ep.choice_known(failures::failure_point(op)).is_some() {
+        if rp.ep.choice_known(failures::failure_point(op)).is_some() {
             rp.words = true;
             self.apply_failures();
         }
@@ -496,7 +498,7 @@ impl Engine {
     /// (its rank goes on with its master).
     pub(super) fn apply_failures(&mut self) {
         let Some(rp) = self.repl.as_mut() else { return };
-        if !std::mem::take(&mut rp.words) || rp.ep.may_decide() {
+        if !std::mem::take(&mut rp.words) {
             return;
         }
         let known = rp.ep.known_failures();
@@ -507,7 +509,7 @@ impl Engine {
                 // Not reached yet: applied at its post.
                 continue;
             }
-            if rp.taken_ok.contains(&op) {
+            if rp.taken_ok.contains(&op) && !rp.ep.is_master() {
                 let why = format!(
                     "its master's operation {op} failed ({}) where this replica's had succeeded",
                     failure_error(o).map(|e| e.to_string()).unwrap_or_default()
@@ -578,7 +580,16 @@ impl Engine {
         let rp = self.repl.as_mut()?;
         if let Some(o) = rp.ep.take_choice(c) {
             rp.ep.decided(u32::MAX, c, o);
-            return Some(failures::outcome_lost_set(o).unwrap_or_default().into_iter().map(|r| r as i32).collect());
+            // Nothing told (ranks beyond 64 failed): this process's own view.
+            let view = failures::outcome_lost_set(o).map_or_else(
+                || {
+                    let mut v = self.repl.as_ref().map(|rp| rp.lost_ranks.clone()).unwrap_or_default();
+                    v.sort_unstable();
+                    v
+                },
+                |set| set.into_iter().map(|r| r as i32).collect(),
+            );
+            return Some(view);
         }
         if !rp.ep.may_decide() {
             return None;
@@ -586,11 +597,9 @@ impl Engine {
         let mut view = rp.lost_ranks.clone();
         view.sort_unstable();
         let ranks: Vec<u32> = view.iter().map(|&r| r as u32).collect();
-        // Beyond 64 ranks the view is not told (the replicas use their own).
-        if let Some(o) = failures::lost_set_outcome(&ranks) {
-            rp.ep.decided(u32::MAX, c, o);
-            self.flush_deferred();
-        }
+        // Beyond 64 ranks the view is not told (`None`: the replicas use their own).
+        rp.ep.decided(u32::MAX, c, failures::lost_set_outcome(&ranks).unwrap_or(None));
+        self.flush_deferred();
         Some(view)
     }
 
