@@ -630,7 +630,7 @@ impl Engine {
         if self.repl.is_some() {
             // Algorithm 4: the master transmits, a replica keeps the message until committed.
             let mid = Mid { comm, src: self.rank as u32, dst: dst as u32, tag, seq };
-            let r = self.replicated_send(mid, ptr, len, mode == SendMode::Synchronous);
+            let r = self.replicated_send(mid, ptr, len, mode == SendMode::Synchronous, op.is_some());
             self.number(r, op);
             return Ok(r);
         }

@@ -193,10 +193,15 @@ impl Engine {
 
     /// A send of a replicated job (algorithm 4): the master transmits it, a replica keeps it
     /// until its master commits it.
-    pub(super) fn replicated_send(&mut self, mid: Mid, ptr: *const u8, len: usize, sync: bool) -> ReqId {
+    ///
+    /// `follow` (a fault-aware program's numbered send): a non-master lends it whatever its
+    /// size, so that it completes only when its master committed it — or fails when its
+    /// master's outcome says so. A replica then never runs ahead of its master past a send,
+    /// and never takes the success of a send its master failed (on a revoked communicator).
+    pub(super) fn replicated_send(&mut self, mid: Mid, ptr: *const u8, len: usize, sync: bool, follow: bool) -> ReqId {
         let req = self.new_req(std::ptr::null_mut(), 0, ReqState::Pending);
         let rp = self.repl.as_mut().expect("replicated");
-        let payload = if rp.ep.is_master() || rp.ep.must_lend(len) {
+        let payload = if rp.ep.is_master() || rp.ep.must_lend(len) || follow {
             Bytes::Lent(ptr, len)
         } else {
             let data = if len == 0 {
@@ -529,6 +534,9 @@ impl Engine {
             self.rndv_recv.retain(|_, q| *q != r);
             if let Some(rp) = self.repl.as_mut() {
                 rp.deferred_recvs.retain(|_, (q, _)| *q != r);
+                // A lent send: its backup entry becomes a copy (the buffer may go now) and
+                // no longer names the request.
+                rp.ep.detach(r);
             }
             self.complete(r, Err(err));
         }
