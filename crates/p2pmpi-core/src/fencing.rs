@@ -87,8 +87,11 @@ pub struct Supervisor {
     dead: DeadSet,
     slots: Vec<SlotState>,
     /// The program handles failures: losing a rank does not end the job, so an accusation
-    /// is not disbelieved only because it would lose one.
+    /// is not disbelieved only because it would lose one (it is deferred instead).
     rank_loss_tolerated: bool,
+    /// Accusations against the last replica of a rank that the supervisor still hears, in a
+    /// job whose program handles failures: (suspect, accuser, why, since).
+    deferred: Vec<(usize, usize, String, Duration)>,
 }
 
 impl Supervisor {
@@ -99,15 +102,20 @@ impl Supervisor {
             dead: DeadSet::new(layout),
             slots: vec![SlotState::default(); layout.slots()],
             rank_loss_tolerated: false,
+            deferred: Vec::new(),
         }
     }
 
     /// The program handles failures (every process runs `Policy::Notify`): a rank that loses
     /// every replica is one more failure the program deals with, not the job's end. Then an
     /// accusation against the last replica of a rank that the supervisor still hears is
-    /// believed like any other (the usual case is a real death whose exit the launcher has not
-    /// seen yet: disbelieving it would exclude a healthy accuser and cost its rank a
-    /// replica). An accuser that was cut off lately is still not believed.
+    /// **deferred** instead of turned against the accuser: the usual case is a real death
+    /// whose exit the launcher has not seen yet (the accuser saw its connection break first),
+    /// and excluding the healthy accuser would cost its rank a replica. The suspect is
+    /// excluded as soon as the supervisor no longer hears it (a dead process renews nothing:
+    /// within half a lease); if it keeps renewing for a whole lease, the accuser is excluded
+    /// after all, as without the tolerance. An accuser that was cut off lately is still not
+    /// believed at once.
     pub fn set_rank_loss_tolerated(&mut self, on: bool) {
         self.rank_loss_tolerated = on;
     }
@@ -199,15 +207,21 @@ impl Supervisor {
                 return None;
             }
             let l = self.dead.layout();
-            let last = self.standing(l.rank_of(slot), slot) == 0 && !self.rank_loss_tolerated;
+            let last = self.standing(l.rank_of(slot), slot) == 0;
             let cut_off = !self.renews(now, b);
             let heard = self.renews(now, slot);
+            let came_back = now < self.slots[b].silent_until;
+            if self.rank_loss_tolerated && last && heard && !cut_off && !came_back {
+                if !self.deferred.iter().any(|d| d.0 == slot && d.1 == b) {
+                    self.deferred.push((slot, b, why.to_string(), now));
+                }
+                return None;
+            }
             // An accuser that came back from a silence (its renewals stopped, then resumed:
             // it was cut off) against the last replica of a rank is not believed even when the
             // suspect's own renewal is late (a loaded host): the verdict cannot be undone. A
             // suspect that really died is declared anyway, by the supervisor itself when its
             // lease runs out.
-            let came_back = now < self.slots[b].silent_until;
             if ((last || cut_off) && heard || last && came_back) && self.standing(l.rank_of(b), b) > 0 {
                 let why = if heard {
                     format!("it reported that slot {slot}, which the launcher still hears, failed ({why})")
@@ -268,6 +282,22 @@ impl Supervisor {
 
     /// The exclusions whose lease has run out: declared dead now.
     pub fn poll(&mut self, now: Duration) -> Vec<Declaration> {
+        // Deferred accusations: the suspect went silent (believed), or kept renewing for a
+        // lease (the accuser goes).
+        let deferred = std::mem::take(&mut self.deferred);
+        for (slot, by, why, since) in deferred {
+            if self.is_fenced(slot) || self.is_fenced(by) {
+                continue;
+            }
+            if !self.renews(now, slot) {
+                self.slots[slot].excluded = Some((now, Some(by), why));
+            } else if now.saturating_sub(since) >= self.lease {
+                let why = format!("it reported that slot {slot}, which the launcher still hears, failed ({why})");
+                self.slots[by].excluded = Some((now, None, why));
+            } else {
+                self.deferred.push((slot, by, why, since));
+            }
+        }
         let due: Vec<usize> = (0..self.slots.len())
             .filter(|&s| !self.dead.is_dead(s) && self.slots[s].excluded.is_some() && now >= self.lease_end(s))
             .collect();
@@ -276,9 +306,14 @@ impl Supervisor {
 
     /// When [`Self::poll`] will next declare something.
     pub fn next_deadline(&self) -> Option<Duration> {
+        let deferred = self.deferred.iter().map(|&(slot, _, _, since)| {
+            let silent = self.slots[slot].last_grant.map_or(since, |g| g + self.lease / 2);
+            (since + self.lease).min(silent.max(since))
+        });
         (0..self.slots.len())
             .filter(|&s| !self.dead.is_dead(s) && self.slots[s].excluded.is_some())
             .map(|s| self.lease_end(s))
+            .chain(deferred)
             .min()
     }
 }
@@ -432,26 +467,54 @@ mod tests {
         s.ended(ms(0), 1, "gone");
         s.suspect(ms(0), 5, None, "gone");
         assert_eq!(s.suspect(ms(100), 0, Some(4), "silent"), Some(0));
-        // A program that handles failures: the accusation against the last replica of a
-        // rank is believed, unless the accuser was cut off lately.
+    }
+
+    #[test]
+    fn when_failures_are_tolerated_an_accusation_against_a_rank_s_last_replica_waits_for_its_silence() {
+        // n = 3, r = 2: rank 0 is slots 0 and 1, rank 1 is 2 and 3, rank 2 is 4 and 5.
+        let layout = Layout::new(3, 2);
+        let start = |s: &mut Supervisor| {
+            s.set_rank_loss_tolerated(true);
+            for slot in 0..6 {
+                s.renew(ms(1000), slot);
+            }
+            s.ended(ms(1000), 1, "gone");
+        };
+        // Slot 0 (the last of rank 0) really died: slot 2 saw its connection break before
+        // the launcher saw it stop renewing. Deferred, then believed once it is silent.
         let mut s = Supervisor::new(layout, L);
-        s.set_rank_loss_tolerated(true);
-        for slot in 0..6 {
-            s.renew(ms(1000), slot);
-        }
-        s.ended(ms(1000), 1, "gone");
-        assert_eq!(s.suspect(ms(1100), 0, Some(2), "connection closed"), Some(0));
-        assert!(s.is_fenced(0) && !s.is_fenced(2));
+        start(&mut s);
+        s.renew(ms(1050), 2);
+        assert_eq!(s.suspect(ms(1100), 0, Some(2), "connection closed"), None);
+        assert!(!s.is_fenced(0) && !s.is_fenced(2));
+        assert!(s.next_deadline().is_some_and(|t| t <= ms(1500)));
+        s.renew(ms(1300), 2);
+        assert!(s.poll(ms(1300)).is_empty());
+        assert!(!s.is_fenced(0), "still heard");
+        s.renew(ms(1550), 2);
+        let d = s.poll(ms(1550));
+        assert!(s.is_fenced(0) && !s.is_fenced(2), "silent for half a lease: believed");
+        assert!(d.is_empty() || d[0].slot == 0);
+        let d = s.poll(ms(2100));
+        assert!(s.is_dead(0) && !s.is_dead(2), "{d:?}");
+        // Slot 0 is alive and keeps renewing: after a lease, the accuser goes, as without
+        // the tolerance.
         let mut s = Supervisor::new(layout, L);
-        s.set_rank_loss_tolerated(true);
-        for slot in 0..6 {
-            s.renew(ms(1000), slot);
+        start(&mut s);
+        assert_eq!(s.suspect(ms(1100), 0, Some(2), "silent"), None);
+        for t in (1200..=2200).step_by(200) {
+            s.renew(ms(t), 0);
+            s.renew(ms(t), 2);
+            s.poll(ms(t));
         }
-        s.ended(ms(1000), 1, "gone");
+        assert!(s.is_fenced(2) && !s.is_fenced(0));
+        // An accuser back from a silence is not believed (nor deferred).
+        let mut s = Supervisor::new(layout, L);
+        start(&mut s);
         s.renew(ms(1400), 0);
         s.renew(ms(1800), 0);
         s.renew(ms(2000), 2);
-        assert_eq!(s.suspect(ms(2100), 0, Some(2), "silent"), Some(2), "an accuser back from a silence is not");
+        assert_eq!(s.suspect(ms(2100), 0, Some(2), "silent"), Some(2));
     }
 
     #[test]
