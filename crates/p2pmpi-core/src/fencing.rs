@@ -114,8 +114,8 @@ impl Supervisor {
     /// and excluding the healthy accuser would cost its rank a replica. The suspect is
     /// excluded as soon as the supervisor no longer hears it (a dead process renews nothing:
     /// within half a lease); if it keeps renewing for a whole lease, the accuser is excluded
-    /// after all, as without the tolerance. An accuser that was cut off lately is still not
-    /// believed at once.
+    /// after all, as without the tolerance. The same for an accuser that was cut off lately
+    /// (its renewals came late on a loaded host as much as after a partition).
     pub fn set_rank_loss_tolerated(&mut self, on: bool) {
         self.rank_loss_tolerated = on;
     }
@@ -211,18 +211,18 @@ impl Supervisor {
             let cut_off = !self.renews(now, b);
             let heard = self.renews(now, slot);
             let came_back = now < self.slots[b].silent_until;
-            if self.rank_loss_tolerated && last && heard && !cut_off && !came_back {
-                if !self.deferred.iter().any(|d| d.0 == slot && d.1 == b) {
-                    self.deferred.push((slot, b, why.to_string(), now));
-                }
-                return None;
-            }
             // An accuser that came back from a silence (its renewals stopped, then resumed:
             // it was cut off) against the last replica of a rank is not believed even when the
             // suspect's own renewal is late (a loaded host): the verdict cannot be undone. A
             // suspect that really died is declared anyway, by the supervisor itself when its
             // lease runs out.
             if ((last || cut_off) && heard || last && came_back) && self.standing(l.rank_of(b), b) > 0 {
+                if self.rank_loss_tolerated && last {
+                    if !self.deferred.iter().any(|d| d.0 == slot && d.1 == b) {
+                        self.deferred.push((slot, b, why.to_string(), now));
+                    }
+                    return None;
+                }
                 let why = if heard {
                     format!("it reported that slot {slot}, which the launcher still hears, failed ({why})")
                 } else {
@@ -508,13 +508,25 @@ mod tests {
             s.poll(ms(t));
         }
         assert!(s.is_fenced(2) && !s.is_fenced(0));
-        // An accuser back from a silence is not believed (nor deferred).
-        let mut s = Supervisor::new(layout, L);
-        start(&mut s);
-        s.renew(ms(1400), 0);
-        s.renew(ms(1800), 0);
-        s.renew(ms(2000), 2);
-        assert_eq!(s.suspect(ms(2100), 0, Some(2), "silent"), Some(2));
+        // An accuser back from a silence (late renewals) is deferred too: believed if the
+        // suspect goes silent, excluded if the suspect renews for a lease.
+        for suspect_lives in [false, true] {
+            let mut s = Supervisor::new(layout, L);
+            start(&mut s);
+            s.renew(ms(1400), 0);
+            s.renew(ms(1800), 0);
+            s.renew(ms(2000), 2);
+            assert_eq!(s.suspect(ms(2100), 0, Some(2), "silent"), None);
+            for t in (2200..=3200).step_by(200) {
+                if suspect_lives {
+                    s.renew(ms(t), 0);
+                }
+                s.renew(ms(t), 2);
+                s.poll(ms(t));
+            }
+            assert_eq!(s.is_fenced(2), suspect_lives);
+            assert_eq!(s.is_fenced(0), !suspect_lives);
+        }
     }
 
     #[test]

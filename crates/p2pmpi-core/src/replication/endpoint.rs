@@ -871,6 +871,12 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
         self.choices.knows(c)
     }
 
+    /// Whether this replica's master is ahead of it in their program: it committed more
+    /// messages than this replica has reached (a master posts its sends in program order).
+    pub fn master_ahead(&self) -> bool {
+        !self.coord.is_master() && self.coord.committed_count() > self.sends
+    }
+
     /// The master's failure outcomes learned and not followed yet (see
     /// [`super::failures`]).
     pub fn known_failures(&self) -> Vec<(u64, Outcome)> {
@@ -1574,5 +1580,21 @@ mod tests {
                 assert!(matches!(&a[..], [Action::Fatal { rank: 2, .. }]), "{a:?}");
             }
         }
+    }
+
+    #[test]
+    fn a_replica_knows_when_its_master_is_ahead() {
+        // n = 2, r = 2: this is slot 1, rank 0's replica; slot 0 is its master.
+        let l = Layout::new(2, 2);
+        let mut e: Endpoint<V, u32> = Endpoint::new(l, 1, Config::default());
+        e.send(T, mid(0, 1, 0), v(1), false, 1);
+        assert!(e.on_commit(0, mid(0, 1, 0)));
+        assert!(!e.master_ahead(), "level");
+        assert!(e.on_commit(0, mid(0, 1, 1)));
+        assert!(e.master_ahead(), "the master committed a send this replica has not reached");
+        // A commit told again (by a new master) counts once.
+        assert!(e.on_commit(0, mid(0, 1, 1)));
+        e.send(T, mid(0, 1, 1), v(2), false, 2);
+        assert!(!e.master_ahead());
     }
 }

@@ -398,12 +398,21 @@ pub struct Coordinator<P> {
     log: FastMap<(u32, u32, i32), u64>,
     /// Backup table, in send order.
     backup: VecDeque<(MsgId, P)>,
+    /// How many distinct messages the master committed (the log table's marks summed).
+    committed: u64,
 }
 
 impl<P> Coordinator<P> {
     /// The coordinator of slot `me`.
     pub fn new(layout: Layout, me: usize) -> Coordinator<P> {
-        Coordinator { layout, me, dead: DeadSet::new(layout), log: FastMap::default(), backup: VecDeque::new() }
+        Coordinator {
+            layout,
+            me,
+            dead: DeadSet::new(layout),
+            log: FastMap::default(),
+            backup: VecDeque::new(),
+            committed: 0,
+        }
     }
 
     pub fn layout(&self) -> Layout {
@@ -484,7 +493,9 @@ impl<P> Coordinator<P> {
         }
         let ch = mid.channel();
         let mark = self.log.entry(ch).or_insert(0);
+        let before = *mark;
         *mark = (*mark).max(mid.seq + 1);
+        self.committed += *mark - before;
         // The master commits a channel in order: every older message of it is delivered.
         // Usually they lead the table (a replica keeps little beyond its master): taken from
         // the front, then the rest of the table is searched. The table is in send order, so a
@@ -507,6 +518,12 @@ impl<P> Coordinator<P> {
             self.backup = keep;
         }
         true
+    }
+
+    /// How many distinct messages of this rank its masters committed so far (every message
+    /// below a channel's mark counts: a channel is committed in order).
+    pub fn committed_count(&self) -> u64 {
+        self.committed
     }
 
     /// The backup table's entries, in send order (a driver may swap a lent buffer for a copy

@@ -223,6 +223,7 @@ impl Engine {
     /// in the endpoint until the next [`Engine::flush_deferred`].
     pub(super) fn drive(&mut self) {
         self.resolve_choices();
+        self.check_stranded();
         loop {
             let Some(rp) = self.repl.as_mut() else { return };
             let Some(a) = rp.ep.poll_action() else { return };
@@ -542,10 +543,38 @@ impl Engine {
         }
     }
 
+    /// A non-master waiting for a message of a rank lost whole that its master received: the
+    /// message will never come (its sender's replicas all died before it reached this
+    /// replica). Noticed once the master went past the receive (it committed a send this
+    /// replica has not reached: a failure of the receive would have been told first) or
+    /// finished: this replica cannot follow, and leaves.
+    pub(super) fn check_stranded(&mut self) {
+        let Some(rp) = self.repl.as_ref() else { return };
+        if rp.lost_ranks.is_empty() || rp.ep.is_master() || rp.req_op.is_empty() {
+            return;
+        }
+        let master_done = rp.ep.coordinator().master_of(self.rank as usize).is_some_and(|m| self.peers[m].bye);
+        if !rp.ep.master_ahead() && !master_done {
+            return;
+        }
+        let stranded = self.matcher.posted().find_map(|(p, r)| {
+            let src = p.src.filter(|s| rp.lost_ranks.contains(s))?;
+            rp.req_op.get(r).map(|op| (*op, src))
+        });
+        if let Some((op, src)) = stranded {
+            let why = format!(
+                "its master went past operation {op}, a receive from rank {src}, whose message never reached this \
+                 replica (every replica of rank {src} died)"
+            );
+            self.diverged(&why);
+        }
+    }
+
     /// This replica cannot take its master's path any more: it leaves, as a replica that
     /// failed (its rank goes on with its master).
     pub(super) fn diverged(&mut self, why: &str) -> ! {
-        let msg = format!("rank {} replica {}: cannot follow its master: {why}; leaving", self.rank, self.slot);
+        let replica = self.repl.as_ref().map_or(0, |rp| rp.ep.layout().replica_of(self.slot as usize));
+        let msg = format!("rank {} replica {replica}: cannot follow its master: {why}; leaving", self.rank);
         eprintln!("p2pmpi: {msg}");
         crate::bootstrap::report_abort(self.slot, 70, &msg, None);
         crate::failure::leave();
