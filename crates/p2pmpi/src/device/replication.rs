@@ -562,6 +562,19 @@ impl Engine {
             rp.req_op.get(r).map(|op| (*op, src))
         });
         if let Some((op, src)) = stranded {
+            if master_done {
+                // The master finished the program: nothing is left for this replica to do
+                // (it ends as a replica that finished; its peers no longer wait for it).
+                if debug_replication() {
+                    eprintln!(
+                        "p2pmpi: slot {}: stranded at operation {op} after its master finished; ending",
+                        self.slot
+                    );
+                }
+                crate::bootstrap::report_finalized(crate::environment::own_rank());
+                crate::failure::leave();
+                std::process::exit(0);
+            }
             let why = format!(
                 "its master went past operation {op}, a receive from rank {src}, whose message never reached this \
                  replica (every replica of rank {src} died)"
