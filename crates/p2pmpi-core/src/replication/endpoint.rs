@@ -389,6 +389,13 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
         !self.coord.is_master() && self.coord.backup_len() > 0
     }
 
+    /// [`Self::backup_pending`], leaving out the messages to ranks that `lost` says are gone
+    /// for good (every replica dead, in a program that handles failures): their master's send
+    /// failed, so no commit will ever prune them, and nobody is left to deliver them to.
+    pub fn backup_pending_beyond(&self, lost: impl Fn(u32) -> bool) -> bool {
+        !self.coord.is_master() && self.coord.backup().any(|(m, _)| !lost(m.dst))
+    }
+
     /// Whether the master has nothing left to transmit or commit.
     pub fn idle(&self) -> bool {
         self.fanouts.is_empty() && self.commits.is_empty() && self.queue.is_empty()
@@ -1352,6 +1359,21 @@ mod tests {
         e.grow(3);
         e.send(T, mid(0, 3, 1), v(6), false, 2);
         assert_eq!(txs(&drain(&mut e)).iter().map(|x| x.0).collect::<Vec<_>>(), vec![6]);
+    }
+
+    #[test]
+    fn messages_to_a_rank_lost_whole_do_not_keep_a_replica_waiting() {
+        // n = 3, r = 2: me slot 3 (rank 1's replica); rank 1 sends to ranks 0 and 2.
+        let mut e: Endpoint<V, u32> = Endpoint::new(Layout::new(3, 2), 3, Config::default());
+        e.send(T, mid(1, 2, 0), v(1), false, 1);
+        e.send(T, mid(1, 0, 0), v(2), false, 2);
+        assert!(e.backup_pending());
+        assert!(e.backup_pending_beyond(|dst| dst == 2), "the message to rank 0 is still owed");
+        // Rank 0's copy is committed; rank 2's never will be (its master's send failed).
+        assert!(e.on_commit(2, mid(1, 0, 0)));
+        assert!(e.backup_pending(), "the message to rank 2 stays in the table");
+        assert!(!e.backup_pending_beyond(|dst| dst == 2), "but nobody waits for it");
+        assert!(e.backup_pending_beyond(|_| false));
     }
 
     #[test]

@@ -549,6 +549,11 @@ impl<P> Coordinator<P> {
         Recovery::Replica { rank, new_master }
     }
 
+    /// The backup table's entries, in send order.
+    pub fn backup(&self) -> impl Iterator<Item = &(MsgId, P)> {
+        self.backup.iter()
+    }
+
     /// Messages waiting for their commit.
     pub fn backup_len(&self) -> usize {
         self.backup.len()

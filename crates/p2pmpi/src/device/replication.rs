@@ -778,7 +778,9 @@ impl Engine {
     /// Whether a non-master still waits for commits (it must not leave before its master
     /// committed what it keeps: it might have to take over).
     pub fn backup_pending(&self) -> bool {
-        self.repl.as_ref().is_some_and(|rp| rp.ep.backup_pending())
+        // Messages to a rank lost whole are not waited for: its master's send failed, and
+        // they would keep this replica from finishing forever.
+        self.repl.as_ref().is_some_and(|rp| rp.ep.backup_pending_beyond(|dst| rp.lost_ranks.contains(&(dst as i32))))
     }
 
     /// A choice point of a probe (`immediate`: an immediate one): its number in a replicated
