@@ -239,7 +239,10 @@ fn replicated_solver_losing_every_replica_of_a_rank_shrinks_and_is_right() {
     assert!(text.contains(" done on 3 ranks"), "{text}");
     assert_eq!(answer(&text), Some(("3".into(), "correct".into())), "{text}");
     let p = paths(&dir);
-    assert_replicas_took_one_path(&p, &[2], false, &text);
+    // Both replicas of rank 2 die at once: one may die between its transmissions, so that
+    // a message it sent reached a master and not its replica, which then leaves (its rank
+    // goes on with the master; seen under load). Every path still agrees as far as it went.
+    assert_replicas_took_one_path(&p, &[2], true, &text);
     assert!(p.iter().any(|s| s.contains(": None")), "a round failed somewhere: {p:?}");
     assert!(p[0].contains("shrunk from 4 to 3: rank 0"), "{}", p[0]);
 }
@@ -288,7 +291,10 @@ fn replicated_revoke_frees_the_survivors_and_every_replica_follows_its_master() 
     assert!(text.contains("shrunk from 4 to 3 ranks"), "{text}");
     assert!(text.contains("total 00000002534e5ed3 over 20 rounds on 3 of 4 ranks: correct"), "{text}");
     let p = paths(&dir);
-    assert_replicas_took_one_path(&p, &[2], false, &text);
+    // Both replicas of rank 2 die at once: one may die between its transmissions, so that
+    // a message it sent reached a master and not its replica, which then leaves (its rank
+    // goes on with the master; seen under load). Every path still agrees as far as it went.
+    assert_replicas_took_one_path(&p, &[2], true, &text);
     for k in [0, 1, 3] {
         assert!(p[2 * k].contains(" failed: "), "rank {k}'s replicas both saw the round fail: {}", p[2 * k]);
     }
@@ -310,7 +316,10 @@ fn replicated_collect_from_any_source_fails_on_every_replica_of_the_master_alike
         assert!(text.contains("round 11 complete"), "{text}");
         assert!(text.contains("from 2 of 3 workers: correct"), "{text}");
         let p = paths(&dir);
-        assert_replicas_took_one_path(&p, &[2], false, &text);
+        // Both replicas of rank 2 die at once: one may die between its transmissions, so that
+        // a message it sent reached a master and not its replica, which then leaves (its rank
+        // goes on with the master; seen under load). Every path still agrees as far as it went.
+        assert_replicas_took_one_path(&p, &[2], true, &text);
         assert!(p[0].contains("failed: lost rank 2") && p[0].contains("acknowledged [2]"), "{mode}: {}", p[0]);
     }
 }
