@@ -167,6 +167,23 @@ fn slots_of(marker: &str) -> std::collections::HashMap<usize, u32> {
     }
 }
 
+/// Starts `example` with `args` as a `-n 4 -r 2` job (its processes found by a marker, their
+/// paths recorded in a directory of its own, named after `test`) and waits until it prints
+/// `ready`; returns the job, slot → pid, and the paths' directory.
+fn start_replicated(
+    example: &str,
+    args: &[&str],
+    test: &str,
+    ready: &str,
+) -> (Job, std::collections::HashMap<usize, u32>, std::path::PathBuf) {
+    let marker = marker(&format!("ft-{test}"));
+    let dir = path_dir(test);
+    let job = Job::spawn(&mut replicated(example, args, &marker, &dir));
+    let procs = slots_of(&marker);
+    job.wait_for(T, ready, |lines| lines.iter().any(|l| l.text == ready).then_some(()));
+    (job, procs, dir)
+}
+
 fn kill9(pid: u32) {
     assert!(Command::new("kill").args(["-9", &pid.to_string()]).status().unwrap().success());
 }
@@ -205,11 +222,8 @@ fn assert_replicas_took_one_path(p: &[String], killed: &[usize], may_leave: bool
 
 #[test]
 fn replicated_solver_losing_one_replica_of_a_rank_needs_no_shrink() {
-    let marker = marker("ft-repl-one");
-    let dir = path_dir("repl-one");
-    let job = Job::spawn(&mut replicated("ft_solver", &["20000", "1000", "150"], &marker, &dir));
-    let procs = slots_of(&marker);
-    job.wait_for(T, "round 3", |lines| lines.iter().any(|l| l.text == "round 3 done on 4 ranks").then_some(()));
+    let (job, procs, dir) =
+        start_replicated("ft_solver", &["20000", "1000", "150"], "repl-one", "round 3 done on 4 ranks");
     // Rank 2's master: its replica takes over, and the program sees nothing.
     kill9(procs[&4]);
     let (code, text) = job.finish(T);
@@ -225,11 +239,8 @@ fn replicated_solver_losing_one_replica_of_a_rank_needs_no_shrink() {
 
 #[test]
 fn replicated_solver_losing_every_replica_of_a_rank_shrinks_and_is_right() {
-    let marker = marker("ft-repl-both");
-    let dir = path_dir("repl-both");
-    let job = Job::spawn(&mut replicated("ft_solver", &["20000", "1000", "150"], &marker, &dir));
-    let procs = slots_of(&marker);
-    job.wait_for(T, "round 3", |lines| lines.iter().any(|l| l.text == "round 3 done on 4 ranks").then_some(()));
+    let (job, procs, dir) =
+        start_replicated("ft_solver", &["20000", "1000", "150"], "repl-both", "round 3 done on 4 ranks");
     kill9(procs[&4]);
     kill9(procs[&5]);
     let (code, text) = job.finish(T);
@@ -239,9 +250,7 @@ fn replicated_solver_losing_every_replica_of_a_rank_shrinks_and_is_right() {
     assert!(text.contains(" done on 3 ranks"), "{text}");
     assert_eq!(answer(&text), Some(("3".into(), "correct".into())), "{text}");
     let p = paths(&dir);
-    // Both replicas of rank 2 die at once: one may die between its transmissions, so that
-    // a message it sent reached a master and not its replica, which then leaves (its rank
-    // goes on with the master; seen under load). Every path still agrees as far as it went.
+    // (Both replicas of rank 2 die at once: a replica may have to leave, see `may_leave`.)
     assert_replicas_took_one_path(&p, &[2], true, &text);
     assert!(p.iter().any(|s| s.contains(": None")), "a round failed somewhere: {p:?}");
     assert!(p[0].contains("shrunk from 4 to 3: rank 0"), "{}", p[0]);
@@ -249,11 +258,8 @@ fn replicated_solver_losing_every_replica_of_a_rank_shrinks_and_is_right() {
 
 #[test]
 fn replicated_solver_loses_a_rank_s_master_then_the_replica_that_took_over() {
-    let marker = marker("ft-repl-seq");
-    let dir = path_dir("repl-seq");
-    let job = Job::spawn(&mut replicated("ft_solver", &["20000", "1000", "150"], &marker, &dir));
-    let procs = slots_of(&marker);
-    job.wait_for(T, "round 3", |lines| lines.iter().any(|l| l.text == "round 3 done on 4 ranks").then_some(()));
+    let (job, procs, dir) =
+        start_replicated("ft_solver", &["20000", "1000", "150"], "repl-seq", "round 3 done on 4 ranks");
     kill9(procs[&4]);
     job.wait_for(T, "the master's death", |lines| {
         lines.iter().any(|l| l.text.contains("rank 2 goes on with 1 replica(s)")).then_some(())
@@ -275,11 +281,8 @@ fn replicated_solver_loses_a_rank_s_master_then_the_replica_that_took_over() {
 
 #[test]
 fn replicated_revoke_frees_the_survivors_and_every_replica_follows_its_master() {
-    let marker = marker("ft-repl-revoke");
-    let dir = path_dir("repl-revoke");
-    let job = Job::spawn(&mut replicated("ft_revoke", &["20", "1000", "150"], &marker, &dir));
-    let procs = slots_of(&marker);
-    job.wait_for(T, "round 3", |lines| lines.iter().any(|l| l.text == "round 3 done on 4 ranks").then_some(()));
+    let (job, procs, dir) =
+        start_replicated("ft_revoke", &["20", "1000", "150"], "repl-revoke", "round 3 done on 4 ranks");
     kill9(procs[&4]);
     kill9(procs[&5]);
     // Without the revocation (refused before in replicated jobs), a rank whose allreduce
@@ -291,9 +294,7 @@ fn replicated_revoke_frees_the_survivors_and_every_replica_follows_its_master() 
     assert!(text.contains("shrunk from 4 to 3 ranks"), "{text}");
     assert!(text.contains("total 00000002534e5ed3 over 20 rounds on 3 of 4 ranks: correct"), "{text}");
     let p = paths(&dir);
-    // Both replicas of rank 2 die at once: one may die between its transmissions, so that
-    // a message it sent reached a master and not its replica, which then leaves (its rank
-    // goes on with the master; seen under load). Every path still agrees as far as it went.
+    // (Both replicas of rank 2 die at once: a replica may have to leave, see `may_leave`.)
     assert_replicas_took_one_path(&p, &[2], true, &text);
     for k in [0, 1, 3] {
         assert!(p[2 * k].contains(" failed: "), "rank {k}'s replicas both saw the round fail: {}", p[2 * k]);
@@ -303,11 +304,8 @@ fn replicated_revoke_frees_the_survivors_and_every_replica_follows_its_master() 
 #[test]
 fn replicated_collect_from_any_source_fails_on_every_replica_of_the_master_alike() {
     for mode in ["receive", "waitany"] {
-        let marker = marker(&format!("ft-repl-collect-{mode}"));
-        let dir = path_dir(&format!("repl-collect-{mode}"));
-        let job = Job::spawn(&mut replicated("ft_collect", &["12", "150", mode], &marker, &dir));
-        let procs = slots_of(&marker);
-        job.wait_for(T, "round 2", |lines| lines.iter().any(|l| l.text == "round 2 complete").then_some(()));
+        let (job, procs, dir) =
+            start_replicated("ft_collect", &["12", "150", mode], &format!("repl-collect-{mode}"), "round 2 complete");
         kill9(procs[&4]);
         kill9(procs[&5]);
         let (code, text) = job.finish(T);
@@ -316,9 +314,7 @@ fn replicated_collect_from_any_source_fails_on_every_replica_of_the_master_alike
         assert!(text.contains("round 11 complete"), "{text}");
         assert!(text.contains("from 2 of 3 workers: correct"), "{text}");
         let p = paths(&dir);
-        // Both replicas of rank 2 die at once: one may die between its transmissions, so that
-        // a message it sent reached a master and not its replica, which then leaves (its rank
-        // goes on with the master; seen under load). Every path still agrees as far as it went.
+        // (Both replicas of rank 2 die at once: a replica may have to leave, see `may_leave`.)
         assert_replicas_took_one_path(&p, &[2], true, &text);
         assert!(p[0].contains("failed: lost rank 2") && p[0].contains("acknowledged [2]"), "{mode}: {}", p[0]);
     }
@@ -328,11 +324,8 @@ fn replicated_collect_from_any_source_fails_on_every_replica_of_the_master_alike
 fn replicated_solver_survives_the_root_s_master_dying_with_the_lost_rank() {
     // Rank 0's master decides which of rank 0's receives fail; it dies with both replicas of
     // rank 2, so its replica takes over in the middle of the failure and decides the rest.
-    let marker = marker("ft-repl-root");
-    let dir = path_dir("repl-root");
-    let job = Job::spawn(&mut replicated("ft_solver", &["20000", "1000", "150"], &marker, &dir));
-    let procs = slots_of(&marker);
-    job.wait_for(T, "round 3", |lines| lines.iter().any(|l| l.text == "round 3 done on 4 ranks").then_some(()));
+    let (job, procs, dir) =
+        start_replicated("ft_solver", &["20000", "1000", "150"], "repl-root", "round 3 done on 4 ranks");
     for slot in [4, 5, 0] {
         kill9(procs[&slot]);
     }

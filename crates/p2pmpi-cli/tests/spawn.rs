@@ -228,6 +228,17 @@ fn kill_and_wait(pid: u32, marker_dir: &std::path::Path) {
     }
 }
 
+/// Lets the paused children of [`paused_replicated_spawn`] go on, and checks that the job
+/// ends well with the fault-free output (each line once); removes the pause directory.
+fn resume_fault_free(job: common::job::Job, dir: &std::path::Path) -> common::job::Ended {
+    std::fs::write(dir.join("go"), b"").unwrap();
+    let e = job.end(T);
+    assert_eq!(e.code, 0, "{}", e.text);
+    assert_eq!(sorted_lines(&e.stdout), pause_output(), "{}", e.text);
+    let _ = std::fs::remove_dir_all(dir);
+    e
+}
+
 fn sorted_lines(text: &str) -> Vec<String> {
     let mut v: Vec<String> = text.lines().map(str::to_string).collect();
     v.sort();
@@ -239,11 +250,7 @@ fn sorted_lines(text: &str) -> Vec<String> {
 #[test]
 fn replicated_children_run_as_replicas_of_each_rank() {
     let (job, dir, _) = paused_replicated_spawn("spawn-repl-plain");
-    std::fs::write(dir.join("go"), b"").unwrap();
-    let e = job.end(T);
-    assert_eq!(e.code, 0, "{}", e.text);
-    assert_eq!(sorted_lines(&e.stdout), pause_output(), "{}", e.text);
-    let _ = std::fs::remove_dir_all(&dir);
+    resume_fault_free(job, &dir);
 }
 
 /// Killing the master of a child rank (kill -9) while the children wait half-way: its replica
@@ -255,16 +262,12 @@ fn killing_a_replica_of_a_spawned_child_leaves_the_output_fault_free() {
     // Child rank 1's replica 0 (slot 2 of the children's job): its master.
     let pid = procs.iter().find(|p| p.0 == (true, 2)).unwrap().1;
     kill_and_wait(pid, &dir);
-    std::fs::write(dir.join("go"), b"").unwrap();
-    let e = job.end(T);
-    assert_eq!(e.code, 0, "{}", e.text);
-    assert_eq!(sorted_lines(&e.stdout), pause_output(), "{}", e.text);
+    let e = resume_fault_free(job, &dir);
     assert!(
         e.text.contains("(spawned job): rank 1 replica 0") && e.text.contains("rank 1 goes on with 1 replica(s)"),
         "{}",
         e.text
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Killing the master of parent rank 0 (the spawn's root) while the children wait: the
@@ -274,12 +277,8 @@ fn killing_the_root_s_master_after_the_spawn_leaves_the_output_fault_free() {
     let (job, dir, procs) = paused_replicated_spawn("spawn-repl-kill-root");
     let pid = procs.iter().find(|p| p.0 == (false, 0)).unwrap().1;
     kill_and_wait(pid, &dir);
-    std::fs::write(dir.join("go"), b"").unwrap();
-    let e = job.end(T);
-    assert_eq!(e.code, 0, "{}", e.text);
-    assert_eq!(sorted_lines(&e.stdout), pause_output(), "{}", e.text);
+    let e = resume_fault_free(job, &dir);
     assert!(e.text.contains("rank 0 goes on with 1 replica(s)"), "{}", e.text);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Children that start but never initialize MPI: the parents' spawn gives up after
