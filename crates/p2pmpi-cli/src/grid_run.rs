@@ -819,14 +819,21 @@ pub fn run(name: &str, opts: &RunArgs, n: usize, grid: Grid) -> Result<i32> {
     }
     drop(tx);
 
-    let spawns = crate::spawn::Spawns::new(crate::spawn::Settings::of_job(
-        name,
-        &key,
-        layout,
-        opts,
-        &extra,
-        crate::spawn::Place::Grid(Arc::new(GridSpawn { grid: grid.clone(), opts: opts.clone(), only: only.clone() })),
-    ));
+    let spawns = crate::spawn::Spawns::new(
+        crate::spawn::Settings::of_job(
+            name,
+            &key,
+            layout,
+            opts,
+            &extra,
+            crate::spawn::Place::Grid(Arc::new(GridSpawn {
+                grid: grid.clone(),
+                opts: opts.clone(),
+                only: only.clone(),
+            })),
+        )
+        .with_fd(fd),
+    );
     let stop = || {
         launcher::terminate(&children);
         stop_hosts(&remotes);

@@ -846,14 +846,9 @@ fn run_local(name: &str, opts: RunArgs, n: usize, binding: Binding) -> Result<i3
         let output = output.clone();
         std::thread::spawn(move || watch_exits(children, tx, output));
     }
-    let spawner = crate::spawn::Spawns::new(crate::spawn::Settings::of_job(
-        name,
-        &key,
-        layout,
-        &opts,
-        &extra,
-        crate::spawn::Place::Local,
-    ));
+    let spawner = crate::spawn::Spawns::new(
+        crate::spawn::Settings::of_job(name, &key, layout, &opts, &extra, crate::spawn::Place::Local).with_fd(fd),
+    );
     if layout.r > 1 {
         // Its children's declared deaths reach the parents, and the other way round.
         spawner.register_world(0, slots, tx.clone());

@@ -48,6 +48,10 @@ pub(crate) struct Settings {
     pub timeout: Option<Duration>,
     pub encrypt: bool,
     pub place: Place,
+    /// The parents' failure detector, run by every spawned job too: a frozen or cut-off
+    /// child is declared failed by its own job's detector (without one, only exits and
+    /// broken connections were seen, and a frozen child could keep its job waiting).
+    pub fd: Option<crate::launcher::FdPlan>,
 }
 
 impl Settings {
@@ -72,7 +76,14 @@ impl Settings {
             timeout: opts.timeout.map(Duration::from_secs),
             encrypt: opts.encrypt,
             place,
+            fd: None,
         }
+    }
+
+    /// The same settings with the parents' failure detector for the spawned jobs.
+    pub(crate) fn with_fd(mut self, fd: Option<crate::launcher::FdPlan>) -> Settings {
+        self.fd = fd;
+        self
     }
 }
 
@@ -342,7 +353,7 @@ impl Spawns {
                 output: &output,
                 startup_timeout: st.startup_timeout,
                 timeout: st.timeout,
-                fd: None,
+                fd: st.fd.as_ref(),
                 fencing,
                 notices: None,
                 spawner: Some(&nested),

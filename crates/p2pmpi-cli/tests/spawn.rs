@@ -187,12 +187,18 @@ type Procs = Vec<((bool, usize), u32)>;
 /// the job, the directory whose `go` file releases them, and the pids of the processes by
 /// (child?, slot in its own job).
 fn paused_replicated_spawn(test: &str) -> (common::job::Job, std::path::PathBuf, Procs) {
+    paused_replicated_spawn_with(test, &[])
+}
+
+/// [`paused_replicated_spawn`] with more `p2pmpirun` options.
+fn paused_replicated_spawn_with(test: &str, opts: &[&str]) -> (common::job::Job, std::path::PathBuf, Procs) {
     let marker = marker(test);
     let dir = std::env::temp_dir().join(&marker);
     std::fs::create_dir_all(&dir).unwrap();
     let prog = example("spawn_checks");
     let mut cmd = std::process::Command::new(launcher());
     cmd.args(["--local", "-n", "2", "-r", "2"])
+        .args(opts)
         .arg(prog)
         .arg("pause")
         .arg(&dir)
@@ -268,6 +274,69 @@ fn killing_a_replica_of_a_spawned_child_leaves_the_output_fault_free() {
         "{}",
         e.text
     );
+}
+
+/// Freezing the master of a child rank (SIGSTOP) while the children wait half-way: the
+/// spawned job's own failure detector declares it dead (the parents' detector settings),
+/// its replica takes over, and once resumed it learns that it was excluded and exits; the
+/// output is the fault-free one. (Before spawned jobs ran a detector, the frozen master kept
+/// its replica waiting for its commits at the end.)
+#[test]
+fn a_frozen_replica_of_a_spawned_child_is_declared_dead_and_the_output_stays_fault_free() {
+    let (job, dir, procs) = paused_replicated_spawn_with("spawn-repl-freeze-child", &["--t-gossip", "100"]);
+    let pid = procs.iter().find(|p| p.0 == (true, 2)).unwrap().1;
+    p2pmpi_peer::os::signal(pid, libc::SIGSTOP).unwrap();
+    job.wait_for(T, "the frozen child declared failed by its own job", |lines| {
+        lines.iter().any(|l| l.stderr && l.text.contains("(spawned job): rank 1 replica 0 failed")).then_some(())
+    });
+    p2pmpi_peer::os::signal(pid, libc::SIGCONT).unwrap();
+    // Resumed, it learns that it was excluded and exits (before the others go on).
+    job.wait_for(T, "the resumed child stopped", |lines| {
+        lines.iter().any(|l| l.stderr && l.text.contains("it resumed and was stopped")).then_some(())
+    });
+    let e = resume_fault_free(job, &dir);
+    assert!(e.text.contains("(spawned job): rank 1 replica 0 failed: no heartbeat"), "{}", e.text);
+    assert!(e.text.contains("rank 1 goes on with 1 replica(s)"), "{}", e.text);
+    assert!(
+        e.text.contains("(spawned job): rank 1 replica 0 was declared dead at")
+            && e.text.contains("it resumed and was stopped"),
+        "{}",
+        e.text
+    );
+    // Only the frozen child was declared: no parent was taken for it.
+    assert_eq!(count(&e.text, "declared dead at"), 1, "{}", e.text);
+    assert_eq!(count(&e.text, " failed: "), 1, "{}", e.text);
+}
+
+/// Without replicas: a child frozen (SIGSTOP) while the children wait is declared failed by
+/// its own job's detector, and the job stops with a message naming it instead of waiting
+/// for it forever.
+#[test]
+fn a_frozen_child_of_an_unreplicated_job_stops_the_job_with_a_clear_error() {
+    let marker = marker("spawn-freeze-child");
+    let dir = std::env::temp_dir().join(&marker);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut cmd = std::process::Command::new(launcher());
+    cmd.args(["--local", "-n", "2", "--t-gossip", "100"])
+        .arg(example("spawn_checks"))
+        .arg("pause")
+        .arg(&dir)
+        .env("P2PMPI_HOME", "/nonexistent/p2pmpi-local-tests");
+    let job = common::job::Job::spawn(&mut cmd);
+    job.wait_for(T, "both children paused", |lines| {
+        let seen = |r: usize| lines.iter().any(|l| !l.stderr && l.text == format!("child {r} paused"));
+        (seen(0) && seen(1)).then_some(())
+    });
+    let pid = processes_with(&marker)
+        .into_iter()
+        .find(|&pid| env_of(pid, "P2PMPI_SPAWN_BASE").is_some() && env_of(pid, "P2PMPI_RANK").as_deref() == Some("1"))
+        .expect("child 1's process");
+    p2pmpi_peer::os::signal(pid, libc::SIGSTOP).unwrap();
+    let e = job.end(T);
+    let _ = p2pmpi_peer::os::signal(pid, libc::SIGKILL);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_ne!(e.code, 0, "{}", e.text);
+    assert!(e.text.contains("(spawned job)") && e.text.contains("no heartbeat"), "{}", e.text);
 }
 
 /// Killing the master of parent rank 0 (the spawn's root) while the children wait: the

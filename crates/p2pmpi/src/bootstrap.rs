@@ -166,6 +166,11 @@ pub(crate) fn boot() -> Result<Boot> {
         .collect::<Result<Vec<SocketAddr>>>()?;
     let received = Instant::now();
     if let (Some(fd), Some(sock)) = (fd, fd_socket) {
+        if let (Some(l), Some(_)) = (layout, var(env::SPAWN_BASE)) {
+            // A spawned replicated job's detector watches its own processes; the launcher
+            // and the engine name them by universe slot (see `spawned`).
+            crate::failure::set_slot_base(parse::<usize>(env::SPAWN_BASE)? * l.r);
+        }
         let setup = crate::failure::setup_from_wire(&fd, slots as usize, received).map_err(Error::Bootstrap)?;
         crate::failure::start(slot as usize, key.clone(), sock, km_listener, setup)
             .map_err(|e| Error::Bootstrap(format!("cannot start the failure detector: {e}")))?;

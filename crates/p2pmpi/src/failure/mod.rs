@@ -51,7 +51,7 @@ use p2pmpi_core::fd::{Detector, Event, FdConfig, Message, Protocol, Start};
 use p2pmpi_wire::auth::JobKey;
 use parking_lot::{Condvar, Mutex};
 use std::net::{SocketAddr, UdpSocket};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -141,8 +141,23 @@ static LAYOUT: std::sync::OnceLock<p2pmpi_core::replication::Layout> = std::sync
 /// Slots confirmed failed (replicated jobs).
 static DEAD_SLOTS: Mutex<Vec<usize>> = Mutex::new(Vec::new());
 
+/// The universe slot of this job's detector index 0: a spawned replicated job's detector
+/// watches its own processes (indices `0..n`), while the launcher and the engine name them by
+/// universe slot (`base·R + index`); 0 in the parents' job.
+static FD_SLOT_BASE: AtomicUsize = AtomicUsize::new(0);
+
 pub(crate) fn set_layout(l: p2pmpi_core::replication::Layout) {
     let _ = LAYOUT.set(l);
+}
+
+/// A spawned replicated process: its job's detector indices start at universe slot `base`.
+pub(crate) fn set_slot_base(base: usize) {
+    FD_SLOT_BASE.store(base, Ordering::SeqCst);
+}
+
+/// The universe slot of the detector's index `i`.
+fn universe_slot(i: usize) -> usize {
+    i + FD_SLOT_BASE.load(Ordering::Relaxed)
 }
 
 /// The replicas' layout, when the job runs replicas.
@@ -461,7 +476,7 @@ fn run(me: usize, key: JobKey, socket: UdpSocket, setup: Setup) {
                     continue;
                 }
                 // Fencing: a process declared dead that wakes up is not heard any more.
-                if layout().is_some() && is_declared_dead(from) {
+                if layout().is_some() && is_declared_dead(universe_slot(from)) {
                     continue;
                 }
                 let _ = det.handle_message(origin.elapsed(), from, msg);
@@ -583,8 +598,12 @@ pub(crate) fn declared_dead(slots: &[u32]) {
     if new {
         PENDING.store(true, Ordering::SeqCst);
         if let Some((c, _)) = KMONITOR.get() {
+            // The k-monitor driver names this job's processes by index.
+            let base = FD_SLOT_BASE.load(Ordering::Relaxed);
             for &s in slots {
-                c.declare(s);
+                if let Some(i) = (s as usize).checked_sub(base) {
+                    c.declare(i as u32);
+                }
             }
         }
     }
@@ -624,7 +643,7 @@ fn deliver_replica(me: usize, l: p2pmpi_core::replication::Layout, notice: Notic
         l.replica_of(slot),
         notice.to_string().split_once(": ").map_or(String::new(), |(_, d)| d.to_string())
     );
-    suspect(me, slot, &detail);
+    suspect(me, universe_slot(slot), &detail);
 }
 
 /// Records a confirmed failure, runs the handlers, and applies the policy.
