@@ -1,10 +1,13 @@
 //! Ping-pong with a fixed number of round trips, for the replication benchmark
 //! (`bench/replication.sh`, thesis §4.8.2: 1000 round trips per size, `p2pmpirun -n 2 -r R`).
 //!
-//! Usage: `p2pmpirun -n 2 [-r R] repl_pingpong [SIZES [ITERS [WARMUP]]]`
+//! Usage: `p2pmpirun -n 2 [-r R] repl_pingpong [SIZES [ITERS [WARMUP [notify]]]]`
 //! - SIZES: comma-separated message sizes in bytes (default 1 KiB, 2 KiB, ..., 128 KiB);
 //! - ITERS: timed round trips per size (default 1000);
-//! - WARMUP: untimed round trips before them (default 50).
+//! - WARMUP: untimed round trips before them (default 50);
+//! - `notify`: the program handles failures (`failure::Policy::Notify`), for the cost of
+//!   fault-aware replicated programs (with `-r R` every replica's sends and receives are then
+//!   numbered, and a non-master's sends wait for its master's commit).
 //!
 //! An empty argument means its default. Per size: a barrier, WARMUP round trips, a barrier,
 //! ITERS timed round trips (rank 0 `send` then `receive_into`, rank 1 the reverse, blocking,
@@ -32,6 +35,11 @@ fn main() {
     };
     let iters: u64 = arg(1).map_or(1000, |s| s.parse().expect("ITERS"));
     let warmup: u64 = arg(2).map_or(50, |s| s.parse().expect("WARMUP"));
+    match arg(3) {
+        None => {}
+        Some("notify") => mpi::failure::set_policy(mpi::failure::Policy::Notify),
+        Some(other) => panic!("unknown mode {other:?} (want notify)"),
+    }
 
     let universe = mpi::initialize().unwrap();
     let world = universe.world();
