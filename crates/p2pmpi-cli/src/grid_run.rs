@@ -22,7 +22,8 @@
 //!
 //! A running job's `spawn` goes through steps 1–3 again, from this process ([`GridSpawn`]):
 //! the children are reserved, staged and launched like the job, as a job of their own whose
-//! output and exits come back here.
+//! output and exits come back here. With `-r R` they are reserved like a replicated job (R
+//! copies of every child rank on R different hosts) and launched as replica slots.
 
 use crate::launcher::{self, Event, Job, RankState, RunArgs};
 use crate::output::Output;
