@@ -149,7 +149,7 @@ type Procs = Vec<((bool, usize), (u32, String))>;
 /// `-n 2 -r 2 spawn_checks pause` submitted to `g` (3 peers): the parents spawn 2 children,
 /// replicated too, which pause half-way. The job, the directory whose `go` file releases the
 /// children, and every process (2 parents and 2 children, 2 replicas each) with its host.
-fn paused_replicated_grid_spawn(g: &TestGrid, test: &str, env: &[(&str, &str)]) -> (Job, PathBuf, Procs) {
+fn paused_replicated_grid_spawn(g: &TestGrid, test: &str) -> (Job, PathBuf, Procs) {
     let marker = marker(test);
     let dir = std::env::temp_dir().join(&marker);
     std::fs::create_dir_all(&dir).unwrap();
@@ -159,8 +159,7 @@ fn paused_replicated_grid_spawn(g: &TestGrid, test: &str, env: &[(&str, &str)]) 
         .arg("pause")
         .arg(&dir)
         .env("P2PMPI_HOME", g.home(1))
-        .env_remove("P2PMPI_CONF_FILE")
-        .envs(env.iter().copied());
+        .env_remove("P2PMPI_CONF_FILE");
     let job = Job::spawn(&mut cmd);
     job.wait_for(T, "both children paused", |lines| {
         let seen = |r: usize| lines.iter().any(|l| !l.stderr && l.text == format!("child {r} paused"));
@@ -196,7 +195,7 @@ fn host_of(procs: &Procs, who: (bool, usize)) -> String {
 fn a_replicated_grid_job_spawns_replicas_of_each_child_on_different_hosts() {
     let g = TestGrid::start("spawn-repl", 3, &["--procs", "2"]);
     g.wait_hosts(1, 2);
-    let (job, dir, procs) = paused_replicated_grid_spawn(&g, "grid-spawn-repl", &[]);
+    let (job, dir, procs) = paused_replicated_grid_spawn(&g, "grid-spawn-repl");
     for child in [false, true] {
         for k in 0..2 {
             let (a, b) = (host_of(&procs, (child, 2 * k)), host_of(&procs, (child, 2 * k + 1)));
@@ -215,7 +214,7 @@ fn a_replicated_grid_job_spawns_replicas_of_each_child_on_different_hosts() {
 fn killing_a_replica_of_a_grid_spawned_child_leaves_the_output_fault_free() {
     let g = TestGrid::start("spawn-repl-kill", 3, &["--procs", "2"]);
     g.wait_hosts(1, 2);
-    let (job, dir, procs) = paused_replicated_grid_spawn(&g, "grid-spawn-repl-kill", &[]);
+    let (job, dir, procs) = paused_replicated_grid_spawn(&g, "grid-spawn-repl-kill");
     let pid = procs.iter().find(|p| p.0 == (true, 2)).unwrap().1 .0;
     kill_and_wait(pid, &dir);
     let e = resume_fault_free(job, &dir, T);
@@ -224,6 +223,20 @@ fn killing_a_replica_of_a_grid_spawned_child_leaves_the_output_fault_free() {
         "{}",
         e.text
     );
+}
+
+/// The root's master (parent rank 0's replica 0, on the submitter) killed (kill -9) while
+/// the children wait: the parents' launcher declares it dead and tells the children's job,
+/// whose processes go on with its replica on another peer; the output is the fault-free one.
+#[test]
+fn killing_the_root_s_master_after_a_grid_spawn_leaves_the_output_fault_free() {
+    let g = TestGrid::start("spawn-repl-kill-root", 3, &["--procs", "2"]);
+    g.wait_hosts(1, 2);
+    let (job, dir, procs) = paused_replicated_grid_spawn(&g, "grid-spawn-repl-kill-root");
+    let pid = procs.iter().find(|p| p.0 == (false, 0)).unwrap().1 .0;
+    kill_and_wait(pid, &dir);
+    let e = resume_fault_free(job, &dir, T);
+    assert!(e.text.contains("rank 0 goes on with 1 replica(s)"), "{}", e.text);
 }
 
 /// The root's master (rank 0's replica 0, on the submitter) dies in the middle of a spawn
