@@ -207,6 +207,25 @@ fn a_replicated_grid_job_spawns_replicas_of_each_child_on_different_hosts() {
     assert!(!e.text.contains("spawn failed"), "{}", e.text);
 }
 
+/// `spawn_multiple` and a grandchild from a replicated grid job (`-n 2 -r 2`): each program
+/// is reserved with 2 replicas of each of its ranks (the second program's rank 0 is rank 2 of
+/// the spawned world, its replicas slots 4 and 5), and so is the grandchild the children spawn;
+/// every line once per logical rank.
+#[test]
+fn a_replicated_grid_job_s_spawn_multiple_and_grandchildren() {
+    let g = TestGrid::start("spawn-repl-multi", 3, &["--procs", "2"]);
+    g.wait_hosts(1, 2);
+    let prog = example("spawn_checks");
+    let o = g.run(&["-n", "2", "-r", "2", prog.to_str().unwrap(), "multiple"]);
+    o.assert_ok();
+    assert_eq!(count(&o.stdout, "OK spawn_checks multiple"), 2, "{}", o.stdout);
+    assert_eq!(count(&o.stdout, "first child "), 2, "{}", o.stdout);
+    assert_eq!(count(&o.stdout, "second child 2 of 3 (appnum 1), parent size 2"), 1, "{}", o.stdout);
+    let o = g.run(&["-n", "2", "-r", "2", prog.to_str().unwrap(), "nested"]);
+    assert_nested(&o);
+    assert_eq!(count(&o.stdout, "grandchild of 2 parents"), 1, "{}", o.stdout);
+}
+
 /// A child replica killed (kill -9) on its peer while the children wait half-way: the
 /// master of child rank 1. Its replica takes over, the parents and the other children go on,
 /// and the output is the fault-free one.
