@@ -22,7 +22,8 @@
 //!
 //! A running job's `spawn` goes through steps 1–3 again, from this process ([`GridSpawn`]):
 //! the children are reserved, staged and launched like the job, as a job of their own whose
-//! output and exits come back here.
+//! output and exits come back here. With `-r R` they are reserved like a replicated job (R
+//! copies of every child rank on R different hosts) and launched as replica slots.
 
 use crate::launcher::{self, Event, Job, RankState, RunArgs};
 use crate::output::Output;
@@ -817,8 +818,6 @@ pub fn run(name: &str, opts: &RunArgs, n: usize, grid: Grid) -> Result<i32> {
         let output = output.clone();
         std::thread::spawn(move || launcher::watch_exits(children, tx, output));
     }
-    drop(tx);
-
     let spawns = crate::spawn::Spawns::new(
         crate::spawn::Settings::of_job(
             name,
@@ -834,6 +833,11 @@ pub fn run(name: &str, opts: &RunArgs, n: usize, grid: Grid) -> Result<i32> {
         )
         .with_fd(fd),
     );
+    if r > 1 {
+        // Deaths the spawned jobs declare reach the parents, and the other way round.
+        spawns.register_world(0, slots, tx.clone());
+    }
+    drop(tx);
     let stop = || {
         launcher::terminate(&children);
         stop_hosts(&remotes);
@@ -852,9 +856,10 @@ pub fn run(name: &str, opts: &RunArgs, n: usize, grid: Grid) -> Result<i32> {
         notices: Some(&notifier),
         spawner: Some(&spawn),
         slot_base: 0,
-        relay: None,
+        relay: (r > 1).then_some(&spawns),
     };
     let code = launcher::event_loop(name, &hooks, &rx, &mut states);
+    spawns.unregister_world(0);
     notifier.finish(
         if code == 0 { "ended".to_string() } else { format!("ended with exit status {code}") },
         Duration::from_secs(1),
@@ -918,7 +923,7 @@ impl GridSpawn {
     /// gives back every reservation, and says why.
     pub(crate) fn start(&self, name: &str, req: &crate::spawn::Request<'_>) -> Result<crate::spawn::Started, String> {
         let strategy: p2pmpi_core::allocation::Strategy = self.opts.strategy.parse()?;
-        let layout = Layout::new(req.m, 1);
+        let layout = Layout::new(req.m, req.r);
         let follow = FollowAll { layout, output: req.output.clone(), collector: None, tx: req.tx.clone() };
         let mut progress = Progress::new();
         let mut reservations = Vec::new();
@@ -928,7 +933,9 @@ impl GridSpawn {
         for (a, app) in req.apps.iter().enumerate() {
             let program = &req.programs[a];
             let app_name = program.file_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or("program".into());
-            let ask = Ask { n: app.procs as usize, r: 1, strategy, app: &app_name, exclude: &[], only: &self.only };
+            // With `-r R` every child rank is reserved R times on R different hosts, as a
+            // replicated job's ranks are.
+            let ask = Ask { n: app.procs as usize, r: req.r, strategy, app: &app_name, exclude: &[], only: &self.only };
             let staged = input_files(&self.opts, program, &app_name).and_then(|files| {
                 reserve_and_stage(name, &self.grid, &self.opts, ask, &files, true, &mut progress)?
                     .ok_or_else(|| anyhow::anyhow!("a dry run reserves only"))
@@ -939,7 +946,15 @@ impl GridSpawn {
                     progress.done();
                     // The programs already launched stop; every reservation is given back.
                     stop_remotes(&remotes, libc::SIGKILL);
-                    return Err(format!("cannot reserve {} process(es) for {app_name} on the grid: {e:#}", app.procs));
+                    let what = if req.r > 1 {
+                        format!(
+                            "{}×{} process(es) (-r {}: the replicas of a rank on different hosts)",
+                            app.procs, req.r, req.r
+                        )
+                    } else {
+                        format!("{} process(es)", app.procs)
+                    };
+                    return Err(format!("cannot reserve {what} for {app_name} on the grid: {e:#}"));
                 }
             };
             let all_loopback = all_loopback(&staged.placements, &staged.assigned);
@@ -948,7 +963,7 @@ impl GridSpawn {
                 .iter()
                 .zip(&staged.assigned)
                 .filter(|(_, s)| !s.is_empty())
-                .map(|(p, s)| (p, s.iter().map(|&x| x + offset).collect(), s.len()))
+                .map(|(p, s)| (p, spawned_slots(s, offset, req.r), s.len()))
                 .collect();
             let spec_for = |ranks: &[u32], procs: usize| {
                 // The spawning program's `Command` variables first; the launcher's own after
@@ -962,6 +977,9 @@ impl GridSpawn {
                 let local_procs = if all_loopback { req.universe } else { procs };
                 env.push((env::LOCAL_PROCS.to_string(), local_procs.to_string()));
                 env.push((env::APPNUM.to_string(), a.to_string()));
+                if req.r > 1 {
+                    env.push((env::REPLICAS.to_string(), req.r.to_string()));
+                }
                 env.extend(req.vars.iter().cloned());
                 LaunchSpec {
                     ticket: staged.reservation.ticket,
@@ -990,8 +1008,15 @@ impl GridSpawn {
             offset += app.procs;
         }
         let stop = Arc::new(move || stop_hosts(&remotes));
-        Ok(crate::spawn::Started { stop, pids: vec![0; req.m], threads, keep: Box::new(reservations) })
+        Ok(crate::spawn::Started { stop, pids: vec![0; req.m * req.r], threads, keep: Box::new(reservations) })
     }
+}
+
+/// The slots of a spawned job that a host launches: `app_slots` (of one program's own
+/// reservation, as [`assign_slots`] numbers them: replica j of its rank k is slot `k·r + j`)
+/// once that program's ranks follow the `first_rank` ranks of the programs before it.
+fn spawned_slots(app_slots: &[u32], first_rank: u32, r: usize) -> Vec<u32> {
+    app_slots.iter().map(|&x| x + first_rank * r as u32).collect()
 }
 
 /// One host's launch, as [`follow_remote`] follows it: the processes it runs (`slots`; the
@@ -1173,6 +1198,21 @@ fn describe_replicas(layout: Layout, placements: &[Placement], assigned: &[Vec<u
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_spawned_program_s_slots_follow_the_ranks_of_the_programs_before_it() {
+        // spawn_multiple of 2 + 1 ranks with r = 2: the second program's rank 0 is rank 2 of
+        // the spawned job, its replicas slots 4 and 5, wherever its reservation placed them.
+        let second = assign_slots(Layout::new(1, 2), &[vec![0], vec![0]]).unwrap();
+        assert_eq!(second, vec![vec![0], vec![1]]);
+        assert_eq!(spawned_slots(&second[0], 2, 2), vec![4]);
+        assert_eq!(spawned_slots(&second[1], 2, 2), vec![5]);
+        // The first program's slots stay as they are; without replicas slots are ranks.
+        let first = assign_slots(Layout::new(2, 2), &[vec![0, 1], vec![1, 0]]).unwrap();
+        assert_eq!(spawned_slots(&first[0], 0, 2), vec![0, 2]);
+        assert_eq!(spawned_slots(&first[1], 0, 2), vec![3, 1]);
+        assert_eq!(spawned_slots(&[0, 1], 2, 1), vec![2, 3]);
+    }
 
     #[test]
     fn without_replicas_slots_are_the_ranks() {

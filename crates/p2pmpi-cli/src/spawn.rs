@@ -260,11 +260,6 @@ impl Spawns {
         let parent_list = parents.iter().map(|(id, a)| format!("{id}={a}")).collect::<Vec<_>>().join(";");
         let m = m as usize;
         let r = s.replicas.max(1);
-        if r > 1 && matches!(s.place, Place::Grid(_)) {
-            return Err(
-                "spawning from a replicated job (-r) is supported with --local only, not on the grid yet".into()
-            );
-        }
         let layout = Layout::new(m, r);
         let bind = match &s.place {
             Place::Local => std::net::IpAddr::from([127, 0, 0, 1]),

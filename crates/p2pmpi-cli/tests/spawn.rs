@@ -16,7 +16,7 @@ fn spawn_checks(n: usize, mode: &str) -> Outcome {
     run(&["--local", "-n", &n.to_string(), prog.to_str().unwrap(), mode], T)
 }
 
-use common::spawn::{assert_collectives, assert_nested, count};
+use common::spawn::{assert_collectives, assert_nested, count, kill_and_wait, resume_fault_free};
 
 #[test]
 fn two_parents_spawn_two_children_talk_both_ways_and_merge() {
@@ -166,20 +166,6 @@ fn the_root_s_master_dying_mid_spawn_leaves_one_set_of_children() {
     }
 }
 
-/// What `spawn_checks pause` prints at `-n 2` (with its 2 children), sorted.
-fn pause_output() -> Vec<String> {
-    let mut v: Vec<String> = vec![
-        "child 0 paused".into(),
-        "child 1 paused".into(),
-        "child 0 of 2: 6 rounds, merged rank 2 of 4, sum 6".into(),
-        "child 1 of 2: 6 rounds, merged rank 3 of 4, sum 6".into(),
-        "OK spawn_checks pause: parent 0, 6 rounds, merged rank 0 of 4, sum 6".into(),
-        "OK spawn_checks pause: parent 1, 6 rounds, merged rank 1 of 4, sum 6".into(),
-    ];
-    v.sort();
-    v
-}
-
 /// Pids by (child?, slot in its own job).
 type Procs = Vec<((bool, usize), u32)>;
 
@@ -223,40 +209,12 @@ fn paused_replicated_spawn_with(test: &str, opts: &[&str]) -> (common::job::Job,
     (job, dir, procs)
 }
 
-/// Kills `pid` (kill -9) and waits (bounded) until it is gone.
-fn kill_and_wait(pid: u32, marker_dir: &std::path::Path) {
-    let _ = p2pmpi_peer::os::signal(pid, libc::SIGKILL);
-    let needle = marker_dir.to_string_lossy().to_string();
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while processes_with(&needle).contains(&pid) {
-        assert!(std::time::Instant::now() < deadline, "pid {pid} survived kill -9");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
-/// Lets the paused children of [`paused_replicated_spawn`] go on, and checks that the job
-/// ends well with the fault-free output (each line once); removes the pause directory.
-fn resume_fault_free(job: common::job::Job, dir: &std::path::Path) -> common::job::Ended {
-    std::fs::write(dir.join("go"), b"").unwrap();
-    let e = job.end(T);
-    assert_eq!(e.code, 0, "{}", e.text);
-    assert_eq!(sorted_lines(&e.stdout), pause_output(), "{}", e.text);
-    let _ = std::fs::remove_dir_all(dir);
-    e
-}
-
-fn sorted_lines(text: &str) -> Vec<String> {
-    let mut v: Vec<String> = text.lines().map(str::to_string).collect();
-    v.sort();
-    v
-}
-
 /// The fault-free run of `pause` with replicas: 4 children processes (2 ranks × 2), rounds
 /// both ways, merge and allreduce, each line once.
 #[test]
 fn replicated_children_run_as_replicas_of_each_rank() {
     let (job, dir, _) = paused_replicated_spawn("spawn-repl-plain");
-    resume_fault_free(job, &dir);
+    resume_fault_free(job, &dir, T);
 }
 
 /// Killing the master of a child rank (kill -9) while the children wait half-way: its replica
@@ -268,7 +226,7 @@ fn killing_a_replica_of_a_spawned_child_leaves_the_output_fault_free() {
     // Child rank 1's replica 0 (slot 2 of the children's job): its master.
     let pid = procs.iter().find(|p| p.0 == (true, 2)).unwrap().1;
     kill_and_wait(pid, &dir);
-    let e = resume_fault_free(job, &dir);
+    let e = resume_fault_free(job, &dir, T);
     assert!(
         e.text.contains("(spawned job): rank 1 replica 0") && e.text.contains("rank 1 goes on with 1 replica(s)"),
         "{}",
@@ -294,7 +252,7 @@ fn a_frozen_replica_of_a_spawned_child_is_declared_dead_and_the_output_stays_fau
     job.wait_for(T, "the resumed child stopped", |lines| {
         lines.iter().any(|l| l.stderr && l.text.contains("it resumed and was stopped")).then_some(())
     });
-    let e = resume_fault_free(job, &dir);
+    let e = resume_fault_free(job, &dir, T);
     assert!(e.text.contains("(spawned job): rank 1 replica 0 failed: no heartbeat"), "{}", e.text);
     assert!(e.text.contains("rank 1 goes on with 1 replica(s)"), "{}", e.text);
     assert!(
@@ -346,7 +304,7 @@ fn killing_the_root_s_master_after_the_spawn_leaves_the_output_fault_free() {
     let (job, dir, procs) = paused_replicated_spawn("spawn-repl-kill-root");
     let pid = procs.iter().find(|p| p.0 == (false, 0)).unwrap().1;
     kill_and_wait(pid, &dir);
-    let e = resume_fault_free(job, &dir);
+    let e = resume_fault_free(job, &dir, T);
     assert!(e.text.contains("rank 0 goes on with 1 replica(s)"), "{}", e.text);
 }
 

@@ -1,7 +1,10 @@
 //! What the spawn examples print when they pass, checked the same way for local and grid
 //! jobs.
 
-use super::Outcome;
+use super::job::{Ended, Job};
+use super::{processes_with, Outcome};
+use std::path::Path;
+use std::time::{Duration, Instant};
 
 /// Lines of `text` that contain `pat`.
 pub fn count(text: &str, pat: &str) -> usize {
@@ -28,4 +31,49 @@ pub fn assert_collectives(o: &Outcome, parents: usize) {
         let l = format!("OK spawn_collectives: child {r} of 3, remote group of {parents}");
         assert!(o.stdout.contains(&l), "missing {l:?} in:\n{}", o.stdout);
     }
+}
+
+/// What `spawn_checks pause` prints at `-n 2` (with its 2 children), sorted.
+pub fn pause_output() -> Vec<String> {
+    let mut v: Vec<String> = vec![
+        "child 0 paused".into(),
+        "child 1 paused".into(),
+        "child 0 of 2: 6 rounds, merged rank 2 of 4, sum 6".into(),
+        "child 1 of 2: 6 rounds, merged rank 3 of 4, sum 6".into(),
+        "OK spawn_checks pause: parent 0, 6 rounds, merged rank 0 of 4, sum 6".into(),
+        "OK spawn_checks pause: parent 1, 6 rounds, merged rank 1 of 4, sum 6".into(),
+    ];
+    v.sort();
+    v
+}
+
+/// The lines of `text`, sorted.
+pub fn sorted_lines(text: &str) -> Vec<String> {
+    let mut v: Vec<String> = text.lines().map(str::to_string).collect();
+    v.sort();
+    v
+}
+
+/// Kills `pid` (kill -9) and waits (bounded) until it is gone (`marker_dir`: a string its
+/// command line carries).
+pub fn kill_and_wait(pid: u32, marker_dir: &Path) {
+    let _ = p2pmpi_peer::os::signal(pid, libc::SIGKILL);
+    let needle = marker_dir.to_string_lossy().to_string();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while processes_with(&needle).contains(&pid) {
+        assert!(Instant::now() < deadline, "pid {pid} survived kill -9");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Lets the paused children of a `spawn_checks pause` job go on (the `go` file in `dir`), and
+/// checks that the job ends well within `limit` with the fault-free output (each line once);
+/// removes the pause directory.
+pub fn resume_fault_free(job: Job, dir: &Path, limit: Duration) -> Ended {
+    std::fs::write(dir.join("go"), b"").unwrap();
+    let e = job.end(limit);
+    assert_eq!(e.code, 0, "{}", e.text);
+    assert_eq!(sorted_lines(&e.stdout), pause_output(), "{}", e.text);
+    let _ = std::fs::remove_dir_all(dir);
+    e
 }
