@@ -23,6 +23,14 @@ use std::sync::Mutex;
 
 const OK: c_int = ffi::MPI_SUCCESS as c_int;
 
+/// Reads a predefined name of `mpi::ffi` (an `extern` static, as in rsmpi).
+macro_rules! rsmpi {
+    ($name:ident) => {
+        // SAFETY: the predefined names are initialized statics that nothing writes.
+        unsafe { ffi::$name }
+    };
+}
+
 /// Checks an ffi call's code.
 fn ok(code: c_int, what: &str) {
     assert_eq!(code, OK, "{what} returned {code}");
@@ -33,8 +41,8 @@ fn handles(world: &SimpleCommunicator) {
     let me = world.rank();
 
     // The world and self communicators have their predefined handles, and come back.
-    assert_eq!(world.as_raw(), ffi::RSMPI_COMM_WORLD, "world's handle");
-    assert_eq!(SimpleCommunicator::self_comm().as_raw(), ffi::RSMPI_COMM_SELF, "self's handle");
+    assert_eq!(world.as_raw(), rsmpi!(RSMPI_COMM_WORLD), "world's handle");
+    assert_eq!(SimpleCommunicator::self_comm().as_raw(), rsmpi!(RSMPI_COMM_SELF), "self's handle");
     // SAFETY: the world's handle names the live world.
     let w2 = unsafe { SimpleCommunicator::from_raw(world.as_raw()) };
     assert_eq!((w2.rank(), w2.size()), (me, n), "world from its handle");
@@ -46,8 +54,8 @@ fn handles(world: &SimpleCommunicator) {
     // A duplicate gets a handle of its own, stable, shared by its processes' views.
     let dup = world.duplicate();
     let h = dup.as_raw();
-    assert_ne!(h, ffi::RSMPI_COMM_WORLD);
-    assert_ne!(h, ffi::RSMPI_COMM_NULL);
+    assert_ne!(h, rsmpi!(RSMPI_COMM_WORLD));
+    assert_ne!(h, rsmpi!(RSMPI_COMM_NULL));
     assert_eq!(dup.as_raw(), h, "as_raw is stable");
     assert_eq!(dup.this_process().as_raw(), h, "a process's handle is its communicator's");
     assert_eq!(dup.any_process().as_raw(), h);
@@ -110,13 +118,13 @@ fn handles(world: &SimpleCommunicator) {
     let mut topo = 0;
     // SAFETY: `topo` is a live local.
     ok(unsafe { ffi::MPI_Topo_test(ch, &mut topo) }, "MPI_Topo_test");
-    assert_eq!(topo, ffi::RSMPI_CART);
+    assert_eq!(topo, rsmpi!(RSMPI_CART));
     // SAFETY: as above.
     ok(unsafe { ffi::MPI_Topo_test(ffi::RSMPI_COMM_WORLD, &mut topo) }, "MPI_Topo_test");
-    assert_eq!(topo, ffi::RSMPI_UNDEFINED);
+    assert_eq!(topo, rsmpi!(RSMPI_UNDEFINED));
 
     // Groups.
-    assert_eq!(SystemGroup::empty().as_raw(), ffi::RSMPI_GROUP_EMPTY);
+    assert_eq!(SystemGroup::empty().as_raw(), rsmpi!(RSMPI_GROUP_EMPTY));
     let g = world.group();
     let gh = g.as_raw();
     assert_eq!(g.as_raw(), gh);
@@ -132,10 +140,10 @@ fn handles(world: &SimpleCommunicator) {
 
     // Datatypes: the primitive types' handles are the predefined names; a user datatype's
     // handle names its layout.
-    assert_eq!(i32::equivalent_datatype().as_raw(), ffi::RSMPI_INT32_T);
-    assert_eq!(f64::equivalent_datatype().as_raw(), ffi::RSMPI_DOUBLE);
-    assert_eq!(u8::equivalent_datatype().as_raw(), ffi::RSMPI_UINT8_T);
-    assert_eq!(bool::equivalent_datatype().as_raw(), ffi::RSMPI_C_BOOL);
+    assert_eq!(i32::equivalent_datatype().as_raw(), rsmpi!(RSMPI_INT32_T));
+    assert_eq!(f64::equivalent_datatype().as_raw(), rsmpi!(RSMPI_DOUBLE));
+    assert_eq!(u8::equivalent_datatype().as_raw(), rsmpi!(RSMPI_UINT8_T));
+    assert_eq!(bool::equivalent_datatype().as_raw(), rsmpi!(RSMPI_C_BOOL));
     let vec3 = UserDatatype::contiguous(3, &i64::equivalent_datatype());
     let mut tsize = 0;
     // SAFETY: `vec3` lives; `tsize` is a live local.
@@ -160,9 +168,9 @@ fn handles(world: &SimpleCommunicator) {
     assert_eq!(sum, [n * (n - 1) / 2, n], "a datatype made from a raw handle");
 
     // Operations.
-    assert_eq!(SystemOperation::sum().as_raw(), ffi::RSMPI_SUM);
-    assert_eq!(SystemOperation::max().as_raw(), ffi::RSMPI_MAX);
-    assert_eq!(SystemOperation::bitwise_xor().as_raw(), ffi::RSMPI_BXOR);
+    assert_eq!(SystemOperation::sum().as_raw(), rsmpi!(RSMPI_SUM));
+    assert_eq!(SystemOperation::max().as_raw(), rsmpi!(RSMPI_MAX));
+    assert_eq!(SystemOperation::bitwise_xor().as_raw(), rsmpi!(RSMPI_BXOR));
     // SAFETY: `c_max_i32` works on i32 buffers, its only use here.
     let uop = unsafe { UnsafeUserOperation::commutative(c_max_i32) };
     let oh = uop.as_raw();
@@ -225,7 +233,7 @@ fn handles(world: &SimpleCommunicator) {
     assert_eq!(code, ffi::MPI_ERR_OP as c_int, "a dropped closure operation's handle is dead");
     // SAFETY: `RSMPI_PROD` is predefined; the anchor is kept with the operation.
     let prod = unsafe { UserOperation::from_raw(ffi::RSMPI_PROD, Box::new(String::from("anchor"))) };
-    assert_eq!(prod.as_raw(), ffi::RSMPI_PROD);
+    assert_eq!(prod.as_raw(), rsmpi!(RSMPI_PROD));
     let mut p = 0i64;
     world.all_reduce_into(&(me as i64 + 1), &mut p, &prod);
     assert_eq!(p, (1..=n as i64).product::<i64>(), "UserOperation::from_raw(RSMPI_PROD)");
@@ -261,11 +269,11 @@ fn handles(world: &SimpleCommunicator) {
         // SAFETY: `sh` is a handle from `into_raw`, `flag` and `st` live locals.
         ok(unsafe { ffi::MPI_Test(&mut sh, &mut flag, &mut st) }, "MPI_Test");
         if flag == 0 {
-            assert_ne!(sh, ffi::RSMPI_REQUEST_NULL, "a request not completed keeps its handle");
+            assert_ne!(sh, rsmpi!(RSMPI_REQUEST_NULL), "a request not completed keeps its handle");
             // SAFETY: as above.
             ok(unsafe { ffi::MPI_Wait(&mut sh, ffi::RSMPI_STATUS_IGNORE) }, "MPI_Wait");
         }
-        assert_eq!(sh, ffi::RSMPI_REQUEST_NULL, "a completed request's handle is null");
+        assert_eq!(sh, rsmpi!(RSMPI_REQUEST_NULL), "a completed request's handle is null");
         // SAFETY: the handle is null now: MPI_Wait returns at once.
         ok(unsafe { ffi::MPI_Wait(&mut sh, ffi::RSMPI_STATUS_IGNORE) }, "MPI_Wait(null)");
         assert_eq!(rdata, &[1, 2, 3, 4][..], "received through a request taken back from its handle");
@@ -320,18 +328,18 @@ fn ffi_calls(world: &SimpleCommunicator) {
     assert_eq!(flag, 1);
 
     // Dup, compare, and the Rust object of the dup (which then owns it).
-    let mut d: MPI_Comm = ffi::RSMPI_COMM_NULL;
+    let mut d: MPI_Comm = rsmpi!(RSMPI_COMM_NULL);
     let mut rel = -1;
     // SAFETY: as above.
     unsafe {
         ok(ffi::MPI_Comm_dup(w, &mut d), "MPI_Comm_dup");
         ok(ffi::MPI_Comm_compare(w, d, &mut rel), "MPI_Comm_compare");
     }
-    assert_eq!(rel, ffi::RSMPI_CONGRUENT, "a duplicate is congruent");
+    assert_eq!(rel, rsmpi!(RSMPI_CONGRUENT), "a duplicate is congruent");
     // SAFETY: as above.
     unsafe { ok(ffi::MPI_Comm_compare(w, w, &mut rel), "MPI_Comm_compare") };
-    assert_eq!(rel, ffi::RSMPI_IDENT);
-    let mut split = ffi::RSMPI_COMM_NULL;
+    assert_eq!(rel, rsmpi!(RSMPI_IDENT));
+    let mut split = rsmpi!(RSMPI_COMM_NULL);
     // SAFETY: as above. Even ranks in one communicator, odd ranks in another, reversed.
     unsafe { ok(ffi::MPI_Comm_split(w, me % 2, -me, &mut split), "MPI_Comm_split") };
     let half = (n + 1 - me % 2) / 2;
@@ -344,21 +352,21 @@ fn ffi_calls(world: &SimpleCommunicator) {
     if n > 2 {
         // SAFETY: as above.
         unsafe { ok(ffi::MPI_Comm_compare(w, split, &mut rel), "MPI_Comm_compare") };
-        assert_eq!(rel, ffi::RSMPI_UNEQUAL);
+        assert_eq!(rel, rsmpi!(RSMPI_UNEQUAL));
     }
     let mut none = w;
-    let color = if me == 0 { ffi::RSMPI_UNDEFINED } else { 1 };
+    let color = if me == 0 { rsmpi!(RSMPI_UNDEFINED) } else { 1 };
     // SAFETY: as above.
     unsafe { ok(ffi::MPI_Comm_split(w, color, 0, &mut none), "MPI_Comm_split(undefined)") };
-    assert_eq!(none == ffi::RSMPI_COMM_NULL, me == 0, "RSMPI_UNDEFINED gives no communicator");
-    if none != ffi::RSMPI_COMM_NULL {
+    assert_eq!(none == rsmpi!(RSMPI_COMM_NULL), me == 0, "RSMPI_UNDEFINED gives no communicator");
+    if none != rsmpi!(RSMPI_COMM_NULL) {
         // SAFETY: as above.
         unsafe { ok(ffi::MPI_Comm_free(&mut none), "MPI_Comm_free") };
     }
 
     // Groups of a handle.
-    let mut g: MPI_Group = ffi::RSMPI_GROUP_NULL;
-    let mut sg: MPI_Group = ffi::RSMPI_GROUP_NULL;
+    let mut g: MPI_Group = rsmpi!(RSMPI_GROUP_NULL);
+    let mut sg: MPI_Group = rsmpi!(RSMPI_GROUP_NULL);
     let (mut gs, mut gr) = (0, 0);
     // SAFETY: as above.
     unsafe {
@@ -378,7 +386,7 @@ fn ffi_calls(world: &SimpleCommunicator) {
         )
     };
     for (w, t) in in_split.iter().enumerate() {
-        let want = if w as Rank % 2 == me % 2 { half - 1 - w as Rank / 2 } else { ffi::RSMPI_UNDEFINED };
+        let want = if w as Rank % 2 == me % 2 { half - 1 - w as Rank / 2 } else { rsmpi!(RSMPI_UNDEFINED) };
         assert_eq!(*t, want, "world rank {w} in the split");
     }
     // SAFETY: as above.
@@ -443,7 +451,7 @@ fn ffi_calls(world: &SimpleCommunicator) {
             ok(ffi::MPI_Get_count(&st, vec3.as_raw(), &mut count), "MPI_Get_count");
         }
         if (prev + 1) * 8 % 24 != 0 {
-            assert_eq!(count, ffi::RSMPI_UNDEFINED, "a count that is not whole");
+            assert_eq!(count, rsmpi!(RSMPI_UNDEFINED), "a count that is not whole");
         }
         // Errors: a rank out of range, a negative count, a null datatype.
         // SAFETY: as above; nothing is sent.
@@ -484,7 +492,7 @@ fn ffi_calls(world: &SimpleCommunicator) {
             "MPI_Recv(PROC_NULL)",
         );
     }
-    assert_eq!((st.MPI_SOURCE, st.MPI_TAG, nothing[0]), (ffi::RSMPI_PROC_NULL, ffi::RSMPI_ANY_TAG, 7));
+    assert_eq!((st.MPI_SOURCE, st.MPI_TAG, nothing[0]), (rsmpi!(RSMPI_PROC_NULL), rsmpi!(RSMPI_ANY_TAG), 7));
 
     // Collectives.
     // SAFETY: as above.
@@ -553,7 +561,7 @@ fn ffi_calls(world: &SimpleCommunicator) {
     };
     assert_eq!(all[0], (1u32 << n) - 1);
     // A user operation made by MPI_Op_create (not commutative: rank 0's value wins).
-    let mut op: MPI_Op = ffi::RSMPI_OP_NULL;
+    let mut op: MPI_Op = rsmpi!(RSMPI_OP_NULL);
     let mine = [me + 100];
     let mut first = [0i32];
     // SAFETY: as above; `c_first` handles i32 buffers.
@@ -705,7 +713,7 @@ fn callbacks(world: &SimpleCommunicator) {
     // MPI_Comm_dup and MPI_Comm_free through the handles run the same callbacks.
     let mut e = world.duplicate();
     e.set_attr(Counted(6));
-    let mut h = ffi::RSMPI_COMM_NULL;
+    let mut h = rsmpi!(RSMPI_COMM_NULL);
     // SAFETY: `e` is alive; `h` a live local.
     unsafe { ok(ffi::MPI_Comm_dup(e.as_raw(), &mut h), "MPI_Comm_dup") };
     assert_eq!(calls(), vec![("copy", 6)]);
@@ -795,7 +803,7 @@ fn keyvals(world: &SimpleCommunicator) {
             "MPI_Comm_create_keyval",
         )
     };
-    let mut d = ffi::RSMPI_COMM_NULL;
+    let mut d = rsmpi!(RSMPI_COMM_NULL);
     // SAFETY: as above.
     unsafe {
         ok(ffi::MPI_Comm_dup(world.as_raw(), &mut d), "MPI_Comm_dup");
@@ -813,7 +821,7 @@ fn keyvals(world: &SimpleCommunicator) {
     unsafe { ok(ffi::MPI_Comm_set_attr(d, key, &B as *const AtomicI32 as *mut c_void), "MPI_Comm_set_attr") };
     assert_eq!((C_DELETES.load(Ordering::SeqCst), C_DELETED_SUM.load(Ordering::SeqCst)), (1, 1));
     // A duplicate: the copy callback, with the extra state.
-    let mut d2 = ffi::RSMPI_COMM_NULL;
+    let mut d2 = rsmpi!(RSMPI_COMM_NULL);
     // SAFETY: as above.
     unsafe { ok(ffi::MPI_Comm_dup(d, &mut d2), "MPI_Comm_dup") };
     assert_eq!((C_COPIES.load(Ordering::SeqCst), EXTRA.load(Ordering::SeqCst)), (1, 1));

@@ -803,7 +803,7 @@ unsafe impl crate::raw::AsRaw for Message {
         if self.matched.is_some() {
             self.raw
         } else {
-            crate::ffi::RSMPI_MESSAGE_NULL
+            crate::ffi::predefined::RSMPI_MESSAGE_NULL
         }
     }
 }

@@ -399,7 +399,7 @@ impl<'a, D: ?Sized, S: Scope<'a>> Request<'a, D, S> {
 unsafe impl<'a, D: ?Sized, S: Scope<'a>> crate::raw::AsRaw for Request<'a, D, S> {
     type Raw = crate::ffi::MPI_Request;
     fn as_raw(&self) -> crate::ffi::MPI_Request {
-        self.pending.as_ref().map_or(crate::ffi::RSMPI_REQUEST_NULL, crate::ffi::request_number)
+        self.pending.as_ref().map_or(crate::ffi::predefined::RSMPI_REQUEST_NULL, crate::ffi::request_number)
     }
 }
 
@@ -407,7 +407,7 @@ unsafe impl<'a, D: ?Sized, S: Scope<'a>> crate::raw::AsRaw for Request<'a, D, S>
 unsafe impl<'a, D: ?Sized, S: Scope<'a>> crate::raw::AsRaw for WaitGuard<'a, D, S> {
     type Raw = crate::ffi::MPI_Request;
     fn as_raw(&self) -> crate::ffi::MPI_Request {
-        self.0.as_ref().map_or(crate::ffi::RSMPI_REQUEST_NULL, |r| r.as_raw())
+        self.0.as_ref().map_or(crate::ffi::predefined::RSMPI_REQUEST_NULL, |r| r.as_raw())
     }
 }
 
