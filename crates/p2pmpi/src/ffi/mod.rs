@@ -249,6 +249,10 @@ predefined! {
     RSMPI_DATATYPE_NULL: MPI_Datatype = MPI_Datatype(std::ptr::null());
     /// Pass as a status argument to ignore the status.
     RSMPI_STATUS_IGNORE: *mut MPI_Status = std::ptr::null_mut();
+    /// `MPI_IN_PLACE`, for the collectives that take it (`MPI_Reduce` at the root,
+    /// `MPI_Allreduce`, `MPI_Scan`, `MPI_Gather` at the root, `MPI_Scatter` at the root,
+    /// `MPI_Allgather`). Not a name of rsmpi 0.8.1 (whose bindings have no `MPI_IN_PLACE`).
+    RSMPI_IN_PLACE: *mut c_void = more::IN_PLACE;
     /// Pass as an array of statuses to ignore them.
     RSMPI_STATUSES_IGNORE: *mut MPI_Status = std::ptr::null_mut();
     /// Matches any tag.
@@ -1039,7 +1043,8 @@ fn check_buffer(buf: *const c_void, count: c_int, datatype: MPI_Datatype) -> Res
     if count < 0 {
         return Err(ERR_COUNT);
     }
-    if count > 0 && buf.is_null() {
+    if (count > 0 && buf.is_null()) || std::ptr::eq(buf, more::IN_PLACE) {
+        // (`RSMPI_IN_PLACE` where it does not apply is no buffer.)
         return Err(MPI_ERR_BUFFER as c_int);
     }
     Ok(())
@@ -1230,14 +1235,24 @@ pub unsafe extern "C" fn MPI_Reduce(
     if matches!(c, CommObj::Inter(_)) {
         return ERR_COMM;
     }
-    if let Err(e) = check_buffer(sendbuf, count, datatype) {
-        return e;
-    }
     if check_rank(&c, root).is_err() {
         return ERR_ROOT;
     }
-    let Some(op) = op_of(op) else { return ERR_OP };
     let me = with_comm!(&c, c => c.rank());
+    // At the root, `RSMPI_IN_PLACE` takes the input from `recvbuf`.
+    let (sendbuf, _staged) = if me == root {
+        // SAFETY: the caller's contract.
+        match unsafe { more::in_place_input(sendbuf, recvbuf, count, datatype) } {
+            Ok(x) => x,
+            Err(e) => return e,
+        }
+    } else {
+        (sendbuf, None)
+    };
+    if let Err(e) = check_buffer(sendbuf, count, datatype) {
+        return e;
+    }
+    let Some(op) = op_of(op) else { return ERR_OP };
     if me == root {
         if let Err(e) = check_buffer(recvbuf, count, datatype) {
             return e;
@@ -1273,6 +1288,12 @@ pub unsafe extern "C" fn MPI_Allreduce(
     comm: MPI_Comm,
 ) -> c_int {
     let c = comm_or_return!(comm);
+    // `RSMPI_IN_PLACE` takes the input from `recvbuf`.
+    // SAFETY: the caller's contract.
+    let (sendbuf, _staged) = match unsafe { more::in_place_input(sendbuf, recvbuf, count, datatype) } {
+        Ok(x) => x,
+        Err(e) => return e,
+    };
     if let Err(e) = check_buffer(sendbuf, count, datatype).and(check_buffer(recvbuf, count, datatype)) {
         return e;
     }
@@ -1303,16 +1324,14 @@ pub unsafe extern "C" fn MPI_Wait(request: *mut MPI_Request, status: *mut MPI_St
     }
     // SAFETY: checked non-null; the caller vouches it is readable and writable.
     let h = unsafe { *request };
-    let st = if h == k::RSMPI_REQUEST_NULL {
-        MPI_Status { MPI_SOURCE: k::RSMPI_ANY_SOURCE, MPI_TAG: k::RSMPI_ANY_TAG, ..Default::default() }
-    } else {
-        let Some(p) = request_from_raw(h) else { return ERR_REQUEST };
-        // SAFETY: as above.
-        unsafe { *request = k::RSMPI_REQUEST_NULL };
-        match p.wait() {
-            Ok(s) => MPI_Status::from(s),
-            Err(e) => return err_class(&e),
-        }
+    if h != k::RSMPI_REQUEST_NULL && !more::request_live(h) {
+        return ERR_REQUEST;
+    }
+    // SAFETY: as above.
+    unsafe { *request = k::RSMPI_REQUEST_NULL };
+    let st = match more::wait_request(h) {
+        Ok(st) => st,
+        Err(e) => return e,
     };
     if !status.is_null() {
         // SAFETY: non-null, and the caller vouches it is writable.
@@ -1332,31 +1351,26 @@ pub unsafe extern "C" fn MPI_Test(request: *mut MPI_Request, flag: *mut c_int, s
     }
     // SAFETY: checked non-null; the caller vouches it is readable and writable.
     let h = unsafe { *request };
-    let st = if h == k::RSMPI_REQUEST_NULL {
-        MPI_Status { MPI_SOURCE: k::RSMPI_ANY_SOURCE, MPI_TAG: k::RSMPI_ANY_TAG, ..Default::default() }
-    } else {
-        let Some(p) = request_from_raw(h) else { return ERR_REQUEST };
-        match p.test() {
-            Ok(Ok(s)) => {
-                // SAFETY: as above.
+    let st = match more::test_request(h) {
+        Ok(Some(st)) => st,
+        Ok(None) => {
+            // SAFETY: checked non-null; the caller vouches it is writable.
+            unsafe { *flag = 0 };
+            return SUCCESS;
+        }
+        Err(e) => {
+            if e != ERR_REQUEST {
+                // SAFETY: as above: the request completed, failed.
                 unsafe { *request = k::RSMPI_REQUEST_NULL };
-                MPI_Status::from(s)
             }
-            Ok(Err(e)) => {
-                // SAFETY: as above.
-                unsafe { *request = k::RSMPI_REQUEST_NULL };
-                return err_class(&e);
-            }
-            Err(p) => {
-                lock(&REQUESTS).insert(h.0, p);
-                // SAFETY: checked non-null; the caller vouches it is writable.
-                unsafe { *flag = 0 };
-                return SUCCESS;
-            }
+            return e;
         }
     };
-    // SAFETY: checked non-null; the caller vouches it is writable.
-    unsafe { *flag = 1 };
+    // SAFETY: as above.
+    unsafe {
+        *request = k::RSMPI_REQUEST_NULL;
+        *flag = 1;
+    }
     if !status.is_null() {
         // SAFETY: non-null, and the caller vouches it is writable.
         unsafe { *status = st };
@@ -1407,6 +1421,9 @@ pub unsafe extern "C" fn MPI_Abort(comm: MPI_Comm, errorcode: c_int) -> c_int {
         None => SimpleCommunicator::world().abort(errorcode),
     }
 }
+
+mod more;
+pub use more::*;
 
 pub use crate::attribute::ffi::{
     MPI_Comm_create_keyval, MPI_Comm_delete_attr, MPI_Comm_free_keyval, MPI_Comm_get_attr, MPI_Comm_set_attr,
