@@ -40,6 +40,13 @@ fn handles(world: &SimpleCommunicator) {
     let n = world.size();
     let me = world.rank();
 
+    // The predefined names read as rsmpi programs read them (extern statics).
+    // SAFETY: the predefined names are initialized statics that nothing writes.
+    let (world_h, self_h, int32, sum) =
+        unsafe { (ffi::RSMPI_COMM_WORLD, ffi::RSMPI_COMM_SELF, ffi::RSMPI_INT32_T, ffi::RSMPI_SUM) };
+    assert_eq!((world.as_raw(), SimpleCommunicator::self_comm().as_raw()), (world_h, self_h));
+    assert_eq!((i32::equivalent_datatype().as_raw(), SystemOperation::sum().as_raw()), (int32, sum));
+
     // The world and self communicators have their predefined handles, and come back.
     assert_eq!(world.as_raw(), rsmpi!(RSMPI_COMM_WORLD), "world's handle");
     assert_eq!(SimpleCommunicator::self_comm().as_raw(), rsmpi!(RSMPI_COMM_SELF), "self's handle");

@@ -18,10 +18,12 @@
 //! `MPI_ERR_OTHER` for a failed communication, e.g. a lost peer). Errors are returned, never
 //! fatal (as with `MPI_ERRORS_RETURN`).
 //!
-//! **Not provided**: files, windows, info objects, error handlers (their null handles only),
-//! `MPI_IN_PLACE`, the non-blocking functions (`MPI_Isend`, `MPI_Irecv`; requests made in
-//! Rust can be handed over with `Request::into_raw` and completed by `MPI_Wait`/`MPI_Test`),
-//! the Fortran conversions (`RSMPI_Comm_c2f`, ...), and every function not listed below.
+//! **Requests** made here (`MPI_Isend`, `MPI_Irecv`, ...) and those handed over by
+//! `Request::into_raw` are completed by `MPI_Wait`, `MPI_Test`, `MPI_Waitall`, `MPI_Testall`,
+//! `MPI_Waitany` or freed by `MPI_Request_free`.
+//!
+//! **Not provided**: files, windows, info objects, error handlers, the Fortran conversions
+//! (`RSMPI_Comm_c2f`, ...), and every function not listed here (see docs/mpi-library.md).
 #![allow(non_camel_case_types, non_upper_case_globals, non_snake_case)]
 
 pub(crate) mod handles;
