@@ -873,6 +873,36 @@ fn ffi_more(world: &SimpleCommunicator) {
     seen.sort_unstable();
     assert_eq!(seen, vec![0, 1]);
     assert_eq!((ga[0], gb[0]), (prev + 1000, next + 2000));
+    // MPI_Testany: polled (bounded) until the one receive completes.
+    let mut gt = [0i32];
+    let mut trs = [null_req, null_req];
+    let mut ts = null_req;
+    // SAFETY: as above.
+    unsafe {
+        ok(ffi::MPI_Irecv(mp(&mut gt), 1, int32, prev, 7, w, &mut trs[1]), "MPI_Irecv");
+        ok(ffi::MPI_Isend(cp(&a), 1, int32, next, 7, w, &mut ts), "MPI_Isend");
+    }
+    let start = std::time::Instant::now();
+    loop {
+        let (mut idx, mut flag, mut st) = (-5, -5, MPI_Status::default());
+        // SAFETY: as above.
+        ok(unsafe { ffi::MPI_Testany(2, trs.as_mut_ptr(), &mut idx, &mut flag, &mut st) }, "MPI_Testany");
+        if flag == 1 {
+            assert_eq!((idx, st.MPI_SOURCE, st.MPI_TAG, trs[1]), (1, prev, 7, null_req), "MPI_Testany's completion");
+            break;
+        }
+        assert_eq!((flag, idx), (0, rsmpi!(RSMPI_UNDEFINED)), "MPI_Testany with nothing done");
+        assert!(start.elapsed() < std::time::Duration::from_secs(60), "MPI_Testany never completed");
+        std::thread::yield_now();
+    }
+    assert_eq!(gt[0], prev + 1000);
+    let (mut idx, mut flag) = (-5, -5);
+    // SAFETY: as above.
+    unsafe {
+        ok(ffi::MPI_Testany(2, trs.as_mut_ptr(), &mut idx, &mut flag, ffi::RSMPI_STATUS_IGNORE), "MPI_Testany(none)");
+        assert_eq!((flag, idx), (1, ffi::RSMPI_UNDEFINED), "MPI_Testany with no active request");
+        ok(ffi::MPI_Wait(&mut ts, ffi::RSMPI_STATUS_IGNORE), "MPI_Wait");
+    }
     let mut idx = 0;
     // SAFETY: as above.
     ok(unsafe { ffi::MPI_Waitany(2, recvs.as_mut_ptr(), &mut idx, ffi::RSMPI_STATUS_IGNORE) }, "MPI_Waitany(none)");
@@ -1048,6 +1078,17 @@ fn ffi_more(world: &SimpleCommunicator) {
     // SAFETY: as above.
     unsafe { ok(ffi::MPI_Scan(in_place, mp(&mut c2), 2, int64, sum, w), "MPI_Scan(IN_PLACE)") };
     assert_eq!(c2, rust, "MPI_Scan with RSMPI_IN_PLACE");
+    let mut rust = [0i64; 2];
+    world.exclusive_scan_into(&x[..], &mut rust[..], SystemOperation::sum());
+    let mut c = [0i64; 2];
+    // SAFETY: as above.
+    unsafe { ok(ffi::MPI_Exscan(cp(&x), mp(&mut c), 2, int64, sum, w), "MPI_Exscan") };
+    if me > 0 {
+        assert_eq!(c, rust, "MPI_Exscan");
+        assert_eq!(c, [me as i64 * (me as i64 + 1) / 2, 2 * me as i64]);
+    } else {
+        assert_eq!(c, [0, 0], "MPI_Exscan leaves rank 0's buffer alone");
+    }
     let mut c3 = [me as i64];
     // SAFETY: as above.
     unsafe { ok(ffi::MPI_Allreduce(in_place, mp(&mut c3), 1, int64, sum, w), "MPI_Allreduce(IN_PLACE)") };
@@ -1221,6 +1262,19 @@ fn ffi_more(world: &SimpleCommunicator) {
         ok(ffi::MPI_Topo_test(sub, &mut topo), "MPI_Topo_test(sub)");
     }
     assert_eq!((ss, sr, topo), (rsub.size(), rsub.rank(), rsmpi!(RSMPI_CART)), "MPI_Cart_sub as subgroup");
+    let (mut nd, mut gd, mut gp, mut gc) = (0, [0; 2], [0; 2], [0; 2]);
+    // SAFETY: as above.
+    unsafe {
+        ok(ffi::MPI_Cartdim_get(cart, &mut nd), "MPI_Cartdim_get");
+        ok(ffi::MPI_Cart_get(cart, 2, gd.as_mut_ptr(), gp.as_mut_ptr(), gc.as_mut_ptr()), "MPI_Cart_get");
+    }
+    let l = rc.get_layout();
+    assert_eq!(nd, rc.num_dimensions(), "MPI_Cartdim_get");
+    assert_eq!(
+        (gd.to_vec(), gp.iter().map(|&p| p != 0).collect::<Vec<_>>(), gc.to_vec()),
+        (l.dims, l.periods, l.coords),
+        "MPI_Cart_get as get_layout"
+    );
     // SAFETY: as above.
     unsafe {
         let mut xy = [0, 0];

@@ -436,6 +436,61 @@ pub unsafe extern "C" fn MPI_Waitany(
     r.map_or_else(|e| e, |_| SUCCESS)
 }
 
+/// Tests the requests of the array in order: the first one that completed gives `*index`,
+/// `*status`, `*flag` 1 (its handle becomes `RSMPI_REQUEST_NULL`); if none did, `*flag` is 0
+/// and `*index` `RSMPI_UNDEFINED`. With no active request, `*flag` is 1 and `*index`
+/// `RSMPI_UNDEFINED`.
+///
+/// # Safety
+/// As for [`MPI_Waitany`]; `flag` must be valid for a write.
+pub unsafe extern "C" fn MPI_Testany(
+    count: c_int,
+    array_of_requests: *mut MPI_Request,
+    index: *mut c_int,
+    flag: *mut c_int,
+    status: *mut MPI_Status,
+) -> c_int {
+    if index.is_null() || flag.is_null() {
+        return ERR_ARG;
+    }
+    // SAFETY: the caller's contract.
+    let hs = match unsafe { request_array(count, array_of_requests) } {
+        Ok(hs) => hs,
+        Err(e) => return e,
+    };
+    let mut any_active = false;
+    for (i, &h) in hs.iter().enumerate() {
+        if h == k::RSMPI_REQUEST_NULL {
+            continue;
+        }
+        any_active = true;
+        let r = match test_request(h) {
+            Ok(None) => continue,
+            Ok(Some(st)) => Ok(st),
+            Err(e) => Err(e),
+        };
+        // SAFETY: `i < count`; the caller vouches for the array, `index`, `flag`, `status`.
+        unsafe {
+            *array_of_requests.add(i) = k::RSMPI_REQUEST_NULL;
+            *index = i as c_int;
+            *flag = 1;
+            if let (Ok(st), false) = (&r, status.is_null()) {
+                *status = *st;
+            }
+        }
+        return r.map_or_else(|e| e, |_| SUCCESS);
+    }
+    // SAFETY: checked non-null; the caller vouches they are writable.
+    unsafe {
+        *index = k::RSMPI_UNDEFINED;
+        *flag = (!any_active) as c_int;
+        if !any_active && !status.is_null() {
+            *status = empty_status();
+        }
+    }
+    SUCCESS
+}
+
 /// Frees a request: a completed one is forgotten, one still active completes in the
 /// background (its buffer must stay valid until it did). `*request` becomes
 /// `RSMPI_REQUEST_NULL`.
@@ -922,6 +977,37 @@ pub unsafe extern "C" fn MPI_Scan(
     with_comm!(c, c => c.try_scan_into(&s, &mut r, op)).map_or_else(|e| err_class(&e), |()| SUCCESS)
 }
 
+/// The exclusive prefix reduction: rank `i > 0`'s `recvbuf` gets ranks `0..i`'s `sendbuf`
+/// reduced with `op`; rank 0's is left alone. `sendbuf` may be `RSMPI_IN_PLACE`.
+///
+/// # Safety
+/// As for [`MPI_Scan`].
+pub unsafe extern "C" fn MPI_Exscan(
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    count: c_int,
+    datatype: MPI_Datatype,
+    op: MPI_Op,
+    comm: MPI_Comm,
+) -> c_int {
+    let c = intra_or_return!(comm);
+    // SAFETY: the caller's contract.
+    let (sendbuf, _staged) = match unsafe { in_place_input(sendbuf, recvbuf, count, datatype) } {
+        Ok(x) => x,
+        Err(e) => return e,
+    };
+    if let Err(e) = check_buffer(sendbuf, count, datatype).and(check_buffer(recvbuf, count, datatype)) {
+        return e;
+    }
+    let Some(op) = op_of(op) else { return ERR_OP };
+    // SAFETY: both buffers as the caller vouches (the staged copy for `RSMPI_IN_PLACE`).
+    let (s, mut r) = unsafe {
+        let d = DatatypeRef::from_map(datatype.map());
+        (DynBuffer::from_raw(sendbuf, count, d), DynBufferMut::from_raw(recvbuf, count, d))
+    };
+    with_comm!(c, c => c.try_exclusive_scan_into(&s, &mut r, op)).map_or_else(|e| err_class(&e), |()| SUCCESS)
+}
+
 /// For `MPI_Reduce` and `MPI_Allreduce`: the send buffer, staged from `recvbuf` when it is
 /// `RSMPI_IN_PLACE`.
 ///
@@ -1273,6 +1359,46 @@ pub unsafe extern "C" fn MPI_Cart_coords(comm: MPI_Comm, rank: c_int, maxdims: c
     for (i, x) in xs.into_iter().enumerate() {
         // SAFETY: `i < ndims <= maxdims`; the caller vouches for `maxdims` writes.
         unsafe { *coords.add(i) = x };
+    }
+    SUCCESS
+}
+
+/// The number of dimensions of a Cartesian communicator.
+///
+/// # Safety
+/// `ndims` must be valid for a write.
+pub unsafe extern "C" fn MPI_Cartdim_get(comm: MPI_Comm, ndims: *mut c_int) -> c_int {
+    let c = cart_or_return!(comm);
+    // SAFETY: the caller's contract.
+    unsafe { put(ndims, c.num_dimensions()) }
+}
+
+/// A Cartesian communicator's layout: its sizes, periodicities (1 or 0) and this process's
+/// coordinates (`maxdims` of each at most).
+///
+/// # Safety
+/// `dims`, `periods` and `coords` must be valid for `maxdims` writes.
+pub unsafe extern "C" fn MPI_Cart_get(
+    comm: MPI_Comm,
+    maxdims: c_int,
+    dims: *mut c_int,
+    periods: *mut c_int,
+    coords: *mut c_int,
+) -> c_int {
+    let c = cart_or_return!(comm);
+    let l = c.get_layout();
+    if maxdims < l.dims.len() as c_int
+        || (!l.dims.is_empty() && (dims.is_null() || periods.is_null() || coords.is_null()))
+    {
+        return ERR_ARG;
+    }
+    for i in 0..l.dims.len() {
+        // SAFETY: `i < ndims <= maxdims`; the caller vouches for `maxdims` writes of each.
+        unsafe {
+            *dims.add(i) = l.dims[i];
+            *periods.add(i) = l.periods[i] as c_int;
+            *coords.add(i) = l.coords[i];
+        }
     }
     SUCCESS
 }
