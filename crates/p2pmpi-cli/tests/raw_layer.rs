@@ -14,14 +14,19 @@ use std::time::Duration;
 const T: Duration = Duration::from_secs(120);
 
 fn raw_checks(n: usize, part: &str) {
+    raw_checks_with(n, part, &[]);
+}
+
+/// `raw_checks PART` on `n` processes, with more launcher options.
+fn raw_checks_with(n: usize, part: &str, options: &[&str]) {
     let prog = example("raw_checks");
     let ns = n.to_string();
     let mut cmd = Command::new(launcher());
-    cmd.args(["--local", "-n", &ns, prog.to_str().unwrap(), part]);
+    cmd.args(["--local", "-n", &ns]).args(options).args([prog.to_str().unwrap(), part]);
     let o = run_cmd(&mut cmd, T);
     assert!(
         o.status.success(),
-        "raw_checks n={n} {part} failed ({:?}) after {:?}\nstdout:\n{}\nstderr:\n{}",
+        "raw_checks n={n} {options:?} {part} failed ({:?}) after {:?}\nstdout:\n{}\nstderr:\n{}",
         o.status,
         o.elapsed,
         o.stdout,
@@ -42,6 +47,15 @@ fn handles_round_trip_on_2_and_3_processes() {
 fn ffi_functions_on_2_and_3_processes() {
     for n in [2, 3] {
         raw_checks(n, "ffi");
+    }
+}
+
+/// The `ffi` part in a replicated job: the C functions' requests, probes and collectives
+/// go through the same choice points as the Rust API's, so every replica follows its master.
+#[test]
+fn ffi_functions_replicated_on_2_and_3_processes() {
+    for n in [2, 3] {
+        raw_checks_with(n, "ffi", &["-r", "2"]);
     }
 }
 

@@ -23,6 +23,14 @@ use std::sync::Mutex;
 
 const OK: c_int = ffi::MPI_SUCCESS as c_int;
 
+/// Reads a predefined name of `mpi::ffi` (an `extern` static, as in rsmpi).
+macro_rules! rsmpi {
+    ($name:ident) => {
+        // SAFETY: the predefined names are initialized statics that nothing writes.
+        unsafe { ffi::$name }
+    };
+}
+
 /// Checks an ffi call's code.
 fn ok(code: c_int, what: &str) {
     assert_eq!(code, OK, "{what} returned {code}");
@@ -32,9 +40,16 @@ fn handles(world: &SimpleCommunicator) {
     let n = world.size();
     let me = world.rank();
 
+    // The predefined names read as rsmpi programs read them (extern statics).
+    // SAFETY: the predefined names are initialized statics that nothing writes.
+    let (world_h, self_h, int32, sum) =
+        unsafe { (ffi::RSMPI_COMM_WORLD, ffi::RSMPI_COMM_SELF, ffi::RSMPI_INT32_T, ffi::RSMPI_SUM) };
+    assert_eq!((world.as_raw(), SimpleCommunicator::self_comm().as_raw()), (world_h, self_h));
+    assert_eq!((i32::equivalent_datatype().as_raw(), SystemOperation::sum().as_raw()), (int32, sum));
+
     // The world and self communicators have their predefined handles, and come back.
-    assert_eq!(world.as_raw(), ffi::RSMPI_COMM_WORLD, "world's handle");
-    assert_eq!(SimpleCommunicator::self_comm().as_raw(), ffi::RSMPI_COMM_SELF, "self's handle");
+    assert_eq!(world.as_raw(), rsmpi!(RSMPI_COMM_WORLD), "world's handle");
+    assert_eq!(SimpleCommunicator::self_comm().as_raw(), rsmpi!(RSMPI_COMM_SELF), "self's handle");
     // SAFETY: the world's handle names the live world.
     let w2 = unsafe { SimpleCommunicator::from_raw(world.as_raw()) };
     assert_eq!((w2.rank(), w2.size()), (me, n), "world from its handle");
@@ -46,8 +61,8 @@ fn handles(world: &SimpleCommunicator) {
     // A duplicate gets a handle of its own, stable, shared by its processes' views.
     let dup = world.duplicate();
     let h = dup.as_raw();
-    assert_ne!(h, ffi::RSMPI_COMM_WORLD);
-    assert_ne!(h, ffi::RSMPI_COMM_NULL);
+    assert_ne!(h, rsmpi!(RSMPI_COMM_WORLD));
+    assert_ne!(h, rsmpi!(RSMPI_COMM_NULL));
     assert_eq!(dup.as_raw(), h, "as_raw is stable");
     assert_eq!(dup.this_process().as_raw(), h, "a process's handle is its communicator's");
     assert_eq!(dup.any_process().as_raw(), h);
@@ -110,13 +125,13 @@ fn handles(world: &SimpleCommunicator) {
     let mut topo = 0;
     // SAFETY: `topo` is a live local.
     ok(unsafe { ffi::MPI_Topo_test(ch, &mut topo) }, "MPI_Topo_test");
-    assert_eq!(topo, ffi::RSMPI_CART);
+    assert_eq!(topo, rsmpi!(RSMPI_CART));
     // SAFETY: as above.
     ok(unsafe { ffi::MPI_Topo_test(ffi::RSMPI_COMM_WORLD, &mut topo) }, "MPI_Topo_test");
-    assert_eq!(topo, ffi::RSMPI_UNDEFINED);
+    assert_eq!(topo, rsmpi!(RSMPI_UNDEFINED));
 
     // Groups.
-    assert_eq!(SystemGroup::empty().as_raw(), ffi::RSMPI_GROUP_EMPTY);
+    assert_eq!(SystemGroup::empty().as_raw(), rsmpi!(RSMPI_GROUP_EMPTY));
     let g = world.group();
     let gh = g.as_raw();
     assert_eq!(g.as_raw(), gh);
@@ -132,10 +147,10 @@ fn handles(world: &SimpleCommunicator) {
 
     // Datatypes: the primitive types' handles are the predefined names; a user datatype's
     // handle names its layout.
-    assert_eq!(i32::equivalent_datatype().as_raw(), ffi::RSMPI_INT32_T);
-    assert_eq!(f64::equivalent_datatype().as_raw(), ffi::RSMPI_DOUBLE);
-    assert_eq!(u8::equivalent_datatype().as_raw(), ffi::RSMPI_UINT8_T);
-    assert_eq!(bool::equivalent_datatype().as_raw(), ffi::RSMPI_C_BOOL);
+    assert_eq!(i32::equivalent_datatype().as_raw(), rsmpi!(RSMPI_INT32_T));
+    assert_eq!(f64::equivalent_datatype().as_raw(), rsmpi!(RSMPI_DOUBLE));
+    assert_eq!(u8::equivalent_datatype().as_raw(), rsmpi!(RSMPI_UINT8_T));
+    assert_eq!(bool::equivalent_datatype().as_raw(), rsmpi!(RSMPI_C_BOOL));
     let vec3 = UserDatatype::contiguous(3, &i64::equivalent_datatype());
     let mut tsize = 0;
     // SAFETY: `vec3` lives; `tsize` is a live local.
@@ -160,9 +175,9 @@ fn handles(world: &SimpleCommunicator) {
     assert_eq!(sum, [n * (n - 1) / 2, n], "a datatype made from a raw handle");
 
     // Operations.
-    assert_eq!(SystemOperation::sum().as_raw(), ffi::RSMPI_SUM);
-    assert_eq!(SystemOperation::max().as_raw(), ffi::RSMPI_MAX);
-    assert_eq!(SystemOperation::bitwise_xor().as_raw(), ffi::RSMPI_BXOR);
+    assert_eq!(SystemOperation::sum().as_raw(), rsmpi!(RSMPI_SUM));
+    assert_eq!(SystemOperation::max().as_raw(), rsmpi!(RSMPI_MAX));
+    assert_eq!(SystemOperation::bitwise_xor().as_raw(), rsmpi!(RSMPI_BXOR));
     // SAFETY: `c_max_i32` works on i32 buffers, its only use here.
     let uop = unsafe { UnsafeUserOperation::commutative(c_max_i32) };
     let oh = uop.as_raw();
@@ -225,7 +240,7 @@ fn handles(world: &SimpleCommunicator) {
     assert_eq!(code, ffi::MPI_ERR_OP as c_int, "a dropped closure operation's handle is dead");
     // SAFETY: `RSMPI_PROD` is predefined; the anchor is kept with the operation.
     let prod = unsafe { UserOperation::from_raw(ffi::RSMPI_PROD, Box::new(String::from("anchor"))) };
-    assert_eq!(prod.as_raw(), ffi::RSMPI_PROD);
+    assert_eq!(prod.as_raw(), rsmpi!(RSMPI_PROD));
     let mut p = 0i64;
     world.all_reduce_into(&(me as i64 + 1), &mut p, &prod);
     assert_eq!(p, (1..=n as i64).product::<i64>(), "UserOperation::from_raw(RSMPI_PROD)");
@@ -261,11 +276,11 @@ fn handles(world: &SimpleCommunicator) {
         // SAFETY: `sh` is a handle from `into_raw`, `flag` and `st` live locals.
         ok(unsafe { ffi::MPI_Test(&mut sh, &mut flag, &mut st) }, "MPI_Test");
         if flag == 0 {
-            assert_ne!(sh, ffi::RSMPI_REQUEST_NULL, "a request not completed keeps its handle");
+            assert_ne!(sh, rsmpi!(RSMPI_REQUEST_NULL), "a request not completed keeps its handle");
             // SAFETY: as above.
             ok(unsafe { ffi::MPI_Wait(&mut sh, ffi::RSMPI_STATUS_IGNORE) }, "MPI_Wait");
         }
-        assert_eq!(sh, ffi::RSMPI_REQUEST_NULL, "a completed request's handle is null");
+        assert_eq!(sh, rsmpi!(RSMPI_REQUEST_NULL), "a completed request's handle is null");
         // SAFETY: the handle is null now: MPI_Wait returns at once.
         ok(unsafe { ffi::MPI_Wait(&mut sh, ffi::RSMPI_STATUS_IGNORE) }, "MPI_Wait(null)");
         assert_eq!(rdata, &[1, 2, 3, 4][..], "received through a request taken back from its handle");
@@ -320,18 +335,18 @@ fn ffi_calls(world: &SimpleCommunicator) {
     assert_eq!(flag, 1);
 
     // Dup, compare, and the Rust object of the dup (which then owns it).
-    let mut d: MPI_Comm = ffi::RSMPI_COMM_NULL;
+    let mut d: MPI_Comm = rsmpi!(RSMPI_COMM_NULL);
     let mut rel = -1;
     // SAFETY: as above.
     unsafe {
         ok(ffi::MPI_Comm_dup(w, &mut d), "MPI_Comm_dup");
         ok(ffi::MPI_Comm_compare(w, d, &mut rel), "MPI_Comm_compare");
     }
-    assert_eq!(rel, ffi::RSMPI_CONGRUENT, "a duplicate is congruent");
+    assert_eq!(rel, rsmpi!(RSMPI_CONGRUENT), "a duplicate is congruent");
     // SAFETY: as above.
     unsafe { ok(ffi::MPI_Comm_compare(w, w, &mut rel), "MPI_Comm_compare") };
-    assert_eq!(rel, ffi::RSMPI_IDENT);
-    let mut split = ffi::RSMPI_COMM_NULL;
+    assert_eq!(rel, rsmpi!(RSMPI_IDENT));
+    let mut split = rsmpi!(RSMPI_COMM_NULL);
     // SAFETY: as above. Even ranks in one communicator, odd ranks in another, reversed.
     unsafe { ok(ffi::MPI_Comm_split(w, me % 2, -me, &mut split), "MPI_Comm_split") };
     let half = (n + 1 - me % 2) / 2;
@@ -344,21 +359,21 @@ fn ffi_calls(world: &SimpleCommunicator) {
     if n > 2 {
         // SAFETY: as above.
         unsafe { ok(ffi::MPI_Comm_compare(w, split, &mut rel), "MPI_Comm_compare") };
-        assert_eq!(rel, ffi::RSMPI_UNEQUAL);
+        assert_eq!(rel, rsmpi!(RSMPI_UNEQUAL));
     }
     let mut none = w;
-    let color = if me == 0 { ffi::RSMPI_UNDEFINED } else { 1 };
+    let color = if me == 0 { rsmpi!(RSMPI_UNDEFINED) } else { 1 };
     // SAFETY: as above.
     unsafe { ok(ffi::MPI_Comm_split(w, color, 0, &mut none), "MPI_Comm_split(undefined)") };
-    assert_eq!(none == ffi::RSMPI_COMM_NULL, me == 0, "RSMPI_UNDEFINED gives no communicator");
-    if none != ffi::RSMPI_COMM_NULL {
+    assert_eq!(none == rsmpi!(RSMPI_COMM_NULL), me == 0, "RSMPI_UNDEFINED gives no communicator");
+    if none != rsmpi!(RSMPI_COMM_NULL) {
         // SAFETY: as above.
         unsafe { ok(ffi::MPI_Comm_free(&mut none), "MPI_Comm_free") };
     }
 
     // Groups of a handle.
-    let mut g: MPI_Group = ffi::RSMPI_GROUP_NULL;
-    let mut sg: MPI_Group = ffi::RSMPI_GROUP_NULL;
+    let mut g: MPI_Group = rsmpi!(RSMPI_GROUP_NULL);
+    let mut sg: MPI_Group = rsmpi!(RSMPI_GROUP_NULL);
     let (mut gs, mut gr) = (0, 0);
     // SAFETY: as above.
     unsafe {
@@ -378,7 +393,7 @@ fn ffi_calls(world: &SimpleCommunicator) {
         )
     };
     for (w, t) in in_split.iter().enumerate() {
-        let want = if w as Rank % 2 == me % 2 { half - 1 - w as Rank / 2 } else { ffi::RSMPI_UNDEFINED };
+        let want = if w as Rank % 2 == me % 2 { half - 1 - w as Rank / 2 } else { rsmpi!(RSMPI_UNDEFINED) };
         assert_eq!(*t, want, "world rank {w} in the split");
     }
     // SAFETY: as above.
@@ -443,7 +458,7 @@ fn ffi_calls(world: &SimpleCommunicator) {
             ok(ffi::MPI_Get_count(&st, vec3.as_raw(), &mut count), "MPI_Get_count");
         }
         if (prev + 1) * 8 % 24 != 0 {
-            assert_eq!(count, ffi::RSMPI_UNDEFINED, "a count that is not whole");
+            assert_eq!(count, rsmpi!(RSMPI_UNDEFINED), "a count that is not whole");
         }
         // Errors: a rank out of range, a negative count, a null datatype.
         // SAFETY: as above; nothing is sent.
@@ -484,7 +499,7 @@ fn ffi_calls(world: &SimpleCommunicator) {
             "MPI_Recv(PROC_NULL)",
         );
     }
-    assert_eq!((st.MPI_SOURCE, st.MPI_TAG, nothing[0]), (ffi::RSMPI_PROC_NULL, ffi::RSMPI_ANY_TAG, 7));
+    assert_eq!((st.MPI_SOURCE, st.MPI_TAG, nothing[0]), (rsmpi!(RSMPI_PROC_NULL), rsmpi!(RSMPI_ANY_TAG), 7));
 
     // Collectives.
     // SAFETY: as above.
@@ -553,7 +568,7 @@ fn ffi_calls(world: &SimpleCommunicator) {
     };
     assert_eq!(all[0], (1u32 << n) - 1);
     // A user operation made by MPI_Op_create (not commutative: rank 0's value wins).
-    let mut op: MPI_Op = ffi::RSMPI_OP_NULL;
+    let mut op: MPI_Op = rsmpi!(RSMPI_OP_NULL);
     let mine = [me + 100];
     let mut first = [0i32];
     // SAFETY: as above; `c_first` handles i32 buffers.
@@ -705,7 +720,7 @@ fn callbacks(world: &SimpleCommunicator) {
     // MPI_Comm_dup and MPI_Comm_free through the handles run the same callbacks.
     let mut e = world.duplicate();
     e.set_attr(Counted(6));
-    let mut h = ffi::RSMPI_COMM_NULL;
+    let mut h = rsmpi!(RSMPI_COMM_NULL);
     // SAFETY: `e` is alive; `h` a live local.
     unsafe { ok(ffi::MPI_Comm_dup(e.as_raw(), &mut h), "MPI_Comm_dup") };
     assert_eq!(calls(), vec![("copy", 6)]);
@@ -738,6 +753,542 @@ fn callbacks(world: &SimpleCommunicator) {
     w2.set_attr(Plain("third".into()));
     assert_eq!(w1.get_attr::<Plain>(), Some(&Plain("third".into())));
     drop((w1, w2, w3));
+    world.barrier();
+}
+
+/// The pointer of a slice as a C buffer.
+fn cp<T>(x: &[T]) -> *const c_void {
+    x.as_ptr() as *const c_void
+}
+
+/// The pointer of a mutable slice as a C buffer.
+fn mp<T>(x: &mut [T]) -> *mut c_void {
+    x.as_mut_ptr() as *mut c_void
+}
+
+/// The handles of a slice of datatypes whose representation is their handle (rsmpi's
+/// `MatchesRaw`: what its `structured` passes to C).
+fn raw_handles<D: MatchesRaw<Raw = MPI_Datatype>>(ds: &[D]) -> &[MPI_Datatype] {
+    // SAFETY: `MatchesRaw` says a `D` is laid out as its handle.
+    unsafe { std::slice::from_raw_parts(ds.as_ptr() as *const MPI_Datatype, ds.len()) }
+}
+
+/// The rest of `mpi::ffi` (non-blocking point-to-point, probes, `MPI_Sendrecv`, `MPI_Ssend`,
+/// gathering collectives and `MPI_Scan`, `RSMPI_IN_PLACE`, `MPI_Comm_create`, group and
+/// datatype constructors, Cartesian topologies), each against the Rust API's answers.
+fn ffi_more(world: &SimpleCommunicator) {
+    let n = world.size();
+    let me = world.rank();
+    let w = world.as_raw();
+    let next = (me + 1) % n;
+    let prev = (me + n - 1) % n;
+    let int32 = rsmpi!(RSMPI_INT32_T);
+    let int64 = rsmpi!(RSMPI_INT64_T);
+    let null_req = rsmpi!(RSMPI_REQUEST_NULL);
+    let sum = rsmpi!(RSMPI_SUM);
+    let in_place = rsmpi!(RSMPI_IN_PLACE);
+
+    // Owned datatypes are laid out as their handles.
+    let types = [
+        UserDatatype::contiguous(2, &i32::equivalent_datatype()),
+        UserDatatype::vector(2, 1, 3, &i64::equivalent_datatype()),
+    ];
+    let hs = raw_handles(&types);
+    assert_eq!(hs, &[types[0].as_raw(), types[1].as_raw()][..], "a slice of UserDatatype is a slice of handles");
+    let unc = [mpi::datatype::UncommittedUserDatatype::contiguous(3, &u8::equivalent_datatype())];
+    assert_eq!(raw_handles(&unc)[0], unc[0].as_raw(), "UncommittedUserDatatype too");
+    let moved = types.clone();
+    assert_eq!(raw_handles(&moved)[1], moved[1].as_raw(), "a clone has its own valid handle");
+    let pair = UserDatatype::structured(&[1, 1], &[0, 8], &types);
+    let mut tsize = 0;
+    // SAFETY: `pair` lives; `tsize` is a live local.
+    ok(unsafe { ffi::MPI_Type_size(pair.as_raw(), &mut tsize) }, "MPI_Type_size(structured)");
+    assert_eq!(tsize, 8 + 16, "structured of UserDatatypes (rsmpi's MatchesRaw bound)");
+
+    // Non-blocking ring, a null request in the set: MPI_Waitall.
+    let out = [me * 10, me * 10 + 1];
+    let mut inb = [0i32; 2];
+    let mut reqs = [null_req; 3];
+    let mut sts = [MPI_Status::default(); 3];
+    // SAFETY: (so for every ffi call of this function) live locals and handles, buffers that
+    // outlive their requests (each is completed before its buffer goes).
+    unsafe {
+        ok(ffi::MPI_Irecv(mp(&mut inb), 2, int32, prev, 3, w, &mut reqs[0]), "MPI_Irecv");
+        ok(ffi::MPI_Isend(cp(&out), 2, int32, next, 3, w, &mut reqs[1]), "MPI_Isend");
+        assert_ne!(reqs[0], reqs[1]);
+        ok(ffi::MPI_Waitall(3, reqs.as_mut_ptr(), sts.as_mut_ptr()), "MPI_Waitall");
+    }
+    assert_eq!(inb, [prev * 10, prev * 10 + 1], "MPI_Irecv's data");
+    assert_eq!(reqs, [null_req; 3], "MPI_Waitall nulls the handles");
+    assert_eq!((sts[0].MPI_SOURCE, sts[0].MPI_TAG), (prev, 3), "MPI_Waitall's status");
+    let mut count = 0;
+    // SAFETY: as above.
+    ok(unsafe { ffi::MPI_Get_count(&sts[0], int32, &mut count) }, "MPI_Get_count");
+    assert_eq!(count, 2);
+
+    // MPI_Issend + MPI_Irecv completed by MPI_Testall (bounded polling).
+    let mut got = [0i64];
+    let mine = [me as i64 * 3];
+    let mut reqs = [null_req; 2];
+    // SAFETY: as above.
+    unsafe {
+        ok(ffi::MPI_Issend(cp(&mine), 1, int64, next, 4, w, &mut reqs[0]), "MPI_Issend");
+        ok(ffi::MPI_Irecv(mp(&mut got), 1, int64, ffi::RSMPI_ANY_SOURCE, 4, w, &mut reqs[1]), "MPI_Irecv");
+    }
+    let start = std::time::Instant::now();
+    loop {
+        let mut flag = 0;
+        // SAFETY: as above.
+        ok(unsafe { ffi::MPI_Testall(2, reqs.as_mut_ptr(), &mut flag, ffi::RSMPI_STATUSES_IGNORE) }, "MPI_Testall");
+        if flag == 1 {
+            break;
+        }
+        assert!(reqs.iter().all(|&r| r != null_req), "an incomplete MPI_Testall leaves every handle");
+        assert!(start.elapsed() < std::time::Duration::from_secs(60), "MPI_Testall never completed");
+        std::thread::yield_now();
+    }
+    assert_eq!((got[0], reqs), (prev as i64 * 3, [null_req; 2]), "MPI_Testall completes both");
+
+    // MPI_Waitany: two receives (from prev, tag 5; from next, tag 6), each completed once.
+    let (a, b) = ([me + 1000], [me + 2000]);
+    let (mut ga, mut gb) = ([0i32], [0i32]);
+    let mut recvs = [null_req; 2];
+    let mut sends = [null_req; 2];
+    // SAFETY: as above.
+    unsafe {
+        ok(ffi::MPI_Irecv(mp(&mut ga), 1, int32, prev, 5, w, &mut recvs[0]), "MPI_Irecv");
+        ok(ffi::MPI_Irecv(mp(&mut gb), 1, int32, next, 6, w, &mut recvs[1]), "MPI_Irecv");
+        ok(ffi::MPI_Isend(cp(&a), 1, int32, next, 5, w, &mut sends[0]), "MPI_Isend");
+        ok(ffi::MPI_Isend(cp(&b), 1, int32, prev, 6, w, &mut sends[1]), "MPI_Isend");
+    }
+    let mut seen = vec![];
+    for _ in 0..2 {
+        let (mut idx, mut st) = (-1, MPI_Status::default());
+        // SAFETY: as above.
+        ok(unsafe { ffi::MPI_Waitany(2, recvs.as_mut_ptr(), &mut idx, &mut st) }, "MPI_Waitany");
+        assert_eq!(recvs[idx as usize], null_req, "MPI_Waitany nulls the completed handle");
+        assert_eq!(st.MPI_TAG, 5 + idx, "MPI_Waitany's status");
+        seen.push(idx);
+    }
+    seen.sort_unstable();
+    assert_eq!(seen, vec![0, 1]);
+    assert_eq!((ga[0], gb[0]), (prev + 1000, next + 2000));
+    // MPI_Testany: polled (bounded) until the one receive completes.
+    let mut gt = [0i32];
+    let mut trs = [null_req, null_req];
+    let mut ts = null_req;
+    // SAFETY: as above.
+    unsafe {
+        ok(ffi::MPI_Irecv(mp(&mut gt), 1, int32, prev, 7, w, &mut trs[1]), "MPI_Irecv");
+        ok(ffi::MPI_Isend(cp(&a), 1, int32, next, 7, w, &mut ts), "MPI_Isend");
+    }
+    let start = std::time::Instant::now();
+    loop {
+        let (mut idx, mut flag, mut st) = (-5, -5, MPI_Status::default());
+        // SAFETY: as above.
+        ok(unsafe { ffi::MPI_Testany(2, trs.as_mut_ptr(), &mut idx, &mut flag, &mut st) }, "MPI_Testany");
+        if flag == 1 {
+            assert_eq!((idx, st.MPI_SOURCE, st.MPI_TAG, trs[1]), (1, prev, 7, null_req), "MPI_Testany's completion");
+            break;
+        }
+        assert_eq!((flag, idx), (0, rsmpi!(RSMPI_UNDEFINED)), "MPI_Testany with nothing done");
+        assert!(start.elapsed() < std::time::Duration::from_secs(60), "MPI_Testany never completed");
+        std::thread::yield_now();
+    }
+    assert_eq!(gt[0], prev + 1000);
+    let (mut idx, mut flag) = (-5, -5);
+    // SAFETY: as above.
+    unsafe {
+        ok(ffi::MPI_Testany(2, trs.as_mut_ptr(), &mut idx, &mut flag, ffi::RSMPI_STATUS_IGNORE), "MPI_Testany(none)");
+        assert_eq!((flag, idx), (1, ffi::RSMPI_UNDEFINED), "MPI_Testany with no active request");
+        ok(ffi::MPI_Wait(&mut ts, ffi::RSMPI_STATUS_IGNORE), "MPI_Wait");
+    }
+    let mut idx = 0;
+    // SAFETY: as above.
+    ok(unsafe { ffi::MPI_Waitany(2, recvs.as_mut_ptr(), &mut idx, ffi::RSMPI_STATUS_IGNORE) }, "MPI_Waitany(none)");
+    assert_eq!(idx, rsmpi!(RSMPI_UNDEFINED), "no active request");
+    // SAFETY: as above.
+    ok(unsafe { ffi::MPI_Waitall(2, sends.as_mut_ptr(), ffi::RSMPI_STATUSES_IGNORE) }, "MPI_Waitall(sends)");
+
+    // MPI_Request_free of an active send: it still arrives.
+    static FREED: [i32; 1] = [77];
+    let mut r = null_req;
+    // SAFETY: a static buffer.
+    unsafe {
+        ok(ffi::MPI_Isend(cp(&FREED), 1, int32, next, 8, w, &mut r), "MPI_Isend");
+        ok(ffi::MPI_Request_free(&mut r), "MPI_Request_free");
+    }
+    assert_eq!(r, null_req);
+    let mut v = [0i32];
+    // SAFETY: as above.
+    unsafe {
+        ok(ffi::MPI_Recv(mp(&mut v), 1, int32, prev, 8, w, ffi::RSMPI_STATUS_IGNORE), "MPI_Recv");
+        assert_eq!(ffi::MPI_Wait(&mut r, ffi::RSMPI_STATUS_IGNORE), OK, "waiting for the null request");
+        let mut bogus = ffi::RSMPI_REQUEST_NULL;
+        assert_eq!(ffi::MPI_Request_free(&mut bogus), ffi::MPI_ERR_REQUEST as c_int, "freeing the null request");
+    }
+    assert_eq!(v[0], 77, "a freed send's data");
+
+    // Probes: against Source::probe_with_tag's answers.
+    let data: Vec<i64> = (0..=me as i64).collect();
+    let mut sr = null_req;
+    // SAFETY: as above.
+    unsafe { ok(ffi::MPI_Isend(cp(&data), me + 1, int64, next, 9, w, &mut sr), "MPI_Isend") };
+    let mut st = MPI_Status::default();
+    // SAFETY: as above.
+    unsafe {
+        ok(ffi::MPI_Probe(ffi::RSMPI_ANY_SOURCE, 9, w, &mut st), "MPI_Probe");
+        ok(ffi::MPI_Get_count(&st, int64, &mut count), "MPI_Get_count(probe)");
+    }
+    let rust = world.any_process().probe_with_tag(9);
+    assert_eq!(
+        (st.MPI_SOURCE, st.MPI_TAG, count),
+        (rust.source_rank(), rust.tag(), rust.count(i64::equivalent_datatype())),
+        "MPI_Probe as probe_with_tag"
+    );
+    assert_eq!((st.MPI_SOURCE, count), (prev, prev + 1));
+    let (mut flag, mut st2) = (0, MPI_Status::default());
+    // SAFETY: as above.
+    unsafe { ok(ffi::MPI_Iprobe(prev, ffi::RSMPI_ANY_TAG, w, &mut flag, &mut st2), "MPI_Iprobe") };
+    assert_eq!((flag, st2.MPI_SOURCE, st2.MPI_TAG), (1, prev, 9), "MPI_Iprobe of a message that is there");
+    let mut all = vec![0i64; n as usize];
+    // SAFETY: as above.
+    unsafe {
+        ok(ffi::MPI_Recv(mp(&mut all), n, int64, prev, 9, w, ffi::RSMPI_STATUS_IGNORE), "MPI_Recv");
+        ok(ffi::MPI_Iprobe(prev, 9, w, &mut flag, &mut st2), "MPI_Iprobe");
+    }
+    assert_eq!(flag, 0, "nothing left to probe");
+    assert_eq!(&all[..=prev as usize], &(0..=prev as i64).collect::<Vec<_>>()[..]);
+    // SAFETY: as above.
+    unsafe {
+        ok(ffi::MPI_Wait(&mut sr, ffi::RSMPI_STATUS_IGNORE), "MPI_Wait");
+        ok(ffi::MPI_Probe(ffi::RSMPI_PROC_NULL, 0, w, &mut st), "MPI_Probe(PROC_NULL)");
+        assert_eq!(ffi::MPI_Probe(n, 0, w, &mut st), ffi::MPI_ERR_RANK as c_int);
+    }
+    assert_eq!(st.MPI_SOURCE, rsmpi!(RSMPI_PROC_NULL));
+
+    // MPI_Sendrecv against send_receive; MPI_Ssend.
+    let (rv, rst): (i32, Status) =
+        mpi::point_to_point::send_receive(&(me * 7), &world.process_at_rank(next), &world.process_at_rank(prev));
+    let (x, mut y) = ([me * 7], [0i32]);
+    // SAFETY: as above.
+    unsafe {
+        ok(
+            ffi::MPI_Sendrecv(cp(&x), 1, int32, next, 0, mp(&mut y), 1, int32, prev, ffi::RSMPI_ANY_TAG, w, &mut st),
+            "MPI_Sendrecv",
+        )
+    };
+    assert_eq!((y[0], st.MPI_SOURCE), (rv, rst.source_rank()), "MPI_Sendrecv as send_receive");
+    let mut z = [0i32];
+    // SAFETY: as above (even ranks send first: no cycle of synchronous sends).
+    unsafe {
+        if me % 2 == 0 {
+            ok(ffi::MPI_Ssend(cp(&x), 1, int32, next, 11, w), "MPI_Ssend");
+        }
+        ok(ffi::MPI_Recv(mp(&mut z), 1, int32, prev, 11, w, ffi::RSMPI_STATUS_IGNORE), "MPI_Recv");
+        if me % 2 == 1 {
+            ok(ffi::MPI_Ssend(cp(&x), 1, int32, next, 11, w), "MPI_Ssend");
+        }
+    }
+    assert_eq!(z[0], prev * 7);
+
+    // Gathering collectives against the Rust API's, from every root; RSMPI_IN_PLACE.
+    for root in 0..n {
+        let mine = [me, me * 2];
+        let mut rust = vec![0i32; 2 * n as usize];
+        let mut c = vec![0i32; 2 * n as usize];
+        if me == root {
+            world.process_at_rank(root).gather_into_root(&mine[..], &mut rust[..]);
+        } else {
+            world.process_at_rank(root).gather_into(&mine[..]);
+        }
+        // SAFETY: as above.
+        unsafe { ok(ffi::MPI_Gather(cp(&mine), 2, int32, mp(&mut c), 2, int32, root, w), "MPI_Gather") };
+        if me == root {
+            assert_eq!(c, rust, "MPI_Gather at {root}");
+            let mut c2 = vec![-1i32; 2 * n as usize];
+            c2[2 * me as usize..2 * me as usize + 2].copy_from_slice(&mine);
+            // SAFETY: as above.
+            unsafe { ok(ffi::MPI_Gather(in_place, 2, int32, mp(&mut c2), 2, int32, root, w), "MPI_Gather(IN_PLACE)") };
+            assert_eq!(c2, rust, "MPI_Gather with RSMPI_IN_PLACE at {root}");
+        } else {
+            // SAFETY: as above.
+            unsafe { ok(ffi::MPI_Gather(cp(&mine), 2, int32, mp(&mut c), 2, int32, root, w), "MPI_Gather") };
+        }
+        let all: Vec<i64> = (0..3 * n as i64).map(|i| i * 5 + root as i64).collect();
+        let mut rust = [0i64; 3];
+        let mut c = [0i64; 3];
+        if me == root {
+            world.process_at_rank(root).scatter_into_root(&all[..], &mut rust[..]);
+        } else {
+            world.process_at_rank(root).scatter_into(&mut rust[..]);
+        }
+        // SAFETY: as above.
+        unsafe { ok(ffi::MPI_Scatter(cp(&all), 3, int64, mp(&mut c), 3, int64, root, w), "MPI_Scatter") };
+        assert_eq!(c, rust, "MPI_Scatter from {root}");
+        let mut untouched = [9i64; 3];
+        // SAFETY: as above.
+        unsafe {
+            let r = if me == root { in_place } else { mp(&mut untouched) };
+            ok(ffi::MPI_Scatter(cp(&all), 3, int64, r, 3, int64, root, w), "MPI_Scatter(IN_PLACE)")
+        };
+        if me != root {
+            assert_eq!(untouched, rust, "MPI_Scatter beside a root's RSMPI_IN_PLACE");
+        }
+        // MPI_Reduce with RSMPI_IN_PLACE at the root.
+        let mut acc = [me as i64 + 1];
+        let contrib = [me as i64 + 1];
+        // SAFETY: as above.
+        unsafe {
+            let s = if me == root { in_place as *const c_void } else { cp(&contrib) };
+            ok(ffi::MPI_Reduce(s, mp(&mut acc), 1, int64, sum, root, w), "MPI_Reduce(IN_PLACE)")
+        };
+        if me == root {
+            assert_eq!(acc[0], (n as i64) * (n as i64 + 1) / 2, "MPI_Reduce with RSMPI_IN_PLACE");
+        }
+    }
+    let mine = [me * 3, -me];
+    let mut rust = vec![0i32; 2 * n as usize];
+    world.all_gather_into(&mine[..], &mut rust[..]);
+    let mut c = vec![0i32; 2 * n as usize];
+    // SAFETY: as above.
+    unsafe { ok(ffi::MPI_Allgather(cp(&mine), 2, int32, mp(&mut c), 2, int32, w), "MPI_Allgather") };
+    assert_eq!(c, rust, "MPI_Allgather");
+    let mut c2 = vec![0i32; 2 * n as usize];
+    c2[2 * me as usize..2 * me as usize + 2].copy_from_slice(&mine);
+    // SAFETY: as above.
+    unsafe { ok(ffi::MPI_Allgather(in_place, 2, int32, mp(&mut c2), 2, int32, w), "MPI_Allgather(IN_PLACE)") };
+    assert_eq!(c2, rust, "MPI_Allgather with RSMPI_IN_PLACE");
+    let send: Vec<i32> = (0..n).map(|j| me * 100 + j).collect();
+    let mut rust = vec![0i32; n as usize];
+    world.all_to_all_into(&send[..], &mut rust[..]);
+    let mut c = vec![0i32; n as usize];
+    // SAFETY: as above.
+    unsafe { ok(ffi::MPI_Alltoall(cp(&send), 1, int32, mp(&mut c), 1, int32, w), "MPI_Alltoall") };
+    assert_eq!(c, rust, "MPI_Alltoall");
+    assert_eq!(c, (0..n).map(|j| j * 100 + me).collect::<Vec<_>>());
+    let x = [me as i64 + 1, 2];
+    let mut rust = [0i64; 2];
+    world.scan_into(&x[..], &mut rust[..], SystemOperation::sum());
+    let mut c = [0i64; 2];
+    // SAFETY: as above.
+    unsafe { ok(ffi::MPI_Scan(cp(&x), mp(&mut c), 2, int64, sum, w), "MPI_Scan") };
+    assert_eq!(c, rust, "MPI_Scan");
+    let mut c2 = x;
+    // SAFETY: as above.
+    unsafe { ok(ffi::MPI_Scan(in_place, mp(&mut c2), 2, int64, sum, w), "MPI_Scan(IN_PLACE)") };
+    assert_eq!(c2, rust, "MPI_Scan with RSMPI_IN_PLACE");
+    let mut rust = [0i64; 2];
+    world.exclusive_scan_into(&x[..], &mut rust[..], SystemOperation::sum());
+    let mut c = [0i64; 2];
+    // SAFETY: as above.
+    unsafe { ok(ffi::MPI_Exscan(cp(&x), mp(&mut c), 2, int64, sum, w), "MPI_Exscan") };
+    if me > 0 {
+        assert_eq!(c, rust, "MPI_Exscan");
+        assert_eq!(c, [me as i64 * (me as i64 + 1) / 2, 2 * me as i64]);
+    } else {
+        assert_eq!(c, [0, 0], "MPI_Exscan leaves rank 0's buffer alone");
+    }
+    let mut c3 = [me as i64];
+    // SAFETY: as above.
+    unsafe { ok(ffi::MPI_Allreduce(in_place, mp(&mut c3), 1, int64, sum, w), "MPI_Allreduce(IN_PLACE)") };
+    assert_eq!(c3[0], (n * (n - 1) / 2) as i64, "MPI_Allreduce with RSMPI_IN_PLACE");
+    // SAFETY: as above; RSMPI_IN_PLACE is no buffer for a send.
+    unsafe {
+        assert_eq!(
+            ffi::MPI_Send(in_place, 1, int32, next, 0, w),
+            ffi::MPI_ERR_BUFFER as c_int,
+            "RSMPI_IN_PLACE in MPI_Send"
+        );
+    }
+
+    // Group constructors against the Rust API's groups.
+    let rg = world.group();
+    let mut g = rsmpi!(RSMPI_GROUP_NULL);
+    // SAFETY: as above.
+    unsafe { ok(ffi::MPI_Comm_group(w, &mut g), "MPI_Comm_group") };
+    let same = |h: MPI_Group, rust: &mpi::topology::UserGroup, what: &str| {
+        let mut rel = -1;
+        // SAFETY: live handles; `rel` a live local.
+        ok(unsafe { ffi::MPI_Group_compare(h, rust.as_raw(), &mut rel) }, "MPI_Group_compare");
+        assert_eq!(rel, rsmpi!(RSMPI_IDENT), "{what} as the Rust API's");
+    };
+    let pick = [n - 1, 0];
+    let (mut gi, mut ge, mut gu, mut gn, mut gd) = (g, g, g, g, g);
+    // SAFETY: as above.
+    unsafe {
+        ok(ffi::MPI_Group_incl(g, 2, pick.as_ptr(), &mut gi), "MPI_Group_incl");
+        ok(ffi::MPI_Group_excl(g, 1, pick.as_ptr(), &mut ge), "MPI_Group_excl");
+        ok(ffi::MPI_Group_union(ge, gi, &mut gu), "MPI_Group_union");
+        ok(ffi::MPI_Group_intersection(ge, gi, &mut gn), "MPI_Group_intersection");
+        ok(ffi::MPI_Group_difference(g, ge, &mut gd), "MPI_Group_difference");
+    }
+    let (ri, re) = (rg.include(&pick), rg.exclude(&pick[..1]));
+    same(gi, &ri, "MPI_Group_incl");
+    same(ge, &re, "MPI_Group_excl");
+    same(gu, &re.union(&ri), "MPI_Group_union");
+    same(gn, &re.intersection(&ri), "MPI_Group_intersection");
+    same(gd, &rg.difference(&re), "MPI_Group_difference");
+    let mut empty = g;
+    // SAFETY: as above.
+    unsafe {
+        ok(ffi::MPI_Group_difference(gi, g, &mut empty), "MPI_Group_difference(empty)");
+        assert_eq!(empty, ffi::RSMPI_GROUP_EMPTY, "an empty result is RSMPI_GROUP_EMPTY");
+        let bad = [0, n];
+        assert_eq!(
+            ffi::MPI_Group_incl(g, 2, bad.as_ptr(), &mut empty),
+            ffi::MPI_ERR_RANK as c_int,
+            "a rank out of range"
+        );
+        let twice = [0, 0];
+        assert_eq!(ffi::MPI_Group_incl(g, 2, twice.as_ptr(), &mut empty), ffi::MPI_ERR_RANK as c_int, "a rank twice");
+    }
+    // MPI_Comm_create of the group without rank 0, against split_by_subgroup_collective.
+    let rust = world.split_by_subgroup_collective(&re);
+    let mut nc = rsmpi!(RSMPI_COMM_NULL);
+    // SAFETY: as above.
+    unsafe { ok(ffi::MPI_Comm_create(w, ge, &mut nc), "MPI_Comm_create") };
+    assert_eq!(nc == rsmpi!(RSMPI_COMM_NULL), rust.is_none(), "MPI_Comm_create's members");
+    if let Some(rc) = rust {
+        let (mut s, mut r) = (0, 0);
+        // SAFETY: as above.
+        unsafe {
+            ok(ffi::MPI_Comm_size(nc, &mut s), "MPI_Comm_size");
+            ok(ffi::MPI_Comm_rank(nc, &mut r), "MPI_Comm_rank");
+            let one = [1i32];
+            let mut tot = [0i32];
+            ok(ffi::MPI_Allreduce(cp(&one), mp(&mut tot), 1, int32, sum, nc), "MPI_Allreduce(created)");
+            assert_eq!(tot[0], n - 1, "traffic on a created communicator");
+            ok(ffi::MPI_Comm_free(&mut nc), "MPI_Comm_free");
+        }
+        assert_eq!((s, r), (rc.size(), rc.rank()), "MPI_Comm_create as split_by_subgroup_collective");
+    }
+    // SAFETY: as above.
+    unsafe {
+        for h in [&mut g, &mut gi, &mut ge, &mut gu, &mut gn, &mut gd] {
+            ok(ffi::MPI_Group_free(h), "MPI_Group_free");
+        }
+    }
+
+    // Datatype constructors against UserDatatype's.
+    let (mut t3, mut tv) = (rsmpi!(RSMPI_DATATYPE_NULL), rsmpi!(RSMPI_DATATYPE_NULL));
+    let (mut s3, mut sv) = (0, 0);
+    // SAFETY: as above.
+    unsafe {
+        ok(ffi::MPI_Type_contiguous(3, int64, &mut t3), "MPI_Type_contiguous");
+        ok(ffi::MPI_Type_vector(2, 1, 2, int32, &mut tv), "MPI_Type_vector");
+        ok(ffi::MPI_Type_commit(&mut t3), "MPI_Type_commit");
+        ok(ffi::MPI_Type_commit(&mut tv), "MPI_Type_commit");
+        ok(ffi::MPI_Type_size(t3, &mut s3), "MPI_Type_size");
+        ok(ffi::MPI_Type_size(tv, &mut sv), "MPI_Type_size");
+    }
+    use mpi::datatype::DatatypeInfo;
+    assert_eq!(s3, UserDatatype::contiguous(3, &i64::equivalent_datatype()).size(), "MPI_Type_contiguous's size");
+    let rv = UserDatatype::vector(2, 1, 2, &i32::equivalent_datatype());
+    assert_eq!(sv, rv.size(), "MPI_Type_vector's size");
+    // SAFETY: `tv` names a live layout, alive while `dv` is used.
+    let dv: mpi::datatype::DatatypeRef<'_> = unsafe { FromRaw::from_raw(tv) };
+    assert_eq!(dv.extent(), rv.extent(), "MPI_Type_vector's extent");
+    // A vector sent, received as plain i32s: every other element.
+    let src = [me, -1, me + 1, -2];
+    let mut dst = [0i32; 2];
+    // SAFETY: as above: `src` holds one vector element, `dst` two i32s.
+    unsafe {
+        ok(
+            ffi::MPI_Sendrecv(cp(&src), 1, tv, next, 12, mp(&mut dst), 2, int32, prev, 12, w, &mut st),
+            "MPI_Sendrecv(vector)",
+        )
+    };
+    assert_eq!(dst, [prev, prev + 1], "a vector's elements");
+    // SAFETY: as above.
+    unsafe {
+        ok(ffi::MPI_Type_free(&mut t3), "MPI_Type_free");
+        ok(ffi::MPI_Type_free(&mut tv), "MPI_Type_free");
+        assert_eq!(t3, ffi::RSMPI_DATATYPE_NULL);
+        let mut t = int32;
+        assert_eq!(ffi::MPI_Type_free(&mut t), ffi::MPI_ERR_TYPE as c_int, "a predefined datatype is not freed");
+        assert_eq!(ffi::MPI_Type_contiguous(-1, int32, &mut t), ffi::MPI_ERR_COUNT as c_int);
+    }
+
+    // Cartesian topologies against CartesianCommunicator's answers.
+    let mut dims = [0, 0];
+    // SAFETY: as above.
+    unsafe { ok(ffi::MPI_Dims_create(n, 2, dims.as_mut_ptr()), "MPI_Dims_create") };
+    assert_eq!(dims, [n, 1], "MPI_Dims_create of a prime");
+    let periods = [1, 0];
+    let mut cart = rsmpi!(RSMPI_COMM_NULL);
+    // SAFETY: as above.
+    unsafe { ok(ffi::MPI_Cart_create(w, 2, dims.as_ptr(), periods.as_ptr(), 0, &mut cart), "MPI_Cart_create") };
+    let rc = world.create_cartesian_communicator(&dims, &[true, false], false).expect("all ranks in the grid");
+    let mut topo = 0;
+    // SAFETY: as above.
+    unsafe { ok(ffi::MPI_Topo_test(cart, &mut topo), "MPI_Topo_test") };
+    assert_eq!(topo, rsmpi!(RSMPI_CART));
+    for r in 0..n {
+        let mut xy = [-1, -1];
+        let mut back = -1;
+        // SAFETY: as above.
+        unsafe {
+            ok(ffi::MPI_Cart_coords(cart, r, 2, xy.as_mut_ptr()), "MPI_Cart_coords");
+            ok(ffi::MPI_Cart_rank(cart, xy.as_ptr(), &mut back), "MPI_Cart_rank");
+        }
+        assert_eq!(xy.to_vec(), rc.rank_to_coordinates(r), "MPI_Cart_coords of {r}");
+        assert_eq!(back, rc.coordinates_to_rank(&xy), "MPI_Cart_rank of {r}");
+        assert_eq!(back, r);
+    }
+    let wrapped = [n + 1, 0];
+    let mut wr = -1;
+    // SAFETY: as above.
+    unsafe { ok(ffi::MPI_Cart_rank(cart, wrapped.as_ptr(), &mut wr), "MPI_Cart_rank(periodic)") };
+    assert_eq!(wr, rc.coordinates_to_rank(&wrapped), "a periodic coordinate wraps");
+    for (dim, disp) in [(0, 1), (0, -1), (0, 2), (1, 1)] {
+        let (mut s, mut d) = (-5, -5);
+        // SAFETY: as above.
+        unsafe { ok(ffi::MPI_Cart_shift(cart, dim, disp, &mut s, &mut d), "MPI_Cart_shift") };
+        let (rs, rd) = rc.shift(dim, disp);
+        let pn = rsmpi!(RSMPI_PROC_NULL);
+        assert_eq!((s, d), (rs.unwrap_or(pn), rd.unwrap_or(pn)), "MPI_Cart_shift({dim}, {disp})");
+    }
+    let keep = [1, 0];
+    let mut sub = rsmpi!(RSMPI_COMM_NULL);
+    // SAFETY: as above.
+    unsafe { ok(ffi::MPI_Cart_sub(cart, keep.as_ptr(), &mut sub), "MPI_Cart_sub") };
+    let rsub = rc.subgroup(&[true, false]);
+    let (mut ss, mut sr) = (0, 0);
+    // SAFETY: as above.
+    unsafe {
+        ok(ffi::MPI_Comm_size(sub, &mut ss), "MPI_Comm_size(sub)");
+        ok(ffi::MPI_Comm_rank(sub, &mut sr), "MPI_Comm_rank(sub)");
+        ok(ffi::MPI_Topo_test(sub, &mut topo), "MPI_Topo_test(sub)");
+    }
+    assert_eq!((ss, sr, topo), (rsub.size(), rsub.rank(), rsmpi!(RSMPI_CART)), "MPI_Cart_sub as subgroup");
+    let (mut nd, mut gd, mut gp, mut gc) = (0, [0; 2], [0; 2], [0; 2]);
+    // SAFETY: as above.
+    unsafe {
+        ok(ffi::MPI_Cartdim_get(cart, &mut nd), "MPI_Cartdim_get");
+        ok(ffi::MPI_Cart_get(cart, 2, gd.as_mut_ptr(), gp.as_mut_ptr(), gc.as_mut_ptr()), "MPI_Cart_get");
+    }
+    let l = rc.get_layout();
+    assert_eq!(nd, rc.num_dimensions(), "MPI_Cartdim_get");
+    assert_eq!(
+        (gd.to_vec(), gp.iter().map(|&p| p != 0).collect::<Vec<_>>(), gc.to_vec()),
+        (l.dims, l.periods, l.coords),
+        "MPI_Cart_get as get_layout"
+    );
+    // SAFETY: as above.
+    unsafe {
+        let mut xy = [0, 0];
+        assert_eq!(ffi::MPI_Cart_coords(w, 0, 2, xy.as_mut_ptr()), ffi::MPI_ERR_COMM as c_int, "no layout");
+        let big = [n + 1, 1];
+        let mut none = w;
+        assert_eq!(
+            ffi::MPI_Cart_create(w, 2, big.as_ptr(), periods.as_ptr(), 0, &mut none),
+            ffi::MPI_ERR_ARG as c_int,
+            "a grid larger than the communicator"
+        );
+        ok(ffi::MPI_Comm_free(&mut sub), "MPI_Comm_free(sub)");
+        ok(ffi::MPI_Comm_free(&mut cart), "MPI_Comm_free(cart)");
+    }
     world.barrier();
 }
 
@@ -795,7 +1346,7 @@ fn keyvals(world: &SimpleCommunicator) {
             "MPI_Comm_create_keyval",
         )
     };
-    let mut d = ffi::RSMPI_COMM_NULL;
+    let mut d = rsmpi!(RSMPI_COMM_NULL);
     // SAFETY: as above.
     unsafe {
         ok(ffi::MPI_Comm_dup(world.as_raw(), &mut d), "MPI_Comm_dup");
@@ -813,7 +1364,7 @@ fn keyvals(world: &SimpleCommunicator) {
     unsafe { ok(ffi::MPI_Comm_set_attr(d, key, &B as *const AtomicI32 as *mut c_void), "MPI_Comm_set_attr") };
     assert_eq!((C_DELETES.load(Ordering::SeqCst), C_DELETED_SUM.load(Ordering::SeqCst)), (1, 1));
     // A duplicate: the copy callback, with the extra state.
-    let mut d2 = ffi::RSMPI_COMM_NULL;
+    let mut d2 = rsmpi!(RSMPI_COMM_NULL);
     // SAFETY: as above.
     unsafe { ok(ffi::MPI_Comm_dup(d, &mut d2), "MPI_Comm_dup") };
     assert_eq!((C_COPIES.load(Ordering::SeqCst), EXTRA.load(Ordering::SeqCst)), (1, 1));
@@ -1015,7 +1566,10 @@ fn main() {
     for p in &parts {
         match *p {
             "handles" => handles(&world),
-            "ffi" => ffi_calls(&world),
+            "ffi" => {
+                ffi_calls(&world);
+                ffi_more(&world);
+            }
             "callbacks" => callbacks(&world),
             "keyvals" => keyvals(&world),
             "topology" => topology(&world),

@@ -14,6 +14,7 @@
 use crate::raw::{AsRaw, FromRaw, MatchesRaw};
 use crate::Count;
 use std::os::raw::c_void;
+use std::ptr::NonNull;
 use std::sync::Arc;
 
 /// `MPI_Aint`: a byte displacement.
@@ -401,7 +402,7 @@ impl<D: UncommittedDatatype + ?Sized> DatatypeInfo for D {}
 impl UncommittedDatatype for DatatypeRef<'_> {
     type DuplicatedDatatype = UserDatatype;
     fn dup(&self) -> UserDatatype {
-        UserDatatype { map: Arc::new(self.map.clone()) }
+        UserDatatype::of(self.map.clone())
     }
     fn type_map(&self) -> &TypeMap {
         self.map
@@ -463,7 +464,7 @@ pub struct UncommittedDatatypeRef<'a> {
 impl UncommittedDatatype for UncommittedDatatypeRef<'_> {
     type DuplicatedDatatype = UncommittedUserDatatype;
     fn dup(&self) -> UncommittedUserDatatype {
-        UncommittedUserDatatype { map: Arc::new(self.map.clone()) }
+        UncommittedUserDatatype::of(self.map.clone())
     }
     fn type_map(&self) -> &TypeMap {
         self.map
@@ -477,17 +478,17 @@ impl<'a> From<DatatypeRef<'a>> for UncommittedDatatypeRef<'a> {
 }
 impl<'a> From<&'a UserDatatype> for DatatypeRef<'a> {
     fn from(d: &'a UserDatatype) -> Self {
-        DatatypeRef { map: &d.map }
+        DatatypeRef { map: d.map() }
     }
 }
 impl<'a> From<&'a UserDatatype> for UncommittedDatatypeRef<'a> {
     fn from(d: &'a UserDatatype) -> Self {
-        UncommittedDatatypeRef { map: &d.map }
+        UncommittedDatatypeRef { map: d.map() }
     }
 }
 impl<'a> From<&'a UncommittedUserDatatype> for UncommittedDatatypeRef<'a> {
     fn from(d: &'a UncommittedUserDatatype) -> Self {
-        UncommittedDatatypeRef { map: &d.map }
+        UncommittedDatatypeRef { map: d.map() }
     }
 }
 
@@ -571,7 +572,8 @@ macro_rules! constructors {
                 Self::heterogeneous_indexed(&b, displacements, oldtype)
             }
             /// `blocklengths[i]` elements of `types[i]` at byte `displacements[i]` (a struct).
-            pub fn structured<D: UncommittedDatatype>(
+            /// As in rsmpi, `D`'s representation must be its handle (`MatchesRaw`).
+            pub fn structured<D: UncommittedDatatype + MatchesRaw<Raw = crate::ffi::MPI_Datatype>>(
                 blocklengths: &[Count],
                 displacements: &[Address],
                 types: &[D],
@@ -589,27 +591,77 @@ macro_rules! constructors {
     };
 }
 
-/// An owned, committed, user-defined datatype.
+/// A shared layout, by the address of the layout itself (an `Arc<TypeMap>` turned into its
+/// raw pointer): so an owned datatype's representation is its handle (rsmpi's `MatchesRaw`).
+#[repr(transparent)]
+struct SharedMap(NonNull<TypeMap>);
+
+// SAFETY: a `SharedMap` is an `Arc<TypeMap>` (shared, immutable data, `Send + Sync`).
+unsafe impl Send for SharedMap {}
+// SAFETY: as above.
+unsafe impl Sync for SharedMap {}
+
+impl SharedMap {
+    fn new(map: TypeMap) -> Self {
+        SharedMap(NonNull::new(Arc::into_raw(Arc::new(map)) as *mut TypeMap).expect("an Arc's address"))
+    }
+    /// The layout.
+    fn get(&self) -> &TypeMap {
+        // SAFETY: the pointer came from `Arc::into_raw`, and this `SharedMap` holds one of
+        // the `Arc`'s counts, so the layout lives at least as long as `self`.
+        unsafe { self.0.as_ref() }
+    }
+}
+
+impl Clone for SharedMap {
+    fn clone(&self) -> Self {
+        // SAFETY: the pointer came from `Arc::into_raw` and its `Arc` is alive (held by
+        // `self`); the new count is released by the clone's `Drop`.
+        unsafe { Arc::increment_strong_count(self.0.as_ptr()) };
+        SharedMap(self.0)
+    }
+}
+
+impl Drop for SharedMap {
+    fn drop(&mut self) {
+        // SAFETY: the pointer came from `Arc::into_raw`, and this `SharedMap` gives back the
+        // count it held, once.
+        drop(unsafe { Arc::from_raw(self.0.as_ptr()) });
+    }
+}
+
+impl std::fmt::Debug for SharedMap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.get().fmt(f)
+    }
+}
+
+/// An owned, committed, user-defined datatype. Its representation is its handle
+/// (`MatchesRaw`): a slice of them is an array of `MPI_Datatype`.
 #[derive(Debug, Clone)]
+#[repr(transparent)]
 pub struct UserDatatype {
-    map: Arc<TypeMap>,
+    map: SharedMap,
 }
 
 impl UserDatatype {
     fn of(map: TypeMap) -> Self {
-        UserDatatype { map: Arc::new(map) }
+        UserDatatype { map: SharedMap::new(map) }
+    }
+    fn map(&self) -> &TypeMap {
+        self.map.get()
     }
     /// The same layout with lower bound 0 and the given extent (`MPI_Type_create_resized`),
     /// e.g. to match a Rust type's `size_of`.
     pub fn resized(self, extent: usize) -> Self {
-        let mut m = (*self.map).clone();
+        let mut m = self.map().clone();
         m.lb = 0;
         m.extent = extent as isize;
-        UserDatatype { map: Arc::new(m) }
+        UserDatatype::of(m)
     }
     /// A borrowed handle.
     pub fn as_ref(&self) -> DatatypeRef<'_> {
-        DatatypeRef { map: &self.map }
+        DatatypeRef { map: self.map() }
     }
 }
 constructors!(UserDatatype);
@@ -620,7 +672,7 @@ impl UncommittedDatatype for UserDatatype {
         self.clone()
     }
     fn type_map(&self) -> &TypeMap {
-        &self.map
+        self.map()
     }
 }
 impl Datatype for UserDatatype {}
@@ -629,9 +681,13 @@ impl Datatype for UserDatatype {}
 unsafe impl AsRaw for UserDatatype {
     type Raw = crate::ffi::MPI_Datatype;
     fn as_raw(&self) -> crate::ffi::MPI_Datatype {
-        crate::ffi::MPI_Datatype::of(&self.map)
+        crate::ffi::MPI_Datatype::of(self.map())
     }
 }
+
+// SAFETY: `#[repr(transparent)]` over `SharedMap`, itself over a non-null pointer to the
+// layout, which is the handle's value (`MPI_Datatype` is a transparent `*const c_void`).
+unsafe impl MatchesRaw for UserDatatype {}
 
 impl FromRaw for UserDatatype {
     /// A datatype with the layout `handle` names (a copy: p2pmpi's layouts are immutable,
@@ -645,15 +701,20 @@ impl FromRaw for UserDatatype {
     }
 }
 
-/// An owned user-defined datatype that is not committed yet.
+/// An owned user-defined datatype that is not committed yet. Its representation is its
+/// handle (`MatchesRaw`), as for [`UserDatatype`].
 #[derive(Debug, Clone)]
+#[repr(transparent)]
 pub struct UncommittedUserDatatype {
-    map: Arc<TypeMap>,
+    map: SharedMap,
 }
 
 impl UncommittedUserDatatype {
     fn of(map: TypeMap) -> Self {
-        UncommittedUserDatatype { map: Arc::new(map) }
+        UncommittedUserDatatype { map: SharedMap::new(map) }
+    }
+    fn map(&self) -> &TypeMap {
+        self.map.get()
     }
     /// Commits the datatype so it can be used in communication.
     pub fn commit(self) -> UserDatatype {
@@ -661,7 +722,7 @@ impl UncommittedUserDatatype {
     }
     /// A borrowed handle.
     pub fn as_ref(&self) -> UncommittedDatatypeRef<'_> {
-        UncommittedDatatypeRef { map: &self.map }
+        UncommittedDatatypeRef { map: self.map() }
     }
 }
 constructors!(UncommittedUserDatatype);
@@ -670,9 +731,12 @@ constructors!(UncommittedUserDatatype);
 unsafe impl AsRaw for UncommittedUserDatatype {
     type Raw = crate::ffi::MPI_Datatype;
     fn as_raw(&self) -> crate::ffi::MPI_Datatype {
-        crate::ffi::MPI_Datatype::of(&self.map)
+        crate::ffi::MPI_Datatype::of(self.map())
     }
 }
+
+// SAFETY: as for `UserDatatype`.
+unsafe impl MatchesRaw for UncommittedUserDatatype {}
 
 impl FromRaw for UncommittedUserDatatype {
     /// A datatype with the layout `handle` names (a copy, as for `UserDatatype`).
@@ -691,7 +755,7 @@ impl UncommittedDatatype for UncommittedUserDatatype {
         self.clone()
     }
     fn type_map(&self) -> &TypeMap {
-        &self.map
+        self.map()
     }
 }
 

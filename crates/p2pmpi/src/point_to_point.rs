@@ -186,6 +186,31 @@ fn isend_impl<'a, B: ?Sized + Buffer, S: Scope<'a>>(
     Ok(Request::new(p, buf, scope))
 }
 
+/// Starts sending `buf` to `d` with `tag` (for `mpi::ffi`'s non-blocking sends): the
+/// request, its packed copy of the data kept with it.
+pub(crate) fn try_isend<D: ?Sized + Destination, B: ?Sized + Buffer>(
+    d: &D,
+    buf: &B,
+    tag: Tag,
+    mode: SendMode,
+) -> Result<Pending> {
+    let (ptr, len, keep) = send_bytes(buf);
+    let h = Destination::comm_handle(d);
+    let mut p = start_send(h, h.p2p_id(), d.destination_rank(), tag, ptr, len, mode)?;
+    p.keep = keep;
+    Ok(p)
+}
+
+/// Starts receiving into `buf` from `s` with `tag` (for `mpi::ffi`'s `MPI_Irecv`).
+pub(crate) fn try_irecv<S: ?Sized + Source, B: ?Sized + BufferMut>(s: &S, buf: &mut B, tag: Tag) -> Result<Pending> {
+    irecv_buf(Source::comm_handle(s), s.source_rank(), tag, buf)
+}
+
+/// Whether a message from `s` with `tag` is waiting, returning errors (`MPI_Iprobe`).
+pub(crate) fn try_iprobe<S: ?Sized + Source>(s: &S, tag: Tag) -> Result<Option<Status>> {
+    iprobe_impl(Source::comm_handle(s), s.source_rank(), tag)
+}
+
 pub(crate) fn start_recv(
     h: &CommHandle,
     comm_id: u32,
@@ -803,7 +828,7 @@ unsafe impl crate::raw::AsRaw for Message {
         if self.matched.is_some() {
             self.raw
         } else {
-            crate::ffi::RSMPI_MESSAGE_NULL
+            crate::ffi::predefined::RSMPI_MESSAGE_NULL
         }
     }
 }

@@ -156,7 +156,7 @@ impl Pending {
 
     /// Makes sure the engine no longer references this request's buffers (used when a
     /// request is dropped unfinished, before panicking).
-    fn abandon(self) {
+    pub(crate) fn abandon(self) {
         with_engine(|e| e.cancel(self.id));
         let _ = self.wait();
     }
@@ -399,7 +399,7 @@ impl<'a, D: ?Sized, S: Scope<'a>> Request<'a, D, S> {
 unsafe impl<'a, D: ?Sized, S: Scope<'a>> crate::raw::AsRaw for Request<'a, D, S> {
     type Raw = crate::ffi::MPI_Request;
     fn as_raw(&self) -> crate::ffi::MPI_Request {
-        self.pending.as_ref().map_or(crate::ffi::RSMPI_REQUEST_NULL, crate::ffi::request_number)
+        self.pending.as_ref().map_or(crate::ffi::predefined::RSMPI_REQUEST_NULL, crate::ffi::request_number)
     }
 }
 
@@ -407,7 +407,7 @@ unsafe impl<'a, D: ?Sized, S: Scope<'a>> crate::raw::AsRaw for Request<'a, D, S>
 unsafe impl<'a, D: ?Sized, S: Scope<'a>> crate::raw::AsRaw for WaitGuard<'a, D, S> {
     type Raw = crate::ffi::MPI_Request;
     fn as_raw(&self) -> crate::ffi::MPI_Request {
-        self.0.as_ref().map_or(crate::ffi::RSMPI_REQUEST_NULL, |r| r.as_raw())
+        self.0.as_ref().map_or(crate::ffi::predefined::RSMPI_REQUEST_NULL, |r| r.as_raw())
     }
 }
 
@@ -513,6 +513,19 @@ pub fn try_wait_any<'a, D, S: Scope<'a>>(requests: &mut Vec<Request<'a, D, S>>) 
     let i = found.unwrap_or(0);
     let req = requests.remove(i);
     Some((i, req.try_wait()))
+}
+
+/// Waits for any of `pendings` (not empty) to complete; returns its index (the first one on
+/// a fatal error of the library). For `mpi::ffi`'s `MPI_Waitany`.
+pub(crate) fn wait_any_pending(pendings: &[&Pending]) -> usize {
+    if let Some(i) = pendings.iter().position(|p| p.id == crate::device::DONE) {
+        return i;
+    }
+    let ids: Vec<Option<ReqId>> = pendings.iter().map(|p| Some(p.id)).collect();
+    // A choice point in a replicated job: every replica completes the request its master did.
+    let c = with_engine(|e| e.completion_point());
+    let found = wait_until(None, |e| done_or_orphaned(e, c, &ids, true, pendings.iter().copied()).map(|d| Ok(d[0])));
+    found.unwrap_or(0)
 }
 
 /// The requests of `ids` complete now (`c`: a replicated job's choice point); without one,

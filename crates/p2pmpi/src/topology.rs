@@ -848,7 +848,7 @@ impl SystemGroup {
 unsafe impl AsRaw for SystemGroup {
     type Raw = crate::ffi::MPI_Group;
     fn as_raw(&self) -> crate::ffi::MPI_Group {
-        crate::ffi::RSMPI_GROUP_EMPTY
+        crate::ffi::predefined::RSMPI_GROUP_EMPTY
     }
 }
 

@@ -107,7 +107,8 @@ impl SystemOperation {
 unsafe impl crate::raw::AsRaw for SystemOperation {
     type Raw = crate::ffi::MPI_Op;
     fn as_raw(&self) -> crate::ffi::MPI_Op {
-        use crate::ffi::*;
+        use crate::ffi::predefined::*;
+        use crate::ffi::{OP_MAXLOC, OP_MINLOC};
         match self.0 {
             SysOp::Max => RSMPI_MAX,
             SysOp::Min => RSMPI_MIN,

@@ -10,18 +10,20 @@
 //! alive; a handle made by a function here (`MPI_Comm_dup`, `MPI_Comm_group`, `MPI_Op_create`,
 //! ...) owns its object until it is freed (`MPI_Comm_free`, ...) or taken over by `from_raw`.
 //!
-//! **Predefined names** are constants (in rsmpi, `extern` statics read in an `unsafe` block:
-//! `unsafe { ffi::RSMPI_COMM_WORLD }` compiles here too, with an `unused_unsafe` warning).
+//! **Predefined names** are `extern` statics as in rsmpi, read in an `unsafe` block
+//! (`unsafe { ffi::RSMPI_COMM_WORLD }`); they cannot be used in patterns.
 //!
 //! **Errors.** The functions return `MPI_SUCCESS` (0) or an error class (`MPI_ERR_COMM` for a
 //! dead or unknown communicator handle, `MPI_ERR_RANK`, `MPI_ERR_COUNT`, ...,
 //! `MPI_ERR_OTHER` for a failed communication, e.g. a lost peer). Errors are returned, never
 //! fatal (as with `MPI_ERRORS_RETURN`).
 //!
-//! **Not provided**: files, windows, info objects, error handlers (their null handles only),
-//! `MPI_IN_PLACE`, the non-blocking functions (`MPI_Isend`, `MPI_Irecv`; requests made in
-//! Rust can be handed over with `Request::into_raw` and completed by `MPI_Wait`/`MPI_Test`),
-//! the Fortran conversions (`RSMPI_Comm_c2f`, ...), and every function not listed below.
+//! **Requests** made here (`MPI_Isend`, `MPI_Irecv`, ...) and those handed over by
+//! `Request::into_raw` are completed by `MPI_Wait`, `MPI_Test`, `MPI_Waitall`, `MPI_Testall`,
+//! `MPI_Waitany` or freed by `MPI_Request_free`.
+//!
+//! **Not provided**: files, windows, info objects, error handlers, the Fortran conversions
+//! (`RSMPI_Comm_c2f`, ...), and every function not listed here (see docs/mpi-library.md).
 #![allow(non_camel_case_types, non_upper_case_globals, non_snake_case)]
 
 pub(crate) mod handles;
@@ -38,6 +40,7 @@ use crate::topology::{
 use crate::ulfm::{TryCollectives, TryRoot};
 use crate::Count;
 use handles::Table;
+use predefined as k;
 use std::collections::HashMap;
 use std::os::raw::{c_double, c_int, c_void};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard, Weak};
@@ -140,115 +143,161 @@ pub type MPI_Comm_delete_attr_function =
 
 // ------------------------------------------------------------------ predefined handles
 
-/// The null communicator.
-pub const RSMPI_COMM_NULL: MPI_Comm = MPI_Comm(0);
-/// The world communicator.
-pub const RSMPI_COMM_WORLD: MPI_Comm = MPI_Comm(1);
-/// The communicator of this process alone.
-pub const RSMPI_COMM_SELF: MPI_Comm = MPI_Comm(2);
-/// The null group.
-pub const RSMPI_GROUP_NULL: MPI_Group = MPI_Group(0);
-/// The empty group.
-pub const RSMPI_GROUP_EMPTY: MPI_Group = MPI_Group(1);
-/// The null request.
-pub const RSMPI_REQUEST_NULL: MPI_Request = MPI_Request(0);
-/// The null message.
-pub const RSMPI_MESSAGE_NULL: MPI_Message = MPI_Message(0);
-/// The message of a probe of `MPI_PROC_NULL`.
-pub const RSMPI_MESSAGE_NO_PROC: MPI_Message = MPI_Message(1);
-/// The null operation.
-pub const RSMPI_OP_NULL: MPI_Op = MPI_Op(0);
-/// Maximum.
-pub const RSMPI_MAX: MPI_Op = MPI_Op(1);
-/// Minimum.
-pub const RSMPI_MIN: MPI_Op = MPI_Op(2);
-/// Sum.
-pub const RSMPI_SUM: MPI_Op = MPI_Op(3);
-/// Product.
-pub const RSMPI_PROD: MPI_Op = MPI_Op(4);
-/// Logical and.
-pub const RSMPI_LAND: MPI_Op = MPI_Op(5);
-/// Bitwise and.
-pub const RSMPI_BAND: MPI_Op = MPI_Op(6);
-/// Logical or.
-pub const RSMPI_LOR: MPI_Op = MPI_Op(7);
-/// Bitwise or.
-pub const RSMPI_BOR: MPI_Op = MPI_Op(8);
-/// Logical exclusive or.
-pub const RSMPI_LXOR: MPI_Op = MPI_Op(9);
-/// Bitwise exclusive or.
-pub const RSMPI_BXOR: MPI_Op = MPI_Op(10);
+/// Makes the predefined names: in [`predefined`] as constants (this crate's own use, also in
+/// patterns), and public as `extern` statics like rsmpi's (`unsafe { ffi::RSMPI_COMM_WORLD }`),
+/// each defined under a symbol name of this crate's version and declared again in an
+/// `extern "C"` block.
+macro_rules! predefined {
+    ($($(#[$m:meta])* $name:ident: $ty:ty = $val:expr;)*) => {
+        /// The values of the predefined names, as constants.
+        pub(crate) mod predefined {
+            #[allow(unused_imports)]
+            use super::*;
+            $($(#[$m])* pub(crate) const $name: $ty = $val;)*
+        }
+        mod exported {
+            #[allow(unused_imports)]
+            use super::*;
+            $(
+                $(#[$m])*
+                #[export_name = concat!("p2pmpi_", env!("CARGO_PKG_VERSION"), "_", stringify!($name))]
+                pub(super) static $name: Shared<$ty> = Shared(super::predefined::$name);
+            )*
+        }
+        extern "C" {
+            $(
+                $(#[$m])*
+                #[link_name = concat!("p2pmpi_", env!("CARGO_PKG_VERSION"), "_", stringify!($name))]
+                pub static $name: $ty;
+            )*
+        }
+    };
+}
+
+/// A predefined value as an exported static (the pointers inside are never written).
+#[repr(transparent)]
+struct Shared<T>(T);
+// SAFETY: the values are plain handles, never written.
+unsafe impl<T> Sync for Shared<T> {}
+
+predefined! {
+    /// The null communicator.
+    RSMPI_COMM_NULL: MPI_Comm = MPI_Comm(0);
+    /// The world communicator.
+    RSMPI_COMM_WORLD: MPI_Comm = MPI_Comm(1);
+    /// The communicator of this process alone.
+    RSMPI_COMM_SELF: MPI_Comm = MPI_Comm(2);
+    /// The null group.
+    RSMPI_GROUP_NULL: MPI_Group = MPI_Group(0);
+    /// The empty group.
+    RSMPI_GROUP_EMPTY: MPI_Group = MPI_Group(1);
+    /// The null request.
+    RSMPI_REQUEST_NULL: MPI_Request = MPI_Request(0);
+    /// The null message.
+    RSMPI_MESSAGE_NULL: MPI_Message = MPI_Message(0);
+    /// The message of a probe of `MPI_PROC_NULL`.
+    RSMPI_MESSAGE_NO_PROC: MPI_Message = MPI_Message(1);
+    /// The null operation.
+    RSMPI_OP_NULL: MPI_Op = MPI_Op(0);
+    /// Maximum.
+    RSMPI_MAX: MPI_Op = MPI_Op(1);
+    /// Minimum.
+    RSMPI_MIN: MPI_Op = MPI_Op(2);
+    /// Sum.
+    RSMPI_SUM: MPI_Op = MPI_Op(3);
+    /// Product.
+    RSMPI_PROD: MPI_Op = MPI_Op(4);
+    /// Logical and.
+    RSMPI_LAND: MPI_Op = MPI_Op(5);
+    /// Bitwise and.
+    RSMPI_BAND: MPI_Op = MPI_Op(6);
+    /// Logical or.
+    RSMPI_LOR: MPI_Op = MPI_Op(7);
+    /// Bitwise or.
+    RSMPI_BOR: MPI_Op = MPI_Op(8);
+    /// Logical exclusive or.
+    RSMPI_LXOR: MPI_Op = MPI_Op(9);
+    /// Bitwise exclusive or.
+    RSMPI_BXOR: MPI_Op = MPI_Op(10);
+    /// `bool`.
+    RSMPI_C_BOOL: MPI_Datatype = MPI_Datatype(&crate::datatype::MAP_BOOL as *const TypeMap as *const c_void);
+    /// `f32`.
+    RSMPI_FLOAT: MPI_Datatype = MPI_Datatype(&crate::datatype::MAP_F32 as *const TypeMap as *const c_void);
+    /// `f64`.
+    RSMPI_DOUBLE: MPI_Datatype = MPI_Datatype(&crate::datatype::MAP_F64 as *const TypeMap as *const c_void);
+    /// `i8`.
+    RSMPI_INT8_T: MPI_Datatype = MPI_Datatype(&crate::datatype::MAP_I8 as *const TypeMap as *const c_void);
+    /// `i16`.
+    RSMPI_INT16_T: MPI_Datatype = MPI_Datatype(&crate::datatype::MAP_I16 as *const TypeMap as *const c_void);
+    /// `i32`.
+    RSMPI_INT32_T: MPI_Datatype = MPI_Datatype(&crate::datatype::MAP_I32 as *const TypeMap as *const c_void);
+    /// `i64`.
+    RSMPI_INT64_T: MPI_Datatype = MPI_Datatype(&crate::datatype::MAP_I64 as *const TypeMap as *const c_void);
+    /// `u8`.
+    RSMPI_UINT8_T: MPI_Datatype = MPI_Datatype(&crate::datatype::MAP_U8 as *const TypeMap as *const c_void);
+    /// `u16`.
+    RSMPI_UINT16_T: MPI_Datatype = MPI_Datatype(&crate::datatype::MAP_U16 as *const TypeMap as *const c_void);
+    /// `u32`.
+    RSMPI_UINT32_T: MPI_Datatype = MPI_Datatype(&crate::datatype::MAP_U32 as *const TypeMap as *const c_void);
+    /// `u64`.
+    RSMPI_UINT64_T: MPI_Datatype = MPI_Datatype(&crate::datatype::MAP_U64 as *const TypeMap as *const c_void);
+    /// A complex number of two `f32`.
+    #[cfg(feature = "complex")]
+    RSMPI_FLOAT_COMPLEX: MPI_Datatype = MPI_Datatype(&crate::datatype::MAP_C32 as *const TypeMap as *const c_void);
+    /// A complex number of two `f64`.
+    #[cfg(feature = "complex")]
+    RSMPI_DOUBLE_COMPLEX: MPI_Datatype = MPI_Datatype(&crate::datatype::MAP_C64 as *const TypeMap as *const c_void);
+    /// The null datatype.
+    RSMPI_DATATYPE_NULL: MPI_Datatype = MPI_Datatype(std::ptr::null());
+    /// Pass as a status argument to ignore the status.
+    RSMPI_STATUS_IGNORE: *mut MPI_Status = std::ptr::null_mut();
+    /// `MPI_IN_PLACE`, for the collectives that take it (`MPI_Reduce` at the root,
+    /// `MPI_Allreduce`, `MPI_Scan`, `MPI_Gather` at the root, `MPI_Scatter` at the root,
+    /// `MPI_Allgather`). Not a name of rsmpi 0.8.1 (whose bindings have no `MPI_IN_PLACE`).
+    RSMPI_IN_PLACE: *mut c_void = more::IN_PLACE;
+    /// Pass as an array of statuses to ignore them.
+    RSMPI_STATUSES_IGNORE: *mut MPI_Status = std::ptr::null_mut();
+    /// Matches any tag.
+    RSMPI_ANY_TAG: crate::Tag = crate::point_to_point::ANY_TAG;
+    /// Matches any source.
+    RSMPI_ANY_SOURCE: Rank = crate::point_to_point::ANY_SOURCE;
+    /// The null process: sends to it and receives from it complete at once, doing nothing.
+    RSMPI_PROC_NULL: Rank = -1;
+    /// "Undefined" (a rank not in a group, a split color, a count that is not whole).
+    RSMPI_UNDEFINED: c_int = -32766;
+    /// `MPI_Comm_split_type`'s shared-memory type.
+    RSMPI_COMM_TYPE_SHARED: c_int = 1;
+    /// `MPI_Comm_compare`/`MPI_Group_compare`: the same object.
+    RSMPI_IDENT: c_int = 0;
+    /// `MPI_Comm_compare`: the same members in the same order, another context.
+    RSMPI_CONGRUENT: c_int = 1;
+    /// The same members in another order.
+    RSMPI_SIMILAR: c_int = 2;
+    /// Different members.
+    RSMPI_UNEQUAL: c_int = 3;
+    /// Thread support levels.
+    RSMPI_THREAD_SINGLE: c_int = 0;
+    /// Thread support levels.
+    RSMPI_THREAD_FUNNELED: c_int = 1;
+    /// Thread support levels.
+    RSMPI_THREAD_SERIALIZED: c_int = 2;
+    /// Thread support levels.
+    RSMPI_THREAD_MULTIPLE: c_int = 3;
+    /// `MPI_Topo_test`: a graph topology (never here).
+    RSMPI_GRAPH: c_int = 1;
+    /// `MPI_Topo_test`: a Cartesian topology.
+    RSMPI_CART: c_int = 2;
+    /// `MPI_Topo_test`: a distributed graph topology (never here).
+    RSMPI_DIST_GRAPH: c_int = 3;
+    /// Longest library version string.
+    RSMPI_MAX_LIBRARY_VERSION_STRING: c_int = 8192;
+    /// Longest processor name.
+    RSMPI_MAX_PROCESSOR_NAME: c_int = 128;
+}
 /// `MPI_MAXLOC` (not a predefined name of rsmpi; `SystemOperation::max_loc().as_raw()`).
 pub(crate) const OP_MAXLOC: MPI_Op = MPI_Op(11);
 /// `MPI_MINLOC`.
 pub(crate) const OP_MINLOC: MPI_Op = MPI_Op(12);
-
-macro_rules! datatypes {
-    ($($(#[$m:meta])* $name:ident = $map:ident, $doc:literal;)*) => {$(
-        #[doc = $doc]
-        $(#[$m])*
-        pub const $name: MPI_Datatype = MPI_Datatype(&crate::datatype::$map as *const TypeMap as *const c_void);
-    )*};
-}
-datatypes! {
-    RSMPI_C_BOOL = MAP_BOOL, "`bool`.";
-    RSMPI_FLOAT = MAP_F32, "`f32`.";
-    RSMPI_DOUBLE = MAP_F64, "`f64`.";
-    RSMPI_INT8_T = MAP_I8, "`i8`.";
-    RSMPI_INT16_T = MAP_I16, "`i16`.";
-    RSMPI_INT32_T = MAP_I32, "`i32`.";
-    RSMPI_INT64_T = MAP_I64, "`i64`.";
-    RSMPI_UINT8_T = MAP_U8, "`u8`.";
-    RSMPI_UINT16_T = MAP_U16, "`u16`.";
-    RSMPI_UINT32_T = MAP_U32, "`u32`.";
-    RSMPI_UINT64_T = MAP_U64, "`u64`.";
-    #[cfg(feature = "complex")] RSMPI_FLOAT_COMPLEX = MAP_C32, "A complex number of two `f32`.";
-    #[cfg(feature = "complex")] RSMPI_DOUBLE_COMPLEX = MAP_C64, "A complex number of two `f64`.";
-}
-/// The null datatype.
-pub const RSMPI_DATATYPE_NULL: MPI_Datatype = MPI_Datatype(std::ptr::null());
-
-/// Pass as a status argument to ignore the status.
-pub const RSMPI_STATUS_IGNORE: *mut MPI_Status = std::ptr::null_mut();
-/// Pass as an array of statuses to ignore them.
-pub const RSMPI_STATUSES_IGNORE: *mut MPI_Status = std::ptr::null_mut();
-
-/// Matches any tag.
-pub const RSMPI_ANY_TAG: crate::Tag = crate::point_to_point::ANY_TAG;
-/// Matches any source.
-pub const RSMPI_ANY_SOURCE: Rank = crate::point_to_point::ANY_SOURCE;
-/// The null process: sends to it and receives from it complete at once, doing nothing.
-pub const RSMPI_PROC_NULL: Rank = -1;
-/// "Undefined" (a rank not in a group, a split color, a count that is not whole).
-pub const RSMPI_UNDEFINED: c_int = -32766;
-/// `MPI_Comm_split_type`'s shared-memory type.
-pub const RSMPI_COMM_TYPE_SHARED: c_int = 1;
-/// `MPI_Comm_compare`/`MPI_Group_compare`: the same object.
-pub const RSMPI_IDENT: c_int = 0;
-/// `MPI_Comm_compare`: the same members in the same order, another context.
-pub const RSMPI_CONGRUENT: c_int = 1;
-/// The same members in another order.
-pub const RSMPI_SIMILAR: c_int = 2;
-/// Different members.
-pub const RSMPI_UNEQUAL: c_int = 3;
-/// Thread support levels.
-pub const RSMPI_THREAD_SINGLE: c_int = 0;
-/// Thread support levels.
-pub const RSMPI_THREAD_FUNNELED: c_int = 1;
-/// Thread support levels.
-pub const RSMPI_THREAD_SERIALIZED: c_int = 2;
-/// Thread support levels.
-pub const RSMPI_THREAD_MULTIPLE: c_int = 3;
-/// `MPI_Topo_test`: a graph topology (never here).
-pub const RSMPI_GRAPH: c_int = 1;
-/// `MPI_Topo_test`: a Cartesian topology.
-pub const RSMPI_CART: c_int = 2;
-/// `MPI_Topo_test`: a distributed graph topology (never here).
-pub const RSMPI_DIST_GRAPH: c_int = 3;
-/// Longest library version string.
-pub const RSMPI_MAX_LIBRARY_VERSION_STRING: c_int = 8192;
-/// Longest processor name.
-pub const RSMPI_MAX_PROCESSOR_NAME: c_int = 128;
 
 /// The predefined attribute key of the universe size (read with `MPI_Comm_get_attr` on the
 /// world: a pointer to a `c_int`).
@@ -341,10 +390,10 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// (`None`: unknown, e.g. from a `Process`).
 pub(crate) fn comm_to_raw(h: &CommHandle, kind: Option<CommKind>) -> MPI_Comm {
     if crate::topology::is_world(h) {
-        return RSMPI_COMM_WORLD;
+        return k::RSMPI_COMM_WORLD;
     }
     if crate::topology::is_self(h) {
-        return RSMPI_COMM_SELF;
+        return k::RSMPI_COMM_SELF;
     }
     let key = Arc::as_ptr(&h.0) as usize;
     let mut comms = lock(&COMMS);
@@ -386,10 +435,10 @@ fn comm_owned(c: CommHandle, kind: CommKind) -> MPI_Comm {
 /// The communicator of a handle and its kind; `take` moves the handle's ownership out (to a
 /// Rust object made by `from_raw`).
 pub(crate) fn comm_from_raw(c: MPI_Comm, take: bool) -> Option<(CommHandle, CommKind)> {
-    if c == RSMPI_COMM_WORLD {
+    if c == k::RSMPI_COMM_WORLD {
         return Some((SimpleCommunicator::world().0, CommKind::Intra));
     }
-    if c == RSMPI_COMM_SELF {
+    if c == k::RSMPI_COMM_SELF {
         return Some((SimpleCommunicator::self_comm().0, CommKind::Intra));
     }
     let mut comms = lock(&COMMS);
@@ -500,7 +549,7 @@ fn group_owned(members: Arc<[Rank]>) -> MPI_Group {
 
 /// The members (world ranks) of a group handle.
 fn group_members(g: MPI_Group) -> Option<Arc<[Rank]>> {
-    if g == RSMPI_GROUP_EMPTY {
+    if g == k::RSMPI_GROUP_EMPTY {
         return Some(Arc::from(Vec::new()));
     }
     let groups = lock(&GROUPS);
@@ -592,16 +641,16 @@ impl crate::collective::Operation for AnyOp {
 
 pub(crate) fn op_of(op: MPI_Op) -> Option<AnyOp> {
     let s = match op {
-        RSMPI_MAX => SystemOperation::max(),
-        RSMPI_MIN => SystemOperation::min(),
-        RSMPI_SUM => SystemOperation::sum(),
-        RSMPI_PROD => SystemOperation::product(),
-        RSMPI_LAND => SystemOperation::logical_and(),
-        RSMPI_BAND => SystemOperation::bitwise_and(),
-        RSMPI_LOR => SystemOperation::logical_or(),
-        RSMPI_BOR => SystemOperation::bitwise_or(),
-        RSMPI_LXOR => SystemOperation::logical_xor(),
-        RSMPI_BXOR => SystemOperation::bitwise_xor(),
+        k::RSMPI_MAX => SystemOperation::max(),
+        k::RSMPI_MIN => SystemOperation::min(),
+        k::RSMPI_SUM => SystemOperation::sum(),
+        k::RSMPI_PROD => SystemOperation::product(),
+        k::RSMPI_LAND => SystemOperation::logical_and(),
+        k::RSMPI_BAND => SystemOperation::bitwise_and(),
+        k::RSMPI_LOR => SystemOperation::logical_or(),
+        k::RSMPI_BOR => SystemOperation::bitwise_or(),
+        k::RSMPI_LXOR => SystemOperation::logical_xor(),
+        k::RSMPI_BXOR => SystemOperation::bitwise_xor(),
         OP_MAXLOC => SystemOperation::max_loc(),
         OP_MINLOC => SystemOperation::min_loc(),
         _ => {
@@ -725,7 +774,7 @@ pub unsafe extern "C" fn MPI_Comm_test_inter(comm: MPI_Comm, flag: *mut c_int) -
 /// `status` must be valid for a write.
 pub unsafe extern "C" fn MPI_Topo_test(comm: MPI_Comm, status: *mut c_int) -> c_int {
     let c = comm_or_return!(comm);
-    let t = if matches!(c, CommObj::Cart(_)) { RSMPI_CART } else { RSMPI_UNDEFINED };
+    let t = if matches!(c, CommObj::Cart(_)) { k::RSMPI_CART } else { k::RSMPI_UNDEFINED };
     // SAFETY: the caller's contract.
     unsafe { put(status, t) }
 }
@@ -757,20 +806,20 @@ pub unsafe extern "C" fn MPI_Comm_split(comm: MPI_Comm, color: c_int, key: c_int
     if newcomm.is_null() {
         return ERR_ARG;
     }
-    if color < 0 && color != RSMPI_UNDEFINED {
+    if color < 0 && color != k::RSMPI_UNDEFINED {
         return ERR_ARG;
     }
     let c = comm_or_return!(comm);
     if matches!(c, CommObj::Inter(_)) {
         return ERR_COMM;
     }
-    let color = if color == RSMPI_UNDEFINED {
+    let color = if color == k::RSMPI_UNDEFINED {
         crate::topology::Color::undefined()
     } else {
         crate::topology::Color::with_value(color)
     };
     let d = with_comm!(c, c => c.split_by_color_with_key(color, key));
-    let h = d.map_or(RSMPI_COMM_NULL, |d| comm_owned(d.0, CommKind::Intra));
+    let h = d.map_or(k::RSMPI_COMM_NULL, |d| comm_owned(d.0, CommKind::Intra));
     // SAFETY: checked non-null; the caller vouches it is writable.
     unsafe { put(newcomm, h) }
 }
@@ -787,7 +836,7 @@ pub unsafe extern "C" fn MPI_Comm_free(comm: *mut MPI_Comm) -> c_int {
     }
     // SAFETY: checked non-null; the caller vouches it is readable and writable.
     let c = unsafe { *comm };
-    if c == RSMPI_COMM_WORLD || c == RSMPI_COMM_SELF {
+    if c == k::RSMPI_COMM_WORLD || c == k::RSMPI_COMM_SELF {
         return ERR_COMM;
     }
     let dropped = {
@@ -803,16 +852,16 @@ pub unsafe extern "C" fn MPI_Comm_free(comm: *mut MPI_Comm) -> c_int {
     // Dropped outside the table's lock: the delete callbacks may use this module.
     drop(dropped);
     // SAFETY: as above.
-    unsafe { *comm = RSMPI_COMM_NULL };
+    unsafe { *comm = k::RSMPI_COMM_NULL };
     SUCCESS
 }
 
 fn relation_code(r: CommunicatorRelation) -> c_int {
     match r {
-        CommunicatorRelation::Identical => RSMPI_IDENT,
-        CommunicatorRelation::Congruent => RSMPI_CONGRUENT,
-        CommunicatorRelation::Similar => RSMPI_SIMILAR,
-        CommunicatorRelation::Unequal => RSMPI_UNEQUAL,
+        CommunicatorRelation::Identical => k::RSMPI_IDENT,
+        CommunicatorRelation::Congruent => k::RSMPI_CONGRUENT,
+        CommunicatorRelation::Similar => k::RSMPI_SIMILAR,
+        CommunicatorRelation::Unequal => k::RSMPI_UNEQUAL,
     }
 }
 
@@ -860,7 +909,7 @@ pub unsafe extern "C" fn MPI_Group_size(group: MPI_Group, size: *mut c_int) -> c
 /// `rank` must be valid for a write.
 pub unsafe extern "C" fn MPI_Group_rank(group: MPI_Group, rank: *mut c_int) -> c_int {
     let Some(m) = group_members(group) else { return ERR_GROUP };
-    let r = UserGroup::from_members(m).rank().unwrap_or(RSMPI_UNDEFINED);
+    let r = UserGroup::from_members(m).rank().unwrap_or(k::RSMPI_UNDEFINED);
     // SAFETY: the caller's contract.
     unsafe { put(rank, r) }
 }
@@ -888,8 +937,8 @@ pub unsafe extern "C" fn MPI_Group_translate_ranks(
         // SAFETY: `i < n`, and the caller vouches for `n` elements of each array.
         let r = unsafe { *ranks1.add(i) };
         let t = match usize::try_from(r).ok().and_then(|r| a.get(r)) {
-            Some(w) => b.iter().position(|x| x == w).map_or(RSMPI_UNDEFINED, |p| p as c_int),
-            None if r == RSMPI_PROC_NULL => RSMPI_PROC_NULL,
+            Some(w) => b.iter().position(|x| x == w).map_or(k::RSMPI_UNDEFINED, |p| p as c_int),
+            None if r == k::RSMPI_PROC_NULL => k::RSMPI_PROC_NULL,
             None => return ERR_RANK,
         };
         // SAFETY: as above.
@@ -905,9 +954,9 @@ pub unsafe extern "C" fn MPI_Group_translate_ranks(
 pub unsafe extern "C" fn MPI_Group_compare(group1: MPI_Group, group2: MPI_Group, result: *mut c_int) -> c_int {
     let (Some(a), Some(b)) = (group_members(group1), group_members(group2)) else { return ERR_GROUP };
     let r = match UserGroup::from_members(a).compare(&UserGroup::from_members(b)) {
-        GroupRelation::Identical => RSMPI_IDENT,
-        GroupRelation::Similar => RSMPI_SIMILAR,
-        GroupRelation::Unequal => RSMPI_UNEQUAL,
+        GroupRelation::Identical => k::RSMPI_IDENT,
+        GroupRelation::Similar => k::RSMPI_SIMILAR,
+        GroupRelation::Unequal => k::RSMPI_UNEQUAL,
     };
     // SAFETY: the caller's contract.
     unsafe { put(result, r) }
@@ -924,16 +973,16 @@ pub unsafe extern "C" fn MPI_Group_free(group: *mut MPI_Group) -> c_int {
     }
     // SAFETY: checked non-null; the caller vouches it is readable and writable.
     let g = unsafe { *group };
-    if g == RSMPI_GROUP_EMPTY {
+    if g == k::RSMPI_GROUP_EMPTY {
         // SAFETY: as above.
-        unsafe { *group = RSMPI_GROUP_NULL };
+        unsafe { *group = k::RSMPI_GROUP_NULL };
         return SUCCESS;
     }
     if lock(&GROUPS).remove(g.0).is_none() {
         return ERR_GROUP;
     }
     // SAFETY: as above.
-    unsafe { *group = RSMPI_GROUP_NULL };
+    unsafe { *group = k::RSMPI_GROUP_NULL };
     SUCCESS
 }
 
@@ -969,7 +1018,7 @@ pub unsafe extern "C" fn MPI_Op_free(op: *mut MPI_Op) -> c_int {
         return ERR_OP;
     }
     // SAFETY: as above.
-    unsafe { *op = RSMPI_OP_NULL };
+    unsafe { *op = k::RSMPI_OP_NULL };
     SUCCESS
 }
 
@@ -996,7 +1045,8 @@ fn check_buffer(buf: *const c_void, count: c_int, datatype: MPI_Datatype) -> Res
     if count < 0 {
         return Err(ERR_COUNT);
     }
-    if count > 0 && buf.is_null() {
+    if (count > 0 && buf.is_null()) || std::ptr::eq(buf, more::IN_PLACE) {
+        // (`RSMPI_IN_PLACE` where it does not apply is no buffer.)
         return Err(MPI_ERR_BUFFER as c_int);
     }
     Ok(())
@@ -1028,7 +1078,7 @@ pub unsafe extern "C" fn MPI_Send(
     if let Err(e) = check_buffer(buf, count, datatype) {
         return e;
     }
-    if dest == RSMPI_PROC_NULL {
+    if dest == k::RSMPI_PROC_NULL {
         return SUCCESS;
     }
     if let Err(e) = check_rank(&c, dest) {
@@ -1067,13 +1117,13 @@ pub unsafe extern "C" fn MPI_Recv(
     if let Err(e) = check_buffer(buf, count, datatype) {
         return e;
     }
-    if tag < 0 && tag != RSMPI_ANY_TAG {
+    if tag < 0 && tag != k::RSMPI_ANY_TAG {
         return MPI_ERR_TAG as c_int;
     }
-    let st = if source == RSMPI_PROC_NULL {
-        MPI_Status { MPI_SOURCE: RSMPI_PROC_NULL, MPI_TAG: RSMPI_ANY_TAG, ..Default::default() }
+    let st = if source == k::RSMPI_PROC_NULL {
+        MPI_Status { MPI_SOURCE: k::RSMPI_PROC_NULL, MPI_TAG: k::RSMPI_ANY_TAG, ..Default::default() }
     } else {
-        if source != RSMPI_ANY_SOURCE {
+        if source != k::RSMPI_ANY_SOURCE {
             if let Err(e) = check_rank(&c, source) {
                 return e;
             }
@@ -1081,7 +1131,7 @@ pub unsafe extern "C" fn MPI_Recv(
         // SAFETY: the caller vouches that `buf` is writable for `count` elements of the
         // live `datatype`, and nothing else uses it during this call.
         let mut data = unsafe { DynBufferMut::from_raw(buf, count, DatatypeRef::from_map(datatype.map())) };
-        let r = with_comm!(c, c => if source == RSMPI_ANY_SOURCE {
+        let r = with_comm!(c, c => if source == k::RSMPI_ANY_SOURCE {
             c.any_process().try_receive_into_with_tag(&mut data, tag)
         } else {
             c.process_at_rank(source).try_receive_into_with_tag(&mut data, tag)
@@ -1116,9 +1166,9 @@ pub unsafe extern "C" fn MPI_Get_count(status: *const MPI_Status, datatype: MPI_
     let size = unsafe { datatype.map() }.size() as u64;
     let n = match size {
         0 if bytes == 0 => 0,
-        0 => RSMPI_UNDEFINED,
-        s if bytes % s != 0 => RSMPI_UNDEFINED,
-        s => c_int::try_from(bytes / s).unwrap_or(RSMPI_UNDEFINED),
+        0 => k::RSMPI_UNDEFINED,
+        s if bytes % s != 0 => k::RSMPI_UNDEFINED,
+        s => c_int::try_from(bytes / s).unwrap_or(k::RSMPI_UNDEFINED),
     };
     // SAFETY: the caller's contract.
     unsafe { put(count, n) }
@@ -1187,14 +1237,24 @@ pub unsafe extern "C" fn MPI_Reduce(
     if matches!(c, CommObj::Inter(_)) {
         return ERR_COMM;
     }
-    if let Err(e) = check_buffer(sendbuf, count, datatype) {
-        return e;
-    }
     if check_rank(&c, root).is_err() {
         return ERR_ROOT;
     }
-    let Some(op) = op_of(op) else { return ERR_OP };
     let me = with_comm!(&c, c => c.rank());
+    // At the root, `RSMPI_IN_PLACE` takes the input from `recvbuf`.
+    let (sendbuf, _staged) = if me == root {
+        // SAFETY: the caller's contract.
+        match unsafe { more::in_place_input(sendbuf, recvbuf, count, datatype) } {
+            Ok(x) => x,
+            Err(e) => return e,
+        }
+    } else {
+        (sendbuf, None)
+    };
+    if let Err(e) = check_buffer(sendbuf, count, datatype) {
+        return e;
+    }
+    let Some(op) = op_of(op) else { return ERR_OP };
     if me == root {
         if let Err(e) = check_buffer(recvbuf, count, datatype) {
             return e;
@@ -1230,6 +1290,12 @@ pub unsafe extern "C" fn MPI_Allreduce(
     comm: MPI_Comm,
 ) -> c_int {
     let c = comm_or_return!(comm);
+    // `RSMPI_IN_PLACE` takes the input from `recvbuf`.
+    // SAFETY: the caller's contract.
+    let (sendbuf, _staged) = match unsafe { more::in_place_input(sendbuf, recvbuf, count, datatype) } {
+        Ok(x) => x,
+        Err(e) => return e,
+    };
     if let Err(e) = check_buffer(sendbuf, count, datatype).and(check_buffer(recvbuf, count, datatype)) {
         return e;
     }
@@ -1260,16 +1326,14 @@ pub unsafe extern "C" fn MPI_Wait(request: *mut MPI_Request, status: *mut MPI_St
     }
     // SAFETY: checked non-null; the caller vouches it is readable and writable.
     let h = unsafe { *request };
-    let st = if h == RSMPI_REQUEST_NULL {
-        MPI_Status { MPI_SOURCE: RSMPI_ANY_SOURCE, MPI_TAG: RSMPI_ANY_TAG, ..Default::default() }
-    } else {
-        let Some(p) = request_from_raw(h) else { return ERR_REQUEST };
-        // SAFETY: as above.
-        unsafe { *request = RSMPI_REQUEST_NULL };
-        match p.wait() {
-            Ok(s) => MPI_Status::from(s),
-            Err(e) => return err_class(&e),
-        }
+    if h != k::RSMPI_REQUEST_NULL && !more::request_live(h) {
+        return ERR_REQUEST;
+    }
+    // SAFETY: as above.
+    unsafe { *request = k::RSMPI_REQUEST_NULL };
+    let st = match more::wait_request(h) {
+        Ok(st) => st,
+        Err(e) => return e,
     };
     if !status.is_null() {
         // SAFETY: non-null, and the caller vouches it is writable.
@@ -1289,31 +1353,26 @@ pub unsafe extern "C" fn MPI_Test(request: *mut MPI_Request, flag: *mut c_int, s
     }
     // SAFETY: checked non-null; the caller vouches it is readable and writable.
     let h = unsafe { *request };
-    let st = if h == RSMPI_REQUEST_NULL {
-        MPI_Status { MPI_SOURCE: RSMPI_ANY_SOURCE, MPI_TAG: RSMPI_ANY_TAG, ..Default::default() }
-    } else {
-        let Some(p) = request_from_raw(h) else { return ERR_REQUEST };
-        match p.test() {
-            Ok(Ok(s)) => {
-                // SAFETY: as above.
-                unsafe { *request = RSMPI_REQUEST_NULL };
-                MPI_Status::from(s)
+    let st = match more::test_request(h) {
+        Ok(Some(st)) => st,
+        Ok(None) => {
+            // SAFETY: checked non-null; the caller vouches it is writable.
+            unsafe { *flag = 0 };
+            return SUCCESS;
+        }
+        Err(e) => {
+            if e != ERR_REQUEST {
+                // SAFETY: as above: the request completed, failed.
+                unsafe { *request = k::RSMPI_REQUEST_NULL };
             }
-            Ok(Err(e)) => {
-                // SAFETY: as above.
-                unsafe { *request = RSMPI_REQUEST_NULL };
-                return err_class(&e);
-            }
-            Err(p) => {
-                lock(&REQUESTS).insert(h.0, p);
-                // SAFETY: checked non-null; the caller vouches it is writable.
-                unsafe { *flag = 0 };
-                return SUCCESS;
-            }
+            return e;
         }
     };
-    // SAFETY: checked non-null; the caller vouches it is writable.
-    unsafe { *flag = 1 };
+    // SAFETY: as above.
+    unsafe {
+        *request = k::RSMPI_REQUEST_NULL;
+        *flag = 1;
+    }
     if !status.is_null() {
         // SAFETY: non-null, and the caller vouches it is writable.
         unsafe { *status = st };
@@ -1365,6 +1424,46 @@ pub unsafe extern "C" fn MPI_Abort(comm: MPI_Comm, errorcode: c_int) -> c_int {
     }
 }
 
+mod more;
+pub use more::*;
+
 pub use crate::attribute::ffi::{
     MPI_Comm_create_keyval, MPI_Comm_delete_attr, MPI_Comm_free_keyval, MPI_Comm_get_attr, MPI_Comm_set_attr,
 };
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The predefined names read as rsmpi programs read them: `unsafe` is needed (the lint
+    /// below makes an `unsafe` block that is not needed an error), and each name reads the
+    /// value of its constant through its exported symbol.
+    #[test]
+    #[deny(unused_unsafe)]
+    fn predefined_names_are_extern_statics_with_their_values() {
+        // SAFETY: the predefined names are initialized statics that nothing writes.
+        let (world, null, self_, sum, int32, any, undefined, ignore) = unsafe {
+            (
+                RSMPI_COMM_WORLD,
+                RSMPI_COMM_NULL,
+                RSMPI_COMM_SELF,
+                RSMPI_SUM,
+                RSMPI_INT32_T,
+                RSMPI_ANY_SOURCE,
+                RSMPI_UNDEFINED,
+                RSMPI_STATUS_IGNORE,
+            )
+        };
+        assert_eq!(world, k::RSMPI_COMM_WORLD);
+        assert_eq!(null, k::RSMPI_COMM_NULL);
+        assert_eq!(self_, k::RSMPI_COMM_SELF);
+        assert_eq!(sum, k::RSMPI_SUM);
+        assert_eq!(int32, MPI_Datatype::of(&crate::datatype::MAP_I32));
+        assert_eq!(any, crate::point_to_point::ANY_SOURCE);
+        assert_eq!(undefined, k::RSMPI_UNDEFINED);
+        assert!(ignore.is_null());
+        // The declaration and the definition are one object.
+        let declared = &raw const RSMPI_COMM_WORLD as usize;
+        assert_eq!(declared, &raw const exported::RSMPI_COMM_WORLD as usize);
+    }
+}
