@@ -32,7 +32,7 @@
 //! shrink cannot split the survivors. With `-r R`, a rank counts as failed only once every
 //! replica of it has (replicas contribute the same values: they follow their master).
 
-pub use crate::collective::{TryCollectives, TryRoot};
+pub use crate::collective::{TryCollectives, TryImmediateCollectives, TryImmediateRoot, TryRoot};
 use crate::topology::{Communicator, Rank, SimpleCommunicator};
 use parking_lot::Mutex;
 use std::collections::{BTreeSet, HashMap};
