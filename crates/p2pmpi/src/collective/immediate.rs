@@ -88,6 +88,10 @@ impl Plan {
 pub(crate) struct Schedule {
     /// The device request the user's `Request` stands on; completed with the schedule.
     pub req: ReqId,
+    /// Its number among the operations of a fault-aware replicated job (set when it starts,
+    /// in program order: the same on every replica of the rank); its replicas take their
+    /// master's outcome.
+    pub op: Option<u64>,
     comm: u32,
     members: Option<Arc<[Rank]>>,
     tag: i32,
@@ -182,6 +186,11 @@ impl Schedule {
         }
     }
 
+    /// The world rank of a peer in `lost` that a receive under way waits for.
+    pub fn waits_for(&self, lost: &[Rank]) -> Option<Rank> {
+        self.active.iter().filter(|a| a.recv.is_some()).map(|a| self.world(a.peer)).find(|w| lost.contains(w))
+    }
+
     /// Withdraws every transfer still under way (their buffers are about to go).
     pub fn abort(&mut self, e: &mut Engine) {
         for a in self.active.drain(..) {
@@ -203,6 +212,7 @@ pub(crate) fn start(h: &CommHandle, name: &'static str, plan: Plan) -> Result<Pe
     let tag = TAG_IMMEDIATE + (h.next_immediate() % (1 << 24)) as i32;
     let sched = Schedule {
         req: 0,
+        op: None,
         comm: h.coll_id(),
         members: h.members(),
         tag,
