@@ -244,6 +244,31 @@ pub mod failures {
         matches!(o, Some((FAILED_SRC, SUCCEEDED, _)))
     }
 
+    /// What a replica does with an immediate collective that succeeded here.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Word {
+        /// Its master's success came: take it (relay it if this process becomes master) and
+        /// complete the request.
+        Follow,
+        /// This process decides (the master): tell [`success_outcome`], then complete.
+        Decide,
+        /// Not yet: no word from its master, or a failure, which fails the request when
+        /// applied.
+        Await,
+    }
+
+    /// The step for an immediate collective over here with success, given its master's
+    /// outcome known at its failure point (`known`) and whether this process decides.
+    pub fn collective_word(known: Option<Outcome>, may_decide: bool) -> Word {
+        match known {
+            // A master's word known already (a new master's predecessor's too) is followed.
+            Some(o) if outcome_success(o) => Word::Follow,
+            Some(_) => Word::Await,
+            None if may_decide => Word::Decide,
+            None => Word::Await,
+        }
+    }
+
     /// The outcome telling that an operation failed (`at_post`: when it was posted, not
     /// later while pending).
     pub fn failure_outcome(f: Failed, at_post: bool) -> Outcome {
@@ -852,6 +877,24 @@ mod tests {
             [failure_outcome(Failed::Lost(3), false), failure_outcome(Failed::Revoked, true), None, Some((3, 3, 0))]
         {
             assert!(!outcome_success(o), "{o:?}");
+        }
+    }
+
+    #[test]
+    fn an_immediate_collective_completes_on_a_replica_only_with_its_master_s_word() {
+        use failures::*;
+        // The master decides; a replica waits for its word.
+        assert_eq!(collective_word(None, true), Word::Decide);
+        assert_eq!(collective_word(None, false), Word::Await);
+        // The master's success is followed, by a replica and by a new master alike.
+        for may_decide in [false, true] {
+            assert_eq!(collective_word(Some(success_outcome()), may_decide), Word::Follow);
+            // Its failure is not a completion: the request fails when it is applied.
+            for f in [Failed::Lost(2), Failed::Revoked] {
+                for post in [false, true] {
+                    assert_eq!(collective_word(Some(failure_outcome(f, post)), may_decide), Word::Await);
+                }
+            }
         }
     }
 

@@ -464,20 +464,23 @@ impl Engine {
     pub(super) fn schedule_word(&mut self, op: u64) -> Option<bool> {
         let Some(rp) = self.repl.as_mut() else { return Some(false) };
         let c = failures::failure_point(op);
-        if let Some(o) = rp.ep.choice_known(c) {
-            if failures::outcome_success(o) {
-                rp.ep.take_choice(c);
+        let known = rp.ep.choice_known(c);
+        match failures::collective_word(known, rp.ep.may_decide()) {
+            failures::Word::Follow => {
+                let o = rp.ep.take_choice(c).unwrap_or(failures::success_outcome());
                 rp.ep.decided(u32::MAX, c, o);
-                return Some(false);
+                Some(false)
             }
-            rp.words = true;
-            return None;
+            failures::Word::Decide => {
+                rp.ep.decided(u32::MAX, c, failures::success_outcome());
+                Some(true)
+            }
+            failures::Word::Await => {
+                // A failure known: applied by `apply_failures`.
+                rp.words |= known.is_some();
+                None
+            }
         }
-        if rp.ep.may_decide() {
-            rp.ep.decided(u32::MAX, c, failures::success_outcome());
-            return Some(true);
-        }
-        None
     }
 
     /// Request `r` stands for operation `op` (a fault-aware replicated job).
