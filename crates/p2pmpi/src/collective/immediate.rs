@@ -14,7 +14,11 @@
 //! The user sees an ordinary [`crate::request::Request`]: behind it is a device request that
 //! the schedule completes when its last step is done (a "generalized request"), so `wait`,
 //! `test`, `wait_any`, request collections and scopes work unchanged, and in a replicated job
-//! the completion is a choice point like any other request's.
+//! the completion is a choice point like any other request's. A step that fails (a member
+//! lost, the communicator revoked) fails the request and gives the schedule up (the
+//! `try_immediate_*` forms of [`crate::ulfm`] and `Request::try_wait`/`try_test` return it).
+//! In a fault-aware replicated job the schedule is numbered when it starts, and a replica
+//! completes it only with its master's outcome, failure or success.
 //!
 //! The schedules are flat (one round of transfers wherever the operation allows it): every
 //! process exchanges directly with the processes it needs, and reductions are combined
