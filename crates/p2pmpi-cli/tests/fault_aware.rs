@@ -147,6 +147,12 @@ fn immediate_collectives_fail_their_requests_and_the_survivors_shrink() {
     assert!(text.contains("shrunk from 4 to 3 ranks"), "{text}");
     assert!(text.contains(" done on 3 ranks"), "the rounds after the failure ran on the survivors: {text}");
     assert!(text.contains("total 00000002534e5ed3 over 20 rounds on 3 of 4 ranks: correct"), "{text}");
+    // A wrong call is an `Err` of the `try_immediate_` form, not the end of the process.
+    let misuse = text
+        .lines()
+        .filter(|l| l.contains("a wrong call returned its error: ") && l.contains("must not be called on the root"))
+        .count();
+    assert_eq!(misuse, 4, "{text}");
 }
 
 // ------------------------------------------------------------------ replicated jobs (-r R)

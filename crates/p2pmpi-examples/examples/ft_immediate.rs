@@ -12,7 +12,8 @@
 //! Usage: `ft_immediate [ROUNDS] [TASKS_PER_ROUND] [HOLD_MS]` (defaults 20, 1000, 0): HOLD_MS
 //! pauses after each round, so that a test can kill a rank mid-run.
 //!
-//! Prints `rank R ready pid PID on HOST at 0` at the start, `round K done on N ranks` (rank 0
+//! Prints `rank R ready pid PID on HOST at 0` at the start, `rank R: a wrong call returned its
+//! error: ERROR` (a gather's non-root form called on the root), `round K done on N ranks` (rank 0
 //! of the communicator), `rank R: round K failed in STEP: ERROR` on an error,
 //! `shrunk from A to B ranks; round K again`, and at the end
 //! `total SUM over ROUNDS rounds on N of M ranks: correct` (or `WRONG`), the sum being the
@@ -70,6 +71,12 @@ fn main() {
     let me = world.rank();
     let host = mpi::environment::processor_name().unwrap_or_default();
     println!("rank {me} ready pid {} on {host} at 0", std::process::id());
+    // A wrong call returns its error (the plain form would stop the process): the root's
+    // own contribution to a gather goes through `try_immediate_gather_into_root`.
+    match world.process_at_rank(me).try_immediate_gather_into(mpi::request::StaticScope, &0u64) {
+        Ok(_) => panic!("try_immediate_gather_into on the root started"),
+        Err(e) => println!("rank {me}: a wrong call returned its error: {e}"),
+    }
     world.barrier();
 
     let mut comm = world.duplicate();

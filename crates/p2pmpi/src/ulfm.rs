@@ -79,6 +79,11 @@ pub(crate) fn revoked(ctx: u32) {
     }
 }
 
+/// Whether communicator context `ctx` was revoked, as this process heard so far.
+pub(crate) fn context_revoked(ctx: u32) -> bool {
+    REVOKED.lock().contains(&ctx)
+}
+
 /// The revocations the engine has not applied yet.
 pub(crate) fn take_revocations() -> Vec<u32> {
     REVOKE_PENDING.store(false, Ordering::SeqCst);

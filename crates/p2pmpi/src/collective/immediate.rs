@@ -152,7 +152,7 @@ impl Schedule {
                 }
             }
             if let Some(err) = failed {
-                self.abort(e);
+                self.give_up(e);
                 return Some(Err(err));
             }
             // Post or run what comes next.
@@ -184,10 +184,28 @@ impl Schedule {
                 Step::Run(f) => f(&mut self.slots).map_err(|err| self.named(err, -1)),
             };
             if let Err(err) = posted {
-                self.abort(e);
+                self.give_up(e);
                 return Some(Err(err));
             }
         }
+    }
+
+    /// A step failed: the sends of the current round (up to the next fence) are posted all
+    /// the same, then the schedule is over. Every process that reaches a round posts all its
+    /// sends, whichever step failed first: with `-r R` a replica (which does not fail steps
+    /// by itself) posts the same sends as its master, so none waits for its master to send
+    /// what it never would.
+    fn give_up(&mut self, e: &mut Engine) {
+        while let Some(Step::Send { .. } | Step::Recv { .. }) = self.steps.front() {
+            if let Some(Step::Send { to, slot }) = self.steps.pop_front() {
+                let b = &self.slots[slot];
+                // A send that fails too (to a lost rank, on a revoked communicator) is left.
+                if let Ok(id) = e.isend(self.comm, self.world(to), self.tag, b.as_ptr(), b.len(), SendMode::Standard) {
+                    self.active.push(Active { id, peer: to, recv: None });
+                }
+            }
+        }
+        self.abort(e);
     }
 
     /// The world rank of a peer in `lost` that a receive under way waits for.

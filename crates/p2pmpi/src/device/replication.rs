@@ -839,8 +839,14 @@ impl Engine {
     /// committed what it keeps: it might have to take over).
     pub fn backup_pending(&self) -> bool {
         // Messages to a rank lost whole are not waited for: its master's send failed, and
-        // they would keep this replica from finishing forever.
-        self.repl.as_ref().is_some_and(|rp| rp.ep.backup_pending_beyond(|dst| rp.lost_ranks.contains(&(dst as i32))))
+        // they would keep this replica from finishing forever. Nor messages on a revoked
+        // communicator (an immediate collective's steps that its master, having given the
+        // collective up, never posted: nobody receives them on it any more).
+        self.repl.as_ref().is_some_and(|rp| {
+            rp.ep.backup_pending_beyond(|m| {
+                rp.lost_ranks.contains(&(m.dst as i32)) || crate::ulfm::context_revoked(m.comm / 2)
+            })
+        })
     }
 
     /// A choice point of a probe (`immediate`: an immediate one): its number in a replicated
