@@ -139,6 +139,9 @@ impl Pending {
             let r = e.take_done(self.id);
             if r.is_none() {
                 e.progress(self.hint, None);
+                // A failure or revocation told since fails the request now (a program
+                // polling with `test` learns of it).
+                crate::environment::apply_notices(e);
                 return e.take_done(self.id);
             }
             r
