@@ -121,6 +121,40 @@ fn collectives_return_their_errors_and_a_revoke_frees_ranks_that_never_talk_to_t
     assert!(text.contains("total 00000002534e5ed3 over 20 rounds on 3 of 4 ranks: correct"), "{text}");
 }
 
+#[test]
+fn immediate_collectives_fail_their_requests_and_the_survivors_shrink() {
+    let mut c = Command::new(launcher());
+    c.args(["-n", "4", "--t-gossip", "100", "--t-max-hang", "0"])
+        .arg(example("ft_immediate"))
+        .args(["20", "1000", "150"])
+        .env("P2PMPI_HOME", "/nonexistent/p2pmpi-local-tests");
+    let job = Job::spawn(&mut c);
+    let ready = job.ready(4, T);
+    job.wait_for(T, "round 3", |lines| lines.iter().any(|l| l.text == "round 3 done on 4 ranks").then_some(()));
+    kill9(ready[2].0);
+    // Without the failure reaching the schedules' requests (`try_wait`, `try_test`), the
+    // survivors would stop (the plain forms) or wait for rank 2 forever: the job would not
+    // end, or end in error.
+    let (code, text) = job.finish(T);
+    assert_eq!(code, 0, "{text}");
+    let failed: Vec<&str> = text.lines().filter(|l| l.contains(": round ") && l.contains(" failed in ")).collect();
+    assert_eq!(failed.len(), 3, "every survivor saw a request of the round fail: {text}");
+    assert!(
+        failed.iter().all(|l| l.contains("lost rank 2") || l.contains("the communicator was revoked")),
+        "the requests name the lost rank or the revocation: {text}"
+    );
+    assert!(failed.iter().any(|l| l.contains("lost rank 2")), "{text}");
+    assert!(text.contains("shrunk from 4 to 3 ranks"), "{text}");
+    assert!(text.contains(" done on 3 ranks"), "the rounds after the failure ran on the survivors: {text}");
+    assert!(text.contains("total 00000002534e5ed3 over 20 rounds on 3 of 4 ranks: correct"), "{text}");
+    // A wrong call is an `Err` of the `try_immediate_` form, not the end of the process.
+    let misuse = text
+        .lines()
+        .filter(|l| l.contains("a wrong call returned its error: ") && l.contains("must not be called on the root"))
+        .count();
+    assert_eq!(misuse, 4, "{text}");
+}
+
 // ------------------------------------------------------------------ replicated jobs (-r R)
 //
 // `-n 4 -r 2`: replica j of rank k is slot 2k + j (rank 2 is slots 4 and 5). The examples
@@ -337,4 +371,25 @@ fn replicated_solver_survives_the_root_s_master_dying_with_the_lost_rank() {
     let p = paths(&dir);
     assert_replicas_took_one_path(&p, &[0, 2], true, &text);
     assert!(p[1].contains("shrunk from 4 to 3: rank 0") && p[1].contains("total "), "{}", p[1]);
+}
+
+#[test]
+fn replicated_immediate_collectives_fail_alike_on_every_replica() {
+    let (job, procs, dir) =
+        start_replicated("ft_immediate", &["20", "1000", "150"], "repl-immediate", "round 3 done on 4 ranks");
+    kill9(procs[&4]);
+    kill9(procs[&5]);
+    let (code, text) = job.finish(T);
+    assert_eq!(code, 0, "{text}");
+    let failed: Vec<&str> = text.lines().filter(|l| l.contains(": round ") && l.contains(" failed in ")).collect();
+    assert_eq!(failed.len(), 3, "every survivor saw a request of the round fail (its master's line): {text}");
+    assert!(text.contains("shrunk from 4 to 3 ranks"), "{text}");
+    assert!(text.contains("total 00000002534e5ed3 over 20 rounds on 3 of 4 ranks: correct"), "{text}");
+    let p = paths(&dir);
+    // (Both replicas of rank 2 die at once: a replica may have to leave, see `may_leave`.)
+    assert_replicas_took_one_path(&p, &[2], true, &text);
+    for k in [0, 1, 3] {
+        assert!(p[2 * k].contains(" failed in "), "rank {k}'s replicas saw the round's request fail: {}", p[2 * k]);
+        assert!(p[2 * k].contains("shrunk from 4 to 3"), "{}", p[2 * k]);
+    }
 }

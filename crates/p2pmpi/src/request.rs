@@ -127,6 +127,10 @@ impl Pending {
                 Ok(done) if done.is_empty() => Err(self),
                 Ok(_) => {
                     let r = wait_req(self.id, self.hint);
+                    if r.is_err() {
+                        // As in `wait`: the caller may free its buffer now.
+                        with_engine(|e| e.detach(self.id));
+                    }
                     Ok(self.finish(r))
                 }
             };
@@ -135,12 +139,20 @@ impl Pending {
             let r = e.take_done(self.id);
             if r.is_none() {
                 e.progress(self.hint, None);
+                // A failure or revocation told since fails the request now (a program
+                // polling with `test` learns of it).
+                crate::environment::apply_notices(e);
                 return e.take_done(self.id);
             }
             r
         });
         match r {
-            Some(r) => Ok(self.finish(r)),
+            Some(r) => {
+                if r.is_err() {
+                    with_engine(|e| e.detach(self.id));
+                }
+                Ok(self.finish(r))
+            }
             None => {
                 if let Some(e) = crate::environment::fatal_error() {
                     return Ok(Err(e));
@@ -271,6 +283,19 @@ impl<'a, D: ?Sized, S: Scope<'a>> Request<'a, D, S> {
         Self::from_parts(pending, ptr, scope)
     }
 
+    /// [`Self::receive`] whose start may fail: its error is returned, and nothing is left
+    /// posted on the buffer (the borrow ends with the call).
+    pub(crate) fn try_receive(
+        data: &'a mut D,
+        scope: S,
+        start: impl FnOnce(&mut D) -> Result<Pending>,
+    ) -> Result<Self> {
+        let mut ptr = NonNull::from(data);
+        // SAFETY: as in `receive`; when `start` fails it posted nothing that refers to it.
+        let pending = start(unsafe { ptr.as_mut() })?;
+        Ok(Self::from_parts(pending, ptr, scope))
+    }
+
     fn from_parts(pending: Pending, data: NonNull<D>, scope: S) -> Self {
         scope.register();
         Request { pending: Some(pending), data, scope, phantom: PhantomData }
@@ -311,6 +336,26 @@ impl<'a, D: ?Sized, S: Scope<'a>> Request<'a, D, S> {
     #[allow(clippy::result_large_err, reason = "rsmpi's signature: the Err is the request handed back unfinished")]
     pub fn test(self) -> std::result::Result<Status, Self> {
         self.test_with_data().map(|(s, _)| s)
+    }
+
+    /// Completes the request if it has finished, returning a communication failure instead
+    /// of stopping (beyond rsmpi, like [`Self::try_wait`]); else gives it back.
+    #[allow(clippy::result_large_err, reason = "as `test`: the Err is the request handed back unfinished")]
+    pub fn try_test(mut self) -> std::result::Result<Result<Status>, Self> {
+        let p = self.pending.take().expect("live request");
+        match p.test() {
+            Ok(r) => {
+                // SAFETY: registered in `from_parts`, left once (`self` is forgotten below, so
+                // `Drop` does not run).
+                unsafe { self.scope.unregister() };
+                std::mem::forget(self);
+                Ok(r)
+            }
+            Err(p) => {
+                self.pending = Some(p);
+                Err(self)
+            }
+        }
     }
 
     /// Like [`Self::test`], also returning the data buffer.

@@ -32,7 +32,7 @@
 //! shrink cannot split the survivors. With `-r R`, a rank counts as failed only once every
 //! replica of it has (replicas contribute the same values: they follow their master).
 
-pub use crate::collective::{TryCollectives, TryRoot};
+pub use crate::collective::{TryCollectives, TryImmediateCollectives, TryImmediateRoot, TryRoot};
 use crate::topology::{Communicator, Rank, SimpleCommunicator};
 use parking_lot::Mutex;
 use std::collections::{BTreeSet, HashMap};
@@ -77,6 +77,11 @@ pub(crate) fn revoked(ctx: u32) {
         UNAPPLIED.lock().push(ctx);
         REVOKE_PENDING.store(true, Ordering::SeqCst);
     }
+}
+
+/// Whether communicator context `ctx` was revoked, as this process heard so far.
+pub(crate) fn context_revoked(ctx: u32) -> bool {
+    REVOKED.lock().contains(&ctx)
 }
 
 /// The revocations the engine has not applied yet.

@@ -389,11 +389,12 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
         !self.coord.is_master() && self.coord.backup_len() > 0
     }
 
-    /// [`Self::backup_pending`], leaving out the messages to ranks that `lost` says are gone
-    /// for good (every replica dead, in a program that handles failures): their master's send
-    /// failed, so no commit will ever prune them, and nobody is left to deliver them to.
-    pub fn backup_pending_beyond(&self, lost: impl Fn(u32) -> bool) -> bool {
-        !self.coord.is_master() && self.coord.backup().any(|(m, _)| !lost(m.dst))
+    /// [`Self::backup_pending`], leaving out the messages that `gone` says nobody will take
+    /// (in a program that handles failures: to ranks lost whole, or on a revoked
+    /// communicator): their master's send may have failed, so no commit may ever prune them,
+    /// and nobody would receive them.
+    pub fn backup_pending_beyond(&self, gone: impl Fn(&MsgId) -> bool) -> bool {
+        !self.coord.is_master() && self.coord.backup().any(|(m, _)| !gone(m))
     }
 
     /// Whether the master has nothing left to transmit or commit.
@@ -1368,12 +1369,28 @@ mod tests {
         e.send(T, mid(1, 2, 0), v(1), false, 1);
         e.send(T, mid(1, 0, 0), v(2), false, 2);
         assert!(e.backup_pending());
-        assert!(e.backup_pending_beyond(|dst| dst == 2), "the message to rank 0 is still owed");
+        assert!(e.backup_pending_beyond(|m| m.dst == 2), "the message to rank 0 is still owed");
         // Rank 0's copy is committed; rank 2's never will be (its master's send failed).
         assert!(e.on_commit(2, mid(1, 0, 0)));
         assert!(e.backup_pending(), "the message to rank 2 stays in the table");
-        assert!(!e.backup_pending_beyond(|dst| dst == 2), "but nobody waits for it");
+        assert!(!e.backup_pending_beyond(|m| m.dst == 2), "but nobody waits for it");
         assert!(e.backup_pending_beyond(|_| false));
+    }
+
+    #[test]
+    fn messages_on_a_revoked_communicator_do_not_keep_a_replica_waiting() {
+        // n = 3, r = 2: me slot 3 (rank 1's replica). Its master never sent the message on
+        // communicator 5 (an immediate collective it gave up once 5 was revoked).
+        let mut e: Endpoint<V, u32> = Endpoint::new(Layout::new(3, 2), 3, Config::default());
+        let mut on5 = mid(1, 0, 0);
+        on5.comm = 5;
+        e.send(T, on5, v(1), false, 1);
+        e.send(T, mid(1, 2, 0), v(2), false, 2);
+        let gone = |m: &MsgId| m.comm == 5;
+        assert!(e.backup_pending_beyond(gone), "the message on another communicator is owed");
+        assert!(e.on_commit(2, mid(1, 2, 0)));
+        assert!(!e.backup_pending_beyond(gone), "nobody waits for the one on the revoked communicator");
+        assert!(e.backup_pending());
     }
 
     #[test]

@@ -192,7 +192,7 @@ pub type Outcome = Option<(i32, i32, u64)>;
 /// every replica knows it). A non-master never fails an operation on its own for these
 /// causes: it fails it when its master's outcome comes. A wildcard receive's choice point
 /// may carry a failure outcome too (the master withdrew it with an error), and so does the
-/// list of failed ranks a program acknowledges ([`lost_set_outcome`]).
+/// list of failed ranks a program acknowledges ([`lost_set_outcomes`]).
 pub mod failures {
     use super::Outcome;
 
@@ -227,7 +227,47 @@ pub mod failures {
     /// Failure codes (the outcome's tag); [`AT_POST`] marks a failure at the post itself.
     const LOST: i32 = 1;
     const REVOKED: i32 = 2;
+    /// Not a failure: the operation succeeded on the master (told for the operations whose
+    /// replicas wait for their master's word either way, [`success_outcome`]).
+    const SUCCEEDED: i32 = 3;
     pub const AT_POST: i32 = 0x10;
+
+    /// The outcome telling that an operation succeeded on the master. Told for an immediate
+    /// collective's request: its replicas complete it only once their master's word came
+    /// (success or failure), so none takes a success its master did not have.
+    pub fn success_outcome() -> Outcome {
+        Some((FAILED_SRC, SUCCEEDED, 0))
+    }
+
+    /// Whether an outcome is [`success_outcome`].
+    pub fn outcome_success(o: Outcome) -> bool {
+        matches!(o, Some((FAILED_SRC, SUCCEEDED, _)))
+    }
+
+    /// What a replica does with an immediate collective that succeeded here.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Word {
+        /// Its master's success came: take it (relay it if this process becomes master) and
+        /// complete the request.
+        Follow,
+        /// This process decides (the master): tell [`success_outcome`], then complete.
+        Decide,
+        /// Not yet: no word from its master, or a failure, which fails the request when
+        /// applied.
+        Await,
+    }
+
+    /// The step for an immediate collective over here with success, given its master's
+    /// outcome known at its failure point (`known`) and whether this process decides.
+    pub fn collective_word(known: Option<Outcome>, may_decide: bool) -> Word {
+        match known {
+            // A master's word known already (a new master's predecessor's too) is followed.
+            Some(o) if outcome_success(o) => Word::Follow,
+            Some(_) => Word::Await,
+            None if may_decide => Word::Decide,
+            None => Word::Await,
+        }
+    }
 
     /// The outcome telling that an operation failed (`at_post`: when it was posted, not
     /// later while pending).
@@ -253,23 +293,67 @@ pub mod failures {
         }
     }
 
-    /// The outcome naming a set of failed world ranks (the master's view when the program
-    /// asks for it). Ranks from 64 on are not representable: `None` when one is there.
-    pub fn lost_set_outcome(ranks: &[u32]) -> Option<Outcome> {
-        let mut mask = 0u64;
-        for &r in ranks {
-            if r >= 64 {
-                return None;
-            }
-            mask |= 1 << r;
-        }
-        Some(Some((LOST_SET_SRC, 0, mask)))
+    /// The bit that marks the extra choice points of a set of failed ranks
+    /// ([`lost_set_outcomes`]): below [`FAILURE_POINT`], far above ordinary points.
+    pub const LOST_SET_POINT: u64 = 1 << 62;
+
+    /// Extra point `i` (from 1) of the set of failed ranks told at ordinary point `c`.
+    pub fn lost_set_part_point(c: u64, i: usize) -> u64 {
+        LOST_SET_POINT | (c << 16) | (i as u64 & 0xffff)
     }
 
-    /// The failed world ranks an outcome of [`lost_set_outcome`] names.
-    pub fn outcome_lost_set(o: Outcome) -> Option<Vec<u32>> {
-        let (src, _, mask) = o?;
-        (src == LOST_SET_SRC).then(|| (0..64).filter(|r| mask & (1 << r) != 0).collect())
+    /// The outcomes naming a set of failed world ranks (the master's view when the program
+    /// asks for it) at ordinary choice point `c`: 64 ranks a word (a mask of ranks
+    /// `64 w .. 64 w + 63`); the first outcome is `c`'s own (word 0, and the number of extra
+    /// parts), then one outcome per other word that has a rank, at
+    /// [`lost_set_part_point`]`(c, 1..)`. The parts come first in the list: told in order, a
+    /// replica that has `c`'s outcome has its parts too (it waits for them otherwise).
+    pub fn lost_set_outcomes(c: u64, ranks: &[u32]) -> Vec<(u64, Outcome)> {
+        let mut words: std::collections::BTreeMap<u32, u64> = std::collections::BTreeMap::new();
+        for &r in ranks {
+            *words.entry(r / 64).or_default() |= 1 << (r % 64);
+        }
+        let first = words.remove(&0).unwrap_or(0);
+        let mut out: Vec<(u64, Outcome)> = words
+            .into_iter()
+            .enumerate()
+            .map(|(i, (w, mask))| (lost_set_part_point(c, i + 1), Some((LOST_SET_SRC, w as i32, mask))))
+            .collect();
+        out.push((c, Some((LOST_SET_SRC, -(out.len() as i32) - 1, first))));
+        out
+    }
+
+    /// How many extra parts the set told by outcome `o` (of its ordinary point) has: `None`
+    /// when `o` does not tell a set of failed ranks.
+    pub fn lost_set_parts(o: Outcome) -> Option<usize> {
+        let (src, tag, _) = o?;
+        (src == LOST_SET_SRC && tag < 0).then(|| (-(tag as i64) - 1) as usize)
+    }
+
+    /// The failed world ranks told by `main` (the outcome of the ordinary point) and its
+    /// `parts` (the outcomes of its extra points, in order), ascending. `None` when they do
+    /// not make a set (a part missing, or not a part).
+    pub fn outcome_lost_set(main: Outcome, parts: &[Outcome]) -> Option<Vec<u32>> {
+        let n = lost_set_parts(main)?;
+        if parts.len() != n {
+            return None;
+        }
+        let (_, _, first) = main?;
+        let mut words = vec![(0u32, first)];
+        for &p in parts {
+            let (src, w, mask) = p?;
+            if src != LOST_SET_SRC || w <= 0 {
+                return None;
+            }
+            words.push((w as u32, mask));
+        }
+        words.sort_unstable();
+        let mut ranks = Vec::new();
+        for (w, mask) in words {
+            ranks.extend((0..64u32).filter(|b| mask & (1 << b) != 0).filter_map(|b| w.checked_mul(64)?.checked_add(b)));
+        }
+        ranks.dedup();
+        Some(ranks)
     }
 }
 
@@ -768,7 +852,8 @@ mod tests {
                 // Through the wire's fields (source as u32, tag, sequence) and back.
                 let (s, t, v) = o.unwrap();
                 assert_eq!(outcome_failure(Some(((s as u32) as i32, t, v))), Some((f, post)));
-                assert_eq!(outcome_lost_set(o), None);
+                assert_eq!(outcome_lost_set(o, &[]), None);
+                assert_eq!(lost_set_parts(o), None);
             }
         }
         // A match (a source, a rank) or nothing is not a failure.
@@ -776,11 +861,82 @@ mod tests {
         assert_eq!(outcome_failure(None), None);
         assert_eq!(op_of_point(failure_point(42)), Some(42));
         assert_eq!(op_of_point(42), None);
-        let set = lost_set_outcome(&[2, 0, 63]).unwrap();
-        assert_eq!(outcome_lost_set(set), Some(vec![0, 2, 63]));
-        assert_eq!(outcome_failure(set), None);
-        assert_eq!(outcome_lost_set(lost_set_outcome(&[]).unwrap()), Some(vec![]));
-        assert_eq!(lost_set_outcome(&[64]), None);
+        let set = lost_set_outcomes(7, &[2, 0, 63]);
+        assert_eq!(set.len(), 1, "below 64: one outcome");
+        assert_eq!(set[0].0, 7);
+        assert_eq!(outcome_lost_set(set[0].1, &[]), Some(vec![0, 2, 63]));
+        assert_eq!(outcome_failure(set[0].1), None);
+        assert_eq!(outcome_lost_set(lost_set_outcomes(7, &[])[0].1, &[]), Some(vec![]));
+        // A success is neither a failure nor a match nor a set, and no failure is a success.
+        assert!(outcome_success(success_outcome()));
+        assert_eq!(outcome_failure(success_outcome()), None);
+        assert_eq!(outcome_lost_set(success_outcome(), &[]), None);
+        let (s, t, v) = success_outcome().unwrap();
+        assert!(outcome_success(Some(((s as u32) as i32, t, v))), "through the wire's fields");
+        for o in
+            [failure_outcome(Failed::Lost(3), false), failure_outcome(Failed::Revoked, true), None, Some((3, 3, 0))]
+        {
+            assert!(!outcome_success(o), "{o:?}");
+        }
+    }
+
+    #[test]
+    fn an_immediate_collective_completes_on_a_replica_only_with_its_master_s_word() {
+        use failures::*;
+        // The master decides; a replica waits for its word.
+        assert_eq!(collective_word(None, true), Word::Decide);
+        assert_eq!(collective_word(None, false), Word::Await);
+        // The master's success is followed, by a replica and by a new master alike.
+        for may_decide in [false, true] {
+            assert_eq!(collective_word(Some(success_outcome()), may_decide), Word::Follow);
+            // Its failure is not a completion: the request fails when it is applied.
+            for f in [Failed::Lost(2), Failed::Revoked] {
+                for post in [false, true] {
+                    assert_eq!(collective_word(Some(failure_outcome(f, post)), may_decide), Word::Await);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn sets_of_failed_ranks_from_64_on_are_told_in_parts() {
+        use failures::*;
+        let ranks = [200, 3, 64, 127, 0, 1000, 65];
+        let outs = lost_set_outcomes(12, &ranks);
+        // Words 1 (64, 65, 127), 3 (200), 15 (1000) in parts, word 0 at the point itself, last.
+        assert_eq!(outs.len(), 4);
+        let (main_point, main) = *outs.last().unwrap();
+        assert_eq!(main_point, 12);
+        assert_eq!(lost_set_parts(main), Some(3));
+        let points: Vec<u64> = outs[..3].iter().map(|x| x.0).collect();
+        assert_eq!(points, (1..=3).map(|i| lost_set_part_point(12, i)).collect::<Vec<_>>());
+        for &p in &points {
+            assert!((LOST_SET_POINT..FAILURE_POINT).contains(&p) && op_of_point(p).is_none(), "{p:#x}");
+        }
+        assert_ne!(lost_set_part_point(12, 1), lost_set_part_point(13, 1));
+        // Through the wire's fields (source as u32, tag, sequence) and back.
+        let wire = |o: Outcome| o.map(|(s, t, v)| ((s as u32) as i32, t, v));
+        let parts: Vec<Outcome> = outs[..3].iter().map(|x| wire(x.1)).collect();
+        assert_eq!(outcome_lost_set(wire(main), &parts), Some(vec![0, 3, 64, 65, 127, 200, 1000]));
+        // A part missing, or something else in its place: not a set.
+        assert_eq!(outcome_lost_set(main, &parts[..2]), None);
+        assert_eq!(outcome_lost_set(main, &[parts[0], parts[1], failure_outcome(Failed::Revoked, false)]), None);
+        assert_eq!(outcome_lost_set(main, &[parts[0], parts[1], None]), None);
+        // Neither a set's outcome nor its parts look like a failure, a success or a match's.
+        for (_, o) in &outs {
+            assert_eq!(outcome_failure(*o), None);
+            assert!(!outcome_success(*o));
+        }
+        assert_eq!(lost_set_parts(outs[0].1), None, "a part is not a set's first outcome");
+        // Only ranks from 64 on: word 0 empty, the set still whole.
+        let outs = lost_set_outcomes(0, &[64]);
+        let parts: Vec<Outcome> = outs[..outs.len() - 1].iter().map(|x| x.1).collect();
+        assert_eq!(outcome_lost_set(outs.last().unwrap().1, &parts), Some(vec![64]));
+        // The largest world ranks.
+        let big = [u32::MAX, u32::MAX - 64];
+        let outs = lost_set_outcomes(1, &big);
+        let parts: Vec<Outcome> = outs[..outs.len() - 1].iter().map(|x| x.1).collect();
+        assert_eq!(outcome_lost_set(outs.last().unwrap().1, &parts), Some(vec![u32::MAX - 64, u32::MAX]));
     }
 
     #[test]

@@ -14,7 +14,11 @@
 //! The user sees an ordinary [`crate::request::Request`]: behind it is a device request that
 //! the schedule completes when its last step is done (a "generalized request"), so `wait`,
 //! `test`, `wait_any`, request collections and scopes work unchanged, and in a replicated job
-//! the completion is a choice point like any other request's.
+//! the completion is a choice point like any other request's. A step that fails (a member
+//! lost, the communicator revoked) fails the request and gives the schedule up (the
+//! `try_immediate_*` forms of [`crate::ulfm`] and `Request::try_wait`/`try_test` return it).
+//! In a fault-aware replicated job the schedule is numbered when it starts, and a replica
+//! completes it only with its master's outcome, failure or success.
 //!
 //! The schedules are flat (one round of transfers wherever the operation allows it): every
 //! process exchanges directly with the processes it needs, and reductions are combined
@@ -88,6 +92,10 @@ impl Plan {
 pub(crate) struct Schedule {
     /// The device request the user's `Request` stands on; completed with the schedule.
     pub req: ReqId,
+    /// Its number among the operations of a fault-aware replicated job (set when it starts,
+    /// in program order: the same on every replica of the rank); its replicas take their
+    /// master's outcome.
+    pub op: Option<u64>,
     comm: u32,
     members: Option<Arc<[Rank]>>,
     tag: i32,
@@ -144,7 +152,7 @@ impl Schedule {
                 }
             }
             if let Some(err) = failed {
-                self.abort(e);
+                self.give_up(e);
                 return Some(Err(err));
             }
             // Post or run what comes next.
@@ -176,10 +184,33 @@ impl Schedule {
                 Step::Run(f) => f(&mut self.slots).map_err(|err| self.named(err, -1)),
             };
             if let Err(err) = posted {
-                self.abort(e);
+                self.give_up(e);
                 return Some(Err(err));
             }
         }
+    }
+
+    /// A step failed: the sends of the current round (up to the next fence) are posted all
+    /// the same, then the schedule is over. Every process that reaches a round posts all its
+    /// sends, whichever step failed first: with `-r R` a replica (which does not fail steps
+    /// by itself) posts the same sends as its master, so none waits for its master to send
+    /// what it never would.
+    fn give_up(&mut self, e: &mut Engine) {
+        while let Some(Step::Send { .. } | Step::Recv { .. }) = self.steps.front() {
+            if let Some(Step::Send { to, slot }) = self.steps.pop_front() {
+                let b = &self.slots[slot];
+                // A send that fails too (to a lost rank, on a revoked communicator) is left.
+                if let Ok(id) = e.isend(self.comm, self.world(to), self.tag, b.as_ptr(), b.len(), SendMode::Standard) {
+                    self.active.push(Active { id, peer: to, recv: None });
+                }
+            }
+        }
+        self.abort(e);
+    }
+
+    /// The world rank of a peer in `lost` that a receive under way waits for.
+    pub fn waits_for(&self, lost: &[Rank]) -> Option<Rank> {
+        self.active.iter().filter(|a| a.recv.is_some()).map(|a| self.world(a.peer)).find(|w| lost.contains(w))
     }
 
     /// Withdraws every transfer still under way (their buffers are about to go).
@@ -203,6 +234,7 @@ pub(crate) fn start(h: &CommHandle, name: &'static str, plan: Plan) -> Result<Pe
     let tag = TAG_IMMEDIATE + (h.next_immediate() % (1 << 24)) as i32;
     let sched = Schedule {
         req: 0,
+        op: None,
         comm: h.coll_id(),
         members: h.members(),
         tag,

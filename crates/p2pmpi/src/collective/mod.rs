@@ -10,7 +10,7 @@ pub mod algorithms;
 mod fallible;
 pub(crate) mod hier;
 mod inter;
-pub use fallible::{TryCollectives, TryRoot};
+pub use fallible::{TryCollectives, TryImmediateCollectives, TryImmediateRoot, TryRoot};
 pub(crate) mod immediate;
 pub mod ops;
 
@@ -450,9 +450,7 @@ pub trait CommunicatorCollectives: Communicator {
 
     /// Starts a barrier; the request completes once every process started it.
     fn immediate_barrier(&self) -> Request<'static, ()> {
-        let h = self.handle();
-        let plan = immediate::barrier_plan(h.rank(), h.size());
-        Request::new(immediate::start(h, "immediate_barrier", plan).or_fatal(), &(), StaticScope)
+        fallible::TryImmediateCollectives::try_immediate_barrier(self).or_fatal()
     }
 
     /// Immediate [`Self::all_gather_into`].
@@ -467,8 +465,7 @@ pub trait CommunicatorCollectives: Communicator {
         R: 'a + BufferMut,
         Sc: Scope<'a>,
     {
-        let mine = packed(sendbuf).bytes.into_owned();
-        recv_request(recvbuf, scope, |r| i_all_gather(self.handle(), mine, output(r)))
+        fallible::TryImmediateCollectives::try_immediate_all_gather_into(self, scope, sendbuf, recvbuf).or_fatal()
     }
 
     /// Immediate [`Self::all_gather_varcount_into`].
@@ -483,11 +480,8 @@ pub trait CommunicatorCollectives: Communicator {
         R: 'a + PartitionedBufferMut,
         Sc: Scope<'a>,
     {
-        let mine = packed(sendbuf).bytes.into_owned();
-        recv_request(recvbuf, scope, |r| {
-            let (out, ranges) = parts_output(r, "immediate_all_gather_varcount_into")?;
-            i_all_gather_varcount(self.handle(), mine, out, ranges)
-        })
+        fallible::TryImmediateCollectives::try_immediate_all_gather_varcount_into(self, scope, sendbuf, recvbuf)
+            .or_fatal()
     }
 
     /// Immediate [`Self::all_to_all_into`].
@@ -502,9 +496,7 @@ pub trait CommunicatorCollectives: Communicator {
         R: 'a + BufferMut,
         Sc: Scope<'a>,
     {
-        let what = "immediate_all_to_all_into";
-        let outgoing = blocks(what, &packed(sendbuf).bytes, self.handle().size() as usize).or_fatal();
-        recv_request(recvbuf, scope, |r| i_all_to_all(self.handle(), outgoing, output(r), what))
+        fallible::TryImmediateCollectives::try_immediate_all_to_all_into(self, scope, sendbuf, recvbuf).or_fatal()
     }
 
     /// Immediate [`Self::all_to_all_varcount_into`].
@@ -519,12 +511,8 @@ pub trait CommunicatorCollectives: Communicator {
         R: 'a + PartitionedBufferMut,
         Sc: Scope<'a>,
     {
-        let what = "immediate_all_to_all_varcount_into";
-        let outgoing = send_parts(sendbuf, what).or_fatal();
-        recv_request(recvbuf, scope, |r| {
-            let (out, ranges) = parts_output(r, what)?;
-            i_all_to_all_varcount(self.handle(), outgoing, out, ranges)
-        })
+        fallible::TryImmediateCollectives::try_immediate_all_to_all_varcount_into(self, scope, sendbuf, recvbuf)
+            .or_fatal()
     }
 
     /// Immediate [`Self::all_reduce_into`].
@@ -541,15 +529,7 @@ pub trait CommunicatorCollectives: Communicator {
         O: 'a + Operation,
         Sc: Scope<'a>,
     {
-        let p = packed(sendbuf);
-        let (map, count, mine) = (p.map, p.count, p.bytes.into_owned());
-        // SAFETY: the schedule keeping `op` is over before the request completes, and the
-        // request cannot outlive `'a` (see `KeptOp::new`).
-        let op = unsafe { KeptOp::new(op) };
-        recv_request(recvbuf, scope, |r| {
-            let what = "immediate_all_reduce_into";
-            i_reduction(self.handle(), what, mine, map, count, op, |_| true, |_| true, Some(output(r)))
-        })
+        fallible::TryImmediateCollectives::try_immediate_all_reduce_into(self, scope, sendbuf, recvbuf, op).or_fatal()
     }
 
     /// Immediate [`Self::reduce_scatter_block_into`].
@@ -566,10 +546,8 @@ pub trait CommunicatorCollectives: Communicator {
         O: 'a + Operation,
         Sc: Scope<'a>,
     {
-        let p = packed(sendbuf);
-        // SAFETY: as in `immediate_all_reduce_into`.
-        let op = unsafe { KeptOp::new(op) };
-        recv_request(recvbuf, scope, |r| i_reduce_scatter_block(self.handle(), p, output(r), op))
+        fallible::TryImmediateCollectives::try_immediate_reduce_scatter_block_into(self, scope, sendbuf, recvbuf, op)
+            .or_fatal()
     }
 
     /// Immediate [`Self::scan_into`].
@@ -586,15 +564,7 @@ pub trait CommunicatorCollectives: Communicator {
         O: 'a + Operation,
         Sc: Scope<'a>,
     {
-        let p = packed(sendbuf);
-        let (map, count, mine) = (p.map, p.count, p.bytes.into_owned());
-        // SAFETY: as in `immediate_all_reduce_into`.
-        let op = unsafe { KeptOp::new(op) };
-        let me = self.rank();
-        recv_request(recvbuf, scope, |r| {
-            let what = "immediate_scan_into";
-            i_reduction(self.handle(), what, mine, map, count, op, |d| d > me, |s| s <= me, Some(output(r)))
-        })
+        fallible::TryImmediateCollectives::try_immediate_scan_into(self, scope, sendbuf, recvbuf, op).or_fatal()
     }
 
     /// Immediate [`Self::exclusive_scan_into`] (rank 0's buffer is left untouched).
@@ -611,15 +581,8 @@ pub trait CommunicatorCollectives: Communicator {
         O: 'a + Operation,
         Sc: Scope<'a>,
     {
-        let p = packed(sendbuf);
-        let (map, count, mine) = (p.map, p.count, p.bytes.into_owned());
-        // SAFETY: as in `immediate_all_reduce_into`.
-        let op = unsafe { KeptOp::new(op) };
-        let me = self.rank();
-        recv_request(recvbuf, scope, |r| {
-            let what = "immediate_exclusive_scan_into";
-            i_reduction(self.handle(), what, mine, map, count, op, |d| d > me, |s| s < me, Some(output(r)))
-        })
+        fallible::TryImmediateCollectives::try_immediate_exclusive_scan_into(self, scope, sendbuf, recvbuf, op)
+            .or_fatal()
     }
 }
 
@@ -881,22 +844,7 @@ pub trait Root: AsCommunicator {
         Buf: 'a + BufferMut,
         Sc: Scope<'a>,
     {
-        let h = self.root_handle();
-        let root = self.root_rank();
-        recv_request(buf, scope, |b| {
-            let out = output(b);
-            let (data, out) = if h.rank() == root {
-                let mut v = Vec::new();
-                // SAFETY: `BufferMut`'s contract: readable for `count` initialised elements (the
-                // root's data), borrowed for the call.
-                unsafe { out.map.pack(out.ptr.0, out.count, &mut v) };
-                (v, None)
-            } else {
-                (vec![0u8; out_len(&out)], Some(out))
-            };
-            let plan = immediate::bcast_plan(h.rank(), h.size(), root, data, out);
-            immediate::start(h, "immediate_broadcast_into", plan)
-        })
+        fallible::TryImmediateRoot::try_immediate_broadcast_into(self, scope, buf).or_fatal()
     }
 
     /// Immediate [`Self::gather_into`] (on non-root processes).
@@ -905,13 +853,7 @@ pub trait Root: AsCommunicator {
         S: 'a + Buffer,
         Sc: Scope<'a>,
     {
-        assert_ne!(
-            self.as_communicator().rank(),
-            self.root_rank(),
-            "immediate_gather_into must not be called on the root (use immediate_gather_into_root)"
-        );
-        let p = i_send_to_root(self.root_handle(), self.root_rank(), sendbuf, "immediate_gather_into").or_fatal();
-        Request::new(p, sendbuf, scope)
+        fallible::TryImmediateRoot::try_immediate_gather_into(self, scope, sendbuf).or_fatal()
     }
 
     /// Immediate [`Self::gather_into_root`].
@@ -926,23 +868,7 @@ pub trait Root: AsCommunicator {
         R: 'a + BufferMut,
         Sc: Scope<'a>,
     {
-        let h = self.root_handle();
-        let mine = packed(sendbuf).bytes.into_owned();
-        recv_request(recvbuf, scope, |r| {
-            let what = "immediate_gather_into_root";
-            let out = output(r);
-            let n = h.size() as usize;
-            check_len(what, out_len(&out), mine.len() * n)?;
-            let len = mine.len();
-            let mut outgoing = vec![None; n];
-            outgoing[h.rank() as usize] = Some(mine);
-            let plan = exchange_plan(h.rank(), h.size(), outgoing, vec![Some(len); n], move |parts| {
-                // SAFETY: the request's receive buffer, still borrowed and writable.
-                unsafe { out.write(&concat(&parts)) };
-                Ok(())
-            });
-            immediate::start(h, what, plan)
-        })
+        fallible::TryImmediateRoot::try_immediate_gather_into_root(self, scope, sendbuf, recvbuf).or_fatal()
     }
 
     /// Immediate [`Self::gather_varcount_into`].
@@ -951,9 +877,7 @@ pub trait Root: AsCommunicator {
         S: 'a + Buffer,
         Sc: Scope<'a>,
     {
-        let what = "immediate_gather_varcount_into";
-        let p = i_send_to_root(self.root_handle(), self.root_rank(), sendbuf, what).or_fatal();
-        Request::new(p, sendbuf, scope)
+        fallible::TryImmediateRoot::try_immediate_gather_varcount_into(self, scope, sendbuf).or_fatal()
     }
 
     /// Immediate [`Self::gather_varcount_into_root`].
@@ -968,22 +892,7 @@ pub trait Root: AsCommunicator {
         R: 'a + PartitionedBufferMut,
         Sc: Scope<'a>,
     {
-        let h = self.root_handle();
-        let mine = packed(sendbuf).bytes.into_owned();
-        recv_request(recvbuf, scope, |r| {
-            let what = "immediate_gather_varcount_into_root";
-            let (out, ranges) = parts_output(r, what)?;
-            let (n, me) = (h.size() as usize, h.rank() as usize);
-            check_len(what, mine.len(), ranges[me].1)?;
-            let mut outgoing = vec![None; n];
-            outgoing[me] = Some(mine);
-            let incoming = ranges.iter().map(|&(_, l)| Some(l)).collect();
-            let plan = exchange_plan(h.rank(), h.size(), outgoing, incoming, move |parts| {
-                write_parts(&out, &ranges, &parts);
-                Ok(())
-            });
-            immediate::start(h, what, plan)
-        })
+        fallible::TryImmediateRoot::try_immediate_gather_varcount_into_root(self, scope, sendbuf, recvbuf).or_fatal()
     }
 
     /// Immediate [`Self::scatter_into`] (on non-root processes).
@@ -992,8 +901,7 @@ pub trait Root: AsCommunicator {
         R: 'a + BufferMut,
         Sc: Scope<'a>,
     {
-        let (h, root) = (self.root_handle(), self.root_rank());
-        recv_request(recvbuf, scope, |r| i_recv_from_root(h, root, output(r), "immediate_scatter_into"))
+        fallible::TryImmediateRoot::try_immediate_scatter_into(self, scope, recvbuf).or_fatal()
     }
 
     /// Immediate [`Self::scatter_into_root`].
@@ -1008,10 +916,7 @@ pub trait Root: AsCommunicator {
         R: 'a + BufferMut,
         Sc: Scope<'a>,
     {
-        let h = self.root_handle();
-        let what = "immediate_scatter_into_root";
-        let outgoing = blocks(what, &packed(sendbuf).bytes, h.size() as usize).or_fatal();
-        recv_request(recvbuf, scope, |r| i_scatter_root(h, outgoing, output(r), what))
+        fallible::TryImmediateRoot::try_immediate_scatter_into_root(self, scope, sendbuf, recvbuf).or_fatal()
     }
 
     /// Immediate [`Self::scatter_varcount_into`] (on non-root processes).
@@ -1020,8 +925,7 @@ pub trait Root: AsCommunicator {
         R: 'a + BufferMut,
         Sc: Scope<'a>,
     {
-        let (h, root) = (self.root_handle(), self.root_rank());
-        recv_request(recvbuf, scope, |r| i_recv_from_root(h, root, output(r), "immediate_scatter_varcount_into"))
+        fallible::TryImmediateRoot::try_immediate_scatter_varcount_into(self, scope, recvbuf).or_fatal()
     }
 
     /// Immediate [`Self::scatter_varcount_into_root`].
@@ -1036,10 +940,7 @@ pub trait Root: AsCommunicator {
         R: 'a + BufferMut,
         Sc: Scope<'a>,
     {
-        let h = self.root_handle();
-        let what = "immediate_scatter_varcount_into_root";
-        let outgoing = send_parts(sendbuf, what).or_fatal();
-        recv_request(recvbuf, scope, |r| i_scatter_root(h, outgoing, output(r), what))
+        fallible::TryImmediateRoot::try_immediate_scatter_varcount_into_root(self, scope, sendbuf, recvbuf).or_fatal()
     }
 
     /// Immediate [`Self::reduce_into`] (on non-root processes).
@@ -1049,14 +950,7 @@ pub trait Root: AsCommunicator {
         O: 'a + Operation,
         Sc: Scope<'a>,
     {
-        let (h, root) = (self.root_handle(), self.root_rank());
-        let p = packed(sendbuf);
-        let (map, count, mine) = (p.map, p.count, p.bytes.into_owned());
-        // SAFETY: as in `immediate_all_reduce_into`.
-        let op = unsafe { KeptOp::new(op) };
-        let what = "immediate_reduce_into";
-        let p = i_reduction(h, what, mine, map, count, op, |d| d == root, |_| false, None).or_fatal();
-        Request::new(p, sendbuf, scope)
+        fallible::TryImmediateRoot::try_immediate_reduce_into(self, scope, sendbuf, op).or_fatal()
     }
 
     /// Immediate [`Self::reduce_into_root`].
@@ -1073,15 +967,7 @@ pub trait Root: AsCommunicator {
         O: 'a + Operation,
         Sc: Scope<'a>,
     {
-        let h = self.root_handle();
-        let p = packed(sendbuf);
-        let (map, count, mine) = (p.map, p.count, p.bytes.into_owned());
-        // SAFETY: as in `immediate_all_reduce_into`.
-        let op = unsafe { KeptOp::new(op) };
-        recv_request(recvbuf, scope, |r| {
-            let what = "immediate_reduce_into_root";
-            i_reduction(h, what, mine, map, count, op, |_| false, |_| true, Some(output(r)))
-        })
+        fallible::TryImmediateRoot::try_immediate_reduce_into_root(self, scope, sendbuf, recvbuf, op).or_fatal()
     }
 }
 
@@ -1098,7 +984,7 @@ pub mod traits {
 
 // ------------------------------------------------------------------------ immediate collectives
 
-use crate::request::{Pending, Request, Scope, StaticScope};
+use crate::request::{Pending, Request, Scope};
 use immediate::{exchange_plan, KeptOp, Output, SendPtr};
 
 fn output<B: ?Sized + BufferMut>(b: &mut B) -> Output {
@@ -1276,15 +1162,6 @@ fn i_reduce_scatter_block(h: &CommHandle, p: Packed<'_>, out: Output, op: KeptOp
         },
     );
     immediate::start(h, what, plan)
-}
-
-/// A request for a receive buffer `recvbuf`, started by `start` on it.
-fn recv_request<'a, R: ?Sized + 'a, Sc: Scope<'a>>(
-    recvbuf: &'a mut R,
-    scope: Sc,
-    start: impl FnOnce(&mut R) -> Result<Pending>,
-) -> Request<'a, R, Sc> {
-    Request::receive(recvbuf, scope, |r| start(r).or_fatal())
 }
 
 fn i_send_to_root<S: ?Sized + Buffer>(h: &CommHandle, root: Rank, s: &S, what: &'static str) -> Result<Pending> {

@@ -1475,9 +1475,24 @@ impl Engine {
     pub(crate) fn start_schedule(&mut self, mut s: crate::collective::immediate::Schedule) -> ReqId {
         let id = self.new_req(std::ptr::null_mut(), 0, ReqState::Pending);
         s.req = id;
+        // A fault-aware replicated job: the request is numbered (starts are in program order,
+        // unlike the posts of its steps), and completes on a replica with its master's outcome.
+        let op = if self.repl.is_some() { self.next_op() } else { None };
+        s.op = op;
         self.schedules.push(s);
+        // Its master's failure may be known already: then it fails at once.
+        self.number(id, op);
         self.advance_schedules();
         id
+    }
+
+    /// Gives up the schedule of request `id`, if one runs (its request failed by its master's
+    /// outcome): its transfers are withdrawn.
+    pub(super) fn drop_schedule(&mut self, id: ReqId) {
+        if let Some(i) = self.schedules.iter().position(|s| s.req == id) {
+            let mut s = self.schedules.swap_remove(i);
+            s.abort(self);
+        }
     }
 
     /// Moves every immediate collective as far as it goes; completes those that are over.
@@ -1489,11 +1504,26 @@ impl Engine {
         if let Some(rp) = self.repl.as_mut() {
             rp.in_schedule = true;
         }
-        live.retain_mut(|s| match s.advance(self) {
-            None => true,
-            Some(r) => {
-                self.complete(s.req, r);
-                false
+        let mut told = false;
+        live.retain_mut(|s| {
+            if !self.reqs.get(s.req).and_then(|r| r.as_ref()).is_some_and(|r| matches!(r.state, ReqState::Pending)) {
+                // Failed meanwhile by its master's outcome.
+                s.abort(self);
+                return false;
+            }
+            match s.advance(self) {
+                None => true,
+                Some(r) => {
+                    if let (Ok(_), Some(op)) = (&r, s.op) {
+                        // A replicated rank's outcome is its master's.
+                        match self.schedule_word(op) {
+                            None => return true,
+                            Some(t) => told |= t,
+                        }
+                    }
+                    self.complete(s.req, r);
+                    false
+                }
             }
         });
         if let Some(rp) = self.repl.as_mut() {
@@ -1501,6 +1531,9 @@ impl Engine {
         }
         live.append(&mut self.schedules);
         self.schedules = live;
+        if told {
+            self.flush_deferred();
+        }
     }
 
     /// Returns whether a connection gave something (a frame, or data of one).

@@ -457,6 +457,32 @@ impl Engine {
         None
     }
 
+    /// Immediate collective `op` succeeded here: whether its request may complete with that
+    /// success. `Some(told)` yes (`told`: this master told its replicas, a frame to flush);
+    /// `None` not yet: this process follows its master, whose word has not come (a failure
+    /// that came is applied by [`Self::apply_failures`], which fails the request).
+    pub(super) fn schedule_word(&mut self, op: u64) -> Option<bool> {
+        let Some(rp) = self.repl.as_mut() else { return Some(false) };
+        let c = failures::failure_point(op);
+        let known = rp.ep.choice_known(c);
+        match failures::collective_word(known, rp.ep.may_decide()) {
+            failures::Word::Follow => {
+                let o = rp.ep.take_choice(c).unwrap_or(failures::success_outcome());
+                rp.ep.decided(u32::MAX, c, o);
+                Some(false)
+            }
+            failures::Word::Decide => {
+                rp.ep.decided(u32::MAX, c, failures::success_outcome());
+                Some(true)
+            }
+            failures::Word::Await => {
+                // A failure known: applied by `apply_failures`.
+                rp.words |= known.is_some();
+                None
+            }
+        }
+    }
+
     /// Request `r` stands for operation `op` (a fault-aware replicated job).
     pub(super) fn number(&mut self, r: ReqId, op: Option<u64>) {
         let (Some(op), Some(rp)) = (op, self.repl.as_mut()) else { return };
@@ -510,6 +536,10 @@ impl Engine {
         let known = rp.ep.known_failures();
         for (c, o) in known {
             let Some(op) = failures::op_of_point(c) else { continue };
+            if failures::outcome_failure(o).is_none() {
+                // A success (an immediate collective's): taken when its schedule is over.
+                continue;
+            }
             let rp = self.repl.as_mut().expect("replicated");
             if op >= rp.ops {
                 // Not reached yet: applied at its post.
@@ -531,6 +561,7 @@ impl Engine {
                 self.req_mut(r).state = ReqState::Failed(err);
                 continue;
             }
+            self.drop_schedule(r);
             self.matcher.cancel(&r);
             self.rndv_recv.retain(|_, q| *q != r);
             if let Some(rp) = self.repl.as_mut() {
@@ -554,12 +585,23 @@ impl Engine {
             return;
         }
         let master_done = rp.ep.coordinator().master_of(self.rank as usize).is_some_and(|m| self.peers[m].bye);
-        if !rp.ep.master_ahead() && !master_done {
-            return;
-        }
-        let stranded = self.matcher.posted().find_map(|(p, r)| {
-            let src = p.src.filter(|s| rp.lost_ranks.contains(s))?;
-            rp.req_op.get(r).map(|op| (*op, src))
+        let ahead = rp.ep.master_ahead() || master_done;
+        let stranded = ahead
+            .then(|| {
+                self.matcher.posted().find_map(|(p, r)| {
+                    let src = p.src.filter(|s| rp.lost_ranks.contains(s))?;
+                    rp.req_op.get(r).map(|op| (*op, src))
+                })
+            })
+            .flatten();
+        // An immediate collective that its master completed (its word came), still waiting
+        // here for a lost rank's message.
+        let stranded = stranded.or_else(|| {
+            self.schedules.iter().find_map(|s| {
+                let op = s.op?;
+                let o = rp.ep.choice_known(failures::failure_point(op))?;
+                failures::outcome_success(o).then(|| s.waits_for(&rp.lost_ranks)).flatten().map(|src| (op, src))
+            })
         });
         if let Some((op, src)) = stranded {
             if master_done {
@@ -625,13 +667,26 @@ impl Engine {
     }
 
     /// The master's view of the failed world ranks at choice point `c` (`failure_ack`,
-    /// `failed_members`): `None` while this replica waits for its master's.
+    /// `failed_members`): `None` while this replica waits for its master's (the outcome of
+    /// `c`, and of its extra points when ranks from 64 on failed).
     pub(crate) fn lost_view_at(&mut self, c: u64) -> Option<Vec<i32>> {
         let rp = self.repl.as_mut()?;
-        if let Some(o) = rp.ep.take_choice(c) {
+        if let Some(o) = rp.ep.choice_known(c) {
+            let n = failures::lost_set_parts(o).unwrap_or(0);
+            let points: Vec<u64> = (1..=n).map(|i| failures::lost_set_part_point(c, i)).collect();
+            let mut parts = Vec::with_capacity(n);
+            for &p in &points {
+                // Told before `c`'s own outcome; after a takeover, they come again.
+                parts.push(rp.ep.choice_known(p)?);
+            }
+            for (&p, &po) in points.iter().zip(&parts) {
+                rp.ep.take_choice(p);
+                rp.ep.decided(u32::MAX, p, po);
+            }
+            rp.ep.take_choice(c);
             rp.ep.decided(u32::MAX, c, o);
-            // Nothing told (ranks beyond 64 failed): this process's own view.
-            let view = failures::outcome_lost_set(o).map_or_else(
+            // Not a set (never told by a master of this version): this process's own view.
+            let view = failures::outcome_lost_set(o, &parts).map_or_else(
                 || {
                     let mut v = self.repl.as_ref().map(|rp| rp.lost_ranks.clone()).unwrap_or_default();
                     v.sort_unstable();
@@ -647,8 +702,13 @@ impl Engine {
         let mut view = rp.lost_ranks.clone();
         view.sort_unstable();
         let ranks: Vec<u32> = view.iter().map(|&r| r as u32).collect();
-        // Beyond 64 ranks the view is not told (`None`: the replicas use their own).
-        rp.ep.decided(u32::MAX, c, failures::lost_set_outcome(&ranks).unwrap_or(None));
+        for (p, o) in failures::lost_set_outcomes(c, &ranks) {
+            // Parts a dead master told before its death: this master's own replace them.
+            if p != c {
+                rp.ep.take_choice(p);
+            }
+            rp.ep.decided(u32::MAX, p, o);
+        }
         self.flush_deferred();
         Some(view)
     }
@@ -779,8 +839,14 @@ impl Engine {
     /// committed what it keeps: it might have to take over).
     pub fn backup_pending(&self) -> bool {
         // Messages to a rank lost whole are not waited for: its master's send failed, and
-        // they would keep this replica from finishing forever.
-        self.repl.as_ref().is_some_and(|rp| rp.ep.backup_pending_beyond(|dst| rp.lost_ranks.contains(&(dst as i32))))
+        // they would keep this replica from finishing forever. Nor messages on a revoked
+        // communicator (an immediate collective's steps that its master, having given the
+        // collective up, never posted: nobody receives them on it any more).
+        self.repl.as_ref().is_some_and(|rp| {
+            rp.ep.backup_pending_beyond(|m| {
+                rp.lost_ranks.contains(&(m.dst as i32)) || crate::ulfm::context_revoked(m.comm / 2)
+            })
+        })
     }
 
     /// A choice point of a probe (`immediate`: an immediate one): its number in a replicated
