@@ -26,10 +26,14 @@
 //!   (never overtaking) and a window of [`WINDOW`] frames: a frame is *written* (the
 //!   endpoint is told) once it fits in the window, as a kernel accepts data into its socket
 //!   buffer, and a receiver that does not read (frozen, cut off) makes its senders stall.
-//!   Suspecting a process closes both links with it; the other side sees the broken
-//!   connection a moment later.
-//! * **Faults** (drawn per run): a process *crashes* (the frames its kernel had not sent yet
-//!   — a random suffix of each outgoing link — are lost, as a reset connection loses them),
+//!   A frame is still in the sender's kernel or has *arrived* in the receiver's (a partition
+//!   holds frames in the sender's). Suspecting a process closes both links with it: the
+//!   messages that arrived from it are taken first (eager data, announcements, rendez-vous
+//!   data; never control), what the other side's kernel holds stays for it to read, the rest
+//!   is lost; the other side sees the broken connection a moment later. A master's commit is
+//!   *acknowledged* iff everything it wrote to every alive destination replica arrived.
+//! * **Faults** (drawn per run): a process *crashes* (the frames that had not arrived, but a
+//!   random prefix already on the wire, are lost, as a reset connection loses them),
 //!   *freezes* and resumes, is *cut off* by a partition (its links and its launcher
 //!   connection hold everything) and heals, or is *falsely suspected* by another; message
 //!   delays vary. The failure detector is an oracle that suspects a frozen or cut-off
