@@ -26,10 +26,14 @@
 //!   (never overtaking) and a window of [`WINDOW`] frames: a frame is *written* (the
 //!   endpoint is told) once it fits in the window, as a kernel accepts data into its socket
 //!   buffer, and a receiver that does not read (frozen, cut off) makes its senders stall.
-//!   Suspecting a process closes both links with it; the other side sees the broken
-//!   connection a moment later.
-//! * **Faults** (drawn per run): a process *crashes* (the frames its kernel had not sent yet
-//!   — a random suffix of each outgoing link — are lost, as a reset connection loses them),
+//!   A frame is still in the sender's kernel or has *arrived* in the receiver's (a partition
+//!   holds frames in the sender's). Suspecting a process closes both links with it: the
+//!   messages that arrived from it are taken first (eager data, announcements, rendez-vous
+//!   data; never control), what the other side's kernel holds stays for it to read, the rest
+//!   is lost; the other side sees the broken connection a moment later. A master's commit is
+//!   *acknowledged* iff everything it wrote to every alive destination replica arrived.
+//! * **Faults** (drawn per run): a process *crashes* (the frames that had not arrived, but a
+//!   random prefix already on the wire, are lost, as a reset connection loses them),
 //!   *freezes* and resumes, is *cut off* by a partition (its links and its launcher
 //!   connection hold everything) and heals, or is *falsely suspected* by another; message
 //!   delays vary. The failure detector is an oracle that suspects a frozen or cut-off
@@ -111,11 +115,17 @@ pub struct JobConfig {
     pub messages: usize,
     /// At most this many faults.
     pub faults: usize,
+    /// Masters flag a commit *acknowledged* when every destination's kernel has everything
+    /// written to it (its replicas then keep no copy for a takeover).
+    pub acked_commits: bool,
+    /// A process dropping its connection with a slot first takes the data frames its
+    /// kernel holds from it (what makes acknowledged commits safe).
+    pub drain: bool,
 }
 
 impl Default for JobConfig {
     fn default() -> JobConfig {
-        JobConfig { n: 3, r: 2, messages: 40, faults: 2 }
+        JobConfig { n: 3, r: 2, messages: 40, faults: 2, acked_commits: true, drain: true }
     }
 }
 
@@ -140,6 +150,11 @@ pub struct RunReport {
     pub events: u64,
     pub end: Duration,
     pub takeovers: usize,
+    /// Commits written, and how many of them acknowledged.
+    pub commits: u64,
+    pub acked: u64,
+    /// Data frames taken from dropped connections.
+    pub drained: u64,
     /// Every process's state at the end (for a violation's diagnosis).
     pub state: String,
 }
@@ -280,9 +295,14 @@ struct Proc {
     done: bool,
 }
 
+/// A frame in a link: when it can reach the receiver, the frame, its transmission, and
+/// whether it *arrived* — is in the receiver's kernel (acknowledged: the sender's crash does
+/// not lose it) rather than still in the sender's.
+type InLink = (Duration, Frame<Val>, Option<TxId>, bool);
+
 #[derive(Debug, Default)]
 struct Link {
-    q: VecDeque<(Duration, Frame<Val>, Option<TxId>)>,
+    q: VecDeque<InLink>,
     closed: bool,
     last_at: Duration,
 }
@@ -340,6 +360,11 @@ struct Sim {
     up_last: Vec<Duration>,
     down_last: Vec<Duration>,
     log: Vec<String>,
+    cfg: JobConfig,
+    /// Data frames taken from dropped connections.
+    drained: u64,
+    commits: u64,
+    acked: u64,
 }
 
 fn mix(h: u64, v: u64) -> u64 {
@@ -390,7 +415,7 @@ impl Sim {
         let t = (now + d).max(link.last_at);
         link.last_at = t;
         let fits = link.q.len() < WINDOW;
-        link.q.push_back((t, frame, tx));
+        link.q.push_back((t, frame, tx, false));
         if fits {
             if let Some(tx) = tx {
                 self.procs[from].written.push(tx);
@@ -399,18 +424,80 @@ impl Sim {
         self.at(t, Ev::Wake(to));
     }
 
-    /// Closes both links between `a` and `b` (a suspicion or a death): frames in them are
-    /// lost; `b` notices the broken connection a moment later.
-    fn close(&mut self, a: usize, b: usize) {
-        for k in [(a, b), (b, a)] {
-            let l = self.links.entry(k).or_default();
-            l.closed = true;
-            l.q.clear();
+    /// Frames of link `from → to` whose time has come reach the receiver's kernel, in order,
+    /// unless a partition holds them in the sender's.
+    fn settle(&mut self, from: usize, to: usize) {
+        let held = self.cut[from] || self.cut[to];
+        let now = self.now;
+        let Some(l) = self.links.get_mut(&(from, to)) else { return };
+        for f in l.q.iter_mut() {
+            if f.3 {
+                continue;
+            }
+            if held || f.0 > now || l.closed {
+                break;
+            }
+            f.3 = true;
         }
+    }
+
+    /// Whether everything `from` wrote to `to` is in `to`'s kernel (the device's test:
+    /// nothing unacknowledged in the connection's send queue, the connection established).
+    fn all_arrived(&mut self, from: usize, to: usize) -> bool {
+        self.settle(from, to);
+        let now = self.now;
+        self.links.get(&(from, to)).is_some_and(|l| !l.closed && l.q.iter().all(|f| f.3 && f.0 <= now))
+    }
+
+    /// `a` drops its connection with `b` (a suspicion, a death, or `a` crashed). Of the
+    /// frames `b` sent, those in `a`'s kernel are taken by `a` — the messages only (eager
+    /// data, rendez-vous announcements and data: deterministic copies, duplicates dropped by
+    /// the history table), never control (a suspect's word counts for nothing) — and the
+    /// rest is lost. Of the
+    /// frames `a` sent, those in `b`'s kernel stay there for `b` to read; the rest is lost
+    /// (a reset connection). `b` notices the broken connection a moment later.
+    fn close(&mut self, a: usize, b: usize) {
+        self.settle(b, a);
+        self.settle(a, b);
+        let now = self.now;
+        let take = self.cfg.drain && matches!(self.procs[a].status, Status::Running | Status::Frozen);
+        let incoming = {
+            let l = self.links.entry((b, a)).or_default();
+            l.closed = true;
+            std::mem::take(&mut l.q)
+        };
+        if take {
+            for (t, frame, _, arrived) in incoming {
+                if arrived && t <= now {
+                    self.take_data(a, b, frame);
+                }
+            }
+        }
+        let l = self.links.entry((a, b)).or_default();
+        l.closed = true;
+        l.q.retain(|f| f.3);
         if self.procs[b].status != Status::Crashed && !self.procs[b].broken.contains(&a) {
             self.procs[b].broken.push(a);
             let d = self.delay();
             self.at(self.now + d, Ev::Wake(b));
+        }
+    }
+
+    /// A frame `s` takes from `from`'s dropped connection if it carries a message: eager
+    /// data, a rendez-vous announcement (taking it is taking what the sender's successor
+    /// would announce again; skipping it would let a receive naming the source with
+    /// `ANY_TAG` take a later message first) or rendez-vous data.
+    fn take_data(&mut self, s: usize, from: usize, frame: Frame<Val>) {
+        match frame {
+            Frame::Data { mid, .. } | Frame::Rts { mid, .. } | Frame::RndvData { mid, .. } => {
+                self.drained += 1;
+                self.log.push(format!(
+                    "{:.3} s: slot {s} takes {mid:?} from slot {from}'s dropped connection",
+                    self.now.as_secs_f64()
+                ));
+                self.deliver(s, from, frame);
+            }
+            _ => {}
         }
     }
 
@@ -549,8 +636,9 @@ impl Sim {
                 if from == s || self.cut[from] || self.cut[s] {
                     continue;
                 }
+                self.settle(from, s);
                 if let Some(l) = self.links.get(&(from, s)) {
-                    if let Some((t, _, _)) = l.q.front() {
+                    if let Some((t, _, _, true)) = l.q.front() {
                         if *t <= now && best.is_none_or(|b| *t < b.0) {
                             best = Some((*t, from));
                         }
@@ -559,9 +647,9 @@ impl Sim {
             }
             let Some((_, from)) = best else { break };
             let link = self.links.get_mut(&(from, s)).expect("link");
-            let (_, frame, _) = link.q.pop_front().expect("front");
+            let (_, frame, _, _) = link.q.pop_front().expect("front");
             // The frame that now fits in the window is written.
-            if let Some((_, _, Some(tx))) = link.q.get(WINDOW - 1) {
+            if let Some((_, _, Some(tx), _)) = link.q.get(WINDOW - 1) {
                 let tx = *tx;
                 self.procs[from].written.push(tx);
                 self.at(now, Ev::Wake(from));
@@ -604,6 +692,17 @@ impl Sim {
     fn actions(&mut self, s: usize) {
         while let Some(a) = self.procs[s].ep.poll_action() {
             match a {
+                Action::Transmit { to, tx, frame: Frame::Commit { mid, acked }, .. } => {
+                    let acked = acked
+                        && self.cfg.acked_commits
+                        && self
+                            .layout
+                            .slots_of(mid.dst as usize)
+                            .all(|d| self.procs[s].ep.is_dead(d) || self.all_arrived(s, d));
+                    self.commits += 1;
+                    self.acked += u64::from(acked);
+                    self.push_frame(s, to, Frame::Commit { mid, acked }, tx);
+                }
                 Action::Transmit { to, tx, frame, .. } => self.push_frame(s, to, frame, tx),
                 Action::FannedOut { .. } | Action::Committed { .. } => {}
                 Action::Complete(u) => {
@@ -635,10 +734,14 @@ impl Sim {
         if self.procs[s].ep.is_cut(from) {
             return;
         }
+        self.deliver(s, from, frame);
+    }
+
+    fn deliver(&mut self, s: usize, from: usize, frame: Frame<Val>) {
         let now = self.now;
         match frame {
-            Frame::Commit { mid } => {
-                if !self.procs[s].ep.on_commit(from, mid) {
+            Frame::Commit { mid, acked } => {
+                if !self.procs[s].ep.on_commit(from, mid, acked) {
                     self.violate(format!("slot {s}: commit of {mid:?} from slot {from} refused"));
                 }
             }
@@ -1040,11 +1143,16 @@ impl Sim {
             return;
         }
         self.procs[s].status = Status::Crashed;
-        // The kernel's unsent data is lost: a random suffix of every outgoing link.
+        // What reached the receivers' kernels stays; of the rest, a random prefix was on
+        // the wire and arrives, the kernel's unsent data is lost (the connection resets).
         for to in 0..self.procs.len() {
+            self.settle(s, to);
             if let Some(l) = self.links.get_mut(&(s, to)) {
-                let keep = self.rng.below(l.q.len() as u64 + 1) as usize;
-                l.q.truncate(keep);
+                let unsent = l.q.iter().filter(|f| !f.3).count();
+                let keep = self.rng.below(unsent as u64 + 1) as usize;
+                for f in l.q.iter_mut().filter(|f| !f.3).take(keep) {
+                    f.3 = true;
+                }
             }
         }
         for o in 0..self.procs.len() {
@@ -1093,6 +1201,13 @@ impl Sim {
                 }
             }
             Ev::Cut(s) => {
+                // What arrived before the cut arrived.
+                for o in 0..self.procs.len() {
+                    if o != s {
+                        self.settle(s, o);
+                        self.settle(o, s);
+                    }
+                }
                 self.cut[s] = true;
                 self.fd_oracle(s);
                 // Its own detector hears nobody.
@@ -1145,13 +1260,14 @@ impl Sim {
         let mut o = String::new();
         for p in &self.procs {
             o += &format!(
-                "slot {} rank {} {:?} done {} pc {}/{} wait {:?} lease {:?} dead {:?} | {}\n",
+                "slot {} rank {} {:?} done {} pc {}/{} at {:?} wait {:?} lease {:?} dead {:?} | {}\n",
                 p.slot,
                 p.rank,
                 p.status,
                 p.done,
                 p.pc,
                 self.progs[p.rank].len(),
+                self.progs[p.rank].get(p.pc),
                 p.wait,
                 p.lease.valid_until(),
                 p.ep.coordinator().dead_slots(),
@@ -1252,6 +1368,10 @@ pub fn run(seed: u64, cfg: JobConfig) -> RunReport {
         up_last: vec![Duration::ZERO; slots],
         down_last: vec![Duration::ZERO; slots],
         log: Vec::new(),
+        cfg,
+        drained: 0,
+        commits: 0,
+        acked: 0,
     };
     // Start-up: a renewal right away for everyone (the launcher grants it).
     for s in 0..slots {
@@ -1349,7 +1469,18 @@ pub fn run(seed: u64, cfg: JobConfig) -> RunReport {
         (None, None) => Verdict::Completed,
     };
     let state = sim.state();
-    RunReport { seed, verdict, faults, events: sim.events, end: sim.now, takeovers: sim.takeovers, state }
+    RunReport {
+        seed,
+        verdict,
+        faults,
+        events: sim.events,
+        end: sim.now,
+        takeovers: sim.takeovers,
+        commits: sim.commits,
+        acked: sim.acked,
+        drained: sim.drained,
+        state,
+    }
 }
 
 #[cfg(test)]
@@ -1361,7 +1492,7 @@ mod tests {
         let Some(seed) = std::env::var("SIM_SEED").ok().and_then(|s| s.parse().ok()) else { return };
         let n = std::env::var("SIM_N").ok().and_then(|s| s.parse().ok()).unwrap_or(3);
         let r = std::env::var("SIM_R").ok().and_then(|s| s.parse().ok()).unwrap_or(2);
-        let rep = run(seed, JobConfig { n, r, messages: 30, faults: 3 });
+        let rep = run(seed, JobConfig { n, r, messages: 30, faults: 3, ..JobConfig::default() });
         println!("{:?}\n{:?}\n{}", rep.verdict, rep.faults, rep.state);
     }
 
@@ -1399,11 +1530,35 @@ mod tests {
     }
 
     #[test]
+    fn acknowledged_commits_are_safe_only_with_the_drain() {
+        // Schedules where a destination drops its connection with a master it suspects
+        // while its kernel holds data the master's commit called acknowledged (the
+        // replicas dropped their copies): without taking that data first, the job hangs
+        // once the master is declared dead; with it, or without acknowledged commits, it
+        // completes.
+        for (seed, n, r) in [(6813, 2, 3), (6903, 3, 3), (7858, 4, 2), (8840, 3, 2)] {
+            let cfg = JobConfig { n, r, messages: 30, faults: 3, ..JobConfig::default() };
+            let bad = run(seed, JobConfig { drain: false, ..cfg });
+            assert!(matches!(bad.verdict, Verdict::Violation(_)), "seed {seed} without the drain: {:?}", bad.verdict);
+            let good = run(seed, cfg);
+            assert!(
+                good.drained > 0 && good.acked > 0,
+                "seed {seed}: {} taken, {} acknowledged",
+                good.drained,
+                good.acked
+            );
+            assert_eq!(good.verdict, Verdict::Completed, "seed {seed}");
+            let plain = run(seed, JobConfig { drain: false, acked_commits: false, ..cfg });
+            assert_eq!(plain.verdict, Verdict::Completed, "seed {seed} without acknowledged commits");
+        }
+    }
+
+    #[test]
     fn replicated_jobs_survive_random_faults() {
         let mut bad = Vec::new();
         for seed in 0..300 {
             for (n, r) in [(3, 2), (2, 3)] {
-                let rep = run(seed, JobConfig { n, r, messages: 30, faults: 3 });
+                let rep = run(seed, JobConfig { n, r, messages: 30, faults: 3, ..JobConfig::default() });
                 if let Verdict::Violation(v) = &rep.verdict {
                     bad.push(format!("seed {seed} n {n} r {r}: {v}; faults {:?}\n{}", rep.faults, rep.state));
                 }

@@ -136,6 +136,10 @@ pub mod flags {
     /// bytes follows (the data's address, a ticket's address, the ticket's value). On
     /// `ReadyToRecv`: the receiver is done with the sender's buffer (the send completes).
     pub const SINGLE_COPY: u16 = 256;
+    /// On `Commit` frames: when the master wrote the commit, every alive destination
+    /// replica's kernel had acknowledged everything the master had written to it (its
+    /// replicas keep no copy of the message for a takeover).
+    pub const ACKED: u16 = 512;
 }
 
 /// Payload bytes of a `ReadyToSend` frame with the [`flags::SINGLE_COPY`] flag.

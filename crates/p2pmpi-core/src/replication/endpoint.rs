@@ -111,8 +111,13 @@ pub enum Frame<P> {
     RndvData { mid: MsgId, payload: P },
     /// A destination replica has the whole message (received, or had it already).
     Have { mid: MsgId },
-    /// The master's commit of `mid` to its own replicas.
-    Commit { mid: MsgId },
+    /// The master's commit of `mid` to its own replicas. `acked` (on the wire): when the
+    /// commit was written, every alive destination replica's kernel had acknowledged
+    /// everything this master had written to it (this message and the channel's earlier
+    /// ones). The endpoint emits `true` where the flag *may* be set — the driver, which sees
+    /// the connections, clears it unless its kernel confirms — and `false` where it must not
+    /// (a new master committing again what its predecessor committed).
+    Commit { mid: MsgId, acked: bool },
     /// The master's outcome at choice point `point` (communicator `comm`, for the wire).
     Choice { comm: u32, point: u64, outcome: Outcome },
     /// A destination replica matched synchronous message `mid`.
@@ -213,6 +218,11 @@ enum Tx {
 
 type Channel = (u32, u32, i32);
 
+/// The channel of a message this rank sends: communicator, destination, tag.
+fn chan(mid: MsgId) -> Channel {
+    (mid.comm, mid.dst, mid.tag)
+}
+
 /// A message that came before its turn: its data (none yet for an announcement), whether
 /// it is a synchronous send's, and for a rendez-vous announcement its length.
 #[derive(Debug)]
@@ -241,7 +251,8 @@ pub struct Endpoint<P, U> {
     /// Per slot: unwritten transmissions, and when it last took something.
     unwritten: Vec<usize>,
     progress_at: Vec<Duration>,
-    commits: VecDeque<MsgId>,
+    /// Commits to hand out, and whether they may be flagged acknowledged.
+    commits: VecDeque<(MsgId, bool)>,
     queue: VecDeque<Queued<P, U>>,
     backup_bytes: usize,
     /// Recently committed copies by program order: commits come in the master's completion
@@ -249,6 +260,12 @@ pub struct Endpoint<P, U> {
     /// in program order — a receiver with `ANY_TAG` takes one source's next message.
     recent: BTreeMap<u64, (MsgId, P)>,
     recent_bytes: usize,
+    /// The recent copies of each channel (sequence → program order), to drop a channel's
+    /// once a commit says every destination's kernel has them.
+    recent_chan: FastMap<Channel, BTreeMap<u64, u64>>,
+    /// Per channel: one past the highest sequence of an acknowledged commit (a send this
+    /// replica reaches after it needs no recent copy).
+    acked_below: FastMap<Channel, u64>,
     /// Sends this replica reached (the next one's program order).
     sends: u64,
     early: FastMap<Channel, BTreeMap<u64, Parked<P>>>,
@@ -263,6 +280,7 @@ pub struct Endpoint<P, U> {
     /// Reused lists of slots and of pruned backups (no allocation per message).
     scratch_slots: Vec<usize>,
     scratch_pruned: Vec<(MsgId, Kept<P, U>)>,
+    scratch_seqs: Vec<u64>,
     /// The program handles failures: a rank that loses every replica is reported
     /// ([`Action::RankLost`]) instead of ending the job.
     notify: bool,
@@ -289,6 +307,8 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
             backup_bytes: 0,
             recent: BTreeMap::new(),
             recent_bytes: 0,
+            recent_chan: FastMap::default(),
+            acked_below: FastMap::default(),
             sends: 0,
             early: FastMap::default(),
             early_since: None,
@@ -300,6 +320,7 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
             now: Duration::ZERO,
             scratch_slots: Vec::new(),
             scratch_pruned: Vec::new(),
+            scratch_seqs: Vec::new(),
             notify: false,
         }
     }
@@ -376,6 +397,11 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
     /// backup; the send completes on commit) rather than copied.
     pub fn must_lend(&self, len: usize) -> bool {
         !self.coord.is_master() && (len > self.cfg.copy_limit || self.backup_bytes + len > self.cfg.backup_window)
+    }
+
+    /// Recently committed copies kept for a takeover.
+    pub fn recent_len(&self) -> usize {
+        self.recent.len()
     }
 
     /// Bytes of copies in the backup table.
@@ -455,8 +481,11 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
             }
             SendAction::Committed => {
                 // Committed by a master that ran ahead: kept with the recent ones all the
-                // same (its kernel may yet drop it if it dies), unless lent.
-                if let Some(p) = slot.take().filter(|_| !lent) {
+                // same (its kernel may yet drop it if it dies), unless lent or the commit
+                // said every destination's kernel had it.
+                let acked =
+                    len <= self.cfg.rndv_limit && self.acked_below.get(&chan(mid)).is_some_and(|&b| mid.seq < b);
+                if let Some(p) = slot.take().filter(|_| !lent && !acked) {
                     self.keep_recent(order, mid, p);
                 }
                 self.out.push_back(Action::Complete(user));
@@ -472,7 +501,7 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
             let Some(q) = self.queue.pop_front() else { break };
             self.transmit(q);
         }
-        while let Some(mid) = self.commits.pop_front() {
+        while let Some((mid, acked)) = self.commits.pop_front() {
             let mut targets = std::mem::take(&mut self.scratch_slots);
             targets.clear();
             let me = self.me();
@@ -480,7 +509,7 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
             let n = targets.len();
             for (index, &to) in targets.iter().enumerate() {
                 let step = Step { index, last: index + 1 == n };
-                self.out.push_back(Action::Transmit { to, tx: None, frame: Frame::Commit { mid }, step });
+                self.out.push_back(Action::Transmit { to, tx: None, frame: Frame::Commit { mid, acked }, step });
             }
             self.scratch_slots = targets;
             self.out.push_back(Action::Committed { mid });
@@ -699,7 +728,7 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
         let Some(fo) = self.fanouts.get_mut(&f) else { return };
         if !fo.written {
             fo.written = true;
-            self.commits.push_back(fo.mid);
+            self.commits.push_back((fo.mid, true));
         }
         if fo.sync && !fo.acked {
             return;
@@ -731,8 +760,11 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
     }
 
     /// A commit arrived from `from` (algorithm 4). Refused (false) from anything but an
-    /// alive replica of this rank.
-    pub fn on_commit(&mut self, from: usize, mid: MsgId) -> bool {
+    /// alive replica of this rank. `acked` (the master saw every destination's kernel
+    /// acknowledge what it had written): the committed copies are dropped rather than kept
+    /// for a takeover — the destinations have them, and a destination that drops its
+    /// connection to a suspect first takes the data its kernel holds.
+    pub fn on_commit(&mut self, from: usize, mid: MsgId, acked: bool) -> bool {
         let mut pruned = std::mem::take(&mut self.scratch_pruned);
         let ok = self.coord.on_commit(from, mid, |m, k| pruned.push((m, k)));
         if ok && !self.pulls.is_empty() {
@@ -743,12 +775,47 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
                 Some(u) => self.out.push_back(Action::Complete(u)),
                 None => {
                     self.backup_bytes -= k.payload.len();
-                    self.keep_recent(k.order, m, k.payload);
+                    // A large message pruned by a later small one's commit was only announced.
+                    if !(ok && acked && k.payload.len() <= self.cfg.rndv_limit) {
+                        self.keep_recent(k.order, m, k.payload);
+                    }
                 }
             }
         }
         self.scratch_pruned = pruned;
+        if ok && acked {
+            let ch = chan(mid);
+            let b = self.acked_below.entry(ch).or_insert(0);
+            *b = (*b).max(mid.seq + 1);
+            self.forget_recent(ch, mid.seq);
+        }
         ok
+    }
+
+    /// Drops the recent copies of channel `ch` up to sequence `upto`, but for large
+    /// messages: a later message's commit says nothing of their data (rendez-vous: pulled
+    /// when matched).
+    fn forget_recent(&mut self, ch: Channel, upto: u64) {
+        let Some(m) = self.recent_chan.get_mut(&ch) else { return };
+        let limit = self.cfg.rndv_limit;
+        let mut gone = std::mem::take(&mut self.scratch_seqs);
+        gone.clear();
+        for (&seq, order) in m.range(..=upto) {
+            if self.recent.get(order).is_none_or(|(_, p)| p.len() <= limit) {
+                gone.push(seq);
+            }
+        }
+        for seq in &gone {
+            if let Some(order) = m.remove(seq) {
+                if let Some((_, p)) = self.recent.remove(&order) {
+                    self.recent_bytes -= p.len();
+                }
+            }
+        }
+        self.scratch_seqs = gone;
+        if m.is_empty() {
+            self.recent_chan.remove(&ch);
+        }
     }
 
     fn keep_recent(&mut self, order: u64, mid: MsgId, p: P) {
@@ -757,9 +824,16 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
         }
         self.recent_bytes += p.len();
         self.recent.insert(order, (mid, p));
+        self.recent_chan.entry(chan(mid)).or_default().insert(mid.seq, order);
         while self.recent_bytes > self.cfg.recent_window || self.recent.len() > self.cfg.recent_max {
-            let Some((_, (_, p))) = self.recent.pop_first() else { break };
+            let Some((_, (m, p))) = self.recent.pop_first() else { break };
             self.recent_bytes -= p.len();
+            if let Some(c) = self.recent_chan.get_mut(&chan(m)) {
+                c.remove(&m.seq);
+                if c.is_empty() {
+                    self.recent_chan.remove(&chan(m));
+                }
+            }
         }
     }
 
@@ -1130,6 +1204,7 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
                 // order (receivers naming a source with ANY_TAG take its next message).
                 let recent = std::mem::take(&mut self.recent);
                 self.recent_bytes = 0;
+                self.recent_chan.clear();
                 let count = recent.len() + resend.len();
                 let mut all: Vec<(u64, Queued<P, U>)> = Vec::with_capacity(count);
                 for (order, (mid, payload)) in recent {
@@ -1150,6 +1225,18 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
                 // this one first learns what the others know, then tells everything again
                 // (acknowledged) before the resends, which depend on them, and before it
                 // decides anything itself.
+                // What the dead master committed acknowledged, this replica dropped: the
+                // others may not have seen those commits (their backups would wait for
+                // them forever). Committed again, unacknowledged (they say nothing of what
+                // this process wrote).
+                let rank = self.rank() as u32;
+                let mut again: Vec<MsgId> = self
+                    .acked_below
+                    .iter()
+                    .map(|(&(comm, dst, tag), &b)| MsgId { comm, src: rank, dst, tag, seq: b - 1 })
+                    .collect();
+                again.sort_by_key(|m| (m.comm, m.dst, m.tag));
+                self.commits.extend(again.into_iter().map(|m| (m, false)));
                 self.start_recovery();
                 self.out.push_back(Action::TookOver { count });
             }
@@ -1371,7 +1458,7 @@ mod tests {
         assert!(e.backup_pending());
         assert!(e.backup_pending_beyond(|m| m.dst == 2), "the message to rank 0 is still owed");
         // Rank 0's copy is committed; rank 2's never will be (its master's send failed).
-        assert!(e.on_commit(2, mid(1, 0, 0)));
+        assert!(e.on_commit(2, mid(1, 0, 0), false));
         assert!(e.backup_pending(), "the message to rank 2 stays in the table");
         assert!(!e.backup_pending_beyond(|m| m.dst == 2), "but nobody waits for it");
         assert!(e.backup_pending_beyond(|_| false));
@@ -1430,7 +1517,7 @@ mod tests {
         assert!(a.contains(&Action::Complete(1)), "{a:?}");
         assert!(a
             .iter()
-            .any(|a| matches!(a, Action::Transmit { to: 1, frame: Frame::Commit { mid }, .. } if mid.seq == 0)));
+            .any(|a| matches!(a, Action::Transmit { to: 1, frame: Frame::Commit { mid, .. }, .. } if mid.seq == 0)));
     }
 
     #[test]
@@ -1447,7 +1534,7 @@ mod tests {
         e.send(T, mid(0, 1, 2), v(2), false, 12);
         drain(&mut e);
         assert!(e.must_lend(8), "the window of copies is full");
-        assert!(e.on_commit(0, mid(0, 1, 0)));
+        assert!(e.on_commit(0, mid(0, 1, 0), false));
         assert!(drain(&mut e).is_empty());
         assert_eq!(e.backup_bytes(), 8);
         e.declared_dead(T, 0);
@@ -1466,6 +1553,62 @@ mod tests {
         }
         let a = drain(&mut e);
         assert!(a.contains(&Action::Complete(11)), "the lent send completes once transmitted: {a:?}");
+    }
+
+    #[test]
+    fn acknowledged_commits_drop_the_copies_unacknowledged_ones_keep_them() {
+        // n = 2, r = 2: slot 1 is rank 0's replica, slot 0 its master.
+        let l = Layout::new(2, 2);
+        let mut e: Endpoint<V, u32> = Endpoint::new(l, 1, Config::default());
+        for s in 0..4 {
+            e.send(T, mid(0, 1, s), v(s), false, s as u32);
+        }
+        // Another channel (tag 2), committed unacknowledged: kept whatever happens to tag 1.
+        e.send(T, MsgId { tag: 2, ..mid(0, 1, 0) }, v(9), false, 9);
+        drain(&mut e);
+        assert!(e.on_commit(0, mid(0, 1, 0), false));
+        assert!(e.on_commit(0, MsgId { tag: 2, ..mid(0, 1, 0) }, false));
+        assert!(e.on_commit(0, mid(0, 1, 1), false));
+        assert_eq!(e.recent_len(), 3, "unacknowledged commits keep their copies");
+        assert!(e.on_commit(0, mid(0, 1, 2), true));
+        assert_eq!(e.recent_len(), 1, "an acknowledged commit drops its copy and the channel's older ones");
+        // The master ran ahead, acknowledged (another channel, tag 3): the send reached
+        // later keeps nothing.
+        assert!(e.on_commit(0, MsgId { tag: 3, ..mid(0, 1, 0) }, true));
+        e.send(T, MsgId { tag: 3, ..mid(0, 1, 0) }, v(4), false, 4);
+        assert_eq!(e.recent_len(), 1);
+        // A commit from a non-member of the rank is refused, whatever its flag.
+        assert!(!e.on_commit(2, mid(0, 1, 3), true));
+        // Takeover: only the unacknowledged channel's copy and the uncommitted send go again.
+        e.declared_dead(T, 0);
+        let a = drain(&mut e);
+        let sent: Vec<(i32, u64)> = a
+            .iter()
+            .filter_map(|a| match a {
+                Action::Transmit { frame: Frame::Data { mid, .. }, .. } => Some((mid.tag, mid.seq)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(sent, vec![(0, 3), (0, 3), (2, 0), (2, 0)], "{a:?}");
+    }
+
+    #[test]
+    fn a_new_master_commits_again_what_its_predecessor_committed_acknowledged() {
+        // n = 2, r = 3: slot 1 takes over rank 0 from slot 0; slot 2 may have missed the
+        // commit, and slot 1 no longer has the message to send and commit again.
+        let l = Layout::new(2, 3);
+        let mut e: Endpoint<V, u32> = Endpoint::new(l, 1, Config::default());
+        e.send(T, mid(0, 1, 0), v(0), false, 0);
+        drain(&mut e);
+        assert!(e.on_commit(0, mid(0, 1, 0), true));
+        assert_eq!(e.recent_len(), 0);
+        e.declared_dead(T, 0);
+        let a = drain(&mut e);
+        assert!(
+            a.iter().any(|a| matches!(a, Action::Transmit { to: 2, frame: Frame::Commit { mid, acked: false }, .. } if mid.seq == 0)),
+            "committed again, never flagged acknowledged: {a:?}"
+        );
+        assert!(!a.iter().any(|a| matches!(a, Action::Transmit { frame: Frame::Data { .. }, .. })), "{a:?}");
     }
 
     #[test]
@@ -1627,12 +1770,12 @@ mod tests {
         let l = Layout::new(2, 2);
         let mut e: Endpoint<V, u32> = Endpoint::new(l, 1, Config::default());
         e.send(T, mid(0, 1, 0), v(1), false, 1);
-        assert!(e.on_commit(0, mid(0, 1, 0)));
+        assert!(e.on_commit(0, mid(0, 1, 0), false));
         assert!(!e.master_ahead(), "level");
-        assert!(e.on_commit(0, mid(0, 1, 1)));
+        assert!(e.on_commit(0, mid(0, 1, 1), false));
         assert!(e.master_ahead(), "the master committed a send this replica has not reached");
         // A commit told again (by a new master) counts once.
-        assert!(e.on_commit(0, mid(0, 1, 1)));
+        assert!(e.on_commit(0, mid(0, 1, 1), false));
         e.send(T, mid(0, 1, 1), v(2), false, 2);
         assert!(!e.master_ahead());
     }

@@ -86,6 +86,13 @@ struct ReplArgs {
     /// Print every process's state and the launcher's log for each violation.
     #[arg(long)]
     verbose: bool,
+    /// Masters never flag a commit acknowledged (replicas keep every copy, as before).
+    #[arg(long)]
+    no_acked_commits: bool,
+    /// A process dropping a connection does not take the data its kernel holds from it
+    /// (unsafe with acknowledged commits: shows what the drain is for).
+    #[arg(long)]
+    no_drain: bool,
 }
 
 #[derive(Args, Clone)]
@@ -637,11 +644,23 @@ fn replicated_cmd(a: &ReplArgs) -> Result<()> {
     let results = par::par_map(a.schedules as usize, threads, |i| {
         let seed = a.seed + i as u64;
         let (n, r) = shape(i as u64);
-        let rep = run(seed, JobConfig { n, r, messages: a.messages, faults: a.faults });
+        let cfg = JobConfig {
+            n,
+            r,
+            messages: a.messages,
+            faults: a.faults,
+            acked_commits: !a.no_acked_commits,
+            drain: !a.no_drain,
+        };
+        let rep = run(seed, cfg);
         (seed, n, r, rep)
     });
     let (mut ok, mut failed, mut bad, mut takeovers, mut events, mut faults) = (0u64, 0u64, 0u64, 0usize, 0u64, 0usize);
+    let (mut commits, mut acked, mut drained) = (0u64, 0u64, 0u64);
     for (seed, n, r, rep) in &results {
+        commits += rep.commits;
+        acked += rep.acked;
+        drained += rep.drained;
         takeovers += rep.takeovers;
         events += rep.events;
         faults += rep.faults.len();
@@ -671,6 +690,9 @@ fn replicated_cmd(a: &ReplArgs) -> Result<()> {
         ok,
         failed,
         bad
+    );
+    println!(
+        "commits {commits} ({acked} acknowledged: their copies not kept), data frames taken from dropped connections {drained}"
     );
     println!("passed: {} of {}", ok + failed, results.len());
     if bad > 0 {

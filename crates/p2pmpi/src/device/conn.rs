@@ -296,6 +296,29 @@ impl Conn {
         self.stream.peer_addr().map(|a| a.to_string()).unwrap_or_else(|_| "?".into())
     }
 
+    /// Whether the peer's kernel acknowledged every byte written to this connection: it is
+    /// established (a reset one may have dropped its queue) and nothing is left in its send
+    /// queue (`SIOCOUTQ`: bytes not yet acknowledged, sent or not).
+    pub fn kernel_acked(&self) -> bool {
+        use std::os::fd::AsRawFd;
+        let fd = self.stream.as_raw_fd();
+        let mut outq: libc::c_int = -1;
+        // SAFETY: `fd` is this connection's open socket; `SIOCOUTQ` (`TIOCOUTQ`) writes one
+        // `c_int` through the pointer, which points at one.
+        if unsafe { libc::ioctl(fd, libc::TIOCOUTQ, &mut outq as *mut libc::c_int) } != 0 || outq != 0 {
+            return false;
+        }
+        // SAFETY: `tcp_info` is plain data (all-zero is a valid value).
+        let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+        let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+        // SAFETY: `info` is writable for `len` bytes, and the kernel writes at most `len`.
+        let r = unsafe {
+            libc::getsockopt(fd, libc::IPPROTO_TCP, libc::TCP_INFO, (&mut info as *mut libc::tcp_info).cast(), &mut len)
+        };
+        // 1: TCP_ESTABLISHED.
+        r == 0 && len >= 1 && info.tcpi_state == 1
+    }
+
     // ------------------------------------------------------------ writing
 
     /// Queues a frame and writes what the socket takes. Returns the requests whose frames

@@ -254,6 +254,9 @@ pub(crate) struct Engine {
     shm_policy: ShmPolicy,
     /// Connections whose frames travel through shared memory (polled on every progress).
     shm_conns: Vec<usize>,
+    /// A replicated job dropping its connections with this slot takes the data frames its
+    /// kernel already holds from them, and nothing else ([`Device::drop_peer`]).
+    pub(super) draining: Option<i32>,
     /// Single-copy announcements received, by MID, until a receive takes them.
     sc_in: HashMap<Mid, ScSource>,
     /// Tickets of single-copy sends not in use (never freed: a receiver may still look at a
@@ -392,6 +395,7 @@ impl Engine {
             schedules: Vec::new(),
             shm_policy: ShmPolicy::from_env(),
             shm_conns: Vec::new(),
+            draining: None,
             sc_in: HashMap::new(),
             tickets: Vec::new(),
             ticket_next: 1,
@@ -2034,6 +2038,15 @@ impl Engine {
         let Some(peer) = conn.peer else {
             return Err(ConnError::Protocol("authenticated connection without a peer".into()));
         };
+        if self.draining == Some(peer)
+            && (!matches!(h.kind, FrameKind::Eager | FrameKind::ReadyToSend | FrameKind::Data)
+                || h.flags & p2pmpi_wire::frame::flags::SINGLE_COPY != 0)
+        {
+            // The connection is being dropped: its messages are taken (eager data,
+            // rendez-vous announcements and data: what the sender's successor would send
+            // again), its control frames count for nothing (fencing).
+            return Ok(());
+        }
         let proto = |d: String| ConnError::Protocol(d);
         let mid = h.mid;
         // `peer` is a slot; messages name ranks.
@@ -2053,7 +2066,8 @@ impl Engine {
                     // Fencing: a declared-dead replica's commit counts for nothing.
                     return Ok(());
                 }
-                if !rp.ep.on_commit(slot as usize, mid) {
+                let acked = h.flags & p2pmpi_wire::frame::flags::ACKED != 0;
+                if !rp.ep.on_commit(slot as usize, mid, acked) {
                     return Err(proto(format!("commit of {mid:?} from slot {slot}, not a replica of this rank")));
                 }
             }

@@ -137,6 +137,12 @@ pub(super) struct Replication {
     pub(super) unapplied: Vec<u32>,
 }
 
+/// Whether masters flag commits acknowledged (`P2PMPI_ACKED_COMMITS=1`).
+fn acked_commits() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("P2PMPI_ACKED_COMMITS").is_ok_and(|v| v == "1"))
+}
+
 /// How many taken operations a replica remembers (to notice a failure it cannot follow).
 const TAKEN_WINDOW: usize = 1 << 16;
 
@@ -273,7 +279,13 @@ impl Engine {
                 }
                 (h, payload.into_payload(), true)
             }
-            Frame::Commit { mid } => (Header::new(FrameKind::Commit, mid, 0), Payload::None, false),
+            Frame::Commit { mid, acked } => {
+                let mut h = Header::new(FrameKind::Commit, mid, 0);
+                if acked && self.kernels_acked(mid.dst as usize) {
+                    h.flags |= flags::ACKED;
+                }
+                (h, Payload::None, false)
+            }
             Frame::Choice { comm, point, outcome } => {
                 let mid = match outcome {
                     Some((src, tag, _)) => Mid { comm, src: src as u32, dst: 0, tag, seq: point },
@@ -769,9 +781,52 @@ impl Engine {
         self.drop_peer(slot);
     }
 
+    /// Whether every alive replica of `rank` has acknowledged, in its kernel, everything this
+    /// process wrote to it: each of its connections is an established TCP connection
+    /// (not shared memory) with nothing unacknowledged in its send queue (`SIOCOUTQ`).
+    ///
+    /// Off unless `P2PMPI_ACKED_COMMITS=1`: on loopback delayed acknowledgements leave most
+    /// commits unflagged, it measured no gain, and a suspect that keeps writing while a
+    /// destination drains and closes its connection is not covered (docs/replication.md).
+    fn kernels_acked(&self, rank: usize) -> bool {
+        if !acked_commits() {
+            return false;
+        }
+        let Some(rp) = self.repl.as_ref() else { return false };
+        let l = rp.ep.layout();
+        l.slots_of(rank).all(|d| {
+            if rp.ep.is_dead(d) {
+                return true;
+            }
+            let p = &self.peers[d];
+            !p.conns.is_empty()
+                && p.conns.iter().all(|&cid| {
+                    self.conns.get(cid).and_then(Option::as_ref).is_some_and(|c| c.shm.is_none() && c.kernel_acked())
+                })
+        })
+    }
+
     /// Drops every connection with `slot`: nothing it might still send (a frozen process that
-    /// wakes up) is read.
+    /// wakes up) is read — but for the data frames its kernel already holds from it, taken
+    /// first (its master may have counted them delivered: a commit flagged acknowledged
+    /// lets the replicas drop their copies).
     pub(super) fn drop_peer(&mut self, slot: i32) {
+        if self.draining == Some(slot) {
+            // A connection failing while it is drained: dropped below, by the caller.
+            return;
+        }
+        if self.repl.is_some() {
+            let before = self.draining.replace(slot);
+            for cid in self.peers[slot as usize].conns.clone() {
+                // Bounded: a live suspect may keep writing.
+                for _ in 0..64 {
+                    if !self.read_conn(cid) {
+                        break;
+                    }
+                }
+            }
+            self.draining = before;
+        }
         let p = &mut self.peers[slot as usize];
         p.send_conn = None;
         let cids = std::mem::take(&mut p.conns);
