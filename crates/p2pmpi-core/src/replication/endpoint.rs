@@ -1475,7 +1475,7 @@ mod tests {
         e.send(T, mid(1, 2, 0), v(2), false, 2);
         let gone = |m: &MsgId| m.comm == 5;
         assert!(e.backup_pending_beyond(gone), "the message on another communicator is owed");
-        assert!(e.on_commit(2, mid(1, 2, 0)));
+        assert!(e.on_commit(2, mid(1, 2, 0), false));
         assert!(!e.backup_pending_beyond(gone), "nobody waits for the one on the revoked communicator");
         assert!(e.backup_pending());
     }
