@@ -169,6 +169,28 @@ fn the_root_s_master_dying_mid_spawn_leaves_one_set_of_children() {
 /// Pids by (child?, slot in its own job).
 type Procs = Vec<((bool, usize), u32)>;
 
+/// A job (`--local -n 2` with `opts`) running `spawn_checks pause`, once both children paused
+/// half-way: the job, the directory whose `go` file releases them, and the marker in every
+/// process's command line.
+fn paused_spawn(test: &str, opts: &[&str]) -> (common::job::Job, std::path::PathBuf, String) {
+    let marker = marker(test);
+    let dir = std::env::temp_dir().join(&marker);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut cmd = std::process::Command::new(launcher());
+    cmd.args(["--local", "-n", "2"])
+        .args(opts)
+        .arg(example("spawn_checks"))
+        .arg("pause")
+        .arg(&dir)
+        .env("P2PMPI_HOME", "/nonexistent/p2pmpi-local-tests");
+    let job = common::job::Job::spawn(&mut cmd);
+    job.wait_for(T, "both children paused", |lines| {
+        let seen = |r: usize| lines.iter().any(|l| !l.stderr && l.text == format!("child {r} paused"));
+        (seen(0) && seen(1)).then_some(())
+    });
+    (job, dir, marker)
+}
+
 /// A replicated job (`-n 2 -r 2`) whose children paused half-way (`spawn_checks pause`):
 /// the job, the directory whose `go` file releases them, and the pids of the processes by
 /// (child?, slot in its own job).
@@ -178,22 +200,9 @@ fn paused_replicated_spawn(test: &str) -> (common::job::Job, std::path::PathBuf,
 
 /// [`paused_replicated_spawn`] with more `p2pmpirun` options.
 fn paused_replicated_spawn_with(test: &str, opts: &[&str]) -> (common::job::Job, std::path::PathBuf, Procs) {
-    let marker = marker(test);
-    let dir = std::env::temp_dir().join(&marker);
-    std::fs::create_dir_all(&dir).unwrap();
-    let prog = example("spawn_checks");
-    let mut cmd = std::process::Command::new(launcher());
-    cmd.args(["--local", "-n", "2", "-r", "2"])
-        .args(opts)
-        .arg(prog)
-        .arg("pause")
-        .arg(&dir)
-        .env("P2PMPI_HOME", "/nonexistent/p2pmpi-local-tests");
-    let job = common::job::Job::spawn(&mut cmd);
-    job.wait_for(T, "both children paused", |lines| {
-        let seen = |r: usize| lines.iter().any(|l| !l.stderr && l.text == format!("child {r} paused"));
-        (seen(0) && seen(1)).then_some(())
-    });
+    let mut all = vec!["-r", "2"];
+    all.extend_from_slice(opts);
+    let (job, dir, marker) = paused_spawn(test, &all);
     let procs: Procs = processes_with(&marker)
         .into_iter()
         .filter_map(|pid| {
@@ -271,20 +280,7 @@ fn a_frozen_replica_of_a_spawned_child_is_declared_dead_and_the_output_stays_fau
 /// for it forever.
 #[test]
 fn a_frozen_child_of_an_unreplicated_job_stops_the_job_with_a_clear_error() {
-    let marker = marker("spawn-freeze-child");
-    let dir = std::env::temp_dir().join(&marker);
-    std::fs::create_dir_all(&dir).unwrap();
-    let mut cmd = std::process::Command::new(launcher());
-    cmd.args(["--local", "-n", "2", "--t-gossip", "100"])
-        .arg(example("spawn_checks"))
-        .arg("pause")
-        .arg(&dir)
-        .env("P2PMPI_HOME", "/nonexistent/p2pmpi-local-tests");
-    let job = common::job::Job::spawn(&mut cmd);
-    job.wait_for(T, "both children paused", |lines| {
-        let seen = |r: usize| lines.iter().any(|l| !l.stderr && l.text == format!("child {r} paused"));
-        (seen(0) && seen(1)).then_some(())
-    });
+    let (job, dir, marker) = paused_spawn("spawn-freeze-child", &["--t-gossip", "100"]);
     let pid = processes_with(&marker)
         .into_iter()
         .find(|&pid| env_of(pid, "P2PMPI_SPAWN_BASE").is_some() && env_of(pid, "P2PMPI_RANK").as_deref() == Some("1"))
