@@ -1292,24 +1292,15 @@ pub unsafe extern "C" fn MPI_Allreduce(
     let c = comm_or_return!(comm);
     // `RSMPI_IN_PLACE` takes the input from `recvbuf`.
     // SAFETY: the caller's contract.
-    let (sendbuf, _staged) = match unsafe { more::in_place_input(sendbuf, recvbuf, count, datatype) } {
-        Ok(x) => x,
-        Err(e) => return e,
-    };
-    if let Err(e) = check_buffer(sendbuf, count, datatype).and(check_buffer(recvbuf, count, datatype)) {
-        return e;
-    }
-    let Some(op) = op_of(op) else { return ERR_OP };
-    // SAFETY: the caller vouches for both buffers, `count` elements of the live `datatype`
-    // each, apart from each other.
-    let (s, mut r) = unsafe {
-        let d = DatatypeRef::from_map(datatype.map());
-        (DynBuffer::from_raw(sendbuf, count, d), DynBufferMut::from_raw(recvbuf, count, d))
-    };
-    let res = with_comm!(c, c => c.try_all_reduce_into(&s, &mut r, op));
-    match res {
-        Ok(()) => SUCCESS,
-        Err(e) => err_class(&e),
+    unsafe {
+        more::whole_reduction(
+            sendbuf,
+            recvbuf,
+            count,
+            datatype,
+            op,
+            |s, r, op| with_comm!(c, c => c.try_all_reduce_into(s, r, op)),
+        )
     }
 }
 

@@ -951,30 +951,10 @@ pub unsafe extern "C" fn MPI_Scan(
     comm: MPI_Comm,
 ) -> c_int {
     let c = intra_or_return!(comm);
-    if let Err(e) = check_buffer(recvbuf, count, datatype) {
-        return e;
+    // SAFETY: the caller's contract.
+    unsafe {
+        whole_reduction(sendbuf, recvbuf, count, datatype, op, |s, r, op| with_comm!(c, c => c.try_scan_into(s, r, op)))
     }
-    let staged;
-    let sendbuf = if is_in_place(sendbuf) {
-        // SAFETY: `recvbuf` holds the input (the caller's contract).
-        staged = match unsafe { Staged::of(recvbuf, count, datatype) } {
-            Ok(s) => s,
-            Err(e) => return e,
-        };
-        staged.ptr()
-    } else {
-        sendbuf
-    };
-    if let Err(e) = check_buffer(sendbuf, count, datatype) {
-        return e;
-    }
-    let Some(op) = op_of(op) else { return ERR_OP };
-    // SAFETY: both buffers as the caller vouches (the staged copy for `RSMPI_IN_PLACE`).
-    let (s, mut r) = unsafe {
-        let d = DatatypeRef::from_map(datatype.map());
-        (DynBuffer::from_raw(sendbuf, count, d), DynBufferMut::from_raw(recvbuf, count, d))
-    };
-    with_comm!(c, c => c.try_scan_into(&s, &mut r, op)).map_or_else(|e| err_class(&e), |()| SUCCESS)
 }
 
 /// The exclusive prefix reduction: rank `i > 0`'s `recvbuf` gets ranks `0..i`'s `sendbuf`
@@ -992,20 +972,16 @@ pub unsafe extern "C" fn MPI_Exscan(
 ) -> c_int {
     let c = intra_or_return!(comm);
     // SAFETY: the caller's contract.
-    let (sendbuf, _staged) = match unsafe { in_place_input(sendbuf, recvbuf, count, datatype) } {
-        Ok(x) => x,
-        Err(e) => return e,
-    };
-    if let Err(e) = check_buffer(sendbuf, count, datatype).and(check_buffer(recvbuf, count, datatype)) {
-        return e;
+    unsafe {
+        whole_reduction(
+            sendbuf,
+            recvbuf,
+            count,
+            datatype,
+            op,
+            |s, r, op| with_comm!(c, c => c.try_exclusive_scan_into(s, r, op)),
+        )
     }
-    let Some(op) = op_of(op) else { return ERR_OP };
-    // SAFETY: both buffers as the caller vouches (the staged copy for `RSMPI_IN_PLACE`).
-    let (s, mut r) = unsafe {
-        let d = DatatypeRef::from_map(datatype.map());
-        (DynBuffer::from_raw(sendbuf, count, d), DynBufferMut::from_raw(recvbuf, count, d))
-    };
-    with_comm!(c, c => c.try_exclusive_scan_into(&s, &mut r, op)).map_or_else(|e| err_class(&e), |()| SUCCESS)
 }
 
 /// For `MPI_Reduce` and `MPI_Allreduce`: the send buffer, staged from `recvbuf` when it is
@@ -1026,6 +1002,38 @@ pub(super) unsafe fn in_place_input(
     // SAFETY: the caller's contract.
     let s = unsafe { Staged::of(recvbuf, count, datatype) }?;
     Ok((s.ptr(), Some(s)))
+}
+
+/// The common part of the reductions over whole buffers (`MPI_Allreduce`, `MPI_Scan`,
+/// `MPI_Exscan`): a `RSMPI_IN_PLACE` input staged from `recvbuf`, both buffers and the
+/// operation checked, then `run` on them; its error becomes its MPI error class.
+///
+/// # Safety
+/// `sendbuf` (unless `RSMPI_IN_PLACE`) must hold `count` elements of `datatype`, a live
+/// datatype, and `recvbuf` be writable for as many, apart from `sendbuf`.
+pub(super) unsafe fn whole_reduction(
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    count: c_int,
+    datatype: MPI_Datatype,
+    op: MPI_Op,
+    run: impl FnOnce(&DynBuffer<'_>, &mut DynBufferMut<'_>, AnyOp) -> Result<(), crate::CommError>,
+) -> c_int {
+    // SAFETY: the caller's contract.
+    let (sendbuf, _staged) = match unsafe { in_place_input(sendbuf, recvbuf, count, datatype) } {
+        Ok(x) => x,
+        Err(e) => return e,
+    };
+    if let Err(e) = check_buffer(sendbuf, count, datatype).and(check_buffer(recvbuf, count, datatype)) {
+        return e;
+    }
+    let Some(op) = op_of(op) else { return ERR_OP };
+    // SAFETY: both buffers as the caller vouches (the staged copy for `RSMPI_IN_PLACE`).
+    let (s, mut r) = unsafe {
+        let d = DatatypeRef::from_map(datatype.map());
+        (DynBuffer::from_raw(sendbuf, count, d), DynBufferMut::from_raw(recvbuf, count, d))
+    };
+    run(&s, &mut r, op).map_or_else(|e| err_class(&e), |()| SUCCESS)
 }
 
 // ------------------------------------------------------------- communicators, groups
