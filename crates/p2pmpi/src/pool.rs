@@ -76,6 +76,47 @@ pub(crate) fn give(v: Vec<u8>) {
     });
 }
 
+/// Buffers up to this size come from the heap once [`warm_heap`] ran (larger ones are mapped
+/// and unmapped by glibc as usual).
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+const HEAP_UP_TO: usize = MAX_KEEP;
+
+/// Faults in `bytes` of heap now and keeps it: glibc no longer gives freed memory back to the
+/// kernel below twice that, nor maps buffers up to [`MAX_KEEP`] apart from the heap.
+///
+/// For a replica that is not its rank's master: it copies every small message it sends and
+/// keeps the copies its master committed lately (up to `RECENT_WINDOW` plus
+/// `BACKUP_WINDOW`). Without this, those copies land in memory touched for the first time —
+/// a page fault per 4 KiB, about 2 000 per phase of 8–64 KiB messages — which made the
+/// replicas fall behind at the start of each new message size until their master's writes to
+/// them blocked for milliseconds (`docs/benchmarks.md`, "The replicas' first touches").
+pub(crate) fn warm_heap(bytes: usize) {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        let keep = bytes.saturating_mul(2).min(i32::MAX as usize) as libc::c_int;
+        // SAFETY: mallopt only changes two of glibc's allocation thresholds; it touches no
+        // memory of ours.
+        unsafe {
+            libc::mallopt(libc::M_MMAP_THRESHOLD, HEAP_UP_TO as libc::c_int);
+            libc::mallopt(libc::M_TRIM_THRESHOLD, keep);
+        }
+        // Pieces under the mapping threshold come from the heap; written (not zero-allocated:
+        // calloc would skip fresh pages) so that every page is faulted in, then freed back to
+        // glibc, which keeps them.
+        const PIECE: usize = 256 << 10;
+        let pieces: Vec<Vec<u8>> = (0..bytes.div_ceil(PIECE))
+            .map(|_| {
+                let mut v = Vec::with_capacity(PIECE);
+                v.resize(PIECE, 1u8);
+                v
+            })
+            .collect();
+        std::hint::black_box(&pieces);
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    let _ = bytes;
+}
+
 /// A pooled buffer that goes back to the pool when dropped.
 pub(crate) struct Scratch(Vec<u8>);
 
@@ -104,5 +145,59 @@ impl std::ops::DerefMut for Scratch {
 impl Drop for Scratch {
     fn drop(&mut self) {
         give(std::mem::take(&mut self.0));
+    }
+}
+
+#[cfg(all(test, target_os = "linux", target_env = "gnu"))]
+mod tests {
+    use super::*;
+
+    /// Minor page faults of the calling thread so far.
+    fn faults() -> i64 {
+        let mut u = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+        // SAFETY: getrusage writes a whole `rusage` into the buffer it is given.
+        let rc = unsafe { libc::getrusage(libc::RUSAGE_THREAD, u.as_mut_ptr()) };
+        assert_eq!(rc, 0, "getrusage");
+        // SAFETY: initialised by the successful call above (and zeroed before it).
+        unsafe { u.assume_init() }.ru_minflt
+    }
+
+    /// Copies of the sizes a replica keeps (8 KiB to 128 KiB), written whole, as many as its
+    /// windows hold.
+    fn copies(total: usize) -> Vec<Vec<u8>> {
+        let mut out = Vec::new();
+        let mut size = 8 << 10;
+        let mut have = 0;
+        while have < total {
+            let mut v = Vec::with_capacity(size);
+            v.resize(size, 7u8);
+            have += size;
+            out.push(v);
+            size = if size >= 128 << 10 { 8 << 10 } else { size * 2 };
+        }
+        out
+    }
+
+    #[test]
+    fn a_warmed_heap_takes_a_replicas_copies_without_page_faults() {
+        // A thread of its own: its own glibc arena, its own fault count.
+        std::thread::spawn(|| {
+            warm_heap(12 << 20);
+            let before = faults();
+            let kept = copies(10 << 20);
+            let taken = faults() - before;
+            std::hint::black_box(&kept);
+            // Untouched memory costs a fault per 4 KiB page: about 2 560 for these 10 MiB.
+            assert!(taken < 200, "{taken} page faults for 10 MiB of copies after warming 12 MiB");
+            drop(kept);
+            // Given back and taken again: still warm (glibc keeps what it was given back).
+            let before = faults();
+            let again = copies(10 << 20);
+            let taken = faults() - before;
+            std::hint::black_box(&again);
+            assert!(taken < 200, "{taken} page faults for copies made again");
+        })
+        .join()
+        .expect("warm-heap thread");
     }
 }

@@ -158,6 +158,10 @@ impl Replication {
         };
         let mut ep = Endpoint::new(layout, slot, cfg);
         ep.set_notify(crate::failure::policy() == crate::failure::Policy::Notify);
+        if !ep.is_master() {
+            // The memory of its copies, faulted in once rather than while it sends.
+            crate::pool::warm_heap(2 * (RECENT_WINDOW + BACKUP_WINDOW));
+        }
         Replication {
             ep,
             origin: Instant::now(),
