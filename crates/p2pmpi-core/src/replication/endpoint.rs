@@ -36,6 +36,7 @@
 
 use super::{Choices, Coordinator, Layout, MsgId, Outcome, Recovery, SendAction};
 use crate::matching::{FastMap, FastSet};
+use super::seq_table::SeqTable;
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
@@ -238,13 +239,13 @@ pub struct Endpoint<P, U> {
     cfg: Config,
     coord: Coordinator<Kept<P, U>>,
     suspected: Vec<bool>,
-    fanouts: FastMap<u64, Fanout<P, U>>,
+    fanouts: SeqTable<Fanout<P, U>>,
     /// What destination replicas said of rendez-vous messages this process has not
     /// transmitted yet (a non-master, or a master behind its predecessor): per message, the
     /// slots that pulled it (`false`) or have it (`true`). Pruned by commits.
     pulls: FastMap<MsgId, Vec<(usize, bool)>>,
     next_fanout: u64,
-    txs: FastMap<TxId, Tx>,
+    txs: SeqTable<Tx>,
     next_tx: TxId,
     /// Per slot: unwritten transmissions held while it is suspected.
     held: Vec<Vec<TxId>>,
@@ -294,10 +295,10 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
             cfg,
             coord: Coordinator::new(layout, me),
             suspected: vec![false; slots],
-            fanouts: FastMap::default(),
+            fanouts: SeqTable::default(),
             pulls: FastMap::default(),
             next_fanout: 0,
-            txs: FastMap::default(),
+            txs: SeqTable::default(),
             next_tx: 0,
             held: vec![Vec::new(); slots],
             unwritten: vec![0; slots],
@@ -364,6 +365,12 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
 
     pub fn rank(&self) -> usize {
         self.coord.rank()
+    }
+
+    /// The time of the latest event this endpoint was given: a driver that hands it several
+    /// events at once (a send, then the writes it caused) reads its clock once.
+    pub fn now(&self) -> Duration {
+        self.now
     }
 
     pub fn is_master(&self) -> bool {
@@ -627,7 +634,7 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
         {
             return false;
         }
-        let Some((&f, _)) = self.fanouts.iter().find(|(_, f)| f.mid == mid && f.rndv.is_some()) else {
+        let Some((f, _)) = self.fanouts.iter().find(|(_, f)| f.mid == mid && f.rndv.is_some()) else {
             // Not transmitted by this process (yet): remembered, until committed.
             let e = self.pulls.entry(mid).or_default();
             match e.iter_mut().find(|t| t.0 == from) {
@@ -636,7 +643,7 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
             }
             return true;
         };
-        let fo = self.fanouts.get_mut(&f).expect("found");
+        let fo = self.fanouts.get_mut(f).expect("found");
         fo.acked = true;
         let rv = fo.rndv.as_mut().expect("rendez-vous");
         rv.waiting.retain(|&s| s != from);
@@ -654,7 +661,7 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
             self.out.push_back(Action::Transmit { to: from, tx: None, frame, step: Step { index: 0, last: true } });
         }
         // A synchronous send waiting for its acknowledgement only.
-        if self.fanouts.get(&f).is_some_and(|fo| fo.written) {
+        if self.fanouts.get(f).is_some_and(|fo| fo.written) {
             self.fanout_done(f);
         }
         true
@@ -697,7 +704,7 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
     /// Transmission `tx` is written (or, for a slot declared dead, dropped).
     pub fn written(&mut self, now: Duration, tx: TxId) {
         self.now = now;
-        let Some(t) = self.txs.get(&tx).copied() else { return };
+        let Some(t) = self.txs.get(tx).copied() else { return };
         let slot = match t {
             Tx::Data { slot, .. } | Tx::Choice { slot } => slot,
         };
@@ -725,7 +732,7 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
     }
 
     fn fanout_done(&mut self, f: u64) {
-        let Some(fo) = self.fanouts.get_mut(&f) else { return };
+        let Some(fo) = self.fanouts.get_mut(f) else { return };
         if !fo.written {
             fo.written = true;
             self.commits.push_back((fo.mid, true));
@@ -733,7 +740,7 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
         if fo.sync && !fo.acked {
             return;
         }
-        let fo = self.fanouts.remove(&f).expect("live fan-out");
+        let fo = self.fanouts.remove(f).expect("live fan-out");
         if let Some(u) = fo.user {
             self.out.push_back(Action::Complete(u));
         }
@@ -748,10 +755,10 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
         {
             return false;
         }
-        let Some((&f, _)) = self.fanouts.iter().find(|(_, f)| f.sync && f.mid == mid && !f.acked) else {
+        let Some((f, _)) = self.fanouts.iter().find(|(_, f)| f.sync && f.mid == mid && !f.acked) else {
             return true;
         };
-        let fo = self.fanouts.get_mut(&f).expect("found");
+        let fo = self.fanouts.get_mut(f).expect("found");
         fo.acked = true;
         if fo.written {
             self.fanout_done(f);
@@ -858,7 +865,7 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
             q.user = None;
         }
         let mut fans = Vec::new();
-        for (&id, f) in self.fanouts.iter_mut() {
+        for (id, f) in self.fanouts.iter_mut() {
             if f.user == Some(u) {
                 f.user = None;
                 fans.push(id);
@@ -870,7 +877,7 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
         self.txs
             .iter()
             .filter(|(_, t)| matches!(t, Tx::Data { fanout, .. } if fans.contains(fanout)))
-            .map(|(&id, _)| id)
+            .map(|(id, _)| id)
             .collect()
     }
 
@@ -1146,7 +1153,7 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
             .txs
             .iter()
             .filter(|(_, t)| matches!(t, Tx::Data { slot: s, .. } | Tx::Choice { slot: s } if *s == slot))
-            .map(|(&id, _)| id)
+            .map(|(id, _)| id)
             .collect();
         for tx in mine {
             if bye || self.coord.is_dead(slot) {
@@ -1163,7 +1170,7 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
 
     /// Counts an unwritten transmission to a gone slot as done.
     fn release(&mut self, tx: TxId, slot: usize) {
-        let Some(t) = self.txs.remove(&tx) else { return };
+        let Some(t) = self.txs.remove(tx) else { return };
         self.unwritten[slot] = self.unwritten[slot].saturating_sub(1);
         match t {
             Tx::Choice { .. } => {
@@ -1175,7 +1182,7 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
                 }
             }
             Tx::Data { fanout, .. } => {
-                if let Some(f) = self.fanouts.get_mut(&fanout) {
+                if let Some(f) = self.fanouts.get_mut(fanout) {
                     f.pending = f.pending.saturating_sub(1);
                     if f.pending == 0 {
                         self.fanout_done(fanout);
@@ -1256,7 +1263,7 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
         let rv: Vec<u64> = self
             .fanouts
             .iter_mut()
-            .filter_map(|(&id, fo)| {
+            .filter_map(|(id, fo)| {
                 let r = fo.rndv.as_mut()?;
                 r.waiting.retain(|&s| s != slot);
                 let i = r.undone.iter().position(|&s| s == slot)?;
@@ -1273,7 +1280,7 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
             .txs
             .iter()
             .filter(|(_, t)| matches!(t, Tx::Data { slot: s, .. } | Tx::Choice { slot: s } if *s == slot))
-            .map(|(&id, _)| id)
+            .map(|(id, _)| id)
             .collect();
         for tx in rest {
             self.release(tx, slot);
@@ -1288,7 +1295,7 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
     /// it are dropped.
     fn rank_lost(&mut self, rank: usize) {
         let mut acked = Vec::new();
-        for (&id, f) in self.fanouts.iter_mut() {
+        for (id, f) in self.fanouts.iter_mut() {
             if f.sync && !f.acked && f.mid.dst as usize == rank {
                 f.acked = true;
                 if f.written {

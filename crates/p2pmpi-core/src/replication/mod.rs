@@ -24,6 +24,7 @@
 
 pub mod endpoint;
 pub mod spawn;
+pub mod seq_table;
 
 pub use endpoint::Endpoint;
 
