@@ -135,6 +135,8 @@ pub(super) struct Replication {
     /// Revocations a non-master heard from the launcher: its master applies them and tells
     /// which operations failed; this process applies them itself if it takes over.
     pub(super) unapplied: Vec<u32>,
+    /// A send is being carried out: the endpoint's time is that send's (read just before).
+    pub(super) sending: bool,
 }
 
 /// Whether masters flag commits acknowledged (`P2PMPI_ACKED_COMMITS=1`).
@@ -177,6 +179,7 @@ impl Replication {
             words: false,
             lost_ranks: Vec::new(),
             unapplied: Vec::new(),
+            sending: false,
         }
     }
 
@@ -224,7 +227,11 @@ impl Engine {
         };
         let now = rp.now();
         rp.ep.send(now, mid, payload, sync, req);
+        rp.sending = true;
         self.flush_deferred();
+        if let Some(rp) = self.repl.as_mut() {
+            rp.sending = false;
+        }
         req
     }
 
@@ -344,19 +351,49 @@ impl Engine {
         } else if h.kind == FrameKind::Commit {
             failpoints::partial_commit(step.index, self.conns[cid].as_deref_mut(), &h);
         }
-        let out = match tx {
-            Some(tx) => {
-                let sub = self.new_req(std::ptr::null_mut(), 0, ReqState::Pending);
-                self.reqs[sub].as_mut().expect("new request").parent = Some(tx as usize);
+        match tx {
+            Some(tx) => self.push_transmission(cid, Out::new(h, payload), tx),
+            None => {
+                let _ = self.push_out(cid, Out::new(h, payload));
+            }
+        }
+        failpoints::written(self, cid);
+    }
+
+    /// Writes transmission `tx` of the endpoint. Written whole at once (the usual case), the
+    /// endpoint learns it there and then; otherwise a device request stands for the rest,
+    /// and its completion tells the endpoint ([`Engine::tx_written`]). The common path thus
+    /// allocates no request and touches no map: it is the master's, on every message's
+    /// critical path.
+    fn push_transmission(&mut self, cid: usize, out: Out, tx: TxId) {
+        // Fencing: nothing leaves a replica that holds no valid lease.
+        crate::bootstrap::fence::wait_lease();
+        let conn = self.conns[cid].as_mut().expect("live connection");
+        let peer = conn.peer.unwrap_or(-1);
+        match conn.push_or_queue(out) {
+            Ok(None) => {
+                if let Some(rp) = self.repl.as_mut() {
+                    // Written while the send that made the endpoint transmit it is carried
+                    // out: that send's time, without reading the clock again.
+                    let now = if rp.sending { rp.ep.now() } else { rp.now() };
+                    rp.ep.written(now, tx);
+                }
+            }
+            Ok(Some(queued)) => {
+                let r = Req { ptr: std::ptr::null_mut(), cap: 0, state: ReqState::Pending, parent: Some(tx as usize) };
+                let sub = alloc_req(&mut self.reqs, &mut self.free_reqs, r);
+                queued.done = Some(sub);
                 if let Some(rp) = self.repl.as_mut() {
                     rp.tx_req.insert(tx, sub);
                 }
-                Out::with_completion(h, payload, sub)
+                self.update_interest(cid);
             }
-            None => Out::new(h, payload),
-        };
-        let _ = self.push_out(cid, out);
-        failpoints::written(self, cid);
+            Err(e) => {
+                // The connection is dropped and its slot suspected: the endpoint holds the
+                // transmission until the verdict.
+                let _ = self.write_failed(cid, peer, e);
+            }
+        }
     }
 
     /// A transmission's device request completed (its frame is written): the endpoint
