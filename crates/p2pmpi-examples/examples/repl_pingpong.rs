@@ -9,6 +9,10 @@
 //!   fault-aware replicated programs (with `-r R` every replica's sends and receives are then
 //!   numbered, and a non-master's sends wait for its master's commit).
 //!
+//! `REPLPP_DETAIL=DIR` (environment): every process appends to `DIR/replpp-detail.txt` one line
+//! per size with its minor page faults (warm-up, timed part) and the deciles of its round
+//! trips, each then timed on its own.
+//!
 //! An empty argument means its default. Per size: a barrier, WARMUP round trips, a barrier,
 //! ITERS timed round trips (rank 0 `send` then `receive_into`, rank 1 the reverse, blocking,
 //! same buffer), then rank 0 checks the buffer it got back last (untimed) and prints
@@ -41,6 +45,10 @@ fn main() {
         Some(other) => panic!("unknown mode {other:?} (want notify)"),
     }
 
+    // REPLPP_DETAIL=DIR: every process appends to DIR/replpp-detail.txt, per size, its minor
+    // page faults during the warm-up and the timed round trips, and its round trips' deciles
+    // (`bench/replication.sh`'s diagnosis of slow runs; replicas' output is not shown).
+    let detail = std::env::var_os("REPLPP_DETAIL").map(std::path::PathBuf::from);
     let universe = mpi::initialize().unwrap();
     let world = universe.world();
     let rank = world.rank();
@@ -84,17 +92,58 @@ fn main() {
                 }
             }
         };
+        let faults0 = detail.as_ref().map(|_| minor_faults());
         world.barrier();
         round(warmup, &mut buf);
         world.barrier();
+        let faults1 = detail.as_ref().map(|_| minor_faults());
         let t0 = mpi::time();
-        round(iters, &mut buf);
+        let mut each = Vec::new();
+        if detail.is_some() {
+            // Each round trip timed on its own (two clock reads more per round trip).
+            each.reserve(iters as usize);
+            for _ in 0..iters {
+                let a = mpi::time();
+                round(1, &mut buf);
+                each.push(mpi::time() - a);
+            }
+        } else {
+            round(iters, &mut buf);
+        }
         let dt = mpi::time() - t0;
+        if let (Some(dir), Some(f0), Some(f1)) = (&detail, faults0, faults1) {
+            write_detail(dir, size, rank, f1 - f0, minor_faults() - f1, &mut each);
+        }
         if rank == 0 {
             let rt = dt / iters.max(1) as f64;
             let bw = if size == 0 { 0.0 } else { size as f64 / (rt / 2.0) / 1e6 };
             let ok = if buf == want { "ok" } else { "CORRUPT" };
             println!("replpp {size} {iters} {:.3} {:.3} {:.1} {ok}", rt * 1e6, rt / 2.0 * 1e6, bw);
         }
+    }
+}
+
+/// This process's minor page faults so far (`/proc/self/stat`, field 10).
+fn minor_faults() -> u64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // The fields after the command name (which may hold spaces) start at the state, field 3.
+    stat.rsplit(')').next().and_then(|rest| rest.split_whitespace().nth(7)).and_then(|f| f.parse().ok()).unwrap_or(0)
+}
+
+/// One line of REPLPP_DETAIL: size, rank, slot (`P2PMPI_RANK`), faults, and the deciles of the
+/// round trips in µs (none if they were not timed one by one).
+fn write_detail(dir: &std::path::Path, size: usize, rank: i32, warm: u64, timed: u64, each: &mut [f64]) {
+    use std::io::Write;
+    each.sort_by(f64::total_cmp);
+    let deciles: Vec<String> = (1..10).filter_map(|k| each.get(each.len() * k / 10)).map(|t| format!("{:.1}", t * 1e6)).collect();
+    let slot = std::env::var("P2PMPI_RANK").unwrap_or_default();
+    let line = format!(
+        "size {size} rank {rank} slot {slot} faults_warmup {warm} faults_timed {timed} deciles_us {}\n",
+        deciles.join(",")
+    );
+    let path = dir.join("replpp-detail.txt");
+    // One write per line, appended: the processes of a job share the file.
+    if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(&path) {
+        let _ = f.write_all(line.as_bytes());
     }
 }
