@@ -84,9 +84,9 @@ const HEAP_UP_TO: usize = MAX_KEEP;
 /// Faults in `bytes` of heap now and keeps it: glibc no longer gives freed memory back to the
 /// kernel below twice that, nor maps buffers up to [`MAX_KEEP`] apart from the heap.
 ///
-/// For a replica that is not its rank's master: it copies every small message it sends and
-/// keeps the copies its master committed lately (up to `RECENT_WINDOW` plus
-/// `BACKUP_WINDOW`). Without this, those copies land in memory touched for the first time —
+/// For a replica that is not its rank's master (at its first copy): it copies every small
+/// message it sends and keeps the copies its master committed lately (up to `RECENT_WINDOW`
+/// plus `BACKUP_WINDOW`). Without this, those copies land in memory touched for the first time —
 /// a page fault per 4 KiB, about 2 000 per phase of 8–64 KiB messages — which made the
 /// replicas fall behind at the start of each new message size until their master's writes to
 /// them blocked for milliseconds (`docs/benchmarks.md`, "The replicas' first touches").
@@ -100,14 +100,17 @@ pub(crate) fn warm_heap(bytes: usize) {
             libc::mallopt(libc::M_MMAP_THRESHOLD, HEAP_UP_TO as libc::c_int);
             libc::mallopt(libc::M_TRIM_THRESHOLD, keep);
         }
-        // Pieces under the mapping threshold come from the heap; written (not zero-allocated:
-        // calloc would skip fresh pages) so that every page is faulted in, then freed back to
-        // glibc, which keeps them.
+        // Pieces under the mapping threshold come from the heap; a byte written in each page
+        // (calloc skips zeroing fresh pages, so every page is faulted in here, not before),
+        // then freed back to glibc, which keeps them.
         const PIECE: usize = 256 << 10;
+        const PAGE: usize = 4096;
         let pieces: Vec<Vec<u8>> = (0..bytes.div_ceil(PIECE))
             .map(|_| {
-                let mut v = Vec::with_capacity(PIECE);
-                v.resize(PIECE, 1u8);
+                let mut v = vec![0u8; PIECE];
+                for i in (0..PIECE).step_by(PAGE) {
+                    v[i] = 1;
+                }
                 v
             })
             .collect();

@@ -137,6 +137,8 @@ pub(super) struct Replication {
     pub(super) unapplied: Vec<u32>,
     /// A send is being carried out: the endpoint's time is that send's (read just before).
     pub(super) sending: bool,
+    /// The heap for this non-master's copies is faulted in ([`crate::pool::warm_heap`]).
+    pub(super) warmed: bool,
 }
 
 /// Whether masters flag commits acknowledged (`P2PMPI_ACKED_COMMITS=1`).
@@ -160,10 +162,6 @@ impl Replication {
         };
         let mut ep = Endpoint::new(layout, slot, cfg);
         ep.set_notify(crate::failure::policy() == crate::failure::Policy::Notify);
-        if !ep.is_master() {
-            // The memory of its copies, faulted in once rather than while it sends.
-            crate::pool::warm_heap(2 * (RECENT_WINDOW + BACKUP_WINDOW));
-        }
         Replication {
             ep,
             origin: Instant::now(),
@@ -180,6 +178,7 @@ impl Replication {
             lost_ranks: Vec::new(),
             unapplied: Vec::new(),
             sending: false,
+            warmed: false,
         }
     }
 
@@ -217,6 +216,13 @@ impl Engine {
         let payload = if rp.ep.is_master() || rp.ep.must_lend(len) || follow {
             Bytes::Lent(ptr, len)
         } else {
+            if !rp.warmed {
+                // The memory of its copies, faulted in once, at its first copy, rather than
+                // message after message (not during start-up: a process that takes longer to
+                // start gives faults more time to strike while the job starts).
+                rp.warmed = true;
+                crate::pool::warm_heap(2 * (RECENT_WINDOW + BACKUP_WINDOW));
+            }
             let data = if len == 0 {
                 &[][..]
             } else {
