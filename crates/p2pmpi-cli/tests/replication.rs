@@ -306,19 +306,24 @@ fn spawn(cmd: &mut Command) -> Running {
 }
 
 impl Running {
-    fn finish(mut self, limit: Duration) -> Outcome {
+    fn finish(self, limit: Duration) -> Outcome {
+        self.finish_within(limit).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// The job's outcome, or (killed) an error with its stderr if it did not end in time.
+    fn finish_within(mut self, limit: Duration) -> Result<Outcome, String> {
         let status = wait_bounded(&mut self.child, limit);
         let Some(status) = status else {
             let _ = self.child.kill();
             let _ = self.child.wait();
-            panic!("job did not end within {limit:?}:\n{}", self.err.join().unwrap_or_default());
+            return Err(format!("job did not end within {limit:?}:\n{}", self.err.join().unwrap_or_default()));
         };
-        Outcome {
+        Ok(Outcome {
             status,
             stdout: self.out.join().unwrap(),
             stderr: self.err.join().unwrap(),
             elapsed: self.start.elapsed(),
-        }
+        })
     }
 }
 
@@ -683,11 +688,13 @@ fn chaos_job(grid: &TestGrid, r: usize, marker: &str) -> (Running, HashMap<usize
 /// A trial's verdict: the job succeeded, printed `reference`, and left no process behind
 /// (frozen victims are stopped by the launcher at the end; leftovers are killed here).
 fn judge_trial(job: Running, marker: &str, what: &str, reference: &str) -> Result<(), String> {
-    let out = job.finish(LIMIT);
+    let out = job.finish_within(LIMIT);
     let left = processes_with(marker);
     for pid in &left {
         let _ = p2pmpi_peer::os::signal(*pid, libc::SIGKILL);
     }
+    // A hung job is a failed trial like any other: its seed is reported with it.
+    let out = out.map_err(|e| format!("{what}: {e}"))?;
     if !out.status.success() {
         return Err(format!("{what}: the job failed ({:?}):\n{}", out.status, out.stderr));
     }
