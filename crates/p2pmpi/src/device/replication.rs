@@ -33,6 +33,10 @@ pub const RECENT_WINDOW: usize = 8 << 20;
 /// At most this many recently committed messages kept.
 pub const RECENT_MAX: usize = 1 << 16;
 
+/// Heap a non-master faults in for its copies at start: twice its two windows (when the
+/// message size changes, the recent window still holds the previous size's copies).
+const WARM_GOAL: usize = 2 * (RECENT_WINDOW + BACKUP_WINDOW);
+
 /// The data of a protocol message: the user's buffer (valid until its request completes) or
 /// an owned copy.
 #[derive(Debug)]
@@ -137,8 +141,6 @@ pub(super) struct Replication {
     pub(super) unapplied: Vec<u32>,
     /// A send is being carried out: the endpoint's time is that send's (read just before).
     pub(super) sending: bool,
-    /// The heap for this non-master's copies is faulted in ([`crate::pool::warm_heap`]).
-    pub(super) warmed: bool,
 }
 
 /// Whether masters flag commits acknowledged (`P2PMPI_ACKED_COMMITS=1`).
@@ -162,6 +164,13 @@ impl Replication {
         };
         let mut ep = Endpoint::new(layout, slot, cfg);
         ep.set_notify(crate::failure::policy() == crate::failure::Policy::Notify);
+        if !ep.is_master() {
+            // The memory of its copies, faulted in once before the program sends anything:
+            // later, its master would run far ahead of it meanwhile. A page touched per
+            // 4 KiB, which keeps the start-up short (taking long to start leaves faults more
+            // time to strike while the job starts).
+            crate::pool::WarmHeap::new(WARM_GOAL).step(WARM_GOAL);
+        }
         Replication {
             ep,
             origin: Instant::now(),
@@ -178,7 +187,6 @@ impl Replication {
             lost_ranks: Vec::new(),
             unapplied: Vec::new(),
             sending: false,
-            warmed: false,
         }
     }
 
@@ -216,13 +224,6 @@ impl Engine {
         let payload = if rp.ep.is_master() || rp.ep.must_lend(len) || follow {
             Bytes::Lent(ptr, len)
         } else {
-            if !rp.warmed {
-                // The memory of its copies, faulted in once, at its first copy, rather than
-                // message after message (not during start-up: a process that takes longer to
-                // start gives faults more time to strike while the job starts).
-                rp.warmed = true;
-                crate::pool::warm_heap(2 * (RECENT_WINDOW + BACKUP_WINDOW));
-            }
             let data = if len == 0 {
                 &[][..]
             } else {
