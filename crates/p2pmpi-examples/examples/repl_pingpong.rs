@@ -135,7 +135,8 @@ fn minor_faults() -> u64 {
 fn write_detail(dir: &std::path::Path, size: usize, rank: i32, warm: u64, timed: u64, each: &mut [f64]) {
     use std::io::Write;
     each.sort_by(f64::total_cmp);
-    let deciles: Vec<String> = (1..10).filter_map(|k| each.get(each.len() * k / 10)).map(|t| format!("{:.1}", t * 1e6)).collect();
+    let deciles: Vec<String> =
+        (1..10).filter_map(|k| each.get(each.len() * k / 10)).map(|t| format!("{:.1}", t * 1e6)).collect();
     let slot = std::env::var("P2PMPI_RANK").unwrap_or_default();
     let line = format!(
         "size {size} rank {rank} slot {slot} faults_warmup {warm} faults_timed {timed} deciles_us {}\n",

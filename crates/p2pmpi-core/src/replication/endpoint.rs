@@ -34,9 +34,9 @@
 //! [`crate::matching::Matcher`]; the endpoint is told the next expected sequence where it
 //! needs it.
 
+use super::seq_table::SeqTable;
 use super::{Choices, Coordinator, Layout, MsgId, Outcome, Recovery, SendAction};
 use crate::matching::{FastMap, FastSet};
-use super::seq_table::SeqTable;
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 

@@ -23,8 +23,8 @@
 //! back, and resends what [`Coordinator::on_failure`] hands it after a takeover.
 
 pub mod endpoint;
-pub mod spawn;
 pub mod seq_table;
+pub mod spawn;
 
 pub use endpoint::Endpoint;
 
