@@ -76,74 +76,48 @@ pub(crate) fn give(v: Vec<u8>) {
     });
 }
 
-/// Buffers up to this size come from the heap once a [`WarmHeap`] exists (larger ones are
-/// mapped and unmapped by glibc as usual).
+/// Buffers up to this size come from the heap once [`warm_heap`] ran (larger ones are mapped
+/// and unmapped by glibc as usual).
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 const HEAP_UP_TO: usize = MAX_KEEP;
 
-/// Heap faulted in for a replica's copies and kept, a step at a time: glibc no longer gives
-/// freed memory back to the kernel below twice the goal, nor maps buffers up to
-/// [`MAX_KEEP`] apart from the heap, and each [`WarmHeap::step`] faults in a little more,
-/// held until the goal is reached and then given back to glibc, which keeps it.
+/// Faults in `bytes` of heap now and keeps it: glibc no longer gives freed memory back to the
+/// kernel below twice that, nor maps buffers up to [`MAX_KEEP`] apart from the heap.
 ///
 /// For a replica that is not its rank's master: it copies every small message it sends and
 /// keeps the copies its master committed lately (up to `RECENT_WINDOW` plus
 /// `BACKUP_WINDOW`). Without this, those copies land in memory touched for the first time —
 /// a page fault per 4 KiB, about 2 000 per phase of 8–64 KiB messages — which made the
 /// replicas fall behind at the start of each new message size until their master's writes to
-/// them blocked for milliseconds (`docs/benchmarks.md`, "The replicas' first touches"). In
-/// steps, so that no single send stalls for the whole of it.
-pub(crate) struct WarmHeap {
-    goal: usize,
-    held: Vec<Vec<u8>>,
-    have: usize,
-}
-
-impl WarmHeap {
-    /// Sets glibc's thresholds for a goal of `goal` bytes; faults nothing in yet.
-    pub(crate) fn new(goal: usize) -> WarmHeap {
-        #[cfg(all(target_os = "linux", target_env = "gnu"))]
-        {
-            let keep = goal.saturating_mul(2).min(i32::MAX as usize) as libc::c_int;
-            // SAFETY: mallopt only changes two of glibc's allocation thresholds; it touches
-            // no memory of ours.
-            unsafe {
-                libc::mallopt(libc::M_MMAP_THRESHOLD, HEAP_UP_TO as libc::c_int);
-                libc::mallopt(libc::M_TRIM_THRESHOLD, keep);
-            }
+/// them blocked for milliseconds (`docs/benchmarks.md`, "The replicas' first touches").
+pub(crate) fn warm_heap(bytes: usize) {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        let keep = bytes.saturating_mul(2).min(i32::MAX as usize) as libc::c_int;
+        // SAFETY: mallopt only changes two of glibc's allocation thresholds; it touches no
+        // memory of ours.
+        unsafe {
+            libc::mallopt(libc::M_MMAP_THRESHOLD, HEAP_UP_TO as libc::c_int);
+            libc::mallopt(libc::M_TRIM_THRESHOLD, keep);
         }
-        WarmHeap { goal, held: Vec::new(), have: 0 }
-    }
-
-    /// Faults in about `bytes` more; returns whether the goal is reached (the memory is then
-    /// back with glibc, faulted in).
-    pub(crate) fn step(&mut self, bytes: usize) -> bool {
         // Pieces under the mapping threshold come from the heap; a byte written in each page
-        // (calloc skips zeroing fresh pages, so every page is faulted in here, not before).
+        // (calloc skips zeroing fresh pages, so every page is faulted in here, not before:
+        // cheap even in a debug build), then freed back to glibc, which keeps them.
         const PIECE: usize = 256 << 10;
         const PAGE: usize = 4096;
-        let until = self.goal.min(self.have.saturating_add(bytes.max(1)));
-        while self.have < until {
-            let mut v = vec![0u8; PIECE];
-            for i in (0..PIECE).step_by(PAGE) {
-                v[i] = 1;
-            }
-            self.held.push(std::hint::black_box(v));
-            self.have += PIECE;
-        }
-        if self.have >= self.goal {
-            self.held = Vec::new();
-            return true;
-        }
-        false
+        let pieces: Vec<Vec<u8>> = (0..bytes.div_ceil(PIECE))
+            .map(|_| {
+                let mut v = vec![0u8; PIECE];
+                for i in (0..PIECE).step_by(PAGE) {
+                    v[i] = 1;
+                }
+                v
+            })
+            .collect();
+        std::hint::black_box(&pieces);
     }
-}
-
-/// [`WarmHeap`] in one go.
-#[cfg(test)]
-pub(crate) fn warm_heap(bytes: usize) {
-    let mut w = WarmHeap::new(bytes);
-    while !w.step(bytes) {}
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    let _ = bytes;
 }
 
 /// A pooled buffer that goes back to the pool when dropped.

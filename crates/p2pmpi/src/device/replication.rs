@@ -169,7 +169,7 @@ impl Replication {
             // later, its master would run far ahead of it meanwhile. A page touched per
             // 4 KiB, which keeps the start-up short (taking long to start leaves faults more
             // time to strike while the job starts).
-            crate::pool::WarmHeap::new(WARM_GOAL).step(WARM_GOAL);
+            crate::pool::warm_heap(WARM_GOAL);
         }
         Replication {
             ep,
