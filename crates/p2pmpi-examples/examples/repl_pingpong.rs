@@ -144,7 +144,12 @@ fn write_detail(dir: &std::path::Path, size: usize, rank: i32, warm: u64, timed:
     );
     let path = dir.join("replpp-detail.txt");
     // One write per line, appended: the processes of a job share the file.
-    if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(&path) {
-        let _ = f.write_all(line.as_bytes());
+    let wrote = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .and_then(|mut f| f.write_all(line.as_bytes()));
+    if let Err(e) = wrote {
+        eprintln!("repl_pingpong: REPLPP_DETAIL: cannot write {}: {e}", path.display());
     }
 }
