@@ -46,6 +46,19 @@ fn half_and_die(window: &str, conn: Option<&mut Conn>, h: &Header, payload: &[u8
     die(window)
 }
 
+/// `start_frozen`: the process stops itself (SIGSTOP) as the job starts, before it connected
+/// to anyone, as a machine paused at that moment would.
+pub(super) fn at_start() {
+    #[cfg(feature = "failpoints")]
+    if hit("start_frozen") {
+        eprintln!("p2pmpi: failpoint start_frozen: this process freezes now");
+        // SAFETY: raise takes no pointer; SIGSTOP stops this process until a SIGCONT.
+        unsafe {
+            libc::raise(libc::SIGSTOP);
+        }
+    }
+}
+
 /// Δ1 (before the first transmission) and Δ3 (between the first and the second).
 #[allow(unused_variables)]
 pub(super) fn before_transmission(i: usize) {

@@ -957,6 +957,7 @@ impl Engine {
     /// one way only, so that every message costs a data segment plus a separate ACK instead of
     /// ACKs riding on replies (measured: +2–3 µs per message on loopback).
     pub fn connect_mesh(&mut self, limit: Duration) -> Result<()> {
+        failpoints::at_start();
         let (lo, hi) = if let Some(l) = &self.layout {
             // The world's slots (a spawned job's follow its ancestors').
             let r = l.r as i32;
@@ -965,6 +966,10 @@ impl Engine {
             (self.world_base, self.world_base + self.world_size)
         };
         for r in lo..self.slot {
+            self.apply_declared();
+            if self.cut(r) {
+                continue;
+            }
             if let Err(e) = self.send_conn(r) {
                 if self.repl.is_none() {
                     return Err(e);
@@ -978,6 +983,9 @@ impl Engine {
             if let Some(e) = &self.fatal {
                 return Err(e.clone());
             }
+            // A replica declared dead while the job starts (frozen, or cut off, before it
+            // connected or answered) is not waited for.
+            self.apply_declared();
             let slots = hi;
             let dead = |r: i32| self.repl.as_ref().is_some_and(|rp| rp.ep.is_cut(r as usize));
             // Every higher slot connected and proved the key, and every connection this
@@ -1035,18 +1043,24 @@ impl Engine {
         }
     }
 
+    /// A replicated job's deaths the launcher declared since the last look, applied now (the
+    /// start-up's waits: the program's calls apply them in [`crate::environment`]'s waits).
+    fn apply_declared(&mut self) {
+        if self.repl.is_some() && crate::failure::PENDING.load(std::sync::atomic::Ordering::Relaxed) {
+            for k in crate::failure::take_pending() {
+                self.peer_failed(k);
+            }
+        }
+    }
+
     /// Opens connections to the processes `ids` (outside the world) and waits until each one
     /// proved the job key, or until `limit`.
     pub fn connect_to(&mut self, ids: &[i32], limit: Duration) -> Result<()> {
         let ids = &self.slots_of_ids(ids)[..];
         for &r in ids {
-            if self.repl.is_some() && crate::failure::PENDING.load(std::sync::atomic::Ordering::Relaxed) {
-                // Replicas the launcher declared dead already (a spawn's parent that died
-                // before its children started): not waited for.
-                for k in crate::failure::take_pending() {
-                    self.peer_failed(k);
-                }
-            }
+            // Replicas the launcher declared dead already (a spawn's parent that died before
+            // its children started): not waited for.
+            self.apply_declared();
             if self.cut(r) {
                 continue;
             }
@@ -1063,6 +1077,7 @@ impl Engine {
             if let Some(e) = &self.fatal {
                 return Err(e.clone());
             }
+            self.apply_declared();
             let pending = ids.iter().copied().find(|&r| {
                 !self.cut(r)
                     && self.peers[r as usize]
