@@ -271,17 +271,22 @@ fn a_replica_frozen_before_it_connected_is_not_waited_for() {
     // A replica stops itself as the job starts, before it connected to anyone: the lower
     // slots wait for its connection and the higher ones for its answer until the launcher
     // declares it dead; then they go on without it. A replica (slot 3), a master (slot 2,
-    // rank 1's) and rank 0's master (slot 0, whose output is shown).
+    // rank 1's) and rank 0's master (slot 0, whose output is shown); and a master killed
+    // there.
     const ARGS: &[&str] = &["iterate", "40", "5"];
     let want = local(3, 1, ARGS, &[]);
     want.assert_ok();
-    for slot in [3, 2, 0] {
-        let env = [(format!("P2PMPI_FAILPOINTS_SLOT{slot}"), "start_frozen=return".to_string())];
+    for (slot, point) in [(3, "start_frozen"), (2, "start_frozen"), (0, "start_frozen"), (2, "start_killed")] {
+        let env = [(format!("P2PMPI_FAILPOINTS_SLOT{slot}"), format!("{point}=return"))];
         let out = local(3, 2, ARGS, &env);
         out.assert_ok();
-        let who = format!("rank {} replica {} failed", slot / 2, slot % 2);
-        assert!(out.stderr.contains(&who), "slot {slot}: no report of the frozen replica:\n{}", out.stderr);
-        assert_eq!(out.stdout, want.stdout, "slot {slot}: output differs from the fault-free run:\n{}", out.stderr);
+        let who = format!("p2pmpirun: rank {} replica {} ", slot / 2, slot % 2);
+        assert!(out.stderr.contains(&who), "slot {slot} {point}: no report of the replica:\n{}", out.stderr);
+        assert_eq!(
+            out.stdout, want.stdout,
+            "slot {slot} {point}: output differs from the fault-free run:\n{}",
+            out.stderr
+        );
     }
 }
 

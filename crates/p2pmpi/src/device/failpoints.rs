@@ -47,8 +47,12 @@ fn half_and_die(window: &str, conn: Option<&mut Conn>, h: &Header, payload: &[u8
 }
 
 /// `start_frozen`: the process stops itself (SIGSTOP) as the job starts, before it connected
-/// to anyone, as a machine paused at that moment would.
+/// to anyone, as a machine paused at that moment would; `start_killed`: it dies there.
 pub(super) fn at_start() {
+    #[cfg(feature = "failpoints")]
+    if hit("start_killed") {
+        die("start_killed");
+    }
     #[cfg(feature = "failpoints")]
     if hit("start_frozen") {
         eprintln!("p2pmpi: failpoint start_frozen: this process freezes now");
