@@ -290,6 +290,55 @@ fn a_replica_frozen_before_it_connected_is_not_waited_for() {
     }
 }
 
+#[test]
+fn a_replica_frozen_as_the_job_starts_then_resumed_is_stopped_or_rejoins() {
+    // Machines come back: the replica frozen at start resumes. Past its declaration (2.5 s)
+    // it learns it was excluded and leaves quietly (slot 0 too: rank 0's output is then its
+    // successor's, without gap or duplicate); resumed before anyone noticed (0.1 s), it
+    // connects late and the job goes on with it.
+    const ARGS: &[&str] = &["iterate", "150", "20"];
+    let want = local(3, 1, ARGS, &[]);
+    want.assert_ok();
+    for (slot, pause) in [(3, 2500), (0, 2500), (3, 100)] {
+        let marker = common::marker(&format!("start-resume-{slot}-{pause}"));
+        let mut cmd = Command::new(launcher());
+        cmd.args(["--local", "-n", "3", "-r", "2"])
+            .args(FD)
+            .arg(example("replcheck"))
+            .args(ARGS)
+            .arg(&marker)
+            .env("P2PMPI_HOME", "/nonexistent/p2pmpi-local-tests")
+            .env(format!("P2PMPI_FAILPOINTS_SLOT{slot}"), "start_frozen=return");
+        let job = spawn(&mut cmd);
+        let procs = wait_processes(&marker, 6);
+        let pid = procs[&slot];
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !is_stopped(pid) {
+            assert!(Instant::now() < deadline, "slot {slot} did not freeze at start");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        std::thread::sleep(Duration::from_millis(pause));
+        let _ = p2pmpi_peer::os::signal(pid, libc::SIGCONT);
+        let out = job.finish(LIMIT);
+        out.assert_ok();
+        assert_eq!(out.stdout, want.stdout, "slot {slot} resumed after {pause} ms: output differs:\n{}", out.stderr);
+        if pause > 1000 {
+            let who = format!("rank {} replica {} was declared dead at", slot / 2, slot % 2);
+            assert!(out.stderr.contains(&who), "slot {slot}: no report of its exclusion:\n{}", out.stderr);
+            assert!(out.stderr.contains("it resumed and was stopped"), "slot {slot}:\n{}", out.stderr);
+        }
+        assert!(wait_no_processes(&marker, Duration::from_secs(10)).is_empty(), "slot {slot}: processes left");
+    }
+}
+
+/// Whether process `pid` is stopped (state `T` in `/proc/PID/stat`).
+fn is_stopped(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rsplit_once(')').map(|(_, rest)| rest.trim_start().starts_with('T')))
+        .unwrap_or(false)
+}
+
 // ------------------------------------------------------------------ processes and chaos
 
 /// The slot a process runs (its `P2PMPI_RANK`).
