@@ -10,8 +10,9 @@
 //!   numbered, and a non-master's sends wait for its master's commit).
 //!
 //! `REPLPP_DETAIL=DIR` (environment): every process appends to `DIR/replpp-detail.txt` one line
-//! per size with its minor page faults (warm-up, timed part) and the deciles of its round
-//! trips, each then timed on its own.
+//! per size with its minor page faults (warm-up, timed part), the deciles of its round
+//! trips, each then timed on its own, their 99th and 99.9th percentiles and maximum, the time
+//! spent in round trips over 100 µs, its timed part's duration and the wall clock at its end.
 //!
 //! An empty argument means its default. Per size: a barrier, WARMUP round trips, a barrier,
 //! ITERS timed round trips (rank 0 `send` then `receive_into`, rank 1 the reverse, blocking,
@@ -112,7 +113,8 @@ fn main() {
         }
         let dt = mpi::time() - t0;
         if let (Some(dir), Some(f0), Some(f1)) = (&detail, faults0, faults1) {
-            write_detail(dir, size, rank, f1 - f0, minor_faults() - f1, &mut each);
+            let end = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros());
+            write_detail(dir, size, rank, f1 - f0, minor_faults() - f1, &mut each, dt, end);
         }
         if rank == 0 {
             let rt = dt / iters.max(1) as f64;
@@ -132,14 +134,29 @@ fn minor_faults() -> u64 {
 
 /// One line of REPLPP_DETAIL: size, rank, slot (`P2PMPI_RANK`), faults, and the deciles of the
 /// round trips in µs (none if they were not timed one by one).
-fn write_detail(dir: &std::path::Path, size: usize, rank: i32, warm: u64, timed: u64, each: &mut [f64]) {
+#[allow(clippy::too_many_arguments)]
+fn write_detail(
+    dir: &std::path::Path,
+    size: usize,
+    rank: i32,
+    warm: u64,
+    timed: u64,
+    each: &mut [f64],
+    dt: f64,
+    end_us: u128,
+) {
     use std::io::Write;
     each.sort_by(f64::total_cmp);
     let deciles: Vec<String> =
         (1..10).filter_map(|k| each.get(each.len() * k / 10)).map(|t| format!("{:.1}", t * 1e6)).collect();
+    let at = |q: f64| {
+        each.get(((each.len() as f64 * q) as usize).min(each.len().saturating_sub(1))).map_or(0.0, |t| t * 1e6)
+    };
+    let tail = format!("{:.1},{:.1},{:.1}", at(0.99), at(0.999), at(1.0));
+    let slow: f64 = each.iter().map(|t| t * 1e6).filter(|&t| t > 100.0).sum();
     let slot = std::env::var("P2PMPI_RANK").unwrap_or_default();
     let line = format!(
-        "size {size} rank {rank} slot {slot} faults_warmup {warm} faults_timed {timed} deciles_us {}\n",
+        "size {size} rank {rank} slot {slot} faults_warmup {warm} faults_timed {timed} deciles_us {} tail_us {tail} over100_us {slow:.0} timed_s {dt:.6} end_unix_us {end_us}\n",
         deciles.join(",")
     );
     let path = dir.join("replpp-detail.txt");
