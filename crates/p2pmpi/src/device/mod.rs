@@ -1580,7 +1580,20 @@ impl Engine {
                     (Some(l), _) => l.slots_of(h as usize),
                     (None, _) => h as usize..h as usize + 1,
                 };
-                for slot in slots {
+                // A replica holding backups awaits its master's commits for them: it reads
+                // the master's socket too. Left to the readiness list (every 64th poll), the
+                // commits piled up there, and their socket buffers, carved from the same
+                // page fragments as the master's data, were freed last, by this process on
+                // its own core: the master's core then refilled its page lists from the
+                // buddy allocator, which a VM's free-page reporting makes slow
+                // (docs/benchmarks.md, "Where the masters' pages are freed").
+                let master = match self.repl.as_ref() {
+                    Some(rp) if !rp.ep.is_master() && rp.ep.coordinator().backup_len() > 0 => {
+                        rp.ep.coordinator().master_of(rp.ep.coordinator().rank()).filter(|m| !slots.contains(m))
+                    }
+                    _ => None,
+                };
+                for slot in slots.chain(master) {
                     let mut i = 0;
                     while let Some(&cid) = self.peers[slot].conns.get(i) {
                         got |= self.read_conn(cid);
