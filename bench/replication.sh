@@ -147,19 +147,31 @@ run_one() {
     fi
 }
 
-# The cells: "part r variant" ("-" = no variant).
-CELLS_PP=()
-for r in $PP_RS; do CELLS_PP+=("pingpong $r -"); done
-[ "$NOSPIN" = 1 ] && CELLS_PP+=("pingpong 1 nospin")
-if [ "$FANOUT" = 1 ]; then
-    for r in $PP_RS; do [ "$r" -gt 1 ] && CELLS_PP+=("pingpong $r fanout"); done
-fi
-CELLS_COLL=()
-for r in $COLL_RS; do
-    [ "$COLL_STEPS" -gt 0 ] && CELLS_COLL+=("coll $r -")
-    [ "$COLL_STEPS" -gt 0 ] && [ "$FANOUT" = 1 ] && [ "$r" -gt 1 ] && CELLS_COLL+=("coll $r fanout")
-    [ "$ITERATE_STEPS" -gt 0 ] && CELLS_COLL+=("iterate $r -")
+# The cells: "part r variant" ("-" = no variant), in groups ("cell;cell"): a replicated
+# job and its traffic by hand form one group, run back to back, so that the pair whose
+# ratio is the target shares the machine's conditions of the moment (on this kind of VM,
+# periods of a few seconds where everything runs slower come and go).
+GROUPS_PP=()
+[ "$NOSPIN" = 1 ] && GROUPS_PP+=("pingpong 1 -;pingpong 1 nospin")
+for r in $PP_RS; do
+    if [ "$r" -gt 1 ] && [ "$FANOUT" = 1 ]; then
+        GROUPS_PP+=("pingpong $r -;pingpong $r fanout")
+    elif [ "$r" -gt 1 ] || [ "$NOSPIN" != 1 ]; then
+        GROUPS_PP+=("pingpong $r -")
+    fi
 done
+GROUPS_COLL=()
+for r in $COLL_RS; do
+    g=""
+    [ "$COLL_STEPS" -gt 0 ] && g="coll $r -"
+    [ "$COLL_STEPS" -gt 0 ] && [ "$FANOUT" = 1 ] && [ "$r" -gt 1 ] && g="$g;coll $r fanout"
+    [ "$ITERATE_STEPS" -gt 0 ] && g="${g:+$g;}iterate $r -"
+    [ -n "$g" ] && GROUPS_COLL+=("$g")
+done
+CELLS_PP=()
+for g in "${GROUPS_PP[@]}"; do IFS=';' read -ra cs <<<"$g"; CELLS_PP+=("${cs[@]}"); done
+CELLS_COLL=()
+for g in "${GROUPS_COLL[@]}"; do IFS=';' read -ra cs <<<"$g"; CELLS_COLL+=("${cs[@]}"); done
 
 {
     for c in "${CELLS_PP[@]}" "${CELLS_COLL[@]}"; do
@@ -185,16 +197,23 @@ log "REPS=$REPS; ping-pong R in {$PP_RS}$([ "$NOSPIN" = 1 ] && echo " + R=1 nosp
     "collectives -n $COLL_NP R in {$COLL_RS}"
 # shellcheck disable=SC2034  # read by wait_quiet (lib.sh)
 QUIET_LEFT=$QUIET_BUDGET
-# Interleaved: each repetition runs every cell once; the starting cell rotates so that none
-# is always first.
+# Interleaved: each repetition runs every cell once, group by group; the starting group
+# rotates so that none is always first, and within a pair the order alternates (replicated
+# job first on odd repetitions, its traffic by hand first on even ones).
 for ((rep = 1; rep <= REPS; rep++)); do
-    for cells in CELLS_PP CELLS_COLL; do
-        declare -n list=$cells
+    for groups in GROUPS_PP GROUPS_COLL; do
+        declare -n list=$groups
         n=${#list[@]}
         for ((k = 0; k < n; k++)); do
-            read -r part r variant <<<"${list[$(((k + rep - 1) % n))]}"
-            [ "$variant" = - ] && variant=
-            run_one "$part" "$r" "$variant" "$rep"
+            IFS=';' read -ra cs <<<"${list[$(((k + rep - 1) % n))]}"
+            if [ $((rep % 2)) = 0 ] && [ "${cs[1]:-}" != "${cs[1]%fanout}" ]; then
+                cs=("${cs[1]}" "${cs[0]}" "${cs[@]:2}")
+            fi
+            for c in "${cs[@]}"; do
+                read -r part r variant <<<"$c"
+                [ "$variant" = - ] && variant=
+                run_one "$part" "$r" "$variant" "$rep"
+            done
         done
         unset -n list
     done

@@ -183,7 +183,8 @@ def cmd_report(args):
             if x is not None:
                 fverdict.append(f"R={k[0]} / fan-out {k[0]} at {human(s_)}: {x:.2f}× — target ≤ 1.05× "
                                 f"{'met' if x <= 1.05 else 'NOT met'}"
-                                + (f" (same-repetition ratios {pr[0]:.2f}–{pr[-1]:.2f})" if pr else ""))
+                                + (f" (back-to-back pairs: median {statistics.median(pr):.2f}, "
+                                   f"range {pr[0]:.2f}–{pr[-1]:.2f})" if pr else ""))
 
     # Whole jobs: wall and CPU time (user + system of every process) per cell.
     jobs = {}  # (part, R, variant) -> {"np", "wall": {rep: ms}, "cpu": {rep: ms}}
