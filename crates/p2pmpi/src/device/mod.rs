@@ -1586,7 +1586,7 @@ impl Engine {
                 // page fragments as the master's data, were freed last, by this process on
                 // its own core: the master's core then refilled its page lists from the
                 // buddy allocator, which a VM's free-page reporting makes slow
-                // (docs/benchmarks.md, "Where the masters' pages are freed").
+                // (docs/benchmarks.md, "The slow phases found: commits read late").
                 let master = match self.repl.as_ref() {
                     Some(rp) if !rp.ep.is_master() && rp.ep.coordinator().backup_len() > 0 => {
                         rp.ep.coordinator().master_of(rp.ep.coordinator().rank()).filter(|m| !slots.contains(m))

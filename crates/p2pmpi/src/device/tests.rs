@@ -236,3 +236,55 @@ fn a_spawned_process_beyond_the_known_ones_connects_once_it_proves_the_key() {
     assert_eq!(parent.peers.len(), 2, "a process that did not prove the key was added");
     assert!(parent.fatal.is_none());
 }
+
+/// A replica holding a backup, waiting for a message of the other rank, reads its own master's
+/// commit at once — not on the readiness list's every 64th poll: commits left unread pinned
+/// the master's socket pages until this process freed them on its own core, which made R = 2
+/// up to 1.6× slower than the same traffic by hand (docs/benchmarks.md, "The slow phases
+/// found: commits read late").
+#[test]
+fn a_replica_waiting_on_another_rank_reads_its_master_s_commits() {
+    // -n 2 -r 2: slot 0 rank 0's master, slot 1 its replica, slots 2 and 3 rank 1's.
+    let layout = p2pmpi_core::replication::Layout::new(2, 2);
+    let key = JobKey::from_bytes([9; p2pmpi_wire::auth::KEY_LEN]);
+    let listeners: Vec<_> = (0..4).map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap()).collect();
+    let addrs: Vec<_> = listeners.iter().map(|l| l.local_addr().unwrap()).collect();
+    let threads: Vec<_> = listeners
+        .into_iter()
+        .enumerate()
+        .map(|(slot, l)| {
+            let (key, addrs) = (key.clone(), addrs.clone());
+            std::thread::spawn(move || {
+                let rank = layout.rank_of(slot) as i32;
+                let mut e =
+                    Engine::new(rank, 2, slot as i32, Some(layout), key, Some(l), addrs, Duration::ZERO).unwrap();
+                e.connect_mesh(Duration::from_secs(20)).unwrap();
+                e
+            })
+        })
+        .collect();
+    let mut e: Vec<Engine> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    let backups = |e: &Engine| e.repl.as_ref().unwrap().ep.coordinator().backup_len();
+    let buf = vec![3u8; 1024];
+    // The replica runs the send first: it keeps a copy until its master commits the message.
+    let r1 = e[1].isend(0, 1, 7, buf.as_ptr(), buf.len(), SendMode::Standard).unwrap();
+    assert_eq!(backups(&e[1]), 1, "the replica keeps its send");
+    // The master transmits it to rank 1's two replicas and commits it to slot 1.
+    let r0 = e[0].isend(0, 1, 7, buf.as_ptr(), buf.len(), SendMode::Standard).unwrap();
+    let t0 = Instant::now();
+    while !(e[0].is_done(r0) && e[0].all_sent()) {
+        assert!(t0.elapsed() < Duration::from_secs(10), "the master did not send and commit");
+        e[0].progress(None, Some(Duration::from_millis(1)));
+    }
+    // The replica waits for rank 1 (nothing comes from there), spinning: none of these polls
+    // is a 64th, so only a direct read of the master's socket can bring the commit in.
+    let mut polls = 0;
+    while backups(&e[1]) > 0 && polls < 8 {
+        e[1].tick = 1;
+        e[1].progress(Some(1), None);
+        polls += 1;
+        std::thread::yield_now();
+    }
+    assert_eq!(backups(&e[1]), 0, "the commit was not read in {polls} polls waiting on rank 1");
+    assert!(e[1].is_done(r1));
+}
