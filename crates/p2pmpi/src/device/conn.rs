@@ -9,6 +9,30 @@ use p2pmpi_wire::{FrameKind, Header, HEADER_LEN};
 use std::collections::VecDeque;
 use std::io::{self, IoSlice, Read, Write};
 
+/// Congestion control of a data link whose two ends are on this host (loopback).
+///
+/// On loopback there is no bottleneck to model, and BBR (the default of some distributions)
+/// estimates its window as twice bandwidth × minimum RTT, a few microseconds here: about 20
+/// segments. A reader that falls further behind than that — a replica descheduled for a
+/// millisecond — then never catches up: the sender's backlog waits for acknowledgements, so
+/// it is sent from the reader's acknowledgements, on the reader's core, which slows the reader
+/// more. `bench/replication.sh` showed jobs stuck at 100 µs per 64 KiB round trip instead of
+/// 57 (docs/benchmarks.md, "a copy that falls behind stays behind"). A loss-based algorithm's
+/// window grows as soon as the link is window-limited, and the backlog drains at once.
+/// `cubic` needs privileges where it is not in `tcp_allowed_congestion_control`; `reno` is
+/// always allowed. Other links keep the system's choice.
+pub(crate) fn tune_loopback_link(sock: socket2::SockRef<'_>) {
+    let loopback =
+        |a: io::Result<socket2::SockAddr>| a.ok().and_then(|a| a.as_socket()).is_some_and(|a| a.ip().is_loopback());
+    if !loopback(sock.peer_addr()) || !loopback(sock.local_addr()) {
+        return;
+    }
+    if sock.tcp_congestion().is_ok_and(|ca| !ca.starts_with(b"bbr")) {
+        return;
+    }
+    let _ = sock.set_tcp_congestion(b"cubic").or_else(|_| sock.set_tcp_congestion(b"reno"));
+}
+
 /// Read buffer size: a whole eager frame always fits.
 pub(super) const RBUF: usize = 2 * EAGER_LIMIT + 2 * HEADER_LEN;
 

@@ -1750,6 +1750,7 @@ impl Engine {
             match l.accept() {
                 Ok((mut stream, _addr)) => {
                     let _ = stream.set_nodelay(true);
+                    conn::tune_loopback_link(socket2::SockRef::from(&stream));
                     self.prune_openings();
                     let cid = self.conns.iter().position(Option::is_none).unwrap_or_else(|| {
                         self.conns.push(None);
@@ -2736,6 +2737,7 @@ fn connect_with_retry(local: Option<IpAddr>, addr: SocketAddr, total: Duration) 
         match connect() {
             Ok(s) => {
                 s.set_nodelay(true)?;
+                conn::tune_loopback_link(socket2::SockRef::from(&s));
                 s.set_nonblocking(true)?;
                 return Ok(s);
             }

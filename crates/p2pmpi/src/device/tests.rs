@@ -288,3 +288,39 @@ fn a_replica_waiting_on_another_rank_reads_its_master_s_commits() {
     assert_eq!(backups(&e[1]), 0, "the commit was not read in {polls} polls waiting on rank 1");
     assert!(e[1].is_done(r1));
 }
+
+/// The congestion control of a link, or `None` where the kernel does not say.
+fn congestion(s: &mio::net::TcpStream) -> Option<String> {
+    socket2::SockRef::from(s)
+        .tcp_congestion()
+        .ok()
+        .map(|ca| String::from_utf8_lossy(&ca).trim_end_matches('\0').to_owned())
+}
+
+/// Loopback data links never run BBR (see [`conn::tune_loopback_link`]): a link accepted
+/// through a listener set to BBR, and any link where BBR is the system's default, is switched
+/// to a loss-based algorithm on both ends.
+#[test]
+fn loopback_data_links_leave_bbr() {
+    let (mut e0, mut e1) = pair(None);
+    let mut bbr_listeners = true;
+    for e in [&e0, &e1] {
+        let l = e.listener.as_ref().unwrap();
+        bbr_listeners &= socket2::SockRef::from(l).set_tcp_congestion(b"bbr").is_ok();
+    }
+    if !bbr_listeners {
+        eprintln!("skipped: this kernel does not offer BBR (tcp_bbr), so no link can run it");
+        return;
+    }
+    let t = connect(e0, &mut e1);
+    e0 = t.join().unwrap();
+    let mut links = 0;
+    for e in [&e0, &e1] {
+        for c in e.conns.iter().flatten() {
+            let ca = congestion(&c.stream).expect("TCP_CONGESTION of a data link");
+            assert!(!ca.starts_with("bbr"), "rank {}: a loopback data link runs {ca}", e.rank);
+            links += 1;
+        }
+    }
+    assert_eq!(links, 2, "one link between the two engines, an end in each");
+}
