@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Two builds of the replication protocol side by side (before/after a change): interleaved
-# triples of `-n 2 -r 2 repl_pingpong` with build A, the same with build B, and the same
-# traffic sent by hand (`-n 4 -r 1`, repl_pingpong's fan-out mode) with build B, in an order
-# that rotates. Prints, per size, the median round trip of each and its ratio to the traffic
-# by hand. `bench/replication.sh` measures one build; on this shared VM its medians move by
+# triples of `-n 2 -r R repl_pingpong` with build A, the same with build B, and the same
+# traffic sent by hand (`-n 2R -r 1`, repl_pingpong's fan-out mode) with build B, in an order
+# that rotates. Prints, per size, the median round trip of each, the ratios of those medians,
+# and the medians of the ratios within each triple (B/A, A/hand, B/hand): the runs of a triple
+# share the machine's state of the moment, so the paired ratios stay right when this VM's
+# speed drifts during the script, and the ratios of the medians do not. `bench/replication.sh` measures one build; on this shared VM its medians move by
 # several percent with the machine's state, so a change is judged here, A beside B.
 #
 # Usage: bench/replication_ab.sh A_DIR B_DIR [TRIPLES]
@@ -14,6 +16,7 @@
 #   TRIPLES=30 (or the third argument), SIZES=1024,8192,65536,131072, ITERS=1000, WARMUP=50
 #   CHRT="chrt -f 10"   command prefix of every run (empty: none)
 #   BIND=core           p2pmpirun --bind-to
+#   R=2                 the replication degree (the traffic by hand runs 2R processes)
 # Output: the table on stdout; every sample in bench/out/replication_ab.txt.
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -30,6 +33,7 @@ ITERS=${ITERS:-1000}
 WARMUP=${WARMUP:-50}
 CHRT=${CHRT-chrt -f 10}
 BIND=${BIND:-core}
+R=${R:-2}
 for d in "$A" "$B"; do
     [ -x "$d/p2pmpirun" ] && [ -x "$d/examples/repl_pingpong" ] \
         || { echo "$d: no p2pmpirun or examples/repl_pingpong" >&2; exit 2; }
@@ -39,33 +43,41 @@ mkdir -p "$OUT"
 SAMPLES="$OUT/replication_ab.txt"
 : >"$SAMPLES"
 announce_machine
-log "A=$A B=$B, $TRIPLES triples, sizes $SIZES, $ITERS round trips after $WARMUP, prefix '${CHRT:-none}', --bind-to $BIND"
+log "A=$A B=$B, R=$R, $TRIPLES triples, sizes $SIZES, $ITERS round trips after $WARMUP, prefix '${CHRT:-none}', --bind-to $BIND"
 
-# run TAG DIR p2pmpirun-args...: one job; appends "TAG size round_trip_us" per size.
+# run TAG TRIPLE DIR p2pmpirun-args...: one job; appends "TAG TRIPLE size round_trip_us"
+# per size.
 run() {
-    local tag=$1 dir=$2
-    shift 2
+    local tag=$1 triple=$2 dir=$3
+    shift 3
     # shellcheck disable=SC2086  # $CHRT is a command prefix
     $CHRT env P2PMPI_SHM=0 P2PMPI_HOME=/nonexistent timeout --kill-after=5 60 \
         "$dir/p2pmpirun" --local --bind-to "$BIND" "$@" "$dir/examples/repl_pingpong" "$SIZES" "$ITERS" "$WARMUP" \
-        2>>"$OUT/replication_ab.err" </dev/null | awk -v t="$tag" '/^replpp/ { print t, $2, $4 }' >>"$SAMPLES"
+        2>>"$OUT/replication_ab.err" </dev/null | awk -v t="$tag" -v i="$triple" '/^replpp/ { print t, i, $2, $4 }' >>"$SAMPLES"
 }
 for ((i = 0; i < TRIPLES; i++)); do
     case $((i % 3)) in
-        0) run A "$A" -n 2 -r 2; run B "$B" -n 2 -r 2; run hand "$B" -n 4 -r 1 ;;
-        1) run B "$B" -n 2 -r 2; run hand "$B" -n 4 -r 1; run A "$A" -n 2 -r 2 ;;
-        2) run hand "$B" -n 4 -r 1; run A "$A" -n 2 -r 2; run B "$B" -n 2 -r 2 ;;
+        0) run A "$i" "$A" -n 2 -r "$R"; run B "$i" "$B" -n 2 -r "$R"; run hand "$i" "$B" -n $((2 * R)) -r 1 ;;
+        1) run B "$i" "$B" -n 2 -r "$R"; run hand "$i" "$B" -n $((2 * R)) -r 1; run A "$i" "$A" -n 2 -r "$R" ;;
+        2) run hand "$i" "$B" -n $((2 * R)) -r 1; run A "$i" "$A" -n 2 -r "$R"; run B "$i" "$B" -n 2 -r "$R" ;;
     esac
 done
 python3 - "$SAMPLES" <<'PY'
 import collections, statistics, sys
 d = collections.defaultdict(list)
+runs = collections.defaultdict(dict)
 for line in open(sys.argv[1]):
-    tag, size, rt = line.split()
+    tag, triple, size, rt = line.split()
     d[(tag, int(size))].append(float(rt))
-print(f"{'size':>8} {'by hand µs':>11} {'A µs':>8} {'A/hand':>7} {'B µs':>8} {'B/hand':>7}  runs")
+    runs[(int(triple), int(size))][tag] = float(rt)
+def paired(size, num, den):
+    r = [t[num] / t[den] for (_, s), t in runs.items() if s == size and num in t and den in t]
+    return statistics.median(r) if r else float("nan")
+print(f"{'size':>8} {'by hand µs':>11} {'A µs':>8} {'A/hand':>7} {'B µs':>8} {'B/hand':>7}"
+      f"  {'paired: B/A':>11} {'A/hand':>7} {'B/hand':>7}  runs")
 for size in sorted({s for _, s in d}):
     h, a, b = (statistics.median(d[(t, size)]) if d[(t, size)] else float("nan") for t in ("hand", "A", "B"))
     n = min(len(d[(t, size)]) for t in ("hand", "A", "B"))
-    print(f"{size:>8} {h:>11.1f} {a:>8.1f} {a / h:>7.3f} {b:>8.1f} {b / h:>7.3f}  {n}")
+    print(f"{size:>8} {h:>11.1f} {a:>8.1f} {a / h:>7.3f} {b:>8.1f} {b / h:>7.3f}"
+          f"  {paired(size, 'B', 'A'):>11.3f} {paired(size, 'A', 'hand'):>7.3f} {paired(size, 'B', 'hand'):>7.3f}  {n}")
 PY
