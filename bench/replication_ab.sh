@@ -5,8 +5,9 @@
 # that rotates. Prints, per size, the median round trip of each, the ratios of those medians,
 # and the medians of the ratios within each triple (B/A, A/hand, B/hand): the runs of a triple
 # share the machine's state of the moment, so the paired ratios stay right when this VM's
-# speed drifts during the script, and the ratios of the medians do not. `bench/replication.sh` measures one build; on this shared VM its medians move by
-# several percent with the machine's state, so a change is judged here, A beside B.
+# speed drifts during the script, and the ratios of the medians do not.
+# `bench/replication.sh` measures one build; on this shared VM its medians move by several
+# percent with the machine's state, so a change is judged here, A beside B.
 #
 # Usage: bench/replication_ab.sh A_DIR B_DIR [TRIPLES]
 #   A_DIR, B_DIR: directories holding `p2pmpirun` and `examples/repl_pingpong` (release
@@ -34,6 +35,7 @@ WARMUP=${WARMUP:-50}
 CHRT=${CHRT-chrt -f 10}
 BIND=${BIND:-core}
 R=${R:-2}
+[[ $R =~ ^[0-9]+$ ]] && [ "$R" -ge 2 ] || { echo "R=$R: want a replication degree of 2 or more" >&2; exit 2; }
 for d in "$A" "$B"; do
     [ -x "$d/p2pmpirun" ] && [ -x "$d/examples/repl_pingpong" ] \
         || { echo "$d: no p2pmpirun or examples/repl_pingpong" >&2; exit 2; }
