@@ -27,6 +27,8 @@
 //!   requests, heartbeats to k random monitors, failures flooded on the established connections,
 //!   the wide-area extension (clusters by subnet, k connections between clusters, NAT), and an
 //!   optional confirmation by a second monitor.
+//! * [`machine`]: the one vocabulary every core speaks — an input with its time, a timeout,
+//!   outputs to poll, the next deadline ([`machine::Machine`]).
 //! * [`matching`]: MPI message matching — the expected (posted) and unexpected queues, the
 //!   message identifier (MID) sequence counters, and the per-source high-water marks that are
 //!   the compact form of the seeds' *history table* (thesis §4.3.2).
@@ -46,6 +48,7 @@ pub mod fencing;
 pub mod hosts;
 pub mod jel;
 pub mod kmonitor;
+pub mod machine;
 pub mod matching;
 pub mod replication;
 pub mod reservation;
