@@ -10,7 +10,7 @@
 #![forbid(unsafe_code)]
 
 use mpi::collective::SystemOperation;
-use mpi::topology::InterCommunicator;
+use mpi::topology::{InterCommunicator, MergeOrder};
 use mpi::traits::*;
 use mpi::Rank;
 use std::process::Command;
@@ -27,6 +27,9 @@ fn exercise(ic: &InterCommunicator, group: Rank, local: Rank) {
     let (rank, remote) = (ic.rank(), ic.remote_size());
     let other = 1 - group;
     assert_eq!(ic.size(), local);
+    assert!(ic.test_inter(), "test_inter of an intercommunicator");
+    let merged = ic.merge(if group == 0 { MergeOrder::Low } else { MergeOrder::High });
+    assert!(!merged.test_inter(), "test_inter of an intracommunicator (the merged one)");
 
     ic.barrier();
 

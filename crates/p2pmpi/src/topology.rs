@@ -280,9 +280,11 @@ pub trait Communicator: AsHandle + AsRaw<Raw = crate::ffi::MPI_Comm> {
         crate::failure::leave();
         std::process::exit(if errorcode == 0 { 1 } else { errorcode & 0xff })
     }
-    /// Whether this is an inter-communicator (never, here).
+    /// Whether this is an inter-communicator (`MPI_Comm_test_inter`): true for an
+    /// [`InterCommunicator`](crate::topology::InterCommunicator) and for any communicator whose
+    /// handle is an intercommunicator's (as `MPI_Comm_test_inter` sees it), false otherwise.
     fn test_inter(&self) -> bool {
-        false
+        self.handle().0.inter_local.is_some()
     }
     /// Names the communicator.
     fn set_name(&self, name: &str) {
