@@ -728,7 +728,17 @@ fn gen_affine(r: &mut Rng) -> Affine {
     Affine { a: r.next() | 1, b: r.next() }
 }
 
+/// The reductions on the world: every system operation on its datatypes, MAXLOC/MINLOC, and
+/// user operations (commutative, and non-commutative at several roots).
 fn reductions_world(c: &Ctx, w: &Comm, roots: &[usize; 3]) {
+    reductions_sums_and_extrema(c, w, roots);
+    reductions_logical_and_bitwise(c, w, roots);
+    reductions_loc(c, w, roots);
+    reductions_user_ops(c, w, roots);
+}
+
+/// Sums, products, max and min on integers and floats.
+fn reductions_sums_and_extrema(c: &Ctx, w: &Comm, roots: &[usize; 3]) {
     let m = c.medium();
     let one = &roots[..1];
     // Sums and products, exact: wrapping integers, integer-valued or power-of-two floats.
@@ -790,6 +800,12 @@ fn reductions_world(c: &Ctx, w: &Comm, roots: &[usize; 3]) {
     reduction(&m, w, "max i32", &|r| r.next() as i32, &|a: &i32, b: &i32| *a.max(b), SystemOperation::max(), one, 7);
     reduction(&m, w, "min i64", &gen_i64, &|a: &i64, b: &i64| *a.min(b), SystemOperation::min(), one, 7);
     reduction(&m, w, "max u8", &|r| r.next() as u8, &|a: &u8, b: &u8| *a.max(b), SystemOperation::max(), one, 7);
+}
+
+/// The logical operations on u8 and bool, the bitwise ones on u64.
+fn reductions_logical_and_bitwise(c: &Ctx, w: &Comm, roots: &[usize; 3]) {
+    let m = c.medium();
+    let one = &roots[..1];
     // Logical operations on u8 0/1 (biased so that the results are not constant) and bool.
     let bit = |p: u64| move |r: &mut Rng| u8::from(r.below(16) < p);
     reduction(
@@ -848,6 +864,12 @@ fn reductions_world(c: &Ctx, w: &Comm, roots: &[usize; 3]) {
         7,
     );
     reduction(&m, w, "bitwise_xor u64", &|r| r.next(), &|a, b| a ^ b, SystemOperation::bitwise_xor(), one, 7);
+}
+
+/// MAXLOC and MINLOC on (value, index) structs and tuples.
+fn reductions_loc(c: &Ctx, w: &Comm, roots: &[usize; 3]) {
+    let m = c.medium();
+    let one = &roots[..1];
     // MAXLOC / MINLOC: few distinct values and indices, so that ties are frequent; the index
     // is unrelated to the rank so the smallest index may come from any rank.
     let vi = |r: &mut Rng| ValIdx { v: r.below(4) as f64 - 1.5, i: r.below(6) as i32 };
@@ -891,6 +913,12 @@ fn reductions_world(c: &Ctx, w: &Comm, roots: &[usize; 3]) {
     let til = |r: &mut Rng| (r.below(4) as i64 - 2, r.below(6) as i64);
     let tmin = |a: &(i64, i64), b: &(i64, i64)| if a.0 < b.0 || (a.0 == b.0 && a.1 < b.1) { *a } else { *b };
     reduction(&m, w, "min_loc (i64, i64)", &til, &tmin, SystemOperation::min_loc(), one, (-99, -99));
+}
+
+/// A commutative user operation, and a non-commutative one at several roots.
+fn reductions_user_ops(c: &Ctx, w: &Comm, roots: &[usize; 3]) {
+    let m = c.medium();
+    let one = &roots[..1];
     // User operations: commutative, and non-commutative at several roots.
     let add = wrapping_add_op();
     // Large: reduce and all_reduce only (scans of large messages: sum i64, affine).
@@ -1057,6 +1085,8 @@ fn on_comm(c: &Ctx, w: &Comm) {
     });
 }
 
+/// Communicators made by duplicate, the splits and split_shared: their relations to the world
+/// and to each other, then collectives on them with world point-to-point traffic pending.
 fn communicators(c: &Ctx) {
     let world = c.world;
     let (n, me) = (c.n, c.me);
@@ -1127,7 +1157,42 @@ fn communicators(c: &Ctx) {
         format!("rank {me} got a communicator: {}, the undefined color was rank {left_out}'s", without.is_some())
     });
 
-    // A random subset of the ranks in a random order.
+    let (chosen, sub, sub2) = subgroups(c);
+
+    let (shared, same) = shared_by_host(c);
+    let rel = if same.len() == n { CommunicatorRelation::Congruent } else { CommunicatorRelation::Unequal };
+    let shared = Comm { comm: &shared, members: same, name: "split_shared".into() };
+    check_rel("split_shared.compare(world)", shared.comm.compare(world), rel);
+
+    let without = without.as_ref().map(|wo| Comm {
+        comm: wo,
+        members: (0..n).filter(|&r| r != left_out).collect(),
+        name: "split without one rank".into(),
+    });
+    let sub =
+        sub.as_ref().map(|s| Comm { comm: s, members: chosen.clone(), name: "split_by_subgroup_collective".into() });
+    let sub2 =
+        sub2.as_ref().map(|s| Comm { comm: s, members: chosen.clone(), name: "split_by_subgroup_with_tag".into() });
+    traffic_across_communicators(c, &Made { dup, parity, mod3, reversed, without, sub, sub2, shared });
+}
+
+/// The communicators `communicators` made (`None`: this rank is not a member).
+struct Made<'a> {
+    dup: Comm<'a>,
+    parity: Comm<'a>,
+    mod3: Comm<'a>,
+    reversed: Comm<'a>,
+    without: Option<Comm<'a>>,
+    sub: Option<Comm<'a>>,
+    sub2: Option<Comm<'a>>,
+    shared: Comm<'a>,
+}
+
+/// A random subset of the ranks in a random order, made a communicator by
+/// split_by_subgroup_collective and by its members only: (the subset, both communicators).
+fn subgroups(c: &Ctx) -> (Vec<usize>, Option<SimpleCommunicator>, Option<SimpleCommunicator>) {
+    let world = c.world;
+    let (n, me) = (c.n, c.me);
     let mut chosen: Vec<usize> = (0..n).collect();
     let mut r = c.rng("subgroup", 0, 0);
     r.shuffle(&mut chosen);
@@ -1150,7 +1215,14 @@ fn communicators(c: &Ctx) {
     } else {
         None
     };
+    (chosen, sub, sub2)
+}
 
+/// split_shared (a duplicate with replicas): the communicator and the world ranks on this
+/// process's host.
+fn shared_by_host(c: &Ctx) -> (SimpleCommunicator, Vec<usize>) {
+    let world = c.world;
+    let (n, me) = (c.n, c.me);
     c.step("split_shared");
     // Replicas of a rank run on different hosts, so with replicas on a grid of several hosts
     // "the ranks of my host" differs between the copies of a rank: check split_shared without
@@ -1167,10 +1239,15 @@ fn communicators(c: &Ctx) {
     let mut hosts = vec![0u64; n];
     world.all_gather_into(&ip(mpi::environment::data_address()), &mut hosts[..]);
     let same: Vec<usize> = (0..n).filter(|&r| replicated || hosts[r] == hosts[me]).collect();
-    let rel = if same.len() == n { CommunicatorRelation::Congruent } else { CommunicatorRelation::Unequal };
-    let shared = Comm { comm: &shared, members: same, name: "split_shared".into() };
-    check_rel("split_shared.compare(world)", shared.comm.compare(world), rel);
+    (shared, same)
+}
 
+/// Collectives on every communicator `communicators` made, with world point-to-point traffic
+/// on every tag the collectives use pending throughout.
+fn traffic_across_communicators(c: &Ctx, made: &Made<'_>) {
+    let Made { dup, parity, mod3, reversed, without, sub, sub2, shared } = made;
+    let world = c.world;
+    let (n, me) = (c.n, c.me);
     // World point-to-point traffic with every tag the collectives use, pending throughout the
     // collectives of the other communicators.
     let wnext = world.process_at_rank(((me + 1) % n) as i32);
@@ -1184,37 +1261,32 @@ fn communicators(c: &Ctx) {
         // The large case on the subgroup (random members in a random order), a few thousand
         // elements on the others.
         let m = c.medium();
-        on_comm(&m, &parity);
-        on_comm(&m, &mod3);
-        on_comm(&m, &reversed);
-        if let Some(wo) = &without {
-            let wo = Comm {
-                comm: wo,
-                members: (0..n).filter(|&r| r != left_out).collect(),
-                name: "split without one rank".into(),
-            };
-            on_comm(&m, &wo);
+        on_comm(&m, parity);
+        on_comm(&m, mod3);
+        on_comm(&m, reversed);
+        if let Some(wo) = without {
+            on_comm(&m, wo);
         }
-        if let Some(s) = &sub {
-            on_comm(c, &Comm { comm: s, members: chosen.clone(), name: "split_by_subgroup_collective".into() });
+        if let Some(s) = sub {
+            on_comm(c, s);
         }
-        if let Some(s) = &sub2 {
-            on_comm(&m, &Comm { comm: s, members: chosen.clone(), name: "split_by_subgroup_with_tag".into() });
+        if let Some(s) = sub2 {
+            on_comm(&m, s);
         }
-        on_comm(&m, &shared);
-        on_comm(&m, &dup);
+        on_comm(&m, shared);
+        on_comm(&m, dup);
         // Collectives on two communicators alternately (and the world in between).
         for k in 0..2 {
             let root = (k * 7 + 3) % n;
-            bcast(&m, &dup, root);
-            bcast(&m, &parity, root % parity.size());
-            allgather(&m, &dup);
-            allgather(&m, &mod3);
+            bcast(&m, dup, root);
+            bcast(&m, parity, root % parity.size());
+            allgather(&m, dup);
+            allgather(&m, mod3);
             world.barrier();
             let aff = affine_op();
             reduction(
                 &m,
-                &parity,
+                parity,
                 "non-commutative user op (affine composition)",
                 &gen_affine,
                 &compose,
@@ -1224,7 +1296,7 @@ fn communicators(c: &Ctx) {
             );
             reduction(
                 &m,
-                &dup,
+                dup,
                 "sum i64",
                 &gen_i64,
                 &|a: &i64, b: &i64| a.wrapping_add(*b),
@@ -1233,8 +1305,8 @@ fn communicators(c: &Ctx) {
                 7,
             );
             dup.comm.barrier();
-            alltoall(&m, &reversed);
-            alltoall(&m, &dup);
+            alltoall(&m, reversed);
+            alltoall(&m, dup);
         }
         for t in (0..=10).rev() {
             let (got, _) = wprev.receive_vec_with_tag::<i64>(t as i32);

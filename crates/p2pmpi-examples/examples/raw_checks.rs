@@ -36,10 +36,20 @@ fn ok(code: c_int, what: &str) {
     assert_eq!(code, OK, "{what} returned {code}");
 }
 
+/// `as_raw` / `from_raw` of communicators, groups, datatypes, operations and requests.
 fn handles(world: &SimpleCommunicator) {
+    handles_of_communicators(world);
+    handles_of_cartesian(world);
+    handles_of_groups_and_datatypes(world);
+    handles_of_operations(world);
+    handles_of_requests(world);
+    world.barrier();
+}
+
+/// The predefined handles; the world's, self's and a duplicate's handles, and back.
+fn handles_of_communicators(world: &SimpleCommunicator) {
     let n = world.size();
     let me = world.rank();
-
     // The predefined names read as rsmpi programs read them (extern statics).
     // SAFETY: the predefined names are initialized statics that nothing writes.
     let (world_h, self_h, int32, sum) =
@@ -103,7 +113,11 @@ fn handles(world: &SimpleCommunicator) {
     // SAFETY: as above.
     let code = unsafe { ffi::MPI_Comm_rank(ffi::RSMPI_COMM_NULL, &mut size) };
     assert_eq!(code, ffi::MPI_ERR_COMM as c_int, "the null communicator");
+}
 
+/// A Cartesian communicator keeps its layout through its handle.
+fn handles_of_cartesian(world: &SimpleCommunicator) {
+    let n = world.size();
     // A Cartesian communicator keeps its layout through its handle.
     let cart = world.create_cartesian_communicator(&[n], &[true], false).expect("every rank in a ring");
     let ch = cart.as_raw();
@@ -129,7 +143,12 @@ fn handles(world: &SimpleCommunicator) {
     // SAFETY: as above.
     ok(unsafe { ffi::MPI_Topo_test(ffi::RSMPI_COMM_WORLD, &mut topo) }, "MPI_Topo_test");
     assert_eq!(topo, rsmpi!(RSMPI_UNDEFINED));
+}
 
+/// Groups' and datatypes' handles, and a datatype made from a raw handle used in a reduction.
+fn handles_of_groups_and_datatypes(world: &SimpleCommunicator) {
+    let n = world.size();
+    let me = world.rank();
     // Groups.
     assert_eq!(SystemGroup::empty().as_raw(), rsmpi!(RSMPI_GROUP_EMPTY));
     let g = world.group();
@@ -173,7 +192,12 @@ fn handles(world: &SimpleCommunicator) {
     };
     world.all_reduce_into(&sv, &mut rv, SystemOperation::sum());
     assert_eq!(sum, [n * (n - 1) / 2, n], "a datatype made from a raw handle");
+}
 
+/// Operations' handles: system, unsafe user and closure operations, and ones made from handles.
+fn handles_of_operations(world: &SimpleCommunicator) {
+    let n = world.size();
+    let me = world.rank();
     // Operations.
     assert_eq!(SystemOperation::sum().as_raw(), rsmpi!(RSMPI_SUM));
     assert_eq!(SystemOperation::max().as_raw(), rsmpi!(RSMPI_MAX));
@@ -249,7 +273,12 @@ fn handles(world: &SimpleCommunicator) {
     let mut m = 0i32;
     world.all_reduce_into(&(me * 7), &mut m, &maxed);
     assert_eq!(m, (n - 1) * 7, "UserOperation::from_raw of an UnsafeUserOperation's handle");
+}
 
+/// Requests handed over to raw handles, completed by MPI_Wait / MPI_Test or taken back.
+fn handles_of_requests(world: &SimpleCommunicator) {
+    let n = world.size();
+    let me = world.rank();
     // Requests: handed over to a raw handle, completed by MPI_Wait / MPI_Test or taken back.
     if n > 1 {
         let next = (me + 1) % n;
@@ -294,7 +323,6 @@ fn handles(world: &SimpleCommunicator) {
         world.process_at_rank(prev).receive_into_with_tag(&mut again[..], 8);
         assert_eq!(again, SEND);
     }
-    world.barrier();
 }
 
 unsafe extern "C" fn c_max_i32(invec: *mut c_void, inoutvec: *mut c_void, len: *mut c_int, _dt: *mut MPI_Datatype) {
@@ -371,11 +399,50 @@ fn ffi_calls(world: &SimpleCommunicator) {
         unsafe { ok(ffi::MPI_Comm_free(&mut none), "MPI_Comm_free") };
     }
 
+    ffi_groups_of_handles(world, d, split);
+    ffi_ring_on_dup(world, d);
+    ffi_collectives(world, d);
+    ffi_op_create(world, d);
+
+    // Time.
+    // SAFETY: no arguments.
+    let (t0, t1, tick, rtick) = unsafe { (ffi::MPI_Wtime(), ffi::RSMPI_Wtime(), ffi::MPI_Wtick(), ffi::RSMPI_Wtick()) };
+    assert!(t1 >= t0 && tick > 0.0 && rtick == tick, "MPI_Wtime, MPI_Wtick");
+
+    // The dup, taken over by a Rust object, works as one; its handle stays valid while it
+    // lives, and dies with it.
+    {
+        // SAFETY: `d` names the live dup.
+        let dc = unsafe { SimpleCommunicator::from_raw(d) };
+        assert_eq!(dc.as_raw(), d, "the Rust object of a handle has that handle");
+        let mut v = 0;
+        dc.all_reduce_into(&1, &mut v, SystemOperation::sum());
+        assert_eq!(v, n);
+    }
+    // SAFETY: as above.
+    unsafe {
+        assert_eq!(ffi::MPI_Comm_size(d, &mut s), ffi::MPI_ERR_COMM as c_int, "the dup died with its Rust object");
+        // The split, freed through its handle.
+        ok(ffi::MPI_Comm_free(&mut split), "MPI_Comm_free");
+        assert_eq!(split, ffi::RSMPI_COMM_NULL);
+        let mut w2 = w;
+        assert_eq!(ffi::MPI_Comm_free(&mut w2), ffi::MPI_ERR_COMM as c_int, "the world cannot be freed");
+    }
+    world.barrier();
+}
+
+/// MPI_Comm_group of the dup and the split; ranks translated between them; MPI_Group_free.
+fn ffi_groups_of_handles(world: &SimpleCommunicator, d: MPI_Comm, split: MPI_Comm) {
+    let n = world.size();
+    let me = world.rank();
+    let half = (n + 1 - me % 2) / 2;
+    let mut rel = -1;
     // Groups of a handle.
     let mut g: MPI_Group = rsmpi!(RSMPI_GROUP_NULL);
     let mut sg: MPI_Group = rsmpi!(RSMPI_GROUP_NULL);
     let (mut gs, mut gr) = (0, 0);
-    // SAFETY: as above.
+    // SAFETY: (so for every ffi call of this function) every pointer is to a live local or buffer
+    // of the stated count and datatype; every handle is live.
     unsafe {
         ok(ffi::MPI_Comm_group(d, &mut g), "MPI_Comm_group");
         ok(ffi::MPI_Comm_group(split, &mut sg), "MPI_Comm_group(split)");
@@ -405,7 +472,12 @@ fn ffi_calls(world: &SimpleCommunicator) {
         assert_eq!(g, ffi::RSMPI_GROUP_NULL);
         assert_eq!(ffi::MPI_Group_size(sg, &mut gs), ffi::MPI_ERR_GROUP as c_int, "a freed group");
     }
+}
 
+/// Point-to-point on the dup: a ring with statuses and counts, argument errors, the null process.
+fn ffi_ring_on_dup(world: &SimpleCommunicator, d: MPI_Comm) {
+    let n = world.size();
+    let me = world.rank();
     // Point-to-point on the dup: a ring, with statuses and counts.
     if n > 1 {
         let next = (me + 1) % n;
@@ -414,7 +486,9 @@ fn ffi_calls(world: &SimpleCommunicator) {
         let mut inb = vec![0f64; n as usize];
         let mut st = MPI_Status::default();
         let mut count = -1;
-        // SAFETY: as above. Even ranks send first so that the ring cannot block.
+        // SAFETY: (so for every ffi call of this function) every pointer is to a live local or
+        // buffer of the stated count and datatype; every handle is live. Even ranks send first so
+        // that the ring cannot block.
         unsafe {
             let send = || {
                 ok(
@@ -500,9 +574,15 @@ fn ffi_calls(world: &SimpleCommunicator) {
         );
     }
     assert_eq!((st.MPI_SOURCE, st.MPI_TAG, nothing[0]), (rsmpi!(RSMPI_PROC_NULL), rsmpi!(RSMPI_ANY_TAG), 7));
+}
 
+/// MPI_Barrier, MPI_Bcast and MPI_Reduce from every root, MPI_Allreduce (SUM, BOR) on the dup.
+fn ffi_collectives(world: &SimpleCommunicator, d: MPI_Comm) {
+    let n = world.size();
+    let me = world.rank();
     // Collectives.
-    // SAFETY: as above.
+    // SAFETY: (so for every ffi call of this function) every pointer is to a live local or buffer
+    // of the stated count and datatype; every handle is live.
     unsafe { ok(ffi::MPI_Barrier(d), "MPI_Barrier") };
     for root in 0..n {
         let mut b = if me == root { [root * 11, -root, 5] } else { [0; 3] };
@@ -567,11 +647,17 @@ fn ffi_calls(world: &SimpleCommunicator) {
         )
     };
     assert_eq!(all[0], (1u32 << n) - 1);
+}
+
+/// A user operation made by MPI_Op_create, used on the dup and freed.
+fn ffi_op_create(world: &SimpleCommunicator, d: MPI_Comm) {
+    let me = world.rank();
     // A user operation made by MPI_Op_create (not commutative: rank 0's value wins).
     let mut op: MPI_Op = rsmpi!(RSMPI_OP_NULL);
     let mine = [me + 100];
     let mut first = [0i32];
-    // SAFETY: as above; `c_first` handles i32 buffers.
+    // SAFETY: (so for every ffi call of this function) every pointer is to a live local or buffer
+    // of the stated count and datatype; every handle is live; `c_first` handles i32 buffers.
     unsafe {
         ok(ffi::MPI_Op_create(Some(c_first), 0, &mut op), "MPI_Op_create");
         ok(
@@ -600,32 +686,6 @@ fn ffi_calls(world: &SimpleCommunicator) {
         );
     }
     assert_eq!(first[0], 100, "a non-commutative user operation in rank order");
-
-    // Time.
-    // SAFETY: no arguments.
-    let (t0, t1, tick, rtick) = unsafe { (ffi::MPI_Wtime(), ffi::RSMPI_Wtime(), ffi::MPI_Wtick(), ffi::RSMPI_Wtick()) };
-    assert!(t1 >= t0 && tick > 0.0 && rtick == tick, "MPI_Wtime, MPI_Wtick");
-
-    // The dup, taken over by a Rust object, works as one; its handle stays valid while it
-    // lives, and dies with it.
-    {
-        // SAFETY: `d` names the live dup.
-        let dc = unsafe { SimpleCommunicator::from_raw(d) };
-        assert_eq!(dc.as_raw(), d, "the Rust object of a handle has that handle");
-        let mut v = 0;
-        dc.all_reduce_into(&1, &mut v, SystemOperation::sum());
-        assert_eq!(v, n);
-    }
-    // SAFETY: as above.
-    unsafe {
-        assert_eq!(ffi::MPI_Comm_size(d, &mut s), ffi::MPI_ERR_COMM as c_int, "the dup died with its Rust object");
-        // The split, freed through its handle.
-        ok(ffi::MPI_Comm_free(&mut split), "MPI_Comm_free");
-        assert_eq!(split, ffi::RSMPI_COMM_NULL);
-        let mut w2 = w;
-        assert_eq!(ffi::MPI_Comm_free(&mut w2), ffi::MPI_ERR_COMM as c_int, "the world cannot be freed");
-    }
-    world.barrier();
 }
 
 // ------------------------------------------------------------------ attribute callbacks
@@ -777,17 +837,20 @@ fn raw_handles<D: MatchesRaw<Raw = MPI_Datatype>>(ds: &[D]) -> &[MPI_Datatype] {
 /// gathering collectives and `MPI_Scan`, `RSMPI_IN_PLACE`, `MPI_Comm_create`, group and
 /// datatype constructors, Cartesian topologies), each against the Rust API's answers.
 fn ffi_more(world: &SimpleCommunicator) {
-    let n = world.size();
-    let me = world.rank();
-    let w = world.as_raw();
-    let next = (me + 1) % n;
-    let prev = (me + n - 1) % n;
-    let int32 = rsmpi!(RSMPI_INT32_T);
-    let int64 = rsmpi!(RSMPI_INT64_T);
-    let null_req = rsmpi!(RSMPI_REQUEST_NULL);
-    let sum = rsmpi!(RSMPI_SUM);
-    let in_place = rsmpi!(RSMPI_IN_PLACE);
+    ffi_datatype_slices();
+    ffi_wait_and_test(world);
+    ffi_waitany_testany(world);
+    ffi_probes_and_sendrecv(world);
+    ffi_rooted_collectives(world);
+    ffi_collectives_in_place(world);
+    ffi_group_constructors(world);
+    ffi_datatype_constructors(world);
+    ffi_cartesian(world);
+    world.barrier();
+}
 
+/// Owned datatypes passed to C as slices of handles (rsmpi's `MatchesRaw`).
+fn ffi_datatype_slices() {
     // Owned datatypes are laid out as their handles.
     let types = [
         UserDatatype::contiguous(2, &i32::equivalent_datatype()),
@@ -804,7 +867,18 @@ fn ffi_more(world: &SimpleCommunicator) {
     // SAFETY: `pair` lives; `tsize` is a live local.
     ok(unsafe { ffi::MPI_Type_size(pair.as_raw(), &mut tsize) }, "MPI_Type_size(structured)");
     assert_eq!(tsize, 8 + 16, "structured of UserDatatypes (rsmpi's MatchesRaw bound)");
+}
 
+/// MPI_Waitall on a non-blocking ring with a null request in the set; MPI_Testall.
+fn ffi_wait_and_test(world: &SimpleCommunicator) {
+    let n = world.size();
+    let me = world.rank();
+    let w = world.as_raw();
+    let next = (me + 1) % n;
+    let prev = (me + n - 1) % n;
+    let int32 = rsmpi!(RSMPI_INT32_T);
+    let int64 = rsmpi!(RSMPI_INT64_T);
+    let null_req = rsmpi!(RSMPI_REQUEST_NULL);
     // Non-blocking ring, a null request in the set: MPI_Waitall.
     let out = [me * 10, me * 10 + 1];
     let mut inb = [0i32; 2];
@@ -848,13 +922,24 @@ fn ffi_more(world: &SimpleCommunicator) {
         std::thread::yield_now();
     }
     assert_eq!((got[0], reqs), (prev as i64 * 3, [null_req; 2]), "MPI_Testall completes both");
+}
 
+/// MPI_Waitany and MPI_Testany, with and without active requests; MPI_Request_free.
+fn ffi_waitany_testany(world: &SimpleCommunicator) {
+    let n = world.size();
+    let me = world.rank();
+    let w = world.as_raw();
+    let next = (me + 1) % n;
+    let prev = (me + n - 1) % n;
+    let int32 = rsmpi!(RSMPI_INT32_T);
+    let null_req = rsmpi!(RSMPI_REQUEST_NULL);
     // MPI_Waitany: two receives (from prev, tag 5; from next, tag 6), each completed once.
     let (a, b) = ([me + 1000], [me + 2000]);
     let (mut ga, mut gb) = ([0i32], [0i32]);
     let mut recvs = [null_req; 2];
     let mut sends = [null_req; 2];
-    // SAFETY: as above.
+    // SAFETY: (so for every ffi call of this function) live locals and handles, buffers that
+    // outlive their requests (each is completed before its buffer goes).
     unsafe {
         ok(ffi::MPI_Irecv(mp(&mut ga), 1, int32, prev, 5, w, &mut recvs[0]), "MPI_Irecv");
         ok(ffi::MPI_Irecv(mp(&mut gb), 1, int32, next, 6, w, &mut recvs[1]), "MPI_Irecv");
@@ -928,12 +1013,25 @@ fn ffi_more(world: &SimpleCommunicator) {
         assert_eq!(ffi::MPI_Request_free(&mut bogus), ffi::MPI_ERR_REQUEST as c_int, "freeing the null request");
     }
     assert_eq!(v[0], 77, "a freed send's data");
+}
 
+/// MPI_Probe and MPI_Iprobe as probe_with_tag; MPI_Sendrecv as send_receive; MPI_Ssend.
+fn ffi_probes_and_sendrecv(world: &SimpleCommunicator) {
+    let n = world.size();
+    let me = world.rank();
+    let w = world.as_raw();
+    let next = (me + 1) % n;
+    let prev = (me + n - 1) % n;
+    let int32 = rsmpi!(RSMPI_INT32_T);
+    let int64 = rsmpi!(RSMPI_INT64_T);
+    let null_req = rsmpi!(RSMPI_REQUEST_NULL);
     // Probes: against Source::probe_with_tag's answers.
     let data: Vec<i64> = (0..=me as i64).collect();
     let mut sr = null_req;
-    // SAFETY: as above.
+    // SAFETY: (so for every ffi call of this function) live locals and handles, buffers that
+    // outlive their requests (each is completed before its buffer goes).
     unsafe { ok(ffi::MPI_Isend(cp(&data), me + 1, int64, next, 9, w, &mut sr), "MPI_Isend") };
+    let mut count = 0;
     let mut st = MPI_Status::default();
     // SAFETY: as above.
     unsafe {
@@ -991,7 +1089,17 @@ fn ffi_more(world: &SimpleCommunicator) {
         }
     }
     assert_eq!(z[0], prev * 7);
+}
 
+/// MPI_Gather, MPI_Scatter and MPI_Reduce from every root, with RSMPI_IN_PLACE, as the Rust API's.
+fn ffi_rooted_collectives(world: &SimpleCommunicator) {
+    let n = world.size();
+    let me = world.rank();
+    let w = world.as_raw();
+    let int32 = rsmpi!(RSMPI_INT32_T);
+    let int64 = rsmpi!(RSMPI_INT64_T);
+    let sum = rsmpi!(RSMPI_SUM);
+    let in_place = rsmpi!(RSMPI_IN_PLACE);
     // Gathering collectives against the Rust API's, from every root; RSMPI_IN_PLACE.
     for root in 0..n {
         let mine = [me, me * 2];
@@ -1002,7 +1110,8 @@ fn ffi_more(world: &SimpleCommunicator) {
         } else {
             world.process_at_rank(root).gather_into(&mine[..]);
         }
-        // SAFETY: as above.
+        // SAFETY: (so for every ffi call of this function) live locals and handles, buffers that
+        // outlive their requests (each is completed before its buffer goes).
         unsafe { ok(ffi::MPI_Gather(cp(&mine), 2, int32, mp(&mut c), 2, int32, root, w), "MPI_Gather") };
         if me == root {
             assert_eq!(c, rust, "MPI_Gather at {root}");
@@ -1047,11 +1156,25 @@ fn ffi_more(world: &SimpleCommunicator) {
             assert_eq!(acc[0], (n as i64) * (n as i64 + 1) / 2, "MPI_Reduce with RSMPI_IN_PLACE");
         }
     }
+}
+
+/// MPI_Allgather, MPI_Alltoall, MPI_Scan, MPI_Exscan and MPI_Allreduce (with RSMPI_IN_PLACE) as the
+/// Rust API's.
+fn ffi_collectives_in_place(world: &SimpleCommunicator) {
+    let n = world.size();
+    let me = world.rank();
+    let w = world.as_raw();
+    let next = (me + 1) % n;
+    let int32 = rsmpi!(RSMPI_INT32_T);
+    let int64 = rsmpi!(RSMPI_INT64_T);
+    let sum = rsmpi!(RSMPI_SUM);
+    let in_place = rsmpi!(RSMPI_IN_PLACE);
     let mine = [me * 3, -me];
     let mut rust = vec![0i32; 2 * n as usize];
     world.all_gather_into(&mine[..], &mut rust[..]);
     let mut c = vec![0i32; 2 * n as usize];
-    // SAFETY: as above.
+    // SAFETY: (so for every ffi call of this function) live locals and handles, buffers that
+    // outlive their requests (each is completed before its buffer goes).
     unsafe { ok(ffi::MPI_Allgather(cp(&mine), 2, int32, mp(&mut c), 2, int32, w), "MPI_Allgather") };
     assert_eq!(c, rust, "MPI_Allgather");
     let mut c2 = vec![0i32; 2 * n as usize];
@@ -1101,11 +1224,19 @@ fn ffi_more(world: &SimpleCommunicator) {
             "RSMPI_IN_PLACE in MPI_Send"
         );
     }
+}
 
+/// The group constructors and MPI_Comm_create as the Rust API's.
+fn ffi_group_constructors(world: &SimpleCommunicator) {
+    let n = world.size();
+    let w = world.as_raw();
+    let int32 = rsmpi!(RSMPI_INT32_T);
+    let sum = rsmpi!(RSMPI_SUM);
     // Group constructors against the Rust API's groups.
     let rg = world.group();
     let mut g = rsmpi!(RSMPI_GROUP_NULL);
-    // SAFETY: as above.
+    // SAFETY: (so for every ffi call of this function) live locals and handles, buffers that
+    // outlive their requests (each is completed before its buffer goes).
     unsafe { ok(ffi::MPI_Comm_group(w, &mut g), "MPI_Comm_group") };
     let same = |h: MPI_Group, rust: &mpi::topology::UserGroup, what: &str| {
         let mut rel = -1;
@@ -1169,11 +1300,22 @@ fn ffi_more(world: &SimpleCommunicator) {
             ok(ffi::MPI_Group_free(h), "MPI_Group_free");
         }
     }
+}
 
+/// MPI_Type_contiguous and MPI_Type_vector as UserDatatype's; a vector sent as plain i32s.
+fn ffi_datatype_constructors(world: &SimpleCommunicator) {
+    let n = world.size();
+    let me = world.rank();
+    let w = world.as_raw();
+    let next = (me + 1) % n;
+    let prev = (me + n - 1) % n;
+    let int32 = rsmpi!(RSMPI_INT32_T);
+    let int64 = rsmpi!(RSMPI_INT64_T);
     // Datatype constructors against UserDatatype's.
     let (mut t3, mut tv) = (rsmpi!(RSMPI_DATATYPE_NULL), rsmpi!(RSMPI_DATATYPE_NULL));
     let (mut s3, mut sv) = (0, 0);
-    // SAFETY: as above.
+    // SAFETY: (so for every ffi call of this function) live locals and handles, buffers that
+    // outlive their requests (each is completed before its buffer goes).
     unsafe {
         ok(ffi::MPI_Type_contiguous(3, int64, &mut t3), "MPI_Type_contiguous");
         ok(ffi::MPI_Type_vector(2, 1, 2, int32, &mut tv), "MPI_Type_vector");
@@ -1190,6 +1332,7 @@ fn ffi_more(world: &SimpleCommunicator) {
     let dv: mpi::datatype::DatatypeRef<'_> = unsafe { FromRaw::from_raw(tv) };
     assert_eq!(dv.extent(), rv.extent(), "MPI_Type_vector's extent");
     // A vector sent, received as plain i32s: every other element.
+    let mut st = MPI_Status::default();
     let src = [me, -1, me + 1, -2];
     let mut dst = [0i32; 2];
     // SAFETY: as above: `src` holds one vector element, `dst` two i32s.
@@ -1209,10 +1352,16 @@ fn ffi_more(world: &SimpleCommunicator) {
         assert_eq!(ffi::MPI_Type_free(&mut t), ffi::MPI_ERR_TYPE as c_int, "a predefined datatype is not freed");
         assert_eq!(ffi::MPI_Type_contiguous(-1, int32, &mut t), ffi::MPI_ERR_COUNT as c_int);
     }
+}
 
+/// MPI_Cart_* and MPI_Dims_create as CartesianCommunicator's answers.
+fn ffi_cartesian(world: &SimpleCommunicator) {
+    let n = world.size();
+    let w = world.as_raw();
     // Cartesian topologies against CartesianCommunicator's answers.
     let mut dims = [0, 0];
-    // SAFETY: as above.
+    // SAFETY: (so for every ffi call of this function) live locals and handles, buffers that
+    // outlive their requests (each is completed before its buffer goes).
     unsafe { ok(ffi::MPI_Dims_create(n, 2, dims.as_mut_ptr()), "MPI_Dims_create") };
     assert_eq!(dims, [n, 1], "MPI_Dims_create of a prime");
     let periods = [1, 0];
@@ -1289,7 +1438,6 @@ fn ffi_more(world: &SimpleCommunicator) {
         ok(ffi::MPI_Comm_free(&mut sub), "MPI_Comm_free(sub)");
         ok(ffi::MPI_Comm_free(&mut cart), "MPI_Comm_free(cart)");
     }
-    world.barrier();
 }
 
 // ------------------------------------------------------------------------- keyvals

@@ -18,7 +18,8 @@
 #![forbid(unsafe_code)]
 
 use mpi::collective::SystemOperation;
-use mpi::topology::MergeOrder;
+use mpi::environment::Universe;
+use mpi::topology::{InterCommunicator, MergeOrder, SimpleCommunicator};
 use mpi::traits::*;
 use mpi::Rank;
 use std::process::Command;
@@ -51,157 +52,126 @@ fn main() -> Result<(), mpi::MpiError> {
     let world = universe.world();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mode = args.first().map(String::as_str).unwrap_or("basic");
-    let (rank, size) = (world.rank(), world.size());
 
     if let Some(parent) = world.parent() {
-        let np = parent.remote_size();
-        match mode {
-            "child" => {
-                assert_eq!(size, 2, "the children's own world");
-                assert_eq!(std::env::var("SPAWN_CHECKS_FROM").as_deref(), Ok("the parents' Command"));
-                assert!(std::env::var_os("SPAWN_CHECKS_GONE").is_none(), "removed by the parents' Command");
-                for p in 0..np {
-                    let (v, st) = parent.process_at_rank(p).receive::<i32>();
-                    assert_eq!(v, 1000 + 10 * p + rank, "value from parent {p}");
-                    assert_eq!(st.source_rank(), p, "source of the parent's message");
-                }
-                for p in 0..np {
-                    parent.process_at_rank(p).send(&(2000 + 10 * rank + p));
-                }
-                // Received from any process of the remote group by the parents.
-                for p in 0..np {
-                    parent.process_at_rank(p).send_with_tag(&rank, 7);
-                }
-                assert_eq!(parent.remote_group().size(), np);
-                let merged = parent.merge(MergeOrder::High);
-                assert_eq!(merged.size(), np + size);
-                assert_eq!(merged.rank(), np + rank, "children come after the parents");
-                let mut sum = 0;
-                merged.all_reduce_into(&merged.rank(), &mut sum, SystemOperation::sum());
-                let n = merged.size();
-                assert_eq!(sum, n * (n - 1) / 2);
-                println!(
-                    "child {rank} of {size}: {np} parents, merged rank {} of {n}, sum {sum} on {}",
-                    merged.rank(),
-                    host()
-                );
-            }
-            "pause_child" => {
-                let dir = std::path::PathBuf::from(&args[1]);
-                for round in 0..ROUNDS {
-                    if round == ROUNDS / 2 {
-                        println!("child {rank} paused");
-                        wait_for_file(&dir.join("go"));
-                    }
-                    for p in 0..np {
-                        let (v, st) = parent.process_at_rank(p).receive::<i32>();
-                        assert_eq!((v, st.source_rank()), (100 * round + 10 * p + rank, p), "round {round}");
-                        parent.process_at_rank(p).send(&(5000 + 100 * round + 10 * rank + p));
-                    }
-                }
-                let merged = parent.merge(MergeOrder::High);
-                let mut sum = 0;
-                merged.all_reduce_into(&merged.rank(), &mut sum, SystemOperation::sum());
-                let n = merged.size();
-                assert_eq!(sum, n * (n - 1) / 2);
-                println!("child {rank} of {size}: {ROUNDS} rounds, merged rank {} of {n}, sum {sum}", merged.rank());
-            }
-            "first" | "second" => {
-                let appnum = universe.appnum().unwrap_or(-1);
-                assert_eq!(appnum, if mode == "first" { 0 } else { 1 });
-                assert_eq!(size, 3, "both programs share one world");
-                parent.process_at_rank(0).send(&(100 * appnum as i32 + rank));
-                println!("{mode} child {rank} of {size} (appnum {appnum}), parent size {np}");
-            }
-            "panic" => panic!("child {rank} panics on purpose"),
-            "tie" => {
-                // Both groups say Low: the parents come first.
-                let merged = parent.merge(MergeOrder::Low);
-                assert_eq!(merged.rank(), np + rank);
-                println!("tie child {rank}: merged rank {}", merged.rank());
-            }
-            "nested_child" => {
-                // A child spawns a grandchild from its own world, and relays its value up.
-                let grandchild = world.process_at_rank(1).spawn(&child_command(&["grandchild"]), 1)?;
-                let (v, st) = grandchild.process_at_rank(0).receive::<i32>();
-                assert_eq!((v, st.source_rank()), (300 + rank, 0));
-                parent.process_at_rank(0).send(&v);
-                println!("nested child {rank} relayed {v}");
-            }
-            "grandchild" => {
-                assert_eq!((np, size), (2, 1), "a grandchild's parents are the children's world");
-                for p in 0..np {
-                    parent.process_at_rank(p).send(&(300 + p));
-                }
-                println!("grandchild of {np} parents");
-            }
-            "cwd_child" => {
-                // Started in the directory the parents' `Command` named.
-                let want = std::path::Path::new(&args[1]).canonicalize().unwrap();
-                let here = std::env::current_dir().unwrap().canonicalize().unwrap();
-                assert_eq!(here, want, "the spawning Command's working directory");
-                parent.merge(MergeOrder::High).barrier();
-                println!("cwd child {rank}: in {}", here.display());
-            }
-            other => panic!("unknown child mode {other}"),
-        }
-        return Ok(());
+        return child_main(&universe, &world, &parent, mode, &args);
     }
+    parent_main(&world, mode, &args)
+}
 
+/// A spawned process: runs the child side of `mode`.
+fn child_main(
+    universe: &Universe,
+    world: &SimpleCommunicator,
+    parent: &InterCommunicator,
+    mode: &str,
+    args: &[String],
+) -> Result<(), mpi::MpiError> {
+    let (rank, size) = (world.rank(), world.size());
+    let np = parent.remote_size();
     match mode {
-        "basic" => {
-            let child = world.process_at_rank(0).spawn(&child_command(&["child"]), 2)?;
-            assert_eq!(child.remote_size(), 2);
-            assert_eq!((child.rank(), child.size()), (rank, size));
-            for c in 0..child.remote_size() {
-                child.process_at_rank(c).send(&(1000 + 10 * rank + c));
-            }
-            for c in 0..child.remote_size() {
-                let (v, st) = child.process_at_rank(c).receive::<i32>();
-                assert_eq!(v, 2000 + 10 * c + rank, "value from child {c}");
-                assert_eq!(st.source_rank(), c);
-            }
-            let mut from: Vec<Rank> = (0..2)
-                .map(|_| {
-                    let (v, st) = child.any_process().receive_with_tag::<i32>(7);
-                    assert_eq!(v, st.source_rank(), "any-source receive across the intercommunicator");
-                    v
-                })
-                .collect();
-            from.sort();
-            assert_eq!(from, vec![0, 1]);
-            let merged = child.merge(MergeOrder::Low);
-            assert_eq!(merged.size(), size + 2);
-            assert_eq!(merged.rank(), rank, "parents come first");
-            let mut sum = 0;
-            merged.all_reduce_into(&merged.rank(), &mut sum, SystemOperation::sum());
-            let n = merged.size();
-            assert_eq!(sum, n * (n - 1) / 2);
-            println!(
-                "OK spawn_checks basic: parent {rank}, merged rank {} of {n}, sum {sum} on {}",
-                merged.rank(),
-                host()
-            );
+        "child" => child_basic(parent, rank, size),
+        "pause_child" => child_pause(parent, rank, size, args),
+        "first" | "second" => {
+            let appnum = universe.appnum().unwrap_or(-1);
+            assert_eq!(appnum, if mode == "first" { 0 } else { 1 });
+            assert_eq!(size, 3, "both programs share one world");
+            parent.process_at_rank(0).send(&(100 * appnum as i32 + rank));
+            println!("{mode} child {rank} of {size} (appnum {appnum}), parent size {np}");
         }
-        "pause" => {
-            let child = world.process_at_rank(0).spawn(&child_command(&["pause_child", &args[1]]), 2)?;
-            for round in 0..ROUNDS {
-                for c in 0..child.remote_size() {
-                    child.process_at_rank(c).send(&(100 * round + 10 * rank + c));
-                    let (v, st) = child.process_at_rank(c).receive::<i32>();
-                    assert_eq!((v, st.source_rank()), (5000 + 100 * round + 10 * c + rank, c), "round {round}");
-                }
-            }
-            let merged = child.merge(MergeOrder::Low);
-            let mut sum = 0;
-            merged.all_reduce_into(&merged.rank(), &mut sum, SystemOperation::sum());
-            let n = merged.size();
-            assert_eq!(sum, n * (n - 1) / 2);
-            println!(
-                "OK spawn_checks pause: parent {rank}, {ROUNDS} rounds, merged rank {} of {n}, sum {sum}",
-                merged.rank()
-            );
+        "panic" => panic!("child {rank} panics on purpose"),
+        "tie" => {
+            // Both groups say Low: the parents come first.
+            let merged = parent.merge(MergeOrder::Low);
+            assert_eq!(merged.rank(), np + rank);
+            println!("tie child {rank}: merged rank {}", merged.rank());
         }
+        "nested_child" => {
+            // A child spawns a grandchild from its own world, and relays its value up.
+            let grandchild = world.process_at_rank(1).spawn(&child_command(&["grandchild"]), 1)?;
+            let (v, st) = grandchild.process_at_rank(0).receive::<i32>();
+            assert_eq!((v, st.source_rank()), (300 + rank, 0));
+            parent.process_at_rank(0).send(&v);
+            println!("nested child {rank} relayed {v}");
+        }
+        "grandchild" => {
+            assert_eq!((np, size), (2, 1), "a grandchild's parents are the children's world");
+            for p in 0..np {
+                parent.process_at_rank(p).send(&(300 + p));
+            }
+            println!("grandchild of {np} parents");
+        }
+        "cwd_child" => {
+            // Started in the directory the parents' `Command` named.
+            let want = std::path::Path::new(&args[1]).canonicalize().unwrap();
+            let here = std::env::current_dir().unwrap().canonicalize().unwrap();
+            assert_eq!(here, want, "the spawning Command's working directory");
+            parent.merge(MergeOrder::High).barrier();
+            println!("cwd child {rank}: in {}", here.display());
+        }
+        other => panic!("unknown child mode {other}"),
+    }
+    Ok(())
+}
+
+/// The child side of `basic`: values both ways with the parents, then the merged allreduce.
+fn child_basic(parent: &InterCommunicator, rank: Rank, size: Rank) {
+    let np = parent.remote_size();
+    assert_eq!(size, 2, "the children's own world");
+    assert_eq!(std::env::var("SPAWN_CHECKS_FROM").as_deref(), Ok("the parents' Command"));
+    assert!(std::env::var_os("SPAWN_CHECKS_GONE").is_none(), "removed by the parents' Command");
+    for p in 0..np {
+        let (v, st) = parent.process_at_rank(p).receive::<i32>();
+        assert_eq!(v, 1000 + 10 * p + rank, "value from parent {p}");
+        assert_eq!(st.source_rank(), p, "source of the parent's message");
+    }
+    for p in 0..np {
+        parent.process_at_rank(p).send(&(2000 + 10 * rank + p));
+    }
+    // Received from any process of the remote group by the parents.
+    for p in 0..np {
+        parent.process_at_rank(p).send_with_tag(&rank, 7);
+    }
+    assert_eq!(parent.remote_group().size(), np);
+    let merged = parent.merge(MergeOrder::High);
+    assert_eq!(merged.size(), np + size);
+    assert_eq!(merged.rank(), np + rank, "children come after the parents");
+    let mut sum = 0;
+    merged.all_reduce_into(&merged.rank(), &mut sum, SystemOperation::sum());
+    let n = merged.size();
+    assert_eq!(sum, n * (n - 1) / 2);
+    println!("child {rank} of {size}: {np} parents, merged rank {} of {n}, sum {sum} on {}", merged.rank(), host());
+}
+
+/// The child side of `pause`: rounds with the parents, waiting for `DIR/go` halfway.
+fn child_pause(parent: &InterCommunicator, rank: Rank, size: Rank, args: &[String]) {
+    let np = parent.remote_size();
+    let dir = std::path::PathBuf::from(&args[1]);
+    for round in 0..ROUNDS {
+        if round == ROUNDS / 2 {
+            println!("child {rank} paused");
+            wait_for_file(&dir.join("go"));
+        }
+        for p in 0..np {
+            let (v, st) = parent.process_at_rank(p).receive::<i32>();
+            assert_eq!((v, st.source_rank()), (100 * round + 10 * p + rank, p), "round {round}");
+            parent.process_at_rank(p).send(&(5000 + 100 * round + 10 * rank + p));
+        }
+    }
+    let merged = parent.merge(MergeOrder::High);
+    let mut sum = 0;
+    merged.all_reduce_into(&merged.rank(), &mut sum, SystemOperation::sum());
+    let n = merged.size();
+    assert_eq!(sum, n * (n - 1) / 2);
+    println!("child {rank} of {size}: {ROUNDS} rounds, merged rank {} of {n}, sum {sum}", merged.rank());
+}
+
+/// A process of the first job: runs the parent side of `mode`.
+fn parent_main(world: &SimpleCommunicator, mode: &str, args: &[String]) -> Result<(), mpi::MpiError> {
+    let (rank, size) = (world.rank(), world.size());
+    match mode {
+        "basic" => parent_basic(world, rank, size)?,
+        "pause" => parent_pause(world, rank, args)?,
         "multiple" => {
             let cmds = [child_command(&["first"]), child_command(&["second"])];
             let child = world.process_at_rank(0).spawn_multiple(&cmds, &[2, 1])?;
@@ -260,5 +230,57 @@ fn main() -> Result<(), mpi::MpiError> {
         }
         other => panic!("unknown mode {other}"),
     }
+    Ok(())
+}
+
+/// The parent side of `basic`: spawn 2 children, values both ways, any-source receives, merge.
+fn parent_basic(world: &SimpleCommunicator, rank: Rank, size: Rank) -> Result<(), mpi::MpiError> {
+    let child = world.process_at_rank(0).spawn(&child_command(&["child"]), 2)?;
+    assert_eq!(child.remote_size(), 2);
+    assert_eq!((child.rank(), child.size()), (rank, size));
+    for c in 0..child.remote_size() {
+        child.process_at_rank(c).send(&(1000 + 10 * rank + c));
+    }
+    for c in 0..child.remote_size() {
+        let (v, st) = child.process_at_rank(c).receive::<i32>();
+        assert_eq!(v, 2000 + 10 * c + rank, "value from child {c}");
+        assert_eq!(st.source_rank(), c);
+    }
+    let mut from: Vec<Rank> = (0..2)
+        .map(|_| {
+            let (v, st) = child.any_process().receive_with_tag::<i32>(7);
+            assert_eq!(v, st.source_rank(), "any-source receive across the intercommunicator");
+            v
+        })
+        .collect();
+    from.sort();
+    assert_eq!(from, vec![0, 1]);
+    let merged = child.merge(MergeOrder::Low);
+    assert_eq!(merged.size(), size + 2);
+    assert_eq!(merged.rank(), rank, "parents come first");
+    let mut sum = 0;
+    merged.all_reduce_into(&merged.rank(), &mut sum, SystemOperation::sum());
+    let n = merged.size();
+    assert_eq!(sum, n * (n - 1) / 2);
+    println!("OK spawn_checks basic: parent {rank}, merged rank {} of {n}, sum {sum} on {}", merged.rank(), host());
+    Ok(())
+}
+
+/// The parent side of `pause`: spawn 2 children, rounds both ways, merge.
+fn parent_pause(world: &SimpleCommunicator, rank: Rank, args: &[String]) -> Result<(), mpi::MpiError> {
+    let child = world.process_at_rank(0).spawn(&child_command(&["pause_child", &args[1]]), 2)?;
+    for round in 0..ROUNDS {
+        for c in 0..child.remote_size() {
+            child.process_at_rank(c).send(&(100 * round + 10 * rank + c));
+            let (v, st) = child.process_at_rank(c).receive::<i32>();
+            assert_eq!((v, st.source_rank()), (5000 + 100 * round + 10 * c + rank, c), "round {round}");
+        }
+    }
+    let merged = child.merge(MergeOrder::Low);
+    let mut sum = 0;
+    merged.all_reduce_into(&merged.rank(), &mut sum, SystemOperation::sum());
+    let n = merged.size();
+    assert_eq!(sum, n * (n - 1) / 2);
+    println!("OK spawn_checks pause: parent {rank}, {ROUNDS} rounds, merged rank {} of {n}, sum {sum}", merged.rank());
     Ok(())
 }
