@@ -1,8 +1,8 @@
 //! The driver of a job's supervision: feeds the pure [`JobSupervisor`] what the job's
 //! processes say and do, and carries out what it decides.
 //!
-//! Every launcher — the local one ([`crate::launcher`]), the grid's ([`crate::grid_run`]) and
-//! the thread following a spawned job ([`crate::spawn`]) — starts its processes its own way,
+//! Every launcher — the local one (`launcher`), the grid's (`grid_run`) and the thread
+//! following a spawned job (`spawn`) — starts its processes its own way,
 //! then hands them to [`event_loop`]: events come from the control connections (each served by
 //! a thread of its own, which also answers lease renewals at once), from the watchers of the
 //! processes' ends and from the other jobs of a replicated universe; each becomes an
@@ -225,6 +225,10 @@ fn control_of(msg: ToProcess) -> Control {
     }
 }
 
+/// A spawn request as a process made it: the programs, the parents (universe id, data
+/// address), the intercommunicator's context.
+type SpawnRequest = (Vec<control::SpawnApp>, Vec<(u32, String)>, u32);
+
 /// The event loop's own state: the connections, and the spawn requests being decided.
 struct Driver<'a, 'j> {
     name: &'a str,
@@ -232,7 +236,7 @@ struct Driver<'a, 'j> {
     /// Control connections of the processes, by slot.
     conns: HashMap<usize, Writer>,
     /// The spawn request of a slot, held while the supervisor decides it.
-    spawns: HashMap<usize, (Vec<control::SpawnApp>, Vec<(u32, String)>, u32)>,
+    spawns: HashMap<usize, SpawnRequest>,
     finished: Option<i32>,
 }
 

@@ -896,7 +896,7 @@ impl JobSupervisor {
 
     /// The processes a stopped job waited for too long: given up on.
     fn give_up_unconfirmed(&mut self, now: Time) {
-        if self.exited >= self.n() || !self.stopped_at.is_some_and(|t| now.saturating_sub(t) >= STOP_CONFIRM) {
+        if self.exited >= self.n() || self.stopped_at.is_none_or(|t| now.saturating_sub(t) < STOP_CONFIRM) {
             return;
         }
         for slot in 0..self.n() {
