@@ -6,7 +6,7 @@
 //! in their environment, never sent on a socket) that it belongs to the job; once all have
 //! registered the launcher sends every process the communicator table. The control connections
 //! stay open: a process reports `Finalized` or `Abort` on it, and its closing tells that the
-//! process is gone. The job is followed by [`crate::supervise::event_loop`], the driver of the
+//! process is gone. The job is followed by `supervise::event_loop`, the driver of the
 //! pure job supervisor (`p2pmpi_core::supervisor`), as every launcher's is.
 //!
 //! Failure handling: when a process dies (signal, non-zero status, or success without
