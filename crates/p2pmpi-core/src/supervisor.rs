@@ -1455,8 +1455,9 @@ mod tests {
 
     proptest! {
         /// Whatever happens to a job's processes, in whatever order, the supervisor ends the job
-        /// once every process ended, exactly once; it declares no slot twice; a job that failed
-        /// was stopped first; and it never waits for a deadline already past.
+        /// once every process ended, exactly once and last; it declares no slot twice; a job
+        /// that failed was stopped, and one that stopped the others failed; and it never waits
+        /// for a deadline already past.
         #[test]
         fn every_schedule_ends_once_with_a_consistent_verdict(
             r in 1usize..3,
@@ -1504,9 +1505,15 @@ mod tests {
                     prop_assert!(declared.insert(*slot), "slot {} declared twice", slot);
                 }
             }
+            // A failed job was stopped; a job that said it stops the others failed.
             if finished[0] != 0 {
-                prop_assert!(out.contains(&Output::StopAll) || out.iter().any(|o| matches!(o, Output::Say(_))));
+                prop_assert!(out.contains(&Output::StopAll), "{:?}", out);
             }
+            if out.iter().any(|o| matches!(o, Output::Say(l) if l.ends_with("stopping the other processes"))) {
+                prop_assert!(finished[0] != 0, "{:?}", out);
+            }
+            // Nothing follows the verdict.
+            prop_assert_eq!(out.last(), Some(&Output::Finished(finished[0])));
         }
     }
 }
