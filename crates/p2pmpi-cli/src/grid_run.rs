@@ -25,8 +25,9 @@
 //! output and exits come back here. With `-r R` they are reserved like a replicated job (R
 //! copies of every child rank on R different hosts) and launched as replica slots.
 
-use crate::launcher::{self, Event, Job, RankState, RunArgs};
+use crate::options::{self, RunArgs};
 use crate::output::Output;
+use crate::supervise::{self, Event, Job};
 use crate::watch;
 use anyhow::{bail, Context, Result};
 use indicatif::{HumanBytes, ProgressBar, ProgressStyle};
@@ -663,19 +664,18 @@ fn check_hosts(grid: &Grid, only: &[String]) -> Result<()> {
 
 /// Runs a job on the grid. Returns its exit status.
 pub fn run(name: &str, opts: &RunArgs, n: usize, grid: Grid) -> Result<i32> {
-    let program = launcher::resolve_program(&opts.command[0])?;
+    let program = options::resolve_program(&opts.command[0])?;
     let app = program.file_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "program".into());
     let files = input_files(opts, &program, &app)?;
     let strategy: p2pmpi_core::allocation::Strategy = opts.strategy.parse().map_err(|e: String| anyhow::anyhow!(e))?;
     let r = opts.replicas as usize;
     let layout = Layout::new(n, r);
-    let me = grid.state.ip;
-    let fd = launcher::FdPlan::from_options(opts, &grid.cfg)?;
+    let fd = options::FdPlan::from_options(opts, &grid.cfg)?;
     if opts.verbose {
         eprintln!("{name}: failure detector: {}", fd.as_ref().map_or("off".to_string(), |f| f.name()));
     }
-    let extra = launcher::extra_env(opts)?;
-    let only = launcher::allowed_hosts(opts)?;
+    let extra = options::extra_env(opts)?;
+    let only = options::allowed_hosts(opts)?;
     check_hosts(&grid, &only)?;
     let output = Arc::new(Output::create(layout, opts.tag_output, opts.output_filename.as_deref())?);
     let collector = (!opts.collect.is_empty()).then(|| {
@@ -691,195 +691,264 @@ pub fn run(name: &str, opts: &RunArgs, n: usize, grid: Grid) -> Result<i32> {
 
     // 1–2. Reservation and staging.
     let ask = Ask { n, r, strategy, app: &app, exclude: &[], only: &only };
-    let Some(Staged { reservation, placements, assigned, job }) =
-        reserve_and_stage(name, &grid, opts, ask, &files, false, &mut progress)?
-    else {
+    let Some(staged) = reserve_and_stage(name, &grid, opts, ask, &files, false, &mut progress)? else {
         return Ok(0);
     };
-    // Each host with the slots it launches (slot 0 runs here, started by this process) and
-    // how many processes it runs in all.
-    let remote: Vec<(&Placement, Vec<u32>, usize)> = placements
-        .iter()
-        .zip(&assigned)
-        .map(|(p, s)| (p, s.iter().copied().filter(|&x| x != 0).collect::<Vec<u32>>(), s.len()))
-        .filter(|(_, s, _)| !s.is_empty())
-        .collect();
+    let job = GridJob { name, opts, grid: &grid, layout, program, app, fd, extra, only, output, collector };
+    job.launch(staged, progress)
+}
 
-    // 3. The root's control port, then the launches (all at once, each host watched).
-    let slots = layout.slots();
-    let listener = TcpListener::bind((me, 0)).context("cannot open the root's control port")?;
-    let root = listener.local_addr()?;
-    // The job's key: handed to each host's MPD inside the launch request (over the Noise
-    // session, encrypted), and to rank 0 here in its environment; never sent in clear.
-    let key = p2pmpi_wire::auth::JobKey::random()?;
-    let (tx, rx) = channel::<Event>();
-    let fencing = launcher::Fencing::shared(layout, fd.as_ref());
-    launcher::spawn_control_server(listener, key.clone(), slots, tx.clone(), fencing.clone());
-    let all_loopback = all_loopback(&placements, &assigned);
-    let spec_for = |ranks: &[u32], procs: usize| {
-        let local_procs = if all_loopback { slots } else { procs };
-        let mut env = vec![(env::LOCAL_PROCS.to_string(), local_procs.to_string())];
-        if r > 1 {
-            env.push((env::REPLICAS.to_string(), r.to_string()));
+/// A grid job once its options were read: what its launch and its supervision need.
+struct GridJob<'a> {
+    name: &'a str,
+    opts: &'a RunArgs,
+    grid: &'a Grid,
+    layout: Layout,
+    program: PathBuf,
+    app: String,
+    fd: Option<options::FdPlan>,
+    extra: Vec<(String, String)>,
+    only: Vec<String>,
+    output: Arc<Output>,
+    collector: Option<Arc<Collector>>,
+}
+
+/// What the hosts of a grid job run, once launched.
+struct Running {
+    /// The launched hosts' job connections.
+    remotes: Vec<Arc<Mutex<SecureWriter>>>,
+    /// Their readers, with the slots each serves.
+    readers: Vec<(Vec<u32>, std::thread::JoinHandle<()>)>,
+    /// Rank 0's process, here.
+    root: Child,
+}
+
+impl GridJob<'_> {
+    /// Launches the reserved and staged job (rank 0 here, the other slots on their hosts) and
+    /// follows it to its end.
+    fn launch(&self, staged: Staged, mut progress: Progress) -> Result<i32> {
+        let Staged { reservation, placements, assigned, job } = staged;
+        let (layout, opts, grid) = (self.layout, self.opts, self.grid);
+        // Each host with the slots it launches (slot 0 runs here, started by this process) and
+        // how many processes it runs in all.
+        let remote: Vec<(&Placement, Vec<u32>, usize)> = placements
+            .iter()
+            .zip(&assigned)
+            .map(|(p, s)| (p, s.iter().copied().filter(|&x| x != 0).collect::<Vec<u32>>(), s.len()))
+            .filter(|(_, s, _)| !s.is_empty())
+            .collect();
+
+        // 3. The root's control port, then the launches (all at once, each host watched).
+        let slots = layout.slots();
+        let listener = TcpListener::bind((grid.state.ip, 0)).context("cannot open the root's control port")?;
+        let root = listener.local_addr()?;
+        // The job's key: handed to each host's MPD inside the launch request (over the Noise
+        // session, encrypted), and to rank 0 here in its environment; never sent in clear.
+        let key = p2pmpi_wire::auth::JobKey::random()?;
+        let (tx, rx) = channel::<Event>();
+        let sup = supervise::Shared::new(layout, self.fd.as_ref());
+        supervise::spawn_control_server(listener, key.clone(), slots, tx.clone(), sup.clone());
+        let all_loopback = all_loopback(&placements, &assigned);
+        let spec_for = |ranks: &[u32], procs: usize| {
+            let local_procs = if all_loopback { slots } else { procs };
+            let mut env = vec![(env::LOCAL_PROCS.to_string(), local_procs.to_string())];
+            env.extend(self.job_env());
+            LaunchSpec {
+                ticket: reservation.ticket,
+                job: job.clone(),
+                app: self.app.clone(),
+                program: self.app.clone(),
+                args: opts.command[1..].to_vec(),
+                ranks: ranks.to_vec(),
+                size: layout.n as u32,
+                root: root.to_string(),
+                job_key: key.clone(),
+                env,
+                collect: opts.collect.clone(),
+            }
+        };
+        let follow =
+            FollowAll { layout, output: self.output.clone(), collector: self.collector.clone(), tx: tx.clone() };
+        let Launched { remotes, readers, failed } =
+            launch_hosts(self.name, grid, opts.verbose, &remote, &spec_for, &follow, &mut progress);
+        for (ranks, why) in failed {
+            let _ = tx.send(Event::Lost { ranks: ranks.iter().map(|&x| x as usize).collect(), why });
         }
-        if opts.encrypt {
+        progress.done();
+
+        // 4. Rank 0, here.
+        let local_procs = if all_loopback { slots } else { assigned[0].len() };
+        let child = match self.start_root(root, &key, &job, local_procs) {
+            Ok(c) => c,
+            Err(e) => {
+                stop_remotes(&remotes, libc::SIGKILL);
+                return Err(e);
+            }
+        };
+        let notifier = self.notifier(&job, &placements, &assigned);
+        progress.done();
+        let running = Running { remotes, readers, root: child };
+        let (code, spawns) = self.supervise(running, &key, tx, &rx, sup, &notifier);
+        let _ =
+            mpd::call(Some(grid.state.ip), grid.state.mpd_addr(), &grid.secret, &MpdRequest::Retire { job, rank: 0 });
+        drop(reservation);
+        // The spawned jobs end like the parents' (their exit status counts if the parents' is 0).
+        let spawned = spawns.wait();
+        Ok(if code == 0 { spawned } else { code })
+    }
+
+    /// The variables every process of the job gets (besides its own).
+    fn job_env(&self) -> Vec<(String, String)> {
+        let mut env = Vec::new();
+        if self.layout.r > 1 {
+            env.push((env::REPLICAS.to_string(), self.layout.r.to_string()));
+        }
+        if self.opts.encrypt {
             env.push((env::ENCRYPT.to_string(), "1".to_string()));
         }
-        env.extend(extra.iter().cloned());
-        LaunchSpec {
-            ticket: reservation.ticket,
-            job: job.clone(),
-            app: app.clone(),
-            program: app.clone(),
-            args: opts.command[1..].to_vec(),
-            ranks: ranks.to_vec(),
-            size: n as u32,
-            root: root.to_string(),
-            job_key: key.clone(),
-            env,
-            collect: opts.collect.clone(),
-        }
-    };
-    let follow = FollowAll { layout, output: output.clone(), collector: collector.clone(), tx: tx.clone() };
-    let Launched { remotes, readers, failed } =
-        launch_hosts(name, &grid, opts.verbose, &remote, &spec_for, &follow, &mut progress);
-    for (ranks, why) in failed {
-        let _ = tx.send(Event::Lost { ranks: ranks.iter().map(|&x| x as usize).collect(), why });
+        env.extend(self.extra.iter().cloned());
+        env
     }
-    progress.done();
 
-    // 4. Rank 0, here.
-    let mut cmd = Command::new(&program);
-    cmd.args(&opts.command[1..])
-        .env(env::RANK, "0")
-        .env(env::SIZE, n.to_string())
-        .env(env::CONTROL, root.to_string())
-        .env(env::JOB_KEY, key.to_hex())
-        .env(env::BIND, me.to_string())
-        .env(env::LOCAL_PROCS, if all_loopback { slots } else { assigned[0].len() }.to_string())
-        .env("P2PMPI_JOB", &job)
-        .stdin(Stdio::inherit())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    if r > 1 {
-        cmd.env(env::REPLICAS, r.to_string());
+    /// Starts rank 0 here, and announces it to this host's MPD.
+    fn start_root(
+        &self,
+        root: SocketAddr,
+        key: &p2pmpi_wire::auth::JobKey,
+        job: &str,
+        local_procs: usize,
+    ) -> Result<Child> {
+        let me = self.grid.state.ip;
+        let mut cmd = Command::new(&self.program);
+        cmd.args(&self.opts.command[1..])
+            .env(env::RANK, "0")
+            .env(env::SIZE, self.layout.n.to_string())
+            .env(env::CONTROL, root.to_string())
+            .env(env::JOB_KEY, key.to_hex())
+            .env(env::BIND, me.to_string())
+            .env(env::LOCAL_PROCS, local_procs.to_string())
+            .env("P2PMPI_JOB", job)
+            .stdin(Stdio::inherit())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        cmd.envs(self.job_env());
+        supervise::die_with_launcher(&mut cmd);
+        let child = cmd.spawn().map_err(|e| anyhow::anyhow!("cannot start '{}': {e}", self.program.display()))?;
+        let announce = AppProcess {
+            app: self.app.clone(),
+            job: job.to_string(),
+            rank: 0,
+            replicas: self.layout.r as u32,
+            pid: child.id(),
+            root: root.to_string(),
+        };
+        let _ = mpd::call(Some(me), self.grid.state.mpd_addr(), &self.grid.secret, &MpdRequest::Announce(announce));
+        Ok(child)
     }
-    if opts.encrypt {
-        cmd.env(env::ENCRYPT, "1");
-    }
-    cmd.envs(extra.iter().cloned());
-    launcher::die_with_launcher(&mut cmd);
-    let mut child: Child = match cmd.spawn() {
-        Ok(c) => c,
-        Err(e) => {
-            stop_remotes(&remotes, libc::SIGKILL);
-            bail!("cannot start '{}': {e}", program.display());
-        }
-    };
-    let mut states: Vec<RankState> = (0..slots).map(|_| RankState::default()).collect();
-    states[0].pid = child.id();
-    let pumps = vec![
-        launcher::pump(child.stdout.take().expect("piped"), 0, false, output.clone()),
-        launcher::pump(child.stderr.take().expect("piped"), 0, true, output.clone()),
-    ];
-    let announce = AppProcess {
-        app: app.clone(),
-        job: job.clone(),
-        rank: 0,
-        replicas: r as u32,
-        pid: child.id(),
-        root: root.to_string(),
-    };
-    let _ = mpd::call(Some(me), grid.state.mpd_addr(), &grid.secret, &MpdRequest::Announce(announce));
-    // The job's events, to this host's MPD (`p2pmpi grid status`, `p2pmpi monitor`).
-    let mut slot_hosts = vec![String::new(); slots];
-    for (p, s) in placements.iter().zip(&assigned) {
-        for &slot in s {
-            if let Some(h) = slot_hosts.get_mut(slot as usize) {
-                h.clone_from(&p.info.id.ip);
+
+    /// The job's events, to this host's MPD (`p2pmpi grid status`, `p2pmpi monitor`).
+    fn notifier(&self, job: &str, placements: &[Placement], assigned: &[Vec<u32>]) -> crate::notices::Notifier {
+        let mut slot_hosts = vec![String::new(); self.layout.slots()];
+        for (p, s) in placements.iter().zip(assigned) {
+            for &slot in s {
+                if let Some(h) = slot_hosts.get_mut(slot as usize) {
+                    h.clone_from(&p.info.id.ip);
+                }
             }
         }
+        let notifier = crate::notices::Notifier::start(
+            job.to_string(),
+            self.app.clone(),
+            self.layout,
+            slot_hosts,
+            self.grid.state.ip,
+            self.grid.state.mpd_addr(),
+            self.grid.secret.clone(),
+        );
+        notifier.placed();
+        notifier
     }
-    let notifier = crate::notices::Notifier::start(
-        job.clone(),
-        app.clone(),
-        layout,
-        slot_hosts,
-        me,
-        grid.state.mpd_addr(),
-        grid.secret.clone(),
-    );
-    notifier.placed();
-    progress.done();
-    let children = Arc::new(Mutex::new(vec![child]));
-    {
-        let children = children.clone();
-        let tx = tx.clone();
-        let output = output.clone();
-        std::thread::spawn(move || launcher::watch_exits(children, tx, output));
-    }
-    let spawns = crate::spawn::Spawns::new(
-        crate::spawn::Settings::of_job(
-            name,
-            &key,
-            layout,
-            opts,
-            &extra,
-            crate::spawn::Place::Grid(Arc::new(GridSpawn {
-                grid: grid.clone(),
-                opts: opts.clone(),
-                only: only.clone(),
-            })),
-        )
-        .with_fd(fd),
-    );
-    if r > 1 {
-        // Deaths the spawned jobs declare reach the parents, and the other way round.
-        spawns.register_world(0, slots, tx.clone());
-    }
-    drop(tx);
-    let stop = || {
-        launcher::terminate(&children);
-        stop_hosts(&remotes);
-        spawns.terminate_all();
-    };
-    let spawn = |apps: &[SpawnApp], parents: &[(u32, String)], ctx: u32| spawns.spawn(apps, parents, ctx);
-    // A replica declared dead exits when it hears of it (or is stopped with the stragglers).
-    let hooks = Job {
-        layout,
-        stop_all: &stop,
-        output: &output,
-        startup_timeout: opts.startup_timeout,
-        timeout: opts.timeout.map(Duration::from_secs),
-        fd: fd.as_ref(),
-        fencing,
-        notices: Some(&notifier),
-        spawner: Some(&spawn),
-        slot_base: 0,
-        relay: (r > 1).then_some(&spawns),
-    };
-    let code = launcher::event_loop(name, &hooks, &rx, &mut states);
-    spawns.unregister_world(0);
-    notifier.finish(
-        if code == 0 { "ended".to_string() } else { format!("ended with exit status {code}") },
-        Duration::from_secs(1),
-    );
-    for p in pumps {
-        let _ = p.join();
-    }
-    for (slots, r) in readers {
-        // A host that never confirmed the end of its processes (cut off by the network): its
-        // connection carries nothing, its reader is left to end with this process.
-        if slots.iter().any(|&s| states[s as usize].unconfirmed) {
-            continue;
+
+    /// Follows the running job to its end ([`supervise::event_loop`]); returns its exit status
+    /// and the jobs it spawned (to wait for).
+    fn supervise(
+        &self,
+        running: Running,
+        key: &p2pmpi_wire::auth::JobKey,
+        tx: Sender<Event>,
+        rx: &std::sync::mpsc::Receiver<Event>,
+        sup: supervise::SharedSupervisor,
+        notifier: &crate::notices::Notifier,
+    ) -> (i32, crate::spawn::Spawns) {
+        let (layout, opts, output) = (self.layout, self.opts, &self.output);
+        let Running { remotes, readers, root: mut child } = running;
+        let pumps = vec![
+            supervise::pump(child.stdout.take().expect("piped"), 0, false, output.clone()),
+            supervise::pump(child.stderr.take().expect("piped"), 0, true, output.clone()),
+        ];
+        let mut pids = vec![0; layout.slots()];
+        pids[0] = child.id();
+        let children = Arc::new(Mutex::new(vec![child]));
+        {
+            let (children, tx, output) = (children.clone(), tx.clone(), output.clone());
+            std::thread::spawn(move || supervise::watch_exits(children, tx, output));
         }
-        let _ = r.join();
+        let place = GridSpawn { grid: self.grid.clone(), opts: opts.clone(), only: self.only.clone() };
+        let spawns = crate::spawn::Spawns::new(
+            crate::spawn::Settings::of_job(
+                self.name,
+                key,
+                layout,
+                opts,
+                &self.extra,
+                crate::spawn::Place::Grid(Arc::new(place)),
+            )
+            .with_fd(self.fd),
+        );
+        if layout.r > 1 {
+            // Deaths the spawned jobs declare reach the parents, and the other way round.
+            spawns.register_world(0, layout.slots(), tx.clone());
+        }
+        drop(tx);
+        let stop = || {
+            supervise::terminate(&children);
+            stop_hosts(&remotes);
+            spawns.terminate_all();
+        };
+        let spawn = |apps: &[SpawnApp], parents: &[(u32, String)], ctx: u32| spawns.spawn(apps, parents, ctx);
+        // A replica declared dead exits when it hears of it (or is stopped with the stragglers).
+        let hooks = Job {
+            stop_all: &stop,
+            output,
+            startup_timeout: opts.startup_timeout,
+            timeout: opts.timeout.map(Duration::from_secs),
+            fd: self.fd.as_ref(),
+            sup,
+            notices: Some(notifier),
+            spawner: Some(&spawn),
+            slot_base: 0,
+            relay: (layout.r > 1).then_some(&spawns as &dyn supervise::Relay),
+        };
+        let code = supervise::event_loop(self.name, &hooks, rx, pids);
+        spawns.unregister_world(0);
+        notifier.finish(
+            if code == 0 { "ended".to_string() } else { format!("ended with exit status {code}") },
+            Duration::from_secs(1),
+        );
+        for p in pumps {
+            let _ = p.join();
+        }
+        let unconfirmed = hooks.sup.unconfirmed();
+        for (slots, r) in readers {
+            // A host that never confirmed the end of its processes (cut off by the network): its
+            // connection carries nothing, its reader is left to end with this process.
+            if slots.iter().any(|&s| unconfirmed.contains(&(s as usize))) {
+                continue;
+            }
+            let _ = r.join();
+        }
+        (code, spawns)
     }
-    let _ = mpd::call(Some(me), grid.state.mpd_addr(), &grid.secret, &MpdRequest::Retire { job, rank: 0 });
-    drop(reservation);
-    // The spawned jobs end like the parents' (their exit status counts if the parents' is 0).
-    let spawned = spawns.wait();
-    Ok(if code == 0 { spawned } else { code })
 }
 
 /// Stops the processes of launched hosts: SIGTERM, then SIGKILL a second later.
@@ -913,15 +982,15 @@ pub(crate) struct GridSpawn {
     pub(crate) only: Vec<String>,
 }
 
-impl GridSpawn {
+impl crate::spawn::RemoteStart for GridSpawn {
     /// This host's grid address (children reach the spawned job's control port there).
-    pub(crate) fn address(&self) -> IpAddr {
+    fn address(&self) -> IpAddr {
         self.grid.state.ip
     }
 
     /// Reserves, stages and launches the processes of `req`; on failure stops what started,
     /// gives back every reservation, and says why.
-    pub(crate) fn start(&self, name: &str, req: &crate::spawn::Request<'_>) -> Result<crate::spawn::Started, String> {
+    fn start(&self, name: &str, req: &crate::spawn::Request<'_>) -> Result<crate::spawn::Started, String> {
         let strategy: p2pmpi_core::allocation::Strategy = self.opts.strategy.parse()?;
         let layout = Layout::new(req.m, req.r);
         let follow = FollowAll { layout, output: req.output.clone(), collector: None, tx: req.tx.clone() };
@@ -1174,7 +1243,7 @@ fn ran(layout: Layout, slots: &[u32]) -> String {
         let list: Vec<String> = slots.iter().map(|r| r.to_string()).collect();
         format!("rank(s) {}", list.join(", "))
     } else {
-        slots.iter().map(|&s| launcher::who(layout, s as usize)).collect::<Vec<_>>().join(", ")
+        slots.iter().map(|&s| p2pmpi_core::supervisor::who(layout, s as usize)).collect::<Vec<_>>().join(", ")
     }
 }
 

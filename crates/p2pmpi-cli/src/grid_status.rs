@@ -6,7 +6,7 @@
 //!
 //! The supernodes (`SUPERNODE` of this host's configuration) give the peers; each peer's MPD
 //! is asked for its `Report` over the grid's authenticated channel (in parallel, 2 s each).
-//! Nothing is changed anywhere. `p2pmpi monitor` ([`crate::monitor`]) shows the same view
+//! Nothing is changed anywhere. `p2pmpi monitor` (the monitor module) shows the same view
 //! on a web page.
 
 use crate::commands::supernode_addrs;

@@ -28,9 +28,11 @@ pub mod launcher;
 pub mod local_grid;
 pub mod monitor;
 pub mod notices;
+pub mod options;
 pub mod output;
 pub mod pool;
 pub(crate) mod spawn;
+pub(crate) mod supervise;
 pub mod watch;
 
 use clap::{Parser, Subcommand};

@@ -6,13 +6,13 @@
 //!
 //! Where the children run follows the job: on this host for `p2pmpirun --local`
 //! ([`Place::Local`]); on the grid otherwise ([`Place::Grid`]), reserved, staged and launched
-//! through this host's peer daemon like the job itself ([`crate::grid_run::GridSpawn`]).
+//! through this host's peer daemon like the job itself (the grid launcher's [`RemoteStart`]).
 
-use crate::launcher::{
-    die_with_launcher, event_loop, pump, resolve_program, spawn_control_server, terminate, watch_exits, Event, Fencing,
-    Job, RankState,
-};
+use crate::options::{resolve_program, FdPlan, RunArgs};
 use crate::output::Output;
+use crate::supervise::{
+    die_with_launcher, event_loop, pump, spawn_control_server, terminate, watch_exits, Event, Job, Relay, Shared,
+};
 use p2pmpi::bootstrap::env;
 use p2pmpi_core::replication::Layout;
 use p2pmpi_wire::auth::JobKey;
@@ -31,7 +31,17 @@ pub(crate) enum Place {
     /// On this host, started by this process (`p2pmpirun --local`).
     Local,
     /// On grid peers, through this host's peer daemon.
-    Grid(Arc<crate::grid_run::GridSpawn>),
+    Grid(Arc<dyn RemoteStart>),
+}
+
+/// Starting spawned jobs elsewhere than on this host: the grid launcher's reservation,
+/// staging and launch through this host's peer daemon.
+pub(crate) trait RemoteStart: Send + Sync {
+    /// The address the spawned processes reach this host's control ports at.
+    fn address(&self) -> std::net::IpAddr;
+    /// Starts the processes of `req` (`name` names the spawned job in reports); on failure
+    /// stops what started, gives back every reservation, and says why.
+    fn start(&self, name: &str, req: &Request<'_>) -> Result<Started, String>;
 }
 
 /// What every spawned job shares with the job that spawned it.
@@ -51,7 +61,7 @@ pub(crate) struct Settings {
     /// The parents' failure detector, run by every spawned job too: a frozen or cut-off
     /// child is declared failed by its own job's detector (without one, only exits and
     /// broken connections were seen, and a frozen child could keep its job waiting).
-    pub fd: Option<crate::launcher::FdPlan>,
+    pub fd: Option<FdPlan>,
 }
 
 impl Settings {
@@ -61,7 +71,7 @@ impl Settings {
         name: &str,
         key: &JobKey,
         layout: Layout,
-        opts: &crate::launcher::RunArgs,
+        opts: &RunArgs,
         extra: &[(String, String)],
         place: Place,
     ) -> Settings {
@@ -81,7 +91,7 @@ impl Settings {
     }
 
     /// The same settings with the parents' failure detector for the spawned jobs.
-    pub(crate) fn with_fd(mut self, fd: Option<crate::launcher::FdPlan>) -> Settings {
+    pub(crate) fn with_fd(mut self, fd: Option<FdPlan>) -> Settings {
         self.fd = fd;
         self
     }
@@ -202,7 +212,7 @@ impl Spawns {
 
     /// The job at universe slot `from` declared universe slots `dead`: every other job's
     /// processes learn it.
-    pub(crate) fn relay_dead(&self, from: usize, dead: &[u32]) {
+    fn relay_dead_to_others(&self, from: usize, dead: &[u32]) {
         let worlds = lock(&self.0.worlds);
         lock(&self.0.dead).extend_from_slice(dead);
         for (base, _, tx) in worlds.iter() {
@@ -213,7 +223,7 @@ impl Spawns {
     }
 
     /// A process suspects universe slot `slot` of another job: that job's supervisor decides.
-    pub(crate) fn relay_suspect(&self, slot: usize, why: &str) {
+    fn relay_suspect_to_owner(&self, slot: usize, why: &str) {
         for (base, n, tx) in lock(&self.0.worlds).iter() {
             if (*base..base + n).contains(&slot) {
                 let _ = tx.send(Event::ForeignSuspect { slot: slot - base, why: why.to_string() });
@@ -268,7 +278,7 @@ impl Spawns {
         let listener = TcpListener::bind((bind, 0)).map_err(|e| format!("cannot open a control port: {e}"))?;
         let ctrl_addr = listener.local_addr().map_err(|e| e.to_string())?;
         let (tx, rx) = channel::<Event>();
-        let fencing = Fencing::shared(layout, None);
+        let sup = Shared::new(layout, None);
         let (base, number) = {
             let mut next = lock(&self.0.next_id);
             let base = *next;
@@ -323,44 +333,35 @@ impl Spawns {
                     return 0;
                 }
             };
-            spawn_control_server(listener, st.key.clone(), layout.slots(), tx.clone(), fencing.clone());
+            spawn_control_server(listener, st.key.clone(), layout.slots(), tx.clone(), sup.clone());
             if r > 1 {
                 me.register_world(base as usize * r, layout.slots(), tx.clone());
             }
             lock(&me.0.jobs).push(started.stop.clone());
-            let mut states: Vec<RankState> = started
-                .pids
-                .iter()
-                .map(|&pid| {
-                    let mut st = RankState::default();
-                    st.pid = pid;
-                    st
-                })
-                .collect();
             drop(tx);
             let _ = started_tx.send(Ok(()));
-            let Started { stop, threads, keep, .. } = started;
+            let Started { stop, threads, keep, pids } = started;
             let stop_all = || stop();
             let nested = |a: &[SpawnApp], p: &[(u32, String)], c: u32| me.spawn(a, p, c);
             let job = Job {
-                layout,
                 stop_all: &stop_all,
                 output: &output,
                 startup_timeout: st.startup_timeout,
                 timeout: st.timeout,
                 fd: st.fd.as_ref(),
-                fencing,
+                sup,
                 notices: None,
                 spawner: Some(&nested),
                 slot_base: base as usize * layout.r,
-                relay: (layout.r > 1).then_some(&me),
+                relay: (layout.r > 1).then_some(&me as &dyn Relay),
             };
-            let code = event_loop(&name, &job, &rx, &mut states);
+            let code = event_loop(&name, &job, &rx, pids);
+            let unconfirmed = job.sup.unconfirmed();
             me.unregister_world(base as usize * layout.r);
             for (ranks, t) in threads {
                 // A host cut off never confirmed its processes' end: its thread ends with
                 // this process.
-                if ranks.iter().any(|&r| states[r].unconfirmed) {
+                if ranks.iter().any(|r| unconfirmed.contains(r)) {
                     continue;
                 }
                 let _ = t.join();
@@ -379,6 +380,16 @@ impl Spawns {
             }
             Err(_) => Err("the spawned job's thread ended before starting its processes".into()),
         }
+    }
+}
+
+impl Relay for Spawns {
+    fn relay_dead(&self, from: usize, dead: &[u32]) {
+        self.relay_dead_to_others(from, dead);
+    }
+
+    fn relay_suspect(&self, slot: usize, why: &str) {
+        self.relay_suspect_to_owner(slot, why);
     }
 }
 

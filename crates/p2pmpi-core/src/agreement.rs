@@ -12,13 +12,15 @@
 //! members not declared failed, the agreement ends as soon as the failure detector has
 //! spoken. (The supervisor itself failing ends the job: it holds the user's terminal.)
 //!
-//! This module is the supervisor's side, a pure state machine: contributions and failures in,
-//! decisions out. Ranks are a communicator's members as world ranks; with replication a rank
+//! This module is the supervisor's side, a pure state machine speaking the crate's
+//! [`Machine`] vocabulary: contributions and failures in ([`Input`]), decisions out
+//! ([`Output`]), an inconsistent contribution refused ([`Refused`]). Ranks are a communicator's members as world ranks; with replication a rank
 //! counts as failed only once every replica of it has (the caller's rule), and a rank's
 //! replicas contribute the same value (they follow their master), so the first contribution
 //! of a rank counts and the others must agree with it.
 
-use std::collections::{BTreeMap, BTreeSet};
+use crate::machine::{Machine, Time};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// A world rank.
 pub type Rank = u32;
@@ -98,8 +100,28 @@ pub struct Registry {
     failed: BTreeSet<Rank>,
     open: BTreeMap<Key, Open>,
     decided: BTreeMap<Key, Decision>,
-    order: std::collections::VecDeque<Key>,
+    order: VecDeque<Key>,
     next_id: u64,
+    /// Decisions not polled yet.
+    out: VecDeque<Output>,
+}
+
+/// What the registry is told.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Input {
+    /// Rank `from`, a member of `members` (the communicator's world ranks, in its rank
+    /// order), contributes `flag` to agreement `key`. A late or repeated contribution gets the
+    /// decision as it was taken (an [`Output`] again).
+    Contribute { key: Key, from: Rank, members: Vec<Rank>, flag: u32 },
+    /// Rank `rank` was declared failed: the agreements waiting for it may be decided.
+    RankFailed(Rank),
+}
+
+/// A decision to send to the members that contributed to `key` (and to whoever asks later).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Output {
+    pub key: Key,
+    pub decision: Decision,
 }
 
 impl Registry {
@@ -110,13 +132,7 @@ impl Registry {
     /// Rank `from`, a member of `members` (the communicator's world ranks, in its rank
     /// order), contributes `flag` to agreement `key`. Returns the decision if it is taken now
     /// or was taken before (a late or repeated contribution gets the decision as it was).
-    pub fn contribute(
-        &mut self,
-        key: Key,
-        from: Rank,
-        members: &[Rank],
-        flag: u32,
-    ) -> Result<Option<Decision>, Refused> {
+    fn contribute(&mut self, key: Key, from: Rank, members: &[Rank], flag: u32) -> Result<Option<Decision>, Refused> {
         if let Some(d) = self.decided.get(&key) {
             return Ok(Some(d.clone()));
         }
@@ -142,7 +158,7 @@ impl Registry {
 
     /// Rank `rank` was declared failed. Returns the agreements this completes, with their
     /// decisions (to be sent to the members that contributed).
-    pub fn rank_failed(&mut self, rank: Rank) -> Vec<(Key, Decision)> {
+    fn rank_failed(&mut self, rank: Rank) -> Vec<(Key, Decision)> {
         if !self.failed.insert(rank) {
             return Vec::new();
         }
@@ -194,6 +210,38 @@ impl Registry {
             }
         }
         Some(d)
+    }
+}
+
+impl Machine for Registry {
+    type Input = Input;
+    type Output = Output;
+    type Rejected = Refused;
+
+    fn handle_input(&mut self, _now: Time, input: Input) -> Result<(), Refused> {
+        match input {
+            Input::Contribute { key, from, members, flag } => {
+                if let Some(decision) = self.contribute(key, from, &members, flag)? {
+                    self.out.push_back(Output { key, decision });
+                }
+            }
+            Input::RankFailed(rank) => {
+                let done = self.rank_failed(rank);
+                self.out.extend(done.into_iter().map(|(key, decision)| Output { key, decision }));
+            }
+        }
+        Ok(())
+    }
+
+    /// Agreements wait for contributions and failures only: time changes nothing.
+    fn handle_timeout(&mut self, _now: Time) {}
+
+    fn poll_output(&mut self) -> Option<Output> {
+        self.out.pop_front()
+    }
+
+    fn poll_timeout(&self) -> Option<Time> {
+        None
     }
 }
 

@@ -23,8 +23,11 @@
 //!   itself (a partition that does not heal).
 //!
 //! Both sides are plain state machines with time passed in (a `Duration` since an origin of
-//! the caller's choosing), driven by the launcher and the library.
+//! the caller's choosing), driven by the launcher and the library. The supervisor speaks the
+//! crate's [`Machine`] vocabulary: [`Input`]s in (renewals, suspicions, ends), [`Output`]s out
+//! (exclusions, declarations), an input from a fenced process refused with [`Fenced`].
 
+use crate::machine::{Machine, Time};
 use crate::replication::{DeadSet, Layout};
 use std::time::Duration;
 
@@ -65,6 +68,37 @@ pub struct Declaration {
     pub left: usize,
 }
 
+/// What the supervisor is told (see [`Supervisor`]'s methods of the same names).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Input {
+    /// `slot` asks to renew its lease: refused ([`Fenced`]) when it was excluded.
+    Renew(usize),
+    /// A message came from `slot` (other than a renewal): refused when `slot` is fenced (the
+    /// message is to be ignored); the supervisor remembers that it was heard from.
+    Heard(usize),
+    /// `by` (or the supervisor itself, `None`) suspects `slot`: see [`Supervisor`]'s rules.
+    /// Refused when the accuser is fenced.
+    Suspect { slot: usize, by: Option<usize>, why: String },
+    /// A process of *another* job of the universe suspects `slot`.
+    SuspectFromOutside { slot: usize, why: String },
+    /// `slot`'s process is known to have ended: declared at once.
+    Ended { slot: usize, why: String },
+}
+
+/// What the supervisor decides.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Output {
+    /// `slot` is excluded: no more leases; declared once its last one ran out.
+    Excluded(usize),
+    /// A death declared.
+    Declared(Declaration),
+}
+
+/// An input from (or a renewal of) a process that is excluded or dead: its word counts for
+/// nothing. The refusal is remembered: the process was heard after its exclusion.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fenced(pub usize);
+
 #[derive(Debug, Clone, Default)]
 struct SlotState {
     /// When the supervisor last granted a lease.
@@ -92,6 +126,8 @@ pub struct Supervisor {
     /// Accusations against the last replica of a rank that the supervisor still hears, in a
     /// job whose program handles failures: (suspect, accuser, why, since).
     deferred: Vec<(usize, usize, String, Duration)>,
+    /// Outputs not polled yet.
+    out: std::collections::VecDeque<Output>,
 }
 
 impl Supervisor {
@@ -103,6 +139,7 @@ impl Supervisor {
             slots: vec![SlotState::default(); layout.slots()],
             rank_loss_tolerated: false,
             deferred: Vec::new(),
+            out: Default::default(),
         }
     }
 
@@ -150,7 +187,7 @@ impl Supervisor {
 
     /// Any message from `slot` arrived: returns true when the slot is fenced (the caller
     /// ignores the message), and remembers that it was heard from.
-    pub fn heard_from(&mut self, slot: usize) -> bool {
+    fn heard_from(&mut self, slot: usize) -> bool {
         if !self.is_fenced(slot) {
             return false;
         }
@@ -161,7 +198,7 @@ impl Supervisor {
     }
 
     /// `slot` asks to renew its lease.
-    pub fn renew(&mut self, now: Duration, slot: usize) -> Grant {
+    fn renew(&mut self, now: Duration, slot: usize) -> Grant {
         if self.heard_from(slot) || slot >= self.slots.len() {
             return Grant::Excluded;
         }
@@ -198,7 +235,7 @@ impl Supervisor {
     ///
     /// and also, whether or not the suspect renews, when an accuser that came back from a
     /// silence accuses the last replica of a rank.
-    pub fn suspect(&mut self, now: Duration, slot: usize, by: Option<usize>, why: &str) -> Option<usize> {
+    fn suspect(&mut self, now: Duration, slot: usize, by: Option<usize>, why: &str) -> Option<usize> {
         if slot >= self.slots.len() || self.is_fenced(slot) {
             return None;
         }
@@ -242,7 +279,7 @@ impl Supervisor {
     /// supervisor still hears it renew: the verdict would lose a rank on one foreign word. A
     /// suspect that really died is declared anyway when its end is seen or its lease runs
     /// out. Otherwise as [`Self::suspect`] by the supervisor itself.
-    pub fn suspect_from_outside(&mut self, now: Duration, slot: usize, why: &str) -> Option<usize> {
+    fn suspect_from_outside(&mut self, now: Duration, slot: usize, why: &str) -> Option<usize> {
         if slot >= self.slots.len() || self.is_fenced(slot) {
             return None;
         }
@@ -270,7 +307,7 @@ impl Supervisor {
 
     /// `slot`'s process is known to have ended (its exit status was seen): it can send no
     /// more, so it is declared at once. `None` if it already was.
-    pub fn ended(&mut self, now: Duration, slot: usize, why: &str) -> Option<Declaration> {
+    fn ended(&mut self, now: Duration, slot: usize, why: &str) -> Option<Declaration> {
         if slot >= self.slots.len() || self.dead.is_dead(slot) {
             return None;
         }
@@ -281,7 +318,7 @@ impl Supervisor {
     }
 
     /// The exclusions whose lease has run out: declared dead now.
-    pub fn poll(&mut self, now: Duration) -> Vec<Declaration> {
+    fn poll(&mut self, now: Duration) -> Vec<Declaration> {
         // Deferred accusations: the suspect went silent (believed), or kept renewing for a
         // lease (the accuser goes).
         let deferred = std::mem::take(&mut self.deferred);
@@ -305,7 +342,7 @@ impl Supervisor {
     }
 
     /// When [`Self::poll`] will next declare something.
-    pub fn next_deadline(&self) -> Option<Duration> {
+    fn next_deadline(&self) -> Option<Duration> {
         let deferred = self.deferred.iter().map(|&(slot, _, _, since)| {
             let silent = self.slots[slot].last_grant.map_or(since, |g| g + self.lease / 2);
             (since + self.lease).min(silent.max(since))
@@ -315,6 +352,68 @@ impl Supervisor {
             .map(|s| self.lease_end(s))
             .chain(deferred)
             .min()
+    }
+}
+
+impl Machine for Supervisor {
+    type Input = Input;
+    type Output = Output;
+    type Rejected = Fenced;
+
+    fn handle_input(&mut self, now: Time, input: Input) -> Result<(), Fenced> {
+        match input {
+            Input::Renew(slot) => match self.renew(now, slot) {
+                Grant::Lease => Ok(()),
+                Grant::Excluded => Err(Fenced(slot)),
+            },
+            Input::Heard(slot) => {
+                if self.heard_from(slot) {
+                    Err(Fenced(slot))
+                } else {
+                    Ok(())
+                }
+            }
+            Input::Suspect { slot, by, why } => {
+                if let Some(b) = by.filter(|&b| b < self.slots.len() && self.heard_from(b)) {
+                    return Err(Fenced(b));
+                }
+                if let Some(x) = self.suspect(now, slot, by, &why) {
+                    self.out.push_back(Output::Excluded(x));
+                }
+                Ok(())
+            }
+            Input::SuspectFromOutside { slot, why } => {
+                if let Some(x) = self.suspect_from_outside(now, slot, &why) {
+                    self.out.push_back(Output::Excluded(x));
+                }
+                Ok(())
+            }
+            Input::Ended { slot, why } => {
+                if let Some(d) = self.ended(now, slot, &why) {
+                    self.out.push_back(Output::Declared(d));
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn handle_timeout(&mut self, now: Time) {
+        let before: Vec<bool> = self.slots.iter().map(|s| s.excluded.is_some()).collect();
+        let declared = self.poll(now);
+        for (slot, was) in before.into_iter().enumerate() {
+            if !was && self.slots[slot].excluded.is_some() {
+                self.out.push_back(Output::Excluded(slot));
+            }
+        }
+        self.out.extend(declared.into_iter().map(Output::Declared));
+    }
+
+    fn poll_output(&mut self) -> Option<Output> {
+        self.out.pop_front()
+    }
+
+    fn poll_timeout(&self) -> Option<Time> {
+        self.next_deadline()
     }
 }
 

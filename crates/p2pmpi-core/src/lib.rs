@@ -37,6 +37,9 @@
 //! * [`reservation`]: both sides of discovery and reservation — the RS gatekeeper (J, P,
 //!   HOST_DENY, tickets that lapse unless claimed) and the submitter's booking with
 //!   overbooking, *rlist*, *slist* and the placement decision (thesis §3.3.2, SPEC §4).
+//! * [`supervisor`]: the supervision of a job — registrations, ends, suspicions, agreements
+//!   and spawns in; the table, declarations, stops, reports and the verdict out — composing
+//!   [`fencing`], [`agreement`] and the spawn ledger; the launchers and the simulator drive it.
 #![forbid(unsafe_code)]
 
 pub mod advisor;
@@ -52,3 +55,4 @@ pub mod machine;
 pub mod matching;
 pub mod replication;
 pub mod reservation;
+pub mod supervisor;

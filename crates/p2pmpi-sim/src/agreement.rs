@@ -16,7 +16,8 @@
 //! every rank a decision calls failed did crash; the survivors' communicators stay equal.
 
 use crate::rng::Rng;
-use p2pmpi_core::agreement::{Decision, Key, Rank, Registry};
+use p2pmpi_core::agreement::{Decision, Input, Key, Rank, Registry};
+use p2pmpi_core::machine::Machine;
 use std::collections::{BTreeMap, BinaryHeap};
 
 /// One schedule's size.
@@ -147,7 +148,9 @@ pub fn run(seed: u64, cfg: Config) -> Outcome {
                 let round = (k.comm - 1000) as u32;
                 // A contribution after the decision is answered, not counted.
                 let open = reg.decision(k).is_none();
-                match reg.contribute(k, p, &members, flag) {
+                let now = std::time::Duration::from_micros(t);
+                let contribution = Input::Contribute { key: k, from: p, members: members.clone(), flag };
+                match reg.handle_input(now, contribution).map(|()| reg.poll_output().map(|o| o.decision)) {
                     Ok(d) => {
                         if open {
                             accepted.entry(round).or_default().insert(p, flag);
@@ -163,7 +166,8 @@ pub fn run(seed: u64, cfg: Config) -> Outcome {
                 }
             }
             Ev::Detected { p } => {
-                for (k, d) in reg.rank_failed(p) {
+                let _ = reg.handle_input(std::time::Duration::from_micros(t), Input::RankFailed(p));
+                for (k, d) in reg.drain_outputs().into_iter().map(|o| (o.key, o.decision)) {
                     let round = (k.comm - 1000) as u32;
                     let members = comm_of_round.get(&round).cloned().unwrap_or_default();
                     if let Some(v) = complete(&reg, &members, &d) {

@@ -67,6 +67,10 @@
 //! * [`false_positives`]: no crash, heavy-tailed delays; false suspicions and false
 //!   detections per process-hour vs `T_cleanup + T_MAX_HANG`.
 //! * [`kmonitor`]: the k-monitor detector (Horita et al.).
+//! * [`jobs`]: whole jobs through the launcher's supervisor
+//!   ([`p2pmpi_core::supervisor::JobSupervisor`]) under failures — a master or a replica
+//!   killed, a rank losing every replica, a freeze past detection, an agreement with a
+//!   failure, a spawn — with their outcomes checked.
 //! * [`jel`]: JEL resource tracking (Drost et al.): the join test over a bandwidth-limited
 //!   network for each dissemination strategy of the central registry and for the distributed
 //!   implementation, and the traffic of table II.
@@ -83,6 +87,7 @@ pub mod agreement;
 pub mod detection;
 pub mod false_positives;
 pub mod jel;
+pub mod jobs;
 pub mod kmonitor;
 pub mod net;
 pub mod output;

@@ -52,7 +52,8 @@
 //!   fatal error); any job ends (completes or fails with a reason) within the time limit.
 
 use crate::rng::Rng;
-use p2pmpi_core::fencing::{Grant, Lease, Supervisor};
+use p2pmpi_core::fencing::{self, Lease, Supervisor};
+use p2pmpi_core::machine::Machine;
 use p2pmpi_core::matching::{Arrival, Body, Envelope, Matcher, Pattern};
 use p2pmpi_core::replication::endpoint::{Action, Config, Frame, Parked, Payload, TxId};
 use p2pmpi_core::replication::{Endpoint, Layout, MsgId, Outcome};
@@ -530,19 +531,24 @@ impl Sim {
     fn launcher(&mut self, m: ToLauncher) {
         match m {
             ToLauncher::Suspect { by, slot, why } => {
-                let x = self.sup.suspect(self.now, slot, Some(by), &why);
+                let _ =
+                    self.sup.handle_input(self.now, fencing::Input::Suspect { slot, by: Some(by), why: why.clone() });
+                let x = self.sup.drain_outputs().into_iter().find_map(|o| match o {
+                    fencing::Output::Excluded(x) => Some(x),
+                    fencing::Output::Declared(_) => None,
+                });
                 self.log.push(format!(
                     "{:.3} s: slot {by} suspects slot {slot} ({why}): excluded {x:?}",
                     self.now.as_secs_f64()
                 ));
                 if x.is_some() {
-                    if let Some(t) = self.sup.next_deadline() {
+                    if let Some(t) = self.sup.poll_timeout() {
                         self.at(t.max(self.now), Ev::LauncherPoll);
                     }
                 }
             }
             ToLauncher::Renew { slot, asked_at } => {
-                let g = self.sup.renew(self.now, slot);
+                let g = self.sup.handle_input(self.now, fencing::Input::Renew(slot));
                 if std::env::var_os("SIM_TRACE_RENEW").is_some() {
                     self.log.push(format!(
                         "{:.3} s: renew {slot} asked {:.3}: {g:?}",
@@ -551,8 +557,8 @@ impl Sim {
                     ));
                 }
                 let m = match g {
-                    Grant::Lease => FromLauncher::Grant { asked_at },
-                    Grant::Excluded => FromLauncher::Excluded,
+                    Ok(()) => FromLauncher::Grant { asked_at },
+                    Err(_) => FromLauncher::Excluded,
                 };
                 self.from_launcher(slot, m);
             }
@@ -560,10 +566,13 @@ impl Sim {
     }
 
     fn launcher_poll(&mut self) {
-        for d in self.sup.poll(self.now) {
-            self.declared(d.slot, d.left);
+        self.sup.handle_timeout(self.now);
+        for o in self.sup.drain_outputs() {
+            if let fencing::Output::Declared(d) = o {
+                self.declared(d.slot, d.left);
+            }
         }
-        if let Some(t) = self.sup.next_deadline() {
+        if let Some(t) = self.sup.poll_timeout() {
             self.at(t.max(self.now + ms(1)), Ev::LauncherPoll);
         }
     }
@@ -1249,8 +1258,11 @@ impl Sim {
             }
             Ev::LauncherPoll => self.launcher_poll(),
             Ev::Ended(s) => {
-                if let Some(d) = self.sup.ended(self.now, s, "exited") {
-                    self.declared(d.slot, d.left);
+                let _ = self.sup.handle_input(self.now, fencing::Input::Ended { slot: s, why: "exited".into() });
+                for o in self.sup.drain_outputs() {
+                    if let fencing::Output::Declared(d) = o {
+                        self.declared(d.slot, d.left);
+                    }
                 }
             }
         }
@@ -1379,7 +1391,7 @@ pub fn run(seed: u64, cfg: JobConfig) -> RunReport {
         sim.at(t, Ev::Wake(s));
         // The renewals' timer.
         sim.at(lease_len / 4, Ev::Wake(s));
-        sim.sup.renew(Duration::ZERO, s);
+        let _ = sim.sup.handle_input(Duration::ZERO, fencing::Input::Renew(s));
     }
     // Faults.
     let nfaults = sim.rng.below(cfg.faults as u64 + 1) as usize;

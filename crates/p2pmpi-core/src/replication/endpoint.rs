@@ -13,7 +13,7 @@
 //!   replica of its destination, and committed to this rank's other replicas once every
 //!   transmission is written (thesis algorithm 4); a synchronous send also waits for a
 //!   destination replica's acknowledgement;
-//! * **suspicions** (fencing, [`crate::fencing`]): nothing more is transmitted to a suspect,
+//! * **suspicions** (fencing, see the fencing module): nothing more is transmitted to a suspect,
 //!   and its unwritten transmissions are *held* — they do not count as written until the
 //!   launcher declares it dead (or excludes this process instead, whose successor resends);
 //! * the non-master's **bounded backups**: small messages are copied, large ones (or past a

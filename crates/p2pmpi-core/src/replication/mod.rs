@@ -88,7 +88,7 @@ impl Layout {
 
 /// The slots declared dead in a job, and the rule that follows from it: a rank's **master** is
 /// its alive replica of lowest index (election without communication, thesis §4.3.5). The
-/// library's [`Coordinator`], the launcher's [`crate::fencing::Supervisor`] and the output
+/// library's [`Coordinator`], the launcher's fencing supervisor and the output
 /// router all hold one, so the rule is written once.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeadSet {
