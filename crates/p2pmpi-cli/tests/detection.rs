@@ -7,7 +7,7 @@
 mod common;
 
 use common::grid::{TestGrid, LIMIT};
-use common::{example, launcher, wait_bounded, wait_no_processes};
+use common::{example, launcher, wait_bounded, wait_no_processes, Firewall};
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -165,13 +165,15 @@ fn assert_all_notified(job: &Job, n: usize, victim: usize, at: u128, min: u128) 
     times
 }
 
-/// Sends `sig` to `pid` once the job has run for a while: a process that fails before it was
-/// ever heard of is given the start-up grace (its entry starts where every process has
-/// started, FM equation 4), so the bound is measured on a job past its start-up.
+/// Sends `sig` to `pid` once the job has run for a while, checked (killed: dead; frozen:
+/// stopped). A process that fails before it was ever heard of is given the start-up grace (its
+/// entry starts where every process has started, FM equation 4), so the bound is measured on
+/// a job past its start-up: the wait is the scenario (8 gossip rounds past the ready lines;
+/// no line tells when a process was first heard of), not a barrier.
 fn signal(pid: u32, sig: i32) -> u128 {
     std::thread::sleep(Duration::from_millis(8 * TG));
     let at = unix_ms();
-    p2pmpi_peer::os::signal(pid, sig).unwrap_or_else(|e| panic!("kill -{sig} {pid}: {e}"));
+    common::inject(pid, sig);
     at
 }
 
@@ -323,53 +325,9 @@ fn mpd_pid(g: &TestGrid, peer: usize) -> u32 {
     mpd_state(g, peer)["pid"].as_u64().unwrap() as u32
 }
 
-fn is_root() -> bool {
-    p2pmpi_peer::os::is_root()
-}
-
-/// An nftables table dropping every packet to or from one address; removed on drop.
-struct Firewall {
-    table: String,
-}
-
-impl Firewall {
-    fn install(name: &str, rules: &str) -> Option<Firewall> {
-        let table = format!("p2pmpi_test_{name}_{}", std::process::id());
-        let text = format!(
-            "table ip {table} {{\n chain input {{ type filter hook input priority -10; {rules} }}\n chain output {{ type filter hook output priority -10; {rules} }}\n}}\n"
-        );
-        let mut child = Command::new("nft").args(["-f", "-"]).stdin(Stdio::piped()).spawn().ok()?;
-        use std::io::Write;
-        child.stdin.take()?.write_all(text.as_bytes()).ok()?;
-        child.wait().ok()?.success().then_some(Firewall { table })
-    }
-
-    /// Every packet to or from `ip`.
-    fn cut(ip: &str) -> Option<Firewall> {
-        Firewall::install("cut", &format!("ip saddr {ip} drop; ip daddr {ip} drop;"))
-    }
-
-    /// TCP between `a` and `b` only (UDP, hence the failure detector, still passes).
-    fn block_tcp(a: &str, b: &str) -> Option<Firewall> {
-        Firewall::install(
-            "tcp",
-            &format!(
-                "meta l4proto tcp ip saddr {a} ip daddr {b} drop; meta l4proto tcp ip saddr {b} ip daddr {a} drop;"
-            ),
-        )
-    }
-}
-
-impl Drop for Firewall {
-    fn drop(&mut self) {
-        let _ = Command::new("nft").args(["delete", "table", "ip", &self.table]).status();
-    }
-}
-
 #[test]
 fn on_a_local_grid_a_peer_cut_off_by_a_firewall_is_detected() {
-    if !is_root() || Command::new("nft").arg("--version").output().is_err() {
-        eprintln!("SKIPPED: needs root and nft (nftables) to cut a peer off with a firewall rule");
+    if !common::require_root_and(&["nft"], "to cut a peer off with a firewall rule (nftables)") {
         return;
     }
     // Addresses of its own, so the rule touches no other test's grid.
@@ -381,7 +339,7 @@ fn on_a_local_grid_a_peer_cut_off_by_a_firewall_is_detected() {
     assert_ne!(host, ready[0].1);
     let victims: Vec<usize> = (0..8).filter(|&r| ready[r].1 == host).collect();
     let at = unix_ms();
-    let wall = Firewall::cut(&host).expect("nft rule");
+    let wall = Firewall::cut(&host);
     for &v in &victims {
         let notices = job.wait_for(Duration::from_secs(10), "notices", |_| {
             let got: Vec<(usize, u128)> = job.notices_of(v).into_iter().filter(|(r, _)| !victims.contains(r)).collect();
@@ -400,8 +358,7 @@ fn on_a_local_grid_a_peer_cut_off_by_a_firewall_is_detected() {
 fn a_send_the_network_stops_carrying_gives_up_after_twice_t_cleanup() {
     // FM §5.3: a firewall lets the detector's datagrams through but not the data connection;
     // the detector says the destination is alive, so the blocked send must give up by itself.
-    if !is_root() || Command::new("nft").arg("--version").output().is_err() {
-        eprintln!("SKIPPED: needs root and nft (nftables) to block one TCP connection with a firewall rule");
+    if !common::require_root_and(&["nft"], "to block one TCP connection with a firewall rule (nftables)") {
         return;
     }
     // Addresses of its own, so the rule touches no other test's grid.
@@ -412,7 +369,7 @@ fn a_send_the_network_stops_carrying_gives_up_after_twice_t_cleanup() {
     let (a, b) = (ready[0].1.clone(), ready[1].1.clone());
     assert_ne!(a, b);
     let t0 = Instant::now();
-    let wall = Firewall::block_tcp(&a, &b).expect("nft rule");
+    let wall = Firewall::block_tcp(&a, &b);
     // T_cleanup for 2 processes with DBRR = 3·1·T_gossip; the send gives up after twice that.
     let limit_ms = 2 * 3 * TG as u128;
     job.wait_for(Duration::from_secs(20), "the send giving up", |lines| {

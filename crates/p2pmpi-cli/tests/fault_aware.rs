@@ -42,7 +42,7 @@ fn a_rank_killed_mid_run_is_shrunk_away_and_the_answer_is_still_right() {
     let ready = job.ready(4, T);
     job.wait_for(T, "round 3", |lines| lines.iter().any(|l| l.text == "round 3 done on 4 ranks").then_some(()));
     let victim = ready[2].0;
-    assert!(Command::new("kill").args(["-9", &victim.to_string()]).status().unwrap().success());
+    common::kill9(victim);
     let (code, text) = job.finish(T);
     assert_eq!(code, 0, "{text}");
     assert!(text.contains("shrunk from 4 to 3 ranks"), "{text}");
@@ -85,7 +85,7 @@ fn collect_through_a_worker_death(mode: &str) {
     let ready = job.ready(4, T);
     job.wait_for(T, "round 2", |lines| lines.iter().any(|l| l.text == "round 2 complete").then_some(()));
     let victim = ready[2].0;
-    assert!(Command::new("kill").args(["-9", &victim.to_string()]).status().unwrap().success());
+    common::kill9(victim);
     // Without the failure's notice reaching the pending receive, rank 0 would wait forever
     // for rank 2's message of the round: the job would not end.
     let (code, text) = job.finish(T);
@@ -106,7 +106,7 @@ fn collectives_return_their_errors_and_a_revoke_frees_ranks_that_never_talk_to_t
     let ready = job.ready(4, T);
     job.wait_for(T, "round 3", |lines| lines.iter().any(|l| l.text == "round 3 done on 4 ranks").then_some(()));
     let victim = ready[2].0;
-    assert!(Command::new("kill").args(["-9", &victim.to_string()]).status().unwrap().success());
+    common::kill9(victim);
     // Without the revocation, a rank whose allreduce partner gave up would wait for it
     // forever: the job would not end.
     let (code, text) = job.finish(T);
@@ -216,10 +216,6 @@ fn start_replicated(
     let procs = slots_of(&marker);
     job.wait_for(T, ready, |lines| lines.iter().any(|l| l.text == ready).then_some(()));
     (job, procs, dir)
-}
-
-fn kill9(pid: u32) {
-    assert!(Command::new("kill").args(["-9", &pid.to_string()]).status().unwrap().success());
 }
 
 /// Each slot's recorded path.

@@ -287,7 +287,7 @@ fn a_peer_killed_during_start_up_fails_the_launch_cleanly() {
         serde_json::from_str(&std::fs::read_to_string(g.home(3).join("mpd.json")).unwrap()).unwrap();
     let pid3 = st["pid"].as_u64().unwrap() as u32;
     wait_for(|| (processes_with(&marker).len() >= 3).then_some(()));
-    let _ = p2pmpi_peer::os::signal(pid3, libc::SIGKILL);
+    common::kill9(pid3);
     let out = job.join().unwrap();
     assert!(!out.status.success());
     assert!(out.stderr.contains("lost contact with host 127.0.0.4"), "{}", out.stderr);
@@ -775,6 +775,6 @@ fn grid_status_shows_every_peer_and_the_running_job_with_its_replicas() {
         "{}",
         text.stdout
     );
-    let _ = Command::new("kill").arg(job.pid().to_string()).status();
+    common::terminate(job.pid());
     let _ = job.end(LIMIT);
 }

@@ -140,12 +140,16 @@ fn mpd_pid(g: &TestGrid, peer: usize) -> u32 {
     st["pid"].as_u64().unwrap() as u32
 }
 
-/// Continues a stopped daemon when dropped, so that the grid can be stopped.
+/// Continues a stopped daemon when dropped, so that the grid can be stopped; checked unless
+/// the test already failed.
 struct Frozen(u32);
 
 impl Drop for Frozen {
     fn drop(&mut self) {
-        let _ = p2pmpi_peer::os::signal(self.0, libc::SIGCONT);
+        let resumed = common::try_thaw(self.0);
+        if !std::thread::panicking() {
+            resumed.unwrap_or_else(|e| panic!("{e}"));
+        }
     }
 }
 
@@ -175,7 +179,7 @@ fn freeze_during_staging(g: &TestGrid, n: usize) -> (String, Duration, std::proc
                          // Both remote hosts are in the middle of their staging: each fetches the input.
     wait_for(|| (requests.load(Ordering::SeqCst) >= 2).then_some(()));
     let pid = mpd_pid(g, peer);
-    p2pmpi_peer::os::signal(pid, libc::SIGSTOP).unwrap();
+    common::freeze(pid);
     let frozen = Frozen(pid);
     let at = Instant::now();
     open.store(true, Ordering::SeqCst);

@@ -21,6 +21,13 @@ fn strace() -> Option<PathBuf> {
     ok.is_ok_and(|s| s.success()).then(|| PathBuf::from("strace"))
 }
 
+/// Whether strace can capture here: outside CI a test without it says so and returns; under
+/// CI it fails.
+fn have_strace() -> bool {
+    let lacks = strace().is_none().then(|| "needs `strace` to capture what the job writes".to_string());
+    common::require(lacks)
+}
+
 /// Arguments for a capture into `out`: every write-like system call with all its bytes (as
 /// `\xHH` escapes), and every `execve` with its environment.
 fn capture_args(out: &Path) -> Vec<String> {
@@ -182,10 +189,10 @@ fn job() -> Vec<String> {
 
 #[test]
 fn a_local_job_writes_its_key_nowhere() {
-    let Some(strace) = strace() else {
-        eprintln!("skipped: strace is not installed (apt-get install strace)");
+    if !have_strace() {
         return;
-    };
+    }
+    let strace = strace().expect("checked");
     let dir = Dir::new("local");
     let out = dir.0.join("trace");
     let o = run_cmd(
@@ -211,10 +218,10 @@ fn a_local_job_writes_its_key_nowhere() {
 /// key.
 #[test]
 fn a_grid_job_writes_its_key_nowhere() {
-    let Some(strace) = strace() else {
-        eprintln!("skipped: strace is not installed (apt-get install strace)");
+    if !have_strace() {
         return;
-    };
+    }
+    let strace = strace().expect("checked");
     let cap = Dir::new("grid");
     // The grid's daemons start under the capture (its seccomp filter, inherited, stops them
     // only on the calls it records; attaching to running daemons would stop them on all).
@@ -302,8 +309,7 @@ fn capture_secret(encrypt: bool) -> Vec<u8> {
 /// clear (without it they are: the capture sees them); the job key is in neither capture.
 #[test]
 fn encrypt_hides_the_messages() {
-    if strace().is_none() {
-        eprintln!("skipped: strace is not installed (apt-get install strace)");
+    if !have_strace() {
         return;
     }
     let secret = b"a-recognisable-payload-SECRET";

@@ -76,12 +76,35 @@ fn assert_all_notified(job: &Job, n: usize, victim: usize, at: u128, bound: u128
     times
 }
 
+/// Sends `sig` to `pid` past the job's start-up, checked (killed: dead; frozen: stopped).
+/// The wait is the scenario (4 heartbeat periods past the ready lines: every process has its
+/// monitors; no line tells when they connected), not a barrier.
 fn signal(pid: u32, sig: i32) -> u128 {
-    // Past start-up: every process has its monitors.
     std::thread::sleep(Duration::from_millis(4 * T_HB));
     let at = unix_ms();
-    p2pmpi_peer::os::signal(pid, sig).unwrap_or_else(|e| panic!("kill -{sig} {pid}: {e}"));
+    common::inject(pid, sig);
     at
+}
+
+/// Waits until a process of the job carrying `marker` runs slot `slot` (its `P2PMPI_RANK`);
+/// returns its pid.
+fn slot_pid(job: &Job, marker: &str, slot: &str) -> u32 {
+    let mut pid = None;
+    common::wait_until(LIMIT, &format!("slot {slot} started; output:\n{}", job.text()), || {
+        pid = common::processes_with(marker)
+            .into_iter()
+            .find(|&pid| common::env_of(pid, "P2PMPI_RANK").as_deref() == Some(slot));
+        pid.is_some()
+    });
+    pid.unwrap()
+}
+
+/// Waits until `replcheck iterate` printed its first sum (`step 9:`): every rank has started
+/// and passed the first allreduce.
+fn wait_first_sum(job: &Job) {
+    job.wait_for(LIMIT, "the first allreduce (step 9)", |l| {
+        l.iter().any(|l| l.text.starts_with("step 9:")).then_some(())
+    });
 }
 
 #[test]
@@ -150,8 +173,9 @@ fn a_process_frozen_then_resumed_accuses_nobody() {
     let pid = ready[5].0;
     let at = signal(pid, libc::SIGSTOP);
     assert_all_notified(&job, n, 5, at, T_TO as u128 + 50);
+    // The scenario: frozen a while more past its declaration, then resumed.
     std::thread::sleep(Duration::from_millis(400));
-    p2pmpi_peer::os::signal(pid, libc::SIGCONT).unwrap();
+    common::thaw(pid);
     // The resumed rank, declared failed, finds at its end that the others finished without
     // it: that is not a new failure of a job whose program handles failures.
     let (code, text) = job.finish(LIMIT);
@@ -173,7 +197,7 @@ fn a_process_declared_failed_that_runs_on_does_not_fail_a_tolerant_job() {
     let pid = ready[5].0;
     let at = signal(pid, libc::SIGSTOP);
     assert_all_notified(&job, n, 5, at, T_TO as u128 + 50);
-    p2pmpi_peer::os::signal(pid, libc::SIGCONT).unwrap();
+    common::thaw(pid);
     let (code, text) = job.finish(LIMIT);
     assert_eq!(code, 0, "{text}");
     // Rank 5 stops on an error when its peers closed their connections before it finalized
@@ -234,19 +258,9 @@ fn replicated_job_survives_a_killed_replica() {
     let marker = common::marker("km-repl");
     let job = local_job(3, &["-r", "2"], "replcheck", &["iterate", "60", "20", &marker]);
     // Slot 3 is rank 1's second replica (slots are rank-major: rank r replica i = r·R + i).
-    let deadline = std::time::Instant::now() + LIMIT;
-    let pid = loop {
-        let found = common::processes_with(&marker)
-            .into_iter()
-            .find(|&pid| common::env_of(pid, "P2PMPI_RANK").as_deref() == Some("3"));
-        if let Some(p) = found {
-            break p;
-        }
-        assert!(std::time::Instant::now() < deadline, "slot 3 never started:\n{}", job.text());
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    std::thread::sleep(Duration::from_millis(400));
-    p2pmpi_peer::os::signal(pid, libc::SIGKILL).unwrap();
+    let pid = slot_pid(&job, &marker, "3");
+    wait_first_sum(&job);
+    common::kill9(pid);
     let e = job.end(LIMIT);
     assert_eq!(e.code, 0, "{}", e.text);
     assert_eq!(e.stdout, want, "{}", e.text);
@@ -268,25 +282,16 @@ fn replicated_job_survives_a_replica_frozen_then_resumed() {
     let marker = common::marker("km-freeze");
     let job = local_job(3, &["-r", "2"], "replcheck", &[args[0], args[1], args[2], &marker]);
     // Slot 5: rank 2's second replica.
-    let deadline = std::time::Instant::now() + LIMIT;
-    let pid = loop {
-        let found = common::processes_with(&marker)
-            .into_iter()
-            .find(|&pid| common::env_of(pid, "P2PMPI_RANK").as_deref() == Some("5"));
-        if let Some(p) = found {
-            break p;
-        }
-        assert!(std::time::Instant::now() < deadline, "slot 5 never started:\n{}", job.text());
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    std::thread::sleep(Duration::from_millis(500));
-    p2pmpi_peer::os::signal(pid, libc::SIGSTOP).unwrap();
+    let pid = slot_pid(&job, &marker, "5");
+    wait_first_sum(&job);
+    common::freeze(pid);
     job.wait_for(LIMIT, "the frozen replica declared dead", |l| {
         l.iter().any(|l| l.text.contains("rank 2 replica 1 failed")).then_some(())
     });
-    // Frozen past its lease (1 s from its last renewal: the launcher then declares it dead).
+    // The scenario: frozen past its lease (1 s from its last renewal: the launcher then
+    // declares it dead), then resumed.
     std::thread::sleep(Duration::from_millis(2000));
-    p2pmpi_peer::os::signal(pid, libc::SIGCONT).unwrap();
+    common::thaw(pid);
     let e = job.end(LIMIT);
     assert_eq!(e.code, 0, "{}", e.text);
     assert_eq!(e.stdout, want, "{}", e.text);

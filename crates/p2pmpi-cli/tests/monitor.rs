@@ -119,7 +119,7 @@ fn replicated_job(g: &TestGrid, hold_ms: u32) -> common::job::Job {
 }
 
 fn stop_job(job: common::job::Job) {
-    let _ = Command::new("kill").arg(job.pid().to_string()).status();
+    common::terminate(job.pid());
     let _ = job.end(LIMIT);
 }
 
@@ -219,7 +219,7 @@ fn monitor_serves_the_grid_and_its_replicated_job_to_token_holders_only() {
     // A replica killed: failed, and its rank taken over by the other one, in the API and in
     // `p2pmpi grid status`.
     let victim = procs.iter().find(|p| p["rank"] == 2 && p["master"] == true).unwrap().clone();
-    let _ = Command::new("kill").args(["-9", &victim["pid"].to_string()]).status();
+    common::kill9(victim["pid"].as_u64().unwrap() as u32);
     let j = wait_api(&m, "/api/jobs", Duration::from_secs(10), |v| {
         let j = &v["jobs"][0];
         (j["failures"] == 1 && j["takeovers"] == 1).then(|| j.clone())
@@ -243,7 +243,7 @@ fn monitor_serves_the_grid_and_its_replicated_job_to_token_holders_only() {
 
     // A peer whose daemon stops answering is shown unreachable; the monitor keeps serving.
     let pid3: u32 = json(&std::fs::read_to_string(g.home(3).join("mpd.json")).unwrap())["pid"].as_u64().unwrap() as u32;
-    let _ = Command::new("kill").args(["-STOP", &pid3.to_string()]).status();
+    common::freeze(pid3);
     let resume = Resume(pid3);
     let bad = wait_api(&m, "/api/peers", Duration::from_secs(15), |v| {
         let p = v["peers"].as_array()?;
@@ -267,7 +267,7 @@ fn monitor_serves_the_grid_and_its_replicated_job_to_token_holders_only() {
         .env_remove("P2PMPI_CONF_FILE");
     let job = common::job::Job::spawn(&mut cmd);
     let ready = job.ready(2, LIMIT);
-    let _ = Command::new("kill").args(["-9", &ready[1].0.to_string()]).status();
+    common::kill9(ready[1].0);
     let _ = job.end(LIMIT);
     let j = wait_api(&m, "/api/jobs", Duration::from_secs(10), |v| {
         v["jobs"].as_array()?.iter().find(|j| j["replicas"] == 1 && j["state"] == "ended").cloned()
@@ -279,12 +279,16 @@ fn monitor_serves_the_grid_and_its_replicated_job_to_token_holders_only() {
     assert!(failed["failure"].as_str().unwrap().contains("SIGKILL"), "{j}");
 }
 
-/// Resumes a stopped process when dropped (also when the test fails meanwhile).
+/// Resumes a stopped process when dropped (also when the test fails meanwhile), checked
+/// unless the test already failed.
 struct Resume(u32);
 
 impl Drop for Resume {
     fn drop(&mut self) {
-        let _ = Command::new("kill").args(["-CONT", &self.0.to_string()]).status();
+        let resumed = common::try_thaw(self.0);
+        if !std::thread::panicking() {
+            resumed.unwrap_or_else(|e| panic!("{e}"));
+        }
     }
 }
 
@@ -556,10 +560,12 @@ fn base64_decode(s: &str) -> Vec<u8> {
 
 #[test]
 fn the_page_in_a_real_browser_shows_the_grid_the_job_and_a_killed_replica_failed() {
-    let Some(exe) = chromium() else {
-        eprintln!("skipped: chromium is not installed (apt-get install chromium)");
+    let exe = chromium();
+    let lacks = exe.is_none().then(|| "needs `chromium` to show the page in a real browser".to_string());
+    if !common::require(lacks) {
         return;
-    };
+    }
+    let exe = exe.unwrap();
     let g = TestGrid::start("monitorpage", 3, &["--procs", "2"]);
     g.wait_hosts(1, 2);
     let m = monitor(&g.home(1), &["--listen", "127.0.0.1:0", "--interval", "300"], 1);
@@ -594,8 +600,7 @@ fn the_page_in_a_real_browser_shows_the_grid_the_job_and_a_killed_replica_failed
         .expect("rank 1's master");
     let replica = victim["replica"].as_u64().unwrap();
     let killed = Instant::now();
-    let st = Command::new("kill").args(["-9", &victim["pid"].to_string()]).status().unwrap();
-    assert!(st.success());
+    common::kill9(victim["pid"].as_u64().unwrap() as u32);
     let shown = b.wait_shown(Duration::from_secs(10), "the killed replica marked failed", |v| {
         let procs = v["procs"].as_array()?;
         let failed = procs.iter().any(|p| p[0] == 1 && p[1] == replica && p[2] == "failed");

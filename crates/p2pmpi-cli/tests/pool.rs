@@ -114,11 +114,11 @@ impl Member {
     }
 
     fn kill9(&self) {
-        p2pmpi_peer::os::signal(self.job.pid(), libc::SIGKILL).unwrap();
+        common::kill9(self.job.pid());
     }
 
     fn term(&self) {
-        p2pmpi_peer::os::signal(self.job.pid(), libc::SIGTERM).unwrap();
+        common::terminate(self.job.pid());
     }
 }
 
@@ -186,7 +186,7 @@ fn the_supernodes_death_is_told_once_to_every_member() {
         m.wait_joins(3);
     }
     let addr = sn.addr();
-    p2pmpi_peer::os::signal(sn.pid(), libc::SIGKILL).unwrap();
+    common::kill9(sn.pid());
     for m in members {
         let id = m.id.clone();
         let ended = m.job.end(LIMIT);
@@ -327,11 +327,11 @@ fn master_worker_survives_a_killed_worker_and_a_killed_master() {
     let workers: Vec<Job> = (2..=4).map(spawn).collect();
     // A worker dies while it works.
     workers[0].wait_for(LIMIT, "worker 2 computed tasks", |_| (did(&workers[0]) >= 5).then_some(()));
-    p2pmpi_peer::os::signal(workers[0].pid(), libc::SIGKILL).unwrap();
+    common::kill9(workers[0].pid());
     // Then the master.
     let before = did(&workers[1]);
     workers[1].wait_for(LIMIT, "worker 3 went on", |_| (did(&workers[1]) >= before + 5).then_some(()));
-    p2pmpi_peer::os::signal(master.pid(), libc::SIGKILL).unwrap();
+    common::kill9(master.pid());
     let tasks_of = |out: &str| -> std::collections::BTreeSet<u64> {
         out.lines().filter_map(|l| l.strip_prefix("did ")).map(|t| t.parse().unwrap()).collect()
     };
@@ -373,7 +373,7 @@ fn maybe_dead_of_a_frozen_member_is_a_death_and_the_member_is_excluded() {
     frozen.wait_joins(2);
     // Alive: a suspicion changes nothing.
     me.maybe_dead(suspect);
-    p2pmpi_peer::os::signal(frozen.job.pid(), libc::SIGSTOP).unwrap();
+    common::freeze(frozen.job.pid());
     me.maybe_dead(suspect);
     let deadline = std::time::Instant::now() + LIMIT;
     let mut seen = Vec::new();
@@ -381,7 +381,7 @@ fn maybe_dead_of_a_frozen_member_is_a_death_and_the_member_is_excluded() {
         let left = deadline.saturating_duration_since(std::time::Instant::now());
         seen.push(me.events().recv_timeout(left).unwrap_or_else(|_| panic!("no death; seen {seen:?}")));
     }
-    p2pmpi_peer::os::signal(frozen.job.pid(), libc::SIGCONT).unwrap();
+    common::thaw(frozen.job.pid());
     let ended = frozen.job.end(LIMIT);
     assert_eq!(ended.code, 1, "{}", ended.text);
     assert_eq!(ended.stdout.lines().last(), Some("excluded"), "{}", ended.stdout);

@@ -221,7 +221,7 @@ fn killing_the_leading_supernode_loses_and_reorders_no_event() {
     // kill -9 of the leading supernode while a member is joining.
     let f = g.spawn("work", "127.0.10.6", &[]);
     let killed = Instant::now();
-    p2pmpi_peer::os::signal(g.pid(first), libc::SIGKILL).unwrap();
+    common::kill9(g.pid(first));
     let alive: Vec<usize> = (0..3).filter(|&i| i != first).collect();
     let second = g.leader(&alive);
     let elected_after = killed.elapsed();
@@ -238,11 +238,11 @@ fn killing_the_leading_supernode_loses_and_reorders_no_event() {
     for m in [&a, &b, &c, &f, &d, &e] {
         m.wait_joins(6);
     }
-    p2pmpi_peer::os::signal(c.job.pid(), libc::SIGTERM).unwrap();
+    common::terminate(c.job.pid());
     for m in [&a, &b, &f, &d, &e] {
         m.wait_line(&format!("left {}", c.id));
     }
-    p2pmpi_peer::os::signal(a.job.pid(), libc::SIGKILL).unwrap();
+    common::kill9(a.job.pid());
     for m in [&b, &f, &d, &e] {
         m.wait_line(&format!("died {}", a.id));
         m.wait_line(&format!("elected master {}", b.id));
@@ -252,7 +252,7 @@ fn killing_the_leading_supernode_loses_and_reorders_no_event() {
     // then the second leader is killed too: the first and the third go on.
     run_cmd(&mut g.cmd(&g.home(first), &["supernode", "start"]), LIMIT).assert_ok();
     g.caught_up(first, second);
-    p2pmpi_peer::os::signal(g.pid(second), libc::SIGKILL).unwrap();
+    common::kill9(g.pid(second));
     let alive: Vec<usize> = (0..3).filter(|&i| i != second).collect();
     let third = g.leader(&alive);
     let h = g.join("work", "127.0.10.7", &[]);
@@ -261,11 +261,11 @@ fn killing_the_leading_supernode_loses_and_reorders_no_event() {
     }
     // A newcomer is told the members alive (a died, c left).
     h.wait_joins(5);
-    p2pmpi_peer::os::signal(e.job.pid(), libc::SIGTERM).unwrap();
+    common::terminate(e.job.pid());
     for m in [&b, &f, &d, &h] {
         m.wait_line(&format!("left {}", e.id));
     }
-    p2pmpi_peer::os::signal(b.job.pid(), libc::SIGKILL).unwrap();
+    common::kill9(b.job.pid());
     for m in [&f, &d, &h] {
         m.wait_line(&format!("died {}", b.id));
         m.wait_line(&format!("elected master {}", d.id));
@@ -338,7 +338,7 @@ fn killing_the_leading_supernode_loses_and_reorders_no_event() {
     // cannot be elected), each member looks for a leader for a while, then is told once
     // that the registry is lost.
     let killed = Instant::now();
-    p2pmpi_peer::os::signal(g.pid(third), libc::SIGKILL).unwrap();
+    common::kill9(g.pid(third));
     for (name, m) in [("d", d), ("f", f), ("h", h)] {
         let ended = m.job.end(LIMIT);
         eprintln!("member {name} stopped {:?} after the loss of the majority", killed.elapsed());

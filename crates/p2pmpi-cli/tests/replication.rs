@@ -19,11 +19,15 @@
 mod common;
 
 use common::grid::{TestGrid, LIMIT};
-use common::{example, launcher, processes_with, run_cmd, wait_bounded, wait_no_processes, Outcome};
+use common::{
+    example, freeze, inject, kill9, launcher, processes_with, run_cmd, thaw, wait_bounded, wait_no_processes,
+    wait_until, Firewall, Outcome,
+};
 use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::OnceLock;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// A fast failure detector: T_gossip 100 ms, no extra hang time.
@@ -312,13 +316,10 @@ fn a_replica_frozen_as_the_job_starts_then_resumed_is_stopped_or_rejoins() {
         let job = spawn(&mut cmd);
         let procs = wait_processes(&marker, 6);
         let pid = procs[&slot];
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while !is_stopped(pid) {
-            assert!(Instant::now() < deadline, "slot {slot} did not freeze at start");
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        wait_until(Duration::from_secs(20), &format!("slot {slot} frozen at start"), || common::is_stopped(pid));
+        // The scenario: frozen this long (past its declaration, or not), then resumed.
         std::thread::sleep(Duration::from_millis(pause));
-        let _ = p2pmpi_peer::os::signal(pid, libc::SIGCONT);
+        thaw(pid);
         let out = job.finish(LIMIT);
         out.assert_ok();
         assert_eq!(out.stdout, want.stdout, "slot {slot} resumed after {pause} ms: output differs:\n{}", out.stderr);
@@ -329,14 +330,6 @@ fn a_replica_frozen_as_the_job_starts_then_resumed_is_stopped_or_rejoins() {
         }
         assert!(wait_no_processes(&marker, Duration::from_secs(10)).is_empty(), "slot {slot}: processes left");
     }
-}
-
-/// Whether process `pid` is stopped (state `T` in `/proc/PID/stat`).
-fn is_stopped(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| s.rsplit_once(')').map(|(_, rest)| rest.trim_start().starts_with('T')))
-        .unwrap_or(false)
 }
 
 // ------------------------------------------------------------------ processes and chaos
@@ -363,22 +356,39 @@ fn wait_processes(marker: &str, count: usize) -> HashMap<usize, u32> {
     }
 }
 
-/// A job started in the background, its output collected.
+/// A job started in the background, its output collected (standard output as it comes).
 struct Running {
     child: std::process::Child,
-    out: std::thread::JoinHandle<String>,
+    stdout: Arc<Mutex<String>>,
+    out: std::thread::JoinHandle<()>,
     err: std::thread::JoinHandle<String>,
     start: Instant,
 }
 
 fn spawn(cmd: &mut Command) -> Running {
     let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-    let out = common::reader(child.stdout.take().unwrap());
+    let stdout = Arc::new(Mutex::new(String::new()));
+    let pipe = child.stdout.take().unwrap();
+    let into = stdout.clone();
+    let out = std::thread::spawn(move || {
+        for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+            let mut s = into.lock().unwrap();
+            s.push_str(&line);
+            s.push('\n');
+        }
+    });
     let err = common::reader(child.stderr.take().unwrap());
-    Running { child, out, err, start: Instant::now() }
+    Running { child, stdout, out, err, start: Instant::now() }
 }
 
 impl Running {
+    /// Waits (at most 30 s) until the job's standard output holds `pat`: with `step 9:`
+    /// (`replcheck iterate`), every rank has started and passed the first allreduce.
+    fn wait_stdout(&self, pat: &str) {
+        let what = format!("{pat:?} on the job's output");
+        wait_until(Duration::from_secs(30), &what, || self.stdout.lock().unwrap().contains(pat));
+    }
+
     fn finish(self, limit: Duration) -> Outcome {
         self.finish_within(limit).unwrap_or_else(|e| panic!("{e}"))
     }
@@ -391,9 +401,10 @@ impl Running {
             let _ = self.child.wait();
             return Err(format!("job did not end within {limit:?}:\n{}", self.err.join().unwrap_or_default()));
         };
+        self.out.join().unwrap();
         Ok(Outcome {
             status,
-            stdout: self.out.join().unwrap(),
+            stdout: std::mem::take(&mut *self.stdout.lock().unwrap()),
             stderr: self.err.join().unwrap(),
             elapsed: self.start.elapsed(),
         })
@@ -413,10 +424,10 @@ fn a_rank_that_loses_every_replica_stops_the_job_naming_it() {
         let job = spawn(&mut cmd);
         // n = 3, r = 2: rank 2 is slots 4 and 5.
         let procs = wait_processes(&marker, 6);
-        std::thread::sleep(Duration::from_millis(500));
+        job.wait_stdout("step 9:");
         let t0 = Instant::now();
         for slot in [4, 5] {
-            let _ = p2pmpi_peer::os::signal(procs[&slot], sig);
+            inject(procs[&slot], sig);
         }
         let out = job.finish(LIMIT);
         let took = t0.elapsed();
@@ -441,39 +452,10 @@ fn bind_of(pid: u32) -> Option<String> {
         .find_map(|kv| kv.strip_prefix("P2PMPI_BIND=").map(str::to_string))
 }
 
-fn is_root() -> bool {
-    p2pmpi_peer::os::is_root()
-}
-
-fn have_nft() -> bool {
-    is_root() && Command::new("nft").arg("--version").output().is_ok_and(|o| o.status.success())
-}
-
-/// An nftables table dropping every packet to or from one address (a host cut off by the
-/// network, without a TCP reset); removed (the network heals) on drop.
-struct Partition {
-    table: String,
-}
-
-impl Partition {
-    fn cut(ip: &str, tag: u64) -> Partition {
-        let table = format!("p2pmpi_repl_{}_{tag}", std::process::id());
-        let rules = format!("ip saddr {ip} drop; ip daddr {ip} drop;");
-        let text = format!(
-            "table ip {table} {{\n chain input {{ type filter hook input priority -10; {rules} }}\n chain output {{ type filter hook output priority -10; {rules} }}\n}}\n"
-        );
-        let mut child = Command::new("nft").args(["-f", "-"]).stdin(Stdio::piped()).spawn().expect("nft");
-        use std::io::Write;
-        child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
-        assert!(child.wait().unwrap().success(), "nft refused the rule");
-        Partition { table }
-    }
-}
-
-impl Drop for Partition {
-    fn drop(&mut self) {
-        let _ = Command::new("nft").args(["delete", "table", "ip", &self.table]).status();
-    }
+/// Whether this test may cut a host off with nftables (root and `nft`): outside CI a test
+/// without them skips that part, saying so; under CI it fails.
+fn can_cut(part: &str) -> bool {
+    common::require_root_and(&["nft"], &format!("for {part}: cutting a host off with nftables"))
 }
 
 /// The launcher's report of a replica that was excluded and came back.
@@ -539,8 +521,10 @@ fn replicas_follow_their_master_s_choices() {
         .env("P2PMPI_HOME", "/nonexistent/p2pmpi-local-tests");
     let job = spawn(&mut cmd);
     let procs = wait_processes(&marker, 12);
+    // The scenario: killed some way into its 3000 tasks (`workers` prints nothing before its
+    // end, so no line tells how far it got).
     std::thread::sleep(Duration::from_millis(400));
-    let _ = p2pmpi_peer::os::signal(procs[&0], libc::SIGKILL);
+    kill9(procs[&0]);
     let out = job.finish(LIMIT);
     out.assert_ok();
     // Σ t² for t < 3000.
@@ -560,8 +544,8 @@ fn rank_zero_is_replicated_too_and_survives_the_death_of_its_master() {
         let marker = common::marker(&format!("rank0-{sig}"));
         let (job, procs) = local_job(3, 2, &args, &marker);
         // Slot 0 is rank 0's master (the process a grid job runs on the submitter).
-        std::thread::sleep(Duration::from_millis(600));
-        let _ = p2pmpi_peer::os::signal(procs[&0], sig);
+        job.wait_stdout("step 9:");
+        inject(procs[&0], sig);
         let out = job.finish(LIMIT);
         out.assert_ok();
         assert_eq!(out.stdout, plain.stdout, "signal {sig}: output differs from the fault-free run:\n{}", out.stderr);
@@ -581,11 +565,12 @@ fn a_replica_frozen_past_detection_that_resumes_is_stopped_and_harms_nothing() {
     for (slot, who) in [(5, "rank 2 replica 1"), (4, "rank 2 replica 0")] {
         let marker = common::marker(&format!("resume-{slot}"));
         let (job, procs) = local_job(3, 2, &args, &marker);
-        std::thread::sleep(Duration::from_millis(400));
+        job.wait_stdout("step 9:");
         let pid = procs[&slot];
-        let _ = p2pmpi_peer::os::signal(pid, libc::SIGSTOP);
+        freeze(pid);
+        // The scenario: frozen 2.5 s (past its detection, ≈ 1 s), then resumed.
         std::thread::sleep(Duration::from_millis(2500));
-        let _ = p2pmpi_peer::os::signal(pid, libc::SIGCONT);
+        thaw(pid);
         let out = job.finish(LIMIT);
         out.assert_ok();
         assert_eq!(out.stdout, plain.stdout, "{who} frozen then resumed changed the output:\n{}", out.stderr);
@@ -625,11 +610,12 @@ fn on_a_local_grid_freeze_then_resume_and_partition_then_heal_never_harm_the_job
     let marker = common::marker("fence-freeze");
     let job = spawn(&mut run(&marker));
     let procs = wait_processes(&marker, 6);
-    std::thread::sleep(Duration::from_millis(400));
+    job.wait_stdout("step 9:");
     let pid = procs[&4];
-    let _ = p2pmpi_peer::os::signal(pid, libc::SIGSTOP);
+    freeze(pid);
+    // The scenario: frozen 2.5 s (past its detection), then resumed.
     std::thread::sleep(Duration::from_millis(2500));
-    let _ = p2pmpi_peer::os::signal(pid, libc::SIGCONT);
+    thaw(pid);
     let out = job.finish(LIMIT);
     out.assert_ok();
     assert_eq!(out.stdout.replace("plain", ""), plain.stdout.replace("plain", ""), "freeze: {}", out.stderr);
@@ -639,8 +625,7 @@ fn on_a_local_grid_freeze_then_resume_and_partition_then_heal_never_harm_the_job
     assert!(out.stderr.contains("rank 2 replica 0 failed"), "freeze: no report:\n{}", out.stderr);
     assert!(wait_no_processes(&marker, Duration::from_secs(10)).is_empty(), "freeze: processes left");
 
-    if !have_nft() {
-        eprintln!("SKIPPED (partition then heal): needs root and nft (nftables) to cut a host off");
+    if !can_cut("the partition then heal") {
         return;
     }
     // Cut off a host other than the submitter (every replica there) for 2.5 s, then heal.
@@ -651,8 +636,9 @@ fn on_a_local_grid_freeze_then_resume_and_partition_then_heal_never_harm_the_job
     let (victim, host) = (1..6)
         .find_map(|s| bind_of(procs[&s]).filter(|h| *h != root_host).map(|h| (s, h)))
         .expect("a replica away from rank 0's host");
-    std::thread::sleep(Duration::from_millis(400));
-    let wall = Partition::cut(&host, 1);
+    job.wait_stdout("step 9:");
+    let wall = Firewall::cut(&host);
+    // The scenario: cut off 2.5 s (past its detection), then the network heals.
     std::thread::sleep(Duration::from_millis(2500));
     drop(wall);
     let out = job.finish(LIMIT);
@@ -700,46 +686,52 @@ fn chaos_trial(grid: &TestGrid, r: usize, seed: u64, together: bool, reference: 
         1 => Fault::Freeze,
         _ => Fault::FreezeResume(rng.range(1200, 2000)),
     };
+    // Each fault is checked to have happened (killed: dead; frozen: stopped; resumed: running
+    // again): one that did not fails the trial.
     let mut resumes = Vec::new();
-    let mut harm = |slot: usize, f: Fault| {
+    let mut harm = |slot: usize, f: Fault| -> Result<(), String> {
         let pid = procs[&slot];
         match f {
-            Fault::Kill => {
-                let _ = p2pmpi_peer::os::signal(pid, libc::SIGKILL);
-            }
-            Fault::Freeze => {
-                let _ = p2pmpi_peer::os::signal(pid, libc::SIGSTOP);
-            }
+            Fault::Kill => common::try_kill9(pid).map(|_| ()),
+            Fault::Freeze => common::try_freeze(pid).map(|_| ()),
             Fault::FreezeResume(ms) => {
-                let _ = p2pmpi_peer::os::signal(pid, libc::SIGSTOP);
+                common::try_freeze(pid)?;
                 resumes.push(std::thread::spawn(move || {
+                    // The scenario: frozen this long, then resumed.
                     std::thread::sleep(Duration::from_millis(ms));
-                    let _ = p2pmpi_peer::os::signal(pid, libc::SIGCONT);
+                    common::try_thaw(pid)
                 }));
+                Ok(())
             }
         }
     };
+    // The scenario: faults at random moments (seeded).
     let mut done: Vec<(usize, Fault)> = Vec::new();
+    let mut missed = Vec::new();
     if together {
         std::thread::sleep(Duration::from_millis(rng.range(100, 1500)));
         let f = fault(&mut rng);
         for v in &victims {
-            harm(*v, f);
+            missed.extend(harm(*v, f).err());
             done.push((*v, f));
         }
     } else {
         for v in &victims {
             std::thread::sleep(Duration::from_millis(rng.range(50, 800)));
             let f = fault(&mut rng);
-            harm(*v, f);
+            missed.extend(harm(*v, f).err());
             done.push((*v, f));
         }
     }
     for t in resumes {
-        let _ = t.join();
+        missed.extend(t.join().unwrap_or_else(|_| Err("a resume thread panicked".into())).err());
     }
     let what = format!("r {r}, seed {seed}, together {together}, (slot, fault) {done:?}");
-    judge_trial(job, &marker, &what, reference)
+    let verdict = judge_trial(job, &marker, &what, reference);
+    match missed.first() {
+        Some(e) => Err(format!("{what}: a fault did not happen: {e}")),
+        None => verdict,
+    }
 }
 
 /// The chaos job on `grid`: `-n 3 -r R replcheck iterate …`, started in the background once
@@ -797,9 +789,10 @@ fn partition_trial(grid: &TestGrid, r: usize, seed: u64, reference: &str) -> Res
         return Err(format!("r {r}, seed {seed}: every replica runs on the submitter"));
     }
     let host = hosts[rng.range(0, hosts.len() as u64) as usize].clone();
+    // The scenario: cut off at a random moment (seeded), for a random time.
     std::thread::sleep(Duration::from_millis(rng.range(100, 1200)));
     let cut_ms = rng.range(1200, 2500);
-    let wall = Partition::cut(&host, seed);
+    let wall = Firewall::cut(&host);
     std::thread::sleep(Duration::from_millis(cut_ms));
     drop(wall);
     let what = format!("r {r}, seed {seed}, host {host} cut for {cut_ms} ms");
@@ -832,10 +825,7 @@ fn chaos_on_a_local_grid() {
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs());
     let mut failures = Vec::new();
-    let cut = have_nft();
-    if !cut {
-        eprintln!("SKIPPED (partition trials): needs root and nft (nftables) to cut a host off");
-    }
+    let cut = can_cut("the partition trials");
     let per_round = if cut { 6 } else { 4 };
     let total = trials() * per_round;
     for t in 0..trials() {

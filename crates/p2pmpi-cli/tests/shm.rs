@@ -243,8 +243,7 @@ fn kill_mid_stream(victim: u32, test: &str, ring: bool) {
         (shm_pairs(&text).len() == 2 && copies == if ring { 0 } else { 2 }).then_some(())
     });
     let killed = Instant::now();
-    let st = Command::new("kill").args(["-9", &pid.to_string()]).status().unwrap();
-    assert!(st.success());
+    common::kill9(pid);
     let e = job.end(T);
     let took = killed.elapsed();
     assert_ne!(e.code, 0, "{}", e.text);

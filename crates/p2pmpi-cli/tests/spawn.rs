@@ -252,11 +252,11 @@ fn killing_a_replica_of_a_spawned_child_leaves_the_output_fault_free() {
 fn a_frozen_replica_of_a_spawned_child_is_declared_dead_and_the_output_stays_fault_free() {
     let (job, dir, procs) = paused_replicated_spawn_with("spawn-repl-freeze-child", &["--t-gossip", "100"]);
     let pid = procs.iter().find(|p| p.0 == (true, 2)).unwrap().1;
-    p2pmpi_peer::os::signal(pid, libc::SIGSTOP).unwrap();
+    common::freeze(pid);
     job.wait_for(T, "the frozen child declared failed by its own job", |lines| {
         lines.iter().any(|l| l.stderr && l.text.contains("(spawned job): rank 1 replica 0 failed")).then_some(())
     });
-    p2pmpi_peer::os::signal(pid, libc::SIGCONT).unwrap();
+    common::thaw(pid);
     // Resumed, it learns that it was excluded and exits (before the others go on).
     job.wait_for(T, "the resumed child stopped", |lines| {
         lines.iter().any(|l| l.stderr && l.text.contains("it resumed and was stopped")).then_some(())
@@ -285,8 +285,9 @@ fn a_frozen_child_of_an_unreplicated_job_stops_the_job_with_a_clear_error() {
         .into_iter()
         .find(|&pid| env_of(pid, "P2PMPI_SPAWN_BASE").is_some() && env_of(pid, "P2PMPI_RANK").as_deref() == Some("1"))
         .expect("child 1's process");
-    p2pmpi_peer::os::signal(pid, libc::SIGSTOP).unwrap();
+    common::freeze(pid);
     let e = job.end(T);
+    // Clean-up, not a fault: the frozen child may already be gone.
     let _ = p2pmpi_peer::os::signal(pid, libc::SIGKILL);
     let _ = std::fs::remove_dir_all(&dir);
     assert_ne!(e.code, 0, "{}", e.text);

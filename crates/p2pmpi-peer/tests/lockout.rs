@@ -223,6 +223,7 @@ fn attack(
                     }
                 }
             }
+            // The scenario: the attack's pace (a slowloris trickles), not a barrier.
             std::thread::sleep(Duration::from_millis(200));
         }
         let now = Instant::now();
@@ -379,6 +380,7 @@ fn lockout_scenario(per_service: usize, sources: Vec<IpAddr>) -> AttackReport {
     let mut served = Served::default();
     while start.elapsed() < DROPPED_WITHIN + Duration::from_secs(2) {
         one_round(&victim, sn.addr, &mut served);
+        // The scenario: a user's request every 300 ms during the attack, not a barrier.
         std::thread::sleep(Duration::from_millis(300));
     }
     // The other peer kept pinging the victim: it never marked it dead.

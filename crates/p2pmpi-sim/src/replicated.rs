@@ -1500,15 +1500,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn one_seed() {
-        let Some(seed) = std::env::var("SIM_SEED").ok().and_then(|s| s.parse().ok()) else { return };
-        let n = std::env::var("SIM_N").ok().and_then(|s| s.parse().ok()).unwrap_or(3);
-        let r = std::env::var("SIM_R").ok().and_then(|s| s.parse().ok()).unwrap_or(2);
-        let rep = run(seed, JobConfig { n, r, messages: 30, faults: 3, ..JobConfig::default() });
-        println!("{:?}\n{:?}\n{}", rep.verdict, rep.faults, rep.state);
-    }
-
-    #[test]
     fn programs_pair_every_send_with_a_receive() {
         let mut rng = Rng::new(7);
         let p = programs(&mut rng, 4, 200);

@@ -29,7 +29,7 @@
 //! [`Netns::link_up`].
 
 use super::grid::{bin, LIMIT};
-use super::{run_cmd, Outcome};
+use super::{lacking, require, run_cmd, Outcome};
 use p2pmpi_peer::config::Config;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::path::PathBuf;
@@ -39,18 +39,10 @@ use std::time::{Duration, Instant};
 /// Every namespace of the harness starts with this.
 pub const PREFIX: &str = "p2pns-";
 
-/// Why the harness cannot run here (not root, no `ip` or no `nft`), or None.
-pub fn unavailable() -> Option<String> {
-    if !p2pmpi_peer::os::is_root() {
-        return Some("needs root to create network namespaces".into());
-    }
-    for (tool, arg) in [("ip", "-V"), ("nft", "--version")] {
-        match Command::new(tool).arg(arg).output() {
-            Ok(o) if o.status.success() => {}
-            _ => return Some(format!("needs `{tool}` (iproute2 / nftables) to build the network namespaces")),
-        }
-    }
-    None
+/// Whether the harness can run here (root, `ip` and `nft`), decided by [`require`]: outside
+/// CI a test without them says so and returns; under CI it fails.
+pub fn available() -> bool {
+    require(lacking(true, &["ip", "nft"], "to build network namespaces (iproute2, nftables)"))
 }
 
 /// One site: a subnet with a bridge in the router.
@@ -300,9 +292,20 @@ impl Netns {
         self.in_ns(name, move || TcpStream::connect_timeout(&to, limit))
     }
 
-    /// Pulls host `name`'s cable: its router-side veth goes down.
+    /// Pulls host `name`'s cable: its router-side veth goes down, checked (the router lists it
+    /// down and the host's end has lost its carrier, within 5 s).
     pub fn link_down(&self, name: &str) {
-        ip(&["-n", &self.router, "link", "set", &self.host(name).port, "down"]);
+        let port = &self.host(name).port;
+        ip(&["-n", &self.router, "link", "set", port, "down"]);
+        let show = |ns: &str, dev: &str| {
+            let out = Command::new("ip").args(["-n", ns, "-br", "link", "show", dev]).output().expect("run ip");
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        };
+        let what = format!("{name}'s cable pulled (router end {port} DOWN, its eth0 without carrier)");
+        super::wait_until(Duration::from_secs(5), &what, || {
+            show(&self.router, port).split_whitespace().nth(1) == Some("DOWN")
+                && show(self.ns(name), "eth0").contains("NO-CARRIER")
+        });
     }
 
     /// Plugs it back in, and waits (at most 5 s) until its end sees the carrier.

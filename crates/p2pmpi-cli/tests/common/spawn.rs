@@ -4,7 +4,7 @@
 use super::job::{Ended, Job};
 use super::{processes_with, Outcome};
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Lines of `text` that contain `pat`.
 pub fn count(text: &str, pat: &str) -> usize {
@@ -54,16 +54,14 @@ pub fn sorted_lines(text: &str) -> Vec<String> {
     v
 }
 
-/// Kills `pid` (kill -9) and waits (bounded) until it is gone (`marker_dir`: a string its
-/// command line carries).
+/// Kills `pid` (kill -9), checked: delivered, and within a bound it is dead and no longer a
+/// process carrying `marker_dir` in its command line.
 pub fn kill_and_wait(pid: u32, marker_dir: &Path) {
-    let _ = p2pmpi_peer::os::signal(pid, libc::SIGKILL);
+    super::kill9(pid);
     let needle = marker_dir.to_string_lossy().to_string();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while processes_with(&needle).contains(&pid) {
-        assert!(Instant::now() < deadline, "pid {pid} survived kill -9");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    super::wait_until(Duration::from_secs(10), &format!("pid {pid} gone after kill -9"), || {
+        !processes_with(&needle).contains(&pid)
+    });
 }
 
 /// Lets the paused children of a `spawn_checks pause` job go on (the `go` file in `dir`), and
