@@ -180,17 +180,22 @@ struct Outcome {
     answered: usize,
 }
 
-/// Opens `n` replayed connections to `target`: the recorded message, then a 65 535-byte frame
-/// announced (two bytes).
+/// Opens `n` replayed connections to `target`, one after the other: the recorded message;
+/// the server's handshake answer awaited (at most 1 s: an attacker paces its replays so that
+/// each one is through the handshake before the next), then a 65 535-byte frame announced.
 fn replay(target: SocketAddr, recorded: &[u8], n: usize, out: &mut Outcome) -> Vec<Replayed> {
     let mut conns = Vec::with_capacity(n);
     for _ in 0..n {
         let Ok(s) = connect_tcp(Some(ATTACKER), target, Duration::from_secs(2)) else { continue };
         let _ = (&s).write_all(recorded);
+        s.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+        let mut answer = [0u8; 2 + 48];
+        let answered = (&s).read_exact(&mut answer).is_ok();
+        out.answered += usize::from(answered);
         let _ = (&s).write_all(&[0xff, 0xff]);
         s.set_nonblocking(true).unwrap();
         out.opened += 1;
-        conns.push(Replayed { stream: s, opened: Instant::now(), answered: false });
+        conns.push(Replayed { stream: s, opened: Instant::now(), answered });
     }
     conns
 }
