@@ -60,7 +60,7 @@
 //! | `RESERVATION_HOLD` | 30000 | an unused reservation lapses after this, ms (≥ 1) |
 //! | `STAGING_FANOUT` | 8 | peers receiving files at once (≥ 1) |
 //! | `SUPERNODE_PORT` | 9700 | port of a supernode started on this host (0: any free port) |
-//! | `FT_CACHE_MAX` | `1G` | the FT cache keeps at most this many bytes: least recently used entries are evicted after a staging (never one a running staging uses) |
+//! | `FT_CACHE_MAX` | `1G` | the FT cache keeps at most this many bytes: least recently used entries are evicted after a staging (never one a running staging uses); an offer whose content to receive does not fit is refused before the transfer |
 //! | `FT_FETCH_MAX` | `4G` | largest `http://` input the FT fetches, bytes (≥ 1) |
 //! | `FT_JOB_MAX` | `4G` | most bytes the FT stages for one job, its inline files together (≥ 1): a larger offer is refused before anything is written |
 //! | `LOG_LEVEL` | `info` | what the daemons log: `error`, `warn`, `info`, `debug`, `trace` or `off`, or directives such as `info,p2pmpi_peer::mpd=debug`; the environment variable `RUST_LOG`, when set, wins |
@@ -177,7 +177,9 @@ pub struct Config {
     /// `SUPERNODE_PORT`: port of a supernode started on this host (default 9700; 0 = any free port).
     pub supernode_port: u16,
     /// `FT_CACHE_MAX`: bytes the FT cache keeps; least recently used entries are evicted
-    /// (default 1 GiB; 0 keeps nothing after a staging).
+    /// (default 1 GiB; 0 keeps nothing after a staging). An offer whose content to receive
+    /// does not fit it is refused before the transfer, so with 0 only content already staged
+    /// in a running staging or `http://` inputs can be staged.
     pub ft_cache_max: u64,
     /// `FT_FETCH_MAX`: largest `http://` input fetched, bytes (default 4 GiB, at least 1).
     pub ft_fetch_max: u64,

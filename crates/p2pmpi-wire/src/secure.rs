@@ -406,11 +406,7 @@ impl SecureConn {
         stream.set_write_timeout(Some(Duration::from_secs(30)))?;
         let rstream = stream.try_clone()?;
         Ok(SecureConn {
-            reader: SecureReader {
-                stream: rstream,
-                records: RecordReader::new(noise.clone()),
-                record_time: None,
-            },
+            reader: SecureReader { stream: rstream, records: RecordReader::new(noise.clone()), record_time: None },
             writer: SecureWriter { stream, noise, nonce: 0, out: vec![0u8; MAX_NOISE] },
         })
     }
@@ -856,9 +852,10 @@ mod tests {
             let (s, _) = l.accept().unwrap();
             let s2 = s.try_clone().unwrap();
             // The plain handshake is fooled: that is why a server waits for the proof.
-            let mut c = SecureConn::accept(s, &secret, Duration::from_secs(2)).expect("the replay passes the handshake");
+            let mut c =
+                SecureConn::accept(s, &secret, Duration::from_secs(2)).expect("the replay passes the handshake");
             let start = Instant::now();
-            let e = c.await_proof(Instant::now() + Duration::from_millis(400)).err().expect("not proven");
+            let e = c.await_proof(Instant::now() + Duration::from_millis(400)).expect_err("not proven");
             assert!(start.elapsed() < Duration::from_millis(1500), "{:?}", start.elapsed());
             if tail.is_empty() {
                 assert!(e.is_timeout(), "{e}");
@@ -907,7 +904,7 @@ mod tests {
             }
         });
         let start = Instant::now();
-        let e = s.recv::<Vec<u8>>().err().expect("dropped");
+        let e = s.recv::<Vec<u8>>().expect_err("dropped");
         let took = start.elapsed();
         assert!(e.is_timeout(), "{e}");
         assert!(took >= Duration::from_millis(600) && took < Duration::from_millis(2000), "{took:?}");
@@ -929,7 +926,7 @@ mod tests {
         body.extend_from_slice(&[0, 0, 9]);
         let wire = c.writer.seal(&body).unwrap();
         c.writer.stream.write_all(&wire).unwrap();
-        let e = s.recv::<(u32, String)>().err().expect("refused");
+        let e = s.recv::<(u32, String)>().expect_err("refused");
         assert!(matches!(&e, SecureError::Malformed(m) if m.contains("3 bytes after")), "{e}");
         assert!(matches!(decode_whole::<u8>(&[1, 2]), Err(SecureError::Malformed(_))));
         assert_eq!(decode_whole::<u8>(&[1]).unwrap(), 1);
