@@ -159,7 +159,7 @@ mod tests {
         let (first, p0, mut c0) = t.admit().unwrap();
         p0.set();
         let mut closers = Vec::new();
-        for _ in 0..MAX_UNPROVEN {
+        for _ in 0..=MAX_UNPROVEN {
             closers.push(t.admit().unwrap());
         }
         // The 129th unproven one closed the oldest unproven, not the proven one.
