@@ -20,7 +20,9 @@
 //! listens on 127.0.0.1 unless told otherwise; a non-loopback address is served over TLS only
 //! (a self-signed certificate made at start, its SHA-256 fingerprint printed), so that the
 //! token never crosses a network in clear. It talks to the daemons with the grid secret, over
-//! the grid's authenticated channel, like every other command.
+//! the grid's authenticated channel, like every other command. Connections that made no
+//! request with the token are capped and closed after a time-out, so idle connections cannot
+//! make it stop answering its token holders ([`conns`]).
 //!
 //! # Why axum
 //!
@@ -49,6 +51,8 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 /// The page, its script and its styles (the project's own; no third-party file).
+mod conns;
+
 const PAGE: &str = include_str!("monitor/page.html");
 const SCRIPT: &str = include_str!("monitor/app.js");
 const STYLE: &str = include_str!("monitor/app.css");
@@ -134,6 +138,9 @@ async fn require_token(State(st): State<AppState>, req: Request, next: Next) -> 
             "401 Unauthorized: this monitor needs the token it printed at start (?token=... or Authorization: Bearer ...)\n",
         )
             .into_response();
+    }
+    if let Some(p) = req.extensions().get::<conns::Proven>() {
+        p.set();
     }
     let mut res = next.run(req).await;
     let h = res.headers_mut();
@@ -318,34 +325,6 @@ fn tls_config(names: Vec<String>) -> Result<(Arc<rustls::ServerConfig>, String)>
     Ok((Arc::new(cfg), fingerprint))
 }
 
-/// Serves HTTPS on `listener`: each connection's handshake and requests on their own task.
-async fn serve_tls(listener: tokio::net::TcpListener, app: Router, cfg: Arc<rustls::ServerConfig>) -> Result<()> {
-    let acceptor = tokio_rustls::TlsAcceptor::from(cfg);
-    loop {
-        let (tcp, _) = match listener.accept().await {
-            Ok(c) => c,
-            Err(e) => {
-                // Out of descriptors, say: wait a little rather than spin.
-                tracing::warn!("monitor: accept: {e}");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
-            }
-        };
-        let acceptor = acceptor.clone();
-        let app = app.clone();
-        tokio::spawn(async move {
-            let tls = match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp)).await {
-                Ok(Ok(t)) => t,
-                _ => return,
-            };
-            let svc = hyper_util::service::TowerToHyperService::new(app);
-            let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(hyper_util::rt::TokioIo::new(tls), svc)
-                .await;
-        });
-    }
-}
-
 /// `p2pmpi monitor`: serves until interrupted.
 pub fn run(args: &MonitorArgs) -> Result<()> {
     let cfg = load_config("p2pmpi monitor")?;
@@ -411,10 +390,7 @@ pub fn run(args: &MonitorArgs) -> Result<()> {
         )?;
         out.flush()?;
         drop(out);
-        match tls_cfg {
-            Some(c) => serve_tls(listener, app, c).await,
-            None => axum::serve(listener, app).await.context("web server"),
-        }
+        conns::serve(listener, app, tls_cfg).await
     })
 }
 

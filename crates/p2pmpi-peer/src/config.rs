@@ -60,8 +60,9 @@
 //! | `RESERVATION_HOLD` | 30000 | an unused reservation lapses after this, ms (≥ 1) |
 //! | `STAGING_FANOUT` | 8 | peers receiving files at once (≥ 1) |
 //! | `SUPERNODE_PORT` | 9700 | port of a supernode started on this host (0: any free port) |
-//! | `FT_CACHE_MAX` | `1G` | the FT cache keeps at most this many bytes: least recently used entries are evicted after a staging (never one a running staging uses) |
+//! | `FT_CACHE_MAX` | `1G` | the FT cache keeps at most this many bytes: least recently used entries are evicted after a staging (never one a running staging uses); an offer whose content to receive does not fit is refused before the transfer |
 //! | `FT_FETCH_MAX` | `4G` | largest `http://` input the FT fetches, bytes (≥ 1) |
+//! | `FT_JOB_MAX` | `4G` | most bytes the FT stages for one job, its inline files together (≥ 1): a larger offer is refused before anything is written |
 //! | `LOG_LEVEL` | `info` | what the daemons log: `error`, `warn`, `info`, `debug`, `trace` or `off`, or directives such as `info,p2pmpi_peer::mpd=debug`; the environment variable `RUST_LOG`, when set, wins |
 
 use std::collections::HashMap;
@@ -79,6 +80,8 @@ pub const DEFAULT_VISU_PROXY_PORT: u16 = 9701;
 pub const DEFAULT_FT_CACHE_MAX: u64 = 1 << 30;
 /// Default `FT_FETCH_MAX`: 4 GiB.
 pub const DEFAULT_FT_FETCH_MAX: u64 = 4 << 30;
+/// Default `FT_JOB_MAX`: 4 GiB.
+pub const DEFAULT_FT_JOB_MAX: u64 = 4 << 30;
 
 /// The fault detector's gossip protocol (`GOSSIP_PROTOCOL`): `DBRR` (default), `BRR`, `RR` or
 /// `RANDOM`, chosen per application by its submitter.
@@ -100,6 +103,7 @@ pub use p2pmpi_core::fd::Protocol as GossipProtocol;
 /// * `SUPERNODE_PORT` ([`supernode_port`](Self::supernode_port), default 9700).
 /// * `FT_CACHE_MAX` ([`ft_cache_max`](Self::ft_cache_max), default 1 GiB).
 /// * `FT_FETCH_MAX` ([`ft_fetch_max`](Self::ft_fetch_max), default 4 GiB).
+/// * `FT_JOB_MAX` ([`ft_job_max`](Self::ft_job_max), default 4 GiB).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
     /// `SUPERNODE`: supernodes as `host:port` (default `127.0.0.1:9700`).
@@ -173,10 +177,14 @@ pub struct Config {
     /// `SUPERNODE_PORT`: port of a supernode started on this host (default 9700; 0 = any free port).
     pub supernode_port: u16,
     /// `FT_CACHE_MAX`: bytes the FT cache keeps; least recently used entries are evicted
-    /// (default 1 GiB; 0 keeps nothing after a staging).
+    /// (default 1 GiB; 0 keeps nothing after a staging). An offer whose content to receive
+    /// does not fit it is refused before the transfer, so with 0 only content already staged
+    /// in a running staging or `http://` inputs can be staged.
     pub ft_cache_max: u64,
     /// `FT_FETCH_MAX`: largest `http://` input fetched, bytes (default 4 GiB, at least 1).
     pub ft_fetch_max: u64,
+    /// `FT_JOB_MAX`: most bytes of inline files staged for one job (default 4 GiB, at least 1).
+    pub ft_job_max: u64,
     /// `LOG_LEVEL`: the daemons' log filter (default none: `info`; `RUST_LOG` wins).
     pub log_level: Option<String>,
     /// File the values came from (None = built-in defaults).
@@ -221,6 +229,7 @@ impl Default for Config {
             supernode_port: DEFAULT_SUPERNODE_PORT,
             ft_cache_max: DEFAULT_FT_CACHE_MAX,
             ft_fetch_max: DEFAULT_FT_FETCH_MAX,
+            ft_job_max: DEFAULT_FT_JOB_MAX,
             log_level: None,
             source: None,
         }
@@ -455,6 +464,7 @@ fn apply(c: &mut Config, key: &str, v: &str) -> Result<bool, String> {
         "SUPERNODE_PORT" => c.supernode_port = port(v)?,
         "FT_CACHE_MAX" => c.ft_cache_max = size(v, 0)?,
         "FT_FETCH_MAX" => c.ft_fetch_max = size(v, 1)?,
+        "FT_JOB_MAX" => c.ft_job_max = size(v, 1)?,
         "LOG_LEVEL" => c.log_level = optional(v).map(log_filter).transpose()?,
         _ => return Ok(false),
     }
@@ -598,10 +608,12 @@ impl Config {
         t.push_str(&format!("RESERVE_TIMEOUT={}\n", self.reserve_timeout_ms));
         t.push_str(&format!("RESERVATION_HOLD={}\n", self.reservation_hold_ms));
         t.push_str(&format!("STAGING_FANOUT={}\nSUPERNODE_PORT={}\n", self.staging_fanout, self.supernode_port));
-        t.push_str("# FT cache quota (least recently used entries are evicted), largest http:// input fetched;\n");
+        t.push_str("# FT cache quota (least recently used entries are evicted), largest http:// input fetched,\n");
+        t.push_str("# most bytes staged for one job;\n");
         t.push_str("# bytes, or with K, M, G or T.\n");
         t.push_str(&format!("FT_CACHE_MAX={}\n", size_text(self.ft_cache_max)));
         t.push_str(&format!("FT_FETCH_MAX={}\n", size_text(self.ft_fetch_max)));
+        t.push_str(&format!("FT_JOB_MAX={}\n", size_text(self.ft_job_max)));
         t.push_str("# What the daemons log (error, warn, info, debug, trace; RUST_LOG wins when set).\n");
         t.push_str(&opt("LOG_LEVEL", self.log_level.clone(), "info"));
         t
@@ -658,7 +670,7 @@ mod tests {
         RESERVE_TIMEOUT RESERVATION_HOLD STAGING_FANOUT WIDE_REFUSALS";
     const OTHER: &str =
         "SUPERNODE VISU_PROXY EXTERNAL_IP HOST_DENY HOST_ALLOW GOSSIP_PROTOCOL PEER_CACHE GRID_SECRET T_HB_WIDE T_TO_WIDE";
-    const SIZES: &str = "FT_CACHE_MAX FT_FETCH_MAX";
+    const SIZES: &str = "FT_CACHE_MAX FT_FETCH_MAX FT_JOB_MAX";
 
     fn parse(text: &str) -> Result<(Config, Vec<Warning>), ConfigError> {
         Config::parse(text, Path::new("P2P-MPI.conf"))
@@ -711,6 +723,7 @@ mod tests {
             supernode_port: 0,
             ft_cache_max: 3 << 20,
             ft_fetch_max: 12345,
+            ft_job_max: 54321,
             log_level: Some("warn,p2pmpi_peer::mpd=debug".into()),
             source: None,
         }
@@ -730,7 +743,7 @@ mod tests {
         let periods = (c.peer_ttl_ms, c.alive_period_ms, c.refresh_period_ms, c.ping_period_ms);
         assert_eq!(periods, (60000, 10000, 30000, 10000));
         assert_eq!((c.reserve_timeout_ms, c.reservation_hold_ms, c.supernode_port), (2000, 30000, 9700));
-        assert_eq!((c.ft_cache_max, c.ft_fetch_max), (1 << 30, 4 << 30));
+        assert_eq!((c.ft_cache_max, c.ft_fetch_max, c.ft_job_max), (1 << 30, 4 << 30, 4 << 30));
         assert!(c.visu_proxy.is_none() && c.external_ip.is_none() && c.peer_cache.is_none() && c.grid_secret.is_none());
         assert!(c.host_deny.is_empty() && c.host_allow.is_empty() && c.source.is_none());
         assert_eq!(c.peer_cache_path(), p2pmpi_dir().join("peer-cache.json"));
@@ -746,7 +759,7 @@ mod tests {
             HOST_ALLOW=10.\nT_GOSSIP=1\nT_MAX_HANG=0\nGOSSIP_PROTOCOL=brr\nPEER_CACHE=/var/tmp/pc.json\n\
             GRID_SECRET= the secret = # phrase \nPEER_TTL=5000\nALIVE_PERIOD=1001\nCACHE_REFRESH=1002\n\
             PING_PERIOD=2000\nRESERVE_TIMEOUT=1500\nRESERVATION_HOLD=7\nSTAGING_FANOUT=2\nSUPERNODE_PORT=0\n\
-            FT_CACHE_MAX=3m\nFT_FETCH_MAX=12345\nK_MONITORS=3\nT_HB=7\nT_TO=9\n\
+            FT_CACHE_MAX=3m\nFT_FETCH_MAX=12345\nFT_JOB_MAX=54321\nK_MONITORS=3\nT_HB=7\nT_TO=9\n\
             T_HB_WIDE=300\nT_TO_WIDE=3000\nWIDE_REFUSALS=5\n\
             LOG_LEVEL=warn,p2pmpi_peer::mpd=debug\n";
         assert_eq!(parse_ok(text), non_default());
@@ -842,6 +855,8 @@ mod tests {
         }
         assert_eq!(parse_ok("FT_CACHE_MAX=0").ft_cache_max, 0, "a cache that keeps nothing");
         assert_eq!(err_at("\nFT_FETCH_MAX=0"), (2, "FT_FETCH_MAX".into()));
+        assert_eq!(err_at("\n\nFT_JOB_MAX=0"), (3, "FT_JOB_MAX".into()));
+        assert_eq!(parse_ok("FT_JOB_MAX=2G").ft_job_max, 2 << 30);
         for key in SIZES.split_whitespace() {
             for bad in ["", "-1", "1.5G", "G", "1 G", "1GB", "1P", "0x10", "+3", "16777216T", "99999999999999999999"] {
                 let e = parse(&format!("# c\n{key}={bad}\n")).unwrap_err();

@@ -43,7 +43,13 @@
 //!
 //! ## Cache quota
 //!
-//! The cache keeps at most [`FtContext::cache_max`] bytes (`FT_CACHE_MAX`). An entry's last use
+//! The cache keeps at most [`FtContext::cache_max`] bytes (`FT_CACHE_MAX`). The quota is
+//! checked **before** a transfer, against the sizes the offer announces: an offer is refused,
+//! before any byte is written, when its inline files together exceed [`FtContext::job_max`]
+//! (`FT_JOB_MAX`), or when the content it would have to receive, with what other running
+//! stagings are receiving, exceeds the quota (a file is never received beyond its announced
+//! size either). So one staging can neither fill the disk nor evict every other entry to make
+//! room for content that will not fit anyway. An entry's last use
 //! is its modification time, set whenever a staging receives it or finds it in the cache (so it
 //! survives a daemon restart). After every staging, and when the service starts, least recently
 //! used entries are removed until the cache fits — never one that a running staging uses: an
@@ -117,6 +123,10 @@ pub struct FtContext {
     pub cache_max: u64,
     /// `FT_FETCH_MAX`: largest `http://` input fetched, bytes.
     pub fetch_max: u64,
+    /// `FT_JOB_MAX`: most bytes of inline files staged for one job.
+    pub job_max: u64,
+    /// Bytes the running stagings are receiving (booked before their transfers).
+    receiving: AtomicU64,
     /// Cache entries (hex hashes) used by running stagings, with how many use each.
     in_use: parking_lot::Mutex<HashMap<String, usize>>,
 }
@@ -136,8 +146,19 @@ impl FtContext {
             check_ticket: Box::new(check_ticket),
             cache_max: crate::config::DEFAULT_FT_CACHE_MAX,
             fetch_max: crate::config::DEFAULT_FT_FETCH_MAX,
+            job_max: crate::config::DEFAULT_FT_JOB_MAX,
+            receiving: AtomicU64::new(0),
             in_use: Default::default(),
         }
+    }
+
+    /// Books `bytes` of the cache quota for a transfer, unless they do not fit beside what
+    /// the running stagings receive: `Err(bytes booked by others)` then.
+    fn book(&self, bytes: u64) -> Result<Booked<'_>, u64> {
+        let cap = self.cache_max;
+        self.receiving
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |r| r.checked_add(bytes).filter(|&t| t <= cap))
+            .map(|_| Booked { ctx: self, bytes })
     }
 
     /// Marks cache entries as used by a running staging until the guard is dropped.
@@ -148,6 +169,18 @@ impl FtContext {
             *in_use.entry(n.clone()).or_default() += 1;
         }
         InUse { ctx: self, names }
+    }
+}
+
+/// Bytes of the quota a running transfer booked (see [`FtContext::book`]).
+struct Booked<'a> {
+    ctx: &'a FtContext,
+    bytes: u64,
+}
+
+impl Drop for Booked<'_> {
+    fn drop(&mut self) {
+        self.ctx.receiving.fetch_sub(self.bytes, Ordering::SeqCst);
     }
 }
 
@@ -252,7 +285,7 @@ pub fn serve(listener: TcpListener, ctx: Arc<FtContext>) {
     remove_stale_temp_files(&ctx.cache_dir);
     enforce_cache_quota(&ctx);
     let limits = Limits { authenticated: MAX_CONNECTIONS, ..DAEMON_LIMITS };
-    server::serve_with("ft", listener, ctx.secret.clone(), limits, move |conn, peer| {
+    server::serve_with("ft", listener, ctx.secret.clone(), limits, MAX_RECORD, move |conn, peer| {
         serve_conn(conn, peer, &ctx, STALL_TIMEOUT)
     });
 }
@@ -265,7 +298,13 @@ pub fn handle(stream: TcpStream, ctx: &FtContext) {
 /// [`handle`] with another stall time-out (tests use a short one).
 pub fn handle_with_timeout(stream: TcpStream, ctx: &FtContext, stall: Duration) {
     let peer = peer_of(&stream);
-    match SecureConn::accept(stream, &ctx.secret, stall.min(HANDSHAKE_TIMEOUT)) {
+    let timeout = stall.min(HANDSHAKE_TIMEOUT);
+    let deadline = std::time::Instant::now() + timeout;
+    let proven = SecureConn::accept(stream, &ctx.secret, timeout).and_then(|mut c| {
+        c.set_max_record(MAX_RECORD);
+        c.await_proof(deadline).map(|()| c)
+    });
+    match proven {
         Ok(c) => serve_conn(c, peer, ctx, stall),
         Err(e) => warn!("ft: refused a connection from {peer}: {e}"),
     }
@@ -419,6 +458,14 @@ fn staging(
     if files.len() > u32::MAX as usize {
         return Err(refuse("too many files".into()));
     }
+    let inline_bytes = files.iter().fold(0u64, |t, f| match f.source {
+        FileSource::Inline { size, .. } => t.saturating_add(size),
+        FileSource::Url(_) => t,
+    });
+    if inline_bytes > ctx.job_max {
+        let max = ctx.job_max;
+        return Err(refuse(format!("the job's files are {inline_bytes} bytes, more than FT_JOB_MAX ({max} bytes)")));
+    }
     if !(ctx.check_ticket)(ticket, job) {
         return Err(refuse("unknown reservation ticket".into()));
     }
@@ -440,6 +487,18 @@ fn staging(
             }
         }
     }
+    // The quota, before any byte is received (the sizes are announced and enforced).
+    let to_receive = need.iter().fold(0u64, |t, &i| match files[i as usize].source {
+        FileSource::Inline { size, .. } => t.saturating_add(size),
+        FileSource::Url(_) => t,
+    });
+    let _booked = ctx.book(to_receive).map_err(|others| {
+        let max = ctx.cache_max;
+        refuse(format!(
+            "{to_receive} bytes to receive do not fit the cache: FT_CACHE_MAX is {max} bytes, \
+             {others} of them booked by running stagings"
+        ))
+    })?;
     conn.send(&FtResponse::Need(need.clone())).map_err(drop_err)?;
 
     // Content, in order, then Done. The reservation is renewed with every chunk: a staging

@@ -10,8 +10,11 @@
 //!
 //! ## Admission: nobody is locked out without the secret
 //!
-//! A connection is *pending* from its acceptance until its handshake succeeded, then
-//! *authenticated*. The two are counted apart ([`Limits`]):
+//! A connection is *pending* from its acceptance until it proved the grid secret, then
+//! *authenticated*. A Noise connection proves it with its client's first record after the
+//! handshake, not with the handshake's first message, which a recorded copy replays
+//! ([`p2pmpi_wire::secure`]); that record is due within the handshake's deadline. The two
+//! are counted apart ([`Limits`]):
 //!
 //! * a pending connection first waits, in the accept thread's poll and without a thread of
 //!   its own, until its client sent its whole first message (the Noise handshake's first
@@ -19,7 +22,10 @@
 //!   handshake (its own deadline: the message is there, the rest waits on this side). The
 //!   first message is due within one deadline ([`HANDSHAKE_TIMEOUT`]; the launcher's 10 s), so
 //!   a connection that trickles a byte now and then is closed at it, and one whose client
-//!   closed it half-way at once; a slow connection costs a descriptor, never a thread;
+//!   closed it half-way at once; a slow connection costs a descriptor, never a thread. Once
+//!   the handshake answered, the connection waits on its client again (for the proof) and
+//!   can be pushed out like any other waiting on its client: a replayed first message holds a
+//!   thread at most until that deadline, and only among the pending ones;
 //! * pending connections are limited per source address and in all; a new connection is
 //!   always admitted, and when a limit is reached the **oldest** pending connection of the
 //!   same address (else of the address holding the most) is closed to make room
@@ -34,7 +40,7 @@
 //! * refusals are logged at most once per [`LOG_PERIOD`] and kind, with the count of the
 //!   others ([`Throttle`]), so a flood cannot fill the disk with log lines.
 
-use p2pmpi_wire::secure::{GridSecret, SecureConn, HANDSHAKE_TIMEOUT};
+use p2pmpi_wire::secure::{GridSecret, SecureConn, DEFAULT_MAX_RECORD, HANDSHAKE_TIMEOUT};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
@@ -402,6 +408,12 @@ impl Pending {
         self.received.store(true, Ordering::SeqCst);
     }
 
+    /// It waits on its client again (the handshake answered, the proof is due): it can be
+    /// pushed out to make room from now on.
+    pub fn waits_on_client(&self) {
+        self.received.store(false, Ordering::SeqCst);
+    }
+
     /// Was this connection closed to make room for a newer one?
     pub fn evicted(&self) -> bool {
         !self.gate.pending.lock().table.contains(self.id)
@@ -645,20 +657,23 @@ impl Waiting {
 
 /// Accepts connections on `listener` in a new thread with the [`DAEMON_LIMITS`]; each
 /// authenticated connection is served by `handler` in its own thread. Connections that fail
-/// the handshake (no or wrong grid secret, garbage, deadline passed) are logged and closed.
+/// the handshake or do not prove the key with their first record in time (no or wrong grid
+/// secret, a replayed handshake, garbage, deadline passed) are logged and closed.
 pub fn serve<F>(service: &'static str, listener: TcpListener, secret: GridSecret, handler: F) -> Arc<Gate>
 where
     F: Fn(SecureConn, SocketAddr) + Send + Sync + 'static,
 {
-    serve_with(service, listener, secret, DAEMON_LIMITS, handler)
+    serve_with(service, listener, secret, DAEMON_LIMITS, DEFAULT_MAX_RECORD, handler)
 }
 
-/// [`serve`] with other limits.
+/// [`serve`] with other limits, and `max_first` the largest first record (the proof of the
+/// key) a client may send.
 pub fn serve_with<F>(
     service: &'static str,
     listener: TcpListener,
     secret: GridSecret,
     limits: Limits,
+    max_first: usize,
     handler: F,
 ) -> Arc<Gate>
 where
@@ -667,7 +682,13 @@ where
     let gate = Gate::new(service, limits);
     let g = gate.clone();
     accept_loop(listener, gate.clone(), move |stream, peer, pending| {
-        match SecureConn::accept(stream, &secret, HANDSHAKE_TIMEOUT) {
+        let deadline = Instant::now() + HANDSHAKE_TIMEOUT;
+        let proven = SecureConn::accept(stream, &secret, HANDSHAKE_TIMEOUT).and_then(|mut c| {
+            pending.waits_on_client();
+            c.set_max_record(max_first);
+            c.await_proof(deadline).map(|()| c)
+        });
+        match proven {
             Ok(c) => {
                 if let Some(_slot) = pending.authenticated(peer) {
                     let _ = c.set_read_timeout(Some(IDLE_TIMEOUT));

@@ -17,13 +17,43 @@
 //! value) is cut into chunks. On the wire each chunk is a 2-byte big-endian length followed by
 //! that many bytes of ciphertext; the first chunk's plaintext starts with the record's total
 //! length (4 bytes, little-endian), checked against the connection's limit before anything is
-//! allocated. Malformed, oversized or forged input is an error, never a panic. Reads honour the
-//! socket's read time-out, so a connection that stalls ends with an error the caller logs.
+//! allocated. Malformed, oversized or forged input is an error, never a panic. A record's reads
+//! honour the read time-out and one deadline for the whole record (below), so a connection
+//! that stalls or trickles ends with an error the caller logs.
 //!
 //! The handshake has **one deadline** for all of it (TCP connection, every read and write),
 //! not a time-out per read: a side that trickles one byte every few seconds cannot make it
 //! last longer. A [`Canceller`] lets another thread close a connection in any phase, the
 //! handshake included (a watchdog that found the other side frozen).
+//!
+//! ## When the responder counts a connection as authenticated
+//!
+//! The initiator's first handshake message (`e, psk`) depends on nothing the responder sent:
+//! whoever recorded one (a peer's keep-alive sends one every second) can replay it, and the
+//! responder accepts it and answers. The replayer cannot go further, since it lacks the
+//! ephemeral key it would need to read the answer, but with a plain `NNpsk0` responder that
+//! connection would already count as authenticated. We keep `psk0` (a connection without the
+//! secret is still dropped on its very first message, before the responder computes
+//! anything else) and a server counts a connection as authenticated only once its client's
+//! **first transport record** was decrypted ([`SecureConn::accept_proven`], or
+//! [`SecureConn::accept`] then [`SecureConn::await_proof`]): that record is encrypted under
+//! keys mixed from the `ee` Diffie-Hellman with the responder's fresh ephemeral key, so only a
+//! side that holds the secret *and* took part in this very handshake can produce it; a replay
+//! of an earlier one does not decrypt. It is due within the handshake's deadline (every client
+//! speaks first: a request), and is kept for the first [`SecureConn::recv`]. Switching to
+//! `NNpsk2` would prove nothing more — the responder would still wait for a first transport
+//! message to learn whether the initiator holds the key — and would let anyone without the
+//! secret make the responder do its Diffie-Hellman.
+//!
+//! ## One deadline per record
+//!
+//! After the handshake, the read time-out ([`SecureConn::set_read_timeout`]) bounds the wait
+//! for a record's first byte; from that byte on, the **whole record** must arrive within
+//! [`SecureReader::record_time`] ([`RECORD_TIMEOUT`] plus its largest size at
+//! [`RECORD_MIN_RATE`]), each read also within the read time-out. A side that announces a
+//! long record and trickles a byte now and then is dropped at that deadline.
+//!
+//! A record is the whole message: bytes left after the decoded value make it malformed.
 
 use serde::{de::DeserializeOwned, Serialize};
 use snow::StatelessTransportState;
@@ -42,6 +72,11 @@ const CHUNK: usize = MAX_NOISE - TAG;
 pub const DEFAULT_MAX_RECORD: usize = 4 << 20;
 /// Default time allowed for the whole handshake.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Time a record has from its first byte to its last, beyond what its size needs at
+/// [`RECORD_MIN_RATE`].
+pub const RECORD_TIMEOUT: Duration = Duration::from_secs(10);
+/// Slowest transfer rate a record's deadline allows for, bytes per second.
+pub const RECORD_MIN_RATE: u64 = 1 << 20;
 
 /// A stream whose every read and write is bounded by what is left of one deadline: a peer
 /// that sends (or reads) a byte now and then cannot stretch an exchange past it. Each call
@@ -239,6 +274,8 @@ pub struct SecureWriter {
 pub struct SecureReader {
     stream: TcpStream,
     records: RecordReader,
+    /// Time a record has from its first byte to its last (`None`: from its limit).
+    record_time: Option<Duration>,
 }
 
 /// The record layer of one receiving direction: reads frames from a byte stream, decrypts
@@ -251,6 +288,8 @@ pub struct RecordReader {
     max_record: usize,
     frame: Vec<u8>,
     plain: Vec<u8>,
+    /// `plain` holds a whole record read ahead (the proof of the key), not decoded yet.
+    ready: bool,
 }
 
 /// An authenticated, encrypted connection carrying serde records.
@@ -296,8 +335,39 @@ impl SecureConn {
     }
 
     /// Runs the handshake as responder on an accepted connection, all of it within `timeout`.
+    /// The connection is not proven yet (see the module doc): a server calls
+    /// [`SecureConn::await_proof`] before it counts it as authenticated, or uses
+    /// [`SecureConn::accept_proven`].
     pub fn accept(stream: TcpStream, secret: &GridSecret, timeout: Duration) -> Result<Self, SecureError> {
         Self::handshake(stream, secret, Instant::now() + timeout, false)
+    }
+
+    /// Runs the handshake as responder and waits for the client's first record, which proves
+    /// that the client holds the secret and took part in this handshake (not a replay), all
+    /// within `timeout`. The record is kept for the first [`SecureConn::recv`].
+    pub fn accept_proven(stream: TcpStream, secret: &GridSecret, timeout: Duration) -> Result<Self, SecureError> {
+        let deadline = Instant::now() + timeout;
+        let mut c = Self::handshake(stream, secret, deadline, false)?;
+        c.await_proof(deadline)?;
+        Ok(c)
+    }
+
+    /// Reads the client's first record, whole, by `deadline`, and keeps it for the next
+    /// [`SecureConn::recv`]: a record that decrypts proves the key (see the module doc). A
+    /// connection closed before it, or whose record does not decrypt, is an error.
+    pub fn await_proof(&mut self, deadline: Instant) -> Result<(), SecureError> {
+        let r = &mut self.reader;
+        let idle = r.stream.read_timeout()?;
+        let got = r.records.read_record(&mut Bounded::new(&r.stream, deadline));
+        let _ = r.stream.set_read_timeout(idle);
+        match got {
+            Ok(true) => {
+                r.records.ready = true;
+                Ok(())
+            }
+            Ok(false) => Err(SecureError::Handshake("closed before its first record".into())),
+            Err(e) => Err(e),
+        }
     }
 
     fn handshake(
@@ -336,7 +406,7 @@ impl SecureConn {
         stream.set_write_timeout(Some(Duration::from_secs(30)))?;
         let rstream = stream.try_clone()?;
         Ok(SecureConn {
-            reader: SecureReader { stream: rstream, records: RecordReader::new(noise.clone()) },
+            reader: SecureReader { stream: rstream, records: RecordReader::new(noise.clone()), record_time: None },
             writer: SecureWriter { stream, noise, nonce: 0, out: vec![0u8; MAX_NOISE] },
         })
     }
@@ -357,9 +427,10 @@ impl SecureConn {
         self.recv()?.ok_or_else(|| SecureError::Io(io::ErrorKind::UnexpectedEof.into()))
     }
 
-    /// Read time-out for the next receives (`None`: wait forever).
+    /// Read time-out for the next receives (`None`: wait forever): the wait for a record's
+    /// first byte and for each read; the whole record has [`SecureReader::record_time`].
     pub fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
-        self.reader.stream.set_read_timeout(t)
+        self.reader.set_read_timeout(t)
     }
 
     /// Largest record accepted from the other side.
@@ -385,9 +456,15 @@ impl SecureWriter {
     /// Sends one record.
     pub fn send<T: Serialize>(&mut self, msg: &T) -> Result<(), SecureError> {
         let body = postcard::to_allocvec(msg).map_err(|e| SecureError::Malformed(e.to_string()))?;
+        let wire = self.seal(&body)?;
+        self.stream.write_all(&wire).map_err(io_err)
+    }
+
+    /// A record's frames as they go on the wire: its length, then `body`, in chunks.
+    fn seal(&mut self, body: &[u8]) -> Result<Vec<u8>, SecureError> {
         let mut plain = Vec::with_capacity(4 + body.len());
         plain.extend_from_slice(&(body.len() as u32).to_le_bytes());
-        plain.extend_from_slice(&body);
+        plain.extend_from_slice(body);
         let mut wire = Vec::with_capacity(plain.len() + (plain.len() / CHUNK + 1) * (TAG + 2));
         let noise = self.noise.lock().unwrap_or_else(|p| p.into_inner());
         for chunk in plain.chunks(CHUNK) {
@@ -397,7 +474,7 @@ impl SecureWriter {
             wire.extend_from_slice(&self.out[..n]);
         }
         drop(noise);
-        self.stream.write_all(&wire).map_err(io_err)
+        Ok(wire)
     }
 
     /// Closes the sending direction (the other side reads a clean end of stream).
@@ -413,11 +490,20 @@ impl SecureWriter {
 
 impl SecureReader {
     /// Receives one record; `Ok(None)` when the other side closed the connection cleanly.
+    /// The wait for its first byte is bounded by the read time-out, the rest of it by
+    /// [`SecureReader::record_time`] (see the module doc).
     pub fn recv<T: DeserializeOwned>(&mut self) -> Result<Option<T>, SecureError> {
-        self.records.recv(&mut self.stream)
+        let budget = self.record_time();
+        let mut clock = RecordClock { stream: &self.stream, budget, started: None };
+        let got = self.records.recv(&mut clock);
+        if let Some((idle, _)) = clock.started {
+            let _ = self.stream.set_read_timeout(idle);
+        }
+        got
     }
 
-    /// Read time-out for the next receives (`None`: wait forever).
+    /// Read time-out for the next receives (`None`: wait forever): the wait for a record's
+    /// first byte and for each read.
     pub fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
         self.stream.set_read_timeout(t)
     }
@@ -425,6 +511,19 @@ impl SecureReader {
     /// Largest record accepted from the other side.
     pub fn set_max_record(&mut self, n: usize) {
         self.records.max_record = n;
+    }
+
+    /// Time a record has from its first byte to its last: the one set, else
+    /// [`RECORD_TIMEOUT`] plus the largest record's size at [`RECORD_MIN_RATE`].
+    pub fn record_time(&self) -> Duration {
+        self.record_time.unwrap_or_else(|| {
+            RECORD_TIMEOUT + Duration::from_millis(self.records.max_record as u64 * 1000 / RECORD_MIN_RATE)
+        })
+    }
+
+    /// Sets the time a record has from its first byte to its last (`None`: the default).
+    pub fn set_record_time(&mut self, t: Option<Duration>) {
+        self.record_time = t;
     }
 
     /// Fuzzing only (feature `fuzzing`): a record layer for this connection's incoming
@@ -437,9 +536,53 @@ impl SecureReader {
     }
 }
 
+/// The socket as a record sees it: the first byte waits for the read time-out, and starts
+/// the record's deadline, which bounds every read after it.
+struct RecordClock<'a> {
+    stream: &'a TcpStream,
+    budget: Duration,
+    /// Once the first byte came: the read time-out (restored after the record) and the
+    /// record's deadline.
+    started: Option<(Option<Duration>, Instant)>,
+}
+
+impl Read for RecordClock<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let Some((idle, deadline)) = self.started else {
+            let n = (&mut &*self.stream).read(buf)?;
+            if n > 0 {
+                self.started = Some((self.stream.read_timeout()?, Instant::now() + self.budget));
+            }
+            return Ok(n);
+        };
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::Error::new(io::ErrorKind::TimedOut, "record deadline passed"));
+        }
+        self.stream.set_read_timeout(Some(idle.map_or(left, |i| i.min(left))))?;
+        (&mut &*self.stream).read(buf)
+    }
+}
+
+/// Decodes a record that must be one whole value: bytes left after it make it malformed.
+pub fn decode_whole<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, SecureError> {
+    match postcard::take_from_bytes(bytes) {
+        Ok((v, [])) => Ok(v),
+        Ok((_, rest)) => Err(SecureError::Malformed(format!("{} bytes after the record's value", rest.len()))),
+        Err(e) => Err(SecureError::Malformed(e.to_string())),
+    }
+}
+
 impl RecordReader {
     fn new(noise: Arc<Mutex<StatelessTransportState>>) -> Self {
-        RecordReader { noise, nonce: 0, max_record: DEFAULT_MAX_RECORD, frame: Vec::new(), plain: Vec::new() }
+        RecordReader {
+            noise,
+            nonce: 0,
+            max_record: DEFAULT_MAX_RECORD,
+            frame: Vec::new(),
+            plain: Vec::new(),
+            ready: false,
+        }
     }
 
     fn read_chunk(&mut self, r: &mut impl Read) -> Result<Option<usize>, SecureError> {
@@ -459,11 +602,21 @@ impl RecordReader {
         Ok(Some(k))
     }
 
-    /// Reads and decodes one record from `r`; `Ok(None)` on a clean end of stream before it.
+    /// Reads and decodes one record from `r` (unless one was read ahead); `Ok(None)` on a
+    /// clean end of stream before it. Bytes after the record's value make it malformed.
     pub fn recv<T: DeserializeOwned>(&mut self, r: &mut impl Read) -> Result<Option<T>, SecureError> {
+        if !std::mem::take(&mut self.ready) && !self.read_record(r)? {
+            return Ok(None);
+        }
+        decode_whole(&self.plain[4..]).map(Some)
+    }
+
+    /// Reads one whole record into `plain`, not decoded; `Ok(false)` on a clean end of
+    /// stream before it.
+    fn read_record(&mut self, r: &mut impl Read) -> Result<bool, SecureError> {
         self.plain.clear();
         if self.read_chunk(r)?.is_none() {
-            return Ok(None);
+            return Ok(false);
         }
         if self.plain.len() < 4 {
             return Err(SecureError::Malformed("record shorter than its length".into()));
@@ -480,7 +633,7 @@ impl RecordReader {
         if self.plain.len() != 4 + total {
             return Err(SecureError::Malformed("record longer than announced".into()));
         }
-        postcard::from_bytes(&self.plain[4..]).map(Some).map_err(|e| SecureError::Malformed(e.to_string()))
+        Ok(true)
     }
 }
 
@@ -662,6 +815,121 @@ mod tests {
         assert!(!matches!(c.recv::<u32>(), Ok(Some(_))));
         assert!(start.elapsed() < Duration::from_millis(900), "{:?}", start.elapsed());
         server.join().unwrap();
+    }
+
+    /// The initiator's first handshake message, as a real client sends it.
+    fn record_first_message(secret: &GridSecret) -> Vec<u8> {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let s2 = secret.clone();
+        let client = std::thread::spawn(move || SecureConn::connect(addr, &s2, Duration::from_millis(500)));
+        let (mut s, _) = l.accept().unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut frame = Vec::new();
+        let n = read_frame(&mut s, &mut frame).unwrap().unwrap();
+        drop(s);
+        assert!(client.join().unwrap().is_err(), "nobody answered it");
+        let mut wire = (n as u16).to_be_bytes().to_vec();
+        wire.extend_from_slice(&frame[..n]);
+        wire
+    }
+
+    /// A recorded first message replayed: the responder's handshake goes through (nothing in
+    /// that message is fresh), but the connection is never proven — the replayer cannot make
+    /// a first record under this handshake's keys, and garbage or silence fails.
+    #[test]
+    fn a_replayed_handshake_is_never_proven() {
+        let secret = GridSecret::from_phrase("replay");
+        let recorded = record_first_message(&secret);
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        // Silence, then a whole frame of garbage where the first record should be.
+        let garbage: Vec<u8> = [0, 20].into_iter().chain([7u8; 20]).collect();
+        for tail in [&[][..], &garbage[..]] {
+            let mut r = TcpStream::connect(addr).unwrap();
+            r.write_all(&recorded).unwrap();
+            r.write_all(tail).unwrap();
+            let (s, _) = l.accept().unwrap();
+            let s2 = s.try_clone().unwrap();
+            // The plain handshake is fooled: that is why a server waits for the proof.
+            let mut c =
+                SecureConn::accept(s, &secret, Duration::from_secs(2)).expect("the replay passes the handshake");
+            let start = Instant::now();
+            let e = c.await_proof(Instant::now() + Duration::from_millis(400)).expect_err("not proven");
+            assert!(start.elapsed() < Duration::from_millis(1500), "{:?}", start.elapsed());
+            if tail.is_empty() {
+                assert!(e.is_timeout(), "{e}");
+            } else {
+                assert!(matches!(e, SecureError::Forged | SecureError::Io(_)), "{e}");
+            }
+            drop(s2);
+        }
+        // `accept_proven` refuses it in one go; an honest client is proven and its first
+        // record is the first one received.
+        let mut r = TcpStream::connect(addr).unwrap();
+        r.write_all(&recorded).unwrap();
+        let (s, _) = l.accept().unwrap();
+        assert!(SecureConn::accept_proven(s, &secret, Duration::from_millis(400)).is_err());
+        let s2 = secret.clone();
+        let t = std::thread::spawn(move || {
+            let (s, _) = l.accept().unwrap();
+            let mut c = SecureConn::accept_proven(s, &s2, Duration::from_secs(5)).unwrap();
+            let first: String = c.recv().unwrap().unwrap();
+            let second: u32 = c.recv().unwrap().unwrap();
+            (first, second)
+        });
+        let mut c = SecureConn::connect(addr, &secret, Duration::from_secs(5)).unwrap();
+        c.send(&"hello".to_string()).unwrap();
+        c.send(&7u32).unwrap();
+        assert_eq!(t.join().unwrap(), ("hello".to_string(), 7));
+    }
+
+    /// One deadline for a whole record: a client that announced one and sends a byte every
+    /// 100 ms (well within the read time-out) is dropped at the record's deadline.
+    #[test]
+    fn a_trickling_record_is_dropped_at_its_deadline() {
+        let (c, s) = pair("k", "k");
+        let (mut c, mut s) = (c.unwrap(), s.unwrap());
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        s.reader.set_record_time(Some(Duration::from_millis(600)));
+        let wire = c.writer.seal(&vec![1u8; 2000]).unwrap();
+        let raw = c.writer.stream.try_clone().unwrap();
+        let trickler = std::thread::spawn(move || {
+            for b in wire {
+                // The attack's pacing: one byte per 100 ms.
+                std::thread::sleep(Duration::from_millis(100));
+                if (&raw).write_all(&[b]).is_err() {
+                    break;
+                }
+            }
+        });
+        let start = Instant::now();
+        let e = s.recv::<Vec<u8>>().expect_err("dropped");
+        let took = start.elapsed();
+        assert!(e.is_timeout(), "{e}");
+        assert!(took >= Duration::from_millis(600) && took < Duration::from_millis(2000), "{took:?}");
+        // The read time-out in force before the record is back.
+        assert_eq!(s.reader.stream.read_timeout().unwrap(), Some(Duration::from_secs(5)));
+        c.writer.close();
+        trickler.join().unwrap();
+    }
+
+    /// A record is its whole message: bytes after a valid value make it malformed.
+    #[test]
+    fn trailing_bytes_after_a_record_are_refused() {
+        let (c, s) = pair("k", "k");
+        let (mut c, mut s) = (c.unwrap(), s.unwrap());
+        let mut body = postcard::to_allocvec(&(5u32, "x".to_string())).unwrap();
+        let wire = c.writer.seal(&body).unwrap();
+        c.writer.stream.write_all(&wire).unwrap();
+        assert_eq!(s.recv::<(u32, String)>().unwrap().unwrap(), (5, "x".to_string()));
+        body.extend_from_slice(&[0, 0, 9]);
+        let wire = c.writer.seal(&body).unwrap();
+        c.writer.stream.write_all(&wire).unwrap();
+        let e = s.recv::<(u32, String)>().expect_err("refused");
+        assert!(matches!(&e, SecureError::Malformed(m) if m.contains("3 bytes after")), "{e}");
+        assert!(matches!(decode_whole::<u8>(&[1, 2]), Err(SecureError::Malformed(_))));
+        assert_eq!(decode_whole::<u8>(&[1]).unwrap(), 1);
     }
 
     #[test]
