@@ -1491,31 +1491,8 @@ fn next_period(prev: Duration, period: Duration, now: Duration) -> Duration {
 
 // ------------------------------------------------------------------------ encoding
 
-/// Why bytes are not a message.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DecodeError {
-    /// The bytes end inside the message.
-    Truncated,
-    /// Unknown message tag.
-    BadTag(u8),
-    /// An out-of-range field (address family, prefix, verdict, overlong integer).
-    BadField(&'static str),
-    /// Bytes after the message.
-    Trailing(usize),
-}
-
-impl fmt::Display for DecodeError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            DecodeError::Truncated => write!(f, "truncated k-monitor message"),
-            DecodeError::BadTag(t) => write!(f, "unknown k-monitor message tag {t}"),
-            DecodeError::BadField(w) => write!(f, "bad {w} in a k-monitor message"),
-            DecodeError::Trailing(n) => write!(f, "{n} bytes after a k-monitor message"),
-        }
-    }
-}
-
-impl std::error::Error for DecodeError {}
+pub use crate::codec::DecodeError;
+use crate::codec::Reader;
 
 use crate::codec::put_var;
 
@@ -1604,46 +1581,14 @@ pub fn encoded_len(msg: &Message) -> usize {
     }
 }
 
-struct Reader<'a> {
-    b: &'a [u8],
-    at: usize,
-}
-
+/// The k-monitor detector's fields.
 impl Reader<'_> {
-    fn u8(&mut self) -> Result<u8, DecodeError> {
-        let v = *self.b.get(self.at).ok_or(DecodeError::Truncated)?;
-        self.at += 1;
-        Ok(v)
-    }
-
-    fn bytes<const N: usize>(&mut self) -> Result<[u8; N], DecodeError> {
-        let s = self.b.get(self.at..self.at + N).ok_or(DecodeError::Truncated)?;
-        self.at += N;
-        Ok(s.try_into().expect("length checked"))
-    }
-
-    fn var(&mut self) -> Result<u64, DecodeError> {
-        crate::codec::get_var(self.b, &mut self.at).map_err(|e| match e {
-            crate::codec::VarError::Truncated => DecodeError::Truncated,
-            crate::codec::VarError::Bad => DecodeError::BadField("integer"),
-        })
-    }
-
-    fn id(&mut self) -> Result<NodeId, DecodeError> {
+    fn node_id(&mut self) -> Result<NodeId, DecodeError> {
         NodeId::try_from(self.var()?).map_err(|_| DecodeError::BadField("process id"))
     }
 
-    /// A length, at most the bytes left (every element takes at least one).
-    fn len(&mut self) -> Result<usize, DecodeError> {
-        let n = self.var()?;
-        if n > (self.b.len() - self.at) as u64 {
-            return Err(DecodeError::Truncated);
-        }
-        Ok(n as usize)
-    }
-
     fn endpoint(&mut self) -> Result<Endpoint, DecodeError> {
-        let id = self.id()?;
+        let id = self.node_id()?;
         let (ip, max) = match self.u8()? {
             4 => (IpAddr::V4(Ipv4Addr::from(self.bytes::<4>()?)), 32),
             6 => (IpAddr::V6(Ipv6Addr::from(self.bytes::<16>()?)), 128),
@@ -1660,7 +1605,7 @@ impl Reader<'_> {
 
 /// Decodes one message ([`encode`]'s form); rejects anything malformed, never panics.
 pub fn decode(bytes: &[u8]) -> Result<Message, DecodeError> {
-    let mut r = Reader { b: bytes, at: 0 };
+    let mut r = Reader::new(bytes);
     let msg = match r.u8()? {
         1 => {
             let from = r.endpoint()?;
@@ -1679,22 +1624,22 @@ pub fn decode(bytes: &[u8]) -> Result<Message, DecodeError> {
             Message::NodeInfo { nodes }
         }
         5 => Message::Heartbeat,
-        6 => Message::Failure { node: r.id()? },
+        6 => Message::Failure { node: r.node_id()? },
         7 => {
-            let local = r.id()?;
+            let local = r.node_id()?;
             Message::WconnInfo { local, remote: r.endpoint()? }
         }
         8 => {
             let n = r.len()?;
             let mut monitors = Vec::with_capacity(n.min(1024));
             for _ in 0..n {
-                monitors.push(r.id()?);
+                monitors.push(r.node_id()?);
             }
             Message::MonitorSet { monitors }
         }
-        9 => Message::ConfirmReq { suspect: r.id()? },
+        9 => Message::ConfirmReq { suspect: r.node_id()? },
         10 => {
-            let suspect = r.id()?;
+            let suspect = r.node_id()?;
             let verdict = match r.u8()? {
                 0 => Verdict::Alive,
                 1 => Verdict::Silent,
@@ -1707,9 +1652,7 @@ pub fn decode(bytes: &[u8]) -> Result<Message, DecodeError> {
         12 => Message::Fenced,
         t => return Err(DecodeError::BadTag(t)),
     };
-    if r.at != bytes.len() {
-        return Err(DecodeError::Trailing(bytes.len() - r.at));
-    }
+    r.finish()?;
     Ok(msg)
 }
 

@@ -396,14 +396,14 @@ fn read_snapshot(r: &mut Reader<'_>) -> Result<Snapshot, DecodeError> {
     let n = r.len()?;
     let mut members = Vec::with_capacity(n.min(1024));
     for _ in 0..n {
-        let id = r.id()?;
+        let id = r.member_id()?;
         members.push((id, r.addr()?));
     }
     let n = r.len()?;
     let mut elections = Vec::with_capacity(n.min(1024));
     for _ in 0..n {
         let name = r.name()?;
-        elections.push((name, r.id()?));
+        elections.push((name, r.member_id()?));
     }
     Ok(Snapshot { next, members, elections })
 }
@@ -413,12 +413,12 @@ pub fn decode(bytes: &[u8]) -> Result<Message, DecodeError> {
     let mut r = Reader::new(bytes);
     let msg = match r.u8()? {
         1 => {
-            let id = r.id()?;
+            let id = r.member_id()?;
             Message::Join { id, addr: r.addr()? }
         }
         2 => Message::Leave,
         3 => Message::Ack { next: r.var()? },
-        4 => Message::MaybeDead { suspect: r.id()? },
+        4 => Message::MaybeDead { suspect: r.member_id()? },
         5 => Message::Elect { name: r.name()? },
         6 => Message::GetElection { name: r.name()? },
         7 => {
@@ -441,7 +441,7 @@ pub fn decode(bytes: &[u8]) -> Result<Message, DecodeError> {
         }
         10 => {
             let name = r.name()?;
-            let winner = if r.bool()? { Some(r.id()?) } else { None };
+            let winner = if r.bool()? { Some(r.member_id()?) } else { None };
             Message::ElectionResult { name, winner }
         }
         11 => Message::Ping,

@@ -248,7 +248,7 @@ fn read_entries(r: &mut Reader<'_>) -> Result<Vec<(MemberId, Addr)>, DecodeError
     let n = r.len()?;
     let mut v = Vec::with_capacity(n.min(1024));
     for _ in 0..n {
-        let id = r.id()?;
+        let id = r.member_id()?;
         v.push((id, r.addr()?));
     }
     Ok(v)
@@ -269,7 +269,7 @@ pub fn decode(bytes: &[u8]) -> Result<Message, DecodeError> {
             let n = r.len()?;
             let mut members = Vec::with_capacity(n.min(1024));
             for _ in 0..n {
-                let id = r.id()?;
+                let id = r.member_id()?;
                 let addr = r.addr()?;
                 let version = r.var()?;
                 let state = match r.u8()? {
@@ -281,7 +281,7 @@ pub fn decode(bytes: &[u8]) -> Result<Message, DecodeError> {
                 let k = r.len()?;
                 let mut witnesses = Vec::with_capacity(k.min(1024));
                 for _ in 0..k {
-                    witnesses.push(r.id()?);
+                    witnesses.push(r.member_id()?);
                 }
                 members.push(MemberInfo { id, addr, version, state, witnesses });
             }
@@ -289,13 +289,13 @@ pub fn decode(bytes: &[u8]) -> Result<Message, DecodeError> {
             let mut elections = Vec::with_capacity(n.min(1024));
             for _ in 0..n {
                 let name = r.name()?;
-                elections.push((name, r.id()?));
+                elections.push((name, r.member_id()?));
             }
             let n = r.len()?;
             let mut digest = Vec::with_capacity(n.min(DIGEST_BUCKETS));
             for _ in 0..n {
                 let c = u32::try_from(r.var()?).map_err(|_| DecodeError::BadField("digest count"))?;
-                digest.push((c, r.id()?));
+                digest.push((c, r.member_id()?));
             }
             Message::Exchange { reply, want_all, whole, members, elections, digest }
         }

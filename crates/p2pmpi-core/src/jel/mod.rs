@@ -60,7 +60,7 @@ pub mod distributed;
 pub mod replica;
 mod wire;
 
-pub use wire::DecodeError;
+pub use crate::codec::DecodeError;
 
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
