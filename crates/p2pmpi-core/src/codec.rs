@@ -1,5 +1,5 @@
 //! What the cores' compact binary encodings (the k-monitor detector's and JEL's messages)
-//! share: LEB128 integers, a bounds-checked [`Reader`] and the one [`DecodeError`].
+//! share: LEB128 integers, a bounds-checked `Reader` and the one [`DecodeError`].
 //!
 //! An integer has one form per value: an overlong encoding (a last byte of zero after others)
 //! is refused, so that what a decoder accepts encodes back to the same bytes. Readers reject

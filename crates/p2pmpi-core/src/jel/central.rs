@@ -45,7 +45,7 @@
 //! [`Config::log_keep`] events to serve its gossip peers (none with the other strategies).
 //! It forwards (tree) or gossips (gossip) the stream as its strategy says. Both consistency
 //! models of joins are served by this one ordered stream; a part switched off is not
-//! delivered, and [`Client::elect`] is refused when elections are off.
+//! delivered, and [`Input::Elect`] is refused when elections are off.
 //!
 //! See [the module docs](super) for the driving contract.
 

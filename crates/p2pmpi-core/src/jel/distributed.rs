@@ -35,11 +35,11 @@
 //!   in a pool too small for that) the member is pronounced dead. The version is not a
 //!   heartbeat (it grows only to refute): nothing changes in a quiet pool, so the exchanges
 //!   carry nothing new, and no time-out depends on how fast n entries can be refreshed.
-//! * **Elections** ([`Input::Elect`](super::Input::Elect)): a node that needs the result of
+//! * **Elections** ([`Input::Elect`]): a node that needs the result of
 //!   an unknown election declares itself the winner; merging two different winners keeps
 //!   the lowest id, so one winner remains. When a winner leaves or dies the entry is dropped and the candidates
 //!   declare themselves again.
-//! * **Leaving** ([`Input::Leave`](super::Input::Leave)): the node's `Left` entry is sent to
+//! * **Leaving** ([`Input::Leave`]): the node's `Left` entry is sent to
 //!   [`Config::leave_fanout`] peers, which gossip it on.
 //!
 //! See [the module docs](super) for the driving contract.
