@@ -1,6 +1,97 @@
-//! LEB128 integers, shared by the cores' compact binary encodings (the k-monitor detector's
-//! and JEL's messages). One form per value: an overlong encoding (a last byte of zero after
-//! others) is refused, so that what a decoder accepts encodes back to the same bytes.
+//! What the cores' compact binary encodings (the k-monitor detector's and JEL's messages)
+//! share: LEB128 integers, a bounds-checked `Reader` and the one [`DecodeError`].
+//!
+//! An integer has one form per value: an overlong encoding (a last byte of zero after others)
+//! is refused, so that what a decoder accepts encodes back to the same bytes. Readers reject
+//! anything malformed and never panic.
+
+use std::fmt;
+
+/// Why bytes are not a message (of any core's encoding).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DecodeError {
+    /// The bytes end inside the message.
+    Truncated,
+    /// Unknown message (or event) tag.
+    BadTag(u8),
+    /// An out-of-range field (address family, prefix, overlong integer, name not UTF-8 or
+    /// too long, ...), named.
+    BadField(&'static str),
+    /// Bytes after the message.
+    Trailing(usize),
+}
+
+impl fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DecodeError::Truncated => write!(f, "truncated message"),
+            DecodeError::BadTag(t) => write!(f, "unknown message tag {t}"),
+            DecodeError::BadField(w) => write!(f, "bad {w} in a message"),
+            DecodeError::Trailing(n) => write!(f, "{n} bytes after a message"),
+        }
+    }
+}
+
+impl std::error::Error for DecodeError {}
+
+/// Reads a message's fields from its bytes, front to back. The encodings add their own
+/// fields (addresses, endpoints, events) in their modules.
+pub(crate) struct Reader<'a> {
+    pub(crate) b: &'a [u8],
+    pub(crate) at: usize,
+}
+
+impl<'a> Reader<'a> {
+    pub(crate) fn new(b: &'a [u8]) -> Reader<'a> {
+        Reader { b, at: 0 }
+    }
+
+    pub(crate) fn u8(&mut self) -> Result<u8, DecodeError> {
+        let v = *self.b.get(self.at).ok_or(DecodeError::Truncated)?;
+        self.at += 1;
+        Ok(v)
+    }
+
+    pub(crate) fn bytes<const N: usize>(&mut self) -> Result<[u8; N], DecodeError> {
+        let s = self.b.get(self.at..self.at.saturating_add(N)).ok_or(DecodeError::Truncated)?;
+        self.at += N;
+        let mut a = [0u8; N];
+        a.copy_from_slice(s);
+        Ok(a)
+    }
+
+    /// A LEB128 integer.
+    pub(crate) fn var(&mut self) -> Result<u64, DecodeError> {
+        get_var(self.b, &mut self.at).map_err(|e| match e {
+            VarError::Truncated => DecodeError::Truncated,
+            VarError::Bad => DecodeError::BadField("integer"),
+        })
+    }
+
+    /// A count of elements, at most the bytes left (every element takes at least one).
+    pub(crate) fn len(&mut self) -> Result<usize, DecodeError> {
+        let n = self.var()?;
+        if n > (self.b.len() - self.at) as u64 {
+            return Err(DecodeError::Truncated);
+        }
+        Ok(n as usize)
+    }
+
+    /// Everything left (a nested message).
+    pub(crate) fn rest(&mut self) -> &'a [u8] {
+        let s = &self.b[self.at..];
+        self.at = self.b.len();
+        s
+    }
+
+    /// The end: nothing may follow.
+    pub(crate) fn finish(&self) -> Result<(), DecodeError> {
+        if self.at != self.b.len() {
+            return Err(DecodeError::Trailing(self.b.len() - self.at));
+        }
+        Ok(())
+    }
+}
 
 /// Appends `v` as LEB128.
 pub(crate) fn put_var(out: &mut Vec<u8>, mut v: u64) {

@@ -37,16 +37,18 @@
 //!
 //! # Driving it
 //!
-//! [`Detector`] does no I/O and reads no clock: the driver passes the current time (a
-//! [`Duration`] since any fixed origin: a real clock in the library, virtual time in the
-//! simulator) to [`Detector::handle_timeout`] and [`Detector::handle_message`], sends what
-//! [`Detector::poll_transmit`] returns, reports what [`Detector::poll_event`] returns, and
-//! wakes up again at [`Detector::poll_timeout`].
+//! [`Detector`] is a [`Machine`]: it does no I/O and reads no clock. The driver passes the
+//! current time (a [`Time`] since any fixed origin: a real clock in the library, virtual time
+//! in the simulator) to [`Machine::handle_timeout`] and to [`Machine::handle_input`] (an
+//! [`Input::Message`] that arrived, or an [`Input::Dead`] learned elsewhere), sends the
+//! [`Output::Transmit`]s and reports the [`Output::Event`]s that [`Machine::poll_output`]
+//! returns, and wakes up again at [`Machine::poll_timeout`].
 //!
 //! The reliability analysis of the seeds (a node whose every *source* failed hears nothing
 //! and wrongly suspects everyone) is [`sources`] and [`detector_fails`], with the exact
 //! probability for small `n` in [`exact_detector_failure`].
 
+use crate::machine::{Machine, Time};
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 use std::fmt;
@@ -346,6 +348,25 @@ pub enum Event {
     Failed(usize),
 }
 
+/// What the driver feeds a [`Detector`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Input {
+    /// A message from process `from` arrived.
+    Message { from: usize, msg: Message },
+    /// Process `k` is known dead from elsewhere (its launcher saw it exit, or a send to it
+    /// failed for good): confirmed at once ([`Event::Failed`] unless already dead).
+    Dead(usize),
+}
+
+/// What a [`Detector`] asks its driver to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Output {
+    /// Send this message.
+    Transmit(Transmit),
+    /// Report this to the application.
+    Event(Event),
+}
+
 /// The state of one process as this detector sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Status {
@@ -400,15 +421,14 @@ pub struct Detector {
     next_gossip: Duration,
     rng: u64,
     nonce: u64,
-    out: VecDeque<Transmit>,
-    events: VecDeque<Event>,
+    out: VecDeque<Output>,
     sent_gossips: u64,
 }
 
 impl Detector {
     /// A detector for process `me` of `n`, started at `now` with the counters of `start`;
     /// `seed` drives the random protocol and the ping nonces. The first gossip is sent at the
-    /// first [`handle_timeout`](Self::handle_timeout).
+    /// first [`handle_timeout`](Machine::handle_timeout).
     pub fn new(me: usize, n: usize, cfg: FdConfig, now: Duration, start: Start, seed: u64) -> Detector {
         assert!(me < n, "process {me} is not among {n}");
         let tg = cfg.t_gossip.as_nanos().max(1);
@@ -433,7 +453,6 @@ impl Detector {
             rng: seed ^ 0x9E37_79B9_7F4A_7C15 ^ ((me as u64) << 32),
             nonce: seed.rotate_left(17) ^ me as u64,
             out: VecDeque::new(),
-            events: VecDeque::new(),
             sent_gossips: 0,
         }
     }
@@ -512,14 +531,18 @@ impl Detector {
         (0..self.n).map(|i| (start + i) % self.n).find(|&d| d != self.me && self.status[d] != Status::Dead)
     }
 
-    /// Records that process `k` is known dead from elsewhere (its launcher saw it exit, or
-    /// a send to it failed for good). Emits [`Event::Failed`] unless already dead.
-    pub fn mark_dead(&mut self, k: usize) {
+    /// Records that process `k` is dead ([`Input::Dead`], or a ping unanswered). Emits
+    /// [`Event::Failed`] unless already dead.
+    fn mark_dead(&mut self, k: usize) {
         if k < self.n && k != self.me && self.status[k] != Status::Dead {
             self.status[k] = Status::Dead;
             self.pings[k] = None;
-            self.events.push_back(Event::Failed(k));
+            self.out.push_back(Output::Event(Event::Failed(k)));
         }
+    }
+
+    fn transmit(&mut self, to: usize, msg: Message) {
+        self.out.push_back(Output::Transmit(Transmit { to, msg }));
     }
 
     /// This process's heartbeat at `now`: its initial value plus the periods elapsed.
@@ -530,7 +553,7 @@ impl Detector {
 
     /// Advances time: sends the round's gossip when due, suspects processes whose counter
     /// lags too far behind, pings them and confirms failures whose pings went unanswered.
-    pub fn handle_timeout(&mut self, now: Duration) {
+    fn timeout(&mut self, now: Duration) {
         let me = self.me;
         self.heartbeats[me] = self.heartbeats[me].max(self.clock(now));
         if now >= self.next_gossip {
@@ -538,7 +561,7 @@ impl Detector {
             // round of the cycle (the protocols' schedules assume it) however late it started.
             self.round = (self.heartbeats[me] % cycle_len(self.cfg.protocol, self.n) as u64) as u32 + 1;
             if let Some(to) = self.current_target() {
-                self.out.push_back(Transmit { to, msg: Message::Gossip { heartbeats: self.heartbeats.clone() } });
+                self.transmit(to, Message::Gossip { heartbeats: self.heartbeats.clone() });
                 self.sent_gossips += 1;
             }
             self.next_gossip += self.cfg.t_gossip;
@@ -560,7 +583,7 @@ impl Detector {
                         && now >= self.grace_until[k] =>
                 {
                     self.status[k] = Status::Suspected;
-                    self.events.push_back(Event::Suspected(k));
+                    self.out.push_back(Output::Event(Event::Suspected(k)));
                     self.nonce = self.nonce.wrapping_add(1);
                     let nonce = self.nonce;
                     self.pings[k] = Some(Ping {
@@ -569,7 +592,7 @@ impl Detector {
                         next_try: now + self.ping_interval(),
                         deadline: now + self.cfg.ping_timeout,
                     });
-                    self.out.push_back(Transmit { to: k, msg: Message::Ping { nonce } });
+                    self.transmit(k, Message::Ping { nonce });
                 }
                 Status::Suspected => {
                     let Some(mut p) = self.pings[k] else { continue };
@@ -579,7 +602,7 @@ impl Detector {
                         p.tries += 1;
                         p.next_try = now + self.ping_interval();
                         self.pings[k] = Some(p);
-                        self.out.push_back(Transmit { to: k, msg: Message::Ping { nonce: p.nonce } });
+                        self.transmit(k, Message::Ping { nonce: p.nonce });
                     }
                 }
                 _ => {}
@@ -597,12 +620,12 @@ impl Detector {
             self.pings[k] = None;
             // Counters of a slow host may lag for a while: give it a full cleanup time.
             self.grace_until[k] = now + self.cfg.suspicion_after(self.n);
-            self.events.push_back(Event::Refuted(k));
+            self.out.push_back(Output::Event(Event::Refuted(k)));
         }
     }
 
     /// A message from process `from` arrived at `now`.
-    pub fn handle_message(&mut self, now: Duration, from: usize, msg: Message) -> Result<(), Rejected> {
+    fn message(&mut self, now: Duration, from: usize, msg: Message) -> Result<(), Rejected> {
         if from >= self.n {
             return Err(Rejected::UnknownSender(from));
         }
@@ -624,7 +647,7 @@ impl Detector {
             }
             Message::Ping { nonce } => {
                 let heartbeat = self.heartbeats[self.me].max(self.clock(now));
-                self.out.push_back(Transmit { to: from, msg: Message::Pong { nonce, heartbeat } });
+                self.transmit(from, Message::Pong { nonce, heartbeat });
             }
             Message::Pong { nonce, heartbeat } => {
                 if matches!(self.pings[from], Some(p) if p.nonce == nonce) && self.status[from] == Status::Suspected {
@@ -636,19 +659,9 @@ impl Detector {
         Ok(())
     }
 
-    /// The next message to send.
-    pub fn poll_transmit(&mut self) -> Option<Transmit> {
-        self.out.pop_front()
-    }
-
-    /// The next event for the application.
-    pub fn poll_event(&mut self) -> Option<Event> {
-        self.events.pop_front()
-    }
-
-    /// When [`handle_timeout`](Self::handle_timeout) must be called next (suspicions are
-    /// checked when this process's counter advances, at each gossip period).
-    pub fn poll_timeout(&self) -> Duration {
+    /// When [`handle_timeout`](Machine::handle_timeout) must be called next (suspicions are
+    /// checked when this process's counter advances, at each gossip period): always armed.
+    fn next_timeout(&self) -> Time {
         let mut t = self.next_gossip;
         for p in self.pings.iter().flatten() {
             t = t.min(p.deadline);
@@ -660,6 +673,37 @@ impl Detector {
     }
 }
 
+impl Machine for Detector {
+    type Input = Input;
+    type Output = Output;
+    type Rejected = Rejected;
+
+    /// A message ([`Rejected`] when malformed), or a death learned elsewhere.
+    fn handle_input(&mut self, now: Time, input: Input) -> Result<(), Rejected> {
+        match input {
+            Input::Message { from, msg } => self.message(now, from, msg),
+            Input::Dead(k) => {
+                self.mark_dead(k);
+                Ok(())
+            }
+        }
+    }
+
+    fn handle_timeout(&mut self, now: Time) {
+        self.timeout(now);
+    }
+
+    /// Transmits and events, in the order they arose.
+    fn poll_output(&mut self) -> Option<Output> {
+        self.out.pop_front()
+    }
+
+    /// Always `Some`: the gossip period is always armed.
+    fn poll_timeout(&self) -> Option<Time> {
+        Some(self.next_timeout())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -667,6 +711,31 @@ mod tests {
 
     fn ms(v: u64) -> Duration {
         Duration::from_millis(v)
+    }
+
+    /// A message from `from` at `now`, through the trait.
+    fn recv(d: &mut Detector, now: Duration, from: usize, msg: Message) -> Result<(), Rejected> {
+        d.handle_input(now, Input::Message { from, msg })
+    }
+
+    /// Every pending output, split into transmits and events.
+    fn outputs(d: &mut Detector) -> (Vec<Transmit>, Vec<Event>) {
+        let (mut tx, mut ev) = (Vec::new(), Vec::new());
+        for o in d.drain_outputs() {
+            match o {
+                Output::Transmit(t) => tx.push(t),
+                Output::Event(e) => ev.push(e),
+            }
+        }
+        (tx, ev)
+    }
+
+    fn transmits(d: &mut Detector) -> Vec<Transmit> {
+        outputs(d).0
+    }
+
+    fn events(d: &mut Detector) -> Vec<Event> {
+        outputs(d).1
     }
 
     /// The rounds' (sender → target) pairs, as the seeds print them.
@@ -772,36 +841,39 @@ mod tests {
     fn targets_skip_self_and_dead() {
         let mut d = Detector::new(0, 4, cfg(Protocol::Brr), ms(0), Start::at(0), 1);
         assert_eq!(d.current_target(), Some(1), "round 1 before any gossip");
-        d.mark_dead(1);
-        assert_eq!(d.poll_event(), Some(Event::Failed(1)));
+        d.handle_input(ms(0), Input::Dead(1)).unwrap();
+        assert_eq!(d.poll_output(), Some(Output::Event(Event::Failed(1))));
         assert_eq!(d.current_target(), Some(2));
-        d.mark_dead(2);
-        d.mark_dead(3);
+        d.handle_input(ms(0), Input::Dead(2)).unwrap();
+        d.handle_input(ms(0), Input::Dead(3)).unwrap();
+        d.handle_input(ms(0), Input::Dead(3)).unwrap();
+        assert_eq!(events(&mut d), vec![Event::Failed(2), Event::Failed(3)], "a death is reported once");
         assert_eq!(d.current_target(), None);
         let mut lone = Detector::new(0, 1, cfg(Protocol::Dbrr), ms(0), Start::at(0), 1);
         lone.handle_timeout(ms(0));
-        assert!(lone.poll_transmit().is_none());
+        assert!(lone.poll_output().is_none());
     }
 
     #[test]
     fn gossip_is_max_merged_and_rounds_cycle() {
         let mut d = Detector::new(1, 4, cfg(Protocol::Brr), ms(0), Start::at(5), 1);
-        d.handle_message(ms(10), 0, Message::Gossip { heartbeats: vec![7, 2, 0, 9] }).unwrap();
+        recv(&mut d, ms(10), 0, Message::Gossip { heartbeats: vec![7, 2, 0, 9] }).unwrap();
         // Entries not heard from yet hold this process's initial counter.
         assert_eq!(d.heartbeats(), &[7, 5, 5, 9]);
         // Counter 5: round 5 mod 2 + 1 = 2, target 1 + 2 = 3.
         d.handle_timeout(ms(20));
-        let t = d.poll_transmit().unwrap();
-        assert_eq!(t, Transmit { to: 3, msg: Message::Gossip { heartbeats: vec![7, 5, 5, 9] } });
+        let t = d.poll_output().unwrap();
+        assert_eq!(t, Output::Transmit(Transmit { to: 3, msg: Message::Gossip { heartbeats: vec![7, 5, 5, 9] } }));
         d.handle_timeout(ms(120));
-        assert_eq!(d.poll_transmit().unwrap().to, 2, "counter 6: round 1");
+        assert_eq!(transmits(&mut d)[0].to, 2, "counter 6: round 1");
         d.handle_timeout(ms(220));
-        assert_eq!(d.poll_transmit().unwrap().to, 3, "the cycle restarts after ⌈log2 n⌉ rounds");
+        assert_eq!(transmits(&mut d)[0].to, 3, "the cycle restarts after ⌈log2 n⌉ rounds");
         assert_eq!(
-            d.handle_message(ms(1), 0, Message::Gossip { heartbeats: vec![1] }),
+            recv(&mut d, ms(1), 0, Message::Gossip { heartbeats: vec![1] }),
             Err(Rejected::WrongSize { got: 1, want: 4 })
         );
-        assert_eq!(d.handle_message(ms(1), 9, Message::Ping { nonce: 1 }), Err(Rejected::UnknownSender(9)));
+        assert_eq!(recv(&mut d, ms(1), 9, Message::Ping { nonce: 1 }), Err(Rejected::UnknownSender(9)));
+        assert!(d.poll_output().is_none(), "a rejected input changes nothing");
     }
 
     #[test]
@@ -812,10 +884,13 @@ mod tests {
         // Others keep gossiping except 3.
         let mut t = 0;
         let mut pinged = None;
+        let mut evs = Vec::new();
         while t <= 600 {
-            d.handle_message(ms(t), 1, Message::Gossip { heartbeats: vec![0, t / 100 + 1, t / 100 + 1, 0] }).unwrap();
+            recv(&mut d, ms(t), 1, Message::Gossip { heartbeats: vec![0, t / 100 + 1, t / 100 + 1, 0] }).unwrap();
             d.handle_timeout(ms(t));
-            while let Some(tx) = d.poll_transmit() {
+            let (txs, ev) = outputs(&mut d);
+            evs.extend(ev);
+            for tx in txs {
                 if let Message::Ping { nonce } = tx.msg {
                     assert_eq!(tx.to, 3);
                     pinged.get_or_insert((t, nonce));
@@ -825,14 +900,13 @@ mod tests {
         }
         let (when, _) = pinged.expect("3 was pinged");
         assert_eq!(when, 400);
-        let evs: Vec<Event> = std::iter::from_fn(|| d.poll_event()).collect();
         assert_eq!(evs, vec![Event::Suspected(3), Event::Failed(3)]);
         assert_eq!(d.status(3), Status::Dead);
         assert_eq!(d.status(1), Status::Alive);
         // A dead process stays dead even if a stale table mentions a higher heartbeat.
-        d.handle_message(ms(700), 1, Message::Gossip { heartbeats: vec![0, 9, 9, 99] }).unwrap();
+        recv(&mut d, ms(700), 1, Message::Gossip { heartbeats: vec![0, 9, 9, 99] }).unwrap();
         assert_eq!(d.status(3), Status::Dead);
-        assert!(d.poll_event().is_none());
+        assert!(events(&mut d).is_empty());
     }
 
     #[test]
@@ -840,18 +914,17 @@ mod tests {
         let mut d = Detector::new(0, 2, cfg(Protocol::Brr), ms(0), Start::at(0), 7);
         // n = 2: T_cleanup = 2·1·100 ms.
         d.handle_timeout(ms(200));
-        let nonce = loop {
-            match d.poll_transmit().unwrap().msg {
-                Message::Ping { nonce } => break nonce,
-                _ => continue,
-            }
-        };
-        assert_eq!(d.poll_event(), Some(Event::Suspected(1)));
+        let (txs, evs) = outputs(&mut d);
+        let nonce = txs
+            .iter()
+            .find_map(|t| if let Message::Ping { nonce } = t.msg { Some(nonce) } else { None })
+            .expect("a ping");
+        assert_eq!(evs, vec![Event::Suspected(1)]);
         // A pong with a wrong nonce is ignored.
-        d.handle_message(ms(230), 1, Message::Pong { nonce: nonce ^ 1, heartbeat: 3 }).unwrap();
+        recv(&mut d, ms(230), 1, Message::Pong { nonce: nonce ^ 1, heartbeat: 3 }).unwrap();
         assert_eq!(d.status(1), Status::Suspected);
-        d.handle_message(ms(240), 1, Message::Pong { nonce, heartbeat: 3 }).unwrap();
-        assert_eq!(d.poll_event(), Some(Event::Refuted(1)));
+        recv(&mut d, ms(240), 1, Message::Pong { nonce, heartbeat: 3 }).unwrap();
+        assert_eq!(d.poll_output(), Some(Output::Event(Event::Refuted(1))));
         assert_eq!(d.status(1), Status::Alive);
         assert_eq!(d.heartbeats()[1], 3);
         // Suspected again only when the counter lags by T_cleanup again.
@@ -864,22 +937,25 @@ mod tests {
     #[test]
     fn pings_are_answered_with_the_heartbeat() {
         let mut d = Detector::new(1, 3, cfg(Protocol::Dbrr), ms(0), Start::at(42), 7);
-        d.handle_message(ms(5), 2, Message::Ping { nonce: 77 }).unwrap();
-        assert_eq!(d.poll_transmit(), Some(Transmit { to: 2, msg: Message::Pong { nonce: 77, heartbeat: 42 } }));
+        recv(&mut d, ms(5), 2, Message::Ping { nonce: 77 }).unwrap();
+        assert_eq!(
+            d.poll_output(),
+            Some(Output::Transmit(Transmit { to: 2, msg: Message::Pong { nonce: 77, heartbeat: 42 } }))
+        );
     }
 
     #[test]
     fn poll_timeout_points_at_the_next_deadline() {
         let mut d = Detector::new(0, 4, cfg(Protocol::Brr), ms(0), Start::at(0), 7);
-        assert_eq!(d.poll_timeout(), ms(0));
+        assert_eq!(d.poll_timeout(), Some(ms(0)));
         d.handle_timeout(ms(0));
-        assert_eq!(d.poll_timeout(), ms(100));
+        assert_eq!(d.poll_timeout(), Some(ms(100)));
         assert_eq!(d.gossips_sent(), 1);
         // Far in the future (a late driver): one gossip, no burst, and the pings' retries next.
         d.handle_timeout(ms(1000));
         assert_eq!(d.gossips_sent(), 2);
         assert_eq!(d.heartbeats()[0], 10, "the counter follows the time, not the rounds run");
-        assert_eq!(d.poll_timeout(), ms(1000) + ms(100) / 3);
+        assert_eq!(d.poll_timeout(), Some(ms(1000) + ms(100) / 3));
         d.handle_timeout(ms(1010));
         assert_eq!(d.gossips_sent(), 2);
     }
@@ -889,6 +965,7 @@ mod tests {
         let c = cfg(p);
         let mut ds: Vec<Detector> = (0..n).map(|i| Detector::new(i, n, c, ms(0), Start::at(0), i as u64)).collect();
         let mut detected = vec![None; n];
+        let mut events: Vec<Vec<Event>> = vec![Vec::new(); n];
         let mut t = 0;
         while t <= until {
             let now = ms(t);
@@ -898,21 +975,21 @@ mod tests {
                     continue;
                 }
                 d.handle_timeout(now);
-                while let Some(tx) = d.poll_transmit() {
-                    inflight.push((i, tx));
-                }
+                let (txs, evs) = outputs(d);
+                inflight.extend(txs.into_iter().map(|tx| (i, tx)));
+                events[i].extend(evs);
             }
             while let Some((from, tx)) = inflight.pop() {
                 if tx.to == crash && t >= crash_at {
                     continue;
                 }
-                ds[tx.to].handle_message(now, from, tx.msg).unwrap();
-                while let Some(tx2) = ds[tx.to].poll_transmit() {
-                    inflight.push((tx.to, tx2));
-                }
+                recv(&mut ds[tx.to], now, from, tx.msg).unwrap();
+                let (txs, evs) = outputs(&mut ds[tx.to]);
+                inflight.extend(txs.into_iter().map(|tx2| (tx.to, tx2)));
+                events[tx.to].extend(evs);
             }
-            for (i, d) in ds.iter_mut().enumerate() {
-                while let Some(e) = d.poll_event() {
+            for (i, evs) in events.iter_mut().enumerate() {
+                for e in evs.drain(..) {
                     match e {
                         Event::Failed(k) => {
                             assert_eq!(k, crash, "false detection of {k} at {t} ms by {i}");
@@ -976,27 +1053,26 @@ mod tests {
                 }
             }
             let mut inflight = Vec::new();
+            let mut evs = Vec::new();
             for (i, d) in ds.iter_mut().enumerate() {
                 if let Some(d) = d {
                     d.handle_timeout(now);
-                    while let Some(tx) = d.poll_transmit() {
-                        inflight.push((i, tx));
-                    }
+                    let (txs, ev) = outputs(d);
+                    inflight.extend(txs.into_iter().map(|tx| (i, tx)));
+                    evs.extend(ev);
                 }
             }
             while let Some((from, tx)) = inflight.pop() {
                 if let Some(d) = ds[tx.to].as_mut() {
-                    d.handle_message(now, from, tx.msg).unwrap();
-                    while let Some(tx2) = d.poll_transmit() {
-                        inflight.push((tx.to, tx2));
-                    }
+                    recv(d, now, from, tx.msg).unwrap();
+                    let (txs, ev) = outputs(d);
+                    inflight.extend(txs.into_iter().map(|tx2| (tx.to, tx2)));
+                    evs.extend(ev);
                 }
             }
-            for d in ds.iter_mut().flatten() {
-                while let Some(e) = d.poll_event() {
-                    suspicions += matches!(e, Event::Suspected(_)) as usize;
-                    failures += matches!(e, Event::Failed(_)) as usize;
-                }
+            for e in evs {
+                suspicions += matches!(e, Event::Suspected(_)) as usize;
+                failures += matches!(e, Event::Failed(_)) as usize;
             }
         }
         (suspicions, failures)

@@ -71,30 +71,32 @@
 //!
 //! # Driving it
 //!
-//! [`Node`] does no I/O, reads no clock and draws no entropy: the driver passes the time (a
-//! [`Duration`] since any fixed origin) to every input and polls [`Node::poll_action`]:
+//! [`Node`] is a [`Machine`]: it does no I/O, reads no clock and draws no entropy. The driver
+//! feeds it [`Input`]s with the time (a [`Time`] since any fixed origin), starting with
+//! [`Input::Start`], and polls its outputs, the [`Action`]s:
 //!
 //! * [`Action::Connect`]: open a TCP connection to that endpoint; report
-//!   [`Node::on_connected`] or [`Node::on_connect_failed`] (after the driver's own retries:
+//!   [`Input::Connected`] or [`Input::ConnectFailed`] (after the driver's own retries:
 //!   inside a cluster, a refused connection means a failed process).
 //! * [`Action::Send`]: write the message ([`encode`]) on the connection to that peer, in the
 //!   order given. The node only sends on connections it opened and that are up, or on which
-//!   the peer spoke first. Incoming bytes are [`decode`]d and passed to [`Node::on_message`]
+//!   the peer spoke first. Incoming bytes are [`decode`]d and fed as [`Input::Message`]
 //!   (a connection accepted from a peer is known by its first message, a monitor request).
 //! * [`Action::Disconnect`]: close the connection once the messages before it are written
 //!   (nothing uses it any more). A connection that breaks (reset, EOF) is reported with
-//!   [`Node::on_connection_reset`]; one the node does not use any more is ignored.
+//!   [`Input::ConnectionReset`]; one the node does not use any more is ignored.
 //! * [`Action::Failed`]: tell the application; final.
-//! * Call [`Node::tick`] at [`Node::next_deadline`] (and whenever convenient: it is cheap).
+//! * Call [`Machine::handle_timeout`] at [`Machine::poll_timeout`] (and whenever convenient:
+//!   it is cheap).
 //!
-//! The intended runtime driver (not written yet) mirrors the gossip detector's thread in
-//! `p2pmpi::failure`: one thread per process with a listening socket and a `mio` poll over
-//! the connections, a `HashMap<NodeId, Connection>` with a length-prefixed framing of
-//! [`encode`]d messages, and a loop `tick(now)` → drain actions → poll with the timeout
-//! `next_deadline() − now` → feed inputs. The launcher hands every process the same
-//! [`Directory`] (the ranks' endpoints with their subnet masks); failures become
-//! `p2pmpi::failure::Notice`s as the gossip detector's do.
+//! The runtime driver (`p2pmpi::failure::kmonitor`) mirrors the gossip detector's thread:
+//! one thread per process with a listening socket and a poll over the connections, a
+//! length-prefixed framing of [`encode`]d messages, and a loop `handle_timeout(now)` → drain
+//! outputs → poll with the time-out `poll_timeout() − now` → feed inputs. The launcher hands
+//! every process the same [`Directory`] (the ranks' endpoints with their subnet masks);
+//! failures become `p2pmpi::failure::Notice`s as the gossip detector's do.
 
+use crate::machine::{Machine, Time};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::fmt;
@@ -312,14 +314,49 @@ pub enum Cause {
     Notice { from: NodeId },
     /// This process was declared failed by others (it then stops).
     Excluded,
-    /// The application declared it dead ([`Node::on_declared`]: e.g. the job's supervisor).
+    /// The application declared it dead ([`Input::Declared`]: e.g. the job's supervisor).
     Declared,
 }
 
-/// What the driver must do.
+/// What the driver feeds a [`Node`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Input {
+    /// Start the detector: pick `k` monitors among the processes of its cluster known from
+    /// the start, and schedule the connections to the other clusters. Nothing happens before.
+    Start,
+    /// A message from `from` arrived.
+    Message { from: NodeId, msg: Message },
+    /// The connection this node asked for ([`Action::Connect`]) to this peer is open.
+    Connected(NodeId),
+    /// No connection could be opened to this peer: inside the cluster it has failed; in
+    /// another cluster it may be behind a NAT or firewall, and another member is tried.
+    ConnectFailed(NodeId),
+    /// The connection to this peer broke (reset, or closed by the peer).
+    ConnectionReset(NodeId),
+    /// This process did not run for this long (its thread starved of CPU, the whole machine
+    /// stalled, the process stopped): silence measured while it was not running says nothing
+    /// of the others, which may not have been scheduled again yet either. Every silence it
+    /// measures (the processes it monitors, wide-area peers, requests and confirmations in
+    /// flight) is shortened by the stall, so it accuses nobody for less than `T_to` of its own
+    /// running time. Feed it after what waited for the process, before
+    /// [`handle_timeout`](Machine::handle_timeout). A real failure is then reported up to the
+    /// stall later; stalls shorter than a heartbeat period are not worth it.
+    Stall(Duration),
+    /// This process leaves (its program ended): every connection gets [`Message::Leave`] and
+    /// is closed, and the node stops (no heartbeat, no time-out, no failure any more). The
+    /// others forget it without declaring it failed.
+    Leave,
+    /// The application declares this process dead (for instance the job's supervisor did): it
+    /// is failed from now on, the notice is flooded and the monitor set repaired, as for a
+    /// failure this process detected ([`Cause::Declared`]).
+    Declared(NodeId),
+}
+
+/// What the driver must do (a [`Node`]'s output).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Action {
-    /// Open a connection to this endpoint, then report `on_connected` / `on_connect_failed`.
+    /// Open a connection to this endpoint, then report [`Input::Connected`] /
+    /// [`Input::ConnectFailed`].
     Connect { to: Endpoint },
     /// Write this message on the connection to `to`.
     Send { to: NodeId, msg: Message },
@@ -463,7 +500,7 @@ pub struct Stats {
     pub refuted: u64,
     /// Monitor requests an isolated process sent to processes it declared failed.
     pub probes: u64,
-    /// Stalls of this process ([`Node::on_stall`]).
+    /// Stalls of this process ([`Input::Stall`]).
     pub stalls: u64,
 }
 
@@ -505,14 +542,14 @@ pub struct Node {
     next_hb: Duration,
     next_wide_hb: Duration,
     started: bool,
-    /// When a quiet process probes next ([`Node::isolated`]).
+    /// When a quiet process probes next (see the module's documentation: a cut that heals).
     next_probe: Duration,
     /// The last message from a process not failed.
     last_heard: Duration,
     /// The process probed last, while its answer may come.
     probing: Option<NodeId>,
     excluded: bool,
-    /// This process left ([`Node::leave`]).
+    /// This process left ([`Input::Leave`]).
     left: bool,
     /// Processes that left (also in `failed`, which silences them, but never reported).
     departed: BTreeSet<NodeId>,
@@ -524,7 +561,7 @@ pub struct Node {
 impl Node {
     /// The detector of process `me`, knowing the processes of `dir` from the start (`me` may
     /// or may not be among them). `seed` drives every random choice. Nothing happens before
-    /// [`on_start`](Self::on_start).
+    /// [`Input::Start`].
     pub fn new(me: Endpoint, dir: Arc<Directory>, cfg: Config, seed: u64) -> Node {
         let cluster = dir.key(&me);
         let mut view = dir.digest;
@@ -662,13 +699,8 @@ impl Node {
         self.stats
     }
 
-    /// The next action for the driver.
-    pub fn poll_action(&mut self) -> Option<Action> {
-        self.out.pop_front()
-    }
-
     /// When [`tick`](Self::tick) must be called next (`None`: nothing scheduled).
-    pub fn next_deadline(&self) -> Option<Duration> {
+    fn next_deadline(&self) -> Option<Duration> {
         if !self.started || self.excluded || self.left {
             return None;
         }
@@ -1123,15 +1155,8 @@ impl Node {
 
     // ---------------------------------------------------------------- inputs
 
-    /// This process did not run for `stalled` (its thread starved of CPU, the whole machine
-    /// stalled, the process stopped): silence measured while it was not running says nothing
-    /// of the others, which may not have been scheduled again yet either. Every silence it
-    /// measures (the processes it monitors, wide-area peers, requests and confirmations in
-    /// flight) is shortened by `stalled`, so it accuses nobody for less than `T_to` of its own
-    /// running time. Call it after reading what waited for the process, before
-    /// [`tick`](Self::tick). A real failure is then reported up to `stalled` later; stalls
-    /// shorter than a heartbeat period are not worth it.
-    pub fn on_stall(&mut self, now: Duration, stalled: Duration) {
+    /// [`Input::Stall`].
+    fn on_stall(&mut self, now: Duration, stalled: Duration) {
         if !self.started || self.excluded || self.left {
             return;
         }
@@ -1149,10 +1174,8 @@ impl Node {
         shift(&mut self.last_heard);
     }
 
-    /// This process leaves (its program ended): every connection gets [`Message::Leave`] and
-    /// is closed, and the node stops (no heartbeat, no timeout, no failure any more). The
-    /// others forget it without declaring it failed.
-    pub fn leave(&mut self, _now: Duration) {
+    /// [`Input::Leave`].
+    fn leave(&mut self) {
         if !self.started || self.excluded || self.left {
             return;
         }
@@ -1170,18 +1193,15 @@ impl Node {
         }
     }
 
-    /// The application declares `node` dead (for instance the job's supervisor did): it is
-    /// failed from now on, the notice is flooded and the monitor set repaired, as for a
-    /// failure this process detected ([`Cause::Declared`]).
-    pub fn on_declared(&mut self, node: NodeId, now: Duration) {
+    /// [`Input::Declared`].
+    fn on_declared(&mut self, node: NodeId, now: Duration) {
         if node != self.me.id {
             self.detect_failure(node, Cause::Declared, now);
         }
     }
 
-    /// Starts the detector: picks `k` monitors among the processes of its cluster known from
-    /// the start, and schedules the connections to the other clusters.
-    pub fn on_start(&mut self, now: Duration) {
+    /// [`Input::Start`].
+    fn on_start(&mut self, now: Duration) {
         if self.started {
             return;
         }
@@ -1199,8 +1219,8 @@ impl Node {
         self.schedule_all_wide(now);
     }
 
-    /// The connection this node asked for (to `peer`) is open.
-    pub fn on_connected(&mut self, peer: NodeId, now: Duration) {
+    /// [`Input::Connected`] (also a first message on a connection being opened).
+    fn on_connected(&mut self, peer: NodeId, now: Duration) {
         if let Some(Conn::Opening(q)) = self.conns.get_mut(&peer) {
             let q = std::mem::take(q);
             self.conns.insert(peer, Conn::Up);
@@ -1217,9 +1237,8 @@ impl Node {
         }
     }
 
-    /// No connection could be opened to `peer`: inside the cluster it has failed; in another
-    /// cluster it may be behind a NAT or firewall, and another member is tried.
-    pub fn on_connect_failed(&mut self, peer: NodeId, now: Duration) {
+    /// [`Input::ConnectFailed`].
+    fn on_connect_failed(&mut self, peer: NodeId, now: Duration) {
         if !matches!(self.conns.get(&peer), Some(Conn::Opening(_))) {
             return;
         }
@@ -1238,8 +1257,8 @@ impl Node {
         }
     }
 
-    /// The connection to `peer` broke (reset, or closed by the peer).
-    pub fn on_connection_reset(&mut self, peer: NodeId, now: Duration) {
+    /// [`Input::ConnectionReset`].
+    fn on_connection_reset(&mut self, peer: NodeId, now: Duration) {
         if self.conns.remove(&peer).is_none() || self.failed.contains(&peer) || self.excluded || self.left {
             return;
         }
@@ -1258,27 +1277,116 @@ impl Node {
         }
     }
 
-    /// A message from `from` arrived.
-    pub fn on_message(&mut self, from: NodeId, msg: Message, now: Duration) {
+    /// A message from a process this one declared failed. Fencing: it is not heard any more.
+    /// For a cut that healed (see the module's documentation): the probed process's answer is
+    /// heeded, and a prober is told it failed.
+    fn fenced_message(&mut self, from: NodeId, msg: &Message, now: Duration) {
+        if self.probing == Some(from) && *msg == Message::Fenced {
+            self.probing = None;
+            self.detect_failure(self.me.id, Cause::Notice { from }, now);
+        } else if matches!(msg, Message::MonitorReq { .. })
+            && !self.departed.contains(&from)
+            && !self.conns.contains_key(&from)
+            && !self.quiet(now)
+        {
+            // On the connection it opened, closed after what was written.
+            self.out.push_back(Action::Send { to: from, msg: Message::Fenced });
+            self.out.push_back(Action::Disconnect { to: from });
+        }
+    }
+
+    /// A monitor request from `from` (its endpoint `ep`, its view digest).
+    fn on_monitor_req(&mut self, from: NodeId, ep: Endpoint, view: ViewDigest, now: Duration) {
+        let new = self.learn(&[ep], now);
+        if view != self.view {
+            let mut nodes: Vec<Endpoint> = self.dir.endpoints.clone();
+            nodes.extend(self.learned.values().copied());
+            nodes.retain(|e| !self.failed.contains(&e.id));
+            self.send(from, Message::NodeInfo { nodes });
+        }
+        self.send(from, Message::MonitorAck);
+        if self.key(&ep) == self.cluster {
+            self.monitored.insert(from, now);
+        } else {
+            self.wide.insert(from, now);
+            self.add_wconn(self.me.id, from, None);
+            self.send_failed_set(from);
+        }
+        if !new.is_empty() {
+            self.flood(&Message::NodeInfo { nodes: new }, Some(from), false);
+        }
+    }
+
+    /// `from` acknowledged a monitor request (or a wide-area one).
+    fn on_monitor_ack(&mut self, from: NodeId, now: Duration) {
+        if self.asked.remove(&from).is_some() {
+            self.monitors.insert(from);
+            if self.monitors.len() > self.cfg.k {
+                let old: Vec<NodeId> = self.monitors.iter().copied().filter(|&m| m != from).collect();
+                let q = old[below(&mut self.rng, old.len())];
+                self.monitors.remove(&q);
+                self.stats.cancels += 1;
+                self.send(q, Message::MonitorCancel);
+                self.maybe_disconnect(q);
+            }
+            self.send_monitor_set();
+        } else if self.wide_asked.remove(&from).is_some() {
+            self.wide.insert(from, now);
+            self.add_wconn(self.me.id, from, None);
+            self.send_failed_set(from);
+            if let Some(c) = self.cluster_of(from) {
+                self.schedule_wide(c, now);
+            }
+        } else if !self.monitors.contains(&from) && !self.wide.contains_key(&from) {
+            // An ack nobody waits for (the request was given up): withdraw it.
+            self.send(from, Message::MonitorCancel);
+            self.maybe_disconnect(from);
+        }
+    }
+
+    /// (Confirmation) `from` asks whether this process heard from `suspect` lately.
+    fn on_confirm_req(&mut self, from: NodeId, suspect: NodeId, now: Duration) {
+        let heard = self.monitored.get(&suspect).or_else(|| self.wide.get(&suspect)).copied();
+        let verdict = if self.failed.contains(&suspect) {
+            Verdict::Silent
+        } else {
+            match heard {
+                Some(t) if now.saturating_sub(t) < self.cfg.confirm_silence => Verdict::Alive,
+                Some(_) => Verdict::Silent,
+                None => Verdict::Unknown,
+            }
+        };
+        self.send(from, Message::ConfirmAns { suspect, verdict });
+        self.maybe_disconnect(from);
+    }
+
+    /// (Confirmation) the answer of `from`, the co-monitor asked about `suspect`.
+    fn on_confirm_ans(&mut self, from: NodeId, suspect: NodeId, verdict: Verdict, now: Duration) {
+        match verdict {
+            Verdict::Silent => {
+                self.confirms.remove(&suspect);
+                self.maybe_disconnect(from);
+                self.detect_failure(suspect, Cause::Silent, now);
+            }
+            Verdict::Alive => {
+                self.confirms.remove(&suspect);
+                self.stats.refuted += 1;
+                if let Some(t) = self.monitored.get_mut(&suspect) {
+                    *t = now;
+                }
+                self.maybe_disconnect(from);
+            }
+            Verdict::Unknown => self.confirm_next(suspect, now),
+        }
+    }
+
+    /// [`Input::Message`]: a message from `from` arrived.
+    fn on_message(&mut self, from: NodeId, msg: Message, now: Duration) {
         if self.excluded || self.left || from == self.me.id {
             return;
         }
         if self.failed.contains(&from) {
-            // Fencing: a process declared failed is not heard any more. For a cut that
-            // healed (see the module's documentation): the probed process's answer is
-            // heeded, and a prober is told it failed.
-            if self.probing == Some(from) && msg == Message::Fenced {
-                self.probing = None;
-                self.detect_failure(self.me.id, Cause::Notice { from }, now);
-            } else if matches!(msg, Message::MonitorReq { .. })
-                && !self.departed.contains(&from)
-                && !self.conns.contains_key(&from)
-                && !self.quiet(now)
-            {
-                // On the connection it opened, closed after what was written.
-                self.out.push_back(Action::Send { to: from, msg: Message::Fenced });
-                self.out.push_back(Action::Disconnect { to: from });
-            }
+            self.fenced_message(from, &msg, now);
             return;
         }
         self.last_heard = now;
@@ -1302,50 +1410,9 @@ impl Node {
                 if ep.id != from {
                     return;
                 }
-                let new = self.learn(&[ep], now);
-                if view != self.view {
-                    let mut nodes: Vec<Endpoint> = self.dir.endpoints.clone();
-                    nodes.extend(self.learned.values().copied());
-                    nodes.retain(|e| !self.failed.contains(&e.id));
-                    self.send(from, Message::NodeInfo { nodes });
-                }
-                self.send(from, Message::MonitorAck);
-                if self.key(&ep) == self.cluster {
-                    self.monitored.insert(from, now);
-                } else {
-                    self.wide.insert(from, now);
-                    self.add_wconn(self.me.id, from, None);
-                    self.send_failed_set(from);
-                }
-                if !new.is_empty() {
-                    self.flood(&Message::NodeInfo { nodes: new }, Some(from), false);
-                }
+                self.on_monitor_req(from, ep, view, now);
             }
-            Message::MonitorAck => {
-                if self.asked.remove(&from).is_some() {
-                    self.monitors.insert(from);
-                    if self.monitors.len() > self.cfg.k {
-                        let old: Vec<NodeId> = self.monitors.iter().copied().filter(|&m| m != from).collect();
-                        let q = old[below(&mut self.rng, old.len())];
-                        self.monitors.remove(&q);
-                        self.stats.cancels += 1;
-                        self.send(q, Message::MonitorCancel);
-                        self.maybe_disconnect(q);
-                    }
-                    self.send_monitor_set();
-                } else if self.wide_asked.remove(&from).is_some() {
-                    self.wide.insert(from, now);
-                    self.add_wconn(self.me.id, from, None);
-                    self.send_failed_set(from);
-                    if let Some(c) = self.cluster_of(from) {
-                        self.schedule_wide(c, now);
-                    }
-                } else if !self.monitors.contains(&from) && !self.wide.contains_key(&from) {
-                    // An ack nobody waits for (the request was given up): withdraw it.
-                    self.send(from, Message::MonitorCancel);
-                    self.maybe_disconnect(from);
-                }
-            }
+            Message::MonitorAck => self.on_monitor_ack(from, now),
             Message::MonitorCancel => {
                 self.monitored.remove(&from);
                 self.co_monitors.remove(&from);
@@ -1379,47 +1446,19 @@ impl Node {
                     self.co_monitors.insert(from, monitors.into_iter().filter(|&m| m != me).take(64).collect());
                 }
             }
-            Message::ConfirmReq { suspect } => {
-                let heard = self.monitored.get(&suspect).or_else(|| self.wide.get(&suspect)).copied();
-                let verdict = if self.failed.contains(&suspect) {
-                    Verdict::Silent
-                } else {
-                    match heard {
-                        Some(t) if now.saturating_sub(t) < self.cfg.confirm_silence => Verdict::Alive,
-                        Some(_) => Verdict::Silent,
-                        None => Verdict::Unknown,
-                    }
-                };
-                self.send(from, Message::ConfirmAns { suspect, verdict });
-                self.maybe_disconnect(from);
-            }
+            Message::ConfirmReq { suspect } => self.on_confirm_req(from, suspect, now),
             Message::ConfirmAns { suspect, verdict } => {
                 if !matches!(self.confirms.get(&suspect), Some(c) if c.asked == from) {
                     return;
                 }
-                match verdict {
-                    Verdict::Silent => {
-                        self.confirms.remove(&suspect);
-                        self.maybe_disconnect(from);
-                        self.detect_failure(suspect, Cause::Silent, now);
-                    }
-                    Verdict::Alive => {
-                        self.confirms.remove(&suspect);
-                        self.stats.refuted += 1;
-                        if let Some(t) = self.monitored.get_mut(&suspect) {
-                            *t = now;
-                        }
-                        self.maybe_disconnect(from);
-                    }
-                    Verdict::Unknown => self.confirm_next(suspect, now),
-                }
+                self.on_confirm_ans(from, suspect, verdict, now);
             }
         }
         self.maybe_disconnect(from);
     }
 
     /// Advances time: heartbeats, timeouts, wide-area attempts, confirmations.
-    pub fn tick(&mut self, now: Duration) {
+    fn tick(&mut self, now: Duration) {
         if !self.started || self.excluded || self.left {
             return;
         }
@@ -1479,6 +1518,40 @@ impl Node {
     }
 }
 
+impl Machine for Node {
+    type Input = Input;
+    type Output = Action;
+    type Rejected = std::convert::Infallible;
+
+    fn handle_input(&mut self, now: Time, input: Input) -> Result<(), Self::Rejected> {
+        match input {
+            Input::Start => self.on_start(now),
+            Input::Message { from, msg } => self.on_message(from, msg, now),
+            Input::Connected(peer) => self.on_connected(peer, now),
+            Input::ConnectFailed(peer) => self.on_connect_failed(peer, now),
+            Input::ConnectionReset(peer) => self.on_connection_reset(peer, now),
+            Input::Stall(stalled) => self.on_stall(now, stalled),
+            Input::Leave => self.leave(),
+            Input::Declared(node) => self.on_declared(node, now),
+        }
+        Ok(())
+    }
+
+    /// Heartbeats, time-outs, wide-area attempts, confirmations.
+    fn handle_timeout(&mut self, now: Time) {
+        self.tick(now);
+    }
+
+    fn poll_output(&mut self) -> Option<Action> {
+        self.out.pop_front()
+    }
+
+    /// `None` before [`Input::Start`], after [`Input::Leave`] or once excluded.
+    fn poll_timeout(&self) -> Option<Time> {
+        self.next_deadline()
+    }
+}
+
 fn next_period(prev: Duration, period: Duration, now: Duration) -> Duration {
     let next = prev + period;
     if next > now {
@@ -1491,31 +1564,8 @@ fn next_period(prev: Duration, period: Duration, now: Duration) -> Duration {
 
 // ------------------------------------------------------------------------ encoding
 
-/// Why bytes are not a message.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DecodeError {
-    /// The bytes end inside the message.
-    Truncated,
-    /// Unknown message tag.
-    BadTag(u8),
-    /// An out-of-range field (address family, prefix, verdict, overlong integer).
-    BadField(&'static str),
-    /// Bytes after the message.
-    Trailing(usize),
-}
-
-impl fmt::Display for DecodeError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            DecodeError::Truncated => write!(f, "truncated k-monitor message"),
-            DecodeError::BadTag(t) => write!(f, "unknown k-monitor message tag {t}"),
-            DecodeError::BadField(w) => write!(f, "bad {w} in a k-monitor message"),
-            DecodeError::Trailing(n) => write!(f, "{n} bytes after a k-monitor message"),
-        }
-    }
-}
-
-impl std::error::Error for DecodeError {}
+pub use crate::codec::DecodeError;
+use crate::codec::Reader;
 
 use crate::codec::put_var;
 
@@ -1604,46 +1654,14 @@ pub fn encoded_len(msg: &Message) -> usize {
     }
 }
 
-struct Reader<'a> {
-    b: &'a [u8],
-    at: usize,
-}
-
+/// The k-monitor detector's fields.
 impl Reader<'_> {
-    fn u8(&mut self) -> Result<u8, DecodeError> {
-        let v = *self.b.get(self.at).ok_or(DecodeError::Truncated)?;
-        self.at += 1;
-        Ok(v)
-    }
-
-    fn bytes<const N: usize>(&mut self) -> Result<[u8; N], DecodeError> {
-        let s = self.b.get(self.at..self.at + N).ok_or(DecodeError::Truncated)?;
-        self.at += N;
-        Ok(s.try_into().expect("length checked"))
-    }
-
-    fn var(&mut self) -> Result<u64, DecodeError> {
-        crate::codec::get_var(self.b, &mut self.at).map_err(|e| match e {
-            crate::codec::VarError::Truncated => DecodeError::Truncated,
-            crate::codec::VarError::Bad => DecodeError::BadField("integer"),
-        })
-    }
-
-    fn id(&mut self) -> Result<NodeId, DecodeError> {
+    fn node_id(&mut self) -> Result<NodeId, DecodeError> {
         NodeId::try_from(self.var()?).map_err(|_| DecodeError::BadField("process id"))
     }
 
-    /// A length, at most the bytes left (every element takes at least one).
-    fn len(&mut self) -> Result<usize, DecodeError> {
-        let n = self.var()?;
-        if n > (self.b.len() - self.at) as u64 {
-            return Err(DecodeError::Truncated);
-        }
-        Ok(n as usize)
-    }
-
     fn endpoint(&mut self) -> Result<Endpoint, DecodeError> {
-        let id = self.id()?;
+        let id = self.node_id()?;
         let (ip, max) = match self.u8()? {
             4 => (IpAddr::V4(Ipv4Addr::from(self.bytes::<4>()?)), 32),
             6 => (IpAddr::V6(Ipv6Addr::from(self.bytes::<16>()?)), 128),
@@ -1660,7 +1678,7 @@ impl Reader<'_> {
 
 /// Decodes one message ([`encode`]'s form); rejects anything malformed, never panics.
 pub fn decode(bytes: &[u8]) -> Result<Message, DecodeError> {
-    let mut r = Reader { b: bytes, at: 0 };
+    let mut r = Reader::new(bytes);
     let msg = match r.u8()? {
         1 => {
             let from = r.endpoint()?;
@@ -1679,22 +1697,22 @@ pub fn decode(bytes: &[u8]) -> Result<Message, DecodeError> {
             Message::NodeInfo { nodes }
         }
         5 => Message::Heartbeat,
-        6 => Message::Failure { node: r.id()? },
+        6 => Message::Failure { node: r.node_id()? },
         7 => {
-            let local = r.id()?;
+            let local = r.node_id()?;
             Message::WconnInfo { local, remote: r.endpoint()? }
         }
         8 => {
             let n = r.len()?;
             let mut monitors = Vec::with_capacity(n.min(1024));
             for _ in 0..n {
-                monitors.push(r.id()?);
+                monitors.push(r.node_id()?);
             }
             Message::MonitorSet { monitors }
         }
-        9 => Message::ConfirmReq { suspect: r.id()? },
+        9 => Message::ConfirmReq { suspect: r.node_id()? },
         10 => {
-            let suspect = r.id()?;
+            let suspect = r.node_id()?;
             let verdict = match r.u8()? {
                 0 => Verdict::Alive,
                 1 => Verdict::Silent,
@@ -1707,9 +1725,7 @@ pub fn decode(bytes: &[u8]) -> Result<Message, DecodeError> {
         12 => Message::Fenced,
         t => return Err(DecodeError::BadTag(t)),
     };
-    if r.at != bytes.len() {
-        return Err(DecodeError::Trailing(bytes.len() - r.at));
-    }
+    r.finish()?;
     Ok(msg)
 }
 
@@ -1833,7 +1849,7 @@ mod tests {
 
         fn start_all(&mut self) {
             for i in 0..self.nodes.len() {
-                self.nodes[i].on_start(self.now);
+                self.nodes[i].handle_input(self.now, Input::Start).unwrap();
                 self.after(i);
             }
         }
@@ -1844,7 +1860,7 @@ mod tests {
 
         /// Drains node `i`'s actions and re-arms its timer.
         fn after(&mut self, i: usize) {
-            while let Some(a) = self.nodes[i].poll_action() {
+            while let Some(a) = self.nodes[i].poll_output() {
                 self.trace.push(format!("{:?} {i} {a:?}", self.now));
                 match a {
                     Action::Connect { to } => {
@@ -1893,7 +1909,7 @@ mod tests {
                     Action::Failed { node, cause } => self.reports.push((i, node, cause, self.now)),
                 }
             }
-            if let Some(d) = self.nodes[i].next_deadline() {
+            if let Some(d) = self.nodes[i].poll_timeout() {
                 let d = d.max(self.now);
                 if self.armed[i].is_none_or(|a| d < a) {
                     self.armed[i] = Some(d);
@@ -1917,7 +1933,7 @@ mod tests {
                         }
                         self.armed[i] = None;
                         if self.alive[i] {
-                            self.nodes[i].tick(at);
+                            self.nodes[i].handle_timeout(at);
                             self.after(i);
                         }
                     }
@@ -1932,7 +1948,7 @@ mod tests {
                     Ev::Deliver { from, to, epoch, msg } => {
                         let open = self.conns.get(&pair(from, to)) == Some(&epoch);
                         if self.alive[to] && (open || self.closed_by.get(&epoch) == Some(&from)) {
-                            self.nodes[to].on_message(from as NodeId, msg, at);
+                            self.nodes[to].handle_input(at, Input::Message { from: from as NodeId, msg }).unwrap();
                             self.after(to);
                         }
                     }
@@ -1941,15 +1957,15 @@ mod tests {
                             continue;
                         }
                         if self.conns.get(&pair(a, b)) == Some(&epoch) {
-                            self.nodes[a].on_connected(b as NodeId, at);
+                            self.nodes[a].handle_input(at, Input::Connected(b as NodeId)).unwrap();
                         } else {
-                            self.nodes[a].on_connect_failed(b as NodeId, at);
+                            self.nodes[a].handle_input(at, Input::ConnectFailed(b as NodeId)).unwrap();
                         }
                         self.after(a);
                     }
                     Ev::ConnFail { a, b } => {
                         if self.alive[a] {
-                            self.nodes[a].on_connect_failed(b as NodeId, at);
+                            self.nodes[a].handle_input(at, Input::ConnectFailed(b as NodeId)).unwrap();
                             self.after(a);
                         }
                     }
@@ -1970,7 +1986,7 @@ mod tests {
                             continue;
                         }
                         if self.alive[to] {
-                            self.nodes[to].on_connection_reset(from as NodeId, at);
+                            self.nodes[to].handle_input(at, Input::ConnectionReset(from as NodeId)).unwrap();
                             self.after(to);
                         }
                     }
@@ -2173,10 +2189,10 @@ mod tests {
         for i in 0..n {
             let at = ms(3000 + 7 * i as u64);
             net.run_until(at);
-            net.nodes[i].leave(at);
+            net.nodes[i].handle_input(at, Input::Leave).unwrap();
             net.after(i);
             // Leaving is final: no timer, and messages are ignored.
-            assert_eq!(net.nodes[i].next_deadline(), None);
+            assert_eq!(net.nodes[i].poll_timeout(), None);
         }
         // The processes are gone (their sockets reset) once every one left.
         for i in 0..n {
@@ -2205,7 +2221,7 @@ mod tests {
         assert_eq!(net.reported(frozen as NodeId).len(), n - 1, "{:?}", net.reports);
         net.alive[frozen] = true;
         net.run_until(ms(12_000));
-        net.nodes[frozen].tick(ms(12_000));
+        net.nodes[frozen].handle_timeout(ms(12_000));
         net.after(frozen);
         let accused: Vec<(usize, NodeId, Cause)> =
             net.reports.iter().filter(|r| r.0 == frozen).map(|r| (r.0, r.1, r.2)).collect();
@@ -2278,8 +2294,8 @@ mod tests {
         }
         net.run_until(ms(5000));
         net.alive[0] = true;
-        net.nodes[0].on_stall(ms(5000), ms(3000));
-        net.nodes[0].tick(ms(5000));
+        net.nodes[0].handle_input(ms(5000), Input::Stall(ms(3000))).unwrap();
+        net.nodes[0].handle_timeout(ms(5000));
         net.after(0);
         assert!(net.reports.is_empty(), "accused after its own stall: {:?}", net.reports);
         // Without the stall notice, the same tick accuses every process it monitors.
@@ -2288,7 +2304,7 @@ mod tests {
         copy.run_until(ms(2000));
         let watched = copy.nodes[0].monitored().count();
         assert!(watched > 0);
-        copy.nodes[0].tick(ms(5000));
+        copy.nodes[0].handle_timeout(ms(5000));
         copy.after(0);
         assert_eq!(copy.reports.iter().filter(|r| r.2 == Cause::Silent).count(), watched, "{:?}", copy.reports);
         // The others resume; one of them (node 3) is dead after all: known within T_to + ε.
@@ -2297,7 +2313,7 @@ mod tests {
         }
         for i in 1..n {
             if i != 3 {
-                net.nodes[i].on_stall(ms(5000), ms(3000));
+                net.nodes[i].handle_input(ms(5000), Input::Stall(ms(3000))).unwrap();
                 net.after(i);
             }
         }
@@ -2317,7 +2333,7 @@ mod tests {
         let mut net = Net::lan(n, cfg(3), 4);
         net.start_all();
         net.run_until(ms(2000));
-        net.nodes[1].on_declared(6, ms(2000));
+        net.nodes[1].handle_input(ms(2000), Input::Declared(6)).unwrap();
         net.after(1);
         net.alive[6] = false;
         net.run_until(ms(2050));
@@ -2363,12 +2379,12 @@ mod tests {
         }
         let mut net = Net::new(eps, dirs, c, 9);
         for i in 0..30 {
-            net.nodes[i].on_start(Duration::ZERO);
+            net.nodes[i].handle_input(Duration::ZERO, Input::Start).unwrap();
             net.after(i);
         }
         net.run_until(ms(1000));
         for i in 30..40 {
-            net.nodes[i].on_start(net.now);
+            net.nodes[i].handle_input(net.now, Input::Start).unwrap();
             net.after(i);
             let t = net.now + ms(300);
             net.run_until(t);

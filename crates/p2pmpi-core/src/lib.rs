@@ -14,6 +14,8 @@
 //! * [`allocation`]: the reservation arithmetic (booking count with overbooking, *slist*,
 //!   the feasibility test) and the *spread* / *concentrate* strategies with the rank
 //!   distribution that keeps the copies of a rank on different hosts (thesis §3.3–§3.4).
+//! * [`codec`]: what the cores' binary encodings share — LEB128 integers and the one
+//!   [`codec::DecodeError`] of every decoder.
 //! * [`fd`]: the failure detector — gossip heartbeats with max-merge, target selection
 //!   (random, round-robin, BRR, DBRR), suspicion, ping confirmation, the initial heartbeat
 //!   adjustment, and the seeds' reliability analysis (FM §4–§5).
@@ -45,7 +47,7 @@
 pub mod advisor;
 pub mod agreement;
 pub mod allocation;
-mod codec;
+pub mod codec;
 pub mod fd;
 pub mod fencing;
 pub mod hosts;

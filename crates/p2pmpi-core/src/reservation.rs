@@ -3,17 +3,20 @@
 //! * [`Gatekeeper`] is the remote side: the RS of one host, which answers reservation requests
 //!   OK(P) or NOK according to its owner's [`Policy`] (`MAX_JOBS` = J, `MAX_PROCESSES_PER_JOB` =
 //!   P, `HOST_DENY` / `HOST_ALLOW`), holds the reservation *ticket* until the launch claims it,
-//!   and lets unclaimed reservations lapse so no ticket leaks when a submitter crashes.
+//!   and lets unclaimed reservations lapse so no ticket leaks when a submitter crashes. It is a
+//!   [`Machine`]: [`Request`]s in, [`Reply`]s out, lapses at [`Machine::poll_timeout`].
 //! * [`Booking`] is the submitter side: which hosts of the cached list to ask (in increasing
 //!   latency, with the overbooking of [`booking_count`]), the answers collected, the *rlist*
 //!   of hosts that said OK, and the final decision — *slist*, placements, cancellations — made
-//!   by [`allocate`].
+//!   by [`allocate`]. A plain value, not a machine (see its documentation).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::hash::Hash;
+use std::time::Duration;
 
 use crate::allocation::{allocate, booking_count, Infeasible, Strategy};
+use crate::machine::{Machine, Time};
 
 /// HOST_DENY / HOST_ALLOW matching. An entry is an exact IP ("10.0.0.7"), or a prefix ending in
 /// '.' ("192.168.0.") meaning every address starting with it. Entries are trimmed; empty entries
@@ -62,15 +65,15 @@ pub struct Policy {
     /// Requesters whose reservation requests are refused.
     pub filter: HostFilter,
     /// A reservation not claimed by a launch within this lapses.
-    pub hold_ms: u64,
+    pub hold: Duration,
 }
 
 /// The RS's answer to a reservation request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
     /// Reserved: this host runs up to `p` processes of the application; the reservation lapses
-    /// at `expires_at_ms` unless claimed by a launch first.
-    Ok { p: u32, expires_at_ms: u64 },
+    /// at `expires_at` unless claimed by a launch first.
+    Ok { p: u32, expires_at: Time },
     /// Refused, with a human reason.
     Nok(String),
 }
@@ -98,74 +101,109 @@ impl std::error::Error for ClaimError {}
 #[derive(Debug, Clone)]
 struct Held {
     app: String,
-    expires_at_ms: u64,
+    expires_at: Time,
     running: bool,
 }
 
 impl Held {
-    fn live(&self, now_ms: u64) -> bool {
-        self.running || now_ms < self.expires_at_ms
+    fn live(&self, now: Time) -> bool {
+        self.running || now < self.expires_at
     }
+}
+
+/// What is asked of the RS (the [`Gatekeeper`]'s input). Every request but
+/// [`Request::Finish`] is answered by one [`Reply`], at once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Request {
+    /// A reservation request from `requester_ip` for application `app` (answered
+    /// [`Reply::Reserved`]). Lapsed reservations are dropped first. NOK with a human reason
+    /// when the requester is not permitted or J is reached. A ticket already held gets the
+    /// same OK again (idempotent, refreshes nothing). Otherwise the host is reserved for the
+    /// policy's `hold`.
+    Reserve { ticket: u128, requester_ip: String, app: String },
+    /// The submitter is using the reservation (staging files for it): a live reservation's
+    /// hold starts again from now, so a long staging does not outlive it (answered
+    /// [`Reply::Touched`]: whether the ticket holds a live reservation, like
+    /// [`Gatekeeper::holds`]).
+    Touch(u128),
+    /// The launch (answered [`Reply::Claimed`]): the ticket must match a live reservation; it
+    /// becomes running (never lapses until finished or cancelled). Claiming an already-running
+    /// ticket is OK. A lapsed reservation is dropped and answered [`ClaimError::Expired`] (then
+    /// `Unknown`).
+    Claim(u128),
+    /// Release an unused reservation (answered [`Reply::Cancelled`]: whether it existed).
+    Cancel(u128),
+    /// The job ended: forget the ticket (no answer).
+    Finish(u128),
+}
+
+/// What the RS answers (the [`Gatekeeper`]'s output).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reply {
+    /// The answer to [`Request::Reserve`].
+    Reserved { ticket: u128, decision: Decision },
+    /// The answer to [`Request::Touch`]: whether the ticket holds a live reservation.
+    Touched { ticket: u128, live: bool },
+    /// The answer to [`Request::Claim`]: P, or why not.
+    Claimed { ticket: u128, result: Result<u32, ClaimError> },
+    /// The answer to [`Request::Cancel`]: whether the reservation existed.
+    Cancelled { ticket: u128, existed: bool },
+    /// A reservation never claimed lapsed and was dropped (at a time-out; in ticket order).
+    Lapsed(u128),
 }
 
 /// The remote side of reservation: the gatekeeper of one host (SPEC §4). Each reservation is
 /// keyed by the submitter's ticket; it is *reserved* until a launch claims it (then *running*
-/// until the job finishes), and a reservation never claimed lapses after `hold_ms`.
+/// until the job finishes), and a reservation never claimed lapses after the policy's `hold`.
+///
+/// A [`Machine`]: the driver (the MPD) feeds [`Request`]s and takes each one's [`Reply`]
+/// from [`Machine::poll_output`]; [`Machine::handle_timeout`] drops the reservations that
+/// lapsed ([`Reply::Lapsed`]), due at [`Machine::poll_timeout`].
 pub struct Gatekeeper {
     policy: Policy,
     held: HashMap<u128, Held>,
+    out: VecDeque<Reply>,
 }
 
 impl Gatekeeper {
     pub fn new(policy: Policy) -> Self {
-        Gatekeeper { policy, held: HashMap::new() }
+        Gatekeeper { policy, held: HashMap::new(), out: VecDeque::new() }
     }
 
     pub fn policy(&self) -> &Policy {
         &self.policy
     }
 
-    /// A reservation request. Expired entries are dropped first. NOK with a human reason when
-    /// the requester is not permitted or J is reached. A ticket already held gets the same OK
-    /// again (idempotent, refreshes nothing). Otherwise the host is reserved for `hold_ms`.
-    pub fn reserve(&mut self, now_ms: u64, ticket: u128, requester_ip: &str, app: &str) -> Decision {
-        self.expire(now_ms);
+    fn reserve(&mut self, now: Time, ticket: u128, requester_ip: &str, app: &str) -> Decision {
+        self.expire(now);
         if !self.policy.filter.permits(requester_ip) {
             return Decision::Nok(format!("host {} is denied here", requester_ip.trim()));
         }
         let p = self.policy.max_procs;
         if let Some(h) = self.held.get(&ticket) {
-            return Decision::Ok { p, expires_at_ms: h.expires_at_ms };
+            return Decision::Ok { p, expires_at: h.expires_at };
         }
         let j = self.policy.max_jobs;
         if j != 0 && self.active() >= j as usize {
             return Decision::Nok(format!("MAX_JOBS ({j}) reached"));
         }
-        let expires_at_ms = now_ms.saturating_add(self.policy.hold_ms);
-        self.held.insert(ticket, Held { app: app.to_string(), expires_at_ms, running: false });
-        Decision::Ok { p, expires_at_ms }
+        let expires_at = now.saturating_add(self.policy.hold);
+        self.held.insert(ticket, Held { app: app.to_string(), expires_at, running: false });
+        Decision::Ok { p, expires_at }
     }
 
-    /// Release an unused reservation (or a finished job). Returns whether it existed.
-    pub fn cancel(&mut self, ticket: u128) -> bool {
-        self.held.remove(&ticket).is_some()
+    /// True if the ticket holds a live reservation (reserved and not lapsed, or running) at
+    /// `now`. Used by FT before staging.
+    pub fn holds(&self, now: Time, ticket: u128) -> bool {
+        self.held.get(&ticket).is_some_and(|h| h.live(now))
     }
 
-    /// True if the ticket holds a live reservation (reserved and not expired, or running).
-    /// Used by FT before staging.
-    pub fn holds(&self, now_ms: u64, ticket: u128) -> bool {
-        self.held.get(&ticket).is_some_and(|h| h.live(now_ms))
-    }
-
-    /// The submitter is using the reservation (staging files for it): a live reservation's
-    /// hold starts again from `now_ms`, so a long staging does not outlive it. Returns
-    /// whether the ticket holds a live reservation, like [`Gatekeeper::holds`].
-    pub fn touch(&mut self, now_ms: u64, ticket: u128) -> bool {
-        let hold = self.policy.hold_ms;
+    fn touch(&mut self, now: Time, ticket: u128) -> bool {
+        let hold = self.policy.hold;
         match self.held.get_mut(&ticket) {
-            Some(h) if h.live(now_ms) => {
+            Some(h) if h.live(now) => {
                 if !h.running {
-                    h.expires_at_ms = now_ms + hold;
+                    h.expires_at = now.saturating_add(hold);
                 }
                 true
             }
@@ -173,12 +211,9 @@ impl Gatekeeper {
         }
     }
 
-    /// The launch: the ticket must match a live reservation; it becomes running (never expires
-    /// until finish/cancel). Claiming an already-running ticket is Ok. Returns P. A lapsed
-    /// reservation is dropped and reported [`ClaimError::Expired`] (then `Unknown`).
-    pub fn claim(&mut self, now_ms: u64, ticket: u128) -> Result<u32, ClaimError> {
+    fn claim(&mut self, now: Time, ticket: u128) -> Result<u32, ClaimError> {
         let h = self.held.get_mut(&ticket).ok_or(ClaimError::Unknown)?;
-        if !h.live(now_ms) {
+        if !h.live(now) {
             self.held.remove(&ticket);
             return Err(ClaimError::Expired);
         }
@@ -186,14 +221,9 @@ impl Gatekeeper {
         Ok(self.policy.max_procs)
     }
 
-    /// The job ended: forget the ticket.
-    pub fn finish(&mut self, ticket: u128) {
-        self.held.remove(&ticket);
-    }
-
     /// Drops reservations whose hold lapsed; returns their tickets (sorted).
-    pub fn expire(&mut self, now_ms: u64) -> Vec<u128> {
-        let mut gone: Vec<u128> = self.held.iter().filter(|(_, h)| !h.live(now_ms)).map(|(&t, _)| t).collect();
+    fn expire(&mut self, now: Time) -> Vec<u128> {
+        let mut gone: Vec<u128> = self.held.iter().filter(|(_, h)| !h.live(now)).map(|(&t, _)| t).collect();
         gone.sort_unstable();
         for t in &gone {
             self.held.remove(t);
@@ -202,7 +232,7 @@ impl Gatekeeper {
     }
 
     /// Number of applications holding this host (reserved + running), as counted against J.
-    /// Lapsed reservations count until [`expire`](Self::expire) (which `reserve` calls) drops them.
+    /// Lapsed reservations count until a time-out (or a reservation request) drops them.
     pub fn active(&self) -> usize {
         self.held.len()
     }
@@ -212,6 +242,44 @@ impl Gatekeeper {
         let mut v: Vec<_> = self.held.iter().map(|(&t, h)| (t, h.app.clone(), h.running)).collect();
         v.sort_unstable();
         v
+    }
+}
+
+impl Machine for Gatekeeper {
+    type Input = Request;
+    type Output = Reply;
+    type Rejected = std::convert::Infallible;
+
+    fn handle_input(&mut self, now: Time, request: Request) -> Result<(), Self::Rejected> {
+        let reply = match request {
+            Request::Reserve { ticket, requester_ip, app } => {
+                Reply::Reserved { ticket, decision: self.reserve(now, ticket, &requester_ip, &app) }
+            }
+            Request::Touch(ticket) => Reply::Touched { ticket, live: self.touch(now, ticket) },
+            Request::Claim(ticket) => Reply::Claimed { ticket, result: self.claim(now, ticket) },
+            Request::Cancel(ticket) => Reply::Cancelled { ticket, existed: self.held.remove(&ticket).is_some() },
+            Request::Finish(ticket) => {
+                self.held.remove(&ticket);
+                return Ok(());
+            }
+        };
+        self.out.push_back(reply);
+        Ok(())
+    }
+
+    /// Drops the reservations whose hold lapsed ([`Reply::Lapsed`]).
+    fn handle_timeout(&mut self, now: Time) {
+        let gone = self.expire(now);
+        self.out.extend(gone.into_iter().map(Reply::Lapsed));
+    }
+
+    fn poll_output(&mut self) -> Option<Reply> {
+        self.out.pop_front()
+    }
+
+    /// When the first reservation not claimed lapses.
+    fn poll_timeout(&self) -> Option<Time> {
+        self.held.values().filter(|h| !h.running).map(|h| h.expires_at).min()
     }
 }
 
@@ -260,6 +328,12 @@ pub struct Plan<K> {
 /// The submitter side of reservation (thesis §3.3.2): which hosts to ask, in increasing
 /// latency, with overbooking of [`booking_count`]; collect answers; decide *slist* and
 /// placements. Hosts are asked at most once per booking.
+///
+/// A plain value, not a [`Machine`]: it has no clock and no timer of its own (the time-out
+/// of the answers is the driver's, which reports a host that did not answer as
+/// [`Answer::NoAnswer`]), and every call returns its result at once — the hosts to ask, the
+/// decision — so an input queue and an output to poll would only add ceremony to what are
+/// function calls.
 #[derive(Debug, Clone)]
 pub struct Booking<K> {
     n: usize,
@@ -392,23 +466,77 @@ impl<K: Clone + Eq + Hash + fmt::Debug> Booking<K> {
 }
 
 #[cfg(test)]
-mod touch_tests {
+pub(crate) mod touch_tests {
     use super::*;
+
+    pub(crate) fn ms(v: u64) -> Duration {
+        Duration::from_millis(v)
+    }
+
+    /// The reply to `request` at `now_ms` (none for `Finish`).
+    pub(crate) fn ask(g: &mut Gatekeeper, now_ms: u64, request: Request) -> Option<Reply> {
+        assert!(g.poll_output().is_none(), "no reply left over");
+        g.handle_input(ms(now_ms), request).unwrap();
+        let reply = g.poll_output();
+        assert!(g.poll_output().is_none(), "one reply per request");
+        reply
+    }
+
+    pub(crate) fn reserve(g: &mut Gatekeeper, now_ms: u64, ticket: u128, ip: &str, app: &str) -> Decision {
+        match ask(g, now_ms, Request::Reserve { ticket, requester_ip: ip.into(), app: app.into() }) {
+            Some(Reply::Reserved { ticket: t, decision }) if t == ticket => decision,
+            r => panic!("{r:?}"),
+        }
+    }
+
+    pub(crate) fn touch(g: &mut Gatekeeper, now_ms: u64, ticket: u128) -> bool {
+        match ask(g, now_ms, Request::Touch(ticket)) {
+            Some(Reply::Touched { ticket: t, live }) if t == ticket => live,
+            r => panic!("{r:?}"),
+        }
+    }
+
+    pub(crate) fn claim(g: &mut Gatekeeper, now_ms: u64, ticket: u128) -> Result<u32, ClaimError> {
+        match ask(g, now_ms, Request::Claim(ticket)) {
+            Some(Reply::Claimed { ticket: t, result }) if t == ticket => result,
+            r => panic!("{r:?}"),
+        }
+    }
+
+    pub(crate) fn cancel(g: &mut Gatekeeper, ticket: u128) -> bool {
+        match ask(g, 0, Request::Cancel(ticket)) {
+            Some(Reply::Cancelled { ticket: t, existed }) if t == ticket => existed,
+            r => panic!("{r:?}"),
+        }
+    }
+
+    /// The tickets that lapsed by `now_ms` (a time-out).
+    pub(crate) fn expire(g: &mut Gatekeeper, now_ms: u64) -> Vec<u128> {
+        g.handle_timeout(ms(now_ms));
+        g.drain_outputs()
+            .into_iter()
+            .map(|r| match r {
+                Reply::Lapsed(t) => t,
+                r => panic!("{r:?}"),
+            })
+            .collect()
+    }
 
     #[test]
     fn touching_a_live_reservation_restarts_its_hold() {
-        let mut g = Gatekeeper::new(Policy { max_jobs: 0, max_procs: 1, filter: HostFilter::default(), hold_ms: 100 });
-        assert!(matches!(g.reserve(0, 7, "1.2.3.4", "a"), Decision::Ok { .. }));
-        assert!(g.touch(90, 7));
-        assert!(g.holds(150, 7), "the hold restarted at 90");
-        assert!(!g.holds(191, 7));
-        assert!(!g.touch(191, 7), "a lapsed reservation cannot be revived");
-        assert!(!g.touch(0, 8), "unknown ticket");
+        let mut g = Gatekeeper::new(Policy { max_jobs: 0, max_procs: 1, filter: HostFilter::default(), hold: ms(100) });
+        assert!(matches!(reserve(&mut g, 0, 7, "1.2.3.4", "a"), Decision::Ok { .. }));
+        assert!(touch(&mut g, 90, 7));
+        assert!(g.holds(ms(150), 7), "the hold restarted at 90");
+        assert!(!g.holds(ms(191), 7));
+        assert!(!touch(&mut g, 191, 7), "a lapsed reservation cannot be revived");
+        assert!(!touch(&mut g, 0, 8), "unknown ticket");
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::touch_tests::{ask, cancel, claim, expire, ms, reserve};
     use super::Strategy;
     use super::*;
     use proptest::prelude::*;
@@ -418,7 +546,7 @@ mod tests {
     }
 
     fn gk(j: u32, p: u32, hold_ms: u64) -> Gatekeeper {
-        Gatekeeper::new(Policy { max_jobs: j, max_procs: p, filter: HostFilter::default(), hold_ms })
+        Gatekeeper::new(Policy { max_jobs: j, max_procs: p, filter: HostFilter::default(), hold: ms(hold_ms) })
     }
 
     #[test]
@@ -438,32 +566,32 @@ mod tests {
     #[test]
     fn gatekeeper_answers_p_and_refuses_denied_hosts() {
         let mut g = gk(0, 3, 1000);
-        assert_eq!(g.reserve(50, 1, "10.0.0.1", "app"), Decision::Ok { p: 3, expires_at_ms: 1050 });
+        assert_eq!(reserve(&mut g, 50, 1, "10.0.0.1", "app"), Decision::Ok { p: 3, expires_at: ms(1050) });
         assert_eq!(g.policy().max_procs, 3);
         let filter = HostFilter::new(strs(&["1.2.3.4", "192.168.0."]), vec![]);
-        let mut g = Gatekeeper::new(Policy { max_jobs: 0, max_procs: 1, filter, hold_ms: 10 });
-        assert_eq!(g.reserve(0, 1, "1.2.3.4", "a"), Decision::Nok("host 1.2.3.4 is denied here".into()));
-        assert!(matches!(g.reserve(0, 2, "192.168.0.9", "a"), Decision::Nok(_)));
-        assert!(matches!(g.reserve(0, 3, "192.168.1.9", "a"), Decision::Ok { .. }));
+        let mut g = Gatekeeper::new(Policy { max_jobs: 0, max_procs: 1, filter, hold: ms(10) });
+        assert_eq!(reserve(&mut g, 0, 1, "1.2.3.4", "a"), Decision::Nok("host 1.2.3.4 is denied here".into()));
+        assert!(matches!(reserve(&mut g, 0, 2, "192.168.0.9", "a"), Decision::Nok(_)));
+        assert!(matches!(reserve(&mut g, 0, 3, "192.168.1.9", "a"), Decision::Ok { .. }));
         assert_eq!(g.active(), 1);
     }
 
     #[test]
     fn max_jobs_limit_and_cancel_frees_a_slot() {
         let mut g = gk(2, 1, 1000);
-        assert!(matches!(g.reserve(0, 1, "h", "a"), Decision::Ok { .. }));
-        assert!(matches!(g.reserve(0, 2, "h", "b"), Decision::Ok { .. }));
-        assert_eq!(g.reserve(0, 3, "h", "c"), Decision::Nok("MAX_JOBS (2) reached".into()));
+        assert!(matches!(reserve(&mut g, 0, 1, "h", "a"), Decision::Ok { .. }));
+        assert!(matches!(reserve(&mut g, 0, 2, "h", "b"), Decision::Ok { .. }));
+        assert_eq!(reserve(&mut g, 0, 3, "h", "c"), Decision::Nok("MAX_JOBS (2) reached".into()));
         // a ticket already held is answered again, even at the limit, without refreshing the hold
-        assert_eq!(g.reserve(500, 1, "h", "a"), Decision::Ok { p: 1, expires_at_ms: 1000 });
+        assert_eq!(reserve(&mut g, 500, 1, "h", "a"), Decision::Ok { p: 1, expires_at: ms(1000) });
         assert_eq!(g.active(), 2);
-        assert!(g.cancel(1));
-        assert!(!g.cancel(1));
-        assert!(matches!(g.reserve(0, 3, "h", "c"), Decision::Ok { .. }));
+        assert!(cancel(&mut g, 1));
+        assert!(!cancel(&mut g, 1));
+        assert!(matches!(reserve(&mut g, 0, 3, "h", "c"), Decision::Ok { .. }));
         assert_eq!(g.entries(), vec![(2, "b".into(), false), (3, "c".into(), false)]);
         let mut unlimited = gk(0, 1, 1000);
         for t in 0..100 {
-            assert!(matches!(unlimited.reserve(0, t, "h", "a"), Decision::Ok { .. }));
+            assert!(matches!(reserve(&mut unlimited, 0, t, "h", "a"), Decision::Ok { .. }));
         }
         assert_eq!(unlimited.active(), 100);
     }
@@ -471,19 +599,20 @@ mod tests {
     #[test]
     fn unclaimed_reservations_expire() {
         let mut g = gk(1, 2, 1000);
-        g.reserve(0, 7, "h", "a");
-        assert!(g.holds(999, 7));
-        assert!(!g.holds(1000, 7) && !g.holds(0, 8));
-        assert_eq!(g.claim(1500, 7), Err(ClaimError::Expired));
-        assert_eq!(g.claim(1500, 7), Err(ClaimError::Unknown));
+        reserve(&mut g, 0, 7, "h", "a");
+        assert!(g.holds(ms(999), 7));
+        assert!(!g.holds(ms(1000), 7) && !g.holds(ms(0), 8));
+        assert_eq!(claim(&mut g, 1500, 7), Err(ClaimError::Expired));
+        assert_eq!(claim(&mut g, 1500, 7), Err(ClaimError::Unknown));
         assert_eq!(g.active(), 0);
         // expiry frees the J slot, through reserve's own expire
-        g.reserve(0, 1, "h", "a");
-        assert!(matches!(g.reserve(999, 2, "h", "b"), Decision::Nok(_)));
-        assert!(matches!(g.reserve(1000, 2, "h", "b"), Decision::Ok { p: 2, expires_at_ms: 2000 }));
-        assert_eq!(g.claim(1001, 1), Err(ClaimError::Unknown));
-        assert_eq!(g.expire(1999), Vec::<u128>::new());
-        assert_eq!(g.expire(2000), vec![2]);
+        reserve(&mut g, 0, 1, "h", "a");
+        assert!(matches!(reserve(&mut g, 999, 2, "h", "b"), Decision::Nok(_)));
+        assert_eq!(reserve(&mut g, 1000, 2, "h", "b"), Decision::Ok { p: 2, expires_at: ms(2000) });
+        assert_eq!(claim(&mut g, 1001, 1), Err(ClaimError::Unknown));
+        assert_eq!(g.poll_timeout(), Some(ms(2000)), "the next lapse");
+        assert_eq!(expire(&mut g, 1999), Vec::<u128>::new());
+        assert_eq!(expire(&mut g, 2000), vec![2]);
         assert_eq!(ClaimError::Unknown.to_string(), "no reservation holds this ticket");
         assert_eq!(ClaimError::Expired.to_string(), "the reservation expired");
     }
@@ -491,17 +620,19 @@ mod tests {
     #[test]
     fn running_jobs_never_expire_until_finish() {
         let mut g = gk(0, 4, 1000);
-        g.reserve(0, 1, "h", "a");
-        g.reserve(0, 2, "h", "b");
-        assert_eq!(g.claim(500, 1), Ok(4));
-        assert_eq!(g.claim(600, 1), Ok(4), "claiming twice is harmless");
-        assert_eq!(g.expire(1_000_000), vec![2]);
-        assert!(g.holds(1_000_000, 1));
+        reserve(&mut g, 0, 1, "h", "a");
+        reserve(&mut g, 0, 2, "h", "b");
+        assert_eq!(claim(&mut g, 500, 1), Ok(4));
+        assert_eq!(claim(&mut g, 600, 1), Ok(4), "claiming twice is harmless");
+        assert_eq!(g.poll_timeout(), Some(ms(1000)), "only the reservation not claimed lapses");
+        assert_eq!(expire(&mut g, 1_000_000), vec![2]);
+        assert_eq!(g.poll_timeout(), None, "a running job never lapses");
+        assert!(g.holds(ms(1_000_000), 1));
         assert_eq!(g.entries(), vec![(1, "a".into(), true)]);
-        g.finish(1);
-        assert!(!g.holds(0, 1));
+        assert_eq!(ask(&mut g, 0, Request::Finish(1)), None);
+        assert!(!g.holds(ms(0), 1));
         assert_eq!(g.active(), 0);
-        assert_eq!(g.claim(0, 1), Err(ClaimError::Unknown));
+        assert_eq!(claim(&mut g, 0, 1), Err(ClaimError::Unknown));
     }
 
     fn answer_all(b: &mut Booking<u32>, hosts: &[u32], a: Answer) {

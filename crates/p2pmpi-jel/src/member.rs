@@ -6,7 +6,8 @@ use crate::net::{self, Acceptor, Opening, Outbound};
 use crate::{Cmd, Input, Notice, Reply};
 
 type Channel<M> = (Sender<Input<M>>, Receiver<Input<M>>);
-use p2pmpi_core::jel::{central, distributed, Action, Addr, DecodeError, MemberId, PartOff};
+use p2pmpi_core::jel::{central, distributed, Action, Addr, DecodeError, Input as CoreInput, MemberId, PartOff};
+use p2pmpi_core::machine::Machine;
 use p2pmpi_wire::grid::{JelHello, JelRecord};
 use p2pmpi_wire::secure::GridSecret;
 use std::collections::HashMap;
@@ -15,21 +16,14 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, TrySendError};
 use std::time::{Duration, Instant};
 use tracing::debug;
 
-/// What the driver needs of a core (both cores have this shape; see `p2pmpi_core::jel`).
-pub(crate) trait Core: Send + 'static {
+/// What the driver needs of a core besides the [`Machine`] every core is (both member cores
+/// have this shape; see `p2pmpi_core::jel`).
+pub(crate) trait Core:
+    Machine<Input = CoreInput<Self::Msg>, Output = Action<Self::Msg>, Rejected = PartOff> + Send + 'static
+{
     type Msg: Send + 'static;
     fn encode(msg: &Self::Msg) -> Vec<u8>;
     fn decode(bytes: &[u8]) -> Result<Self::Msg, DecodeError>;
-    fn join(&mut self, now: Duration);
-    fn leave(&mut self, now: Duration);
-    fn maybe_dead(&mut self, suspect: MemberId, now: Duration);
-    fn elect(&mut self, name: &str, now: Duration) -> Result<(), PartOff>;
-    fn get_election_result(&mut self, name: &str, timeout: Duration, now: Duration) -> Result<(), PartOff>;
-    fn on_message(&mut self, from: Addr, msg: Self::Msg, now: Duration);
-    fn on_unreachable(&mut self, to: Addr, now: Duration);
-    fn tick(&mut self, now: Duration);
-    fn next_deadline(&self) -> Option<Duration>;
-    fn poll_action(&mut self) -> Option<Action<Self::Msg>>;
     fn members(&self) -> Vec<(MemberId, Addr)>;
     /// It holds the pool's state (the join is complete).
     fn ready(&self) -> bool;
@@ -44,36 +38,6 @@ impl Core for central::Client {
     }
     fn decode(bytes: &[u8]) -> Result<Self::Msg, DecodeError> {
         central::decode(bytes)
-    }
-    fn join(&mut self, now: Duration) {
-        central::Client::join(self, now)
-    }
-    fn leave(&mut self, now: Duration) {
-        central::Client::leave(self, now)
-    }
-    fn maybe_dead(&mut self, suspect: MemberId, now: Duration) {
-        central::Client::maybe_dead(self, suspect, now)
-    }
-    fn elect(&mut self, name: &str, now: Duration) -> Result<(), PartOff> {
-        central::Client::elect(self, name, now)
-    }
-    fn get_election_result(&mut self, name: &str, timeout: Duration, now: Duration) -> Result<(), PartOff> {
-        central::Client::get_election_result(self, name, timeout, now)
-    }
-    fn on_message(&mut self, from: Addr, msg: Self::Msg, now: Duration) {
-        central::Client::on_message(self, from, msg, now)
-    }
-    fn on_unreachable(&mut self, to: Addr, now: Duration) {
-        central::Client::on_unreachable(self, to, now)
-    }
-    fn tick(&mut self, now: Duration) {
-        central::Client::tick(self, now)
-    }
-    fn next_deadline(&self) -> Option<Duration> {
-        central::Client::next_deadline(self)
-    }
-    fn poll_action(&mut self) -> Option<Action<Self::Msg>> {
-        central::Client::poll_action(self)
     }
     fn members(&self) -> Vec<(MemberId, Addr)> {
         central::Client::members(self).collect()
@@ -93,36 +57,6 @@ impl Core for distributed::Node {
     }
     fn decode(bytes: &[u8]) -> Result<Self::Msg, DecodeError> {
         distributed::decode(bytes)
-    }
-    fn join(&mut self, now: Duration) {
-        distributed::Node::join(self, now)
-    }
-    fn leave(&mut self, now: Duration) {
-        distributed::Node::leave(self, now)
-    }
-    fn maybe_dead(&mut self, suspect: MemberId, now: Duration) {
-        distributed::Node::maybe_dead(self, suspect, now)
-    }
-    fn elect(&mut self, name: &str, now: Duration) -> Result<(), PartOff> {
-        distributed::Node::elect(self, name, now)
-    }
-    fn get_election_result(&mut self, name: &str, timeout: Duration, now: Duration) -> Result<(), PartOff> {
-        distributed::Node::get_election_result(self, name, timeout, now)
-    }
-    fn on_message(&mut self, from: Addr, msg: Self::Msg, now: Duration) {
-        distributed::Node::on_message(self, from, msg, now)
-    }
-    fn on_unreachable(&mut self, to: Addr, now: Duration) {
-        distributed::Node::on_unreachable(self, to, now)
-    }
-    fn tick(&mut self, now: Duration) {
-        distributed::Node::tick(self, now)
-    }
-    fn next_deadline(&self) -> Option<Duration> {
-        distributed::Node::next_deadline(self)
-    }
-    fn poll_action(&mut self) -> Option<Action<Self::Msg>> {
-        distributed::Node::poll_action(self)
     }
     fn members(&self) -> Vec<(MemberId, Addr)> {
         distributed::Node::members(self).collect()
@@ -242,16 +176,22 @@ impl<C: Core> Driver<C> {
         self.start.elapsed()
     }
 
+    /// Feeds the core one input that it cannot refuse (not an election request).
+    fn feed(&mut self, now: Duration, input: CoreInput<C::Msg>) {
+        // Only an election request is refused (elections switched off).
+        let _ = self.core.handle_input(now, input);
+    }
+
     /// Runs until the member left, was excluded, or lost its registry.
     pub(crate) fn run(mut self) {
         let now = self.now();
-        self.core.join(now);
+        self.feed(now, CoreInput::Join);
         self.drain();
         while !self.stopped {
             let now = self.now();
             let wait = self
                 .core
-                .next_deadline()
+                .poll_timeout()
                 .map_or(Duration::from_secs(1), |d| d.saturating_sub(now))
                 .min(Duration::from_secs(1));
             match self.rx.recv_timeout(wait) {
@@ -263,7 +203,7 @@ impl<C: Core> Driver<C> {
                 break;
             }
             let now = self.now();
-            self.core.tick(now);
+            self.core.handle_timeout(now);
             self.drain();
         }
         self.finish();
@@ -275,7 +215,7 @@ impl<C: Core> Driver<C> {
         match input {
             Input::Msg { from, msg } => {
                 if !self.left {
-                    self.core.on_message(from, msg, now);
+                    self.feed(now, CoreInput::Message { from, msg });
                 }
             }
             Input::Unreachable { addr, conn, why } | Input::Closed { addr, conn, why } => {
@@ -291,7 +231,7 @@ impl<C: Core> Driver<C> {
                     // A member's connection that ends is only forgotten (a member that left
                     // closes its connections too): the next message opens a new one, and a
                     // dead member is found when that cannot be opened or written.
-                    self.core.on_unreachable(addr, now);
+                    self.feed(now, CoreInput::Unreachable(addr));
                 }
             }
             Input::Dropped { addr, conn } => {
@@ -354,7 +294,7 @@ impl<C: Core> Driver<C> {
         match cmd {
             Cmd::Leave(reply) => {
                 if !self.left {
-                    self.core.leave(now);
+                    self.feed(now, CoreInput::Leave);
                     self.left = true;
                     self.drain();
                 }
@@ -362,8 +302,8 @@ impl<C: Core> Driver<C> {
                 self.finish();
                 let _ = reply.send(());
             }
-            Cmd::MaybeDead(id) => self.core.maybe_dead(id, now),
-            Cmd::Elect(name, reply) => match self.core.elect(&name, now) {
+            Cmd::MaybeDead(id) => self.feed(now, CoreInput::MaybeDead(id)),
+            Cmd::Elect(name, reply) => match self.core.handle_input(now, CoreInput::Elect(name.clone())) {
                 Ok(()) if self.left => {
                     let _ = reply.send(Ok(None));
                 }
@@ -372,12 +312,14 @@ impl<C: Core> Driver<C> {
                     let _ = reply.send(Err(e));
                 }
             },
-            Cmd::GetElection(name, timeout, reply) => match self.core.get_election_result(&name, timeout, now) {
-                Ok(()) => self.get_waits.entry(name).or_default().push(reply),
-                Err(e) => {
-                    let _ = reply.send(Err(e));
+            Cmd::GetElection(name, timeout, reply) => {
+                match self.core.handle_input(now, CoreInput::GetElectionResult { name: name.clone(), timeout }) {
+                    Ok(()) => self.get_waits.entry(name).or_default().push(reply),
+                    Err(e) => {
+                        let _ = reply.send(Err(e));
+                    }
                 }
-            },
+            }
             Cmd::Members(reply) => {
                 let _ = reply.send(self.core.members());
             }
@@ -390,7 +332,7 @@ impl<C: Core> Driver<C> {
 
     /// Carries out what the core asked for.
     fn drain(&mut self) {
-        while let Some(a) = self.core.poll_action() {
+        while let Some(a) = self.core.poll_output() {
             match a {
                 Action::Send { to, msg } => self.send(to, C::encode(&msg)),
                 Action::Deliver(e) => self.notify(Notice::Event(e)),
@@ -445,7 +387,7 @@ impl<C: Core> Driver<C> {
                     self.registry_ended(to, conn, "the registry does not read".into());
                 } else if !self.left {
                     let now = self.now();
-                    self.core.on_unreachable(to, now);
+                    self.feed(now, CoreInput::Unreachable(to));
                 }
             }
         }

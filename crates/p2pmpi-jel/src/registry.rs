@@ -13,15 +13,16 @@
 //! registry answers [`JelRecord::Attached`], then the connection carries the core's messages
 //! both ways: the server's messages to a member go on that member's own connection (the
 //! registry opens none). A connection that ends without the member's `Leave` is a death
-//! (`on_unreachable`: a `kill -9` is told at once); a member the core declares dead (its
+//! (`Unreachable`: a `kill -9` is told at once); a member the core declares dead (its
 //! lease ran out and it did not answer the ping) is told so ([`JelRecord::Closed`]) and its
 //! connection closed. A record that does not decode closes its connection, nothing else.
 
 use crate::consensus::{self, Command};
 use crate::net::{self, Acceptor, MAX_QUEUED};
 use p2pmpi_core::jel::central::{self, Dissemination, Message};
-use p2pmpi_core::jel::replica::{self, Replica};
+use p2pmpi_core::jel::replica::{self, Replica, Step};
 use p2pmpi_core::jel::{Action, Addr, Event, MemberId};
+use p2pmpi_core::machine::Machine as _;
 use p2pmpi_wire::grid::{JelHello, JelRecord, SnRequest, SnResponse};
 use p2pmpi_wire::secure::{GridSecret, SecureConn};
 use parking_lot::Mutex;
@@ -364,13 +365,23 @@ impl LocalLog {
         self.replica.is_leader()
     }
 
+    /// Applies the committed entry `index`.
+    fn step(&mut self, index: u64, entry: replica::Entry) {
+        let applied = self.replica.handle_input(entry.now, Step::Committed { index, entry });
+        debug_assert!(applied.is_ok(), "entries are committed in order");
+    }
+
+    fn set_leader(&mut self, leads: bool) {
+        let now = self.now();
+        let _ = self.replica.handle_input(now, Step::Leader(leads));
+    }
+
     fn commit(&mut self, now: Duration, input: replica::Input) {
         let e = self.replica.stamp(now, input);
         match &self.mode {
             Mode::Local => {
                 self.index += 1;
-                let applied = self.replica.apply(self.index, &e);
-                debug_assert!(applied, "entries are committed in order");
+                self.step(self.index, e);
             }
             Mode::Replicated(node) => {
                 if self.replica.is_leader() {
@@ -381,13 +392,12 @@ impl LocalLog {
     }
 
     /// A committed entry (replicated).
-    fn apply(&mut self, e: &replica::Entry) {
+    fn apply(&mut self, e: replica::Entry) {
         let index = self.replica.next_index();
         if e.input == replica::Input::Tick {
             self.tick_sent = None;
         }
-        let applied = self.replica.apply(index, e);
-        debug_assert!(applied, "entries are applied in order");
+        self.step(index, e);
     }
 
     /// Proposes a tick if the server's deadline passed (one at a time when replicated).
@@ -404,6 +414,24 @@ impl LocalLog {
     }
 }
 
+/// A pool's thread: its input log (and server) and the members' connections.
+struct Pool {
+    registry: Registry,
+    name: String,
+    rx: Receiver<Input>,
+    replicated: bool,
+    log: LocalLog,
+    conns: HashMap<Addr, (u64, SyncSender<JelRecord>)>,
+    addrs: HashMap<MemberId, Addr>,
+    members: HashSet<Addr>,
+    /// (replicated) The messages for members not connected to this leader (yet): a new
+    /// leader's members reconnect within a moment, and the server believes it sent them.
+    pending: HashMap<Addr, VecDeque<JelRecord>>,
+    /// Events of the server's stream already looked at.
+    seen: usize,
+    idle_since: Option<Instant>,
+}
+
 fn run_pool(
     registry: Registry,
     name: String,
@@ -414,10 +442,8 @@ fn run_pool(
     leading: bool,
 ) {
     let replicated = matches!(mode, Mode::Replicated(_));
-    let mut replica = Replica::new(cfg, seed);
-    replica.set_leader(leading);
     let mut log = LocalLog {
-        replica,
+        replica: Replica::new(cfg, seed),
         index: 0,
         name: name.clone(),
         mode,
@@ -425,172 +451,214 @@ fn run_pool(
         at: Duration::ZERO,
         tick_sent: None,
     };
+    log.set_leader(leading);
     // The pool's first entry: every replica applies it when the pool is created (the
     // creation is the committed command).
     if replicated {
-        log.apply(&replica::Entry { now: Duration::ZERO, input: replica::Input::Start });
+        log.apply(replica::Entry { now: Duration::ZERO, input: replica::Input::Start });
     } else {
         log.commit(Duration::ZERO, replica::Input::Start);
     }
-    let mut conns: HashMap<Addr, (u64, SyncSender<JelRecord>)> = HashMap::new();
-    let mut addrs: HashMap<MemberId, Addr> = HashMap::new();
-    let mut members: HashSet<Addr> = HashSet::new();
-    // (replicated) The messages for members not connected to this leader (yet): a new
-    // leader's members reconnect within a moment, and the server believes it sent them.
-    let mut pending: HashMap<Addr, VecDeque<JelRecord>> = HashMap::new();
-    let mut seen = 0usize;
-    let mut idle_since: Option<Instant> = None;
+    let mut pool = Pool {
+        registry,
+        name,
+        rx,
+        replicated,
+        log,
+        conns: HashMap::new(),
+        addrs: HashMap::new(),
+        members: HashSet::new(),
+        pending: HashMap::new(),
+        seen: 0,
+        idle_since: None,
+    };
     loop {
-        let now = log.now();
-        let wait = log
-            .replica
-            .next_deadline()
-            .map_or(Duration::from_secs(1), |d| d.saturating_sub(now))
-            .clamp(Duration::from_millis(if log.tick_sent.is_some() { 50 } else { 0 }), Duration::from_secs(1));
-        match rx.recv_timeout(wait) {
-            Ok(Input::Attach { addr, conn, tx }) => {
+        let now = pool.log.now();
+        let wait =
+            pool.log.replica.server().poll_timeout().map_or(Duration::from_secs(1), |d| d.saturating_sub(now)).clamp(
+                Duration::from_millis(if pool.log.tick_sent.is_some() { 50 } else { 0 }),
+                Duration::from_secs(1),
+            );
+        match pool.rx.recv_timeout(wait) {
+            Ok(Input::Forgotten) | Err(RecvTimeoutError::Disconnected) => return,
+            Ok(input) => pool.input(input),
+            Err(RecvTimeoutError::Timeout) => {}
+        }
+        pool.log.tick();
+        pool.carry_out();
+        if pool.idle() {
+            return;
+        }
+    }
+}
+
+impl Pool {
+    /// What the members' connections and the consensus brought.
+    fn input(&mut self, input: Input) {
+        let log = &mut self.log;
+        match input {
+            Input::Attach { addr, conn, tx } => {
                 // A newer connection from the same address replaces the older one. A
                 // follower holds none (the member asks the leader; the registry's flag is
                 // set before this thread is told it leads).
-                if log.leads() || registry.leading.load(std::sync::atomic::Ordering::SeqCst) || !replicated {
+                if log.leads() || self.registry.leading.load(std::sync::atomic::Ordering::SeqCst) || !self.replicated {
                     // What this leader had for it while it was not connected here goes
                     // first, in order.
-                    for rec in pending.remove(&addr).unwrap_or_default() {
+                    for rec in self.pending.remove(&addr).unwrap_or_default() {
                         if tx.try_send(rec).is_err() {
                             break;
                         }
                     }
-                    conns.insert(addr, (conn, tx));
+                    self.conns.insert(addr, (conn, tx));
                 }
             }
-            Ok(Input::Msg { from, conn, msg }) => {
-                if conns.get(&from).is_some_and(|c| c.0 == conn) {
+            Input::Msg { from, conn, msg } => {
+                if self.conns.get(&from).is_some_and(|c| c.0 == conn) {
                     log.commit(log.now(), replica::Input::Message { from, msg });
                 }
             }
-            Ok(Input::Closed { addr, conn }) => {
-                if conns.get(&addr).is_some_and(|c| c.0 == conn) {
-                    conns.remove(&addr);
+            Input::Closed { addr, conn } => {
+                if self.conns.get(&addr).is_some_and(|c| c.0 == conn) {
+                    self.conns.remove(&addr);
                     log.commit(log.now(), replica::Input::Unreachable { addr });
                 }
             }
-            Ok(Input::Committed(e)) => log.apply(&e),
-            Ok(Input::Forgotten) => return,
-            Ok(Input::Leader(leads)) => {
+            Input::Committed(e) => log.apply(e),
+            Input::Forgotten => {}
+            Input::Leader(leads) => {
                 if leads && !log.leads() {
                     // Time goes on from the last entry's.
                     log.base = Instant::now();
                     log.at = log.replica.clock();
                     log.tick_sent = None;
                 }
-                log.replica.set_leader(leads);
+                log.set_leader(leads);
                 if !leads {
                     // The members find the new leader (dropping the queue closes each
                     // connection once what was queued is written).
-                    conns.clear();
-                    pending.clear();
+                    self.conns.clear();
+                    self.pending.clear();
                 }
             }
-            Err(RecvTimeoutError::Timeout) => {}
-            Err(RecvTimeoutError::Disconnected) => return,
         }
-        log.tick();
-        // Sending may find a member unreachable, which appends events and sends more.
+    }
+
+    /// Sends the server's messages; sending may find a member unreachable, which appends
+    /// events and sends more.
+    fn carry_out(&mut self) {
         loop {
             let mut any = false;
-            while let Some(a) = log.replica.poll_action() {
+            while let Some(a) = self.log.replica.poll_output() {
                 any = true;
                 let Action::Send { to, msg } = a else { continue };
-                let Some(c) = conns.get(&to) else {
-                    if !replicated {
-                        log.commit(log.now(), replica::Input::Unreachable { addr: to });
-                    } else if members.contains(&to) {
-                        // A member that has not reconnected to this (new) leader yet: kept
-                        // for it (the oldest dropped beyond a connection's queue: the member
-                        // fetches a gap); one that never comes back is found by its lease.
-                        let q = pending.entry(to).or_default();
-                        if q.len() >= MAX_QUEUED {
-                            q.pop_front();
-                        }
-                        q.push_back(JelRecord::Msg(central::encode(&msg)));
-                    }
-                    continue;
-                };
-                let ok = match c.1.try_send(JelRecord::Msg(central::encode(&msg))) {
-                    Ok(()) => true,
-                    Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => false,
-                };
-                if !ok {
-                    conns.remove(&to);
-                    log.commit(log.now(), replica::Input::Unreachable { addr: to });
-                }
+                self.send(to, msg);
             }
-            // Who joined and who went: the dead are told so and their connection closed.
-            let server = log.replica.server();
-            for e in &server.log()[seen..] {
-                match e {
-                    Event::Joined { id, addr } => {
-                        addrs.insert(*id, *addr);
-                        members.insert(*addr);
-                    }
-                    Event::Died { id } => {
-                        if let Some(a) = addrs.remove(id) {
-                            members.remove(&a);
-                            pending.remove(&a);
-                            if let Some((_, c)) = conns.remove(&a) {
-                                let _ = c.try_send(JelRecord::Closed("declared dead by the registry".into()));
-                            }
-                        }
-                    }
-                    Event::Left { id } => {
-                        if let Some(a) = addrs.remove(id) {
-                            members.remove(&a);
-                            pending.remove(&a);
-                        }
-                    }
-                    Event::Elected { .. } => {}
-                }
-                any = true;
-            }
-            seen = server.log().len();
+            any |= self.track_members();
             if !any {
                 break;
             }
         }
-        let server = log.replica.server();
-        if server.members().is_empty() && conns.is_empty() {
-            let since = *idle_since.get_or_insert_with(Instant::now);
-            if since.elapsed() >= IDLE_POOL {
-                if let Mode::Replicated(node) = &log.mode {
-                    // Forgotten everywhere when the command is committed (if nothing came in
-                    // the meantime); the registry then drops this thread's channel.
-                    if log.leads() {
-                        let applied = registry.pools.lock().get(&name).map(|s| s.applied);
-                        if let Some(applied) = applied {
-                            node.propose(&Command::Forget { pool: name.clone(), applied });
+    }
+
+    fn send(&mut self, to: Addr, msg: Message) {
+        let log = &mut self.log;
+        let Some(c) = self.conns.get(&to) else {
+            if !self.replicated {
+                log.commit(log.now(), replica::Input::Unreachable { addr: to });
+            } else if self.members.contains(&to) {
+                // A member that has not reconnected to this (new) leader yet: kept for it
+                // (the oldest dropped beyond a connection's queue: the member fetches a
+                // gap); one that never comes back is found by its lease.
+                let q = self.pending.entry(to).or_default();
+                if q.len() >= MAX_QUEUED {
+                    q.pop_front();
+                }
+                q.push_back(JelRecord::Msg(central::encode(&msg)));
+            }
+            return;
+        };
+        let ok = match c.1.try_send(JelRecord::Msg(central::encode(&msg))) {
+            Ok(()) => true,
+            Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => false,
+        };
+        if !ok {
+            self.conns.remove(&to);
+            log.commit(log.now(), replica::Input::Unreachable { addr: to });
+        }
+    }
+
+    /// Who joined and who went since the last look: the dead are told so and their
+    /// connection closed. Whether there was anything new.
+    fn track_members(&mut self) -> bool {
+        let server = self.log.replica.server();
+        let mut any = false;
+        for e in &server.log()[self.seen..] {
+            match e {
+                Event::Joined { id, addr } => {
+                    self.addrs.insert(*id, *addr);
+                    self.members.insert(*addr);
+                }
+                Event::Died { id } => {
+                    if let Some(a) = self.addrs.remove(id) {
+                        self.members.remove(&a);
+                        self.pending.remove(&a);
+                        if let Some((_, c)) = self.conns.remove(&a) {
+                            let _ = c.try_send(JelRecord::Closed("declared dead by the registry".into()));
                         }
                     }
-                    idle_since = None;
-                    continue;
                 }
-                // Forgotten under the registry's lock, once no attach is on its way.
-                let mut pools = registry.pools.lock();
-                match rx.try_recv() {
-                    Err(std::sync::mpsc::TryRecvError::Empty) => {
-                        pools.remove(&name);
-                        info!("jel registry: pool {name:?} is empty: forgotten");
-                        return;
+                Event::Left { id } => {
+                    if let Some(a) = self.addrs.remove(id) {
+                        self.members.remove(&a);
+                        self.pending.remove(&a);
                     }
-                    Ok(Input::Attach { addr, conn, tx }) => {
-                        conns.insert(addr, (conn, tx));
-                    }
-                    Ok(_) | Err(_) => {}
                 }
-                idle_since = None;
+                Event::Elected { .. } => {}
             }
-        } else {
-            idle_since = None;
+            any = true;
         }
+        self.seen = server.log().len();
+        any
+    }
+
+    /// An empty pool is forgotten after a while. Whether this thread ends.
+    fn idle(&mut self) -> bool {
+        let name = &self.name;
+        let server = self.log.replica.server();
+        if !server.members().is_empty() || !self.conns.is_empty() {
+            self.idle_since = None;
+            return false;
+        }
+        let since = *self.idle_since.get_or_insert_with(Instant::now);
+        if since.elapsed() < IDLE_POOL {
+            return false;
+        }
+        self.idle_since = None;
+        if let Mode::Replicated(node) = &self.log.mode {
+            // Forgotten everywhere when the command is committed (if nothing came in the
+            // meantime); the registry then drops this thread's channel.
+            if self.log.leads() {
+                let applied = self.registry.pools.lock().get(name).map(|s| s.applied);
+                if let Some(applied) = applied {
+                    node.propose(&Command::Forget { pool: name.clone(), applied });
+                }
+            }
+            return false;
+        }
+        // Forgotten under the registry's lock, once no attach is on its way.
+        let mut pools = self.registry.pools.lock();
+        match self.rx.try_recv() {
+            Err(std::sync::mpsc::TryRecvError::Empty) => {
+                pools.remove(name);
+                info!("jel registry: pool {name:?} is empty: forgotten");
+                return true;
+            }
+            Ok(Input::Attach { addr, conn, tx }) => {
+                self.conns.insert(addr, (conn, tx));
+            }
+            Ok(_) | Err(_) => {}
+        }
+        false
     }
 }
 

@@ -23,7 +23,10 @@ use crate::supernode;
 use anyhow::{bail, Context, Result};
 use p2pmpi_core::allocation::{booking_count, Strategy};
 use p2pmpi_core::hosts::PeerCache;
-use p2pmpi_core::reservation::{Answer, Booking, BookingError, Decision, Gatekeeper, HostFilter, Policy};
+use p2pmpi_core::machine::Machine;
+use p2pmpi_core::reservation::{
+    Answer, Booking, BookingError, ClaimError, Decision, Gatekeeper, HostFilter, Plan, Policy, Reply, Request,
+};
 use p2pmpi_wire::grid::*;
 use p2pmpi_wire::secure::{GridSecret, SecureConn, SecureError, SecureWriter};
 use parking_lot::Mutex;
@@ -102,9 +105,39 @@ fn advertised_ip(cfg: &Config, supernodes: &[(String, Option<SocketAddr>)]) -> I
     IpAddr::from([127, 0, 0, 1])
 }
 
+/// Feeds the RS one request at `now` and takes its answer (none for `Finish`).
+fn ask_gate(gate: &mut Gatekeeper, now: Duration, request: Request) -> Option<Reply> {
+    match gate.handle_input(now, request) {
+        Ok(()) => {}
+        Err(never) => match never {},
+    }
+    gate.poll_output()
+}
+
+/// [`Request::Reserve`] at `now`.
+fn gate_reserve(gate: &mut Gatekeeper, now: Duration, ticket: u128, requester_ip: String, app: &str) -> Decision {
+    match ask_gate(gate, now, Request::Reserve { ticket, requester_ip, app: app.to_string() }) {
+        Some(Reply::Reserved { decision, .. }) => decision,
+        r => unreachable!("the RS answers a reservation request with its decision, not {r:?}"),
+    }
+}
+
+/// [`Request::Claim`] at `now`.
+fn gate_claim(gate: &mut Gatekeeper, now: Duration, ticket: u128) -> Result<u32, ClaimError> {
+    match ask_gate(gate, now, Request::Claim(ticket)) {
+        Some(Reply::Claimed { result, .. }) => result,
+        r => unreachable!("the RS answers a claim with its result, not {r:?}"),
+    }
+}
+
 impl Mpd {
     fn now(&self) -> u64 {
         self.start.elapsed().as_millis() as u64
+    }
+
+    /// The RS's time (its [`Gatekeeper`]'s): since the MPD started.
+    fn clock(&self) -> Duration {
+        self.start.elapsed()
     }
 
     fn connect(&self, addr: SocketAddr) -> Result<SecureConn, SecureError> {
@@ -235,7 +268,7 @@ impl Mpd {
     /// Asks one host's RS for a reservation.
     fn ask_rs(&self, info: &PeerInfo, ticket: Ticket, app: &str) -> Answer {
         if info.id == self.me.id {
-            return match self.gate.lock().reserve(self.now(), ticket.0, &self.ip.to_string(), app) {
+            return match gate_reserve(&mut self.gate.lock(), self.clock(), ticket.0, self.ip.to_string(), app) {
                 Decision::Ok { p, .. } => Answer::Ok { p },
                 Decision::Nok(reason) => {
                     info!("own RS refused ticket {ticket}: {reason}");
@@ -307,6 +340,85 @@ impl Mpd {
     }
 
     /// Discovery and reservation for a local submitter (thesis §3.3.2, figure 3.4).
+    /// Asks the RS of every host of `ask` at once and records their answers in `booking`,
+    /// telling the submitter the progress; a host that did not answer is marked dead.
+    fn ask_round(
+        &self,
+        conn: &mut SecureConn,
+        booking: &mut Booking<PeerId>,
+        ask: &[PeerId],
+        ticket: Ticket,
+        app: &str,
+        needed: u32,
+    ) {
+        let (tx, rx) = channel();
+        std::thread::scope(|s| {
+            for id in ask {
+                let tx = tx.clone();
+                s.spawn(move || {
+                    let ans = match self.info_of(id) {
+                        Some(info) => self.ask_rs(&info, ticket, app),
+                        None => Answer::NoAnswer,
+                    };
+                    let _ = tx.send((id.clone(), ans));
+                });
+            }
+            drop(tx);
+            for (id, ans) in rx {
+                booking.on_answer(&id, ans);
+                if ans == Answer::NoAnswer {
+                    self.cache.lock().mark_dead(self.now(), &id);
+                }
+                let _ = conn.send(&MpdResponse::Progress {
+                    accepted: booking.accepted() as u32,
+                    needed,
+                    asked: ask.len() as u32,
+                });
+            }
+        });
+    }
+
+    /// The booking succeeded: the hosts beyond *slist* are cancelled and the placements go
+    /// to the submitter.
+    fn send_plan(&self, conn: &mut SecureConn, plan: Plan<PeerId>, ticket: Ticket) -> Result<()> {
+        let cancel: Vec<PeerInfo> = plan.cancel.iter().filter_map(|id| self.info_of(id)).collect();
+        self.cancel_on(&cancel, ticket);
+        let placements: Vec<Placement> = plan
+            .placements
+            .into_iter()
+            .filter_map(|(id, ranks)| {
+                self.info_of(&id).map(|info| Placement { info, ranks: ranks.into_iter().map(|x| x as u32).collect() })
+            })
+            .collect();
+        info!("reservation {ticket}: {} host(s) kept, {} cancelled", placements.len(), cancel.len());
+        conn.send(&MpdResponse::Reserved { ticket, placements })?;
+        Ok(())
+    }
+
+    /// Why a reservation failed, in words. `allowed`: the hosts `-H`/`--hostfile` allowed, if
+    /// it was given.
+    fn booking_failed(
+        &self,
+        e: BookingError,
+        booking: &Booking<PeerId>,
+        wait_ms: u64,
+        allowed: Option<usize>,
+    ) -> String {
+        match e {
+            BookingError::SubmitterRefused => format!("this host's RS refused the job: {}", self.gate_refusal()),
+            BookingError::Infeasible(why) => format!(
+                "not enough peers after waiting {:.0} s: {} host(s) accepted ({} known{}, {} did not answer, {} \
+                 busy); {why}",
+                wait_ms as f64 / 1000.0,
+                booking.accepted(),
+                self.cache.lock().len() + 1,
+                allowed.map_or(String::new(), |a| format!(", {a} allowed by -H/--hostfile")),
+                booking.dead().len(),
+                booking.refused().len(),
+            ),
+        }
+    }
+
     fn reserve(&self, conn: &mut SecureConn, ask: Ask<'_>) -> Result<()> {
         let Ask { n, r, strategy, wait_ms, app, exclude, only } = ask;
         let strategy: Strategy = match strategy.parse() {
@@ -324,17 +436,7 @@ impl Mpd {
         let mut ticket = Ticket(home::random_u128());
         let deadline = Instant::now() + Duration::from_millis(wait_ms);
         let mut booking = Booking::new(n, r, strategy, self.me.id.clone());
-        // `-H`/`--hostfile`: the hosts that may be reserved (by address, host name, or a
-        // name that resolves to the address), this one aside.
-        let allowed: HashSet<String> = only
-            .iter()
-            .flat_map(|h| {
-                use std::net::ToSocketAddrs;
-                let mut names = vec![h.clone()];
-                names.extend((h.as_str(), 0).to_socket_addrs().into_iter().flatten().map(|a| a.ip().to_string()));
-                names
-            })
-            .collect();
+        let allowed = allowed_hosts(only);
         let permitted = |id: &PeerId| {
             allowed.is_empty()
                 || allowed.contains(&id.ip)
@@ -363,74 +465,18 @@ impl Mpd {
                 .extend(ranked.into_iter().filter(|id| !exclude.contains(id) && !gone.contains(id) && permitted(id)));
             let ask = booking.next_requests(&candidates);
             if !ask.is_empty() {
-                let (tx, rx) = channel();
-                std::thread::scope(|s| {
-                    for id in &ask {
-                        let tx = tx.clone();
-                        s.spawn(move || {
-                            let ans = match self.info_of(id) {
-                                Some(info) => self.ask_rs(&info, ticket, app),
-                                None => Answer::NoAnswer,
-                            };
-                            let _ = tx.send((id.clone(), ans));
-                        });
-                    }
-                    drop(tx);
-                    let needed = (n * r) as u32;
-                    for (id, ans) in rx {
-                        booking.on_answer(&id, ans);
-                        if ans == Answer::NoAnswer {
-                            self.cache.lock().mark_dead(self.now(), &id);
-                        }
-                        let _ = conn.send(&MpdResponse::Progress {
-                            accepted: booking.accepted() as u32,
-                            needed,
-                            asked: ask.len() as u32,
-                        });
-                    }
-                });
+                self.ask_round(conn, &mut booking, &ask, ticket, app, (n * r) as u32);
             }
             match booking.decide() {
-                Ok(plan) => {
-                    let cancel: Vec<PeerInfo> = plan.cancel.iter().filter_map(|id| self.info_of(id)).collect();
-                    self.cancel_on(&cancel, ticket);
-                    let placements: Vec<Placement> = plan
-                        .placements
-                        .into_iter()
-                        .filter_map(|(id, ranks)| {
-                            self.info_of(&id)
-                                .map(|info| Placement { info, ranks: ranks.into_iter().map(|x| x as u32).collect() })
-                        })
-                        .collect();
-                    info!("reservation {ticket}: {} host(s) kept, {} cancelled", placements.len(), cancel.len());
-                    conn.send(&MpdResponse::Reserved { ticket, placements })?;
-                    return Ok(());
-                }
+                Ok(plan) => return self.send_plan(conn, plan, ticket),
                 Err(e @ (BookingError::SubmitterRefused | BookingError::Infeasible(_))) => {
                     // Busy: this host refused, or others did and every candidate was asked.
                     let busy = matches!(e, BookingError::SubmitterRefused)
                         || (!booking.refused().is_empty() && candidates.iter().all(|c| booking.was_asked(c)));
                     if Instant::now() >= deadline || (busy && wait_ms == 0) {
                         self.release_all(&booking, ticket);
-                        let msg = match e {
-                            BookingError::SubmitterRefused => {
-                                format!("this host's RS refused the job: {}", self.gate_refusal())
-                            }
-                            BookingError::Infeasible(why) => format!(
-                                "not enough peers after waiting {:.0} s: {} host(s) accepted ({} known{}, {} did \
-                                 not answer, {} busy); {why}",
-                                wait_ms as f64 / 1000.0,
-                                booking.accepted(),
-                                self.cache.lock().len() + 1,
-                                if only.is_empty() {
-                                    String::new()
-                                } else {
-                                    format!(", {} allowed by -H/--hostfile", candidates.len())
-                                },
-                                booking.dead().len(),
-                                booking.refused().len(),
-                            ),
-                        };
+                        let allowed = (!only.is_empty()).then_some(candidates.len());
+                        let msg = self.booking_failed(e, &booking, wait_ms, allowed);
                         info!("reservation {ticket} failed: {msg}");
                         conn.send(&MpdResponse::Failed(msg))?;
                         return Ok(());
@@ -518,6 +564,19 @@ fn host_memory() -> (u64, u64) {
 }
 
 /// A local submitter's reservation request.
+/// `-H`/`--hostfile`: the hosts that may be reserved (by address, host name, or a name that
+/// resolves to the address), this one aside.
+fn allowed_hosts(only: &[String]) -> HashSet<String> {
+    only.iter()
+        .flat_map(|h| {
+            use std::net::ToSocketAddrs;
+            let mut names = vec![h.clone()];
+            names.extend((h.as_str(), 0).to_socket_addrs().into_iter().flatten().map(|a| a.ip().to_string()));
+            names
+        })
+        .collect()
+}
+
 struct Ask<'a> {
     n: u32,
     r: u32,
@@ -566,7 +625,7 @@ pub fn run(opts: MpdOpts) -> Result<()> {
         max_jobs: cfg.max_jobs,
         max_procs: cfg.max_processes_per_job,
         filter: HostFilter::new(cfg.host_deny.clone(), cfg.host_allow.clone()),
-        hold_ms: cfg.reservation_hold_ms,
+        hold: Duration::from_millis(cfg.reservation_hold_ms),
     };
     let mpd = Arc::new(Mpd {
         start: Instant::now(),
@@ -593,7 +652,10 @@ pub fn run(opts: MpdOpts) -> Result<()> {
         server::serve("rs", rs_l, secret.clone(), move |c, peer| m.serve_rs(c, peer));
         let m = mpd.clone();
         let mut ctx = FtContext::new(home.ft_cache(), home.jobs(), secret.clone(), move |t, job| {
-            let live = m.gate.lock().touch(m.now(), t.0);
+            let live = matches!(
+                ask_gate(&mut m.gate.lock(), m.clock(), Request::Touch(t.0)),
+                Some(Reply::Touched { live: true, .. })
+            );
             if live {
                 m.staged.lock().entry(t.0).or_default().insert(job.to_string());
             }
@@ -652,11 +714,7 @@ pub fn run(opts: MpdOpts) -> Result<()> {
             mpd.ping_all();
             next_ping = Instant::now() + Duration::from_millis(mpd.cfg.ping_period_ms);
         }
-        let lapsed = mpd.gate.lock().expire(mpd.now());
-        for t in lapsed {
-            info!("reservation {} was never used: released", Ticket(t));
-            mpd.remove_staged(Ticket(t));
-        }
+        mpd.release_lapsed();
         std::thread::sleep(tick);
     }
     // Halt: stop local processes, leave the supernodes, remove the state file.
@@ -685,14 +743,14 @@ impl Mpd {
                 Ok(None) => return,
                 Err(e) => return server::log_end("rs", peer, &e),
             };
-            let now = self.now();
+            let now = self.clock();
             let answer = match req {
                 RsRequest::Reserve { ticket, app, submitter } => {
-                    let d = self.gate.lock().reserve(now, ticket.0, &peer.ip().to_string(), &app);
+                    let d = gate_reserve(&mut self.gate.lock(), now, ticket.0, peer.ip().to_string(), &app);
                     match d {
-                        Decision::Ok { p, expires_at_ms } => {
+                        Decision::Ok { p, expires_at } => {
                             info!("reserved for {app} from {submitter} ({peer}): ticket {ticket}, P={p}");
-                            RsResponse::Ok { p, expires_ms: expires_at_ms.saturating_sub(now) }
+                            RsResponse::Ok { p, expires_ms: expires_at.saturating_sub(now).as_millis() as u64 }
                         }
                         Decision::Nok(reason) => {
                             info!("refused a reservation for {app} from {peer}: {reason}");
@@ -1035,12 +1093,31 @@ impl Mpd {
         let (held, running) = {
             let mut gate = self.gate.lock();
             let running = gate.entries().iter().any(|(t, _, running)| *t == ticket.0 && *running);
-            (gate.cancel(ticket.0), running)
+            let held = matches!(
+                ask_gate(&mut gate, self.clock(), Request::Cancel(ticket.0)),
+                Some(Reply::Cancelled { existed: true, .. })
+            );
+            (held, running)
         };
         if !running {
             self.remove_staged(ticket);
         }
         held
+    }
+
+    /// Drops the reservations that lapsed unclaimed, and what was staged for them.
+    fn release_lapsed(&self) {
+        let lapsed = {
+            let mut gate = self.gate.lock();
+            gate.handle_timeout(self.clock());
+            gate.drain_outputs()
+        };
+        for r in lapsed {
+            if let Reply::Lapsed(t) = r {
+                info!("reservation {} was never used: released", Ticket(t));
+                self.remove_staged(Ticket(t));
+            }
+        }
     }
 
     /// Removes the directories of the jobs staged for `ticket` (never launched).
@@ -1061,7 +1138,7 @@ impl Mpd {
         if gate.entries().iter().any(|(t, _, running)| *t == ticket.0 && *running) {
             return Err(format!("reservation {ticket} is already running a launch here"));
         }
-        let p = gate.claim(self.now(), ticket.0).map_err(|e| format!("{e} (ticket {ticket})"))?;
+        let p = gate_claim(&mut gate, self.clock(), ticket.0).map_err(|e| format!("{e} (ticket {ticket})"))?;
         Ok((p, Claim { mpd: self, ticket, job: None }))
     }
 }
@@ -1090,7 +1167,7 @@ impl Drop for Claim<'_> {
         for other in staged.iter().filter(|j| Some(*j) != self.job.as_ref()) {
             ft::remove_job(&self.mpd.home.jobs(), other);
         }
-        self.mpd.gate.lock().finish(self.ticket.0);
+        ask_gate(&mut self.mpd.gate.lock(), self.mpd.clock(), Request::Finish(self.ticket.0));
         info!("reservation {} released", self.ticket);
     }
 }

@@ -37,9 +37,10 @@ use crate::par::par_map;
 use crate::plot::{Chart, Series, PALETTE};
 use crate::rng::{derive_seed, Rng};
 use crate::table::Table;
-use p2pmpi_core::jel::central::{self, Client, Dissemination, Server};
+use p2pmpi_core::jel::central::{self, Client, Dissemination, Server, ServerInput};
 use p2pmpi_core::jel::distributed::{self, Node};
-use p2pmpi_core::jel::{Action, Addr, Consistency};
+use p2pmpi_core::jel::{Action, Addr, Consistency, Input};
+use p2pmpi_core::machine::Machine;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::fmt;
@@ -144,6 +145,77 @@ enum Peer {
     Server(Box<Server>),
     Client(Box<Client>),
     Dist(Box<Node>),
+}
+
+/// Feeds a core an input it cannot refuse (only an election request may be refused; the
+/// simulator makes none).
+fn feed<M: Machine>(m: &mut M, now: Duration, input: M::Input) {
+    assert!(m.handle_input(now, input).is_ok(), "a core refused a join, a leave or a message");
+}
+
+impl Peer {
+    /// The run starts for it: the server serves, a member joins.
+    fn start(&mut self, now: Duration) {
+        match self {
+            Peer::Server(s) => feed(&mut **s, now, ServerInput::Start),
+            Peer::Client(c) => feed(&mut **c, now, Input::Join),
+            Peer::Dist(d) => feed(&mut **d, now, Input::Join),
+        }
+    }
+
+    /// A member leaves (the server never does).
+    fn leave(&mut self, now: Duration) {
+        match self {
+            Peer::Server(_) => {}
+            Peer::Client(c) => feed(&mut **c, now, Input::Leave),
+            Peer::Dist(d) => feed(&mut **d, now, Input::Leave),
+        }
+    }
+
+    fn handle_timeout(&mut self, now: Duration) {
+        match self {
+            Peer::Server(s) => s.handle_timeout(now),
+            Peer::Client(c) => c.handle_timeout(now),
+            Peer::Dist(d) => d.handle_timeout(now),
+        }
+    }
+
+    /// A message from the node listening at `from` (one of the peer's kind; others dropped).
+    fn message(&mut self, now: Duration, from: Addr, msg: Msg) {
+        match (self, msg) {
+            (Peer::Server(s), Msg::C(msg)) => feed(&mut **s, now, ServerInput::Message { from, msg }),
+            (Peer::Client(c), Msg::C(msg)) => feed(&mut **c, now, Input::Message { from, msg }),
+            (Peer::Dist(d), Msg::DWire(b)) => {
+                let msg = distributed::decode(&b).expect("what a node encoded decodes");
+                feed(&mut **d, now, Input::Message { from, msg })
+            }
+            _ => {}
+        }
+    }
+
+    fn unreachable(&mut self, now: Duration, to: Addr) {
+        match self {
+            Peer::Server(s) => feed(&mut **s, now, ServerInput::Unreachable(to)),
+            Peer::Client(c) => feed(&mut **c, now, Input::Unreachable(to)),
+            Peer::Dist(d) => feed(&mut **d, now, Input::Unreachable(to)),
+        }
+    }
+
+    fn poll_timeout(&self) -> Option<Duration> {
+        match self {
+            Peer::Server(s) => s.poll_timeout(),
+            Peer::Client(c) => c.poll_timeout(),
+            Peer::Dist(d) => d.poll_timeout(),
+        }
+    }
+
+    fn poll_output(&mut self) -> Option<Action<Msg>> {
+        match self {
+            Peer::Server(s) => s.poll_output().map(|a| map(a, Msg::C)),
+            Peer::Client(c) => c.poll_output().map(|a| map(a, Msg::C)),
+            Peer::Dist(d) => d.poll_output().map(|a| map(a, Msg::D)),
+        }
+    }
 }
 
 enum Msg {
@@ -286,12 +358,7 @@ impl World {
     }
 
     fn arm(&mut self, i: usize, now: Duration) {
-        let d = match self.peers[i].as_ref() {
-            Some(Peer::Server(s)) => s.next_deadline(),
-            Some(Peer::Client(c)) => c.next_deadline(),
-            Some(Peer::Dist(d)) => d.next_deadline(),
-            None => None,
-        };
+        let d = self.peers[i].as_ref().and_then(Peer::poll_timeout);
         if let Some(d) = d {
             let d = d.max(now);
             if self.timer[i] != Some(d) {
@@ -306,12 +373,7 @@ impl World {
     /// Handles what node `i` asked for, then re-arms its timer.
     fn drain(&mut self, i: usize, now: Duration) {
         loop {
-            let a = match self.peers[i].as_mut() {
-                Some(Peer::Server(s)) => s.poll_action().map(|a| map(a, Msg::C)),
-                Some(Peer::Client(c)) => c.poll_action().map(|a| map(a, Msg::C)),
-                Some(Peer::Dist(d)) => d.poll_action().map(|a| map(a, Msg::D)),
-                None => None,
-            };
+            let a = self.peers[i].as_mut().and_then(Peer::poll_output);
             match a {
                 Some(Action::Send { to, msg }) => self.send(i, to, msg, now),
                 Some(_) => {}
@@ -338,60 +400,70 @@ fn map<M>(a: Action<M>, f: impl FnOnce(M) -> Msg) -> Action<Msg> {
     }
 }
 
+impl World {
+    /// The server (central) and the members, not started, and their starts and leaves
+    /// queued.
+    fn new(p: JoinParams) -> World {
+        let first = usize::from(matches!(p.imp, Impl::Central(_)));
+        let total = p.n + first;
+        let mut rng = Rng::new(derive_seed(p.seed, &[p.n as u64, p.id_bytes as u64]));
+        let mut w = World {
+            p,
+            peers: (0..total).map(|_| None).collect(),
+            started: vec![false; total],
+            gone: vec![false; total],
+            timer: vec![None; total],
+            up_free: vec![Duration::ZERO; total],
+            down_free: vec![Duration::ZERO; total],
+            bytes: vec![0; total],
+            queue: BinaryHeap::new(),
+            seq: 0,
+            messages: 0,
+            scratch: Vec::new(),
+            server_kinds: Default::default(),
+            debug: std::env::var_os("JEL_DEBUG").is_some(),
+            node_kinds: Default::default(),
+            start_at: vec![Duration::ZERO; total],
+            first,
+        };
+        let ccfg = match p.imp {
+            Impl::Central(d) => central::Config::new(d),
+            Impl::Distributed => central::Config::default(),
+        };
+        let dcfg = distributed::Config::default();
+        for i in 0..total {
+            let id = rng.next_u64();
+            let seed = rng.next_u64();
+            w.peers[i] = Some(match p.imp {
+                Impl::Central(_) if i == 0 => Peer::Server(Box::new(Server::new(ccfg, seed))),
+                Impl::Central(_) => {
+                    Peer::Client(Box::new(Client::new(id, addr(i), addr(0), ccfg, Consistency::STRONG, seed)))
+                }
+                Impl::Distributed => {
+                    let boot = if i == 0 { vec![] } else { vec![addr(0)] };
+                    Peer::Dist(Box::new(
+                        Node::new(id, addr(i), boot, dcfg, Consistency::WEAK, seed).expect("weak consistency"),
+                    ))
+                }
+            });
+            let start = if i == 0 { Duration::ZERO } else { p.spread.mul_f64(rng.f64()) };
+            w.start_at[i] = start;
+            w.push(start, Ev::Start(i));
+            let leave = p.duration + Duration::from_secs_f64(rng.f64());
+            if i >= first {
+                w.push(leave, Ev::Leave(i));
+            }
+        }
+        w
+    }
+}
+
 /// Simulates one join test.
 pub fn join_run(p: JoinParams) -> JoinRun {
     let wall = Instant::now();
     let central = matches!(p.imp, Impl::Central(_));
-    let first = usize::from(central);
-    let total = p.n + first;
-    let mut rng = Rng::new(derive_seed(p.seed, &[p.n as u64, p.id_bytes as u64]));
-    let mut w = World {
-        p,
-        peers: (0..total).map(|_| None).collect(),
-        started: vec![false; total],
-        gone: vec![false; total],
-        timer: vec![None; total],
-        up_free: vec![Duration::ZERO; total],
-        down_free: vec![Duration::ZERO; total],
-        bytes: vec![0; total],
-        queue: BinaryHeap::new(),
-        seq: 0,
-        messages: 0,
-        scratch: Vec::new(),
-        server_kinds: Default::default(),
-        debug: std::env::var_os("JEL_DEBUG").is_some(),
-        node_kinds: Default::default(),
-        start_at: vec![Duration::ZERO; total],
-        first,
-    };
-    let ccfg = match p.imp {
-        Impl::Central(d) => central::Config::new(d),
-        Impl::Distributed => central::Config::default(),
-    };
-    let dcfg = distributed::Config::default();
-    for i in 0..total {
-        let id = rng.next_u64();
-        let seed = rng.next_u64();
-        w.peers[i] = Some(match p.imp {
-            Impl::Central(_) if i == 0 => Peer::Server(Box::new(Server::new(ccfg, seed))),
-            Impl::Central(_) => {
-                Peer::Client(Box::new(Client::new(id, addr(i), addr(0), ccfg, Consistency::STRONG, seed)))
-            }
-            Impl::Distributed => {
-                let boot = if i == 0 { vec![] } else { vec![addr(0)] };
-                Peer::Dist(Box::new(
-                    Node::new(id, addr(i), boot, dcfg, Consistency::WEAK, seed).expect("weak consistency"),
-                ))
-            }
-        });
-        let start = if i == 0 { Duration::ZERO } else { p.spread.mul_f64(rng.f64()) };
-        w.start_at[i] = start;
-        w.push(start, Ev::Start(i));
-        let leave = p.duration + Duration::from_secs_f64(rng.f64());
-        if i >= first {
-            w.push(leave, Ev::Leave(i));
-        }
-    }
+    let mut w = World::new(p);
+    let (first, total) = (w.first, w.peers.len());
     w.push(Duration::ZERO, Ev::Sample);
     let end = p.duration + Duration::from_secs(30);
     let mut samples = Vec::new();
@@ -403,19 +475,14 @@ pub fn join_run(p: JoinParams) -> JoinRun {
         match item.ev {
             Ev::Start(i) => {
                 w.started[i] = true;
-                match w.peers[i].as_mut() {
-                    Some(Peer::Server(s)) => s.start(now),
-                    Some(Peer::Client(c)) => c.join(now),
-                    Some(Peer::Dist(d)) => d.join(now),
-                    None => {}
+                if let Some(peer) = w.peers[i].as_mut() {
+                    peer.start(now);
                 }
                 w.drain(i, now);
             }
             Ev::Leave(i) => {
-                match w.peers[i].as_mut() {
-                    Some(Peer::Client(c)) => c.leave(now),
-                    Some(Peer::Dist(d)) => d.leave(now),
-                    _ => {}
+                if let Some(peer) = w.peers[i].as_mut() {
+                    peer.leave(now);
                 }
                 w.drain(i, now);
                 w.gone[i] = true;
@@ -425,11 +492,8 @@ pub fn join_run(p: JoinParams) -> JoinRun {
                     continue;
                 }
                 w.timer[i] = None;
-                match w.peers[i].as_mut() {
-                    Some(Peer::Server(s)) => s.tick(now),
-                    Some(Peer::Client(c)) => c.tick(now),
-                    Some(Peer::Dist(d)) => d.tick(now),
-                    None => {}
+                if let Some(peer) = w.peers[i].as_mut() {
+                    peer.handle_timeout(now);
                 }
                 w.drain(i, now);
             }
@@ -437,14 +501,8 @@ pub fn join_run(p: JoinParams) -> JoinRun {
                 if w.gone[to] {
                     continue;
                 }
-                match (w.peers[to].as_mut(), msg) {
-                    (Some(Peer::Server(s)), Msg::C(m)) => s.on_message(addr(from), m, now),
-                    (Some(Peer::Client(c)), Msg::C(m)) => c.on_message(addr(from), m, now),
-                    (Some(Peer::Dist(d)), Msg::DWire(b)) => {
-                        let m = distributed::decode(&b).expect("what a node encoded decodes");
-                        d.on_message(addr(from), m, now)
-                    }
-                    _ => {}
+                if let Some(peer) = w.peers[to].as_mut() {
+                    peer.message(now, addr(from), msg);
                 }
                 w.drain(to, now);
             }
@@ -452,11 +510,8 @@ pub fn join_run(p: JoinParams) -> JoinRun {
                 if w.gone[sender] {
                     continue;
                 }
-                match w.peers[sender].as_mut() {
-                    Some(Peer::Server(s)) => s.on_unreachable(addr(dest), now),
-                    Some(Peer::Client(c)) => c.on_unreachable(addr(dest), now),
-                    Some(Peer::Dist(d)) => d.on_unreachable(addr(dest), now),
-                    None => {}
+                if let Some(peer) = w.peers[sender].as_mut() {
+                    peer.unreachable(now, addr(dest));
                 }
                 w.drain(sender, now);
             }
@@ -480,39 +535,7 @@ pub fn join_run(p: JoinParams) -> JoinRun {
     let t_full = first_at(&|s| s.3);
     let node_bytes: Vec<u64> = w.bytes[first..].to_vec();
     if std::env::var_os("JEL_DEBUG").is_some() {
-        eprintln!("{} n={}: server sent by kind {:?}", p.imp, p.n, w.server_kinds);
-        let top = (first..total).max_by_key(|&i| w.bytes[i]).unwrap_or(0);
-        if let Some(Peer::Client(c)) = w.peers[top].as_ref() {
-            eprintln!(
-                "  top node {top}: {} bytes, {:?}, next {}, pool {}, log {:?}",
-                w.bytes[top],
-                c.phase(),
-                c.next_seq(),
-                c.pool_size(),
-                c.log().0
-            );
-        }
-        let sent: Vec<_> = w.node_kinds.iter().filter(|((n, _), _)| *n == top).collect();
-        let got: Vec<_> = w.node_kinds.iter().filter(|((n, _), _)| *n == top + 1_000_000).collect();
-        eprintln!("  top node sent by kind {sent:?}\n  received {got:?}");
-        let mut g: Vec<(u64, usize)> = w
-            .node_kinds
-            .iter()
-            .filter(|((n, k), _)| *n >= 1_000_000 && *k == "gossip")
-            .map(|((n, _), b)| (*b, n - 1_000_000))
-            .collect();
-        g.sort_unstable_by(|a, b| b.cmp(a));
-        eprintln!("  most gossiped-to (bytes, node): {:?}; median {:?}", &g[..g.len().min(8)], g.get(g.len() / 2));
-        let started: Vec<(usize, f64)> = g[..g.len().min(8)]
-            .iter()
-            .map(|&(_, n)| (n, w.start_at.get(n).map_or(-1.0, |d| d.as_secs_f64())))
-            .collect();
-        eprintln!("  their start times {started:?}");
-        for t in [10.0, 20.0, 30.0, 60.0] {
-            if let Some(s) = samples.iter().find(|s| s.0 >= t) {
-                eprintln!("  t={t}: avg {:.1}", s.1);
-            }
-        }
+        debug_report(&w, &samples);
     }
     JoinRun {
         p,
@@ -525,6 +548,42 @@ pub fn join_run(p: JoinParams) -> JoinRun {
         node_bytes_max: node_bytes.iter().copied().max().unwrap_or(0),
         messages: w.messages,
         wall: wall.elapsed().as_secs_f64(),
+    }
+}
+
+/// `JEL_DEBUG`: where the bytes went.
+fn debug_report(w: &World, samples: &[(f64, f64, usize, bool)]) {
+    let (p, first, total) = (w.p, w.first, w.peers.len());
+    eprintln!("{} n={}: server sent by kind {:?}", p.imp, p.n, w.server_kinds);
+    let top = (first..total).max_by_key(|&i| w.bytes[i]).unwrap_or(0);
+    if let Some(Peer::Client(c)) = w.peers[top].as_ref() {
+        eprintln!(
+            "  top node {top}: {} bytes, {:?}, next {}, pool {}, log {:?}",
+            w.bytes[top],
+            c.phase(),
+            c.next_seq(),
+            c.pool_size(),
+            c.log().0
+        );
+    }
+    let sent: Vec<_> = w.node_kinds.iter().filter(|((n, _), _)| *n == top).collect();
+    let got: Vec<_> = w.node_kinds.iter().filter(|((n, _), _)| *n == top + 1_000_000).collect();
+    eprintln!("  top node sent by kind {sent:?}\n  received {got:?}");
+    let mut g: Vec<(u64, usize)> = w
+        .node_kinds
+        .iter()
+        .filter(|((n, k), _)| *n >= 1_000_000 && *k == "gossip")
+        .map(|((n, _), b)| (*b, n - 1_000_000))
+        .collect();
+    g.sort_unstable_by(|a, b| b.cmp(a));
+    eprintln!("  most gossiped-to (bytes, node): {:?}; median {:?}", &g[..g.len().min(8)], g.get(g.len() / 2));
+    let started: Vec<(usize, f64)> =
+        g[..g.len().min(8)].iter().map(|&(_, n)| (n, w.start_at.get(n).map_or(-1.0, |d| d.as_secs_f64()))).collect();
+    eprintln!("  their start times {started:?}");
+    for t in [10.0, 20.0, 30.0, 60.0] {
+        if let Some(s) = samples.iter().find(|s| s.0 >= t) {
+            eprintln!("  t={t}: avg {:.1}", s.1);
+        }
     }
 }
 

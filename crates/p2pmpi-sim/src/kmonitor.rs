@@ -22,8 +22,9 @@ use crate::plot::{Chart, Series, PALETTE};
 use crate::rng::{derive_seed, Rng};
 use crate::table::{prob, Table};
 use p2pmpi_core::kmonitor::{
-    choose_monitors, encoded_len, Action, Cause, Config, Directory, Endpoint, Message, Node, NodeId,
+    choose_monitors, encoded_len, Action, Cause, Config, Directory, Endpoint, Input, Message, Node, NodeId,
 };
+use p2pmpi_core::machine::Machine;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::sync::Arc;
@@ -220,11 +221,19 @@ impl KNet {
         self.q.push(Reverse(Item { at, seq: self.seq, ev }));
     }
 
+    /// Feeds node `i` one input at `at`, then carries out what it asks for.
+    fn feed(&mut self, i: usize, at: Duration, input: Input) {
+        match self.nodes[i].handle_input(at, input) {
+            Ok(()) => {}
+            Err(never) => match never {},
+        }
+        self.after(i);
+    }
+
     /// Starts every detector now.
     pub fn start_all(&mut self) {
         for i in 0..self.nodes.len() {
-            self.nodes[i].on_start(self.now);
-            self.after(i);
+            self.feed(i, self.now, Input::Start);
         }
     }
 
@@ -235,7 +244,7 @@ impl KNet {
     }
 
     fn after(&mut self, i: usize) {
-        while let Some(a) = self.nodes[i].poll_action() {
+        while let Some(a) = self.nodes[i].poll_output() {
             match a {
                 Action::Connect { to } => {
                     let b = to.id as usize;
@@ -279,7 +288,7 @@ impl KNet {
                 Action::Failed { node, cause } => self.reports.push(Report { observer: i, node, cause, at: self.now }),
             }
         }
-        if let Some(d) = self.nodes[i].next_deadline() {
+        if let Some(d) = self.nodes[i].poll_timeout() {
             let d = d.max(self.now);
             if self.armed[i].is_none_or(|a| d < a) {
                 self.armed[i] = Some(d);
@@ -304,31 +313,29 @@ impl KNet {
                     }
                     self.armed[i] = None;
                     if self.alive[i] {
-                        self.nodes[i].tick(at);
+                        self.nodes[i].handle_timeout(at);
                         self.after(i);
                     }
                 }
                 Ev::Deliver { from, to, epoch, msg } => {
                     let open = self.conns.get(&pair(from, to)) == Some(&epoch);
                     if self.alive[to] && (open || self.closed_by.get(&epoch) == Some(&from)) {
-                        self.nodes[to].on_message(from as NodeId, msg, at);
-                        self.after(to);
+                        self.feed(to, at, Input::Message { from: from as NodeId, msg });
                     }
                 }
                 Ev::Connected { a, b, epoch } => {
                     if self.alive[a] {
-                        if self.conns.get(&pair(a, b)) == Some(&epoch) {
-                            self.nodes[a].on_connected(b as NodeId, at);
+                        let input = if self.conns.get(&pair(a, b)) == Some(&epoch) {
+                            Input::Connected(b as NodeId)
                         } else {
-                            self.nodes[a].on_connect_failed(b as NodeId, at);
-                        }
-                        self.after(a);
+                            Input::ConnectFailed(b as NodeId)
+                        };
+                        self.feed(a, at, input);
                     }
                 }
                 Ev::ConnFail { a, b } => {
                     if self.alive[a] {
-                        self.nodes[a].on_connect_failed(b as NodeId, at);
-                        self.after(a);
+                        self.feed(a, at, Input::ConnectFailed(b as NodeId));
                     }
                 }
                 Ev::Closed { to, from, epoch } => {
@@ -337,8 +344,7 @@ impl KNet {
                         continue;
                     }
                     if self.alive[to] {
-                        self.nodes[to].on_connection_reset(from as NodeId, at);
-                        self.after(to);
+                        self.feed(to, at, Input::ConnectionReset(from as NodeId));
                     }
                 }
                 Ev::Crash { node, reset } => {

@@ -10,11 +10,12 @@
 //!
 //! * **Virtual time and one event queue** ([`sim::Sim`]). Time is a [`Duration`] since the
 //!   start of the run. A binary heap holds four kinds of items: a detector's *start*, a
-//!   *timer* (the wake-up time [`Detector::poll_timeout`] asks for), a message *delivery* and
+//!   *timer* (the wake-up time [`Machine::poll_timeout`] asks for), a message *delivery* and
 //!   a *crash*; ties are broken by insertion order, so a run is a pure function of its
-//!   configuration and seed. After a detector handles a timer or a message, the simulator
-//!   drains `poll_transmit` (each message becomes a delivery item) and `poll_event` (each
-//!   event is recorded with its time and observer) and re-arms the timer. A node has at most
+//!   configuration and seed. Every core is driven through [`Machine`], as the real drivers
+//!   do. After a detector handles a timer or a message, the simulator drains `poll_output`
+//!   (each transmit becomes a delivery item, each event is recorded with its time and
+//!   observer) and re-arms the timer. A node has at most
 //!   one live timer: an earlier deadline pushes a new item and older items are recognised as
 //!   stale when they pop, so the queue never holds more than about one timer and the
 //!   in-flight messages per process.
@@ -40,7 +41,7 @@
 //!   again, which is a start-up effect and not what the false-positive experiment measures).
 //! * **Cost**. The simulator adds `O(log q)` per event (`q`: queue length, about `n` plus the
 //!   messages in flight) and a hash lookup per message (FIFO). It calls
-//!   [`Detector::poll_timeout`] (which scans all `n` entries) only after a timer, not after
+//!   [`Machine::poll_timeout`] (which scans all `n` entries) only after a timer, not after
 //!   each delivery: handling a message never brings a detector's deadline forward (it creates
 //!   no ping and does not move the gossip period), so the armed timer stays valid; debug
 //!   builds assert this on every delivery. Everything else is the protocol's own work: a
@@ -49,7 +50,7 @@
 //!   million counter operations per period at n = 1024. A detection run of n = 1024 (20 s of
 //!   warm-up plus the detection, about 70 periods, 130 000 events) takes about 1 s in release
 //!   on one core, three quarters of it in `poll_timeout`, `handle_timeout` and
-//!   `handle_message` of `p2pmpi-core`. Experiments run their independent trials on all
+//!   `handle_input` of `p2pmpi-core`'s detector. Experiments run their independent trials on all
 //!   cores ([`par::par_map`], scoped threads), each with its own seed derived from the
 //!   experiment's seed and the trial's coordinates, so results do not depend on the number of
 //!   threads.
@@ -79,7 +80,8 @@
 //! ([`output`], [`plot`]: plotters' SVG backend only, with no font library).
 //!
 //! [`Duration`]: std::time::Duration
-//! [`Detector::poll_timeout`]: p2pmpi_core::fd::Detector::poll_timeout
+//! [`Machine`]: p2pmpi_core::machine::Machine
+//! [`Machine::poll_timeout`]: p2pmpi_core::machine::Machine::poll_timeout
 //! [`Start::adjusted`]: p2pmpi_core::fd::Start::adjusted
 #![forbid(unsafe_code)]
 

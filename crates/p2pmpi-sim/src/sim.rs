@@ -3,7 +3,8 @@
 
 use crate::net::NetConfig;
 use crate::rng::{derive_seed, Rng};
-use p2pmpi_core::fd::{Detector, Event, FdConfig, Message, Start, Status, Transmit};
+use p2pmpi_core::fd::{Detector, Event, FdConfig, Input, Message, Output, Start, Status, Transmit};
+use p2pmpi_core::machine::Machine;
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap};
 use std::time::Duration;
@@ -315,7 +316,8 @@ impl Sim {
                     self.stats.to_crashed += 1;
                 } else if let Some(d) = nd.det.as_mut() {
                     self.stats.delivered += 1;
-                    d.handle_message(self.now, from as usize, msg).expect("the simulator sends well-formed messages");
+                    d.handle_input(self.now, Input::Message { from: from as usize, msg })
+                        .expect("the simulator sends well-formed messages");
                     self.service(i, false);
                 } else {
                     self.stats.before_start += 1;
@@ -338,23 +340,26 @@ impl Sim {
         let now = self.now;
         let Some(det) = self.nodes[i].det.as_mut() else { return };
         let mut out = std::mem::take(&mut self.out_buf);
-        while let Some(tx) = det.poll_transmit() {
-            out.push(tx);
-        }
-        while let Some(event) = det.poll_event() {
-            if let Event::Failed(_) = event {
-                self.check_done = true;
+        while let Some(o) = det.poll_output() {
+            match o {
+                Output::Transmit(tx) => out.push(tx),
+                Output::Event(event) => {
+                    if let Event::Failed(_) = event {
+                        self.check_done = true;
+                    }
+                    self.records.push(Record { at: now, observer: i, event });
+                }
             }
-            self.records.push(Record { at: now, observer: i, event });
         }
         let det = self.nodes[i].det.as_ref().expect("started");
+        let due = || det.poll_timeout().expect("a detector's gossip period is always armed");
         match self.nodes[i].timer {
             // A message never brings a detector's deadline forward (handling one creates no
             // ping and does not move the gossip period), so the live timer still holds and
             // the O(n) `poll_timeout` is not needed after each delivery. Debug builds (the
             // tests) check that claim on every message.
             Some(cur) if !after_timeout => {
-                let due = det.poll_timeout();
+                let due = due();
                 // Either still ahead of the armed timer, or already due and the timer fires
                 // in the next nanosecond (the anti-spin nudge after a timeout).
                 debug_assert!(
@@ -363,7 +368,7 @@ impl Sim {
                 )
             }
             _ => {
-                let mut wake = det.poll_timeout();
+                let mut wake = due();
                 if wake <= now && after_timeout {
                     // The detector has just handled this instant; never spin on it.
                     wake = now + Duration::from_nanos(1);

@@ -45,12 +45,14 @@
 //! [`Config::log_keep`] events to serve its gossip peers (none with the other strategies).
 //! It forwards (tree) or gossips (gossip) the stream as its strategy says. Both consistency
 //! models of joins are served by this one ordered stream; a part switched off is not
-//! delivered, and [`Client::elect`] is refused when elections are off.
+//! delivered, and [`Input::Elect`] is refused when elections are off.
 //!
 //! See [the module docs](super) for the driving contract.
 
+use super::members::MemberTable;
 use super::wire::{put_addr, put_event, put_id, put_name, put_var, DecodeError, Reader};
-use super::{below, binomial_children, next_period, Action, Addr, Consistency, Event, MemberId, PartOff};
+use super::{below, binomial_children, next_period, Action, Addr, Consistency, Event, Input, MemberId, PartOff};
+use crate::machine::{Machine, Time};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fmt;
@@ -396,14 +398,14 @@ fn read_snapshot(r: &mut Reader<'_>) -> Result<Snapshot, DecodeError> {
     let n = r.len()?;
     let mut members = Vec::with_capacity(n.min(1024));
     for _ in 0..n {
-        let id = r.id()?;
+        let id = r.member_id()?;
         members.push((id, r.addr()?));
     }
     let n = r.len()?;
     let mut elections = Vec::with_capacity(n.min(1024));
     for _ in 0..n {
         let name = r.name()?;
-        elections.push((name, r.id()?));
+        elections.push((name, r.member_id()?));
     }
     Ok(Snapshot { next, members, elections })
 }
@@ -413,12 +415,12 @@ pub fn decode(bytes: &[u8]) -> Result<Message, DecodeError> {
     let mut r = Reader::new(bytes);
     let msg = match r.u8()? {
         1 => {
-            let id = r.id()?;
+            let id = r.member_id()?;
             Message::Join { id, addr: r.addr()? }
         }
         2 => Message::Leave,
         3 => Message::Ack { next: r.var()? },
-        4 => Message::MaybeDead { suspect: r.id()? },
+        4 => Message::MaybeDead { suspect: r.member_id()? },
         5 => Message::Elect { name: r.name()? },
         6 => Message::GetElection { name: r.name()? },
         7 => {
@@ -441,7 +443,7 @@ pub fn decode(bytes: &[u8]) -> Result<Message, DecodeError> {
         }
         10 => {
             let name = r.name()?;
-            let winner = if r.bool()? { Some(r.id()?) } else { None };
+            let winner = if r.bool()? { Some(r.member_id()?) } else { None };
             Message::ElectionResult { name, winner }
         }
         11 => Message::Ping,
@@ -544,8 +546,8 @@ impl Server {
         }
     }
 
-    /// Starts the periodic tasks.
-    pub fn start(&mut self, now: Duration) {
+    /// [`ServerInput::Start`].
+    fn start(&mut self, now: Duration) {
         self.started = true;
         self.next_gossip = now + self.gossip_period();
         self.next_fallback = now + self.cfg.fallback_interval;
@@ -573,11 +575,6 @@ impl Server {
 
     pub fn stats(&self) -> ServerStats {
         self.stats
-    }
-
-    /// The next action for the driver.
-    pub fn poll_action(&mut self) -> Option<Action<Message>> {
-        super::pop_action(&mut self.out)
     }
 
     fn send(&mut self, to: Addr, msg: Message) {
@@ -663,14 +660,14 @@ impl Server {
     }
 
     /// The driver could not reach `addr`: a member there is dead.
-    pub fn on_unreachable(&mut self, addr: Addr, now: Duration) {
+    fn on_unreachable(&mut self, addr: Addr, now: Duration) {
         if let Some(&id) = self.by_addr.get(&addr) {
             self.remove(id, true, now);
         }
     }
 
     /// A message from the node listening at `from`.
-    pub fn on_message(&mut self, from: Addr, msg: Message, now: Duration) {
+    fn on_message(&mut self, from: Addr, msg: Message, now: Duration) {
         if let Message::Join { id, addr } = msg {
             if let Some(m) = self.members.get_mut(&id).filter(|m| m.addr == addr) {
                 // Sent again: its welcome was lost (the registry that took the join died
@@ -790,7 +787,7 @@ impl Server {
     }
 
     /// When [`tick`](Self::tick) must be called next.
-    pub fn next_deadline(&self) -> Option<Duration> {
+    fn next_deadline(&self) -> Option<Duration> {
         if !self.started {
             return None;
         }
@@ -811,7 +808,7 @@ impl Server {
     }
 
     /// Runs what is due.
-    pub fn tick(&mut self, now: Duration) {
+    fn tick(&mut self, now: Duration) {
         if !self.started {
             return;
         }
@@ -917,96 +914,69 @@ impl Server {
     }
 }
 
+/// What the driver feeds the [`Server`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ServerInput {
+    /// The pool is served from now on: the periodic tasks start.
+    Start,
+    /// A message from the node listening at `from`.
+    Message { from: Addr, msg: Message },
+    /// The driver could not reach `addr` (or its connection ended without a `Leave`): a
+    /// member there is dead.
+    Unreachable(Addr),
+}
+
+impl Machine for Server {
+    type Input = ServerInput;
+    type Output = Action<Message>;
+    type Rejected = std::convert::Infallible;
+
+    fn handle_input(&mut self, now: Time, input: ServerInput) -> Result<(), Self::Rejected> {
+        match input {
+            ServerInput::Start => self.start(now),
+            ServerInput::Message { from, msg } => self.on_message(from, msg, now),
+            ServerInput::Unreachable(addr) => self.on_unreachable(addr, now),
+        }
+        Ok(())
+    }
+
+    /// Flushes, gossips, the fallback, the leases.
+    fn handle_timeout(&mut self, now: Time) {
+        self.tick(now);
+    }
+
+    fn poll_output(&mut self) -> Option<Action<Message>> {
+        super::pop_action(&mut self.out)
+    }
+
+    /// `None` before [`ServerInput::Start`].
+    fn poll_timeout(&self) -> Option<Time> {
+        self.next_deadline()
+    }
+}
+
 // ------------------------------------------------------------------------ the client
 
-/// The live members in join order, with O(log n) removal, rank and selection (a Fenwick tree
-/// over the join slots): a pool of 10 000 sees 10 000 leaves without quadratic work.
-///
-/// Every member of a pool holds one, so a simulated pool of n members holds n² entries: an
-/// entry takes about 28 bytes (the id and a packed address, 16; the Fenwick count, 4; the
-/// index, 4 per bucket at most 3/4 full) where a `Vec<Option<(MemberId, SocketAddr)>>` and a
-/// `HashMap<MemberId, usize>` took about 80, and 10 000 simulated members fit in memory.
+/// The live members in join order, with O(log n) removal, rank and selection: the
+/// [`MemberTable`] (a slot per join) and a Fenwick tree over its live slots, so a pool of
+/// 10 000 sees 10 000 leaves without quadratic work.
 #[derive(Debug, Clone, Default)]
 struct Roster {
-    /// Per join slot: the id and the packed address ([`Roster::pack`]; 0: removed).
-    slots: Vec<(MemberId, u64)>,
-    /// Addresses that do not fit a packed word (IPv6), referred to by index.
-    wide: Vec<Addr>,
+    members: MemberTable,
     /// Fenwick tree (1-based) of the live slots.
     fen: Vec<u32>,
-    /// Open addressing by id (linear probing): slot + 1, 0 for an empty bucket. A removed
-    /// member's bucket keeps pointing at its dead slot (no tombstones; a rejoin repoints it).
-    index: Vec<u32>,
     alive: usize,
 }
 
-const PACKED_V4: u64 = 1 << 63;
-const PACKED_WIDE: u64 = 1 << 62;
-
 impl Roster {
-    fn pack(&mut self, a: Addr) -> u64 {
-        match a {
-            Addr::V4(v4) => PACKED_V4 | (u64::from(u32::from(*v4.ip())) << 16) | u64::from(v4.port()),
-            Addr::V6(_) => {
-                self.wide.push(a);
-                PACKED_WIDE | (self.wide.len() as u64 - 1)
-            }
-        }
-    }
-
-    fn unpack(&self, p: u64) -> Addr {
-        if p & PACKED_V4 != 0 {
-            let ip = core::net::Ipv4Addr::from(((p >> 16) & 0xffff_ffff) as u32);
-            Addr::from((ip, (p & 0xffff) as u16))
-        } else {
-            self.wide[(p & !PACKED_WIDE) as usize]
-        }
-    }
-
-    fn bucket(&self, id: MemberId) -> usize {
-        // Fibonacci hashing: the high bits of the product, as many as the table has.
-        let bits = self.index.len().trailing_zeros();
-        (id.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - bits)) as usize
-    }
-
-    /// The bucket of `id`, or the empty one where it would go.
-    fn find(&self, id: MemberId) -> usize {
-        let mask = self.index.len() - 1;
-        let mut b = self.bucket(id);
-        loop {
-            match self.index[b] {
-                0 => return b,
-                k if self.slots[k as usize - 1].0 == id => return b,
-                _ => b = (b + 1) & mask,
-            }
-        }
-    }
-
     /// The live slot of `id`.
     fn slot(&self, id: MemberId) -> Option<usize> {
-        if self.index.is_empty() {
-            return None;
-        }
-        match self.index[self.find(id)] {
-            0 => None,
-            k => Some(k as usize - 1).filter(|&k| self.slots[k].1 != 0),
-        }
-    }
-
-    fn grow_index(&mut self) {
-        let size = (self.index.len() * 2).max(16);
-        self.index = vec![0; size];
-        let ids: Vec<MemberId> = self.slots.iter().map(|s| s.0).collect();
-        for (k, id) in ids.into_iter().enumerate() {
-            let b = self.find(id);
-            // A rejoined id: its last slot wins.
-            self.index[b] = k as u32 + 1;
-        }
+        self.members.get(id).filter(|&k| !self.members.is_vacant(k))
     }
 
     /// Room for `n` more members without growing.
     fn reserve(&mut self, n: usize) {
-        self.slots.reserve_exact(n);
+        self.members.reserve(n);
         self.fen.reserve_exact(n);
     }
 
@@ -1023,23 +993,17 @@ impl Roster {
         if self.slot(id).is_some() {
             return;
         }
-        if (self.slots.len() + 1) * 4 > self.index.len() * 3 {
-            self.grow_index();
-        }
-        let i = self.slots.len() + 1;
+        let i = self.members.len() + 1;
         let low = i & i.wrapping_neg();
         let v = 1 + self.prefix(i - 1) - self.prefix(i - low);
         self.fen.push(v);
-        let packed = self.pack(addr);
-        self.slots.push((id, packed));
-        let b = self.find(id);
-        self.index[b] = i as u32;
+        self.members.push(id, addr);
         self.alive += 1;
     }
 
     fn remove(&mut self, id: MemberId) {
         let Some(k) = self.slot(id) else { return };
-        self.slots[k].1 = 0;
+        self.members.vacate(k);
         self.alive -= 1;
         let mut i = k + 1;
         while i <= self.fen.len() {
@@ -1068,20 +1032,19 @@ impl Roster {
             }
             step /= 2;
         }
-        let (id, p) = self.slots[pos];
-        debug_assert!(p != 0, "a live slot");
-        (id, self.unpack(p))
+        debug_assert!(!self.members.is_vacant(pos), "a live slot");
+        (self.members.id(pos), self.members.addr(pos))
     }
 
     fn iter(&self) -> impl Iterator<Item = (MemberId, Addr)> + '_ {
-        self.slots.iter().filter(|s| s.1 != 0).map(|&(id, p)| (id, self.unpack(p)))
+        self.members.iter()
     }
 }
 
 /// Where a client stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Phase {
-    /// Created, [`Client::join`] not called yet.
+    /// Created, not joined yet ([`Input::Join`]).
     Idle,
     /// Join sent, no welcome yet.
     Joining,
@@ -1203,11 +1166,6 @@ impl Client {
         !matches!(self.phase, Phase::Idle | Phase::Left | Phase::Excluded)
     }
 
-    /// The next action for the driver.
-    pub fn poll_action(&mut self) -> Option<Action<Message>> {
-        super::pop_action(&mut self.out)
-    }
-
     fn send(&mut self, to: Addr, msg: Message) {
         if to == self.server {
             self.last_server = self.now_hint;
@@ -1215,8 +1173,8 @@ impl Client {
         self.out.push_back(Action::Send { to, msg });
     }
 
-    /// Joins the pool.
-    pub fn join(&mut self, now: Duration) {
+    /// [`Input::Join`].
+    fn join(&mut self, now: Duration) {
         if self.phase != Phase::Idle {
             return;
         }
@@ -1227,8 +1185,8 @@ impl Client {
         self.send(self.server, Message::Join { id, addr });
     }
 
-    /// Leaves the pool gracefully (final).
-    pub fn leave(&mut self, now: Duration) {
+    /// [`Input::Leave`].
+    fn leave(&mut self, now: Duration) {
         if self.active() {
             self.now_hint = now;
             self.send(self.server, Message::Leave);
@@ -1237,17 +1195,16 @@ impl Client {
         }
     }
 
-    /// Reports that `suspect` may be dead; the server checks.
-    pub fn maybe_dead(&mut self, suspect: MemberId, now: Duration) {
+    /// [`Input::MaybeDead`]: the server checks.
+    fn maybe_dead(&mut self, suspect: MemberId, now: Duration) {
         if self.active() {
             self.now_hint = now;
             self.send(self.server, Message::MaybeDead { suspect });
         }
     }
 
-    /// Stands for `name`; the winner comes as [`Action::ElectionResult`] (and, to every member,
-    /// as an [`Event::Elected`]).
-    pub fn elect(&mut self, name: &str, now: Duration) -> Result<(), PartOff> {
+    /// [`Input::Elect`].
+    fn elect(&mut self, name: &str, now: Duration) -> Result<(), PartOff> {
         if self.consistency.elections.is_none() {
             return Err(PartOff);
         }
@@ -1258,9 +1215,8 @@ impl Client {
         Ok(())
     }
 
-    /// Asks who won `name` without standing: answered by [`Action::ElectionResult`] as soon as
-    /// a winner is known, with `None` after `timeout`.
-    pub fn get_election_result(&mut self, name: &str, timeout: Duration, now: Duration) -> Result<(), PartOff> {
+    /// [`Input::GetElectionResult`].
+    fn get_election_result(&mut self, name: &str, timeout: Duration, now: Duration) -> Result<(), PartOff> {
         if self.consistency.elections.is_none() {
             return Err(PartOff);
         }
@@ -1438,7 +1394,7 @@ impl Client {
     }
 
     /// The driver could not reach `addr`.
-    pub fn on_unreachable(&mut self, addr: Addr, now: Duration) {
+    fn on_unreachable(&mut self, addr: Addr, now: Duration) {
         self.now_hint = now;
         if let Phase::Bootstrapping { peers, .. } = &mut self.phase {
             if peers.first() == Some(&addr) {
@@ -1456,7 +1412,7 @@ impl Client {
     }
 
     /// A message from the node listening at `from`.
-    pub fn on_message(&mut self, from: Addr, msg: Message, now: Duration) {
+    fn on_message(&mut self, from: Addr, msg: Message, now: Duration) {
         self.now_hint = now;
         if !self.active() {
             return;
@@ -1557,7 +1513,7 @@ impl Client {
     }
 
     /// When [`tick`](Self::tick) must be called next.
-    pub fn next_deadline(&self) -> Option<Duration> {
+    fn next_deadline(&self) -> Option<Duration> {
         if !self.active() {
             return None;
         }
@@ -1578,7 +1534,7 @@ impl Client {
     }
 
     /// Runs what is due.
-    pub fn tick(&mut self, now: Duration) {
+    fn tick(&mut self, now: Duration) {
         if !self.active() {
             return;
         }
@@ -1630,6 +1586,39 @@ impl Client {
     }
 }
 
+impl Machine for Client {
+    type Input = Input<Message>;
+    type Output = Action<Message>;
+    type Rejected = PartOff;
+
+    fn handle_input(&mut self, now: Time, input: Input<Message>) -> Result<(), PartOff> {
+        match input {
+            Input::Join => self.join(now),
+            Input::Leave => self.leave(now),
+            Input::MaybeDead(suspect) => self.maybe_dead(suspect, now),
+            Input::Elect(name) => return self.elect(&name, now),
+            Input::GetElectionResult { name, timeout } => return self.get_election_result(&name, timeout, now),
+            Input::Message { from, msg } => self.on_message(from, msg, now),
+            Input::Unreachable(addr) => self.on_unreachable(addr, now),
+        }
+        Ok(())
+    }
+
+    /// Bootstrap and gap time-outs, gossip, election waits, the heartbeat to the server.
+    fn handle_timeout(&mut self, now: Time) {
+        self.tick(now);
+    }
+
+    fn poll_output(&mut self) -> Option<Action<Message>> {
+        super::pop_action(&mut self.out)
+    }
+
+    /// `None` before [`Input::Join`] and once gone.
+    fn poll_timeout(&self) -> Option<Time> {
+        self.next_deadline()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::testnet::{addr, ms, Core, Net};
@@ -1645,37 +1634,50 @@ mod tests {
         Client(Box<Client>),
     }
 
+    impl Machine for CNode {
+        type Input = Input<Message>;
+        type Output = Action<Message>;
+        type Rejected = PartOff;
+        fn handle_input(&mut self, now: Time, input: Input<Message>) -> Result<(), PartOff> {
+            match self {
+                CNode::Server(s) => {
+                    let input = match input {
+                        Input::Message { from, msg } => ServerInput::Message { from, msg },
+                        Input::Unreachable(a) => ServerInput::Unreachable(a),
+                        other => panic!("a member's input for the server: {other:?}"),
+                    };
+                    s.handle_input(now, input).map_err(|never| match never {})
+                }
+                CNode::Client(c) => c.handle_input(now, input),
+            }
+        }
+        fn handle_timeout(&mut self, now: Time) {
+            match self {
+                CNode::Server(s) => s.handle_timeout(now),
+                CNode::Client(c) => c.handle_timeout(now),
+            }
+        }
+        fn poll_output(&mut self) -> Option<Action<Message>> {
+            match self {
+                CNode::Server(s) => s.poll_output(),
+                CNode::Client(c) => c.poll_output(),
+            }
+        }
+        fn poll_timeout(&self) -> Option<Time> {
+            match self {
+                CNode::Server(s) => s.poll_timeout(),
+                CNode::Client(c) => c.poll_timeout(),
+            }
+        }
+    }
+
     impl Core for CNode {
         type Msg = Message;
-        fn on_message(&mut self, from: Addr, msg: Message, now: Duration) {
-            match self {
-                CNode::Server(s) => s.on_message(from, msg, now),
-                CNode::Client(c) => c.on_message(from, msg, now),
-            }
+        fn message(&self, from: Addr, msg: Message) -> Input<Message> {
+            Input::Message { from, msg }
         }
-        fn on_unreachable(&mut self, to: Addr, now: Duration) {
-            match self {
-                CNode::Server(s) => s.on_unreachable(to, now),
-                CNode::Client(c) => c.on_unreachable(to, now),
-            }
-        }
-        fn tick(&mut self, now: Duration) {
-            match self {
-                CNode::Server(s) => s.tick(now),
-                CNode::Client(c) => c.tick(now),
-            }
-        }
-        fn next_deadline(&self) -> Option<Duration> {
-            match self {
-                CNode::Server(s) => s.next_deadline(),
-                CNode::Client(c) => c.next_deadline(),
-            }
-        }
-        fn poll_action(&mut self) -> Option<Action<Message>> {
-            match self {
-                CNode::Server(s) => s.poll_action(),
-                CNode::Client(c) => c.poll_action(),
-            }
+        fn unreachable(&self, to: Addr) -> Input<Message> {
+            Input::Unreachable(to)
         }
         fn wire(msg: &Message) -> Message {
             decode(&encode(msg)).expect("what is encoded decodes")
@@ -1701,7 +1703,7 @@ mod tests {
     fn pool(n: usize, cfg: Config, consistency: Consistency, seed: u64) -> Net<CNode> {
         let mut net = Net::new(n + 1, seed);
         let mut s = Server::new(cfg, seed);
-        s.start(Duration::ZERO);
+        s.handle_input(Duration::ZERO, ServerInput::Start).unwrap();
         net.nodes[0] = Some(CNode::Server(Box::new(s)));
         for i in 1..=n {
             let c = Client::new(id(i), addr(i), addr(0), cfg, consistency, seed.wrapping_add(i as u64));
@@ -1737,7 +1739,7 @@ mod tests {
         times.sort();
         for (t, i) in times {
             net.run_until(ms(t));
-            on_client(net, i, |c, now| c.join(now));
+            on_client(net, i, |c, now| c.handle_input(now, Input::Join).unwrap());
         }
     }
 
@@ -1806,7 +1808,7 @@ mod tests {
         join_all(&mut net, n, 100, 1);
         net.run_until(ms(1000));
         net.crash(3);
-        on_client(&mut net, 5, |c, now| c.maybe_dead(id(3), now));
+        on_client(&mut net, 5, |c, now| c.handle_input(now, Input::MaybeDead(id(3))).unwrap());
         net.run_until(ms(2100));
         assert!(net.told(1, &Event::Died { id: id(3) }).is_some());
         // A refused connection is a death at once (the next fallback sync finds it).
@@ -1823,7 +1825,7 @@ mod tests {
         join_all(&mut net, n, 100, 2);
         net.run_until(ms(500));
         for i in [2, 3, 4] {
-            on_client(&mut net, i, |c, now| c.elect("master", now).unwrap());
+            on_client(&mut net, i, |c, now| c.handle_input(now, Input::Elect("master".into())).unwrap());
             net.run_until(net.now + ms(50));
         }
         net.run_until(ms(1000));
@@ -1835,7 +1837,7 @@ mod tests {
         }
         net.crash(2);
         net.run_until(ms(9000));
-        on_client(&mut net, 3, |c, now| c.leave(now));
+        on_client(&mut net, 3, |c, now| c.handle_input(now, Input::Leave).unwrap());
         net.run_until(ms(10_000));
         for i in [1, 4, 5, 6] {
             assert!(net.told(i, &Event::Elected { name: "master".into(), winner: id(3) }).is_some(), "{i}");
@@ -1843,15 +1845,19 @@ mod tests {
             assert_eq!(client(&net, i).election("master"), Some(id(4)), "{i}");
         }
         // The last candidate leaves: the election is vacant until someone stands.
-        on_client(&mut net, 4, |c, now| c.leave(now));
+        on_client(&mut net, 4, |c, now| c.handle_input(now, Input::Leave).unwrap());
         net.run_until(ms(11_000));
         assert_eq!(client(&net, 1).election("master"), None);
-        on_client(&mut net, 1, |c, now| c.get_election_result("master", ms(2000), now).unwrap());
+        on_client(&mut net, 1, |c, now| {
+            c.handle_input(now, Input::GetElectionResult { name: "master".into(), timeout: ms(2000) }).unwrap()
+        });
         net.run_until(ms(12_000));
-        on_client(&mut net, 5, |c, now| c.elect("master", now).unwrap());
+        on_client(&mut net, 5, |c, now| c.handle_input(now, Input::Elect("master".into())).unwrap());
         net.run_until(ms(12_500));
         assert_eq!(net.results[1].last().map(|r| (r.0 > ms(12_000), r.2)), Some((true, Some(id(5)))));
-        on_client(&mut net, 1, |c, now| c.get_election_result("other", ms(1000), now).unwrap());
+        on_client(&mut net, 1, |c, now| {
+            c.handle_input(now, Input::GetElectionResult { name: "other".into(), timeout: ms(1000) }).unwrap()
+        });
         net.run_until(ms(14_000));
         assert_eq!(net.results[1].last().map(|r| (r.1.as_str(), r.2)), Some(("other", None)));
     }
@@ -1862,17 +1868,20 @@ mod tests {
         let mut net = pool(n, test_cfg(Dissemination::Serial), Consistency::STRONG, 4);
         join_all(&mut net, n, 50, 4);
         net.run_until(ms(200));
-        on_client(&mut net, 2, |c, now| c.elect("master", now).unwrap());
+        on_client(&mut net, 2, |c, now| c.handle_input(now, Input::Elect("master".into())).unwrap());
         net.run_until(ms(300));
-        on_client(&mut net, 2, |c, now| c.leave(now));
-        on_client(&mut net, 3, |c, now| c.leave(now));
+        on_client(&mut net, 2, |c, now| c.handle_input(now, Input::Leave).unwrap());
+        on_client(&mut net, 3, |c, now| c.handle_input(now, Input::Leave).unwrap());
         net.run_until(ms(400));
         let s = server(&net);
         // The state replayed to the end is the state kept.
         assert_eq!(s.snapshot_at(s.log().len() as u64), s.snapshot());
         // Member 1 asks again: the state right after its own join, not the current one.
         let before = net.messages;
-        net.with(0, |srv, now| srv.on_message(addr(1), Message::Join { id: id(1), addr: addr(1) }, now));
+        net.with(0, |srv, now| {
+            srv.handle_input(now, Input::Message { from: addr(1), msg: Message::Join { id: id(1), addr: addr(1) } })
+                .unwrap()
+        });
         assert_eq!(net.messages, before + 1);
         let s = server(&net);
         let joined = s.log().iter().position(|e| *e == Event::Joined { id: id(1), addr: addr(1) }).unwrap() as u64;
@@ -1881,7 +1890,10 @@ mod tests {
         assert!(at.members.contains(&(id(1), addr(1))));
         assert!(at.members.len() <= n && at.elections.is_empty());
         // A foreign id at a known address, or a known id at another address: ignored.
-        net.with(0, |srv, now| srv.on_message(addr(9), Message::Join { id: id(1), addr: addr(9) }, now));
+        net.with(0, |srv, now| {
+            srv.handle_input(now, Input::Message { from: addr(9), msg: Message::Join { id: id(1), addr: addr(9) } })
+                .unwrap()
+        });
         assert_eq!(net.messages, before + 1);
         assert_eq!(server(&net).members().len(), n - 2);
     }
@@ -1890,28 +1902,35 @@ mod tests {
     fn a_member_told_of_a_longer_stream_fetches_its_tail() {
         let cfg = test_cfg(Dissemination::Serial);
         let mut c = Client::new(id(1), addr(1), addr(0), cfg, Consistency::STRONG, 1);
-        c.join(ms(0));
+        c.handle_input(ms(0), Input::Join).unwrap();
         let snapshot = Snapshot { next: 1, members: vec![(id(1), addr(1))], elections: vec![] };
-        c.on_message(addr(0), Message::Welcome { next: 1, snapshot: Some(snapshot), peers: vec![] }, ms(1));
-        while c.poll_action().is_some() {}
+        c.handle_input(
+            ms(1),
+            Input::Message {
+                from: addr(0),
+                msg: Message::Welcome { next: 1, snapshot: Some(snapshot), peers: vec![] },
+            },
+        )
+        .unwrap();
+        while c.poll_output().is_some() {}
         // The registry's replica believes events 1 and 2 were sent (a leader died before
         // writing them): the fallback's length tells the member; still missing at the next
         // fallback, they are fetched (at the first they may be on their way).
         let fetches = |c: &mut Client| -> Vec<Message> {
-            std::iter::from_fn(|| c.poll_action())
+            std::iter::from_fn(|| c.poll_output())
                 .filter_map(|a| match a {
                     Action::Send { msg: m @ Message::Fetch { .. }, .. } => Some(m),
                     _ => None,
                 })
                 .collect()
         };
-        c.on_message(addr(0), Message::Sync { next: 3 }, ms(2));
+        c.handle_input(ms(2), Input::Message { from: addr(0), msg: Message::Sync { next: 3 } }).unwrap();
         assert_eq!(fetches(&mut c), []);
-        c.on_message(addr(0), Message::Sync { next: 4 }, ms(2002));
+        c.handle_input(ms(2002), Input::Message { from: addr(0), msg: Message::Sync { next: 4 } }).unwrap();
         assert_eq!(fetches(&mut c), [Message::Fetch { from: 1, to: 4 }]);
         // Up to date: nothing to fetch.
-        c.on_message(addr(0), Message::Sync { next: 1 }, ms(3));
-        assert!(std::iter::from_fn(|| c.poll_action())
+        c.handle_input(ms(3), Input::Message { from: addr(0), msg: Message::Sync { next: 1 } }).unwrap();
+        assert!(std::iter::from_fn(|| c.poll_output())
             .all(|a| !matches!(a, Action::Send { msg: Message::Fetch { .. }, .. })));
     }
 
@@ -1922,15 +1941,26 @@ mod tests {
         // fallback never resends them, and the member never saw everyone.
         let cfg = test_cfg(Dissemination::Adaptive);
         let mut c = Client::new(id(1), addr(1), addr(0), cfg, Consistency::STRONG, 1);
-        c.join(ms(0));
+        c.handle_input(ms(0), Input::Join).unwrap();
         let snapshot = Snapshot { next: 1, members: vec![(id(1), addr(1))], elections: vec![] };
-        c.on_message(addr(0), Message::Welcome { next: 1, snapshot: Some(snapshot), peers: vec![] }, ms(1));
-        while c.poll_action().is_some() {}
+        c.handle_input(
+            ms(1),
+            Input::Message {
+                from: addr(0),
+                msg: Message::Welcome { next: 1, snapshot: Some(snapshot), peers: vec![] },
+            },
+        )
+        .unwrap();
+        while c.poll_output().is_some() {}
         let join = |k: usize| Event::Joined { id: id(k), addr: addr(k) };
-        c.on_message(addr(0), Message::Events { first: 3, events: vec![join(3)] }, ms(10));
+        c.handle_input(
+            ms(10),
+            Input::Message { from: addr(0), msg: Message::Events { first: 3, events: vec![join(3)] } },
+        )
+        .unwrap();
         let fetches = |c: &mut Client, now: Duration| -> Vec<Message> {
-            c.tick(now);
-            std::iter::from_fn(|| c.poll_action())
+            c.handle_timeout(now);
+            std::iter::from_fn(|| c.poll_output())
                 .filter_map(|a| match a {
                     Action::Send { msg: m @ Message::Fetch { .. }, .. } => Some(m),
                     _ => None,
@@ -1939,9 +1969,13 @@ mod tests {
         };
         // Gossip may still fill it: nothing fetched before a fallback interval.
         assert_eq!(fetches(&mut c, ms(1500)), []);
-        assert!(c.next_deadline().is_some_and(|d| d <= ms(2010)));
+        assert!(c.poll_timeout().is_some_and(|d| d <= ms(2010)));
         assert_eq!(fetches(&mut c, ms(2010)), [Message::Fetch { from: 1, to: 3 }]);
-        c.on_message(addr(0), Message::Events { first: 1, events: vec![join(2), join(4)] }, ms(2020));
+        c.handle_input(
+            ms(2020),
+            Input::Message { from: addr(0), msg: Message::Events { first: 1, events: vec![join(2), join(4)] } },
+        )
+        .unwrap();
         assert_eq!(c.pool_size(), 4, "the gap filled, the held event delivered");
     }
 
@@ -1986,7 +2020,7 @@ mod tests {
         net.run_until(ms(1000));
         assert!(net.delivered.iter().all(|d| d.is_empty()));
         assert_eq!(client(&net, 1).pool_size(), n);
-        on_client(&mut net, 1, |c, now| assert_eq!(c.elect("x", now), Err(PartOff)));
+        on_client(&mut net, 1, |c, now| assert_eq!(c.handle_input(now, Input::Elect("x".into())), Err(PartOff)));
         let joins_only = Consistency { joins: Some(JoinLeave::Unreliable), elections: None };
         let mut net = pool(n, test_cfg(Dissemination::Serial), joins_only, 1);
         join_all(&mut net, n, 10, 1);
@@ -2069,11 +2103,11 @@ mod tests {
                 if k < crashes {
                     net.crash(i);
                 } else {
-                    on_client(&mut net, i, |c, now| c.leave(now));
+                    on_client(&mut net, i, |c, now| c.handle_input(now, Input::Leave).unwrap());
                 }
                 gone.insert(i, k < crashes);
                 if k == 0 {
-                    on_client(&mut net, 1 + (i % n), |c, now| { let _ = c.elect("e", now); });
+                    on_client(&mut net, 1 + (i % n), |c, now| { let _ = c.handle_input(now, Input::Elect("e".into())); });
                 }
             }
             net.run_until(ms(15_000));

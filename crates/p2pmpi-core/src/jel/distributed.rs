@@ -35,19 +35,21 @@
 //!   in a pool too small for that) the member is pronounced dead. The version is not a
 //!   heartbeat (it grows only to refute): nothing changes in a quiet pool, so the exchanges
 //!   carry nothing new, and no time-out depends on how fast n entries can be refreshed.
-//! * **Elections** ([`Node::elect`]): a node that needs the result of an unknown election
-//!   declares itself the winner; merging two different winners keeps the lowest id, so one
-//!   winner remains. When a winner leaves or dies the entry is dropped and the candidates
+//! * **Elections** ([`Input::Elect`]): a node that needs the result of
+//!   an unknown election declares itself the winner; merging two different winners keeps
+//!   the lowest id, so one winner remains. When a winner leaves or dies the entry is dropped and the candidates
 //!   declare themselves again.
-//! * **Leaving** ([`Node::leave`]): the node's `Left` entry is sent to
+//! * **Leaving** ([`Input::Leave`]): the node's `Left` entry is sent to
 //!   [`Config::leave_fanout`] peers, which gossip it on.
 //!
 //! See [the module docs](super) for the driving contract.
 
+use super::members::MemberTable;
 use super::wire::{put_addr, put_id, put_name, put_var, DecodeError, Reader};
 use super::{
-    below, next_period, Action, Addr, Consistency, Elections, Event, JoinLeave, MemberId, PartOff, Unsupported,
+    below, next_period, Action, Addr, Consistency, Elections, Event, Input, JoinLeave, MemberId, PartOff, Unsupported,
 };
+use crate::machine::{Machine, Time};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
@@ -248,7 +250,7 @@ fn read_entries(r: &mut Reader<'_>) -> Result<Vec<(MemberId, Addr)>, DecodeError
     let n = r.len()?;
     let mut v = Vec::with_capacity(n.min(1024));
     for _ in 0..n {
-        let id = r.id()?;
+        let id = r.member_id()?;
         v.push((id, r.addr()?));
     }
     Ok(v)
@@ -269,7 +271,7 @@ pub fn decode(bytes: &[u8]) -> Result<Message, DecodeError> {
             let n = r.len()?;
             let mut members = Vec::with_capacity(n.min(1024));
             for _ in 0..n {
-                let id = r.id()?;
+                let id = r.member_id()?;
                 let addr = r.addr()?;
                 let version = r.var()?;
                 let state = match r.u8()? {
@@ -281,7 +283,7 @@ pub fn decode(bytes: &[u8]) -> Result<Message, DecodeError> {
                 let k = r.len()?;
                 let mut witnesses = Vec::with_capacity(k.min(1024));
                 for _ in 0..k {
-                    witnesses.push(r.id()?);
+                    witnesses.push(r.member_id()?);
                 }
                 members.push(MemberInfo { id, addr, version, state, witnesses });
             }
@@ -289,13 +291,13 @@ pub fn decode(bytes: &[u8]) -> Result<Message, DecodeError> {
             let mut elections = Vec::with_capacity(n.min(1024));
             for _ in 0..n {
                 let name = r.name()?;
-                elections.push((name, r.id()?));
+                elections.push((name, r.member_id()?));
             }
             let n = r.len()?;
             let mut digest = Vec::with_capacity(n.min(DIGEST_BUCKETS));
             for _ in 0..n {
                 let c = u32::try_from(r.var()?).map_err(|_| DecodeError::BadField("digest count"))?;
-                digest.push((c, r.id()?));
+                digest.push((c, r.member_id()?));
             }
             Message::Exchange { reply, want_all, whole, members, elections, digest }
         }
@@ -416,8 +418,6 @@ impl Sampler {
 
 // ------------------------------------------------------------------------ the member table
 
-const PACKED_V4: u64 = 1 << 63;
-
 /// Ranges of ids in an exchange's digest (by the ids' top 8 bits; ids are random).
 pub const DIGEST_BUCKETS: usize = 256;
 
@@ -450,13 +450,10 @@ fn code_state(c: u8) -> State {
     }
 }
 
-/// One member as a node keeps it: 24 bytes (a simulated pool of n nodes holds n² of them).
-#[derive(Debug, Clone, Copy)]
-struct Slot {
-    id: MemberId,
-    /// An IPv4 address and port packed in a word (`PACKED_V4` set), else an index into
-    /// [`Table::wide`].
-    addr: u64,
+/// What a node keeps of a member besides its id and address: 8 bytes, next to the
+/// [`MemberTable`]'s 16 (a simulated pool of n nodes holds n² of them).
+#[derive(Debug, Clone, Copy, Default)]
+struct Meta {
     /// The member's incarnation, raised by the member itself to refute witnesses.
     version: u32,
     /// The state (2 high bits) and when the member was last heard from directly, in tenths
@@ -464,7 +461,7 @@ struct Slot {
     meta: u32,
 }
 
-impl Slot {
+impl Meta {
     fn state(&self) -> u8 {
         (self.meta >> 30) as u8
     }
@@ -483,93 +480,50 @@ impl Slot {
     }
 }
 
-/// Every member a node heard of (tombstones of the gone included), in the order learned,
-/// indexed by id with open addressing (linear probing over `u32` buckets, no removals).
+/// Every member a node heard of (tombstones of the gone included), in the order learned: the
+/// [`MemberTable`] (never vacated here), each slot's [`Meta`], and the digest of the ranges
+/// of ids that exchanges compare.
 #[derive(Debug, Clone, Default)]
 struct Table {
-    slots: Vec<Slot>,
-    /// Addresses that do not pack in a word (IPv6).
-    wide: Vec<Addr>,
-    /// Slot + 1 per bucket, 0 for an empty one.
-    index: Vec<u32>,
+    members: MemberTable,
+    /// Per slot (as `members`).
+    meta: Vec<Meta>,
     /// Per digest range: its slots, and the count and XOR of its ids.
     ranges: Vec<Vec<u32>>,
     digest: Vec<(u32, u64)>,
 }
 
 impl Table {
-    fn pack(&mut self, a: Addr) -> u64 {
-        match a {
-            Addr::V4(v4) => PACKED_V4 | (u64::from(u32::from(*v4.ip())) << 16) | u64::from(v4.port()),
-            Addr::V6(_) => {
-                self.wide.push(a);
-                self.wide.len() as u64 - 1
-            }
-        }
-    }
-
-    fn addr(&self, k: usize) -> Addr {
-        let p = self.slots[k].addr;
-        if p & PACKED_V4 != 0 {
-            let ip = core::net::Ipv4Addr::from(((p >> 16) & 0xffff_ffff) as u32);
-            Addr::from((ip, (p & 0xffff) as u16))
-        } else {
-            self.wide[p as usize]
-        }
-    }
-
-    fn bucket(&self, id: MemberId) -> usize {
-        let bits = self.index.len().trailing_zeros();
-        (id.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - bits)) as usize
-    }
-
-    fn find(&self, id: MemberId) -> usize {
-        let mask = self.index.len() - 1;
-        let mut b = self.bucket(id);
-        loop {
-            match self.index[b] {
-                0 => return b,
-                k if self.slots[k as usize - 1].id == id => return b,
-                _ => b = (b + 1) & mask,
-            }
-        }
-    }
-
     fn get(&self, id: MemberId) -> Option<usize> {
-        if self.index.is_empty() {
-            return None;
-        }
-        match self.index[self.find(id)] {
-            0 => None,
-            k => Some(k as usize - 1),
-        }
+        self.members.get(id)
     }
 
     fn len(&self) -> usize {
-        self.slots.len()
+        self.members.len()
+    }
+
+    fn id(&self, k: usize) -> MemberId {
+        self.members.id(k)
+    }
+
+    fn addr(&self, k: usize) -> Addr {
+        self.members.addr(k)
     }
 
     /// Sets slot `k`'s version and state, keeping the digest up to date.
     fn set(&mut self, k: usize, version: u32, state: u8) {
-        let s = &mut self.slots[k];
-        let r = bucket_of(s.id);
-        self.digest[r].1 ^= digest_word(s.id, s.version, s.state()) ^ digest_word(s.id, version, state);
+        let id = self.members.id(k);
+        let s = &mut self.meta[k];
+        let r = bucket_of(id);
+        self.digest[r].1 ^= digest_word(id, s.version, s.state()) ^ digest_word(id, version, state);
         s.version = version;
         s.set_state(state);
     }
 
     fn push(&mut self, id: MemberId, addr: Addr, version: u32, state: u8, now: Duration) -> usize {
-        if (self.slots.len() + 1) * 8 > self.index.len() * 7 {
-            let size = (self.index.len() * 2).max(16);
-            self.index = vec![0; size];
-            for k in 0..self.slots.len() {
-                let b = self.find(self.slots[k].id);
-                self.index[b] = k as u32 + 1;
-            }
-        }
-        if self.slots.len() == self.slots.capacity() {
+        if self.meta.len() == self.meta.capacity() {
             // Grow by a quarter, not double: n² slots in a simulated pool.
-            self.slots.reserve_exact(self.slots.len() / 4 + 8);
+            self.meta.reserve_exact(self.meta.len() / 4 + 8);
         }
         if self.ranges.is_empty() {
             self.ranges = vec![Vec::new(); DIGEST_BUCKETS];
@@ -580,17 +534,15 @@ impl Table {
         if range.len() == range.capacity() {
             range.reserve_exact(range.len() / 4 + 2);
         }
-        range.push(self.slots.len() as u32);
+        range.push(self.meta.len() as u32);
         self.digest[r].0 += 1;
         self.digest[r].1 ^= digest_word(id, version, state);
-        let packed = self.pack(addr);
-        let mut s = Slot { id, addr: packed, version, meta: 0 };
-        s.set_state(state);
-        s.refresh(now);
-        self.slots.push(s);
-        let b = self.find(id);
-        let k = self.slots.len() - 1;
-        self.index[b] = k as u32 + 1;
+        let mut m = Meta { version, meta: 0 };
+        m.set_state(state);
+        m.refresh(now);
+        self.meta.push(m);
+        let k = self.members.push(id, addr);
+        debug_assert_eq!(k + 1, self.meta.len(), "one meta per slot");
         k
     }
 }
@@ -723,8 +675,8 @@ impl Node {
     /// The members it believes alive, by id.
     pub fn members(&self) -> impl Iterator<Item = (MemberId, Addr)> + '_ {
         let mut v: Vec<(MemberId, Addr)> = (0..self.table.len())
-            .filter(|&k| self.table.slots[k].alive())
-            .map(|k| (self.table.slots[k].id, self.table.addr(k)))
+            .filter(|&k| self.table.meta[k].alive())
+            .map(|k| (self.table.id(k), self.table.addr(k)))
             .collect();
         v.sort_unstable_by_key(|m| m.0);
         v.into_iter()
@@ -732,7 +684,7 @@ impl Node {
 
     /// Whether it believes `id` dead (pronounced by witnesses).
     pub fn is_dead(&self, id: MemberId) -> bool {
-        self.table.get(id).is_some_and(|k| self.table.slots[k].state() == DEAD)
+        self.table.get(id).is_some_and(|k| self.table.meta[k].state() == DEAD)
     }
 
     /// The winner of `name` as far as this node knows.
@@ -743,10 +695,6 @@ impl Node {
     /// Left, or pronounced dead by the others.
     pub fn is_gone(&self) -> bool {
         self.gone
-    }
-
-    pub fn poll_action(&mut self) -> Option<Action<Message>> {
-        super::pop_action(&mut self.out)
     }
 
     fn send(&mut self, to: Addr, msg: Message) {
@@ -769,7 +717,7 @@ impl Node {
     /// sent to lately), else any it knows.
     fn id_of(&self, a: Addr) -> Option<MemberId> {
         self.id_near(a)
-            .or_else(|| (0..self.table.len()).rev().find(|&k| self.table.addr(k) == a).map(|k| self.table.slots[k].id))
+            .or_else(|| (0..self.table.len()).rev().find(|&k| self.table.addr(k) == a).map(|k| self.table.id(k)))
     }
 
     /// [`Node::id_of`] among the peers this node deals with only (no scan of the table).
@@ -794,7 +742,7 @@ impl Node {
     }
 
     /// Joins: the node knows itself and starts gossiping.
-    pub fn join(&mut self, now: Duration) {
+    fn join(&mut self, now: Duration) {
         if self.joined {
             return;
         }
@@ -805,7 +753,7 @@ impl Node {
     }
 
     /// Leaves gracefully (final): tells a few peers, which gossip it on.
-    pub fn leave(&mut self, now: Duration) {
+    fn leave(&mut self, now: Duration) {
         if !self.joined || self.gone {
             return;
         }
@@ -842,7 +790,7 @@ impl Node {
     }
 
     /// Reports that `suspect` may be dead: it is probed now.
-    pub fn maybe_dead(&mut self, suspect: MemberId, now: Duration) {
+    fn maybe_dead(&mut self, suspect: MemberId, now: Duration) {
         if self.gone || suspect == self.id {
             return;
         }
@@ -852,7 +800,7 @@ impl Node {
     /// Stands for `name`: the known winner, or this node if none is known (non-uniform: the
     /// lowest id among the self-declared winners eventually wins, announced as a new
     /// [`Event::Elected`]).
-    pub fn elect(&mut self, name: &str, now: Duration) -> Result<(), PartOff> {
+    fn elect(&mut self, name: &str, now: Duration) -> Result<(), PartOff> {
         let _ = now;
         if self.consistency.elections.is_none() {
             return Err(PartOff);
@@ -870,7 +818,7 @@ impl Node {
     }
 
     /// Asks who won `name`: answered as soon as a winner is known, `None` after `timeout`.
-    pub fn get_election_result(&mut self, name: &str, timeout: Duration, now: Duration) -> Result<(), PartOff> {
+    fn get_election_result(&mut self, name: &str, timeout: Duration, now: Duration) -> Result<(), PartOff> {
         if self.consistency.elections.is_none() {
             return Err(PartOff);
         }
@@ -898,13 +846,13 @@ impl Node {
     }
 
     fn info(&self, k: usize) -> MemberInfo {
-        let s = &self.table.slots[k];
+        let (id, s) = (self.table.id(k), self.table.meta[k]);
         MemberInfo {
-            id: s.id,
+            id,
             addr: self.table.addr(k),
-            version: if s.id == self.id { self.version } else { u64::from(s.version) },
+            version: if id == self.id { self.version } else { u64::from(s.version) },
             state: code_state(s.state()),
-            witnesses: self.witnesses.get(&s.id).cloned().unwrap_or_default(),
+            witnesses: self.witnesses.get(&id).cloned().unwrap_or_default(),
         }
     }
 
@@ -960,10 +908,10 @@ impl Node {
             }
             return;
         };
-        if !self.table.slots[k].alive() {
+        if !self.table.meta[k].alive() {
             // Tombstones are final; two of them converge on the greater (version, state), so
             // that the digests of the nodes agree.
-            let (v, st) = (self.table.slots[k].version, self.table.slots[k].state());
+            let (v, st) = (self.table.meta[k].version, self.table.meta[k].state());
             let code = state_code(m.state);
             if m.state != State::Alive && (version, code) > (v, st) {
                 self.table.set(k, version, code);
@@ -993,10 +941,10 @@ impl Node {
         }
         match m.state {
             State::Alive => {
-                let cur = self.table.slots[k].version;
+                let cur = self.table.meta[k].version;
                 if version > cur {
                     self.table.set(k, version, ALIVE);
-                    self.table.slots[k].refresh(now);
+                    self.table.meta[k].refresh(now);
                     self.probes.remove(&m.id);
                     if m.witnesses.is_empty() {
                         self.witnesses.remove(&m.id);
@@ -1021,7 +969,7 @@ impl Node {
                 self.check_witnesses(m.id, now);
             }
             State::Left | State::Dead => {
-                let v = self.table.slots[k].version.max(version);
+                let v = self.table.meta[k].version.max(version);
                 self.table.set(k, v, state_code(m.state));
                 self.touch(k);
                 self.gone_member(m.id, m.state == State::Dead);
@@ -1050,7 +998,7 @@ impl Node {
         let need = self.witnesses_needed();
         let Some(k) = self.table.get(id) else { return false };
         let n = self.witnesses.get(&id).map_or(0, Vec::len);
-        self.table.slots[k].alive() && id != self.id && n >= need
+        self.table.meta[k].alive() && id != self.id && n >= need
     }
 
     fn pronounce(&mut self, id: MemberId) {
@@ -1059,7 +1007,7 @@ impl Node {
             return;
         }
         if let Some(k) = self.table.get(id) {
-            let v = self.table.slots[k].version;
+            let v = self.table.meta[k].version;
             self.table.set(k, v, DEAD);
             self.stats.pronounced += 1;
             self.touch(k);
@@ -1069,7 +1017,7 @@ impl Node {
 
     fn probe(&mut self, id: MemberId, now: Duration) {
         let Some(k) = self.table.get(id) else { return };
-        if !self.table.slots[k].alive() || id == self.id || self.probes.contains_key(&id) {
+        if !self.table.meta[k].alive() || id == self.id || self.probes.contains_key(&id) {
             return;
         }
         let a = self.table.addr(k);
@@ -1081,11 +1029,11 @@ impl Node {
     fn witness(&mut self, id: MemberId, now: Duration) {
         let me = self.id;
         let Some(k) = self.table.get(id) else { return };
-        if !self.table.slots[k].alive() || id == me {
+        if !self.table.meta[k].alive() || id == me {
             return;
         }
         self.probes.remove(&id);
-        self.table.slots[k].refresh(now);
+        self.table.meta[k].refresh(now);
         let set = self.witnesses.entry(id).or_default();
         if let Err(p) = set.binary_search(&me) {
             set.insert(p, me);
@@ -1098,7 +1046,7 @@ impl Node {
     /// Heard from `id` directly: its entry is fresh.
     fn heard(&mut self, id: MemberId, now: Duration) {
         if let Some(k) = self.table.get(id) {
-            self.table.slots[k].refresh(now);
+            self.table.meta[k].refresh(now);
         }
     }
 
@@ -1110,16 +1058,16 @@ impl Node {
                 return None;
             }
             let k = below(&mut self.rng, n);
-            let s = self.table.slots[k];
-            if s.id != self.id && s.alive() {
-                return Some((s.id, self.table.addr(k)));
+            let id = self.table.id(k);
+            if id != self.id && self.table.meta[k].alive() {
+                return Some((id, self.table.addr(k)));
             }
         }
         None
     }
 
     /// The driver could not reach `addr`.
-    pub fn on_unreachable(&mut self, addr: Addr, now: Duration) {
+    fn on_unreachable(&mut self, addr: Addr, now: Duration) {
         let id = self.id_of(addr);
         self.sampler.forget(addr);
         if let Some(id) = id {
@@ -1210,7 +1158,7 @@ impl Node {
     }
 
     /// A message from the node listening at `from`.
-    pub fn on_message(&mut self, from: Addr, msg: Message, now: Duration) {
+    fn on_message(&mut self, from: Addr, msg: Message, now: Duration) {
         if !self.joined || self.gone {
             return;
         }
@@ -1259,7 +1207,7 @@ impl Node {
                     }
                 }
                 for (name, w) in elections {
-                    if self.table.get(w).is_some_and(|k| !self.table.slots[k].alive()) {
+                    if self.table.get(w).is_some_and(|k| !self.table.meta[k].alive()) {
                         continue;
                     }
                     match self.elections.get(&name) {
@@ -1292,9 +1240,9 @@ impl Node {
                 let Some(id) = self.probes.iter().find(|(_, p)| p.1 == from).map(|(id, _)| *id) else { return };
                 self.probes.remove(&id);
                 if let Some(k) = self.table.get(id) {
-                    self.table.slots[k].refresh(now);
+                    self.table.meta[k].refresh(now);
                     let v = version.min(u64::from(u32::MAX)) as u32;
-                    if v > self.table.slots[k].version {
+                    if v > self.table.meta[k].version {
                         self.table.set(k, v, ALIVE);
                         self.witnesses.remove(&id);
                         self.touch(k);
@@ -1305,7 +1253,7 @@ impl Node {
     }
 
     /// When [`tick`](Self::tick) must be called next.
-    pub fn next_deadline(&self) -> Option<Duration> {
+    fn next_deadline(&self) -> Option<Duration> {
         if !self.joined || self.gone {
             return None;
         }
@@ -1323,7 +1271,7 @@ impl Node {
     }
 
     /// Runs what is due.
-    pub fn tick(&mut self, now: Duration) {
+    fn tick(&mut self, now: Duration) {
         if !self.joined || self.gone {
             return;
         }
@@ -1367,13 +1315,13 @@ impl Node {
                     break;
                 }
                 self.cursor = (self.cursor + 1) % n;
-                let s = self.table.slots[self.cursor];
-                if s.id != self.id
+                let (id, s) = (self.table.id(self.cursor), self.table.meta[self.cursor]);
+                if id != self.id
                     && s.alive()
-                    && !self.probes.contains_key(&s.id)
+                    && !self.probes.contains_key(&id)
                     && s.refreshed() + self.cfg.timeout <= now
                 {
-                    self.probe(s.id, now);
+                    self.probe(id, now);
                     probed += 1;
                 }
             }
@@ -1395,6 +1343,40 @@ impl Node {
     }
 }
 
+impl Machine for Node {
+    type Input = Input<Message>;
+    type Output = Action<Message>;
+    type Rejected = PartOff;
+
+    fn handle_input(&mut self, now: Time, input: Input<Message>) -> Result<(), PartOff> {
+        match input {
+            Input::Join => self.join(now),
+            Input::Leave => self.leave(now),
+            Input::MaybeDead(suspect) => self.maybe_dead(suspect, now),
+            Input::Elect(name) => return self.elect(&name, now),
+            Input::GetElectionResult { name, timeout } => return self.get_election_result(&name, timeout, now),
+            Input::Message { from, msg } => self.on_message(from, msg, now),
+            Input::Unreachable(addr) => self.on_unreachable(addr, now),
+        }
+        Ok(())
+    }
+
+    /// A round (shuffle, exchange, the suspicion scan), probes, pronouncements, election
+    /// waits.
+    fn handle_timeout(&mut self, now: Time) {
+        self.tick(now);
+    }
+
+    fn poll_output(&mut self) -> Option<Action<Message>> {
+        super::pop_action(&mut self.out)
+    }
+
+    /// `None` before [`Input::Join`] and once gone.
+    fn poll_timeout(&self) -> Option<Time> {
+        self.next_deadline()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::testnet::{addr, ms, Core, Net};
@@ -1404,20 +1386,11 @@ mod tests {
 
     impl Core for Node {
         type Msg = Message;
-        fn on_message(&mut self, from: Addr, msg: Message, now: Duration) {
-            Node::on_message(self, from, msg, now)
+        fn message(&self, from: Addr, msg: Message) -> Input<Message> {
+            Input::Message { from, msg }
         }
-        fn on_unreachable(&mut self, to: Addr, now: Duration) {
-            Node::on_unreachable(self, to, now)
-        }
-        fn tick(&mut self, now: Duration) {
-            Node::tick(self, now)
-        }
-        fn next_deadline(&self) -> Option<Duration> {
-            Node::next_deadline(self)
-        }
-        fn poll_action(&mut self) -> Option<Action<Message>> {
-            Node::poll_action(self)
+        fn unreachable(&self, to: Addr) -> Input<Message> {
+            Input::Unreachable(to)
         }
         fn wire(msg: &Message) -> Message {
             decode(&encode(msg)).expect("what is encoded decodes")
@@ -1455,7 +1428,7 @@ mod tests {
         times.sort();
         for (t, i) in times {
             net.run_until(ms(t));
-            net.with(i, |c, now| c.join(now));
+            net.with(i, |c, now| c.handle_input(now, Input::Join).unwrap());
         }
         net
     }
@@ -1487,7 +1460,7 @@ mod tests {
             net.refuse = refuse;
             net.run_until(ms(6000));
             net.crash(7);
-            net.with(3, |c, now| c.leave(now));
+            net.with(3, |c, now| c.handle_input(now, Input::Leave).unwrap());
             net.run_until(ms(30_000));
             for i in (0..n).filter(|&i| i != 7 && i != 3) {
                 assert!(net.told(i, &Event::Died { id: id(7) }).is_some(), "refuse {refuse}: node {i}");
@@ -1508,9 +1481,11 @@ mod tests {
         net.run_until(ms(3000));
         // Everyone stands at once: each first declares itself.
         for i in 0..n {
-            net.with(i, |c, now| c.elect("master", now).unwrap());
+            net.with(i, |c, now| c.handle_input(now, Input::Elect("master".into())).unwrap());
         }
-        net.with(0, |c, now| c.get_election_result("other", ms(1000), now).unwrap());
+        net.with(0, |c, now| {
+            c.handle_input(now, Input::GetElectionResult { name: "other".into(), timeout: ms(1000) }).unwrap()
+        });
         net.run_until(ms(12_000));
         let lowest = (0..n).map(id).min().unwrap();
         for i in 0..n {
@@ -1549,7 +1524,7 @@ mod tests {
             assert_eq!(seen.len(), n, "node {i}: each join told once");
         }
         for i in 0..n {
-            net.with(i, |c, now| c.elect("master", now).unwrap());
+            net.with(i, |c, now| c.handle_input(now, Input::Elect("master".into())).unwrap());
         }
         net.run_until(ms(t + 10_000));
         let lowest = (0..n).map(id).min().unwrap();
@@ -1573,7 +1548,7 @@ mod tests {
             net.run_until(ms(t));
         }
         eprintln!("n {n}: died and re-elected everywhere {} ms after the kill", t - killed);
-        net.with(leaver, |c, now| c.leave(now));
+        net.with(leaver, |c, now| c.handle_input(now, Input::Leave).unwrap());
         let left_at = t;
         while (0..n).filter(|&i| i != w && i != leaver).any(|i| net.told(i, &Event::Left { id: id(leaver) }).is_none())
         {
@@ -1609,9 +1584,9 @@ mod tests {
         assert!(Node::new(1, a, vec![], Config::default(), Consistency::STRONG, 0).is_err());
         let off = Consistency { joins: None, elections: None };
         let mut nd = Node::new(1, a, vec![], Config::default(), off, 0).unwrap();
-        nd.join(Duration::ZERO);
-        assert_eq!(nd.elect("x", Duration::ZERO), Err(PartOff));
-        assert!(nd.poll_action().is_none());
+        nd.handle_input(Duration::ZERO, Input::Join).unwrap();
+        assert_eq!(nd.handle_input(Duration::ZERO, Input::Elect("x".into())), Err(PartOff));
+        assert!(nd.poll_output().is_none());
         assert_eq!(nd.pool_size(), 1);
     }
 
@@ -1619,26 +1594,29 @@ mod tests {
     fn an_observer_is_told_the_live_members_without_joining() {
         let mut nd = Node::new(1, addr(1), vec![], test_cfg(), Consistency::WEAK, 0).unwrap();
         // Not joined yet: nothing to say.
-        nd.on_message(addr(99), Message::ListReq, Duration::ZERO);
-        assert!(nd.poll_action().is_none());
-        nd.join(Duration::ZERO);
+        nd.handle_input(Duration::ZERO, Input::Message { from: addr(99), msg: Message::ListReq }).unwrap();
+        assert!(nd.poll_output().is_none());
+        nd.handle_input(Duration::ZERO, Input::Join).unwrap();
         let info = |id: u64, state| MemberInfo { id, addr: addr(id as usize), version: 1, state, witnesses: vec![] };
         let members = vec![info(2, State::Alive), info(3, State::Alive), info(4, State::Left)];
-        nd.on_message(
-            addr(2),
-            Message::Exchange {
-                reply: true,
-                want_all: false,
-                whole: false,
-                members,
-                elections: vec![],
-                digest: vec![],
-            },
+        nd.handle_input(
             Duration::ZERO,
-        );
-        while nd.poll_action().is_some() {}
-        nd.on_message(addr(99), Message::ListReq, Duration::ZERO);
-        let answer = std::iter::from_fn(|| nd.poll_action()).find_map(|a| match a {
+            Input::Message {
+                from: addr(2),
+                msg: Message::Exchange {
+                    reply: true,
+                    want_all: false,
+                    whole: false,
+                    members,
+                    elections: vec![],
+                    digest: vec![],
+                },
+            },
+        )
+        .unwrap();
+        while nd.poll_output().is_some() {}
+        nd.handle_input(Duration::ZERO, Input::Message { from: addr(99), msg: Message::ListReq }).unwrap();
+        let answer = std::iter::from_fn(|| nd.poll_output()).find_map(|a| match a {
             Action::Send { to, msg: Message::List { members } } => Some((to, members)),
             _ => None,
         });
@@ -1654,13 +1632,17 @@ mod tests {
         let mut nd = Node::new(1, addr(1), vec![addr(0)], cfg, Consistency::WEAK, 0).unwrap();
         let mut rng = 1;
         assert_eq!(nd.sampler.sample(&mut rng), Some(addr(0)));
-        nd.join(Duration::ZERO);
-        nd.on_message(addr(2), Message::ShuffleReply { entries: vec![(3, addr(3))] }, Duration::ZERO);
+        nd.handle_input(Duration::ZERO, Input::Join).unwrap();
+        nd.handle_input(
+            Duration::ZERO,
+            Input::Message { from: addr(2), msg: Message::ShuffleReply { entries: vec![(3, addr(3))] } },
+        )
+        .unwrap();
         nd.sampler.answered((2, addr(2)));
         assert_eq!(nd.sampler.sample(&mut rng), Some(addr(3)));
-        nd.on_unreachable(addr(3), Duration::ZERO);
+        nd.handle_input(Duration::ZERO, Input::Unreachable(addr(3))).unwrap();
         assert_eq!(nd.sampler.sample(&mut rng), Some(addr(2)));
-        nd.on_unreachable(addr(2), Duration::ZERO);
+        nd.handle_input(Duration::ZERO, Input::Unreachable(addr(2))).unwrap();
         assert_eq!(nd.sampler.sample(&mut rng), Some(addr(0)));
     }
 
@@ -1727,7 +1709,7 @@ mod tests {
             let mut net = pool(n, test_cfg(), seed, 500);
             net.run_until(ms(2000));
             for i in (0..n).step_by(2) {
-                net.with(i, |c, now| { let _ = c.elect("e", now); });
+                net.with(i, |c, now| { let _ = c.handle_input(now, Input::Elect("e".into())); });
             }
             net.run_until(ms(4000));
             net.crash(victim);

@@ -35,32 +35,42 @@
 //!
 //! # Driving a core
 //!
-//! Every core ([`central::Server`], [`central::Client`], [`distributed::Node`]) does no I/O,
-//! reads no clock and draws no entropy but the seed it was given. The driver passes the time
-//! (a [`Duration`] since any fixed origin) to every input and drains [`Action`]s:
+//! Every core ([`central::Server`], [`central::Client`], [`distributed::Node`], and the
+//! server's replicated form [`replica::Replica`]) is a [`Machine`]: it does no I/O, reads no
+//! clock and draws no entropy but the seed it was given. The driver passes the time (a
+//! [`Time`] since any fixed origin) with every input — a member's are the [`Input`]s: the
+//! application's requests (join, leave, `maybe_dead`, elections), the messages, the
+//! addresses it could not reach — and drains the outputs, the [`Action`]s:
 //!
 //! * [`Action::Send`]: write the message (the module's `encode`, framed by the driver, e.g.
 //!   with a length prefix) to the node listening at `to`, opening a connection if needed. The
-//!   receiving driver `decode`s it and calls `on_message(from, msg, now)` with the sender's
-//!   *listening* address `from` (a driver sends its own listening address first on every
-//!   connection it opens, so that the receiver knows it). When `to` cannot be reached (refused,
-//!   reset before the message was written, connect time-out), call `on_unreachable(to, now)`.
+//!   receiving driver `decode`s it and feeds [`Input::Message`] with the sender's *listening*
+//!   address `from` (a driver sends its own listening address first on every connection it
+//!   opens, so that the receiver knows it). When `to` cannot be reached (refused, reset before
+//!   the message was written, connect time-out), feed [`Input::Unreachable`].
 //! * [`Action::Deliver`]: an [`Event`] for the application (callback or channel), in order.
-//! * [`Action::ElectionResult`]: the answer to `elect` or `get_election_result` (`None`: the
-//!   time-out passed with no winner known).
-//! * Call `tick(now)` at `next_deadline()` (and whenever convenient: it is cheap).
+//! * [`Action::ElectionResult`]: the answer to [`Input::Elect`] or
+//!   [`Input::GetElectionResult`] (`None`: the time-out passed with no winner known).
+//! * Call [`Machine::handle_timeout`] at [`Machine::poll_timeout`] (and whenever convenient:
+//!   it is cheap).
 //!
 //! A thin driver thus mirrors the k-monitor's ([`crate::kmonitor`]): one thread, a listening
-//! socket, a poll over the connections, and the loop `tick(now)` → drain actions → poll with
-//! the time-out `next_deadline() − now` → feed inputs. The simulator (`p2pmpi-sim jel`) drives
-//! the very same cores in virtual time with a bandwidth-limited network.
+//! socket, a poll over the connections, and the loop `handle_timeout(now)` → drain outputs →
+//! poll with the time-out `poll_timeout() − now` → feed inputs. The simulator (`p2pmpi-sim
+//! jel`) drives the very same cores in virtual time with a bandwidth-limited network.
+//!
+//! [`Machine`]: crate::machine::Machine
+//! [`Machine::handle_timeout`]: crate::machine::Machine::handle_timeout
+//! [`Machine::poll_timeout`]: crate::machine::Machine::poll_timeout
+//! [`Time`]: crate::machine::Time
 
 pub mod central;
 pub mod distributed;
+mod members;
 pub mod replica;
 mod wire;
 
-pub use wire::DecodeError;
+pub use crate::codec::DecodeError;
 
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
@@ -177,6 +187,30 @@ impl fmt::Display for PartOff {
 
 impl std::error::Error for PartOff {}
 
+/// What the driver feeds a member's core ([`central::Client`], [`distributed::Node`]; `M`:
+/// the implementation's message type).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Input<M> {
+    /// Join the pool.
+    Join,
+    /// Leave the pool gracefully (final).
+    Leave,
+    /// This member may be dead: the implementation checks.
+    MaybeDead(MemberId),
+    /// Stand for the election `name`; the winner comes as [`Action::ElectionResult`] (and,
+    /// to every member, as an [`Event::Elected`]). Rejected ([`PartOff`]) when elections were
+    /// switched off at join time.
+    Elect(String),
+    /// Who won `name`, without standing: answered by [`Action::ElectionResult`] as soon as a
+    /// winner is known, with `None` after `timeout`. Rejected ([`PartOff`]) when elections
+    /// were switched off at join time.
+    GetElectionResult { name: String, timeout: Duration },
+    /// A message from the node listening at `from`.
+    Message { from: Addr, msg: M },
+    /// The driver could not reach the node listening at this address.
+    Unreachable(Addr),
+}
+
 /// What the driver must do (`M`: the implementation's message type).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Action<M> {
@@ -281,19 +315,25 @@ mod tests {
 #[cfg(test)]
 pub(crate) mod testnet {
     use super::*;
+    use crate::machine::Machine;
     use core::net::{IpAddr, Ipv4Addr};
     use std::cmp::Reverse;
     use std::collections::{BinaryHeap, HashMap};
 
-    pub(crate) trait Core {
+    /// A core the test network drives: a [`Machine`] whose outputs are [`Action`]s.
+    pub(crate) trait Core: Machine<Output = Action<Self::Msg>> {
         type Msg: Clone + std::fmt::Debug;
-        fn on_message(&mut self, from: Addr, msg: Self::Msg, now: Duration);
-        fn on_unreachable(&mut self, to: Addr, now: Duration);
-        fn tick(&mut self, now: Duration);
-        fn next_deadline(&self) -> Option<Duration>;
-        fn poll_action(&mut self) -> Option<Action<Self::Msg>>;
+        /// The input that carries a message.
+        fn message(&self, from: Addr, msg: Self::Msg) -> Self::Input;
+        /// The input that says an address could not be reached.
+        fn unreachable(&self, to: Addr) -> Self::Input;
         /// Through the wire: encode, then decode.
         fn wire(msg: &Self::Msg) -> Self::Msg;
+    }
+
+    /// Feeds a core one input the network produced (never a refused one).
+    pub(crate) fn feed<C: Core>(c: &mut C, now: Duration, input: C::Input) {
+        assert!(c.handle_input(now, input).is_ok(), "the network feeds only what a core accepts");
     }
 
     pub(crate) fn addr(i: usize) -> Addr {
@@ -307,7 +347,7 @@ pub(crate) mod testnet {
     pub(crate) struct Net<C: Core> {
         pub nodes: Vec<Option<C>>,
         pub crashed: Vec<bool>,
-        /// Messages to a crashed node are refused (the sender told `on_unreachable`).
+        /// Messages to a crashed node are refused (the sender is fed `Unreachable`).
         pub refuse: bool,
         pub now: Duration,
         pub delivered: Vec<Vec<(Duration, Event)>>,
@@ -351,7 +391,7 @@ pub(crate) mod testnet {
         }
 
         fn drain(&mut self, i: usize) {
-            while let Some(a) = self.nodes[i].as_mut().and_then(|c| c.poll_action()) {
+            while let Some(a) = self.nodes[i].as_mut().and_then(|c| c.poll_output()) {
                 match a {
                     Action::Send { to, msg } => {
                         let Some(&j) = self.index.get(&to) else { continue };
@@ -384,9 +424,7 @@ pub(crate) mod testnet {
                 let q = self.queue.peek().map(|r| r.0 .0);
                 let d = (0..self.nodes.len())
                     .filter(|&i| !self.crashed[i])
-                    .filter_map(|i| {
-                        self.nodes[i].as_ref().and_then(|c| c.next_deadline()).map(|d| (d.max(self.now), i))
-                    })
+                    .filter_map(|i| self.nodes[i].as_ref().and_then(|c| c.poll_timeout()).map(|d| (d.max(self.now), i)))
                     .min();
                 let t = match (q, d) {
                     (Some(q), Some((d, _))) => q.min(d),
@@ -406,7 +444,8 @@ pub(crate) mod testnet {
                         if self.refuse && !self.crashed[from] {
                             let now = self.now;
                             if let Some(c) = self.nodes[from].as_mut() {
-                                c.on_unreachable(addr(to), now);
+                                let input = c.unreachable(addr(to));
+                                feed(c, now, input);
                             }
                             self.drain(from);
                         }
@@ -414,13 +453,14 @@ pub(crate) mod testnet {
                     }
                     let now = self.now;
                     if let Some(c) = self.nodes[to].as_mut() {
-                        c.on_message(addr(from), msg, now);
+                        let input = c.message(addr(from), msg);
+                        feed(c, now, input);
                     }
                     self.drain(to);
                 } else if let Some((_, i)) = d {
                     let now = self.now;
                     if let Some(c) = self.nodes[i].as_mut() {
-                        c.tick(now);
+                        c.handle_timeout(now);
                     }
                     self.drain(i);
                 }

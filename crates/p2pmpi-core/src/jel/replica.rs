@@ -25,8 +25,12 @@
 //!
 //! Entries carry the leader's clock; a replica's time is the largest seen so far
 //! ([`Replica::clock`]), so that a new leader whose clock is behind continues from there
-//! (leases and deadlines never go back). A new leader proposes a [`Input::Tick`] whenever
-//! the replica's [`Replica::next_deadline`] has passed ([`Replica::due`]).
+//! (leases and deadlines never go back). The replica's own clock never fires anything: the
+//! leader proposes a [`Input::Tick`] whenever the server's deadline
+//! ([`Machine::poll_timeout`] of [`Replica::server`]) has passed ([`Replica::due`]).
+//!
+//! A [`Replica`] is a [`Machine`] fed [`Step`]s (the committed entries, leadership changes)
+//! whose outputs are the server's actions, the leader's only.
 //!
 //! # Leadership changes
 //!
@@ -39,23 +43,24 @@
 //! This module is the pure part; the consensus itself (raft-rs, `p2pmpi_jel::consensus`;
 //! docs/jel.md says why) and the connections belong to the supernode's driver.
 
-use super::central::{self, Config, Message, Server};
+use super::central::{self, Config, Message, Server, ServerInput};
 use super::wire::{put_addr, put_var, DecodeError, Reader};
 use super::{Action, Addr};
+use crate::machine::{Machine, Time};
 use std::collections::VecDeque;
 use std::time::Duration;
 
 /// One input of a pool's server.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Input {
-    /// The pool is served from now on ([`Server::start`]).
+    /// The pool is served from now on ([`ServerInput::Start`]).
     Start,
-    /// A member's message ([`Server::on_message`]).
+    /// A member's message ([`ServerInput::Message`]).
     Message { from: Addr, msg: Message },
     /// The leader's connection to this member ended without a `Leave`
-    /// ([`Server::on_unreachable`]).
+    /// ([`ServerInput::Unreachable`]).
     Unreachable { addr: Addr },
-    /// A deadline passed ([`Server::tick`]).
+    /// A deadline passed (the server's [`Machine::handle_timeout`]).
     Tick,
 }
 
@@ -147,62 +152,109 @@ impl Replica {
         self.leader
     }
 
-    /// This supernode became the leader (its replica's actions are carried out from now on)
-    /// or stopped being it (they are dropped; those still queued too).
-    pub fn set_leader(&mut self, leader: bool) {
+    fn set_leader(&mut self, leader: bool) {
         self.leader = leader;
         if !leader {
             self.out.clear();
         }
     }
 
-    /// Applies the committed entry `index`. An index already applied is ignored (a log
-    /// replayed from a snapshot's point); one beyond the next is refused (`false`): the
-    /// entries in between are missing.
-    pub fn apply(&mut self, index: u64, e: &Entry) -> bool {
+    fn apply(&mut self, index: u64, e: Entry) -> Result<(), Gap> {
         if index < self.next {
-            return true;
+            return Ok(());
         }
         if index > self.next {
-            return false;
+            return Err(Gap { next: self.next, index });
         }
         self.next += 1;
         self.clock = self.clock.max(e.now);
         let now = self.clock;
-        match &e.input {
-            Input::Start => self.server.start(now),
-            Input::Message { from, msg } => self.server.on_message(*from, msg.clone(), now),
-            Input::Unreachable { addr } => self.server.on_unreachable(*addr, now),
-            Input::Tick => self.server.tick(now),
+        let input = match e.input {
+            Input::Start => Some(ServerInput::Start),
+            Input::Message { from, msg } => Some(ServerInput::Message { from, msg }),
+            Input::Unreachable { addr } => Some(ServerInput::Unreachable(addr)),
+            Input::Tick => None,
+        };
+        match input {
+            Some(input) => match self.server.handle_input(now, input) {
+                Ok(()) => {}
+                Err(never) => match never {},
+            },
+            None => self.server.handle_timeout(now),
         }
-        while let Some(a) = self.server.poll_action() {
+        while let Some(a) = self.server.poll_output() {
             if self.leader {
                 self.out.push_back(a);
             }
         }
-        true
-    }
-
-    /// When the server's next deadline falls (the leader proposes a [`Input::Tick`] then).
-    pub fn next_deadline(&self) -> Option<Duration> {
-        self.server.next_deadline()
+        Ok(())
     }
 
     /// The leader's clock reads `now`: the entry to propose, if the server's deadline passed
     /// (stamped no earlier than [`clock`](Self::clock)). `None` for a follower.
     pub fn due(&self, now: Duration) -> Option<Entry> {
         let now = now.max(self.clock);
-        (self.leader && self.next_deadline().is_some_and(|d| d <= now)).then_some(Entry { now, input: Input::Tick })
+        (self.leader && self.server.poll_timeout().is_some_and(|d| d <= now))
+            .then_some(Entry { now, input: Input::Tick })
     }
 
     /// The entry that carries a member's message, stamped for the log.
     pub fn stamp(&self, now: Duration, input: Input) -> Entry {
         Entry { now: now.max(self.clock), input }
     }
+}
+
+/// What the driver feeds a [`Replica`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// The committed entry `index` (the first is 1, as in Raft), applied at its own time (the
+    /// replica's clock, not the driver's). An index already applied is ignored (a log replayed
+    /// from a snapshot's point); one beyond the next is rejected ([`Gap`]): the entries in
+    /// between are missing.
+    Committed { index: u64, entry: Entry },
+    /// This supernode became the leader (its replica's actions are carried out from now on)
+    /// or stopped being it (they are dropped; those still queued too).
+    Leader(bool),
+}
+
+/// A committed entry beyond the next one: the entries in between are missing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Gap {
+    /// The index the replica expects.
+    pub next: u64,
+    /// The index it was given.
+    pub index: u64,
+}
+
+impl Machine for Replica {
+    type Input = Step;
+    type Output = Action<Message>;
+    type Rejected = Gap;
+
+    /// `now` is not used: a committed entry carries its time.
+    fn handle_input(&mut self, _now: Time, step: Step) -> Result<(), Gap> {
+        match step {
+            Step::Committed { index, entry } => self.apply(index, entry),
+            Step::Leader(leader) => {
+                self.set_leader(leader);
+                Ok(())
+            }
+        }
+    }
+
+    /// Nothing: a replica's timers fire only through committed [`Input::Tick`]s (see
+    /// [`Replica::due`]), or the replicas would diverge.
+    fn handle_timeout(&mut self, _now: Time) {}
 
     /// The next action to carry out (the leader's only).
-    pub fn poll_action(&mut self) -> Option<Action<Message>> {
+    fn poll_output(&mut self) -> Option<Action<Message>> {
         super::pop_action(&mut self.out)
+    }
+
+    /// Always `None`: see [`Machine::handle_timeout`]; the leader proposes a tick at the
+    /// server's deadline.
+    fn poll_timeout(&self) -> Option<Time> {
+        None
     }
 }
 
@@ -211,7 +263,7 @@ mod tests {
     use super::super::central::{Client, Dissemination};
     use super::super::testnet::{addr, ms, Core, Net};
     use super::super::wire::arb;
-    use super::super::{Consistency, Event, MemberId};
+    use super::super::{Consistency, Event, Input as MemberInput, MemberId, PartOff};
     use super::*;
     use proptest::prelude::*;
 
@@ -232,7 +284,7 @@ mod tests {
     impl Cluster {
         fn new(n: usize, cfg: Config, seed: u64) -> Cluster {
             let mut replicas: Vec<Option<Replica>> = (0..n).map(|_| Some(Replica::new(cfg, seed))).collect();
-            replicas[0].as_mut().unwrap().set_leader(true);
+            replicas[0].as_mut().unwrap().handle_input(Duration::ZERO, Step::Leader(true)).unwrap();
             let mut c = Cluster { replicas, leader: 0, log: Vec::new(), pending: VecDeque::new() };
             c.propose(Duration::ZERO, Input::Start);
             c.commit(Duration::ZERO + COMMIT);
@@ -256,7 +308,7 @@ mod tests {
                 self.log.push(e.clone());
                 let index = self.log.len() as u64;
                 for r in self.replicas.iter_mut().flatten() {
-                    assert!(r.apply(index, &e));
+                    assert_eq!(r.handle_input(now, Step::Committed { index, entry: e.clone() }), Ok(()));
                 }
             }
         }
@@ -268,7 +320,7 @@ mod tests {
             self.replicas[self.leader] = None;
             self.pending.clear();
             self.leader = (0..self.replicas.len()).find(|&i| self.replicas[i].is_some()).expect("a survivor");
-            self.replicas[self.leader].as_mut().unwrap().set_leader(true);
+            self.replicas[self.leader].as_mut().unwrap().handle_input(Duration::ZERO, Step::Leader(true)).unwrap();
         }
     }
 
@@ -278,21 +330,25 @@ mod tests {
         Client(Box<Client>),
     }
 
-    impl Core for RNode {
-        type Msg = Message;
-        fn on_message(&mut self, from: Addr, msg: Message, now: Duration) {
+    impl Machine for RNode {
+        type Input = MemberInput<Message>;
+        type Output = Action<Message>;
+        type Rejected = PartOff;
+        fn handle_input(&mut self, now: Time, input: MemberInput<Message>) -> Result<(), PartOff> {
             match self {
-                RNode::Registry(c) => c.propose(now, Input::Message { from, msg }),
-                RNode::Client(c) => c.on_message(from, msg, now),
+                RNode::Registry(c) => {
+                    let input = match input {
+                        MemberInput::Message { from, msg } => Input::Message { from, msg },
+                        MemberInput::Unreachable(addr) => Input::Unreachable { addr },
+                        other => panic!("a member's input for the registry: {other:?}"),
+                    };
+                    c.propose(now, input);
+                    Ok(())
+                }
+                RNode::Client(c) => c.handle_input(now, input),
             }
         }
-        fn on_unreachable(&mut self, to: Addr, now: Duration) {
-            match self {
-                RNode::Registry(c) => c.propose(now, Input::Unreachable { addr: to }),
-                RNode::Client(c) => c.on_unreachable(to, now),
-            }
-        }
-        fn tick(&mut self, now: Duration) {
+        fn handle_timeout(&mut self, now: Time) {
             match self {
                 RNode::Registry(c) => {
                     c.commit(now);
@@ -302,26 +358,36 @@ mod tests {
                         }
                     }
                 }
-                RNode::Client(c) => c.tick(now),
+                RNode::Client(c) => c.handle_timeout(now),
             }
         }
-        fn next_deadline(&self) -> Option<Duration> {
+        fn poll_timeout(&self) -> Option<Time> {
             match self {
                 RNode::Registry(c) => match c.pending.front() {
                     Some(p) => Some(p.0),
-                    None => c.lead().next_deadline(),
+                    None => c.lead().server().poll_timeout(),
                 },
-                RNode::Client(c) => c.next_deadline(),
+                RNode::Client(c) => c.poll_timeout(),
             }
         }
-        fn poll_action(&mut self) -> Option<Action<Message>> {
+        fn poll_output(&mut self) -> Option<Action<Message>> {
             match self {
                 RNode::Registry(c) => {
                     let l = c.leader;
-                    c.replicas[l].as_mut().and_then(Replica::poll_action)
+                    c.replicas[l].as_mut().and_then(Replica::poll_output)
                 }
-                RNode::Client(c) => c.poll_action(),
+                RNode::Client(c) => c.poll_output(),
             }
+        }
+    }
+
+    impl Core for RNode {
+        type Msg = Message;
+        fn message(&self, from: Addr, msg: Message) -> MemberInput<Message> {
+            MemberInput::Message { from, msg }
+        }
+        fn unreachable(&self, to: Addr) -> MemberInput<Message> {
+            MemberInput::Unreachable(to)
         }
         fn wire(msg: &Message) -> Message {
             central::decode(&central::encode(msg)).expect("what is encoded decodes")
@@ -387,7 +453,7 @@ mod tests {
     fn replicas_fed_the_same_entries_hold_the_same_pool_and_only_the_leader_acts() {
         let cfg = Config::new(Dissemination::Serial);
         let (mut a, mut b) = (Replica::new(cfg, 7), Replica::new(cfg, 7));
-        a.set_leader(true);
+        a.handle_input(ms(0), Step::Leader(true)).unwrap();
         let entries = [
             Entry { now: ms(0), input: Input::Start },
             Entry { now: ms(5), input: Input::Message { from: addr(1), msg: Message::Join { id: 1, addr: addr(1) } } },
@@ -398,21 +464,24 @@ mod tests {
             Entry { now: ms(45), input: Input::Tick },
         ];
         for (k, e) in entries.iter().enumerate() {
-            assert!(a.apply(k as u64 + 1, e));
-            assert!(b.apply(k as u64 + 1, e));
-            assert!(b.poll_action().is_none(), "a follower acted");
+            let index = k as u64 + 1;
+            assert_eq!(a.handle_input(ms(0), Step::Committed { index, entry: e.clone() }), Ok(()));
+            assert_eq!(b.handle_input(ms(0), Step::Committed { index, entry: e.clone() }), Ok(()));
+            assert!(b.poll_output().is_none(), "a follower acted");
         }
         assert_eq!(a.server().log(), b.server().log());
         assert_eq!(a.server().members(), [2]);
         assert_eq!(a.clock(), ms(50));
-        assert!(std::iter::from_fn(|| a.poll_action()).count() > 0);
+        assert!(!a.drain_outputs().is_empty());
+        assert_eq!(a.poll_timeout(), None, "a replica's own clock fires nothing");
         // Replayed and out-of-order indexes.
-        assert!(a.apply(3, &entries[2]));
-        assert!(!a.apply(9, &entries[3]));
+        assert_eq!(a.handle_input(ms(0), Step::Committed { index: 3, entry: entries[2].clone() }), Ok(()));
+        let e = entries[3].clone();
+        assert_eq!(a.handle_input(ms(0), Step::Committed { index: 9, entry: e }), Err(Gap { next: 7, index: 9 }));
         assert_eq!(a.next_index(), 7);
         // A follower proposes nothing; a leader proposes a tick once a deadline passed.
         assert_eq!(b.due(ms(10_000)), None);
-        b.set_leader(true);
+        b.handle_input(ms(0), Step::Leader(true)).unwrap();
         assert_eq!(b.due(ms(10_000)).map(|e| e.input), Some(Input::Tick));
         assert_eq!(b.due(ms(1)).map(|e| e.now).unwrap_or(ms(50)), ms(50));
     }
@@ -449,21 +518,21 @@ mod tests {
                 if (1..=n as u64).contains(&step) {
                     net.with(step as usize, |c, now| {
                         if let RNode::Client(c) = c {
-                            c.join(now);
+                            c.handle_input(now, MemberInput::Join).unwrap();
                         }
                     });
                 }
                 if step == 20 {
                     net.with(2, |c, now| {
                         if let RNode::Client(c) = c {
-                            c.elect("master", now).unwrap();
+                            c.handle_input(now, MemberInput::Elect("master".into())).unwrap();
                         }
                     });
                 }
             }
             net.with(3, |c, now| {
                 if let RNode::Client(c) = c {
-                    c.leave(now);
+                    c.handle_input(now, MemberInput::Leave).unwrap();
                 }
             });
             net.crash(4);

@@ -2,7 +2,6 @@
 //! names and events. Readers reject anything malformed and never panic.
 
 use super::{Addr, Event, MemberId};
-use std::fmt;
 // Address values only (a member's address and its encoding): the core opens no socket and
 // resolves no name; the driver does all I/O and hands addresses in.
 use core::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -10,31 +9,8 @@ use core::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 /// The longest election name accepted on the wire.
 pub const MAX_NAME: usize = 1024;
 
-/// Why bytes are not a message.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DecodeError {
-    /// The bytes end inside the message.
-    Truncated,
-    /// Unknown message or event tag.
-    BadTag(u8),
-    /// An out-of-range field (address family, overlong integer, name not UTF-8 or too long).
-    BadField(&'static str),
-    /// Bytes after the message.
-    Trailing(usize),
-}
-
-impl fmt::Display for DecodeError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            DecodeError::Truncated => write!(f, "truncated JEL message"),
-            DecodeError::BadTag(t) => write!(f, "unknown JEL tag {t}"),
-            DecodeError::BadField(w) => write!(f, "bad {w} in a JEL message"),
-            DecodeError::Trailing(n) => write!(f, "{n} bytes after a JEL message"),
-        }
-    }
-}
-
-impl std::error::Error for DecodeError {}
+pub use crate::codec::DecodeError;
+pub(crate) use crate::codec::Reader;
 
 pub(crate) use crate::codec::put_var;
 
@@ -84,48 +60,11 @@ pub(crate) fn put_event(out: &mut Vec<u8>, e: &Event) {
     }
 }
 
-pub(crate) struct Reader<'a> {
-    b: &'a [u8],
-    at: usize,
-}
-
-impl<'a> Reader<'a> {
-    pub(crate) fn new(b: &'a [u8]) -> Reader<'a> {
-        Reader { b, at: 0 }
-    }
-
-    pub(crate) fn u8(&mut self) -> Result<u8, DecodeError> {
-        let v = *self.b.get(self.at).ok_or(DecodeError::Truncated)?;
-        self.at += 1;
-        Ok(v)
-    }
-
-    fn bytes<const N: usize>(&mut self) -> Result<[u8; N], DecodeError> {
-        let s = self.b.get(self.at..self.at.saturating_add(N)).ok_or(DecodeError::Truncated)?;
-        self.at += N;
-        let mut a = [0u8; N];
-        a.copy_from_slice(s);
-        Ok(a)
-    }
-
-    pub(crate) fn var(&mut self) -> Result<u64, DecodeError> {
-        crate::codec::get_var(self.b, &mut self.at).map_err(|e| match e {
-            crate::codec::VarError::Truncated => DecodeError::Truncated,
-            crate::codec::VarError::Bad => DecodeError::BadField("integer"),
-        })
-    }
-
-    pub(crate) fn id(&mut self) -> Result<MemberId, DecodeError> {
+/// JEL's fields.
+impl Reader<'_> {
+    /// A member id.
+    pub(crate) fn member_id(&mut self) -> Result<MemberId, DecodeError> {
         Ok(u64::from_le_bytes(self.bytes::<8>()?))
-    }
-
-    /// A count of elements, at most the bytes left (every element takes at least one).
-    pub(crate) fn len(&mut self) -> Result<usize, DecodeError> {
-        let n = self.var()?;
-        if n > (self.b.len() - self.at) as u64 {
-            return Err(DecodeError::Truncated);
-        }
-        Ok(n as usize)
     }
 
     pub(crate) fn bool(&mut self) -> Result<bool, DecodeError> {
@@ -159,31 +98,17 @@ impl<'a> Reader<'a> {
     pub(crate) fn event(&mut self) -> Result<Event, DecodeError> {
         Ok(match self.u8()? {
             1 => {
-                let id = self.id()?;
+                let id = self.member_id()?;
                 Event::Joined { id, addr: self.addr()? }
             }
-            2 => Event::Left { id: self.id()? },
-            3 => Event::Died { id: self.id()? },
+            2 => Event::Left { id: self.member_id()? },
+            3 => Event::Died { id: self.member_id()? },
             4 => {
                 let name = self.name()?;
-                Event::Elected { name, winner: self.id()? }
+                Event::Elected { name, winner: self.member_id()? }
             }
             t => return Err(DecodeError::BadTag(t)),
         })
-    }
-
-    /// Everything left (a nested message).
-    pub(crate) fn rest(&mut self) -> &'a [u8] {
-        let s = &self.b[self.at..];
-        self.at = self.b.len();
-        s
-    }
-
-    pub(crate) fn finish(&self) -> Result<(), DecodeError> {
-        if self.at != self.b.len() {
-            return Err(DecodeError::Trailing(self.b.len() - self.at));
-        }
-        Ok(())
     }
 }
 

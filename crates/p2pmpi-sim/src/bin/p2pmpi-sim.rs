@@ -744,216 +744,243 @@ fn kmonitor_cmd(c: &KmCmd, command: &str) -> Result<()> {
     let all = matches!(c, KmCmd::All(_));
     let default_out = PathBuf::from("docs/sim");
     let out = a.common.out.as_deref().or(if all { Some(default_out.as_path()) } else { None });
-    let (threads, seed) = (a.common.threads(), a.common.seed);
+    let threads = a.common.threads();
     if all || matches!(c, KmCmd::Disconnect(_)) {
-        let p = kmonitor::DisconnectParams::new(a.scale, threads, seed);
-        let t = Instant::now();
-        let rows = kmonitor::disconnect(&p);
-        let secs = t.elapsed().as_secs_f64();
-        let table = kmonitor::disconnect_table(&rows);
-        println!("== k-monitor figure 3 ({} draws per Monte-Carlo point)", p.trials);
-        print!("{}", table.to_text());
-        println!("({secs:.1} s)\n");
-        let notes = format!(
-            "*bound*: the expected number of process sets S (k < |S| ≤ n/2) with no monitoring edge to the rest — \
-             every member of S chose its k monitors inside S and every other process outside; a disconnected graph \
-             has one, so this bounds the probability from above, and is tight while small (exact arithmetic, \
-             `disconnect_bound`). *Monte-Carlo*: {} graphs per point drawn with `p2pmpi_core::kmonitor::choose_monitors` \
-             (the function a node calls to pick its monitors), disconnected fraction with its 95 % Wilson interval; \
-             a count of 0 gives only the interval's upper end, so probabilities below about 4/{} are out of its reach \
-             and the bound is the figure. *protocol runs*: {} complete runs of the protocol on the simulated LAN \
-             (requests, acks, cancels) whose resulting graph was checked. Computed in {secs:.1} s.",
-            p.trials, p.trials, p.protocol_runs
-        );
-        let chart = kmonitor::disconnect_chart(&rows, &p);
-        if let Some(dir) = out {
-            let files = output::Report {
-                name: "kmonitor_disconnect",
-                title: "k-monitor: probability that the monitoring graph is disconnected (Horita figure 3)",
-                description: &format!(
-                    "Each of n processes is monitored by k others chosen uniformly at random; the graph of monitoring \
-                     connections (used both ways) must be connected for a failure notice to reach everyone. \
-                     Seed {seed}."
-                ),
-                command,
-                table: &table,
-                chart: &chart,
-                notes: &notes,
-            }
-            .write(dir);
-            write_out(Some(dir), files)?;
-        }
+        km_disconnect(a, out, command)?;
     }
     if all || matches!(c, KmCmd::Tolerance(_)) {
-        let p = kmonitor::ToleranceParams::new(a.scale, threads, seed);
-        let t = Instant::now();
-        let rows = kmonitor::tolerance(&p);
-        let secs = t.elapsed().as_secs_f64();
-        let table = kmonitor::tolerance_table(&rows);
-        println!("== k-monitor figure 7 ({} draws per point, {} beyond n = 1000)", p.trials, p.trials_large);
-        print!("{}", table.to_text());
-        println!("({secs:.1} s)\n");
-        let notes = format!(
-            "*max failures f*: the largest f such that, for every f' ≤ f, fewer than {thr} of the draws (a random \
-             monitoring graph, then f' random processes removed at once, before any repair) left the survivors' graph \
-             disconnected. One draw serves every f: the processes are put back one by one in a random order into a \
-             union-find and the components counted after each. *at f + 1*: the disconnections seen with one more \
-             failure, with the 95 % Wilson interval of that probability. With {} draws (n ≤ 1000), the estimate at \
-             the threshold rests on about {:.0} events (±{:.0} % at one σ); beyond n = 1000, {} draws \
-             ({:.0} events, ±{:.0} %): f is resolved to within the few failures over which the probability crosses \
-             10⁻⁴. Computed in {secs:.1} s.",
-            p.trials,
-            p.trials as f64 * p.threshold,
-            100.0 / (p.trials as f64 * p.threshold).sqrt(),
-            p.trials_large,
-            p.trials_large as f64 * p.threshold,
-            100.0 / (p.trials_large as f64 * p.threshold).sqrt(),
-            thr = (p.threshold * p.trials as f64).round(),
-        );
-        let chart = kmonitor::tolerance_chart(&rows, &p);
-        if let Some(dir) = out {
-            let files = output::Report {
-                name: "kmonitor_tolerance",
-                title: "k-monitor: simultaneous failures tolerated (Horita figure 7)",
-                description: &format!(
-                    "The largest number of simultaneous process failures for which the monitoring graph of the \
-                     survivors stays connected with probability ≥ 1 − 10⁻⁴, vs n and k. Seed {seed}."
-                ),
-                command,
-                table: &table,
-                chart: &chart,
-                notes: &notes,
-            }
-            .write(dir);
-            write_out(Some(dir), files)?;
-        }
+        km_tolerance(a, out, command)?;
     }
     if all || matches!(c, KmCmd::Latency(_)) {
-        let runs = a.runs.unwrap_or(20).max(1);
-        let mut tables = Vec::new();
-        let mut first_runs = None;
-        let t = Instant::now();
-        for reset in [false, true] {
-            if !all && reset != a.reset {
-                continue;
-            }
-            let p = kmonitor::LatencyParams { reset, ..kmonitor::LatencyParams::new(runs, threads, seed) };
-            let rs = kmonitor::latency(&p);
-            let table = kmonitor::latency_table(&rs, p.cfg.k);
-            println!("== k-monitor figure 10, {} crashes", if reset { "process (reset)" } else { "host (silent)" });
-            print!("{}", table.to_text());
-            let all_d: Vec<f64> = rs.iter().flat_map(|r| r.delays.iter().copied()).collect();
-            let spread = rs.iter().map(|r| r.delays.last().unwrap_or(&0.0) - r.delays.first().unwrap_or(&0.0));
-            let msgs: Vec<u64> = rs.iter().map(|r| r.failure_msgs).collect();
-            let summary = format!(
-                "{} runs: notified {:.4}–{:.4} s after the crash; spread within a run ≤ {:.2} ms; {}–{} notices \
-                 (kn = {}, 2kn = {}); {} processes never notified; {} reports about live processes; {}–{} A–C links.",
-                rs.len(),
-                all_d.iter().copied().fold(f64::INFINITY, f64::min),
-                all_d.iter().copied().fold(0.0, f64::max),
-                spread.fold(0.0, f64::max) * 1e3,
-                msgs.iter().min().unwrap_or(&0),
-                msgs.iter().max().unwrap_or(&0),
-                p.cfg.k * p.topo.n(),
-                2 * p.cfg.k * p.topo.n(),
-                rs.iter().map(|r| r.missing).sum::<usize>(),
-                rs.iter().map(|r| r.false_reports).sum::<usize>(),
-                rs.iter().map(|r| r.wide_links).min().unwrap_or(0),
-                rs.iter().map(|r| r.wide_links).max().unwrap_or(0),
-            );
-            println!("{summary}\n");
-            if !reset {
-                first_runs = Some(rs.clone());
-            }
-            tables.push((reset, table, summary, rs));
-        }
-        let secs = t.elapsed().as_secs_f64();
-        if let Some(dir) = out {
-            let mut table = p2pmpi_sim::table::Table::new(&[""]);
-            let mut notes = String::new();
-            for (i, (reset, t, summary, _)) in tables.iter().enumerate() {
-                if i == 0 {
-                    table = t.clone();
-                    notes.push_str(&format!(
-                        "**{}**: {summary}\n\n",
-                        if *reset { "Process crashes" } else { "Host crashes" }
-                    ));
-                } else {
-                    notes.push_str(&format!(
-                        "**{}** (connections reset by the operating system):\n\n{}\n{summary}\n\n",
-                        if *reset { "Process crashes" } else { "Host crashes" },
-                        t.to_markdown()
-                    ));
-                }
-            }
-            notes.push_str(&format!(
-                "Columns: *first* / *median* / *last*: time from the crash until the first / median / last surviving \
-                 process is notified; *notices*: failure messages flooded; *A–C links*: wide-area connections between \
-                 the clusters when the crash happened. The plot shows every survivor's latency, sorted, for the first \
-                 host-crash runs (the seed's figure 10). Computed in {secs:.1} s."
-            ));
-            let rs = first_runs.unwrap_or_else(|| tables[0].3.clone());
-            let chart =
-                kmonitor::latency_chart(&rs, "k-monitor detection latency, n = 173 in 2 clusters (Horita fig. 10)");
-            let files = output::Report {
-                name: "kmonitor_latency",
-                title: "k-monitor: detection latency, 173 processes in two clusters (Horita figure 10)",
-                description: &format!(
-                    "Cluster A: 108 processes; cluster C: 65 behind a NAT (nobody can connect into it); 50 µs one way \
-                     inside a cluster, 2.25 ms between them (4.5 ms round trip); k = 3, T_hb = T'_hb = 0.1 s, \
-                     T_to = T'_to = 2.1 s, wide-area back-off 1 s. After 10 s of warm-up one random process crashes at \
-                     a random phase of T_hb; {runs} runs per crash kind. Seed {seed}."
-                ),
-                command,
-                table: &table,
-                chart: &chart,
-                notes: &notes,
-            }
-            .write(dir);
-            write_out(Some(dir), files)?;
-        }
+        km_latency(a, all, out, command)?;
     }
     if all || matches!(c, KmCmd::Traffic(_)) {
-        let p = kmonitor::TrafficParams::new(a.max_n.unwrap_or(10_000), threads, seed);
-        let t = Instant::now();
-        let rows = kmonitor::traffic(&p);
-        let secs = t.elapsed().as_secs_f64();
-        let table = kmonitor::traffic_table(&rows, &p);
-        println!("== k-monitor traffic");
-        print!("{}", table.to_text());
-        println!("({secs:.1} s)\n");
-        let notes = format!(
-            "*k-monitor*: bytes each process sent per second during a {} window after {} of warm-up (payload of \
-             `p2pmpi_core::kmonitor::encode` plus a {}-byte length prefix per message; TCP/IP headers not counted), \
-             mean over the processes and the largest; *set-up*: bytes per process during the warm-up (monitor \
-             requests, acks, cancels). *DBRR*: the gossip detector sends one table of n 8-byte counters per period to \
-             one target, 8n/T_gossip bytes per second per process — what [detection.md](detection.md) measures \
-             (its B/s/proc column, T_gossip = 0.5 s). Computed in {secs:.1} s.",
-            p2pmpi_sim::net::fmt_duration(p.window),
-            p2pmpi_sim::net::fmt_duration(p.warmup),
-            kmonitor::FRAME_BYTES
-        );
-        let chart = kmonitor::traffic_chart(&rows, &p);
-        if let Some(dir) = out {
-            let files = output::Report {
-                name: "kmonitor_traffic",
-                title: "k-monitor vs gossip (DBRR): detector traffic per process",
-                description: &format!(
-                    "One LAN of n processes, k = {}, T_hb = {}, T_to = {}; no failure. Seed {seed}.",
-                    p.cfg.k,
-                    p2pmpi_sim::net::fmt_duration(p.cfg.t_hb),
-                    p2pmpi_sim::net::fmt_duration(p.cfg.t_to)
-                ),
-                command,
-                table: &table,
-                chart: &chart,
-                notes: &notes,
-            }
-            .write(dir);
-            write_out(Some(dir), files)?;
-        }
+        km_traffic(a, out, command)?;
     }
     println!("kmonitor: {:.1} s on {threads} threads", total.elapsed().as_secs_f64());
+    Ok(())
+}
+
+/// `kmonitor disconnect`: Horita figure 3.
+fn km_disconnect(a: &KmArgs, out: Option<&Path>, command: &str) -> Result<()> {
+    let (threads, seed) = (a.common.threads(), a.common.seed);
+    let p = kmonitor::DisconnectParams::new(a.scale, threads, seed);
+    let t = Instant::now();
+    let rows = kmonitor::disconnect(&p);
+    let secs = t.elapsed().as_secs_f64();
+    let table = kmonitor::disconnect_table(&rows);
+    println!("== k-monitor figure 3 ({} draws per Monte-Carlo point)", p.trials);
+    print!("{}", table.to_text());
+    println!("({secs:.1} s)\n");
+    let notes = format!(
+        "*bound*: the expected number of process sets S (k < |S| ≤ n/2) with no monitoring edge to the rest — \
+         every member of S chose its k monitors inside S and every other process outside; a disconnected graph \
+         has one, so this bounds the probability from above, and is tight while small (exact arithmetic, \
+         `disconnect_bound`). *Monte-Carlo*: {} graphs per point drawn with `p2pmpi_core::kmonitor::choose_monitors` \
+         (the function a node calls to pick its monitors), disconnected fraction with its 95 % Wilson interval; \
+         a count of 0 gives only the interval's upper end, so probabilities below about 4/{} are out of its reach \
+         and the bound is the figure. *protocol runs*: {} complete runs of the protocol on the simulated LAN \
+         (requests, acks, cancels) whose resulting graph was checked. Computed in {secs:.1} s.",
+        p.trials, p.trials, p.protocol_runs
+    );
+    let chart = kmonitor::disconnect_chart(&rows, &p);
+    if let Some(dir) = out {
+        let files = output::Report {
+            name: "kmonitor_disconnect",
+            title: "k-monitor: probability that the monitoring graph is disconnected (Horita figure 3)",
+            description: &format!(
+                "Each of n processes is monitored by k others chosen uniformly at random; the graph of monitoring \
+                 connections (used both ways) must be connected for a failure notice to reach everyone. \
+                 Seed {seed}."
+            ),
+            command,
+            table: &table,
+            chart: &chart,
+            notes: &notes,
+        }
+        .write(dir);
+        write_out(Some(dir), files)?;
+    }
+    Ok(())
+}
+
+/// `kmonitor tolerance`: Horita figure 7.
+fn km_tolerance(a: &KmArgs, out: Option<&Path>, command: &str) -> Result<()> {
+    let (threads, seed) = (a.common.threads(), a.common.seed);
+    let p = kmonitor::ToleranceParams::new(a.scale, threads, seed);
+    let t = Instant::now();
+    let rows = kmonitor::tolerance(&p);
+    let secs = t.elapsed().as_secs_f64();
+    let table = kmonitor::tolerance_table(&rows);
+    println!("== k-monitor figure 7 ({} draws per point, {} beyond n = 1000)", p.trials, p.trials_large);
+    print!("{}", table.to_text());
+    println!("({secs:.1} s)\n");
+    let notes = format!(
+        "*max failures f*: the largest f such that, for every f' ≤ f, fewer than {thr} of the draws (a random \
+         monitoring graph, then f' random processes removed at once, before any repair) left the survivors' graph \
+         disconnected. One draw serves every f: the processes are put back one by one in a random order into a \
+         union-find and the components counted after each. *at f + 1*: the disconnections seen with one more \
+         failure, with the 95 % Wilson interval of that probability. With {} draws (n ≤ 1000), the estimate at \
+         the threshold rests on about {:.0} events (±{:.0} % at one σ); beyond n = 1000, {} draws \
+         ({:.0} events, ±{:.0} %): f is resolved to within the few failures over which the probability crosses \
+         10⁻⁴. Computed in {secs:.1} s.",
+        p.trials,
+        p.trials as f64 * p.threshold,
+        100.0 / (p.trials as f64 * p.threshold).sqrt(),
+        p.trials_large,
+        p.trials_large as f64 * p.threshold,
+        100.0 / (p.trials_large as f64 * p.threshold).sqrt(),
+        thr = (p.threshold * p.trials as f64).round(),
+    );
+    let chart = kmonitor::tolerance_chart(&rows, &p);
+    if let Some(dir) = out {
+        let files = output::Report {
+            name: "kmonitor_tolerance",
+            title: "k-monitor: simultaneous failures tolerated (Horita figure 7)",
+            description: &format!(
+                "The largest number of simultaneous process failures for which the monitoring graph of the \
+                 survivors stays connected with probability ≥ 1 − 10⁻⁴, vs n and k. Seed {seed}."
+            ),
+            command,
+            table: &table,
+            chart: &chart,
+            notes: &notes,
+        }
+        .write(dir);
+        write_out(Some(dir), files)?;
+    }
+    Ok(())
+}
+
+/// `kmonitor latency`: Horita figure 10 (both crash kinds with `all`).
+fn km_latency(a: &KmArgs, all: bool, out: Option<&Path>, command: &str) -> Result<()> {
+    let (threads, seed) = (a.common.threads(), a.common.seed);
+    let runs = a.runs.unwrap_or(20).max(1);
+    let mut tables = Vec::new();
+    let mut first_runs = None;
+    let t = Instant::now();
+    for reset in [false, true] {
+        if !all && reset != a.reset {
+            continue;
+        }
+        let p = kmonitor::LatencyParams { reset, ..kmonitor::LatencyParams::new(runs, threads, seed) };
+        let rs = kmonitor::latency(&p);
+        let table = kmonitor::latency_table(&rs, p.cfg.k);
+        println!("== k-monitor figure 10, {} crashes", if reset { "process (reset)" } else { "host (silent)" });
+        print!("{}", table.to_text());
+        let all_d: Vec<f64> = rs.iter().flat_map(|r| r.delays.iter().copied()).collect();
+        let spread = rs.iter().map(|r| r.delays.last().unwrap_or(&0.0) - r.delays.first().unwrap_or(&0.0));
+        let msgs: Vec<u64> = rs.iter().map(|r| r.failure_msgs).collect();
+        let summary = format!(
+            "{} runs: notified {:.4}–{:.4} s after the crash; spread within a run ≤ {:.2} ms; {}–{} notices \
+             (kn = {}, 2kn = {}); {} processes never notified; {} reports about live processes; {}–{} A–C links.",
+            rs.len(),
+            all_d.iter().copied().fold(f64::INFINITY, f64::min),
+            all_d.iter().copied().fold(0.0, f64::max),
+            spread.fold(0.0, f64::max) * 1e3,
+            msgs.iter().min().unwrap_or(&0),
+            msgs.iter().max().unwrap_or(&0),
+            p.cfg.k * p.topo.n(),
+            2 * p.cfg.k * p.topo.n(),
+            rs.iter().map(|r| r.missing).sum::<usize>(),
+            rs.iter().map(|r| r.false_reports).sum::<usize>(),
+            rs.iter().map(|r| r.wide_links).min().unwrap_or(0),
+            rs.iter().map(|r| r.wide_links).max().unwrap_or(0),
+        );
+        println!("{summary}\n");
+        if !reset {
+            first_runs = Some(rs.clone());
+        }
+        tables.push((reset, table, summary, rs));
+    }
+    let secs = t.elapsed().as_secs_f64();
+    if let Some(dir) = out {
+        let mut table = p2pmpi_sim::table::Table::new(&[""]);
+        let mut notes = String::new();
+        for (i, (reset, t, summary, _)) in tables.iter().enumerate() {
+            if i == 0 {
+                table = t.clone();
+                notes.push_str(&format!(
+                    "**{}**: {summary}\n\n",
+                    if *reset { "Process crashes" } else { "Host crashes" }
+                ));
+            } else {
+                notes.push_str(&format!(
+                    "**{}** (connections reset by the operating system):\n\n{}\n{summary}\n\n",
+                    if *reset { "Process crashes" } else { "Host crashes" },
+                    t.to_markdown()
+                ));
+            }
+        }
+        notes.push_str(&format!(
+            "Columns: *first* / *median* / *last*: time from the crash until the first / median / last surviving \
+             process is notified; *notices*: failure messages flooded; *A–C links*: wide-area connections between \
+             the clusters when the crash happened. The plot shows every survivor's latency, sorted, for the first \
+             host-crash runs (the seed's figure 10). Computed in {secs:.1} s."
+        ));
+        let rs = first_runs.unwrap_or_else(|| tables[0].3.clone());
+        let chart = kmonitor::latency_chart(&rs, "k-monitor detection latency, n = 173 in 2 clusters (Horita fig. 10)");
+        let files = output::Report {
+            name: "kmonitor_latency",
+            title: "k-monitor: detection latency, 173 processes in two clusters (Horita figure 10)",
+            description: &format!(
+                "Cluster A: 108 processes; cluster C: 65 behind a NAT (nobody can connect into it); 50 µs one way \
+                 inside a cluster, 2.25 ms between them (4.5 ms round trip); k = 3, T_hb = T'_hb = 0.1 s, \
+                 T_to = T'_to = 2.1 s, wide-area back-off 1 s. After 10 s of warm-up one random process crashes at \
+                 a random phase of T_hb; {runs} runs per crash kind. Seed {seed}."
+            ),
+            command,
+            table: &table,
+            chart: &chart,
+            notes: &notes,
+        }
+        .write(dir);
+        write_out(Some(dir), files)?;
+    }
+    Ok(())
+}
+
+/// `kmonitor traffic`: bytes per process beside the gossip detector.
+fn km_traffic(a: &KmArgs, out: Option<&Path>, command: &str) -> Result<()> {
+    let (threads, seed) = (a.common.threads(), a.common.seed);
+    let p = kmonitor::TrafficParams::new(a.max_n.unwrap_or(10_000), threads, seed);
+    let t = Instant::now();
+    let rows = kmonitor::traffic(&p);
+    let secs = t.elapsed().as_secs_f64();
+    let table = kmonitor::traffic_table(&rows, &p);
+    println!("== k-monitor traffic");
+    print!("{}", table.to_text());
+    println!("({secs:.1} s)\n");
+    let notes = format!(
+        "*k-monitor*: bytes each process sent per second during a {} window after {} of warm-up (payload of \
+         `p2pmpi_core::kmonitor::encode` plus a {}-byte length prefix per message; TCP/IP headers not counted), \
+         mean over the processes and the largest; *set-up*: bytes per process during the warm-up (monitor \
+         requests, acks, cancels). *DBRR*: the gossip detector sends one table of n 8-byte counters per period to \
+         one target, 8n/T_gossip bytes per second per process — what [detection.md](detection.md) measures \
+         (its B/s/proc column, T_gossip = 0.5 s). Computed in {secs:.1} s.",
+        p2pmpi_sim::net::fmt_duration(p.window),
+        p2pmpi_sim::net::fmt_duration(p.warmup),
+        kmonitor::FRAME_BYTES
+    );
+    let chart = kmonitor::traffic_chart(&rows, &p);
+    if let Some(dir) = out {
+        let files = output::Report {
+            name: "kmonitor_traffic",
+            title: "k-monitor vs gossip (DBRR): detector traffic per process",
+            description: &format!(
+                "One LAN of n processes, k = {}, T_hb = {}, T_to = {}; no failure. Seed {seed}.",
+                p.cfg.k,
+                p2pmpi_sim::net::fmt_duration(p.cfg.t_hb),
+                p2pmpi_sim::net::fmt_duration(p.cfg.t_to)
+            ),
+            command,
+            table: &table,
+            chart: &chart,
+            notes: &notes,
+        }
+        .write(dir);
+        write_out(Some(dir), files)?;
+    }
     Ok(())
 }
 

@@ -33,8 +33,9 @@
 //! waits (at most half a second) until it is written: the others forget the process without
 //! reporting it failed.
 
-use p2pmpi_core::kmonitor::{self as km, Action, Node};
+use p2pmpi_core::kmonitor::{self as km, Action, Input, Node};
 pub use p2pmpi_core::kmonitor::{Cause, Config, Directory, Endpoint, NodeId};
+use p2pmpi_core::machine::Machine;
 pub use p2pmpi_wire::auth::JobKey;
 use p2pmpi_wire::auth::{Nonce, Role, DATAGRAM_MAC_LEN, NONCE_LEN};
 use std::collections::HashMap;
@@ -258,12 +259,25 @@ impl Driver {
         self.origin.elapsed()
     }
 
+    /// Feeds the node one input, now.
+    fn feed(&mut self, input: Input) {
+        let now = self.now();
+        self.feed_at(now, input);
+    }
+
+    fn feed_at(&mut self, now: Duration, input: Input) {
+        match self.node.handle_input(now, input) {
+            Ok(()) => {}
+            Err(never) => match never {},
+        }
+    }
+
     /// Runs until the node left (see [`Control::leave`]) or `stop` returns true; `report` gets
     /// every failure.
     pub fn run(mut self, mut report: impl FnMut(Report), stop: impl Fn() -> bool) {
         let mut events = mio::Events::with_capacity(256);
         let _ = self.ctl.thread.set(std::thread::current().id());
-        self.node.on_start(self.now());
+        self.feed(Input::Start);
         self.drain(&mut report);
         let mut left = false;
         loop {
@@ -272,11 +286,11 @@ impl Driver {
             }
             let declared: Vec<NodeId> = std::mem::take(&mut *self.ctl.declared.lock());
             for d in declared {
-                self.node.on_declared(d, self.now());
+                self.feed(Input::Declared(d));
             }
             if !left && self.ctl.leave.load(Ordering::SeqCst) {
                 left = true;
-                self.node.leave(self.now());
+                self.feed(Input::Leave);
             }
             self.drain(&mut report);
             if left && self.conns.values().all(|c| c.wbuf.is_empty()) {
@@ -284,7 +298,7 @@ impl Driver {
             }
             self.expire_handshakes(&mut report);
             let now = self.now();
-            let wait = match self.node.next_deadline() {
+            let wait = match self.node.poll_timeout() {
                 Some(d) => d.saturating_sub(now),
                 None => Duration::from_millis(100),
             };
@@ -319,7 +333,7 @@ impl Driver {
             }
             self.drain(&mut report);
             if late > self.node.config().t_hb {
-                self.node.on_stall(self.now(), late);
+                self.feed(Input::Stall(late));
             }
             if stalled {
                 // Read everything that waits first (perhaps the notice that this process was
@@ -327,7 +341,7 @@ impl Driver {
                 // once with whatever is left.
                 continue;
             }
-            self.node.tick(self.now());
+            self.node.handle_timeout(self.now());
             self.drain(&mut report);
             self.counters.failure_msgs.store(self.node.stats().failure_msgs, Ordering::Relaxed);
             self.counters.monitors.store(self.node.monitors().count() as u64, Ordering::Relaxed);
@@ -343,7 +357,7 @@ impl Driver {
 
     /// Carries out the node's actions.
     fn drain(&mut self, report: &mut impl FnMut(Report)) {
-        while let Some(a) = self.node.poll_action() {
+        while let Some(a) = self.node.poll_output() {
             match a {
                 Action::Connect { to } => self.connect(to, report),
                 Action::Send { to, msg } => self.send(to, &msg, report),
@@ -370,7 +384,7 @@ impl Driver {
         let peer = to.id;
         if self.links.get(&peer).is_some_and(|v| v.iter().any(|&t| self.usable(t))) {
             // A connection is up already (the peer opened one): it serves.
-            self.node.on_connected(peer, self.now());
+            self.feed(Input::Connected(peer));
             self.drain(report);
             return;
         }
@@ -385,7 +399,7 @@ impl Driver {
         let stream = match mio::net::TcpStream::connect(addr) {
             Ok(s) => s,
             Err(_) => {
-                self.node.on_connect_failed(peer, self.now());
+                self.feed(Input::ConnectFailed(peer));
                 return;
             }
         };
@@ -412,7 +426,7 @@ impl Driver {
             .register(&mut conn.stream, t, mio::Interest::READABLE | mio::Interest::WRITABLE)
             .is_err()
         {
-            self.node.on_connect_failed(peer, self.now());
+            self.feed(Input::ConnectFailed(peer));
             return;
         }
         self.conns.insert(t, conn);
@@ -593,12 +607,12 @@ impl Driver {
         if outbound && state != State::Up {
             if others_up {
                 // Another connection to the peer works (it opened one meanwhile): it serves.
-                self.node.on_connected(peer, now);
+                self.feed_at(now, Input::Connected(peer));
             } else if !others {
-                self.node.on_connect_failed(peer, now);
+                self.feed_at(now, Input::ConnectFailed(peer));
             }
         } else if !others {
-            self.node.on_connection_reset(peer, now);
+            self.feed_at(now, Input::ConnectionReset(peer));
         }
         self.drain(report);
     }
@@ -771,7 +785,7 @@ impl Driver {
                     if first {
                         self.send_on.insert(peer, t);
                     }
-                    self.node.on_connected(peer, self.now());
+                    self.feed(Input::Connected(peer));
                     self.drain(report);
                     self.link_up(peer, report);
                     self.flush(t, report);
@@ -821,7 +835,7 @@ impl Driver {
                     if closing {
                         continue;
                     }
-                    self.node.on_message(peer, msg, self.now());
+                    self.feed(Input::Message { from: peer, msg });
                     self.drain(report);
                 }
             }

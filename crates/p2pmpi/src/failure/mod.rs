@@ -47,7 +47,8 @@
 pub mod kmonitor;
 
 use crate::bootstrap;
-use p2pmpi_core::fd::{Detector, Event, FdConfig, Message, Protocol, Start};
+use p2pmpi_core::fd::{Detector, Event, FdConfig, Input, Message, Output, Protocol, Start};
+use p2pmpi_core::machine::Machine;
 use p2pmpi_wire::auth::JobKey;
 use parking_lot::{Condvar, Mutex};
 use std::net::{SocketAddr, UdpSocket};
@@ -438,15 +439,19 @@ fn run(me: usize, key: JobKey, socket: UdpSocket, setup: Setup) {
         }
         let now = origin.elapsed();
         det.handle_timeout(now);
-        while let Some(tx) = det.poll_transmit() {
-            let bytes = encode(&key, me as u32, &tx.msg);
-            // A send error (a host that went away: no route) is the silence the detector
-            // judges; nothing else to do.
-            let _ = socket.send_to(&bytes, addrs[tx.to]);
-            SENT_DATAGRAMS.fetch_add(1, Ordering::Relaxed);
-            SENT_BYTES.fetch_add(bytes.len() as u64, Ordering::Relaxed);
-        }
-        while let Some(ev) = det.poll_event() {
+        while let Some(out) = det.poll_output() {
+            let ev = match out {
+                Output::Transmit(tx) => {
+                    let bytes = encode(&key, me as u32, &tx.msg);
+                    // A send error (a host that went away: no route) is the silence the
+                    // detector judges; nothing else to do.
+                    let _ = socket.send_to(&bytes, addrs[tx.to]);
+                    SENT_DATAGRAMS.fetch_add(1, Ordering::Relaxed);
+                    SENT_BYTES.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+                    continue;
+                }
+                Output::Event(ev) => ev,
+            };
             if std::env::var_os("P2PMPI_FD_DEBUG").is_some() {
                 eprintln!(
                     "p2pmpi-fd: rank {me}: {ev:?} at {:?} (since the origin); heartbeats {:?}",
@@ -463,7 +468,8 @@ fn run(me: usize, key: JobKey, socket: UdpSocket, setup: Setup) {
                 deliver(me, notice);
             }
         }
-        let wait = det.poll_timeout().saturating_sub(origin.elapsed()).max(Duration::from_millis(1));
+        let wait =
+            det.poll_timeout().unwrap_or(now + tg).saturating_sub(origin.elapsed()).max(Duration::from_millis(1));
         let _ = socket.set_read_timeout(Some(wait));
         match socket.recv_from(&mut buf) {
             Ok((len, src)) => {
@@ -479,7 +485,7 @@ fn run(me: usize, key: JobKey, socket: UdpSocket, setup: Setup) {
                 if layout().is_some() && is_declared_dead(universe_slot(from)) {
                     continue;
                 }
-                let _ = det.handle_message(origin.elapsed(), from, msg);
+                let _ = det.handle_input(origin.elapsed(), Input::Message { from, msg });
             }
             Err(_) => continue,
         }
