@@ -1035,7 +1035,8 @@ impl crate::spawn::RemoteStart for GridSpawn {
         let layout = Layout::new(req.m, req.r);
         let follow = FollowAll {
             layout,
-            verbose: self.opts.verbose.then(|| name.to_string()),
+            // (Its ranks are the spawned job's.)
+            verbose: self.opts.verbose.then(|| format!("{name}: spawned job")),
             output: req.output.clone(),
             collector: None,
             tx: req.tx.clone(),

@@ -98,7 +98,11 @@ fn the_readme_two_machine_example_runs_with_the_settings_it_shows() {
     let job = [&["-n", &n][..], &[tool.to_str().unwrap(), "__pi", "1000"][..]].concat();
     let short = on("m2", "p2pmpirun", &job);
     assert_eq!(short.code(), Some(2), "{}", short.stderr);
-    assert!(short.stderr.contains("the grid gives 2 process slot(s) on 2 host(s), the job needs 4"), "{}", short.stderr);
+    assert!(
+        short.stderr.contains("the grid gives 2 process slot(s) on 2 host(s), the job needs 4"),
+        "{}",
+        short.stderr
+    );
     assert!(short.stderr.contains("MAX_PROCESSES_PER_JOB process(es) (default 1"), "{}", short.stderr);
 
     // The README's setting, made on both machines, the daemons restarted: the job runs.
