@@ -186,9 +186,12 @@ fn percent(x: f64) -> String {
     }
 }
 
-/// The table of an advice, ending with the line `best r = K (P_app = …)`.
+/// The table of an advice, ending with the line `best r = K (P_app = …)`; when `f` does not
+/// depend on `r`, every copy helps and no degree is best: the line names the least `r` whose
+/// `P_app` is under 1 % instead.
 pub fn render(head: &str, advice: &Advice) -> String {
     let with_duration = advice.rows.iter().any(|row| row.duration.is_some());
+    let no_best = !with_duration && advice.rows.len() > 1 && advice.best as usize == advice.rows.len();
     let mut out = String::new();
     let _ = writeln!(out, "{head}");
     let _ = writeln!(out, "P_app(p, r) = 1 − (1 − f^r)^p: probability that the application fails");
@@ -199,7 +202,7 @@ pub fn render(head: &str, advice: &Advice) -> String {
         let _ = writeln!(out, "{:>4}  {:>10}  {:>12}", "r", "f", "P_app(p, r)");
     }
     for row in &advice.rows {
-        let mark = if row.r == advice.best { "  <- best" } else { "" };
+        let mark = if row.r == advice.best && !no_best { "  <- best" } else { "" };
         match row.duration {
             Some(t) => {
                 let _ =
@@ -211,11 +214,21 @@ pub fn render(head: &str, advice: &Advice) -> String {
         }
     }
     let _ = writeln!(out);
-    if !with_duration && advice.rows.len() > 1 && advice.best as usize == advice.rows.len() {
+    if no_best {
         let _ = writeln!(
             out,
-            "f does not grow with r here, so more copies always help (--seq-time weighs the longer run)."
+            "f does not grow with r here, so more copies always help (--seq-time weighs the longer run):"
         );
+        let _ = match advice.rows.iter().find(|row| row.p_app < 0.01) {
+            Some(row) => writeln!(
+                out,
+                "no best r; the least r with P_app under 1 %: r = {} (P_app = {})",
+                row.r,
+                percent(row.p_app)
+            ),
+            None => writeln!(out, "no best r; none up to --max-r {} has P_app under 1 %", advice.rows.len()),
+        };
+        return out;
     }
     let _ = writeln!(out, "best r = {} (P_app = {})", advice.best, percent(advice.best_row().p_app));
     out

@@ -332,7 +332,9 @@ pub fn supernode_start(foreground: bool) -> Result<()> {
     }
     let pid = spawn_daemon(Daemon::Supernode, &home, &home.supernode_log(), conf_env().as_deref())?;
     let st: SupernodeState = home::read_json(&home.supernode_state()).context("supernode state")?;
-    println!("Supernode started (pid {pid}) on {}. Log is in {}", st.addr, home.supernode_log().display());
+    // The address the peers reach it at (SUPERNODE's entry for this host when it listens on all).
+    let all = if cfg.external_ip.is_none() { " (listening on every address of this host)" } else { "" };
+    println!("Supernode started (pid {pid}) on {}{all}. Log is in {}", st.addr, home.supernode_log().display());
     Ok(())
 }
 
@@ -391,7 +393,7 @@ pub fn supernode_stat() -> Result<()> {
                 println!("\nTotal : {} MPD known.", hosts.len());
             }
             Ok(other) => eprintln!("supernode {name}: unexpected answer {other:?}"),
-            Err(e) => eprintln!("supernode {name}: {e:#}"),
+            Err(e) => eprintln!("supernode {name}: {}", crate::error_text(&e)),
         }
     }
     if !any {

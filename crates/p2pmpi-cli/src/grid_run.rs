@@ -69,10 +69,21 @@ pub fn load_config(name: &str) -> Result<Config> {
 pub fn secret_of(cfg: &Config) -> Result<GridSecret> {
     match &cfg.grid_secret {
         Some(s) if !s.is_empty() => Ok(GridSecret::from_phrase(s)),
-        _ => bail!(
-            "GRID_SECRET is not set in {}: every daemon and command of a grid must share one secret",
-            cfg.source.as_ref().map(|p| p.display().to_string()).unwrap_or_else(|| "the configuration".into())
-        ),
+        _ => match &cfg.source {
+            Some(file) => bail!(
+                "GRID_SECRET is not set in {}: every daemon and command of a grid must share one secret. Add the \
+                 grid's GRID_SECRET line (copied from the supernode's machine), or write a new file with \
+                 `p2pmpi init --force`",
+                file.display()
+            ),
+            None => bail!(
+                "GRID_SECRET is not set: there is no configuration file ({} does not exist and P2PMPI_CONF_FILE \
+                 is not set). Create one with `p2pmpi init` (`p2pmpi init --supernode HOST:PORT` for a grid of \
+                 several machines), or try a grid on this machine with `p2pmpi local-grid start`; `p2pmpi \
+                 doctor` checks the rest",
+                p2pmpi_peer::config::p2pmpi_dir().join(p2pmpi_peer::config::CONF_FILE_NAME).display()
+            ),
+        },
     }
 }
 
@@ -270,6 +281,8 @@ fn reserve(
     let started = Instant::now();
     // The grid fell short: what it gave, and until when the peer daemon keeps asking.
     let mut short: Option<(String, Instant)> = None;
+    // The hosts and slots it gave then.
+    let mut last_short = (0, 0);
     loop {
         match c.recv::<MpdResponse>() {
             Ok(Some(MpdResponse::Progress { accepted, needed, .. })) if short.is_none() => {
@@ -289,15 +302,20 @@ fn reserve(
                 let until = Instant::now() + Duration::from_millis(left_ms);
                 progress.done();
                 eprintln!(
-                    "{name}: {found}; waiting up to {} s for more peers to join (-w {})",
+                    "{name}: {found}; waiting up to {} s for more peers to join (-w {})\n{name}: {}",
                     left_ms.div_ceil(1000),
-                    opts.wait
+                    opts.wait,
+                    capacity_hint(hosts, slots)
                 );
                 short = Some((found, until));
+                last_short = (hosts, slots);
                 *progress = Progress::new();
                 progress.show_now();
             }
             Ok(Some(MpdResponse::Reserved { ticket, placements })) => return Ok((ticket, placements)),
+            Ok(Some(MpdResponse::Failed(msg))) if short.is_some() => {
+                bail!("{msg}; {}", capacity_hint(last_short.0, last_short.1))
+            }
             Ok(Some(MpdResponse::Failed(msg))) => bail!("{msg}"),
             Ok(Some(other)) => bail!("unexpected answer from the peer daemon: {other:?}"),
             Ok(None) => bail!("the peer daemon closed the connection during reservation"),
@@ -315,6 +333,16 @@ fn reserve(
             Err(e) => bail!("reservation failed: {e}"),
         }
     }
+}
+
+/// What a grid short of slots can change: each peer lends a job at most its
+/// `MAX_PROCESSES_PER_JOB` processes (default 1), so `hosts` peers give at most `slots`.
+fn capacity_hint(hosts: impl std::fmt::Display, slots: impl std::fmt::Display) -> String {
+    format!(
+        "each peer lends a job at most MAX_PROCESSES_PER_JOB process(es) (default 1; {hosts} host(s) give {slots}): \
+         raise it in each peer's P2P-MPI.conf and restart its daemon (mpihalt, mpiboot), add peers, or ask for \
+         fewer processes with -n"
+    )
 }
 
 /// An error of a start-up that gave up on hosts, naming them and why.
@@ -550,6 +578,8 @@ fn all_loopback(placements: &[Placement], assigned: &[Vec<u32>]) -> bool {
 /// send back.
 struct FollowAll {
     layout: Layout,
+    /// `-v`: the command's name, to report every process started with its pid.
+    verbose: Option<String>,
     output: Arc<Output>,
     collector: Option<Arc<Collector>>,
     tx: Sender<Event>,
@@ -617,6 +647,7 @@ fn launch_hosts(
                     peer: p.info.id.clone(),
                     slots: ranks.clone(),
                     layout: follow.layout,
+                    verbose: follow.verbose.clone(),
                     output: follow.output.clone(),
                     collector: follow.collector.clone(),
                 };
@@ -767,8 +798,13 @@ impl GridJob<'_> {
                 collect: opts.collect.clone(),
             }
         };
-        let follow =
-            FollowAll { layout, output: self.output.clone(), collector: self.collector.clone(), tx: tx.clone() };
+        let follow = FollowAll {
+            layout,
+            verbose: opts.verbose.then(|| self.name.to_string()),
+            output: self.output.clone(),
+            collector: self.collector.clone(),
+            tx: tx.clone(),
+        };
         let Launched { remotes, readers, failed } =
             launch_hosts(self.name, grid, opts.verbose, &remote, &spec_for, &follow, &mut progress);
         for (ranks, why) in failed {
@@ -843,6 +879,10 @@ impl GridJob<'_> {
             root: root.to_string(),
         };
         let _ = mpd::call(Some(me), self.grid.state.mpd_addr(), &self.grid.secret, &MpdRequest::Announce(announce));
+        if self.opts.verbose {
+            let who = p2pmpi_core::supervisor::who(self.layout, 0);
+            eprintln!("{}: {who} started here, on host {me} (pid {})", self.name, child.id());
+        }
         Ok(child)
     }
 
@@ -993,7 +1033,14 @@ impl crate::spawn::RemoteStart for GridSpawn {
     fn start(&self, name: &str, req: &crate::spawn::Request<'_>) -> Result<crate::spawn::Started, String> {
         let strategy: p2pmpi_core::allocation::Strategy = self.opts.strategy.parse()?;
         let layout = Layout::new(req.m, req.r);
-        let follow = FollowAll { layout, output: req.output.clone(), collector: None, tx: req.tx.clone() };
+        let follow = FollowAll {
+            layout,
+            // (Its ranks are the spawned job's.)
+            verbose: self.opts.verbose.then(|| format!("{name}: spawned job")),
+            output: req.output.clone(),
+            collector: None,
+            tx: req.tx.clone(),
+        };
         let mut progress = Progress::new();
         let mut reservations = Vec::new();
         let mut remotes: Vec<Arc<Mutex<SecureWriter>>> = Vec::new();
@@ -1094,6 +1141,8 @@ struct Follow {
     peer: PeerId,
     slots: Vec<u32>,
     layout: Layout,
+    /// `-v`: the command's name, to report every process started with its pid.
+    verbose: Option<String>,
     output: Arc<Output>,
     /// `--collect`: where the files the host sends back go.
     collector: Option<Arc<Collector>>,
@@ -1180,7 +1229,7 @@ fn follow_remote(
 ) -> std::thread::JoinHandle<()> {
     reader.set_max_record(1 << 20);
     std::thread::spawn(move || {
-        let Follow { peer, slots, layout, output, collector } = f;
+        let Follow { peer, slots, layout, verbose, output, collector } = f;
         let mut left: Vec<u32> = slots;
         let mut first = Some(first);
         loop {
@@ -1190,7 +1239,12 @@ fn follow_remote(
             };
             match event {
                 Ok(Some(JobEvent::Output { rank: slot, stderr, data })) => output.write(slot as usize, stderr, &data),
-                Ok(Some(JobEvent::Started { .. })) => {}
+                Ok(Some(JobEvent::Started { rank: slot, pid })) => {
+                    if let Some(name) = &verbose {
+                        let who = p2pmpi_core::supervisor::who(layout, slot as usize);
+                        eprintln!("{name}: {who} started on host {} (pid {pid})", peer.ip);
+                    }
+                }
                 Ok(Some(JobEvent::Collected { name, data, last })) => {
                     if let Some(c) = &collector {
                         c.chunk(&peer, &name, &data, last);

@@ -34,6 +34,9 @@ pub const ANSWER_WITHIN: Duration = Duration::from_secs(2);
 pub struct PeerView {
     pub address: String,
     pub name: String,
+    /// What a graph labels it with: its name, or its address when other peers have the same
+    /// name (peers of one machine, a local grid).
+    pub label: String,
     /// The DNS domain of its name (`example.org` of `node1.example.org`), if it has one.
     pub domain: Option<String>,
     /// Its subnet (`192.0.2.0/24`; `/64` for IPv6).
@@ -182,7 +185,7 @@ pub fn gather_with(cfg: &Config, secret: &GridSecret, within: Duration) -> Resul
                 }
             }
             Ok(other) => errors.push(format!("supernode {name}: unexpected answer {other:?}")),
-            Err(e) => errors.push(format!("supernode {name}: {e:#}")),
+            Err(e) => errors.push(format!("supernode {name}: {}", crate::error_text(&e))),
         }
     }
     if answered.is_empty() {
@@ -234,6 +237,7 @@ pub fn gather_with(cfg: &Config, secret: &GridSecret, within: Duration) -> Resul
                 histories.extend(rep.history.into_iter().map(|h| (key.clone(), h)));
                 peers.push(PeerView {
                     address: key,
+                    label: name.clone(),
                     name,
                     domain,
                     subnet,
@@ -254,6 +258,7 @@ pub fn gather_with(cfg: &Config, secret: &GridSecret, within: Duration) -> Resul
             }
             Err(e) => peers.push(PeerView {
                 address: key,
+                label: name.clone(),
                 name,
                 domain,
                 subnet,
@@ -305,7 +310,26 @@ pub fn gather_with(cfg: &Config, secret: &GridSecret, within: Duration) -> Resul
     jobs.sort_by_key(|j| (j.state != "running", std::cmp::Reverse(j.events.first().map_or(u64::MAX, |e| e.at_ms))));
     let running = jobs.iter().filter(|j| j.state == "running").count();
     jobs.truncate(running + ENDED_JOBS_SHOWN);
+    label_and_count(&mut peers, &jobs);
     Ok(GridView { supernodes: answered, peers, jobs })
+}
+
+/// Labels peers whose names repeat by their address, and counts on each peer at least the
+/// running jobs with a process there (the submitter runs rank 0 outside its MPD's bookings).
+pub fn label_and_count(peers: &mut [PeerView], jobs: &[JobView]) {
+    let names: Vec<String> = peers.iter().map(|p| p.name.clone()).collect();
+    for p in peers.iter_mut() {
+        let repeated = names.iter().filter(|n| **n == p.name).count() > 1;
+        p.label = if repeated || p.name.is_empty() { p.address.clone() } else { p.name.clone() };
+        let ip = p.address.rsplit_once(':').map_or(p.address.as_str(), |(ip, _)| ip);
+        let here = jobs
+            .iter()
+            .filter(|j| j.state == "running" && j.processes.iter().any(|x| x.status == "running" && x.host == ip))
+            .count() as u32;
+        if let Some(n) = p.jobs.as_mut() {
+            *n = (*n).max(here);
+        }
+    }
 }
 
 /// Adds a job's events (kept by its submitter's MPD, `peer`) to the jobs seen running: its
@@ -390,6 +414,63 @@ fn merge_history(jobs: &mut Vec<JobView>, peer: &str, h: JobHistory) {
             status: if failure.is_some() { "failed" } else { "ended" }.into(),
             failure,
         });
+    }
+}
+
+/// How long the monitor keeps showing a peer the supernodes no longer list.
+pub const DOWN_PEER_KEPT_MS: u64 = 3_600_000;
+
+/// Failed jobs the monitor keeps showing once their submitter's MPD forgot them.
+pub const FAILED_JOBS_KEPT: usize = 32;
+
+/// What the monitor remembers between its polls (pure: the time is passed in): the peers it
+/// saw, to show one whose daemon died as `unreachable` instead of letting it vanish, and the
+/// jobs that failed, kept after their submitter's MPD dropped them.
+#[derive(Debug, Default)]
+pub struct Memory {
+    /// Address → the peer as last seen answering, and when (ms).
+    peers: BTreeMap<String, (PeerView, u64)>,
+    /// Failed jobs, oldest first.
+    failed: Vec<JobView>,
+}
+
+/// Whether a job failed: a process declared dead, or an end with a non-zero status.
+fn job_failed(j: &JobView) -> bool {
+    j.failures > 0 || j.events.iter().any(|e| e.kind == "ended" && e.detail != "ended")
+}
+
+impl Memory {
+    /// The view to show: `view`, plus the peers seen before and missing now (as
+    /// `unreachable`), plus the failed jobs it no longer has.
+    pub fn keep(&mut self, mut view: GridView, now_ms: u64) -> GridView {
+        for p in view.peers.iter().filter(|p| p.status == "up") {
+            self.peers.insert(p.address.clone(), (p.clone(), now_ms));
+        }
+        self.peers.retain(|_, (_, at)| now_ms.saturating_sub(*at) < DOWN_PEER_KEPT_MS);
+        for (addr, (last, at)) in &self.peers {
+            if view.peers.iter().any(|p| &p.address == addr) {
+                continue;
+            }
+            let mut down = last.clone();
+            down.status = "unreachable".into();
+            down.error = Some("no supernode lists it any more: its daemon stopped or was killed".into());
+            down.last_seen_ms = now_ms.saturating_sub(*at);
+            (down.jobs, down.load1, down.mem_available_kb, down.rtt_ms) = (None, None, None, None);
+            view.peers.push(down);
+        }
+        for j in view.jobs.iter().filter(|j| j.state != "running" && job_failed(j)) {
+            self.failed.retain(|k| k.job != j.job);
+            self.failed.push(j.clone());
+        }
+        let excess = self.failed.len().saturating_sub(FAILED_JOBS_KEPT);
+        self.failed.drain(..excess);
+        for j in self.failed.iter().rev() {
+            if !view.jobs.iter().any(|k| k.job == j.job) {
+                view.jobs.push(j.clone());
+            }
+        }
+        label_and_count(&mut view.peers, &view.jobs);
+        view
     }
 }
 
@@ -487,5 +568,92 @@ pub fn run(json: bool, watch: bool) -> Result<()> {
             return Ok(());
         }
         std::thread::sleep(Duration::from_secs(2));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn peer(address: &str, name: &str, jobs: u32) -> PeerView {
+        PeerView {
+            address: address.into(),
+            name: name.into(),
+            label: String::new(),
+            domain: None,
+            subnet: subnet_of(address.rsplit_once(':').unwrap().0),
+            group: String::new(),
+            status: "up".into(),
+            error: None,
+            last_seen_ms: 0,
+            os: Some("Linux".into()),
+            cpus: Some(2),
+            load1: Some(0.5),
+            mem_total_kb: None,
+            mem_available_kb: None,
+            jobs: Some(jobs),
+            max_jobs: Some(0),
+            max_procs: 1,
+            rtt_ms: Some(0.1),
+        }
+    }
+
+    fn job(id: &str, state: &str, host: &str, failures: u32) -> JobView {
+        JobView {
+            job: id.into(),
+            program: "prog".into(),
+            replicas: 1,
+            root: String::new(),
+            state: state.into(),
+            submitter: None,
+            processes: vec![ProcessView {
+                rank: 0,
+                replica: 0,
+                master: true,
+                host: host.into(),
+                pid: 1,
+                status: if state == "running" { "running" } else { "ended" }.into(),
+                failure: None,
+            }],
+            failures,
+            takeovers: 0,
+            events: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn repeated_names_are_labelled_by_address_and_rank_0_counts_as_a_job() {
+        let mut peers = vec![peer("127.0.0.2:1", "box", 0), peer("127.0.0.3:1", "box", 0), peer("10.0.0.9:1", "m9", 0)];
+        label_and_count(&mut peers, &[job("j", "running", "127.0.0.2", 0)]);
+        let labels: Vec<&str> = peers.iter().map(|p| p.label.as_str()).collect();
+        assert_eq!(labels, ["127.0.0.2:1", "127.0.0.3:1", "m9"]);
+        let jobs: Vec<Option<u32>> = peers.iter().map(|p| p.jobs).collect();
+        assert_eq!(jobs, [Some(1), Some(0), Some(0)]);
+    }
+
+    #[test]
+    fn a_vanished_peer_shows_unreachable_and_a_failed_job_stays() {
+        let mut m = Memory::default();
+        let view = |peers: Vec<PeerView>, jobs: Vec<JobView>| GridView { supernodes: vec![], peers, jobs };
+        let first = m.keep(
+            view(
+                vec![peer("10.0.0.1:1", "a", 0), peer("10.0.0.2:1", "b", 0)],
+                vec![job("bad", "ended", "10.0.0.2", 1)],
+            ),
+            1000,
+        );
+        assert_eq!((first.peers.len(), first.jobs.len()), (2, 1));
+        // b's daemon killed: the supernode dropped it; the failed job fell out of the history.
+        let later = m.keep(view(vec![peer("10.0.0.1:1", "a", 0)], vec![job("ok", "ended", "10.0.0.1", 0)]), 61_000);
+        let b = later.peers.iter().find(|p| p.address == "10.0.0.2:1").expect("b still shown");
+        assert_eq!(b.status, "unreachable");
+        assert!(b.error.as_deref().unwrap().contains("daemon stopped or was killed"), "{b:?}");
+        assert_eq!((b.jobs, b.last_seen_ms), (None, 60_000));
+        let ids: Vec<&str> = later.jobs.iter().map(|j| j.job.as_str()).collect();
+        assert_eq!(ids, ["ok", "bad"]);
+        // Forgotten after an hour.
+        let much_later = m.keep(view(vec![peer("10.0.0.1:1", "a", 0)], vec![]), 1000 + DOWN_PEER_KEPT_MS + 1);
+        assert_eq!(much_later.peers.len(), 1);
+        assert_eq!(much_later.jobs.len(), 1, "failed jobs stay");
     }
 }

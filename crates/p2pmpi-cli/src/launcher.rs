@@ -231,17 +231,26 @@ pub(crate) fn check_n(name: &str, opts: &RunArgs) -> Result<usize> {
     Ok(match opts.n {
         None => bail!("the number of processes is missing: use -n N (for example: {name} -n 4 ./program)"),
         Some(n) if n < 1 => bail!("-n must be at least 1 (got {n})"),
-        Some(n) if n > 4096 => bail!("-n {n} is more processes than a local run supports (4096)"),
+        // A rank is an i32 (MPI's int); the local limit is checked where a job runs locally.
+        Some(n) if n > i64::from(i32::MAX) => bail!("-n {n} is more processes than MPI's ranks can number"),
         Some(n) => n as usize,
     })
 }
+
+/// The most processes a job runs on this host (`--local`, or no peer daemon).
+const MAX_LOCAL: usize = 4096;
 
 /// Runs a job's N processes on this host (with `-r R`, its 1 + (N − 1)·R slots).
 fn run_local(name: &str, opts: RunArgs, n: usize, binding: Binding) -> Result<i32> {
     let layout = Layout::new(n, opts.replicas as usize);
     let slots = layout.slots();
-    if slots > 4096 {
-        bail!("-n {n} -r {} is {slots} processes, more than a local run supports (4096)", layout.r);
+    if slots > MAX_LOCAL {
+        let what =
+            if layout.r > 1 { format!("-n {n} -r {} is {slots} processes,", layout.r) } else { format!("-n {n} is") };
+        bail!(
+            "{what} more processes than a local run supports ({MAX_LOCAL}); a grid job has no such limit (start a \
+             peer daemon with mpiboot, then p2pmpirun --grid)"
+        );
     }
     let program = resolve_program(&opts.command[0])?;
     let fd = FdPlan::from_options(&opts, &crate::grid_run::load_config(name)?)?;
@@ -301,6 +310,8 @@ fn run_local(name: &str, opts: RunArgs, n: usize, binding: Binding) -> Result<i3
         *pid = child.id();
         if opts.verbose && binding != Binding::None {
             eprintln!("{name}: {} (pid {pid}) bound to CPU {}", who(layout, slot), cpus_allowed(*pid));
+        } else if opts.verbose {
+            eprintln!("{name}: {} started (pid {pid})", who(layout, slot));
         }
         let so = child.stdout.take().expect("piped");
         let se = child.stderr.take().expect("piped");

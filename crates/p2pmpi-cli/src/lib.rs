@@ -22,6 +22,8 @@
 pub mod advise;
 pub mod cargo_run;
 pub mod commands;
+pub mod demo;
+pub mod doctor;
 pub mod grid_run;
 pub mod grid_status;
 pub mod launcher;
@@ -75,12 +77,13 @@ enum Cmd {
         #[command(subcommand)]
         action: GridCmd,
     },
-    /// JEL pools: join one and print its events, list its members (SPEC §14).
+    /// JEL pools: join one and print its events, list its members (docs/jel.md).
     Pool {
         #[command(subcommand)]
         action: pool::PoolCmd,
     },
-    /// How much replication: P_app(p, r) for r = 1..R and the best degree (SPEC §11).
+    /// How much replication: P_app(p, r) for r = 1..R and the best degree (the model of "Fault
+    /// management in P2P-MPI", cited in docs/references.md).
     Advise(advise::AdviseArgs),
     /// The whole grid: peers, their load and free slots, running jobs with their ranks and
     /// replicas.
@@ -92,6 +95,13 @@ enum Cmd {
     /// and their failures, served on 127.0.0.1:9701 (TLS on any other address); read-only,
     /// the token it prints is required.
     Monitor(monitor::MonitorArgs),
+    /// The quick start in one command: a local grid of K peers in a fresh directory, the π
+    /// program of the seeds run on it with p2pmpirun -n N, the grid stopped.
+    Demo(demo::DemoArgs),
+    /// Check this machine: the configuration read (which file), the grid secret, the
+    /// supernodes (reached, RTT), this host's peer daemon and its ports, /dev/shm, Landlock;
+    /// and what to do about each problem.
+    Doctor,
     /// Write a private (0600) P2P-MPI.conf with a fresh GRID_SECRET in the p2pmpi directory
     /// (P2PMPI_HOME, else ~/.p2pmpi).
     Init {
@@ -206,10 +216,27 @@ fn report(name: &str, r: anyhow::Result<()>) -> i32 {
     match r {
         Ok(()) => 0,
         Err(e) => {
-            eprintln!("{name}: error: {e:#}");
+            eprintln!("{name}: error: {}", error_text(&e));
             1
         }
     }
+}
+
+/// An error with its causes, `: `-separated as `{:#}` shows them, but a cause whose text the
+/// message already ends with is not repeated (`i/o: Connection refused (os error 111)` once,
+/// not followed by its own source `Connection refused (os error 111)`).
+pub fn error_text(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if out.is_empty() {
+            out = text;
+        } else if !out.ends_with(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+    }
+    out
 }
 
 /// Entry point of every binary: `name` is the command the user typed.
@@ -217,6 +244,9 @@ pub fn entry(name: &str) -> i32 {
     let args: Vec<String> = std::env::args().collect();
     if args.len() >= 3 && args[1] == "__daemon" {
         return commands::daemon_main(&args[2]);
+    }
+    if args.len() >= 2 && args[1] == demo::PI_ARG {
+        return demo::pi_main(args.get(2).map(String::as_str));
     }
     let rest = &args[1..];
     if name == "p2pmpirun" {
@@ -317,11 +347,19 @@ fn p2pmpi_main() -> i32 {
         Cmd::Pool { action } => match pool::run(action) {
             Ok(code) => code,
             Err(e) => {
-                eprintln!("p2pmpi pool: error: {e:#}");
+                eprintln!("p2pmpi pool: error: {}", error_text(&e));
                 1
             }
         },
         Cmd::Init { supernode, force } => report("p2pmpi init", init(supernode, force)),
+        Cmd::Doctor => doctor::run(),
+        Cmd::Demo(args) => match demo::run(&args) {
+            Ok(code) => code,
+            Err(e) => {
+                eprintln!("p2pmpi demo: error: {}", error_text(&e));
+                1
+            }
+        },
         Cmd::LocalGrid { action } => match action {
             GridCmd::Start { peers, dir, procs, max_jobs, set, net } => {
                 let dir = dir.unwrap_or_else(local_grid::default_dir);

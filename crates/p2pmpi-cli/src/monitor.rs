@@ -271,10 +271,12 @@ fn poll_forever(
     let mut version = 0u64;
     let mut last = String::new();
     let mut last_push = Instant::now();
+    // Peers gone down and failed jobs, kept on show.
+    let mut memory = crate::grid_status::Memory::default();
     loop {
         let start = Instant::now();
         let (view, error) = match gather_with(&cfg, &secret, ANSWER_WITHIN) {
-            Ok(v) => (v, None),
+            Ok(v) => (memory.keep(v, crate::notices::now_ms()), None),
             Err(e) => {
                 (GridView { supernodes: Vec::new(), peers: Vec::new(), jobs: Vec::new() }, Some(format!("{e:#}")))
             }

@@ -214,8 +214,18 @@ fn list(
     }
     match p2pmpi_jel::list_distributed(&seeds, secret, pool, LIST_TIMEOUT)? {
         Some(members) => Ok(members),
+        // Every member the rendezvous remembers left (nothing listens at its address any
+        // more): the pool is empty, as a central pool whose members left.
+        None if seeds.iter().all(nobody_listens) => Ok(Vec::new()),
         None => bail!("pool {pool}: none of its {} known members answered", seeds.len()),
     }
+}
+
+/// Whether a connection to `addr` is refused (no process listens there: the member left or
+/// its process ended), rather than unanswered.
+fn nobody_listens(addr: &SocketAddr) -> bool {
+    matches!(std::net::TcpStream::connect_timeout(addr, Duration::from_secs(2)),
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused)
 }
 
 enum Line {

@@ -34,8 +34,17 @@ fn figures_for_128_processes_at_five_percent() {
     assert!(r1.contains("0.0500") && r1.contains("99.86 %"), "{out}");
     assert!(r2.contains("0.0500") && r2.contains("27.41 %"), "{out}");
     assert!(row(&out, 4).contains("0.0500") && !out.lines().any(|l| l.trim_start().starts_with("5 ")), "{out}");
-    // With f fixed, more copies always help: the largest degree tried wins.
-    assert!(out.trim_end().lines().last().unwrap().starts_with("best r = 4 (P_app = "), "{out}");
+    // With f fixed, more copies always help: no degree is "best" (the largest tried would be),
+    // the least one under 1 % is named instead.
+    assert!(!out.contains("best r =") && !out.contains("<- best"), "{out}");
+    assert!(
+        out.trim_end()
+            .lines()
+            .last()
+            .unwrap()
+            .starts_with("no best r; the least r with P_app under 1 %: r = 4 (P_app = "),
+        "{out}"
+    );
 }
 
 #[test]

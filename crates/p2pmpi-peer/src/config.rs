@@ -420,6 +420,69 @@ fn optional(v: &str) -> Option<&str> {
     (!v.is_empty()).then_some(v)
 }
 
+/// Every key [`apply`] knows, for the "did you mean" of an unknown key.
+pub const KEYS: &[&str] = &[
+    "SUPERNODE",
+    "VISU_PROXY",
+    "MPD_PORT",
+    "FT_PORT",
+    "FD_PORT",
+    "RS_PORT",
+    "MIN_PORT",
+    "MAX_PORT",
+    "EXTERNAL_IP",
+    "MAX_PROCESSES_PER_JOB",
+    "MAX_JOBS",
+    "HOST_DENY",
+    "HOST_ALLOW",
+    "T_GOSSIP",
+    "T_MAX_HANG",
+    "GOSSIP_PROTOCOL",
+    "K_MONITORS",
+    "T_HB",
+    "T_TO",
+    "T_HB_WIDE",
+    "T_TO_WIDE",
+    "WIDE_REFUSALS",
+    "PEER_CACHE",
+    "GRID_SECRET",
+    "PEER_TTL",
+    "ALIVE_PERIOD",
+    "CACHE_REFRESH",
+    "PING_PERIOD",
+    "RESERVE_TIMEOUT",
+    "RESERVATION_HOLD",
+    "STAGING_FANOUT",
+    "SUPERNODE_PORT",
+    "FT_CACHE_MAX",
+    "FT_FETCH_MAX",
+    "LOG_LEVEL",
+];
+
+/// The known key nearest to an unknown one (a typo, a lower-case key, a missing letter or
+/// two), if any is near enough to be meant.
+pub fn nearest_key(key: &str) -> Option<&'static str> {
+    let upper = key.to_ascii_uppercase();
+    let (best, d) = KEYS.iter().map(|k| (*k, edit_distance(&upper, k))).min_by_key(|(_, d)| *d)?;
+    (d <= (best.len() / 4).clamp(1, 3)).then_some(best)
+}
+
+/// Levenshtein distance between two ASCII strings (bytes).
+fn edit_distance(a: &str, b: &str) -> usize {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.iter().enumerate() {
+        let mut diag = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let up = row[j + 1];
+            row[j + 1] = (diag + usize::from(ca != cb)).min(up + 1).min(row[j] + 1);
+            diag = up;
+        }
+    }
+    row[b.len()]
+}
+
 /// Sets one key; Ok(false) if the key is unknown, Err(message) if the value is bad.
 fn apply(c: &mut Config, key: &str, v: &str) -> Result<bool, String> {
     match key {
@@ -502,7 +565,10 @@ impl Config {
             let warn = |message: String| Warning { file: file.clone(), line: n, key: key.to_string(), message };
             match apply(&mut cfg, key, value) {
                 Err(m) => return Err(error(n, key, m)),
-                Ok(false) => warnings.push(warn("unknown key, ignored".into())),
+                Ok(false) => warnings.push(warn(match nearest_key(key) {
+                    Some(k) => format!("unknown key, ignored (did you mean {k}?)"),
+                    None => "unknown key, ignored".into(),
+                })),
                 Ok(true) => {
                     if let Some(first) = seen.insert(key.to_string(), n) {
                         warnings.push(warn(format!("given again (first on line {first}); the last value wins")));
@@ -837,6 +903,23 @@ mod tests {
         assert!(w[1].message.contains("line 1"), "{}", w[1]);
         assert_eq!(err_at("MAX_JOBS=1\nthis is not a setting\n"), (2, "this is not a setting".into()));
         assert_eq!(err_at("\n = 3").0, 2);
+        // A near miss is named.
+        let (c, w) = parse("MAX_PROCESS_PER_JOB=4\nmax_jobs=3\nSUPERNOD=a:1\nZZZ=1\n").unwrap();
+        assert_eq!((c.max_processes_per_job, c.max_jobs), (1, 0));
+        let shown: Vec<String> = w.iter().map(|w| w.message.clone()).collect();
+        assert_eq!(
+            shown,
+            [
+                "unknown key, ignored (did you mean MAX_PROCESSES_PER_JOB?)",
+                "unknown key, ignored (did you mean MAX_JOBS?)",
+                "unknown key, ignored (did you mean SUPERNODE?)",
+                "unknown key, ignored",
+            ]
+        );
+        // Every listed key is one `apply` knows.
+        for k in KEYS {
+            assert_ne!(apply(&mut Config::default(), k, "x"), Ok(false), "{k}");
+        }
         assert_eq!(err_at("MAX_PORT=100\nMIN_PORT=200\n"), (1, "MAX_PORT".into()));
         assert_eq!(err_at("\nMIN_PORT=9950\n"), (2, "MIN_PORT".into()));
         assert_eq!(parse_ok("MIN_PORT=10\nMAX_PORT=10").min_port, 10);

@@ -44,6 +44,28 @@ pub fn enter_netns(ns: &std::fs::File) -> io::Result<()> {
     }
 }
 
+/// The Landlock ABI version the kernel offers (`landlock_create_ruleset(2)` asked for its
+/// version), or why there is none (`ENOSYS`: no Landlock in this kernel; `EOPNOTSUPP`: built in
+/// but turned off at boot).
+pub fn landlock_abi() -> io::Result<i64> {
+    const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
+    // SAFETY: with a null attribute pointer, a size of 0 and the VERSION flag, the call reads
+    // and writes no memory of this process: it only returns the ABI version or an error.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<u8>(),
+            0usize,
+            LANDLOCK_CREATE_RULESET_VERSION,
+        )
+    };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r)
+    }
+}
+
 /// This host's name (`gethostname(2)`), or `localhost` if it cannot be read.
 pub fn hostname() -> String {
     let mut buf = [0u8; 256];

@@ -70,12 +70,29 @@ impl Shared {
     }
 }
 
+/// The address a supernode bound to `bound` serves at: `bound` itself, or when bound to every
+/// address of the host (`0.0.0.0`), the entry of `SUPERNODE` that names this host with its port
+/// (the address the peers use), else the loopback address.
+pub fn served_address(bound: SocketAddr, supernodes: &[SocketAddr]) -> SocketAddr {
+    if !bound.ip().is_unspecified() {
+        return bound;
+    }
+    // An address is this host's when a socket can be bound to it.
+    let mine = |a: &SocketAddr| std::net::UdpSocket::bind(SocketAddr::new(a.ip(), 0)).is_ok();
+    supernodes
+        .iter()
+        .find(|a| a.port() == bound.port() && !a.ip().is_loopback() && mine(a))
+        .or_else(|| supernodes.iter().find(|a| a.port() == bound.port() && mine(a)))
+        .copied()
+        .unwrap_or_else(|| SocketAddr::new(crate::home::connectable(bound.ip()), bound.port()))
+}
+
 /// Binds, publishes the state file, and serves until a `Stop` request arrives.
 /// `ready` is called with the bound address once the service accepts connections.
 pub fn run(opts: SupernodeOpts) -> Result<()> {
     let listener = TcpListener::bind(opts.bind).with_context(|| format!("cannot listen on {}", opts.bind))?;
-    let addr = listener.local_addr()?;
-    let addr = SocketAddr::new(crate::home::connectable(addr.ip()), addr.port());
+    let bound = listener.local_addr()?;
+    let addr = served_address(bound, &opts.supernodes);
     let jel = match opts.supernodes.iter().position(|a| *a == addr) {
         Some(me) if opts.supernodes.len() > 1 => {
             info!("the JEL registry is replicated among the supernodes {:?}", opts.supernodes);
@@ -120,7 +137,11 @@ pub fn run(opts: SupernodeOpts) -> Result<()> {
         });
     }
     crate::home::write_json(&opts.home.supernode_state(), &SupernodeState { pid: std::process::id(), addr })?;
-    info!("supernode listening on {addr}; peers expire after {} ms", opts.peer_ttl_ms);
+    if bound == addr {
+        info!("supernode listening on {addr}; peers expire after {} ms", opts.peer_ttl_ms);
+    } else {
+        info!("supernode listening on {bound}, reachable as {addr}; peers expire after {} ms", opts.peer_ttl_ms);
+    }
     let raft_state = opts.home.dir.join("jel-raft.json");
     let mut published: Option<(RaftState, Instant)> = None;
     loop {

@@ -96,7 +96,7 @@ function renderGraph() {
         class: `node ${p.status}${p.address === selected ? ' selected' : ''}`, cx: x, cy: y, r: 16,
         'data-address': p.address, onclick: ev => { ev.stopPropagation(); select(p.address); },
       }, el('svg:title', {}, `${p.name} ${p.address} (${p.status})`)));
-      items.push(el('svg:text', { class: 'node-label', x, y: y + 30, 'text-anchor': 'middle' }, p.name));
+      items.push(el('svg:text', { class: 'node-label', x, y: y + 30, 'text-anchor': 'middle' }, p.label || p.name));
       if (n > 0) {
         items.push(el('svg:circle', { class: 'badge', cx: x + 13, cy: y - 13, r: 8 }));
         items.push(el('svg:text', { class: 'badge-text', x: x + 13, y: y - 9.5, 'text-anchor': 'middle' }, n));
