@@ -399,7 +399,7 @@ fn watch_launcher(mut conn: TcpStream, rank: i32) {
                 if !FINALIZING.load(Ordering::SeqCst) {
                     eprintln!("p2pmpi: rank {rank}: stopped by the launcher: {reason}");
                     crate::failure::leave();
-                    std::process::exit(143);
+                    crate::fatal::exit(143);
                 }
                 return;
             }
@@ -433,7 +433,7 @@ fn watch_launcher(mut conn: TcpStream, rank: i32) {
                 if !FINALIZING.load(Ordering::SeqCst) {
                     eprintln!("p2pmpi: rank {rank}: lost contact with the launcher; stopping");
                     crate::failure::leave();
-                    std::process::exit(143);
+                    crate::fatal::exit(143);
                 }
                 return;
             }
@@ -586,7 +586,7 @@ pub(crate) mod fence {
                     f.slot,
                     l.as_secs_f64()
                 );
-                std::process::exit(1);
+                crate::fatal::exit(1);
             }
             std::thread::sleep(every);
         }

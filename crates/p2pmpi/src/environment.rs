@@ -196,12 +196,18 @@ pub fn initialize_with_threading(threading: Threading) -> Option<(Universe, Thre
         Err(e) => {
             let rank = std::env::var(bootstrap::env::RANK).unwrap_or_else(|_| "?".into());
             eprintln!("p2pmpi: rank {rank}: {e}");
-            std::process::exit(1);
+            crate::fatal::exit(1);
         }
     };
     OWN_RANK.store(boot.rank - boot.world_base, Ordering::SeqCst);
+    crate::fatal::install(crate::fatal::Farewell {
+        own_rank,
+        report_abort: bootstrap::report_abort,
+        report_finalized: bootstrap::report_finalized,
+        leave: crate::failure::leave,
+    });
     install_panic_hook();
-    crate::random::set_job_seed(boot.key.seed("random"));
+    crate::random::set_job_seed(boot.key.seed("random"), own_rank());
     #[cfg(feature = "failpoints")]
     arm_failpoints(boot.slot);
     crate::collective::hier::set_world_hosts(&boot.addrs, boot.world_base, boot.layout.is_some());
@@ -209,6 +215,12 @@ pub fn initialize_with_threading(threading: Threading) -> Option<(Universe, Thre
     let yield_spin = yield_budget(boot.local_procs);
     let engine = Engine::new(boot.rank, boot.size, boot.slot, boot.layout, boot.key, boot.listener, boot.addrs, spin)
         .map(|mut e| {
+            e.upcalls = crate::device::Upcalls {
+                failures_pending: || crate::failure::PENDING.load(Ordering::Relaxed),
+                take_failures: crate::failure::take_pending,
+                retell_failures: crate::failure::renotify,
+                failure_tolerant: || crate::failure::policy() == crate::failure::Policy::Notify,
+            };
             e.yield_spin = yield_spin;
             e.encrypt = boot.encrypt;
             e.world_base = boot.world_base;
@@ -328,7 +340,7 @@ pub(crate) fn apply_notices(e: &mut Engine) {
             e.peer_failed(k);
         }
     }
-    if crate::ulfm::REVOKE_PENDING.load(Ordering::Relaxed) {
+    if crate::device::revocations::PENDING.load(Ordering::Relaxed) {
         e.is_revoked(0);
     }
 }

@@ -38,6 +38,7 @@ pub mod device;
 pub mod environment;
 mod error;
 pub mod failure;
+mod fatal;
 pub mod ffi;
 pub mod point_to_point;
 mod pool;

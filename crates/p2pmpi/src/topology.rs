@@ -275,10 +275,7 @@ pub trait Communicator: AsHandle + AsRaw<Raw = crate::ffi::MPI_Comm> {
     fn abort(&self, errorcode: c_int) -> ! {
         let rank = crate::environment::own_rank();
         let msg = format!("p2pmpi: rank {rank}: abort({errorcode}) called");
-        eprintln!("{msg}");
-        crate::bootstrap::report_abort(rank, errorcode, &msg, None);
-        crate::failure::leave();
-        std::process::exit(if errorcode == 0 { 1 } else { errorcode & 0xff })
+        crate::fatal::stop_with(rank, errorcode, &msg, None, if errorcode == 0 { 1 } else { errorcode & 0xff })
     }
     /// Whether this is an inter-communicator (`MPI_Comm_test_inter`): true for an
     /// [`InterCommunicator`](crate::topology::InterCommunicator) and for any communicator whose

@@ -36,7 +36,6 @@ pub use crate::collective::{TryCollectives, TryImmediateCollectives, TryImmediat
 use crate::topology::{Communicator, Rank, SimpleCommunicator};
 use parking_lot::Mutex;
 use std::collections::{BTreeSet, HashMap};
-use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Context ids of communicators made by [`FaultTolerant::shrink`]: this base plus the
 /// agreement's number (the ids `split` and `duplicate` hand out stay far below).
@@ -64,30 +63,9 @@ pub enum FaultError {
 static SEQ: Mutex<Option<HashMap<u32, u64>>> = Mutex::new(None);
 static ACKED: Mutex<Option<HashMap<u32, BTreeSet<Rank>>>> = Mutex::new(None);
 
-/// Every communicator context revoked in this job so far (as this process heard), and those
-/// the engine has not applied yet ([`REVOKE_PENDING`]).
-static REVOKED: Mutex<BTreeSet<u32>> = Mutex::new(BTreeSet::new());
-static UNAPPLIED: Mutex<Vec<u32>> = Mutex::new(Vec::new());
-/// Revocations wait to be applied by the engine (its requests on them fail).
-pub(crate) static REVOKE_PENDING: AtomicBool = AtomicBool::new(false);
-
 /// Communicator context `ctx` was revoked (told by the launcher, or by this process itself).
 pub(crate) fn revoked(ctx: u32) {
-    if REVOKED.lock().insert(ctx) {
-        UNAPPLIED.lock().push(ctx);
-        REVOKE_PENDING.store(true, Ordering::SeqCst);
-    }
-}
-
-/// Whether communicator context `ctx` was revoked, as this process heard so far.
-pub(crate) fn context_revoked(ctx: u32) -> bool {
-    REVOKED.lock().contains(&ctx)
-}
-
-/// The revocations the engine has not applied yet.
-pub(crate) fn take_revocations() -> Vec<u32> {
-    REVOKE_PENDING.store(false, Ordering::SeqCst);
-    std::mem::take(&mut *UNAPPLIED.lock())
+    crate::device::revocations::told(ctx);
 }
 
 /// A decision: the agreed flag, the failed members (ranks of the communicator), its number.
@@ -232,7 +210,7 @@ pub trait FaultTolerant: Communicator {
 
     /// Whether the communicator was revoked (by any member, as this process heard so far).
     fn is_revoked(&self) -> bool {
-        REVOKED.lock().contains(&self.handle().0.ctx)
+        crate::device::revocations::is_revoked(self.handle().0.ctx)
     }
 
     /// Acknowledges the failures of members known to this process now: later agreements no

@@ -34,6 +34,7 @@
 mod conn;
 pub(crate) mod failpoints;
 mod replication;
+pub(crate) mod revocations;
 pub(crate) mod shm;
 
 use replication::*;
@@ -191,6 +192,57 @@ impl Eager<'_> {
     }
 }
 
+/// A multi-step operation defined above the engine that the progress loop moves forward (an
+/// immediate collective's schedule, [`crate::collective`]): the engine holds it behind this
+/// trait, and calls it only while one is under way.
+pub(crate) trait Schedule: Send {
+    /// Moves it as far as it goes now; `Some` once it is over (successfully or not), when
+    /// nothing in the engine refers to its buffers any more.
+    fn advance(&mut self, e: &mut Engine) -> Option<Result<StatusInfo>>;
+    /// Withdraws every transfer still under way (its buffers are about to go).
+    fn abort(&mut self, e: &mut Engine);
+    /// The world rank of a peer in `lost` that one of its receives under way waits for.
+    fn waits_for(&self, lost: &[i32]) -> Option<i32>;
+}
+
+/// A schedule under way, with the request that completes with it.
+pub(crate) struct Scheduled {
+    /// The request the program's `Request` stands on; completed with the schedule.
+    pub req: ReqId,
+    /// Its number among the operations of a fault-aware replicated job (set when it starts,
+    /// in program order: the same on every replica of the rank); its replicas take their
+    /// master's outcome.
+    pub op: Option<u64>,
+    /// What runs it.
+    pub run: Box<dyn Schedule>,
+}
+
+/// What the engine asks of the failure layer above it (plain functions, called on failures
+/// and start-up waits only), installed when the job starts. The default, for an engine alone
+/// (its tests), knows of no failure.
+#[derive(Clone, Copy)]
+pub(crate) struct Upcalls {
+    /// Whether failures were told that the engine has not applied yet.
+    pub failures_pending: fn() -> bool,
+    /// Takes them: the ranks (in a replicated job, the slots) that failed.
+    pub take_failures: fn() -> Vec<i32>,
+    /// The engine covers more slots (a spawn's): the failures heard so far are told again.
+    pub retell_failures: fn(),
+    /// Whether the program handles failures: a lost peer does not end communication.
+    pub failure_tolerant: fn() -> bool,
+}
+
+impl Default for Upcalls {
+    fn default() -> Self {
+        Upcalls {
+            failures_pending: || false,
+            take_failures: Vec::new,
+            retell_failures: || {},
+            failure_tolerant: || false,
+        }
+    }
+}
+
 /// The state of one process's device.
 pub(crate) struct Engine {
     pub rank: i32,
@@ -249,7 +301,9 @@ pub(crate) struct Engine {
     /// no new event comes for data already there), read again by the next progress call.
     unread: Vec<usize>,
     /// Immediate collectives under way, moved forward by every progress call.
-    schedules: Vec<crate::collective::immediate::Schedule>,
+    schedules: Vec<Scheduled>,
+    /// What the engine asks of the failure layer above it.
+    pub(crate) upcalls: Upcalls,
     /// Which peers on this host may be reached through shared memory.
     shm_policy: ShmPolicy,
     /// Connections whose frames travel through shared memory (polled on every progress).
@@ -393,6 +447,7 @@ impl Engine {
             ready: Vec::with_capacity(256),
             unread: Vec::new(),
             schedules: Vec::new(),
+            upcalls: Upcalls::default(),
             shm_policy: ShmPolicy::from_env(),
             shm_conns: Vec::new(),
             draining: None,
@@ -555,7 +610,7 @@ impl Engine {
             // An immediate collective given up: its transfers are withdrawn, and it will
             // never write the user's buffer.
             let mut s = self.schedules.swap_remove(i);
-            s.abort(self);
+            s.run.abort(self);
             return;
         }
         for conn in self.conns.iter_mut().flatten() {
@@ -1022,7 +1077,7 @@ impl Engine {
                     if let Some(rp) = self.repl.as_mut() {
                         rp.ep.grow(n);
                     }
-                    crate::failure::renotify();
+                    (self.upcalls.retell_failures)();
                 }
                 l.slots()
             }
@@ -1046,8 +1101,8 @@ impl Engine {
     /// A replicated job's deaths the launcher declared since the last look, applied now (the
     /// start-up's waits: the program's calls apply them in [`crate::environment`]'s waits).
     fn apply_declared(&mut self) {
-        if self.repl.is_some() && crate::failure::PENDING.load(std::sync::atomic::Ordering::Relaxed) {
-            for k in crate::failure::take_pending() {
+        if self.repl.is_some() && (self.upcalls.failures_pending)() {
+            for k in (self.upcalls.take_failures)() {
                 self.peer_failed(k);
             }
         }
@@ -1491,14 +1546,12 @@ impl Engine {
 
     /// Starts an immediate collective: returns the request that completes with it. Its
     /// first steps are posted at once.
-    pub(crate) fn start_schedule(&mut self, mut s: crate::collective::immediate::Schedule) -> ReqId {
+    pub(crate) fn start_schedule(&mut self, run: Box<dyn Schedule>) -> ReqId {
         let id = self.new_req(std::ptr::null_mut(), 0, ReqState::Pending);
-        s.req = id;
         // A fault-aware replicated job: the request is numbered (starts are in program order,
         // unlike the posts of its steps), and completes on a replica with its master's outcome.
         let op = if self.repl.is_some() { self.next_op() } else { None };
-        s.op = op;
-        self.schedules.push(s);
+        self.schedules.push(Scheduled { req: id, op, run });
         // Its master's failure may be known already: then it fails at once.
         self.number(id, op);
         self.advance_schedules();
@@ -1510,7 +1563,7 @@ impl Engine {
     pub(super) fn drop_schedule(&mut self, id: ReqId) {
         if let Some(i) = self.schedules.iter().position(|s| s.req == id) {
             let mut s = self.schedules.swap_remove(i);
-            s.abort(self);
+            s.run.abort(self);
         }
     }
 
@@ -1527,10 +1580,10 @@ impl Engine {
         live.retain_mut(|s| {
             if !self.reqs.get(s.req).and_then(|r| r.as_ref()).is_some_and(|r| matches!(r.state, ReqState::Pending)) {
                 // Failed meanwhile by its master's outcome.
-                s.abort(self);
+                s.run.abort(self);
                 return false;
             }
-            match s.advance(self) {
+            match s.run.advance(self) {
                 None => true,
                 Some(r) => {
                     if let (Ok(_), Some(op)) = (&r, s.op) {
@@ -2525,7 +2578,7 @@ impl Engine {
     /// first.
     #[inline]
     pub(crate) fn is_revoked(&mut self, comm: u32) -> bool {
-        if crate::ulfm::REVOKE_PENDING.load(std::sync::atomic::Ordering::Relaxed) {
+        if revocations::PENDING.load(std::sync::atomic::Ordering::Relaxed) {
             self.apply_revocations();
         }
         !self.revoked.is_empty() && self.comm_revoked(comm)
@@ -2534,7 +2587,7 @@ impl Engine {
     #[cold]
     #[inline(never)]
     fn apply_revocations(&mut self) {
-        for ctx in crate::ulfm::take_revocations() {
+        for ctx in revocations::take() {
             match self.repl.as_mut() {
                 // A non-master's operations fail when its master says (it applies the
                 // revocation itself only if it takes over).
@@ -2602,7 +2655,7 @@ impl Engine {
     /// A program that handles failures: a lost peer (with `-r R`, a rank lost whole) does
     /// not end communication.
     fn failure_tolerant(&self) -> bool {
-        crate::failure::policy() == crate::failure::Policy::Notify
+        (self.upcalls.failure_tolerant)()
     }
 
     /// Gives up when a send has made no progress for `limit` (2·T_cleanup, FM §5.3): the

@@ -660,7 +660,7 @@ impl Engine {
             self.schedules.iter().find_map(|s| {
                 let op = s.op?;
                 let o = rp.ep.choice_known(failures::failure_point(op))?;
-                failures::outcome_success(o).then(|| s.waits_for(&rp.lost_ranks)).flatten().map(|src| (op, src))
+                failures::outcome_success(o).then(|| s.run.waits_for(&rp.lost_ranks)).flatten().map(|src| (op, src))
             })
         });
         if let Some((op, src)) = stranded {
@@ -673,9 +673,7 @@ impl Engine {
                         self.slot
                     );
                 }
-                crate::bootstrap::report_finalized(crate::environment::own_rank());
-                crate::failure::leave();
-                std::process::exit(0);
+                crate::fatal::finished();
             }
             let why = format!(
                 "its master went past operation {op}, a receive from rank {src}, whose message never reached this \
@@ -690,10 +688,7 @@ impl Engine {
     pub(super) fn diverged(&mut self, why: &str) -> ! {
         let replica = self.repl.as_ref().map_or(0, |rp| rp.ep.layout().replica_of(self.slot as usize));
         let msg = format!("rank {} replica {replica}: cannot follow its master: {why}; leaving", self.rank);
-        eprintln!("p2pmpi: {msg}");
-        crate::bootstrap::report_abort(self.slot, 70, &msg, None);
-        crate::failure::leave();
-        std::process::exit(70);
+        crate::fatal::stop_with(self.slot, 70, &format!("p2pmpi: {msg}"), None, 70)
     }
 
     /// Every replica of `rank` is lost and the program handles failures: the program is told
@@ -947,7 +942,7 @@ impl Engine {
         // collective up, never posted: nobody receives them on it any more).
         self.repl.as_ref().is_some_and(|rp| {
             rp.ep.backup_pending_beyond(|m| {
-                rp.lost_ranks.contains(&(m.dst as i32)) || crate::ulfm::context_revoked(m.comm / 2)
+                rp.lost_ranks.contains(&(m.dst as i32)) || revocations::is_revoked(m.comm / 2)
             })
         })
     }

@@ -541,7 +541,7 @@ fn start_kmonitor(
             || false,
         );
         if stop {
-            std::process::exit(1);
+            crate::fatal::exit(1);
         }
     })?;
     Ok(())
@@ -650,7 +650,7 @@ fn deliver_replica(me: usize, l: p2pmpi_core::replication::Layout, notice: Notic
 fn deliver(me: usize, notice: Notice) {
     if deliver_or_stop(me, notice) {
         leave();
-        std::process::exit(1);
+        crate::fatal::exit(1);
     }
 }
 
