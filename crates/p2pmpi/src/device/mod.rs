@@ -2142,94 +2142,14 @@ impl Engine {
             FrameKind::Bye => {
                 self.peers[slot as usize].bye = true;
             }
-            FrameKind::Commit => {
-                let Some(rp) = self.repl.as_mut() else { return Err(proto("commit in a job without replicas".into())) };
-                if rp.ep.is_dead(slot as usize) {
-                    // Fencing: a declared-dead replica's commit counts for nothing.
-                    return Ok(());
-                }
-                let acked = h.flags & p2pmpi_wire::frame::flags::ACKED != 0;
-                if !rp.ep.on_commit(slot as usize, mid, acked) {
-                    return Err(proto(format!("commit of {mid:?} from slot {slot}, not a replica of this rank")));
-                }
-            }
-            FrameKind::Choice => {
-                use p2pmpi_wire::frame::flags;
-                let Some(rp) = self.repl.as_mut() else { return Err(proto("choice in a job without replicas".into())) };
-                if rp.ep.is_dead(slot as usize) {
-                    return Ok(());
-                }
-                let from = slot as usize;
-                let ok = if h.flags & flags::ACK != 0 {
-                    rp.ep.on_choice_ack(from, mid.seq)
-                } else if h.flags & flags::QUERY != 0 {
-                    rp.ep.on_choice_query(from)
-                } else if h.flags & flags::TOLD != 0 {
-                    rp.ep.on_choices_told(from)
-                } else {
-                    let o = (h.flags & flags::NOTHING == 0).then_some((mid.src as i32, mid.tag, h.len));
-                    if p2pmpi_core::replication::failures::op_of_point(mid.seq).is_some() {
-                        rp.words = true;
-                    }
-                    rp.ep.on_choice(from, mid.seq, o)
-                };
-                if !ok {
-                    return Err(proto(format!("choice from slot {slot}, not a replica of this rank")));
-                }
-            }
+            FrameKind::Commit | FrameKind::Choice => self.replica_control_frame(slot, h)?,
             FrameKind::Eager if self.repl.is_some() && conn::is_streamed(&h) => {
-                let env = Envelope { comm: mid.comm, src: peer, tag: mid.tag, seq: mid.seq, len: h.len };
-                let st = StatusInfo { source: peer, tag: mid.tag, len: h.len, cancelled: false };
-                // Its turn, and a receive waits for it: straight into the receive's buffer,
-                // undone if the sender dies half-way (a replica sends it again).
-                if let Some((r, pat, pos)) = self.matcher.arrive_if_matched(&env) {
-                    self.traced(&env);
-                    self.note_match(r, &env);
-                    if h.flags & p2pmpi_wire::frame::flags::SYNCHRONOUS != 0 {
-                        self.ack_sync(&env);
-                    }
-                    self.begin_stream(conn, r, st);
-                    if let RState::Stream { discard: false, .. } = conn.rstate {
-                        conn.stream_undo = Some((env, pat, pos));
-                    }
-                    return Ok(());
-                }
-                // Otherwise kept whole before it is matched: a sender dying mid-message
-                // leaves no trace.
-                // Not zero-filled: the stream writes every byte before the length is set.
-                let mut data = crate::pool::with_room(h.len as usize);
-                let ptr = data.as_mut_ptr();
-                conn.stream_unexpected = Some((env, data));
-                conn.stream_status = Some(StatusInfo { source: peer, tag: mid.tag, len: h.len, cancelled: false });
-                conn.arrive_when_complete = true;
-                conn.stream_sync = h.flags & p2pmpi_wire::frame::flags::SYNCHRONOUS != 0;
-                conn.rstate = RState::Stream { req: usize::MAX, ptr, left: h.len as usize, discard: false };
+                self.replica_streamed_eager(conn, h, peer)
             }
             FrameKind::Eager | FrameKind::ReadyToSend if !from_peer => {
                 return Err(proto(format!("{:?} frame with MID {mid:?} on rank {peer}'s connection", h.kind)))
             }
-            FrameKind::Eager if conn::is_streamed(&h) => {
-                let env = Envelope { comm: mid.comm, src: peer, tag: mid.tag, seq: mid.seq, len: h.len };
-                let st = StatusInfo { source: peer, tag: mid.tag, len: h.len, cancelled: false };
-                match self.matcher.arrive(&env) {
-                    Arrival::Matched(r) => {
-                        self.traced(&env);
-                        self.begin_stream(conn, r, st)
-                    }
-                    Arrival::Early => return Err(proto(format!("message {mid:?} out of order"))),
-                    Arrival::Unmatched => {
-                        self.traced(&env);
-                        let mut data = crate::pool::with_room(h.len as usize);
-                        let ptr = data.as_mut_ptr();
-                        conn.stream_unexpected = Some((env, data));
-                        conn.stream_status = Some(st);
-                        conn.rstate = RState::Stream { req: usize::MAX, ptr, left: h.len as usize, discard: false };
-                    }
-                    Arrival::Duplicate => {
-                        conn.skip_payload(st, h.len as usize);
-                    }
-                }
-            }
+            FrameKind::Eager if conn::is_streamed(&h) => self.streamed_eager(conn, h, peer)?,
             FrameKind::Eager if self.repl.is_some() => {
                 let env = Envelope { comm: mid.comm, src: peer, tag: mid.tag, seq: mid.seq, len: h.len };
                 let sync = h.flags & p2pmpi_wire::frame::flags::SYNCHRONOUS != 0;
@@ -2272,37 +2192,7 @@ impl Engine {
                     }
                 }
             }
-            FrameKind::ReadyToSend => {
-                let env = Envelope { comm: mid.comm, src: peer, tag: mid.tag, seq: mid.seq, len: h.len };
-                if h.flags & p2pmpi_wire::frame::flags::SINGLE_COPY != 0 {
-                    let Some(pid) = conn.shm.as_deref().and_then(|l| l.peer_pid()) else {
-                        return Err(proto(format!(
-                            "single-copy announcement of {mid:?} that this process may not read"
-                        )));
-                    };
-                    let b = &conn.rbuf[payload];
-                    let word = |i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap_or([0; 8]));
-                    if b.len() != p2pmpi_wire::frame::SINGLE_COPY_LEN as usize || h.len == 0 {
-                        return Err(proto(format!("bad single-copy announcement of {mid:?}")));
-                    }
-                    // Taken by the receive that matches it (now or once queued).
-                    self.sc_in.insert(mid, ScSource { slot, pid, addr: word(0), ticket: word(1), value: word(2) });
-                }
-                match self.matcher.arrive(&env) {
-                    Arrival::Matched(r) => {
-                        self.traced(&env);
-                        self.start_rndv_recv(r, &env)
-                    }
-                    Arrival::Unmatched => {
-                        self.traced(&env);
-                        self.matcher.enqueue(env, Body::Rendezvous)
-                    }
-                    Arrival::Duplicate => {
-                        self.sc_in.remove(&mid);
-                    }
-                    Arrival::Early => return Err(proto(format!("message {mid:?} out of order"))),
-                }
-            }
+            FrameKind::ReadyToSend => self.announcement_frame(conn, h, payload, slot, peer)?,
             FrameKind::ReadyToRecv if self.repl.is_some() => {
                 // A destination replica pulls a rendez-vous message, has it, or acknowledges a
                 // synchronous eager one.
@@ -2317,30 +2207,7 @@ impl Engine {
                     }
                 }
             }
-            FrameKind::ReadyToRecv => {
-                if mid.src as i32 != self.rank || mid.dst as i32 != peer {
-                    return Err(proto(format!("READY_TO_RECV for MID {mid:?} from rank {peer}")));
-                }
-                if h.flags & p2pmpi_wire::frame::flags::SINGLE_COPY != 0 {
-                    // The receiver copied the data: the send is complete. (Unknown: a send
-                    // withdrawn meanwhile, whose ticket the receiver found cleared.)
-                    if let Some(s) = self.rndv_send.remove(&mid) {
-                        let req = self.retire_send(s);
-                        let st = StatusInfo { source: peer, tag: 0, len: 0, cancelled: false };
-                        self.complete(req, Ok(st));
-                    }
-                    return Ok(());
-                }
-                let Some(s) = self.rndv_send.remove(&mid) else {
-                    return Err(proto(format!("READY_TO_RECV for unknown MID {mid:?}")));
-                };
-                if s.ticket.is_some() {
-                    return Err(proto(format!("READY_TO_RECV for a single-copy send {mid:?}")));
-                }
-                let data = Header::new(FrameKind::Data, mid, s.len as u64);
-                let payload = if s.len == 0 { Payload::None } else { Payload::Raw(s.ptr, s.len) };
-                self.deferred.push((peer, Out::with_completion(data, payload, s.req)));
-            }
+            FrameKind::ReadyToRecv => self.ready_to_recv_frame(h, peer)?,
             FrameKind::Data => {
                 if !from_peer {
                     return Err(proto(format!("data frame with MID {mid:?} from rank {peer}")));
@@ -2352,6 +2219,183 @@ impl Engine {
                 self.begin_stream(conn, r, st);
             }
         }
+        Ok(())
+    }
+
+    /// A commit or a choice frame of a replicated job (from a replica of this rank): the
+    /// endpoint takes it.
+    fn replica_control_frame(&mut self, slot: i32, h: Header) -> std::result::Result<(), ConnError> {
+        let mid = h.mid;
+        if h.kind == FrameKind::Commit {
+            let Some(rp) = self.repl.as_mut() else {
+                return Err(ConnError::Protocol("commit in a job without replicas".into()));
+            };
+            if rp.ep.is_dead(slot as usize) {
+                // Fencing: a declared-dead replica's commit counts for nothing.
+                return Ok(());
+            }
+            let acked = h.flags & p2pmpi_wire::frame::flags::ACKED != 0;
+            if !rp.ep.on_commit(slot as usize, mid, acked) {
+                return Err(ConnError::Protocol(format!(
+                    "commit of {mid:?} from slot {slot}, not a replica of this rank"
+                )));
+            }
+        } else {
+            use p2pmpi_wire::frame::flags;
+            let Some(rp) = self.repl.as_mut() else {
+                return Err(ConnError::Protocol("choice in a job without replicas".into()));
+            };
+            if rp.ep.is_dead(slot as usize) {
+                return Ok(());
+            }
+            let from = slot as usize;
+            let ok = if h.flags & flags::ACK != 0 {
+                rp.ep.on_choice_ack(from, mid.seq)
+            } else if h.flags & flags::QUERY != 0 {
+                rp.ep.on_choice_query(from)
+            } else if h.flags & flags::TOLD != 0 {
+                rp.ep.on_choices_told(from)
+            } else {
+                let o = (h.flags & flags::NOTHING == 0).then_some((mid.src as i32, mid.tag, h.len));
+                if p2pmpi_core::replication::failures::op_of_point(mid.seq).is_some() {
+                    rp.words = true;
+                }
+                rp.ep.on_choice(from, mid.seq, o)
+            };
+            if !ok {
+                return Err(ConnError::Protocol(format!("choice from slot {slot}, not a replica of this rank")));
+            }
+        }
+        Ok(())
+    }
+
+    /// An eager message of a replicated job too large for the connection's buffer: streamed
+    /// into the matching receive, or kept whole until it is matched.
+    fn replica_streamed_eager(&mut self, conn: &mut Conn, h: Header, peer: i32) {
+        let mid = h.mid;
+        let env = Envelope { comm: mid.comm, src: peer, tag: mid.tag, seq: mid.seq, len: h.len };
+        let st = StatusInfo { source: peer, tag: mid.tag, len: h.len, cancelled: false };
+        // Its turn, and a receive waits for it: straight into the receive's buffer,
+        // undone if the sender dies half-way (a replica sends it again).
+        if let Some((r, pat, pos)) = self.matcher.arrive_if_matched(&env) {
+            self.traced(&env);
+            self.note_match(r, &env);
+            if h.flags & p2pmpi_wire::frame::flags::SYNCHRONOUS != 0 {
+                self.ack_sync(&env);
+            }
+            self.begin_stream(conn, r, st);
+            if let RState::Stream { discard: false, .. } = conn.rstate {
+                conn.stream_undo = Some((env, pat, pos));
+            }
+            return;
+        }
+        // Otherwise kept whole before it is matched: a sender dying mid-message
+        // leaves no trace.
+        // Not zero-filled: the stream writes every byte before the length is set.
+        let mut data = crate::pool::with_room(h.len as usize);
+        let ptr = data.as_mut_ptr();
+        conn.stream_unexpected = Some((env, data));
+        conn.stream_status = Some(StatusInfo { source: peer, tag: mid.tag, len: h.len, cancelled: false });
+        conn.arrive_when_complete = true;
+        conn.stream_sync = h.flags & p2pmpi_wire::frame::flags::SYNCHRONOUS != 0;
+        conn.rstate = RState::Stream { req: usize::MAX, ptr, left: h.len as usize, discard: false };
+    }
+
+    /// An eager message too large for the connection's buffer: streamed into the matching
+    /// receive, or into a buffer of its own until one matches.
+    fn streamed_eager(&mut self, conn: &mut Conn, h: Header, peer: i32) -> std::result::Result<(), ConnError> {
+        let mid = h.mid;
+        let env = Envelope { comm: mid.comm, src: peer, tag: mid.tag, seq: mid.seq, len: h.len };
+        let st = StatusInfo { source: peer, tag: mid.tag, len: h.len, cancelled: false };
+        match self.matcher.arrive(&env) {
+            Arrival::Matched(r) => {
+                self.traced(&env);
+                self.begin_stream(conn, r, st)
+            }
+            Arrival::Early => return Err(ConnError::Protocol(format!("message {mid:?} out of order"))),
+            Arrival::Unmatched => {
+                self.traced(&env);
+                let mut data = crate::pool::with_room(h.len as usize);
+                let ptr = data.as_mut_ptr();
+                conn.stream_unexpected = Some((env, data));
+                conn.stream_status = Some(st);
+                conn.rstate = RState::Stream { req: usize::MAX, ptr, left: h.len as usize, discard: false };
+            }
+            Arrival::Duplicate => {
+                conn.skip_payload(st, h.len as usize);
+            }
+        }
+        Ok(())
+    }
+
+    /// A rendez-vous announcement (READY_TO_SEND; single-copy ones carry their ticket).
+    fn announcement_frame(
+        &mut self,
+        conn: &mut Conn,
+        h: Header,
+        payload: std::ops::Range<usize>,
+        slot: i32,
+        peer: i32,
+    ) -> std::result::Result<(), ConnError> {
+        let mid = h.mid;
+        let env = Envelope { comm: mid.comm, src: peer, tag: mid.tag, seq: mid.seq, len: h.len };
+        if h.flags & p2pmpi_wire::frame::flags::SINGLE_COPY != 0 {
+            let Some(pid) = conn.shm.as_deref().and_then(|l| l.peer_pid()) else {
+                return Err(ConnError::Protocol(format!(
+                    "single-copy announcement of {mid:?} that this process may not read"
+                )));
+            };
+            let b = &conn.rbuf[payload];
+            let word = |i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap_or([0; 8]));
+            if b.len() != p2pmpi_wire::frame::SINGLE_COPY_LEN as usize || h.len == 0 {
+                return Err(ConnError::Protocol(format!("bad single-copy announcement of {mid:?}")));
+            }
+            // Taken by the receive that matches it (now or once queued).
+            self.sc_in.insert(mid, ScSource { slot, pid, addr: word(0), ticket: word(1), value: word(2) });
+        }
+        match self.matcher.arrive(&env) {
+            Arrival::Matched(r) => {
+                self.traced(&env);
+                self.start_rndv_recv(r, &env)
+            }
+            Arrival::Unmatched => {
+                self.traced(&env);
+                self.matcher.enqueue(env, Body::Rendezvous)
+            }
+            Arrival::Duplicate => {
+                self.sc_in.remove(&mid);
+            }
+            Arrival::Early => return Err(ConnError::Protocol(format!("message {mid:?} out of order"))),
+        }
+        Ok(())
+    }
+
+    /// The receiver of a rendez-vous message is ready (READY_TO_RECV): its data goes out, or,
+    /// single-copy, the send is complete.
+    fn ready_to_recv_frame(&mut self, h: Header, peer: i32) -> std::result::Result<(), ConnError> {
+        let mid = h.mid;
+        if mid.src as i32 != self.rank || mid.dst as i32 != peer {
+            return Err(ConnError::Protocol(format!("READY_TO_RECV for MID {mid:?} from rank {peer}")));
+        }
+        if h.flags & p2pmpi_wire::frame::flags::SINGLE_COPY != 0 {
+            // The receiver copied the data: the send is complete. (Unknown: a send
+            // withdrawn meanwhile, whose ticket the receiver found cleared.)
+            if let Some(s) = self.rndv_send.remove(&mid) {
+                let req = self.retire_send(s);
+                let st = StatusInfo { source: peer, tag: 0, len: 0, cancelled: false };
+                self.complete(req, Ok(st));
+            }
+            return Ok(());
+        }
+        let Some(s) = self.rndv_send.remove(&mid) else {
+            return Err(ConnError::Protocol(format!("READY_TO_RECV for unknown MID {mid:?}")));
+        };
+        if s.ticket.is_some() {
+            return Err(ConnError::Protocol(format!("READY_TO_RECV for a single-copy send {mid:?}")));
+        }
+        let data = Header::new(FrameKind::Data, mid, s.len as u64);
+        let payload = if s.len == 0 { Payload::None } else { Payload::Raw(s.ptr, s.len) };
+        self.deferred.push((peer, Out::with_completion(data, payload, s.req)));
         Ok(())
     }
 
