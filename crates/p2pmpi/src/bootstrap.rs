@@ -413,7 +413,7 @@ fn watch_launcher(mut conn: TcpStream, rank: i32) {
             }
             Ok(Some(Control::Revoked { comm })) => {
                 if let Ok(ctx) = u32::try_from(comm) {
-                    crate::ulfm::revoked(ctx);
+                    crate::device::revocations::told(ctx);
                 }
             }
             Ok(Some(Control::Spawned { base, error })) => {
@@ -573,13 +573,13 @@ pub(crate) mod fence {
         let f = FENCE.get().expect("started");
         let every = f.lease.lock().renew_every();
         loop {
-            if super::FINALIZING.load(Ordering::SeqCst) && crate::environment::is_finalized() {
+            if super::FINALIZING.load(Ordering::SeqCst) && crate::lifecycle::is_finalized() {
                 return;
             }
             let t = now(f);
             send(&Control::Renew { stamp_us: t.as_micros() as u64 });
             let out = f.lease.lock().out_of_contact(t);
-            if out && !crate::environment::is_finalized() {
+            if out && !crate::lifecycle::is_finalized() {
                 let l = f.lease.lock().stop_after();
                 eprintln!(
                     "p2pmpi: slot {}: no lease from the launcher for {:.1} s (cut off from it?); stopping",
@@ -626,9 +626,7 @@ pub(crate) mod fence {
                 let _ = p2pmpi_wire::control::write_msg(c, &Control::Excluded { reason: "resumed".into() });
             }
         }
-        // SAFETY: `_exit` ends the process at once, without running destructors or atexit
-        // handlers that could block on locks held by the threads it ends.
-        unsafe { libc::_exit(0) }
+        crate::fatal::exit_at_once(0)
     }
 
     /// Blocks until this process holds a valid lease (replicated jobs; returns at once

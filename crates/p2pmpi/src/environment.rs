@@ -5,45 +5,15 @@ use crate::device::{Engine, ReqId, StatusInfo};
 use crate::error::{Error, Result};
 use crate::topology::SimpleCommunicator;
 use parking_lot::Mutex;
-use std::os::raw::{c_double, c_int};
-use std::sync::atomic::{AtomicI32, AtomicU8, Ordering};
+use std::os::raw::c_int;
+use std::sync::atomic::Ordering;
 use std::sync::OnceLock;
-use std::thread::ThreadId;
 use std::time::{Duration, Instant};
 
-/// Thread support levels, as in MPI.
-#[derive(Copy, Clone, PartialEq, Eq, Debug, PartialOrd, Ord, Hash)]
-pub enum Threading {
-    /// Only one thread exists.
-    Single,
-    /// Only the initializing thread makes MPI calls.
-    Funneled,
-    /// Any thread may call, one at a time.
-    Serialized,
-    /// Any thread, concurrently.
-    Multiple,
-}
+pub use crate::lifecycle::{is_finalized, is_initialized, threading_support, time, time_resolution, Threading};
+pub(crate) use crate::lifecycle::{is_init_thread, own_rank};
 
-const UNINIT: u8 = 0;
-const RUNNING: u8 = 1;
-const FINALIZED: u8 = 2;
-
-static STATE: AtomicU8 = AtomicU8::new(UNINIT);
-static THREADING: AtomicU8 = AtomicU8::new(0);
-static OWN_RANK: AtomicI32 = AtomicI32::new(-1);
-static INIT_THREAD: OnceLock<ThreadId> = OnceLock::new();
-static EPOCH: OnceLock<Instant> = OnceLock::new();
 pub(crate) static ENGINE: Mutex<Option<Engine>> = Mutex::new(None);
-
-/// This process's world rank (-1 before initialization), for messages.
-pub(crate) fn own_rank() -> i32 {
-    OWN_RANK.load(Ordering::Relaxed)
-}
-
-/// Whether the current thread is the one that initialized.
-pub(crate) fn is_init_thread() -> bool {
-    INIT_THREAD.get().is_some_and(|t| *t == std::thread::current().id())
-}
 
 /// The MPI environment: dropping it finalizes (after every message already sent is delivered
 /// to the peers' sockets and every peer finalized).
@@ -138,8 +108,7 @@ static PANIC_TEXT: Mutex<Option<String>> = Mutex::new(None);
 fn install_panic_hook() {
     let previous = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
-        let ours = INIT_THREAD.get() == Some(&std::thread::current().id());
-        if !ours || STATE.load(Ordering::SeqCst) != RUNNING {
+        if !is_init_thread() || !crate::lifecycle::is_running() {
             return previous(info);
         }
         let payload = info.payload();
@@ -159,21 +128,11 @@ fn install_panic_hook() {
 /// Gives up the communication layer without the finalization handshake and asks the
 /// launcher to stop the job.
 fn abandon(why: &str) {
-    if STATE.compare_exchange(RUNNING, FINALIZED, Ordering::SeqCst, Ordering::SeqCst).is_err() {
+    if !crate::lifecycle::end() {
         return;
     }
     let rank = own_rank();
     bootstrap::report_abort(rank, 101, &format!("p2pmpi: rank {rank}: {why}"), None);
-}
-
-/// Whether `initialize` was called (still true after finalization, as in MPI).
-pub fn is_initialized() -> bool {
-    STATE.load(Ordering::SeqCst) != UNINIT
-}
-
-/// Whether the universe was finalized.
-pub fn is_finalized() -> bool {
-    STATE.load(Ordering::SeqCst) == FINALIZED
 }
 
 /// Initializes the library with [`Threading::Single`]. Returns `None` if it was initialized
@@ -185,12 +144,10 @@ pub fn initialize() -> Option<Universe> {
 /// Initializes the library with the requested thread support; returns the universe and the
 /// level provided (every level is supported). `None` if it was initialized before.
 pub fn initialize_with_threading(threading: Threading) -> Option<(Universe, Threading)> {
-    if STATE.compare_exchange(UNINIT, RUNNING, Ordering::SeqCst, Ordering::SeqCst).is_err() {
+    if !crate::lifecycle::begin() {
         return None;
     }
-    EPOCH.get_or_init(Instant::now);
-    let _ = INIT_THREAD.set(std::thread::current().id());
-    THREADING.store(threading as u8, Ordering::SeqCst);
+    crate::lifecycle::set_threading(threading);
     let boot = match bootstrap::boot() {
         Ok(b) => b,
         Err(e) => {
@@ -199,9 +156,8 @@ pub fn initialize_with_threading(threading: Threading) -> Option<(Universe, Thre
             crate::fatal::exit(1);
         }
     };
-    OWN_RANK.store(boot.rank - boot.world_base, Ordering::SeqCst);
+    crate::lifecycle::set_own_rank(boot.rank - boot.world_base);
     crate::fatal::install(crate::fatal::Farewell {
-        own_rank,
         report_abort: bootstrap::report_abort,
         report_finalized: bootstrap::report_finalized,
         leave: crate::failure::leave,
@@ -293,7 +249,7 @@ fn yield_budget(local_procs: usize) -> Duration {
 /// Finalizes: flushes every queued message, says goodbye to every peer, waits until they did
 /// the same, and tells the launcher.
 fn finalize() {
-    if STATE.load(Ordering::SeqCst) != RUNNING {
+    if !crate::lifecycle::is_running() {
         return;
     }
     bootstrap::finalizing();
@@ -308,7 +264,7 @@ fn finalize() {
         let _ = wait_until(None, |e| e.all_sent().then_some(Ok(())));
         let rank = own_rank();
         *ENGINE.lock() = None;
-        STATE.store(FINALIZED, Ordering::SeqCst);
+        crate::lifecycle::end();
         bootstrap::report_finalized(rank);
         crate::failure::leave();
         return;
@@ -326,7 +282,7 @@ fn finalize() {
     }
     let rank = own_rank();
     *ENGINE.lock() = None;
-    STATE.store(FINALIZED, Ordering::SeqCst);
+    crate::lifecycle::end();
     bootstrap::report_finalized(rank);
     crate::failure::leave();
 }
@@ -358,16 +314,6 @@ fn write_trace() {
     }
 }
 
-/// The level of thread support provided.
-pub fn threading_support() -> Threading {
-    match THREADING.load(Ordering::SeqCst) {
-        0 => Threading::Single,
-        1 => Threading::Funneled,
-        2 => Threading::Serialized,
-        _ => Threading::Multiple,
-    }
-}
-
 /// The address of this process's data port (`None` for a one-process world). Not in rsmpi.
 pub fn data_address() -> Option<std::net::SocketAddr> {
     with_engine(|e| e.local_addr())
@@ -394,16 +340,6 @@ pub fn processor_name() -> std::result::Result<String, std::string::FromUtf8Erro
     }
     let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
     String::from_utf8(buf[..end].to_vec())
-}
-
-/// Seconds elapsed since an arbitrary point in the past (`MPI_Wtime`).
-pub fn time() -> c_double {
-    EPOCH.get_or_init(Instant::now).elapsed().as_secs_f64()
-}
-
-/// Resolution of [`time`] in seconds (`MPI_Wtick`).
-pub fn time_resolution() -> c_double {
-    1e-9
 }
 
 // ------------------------------------------------------------------- engine access

@@ -1,5 +1,5 @@
-//! The one place where the library ends its process: every `std::process::exit` of the crate
-//! is here (the test `tests/layers.rs` checks it).
+//! The one place where the library ends its process: every `std::process::exit` (and `_exit`)
+//! of the crate is here (the test `tests/layers.rs` checks it).
 //!
 //! This module is in the bottom layer, so it names nothing of the crate: what must be done
 //! before the end (tell the launcher, leave the failure detectors) is a [`Farewell`] that the
@@ -11,8 +11,6 @@ use std::sync::OnceLock;
 
 /// What the higher layers do before this process ends.
 pub(crate) struct Farewell {
-    /// This process's rank in its world, named in the messages.
-    pub own_rank: fn() -> i32,
     /// Tells the launcher that this process stops: (rank or slot, status, message, the lost
     /// rank that caused it).
     pub report_abort: fn(i32, i32, &str, Option<i32>),
@@ -37,11 +35,20 @@ pub(crate) fn exit(status: i32) -> ! {
     std::process::exit(status)
 }
 
+/// Ends the process with `status` at once, without running destructors or exit handlers (a
+/// process excluded from the job: a lock held by a thread that froze mid-write must not be
+/// waited for).
+pub(crate) fn exit_at_once(status: i32) -> ! {
+    // SAFETY: `_exit` ends the process at once, without running destructors or atexit
+    // handlers that could block on locks held by the threads it ends.
+    unsafe { libc::_exit(status) }
+}
+
 /// Stops this process because of `cause`: prints `p2pmpi: rank R: cause` on standard error,
 /// tells the launcher (`lost`: the rank whose loss caused it), leaves the detectors, and exits
 /// with status 1.
 pub(crate) fn stop(cause: &dyn Display, lost: Option<i32>) -> ! {
-    let rank = FAREWELL.get().map_or(-1, |f| (f.own_rank)());
+    let rank = crate::lifecycle::own_rank();
     let msg = format!("p2pmpi: rank {rank}: {cause}");
     stop_with(rank, 1, &msg, lost, 1)
 }
@@ -61,7 +68,7 @@ pub(crate) fn stop_with(who: i32, code: i32, msg: &str, lost: Option<i32>, statu
 /// is told that its rank finished, and the process exits with status 0.
 pub(crate) fn finished() -> ! {
     if let Some(f) = FAREWELL.get() {
-        (f.report_finalized)((f.own_rank)());
+        (f.report_finalized)(crate::lifecycle::own_rank());
         (f.leave)();
     }
     exit(0)

@@ -32,6 +32,8 @@
 //!   moves bytes and bookkeeping.
 
 mod conn;
+pub use conn::EAGER_LIMIT;
+pub(crate) use conn::{ConnError, ReqId, StatusInfo};
 pub(crate) mod failpoints;
 mod replication;
 pub(crate) mod revocations;
@@ -55,9 +57,6 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-/// Largest message sent with the eager protocol (the seeds' 128 KB).
-pub const EAGER_LIMIT: usize = 128 * 1024;
-
 /// Bytes one call reads from a connection before it returns to its caller.
 const READ_BUDGET: usize = 1 << 20;
 
@@ -79,9 +78,6 @@ pub(crate) const PENDING_GRACE: Duration = Duration::from_secs(1);
 /// Longest an accepted connection may take to prove the job key.
 pub(crate) const HANDSHAKE_LIMIT: Duration = Duration::from_secs(10);
 
-/// Request handle inside the engine.
-pub(crate) type ReqId = usize;
-
 /// The request of every operation finished on the spot (an eager send written whole at
 /// once, [`Engine::completed_req`]): a slot of the request table that is never freed, so such
 /// an operation costs no allocation of a request, and waiting for it no look at the engine.
@@ -89,15 +85,6 @@ pub(crate) const DONE: ReqId = 0;
 
 /// What waiting for [`DONE`] returns.
 pub(crate) const DONE_STATUS: StatusInfo = StatusInfo { source: -1, tag: -1, len: 0, cancelled: false };
-
-/// What a completed receive learned.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct StatusInfo {
-    pub source: i32,
-    pub tag: i32,
-    pub len: u64,
-    pub cancelled: bool,
-}
 
 #[derive(Debug)]
 pub(crate) enum ReqState {
@@ -2785,14 +2772,6 @@ impl Engine {
             .flat_map(|p| p.conns.iter())
             .all(|&cid| self.conns[cid].as_ref().is_none_or(|c| c.read_eof && c.outq.is_empty()))
     }
-}
-
-/// Why a connection ended.
-#[derive(Debug)]
-pub(crate) enum ConnError {
-    Closed,
-    Io(io::Error),
-    Protocol(String),
 }
 
 /// Connects to `addr` from `local` (this process's own address, so that the peer, its

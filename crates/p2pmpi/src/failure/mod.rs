@@ -433,7 +433,7 @@ fn run(me: usize, key: JobKey, socket: UdpSocket, setup: Setup) {
     let addrs = Arc::new(setup.addrs);
     let mut buf = vec![0u8; MAX_DATAGRAM];
     loop {
-        if crate::environment::is_finalized() {
+        if crate::lifecycle::is_finalized() {
             return;
         }
         let now = origin.elapsed();
@@ -614,7 +614,7 @@ pub(crate) fn declared_dead(slots: &[u32]) {
 pub(crate) fn rank_lost(rank: i32) {
     let notice = Notice {
         rank,
-        at: crate::environment::time(),
+        at: crate::lifecycle::time(),
         cause: Cause::KMonitor { how: "every replica of it was declared dead by the launcher".into() },
     };
     {
