@@ -531,37 +531,18 @@ pub(crate) fn report_abort(rank: i32, code: i32, message: &str, lost: Option<i32
 /// cannot reach the launcher for [`Lease::stop_after`](p2pmpi_core::fencing::Lease::stop_after).
 pub(crate) mod fence {
     use super::{send, Control, Error, Result};
-    use p2pmpi_core::fencing::Lease;
-    use parking_lot::Mutex;
-    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-    use std::sync::OnceLock;
-    use std::time::{Duration, Instant};
+    use crate::lease;
+    use std::sync::atomic::Ordering;
+    use std::time::Duration;
 
-    struct Fence {
-        origin: Instant,
-        slot: u32,
-        lease: Mutex<Lease>,
-    }
-
-    static FENCE: OnceLock<Fence> = OnceLock::new();
-    /// Until when this process may send, µs since the fence's origin (the fast path's copy of
-    /// the lease).
-    static VALID_UNTIL_US: AtomicU64 = AtomicU64::new(0);
-    static EXCLUDED: AtomicBool = AtomicBool::new(false);
-    static ON: AtomicBool = AtomicBool::new(false);
-
-    fn now(f: &Fence) -> Duration {
-        f.origin.elapsed()
-    }
+    pub(crate) use crate::lease::{granted, is_excluded, my_slot};
 
     /// Starts fencing with leases of `length` and the renewal thread.
     pub(crate) fn start(length: Duration, slot: i32) -> Result<()> {
-        let origin = Instant::now();
-        let f = Fence { origin, slot: slot as u32, lease: Mutex::new(Lease::new(length, Duration::ZERO)) };
-        if FENCE.set(f).is_err() {
+        let launcher = lease::Launcher { ask_renewal: |stamp_us| send(&Control::Renew { stamp_us }), excluded };
+        if !lease::start(length, slot, launcher) {
             return Ok(());
         }
-        ON.store(true, Ordering::SeqCst);
         std::thread::Builder::new()
             .name("p2pmpi-lease".into())
             .spawn(renew_loop)
@@ -570,20 +551,19 @@ pub(crate) mod fence {
     }
 
     fn renew_loop() {
-        let f = FENCE.get().expect("started");
-        let every = f.lease.lock().renew_every();
+        let every = lease::with_lease(|l| l.renew_every()).expect("started");
         loop {
             if super::FINALIZING.load(Ordering::SeqCst) && crate::lifecycle::is_finalized() {
                 return;
             }
-            let t = now(f);
+            let t = lease::now().expect("started");
             send(&Control::Renew { stamp_us: t.as_micros() as u64 });
-            let out = f.lease.lock().out_of_contact(t);
+            let out = lease::with_lease(|l| l.out_of_contact(t)).unwrap_or(false);
             if out && !crate::lifecycle::is_finalized() {
-                let l = f.lease.lock().stop_after();
+                let l = lease::with_lease(|l| l.stop_after()).unwrap_or_default();
                 eprintln!(
                     "p2pmpi: slot {}: no lease from the launcher for {:.1} s (cut off from it?); stopping",
-                    f.slot,
+                    my_slot().unwrap_or(0),
                     l.as_secs_f64()
                 );
                 crate::fatal::exit(1);
@@ -592,30 +572,11 @@ pub(crate) mod fence {
         }
     }
 
-    /// The launcher granted the renewal asked at `stamp_us`.
-    pub(crate) fn granted(stamp_us: u64) {
-        let Some(f) = FENCE.get() else { return };
-        let mut l = f.lease.lock();
-        l.granted(Duration::from_micros(stamp_us));
-        if let Some(v) = l.valid_until() {
-            VALID_UNTIL_US.fetch_max(v.as_micros() as u64, Ordering::SeqCst);
-        }
-    }
-
-    /// This process's slot, when fencing runs.
-    pub(crate) fn my_slot() -> Option<u32> {
-        FENCE.get().map(|f| f.slot)
-    }
-
-    pub(crate) fn is_excluded() -> bool {
-        EXCLUDED.load(Ordering::SeqCst)
-    }
-
     /// The launcher excluded this process (it was frozen or cut off, and the job went on
     /// without it): it leaves quietly — the launcher reports it, and its output is no longer
     /// shown.
     pub(crate) fn excluded() -> ! {
-        EXCLUDED.store(true, Ordering::SeqCst);
+        lease::set_excluded();
         if std::env::var_os("P2PMPI_REPL_DEBUG").is_some() {
             eprintln!("p2pmpi: slot {:?}: excluded from the job by the launcher; exiting", my_slot());
         }
@@ -627,38 +588,6 @@ pub(crate) mod fence {
             }
         }
         crate::fatal::exit_at_once(0)
-    }
-
-    /// Blocks until this process holds a valid lease (replicated jobs; returns at once
-    /// otherwise). Every frame the device writes passes here first.
-    #[inline]
-    pub(crate) fn wait_lease() {
-        if !ON.load(Ordering::Relaxed) {
-            return;
-        }
-        let f = FENCE.get().expect("on");
-        if (now(f).as_micros() as u64) < VALID_UNTIL_US.load(Ordering::Relaxed) {
-            return;
-        }
-        wait_slow(f);
-    }
-
-    #[cold]
-    fn wait_slow(f: &Fence) {
-        let mut pause = Duration::from_micros(50);
-        loop {
-            if EXCLUDED.load(Ordering::SeqCst) {
-                excluded();
-            }
-            if (now(f).as_micros() as u64) < VALID_UNTIL_US.load(Ordering::SeqCst) {
-                return;
-            }
-            // Ask at once rather than at the next period: a process woken from a freeze
-            // learns its fate within a round trip.
-            send(&Control::Renew { stamp_us: now(f).as_micros() as u64 });
-            std::thread::sleep(pause);
-            pause = (pause * 2).min(Duration::from_millis(20));
-        }
     }
 }
 

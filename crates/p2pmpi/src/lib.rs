@@ -40,6 +40,7 @@ mod error;
 pub mod failure;
 mod fatal;
 pub mod ffi;
+mod lease;
 mod lifecycle;
 pub mod point_to_point;
 mod pool;

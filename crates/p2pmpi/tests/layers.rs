@@ -63,11 +63,6 @@ const KNOWN: &[(&str, &str, &str)] = &[
     ),
     (
         "device",
-        "bootstrap",
-        "fencing: the engine's write path waits for the lease (bootstrap::fence), replicated jobs only; moves into the replication layer (step d)",
-    ),
-    (
-        "device",
         "device::replication",
         "the engine holds the replication state (`repl`) and its branches; the replication layer is to wrap the engine (step d)",
     ),
@@ -75,11 +70,6 @@ const KNOWN: &[(&str, &str, &str)] = &[
         "device",
         "p2pmpi_core::replication",
         "the engine names the replication core (layout, outcomes, parked frames) until the replication layer wraps it (step d)",
-    ),
-    (
-        "device::replication",
-        "bootstrap",
-        "replication reports to the launcher and reads the lease (bootstrap::fence) directly (through the engine's upcalls, step d)",
     ),
     (
         "device::replication",

@@ -1237,7 +1237,7 @@ impl Engine {
     fn push_out(&mut self, cid: usize, out: Out) -> Result<()> {
         if self.repl.is_some() {
             // Fencing: nothing leaves a replica that holds no valid lease.
-            crate::bootstrap::fence::wait_lease();
+            crate::lease::wait_lease();
         }
         let conn = self.conns[cid].as_mut().expect("live connection");
         let peer = conn.peer.unwrap_or(-1);
@@ -1858,7 +1858,7 @@ impl Engine {
 
     fn flush_conn(&mut self, cid: usize) {
         if self.repl.is_some() {
-            crate::bootstrap::fence::wait_lease();
+            crate::lease::wait_lease();
         }
         let Some(conn) = self.conns[cid].as_mut() else { return };
         let peer = conn.peer.unwrap_or(-1);
@@ -2427,7 +2427,7 @@ impl Engine {
                 p.extend_from_slice(&proof);
                 let mid = Mid { comm: 0, src: me as u32, dst: src as u32, tag: 0, seq: 0 };
                 if self.repl.is_some() {
-                    crate::bootstrap::fence::wait_lease();
+                    crate::lease::wait_lease();
                 }
                 let mut challenge = Header::new(FrameKind::Challenge, mid, CHALLENGE_LEN);
                 if h.flags & p2pmpi_wire::frame::flags::SHM != 0 && self.shm_allowed(src) {

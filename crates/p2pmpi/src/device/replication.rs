@@ -374,7 +374,7 @@ impl Engine {
     /// critical path.
     fn push_transmission(&mut self, cid: usize, out: Out, tx: TxId) {
         // Fencing: nothing leaves a replica that holds no valid lease.
-        crate::bootstrap::fence::wait_lease();
+        crate::lease::wait_lease();
         let conn = self.conns[cid].as_mut().expect("live connection");
         let peer = conn.peer.unwrap_or(-1);
         match conn.push_or_queue(out) {
