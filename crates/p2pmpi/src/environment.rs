@@ -175,7 +175,8 @@ pub fn initialize_with_threading(threading: Threading) -> Option<(Universe, Thre
                 failures_pending: || crate::failure::PENDING.load(Ordering::Relaxed),
                 take_failures: crate::failure::take_pending,
                 retell_failures: crate::failure::renotify,
-                failure_tolerant: || crate::failure::policy() == crate::failure::Policy::Notify,
+                suspect: crate::failure::suspect,
+                rank_lost: crate::failure::rank_lost,
             };
             e.yield_spin = yield_spin;
             e.encrypt = boot.encrypt;

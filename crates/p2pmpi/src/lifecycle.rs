@@ -12,6 +12,9 @@ const UNINIT: u8 = 0;
 const RUNNING: u8 = 1;
 const FINALIZED: u8 = 2;
 
+const STOP: u8 = 0;
+const NOTIFY: u8 = 1;
+
 // Process-wide because MPI's own calls are: `is_initialized`, `is_finalized` and `time` take no
 // argument and answer before a universe exists and after it is gone, from any thread (the
 // panic hook, the detector's and the launcher's threads).
@@ -20,6 +23,8 @@ static OWN_RANK: AtomicI32 = AtomicI32::new(-1);
 static INIT_THREAD: OnceLock<ThreadId> = OnceLock::new();
 static EPOCH: OnceLock<Instant> = OnceLock::new();
 static THREADING: AtomicU8 = AtomicU8::new(0);
+/// The failure policy the program chose (it may change it at any time, from any thread).
+static POLICY: AtomicU8 = AtomicU8::new(STOP);
 
 /// Starts the library's life (on the calling thread): false if it was started before.
 pub(crate) fn begin() -> bool {
@@ -101,5 +106,33 @@ pub fn threading_support() -> Threading {
         1 => Threading::Funneled,
         2 => Threading::Serialized,
         _ => Threading::Multiple,
+    }
+}
+
+/// What the library does when the failure detector confirms that a process failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Policy {
+    /// Print an error naming the failed rank and stop this process (the default: the job
+    /// stops everywhere).
+    Stop,
+    /// Tell the program (handlers, [`failed_ranks`](crate::failure::failed_ranks), [`wait_for_failure`](crate::failure::wait_for_failure)) and keep running:
+    /// communication with the failed rank then fails with an error naming it (`try_*` calls
+    /// return it; plain calls stop the process with it), communication among the others goes
+    /// on, and [`crate::ulfm`] agrees and shrinks communicators around the failure.
+    Notify,
+}
+
+/// Chooses what happens on a confirmed failure (call before `initialize()`: the launcher
+/// learns at registration whether the program handles failures).
+pub fn set_policy(p: Policy) {
+    POLICY.store(if p == Policy::Notify { NOTIFY } else { STOP }, Ordering::SeqCst);
+}
+
+/// The current policy.
+pub fn policy() -> Policy {
+    if POLICY.load(Ordering::SeqCst) == NOTIFY {
+        Policy::Notify
+    } else {
+        Policy::Stop
     }
 }

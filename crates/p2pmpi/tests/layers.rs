@@ -72,11 +72,6 @@ const KNOWN: &[(&str, &str, &str)] = &[
         "the engine names the replication core (layout, outcomes, parked frames) until the replication layer wraps it (step d)",
     ),
     (
-        "device::replication",
-        "failure",
-        "replication reads the failure policy and reports suspicions to the detector (through the engine's upcalls, step d)",
-    ),
-    (
         "point_to_point",
         "environment",
         "point-to-point reaches the engine through environment::with_engine (one context, step f)",

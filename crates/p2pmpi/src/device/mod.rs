@@ -215,8 +215,11 @@ pub(crate) struct Upcalls {
     pub take_failures: fn() -> Vec<i32>,
     /// The engine covers more slots (a spawn's): the failures heard so far are told again.
     pub retell_failures: fn(),
-    /// Whether the program handles failures: a lost peer does not end communication.
-    pub failure_tolerant: fn() -> bool,
+    /// This process (`me`, a slot) suspects `slot` of a replicated job to have failed
+    /// (`detail` in words): the launcher is told.
+    pub suspect: fn(usize, usize, &str),
+    /// Every replica of rank `rank` is lost: the program is told.
+    pub rank_lost: fn(i32),
 }
 
 impl Default for Upcalls {
@@ -225,7 +228,8 @@ impl Default for Upcalls {
             failures_pending: || false,
             take_failures: Vec::new,
             retell_failures: || {},
-            failure_tolerant: || false,
+            suspect: |_, _, _| {},
+            rank_lost: |_| {},
         }
     }
 }
@@ -2686,7 +2690,7 @@ impl Engine {
     /// A program that handles failures: a lost peer (with `-r R`, a rank lost whole) does
     /// not end communication.
     fn failure_tolerant(&self) -> bool {
-        (self.upcalls.failure_tolerant)()
+        crate::lifecycle::policy() == crate::lifecycle::Policy::Notify
     }
 
     /// Gives up when a send has made no progress for `limit` (2·T_cleanup, FM §5.3): the

@@ -163,7 +163,7 @@ impl Replication {
             rndv_limit: EAGER_LIMIT,
         };
         let mut ep = Endpoint::new(layout, slot, cfg);
-        ep.set_notify(crate::failure::policy() == crate::failure::Policy::Notify);
+        ep.set_notify(crate::lifecycle::policy() == crate::lifecycle::Policy::Notify);
         if !ep.is_master() {
             // The memory of its copies, faulted in once before the program sends anything:
             // later, its master would run far ahead of it meanwhile. A page touched per
@@ -262,7 +262,7 @@ impl Engine {
                     }
                     let l = rp.ep.layout();
                     let detail = format!("rank {} replica {} failed: {cause}", l.rank_of(slot), l.replica_of(slot));
-                    crate::failure::suspect(self.slot as usize, slot, &detail);
+                    (self.upcalls.suspect)(self.slot as usize, slot, &detail);
                     self.drop_peer(slot as i32);
                 }
                 Action::TookOver { count } => {
@@ -479,7 +479,7 @@ impl Engine {
     /// otherwise, and for a schedule's operations).
     pub(super) fn next_op(&mut self) -> Option<u64> {
         let rp = self.repl.as_mut().filter(|rp| !rp.in_schedule)?;
-        if crate::failure::policy() != crate::failure::Policy::Notify {
+        if crate::lifecycle::policy() != crate::lifecycle::Policy::Notify {
             return None;
         }
         let op = rp.ops;
@@ -701,7 +701,7 @@ impl Engine {
         }
         rp.lost_ranks.push(rank);
         let master = rp.ep.is_master();
-        crate::failure::rank_lost(rank);
+        (self.upcalls.rank_lost)(rank);
         if master {
             self.lose_peer(rank, "all replicas for that rank failed".into(), Vec::new());
         }
@@ -954,7 +954,7 @@ impl Engine {
         let rp = self.repl.as_mut()?;
         // A fault-aware program's blocking probe naming its source may fail (a lost rank, a
         // revocation), which its master decides: a choice point too.
-        let notify = crate::failure::policy() == crate::failure::Policy::Notify;
+        let notify = crate::lifecycle::policy() == crate::lifecycle::Policy::Notify;
         (immediate || pat.src.is_none() || notify).then(|| rp.ep.choice_point())
     }
 

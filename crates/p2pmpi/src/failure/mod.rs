@@ -51,22 +51,11 @@ use p2pmpi_core::fd::{Detector, Event, FdConfig, Message, Protocol, Start};
 use p2pmpi_wire::auth::JobKey;
 use parking_lot::{Condvar, Mutex};
 use std::net::{SocketAddr, UdpSocket};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// What the library does when the failure detector confirms that a process failed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Policy {
-    /// Print an error naming the failed rank and stop this process (the default: the job
-    /// stops everywhere).
-    Stop,
-    /// Tell the program (handlers, [`failed_ranks`], [`wait_for_failure`]) and keep running:
-    /// communication with the failed rank then fails with an error naming it (`try_*` calls
-    /// return it; plain calls stop the process with it), communication among the others goes
-    /// on, and [`crate::ulfm`] agrees and shrinks communicators around the failure.
-    Notify,
-}
+pub use crate::lifecycle::{policy, set_policy, Policy};
 
 /// How a failure was established.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -112,9 +101,6 @@ impl std::fmt::Display for Notice {
 
 type Handler = Box<dyn Fn(&Notice) + Send + Sync>;
 
-const STOP: u8 = 0;
-const NOTIFY: u8 = 1;
-static POLICY: AtomicU8 = AtomicU8::new(STOP);
 static HANDLERS: Mutex<Vec<Handler>> = Mutex::new(Vec::new());
 static NOTICES: Mutex<Vec<Notice>> = Mutex::new(Vec::new());
 /// How many notices [`NOTICES`] holds (read without its lock by waits that poll it).
@@ -206,21 +192,6 @@ pub fn detector_kind() -> Option<&'static str> {
 pub(crate) fn leave() {
     if let Some((c, _)) = KMONITOR.get() {
         c.leave(Duration::from_millis(500));
-    }
-}
-
-/// Chooses what happens on a confirmed failure (call before `initialize()`: the launcher
-/// learns at registration whether the program handles failures).
-pub fn set_policy(p: Policy) {
-    POLICY.store(if p == Policy::Notify { NOTIFY } else { STOP }, Ordering::SeqCst);
-}
-
-/// The current policy.
-pub fn policy() -> Policy {
-    if POLICY.load(Ordering::SeqCst) == NOTIFY {
-        Policy::Notify
-    } else {
-        Policy::Stop
     }
 }
 
