@@ -33,6 +33,7 @@
 pub mod attribute;
 pub mod bootstrap;
 pub mod collective;
+mod context;
 pub mod datatype;
 pub mod device;
 pub mod environment;

@@ -136,3 +136,16 @@ pub fn policy() -> Policy {
         Policy::Stop
     }
 }
+
+/// The name of this host.
+pub fn processor_name() -> std::result::Result<String, std::string::FromUtf8Error> {
+    let mut buf = [0u8; 256];
+    // SAFETY: gethostname writes at most `buf.len()` bytes into `buf`, which outlives the call
+    // (no std API gives the host name).
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr() as *mut libc::c_char, buf.len()) };
+    if rc != 0 {
+        return Ok("localhost".into());
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8(buf[..end].to_vec())
+}

@@ -7,9 +7,9 @@
 //!   stopping the process (the plain forms stop it with a message naming the rank and cause);
 //! * `send_object` / `receive_object` carry any `serde` value (the seeds' OBJECT datatype).
 
+use crate::context::{wait_until, with_engine};
 use crate::datatype::{Buffer, BufferMut, Datatype, Equivalence, TypeMap, UncommittedDatatype};
 use crate::device::{Matched, SendMode};
-use crate::environment::{wait_until, with_engine};
 use crate::error::{Error, OrFatal, Result};
 use crate::request::{Pending, Request, Scope, Unpack};
 use crate::topology::{AsCommunicator, CommHandle, Communicator, CommunicatorRelation, Rank};

@@ -1,9 +1,9 @@
 //! Requests of immediate (non-blocking) operations, scopes that guarantee their buffers
 //! outlive them, guards, and collections of requests.
 
+use crate::context::{wait_req, wait_until, with_engine};
 use crate::datatype::TypeMap;
 use crate::device::{ReqId, StatusInfo};
-use crate::environment::{wait_req, wait_until, with_engine};
 use crate::error::{Error, OrFatal, Result};
 use crate::point_to_point::Status;
 use crate::topology::{comm_rank_of, Rank};
@@ -141,7 +141,7 @@ impl Pending {
                 e.progress(self.hint, None);
                 // A failure or revocation told since fails the request now (a program
                 // polling with `test` learns of it).
-                crate::environment::apply_notices(e);
+                crate::context::apply_notices(e);
                 return e.take_done(self.id);
             }
             r
@@ -154,7 +154,7 @@ impl Pending {
                 Ok(self.finish(r))
             }
             None => {
-                if let Some(e) = crate::environment::fatal_error() {
+                if let Some(e) = crate::context::fatal_error() {
                     return Ok(Err(e));
                 }
                 Err(self)
@@ -223,7 +223,7 @@ impl Drop for LocalScope<'_> {
         if self.num_requests.get() != 0 {
             eprintln!(
                 "p2pmpi: rank {}: at least one request was dropped without being completed",
-                crate::environment::own_rank()
+                crate::lifecycle::own_rank()
             );
             std::process::abort();
         }

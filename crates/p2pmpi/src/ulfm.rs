@@ -88,7 +88,7 @@ fn agreement<C: Communicator + ?Sized>(comm: &C, flag: u32) -> Result<Decided, F
     let members: Vec<u32> = (0..h.size()).map(|r| h.world_rank(r) as u32).collect();
     let key = (ctx as u64, seq);
     crate::bootstrap::agreements::contribute(key, &members, flag);
-    let outcome = crate::environment::wait_until(None, |_| crate::bootstrap::agreements::take(key).map(Ok))
+    let outcome = crate::context::wait_until(None, |_| crate::bootstrap::agreements::take(key).map(Ok))
         .map_err(|e| FaultError::Library(e.to_string()))?;
     let (flag, failed_world, id) = outcome.map_err(FaultError::Refused)?;
     let failed = members.iter().enumerate().filter(|(_, w)| failed_world.contains(w)).map(|(r, _)| r as Rank).collect();
@@ -123,7 +123,7 @@ pub(crate) fn wait_any_source(
     ctx: u32,
     members: Option<&[Rank]>,
 ) -> crate::error::Result<crate::device::StatusInfo> {
-    crate::environment::wait_until(None, |e| {
+    crate::context::wait_until(None, |e| {
         if let Some(done) = e.take_done(id) {
             return Some(done);
         }
@@ -149,10 +149,10 @@ pub(crate) fn wait_any_source(
 /// The world ranks known failed now. With `-r R` this is the master's view, which its
 /// replicas follow (a choice point): what each one heard so far may differ.
 fn failed_world() -> Vec<Rank> {
-    let c = crate::environment::with_engine(|e| e.replicated().then(|| e.completion_point()).flatten());
+    let c = crate::context::with_engine(|e| e.replicated().then(|| e.completion_point()).flatten());
     match c {
         None => crate::failure::failed_ranks(),
-        Some(c) => crate::environment::wait_until(None, |e| e.lost_view_at(c).map(Ok))
+        Some(c) => crate::context::wait_until(None, |e| e.lost_view_at(c).map(Ok))
             .unwrap_or_else(|_| crate::failure::failed_ranks()),
     }
 }

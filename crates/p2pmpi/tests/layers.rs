@@ -38,18 +38,8 @@ const KNOWN: &[(&str, &str, &str)] = &[
     ),
     (
         "attribute",
-        "environment",
-        "attribute caching reaches the engine and rank through environment's process-wide state (one context, step f)",
-    ),
-    (
-        "attribute",
         "ffi",
         "the C handle tables (ffi) name communicators: the tables belong below the MPI operations",
-    ),
-    (
-        "collective",
-        "environment",
-        "collectives reach the engine through environment::with_engine (one context, step f)",
     ),
     (
         "collective",
@@ -73,11 +63,6 @@ const KNOWN: &[(&str, &str, &str)] = &[
     ),
     (
         "point_to_point",
-        "environment",
-        "point-to-point reaches the engine through environment::with_engine (one context, step f)",
-    ),
-    (
-        "point_to_point",
         "ffi",
         "requests and predefined handles live in the C handle tables (ffi)",
     ),
@@ -88,11 +73,6 @@ const KNOWN: &[(&str, &str, &str)] = &[
     ),
     (
         "request",
-        "environment",
-        "requests wait through environment's process-wide engine and notices (one context, step f)",
-    ),
-    (
-        "request",
         "ffi",
         "requests are registered in the C handle tables (ffi)",
     ),
@@ -100,11 +80,6 @@ const KNOWN: &[(&str, &str, &str)] = &[
         "request",
         "ulfm",
         "waits on any source ask ulfm for unacknowledged failures (ULFM's rule belongs below)",
-    ),
-    (
-        "topology",
-        "environment",
-        "communicators reach the engine, rank and processor name through environment (one context, step f)",
     ),
     (
         "topology",

@@ -238,7 +238,7 @@ pub(crate) fn start(h: &CommHandle, name: &'static str, plan: Plan) -> Result<Pe
         steps: plan.steps,
         active: Vec::new(),
     };
-    let id = crate::environment::with_engine(|e| e.start_schedule(Box::new(sched)));
+    let id = crate::context::with_engine(|e| e.start_schedule(Box::new(sched)));
     Ok(Pending::new(id, None, None))
 }
 
