@@ -6,6 +6,7 @@ use crate::device::{Engine, ReqId, StatusInfo};
 use crate::error::{Error, Result};
 use crate::lifecycle::{is_finalized, threading_support, Threading};
 use parking_lot::Mutex;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::Ordering;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -170,4 +171,72 @@ pub(crate) fn universe_size() -> usize {
 /// of its programs it runs; 0 otherwise.
 pub(crate) fn appnum() -> isize {
     std::env::var(crate::bootstrap::env::APPNUM).ok().and_then(|v| v.parse().ok()).unwrap_or(0)
+}
+
+// ------------------------------------------------------------------- ULFM's acknowledgements
+
+// Process-wide for the same reason as the engine: communicators carry no context.
+/// The failed ranks (of the communicator) acknowledged per communicator context.
+static ACKED: Mutex<Option<HashMap<u32, BTreeSet<i32>>>> = Mutex::new(None);
+
+/// Records that the failures of `failed` (ranks of the communicator) are acknowledged on
+/// communicator context `ctx`.
+pub(crate) fn acknowledge(ctx: u32, failed: impl IntoIterator<Item = i32>) {
+    ACKED.lock().get_or_insert_with(HashMap::new).entry(ctx).or_default().extend(failed);
+}
+
+/// The failed ranks acknowledged on communicator context `ctx`.
+pub(crate) fn acknowledged(ctx: u32) -> Vec<i32> {
+    ACKED.lock().as_ref().and_then(|m| m.get(&ctx)).map_or_else(Vec::new, |s| s.iter().copied().collect())
+}
+
+/// A member of communicator `ctx` (world ranks `members`, `None`: the world) that failed and
+/// that this process has not acknowledged on it: its world rank.
+pub(crate) fn unacked_failure(ctx: u32, members: Option<&[i32]>) -> Option<i32> {
+    if !crate::failure::any_failed() {
+        return None;
+    }
+    let failed = crate::failure::failed_ranks();
+    let acked = ACKED.lock();
+    let acked = acked.as_ref().and_then(|m| m.get(&ctx));
+    failed.into_iter().find(|&w| {
+        let rank = match members {
+            Some(m) => m.iter().position(|&x| x == w).map(|r| r as i32),
+            None => Some(w),
+        };
+        rank.is_some_and(|r| !acked.is_some_and(|a| a.contains(&r)))
+    })
+}
+
+/// Waits for receive `id` from `ANY_SOURCE` on communicator `ctx`: it fails with
+/// [`Error::PeerLost`](crate::error::Error::PeerLost) naming a failed member while one is not
+/// acknowledged ([`FaultTolerant::failure_ack`](crate::ulfm::FaultTolerant::failure_ack) makes such receives possible again), unless a
+/// message already matched it. ULFM's `MPI_ERR_PROC_FAILED_PENDING`, made final: the receive
+/// is withdrawn, and the program posts it again after acknowledging.
+pub(crate) fn wait_any_source(
+    id: crate::device::ReqId,
+    ctx: u32,
+    members: Option<&[i32]>,
+) -> crate::error::Result<crate::device::StatusInfo> {
+    wait_until(None, |e| {
+        if let Some(done) = e.take_done(id) {
+            return Some(done);
+        }
+        if e.follows() {
+            // A replica that follows its master: the master withdraws the receive or not,
+            // and says so (the receive's choice point).
+            return None;
+        }
+        let w = unacked_failure(ctx, members)?;
+        // Withdrawn only if nothing matched it yet (a message on its way in is delivered);
+        // a master's replicas are told.
+        let err = crate::error::Error::PeerLost {
+            rank: w,
+            cause: "failed, and not acknowledged on this communicator (a receive from any source cannot tell whether its message would have come from it; acknowledge with failure_ack and receive again)".into(),
+        };
+        if !e.fail_receive(id, err) {
+            return None;
+        }
+        e.take_done(id)
+    })
 }

@@ -27,11 +27,6 @@ const KNOWN: &[(&str, &str, &str)] = &[
         "circle in failure and bootstrap: bootstrap starts the detector, and the detector reports to the launcher over bootstrap's control connection (to become a hook the bootstrap installs)",
     ),
     (
-        "request",
-        "point_to_point",
-        "circle in the MPI operations: requests complete with point_to_point's Status (Status belongs with requests)",
-    ),
-    (
         "topology",
         "collective",
         "circle in the MPI operations: creating a communicator (split, dup, create) runs collective algorithms",
@@ -67,19 +62,9 @@ const KNOWN: &[(&str, &str, &str)] = &[
         "requests and predefined handles live in the C handle tables (ffi)",
     ),
     (
-        "point_to_point",
-        "ulfm",
-        "a receive from any source asks ulfm for unacknowledged failures (ULFM's rule belongs below)",
-    ),
-    (
         "request",
         "ffi",
         "requests are registered in the C handle tables (ffi)",
-    ),
-    (
-        "request",
-        "ulfm",
-        "waits on any source ask ulfm for unacknowledged failures (ULFM's rule belongs below)",
     ),
     (
         "topology",
