@@ -15,7 +15,7 @@ use p2pmpi_wire::auth::JobKey;
 use p2pmpi_wire::control::{self, Control};
 use parking_lot::Mutex;
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 /// Environment variables set by the launcher.
@@ -79,8 +79,8 @@ pub(crate) struct Boot {
     pub parents: Option<Parents>,
 }
 
-static CONTROL_CONN: Mutex<Option<TcpStream>> = Mutex::new(None);
-static FINALIZING: AtomicBool = AtomicBool::new(false);
+use crate::launcher::{connected, send};
+pub(crate) use crate::launcher::{finalizing, is_finalizing, report_finalized};
 
 fn var(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|s| !s.is_empty())
@@ -179,7 +179,7 @@ pub(crate) fn boot() -> Result<Boot> {
     // A write to a launcher that stopped reading must not hold this process forever.
     ctrl.set_write_timeout(Some(Duration::from_secs(10)))?;
     let reader = ctrl.try_clone()?;
-    *CONTROL_CONN.lock() = Some(ctrl);
+    crate::launcher::connect(ctrl);
     if let (true, Some(l)) = (lease_us > 0, layout) {
         // The launcher names slots of the universe in its declarations: a spawned
         // process's slots follow its ancestors' (see `spawned`).
@@ -283,7 +283,7 @@ pub(crate) mod spawning {
         ctx: u32,
         limit: Duration,
     ) -> std::result::Result<u32, String> {
-        if CONTROL_CONN.lock().is_none() {
+        if !connected() {
             return Err("this process was not started by p2pmpirun: there is no launcher to start processes".into());
         }
         let mut answer = ANSWER.lock();
@@ -396,7 +396,7 @@ fn watch_launcher(mut conn: TcpStream, rank: i32) {
     loop {
         match control::read_msg(&mut conn) {
             Ok(Some(Control::Stop { reason })) => {
-                if !FINALIZING.load(Ordering::SeqCst) {
+                if !is_finalizing() {
                     eprintln!("p2pmpi: rank {rank}: stopped by the launcher: {reason}");
                     crate::failure::leave();
                     crate::fatal::exit(143);
@@ -430,7 +430,7 @@ fn watch_launcher(mut conn: TcpStream, rank: i32) {
                 if fence::is_excluded() {
                     fence::excluded();
                 }
-                if !FINALIZING.load(Ordering::SeqCst) {
+                if !is_finalizing() {
                     eprintln!("p2pmpi: rank {rank}: lost contact with the launcher; stopping");
                     crate::failure::leave();
                     crate::fatal::exit(143);
@@ -460,7 +460,7 @@ pub(crate) mod agreements {
     /// Sends this process's contribution. Without a launcher (a program started alone, a
     /// world of one) the decision is taken here: every member is this process.
     pub(crate) fn contribute(key: (u64, u64), members: &[u32], flag: u32) {
-        if CONTROL_CONN.lock().is_none() {
+        if !connected() {
             static ALONE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
             decided(key, Ok((flag, Vec::new(), ALONE.fetch_add(1, Ordering::SeqCst))));
             return;
@@ -480,43 +480,9 @@ pub(crate) fn revoke(ctx: u32) {
     send(&Control::Revoke { comm: u64::from(ctx) });
 }
 
-fn send(msg: &Control) {
-    if let Some(c) = CONTROL_CONN.lock().as_mut() {
-        let _ = control::write_msg(c, msg);
-    }
-}
-
-/// Tells the launcher this process finalized.
-pub(crate) fn report_finalized(rank: i32) {
-    FINALIZING.store(true, Ordering::SeqCst);
-    send(&Control::Finalized { rank: rank as u32 });
-}
-
-/// Whether this process is finalizing (or stopping): peers that go away now are not failures.
-pub(crate) fn is_finalizing() -> bool {
-    FINALIZING.load(Ordering::SeqCst)
-}
-
-/// Marks the start of finalization (launcher loss is then no longer an error).
-pub(crate) fn finalizing() {
-    FINALIZING.store(true, Ordering::SeqCst);
-}
-
-/// Tells the launcher this process's detector confirmed the failure of `failed`, before
-/// this process stops.
-pub(crate) fn report_peer_failed(rank: i32, failed: i32, detail: &str) {
-    FINALIZING.store(true, Ordering::SeqCst);
-    send(&Control::PeerFailed { rank: rank.max(0) as u32, failed: failed.max(0) as u32, detail: detail.to_string() });
-}
-
-/// Tells the launcher of a failure the program handles itself (it keeps running).
-pub(crate) fn report_peer_failed_tolerated(rank: i32, failed: i32, detail: &str) {
-    send(&Control::PeerFailed { rank: rank.max(0) as u32, failed: failed.max(0) as u32, detail: detail.to_string() });
-}
-
 /// Tells the launcher this process aborts the job.
 pub(crate) fn report_abort(rank: i32, code: i32, message: &str, lost: Option<i32>) {
-    FINALIZING.store(true, Ordering::SeqCst);
+    finalizing();
     // The launcher knows processes by slot: a lost rank is named by its first replica.
     let lost = lost.filter(|r| *r >= 0).map(|r| match crate::failure::layout() {
         Some(l) => l.slot(r as usize, 0) as u32,
@@ -532,7 +498,6 @@ pub(crate) fn report_abort(rank: i32, code: i32, message: &str, lost: Option<i32
 pub(crate) mod fence {
     use super::{send, Control, Error, Result};
     use crate::lease;
-    use std::sync::atomic::Ordering;
     use std::time::Duration;
 
     pub(crate) use crate::lease::{granted, is_excluded, my_slot};
@@ -553,7 +518,7 @@ pub(crate) mod fence {
     fn renew_loop() {
         let every = lease::with_lease(|l| l.renew_every()).expect("started");
         loop {
-            if super::FINALIZING.load(Ordering::SeqCst) && crate::lifecycle::is_finalized() {
+            if super::is_finalizing() && crate::lifecycle::is_finalized() {
                 return;
             }
             let t = lease::now().expect("started");
@@ -582,11 +547,7 @@ pub(crate) mod fence {
         }
         // The launcher learns that it came back (it reports it); a lock held by a thread
         // that froze mid-write is not waited for long.
-        if let Some(mut c) = super::CONTROL_CONN.try_lock_for(Duration::from_millis(100)) {
-            if let Some(c) = c.as_mut() {
-                let _ = p2pmpi_wire::control::write_msg(c, &Control::Excluded { reason: "resumed".into() });
-            }
-        }
+        crate::launcher::try_send_within(&Control::Excluded { reason: "resumed".into() }, Duration::from_millis(100));
         crate::fatal::exit_at_once(0)
     }
 }

@@ -161,7 +161,7 @@ pub fn initialize_with_threading(threading: Threading) -> Option<(Universe, Thre
         leave: crate::failure::leave,
     });
     install_panic_hook();
-    crate::random::set_job_seed(boot.key.seed("random"), own_rank());
+    crate::random::set_job_seed(boot.key.seed("random"));
     #[cfg(feature = "failpoints")]
     arm_failpoints(boot.slot);
     crate::collective::hier::set_world_hosts(&boot.addrs, boot.world_base, boot.layout.is_some());

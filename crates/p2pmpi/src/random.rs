@@ -18,18 +18,15 @@ use rand_core::{RngCore, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-// Process-wide because `Rand::new()` (rsmpi-style, no argument) must find the job's seed and
-// the rank from anywhere in the program: both are set once, at initialization.
+// Process-wide because `Rand::new()` (rsmpi-style, no argument) must find the job's seed
+// from anywhere in the program: it is set once, at initialization.
 static JOB_SEED: AtomicU64 = AtomicU64::new(0);
-static RANK: AtomicU64 = AtomicU64::new(0);
 
 /// Sets the job's part of the seeds (at initialization): `P2PMPI_SEED`, else `derived`, a
-/// value derived from the job's key (from which the key cannot be recovered); and this
-/// process's rank, the rank's part.
-pub(crate) fn set_job_seed(derived: u64, rank: i32) {
+/// value derived from the job's key (from which the key cannot be recovered).
+pub(crate) fn set_job_seed(derived: u64) {
     let seed = std::env::var("P2PMPI_SEED").ok().and_then(|v| v.trim().parse::<u64>().ok()).unwrap_or(derived);
     JOB_SEED.store(seed, Ordering::SeqCst);
-    RANK.store(rank.max(0) as u64, Ordering::SeqCst);
 }
 
 /// A random generator that gives the same numbers on every replica of a rank.
@@ -44,7 +41,8 @@ impl Rand {
 
     /// Another independent stream of this rank's numbers.
     pub fn with_stream(stream: u64) -> Rand {
-        Rand::from_parts(JOB_SEED.load(Ordering::SeqCst), RANK.load(Ordering::SeqCst), stream)
+        let rank = crate::lifecycle::own_rank().max(0) as u64;
+        Rand::from_parts(JOB_SEED.load(Ordering::SeqCst), rank, stream)
     }
 
     /// The generator of (`job`, `rank`, `stream`).

@@ -22,11 +22,6 @@ const KNOWN: &[(&str, &str, &str)] = &[
         "circle in the MPI operations: attributes are kept per communicator handle (topology), which keeps attributes; the table keyed by context belongs below",
     ),
     (
-        "failure",
-        "bootstrap",
-        "circle in failure and bootstrap: bootstrap starts the detector, and the detector reports to the launcher over bootstrap's control connection (to become a hook the bootstrap installs)",
-    ),
-    (
         "topology",
         "collective",
         "circle in the MPI operations: creating a communicator (split, dup, create) runs collective algorithms",

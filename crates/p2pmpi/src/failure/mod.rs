@@ -46,7 +46,7 @@
 
 pub mod kmonitor;
 
-use crate::bootstrap;
+use crate::launcher;
 use p2pmpi_core::fd::{Detector, Event, FdConfig, Message, Protocol, Start};
 use p2pmpi_wire::auth::JobKey;
 use parking_lot::{Condvar, Mutex};
@@ -552,7 +552,7 @@ pub(crate) fn suspect(me: usize, slot: usize, detail: &str) {
         }
         s.push(slot);
     }
-    bootstrap::report_peer_failed_tolerated(me as i32, slot as i32, detail);
+    launcher::report_peer_failed_tolerated(me as i32, slot as i32, detail);
 }
 
 /// The launcher announced the slots declared dead so far: the engine applies them at its
@@ -644,7 +644,7 @@ fn deliver_or_stop(me: usize, notice: Notice) -> bool {
     for h in HANDLERS.lock().iter() {
         h(&notice);
     }
-    if bootstrap::is_finalizing() {
+    if launcher::is_finalizing() {
         // Peers that end after this process began to finalize are not failures.
         return false;
     }
@@ -654,11 +654,11 @@ fn deliver_or_stop(me: usize, notice: Notice) -> bool {
         Policy::Stop => {
             let msg = format!("p2pmpi: rank {me}: {detail}; stopping");
             eprintln!("{msg}");
-            bootstrap::report_peer_failed(me as i32, notice.rank, &detail);
+            launcher::report_peer_failed(me as i32, notice.rank, &detail);
             true
         }
         Policy::Notify => {
-            bootstrap::report_peer_failed_tolerated(me as i32, notice.rank, &detail);
+            launcher::report_peer_failed_tolerated(me as i32, notice.rank, &detail);
             false
         }
     }
