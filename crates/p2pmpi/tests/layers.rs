@@ -44,12 +44,12 @@ const KNOWN: &[(&str, &str, &str)] = &[
     (
         "device",
         "device::replication",
-        "the engine holds the replication state (`repl`) and its branches; the replication layer is to wrap the engine (step d)",
+        "the engine still holds the replication state (`repl`) and branches on it; the replication layer is to wrap the engine instead",
     ),
     (
         "device",
         "p2pmpi_core::replication",
-        "the engine names the replication core (layout, outcomes, parked frames) until the replication layer wraps it (step d)",
+        "the engine still names the replication core (layout, outcomes, parked frames), until the replication layer wraps it",
     ),
     (
         "point_to_point",
