@@ -55,9 +55,10 @@ use crate::rng::Rng;
 use p2pmpi_core::fencing::{Grant, Lease, Supervisor};
 use p2pmpi_core::matching::{Arrival, Body, Envelope, Matcher, Pattern};
 use p2pmpi_core::replication::endpoint::{Action, Config, Frame, Parked, Payload, TxId};
-use p2pmpi_core::replication::{Endpoint, Layout, MsgId, Outcome};
+use p2pmpi_core::replication::wildcards::{exact, Post, Wildcards};
+use p2pmpi_core::replication::{Endpoint, Layout, MsgId};
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::time::Duration;
 
 /// Frames a link holds unread before its sender's writes stall.
@@ -284,7 +285,7 @@ struct Proc {
     /// What this process accepted, in order (source rank, tag, sequence; for a diagnosis).
     trace: Vec<(u32, i32, u64)>,
     choice_of: HashMap<u32, (u64, u32)>,
-    deferred: BTreeMap<u64, (u32, Pattern)>,
+    wildcards: Wildcards<u32>,
     status: Status,
     lease: Lease,
     next_renew: Duration,
@@ -917,20 +918,10 @@ impl Sim {
         let r = self.new_req(s);
         let pat = Pattern { comm: 0, src: src.map(|x| x as i32), tag };
         if src.is_none() {
+            // A wildcard receive: the library's own rule (p2pmpi_core::replication::wildcards).
             let p = &mut self.procs[s];
-            let c = p.ep.choice_point();
-            match p.ep.take_choice(c) {
-                Some(o) => {
-                    p.ep.decided(0, c, o);
-                    self.post(s, r, exact(pat, o));
-                }
-                None if p.ep.may_decide() => {
-                    p.choice_of.insert(r, (c, 0));
-                    self.post(s, r, pat);
-                }
-                None => {
-                    p.deferred.insert(c, (r, pat));
-                }
+            if let Some(post) = p.wildcards.receive(&mut p.ep, r, pat) {
+                self.post_wildcard(s, post);
             }
             return r;
         }
@@ -943,23 +934,21 @@ impl Sim {
     fn resolve(&mut self, s: usize) {
         loop {
             let p = &mut self.procs[s];
-            let Some((&c, &(r, pat))) = p.deferred.first_key_value() else { return };
-            let o = match p.ep.take_choice(c) {
-                Some(o) => {
-                    p.ep.decided(pat.comm, c, o);
-                    Some(o)
-                }
-                None if p.ep.may_decide() => None,
-                None => return,
-            };
-            p.deferred.remove(&c);
-            match o {
-                Some(o) => self.post(s, r, exact(pat, o)),
-                None => {
-                    self.procs[s].choice_of.insert(r, (c, pat.comm));
-                    self.post(s, r, pat);
-                }
+            let Some(post) = p.wildcards.next(&mut p.ep) else { return };
+            self.post_wildcard(s, post);
+        }
+    }
+
+    /// Posts a wildcard receive of slot `s` as the library does.
+    fn post_wildcard(&mut self, s: usize, post: Post<u32>) {
+        match post {
+            Post::Exact { req, pat } => self.post(s, req, pat),
+            Post::Decide { req, pat, point } => {
+                self.procs[s].choice_of.insert(req, (point, pat.comm));
+                self.post(s, req, pat);
             }
+            // The simulated programs handle no failure: no outcome is one.
+            Post::Fail { req, .. } => self.violate(format!("slot {s}: receive {req} failed by its master's outcome")),
         }
     }
 
@@ -1133,7 +1122,7 @@ impl Sim {
     fn check_done(&mut self, s: usize) {
         let p = &self.procs[s];
         let end = p.pc >= self.progs[p.rank].len() && p.wait == Wait::Sends;
-        self.procs[s].done = end && p.ep.idle() && !p.ep.backup_pending() && p.deferred.is_empty();
+        self.procs[s].done = end && p.ep.idle() && !p.ep.backup_pending() && p.wildcards.is_empty();
     }
 
     // ------------------------------------------------------------- faults
@@ -1297,13 +1286,6 @@ impl Sim {
     }
 }
 
-fn exact(pat: Pattern, o: Outcome) -> Pattern {
-    match o {
-        Some((src, tag, _)) => Pattern { comm: pat.comm, src: Some(src), tag: Some(tag) },
-        None => pat,
-    }
-}
-
 /// A process of the job at its start.
 fn start_proc(layout: Layout, s: usize, ecfg: Config, lease_len: Duration) -> Proc {
     let mut lease = Lease::new(lease_len, Duration::ZERO);
@@ -1325,7 +1307,7 @@ fn start_proc(layout: Layout, s: usize, ecfg: Config, lease_len: Duration) -> Pr
         rndv: HashMap::new(),
         trace: Vec::new(),
         choice_of: HashMap::new(),
-        deferred: BTreeMap::new(),
+        wildcards: Wildcards::new(),
         status: Status::Running,
         lease,
         next_renew: lease_len / 4,

@@ -1350,21 +1350,8 @@ impl Engine {
                 // arrive in its program order — on one connection, and after a takeover the
                 // new master resends before it sends anything new — and MPI's non-overtaking
                 // rule then makes the match the same on every replica.)
-                let c = rp.ep.choice_point();
-                match rp.ep.take_choice(c) {
-                    // Decided already (by this replica's master, or by the master it took
-                    // over from): followed, and relayed to this process's own replicas.
-                    Some(o) => {
-                        rp.ep.decided(pat.comm, c, o);
-                        self.post(r, exact(pat, o));
-                    }
-                    None if rp.ep.may_decide() => {
-                        rp.choice_of.insert(r, (c, pat.comm));
-                        self.post(r, pat);
-                    }
-                    None => {
-                        rp.deferred_recvs.insert(c, (r, pat));
-                    }
+                if let Some(post) = rp.wildcards.receive(&mut rp.ep, r, pat) {
+                    self.post_wildcard(post);
                 }
                 self.flush_deferred();
                 return Ok(r);

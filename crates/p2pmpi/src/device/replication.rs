@@ -12,6 +12,7 @@ use super::*;
 use p2pmpi_core::matching::FastMap;
 use p2pmpi_core::replication::endpoint::{self as protocol, Action, Frame, Step, TxId};
 use p2pmpi_core::replication::failures::{self, Failed};
+use p2pmpi_core::replication::wildcards::{Post, Wildcards};
 use p2pmpi_core::replication::Endpoint;
 
 /// Messages up to this size are copied into a non-master's backup table (its send returns at
@@ -118,8 +119,8 @@ pub(super) struct Replication {
     pub(super) choice_of: FastMap<ReqId, (u64, u32)>,
     /// The message a wildcard receive of the master matched: source, tag, sequence.
     pub(super) matched: FastMap<ReqId, (i32, i32, u64)>,
-    /// A non-master's wildcard receives waiting for their master's choice, by choice point.
-    pub(super) deferred_recvs: BTreeMap<u64, (ReqId, Pattern)>,
+    /// A non-master's wildcard receives waiting for their master's choice.
+    pub(super) wildcards: Wildcards<ReqId>,
     /// Fault-aware programs (`Policy::Notify`): the operations posted so far (sends and
     /// receives of the program, numbered alike on every replica of the rank), the request of
     /// each one not taken yet, and the number of each request.
@@ -177,7 +178,7 @@ impl Replication {
             tx_req: FastMap::default(),
             choice_of: FastMap::default(),
             matched: FastMap::default(),
-            deferred_recvs: BTreeMap::new(),
+            wildcards: Wildcards::new(),
             ops: 0,
             op_req: BTreeMap::new(),
             req_op: FastMap::default(),
@@ -448,29 +449,25 @@ impl Engine {
         }
         loop {
             let Some(rp) = self.repl.as_mut() else { return };
-            let Some((&c, _)) = rp.deferred_recvs.first_key_value() else { return };
-            let pat = rp.deferred_recvs[&c].1;
-            let o = match rp.ep.take_choice(c) {
-                Some(o) => {
-                    rp.ep.decided(pat.comm, c, o);
-                    Some(o)
+            let Some(post) = rp.wildcards.next(&mut rp.ep) else { return };
+            self.post_wildcard(post);
+        }
+    }
+
+    /// Posts wildcard receive as [`Wildcards`] says: exact, its master's choice; as it is,
+    /// this process deciding; or failed, as its master failed it.
+    pub(super) fn post_wildcard(&mut self, post: Post<ReqId>) {
+        match post {
+            Post::Exact { req, pat } => self.post(req, pat),
+            Post::Decide { req, pat, point } => {
+                if let Some(rp) = self.repl.as_mut() {
+                    rp.choice_of.insert(req, (point, pat.comm));
                 }
-                None if rp.ep.may_decide() => None,
-                // Points are followed in order: a later one waits for this one.
-                None => return,
-            };
-            let (r, pat) = rp.deferred_recvs.remove(&c).expect("present");
-            match o {
-                // The master withdrew this receive with an error: so does this replica.
-                Some(o) if failures::outcome_failure(o).is_some() => {
-                    let err = failure_error(o).expect("a failure");
-                    self.complete(r, Err(err));
-                }
-                Some(o) => self.post(r, exact(pat, o)),
-                None => {
-                    rp.choice_of.insert(r, (c, pat.comm));
-                    self.post(r, pat);
-                }
+                self.post(req, pat);
+            }
+            Post::Fail { req, outcome } => {
+                let err = failure_error(outcome).expect("a failure");
+                self.complete(req, Err(err));
             }
         }
     }
@@ -625,7 +622,7 @@ impl Engine {
             self.matcher.cancel(&r);
             self.rndv_recv.retain(|_, q| *q != r);
             if let Some(rp) = self.repl.as_mut() {
-                rp.deferred_recvs.retain(|_, (q, _)| *q != r);
+                rp.wildcards.withdraw(r);
                 // A lent send: its backup entry becomes a copy (the buffer may go now) and
                 // no longer names the request.
                 rp.ep.detach(r);
@@ -1071,13 +1068,7 @@ pub(super) fn failed_of(e: &Error) -> Option<Failed> {
     }
 }
 
-/// `pat` narrowed to the message a master chose (`None`: nothing chosen — unchanged).
-pub(super) fn exact(pat: Pattern, o: Outcome) -> Pattern {
-    match o {
-        Some((src, tag, _)) => Pattern { comm: pat.comm, src: Some(src), tag: Some(tag) },
-        None => pat,
-    }
-}
+pub(super) use p2pmpi_core::replication::wildcards::exact;
 
 /// A set of request indices as a choice's outcome: the first, how many, and a mask of the
 /// (at most 64) indices from the first. `None`: the empty set.
