@@ -25,6 +25,7 @@
 pub mod endpoint;
 pub mod seq_table;
 pub mod spawn;
+pub mod stranded;
 pub mod wildcards;
 
 pub use endpoint::Endpoint;

@@ -12,6 +12,7 @@ use super::*;
 use p2pmpi_core::matching::FastMap;
 use p2pmpi_core::replication::endpoint::{self as protocol, Action, Frame, Step, TxId};
 use p2pmpi_core::replication::failures::{self, Failed};
+use p2pmpi_core::replication::stranded::{self, Stranded};
 use p2pmpi_core::replication::wildcards::{Post, Wildcards};
 use p2pmpi_core::replication::Endpoint;
 
@@ -632,51 +633,38 @@ impl Engine {
     }
 
     /// A non-master waiting for a message of a rank lost whole that its master received: the
-    /// message will never come (its sender's replicas all died before it reached this
-    /// replica). Noticed once the master went past the receive (it committed a send this
-    /// replica has not reached: a failure of the receive would have been told first) or
-    /// finished: this replica cannot follow, and leaves.
+    /// message will never come. The verdict ([`stranded::verdict`]) says whether and how this
+    /// replica ends.
     pub(super) fn check_stranded(&mut self) {
         let Some(rp) = self.repl.as_ref() else { return };
         if rp.lost_ranks.is_empty() || rp.ep.is_master() || rp.req_op.is_empty() {
             return;
         }
         let master_done = rp.ep.coordinator().master_of(self.rank as usize).is_some_and(|m| self.peers[m].bye);
-        let ahead = rp.ep.master_ahead() || master_done;
-        let stranded = ahead
-            .then(|| {
-                self.matcher.posted().find_map(|(p, r)| {
-                    let src = p.src.filter(|s| rp.lost_ranks.contains(s))?;
-                    rp.req_op.get(r).map(|op| (*op, src))
-                })
+        let receive = || {
+            self.matcher.posted().find_map(|(p, r)| {
+                let src = p.src.filter(|s| rp.lost_ranks.contains(s))?;
+                rp.req_op.get(r).map(|op| (*op, src))
             })
-            .flatten();
+        };
         // An immediate collective that its master completed (its word came), still waiting
         // here for a lost rank's message.
-        let stranded = stranded.or_else(|| {
+        let schedule = || {
             self.schedules.iter().find_map(|s| {
                 let op = s.op?;
                 let o = rp.ep.choice_known(failures::failure_point(op))?;
                 failures::outcome_success(o).then(|| s.run.waits_for(&rp.lost_ranks)).flatten().map(|src| (op, src))
             })
-        });
-        if let Some((op, src)) = stranded {
-            if master_done {
-                // The master finished the program: nothing is left for this replica to do
-                // (it ends as a replica that finished; its peers no longer wait for it).
+        };
+        match stranded::verdict(master_done, rp.ep.master_ahead(), receive, schedule) {
+            None => {}
+            Some(v @ Stranded::Finished { .. }) => {
                 if debug_replication() {
-                    eprintln!(
-                        "p2pmpi: slot {}: stranded at operation {op} after its master finished; ending",
-                        self.slot
-                    );
+                    eprintln!("p2pmpi: slot {}: {}; ending", self.slot, v.why());
                 }
                 crate::fatal::finished();
             }
-            let why = format!(
-                "its master went past operation {op}, a receive from rank {src}, whose message never reached this \
-                 replica (every replica of rank {src} died)"
-            );
-            self.diverged(&why);
+            Some(v @ Stranded::Diverged { .. }) => self.diverged(&v.why()),
         }
     }
 
