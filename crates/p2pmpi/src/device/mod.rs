@@ -51,7 +51,7 @@ use p2pmpi_core::replication::{Layout, MsgId, Outcome};
 use p2pmpi_wire::auth::{self, JobKey, Role};
 use p2pmpi_wire::frame::{AUTH_LEN, CHALLENGE_LEN, HELLO_LEN};
 use p2pmpi_wire::{FrameKind, Header, Mid};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -12,6 +12,7 @@ use super::*;
 use p2pmpi_core::matching::FastMap;
 use p2pmpi_core::replication::endpoint::{self as protocol, Action, Frame, Step, TxId};
 use p2pmpi_core::replication::failures::{self, Failed};
+use p2pmpi_core::replication::operations::{Follow, Operations};
 use p2pmpi_core::replication::stranded::{self, Stranded};
 use p2pmpi_core::replication::wildcards::{Post, Wildcards};
 use p2pmpi_core::replication::Endpoint;
@@ -124,13 +125,8 @@ pub(super) struct Replication {
     pub(super) wildcards: Wildcards<ReqId>,
     /// Fault-aware programs (`Policy::Notify`): the operations posted so far (sends and
     /// receives of the program, numbered alike on every replica of the rank), the request of
-    /// each one not taken yet, and the number of each request.
-    pub(super) ops: u64,
-    pub(super) op_req: BTreeMap<u64, ReqId>,
-    pub(super) req_op: FastMap<ReqId, u64>,
-    /// Operations whose success the program took (a master's failure of one of them cannot
-    /// be followed any more), the latest [`TAKEN_WINDOW`].
-    pub(super) taken_ok: std::collections::BTreeSet<u64>,
+    /// each one not taken yet, and the successes the program took.
+    pub(super) ops: Operations<ReqId>,
     /// A schedule (immediate collective) is posting: its operations are not numbered (they
     /// are posted when the progress engine runs, which differs between replicas).
     pub(super) in_schedule: bool,
@@ -150,9 +146,6 @@ fn acked_commits() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var("P2PMPI_ACKED_COMMITS").is_ok_and(|v| v == "1"))
 }
-
-/// How many taken operations a replica remembers (to notice a failure it cannot follow).
-const TAKEN_WINDOW: usize = 1 << 16;
 
 impl Replication {
     pub(super) fn new(layout: Layout, slot: usize) -> Replication {
@@ -180,10 +173,7 @@ impl Replication {
             choice_of: FastMap::default(),
             matched: FastMap::default(),
             wildcards: Wildcards::new(),
-            ops: 0,
-            op_req: BTreeMap::new(),
-            req_op: FastMap::default(),
-            taken_ok: std::collections::BTreeSet::new(),
+            ops: Operations::new(),
             in_schedule: false,
             words: false,
             lost_ranks: Vec::new(),
@@ -476,13 +466,9 @@ impl Engine {
     /// The number of the operation being posted, in a fault-aware replicated job (`None`
     /// otherwise, and for a schedule's operations).
     pub(super) fn next_op(&mut self) -> Option<u64> {
-        let rp = self.repl.as_mut().filter(|rp| !rp.in_schedule)?;
-        if crate::lifecycle::policy() != crate::lifecycle::Policy::Notify {
-            return None;
-        }
-        let op = rp.ops;
-        rp.ops += 1;
-        Some(op)
+        let rp = self.repl.as_mut()?;
+        let numbered = !rp.in_schedule && crate::lifecycle::policy() == crate::lifecycle::Policy::Notify;
+        rp.ops.next(numbered)
     }
 
     /// Whether this process follows its master's outcomes (a non-master of a replicated
@@ -544,8 +530,7 @@ impl Engine {
     /// Request `r` stands for operation `op` (a fault-aware replicated job).
     pub(super) fn number(&mut self, r: ReqId, op: Option<u64>) {
         let (Some(op), Some(rp)) = (op, self.repl.as_mut()) else { return };
-        rp.op_req.insert(op, r);
-        rp.req_op.insert(r, op);
+        rp.ops.number(r, op);
         if rp.ep.choice_known(failures::failure_point(op)).is_some() {
             rp.words = true;
             self.apply_failures();
@@ -565,7 +550,7 @@ impl Engine {
             rp.matched.remove(&id);
             rp.ep.decided(comm, c, failures::failure_outcome(f, false));
         }
-        if let Some(&op) = rp.req_op.get(&id) {
+        if let Some(op) = rp.ops.op_of(&id) {
             rp.ep.decided(u32::MAX, failures::failure_point(op), failures::failure_outcome(f, false));
         }
     }
@@ -573,14 +558,8 @@ impl Engine {
     /// The program took request `id`'s outcome.
     pub(super) fn taken(&mut self, id: ReqId, ok: bool) {
         let Some(rp) = self.repl.as_mut() else { return };
-        let Some(op) = rp.req_op.remove(&id) else { return };
-        rp.op_req.remove(&op);
-        if ok && !rp.ep.is_master() {
-            rp.taken_ok.insert(op);
-            if rp.taken_ok.len() > TAKEN_WINDOW {
-                rp.taken_ok.pop_first();
-            }
-        }
+        let follows = !rp.ep.is_master();
+        rp.ops.taken(id, ok, follows);
     }
 
     /// A non-master applies the failure outcomes its master told: the operations fail here
@@ -599,20 +578,22 @@ impl Engine {
                 continue;
             }
             let rp = self.repl.as_mut().expect("replicated");
-            if op >= rp.ops {
+            let r = match rp.ops.master_failed(op, !rp.ep.is_master()) {
                 // Not reached yet: applied at its post.
-                continue;
-            }
-            if rp.taken_ok.contains(&op) && !rp.ep.is_master() {
-                let why = format!(
-                    "its master's operation {op} failed ({}) where this replica's had succeeded",
-                    failure_error(o).map(|e| e.to_string()).unwrap_or_default()
-                );
-                self.diverged(&why);
-            }
+                Follow::NotReached => continue,
+                Follow::Diverged => {
+                    let why = format!(
+                        "its master's operation {op} failed ({}) where this replica's had succeeded",
+                        failure_error(o).map(|e| e.to_string()).unwrap_or_default()
+                    );
+                    self.diverged(&why);
+                }
+                Follow::Fail(r) => r,
+            };
+            let rp = self.repl.as_mut().expect("replicated");
             rp.ep.take_choice(c);
             rp.ep.decided(u32::MAX, c, o);
-            let Some(&r) = rp.op_req.get(&op) else { continue };
+            let Some(r) = r else { continue };
             let err = failure_error(o).expect("a failure outcome");
             if self.is_done(r) {
                 // Done here and not taken yet: the master's outcome replaces it.
@@ -637,14 +618,14 @@ impl Engine {
     /// replica ends.
     pub(super) fn check_stranded(&mut self) {
         let Some(rp) = self.repl.as_ref() else { return };
-        if rp.lost_ranks.is_empty() || rp.ep.is_master() || rp.req_op.is_empty() {
+        if rp.lost_ranks.is_empty() || rp.ep.is_master() || rp.ops.is_empty() {
             return;
         }
         let master_done = rp.ep.coordinator().master_of(self.rank as usize).is_some_and(|m| self.peers[m].bye);
         let receive = || {
             self.matcher.posted().find_map(|(p, r)| {
                 let src = p.src.filter(|s| rp.lost_ranks.contains(s))?;
-                rp.req_op.get(r).map(|op| (*op, src))
+                rp.ops.op_of(r).map(|op| (op, src))
             })
         };
         // An immediate collective that its master completed (its word came), still waiting
