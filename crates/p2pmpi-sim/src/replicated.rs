@@ -56,9 +56,10 @@ use p2pmpi_core::fencing::{self, Lease, Supervisor};
 use p2pmpi_core::machine::Machine;
 use p2pmpi_core::matching::{Arrival, Body, Envelope, Matcher, Pattern};
 use p2pmpi_core::replication::endpoint::{Action, Config, Frame, Parked, Payload, TxId};
-use p2pmpi_core::replication::{Endpoint, Layout, MsgId, Outcome};
+use p2pmpi_core::replication::wildcards::{exact, Post, Wildcards};
+use p2pmpi_core::replication::{Endpoint, Layout, MsgId};
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::time::Duration;
 
 /// Frames a link holds unread before its sender's writes stall.
@@ -285,7 +286,7 @@ struct Proc {
     /// What this process accepted, in order (source rank, tag, sequence; for a diagnosis).
     trace: Vec<(u32, i32, u64)>,
     choice_of: HashMap<u32, (u64, u32)>,
-    deferred: BTreeMap<u64, (u32, Pattern)>,
+    wildcards: Wildcards<u32>,
     status: Status,
     lease: Lease,
     next_renew: Duration,
@@ -926,20 +927,10 @@ impl Sim {
         let r = self.new_req(s);
         let pat = Pattern { comm: 0, src: src.map(|x| x as i32), tag };
         if src.is_none() {
+            // A wildcard receive: the library's own rule (p2pmpi_core::replication::wildcards).
             let p = &mut self.procs[s];
-            let c = p.ep.choice_point();
-            match p.ep.take_choice(c) {
-                Some(o) => {
-                    p.ep.decided(0, c, o);
-                    self.post(s, r, exact(pat, o));
-                }
-                None if p.ep.may_decide() => {
-                    p.choice_of.insert(r, (c, 0));
-                    self.post(s, r, pat);
-                }
-                None => {
-                    p.deferred.insert(c, (r, pat));
-                }
+            if let Some(post) = p.wildcards.receive(&mut p.ep, r, pat) {
+                self.post_wildcard(s, post);
             }
             return r;
         }
@@ -952,23 +943,21 @@ impl Sim {
     fn resolve(&mut self, s: usize) {
         loop {
             let p = &mut self.procs[s];
-            let Some((&c, &(r, pat))) = p.deferred.first_key_value() else { return };
-            let o = match p.ep.take_choice(c) {
-                Some(o) => {
-                    p.ep.decided(pat.comm, c, o);
-                    Some(o)
-                }
-                None if p.ep.may_decide() => None,
-                None => return,
-            };
-            p.deferred.remove(&c);
-            match o {
-                Some(o) => self.post(s, r, exact(pat, o)),
-                None => {
-                    self.procs[s].choice_of.insert(r, (c, pat.comm));
-                    self.post(s, r, pat);
-                }
+            let Some(post) = p.wildcards.next(&mut p.ep) else { return };
+            self.post_wildcard(s, post);
+        }
+    }
+
+    /// Posts a wildcard receive of slot `s` as the library does.
+    fn post_wildcard(&mut self, s: usize, post: Post<u32>) {
+        match post {
+            Post::Exact { req, pat } => self.post(s, req, pat),
+            Post::Decide { req, pat, point } => {
+                self.procs[s].choice_of.insert(req, (point, pat.comm));
+                self.post(s, req, pat);
             }
+            // The simulated programs handle no failure: no outcome is one.
+            Post::Fail { req, .. } => self.violate(format!("slot {s}: receive {req} failed by its master's outcome")),
         }
     }
 
@@ -1142,7 +1131,7 @@ impl Sim {
     fn check_done(&mut self, s: usize) {
         let p = &self.procs[s];
         let end = p.pc >= self.progs[p.rank].len() && p.wait == Wait::Sends;
-        self.procs[s].done = end && p.ep.idle() && !p.ep.backup_pending() && p.deferred.is_empty();
+        self.procs[s].done = end && p.ep.idle() && !p.ep.backup_pending() && p.wildcards.is_empty();
     }
 
     // ------------------------------------------------------------- faults
@@ -1309,10 +1298,128 @@ impl Sim {
     }
 }
 
-fn exact(pat: Pattern, o: Outcome) -> Pattern {
-    match o {
-        Some((src, tag, _)) => Pattern { comm: pat.comm, src: Some(src), tag: Some(tag) },
-        None => pat,
+/// A process of the job at its start.
+fn start_proc(layout: Layout, s: usize, ecfg: Config, lease_len: Duration) -> Proc {
+    let mut lease = Lease::new(lease_len, Duration::ZERO);
+    lease.granted(Duration::ZERO);
+    Proc {
+        slot: s,
+        rank: layout.rank_of(s),
+        ep: Endpoint::new(layout, s, ecfg),
+        m: Matcher::new(),
+        pc: 0,
+        wait: Wait::Start,
+        reqs: HashMap::new(),
+        next_req: 0,
+        open_sends: Vec::new(),
+        out: Vec::new(),
+        hash: layout.rank_of(s) as u64,
+        accepted: HashMap::new(),
+        computed: HashMap::new(),
+        rndv: HashMap::new(),
+        trace: Vec::new(),
+        choice_of: HashMap::new(),
+        wildcards: Wildcards::new(),
+        status: Status::Running,
+        lease,
+        next_renew: lease_len / 4,
+        inbox: VecDeque::new(),
+        written: Vec::new(),
+        broken: Vec::new(),
+        fd_suspects: Vec::new(),
+        done: false,
+    }
+}
+
+/// Draws the job's faults (at most `cfg.faults`) and schedules them; returns them in words,
+/// and which slots they touch.
+fn draw_faults(sim: &mut Sim, cfg: &JobConfig, slots: usize) -> (Vec<String>, Vec<bool>) {
+    let nfaults = sim.rng.below(cfg.faults as u64 + 1) as usize;
+    let mut faults = Vec::new();
+    let mut touched = vec![false; slots];
+    for _ in 0..nfaults {
+        let s = sim.rng.below(slots as u64) as usize;
+        let t = ms(sim.rng.below(1500));
+        let k = sim.rng.below(4);
+        touched[s] = true;
+        match k {
+            0 => {
+                sim.at(t, Ev::Crash(s));
+                faults.push(format!("crash slot {s} at {:.3} s", t.as_secs_f64()));
+            }
+            1 => {
+                let d = ms(200 + sim.rng.below(3000));
+                sim.at(t, Ev::Freeze(s));
+                sim.at(t + d, Ev::Resume(s));
+                faults.push(format!("freeze slot {s} at {:.3} s for {:.3} s", t.as_secs_f64(), d.as_secs_f64()));
+            }
+            2 => {
+                let d = ms(200 + sim.rng.below(3000));
+                sim.at(t, Ev::Cut(s));
+                sim.at(t + d, Ev::Heal(s));
+                faults.push(format!("cut off slot {s} at {:.3} s for {:.3} s", t.as_secs_f64(), d.as_secs_f64()));
+            }
+            _ => {
+                let by = sim.rng.below(slots as u64) as usize;
+                if by != s {
+                    touched[by] = true;
+                    sim.at(t, Ev::Fd { by, slot: s, when: Fd::False });
+                    faults.push(format!("slot {by} falsely suspects slot {s} at {:.3} s", t.as_secs_f64()));
+                }
+            }
+        }
+    }
+    (faults, touched)
+}
+
+impl Sim {
+    /// Runs the events until the job ends, breaks a rule, or hangs.
+    fn run_events(&mut self) {
+        let limit = Duration::from_secs(300);
+        while let Some(Reverse((t, id))) = self.heap.pop() {
+            let ev = self.evs.remove(&id).expect("event");
+            if t > limit || self.events > 5_000_000 {
+                self.violate("the job hangs: not finished after 300 s of virtual time".into());
+                break;
+            }
+            self.now = t;
+            self.events += 1;
+            self.handle(ev);
+            if self.violation.is_some() || self.failed.is_some() || self.finished() {
+                break;
+            }
+        }
+        if self.violation.is_none() && self.failed.is_none() && !self.finished() {
+            self.violate(format!("the job hangs: nothing left to happen at {:.3} s", self.now.as_secs_f64()));
+        }
+    }
+
+    /// The checks at the end: the outputs of the finished replicas of a rank agree, and what a
+    /// finished replica sent is what was delivered.
+    fn check_outputs(&mut self) {
+        let layout = self.layout;
+        // Outputs of the finished replicas of a rank agree.
+        if self.violation.is_none() && self.failed.is_none() {
+            for k in 0..layout.n {
+                let outs: Vec<&Vec<u64>> =
+                    layout.slots_of(k).filter(|&s| self.finished_ok(s)).map(|s| &self.procs[s].out).collect();
+                if outs.windows(2).any(|w| w[0] != w[1]) {
+                    self.violate(format!("the replicas of rank {k} that finished disagree"));
+                }
+            }
+        }
+        // What a finished replica sent is what was delivered.
+        if self.violation.is_none() {
+            for p in self.procs.iter().filter(|p| self.finished_ok(p.slot)) {
+                if let Some((m, v, w)) =
+                    p.computed.iter().find_map(|(m, v)| self.values.get(m).filter(|w| *w != v).map(|w| (m, v, w)))
+                {
+                    let msg = format!("slot {} computed {v} for {m:?}, but {w} was delivered", p.slot);
+                    self.violate(msg);
+                    break;
+                }
+            }
+        }
     }
 }
 
@@ -1324,39 +1431,7 @@ pub fn run(seed: u64, cfg: JobConfig) -> RunReport {
     let lease_len = Duration::from_secs(1);
     let ecfg = Config { stall_limit: Some(Duration::from_secs(2)), rndv_limit: RNDV_LIMIT, ..Config::default() };
     let slots = layout.slots();
-    let procs = (0..slots)
-        .map(|s| {
-            let mut lease = Lease::new(lease_len, Duration::ZERO);
-            lease.granted(Duration::ZERO);
-            Proc {
-                slot: s,
-                rank: layout.rank_of(s),
-                ep: Endpoint::new(layout, s, ecfg),
-                m: Matcher::new(),
-                pc: 0,
-                wait: Wait::Start,
-                reqs: HashMap::new(),
-                next_req: 0,
-                open_sends: Vec::new(),
-                out: Vec::new(),
-                hash: layout.rank_of(s) as u64,
-                accepted: HashMap::new(),
-                computed: HashMap::new(),
-                rndv: HashMap::new(),
-                trace: Vec::new(),
-                choice_of: HashMap::new(),
-                deferred: BTreeMap::new(),
-                status: Status::Running,
-                lease,
-                next_renew: lease_len / 4,
-                inbox: VecDeque::new(),
-                written: Vec::new(),
-                broken: Vec::new(),
-                fd_suspects: Vec::new(),
-                done: false,
-            }
-        })
-        .collect();
+    let procs = (0..slots).map(|s| start_proc(layout, s, ecfg, lease_len)).collect();
     let mut sim = Sim {
         rng,
         now: Duration::ZERO,
@@ -1393,81 +1468,9 @@ pub fn run(seed: u64, cfg: JobConfig) -> RunReport {
         sim.at(lease_len / 4, Ev::Wake(s));
         let _ = sim.sup.handle_input(Duration::ZERO, fencing::Input::Renew(s));
     }
-    // Faults.
-    let nfaults = sim.rng.below(cfg.faults as u64 + 1) as usize;
-    let mut faults = Vec::new();
-    let mut touched = vec![false; slots];
-    for _ in 0..nfaults {
-        let s = sim.rng.below(slots as u64) as usize;
-        let t = ms(sim.rng.below(1500));
-        let k = sim.rng.below(4);
-        touched[s] = true;
-        match k {
-            0 => {
-                sim.at(t, Ev::Crash(s));
-                faults.push(format!("crash slot {s} at {:.3} s", t.as_secs_f64()));
-            }
-            1 => {
-                let d = ms(200 + sim.rng.below(3000));
-                sim.at(t, Ev::Freeze(s));
-                sim.at(t + d, Ev::Resume(s));
-                faults.push(format!("freeze slot {s} at {:.3} s for {:.3} s", t.as_secs_f64(), d.as_secs_f64()));
-            }
-            2 => {
-                let d = ms(200 + sim.rng.below(3000));
-                sim.at(t, Ev::Cut(s));
-                sim.at(t + d, Ev::Heal(s));
-                faults.push(format!("cut off slot {s} at {:.3} s for {:.3} s", t.as_secs_f64(), d.as_secs_f64()));
-            }
-            _ => {
-                let by = sim.rng.below(slots as u64) as usize;
-                if by != s {
-                    touched[by] = true;
-                    sim.at(t, Ev::Fd { by, slot: s, when: Fd::False });
-                    faults.push(format!("slot {by} falsely suspects slot {s} at {:.3} s", t.as_secs_f64()));
-                }
-            }
-        }
-    }
-    let limit = Duration::from_secs(300);
-    while let Some(Reverse((t, id))) = sim.heap.pop() {
-        let ev = sim.evs.remove(&id).expect("event");
-        if t > limit || sim.events > 5_000_000 {
-            sim.violate("the job hangs: not finished after 300 s of virtual time".into());
-            break;
-        }
-        sim.now = t;
-        sim.events += 1;
-        sim.handle(ev);
-        if sim.violation.is_some() || sim.failed.is_some() || sim.finished() {
-            break;
-        }
-    }
-    if sim.violation.is_none() && sim.failed.is_none() && !sim.finished() {
-        sim.violate(format!("the job hangs: nothing left to happen at {:.3} s", sim.now.as_secs_f64()));
-    }
-    // Outputs of the finished replicas of a rank agree.
-    if sim.violation.is_none() && sim.failed.is_none() {
-        for k in 0..layout.n {
-            let outs: Vec<&Vec<u64>> =
-                layout.slots_of(k).filter(|&s| sim.finished_ok(s)).map(|s| &sim.procs[s].out).collect();
-            if outs.windows(2).any(|w| w[0] != w[1]) {
-                sim.violate(format!("the replicas of rank {k} that finished disagree"));
-            }
-        }
-    }
-    // What a finished replica sent is what was delivered.
-    if sim.violation.is_none() {
-        for p in sim.procs.iter().filter(|p| sim.finished_ok(p.slot)) {
-            if let Some((m, v, w)) =
-                p.computed.iter().find_map(|(m, v)| sim.values.get(m).filter(|w| *w != v).map(|w| (m, v, w)))
-            {
-                let msg = format!("slot {} computed {v} for {m:?}, but {w} was delivered", p.slot);
-                sim.violate(msg);
-                break;
-            }
-        }
-    }
+    let (faults, touched) = draw_faults(&mut sim, &cfg, slots);
+    sim.run_events();
+    sim.check_outputs();
     let allowed = (0..layout.n).all(|k| {
         let t = layout.slots_of(k).filter(|&s| touched[s]).count();
         t < layout.r

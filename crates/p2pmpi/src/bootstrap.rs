@@ -15,7 +15,7 @@ use p2pmpi_wire::auth::JobKey;
 use p2pmpi_wire::control::{self, Control};
 use parking_lot::Mutex;
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 /// Environment variables set by the launcher.
@@ -79,8 +79,8 @@ pub(crate) struct Boot {
     pub parents: Option<Parents>,
 }
 
-static CONTROL_CONN: Mutex<Option<TcpStream>> = Mutex::new(None);
-static FINALIZING: AtomicBool = AtomicBool::new(false);
+use crate::launcher::{connected, send};
+pub(crate) use crate::launcher::{finalizing, is_finalizing, report_finalized};
 
 fn var(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|s| !s.is_empty())
@@ -179,7 +179,7 @@ pub(crate) fn boot() -> Result<Boot> {
     // A write to a launcher that stopped reading must not hold this process forever.
     ctrl.set_write_timeout(Some(Duration::from_secs(10)))?;
     let reader = ctrl.try_clone()?;
-    *CONTROL_CONN.lock() = Some(ctrl);
+    crate::launcher::connect(ctrl);
     if let (true, Some(l)) = (lease_us > 0, layout) {
         // The launcher names slots of the universe in its declarations: a spawned
         // process's slots follow its ancestors' (see `spawned`).
@@ -283,7 +283,7 @@ pub(crate) mod spawning {
         ctx: u32,
         limit: Duration,
     ) -> std::result::Result<u32, String> {
-        if CONTROL_CONN.lock().is_none() {
+        if !connected() {
             return Err("this process was not started by p2pmpirun: there is no launcher to start processes".into());
         }
         let mut answer = ANSWER.lock();
@@ -396,10 +396,10 @@ fn watch_launcher(mut conn: TcpStream, rank: i32) {
     loop {
         match control::read_msg(&mut conn) {
             Ok(Some(Control::Stop { reason })) => {
-                if !FINALIZING.load(Ordering::SeqCst) {
+                if !is_finalizing() {
                     eprintln!("p2pmpi: rank {rank}: stopped by the launcher: {reason}");
                     crate::failure::leave();
-                    std::process::exit(143);
+                    crate::fatal::exit(143);
                 }
                 return;
             }
@@ -413,7 +413,7 @@ fn watch_launcher(mut conn: TcpStream, rank: i32) {
             }
             Ok(Some(Control::Revoked { comm })) => {
                 if let Ok(ctx) = u32::try_from(comm) {
-                    crate::ulfm::revoked(ctx);
+                    crate::device::revocations::told(ctx);
                 }
             }
             Ok(Some(Control::Spawned { base, error })) => {
@@ -430,10 +430,10 @@ fn watch_launcher(mut conn: TcpStream, rank: i32) {
                 if fence::is_excluded() {
                     fence::excluded();
                 }
-                if !FINALIZING.load(Ordering::SeqCst) {
+                if !is_finalizing() {
                     eprintln!("p2pmpi: rank {rank}: lost contact with the launcher; stopping");
                     crate::failure::leave();
-                    std::process::exit(143);
+                    crate::fatal::exit(143);
                 }
                 return;
             }
@@ -460,7 +460,7 @@ pub(crate) mod agreements {
     /// Sends this process's contribution. Without a launcher (a program started alone, a
     /// world of one) the decision is taken here: every member is this process.
     pub(crate) fn contribute(key: (u64, u64), members: &[u32], flag: u32) {
-        if CONTROL_CONN.lock().is_none() {
+        if !connected() {
             static ALONE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
             decided(key, Ok((flag, Vec::new(), ALONE.fetch_add(1, Ordering::SeqCst))));
             return;
@@ -480,43 +480,9 @@ pub(crate) fn revoke(ctx: u32) {
     send(&Control::Revoke { comm: u64::from(ctx) });
 }
 
-fn send(msg: &Control) {
-    if let Some(c) = CONTROL_CONN.lock().as_mut() {
-        let _ = control::write_msg(c, msg);
-    }
-}
-
-/// Tells the launcher this process finalized.
-pub(crate) fn report_finalized(rank: i32) {
-    FINALIZING.store(true, Ordering::SeqCst);
-    send(&Control::Finalized { rank: rank as u32 });
-}
-
-/// Whether this process is finalizing (or stopping): peers that go away now are not failures.
-pub(crate) fn is_finalizing() -> bool {
-    FINALIZING.load(Ordering::SeqCst)
-}
-
-/// Marks the start of finalization (launcher loss is then no longer an error).
-pub(crate) fn finalizing() {
-    FINALIZING.store(true, Ordering::SeqCst);
-}
-
-/// Tells the launcher this process's detector confirmed the failure of `failed`, before
-/// this process stops.
-pub(crate) fn report_peer_failed(rank: i32, failed: i32, detail: &str) {
-    FINALIZING.store(true, Ordering::SeqCst);
-    send(&Control::PeerFailed { rank: rank.max(0) as u32, failed: failed.max(0) as u32, detail: detail.to_string() });
-}
-
-/// Tells the launcher of a failure the program handles itself (it keeps running).
-pub(crate) fn report_peer_failed_tolerated(rank: i32, failed: i32, detail: &str) {
-    send(&Control::PeerFailed { rank: rank.max(0) as u32, failed: failed.max(0) as u32, detail: detail.to_string() });
-}
-
 /// Tells the launcher this process aborts the job.
 pub(crate) fn report_abort(rank: i32, code: i32, message: &str, lost: Option<i32>) {
-    FINALIZING.store(true, Ordering::SeqCst);
+    finalizing();
     // The launcher knows processes by slot: a lost rank is named by its first replica.
     let lost = lost.filter(|r| *r >= 0).map(|r| match crate::failure::layout() {
         Some(l) => l.slot(r as usize, 0) as u32,
@@ -531,37 +497,17 @@ pub(crate) fn report_abort(rank: i32, code: i32, message: &str, lost: Option<i32
 /// cannot reach the launcher for [`Lease::stop_after`](p2pmpi_core::fencing::Lease::stop_after).
 pub(crate) mod fence {
     use super::{send, Control, Error, Result};
-    use p2pmpi_core::fencing::Lease;
-    use parking_lot::Mutex;
-    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-    use std::sync::OnceLock;
-    use std::time::{Duration, Instant};
+    use crate::lease;
+    use std::time::Duration;
 
-    struct Fence {
-        origin: Instant,
-        slot: u32,
-        lease: Mutex<Lease>,
-    }
-
-    static FENCE: OnceLock<Fence> = OnceLock::new();
-    /// Until when this process may send, µs since the fence's origin (the fast path's copy of
-    /// the lease).
-    static VALID_UNTIL_US: AtomicU64 = AtomicU64::new(0);
-    static EXCLUDED: AtomicBool = AtomicBool::new(false);
-    static ON: AtomicBool = AtomicBool::new(false);
-
-    fn now(f: &Fence) -> Duration {
-        f.origin.elapsed()
-    }
+    pub(crate) use crate::lease::{granted, is_excluded, my_slot};
 
     /// Starts fencing with leases of `length` and the renewal thread.
     pub(crate) fn start(length: Duration, slot: i32) -> Result<()> {
-        let origin = Instant::now();
-        let f = Fence { origin, slot: slot as u32, lease: Mutex::new(Lease::new(length, Duration::ZERO)) };
-        if FENCE.set(f).is_err() {
+        let launcher = lease::Launcher { ask_renewal: |stamp_us| send(&Control::Renew { stamp_us }), excluded };
+        if !lease::start(length, slot, launcher) {
             return Ok(());
         }
-        ON.store(true, Ordering::SeqCst);
         std::thread::Builder::new()
             .name("p2pmpi-lease".into())
             .spawn(renew_loop)
@@ -570,97 +516,39 @@ pub(crate) mod fence {
     }
 
     fn renew_loop() {
-        let f = FENCE.get().expect("started");
-        let every = f.lease.lock().renew_every();
+        let every = lease::with_lease(|l| l.renew_every()).expect("started");
         loop {
-            if super::FINALIZING.load(Ordering::SeqCst) && crate::environment::is_finalized() {
+            if super::is_finalizing() && crate::lifecycle::is_finalized() {
                 return;
             }
-            let t = now(f);
+            let t = lease::now().expect("started");
             send(&Control::Renew { stamp_us: t.as_micros() as u64 });
-            let out = f.lease.lock().out_of_contact(t);
-            if out && !crate::environment::is_finalized() {
-                let l = f.lease.lock().stop_after();
+            let out = lease::with_lease(|l| l.out_of_contact(t)).unwrap_or(false);
+            if out && !crate::lifecycle::is_finalized() {
+                let l = lease::with_lease(|l| l.stop_after()).unwrap_or_default();
                 eprintln!(
                     "p2pmpi: slot {}: no lease from the launcher for {:.1} s (cut off from it?); stopping",
-                    f.slot,
+                    my_slot().unwrap_or(0),
                     l.as_secs_f64()
                 );
-                std::process::exit(1);
+                crate::fatal::exit(1);
             }
             std::thread::sleep(every);
         }
-    }
-
-    /// The launcher granted the renewal asked at `stamp_us`.
-    pub(crate) fn granted(stamp_us: u64) {
-        let Some(f) = FENCE.get() else { return };
-        let mut l = f.lease.lock();
-        l.granted(Duration::from_micros(stamp_us));
-        if let Some(v) = l.valid_until() {
-            VALID_UNTIL_US.fetch_max(v.as_micros() as u64, Ordering::SeqCst);
-        }
-    }
-
-    /// This process's slot, when fencing runs.
-    pub(crate) fn my_slot() -> Option<u32> {
-        FENCE.get().map(|f| f.slot)
-    }
-
-    pub(crate) fn is_excluded() -> bool {
-        EXCLUDED.load(Ordering::SeqCst)
     }
 
     /// The launcher excluded this process (it was frozen or cut off, and the job went on
     /// without it): it leaves quietly — the launcher reports it, and its output is no longer
     /// shown.
     pub(crate) fn excluded() -> ! {
-        EXCLUDED.store(true, Ordering::SeqCst);
+        lease::set_excluded();
         if std::env::var_os("P2PMPI_REPL_DEBUG").is_some() {
             eprintln!("p2pmpi: slot {:?}: excluded from the job by the launcher; exiting", my_slot());
         }
         // The launcher learns that it came back (it reports it); a lock held by a thread
         // that froze mid-write is not waited for long.
-        if let Some(mut c) = super::CONTROL_CONN.try_lock_for(Duration::from_millis(100)) {
-            if let Some(c) = c.as_mut() {
-                let _ = p2pmpi_wire::control::write_msg(c, &Control::Excluded { reason: "resumed".into() });
-            }
-        }
-        // SAFETY: `_exit` ends the process at once, without running destructors or atexit
-        // handlers that could block on locks held by the threads it ends.
-        unsafe { libc::_exit(0) }
-    }
-
-    /// Blocks until this process holds a valid lease (replicated jobs; returns at once
-    /// otherwise). Every frame the device writes passes here first.
-    #[inline]
-    pub(crate) fn wait_lease() {
-        if !ON.load(Ordering::Relaxed) {
-            return;
-        }
-        let f = FENCE.get().expect("on");
-        if (now(f).as_micros() as u64) < VALID_UNTIL_US.load(Ordering::Relaxed) {
-            return;
-        }
-        wait_slow(f);
-    }
-
-    #[cold]
-    fn wait_slow(f: &Fence) {
-        let mut pause = Duration::from_micros(50);
-        loop {
-            if EXCLUDED.load(Ordering::SeqCst) {
-                excluded();
-            }
-            if (now(f).as_micros() as u64) < VALID_UNTIL_US.load(Ordering::SeqCst) {
-                return;
-            }
-            // Ask at once rather than at the next period: a process woken from a freeze
-            // learns its fate within a round trip.
-            send(&Control::Renew { stamp_us: now(f).as_micros() as u64 });
-            std::thread::sleep(pause);
-            pause = (pause * 2).min(Duration::from_millis(20));
-        }
+        crate::launcher::try_send_within(&Control::Excluded { reason: "resumed".into() }, Duration::from_millis(100));
+        crate::fatal::exit_at_once(0)
     }
 }
 

@@ -1540,7 +1540,7 @@ pub mod internal {
     /// finalization, or from another thread than the initializing one without
     /// `Threading::Multiple`.
     pub fn check_derive_equivalence_universe_state(type_name: &str) {
-        use crate::environment::{is_finalized, is_initialized, threading_support};
+        use crate::lifecycle::{is_finalized, is_initialized, threading_support};
         if !is_initialized() {
             panic!(
                 "\nRSMPI PANIC: Pre-MPI_Init datatype initialization\n\nApplication attempted to \
@@ -1557,7 +1557,7 @@ pub mod internal {
                  finalizing.\n"
             );
         }
-        if threading_support() != crate::Threading::Multiple && !crate::environment::is_init_thread() {
+        if threading_support() != crate::Threading::Multiple && !crate::lifecycle::is_init_thread() {
             panic!(
                 "\nRSMPI PANIC: Invalid threaded datatype initialization\n\nApplication \
                  attempted to initialize the datatype of #[derive(Equivalence)] for \

@@ -60,18 +60,13 @@ impl From<std::io::Error> for Error {
 }
 
 /// Stops this process because of `err`: prints `p2pmpi: rank R: cause` on standard error,
-/// tells the launcher, and exits with status 1.
+/// tells the launcher, and exits with status 1 (through [`crate::fatal`]).
 pub(crate) fn fatal(err: &Error) -> ! {
-    let rank = crate::environment::own_rank();
-    let msg = format!("p2pmpi: rank {rank}: {err}");
-    eprintln!("{msg}");
     let lost = match err {
         Error::PeerLost { rank, .. } => Some(*rank),
         _ => None,
     };
-    crate::bootstrap::report_abort(rank, 1, &msg, lost);
-    crate::failure::leave();
-    std::process::exit(1)
+    crate::fatal::stop(err, lost)
 }
 
 /// Unwraps a communication result the way rsmpi's plain calls do: on error, stop the process.

@@ -33,12 +33,17 @@
 pub mod attribute;
 pub mod bootstrap;
 pub mod collective;
+mod context;
 pub mod datatype;
 pub mod device;
 pub mod environment;
 mod error;
 pub mod failure;
+mod fatal;
 pub mod ffi;
+mod launcher;
+mod lease;
+mod lifecycle;
 pub mod point_to_point;
 mod pool;
 pub mod random;
@@ -47,10 +52,9 @@ pub mod request;
 pub mod topology;
 pub mod ulfm;
 
-pub use crate::environment::{
-    initialize, initialize_with_threading, is_finalized, is_initialized, time, time_resolution, Threading,
-};
+pub use crate::environment::{initialize, initialize_with_threading};
 pub use crate::error::{Error as CommError, Result as CommResult};
+pub use crate::lifecycle::{is_finalized, is_initialized, time, time_resolution, Threading};
 pub use crate::topology::{MpiError, Rank};
 
 /// Error code type (`c_int`), as in rsmpi.

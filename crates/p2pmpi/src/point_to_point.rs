@@ -7,16 +7,15 @@
 //!   stopping the process (the plain forms stop it with a message naming the rank and cause);
 //! * `send_object` / `receive_object` carry any `serde` value (the seeds' OBJECT datatype).
 
-use crate::datatype::{Buffer, BufferMut, Datatype, Equivalence, TypeMap, UncommittedDatatype};
+use crate::context::{wait_until, with_engine};
+use crate::datatype::{Buffer, BufferMut, Equivalence, TypeMap, UncommittedDatatype};
 use crate::device::{Matched, SendMode};
-use crate::environment::{wait_until, with_engine};
 use crate::error::{Error, OrFatal, Result};
 use crate::request::{Pending, Request, Scope, Unpack};
 use crate::topology::{AsCommunicator, CommHandle, Communicator, CommunicatorRelation, Rank};
-use crate::{Count, Tag};
+use crate::Tag;
 use p2pmpi_core::matching::Pattern;
 use parking_lot::Mutex;
-use std::fmt;
 use std::mem::MaybeUninit;
 use std::ptr::NonNull;
 
@@ -25,47 +24,7 @@ pub const ANY_TAG: Tag = -1;
 /// Matches any source (used by [`AnyProcess`](crate::topology::AnyProcess)).
 pub const ANY_SOURCE: Rank = -2;
 
-/// What a completed receive or probe reports.
-#[derive(Copy, Clone, PartialEq, Eq)]
-pub struct Status {
-    pub(crate) source: Rank,
-    pub(crate) tag: Tag,
-    pub(crate) bytes: u64,
-    pub(crate) cancelled: bool,
-}
-
-impl Status {
-    /// The rank of the message's sender.
-    pub fn source_rank(&self) -> Rank {
-        self.source
-    }
-    /// The message's tag.
-    pub fn tag(&self) -> Tag {
-        self.tag
-    }
-    /// How many elements of datatype `d` the message holds.
-    pub fn count<D: Datatype>(&self, d: D) -> Count {
-        self.bytes.checked_div(d.type_map().size() as u64).map_or(0, |n| n as Count)
-    }
-    /// The status a raw `MPI_Status` describes (e.g. from `mpi::ffi::MPI_Recv`).
-    pub fn from_raw(status: crate::ffi::MPI_Status) -> Status {
-        Status { source: status.MPI_SOURCE, tag: status.MPI_TAG, bytes: status.bytes, cancelled: status.cancelled != 0 }
-    }
-    /// The message size in bytes (not in rsmpi).
-    pub fn byte_count(&self) -> u64 {
-        self.bytes
-    }
-    /// Whether the request was cancelled (not in rsmpi).
-    pub fn is_cancelled(&self) -> bool {
-        self.cancelled
-    }
-}
-
-impl fmt::Debug for Status {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Status {{ source_rank: {}, tag: {} }}", self.source, self.tag)
-    }
-}
+pub use crate::request::Status;
 
 // ------------------------------------------------------------------ the operations
 
@@ -294,7 +253,7 @@ fn probe_blocked_here(e: &mut crate::device::Engine, h: &CommHandle, pat: &Patte
         Some(src) => e.lost_cause(src).map(|cause| Error::PeerLost { rank: src, cause }),
         None => {
             let members = h.members();
-            let w = crate::ulfm::unacked_failure(h.0.ctx, members.as_deref())?;
+            let w = crate::context::unacked_failure(h.0.ctx, members.as_deref())?;
             Some(Error::PeerLost {
                 rank: w,
                 cause: "failed, and not acknowledged on this communicator (a probe from any source cannot tell whether its message would have come from it; acknowledge with failure_ack and probe again)".into(),

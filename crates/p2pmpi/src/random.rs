@@ -18,6 +18,8 @@ use rand_core::{RngCore, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+// Process-wide because `Rand::new()` (rsmpi-style, no argument) must find the job's seed
+// from anywhere in the program: it is set once, at initialization.
 static JOB_SEED: AtomicU64 = AtomicU64::new(0);
 
 /// Sets the job's part of the seeds (at initialization): `P2PMPI_SEED`, else `derived`, a
@@ -39,7 +41,7 @@ impl Rand {
 
     /// Another independent stream of this rank's numbers.
     pub fn with_stream(stream: u64) -> Rand {
-        let rank = crate::environment::own_rank().max(0) as u64;
+        let rank = crate::lifecycle::own_rank().max(0) as u64;
         Rand::from_parts(JOB_SEED.load(Ordering::SeqCst), rank, stream)
     }
 

@@ -1,17 +1,59 @@
 //! Requests of immediate (non-blocking) operations, scopes that guarantee their buffers
 //! outlive them, guards, and collections of requests.
 
-use crate::datatype::TypeMap;
+use crate::context::{wait_req, wait_until, with_engine};
+use crate::datatype::{Datatype, TypeMap};
 use crate::device::{ReqId, StatusInfo};
-use crate::environment::{wait_req, wait_until, with_engine};
 use crate::error::{Error, OrFatal, Result};
-use crate::point_to_point::Status;
 use crate::topology::{comm_rank_of, Rank};
+use crate::{Count, Tag};
 use std::cell::Cell;
 use std::fmt;
 use std::marker::PhantomData;
 use std::ptr::NonNull;
 use std::sync::Arc;
+
+/// What a completed receive or probe reports.
+#[derive(Copy, Clone, PartialEq, Eq)]
+pub struct Status {
+    pub(crate) source: Rank,
+    pub(crate) tag: Tag,
+    pub(crate) bytes: u64,
+    pub(crate) cancelled: bool,
+}
+
+impl Status {
+    /// The rank of the message's sender.
+    pub fn source_rank(&self) -> Rank {
+        self.source
+    }
+    /// The message's tag.
+    pub fn tag(&self) -> Tag {
+        self.tag
+    }
+    /// How many elements of datatype `d` the message holds.
+    pub fn count<D: Datatype>(&self, d: D) -> Count {
+        self.bytes.checked_div(d.type_map().size() as u64).map_or(0, |n| n as Count)
+    }
+    /// The status a raw `MPI_Status` describes (e.g. from `mpi::ffi::MPI_Recv`).
+    pub fn from_raw(status: crate::ffi::MPI_Status) -> Status {
+        Status { source: status.MPI_SOURCE, tag: status.MPI_TAG, bytes: status.bytes, cancelled: status.cancelled != 0 }
+    }
+    /// The message size in bytes (not in rsmpi).
+    pub fn byte_count(&self) -> u64 {
+        self.bytes
+    }
+    /// Whether the request was cancelled (not in rsmpi).
+    pub fn is_cancelled(&self) -> bool {
+        self.cancelled
+    }
+}
+
+impl fmt::Debug for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Status {{ source_rank: {}, tag: {} }}", self.source, self.tag)
+    }
+}
 
 /// Data to unpack once a receive of a non-contiguous datatype completes.
 pub(crate) struct Unpack {
@@ -60,7 +102,7 @@ impl Pending {
             // A replica that follows its master: the master's outcome comes.
             return false;
         }
-        let Some(w) = crate::ulfm::unacked_failure(ctx, self.members.as_deref()) else { return false };
+        let Some(w) = crate::context::unacked_failure(ctx, self.members.as_deref()) else { return false };
         e.fail_receive(
             self.id,
             Error::PeerLost {
@@ -96,7 +138,7 @@ impl Pending {
             return self.finish(Ok(crate::device::DONE_STATUS));
         }
         let r = match self.any_source_ctx {
-            Some(ctx) => crate::ulfm::wait_any_source(self.id, ctx, self.members.as_deref()),
+            Some(ctx) => crate::context::wait_any_source(self.id, ctx, self.members.as_deref()),
             None => wait_req(self.id, self.hint),
         };
         if r.is_err() {
@@ -141,7 +183,7 @@ impl Pending {
                 e.progress(self.hint, None);
                 // A failure or revocation told since fails the request now (a program
                 // polling with `test` learns of it).
-                crate::environment::apply_notices(e);
+                crate::context::apply_notices(e);
                 return e.take_done(self.id);
             }
             r
@@ -154,7 +196,7 @@ impl Pending {
                 Ok(self.finish(r))
             }
             None => {
-                if let Some(e) = crate::environment::fatal_error() {
+                if let Some(e) = crate::context::fatal_error() {
                     return Ok(Err(e));
                 }
                 Err(self)
@@ -223,7 +265,7 @@ impl Drop for LocalScope<'_> {
         if self.num_requests.get() != 0 {
             eprintln!(
                 "p2pmpi: rank {}: at least one request was dropped without being completed",
-                crate::environment::own_rank()
+                crate::lifecycle::own_rank()
             );
             std::process::abort();
         }

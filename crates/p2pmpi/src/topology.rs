@@ -232,8 +232,8 @@ pub trait Communicator: AsHandle + AsRaw<Raw = crate::ffi::MPI_Comm> {
     }
     /// Splits into communicators of processes sharing a host (collective).
     fn split_shared(&self, key: c_int) -> SimpleCommunicator {
-        let host = crate::environment::processor_name().unwrap_or_default();
-        let ip = crate::environment::data_address().map(|a| a.ip().to_string()).unwrap_or_default();
+        let host = crate::lifecycle::processor_name().unwrap_or_default();
+        let ip = crate::context::data_address().map(|a| a.ip().to_string()).unwrap_or_default();
         let color = (fnv(&format!("{host}/{ip}")) & 0x3fff_ffff) as c_int;
         create(self.handle(), Spec::Split { color, key }).or_fatal().expect("every process has a host")
     }
@@ -273,12 +273,9 @@ pub trait Communicator: AsHandle + AsRaw<Raw = crate::ffi::MPI_Comm> {
 
     /// Stops every process of the job with `errorcode`.
     fn abort(&self, errorcode: c_int) -> ! {
-        let rank = crate::environment::own_rank();
+        let rank = crate::lifecycle::own_rank();
         let msg = format!("p2pmpi: rank {rank}: abort({errorcode}) called");
-        eprintln!("{msg}");
-        crate::bootstrap::report_abort(rank, errorcode, &msg, None);
-        crate::failure::leave();
-        std::process::exit(if errorcode == 0 { 1 } else { errorcode & 0xff })
+        crate::fatal::stop_with(rank, errorcode, &msg, None, if errorcode == 0 { 1 } else { errorcode & 0xff })
     }
     /// Whether this is an inter-communicator (`MPI_Comm_test_inter`): true for an
     /// [`InterCommunicator`](crate::topology::InterCommunicator) and for any communicator whose
@@ -381,7 +378,7 @@ impl SimpleCommunicator {
     /// The communicator of every process of the job (`MPI_COMM_WORLD`).
     pub fn world() -> SimpleCommunicator {
         let h = WORLD.get_or_init(|| {
-            let (rank, base, size) = crate::environment::with_engine(|e| (e.rank, e.world_base, e.world_size));
+            let (rank, base, size) = crate::context::with_engine(|e| (e.rank, e.world_base, e.world_size));
             // A spawned job's world: its ranks are universe ids from `base` on.
             let members = (base != 0).then(|| Arc::from((base..base + size).collect::<Vec<Rank>>()));
             CommHandle(Arc::new(CommInner {
@@ -401,7 +398,7 @@ impl SimpleCommunicator {
 
     /// The communicator containing only this process (`MPI_COMM_SELF`).
     pub fn self_comm() -> SimpleCommunicator {
-        let me = crate::environment::with_engine(|e| e.rank);
+        let me = crate::context::with_engine(|e| e.rank);
         SimpleCommunicator(CommHandle(Arc::new(CommInner {
             ctx: 1,
             rank: 0,
@@ -596,7 +593,7 @@ pub(crate) fn new_comm(ctx: u32, members: Vec<Rank>, me_world: Rank) -> SimpleCo
     let rank = members.iter().position(|&w| w == me_world).expect("member") as Rank;
     let size = members.len() as Rank;
     let identity = members.iter().enumerate().all(|(i, &w)| i as Rank == w)
-        && crate::environment::with_engine(|e| e.world_base == 0 && e.world_size == size);
+        && crate::context::with_engine(|e| e.world_base == 0 && e.world_size == size);
     SimpleCommunicator(CommHandle(Arc::new(CommInner {
         ctx,
         rank,
@@ -763,7 +760,7 @@ pub trait Group: AsRaw<Raw = crate::ffi::MPI_Group> {
     }
     /// This process's rank in the group, `None` if it is not a member.
     fn rank(&self) -> Option<Rank> {
-        let me = crate::environment::own_rank();
+        let me = crate::lifecycle::own_rank();
         self.members_world().iter().position(|&w| w == me).map(|p| p as Rank)
     }
     /// The rank in `other` of this group's member `rank`, if it is a member of `other`.

@@ -35,8 +35,7 @@
 pub use crate::collective::{TryCollectives, TryImmediateCollectives, TryImmediateRoot, TryRoot};
 use crate::topology::{Communicator, Rank, SimpleCommunicator};
 use parking_lot::Mutex;
-use std::collections::{BTreeSet, HashMap};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::collections::HashMap;
 
 /// Context ids of communicators made by [`FaultTolerant::shrink`]: this base plus the
 /// agreement's number (the ids `split` and `duplicate` hand out stay far below).
@@ -60,34 +59,12 @@ pub enum FaultError {
 }
 
 /// Agreements run so far per communicator context (each member counts its own calls; they
-/// match because agreement is collective), and the failed ranks acknowledged per context.
+/// match because agreement is collective).
 static SEQ: Mutex<Option<HashMap<u32, u64>>> = Mutex::new(None);
-static ACKED: Mutex<Option<HashMap<u32, BTreeSet<Rank>>>> = Mutex::new(None);
-
-/// Every communicator context revoked in this job so far (as this process heard), and those
-/// the engine has not applied yet ([`REVOKE_PENDING`]).
-static REVOKED: Mutex<BTreeSet<u32>> = Mutex::new(BTreeSet::new());
-static UNAPPLIED: Mutex<Vec<u32>> = Mutex::new(Vec::new());
-/// Revocations wait to be applied by the engine (its requests on them fail).
-pub(crate) static REVOKE_PENDING: AtomicBool = AtomicBool::new(false);
 
 /// Communicator context `ctx` was revoked (told by the launcher, or by this process itself).
 pub(crate) fn revoked(ctx: u32) {
-    if REVOKED.lock().insert(ctx) {
-        UNAPPLIED.lock().push(ctx);
-        REVOKE_PENDING.store(true, Ordering::SeqCst);
-    }
-}
-
-/// Whether communicator context `ctx` was revoked, as this process heard so far.
-pub(crate) fn context_revoked(ctx: u32) -> bool {
-    REVOKED.lock().contains(&ctx)
-}
-
-/// The revocations the engine has not applied yet.
-pub(crate) fn take_revocations() -> Vec<u32> {
-    REVOKE_PENDING.store(false, Ordering::SeqCst);
-    std::mem::take(&mut *UNAPPLIED.lock())
+    crate::device::revocations::told(ctx);
 }
 
 /// A decision: the agreed flag, the failed members (ranks of the communicator), its number.
@@ -110,71 +87,20 @@ fn agreement<C: Communicator + ?Sized>(comm: &C, flag: u32) -> Result<Decided, F
     let members: Vec<u32> = (0..h.size()).map(|r| h.world_rank(r) as u32).collect();
     let key = (ctx as u64, seq);
     crate::bootstrap::agreements::contribute(key, &members, flag);
-    let outcome = crate::environment::wait_until(None, |_| crate::bootstrap::agreements::take(key).map(Ok))
+    let outcome = crate::context::wait_until(None, |_| crate::bootstrap::agreements::take(key).map(Ok))
         .map_err(|e| FaultError::Library(e.to_string()))?;
     let (flag, failed_world, id) = outcome.map_err(FaultError::Refused)?;
     let failed = members.iter().enumerate().filter(|(_, w)| failed_world.contains(w)).map(|(r, _)| r as Rank).collect();
     Ok(Decided { flag, failed, id })
 }
 
-/// A member of communicator `ctx` (world ranks `members`, `None`: the world) that failed and
-/// that this process has not acknowledged on it: its world rank.
-pub(crate) fn unacked_failure(ctx: u32, members: Option<&[Rank]>) -> Option<Rank> {
-    if !crate::failure::any_failed() {
-        return None;
-    }
-    let failed = crate::failure::failed_ranks();
-    let acked = ACKED.lock();
-    let acked = acked.as_ref().and_then(|m| m.get(&ctx));
-    failed.into_iter().find(|&w| {
-        let rank = match members {
-            Some(m) => m.iter().position(|&x| x == w).map(|r| r as Rank),
-            None => Some(w),
-        };
-        rank.is_some_and(|r| !acked.is_some_and(|a| a.contains(&r)))
-    })
-}
-
-/// Waits for receive `id` from `ANY_SOURCE` on communicator `ctx`: it fails with
-/// [`Error::PeerLost`](crate::error::Error::PeerLost) naming a failed member while one is not
-/// acknowledged ([`FaultTolerant::failure_ack`] makes such receives possible again), unless a
-/// message already matched it. ULFM's `MPI_ERR_PROC_FAILED_PENDING`, made final: the receive
-/// is withdrawn, and the program posts it again after acknowledging.
-pub(crate) fn wait_any_source(
-    id: crate::device::ReqId,
-    ctx: u32,
-    members: Option<&[Rank]>,
-) -> crate::error::Result<crate::device::StatusInfo> {
-    crate::environment::wait_until(None, |e| {
-        if let Some(done) = e.take_done(id) {
-            return Some(done);
-        }
-        if e.follows() {
-            // A replica that follows its master: the master withdraws the receive or not,
-            // and says so (the receive's choice point).
-            return None;
-        }
-        let w = unacked_failure(ctx, members)?;
-        // Withdrawn only if nothing matched it yet (a message on its way in is delivered);
-        // a master's replicas are told.
-        let err = crate::error::Error::PeerLost {
-            rank: w,
-            cause: "failed, and not acknowledged on this communicator (a receive from any source cannot tell whether its message would have come from it; acknowledge with failure_ack and receive again)".into(),
-        };
-        if !e.fail_receive(id, err) {
-            return None;
-        }
-        e.take_done(id)
-    })
-}
-
 /// The world ranks known failed now. With `-r R` this is the master's view, which its
 /// replicas follow (a choice point): what each one heard so far may differ.
 fn failed_world() -> Vec<Rank> {
-    let c = crate::environment::with_engine(|e| e.replicated().then(|| e.completion_point()).flatten());
+    let c = crate::context::with_engine(|e| e.replicated().then(|| e.completion_point()).flatten());
     match c {
         None => crate::failure::failed_ranks(),
-        Some(c) => crate::environment::wait_until(None, |e| e.lost_view_at(c).map(Ok))
+        Some(c) => crate::context::wait_until(None, |e| e.lost_view_at(c).map(Ok))
             .unwrap_or_else(|_| crate::failure::failed_ranks()),
     }
 }
@@ -232,7 +158,7 @@ pub trait FaultTolerant: Communicator {
 
     /// Whether the communicator was revoked (by any member, as this process heard so far).
     fn is_revoked(&self) -> bool {
-        REVOKED.lock().contains(&self.handle().0.ctx)
+        crate::device::revocations::is_revoked(self.handle().0.ctx)
     }
 
     /// Acknowledges the failures of members known to this process now: later agreements no
@@ -240,13 +166,13 @@ pub trait FaultTolerant: Communicator {
     fn failure_ack(&self) {
         let failed = self.failed_members();
         let ctx = self.handle().0.ctx;
-        ACKED.lock().get_or_insert_with(HashMap::new).entry(ctx).or_default().extend(failed);
+        crate::context::acknowledge(ctx, failed);
     }
 
     /// The members whose failure this process acknowledged (ranks of the communicator).
     fn failure_get_acked(&self) -> Vec<Rank> {
         let ctx = self.handle().0.ctx;
-        ACKED.lock().as_ref().and_then(|m| m.get(&ctx)).map_or_else(Vec::new, |s| s.iter().copied().collect())
+        crate::context::acknowledged(ctx)
     }
 
     /// The members known failed now (ranks of the communicator; the failure detectors'

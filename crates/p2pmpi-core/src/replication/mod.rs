@@ -23,8 +23,11 @@
 //! back, and resends what [`Coordinator::on_failure`] hands it after a takeover.
 
 pub mod endpoint;
+pub mod operations;
 pub mod seq_table;
 pub mod spawn;
+pub mod stranded;
+pub mod wildcards;
 
 pub use endpoint::Endpoint;
 

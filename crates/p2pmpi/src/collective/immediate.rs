@@ -30,6 +30,7 @@
 
 use super::ops::Operation;
 use crate::datatype::TypeMap;
+use crate::device::Schedule as _;
 use crate::device::{Engine, ReqId, SendMode, StatusInfo};
 use crate::error::{Error, Result};
 use crate::request::Pending;
@@ -88,14 +89,8 @@ impl Plan {
     }
 }
 
-/// A running immediate collective, owned by the device.
+/// A running immediate collective, owned by the device (as a [`crate::device::Schedule`]).
 pub(crate) struct Schedule {
-    /// The device request the user's `Request` stands on; completed with the schedule.
-    pub req: ReqId,
-    /// Its number among the operations of a fault-aware replicated job (set when it starts,
-    /// in program order: the same on every replica of the rank); its replicas take their
-    /// master's outcome.
-    pub op: Option<u64>,
     comm: u32,
     members: Option<Arc<[Rank]>>,
     tag: i32,
@@ -125,9 +120,29 @@ impl Schedule {
         }
     }
 
+    /// A step failed: the sends of the current round (up to the next fence) are posted all
+    /// the same, then the schedule is over. Every process that reaches a round posts all its
+    /// sends, whichever step failed first: with `-r R` a replica (which does not fail steps
+    /// by itself) posts the same sends as its master, so none waits for its master to send
+    /// what it never would.
+    fn give_up(&mut self, e: &mut Engine) {
+        while let Some(Step::Send { .. } | Step::Recv { .. }) = self.steps.front() {
+            if let Some(Step::Send { to, slot }) = self.steps.pop_front() {
+                let b = &self.slots[slot];
+                // A send that fails too (to a lost rank, on a revoked communicator) is left.
+                if let Ok(id) = e.isend(self.comm, self.world(to), self.tag, b.as_ptr(), b.len(), SendMode::Standard) {
+                    self.active.push(Active { id, peer: to, recv: None });
+                }
+            }
+        }
+        self.abort(e);
+    }
+}
+
+impl crate::device::Schedule for Schedule {
     /// Runs the schedule as far as it goes now. `Some` once it is over (successfully or not):
     /// nothing in the device refers to its buffers any more.
-    pub fn advance(&mut self, e: &mut Engine) -> Option<Result<StatusInfo>> {
+    fn advance(&mut self, e: &mut Engine) -> Option<Result<StatusInfo>> {
         loop {
             // Reap what completed.
             let mut failed = None;
@@ -190,31 +205,13 @@ impl Schedule {
         }
     }
 
-    /// A step failed: the sends of the current round (up to the next fence) are posted all
-    /// the same, then the schedule is over. Every process that reaches a round posts all its
-    /// sends, whichever step failed first: with `-r R` a replica (which does not fail steps
-    /// by itself) posts the same sends as its master, so none waits for its master to send
-    /// what it never would.
-    fn give_up(&mut self, e: &mut Engine) {
-        while let Some(Step::Send { .. } | Step::Recv { .. }) = self.steps.front() {
-            if let Some(Step::Send { to, slot }) = self.steps.pop_front() {
-                let b = &self.slots[slot];
-                // A send that fails too (to a lost rank, on a revoked communicator) is left.
-                if let Ok(id) = e.isend(self.comm, self.world(to), self.tag, b.as_ptr(), b.len(), SendMode::Standard) {
-                    self.active.push(Active { id, peer: to, recv: None });
-                }
-            }
-        }
-        self.abort(e);
-    }
-
     /// The world rank of a peer in `lost` that a receive under way waits for.
-    pub fn waits_for(&self, lost: &[Rank]) -> Option<Rank> {
+    fn waits_for(&self, lost: &[Rank]) -> Option<Rank> {
         self.active.iter().filter(|a| a.recv.is_some()).map(|a| self.world(a.peer)).find(|w| lost.contains(w))
     }
 
     /// Withdraws every transfer still under way (their buffers are about to go).
-    pub fn abort(&mut self, e: &mut Engine) {
+    fn abort(&mut self, e: &mut Engine) {
         for a in self.active.drain(..) {
             e.detach(a.id);
         }
@@ -233,8 +230,6 @@ pub(crate) fn start(h: &CommHandle, name: &'static str, plan: Plan) -> Result<Pe
     }
     let tag = TAG_IMMEDIATE + (h.next_immediate() % (1 << 24)) as i32;
     let sched = Schedule {
-        req: 0,
-        op: None,
         comm: h.coll_id(),
         members: h.members(),
         tag,
@@ -243,7 +238,7 @@ pub(crate) fn start(h: &CommHandle, name: &'static str, plan: Plan) -> Result<Pe
         steps: plan.steps,
         active: Vec::new(),
     };
-    let id = crate::environment::with_engine(|e| e.start_schedule(sched));
+    let id = crate::context::with_engine(|e| e.start_schedule(Box::new(sched)));
     Ok(Pending::new(id, None, None))
 }
 

@@ -2,12 +2,34 @@
 //! rendez-vous data, a queue of outgoing frames written with `writev`, and where the
 //! connection's opening (the challenge-response on the job key) stands.
 
-use super::{ConnError, ReqId, StatusInfo, EAGER_LIMIT};
 use mio::net::TcpStream;
 use p2pmpi_wire::auth::{Nonce, Opener, Record, Sealer, RECORD_MAX};
 use p2pmpi_wire::{FrameKind, Header, HEADER_LEN};
 use std::collections::VecDeque;
 use std::io::{self, IoSlice, Read, Write};
+
+/// Largest message sent with the eager protocol (the seeds' 128 KB).
+pub const EAGER_LIMIT: usize = 128 * 1024;
+
+/// Request handle inside the engine (the transport completes some: a send written whole).
+pub(crate) type ReqId = usize;
+
+/// What a completed receive learned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct StatusInfo {
+    pub source: i32,
+    pub tag: i32,
+    pub len: u64,
+    pub cancelled: bool,
+}
+
+/// Why a connection ended.
+#[derive(Debug)]
+pub(crate) enum ConnError {
+    Closed,
+    Io(io::Error),
+    Protocol(String),
+}
 
 /// Congestion control of a data link whose two ends are on this host (loopback).
 ///
@@ -174,7 +196,7 @@ pub(crate) struct Conn {
     /// A replicated job's rendez-vous data streaming into receive `.1`: on completion the
     /// receiver says it has message `.0`; if the connection goes away first, the receive
     /// waits again for the data (the sender's successor sends it).
-    pub rndv_stream: Option<(p2pmpi_wire::Mid, super::ReqId)>,
+    pub rndv_stream: Option<(p2pmpi_wire::Mid, ReqId)>,
     /// Same host: the shared-memory rings that carry every frame after the opening (the
     /// TCP connection then only carries doorbells and, by its end, the peer's death).
     pub shm: Option<Box<super::shm::Link>>,
@@ -190,7 +212,7 @@ pub(crate) struct Conn {
 
 impl Conn {
     /// Reads and drops the `len` bytes of payload that follow a header (a duplicate).
-    pub fn skip_payload(&mut self, st: super::StatusInfo, len: usize) {
+    pub fn skip_payload(&mut self, st: StatusInfo, len: usize) {
         self.stream_status = Some(st);
         self.rstate = RState::Stream { req: usize::MAX, ptr: std::ptr::null_mut(), left: len, discard: true };
     }

@@ -32,8 +32,11 @@
 //!   moves bytes and bookkeeping.
 
 mod conn;
+pub use conn::EAGER_LIMIT;
+pub(crate) use conn::{ConnError, ReqId, StatusInfo};
 pub(crate) mod failpoints;
 mod replication;
+pub(crate) mod revocations;
 pub(crate) mod shm;
 
 use replication::*;
@@ -48,14 +51,11 @@ use p2pmpi_core::replication::{Layout, MsgId, Outcome};
 use p2pmpi_wire::auth::{self, JobKey, Role};
 use p2pmpi_wire::frame::{AUTH_LEN, CHALLENGE_LEN, HELLO_LEN};
 use p2pmpi_wire::{FrameKind, Header, Mid};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-
-/// Largest message sent with the eager protocol (the seeds' 128 KB).
-pub const EAGER_LIMIT: usize = 128 * 1024;
 
 /// Bytes one call reads from a connection before it returns to its caller.
 const READ_BUDGET: usize = 1 << 20;
@@ -78,9 +78,6 @@ pub(crate) const PENDING_GRACE: Duration = Duration::from_secs(1);
 /// Longest an accepted connection may take to prove the job key.
 pub(crate) const HANDSHAKE_LIMIT: Duration = Duration::from_secs(10);
 
-/// Request handle inside the engine.
-pub(crate) type ReqId = usize;
-
 /// The request of every operation finished on the spot (an eager send written whole at
 /// once, [`Engine::completed_req`]): a slot of the request table that is never freed, so such
 /// an operation costs no allocation of a request, and waiting for it no look at the engine.
@@ -88,15 +85,6 @@ pub(crate) const DONE: ReqId = 0;
 
 /// What waiting for [`DONE`] returns.
 pub(crate) const DONE_STATUS: StatusInfo = StatusInfo { source: -1, tag: -1, len: 0, cancelled: false };
-
-/// What a completed receive learned.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct StatusInfo {
-    pub source: i32,
-    pub tag: i32,
-    pub len: u64,
-    pub cancelled: bool,
-}
 
 #[derive(Debug)]
 pub(crate) enum ReqState {
@@ -191,6 +179,61 @@ impl Eager<'_> {
     }
 }
 
+/// A multi-step operation defined above the engine that the progress loop moves forward (an
+/// immediate collective's schedule, [`crate::collective`]): the engine holds it behind this
+/// trait, and calls it only while one is under way.
+pub(crate) trait Schedule: Send {
+    /// Moves it as far as it goes now; `Some` once it is over (successfully or not), when
+    /// nothing in the engine refers to its buffers any more.
+    fn advance(&mut self, e: &mut Engine) -> Option<Result<StatusInfo>>;
+    /// Withdraws every transfer still under way (its buffers are about to go).
+    fn abort(&mut self, e: &mut Engine);
+    /// The world rank of a peer in `lost` that one of its receives under way waits for.
+    fn waits_for(&self, lost: &[i32]) -> Option<i32>;
+}
+
+/// A schedule under way, with the request that completes with it.
+pub(crate) struct Scheduled {
+    /// The request the program's `Request` stands on; completed with the schedule.
+    pub req: ReqId,
+    /// Its number among the operations of a fault-aware replicated job (set when it starts,
+    /// in program order: the same on every replica of the rank); its replicas take their
+    /// master's outcome.
+    pub op: Option<u64>,
+    /// What runs it.
+    pub run: Box<dyn Schedule>,
+}
+
+/// What the engine asks of the failure layer above it (plain functions, called on failures
+/// and start-up waits only), installed when the job starts. The default, for an engine alone
+/// (its tests), knows of no failure.
+#[derive(Clone, Copy)]
+pub(crate) struct Upcalls {
+    /// Whether failures were told that the engine has not applied yet.
+    pub failures_pending: fn() -> bool,
+    /// Takes them: the ranks (in a replicated job, the slots) that failed.
+    pub take_failures: fn() -> Vec<i32>,
+    /// The engine covers more slots (a spawn's): the failures heard so far are told again.
+    pub retell_failures: fn(),
+    /// This process (`me`, a slot) suspects `slot` of a replicated job to have failed
+    /// (`detail` in words): the launcher is told.
+    pub suspect: fn(usize, usize, &str),
+    /// Every replica of rank `rank` is lost: the program is told.
+    pub rank_lost: fn(i32),
+}
+
+impl Default for Upcalls {
+    fn default() -> Self {
+        Upcalls {
+            failures_pending: || false,
+            take_failures: Vec::new,
+            retell_failures: || {},
+            suspect: |_, _, _| {},
+            rank_lost: |_| {},
+        }
+    }
+}
+
 /// The state of one process's device.
 pub(crate) struct Engine {
     pub rank: i32,
@@ -249,7 +292,9 @@ pub(crate) struct Engine {
     /// no new event comes for data already there), read again by the next progress call.
     unread: Vec<usize>,
     /// Immediate collectives under way, moved forward by every progress call.
-    schedules: Vec<crate::collective::immediate::Schedule>,
+    schedules: Vec<Scheduled>,
+    /// What the engine asks of the failure layer above it.
+    pub(crate) upcalls: Upcalls,
     /// Which peers on this host may be reached through shared memory.
     shm_policy: ShmPolicy,
     /// Connections whose frames travel through shared memory (polled on every progress).
@@ -393,6 +438,7 @@ impl Engine {
             ready: Vec::with_capacity(256),
             unread: Vec::new(),
             schedules: Vec::new(),
+            upcalls: Upcalls::default(),
             shm_policy: ShmPolicy::from_env(),
             shm_conns: Vec::new(),
             draining: None,
@@ -555,7 +601,7 @@ impl Engine {
             // An immediate collective given up: its transfers are withdrawn, and it will
             // never write the user's buffer.
             let mut s = self.schedules.swap_remove(i);
-            s.abort(self);
+            s.run.abort(self);
             return;
         }
         for conn in self.conns.iter_mut().flatten() {
@@ -1022,7 +1068,7 @@ impl Engine {
                     if let Some(rp) = self.repl.as_mut() {
                         rp.ep.grow(n);
                     }
-                    crate::failure::renotify();
+                    (self.upcalls.retell_failures)();
                 }
                 l.slots()
             }
@@ -1046,8 +1092,8 @@ impl Engine {
     /// A replicated job's deaths the launcher declared since the last look, applied now (the
     /// start-up's waits: the program's calls apply them in [`crate::environment`]'s waits).
     fn apply_declared(&mut self) {
-        if self.repl.is_some() && crate::failure::PENDING.load(std::sync::atomic::Ordering::Relaxed) {
-            for k in crate::failure::take_pending() {
+        if self.repl.is_some() && (self.upcalls.failures_pending)() {
+            for k in (self.upcalls.take_failures)() {
                 self.peer_failed(k);
             }
         }
@@ -1195,7 +1241,7 @@ impl Engine {
     fn push_out(&mut self, cid: usize, out: Out) -> Result<()> {
         if self.repl.is_some() {
             // Fencing: nothing leaves a replica that holds no valid lease.
-            crate::bootstrap::fence::wait_lease();
+            crate::lease::wait_lease();
         }
         let conn = self.conns[cid].as_mut().expect("live connection");
         let peer = conn.peer.unwrap_or(-1);
@@ -1304,21 +1350,8 @@ impl Engine {
                 // arrive in its program order — on one connection, and after a takeover the
                 // new master resends before it sends anything new — and MPI's non-overtaking
                 // rule then makes the match the same on every replica.)
-                let c = rp.ep.choice_point();
-                match rp.ep.take_choice(c) {
-                    // Decided already (by this replica's master, or by the master it took
-                    // over from): followed, and relayed to this process's own replicas.
-                    Some(o) => {
-                        rp.ep.decided(pat.comm, c, o);
-                        self.post(r, exact(pat, o));
-                    }
-                    None if rp.ep.may_decide() => {
-                        rp.choice_of.insert(r, (c, pat.comm));
-                        self.post(r, pat);
-                    }
-                    None => {
-                        rp.deferred_recvs.insert(c, (r, pat));
-                    }
+                if let Some(post) = rp.wildcards.receive(&mut rp.ep, r, pat) {
+                    self.post_wildcard(post);
                 }
                 self.flush_deferred();
                 return Ok(r);
@@ -1491,14 +1524,12 @@ impl Engine {
 
     /// Starts an immediate collective: returns the request that completes with it. Its
     /// first steps are posted at once.
-    pub(crate) fn start_schedule(&mut self, mut s: crate::collective::immediate::Schedule) -> ReqId {
+    pub(crate) fn start_schedule(&mut self, run: Box<dyn Schedule>) -> ReqId {
         let id = self.new_req(std::ptr::null_mut(), 0, ReqState::Pending);
-        s.req = id;
         // A fault-aware replicated job: the request is numbered (starts are in program order,
         // unlike the posts of its steps), and completes on a replica with its master's outcome.
         let op = if self.repl.is_some() { self.next_op() } else { None };
-        s.op = op;
-        self.schedules.push(s);
+        self.schedules.push(Scheduled { req: id, op, run });
         // Its master's failure may be known already: then it fails at once.
         self.number(id, op);
         self.advance_schedules();
@@ -1510,7 +1541,7 @@ impl Engine {
     pub(super) fn drop_schedule(&mut self, id: ReqId) {
         if let Some(i) = self.schedules.iter().position(|s| s.req == id) {
             let mut s = self.schedules.swap_remove(i);
-            s.abort(self);
+            s.run.abort(self);
         }
     }
 
@@ -1527,10 +1558,10 @@ impl Engine {
         live.retain_mut(|s| {
             if !self.reqs.get(s.req).and_then(|r| r.as_ref()).is_some_and(|r| matches!(r.state, ReqState::Pending)) {
                 // Failed meanwhile by its master's outcome.
-                s.abort(self);
+                s.run.abort(self);
                 return false;
             }
-            match s.advance(self) {
+            match s.run.advance(self) {
                 None => true,
                 Some(r) => {
                     if let (Ok(_), Some(op)) = (&r, s.op) {
@@ -1818,7 +1849,7 @@ impl Engine {
 
     fn flush_conn(&mut self, cid: usize) {
         if self.repl.is_some() {
-            crate::bootstrap::fence::wait_lease();
+            crate::lease::wait_lease();
         }
         let Some(conn) = self.conns[cid].as_mut() else { return };
         let peer = conn.peer.unwrap_or(-1);
@@ -2089,94 +2120,14 @@ impl Engine {
             FrameKind::Bye => {
                 self.peers[slot as usize].bye = true;
             }
-            FrameKind::Commit => {
-                let Some(rp) = self.repl.as_mut() else { return Err(proto("commit in a job without replicas".into())) };
-                if rp.ep.is_dead(slot as usize) {
-                    // Fencing: a declared-dead replica's commit counts for nothing.
-                    return Ok(());
-                }
-                let acked = h.flags & p2pmpi_wire::frame::flags::ACKED != 0;
-                if !rp.ep.on_commit(slot as usize, mid, acked) {
-                    return Err(proto(format!("commit of {mid:?} from slot {slot}, not a replica of this rank")));
-                }
-            }
-            FrameKind::Choice => {
-                use p2pmpi_wire::frame::flags;
-                let Some(rp) = self.repl.as_mut() else { return Err(proto("choice in a job without replicas".into())) };
-                if rp.ep.is_dead(slot as usize) {
-                    return Ok(());
-                }
-                let from = slot as usize;
-                let ok = if h.flags & flags::ACK != 0 {
-                    rp.ep.on_choice_ack(from, mid.seq)
-                } else if h.flags & flags::QUERY != 0 {
-                    rp.ep.on_choice_query(from)
-                } else if h.flags & flags::TOLD != 0 {
-                    rp.ep.on_choices_told(from)
-                } else {
-                    let o = (h.flags & flags::NOTHING == 0).then_some((mid.src as i32, mid.tag, h.len));
-                    if p2pmpi_core::replication::failures::op_of_point(mid.seq).is_some() {
-                        rp.words = true;
-                    }
-                    rp.ep.on_choice(from, mid.seq, o)
-                };
-                if !ok {
-                    return Err(proto(format!("choice from slot {slot}, not a replica of this rank")));
-                }
-            }
+            FrameKind::Commit | FrameKind::Choice => self.replica_control_frame(slot, h)?,
             FrameKind::Eager if self.repl.is_some() && conn::is_streamed(&h) => {
-                let env = Envelope { comm: mid.comm, src: peer, tag: mid.tag, seq: mid.seq, len: h.len };
-                let st = StatusInfo { source: peer, tag: mid.tag, len: h.len, cancelled: false };
-                // Its turn, and a receive waits for it: straight into the receive's buffer,
-                // undone if the sender dies half-way (a replica sends it again).
-                if let Some((r, pat, pos)) = self.matcher.arrive_if_matched(&env) {
-                    self.traced(&env);
-                    self.note_match(r, &env);
-                    if h.flags & p2pmpi_wire::frame::flags::SYNCHRONOUS != 0 {
-                        self.ack_sync(&env);
-                    }
-                    self.begin_stream(conn, r, st);
-                    if let RState::Stream { discard: false, .. } = conn.rstate {
-                        conn.stream_undo = Some((env, pat, pos));
-                    }
-                    return Ok(());
-                }
-                // Otherwise kept whole before it is matched: a sender dying mid-message
-                // leaves no trace.
-                // Not zero-filled: the stream writes every byte before the length is set.
-                let mut data = crate::pool::with_room(h.len as usize);
-                let ptr = data.as_mut_ptr();
-                conn.stream_unexpected = Some((env, data));
-                conn.stream_status = Some(StatusInfo { source: peer, tag: mid.tag, len: h.len, cancelled: false });
-                conn.arrive_when_complete = true;
-                conn.stream_sync = h.flags & p2pmpi_wire::frame::flags::SYNCHRONOUS != 0;
-                conn.rstate = RState::Stream { req: usize::MAX, ptr, left: h.len as usize, discard: false };
+                self.replica_streamed_eager(conn, h, peer)
             }
             FrameKind::Eager | FrameKind::ReadyToSend if !from_peer => {
                 return Err(proto(format!("{:?} frame with MID {mid:?} on rank {peer}'s connection", h.kind)))
             }
-            FrameKind::Eager if conn::is_streamed(&h) => {
-                let env = Envelope { comm: mid.comm, src: peer, tag: mid.tag, seq: mid.seq, len: h.len };
-                let st = StatusInfo { source: peer, tag: mid.tag, len: h.len, cancelled: false };
-                match self.matcher.arrive(&env) {
-                    Arrival::Matched(r) => {
-                        self.traced(&env);
-                        self.begin_stream(conn, r, st)
-                    }
-                    Arrival::Early => return Err(proto(format!("message {mid:?} out of order"))),
-                    Arrival::Unmatched => {
-                        self.traced(&env);
-                        let mut data = crate::pool::with_room(h.len as usize);
-                        let ptr = data.as_mut_ptr();
-                        conn.stream_unexpected = Some((env, data));
-                        conn.stream_status = Some(st);
-                        conn.rstate = RState::Stream { req: usize::MAX, ptr, left: h.len as usize, discard: false };
-                    }
-                    Arrival::Duplicate => {
-                        conn.skip_payload(st, h.len as usize);
-                    }
-                }
-            }
+            FrameKind::Eager if conn::is_streamed(&h) => self.streamed_eager(conn, h, peer)?,
             FrameKind::Eager if self.repl.is_some() => {
                 let env = Envelope { comm: mid.comm, src: peer, tag: mid.tag, seq: mid.seq, len: h.len };
                 let sync = h.flags & p2pmpi_wire::frame::flags::SYNCHRONOUS != 0;
@@ -2219,37 +2170,7 @@ impl Engine {
                     }
                 }
             }
-            FrameKind::ReadyToSend => {
-                let env = Envelope { comm: mid.comm, src: peer, tag: mid.tag, seq: mid.seq, len: h.len };
-                if h.flags & p2pmpi_wire::frame::flags::SINGLE_COPY != 0 {
-                    let Some(pid) = conn.shm.as_deref().and_then(|l| l.peer_pid()) else {
-                        return Err(proto(format!(
-                            "single-copy announcement of {mid:?} that this process may not read"
-                        )));
-                    };
-                    let b = &conn.rbuf[payload];
-                    let word = |i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap_or([0; 8]));
-                    if b.len() != p2pmpi_wire::frame::SINGLE_COPY_LEN as usize || h.len == 0 {
-                        return Err(proto(format!("bad single-copy announcement of {mid:?}")));
-                    }
-                    // Taken by the receive that matches it (now or once queued).
-                    self.sc_in.insert(mid, ScSource { slot, pid, addr: word(0), ticket: word(1), value: word(2) });
-                }
-                match self.matcher.arrive(&env) {
-                    Arrival::Matched(r) => {
-                        self.traced(&env);
-                        self.start_rndv_recv(r, &env)
-                    }
-                    Arrival::Unmatched => {
-                        self.traced(&env);
-                        self.matcher.enqueue(env, Body::Rendezvous)
-                    }
-                    Arrival::Duplicate => {
-                        self.sc_in.remove(&mid);
-                    }
-                    Arrival::Early => return Err(proto(format!("message {mid:?} out of order"))),
-                }
-            }
+            FrameKind::ReadyToSend => self.announcement_frame(conn, h, payload, slot, peer)?,
             FrameKind::ReadyToRecv if self.repl.is_some() => {
                 // A destination replica pulls a rendez-vous message, has it, or acknowledges a
                 // synchronous eager one.
@@ -2264,30 +2185,7 @@ impl Engine {
                     }
                 }
             }
-            FrameKind::ReadyToRecv => {
-                if mid.src as i32 != self.rank || mid.dst as i32 != peer {
-                    return Err(proto(format!("READY_TO_RECV for MID {mid:?} from rank {peer}")));
-                }
-                if h.flags & p2pmpi_wire::frame::flags::SINGLE_COPY != 0 {
-                    // The receiver copied the data: the send is complete. (Unknown: a send
-                    // withdrawn meanwhile, whose ticket the receiver found cleared.)
-                    if let Some(s) = self.rndv_send.remove(&mid) {
-                        let req = self.retire_send(s);
-                        let st = StatusInfo { source: peer, tag: 0, len: 0, cancelled: false };
-                        self.complete(req, Ok(st));
-                    }
-                    return Ok(());
-                }
-                let Some(s) = self.rndv_send.remove(&mid) else {
-                    return Err(proto(format!("READY_TO_RECV for unknown MID {mid:?}")));
-                };
-                if s.ticket.is_some() {
-                    return Err(proto(format!("READY_TO_RECV for a single-copy send {mid:?}")));
-                }
-                let data = Header::new(FrameKind::Data, mid, s.len as u64);
-                let payload = if s.len == 0 { Payload::None } else { Payload::Raw(s.ptr, s.len) };
-                self.deferred.push((peer, Out::with_completion(data, payload, s.req)));
-            }
+            FrameKind::ReadyToRecv => self.ready_to_recv_frame(h, peer)?,
             FrameKind::Data => {
                 if !from_peer {
                     return Err(proto(format!("data frame with MID {mid:?} from rank {peer}")));
@@ -2299,6 +2197,183 @@ impl Engine {
                 self.begin_stream(conn, r, st);
             }
         }
+        Ok(())
+    }
+
+    /// A commit or a choice frame of a replicated job (from a replica of this rank): the
+    /// endpoint takes it.
+    fn replica_control_frame(&mut self, slot: i32, h: Header) -> std::result::Result<(), ConnError> {
+        let mid = h.mid;
+        if h.kind == FrameKind::Commit {
+            let Some(rp) = self.repl.as_mut() else {
+                return Err(ConnError::Protocol("commit in a job without replicas".into()));
+            };
+            if rp.ep.is_dead(slot as usize) {
+                // Fencing: a declared-dead replica's commit counts for nothing.
+                return Ok(());
+            }
+            let acked = h.flags & p2pmpi_wire::frame::flags::ACKED != 0;
+            if !rp.ep.on_commit(slot as usize, mid, acked) {
+                return Err(ConnError::Protocol(format!(
+                    "commit of {mid:?} from slot {slot}, not a replica of this rank"
+                )));
+            }
+        } else {
+            use p2pmpi_wire::frame::flags;
+            let Some(rp) = self.repl.as_mut() else {
+                return Err(ConnError::Protocol("choice in a job without replicas".into()));
+            };
+            if rp.ep.is_dead(slot as usize) {
+                return Ok(());
+            }
+            let from = slot as usize;
+            let ok = if h.flags & flags::ACK != 0 {
+                rp.ep.on_choice_ack(from, mid.seq)
+            } else if h.flags & flags::QUERY != 0 {
+                rp.ep.on_choice_query(from)
+            } else if h.flags & flags::TOLD != 0 {
+                rp.ep.on_choices_told(from)
+            } else {
+                let o = (h.flags & flags::NOTHING == 0).then_some((mid.src as i32, mid.tag, h.len));
+                if p2pmpi_core::replication::failures::op_of_point(mid.seq).is_some() {
+                    rp.words = true;
+                }
+                rp.ep.on_choice(from, mid.seq, o)
+            };
+            if !ok {
+                return Err(ConnError::Protocol(format!("choice from slot {slot}, not a replica of this rank")));
+            }
+        }
+        Ok(())
+    }
+
+    /// An eager message of a replicated job too large for the connection's buffer: streamed
+    /// into the matching receive, or kept whole until it is matched.
+    fn replica_streamed_eager(&mut self, conn: &mut Conn, h: Header, peer: i32) {
+        let mid = h.mid;
+        let env = Envelope { comm: mid.comm, src: peer, tag: mid.tag, seq: mid.seq, len: h.len };
+        let st = StatusInfo { source: peer, tag: mid.tag, len: h.len, cancelled: false };
+        // Its turn, and a receive waits for it: straight into the receive's buffer,
+        // undone if the sender dies half-way (a replica sends it again).
+        if let Some((r, pat, pos)) = self.matcher.arrive_if_matched(&env) {
+            self.traced(&env);
+            self.note_match(r, &env);
+            if h.flags & p2pmpi_wire::frame::flags::SYNCHRONOUS != 0 {
+                self.ack_sync(&env);
+            }
+            self.begin_stream(conn, r, st);
+            if let RState::Stream { discard: false, .. } = conn.rstate {
+                conn.stream_undo = Some((env, pat, pos));
+            }
+            return;
+        }
+        // Otherwise kept whole before it is matched: a sender dying mid-message
+        // leaves no trace.
+        // Not zero-filled: the stream writes every byte before the length is set.
+        let mut data = crate::pool::with_room(h.len as usize);
+        let ptr = data.as_mut_ptr();
+        conn.stream_unexpected = Some((env, data));
+        conn.stream_status = Some(StatusInfo { source: peer, tag: mid.tag, len: h.len, cancelled: false });
+        conn.arrive_when_complete = true;
+        conn.stream_sync = h.flags & p2pmpi_wire::frame::flags::SYNCHRONOUS != 0;
+        conn.rstate = RState::Stream { req: usize::MAX, ptr, left: h.len as usize, discard: false };
+    }
+
+    /// An eager message too large for the connection's buffer: streamed into the matching
+    /// receive, or into a buffer of its own until one matches.
+    fn streamed_eager(&mut self, conn: &mut Conn, h: Header, peer: i32) -> std::result::Result<(), ConnError> {
+        let mid = h.mid;
+        let env = Envelope { comm: mid.comm, src: peer, tag: mid.tag, seq: mid.seq, len: h.len };
+        let st = StatusInfo { source: peer, tag: mid.tag, len: h.len, cancelled: false };
+        match self.matcher.arrive(&env) {
+            Arrival::Matched(r) => {
+                self.traced(&env);
+                self.begin_stream(conn, r, st)
+            }
+            Arrival::Early => return Err(ConnError::Protocol(format!("message {mid:?} out of order"))),
+            Arrival::Unmatched => {
+                self.traced(&env);
+                let mut data = crate::pool::with_room(h.len as usize);
+                let ptr = data.as_mut_ptr();
+                conn.stream_unexpected = Some((env, data));
+                conn.stream_status = Some(st);
+                conn.rstate = RState::Stream { req: usize::MAX, ptr, left: h.len as usize, discard: false };
+            }
+            Arrival::Duplicate => {
+                conn.skip_payload(st, h.len as usize);
+            }
+        }
+        Ok(())
+    }
+
+    /// A rendez-vous announcement (READY_TO_SEND; single-copy ones carry their ticket).
+    fn announcement_frame(
+        &mut self,
+        conn: &mut Conn,
+        h: Header,
+        payload: std::ops::Range<usize>,
+        slot: i32,
+        peer: i32,
+    ) -> std::result::Result<(), ConnError> {
+        let mid = h.mid;
+        let env = Envelope { comm: mid.comm, src: peer, tag: mid.tag, seq: mid.seq, len: h.len };
+        if h.flags & p2pmpi_wire::frame::flags::SINGLE_COPY != 0 {
+            let Some(pid) = conn.shm.as_deref().and_then(|l| l.peer_pid()) else {
+                return Err(ConnError::Protocol(format!(
+                    "single-copy announcement of {mid:?} that this process may not read"
+                )));
+            };
+            let b = &conn.rbuf[payload];
+            let word = |i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap_or([0; 8]));
+            if b.len() != p2pmpi_wire::frame::SINGLE_COPY_LEN as usize || h.len == 0 {
+                return Err(ConnError::Protocol(format!("bad single-copy announcement of {mid:?}")));
+            }
+            // Taken by the receive that matches it (now or once queued).
+            self.sc_in.insert(mid, ScSource { slot, pid, addr: word(0), ticket: word(1), value: word(2) });
+        }
+        match self.matcher.arrive(&env) {
+            Arrival::Matched(r) => {
+                self.traced(&env);
+                self.start_rndv_recv(r, &env)
+            }
+            Arrival::Unmatched => {
+                self.traced(&env);
+                self.matcher.enqueue(env, Body::Rendezvous)
+            }
+            Arrival::Duplicate => {
+                self.sc_in.remove(&mid);
+            }
+            Arrival::Early => return Err(ConnError::Protocol(format!("message {mid:?} out of order"))),
+        }
+        Ok(())
+    }
+
+    /// The receiver of a rendez-vous message is ready (READY_TO_RECV): its data goes out, or,
+    /// single-copy, the send is complete.
+    fn ready_to_recv_frame(&mut self, h: Header, peer: i32) -> std::result::Result<(), ConnError> {
+        let mid = h.mid;
+        if mid.src as i32 != self.rank || mid.dst as i32 != peer {
+            return Err(ConnError::Protocol(format!("READY_TO_RECV for MID {mid:?} from rank {peer}")));
+        }
+        if h.flags & p2pmpi_wire::frame::flags::SINGLE_COPY != 0 {
+            // The receiver copied the data: the send is complete. (Unknown: a send
+            // withdrawn meanwhile, whose ticket the receiver found cleared.)
+            if let Some(s) = self.rndv_send.remove(&mid) {
+                let req = self.retire_send(s);
+                let st = StatusInfo { source: peer, tag: 0, len: 0, cancelled: false };
+                self.complete(req, Ok(st));
+            }
+            return Ok(());
+        }
+        let Some(s) = self.rndv_send.remove(&mid) else {
+            return Err(ConnError::Protocol(format!("READY_TO_RECV for unknown MID {mid:?}")));
+        };
+        if s.ticket.is_some() {
+            return Err(ConnError::Protocol(format!("READY_TO_RECV for a single-copy send {mid:?}")));
+        }
+        let data = Header::new(FrameKind::Data, mid, s.len as u64);
+        let payload = if s.len == 0 { Payload::None } else { Payload::Raw(s.ptr, s.len) };
+        self.deferred.push((peer, Out::with_completion(data, payload, s.req)));
         Ok(())
     }
 
@@ -2343,7 +2418,7 @@ impl Engine {
                 p.extend_from_slice(&proof);
                 let mid = Mid { comm: 0, src: me as u32, dst: src as u32, tag: 0, seq: 0 };
                 if self.repl.is_some() {
-                    crate::bootstrap::fence::wait_lease();
+                    crate::lease::wait_lease();
                 }
                 let mut challenge = Header::new(FrameKind::Challenge, mid, CHALLENGE_LEN);
                 if h.flags & p2pmpi_wire::frame::flags::SHM != 0 && self.shm_allowed(src) {
@@ -2525,7 +2600,7 @@ impl Engine {
     /// first.
     #[inline]
     pub(crate) fn is_revoked(&mut self, comm: u32) -> bool {
-        if crate::ulfm::REVOKE_PENDING.load(std::sync::atomic::Ordering::Relaxed) {
+        if revocations::PENDING.load(std::sync::atomic::Ordering::Relaxed) {
             self.apply_revocations();
         }
         !self.revoked.is_empty() && self.comm_revoked(comm)
@@ -2534,7 +2609,7 @@ impl Engine {
     #[cold]
     #[inline(never)]
     fn apply_revocations(&mut self) {
-        for ctx in crate::ulfm::take_revocations() {
+        for ctx in revocations::take() {
             match self.repl.as_mut() {
                 // A non-master's operations fail when its master says (it applies the
                 // revocation itself only if it takes over).
@@ -2602,7 +2677,7 @@ impl Engine {
     /// A program that handles failures: a lost peer (with `-r R`, a rank lost whole) does
     /// not end communication.
     fn failure_tolerant(&self) -> bool {
-        crate::failure::policy() == crate::failure::Policy::Notify
+        crate::lifecycle::policy() == crate::lifecycle::Policy::Notify
     }
 
     /// Gives up when a send has made no progress for `limit` (2·T_cleanup, FM §5.3): the
@@ -2688,14 +2763,6 @@ impl Engine {
             .flat_map(|p| p.conns.iter())
             .all(|&cid| self.conns[cid].as_ref().is_none_or(|c| c.read_eof && c.outq.is_empty()))
     }
-}
-
-/// Why a connection ended.
-#[derive(Debug)]
-pub(crate) enum ConnError {
-    Closed,
-    Io(io::Error),
-    Protocol(String),
 }
 
 /// Connects to `addr` from `local` (this process's own address, so that the peer, its

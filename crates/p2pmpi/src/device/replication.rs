@@ -12,6 +12,9 @@ use super::*;
 use p2pmpi_core::matching::FastMap;
 use p2pmpi_core::replication::endpoint::{self as protocol, Action, Frame, Step, TxId};
 use p2pmpi_core::replication::failures::{self, Failed};
+use p2pmpi_core::replication::operations::{Follow, Operations};
+use p2pmpi_core::replication::stranded::{self, Stranded};
+use p2pmpi_core::replication::wildcards::{Post, Wildcards};
 use p2pmpi_core::replication::Endpoint;
 
 /// Messages up to this size are copied into a non-master's backup table (its send returns at
@@ -118,17 +121,12 @@ pub(super) struct Replication {
     pub(super) choice_of: FastMap<ReqId, (u64, u32)>,
     /// The message a wildcard receive of the master matched: source, tag, sequence.
     pub(super) matched: FastMap<ReqId, (i32, i32, u64)>,
-    /// A non-master's wildcard receives waiting for their master's choice, by choice point.
-    pub(super) deferred_recvs: BTreeMap<u64, (ReqId, Pattern)>,
+    /// A non-master's wildcard receives waiting for their master's choice.
+    pub(super) wildcards: Wildcards<ReqId>,
     /// Fault-aware programs (`Policy::Notify`): the operations posted so far (sends and
     /// receives of the program, numbered alike on every replica of the rank), the request of
-    /// each one not taken yet, and the number of each request.
-    pub(super) ops: u64,
-    pub(super) op_req: BTreeMap<u64, ReqId>,
-    pub(super) req_op: FastMap<ReqId, u64>,
-    /// Operations whose success the program took (a master's failure of one of them cannot
-    /// be followed any more), the latest [`TAKEN_WINDOW`].
-    pub(super) taken_ok: std::collections::BTreeSet<u64>,
+    /// each one not taken yet, and the successes the program took.
+    pub(super) ops: Operations<ReqId>,
     /// A schedule (immediate collective) is posting: its operations are not numbered (they
     /// are posted when the progress engine runs, which differs between replicas).
     pub(super) in_schedule: bool,
@@ -149,9 +147,6 @@ fn acked_commits() -> bool {
     *ON.get_or_init(|| std::env::var("P2PMPI_ACKED_COMMITS").is_ok_and(|v| v == "1"))
 }
 
-/// How many taken operations a replica remembers (to notice a failure it cannot follow).
-const TAKEN_WINDOW: usize = 1 << 16;
-
 impl Replication {
     pub(super) fn new(layout: Layout, slot: usize) -> Replication {
         let cfg = protocol::Config {
@@ -163,7 +158,7 @@ impl Replication {
             rndv_limit: EAGER_LIMIT,
         };
         let mut ep = Endpoint::new(layout, slot, cfg);
-        ep.set_notify(crate::failure::policy() == crate::failure::Policy::Notify);
+        ep.set_notify(crate::lifecycle::policy() == crate::lifecycle::Policy::Notify);
         if !ep.is_master() {
             // The memory of its copies, faulted in once before the program sends anything:
             // later, its master would run far ahead of it meanwhile. A page touched per
@@ -177,11 +172,8 @@ impl Replication {
             tx_req: FastMap::default(),
             choice_of: FastMap::default(),
             matched: FastMap::default(),
-            deferred_recvs: BTreeMap::new(),
-            ops: 0,
-            op_req: BTreeMap::new(),
-            req_op: FastMap::default(),
-            taken_ok: std::collections::BTreeSet::new(),
+            wildcards: Wildcards::new(),
+            ops: Operations::new(),
             in_schedule: false,
             words: false,
             lost_ranks: Vec::new(),
@@ -262,7 +254,7 @@ impl Engine {
                     }
                     let l = rp.ep.layout();
                     let detail = format!("rank {} replica {} failed: {cause}", l.rank_of(slot), l.replica_of(slot));
-                    crate::failure::suspect(self.slot as usize, slot, &detail);
+                    (self.upcalls.suspect)(self.slot as usize, slot, &detail);
                     self.drop_peer(slot as i32);
                 }
                 Action::TookOver { count } => {
@@ -374,7 +366,7 @@ impl Engine {
     /// critical path.
     fn push_transmission(&mut self, cid: usize, out: Out, tx: TxId) {
         // Fencing: nothing leaves a replica that holds no valid lease.
-        crate::bootstrap::fence::wait_lease();
+        crate::lease::wait_lease();
         let conn = self.conns[cid].as_mut().expect("live connection");
         let peer = conn.peer.unwrap_or(-1);
         match conn.push_or_queue(out) {
@@ -448,29 +440,25 @@ impl Engine {
         }
         loop {
             let Some(rp) = self.repl.as_mut() else { return };
-            let Some((&c, _)) = rp.deferred_recvs.first_key_value() else { return };
-            let pat = rp.deferred_recvs[&c].1;
-            let o = match rp.ep.take_choice(c) {
-                Some(o) => {
-                    rp.ep.decided(pat.comm, c, o);
-                    Some(o)
+            let Some(post) = rp.wildcards.next(&mut rp.ep) else { return };
+            self.post_wildcard(post);
+        }
+    }
+
+    /// Posts wildcard receive as [`Wildcards`] says: exact, its master's choice; as it is,
+    /// this process deciding; or failed, as its master failed it.
+    pub(super) fn post_wildcard(&mut self, post: Post<ReqId>) {
+        match post {
+            Post::Exact { req, pat } => self.post(req, pat),
+            Post::Decide { req, pat, point } => {
+                if let Some(rp) = self.repl.as_mut() {
+                    rp.choice_of.insert(req, (point, pat.comm));
                 }
-                None if rp.ep.may_decide() => None,
-                // Points are followed in order: a later one waits for this one.
-                None => return,
-            };
-            let (r, pat) = rp.deferred_recvs.remove(&c).expect("present");
-            match o {
-                // The master withdrew this receive with an error: so does this replica.
-                Some(o) if failures::outcome_failure(o).is_some() => {
-                    let err = failure_error(o).expect("a failure");
-                    self.complete(r, Err(err));
-                }
-                Some(o) => self.post(r, exact(pat, o)),
-                None => {
-                    rp.choice_of.insert(r, (c, pat.comm));
-                    self.post(r, pat);
-                }
+                self.post(req, pat);
+            }
+            Post::Fail { req, outcome } => {
+                let err = failure_error(outcome).expect("a failure");
+                self.complete(req, Err(err));
             }
         }
     }
@@ -478,13 +466,9 @@ impl Engine {
     /// The number of the operation being posted, in a fault-aware replicated job (`None`
     /// otherwise, and for a schedule's operations).
     pub(super) fn next_op(&mut self) -> Option<u64> {
-        let rp = self.repl.as_mut().filter(|rp| !rp.in_schedule)?;
-        if crate::failure::policy() != crate::failure::Policy::Notify {
-            return None;
-        }
-        let op = rp.ops;
-        rp.ops += 1;
-        Some(op)
+        let rp = self.repl.as_mut()?;
+        let numbered = !rp.in_schedule && crate::lifecycle::policy() == crate::lifecycle::Policy::Notify;
+        rp.ops.next(numbered)
     }
 
     /// Whether this process follows its master's outcomes (a non-master of a replicated
@@ -546,8 +530,7 @@ impl Engine {
     /// Request `r` stands for operation `op` (a fault-aware replicated job).
     pub(super) fn number(&mut self, r: ReqId, op: Option<u64>) {
         let (Some(op), Some(rp)) = (op, self.repl.as_mut()) else { return };
-        rp.op_req.insert(op, r);
-        rp.req_op.insert(r, op);
+        rp.ops.number(r, op);
         if rp.ep.choice_known(failures::failure_point(op)).is_some() {
             rp.words = true;
             self.apply_failures();
@@ -567,7 +550,7 @@ impl Engine {
             rp.matched.remove(&id);
             rp.ep.decided(comm, c, failures::failure_outcome(f, false));
         }
-        if let Some(&op) = rp.req_op.get(&id) {
+        if let Some(op) = rp.ops.op_of(&id) {
             rp.ep.decided(u32::MAX, failures::failure_point(op), failures::failure_outcome(f, false));
         }
     }
@@ -575,14 +558,8 @@ impl Engine {
     /// The program took request `id`'s outcome.
     pub(super) fn taken(&mut self, id: ReqId, ok: bool) {
         let Some(rp) = self.repl.as_mut() else { return };
-        let Some(op) = rp.req_op.remove(&id) else { return };
-        rp.op_req.remove(&op);
-        if ok && !rp.ep.is_master() {
-            rp.taken_ok.insert(op);
-            if rp.taken_ok.len() > TAKEN_WINDOW {
-                rp.taken_ok.pop_first();
-            }
-        }
+        let follows = !rp.ep.is_master();
+        rp.ops.taken(id, ok, follows);
     }
 
     /// A non-master applies the failure outcomes its master told: the operations fail here
@@ -601,20 +578,22 @@ impl Engine {
                 continue;
             }
             let rp = self.repl.as_mut().expect("replicated");
-            if op >= rp.ops {
+            let r = match rp.ops.master_failed(op, !rp.ep.is_master()) {
                 // Not reached yet: applied at its post.
-                continue;
-            }
-            if rp.taken_ok.contains(&op) && !rp.ep.is_master() {
-                let why = format!(
-                    "its master's operation {op} failed ({}) where this replica's had succeeded",
-                    failure_error(o).map(|e| e.to_string()).unwrap_or_default()
-                );
-                self.diverged(&why);
-            }
+                Follow::NotReached => continue,
+                Follow::Diverged => {
+                    let why = format!(
+                        "its master's operation {op} failed ({}) where this replica's had succeeded",
+                        failure_error(o).map(|e| e.to_string()).unwrap_or_default()
+                    );
+                    self.diverged(&why);
+                }
+                Follow::Fail(r) => r,
+            };
+            let rp = self.repl.as_mut().expect("replicated");
             rp.ep.take_choice(c);
             rp.ep.decided(u32::MAX, c, o);
-            let Some(&r) = rp.op_req.get(&op) else { continue };
+            let Some(r) = r else { continue };
             let err = failure_error(o).expect("a failure outcome");
             if self.is_done(r) {
                 // Done here and not taken yet: the master's outcome replaces it.
@@ -625,7 +604,7 @@ impl Engine {
             self.matcher.cancel(&r);
             self.rndv_recv.retain(|_, q| *q != r);
             if let Some(rp) = self.repl.as_mut() {
-                rp.deferred_recvs.retain(|_, (q, _)| *q != r);
+                rp.wildcards.withdraw(r);
                 // A lent send: its backup entry becomes a copy (the buffer may go now) and
                 // no longer names the request.
                 rp.ep.detach(r);
@@ -635,53 +614,38 @@ impl Engine {
     }
 
     /// A non-master waiting for a message of a rank lost whole that its master received: the
-    /// message will never come (its sender's replicas all died before it reached this
-    /// replica). Noticed once the master went past the receive (it committed a send this
-    /// replica has not reached: a failure of the receive would have been told first) or
-    /// finished: this replica cannot follow, and leaves.
+    /// message will never come. The verdict ([`stranded::verdict`]) says whether and how this
+    /// replica ends.
     pub(super) fn check_stranded(&mut self) {
         let Some(rp) = self.repl.as_ref() else { return };
-        if rp.lost_ranks.is_empty() || rp.ep.is_master() || rp.req_op.is_empty() {
+        if rp.lost_ranks.is_empty() || rp.ep.is_master() || rp.ops.is_empty() {
             return;
         }
         let master_done = rp.ep.coordinator().master_of(self.rank as usize).is_some_and(|m| self.peers[m].bye);
-        let ahead = rp.ep.master_ahead() || master_done;
-        let stranded = ahead
-            .then(|| {
-                self.matcher.posted().find_map(|(p, r)| {
-                    let src = p.src.filter(|s| rp.lost_ranks.contains(s))?;
-                    rp.req_op.get(r).map(|op| (*op, src))
-                })
+        let receive = || {
+            self.matcher.posted().find_map(|(p, r)| {
+                let src = p.src.filter(|s| rp.lost_ranks.contains(s))?;
+                rp.ops.op_of(r).map(|op| (op, src))
             })
-            .flatten();
+        };
         // An immediate collective that its master completed (its word came), still waiting
         // here for a lost rank's message.
-        let stranded = stranded.or_else(|| {
+        let schedule = || {
             self.schedules.iter().find_map(|s| {
                 let op = s.op?;
                 let o = rp.ep.choice_known(failures::failure_point(op))?;
-                failures::outcome_success(o).then(|| s.waits_for(&rp.lost_ranks)).flatten().map(|src| (op, src))
+                failures::outcome_success(o).then(|| s.run.waits_for(&rp.lost_ranks)).flatten().map(|src| (op, src))
             })
-        });
-        if let Some((op, src)) = stranded {
-            if master_done {
-                // The master finished the program: nothing is left for this replica to do
-                // (it ends as a replica that finished; its peers no longer wait for it).
+        };
+        match stranded::verdict(master_done, rp.ep.master_ahead(), receive, schedule) {
+            None => {}
+            Some(v @ Stranded::Finished { .. }) => {
                 if debug_replication() {
-                    eprintln!(
-                        "p2pmpi: slot {}: stranded at operation {op} after its master finished; ending",
-                        self.slot
-                    );
+                    eprintln!("p2pmpi: slot {}: {}; ending", self.slot, v.why());
                 }
-                crate::bootstrap::report_finalized(crate::environment::own_rank());
-                crate::failure::leave();
-                std::process::exit(0);
+                crate::fatal::finished();
             }
-            let why = format!(
-                "its master went past operation {op}, a receive from rank {src}, whose message never reached this \
-                 replica (every replica of rank {src} died)"
-            );
-            self.diverged(&why);
+            Some(v @ Stranded::Diverged { .. }) => self.diverged(&v.why()),
         }
     }
 
@@ -690,10 +654,7 @@ impl Engine {
     pub(super) fn diverged(&mut self, why: &str) -> ! {
         let replica = self.repl.as_ref().map_or(0, |rp| rp.ep.layout().replica_of(self.slot as usize));
         let msg = format!("rank {} replica {replica}: cannot follow its master: {why}; leaving", self.rank);
-        eprintln!("p2pmpi: {msg}");
-        crate::bootstrap::report_abort(self.slot, 70, &msg, None);
-        crate::failure::leave();
-        std::process::exit(70);
+        crate::fatal::stop_with(self.slot, 70, &format!("p2pmpi: {msg}"), None, 70)
     }
 
     /// Every replica of `rank` is lost and the program handles failures: the program is told
@@ -706,7 +667,7 @@ impl Engine {
         }
         rp.lost_ranks.push(rank);
         let master = rp.ep.is_master();
-        crate::failure::rank_lost(rank);
+        (self.upcalls.rank_lost)(rank);
         if master {
             self.lose_peer(rank, "all replicas for that rank failed".into(), Vec::new());
         }
@@ -947,7 +908,7 @@ impl Engine {
         // collective up, never posted: nobody receives them on it any more).
         self.repl.as_ref().is_some_and(|rp| {
             rp.ep.backup_pending_beyond(|m| {
-                rp.lost_ranks.contains(&(m.dst as i32)) || crate::ulfm::context_revoked(m.comm / 2)
+                rp.lost_ranks.contains(&(m.dst as i32)) || revocations::is_revoked(m.comm / 2)
             })
         })
     }
@@ -959,7 +920,7 @@ impl Engine {
         let rp = self.repl.as_mut()?;
         // A fault-aware program's blocking probe naming its source may fail (a lost rank, a
         // revocation), which its master decides: a choice point too.
-        let notify = crate::failure::policy() == crate::failure::Policy::Notify;
+        let notify = crate::lifecycle::policy() == crate::lifecycle::Policy::Notify;
         (immediate || pat.src.is_none() || notify).then(|| rp.ep.choice_point())
     }
 
@@ -1076,13 +1037,7 @@ pub(super) fn failed_of(e: &Error) -> Option<Failed> {
     }
 }
 
-/// `pat` narrowed to the message a master chose (`None`: nothing chosen — unchanged).
-pub(super) fn exact(pat: Pattern, o: Outcome) -> Pattern {
-    match o {
-        Some((src, tag, _)) => Pattern { comm: pat.comm, src: Some(src), tag: Some(tag) },
-        None => pat,
-    }
-}
+pub(super) use p2pmpi_core::replication::wildcards::exact;
 
 /// A set of request indices as a choice's outcome: the first, how many, and a mask of the
 /// (at most 64) indices from the first. `None`: the empty set.

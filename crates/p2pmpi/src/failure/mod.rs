@@ -46,28 +46,17 @@
 
 pub mod kmonitor;
 
-use crate::bootstrap;
+use crate::launcher;
 use p2pmpi_core::fd::{Detector, Event, FdConfig, Input, Message, Output, Protocol, Start};
 use p2pmpi_core::machine::Machine;
 use p2pmpi_wire::auth::JobKey;
 use parking_lot::{Condvar, Mutex};
 use std::net::{SocketAddr, UdpSocket};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// What the library does when the failure detector confirms that a process failed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Policy {
-    /// Print an error naming the failed rank and stop this process (the default: the job
-    /// stops everywhere).
-    Stop,
-    /// Tell the program (handlers, [`failed_ranks`], [`wait_for_failure`]) and keep running:
-    /// communication with the failed rank then fails with an error naming it (`try_*` calls
-    /// return it; plain calls stop the process with it), communication among the others goes
-    /// on, and [`crate::ulfm`] agrees and shrinks communicators around the failure.
-    Notify,
-}
+pub use crate::lifecycle::{policy, set_policy, Policy};
 
 /// How a failure was established.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -113,9 +102,6 @@ impl std::fmt::Display for Notice {
 
 type Handler = Box<dyn Fn(&Notice) + Send + Sync>;
 
-const STOP: u8 = 0;
-const NOTIFY: u8 = 1;
-static POLICY: AtomicU8 = AtomicU8::new(STOP);
 static HANDLERS: Mutex<Vec<Handler>> = Mutex::new(Vec::new());
 static NOTICES: Mutex<Vec<Notice>> = Mutex::new(Vec::new());
 /// How many notices [`NOTICES`] holds (read without its lock by waits that poll it).
@@ -207,21 +193,6 @@ pub fn detector_kind() -> Option<&'static str> {
 pub(crate) fn leave() {
     if let Some((c, _)) = KMONITOR.get() {
         c.leave(Duration::from_millis(500));
-    }
-}
-
-/// Chooses what happens on a confirmed failure (call before `initialize()`: the launcher
-/// learns at registration whether the program handles failures).
-pub fn set_policy(p: Policy) {
-    POLICY.store(if p == Policy::Notify { NOTIFY } else { STOP }, Ordering::SeqCst);
-}
-
-/// The current policy.
-pub fn policy() -> Policy {
-    if POLICY.load(Ordering::SeqCst) == NOTIFY {
-        Policy::Notify
-    } else {
-        Policy::Stop
     }
 }
 
@@ -434,7 +405,7 @@ fn run(me: usize, key: JobKey, socket: UdpSocket, setup: Setup) {
     let addrs = Arc::new(setup.addrs);
     let mut buf = vec![0u8; MAX_DATAGRAM];
     loop {
-        if crate::environment::is_finalized() {
+        if crate::lifecycle::is_finalized() {
             return;
         }
         let now = origin.elapsed();
@@ -547,7 +518,7 @@ fn start_kmonitor(
             || false,
         );
         if stop {
-            std::process::exit(1);
+            crate::fatal::exit(1);
         }
     })?;
     Ok(())
@@ -587,7 +558,7 @@ pub(crate) fn suspect(me: usize, slot: usize, detail: &str) {
         }
         s.push(slot);
     }
-    bootstrap::report_peer_failed_tolerated(me as i32, slot as i32, detail);
+    launcher::report_peer_failed_tolerated(me as i32, slot as i32, detail);
 }
 
 /// The launcher announced the slots declared dead so far: the engine applies them at its
@@ -620,7 +591,7 @@ pub(crate) fn declared_dead(slots: &[u32]) {
 pub(crate) fn rank_lost(rank: i32) {
     let notice = Notice {
         rank,
-        at: crate::environment::time(),
+        at: crate::lifecycle::time(),
         cause: Cause::KMonitor { how: "every replica of it was declared dead by the launcher".into() },
     };
     {
@@ -656,7 +627,7 @@ fn deliver_replica(me: usize, l: p2pmpi_core::replication::Layout, notice: Notic
 fn deliver(me: usize, notice: Notice) {
     if deliver_or_stop(me, notice) {
         leave();
-        std::process::exit(1);
+        crate::fatal::exit(1);
     }
 }
 
@@ -679,7 +650,7 @@ fn deliver_or_stop(me: usize, notice: Notice) -> bool {
     for h in HANDLERS.lock().iter() {
         h(&notice);
     }
-    if bootstrap::is_finalizing() {
+    if launcher::is_finalizing() {
         // Peers that end after this process began to finalize are not failures.
         return false;
     }
@@ -689,11 +660,11 @@ fn deliver_or_stop(me: usize, notice: Notice) -> bool {
         Policy::Stop => {
             let msg = format!("p2pmpi: rank {me}: {detail}; stopping");
             eprintln!("{msg}");
-            bootstrap::report_peer_failed(me as i32, notice.rank, &detail);
+            launcher::report_peer_failed(me as i32, notice.rank, &detail);
             true
         }
         Policy::Notify => {
-            bootstrap::report_peer_failed_tolerated(me as i32, notice.rank, &detail);
+            launcher::report_peer_failed_tolerated(me as i32, notice.rank, &detail);
             false
         }
     }

@@ -285,7 +285,7 @@ pub(crate) fn spawn(
             Ok(apps) => {
                 let ids: Vec<i32> = (0..h.size()).map(|r| h.world_rank(r)).collect();
                 // With replicas, every replica of every parent (the children connect to each).
-                let parents = crate::environment::with_engine(|e| e.spawn_parents(&ids));
+                let parents = crate::context::with_engine(|e| e.spawn_parents(&ids));
                 crate::device::failpoints::spawn_window("spawn_before_request");
                 let answer = crate::bootstrap::spawning::request(apps, parents, ctx, Duration::from_secs(120));
                 crate::device::failpoints::spawn_window("spawn_after_answer");
@@ -295,7 +295,7 @@ pub(crate) fn spawn(
         match outcome {
             Ok(base) => answer[..4].copy_from_slice(&base.to_le_bytes()),
             Err(why) => {
-                eprintln!("p2pmpi: rank {}: spawn failed: {why}", crate::environment::own_rank());
+                eprintln!("p2pmpi: rank {}: spawn failed: {why}", crate::lifecycle::own_rank());
                 answer[4..].copy_from_slice(&(total as u32).to_le_bytes());
             }
         }
@@ -307,12 +307,12 @@ pub(crate) fn spawn(
         return Err(MpiError::Spawn(failed, total));
     }
     let ids: Vec<Rank> = (base..base + total).collect();
-    let connected = crate::environment::with_engine(|e| {
+    let connected = crate::context::with_engine(|e| {
         e.grow((base + total) as usize);
         e.await_connections(&ids, children_limit())
     });
     if let Err(e) = connected {
-        eprintln!("p2pmpi: rank {}: spawn: {e}", crate::environment::own_rank());
+        eprintln!("p2pmpi: rank {}: spawn: {e}", crate::lifecycle::own_rank());
         return Err(MpiError::Spawn(total, total));
     }
     Ok(InterCommunicator::new(ctx, h.clone(), ids, true))
