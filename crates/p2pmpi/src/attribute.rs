@@ -27,7 +27,7 @@
 //! not made by `MPI_Comm_create_keyval` (e.g. `AttributeKey::new_unchecked(k)`) uses the
 //! callbacks of its own type.
 
-use crate::ffi::{MPI_Comm, MPI_Comm_copy_attr_function, MPI_Comm_delete_attr_function};
+use crate::handles::{MPI_Comm, MPI_Comm_copy_attr_function, MPI_Comm_delete_attr_function};
 use crate::raw::AsRaw;
 use crate::topology::CommHandle;
 use std::any::{Any, TypeId};
@@ -147,7 +147,7 @@ where
         // SAFETY: the library passes a value stored by `set_attr::<Self>`, a `Box<Self>`
         // it gives up.
         unsafe { release::<Self>(val) };
-        crate::ffi::MPI_SUCCESS as c_int
+        crate::handles::MPI_SUCCESS as c_int
     }
 
     /// Called for a value of this type when its communicator is duplicated, with the old
@@ -181,7 +181,7 @@ where
             // SAFETY: as above.
             unsafe { *flag = 0 };
         }
-        crate::ffi::MPI_SUCCESS as c_int
+        crate::handles::MPI_SUCCESS as c_int
     }
 
     /// The key this type's values are stored under: by default one of its own, made on
@@ -240,8 +240,8 @@ impl std::fmt::Debug for Attributes {
 /// Runs a delete callback on a removed value; a value the default callback keeps is added to
 /// the communicator's retired ones.
 fn delete_value(h: &CommHandle, key: i32, v: Value) -> c_int {
-    let Some(f) = v.callbacks.delete else { return crate::ffi::MPI_SUCCESS as c_int };
-    let comm = crate::ffi::comm_to_raw(h, None);
+    let Some(f) = v.callbacks.delete else { return crate::handles::MPI_SUCCESS as c_int };
+    let comm = crate::topology::handles::comm_to_raw(h, None);
     RETIRED.with(|r| *r.borrow_mut() = Some(Vec::new()));
     // SAFETY: the value was stored with these callbacks, which the program (or the
     // attribute type) vouched for; it is removed from the communicator, so this is its
@@ -255,7 +255,7 @@ fn delete_value(h: &CommHandle, key: i32, v: Value) -> c_int {
 /// Stores a value under `key`, running the delete callback of the value it replaces.
 fn store(h: &CommHandle, key: i32, v: Value) -> c_int {
     let old = h.0.attrs.lock().values.insert(key, v);
-    old.map_or(crate::ffi::MPI_SUCCESS as c_int, |o| delete_value(h, key, o))
+    old.map_or(crate::handles::MPI_SUCCESS as c_int, |o| delete_value(h, key, o))
 }
 
 /// `set_attr`.
@@ -286,7 +286,7 @@ pub(crate) fn for_duplicate(h: &CommHandle) -> Attributes {
     if snapshot.is_empty() {
         return out;
     }
-    let comm = crate::ffi::comm_to_raw(h, None);
+    let comm = crate::topology::handles::comm_to_raw(h, None);
     for (key, ptr, type_id, callbacks) in snapshot {
         let Some(copy) = callbacks.copy else { continue };
         let mut new: *mut c_void = std::ptr::null_mut();
@@ -322,10 +322,10 @@ pub(crate) fn free_all(attrs: &mut Attributes, comm: MPI_Comm) {
 pub(crate) mod ffi {
     #![allow(non_snake_case)]
     use super::*;
-    use crate::ffi::{
-        comm_from_raw, MPI_APPNUM, MPI_ERR_ARG, MPI_ERR_COMM, MPI_ERR_KEYVAL, MPI_KEYVAL_INVALID, MPI_SUCCESS,
-        MPI_UNIVERSE_SIZE,
+    use crate::handles::{
+        MPI_APPNUM, MPI_ERR_ARG, MPI_ERR_COMM, MPI_ERR_KEYVAL, MPI_KEYVAL_INVALID, MPI_SUCCESS, MPI_UNIVERSE_SIZE,
     };
+    use crate::topology::handles::comm_from_raw;
 
     const SUCCESS: c_int = MPI_SUCCESS as c_int;
 

@@ -332,7 +332,7 @@ impl TypeMap {
 }
 
 /// Common behaviour of datatype handles, committed or not (rsmpi's `UncommittedDatatype`).
-pub trait UncommittedDatatype: AsRaw<Raw = crate::ffi::MPI_Datatype> {
+pub trait UncommittedDatatype: AsRaw<Raw = crate::handles::MPI_Datatype> {
     /// What [`UncommittedDatatype::dup`] returns.
     type DuplicatedDatatype;
     /// A copy of this datatype (`MPI_Type_dup`).
@@ -412,9 +412,9 @@ impl Datatype for DatatypeRef<'_> {}
 
 // SAFETY: the handle is the address of the layout this reference borrows.
 unsafe impl AsRaw for DatatypeRef<'_> {
-    type Raw = crate::ffi::MPI_Datatype;
-    fn as_raw(&self) -> crate::ffi::MPI_Datatype {
-        crate::ffi::MPI_Datatype::of(self.map)
+    type Raw = crate::handles::MPI_Datatype;
+    fn as_raw(&self) -> crate::handles::MPI_Datatype {
+        crate::handles::MPI_Datatype::of(self.map)
     }
 }
 
@@ -423,7 +423,7 @@ impl FromRaw for DatatypeRef<'_> {
     ///
     /// # Safety
     /// `datatype` must name a live datatype (not `RSMPI_DATATYPE_NULL`) that outlives `'a`.
-    unsafe fn from_raw(datatype: crate::ffi::MPI_Datatype) -> Self {
+    unsafe fn from_raw(datatype: crate::handles::MPI_Datatype) -> Self {
         // SAFETY: the caller's contract.
         DatatypeRef { map: unsafe { datatype.map() } }
     }
@@ -434,9 +434,9 @@ unsafe impl MatchesRaw for DatatypeRef<'_> {}
 
 // SAFETY: as for `DatatypeRef`.
 unsafe impl AsRaw for UncommittedDatatypeRef<'_> {
-    type Raw = crate::ffi::MPI_Datatype;
-    fn as_raw(&self) -> crate::ffi::MPI_Datatype {
-        crate::ffi::MPI_Datatype::of(self.map)
+    type Raw = crate::handles::MPI_Datatype;
+    fn as_raw(&self) -> crate::handles::MPI_Datatype {
+        crate::handles::MPI_Datatype::of(self.map)
     }
 }
 
@@ -445,7 +445,7 @@ impl FromRaw for UncommittedDatatypeRef<'_> {
     ///
     /// # Safety
     /// As for [`DatatypeRef::from_raw`].
-    unsafe fn from_raw(datatype: crate::ffi::MPI_Datatype) -> Self {
+    unsafe fn from_raw(datatype: crate::handles::MPI_Datatype) -> Self {
         // SAFETY: the caller's contract.
         UncommittedDatatypeRef { map: unsafe { datatype.map() } }
     }
@@ -573,7 +573,7 @@ macro_rules! constructors {
             }
             /// `blocklengths[i]` elements of `types[i]` at byte `displacements[i]` (a struct).
             /// As in rsmpi, `D`'s representation must be its handle (`MatchesRaw`).
-            pub fn structured<D: UncommittedDatatype + MatchesRaw<Raw = crate::ffi::MPI_Datatype>>(
+            pub fn structured<D: UncommittedDatatype + MatchesRaw<Raw = crate::handles::MPI_Datatype>>(
                 blocklengths: &[Count],
                 displacements: &[Address],
                 types: &[D],
@@ -679,9 +679,9 @@ impl Datatype for UserDatatype {}
 
 // SAFETY: the handle is the address of this datatype's layout, alive as long as it is.
 unsafe impl AsRaw for UserDatatype {
-    type Raw = crate::ffi::MPI_Datatype;
-    fn as_raw(&self) -> crate::ffi::MPI_Datatype {
-        crate::ffi::MPI_Datatype::of(self.map())
+    type Raw = crate::handles::MPI_Datatype;
+    fn as_raw(&self) -> crate::handles::MPI_Datatype {
+        crate::handles::MPI_Datatype::of(self.map())
     }
 }
 
@@ -695,7 +695,7 @@ impl FromRaw for UserDatatype {
     ///
     /// # Safety
     /// `handle` must name a live datatype (not `RSMPI_DATATYPE_NULL`).
-    unsafe fn from_raw(handle: crate::ffi::MPI_Datatype) -> Self {
+    unsafe fn from_raw(handle: crate::handles::MPI_Datatype) -> Self {
         // SAFETY: the caller's contract; the layout is only read during this call.
         UserDatatype::of(unsafe { handle.map() }.clone())
     }
@@ -729,9 +729,9 @@ constructors!(UncommittedUserDatatype);
 
 // SAFETY: as for `UserDatatype`.
 unsafe impl AsRaw for UncommittedUserDatatype {
-    type Raw = crate::ffi::MPI_Datatype;
-    fn as_raw(&self) -> crate::ffi::MPI_Datatype {
-        crate::ffi::MPI_Datatype::of(self.map())
+    type Raw = crate::handles::MPI_Datatype;
+    fn as_raw(&self) -> crate::handles::MPI_Datatype {
+        crate::handles::MPI_Datatype::of(self.map())
     }
 }
 
@@ -743,7 +743,7 @@ impl FromRaw for UncommittedUserDatatype {
     ///
     /// # Safety
     /// As for [`UserDatatype::from_raw`].
-    unsafe fn from_raw(handle: crate::ffi::MPI_Datatype) -> Self {
+    unsafe fn from_raw(handle: crate::handles::MPI_Datatype) -> Self {
         // SAFETY: the caller's contract; the layout is only read during this call.
         UncommittedUserDatatype::of(unsafe { handle.map() }.clone())
     }
@@ -1566,6 +1566,22 @@ pub mod internal {
                  `mpi::Threading::Multiple`.\n"
             );
         }
+    }
+}
+
+// The C handle of a datatype (`crate::handles::MPI_Datatype`) is the address of its layout.
+impl crate::handles::MPI_Datatype {
+    pub(crate) fn of(map: &TypeMap) -> Self {
+        crate::handles::MPI_Datatype(map as *const TypeMap as *const c_void)
+    }
+    /// The layout this handle names.
+    ///
+    /// # Safety
+    /// The handle must be a live datatype's (not `RSMPI_DATATYPE_NULL`), and the layout must
+    /// outlive `'a`.
+    pub(crate) unsafe fn map<'a>(self) -> &'a TypeMap {
+        // SAFETY: per the contract, the pointer came from `of` on a layout alive for `'a`.
+        unsafe { &*(self.0 as *const TypeMap) }
     }
 }
 

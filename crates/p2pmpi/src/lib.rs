@@ -41,6 +41,7 @@ mod error;
 pub mod failure;
 mod fatal;
 pub mod ffi;
+mod handles;
 mod launcher;
 mod lease;
 mod lifecycle;

@@ -293,7 +293,7 @@ fn mprobe_impl(h: &CommHandle, src: Rank, tag: Tag) -> Result<(Message, Status)>
         None => probe_blocked(e, h, &pat, c).map(Err),
     })?;
     let st = status_of(h, &m.env);
-    Ok((Message { matched: Some(m), handle: h.clone(), raw: crate::ffi::MPI_Message::next() }, st))
+    Ok((Message { matched: Some(m), handle: h.clone(), raw: crate::handles::MPI_Message::next() }, st))
 }
 
 fn improbe_impl(h: &CommHandle, src: Rank, tag: Tag) -> Result<Option<(Message, Status)>> {
@@ -308,7 +308,7 @@ fn improbe_impl(h: &CommHandle, src: Rank, tag: Tag) -> Result<Option<(Message, 
     let m = wait_until(hint(h, src), |e| e.mprobe_at(c, pat, true).map(Ok))?;
     Ok(m.map(|m| {
         let st = status_of(h, &m.env);
-        (Message { matched: Some(m), handle: h.clone(), raw: crate::ffi::MPI_Message::next() }, st)
+        (Message { matched: Some(m), handle: h.clone(), raw: crate::handles::MPI_Message::next() }, st)
     }))
 }
 
@@ -777,24 +777,24 @@ pub struct Message {
     matched: Option<Matched>,
     handle: CommHandle,
     /// Its raw handle (a number of its own; no function of `mpi::ffi` takes one).
-    raw: crate::ffi::MPI_Message,
+    raw: crate::handles::MPI_Message,
 }
 
 // SAFETY: the handle is this message's own number until it is received.
 unsafe impl crate::raw::AsRaw for Message {
-    type Raw = crate::ffi::MPI_Message;
-    fn as_raw(&self) -> crate::ffi::MPI_Message {
+    type Raw = crate::handles::MPI_Message;
+    fn as_raw(&self) -> crate::handles::MPI_Message {
         if self.matched.is_some() {
             self.raw
         } else {
-            crate::ffi::predefined::RSMPI_MESSAGE_NULL
+            crate::handles::predefined::RSMPI_MESSAGE_NULL
         }
     }
 }
 
 // SAFETY: the pointer is to the message's own handle field, valid while it is borrowed.
 unsafe impl crate::raw::AsRawMut for Message {
-    fn as_raw_mut(&mut self) -> *mut crate::ffi::MPI_Message {
+    fn as_raw_mut(&mut self) -> *mut crate::handles::MPI_Message {
         &mut self.raw
     }
 }
@@ -1094,4 +1094,16 @@ where
 /// Re-exports for `use mpi::point_to_point::traits::*`.
 pub mod traits {
     pub use super::{Destination, MatchedReceiveVec, Source};
+}
+
+impl From<Status> for crate::handles::MPI_Status {
+    fn from(s: crate::point_to_point::Status) -> Self {
+        crate::handles::MPI_Status {
+            MPI_SOURCE: s.source,
+            MPI_TAG: s.tag,
+            MPI_ERROR: crate::handles::MPI_SUCCESS as std::os::raw::c_int,
+            bytes: s.bytes,
+            cancelled: s.cancelled as std::os::raw::c_int,
+        }
+    }
 }

@@ -5,11 +5,13 @@ use crate::context::{wait_req, wait_until, with_engine};
 use crate::datatype::{Datatype, TypeMap};
 use crate::device::{ReqId, StatusInfo};
 use crate::error::{Error, OrFatal, Result};
+use crate::handles::MPI_Request;
 use crate::topology::{comm_rank_of, Rank};
 use crate::{Count, Tag};
 use std::cell::Cell;
 use std::fmt;
 use std::marker::PhantomData;
+use std::os::raw::c_int;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
@@ -36,7 +38,7 @@ impl Status {
         self.bytes.checked_div(d.type_map().size() as u64).map_or(0, |n| n as Count)
     }
     /// The status a raw `MPI_Status` describes (e.g. from `mpi::ffi::MPI_Recv`).
-    pub fn from_raw(status: crate::ffi::MPI_Status) -> Status {
+    pub fn from_raw(status: crate::handles::MPI_Status) -> Status {
         Status { source: status.MPI_SOURCE, tag: status.MPI_TAG, bytes: status.bytes, cancelled: status.cancelled != 0 }
     }
     /// The message size in bytes (not in rsmpi).
@@ -453,8 +455,8 @@ impl<'a, D: ?Sized, S: Scope<'a>> Request<'a, D, S> {
     /// `request` must come from `into_raw` (and not have been completed by `MPI_Wait` or
     /// `MPI_Test` since), `data` be that request's buffer, and `scope` one the buffer
     /// outlives. Panics if `request` names no such request.
-    pub unsafe fn from_raw(request: crate::ffi::MPI_Request, data: &'a D, scope: S) -> Self {
-        let p = crate::ffi::request_from_raw(request)
+    pub unsafe fn from_raw(request: crate::handles::MPI_Request, data: &'a D, scope: S) -> Self {
+        let p = request_from_raw(request)
             .unwrap_or_else(|| panic!("Request::from_raw: {request:?} names no request handed over by into_raw"));
         Self::from_parts(p, NonNull::from(data), scope)
     }
@@ -466,7 +468,7 @@ impl<'a, D: ?Sized, S: Scope<'a>> Request<'a, D, S> {
     /// # Safety
     /// The buffer must stay valid, and not be used otherwise (for a receive: not read),
     /// until the request completes; nothing checks that any more.
-    pub unsafe fn into_raw(mut self) -> (crate::ffi::MPI_Request, &'a D, S) {
+    pub unsafe fn into_raw(mut self) -> (crate::handles::MPI_Request, &'a D, S) {
         let p = self.pending.take().expect("live request");
         // SAFETY: registered in `from_parts`, and `pending` is now empty: the request leaves
         // its scope once.
@@ -477,24 +479,24 @@ impl<'a, D: ?Sized, S: Scope<'a>> Request<'a, D, S> {
         let scope = unsafe { std::ptr::read(&self.scope) };
         std::mem::forget(self);
         // SAFETY: `data` is the buffer borrowed for `'a`; the caller vouches for its use.
-        (crate::ffi::request_into_raw(p), unsafe { data.as_ref() }, scope)
+        (request_into_raw(p), unsafe { data.as_ref() }, scope)
     }
 }
 
 // SAFETY: the handle number is derived from the request's own id, the same that `into_raw`
 // hands over.
 unsafe impl<'a, D: ?Sized, S: Scope<'a>> crate::raw::AsRaw for Request<'a, D, S> {
-    type Raw = crate::ffi::MPI_Request;
-    fn as_raw(&self) -> crate::ffi::MPI_Request {
-        self.pending.as_ref().map_or(crate::ffi::predefined::RSMPI_REQUEST_NULL, crate::ffi::request_number)
+    type Raw = crate::handles::MPI_Request;
+    fn as_raw(&self) -> crate::handles::MPI_Request {
+        self.pending.as_ref().map_or(crate::handles::predefined::RSMPI_REQUEST_NULL, request_number)
     }
 }
 
 // SAFETY: as for `Request`.
 unsafe impl<'a, D: ?Sized, S: Scope<'a>> crate::raw::AsRaw for WaitGuard<'a, D, S> {
-    type Raw = crate::ffi::MPI_Request;
-    fn as_raw(&self) -> crate::ffi::MPI_Request {
-        self.0.as_ref().map_or(crate::ffi::predefined::RSMPI_REQUEST_NULL, |r| r.as_raw())
+    type Raw = crate::handles::MPI_Request;
+    fn as_raw(&self) -> crate::handles::MPI_Request {
+        self.0.as_ref().map_or(crate::handles::predefined::RSMPI_REQUEST_NULL, |r| r.as_raw())
     }
 }
 
@@ -794,4 +796,30 @@ impl<D: ?Sized> Drop for RequestCollection<'_, D> {
             panic!("some requests have not completed");
         }
     }
+}
+
+// ---------------------------------------------------------------------- C handles
+
+/// The requests handed over to C handles (`Request::into_raw`, `MPI_Isend`, ...), see
+/// [`crate::handles`]: process-wide because a handle is a plain integer any thread may hand to
+/// any function.
+pub(crate) static REQUESTS: std::sync::LazyLock<std::sync::Mutex<std::collections::HashMap<c_int, Pending>>> =
+    std::sync::LazyLock::new(Default::default);
+
+/// The handle number of a request (derived from the engine's request id, so that a
+/// request's `as_raw` and `into_raw` agree).
+pub(crate) fn request_number(p: &Pending) -> MPI_Request {
+    MPI_Request((p.id % (c_int::MAX as usize - 1)) as c_int + 1)
+}
+
+/// Hands a pending request over to a handle.
+pub(crate) fn request_into_raw(p: Pending) -> MPI_Request {
+    let h = request_number(&p);
+    crate::handles::lock(&REQUESTS).insert(h.0, p);
+    h
+}
+
+/// Takes a pending request back from its handle.
+pub(crate) fn request_from_raw(h: MPI_Request) -> Option<Pending> {
+    crate::handles::lock(&REQUESTS).remove(&h.0)
 }

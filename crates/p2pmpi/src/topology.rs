@@ -18,6 +18,7 @@ pub type Rank = c_int;
 pub type Key = c_int;
 
 mod cartesian;
+pub(crate) mod handles;
 pub use cartesian::{CartesianCommunicator, CartesianLayout};
 pub(crate) mod inter;
 pub(crate) use inter::disconnect_parent;
@@ -73,10 +74,10 @@ impl Drop for CommInner {
         if attrs.is_empty() {
             return;
         }
-        let (comm, temporary) = crate::ffi::dying_comm(addr);
+        let (comm, temporary) = handles::dying_comm(addr);
         crate::attribute::free_all(attrs, comm);
         if temporary {
-            crate::ffi::forget_comm(comm);
+            handles::forget_comm(comm);
         }
     }
 }
@@ -160,7 +161,7 @@ impl Color {
 }
 
 /// Operations every communicator offers.
-pub trait Communicator: AsHandle + AsRaw<Raw = crate::ffi::MPI_Comm> {
+pub trait Communicator: AsHandle + AsRaw<Raw = crate::handles::MPI_Comm> {
     /// Number of processes addressable by `process_at_rank`.
     fn target_size(&self) -> Rank {
         self.handle().size()
@@ -452,15 +453,15 @@ impl SimpleCommunicator {
     /// A handle of a Cartesian communicator made into a `SimpleCommunicator` by `from_raw`
     /// says `Cartesian`.
     pub fn topology(&self) -> Topology {
-        match crate::ffi::comm_kind(&self.0) {
-            Some(crate::ffi::CommKind::Cart { .. }) => Topology::Cartesian,
+        match handles::comm_kind(&self.0) {
+            Some(handles::CommKind::Cart { .. }) => Topology::Cartesian,
             _ => Topology::Undefined,
         }
     }
     /// This communicator by the kind of its topology (see [`Self::topology`]).
     pub fn into_topology(self) -> IntoTopology {
-        match crate::ffi::comm_kind(&self.0) {
-            Some(crate::ffi::CommKind::Cart { dims, periods }) => {
+        match handles::comm_kind(&self.0) {
+            Some(handles::CommKind::Cart { dims, periods }) => {
                 IntoTopology::Cartesian(CartesianCommunicator::from_parts(self, dims, periods))
             }
             _ => IntoTopology::Undefined(self),
@@ -470,9 +471,9 @@ impl SimpleCommunicator {
 
 // SAFETY: the handle names this communicator (the table keeps its address) while it lives.
 unsafe impl AsRaw for SimpleCommunicator {
-    type Raw = crate::ffi::MPI_Comm;
-    fn as_raw(&self) -> crate::ffi::MPI_Comm {
-        crate::ffi::comm_to_raw(&self.0, Some(crate::ffi::CommKind::Intra))
+    type Raw = crate::handles::MPI_Comm;
+    fn as_raw(&self) -> crate::handles::MPI_Comm {
+        handles::comm_to_raw(&self.0, Some(handles::CommKind::Intra))
     }
 }
 
@@ -483,8 +484,8 @@ impl FromRaw for SimpleCommunicator {
     ///
     /// # Safety
     /// `handle` must name a live communicator (panics otherwise, e.g. on `RSMPI_COMM_NULL`).
-    unsafe fn from_raw(handle: crate::ffi::MPI_Comm) -> Self {
-        let (h, _) = crate::ffi::comm_from_raw(handle, true)
+    unsafe fn from_raw(handle: crate::handles::MPI_Comm) -> Self {
+        let (h, _) = handles::comm_from_raw(handle, true)
             .unwrap_or_else(|| panic!("SimpleCommunicator::from_raw: {handle:?} names no live communicator"));
         SimpleCommunicator(h)
     }
@@ -523,9 +524,9 @@ impl<'a> Process<'a> {
 
 // SAFETY: a process's handle is its communicator's.
 unsafe impl AsRaw for Process<'_> {
-    type Raw = crate::ffi::MPI_Comm;
-    fn as_raw(&self) -> crate::ffi::MPI_Comm {
-        crate::ffi::comm_to_raw(self.handle(), None)
+    type Raw = crate::handles::MPI_Comm;
+    fn as_raw(&self) -> crate::handles::MPI_Comm {
+        handles::comm_to_raw(self.handle(), None)
     }
 }
 
@@ -548,9 +549,9 @@ pub struct AnyProcess<'a>(&'a CommHandle);
 
 // SAFETY: as for `Process`.
 unsafe impl AsRaw for AnyProcess<'_> {
-    type Raw = crate::ffi::MPI_Comm;
-    fn as_raw(&self) -> crate::ffi::MPI_Comm {
-        crate::ffi::comm_to_raw(self.0, None)
+    type Raw = crate::handles::MPI_Comm;
+    fn as_raw(&self) -> crate::handles::MPI_Comm {
+        handles::comm_to_raw(self.0, None)
     }
 }
 
@@ -698,7 +699,7 @@ pub enum GroupRelation {
 }
 
 /// An ordered set of processes.
-pub trait Group: AsRaw<Raw = crate::ffi::MPI_Group> {
+pub trait Group: AsRaw<Raw = crate::handles::MPI_Group> {
     /// World ranks of the members, in group order. Not part of rsmpi's API.
     #[doc(hidden)]
     fn members_world(&self) -> &[Rank];
@@ -820,9 +821,9 @@ impl UserGroup {
 // SAFETY: the handle names this group's members (the table keeps their address) while it
 // lives.
 unsafe impl AsRaw for UserGroup {
-    type Raw = crate::ffi::MPI_Group;
-    fn as_raw(&self) -> crate::ffi::MPI_Group {
-        crate::ffi::group_to_raw(&self.members)
+    type Raw = crate::handles::MPI_Group;
+    fn as_raw(&self) -> crate::handles::MPI_Group {
+        handles::group_to_raw(&self.members)
     }
 }
 
@@ -845,9 +846,9 @@ impl SystemGroup {
 
 // SAFETY: the only system group is the empty one, `RSMPI_GROUP_EMPTY`.
 unsafe impl AsRaw for SystemGroup {
-    type Raw = crate::ffi::MPI_Group;
-    fn as_raw(&self) -> crate::ffi::MPI_Group {
-        crate::ffi::predefined::RSMPI_GROUP_EMPTY
+    type Raw = crate::handles::MPI_Group;
+    fn as_raw(&self) -> crate::handles::MPI_Group {
+        crate::handles::predefined::RSMPI_GROUP_EMPTY
     }
 }
 

@@ -27,21 +27,6 @@ const KNOWN: &[(&str, &str, &str)] = &[
         "circle in the MPI operations: creating a communicator (split, dup, create) runs collective algorithms",
     ),
     (
-        "attribute",
-        "ffi",
-        "the C handle tables (ffi) name communicators: the tables belong below the MPI operations",
-    ),
-    (
-        "collective",
-        "ffi",
-        "user operations are registered in the C handle tables (ffi)",
-    ),
-    (
-        "datatype",
-        "ffi",
-        "datatypes are registered in the C handle tables (ffi)",
-    ),
-    (
         "device",
         "device::replication",
         "the engine still holds the replication state (`repl`) and branches on it; the replication layer is to wrap the engine instead",
@@ -50,21 +35,6 @@ const KNOWN: &[(&str, &str, &str)] = &[
         "device",
         "p2pmpi_core::replication",
         "the engine still names the replication core (layout, outcomes, parked frames), until the replication layer wraps it",
-    ),
-    (
-        "point_to_point",
-        "ffi",
-        "requests and predefined handles live in the C handle tables (ffi)",
-    ),
-    (
-        "request",
-        "ffi",
-        "requests are registered in the C handle tables (ffi)",
-    ),
-    (
-        "topology",
-        "ffi",
-        "communicators are registered in the C handle tables (ffi)",
     ),
 ];
 

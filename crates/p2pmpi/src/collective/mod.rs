@@ -8,6 +8,7 @@
 
 pub mod algorithms;
 mod fallible;
+pub(crate) mod handles;
 pub(crate) mod hier;
 mod inter;
 pub use fallible::{TryCollectives, TryImmediateCollectives, TryImmediateRoot, TryRoot};

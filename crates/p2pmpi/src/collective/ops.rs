@@ -11,7 +11,7 @@ use crate::Count;
 use std::fmt;
 
 /// A reduction operation (named by a raw `MPI_Op` handle, as in rsmpi).
-pub trait Operation: crate::raw::AsRaw<Raw = crate::ffi::MPI_Op> {
+pub trait Operation: crate::raw::AsRaw<Raw = crate::handles::MPI_Op> {
     /// Whether `a ∘ b = b ∘ a`.
     fn is_commutative(&self) -> bool;
 
@@ -105,10 +105,10 @@ impl SystemOperation {
 
 // SAFETY: each operation has its predefined handle.
 unsafe impl crate::raw::AsRaw for SystemOperation {
-    type Raw = crate::ffi::MPI_Op;
-    fn as_raw(&self) -> crate::ffi::MPI_Op {
-        use crate::ffi::predefined::*;
-        use crate::ffi::{OP_MAXLOC, OP_MINLOC};
+    type Raw = crate::handles::MPI_Op;
+    fn as_raw(&self) -> crate::handles::MPI_Op {
+        use crate::handles::predefined::*;
+        use crate::handles::{OP_MAXLOC, OP_MINLOC};
         match self.0 {
             SysOp::Max => RSMPI_MAX,
             SysOp::Min => RSMPI_MIN,
@@ -326,7 +326,7 @@ pub(crate) type Closure<'a> = dyn Fn(DynBuffer, DynBufferMut) + Sync + 'a;
 enum Body<'a> {
     Closure(Box<Closure<'a>>),
     /// Made by `from_raw` of this handle.
-    Raw(crate::ffi::MPI_Op, crate::ffi::AnyOp),
+    Raw(crate::handles::MPI_Op, super::handles::AnyOp),
 }
 
 /// A user operation's closure, named by a raw handle (its lifetime erased: the handle is
@@ -345,9 +345,9 @@ unsafe impl Sync for ClosureRef {}
 
 // SAFETY: the handle names this closure (see `ClosureRef`).
 unsafe impl crate::raw::AsRaw for ClosureRef {
-    type Raw = crate::ffi::MPI_Op;
-    fn as_raw(&self) -> crate::ffi::MPI_Op {
-        crate::ffi::closure_op_to_raw(*self)
+    type Raw = crate::handles::MPI_Op;
+    fn as_raw(&self) -> crate::handles::MPI_Op {
+        super::handles::closure_op_to_raw(*self)
     }
 }
 
@@ -365,7 +365,7 @@ impl Operation for ClosureRef {
 impl Drop for UserOperation<'_> {
     fn drop(&mut self) {
         if let Body::Closure(f) = &self.body {
-            crate::ffi::forget_closure_op(&**f as *const Closure<'_> as *const () as usize);
+            super::handles::forget_closure_op(&**f as *const Closure<'_> as *const () as usize);
         }
     }
 }
@@ -373,14 +373,14 @@ impl Drop for UserOperation<'_> {
 // SAFETY: the handle names this operation's closure while it lives (forgotten at its drop),
 // or is the handle it was made from.
 unsafe impl crate::raw::AsRaw for UserOperation<'_> {
-    type Raw = crate::ffi::MPI_Op;
-    fn as_raw(&self) -> crate::ffi::MPI_Op {
+    type Raw = crate::handles::MPI_Op;
+    fn as_raw(&self) -> crate::handles::MPI_Op {
         match &self.body {
             Body::Closure(f) => {
                 let p: *const Closure<'_> = &**f;
                 // SAFETY: only the lifetime is erased (same layout); see `ClosureRef`.
                 let f = unsafe { std::mem::transmute::<*const Closure<'_>, *const Closure<'static>>(p) };
-                crate::ffi::closure_op_to_raw(ClosureRef { f, commutes: self.commutes })
+                super::handles::closure_op_to_raw(ClosureRef { f, commutes: self.commutes })
             }
             Body::Raw(h, _) => *h,
         }
@@ -422,8 +422,9 @@ impl<'a> UserOperation<'a> {
     /// # Safety
     /// `op` must name a live operation (not `RSMPI_OP_NULL`; panics on an unknown handle),
     /// which must outlive the new one.
-    pub unsafe fn from_raw<T: 'a>(op: crate::ffi::MPI_Op, anchor: Box<T>) -> Self {
-        let any = crate::ffi::op_of(op).unwrap_or_else(|| panic!("UserOperation::from_raw: {op:?} names no operation"));
+    pub unsafe fn from_raw<T: 'a>(op: crate::handles::MPI_Op, anchor: Box<T>) -> Self {
+        let any =
+            super::handles::op_of(op).unwrap_or_else(|| panic!("UserOperation::from_raw: {op:?} names no operation"));
         let commutes = any.is_commutative();
         UserOperation { commutes, body: Body::Raw(op, any), _anchor: Some(anchor) }
     }
@@ -517,7 +518,7 @@ pub type UnsafeUserFunction = unsafe extern "C" fn(
     *mut std::os::raw::c_void,
     *mut std::os::raw::c_void,
     *mut Count,
-    *mut crate::ffi::MPI_Datatype,
+    *mut crate::handles::MPI_Datatype,
 );
 
 /// A user operation given as a C function pointer (rsmpi's `UnsafeUserOperation`). The
@@ -574,9 +575,9 @@ impl UnsafeUserOperation {
 // SAFETY: the handle names an operation with the same function and commutativity, for the
 // whole run (operations are plain data).
 unsafe impl crate::raw::AsRaw for UnsafeUserOperation {
-    type Raw = crate::ffi::MPI_Op;
-    fn as_raw(&self) -> crate::ffi::MPI_Op {
-        crate::ffi::op_to_raw(self)
+    type Raw = crate::handles::MPI_Op;
+    fn as_raw(&self) -> crate::handles::MPI_Op {
+        super::handles::op_to_raw(self)
     }
 }
 
@@ -587,7 +588,7 @@ impl Operation for UnsafeUserOperation {
     fn combine(&self, map: &TypeMap, count: usize, input: &[u8], inout: &mut [u8]) {
         in_native(map, count, input, inout, |pa, pb| {
             let mut len = Count::try_from(count).expect("reduction of more elements than a Count holds");
-            let mut handle = crate::ffi::MPI_Datatype::of(map);
+            let mut handle = crate::handles::MPI_Datatype::of(map);
             // SAFETY: the constructor's caller vouched that the function is sound on buffers
             // of this datatype; `pa` and `pb` hold `count` initialised elements in native
             // layout (separate allocations, alive for the call), `len` and `handle` are live

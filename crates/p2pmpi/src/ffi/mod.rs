@@ -26,199 +26,36 @@
 //! (`RSMPI_Comm_c2f`, ...), and every function not listed here (see docs/mpi-library.md).
 #![allow(non_camel_case_types, non_upper_case_globals, non_snake_case)]
 
-pub(crate) mod handles;
-
-use crate::collective::ops::ClosureRef;
-use crate::collective::{SystemOperation, UnsafeUserOperation};
+use crate::collective::handles::{free_op, new_user_op, op_of, AnyOp};
+use crate::collective::UnsafeUserOperation;
 use crate::datatype::{DatatypeRef, DynBuffer, DynBufferMut, TypeMap};
+pub use crate::handles::c_statics::*;
+use crate::handles::{lock, predefined_names};
+pub use crate::handles::{
+    MPI_Comm, MPI_Comm_copy_attr_function, MPI_Comm_delete_attr_function, MPI_Datatype, MPI_Group, MPI_Message, MPI_Op,
+    MPI_Request, MPI_Status, MPI_User_function, MPI_APPNUM, MPI_ERR_ARG, MPI_ERR_BUFFER, MPI_ERR_COMM, MPI_ERR_COUNT,
+    MPI_ERR_GROUP, MPI_ERR_KEYVAL, MPI_ERR_OP, MPI_ERR_OTHER, MPI_ERR_RANK, MPI_ERR_REQUEST, MPI_ERR_ROOT, MPI_ERR_TAG,
+    MPI_ERR_TRUNCATE, MPI_ERR_TYPE, MPI_KEYVAL_INVALID, MPI_SUCCESS, MPI_UNIVERSE_SIZE,
+};
 use crate::point_to_point::{Destination, Source};
-use crate::request::Pending;
+use crate::request::{request_from_raw, Pending, REQUESTS};
+use crate::topology::handles::{
+    comm_from_raw, comm_owned, free_comm, free_group, group_members, group_owned, CommKind,
+};
 use crate::topology::{
-    CartesianCommunicator, CommHandle, CommInner, Communicator, CommunicatorRelation, Group, GroupRelation,
-    InterCommunicator, Rank, SimpleCommunicator, UserGroup,
+    CartesianCommunicator, CommHandle, Communicator, CommunicatorRelation, Group, GroupRelation, InterCommunicator,
+    Rank, SimpleCommunicator, UserGroup,
 };
 use crate::ulfm::{TryCollectives, TryRoot};
-use crate::Count;
-use handles::Table;
-use predefined as k;
 use std::collections::HashMap;
 use std::os::raw::{c_double, c_int, c_void};
-use std::sync::{Arc, LazyLock, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, LazyLock, Mutex};
 
-// ------------------------------------------------------------------------ handle types
+// ------------------------------------------------------------------ predefined names
 
-/// A communicator handle.
-#[repr(transparent)]
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
-pub struct MPI_Comm(c_int);
-
-/// A group handle.
-#[repr(transparent)]
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
-pub struct MPI_Group(c_int);
-
-/// A reduction operation handle.
-#[repr(transparent)]
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
-pub struct MPI_Op(c_int);
-
-/// A request handle.
-#[repr(transparent)]
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
-pub struct MPI_Request(c_int);
-
-/// A matched message handle (it names a [`crate::point_to_point::Message`]; no function here
-/// takes one).
-#[repr(transparent)]
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
-pub struct MPI_Message(c_int);
-
-impl MPI_Message {
-    pub(crate) fn next() -> MPI_Message {
-        static NEXT: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(handles::FIRST_USER);
-        MPI_Message(NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
-    }
-}
-
-/// A datatype handle: the address of the datatype's layout. It is valid while the datatype
-/// lives (forever for the predefined ones).
-#[repr(transparent)]
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
-pub struct MPI_Datatype(*const c_void);
-
-impl MPI_Datatype {
-    pub(crate) fn of(map: &TypeMap) -> Self {
-        MPI_Datatype(map as *const TypeMap as *const c_void)
-    }
-    /// The layout this handle names.
-    ///
-    /// # Safety
-    /// The handle must be a live datatype's (not `RSMPI_DATATYPE_NULL`), and the layout must
-    /// outlive `'a`.
-    pub(crate) unsafe fn map<'a>(self) -> &'a TypeMap {
-        // SAFETY: per the contract, the pointer came from `of` on a layout alive for `'a`.
-        unsafe { &*(self.0 as *const TypeMap) }
-    }
-    fn is_null(self) -> bool {
-        self.0.is_null()
-    }
-}
-
-/// What a receive reports (`MPI_Status`): the public fields of C's, and the received size.
-#[repr(C)]
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
-pub struct MPI_Status {
-    /// The sender's rank.
-    pub MPI_SOURCE: c_int,
-    /// The message's tag.
-    pub MPI_TAG: c_int,
-    /// The error class of the operation (`MPI_SUCCESS`).
-    pub MPI_ERROR: c_int,
-    pub(crate) bytes: u64,
-    pub(crate) cancelled: c_int,
-}
-
-impl From<crate::point_to_point::Status> for MPI_Status {
-    fn from(s: crate::point_to_point::Status) -> Self {
-        MPI_Status {
-            MPI_SOURCE: s.source,
-            MPI_TAG: s.tag,
-            MPI_ERROR: MPI_SUCCESS as c_int,
-            bytes: s.bytes,
-            cancelled: s.cancelled as c_int,
-        }
-    }
-}
-
-/// The C signature of a user reduction function (`MPI_User_function`).
-pub type MPI_User_function = Option<unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_int, *mut MPI_Datatype)>;
-/// An attribute copy callback (`MPI_Comm_copy_attr_function`): `(oldcomm, keyval,
-/// extra_state, attribute_val_in, attribute_val_out, flag)`.
-pub type MPI_Comm_copy_attr_function =
-    Option<unsafe extern "C" fn(MPI_Comm, c_int, *mut c_void, *mut c_void, *mut c_void, *mut c_int) -> c_int>;
-/// An attribute delete callback (`MPI_Comm_delete_attr_function`): `(comm, keyval,
-/// attribute_val, extra_state)`.
-pub type MPI_Comm_delete_attr_function =
-    Option<unsafe extern "C" fn(MPI_Comm, c_int, *mut c_void, *mut c_void) -> c_int>;
-
-// ------------------------------------------------------------------ predefined handles
-
-/// Makes the predefined names: in [`predefined`] as constants (this crate's own use, also in
-/// patterns), and public as `extern` statics like rsmpi's (`unsafe { ffi::RSMPI_COMM_WORLD }`),
-/// each defined under a symbol name of this crate's version and declared again in an
-/// `extern "C"` block.
-macro_rules! predefined {
-    ($($(#[$m:meta])* $name:ident: $ty:ty = $val:expr;)*) => {
-        /// The values of the predefined names, as constants.
-        pub(crate) mod predefined {
-            #[allow(unused_imports)]
-            use super::*;
-            $($(#[$m])* pub(crate) const $name: $ty = $val;)*
-        }
-        mod exported {
-            #[allow(unused_imports)]
-            use super::*;
-            $(
-                $(#[$m])*
-                #[export_name = concat!("p2pmpi_", env!("CARGO_PKG_VERSION"), "_", stringify!($name))]
-                pub(super) static $name: Shared<$ty> = Shared(super::predefined::$name);
-            )*
-        }
-        extern "C" {
-            $(
-                $(#[$m])*
-                #[link_name = concat!("p2pmpi_", env!("CARGO_PKG_VERSION"), "_", stringify!($name))]
-                pub static $name: $ty;
-            )*
-        }
-    };
-}
-
-/// A predefined value as an exported static (the pointers inside are never written).
-#[repr(transparent)]
-struct Shared<T>(T);
-// SAFETY: the values are plain handles, never written.
-unsafe impl<T> Sync for Shared<T> {}
-
-predefined! {
-    /// The null communicator.
-    RSMPI_COMM_NULL: MPI_Comm = MPI_Comm(0);
-    /// The world communicator.
-    RSMPI_COMM_WORLD: MPI_Comm = MPI_Comm(1);
-    /// The communicator of this process alone.
-    RSMPI_COMM_SELF: MPI_Comm = MPI_Comm(2);
-    /// The null group.
-    RSMPI_GROUP_NULL: MPI_Group = MPI_Group(0);
-    /// The empty group.
-    RSMPI_GROUP_EMPTY: MPI_Group = MPI_Group(1);
-    /// The null request.
-    RSMPI_REQUEST_NULL: MPI_Request = MPI_Request(0);
-    /// The null message.
-    RSMPI_MESSAGE_NULL: MPI_Message = MPI_Message(0);
-    /// The message of a probe of `MPI_PROC_NULL`.
-    RSMPI_MESSAGE_NO_PROC: MPI_Message = MPI_Message(1);
-    /// The null operation.
-    RSMPI_OP_NULL: MPI_Op = MPI_Op(0);
-    /// Maximum.
-    RSMPI_MAX: MPI_Op = MPI_Op(1);
-    /// Minimum.
-    RSMPI_MIN: MPI_Op = MPI_Op(2);
-    /// Sum.
-    RSMPI_SUM: MPI_Op = MPI_Op(3);
-    /// Product.
-    RSMPI_PROD: MPI_Op = MPI_Op(4);
-    /// Logical and.
-    RSMPI_LAND: MPI_Op = MPI_Op(5);
-    /// Bitwise and.
-    RSMPI_BAND: MPI_Op = MPI_Op(6);
-    /// Logical or.
-    RSMPI_LOR: MPI_Op = MPI_Op(7);
-    /// Bitwise or.
-    RSMPI_BOR: MPI_Op = MPI_Op(8);
-    /// Logical exclusive or.
-    RSMPI_LXOR: MPI_Op = MPI_Op(9);
-    /// Bitwise exclusive or.
-    RSMPI_BXOR: MPI_Op = MPI_Op(10);
+// The predefined handles of communicators, groups, requests, messages and operations are
+// `crate::handles`' (re-exported above); these are the rest.
+predefined_names! {
     /// `bool`.
     RSMPI_C_BOOL: MPI_Datatype = MPI_Datatype(&crate::datatype::MAP_BOOL as *const TypeMap as *const c_void);
     /// `f32`.
@@ -294,49 +131,13 @@ predefined! {
     /// Longest processor name.
     RSMPI_MAX_PROCESSOR_NAME: c_int = 128;
 }
-/// `MPI_MAXLOC` (not a predefined name of rsmpi; `SystemOperation::max_loc().as_raw()`).
-pub(crate) const OP_MAXLOC: MPI_Op = MPI_Op(11);
-/// `MPI_MINLOC`.
-pub(crate) const OP_MINLOC: MPI_Op = MPI_Op(12);
+pub use c_statics::*;
 
-/// The predefined attribute key of the universe size (read with `MPI_Comm_get_attr` on the
-/// world: a pointer to a `c_int`).
-pub const MPI_UNIVERSE_SIZE: u32 = 0x6440_0009;
-/// The predefined attribute key of the application number.
-pub const MPI_APPNUM: u32 = 0x6440_000b;
-/// `MPI_Comm_create_keyval`'s answer when no key could be made (never).
-pub const MPI_KEYVAL_INVALID: u32 = 0x2400_0000;
-
-/// Success.
-pub const MPI_SUCCESS: u32 = 0;
-/// An invalid buffer pointer.
-pub const MPI_ERR_BUFFER: u32 = 1;
-/// An invalid count.
-pub const MPI_ERR_COUNT: u32 = 2;
-/// An invalid datatype.
-pub const MPI_ERR_TYPE: u32 = 3;
-/// An invalid tag.
-pub const MPI_ERR_TAG: u32 = 4;
-/// An invalid communicator.
-pub const MPI_ERR_COMM: u32 = 5;
-/// An invalid rank.
-pub const MPI_ERR_RANK: u32 = 6;
-/// An invalid root.
-pub const MPI_ERR_ROOT: u32 = 7;
-/// An invalid group.
-pub const MPI_ERR_GROUP: u32 = 8;
-/// An invalid operation.
-pub const MPI_ERR_OP: u32 = 9;
-/// An invalid argument.
-pub const MPI_ERR_ARG: u32 = 12;
-/// A message longer than the receive buffer.
-pub const MPI_ERR_TRUNCATE: u32 = 14;
-/// Another error (a failed communication).
-pub const MPI_ERR_OTHER: u32 = 15;
-/// An invalid request.
-pub const MPI_ERR_REQUEST: u32 = 19;
-/// An invalid attribute key.
-pub const MPI_ERR_KEYVAL: u32 = 48;
+/// The values of every predefined name, as constants (this module's and `crate::handles`').
+mod k {
+    pub(crate) use super::predefined::*;
+    pub(crate) use crate::handles::predefined::*;
+}
 
 const SUCCESS: c_int = MPI_SUCCESS as c_int;
 const ERR_COMM: c_int = MPI_ERR_COMM as c_int;
@@ -355,126 +156,6 @@ fn err_class(e: &crate::CommError) -> c_int {
         crate::CommError::Truncated { .. } => MPI_ERR_TRUNCATE as c_int,
         _ => MPI_ERR_OTHER as c_int,
     }
-}
-
-// ------------------------------------------------------------------ communicator table
-
-/// What kind of Rust communicator a handle stands for.
-#[derive(Clone, Debug)]
-pub(crate) enum CommKind {
-    Intra,
-    Inter { parents_side: bool },
-    Cart { dims: Vec<Count>, periods: Vec<bool> },
-}
-
-struct CommSlot {
-    comm: Weak<CommInner>,
-    kind: CommKind,
-    /// The communicator, when the handle owns it.
-    owned: Option<CommHandle>,
-}
-
-struct Comms {
-    table: Table<usize, CommSlot>,
-    /// Sweep dead slots once the table holds this many.
-    sweep_at: usize,
-}
-
-static COMMS: LazyLock<Mutex<Comms>> = LazyLock::new(|| Mutex::new(Comms { table: Table::default(), sweep_at: 64 }));
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// The handle of communicator `h`, registered if needed; `kind` says what Rust object it is
-/// (`None`: unknown, e.g. from a `Process`).
-pub(crate) fn comm_to_raw(h: &CommHandle, kind: Option<CommKind>) -> MPI_Comm {
-    if crate::topology::is_world(h) {
-        return k::RSMPI_COMM_WORLD;
-    }
-    if crate::topology::is_self(h) {
-        return k::RSMPI_COMM_SELF;
-    }
-    let key = Arc::as_ptr(&h.0) as usize;
-    let mut comms = lock(&COMMS);
-    if let Some(id) = comms.table.find(key) {
-        let slot = comms.table.get_mut(id).expect("a found slot");
-        if slot.comm.upgrade().is_some_and(|c| Arc::ptr_eq(&c, &h.0)) {
-            if let (CommKind::Intra, Some(k)) = (&slot.kind, kind) {
-                slot.kind = k;
-            }
-            return MPI_Comm(id);
-        }
-    }
-    if comms.table.len() >= comms.sweep_at {
-        comms.table.sweep(|s| s.comm.strong_count() == 0);
-        comms.sweep_at = (comms.table.len() * 2).max(64);
-    }
-    let kind = kind.unwrap_or_else(|| match h.0.inter_local {
-        Some(_) => CommKind::Inter { parents_side: false },
-        None => CommKind::Intra,
-    });
-    MPI_Comm(comms.table.insert(Some(key), CommSlot { comm: Arc::downgrade(&h.0), kind, owned: None }))
-}
-
-/// A new handle owning `c`.
-fn comm_owned(c: CommHandle, kind: CommKind) -> MPI_Comm {
-    let key = Arc::as_ptr(&c.0) as usize;
-    let mut comms = lock(&COMMS);
-    if let Some(id) = comms.table.find(key) {
-        if let Some(slot) = comms.table.get_mut(id) {
-            if slot.comm.strong_count() > 0 {
-                slot.owned = Some(c);
-                return MPI_Comm(id);
-            }
-        }
-    }
-    MPI_Comm(comms.table.insert(Some(key), CommSlot { comm: Arc::downgrade(&c.0), kind, owned: Some(c) }))
-}
-
-/// The communicator of a handle and its kind; `take` moves the handle's ownership out (to a
-/// Rust object made by `from_raw`).
-pub(crate) fn comm_from_raw(c: MPI_Comm, take: bool) -> Option<(CommHandle, CommKind)> {
-    if c == k::RSMPI_COMM_WORLD {
-        return Some((SimpleCommunicator::world().0, CommKind::Intra));
-    }
-    if c == k::RSMPI_COMM_SELF {
-        return Some((SimpleCommunicator::self_comm().0, CommKind::Intra));
-    }
-    let mut comms = lock(&COMMS);
-    let slot = comms.table.get_mut(c.0)?;
-    let h = CommHandle(slot.comm.upgrade()?);
-    if take {
-        slot.owned = None;
-    }
-    Some((h, slot.kind.clone()))
-}
-
-/// A handle for a communicator being freed (at `addr`), for its attributes' delete
-/// callbacks: its own if it has one, else a temporary one (`true`) that names nothing
-/// usable, to be forgotten after the calls.
-pub(crate) fn dying_comm(addr: usize) -> (MPI_Comm, bool) {
-    let mut comms = lock(&COMMS);
-    match comms.table.find(addr) {
-        Some(id) => (MPI_Comm(id), false),
-        None => {
-            let slot = CommSlot { comm: Weak::new(), kind: CommKind::Intra, owned: None };
-            (MPI_Comm(comms.table.insert(None, slot)), true)
-        }
-    }
-}
-
-/// Frees a temporary handle of [`dying_comm`].
-pub(crate) fn forget_comm(c: MPI_Comm) {
-    let slot = lock(&COMMS).table.remove(c.0);
-    drop(slot);
-}
-
-/// The kind registered for communicator `h` (for `topology()`), without registering it.
-pub(crate) fn comm_kind(h: &CommHandle) -> Option<CommKind> {
-    let comms = lock(&COMMS);
-    let id = comms.table.find(Arc::as_ptr(&h.0) as usize)?;
-    comms.table.get(id).map(|s| s.kind.clone())
 }
 
 /// The Rust communicator a handle stands for.
@@ -516,173 +197,6 @@ macro_rules! comm_or_return {
             None => return ERR_COMM,
         }
     };
-}
-
-// ------------------------------------------------------------------------ group table
-
-struct GroupSlot {
-    group: Weak<[Rank]>,
-    owned: Option<Arc<[Rank]>>,
-}
-
-static GROUPS: LazyLock<Mutex<Table<usize, GroupSlot>>> = LazyLock::new(Default::default);
-
-/// The handle of a group with these members (world ranks).
-pub(crate) fn group_to_raw(members: &Arc<[Rank]>) -> MPI_Group {
-    let key = Arc::as_ptr(members) as *const Rank as usize;
-    let mut groups = lock(&GROUPS);
-    if let Some(id) = groups.find(key) {
-        if groups.get(id).and_then(|s| s.group.upgrade()).is_some_and(|g| Arc::ptr_eq(&g, members)) {
-            return MPI_Group(id);
-        }
-    }
-    if groups.len() >= 64 {
-        groups.sweep(|s| s.group.strong_count() == 0);
-    }
-    MPI_Group(groups.insert(Some(key), GroupSlot { group: Arc::downgrade(members), owned: None }))
-}
-
-fn group_owned(members: Arc<[Rank]>) -> MPI_Group {
-    let key = Arc::as_ptr(&members) as *const Rank as usize;
-    MPI_Group(lock(&GROUPS).insert(Some(key), GroupSlot { group: Arc::downgrade(&members), owned: Some(members) }))
-}
-
-/// The members (world ranks) of a group handle.
-fn group_members(g: MPI_Group) -> Option<Arc<[Rank]>> {
-    if g == k::RSMPI_GROUP_EMPTY {
-        return Some(Arc::from(Vec::new()));
-    }
-    let groups = lock(&GROUPS);
-    let slot = groups.get(g.0)?;
-    slot.owned.clone().or_else(|| slot.group.upgrade())
-}
-
-// -------------------------------------------------------------------- operation table
-
-/// A user operation named by a handle.
-#[derive(Clone, Copy)]
-enum UserOp {
-    Unsafe(UnsafeUserOperation),
-    Closure(ClosureRef),
-}
-
-/// The user operations with handles. Keys: a C function's address times 2, plus 1 if
-/// commutative (the top bit cleared), or a closure's address with the top bit set (user
-/// addresses never have it on the platforms p2pmpi runs on).
-static OPS: LazyLock<Mutex<Table<usize, UserOp>>> = LazyLock::new(Default::default);
-
-const CLOSURE_KEY: usize = 1 << (usize::BITS - 1);
-
-/// The handle of a user operation (the same for the same function and commutativity).
-pub(crate) fn op_to_raw(op: &UnsafeUserOperation) -> MPI_Op {
-    let key = (op.function() as usize).wrapping_mul(2) + op.is_commutative_flag() as usize;
-    let key = key & !CLOSURE_KEY;
-    let mut ops = lock(&OPS);
-    if let Some(id) = ops.find(key) {
-        return MPI_Op(id);
-    }
-    MPI_Op(ops.insert(Some(key), UserOp::Unsafe(*op)))
-}
-
-/// The handle of a `UserOperation`'s closure.
-pub(crate) fn closure_op_to_raw(c: ClosureRef) -> MPI_Op {
-    let key = (c.f as *const () as usize) | CLOSURE_KEY;
-    let mut ops = lock(&OPS);
-    if let Some(id) = ops.find(key) {
-        return MPI_Op(id);
-    }
-    MPI_Op(ops.insert(Some(key), UserOp::Closure(c)))
-}
-
-/// Forgets the handle of a `UserOperation`'s closure at `addr` (the operation is dropped).
-pub(crate) fn forget_closure_op(addr: usize) {
-    let mut ops = lock(&OPS);
-    if let Some(id) = ops.find(addr | CLOSURE_KEY) {
-        ops.remove(id);
-    }
-}
-
-/// An operation named by a handle.
-#[derive(Clone, Copy)]
-pub(crate) enum AnyOp {
-    System(SystemOperation),
-    User(UnsafeUserOperation),
-    Closure(ClosureRef),
-}
-
-// SAFETY: each kind of operation has its own handle.
-unsafe impl crate::raw::AsRaw for AnyOp {
-    type Raw = MPI_Op;
-    fn as_raw(&self) -> MPI_Op {
-        match self {
-            AnyOp::System(o) => o.as_raw(),
-            AnyOp::User(o) => o.as_raw(),
-            AnyOp::Closure(o) => o.as_raw(),
-        }
-    }
-}
-
-impl crate::collective::Operation for AnyOp {
-    fn is_commutative(&self) -> bool {
-        match self {
-            AnyOp::System(o) => o.is_commutative(),
-            AnyOp::User(o) => o.is_commutative(),
-            AnyOp::Closure(o) => o.is_commutative(),
-        }
-    }
-    fn combine(&self, map: &TypeMap, count: usize, input: &[u8], inout: &mut [u8]) {
-        match self {
-            AnyOp::System(o) => o.combine(map, count, input, inout),
-            AnyOp::User(o) => o.combine(map, count, input, inout),
-            AnyOp::Closure(o) => o.combine(map, count, input, inout),
-        }
-    }
-}
-
-pub(crate) fn op_of(op: MPI_Op) -> Option<AnyOp> {
-    let s = match op {
-        k::RSMPI_MAX => SystemOperation::max(),
-        k::RSMPI_MIN => SystemOperation::min(),
-        k::RSMPI_SUM => SystemOperation::sum(),
-        k::RSMPI_PROD => SystemOperation::product(),
-        k::RSMPI_LAND => SystemOperation::logical_and(),
-        k::RSMPI_BAND => SystemOperation::bitwise_and(),
-        k::RSMPI_LOR => SystemOperation::logical_or(),
-        k::RSMPI_BOR => SystemOperation::bitwise_or(),
-        k::RSMPI_LXOR => SystemOperation::logical_xor(),
-        k::RSMPI_BXOR => SystemOperation::bitwise_xor(),
-        OP_MAXLOC => SystemOperation::max_loc(),
-        OP_MINLOC => SystemOperation::min_loc(),
-        _ => {
-            return lock(&OPS).get(op.0).map(|u| match u {
-                UserOp::Unsafe(u) => AnyOp::User(*u),
-                UserOp::Closure(c) => AnyOp::Closure(*c),
-            })
-        }
-    };
-    Some(AnyOp::System(s))
-}
-
-// ---------------------------------------------------------------------- request table
-
-static REQUESTS: LazyLock<Mutex<HashMap<c_int, Pending>>> = LazyLock::new(Default::default);
-
-/// The handle number of a request (derived from the engine's request id, so that a
-/// request's `as_raw` and `into_raw` agree).
-pub(crate) fn request_number(p: &Pending) -> MPI_Request {
-    MPI_Request((p.id % (c_int::MAX as usize - 1)) as c_int + 1)
-}
-
-/// Hands a pending request over to a handle.
-pub(crate) fn request_into_raw(p: Pending) -> MPI_Request {
-    let h = request_number(&p);
-    lock(&REQUESTS).insert(h.0, p);
-    h
-}
-
-/// Takes a pending request back from its handle.
-pub(crate) fn request_from_raw(h: MPI_Request) -> Option<Pending> {
-    lock(&REQUESTS).remove(&h.0)
 }
 
 // ------------------------------------------------------------------------- functions
@@ -839,16 +353,7 @@ pub unsafe extern "C" fn MPI_Comm_free(comm: *mut MPI_Comm) -> c_int {
     if c == k::RSMPI_COMM_WORLD || c == k::RSMPI_COMM_SELF {
         return ERR_COMM;
     }
-    let dropped = {
-        let mut comms = lock(&COMMS);
-        let Some(slot) = comms.table.get_mut(c.0) else { return ERR_COMM };
-        if slot.comm.strong_count() == 0 {
-            return ERR_COMM;
-        }
-        let owned = slot.owned.take();
-        comms.table.remove(c.0);
-        owned
-    };
+    let Some(dropped) = free_comm(c) else { return ERR_COMM };
     // Dropped outside the table's lock: the delete callbacks may use this module.
     drop(dropped);
     // SAFETY: as above.
@@ -978,7 +483,7 @@ pub unsafe extern "C" fn MPI_Group_free(group: *mut MPI_Group) -> c_int {
         unsafe { *group = k::RSMPI_GROUP_NULL };
         return SUCCESS;
     }
-    if lock(&GROUPS).remove(g.0).is_none() {
+    if !free_group(g) {
         return ERR_GROUP;
     }
     // SAFETY: as above.
@@ -999,7 +504,7 @@ pub unsafe extern "C" fn MPI_Op_create(function: MPI_User_function, commute: c_i
     }
     // SAFETY: the caller vouches for the function, as `UnsafeUserOperation::new` asks.
     let u = unsafe { UnsafeUserOperation::new(commute != 0, f) };
-    let h = MPI_Op(lock(&OPS).insert(None, UserOp::Unsafe(u)));
+    let h = new_user_op(u);
     // SAFETY: checked non-null; the caller vouches it is writable.
     unsafe { put(op, h) }
 }
@@ -1014,7 +519,7 @@ pub unsafe extern "C" fn MPI_Op_free(op: *mut MPI_Op) -> c_int {
     }
     // SAFETY: checked non-null; the caller vouches it is readable and writable.
     let o = unsafe { *op };
-    if lock(&OPS).remove(o.0).is_none() {
+    if !free_op(o) {
         return ERR_OP;
     }
     // SAFETY: as above.
@@ -1455,6 +960,6 @@ mod tests {
         assert!(ignore.is_null());
         // The declaration and the definition are one object.
         let declared = &raw const RSMPI_COMM_WORLD as usize;
-        assert_eq!(declared, &raw const exported::RSMPI_COMM_WORLD as usize);
+        assert_eq!(declared, &raw const crate::handles::exported::RSMPI_COMM_WORLD as usize);
     }
 }

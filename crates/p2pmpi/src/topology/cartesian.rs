@@ -173,20 +173,20 @@ impl CartesianCommunicator {
     ///
     /// # Safety
     /// As for [`FromRaw::from_raw`].
-    pub unsafe fn try_from_raw(raw: crate::ffi::MPI_Comm) -> Option<CartesianCommunicator> {
-        let (h, kind) = crate::ffi::comm_from_raw(raw, false)?;
-        let crate::ffi::CommKind::Cart { dims, periods } = kind else { return None };
-        crate::ffi::comm_from_raw(raw, true);
+    pub unsafe fn try_from_raw(raw: crate::handles::MPI_Comm) -> Option<CartesianCommunicator> {
+        let (h, kind) = super::handles::comm_from_raw(raw, false)?;
+        let super::handles::CommKind::Cart { dims, periods } = kind else { return None };
+        super::handles::comm_from_raw(raw, true);
         Some(CartesianCommunicator::from_parts(SimpleCommunicator(h), dims, periods))
     }
 }
 
 // SAFETY: the handle names this communicator, with its layout, while it lives.
 unsafe impl AsRaw for CartesianCommunicator {
-    type Raw = crate::ffi::MPI_Comm;
-    fn as_raw(&self) -> crate::ffi::MPI_Comm {
-        let kind = crate::ffi::CommKind::Cart { dims: self.dims.clone(), periods: self.periods.clone() };
-        crate::ffi::comm_to_raw(self.comm.handle(), Some(kind))
+    type Raw = crate::handles::MPI_Comm;
+    fn as_raw(&self) -> crate::handles::MPI_Comm {
+        let kind = super::handles::CommKind::Cart { dims: self.dims.clone(), periods: self.periods.clone() };
+        super::handles::comm_to_raw(self.comm.handle(), Some(kind))
     }
 }
 
@@ -196,7 +196,7 @@ impl FromRaw for CartesianCommunicator {
     ///
     /// # Safety
     /// `raw` must name a live Cartesian communicator (panics otherwise).
-    unsafe fn from_raw(raw: crate::ffi::MPI_Comm) -> Self {
+    unsafe fn from_raw(raw: crate::handles::MPI_Comm) -> Self {
         // SAFETY: the caller's contract.
         unsafe { Self::try_from_raw(raw) }
             .unwrap_or_else(|| panic!("CartesianCommunicator::from_raw: {raw:?} names no live Cartesian communicator"))

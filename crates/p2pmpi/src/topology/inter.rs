@@ -95,11 +95,11 @@ impl InterCommunicator {
     ///
     /// # Safety
     /// As for [`FromRaw::from_raw`].
-    pub unsafe fn try_from_raw(raw: crate::ffi::MPI_Comm) -> Option<Self> {
-        let (h, kind) = crate::ffi::comm_from_raw(raw, false)?;
+    pub unsafe fn try_from_raw(raw: crate::handles::MPI_Comm) -> Option<Self> {
+        let (h, kind) = super::handles::comm_from_raw(raw, false)?;
         h.0.inter_local.as_ref()?;
-        let parents_side = matches!(kind, crate::ffi::CommKind::Inter { parents_side: true });
-        crate::ffi::comm_from_raw(raw, true);
+        let parents_side = matches!(kind, super::handles::CommKind::Inter { parents_side: true });
+        super::handles::comm_from_raw(raw, true);
         Some(InterCommunicator::from_remote(h, parents_side))
     }
 
@@ -150,9 +150,12 @@ impl InterCommunicator {
 
 // SAFETY: the handle names this intercommunicator while it lives.
 unsafe impl AsRaw for InterCommunicator {
-    type Raw = crate::ffi::MPI_Comm;
-    fn as_raw(&self) -> crate::ffi::MPI_Comm {
-        crate::ffi::comm_to_raw(&self.remote, Some(crate::ffi::CommKind::Inter { parents_side: self.parents_side }))
+    type Raw = crate::handles::MPI_Comm;
+    fn as_raw(&self) -> crate::handles::MPI_Comm {
+        super::handles::comm_to_raw(
+            &self.remote,
+            Some(super::handles::CommKind::Inter { parents_side: self.parents_side }),
+        )
     }
 }
 
@@ -161,7 +164,7 @@ impl FromRaw for InterCommunicator {
     ///
     /// # Safety
     /// `handle` must name a live intercommunicator (panics otherwise).
-    unsafe fn from_raw(handle: crate::ffi::MPI_Comm) -> Self {
+    unsafe fn from_raw(handle: crate::handles::MPI_Comm) -> Self {
         // SAFETY: the caller's contract.
         unsafe { Self::try_from_raw(handle) }
             .unwrap_or_else(|| panic!("InterCommunicator::from_raw: {handle:?} names no live intercommunicator"))
