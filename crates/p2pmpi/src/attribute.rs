@@ -29,13 +29,12 @@
 
 use crate::handles::{MPI_Comm, MPI_Comm_copy_attr_function, MPI_Comm_delete_attr_function};
 use crate::raw::AsRaw;
-use crate::topology::CommHandle;
 use std::any::{Any, TypeId};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::os::raw::{c_int, c_void};
 use std::sync::atomic::{AtomicI32, Ordering};
-use std::sync::{LazyLock, Mutex, MutexGuard};
+use std::sync::{LazyLock, Mutex};
 
 /// The key of an attribute type (rsmpi's wrapper of an MPI keyval), from
 /// [`CommAttribute::get_key`].
@@ -72,7 +71,7 @@ unsafe impl AsRaw for AttributeKey {
 
 /// The callbacks of a key, and its extra state (`MPI_Comm_create_keyval`).
 #[derive(Clone, Copy)]
-struct Callbacks {
+pub(crate) struct Callbacks {
     copy: MPI_Comm_copy_attr_function,
     delete: MPI_Comm_delete_attr_function,
     extra: *mut c_void,
@@ -82,14 +81,16 @@ struct Callbacks {
 // in MPI, where any thread may run them).
 unsafe impl Send for Callbacks {}
 
-static KEYVALS: LazyLock<Mutex<HashMap<i32, Callbacks>>> = LazyLock::new(Default::default);
+pub(crate) static KEYVALS: LazyLock<Mutex<HashMap<i32, Callbacks>>> = LazyLock::new(Default::default);
 static NEXT_KEY: AtomicI32 = AtomicI32::new(1);
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
+pub(crate) use crate::handles::lock;
 
-fn create_keyval(copy: MPI_Comm_copy_attr_function, delete: MPI_Comm_delete_attr_function, extra: *mut c_void) -> i32 {
+pub(crate) fn create_keyval(
+    copy: MPI_Comm_copy_attr_function,
+    delete: MPI_Comm_delete_attr_function,
+    extra: *mut c_void,
+) -> i32 {
     let k = NEXT_KEY.fetch_add(1, Ordering::Relaxed);
     lock(&KEYVALS).insert(k, Callbacks { copy, delete, extra });
     k
@@ -203,17 +204,17 @@ pub mod traits {
 }
 
 /// One stored value.
-struct Value {
-    ptr: *mut c_void,
+pub(crate) struct Value {
+    pub(crate) ptr: *mut c_void,
     /// The Rust type of the value (`None`: set through `MPI_Comm_set_attr`).
-    type_id: Option<TypeId>,
-    callbacks: Callbacks,
+    pub(crate) type_id: Option<TypeId>,
+    pub(crate) callbacks: Callbacks,
 }
 
 /// The attributes of one communicator.
 #[derive(Default)]
 pub(crate) struct Attributes {
-    values: HashMap<i32, Value>,
+    pub(crate) values: HashMap<i32, Value>,
     /// Values removed while the communicator lives, dropped with it.
     retired: Vec<Box<dyn Any + Send + Sync>>,
 }
@@ -237,29 +238,37 @@ impl std::fmt::Debug for Attributes {
     }
 }
 
+/// A communicator's attributes as seen here: their table, and how to name the communicator
+/// by a handle for the callbacks (registering it only when a callback runs). The
+/// communicator (`topology`) keeps the table; this module knows no communicator.
+pub(crate) struct Holder<'a, F: Fn() -> MPI_Comm> {
+    pub(crate) attrs: &'a parking_lot::Mutex<Attributes>,
+    pub(crate) comm: F,
+}
+
 /// Runs a delete callback on a removed value; a value the default callback keeps is added to
 /// the communicator's retired ones.
-fn delete_value(h: &CommHandle, key: i32, v: Value) -> c_int {
+pub(crate) fn delete_value<F: Fn() -> MPI_Comm>(h: &Holder<'_, F>, key: i32, v: Value) -> c_int {
     let Some(f) = v.callbacks.delete else { return crate::handles::MPI_SUCCESS as c_int };
-    let comm = crate::topology::handles::comm_to_raw(h, None);
+    let comm = (h.comm)();
     RETIRED.with(|r| *r.borrow_mut() = Some(Vec::new()));
     // SAFETY: the value was stored with these callbacks, which the program (or the
     // attribute type) vouched for; it is removed from the communicator, so this is its
     // only deletion.
     let code = unsafe { f(comm, key, v.ptr, v.callbacks.extra) };
     let kept = RETIRED.with(|r| r.borrow_mut().take()).unwrap_or_default();
-    h.0.attrs.lock().retired.extend(kept);
+    h.attrs.lock().retired.extend(kept);
     code
 }
 
 /// Stores a value under `key`, running the delete callback of the value it replaces.
-fn store(h: &CommHandle, key: i32, v: Value) -> c_int {
-    let old = h.0.attrs.lock().values.insert(key, v);
+pub(crate) fn store<F: Fn() -> MPI_Comm>(h: &Holder<'_, F>, key: i32, v: Value) -> c_int {
+    let old = h.attrs.lock().values.insert(key, v);
     old.map_or(crate::handles::MPI_SUCCESS as c_int, |o| delete_value(h, key, o))
 }
 
 /// `set_attr`.
-pub(crate) fn set<A: CommAttribute>(h: &CommHandle, val: A) {
+pub(crate) fn set<A: CommAttribute, F: Fn() -> MPI_Comm>(h: &Holder<'_, F>, val: A) {
     let key = A::get_key().0;
     let callbacks = lock(&KEYVALS).get(&key).copied().unwrap_or(Callbacks {
         copy: Some(A::comm_copy_attr_fn),
@@ -272,21 +281,21 @@ pub(crate) fn set<A: CommAttribute>(h: &CommHandle, val: A) {
 }
 
 /// `get_attr`: the value of type `A`, if the key of `A` holds one.
-pub(crate) fn get<A: CommAttribute>(h: &CommHandle) -> Option<*const A> {
-    let attrs = h.0.attrs.lock();
+pub(crate) fn get<A: CommAttribute>(attrs: &parking_lot::Mutex<Attributes>) -> Option<*const A> {
+    let attrs = attrs.lock();
     let v = attrs.values.get(&A::get_key().0)?;
     (v.type_id == Some(TypeId::of::<A>())).then_some(v.ptr as *const A)
 }
 
 /// The attributes a duplicate of `h` gets, by the copy callbacks.
-pub(crate) fn for_duplicate(h: &CommHandle) -> Attributes {
+pub(crate) fn for_duplicate<F: Fn() -> MPI_Comm>(h: &Holder<'_, F>) -> Attributes {
     let snapshot: Vec<(i32, *mut c_void, Option<TypeId>, Callbacks)> =
-        h.0.attrs.lock().values.iter().map(|(&k, v)| (k, v.ptr, v.type_id, v.callbacks)).collect();
+        h.attrs.lock().values.iter().map(|(&k, v)| (k, v.ptr, v.type_id, v.callbacks)).collect();
     let mut out = Attributes::default();
     if snapshot.is_empty() {
         return out;
     }
-    let comm = crate::topology::handles::comm_to_raw(h, None);
+    let comm = (h.comm)();
     for (key, ptr, type_id, callbacks) in snapshot {
         let Some(copy) = callbacks.copy else { continue };
         let mut new: *mut c_void = std::ptr::null_mut();
@@ -315,118 +324,5 @@ pub(crate) fn free_all(attrs: &mut Attributes, comm: MPI_Comm) {
                 eprintln!("p2pmpi: the delete callback of attribute key {key} failed (code {code})");
             }
         }
-    }
-}
-
-/// The C functions of attributes, re-exported by [`crate::ffi`].
-pub(crate) mod ffi {
-    #![allow(non_snake_case)]
-    use super::*;
-    use crate::handles::{
-        MPI_APPNUM, MPI_ERR_ARG, MPI_ERR_COMM, MPI_ERR_KEYVAL, MPI_KEYVAL_INVALID, MPI_SUCCESS, MPI_UNIVERSE_SIZE,
-    };
-    use crate::topology::handles::comm_from_raw;
-
-    const SUCCESS: c_int = MPI_SUCCESS as c_int;
-
-    /// Makes a new attribute key with these callbacks (`None`: nothing to do: no copy,
-    /// nothing to free) and extra state, written to `*comm_keyval`.
-    ///
-    /// # Safety
-    /// `comm_keyval` must be valid for a write. The callbacks must be sound on every value
-    /// set under the key.
-    pub unsafe extern "C" fn MPI_Comm_create_keyval(
-        comm_copy_attr_fn: MPI_Comm_copy_attr_function,
-        comm_delete_attr_fn: MPI_Comm_delete_attr_function,
-        comm_keyval: *mut c_int,
-        extra_state: *mut c_void,
-    ) -> c_int {
-        if comm_keyval.is_null() {
-            return MPI_ERR_ARG as c_int;
-        }
-        let k = create_keyval(comm_copy_attr_fn, comm_delete_attr_fn, extra_state);
-        // SAFETY: checked non-null; the caller vouches it is writable.
-        unsafe { *comm_keyval = k };
-        SUCCESS
-    }
-
-    /// Frees a key (values already set keep their callbacks) and sets `*comm_keyval` to
-    /// `MPI_KEYVAL_INVALID`.
-    ///
-    /// # Safety
-    /// `comm_keyval` must be valid for a read and a write.
-    pub unsafe extern "C" fn MPI_Comm_free_keyval(comm_keyval: *mut c_int) -> c_int {
-        if comm_keyval.is_null() {
-            return MPI_ERR_ARG as c_int;
-        }
-        // SAFETY: checked non-null; the caller vouches it is readable and writable.
-        let k = unsafe { *comm_keyval };
-        if lock(&KEYVALS).remove(&k).is_none() {
-            return MPI_ERR_KEYVAL as c_int;
-        }
-        // SAFETY: as above.
-        unsafe { *comm_keyval = MPI_KEYVAL_INVALID as c_int };
-        SUCCESS
-    }
-
-    /// Sets the attribute `comm_keyval` of `comm` to `attribute_val`, running the key's
-    /// delete callback on the value it replaces (its code is returned).
-    ///
-    /// # Safety
-    /// The key's callbacks must accept `attribute_val`.
-    pub unsafe extern "C" fn MPI_Comm_set_attr(
-        comm: MPI_Comm,
-        comm_keyval: c_int,
-        attribute_val: *mut c_void,
-    ) -> c_int {
-        let Some((h, _)) = comm_from_raw(comm, false) else { return MPI_ERR_COMM as c_int };
-        let Some(callbacks) = lock(&KEYVALS).get(&comm_keyval).copied() else { return MPI_ERR_KEYVAL as c_int };
-        store(&h, comm_keyval, Value { ptr: attribute_val, type_id: None, callbacks })
-    }
-
-    /// Reads the attribute `comm_keyval` of `comm`: `*flag` is 1 and `*(attribute_val as
-    /// *mut *mut c_void)` the value if there is one, else `*flag` is 0. The predefined
-    /// `MPI_UNIVERSE_SIZE` and `MPI_APPNUM` give a pointer to a `c_int`.
-    ///
-    /// # Safety
-    /// `attribute_val` must be valid for a write of a pointer, `flag` for a write.
-    pub unsafe extern "C" fn MPI_Comm_get_attr(
-        comm: MPI_Comm,
-        comm_keyval: c_int,
-        attribute_val: *mut c_void,
-        flag: *mut c_int,
-    ) -> c_int {
-        if attribute_val.is_null() || flag.is_null() {
-            return MPI_ERR_ARG as c_int;
-        }
-        let Some((h, _)) = comm_from_raw(comm, false) else { return MPI_ERR_COMM as c_int };
-        let found = if comm_keyval == MPI_UNIVERSE_SIZE as c_int || comm_keyval == MPI_APPNUM as c_int {
-            static UNIVERSE: LazyLock<c_int> =
-                LazyLock::new(|| crate::context::universe_size().try_into().unwrap_or(c_int::MAX));
-            static APPNUM: LazyLock<c_int> = LazyLock::new(|| crate::context::appnum().try_into().unwrap_or(0));
-            let p: &'static c_int = if comm_keyval == MPI_APPNUM as c_int { &APPNUM } else { &UNIVERSE };
-            Some(p as *const c_int as *mut c_void)
-        } else {
-            h.0.attrs.lock().values.get(&comm_keyval).map(|v| v.ptr)
-        };
-        // SAFETY: checked non-null; the caller vouches both are writable.
-        unsafe {
-            *flag = found.is_some() as c_int;
-            if let Some(p) = found {
-                *(attribute_val as *mut *mut c_void) = p;
-            }
-        }
-        SUCCESS
-    }
-
-    /// Removes the attribute `comm_keyval` of `comm`, running its delete callback (whose
-    /// code is returned). Removing an attribute that is not set does nothing.
-    ///
-    /// # Safety
-    /// None beyond the callbacks' own.
-    pub unsafe extern "C" fn MPI_Comm_delete_attr(comm: MPI_Comm, comm_keyval: c_int) -> c_int {
-        let Some((h, _)) = comm_from_raw(comm, false) else { return MPI_ERR_COMM as c_int };
-        let old = h.0.attrs.lock().values.remove(&comm_keyval);
-        old.map_or(SUCCESS, |v| delete_value(&h, comm_keyval, v))
     }
 }

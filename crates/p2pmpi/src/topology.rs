@@ -87,6 +87,11 @@ impl Drop for CommInner {
 pub struct CommHandle(pub(crate) Arc<CommInner>);
 
 impl CommHandle {
+    /// The communicator's attributes, for [`crate::attribute`] (which knows no communicator):
+    /// their table, and the handle naming the communicator for their callbacks.
+    pub(crate) fn attributes(&self) -> crate::attribute::Holder<'_, impl Fn() -> crate::handles::MPI_Comm + '_> {
+        crate::attribute::Holder { attrs: &self.0.attrs, comm: move || handles::comm_to_raw(self, None) }
+    }
     /// MID communicator id of point-to-point traffic.
     #[inline]
     pub(crate) fn p2p_id(&self) -> u32 {
@@ -218,7 +223,7 @@ pub trait Communicator: AsHandle + AsRaw<Raw = crate::handles::MPI_Comm> {
     /// A new communicator with the same processes and its own context (collective).
     fn duplicate(&self) -> SimpleCommunicator {
         let dup = create(self.handle(), Spec::Duplicate).or_fatal().expect("every member gets the duplicate");
-        let attrs = crate::attribute::for_duplicate(self.handle());
+        let attrs = crate::attribute::for_duplicate(&self.handle().attributes());
         *dup.0 .0.attrs.lock() = attrs;
         dup
     }
@@ -356,7 +361,7 @@ pub trait AnyCommunicator: Communicator {
 
 impl<C: ?Sized + Communicator> AnyCommunicator for C {
     fn get_attr<A: crate::attribute::CommAttribute>(&self) -> Option<&A> {
-        let p = crate::attribute::get::<A>(self.handle())?;
+        let p = crate::attribute::get::<A>(&self.handle().0.attrs)?;
         // SAFETY: the value is a `Box<A>` (its type is checked) in the communicator's
         // attributes, which with `A`'s default delete callback never free a value before the
         // communicator itself (a replaced one is kept), and never move it (the box's heap
@@ -366,7 +371,7 @@ impl<C: ?Sized + Communicator> AnyCommunicator for C {
         Some(unsafe { &*p })
     }
     fn set_attr<A: crate::attribute::CommAttribute>(&mut self, val: A) {
-        crate::attribute::set(self.handle(), val);
+        crate::attribute::set(&self.handle().attributes(), val);
     }
 }
 

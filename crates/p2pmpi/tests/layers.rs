@@ -17,11 +17,6 @@ use std::path::{Path, PathBuf};
 /// shrink.
 const KNOWN: &[(&str, &str, &str)] = &[
     (
-        "attribute",
-        "topology",
-        "circle in the MPI operations: attributes are kept per communicator handle (topology), which keeps attributes; the table keyed by context belongs below",
-    ),
-    (
         "topology",
         "collective",
         "circle in the MPI operations: creating a communicator (split, dup, create) runs collective algorithms",

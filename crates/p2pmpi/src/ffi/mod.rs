@@ -923,7 +923,8 @@ pub unsafe extern "C" fn MPI_Abort(comm: MPI_Comm, errorcode: c_int) -> c_int {
 mod more;
 pub use more::*;
 
-pub use crate::attribute::ffi::{
+mod attr;
+pub use attr::{
     MPI_Comm_create_keyval, MPI_Comm_delete_attr, MPI_Comm_free_keyval, MPI_Comm_get_attr, MPI_Comm_set_attr,
 };
 
