@@ -162,9 +162,10 @@ pub fn initialize_with_threading(threading: Threading) -> Option<(Universe, Thre
     });
     install_panic_hook();
     crate::random::set_job_seed(boot.key.seed("random"));
+    crate::collective::install_creation_collectives();
     #[cfg(feature = "failpoints")]
     arm_failpoints(boot.slot);
-    crate::collective::hier::set_world_hosts(&boot.addrs, boot.world_base, boot.layout.is_some());
+    crate::hosts::set_world_hosts(&boot.addrs, boot.world_base, boot.layout.is_some());
     let spin = spin_budget(boot.local_procs);
     let yield_spin = yield_budget(boot.local_procs);
     let engine = Engine::new(boot.rank, boot.size, boot.slot, boot.layout, boot.key, boot.listener, boot.addrs, spin)

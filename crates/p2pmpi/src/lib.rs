@@ -42,6 +42,7 @@ pub mod failure;
 mod fatal;
 pub mod ffi;
 mod handles;
+mod hosts;
 mod launcher;
 mod lease;
 mod lifecycle;

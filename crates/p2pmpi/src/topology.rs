@@ -4,7 +4,6 @@
 //! communicators never mixes) and an ordered set of processes. Point-to-point traffic of a
 //! communicator with context `c` uses MID communicator `2c`, its collective traffic `2c + 1`.
 
-use crate::collective::algorithms::{self, Coll};
 use crate::datatype::{Buffer, BufferMut, Datatype, UncommittedDatatype};
 use crate::error::{OrFatal, Result};
 use crate::Count;
@@ -59,7 +58,7 @@ pub(crate) struct CommInner {
     pub attrs: Mutex<crate::attribute::Attributes>,
     /// Which members share a host, built on the first collective that asks (`None`: the
     /// hierarchical collectives do not apply).
-    pub hosts: std::sync::OnceLock<Option<crate::collective::hier::HostLayout>>,
+    pub hosts: std::sync::OnceLock<Option<crate::hosts::HostLayout>>,
     /// For the remote side of an intercommunicator: the local group's communicator (the
     /// collectives over an intercommunicator run in both, see `collective::inter`).
     pub inter_local: Option<CommHandle>,
@@ -613,11 +612,49 @@ pub(crate) fn new_comm(ctx: u32, members: Vec<Rank>, me_world: Rank) -> SimpleCo
     })))
 }
 
+/// Base of the tags of `split_by_subgroup_with_tag` on the collective context (the user's tag
+/// is added), and of the intercommunicator merge's exchange (below it).
+pub(crate) const TAG_COMM_GROUP: i32 = 1 << 20;
+
+/// The collectives that creating a communicator runs over its parent (to agree on a context
+/// id and on the members), over the parent's collective context. They are `collective`'s
+/// algorithms, which run over communicators and so sit above this module: `collective`
+/// installs them at initialization (`collective::install_creation_collectives`), as plain
+/// functions; `what` names the operation in errors.
+pub(crate) struct CreationCollectives {
+    /// Allgather of one `block`-byte block per rank (`all` holds them in rank order).
+    pub allgather: fn(h: &CommHandle, what: &'static str, all: &mut [u8], block: usize) -> Result<()>,
+    /// Broadcast of `buf` from `root`.
+    pub bcast: fn(h: &CommHandle, what: &'static str, buf: &mut [u8], root: Rank) -> Result<()>,
+    /// Sends `data` to `dst` with `tag`.
+    pub send: fn(h: &CommHandle, what: &'static str, dst: Rank, tag: crate::Tag, data: &[u8]) -> Result<()>,
+    /// Receives exactly `buf.len()` bytes from `src` with `tag`.
+    pub recv: fn(h: &CommHandle, what: &'static str, src: Rank, tag: crate::Tag, buf: &mut [u8]) -> Result<()>,
+    /// Over an intercommunicator's remote group: sends `out` to the remote rank 0 while
+    /// receiving exactly `inp.len()` bytes from it, with `tag`.
+    pub inter_exchange: InterExchange,
+}
+
+/// [`CreationCollectives::inter_exchange`].
+pub(crate) type InterExchange =
+    fn(h: &CommHandle, what: &'static str, out: &[u8], inp: &mut [u8], tag: crate::Tag) -> Result<()>;
+
+static CREATION: std::sync::OnceLock<CreationCollectives> = std::sync::OnceLock::new();
+
+/// Installs the collectives of communicator creation (once; later calls change nothing).
+pub(crate) fn install_creation_collectives(c: CreationCollectives) {
+    let _ = CREATION.set(c);
+}
+
+/// The installed collectives of communicator creation.
+pub(crate) fn creation() -> &'static CreationCollectives {
+    CREATION.get().expect("p2pmpi: a communicator is created before the library is initialized")
+}
+
 /// Creates a communicator collectively over `parent`: the members agree on a context id
 /// (the maximum of their next free ids, so it is unused by every member) and on the members.
 fn create(parent: &CommHandle, spec: Spec) -> Result<Option<SimpleCommunicator>> {
     use std::sync::atomic::Ordering;
-    let c = Coll::new(parent, "communicator creation");
     let n = parent.size() as usize;
     let (color, key) = match &spec {
         Spec::Split { color, key } => (*color, *key),
@@ -629,7 +666,7 @@ fn create(parent: &CommHandle, spec: Spec) -> Result<Option<SimpleCommunicator>>
     all[12 * me..12 * me + 4].copy_from_slice(&mine.to_le_bytes());
     all[12 * me + 4..12 * me + 8].copy_from_slice(&color.to_le_bytes());
     all[12 * me + 8..12 * me + 12].copy_from_slice(&key.to_le_bytes());
-    algorithms::allgather(&c, &mut all, 12)?;
+    (creation().allgather)(parent, "communicator creation", &mut all, 12)?;
     let field = |r: usize, i: usize| i32::from_le_bytes(all[12 * r + 4 * i..12 * r + 4 * i + 4].try_into().unwrap());
     let ctx = (0..n).map(|r| field(r, 0) as u32).max().unwrap_or(mine);
     NEXT_CTX.store(ctx + 1, Ordering::SeqCst);
@@ -663,8 +700,9 @@ fn create_in_group(parent: &CommHandle, members: &[Rank], tag: crate::Tag) -> Re
     if !members.contains(&me_world) {
         return Ok(None);
     }
-    let c = Coll::new(parent, "split_by_subgroup");
-    let tag = algorithms::TAG_COMM_GROUP + tag.rem_euclid(1 << 20);
+    let c = creation();
+    let what = "split_by_subgroup";
+    let tag = TAG_COMM_GROUP + tag.rem_euclid(1 << 20);
     let to_parent =
         |w: Rank| -> Rank { (0..parent.size()).find(|&r| parent.world_rank(r) == w).expect("group member in parent") };
     let leader = to_parent(members[0]);
@@ -673,17 +711,17 @@ fn create_in_group(parent: &CommHandle, members: &[Rank], tag: crate::Tag) -> Re
         let mut ctx = mine;
         for &w in &members[1..] {
             let mut b = [0u8; 4];
-            c.recv(to_parent(w), tag, &mut b)?;
+            (c.recv)(parent, what, to_parent(w), tag, &mut b)?;
             ctx = ctx.max(u32::from_le_bytes(b));
         }
         for &w in &members[1..] {
-            c.send(to_parent(w), tag, &ctx.to_le_bytes())?;
+            (c.send)(parent, what, to_parent(w), tag, &ctx.to_le_bytes())?;
         }
         ctx
     } else {
-        c.send(leader, tag, &mine.to_le_bytes())?;
+        (c.send)(parent, what, leader, tag, &mine.to_le_bytes())?;
         let mut b = [0u8; 4];
-        c.recv(leader, tag, &mut b)?;
+        (c.recv)(parent, what, leader, tag, &mut b)?;
         u32::from_le_bytes(b)
     };
     NEXT_CTX.store(ctx.max(mine) + 1, Ordering::SeqCst);

@@ -17,11 +17,6 @@ use std::path::{Path, PathBuf};
 /// shrink.
 const KNOWN: &[(&str, &str, &str)] = &[
     (
-        "topology",
-        "collective",
-        "circle in the MPI operations: creating a communicator (split, dup, create) runs collective algorithms",
-    ),
-    (
         "device",
         "device::replication",
         "the engine still holds the replication state (`repl`) and branches on it; the replication layer is to wrap the engine instead",

@@ -27,8 +27,7 @@ pub(crate) const TAG_ALLGATHER: i32 = 7;
 pub(crate) const TAG_ALLTOALL: i32 = 8;
 pub(crate) const TAG_SCAN: i32 = 9;
 pub(crate) const TAG_EXSCAN: i32 = 10;
-/// Base of the tags of `split_by_subgroup_with_tag` (the user's tag is added).
-pub(crate) const TAG_COMM_GROUP: i32 = 1 << 20;
+// Tags from `topology::TAG_COMM_GROUP` (2^20) on are communicator creation's.
 
 /// Algorithm names accepted by `P2PMPI_COLL_<OPERATION>`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

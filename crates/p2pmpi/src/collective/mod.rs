@@ -978,6 +978,20 @@ impl Root for Process<'_> {
     }
 }
 
+/// Installs in `topology` the collectives that creating a communicator runs (see
+/// `topology::CreationCollectives`): this module's algorithms, over the parent's collective
+/// context. Called once at initialization.
+pub(crate) fn install_creation_collectives() {
+    use algorithms::Coll;
+    crate::topology::install_creation_collectives(crate::topology::CreationCollectives {
+        allgather: |h, what, all, block| algorithms::allgather(&Coll::new(h, what), all, block),
+        bcast: |h, what, buf, root| algorithms::bcast(&Coll::new(h, what), buf, root),
+        send: |h, what, dst, tag, data| Coll::new(h, what).send(dst, tag, data),
+        recv: |h, what, src, tag, buf| Coll::new(h, what).recv(src, tag, buf),
+        inter_exchange: |h, what, out, inp, tag| Coll::new_inter(h, what).sendrecv(0, out, 0, inp, tag),
+    });
+}
+
 /// Re-exports for `use mpi::collective::traits::*`.
 pub mod traits {
     pub use super::{CommunicatorCollectives, Operation, Root};

@@ -15,7 +15,6 @@
 //! addresses; the parents learn the children's from their connections).
 
 use super::{sealed::AsHandle, CommHandle, CommInner, Communicator, Rank, SimpleCommunicator, UserGroup};
-use crate::collective::algorithms::{self, Coll};
 use crate::error::{Error, Result};
 use crate::raw::{AsRaw, FromRaw};
 use parking_lot::Mutex;
@@ -128,13 +127,18 @@ impl InterCommunicator {
         // ...exchanged by the leaders with the other group's, with each group's order.
         let mut theirs = [0u8; 8];
         if self.local.rank() == 0 {
-            let c = Coll::new_inter(&self.remote, "intercommunicator merge");
             let mut out = [0u8; 8];
             out[..4].copy_from_slice(&mine.to_le_bytes());
             out[4..].copy_from_slice(&high.to_le_bytes());
-            c.sendrecv(0, &out, 0, &mut theirs, algorithms::TAG_COMM_GROUP - 1)?;
+            (super::creation().inter_exchange)(
+                &self.remote,
+                "intercommunicator merge",
+                &out,
+                &mut theirs,
+                super::TAG_COMM_GROUP - 1,
+            )?;
         }
-        algorithms::bcast(&Coll::new(&self.local, "intercommunicator merge"), &mut theirs, 0)?;
+        (super::creation().bcast)(&self.local, "intercommunicator merge", &mut theirs, 0)?;
         let their_ctx = u32::from_le_bytes(theirs[..4].try_into().expect("4 bytes"));
         let their_high = u32::from_le_bytes(theirs[4..].try_into().expect("4 bytes"));
         let ctx = mine.max(their_ctx);
@@ -198,13 +202,12 @@ impl super::AsCommunicator for InterCommunicator {
 
 /// A context id free on every member of `h` (collective over `h`); marked used here.
 fn agree_ctx(h: &CommHandle, what: &'static str) -> Result<u32> {
-    let c = Coll::new(h, what);
     let n = h.size() as usize;
     let mine = super::NEXT_CTX.load(Ordering::SeqCst);
     let mut all = vec![0u8; 4 * n];
     let me = h.rank() as usize;
     all[4 * me..4 * me + 4].copy_from_slice(&mine.to_le_bytes());
-    algorithms::allgather(&c, &mut all, 4)?;
+    (super::creation().allgather)(h, what, &mut all, 4)?;
     let ctx = all.chunks_exact(4).map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes"))).max().unwrap_or(mine);
     super::NEXT_CTX.fetch_max(ctx + 1, Ordering::SeqCst);
     Ok(ctx)
@@ -303,7 +306,7 @@ pub(crate) fn spawn(
             }
         }
     }
-    algorithms::bcast(&Coll::new(h, "spawn"), &mut answer, root).unwrap_or_else(|e| fatal(e));
+    (super::creation().bcast)(h, "spawn", &mut answer, root).unwrap_or_else(|e| fatal(e));
     let base = u32::from_le_bytes(answer[..4].try_into().expect("4 bytes")) as Rank;
     let failed = u32::from_le_bytes(answer[4..].try_into().expect("4 bytes")) as Rank;
     if failed > 0 {
