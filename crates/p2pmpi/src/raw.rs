@@ -2,7 +2,8 @@
 //! `mpi::raw`).
 //!
 //! p2pmpi has no C library: a raw handle (`MPI_Comm`, `MPI_Group`, `MPI_Op`, `MPI_Datatype`,
-//! `MPI_Request`, ...) names an object in a process-wide table kept by [`crate::ffi`], or one of
+//! `MPI_Request`, ...) names an object in a process-wide table (kept by the module of the
+//! objects of its kind, below [`crate::ffi`], which re-exports the handle types), or one of
 //! the predefined objects (`RSMPI_COMM_WORLD`, `RSMPI_SUM`, `RSMPI_INT32_T`, ...). The traits
 //! below carry the same names, methods and contracts as rsmpi's.
 
