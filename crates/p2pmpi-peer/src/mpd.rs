@@ -18,6 +18,7 @@
 use crate::config::Config;
 use crate::ft::{self, FtContext};
 use crate::home::{self, Home, MpdState};
+use crate::members;
 use crate::server;
 use crate::supernode;
 use anyhow::{bail, Context, Result};
@@ -524,6 +525,13 @@ impl Mpd {
         self.cancel_on(&all, ticket);
     }
 
+    /// Why the member on `conn` may not run a job here (roles, `SUBMIT_ALLOW`; see
+    /// [`members::may_run`]), `None` if it may.
+    fn member_refusal(&self, conn: &SecureConn) -> Option<String> {
+        let own = self.secret.member_info().map(|m| &m.cert);
+        members::may_run(own, conn.peer_member(), &self.cfg.submit_allow).err()
+    }
+
     fn gate_refusal(&self) -> String {
         let gate = self.gate.lock();
         let p = gate.policy();
@@ -746,7 +754,10 @@ impl Mpd {
             let now = self.clock();
             let answer = match req {
                 RsRequest::Reserve { ticket, app, submitter } => {
-                    let d = gate_reserve(&mut self.gate.lock(), now, ticket.0, peer.ip().to_string(), &app);
+                    let d = match self.member_refusal(&conn) {
+                        Some(why) => Decision::Nok(why),
+                        None => gate_reserve(&mut self.gate.lock(), now, ticket.0, peer.ip().to_string(), &app),
+                    };
                     match d {
                         Decision::Ok { p, expires_at } => {
                             info!("reserved for {app} from {submitter} ({peer}): ticket {ticket}, P={p}");
@@ -890,6 +901,7 @@ impl Mpd {
     /// (thesis §3.2 steps 5–9). The connection's end means the submitter is gone: the
     /// processes are killed, so nothing is left behind.
     fn launch(self: &Arc<Self>, conn: SecureConn, peer: SocketAddr, spec: LaunchSpec) {
+        let member_refusal = self.member_refusal(&conn);
         let (mut reader, writer) = conn.split();
         let writer = Arc::new(Mutex::new(writer));
         let send = |w: &Arc<Mutex<SecureWriter>>, ev: &JobEvent| {
@@ -899,6 +911,9 @@ impl Mpd {
             warn!("launch of {} for {peer} refused: {why}", spec.app);
             send(&writer, &JobEvent::Refused(why));
         };
+        if let Some(why) = member_refusal {
+            return refuse(why);
+        }
         // From here on every way out (refusal, a process that cannot start, a panic, the
         // job's end) releases the reservation, and once the job id is valid, removes what the
         // job left here: `claim` does it when dropped.
