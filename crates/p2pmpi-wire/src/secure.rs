@@ -57,11 +57,15 @@
 //! owner, valid now, not revoked) and the signature with the certificate's key. The hash
 //! covers both fresh ephemeral keys, so a hello is good for this one connection: a replayed
 //! handshake or hello, or a certificate copied without its private key, is refused; the role
-//! byte keeps a side from reflecting the other's hello. Both hellos are exchanged within the
-//! handshake's deadline, before [`SecureConn::connect`] or [`SecureConn::accept`] return, so
-//! a responder's connection is counted as authenticated only after the client's first record
-//! (its hello) decrypted *and* verified; [`SecureConn::await_proof`] then waits for the first
-//! request as before. [`SecureConn::peer_member`] gives the checked certificate, from which a
+//! byte keeps a side from reflecting the other's hello. The initiator checks the responder's
+//! hello before [`SecureConn::connect`] returns. The responder sends its own with its last
+//! handshake message and checks the client's as the client's **first record**: in
+//! [`SecureConn::await_proof`] (the hello, checked, is the proof; no record is kept) or, for
+//! a server that does not await it, before its first receive. So a server still counts a
+//! connection as authenticated only after the client's first record decrypted (and here was
+//! verified), and while it waits for it the connection is still one waiting on its client
+//! (a daemon can push it out to make room). A server must receive before it sends anything
+//! but its hello. [`SecureConn::peer_member`] gives the checked certificate, from which a
 //! daemon takes the member's name and roles.
 //!
 //! Why not `XXpsk3` or `IKpsk2` with the certificate in the handshake payload: they would
@@ -373,14 +377,26 @@ pub struct RecordReader {
     plain: Vec<u8>,
     /// `plain` holds a whole record read ahead (the proof of the key), not decoded yet.
     ready: bool,
+    /// Member mode: the other side's hello, still to be read and checked before any record.
+    hello: Option<HelloCheck>,
+    /// Member mode: the other side's certificate, once checked.
+    peer: Option<Certificate>,
+    /// The other side's hello was refused: nothing more is read.
+    refused: bool,
+}
+
+/// What checks the other side's hello.
+struct HelloCheck {
+    member: Arc<Member>,
+    hash: Vec<u8>,
+    /// The hello is the initiator's.
+    signer_initiator: bool,
 }
 
 /// An authenticated, encrypted connection carrying serde records.
 pub struct SecureConn {
     pub reader: SecureReader,
     pub writer: SecureWriter,
-    /// The other side's certificate, checked (member mode).
-    peer: Option<Certificate>,
 }
 
 impl SecureConn {
@@ -438,19 +454,27 @@ impl SecureConn {
     }
 
     /// Reads the client's first record, whole, by `deadline`, and keeps it for the next
-    /// [`SecureConn::recv`]: a record that decrypts proves the key (see the module doc). A
-    /// connection closed before it, or whose record does not decrypt, is an error.
+    /// [`SecureConn::recv`]: a record that decrypts proves the key (see the module doc). In
+    /// member mode that record is the client's hello, checked here and not kept. A connection
+    /// closed before it, or whose record does not decrypt or check, is an error.
     pub fn await_proof(&mut self, deadline: Instant) -> Result<(), SecureError> {
         let r = &mut self.reader;
         let idle = r.stream.read_timeout()?;
-        let got = r.records.read_record(&mut Bounded::new(&r.stream, deadline));
+        let mut io = Bounded::new(&r.stream, deadline);
+        // Member mode: the client's hello, checked, is the proof.
+        let got = if r.records.hello.is_some() {
+            r.records.check_hello(&mut io).map(|()| None)
+        } else {
+            r.records.read_record(&mut io).map(Some)
+        };
         let _ = r.stream.set_read_timeout(idle);
         match got {
-            Ok(true) => {
+            Ok(None) => Ok(()),
+            Ok(Some(true)) => {
                 r.records.ready = true;
                 Ok(())
             }
-            Ok(false) => Err(SecureError::Handshake("closed before its first record".into())),
+            Ok(Some(false)) => Err(SecureError::Handshake("closed before its first record".into())),
             Err(e) => Err(e),
         }
     }
@@ -492,49 +516,41 @@ impl SecureConn {
         let mut conn = SecureConn {
             reader: SecureReader { stream: rstream, records: RecordReader::new(noise.clone()), record_time: None },
             writer: SecureWriter { stream, noise, nonce: 0, out: vec![0u8; MAX_NOISE] },
-            peer: None,
         };
         if let Some(m) = &secret.member {
-            conn.exchange_hellos(m, &hash, initiator, deadline)?;
+            conn.exchange_hellos(m, hash, initiator, deadline)?;
         }
         conn.reader.stream.set_read_timeout(None)?;
         conn.writer.stream.set_write_timeout(Some(Duration::from_secs(30)))?;
         Ok(conn)
     }
 
-    /// Member mode: sends this side's certificate and signature over the handshake hash,
-    /// reads the other side's and checks them (the grid's owner signed it, valid now, not
-    /// revoked, signed by its key for this very handshake and the other role), by `deadline`.
+    /// Member mode: sends this side's certificate and signature over the handshake hash by
+    /// `deadline`. The initiator then reads and checks the responder's at once; a responder
+    /// checks the client's as its proof ([`SecureConn::await_proof`], or the first receive),
+    /// so that while it waits for it the connection is still one waiting on its client.
     fn exchange_hellos(
         &mut self,
-        m: &Member,
-        hash: &[u8],
+        m: &Arc<Member>,
+        hash: Vec<u8>,
         initiator: bool,
         deadline: Instant,
     ) -> Result<(), SecureError> {
-        let hello = Hello { cert: m.cert.clone(), sig: m.key.sign_hello(initiator, hash) };
+        let hello = Hello { cert: m.cert.clone(), sig: m.key.sign_hello(initiator, &hash) };
         let body = postcard::to_allocvec(&hello).map_err(|e| SecureError::Malformed(e.to_string()))?;
         let wire = self.writer.seal(&body)?;
         Bounded::new(&self.writer.stream, deadline).write_all(&wire).map_err(io_err)?;
-        let r = &mut self.reader.records;
-        let max = std::mem::replace(&mut r.max_record, MAX_HELLO);
-        let got = r.read_record(&mut Bounded::new(&self.reader.stream, deadline));
-        r.max_record = max;
-        if !got? {
-            return Err(SecureError::Handshake("closed before its certificate".into()));
+        self.reader.records.hello = Some(HelloCheck { member: m.clone(), hash, signer_initiator: !initiator });
+        if initiator {
+            self.reader.records.check_hello(&mut Bounded::new(&self.reader.stream, deadline))?;
         }
-        let theirs: Hello = decode_whole(&r.plain[4..])?;
-        let revoked = m.revoked.read().unwrap_or_else(|p| p.into_inner());
-        theirs.cert.check(&m.owner, unix_now_s(), &revoked)?;
-        theirs.cert.check_hello(!initiator, hash, &theirs.sig)?;
-        self.peer = Some(theirs.cert);
         Ok(())
     }
 
-    /// The other side's certificate, checked by the handshake (member mode; `None` in the
-    /// transition mode).
+    /// The other side's certificate, checked (member mode; `None` in the transition mode, and
+    /// on a server before the client's proof).
     pub fn peer_member(&self) -> Option<&Certificate> {
-        self.peer.as_ref()
+        self.reader.records.peer.as_ref()
     }
 
     /// Sends one record.
@@ -708,7 +724,36 @@ impl RecordReader {
             frame: Vec::new(),
             plain: Vec::new(),
             ready: false,
+            hello: None,
+            peer: None,
+            refused: false,
         }
+    }
+
+    /// Member mode: reads the other side's hello (unless done) and checks its certificate
+    /// (the grid's owner signed it, valid now, not revoked) and its signature (by the
+    /// certificate's key, over this handshake's hash, for the other side's role). A refusal
+    /// is final: every later receive fails.
+    fn check_hello(&mut self, r: &mut impl Read) -> Result<(), SecureError> {
+        if self.refused {
+            return Err(SecureError::Handshake("the other side's certificate was refused".into()));
+        }
+        let Some(check) = self.hello.take() else { return Ok(()) };
+        self.refused = true;
+        let max = std::mem::replace(&mut self.max_record, MAX_HELLO);
+        let got = self.read_record(r);
+        self.max_record = max;
+        if !got? {
+            return Err(SecureError::Handshake("closed before its certificate".into()));
+        }
+        let theirs: Hello = decode_whole(&self.plain[4..])?;
+        let m = &check.member;
+        let revoked = m.revoked.read().unwrap_or_else(|p| p.into_inner());
+        theirs.cert.check(&m.owner, unix_now_s(), &revoked)?;
+        theirs.cert.check_hello(check.signer_initiator, &check.hash, &theirs.sig)?;
+        self.peer = Some(theirs.cert);
+        self.refused = false;
+        Ok(())
     }
 
     fn read_chunk(&mut self, r: &mut impl Read) -> Result<Option<usize>, SecureError> {
@@ -731,6 +776,9 @@ impl RecordReader {
     /// Reads and decodes one record from `r` (unless one was read ahead); `Ok(None)` on a
     /// clean end of stream before it. Bytes after the record's value make it malformed.
     pub fn recv<T: DeserializeOwned>(&mut self, r: &mut impl Read) -> Result<Option<T>, SecureError> {
+        if self.hello.is_some() || self.refused {
+            self.check_hello(r)?;
+        }
         if !std::mem::take(&mut self.ready) && !self.read_record(r)? {
             return Ok(None);
         }
@@ -1080,9 +1128,14 @@ mod tests {
         ) -> (Result<SecureConn, SecureError>, Result<SecureConn, SecureError>) {
             let l = TcpListener::bind("127.0.0.1:0").unwrap();
             let addr = l.local_addr().unwrap();
+            // The server as a daemon runs it: the handshake, then the client's proof.
             let t = std::thread::spawn(move || {
                 let (s, _) = l.accept().unwrap();
-                SecureConn::accept(s, &b, Duration::from_secs(2))
+                let deadline = Instant::now() + Duration::from_secs(2);
+                SecureConn::accept(s, &b, Duration::from_secs(2)).and_then(|mut c| {
+                    assert!(c.peer_member().is_none(), "not checked before the proof");
+                    c.await_proof(deadline).map(|()| c)
+                })
             });
             let c = SecureConn::connect(addr, &a, Duration::from_secs(2));
             (c, t.join().unwrap())
@@ -1095,10 +1148,8 @@ mod tests {
             let (mut c, mut s) = (c.unwrap(), s.unwrap());
             assert_eq!(c.peer_member().unwrap().body.name, "bob");
             assert_eq!(s.peer_member().unwrap().body.name, "alice");
-            // The first request after the hellos is the proof record a server awaits, and the
-            // first record it receives.
+            // The first request after the hellos is the first record the server receives.
             c.send(&"job".to_string()).unwrap();
-            s.await_proof(Instant::now() + Duration::from_secs(2)).unwrap();
             assert_eq!(s.recv::<String>().unwrap().unwrap(), "job");
             s.send(&1u8).unwrap();
             assert_eq!(c.recv::<u8>().unwrap().unwrap(), 1);
@@ -1172,8 +1223,40 @@ mod tests {
             r.write_all(&recorded).unwrap();
             let (s, _) = l.accept().unwrap();
             let start = Instant::now();
-            assert!(SecureConn::accept(s, &member(&owner, "bob", 3, now(), 3600), Duration::from_millis(400)).is_err());
+            let bob = member(&owner, "bob", 3, now(), 3600);
+            assert!(SecureConn::accept_proven(s, &bob, Duration::from_millis(400)).is_err());
             assert!(start.elapsed() < Duration::from_millis(1500));
+            // A server that receives without awaiting the proof checks the hello first.
+            let mut r = TcpStream::connect(addr).unwrap();
+            r.write_all(&recorded).unwrap();
+            r.write_all(&[0, 40]).unwrap();
+            r.write_all(&[9u8; 40]).unwrap();
+            let (s, _) = l.accept().unwrap();
+            let mut c = SecureConn::accept(s, &bob, Duration::from_millis(400)).expect("a replay passes the handshake");
+            c.set_read_timeout(Some(Duration::from_millis(400))).unwrap();
+            assert!(c.recv::<u8>().is_err());
+            assert!(c.recv::<u8>().is_err(), "a refusal is final");
+            assert!(c.peer_member().is_none());
+        }
+
+        /// A client that does not await the proof but receives at once still gets the hello
+        /// checked before its first record (the JEL's servers work so).
+        #[test]
+        fn a_receive_checks_the_hello_first() {
+            let owner = KeyPair::from_seed(&[1; 32]);
+            let l = TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = l.local_addr().unwrap();
+            let bob = member(&owner, "bob", 3, now(), 3600);
+            let t = std::thread::spawn(move || {
+                let (s, _) = l.accept().unwrap();
+                let mut c = SecureConn::accept(s, &bob, Duration::from_secs(2)).unwrap();
+                let v: u32 = c.recv().unwrap().unwrap();
+                (v, c.peer_member().map(|p| p.body.name.clone()))
+            });
+            let mut c =
+                SecureConn::connect(addr, &member(&owner, "alice", 2, now(), 3600), Duration::from_secs(2)).unwrap();
+            c.send(&5u32).unwrap();
+            assert_eq!(t.join().unwrap(), (5, Some("alice".to_string())));
         }
     }
 
