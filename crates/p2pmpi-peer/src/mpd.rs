@@ -883,7 +883,13 @@ impl Mpd {
                     MpdResponse::Ok
                 }
                 MpdRequest::Launch(spec) => {
-                    self.launch(conn, peer, spec);
+                    match self.member_refusal(&conn) {
+                        Some(why) => {
+                            warn!("launch of {} for {peer} refused: {why}", spec.app);
+                            let _ = conn.send(&JobEvent::Refused(why));
+                        }
+                        None => self.launch(conn, peer, spec),
+                    }
                     return;
                 }
                 MpdRequest::JobNotices { job, app, notices } => {
@@ -901,7 +907,6 @@ impl Mpd {
     /// (thesis §3.2 steps 5–9). The connection's end means the submitter is gone: the
     /// processes are killed, so nothing is left behind.
     fn launch(self: &Arc<Self>, conn: SecureConn, peer: SocketAddr, spec: LaunchSpec) {
-        let member_refusal = self.member_refusal(&conn);
         let (mut reader, writer) = conn.split();
         let writer = Arc::new(Mutex::new(writer));
         let send = |w: &Arc<Mutex<SecureWriter>>, ev: &JobEvent| {
@@ -911,9 +916,6 @@ impl Mpd {
             warn!("launch of {} for {peer} refused: {why}", spec.app);
             send(&writer, &JobEvent::Refused(why));
         };
-        if let Some(why) = member_refusal {
-            return refuse(why);
-        }
         // From here on every way out (refusal, a process that cannot start, a panic, the
         // job's end) releases the reservation, and once the job id is valid, removes what the
         // job left here: `claim` does it when dropped.
