@@ -65,8 +65,14 @@ pub fn load_config(name: &str) -> Result<Config> {
     Ok(cfg)
 }
 
-/// The grid secret of a configuration, or an error saying where to set it.
+/// The handshake credential: this p2pmpi directory's member key and certificate when it has
+/// one (member mode), else the configuration's grid secret (transition mode), else an error
+/// saying where to set it.
 pub fn secret_of(cfg: &Config) -> Result<GridSecret> {
+    let home = p2pmpi_peer::home::Home::user();
+    if let Some(member) = p2pmpi_peer::members::credential(&home, p2pmpi_peer::members::unix_now_s())? {
+        return Ok(member);
+    }
     match &cfg.grid_secret {
         Some(s) if !s.is_empty() => Ok(GridSecret::from_phrase(s)),
         _ => match &cfg.source {

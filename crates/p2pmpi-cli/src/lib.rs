@@ -11,6 +11,7 @@
 //!   `runSupernode`, `stopSupernode`, `supernode_stat`, and their `p2pmpi` subcommands.
 //! * `p2pmpi local-grid start|stop` ([`local_grid`]): a supernode and K peers on this machine.
 //! * `p2pmpi pool join|list|registry` ([`pool`]): JEL pools (join, elect, leave) from scripts.
+//! * `p2pmpi grid create|invite|join|whoami` ([`grid_keys`]): member keys and certificates.
 //! * `p2pmpi grid status` ([`grid_status`]) and `p2pmpi monitor` (also `runVisuProxy`;
 //!   [`monitor`]): the whole grid, in a terminal or live on a web page; `runVisu` prints
 //!   (and on a desktop opens) the monitor's page.
@@ -24,6 +25,7 @@ pub mod cargo_run;
 pub mod commands;
 pub mod demo;
 pub mod doctor;
+pub mod grid_keys;
 pub mod grid_run;
 pub mod grid_status;
 pub mod launcher;
@@ -102,8 +104,8 @@ enum Cmd {
     /// supernodes (reached, RTT), this host's peer daemon and its ports, /dev/shm, Landlock;
     /// and what to do about each problem.
     Doctor,
-    /// Write a private (0600) P2P-MPI.conf with a fresh GRID_SECRET in the p2pmpi directory
-    /// (P2PMPI_HOME, else ~/.p2pmpi).
+    /// Make this peer's member key (once) and write a private (0600) P2P-MPI.conf with a fresh
+    /// GRID_SECRET in the p2pmpi directory (P2PMPI_HOME, else ~/.p2pmpi).
     Init {
         /// The supernode(s) of the grid, HOST:PORT (default: 127.0.0.1:9700).
         #[arg(long, value_name = "HOST:PORT")]
@@ -126,6 +128,8 @@ enum GridViewCmd {
         #[arg(long)]
         watch: bool,
     },
+    #[command(flatten)]
+    Keys(grid_keys::KeysCmd),
 }
 
 #[derive(Subcommand)]
@@ -163,6 +167,10 @@ enum GridCmd {
         /// Loopback prefix of the peers' addresses: peer i is A.B.C.(i+1).
         #[arg(long, default_value = "127.0.0", value_name = "A.B.C", value_parser = local_grid::parse_net)]
         net: [u8; 3],
+        /// Member keys instead of a shared grid secret: peer 1 owns the grid, every daemon has
+        /// its own key and certificate.
+        #[arg(long)]
+        keys: bool,
     },
     /// Stop the grid.
     Stop {
@@ -171,12 +179,17 @@ enum GridCmd {
     },
 }
 
-/// `p2pmpi init`: a private configuration with a fresh grid secret.
+/// `p2pmpi init`: this peer's member key (made once, kept after), and a private configuration
+/// with a fresh grid secret.
 fn init(supernode: Option<String>, force: bool) -> anyhow::Result<()> {
     use anyhow::Context;
     use p2pmpi_peer::config::{p2pmpi_dir, Config, CONF_FILE_NAME};
     let dir = p2pmpi_dir();
     let path = dir.join(CONF_FILE_NAME);
+    let keys = p2pmpi_peer::members::Keys::of(&p2pmpi_peer::home::Home::new(&dir));
+    let (key, made) = keys.ensure_member_key()?;
+    let how = if made { "new" } else { "existing" };
+    println!("member key {} ({how}, {})", key.public().fingerprint(), keys.member_key().display());
     if path.exists() && !force {
         anyhow::bail!(
             "{} already exists; `p2pmpi init --force` replaces it (its GRID_SECRET changes: every machine of the grid then needs the new one)",
@@ -209,6 +222,8 @@ fn init(supernode: Option<String>, force: bool) -> anyhow::Result<()> {
     println!("to each machine's p2pmpi directory over a channel you trust (for example scp), never in clear.");
     println!("Then start the supernode on one machine (runSupernode), set SUPERNODE=HOST:9700 to it on the");
     println!("others, and start each machine's peer daemon (mpiboot).");
+    println!("With member keys instead of the shared secret: `p2pmpi grid create NAME` on the owner's machine,");
+    println!("`p2pmpi grid invite NAME` there and `p2pmpi grid join CODE` on each new machine.");
     Ok(())
 }
 
@@ -343,6 +358,7 @@ fn p2pmpi_main() -> i32 {
         Cmd::Grid { action: GridViewCmd::Status { json, watch } } => {
             report("p2pmpi grid status", grid_status::run(json, watch))
         }
+        Cmd::Grid { action: GridViewCmd::Keys(k) } => report("p2pmpi grid", grid_keys::run(k)),
         Cmd::Monitor(args) => report("p2pmpi monitor", monitor::run(&args)),
         Cmd::Pool { action } => match pool::run(action) {
             Ok(code) => code,
@@ -361,9 +377,10 @@ fn p2pmpi_main() -> i32 {
             }
         },
         Cmd::LocalGrid { action } => match action {
-            GridCmd::Start { peers, dir, procs, max_jobs, set, net } => {
+            GridCmd::Start { peers, dir, procs, max_jobs, set, net, keys } => {
                 let dir = dir.unwrap_or_else(local_grid::default_dir);
-                let opts = local_grid::StartOpts { peers, dir: dir.clone(), procs, max_jobs, extra: set, net };
+                let opts =
+                    local_grid::StartOpts { peers, dir: dir.clone(), procs, max_jobs, extra: set, net, members: keys };
                 report(
                     "p2pmpi local-grid start",
                     local_grid::start(&opts).map(|g| println!("{}", local_grid::describe(&g, &dir))),

@@ -5,6 +5,10 @@
 //! log, file cache) and a shared, freshly generated grid secret. Every port is chosen by the
 //! system (port 0 in the configuration), so several local grids can run side by side. Peer 1
 //! is where jobs are submitted from.
+//!
+//! With `--keys` the grid runs in member mode instead: peer 1 owns it (`DIR/peer1/keys/owner.key`)
+//! and every daemon has its own key and a certificate (the supernode `supernode`, peer *i*
+//! `peer<i>` with the roles host and submit); the grid secret is then unused.
 
 use crate::commands::{spawn_daemon, wait_gone, Daemon};
 use anyhow::{bail, Context, Result};
@@ -23,6 +27,10 @@ use std::time::{Duration, Instant};
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct GridFile {
     pub secret: String,
+    /// Member mode: the p2pmpi directory whose member key the local-grid commands use (the
+    /// owner's, peer 1's).
+    #[serde(default)]
+    pub keys: Option<PathBuf>,
     pub supernode: SupernodeState,
     pub peers: Vec<PeerRecord>,
 }
@@ -47,6 +55,8 @@ pub struct StartOpts {
     /// The first three bytes of the peers' loopback addresses (peer i is `A.B.C.(i+1)`;
     /// default 127.0.0): grids started side by side, or a test's firewall rule, stay apart.
     pub net: [u8; 3],
+    /// Member keys instead of the grid secret (peer 1 owns the grid).
+    pub members: bool,
 }
 
 /// Parses `--net A.B.C` (a loopback prefix: A = 127).
@@ -96,6 +106,7 @@ pub fn start(opts: &StartOpts) -> Result<GridFile> {
     }
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let secret = format!("{:032x}", home::random_u128());
+    let keys = if opts.members { Some(make_member_keys(dir, opts.peers)?) } else { None };
 
     // The supernode.
     let sn_home = Home::new(dir.join("supernode"));
@@ -159,7 +170,7 @@ pub fn start(opts: &StartOpts) -> Result<GridFile> {
             Err(e) => first_err = first_err.or(Some(e)),
         }
     }
-    let grid = GridFile { secret, supernode, peers };
+    let grid = GridFile { secret, keys, supernode, peers };
     home::write_json(&grid_file(dir), &grid)?;
     if let Some(e) = first_err {
         let _ = stop(dir);
@@ -169,9 +180,43 @@ pub fn start(opts: &StartOpts) -> Result<GridFile> {
     Ok(grid)
 }
 
+/// Member mode: peer 1 creates the grid; the supernode and the other peers get their keys
+/// and certificates from it. Returns peer 1's directory.
+fn make_member_keys(dir: &Path, peers: usize) -> Result<PathBuf> {
+    use p2pmpi_peer::members::{unix_now_s, Keys};
+    use p2pmpi_wire::identity::{Role, Roles};
+    let now = unix_now_s();
+    let owner_home = dir.join("peer1");
+    let owner = Keys::of(&Home::new(&owner_home));
+    // A grid started again in the same directory keeps its owner.
+    let grid = match owner.grid()? {
+        Some(g) if owner.owner_key().exists() => g,
+        _ => owner.create_grid("peer1", now)?.0,
+    };
+    let member = |d: PathBuf, name: &str, roles: Roles| -> Result<()> {
+        let k = Keys::of(&Home::new(d));
+        let (key, _) = k.ensure_member_key()?;
+        k.install(&owner.issue(name, key.public(), roles, now)?, grid)
+    };
+    member(dir.join("supernode"), "supernode", Roles::NONE.with(Role::Supernode))?;
+    for i in 2..=peers {
+        member(dir.join(format!("peer{i}")), &format!("peer{i}"), Roles::NONE.with(Role::Host).with(Role::Submit))?;
+    }
+    Ok(owner_home)
+}
+
+/// The credential the local-grid commands use: peer 1's member key, or the grid secret.
+fn credential(grid: &GridFile) -> Result<GridSecret> {
+    match &grid.keys {
+        Some(h) => p2pmpi_peer::members::credential(&Home::new(h), p2pmpi_peer::members::unix_now_s())?
+            .with_context(|| format!("{} has no member certificate", h.display())),
+        None => Ok(GridSecret::from_phrase(&grid.secret)),
+    }
+}
+
 /// Waits until peer 1 knows every other peer alive, with a measured RTT.
 pub fn wait_ready(grid: &GridFile, limit: Duration) -> Result<()> {
-    let secret = GridSecret::from_phrase(&grid.secret);
+    let secret = credential(grid)?;
     let Some(first) = grid.peers.first() else { return Ok(()) };
     let want = grid.peers.len() - 1;
     let deadline = Instant::now() + limit;
@@ -218,7 +263,7 @@ pub fn stop(dir: &Path) -> Result<usize> {
     let Some(grid) = home::read_json::<GridFile>(&grid_file(dir)) else {
         bail!("no local grid in {} (no grid.json)", dir.display());
     };
-    let secret = GridSecret::from_phrase(&grid.secret);
+    let secret = credential(&grid)?;
     let mut stopped = 0;
     let peers = running_peers(&grid, dir);
     std::thread::scope(|s| {

@@ -52,6 +52,7 @@
 //! | **Beyond the seeds** | | |
 //! | `GRID_SECRET` | unset | phrase shared by every daemon and command of one grid (needed to boot) |
 //! | `HOST_ALLOW` | empty | like `HOST_DENY`; if non-empty, only these hosts may run here |
+//! | `SUBMIT_ALLOW` | empty | comma list of member names (member keys, see `docs/security.md`) whose jobs may run here; empty: every member with the `submit` role |
 //! | `PEER_TTL` | 60000 | a supernode drops peers not heard of for this long, ms (≥ 1) |
 //! | `ALIVE_PERIOD` | 10000 | period of a peer's keep-alive to the supernodes, ms (≥ 1) |
 //! | `CACHE_REFRESH` | 30000 | period at which the MPD refreshes its host list, ms (≥ 1) |
@@ -93,6 +94,8 @@ pub use p2pmpi_core::fd::Protocol as GossipProtocol;
 /// * `GRID_SECRET` ([`grid_secret`](Self::grid_secret), default unset): shared by every daemon
 ///   and command of a grid; required to boot (checked by the callers, not here).
 /// * `HOST_ALLOW` ([`host_allow`](Self::host_allow), default empty = everyone).
+/// * `SUBMIT_ALLOW` ([`submit_allow`](Self::submit_allow), default empty = every member with
+///   the `submit` role).
 /// * `PEER_TTL` ([`peer_ttl_ms`](Self::peer_ttl_ms), default 60000 ms).
 /// * `ALIVE_PERIOD` ([`alive_period_ms`](Self::alive_period_ms), default 10000 ms).
 /// * `CACHE_REFRESH` ([`refresh_period_ms`](Self::refresh_period_ms), default 30000 ms).
@@ -160,6 +163,9 @@ pub struct Config {
     pub peer_cache: Option<PathBuf>,
     /// `GRID_SECRET`: the grid's shared secret (default none).
     pub grid_secret: Option<String>,
+    /// `SUBMIT_ALLOW`: member names whose jobs may run here (default empty: every member whose
+    /// certificate has the `submit` role).
+    pub submit_allow: Vec<String>,
     /// `PEER_TTL`: a supernode drops peers not seen for this long, ms (default 60000).
     pub peer_ttl_ms: u64,
     /// `ALIVE_PERIOD`: peer keep-alive period to the supernodes, ms (default 10000).
@@ -219,6 +225,7 @@ impl Default for Config {
             wide_refusals: 3,
             peer_cache: None,
             grid_secret: None,
+            submit_allow: Vec::new(),
             peer_ttl_ms: 60_000,
             alive_period_ms: 10_000,
             refresh_period_ms: 30_000,
@@ -371,6 +378,12 @@ fn list<T>(v: &str, each: impl Fn(&str) -> Result<T, String>) -> Result<Vec<T>, 
         .collect()
 }
 
+/// A `SUBMIT_ALLOW` entry: a member name.
+fn member_name(e: &str) -> Result<String, String> {
+    p2pmpi_wire::identity::valid_name(e).map_err(|err| err.to_string())?;
+    Ok(e.to_string())
+}
+
 /// A `HOST_DENY` / `HOST_ALLOW` entry: an IP, or a prefix ending with `.` (or `:` for IPv6).
 fn host_pattern(e: &str) -> Result<String, String> {
     let bad = || format!("{e:?} is neither an IP address nor a prefix ending with '.' (such as 192.168.0.)");
@@ -517,6 +530,7 @@ fn apply(c: &mut Config, key: &str, v: &str) -> Result<bool, String> {
         "WIDE_REFUSALS" => c.wide_refusals = u32_at_least(v, 1)?,
         "PEER_CACHE" => c.peer_cache = optional(v).map(PathBuf::from),
         "GRID_SECRET" => c.grid_secret = Some(v.to_string()),
+        "SUBMIT_ALLOW" => c.submit_allow = list(v, member_name)?,
         "PEER_TTL" => c.peer_ttl_ms = uint(v, 1, u64::MAX)?,
         "ALIVE_PERIOD" => c.alive_period_ms = uint(v, 1, u64::MAX)?,
         "CACHE_REFRESH" => c.refresh_period_ms = uint(v, 1, u64::MAX)?,
@@ -669,6 +683,8 @@ impl Config {
             None => t.push_str("#GRID_SECRET=<a long random phrase shared by the whole grid>\n"),
         }
         t.push_str(&format!("HOST_ALLOW={}\n", self.host_allow.join(",")));
+        t.push_str("# Members (names, with member keys) whose jobs may run here; empty: every submitter.\n");
+        t.push_str(&format!("SUBMIT_ALLOW={}\n", self.submit_allow.join(",")));
         t.push_str(&format!("PEER_TTL={}\nALIVE_PERIOD={}\n", self.peer_ttl_ms, self.alive_period_ms));
         t.push_str(&format!("CACHE_REFRESH={}\nPING_PERIOD={}\n", self.refresh_period_ms, self.ping_period_ms));
         t.push_str(&format!("RESERVE_TIMEOUT={}\n", self.reserve_timeout_ms));
@@ -735,7 +751,7 @@ mod tests {
         "MAX_PROCESSES_PER_JOB K_MONITORS T_HB T_TO T_GOSSIP PEER_TTL ALIVE_PERIOD CACHE_REFRESH PING_PERIOD \
         RESERVE_TIMEOUT RESERVATION_HOLD STAGING_FANOUT WIDE_REFUSALS";
     const OTHER: &str =
-        "SUPERNODE VISU_PROXY EXTERNAL_IP HOST_DENY HOST_ALLOW GOSSIP_PROTOCOL PEER_CACHE GRID_SECRET T_HB_WIDE T_TO_WIDE";
+        "SUPERNODE VISU_PROXY EXTERNAL_IP HOST_DENY HOST_ALLOW GOSSIP_PROTOCOL PEER_CACHE GRID_SECRET T_HB_WIDE T_TO_WIDE SUBMIT_ALLOW";
     const SIZES: &str = "FT_CACHE_MAX FT_FETCH_MAX FT_JOB_MAX";
 
     fn parse(text: &str) -> Result<(Config, Vec<Warning>), ConfigError> {
@@ -779,6 +795,7 @@ mod tests {
             wide_refusals: 5,
             peer_cache: Some("/var/tmp/pc.json".into()),
             grid_secret: Some("the secret = # phrase".into()),
+            submit_allow: vec!["alice".into(), "node-2.lab".into()],
             peer_ttl_ms: 5000,
             alive_period_ms: 1001,
             refresh_period_ms: 1002,
@@ -826,7 +843,7 @@ mod tests {
             GRID_SECRET= the secret = # phrase \nPEER_TTL=5000\nALIVE_PERIOD=1001\nCACHE_REFRESH=1002\n\
             PING_PERIOD=2000\nRESERVE_TIMEOUT=1500\nRESERVATION_HOLD=7\nSTAGING_FANOUT=2\nSUPERNODE_PORT=0\n\
             FT_CACHE_MAX=3m\nFT_FETCH_MAX=12345\nFT_JOB_MAX=54321\nK_MONITORS=3\nT_HB=7\nT_TO=9\n\
-            T_HB_WIDE=300\nT_TO_WIDE=3000\nWIDE_REFUSALS=5\n\
+            T_HB_WIDE=300\nT_TO_WIDE=3000\nWIDE_REFUSALS=5\nSUBMIT_ALLOW=alice, node-2.lab\n\
             LOG_LEVEL=warn,p2pmpi_peer::mpd=debug\n";
         assert_eq!(parse_ok(text), non_default());
         assert_eq!(non_default().peer_cache_path(), PathBuf::from("/var/tmp/pc.json"));
@@ -852,6 +869,12 @@ mod tests {
             for key in ["HOST_DENY", "HOST_ALLOW"] {
                 assert_eq!(err_at(&format!("# x\n{key}={bad}")), (2, key.into()), "{bad}");
             }
+        }
+        let c = parse_ok("SUBMIT_ALLOW= alice , node-2.lab");
+        assert_eq!(c.submit_allow, ["alice", "node-2.lab"]);
+        assert!(parse_ok("SUBMIT_ALLOW=").submit_allow.is_empty());
+        for bad in ["a b", "x/y", "alice,", "ok,*"] {
+            assert_eq!(err_at(&format!("SUBMIT_ALLOW={bad}")), (1, "SUBMIT_ALLOW".into()), "{bad}");
         }
     }
 

@@ -17,6 +17,7 @@ pub mod collect;
 pub mod config;
 pub mod ft;
 pub mod home;
+pub mod members;
 pub mod mpd;
 #[allow(unsafe_code, reason = "kill, geteuid, gethostname, setsid and prctl behind safe functions")]
 pub mod os;

@@ -18,6 +18,7 @@
 use crate::config::Config;
 use crate::ft::{self, FtContext};
 use crate::home::{self, Home, MpdState};
+use crate::members;
 use crate::server;
 use crate::supernode;
 use anyhow::{bail, Context, Result};
@@ -524,6 +525,13 @@ impl Mpd {
         self.cancel_on(&all, ticket);
     }
 
+    /// Why the member on `conn` may not run a job here (roles, `SUBMIT_ALLOW`; see
+    /// [`members::may_run`]), `None` if it may.
+    fn member_refusal(&self, conn: &SecureConn) -> Option<String> {
+        let own = self.secret.member_info().map(|m| &m.cert);
+        members::may_run(own, conn.peer_member(), &self.cfg.submit_allow).err()
+    }
+
     fn gate_refusal(&self) -> String {
         let gate = self.gate.lock();
         let p = gate.policy();
@@ -746,7 +754,10 @@ impl Mpd {
             let now = self.clock();
             let answer = match req {
                 RsRequest::Reserve { ticket, app, submitter } => {
-                    let d = gate_reserve(&mut self.gate.lock(), now, ticket.0, peer.ip().to_string(), &app);
+                    let d = match self.member_refusal(&conn) {
+                        Some(why) => Decision::Nok(why),
+                        None => gate_reserve(&mut self.gate.lock(), now, ticket.0, peer.ip().to_string(), &app),
+                    };
                     match d {
                         Decision::Ok { p, expires_at } => {
                             info!("reserved for {app} from {submitter} ({peer}): ticket {ticket}, P={p}");
@@ -872,7 +883,13 @@ impl Mpd {
                     MpdResponse::Ok
                 }
                 MpdRequest::Launch(spec) => {
-                    self.launch(conn, peer, spec);
+                    match self.member_refusal(&conn) {
+                        Some(why) => {
+                            warn!("launch of {} for {peer} refused: {why}", spec.app);
+                            let _ = conn.send(&JobEvent::Refused(why));
+                        }
+                        None => self.launch(conn, peer, spec),
+                    }
                     return;
                 }
                 MpdRequest::JobNotices { job, app, notices } => {

@@ -19,6 +19,9 @@
 //!   (MPD, RS, FT) and commands: a Noise handshake keyed by the grid secret, then encrypted
 //!   records (supernode, reservation, staging and launch requests).
 //!
+//! * [`identity`]: **member keys and certificates**: each member's key pair, the grid
+//!   owner's signature over a member's name, key and roles, and their pure checks.
+//!
 //! `postcard` was chosen over `bincode` for the control plane because it is actively
 //! maintained, compact, `no_std`-friendly and has a stable wire format specification.
 #![forbid(unsafe_code)]
@@ -27,6 +30,7 @@ pub mod auth;
 pub mod control;
 pub mod frame;
 pub mod grid;
+pub mod identity;
 pub mod secure;
 
 pub use frame::{FrameKind, Header, Mid, WireError, HEADER_LEN, MAGIC, VERSION};

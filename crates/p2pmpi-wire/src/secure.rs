@@ -45,6 +45,38 @@
 //! message to learn whether the initiator holds the key — and would let anyone without the
 //! secret make the responder do its Diffie-Hellman.
 //!
+//! ## Member mode: a key per member
+//!
+//! In member mode ([`GridSecret::member`]) each side has its own key pair and a certificate
+//! signed by the grid's owner ([`crate::identity`]). We keep the `NNpsk0` handshake above
+//! (its pre-shared key is then derived from the owner's public key: it only keeps other
+//! grids and strangers out before any Diffie-Hellman) and authenticate the members
+//! **inside** it: right after the handshake each side sends, as its first record, a *hello*
+//! holding its certificate and its Ed25519 signature over the Noise **handshake hash** and
+//! its role (initiator or responder). The other side checks the certificate (signed by the
+//! owner, valid now, not revoked) and the signature with the certificate's key. The hash
+//! covers both fresh ephemeral keys, so a hello is good for this one connection: a replayed
+//! handshake or hello, or a certificate copied without its private key, is refused; the role
+//! byte keeps a side from reflecting the other's hello. The initiator checks the responder's
+//! hello before [`SecureConn::connect`] returns. The responder sends its own with its last
+//! handshake message and checks the client's as the client's **first record**: in
+//! [`SecureConn::await_proof`] (the hello, checked, is the proof; no record is kept) or, for
+//! a server that does not await it, before its first receive. So a server still counts a
+//! connection as authenticated only after the client's first record decrypted (and here was
+//! verified), and while it waits for it the connection is still one waiting on its client
+//! (a daemon can push it out to make room). A server must receive before it sends anything
+//! but its hello. [`SecureConn::peer_member`] gives the checked certificate, from which a
+//! daemon takes the member's name and roles.
+//!
+//! Why not `XXpsk3` or `IKpsk2` with the certificate in the handshake payload: they would
+//! need X25519 static keys beside the Ed25519 signing keys (or converting between the two),
+//! and a second handshake code path beside the transition mode's. Signing the handshake hash
+//! keeps one handshake, one key per member, and the same first-record property.
+//!
+//! The **transition mode** ([`GridSecret::from_phrase`]: `GRID_SECRET`, no member keys) is
+//! the plain `NNpsk0` above, replay-resistant by the first-record proof. Both sides of a
+//! connection must be in the same mode (their pre-shared keys differ).
+//!
 //! ## One deadline per record
 //!
 //! After the handshake, the read time-out ([`SecureConn::set_read_timeout`]) bounds the wait
@@ -55,6 +87,7 @@
 //!
 //! A record is the whole message: bytes left after the decoded value make it malformed.
 
+use crate::identity::{CertError, Certificate, KeyPair, PublicKey, Revocations};
 use serde::{de::DeserializeOwned, Serialize};
 use snow::StatelessTransportState;
 use std::io::{self, Read, Write};
@@ -166,21 +199,73 @@ impl std::fmt::Debug for Canceller {
     }
 }
 
-/// The grid secret, reduced to the 32-byte pre-shared key of the handshake.
+/// The credentials of a side of the grid's handshakes: in **member mode** its member key,
+/// certificate and the grid's owner key ([`GridSecret::member`]); in the **transition mode**
+/// the grid secret alone ([`GridSecret::from_phrase`]). Either way it gives the handshake's
+/// 32-byte pre-shared key.
 #[derive(Clone)]
-pub struct GridSecret([u8; 32]);
+pub struct GridSecret {
+    psk: [u8; 32],
+    member: Option<Arc<Member>>,
+}
+
+/// A member's credentials: its key pair, its certificate, the grid's owner key that checks
+/// the other side's certificate, and the revoked members.
+pub struct Member {
+    pub key: KeyPair,
+    pub cert: Certificate,
+    pub owner: PublicKey,
+    pub revoked: std::sync::RwLock<Revocations>,
+}
 
 impl GridSecret {
-    /// Derives the key from the configured secret phrase (any length, any bytes).
+    /// Transition mode: derives the key from the configured secret phrase (any length, any
+    /// bytes).
     pub fn from_phrase(phrase: &str) -> Self {
-        GridSecret(blake3::derive_key("p2pmpi grid secret v1", phrase.as_bytes()))
+        GridSecret { psk: blake3::derive_key("p2pmpi grid secret v1", phrase.as_bytes()), member: None }
+    }
+
+    /// Member mode: the pre-shared key comes from the grid's owner key (it only keeps other
+    /// grids' and strangers' connections out before any Diffie-Hellman); each side then
+    /// proves its certificate's key (see the module doc).
+    pub fn member(key: KeyPair, cert: Certificate, owner: PublicKey) -> Self {
+        let member = Member { key, cert, owner, revoked: Default::default() };
+        GridSecret { psk: blake3::derive_key("p2pmpi member grid v1", &owner.0), member: Some(Arc::new(member)) }
+    }
+
+    /// A one-time key (an invitation's token): the pre-shared key alone, no member.
+    pub fn one_time(token: &[u8]) -> Self {
+        GridSecret { psk: blake3::derive_key("p2pmpi invitation v1", token), member: None }
+    }
+
+    /// This side's member credentials (`None` in the transition mode).
+    pub fn member_info(&self) -> Option<&Member> {
+        self.member.as_deref()
     }
 }
 
 impl std::fmt::Debug for GridSecret {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("GridSecret(…)")
+        match &self.member {
+            Some(m) => write!(f, "GridSecret(member {})", m.cert.body.name),
+            None => f.write_str("GridSecret(…)"),
+        }
     }
+}
+
+/// What each side of a member-mode handshake sends first: its certificate and its signature
+/// over the handshake hash.
+#[derive(Serialize, serde::Deserialize)]
+struct Hello {
+    cert: Certificate,
+    sig: Vec<u8>,
+}
+
+/// Largest hello accepted.
+const MAX_HELLO: usize = 4096;
+
+fn unix_now_s() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
 /// Errors of a secure connection.
@@ -198,6 +283,8 @@ pub enum SecureError {
     Malformed(String),
     #[error("connection timed out")]
     TimedOut,
+    #[error("member refused: {0}")]
+    Refused(#[from] CertError),
 }
 
 impl SecureError {
@@ -259,7 +346,7 @@ pub fn connect_tcp(local: Option<std::net::IpAddr>, addr: SocketAddr, timeout: D
 
 fn builder(secret: &GridSecret) -> Result<snow::Builder<'_>, SecureError> {
     let params = NOISE_PARAMS.parse().map_err(|e| SecureError::Handshake(format!("{e:?}")))?;
-    snow::Builder::new(params).psk(0, &secret.0).map_err(|e| SecureError::Handshake(format!("{e:?}")))
+    snow::Builder::new(params).psk(0, &secret.psk).map_err(|e| SecureError::Handshake(format!("{e:?}")))
 }
 
 /// The sending half of a connection.
@@ -290,6 +377,20 @@ pub struct RecordReader {
     plain: Vec<u8>,
     /// `plain` holds a whole record read ahead (the proof of the key), not decoded yet.
     ready: bool,
+    /// Member mode: the other side's hello, still to be read and checked before any record.
+    hello: Option<HelloCheck>,
+    /// Member mode: the other side's certificate, once checked.
+    peer: Option<Certificate>,
+    /// The other side's hello was refused: nothing more is read.
+    refused: bool,
+}
+
+/// What checks the other side's hello.
+struct HelloCheck {
+    member: Arc<Member>,
+    hash: Vec<u8>,
+    /// The hello is the initiator's.
+    signer_initiator: bool,
 }
 
 /// An authenticated, encrypted connection carrying serde records.
@@ -353,19 +454,27 @@ impl SecureConn {
     }
 
     /// Reads the client's first record, whole, by `deadline`, and keeps it for the next
-    /// [`SecureConn::recv`]: a record that decrypts proves the key (see the module doc). A
-    /// connection closed before it, or whose record does not decrypt, is an error.
+    /// [`SecureConn::recv`]: a record that decrypts proves the key (see the module doc). In
+    /// member mode that record is the client's hello, checked here and not kept. A connection
+    /// closed before it, or whose record does not decrypt or check, is an error.
     pub fn await_proof(&mut self, deadline: Instant) -> Result<(), SecureError> {
         let r = &mut self.reader;
         let idle = r.stream.read_timeout()?;
-        let got = r.records.read_record(&mut Bounded::new(&r.stream, deadline));
+        let mut io = Bounded::new(&r.stream, deadline);
+        // Member mode: the client's hello, checked, is the proof.
+        let got = if r.records.hello.is_some() {
+            r.records.check_hello(&mut io).map(|()| None)
+        } else {
+            r.records.read_record(&mut io).map(Some)
+        };
         let _ = r.stream.set_read_timeout(idle);
         match got {
-            Ok(true) => {
+            Ok(None) => Ok(()),
+            Ok(Some(true)) => {
                 r.records.ready = true;
                 Ok(())
             }
-            Ok(false) => Err(SecureError::Handshake("closed before its first record".into())),
+            Ok(Some(false)) => Err(SecureError::Handshake("closed before its first record".into())),
             Err(e) => Err(e),
         }
     }
@@ -401,14 +510,47 @@ impl SecureConn {
             let n = hs.write_message(&[], &mut msg).map_err(hs_err)?;
             write_frame(&mut io, &msg[..n])?;
         }
+        let hash = hs.get_handshake_hash().to_vec();
         let noise = Arc::new(Mutex::new(hs.into_stateless_transport_mode().map_err(hs_err)?));
-        stream.set_read_timeout(None)?;
-        stream.set_write_timeout(Some(Duration::from_secs(30)))?;
         let rstream = stream.try_clone()?;
-        Ok(SecureConn {
+        let mut conn = SecureConn {
             reader: SecureReader { stream: rstream, records: RecordReader::new(noise.clone()), record_time: None },
             writer: SecureWriter { stream, noise, nonce: 0, out: vec![0u8; MAX_NOISE] },
-        })
+        };
+        if let Some(m) = &secret.member {
+            conn.exchange_hellos(m, hash, initiator, deadline)?;
+        }
+        conn.reader.stream.set_read_timeout(None)?;
+        conn.writer.stream.set_write_timeout(Some(Duration::from_secs(30)))?;
+        Ok(conn)
+    }
+
+    /// Member mode: sends this side's certificate and signature over the handshake hash by
+    /// `deadline`. The initiator then reads and checks the responder's at once; a responder
+    /// checks the client's as its proof ([`SecureConn::await_proof`], or the first receive),
+    /// so that while it waits for it the connection is still one waiting on its client.
+    fn exchange_hellos(
+        &mut self,
+        m: &Arc<Member>,
+        hash: Vec<u8>,
+        initiator: bool,
+        deadline: Instant,
+    ) -> Result<(), SecureError> {
+        let hello = Hello { cert: m.cert.clone(), sig: m.key.sign_hello(initiator, &hash) };
+        let body = postcard::to_allocvec(&hello).map_err(|e| SecureError::Malformed(e.to_string()))?;
+        let wire = self.writer.seal(&body)?;
+        Bounded::new(&self.writer.stream, deadline).write_all(&wire).map_err(io_err)?;
+        self.reader.records.hello = Some(HelloCheck { member: m.clone(), hash, signer_initiator: !initiator });
+        if initiator {
+            self.reader.records.check_hello(&mut Bounded::new(&self.reader.stream, deadline))?;
+        }
+        Ok(())
+    }
+
+    /// The other side's certificate, checked (member mode; `None` in the transition mode, and
+    /// on a server before the client's proof).
+    pub fn peer_member(&self) -> Option<&Certificate> {
+        self.reader.records.peer.as_ref()
     }
 
     /// Sends one record.
@@ -582,7 +724,36 @@ impl RecordReader {
             frame: Vec::new(),
             plain: Vec::new(),
             ready: false,
+            hello: None,
+            peer: None,
+            refused: false,
         }
+    }
+
+    /// Member mode: reads the other side's hello (unless done) and checks its certificate
+    /// (the grid's owner signed it, valid now, not revoked) and its signature (by the
+    /// certificate's key, over this handshake's hash, for the other side's role). A refusal
+    /// is final: every later receive fails.
+    fn check_hello(&mut self, r: &mut impl Read) -> Result<(), SecureError> {
+        if self.refused {
+            return Err(SecureError::Handshake("the other side's certificate was refused".into()));
+        }
+        let Some(check) = self.hello.take() else { return Ok(()) };
+        self.refused = true;
+        let max = std::mem::replace(&mut self.max_record, MAX_HELLO);
+        let got = self.read_record(r);
+        self.max_record = max;
+        if !got? {
+            return Err(SecureError::Handshake("closed before its certificate".into()));
+        }
+        let theirs: Hello = decode_whole(&self.plain[4..])?;
+        let m = &check.member;
+        let revoked = m.revoked.read().unwrap_or_else(|p| p.into_inner());
+        theirs.cert.check(&m.owner, unix_now_s(), &revoked)?;
+        theirs.cert.check_hello(check.signer_initiator, &check.hash, &theirs.sig)?;
+        self.peer = Some(theirs.cert);
+        self.refused = false;
+        Ok(())
     }
 
     fn read_chunk(&mut self, r: &mut impl Read) -> Result<Option<usize>, SecureError> {
@@ -605,6 +776,9 @@ impl RecordReader {
     /// Reads and decodes one record from `r` (unless one was read ahead); `Ok(None)` on a
     /// clean end of stream before it. Bytes after the record's value make it malformed.
     pub fn recv<T: DeserializeOwned>(&mut self, r: &mut impl Read) -> Result<Option<T>, SecureError> {
+        if self.hello.is_some() || self.refused {
+            self.check_hello(r)?;
+        }
         if !std::mem::take(&mut self.ready) && !self.read_record(r)? {
             return Ok(None);
         }
@@ -930,6 +1104,160 @@ mod tests {
         assert!(matches!(&e, SecureError::Malformed(m) if m.contains("3 bytes after")), "{e}");
         assert!(matches!(decode_whole::<u8>(&[1, 2]), Err(SecureError::Malformed(_))));
         assert_eq!(decode_whole::<u8>(&[1]).unwrap(), 1);
+    }
+
+    mod members {
+        use super::*;
+        use crate::identity::{Role, Roles};
+
+        fn now() -> u64 {
+            unix_now_s()
+        }
+
+        /// A grid's owner and a member credential of it.
+        fn member(owner: &KeyPair, name: &str, seed: u8, from: u64, validity: u64) -> GridSecret {
+            let key = KeyPair::from_seed(&[seed; 32]);
+            let roles = Roles::NONE.with(Role::Host).with(Role::Submit);
+            let cert = owner.issue(name, key.public(), roles, from, validity).unwrap();
+            GridSecret::member(key, cert, owner.public())
+        }
+
+        fn pair_with(
+            a: GridSecret,
+            b: GridSecret,
+        ) -> (Result<SecureConn, SecureError>, Result<SecureConn, SecureError>) {
+            let l = TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = l.local_addr().unwrap();
+            // The server as a daemon runs it: the handshake, then the client's proof.
+            let t = std::thread::spawn(move || {
+                let (s, _) = l.accept().unwrap();
+                let deadline = Instant::now() + Duration::from_secs(2);
+                SecureConn::accept(s, &b, Duration::from_secs(2)).and_then(|mut c| {
+                    assert!(c.peer_member().is_none(), "not checked before the proof");
+                    c.await_proof(deadline).map(|()| c)
+                })
+            });
+            let c = SecureConn::connect(addr, &a, Duration::from_secs(2));
+            (c, t.join().unwrap())
+        }
+
+        #[test]
+        fn members_authenticate_each_other_and_learn_the_names() {
+            let owner = KeyPair::from_seed(&[1; 32]);
+            let (c, s) = pair_with(member(&owner, "alice", 2, now(), 3600), member(&owner, "bob", 3, now(), 3600));
+            let (mut c, mut s) = (c.unwrap(), s.unwrap());
+            assert_eq!(c.peer_member().unwrap().body.name, "bob");
+            assert_eq!(s.peer_member().unwrap().body.name, "alice");
+            // The first request after the hellos is the first record the server receives.
+            c.send(&"job".to_string()).unwrap();
+            assert_eq!(s.recv::<String>().unwrap().unwrap(), "job");
+            s.send(&1u8).unwrap();
+            assert_eq!(c.recv::<u8>().unwrap().unwrap(), 1);
+        }
+
+        #[test]
+        fn an_expired_forged_or_foreign_certificate_is_refused() {
+            let owner = KeyPair::from_seed(&[1; 32]);
+            let good = || member(&owner, "bob", 3, now() - 10, 3600);
+            // Expired an hour ago.
+            let (_, s) = pair_with(member(&owner, "alice", 2, now() - 7200, 3600), good());
+            assert!(matches!(s, Err(SecureError::Refused(CertError::Expired(..)))), "{:?}", s.err());
+            // Its roles raised after signing.
+            let key = KeyPair::from_seed(&[2; 32]);
+            let mut cert = owner.issue("alice", key.public(), Roles::NONE, now(), 3600).unwrap();
+            cert.body.roles = Roles::ALL;
+            let (_, s) = pair_with(GridSecret::member(key, cert, owner.public()), good());
+            assert!(matches!(s, Err(SecureError::Refused(CertError::Forged))), "{:?}", s.err());
+            // Signed by another owner but claiming this grid: the pre-shared key matches,
+            // the signature does not.
+            let other = KeyPair::from_seed(&[7; 32]);
+            let key = KeyPair::from_seed(&[2; 32]);
+            let mut cert = other.issue("alice", key.public(), Roles::ALL, now(), 3600).unwrap();
+            cert.body.grid = owner.public();
+            let (_, s) = pair_with(GridSecret::member(key, cert, owner.public()), good());
+            assert!(matches!(s, Err(SecureError::Refused(CertError::Forged))), "{:?}", s.err());
+            // The initiator refuses an expired responder too.
+            let (c, _) = pair_with(good(), member(&owner, "carol", 4, now() - 7200, 3600));
+            assert!(matches!(c, Err(SecureError::Refused(CertError::Expired(..)))), "{:?}", c.err());
+        }
+
+        #[test]
+        fn a_certificate_without_its_key_is_refused() {
+            let owner = KeyPair::from_seed(&[1; 32]);
+            let victim = KeyPair::from_seed(&[2; 32]);
+            let cert = owner.issue("alice", victim.public(), Roles::ALL, now(), 3600).unwrap();
+            let thief = GridSecret::member(KeyPair::from_seed(&[9; 32]), cert, owner.public());
+            let (_, s) = pair_with(thief, member(&owner, "bob", 3, now(), 3600));
+            assert!(matches!(s, Err(SecureError::Refused(CertError::BadProof(_)))), "{:?}", s.err());
+        }
+
+        #[test]
+        fn a_revoked_member_is_refused() {
+            let owner = KeyPair::from_seed(&[1; 32]);
+            let server = member(&owner, "bob", 3, now(), 3600);
+            server.member_info().unwrap().revoked.write().unwrap().names.insert("alice".into());
+            let (_, s) = pair_with(member(&owner, "alice", 2, now(), 3600), server);
+            assert!(matches!(s, Err(SecureError::Refused(CertError::Revoked(_)))), "{:?}", s.err());
+        }
+
+        #[test]
+        fn modes_and_grids_do_not_mix() {
+            let owner = KeyPair::from_seed(&[1; 32]);
+            let other = KeyPair::from_seed(&[8; 32]);
+            let (c, s) = pair_with(GridSecret::from_phrase("x"), member(&owner, "bob", 3, now(), 3600));
+            assert!(c.is_err() && matches!(s, Err(SecureError::Handshake(_))));
+            let (c, s) = pair_with(member(&other, "eve", 2, now(), 3600), member(&owner, "bob", 3, now(), 3600));
+            assert!(c.is_err() && matches!(s, Err(SecureError::Handshake(_))));
+        }
+
+        /// A replayed first handshake message of a member: the replayer cannot send a hello
+        /// that decrypts under this handshake, so `accept` itself fails.
+        #[test]
+        fn a_replayed_member_handshake_is_refused() {
+            let owner = KeyPair::from_seed(&[1; 32]);
+            let alice = member(&owner, "alice", 2, now(), 3600);
+            let recorded = record_first_message(&alice);
+            let l = TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = l.local_addr().unwrap();
+            let mut r = TcpStream::connect(addr).unwrap();
+            r.write_all(&recorded).unwrap();
+            let (s, _) = l.accept().unwrap();
+            let start = Instant::now();
+            let bob = member(&owner, "bob", 3, now(), 3600);
+            assert!(SecureConn::accept_proven(s, &bob, Duration::from_millis(400)).is_err());
+            assert!(start.elapsed() < Duration::from_millis(1500));
+            // A server that receives without awaiting the proof checks the hello first.
+            let mut r = TcpStream::connect(addr).unwrap();
+            r.write_all(&recorded).unwrap();
+            r.write_all(&[0, 40]).unwrap();
+            r.write_all(&[9u8; 40]).unwrap();
+            let (s, _) = l.accept().unwrap();
+            let mut c = SecureConn::accept(s, &bob, Duration::from_millis(400)).expect("a replay passes the handshake");
+            c.set_read_timeout(Some(Duration::from_millis(400))).unwrap();
+            assert!(c.recv::<u8>().is_err());
+            assert!(c.recv::<u8>().is_err(), "a refusal is final");
+            assert!(c.peer_member().is_none());
+        }
+
+        /// A client that does not await the proof but receives at once still gets the hello
+        /// checked before its first record (the JEL's servers work so).
+        #[test]
+        fn a_receive_checks_the_hello_first() {
+            let owner = KeyPair::from_seed(&[1; 32]);
+            let l = TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = l.local_addr().unwrap();
+            let bob = member(&owner, "bob", 3, now(), 3600);
+            let t = std::thread::spawn(move || {
+                let (s, _) = l.accept().unwrap();
+                let mut c = SecureConn::accept(s, &bob, Duration::from_secs(2)).unwrap();
+                let v: u32 = c.recv().unwrap().unwrap();
+                (v, c.peer_member().map(|p| p.body.name.clone()))
+            });
+            let mut c =
+                SecureConn::connect(addr, &member(&owner, "alice", 2, now(), 3600), Duration::from_secs(2)).unwrap();
+            c.send(&5u32).unwrap();
+            assert_eq!(t.join().unwrap(), (5, Some("alice".to_string())));
+        }
     }
 
     #[test]

@@ -1,0 +1,250 @@
+//! Member keys in the p2pmpi directory, and the decision whether a member's job may run here.
+//!
+//! ```text
+//! <home>/keys/member.key    this peer's private key (hex Ed25519 seed; 0600), made by `p2pmpi init`
+//! <home>/keys/member.cert   its certificate signed by the grid's owner (hex), from `grid join`
+//! <home>/keys/grid.pub      the grid's owner public key (hex): names the grid, checks certificates
+//! <home>/keys/owner.key     the owner's private key: only on the owner's machine (`grid create`)
+//! ```
+//!
+//! A peer whose directory holds `member.cert` runs in **member mode** ([`credential`]); one
+//! without runs in the transition mode, on `GRID_SECRET`. Files are written owner-only and
+//! atomically ([`home::write_private`]). The certificate format and its checks are in
+//! [`p2pmpi_wire::identity`].
+
+use crate::home::{self, Home};
+use anyhow::{bail, Context, Result};
+use p2pmpi_wire::identity::{from_hex, to_hex, Certificate, KeyPair, PublicKey, Role, Roles, CERT_VALIDITY_S};
+use p2pmpi_wire::secure::GridSecret;
+use std::path::PathBuf;
+
+/// Paths of a p2pmpi directory's keys.
+#[derive(Debug, Clone)]
+pub struct Keys {
+    pub dir: PathBuf,
+}
+
+impl Keys {
+    pub fn of(home: &Home) -> Self {
+        Keys { dir: home.dir.join("keys") }
+    }
+    pub fn member_key(&self) -> PathBuf {
+        self.dir.join("member.key")
+    }
+    pub fn member_cert(&self) -> PathBuf {
+        self.dir.join("member.cert")
+    }
+    pub fn grid_pub(&self) -> PathBuf {
+        self.dir.join("grid.pub")
+    }
+    pub fn owner_key(&self) -> PathBuf {
+        self.dir.join("owner.key")
+    }
+
+    fn create_dir(&self) -> Result<()> {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&self.dir)
+            .with_context(|| format!("cannot create {}", self.dir.display()))
+    }
+
+    fn read_key(&self, path: &std::path::Path) -> Result<KeyPair> {
+        let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+        let seed: [u8; 32] = from_hex(text.trim())
+            .ok()
+            .and_then(|b| b.try_into().ok())
+            .with_context(|| format!("{} is not a key (64 hex digits)", path.display()))?;
+        Ok(KeyPair::from_seed(&seed))
+    }
+
+    /// This peer's key pair, made now if there is none. Returns it and whether it was made.
+    pub fn ensure_member_key(&self) -> Result<(KeyPair, bool)> {
+        if self.member_key().exists() {
+            return Ok((self.read_key(&self.member_key())?, false));
+        }
+        self.create_dir()?;
+        let k = KeyPair::generate()?;
+        home::write_private(&self.member_key(), format!("{}\n", to_hex(&k.seed())).as_bytes())?;
+        Ok((k, true))
+    }
+
+    pub fn member_keypair(&self) -> Result<KeyPair> {
+        self.read_key(&self.member_key())
+    }
+
+    pub fn owner_keypair(&self) -> Result<KeyPair> {
+        if !self.owner_key().exists() {
+            bail!(
+                "{} does not exist: only the grid's owner (`p2pmpi grid create`) may do this",
+                self.owner_key().display()
+            );
+        }
+        self.read_key(&self.owner_key())
+    }
+
+    /// The grid's owner key, if this directory belongs to a grid.
+    pub fn grid(&self) -> Result<Option<PublicKey>> {
+        let p = self.grid_pub();
+        if !p.exists() {
+            return Ok(None);
+        }
+        let text = std::fs::read_to_string(&p).with_context(|| format!("cannot read {}", p.display()))?;
+        let b: [u8; 32] = from_hex(text.trim())
+            .ok()
+            .and_then(|b| b.try_into().ok())
+            .with_context(|| format!("{} is not a public key (64 hex digits)", p.display()))?;
+        Ok(Some(PublicKey(b)))
+    }
+
+    pub fn certificate(&self) -> Result<Option<Certificate>> {
+        let p = self.member_cert();
+        if !p.exists() {
+            return Ok(None);
+        }
+        let text = std::fs::read_to_string(&p).with_context(|| format!("cannot read {}", p.display()))?;
+        Ok(Some(Certificate::from_hex(&text).with_context(|| format!("{} is not a certificate", p.display()))?))
+    }
+
+    /// Makes this directory a grid's owner: a new owner key, and a certificate with every role
+    /// for this peer's own key under `name`. Refuses if it already belongs to a grid.
+    pub fn create_grid(&self, name: &str, now_s: u64) -> Result<(PublicKey, Certificate)> {
+        if self.grid_pub().exists() || self.owner_key().exists() {
+            bail!(
+                "{} already belongs to a grid (remove its grid.pub and owner.key to start another)",
+                self.dir.display()
+            );
+        }
+        let (member, _) = self.ensure_member_key()?;
+        let owner = KeyPair::generate()?;
+        let cert = owner.issue(name, member.public(), Roles::ALL, now_s, CERT_VALIDITY_S)?;
+        home::write_private(&self.owner_key(), format!("{}\n", to_hex(&owner.seed())).as_bytes())?;
+        self.install(&cert, owner.public())?;
+        Ok((owner.public(), cert))
+    }
+
+    /// Signs a certificate for `name`'s key (the owner does this).
+    pub fn issue(&self, name: &str, key: PublicKey, roles: Roles, now_s: u64) -> Result<Certificate> {
+        let owner = self.owner_keypair()?;
+        Ok(owner.issue(name, key, roles, now_s, CERT_VALIDITY_S)?)
+    }
+
+    /// Installs this peer's certificate and the grid's owner key (after a join). The
+    /// certificate must be for this peer's key and signed by `owner`.
+    pub fn install(&self, cert: &Certificate, owner: PublicKey) -> Result<()> {
+        let me = self.member_keypair()?.public();
+        if cert.body.key != me {
+            bail!("the certificate is for another key than this peer's ({})", me.fingerprint());
+        }
+        let revoked = Default::default();
+        cert.check(&owner, cert.body.not_before_s, &revoked).context("the certificate does not check")?;
+        self.create_dir()?;
+        home::write_private(&self.grid_pub(), format!("{}\n", to_hex(&owner.0)).as_bytes())?;
+        home::write_private(&self.member_cert(), format!("{}\n", cert.to_hex()).as_bytes())
+    }
+}
+
+/// The handshake credential of a p2pmpi directory in member mode: its key, certificate and
+/// grid; `None` when it has no certificate (the transition mode, `GRID_SECRET`). A certificate
+/// that expired (at `now_s`) is an error saying so.
+pub fn credential(home: &Home, now_s: u64) -> Result<Option<GridSecret>> {
+    let keys = Keys::of(home);
+    let Some(cert) = keys.certificate()? else { return Ok(None) };
+    let owner = keys.grid()?.with_context(|| format!("{} is missing", keys.grid_pub().display()))?;
+    cert.check(&owner, now_s, &Default::default())
+        .with_context(|| format!("this peer's certificate ({}) is not valid", keys.member_cert().display()))?;
+    Ok(Some(GridSecret::member(keys.member_keypair()?, cert, owner)))
+}
+
+/// Whether this MPD takes a reservation or a launch from the member `peer` (its certificate
+/// as the handshake checked it; `None` in the transition mode): this peer's own certificate
+/// must have the `host` role, the other's the `submit` role, and its name must be in
+/// `submit_allow` when that is not empty. `Err` gives the reason. Pure.
+pub fn may_run(own: Option<&Certificate>, peer: Option<&Certificate>, submit_allow: &[String]) -> Result<(), String> {
+    if let Some(own) = own {
+        if !own.body.roles.has(Role::Host) {
+            return Err(format!("this peer's certificate ({}) has no host role", own.body.name));
+        }
+    }
+    match peer {
+        Some(c) if !c.body.roles.has(Role::Submit) => Err(format!("member {} has no submit role", c.body.name)),
+        Some(c) if !submit_allow.is_empty() && !submit_allow.contains(&c.body.name) => {
+            Err(format!("member {} is not in this peer's SUBMIT_ALLOW", c.body.name))
+        }
+        None if !submit_allow.is_empty() => Err("SUBMIT_ALLOW needs member keys (the grid secret names nobody)".into()),
+        _ => Ok(()),
+    }
+}
+
+/// Seconds since the UNIX epoch, now.
+pub fn unix_now_s() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NOW: u64 = 1_800_000_000;
+
+    fn cert(name: &str, roles: &str) -> Certificate {
+        let owner = KeyPair::from_seed(&[1; 32]);
+        owner.issue(name, KeyPair::from_seed(&[2; 32]).public(), Roles::parse(roles).unwrap(), NOW, 60).unwrap()
+    }
+
+    #[test]
+    fn a_member_without_submit_or_outside_submit_allow_cannot_run_a_job() {
+        let host = cert("h", "host");
+        let alice = cert("alice", "submit");
+        let bob = cert("bob", "host");
+        assert_eq!(may_run(Some(&host), Some(&alice), &[]), Ok(()));
+        assert_eq!(may_run(Some(&host), Some(&bob), &[]), Err("member bob has no submit role".into()));
+        let allow = vec!["carol".to_string()];
+        assert!(may_run(Some(&host), Some(&alice), &allow).unwrap_err().contains("SUBMIT_ALLOW"));
+        assert_eq!(may_run(Some(&host), Some(&alice), &["alice".into()]), Ok(()));
+        // A peer without the host role lends nothing.
+        assert!(may_run(Some(&alice), Some(&alice), &[]).unwrap_err().contains("no host role"));
+        // Transition mode: anyone with the secret, unless SUBMIT_ALLOW asks for names.
+        assert_eq!(may_run(None, None, &[]), Ok(()));
+        assert!(may_run(None, None, &allow).is_err());
+    }
+
+    #[test]
+    fn keys_are_made_once_and_a_grid_signs_its_members() {
+        let dir = std::env::temp_dir().join(format!("p2pmpi-keys-{}-{:x}", std::process::id(), home::random_u128()));
+        let owner_home = Home::new(dir.join("owner"));
+        let keys = Keys::of(&owner_home);
+        assert!(credential(&owner_home, NOW).unwrap().is_none(), "no certificate: transition mode");
+        let (k1, made) = keys.ensure_member_key().unwrap();
+        assert!(made);
+        let (k2, made) = keys.ensure_member_key().unwrap();
+        assert!(!made && k1.public() == k2.public());
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(keys.member_key()).unwrap().permissions().mode();
+        assert_eq!(mode & 0o077, 0, "private key readable by others: {mode:o}");
+
+        let (grid, own) = keys.create_grid("owner", NOW).unwrap();
+        assert!(keys.create_grid("again", NOW).is_err());
+        assert_eq!(own.body.roles, Roles::ALL);
+        let cred = credential(&owner_home, NOW).unwrap().expect("member mode");
+        assert_eq!(cred.member_info().unwrap().cert.body.name, "owner");
+
+        // A new member: its own key, a certificate from the owner, installed.
+        let new_home = Home::new(dir.join("new"));
+        let nk = Keys::of(&new_home);
+        let (member, _) = nk.ensure_member_key().unwrap();
+        let c = keys.issue("node-2", member.public(), Roles::parse("host").unwrap(), NOW).unwrap();
+        assert!(nk.owner_keypair().is_err(), "a member cannot sign");
+        // A certificate for another key is refused.
+        let wrong = keys.issue("node-3", KeyPair::from_seed(&[5; 32]).public(), Roles::ALL, NOW).unwrap();
+        assert!(nk.install(&wrong, grid).is_err());
+        nk.install(&c, grid).unwrap();
+        let cred = credential(&new_home, NOW + 1).unwrap().unwrap();
+        assert_eq!(cred.member_info().unwrap().cert.body.name, "node-2");
+        // Expired: the daemon refuses to start with it, saying why.
+        let e = credential(&new_home, NOW + CERT_VALIDITY_S).err().unwrap();
+        assert!(format!("{e:#}").contains("expired"), "{e:#}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
