@@ -1,0 +1,108 @@
+//! Confined jobs on a local grid (issue 38, item 1): a process an MPD starts for a job tries
+//! to read the peer's configuration, its state, another job's files and the MPD's
+//! environment, to signal the MPD, to write outside its directory, and to allocate past
+//! `JOB_MEMORY_MB`: each is refused, while the daemon and the other jobs are unharmed. A peer
+//! told that its kernel has no Landlock (`JOB_LANDLOCK_ABI=0`) refuses the job unless
+//! `ALLOW_UNCONFINED_JOBS=yes`.
+#![forbid(unsafe_code)]
+
+mod common;
+
+use common::example;
+use common::grid::TestGrid;
+
+fn landlock() -> bool {
+    if p2pmpi_peer::confine::kernel_abi() == 0 {
+        eprintln!("no Landlock in this kernel: the escapes are not probed");
+        return false;
+    }
+    true
+}
+
+fn line<'a>(out: &'a str, probe: &str) -> &'a str {
+    out.lines().find(|l| l.starts_with(&format!("rank 1 {probe}:"))).unwrap_or_else(|| panic!("no {probe}:\n{out}"))
+}
+
+#[test]
+fn a_job_on_a_peer_cannot_escape_its_directory() {
+    if !landlock() {
+        return;
+    }
+    let g = TestGrid::start("confined", 2, &["--procs", "1"]);
+    g.wait_hosts(1, 1);
+    // Another job's directory on peer 2, with a file.
+    let other = g.home(2).join("jobs").join("0123456789abcdef");
+    std::fs::create_dir_all(&other).unwrap();
+    std::fs::write(other.join("data"), "other job\n").unwrap();
+    let conf = g.conf(2);
+    let state = g.home(2).join("mpd.json");
+    let planted = g.home(2).join("planted");
+    let probes = [
+        format!("read:{}", conf.display()),
+        format!("read:{}", state.display()),
+        format!("list:{}", g.home(2).display()),
+        format!("read:{}", other.join("data").display()),
+        format!("write:{}", other.join("planted").display()),
+        format!("write:{}", planted.display()),
+        "write:/tmp/p2pmpi-confined-planted".to_string(),
+        "read:/etc/shadow".to_string(),
+        "environ:parent".to_string(),
+        "signal:parent".to_string(),
+        "own-status".to_string(),
+        "write-own".to_string(),
+    ];
+    let prog = example("probe_escape");
+    let mut args = vec!["-n", "2", prog.to_str().unwrap()];
+    args.extend(probes.iter().map(String::as_str));
+    let out = g.run(&args);
+    out.assert_ok();
+    for p in &probes[..10] {
+        let l = line(&out.stdout, p);
+        assert!(l.contains("denied"), "{l}\n{}", out.stdout);
+    }
+    for p in &probes[10..] {
+        let l = line(&out.stdout, p);
+        assert!(l.ends_with("allowed"), "{l}\n{}", out.stdout);
+    }
+    assert!(!planted.exists() && !other.join("planted").exists());
+    assert!(!std::path::Path::new("/tmp/p2pmpi-confined-planted").exists());
+    assert_eq!(std::fs::read_to_string(other.join("data")).unwrap(), "other job\n");
+    // The daemon is unharmed: it runs the next job.
+    let pi = example("pi");
+    let out = g.run(&["-n", "2", pi.to_str().unwrap()]);
+    out.assert_ok();
+    assert!(out.stdout.contains("3.14159"), "{}", out.stdout);
+}
+
+#[test]
+fn a_job_past_its_memory_limit_is_stopped_with_a_message() {
+    let g = TestGrid::start("confined-mem", 2, &["--procs", "1"]);
+    g.wait_hosts(1, 1);
+    g.reconfigure(2, &["JOB_MEMORY_MB=256"]);
+    g.wait_hosts(1, 1);
+    let prog = example("probe_escape");
+    let out = g.run(&["-n", "2", prog.to_str().unwrap(), "alloc:16"]);
+    out.assert_ok();
+    assert!(line(&out.stdout, "alloc:16").ends_with("allowed"), "{}", out.stdout);
+    let out = g.run(&["-n", "2", prog.to_str().unwrap(), "alloc:1024"]);
+    assert!(!out.status.success(), "{}\n{}", out.stdout, out.stderr);
+    assert!(out.stderr.contains("JOB_MEMORY_MB=256"), "{}", out.stderr);
+}
+
+#[test]
+fn without_landlock_a_peer_refuses_jobs_unless_allowed() {
+    let g = TestGrid::start("unconfined", 2, &["--procs", "1"]);
+    g.wait_hosts(1, 1);
+    g.reconfigure(2, &["JOB_LANDLOCK_ABI=0"]);
+    g.wait_hosts(1, 1);
+    assert!(g.log(2).contains("no Landlock"), "{}", g.log(2));
+    let pi = example("pi");
+    let out = g.run(&["-n", "2", pi.to_str().unwrap()]);
+    assert!(!out.status.success(), "{}", out.stdout);
+    assert!(out.stderr.contains("ALLOW_UNCONFINED_JOBS"), "{}", out.stderr);
+    g.reconfigure(2, &["ALLOW_UNCONFINED_JOBS=yes"]);
+    g.wait_hosts(1, 1);
+    let out = g.run(&["-n", "2", pi.to_str().unwrap()]);
+    out.assert_ok();
+    assert!(out.stdout.contains("3.14159"), "{}", out.stdout);
+}
