@@ -30,6 +30,16 @@ fn a_job_on_a_peer_cannot_escape_its_directory() {
     }
     let g = TestGrid::start("confined", 2, &["--procs", "1"]);
     g.wait_hosts(1, 1);
+    if p2pmpi_peer::os::is_root() {
+        // Jobs as users of their own: their directories must be reachable by other users.
+        use std::os::unix::fs::PermissionsExt;
+        for d in [g.home(2), g.home(2).join("jobs")] {
+            std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o711)).unwrap();
+        }
+        let (first, last) = p2pmpi_peer::config::SUGGESTED_JOB_UIDS;
+        g.reconfigure(2, &[&format!("JOB_UIDS={first}-{last}")]);
+        g.wait_hosts(1, 1);
+    }
     // Another job's directory on peer 2, with a file.
     let other = g.home(2).join("jobs").join("0123456789abcdef");
     std::fs::create_dir_all(&other).unwrap();
@@ -50,6 +60,7 @@ fn a_job_on_a_peer_cannot_escape_its_directory() {
         "signal:parent".to_string(),
         "own-status".to_string(),
         "write-own".to_string(),
+        "uid".to_string(),
     ];
     let prog = example("probe_escape");
     let mut args = vec!["-n", "2", prog.to_str().unwrap()];
@@ -63,6 +74,13 @@ fn a_job_on_a_peer_cannot_escape_its_directory() {
     for p in &probes[10..] {
         let l = line(&out.stdout, p);
         assert!(l.ends_with("allowed"), "{l}\n{}", out.stdout);
+    }
+    if p2pmpi_peer::os::is_root() {
+        // A daemon running as root runs the job as a user of its own (JOB_UIDS).
+        let uid = out.stdout.lines().find_map(|l| l.strip_prefix("rank 1 uid ")).unwrap_or("?");
+        let uid: u32 = uid.parse().unwrap_or_else(|_| panic!("{}", out.stdout));
+        let (first, last) = p2pmpi_peer::config::SUGGESTED_JOB_UIDS;
+        assert!((first..=last).contains(&uid), "{}", out.stdout);
     }
     assert!(!planted.exists() && !other.join("planted").exists());
     assert!(!std::path::Path::new("/tmp/p2pmpi-confined-planted").exists());

@@ -5,7 +5,8 @@
 //! (ERROR)`. Probes: `read:PATH`, `list:PATH` (a directory), `write:PATH` (creates the file),
 //! `environ:parent` (the daemon's `/proc/PID/environ`), `signal:parent` (signal 0 to the
 //! daemon, by `kill`), `alloc:MB` (allocates and touches MB MiB), `own-status` (its own
-//! `/proc/self/status`), `write-own` (a file in its directory).
+//! `/proc/self/status`), `write-own` (a file in its directory), `uid` (prints its real user
+//! id after `allowed`).
 #![forbid(unsafe_code)]
 use mpi::traits::*;
 use std::process::Command;
@@ -35,6 +36,12 @@ fn probe(p: &str) -> Result<(), String> {
         }
         ("own-status", _) => std::fs::read("/proc/self/status").map(drop).map_err(e),
         ("write-own", _) => std::fs::write("own-file.txt", b"mine\n").map_err(e),
+        ("uid", _) => {
+            let status = std::fs::read_to_string("/proc/self/status").map_err(e)?;
+            let uid = status.lines().find_map(|l| l.strip_prefix("Uid:")).and_then(|v| v.split_whitespace().next());
+            println!("rank {} uid {}", std::env::var("P2PMPI_RANK").unwrap_or_default(), uid.unwrap_or("?"));
+            Ok(())
+        }
         _ => Err(format!("unknown probe {p}")),
     }
 }

@@ -70,6 +70,7 @@
 //! | `JOB_FILE_MB` | 0 | largest file such a process may write, MiB (0: no limit) |
 //! | `JOB_PROCESSES` | 0 | processes (and threads) of the job's user, counted by the kernel per user (0: no limit; see `docs/security.md`) |
 //! | `ALLOW_UNCONFINED_JOBS` | `no` | `yes`: run other members' jobs even where the kernel has no Landlock (unconfined) |
+//! | `JOB_UIDS` | (none) | when the daemon runs as root: the range of user ids its jobs run as, `FIRST-LAST` (one per job, no account needed; the job directories must be reachable by other users, see `docs/security.md`); unset, jobs run as the daemon's user |
 //! | `JOB_LANDLOCK_ABI` | (the kernel's) | the highest Landlock ABI used (tests force a lower one; 0 acts as a kernel without Landlock) |
 //! | `LOG_LEVEL` | `info` | what the daemons log: `error`, `warn`, `info`, `debug`, `trace` or `off`, or directives such as `info,p2pmpi_peer::mpd=debug`; the environment variable `RUST_LOG`, when set, wins |
 
@@ -87,6 +88,9 @@ pub const DEFAULT_VISU_PROXY_PORT: u16 = 9701;
 /// Default `JOB_HIDDEN_ETC`: the entries of `/etc` that hold secrets.
 pub const DEFAULT_JOB_HIDDEN_ETC: &[&str] =
     &["shadow", "gshadow", "shadow-", "gshadow-", "ssh", "sudoers", "sudoers.d", "p2pmpi"];
+/// A `JOB_UIDS` range that suits most hosts: 65 536 user ids far above those of accounts and
+/// of user namespaces' usual subordinate ranges.
+pub const SUGGESTED_JOB_UIDS: (u32, u32) = (2_100_000_000, 2_100_065_535);
 /// Default `FT_CACHE_MAX`: 1 GiB.
 pub const DEFAULT_FT_CACHE_MAX: u64 = 1 << 30;
 /// Default `FT_FETCH_MAX`: 4 GiB.
@@ -212,6 +216,9 @@ pub struct Config {
     pub allow_unconfined_jobs: bool,
     /// `JOB_LANDLOCK_ABI`: the highest Landlock ABI used (default: the kernel's).
     pub job_landlock_abi: Option<u32>,
+    /// `JOB_UIDS`: the user ids jobs run as when the daemon runs as root (first, last;
+    /// default none: as the daemon's user).
+    pub job_uids: Option<(u32, u32)>,
     /// `LOG_LEVEL`: the daemons' log filter (default none: `info`; `RUST_LOG` wins).
     pub log_level: Option<String>,
     /// File the values came from (None = built-in defaults).
@@ -265,6 +272,7 @@ impl Default for Config {
             job_processes: 0,
             allow_unconfined_jobs: false,
             job_landlock_abi: None,
+            job_uids: None,
             log_level: None,
             source: None,
         }
@@ -464,6 +472,18 @@ fn yes_no(v: &str) -> Result<bool, String> {
     }
 }
 
+/// Parses a range of user ids `FIRST-LAST` (not root's, FIRST ≤ LAST).
+fn uid_range(v: &str) -> Result<(u32, u32), String> {
+    let bad = || format!("{v:?} is not a range of user ids FIRST-LAST (such as 2100000000-2100065535)");
+    let (a, b) = v.split_once('-').ok_or_else(bad)?;
+    let a = uint(a.trim(), 1, u32::MAX as u64 - 1).map_err(|_| bad())? as u32;
+    let b = uint(b.trim(), 1, u32::MAX as u64 - 1).map_err(|_| bad())? as u32;
+    if a > b {
+        return Err(bad());
+    }
+    Ok((a, b))
+}
+
 /// Parses an absolute path.
 fn absolute_path(v: &str) -> Result<PathBuf, String> {
     let p = PathBuf::from(v);
@@ -535,6 +555,7 @@ fn apply(c: &mut Config, key: &str, v: &str) -> Result<bool, String> {
         "JOB_FILE_MB" => c.job_file_mb = uint(v, 0, u64::MAX >> 20)?,
         "JOB_PROCESSES" => c.job_processes = uint(v, 0, u64::MAX)?,
         "ALLOW_UNCONFINED_JOBS" => c.allow_unconfined_jobs = yes_no(v)?,
+        "JOB_UIDS" => c.job_uids = optional(v).map(uid_range).transpose()?,
         "JOB_LANDLOCK_ABI" => c.job_landlock_abi = optional(v).map(|v| uint(v, 0, 64).map(|n| n as u32)).transpose()?,
         _ => return Ok(false),
     }
@@ -693,6 +714,9 @@ impl Config {
         t.push_str(&format!("JOB_FILE_MB={}\nJOB_PROCESSES={}\n", self.job_file_mb, self.job_processes));
         t.push_str(&format!("ALLOW_UNCONFINED_JOBS={}\n", if self.allow_unconfined_jobs { "yes" } else { "no" }));
         t.push_str(&opt("JOB_LANDLOCK_ABI", self.job_landlock_abi.map(|v| v.to_string()), "7"));
+        t.push_str("# User ids the jobs run as when the daemon runs as root (one per job).\n");
+        let (a, b) = SUGGESTED_JOB_UIDS;
+        t.push_str(&opt("JOB_UIDS", self.job_uids.map(|(a, b)| format!("{a}-{b}")), &format!("{a}-{b}")));
         t.push_str("# What the daemons log (error, warn, info, debug, trace; RUST_LOG wins when set).\n");
         t.push_str(&opt("LOG_LEVEL", self.log_level.clone(), "info"));
         t
@@ -812,6 +836,7 @@ mod tests {
             job_processes: 64,
             allow_unconfined_jobs: true,
             job_landlock_abi: Some(3),
+            job_uids: Some((5000, 5999)),
             source: None,
         }
     }
@@ -834,6 +859,9 @@ mod tests {
             "JOB_MEMORY_MB=-1",
             "JOB_PROCESSES=many",
             "JOB_LANDLOCK_ABI=65",
+            "JOB_UIDS=0-10",
+            "JOB_UIDS=10-5",
+            "JOB_UIDS=10",
         ] {
             assert!(parse(bad).is_err(), "{bad}");
         }
@@ -873,7 +901,7 @@ mod tests {
             T_HB_WIDE=300\nT_TO_WIDE=3000\nWIDE_REFUSALS=5\n\
             LOG_LEVEL=warn,p2pmpi_peer::mpd=debug\nJOB_READ_PATHS=/opt/python,/srv/data\nJOB_HIDDEN_ETC=shadow\n\
             JOB_MEMORY_MB=512\nJOB_CPU_SECONDS=60\nJOB_FILE_MB=100\nJOB_PROCESSES=64\nALLOW_UNCONFINED_JOBS=yes\n\
-            JOB_LANDLOCK_ABI=3\n";
+            JOB_LANDLOCK_ABI=3\nJOB_UIDS=5000-5999\n";
         assert_eq!(parse_ok(text), non_default());
         assert_eq!(non_default().peer_cache_path(), PathBuf::from("/var/tmp/pc.json"));
         let c = parse_ok("SUPERNODE=\nVISU_PROXY=\nHOST_DENY=\nEXTERNAL_IP=\nPEER_CACHE=");

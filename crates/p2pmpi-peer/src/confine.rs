@@ -14,8 +14,8 @@
 
 use crate::config::Config;
 use landlock::{
-    Access, AccessFs, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset, RulesetAttr, RulesetCreatedAttr, Scope,
-    ABI,
+    Access, AccessFs, AccessNet, CompatLevel, Compatible, NetPort, PathBeneath, PathFd, Ruleset, RulesetAttr,
+    RulesetCreatedAttr, Scope, ABI,
 };
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -74,7 +74,15 @@ pub struct Confiner {
     pub limits: Limits,
     /// `ALLOW_UNCONFINED_JOBS`.
     pub allow_unconfined: bool,
+    /// `JOB_UIDS`, when this daemon runs as root (`None` otherwise: jobs run as its user).
+    pub uids: Option<(u32, u32)>,
+    /// The TCP ports a process may bind (`MIN_PORT`..`MAX_PORT`, its `P2PMPI_PORTS`), from
+    /// Landlock ABI 4; `None` if the range is too wide for one rule per port.
+    pub bind_ports: Option<(u16, u16)>,
 }
+
+/// The widest port range enforced (one Landlock rule per port).
+const MAX_BIND_RULES: u32 = 4096;
 
 /// The directories one confined process may write.
 #[derive(Debug, Clone)]
@@ -105,7 +113,10 @@ impl Confiner {
             file_mb: cfg.job_file_mb,
             processes: cfg.job_processes,
         };
-        Confiner { abi, read, limits, allow_unconfined: cfg.allow_unconfined_jobs }
+        let uids = cfg.job_uids.filter(|_| crate::os::is_root());
+        let (lo, hi) = (cfg.min_port, cfg.max_port);
+        let bind_ports = (lo > 0 && lo <= hi && u32::from(hi - lo) < MAX_BIND_RULES).then_some((lo, hi));
+        Confiner { abi, read, limits, allow_unconfined: cfg.allow_unconfined_jobs, uids, bind_ports }
     }
 
     /// What this daemon cannot enforce on the jobs it confines, in words (empty: everything
@@ -121,6 +132,11 @@ impl Confiner {
         }
         if self.abi < 3 {
             v.push("truncation of files (Landlock ABI 3)");
+        }
+        if self.abi < 4 {
+            v.push("TCP bind limited to MIN_PORT..MAX_PORT (Landlock ABI 4)");
+        } else if self.bind_ports.is_none() {
+            v.push("TCP bind limited to MIN_PORT..MAX_PORT (the range is empty or wider than 4096 ports)");
         }
         if self.abi < 5 {
             v.push("ioctl on devices (Landlock ABI 5)");
@@ -139,6 +155,56 @@ impl Confiner {
         })
     }
 
+    /// The user id job `job` runs as (`None`: as this daemon's user, which is not root): one of
+    /// `JOB_UIDS` drawn from the job id, so that every daemon of this host runs the job's
+    /// processes as the same user (their shared-memory segments must belong to it). Two jobs
+    /// may draw the same id (one chance in the size of the range): Landlock still keeps them
+    /// apart.
+    pub fn uid_for(&self, job: &str) -> Option<u32> {
+        let (first, last) = self.uids?;
+        let h = blake3::hash(job.as_bytes());
+        let n = u64::from_le_bytes(h.as_bytes()[..8].try_into().expect("8 bytes"));
+        Some(first + (n % (u64::from(last - first) + 1)) as u32)
+    }
+
+    /// Gives the job's user `uid` its directories (`paths`, and the directories under the job
+    /// directory: staged files stay the daemon's, readable), and makes `cmd` run as `uid`
+    /// (group `uid`, no supplementary group). The job directory must be reachable by any user:
+    /// a parent directory closed to others is refused here, with its name.
+    pub fn run_as(&self, cmd: &mut Command, uid: u32, paths: &JobPaths) -> io::Result<()> {
+        for dir in [&paths.job_dir, &paths.shm] {
+            for a in dir.ancestors().skip(1) {
+                use std::os::unix::fs::PermissionsExt;
+                let mode = std::fs::metadata(a)?.permissions().mode();
+                if mode & 0o001 == 0 {
+                    return Err(io::Error::other(format!(
+                        "{} is closed to other users (mode {:o}): the jobs' user {uid} cannot reach {}",
+                        a.display(),
+                        mode & 0o7777,
+                        dir.display()
+                    )));
+                }
+            }
+        }
+        let mut dirs = vec![paths.job_dir.clone(), paths.tmp.clone(), paths.shm.clone()];
+        let mut i = 0;
+        while i < dirs.len() {
+            if dirs[i].starts_with(&paths.job_dir) {
+                for e in std::fs::read_dir(&dirs[i])?.flatten() {
+                    if e.file_type().is_ok_and(|t| t.is_dir()) && !dirs.contains(&e.path()) {
+                        dirs.push(e.path());
+                    }
+                }
+            }
+            i += 1;
+        }
+        for d in &dirs {
+            std::os::unix::fs::chown(d, Some(uid), Some(uid))?;
+        }
+        cmd.uid(uid).gid(uid);
+        Ok(())
+    }
+
     /// Builds the Landlock ruleset of one process (in the daemon, before the fork): its
     /// descriptor, `None` without Landlock. The process's own `/proc` entries are added in
     /// the child ([`Confiner::confine`]): only there is `/proc/self` the child's.
@@ -155,7 +221,19 @@ impl Confiner {
         if self.abi >= 6 {
             rs = rs.scope(Scope::Signal).map_err(err)?;
         }
+        let bind = self.bind_ports.filter(|_| self.abi >= 4);
+        if bind.is_some() {
+            rs = rs.handle_access(AccessNet::BindTcp).map_err(err)?;
+        }
         let mut created = rs.create().map_err(err)?;
+        if let Some((lo, hi)) = bind {
+            // Port 0 too: a connection from a chosen local address binds it (the system picks
+            // the port), as the MPI library's connections from `P2PMPI_BIND` do.
+            let ports = std::iter::once(0).chain(lo..=hi);
+            created = created
+                .add_rules(ports.map(|p| Ok::<_, landlock::RulesetError>(NetPort::new(p, AccessNet::BindTcp))))
+                .map_err(err)?;
+        }
         let read = AccessFs::from_read(abi);
         let file_rw = AccessFs::from_file(abi);
         let mut rules: Vec<(&Path, landlock::BitFlags<AccessFs>)> = Vec::new();

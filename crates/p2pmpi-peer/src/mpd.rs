@@ -106,6 +106,11 @@ fn announce_confinement(c: &crate::confine::Confiner) {
     } else {
         info!("jobs run confined (Landlock ABI {}, limits {:?})", c.abi, c.limits);
     }
+    if let Some((first, last)) = c.uids {
+        info!("jobs run as user ids {first}-{last} (JOB_UIDS), one per job");
+    } else if crate::os::is_root() {
+        warn!("jobs run as root (confined): set JOB_UIDS to run each as a user of its own");
+    }
     for what in c.unenforced() {
         warn!("confined jobs: not enforced here: {what}");
     }
@@ -1052,6 +1057,11 @@ impl Mpd {
             // win).
             cmd.env("TMPDIR", &tmp).env("P2PMPI_SHM_DIR", shm);
             crate::os::die_with_parent(&mut cmd);
+            if let Some(uid) = self.confiner.uid_for(&spec.job) {
+                if let Err(e) = self.confiner.run_as(&mut cmd, uid, &paths) {
+                    return fail(&mut children, format!("cannot run the job as user {uid}: {e}"));
+                }
+            }
             let ruleset = match self.confiner.ruleset(&paths) {
                 Ok(r) => r,
                 Err(e) => return fail(&mut children, format!("cannot prepare the confinement: {e}")),

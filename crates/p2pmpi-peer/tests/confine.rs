@@ -215,3 +215,69 @@ fn confinement_costs_little_at_start() {
     eprintln!("start-up: {plain:?} plain, {confined:?} confined (medians of 100)");
     assert!(confined < plain + Duration::from_millis(20), "{plain:?} plain, {confined:?} confined");
 }
+
+#[test]
+fn as_root_a_job_runs_as_a_user_of_its_own_bounded_in_processes() {
+    if !p2pmpi_peer::os::is_root() {
+        eprintln!("not root: jobs run as the daemon's user");
+        return;
+    }
+    let s = site("confine-uid");
+    let c = confiner(&Config { job_processes: 8, job_uids: Some((3_000_000, 3_000_999)), ..Config::default() });
+    let uid = c.uid_for("job-a").unwrap();
+    assert!((3_000_000..=3_000_999).contains(&uid));
+    assert_eq!(c.uid_for("job-a"), Some(uid), "one user per job, the same for every daemon");
+    // A staged file stays the daemon's, readable; the directories become the job's.
+    std::fs::write(s.job.job_dir.join("staged"), "input\n").unwrap();
+    let script = "id -u; cat staged; echo out > written && echo wrote; echo x >> staged || echo refused; \
+                  i=0; while [ $i -lt 20 ]; do sleep 2 & i=$((i+1)); done; echo forked";
+    let mut cmd = Command::new("/bin/sh");
+    cmd.args(["-c", script]).current_dir(&s.job.job_dir).stdin(Stdio::null());
+    c.run_as(&mut cmd, uid, &s.job).unwrap();
+    c.confine(&mut cmd, c.ruleset(&s.job).unwrap());
+    let o = cmd.output().unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    let mut lines = out.lines();
+    assert_eq!(lines.next(), Some(uid.to_string().as_str()), "{}", text(&o));
+    assert_eq!(lines.next(), Some("input"), "{}", text(&o));
+    assert!(out.contains("wrote") && out.contains("refused"), "{}", text(&o));
+    assert_eq!(std::fs::read_to_string(s.job.job_dir.join("staged")).unwrap(), "input\n");
+    // JOB_PROCESSES=8: the user's ninth process cannot start.
+    assert!(String::from_utf8_lossy(&o.stderr).to_lowercase().contains("fork"), "{}", text(&o));
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(std::fs::metadata(s.job.job_dir.join("written")).unwrap().uid(), uid);
+    // A job directory closed to other users is refused with its name.
+    let closed = Tmp::new("confine-closed");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&closed.0, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let inner = JobPaths { job_dir: closed.0.join("j"), tmp: closed.0.join("j/.tmp"), shm: s.job.shm.clone() };
+    std::fs::create_dir_all(&inner.tmp).unwrap();
+    let e = c.run_as(&mut Command::new("true"), uid, &inner).unwrap_err();
+    assert!(e.to_string().contains("closed to other users"), "{e}");
+}
+
+#[test]
+fn a_confined_job_binds_tcp_ports_of_its_range_only() {
+    if kernel_abi() < 4 || !Path::new("/usr/bin/perl").exists() {
+        eprintln!("Landlock ABI < 4 or no perl: not probed");
+        return;
+    }
+    let s = site("confine-bind");
+    let c = confiner(&Config { min_port: 47_100, max_port: 47_109, ..Config::default() });
+    let bind = |port: u16| {
+        let script = format!(
+            "/usr/bin/perl -MSocket -e 'socket(S, PF_INET, SOCK_STREAM, 0) or die; \
+             bind(S, pack_sockaddr_in({port}, inet_aton(\"127.0.0.1\"))) or die \"bind: $!\\n\"; print \"bound\\n\"'"
+        );
+        run(&c, &s, &script)
+    };
+    for port in [47_105, 0] {
+        let o = bind(port);
+        assert_eq!(String::from_utf8_lossy(&o.stdout), "bound\n", "port {port}: {}", text(&o));
+    }
+    for port in [47_099, 47_110, 8080] {
+        let o = bind(port);
+        assert!(!o.status.success(), "port {port}: {}", text(&o));
+        assert!(String::from_utf8_lossy(&o.stderr).contains("ermission denied"), "port {port}: {}", text(&o));
+    }
+}
