@@ -282,6 +282,30 @@ impl Confiner {
     }
 }
 
+/// Replaces every file of `dir` (and below) that has other links (a staged file is a hard
+/// link to the FT cache, shared with every job that staged the same content) by a copy of its
+/// own, mode kept: a job running as the daemon's user may write the files of its directory,
+/// and must not change another job's through a shared inode. Returns the bytes copied.
+pub fn unshare_files(dir: &Path) -> io::Result<u64> {
+    use std::os::unix::fs::MetadataExt;
+    let mut copied = 0;
+    let mut dirs = vec![dir.to_path_buf()];
+    while let Some(d) = dirs.pop() {
+        for e in std::fs::read_dir(&d)?.flatten() {
+            let m = std::fs::symlink_metadata(e.path())?;
+            if m.is_dir() {
+                dirs.push(e.path());
+            } else if m.is_file() && m.nlink() > 1 {
+                let tmp = d.join(format!(".p2pmpi-unshare-{}", e.file_name().to_string_lossy()));
+                copied += std::fs::copy(e.path(), &tmp)?;
+                std::fs::set_permissions(&tmp, m.permissions())?;
+                std::fs::rename(&tmp, e.path())?;
+            }
+        }
+    }
+    Ok(copied)
+}
+
 /// `struct landlock_path_beneath_attr` (packed in the kernel's headers).
 #[repr(C, packed)]
 struct PathBeneathAttr {

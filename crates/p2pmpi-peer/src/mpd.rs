@@ -917,6 +917,16 @@ impl Mpd {
                 return refuse(format!("invalid environment variable name {k:?}"));
             }
         }
+        if let Some(why) = self.confiner.refusal() {
+            return refuse(why);
+        }
+        if self.confiner.uid_for(&spec.job).is_none() {
+            // As the daemon's user the job may write its staged files: copies of its own, not
+            // the FT cache's inodes that other jobs share.
+            if let Err(e) = crate::confine::unshare_files(&dir) {
+                return refuse(format!("cannot copy the staged files: {e}"));
+            }
+        }
         // What the job directory holds before the processes run (staged files): not collected
         // unless they change it.
         let before = if spec.collect.is_empty() { HashMap::new() } else { crate::collect::snapshot(&dir) };
@@ -927,9 +937,6 @@ impl Mpd {
             .and_then(|(_, v)| v.parse::<u32>().ok())
             .unwrap_or(1)
             .max(1);
-        if let Some(why) = self.confiner.refusal() {
-            return refuse(why);
-        }
         let shm = ShmDir(shm_dir_of(&spec.job));
         let children = match self.spawn_ranks(&spec, &dir, &program, &shm.0) {
             Ok(c) => c,
@@ -1026,6 +1033,7 @@ impl Mpd {
             std::fs::create_dir_all(d).map_err(|e| format!("cannot create {}: {e}", d.display()))?;
         }
         let paths = crate::confine::JobPaths { job_dir: dir.to_path_buf(), tmp: tmp.clone(), shm: shm.to_path_buf() };
+        let uid = self.confiner.uid_for(&spec.job);
         let mut children = Vec::new();
         let fail = |children: &mut Vec<(u32, std::process::Child)>, why: String| {
             for (_, c) in children.iter_mut() {
@@ -1057,7 +1065,7 @@ impl Mpd {
             // win).
             cmd.env("TMPDIR", &tmp).env("P2PMPI_SHM_DIR", shm);
             crate::os::die_with_parent(&mut cmd);
-            if let Some(uid) = self.confiner.uid_for(&spec.job) {
+            if let Some(uid) = uid {
                 if let Err(e) = self.confiner.run_as(&mut cmd, uid, &paths) {
                     return fail(&mut children, format!("cannot run the job as user {uid}: {e}"));
                 }

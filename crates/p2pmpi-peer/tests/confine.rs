@@ -281,3 +281,28 @@ fn a_confined_job_binds_tcp_ports_of_its_range_only() {
         assert!(String::from_utf8_lossy(&o.stderr).contains("ermission denied"), "port {port}: {}", text(&o));
     }
 }
+
+#[test]
+fn staged_files_shared_with_other_jobs_are_copied_before_a_job_may_write_them() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let s = site("confine-unshare");
+    // The FT cache's entry, hard-linked into the job directory (and, say, another job's).
+    let cache = s.daemon.join("cache-entry");
+    std::fs::write(&cache, "cached content\n").unwrap();
+    std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::create_dir_all(s.job.job_dir.join("sub")).unwrap();
+    std::fs::hard_link(&cache, s.job.job_dir.join("prog")).unwrap();
+    std::fs::hard_link(&cache, s.job.job_dir.join("sub/input")).unwrap();
+    std::fs::hard_link(&cache, s.other_job.join("prog")).unwrap();
+    std::fs::write(s.job.job_dir.join("own"), "own\n").unwrap();
+    let copied = p2pmpi_peer::confine::unshare_files(&s.job.job_dir).unwrap();
+    assert_eq!(copied, 2 * "cached content\n".len() as u64);
+    for f in ["prog", "sub/input"] {
+        let m = std::fs::metadata(s.job.job_dir.join(f)).unwrap();
+        assert_eq!((m.nlink(), m.permissions().mode() & 0o777), (1, 0o755), "{f}");
+    }
+    std::fs::write(s.job.job_dir.join("prog"), "tampered\n").unwrap();
+    assert_eq!(std::fs::read_to_string(&cache).unwrap(), "cached content\n");
+    assert_eq!(std::fs::read_to_string(s.other_job.join("prog")).unwrap(), "cached content\n");
+    assert_eq!(std::fs::metadata(&cache).unwrap().nlink(), 2, "only the other job's link is left");
+}
