@@ -1,7 +1,7 @@
 //! Confined jobs on a local grid (issue 38, item 1): a process an MPD starts for a job tries
 //! to read the peer's configuration, its state, another job's files and the MPD's
-//! environment, to signal the MPD, to write outside its directory, and to allocate past
-//! `JOB_MEMORY_MB`: each is refused, while the daemon and the other jobs are unharmed. A peer
+//! environment, to signal the MPD, to write outside its directory, to allocate past
+//! `JOB_MEMORY_MB` and to run past `JOB_CPU_SECONDS`: each is refused, while the daemon and the other jobs are unharmed. A peer
 //! told that its kernel has no Landlock (`JOB_LANDLOCK_ABI=0`) refuses the job unless
 //! `ALLOW_UNCONFINED_JOBS=yes`.
 #![forbid(unsafe_code)]
@@ -96,7 +96,7 @@ fn a_job_on_a_peer_cannot_escape_its_directory() {
 fn a_job_past_its_memory_limit_is_stopped_with_a_message() {
     let g = TestGrid::start("confined-mem", 2, &["--procs", "1"]);
     g.wait_hosts(1, 1);
-    g.reconfigure(2, &["JOB_MEMORY_MB=256"]);
+    g.reconfigure(2, &["JOB_MEMORY_MB=256", "JOB_CPU_SECONDS=1"]);
     g.wait_hosts(1, 1);
     let prog = example("probe_escape");
     let out = g.run(&["-n", "2", prog.to_str().unwrap(), "alloc:16"]);
@@ -105,6 +105,10 @@ fn a_job_past_its_memory_limit_is_stopped_with_a_message() {
     let out = g.run(&["-n", "2", prog.to_str().unwrap(), "alloc:1024"]);
     assert!(!out.status.success(), "{}\n{}", out.stdout, out.stderr);
     assert!(out.stderr.contains("JOB_MEMORY_MB=256"), "{}", out.stderr);
+    // Past its CPU time: stopped by the kernel, and told.
+    let out = g.run(&["-n", "2", prog.to_str().unwrap(), "spin"]);
+    assert!(!out.status.success(), "{}\n{}", out.stdout, out.stderr);
+    assert!(out.stderr.contains("rank 1 stopped: CPU time limit exceeded (JOB_CPU_SECONDS=1)"), "{}", out.stderr);
 }
 
 #[test]

@@ -6,7 +6,7 @@
 //! `environ:parent` (the daemon's `/proc/PID/environ`), `signal:parent` (signal 0 to the
 //! daemon, by `kill`), `alloc:MB` (allocates and touches MB MiB), `own-status` (its own
 //! `/proc/self/status`), `write-own` (a file in its directory), `uid` (prints its real user
-//! id after `allowed`).
+//! id after `allowed`), `spin` (burns CPU time for ever).
 #![forbid(unsafe_code)]
 use mpi::traits::*;
 use std::process::Command;
@@ -34,6 +34,9 @@ fn probe(p: &str) -> Result<(), String> {
             std::hint::black_box(&v);
             Ok(())
         }
+        ("spin", _) => loop {
+            std::hint::black_box(std::time::Instant::now());
+        },
         ("own-status", _) => std::fs::read("/proc/self/status").map(drop).map_err(e),
         ("write-own", _) => std::fs::write("own-file.txt", b"mine\n").map_err(e),
         ("uid", _) => {

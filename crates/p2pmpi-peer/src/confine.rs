@@ -350,7 +350,11 @@ unsafe fn restrict_self(fd: i32, proc_self: u64) -> io::Result<()> {
 }
 
 fn set_rlimit(resource: libc::__rlimit_resource_t, value: u64) -> io::Result<()> {
-    let lim = libc::rlimit { rlim_cur: value, rlim_max: value };
+    set_rlimit2(resource, value, value)
+}
+
+fn set_rlimit2(resource: libc::__rlimit_resource_t, soft: u64, hard: u64) -> io::Result<()> {
+    let lim = libc::rlimit { rlim_cur: soft, rlim_max: hard };
     // SAFETY: setrlimit reads `lim`, which lives for the call.
     if unsafe { libc::setrlimit(resource, &lim) } != 0 {
         return Err(io::Error::last_os_error());
@@ -365,7 +369,9 @@ fn set_limits(l: &Limits) -> io::Result<()> {
         set_rlimit(libc::RLIMIT_AS, l.memory_mb << 20)?;
     }
     if l.cpu_seconds > 0 {
-        set_rlimit(libc::RLIMIT_CPU, l.cpu_seconds)?;
+        // The hard limit a second later: the soft one sends SIGXCPU (which stops the process
+        // and names the cause), the hard one SIGKILL (which says nothing) if it is caught.
+        set_rlimit2(libc::RLIMIT_CPU, l.cpu_seconds, l.cpu_seconds.saturating_add(1))?;
     }
     if l.file_mb > 0 {
         set_rlimit(libc::RLIMIT_FSIZE, l.file_mb << 20)?;
