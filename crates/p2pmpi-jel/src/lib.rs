@@ -635,8 +635,15 @@ fn ask_view(
             Err(e) => return Err(e.to_string()),
         };
         let _ = stream.set_nonblocking(false);
-        let Ok(mut a) = SecureConn::accept(stream, secret, left.min(net::OPEN_TIMEOUT)) else { continue };
+        // Proven by its first record (the hello), not by the handshake alone: a replayed
+        // handshake never gets that far.
+        let open = left.min(net::OPEN_TIMEOUT);
+        let proof_by = std::time::Instant::now() + open;
+        let Ok(mut a) = SecureConn::accept(stream, secret, open) else { continue };
         a.set_max_record(net::MAX_RECORD);
+        if a.await_proof(proof_by).is_err() {
+            continue;
+        }
         if a.set_read_timeout(Some(left)).is_err() {
             continue;
         }

@@ -107,7 +107,13 @@ where
             let pending2 = pending.clone();
             let started = spawn(name, move || {
                 let pending = pending2;
-                let conn = SecureConn::accept(stream, &secret, OPEN_TIMEOUT);
+                // A member is one whose first record decrypted (`await_proof`): a replayed
+                // handshake, which cannot send one, never counts as a connection.
+                let proof_by = std::time::Instant::now() + OPEN_TIMEOUT;
+                let conn = SecureConn::accept(stream, &secret, OPEN_TIMEOUT).and_then(|mut c| {
+                    c.set_max_record(MAX_RECORD);
+                    c.await_proof(proof_by).map(|()| c)
+                });
                 let was_pending = {
                     let mut p = pending.lock();
                     let before = p.len();

@@ -64,6 +64,15 @@
 //! | `FT_CACHE_MAX` | `1G` | the FT cache keeps at most this many bytes: least recently used entries are evicted after a staging (never one a running staging uses); an offer whose content to receive does not fit is refused before the transfer |
 //! | `FT_FETCH_MAX` | `4G` | largest `http://` input the FT fetches, bytes (≥ 1) |
 //! | `FT_JOB_MAX` | `4G` | most bytes the FT stages for one job, its inline files together (≥ 1): a larger offer is refused before anything is written |
+//! | `JOB_READ_PATHS` | (none) | comma list of paths that confined jobs may read and execute besides the system's (e.g. a shared Python environment); see `docs/security.md` |
+//! | `JOB_HIDDEN_ETC` | `shadow,gshadow,shadow-,gshadow-,ssh,sudoers,sudoers.d,p2pmpi` | entries of `/etc` that confined jobs may not read (they may read the others) |
+//! | `JOB_MEMORY_MB` | 0 | address space of each process of another member's job, MiB (0: no limit) |
+//! | `JOB_CPU_SECONDS` | 0 | CPU time of each such process, s (0: no limit) |
+//! | `JOB_FILE_MB` | 0 | largest file such a process may write, MiB (0: no limit) |
+//! | `JOB_PROCESSES` | 0 | processes (and threads) of the job's user, counted by the kernel per user (0: no limit; see `docs/security.md`) |
+//! | `ALLOW_UNCONFINED_JOBS` | `no` | `yes`: run other members' jobs even where the kernel has no Landlock (unconfined) |
+//! | `JOB_UIDS` | (none) | when the daemon runs as root: the range of user ids its jobs run as, `FIRST-LAST` (one per job, no account needed; the job directories must be reachable by other users, see `docs/security.md`); unset, jobs run as the daemon's user |
+//! | `JOB_LANDLOCK_ABI` | (the kernel's) | the highest Landlock ABI used (tests force a lower one; 0 acts as a kernel without Landlock) |
 //! | `LOG_LEVEL` | `info` | what the daemons log: `error`, `warn`, `info`, `debug`, `trace` or `off`, or directives such as `info,p2pmpi_peer::mpd=debug`; the environment variable `RUST_LOG`, when set, wins |
 
 use std::collections::HashMap;
@@ -77,6 +86,12 @@ pub const CONF_FILE_NAME: &str = "P2P-MPI.conf";
 pub const DEFAULT_SUPERNODE_PORT: u16 = 9700;
 /// Port of a `VISU_PROXY` that gives none.
 pub const DEFAULT_VISU_PROXY_PORT: u16 = 9701;
+/// Default `JOB_HIDDEN_ETC`: the entries of `/etc` that hold secrets.
+pub const DEFAULT_JOB_HIDDEN_ETC: &[&str] =
+    &["shadow", "gshadow", "shadow-", "gshadow-", "ssh", "sudoers", "sudoers.d", "p2pmpi"];
+/// A `JOB_UIDS` range that suits most hosts: 65 536 user ids far above those of accounts and
+/// of user namespaces' usual subordinate ranges.
+pub const SUGGESTED_JOB_UIDS: (u32, u32) = (2_100_000_000, 2_100_065_535);
 /// Default `FT_CACHE_MAX`: 1 GiB.
 pub const DEFAULT_FT_CACHE_MAX: u64 = 1 << 30;
 /// Default `FT_FETCH_MAX`: 4 GiB.
@@ -191,6 +206,25 @@ pub struct Config {
     pub ft_fetch_max: u64,
     /// `FT_JOB_MAX`: most bytes of inline files staged for one job (default 4 GiB, at least 1).
     pub ft_job_max: u64,
+    /// `JOB_READ_PATHS`: paths confined jobs may read and execute besides the system's.
+    pub job_read_paths: Vec<PathBuf>,
+    /// `JOB_HIDDEN_ETC`: entries of `/etc` confined jobs may not read.
+    pub job_hidden_etc: Vec<String>,
+    /// `JOB_MEMORY_MB`: address space of each confined process, MiB (0: no limit).
+    pub job_memory_mb: u64,
+    /// `JOB_CPU_SECONDS`: CPU time of each confined process, s (0: no limit).
+    pub job_cpu_seconds: u64,
+    /// `JOB_FILE_MB`: largest file a confined process may write, MiB (0: no limit).
+    pub job_file_mb: u64,
+    /// `JOB_PROCESSES`: processes of the job's user (`RLIMIT_NPROC`; 0: no limit).
+    pub job_processes: u64,
+    /// `ALLOW_UNCONFINED_JOBS=yes`: other members' jobs run where Landlock is missing.
+    pub allow_unconfined_jobs: bool,
+    /// `JOB_LANDLOCK_ABI`: the highest Landlock ABI used (default: the kernel's).
+    pub job_landlock_abi: Option<u32>,
+    /// `JOB_UIDS`: the user ids jobs run as when the daemon runs as root (first, last;
+    /// default none: as the daemon's user).
+    pub job_uids: Option<(u32, u32)>,
     /// `LOG_LEVEL`: the daemons' log filter (default none: `info`; `RUST_LOG` wins).
     pub log_level: Option<String>,
     /// File the values came from (None = built-in defaults).
@@ -237,6 +271,15 @@ impl Default for Config {
             ft_cache_max: DEFAULT_FT_CACHE_MAX,
             ft_fetch_max: DEFAULT_FT_FETCH_MAX,
             ft_job_max: DEFAULT_FT_JOB_MAX,
+            job_read_paths: Vec::new(),
+            job_hidden_etc: DEFAULT_JOB_HIDDEN_ETC.iter().map(|s| s.to_string()).collect(),
+            job_memory_mb: 0,
+            job_cpu_seconds: 0,
+            job_file_mb: 0,
+            job_processes: 0,
+            allow_unconfined_jobs: false,
+            job_landlock_abi: None,
+            job_uids: None,
             log_level: None,
             source: None,
         }
@@ -469,7 +512,18 @@ pub const KEYS: &[&str] = &[
     "SUPERNODE_PORT",
     "FT_CACHE_MAX",
     "FT_FETCH_MAX",
+    "FT_JOB_MAX",
+    "SUBMIT_ALLOW",
     "LOG_LEVEL",
+    "JOB_READ_PATHS",
+    "JOB_HIDDEN_ETC",
+    "JOB_MEMORY_MB",
+    "JOB_CPU_SECONDS",
+    "JOB_FILE_MB",
+    "JOB_PROCESSES",
+    "ALLOW_UNCONFINED_JOBS",
+    "JOB_UIDS",
+    "JOB_LANDLOCK_ABI",
 ];
 
 /// The known key nearest to an unknown one (a typo, a lower-case key, a missing letter or
@@ -494,6 +548,45 @@ fn edit_distance(a: &str, b: &str) -> usize {
         }
     }
     row[b.len()]
+}
+
+/// Parses `yes` or `no` (any case; also `true`/`false`, `1`/`0`).
+fn yes_no(v: &str) -> Result<bool, String> {
+    match v.to_ascii_lowercase().as_str() {
+        "yes" | "true" | "1" => Ok(true),
+        "no" | "false" | "0" => Ok(false),
+        _ => Err(format!("{v:?} is neither yes nor no")),
+    }
+}
+
+/// Parses a range of user ids `FIRST-LAST` (not root's, FIRST ≤ LAST).
+fn uid_range(v: &str) -> Result<(u32, u32), String> {
+    let bad = || format!("{v:?} is not a range of user ids FIRST-LAST (such as 2100000000-2100065535)");
+    let (a, b) = v.split_once('-').ok_or_else(bad)?;
+    let a = uint(a.trim(), 1, u32::MAX as u64 - 1).map_err(|_| bad())? as u32;
+    let b = uint(b.trim(), 1, u32::MAX as u64 - 1).map_err(|_| bad())? as u32;
+    if a > b {
+        return Err(bad());
+    }
+    Ok((a, b))
+}
+
+/// Parses an absolute path.
+fn absolute_path(v: &str) -> Result<PathBuf, String> {
+    let p = PathBuf::from(v);
+    if p.is_absolute() {
+        Ok(p)
+    } else {
+        Err(format!("{v:?} is not an absolute path"))
+    }
+}
+
+/// Parses the name of one entry of `/etc`.
+fn etc_entry(v: &str) -> Result<String, String> {
+    if v.is_empty() || v.contains('/') || v == "." || v == ".." {
+        return Err(format!("{v:?} is not the name of an entry of /etc"));
+    }
+    Ok(v.to_string())
 }
 
 /// Sets one key; Ok(false) if the key is unknown, Err(message) if the value is bad.
@@ -543,6 +636,15 @@ fn apply(c: &mut Config, key: &str, v: &str) -> Result<bool, String> {
         "FT_FETCH_MAX" => c.ft_fetch_max = size(v, 1)?,
         "FT_JOB_MAX" => c.ft_job_max = size(v, 1)?,
         "LOG_LEVEL" => c.log_level = optional(v).map(log_filter).transpose()?,
+        "JOB_READ_PATHS" => c.job_read_paths = list(v, absolute_path)?,
+        "JOB_HIDDEN_ETC" => c.job_hidden_etc = list(v, etc_entry)?,
+        "JOB_MEMORY_MB" => c.job_memory_mb = uint(v, 0, u64::MAX >> 20)?,
+        "JOB_CPU_SECONDS" => c.job_cpu_seconds = uint(v, 0, u64::MAX)?,
+        "JOB_FILE_MB" => c.job_file_mb = uint(v, 0, u64::MAX >> 20)?,
+        "JOB_PROCESSES" => c.job_processes = uint(v, 0, u64::MAX)?,
+        "ALLOW_UNCONFINED_JOBS" => c.allow_unconfined_jobs = yes_no(v)?,
+        "JOB_UIDS" => c.job_uids = optional(v).map(uid_range).transpose()?,
+        "JOB_LANDLOCK_ABI" => c.job_landlock_abi = optional(v).map(|v| uint(v, 0, 64).map(|n| n as u32)).transpose()?,
         _ => return Ok(false),
     }
     Ok(true)
@@ -696,6 +798,18 @@ impl Config {
         t.push_str(&format!("FT_CACHE_MAX={}\n", size_text(self.ft_cache_max)));
         t.push_str(&format!("FT_FETCH_MAX={}\n", size_text(self.ft_fetch_max)));
         t.push_str(&format!("FT_JOB_MAX={}\n", size_text(self.ft_job_max)));
+        t.push_str("\n# Confined jobs (other members' processes): paths they may read besides the system's,\n");
+        t.push_str("# entries of /etc they may not read, limits of each process (0 = none), whether to run\n");
+        t.push_str("# them unconfined on a kernel without Landlock (see docs/security.md).\n");
+        let paths: Vec<String> = self.job_read_paths.iter().map(|p| p.display().to_string()).collect();
+        t.push_str(&format!("JOB_READ_PATHS={}\nJOB_HIDDEN_ETC={}\n", paths.join(","), self.job_hidden_etc.join(",")));
+        t.push_str(&format!("JOB_MEMORY_MB={}\nJOB_CPU_SECONDS={}\n", self.job_memory_mb, self.job_cpu_seconds));
+        t.push_str(&format!("JOB_FILE_MB={}\nJOB_PROCESSES={}\n", self.job_file_mb, self.job_processes));
+        t.push_str(&format!("ALLOW_UNCONFINED_JOBS={}\n", if self.allow_unconfined_jobs { "yes" } else { "no" }));
+        t.push_str(&opt("JOB_LANDLOCK_ABI", self.job_landlock_abi.map(|v| v.to_string()), "7"));
+        t.push_str("# User ids the jobs run as when the daemon runs as root (one per job).\n");
+        let (a, b) = SUGGESTED_JOB_UIDS;
+        t.push_str(&opt("JOB_UIDS", self.job_uids.map(|(a, b)| format!("{a}-{b}")), &format!("{a}-{b}")));
         t.push_str("# What the daemons log (error, warn, info, debug, trace; RUST_LOG wins when set).\n");
         t.push_str(&opt("LOG_LEVEL", self.log_level.clone(), "info"));
         t
@@ -808,7 +922,42 @@ mod tests {
             ft_fetch_max: 12345,
             ft_job_max: 54321,
             log_level: Some("warn,p2pmpi_peer::mpd=debug".into()),
+            job_read_paths: vec!["/opt/python".into(), "/srv/data".into()],
+            job_hidden_etc: vec!["shadow".into()],
+            job_memory_mb: 512,
+            job_cpu_seconds: 60,
+            job_file_mb: 100,
+            job_processes: 64,
+            allow_unconfined_jobs: true,
+            job_landlock_abi: Some(3),
+            job_uids: Some((5000, 5999)),
             source: None,
+        }
+    }
+
+    #[test]
+    fn confinement_keys() {
+        let c = Config::default();
+        assert!(!c.allow_unconfined_jobs && c.job_landlock_abi.is_none() && c.job_read_paths.is_empty());
+        assert_eq!((c.job_memory_mb, c.job_cpu_seconds, c.job_file_mb, c.job_processes), (0, 0, 0, 0));
+        assert!(c.job_hidden_etc.iter().any(|e| e == "shadow"));
+        let c = parse_ok("ALLOW_UNCONFINED_JOBS=YES\nJOB_READ_PATHS=/a, /b/c\nJOB_HIDDEN_ETC=\nJOB_LANDLOCK_ABI=0\n");
+        assert!(c.allow_unconfined_jobs && c.job_hidden_etc.is_empty());
+        assert_eq!(c.job_read_paths, [PathBuf::from("/a"), PathBuf::from("/b/c")]);
+        assert_eq!(c.job_landlock_abi, Some(0));
+        for bad in [
+            "ALLOW_UNCONFINED_JOBS=maybe",
+            "JOB_READ_PATHS=relative/path",
+            "JOB_HIDDEN_ETC=ssh/keys",
+            "JOB_HIDDEN_ETC=..",
+            "JOB_MEMORY_MB=-1",
+            "JOB_PROCESSES=many",
+            "JOB_LANDLOCK_ABI=65",
+            "JOB_UIDS=0-10",
+            "JOB_UIDS=10-5",
+            "JOB_UIDS=10",
+        ] {
+            assert!(parse(bad).is_err(), "{bad}");
         }
     }
 
@@ -844,8 +993,17 @@ mod tests {
             PING_PERIOD=2000\nRESERVE_TIMEOUT=1500\nRESERVATION_HOLD=7\nSTAGING_FANOUT=2\nSUPERNODE_PORT=0\n\
             FT_CACHE_MAX=3m\nFT_FETCH_MAX=12345\nFT_JOB_MAX=54321\nK_MONITORS=3\nT_HB=7\nT_TO=9\n\
             T_HB_WIDE=300\nT_TO_WIDE=3000\nWIDE_REFUSALS=5\nSUBMIT_ALLOW=alice, node-2.lab\n\
-            LOG_LEVEL=warn,p2pmpi_peer::mpd=debug\n";
+            LOG_LEVEL=warn,p2pmpi_peer::mpd=debug\nJOB_READ_PATHS=/opt/python,/srv/data\nJOB_HIDDEN_ETC=shadow\n\
+            JOB_MEMORY_MB=512\nJOB_CPU_SECONDS=60\nJOB_FILE_MB=100\nJOB_PROCESSES=64\nALLOW_UNCONFINED_JOBS=yes\n\
+            JOB_LANDLOCK_ABI=3\nJOB_UIDS=5000-5999\n";
         assert_eq!(parse_ok(text), non_default());
+        // The "did you mean" list knows every key of this text, which sets them all.
+        for line in text.lines() {
+            let key = line.trim_start_matches('\u{feff}').trim();
+            if let Some((k, _)) = key.split_once('=').filter(|_| !key.starts_with('#')) {
+                assert!(KEYS.contains(&k.trim()), "KEYS lacks {}", k.trim());
+            }
+        }
         assert_eq!(non_default().peer_cache_path(), PathBuf::from("/var/tmp/pc.json"));
         let c = parse_ok("SUPERNODE=\nVISU_PROXY=\nHOST_DENY=\nEXTERNAL_IP=\nPEER_CACHE=");
         assert_eq!(c, Config { supernodes: vec![], ..Config::default() });

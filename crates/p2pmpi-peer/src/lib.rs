@@ -8,6 +8,7 @@
 //! * [`collect`]: which files of a job directory `p2pmpirun --collect` brings back.
 //! * [`os`]: the process-level system calls std lacks (signals, session, parent death),
 //!   behind safe functions.
+//! * [`confine`]: how the processes of other members' jobs are confined (Landlock, limits).
 
 // Unsafe code is confined to the modules that make system calls std does not offer.
 #![deny(unsafe_code)]
@@ -15,6 +16,8 @@
 pub mod collect;
 #[allow(unsafe_code, reason = "getpwuid_r: the account's home directory")]
 pub mod config;
+#[allow(unsafe_code, reason = "setrlimit, prctl and Landlock between fork and exec; the kernel's Landlock ABI")]
+pub mod confine;
 pub mod ft;
 pub mod home;
 pub mod members;

@@ -80,11 +80,58 @@ struct Mpd {
     halting: AtomicBool,
     last_refresh: Mutex<Option<Instant>>,
     registered: Mutex<HashSet<SocketAddr>>,
+    /// How the processes of the jobs started here are confined (see [`crate::confine`]).
+    confiner: crate::confine::Confiner,
 }
 
 fn resolve(addr: &str) -> Option<SocketAddr> {
     use std::net::ToSocketAddrs;
     addr.to_socket_addrs().ok()?.next()
+}
+
+/// A job's directory of shared-memory segments, removed when empty at the end of the
+/// launch (another daemon of this host may still use it: the last one removes it).
+struct ShmDir(std::path::PathBuf);
+
+impl Drop for ShmDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
+/// Says at start how the jobs started here are confined, and what cannot be enforced.
+fn announce_confinement(c: &crate::confine::Confiner) {
+    if c.abi == 0 {
+        if c.allow_unconfined {
+            warn!("no Landlock in this kernel: other members' jobs run unconfined (ALLOW_UNCONFINED_JOBS=yes)");
+        } else {
+            warn!("no Landlock in this kernel: other members' jobs are refused (set ALLOW_UNCONFINED_JOBS=yes to run them unconfined)");
+        }
+    } else {
+        info!("jobs run confined (Landlock ABI {}, limits {:?})", c.abi, c.limits);
+    }
+    if let Some((first, last)) = c.uids {
+        info!("jobs run as user ids {first}-{last} (JOB_UIDS), one per job");
+    } else if crate::os::is_root() {
+        warn!("jobs run as root (confined): set JOB_UIDS to run each as a user of its own");
+    }
+    for what in c.unenforced() {
+        warn!("confined jobs: not enforced here: {what}");
+    }
+}
+
+/// The directory of the shared-memory segments of job `job` (`P2PMPI_SHM_DIR` of its
+/// processes): `/dev/shm/p2pmpi-JOB` (the same for every daemon of this host, so that two
+/// processes of the job started by two daemons of one host find each other's segments).
+fn shm_dir_of(job: &str) -> std::path::PathBuf {
+    let base = std::env::var_os("P2PMPI_SHM_DIR").map(std::path::PathBuf::from).unwrap_or_else(|| {
+        if std::path::Path::new("/dev/shm").is_dir() {
+            "/dev/shm".into()
+        } else {
+            std::env::temp_dir()
+        }
+    });
+    base.join(format!("p2pmpi-{job}"))
 }
 
 /// The address other hosts reach us at: EXTERNAL_IP, else the interface that routes to the
@@ -635,7 +682,10 @@ pub fn run(opts: MpdOpts) -> Result<()> {
         filter: HostFilter::new(cfg.host_deny.clone(), cfg.host_allow.clone()),
         hold: Duration::from_millis(cfg.reservation_hold_ms),
     };
+    let confiner = crate::confine::Confiner::from_config(&cfg);
+    announce_confinement(&confiner);
     let mpd = Arc::new(Mpd {
+        confiner,
         start: Instant::now(),
         home: home.clone(),
         secret: secret.clone(),
@@ -942,6 +992,16 @@ impl Mpd {
                 return refuse(format!("invalid environment variable name {k:?}"));
             }
         }
+        if let Some(why) = self.confiner.refusal() {
+            return refuse(why);
+        }
+        if self.confiner.uid_for(&spec.job).is_none() {
+            // As the daemon's user the job may write its staged files: copies of its own, not
+            // the FT cache's inodes that other jobs share.
+            if let Err(e) = crate::confine::unshare_files(&dir) {
+                return refuse(format!("cannot copy the staged files: {e}"));
+            }
+        }
         // What the job directory holds before the processes run (staged files): not collected
         // unless they change it.
         let before = if spec.collect.is_empty() { HashMap::new() } else { crate::collect::snapshot(&dir) };
@@ -952,38 +1012,11 @@ impl Mpd {
             .and_then(|(_, v)| v.parse::<u32>().ok())
             .unwrap_or(1)
             .max(1);
-        let mut children = Vec::new();
-        for &rank in &spec.ranks {
-            let mut cmd = Command::new(&program);
-            cmd.args(&spec.args)
-                .current_dir(&dir)
-                .env("P2PMPI_RANK", rank.to_string())
-                .env("P2PMPI_SIZE", spec.size.to_string())
-                .env("P2PMPI_CONTROL", &spec.root)
-                // The job key reaches the process in its environment (readable by this user
-                // only), never on the network in clear.
-                .env("P2PMPI_JOB_KEY", spec.job_key.to_hex())
-                .env("P2PMPI_BIND", self.ip.to_string())
-                .env("P2PMPI_PORTS", format!("{}-{}", self.cfg.min_port, self.cfg.max_port))
-                .env("P2PMPI_JOB", &spec.job)
-                .stdin(Stdio::null())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped());
-            for (k, v) in &spec.env {
-                cmd.env(k, v);
-            }
-            crate::os::die_with_parent(&mut cmd);
-            match cmd.spawn() {
-                Ok(c) => children.push((rank, c)),
-                Err(e) => {
-                    for (_, c) in &mut children {
-                        let _ = c.kill();
-                        let _ = c.wait();
-                    }
-                    return refuse(format!("cannot start {}: {e}", spec.program));
-                }
-            }
-        }
+        let shm = ShmDir(shm_dir_of(&spec.job));
+        let children = match self.spawn_ranks(&spec, &dir, &program, &shm.0) {
+            Ok(c) => c,
+            Err(why) => return refuse(why),
+        };
         let pids: Vec<u32> = children.iter().map(|(_, c)| c.id()).collect();
         self.jobs.lock().insert(spec.job.clone(), pids.clone());
         for (rank, c) in &children {
@@ -1041,6 +1074,10 @@ impl Mpd {
                         Ok(st) => (st.code(), st.signal()),
                         Err(_) => (None, Some(libc::SIGKILL)),
                     };
+                    if let Some(why) = signal.and_then(|s| self.limit_notice(s)) {
+                        let data = format!("p2pmpi: rank {rank} stopped: {why}\n").into_bytes();
+                        let _ = writer.lock().send(&JobEvent::Output { rank, stderr: true, data });
+                    }
                     // `mpistat` shows running processes only.
                     self.apps.lock().retain(|a| !(a.job == *job && a.rank == rank));
                     let _ = writer.lock().send(&JobEvent::Exited { rank, code, signal });
@@ -1055,6 +1092,79 @@ impl Mpd {
         drop(claim);
         writer.lock().shutdown();
         info!("job {} of {} ended here", spec.job, spec.app);
+    }
+
+    /// Starts the job's processes here, each confined (see [`crate::confine`]); on an error
+    /// those already started are killed, and the words of the refusal returned.
+    fn spawn_ranks(
+        &self,
+        spec: &LaunchSpec,
+        dir: &std::path::Path,
+        program: &std::path::Path,
+        shm: &std::path::Path,
+    ) -> Result<Vec<(u32, std::process::Child)>, String> {
+        let tmp = dir.join(".tmp");
+        for d in [&tmp, &shm.to_path_buf()] {
+            std::fs::create_dir_all(d).map_err(|e| format!("cannot create {}: {e}", d.display()))?;
+        }
+        let paths = crate::confine::JobPaths { job_dir: dir.to_path_buf(), tmp: tmp.clone(), shm: shm.to_path_buf() };
+        let uid = self.confiner.uid_for(&spec.job);
+        let mut children = Vec::new();
+        let fail = |children: &mut Vec<(u32, std::process::Child)>, why: String| {
+            for (_, c) in children.iter_mut() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+            Err(why)
+        };
+        for &rank in &spec.ranks {
+            let mut cmd = Command::new(program);
+            cmd.args(&spec.args)
+                .current_dir(dir)
+                .env("P2PMPI_RANK", rank.to_string())
+                .env("P2PMPI_SIZE", spec.size.to_string())
+                .env("P2PMPI_CONTROL", &spec.root)
+                // The job key reaches the process in its environment (readable by this user
+                // only), never on the network in clear.
+                .env("P2PMPI_JOB_KEY", spec.job_key.to_hex())
+                .env("P2PMPI_BIND", self.ip.to_string())
+                .env("P2PMPI_PORTS", format!("{}-{}", self.cfg.min_port, self.cfg.max_port))
+                .env("P2PMPI_JOB", &spec.job)
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            for (k, v) in &spec.env {
+                cmd.env(k, v);
+            }
+            // The places a confined process may write (after the submitter's variables: they
+            // win).
+            cmd.env("TMPDIR", &tmp).env("P2PMPI_SHM_DIR", shm);
+            crate::os::die_with_parent(&mut cmd);
+            if let Some(uid) = uid {
+                if let Err(e) = self.confiner.run_as(&mut cmd, uid, &paths) {
+                    return fail(&mut children, format!("cannot run the job as user {uid}: {e}"));
+                }
+            }
+            let ruleset = match self.confiner.ruleset(&paths) {
+                Ok(r) => r,
+                Err(e) => return fail(&mut children, format!("cannot prepare the confinement: {e}")),
+            };
+            self.confiner.confine(&mut cmd, ruleset);
+            match cmd.spawn() {
+                Ok(c) => children.push((rank, c)),
+                Err(e) => return fail(&mut children, format!("cannot start {}: {e}", spec.program)),
+            }
+        }
+        Ok(children)
+    }
+
+    /// Words for the submitter when a process was killed by one of its limits.
+    fn limit_notice(&self, signal: i32) -> Option<String> {
+        let l = &self.confiner.limits;
+        crate::confine::limit_signal(signal, l).or_else(|| {
+            (signal == libc::SIGABRT && l.memory_mb > 0)
+                .then(|| format!("aborted (an allocation past JOB_MEMORY_MB={} MiB fails)", l.memory_mb))
+        })
     }
 
     /// `--collect`: sends the files of the job directory that match `patterns` and that the

@@ -285,6 +285,8 @@ pub enum ControlError {
     TooLong(u32),
     #[error("malformed control record: {0}")]
     Malformed(#[from] postcard::Error),
+    #[error("malformed control record: {0} bytes after its value")]
+    Trailing(usize),
     #[error("{0}")]
     Refused(String),
 }
@@ -329,13 +331,34 @@ pub fn read_msg<R: Read>(r: &mut R) -> Result<Option<Control>, ControlError> {
     if body.len() < n as usize {
         return Err(io::Error::from(io::ErrorKind::UnexpectedEof).into());
     }
-    Ok(Some(postcard::from_bytes(&body)?))
+    // One whole record: bytes after its value make it malformed, not ignored.
+    match postcard::take_from_bytes(&body)? {
+        (msg, []) => Ok(Some(msg)),
+        (_, rest) => Err(ControlError::Trailing(rest.len())),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn trailing_bytes_after_a_record_are_refused() {
+        let body = postcard::to_allocvec(&Control::Finalized { rank: 3 }).unwrap();
+        for extra in [&[0u8][..], &[1, 2, 3]] {
+            let mut rec = ((body.len() + extra.len()) as u32).to_le_bytes().to_vec();
+            rec.extend_from_slice(&body);
+            rec.extend_from_slice(extra);
+            match read_msg(&mut &rec[..]) {
+                Err(ControlError::Trailing(n)) => assert_eq!(n, extra.len()),
+                other => panic!("{extra:?} after the record: {other:?}"),
+            }
+        }
+        // The same record without them is read.
+        let rec = encode(&Control::Finalized { rank: 3 });
+        assert!(matches!(read_msg(&mut &rec[..]), Ok(Some(Control::Finalized { rank: 3 }))));
+    }
 
     #[test]
     fn roundtrip_all_variants() {

@@ -1,0 +1,130 @@
+//! Confined jobs on a local grid (issue 38, item 1): a process an MPD starts for a job tries
+//! to read the peer's configuration, its state, another job's files and the MPD's
+//! environment, to signal the MPD, to write outside its directory, to allocate past
+//! `JOB_MEMORY_MB` and to run past `JOB_CPU_SECONDS`: each is refused, while the daemon and the other jobs are unharmed. A peer
+//! told that its kernel has no Landlock (`JOB_LANDLOCK_ABI=0`) refuses the job unless
+//! `ALLOW_UNCONFINED_JOBS=yes`.
+#![forbid(unsafe_code)]
+
+mod common;
+
+use common::example;
+use common::grid::TestGrid;
+
+fn landlock() -> bool {
+    if p2pmpi_peer::confine::kernel_abi() == 0 {
+        eprintln!("no Landlock in this kernel: the escapes are not probed");
+        return false;
+    }
+    true
+}
+
+fn line<'a>(out: &'a str, probe: &str) -> &'a str {
+    out.lines().find(|l| l.starts_with(&format!("rank 1 {probe}:"))).unwrap_or_else(|| panic!("no {probe}:\n{out}"))
+}
+
+#[test]
+fn a_job_on_a_peer_cannot_escape_its_directory() {
+    if !landlock() {
+        return;
+    }
+    let g = TestGrid::start("confined", 2, &["--procs", "1"]);
+    g.wait_hosts(1, 1);
+    if p2pmpi_peer::os::is_root() {
+        // Jobs as users of their own: their directories must be reachable by other users.
+        use std::os::unix::fs::PermissionsExt;
+        for d in [g.home(2), g.home(2).join("jobs")] {
+            std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o711)).unwrap();
+        }
+        let (first, last) = p2pmpi_peer::config::SUGGESTED_JOB_UIDS;
+        g.reconfigure(2, &[&format!("JOB_UIDS={first}-{last}")]);
+        g.wait_hosts(1, 1);
+    }
+    // Another job's directory on peer 2, with a file.
+    let other = g.home(2).join("jobs").join("0123456789abcdef");
+    std::fs::create_dir_all(&other).unwrap();
+    std::fs::write(other.join("data"), "other job\n").unwrap();
+    let conf = g.conf(2);
+    let state = g.home(2).join("mpd.json");
+    let planted = g.home(2).join("planted");
+    let probes = [
+        format!("read:{}", conf.display()),
+        format!("read:{}", state.display()),
+        format!("list:{}", g.home(2).display()),
+        format!("read:{}", other.join("data").display()),
+        format!("write:{}", other.join("planted").display()),
+        format!("write:{}", planted.display()),
+        "write:/tmp/p2pmpi-confined-planted".to_string(),
+        "read:/etc/shadow".to_string(),
+        "environ:parent".to_string(),
+        "signal:parent".to_string(),
+        "own-status".to_string(),
+        "write-own".to_string(),
+        "uid".to_string(),
+    ];
+    let prog = example("probe_escape");
+    let mut args = vec!["-n", "2", prog.to_str().unwrap()];
+    args.extend(probes.iter().map(String::as_str));
+    let out = g.run(&args);
+    out.assert_ok();
+    for p in &probes[..10] {
+        let l = line(&out.stdout, p);
+        assert!(l.contains("denied"), "{l}\n{}", out.stdout);
+    }
+    for p in &probes[10..] {
+        let l = line(&out.stdout, p);
+        assert!(l.ends_with("allowed"), "{l}\n{}", out.stdout);
+    }
+    if p2pmpi_peer::os::is_root() {
+        // A daemon running as root runs the job as a user of its own (JOB_UIDS).
+        let uid = out.stdout.lines().find_map(|l| l.strip_prefix("rank 1 uid ")).unwrap_or("?");
+        let uid: u32 = uid.parse().unwrap_or_else(|_| panic!("{}", out.stdout));
+        let (first, last) = p2pmpi_peer::config::SUGGESTED_JOB_UIDS;
+        assert!((first..=last).contains(&uid), "{}", out.stdout);
+    }
+    assert!(!planted.exists() && !other.join("planted").exists());
+    assert!(!std::path::Path::new("/tmp/p2pmpi-confined-planted").exists());
+    assert_eq!(std::fs::read_to_string(other.join("data")).unwrap(), "other job\n");
+    // The daemon is unharmed: it runs the next job.
+    let pi = example("pi");
+    let out = g.run(&["-n", "2", pi.to_str().unwrap()]);
+    out.assert_ok();
+    assert!(out.stdout.contains("3.14159"), "{}", out.stdout);
+}
+
+#[test]
+fn a_job_past_its_memory_limit_is_stopped_with_a_message() {
+    let g = TestGrid::start("confined-mem", 2, &["--procs", "1"]);
+    g.wait_hosts(1, 1);
+    g.reconfigure(2, &["JOB_MEMORY_MB=256", "JOB_CPU_SECONDS=1"]);
+    g.wait_hosts(1, 1);
+    let prog = example("probe_escape");
+    let out = g.run(&["-n", "2", prog.to_str().unwrap(), "alloc:16"]);
+    out.assert_ok();
+    assert!(line(&out.stdout, "alloc:16").ends_with("allowed"), "{}", out.stdout);
+    let out = g.run(&["-n", "2", prog.to_str().unwrap(), "alloc:1024"]);
+    assert!(!out.status.success(), "{}\n{}", out.stdout, out.stderr);
+    assert!(out.stderr.contains("JOB_MEMORY_MB=256"), "{}", out.stderr);
+    // Past its CPU time: stopped by the kernel, and told.
+    let out = g.run(&["-n", "2", prog.to_str().unwrap(), "spin"]);
+    assert!(!out.status.success(), "{}\n{}", out.stdout, out.stderr);
+    assert!(out.stderr.contains("rank 1 stopped: CPU time limit exceeded (JOB_CPU_SECONDS=1)"), "{}", out.stderr);
+}
+
+#[test]
+fn without_landlock_a_peer_refuses_jobs_unless_allowed() {
+    let g = TestGrid::start("unconfined", 2, &["--procs", "1"]);
+    g.wait_hosts(1, 1);
+    g.reconfigure(2, &["JOB_LANDLOCK_ABI=0"]);
+    g.wait_hosts(1, 1);
+    assert!(g.log(2).contains("no Landlock"), "{}", g.log(2));
+    let pi = example("pi");
+    let out = g.run(&["-n", "2", pi.to_str().unwrap()]);
+    assert!(!out.status.success(), "{}", out.stdout);
+    assert!(out.stderr.contains("ALLOW_UNCONFINED_JOBS"), "{}", out.stderr);
+    g.reconfigure(2, &["ALLOW_UNCONFINED_JOBS=yes"]);
+    g.wait_hosts(1, 1);
+    let out = g.run(&["-n", "2", pi.to_str().unwrap()]);
+    out.assert_ok();
+    assert!(out.stdout.contains("3.14159"), "{}", out.stdout);
+}

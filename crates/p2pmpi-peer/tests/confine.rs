@@ -1,0 +1,308 @@
+//! Confined jobs (issue 38, item 1): a process confined as the MPD confines another
+//! member's job tries to escape, and fails each time, while the daemon's files and the other
+//! jobs are unharmed. The probes are shell commands; the confinement is the MPD's own
+//! ([`Confiner::ruleset`] and [`Confiner::confine`], as `mpd::launch` applies them).
+#![forbid(unsafe_code)]
+
+mod common;
+
+use common::Tmp;
+use p2pmpi_peer::config::Config;
+use p2pmpi_peer::confine::{kernel_abi, Confiner, JobPaths};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+struct Site {
+    _tmp: Tmp,
+    /// Stands for the daemon's directory (configuration, keys, state).
+    daemon: PathBuf,
+    job: JobPaths,
+    other_job: PathBuf,
+}
+
+fn site(name: &str) -> Site {
+    let tmp = Tmp::new(name);
+    let daemon = tmp.0.join("p2pmpi");
+    let jobs = daemon.join("jobs");
+    let job = jobs.join("job-a");
+    let other_job = jobs.join("job-b");
+    for d in [&job, &other_job, &job.join(".tmp"), &tmp.0.join("shm-a")] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    std::fs::write(daemon.join("P2P-MPI.conf"), "GRID_SECRET=the grid's secret\n").unwrap();
+    std::fs::write(other_job.join("data"), "other job's data\n").unwrap();
+    let job = JobPaths { job_dir: job.clone(), tmp: job.join(".tmp"), shm: tmp.0.join("shm-a") };
+    Site { daemon, job, other_job, _tmp: tmp }
+}
+
+fn confiner(cfg: &Config) -> Confiner {
+    Confiner::from_config(cfg)
+}
+
+/// Runs `script` with `sh -c`, confined by `c` for `site`'s job, in its directory.
+fn run(c: &Confiner, site: &Site, script: &str) -> Output {
+    let mut cmd = Command::new("/bin/sh");
+    cmd.args(["-c", script]).current_dir(&site.job.job_dir).stdin(Stdio::null());
+    c.confine(&mut cmd, c.ruleset(&site.job).unwrap());
+    cmd.output().unwrap()
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "status {:?}\nstdout: {}\nstderr: {}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn landlock() -> bool {
+    if kernel_abi() == 0 {
+        eprintln!("no Landlock in this kernel: the file-system probes are not run");
+        return false;
+    }
+    true
+}
+
+#[test]
+fn a_confined_job_reads_and_writes_only_its_own_places() {
+    if !landlock() {
+        return;
+    }
+    let s = site("confine-fs");
+    let c = confiner(&Config::default());
+    // What it may do: run programs, read the system, write its directory, its temporary
+    // directory and its segments.
+    let script = format!(
+        "echo hi > out && cat out && echo t > {}/x && echo s > {}/seg && head -c 4 /dev/urandom >/dev/null && ls /usr/bin >/dev/null",
+        s.job.tmp.display(),
+        s.job.shm.display()
+    );
+    let o = run(&c, &s, &script);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "hi\n");
+    // What it may not: the configuration, the daemon's directory, another job, outside.
+    let conf = s.daemon.join("P2P-MPI.conf");
+    for (what, script) in [
+        ("read the configuration", format!("cat {}", conf.display())),
+        ("list the daemon's directory", format!("ls {}", s.daemon.display())),
+        ("read another job's files", format!("cat {}/data", s.other_job.display())),
+        ("write another job's directory", format!("echo x > {}/planted", s.other_job.display())),
+        ("write outside its directories", format!("echo x > {}/planted", s.daemon.display())),
+        ("write /tmp", "echo x > /tmp/p2pmpi-confine-planted".to_string()),
+        ("read /etc/shadow", "cat /etc/shadow".to_string()),
+    ] {
+        let o = run(&c, &s, &script);
+        assert!(!o.status.success(), "it could {what}: {}", text(&o));
+        assert!(String::from_utf8_lossy(&o.stderr).contains("ermission denied"), "{what}: {}", text(&o));
+    }
+    assert!(!s.daemon.join("planted").exists() && !s.other_job.join("planted").exists());
+    assert!(!Path::new("/tmp/p2pmpi-confine-planted").exists());
+    assert_eq!(std::fs::read_to_string(s.other_job.join("data")).unwrap(), "other job's data\n");
+}
+
+#[test]
+fn a_confined_job_cannot_read_the_environment_of_or_signal_others() {
+    if !landlock() {
+        return;
+    }
+    let s = site("confine-proc");
+    let c = confiner(&Config::default());
+    // Another job's process (unconfined here, as the daemon), with a secret in its
+    // environment.
+    let mut other = Command::new("sleep").arg("60").env("OTHER_JOB_KEY", "s3cret").spawn().unwrap();
+    let pid = other.id();
+    let me = std::process::id();
+    for (what, script) in [
+        ("read another job's environ", format!("cat /proc/{pid}/environ")),
+        ("read another job's status", format!("cat /proc/{pid}/status")),
+        ("read the daemon's environ", format!("cat /proc/{me}/environ")),
+        ("read the daemon's memory", format!("head -c 1 /proc/{me}/mem")),
+    ] {
+        let o = run(&c, &s, &script);
+        assert!(!o.status.success(), "it could {what}: {}", text(&o));
+        assert!(!String::from_utf8_lossy(&o.stdout).contains("s3cret"));
+    }
+    if c.abi >= 6 {
+        for (what, target) in [("signal another job", pid), ("signal the daemon", me)] {
+            let o = run(&c, &s, &format!("kill -TERM {target}"));
+            assert!(!o.status.success(), "it could {what}: {}", text(&o));
+        }
+        assert!(other.try_wait().unwrap().is_none(), "the other job's process was killed");
+        // Its own processes it may signal.
+        let o = run(&c, &s, "sleep 30 & kill -TERM $! && wait $!; echo waited");
+        assert!(String::from_utf8_lossy(&o.stdout).contains("waited"), "{}", text(&o));
+    }
+    let _ = other.kill();
+    let _ = other.wait();
+}
+
+#[test]
+fn limits_stop_a_job_that_exceeds_them() {
+    let s = site("confine-limits");
+    let cfg = Config { job_memory_mb: 64, job_file_mb: 1, job_cpu_seconds: 1, ..Config::default() };
+    let c = confiner(&cfg);
+    // Memory: a 256 MiB allocation fails.
+    let o = run(&c, &s, "ulimit -v; x=$(head -c 268435456 /dev/zero | tr '\\0' a) && echo allocated");
+    assert_eq!(String::from_utf8_lossy(&o.stdout).lines().next(), Some("65536"), "{}", text(&o));
+    assert!(!String::from_utf8_lossy(&o.stdout).contains("allocated"), "{}", text(&o));
+    // A file past 1 MiB.
+    let o = run(&c, &s, "head -c 2097152 /dev/zero > big");
+    assert!(!o.status.success(), "{}", text(&o));
+    assert!(std::fs::metadata(s.job.job_dir.join("big")).unwrap().len() <= 1 << 20);
+    // CPU: a busy loop is stopped (SIGXCPU) within a few seconds.
+    let t = Instant::now();
+    let o = run(&c, &s, "while :; do :; done");
+    assert!(!o.status.success());
+    assert!(t.elapsed() < Duration::from_secs(30), "{:?}", t.elapsed());
+    // No core dump, and the limits cannot be raised again.
+    let o = run(&c, &s, "ulimit -c; ulimit -c unlimited && echo raised");
+    assert_eq!(String::from_utf8_lossy(&o.stdout).lines().next(), Some("0"), "{}", text(&o));
+    if !p2pmpi_peer::os::is_root() {
+        // (Root may raise its hard limits: see docs/security.md, the per-job uid.)
+        assert!(!String::from_utf8_lossy(&o.stdout).contains("raised"), "{}", text(&o));
+    }
+    // no_new_privs (read by the shell itself: its own /proc entries are readable).
+    let o = run(&c, &s, "while read k v; do [ \"$k\" = NoNewPrivs: ] && echo \"$v\"; done < /proc/self/status");
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "1", "{}", text(&o));
+}
+
+#[test]
+fn a_lower_abi_is_used_when_forced_and_no_landlock_refuses_unless_allowed() {
+    let kernel = kernel_abi();
+    let c = confiner(&Config { job_landlock_abi: Some(1), ..Config::default() });
+    assert_eq!(c.abi, kernel.min(1));
+    if kernel > 0 {
+        assert!(c.unenforced().iter().any(|w| w.contains("signals")), "{:?}", c.unenforced());
+        // ABI 1 still keeps files apart.
+        let s = site("confine-abi1");
+        let o = run(&c, &s, &format!("cat {}/P2P-MPI.conf", s.daemon.display()));
+        assert!(!o.status.success(), "{}", text(&o));
+    }
+    let none = confiner(&Config { job_landlock_abi: Some(0), ..Config::default() });
+    assert_eq!(none.abi, 0);
+    assert!(none.refusal().unwrap().contains("ALLOW_UNCONFINED_JOBS"));
+    let allowed = confiner(&Config { job_landlock_abi: Some(0), allow_unconfined_jobs: true, ..Config::default() });
+    assert!(allowed.refusal().is_none());
+    assert!(confiner(&Config::default()).refusal().is_none() || kernel == 0);
+}
+
+/// The start-up cost of confinement: median of many launches of `true`, with and without.
+#[test]
+fn confinement_costs_little_at_start() {
+    if !landlock() {
+        return;
+    }
+    let s = site("confine-cost");
+    let c = confiner(&Config::default());
+    let median = |confined: bool| {
+        let mut v: Vec<Duration> = (0..100)
+            .map(|_| {
+                let t = Instant::now();
+                let mut cmd = Command::new("/bin/true");
+                if confined {
+                    c.confine(&mut cmd, c.ruleset(&s.job).unwrap());
+                }
+                assert!(cmd.status().unwrap().success());
+                t.elapsed()
+            })
+            .collect();
+        v.sort();
+        v[v.len() / 2]
+    };
+    let (plain, confined) = (median(false), median(true));
+    eprintln!("start-up: {plain:?} plain, {confined:?} confined (medians of 100)");
+    assert!(confined < plain + Duration::from_millis(20), "{plain:?} plain, {confined:?} confined");
+}
+
+#[test]
+fn as_root_a_job_runs_as_a_user_of_its_own_bounded_in_processes() {
+    if !p2pmpi_peer::os::is_root() {
+        eprintln!("not root: jobs run as the daemon's user");
+        return;
+    }
+    let s = site("confine-uid");
+    let c = confiner(&Config { job_processes: 8, job_uids: Some((3_000_000, 3_000_999)), ..Config::default() });
+    let uid = c.uid_for("job-a").unwrap();
+    assert!((3_000_000..=3_000_999).contains(&uid));
+    assert_eq!(c.uid_for("job-a"), Some(uid), "one user per job, the same for every daemon");
+    // A staged file stays the daemon's, readable; the directories become the job's.
+    std::fs::write(s.job.job_dir.join("staged"), "input\n").unwrap();
+    let script = "id -u; cat staged; echo out > written && echo wrote; echo x >> staged || echo refused; \
+                  i=0; while [ $i -lt 20 ]; do sleep 2 & i=$((i+1)); done; echo forked";
+    let mut cmd = Command::new("/bin/sh");
+    cmd.args(["-c", script]).current_dir(&s.job.job_dir).stdin(Stdio::null());
+    c.run_as(&mut cmd, uid, &s.job).unwrap();
+    c.confine(&mut cmd, c.ruleset(&s.job).unwrap());
+    let o = cmd.output().unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    let mut lines = out.lines();
+    assert_eq!(lines.next(), Some(uid.to_string().as_str()), "{}", text(&o));
+    assert_eq!(lines.next(), Some("input"), "{}", text(&o));
+    assert!(out.contains("wrote") && out.contains("refused"), "{}", text(&o));
+    assert_eq!(std::fs::read_to_string(s.job.job_dir.join("staged")).unwrap(), "input\n");
+    // JOB_PROCESSES=8: the user's ninth process cannot start.
+    assert!(String::from_utf8_lossy(&o.stderr).to_lowercase().contains("fork"), "{}", text(&o));
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(std::fs::metadata(s.job.job_dir.join("written")).unwrap().uid(), uid);
+    // A job directory closed to other users is refused with its name.
+    let closed = Tmp::new("confine-closed");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&closed.0, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let inner = JobPaths { job_dir: closed.0.join("j"), tmp: closed.0.join("j/.tmp"), shm: s.job.shm.clone() };
+    std::fs::create_dir_all(&inner.tmp).unwrap();
+    let e = c.run_as(&mut Command::new("true"), uid, &inner).unwrap_err();
+    assert!(e.to_string().contains("closed to other users"), "{e}");
+}
+
+#[test]
+fn a_confined_job_binds_tcp_ports_of_its_range_only() {
+    if kernel_abi() < 4 || !Path::new("/usr/bin/perl").exists() {
+        eprintln!("Landlock ABI < 4 or no perl: not probed");
+        return;
+    }
+    let s = site("confine-bind");
+    let c = confiner(&Config { min_port: 47_100, max_port: 47_109, ..Config::default() });
+    let bind = |port: u16| {
+        let script = format!(
+            "/usr/bin/perl -MSocket -e 'socket(S, PF_INET, SOCK_STREAM, 0) or die; \
+             bind(S, pack_sockaddr_in({port}, inet_aton(\"127.0.0.1\"))) or die \"bind: $!\\n\"; print \"bound\\n\"'"
+        );
+        run(&c, &s, &script)
+    };
+    for port in [47_105, 0] {
+        let o = bind(port);
+        assert_eq!(String::from_utf8_lossy(&o.stdout), "bound\n", "port {port}: {}", text(&o));
+    }
+    for port in [47_099, 47_110, 8080] {
+        let o = bind(port);
+        assert!(!o.status.success(), "port {port}: {}", text(&o));
+        assert!(String::from_utf8_lossy(&o.stderr).contains("ermission denied"), "port {port}: {}", text(&o));
+    }
+}
+
+#[test]
+fn staged_files_shared_with_other_jobs_are_copied_before_a_job_may_write_them() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let s = site("confine-unshare");
+    // The FT cache's entry, hard-linked into the job directory (and, say, another job's).
+    let cache = s.daemon.join("cache-entry");
+    std::fs::write(&cache, "cached content\n").unwrap();
+    std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::create_dir_all(s.job.job_dir.join("sub")).unwrap();
+    std::fs::hard_link(&cache, s.job.job_dir.join("prog")).unwrap();
+    std::fs::hard_link(&cache, s.job.job_dir.join("sub/input")).unwrap();
+    std::fs::hard_link(&cache, s.other_job.join("prog")).unwrap();
+    std::fs::write(s.job.job_dir.join("own"), "own\n").unwrap();
+    let copied = p2pmpi_peer::confine::unshare_files(&s.job.job_dir).unwrap();
+    assert_eq!(copied, 2 * "cached content\n".len() as u64);
+    for f in ["prog", "sub/input"] {
+        let m = std::fs::metadata(s.job.job_dir.join(f)).unwrap();
+        assert_eq!((m.nlink(), m.permissions().mode() & 0o777), (1, 0o755), "{f}");
+    }
+    std::fs::write(s.job.job_dir.join("prog"), "tampered\n").unwrap();
+    assert_eq!(std::fs::read_to_string(&cache).unwrap(), "cached content\n");
+    assert_eq!(std::fs::read_to_string(s.other_job.join("prog")).unwrap(), "cached content\n");
+    assert_eq!(std::fs::metadata(&cache).unwrap().nlink(), 2, "only the other job's link is left");
+}
