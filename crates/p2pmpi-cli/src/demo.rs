@@ -31,7 +31,8 @@ pub fn run(args: &DemoArgs) -> Result<i32> {
     let peers = args.peers as usize;
     // Enough processes per peer for the job, at least the local grid's usual 2.
     let procs = (args.n.div_ceil(args.peers)).max(2);
-    let opts = StartOpts { peers, dir: dir.clone(), procs, max_jobs: 0, extra: Vec::new(), net: [127, 0, 0] };
+    let opts =
+        StartOpts { peers, dir: dir.clone(), procs, max_jobs: 0, extra: Vec::new(), net: [127, 0, 0], members: false };
     println!("Starting a local grid: a supernode and {peers} peer daemon(s) on 127.0.0.2 …, in {}", dir.display());
     let grid = local_grid::start(&opts).context("the local grid did not start")?;
     println!("{}", local_grid::describe(&grid, &dir).lines().next().unwrap_or_default());
