@@ -135,7 +135,26 @@ fn dir() -> PathBuf {
 pub(crate) fn path_for(key: &p2pmpi_wire::auth::JobKey, nc: &[u8]) -> PathBuf {
     let mac = key.proof(p2pmpi_wire::auth::Role::Seed, &[b"p2pmpi shared-memory segment", nc]);
     let hex: String = mac[..16].iter().map(|b| format!("{b:02x}")).collect();
-    dir().join(format!("p2pmpi-{hex}"))
+    dir().join(format!("{}{hex}", job_prefix(key)))
+}
+
+/// The name prefix of the job's segments: `p2pmpi-`, 32 bits of the HMAC of its key, `-`.
+fn job_prefix(key: &p2pmpi_wire::auth::JobKey) -> String {
+    let mac = key.proof(p2pmpi_wire::auth::Role::Seed, &[b"p2pmpi shared-memory job".as_slice()]);
+    format!("p2pmpi-{:02x}{:02x}{:02x}{:02x}-", mac[0], mac[1], mac[2], mac[3])
+}
+
+/// Removes every segment of the job of `key` still in the directory (its launcher, once the
+/// job's processes ended: a process killed while it created one leaves it without a header,
+/// which [`reap_now`] cannot attribute). Returns how many.
+pub(crate) fn remove_job_segments(key: &p2pmpi_wire::auth::JobKey) -> usize {
+    let prefix = job_prefix(key);
+    let Ok(entries) = std::fs::read_dir(dir()) else { return 0 };
+    entries
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+        .filter(|e| std::fs::remove_file(e.path()).is_ok())
+        .count()
 }
 
 /// The ring capacity to create segments with: `P2PMPI_SHM_RING` (bytes, a power of two
