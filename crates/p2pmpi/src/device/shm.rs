@@ -194,7 +194,17 @@ fn reap_now() {
             continue;
         };
         let mut h = [0u8; 32];
-        if !f.metadata().is_ok_and(|m| m.uid() == me && m.is_file()) || f.read_exact(&mut h).is_err() {
+        let Ok(meta) = f.metadata() else { continue };
+        if !(meta.uid() == me && meta.is_file()) {
+            continue;
+        }
+        if f.read_exact(&mut h).is_err() {
+            // No header: its creator died between creating the file and sizing it (it writes
+            // the header right after), unless it was created a moment ago.
+            let age = meta.modified().ok().and_then(|t| t.elapsed().ok());
+            if meta.len() < h.len() as u64 && age.is_some_and(|a| a > std::time::Duration::from_secs(60)) {
+                let _ = std::fs::remove_file(&path);
+            }
             continue;
         }
         let word = |i: usize| u64::from_ne_bytes(h[i * 8..i * 8 + 8].try_into().unwrap_or([0; 8]));
