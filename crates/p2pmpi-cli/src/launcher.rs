@@ -359,6 +359,10 @@ fn run_local(name: &str, opts: RunArgs, n: usize, binding: Binding) -> Result<i3
     }
     // The spawned jobs end like the parents' (their exit status counts if the parents' is 0).
     let spawned = spawner.wait();
+    // A job stopped while its processes connected leaves the shared-memory segments of its
+    // openings in /dev/shm (created, not yet mapped by the peer): its processes no longer
+    // run, so they are removed now, whatever the end.
+    p2pmpi::device::remove_job_segments(&key);
     Ok(if code == 0 { spawned } else { code })
 }
 

@@ -54,6 +54,9 @@ pub(crate) enum Event {
     Finalized {
         rank: usize,
     },
+    Finalizing {
+        rank: usize,
+    },
     Abort {
         rank: usize,
         code: i32,
@@ -251,6 +254,7 @@ impl Driver<'_, '_> {
             }
             Event::PeerFailed { rank, failed, detail } => Input::PeerFailed { by: rank, failed, detail },
             Event::Finalized { rank } => Input::Finalized { slot: rank },
+            Event::Finalizing { rank } => Input::Finalizing { slot: rank },
             Event::Abort { rank, code, message, lost } => Input::Abort { slot: rank, code, message, lost },
             Event::ControlClosed { rank } => Input::ControlClosed { slot: rank },
             Event::Exited { rank, status } => Input::Exited { slot: rank, exit: exit_of(&status) },
@@ -475,6 +479,9 @@ fn serve_control(
             }
             Ok(Some(Control::Finalized { .. })) => {
                 let _ = tx.send(Event::Finalized { rank });
+            }
+            Ok(Some(Control::Finalizing)) => {
+                let _ = tx.send(Event::Finalizing { rank });
             }
             Ok(Some(Control::Abort { code, message, lost, .. })) => {
                 let _ = tx.send(Event::Abort { rank, code, message, lost });

@@ -583,6 +583,33 @@ fn a_replica_frozen_past_detection_that_resumes_is_stopped_and_harms_nothing() {
 }
 
 #[test]
+fn a_replica_that_fell_behind_is_named_while_the_job_waits_for_it() {
+    // The issue's case: -n 3 -r 2, rank 2 replica 1 (slot 5) frozen until the job's output is
+    // complete, then resumed: it catches up (50 steps of 30 ms) while the others wait for its
+    // goodbye, and the launcher says so. No detector: it is not declared dead meanwhile.
+    let marker = common::marker("behind");
+    let mut cmd = Command::new(launcher());
+    cmd.args(["--local", "-n", "3", "-r", "2", "--fd", "off"])
+        .arg(example("replcheck"))
+        .args(["iterate", "60", "30", &marker])
+        .env("P2PMPI_HOME", "/nonexistent/p2pmpi-local-tests");
+    let job = spawn(&mut cmd);
+    let procs = wait_processes(&marker, 6);
+    job.wait_stdout("step 9:");
+    let pid = procs[&5];
+    freeze(pid);
+    job.wait_stdout("checksum");
+    thaw(pid);
+    let out = job.finish(LIMIT);
+    out.assert_ok();
+    let line =
+        format!("p2pmpirun: the job's output is complete; waiting for rank 2 replica 1 (pid {pid}), which fell behind");
+    assert_eq!(out.stderr.lines().filter(|l| *l == line).count(), 1, "{}", out.stderr);
+    assert!(!out.stderr.contains("declared dead"), "{}", out.stderr);
+    assert!(wait_no_processes(&marker, Duration::from_secs(10)).is_empty(), "processes left");
+}
+
+#[test]
 fn on_a_local_grid_freeze_then_resume_and_partition_then_heal_never_harm_the_job() {
     let grid = TestGrid::start("fence", 4, &["--procs", "3"]);
     grid.wait_hosts(1, 3);

@@ -48,6 +48,11 @@ pub const ROOT_CAUSE_GRACE: Duration = Duration::from_millis(500);
 /// output is already shown and no process needs them any more).
 pub const REDUNDANT_GRACE: Duration = Duration::from_secs(1);
 
+/// With replicas: how long the job waits only for replicas that fell behind (every other
+/// process is finalizing or ended, and each of their ranks has a replica that is finalizing or
+/// finished) before it says which ones it waits for.
+pub const LAG_NOTICE: Duration = Duration::from_secs(1);
+
 /// Once the job was stopped, how long the end of its processes is waited for. A process on
 /// a host cut off by the network never confirms it: its peer daemon's connection carries
 /// nothing, and no error comes until TCP gives up retransmitting the stop (about 15 minutes
@@ -120,6 +125,8 @@ pub enum Input {
     PeerFailed { by: usize, failed: usize, detail: String },
     /// A process finalized MPI.
     Finalized { slot: usize },
+    /// A process entered finalization (its output is complete; it may wait for its peers).
+    Finalizing { slot: usize },
     /// A process aborted the job (`lost`: because it lost that rank).
     Abort { slot: usize, code: i32, message: String, lost: Option<u32> },
     /// A process's control connection closed.
@@ -207,6 +214,7 @@ pub enum Output {
 struct Proc {
     pid: u32,
     registered: bool,
+    finalizing: bool,
     finalized: bool,
     ctrl_closed: bool,
     exit: Option<Exit>,
@@ -257,6 +265,9 @@ pub struct JobSupervisor {
     close_deadline: Option<Time>,
     redundant_deadline: Option<Time>,
     stragglers_stopped: bool,
+    /// When the job will say which replicas it waits for ([`LAG_NOTICE`]), and those it named.
+    lag_deadline: Option<Time>,
+    lag_said: BTreeSet<usize>,
     finished: Option<i32>,
     out: VecDeque<Output>,
 }
@@ -341,6 +352,8 @@ impl JobSupervisor {
             close_deadline: None,
             redundant_deadline: None,
             stragglers_stopped: false,
+            lag_deadline: None,
+            lag_said: BTreeSet::new(),
             finished: None,
             out: VecDeque::new(),
         }
@@ -837,6 +850,11 @@ impl JobSupervisor {
                     self.procs[slot].finalized = true;
                 }
             }
+            Input::Finalizing { slot } => {
+                if slot < n && !self.fenced(slot) {
+                    self.procs[slot].finalizing = true;
+                }
+            }
             Input::Heard { slot } => {
                 let _ = self.fencing.handle_input(now, fencing::Input::Heard(slot));
             }
@@ -1117,6 +1135,42 @@ impl JobSupervisor {
         self.stop(now);
     }
 
+    /// With replicas: once the only processes not finalizing are replicas whose rank has
+    /// another one finalizing or finished (one frozen for a while, or slower), the job's
+    /// output is complete and the others wait for their goodbyes: after [`LAG_NOTICE`] the
+    /// job says which ones it waits for (each once).
+    fn laggards(&mut self, now: Time) {
+        let layout = self.layout;
+        let live = |s: usize| {
+            let p = &self.procs[s];
+            p.exit.is_none() && !p.reported_failed && !self.fenced(s)
+        };
+        let ahead = |s: usize| {
+            let p = &self.procs[s];
+            (p.finalizing || p.finalized) && p.exit.as_ref().is_none_or(|e| e.success) && !self.fenced(s)
+        };
+        let lagging: Vec<usize> = (0..self.n()).filter(|&s| live(s) && !ahead(s)).collect();
+        let behind = |s: usize| layout.slots_of(layout.rank_of(s)).any(|o| o != s && ahead(o));
+        let waiting = self.replicated
+            && self.world_sent
+            && self.failure.is_none()
+            && !self.stragglers_stopped
+            && !lagging.is_empty()
+            && lagging.iter().all(|&s| behind(s));
+        let new: Vec<usize> = lagging.into_iter().filter(|s| !self.lag_said.contains(s)).collect();
+        if !waiting || new.is_empty() {
+            self.lag_deadline = None;
+            return;
+        }
+        if now < *self.lag_deadline.get_or_insert(now + LAG_NOTICE) {
+            return;
+        }
+        self.lag_deadline = None;
+        let names: Vec<String> = new.iter().map(|&s| format!("{} (pid {})", self.who(s), self.procs[s].pid)).collect();
+        self.say(format!("the job's output is complete; waiting for {}, which fell behind", names.join(", ")));
+        self.lag_said.extend(new);
+    }
+
     /// Everything that follows an input or the passing of time.
     fn advance(&mut self, now: Time) {
         if self.finished.is_some() {
@@ -1124,6 +1178,7 @@ impl JobSupervisor {
         }
         self.judge(now);
         self.stragglers(now);
+        self.laggards(now);
         self.give_up_unconfirmed(now);
         if self.over(now) {
             self.finish();
@@ -1169,6 +1224,7 @@ impl Machine for JobSupervisor {
             self.provisional.as_ref().filter(|_| quiet).map(|p| p.deadline),
             startup.then(|| self.start + self.settings.startup_timeout + Duration::from_millis(1)),
             self.redundant_deadline.filter(|_| quiet && !self.stragglers_stopped),
+            self.lag_deadline,
         ]
         .into_iter()
         .flatten()
@@ -1440,6 +1496,39 @@ mod tests {
         assert!(said(&out)[0].starts_with("warning: rank 0 replica 1 (pid 101) did not confirm its end"), "{out:?}");
         assert_eq!(out.last(), Some(&Output::Finished(0)));
         assert_eq!(s.unconfirmed(), vec![1]);
+    }
+
+    #[test]
+    fn a_replica_that_fell_behind_is_named_once_its_peers_only_wait_for_it() {
+        let mut s = job(3, 2);
+        register_all(&mut s, 10, false);
+        // Rank 2's replicas (slots 4 and 5) both still compute: nothing to say.
+        for slot in 0..4 {
+            feed(&mut s, 100, Input::Finalizing { slot });
+        }
+        assert!(said(&tick(&mut s, 1500)).is_empty());
+        assert_eq!(s.poll_timeout(), None);
+        // Replica 0 of rank 2 finalizes: replica 1 fell behind, and the job waits only for it.
+        assert!(said(&feed(&mut s, 2000, Input::Finalizing { slot: 4 })).is_empty());
+        assert_eq!(s.poll_timeout(), Some(ms(2000) + LAG_NOTICE));
+        assert!(said(&tick(&mut s, 2999)).is_empty());
+        let out = tick(&mut s, 3000);
+        assert_eq!(
+            said(&out),
+            ["the job's output is complete; waiting for rank 2 replica 1 (pid 105), which fell behind"]
+        );
+        assert!(!out.contains(&Output::StopAll), "it is waited for, not stopped: {out:?}");
+        // Said once.
+        assert_eq!(s.poll_timeout(), None);
+        assert!(said(&tick(&mut s, 5000)).is_empty());
+        // It catches up: the job ends well.
+        assert!(said(&feed(&mut s, 5100, Input::Finalizing { slot: 5 })).is_empty());
+        let mut out = Vec::new();
+        for slot in 0..6 {
+            out.extend(ends_well(&mut s, 5200, slot));
+        }
+        out.extend(tick(&mut s, 5200 + CLOSE_WAIT.as_millis() as u64));
+        assert_eq!(out.last(), Some(&Output::Finished(0)), "{out:?}");
     }
 
     #[test]

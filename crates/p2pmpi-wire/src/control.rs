@@ -21,9 +21,10 @@ pub const MAX_CONTROL_LEN: u32 = 16 << 20;
 /// Version of the control protocol, carried by `Hello`: a launcher refuses a process that
 /// speaks another (a program built against another p2pmpi than the `p2pmpirun` or MPD that
 /// started it would otherwise misread records). 2: `SpawnApp` carries a working directory.
-pub const CONTROL_VERSION: u32 = 2;
+/// 3: `Finalizing`.
+pub const CONTROL_VERSION: u32 = 3;
 
-/// One control record. Processes send `Hello`, `Register`, `Finalized`, `Abort`, `PeerFailed`,
+/// One control record. Processes send `Hello`, `Register`, `Finalizing`, `Finalized`, `Abort`, `PeerFailed`,
 /// `Renew`, `Agree`, `Revoke` and `Spawn`; the launcher answers with `Challenge`, `World`,
 /// `Lease`, `Excluded`, `Agreed`, `AgreeRefused` and `Spawned`, and may send `Dead`,
 /// `Revoked` and `Stop`.
@@ -40,6 +41,9 @@ pub enum Control {
     World { addrs: Vec<String>, fd: Option<FdSetup>, lease_us: u64 },
     /// The process finalized cleanly.
     Finalized { rank: u32 },
+    /// The process entered finalization (its output is complete; it may still wait for
+    /// its peers' goodbyes).
+    Finalizing,
     /// The process called `abort` (or hit a fatal error): stop the job with `code`.
     /// `lost` names the peer whose loss caused the error, if that is the cause (the launcher
     /// then reports that peer's own fate in preference).
@@ -214,6 +218,7 @@ impl Control {
             Control::Register { .. } => "Register",
             Control::World { .. } => "World",
             Control::Finalized { .. } => "Finalized",
+            Control::Finalizing => "Finalizing",
             Control::Abort { .. } => "Abort",
             Control::Stop { .. } => "Stop",
             Control::PeerFailed { .. } => "PeerFailed",
@@ -414,6 +419,7 @@ mod tests {
             },
             Control::PeerFailed { rank: 1, failed: 2, detail: "silent".into() },
             Control::Finalized { rank: 1 },
+            Control::Finalizing,
             Control::Abort { rank: 2, code: 5, message: "x".into(), lost: Some(1) },
             Control::Stop { reason: "bye".into() },
             Control::Renew { stamp_us: 17 },

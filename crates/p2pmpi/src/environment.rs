@@ -185,7 +185,7 @@ pub fn initialize_with_threading(threading: Threading) -> Option<(Universe, Thre
         });
     let parents = boot.parents;
     let engine = engine.and_then(|mut e| {
-        e.connect_mesh(Duration::from_secs(120))?;
+        e.connect_mesh(Duration::from_secs(120) * crate::device::load_factor())?;
         if let Some(p) = &parents {
             // A spawned process: its parents wait in `spawn` until it connected to each.
             e.connect_to(&p.ids, Duration::from_secs(60))?;

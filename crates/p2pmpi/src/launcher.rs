@@ -54,6 +54,7 @@ pub(crate) fn is_finalizing() -> bool {
 /// Marks the start of finalization (launcher loss is then no longer an error).
 pub(crate) fn finalizing() {
     FINALIZING.store(true, Ordering::SeqCst);
+    send(&Control::Finalizing);
 }
 
 /// Tells the launcher this process's detector confirmed the failure of `failed`, before

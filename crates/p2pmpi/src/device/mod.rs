@@ -75,8 +75,33 @@ pub(crate) const MAX_PENDING: usize = 1024;
 /// to make room.
 pub(crate) const PENDING_GRACE: Duration = Duration::from_secs(1);
 
-/// Longest an accepted connection may take to prove the job key.
+/// Longest an accepted connection may take to prove the job key on a host with at most 8 of
+/// the job's processes per core ([`load_factor`] times more beyond).
 pub(crate) const HANDSHAKE_LIMIT: Duration = Duration::from_secs(10);
+
+/// How many times longer than on a host with a few processes per core the job's openings may
+/// take here: the job's processes on this host (`P2PMPI_LOCAL_PROCS`) per core, by 8, at
+/// least 1. At start-up every pair of processes opens a connection and each process polls all
+/// of its own, all on this host's cores: 256 processes on 2 cores take some 25 s to connect.
+pub(crate) fn load_factor() -> u32 {
+    // The launcher's variable (`bootstrap::env::LOCAL_PROCS`, named here by its value: the
+    // engine is below bootstrap).
+    const LOCAL_PROCS_VAR: &str = "P2PMPI_LOCAL_PROCS";
+    static F: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *F.get_or_init(|| {
+        let procs = std::env::var(LOCAL_PROCS_VAR).ok().and_then(|v| v.parse::<usize>().ok());
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        (procs.unwrap_or(1) / cores / 8).clamp(1, 1000) as u32
+    })
+}
+
+/// Removes the shared-memory segments of the job of `key` left behind (a job stopped while
+/// its processes connected): its launcher calls it once the job's processes ended. Returns
+/// how many.
+#[doc(hidden)]
+pub fn remove_job_segments(key: &JobKey) -> usize {
+    shm::remove_job_segments(key)
+}
 
 /// The request of every operation finished on the spot (an eager send written whole at
 /// once, [`Engine::completed_req`]): a slot of the request table that is never freed, so such
@@ -1200,7 +1225,11 @@ impl Engine {
         let local = self.local_addr().map(|a| a.ip());
         // A replica outside the world (a spawn's parent) listens since before the spawn: a
         // refused connection means it died, and its replicas are there instead.
-        let retry = if outside && self.repl.is_some() { Duration::from_secs(1) } else { Duration::from_secs(10) };
+        let retry = if outside && self.repl.is_some() {
+            Duration::from_secs(1)
+        } else {
+            Duration::from_secs(10) * load_factor()
+        };
         let std_stream = connect_with_retry(local, addr, retry).map_err(|e| Error::PeerLost {
             rank: self.rank_of(dst),
             cause: format!("cannot connect to {addr}: {e}"),
@@ -1814,12 +1843,12 @@ impl Engine {
         pending.sort();
         let excess = pending.len().saturating_sub(MAX_PENDING - 1);
         for (k, (opened, cid)) in pending.into_iter().enumerate() {
-            let late = opened.elapsed() > HANDSHAKE_LIMIT;
+            let late = opened.elapsed() > HANDSHAKE_LIMIT * load_factor();
             if (k < excess && opened.elapsed() > PENDING_GRACE) || late {
                 let Some(mut c) = self.conns[cid].take() else { continue };
                 let _ = self.poll.registry().deregister(&mut c.stream);
                 let why = if late {
-                    format!("it did not prove the job key within {} s", HANDSHAKE_LIMIT.as_secs())
+                    format!("it did not prove the job key within {} s", (HANDSHAKE_LIMIT * load_factor()).as_secs())
                 } else {
                     format!("more than {MAX_PENDING} connections were waiting to prove the job key")
                 };

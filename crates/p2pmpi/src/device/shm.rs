@@ -135,7 +135,26 @@ fn dir() -> PathBuf {
 pub(crate) fn path_for(key: &p2pmpi_wire::auth::JobKey, nc: &[u8]) -> PathBuf {
     let mac = key.proof(p2pmpi_wire::auth::Role::Seed, &[b"p2pmpi shared-memory segment", nc]);
     let hex: String = mac[..16].iter().map(|b| format!("{b:02x}")).collect();
-    dir().join(format!("p2pmpi-{hex}"))
+    dir().join(format!("{}{hex}", job_prefix(key)))
+}
+
+/// The name prefix of the job's segments: `p2pmpi-`, 32 bits of the HMAC of its key, `-`.
+fn job_prefix(key: &p2pmpi_wire::auth::JobKey) -> String {
+    let mac = key.proof(p2pmpi_wire::auth::Role::Seed, &[b"p2pmpi shared-memory job".as_slice()]);
+    format!("p2pmpi-{:02x}{:02x}{:02x}{:02x}-", mac[0], mac[1], mac[2], mac[3])
+}
+
+/// Removes every segment of the job of `key` still in the directory (its launcher, once the
+/// job's processes ended: a process killed while it created one leaves it without a header,
+/// which [`reap_now`] cannot attribute). Returns how many.
+pub(crate) fn remove_job_segments(key: &p2pmpi_wire::auth::JobKey) -> usize {
+    let prefix = job_prefix(key);
+    let Ok(entries) = std::fs::read_dir(dir()) else { return 0 };
+    entries
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+        .filter(|e| std::fs::remove_file(e.path()).is_ok())
+        .count()
 }
 
 /// The ring capacity to create segments with: `P2PMPI_SHM_RING` (bytes, a power of two
@@ -175,7 +194,17 @@ fn reap_now() {
             continue;
         };
         let mut h = [0u8; 32];
-        if !f.metadata().is_ok_and(|m| m.uid() == me && m.is_file()) || f.read_exact(&mut h).is_err() {
+        let Ok(meta) = f.metadata() else { continue };
+        if !(meta.uid() == me && meta.is_file()) {
+            continue;
+        }
+        if f.read_exact(&mut h).is_err() {
+            // No header: its creator died between creating the file and sizing it (it writes
+            // the header right after), unless it was created a moment ago.
+            let age = meta.modified().ok().and_then(|t| t.elapsed().ok());
+            if meta.len() < h.len() as u64 && age.is_some_and(|a| a > std::time::Duration::from_secs(60)) {
+                let _ = std::fs::remove_file(&path);
+            }
             continue;
         }
         let word = |i: usize| u64::from_ne_bytes(h[i * 8..i * 8 + 8].try_into().unwrap_or([0; 8]));
