@@ -68,11 +68,11 @@ measure() {
         job P2PMPI_SHM=0 timeout 120 "$d/p2pmpirun" --local -n 4 -r 1 "$d/examples/repl_pingpong" 1024,65536 1000 50 \
             | awk -v i="$i" '/^replpp/ { print "hand", i, "r2_rt_" $2 "B_us", $4 }' >>"$SAMPLES"
     fi
-    for _ in 1 2 3; do
+    for _ in 1 2 3 4 5; do
         t0=$(date +%s%N)
         job timeout 60 "$d/p2pmpirun" --local -n 2 "$d/examples/whereami" >/dev/null
         t1=$(date +%s%N)
-        echo "$b $i startup_n2_ms $(((t1 - t0) / 1000000))" >>"$SAMPLES"
+        awk -v b="$b" -v i="$i" -v t0="$t0" -v t1="$t1" 'BEGIN { printf "%s %s startup_n2_ms %.3f\n", b, i, (t1 - t0) / 1e6 }' >>"$SAMPLES"
     done
 }
 
