@@ -11,7 +11,7 @@
 //! the list of revoked members ([`Revocations`]), which the supernodes' replicated registry
 //! will hold once revocation exists (issue 38, item 3).
 //!
-//! The handshake ([`crate::secure`]) proves that a side holds the key its certificate names
+//! The handshake (the `secure` module) proves that a side holds the key its certificate names
 //! by signing the Noise handshake hash ([`hello_message`]), so a certificate copied from a
 //! recorded connection is worth nothing without the private key.
 //!
@@ -278,9 +278,14 @@ impl Certificate {
         postcard::to_allocvec(self).expect("a certificate encodes")
     }
 
-    /// Decodes a certificate; malformed input is an error.
+    /// Decodes a certificate; malformed input, or bytes after it, is an error. (Decoded here
+    /// rather than by `secure`'s record decoder: the channel uses certificates, not the reverse.)
     pub fn from_bytes(b: &[u8]) -> Result<Self, IdentityError> {
-        crate::secure::decode_whole(b).map_err(|e| IdentityError::Malformed(e.to_string()))
+        match postcard::take_from_bytes(b) {
+            Ok((c, [])) => Ok(c),
+            Ok((_, rest)) => Err(IdentityError::Malformed(format!("{} bytes after the certificate", rest.len()))),
+            Err(e) => Err(IdentityError::Malformed(e.to_string())),
+        }
     }
 
     pub fn to_hex(&self) -> String {
