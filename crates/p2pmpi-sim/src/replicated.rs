@@ -55,7 +55,7 @@ use crate::rng::Rng;
 use p2pmpi_core::fencing::{self, Lease, Supervisor};
 use p2pmpi_core::machine::Machine;
 use p2pmpi_core::matching::{Arrival, Body, Envelope, Matcher, Pattern};
-use p2pmpi_core::replication::endpoint::{Action, Config, Frame, Parked, Payload, TxId};
+use p2pmpi_core::replication::endpoint::{Config, Frame, Input, Output, Parked, Payload, TxId};
 use p2pmpi_core::replication::wildcards::{exact, Post, Wildcards};
 use p2pmpi_core::replication::{Endpoint, Layout, MsgId};
 use std::cmp::Reverse;
@@ -609,7 +609,7 @@ impl Sim {
                     return;
                 }
                 FromLauncher::Dead { slot } => {
-                    self.procs[s].ep.declared_dead(now, slot);
+                    self.feed(s, Input::DeclaredDead { slot });
                     self.close(s, slot);
                 }
             }
@@ -630,10 +630,12 @@ impl Sim {
         }
         // Broken connections and detector suspicions.
         for b in std::mem::take(&mut self.procs[s].broken) {
-            self.procs[s].ep.suspect(now, b, "connection closed", false);
+            let cause = "connection closed".to_string();
+            self.feed(s, Input::Suspect { slot: b, cause, bye: false });
         }
         for b in std::mem::take(&mut self.procs[s].fd_suspects) {
-            self.procs[s].ep.suspect(now, b, "the failure detector suspects it", false);
+            let cause = "the failure detector suspects it".to_string();
+            self.feed(s, Input::Suspect { slot: b, cause, bye: false });
         }
         for tx in std::mem::take(&mut self.procs[s].written) {
             self.procs[s].ep.written(now, tx);
@@ -670,21 +672,16 @@ impl Sim {
                 return;
             }
         }
-        let next = self.next_expected_fn(s);
-        self.procs[s].ep.poll(now, |c, src, t| next.get(&(c, src as i32, t)).copied().unwrap_or(0));
+        self.procs[s].ep.handle_timeout(now);
         self.actions(s);
         self.resolve(s);
         self.step(s);
         self.actions(s);
         self.check_done(s);
         // Next wake-ups: the endpoint's timers and the renewal.
-        if let Some(t) = self.procs[s].ep.next_deadline() {
+        if let Some(t) = self.procs[s].ep.poll_timeout() {
             self.at(t.max(now + ms(1)), Ev::Wake(s));
         }
-    }
-
-    fn next_expected_fn(&self, s: usize) -> HashMap<(u32, i32, i32), u64> {
-        self.procs[s].accepted.iter().map(|(&k, &v)| (k, v)).collect()
     }
 
     /// The process exits (excluded, or out of contact with the launcher for too long); the
@@ -700,9 +697,9 @@ impl Sim {
 
     /// Handles the endpoint's actions.
     fn actions(&mut self, s: usize) {
-        while let Some(a) = self.procs[s].ep.poll_action() {
+        while let Some(a) = self.procs[s].ep.poll_output() {
             match a {
-                Action::Transmit { to, tx, frame: Frame::Commit { mid, acked }, .. } => {
+                Output::Transmit { to, tx, frame: Frame::Commit { mid, acked }, .. } => {
                     let acked = acked
                         && self.cfg.acked_commits
                         && self
@@ -713,27 +710,34 @@ impl Sim {
                     self.acked += u64::from(acked);
                     self.push_frame(s, to, Frame::Commit { mid, acked }, tx);
                 }
-                Action::Transmit { to, tx, frame, .. } => self.push_frame(s, to, frame, tx),
-                Action::FannedOut { .. } | Action::Committed { .. } => {}
-                Action::Complete(u) => {
+                Output::Transmit { to, tx, frame, .. } => self.push_frame(s, to, frame, tx),
+                Output::FannedOut { .. } | Output::Committed { .. } => {}
+                Output::Complete(u) => {
                     if let Some(r) = self.procs[s].reqs.get_mut(&u) {
                         *r = Some((-1, 0));
                     }
                 }
-                Action::Suspect { slot, cause } => {
+                Output::Suspect { slot, cause } => {
                     self.close(s, slot);
                     self.to_launcher(s, ToLauncher::Suspect { by: s, slot, why: cause });
                 }
-                Action::TookOver { .. } => self.takeovers += 1,
+                Output::TookOver { .. } => self.takeovers += 1,
                 // Only with `set_notify`, which the simulated programs do not use.
-                Action::RankLost { rank } => {
+                Output::RankLost { rank } => {
                     if self.failed.is_none() {
                         self.failed = Some(format!("slot {s}: rank {rank} lost"));
                     }
                 }
-                Action::Fatal { rank, cause } => {
+                Output::Fatal { rank, cause } => {
                     if self.failed.is_none() {
                         self.failed = Some(format!("slot {s}: rank {rank}: {cause}"));
+                    }
+                }
+                Output::ChannelLost(lost) => {
+                    let want = self.procs[s].accepted.get(&(lost.comm, lost.rank as i32, lost.tag)).copied();
+                    if self.failed.is_none() {
+                        let cause = lost.cause(want.unwrap_or(0));
+                        self.failed = Some(format!("slot {s}: rank {}: {cause}", lost.rank));
                     }
                 }
             }
@@ -747,29 +751,26 @@ impl Sim {
         self.deliver(s, from, frame);
     }
 
+    /// An input to process `s`'s endpoint. A refused one (a control frame from a replica
+    /// this process no longer trusts) changes nothing.
+    fn feed(&mut self, s: usize, input: Input) {
+        let now = self.now;
+        let _refused = self.procs[s].ep.handle_input(now, input);
+    }
+
     fn deliver(&mut self, s: usize, from: usize, frame: Frame<Val>) {
         let now = self.now;
         match frame {
             Frame::Commit { mid, acked } => {
-                if !self.procs[s].ep.on_commit(from, mid, acked) {
+                if self.procs[s].ep.handle_input(now, Input::Commit { from, mid, acked }).is_err() {
                     self.violate(format!("slot {s}: commit of {mid:?} from slot {from} refused"));
                 }
             }
-            Frame::Choice { point, outcome, .. } => {
-                self.procs[s].ep.on_choice(from, point, outcome);
-            }
-            Frame::SyncAck { mid } => {
-                self.procs[s].ep.on_sync_ack(from, mid);
-            }
-            Frame::ChoiceAck { point } => {
-                self.procs[s].ep.on_choice_ack(from, point);
-            }
-            Frame::ChoiceQuery => {
-                self.procs[s].ep.on_choice_query(from);
-            }
-            Frame::ChoicesTold => {
-                self.procs[s].ep.on_choices_told(from);
-            }
+            Frame::Choice { point, outcome, .. } => self.feed(s, Input::Choice { from, point, outcome }),
+            Frame::SyncAck { mid } => self.feed(s, Input::SyncAck { from, mid }),
+            Frame::ChoiceAck { point } => self.feed(s, Input::ChoiceAck { from, point }),
+            Frame::ChoiceQuery => self.feed(s, Input::ChoiceQuery { from }),
+            Frame::ChoicesTold => self.feed(s, Input::ChoicesTold { from }),
             Frame::Data { mid, payload, sync } => {
                 if self.layout.rank_of(from) != mid.src as usize || mid.dst as usize != self.procs[s].rank {
                     self.violate(format!("slot {s}: data {mid:?} from slot {from}"));
@@ -784,12 +785,8 @@ impl Sim {
                 }
                 self.accept(s, mid, None, sync, len, now);
             }
-            Frame::Rtr { mid } => {
-                self.procs[s].ep.on_pull(from, mid, false);
-            }
-            Frame::Have { mid } => {
-                self.procs[s].ep.on_pull(from, mid, true);
-            }
+            Frame::Rtr { mid } => self.feed(s, Input::Pull { from, mid, have: false }),
+            Frame::Have { mid } => self.feed(s, Input::Pull { from, mid, have: true }),
             Frame::RndvData { mid, payload } => {
                 let Some(r) = self.procs[s].rndv.remove(&mid) else { return };
                 self.check_value(s, mid, payload);
