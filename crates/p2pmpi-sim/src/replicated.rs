@@ -50,17 +50,33 @@
 //! * the replicas of a rank that finished have identical outputs;
 //! * a job where every rank keeps a replica untouched by faults completes (no hang, no
 //!   fatal error); any job ends (completes or fails with a reason) within the time limit.
+//!
+//! ## Fault-aware jobs
+//!
+//! With [`JobConfig::fault_aware`] the program handles failures (ULFM, `Policy::Notify`):
+//! whole ranks are lost on purpose ([`JobConfig::lose`]: every replica crashes), and a
+//! receive from a lost rank fails instead of ending the job. The master of a rank decides
+//! which of its receives fail (those pending or posted once it knows the rank is lost); its
+//! replicas follow its outcomes through the failure choice points
+//! ([`p2pmpi_core::replication::failures`], [`p2pmpi_core::replication::operations`]), and a
+//! replica that cannot follow (it took a success its master failed, or waits for a message
+//! its master received from the lost rank) leaves, as the library's does. The checks add:
+//! the replicas of a rank that finished took the same outcomes (success or failure) of every
+//! operation, a failure names a rank that was lost, and every rank not lost finishes.
 
 use crate::rng::Rng;
 use p2pmpi_core::fencing::{self, Lease, Supervisor};
 use p2pmpi_core::machine::Machine;
 use p2pmpi_core::matching::{Arrival, Body, Envelope, Matcher, Pattern};
-use p2pmpi_core::replication::endpoint::{Action, Config, Frame, Parked, Payload, TxId};
+use p2pmpi_core::replication::endpoint::{Config, Frame, Input, Output, Parked, Payload, TxId};
+use p2pmpi_core::replication::operations::Operations;
 use p2pmpi_core::replication::wildcards::{exact, Post, Wildcards};
 use p2pmpi_core::replication::{Endpoint, Layout, MsgId};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::time::Duration;
+
+mod fault_aware;
 
 /// Frames a link holds unread before its sender's writes stall.
 pub const WINDOW: usize = 6;
@@ -123,11 +139,16 @@ pub struct JobConfig {
     /// A process dropping its connection with a slot first takes the data frames its
     /// kernel holds from it (what makes acknowledged commits safe).
     pub drain: bool,
+    /// The program handles failures (receives from a rank lost whole fail; the job goes on).
+    pub fault_aware: bool,
+    /// This many ranks lost whole on purpose (every replica crashes; without
+    /// [`Self::fault_aware`], the job fails).
+    pub lose: usize,
 }
 
 impl Default for JobConfig {
     fn default() -> JobConfig {
-        JobConfig { n: 3, r: 2, messages: 40, faults: 2, acked_commits: true, drain: true }
+        JobConfig { n: 3, r: 2, messages: 40, faults: 2, acked_commits: true, drain: true, fault_aware: false, lose: 0 }
     }
 }
 
@@ -159,6 +180,14 @@ pub struct RunReport {
     pub drained: u64,
     /// Every process's state at the end (for a violation's diagnosis).
     pub state: String,
+    /// Ranks lost whole (every replica declared dead), in the order the launcher saw.
+    pub lost_ranks: Vec<usize>,
+    /// Failed receives taken by the replicas that finished (a fault-aware job).
+    pub failed_ops: usize,
+    /// Replicas that left because they could not follow their master (a fault-aware job).
+    pub left: usize,
+    /// Failures a process took from its master's outcome rather than deciding them.
+    pub followed: usize,
 }
 
 /// Draws the programs of a job: one per rank.
@@ -295,6 +324,13 @@ struct Proc {
     broken: Vec<usize>,
     fd_suspects: Vec<usize>,
     done: bool,
+    /// A fault-aware job: the numbered operations, the source rank of each pending receive,
+    /// the ranks this process heard were lost whole, and the failed receives it took (with
+    /// the rank each named).
+    ops: Operations<u32>,
+    recv_src: HashMap<u32, usize>,
+    lost: Vec<usize>,
+    failed_taken: Vec<usize>,
 }
 
 /// A frame in a link: when it can reach the receiver, the frame, its transmission, and
@@ -367,6 +403,11 @@ struct Sim {
     drained: u64,
     commits: u64,
     acked: u64,
+    /// Ranks lost whole, as the launcher declared them.
+    lost_ranks: Vec<usize>,
+    /// Replicas that left, unable to follow their master.
+    left: usize,
+    followed: usize,
 }
 
 fn mix(h: u64, v: u64) -> u64 {
@@ -542,7 +583,9 @@ impl Sim {
                     "{:.3} s: slot {by} suspects slot {slot} ({why}): excluded {x:?}",
                     self.now.as_secs_f64()
                 ));
-                if x.is_some() {
+                // A fault-aware job's launcher defers an accusation against the last replica
+                // of a rank: its timer decides.
+                if x.is_some() || self.cfg.fault_aware {
                     if let Some(t) = self.sup.poll_timeout() {
                         self.at(t.max(self.now), Ev::LauncherPoll);
                     }
@@ -580,7 +623,9 @@ impl Sim {
 
     fn declared(&mut self, slot: usize, left: usize) {
         self.log.push(format!("{:.3} s: slot {slot} declared dead", self.now.as_secs_f64()));
-        if left == 0 && self.failed.is_none() {
+        if left == 0 && self.cfg.fault_aware {
+            self.lost_ranks.push(self.layout.rank_of(slot));
+        } else if left == 0 && self.failed.is_none() {
             self.failed =
                 Some(format!("the launcher declared the last replica of rank {} dead", self.layout.rank_of(slot)));
         }
@@ -609,7 +654,7 @@ impl Sim {
                     return;
                 }
                 FromLauncher::Dead { slot } => {
-                    self.procs[s].ep.declared_dead(now, slot);
+                    self.feed(s, Input::DeclaredDead { slot });
                     self.close(s, slot);
                 }
             }
@@ -630,10 +675,12 @@ impl Sim {
         }
         // Broken connections and detector suspicions.
         for b in std::mem::take(&mut self.procs[s].broken) {
-            self.procs[s].ep.suspect(now, b, "connection closed", false);
+            let cause = "connection closed".to_string();
+            self.feed(s, Input::Suspect { slot: b, cause, bye: false });
         }
         for b in std::mem::take(&mut self.procs[s].fd_suspects) {
-            self.procs[s].ep.suspect(now, b, "the failure detector suspects it", false);
+            let cause = "the failure detector suspects it".to_string();
+            self.feed(s, Input::Suspect { slot: b, cause, bye: false });
         }
         for tx in std::mem::take(&mut self.procs[s].written) {
             self.procs[s].ep.written(now, tx);
@@ -670,21 +717,23 @@ impl Sim {
                 return;
             }
         }
-        let next = self.next_expected_fn(s);
-        self.procs[s].ep.poll(now, |c, src, t| next.get(&(c, src as i32, t)).copied().unwrap_or(0));
+        self.procs[s].ep.handle_timeout(now);
         self.actions(s);
+        if self.cfg.fault_aware {
+            self.fault_aware_turn(s);
+            self.actions(s);
+            if !self.runnable(s) {
+                return;
+            }
+        }
         self.resolve(s);
         self.step(s);
         self.actions(s);
         self.check_done(s);
         // Next wake-ups: the endpoint's timers and the renewal.
-        if let Some(t) = self.procs[s].ep.next_deadline() {
+        if let Some(t) = self.procs[s].ep.poll_timeout() {
             self.at(t.max(now + ms(1)), Ev::Wake(s));
         }
-    }
-
-    fn next_expected_fn(&self, s: usize) -> HashMap<(u32, i32, i32), u64> {
-        self.procs[s].accepted.iter().map(|(&k, &v)| (k, v)).collect()
     }
 
     /// The process exits (excluded, or out of contact with the launcher for too long); the
@@ -700,9 +749,9 @@ impl Sim {
 
     /// Handles the endpoint's actions.
     fn actions(&mut self, s: usize) {
-        while let Some(a) = self.procs[s].ep.poll_action() {
+        while let Some(a) = self.procs[s].ep.poll_output() {
             match a {
-                Action::Transmit { to, tx, frame: Frame::Commit { mid, acked }, .. } => {
+                Output::Transmit { to, tx, frame: Frame::Commit { mid, acked }, .. } => {
                     let acked = acked
                         && self.cfg.acked_commits
                         && self
@@ -713,27 +762,39 @@ impl Sim {
                     self.acked += u64::from(acked);
                     self.push_frame(s, to, Frame::Commit { mid, acked }, tx);
                 }
-                Action::Transmit { to, tx, frame, .. } => self.push_frame(s, to, frame, tx),
-                Action::FannedOut { .. } | Action::Committed { .. } => {}
-                Action::Complete(u) => {
+                Output::Transmit { to, tx, frame, .. } => self.push_frame(s, to, frame, tx),
+                Output::FannedOut { .. } | Output::Committed { .. } => {}
+                Output::Complete(u) => {
                     if let Some(r) = self.procs[s].reqs.get_mut(&u) {
                         *r = Some((-1, 0));
                     }
                 }
-                Action::Suspect { slot, cause } => {
+                Output::Suspect { slot, cause } => {
                     self.close(s, slot);
                     self.to_launcher(s, ToLauncher::Suspect { by: s, slot, why: cause });
                 }
-                Action::TookOver { .. } => self.takeovers += 1,
-                // Only with `set_notify`, which the simulated programs do not use.
-                Action::RankLost { rank } => {
+                Output::TookOver { .. } => self.takeovers += 1,
+                // Only with `set_notify`: fault-aware jobs.
+                Output::RankLost { rank } if self.cfg.fault_aware => {
+                    if !self.procs[s].lost.contains(&rank) {
+                        self.procs[s].lost.push(rank);
+                    }
+                }
+                Output::RankLost { rank } => {
                     if self.failed.is_none() {
                         self.failed = Some(format!("slot {s}: rank {rank} lost"));
                     }
                 }
-                Action::Fatal { rank, cause } => {
+                Output::Fatal { rank, cause } => {
                     if self.failed.is_none() {
                         self.failed = Some(format!("slot {s}: rank {rank}: {cause}"));
+                    }
+                }
+                Output::ChannelLost(lost) => {
+                    let want = self.procs[s].accepted.get(&(lost.comm, lost.rank as i32, lost.tag)).copied();
+                    if self.failed.is_none() {
+                        let cause = lost.cause(want.unwrap_or(0));
+                        self.failed = Some(format!("slot {s}: rank {}: {cause}", lost.rank));
                     }
                 }
             }
@@ -747,29 +808,26 @@ impl Sim {
         self.deliver(s, from, frame);
     }
 
+    /// An input to process `s`'s endpoint. A refused one (a control frame from a replica
+    /// this process no longer trusts) changes nothing.
+    fn feed(&mut self, s: usize, input: Input) {
+        let now = self.now;
+        let _refused = self.procs[s].ep.handle_input(now, input);
+    }
+
     fn deliver(&mut self, s: usize, from: usize, frame: Frame<Val>) {
         let now = self.now;
         match frame {
             Frame::Commit { mid, acked } => {
-                if !self.procs[s].ep.on_commit(from, mid, acked) {
+                if self.procs[s].ep.handle_input(now, Input::Commit { from, mid, acked }).is_err() {
                     self.violate(format!("slot {s}: commit of {mid:?} from slot {from} refused"));
                 }
             }
-            Frame::Choice { point, outcome, .. } => {
-                self.procs[s].ep.on_choice(from, point, outcome);
-            }
-            Frame::SyncAck { mid } => {
-                self.procs[s].ep.on_sync_ack(from, mid);
-            }
-            Frame::ChoiceAck { point } => {
-                self.procs[s].ep.on_choice_ack(from, point);
-            }
-            Frame::ChoiceQuery => {
-                self.procs[s].ep.on_choice_query(from);
-            }
-            Frame::ChoicesTold => {
-                self.procs[s].ep.on_choices_told(from);
-            }
+            Frame::Choice { point, outcome, .. } => self.feed(s, Input::Choice { from, point, outcome }),
+            Frame::SyncAck { mid } => self.feed(s, Input::SyncAck { from, mid }),
+            Frame::ChoiceAck { point } => self.feed(s, Input::ChoiceAck { from, point }),
+            Frame::ChoiceQuery => self.feed(s, Input::ChoiceQuery { from }),
+            Frame::ChoicesTold => self.feed(s, Input::ChoicesTold { from }),
             Frame::Data { mid, payload, sync } => {
                 if self.layout.rank_of(from) != mid.src as usize || mid.dst as usize != self.procs[s].rank {
                     self.violate(format!("slot {s}: data {mid:?} from slot {from}"));
@@ -784,12 +842,8 @@ impl Sim {
                 }
                 self.accept(s, mid, None, sync, len, now);
             }
-            Frame::Rtr { mid } => {
-                self.procs[s].ep.on_pull(from, mid, false);
-            }
-            Frame::Have { mid } => {
-                self.procs[s].ep.on_pull(from, mid, true);
-            }
+            Frame::Rtr { mid } => self.feed(s, Input::Pull { from, mid, have: false }),
+            Frame::Have { mid } => self.feed(s, Input::Pull { from, mid, have: true }),
             Frame::RndvData { mid, payload } => {
                 let Some(r) = self.procs[s].rndv.remove(&mid) else { return };
                 self.check_value(s, mid, payload);
@@ -983,6 +1037,25 @@ impl Sim {
         self.at(self.now + d, Ev::Wake(s));
     }
 
+    /// The program of slot `s` (rank `rank`, at `pc`) reaches a send: its value computed,
+    /// the endpoint told. Returns its request.
+    fn start_send(&mut self, s: usize, rank: usize, pc: usize, (dst, tag, sync, big): (usize, i32, bool, bool)) -> u32 {
+        let p = &mut self.procs[s];
+        let seq = p.m.next_send_seq(0, dst as i32, tag);
+        let mid = MsgId { comm: 0, src: rank as u32, dst: dst as u32, tag, seq };
+        let v = mix(p.hash, seq ^ ((dst as u64) << 32) ^ pc as u64);
+        self.procs[s].computed.insert(mid, v);
+        self.emit(s, v);
+        let r = self.new_req(s);
+        if self.cfg.fault_aware {
+            // Sends are numbered too (the same on every replica); they never fail here.
+            self.procs[s].ops.next(true);
+        }
+        let now = self.now;
+        self.procs[s].ep.send(now, mid, Val(v, if big { 1000 } else { 8 }), sync, r);
+        r
+    }
+
     /// One step: true if the program moved.
     fn step_one(&mut self, s: usize) -> bool {
         let rank = self.procs[s].rank;
@@ -1005,15 +1078,7 @@ impl Sim {
         };
         match (op, wait) {
             (Op::Send { dst, tag, sync, big }, Wait::Start) => {
-                let p = &mut self.procs[s];
-                let seq = p.m.next_send_seq(0, dst as i32, tag);
-                let mid = MsgId { comm: 0, src: rank as u32, dst: dst as u32, tag, seq };
-                let v = mix(p.hash, seq ^ ((dst as u64) << 32) ^ pc as u64);
-                self.procs[s].computed.insert(mid, v);
-                self.emit(s, v);
-                let r = self.new_req(s);
-                let now = self.now;
-                self.procs[s].ep.send(now, mid, Val(v, if big { 1000 } else { 8 }), sync, r);
+                let r = self.start_send(s, rank, pc, (dst, tag, sync, big));
                 if sync {
                     self.procs[s].wait = Wait::Req(r);
                 } else {
@@ -1029,6 +1094,11 @@ impl Sim {
                 }
                 None => false,
             },
+            (Op::Recv { src: Some(src), tag }, Wait::Start) if self.cfg.fault_aware => {
+                let r = self.numbered_recv(s, src, tag);
+                self.procs[s].wait = Wait::Req(r);
+                true
+            }
             (Op::Recv { src, tag }, Wait::Start) => {
                 let r = self.irecv(s, src, tag);
                 self.procs[s].wait = Wait::Req(r);
@@ -1036,6 +1106,9 @@ impl Sim {
             }
             (Op::Recv { .. }, Wait::Req(r)) => match self.done_req(s, r) {
                 Some((src, v)) => {
+                    if self.cfg.fault_aware {
+                        self.took(s, r, src, v);
+                    }
                     self.emit(s, mix(src as u64, v));
                     advance(self);
                     true
@@ -1131,7 +1204,12 @@ impl Sim {
     fn check_done(&mut self, s: usize) {
         let p = &self.procs[s];
         let end = p.pc >= self.progs[p.rank].len() && p.wait == Wait::Sends;
-        self.procs[s].done = end && p.ep.idle() && !p.ep.backup_pending() && p.wildcards.is_empty();
+        // Messages to a rank lost whole may never be committed (nobody takes them).
+        let owed = p.ep.backup_pending_beyond(|m| p.lost.contains(&(m.dst as usize)));
+        // A fault-aware master finishes once its replicas acknowledged its outcomes: a
+        // replica that took a success its master failed at the end learns it (and leaves).
+        let told = !self.cfg.fault_aware || !p.ep.is_master() || !p.ep.choices_unacked();
+        self.procs[s].done = end && p.ep.idle() && !owed && p.wildcards.is_empty() && told;
     }
 
     // ------------------------------------------------------------- faults
@@ -1277,6 +1355,9 @@ impl Sim {
         }
         for p in &self.procs {
             o += &format!("slot {} accepted {:?}\n", p.slot, p.trace);
+            if !p.failed_taken.is_empty() {
+                o += &format!("slot {} failed receives naming ranks {:?}\n", p.slot, p.failed_taken);
+            }
         }
         o += &format!("launcher dead {:?}; lease {:?}\n", self.sup.dead().slots(), self.lease);
         for l in &self.log {
@@ -1294,7 +1375,8 @@ impl Sim {
 
     fn finished(&self) -> bool {
         self.procs.iter().all(|p| p.done || matches!(p.status, Status::Crashed | Status::Out))
-            && (0..self.layout.n).all(|k| self.layout.slots_of(k).any(|s| self.finished_ok(s)))
+            && (0..self.layout.n)
+                .all(|k| self.lost_ranks.contains(&k) || self.layout.slots_of(k).any(|s| self.finished_ok(s)))
     }
 }
 
@@ -1328,6 +1410,10 @@ fn start_proc(layout: Layout, s: usize, ecfg: Config, lease_len: Duration) -> Pr
         broken: Vec::new(),
         fd_suspects: Vec::new(),
         done: false,
+        ops: Operations::new(),
+        recv_src: HashMap::new(),
+        lost: Vec::new(),
+        failed_taken: Vec::new(),
     }
 }
 
@@ -1427,11 +1513,21 @@ impl Sim {
 pub fn run(seed: u64, cfg: JobConfig) -> RunReport {
     let mut rng = Rng::new(seed);
     let layout = Layout::new(cfg.n, cfg.r);
-    let progs = programs(&mut rng, layout.n, cfg.messages);
+    let progs = if cfg.fault_aware {
+        fault_aware::programs(&mut rng, layout.n, cfg.messages)
+    } else {
+        programs(&mut rng, layout.n, cfg.messages)
+    };
     let lease_len = Duration::from_secs(1);
     let ecfg = Config { stall_limit: Some(Duration::from_secs(2)), rndv_limit: RNDV_LIMIT, ..Config::default() };
     let slots = layout.slots();
-    let procs = (0..slots).map(|s| start_proc(layout, s, ecfg, lease_len)).collect();
+    let procs = (0..slots)
+        .map(|s| {
+            let mut p = start_proc(layout, s, ecfg, lease_len);
+            p.ep.set_notify(cfg.fault_aware);
+            p
+        })
+        .collect();
     let mut sim = Sim {
         rng,
         now: Duration::ZERO,
@@ -1459,6 +1555,9 @@ pub fn run(seed: u64, cfg: JobConfig) -> RunReport {
         drained: 0,
         commits: 0,
         acked: 0,
+        lost_ranks: Vec::new(),
+        left: 0,
+        followed: 0,
     };
     // Start-up: a renewal right away for everyone (the launcher grants it).
     for s in 0..slots {
@@ -1468,12 +1567,22 @@ pub fn run(seed: u64, cfg: JobConfig) -> RunReport {
         sim.at(lease_len / 4, Ev::Wake(s));
         let _ = sim.sup.handle_input(Duration::ZERO, fencing::Input::Renew(s));
     }
-    let (faults, touched) = draw_faults(&mut sim, &cfg, slots);
+    sim.sup.set_rank_loss_tolerated(cfg.fault_aware);
+    let (mut faults, touched) = draw_faults(&mut sim, &cfg, slots);
+    let doomed = fault_aware::draw_losses(&mut sim, &mut faults);
     sim.run_events();
     sim.check_outputs();
+    if cfg.fault_aware {
+        sim.check_outcomes();
+    }
     let allowed = (0..layout.n).all(|k| {
         let t = layout.slots_of(k).filter(|&s| touched[s]).count();
-        t < layout.r
+        // A rank lost on purpose is one more failure in a fault-aware job; otherwise it ends it.
+        if doomed.contains(&k) {
+            cfg.fault_aware
+        } else {
+            t < layout.r
+        }
     });
     let verdict = match (sim.violation.take(), sim.failed.take()) {
         (Some(v), _) => Verdict::Violation(v),
@@ -1495,6 +1604,10 @@ pub fn run(seed: u64, cfg: JobConfig) -> RunReport {
         acked: sim.acked,
         drained: sim.drained,
         state,
+        failed_ops: sim.procs.iter().filter(|p| sim.finished_ok(p.slot)).map(|p| p.failed_taken.len()).sum(),
+        lost_ranks: sim.lost_ranks,
+        left: sim.left,
+        followed: sim.followed,
     }
 }
 

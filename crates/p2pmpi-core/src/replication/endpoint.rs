@@ -4,9 +4,24 @@
 //!
 //! Events go in — a send the program reached, a frame that arrived (commit, choice,
 //! synchronous acknowledgement), a transmission written, a suspicion, a death the launcher
-//! declared, the time — and actions come out ([`Action`]): frames to transmit to a slot, user
-//! sends that completed, suspicions to report to the launcher, a fatal loss. The endpoint
-//! holds:
+//! declared, the time — and outputs come out ([`Output`]): frames to transmit to a slot, user
+//! sends that completed, suspicions to report to the launcher, a fatal loss.
+//!
+//! It is a [`Machine`] like every core: the rare events — a suspicion, a death declared, a
+//! commit or another control frame from a replica, the universe growing — are [`Input`]s,
+//! the timers run in [`Machine::handle_timeout`], outputs come from [`Machine::poll_output`].
+//! The **fast path** stays direct calls, because it runs for every message and carries the
+//! payload and the user's request (generic types an input enum would have to carry, and
+//! that a match per message would only move around): [`Endpoint::send`],
+//! [`Endpoint::written`], [`Endpoint::progress`], [`Endpoint::detach`]; the receiving
+//! side's [`Endpoint::park`], [`Endpoint::unpark`], [`Endpoint::pull`], [`Endpoint::have`],
+//! [`Endpoint::sync_unmatched`], [`Endpoint::consumed`], [`Endpoint::matched_sync`],
+//! [`Endpoint::duplicate`]; and the program's choice points ([`Endpoint::choice_point`],
+//! [`Endpoint::take_choice`], [`Endpoint::decided`]), reached by its receives. The settings
+//! ([`Endpoint::set_notify`], [`Endpoint::set_stall_limit`]) and the queries (`&self`) are
+//! direct too.
+//!
+//! The endpoint holds:
 //!
 //! * the [`Coordinator`] (dead set and election, backup and log tables, takeover);
 //! * the master's **fan-out and commit accounting**: a send is transmitted to every alive
@@ -36,6 +51,7 @@
 
 use super::seq_table::SeqTable;
 use super::{Choices, Coordinator, Layout, MsgId, Outcome, Recovery, SendAction};
+use crate::machine::{Machine, Time};
 use crate::matching::{FastMap, FastSet};
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
@@ -147,9 +163,9 @@ pub struct Step {
 
 /// What the driver must do.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Action<P, U> {
+pub enum Output<P, U> {
     /// Write `frame` to `to`; with `tx`, report [`Endpoint::written`] once the kernel took it
-    /// all (or the connection is gone, see [`Endpoint::suspect`]).
+    /// all (or the connection is gone, see [`Input::Suspect`]).
     Transmit { to: usize, tx: Option<TxId>, frame: Frame<P>, step: Step },
     /// A fan-out's transmissions were all handed out (`mid`), before any was written.
     FannedOut { mid: MsgId },
@@ -165,10 +181,83 @@ pub enum Action<P, U> {
     /// The job cannot go on: every replica of `rank` is lost, or a message was lost with a
     /// dead replica.
     Fatal { rank: usize, cause: String },
+    /// A parked message waited too long (the job cannot go on): the driver ends the job
+    /// with [`LostChannel::cause`], given its history table's next expected sequence.
+    ChannelLost(LostChannel),
     /// Every replica of `rank` is lost, and the program handles failures
     /// ([`Endpoint::set_notify`]): operations involving it fail (the master decides which),
     /// the job goes on.
     RankLost { rank: usize },
+}
+
+/// A rare event the driver feeds in ([`Machine::handle_input`]). Control frames name the slot
+/// `from` that sent them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Input {
+    /// This process suspects `slot` (a broken connection, a stall, the failure detector).
+    /// Only the launcher declares deaths: the suspicion is reported ([`Output::Suspect`]),
+    /// nothing more goes to the slot, and its unwritten transmissions are held until the
+    /// verdict — unless it said goodbye (`bye`: it has everything it needs).
+    Suspect { slot: usize, cause: String, bye: bool },
+    /// The launcher declared `slot` dead (algorithm 7): its held transmissions count as
+    /// written, and if it was this rank's master and this process is the lowest alive
+    /// replica, this process takes over ([`Output::TookOver`]).
+    DeclaredDead { slot: usize },
+    /// A commit of `mid` from a replica of this rank (algorithm 4); `acked`: the master saw
+    /// every destination's kernel acknowledge what it had written.
+    Commit { from: usize, mid: MsgId, acked: bool },
+    /// The master's outcome at choice point `point`.
+    Choice { from: usize, point: u64, outcome: Outcome },
+    /// A replica acknowledged choice point `point`.
+    ChoiceAck { from: usize, point: u64 },
+    /// A new master asks what this replica knows of the choices.
+    ChoiceQuery { from: usize },
+    /// A replica told everything it knows (the end of the answer to a query).
+    ChoicesTold { from: usize },
+    /// A destination replica matched this rank's synchronous message `mid`.
+    SyncAck { from: usize, mid: MsgId },
+    /// A destination replica pulled (`have` false: matched the announcement) or has (`have`
+    /// true) this rank's rendez-vous message `mid`.
+    Pull { from: usize, mid: MsgId, have: bool },
+    /// The universe now has `n` ranks (a spawn, see [`Endpoint::grow`]).
+    Grow { n: usize },
+}
+
+/// Why an input was refused: a control frame from a slot that may not send it (not an alive
+/// replica of the right rank). It changed nothing; the driver treats it as a protocol error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Refused {
+    pub from: usize,
+}
+
+/// A message waited in the reorder queue for the stall limit: the one before it in its
+/// channel was lost with a dead replica, and the job cannot go on ([`Output::ChannelLost`]).
+/// The driver, which keeps the history table, names the lost message with [`Self::cause`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LostChannel {
+    /// The rank the channel comes from.
+    pub rank: usize,
+    pub comm: u32,
+    pub tag: i32,
+    /// The first parked message's sequence.
+    pub first: u64,
+    /// How long it waited.
+    pub waited: Duration,
+}
+
+impl LostChannel {
+    /// The cause of the job's end, `want` being the channel's next expected sequence (the
+    /// history table's).
+    pub fn cause(&self, want: u64) -> String {
+        format!(
+            "message {want} of its channel (communicator {}, tag {}) was lost with a dead replica; message {} waited \
+             {:.1} s for it",
+            self.comm,
+            self.tag,
+            self.first,
+            self.waited.as_secs_f64()
+        )
+    }
 }
 
 /// A message of the backup table: its payload, and the user's send when lent (it completes
@@ -276,14 +365,14 @@ pub struct Endpoint<P, U> {
     choice_unacked: FastSet<TxId>,
     /// The choice frame of (point, slot) awaiting its acknowledgement.
     choice_tx: FastMap<(u64, usize), TxId>,
-    out: VecDeque<Action<P, U>>,
+    out: VecDeque<Output<P, U>>,
     now: Duration,
     /// Reused lists of slots and of pruned backups (no allocation per message).
     scratch_slots: Vec<usize>,
     scratch_pruned: Vec<(MsgId, Kept<P, U>)>,
     scratch_seqs: Vec<u64>,
     /// The program handles failures: a rank that loses every replica is reported
-    /// ([`Action::RankLost`]) instead of ending the job.
+    /// ([`Output::RankLost`]) instead of ending the job.
     notify: bool,
 }
 
@@ -329,7 +418,7 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
     /// Covers the ranks of a universe of `n` ranks: the processes of a spawn (its children,
     /// or the parents and their earlier children seen from a child) are slots of the same
     /// numbering ([`Layout::grown`]), with per-slot state like the job's own.
-    pub fn grow(&mut self, n: usize) {
+    fn grow(&mut self, n: usize) {
         self.coord.grow(n);
         let slots = self.coord.layout().slots();
         if slots > self.suspected.len() {
@@ -341,7 +430,7 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
     }
 
     /// The program handles failures (`Policy::Notify`): a rank that loses every replica no
-    /// longer ends the job ([`Action::RankLost`] instead of [`Action::Fatal`]); synchronous
+    /// longer ends the job ([`Output::RankLost`] instead of [`Output::Fatal`]); synchronous
     /// sends to it complete, and messages of its channels waiting for an earlier one that
     /// died with it are dropped.
     pub fn set_notify(&mut self, on: bool) {
@@ -393,11 +482,6 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
     /// Sets the stall limit (known once the failure detector is configured).
     pub fn set_stall_limit(&mut self, limit: Option<Duration>) {
         self.cfg.stall_limit = limit;
-    }
-
-    /// The next action for the driver.
-    pub fn poll_action(&mut self) -> Option<Action<P, U>> {
-        self.out.pop_front()
     }
 
     /// Whether a non-master's send of `len` bytes must be lent (the user's buffer is the
@@ -462,7 +546,7 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
 
     /// The program reached a send (algorithm 4). The master transmits it (now, or once its
     /// choices are acknowledged); a non-master keeps it until its master commits it. `user`
-    /// completes ([`Action::Complete`]) when the payload is no longer needed.
+    /// completes ([`Output::Complete`]) when the payload is no longer needed.
     pub fn send(&mut self, now: Duration, mid: MsgId, payload: P, sync: bool, user: U) {
         self.now = now;
         let order = self.sends;
@@ -484,7 +568,7 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
             SendAction::Stored if lent => {}
             SendAction::Stored => {
                 self.backup_bytes += len;
-                self.out.push_back(Action::Complete(user));
+                self.out.push_back(Output::Complete(user));
             }
             SendAction::Committed => {
                 // Committed by a master that ran ahead: kept with the recent ones all the
@@ -495,7 +579,7 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
                 if let Some(p) = slot.take().filter(|_| !lent && !acked) {
                     self.keep_recent(order, mid, p);
                 }
-                self.out.push_back(Action::Complete(user));
+                self.out.push_back(Output::Complete(user));
             }
             SendAction::Transmit { .. } => unreachable!("a non-master does not transmit"),
         }
@@ -516,10 +600,10 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
             let n = targets.len();
             for (index, &to) in targets.iter().enumerate() {
                 let step = Step { index, last: index + 1 == n };
-                self.out.push_back(Action::Transmit { to, tx: None, frame: Frame::Commit { mid, acked }, step });
+                self.out.push_back(Output::Transmit { to, tx: None, frame: Frame::Commit { mid, acked }, step });
             }
             self.scratch_slots = targets;
-            self.out.push_back(Action::Committed { mid });
+            self.out.push_back(Output::Committed { mid });
         }
     }
 
@@ -555,7 +639,7 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
                 continue;
             }
             let frame = Frame::Data { mid: q.mid, payload: q.payload.share(), sync: q.sync };
-            self.out.push_back(Action::Transmit {
+            self.out.push_back(Output::Transmit {
                 to: slot,
                 tx: Some(tx),
                 frame,
@@ -563,7 +647,7 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
             });
         }
         self.scratch_slots = dests;
-        self.out.push_back(Action::FannedOut { mid: q.mid });
+        self.out.push_back(Output::FannedOut { mid: q.mid });
         if n == 0 {
             self.fanout_done(f);
         }
@@ -601,13 +685,13 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
             let step = Step { index, last: index + 1 == n };
             if pull.contains(&slot) && !self.suspected[slot] {
                 let frame = Frame::RndvData { mid: q.mid, payload: q.payload.share() };
-                self.out.push_back(Action::Transmit { to: slot, tx: None, frame, step });
+                self.out.push_back(Output::Transmit { to: slot, tx: None, frame, step });
             } else if waiting.contains(&slot) && !self.suspected[slot] {
                 let frame = Frame::Rts { mid: q.mid, len, sync: q.sync };
-                self.out.push_back(Action::Transmit { to: slot, tx: None, frame, step });
+                self.out.push_back(Output::Transmit { to: slot, tx: None, frame, step });
             }
         }
-        self.out.push_back(Action::FannedOut { mid: q.mid });
+        self.out.push_back(Output::FannedOut { mid: q.mid });
         self.fanouts.insert(
             f,
             Fanout {
@@ -627,7 +711,7 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
 
     /// A destination replica `from` pulled (`have` false: matched the announcement) or has
     /// (`have` true) the rendez-vous message `mid` of this rank.
-    pub fn on_pull(&mut self, from: usize, mid: MsgId, have: bool) -> bool {
+    fn on_pull(&mut self, from: usize, mid: MsgId, have: bool) -> bool {
         if self.coord.is_dead(from)
             || self.layout().rank_of(from) != mid.dst as usize
             || mid.src as usize != self.rank()
@@ -658,7 +742,7 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
             }
         } else if rv.undone.contains(&from) && !self.suspected[from] {
             let frame = Frame::RndvData { mid, payload: rv.payload.share() };
-            self.out.push_back(Action::Transmit { to: from, tx: None, frame, step: Step { index: 0, last: true } });
+            self.out.push_back(Output::Transmit { to: from, tx: None, frame, step: Step { index: 0, last: true } });
         }
         // A synchronous send waiting for its acknowledgement only.
         if self.fanouts.get(f).is_some_and(|fo| fo.written) {
@@ -673,7 +757,7 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
         let to: Vec<usize> = self.coord.alive_slots(mid.src as usize).filter(|&s| !self.suspected[s]).collect();
         let n = to.len();
         for (index, slot) in to.into_iter().enumerate() {
-            self.out.push_back(Action::Transmit {
+            self.out.push_back(Output::Transmit {
                 to: slot,
                 tx: None,
                 frame: frame(),
@@ -742,13 +826,13 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
         }
         let fo = self.fanouts.remove(f).expect("live fan-out");
         if let Some(u) = fo.user {
-            self.out.push_back(Action::Complete(u));
+            self.out.push_back(Output::Complete(u));
         }
         self.flush();
     }
 
     /// A destination replica `from` matched this rank's synchronous message `mid`.
-    pub fn on_sync_ack(&mut self, from: usize, mid: MsgId) -> bool {
+    fn on_sync_ack(&mut self, from: usize, mid: MsgId) -> bool {
         if self.coord.is_dead(from)
             || self.layout().rank_of(from) != mid.dst as usize
             || mid.src as usize != self.rank()
@@ -771,7 +855,7 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
     /// acknowledge what it had written): the committed copies are dropped rather than kept
     /// for a takeover — the destinations have them, and a destination that drops its
     /// connection to a suspect first takes the data its kernel holds.
-    pub fn on_commit(&mut self, from: usize, mid: MsgId, acked: bool) -> bool {
+    fn on_commit(&mut self, from: usize, mid: MsgId, acked: bool) -> bool {
         let mut pruned = std::mem::take(&mut self.scratch_pruned);
         let ok = self.coord.on_commit(from, mid, |m, k| pruned.push((m, k)));
         if ok && !self.pulls.is_empty() {
@@ -779,7 +863,7 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
         }
         for (m, k) in pruned.drain(..) {
             match k.user {
-                Some(u) => self.out.push_back(Action::Complete(u)),
+                Some(u) => self.out.push_back(Output::Complete(u)),
                 None => {
                     self.backup_bytes -= k.payload.len();
                     // A large message pruned by a later small one's commit was only announced.
@@ -903,7 +987,7 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
         let to: Vec<usize> = self.coord.alive_slots(mid.src as usize).filter(|&s| !self.suspected[s]).collect();
         let n = to.len();
         for (index, slot) in to.into_iter().enumerate() {
-            self.out.push_back(Action::Transmit {
+            self.out.push_back(Output::Transmit {
                 to: slot,
                 tx: None,
                 frame: Frame::SyncAck { mid },
@@ -979,14 +1063,14 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
 
     /// A choice frame from `from`: learned if it is an alive replica of this rank, and
     /// acknowledged.
-    pub fn on_choice(&mut self, from: usize, point: u64, outcome: Outcome) -> bool {
+    fn on_choice(&mut self, from: usize, point: u64, outcome: Outcome) -> bool {
         if !self.from_own_replica(from) {
             return false;
         }
         self.choices.learn(point, outcome);
         if !self.suspected[from] {
             let step = Step { index: 0, last: true };
-            self.out.push_back(Action::Transmit { to: from, tx: None, frame: Frame::ChoiceAck { point }, step });
+            self.out.push_back(Output::Transmit { to: from, tx: None, frame: Frame::ChoiceAck { point }, step });
         }
         true
     }
@@ -1032,7 +1116,7 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
                 continue;
             }
             let step = Step { index, last: index + 1 == n };
-            self.out.push_back(Action::Transmit { to: slot, tx: None, frame: Frame::ChoiceQuery, step });
+            self.out.push_back(Output::Transmit { to: slot, tx: None, frame: Frame::ChoiceQuery, step });
         }
         self.recovered();
     }
@@ -1049,7 +1133,7 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
     }
 
     /// A new master (`from`) asks what this replica knows.
-    pub fn on_choice_query(&mut self, from: usize) -> bool {
+    fn on_choice_query(&mut self, from: usize) -> bool {
         if !self.from_own_replica(from) {
             return false;
         }
@@ -1058,19 +1142,19 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
         }
         let step = Step { index: 0, last: false };
         for (point, outcome) in self.choices.relay() {
-            self.out.push_back(Action::Transmit {
+            self.out.push_back(Output::Transmit {
                 to: from,
                 tx: None,
                 frame: Frame::Choice { comm: u32::MAX, point, outcome },
                 step,
             });
         }
-        self.out.push_back(Action::Transmit { to: from, tx: None, frame: Frame::ChoicesTold, step });
+        self.out.push_back(Output::Transmit { to: from, tx: None, frame: Frame::ChoicesTold, step });
         true
     }
 
     /// Replica `from` told everything it knows.
-    pub fn on_choices_told(&mut self, from: usize) -> bool {
+    fn on_choices_told(&mut self, from: usize) -> bool {
         if !self.from_own_replica(from) {
             return false;
         }
@@ -1083,7 +1167,7 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
     }
 
     /// Replica `from` acknowledged choice point `point`.
-    pub fn on_choice_ack(&mut self, from: usize, point: u64) -> bool {
+    fn on_choice_ack(&mut self, from: usize, point: u64) -> bool {
         if !self.from_own_replica(from) {
             return false;
         }
@@ -1120,7 +1204,7 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
                 continue;
             }
             let frame = Frame::Choice { comm, point: c, outcome };
-            self.out.push_back(Action::Transmit {
+            self.out.push_back(Output::Transmit {
                 to: slot,
                 tx: None,
                 frame,
@@ -1137,17 +1221,17 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
     // ------------------------------------------------------------------ failures
 
     /// This process suspects `slot` (a broken connection, a stall, the failure detector).
-    /// Only the launcher declares deaths: the suspicion is reported ([`Action::Suspect`]),
+    /// Only the launcher declares deaths: the suspicion is reported ([`Output::Suspect`]),
     /// nothing more goes to the slot, and its unwritten transmissions are held until the
     /// verdict — unless it said goodbye (`bye`: it has everything it needs).
-    pub fn suspect(&mut self, now: Duration, slot: usize, cause: &str, bye: bool) {
+    fn suspect(&mut self, now: Duration, slot: usize, cause: &str, bye: bool) {
         self.now = now;
         if slot >= self.suspected.len() || slot == self.me() {
             return;
         }
         let first = !std::mem::replace(&mut self.suspected[slot], true);
         if first && !self.coord.is_dead(slot) {
-            self.out.push_back(Action::Suspect { slot, cause: cause.to_string() });
+            self.out.push_back(Output::Suspect { slot, cause: cause.to_string() });
         }
         let mine: Vec<TxId> = self
             .txs
@@ -1196,7 +1280,7 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
     /// written, and if it was this rank's master and this process is the lowest alive
     /// replica, it takes over: what the dead master committed lately (its last writes may
     /// have died in its kernel) and then its backup table are transmitted and committed.
-    pub fn declared_dead(&mut self, now: Duration, slot: usize) {
+    fn declared_dead(&mut self, now: Duration, slot: usize) {
         self.now = now;
         if slot >= self.suspected.len() {
             return;
@@ -1245,14 +1329,14 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
                 again.sort_by_key(|m| (m.comm, m.dst, m.tag));
                 self.commits.extend(again.into_iter().map(|m| (m, false)));
                 self.start_recovery();
-                self.out.push_back(Action::TookOver { count });
+                self.out.push_back(Output::TookOver { count });
             }
             Recovery::RankLost { rank } if self.notify => {
                 self.rank_lost(rank);
-                self.out.push_back(Action::RankLost { rank });
+                self.out.push_back(Output::RankLost { rank });
             }
             Recovery::RankLost { rank } => {
-                self.out.push_back(Action::Fatal { rank, cause: "all replicas for that rank failed".into() });
+                self.out.push_back(Output::Fatal { rank, cause: "all replicas for that rank failed".into() });
             }
         }
         let held = std::mem::take(&mut self.held[slot]);
@@ -1314,24 +1398,16 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
 
     /// Time passes: a destination that took nothing of an unwritten transmission for the
     /// stall limit is suspected; a message parked for that long waits for one lost with a
-    /// dead replica (the job cannot go on). `next` gives the history table's next expected
-    /// sequence of a channel, for the message.
-    pub fn poll(&mut self, now: Duration, next: impl Fn(u32, u32, i32) -> u64) {
+    /// dead replica (the job cannot go on: [`Output::ChannelLost`]).
+    fn timers(&mut self, now: Duration) {
         self.now = now;
         let Some(limit) = self.cfg.stall_limit else { return };
         if let Some(since) = self.early_since {
             if now.saturating_sub(since) > limit {
                 if let Some((&(comm, src, tag), q)) = self.early.iter().next() {
                     let first = q.keys().next().copied().unwrap_or(0);
-                    let want = next(comm, src, tag);
-                    self.out.push_back(Action::Fatal {
-                        rank: src as usize,
-                        cause: format!(
-                            "message {want} of its channel (communicator {comm}, tag {tag}) was lost with a dead \
-                             replica; message {first} waited {:.1} s for it",
-                            limit.as_secs_f64()
-                        ),
-                    });
+                    let lost = LostChannel { rank: src as usize, comm, tag, first, waited: limit };
+                    self.out.push_back(Output::ChannelLost(lost));
                     self.early_since = None;
                     self.early.clear();
                 }
@@ -1348,8 +1424,22 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
         }
     }
 
-    /// When [`Self::poll`] should run next (`None`: no timer).
-    pub fn next_deadline(&self) -> Option<Duration> {
+    /// A control frame from `from`: whether it was accepted.
+    fn control(&mut self, input: Input) -> (usize, bool) {
+        match input {
+            Input::Commit { from, mid, acked } => (from, self.on_commit(from, mid, acked)),
+            Input::Choice { from, point, outcome } => (from, self.on_choice(from, point, outcome)),
+            Input::ChoiceAck { from, point } => (from, self.on_choice_ack(from, point)),
+            Input::ChoiceQuery { from } => (from, self.on_choice_query(from)),
+            Input::ChoicesTold { from } => (from, self.on_choices_told(from)),
+            Input::SyncAck { from, mid } => (from, self.on_sync_ack(from, mid)),
+            Input::Pull { from, mid, have } => (from, self.on_pull(from, mid, have)),
+            Input::Suspect { .. } | Input::DeclaredDead { .. } | Input::Grow { .. } => unreachable!("not a frame"),
+        }
+    }
+
+    /// When [`Self::timers`] should run next (`None`: no timer).
+    fn next_deadline(&self) -> Option<Duration> {
         let limit = self.cfg.stall_limit?;
         let stall = (0..self.unwritten.len())
             .filter(|&s| self.unwritten[s] > 0 && !self.suspected[s])
@@ -1363,9 +1453,58 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
     }
 }
 
+impl<P: Payload, U: Copy + PartialEq> Machine for Endpoint<P, U> {
+    type Input = Input;
+    type Output = Output<P, U>;
+    type Rejected = Refused;
+
+    /// Feeds a rare event. Control frames from a slot that may not send them are refused
+    /// (and change nothing). A control frame takes the time of the latest event unless the
+    /// driver reads its clock for it: pass [`Endpoint::now`] to keep it.
+    fn handle_input(&mut self, now: Time, input: Input) -> Result<(), Refused> {
+        let (from, ok) = match input {
+            Input::Suspect { slot, cause, bye } => {
+                self.suspect(now, slot, &cause, bye);
+                return Ok(());
+            }
+            Input::DeclaredDead { slot } => {
+                self.declared_dead(now, slot);
+                return Ok(());
+            }
+            Input::Grow { n } => {
+                self.now = now;
+                self.grow(n);
+                return Ok(());
+            }
+            other => {
+                self.now = now;
+                self.control(other)
+            }
+        };
+        if ok {
+            Ok(())
+        } else {
+            Err(Refused { from })
+        }
+    }
+
+    fn handle_timeout(&mut self, now: Time) {
+        self.timers(now);
+    }
+
+    fn poll_output(&mut self) -> Option<Output<P, U>> {
+        self.out.pop_front()
+    }
+
+    fn poll_timeout(&self) -> Option<Time> {
+        self.next_deadline()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::machine::Machine;
 
     /// A test payload: a value and a size; `lent` marks a user's buffer.
     #[derive(Debug, Clone, PartialEq, Eq)]
@@ -1398,14 +1537,14 @@ mod tests {
         MsgId { comm: 0, src, dst, tag: 0, seq }
     }
 
-    fn drain(e: &mut Endpoint<V, u32>) -> Vec<Action<V, u32>> {
-        std::iter::from_fn(|| e.poll_action()).collect()
+    fn drain(e: &mut Endpoint<V, u32>) -> Vec<Output<V, u32>> {
+        e.drain_outputs()
     }
 
-    fn txs(a: &[Action<V, u32>]) -> Vec<(usize, TxId)> {
+    fn txs(a: &[Output<V, u32>]) -> Vec<(usize, TxId)> {
         a.iter()
             .filter_map(|a| match a {
-                Action::Transmit { to, tx: Some(tx), .. } => Some((*to, *tx)),
+                Output::Transmit { to, tx: Some(tx), .. } => Some((*to, *tx)),
                 _ => None,
             })
             .collect()
@@ -1422,13 +1561,13 @@ mod tests {
         let a = drain(&mut e);
         let t = txs(&a);
         assert_eq!(t.iter().map(|x| x.0).collect::<Vec<_>>(), vec![4, 5]);
-        assert!(!a.iter().any(|a| matches!(a, Action::Complete(_))));
+        assert!(!a.iter().any(|a| matches!(a, Output::Complete(_))));
         e.written(T, t[0].1);
         assert!(drain(&mut e).is_empty(), "no commit before every copy is written");
         e.written(T, t[1].1);
         let a = drain(&mut e);
-        assert!(a.iter().any(|a| matches!(a, Action::Transmit { to: 3, frame: Frame::Commit { .. }, .. })), "{a:?}");
-        assert!(a.contains(&Action::Complete(100)));
+        assert!(a.iter().any(|a| matches!(a, Output::Transmit { to: 3, frame: Frame::Commit { .. }, .. })), "{a:?}");
+        assert!(a.contains(&Output::Complete(100)));
         assert!(e.idle());
     }
 
@@ -1445,11 +1584,11 @@ mod tests {
         e.written(T, t[0].1);
         // Child rank 3's master dies: declared by its own job, told to the parents.
         e.suspect(T, 7, "connection closed", false);
-        assert_eq!(drain(&mut e), vec![Action::Suspect { slot: 7, cause: "connection closed".into() }]);
+        assert_eq!(drain(&mut e), vec![Output::Suspect { slot: 7, cause: "connection closed".into() }]);
         e.declared_dead(T, 7);
         let a = drain(&mut e);
-        assert!(a.contains(&Action::Complete(1)), "{a:?}");
-        assert!(a.iter().any(|a| matches!(a, Action::Transmit { to: 1, frame: Frame::Commit { .. }, .. })), "{a:?}");
+        assert!(a.contains(&Output::Complete(1)), "{a:?}");
+        assert!(a.iter().any(|a| matches!(a, Output::Transmit { to: 1, frame: Frame::Commit { .. }, .. })), "{a:?}");
         // Growing again keeps what is known: the dead stay dead, later sends skip them.
         e.grow(3);
         e.send(T, mid(0, 3, 1), v(6), false, 2);
@@ -1488,6 +1627,30 @@ mod tests {
     }
 
     #[test]
+    fn rare_events_go_in_as_inputs_and_forged_control_frames_are_refused() {
+        // n = 2, r = 2: slot 1 is rank 0's replica, slot 0 its master; slots 2, 3 are rank 1.
+        let l = Layout::new(2, 2);
+        let mut e: Endpoint<V, u32> = Endpoint::new(l, 1, Config::default());
+        e.send(T, mid(0, 1, 0), v(1), false, 1);
+        assert_eq!(drain(&mut e), vec![Output::Complete(1)]);
+        let forged = Input::Commit { from: 2, mid: mid(0, 1, 0), acked: false };
+        assert_eq!(e.handle_input(T, forged), Err(Refused { from: 2 }));
+        assert!(e.backup_pending(), "a refused commit changes nothing");
+        assert_eq!(e.handle_input(T, Input::Commit { from: 0, mid: mid(0, 1, 0), acked: false }), Ok(()));
+        assert!(!e.backup_pending());
+        assert_eq!(e.handle_input(T, Input::ChoiceQuery { from: 3 }), Err(Refused { from: 3 }));
+        let cause = "connection closed".to_string();
+        assert_eq!(e.handle_input(T, Input::Suspect { slot: 0, cause, bye: false }), Ok(()));
+        assert!(matches!(&drain(&mut e)[..], [Output::Suspect { slot: 0, .. }]));
+        assert_eq!(e.handle_input(T, Input::DeclaredDead { slot: 0 }), Ok(()));
+        assert!(e.is_master(), "took over");
+        assert!(drain(&mut e).contains(&Output::TookOver { count: 1 }), "the recent copy is sent again");
+        assert_eq!(e.handle_input(T, Input::Grow { n: 3 }), Ok(()));
+        assert_eq!(e.layout(), Layout::new(3, 2));
+        assert_eq!(e.poll_timeout(), None, "no stall limit: no timer");
+    }
+
+    #[test]
     fn synchronous_send_waits_for_an_acknowledgement() {
         let l = Layout::new(2, 2);
         let mut e: Endpoint<V, u32> = Endpoint::new(l, 0, Config::default());
@@ -1496,10 +1659,10 @@ mod tests {
         for (_, tx) in &t {
             e.written(T, *tx);
         }
-        assert!(!drain(&mut e).contains(&Action::Complete(9)));
+        assert!(!drain(&mut e).contains(&Output::Complete(9)));
         assert!(!e.on_sync_ack(1, mid(0, 1, 0)), "from a replica of the wrong rank");
         assert!(e.on_sync_ack(3, mid(0, 1, 0)));
-        assert_eq!(drain(&mut e), vec![Action::Complete(9)]);
+        assert_eq!(drain(&mut e), vec![Output::Complete(9)]);
     }
 
     #[test]
@@ -1511,7 +1674,7 @@ mod tests {
         e.written(T, t[0].1);
         e.suspect(T, 3, "connection closed", false);
         let a = drain(&mut e);
-        assert_eq!(a, vec![Action::Suspect { slot: 3, cause: "connection closed".into() }]);
+        assert_eq!(a, vec![Output::Suspect { slot: 3, cause: "connection closed".into() }]);
         // A late completion of the dropped connection does not count.
         e.written(T, t[1].1);
         assert!(drain(&mut e).is_empty());
@@ -1521,10 +1684,10 @@ mod tests {
         assert_eq!(txs(&a).iter().map(|x| x.0).collect::<Vec<_>>(), vec![2]);
         e.declared_dead(T, 3);
         let a = drain(&mut e);
-        assert!(a.contains(&Action::Complete(1)), "{a:?}");
+        assert!(a.contains(&Output::Complete(1)), "{a:?}");
         assert!(a
             .iter()
-            .any(|a| matches!(a, Action::Transmit { to: 1, frame: Frame::Commit { mid, .. }, .. } if mid.seq == 0)));
+            .any(|a| matches!(a, Output::Transmit { to: 1, frame: Frame::Commit { mid, .. }, .. } if mid.seq == 0)));
     }
 
     #[test]
@@ -1535,7 +1698,7 @@ mod tests {
         assert!(!e.must_lend(8));
         assert!(e.must_lend(17));
         e.send(T, mid(0, 1, 0), v(0), false, 10);
-        assert_eq!(drain(&mut e), vec![Action::Complete(10)], "a copy: complete at once");
+        assert_eq!(drain(&mut e), vec![Output::Complete(10)], "a copy: complete at once");
         e.send(T, mid(0, 1, 1), V { v: 1, len: 64, lent: true }, false, 11);
         assert!(drain(&mut e).is_empty(), "lent: completes on commit");
         e.send(T, mid(0, 1, 2), v(2), false, 12);
@@ -1546,11 +1709,11 @@ mod tests {
         assert_eq!(e.backup_bytes(), 8);
         e.declared_dead(T, 0);
         let a = drain(&mut e);
-        assert!(a.contains(&Action::TookOver { count: 3 }), "{a:?}");
+        assert!(a.contains(&Output::TookOver { count: 3 }), "{a:?}");
         let sent: Vec<u64> = a
             .iter()
             .filter_map(|a| match a {
-                Action::Transmit { frame: Frame::Data { mid, .. }, .. } => Some(mid.seq),
+                Output::Transmit { frame: Frame::Data { mid, .. }, .. } => Some(mid.seq),
                 _ => None,
             })
             .collect();
@@ -1559,7 +1722,7 @@ mod tests {
             e.written(T, tx);
         }
         let a = drain(&mut e);
-        assert!(a.contains(&Action::Complete(11)), "the lent send completes once transmitted: {a:?}");
+        assert!(a.contains(&Output::Complete(11)), "the lent send completes once transmitted: {a:?}");
     }
 
     #[test]
@@ -1592,7 +1755,7 @@ mod tests {
         let sent: Vec<(i32, u64)> = a
             .iter()
             .filter_map(|a| match a {
-                Action::Transmit { frame: Frame::Data { mid, .. }, .. } => Some((mid.tag, mid.seq)),
+                Output::Transmit { frame: Frame::Data { mid, .. }, .. } => Some((mid.tag, mid.seq)),
                 _ => None,
             })
             .collect();
@@ -1612,10 +1775,10 @@ mod tests {
         e.declared_dead(T, 0);
         let a = drain(&mut e);
         assert!(
-            a.iter().any(|a| matches!(a, Action::Transmit { to: 2, frame: Frame::Commit { mid, acked: false }, .. } if mid.seq == 0)),
+            a.iter().any(|a| matches!(a, Output::Transmit { to: 2, frame: Frame::Commit { mid, acked: false }, .. } if mid.seq == 0)),
             "committed again, never flagged acknowledged: {a:?}"
         );
-        assert!(!a.iter().any(|a| matches!(a, Action::Transmit { frame: Frame::Data { .. }, .. })), "{a:?}");
+        assert!(!a.iter().any(|a| matches!(a, Output::Transmit { frame: Frame::Data { .. }, .. })), "{a:?}");
     }
 
     #[test]
@@ -1628,7 +1791,7 @@ mod tests {
         let to: Vec<usize> = a
             .iter()
             .filter_map(|a| match a {
-                Action::Transmit { to, frame: Frame::Choice { .. }, .. } => Some(*to),
+                Output::Transmit { to, frame: Frame::Choice { .. }, .. } => Some(*to),
                 _ => None,
             })
             .collect();
@@ -1649,7 +1812,7 @@ mod tests {
         let mut r: Endpoint<V, u32> = Endpoint::new(l, 1, Config::default());
         assert!(r.on_choice(0, 4, None));
         assert_eq!(r.choice_known(4), Some(None));
-        assert!(matches!(&drain(&mut r)[..], [Action::Transmit { to: 0, frame: Frame::ChoiceAck { point: 4 }, .. }]));
+        assert!(matches!(&drain(&mut r)[..], [Output::Transmit { to: 0, frame: Frame::ChoiceAck { point: 4 }, .. }]));
     }
 
     #[test]
@@ -1661,11 +1824,11 @@ mod tests {
         let t = txs(&drain(&mut e));
         e.written(Duration::from_secs(1), t[0].1);
         e.progress(Duration::from_secs(1), 3);
-        assert_eq!(e.next_deadline(), Some(Duration::from_secs(3)));
-        e.poll(Duration::from_millis(2500), |_, _, _| 0);
+        assert_eq!(e.poll_timeout(), Some(Duration::from_secs(3)));
+        e.handle_timeout(Duration::from_millis(2500));
         assert!(drain(&mut e).is_empty());
-        e.poll(Duration::from_millis(3100), |_, _, _| 0);
-        assert!(matches!(&drain(&mut e)[..], [Action::Suspect { slot: 3, .. }]));
+        e.handle_timeout(Duration::from_millis(3100));
+        assert!(matches!(&drain(&mut e)[..], [Output::Suspect { slot: 3, .. }]));
 
         e.park(
             Duration::from_secs(4),
@@ -1673,8 +1836,11 @@ mod tests {
             Parked { data: v(5), sync: false, rts: None },
         );
         assert!(e.unpark(0, 1, 0, 4).is_none());
-        e.poll(Duration::from_millis(6100), |_, _, _| 4);
-        assert!(matches!(&drain(&mut e)[..], [Action::Fatal { rank: 1, .. }]));
+        e.handle_timeout(Duration::from_millis(6100));
+        let a = drain(&mut e);
+        let [Output::ChannelLost(lost)] = &a[..] else { panic!("{a:?}") };
+        assert_eq!((lost.rank, lost.first), (1, 5));
+        assert!(lost.cause(4).starts_with("message 4 of its channel"), "{}", lost.cause(4));
     }
 
     #[test]
@@ -1690,21 +1856,21 @@ mod tests {
         let rts: Vec<usize> = a
             .iter()
             .filter_map(|a| match a {
-                Action::Transmit { to, frame: Frame::Rts { len: 1000, .. }, .. } => Some(*to),
+                Output::Transmit { to, frame: Frame::Rts { len: 1000, .. }, .. } => Some(*to),
                 _ => None,
             })
             .collect();
         assert_eq!(rts, vec![2, 3], "announced, no data yet");
         assert!(e.on_pull(2, m, false));
         let a = drain(&mut e);
-        assert!(matches!(&a[..], [Action::Transmit { to: 2, frame: Frame::RndvData { .. }, .. }]), "{a:?}");
+        assert!(matches!(&a[..], [Output::Transmit { to: 2, frame: Frame::RndvData { .. }, .. }]), "{a:?}");
         assert!(e.on_pull(2, m, true));
         assert!(drain(&mut e).is_empty(), "slot 3 does not have it yet");
         // Slot 3 dies before pulling: the message is complete without it.
         e.declared_dead(T, 3);
         let a = drain(&mut e);
-        assert!(a.iter().any(|a| matches!(a, Action::Transmit { to: 1, frame: Frame::Commit { .. }, .. })), "{a:?}");
-        assert!(a.contains(&Action::Complete(5)));
+        assert!(a.iter().any(|a| matches!(a, Output::Transmit { to: 1, frame: Frame::Commit { .. }, .. })), "{a:?}");
+        assert!(a.contains(&Output::Complete(5)));
 
         // A replica that takes over knows who pulled and who has the message.
         let mut r: Endpoint<V, u32> = Endpoint::new(l, 1, cfg);
@@ -1716,8 +1882,8 @@ mod tests {
         let data: Vec<usize> = a
             .iter()
             .filter_map(|a| match a {
-                Action::Transmit { to, frame: Frame::RndvData { .. }, .. } => Some(*to),
-                Action::Transmit { frame: Frame::Rts { .. }, .. } => panic!("announced again: {a:?}"),
+                Output::Transmit { to, frame: Frame::RndvData { .. }, .. } => Some(*to),
+                Output::Transmit { frame: Frame::Rts { .. }, .. } => panic!("announced again: {a:?}"),
                 _ => None,
             })
             .collect();
@@ -1754,19 +1920,19 @@ mod tests {
                 e.written(T, tx);
             }
             // Written everywhere, committed, but a synchronous send waits for a match.
-            assert!(!drain(&mut e).iter().any(|a| matches!(a, Action::Complete(100))));
+            assert!(!drain(&mut e).iter().any(|a| matches!(a, Output::Complete(100))));
             e.park(T, MsgId { comm: 0, src: 2, dst: 0, tag: 0, seq: 3 }, Parked { data: v(3), sync: false, rts: None });
             e.declared_dead(T, 4);
-            assert!(drain(&mut e).iter().all(|a| !matches!(a, Action::RankLost { .. } | Action::Fatal { .. })));
+            assert!(drain(&mut e).iter().all(|a| !matches!(a, Output::RankLost { .. } | Output::Fatal { .. })));
             e.declared_dead(T, 5);
             let a = drain(&mut e);
             if notify {
-                assert!(a.contains(&Action::RankLost { rank: 2 }), "{a:?}");
-                assert!(a.contains(&Action::Complete(100)), "the synchronous send to the lost rank completes: {a:?}");
-                assert!(!a.iter().any(|a| matches!(a, Action::Fatal { .. })));
+                assert!(a.contains(&Output::RankLost { rank: 2 }), "{a:?}");
+                assert!(a.contains(&Output::Complete(100)), "the synchronous send to the lost rank completes: {a:?}");
+                assert!(!a.iter().any(|a| matches!(a, Output::Fatal { .. })));
                 assert_eq!(e.early_len(), 0, "what the lost rank's channels waited for never comes");
             } else {
-                assert!(matches!(&a[..], [Action::Fatal { rank: 2, .. }]), "{a:?}");
+                assert!(matches!(&a[..], [Output::Fatal { rank: 2, .. }]), "{a:?}");
             }
         }
     }

@@ -120,9 +120,12 @@ fn classify<R>(req: R, pat: Pattern, o: Outcome) -> Post<R> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::endpoint::Config;
+    use super::super::endpoint::{Config, Input};
     use super::super::Layout;
     use super::*;
+    use crate::machine::Machine;
+
+    const T: std::time::Duration = std::time::Duration::ZERO;
 
     /// No data: the test sends nothing.
     #[derive(Debug, Clone)]
@@ -162,9 +165,9 @@ mod tests {
         assert_eq!(w.len(), 2);
         assert_eq!(w.next(&mut follower), None, "no choice arrived yet");
         // The master's choice of the second point alone does not release the first.
-        assert!(follower.on_choice(0, 1, Some((1, 7, 8))));
+        assert!(follower.handle_input(T, Input::Choice { from: 0, point: 1, outcome: Some((1, 7, 8)) }).is_ok());
         assert_eq!(w.next(&mut follower), None);
-        assert!(follower.on_choice(0, 0, Some((1, 7, 16))));
+        assert!(follower.handle_input(T, Input::Choice { from: 0, point: 0, outcome: Some((1, 7, 16)) }).is_ok());
         let exact = Pattern { comm: 4, src: Some(1), tag: Some(7) };
         assert_eq!(w.next(&mut follower), Some(Post::Exact { req: 1, pat: exact }));
         assert_eq!(w.next(&mut follower), Some(Post::Exact { req: 2, pat: exact }));

@@ -651,6 +651,7 @@ fn replicated_cmd(a: &ReplArgs) -> Result<()> {
             faults: a.faults,
             acked_commits: !a.no_acked_commits,
             drain: !a.no_drain,
+            ..JobConfig::default()
         };
         let rep = run(seed, cfg);
         (seed, n, r, rep)

@@ -1091,7 +1091,7 @@ impl Engine {
                 if n > l.n {
                     *l = l.grown(n);
                     if let Some(rp) = self.repl.as_mut() {
-                        rp.ep.grow(n);
+                        rp.grow(n);
                     }
                     (self.upcalls.retell_failures)();
                 }
@@ -2207,9 +2207,9 @@ impl Engine {
                 if mid.src as i32 == self.rank && mid.dst as i32 == peer {
                     if let Some(rp) = self.repl.as_mut() {
                         if h.flags & (flags::PULL | flags::HAVE) != 0 {
-                            rp.ep.on_pull(slot as usize, mid, h.flags & flags::HAVE != 0);
+                            rp.on_pull(slot as usize, mid, h.flags & flags::HAVE != 0);
                         } else {
-                            rp.ep.on_sync_ack(slot as usize, mid);
+                            rp.on_sync_ack(slot as usize, mid);
                         }
                     }
                 }
@@ -2242,7 +2242,7 @@ impl Engine {
                 return Ok(());
             }
             let acked = h.flags & p2pmpi_wire::frame::flags::ACKED != 0;
-            if !rp.ep.on_commit(slot as usize, mid, acked) {
+            if !rp.on_commit(slot as usize, mid, acked) {
                 return Err(ConnError::Protocol(format!(
                     "commit of {mid:?} from slot {slot}, not a replica of this rank"
                 )));
@@ -2257,17 +2257,17 @@ impl Engine {
             }
             let from = slot as usize;
             let ok = if h.flags & flags::ACK != 0 {
-                rp.ep.on_choice_ack(from, mid.seq)
+                rp.on_choice_ack(from, mid.seq)
             } else if h.flags & flags::QUERY != 0 {
-                rp.ep.on_choice_query(from)
+                rp.on_choice_query(from)
             } else if h.flags & flags::TOLD != 0 {
-                rp.ep.on_choices_told(from)
+                rp.on_choices_told(from)
             } else {
                 let o = (h.flags & flags::NOTHING == 0).then_some((mid.src as i32, mid.tag, h.len));
                 if p2pmpi_core::replication::failures::op_of_point(mid.seq).is_some() {
                     rp.words = true;
                 }
-                rp.ep.on_choice(from, mid.seq, o)
+                rp.on_choice(from, mid.seq, o)
             };
             if !ok {
                 return Err(ConnError::Protocol(format!("choice from slot {slot}, not a replica of this rank")));
@@ -2713,13 +2713,10 @@ impl Engine {
     /// destination takes no data, although the failure detector may still hear of it (a
     /// firewall that lets only some addresses through).
     pub(crate) fn check_stalled_sends(&mut self, limit: Duration) {
-        let Engine { repl, matcher, .. } = self;
-        if let Some(rp) = repl.as_mut() {
+        if let Some(rp) = self.repl.as_mut() {
             // The endpoint's timers: transmissions and choices a replica does not take, a
             // message waiting for an earlier one of its channel lost with a dead replica.
-            rp.ep.set_stall_limit(Some(limit));
-            let now = rp.now();
-            rp.ep.poll(now, |c, s, t| matcher.next_expected(c, s as i32, t));
+            rp.timers(limit);
         }
         let stalled = self.conns.iter().flatten().find_map(|c| {
             let since = c.stalled_since?;

@@ -9,8 +9,9 @@
 use super::conn::{Conn, Out, Payload, RState};
 use super::failpoints;
 use super::*;
+use p2pmpi_core::machine::Machine;
 use p2pmpi_core::matching::FastMap;
-use p2pmpi_core::replication::endpoint::{self as protocol, Action, Frame, Step, TxId};
+use p2pmpi_core::replication::endpoint::{self as protocol, Frame, Input, Output, Step, TxId};
 use p2pmpi_core::replication::failures::{self, Failed};
 use p2pmpi_core::replication::operations::{Follow, Operations};
 use p2pmpi_core::replication::stranded::{self, Stranded};
@@ -185,6 +186,63 @@ impl Replication {
     pub(super) fn now(&self) -> Duration {
         self.origin.elapsed()
     }
+
+    /// A rare event (a suspicion, a death declared, the universe growing): never refused.
+    pub(super) fn event(&mut self, now: Duration, input: Input) {
+        if let Err(e) = self.ep.handle_input(now, input) {
+            debug_assert!(false, "an event refused: {e:?}");
+        }
+    }
+
+    /// A control frame from replica `from` (a commit, a choice and its acknowledgements, a
+    /// pull or a synchronous acknowledgement): whether the endpoint accepted it. It takes the
+    /// endpoint's latest time (no clock read per frame).
+    fn control(&mut self, input: Input) -> bool {
+        let now = self.ep.now();
+        self.ep.handle_input(now, input).is_ok()
+    }
+
+    pub(super) fn on_commit(&mut self, from: usize, mid: MsgId, acked: bool) -> bool {
+        self.control(Input::Commit { from, mid, acked })
+    }
+
+    pub(super) fn on_pull(&mut self, from: usize, mid: MsgId, have: bool) -> bool {
+        self.control(Input::Pull { from, mid, have })
+    }
+
+    pub(super) fn on_sync_ack(&mut self, from: usize, mid: MsgId) -> bool {
+        self.control(Input::SyncAck { from, mid })
+    }
+
+    pub(super) fn on_choice(&mut self, from: usize, point: u64, outcome: Outcome) -> bool {
+        self.control(Input::Choice { from, point, outcome })
+    }
+
+    pub(super) fn on_choice_ack(&mut self, from: usize, point: u64) -> bool {
+        self.control(Input::ChoiceAck { from, point })
+    }
+
+    pub(super) fn on_choice_query(&mut self, from: usize) -> bool {
+        self.control(Input::ChoiceQuery { from })
+    }
+
+    pub(super) fn on_choices_told(&mut self, from: usize) -> bool {
+        self.control(Input::ChoicesTold { from })
+    }
+
+    /// The universe has `n` ranks (a spawn).
+    pub(super) fn grow(&mut self, n: usize) {
+        let now = self.now();
+        self.event(now, Input::Grow { n });
+    }
+
+    /// The endpoint's timers (stalled transmissions, parked messages waiting too long),
+    /// with the stall limit `limit`.
+    pub(super) fn timers(&mut self, limit: Duration) {
+        self.ep.set_stall_limit(Some(limit));
+        let now = self.now();
+        self.ep.handle_timeout(now);
+    }
 }
 
 /// The MID of a message this process accepted.
@@ -242,13 +300,13 @@ impl Engine {
         self.check_stranded();
         loop {
             let Some(rp) = self.repl.as_mut() else { return };
-            let Some(a) = rp.ep.poll_action() else { return };
+            let Some(a) = rp.ep.poll_output() else { return };
             match a {
-                Action::Transmit { to, tx, frame, step } => self.transmit_frame(to, tx, frame, step),
-                Action::FannedOut { .. } => failpoints::after_transmissions(),
-                Action::Committed { .. } => failpoints::after_commits(),
-                Action::Complete(u) => self.complete(u, Ok(DONE)),
-                Action::Suspect { slot, cause } => {
+                Output::Transmit { to, tx, frame, step } => self.transmit_frame(to, tx, frame, step),
+                Output::FannedOut { .. } => failpoints::after_transmissions(),
+                Output::Committed { .. } => failpoints::after_commits(),
+                Output::Complete(u) => self.complete(u, Ok(DONE)),
+                Output::Suspect { slot, cause } => {
                     if debug_replication() {
                         eprintln!("p2pmpi: slot {}: suspects slot {slot}: {cause}", self.slot);
                     }
@@ -257,7 +315,7 @@ impl Engine {
                     (self.upcalls.suspect)(self.slot as usize, slot, &detail);
                     self.drop_peer(slot as i32);
                 }
-                Action::TookOver { count } => {
+                Output::TookOver { count } => {
                     if debug_replication() {
                         eprintln!(
                             "p2pmpi: slot {}: took over as master of rank {}, resending {count}",
@@ -266,8 +324,12 @@ impl Engine {
                     }
                     self.now_master();
                 }
-                Action::Fatal { rank, cause } => self.set_fatal(Error::PeerLost { rank: rank as i32, cause }),
-                Action::RankLost { rank } => self.rank_lost(rank as i32),
+                Output::Fatal { rank, cause } => self.set_fatal(Error::PeerLost { rank: rank as i32, cause }),
+                Output::ChannelLost(lost) => {
+                    let want = self.matcher.next_expected(lost.comm, lost.rank as i32, lost.tag);
+                    self.set_fatal(Error::PeerLost { rank: lost.rank as i32, cause: lost.cause(want) });
+                }
+                Output::RankLost { rank } => self.rank_lost(rank as i32),
             }
         }
     }
@@ -340,7 +402,7 @@ impl Engine {
                 // Nothing more for it: suspected (its transmission is held by the endpoint).
                 if let Some(rp) = self.repl.as_mut() {
                     let now = rp.now();
-                    rp.ep.suspect(now, to, &e.to_string(), self.peers[to].bye);
+                    rp.event(now, Input::Suspect { slot: to, cause: e.to_string(), bye: self.peers[to].bye });
                 }
                 return;
             }
@@ -770,9 +832,9 @@ impl Engine {
         let now = rp.now();
         if self.peers[slot as usize].bye {
             // It finished: it has everything it needs, nothing is waited for.
-            rp.ep.suspect(now, slot as usize, cause, true);
+            rp.event(now, Input::Suspect { slot: slot as usize, cause: cause.to_string(), bye: true });
         }
-        rp.ep.declared_dead(now, slot as usize);
+        rp.event(now, Input::DeclaredDead { slot: slot as usize });
         self.drop_peer(slot);
     }
 
@@ -786,7 +848,8 @@ impl Engine {
             return;
         }
         let now = rp.now();
-        rp.ep.suspect(now, slot as usize, cause, self.peers[slot as usize].bye);
+        let bye = self.peers[slot as usize].bye;
+        rp.event(now, Input::Suspect { slot: slot as usize, cause: cause.to_string(), bye });
         self.drop_peer(slot);
     }
 
