@@ -5,7 +5,8 @@
 #   - 8 B one-way latency and 4 MiB bandwidth on shared memory and on TCP (pingpong_bench);
 #   - the -n 2 collectives at 8 B and 64 KiB (coll_bench: barrier, bcast, reduce, allreduce,
 #     allgather, alltoall);
-#   - `-n 2 -r 2` ping-pong round trips, and the same traffic by hand (`-n 4 -r 1`) of B;
+#   - `-n 2 -r 2` ping-pong round trips, and the same traffic by hand (`-n 4 -r 1`) of each
+#     (both `--bind-to core`: without it the placement moves them by ±30 %);
 #   - job start-up: the wall time of `p2pmpirun --local -n 2 whereami`.
 # and prints, per cell, the medians of A and B and the median of the paired ratios B/A (the
 # runs of a pair share the machine's state of the moment; on this shared VM only paired
@@ -62,12 +63,10 @@ measure() {
     job timeout 300 "$d/p2pmpirun" --local -n 2 "$d/examples/coll_bench" \
         barrier,bcast,reduce,allreduce,allgather,alltoall 8,65536 0.1 \
         | awk -v b="$b" -v i="$i" '$1 == "coll" { print b, i, "coll_" $2 "_" $4 "B_us", $5 }' >>"$SAMPLES"
-    job P2PMPI_SHM=0 timeout 120 "$d/p2pmpirun" --local -n 2 -r 2 "$d/examples/repl_pingpong" 1024,65536 1000 50 \
+    job P2PMPI_SHM=0 timeout 120 "$d/p2pmpirun" --local --bind-to core -n 2 -r 2 "$d/examples/repl_pingpong" 1024,65536 1000 50 \
         | awk -v b="$b" -v i="$i" '/^replpp/ { print b, i, "r2_rt_" $2 "B_us", $4 }' >>"$SAMPLES"
-    if [ "$b" = B ]; then
-        job P2PMPI_SHM=0 timeout 120 "$d/p2pmpirun" --local -n 4 -r 1 "$d/examples/repl_pingpong" 1024,65536 1000 50 \
-            | awk -v i="$i" '/^replpp/ { print "hand", i, "r2_rt_" $2 "B_us", $4 }' >>"$SAMPLES"
-    fi
+    job P2PMPI_SHM=0 timeout 120 "$d/p2pmpirun" --local --bind-to core -n 4 -r 1 "$d/examples/repl_pingpong" 1024,65536 1000 50 \
+        | awk -v b="$b" -v i="$i" '/^replpp/ { print "hand" b, i, "r2_rt_" $2 "B_us", $4 }' >>"$SAMPLES"
     for _ in 1 2 3 4 5; do
         t0=$(date +%s%N)
         job timeout 60 "$d/p2pmpirun" --local -n 2 "$d/examples/whereami" >/dev/null
@@ -95,23 +94,25 @@ for line in open(sys.argv[1]):
     b, i, cell, v = line.split()
     vals[cell][b].append(float(v))
     pairs[(cell, int(i))][b].append(float(v))
-print(f"{'cell':<26} {'A median':>10} {'B median':>10} {'paired B/A':>10} {'B/hand':>8}  pairs")
+print(f"{'cell':<26} {'A median':>10} {'B median':>10} {'paired B/A':>10} {'A/hand':>8} {'B/hand':>8}  pairs")
 worst = 0.0
 for cell in sorted(vals):
     higher_better = "_bw_" in cell
-    ratios, hand = [], []
+    ratios, hand_a, hand_b = [], [], []
     for (c, i), by in pairs.items():
         if c != cell or not by["A"] or not by["B"]:
             continue
         a, b = statistics.median(by["A"]), statistics.median(by["B"])
         if a > 0 and b > 0:
             ratios.append(a / b if higher_better else b / a)
-        if by["hand"]:
-            hand.append(b / statistics.median(by["hand"]))
+        if by["handA"]:
+            hand_a.append(a / statistics.median(by["handA"]))
+        if by["handB"]:
+            hand_b.append(b / statistics.median(by["handB"]))
     med = lambda xs: statistics.median(xs) if xs else float("nan")
     r = med(ratios)
     worst = max(worst, r) if ratios else worst
-    h = f"{med(hand):8.3f}" if hand else f"{'':>8}"
+    h = (f"{med(hand_a):8.3f} {med(hand_b):8.3f}") if hand_b else f"{'':>8} {'':>8}"
     print(f"{cell:<26} {med(vals[cell]['A']):10.2f} {med(vals[cell]['B']):10.2f} {r:10.3f} {h}  {len(ratios)}")
 print(f"worst paired ratio (B slower when > 1): {worst:.3f}")
 PY
