@@ -3,10 +3,10 @@
 //! # Design
 //!
 //! * **One listening port per process** (the seeds' *single-port* device, firewall-friendly),
-//!   but with **persistent** connections: a process connects to a peer the first time it has
-//!   something to send to it and keeps that connection. A connection accepted from a peer is
-//!   also used to send to that peer when none exists yet, so a pair normally shares one
-//!   socket. Every connection opens with a challenge-response on the job's key
+//!   with **persistent** connections: the mesh is built when the job starts
+//!   (`Engine::connect_mesh`: every pair gets exactly one connection, opened by the higher
+//!   slot, used both ways); processes that join later (a spawned job's) connect to those they
+//!   talk to. Every connection opens with a challenge-response on the job's key
 //!   ([`p2pmpi_wire::auth`]): the connector's `Hello` (its slot, a nonce), the acceptor's
 //!   `Challenge` (its nonce and proof), the connector's `Auth` (its proof). The key itself is
 //!   never sent. A connection that fails the check, or sends anything else before it, is
@@ -350,8 +350,9 @@ const SC_GRACE: Duration = Duration::from_secs(2);
 
 /// When the shared-memory path is used (see `shm`): `P2PMPI_SHM=0` turns it off;
 /// `P2PMPI_SHM_SLOTS=a,b,...` limits it to pairs of those slots (tests mixing transports);
-/// `P2PMPI_SHM_DEBUG` prints a line per pair that uses it. Replicated jobs and `--encrypt`
-/// jobs keep TCP.
+/// `P2PMPI_SHM_DEBUG` prints a line per pair that uses it. `--encrypt` jobs keep TCP
+/// ([`Engine::shm_allowed`]); replicated jobs use it too, between their processes on one host
+/// (only the single copy of large messages is not used by replicas).
 #[derive(Debug, Clone, Default)]
 struct ShmPolicy {
     on: bool,
