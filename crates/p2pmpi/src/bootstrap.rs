@@ -13,7 +13,6 @@
 use crate::error::{Error, Result};
 use p2pmpi_wire::auth::JobKey;
 use p2pmpi_wire::control::{self, Control};
-use parking_lot::Mutex;
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -122,7 +121,7 @@ pub(crate) fn boot() -> Result<Boot> {
     }
     let rank = layout.map_or(slot, |l| l.rank_of(slot as usize) as i32);
     if let Some(l) = layout {
-        crate::failure::set_layout(l);
+        crate::failure::set_layout(&crate::context::current().failures, l);
     }
     let key = JobKey::from_hex(&var(env::JOB_KEY).unwrap_or_default())
         .ok_or_else(|| Error::Bootstrap(format!("{} is missing or not valid", env::JOB_KEY)))?;
@@ -169,7 +168,7 @@ pub(crate) fn boot() -> Result<Boot> {
         if let (Some(l), Some(_)) = (layout, var(env::SPAWN_BASE)) {
             // A spawned replicated job's detector watches its own processes; the launcher
             // and the engine name them by universe slot (see `spawned`).
-            crate::failure::set_slot_base(parse::<usize>(env::SPAWN_BASE)? * l.r);
+            crate::failure::set_slot_base(&crate::context::current().failures, parse::<usize>(env::SPAWN_BASE)? * l.r);
         }
         let setup = crate::failure::setup_from_wire(&fd, slots as usize, received).map_err(Error::Bootstrap)?;
         crate::failure::start(slot as usize, key.clone(), sock, km_listener, setup)
@@ -265,14 +264,11 @@ fn spawned(boot: &mut Boot) -> Result<()> {
 /// Spawning: the root's request to the launcher and its answer.
 pub(crate) mod spawning {
     use super::*;
-    use parking_lot::Condvar;
+    use crate::context::Context;
 
-    static ANSWER: Mutex<Option<std::result::Result<u32, String>>> = Mutex::new(None);
-    static ARRIVED: Condvar = Condvar::new();
-
-    pub(super) fn answered(a: std::result::Result<u32, String>) {
-        *ANSWER.lock() = Some(a);
-        ARRIVED.notify_all();
+    pub(super) fn answered(ctx: &Context, a: std::result::Result<u32, String>) {
+        *ctx.answers.spawned.lock() = Some(a);
+        ctx.answers.spawned_cv.notify_all();
     }
 
     /// Asks the launcher to start `apps` as children of `parents`; returns the universe id
@@ -286,12 +282,13 @@ pub(crate) mod spawning {
         if !connected() {
             return Err("this process was not started by p2pmpirun: there is no launcher to start processes".into());
         }
-        let mut answer = ANSWER.lock();
+        let answers = &crate::context::current().answers;
+        let mut answer = answers.spawned.lock();
         *answer = None;
         send(&Control::Spawn { apps, parents, ctx });
         let deadline = Instant::now() + limit;
         while answer.is_none() {
-            if ARRIVED.wait_until(&mut answer, deadline).timed_out() {
+            if answers.spawned_cv.wait_until(&mut answer, deadline).timed_out() {
                 return Err(format!("the launcher did not answer within {limit:?}"));
             }
         }
@@ -393,6 +390,7 @@ fn bind_fd_port(bind: &str, range: Option<&str>) -> Option<(UdpSocket, Option<Tc
 
 /// Follows the control connection: a `Stop` or the launcher's disappearance ends the process.
 fn watch_launcher(mut conn: TcpStream, rank: i32) {
+    let ctx = crate::context::current();
     loop {
         match control::read_msg(&mut conn) {
             Ok(Some(Control::Stop { reason })) => {
@@ -406,10 +404,10 @@ fn watch_launcher(mut conn: TcpStream, rank: i32) {
             Ok(Some(Control::Lease { stamp_us })) => fence::granted(stamp_us),
             Ok(Some(Control::Excluded { .. })) => fence::excluded(),
             Ok(Some(Control::Agreed { comm, seq, flag, failed, id })) => {
-                agreements::decided((comm, seq), Ok((flag, failed, id)));
+                agreements::decided(ctx, (comm, seq), Ok((flag, failed, id)));
             }
             Ok(Some(Control::AgreeRefused { comm, seq, reason })) => {
-                agreements::decided((comm, seq), Err(reason));
+                agreements::decided(ctx, (comm, seq), Err(reason));
             }
             Ok(Some(Control::Revoked { comm })) => {
                 if let Ok(ctx) = u32::try_from(comm) {
@@ -417,13 +415,13 @@ fn watch_launcher(mut conn: TcpStream, rank: i32) {
                 }
             }
             Ok(Some(Control::Spawned { base, error })) => {
-                spawning::answered(error.map_or(Ok(base), Err));
+                spawning::answered(ctx, error.map_or(Ok(base), Err));
             }
             Ok(Some(Control::Dead { slots })) => {
                 if fence::my_slot().is_some_and(|me| slots.contains(&me)) {
                     fence::excluded();
                 }
-                crate::failure::declared_dead(&slots);
+                crate::failure::declared_dead(&ctx.failures, &slots);
             }
             Ok(Some(_)) => {}
             Ok(None) | Err(_) => {
@@ -445,24 +443,19 @@ fn watch_launcher(mut conn: TcpStream, rank: i32) {
 /// ([`p2pmpi_core::agreement`]); decisions come back on the control connection.
 pub(crate) mod agreements {
     use super::*;
-    use std::collections::HashMap;
+    use crate::context::Context;
+    pub(crate) use crate::context::Outcome;
 
-    /// A decision: (AND of the flags, failed members as world ranks, its number), or why the
-    /// launcher refused the contribution.
-    pub(crate) type Outcome = std::result::Result<(u32, Vec<u32>, u64), String>;
-
-    static DECIDED: Mutex<Option<HashMap<(u64, u64), Outcome>>> = Mutex::new(None);
-
-    pub(super) fn decided(key: (u64, u64), o: Outcome) {
-        DECIDED.lock().get_or_insert_with(HashMap::new).insert(key, o);
+    pub(super) fn decided(ctx: &Context, key: (u64, u64), o: Outcome) {
+        ctx.answers.decided.lock().insert(key, o);
     }
 
     /// Sends this process's contribution. Without a launcher (a program started alone, a
     /// world of one) the decision is taken here: every member is this process.
     pub(crate) fn contribute(key: (u64, u64), members: &[u32], flag: u32) {
         if !connected() {
-            static ALONE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-            decided(key, Ok((flag, Vec::new(), ALONE.fetch_add(1, Ordering::SeqCst))));
+            let ctx = crate::context::current();
+            decided(ctx, key, Ok((flag, Vec::new(), ctx.answers.alone.fetch_add(1, Ordering::SeqCst))));
             return;
         }
         send(&Control::Agree { comm: key.0, seq: key.1, members: members.to_vec(), flag });
@@ -470,8 +463,22 @@ pub(crate) mod agreements {
 
     /// The decision of `key`, once it arrived (taken: each is asked for once).
     pub(crate) fn take(key: (u64, u64)) -> Option<Outcome> {
-        DECIDED.lock().as_mut().and_then(|m| m.remove(&key))
+        crate::context::current().answers.decided.lock().remove(&key)
     }
+}
+
+/// The universe size (`MPI_UNIVERSE_SIZE`): the processes the grid could give, at least the
+/// job's.
+pub(crate) fn universe_size() -> usize {
+    let job = crate::context::with_engine(|e| e.world_size as usize);
+    let known = std::env::var(env::UNIVERSE_SIZE).ok().and_then(|v| v.trim().parse::<usize>().ok());
+    known.map_or(job, |u| u.max(job))
+}
+
+/// The application number (`MPI_APPNUM`): in a process started by `spawn_multiple`, which
+/// of its programs it runs; 0 otherwise.
+pub(crate) fn appnum() -> isize {
+    std::env::var(env::APPNUM).ok().and_then(|v| v.parse().ok()).unwrap_or(0)
 }
 
 /// Asks the launcher to revoke communicator `ctx` everywhere (ULFM's revoke). Without a

@@ -1,27 +1,282 @@
-//! The running process's context: its engine, and the waits that move it. Every layer above
-//! reaches the engine here (communicators, requests, collectives), with the failures and
-//! revocations told meanwhile applied before each look.
+//! The running process's context: one value holding what a running process knows (its engine,
+//! what its failure detector told it, its connection to the launcher, the agreements and
+//! spawns it awaits, the communicator contexts it numbered, …), created by `initialize` and
+//! finalized with the [`Universe`](crate::environment::Universe) that owns it, and the waits
+//! that move the engine. Every layer above reaches it with [`current`]; the failure detector,
+//! the launcher's watcher and the lease's thread are handed it.
+//!
+//! This module holds data and the engine's waits only: the failure detector, the bootstrap and
+//! the launcher's messages (the layer above) keep their logic and find their state here.
 
 use crate::device::{Engine, ReqId, StatusInfo};
 use crate::error::{Error, Result};
 use crate::lifecycle::{is_finalized, threading_support, Threading};
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 use std::collections::{BTreeSet, HashMap};
-use std::sync::atomic::Ordering;
-use std::sync::OnceLock;
+use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-// Process-wide because rsmpi's API reaches the engine from values that carry no context
-// (`SimpleCommunicator::world()`, requests, datatypes built anywhere), and the C handle
-// tables do too; one lock guards it for every thread.
-pub(crate) static ENGINE: Mutex<Option<Engine>> = Mutex::new(None);
+/// The state of a running process.
+pub(crate) struct Context {
+    /// The communication engine; `None` once finalized.
+    engine: Mutex<Option<Engine>>,
+    /// What the failure detector found and told.
+    pub(crate) failures: Failures,
+    /// The control connection to the launcher.
+    pub(crate) launcher: Launcher,
+    /// The answers the launcher sends back on the control connection.
+    pub(crate) answers: Answers,
+    /// The failed ranks (of the communicator) acknowledged per communicator context (ULFM).
+    acked: Mutex<HashMap<u32, BTreeSet<i32>>>,
+    /// Agreements run so far per communicator context (each member counts its own calls; they
+    /// match because agreement is collective).
+    pub(crate) agreement_seq: Mutex<HashMap<u32, u64>>,
+    /// The next communicator context id this process may use (0 and 1 are the world's).
+    pub(crate) next_ctx: AtomicU32,
+    /// In a spawned process: the parents' communicator context and universe ids.
+    pub(crate) parent: OnceLock<(u32, Vec<i32>)>,
+    /// The program disconnected from its parents.
+    pub(crate) parent_disconnected: AtomicBool,
+    /// The first universe id of this process's world, and the host number of every rank of
+    /// that world, or `None` when the hierarchical algorithms are off (see `hosts`).
+    pub(crate) world_hosts: OnceLock<Option<(i32, Arc<[u32]>)>>,
+    /// Collectives this process ran hierarchically.
+    pub(crate) hier_runs: AtomicU64,
+    /// The message of a panic of the thread that initialized the library, kept by the panic
+    /// hook for the launcher.
+    pub(crate) panic_text: Mutex<Option<String>>,
+}
+
+// Process-wide because rsmpi's API reaches the running process from values that carry no
+// context (`SimpleCommunicator::world()`, requests, datatypes built anywhere, the C handle
+// tables, the detector's and the launcher's threads): the one pointer to the current context.
+// It is set by `initialize` and never freed: MPI initializes once per process, and a value
+// that outlives the `Universe` (a request, a C handle) must find a finalized context, not
+// freed memory; what the universe's end finalizes is the context's contents (the engine is
+// dropped with it).
+static CURRENT: OnceLock<Context> = OnceLock::new();
+
+impl Context {
+    fn new() -> Context {
+        Context {
+            engine: Mutex::new(None),
+            failures: Failures::default(),
+            launcher: Launcher::default(),
+            answers: Answers::default(),
+            acked: Mutex::new(HashMap::new()),
+            agreement_seq: Mutex::new(HashMap::new()),
+            next_ctx: AtomicU32::new(2),
+            parent: OnceLock::new(),
+            parent_disconnected: AtomicBool::new(false),
+            world_hosts: OnceLock::new(),
+            hier_runs: AtomicU64::new(0),
+            panic_text: Mutex::new(None),
+        }
+    }
+
+    /// Starts running with `engine` (the end of `initialize`).
+    pub(crate) fn run(&self, engine: Engine) {
+        *self.engine.lock() = Some(engine);
+    }
+
+    /// Drops the engine (finalization): its connections close.
+    pub(crate) fn close(&self) {
+        *self.engine.lock() = None;
+    }
+}
+
+/// Creates the context of this process (at the start of `initialize`; once per process).
+pub(crate) fn create() -> &'static Context {
+    if CURRENT.set(Context::new()).is_err() {
+        panic!("p2pmpi: the context was created twice");
+    }
+    current()
+}
+
+/// The context of the running process. Panics before `initialize`.
+#[inline]
+pub(crate) fn current() -> &'static Context {
+    match CURRENT.get() {
+        Some(c) => c,
+        None => panic!("{}", not_running()),
+    }
+}
+
+/// The context, once `initialize` created it.
+pub(crate) fn try_current() -> Option<&'static Context> {
+    CURRENT.get()
+}
+
+// ------------------------------------------------------------------- what the detector told
+
+/// The detector of failures that runs besides the program, as the context sees it.
+pub(crate) trait Detector: Send + Sync {
+    /// The program ends: tell the peers that this process is leaving, not failing (waiting
+    /// at most `within`).
+    fn leave(&self, within: Duration);
+    /// The launcher declared the process of detector index `index` dead.
+    fn declare(&self, index: u32);
+    /// (frames sent, bytes sent, frames rejected, failure notices sent).
+    fn counts(&self) -> [u64; 4];
+}
+
+/// A confirmed failure of a process of this application.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Notice {
+    /// The failed process's rank in the world communicator.
+    pub rank: i32,
+    /// When it was confirmed, as [`crate::time`] (seconds).
+    pub at: f64,
+    /// How.
+    pub cause: Cause,
+}
+
+/// How a failure was established.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Cause {
+    /// Its heartbeat stopped for `T_cleanup + T_MAX_HANG` and it did not answer a ping.
+    Silent {
+        /// The time its counter was allowed to lag (`T_cleanup + T_MAX_HANG`).
+        suspicion_after: Duration,
+        /// The gossip protocol.
+        protocol: String,
+    },
+    /// The k-monitor detector established it.
+    KMonitor {
+        /// How, in words.
+        how: String,
+    },
+}
+
+/// A program's handler of failures.
+pub(crate) type Handler = Box<dyn Fn(&Notice) + Send + Sync>;
+
+/// What the failure detector found and told (the logic is `failure`'s).
+#[derive(Default)]
+pub(crate) struct Failures {
+    pub(crate) handlers: Mutex<Vec<Handler>>,
+    pub(crate) notices: Mutex<Vec<Notice>>,
+    /// How many notices `notices` holds (read without its lock by waits that poll it).
+    pub(crate) notice_count: AtomicUsize,
+    pub(crate) notice_cv: Condvar,
+    /// Set when a notice arrived that the communication engine has not seen yet.
+    pub(crate) pending: AtomicBool,
+    pub(crate) suspicion_after: Mutex<Option<Duration>>,
+    pub(crate) sent_datagrams: AtomicU64,
+    pub(crate) sent_bytes: AtomicU64,
+    /// Datagrams received and dropped: malformed, or their MAC did not verify.
+    pub(crate) dropped_datagrams: AtomicU64,
+    pub(crate) address: OnceLock<SocketAddr>,
+    pub(crate) started: Mutex<Option<Instant>>,
+    /// The k-monitor detector, when it runs.
+    pub(crate) kmonitor: OnceLock<Box<dyn Detector>>,
+    /// The replicas' layout of a job run with `-r R > 1`: the detector then watches slots.
+    pub(crate) layout: OnceLock<p2pmpi_core::replication::Layout>,
+    /// Slots confirmed failed (replicated jobs).
+    pub(crate) dead_slots: Mutex<Vec<usize>>,
+    /// Slots this process already reported as suspected (replicated jobs).
+    pub(crate) suspected: Mutex<Vec<usize>>,
+    /// The universe slot of this job's detector index 0: a spawned replicated job's detector
+    /// watches its own processes (indices `0..n`), while the launcher and the engine name them
+    /// by universe slot (`base·R + index`); 0 in the parents' job.
+    pub(crate) slot_base: AtomicUsize,
+}
+
+impl Failures {
+    /// Whether any rank was reported failed to this process (cheap: no lock).
+    pub(crate) fn any_failed(&self) -> bool {
+        self.notice_count.load(Ordering::Acquire) > 0
+    }
+
+    /// The ranks confirmed failed so far.
+    pub(crate) fn failed_ranks(&self) -> Vec<i32> {
+        self.notices.lock().iter().map(|n| n.rank).collect()
+    }
+
+    /// The replicas' layout, when the job runs replicas.
+    pub(crate) fn layout(&self) -> Option<p2pmpi_core::replication::Layout> {
+        self.layout.get().copied()
+    }
+
+    /// `T_cleanup + T_MAX_HANG` of this application, when a detector runs.
+    pub(crate) fn suspicion_after(&self) -> Option<Duration> {
+        *self.suspicion_after.lock()
+    }
+
+    /// The time after which a send that makes no progress gives up: 2·T_cleanup (FM §5.3),
+    /// the detector's `T_cleanup + T_MAX_HANG`. `None` when no detector runs.
+    pub(crate) fn send_timeout(&self) -> Option<Duration> {
+        self.suspicion_after().map(|t| 2 * t)
+    }
+
+    /// Whether notices arrived that the engine has not seen yet.
+    #[inline]
+    pub(crate) fn pending(&self) -> bool {
+        self.pending.load(Ordering::Relaxed)
+    }
+
+    /// The engine covers more slots (a spawn's processes): the declarations heard so far are
+    /// applied again at its next step, those about slots it did not know yet included.
+    pub(crate) fn renotify(&self) {
+        if !self.dead_slots.lock().is_empty() {
+            self.pending.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// Ranks (slots, in a replicated job) notified since the engine last looked.
+    pub(crate) fn take_pending(&self) -> Vec<i32> {
+        if self.pending.swap(false, Ordering::SeqCst) {
+            if self.layout().is_some() {
+                return self.dead_slots.lock().iter().map(|&s| s as i32).collect();
+            }
+            self.failed_ranks()
+        } else {
+            Vec::new()
+        }
+    }
+}
+
+// ------------------------------------------------------------------------------ the launcher
+
+/// The control connection to the launcher (what is said on it is `launcher`'s).
+#[derive(Default)]
+pub(crate) struct Launcher {
+    pub(crate) conn: Mutex<Option<TcpStream>>,
+    /// This process is finalizing (or stopping): peers that go away now are not failures.
+    pub(crate) finalizing: AtomicBool,
+}
+
+/// A decision of an agreement: (AND of the flags, failed members as world ranks, its number),
+/// or why the launcher refused the contribution.
+pub(crate) type Outcome = std::result::Result<(u32, Vec<u32>, u64), String>;
+
+/// The answers of the launcher that the program waits for (kept by `bootstrap`'s watcher).
+#[derive(Default)]
+pub(crate) struct Answers {
+    /// The answer to this process's spawn request.
+    pub(crate) spawned: Mutex<Option<std::result::Result<u32, String>>>,
+    pub(crate) spawned_cv: Condvar,
+    /// Decided agreements, by (communicator, sequence number).
+    pub(crate) decided: Mutex<HashMap<(u64, u64), Outcome>>,
+    /// Agreements decided here, in a process started alone.
+    pub(crate) alone: AtomicU64,
+}
+
+// ------------------------------------------------------------------------------ the engine
 
 /// Applies the peer failures and revocations told to this process since the last call
 /// (their pending requests fail).
 #[inline]
 pub(crate) fn apply_notices(e: &mut Engine) {
-    if crate::failure::PENDING.load(Ordering::Relaxed) {
-        for k in crate::failure::take_pending() {
+    notices_to(&current().failures, e);
+}
+
+#[inline]
+fn notices_to(f: &Failures, e: &mut Engine) {
+    if f.pending() {
+        for k in f.take_pending() {
             e.peer_failed(k);
         }
     }
@@ -37,7 +292,7 @@ pub fn data_address() -> Option<std::net::SocketAddr> {
 
 /// Runs `f` on the engine. Panics when used before `initialize` or after finalization.
 pub(crate) fn with_engine<R>(f: impl FnOnce(&mut Engine) -> R) -> R {
-    let mut g = ENGINE.lock();
+    let mut g = current().engine.lock();
     match g.as_mut() {
         Some(e) => f(e),
         None => panic!("{}", not_running()),
@@ -89,13 +344,14 @@ pub(crate) fn wait_until<T>(hint: Option<i32>, mut check: impl FnMut(&mut Engine
     // and reading the clock on each round made the loop several times slower.
     let mut rounds: u32 = 0;
     let mut waited = Duration::ZERO;
+    let ctx = current();
     loop {
-        let mut g = ENGINE.lock();
+        let mut g = ctx.engine.lock();
         let e = g.as_mut().unwrap_or_else(|| panic!("{}", not_running()));
         // Failures and revocations told since are applied before the check: a check that
         // answers at once (a master deciding a test's choice point) must see them, or a
         // program polling with `test` would never learn of them.
-        apply_notices(e);
+        notices_to(&ctx.failures, e);
         if let Some(r) = check(e) {
             return r;
         }
@@ -143,7 +399,7 @@ pub(crate) fn wait_until<T>(hint: Option<i32>, mut check: impl FnMut(&mut Engine
                 eprintln!("rank {} blocking: hint {:?} {}", e.rank, hint, e.debug_state());
             }
             e.progress(hint, Some(block_slice()));
-            if let Some(limit) = crate::failure::send_timeout() {
+            if let Some(limit) = ctx.failures.send_timeout() {
                 e.check_stalled_sends(limit);
             }
         }
@@ -156,49 +412,32 @@ pub(crate) fn wait_req(id: ReqId, hint: Option<i32>) -> Result<StatusInfo> {
 }
 
 pub(crate) fn fatal_error() -> Option<Error> {
-    ENGINE.lock().as_ref().and_then(|e| e.fatal.clone())
-}
-
-/// The universe size (`MPI_UNIVERSE_SIZE`): the processes the grid could give, at least the
-/// job's.
-pub(crate) fn universe_size() -> usize {
-    let job = with_engine(|e| e.world_size as usize);
-    let known = std::env::var(crate::bootstrap::env::UNIVERSE_SIZE).ok().and_then(|v| v.trim().parse::<usize>().ok());
-    known.map_or(job, |u| u.max(job))
-}
-
-/// The application number (`MPI_APPNUM`): in a process started by `spawn_multiple`, which
-/// of its programs it runs; 0 otherwise.
-pub(crate) fn appnum() -> isize {
-    std::env::var(crate::bootstrap::env::APPNUM).ok().and_then(|v| v.parse().ok()).unwrap_or(0)
+    try_current()?.engine.lock().as_ref().and_then(|e| e.fatal.clone())
 }
 
 // ------------------------------------------------------------------- ULFM's acknowledgements
 
-// Process-wide for the same reason as the engine: communicators carry no context.
-/// The failed ranks (of the communicator) acknowledged per communicator context.
-static ACKED: Mutex<Option<HashMap<u32, BTreeSet<i32>>>> = Mutex::new(None);
-
 /// Records that the failures of `failed` (ranks of the communicator) are acknowledged on
 /// communicator context `ctx`.
 pub(crate) fn acknowledge(ctx: u32, failed: impl IntoIterator<Item = i32>) {
-    ACKED.lock().get_or_insert_with(HashMap::new).entry(ctx).or_default().extend(failed);
+    current().acked.lock().entry(ctx).or_default().extend(failed);
 }
 
 /// The failed ranks acknowledged on communicator context `ctx`.
 pub(crate) fn acknowledged(ctx: u32) -> Vec<i32> {
-    ACKED.lock().as_ref().and_then(|m| m.get(&ctx)).map_or_else(Vec::new, |s| s.iter().copied().collect())
+    current().acked.lock().get(&ctx).map_or_else(Vec::new, |s| s.iter().copied().collect())
 }
 
 /// A member of communicator `ctx` (world ranks `members`, `None`: the world) that failed and
 /// that this process has not acknowledged on it: its world rank.
 pub(crate) fn unacked_failure(ctx: u32, members: Option<&[i32]>) -> Option<i32> {
-    if !crate::failure::any_failed() {
+    let c = current();
+    if !c.failures.any_failed() {
         return None;
     }
-    let failed = crate::failure::failed_ranks();
-    let acked = ACKED.lock();
-    let acked = acked.as_ref().and_then(|m| m.get(&ctx));
+    let failed = c.failures.failed_ranks();
+    let acked = c.acked.lock();
+    let acked = acked.get(&ctx);
     failed.into_iter().find(|&w| {
         let rank = match members {
             Some(m) => m.iter().position(|&x| x == w).map(|r| r as i32),

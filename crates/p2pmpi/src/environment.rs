@@ -1,24 +1,25 @@
 //! Environment management: initialization, the universe, finalization, time.
 
 use crate::bootstrap;
+use crate::context::Context;
 use crate::device::Engine;
 use crate::error::Result;
 use crate::topology::SimpleCommunicator;
-use parking_lot::Mutex;
 use std::os::raw::c_int;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 pub use crate::context::data_address;
-pub(crate) use crate::context::{wait_until, with_engine, ENGINE};
+pub(crate) use crate::context::{wait_until, with_engine};
 pub use crate::lifecycle::processor_name;
 pub use crate::lifecycle::{is_finalized, is_initialized, threading_support, time, time_resolution, Threading};
 pub(crate) use crate::lifecycle::{is_init_thread, own_rank};
 
 /// The MPI environment: dropping it finalizes (after every message already sent is delivered
-/// to the peers' sockets and every peer finalized).
+/// to the peers' sockets and every peer finalized). It owns the running process's context
+/// (`crate::context::Context`), which its end finalizes.
 pub struct Universe {
     buffer: Option<Vec<u8>>,
+    ctx: &'static Context,
 }
 
 impl Universe {
@@ -34,11 +35,11 @@ impl Universe {
     }
 
     pub(crate) fn size_now() -> usize {
-        crate::context::universe_size()
+        crate::bootstrap::universe_size()
     }
 
     pub(crate) fn appnum_now() -> isize {
-        crate::context::appnum()
+        crate::bootstrap::appnum()
     }
 
     /// The application number: in a process started by `spawn_multiple`, which of its
@@ -85,25 +86,21 @@ impl Drop for Universe {
             // A panicking rank cannot take part in the finalization handshake (its peers may
             // be waiting for it in a collective): stop the job instead of waiting forever. The
             // launcher is told the panic's message, and shows it with the rank on each line.
-            let text = PANIC_TEXT.lock().take();
+            let text = self.ctx.panic_text.lock().take();
             abandon(text.as_deref().unwrap_or("the process panicked"));
             return;
         }
         self.detach_buffer();
-        finalize();
+        finalize(self.ctx);
     }
 }
-
-/// The message of a panic of the thread that initialized the library, kept by the panic hook
-/// for the launcher ([`install_panic_hook`]).
-static PANIC_TEXT: Mutex<Option<String>> = Mutex::new(None);
 
 /// While the library runs under a launcher, a panic of the thread that initialized it is not
 /// printed here: its message goes to the launcher with the abort (when the [`Universe`] is
 /// dropped by the unwinding), which prints it with the rank on each line. Other threads'
 /// panics, and panics before initialization or after finalization, print as usual; with
 /// `RUST_BACKTRACE` set the usual report (with its backtrace) is printed too.
-fn install_panic_hook() {
+fn install_panic_hook(ctx: &'static Context) {
     let previous = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
         if !is_init_thread() || !crate::lifecycle::is_running() {
@@ -116,7 +113,7 @@ fn install_panic_hook() {
             .or_else(|| payload.downcast_ref::<String>().cloned())
             .unwrap_or_else(|| "Box<dyn Any>".into());
         let at = info.location().map(|l| format!(" at {}:{}:{}", l.file(), l.line(), l.column())).unwrap_or_default();
-        *PANIC_TEXT.lock() = Some(format!("panicked{at}:\n{msg}"));
+        *ctx.panic_text.lock() = Some(format!("panicked{at}:\n{msg}"));
         if std::env::var_os("RUST_BACKTRACE").is_some_and(|v| v != "0") {
             previous(info);
         }
@@ -146,6 +143,7 @@ pub fn initialize_with_threading(threading: Threading) -> Option<(Universe, Thre
         return None;
     }
     crate::lifecycle::set_threading(threading);
+    let ctx = crate::context::create();
     let boot = match bootstrap::boot() {
         Ok(b) => b,
         Err(e) => {
@@ -160,7 +158,7 @@ pub fn initialize_with_threading(threading: Threading) -> Option<(Universe, Thre
         report_finalized: bootstrap::report_finalized,
         leave: crate::failure::leave,
     });
-    install_panic_hook();
+    install_panic_hook(ctx);
     crate::random::set_job_seed(boot.key.seed("random"));
     crate::collective::install_creation_collectives();
     #[cfg(feature = "failpoints")]
@@ -171,9 +169,9 @@ pub fn initialize_with_threading(threading: Threading) -> Option<(Universe, Thre
     let engine = Engine::new(boot.rank, boot.size, boot.slot, boot.layout, boot.key, boot.listener, boot.addrs, spin)
         .map(|mut e| {
             e.upcalls = crate::device::Upcalls {
-                failures_pending: || crate::failure::PENDING.load(Ordering::Relaxed),
-                take_failures: crate::failure::take_pending,
-                retell_failures: crate::failure::renotify,
+                failures_pending: || crate::context::current().failures.pending(),
+                take_failures: || crate::context::current().failures.take_pending(),
+                retell_failures: || crate::context::current().failures.renotify(),
                 suspect: crate::failure::suspect,
                 rank_lost: crate::failure::rank_lost,
             };
@@ -194,10 +192,10 @@ pub fn initialize_with_threading(threading: Threading) -> Option<(Universe, Thre
         Ok(e)
     });
     match engine {
-        Ok(e) => *ENGINE.lock() = Some(e),
+        Ok(e) => ctx.run(e),
         Err(e) => crate::error::fatal(&e),
     }
-    Some((Universe { buffer: None }, threading))
+    Some((Universe { buffer: None, ctx }, threading))
 }
 
 /// Arms the fault-injection points of this process from `P2PMPI_FAILPOINTS_SLOT<slot>`:
@@ -212,7 +210,7 @@ fn arm_failpoints(slot: i32) {
             continue;
         };
         match fail::cfg(name.trim(), actions.trim()) {
-            Ok(()) => crate::device::failpoints::ARMED.store(true, Ordering::SeqCst),
+            Ok(()) => crate::device::failpoints::ARMED.store(true, std::sync::atomic::Ordering::SeqCst),
             Err(e) => eprintln!("p2pmpi: slot {slot}: failpoint {name}: {e}"),
         }
     }
@@ -248,7 +246,7 @@ fn yield_budget(local_procs: usize) -> Duration {
 
 /// Finalizes: flushes every queued message, says goodbye to every peer, waits until they did
 /// the same, and tells the launcher.
-fn finalize() {
+fn finalize(ctx: &Context) {
     if !crate::lifecycle::is_running() {
         return;
     }
@@ -263,7 +261,7 @@ fn finalize() {
         // with the living, and a replica still waits for its master's commits.)
         let _ = wait_until(None, |e| e.all_sent().then_some(Ok(())));
         let rank = own_rank();
-        *ENGINE.lock() = None;
+        ctx.close();
         crate::lifecycle::end();
         bootstrap::report_finalized(rank);
         crate::failure::leave();
@@ -281,7 +279,7 @@ fn finalize() {
         crate::error::fatal(&e);
     }
     let rank = own_rank();
-    *ENGINE.lock() = None;
+    ctx.close();
     crate::lifecycle::end();
     bootstrap::report_finalized(rank);
     crate::failure::leave();

@@ -50,41 +50,15 @@ use crate::launcher;
 use p2pmpi_core::fd::{Detector, Event, FdConfig, Input, Message, Output, Protocol, Start};
 use p2pmpi_core::machine::Machine;
 use p2pmpi_wire::auth::JobKey;
-use parking_lot::{Condvar, Mutex};
 use std::net::{SocketAddr, UdpSocket};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub use crate::lifecycle::{policy, set_policy, Policy};
 
-/// How a failure was established.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Cause {
-    /// Its heartbeat stopped for `T_cleanup + T_MAX_HANG` and it did not answer a ping.
-    Silent {
-        /// The time its counter was allowed to lag (`T_cleanup + T_MAX_HANG`).
-        suspicion_after: Duration,
-        /// The gossip protocol.
-        protocol: String,
-    },
-    /// The k-monitor detector established it.
-    KMonitor {
-        /// How, in words.
-        how: String,
-    },
-}
-
-/// A confirmed failure of a process of this application.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Notice {
-    /// The failed process's rank in the world communicator.
-    pub rank: i32,
-    /// When it was confirmed, as [`crate::time`] (seconds).
-    pub at: f64,
-    /// How.
-    pub cause: Cause,
-}
+use crate::context::Failures;
+pub use crate::context::{Cause, Notice};
 
 impl std::fmt::Display for Notice {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -100,124 +74,132 @@ impl std::fmt::Display for Notice {
     }
 }
 
-type Handler = Box<dyn Fn(&Notice) + Send + Sync>;
+/// What the detector found and told, in the context of the running process.
+fn st() -> &'static Failures {
+    &crate::context::current().failures
+}
 
-static HANDLERS: Mutex<Vec<Handler>> = Mutex::new(Vec::new());
-static NOTICES: Mutex<Vec<Notice>> = Mutex::new(Vec::new());
-/// How many notices [`NOTICES`] holds (read without its lock by waits that poll it).
-static NOTICE_COUNT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+/// The same, `None` before `initialize`.
+fn try_st() -> Option<&'static Failures> {
+    crate::context::try_current().map(|c| &c.failures)
+}
 
 /// Whether any rank was reported failed to this process (cheap: no lock).
 pub(crate) fn any_failed() -> bool {
-    NOTICE_COUNT.load(Ordering::Acquire) > 0
+    try_st().is_some_and(Failures::any_failed)
 }
-static NOTICE_CV: Condvar = Condvar::new();
-/// Set when a notice arrived that the communication engine has not seen yet.
-pub(crate) static PENDING: AtomicBool = AtomicBool::new(false);
-static SUSPICION_AFTER: Mutex<Option<Duration>> = Mutex::new(None);
-static SENT_DATAGRAMS: AtomicU64 = AtomicU64::new(0);
-static SENT_BYTES: AtomicU64 = AtomicU64::new(0);
-/// Datagrams received and dropped: malformed, or their MAC did not verify.
-static DROPPED_DATAGRAMS: AtomicU64 = AtomicU64::new(0);
-static FD_ADDR: std::sync::OnceLock<SocketAddr> = std::sync::OnceLock::new();
-static STARTED: Mutex<Option<Instant>> = Mutex::new(None);
-/// The k-monitor driver's control and counters, when it runs.
-static KMONITOR: std::sync::OnceLock<(Arc<kmonitor::Control>, Arc<kmonitor::Counters>)> = std::sync::OnceLock::new();
-/// The replicas' layout of a job run with `-r R > 1`: the detector then watches slots.
-static LAYOUT: std::sync::OnceLock<p2pmpi_core::replication::Layout> = std::sync::OnceLock::new();
-/// Slots confirmed failed (replicated jobs).
-static DEAD_SLOTS: Mutex<Vec<usize>> = Mutex::new(Vec::new());
 
-/// The universe slot of this job's detector index 0: a spawned replicated job's detector
-/// watches its own processes (indices `0..n`), while the launcher and the engine name them by
-/// universe slot (`base·R + index`); 0 in the parents' job.
-static FD_SLOT_BASE: AtomicUsize = AtomicUsize::new(0);
-
-pub(crate) fn set_layout(l: p2pmpi_core::replication::Layout) {
-    let _ = LAYOUT.set(l);
+pub(crate) fn set_layout(f: &Failures, l: p2pmpi_core::replication::Layout) {
+    let _ = f.layout.set(l);
 }
 
 /// A spawned replicated process: its job's detector indices start at universe slot `base`.
-pub(crate) fn set_slot_base(base: usize) {
-    FD_SLOT_BASE.store(base, Ordering::SeqCst);
+pub(crate) fn set_slot_base(f: &Failures, base: usize) {
+    f.slot_base.store(base, Ordering::SeqCst);
 }
 
 /// The universe slot of the detector's index `i`.
-fn universe_slot(i: usize) -> usize {
-    i + FD_SLOT_BASE.load(Ordering::Relaxed)
+fn universe_slot(f: &Failures, i: usize) -> usize {
+    i + f.slot_base.load(Ordering::Relaxed)
 }
 
 /// The replicas' layout, when the job runs replicas.
 pub(crate) fn layout() -> Option<p2pmpi_core::replication::Layout> {
-    LAYOUT.get().copied()
+    try_st().and_then(Failures::layout)
+}
+
+/// The k-monitor driver's control and counters, as the context keeps them.
+struct KmonitorHandle(Arc<kmonitor::Control>, Arc<kmonitor::Counters>);
+
+impl crate::context::Detector for KmonitorHandle {
+    fn leave(&self, within: Duration) {
+        self.0.leave(within);
+    }
+    fn declare(&self, index: u32) {
+        self.0.declare(index);
+    }
+    fn counts(&self) -> [u64; 4] {
+        let c = &self.1;
+        [
+            c.frames_sent.load(Ordering::Relaxed),
+            c.bytes_sent.load(Ordering::Relaxed),
+            c.rejected.load(Ordering::Relaxed),
+            c.failure_msgs.load(Ordering::Relaxed),
+        ]
+    }
 }
 
 /// What this process's detector has sent so far: datagrams, bytes (UDP payload), and for
 /// how long it has run. `None` when no detector runs.
 pub fn detector_traffic() -> Option<(u64, u64, Duration)> {
-    let started = (*STARTED.lock())?;
-    let (mut n, mut b) = (SENT_DATAGRAMS.load(Ordering::Relaxed), SENT_BYTES.load(Ordering::Relaxed));
-    if let Some((_, c)) = KMONITOR.get() {
-        n += c.frames_sent.load(Ordering::Relaxed);
-        b += c.bytes_sent.load(Ordering::Relaxed);
+    let f = try_st()?;
+    let started = (*f.started.lock())?;
+    let (mut n, mut b) = (f.sent_datagrams.load(Ordering::Relaxed), f.sent_bytes.load(Ordering::Relaxed));
+    if let Some(k) = f.kmonitor.get() {
+        let [frames, bytes, _, _] = k.counts();
+        n += frames;
+        b += bytes;
     }
     Some((n, b, started.elapsed()))
 }
 
 /// The address of this process's failure detector (UDP), when one runs. Not in rsmpi.
 pub fn detector_address() -> Option<SocketAddr> {
-    FD_ADDR.get().copied()
+    try_st()?.address.get().copied()
 }
 
 /// Datagrams this process's detector received and dropped so far: malformed, from another
 /// job, or forged (their MAC on the job's key did not verify).
 pub fn dropped_datagrams() -> u64 {
-    DROPPED_DATAGRAMS.load(Ordering::Relaxed) + KMONITOR.get().map_or(0, |(_, c)| c.rejected.load(Ordering::Relaxed))
+    try_st().map_or(0, |f| f.dropped_datagrams.load(Ordering::Relaxed) + f.kmonitor.get().map_or(0, |k| k.counts()[2]))
 }
 
 /// Failure notices this process's k-monitor detector sent so far (flooding); `None` with
 /// gossip or no detector. Not in rsmpi.
 pub fn failure_notices_sent() -> Option<u64> {
-    KMONITOR.get().map(|(_, c)| c.failure_msgs.load(Ordering::Relaxed))
+    try_st()?.kmonitor.get().map(|k| k.counts()[3])
 }
 
 /// Which detector this process runs: `"gossip"`, `"kmonitor"`, or `None`. Not in rsmpi.
 pub fn detector_kind() -> Option<&'static str> {
-    STARTED.lock().as_ref()?;
-    Some(if KMONITOR.get().is_some() { "kmonitor" } else { "gossip" })
+    let f = try_st()?;
+    f.started.lock().as_ref()?;
+    Some(if f.kmonitor.get().is_some() { "kmonitor" } else { "gossip" })
 }
 
 /// The program ends (finalize, abort, a fatal error, a stop): a k-monitor detector tells its
 /// peers that this process is leaving, not failing, and waits until that is written (at most
 /// half a second; not at all on the detector's own thread).
 pub(crate) fn leave() {
-    if let Some((c, _)) = KMONITOR.get() {
-        c.leave(Duration::from_millis(500));
+    if let Some(k) = try_st().and_then(|f| f.kmonitor.get()) {
+        k.leave(Duration::from_millis(500));
     }
 }
 
 /// Runs `f` for every confirmed failure, on the failure detector's thread, before the
-/// policy applies.
+/// policy applies. Panics before `initialize` (the handlers belong to the running process).
 pub fn on_failure(f: impl Fn(&Notice) + Send + Sync + 'static) {
-    HANDLERS.lock().push(Box::new(f));
+    st().handlers.lock().push(Box::new(f));
 }
 
 /// The ranks confirmed failed so far.
 pub fn failed_ranks() -> Vec<i32> {
-    NOTICES.lock().iter().map(|n| n.rank).collect()
+    try_st().map_or_else(Vec::new, Failures::failed_ranks)
 }
 
 /// The notices so far.
 pub fn notices() -> Vec<Notice> {
-    NOTICES.lock().clone()
+    try_st().map_or_else(Vec::new, |f| f.notices.lock().clone())
 }
 
 /// Waits up to `timeout` for the next failure notice after the `seen` first ones; returns it.
+/// Panics before `initialize`.
 pub fn wait_for_failure(seen: usize, timeout: Duration) -> Option<Notice> {
     let deadline = Instant::now() + timeout;
-    let mut g = NOTICES.lock();
+    let f = st();
+    let mut g = f.notices.lock();
     while g.len() <= seen {
-        if NOTICE_CV.wait_until(&mut g, deadline).timed_out() {
+        if f.notice_cv.wait_until(&mut g, deadline).timed_out() {
             return g.get(seen).cloned();
         }
     }
@@ -226,33 +208,7 @@ pub fn wait_for_failure(seen: usize, timeout: Duration) -> Option<Notice> {
 
 /// `T_cleanup + T_MAX_HANG` of this application, when a detector runs.
 pub fn suspicion_after() -> Option<Duration> {
-    *SUSPICION_AFTER.lock()
-}
-
-/// The time after which a send that makes no progress gives up: 2·T_cleanup (FM §5.3), the
-/// detector's `T_cleanup + T_MAX_HANG`. `None` when no detector runs.
-pub(crate) fn send_timeout() -> Option<Duration> {
-    suspicion_after().map(|t| 2 * t)
-}
-
-/// The engine covers more slots (a spawn's processes): the declarations heard so far are
-/// applied again at its next step, those about slots it did not know yet included.
-pub(crate) fn renotify() {
-    if !DEAD_SLOTS.lock().is_empty() {
-        PENDING.store(true, Ordering::SeqCst);
-    }
-}
-
-/// Ranks notified since the engine last looked.
-pub(crate) fn take_pending() -> Vec<i32> {
-    if PENDING.swap(false, Ordering::SeqCst) {
-        if layout().is_some() {
-            return DEAD_SLOTS.lock().iter().map(|&s| s as i32).collect();
-        }
-        failed_ranks()
-    } else {
-        Vec::new()
-    }
+    try_st()?.suspicion_after()
 }
 
 // ----------------------------------------------------------------------------- the service
@@ -374,18 +330,19 @@ pub(crate) fn start(
         return start_kmonitor(rank, key, listener, &setup.addrs, cfg, &prefixes);
     }
     let n = setup.addrs.len();
-    *SUSPICION_AFTER.lock() = Some(setup.config.suspicion_after(n));
+    let f = st();
+    *f.suspicion_after.lock() = Some(setup.config.suspicion_after(n));
     if let Ok(a) = socket.local_addr() {
-        let _ = FD_ADDR.set(a);
+        let _ = f.address.set(a);
     }
-    std::thread::Builder::new().name("p2pmpi-fd".into()).spawn(move || run(rank, key, socket, setup))?;
+    std::thread::Builder::new().name("p2pmpi-fd".into()).spawn(move || run(f, rank, key, socket, setup))?;
     Ok(())
 }
 
-fn run(me: usize, key: JobKey, socket: UdpSocket, setup: Setup) {
+fn run(f: &'static Failures, me: usize, key: JobKey, socket: UdpSocket, setup: Setup) {
     let n = setup.addrs.len();
     let started = Instant::now();
-    *STARTED.lock() = Some(started);
+    *f.started.lock() = Some(started);
     let tg = setup.config.t_gossip;
     // FM equation 4, kept exact afterwards: this process's estimate of the instant the root
     // first sent the communicator, ts_1 = tr_i − Δt_i, is the origin of its clock, and its
@@ -417,8 +374,8 @@ fn run(me: usize, key: JobKey, socket: UdpSocket, setup: Setup) {
                     // A send error (a host that went away: no route) is the silence the
                     // detector judges; nothing else to do.
                     let _ = socket.send_to(&bytes, addrs[tx.to]);
-                    SENT_DATAGRAMS.fetch_add(1, Ordering::Relaxed);
-                    SENT_BYTES.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+                    f.sent_datagrams.fetch_add(1, Ordering::Relaxed);
+                    f.sent_bytes.fetch_add(bytes.len() as u64, Ordering::Relaxed);
                     continue;
                 }
                 Output::Event(ev) => ev,
@@ -436,7 +393,7 @@ fn run(me: usize, key: JobKey, socket: UdpSocket, setup: Setup) {
                     at: crate::time(),
                     cause: Cause::Silent { suspicion_after, protocol: protocol.clone() },
                 };
-                deliver(me, notice);
+                deliver(f, me, notice);
             }
         }
         let wait =
@@ -445,7 +402,7 @@ fn run(me: usize, key: JobKey, socket: UdpSocket, setup: Setup) {
         match socket.recv_from(&mut buf) {
             Ok((len, src)) => {
                 let Some((from, msg)) = decode(&key, &buf[..len]) else {
-                    DROPPED_DATAGRAMS.fetch_add(1, Ordering::Relaxed);
+                    f.dropped_datagrams.fetch_add(1, Ordering::Relaxed);
                     continue;
                 };
                 let from = from as usize;
@@ -453,7 +410,7 @@ fn run(me: usize, key: JobKey, socket: UdpSocket, setup: Setup) {
                     continue;
                 }
                 // Fencing: a process declared dead that wakes up is not heard any more.
-                if layout().is_some() && is_declared_dead(universe_slot(from)) {
+                if f.layout().is_some() && is_declared_dead(f, universe_slot(f, from)) {
                     continue;
                 }
                 let _ = det.handle_input(origin.elapsed(), Input::Message { from, msg });
@@ -473,9 +430,10 @@ fn start_kmonitor(
 ) -> std::io::Result<()> {
     use p2pmpi_core::kmonitor::{Directory, Endpoint};
     let after = cfg.t_to * (1 + cfg.confirm as u32) + cfg.t_hb;
-    *SUSPICION_AFTER.lock() = Some(after);
+    let f = st();
+    *f.suspicion_after.lock() = Some(after);
     if let Ok(a) = listener.local_addr() {
-        let _ = FD_ADDR.set(a);
+        let _ = f.address.set(a);
     }
     let eps: Vec<Endpoint> = addrs
         .iter()
@@ -489,24 +447,21 @@ fn start_kmonitor(
     let setup = kmonitor::Setup { me: eps[me], dir, cfg, key, seed };
     let ctl = Arc::new(kmonitor::Control::default());
     let driver = kmonitor::Driver::new(setup, listener, ctl.clone())?;
-    let _ = KMONITOR.set((ctl, driver.counters()));
-    *STARTED.lock() = Some(Instant::now());
+    let _ = f.kmonitor.set(Box::new(KmonitorHandle(ctl.clone(), driver.counters())));
+    *f.started.lock() = Some(Instant::now());
     let t_to = cfg.t_to;
     std::thread::Builder::new().name("p2pmpi-kmonitor".into()).spawn(move || {
         // A failure that stops this process (policy Stop): the node leaves first, so that the
         // others do not take this process's end for another failure.
         let mut stop = false;
-        let ctl = KMONITOR.get().map(|(c, _)| c.clone());
         driver.run(
             |r| match r {
                 kmonitor::Report::Failed { node, cause } => {
-                    let how = kmonitor_words(cause, t_to);
+                    let how = kmonitor_words(f, cause, t_to);
                     let n = Notice { rank: node as i32, at: crate::time(), cause: Cause::KMonitor { how } };
-                    if deliver_or_stop(me, n) && !stop {
+                    if deliver_or_stop(f, me, n) && !stop {
                         stop = true;
-                        if let Some(c) = &ctl {
-                            c.request_leave();
-                        }
+                        ctl.request_leave();
                     }
                 }
                 kmonitor::Report::Excluded => {
@@ -525,9 +480,9 @@ fn start_kmonitor(
 }
 
 /// A k-monitor cause in words (the launcher prints them).
-fn kmonitor_words(cause: p2pmpi_core::kmonitor::Cause, t_to: Duration) -> String {
+fn kmonitor_words(f: &Failures, cause: p2pmpi_core::kmonitor::Cause, t_to: Duration) -> String {
     use p2pmpi_core::kmonitor::Cause as K;
-    let name = |id: u32| match layout() {
+    let name = |id: u32| match f.layout() {
         Some(l) => format!("rank {} replica {}", l.rank_of(id as usize), l.replica_of(id as usize)),
         None => format!("rank {id}"),
     };
@@ -542,18 +497,19 @@ fn kmonitor_words(cause: p2pmpi_core::kmonitor::Cause, t_to: Duration) -> String
     }
 }
 
-/// Slots this process already reported as suspected (replicated jobs).
-static SUSPECTED: Mutex<Vec<usize>> = Mutex::new(Vec::new());
-
 /// This process suspects `slot` (replicated job): its detector confirmed it silent, its
 /// connection broke, or a send to it stalled. Only the launcher declares deaths (fencing, see
 /// [`p2pmpi_core::fencing`]): the suspicion is reported to it, once; the communication engine
 /// acts when the launcher announces the dead set. Also while finalizing: the launcher must
 /// learn of a replica that froze at the end (the others finish without it).
 pub(crate) fn suspect(me: usize, slot: usize, detail: &str) {
+    suspect_in(st(), me, slot, detail);
+}
+
+fn suspect_in(f: &Failures, me: usize, slot: usize, detail: &str) {
     {
-        let mut s = SUSPECTED.lock();
-        if s.contains(&slot) || DEAD_SLOTS.lock().contains(&slot) {
+        let mut s = f.suspected.lock();
+        if s.contains(&slot) || f.dead_slots.lock().contains(&slot) {
             return;
         }
         s.push(slot);
@@ -563,8 +519,8 @@ pub(crate) fn suspect(me: usize, slot: usize, detail: &str) {
 
 /// The launcher announced the slots declared dead so far: the engine applies them at its
 /// next step (algorithm 7), and the detector no longer listens to them.
-pub(crate) fn declared_dead(slots: &[u32]) {
-    let mut dead = DEAD_SLOTS.lock();
+pub(crate) fn declared_dead(f: &Failures, slots: &[u32]) {
+    let mut dead = f.dead_slots.lock();
     let mut new = false;
     for &s in slots {
         if !dead.contains(&(s as usize)) {
@@ -573,13 +529,13 @@ pub(crate) fn declared_dead(slots: &[u32]) {
         }
     }
     if new {
-        PENDING.store(true, Ordering::SeqCst);
-        if let Some((c, _)) = KMONITOR.get() {
+        f.pending.store(true, Ordering::SeqCst);
+        if let Some(k) = f.kmonitor.get() {
             // The k-monitor driver names this job's processes by index.
-            let base = FD_SLOT_BASE.load(Ordering::Relaxed);
+            let base = f.slot_base.load(Ordering::Relaxed);
             for &s in slots {
                 if let Some(i) = (s as usize).checked_sub(base) {
-                    c.declare(i as u32);
+                    k.declare(i as u32);
                 }
             }
         }
@@ -594,25 +550,26 @@ pub(crate) fn rank_lost(rank: i32) {
         at: crate::lifecycle::time(),
         cause: Cause::KMonitor { how: "every replica of it was declared dead by the launcher".into() },
     };
+    let f = st();
     {
-        let mut g = NOTICES.lock();
+        let mut g = f.notices.lock();
         if g.iter().any(|n| n.rank == rank) {
             return;
         }
         g.push(notice);
-        NOTICE_COUNT.store(g.len(), Ordering::Release);
-        NOTICE_CV.notify_all();
+        f.notice_count.store(g.len(), Ordering::Release);
+        f.notice_cv.notify_all();
     }
     // (Handlers are not run: this is the communication engine's thread, under its lock.)
 }
 
 /// Whether the launcher declared `slot` dead.
-fn is_declared_dead(slot: usize) -> bool {
-    DEAD_SLOTS.lock().contains(&slot)
+fn is_declared_dead(f: &Failures, slot: usize) -> bool {
+    f.dead_slots.lock().contains(&slot)
 }
 
 /// A replica failed (replicated job): reported to the launcher as a suspicion.
-fn deliver_replica(me: usize, l: p2pmpi_core::replication::Layout, notice: Notice) {
+fn deliver_replica(f: &Failures, me: usize, l: p2pmpi_core::replication::Layout, notice: Notice) {
     let slot = notice.rank as usize;
     let detail = format!(
         "rank {} replica {} failed: {}",
@@ -620,12 +577,12 @@ fn deliver_replica(me: usize, l: p2pmpi_core::replication::Layout, notice: Notic
         l.replica_of(slot),
         notice.to_string().split_once(": ").map_or(String::new(), |(_, d)| d.to_string())
     );
-    suspect(me, universe_slot(slot), &detail);
+    suspect_in(f, me, universe_slot(f, slot), &detail);
 }
 
 /// Records a confirmed failure, runs the handlers, and applies the policy.
-fn deliver(me: usize, notice: Notice) {
-    if deliver_or_stop(me, notice) {
+fn deliver(f: &Failures, me: usize, notice: Notice) {
+    if deliver_or_stop(f, me, notice) {
         leave();
         crate::fatal::exit(1);
     }
@@ -633,28 +590,28 @@ fn deliver(me: usize, notice: Notice) {
 
 /// [`deliver`], except that it returns true where the process must stop (the caller exits
 /// with status 1 once it has done what it must first: the k-monitor driver leaves).
-fn deliver_or_stop(me: usize, notice: Notice) -> bool {
-    if let Some(l) = layout() {
-        deliver_replica(me, l, notice);
+fn deliver_or_stop(f: &Failures, me: usize, notice: Notice) -> bool {
+    if let Some(l) = f.layout() {
+        deliver_replica(f, me, l, notice);
         return false;
     }
     {
-        let mut g = NOTICES.lock();
+        let mut g = f.notices.lock();
         if g.iter().any(|n| n.rank == notice.rank) {
             return false;
         }
         g.push(notice.clone());
-        NOTICE_COUNT.store(g.len(), Ordering::Release);
-        NOTICE_CV.notify_all();
+        f.notice_count.store(g.len(), Ordering::Release);
+        f.notice_cv.notify_all();
     }
-    for h in HANDLERS.lock().iter() {
+    for h in f.handlers.lock().iter() {
         h(&notice);
     }
     if launcher::is_finalizing() {
         // Peers that end after this process began to finalize are not failures.
         return false;
     }
-    PENDING.store(true, Ordering::SeqCst);
+    f.pending.store(true, Ordering::SeqCst);
     let detail = notice.to_string();
     match policy() {
         Policy::Stop => {

@@ -81,8 +81,8 @@ pub unsafe extern "C" fn MPI_Comm_get_attr(
     let Some((h, _)) = comm_from_raw(comm, false) else { return MPI_ERR_COMM as c_int };
     let found = if comm_keyval == MPI_UNIVERSE_SIZE as c_int || comm_keyval == MPI_APPNUM as c_int {
         static UNIVERSE: LazyLock<c_int> =
-            LazyLock::new(|| crate::context::universe_size().try_into().unwrap_or(c_int::MAX));
-        static APPNUM: LazyLock<c_int> = LazyLock::new(|| crate::context::appnum().try_into().unwrap_or(0));
+            LazyLock::new(|| crate::bootstrap::universe_size().try_into().unwrap_or(c_int::MAX));
+        static APPNUM: LazyLock<c_int> = LazyLock::new(|| crate::bootstrap::appnum().try_into().unwrap_or(0));
         let p: &'static c_int = if comm_keyval == MPI_APPNUM as c_int { &APPNUM } else { &UNIVERSE };
         Some(p as *const c_int as *mut c_void)
     } else {
