@@ -3,12 +3,7 @@
 //! [`HostLayout`] of a communicator, built on its first collective and kept with it
 //! (`topology::CommInner::hosts`).
 
-use std::sync::{Arc, OnceLock};
-
-/// The first universe id of this process's world, and the host number of every rank of that
-/// world (numbered in order of first appearance), or `None` when the hierarchical algorithms
-/// are off for this job (replicated, one host, turned off).
-static WORLD_HOSTS: OnceLock<Option<(i32, Arc<[u32]>)>> = OnceLock::new();
+use std::sync::Arc;
 
 /// Records the host of every rank of this process's world from the world table (`addrs[r]`'s
 /// IP address, `base` the world's first universe id), once at start-up. `replicated`: the job
@@ -34,7 +29,9 @@ pub(crate) fn set_world_hosts(addrs: &[std::net::SocketAddr], base: i32, replica
             })
             .collect::<Arc<[u32]>>()
     });
-    let _ = WORLD_HOSTS.set(hosts.map(|h| (base, h)));
+    // The host numbers are in order of first appearance; `None` when the hierarchical
+    // algorithms are off for this job (replicated, one host, turned off).
+    let _ = crate::context::current().world_hosts.set(hosts.map(|h| (base, h)));
 }
 
 /// Which ranks of a communicator share a host.
@@ -54,7 +51,7 @@ impl HostLayout {
     /// The layout of a communicator whose world ranks are `world[r]`, if hierarchical
     /// collectives apply: more than one host and fewer hosts than ranks.
     pub(crate) fn build(world: impl Iterator<Item = i32>) -> Option<HostLayout> {
-        let (base, table) = WORLD_HOSTS.get()?.as_ref()?;
+        let (base, table) = crate::context::try_current()?.world_hosts.get()?.as_ref()?;
         Self::build_from(table, world.map(|w| w - base))
     }
 

@@ -582,7 +582,9 @@ impl<C: Communicator + ?Sized> Communicator for &C {}
 // ------------------------------------------------------------------ communicator creation
 
 /// The next context id this process may use (0: world, 1: self).
-static NEXT_CTX: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(2);
+fn next_ctx() -> &'static std::sync::atomic::AtomicU32 {
+    &crate::context::current().next_ctx
+}
 
 enum Spec {
     Duplicate,
@@ -660,7 +662,7 @@ fn create(parent: &CommHandle, spec: Spec) -> Result<Option<SimpleCommunicator>>
         Spec::Split { color, key } => (*color, *key),
         _ => (0, 0),
     };
-    let mine = NEXT_CTX.load(Ordering::SeqCst);
+    let mine = next_ctx().load(Ordering::SeqCst);
     let mut all = vec![0u8; 12 * n];
     let me = parent.rank() as usize;
     all[12 * me..12 * me + 4].copy_from_slice(&mine.to_le_bytes());
@@ -669,7 +671,7 @@ fn create(parent: &CommHandle, spec: Spec) -> Result<Option<SimpleCommunicator>>
     (creation().allgather)(parent, "communicator creation", &mut all, 12)?;
     let field = |r: usize, i: usize| i32::from_le_bytes(all[12 * r + 4 * i..12 * r + 4 * i + 4].try_into().unwrap());
     let ctx = (0..n).map(|r| field(r, 0) as u32).max().unwrap_or(mine);
-    NEXT_CTX.store(ctx + 1, Ordering::SeqCst);
+    next_ctx().store(ctx + 1, Ordering::SeqCst);
     let me_world = parent.world_rank(parent.rank());
     let members: Vec<Rank> = match spec {
         Spec::Duplicate => (0..n).map(|r| parent.world_rank(r as Rank)).collect(),
@@ -706,7 +708,7 @@ fn create_in_group(parent: &CommHandle, members: &[Rank], tag: crate::Tag) -> Re
     let to_parent =
         |w: Rank| -> Rank { (0..parent.size()).find(|&r| parent.world_rank(r) == w).expect("group member in parent") };
     let leader = to_parent(members[0]);
-    let mine = NEXT_CTX.load(Ordering::SeqCst);
+    let mine = next_ctx().load(Ordering::SeqCst);
     let ctx = if parent.rank() == leader {
         let mut ctx = mine;
         for &w in &members[1..] {
@@ -724,7 +726,7 @@ fn create_in_group(parent: &CommHandle, members: &[Rank], tag: crate::Tag) -> Re
         (c.recv)(parent, what, leader, tag, &mut b)?;
         u32::from_le_bytes(b)
     };
-    NEXT_CTX.store(ctx.max(mine) + 1, Ordering::SeqCst);
+    next_ctx().store(ctx.max(mine) + 1, Ordering::SeqCst);
     Ok(Some(new_comm(ctx, members.to_vec(), me_world)))
 }
 

@@ -34,8 +34,6 @@
 
 pub use crate::collective::{TryCollectives, TryImmediateCollectives, TryImmediateRoot, TryRoot};
 use crate::topology::{Communicator, Rank, SimpleCommunicator};
-use parking_lot::Mutex;
-use std::collections::HashMap;
 
 /// Context ids of communicators made by [`FaultTolerant::shrink`]: this base plus the
 /// agreement's number (the ids `split` and `duplicate` hand out stay far below).
@@ -58,10 +56,6 @@ pub enum FaultError {
     Library(String),
 }
 
-/// Agreements run so far per communicator context (each member counts its own calls; they
-/// match because agreement is collective).
-static SEQ: Mutex<Option<HashMap<u32, u64>>> = Mutex::new(None);
-
 /// Communicator context `ctx` was revoked (told by the launcher, or by this process itself).
 pub(crate) fn revoked(ctx: u32) {
     crate::device::revocations::told(ctx);
@@ -79,8 +73,8 @@ fn agreement<C: Communicator + ?Sized>(comm: &C, flag: u32) -> Result<Decided, F
     let h = comm.handle();
     let ctx = h.0.ctx;
     let seq = {
-        let mut g = SEQ.lock();
-        let s = g.get_or_insert_with(HashMap::new).entry(ctx).or_insert(0);
+        let mut g = crate::context::current().agreement_seq.lock();
+        let s = g.entry(ctx).or_insert(0);
         *s += 1;
         *s - 1
     };

@@ -23,17 +23,14 @@ use super::ops::Operation;
 use crate::datatype::TypeMap;
 use crate::error::Result;
 use crate::hosts::HostLayout;
-use std::sync::atomic::{AtomicU64, Ordering};
-
-/// Collectives this process ran hierarchically (see [`super::hierarchical_collectives`]).
-static RUN: AtomicU64 = AtomicU64::new(0);
+use std::sync::atomic::Ordering;
 
 /// Tag offsets of the phases (the flat tags are below 32).
 const TAG_LOCAL: i32 = 32;
 const TAG_INTER: i32 = 64;
 
 pub(crate) fn run_count() -> u64 {
-    RUN.load(Ordering::Relaxed)
+    crate::context::try_current().map_or(0, |c| c.hier_runs.load(Ordering::Relaxed))
 }
 
 /// The layout of `c`'s communicator when `c` is the whole communicator and the hierarchical
@@ -49,7 +46,7 @@ pub(crate) fn layout<'a>(c: &Coll<'a>) -> Option<&'a HostLayout> {
 
 /// Counts a collective run hierarchically.
 pub(crate) fn ran<T>(r: T) -> T {
-    RUN.fetch_add(1, Ordering::Relaxed);
+    crate::context::current().hier_runs.fetch_add(1, Ordering::Relaxed);
     r
 }
 

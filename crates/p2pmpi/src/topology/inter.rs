@@ -20,7 +20,7 @@ use crate::raw::{AsRaw, FromRaw};
 use parking_lot::Mutex;
 use std::process::Command;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Errors of the calls that return a `Result` in rsmpi (`spawn`, `spawn_multiple`).
@@ -142,7 +142,7 @@ impl InterCommunicator {
         let their_ctx = u32::from_le_bytes(theirs[..4].try_into().expect("4 bytes"));
         let their_high = u32::from_le_bytes(theirs[4..].try_into().expect("4 bytes"));
         let ctx = mine.max(their_ctx);
-        super::NEXT_CTX.fetch_max(ctx + 1, Ordering::SeqCst);
+        super::next_ctx().fetch_max(ctx + 1, Ordering::SeqCst);
         let local_first = if high != their_high { high == 0 } else { self.parents_side };
         let local: Vec<Rank> = (0..self.local.size()).map(|r| self.local.world_rank(r)).collect();
         let remote: Vec<Rank> = (0..self.remote.size()).map(|r| self.remote.world_rank(r)).collect();
@@ -203,40 +203,35 @@ impl super::AsCommunicator for InterCommunicator {
 /// A context id free on every member of `h` (collective over `h`); marked used here.
 fn agree_ctx(h: &CommHandle, what: &'static str) -> Result<u32> {
     let n = h.size() as usize;
-    let mine = super::NEXT_CTX.load(Ordering::SeqCst);
+    let mine = super::next_ctx().load(Ordering::SeqCst);
     let mut all = vec![0u8; 4 * n];
     let me = h.rank() as usize;
     all[4 * me..4 * me + 4].copy_from_slice(&mine.to_le_bytes());
     (super::creation().allgather)(h, what, &mut all, 4)?;
     let ctx = all.chunks_exact(4).map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes"))).max().unwrap_or(mine);
-    super::NEXT_CTX.fetch_max(ctx + 1, Ordering::SeqCst);
+    super::next_ctx().fetch_max(ctx + 1, Ordering::SeqCst);
     Ok(ctx)
 }
-
-/// A spawned process's intercommunicator to its parents (set at initialization).
-static PARENT: OnceLock<(u32, Vec<Rank>)> = OnceLock::new();
 
 /// Initialization of a spawned process: connects to every parent, and keeps the
 /// intercommunicator's context and the parents' universe ids.
 pub(crate) fn set_parents(p: &crate::bootstrap::Parents) {
-    super::NEXT_CTX.fetch_max(p.ctx + 1, Ordering::SeqCst);
-    let _ = PARENT.set((p.ctx, p.ids.clone()));
+    super::next_ctx().fetch_max(p.ctx + 1, Ordering::SeqCst);
+    let _ = crate::context::current().parent.set((p.ctx, p.ids.clone()));
 }
-
-/// Set by `Universe::disconnect_parent`.
-static DISCONNECTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// `Universe::disconnect_parent`: the parent intercommunicator is no longer offered.
 pub(crate) fn disconnect_parent() {
-    DISCONNECTED.store(true, Ordering::SeqCst);
+    crate::context::current().parent_disconnected.store(true, Ordering::SeqCst);
 }
 
 /// `Communicator::parent`.
 pub(crate) fn parent() -> Option<InterCommunicator> {
-    if DISCONNECTED.load(Ordering::SeqCst) {
+    let c = crate::context::current();
+    if c.parent_disconnected.load(Ordering::SeqCst) {
         return None;
     }
-    let (ctx, ids) = PARENT.get()?;
+    let (ctx, ids) = c.parent.get()?;
     let world = SimpleCommunicator::world();
     Some(InterCommunicator::new(*ctx, world.0, ids.clone(), false))
 }
