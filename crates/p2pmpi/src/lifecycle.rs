@@ -15,65 +15,79 @@ const FINALIZED: u8 = 2;
 const STOP: u8 = 0;
 const NOTIFY: u8 = 1;
 
-// Process-wide because MPI's own calls are: `is_initialized`, `is_finalized` and `time` take no
-// argument and answer before a universe exists and after it is gone, from any thread (the
-// panic hook, the detector's and the launcher's threads).
-static STATE: AtomicU8 = AtomicU8::new(UNINIT);
-static OWN_RANK: AtomicI32 = AtomicI32::new(-1);
-static INIT_THREAD: OnceLock<ThreadId> = OnceLock::new();
-static EPOCH: OnceLock<Instant> = OnceLock::new();
-static THREADING: AtomicU8 = AtomicU8::new(0);
-/// The failure policy the program chose (it may change it at any time, from any thread).
-static POLICY: AtomicU8 = AtomicU8::new(STOP);
+/// Where the library stands in its life.
+struct Life {
+    state: AtomicU8,
+    own_rank: AtomicI32,
+    init_thread: OnceLock<ThreadId>,
+    epoch: OnceLock<Instant>,
+    threading: AtomicU8,
+    /// The failure policy the program chose (it may change it at any time, from any thread).
+    policy: AtomicU8,
+}
+
+// Process-wide because MPI's own calls are: `is_initialized`, `is_finalized`, `time` and
+// `set_policy` take no argument and answer before a universe exists (the policy is chosen
+// before `initialize`) and after it is gone, from any thread (the panic hook, the detector's
+// and the launcher's threads); and the bottom layer (`fatal`'s messages), which cannot name
+// the context, names the rank.
+static LIFE: Life = Life {
+    state: AtomicU8::new(UNINIT),
+    own_rank: AtomicI32::new(-1),
+    init_thread: OnceLock::new(),
+    epoch: OnceLock::new(),
+    threading: AtomicU8::new(0),
+    policy: AtomicU8::new(STOP),
+};
 
 /// Starts the library's life (on the calling thread): false if it was started before.
 pub(crate) fn begin() -> bool {
-    if STATE.compare_exchange(UNINIT, RUNNING, Ordering::SeqCst, Ordering::SeqCst).is_err() {
+    if LIFE.state.compare_exchange(UNINIT, RUNNING, Ordering::SeqCst, Ordering::SeqCst).is_err() {
         return false;
     }
-    EPOCH.get_or_init(Instant::now);
-    let _ = INIT_THREAD.set(std::thread::current().id());
+    LIFE.epoch.get_or_init(Instant::now);
+    let _ = LIFE.init_thread.set(std::thread::current().id());
     true
 }
 
 /// Ends a running library's life: false if it was not running.
 pub(crate) fn end() -> bool {
-    STATE.compare_exchange(RUNNING, FINALIZED, Ordering::SeqCst, Ordering::SeqCst).is_ok()
+    LIFE.state.compare_exchange(RUNNING, FINALIZED, Ordering::SeqCst, Ordering::SeqCst).is_ok()
 }
 
 /// Whether the library runs (initialized, not finalized).
 pub(crate) fn is_running() -> bool {
-    STATE.load(Ordering::SeqCst) == RUNNING
+    LIFE.state.load(Ordering::SeqCst) == RUNNING
 }
 
 /// Whether `initialize` was called (still true after finalization, as in MPI).
 pub fn is_initialized() -> bool {
-    STATE.load(Ordering::SeqCst) != UNINIT
+    LIFE.state.load(Ordering::SeqCst) != UNINIT
 }
 
 /// Whether the universe was finalized.
 pub fn is_finalized() -> bool {
-    STATE.load(Ordering::SeqCst) == FINALIZED
+    LIFE.state.load(Ordering::SeqCst) == FINALIZED
 }
 
 /// Sets this process's world rank (at initialization).
 pub(crate) fn set_own_rank(rank: i32) {
-    OWN_RANK.store(rank, Ordering::SeqCst);
+    LIFE.own_rank.store(rank, Ordering::SeqCst);
 }
 
 /// This process's world rank (-1 before initialization), for messages.
 pub(crate) fn own_rank() -> i32 {
-    OWN_RANK.load(Ordering::Relaxed)
+    LIFE.own_rank.load(Ordering::Relaxed)
 }
 
 /// Whether the current thread is the one that initialized.
 pub(crate) fn is_init_thread() -> bool {
-    INIT_THREAD.get().is_some_and(|t| *t == std::thread::current().id())
+    LIFE.init_thread.get().is_some_and(|t| *t == std::thread::current().id())
 }
 
 /// Seconds elapsed since an arbitrary point in the past (`MPI_Wtime`).
 pub fn time() -> c_double {
-    EPOCH.get_or_init(Instant::now).elapsed().as_secs_f64()
+    LIFE.epoch.get_or_init(Instant::now).elapsed().as_secs_f64()
 }
 
 /// Resolution of [`time`] in seconds (`MPI_Wtick`).
@@ -96,12 +110,12 @@ pub enum Threading {
 
 /// Records the thread support given at initialization.
 pub(crate) fn set_threading(t: Threading) {
-    THREADING.store(t as u8, Ordering::SeqCst);
+    LIFE.threading.store(t as u8, Ordering::SeqCst);
 }
 
 /// The level of thread support provided.
 pub fn threading_support() -> Threading {
-    match THREADING.load(Ordering::SeqCst) {
+    match LIFE.threading.load(Ordering::SeqCst) {
         0 => Threading::Single,
         1 => Threading::Funneled,
         2 => Threading::Serialized,
@@ -125,12 +139,12 @@ pub enum Policy {
 /// Chooses what happens on a confirmed failure (call before `initialize()`: the launcher
 /// learns at registration whether the program handles failures).
 pub fn set_policy(p: Policy) {
-    POLICY.store(if p == Policy::Notify { NOTIFY } else { STOP }, Ordering::SeqCst);
+    LIFE.policy.store(if p == Policy::Notify { NOTIFY } else { STOP }, Ordering::SeqCst);
 }
 
 /// The current policy.
 pub fn policy() -> Policy {
-    if POLICY.load(Ordering::SeqCst) == NOTIFY {
+    if LIFE.policy.load(Ordering::SeqCst) == NOTIFY {
         Policy::Notify
     } else {
         Policy::Stop
