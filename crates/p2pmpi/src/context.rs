@@ -44,6 +44,10 @@ pub(crate) struct Context {
     pub(crate) world_hosts: OnceLock<Option<(i32, Arc<[u32]>)>>,
     /// Collectives this process ran hierarchically.
     pub(crate) hier_runs: AtomicU64,
+    /// The job's part of the seeds of `random::Rand`.
+    pub(crate) job_seed: OnceLock<u64>,
+    /// The predefined attributes whose address `MPI_Comm_get_attr` hands out.
+    pub(crate) attr_values: AttrValues,
     /// The message of a panic of the thread that initialized the library, kept by the panic
     /// hook for the launcher.
     pub(crate) panic_text: Mutex<Option<String>>,
@@ -72,6 +76,8 @@ impl Context {
             parent_disconnected: AtomicBool::new(false),
             world_hosts: OnceLock::new(),
             hier_runs: AtomicU64::new(0),
+            job_seed: OnceLock::new(),
+            attr_values: AttrValues::default(),
             panic_text: Mutex::new(None),
         }
     }
@@ -238,6 +244,14 @@ impl Failures {
     }
 }
 
+/// The values of the predefined attributes (`MPI_UNIVERSE_SIZE`, `MPI_APPNUM`), made on first
+/// use; `MPI_Comm_get_attr` hands out their address.
+#[derive(Default)]
+pub(crate) struct AttrValues {
+    pub(crate) universe_size: OnceLock<std::os::raw::c_int>,
+    pub(crate) appnum: OnceLock<std::os::raw::c_int>,
+}
+
 // ------------------------------------------------------------------------------ the launcher
 
 /// The control connection to the launcher (what is said on it is `launcher`'s).
@@ -330,6 +344,7 @@ const CLOCK_EVERY: u32 = 8;
 
 /// `P2PMPI_DEBUG` set: blocking waits print the device state (what is posted, queued, …).
 fn debug_waits() -> bool {
+    // Process-wide because it is a setting of the process's environment, read once.
     static ON: OnceLock<bool> = OnceLock::new();
     *ON.get_or_init(|| std::env::var_os("P2PMPI_DEBUG").is_some())
 }

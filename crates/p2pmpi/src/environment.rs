@@ -159,7 +159,7 @@ pub fn initialize_with_threading(threading: Threading) -> Option<(Universe, Thre
         leave: crate::failure::leave,
     });
     install_panic_hook(ctx);
-    crate::random::set_job_seed(boot.key.seed("random"));
+    crate::random::set_job_seed(ctx, boot.key.seed("random"));
     crate::collective::install_creation_collectives();
     #[cfg(feature = "failpoints")]
     arm_failpoints(boot.slot);

@@ -16,17 +16,12 @@
 pub use rand_core;
 use rand_core::{RngCore, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
-use std::sync::atomic::{AtomicU64, Ordering};
 
-// Process-wide because `Rand::new()` (rsmpi-style, no argument) must find the job's seed
-// from anywhere in the program: it is set once, at initialization.
-static JOB_SEED: AtomicU64 = AtomicU64::new(0);
-
-/// Sets the job's part of the seeds (at initialization): `P2PMPI_SEED`, else `derived`, a
-/// value derived from the job's key (from which the key cannot be recovered).
-pub(crate) fn set_job_seed(derived: u64) {
+/// Sets the job's part of the seeds (at initialization, in the context): `P2PMPI_SEED`, else
+/// `derived`, a value derived from the job's key (from which the key cannot be recovered).
+pub(crate) fn set_job_seed(ctx: &crate::context::Context, derived: u64) {
     let seed = std::env::var("P2PMPI_SEED").ok().and_then(|v| v.trim().parse::<u64>().ok()).unwrap_or(derived);
-    JOB_SEED.store(seed, Ordering::SeqCst);
+    let _ = ctx.job_seed.set(seed);
 }
 
 /// A random generator that gives the same numbers on every replica of a rank.
@@ -42,7 +37,8 @@ impl Rand {
     /// Another independent stream of this rank's numbers.
     pub fn with_stream(stream: u64) -> Rand {
         let rank = crate::lifecycle::own_rank().max(0) as u64;
-        Rand::from_parts(JOB_SEED.load(Ordering::SeqCst), rank, stream)
+        let job = crate::context::try_current().and_then(|c| c.job_seed.get().copied()).unwrap_or(0);
+        Rand::from_parts(job, rank, stream)
     }
 
     /// The generator of (`job`, `rank`, `stream`).

@@ -7,7 +7,6 @@ use crate::handles::{
     MPI_APPNUM, MPI_ERR_ARG, MPI_ERR_COMM, MPI_ERR_KEYVAL, MPI_KEYVAL_INVALID, MPI_SUCCESS, MPI_UNIVERSE_SIZE,
 };
 use crate::topology::handles::comm_from_raw;
-use std::sync::LazyLock;
 
 const SUCCESS: c_int = MPI_SUCCESS as c_int;
 
@@ -80,10 +79,14 @@ pub unsafe extern "C" fn MPI_Comm_get_attr(
     }
     let Some((h, _)) = comm_from_raw(comm, false) else { return MPI_ERR_COMM as c_int };
     let found = if comm_keyval == MPI_UNIVERSE_SIZE as c_int || comm_keyval == MPI_APPNUM as c_int {
-        static UNIVERSE: LazyLock<c_int> =
-            LazyLock::new(|| crate::bootstrap::universe_size().try_into().unwrap_or(c_int::MAX));
-        static APPNUM: LazyLock<c_int> = LazyLock::new(|| crate::bootstrap::appnum().try_into().unwrap_or(0));
-        let p: &'static c_int = if comm_keyval == MPI_APPNUM as c_int { &APPNUM } else { &UNIVERSE };
+        // The values live in the context, which stays where it is for the whole run: their
+        // addresses, handed out, stay valid.
+        let attrs = &crate::context::current().attr_values;
+        let p: &'static c_int = if comm_keyval == MPI_APPNUM as c_int {
+            attrs.appnum.get_or_init(|| crate::bootstrap::appnum().try_into().unwrap_or(0))
+        } else {
+            attrs.universe_size.get_or_init(|| crate::bootstrap::universe_size().try_into().unwrap_or(c_int::MAX))
+        };
         Some(p as *const c_int as *mut c_void)
     } else {
         h.0.attrs.lock().values.get(&comm_keyval).map(|v| v.ptr)
