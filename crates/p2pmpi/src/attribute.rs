@@ -81,6 +81,8 @@ pub(crate) struct Callbacks {
 // in MPI, where any thread may run them).
 unsafe impl Send for Callbacks {}
 
+// Process-wide because keyvals are C handles (plain integers) that a program may create before
+// `initialize` and use from any thread (the C handle tables).
 pub(crate) static KEYVALS: LazyLock<Mutex<HashMap<i32, Callbacks>>> = LazyLock::new(Default::default);
 static NEXT_KEY: AtomicI32 = AtomicI32::new(1);
 
@@ -99,6 +101,8 @@ pub(crate) fn create_keyval(
 thread_local! {
     /// While the library runs a delete callback for a replaced or removed value: where the
     /// default callback puts the value (it is dropped with its communicator).
+    // Per thread because only the thread that runs a delete callback puts values here, while
+    // it runs it.
     static RETIRED: RefCell<Option<Vec<Box<dyn Any + Send + Sync>>>> = const { RefCell::new(None) };
 }
 
@@ -189,6 +193,7 @@ where
     /// first use with this type's callbacks, the same for the whole run. Override it to
     /// share a slot between types, or to use a key made by `MPI_Comm_create_keyval`.
     fn get_key() -> AttributeKey {
+        // Process-wide because a type's key is a keyval (a C handle) kept for the whole run.
         static KEYS: LazyLock<Mutex<HashMap<TypeId, i32>>> = LazyLock::new(Default::default);
         let mut keys = lock(&KEYS);
         let k = *keys.entry(TypeId::of::<Self>()).or_insert_with(|| {

@@ -820,6 +820,8 @@ fn tuple_datatype<T: 'static>(build: impl FnOnce() -> UserDatatype) -> DatatypeR
     use std::any::TypeId;
     use std::collections::HashMap;
     use std::sync::{Mutex, OnceLock};
+    // Process-wide because the datatypes are handed out as `&'static` (an `Equivalence`'s
+    // datatype), the same for the whole run.
     static CACHE: OnceLock<Mutex<HashMap<TypeId, &'static UserDatatype>>> = OnceLock::new();
     let cache = CACHE.get_or_init(Default::default);
     if let Some(d) = cache.lock().unwrap_or_else(|p| p.into_inner()).get(&TypeId::of::<T>()) {
@@ -1305,6 +1307,7 @@ pub struct DynBuffer<'a> {
 /// A `'static` copy of `map`, one per distinct layout (kept for the life of the process), so
 /// that a [`DynBuffer`] made from a type whose datatype is owned can name its layout.
 fn interned(map: &TypeMap) -> &'static TypeMap {
+    // Process-wide because the layouts are handed out as `&'static`, for the whole run.
     static LAYOUTS: std::sync::Mutex<Vec<&'static TypeMap>> = std::sync::Mutex::new(Vec::new());
     let mut all = LAYOUTS.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(m) = all.iter().find(|m| **m == map) {

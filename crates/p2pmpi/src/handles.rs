@@ -51,6 +51,7 @@ pub struct MPI_Message(pub(crate) c_int);
 
 impl MPI_Message {
     pub(crate) fn next() -> MPI_Message {
+        // Process-wide because message handles are C handles (plain integers, any thread).
         static NEXT: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(table::FIRST_USER);
         MPI_Message(NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
     }
@@ -115,6 +116,7 @@ macro_rules! predefined_names {
             $(
                 $(#[$m])*
                 #[export_name = concat!("p2pmpi_", env!("CARGO_PKG_VERSION"), "_", stringify!($name))]
+                // Process-wide because they are the predefined C handles, constants.
                 pub(crate) static $name: $crate::handles::Shared<$ty> = $crate::handles::Shared(super::predefined::$name);
             )*
         }
@@ -126,6 +128,7 @@ macro_rules! predefined_names {
                 $(
                     $(#[$m])*
                     #[link_name = concat!("p2pmpi_", env!("CARGO_PKG_VERSION"), "_", stringify!($name))]
+                    // Process-wide because rsmpi exports them as `extern` statics.
                     pub static $name: $ty;
                 )*
             }

@@ -12,6 +12,8 @@ const MAX_KEEP: usize = 4 << 20;
 const MAX_BUFFERS: usize = 32;
 
 thread_local! {
+    // Per thread (not in the context) because it is each thread's cache of free buffers,
+    // taken from and given back to without a lock; it holds no state of the running process.
     static FREE: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
 }
 

@@ -803,6 +803,7 @@ impl<D: ?Sized> Drop for RequestCollection<'_, D> {
 /// The requests handed over to C handles (`Request::into_raw`, `MPI_Isend`, ...), see
 /// [`crate::handles`]: process-wide because a handle is a plain integer any thread may hand to
 /// any function.
+// Process-wide because a C handle is a plain integer any thread may hand to any function.
 pub(crate) static REQUESTS: std::sync::LazyLock<std::sync::Mutex<std::collections::HashMap<c_int, Pending>>> =
     std::sync::LazyLock::new(Default::default);
 

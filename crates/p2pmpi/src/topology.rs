@@ -377,6 +377,8 @@ impl<C: ?Sized + Communicator> AnyCommunicator for C {
 /// A communicator created by the library (the world, self, and those derived from them).
 pub struct SimpleCommunicator(pub(crate) CommHandle);
 
+// Process-wide because it is the object behind the predefined C handle `MPI_COMM_WORLD`,
+// which any thread names without a context (the C handle tables).
 static WORLD: std::sync::OnceLock<CommHandle> = std::sync::OnceLock::new();
 
 impl SimpleCommunicator {
@@ -641,6 +643,8 @@ pub(crate) struct CreationCollectives {
 pub(crate) type InterExchange =
     fn(h: &CommHandle, what: &'static str, out: &[u8], inp: &mut [u8], tag: crate::Tag) -> Result<()>;
 
+// Process-wide because it is code, not state: plain functions of the collective layer that
+// the layer below calls (installed once, the same for any context).
 static CREATION: std::sync::OnceLock<CreationCollectives> = std::sync::OnceLock::new();
 
 /// Installs the collectives of communicator creation (once; later calls change nothing).

@@ -60,6 +60,7 @@ pub enum Algorithm {
 /// read once per process: looking a variable up takes the environment's lock and scans it,
 /// which cost more than a small collective itself when it was done on every call.
 fn forced(op: &str) -> Option<Algorithm> {
+    // Process-wide because it is a setting of the process's environment, read once.
     static FORCED: std::sync::OnceLock<Vec<(String, Algorithm)>> = std::sync::OnceLock::new();
     let all = FORCED.get_or_init(|| {
         std::env::vars()

@@ -20,6 +20,8 @@ enum UserOp {
 /// The user operations with handles. Keys: a C function's address times 2, plus 1 if
 /// commutative (the top bit cleared), or a closure's address with the top bit set (user
 /// addresses never have it on the platforms p2pmpi runs on).
+// Process-wide because a C handle is a plain integer any thread may hand to any function, for
+// objects that are not tied to a universe (the C handle tables, see `crate::handles`).
 static OPS: LazyLock<Mutex<Table<usize, UserOp>>> = LazyLock::new(Default::default);
 
 const CLOSURE_KEY: usize = 1 << (usize::BITS - 1);

@@ -17,6 +17,8 @@ type Outcome = Result<crate::point_to_point::Status, Error>;
 
 /// Handle numbers of requests made here: negative, so that they never meet the numbers of
 /// requests handed over by `Request::into_raw` (positive).
+// Process-wide because a C handle is a plain integer any thread may hand to any function, for
+// objects that are not tied to a universe (the C handle tables, see `crate::handles`).
 static NEXT_REQUEST: AtomicI32 = AtomicI32::new(-1);
 
 fn new_request(p: Pending) -> MPI_Request {
@@ -32,10 +34,14 @@ fn new_request(p: Pending) -> MPI_Request {
 
 /// Requests that completed during an `MPI_Testall` that did not complete them all: their
 /// outcome, kept for the next wait or test.
+// Process-wide because a C handle is a plain integer any thread may hand to any function, for
+// objects that are not tied to a universe (the C handle tables, see `crate::handles`).
 static FINISHED: LazyLock<Mutex<HashMap<c_int, Outcome>>> = LazyLock::new(Default::default);
 
 /// Requests freed by `MPI_Request_free` before they completed: completed in the background
 /// (tested at each later `MPI_Request_free`, waited for at no point).
+// Process-wide because a C handle is a plain integer any thread may hand to any function, for
+// objects that are not tied to a universe (the C handle tables, see `crate::handles`).
 static DETACHED: LazyLock<Mutex<Vec<Pending>>> = LazyLock::new(Default::default);
 
 /// Whether `h` names a live request (not the null request).
@@ -1185,6 +1191,8 @@ pub unsafe extern "C" fn MPI_Group_difference(group1: MPI_Group, group2: MPI_Gro
 // ------------------------------------------------------------------------ datatypes
 
 /// The datatypes made here, by handle (freed by `MPI_Type_free`).
+// Process-wide because a C handle is a plain integer any thread may hand to any function, for
+// objects that are not tied to a universe (the C handle tables, see `crate::handles`).
 static TYPES: LazyLock<Mutex<HashMap<usize, UserDatatype>>> = LazyLock::new(Default::default);
 
 /// Registers a datatype made here and writes its handle.

@@ -30,6 +30,8 @@ struct Comms {
     sweep_at: usize,
 }
 
+// Process-wide because a C handle is a plain integer any thread may hand to any function, for
+// objects that are not tied to a universe (the C handle tables, see `crate::handles`).
 static COMMS: LazyLock<Mutex<Comms>> = LazyLock::new(|| Mutex::new(Comms { table: Table::default(), sweep_at: 64 }));
 
 /// The handle of communicator `h`, registered if needed; `kind` says what Rust object it is
@@ -144,6 +146,8 @@ struct GroupSlot {
     owned: Option<Arc<[Rank]>>,
 }
 
+// Process-wide because a C handle is a plain integer any thread may hand to any function, for
+// objects that are not tied to a universe (the C handle tables, see `crate::handles`).
 static GROUPS: LazyLock<Mutex<Table<usize, GroupSlot>>> = LazyLock::new(Default::default);
 
 /// The handle of a group with these members (world ranks).
