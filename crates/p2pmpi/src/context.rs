@@ -48,6 +48,8 @@ pub(crate) struct Context {
     pub(crate) job_seed: OnceLock<u64>,
     /// The predefined attributes whose address `MPI_Comm_get_attr` hands out.
     pub(crate) attr_values: AttrValues,
+    /// Buffered sends (`Universe::set_buffer_size`).
+    pub(crate) buffered: Mutex<Buffered>,
     /// The message of a panic of the thread that initialized the library, kept by the panic
     /// hook for the launcher.
     pub(crate) panic_text: Mutex<Option<String>>,
@@ -78,6 +80,7 @@ impl Context {
             hier_runs: AtomicU64::new(0),
             job_seed: OnceLock::new(),
             attr_values: AttrValues::default(),
+            buffered: Mutex::new(Buffered::default()),
             panic_text: Mutex::new(None),
         }
     }
@@ -242,6 +245,14 @@ impl Failures {
             Vec::new()
         }
     }
+}
+
+/// Buffered sends: the attached buffer's size, and the sends still in it (request id, world
+/// rank of the peer, the data).
+#[derive(Default)]
+pub(crate) struct Buffered {
+    pub(crate) capacity: usize,
+    pub(crate) pending: Vec<(ReqId, Option<i32>, Vec<u8>)>,
 }
 
 /// The values of the predefined attributes (`MPI_UNIVERSE_SIZE`, `MPI_APPNUM`), made on first

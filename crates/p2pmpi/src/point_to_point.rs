@@ -15,7 +15,6 @@ use crate::request::{Pending, Request, Scope, Unpack};
 use crate::topology::{AsCommunicator, CommHandle, Communicator, CommunicatorRelation, Rank};
 use crate::Tag;
 use p2pmpi_core::matching::Pattern;
-use parking_lot::Mutex;
 use std::mem::MaybeUninit;
 use std::ptr::NonNull;
 
@@ -320,33 +319,30 @@ fn recv_vec_impl<T: Equivalence>(h: &CommHandle, src: Rank, tag: Tag) -> Result<
 
 // ------------------------------------------------------------------ buffered sends
 
-struct Bsend {
-    capacity: usize,
-    pending: Vec<(Pending, Vec<u8>)>,
-}
-static BSEND: Mutex<Bsend> = Mutex::new(Bsend { capacity: 0, pending: Vec::new() });
+// The state of buffered sends is the context's (`Context::buffered`): a send pending there is
+// kept as its request id and peer (what `start_send`'s `Pending` holds) with its data.
 
 pub(crate) fn set_bsend_capacity(n: usize) {
-    BSEND.lock().capacity = n;
+    crate::context::current().buffered.lock().capacity = n;
 }
 
 /// Waits until every buffered send has left the attached buffer.
 pub(crate) fn drain_bsend() {
-    let pending = std::mem::take(&mut BSEND.lock().pending);
-    for (p, data) in pending {
-        let _ = p.wait();
+    let pending = std::mem::take(&mut crate::context::current().buffered.lock().pending);
+    for (id, hint, data) in pending {
+        let _ = Pending::new(id, hint, None).wait();
         drop(data);
     }
 }
 
 fn bsend_impl<B: ?Sized + Buffer>(h: &CommHandle, dst: Rank, buf: &B, tag: Tag) -> Result<()> {
-    let mut b = BSEND.lock();
+    let mut b = crate::context::current().buffered.lock();
     // Reclaim the space of sends that completed.
     let pending = std::mem::take(&mut b.pending);
-    for (p, data) in pending {
-        match p.test() {
+    for (id, hint, data) in pending {
+        match Pending::new(id, hint, None).test() {
             Ok(_) => drop(data),
-            Err(p) => b.pending.push((p, data)),
+            Err(p) => b.pending.push((p.id, p.hint, data)),
         }
     }
     let (ptr, len, keep) = send_bytes(buf);
@@ -355,7 +351,7 @@ fn bsend_impl<B: ?Sized + Buffer>(h: &CommHandle, dst: Rank, buf: &B, tag: Tag) 
         // place: `len` initialised bytes at `ptr`, readable while `buf` is borrowed.
         unsafe { std::slice::from_raw_parts(ptr, len) }.to_vec()
     });
-    let used: usize = b.pending.iter().map(|(_, d)| d.len()).sum();
+    let used: usize = b.pending.iter().map(|(_, _, d)| d.len()).sum();
     if used + data.len() > b.capacity {
         return Err(Error::BufferExhausted { needed: data.len(), free: b.capacity - used, size: b.capacity });
     }
@@ -363,7 +359,7 @@ fn bsend_impl<B: ?Sized + Buffer>(h: &CommHandle, dst: Rank, buf: &B, tag: Tag) 
     match p.test() {
         Ok(r) => r.map(|_| ()),
         Err(p) => {
-            b.pending.push((p, data));
+            b.pending.push((p.id, p.hint, data));
             Ok(())
         }
     }
