@@ -90,9 +90,12 @@ impl Context {
         *self.engine.lock() = Some(engine);
     }
 
-    /// Drops the engine (finalization): its connections close.
+    /// Finalization: drops the engine (its connections close) and the program's failure
+    /// handlers. What the launcher is told afterwards (that this process finalized) still goes
+    /// through the context's connection.
     pub(crate) fn close(&self) {
         *self.engine.lock() = None;
+        self.failures.handlers.lock().clear();
     }
 }
 
