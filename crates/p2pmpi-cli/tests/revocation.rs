@@ -297,3 +297,70 @@ fn ranks_on_a_revoked_host_fail_and_replicas_finish_the_job() {
     let status = g.on(1, "p2pmpi", &["grid", "status"]);
     assert!(status.stdout.contains("Revoked members: peer3"), "{}", status.stdout);
 }
+
+/// With three supernodes, a revocation travels in the Raft log of their replicated registry:
+/// every supernode holds it, also one killed (`kill -9`) and restarted afterwards.
+#[test]
+fn revocations_are_replicated_among_the_supernodes() {
+    use p2pmpi_peer::members::{unix_now_s, Keys};
+    use p2pmpi_wire::identity::{Role, Roles};
+    let dir = std::env::temp_dir().join(format!("p2pmpi-revraft-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let ips: Vec<String> = (1..=3).map(|i| format!("127.0.63.{i}")).collect();
+    let port = {
+        let l = std::net::TcpListener::bind((ips[0].as_str(), 0)).unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let list = ips.iter().map(|ip| format!("{ip}:{port}")).collect::<Vec<_>>().join(",");
+    let owner = dir.join("owner");
+    let keys = Keys::of(&Home::new(&owner));
+    let grid = keys.create_grid("owner", unix_now_s()).unwrap().0;
+    std::fs::write(owner.join("P2P-MPI.conf"), format!("SUPERNODE={list}\n")).unwrap();
+    let cmd = |home: &std::path::Path, args: &[&str]| {
+        let mut c = Command::new(bin("p2pmpi"));
+        c.args(args).env("P2PMPI_HOME", home).env("P2PMPI_CONF_FILE", home.join("P2P-MPI.conf"));
+        c
+    };
+    let homes: Vec<_> = (0..3).map(|i| dir.join(format!("sn{i}"))).collect();
+    for (i, home) in homes.iter().enumerate() {
+        let k = Keys::of(&Home::new(home));
+        let (key, _) = k.ensure_member_key().unwrap();
+        let name = format!("sn{i}");
+        k.install(&keys.issue(&name, key.public(), Roles::NONE.with(Role::Supernode), unix_now_s()).unwrap(), grid)
+            .unwrap();
+        let conf = format!("SUPERNODE={list}\nSUPERNODE_PORT={port}\nEXTERNAL_IP={}\n", ips[i]);
+        std::fs::write(home.join("P2P-MPI.conf"), conf).unwrap();
+        common::run_cmd(&mut cmd(home, &["supernode", "start"]), LIMIT).assert_ok();
+    }
+    let stop = |home: &std::path::Path| {
+        let text = std::fs::read_to_string(home.join("supernode.json")).unwrap_or_default();
+        if let Some(pid) = serde_json::from_str::<serde_json::Value>(&text).ok().and_then(|v| v["pid"].as_u64()) {
+            let _ = p2pmpi_peer::os::signal(pid as u32, libc::SIGKILL);
+        }
+    };
+    struct Guard<F: Fn()>(F);
+    impl<F: Fn()> Drop for Guard<F> {
+        fn drop(&mut self) {
+            (self.0)()
+        }
+    }
+    let _guard = Guard(|| homes.iter().for_each(|h| stop(h)));
+    let holds = |home: &std::path::Path, name: &str| {
+        let text = std::fs::read_to_string(home.join("revoked-registry")).unwrap_or_default();
+        p2pmpi_wire::identity::RevocationList::from_text(grid, &text)
+            .is_ok_and(|l| l.revocations().names.contains(name))
+    };
+    // The command tries the supernodes in turn until the leader records it (an election may
+    // still be under way just after the start).
+    wait_until(LIMIT, "a revocation recorded", || {
+        common::run_cmd(&mut cmd(&owner, &["grid", "revoke", "bob"]), LIMIT).status.success()
+    });
+    wait_until(LIMIT, "every supernode holds it", || homes.iter().all(|h| holds(h, "bob")));
+    // A supernode killed and restarted without its list still has it from its Raft log.
+    stop(&homes[2]);
+    std::fs::remove_file(homes[2].join("revoked-registry")).unwrap();
+    common::run_cmd(&mut cmd(&homes[2], &["supernode", "start"]), LIMIT).assert_ok();
+    wait_until(LIMIT, "the restarted supernode holds it", || holds(&homes[2], "bob"));
+    common::run_cmd(&mut cmd(&owner, &["grid", "revoke", "carol"]), LIMIT).assert_ok();
+    wait_until(LIMIT, "every supernode holds the second", || homes.iter().all(|h| holds(h, "carol")));
+}
