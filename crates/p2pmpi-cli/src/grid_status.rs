@@ -134,7 +134,10 @@ fn revoked_of(cfg: &Config, secret: &GridSecret, within: Duration) -> (Vec<Strin
             hosts.extend(h.into_iter().map(|id| format!("{}:{}", id.ip, id.mpd_port)));
         }
     }
-    (list.revocations().names.into_iter().collect(), hosts)
+    // The monitor's own connections refuse revoked members from now on too.
+    let r = list.revocations();
+    p2pmpi_peer::members::add_revoked(secret, &r);
+    (r.names.into_iter().collect(), hosts)
 }
 
 /// Asks the supernodes and every peer; the view of the grid now.

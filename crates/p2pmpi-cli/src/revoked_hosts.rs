@@ -46,6 +46,8 @@ pub(crate) fn watch(
                 }
             }
             let revoked = list.revocations();
+            // The launcher's own new connections (spawns) refuse them too.
+            p2pmpi_peer::members::add_revoked(&secret, &revoked);
             let (gone, kept): (Vec<_>, Vec<_>) = left.into_iter().partition(|(c, _)| revoked.is_revoked(&c.body));
             left = kept;
             for (cert, slots) in gone {

@@ -227,6 +227,17 @@ impl Revoked {
     }
 }
 
+/// Adds `r` to the revoked members `secret`'s connections refuse (a command's or the
+/// launcher's credential, which keeps no file of its own).
+pub fn add_revoked(secret: &GridSecret, r: &Revocations) {
+    if let Some(m) = secret.member_info() {
+        let mut all = m.revoked.read().unwrap_or_else(|p| p.into_inner()).clone();
+        all.names.extend(r.names.iter().cloned());
+        all.keys.extend(r.keys.iter().copied());
+        m.set_revoked(all);
+    }
+}
+
 /// What a member's daemon does about its certificate's renewal at `now_s`: `Some(cert)`, the
 /// certificate to ask the owner to renew (two thirds of its life passed), else `None`. Pure.
 pub fn renewal_request(own: &Certificate, now_s: u64) -> Option<Certificate> {
