@@ -266,6 +266,23 @@ fn roles_are_enforced() {
         SnResponse::Error(e) => assert!(e.contains("has no host role"), "{e}"),
         other => panic!("registered without the host role: {other:?}"),
     }
+    drop(c);
+    // Peer 2 with the submit role only: its MPD lends nothing (it does not register), and it
+    // still runs jobs on peer 1.
+    g.on(2, "mpihalt", &[]).assert_ok();
+    std::fs::write(g.home(2).join("keys/member.cert"), submit_only_cert(&g, &owner).to_hex()).unwrap();
+    g.on(2, "mpiboot", &[]).assert_ok();
+    g.wait_hosts(1, 0);
+    let w = example("whereami");
+    let out = g.on(2, "p2pmpirun", &["-n", "2", w.to_str().unwrap()]);
+    out.assert_ok();
+    assert!(out.stdout.contains("127.0.0.2"), "rank 1 on peer 1: {}", out.stdout);
+}
+
+fn submit_only_cert(g: &TestGrid, owner: &KeyPair) -> Certificate {
+    let me = key_of(&g.home(2).join("keys/member.key"));
+    let roles = p2pmpi_wire::identity::Roles::parse("submit").unwrap();
+    owner.issue("peer2", me.public(), roles, p2pmpi_peer::members::unix_now_s(), 3600).unwrap()
 }
 
 /// The processes of a job that run on a revoked member's host count as failed, and with

@@ -491,6 +491,41 @@ mod tests {
     use super::*;
     use p2pmpi_wire::secure::HANDSHAKE_TIMEOUT;
 
+    /// Member mode: a daemon uses as a supernode only a server whose certificate has the
+    /// supernode role.
+    #[test]
+    fn a_server_without_the_supernode_role_is_not_used_as_one() {
+        use p2pmpi_wire::identity::{KeyPair, Roles};
+        let owner = KeyPair::from_seed(&[1; 32]);
+        let now = members::unix_now_s();
+        let cred = |seed: u8, name: &str, roles: &str| {
+            let k = KeyPair::from_seed(&[seed; 32]);
+            let c = owner.issue(name, k.public(), Roles::parse(roles).unwrap(), now, 600).unwrap();
+            GridSecret::member(k, c, owner.public())
+        };
+        let client = cred(2, "peer", "host,submit");
+        for (roles, ok) in [("host", false), ("supernode", true)] {
+            let server = cred(3, "sn", roles);
+            let l = TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = l.local_addr().unwrap();
+            let t = std::thread::spawn(move || {
+                let (s, _) = l.accept().unwrap();
+                if let Ok(mut c) = SecureConn::accept(s, &server, HANDSHAKE_TIMEOUT) {
+                    if let Ok(Some(SnRequest::List)) = c.recv::<SnRequest>() {
+                        let _ = c.send(&SnResponse::Hosts(vec![]));
+                    }
+                }
+            });
+            let r = call(None, addr, &client, &SnRequest::List, Duration::from_secs(5));
+            match (ok, r) {
+                (true, Ok(SnResponse::Hosts(h))) => assert!(h.is_empty()),
+                (false, Err(e)) => assert!(format!("{e:#}").contains("has no supernode role"), "{e:#}"),
+                (_, r) => panic!("roles {roles}: {r:?}"),
+            }
+            t.join().unwrap();
+        }
+    }
+
     /// A connection thread that panics while it holds the host list (a bug) does not take the
     /// supernode down: the list is not poisoned and the next connections are served.
     #[test]
