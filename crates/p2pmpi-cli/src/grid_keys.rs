@@ -291,7 +291,11 @@ fn revoke(home: &Home, name: &str, key: Option<&str>) -> Result<()> {
 
 fn whoami(keys: &Keys) -> Result<()> {
     let me = keys.member_keypair().context("no member key here: run `p2pmpi init` first")?;
-    println!("member key {}", me.public().fingerprint());
+    println!(
+        "member key {} (public key {}: what `grid revoke --key` takes)",
+        me.public().fingerprint(),
+        to_hex(&me.public().0)
+    );
     match (keys.certificate()?, keys.grid()?) {
         (Some(c), Some(g)) => {
             let now = unix_now_s();
