@@ -124,16 +124,10 @@ pub struct GridView {
 fn revoked_of(cfg: &Config, secret: &GridSecret, within: Duration) -> (Vec<String>, Vec<String>) {
     let Some(owner) = secret.member_info().map(|m| m.owner) else { return (vec![], vec![]) };
     let mut list = p2pmpi_wire::identity::RevocationList::new(owner);
-    let mut hosts = Vec::new();
-    for (_, addr) in supernode_addrs(cfg) {
-        let Some(addr) = addr else { continue };
-        if let Ok(SnResponse::Revoked { entries, hosts: h }) =
-            supernode::call(None, addr, secret, &SnRequest::Revoked, within)
-        {
-            list.merge(entries);
-            hosts.extend(h.into_iter().map(|id| format!("{}:{}", id.ip, id.mpd_port)));
-        }
-    }
+    let addrs: Vec<SocketAddr> = supernode_addrs(cfg).into_iter().filter_map(|(_, a)| a).collect();
+    let (entries, hosts) = supernode::revoked_from(None, &addrs, secret, within);
+    list.merge(entries);
+    let hosts = hosts.into_iter().map(|id| format!("{}:{}", id.ip, id.mpd_port)).collect();
     // The monitor's own connections refuse revoked members from now on too.
     let r = list.revocations();
     p2pmpi_peer::members::add_revoked(secret, &r);

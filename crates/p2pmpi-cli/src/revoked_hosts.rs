@@ -7,7 +7,6 @@
 
 use crate::supervise::Event;
 use p2pmpi_peer::config::Config;
-use p2pmpi_wire::grid::{SnRequest, SnResponse};
 use p2pmpi_wire::identity::{Certificate, RevocationList};
 use p2pmpi_wire::secure::GridSecret;
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -39,12 +38,9 @@ pub(crate) fn watch(
         let mut left = hosts;
         while alive.upgrade().is_some() && !left.is_empty() {
             let t = Instant::now();
-            for sn in &supernodes {
-                let r = p2pmpi_peer::supernode::call(None, *sn, &secret, &SnRequest::Revoked, Duration::from_secs(2));
-                if let Ok(SnResponse::Revoked { entries, .. }) = r {
-                    list.merge(entries);
-                }
-            }
+            let (entries, _) =
+                p2pmpi_peer::supernode::revoked_from(None, &supernodes, &secret, Duration::from_millis(900));
+            list.merge(entries);
             let revoked = list.revocations();
             // The launcher's own new connections (spawns) refuse them too.
             p2pmpi_peer::members::add_revoked(&secret, &revoked);

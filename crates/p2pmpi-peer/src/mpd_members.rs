@@ -30,6 +30,8 @@ use tracing::{info, warn};
 
 /// How often the MPD asks the supernodes for revocations (and renewals).
 pub const MEMBER_POLL: Duration = Duration::from_secs(1);
+/// How long a supernode has to answer the poll.
+const POLL_TIMEOUT: Duration = Duration::from_millis(900);
 
 /// What the member thread remembers between polls.
 #[derive(Default)]
@@ -74,23 +76,17 @@ impl Mpd {
 
     fn poll_members(&self, st: &mut PollState, owner: Option<&KeyPair>) {
         let Some(revoked) = &self.revoked else { return };
-        let mut bad = 0;
-        for (name, sn) in &self.supernodes {
-            let Some(sn) = *sn else { continue };
-            match super::supernode::call(Some(self.ip), sn, &self.secret, &SnRequest::Revoked, SUPERNODE_TIMEOUT) {
-                Ok(SnResponse::Revoked { entries, .. }) => {
-                    let (new, refused) = revoked.merge(entries);
-                    bad += refused.len();
-                    for n in new {
-                        info!("member {n} is revoked: its connections are refused, its jobs here stopped");
-                    }
-                }
-                Ok(other) => warn!("supernode {name} answered {other:?} to a revocation request"),
-                Err(_) => {} // Said by the keep-alive.
-            }
+        // Every supernode at once: one that does not answer delays the poll by at most
+        // POLL_TIMEOUT.
+        let addrs: Vec<_> = self.supernodes.iter().filter_map(|(_, a)| *a).collect();
+        let (entries, _) = super::supernode::revoked_from(Some(self.ip), &addrs, &self.secret, POLL_TIMEOUT);
+        let (new, refused) = revoked.merge(entries);
+        let bad = refused.len();
+        for n in new {
+            info!("member {n} is revoked: its connections are refused, its jobs here stopped");
         }
         if bad != st.bad {
-            warn!("{bad} revocation(s) from the supernodes not signed by the grid's owner: refused");
+            warn!("{bad} revocation(s) from the supernodes refused (not signed by the grid's owner)");
             st.bad = bad;
         }
         self.stop_revoked_jobs();

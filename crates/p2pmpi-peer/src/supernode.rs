@@ -486,6 +486,30 @@ pub fn call(
     Ok(c.call(req)?)
 }
 
+/// The revocations every supernode of `addrs` holds, asked all at once (one that does not
+/// answer within `timeout` delays nobody more than that), with the hosts they name. Each
+/// entry is still to be checked against the owner's key ([`members::Revoked`]).
+pub fn revoked_from(
+    local: Option<std::net::IpAddr>,
+    addrs: &[SocketAddr],
+    secret: &GridSecret,
+    timeout: Duration,
+) -> (Vec<Revocation>, Vec<PeerId>) {
+    let answers: Vec<SnResponse> = std::thread::scope(|s| {
+        let asks: Vec<_> =
+            addrs.iter().map(|a| s.spawn(move || call(local, *a, secret, &SnRequest::Revoked, timeout))).collect();
+        asks.into_iter().filter_map(|h| h.join().ok().and_then(Result::ok)).collect()
+    });
+    let (mut entries, mut hosts) = (Vec::new(), Vec::new());
+    for a in answers {
+        if let SnResponse::Revoked { entries: e, hosts: h } = a {
+            entries.extend(e);
+            hosts.extend(h);
+        }
+    }
+    (entries, hosts)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
