@@ -295,6 +295,9 @@ pub fn run(opts: SupernodeOpts) -> Result<()> {
                 let now = shared.now();
                 for gone in shared.hosts.lock().expire(now, shared.ttl_ms) {
                     info!("peer {gone} not seen for {} ms: dropped", shared.ttl_ms);
+                    if let Some(m) = &shared.members {
+                        m.hosts.lock().remove(&gone);
+                    }
                 }
             }
             Err(_) => break,
@@ -398,6 +401,9 @@ fn serve_conn(sh: &Shared, mut conn: SecureConn, peer: SocketAddr, me: SocketAdd
             SnRequest::Unregister(id) => {
                 if sh.hosts.lock().unregister(&id) {
                     info!("peer {id} unregistered");
+                }
+                if let Some(m) = &sh.members {
+                    m.hosts.lock().remove(&id);
                 }
                 (SnResponse::Ok, false)
             }
