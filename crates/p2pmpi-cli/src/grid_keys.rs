@@ -262,23 +262,16 @@ fn revoke(home: &Home, name: &str, key: Option<&str>) -> Result<()> {
     if let Some(store) = p2pmpi_peer::members::Revoked::open(&secret, keys.revoked())? {
         store.merge(vec![r.clone()]);
     }
-    let mut why = Vec::new();
-    let mut recorded = None;
-    for sn in &cfg.supernodes {
-        let Some(addr) = std::net::ToSocketAddrs::to_socket_addrs(sn.as_str()).ok().and_then(|mut a| a.next()) else {
-            why.push(format!("{sn}: does not resolve"));
-            continue;
-        };
-        let req = p2pmpi_wire::grid::SnRequest::Revoke(r.clone());
-        match p2pmpi_peer::supernode::call(None, addr, &secret, &req, Duration::from_secs(8)) {
-            Ok(p2pmpi_wire::grid::SnResponse::Ok) => {
-                recorded = Some(sn.clone());
-                break;
-            }
-            Ok(other) => why.push(format!("{sn}: {other:?}")),
-            Err(e) => why.push(format!("{sn}: {e:#}")),
+    // Several supernodes: the leader of their replicated registry records it; while one is
+    // elected, every one may answer "not the leader": ask again, for up to REVOKE_WAIT.
+    let deadline = Instant::now() + REVOKE_WAIT;
+    let (recorded, why) = loop {
+        let (recorded, why) = ask_to_revoke(&cfg.supernodes, &secret, &r);
+        if recorded.is_some() || Instant::now() >= deadline {
+            break (recorded, why);
         }
-    }
+        std::thread::sleep(Duration::from_millis(200));
+    };
     match recorded {
         Some(sn) => {
             println!("member {name:?} revoked (recorded by supernode {sn}).");
@@ -287,6 +280,31 @@ fn revoke(home: &Home, name: &str, key: Option<&str>) -> Result<()> {
         }
         None => bail!("no supernode recorded the revocation: {}", why.join("; ")),
     }
+}
+
+/// How long `grid revoke` keeps asking while the supernodes elect a leader.
+const REVOKE_WAIT: Duration = Duration::from_secs(15);
+
+/// One round of `Revoke` to the supernodes, in turn: the one that recorded it, or why none did.
+fn ask_to_revoke(
+    supernodes: &[String],
+    secret: &GridSecret,
+    r: &p2pmpi_wire::identity::Revocation,
+) -> (Option<String>, Vec<String>) {
+    let mut why = Vec::new();
+    for sn in supernodes {
+        let Some(addr) = std::net::ToSocketAddrs::to_socket_addrs(sn.as_str()).ok().and_then(|mut a| a.next()) else {
+            why.push(format!("{sn}: does not resolve"));
+            continue;
+        };
+        let req = p2pmpi_wire::grid::SnRequest::Revoke(r.clone());
+        match p2pmpi_peer::supernode::call(None, addr, secret, &req, Duration::from_secs(8)) {
+            Ok(p2pmpi_wire::grid::SnResponse::Ok) => return (Some(sn.clone()), why),
+            Ok(other) => why.push(format!("{sn}: {other:?}")),
+            Err(e) => why.push(format!("{sn}: {e:#}")),
+        }
+    }
+    (None, why)
 }
 
 fn whoami(keys: &Keys) -> Result<()> {

@@ -300,13 +300,27 @@ fn ranks_on_a_revoked_host_fail_and_replicas_finish_the_job() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let out = common::reader(job.stdout.take().unwrap());
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let out = {
+        let (seen, stdout) = (seen.clone(), job.stdout.take().unwrap());
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+                let mut s = seen.lock().unwrap();
+                s.push_str(&line);
+                s.push('\n');
+            }
+        })
+    };
     let err = common::reader(job.stderr.take().unwrap());
     let ranks_on = |p: usize| processes_with(&format!("{}/jobs/", g.home(p).display()));
     wait_until(LIMIT, "the job's processes on peer 3", || !ranks_on(3).is_empty());
+    // Revoked while the job computes (every process registered: the first steps are done).
+    wait_until(LIMIT, "the job's first steps", || seen.lock().unwrap().contains("step 9:"));
     g.on(1, "p2pmpi", &["grid", "revoke", "peer3"]).assert_ok();
     let st = wait_bounded(&mut job, LIMIT * 2).expect("the job ends");
-    let (out, err) = (out.join().unwrap(), err.join().unwrap());
+    out.join().unwrap();
+    let (out, err) = (seen.lock().unwrap().clone(), err.join().unwrap());
     assert!(err.contains("member peer3 was revoked"), "{err}");
     assert!(st.success(), "{out}\n{err}");
     assert!(out.contains("checksum"), "{out}");
