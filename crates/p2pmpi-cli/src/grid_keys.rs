@@ -56,6 +56,16 @@ pub enum KeysCmd {
     },
     /// Join a grid with an invitation's code: receive this peer's signed certificate.
     Join { code: String },
+    /// Revoke a member (owner only): the supernodes record the revocation, signed by the
+    /// owner key, and within 5 s every daemon refuses the member's connections and stops
+    /// its jobs. Final: a machine comes back under another name.
+    Revoke {
+        /// The member's name.
+        name: String,
+        /// Its public key too (hex, as `grid whoami` on it shows), if known.
+        #[arg(long, value_name = "HEX")]
+        key: Option<String>,
+    },
     /// This peer's member key, certificate and grid.
     Whoami,
 }
@@ -113,6 +123,7 @@ pub fn run(cmd: KeysCmd) -> Result<()> {
             invite(&home, &name, roles, listen, wait)
         }
         KeysCmd::Join { code } => join(&keys, &InviteCode::parse(&code)?),
+        KeysCmd::Revoke { name, key } => revoke(&home, &name, key.as_deref()),
         KeysCmd::Whoami => whoami(&keys),
     }
 }
@@ -229,9 +240,80 @@ fn join(keys: &Keys, code: &InviteCode) -> Result<()> {
     Ok(())
 }
 
+/// `grid revoke`: the owner signs the revocation and gives it to the supernodes; done when
+/// one recorded it (with several, the leader of their replicated registry, once a majority
+/// has it).
+fn revoke(home: &Home, name: &str, key: Option<&str>) -> Result<()> {
+    let keys = Keys::of(home);
+    let owner = keys.owner_keypair()?;
+    let key = match key {
+        Some(k) => Some(PublicKey(
+            from_hex(k).ok().and_then(|b| b.try_into().ok()).context("--key is not a public key (64 hex digits)")?,
+        )),
+        None => None,
+    };
+    let r = owner.revoke(name, key, unix_now_s())?;
+    let cfg = crate::grid_run::load_config("p2pmpi grid revoke")?;
+    let secret = crate::grid_run::secret_of(&cfg)?;
+    if secret.member_info().is_none() {
+        bail!("this directory has no member certificate: the grid runs on GRID_SECRET, which names nobody");
+    }
+    // Kept here too: this machine's daemons and commands refuse the member at once.
+    if let Some(store) = p2pmpi_peer::members::Revoked::open(&secret, keys.revoked())? {
+        store.merge(vec![r.clone()]);
+    }
+    // Several supernodes: the leader of their replicated registry records it; while one is
+    // elected, every one may answer "not the leader": ask again, for up to REVOKE_WAIT.
+    let deadline = Instant::now() + REVOKE_WAIT;
+    let (recorded, why) = loop {
+        let (recorded, why) = ask_to_revoke(&cfg.supernodes, &secret, &r);
+        if recorded.is_some() || Instant::now() >= deadline {
+            break (recorded, why);
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    match recorded {
+        Some(sn) => {
+            println!("member {name:?} revoked (recorded by supernode {sn}).");
+            println!("Every daemon of the grid refuses its connections and stops its jobs within 5 s.");
+            Ok(())
+        }
+        None => bail!("no supernode recorded the revocation: {}", why.join("; ")),
+    }
+}
+
+/// How long `grid revoke` keeps asking while the supernodes elect a leader.
+const REVOKE_WAIT: Duration = Duration::from_secs(15);
+
+/// One round of `Revoke` to the supernodes, in turn: the one that recorded it, or why none did.
+fn ask_to_revoke(
+    supernodes: &[String],
+    secret: &GridSecret,
+    r: &p2pmpi_wire::identity::Revocation,
+) -> (Option<String>, Vec<String>) {
+    let mut why = Vec::new();
+    for sn in supernodes {
+        let Some(addr) = std::net::ToSocketAddrs::to_socket_addrs(sn.as_str()).ok().and_then(|mut a| a.next()) else {
+            why.push(format!("{sn}: does not resolve"));
+            continue;
+        };
+        let req = p2pmpi_wire::grid::SnRequest::Revoke(r.clone());
+        match p2pmpi_peer::supernode::call(None, addr, secret, &req, Duration::from_secs(8)) {
+            Ok(p2pmpi_wire::grid::SnResponse::Ok) => return (Some(sn.clone()), why),
+            Ok(other) => why.push(format!("{sn}: {other:?}")),
+            Err(e) => why.push(format!("{sn}: {e:#}")),
+        }
+    }
+    (None, why)
+}
+
 fn whoami(keys: &Keys) -> Result<()> {
     let me = keys.member_keypair().context("no member key here: run `p2pmpi init` first")?;
-    println!("member key {}", me.public().fingerprint());
+    println!(
+        "member key {} (public key {}: what `grid revoke --key` takes)",
+        me.public().fingerprint(),
+        to_hex(&me.public().0)
+    );
     match (keys.certificate()?, keys.grid()?) {
         (Some(c), Some(g)) => {
             let now = unix_now_s();

@@ -640,6 +640,8 @@ fn launch_hosts(
             Ok((c, first))
         },
     );
+    let alive = crate::revoked_hosts::token();
+    let mut certs = Vec::new();
     for ((p, ranks, _), launch) in remote.iter().zip(launched) {
         let mut lost = |why: String| failed.push((ranks.clone(), why));
         match launch {
@@ -647,6 +649,9 @@ fn launch_hosts(
                 lost(format!("host {} refused the launch: {why}", p.info.id))
             }
             watch::Outcome::Done((conn, first)) => {
+                if let Some(c) = conn.peer_member() {
+                    certs.push((c.clone(), ranks.clone()));
+                }
                 let (reader, writer) = conn.split();
                 remotes.push(Arc::new(Mutex::new(writer)));
                 let f = Follow {
@@ -656,6 +661,7 @@ fn launch_hosts(
                     verbose: follow.verbose.clone(),
                     output: follow.output.clone(),
                     collector: follow.collector.clone(),
+                    alive: alive.clone(),
                 };
                 readers.push((ranks.clone(), follow_remote(reader, first, f, follow.tx.clone())));
             }
@@ -666,6 +672,7 @@ fn launch_hosts(
         }
     }
     progress.done();
+    crate::revoked_hosts::watch(&grid.cfg, &grid.secret, certs, follow.tx.clone(), Arc::downgrade(&alive));
     Launched { remotes, readers, failed }
 }
 
@@ -1152,6 +1159,8 @@ struct Follow {
     output: Arc<Output>,
     /// `--collect`: where the files the host sends back go.
     collector: Option<Arc<Collector>>,
+    /// Held while the host is followed (the watch on revoked hosts ends with the last one).
+    alive: Arc<()>,
 }
 
 /// `--collect`: writes the files remote ranks wrote into the submitter's current directory,
@@ -1235,7 +1244,8 @@ fn follow_remote(
 ) -> std::thread::JoinHandle<()> {
     reader.set_max_record(1 << 20);
     std::thread::spawn(move || {
-        let Follow { peer, slots, layout, verbose, output, collector } = f;
+        let Follow { peer, slots, layout, verbose, output, collector, alive } = f;
+        let _alive = alive;
         let mut left: Vec<u32> = slots;
         let mut first = Some(first);
         loop {

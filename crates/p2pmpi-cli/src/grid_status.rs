@@ -115,6 +115,23 @@ pub struct GridView {
     pub supernodes: Vec<String>,
     pub peers: Vec<PeerView>,
     pub jobs: Vec<JobView>,
+    /// Member mode: the members the grid's owner revoked (their peers show `revoked`).
+    pub revoked: Vec<String>,
+}
+
+/// Member mode: the revoked members (only entries the owner signed) and their hosts'
+/// addresses, as the supernodes hold them.
+fn revoked_of(cfg: &Config, secret: &GridSecret, within: Duration) -> (Vec<String>, Vec<String>) {
+    let Some(owner) = secret.member_info().map(|m| m.owner) else { return (vec![], vec![]) };
+    let mut list = p2pmpi_wire::identity::RevocationList::new(owner);
+    let addrs: Vec<SocketAddr> = supernode_addrs(cfg).into_iter().filter_map(|(_, a)| a).collect();
+    let (entries, hosts) = supernode::revoked_from(None, &addrs, secret, within);
+    list.merge(entries);
+    let hosts = hosts.into_iter().map(|id| format!("{}:{}", id.ip, id.mpd_port)).collect();
+    // The monitor's own connections refuse revoked members from now on too.
+    let r = list.revocations();
+    p2pmpi_peer::members::add_revoked(secret, &r);
+    (r.names.into_iter().collect(), hosts)
 }
 
 /// Asks the supernodes and every peer; the view of the grid now.
@@ -311,7 +328,11 @@ pub fn gather_with(cfg: &Config, secret: &GridSecret, within: Duration) -> Resul
     let running = jobs.iter().filter(|j| j.state == "running").count();
     jobs.truncate(running + ENDED_JOBS_SHOWN);
     label_and_count(&mut peers, &jobs);
-    Ok(GridView { supernodes: answered, peers, jobs })
+    let (revoked, revoked_hosts) = revoked_of(cfg, secret, within + Duration::from_secs(1));
+    for p in peers.iter_mut().filter(|p| revoked_hosts.contains(&p.address)) {
+        p.status = "revoked".into();
+    }
+    Ok(GridView { supernodes: answered, peers, jobs, revoked })
 }
 
 /// Labels peers whose names repeat by their address, and counts on each peer at least the
@@ -484,6 +505,9 @@ pub fn render(v: &GridView) -> String {
         v.supernodes.join(", "),
         v.jobs.iter().filter(|j| j.state == "running").count()
     ));
+    if !v.revoked.is_empty() {
+        s.push_str(&format!("Revoked members: {}\n\n", v.revoked.join(", ")));
+    }
     s.push_str(&format!(
         "{:<22} {:<14} {:<12} {:<22} {:>4} {:>6} {:>13} {:>9} {:>2}\n",
         "Peer", "Name", "Status", "OS", "CPUs", "Load", "Memory free", "Jobs/J", "P"
@@ -634,7 +658,8 @@ mod tests {
     #[test]
     fn a_vanished_peer_shows_unreachable_and_a_failed_job_stays() {
         let mut m = Memory::default();
-        let view = |peers: Vec<PeerView>, jobs: Vec<JobView>| GridView { supernodes: vec![], peers, jobs };
+        let view =
+            |peers: Vec<PeerView>, jobs: Vec<JobView>| GridView { supernodes: vec![], peers, jobs, revoked: vec![] };
         let first = m.keep(
             view(
                 vec![peer("10.0.0.1:1", "a", 0), peer("10.0.0.2:1", "b", 0)],

@@ -35,6 +35,7 @@ pub mod notices;
 pub mod options;
 pub mod output;
 pub mod pool;
+mod revoked_hosts;
 pub(crate) mod spawn;
 pub(crate) mod supervise;
 pub mod watch;

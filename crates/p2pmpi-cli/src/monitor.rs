@@ -88,6 +88,8 @@ struct Snapshot {
     supernodes: Vec<String>,
     peers: Vec<crate::grid_status::PeerView>,
     jobs: Vec<crate::grid_status::JobView>,
+    /// Members the grid's owner revoked.
+    revoked: Vec<String>,
 }
 
 #[derive(Clone)]
@@ -258,7 +260,7 @@ fn fingerprint_of(v: &GridView, error: &Option<String>) -> String {
             (&j.job, &j.state, procs, j.events.len())
         })
         .collect();
-    format!("{:?}{peers:?}{jobs:?}{error:?}", v.supernodes)
+    format!("{:?}{peers:?}{jobs:?}{error:?}{:?}", v.supernodes, v.revoked)
 }
 
 /// The poller: one round per interval, whatever the number of pages open.
@@ -277,9 +279,10 @@ fn poll_forever(
         let start = Instant::now();
         let (view, error) = match gather_with(&cfg, &secret, ANSWER_WITHIN) {
             Ok(v) => (memory.keep(v, crate::notices::now_ms()), None),
-            Err(e) => {
-                (GridView { supernodes: Vec::new(), peers: Vec::new(), jobs: Vec::new() }, Some(format!("{e:#}")))
-            }
+            Err(e) => (
+                GridView { supernodes: Vec::new(), peers: Vec::new(), jobs: Vec::new(), revoked: Vec::new() },
+                Some(format!("{e:#}")),
+            ),
         };
         let poll_ms = start.elapsed().as_millis() as u64;
         let fp = fingerprint_of(&view, &error);
@@ -297,6 +300,7 @@ fn poll_forever(
                 supernodes: view.supernodes,
                 peers: view.peers,
                 jobs: view.jobs,
+                revoked: view.revoked,
             };
             if tx.send(Arc::new(snap)).is_err() {
                 return;
@@ -353,6 +357,7 @@ pub fn run(args: &MonitorArgs) -> Result<()> {
             supernodes: Vec::new(),
             peers: Vec::new(),
             jobs: Vec::new(),
+            revoked: Vec::new(),
         };
         let (tx, rx) = watch::channel(Arc::new(empty));
         std::thread::Builder::new()

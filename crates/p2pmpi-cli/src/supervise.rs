@@ -91,6 +91,11 @@ pub(crate) enum Event {
         ranks: Vec<usize>,
         why: String,
     },
+    /// The member of the host running these slots was revoked ([`crate::revoked_hosts`]).
+    HostRevoked {
+        ranks: Vec<usize>,
+        member: String,
+    },
     /// Another job of the universe declared these universe slots dead (replicated spawns).
     ForeignDead {
         slots: Vec<u32>,
@@ -265,6 +270,7 @@ impl Driver<'_, '_> {
             Event::Agree { rank, key, members, flag } => Input::Agree { slot: rank, key, members, flag },
             Event::Revoke { rank, comm } => Input::Revoke { slot: rank, comm },
             Event::Lost { ranks, why } => Input::Lost { slots: ranks, why },
+            Event::HostRevoked { ranks, member } => Input::HostRevoked { slots: ranks, member },
             Event::ForeignDead { slots } => Input::ForeignDead { slots },
             Event::ForeignSuspect { slot, why } => Input::ForeignSuspect { slot, why },
             Event::Spawn { rank, apps, parents, ctx } => {

@@ -147,6 +147,10 @@ pub enum Input {
     Spawned { slot: usize, number: u64, outcome: Result<u32, String> },
     /// Slots lost with their host (its peer daemon stopped answering), or refused there.
     Lost { slots: Vec<usize>, why: String },
+    /// The grid's owner revoked the member `member` whose host runs these slots: they count
+    /// as failed, as if lost with the host (their replicas take over; without one the job
+    /// fails), since nothing they say can be trusted any more.
+    HostRevoked { slots: Vec<usize>, member: String },
     /// Another job of the universe declared these universe slots dead.
     ForeignDead { slots: Vec<u32> },
     /// A process of another job of the universe suspects this job's slot `slot`.
@@ -873,6 +877,11 @@ impl JobSupervisor {
                 }
             }
             Input::Lost { slots, why } => self.lost(now, slots, why),
+            Input::HostRevoked { slots, member } => {
+                let procs: Vec<String> = slots.iter().filter(|&&x| x < self.n()).map(|&x| self.who(x)).collect();
+                let why = format!("member {member} was revoked: its host's {} count as failed", procs.join(", "));
+                self.lost(now, slots, why)
+            }
             Input::Closed => self.finish(),
         }
     }
@@ -1294,6 +1303,32 @@ mod tests {
         let mut out = feed(s, at, Input::ControlClosed { slot });
         out.extend(feed(s, at, Input::Exited { slot, exit: Exit::signal(9, "SIGKILL") }));
         out
+    }
+
+    #[test]
+    fn a_revoked_host_fails_its_processes_and_replicas_take_over() {
+        // Replicated: rank 1 replica 0 (slot 2) on the revoked host; the job goes on.
+        let mut s = job(2, 2);
+        register_all(&mut s, 10, false);
+        let out = feed(&mut s, 20, Input::HostRevoked { slots: vec![2], member: "bob".into() });
+        let lines = said(&out);
+        assert!(
+            lines.iter().any(|l| l.contains("member bob was revoked") && l.contains("rank 1 replica 0")),
+            "{lines:?}"
+        );
+        assert!(!out.contains(&Output::StopAll), "{out:?}");
+        let mut out = Vec::new();
+        for slot in [0, 1, 3] {
+            out.extend(ends_well(&mut s, 100, slot));
+        }
+        out.extend(tick(&mut s, 5000));
+        assert_eq!(out.last(), Some(&Output::Finished(0)), "{out:?}");
+        // Not replicated: the job stops, saying why.
+        let mut s = job(2, 1);
+        register_all(&mut s, 10, false);
+        let out = feed(&mut s, 20, Input::HostRevoked { slots: vec![1], member: "bob".into() });
+        assert!(out.contains(&Output::StopAll), "{out:?}");
+        assert!(said(&out).iter().any(|l| l.contains("member bob was revoked")), "{out:?}");
     }
 
     #[test]

@@ -30,7 +30,9 @@
 //! server ([`replica::encode`]'s bytes: a member's message, a connection's end, a tick,
 //! stamped with the leader's clock), or a pool forgotten. Every supernode applies the
 //! committed entries in order ([`Apply`]); only the leader's replicas carry their actions
-//! out (registry.rs).
+//! out (registry.rs). Beside the pools, the log carries the grid's own records
+//! ([`Command::Grid`]: the owner's revocations of members), which every supernode applies
+//! to its list of revoked members.
 //!
 //! # The group
 //!
@@ -56,6 +58,7 @@
 use crate::net;
 use p2pmpi_core::jel::central;
 use p2pmpi_wire::grid::SnRequest;
+use p2pmpi_wire::identity::{require_role, Role};
 use p2pmpi_wire::secure::{GridSecret, SecureConn};
 use parking_lot::Mutex;
 use protobuf::Message as _;
@@ -93,6 +96,10 @@ pub enum Command {
     /// The pool is forgotten if nothing was applied to it since its `applied`-th input
     /// (it was empty and idle when the leader proposed this).
     Forget { pool: String, applied: u64 },
+    /// A record of the grid itself, which the supernode interprets (a member's revocation,
+    /// signed by the grid's owner): handed to the registry's grid hook
+    /// ([`crate::registry::Registry::replicated`]).
+    Grid(Vec<u8>),
 }
 
 /// What the supernode does with the group's decisions (called on the node's thread, in
@@ -399,6 +406,8 @@ impl<A: Apply> Driver<A> {
         let (secret, local, me, tx) = (self.secret.clone(), self.local, self.node.me, self.tx.clone());
         let started = net::spawn("jel-raft-out", move || {
             let opened = SecureConn::connect_from(local, addr, &secret, Duration::from_secs(2)).and_then(|mut c| {
+                // Member mode: the peer must be a member with the supernode role.
+                require_role(c.peer_member(), Role::Supernode)?;
                 c.set_max_record(net::MAX_RECORD);
                 c.send(&SnRequest::Raft { from: me })?;
                 Ok(c)

@@ -79,14 +79,22 @@ pub struct Registry {
 /// How long a member's hello waits for the pool it creates to be committed.
 const CREATE_WAIT: Duration = Duration::from_secs(5);
 
-/// The registry's side of the consensus: committed commands applied to the pools.
+/// What a supernode does with a committed [`Command::Grid`] record.
+pub type GridHook = Box<dyn FnMut(Vec<u8>) + Send>;
+
+/// The registry's side of the consensus: committed commands applied to the pools, and the
+/// grid's records to the supernode's hook.
 struct Machine {
     registry: Registry,
+    grid: GridHook,
 }
 
 impl consensus::Apply for Machine {
     fn apply(&mut self, cmd: Command) {
-        self.registry.apply(cmd);
+        match cmd {
+            Command::Grid(record) => (self.grid)(record),
+            cmd => self.registry.apply(cmd),
+        }
     }
 
     fn role(&mut self, leading: bool, leader: Option<SocketAddr>) {
@@ -121,16 +129,19 @@ impl Registry {
     /// The registry replicated among the supernodes `peers` (`SUPERNODE`'s list, the same
     /// on every one), this one being `peers[me]`; `local` is the address its connections
     /// to the others leave from, `log` the file keeping its Raft log
-    /// ([`consensus::Node::start`]).
+    /// ([`consensus::Node::start`]); `grid` receives the committed grid records
+    /// ([`Command::Grid`], in the log's order, also those replayed from the log at start).
     pub fn replicated(
         peers: Vec<SocketAddr>,
         me: usize,
         secret: GridSecret,
         local: Option<std::net::IpAddr>,
         log: Option<std::path::PathBuf>,
+        grid: GridHook,
     ) -> Result<Registry, String> {
         let registry = Registry::new();
-        let node = consensus::Node::start(peers, me, secret, local, log, Machine { registry: registry.clone() })?;
+        let sm = Machine { registry: registry.clone(), grid };
+        let node = consensus::Node::start(peers, me, secret, local, log, sm)?;
         let _ = registry.raft.set(node);
         Ok(registry)
     }
@@ -180,6 +191,7 @@ impl Registry {
                     info!("jel registry: pool {pool:?} is empty: forgotten");
                 }
             }
+            Command::Grid(_) => {}
         }
     }
 

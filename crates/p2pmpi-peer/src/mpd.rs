@@ -82,7 +82,14 @@ struct Mpd {
     registered: Mutex<HashSet<SocketAddr>>,
     /// How the processes of the jobs started here are confined (see [`crate::confine`]).
     confiner: crate::confine::Confiner,
+    /// Member mode: the revoked members this peer knows ([`mpd_members`]).
+    revoked: Option<members::Revoked>,
+    /// Member mode: the submitter's certificate of each job running here, by job id.
+    submitters: Mutex<HashMap<String, p2pmpi_wire::identity::Certificate>>,
 }
+
+#[path = "mpd_members.rs"]
+mod mpd_members;
 
 fn resolve(addr: &str) -> Option<SocketAddr> {
     use std::net::ToSocketAddrs;
@@ -204,8 +211,12 @@ impl Mpd {
         supernode::call(Some(self.ip), sn, &self.secret, req, SUPERNODE_TIMEOUT)
     }
 
-    /// Registers with supernodes not yet registered, keeps the others alive.
+    /// Registers with supernodes not yet registered, keeps the others alive. A member
+    /// without the host role lends nothing: it does not register (it still uses the lists).
     fn keep_alive(&self) {
+        if self.secret.member_info().is_some_and(|m| !m.cert().body.roles.has(p2pmpi_wire::identity::Role::Host)) {
+            return;
+        }
         for (name, sn) in &self.supernodes {
             let Some(sn) = *sn else { continue };
             let registered = self.registered.lock().contains(&sn);
@@ -575,8 +586,15 @@ impl Mpd {
     /// Why the member on `conn` may not run a job here (roles, `SUBMIT_ALLOW`; see
     /// [`members::may_run`]), `None` if it may.
     fn member_refusal(&self, conn: &SecureConn) -> Option<String> {
-        let own = self.secret.member_info().map(|m| &m.cert);
-        members::may_run(own, conn.peer_member(), &self.cfg.submit_allow).err()
+        let own = self.secret.member_info().map(|m| m.cert());
+        let peer = conn.peer_member();
+        // Revoked since this connection opened.
+        if let (Some(r), Some(c)) = (&self.revoked, peer) {
+            if r.revocations().is_revoked(&c.body) {
+                return Some(format!("member {} is revoked", c.body.name));
+            }
+        }
+        members::may_run(own.as_ref(), peer, &self.cfg.submit_allow).err()
     }
 
     fn gate_refusal(&self) -> String {
@@ -684,8 +702,11 @@ pub fn run(opts: MpdOpts) -> Result<()> {
     };
     let confiner = crate::confine::Confiner::from_config(&cfg);
     announce_confinement(&confiner);
+    let (revoked, owner) = mpd_members::member_state(&secret, &home)?;
     let mpd = Arc::new(Mpd {
         confiner,
+        revoked,
+        submitters: Mutex::new(HashMap::new()),
         start: Instant::now(),
         home: home.clone(),
         secret: secret.clone(),
@@ -745,6 +766,7 @@ pub fn run(opts: MpdOpts) -> Result<()> {
         mpd.cfg.max_jobs,
         mpd.cfg.supernodes.join(", ")
     );
+    mpd.start_member_poll(owner);
     // Membership: keep-alive, cache refresh, latency, reservation expiry.
     let tick = Duration::from_millis(50);
     let mut next_alive = Instant::now();
@@ -938,7 +960,14 @@ impl Mpd {
                             warn!("launch of {} for {peer} refused: {why}", spec.app);
                             let _ = conn.send(&JobEvent::Refused(why));
                         }
-                        None => self.launch(conn, peer, spec),
+                        None => {
+                            let job = spec.job.clone();
+                            if let Some(c) = conn.peer_member() {
+                                self.submitters.lock().insert(job.clone(), c.clone());
+                            }
+                            self.launch(conn, peer, spec);
+                            self.submitters.lock().remove(&job);
+                        }
                     }
                     return;
                 }

@@ -6,6 +6,7 @@
 //!
 //! Peers are named by their [`PeerId`]: the advertised IP address and the MPD port.
 
+use crate::identity::{Certificate, Revocation};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -68,6 +69,22 @@ pub enum SnRequest {
     /// `from` (its place in `SUPERNODE`, from 1): each record after this one is one message
     /// (`Vec<u8>`, raft-rs's protobuf encoding), one way, no answer.
     Raft { from: u64 },
+    /// (the owner's `p2pmpi grid revoke`) record this revocation, signed by the grid's owner,
+    /// in the supernodes' registry. Answered `Ok` once it is committed (with several
+    /// supernodes: replicated to a majority), else `Error` (a forged one, or a supernode that
+    /// does not lead the replicated registry: ask another).
+    Revoke(Revocation),
+    /// The revocations the registry holds (every daemon polls this): answered by
+    /// [`SnResponse::Revoked`].
+    Revoked,
+    /// (a member's daemon) its certificate is due for renewal: the supernode keeps the
+    /// request for the owner's daemon, and answers [`SnResponse::Renewal`] with the renewed
+    /// certificate once the owner signed it.
+    Renew(Certificate),
+    /// (the owner's daemon) the renewals asked for: answered by [`SnResponse::Renewals`].
+    RenewalsAsked,
+    /// (the owner's daemon) certificates it renewed, for their members to fetch.
+    Renewed(Vec<Certificate>),
 }
 
 /// The opening record of a JEL connection (SPEC §14): to a registry (inside
@@ -111,6 +128,16 @@ pub enum SnResponse {
     Error(String),
     /// Members of a distributed JEL pool to bootstrap from (most recent first).
     JelSeeds(Vec<std::net::SocketAddr>),
+    /// The revocations of the grid's members (each signed by the owner: check it), and the
+    /// hosts (as registered here) whose members are revoked.
+    Revoked {
+        entries: Vec<Revocation>,
+        hosts: Vec<PeerId>,
+    },
+    /// The answer to `Renew`: the renewed certificate, once the owner signed it.
+    Renewal(Option<Certificate>),
+    /// The answer to `RenewalsAsked`: certificates to renew.
+    Renewals(Vec<Certificate>),
 }
 
 /// A reservation ticket: unique key created by the submitter's RS.

@@ -8,8 +8,11 @@
 //! grid when that key signed it.
 //!
 //! Checking a certificate ([`Certificate::check`]) is pure: the time is passed in, and so is
-//! the list of revoked members ([`Revocations`]), which the supernodes' replicated registry
-//! will hold once revocation exists (issue 38, item 3).
+//! the list of revoked members ([`Revocations`]). The owner revokes a member with a signed
+//! [`Revocation`]; a [`RevocationList`] takes only those its owner signed: the supernodes'
+//! registry holds it (replicated with the JEL registry's Raft log) and every daemon keeps a
+//! copy. A certificate is renewed, with the same life, once two thirds of it passed
+//! ([`renewal_due`], [`KeyPair::renew`]).
 //!
 //! The handshake (the `secure` module) proves that a side holds the key its certificate names
 //! by signing the Noise handshake hash ([`hello_message`]), so a certificate copied from a
@@ -34,6 +37,8 @@ use thiserror::Error;
 const CERT_CONTEXT: &[u8] = b"p2pmpi member certificate v1\0";
 /// Context of a handshake signature.
 const HELLO_CONTEXT: &[u8] = b"p2pmpi handshake v1\0";
+/// Context of a revocation's signature.
+const REVOKE_CONTEXT: &[u8] = b"p2pmpi revocation v1\0";
 /// Default validity of a member certificate: 90 days.
 pub const CERT_VALIDITY_S: u64 = 90 * 24 * 3600;
 /// A certificate is renewed when less than this is left of it: 30 days.
@@ -115,6 +120,23 @@ impl KeyPair {
         let bytes = postcard::to_allocvec(&body).map_err(|e| IdentityError::Malformed(e.to_string()))?;
         let sig = self.sign(CERT_CONTEXT, &bytes);
         Ok(Certificate { body, sig: sig.to_vec() })
+    }
+
+    /// Signs a revocation of the member `name` (and of `key`, when given) at `now_s` (the
+    /// owner key does this).
+    pub fn revoke(&self, name: &str, key: Option<PublicKey>, now_s: u64) -> Result<Revocation, IdentityError> {
+        valid_name(name)?;
+        let body = RevocationBody { grid: self.public(), name: name.to_string(), key, at_s: now_s };
+        let bytes = postcard::to_allocvec(&body).map_err(|e| IdentityError::Malformed(e.to_string()))?;
+        let sig = self.sign(REVOKE_CONTEXT, &bytes);
+        Ok(Revocation { body, sig: sig.to_vec() })
+    }
+
+    /// A certificate like `old` (same grid, name, key and roles) valid for as long as `old`
+    /// was, from `now_s`: its renewal (the owner key does this).
+    pub fn renew(&self, old: &Certificate, now_s: u64) -> Result<Certificate, IdentityError> {
+        let b = &old.body;
+        self.issue(&b.name, b.key, b.roles, now_s, b.not_after_s.saturating_sub(b.not_before_s))
     }
 
     /// Signs a handshake hash (see [`hello_message`]).
@@ -228,7 +250,7 @@ pub struct Certificate {
 }
 
 /// Members whose certificates no longer count: by name (every certificate of that name) or
-/// by key. Empty until revocation exists (issue 38, item 3).
+/// by key. Filled from the owner's signed [`Revocation`]s ([`RevocationList`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Revocations {
     pub names: BTreeSet<String>,
@@ -239,6 +261,165 @@ impl Revocations {
     pub fn is_revoked(&self, body: &CertBody) -> bool {
         self.names.contains(&body.name) || self.keys.contains(&body.key)
     }
+}
+
+/// What the owner signs to revoke a member.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct RevocationBody {
+    /// The grid: its owner's public key.
+    pub grid: PublicKey,
+    /// The member revoked: every certificate of this name.
+    pub name: String,
+    /// And every certificate of this key, when known.
+    pub key: Option<PublicKey>,
+    /// When the owner revoked it (UNIX time, seconds).
+    pub at_s: u64,
+}
+
+/// A revocation: its body and the owner's signature over it. Revocations are final (a
+/// revoked name stays revoked; a machine comes back under another name).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Revocation {
+    pub body: RevocationBody,
+    /// Ed25519 signature, 64 bytes.
+    pub sig: Vec<u8>,
+}
+
+impl Revocation {
+    /// Checks that the grid `owner` signed it, unchanged. Pure.
+    pub fn check(&self, owner: &PublicKey) -> Result<(), CertError> {
+        if self.body.grid != *owner {
+            return Err(CertError::OtherGrid(self.body.grid.fingerprint()));
+        }
+        let bytes = postcard::to_allocvec(&self.body).map_err(|_| CertError::ForgedRevocation)?;
+        verify(owner, REVOKE_CONTEXT, &bytes, &self.sig).map_err(|()| CertError::ForgedRevocation)
+    }
+
+    pub fn to_bytes(&self) -> Vec<u8> {
+        postcard::to_allocvec(self).expect("a revocation encodes")
+    }
+
+    pub fn to_hex(&self) -> String {
+        to_hex(&self.to_bytes())
+    }
+
+    /// Decodes a revocation (hex); malformed input, or bytes after it, is an error.
+    pub fn from_hex(s: &str) -> Result<Self, IdentityError> {
+        Self::from_bytes(&from_hex(s.trim())?)
+    }
+
+    /// Decodes a revocation; malformed input, or bytes after it, is an error.
+    pub fn from_bytes(b: &[u8]) -> Result<Self, IdentityError> {
+        match postcard::take_from_bytes(b) {
+            Ok((r, [])) => Ok(r),
+            Ok((_, rest)) => Err(IdentityError::Malformed(format!("{} bytes after the revocation", rest.len()))),
+            Err(e) => Err(IdentityError::Malformed(e.to_string())),
+        }
+    }
+}
+
+/// Most revocations a list holds (a grid revokes members one by one, by hand).
+pub const MAX_REVOCATIONS: usize = 4096;
+
+/// The revocations of one grid, each checked against its owner's key before it is taken:
+/// what the supernodes' registry replicates and every daemon keeps (and persists). Pure.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RevocationList {
+    owner: PublicKey,
+    entries: BTreeSet<Revocation>,
+}
+
+impl RevocationList {
+    pub fn new(owner: PublicKey) -> Self {
+        RevocationList { owner, entries: BTreeSet::new() }
+    }
+
+    /// Adds `r` if the owner signed it. `Ok(true)`: it is new (its member was not revoked
+    /// by an entry already held); `Err`: forged, another grid's, or the list is full.
+    pub fn add(&mut self, r: Revocation) -> Result<bool, CertError> {
+        r.check(&self.owner)?;
+        if self.entries.contains(&r) {
+            return Ok(false);
+        }
+        if self.entries.len() >= MAX_REVOCATIONS {
+            return Err(CertError::TooManyRevocations);
+        }
+        let known = self.revocations();
+        let new = !known.names.contains(&r.body.name) || r.body.key.is_some_and(|k| !known.keys.contains(&k));
+        self.entries.insert(r);
+        Ok(new)
+    }
+
+    /// Adds every entry of `rs` that checks; returns the new ones' names and the refused
+    /// ones' errors.
+    pub fn merge(&mut self, rs: impl IntoIterator<Item = Revocation>) -> (Vec<String>, Vec<CertError>) {
+        let (mut new, mut bad) = (Vec::new(), Vec::new());
+        for r in rs {
+            let name = r.body.name.clone();
+            match self.add(r) {
+                Ok(true) => new.push(name),
+                Ok(false) => {}
+                Err(e) => bad.push(e),
+            }
+        }
+        (new, bad)
+    }
+
+    pub fn entries(&self) -> impl Iterator<Item = &Revocation> {
+        self.entries.iter()
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The names and keys revoked, for [`Certificate::check`].
+    pub fn revocations(&self) -> Revocations {
+        let mut r = Revocations::default();
+        for e in &self.entries {
+            r.names.insert(e.body.name.clone());
+            r.keys.extend(e.body.key);
+        }
+        r
+    }
+
+    /// One revocation a line, hex (the file every daemon keeps).
+    pub fn to_text(&self) -> String {
+        self.entries.iter().map(|r| r.to_hex() + "\n").collect()
+    }
+
+    /// Reads [`Self::to_text`]'s lines; a line that does not decode or check is an error
+    /// naming it.
+    pub fn from_text(owner: PublicKey, text: &str) -> Result<Self, String> {
+        let mut l = RevocationList::new(owner);
+        for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+            let r = Revocation::from_hex(line).map_err(|e| format!("line {}: {e}", i + 1))?;
+            l.add(r).map_err(|e| format!("line {}: {e}", i + 1))?;
+        }
+        Ok(l)
+    }
+}
+
+/// Checks that the other side of a connection (its certificate, `None` in the transition
+/// mode, where roles do not exist) has the role `role`.
+pub fn require_role(cert: Option<&Certificate>, role: Role) -> Result<(), CertError> {
+    match cert {
+        Some(c) if !c.body.roles.has(role) => Err(CertError::MissingRole(c.body.name.clone(), role.name())),
+        _ => Ok(()),
+    }
+}
+
+/// When a member's daemon asks for its certificate's renewal: once two thirds of its
+/// validity passed (so a third, 30 days of the default 90, is left to reach the owner).
+/// Pure.
+pub fn renewal_due(cert: &Certificate, now_s: u64) -> bool {
+    let b = &cert.body;
+    let life = b.not_after_s.saturating_sub(b.not_before_s);
+    now_s >= b.not_before_s.saturating_add(life - life / 3)
 }
 
 impl Certificate {
@@ -333,6 +514,12 @@ pub enum CertError {
     Revoked(String),
     #[error("{0} did not prove that it holds its certificate's key")]
     BadProof(String),
+    #[error("member {0} has no {1} role")]
+    MissingRole(String, &'static str),
+    #[error("revocation not signed by the grid's owner (forged or altered)")]
+    ForgedRevocation,
+    #[error("too many revocations (at most {MAX_REVOCATIONS})")]
+    TooManyRevocations,
 }
 
 /// Errors of keys, names and encodings.
@@ -427,6 +614,49 @@ mod tests {
         r.keys.clear();
         r.names.insert("node-2".into());
         assert_eq!(cert.check(&owner.public(), NOW, &r), Ok(()));
+    }
+
+    #[test]
+    fn revocations_are_taken_only_when_the_owner_signed_them() {
+        let (owner, member, cert) = grid();
+        let mut list = RevocationList::new(owner.public());
+        let r = owner.revoke("node-1", Some(member.public()), NOW).unwrap();
+        assert_eq!(list.add(r.clone()), Ok(true));
+        assert_eq!(list.add(r.clone()), Ok(false), "the same entry twice");
+        assert_eq!(cert.check(&owner.public(), NOW, &list.revocations()), Err(CertError::Revoked("node-1".into())));
+        // Forged: signed by a member, or altered after the owner signed it.
+        let thief = KeyPair::from_seed(&[7; 32]);
+        let mut forged = thief.revoke("node-2", None, NOW).unwrap();
+        assert!(matches!(list.add(forged.clone()), Err(CertError::OtherGrid(_))));
+        forged.body.grid = owner.public();
+        assert_eq!(list.add(forged), Err(CertError::ForgedRevocation));
+        let mut altered = r.clone();
+        altered.body.name = "node-2".into();
+        assert_eq!(list.add(altered.clone()), Err(CertError::ForgedRevocation));
+        let (new, bad) = list.merge([altered, owner.revoke("node-3", None, NOW).unwrap()]);
+        assert_eq!((new, bad.len()), (vec!["node-3".to_string()], 1));
+        // Persisted as text and read back; a damaged line is refused, naming it.
+        let text = list.to_text();
+        assert_eq!(RevocationList::from_text(owner.public(), &text).unwrap(), list);
+        let mut bad = text.clone();
+        bad.replace_range(10..12, "00");
+        let e = RevocationList::from_text(owner.public(), &bad).unwrap_err();
+        assert!(e.starts_with("line 1"), "{e}");
+        assert!(RevocationList::from_text(thief.public(), &text).is_err(), "another grid's list");
+        assert_eq!(RevocationList::from_text(owner.public(), "\n").unwrap().len(), 0);
+    }
+
+    #[test]
+    fn a_certificate_is_renewed_after_two_thirds_of_its_life_with_the_same_life() {
+        let (owner, _, cert) = grid();
+        // 3600 s of life: due from 2400 s on.
+        assert!(!renewal_due(&cert, NOW) && !renewal_due(&cert, NOW + 2399));
+        assert!(renewal_due(&cert, NOW + 2400) && renewal_due(&cert, NOW + 4000));
+        let new = owner.renew(&cert, NOW + 2400).unwrap();
+        assert_eq!((new.body.name.as_str(), new.body.key, new.body.roles), ("node-1", cert.body.key, cert.body.roles));
+        assert_eq!((new.body.not_before_s, new.body.not_after_s), (NOW + 2400, NOW + 6000));
+        assert_eq!(new.check(&owner.public(), NOW + 5999, &Revocations::default()), Ok(()));
+        assert!(!renewal_due(&new, NOW + 2401));
     }
 
     #[test]

@@ -210,12 +210,31 @@ pub struct GridSecret {
 }
 
 /// A member's credentials: its key pair, its certificate, the grid's owner key that checks
-/// the other side's certificate, and the revoked members.
+/// the other side's certificate, and the revoked members. The certificate (renewed) and the
+/// revocations (learnt from the supernodes) change while a daemon runs: every clone of the
+/// [`GridSecret`] sees the change at its next handshake.
 pub struct Member {
     pub key: KeyPair,
-    pub cert: Certificate,
+    cert: std::sync::RwLock<Certificate>,
     pub owner: PublicKey,
     pub revoked: std::sync::RwLock<Revocations>,
+}
+
+impl Member {
+    /// This side's certificate now.
+    pub fn cert(&self) -> Certificate {
+        self.cert.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Replaces the certificate (its renewal: same key, checked by the caller).
+    pub fn set_cert(&self, cert: Certificate) {
+        *self.cert.write().unwrap_or_else(|p| p.into_inner()) = cert;
+    }
+
+    /// Replaces the revoked members.
+    pub fn set_revoked(&self, r: Revocations) {
+        *self.revoked.write().unwrap_or_else(|p| p.into_inner()) = r;
+    }
 }
 
 impl GridSecret {
@@ -229,7 +248,7 @@ impl GridSecret {
     /// grids' and strangers' connections out before any Diffie-Hellman); each side then
     /// proves its certificate's key (see the module doc).
     pub fn member(key: KeyPair, cert: Certificate, owner: PublicKey) -> Self {
-        let member = Member { key, cert, owner, revoked: Default::default() };
+        let member = Member { key, cert: std::sync::RwLock::new(cert), owner, revoked: Default::default() };
         GridSecret { psk: blake3::derive_key("p2pmpi member grid v1", &owner.0), member: Some(Arc::new(member)) }
     }
 
@@ -247,7 +266,7 @@ impl GridSecret {
 impl std::fmt::Debug for GridSecret {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match &self.member {
-            Some(m) => write!(f, "GridSecret(member {})", m.cert.body.name),
+            Some(m) => write!(f, "GridSecret(member {})", m.cert().body.name),
             None => f.write_str("GridSecret(…)"),
         }
     }
@@ -536,7 +555,7 @@ impl SecureConn {
         initiator: bool,
         deadline: Instant,
     ) -> Result<(), SecureError> {
-        let hello = Hello { cert: m.cert.clone(), sig: m.key.sign_hello(initiator, &hash) };
+        let hello = Hello { cert: m.cert(), sig: m.key.sign_hello(initiator, &hash) };
         let body = postcard::to_allocvec(&hello).map_err(|e| SecureError::Malformed(e.to_string()))?;
         let wire = self.writer.seal(&body)?;
         Bounded::new(&self.writer.stream, deadline).write_all(&wire).map_err(io_err)?;

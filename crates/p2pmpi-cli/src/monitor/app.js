@@ -184,7 +184,7 @@ function render() {
   const running = grid.jobs.filter(j => j.state === 'running').length;
   document.getElementById('summary').textContent = grid.error
     ? `error: ${grid.error}`
-    : `${grid.peers.length} peer(s), ${up} up · ${running} job(s) running · supernode(s) ${grid.supernodes.join(', ')} · updated ${grid.updated_ms ? time(grid.updated_ms) : 'not yet'}`;
+    : `${grid.peers.length} peer(s), ${up} up · ${running} job(s) running · supernode(s) ${grid.supernodes.join(', ')}${grid.revoked && grid.revoked.length ? ' · revoked: ' + grid.revoked.join(', ') : ''} · updated ${grid.updated_ms ? time(grid.updated_ms) : 'not yet'}`;
   renderPeers();
   renderGraph();
   renderDetails();
