@@ -111,12 +111,35 @@ fn announce_confinement(c: &crate::confine::Confiner) {
         info!("jobs run confined (Landlock ABI {}, limits {:?})", c.abi, c.limits);
     }
     if let Some((first, last)) = c.uids {
-        info!("jobs run as user ids {first}-{last} (JOB_UIDS), one per job");
-    } else if crate::os::is_root() {
-        warn!("jobs run as root (confined): set JOB_UIDS to run each as a user of its own");
+        info!("jobs run as user ids {first}-{last} (JOB_UIDS), one per job, never as root");
+    } else {
+        info!("jobs run as this daemon's user: a daemon that is not root cannot give them users of their own");
+    }
+    if c.cgroups.available() {
+        info!("each job's processes and memory are counted apart, in a control group of its own");
     }
     for what in c.unenforced() {
         warn!("confined jobs: not enforced here: {what}");
+    }
+}
+
+/// Lets the jobs' users reach their directories under `home` (mode 711: search without
+/// listing; the files inside keep their own modes, the configuration and keys 0600).
+fn open_to_job_users(home: &Home) {
+    use std::os::unix::fs::PermissionsExt;
+    for d in [home.dir.clone(), home.jobs()] {
+        let Ok(m) = std::fs::metadata(&d) else { continue };
+        let mode = m.permissions().mode() & 0o7777;
+        if mode & 0o001 == 0 {
+            match std::fs::set_permissions(&d, std::fs::Permissions::from_mode(mode | 0o011)) {
+                Ok(()) => info!(
+                    "{} is now mode {:o}: the jobs' users must reach their directories",
+                    d.display(),
+                    mode | 0o011
+                ),
+                Err(e) => warn!("cannot open {} to the jobs' users: {e}", d.display()),
+            }
+        }
     }
 }
 
@@ -682,7 +705,11 @@ pub fn run(opts: MpdOpts) -> Result<()> {
         filter: HostFilter::new(cfg.host_deny.clone(), cfg.host_allow.clone()),
         hold: Duration::from_millis(cfg.reservation_hold_ms),
     };
-    let confiner = crate::confine::Confiner::from_config(&cfg);
+    let mut confiner = crate::confine::Confiner::from_config(&cfg);
+    confiner.service_ports.extend([me.id.mpd_port, me.rs_port, me.ft_port]);
+    if confiner.uids.is_some() {
+        open_to_job_users(&home);
+    }
     announce_confinement(&confiner);
     let mpd = Arc::new(Mpd {
         confiner,
@@ -1013,7 +1040,15 @@ impl Mpd {
             .unwrap_or(1)
             .max(1);
         let shm = ShmDir(shm_dir_of(&spec.job));
-        let children = match self.spawn_ranks(&spec, &dir, &program, &shm.0) {
+        // Dropped after the processes (declared after `shm`): what the job left running dies.
+        let cgroup = match self.confiner.job_cgroup(&spec.job, spec.ranks.len()) {
+            Ok(c) => c,
+            Err(e) => {
+                warn!("job {}: no control group of its own ({e}): its processes are counted per user", spec.job);
+                None
+            }
+        };
+        let children = match self.spawn_ranks(&spec, &dir, &program, &shm.0, cgroup.as_ref()) {
             Ok(c) => c,
             Err(why) => return refuse(why),
         };
@@ -1060,6 +1095,7 @@ impl Mpd {
             });
         }
         let job = &spec.job;
+        let cg = cgroup.as_ref();
         std::thread::scope(|s| {
             for (rank, mut child) in children {
                 let writer = writer.clone();
@@ -1074,7 +1110,7 @@ impl Mpd {
                         Ok(st) => (st.code(), st.signal()),
                         Err(_) => (None, Some(libc::SIGKILL)),
                     };
-                    if let Some(why) = signal.and_then(|s| self.limit_notice(s)) {
+                    if let Some(why) = signal.and_then(|s| self.limit_notice(s, cg)) {
                         let data = format!("p2pmpi: rank {rank} stopped: {why}\n").into_bytes();
                         let _ = writer.lock().send(&JobEvent::Output { rank, stderr: true, data });
                     }
@@ -1084,6 +1120,14 @@ impl Mpd {
                 });
             }
         });
+        if let Some(n) = cgroup.as_ref().map(|c| c.events().forks_refused).filter(|&n| n > 0) {
+            let l = self.confiner.limits.processes;
+            let data = format!(
+                "p2pmpi: {n} fork(s) of the job refused on this host: process limit reached (JOB_PROCESSES={l} per process)\n"
+            );
+            let rank = spec.ranks.first().copied().unwrap_or(0);
+            let _ = writer.lock().send(&JobEvent::Output { rank, stderr: true, data: data.into_bytes() });
+        }
         if !spec.collect.is_empty() {
             self.send_collected(&writer, &dir, &spec.collect, &before);
         }
@@ -1102,12 +1146,20 @@ impl Mpd {
         dir: &std::path::Path,
         program: &std::path::Path,
         shm: &std::path::Path,
+        cgroup: Option<&crate::confine::JobCgroup>,
     ) -> Result<Vec<(u32, std::process::Child)>, String> {
         let tmp = dir.join(".tmp");
         for d in [&tmp, &shm.to_path_buf()] {
             std::fs::create_dir_all(d).map_err(|e| format!("cannot create {}: {e}", d.display()))?;
         }
-        let paths = crate::confine::JobPaths { job_dir: dir.to_path_buf(), tmp: tmp.clone(), shm: shm.to_path_buf() };
+        // The launcher's control port: the one port outside the grid's range a process needs.
+        let root_port = spec.root.rsplit_once(':').and_then(|(_, p)| p.parse::<u16>().ok());
+        let paths = crate::confine::JobPaths {
+            job_dir: dir.to_path_buf(),
+            tmp: tmp.clone(),
+            shm: shm.to_path_buf(),
+            connect: root_port.into_iter().collect(),
+        };
         let uid = self.confiner.uid_for(&spec.job);
         let mut children = Vec::new();
         let fail = |children: &mut Vec<(u32, std::process::Child)>, why: String| {
@@ -1149,7 +1201,9 @@ impl Mpd {
                 Ok(r) => r,
                 Err(e) => return fail(&mut children, format!("cannot prepare the confinement: {e}")),
             };
-            self.confiner.confine(&mut cmd, ruleset);
+            if let Err(e) = self.confiner.confine_in(&mut cmd, ruleset, cgroup) {
+                return fail(&mut children, format!("cannot enter the job's control group: {e}"));
+            }
             match cmd.spawn() {
                 Ok(c) => children.push((rank, c)),
                 Err(e) => return fail(&mut children, format!("cannot start {}: {e}", spec.program)),
@@ -1159,8 +1213,15 @@ impl Mpd {
     }
 
     /// Words for the submitter when a process was killed by one of its limits.
-    fn limit_notice(&self, signal: i32) -> Option<String> {
+    fn limit_notice(&self, signal: i32, cgroup: Option<&crate::confine::JobCgroup>) -> Option<String> {
         let l = &self.confiner.limits;
+        let oom = signal == libc::SIGKILL && cgroup.is_some_and(|c| c.events().oom_kills > 0);
+        if oom {
+            return Some(format!(
+                "killed: the job's memory on this host passed its limit (JOB_MEMORY_MB={} per process)",
+                l.memory_mb
+            ));
+        }
         crate::confine::limit_signal(signal, l).or_else(|| {
             (signal == libc::SIGABRT && l.memory_mb > 0)
                 .then(|| format!("aborted (an allocation past JOB_MEMORY_MB={} MiB fails)", l.memory_mb))
