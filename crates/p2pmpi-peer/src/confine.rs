@@ -338,7 +338,7 @@ impl Confiner {
     }
 
     /// [`Confiner::confine`], the child first moved into the job's control group `cgroup`
-    /// (which then counts its processes: `RLIMIT_NPROC` is left to a per-job user).
+    /// (which then counts its processes instead of `RLIMIT_NPROC`).
     pub fn confine_in(
         &self,
         cmd: &mut Command,
@@ -347,7 +347,9 @@ impl Confiner {
     ) -> io::Result<()> {
         let mut limits = self.limits;
         if let Some(cg) = cgroup {
-            if cg.pids.is_some() && self.uids.is_none() {
+            // The group counts the job's processes (the kernel checks `RLIMIT_NPROC` first, so
+            // it would refuse the fork unseen by the group and count every job of the user).
+            if cg.pids.is_some() {
                 limits.processes = 0;
             }
             cg.enter(cmd)?;
