@@ -195,21 +195,26 @@ fn a_lower_abi_is_used_when_forced_and_no_landlock_refuses_unless_allowed() {
     assert!(confiner(&Config::default()).refusal().is_none() || kernel == 0);
 }
 
-/// The start-up cost of confinement: median of many launches of `true`, with and without.
+/// The start-up cost of confinement: median of many launches of `true` as the MPD launches a
+/// process (with `die_with_parent`), unconfined, confined (Landlock, limits, `no_new_privs`),
+/// and confined in a control group of its own.
 #[test]
 fn confinement_costs_little_at_start() {
     if !landlock() {
         return;
     }
     let s = site("confine-cost");
-    let c = confiner(&Config::default());
-    let median = |confined: bool| {
+    let c = confiner(&Config { job_processes: 64, ..Config::default() });
+    let cg = c.job_cgroup("job-cost", 1).unwrap();
+    let median = |confined: bool, group: Option<&p2pmpi_peer::confine::JobCgroup>| {
         let mut v: Vec<Duration> = (0..100)
             .map(|_| {
                 let t = Instant::now();
                 let mut cmd = Command::new("/bin/true");
+                // As the MPD starts every process, confined or not (a fork, not a vfork).
+                p2pmpi_peer::os::die_with_parent(&mut cmd);
                 if confined {
-                    c.confine(&mut cmd, c.ruleset(&s.job).unwrap());
+                    c.confine_in(&mut cmd, c.ruleset(&s.job).unwrap(), group).unwrap();
                 }
                 assert!(cmd.status().unwrap().success());
                 t.elapsed()
@@ -218,9 +223,22 @@ fn confinement_costs_little_at_start() {
         v.sort();
         v[v.len() / 2]
     };
-    let (plain, confined) = (median(false), median(true));
-    eprintln!("start-up: {plain:?} plain, {confined:?} confined (medians of 100)");
+    let (plain, confined, grouped) = (median(false, None), median(true, None), median(true, cg.as_ref()));
+    let mut build: Vec<Duration> = (0..100)
+        .map(|_| {
+            let t = Instant::now();
+            drop(c.ruleset(&s.job).unwrap());
+            t.elapsed()
+        })
+        .collect();
+    build.sort();
+    let build = build[50];
+    eprintln!(
+        "start-up: {plain:?} plain, {confined:?} confined, {grouped:?} confined in a control group, \
+         of which {build:?} building the ruleset (medians of 100)"
+    );
     assert!(confined < plain + Duration::from_millis(20), "{plain:?} plain, {confined:?} confined");
+    assert!(grouped < plain + Duration::from_millis(20), "{plain:?} plain, {grouped:?} in a control group");
 }
 
 #[test]
