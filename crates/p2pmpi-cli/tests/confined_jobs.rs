@@ -1,6 +1,7 @@
 //! Confined jobs on a local grid (issue 38, item 1): a process an MPD starts for a job tries
-//! to read the peer's configuration, its state, another job's files and the MPD's
-//! environment, to signal the MPD, to write outside its directory, to allocate past
+//! to read the peer's configuration, its state, its key, the user's home, another job's files
+//! and the MPD's environment, to signal the MPD or another running job, to write outside its
+//! directory, to connect to ports of no job, to fork without bound, to allocate past
 //! `JOB_MEMORY_MB` and to run past `JOB_CPU_SECONDS`: each is refused, while the daemon and the other jobs are unharmed. A peer
 //! told that its kernel has no Landlock (`JOB_LANDLOCK_ABI=0`) refuses the job unless
 //! `ALLOW_UNCONFINED_JOBS=yes`.
@@ -36,6 +37,11 @@ fn a_job_on_a_peer_cannot_escape_its_directory() {
     std::fs::write(other.join("data"), "other job\n").unwrap();
     let conf = g.conf(2);
     let state = g.home(2).join("mpd.json");
+    // A member key where a member-mode peer keeps it (0600, as `p2pmpi init` writes it).
+    let key = g.home(2).join("keys").join("member.key");
+    std::fs::create_dir_all(key.parent().unwrap()).unwrap();
+    std::fs::write(&key, "private key\n").unwrap();
+    let user_home = std::env::var("HOME").unwrap_or_else(|_| "/root".into());
     let planted = g.home(2).join("planted");
     let probes = [
         format!("read:{}", conf.display()),
@@ -46,6 +52,8 @@ fn a_job_on_a_peer_cannot_escape_its_directory() {
         format!("write:{}", planted.display()),
         "write:/tmp/p2pmpi-confined-planted".to_string(),
         "read:/etc/shadow".to_string(),
+        format!("read:{}", key.display()),
+        format!("list:{user_home}"),
         "environ:parent".to_string(),
         "signal:parent".to_string(),
         "own-status".to_string(),
@@ -57,11 +65,11 @@ fn a_job_on_a_peer_cannot_escape_its_directory() {
     args.extend(probes.iter().map(String::as_str));
     let out = g.run(&args);
     out.assert_ok();
-    for p in &probes[..10] {
+    for p in &probes[..12] {
         let l = line(&out.stdout, p);
         assert!(l.contains("denied"), "{l}\n{}", out.stdout);
     }
-    for p in &probes[10..] {
+    for p in &probes[12..] {
         let l = line(&out.stdout, p);
         assert!(l.ends_with("allowed"), "{l}\n{}", out.stdout);
     }

@@ -485,3 +485,30 @@ fn a_daemon_as_root_never_runs_a_job_as_root() {
         assert_eq!(c.uids, None, "only root can give a job a user of its own");
     }
 }
+
+#[test]
+fn the_owners_read_paths_are_readable_and_nothing_writable_there() {
+    if !landlock() {
+        return;
+    }
+    let s = site("confine-readpaths");
+    // A shared environment the owner lends (JOB_READ_PATHS), beside a directory it does not.
+    let shared = s.daemon.parent().unwrap().join("shared-env");
+    let private = s.daemon.parent().unwrap().join("private");
+    for d in [&shared, &private] {
+        std::fs::create_dir_all(d).unwrap();
+        std::fs::write(d.join("lib.py"), "x = 1\n").unwrap();
+    }
+    let c = confiner(&Config { job_read_paths: vec![shared.clone()], ..Config::default() });
+    let o = run(&c, &s, &format!("cat {}/lib.py", shared.display()));
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "x = 1\n", "{}", text(&o));
+    for (what, script) in [
+        ("write the shared environment", format!("echo y > {}/lib.py", shared.display())),
+        ("read a path not lent", format!("cat {}/lib.py", private.display())),
+        ("list the daemon user's home", format!("ls {}", std::env::var("HOME").unwrap_or("/root".into()))),
+    ] {
+        let o = run(&c, &s, &script);
+        assert!(!o.status.success(), "it could {what}: {}", text(&o));
+    }
+    assert_eq!(std::fs::read_to_string(shared.join("lib.py")).unwrap(), "x = 1\n");
+}
