@@ -123,23 +123,52 @@ fn announce_confinement(c: &crate::confine::Confiner) {
     }
 }
 
-/// Lets the jobs' users reach their directories under `home` (mode 711: search without
-/// listing; the files inside keep their own modes, the configuration and keys 0600).
+/// Where a daemon as root keeps its jobs' directories when its own directory is closed to
+/// other users (as `/root` is): `/var/lib/p2pmpi/jobs-HASH`, HASH from the daemon's directory.
+const RELOCATED_JOBS: &str = "/var/lib/p2pmpi";
+
+/// Whether every directory above `dir` lets other users through (search permission).
+fn reachable(dir: &std::path::Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    dir.ancestors().skip(1).all(|a| std::fs::metadata(a).is_ok_and(|m| m.permissions().mode() & 0o001 != 0))
+}
+
+/// Lets the jobs' users reach their directories: `home`'s `jobs` becomes mode 711 (search
+/// without listing); if a directory above it is closed to other users, `jobs` becomes a link
+/// to a directory of [`RELOCATED_JOBS`] (the daemon's directory, its configuration and keys
+/// keep their modes). The processes are given the resolved paths.
 fn open_to_job_users(home: &Home) {
     use std::os::unix::fs::PermissionsExt;
-    for d in [home.dir.clone(), home.jobs()] {
-        let Ok(m) = std::fs::metadata(&d) else { continue };
-        let mode = m.permissions().mode() & 0o7777;
-        if mode & 0o001 == 0 {
-            match std::fs::set_permissions(&d, std::fs::Permissions::from_mode(mode | 0o011)) {
-                Ok(()) => info!(
-                    "{} is now mode {:o}: the jobs' users must reach their directories",
-                    d.display(),
-                    mode | 0o011
-                ),
-                Err(e) => warn!("cannot open {} to the jobs' users: {e}", d.display()),
+    let jobs = home.jobs();
+    let resolved = std::fs::canonicalize(&jobs).unwrap_or_else(|_| jobs.clone());
+    let target = if reachable(&resolved) {
+        resolved
+    } else {
+        let name = blake3::hash(home.dir.to_string_lossy().as_bytes()).to_hex();
+        let target = std::path::Path::new(RELOCATED_JOBS).join(format!("jobs-{}", &name[..16]));
+        let linked = std::fs::create_dir_all(&target).and_then(|()| {
+            if std::fs::symlink_metadata(&jobs).is_ok_and(|m| !m.file_type().is_symlink()) {
+                std::fs::remove_dir_all(&jobs)?;
             }
+            if std::fs::read_link(&jobs).ok().as_deref() != Some(target.as_path()) {
+                let _ = std::fs::remove_file(&jobs);
+                std::os::unix::fs::symlink(&target, &jobs)?;
+            }
+            Ok(())
+        });
+        match linked {
+            Ok(()) => info!(
+                "{} is closed to other users: the jobs' directories are in {}",
+                home.dir.display(),
+                target.display()
+            ),
+            Err(e) => warn!("cannot move the jobs' directories to {}: {e}", target.display()),
         }
+        target
+    };
+    let _ = std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o711));
+    if !reachable(&target) {
+        warn!("{} cannot be reached by the jobs' users: jobs will be refused here", target.display());
     }
 }
 
@@ -1001,7 +1030,8 @@ impl Mpd {
             Err(why) => return refuse(why),
         };
         let dir = match ft::job_dir(&self.home.jobs(), &spec.job) {
-            Ok(d) => d,
+            // Resolved: the job's user may not pass through the daemon's directory.
+            Ok(d) => std::fs::canonicalize(&d).unwrap_or(d),
             Err(e) => return refuse(format!("{e:#}")),
         };
         claim.job = Some(spec.job.clone());
