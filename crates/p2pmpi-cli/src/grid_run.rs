@@ -875,6 +875,9 @@ impl GridJob<'_> {
             .env(env::CONTROL, root.to_string())
             .env(env::JOB_KEY, key.to_hex())
             .env(env::BIND, me.to_string())
+            // In this host's MIN_PORT..MAX_PORT, like the other ranks: confined ranks elsewhere
+            // may connect to the grid's range only (docs/security.md).
+            .env(env::PORTS, format!("{}-{}", self.grid.cfg.min_port, self.grid.cfg.max_port))
             .env(env::LOCAL_PROCS, local_procs.to_string())
             .env("P2PMPI_JOB", job)
             .stdin(Stdio::inherit())

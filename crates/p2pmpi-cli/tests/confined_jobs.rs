@@ -1,6 +1,7 @@
 //! Confined jobs on a local grid (issue 38, item 1): a process an MPD starts for a job tries
-//! to read the peer's configuration, its state, another job's files and the MPD's
-//! environment, to signal the MPD, to write outside its directory, to allocate past
+//! to read the peer's configuration, its state, its key, the user's home, another job's files
+//! and the MPD's environment, to signal the MPD or another running job, to write outside its
+//! directory, to connect to ports of no job, to fork without bound, to allocate past
 //! `JOB_MEMORY_MB` and to run past `JOB_CPU_SECONDS`: each is refused, while the daemon and the other jobs are unharmed. A peer
 //! told that its kernel has no Landlock (`JOB_LANDLOCK_ABI=0`) refuses the job unless
 //! `ALLOW_UNCONFINED_JOBS=yes`.
@@ -28,22 +29,19 @@ fn a_job_on_a_peer_cannot_escape_its_directory() {
     }
     let g = TestGrid::start("confined", 2, &["--procs", "1"]);
     g.wait_hosts(1, 1);
-    if p2pmpi_peer::os::is_root() {
-        // Jobs as users of their own: their directories must be reachable by other users.
-        use std::os::unix::fs::PermissionsExt;
-        for d in [g.home(2), g.home(2).join("jobs")] {
-            std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o711)).unwrap();
-        }
-        let (first, last) = p2pmpi_peer::config::SUGGESTED_JOB_UIDS;
-        g.reconfigure(2, &[&format!("JOB_UIDS={first}-{last}")]);
-        g.wait_hosts(1, 1);
-    }
+    // (As root the daemon runs the job as a user of its own without being told: JOB_UIDS is
+    // not set.)
     // Another job's directory on peer 2, with a file.
     let other = g.home(2).join("jobs").join("0123456789abcdef");
     std::fs::create_dir_all(&other).unwrap();
     std::fs::write(other.join("data"), "other job\n").unwrap();
     let conf = g.conf(2);
     let state = g.home(2).join("mpd.json");
+    // A member key where a member-mode peer keeps it (0600, as `p2pmpi init` writes it).
+    let key = g.home(2).join("keys").join("member.key");
+    std::fs::create_dir_all(key.parent().unwrap()).unwrap();
+    std::fs::write(&key, "private key\n").unwrap();
+    let user_home = std::env::var("HOME").unwrap_or_else(|_| "/root".into());
     let planted = g.home(2).join("planted");
     let probes = [
         format!("read:{}", conf.display()),
@@ -54,6 +52,8 @@ fn a_job_on_a_peer_cannot_escape_its_directory() {
         format!("write:{}", planted.display()),
         "write:/tmp/p2pmpi-confined-planted".to_string(),
         "read:/etc/shadow".to_string(),
+        format!("read:{}", key.display()),
+        format!("list:{user_home}"),
         "environ:parent".to_string(),
         "signal:parent".to_string(),
         "own-status".to_string(),
@@ -65,16 +65,16 @@ fn a_job_on_a_peer_cannot_escape_its_directory() {
     args.extend(probes.iter().map(String::as_str));
     let out = g.run(&args);
     out.assert_ok();
-    for p in &probes[..10] {
+    for p in &probes[..12] {
         let l = line(&out.stdout, p);
         assert!(l.contains("denied"), "{l}\n{}", out.stdout);
     }
-    for p in &probes[10..] {
+    for p in &probes[12..] {
         let l = line(&out.stdout, p);
         assert!(l.ends_with("allowed"), "{l}\n{}", out.stdout);
     }
     if p2pmpi_peer::os::is_root() {
-        // A daemon running as root runs the job as a user of its own (JOB_UIDS).
+        // A daemon running as root runs the job as a user of its own (the default JOB_UIDS).
         let uid = out.stdout.lines().find_map(|l| l.strip_prefix("rank 1 uid ")).unwrap_or("?");
         let uid: u32 = uid.parse().unwrap_or_else(|_| panic!("{}", out.stdout));
         let (first, last) = p2pmpi_peer::config::SUGGESTED_JOB_UIDS;
@@ -83,6 +83,8 @@ fn a_job_on_a_peer_cannot_escape_its_directory() {
     assert!(!planted.exists() && !other.join("planted").exists());
     assert!(!std::path::Path::new("/tmp/p2pmpi-confined-planted").exists());
     assert_eq!(std::fs::read_to_string(other.join("data")).unwrap(), "other job\n");
+    // (As root the jobs' directories may be outside the grid's directory: not left behind.)
+    std::fs::remove_dir_all(&other).unwrap();
     // The daemon is unharmed: it runs the next job.
     let pi = example("pi");
     let out = g.run(&["-n", "2", pi.to_str().unwrap()]);
@@ -125,4 +127,80 @@ fn without_landlock_a_peer_refuses_jobs_unless_allowed() {
     let out = g.run(&["-n", "2", pi.to_str().unwrap()]);
     out.assert_ok();
     assert!(out.stdout.contains("3.14159"), "{}", out.stdout);
+}
+
+/// The first line of `reader` that starts with `prefix` (within the test's time).
+fn wait_line(reader: &mut impl std::io::BufRead, prefix: &str) -> String {
+    let mut l = String::new();
+    loop {
+        l.clear();
+        assert!(reader.read_line(&mut l).unwrap() > 0, "no line {prefix}");
+        if l.starts_with(prefix) {
+            return l.trim_end().to_string();
+        }
+    }
+}
+
+#[test]
+fn a_job_cannot_reach_another_running_job_other_ports_or_fork_without_bound() {
+    if !landlock() {
+        return;
+    }
+    let g = TestGrid::start("confined-two", 2, &["--procs", "1"]);
+    g.wait_hosts(1, 1);
+    g.reconfigure(2, &["JOB_PROCESSES=48"]);
+    g.wait_hosts(1, 1);
+    let prog = example("probe_escape");
+    // Job A runs on peer 2 until the test lets it go, and says where it is.
+    let mut a = std::process::Command::new(common::grid::bin("p2pmpirun"))
+        .args(["-n", "2", prog.to_str().unwrap(), "whoami", "wait-file:go"])
+        .env("P2PMPI_HOME", g.home(1))
+        .env_remove("P2PMPI_CONF_FILE")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut out_a = std::io::BufReader::new(a.stdout.take().unwrap());
+    let me = wait_line(&mut out_a, "rank 1 pid ");
+    let mut words = me.split_whitespace().skip(3);
+    let (pid, dir) = (words.next().unwrap().to_string(), words.nth(1).unwrap().to_string());
+    // Job B, also on peer 2, tries job A, peer 2's daemon ports, a port of no job, and forks.
+    let mpd = g.home(2).join("mpd.json");
+    let state: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&mpd).unwrap()).unwrap();
+    let ip = state["ip"].as_str().unwrap().to_string();
+    let stranger = std::net::TcpListener::bind((ip.as_str(), 0)).unwrap();
+    let probes = [
+        format!("environ:{pid}"),
+        format!("signal:{pid}"),
+        format!("list:{dir}"),
+        format!("write:{dir}/planted"),
+        format!("connect:{ip}:{}", state["mpd_port"]),
+        format!("connect:{ip}:{}", state["ft_port"]),
+        format!("connect:{}", stranger.local_addr().unwrap()),
+        "fork:200".to_string(),
+        "fork:2".to_string(),
+    ];
+    let mut args = vec!["-n", "2", prog.to_str().unwrap()];
+    args.extend(probes.iter().map(String::as_str));
+    let out = g.run(&args);
+    out.assert_ok();
+    for p in &probes[..8] {
+        let l = line(&out.stdout, p);
+        assert!(l.contains("denied"), "{l}\n{}", out.stdout);
+    }
+    assert!(line(&out.stdout, "fork:2").ends_with("allowed"), "{}", out.stdout);
+    assert!(out.stderr.contains("fork(s) of the job refused on this host: process limit reached"), "{}", out.stderr);
+    // Nothing reached the stranger's port; job A is unharmed and ends as it should.
+    stranger.set_nonblocking(true).unwrap();
+    assert!(stranger.accept().is_err(), "a refused connection got through");
+    assert!(!std::path::Path::new(&dir).join("planted").exists());
+    assert!(a.try_wait().unwrap().is_none(), "job A ended early");
+    std::fs::write(std::path::Path::new(&dir).join("go"), "").unwrap();
+    let l = wait_line(&mut out_a, "rank 1 wait-file:go:");
+    assert!(l.ends_with("allowed"), "{l}");
+    assert!(a.wait().unwrap().success());
+    // And the daemon runs the next job.
+    let pi = example("pi");
+    let out = g.run(&["-n", "2", pi.to_str().unwrap()]);
+    out.assert_ok();
 }

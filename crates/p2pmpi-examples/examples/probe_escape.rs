@@ -6,7 +6,10 @@
 //! `environ:parent` (the daemon's `/proc/PID/environ`), `signal:parent` (signal 0 to the
 //! daemon, by `kill`), `alloc:MB` (allocates and touches MB MiB), `own-status` (its own
 //! `/proc/self/status`), `write-own` (a file in its directory), `uid` (prints its real user
-//! id after `allowed`), `spin` (burns CPU time for ever).
+//! id after `allowed`), `spin` (burns CPU time for ever), `environ:PID`, `signal:PID` (another
+//! process), `connect:HOST:PORT` (TCP), `fork:N` (starts N `sleep` processes, then ends
+//! them; denied if one could not start), `whoami` (prints `rank R pid PID dir DIR`),
+//! `wait-file:NAME` (waits up to 60 s for NAME to appear in its directory).
 #![forbid(unsafe_code)]
 use mpi::traits::*;
 use std::process::Command;
@@ -18,9 +21,13 @@ fn probe(p: &str) -> Result<(), String> {
         ("read", path) => std::fs::read(path).map(drop).map_err(e),
         ("list", path) => std::fs::read_dir(path).map(drop).map_err(e),
         ("write", path) => std::fs::write(path, b"planted\n").map_err(e),
-        ("environ", "parent") => std::fs::read(format!("/proc/{parent}/environ")).map(drop).map_err(e),
-        ("signal", "parent") => {
-            let o = Command::new("kill").args(["-0", &parent.to_string()]).output().map_err(e)?;
+        ("environ", pid) => {
+            let pid = if pid == "parent" { parent.to_string() } else { pid.to_string() };
+            std::fs::read(format!("/proc/{pid}/environ")).map(drop).map_err(e)
+        }
+        ("signal", pid) => {
+            let pid = if pid == "parent" { parent.to_string() } else { pid.to_string() };
+            let o = Command::new("kill").args(["-0", &pid]).output().map_err(e)?;
             if o.status.success() {
                 Ok(())
             } else {
@@ -37,6 +44,43 @@ fn probe(p: &str) -> Result<(), String> {
         ("spin", _) => loop {
             std::hint::black_box(std::time::Instant::now());
         },
+        ("connect", to) => std::net::TcpStream::connect(to).map(drop).map_err(e),
+        ("fork", n) => {
+            let n: usize = n.parse().map_err(|e: std::num::ParseIntError| e.to_string())?;
+            let mut children = Vec::new();
+            let mut error = None;
+            for _ in 0..n {
+                match Command::new("sleep").arg("20").spawn() {
+                    Ok(c) => children.push(c),
+                    Err(err) => {
+                        error = Some(err);
+                        break;
+                    }
+                }
+            }
+            let started = children.len();
+            for mut c in children {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+            error.map_or(Ok(()), |err| Err(format!("started {started} of {n}: {err}")))
+        }
+        ("whoami", _) => {
+            let dir = std::env::current_dir().map_err(e)?;
+            let rank = std::env::var("P2PMPI_RANK").unwrap_or_default();
+            println!("rank {rank} pid {} dir {}", std::process::id(), dir.display());
+            Ok(())
+        }
+        ("wait-file", name) => {
+            let t = std::time::Instant::now();
+            while !std::path::Path::new(name).exists() {
+                if t.elapsed() > std::time::Duration::from_secs(60) {
+                    return Err(format!("no {name} after 60 s"));
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            Ok(())
+        }
         ("own-status", _) => std::fs::read("/proc/self/status").map(drop).map_err(e),
         ("write-own", _) => std::fs::write("own-file.txt", b"mine\n").map_err(e),
         ("uid", _) => {

@@ -69,9 +69,10 @@
 //! | `JOB_MEMORY_MB` | 0 | address space of each process of another member's job, MiB (0: no limit) |
 //! | `JOB_CPU_SECONDS` | 0 | CPU time of each such process, s (0: no limit) |
 //! | `JOB_FILE_MB` | 0 | largest file such a process may write, MiB (0: no limit) |
-//! | `JOB_PROCESSES` | 0 | processes (and threads) of the job's user, counted by the kernel per user (0: no limit; see `docs/security.md`) |
+//! | `JOB_PROCESSES` | 0 | processes (and threads) per process started for a job: counted for the whole job in a control group of its own where the daemon can make one, else per user (0: no limit; see `docs/security.md`) |
+//! | `JOB_CONNECT_PORTS` | (none) | TCP ports that confined jobs may connect to besides `MIN_PORT`..`MAX_PORT` and their launcher's port, a comma list of ports and ranges `A-B` (for grids whose hosts use other ranges); `any`: no restriction |
 //! | `ALLOW_UNCONFINED_JOBS` | `no` | `yes`: run other members' jobs even where the kernel has no Landlock (unconfined) |
-//! | `JOB_UIDS` | (none) | when the daemon runs as root: the range of user ids its jobs run as, `FIRST-LAST` (one per job, no account needed; the job directories must be reachable by other users, see `docs/security.md`); unset, jobs run as the daemon's user |
+//! | `JOB_UIDS` | `2100000000-2100065535` | when the daemon runs as root: the range of user ids its jobs run as, `FIRST-LAST` (one per job, no account needed; the job directories must be reachable by other users, see `docs/security.md`); a daemon as root never runs a job as root |
 //! | `JOB_LANDLOCK_ABI` | (the kernel's) | the highest Landlock ABI used (tests force a lower one; 0 acts as a kernel without Landlock) |
 //! | `LOG_LEVEL` | `info` | what the daemons log: `error`, `warn`, `info`, `debug`, `trace` or `off`, or directives such as `info,p2pmpi_peer::mpd=debug`; the environment variable `RUST_LOG`, when set, wins |
 
@@ -216,15 +217,18 @@ pub struct Config {
     pub job_cpu_seconds: u64,
     /// `JOB_FILE_MB`: largest file a confined process may write, MiB (0: no limit).
     pub job_file_mb: u64,
-    /// `JOB_PROCESSES`: processes of the job's user (`RLIMIT_NPROC`; 0: no limit).
+    /// `JOB_PROCESSES`: processes (and threads) per process started for a job (0: no limit).
     pub job_processes: u64,
     /// `ALLOW_UNCONFINED_JOBS=yes`: other members' jobs run where Landlock is missing.
     pub allow_unconfined_jobs: bool,
     /// `JOB_LANDLOCK_ABI`: the highest Landlock ABI used (default: the kernel's).
     pub job_landlock_abi: Option<u32>,
     /// `JOB_UIDS`: the user ids jobs run as when the daemon runs as root (first, last;
-    /// default none: as the daemon's user).
+    /// unset: [`SUGGESTED_JOB_UIDS`]).
     pub job_uids: Option<(u32, u32)>,
+    /// `JOB_CONNECT_PORTS`: TCP port ranges confined jobs may connect to besides
+    /// `MIN_PORT`..`MAX_PORT` and their launcher's port (`any`: 1-65535, not enforced).
+    pub job_connect_ports: Vec<(u16, u16)>,
     /// `LOG_LEVEL`: the daemons' log filter (default none: `info`; `RUST_LOG` wins).
     pub log_level: Option<String>,
     /// File the values came from (None = built-in defaults).
@@ -280,6 +284,7 @@ impl Default for Config {
             allow_unconfined_jobs: false,
             job_landlock_abi: None,
             job_uids: None,
+            job_connect_ports: Vec::new(),
             log_level: None,
             source: None,
         }
@@ -523,6 +528,7 @@ pub const KEYS: &[&str] = &[
     "JOB_PROCESSES",
     "ALLOW_UNCONFINED_JOBS",
     "JOB_UIDS",
+    "JOB_CONNECT_PORTS",
     "JOB_LANDLOCK_ABI",
 ];
 
@@ -569,6 +575,27 @@ fn uid_range(v: &str) -> Result<(u32, u32), String> {
         return Err(bad());
     }
     Ok((a, b))
+}
+
+/// Parses a comma list of TCP ports and ranges `A-B` (`any`: every port).
+fn port_ranges(v: &str) -> Result<Vec<(u16, u16)>, String> {
+    if v.trim().eq_ignore_ascii_case("any") {
+        return Ok(vec![(1, u16::MAX)]);
+    }
+    let bad = |p: &str| format!("{p:?} is not a port or a range of ports A-B (1 to 65535)");
+    let one = |p: &str| p.trim().parse::<u16>().ok().filter(|&n| n > 0).ok_or_else(|| bad(p));
+    let mut out = Vec::new();
+    for p in v.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (a, b) = match p.split_once('-') {
+            Some((a, b)) => (one(a)?, one(b)?),
+            None => (one(p)?, one(p)?),
+        };
+        if a > b {
+            return Err(bad(p));
+        }
+        out.push((a, b));
+    }
+    Ok(out)
 }
 
 /// Parses an absolute path.
@@ -644,6 +671,7 @@ fn apply(c: &mut Config, key: &str, v: &str) -> Result<bool, String> {
         "JOB_PROCESSES" => c.job_processes = uint(v, 0, u64::MAX)?,
         "ALLOW_UNCONFINED_JOBS" => c.allow_unconfined_jobs = yes_no(v)?,
         "JOB_UIDS" => c.job_uids = optional(v).map(uid_range).transpose()?,
+        "JOB_CONNECT_PORTS" => c.job_connect_ports = port_ranges(v)?,
         "JOB_LANDLOCK_ABI" => c.job_landlock_abi = optional(v).map(|v| uint(v, 0, 64).map(|n| n as u32)).transpose()?,
         _ => return Ok(false),
     }
@@ -810,6 +838,9 @@ impl Config {
         t.push_str("# User ids the jobs run as when the daemon runs as root (one per job).\n");
         let (a, b) = SUGGESTED_JOB_UIDS;
         t.push_str(&opt("JOB_UIDS", self.job_uids.map(|(a, b)| format!("{a}-{b}")), &format!("{a}-{b}")));
+        t.push_str("# TCP ports jobs may connect to besides MIN_PORT..MAX_PORT and their launcher's (any: all).\n");
+        let ports: Vec<String> = self.job_connect_ports.iter().map(|&(a, b)| format!("{a}-{b}")).collect();
+        t.push_str(&format!("JOB_CONNECT_PORTS={}\n", ports.join(",")));
         t.push_str("# What the daemons log (error, warn, info, debug, trace; RUST_LOG wins when set).\n");
         t.push_str(&opt("LOG_LEVEL", self.log_level.clone(), "info"));
         t
@@ -931,6 +962,7 @@ mod tests {
             allow_unconfined_jobs: true,
             job_landlock_abi: Some(3),
             job_uids: Some((5000, 5999)),
+            job_connect_ports: vec![(7000, 7010), (8080, 8080)],
             source: None,
         }
     }
@@ -945,6 +977,7 @@ mod tests {
         assert!(c.allow_unconfined_jobs && c.job_hidden_etc.is_empty());
         assert_eq!(c.job_read_paths, [PathBuf::from("/a"), PathBuf::from("/b/c")]);
         assert_eq!(c.job_landlock_abi, Some(0));
+        assert_eq!(parse_ok("JOB_CONNECT_PORTS=any").job_connect_ports, [(1, 65535)]);
         for bad in [
             "ALLOW_UNCONFINED_JOBS=maybe",
             "JOB_READ_PATHS=relative/path",
@@ -956,6 +989,9 @@ mod tests {
             "JOB_UIDS=0-10",
             "JOB_UIDS=10-5",
             "JOB_UIDS=10",
+            "JOB_CONNECT_PORTS=0",
+            "JOB_CONNECT_PORTS=9-8",
+            "JOB_CONNECT_PORTS=70000",
         ] {
             assert!(parse(bad).is_err(), "{bad}");
         }
@@ -995,7 +1031,7 @@ mod tests {
             T_HB_WIDE=300\nT_TO_WIDE=3000\nWIDE_REFUSALS=5\nSUBMIT_ALLOW=alice, node-2.lab\n\
             LOG_LEVEL=warn,p2pmpi_peer::mpd=debug\nJOB_READ_PATHS=/opt/python,/srv/data\nJOB_HIDDEN_ETC=shadow\n\
             JOB_MEMORY_MB=512\nJOB_CPU_SECONDS=60\nJOB_FILE_MB=100\nJOB_PROCESSES=64\nALLOW_UNCONFINED_JOBS=yes\n\
-            JOB_LANDLOCK_ABI=3\nJOB_UIDS=5000-5999\n";
+            JOB_LANDLOCK_ABI=3\nJOB_UIDS=5000-5999\nJOB_CONNECT_PORTS=7000-7010, 8080\n";
         assert_eq!(parse_ok(text), non_default());
         // The "did you mean" list knows every key of this text, which sets them all.
         for line in text.lines() {

@@ -118,12 +118,64 @@ fn announce_confinement(c: &crate::confine::Confiner) {
         info!("jobs run confined (Landlock ABI {}, limits {:?})", c.abi, c.limits);
     }
     if let Some((first, last)) = c.uids {
-        info!("jobs run as user ids {first}-{last} (JOB_UIDS), one per job");
-    } else if crate::os::is_root() {
-        warn!("jobs run as root (confined): set JOB_UIDS to run each as a user of its own");
+        info!("jobs run as user ids {first}-{last} (JOB_UIDS), one per job, never as root");
+    } else {
+        info!("jobs run as this daemon's user: a daemon that is not root cannot give them users of their own");
+    }
+    if c.cgroups.available() {
+        info!("each job's processes and memory are counted apart, in a control group of its own");
     }
     for what in c.unenforced() {
         warn!("confined jobs: not enforced here: {what}");
+    }
+}
+
+/// Where a daemon as root keeps its jobs' directories when its own directory is closed to
+/// other users (as `/root` is): `/var/lib/p2pmpi/jobs-HASH`, HASH from the daemon's directory.
+const RELOCATED_JOBS: &str = "/var/lib/p2pmpi";
+
+/// Whether every directory above `dir` lets other users through (search permission).
+fn reachable(dir: &std::path::Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    dir.ancestors().skip(1).all(|a| std::fs::metadata(a).is_ok_and(|m| m.permissions().mode() & 0o001 != 0))
+}
+
+/// Lets the jobs' users reach their directories: `home`'s `jobs` becomes mode 711 (search
+/// without listing); if a directory above it is closed to other users, `jobs` becomes a link
+/// to a directory of [`RELOCATED_JOBS`] (the daemon's directory, its configuration and keys
+/// keep their modes). The processes are given the resolved paths.
+fn open_to_job_users(home: &Home) {
+    use std::os::unix::fs::PermissionsExt;
+    let jobs = home.jobs();
+    let resolved = std::fs::canonicalize(&jobs).unwrap_or_else(|_| jobs.clone());
+    let target = if reachable(&resolved) {
+        resolved
+    } else {
+        let name = blake3::hash(home.dir.to_string_lossy().as_bytes()).to_hex();
+        let target = std::path::Path::new(RELOCATED_JOBS).join(format!("jobs-{}", &name[..16]));
+        let linked = std::fs::create_dir_all(&target).and_then(|()| {
+            if std::fs::symlink_metadata(&jobs).is_ok_and(|m| !m.file_type().is_symlink()) {
+                std::fs::remove_dir_all(&jobs)?;
+            }
+            if std::fs::read_link(&jobs).ok().as_deref() != Some(target.as_path()) {
+                let _ = std::fs::remove_file(&jobs);
+                std::os::unix::fs::symlink(&target, &jobs)?;
+            }
+            Ok(())
+        });
+        match linked {
+            Ok(()) => info!(
+                "{} is closed to other users: the jobs' directories are in {}",
+                home.dir.display(),
+                target.display()
+            ),
+            Err(e) => warn!("cannot move the jobs' directories to {}: {e}", target.display()),
+        }
+        target
+    };
+    let _ = std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o711));
+    if !reachable(&target) {
+        warn!("{} cannot be reached by the jobs' users: jobs will be refused here", target.display());
     }
 }
 
@@ -700,7 +752,11 @@ pub fn run(opts: MpdOpts) -> Result<()> {
         filter: HostFilter::new(cfg.host_deny.clone(), cfg.host_allow.clone()),
         hold: Duration::from_millis(cfg.reservation_hold_ms),
     };
-    let confiner = crate::confine::Confiner::from_config(&cfg);
+    let mut confiner = crate::confine::Confiner::from_config(&cfg);
+    confiner.service_ports.extend([me.id.mpd_port, me.rs_port, me.ft_port]);
+    if confiner.uids.is_some() {
+        open_to_job_users(&home);
+    }
     announce_confinement(&confiner);
     let (revoked, owner) = mpd_members::member_state(&secret, &home)?;
     let mpd = Arc::new(Mpd {
@@ -1003,7 +1059,8 @@ impl Mpd {
             Err(why) => return refuse(why),
         };
         let dir = match ft::job_dir(&self.home.jobs(), &spec.job) {
-            Ok(d) => d,
+            // Resolved: the job's user may not pass through the daemon's directory.
+            Ok(d) => std::fs::canonicalize(&d).unwrap_or(d),
             Err(e) => return refuse(format!("{e:#}")),
         };
         claim.job = Some(spec.job.clone());
@@ -1042,7 +1099,15 @@ impl Mpd {
             .unwrap_or(1)
             .max(1);
         let shm = ShmDir(shm_dir_of(&spec.job));
-        let children = match self.spawn_ranks(&spec, &dir, &program, &shm.0) {
+        // Dropped after the processes (declared after `shm`): what the job left running dies.
+        let cgroup = match self.confiner.job_cgroup(&spec.job, spec.ranks.len()) {
+            Ok(c) => c,
+            Err(e) => {
+                warn!("job {}: no control group of its own ({e}): its processes are counted per user", spec.job);
+                None
+            }
+        };
+        let children = match self.spawn_ranks(&spec, &dir, &program, &shm.0, cgroup.as_ref()) {
             Ok(c) => c,
             Err(why) => return refuse(why),
         };
@@ -1089,6 +1154,7 @@ impl Mpd {
             });
         }
         let job = &spec.job;
+        let cg = cgroup.as_ref();
         std::thread::scope(|s| {
             for (rank, mut child) in children {
                 let writer = writer.clone();
@@ -1103,7 +1169,7 @@ impl Mpd {
                         Ok(st) => (st.code(), st.signal()),
                         Err(_) => (None, Some(libc::SIGKILL)),
                     };
-                    if let Some(why) = signal.and_then(|s| self.limit_notice(s)) {
+                    if let Some(why) = signal.and_then(|s| self.limit_notice(s, cg)) {
                         let data = format!("p2pmpi: rank {rank} stopped: {why}\n").into_bytes();
                         let _ = writer.lock().send(&JobEvent::Output { rank, stderr: true, data });
                     }
@@ -1113,6 +1179,14 @@ impl Mpd {
                 });
             }
         });
+        if let Some(n) = cgroup.as_ref().map(|c| c.events().forks_refused).filter(|&n| n > 0) {
+            let l = self.confiner.limits.processes;
+            let data = format!(
+                "p2pmpi: {n} fork(s) of the job refused on this host: process limit reached (JOB_PROCESSES={l} per process)\n"
+            );
+            let rank = spec.ranks.first().copied().unwrap_or(0);
+            let _ = writer.lock().send(&JobEvent::Output { rank, stderr: true, data: data.into_bytes() });
+        }
         if !spec.collect.is_empty() {
             self.send_collected(&writer, &dir, &spec.collect, &before);
         }
@@ -1131,12 +1205,20 @@ impl Mpd {
         dir: &std::path::Path,
         program: &std::path::Path,
         shm: &std::path::Path,
+        cgroup: Option<&crate::confine::JobCgroup>,
     ) -> Result<Vec<(u32, std::process::Child)>, String> {
         let tmp = dir.join(".tmp");
         for d in [&tmp, &shm.to_path_buf()] {
             std::fs::create_dir_all(d).map_err(|e| format!("cannot create {}: {e}", d.display()))?;
         }
-        let paths = crate::confine::JobPaths { job_dir: dir.to_path_buf(), tmp: tmp.clone(), shm: shm.to_path_buf() };
+        // The launcher's control port: the one port outside the grid's range a process needs.
+        let root_port = spec.root.rsplit_once(':').and_then(|(_, p)| p.parse::<u16>().ok());
+        let paths = crate::confine::JobPaths {
+            job_dir: dir.to_path_buf(),
+            tmp: tmp.clone(),
+            shm: shm.to_path_buf(),
+            connect: root_port.into_iter().collect(),
+        };
         let uid = self.confiner.uid_for(&spec.job);
         let mut children = Vec::new();
         let fail = |children: &mut Vec<(u32, std::process::Child)>, why: String| {
@@ -1178,7 +1260,9 @@ impl Mpd {
                 Ok(r) => r,
                 Err(e) => return fail(&mut children, format!("cannot prepare the confinement: {e}")),
             };
-            self.confiner.confine(&mut cmd, ruleset);
+            if let Err(e) = self.confiner.confine_in(&mut cmd, ruleset, cgroup) {
+                return fail(&mut children, format!("cannot enter the job's control group: {e}"));
+            }
             match cmd.spawn() {
                 Ok(c) => children.push((rank, c)),
                 Err(e) => return fail(&mut children, format!("cannot start {}: {e}", spec.program)),
@@ -1188,8 +1272,15 @@ impl Mpd {
     }
 
     /// Words for the submitter when a process was killed by one of its limits.
-    fn limit_notice(&self, signal: i32) -> Option<String> {
+    fn limit_notice(&self, signal: i32, cgroup: Option<&crate::confine::JobCgroup>) -> Option<String> {
         let l = &self.confiner.limits;
+        let oom = signal == libc::SIGKILL && cgroup.is_some_and(|c| c.events().oom_kills > 0);
+        if oom {
+            return Some(format!(
+                "killed: the job's memory on this host passed its limit (JOB_MEMORY_MB={} per process)",
+                l.memory_mb
+            ));
+        }
         crate::confine::limit_signal(signal, l).or_else(|| {
             (signal == libc::SIGABRT && l.memory_mb > 0)
                 .then(|| format!("aborted (an allocation past JOB_MEMORY_MB={} MiB fails)", l.memory_mb))

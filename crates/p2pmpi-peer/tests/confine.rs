@@ -32,7 +32,7 @@ fn site(name: &str) -> Site {
     }
     std::fs::write(daemon.join("P2P-MPI.conf"), "GRID_SECRET=the grid's secret\n").unwrap();
     std::fs::write(other_job.join("data"), "other job's data\n").unwrap();
-    let job = JobPaths { job_dir: job.clone(), tmp: job.join(".tmp"), shm: tmp.0.join("shm-a") };
+    let job = JobPaths { job_dir: job.clone(), tmp: job.join(".tmp"), shm: tmp.0.join("shm-a"), connect: vec![] };
     Site { daemon, job, other_job, _tmp: tmp }
 }
 
@@ -195,21 +195,26 @@ fn a_lower_abi_is_used_when_forced_and_no_landlock_refuses_unless_allowed() {
     assert!(confiner(&Config::default()).refusal().is_none() || kernel == 0);
 }
 
-/// The start-up cost of confinement: median of many launches of `true`, with and without.
+/// The start-up cost of confinement: median of many launches of `true` as the MPD launches a
+/// process (with `die_with_parent`), unconfined, confined (Landlock, limits, `no_new_privs`),
+/// and confined in a control group of its own.
 #[test]
 fn confinement_costs_little_at_start() {
     if !landlock() {
         return;
     }
     let s = site("confine-cost");
-    let c = confiner(&Config::default());
-    let median = |confined: bool| {
+    let c = confiner(&Config { job_processes: 64, ..Config::default() });
+    let cg = c.job_cgroup("job-cost", 1).unwrap();
+    let median = |confined: bool, group: Option<&p2pmpi_peer::confine::JobCgroup>| {
         let mut v: Vec<Duration> = (0..100)
             .map(|_| {
                 let t = Instant::now();
                 let mut cmd = Command::new("/bin/true");
+                // As the MPD starts every process, confined or not (a fork, not a vfork).
+                p2pmpi_peer::os::die_with_parent(&mut cmd);
                 if confined {
-                    c.confine(&mut cmd, c.ruleset(&s.job).unwrap());
+                    c.confine_in(&mut cmd, c.ruleset(&s.job).unwrap(), group).unwrap();
                 }
                 assert!(cmd.status().unwrap().success());
                 t.elapsed()
@@ -218,9 +223,22 @@ fn confinement_costs_little_at_start() {
         v.sort();
         v[v.len() / 2]
     };
-    let (plain, confined) = (median(false), median(true));
-    eprintln!("start-up: {plain:?} plain, {confined:?} confined (medians of 100)");
+    let (plain, confined, grouped) = (median(false, None), median(true, None), median(true, cg.as_ref()));
+    let mut build: Vec<Duration> = (0..100)
+        .map(|_| {
+            let t = Instant::now();
+            drop(c.ruleset(&s.job).unwrap());
+            t.elapsed()
+        })
+        .collect();
+    build.sort();
+    let build = build[50];
+    eprintln!(
+        "start-up: {plain:?} plain, {confined:?} confined, {grouped:?} confined in a control group, \
+         of which {build:?} building the ruleset (medians of 100)"
+    );
     assert!(confined < plain + Duration::from_millis(20), "{plain:?} plain, {confined:?} confined");
+    assert!(grouped < plain + Duration::from_millis(20), "{plain:?} plain, {grouped:?} in a control group");
 }
 
 #[test]
@@ -256,7 +274,8 @@ fn as_root_a_job_runs_as_a_user_of_its_own_bounded_in_processes() {
     let closed = Tmp::new("confine-closed");
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&closed.0, std::fs::Permissions::from_mode(0o700)).unwrap();
-    let inner = JobPaths { job_dir: closed.0.join("j"), tmp: closed.0.join("j/.tmp"), shm: s.job.shm.clone() };
+    let inner =
+        JobPaths { job_dir: closed.0.join("j"), tmp: closed.0.join("j/.tmp"), shm: s.job.shm.clone(), connect: vec![] };
     std::fs::create_dir_all(&inner.tmp).unwrap();
     let e = c.run_as(&mut Command::new("true"), uid, &inner).unwrap_err();
     assert!(e.to_string().contains("closed to other users"), "{e}");
@@ -312,4 +331,184 @@ fn staged_files_shared_with_other_jobs_are_copied_before_a_job_may_write_them() 
     assert_eq!(std::fs::read_to_string(&cache).unwrap(), "cached content\n");
     assert_eq!(std::fs::read_to_string(s.other_job.join("prog")).unwrap(), "cached content\n");
     assert_eq!(std::fs::metadata(&cache).unwrap().nlink(), 2, "only the other job's link is left");
+}
+
+fn perl() -> bool {
+    require((!Path::new("/usr/bin/perl").exists()).then_some("needs perl (/usr/bin/perl) to open sockets"))
+}
+
+/// A perl one-liner that connects to 127.0.0.1:`port` and prints `connected`.
+fn connect_script(port: u16) -> String {
+    format!(
+        "/usr/bin/perl -MSocket -e 'socket(S, PF_INET, SOCK_STREAM, 0) or die; \
+         connect(S, pack_sockaddr_in({port}, inet_aton(\"127.0.0.1\"))) or die \"connect: $!\\n\"; print \"connected\\n\"'"
+    )
+}
+
+#[test]
+fn a_confined_job_connects_to_its_jobs_ports_only() {
+    if !require((kernel_abi() < 4).then_some("needs Landlock ABI 4 or more (TCP rules)")) || !perl() {
+        return;
+    }
+    let s = site("confine-connect");
+    // The grid's range 47_200..47_209, of which 47_209 is this daemon's MPD port; 47_300 an
+    // extra port of the owner's (JOB_CONNECT_PORTS); the launcher's control port, the job's own.
+    let listen = |port: u16| std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+    let (data, mpd, extra, launcher, other) = (listen(47_203), listen(47_209), listen(47_300), listen(0), listen(0));
+    let port = |l: &std::net::TcpListener| l.local_addr().unwrap().port();
+    let cfg = Config {
+        min_port: 47_200,
+        max_port: 47_209,
+        mpd_port: 47_209,
+        job_connect_ports: vec![(47_300, 47_300)],
+        ..Config::default()
+    };
+    let c = confiner(&cfg);
+    let job = JobPaths { connect: vec![port(&launcher)], ..s.job.clone() };
+    let run_job = |script: &str| {
+        let mut cmd = Command::new("/bin/sh");
+        cmd.args(["-c", script]).current_dir(&job.job_dir).stdin(Stdio::null());
+        c.confine(&mut cmd, c.ruleset(&job).unwrap());
+        cmd.output().unwrap()
+    };
+    for (what, p) in [
+        ("another rank's data port", port(&data)),
+        ("its launcher", port(&launcher)),
+        ("an owner's port", port(&extra)),
+    ] {
+        let o = run_job(&connect_script(p));
+        assert_eq!(String::from_utf8_lossy(&o.stdout), "connected\n", "{what} ({p}): {}", text(&o));
+    }
+    for (what, p) in [("the MPD", port(&mpd)), ("a port of no job", port(&other)), ("ssh", 22)] {
+        let o = run_job(&connect_script(p));
+        assert!(!o.status.success(), "it could connect to {what} ({p}): {}", text(&o));
+        assert!(String::from_utf8_lossy(&o.stderr).contains("ermission denied"), "{what}: {}", text(&o));
+    }
+    // Nothing reached the refused listener; the others are unharmed and still accept.
+    other.set_nonblocking(true).unwrap();
+    assert!(other.accept().is_err(), "a refused connection got through");
+    // A forced lower ABI (3) has no TCP rules: the daemon says so, and connect is free.
+    let low = confiner(&Config { job_landlock_abi: Some(3), ..cfg.clone() });
+    assert!(low.unenforced().iter().any(|w| w.contains("TCP")), "{:?}", low.unenforced());
+    let mut cmd = Command::new("/bin/sh");
+    cmd.args(["-c", &connect_script(port(&other))]).current_dir(&job.job_dir).stdin(Stdio::null());
+    low.confine(&mut cmd, low.ruleset(&job).unwrap());
+    let o = cmd.output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "connected\n", "{}", text(&o));
+    drop((data, mpd, extra, launcher));
+}
+
+fn cgroups(c: &Confiner) -> bool {
+    require((!c.cgroups.available()).then_some("needs control groups (pids, memory) it may make (root)"))
+}
+
+/// Runs `script` in `job`'s control group `cg`, confined by `c`.
+fn spawn_in(c: &Confiner, s: &Site, cg: &p2pmpi_peer::confine::JobCgroup, script: &str) -> std::process::Child {
+    let mut cmd = Command::new("/bin/sh");
+    cmd.args(["-c", script])
+        .current_dir(&s.job.job_dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    c.confine_in(&mut cmd, c.ruleset(&s.job).unwrap(), Some(cg)).unwrap();
+    cmd.spawn().unwrap()
+}
+
+#[test]
+fn a_fork_bomb_is_bounded_per_job_and_the_other_jobs_still_fork() {
+    let s = site("confine-forks");
+    let c = confiner(&Config { job_processes: 16, ..Config::default() });
+    if !cgroups(&c) {
+        return;
+    }
+    let bomb = c.job_cgroup("job-a", 1).unwrap().expect("a control group for JOB_PROCESSES");
+    // 200 background processes asked, in a job with room for 16.
+    let o = spawn_in(
+        &c,
+        &s,
+        &bomb,
+        "i=0; while [ $i -lt 200 ]; do sleep 30 >/dev/null 2>&1 & i=$((i+1)); done; echo tried",
+    )
+    .wait_with_output()
+    .unwrap();
+    let refused = bomb.events().forks_refused;
+    assert!(refused > 0, "no fork refused: {}", text(&o));
+    assert!(String::from_utf8_lossy(&o.stderr).to_lowercase().contains("fork"), "{}", text(&o));
+    // The other job, in a group of its own, forks as usual while the bomb's children live.
+    let other = c.job_cgroup("job-b", 1).unwrap().unwrap();
+    let o = spawn_in(&c, &s, &other, "sleep 0.1 & sleep 0.1 & wait; echo forked").wait_with_output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "forked\n", "{}", text(&o));
+    assert_eq!(other.events().forks_refused, 0);
+    // The job's end kills what it left running (dead: gone, or a zombie not yet reaped).
+    let left = bomb.pids();
+    assert!(!left.is_empty() && left.len() <= 16, "{left:?}");
+    drop(bomb);
+    let alive = |pid: &u32| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .is_ok_and(|st| st.rsplit_once(") ").is_some_and(|(_, rest)| !rest.starts_with('Z')))
+    };
+    let t = Instant::now();
+    while left.iter().any(alive) && t.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(!left.iter().any(alive), "the bomb's processes were left: {left:?}");
+}
+
+#[test]
+fn a_job_past_its_memory_is_killed_and_the_kill_is_counted() {
+    let s = site("confine-oom");
+    // 64 MiB per process: three processes of 40 MiB each fit their own limit, not the job's.
+    let c = confiner(&Config { job_memory_mb: 64, ..Config::default() });
+    if !cgroups(&c) {
+        return;
+    }
+    let cg = c.job_cgroup("job-a", 1).unwrap().expect("a control group for JOB_MEMORY_MB");
+    let script = "for i in 1 2 3; do head -c 41943040 /dev/zero | tail > /dev/null & done; wait; echo survived";
+    let o = spawn_in(&c, &s, &cg, script).wait_with_output().unwrap();
+    assert!(cg.events().oom_kills > 0, "nothing killed: {}", text(&o));
+    // One process alone stays within both limits.
+    let one = c.job_cgroup("job-b", 1).unwrap().unwrap();
+    let o = spawn_in(&c, &s, &one, "head -c 41943040 /dev/zero | tail | wc -c").wait_with_output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "41943040", "{}", text(&o));
+    assert_eq!(one.events().oom_kills, 0);
+}
+
+#[test]
+fn a_daemon_as_root_never_runs_a_job_as_root() {
+    let c = confiner(&Config::default());
+    if p2pmpi_peer::os::is_root() {
+        // No JOB_UIDS: the default range.
+        assert_eq!(c.uids, Some(p2pmpi_peer::config::SUGGESTED_JOB_UIDS));
+        let uid = c.uid_for("0123456789abcdef").unwrap();
+        assert!(uid >= p2pmpi_peer::config::SUGGESTED_JOB_UIDS.0, "{uid}");
+    } else {
+        assert_eq!(c.uids, None, "only root can give a job a user of its own");
+    }
+}
+
+#[test]
+fn the_owners_read_paths_are_readable_and_nothing_writable_there() {
+    if !landlock() {
+        return;
+    }
+    let s = site("confine-readpaths");
+    // A shared environment the owner lends (JOB_READ_PATHS), beside a directory it does not.
+    let shared = s.daemon.parent().unwrap().join("shared-env");
+    let private = s.daemon.parent().unwrap().join("private");
+    for d in [&shared, &private] {
+        std::fs::create_dir_all(d).unwrap();
+        std::fs::write(d.join("lib.py"), "x = 1\n").unwrap();
+    }
+    let c = confiner(&Config { job_read_paths: vec![shared.clone()], ..Config::default() });
+    let o = run(&c, &s, &format!("cat {}/lib.py", shared.display()));
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "x = 1\n", "{}", text(&o));
+    for (what, script) in [
+        ("write the shared environment", format!("echo y > {}/lib.py", shared.display())),
+        ("read a path not lent", format!("cat {}/lib.py", private.display())),
+        ("list the daemon user's home", format!("ls {}", std::env::var("HOME").unwrap_or("/root".into()))),
+    ] {
+        let o = run(&c, &s, &script);
+        assert!(!o.status.success(), "it could {what}: {}", text(&o));
+    }
+    assert_eq!(std::fs::read_to_string(shared.join("lib.py")).unwrap(), "x = 1\n");
 }
