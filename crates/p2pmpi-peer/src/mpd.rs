@@ -823,6 +823,27 @@ pub fn run(opts: MpdOpts) -> Result<()> {
         mpd.cfg.supernodes.join(", ")
     );
     mpd.start_member_poll(owner);
+    membership_loop(&mpd);
+    // Halt: stop local processes, leave the supernodes, remove the state file.
+    let pids: Vec<u32> = mpd.jobs.lock().values().flatten().copied().collect();
+    for pid in pids {
+        let _ = crate::os::signal(pid, libc::SIGKILL);
+    }
+    for (name, sn) in &mpd.supernodes {
+        if let Some(sn) = sn {
+            if let Err(e) = mpd.supernode_call(*sn, &SnRequest::Unregister(mpd.me.id.clone())) {
+                warn!("could not unregister from supernode {name}: {e:#}");
+            }
+        }
+    }
+    mpd.persist_cache();
+    let _ = std::fs::remove_file(home.mpd_state());
+    info!("MPD halted");
+    Ok(())
+}
+
+/// Membership until halted: keep-alive, cache refresh, latency, reservation expiry.
+fn membership_loop(mpd: &Arc<Mpd>) {
     // Membership: keep-alive, cache refresh, latency, reservation expiry.
     let tick = Duration::from_millis(50);
     let mut next_alive = Instant::now();
@@ -853,22 +874,6 @@ pub fn run(opts: MpdOpts) -> Result<()> {
         mpd.release_lapsed();
         std::thread::sleep(tick);
     }
-    // Halt: stop local processes, leave the supernodes, remove the state file.
-    let pids: Vec<u32> = mpd.jobs.lock().values().flatten().copied().collect();
-    for pid in pids {
-        let _ = crate::os::signal(pid, libc::SIGKILL);
-    }
-    for (name, sn) in &mpd.supernodes {
-        if let Some(sn) = sn {
-            if let Err(e) = mpd.supernode_call(*sn, &SnRequest::Unregister(mpd.me.id.clone())) {
-                warn!("could not unregister from supernode {name}: {e:#}");
-            }
-        }
-    }
-    mpd.persist_cache();
-    let _ = std::fs::remove_file(home.mpd_state());
-    info!("MPD halted");
-    Ok(())
 }
 
 impl Mpd {
