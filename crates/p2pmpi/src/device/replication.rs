@@ -6,17 +6,26 @@
 //! and the program do and carries out its actions: frames written to slots, user sends
 //! completed, suspicions reported to the launcher.
 
-use super::conn::{Conn, Out, Payload, RState};
+use super::conn::{Conn, ConnError, Out, Payload, RState, ReqId, StatusInfo, EAGER_LIMIT};
+use super::engine::Matched;
+use super::engine::{alloc_req, Coordination, Core, Eager, Req, ReqState, Waits};
 use super::failpoints;
-use super::*;
+use super::revocations;
+use crate::error::{Error, Result};
 use p2pmpi_core::machine::Machine;
 use p2pmpi_core::matching::FastMap;
+use p2pmpi_core::matching::{Arrival, Body, Envelope, Pattern};
+use p2pmpi_core::replication::endpoint::Parked;
 use p2pmpi_core::replication::endpoint::{self as protocol, Frame, Input, Output, Step, TxId};
 use p2pmpi_core::replication::failures::{self, Failed};
 use p2pmpi_core::replication::operations::{Follow, Operations};
 use p2pmpi_core::replication::stranded::{self, Stranded};
 use p2pmpi_core::replication::wildcards::{Post, Wildcards};
 use p2pmpi_core::replication::Endpoint;
+use p2pmpi_core::replication::{Layout, MsgId, Outcome};
+use p2pmpi_wire::{FrameKind, Header, Mid};
+use std::ops::Range;
+use std::time::{Duration, Instant};
 
 /// Messages up to this size are copied into a non-master's backup table (its send returns at
 /// once); larger ones are *lent*: the send completes only when the master commits the message
@@ -110,8 +119,16 @@ impl protocol::Payload for Bytes {
     }
 }
 
+// SAFETY: the raw pointers inside are lent buffers of requests (`Bytes::Lent`), which the API
+// layer keeps valid until each request completes or is detached, whichever thread that happens
+// on; they are not tied to the thread that made them. The engine holding this state is only
+// ever used behind the global lock, one thread at a time.
+unsafe impl Send for Replication {}
+
 /// The replication state of a process of a job run with `-r R` (R > 1).
-pub(super) struct Replication {
+pub(crate) struct Replication {
+    /// Which slots run which rank.
+    pub(super) layout: Layout,
     pub(super) ep: Endpoint<Bytes, ReqId>,
     /// The origin of the endpoint's clock.
     origin: Instant,
@@ -140,6 +157,9 @@ pub(super) struct Replication {
     pub(super) unapplied: Vec<u32>,
     /// A send is being carried out: the endpoint's time is that send's (read just before).
     pub(super) sending: bool,
+    /// Dropping its connections with this slot, this process takes the data frames its
+    /// kernel already holds from them, and nothing else ([`Core::drop_peer`]).
+    pub(super) draining: Option<i32>,
 }
 
 /// Whether masters flag commits acknowledged (`P2PMPI_ACKED_COMMITS=1`).
@@ -168,6 +188,7 @@ impl Replication {
             crate::pool::warm_heap(WARM_GOAL);
         }
         Replication {
+            layout,
             ep,
             origin: Instant::now(),
             tx_req: FastMap::default(),
@@ -180,6 +201,7 @@ impl Replication {
             lost_ranks: Vec::new(),
             unapplied: Vec::new(),
             sending: false,
+            draining: None,
         }
     }
 
@@ -252,15 +274,7 @@ pub(super) fn env_mid(env: &Envelope, me: i32) -> MsgId {
 
 const DONE: StatusInfo = StatusInfo { source: 0, tag: 0, len: 0, cancelled: false };
 
-impl Engine {
-    /// The rank a slot runs.
-    pub(super) fn rank_of(&self, slot: i32) -> i32 {
-        match &self.layout {
-            Some(l) if slot >= 0 => l.rank_of(slot as usize) as i32,
-            _ => slot,
-        }
-    }
-
+impl<S: Waits> Core<Replication, S> {
     /// A send of a replicated job (algorithm 4): the master transmits it, a replica keeps it
     /// until its master commits it.
     ///
@@ -270,7 +284,7 @@ impl Engine {
     /// and never takes the success of a send its master failed (on a revoked communicator).
     pub(super) fn replicated_send(&mut self, mid: Mid, ptr: *const u8, len: usize, sync: bool, follow: bool) -> ReqId {
         let req = self.new_req(std::ptr::null_mut(), 0, ReqState::Pending);
-        let rp = self.repl.as_mut().expect("replicated");
+        let rp = &mut self.coord;
         let payload = if rp.ep.is_master() || rp.ep.must_lend(len) || follow {
             Bytes::Lent(ptr, len)
         } else {
@@ -286,7 +300,8 @@ impl Engine {
         rp.ep.send(now, mid, payload, sync, req);
         rp.sending = true;
         self.flush_deferred();
-        if let Some(rp) = self.repl.as_mut() {
+        {
+            let rp = &mut self.coord;
             rp.sending = false;
         }
         req
@@ -296,10 +311,14 @@ impl Engine {
     /// (frames are handled with their connection taken out of the table): the actions wait
     /// in the endpoint until the next [`Engine::flush_deferred`].
     pub(super) fn drive(&mut self) {
+        if self.base.fatal.is_some() {
+            // Communication ended (a replica that cannot follow its master leaves).
+            return;
+        }
         self.resolve_choices();
         self.check_stranded();
         loop {
-            let Some(rp) = self.repl.as_mut() else { return };
+            let rp = &mut self.coord;
             let Some(a) = rp.ep.poll_output() else { return };
             match a {
                 Output::Transmit { to, tx, frame, step } => self.transmit_frame(to, tx, frame, step),
@@ -308,18 +327,18 @@ impl Engine {
                 Output::Complete(u) => self.complete(u, Ok(DONE)),
                 Output::Suspect { slot, cause } => {
                     if debug_replication() {
-                        eprintln!("p2pmpi: slot {}: suspects slot {slot}: {cause}", self.slot);
+                        eprintln!("p2pmpi: slot {}: suspects slot {slot}: {cause}", self.base.slot);
                     }
                     let l = rp.ep.layout();
                     let detail = format!("rank {} replica {} failed: {cause}", l.rank_of(slot), l.replica_of(slot));
-                    (self.upcalls.suspect)(self.slot as usize, slot, &detail);
+                    (self.base.upcalls.suspect)(self.base.slot as usize, slot, &detail);
                     self.drop_peer(slot as i32);
                 }
                 Output::TookOver { count } => {
                     if debug_replication() {
                         eprintln!(
                             "p2pmpi: slot {}: took over as master of rank {}, resending {count}",
-                            self.slot, self.rank
+                            self.base.slot, self.base.rank
                         );
                     }
                     self.now_master();
@@ -400,7 +419,8 @@ impl Engine {
             Ok(c) => c,
             Err(e) => {
                 // Nothing more for it: suspected (its transmission is held by the endpoint).
-                if let Some(rp) = self.repl.as_mut() {
+                {
+                    let rp = &mut self.coord;
                     let now = rp.now();
                     rp.event(now, Input::Suspect { slot: to, cause: e.to_string(), bye: self.peers[to].bye });
                 }
@@ -418,7 +438,9 @@ impl Engine {
                 let _ = self.push_out(cid, Out::new(h, payload));
             }
         }
-        failpoints::written(self, cid);
+        if failpoints::hold_writes() {
+            self.flush_blocking(cid);
+        }
     }
 
     /// Writes transmission `tx` of the endpoint. Written whole at once (the usual case), the
@@ -433,7 +455,8 @@ impl Engine {
         let peer = conn.peer.unwrap_or(-1);
         match conn.push_or_queue(out) {
             Ok(None) => {
-                if let Some(rp) = self.repl.as_mut() {
+                {
+                    let rp = &mut self.coord;
                     // Written while the send that made the endpoint transmit it is carried
                     // out: that send's time, without reading the clock again.
                     let now = if rp.sending { rp.ep.now() } else { rp.now() };
@@ -441,10 +464,11 @@ impl Engine {
                 }
             }
             Ok(Some(queued)) => {
-                let r = Req { ptr: std::ptr::null_mut(), cap: 0, state: ReqState::Pending, parent: Some(tx as usize) };
+                let r = Req { ptr: std::ptr::null_mut(), cap: 0, state: ReqState::Pending, token: Some(tx as usize) };
                 let sub = alloc_req(&mut self.reqs, &mut self.free_reqs, r);
                 queued.done = Some(sub);
-                if let Some(rp) = self.repl.as_mut() {
+                {
+                    let rp = &mut self.coord;
                     rp.tx_req.insert(tx, sub);
                 }
                 self.update_interest(cid);
@@ -462,7 +486,8 @@ impl Engine {
     pub(super) fn tx_written(&mut self, sub: ReqId, tx: usize) {
         self.reqs[sub] = None;
         self.free_reqs.push(sub);
-        if let Some(rp) = self.repl.as_mut() {
+        {
+            let rp = &mut self.coord;
             rp.tx_req.remove(&(tx as TxId));
             let now = rp.now();
             rp.ep.written(now, tx as TxId);
@@ -473,10 +498,11 @@ impl Engine {
     /// protocol's transmissions are the endpoint's to account for (held until the verdict).
     pub(super) fn forget_completions(&mut self, done: Vec<ReqId>) {
         for r in done {
-            if let Some(tx) = self.reqs[r].as_ref().and_then(|q| q.parent) {
+            if let Some(tx) = self.reqs[r].as_ref().and_then(|q| q.token) {
                 self.reqs[r] = None;
                 self.free_reqs.push(r);
-                if let Some(rp) = self.repl.as_mut() {
+                {
+                    let rp = &mut self.coord;
                     rp.tx_req.remove(&(tx as TxId));
                 }
             } else {
@@ -488,8 +514,9 @@ impl Engine {
     /// A synchronous message was matched by a receive here: every alive replica of its
     /// sender is told.
     pub(super) fn ack_sync(&mut self, env: &Envelope) {
-        let me = self.rank;
-        if let Some(rp) = self.repl.as_mut() {
+        let me = self.base.rank;
+        {
+            let rp = &mut self.coord;
             rp.ep.matched_sync(env_mid(env, me));
         }
     }
@@ -497,11 +524,11 @@ impl Engine {
     /// A non-master's wildcard receives whose master's choice arrived are posted, exact; after
     /// a takeover, the ones still undecided are this master's to decide.
     pub(super) fn resolve_choices(&mut self) {
-        if self.repl.as_ref().is_some_and(|rp| rp.words) {
+        if self.coord.words {
             self.apply_failures();
         }
         loop {
-            let Some(rp) = self.repl.as_mut() else { return };
+            let rp = &mut self.coord;
             let Some(post) = rp.wildcards.next(&mut rp.ep) else { return };
             self.post_wildcard(post);
         }
@@ -513,7 +540,8 @@ impl Engine {
         match post {
             Post::Exact { req, pat } => self.post(req, pat),
             Post::Decide { req, pat, point } => {
-                if let Some(rp) = self.repl.as_mut() {
+                {
+                    let rp = &mut self.coord;
                     rp.choice_of.insert(req, (point, pat.comm));
                 }
                 self.post(req, pat);
@@ -528,7 +556,7 @@ impl Engine {
     /// The number of the operation being posted, in a fault-aware replicated job (`None`
     /// otherwise, and for a schedule's operations).
     pub(super) fn next_op(&mut self) -> Option<u64> {
-        let rp = self.repl.as_mut()?;
+        let rp = &mut self.coord;
         let numbered = !rp.in_schedule && crate::lifecycle::policy() == crate::lifecycle::Policy::Notify;
         rp.ops.next(numbered)
     }
@@ -536,13 +564,14 @@ impl Engine {
     /// Whether this process follows its master's outcomes (a non-master of a replicated
     /// job, or a new master still learning what its replicas know).
     pub(crate) fn follows(&self) -> bool {
-        self.repl.as_ref().is_some_and(|rp| !rp.ep.may_decide())
+        !self.coord.ep.may_decide()
     }
 
     /// Operation `op` fails at its post on the master with `err`: the replicas are told. On a
     /// non-master: the master's outcome at the post, if it failed there (known already).
     pub(super) fn post_failure(&mut self, op: Option<u64>, err: Option<Error>) -> Option<Error> {
-        let (Some(op), Some(rp)) = (op, self.repl.as_mut()) else { return err };
+        let Some(op) = op else { return err };
+        let rp = &mut self.coord;
         let c = failures::failure_point(op);
         // A master's outcome known already (a new master's predecessor's) is followed.
         if let Some(o) = rp.ep.choice_known(c) {
@@ -567,8 +596,8 @@ impl Engine {
     /// success. `Some(told)` yes (`told`: this master told its replicas, a frame to flush);
     /// `None` not yet: this process follows its master, whose word has not come (a failure
     /// that came is applied by [`Self::apply_failures`], which fails the request).
-    pub(super) fn schedule_word(&mut self, op: u64) -> Option<bool> {
-        let Some(rp) = self.repl.as_mut() else { return Some(false) };
+    pub(super) fn schedule_word_of(&mut self, op: u64) -> Option<bool> {
+        let rp = &mut self.coord;
         let c = failures::failure_point(op);
         let known = rp.ep.choice_known(c);
         match failures::collective_word(known, rp.ep.may_decide()) {
@@ -591,7 +620,8 @@ impl Engine {
 
     /// Request `r` stands for operation `op` (a fault-aware replicated job).
     pub(super) fn number(&mut self, r: ReqId, op: Option<u64>) {
-        let (Some(op), Some(rp)) = (op, self.repl.as_mut()) else { return };
+        let Some(op) = op else { return };
+        let rp = &mut self.coord;
         rp.ops.number(r, op);
         if rp.ep.choice_known(failures::failure_point(op)).is_some() {
             rp.words = true;
@@ -604,7 +634,7 @@ impl Engine {
     pub(super) fn decide_failure(&mut self, id: ReqId, st: &Result<StatusInfo>) {
         let Err(e) = st else { return };
         let Some(f) = failed_of(e) else { return };
-        let Some(rp) = self.repl.as_mut() else { return };
+        let rp = &mut self.coord;
         if !rp.ep.is_master() {
             return;
         }
@@ -619,7 +649,7 @@ impl Engine {
 
     /// The program took request `id`'s outcome.
     pub(super) fn taken(&mut self, id: ReqId, ok: bool) {
-        let Some(rp) = self.repl.as_mut() else { return };
+        let rp = &mut self.coord;
         let follows = !rp.ep.is_master();
         rp.ops.taken(id, ok, follows);
     }
@@ -628,8 +658,8 @@ impl Engine {
     /// too. One whose success the program already took cannot follow: this replica leaves
     /// (its rank goes on with its master).
     pub(super) fn apply_failures(&mut self) {
-        let Some(rp) = self.repl.as_mut() else { return };
-        if !std::mem::take(&mut rp.words) {
+        let rp = &mut self.coord;
+        if !std::mem::take(&mut rp.words) || self.base.fatal.is_some() {
             return;
         }
         let known = rp.ep.known_failures();
@@ -639,7 +669,7 @@ impl Engine {
                 // A success (an immediate collective's): taken when its schedule is over.
                 continue;
             }
-            let rp = self.repl.as_mut().expect("replicated");
+            let rp = &mut self.coord;
             let r = match rp.ops.master_failed(op, !rp.ep.is_master()) {
                 // Not reached yet: applied at its post.
                 Follow::NotReached => continue,
@@ -649,10 +679,11 @@ impl Engine {
                         failure_error(o).map(|e| e.to_string()).unwrap_or_default()
                     );
                     self.diverged(&why);
+                    return;
                 }
                 Follow::Fail(r) => r,
             };
-            let rp = self.repl.as_mut().expect("replicated");
+            let rp = &mut self.coord;
             rp.ep.take_choice(c);
             rp.ep.decided(u32::MAX, c, o);
             let Some(r) = r else { continue };
@@ -665,7 +696,8 @@ impl Engine {
             self.drop_schedule(r);
             self.matcher.cancel(&r);
             self.rndv_recv.retain(|_, q| *q != r);
-            if let Some(rp) = self.repl.as_mut() {
+            {
+                let rp = &mut self.coord;
                 rp.wildcards.withdraw(r);
                 // A lent send: its backup entry becomes a copy (the buffer may go now) and
                 // no longer names the request.
@@ -679,11 +711,11 @@ impl Engine {
     /// message will never come. The verdict ([`stranded::verdict`]) says whether and how this
     /// replica ends.
     pub(super) fn check_stranded(&mut self) {
-        let Some(rp) = self.repl.as_ref() else { return };
+        let rp = &self.coord;
         if rp.lost_ranks.is_empty() || rp.ep.is_master() || rp.ops.is_empty() {
             return;
         }
-        let master_done = rp.ep.coordinator().master_of(self.rank as usize).is_some_and(|m| self.peers[m].bye);
+        let master_done = rp.ep.coordinator().master_of(self.base.rank as usize).is_some_and(|m| self.peers[m].bye);
         let receive = || {
             self.matcher.posted().find_map(|(p, r)| {
                 let src = p.src.filter(|s| rp.lost_ranks.contains(s))?;
@@ -703,7 +735,7 @@ impl Engine {
             None => {}
             Some(v @ Stranded::Finished { .. }) => {
                 if debug_replication() {
-                    eprintln!("p2pmpi: slot {}: {}; ending", self.slot, v.why());
+                    eprintln!("p2pmpi: slot {}: {}; ending", self.base.slot, v.why());
                 }
                 crate::fatal::finished();
             }
@@ -711,25 +743,27 @@ impl Engine {
         }
     }
 
-    /// This replica cannot take its master's path any more: it leaves, as a replica that
-    /// failed (its rank goes on with its master).
-    pub(super) fn diverged(&mut self, why: &str) -> ! {
-        let replica = self.repl.as_ref().map_or(0, |rp| rp.ep.layout().replica_of(self.slot as usize));
-        let msg = format!("rank {} replica {replica}: cannot follow its master: {why}; leaving", self.rank);
-        crate::fatal::stop_with(self.slot, 70, &format!("p2pmpi: {msg}"), None, 70)
+    /// This replica cannot take its master's path any more: communication ends here with
+    /// an error naming the rank, the replica and why (every later call returns it); the
+    /// replica stops on it, as a replica that failed, and its rank goes on with its master.
+    /// Nothing more leaves it meanwhile ([`Self::drive`] does nothing once the error is set).
+    pub(super) fn diverged(&mut self, why: &str) {
+        let replica = self.coord.ep.layout().replica_of(self.base.slot as usize);
+        let detail = format!("replica {replica} cannot follow its master: {why}; leaving");
+        self.set_fatal(Error::Protocol { rank: self.base.rank, detail });
     }
 
     /// Every replica of `rank` is lost and the program handles failures: the program is told
     /// (its failure notices), and the master fails what involves the rank (its replicas
     /// follow the master's outcomes).
     fn rank_lost(&mut self, rank: i32) {
-        let Some(rp) = self.repl.as_mut() else { return };
+        let rp = &mut self.coord;
         if rp.lost_ranks.contains(&rank) {
             return;
         }
         rp.lost_ranks.push(rank);
         let master = rp.ep.is_master();
-        (self.upcalls.rank_lost)(rank);
+        (self.base.upcalls.rank_lost)(rank);
         if master {
             self.lose_peer(rank, "all replicas for that rank failed".into(), Vec::new());
         }
@@ -738,7 +772,7 @@ impl Engine {
     /// This process became its rank's master: what it heard and its master did not get to
     /// apply is applied now (its operations fail, and its replicas are told).
     fn now_master(&mut self) {
-        let Some(rp) = self.repl.as_mut() else { return };
+        let rp = &mut self.coord;
         let lost = rp.lost_ranks.clone();
         let revs = std::mem::take(&mut rp.unapplied);
         for r in lost {
@@ -753,7 +787,7 @@ impl Engine {
     /// `failed_members`): `None` while this replica waits for its master's (the outcome of
     /// `c`, and of its extra points when ranks from 64 on failed).
     pub(crate) fn lost_view_at(&mut self, c: u64) -> Option<Vec<i32>> {
-        let rp = self.repl.as_mut()?;
+        let rp = &mut self.coord;
         if let Some(o) = rp.ep.choice_known(c) {
             let n = failures::lost_set_parts(o).unwrap_or(0);
             let points: Vec<u64> = (1..=n).map(|i| failures::lost_set_part_point(c, i)).collect();
@@ -771,7 +805,7 @@ impl Engine {
             // Not a set (never told by a master of this version): this process's own view.
             let view = failures::outcome_lost_set(o, &parts).map_or_else(
                 || {
-                    let mut v = self.repl.as_ref().map(|rp| rp.lost_ranks.clone()).unwrap_or_default();
+                    let mut v = self.coord.lost_ranks.clone();
                     v.sort_unstable();
                     v
                 },
@@ -799,7 +833,7 @@ impl Engine {
     /// The master's failure outcome of choice point `c` (a probe's), if it told one: taken.
     pub(crate) fn choice_failure(&mut self, c: Option<u64>) -> Option<Error> {
         let c = c?;
-        let rp = self.repl.as_mut()?;
+        let rp = &mut self.coord;
         let o = rp.ep.choice_known(c)?;
         let err = failure_error(o)?;
         rp.ep.take_choice(c);
@@ -810,7 +844,7 @@ impl Engine {
     /// A master's probe at choice point `c` fails with `err`: its replicas are told.
     pub(crate) fn decide_probe_failure(&mut self, c: Option<u64>, err: &Error) {
         let (Some(c), Some(f)) = (c, failed_of(err)) else { return };
-        let Some(rp) = self.repl.as_mut() else { return };
+        let rp = &mut self.coord;
         if rp.ep.may_decide() {
             rp.ep.decided(u32::MAX, c, failures::failure_outcome(f, false));
             self.flush_deferred();
@@ -819,16 +853,13 @@ impl Engine {
 
     /// A replica was declared dead by the launcher (algorithm 7).
     pub(super) fn slot_failed(&mut self, slot: i32, cause: &str) {
-        let Some(rp) = self.repl.as_mut() else {
-            self.set_fatal(Error::PeerLost { rank: slot, cause: cause.to_string() });
-            return;
-        };
-        if slot < 0 || slot as usize >= self.peers.len() || slot == self.slot {
+        if slot < 0 || slot as usize >= self.peers.len() || slot == self.base.slot {
             return;
         }
         if debug_replication() {
-            eprintln!("p2pmpi: slot {}: slot {slot} failed: {cause}", self.slot);
+            eprintln!("p2pmpi: slot {}: slot {slot} failed: {cause}", self.base.slot);
         }
+        let rp = &mut self.coord;
         let now = rp.now();
         if self.peers[slot as usize].bye {
             // It finished: it has everything it needs, nothing is waited for.
@@ -843,8 +874,8 @@ impl Engine {
     /// suspicion and holds what was meant for the slot until the verdict; nothing more is
     /// read from it.
     pub(super) fn suspect_slot(&mut self, slot: i32, cause: &str) {
-        let Some(rp) = self.repl.as_mut() else { return };
-        if slot < 0 || slot as usize >= self.peers.len() || slot == self.slot {
+        let rp = &mut self.coord;
+        if slot < 0 || slot as usize >= self.peers.len() || slot == self.base.slot {
             return;
         }
         let now = rp.now();
@@ -864,7 +895,7 @@ impl Engine {
         if !acked_commits() {
             return false;
         }
-        let Some(rp) = self.repl.as_ref() else { return false };
+        let rp = &self.coord;
         let l = rp.ep.layout();
         l.slots_of(rank).all(|d| {
             if rp.ep.is_dead(d) {
@@ -883,22 +914,20 @@ impl Engine {
     /// first (its master may have counted them delivered: a commit flagged acknowledged
     /// lets the replicas drop their copies).
     pub(super) fn drop_peer(&mut self, slot: i32) {
-        if self.draining == Some(slot) {
+        if self.coord.draining == Some(slot) {
             // A connection failing while it is drained: dropped below, by the caller.
             return;
         }
-        if self.repl.is_some() {
-            let before = self.draining.replace(slot);
-            for cid in self.peers[slot as usize].conns.clone() {
-                // Bounded: a live suspect may keep writing.
-                for _ in 0..64 {
-                    if !self.read_conn(cid) {
-                        break;
-                    }
+        let before = self.coord.draining.replace(slot);
+        for cid in self.peers[slot as usize].conns.clone() {
+            // Bounded: a live suspect may keep writing.
+            for _ in 0..64 {
+                if !self.read_conn(cid) {
+                    break;
                 }
             }
-            self.draining = before;
         }
+        self.coord.draining = before;
         let p = &mut self.peers[slot as usize];
         p.send_conn = None;
         let cids = std::mem::take(&mut p.conns);
@@ -917,16 +946,6 @@ impl Engine {
         self.forget_completions(done);
     }
 
-    /// Writes a connection's queue out, waiting as long as it takes (fault injection only).
-    #[cfg(feature = "failpoints")]
-    pub(super) fn flush_blocking(&mut self, cid: usize) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while self.conns[cid].as_ref().is_some_and(|c| !c.outq.is_empty()) && Instant::now() < deadline {
-            self.flush_conn(cid);
-            std::thread::sleep(Duration::from_micros(200));
-        }
-    }
-
     /// A connection to a dead replica goes away in the middle of a message streaming into
     /// a receive: the receive waits again for the message, which the sender's successor
     /// will send.
@@ -943,7 +962,7 @@ impl Engine {
         let RState::Stream { req, .. } = conn.rstate else { return };
         conn.rstate = RState::Header;
         if debug_replication() {
-            eprintln!("p2pmpi: slot {}: undoing the match of {env:?} (its sender died mid-message)", self.slot);
+            eprintln!("p2pmpi: slot {}: undoing the match of {env:?} (its sender died mid-message)", self.base.slot);
         }
         if self.matcher.unarrive(&env, pat, pos, req) {
             if let Some(t) = self.trace.as_mut() {
@@ -969,18 +988,15 @@ impl Engine {
         // they would keep this replica from finishing forever. Nor messages on a revoked
         // communicator (an immediate collective's steps that its master, having given the
         // collective up, never posted: nobody receives them on it any more).
-        self.repl.as_ref().is_some_and(|rp| {
-            rp.ep.backup_pending_beyond(|m| {
-                rp.lost_ranks.contains(&(m.dst as i32)) || revocations::is_revoked(m.comm / 2)
-            })
-        })
+        let rp = &self.coord;
+        rp.ep.backup_pending_beyond(|m| rp.lost_ranks.contains(&(m.dst as i32)) || revocations::is_revoked(m.comm / 2))
     }
 
     /// A choice point of a probe (`immediate`: an immediate one): its number in a replicated
     /// job when its outcome may differ between replicas (`ANY_SOURCE`, or any immediate
     /// probe; a blocking probe naming its source finds that source's next message).
     pub fn probe_point(&mut self, pat: &Pattern, immediate: bool) -> Option<u64> {
-        let rp = self.repl.as_mut()?;
+        let rp = &mut self.coord;
         // A fault-aware program's blocking probe naming its source may fail (a lost rank, a
         // revocation), which its master decides: a choice point too.
         let notify = crate::lifecycle::policy() == crate::lifecycle::Policy::Notify;
@@ -995,14 +1011,14 @@ impl Engine {
             let found = self.probe(pat);
             return if immediate { Some(found) } else { found.map(Some) };
         };
-        let rp = self.repl.as_mut().expect("choice points only with replicas");
+        let rp = &mut self.coord;
         match rp.ep.choice_known(c) {
             Some(o) => {
                 let found = match o {
                     None => None,
                     Some(_) => Some(self.probe(exact(pat, o))?),
                 };
-                let rp = self.repl.as_mut().expect("replicated");
+                let rp = &mut self.coord;
                 rp.ep.take_choice(c);
                 rp.ep.decided(pat.comm, c, o);
                 self.flush_deferred();
@@ -1014,7 +1030,7 @@ impl Engine {
                     return None;
                 }
                 let o = found.map(|e| (e.src, e.tag, e.seq));
-                self.repl.as_mut().expect("replicated").ep.decided(pat.comm, c, o);
+                self.coord.ep.decided(pat.comm, c, o);
                 self.flush_deferred();
                 Some(found)
             }
@@ -1025,7 +1041,7 @@ impl Engine {
     /// A choice point of a test or a wait on several requests, in a replicated job (which of
     /// them completed depends on timing, which differs between replicas).
     pub fn completion_point(&mut self) -> Option<u64> {
-        Some(self.repl.as_mut()?.ep.choice_point())
+        Some(self.coord.ep.choice_point())
     }
 
     /// Which of `ids` (`None`: an inactive slot) count as complete at choice point `c`:
@@ -1034,14 +1050,8 @@ impl Engine {
     /// Without a choice point, the requests complete now. At most 64 indices from the first
     /// are reported at once.
     pub fn completed_at(&mut self, c: Option<u64>, ids: &[Option<ReqId>], block: bool) -> Option<Vec<usize>> {
-        let done_now = |e: &Engine| -> Vec<usize> {
-            ids.iter().enumerate().filter_map(|(i, id)| id.filter(|&id| e.is_done(id)).map(|_| i)).collect()
-        };
-        let Some(c) = c else {
-            let d = done_now(self);
-            return (!(block && d.is_empty())).then_some(d);
-        };
-        let rp = self.repl.as_mut().expect("choice points only with replicas");
+        let Some(c) = c else { return self.completed_now(ids, block) };
+        let rp = &mut self.coord;
         let comm = u32::MAX;
         match rp.ep.choice_known(c) {
             Some(o) => {
@@ -1049,19 +1059,16 @@ impl Engine {
                 if !want.iter().all(|&i| ids.get(i).copied().flatten().is_some_and(|id| self.is_done(id))) {
                     return None;
                 }
-                let rp = self.repl.as_mut().expect("replicated");
+                let rp = &mut self.coord;
                 rp.ep.take_choice(c);
                 rp.ep.decided(comm, c, o);
                 self.flush_deferred();
                 Some(want)
             }
             None if rp.ep.may_decide() => {
-                let d = done_now(self);
-                if block && d.is_empty() {
-                    return None;
-                }
+                let d = self.completed_now(ids, block)?;
                 let o = outcome_of(&d);
-                self.repl.as_mut().expect("replicated").ep.decided(comm, c, o);
+                self.coord.ep.decided(comm, c, o);
                 self.flush_deferred();
                 Some(indices_of(o))
             }
@@ -1081,6 +1088,504 @@ impl Engine {
             self.mprobe(exact).expect("the probed message is queued")
         }))
     }
+}
+
+impl<S: Waits> Core<Replication, S> {
+    /// A rendez-vous announcement of a replicated job arrived: matched (the data is pulled
+    /// from the sender's replicas), queued, kept until its turn, or answered as a duplicate.
+    pub(crate) fn accept_announcement(&mut self, env: Envelope, sync: bool) {
+        let me = self.base.rank;
+        let mid = env_mid(&env, me);
+        match self.matcher.arrive(&env) {
+            Arrival::Matched(r) => {
+                self.traced(&env);
+                self.start_rndv_recv(r, &env);
+            }
+            Arrival::Unmatched => {
+                self.traced(&env);
+                self.matcher.enqueue(env, Body::Rendezvous);
+            }
+            Arrival::Duplicate => {
+                let wire = mid;
+                let queued = self
+                    .matcher
+                    .probe(Pattern { comm: env.comm, src: Some(env.src), tag: Some(env.tag) })
+                    .is_some_and(|e| e.seq <= env.seq);
+                let rp = &mut self.coord;
+                if self.rndv_recv.contains_key(&wire) {
+                    // Announced again by a new master while the data is awaited: pulled
+                    // again (the old master may have died before sending it).
+                    rp.ep.pull(mid);
+                } else if !queued {
+                    // Received already (a queued one is pulled when a receive matches it).
+                    rp.ep.have(mid);
+                }
+            }
+            Arrival::Early => {
+                {
+                    let rp = &mut self.coord;
+                    let now = rp.now();
+                    rp.ep.park(now, mid, Parked { data: Bytes::Owned(Vec::new()), sync, rts: Some(env.len) });
+                }
+                return;
+            }
+        }
+        self.drain_kept(env.comm, env.src, env.tag);
+    }
+
+    /// Accepts the messages kept aside that are now next on their channel.
+    pub(super) fn drain_kept(&mut self, comm: u32, src: i32, tag: i32) {
+        loop {
+            let next = self.matcher.next_expected(comm, src, tag);
+            let rp = &mut self.coord;
+            if rp.ep.early_len() == 0 {
+                return;
+            }
+            let Some((mid, p)) = rp.ep.unpark(comm, src as u32, tag, next) else { return };
+            let sync = p.sync;
+            let data = p.data.into_vec();
+            if let Some(len) = p.rts {
+                self.accept_announcement(Envelope { comm, src, tag, seq: mid.seq, len }, sync);
+                continue;
+            }
+            let env = Envelope { comm, src, tag, seq: mid.seq, len: data.len() as u64 };
+            self.accept_eager(env, Eager::Owned(data), sync);
+        }
+    }
+
+    /// A commit or a choice frame of a replicated job (from a replica of this rank): the
+    /// endpoint takes it.
+    pub(crate) fn replica_control_frame(&mut self, slot: i32, h: Header) -> std::result::Result<(), ConnError> {
+        let mid = h.mid;
+        if h.kind == FrameKind::Commit {
+            let rp = &mut self.coord;
+            if rp.ep.is_dead(slot as usize) {
+                // Fencing: a declared-dead replica's commit counts for nothing.
+                return Ok(());
+            }
+            let acked = h.flags & p2pmpi_wire::frame::flags::ACKED != 0;
+            if !rp.on_commit(slot as usize, mid, acked) {
+                return Err(ConnError::Protocol(format!(
+                    "commit of {mid:?} from slot {slot}, not a replica of this rank"
+                )));
+            }
+        } else {
+            use p2pmpi_wire::frame::flags;
+            let rp = &mut self.coord;
+            if rp.ep.is_dead(slot as usize) {
+                return Ok(());
+            }
+            let from = slot as usize;
+            let ok = if h.flags & flags::ACK != 0 {
+                rp.on_choice_ack(from, mid.seq)
+            } else if h.flags & flags::QUERY != 0 {
+                rp.on_choice_query(from)
+            } else if h.flags & flags::TOLD != 0 {
+                rp.on_choices_told(from)
+            } else {
+                let o = (h.flags & flags::NOTHING == 0).then_some((mid.src as i32, mid.tag, h.len));
+                if failures::op_of_point(mid.seq).is_some() {
+                    rp.words = true;
+                }
+                rp.on_choice(from, mid.seq, o)
+            };
+            if !ok {
+                return Err(ConnError::Protocol(format!("choice from slot {slot}, not a replica of this rank")));
+            }
+        }
+        Ok(())
+    }
+
+    /// An eager message of a replicated job too large for the connection's buffer: streamed
+    /// into the matching receive, or kept whole until it is matched.
+    pub(crate) fn replica_streamed_eager(&mut self, conn: &mut Conn, h: Header, peer: i32) {
+        let mid = h.mid;
+        let env = Envelope { comm: mid.comm, src: peer, tag: mid.tag, seq: mid.seq, len: h.len };
+        let st = StatusInfo { source: peer, tag: mid.tag, len: h.len, cancelled: false };
+        // Its turn, and a receive waits for it: straight into the receive's buffer,
+        // undone if the sender dies half-way (a replica sends it again).
+        if let Some((r, pat, pos)) = self.matcher.arrive_if_matched(&env) {
+            self.traced(&env);
+            self.note_match(r, &env);
+            if h.flags & p2pmpi_wire::frame::flags::SYNCHRONOUS != 0 {
+                self.ack_sync(&env);
+            }
+            self.begin_stream(conn, r, st);
+            if let RState::Stream { discard: false, .. } = conn.rstate {
+                conn.stream_undo = Some((env, pat, pos));
+            }
+            return;
+        }
+        // Otherwise kept whole before it is matched: a sender dying mid-message
+        // leaves no trace.
+        // Not zero-filled: the stream writes every byte before the length is set.
+        let mut data = crate::pool::with_room(h.len as usize);
+        let ptr = data.as_mut_ptr();
+        conn.stream_unexpected = Some((env, data));
+        conn.stream_status = Some(StatusInfo { source: peer, tag: mid.tag, len: h.len, cancelled: false });
+        conn.arrive_when_complete = true;
+        conn.stream_sync = h.flags & p2pmpi_wire::frame::flags::SYNCHRONOUS != 0;
+        conn.rstate = RState::Stream { req: usize::MAX, ptr, left: h.len as usize, discard: false };
+    }
+
+    /// Records the message a master's wildcard receive matched (its choice).
+    fn note_match(&mut self, r: ReqId, env: &Envelope) {
+        let rp = &mut self.coord;
+        if rp.choice_of.contains_key(&r) {
+            rp.matched.insert(r, (env.src, env.tag, env.seq));
+        }
+    }
+
+    /// A frame of a replicated job after the opening: the protocol's own (commits, choices,
+    /// pulls, acknowledgements) and the messages, which it carries (`None`: the engine's,
+    /// the same as without replicas).
+    fn replica_frame(
+        &mut self,
+        conn: &mut Conn,
+        h: Header,
+        payload: Range<usize>,
+        slot: i32,
+        from_peer: bool,
+    ) -> Option<std::result::Result<(), ConnError>> {
+        use p2pmpi_wire::frame::flags;
+        if self.coord.draining == Some(slot)
+            && (!matches!(h.kind, FrameKind::Eager | FrameKind::ReadyToSend | FrameKind::Data)
+                || h.flags & flags::SINGLE_COPY != 0)
+        {
+            // The connection is being dropped: its messages are taken (eager data,
+            // rendez-vous announcements and data: what the sender's successor would send
+            // again), its control frames count for nothing (fencing).
+            return Some(Ok(()));
+        }
+        let mid = h.mid;
+        let peer = self.coord.rank_of(slot);
+        let sync = h.flags & flags::SYNCHRONOUS != 0;
+        let env = Envelope { comm: mid.comm, src: peer, tag: mid.tag, seq: mid.seq, len: h.len };
+        match h.kind {
+            FrameKind::Commit | FrameKind::Choice => return Some(self.replica_control_frame(slot, h)),
+            FrameKind::Eager if super::conn::is_streamed(&h) => self.replica_streamed_eager(conn, h, peer),
+            FrameKind::Eager | FrameKind::ReadyToSend if !from_peer => return None,
+            FrameKind::Eager => self.accept_eager(env, Eager::Borrowed(&conn.rbuf[payload]), sync),
+            FrameKind::ReadyToSend => self.accept_announcement(env, sync),
+            FrameKind::Data if from_peer => {
+                let st = StatusInfo { source: peer, tag: mid.tag, len: h.len, cancelled: false };
+                match self.rndv_recv.remove(&mid) {
+                    Some(r) => {
+                        self.begin_stream(conn, r, st);
+                        if matches!(conn.rstate, RState::Stream { .. }) {
+                            conn.rndv_stream = Some((mid, r));
+                        } else {
+                            self.coord.ep.have(mid);
+                        }
+                    }
+                    // Sent again by a new master after its predecessor's copy arrived whole.
+                    None => {
+                        conn.skip_payload(st, h.len as usize);
+                    }
+                }
+            }
+            FrameKind::ReadyToRecv => {
+                // A destination replica pulls a rendez-vous message, has it, or acknowledges a
+                // synchronous eager one.
+                if mid.src as i32 == self.base.rank && mid.dst as i32 == peer {
+                    let rp = &mut self.coord;
+                    if h.flags & (flags::PULL | flags::HAVE) != 0 {
+                        rp.on_pull(slot as usize, mid, h.flags & flags::HAVE != 0);
+                    } else {
+                        rp.on_sync_ack(slot as usize, mid);
+                    }
+                }
+            }
+            _ => return None,
+        }
+        Some(Ok(()))
+    }
+}
+
+impl Replication {
+    /// The rank a slot runs.
+    pub(super) fn rank_of(&self, slot: i32) -> i32 {
+        if slot >= 0 {
+            self.layout.rank_of(slot as usize) as i32
+        } else {
+            slot
+        }
+    }
+}
+
+/// The replica coordination protocol as the engine's coordination: every hook where a
+/// replicated job differs from one without replicas.
+impl Coordination for Replication {
+    const PLAIN: bool = false;
+
+    fn describe<S: Waits>(e: &Core<Self, S>) -> String {
+        let rp = &e.coord;
+        format!(" {} dead {:?}", rp.ep.summary(), rp.ep.coordinator().dead_slots())
+    }
+    fn rank_of<S: Waits>(e: &Core<Self, S>, slot: i32) -> i32 {
+        e.coord.rank_of(slot)
+    }
+    fn per_id<S: Waits>(e: &Core<Self, S>) -> usize {
+        e.coord.layout.r
+    }
+    fn world_slots<S: Waits>(e: &Core<Self, S>) -> (i32, i32) {
+        let r = e.coord.layout.r as i32;
+        (e.base.world_base * r, (e.base.world_base + e.base.world_size) * r)
+    }
+    fn slots_of_ids<S: Waits>(e: &Core<Self, S>, ids: &[i32]) -> Vec<i32> {
+        let l = &e.coord.layout;
+        ids.iter().flat_map(|&id| l.slots_of(id as usize).map(|s| s as i32)).collect()
+    }
+    /// The universe's layout grows: every universe id has as many replicas, numbered after
+    /// the slots already known ([`Layout::grown`]).
+    fn grow<S: Waits>(e: &mut Core<Self, S>, n: usize) -> usize {
+        if n > e.coord.layout.n {
+            e.coord.layout = e.coord.layout.grown(n);
+            e.coord.grow(n);
+            (e.base.upcalls.retell_failures)();
+        }
+        e.coord.layout.slots()
+    }
+    fn cut<S: Waits>(e: &Core<Self, S>, slot: i32) -> bool {
+        e.coord.ep.is_cut(slot as usize)
+    }
+    fn refused<S: Waits>(e: &Core<Self, S>, dst: i32) -> Option<Error> {
+        e.coord
+            .ep
+            .is_cut(dst as usize)
+            .then(|| Error::PeerLost { rank: e.coord.rank_of(dst), cause: format!("slot {dst} failed") })
+    }
+    /// A replica outside the world (a spawn's parent) listens since before the spawn: a
+    /// refused connection means it died, and its replicas are there instead.
+    fn connect_retry<S: Waits>(_: &Core<Self, S>, outside: bool) -> Option<Duration> {
+        outside.then_some(Duration::from_secs(1))
+    }
+    /// A replica that died during start-up: the others go on without it.
+    fn start_failed<S: Waits>(e: &mut Core<Self, S>, slot: i32, err: Error) -> Result<()> {
+        e.suspect_slot(slot, &err.to_string());
+        Ok(())
+    }
+    /// The deaths the launcher declared since the last look, applied now (the start-up's
+    /// waits: the program's calls apply them in [`crate::context`]'s waits).
+    fn apply_declared<S: Waits>(e: &mut Core<Self, S>) {
+        if (e.base.upcalls.failures_pending)() {
+            for k in (e.base.upcalls.take_failures)() {
+                e.peer_failed(k);
+            }
+        }
+    }
+    /// Fencing: nothing leaves a replica that holds no valid lease.
+    fn before_write() {
+        crate::lease::wait_lease();
+    }
+    fn drive<S: Waits>(e: &mut Core<Self, S>) {
+        e.drive();
+    }
+    fn send_failed<S: Waits>(e: &mut Core<Self, S>, peer: i32, err: Error) {
+        e.suspect_slot(peer, &err.to_string());
+    }
+    fn next_op<S: Waits>(e: &mut Core<Self, S>) -> Option<u64> {
+        e.next_op()
+    }
+    fn post_failure<S: Waits>(e: &mut Core<Self, S>, op: Option<u64>, err: Option<Error>) -> Option<Error> {
+        e.post_failure(op, err)
+    }
+    fn number<S: Waits>(e: &mut Core<Self, S>, r: ReqId, op: Option<u64>) {
+        e.number(r, op);
+    }
+    /// Algorithm 4: the master transmits, a replica keeps the message until committed.
+    fn send<S: Waits>(
+        e: &mut Core<Self, S>,
+        mid: Mid,
+        ptr: *const u8,
+        len: usize,
+        sync: bool,
+        op: Option<u64>,
+    ) -> Option<ReqId> {
+        let r = e.replicated_send(mid, ptr, len, sync, op.is_some());
+        e.number(r, op);
+        Some(r)
+    }
+    /// An ANY_SOURCE receive is a choice point: the master's match decides. (A receive
+    /// naming its source is not, even with ANY_TAG: one source's messages arrive in its
+    /// program order — on one connection, and after a takeover the new master resends before
+    /// it sends anything new — and MPI's non-overtaking rule then makes the match the same
+    /// on every replica.)
+    fn receive<S: Waits>(e: &mut Core<Self, S>, r: ReqId, pat: Pattern) -> bool {
+        if pat.src.is_some() {
+            return false;
+        }
+        let rp = &mut e.coord;
+        if let Some(post) = rp.wildcards.receive(&mut rp.ep, r, pat) {
+            e.post_wildcard(post);
+        }
+        e.flush_deferred();
+        true
+    }
+    fn matched<S: Waits>(e: &mut Core<Self, S>, r: ReqId, env: &Envelope) {
+        e.note_match(r, env);
+    }
+    fn matched_sync<S: Waits>(e: &mut Core<Self, S>, env: &Envelope) {
+        e.ack_sync(env);
+    }
+    fn sync_unmatched<S: Waits>(e: &mut Core<Self, S>, env: &Envelope) {
+        let me = e.base.rank;
+        e.coord.ep.sync_unmatched(env_mid(env, me));
+    }
+    /// A synchronous message queued unmatched is acknowledged now.
+    fn consumed<S: Waits>(e: &mut Core<Self, S>, env: &Envelope) {
+        let me = e.base.rank;
+        e.coord.ep.consumed(env_mid(env, me));
+        e.flush_deferred();
+    }
+    /// A new master resending a synchronous message waits for an acknowledgement its
+    /// predecessor already had.
+    fn duplicate<S: Waits>(e: &mut Core<Self, S>, env: &Envelope, sync: bool) {
+        let me = e.base.rank;
+        e.coord.ep.duplicate(env_mid(env, me), sync);
+    }
+    /// Kept until its turn (a new master's resends, a dead master's successor).
+    fn early<S: Waits>(e: &mut Core<Self, S>, env: Envelope, data: Vec<u8>, sync: bool) {
+        let me = e.base.rank;
+        let rp = &mut e.coord;
+        let now = rp.now();
+        rp.ep.park(now, env_mid(&env, me), Parked { data: Bytes::Owned(data), sync, rts: None });
+    }
+    fn drain_early<S: Waits>(e: &mut Core<Self, S>, comm: u32, src: i32, tag: i32) {
+        e.drain_kept(comm, src, tag);
+    }
+    /// Every alive replica of the sender is asked: whichever is master sends the data.
+    fn rndv_matched<S: Waits>(e: &mut Core<Self, S>, mid: Mid) -> bool {
+        e.coord.ep.pull(mid);
+        true
+    }
+    /// A replicated rendez-vous message is whole here.
+    fn stream_done<S: Waits>(e: &mut Core<Self, S>, conn: &mut Conn) {
+        if let Some((m, _)) = conn.rndv_stream.take() {
+            e.coord.ep.have(m);
+        }
+    }
+    fn completing<S: Waits>(e: &mut Core<Self, S>, id: ReqId, st: &Result<StatusInfo>) -> bool {
+        if let Some(tx) = e.reqs[id].as_ref().and_then(|r| r.token) {
+            // A frame of the replication protocol is written.
+            e.tx_written(id, tx);
+            return true;
+        }
+        // A master's operation failed (a lost rank, a revocation): its replicas follow.
+        e.decide_failure(id, st);
+        // A master's wildcard receive completed: its replicas follow its choice.
+        let rp = &mut e.coord;
+        if let Some((c, comm)) = rp.choice_of.remove(&id) {
+            if let Some(m) = rp.matched.remove(&id) {
+                rp.ep.decided(comm, c, Some(m));
+            }
+        }
+        false
+    }
+    fn taken<S: Waits>(e: &mut Core<Self, S>, id: ReqId, ok: bool) {
+        e.taken(id, ok);
+    }
+    /// A lent backup or a transmission whose send is withdrawn: its buffer is about to go;
+    /// the endpoint keeps a copy, and queued frames carrying it copy it.
+    fn detach<S: Waits>(e: &mut Core<Self, S>, id: ReqId) {
+        let rp = &mut e.coord;
+        let subs: Vec<ReqId> = rp.ep.detach(id).iter().filter_map(|t| rp.tx_req.get(t).copied()).collect();
+        for sub in subs {
+            for conn in e.conns.iter_mut().flatten() {
+                conn.detach(sub);
+            }
+        }
+    }
+    fn frame<S: Waits>(
+        e: &mut Core<Self, S>,
+        conn: &mut Conn,
+        h: Header,
+        payload: Range<usize>,
+        slot: i32,
+        from_peer: bool,
+    ) -> Option<std::result::Result<(), ConnError>> {
+        e.replica_frame(conn, h, payload, slot, from_peer)
+    }
+    /// The peer takes data: its stall timer starts again.
+    fn peer_takes_data<S: Waits>(e: &mut Core<Self, S>, peer: i32) {
+        let rp = &mut e.coord;
+        let now = rp.now();
+        rp.ep.progress(now, peer as usize);
+    }
+    /// A replica is gone: suspected; the launcher decides (fencing).
+    fn conn_lost<S: Waits>(e: &mut Core<Self, S>, conn: &mut Conn, peer: i32, cause: &str) -> bool {
+        e.undo_stream(conn);
+        let done = conn.take_completions();
+        e.forget_completions(done);
+        e.suspect_slot(peer, cause);
+        true
+    }
+    /// `id` is a slot: one replica.
+    fn declared_dead<S: Waits>(e: &mut Core<Self, S>, id: i32) -> bool {
+        e.slot_failed(id, "declared dead by the launcher");
+        true
+    }
+    /// A non-master's operations fail when its master says (it applies the revocation
+    /// itself only if it takes over).
+    fn revocation<S: Waits>(e: &mut Core<Self, S>, ctx: u32) {
+        if e.coord.ep.is_master() {
+            e.revoke(ctx);
+        } else {
+            e.coord.unapplied.push(ctx);
+        }
+    }
+    /// The endpoint's timers: transmissions and choices a replica does not take, a message
+    /// waiting for an earlier one of its channel lost with a dead replica.
+    fn timers<S: Waits>(e: &mut Core<Self, S>, limit: Duration) {
+        e.coord.timers(limit);
+    }
+    fn stalled<S: Waits>(e: &mut Core<Self, S>, peer: i32, for_: Duration) -> bool {
+        let cause = format!("a send to it made no progress for {:.1} s (2·T_cleanup)", for_.as_secs_f64());
+        e.suspect_slot(peer, &cause);
+        true
+    }
+    fn idle<S: Waits>(e: &Core<Self, S>) -> bool {
+        e.coord.ep.idle()
+    }
+    fn hinted<S: Waits>(e: &Core<Self, S>, h: usize) -> (Range<usize>, Option<usize>) {
+        let rp = &e.coord;
+        let l = &rp.layout;
+        // A replicated rank's data comes from its master alone: its other replicas send
+        // only acknowledgements of this process's own transmissions (synchronous sends,
+        // rendez-vous pulls), awaited only while some are under way. Reading their sockets
+        // on every poll doubled the system calls of a wait at R = 2; they are read through
+        // the kernel's readiness list.
+        let slots = match rp.ep.coordinator().master_of(h) {
+            Some(m) if rp.ep.idle() => m..m + 1,
+            _ => l.slots_of(h),
+        };
+        // A replica holding backups awaits its master's commits for them: it reads the
+        // master's socket too. Left to the readiness list (every 64th poll), the commits
+        // piled up there, and their socket buffers, carved from the same page fragments as
+        // the master's data, were freed last, by this process on its own core: the master's
+        // core then refilled its page lists from the buddy allocator, which a VM's free-page
+        // reporting makes slow (docs/benchmarks.md, "The slow phases found: commits read
+        // late").
+        let master = if !rp.ep.is_master() && rp.ep.coordinator().backup_len() > 0 {
+            rp.ep.coordinator().master_of(rp.ep.coordinator().rank()).filter(|m| !slots.contains(m))
+        } else {
+            None
+        };
+        (slots, master)
+    }
+    /// A schedule (immediate collective) is posting: its operations are not numbered.
+    fn scheduling<S: Waits>(e: &mut Core<Self, S>, on: bool) {
+        e.coord.in_schedule = on;
+    }
+    fn schedule_word<S: Waits>(e: &mut Core<Self, S>, op: u64) -> Option<bool> {
+        e.schedule_word_of(op)
+    }
+}
+
+/// `P2PMPI_REPL_DEBUG` set: replication events (failures, takeovers) are printed.
+fn debug_replication() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("P2PMPI_REPL_DEBUG").is_some())
 }
 
 /// What a failure outcome stands for, as an error (`None`: not a failure outcome).
