@@ -39,7 +39,7 @@ pub(crate) const READ_BUDGET: usize = 1 << 20;
 const LISTENER: Token = Token(usize::MAX);
 
 /// The request of every operation finished on the spot (an eager send written whole at
-/// once, [`Engine::completed_req`]): a slot of the request table that is never freed, so such
+/// once, `device::Engine::completed_req`): a slot of the request table that is never freed, so such
 /// an operation costs no allocation of a request, and waiting for it no look at the engine.
 pub(crate) const DONE: ReqId = 0;
 
@@ -289,7 +289,7 @@ const SC_GRACE: Duration = Duration::from_secs(2);
 /// When the shared-memory path is used (see `shm`): `P2PMPI_SHM=0` turns it off;
 /// `P2PMPI_SHM_SLOTS=a,b,...` limits it to pairs of those slots (tests mixing transports);
 /// `P2PMPI_SHM_DEBUG` prints a line per pair that uses it. `--encrypt` jobs keep TCP
-/// ([`Engine::shm_allowed`]); replicated jobs use it too, between their processes on one host
+/// ([`Core::shm_allowed`]); replicated jobs use it too, between their processes on one host
 /// (only the single copy of large messages is not used by replicas).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct ShmPolicy {

@@ -422,8 +422,8 @@ impl<C: Coordination, S: Waits> Core<C, S> {
 
     // ----------------------------------------------------------------- shared memory
 
-    /// Whether this process and slot `peer` may use shared memory (the policy, and neither
-    /// a replicated nor an encrypted job: those keep TCP).
+    /// Whether this process and slot `peer` may use shared memory (the policy, a peer of the
+    /// world, and not an encrypted job: those keep TCP).
     pub(crate) fn shm_allowed(&self, peer: i32) -> bool {
         let in_world = peer >= self.base.world_base && peer < self.base.world_base + self.base.world_size;
         in_world && !self.base.encrypt && self.shm_policy.allows(self.base.slot, peer)

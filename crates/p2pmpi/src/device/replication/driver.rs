@@ -39,7 +39,7 @@ impl<S: Waits> Core<Replication, S> {
 
     /// Carries out the endpoint's actions. Never called while a connection is checked out
     /// (frames are handled with their connection taken out of the table): the actions wait
-    /// in the endpoint until the next [`Engine::flush_deferred`].
+    /// in the endpoint until the next [`Core::flush_deferred`].
     pub(super) fn drive(&mut self) {
         if self.base.fatal.is_some() {
             // Communication ended (a replica that cannot follow its master leaves).
@@ -175,7 +175,7 @@ impl<S: Waits> Core<Replication, S> {
 
     /// Writes transmission `tx` of the endpoint. Written whole at once (the usual case), the
     /// endpoint learns it there and then; otherwise a device request stands for the rest,
-    /// and its completion tells the endpoint ([`Engine::tx_written`]). The common path thus
+    /// and its completion tells the endpoint ([`Core::tx_written`]). The common path thus
     /// allocates no request and touches no map: it is the master's, on every message's
     /// critical path.
     fn push_transmission(&mut self, cid: usize, out: Out, tx: TxId) {
