@@ -352,3 +352,31 @@ fn loopback_data_links_leave_bbr() {
     }
     assert_eq!(links, 2, "one link between the two engines, an end in each");
 }
+
+/// A replica that cannot follow its master does not exit: its engine's fatal error is set,
+/// naming the rank, the replica and the cause, and every later call returns it.
+#[test]
+fn a_diverged_replica_reports_an_error_instead_of_exiting() {
+    // -n 2 -r 2: slot 1 is rank 0's second replica.
+    let layout = p2pmpi_core::replication::Layout::new(2, 2);
+    let key = JobKey::from_bytes([5; p2pmpi_wire::auth::KEY_LEN]);
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addrs = vec![l.local_addr().unwrap(); 4];
+    let mut e = Engine::new(0, 2, 1, Some(layout), key, Some(l), addrs, Duration::ZERO).unwrap();
+    assert!(e.fatal.is_none());
+    match &mut e {
+        Engine::Replicated(c) => c.diverged("its master's operation 7 failed where this replica's had succeeded"),
+        Engine::Solo(_) => panic!("a replicated engine"),
+    }
+    let err = e.fatal.clone().expect("the divergence is the engine's fatal error");
+    let text = err.to_string();
+    assert!(
+        matches!(err, crate::error::Error::Protocol { rank: 0, .. })
+            && text.contains("replica 1 cannot follow its master"),
+        "{text}"
+    );
+    assert!(text.contains("operation 7 failed"), "the cause is named: {text}");
+    let buf = [1u8; 8];
+    let sent = e.isend(0, 1, 0, buf.as_ptr(), buf.len(), SendMode::Standard);
+    assert_eq!(sent.err(), Some(err), "a later call returns the same error");
+}
