@@ -357,12 +357,13 @@ fn loopback_data_links_leave_bbr() {
 /// naming the rank, the replica and the cause, and every later call returns it.
 #[test]
 fn a_diverged_replica_reports_an_error_instead_of_exiting() {
-    // -n 2 -r 2: slot 1 is rank 0's second replica.
+    // -n 2 -r 2: slot 0 is rank 0's first replica. (A non-master would warm the heap for its
+    // copies, which the pool's page-fault test, running alongside, would count.)
     let layout = p2pmpi_core::replication::Layout::new(2, 2);
     let key = JobKey::from_bytes([5; p2pmpi_wire::auth::KEY_LEN]);
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addrs = vec![l.local_addr().unwrap(); 4];
-    let mut e = Engine::new(0, 2, 1, Some(layout), key, Some(l), addrs, Duration::ZERO).unwrap();
+    let mut e = Engine::new(0, 2, 0, Some(layout), key, Some(l), addrs, Duration::ZERO).unwrap();
     assert!(e.fatal.is_none());
     match &mut e {
         Engine::Replicated(c) => c.diverged("its master's operation 7 failed where this replica's had succeeded"),
@@ -372,7 +373,7 @@ fn a_diverged_replica_reports_an_error_instead_of_exiting() {
     let text = err.to_string();
     assert!(
         matches!(err, crate::error::Error::Protocol { rank: 0, .. })
-            && text.contains("replica 1 cannot follow its master"),
+            && text.contains("replica 0 cannot follow its master"),
         "{text}"
     );
     assert!(text.contains("operation 7 failed"), "the cause is named: {text}");

@@ -477,7 +477,7 @@ impl<S: Waits> Core<Replication, S> {
     /// an error naming the rank, the replica and why (every later call returns it); the
     /// replica stops on it, as a replica that failed, and its rank goes on with its master.
     /// Nothing more leaves it meanwhile ([`Self::drive`] does nothing once the error is set).
-    pub(in crate::device) fn diverged(&mut self, why: &str) {
+    pub(crate) fn diverged(&mut self, why: &str) {
         let replica = self.coord.ep.layout().replica_of(self.base.slot as usize);
         let detail = format!("replica {replica} cannot follow its master: {why}; leaving");
         self.set_fatal(Error::Protocol { rank: self.base.rank, detail });
