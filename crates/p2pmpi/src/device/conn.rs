@@ -117,7 +117,7 @@ impl Payload {
             Payload::Owned(v) => v,
             // SAFETY: a `Raw` payload is a sender's buffer, `n` initialised bytes that the API
             // layer keeps valid until the frame's request completes; before it may go away
-            // (`Engine::detach`), the payload is replaced by a copy.
+            // (`Core::detach`), the payload is replaced by a copy.
             Payload::Raw(p, n) => unsafe { std::slice::from_raw_parts(*p, *n) },
         }
     }

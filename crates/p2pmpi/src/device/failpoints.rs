@@ -4,7 +4,7 @@
 //! `crate::environment`). Without the feature every function is empty.
 
 use super::conn::Conn;
-use super::{Engine, Payload};
+use super::conn::Payload;
 use p2pmpi_wire::Header;
 
 #[cfg(feature = "failpoints")]
@@ -125,14 +125,14 @@ pub(super) fn after_commits() {
     }
 }
 
-/// With failpoints, every frame of the protocol is written out before the next step, so
-/// that a window is exactly what it says.
-#[allow(unused_variables)]
-pub(super) fn written(e: &mut Engine, cid: usize) {
+/// With failpoints armed, every frame of the protocol is written out before the next step,
+/// so that a window is exactly what it says (the caller writes it out when this says so).
+pub(super) fn hold_writes() -> bool {
     #[cfg(feature = "failpoints")]
-    if armed() {
-        e.flush_blocking(cid);
-    }
+    let on = armed();
+    #[cfg(not(feature = "failpoints"))]
+    let on = false;
+    on
 }
 
 /// A spawn's root between the steps of its request: `spawn_before_request` (before it asks

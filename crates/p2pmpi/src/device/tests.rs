@@ -1,10 +1,35 @@
 //! The device between two engines of one test process, over loopback TCP.
 
+use super::engine::{ShmPolicy, READ_BUDGET};
 use super::*;
+use p2pmpi_core::matching::Pattern;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Instant;
 
 const MSG: usize = 64 << 10;
+
+/// The engine of a job without replicas that `e` runs.
+fn solo(e: &Engine) -> &SoloEngine {
+    match e {
+        Engine::Solo(c) => c,
+        Engine::Replicated(_) => panic!("an engine without replicas"),
+    }
+}
+
+fn solo_mut(e: &mut Engine) -> &mut SoloEngine {
+    match e {
+        Engine::Solo(c) => c,
+        Engine::Replicated(_) => panic!("an engine without replicas"),
+    }
+}
+
+fn replicated(e: &Engine) -> &ReplicatedEngine {
+    match e {
+        Engine::Replicated(c) => c,
+        Engine::Solo(_) => panic!("a replicated engine"),
+    }
+}
 
 /// Two engines; `shm`: through shared memory (rings of `ring` bytes), else TCP only.
 fn pair(shm: Option<usize>) -> (Engine, Engine) {
@@ -20,7 +45,7 @@ fn pair_sc(shm: Option<usize>, single_copy: bool) -> (Engine, Engine) {
     let mut e0 = Engine::new(0, 2, 0, None, key.clone(), Some(l0), addrs.clone(), Duration::ZERO).unwrap();
     let mut e1 = Engine::new(1, 2, 1, None, key, Some(l1), addrs, Duration::ZERO).unwrap();
     for e in [&mut e0, &mut e1] {
-        e.shm_policy = ShmPolicy {
+        solo_mut(e).shm_policy = ShmPolicy {
             on: shm.is_some(),
             slots: None,
             debug: false,
@@ -58,13 +83,13 @@ fn engines_of_one_host_talk_through_shared_memory() {
 fn engines_of_one_host_copy_large_messages_once() {
     let e1 = exchange_through_shared_memory(true);
     // 200 000 B and 1 MiB standard, 100 000 B synchronous.
-    assert_eq!(e1.sc_count, 3);
+    assert_eq!(solo(&e1).sc_count, 3);
 }
 
 fn exchange_through_shared_memory(single_copy: bool) -> Engine {
     let (e0, mut e1) = pair_sc(Some(shm::MIN_RING), single_copy);
     let mut e0 = connect(e0, &mut e1).join().unwrap();
-    assert_eq!((e0.shm_conns.len(), e1.shm_conns.len()), (1, 1), "both sides use the rings");
+    assert_eq!((solo(&e0).shm_conns.len(), solo(&e1).shm_conns.len()), (1, 1), "both sides use the rings");
     let sizes = [0usize, 8, 5000, 20_000, 200_000, 1 << 20, 100_000];
     let sender = std::thread::spawn(move || {
         for (k, &n) in sizes.iter().enumerate() {
@@ -96,7 +121,7 @@ fn exchange_through_shared_memory(single_copy: bool) -> Engine {
     let e0 = sender.join().unwrap();
     assert!(e0.fatal.is_none() && e1.fatal.is_none());
     if !single_copy {
-        assert_eq!(e1.sc_count, 0);
+        assert_eq!(solo(&e1).sc_count, 0);
     }
     e1
 }
@@ -143,20 +168,20 @@ fn one_progress_call_reads_a_bounded_amount_from_a_streaming_sender() {
         );
         std::thread::yield_now();
     }
-    let before = e1.matcher.unexpected_len();
+    let before = solo(&e1).matcher.unexpected_len();
     e1.progress(None, Some(Duration::from_millis(100)));
-    let read = e1.matcher.unexpected_len() - before;
+    let read = solo(&e1).matcher.unexpected_len() - before;
     // What one call may take: the budget, plus what the last read brought in.
     let most = (READ_BUDGET + conn::RBUF) / MSG + 1;
     assert!(read > 0, "nothing read");
     assert!(read <= most, "one progress call queued {read} messages of 64 KiB (at most {most} expected)");
     // What is left is read by the next calls, though no new readiness event comes for it.
-    let mut got = e1.matcher.unexpected_len();
+    let mut got = solo(&e1).matcher.unexpected_len();
     let t1 = Instant::now();
     while got < want {
         assert!(t1.elapsed() < Duration::from_secs(20), "only {got} of {want} messages arrived");
         e1.progress(None, Some(Duration::from_millis(10)));
-        got = e1.matcher.unexpected_len();
+        got = solo(&e1).matcher.unexpected_len();
     }
     stop.store(true, Ordering::Relaxed);
     sender.join().unwrap();
@@ -233,7 +258,7 @@ fn a_spawned_process_beyond_the_known_ones_connects_once_it_proves_the_key() {
         parent.progress(None, Some(Duration::from_millis(1)));
     }
     assert!(forger.join().unwrap(), "an opening with another key succeeded");
-    assert_eq!(parent.peers.len(), 2, "a process that did not prove the key was added");
+    assert_eq!(solo(&parent).peers.len(), 2, "a process that did not prove the key was added");
     assert!(parent.fatal.is_none());
 }
 
@@ -264,7 +289,7 @@ fn a_replica_waiting_on_another_rank_reads_its_master_s_commits() {
         })
         .collect();
     let mut e: Vec<Engine> = threads.into_iter().map(|t| t.join().unwrap()).collect();
-    let backups = |e: &Engine| e.repl.as_ref().unwrap().ep.coordinator().backup_len();
+    let backups = |e: &Engine| replicated(e).coord.ep.coordinator().backup_len();
     let buf = vec![3u8; 1024];
     // The replica runs the send first: it keeps a copy until its master commits the message.
     let r1 = e[1].isend(0, 1, 7, buf.as_ptr(), buf.len(), SendMode::Standard).unwrap();
@@ -280,7 +305,9 @@ fn a_replica_waiting_on_another_rank_reads_its_master_s_commits() {
     // is a 64th, so only a direct read of the master's socket can bring the commit in.
     let mut polls = 0;
     while backups(&e[1]) > 0 && polls < 8 {
-        e[1].tick = 1;
+        if let Engine::Replicated(c) = &mut e[1] {
+            c.tick = 1;
+        }
         e[1].progress(Some(1), None);
         polls += 1;
         std::thread::yield_now();
@@ -305,7 +332,7 @@ fn loopback_data_links_leave_bbr() {
     let (mut e0, mut e1) = pair(None);
     let mut bbr_listeners = true;
     for e in [&e0, &e1] {
-        let l = e.listener.as_ref().unwrap();
+        let l = solo(e).listener.as_ref().unwrap();
         bbr_listeners &= socket2::SockRef::from(l).set_tcp_congestion(b"bbr").is_ok();
     }
     if !bbr_listeners {
@@ -317,11 +344,40 @@ fn loopback_data_links_leave_bbr() {
     e0 = t.join().unwrap();
     let mut links = 0;
     for e in [&e0, &e1] {
-        for c in e.conns.iter().flatten() {
+        for c in solo(e).conns.iter().flatten() {
             let ca = congestion(&c.stream).expect("TCP_CONGESTION of a data link");
             assert!(!ca.starts_with("bbr"), "rank {}: a loopback data link runs {ca}", e.rank);
             links += 1;
         }
     }
     assert_eq!(links, 2, "one link between the two engines, an end in each");
+}
+
+/// A replica that cannot follow its master does not exit: its engine's fatal error is set,
+/// naming the rank, the replica and the cause, and every later call returns it.
+#[test]
+fn a_diverged_replica_reports_an_error_instead_of_exiting() {
+    // -n 2 -r 2: slot 0 is rank 0's first replica. (A non-master would warm the heap for its
+    // copies, which the pool's page-fault test, running alongside, would count.)
+    let layout = p2pmpi_core::replication::Layout::new(2, 2);
+    let key = JobKey::from_bytes([5; p2pmpi_wire::auth::KEY_LEN]);
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addrs = vec![l.local_addr().unwrap(); 4];
+    let mut e = Engine::new(0, 2, 0, Some(layout), key, Some(l), addrs, Duration::ZERO).unwrap();
+    assert!(e.fatal.is_none());
+    match &mut e {
+        Engine::Replicated(c) => c.diverged("its master's operation 7 failed where this replica's had succeeded"),
+        Engine::Solo(_) => panic!("a replicated engine"),
+    }
+    let err = e.fatal.clone().expect("the divergence is the engine's fatal error");
+    let text = err.to_string();
+    assert!(
+        matches!(err, crate::error::Error::Protocol { rank: 0, .. })
+            && text.contains("replica 0 cannot follow its master"),
+        "{text}"
+    );
+    assert!(text.contains("operation 7 failed"), "the cause is named: {text}");
+    let buf = [1u8; 8];
+    let sent = e.isend(0, 1, 0, buf.as_ptr(), buf.len(), SendMode::Standard);
+    assert_eq!(sent.err(), Some(err), "a later call returns the same error");
 }

@@ -1,266 +1,10 @@
-//! The replica coordination protocol's side of the TCP device (thesis §4.3, SPEC §10). The
-//! protocol itself — fan-out and commits, backup/log tables, takeover and resends, held
-//! transmissions, synchronous acknowledgements, the reorder queue, choice points and their
-//! acknowledgements, stall timers — is the pure [`p2pmpi_core::replication::Endpoint`]
-//! (exercised by `p2pmpi-sim`'s whole-job simulation); this module feeds it what the sockets
-//! and the program do and carries out its actions: frames written to slots, user sends
-//! completed, suspicions reported to the launcher.
+//! The driver of the replication endpoint: what the engine's hooks feed it (sends,
+//! receives, choices, failures told), and its actions carried out on the engine (frames
+//! written to slots, requests completed, suspicions reported, verdicts applied).
 
-use super::conn::{Conn, Out, Payload, RState};
-use super::failpoints;
 use super::*;
-use p2pmpi_core::machine::Machine;
-use p2pmpi_core::matching::FastMap;
-use p2pmpi_core::replication::endpoint::{self as protocol, Frame, Input, Output, Step, TxId};
-use p2pmpi_core::replication::failures::{self, Failed};
-use p2pmpi_core::replication::operations::{Follow, Operations};
-use p2pmpi_core::replication::stranded::{self, Stranded};
-use p2pmpi_core::replication::wildcards::{Post, Wildcards};
-use p2pmpi_core::replication::Endpoint;
 
-/// Messages up to this size are copied into a non-master's backup table (its send returns at
-/// once); larger ones are *lent*: the send completes only when the master commits the message
-/// (or, after a takeover, when this replica transmitted it itself), so the user's buffer is
-/// the backup and nothing is copied.
-pub const BACKUP_COPY_LIMIT: usize = EAGER_LIMIT;
-
-/// At most this many bytes of copies in a non-master's backup table: past it, sends are lent
-/// too, so a replica running ahead of its master holds a bounded window of unsent payload.
-pub const BACKUP_WINDOW: usize = 4 << 20;
-
-/// At most this many bytes of recently committed messages a non-master keeps (and at most
-/// [`RECENT_MAX`] of them), to send again if it takes over: a master's write counts as done
-/// once its kernel accepted it, and a master killed with unread input resets its connections,
-/// which discards what its kernel had not sent yet — messages it had already committed.
-/// Receivers drop what they already have (the history table).
-pub const RECENT_WINDOW: usize = 8 << 20;
-/// At most this many recently committed messages kept.
-pub const RECENT_MAX: usize = 1 << 16;
-
-/// Heap a non-master faults in for its copies at start: twice its two windows (when the
-/// message size changes, the recent window still holds the previous size's copies).
-const WARM_GOAL: usize = 2 * (RECENT_WINDOW + BACKUP_WINDOW);
-
-/// The data of a protocol message: the user's buffer (valid until its request completes) or
-/// an owned copy.
-#[derive(Debug)]
-pub(super) enum Bytes {
-    Lent(*const u8, usize),
-    Owned(Vec<u8>),
-}
-
-impl Bytes {
-    fn view(&self) -> &[u8] {
-        match self {
-            Bytes::Lent(_, 0) => &[],
-            // SAFETY: a lent buffer stays valid until its request completes, and the protocol
-            // hands it out only until then (a withdrawn send is copied first, `detach`).
-            Bytes::Lent(p, n) => unsafe { std::slice::from_raw_parts(*p, *n) },
-            Bytes::Owned(v) => v,
-        }
-    }
-
-    fn into_payload(mut self) -> Payload {
-        match &mut self {
-            Bytes::Lent(_, 0) => Payload::None,
-            Bytes::Lent(p, n) => Payload::Raw(*p, *n),
-            Bytes::Owned(v) if v.is_empty() => Payload::None,
-            Bytes::Owned(v) => Payload::Owned(std::mem::take(v)),
-        }
-    }
-
-    /// The owned copy's buffer (empty for a lent buffer).
-    pub(super) fn into_vec(mut self) -> Vec<u8> {
-        match &mut self {
-            Bytes::Lent(..) => Vec::new(),
-            Bytes::Owned(v) => std::mem::take(v),
-        }
-    }
-}
-
-impl Drop for Bytes {
-    /// A copy no longer needed (committed and out of the recent window, or written) goes back
-    /// to the pool: a non-master copies every small message it sends, and a fresh buffer per
-    /// message costs page faults (the pool's reason to be).
-    fn drop(&mut self) {
-        if let Bytes::Owned(v) = self {
-            crate::pool::give(std::mem::take(v));
-        }
-    }
-}
-
-impl protocol::Payload for Bytes {
-    fn len(&self) -> usize {
-        match self {
-            Bytes::Lent(_, n) => *n,
-            Bytes::Owned(v) => v.len(),
-        }
-    }
-    fn is_lent(&self) -> bool {
-        matches!(self, Bytes::Lent(..))
-    }
-    fn share(&self) -> Bytes {
-        match self {
-            Bytes::Lent(p, n) => Bytes::Lent(*p, *n),
-            Bytes::Owned(v) => Bytes::Owned(crate::pool::copy_of(v)),
-        }
-    }
-    fn to_owned_copy(&self) -> Bytes {
-        Bytes::Owned(crate::pool::copy_of(self.view()))
-    }
-}
-
-/// The replication state of a process of a job run with `-r R` (R > 1).
-pub(super) struct Replication {
-    pub(super) ep: Endpoint<Bytes, ReqId>,
-    /// The origin of the endpoint's clock.
-    origin: Instant,
-    /// The device request standing for each transmission under way (its completion is the
-    /// write).
-    pub(super) tx_req: FastMap<TxId, ReqId>,
-    /// The master's wildcard receives not complete yet: their choice point and communicator.
-    pub(super) choice_of: FastMap<ReqId, (u64, u32)>,
-    /// The message a wildcard receive of the master matched: source, tag, sequence.
-    pub(super) matched: FastMap<ReqId, (i32, i32, u64)>,
-    /// A non-master's wildcard receives waiting for their master's choice.
-    pub(super) wildcards: Wildcards<ReqId>,
-    /// Fault-aware programs (`Policy::Notify`): the operations posted so far (sends and
-    /// receives of the program, numbered alike on every replica of the rank), the request of
-    /// each one not taken yet, and the successes the program took.
-    pub(super) ops: Operations<ReqId>,
-    /// A schedule (immediate collective) is posting: its operations are not numbered (they
-    /// are posted when the progress engine runs, which differs between replicas).
-    pub(super) in_schedule: bool,
-    /// The master told failure outcomes that this process has not applied yet.
-    pub(super) words: bool,
-    /// Ranks lost whole (every replica declared dead), in the order this process heard.
-    pub(super) lost_ranks: Vec<i32>,
-    /// Revocations a non-master heard from the launcher: its master applies them and tells
-    /// which operations failed; this process applies them itself if it takes over.
-    pub(super) unapplied: Vec<u32>,
-    /// A send is being carried out: the endpoint's time is that send's (read just before).
-    pub(super) sending: bool,
-}
-
-/// Whether masters flag commits acknowledged (`P2PMPI_ACKED_COMMITS=1`).
-fn acked_commits() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("P2PMPI_ACKED_COMMITS").is_ok_and(|v| v == "1"))
-}
-
-impl Replication {
-    pub(super) fn new(layout: Layout, slot: usize) -> Replication {
-        let cfg = protocol::Config {
-            copy_limit: BACKUP_COPY_LIMIT,
-            backup_window: BACKUP_WINDOW,
-            recent_window: RECENT_WINDOW,
-            recent_max: RECENT_MAX,
-            stall_limit: None,
-            rndv_limit: EAGER_LIMIT,
-        };
-        let mut ep = Endpoint::new(layout, slot, cfg);
-        ep.set_notify(crate::lifecycle::policy() == crate::lifecycle::Policy::Notify);
-        if !ep.is_master() {
-            // The memory of its copies, faulted in once before the program sends anything:
-            // later, its master would run far ahead of it meanwhile. A page touched per
-            // 4 KiB, which keeps the start-up short (taking long to start leaves faults more
-            // time to strike while the job starts).
-            crate::pool::warm_heap(WARM_GOAL);
-        }
-        Replication {
-            ep,
-            origin: Instant::now(),
-            tx_req: FastMap::default(),
-            choice_of: FastMap::default(),
-            matched: FastMap::default(),
-            wildcards: Wildcards::new(),
-            ops: Operations::new(),
-            in_schedule: false,
-            words: false,
-            lost_ranks: Vec::new(),
-            unapplied: Vec::new(),
-            sending: false,
-        }
-    }
-
-    pub(super) fn now(&self) -> Duration {
-        self.origin.elapsed()
-    }
-
-    /// A rare event (a suspicion, a death declared, the universe growing): never refused.
-    pub(super) fn event(&mut self, now: Duration, input: Input) {
-        if let Err(e) = self.ep.handle_input(now, input) {
-            debug_assert!(false, "an event refused: {e:?}");
-        }
-    }
-
-    /// A control frame from replica `from` (a commit, a choice and its acknowledgements, a
-    /// pull or a synchronous acknowledgement): whether the endpoint accepted it. It takes the
-    /// endpoint's latest time (no clock read per frame).
-    fn control(&mut self, input: Input) -> bool {
-        let now = self.ep.now();
-        self.ep.handle_input(now, input).is_ok()
-    }
-
-    pub(super) fn on_commit(&mut self, from: usize, mid: MsgId, acked: bool) -> bool {
-        self.control(Input::Commit { from, mid, acked })
-    }
-
-    pub(super) fn on_pull(&mut self, from: usize, mid: MsgId, have: bool) -> bool {
-        self.control(Input::Pull { from, mid, have })
-    }
-
-    pub(super) fn on_sync_ack(&mut self, from: usize, mid: MsgId) -> bool {
-        self.control(Input::SyncAck { from, mid })
-    }
-
-    pub(super) fn on_choice(&mut self, from: usize, point: u64, outcome: Outcome) -> bool {
-        self.control(Input::Choice { from, point, outcome })
-    }
-
-    pub(super) fn on_choice_ack(&mut self, from: usize, point: u64) -> bool {
-        self.control(Input::ChoiceAck { from, point })
-    }
-
-    pub(super) fn on_choice_query(&mut self, from: usize) -> bool {
-        self.control(Input::ChoiceQuery { from })
-    }
-
-    pub(super) fn on_choices_told(&mut self, from: usize) -> bool {
-        self.control(Input::ChoicesTold { from })
-    }
-
-    /// The universe has `n` ranks (a spawn).
-    pub(super) fn grow(&mut self, n: usize) {
-        let now = self.now();
-        self.event(now, Input::Grow { n });
-    }
-
-    /// The endpoint's timers (stalled transmissions, parked messages waiting too long),
-    /// with the stall limit `limit`.
-    pub(super) fn timers(&mut self, limit: Duration) {
-        self.ep.set_stall_limit(Some(limit));
-        let now = self.now();
-        self.ep.handle_timeout(now);
-    }
-}
-
-/// The MID of a message this process accepted.
-pub(super) fn env_mid(env: &Envelope, me: i32) -> MsgId {
-    MsgId { comm: env.comm, src: env.src as u32, dst: me as u32, tag: env.tag, seq: env.seq }
-}
-
-const DONE: StatusInfo = StatusInfo { source: 0, tag: 0, len: 0, cancelled: false };
-
-impl Engine {
-    /// The rank a slot runs.
-    pub(super) fn rank_of(&self, slot: i32) -> i32 {
-        match &self.layout {
-            Some(l) if slot >= 0 => l.rank_of(slot as usize) as i32,
-            _ => slot,
-        }
-    }
-
+impl<S: Waits> Core<Replication, S> {
     /// A send of a replicated job (algorithm 4): the master transmits it, a replica keeps it
     /// until its master commits it.
     ///
@@ -270,7 +14,7 @@ impl Engine {
     /// and never takes the success of a send its master failed (on a revoked communicator).
     pub(super) fn replicated_send(&mut self, mid: Mid, ptr: *const u8, len: usize, sync: bool, follow: bool) -> ReqId {
         let req = self.new_req(std::ptr::null_mut(), 0, ReqState::Pending);
-        let rp = self.repl.as_mut().expect("replicated");
+        let rp = &mut self.coord;
         let payload = if rp.ep.is_master() || rp.ep.must_lend(len) || follow {
             Bytes::Lent(ptr, len)
         } else {
@@ -286,7 +30,8 @@ impl Engine {
         rp.ep.send(now, mid, payload, sync, req);
         rp.sending = true;
         self.flush_deferred();
-        if let Some(rp) = self.repl.as_mut() {
+        {
+            let rp = &mut self.coord;
             rp.sending = false;
         }
         req
@@ -294,12 +39,16 @@ impl Engine {
 
     /// Carries out the endpoint's actions. Never called while a connection is checked out
     /// (frames are handled with their connection taken out of the table): the actions wait
-    /// in the endpoint until the next [`Engine::flush_deferred`].
+    /// in the endpoint until the next [`Core::flush_deferred`].
     pub(super) fn drive(&mut self) {
+        if self.base.fatal.is_some() {
+            // Communication ended (a replica that cannot follow its master leaves).
+            return;
+        }
         self.resolve_choices();
         self.check_stranded();
         loop {
-            let Some(rp) = self.repl.as_mut() else { return };
+            let rp = &mut self.coord;
             let Some(a) = rp.ep.poll_output() else { return };
             match a {
                 Output::Transmit { to, tx, frame, step } => self.transmit_frame(to, tx, frame, step),
@@ -308,18 +57,18 @@ impl Engine {
                 Output::Complete(u) => self.complete(u, Ok(DONE)),
                 Output::Suspect { slot, cause } => {
                     if debug_replication() {
-                        eprintln!("p2pmpi: slot {}: suspects slot {slot}: {cause}", self.slot);
+                        eprintln!("p2pmpi: slot {}: suspects slot {slot}: {cause}", self.base.slot);
                     }
                     let l = rp.ep.layout();
                     let detail = format!("rank {} replica {} failed: {cause}", l.rank_of(slot), l.replica_of(slot));
-                    (self.upcalls.suspect)(self.slot as usize, slot, &detail);
+                    (self.base.upcalls.suspect)(self.base.slot as usize, slot, &detail);
                     self.drop_peer(slot as i32);
                 }
                 Output::TookOver { count } => {
                     if debug_replication() {
                         eprintln!(
                             "p2pmpi: slot {}: took over as master of rank {}, resending {count}",
-                            self.slot, self.rank
+                            self.base.slot, self.base.rank
                         );
                     }
                     self.now_master();
@@ -400,7 +149,8 @@ impl Engine {
             Ok(c) => c,
             Err(e) => {
                 // Nothing more for it: suspected (its transmission is held by the endpoint).
-                if let Some(rp) = self.repl.as_mut() {
+                {
+                    let rp = &mut self.coord;
                     let now = rp.now();
                     rp.event(now, Input::Suspect { slot: to, cause: e.to_string(), bye: self.peers[to].bye });
                 }
@@ -418,12 +168,14 @@ impl Engine {
                 let _ = self.push_out(cid, Out::new(h, payload));
             }
         }
-        failpoints::written(self, cid);
+        if failpoints::hold_writes() {
+            self.flush_blocking(cid);
+        }
     }
 
     /// Writes transmission `tx` of the endpoint. Written whole at once (the usual case), the
     /// endpoint learns it there and then; otherwise a device request stands for the rest,
-    /// and its completion tells the endpoint ([`Engine::tx_written`]). The common path thus
+    /// and its completion tells the endpoint ([`Core::tx_written`]). The common path thus
     /// allocates no request and touches no map: it is the master's, on every message's
     /// critical path.
     fn push_transmission(&mut self, cid: usize, out: Out, tx: TxId) {
@@ -433,7 +185,8 @@ impl Engine {
         let peer = conn.peer.unwrap_or(-1);
         match conn.push_or_queue(out) {
             Ok(None) => {
-                if let Some(rp) = self.repl.as_mut() {
+                {
+                    let rp = &mut self.coord;
                     // Written while the send that made the endpoint transmit it is carried
                     // out: that send's time, without reading the clock again.
                     let now = if rp.sending { rp.ep.now() } else { rp.now() };
@@ -441,10 +194,11 @@ impl Engine {
                 }
             }
             Ok(Some(queued)) => {
-                let r = Req { ptr: std::ptr::null_mut(), cap: 0, state: ReqState::Pending, parent: Some(tx as usize) };
+                let r = Req { ptr: std::ptr::null_mut(), cap: 0, state: ReqState::Pending, token: Some(tx as usize) };
                 let sub = alloc_req(&mut self.reqs, &mut self.free_reqs, r);
                 queued.done = Some(sub);
-                if let Some(rp) = self.repl.as_mut() {
+                {
+                    let rp = &mut self.coord;
                     rp.tx_req.insert(tx, sub);
                 }
                 self.update_interest(cid);
@@ -462,7 +216,8 @@ impl Engine {
     pub(super) fn tx_written(&mut self, sub: ReqId, tx: usize) {
         self.reqs[sub] = None;
         self.free_reqs.push(sub);
-        if let Some(rp) = self.repl.as_mut() {
+        {
+            let rp = &mut self.coord;
             rp.tx_req.remove(&(tx as TxId));
             let now = rp.now();
             rp.ep.written(now, tx as TxId);
@@ -473,10 +228,11 @@ impl Engine {
     /// protocol's transmissions are the endpoint's to account for (held until the verdict).
     pub(super) fn forget_completions(&mut self, done: Vec<ReqId>) {
         for r in done {
-            if let Some(tx) = self.reqs[r].as_ref().and_then(|q| q.parent) {
+            if let Some(tx) = self.reqs[r].as_ref().and_then(|q| q.token) {
                 self.reqs[r] = None;
                 self.free_reqs.push(r);
-                if let Some(rp) = self.repl.as_mut() {
+                {
+                    let rp = &mut self.coord;
                     rp.tx_req.remove(&(tx as TxId));
                 }
             } else {
@@ -488,8 +244,9 @@ impl Engine {
     /// A synchronous message was matched by a receive here: every alive replica of its
     /// sender is told.
     pub(super) fn ack_sync(&mut self, env: &Envelope) {
-        let me = self.rank;
-        if let Some(rp) = self.repl.as_mut() {
+        let me = self.base.rank;
+        {
+            let rp = &mut self.coord;
             rp.ep.matched_sync(env_mid(env, me));
         }
     }
@@ -497,11 +254,11 @@ impl Engine {
     /// A non-master's wildcard receives whose master's choice arrived are posted, exact; after
     /// a takeover, the ones still undecided are this master's to decide.
     pub(super) fn resolve_choices(&mut self) {
-        if self.repl.as_ref().is_some_and(|rp| rp.words) {
+        if self.coord.words {
             self.apply_failures();
         }
         loop {
-            let Some(rp) = self.repl.as_mut() else { return };
+            let rp = &mut self.coord;
             let Some(post) = rp.wildcards.next(&mut rp.ep) else { return };
             self.post_wildcard(post);
         }
@@ -513,7 +270,8 @@ impl Engine {
         match post {
             Post::Exact { req, pat } => self.post(req, pat),
             Post::Decide { req, pat, point } => {
-                if let Some(rp) = self.repl.as_mut() {
+                {
+                    let rp = &mut self.coord;
                     rp.choice_of.insert(req, (point, pat.comm));
                 }
                 self.post(req, pat);
@@ -528,7 +286,7 @@ impl Engine {
     /// The number of the operation being posted, in a fault-aware replicated job (`None`
     /// otherwise, and for a schedule's operations).
     pub(super) fn next_op(&mut self) -> Option<u64> {
-        let rp = self.repl.as_mut()?;
+        let rp = &mut self.coord;
         let numbered = !rp.in_schedule && crate::lifecycle::policy() == crate::lifecycle::Policy::Notify;
         rp.ops.next(numbered)
     }
@@ -536,13 +294,14 @@ impl Engine {
     /// Whether this process follows its master's outcomes (a non-master of a replicated
     /// job, or a new master still learning what its replicas know).
     pub(crate) fn follows(&self) -> bool {
-        self.repl.as_ref().is_some_and(|rp| !rp.ep.may_decide())
+        !self.coord.ep.may_decide()
     }
 
     /// Operation `op` fails at its post on the master with `err`: the replicas are told. On a
     /// non-master: the master's outcome at the post, if it failed there (known already).
     pub(super) fn post_failure(&mut self, op: Option<u64>, err: Option<Error>) -> Option<Error> {
-        let (Some(op), Some(rp)) = (op, self.repl.as_mut()) else { return err };
+        let Some(op) = op else { return err };
+        let rp = &mut self.coord;
         let c = failures::failure_point(op);
         // A master's outcome known already (a new master's predecessor's) is followed.
         if let Some(o) = rp.ep.choice_known(c) {
@@ -567,8 +326,8 @@ impl Engine {
     /// success. `Some(told)` yes (`told`: this master told its replicas, a frame to flush);
     /// `None` not yet: this process follows its master, whose word has not come (a failure
     /// that came is applied by [`Self::apply_failures`], which fails the request).
-    pub(super) fn schedule_word(&mut self, op: u64) -> Option<bool> {
-        let Some(rp) = self.repl.as_mut() else { return Some(false) };
+    pub(super) fn schedule_word_of(&mut self, op: u64) -> Option<bool> {
+        let rp = &mut self.coord;
         let c = failures::failure_point(op);
         let known = rp.ep.choice_known(c);
         match failures::collective_word(known, rp.ep.may_decide()) {
@@ -591,7 +350,8 @@ impl Engine {
 
     /// Request `r` stands for operation `op` (a fault-aware replicated job).
     pub(super) fn number(&mut self, r: ReqId, op: Option<u64>) {
-        let (Some(op), Some(rp)) = (op, self.repl.as_mut()) else { return };
+        let Some(op) = op else { return };
+        let rp = &mut self.coord;
         rp.ops.number(r, op);
         if rp.ep.choice_known(failures::failure_point(op)).is_some() {
             rp.words = true;
@@ -604,7 +364,7 @@ impl Engine {
     pub(super) fn decide_failure(&mut self, id: ReqId, st: &Result<StatusInfo>) {
         let Err(e) = st else { return };
         let Some(f) = failed_of(e) else { return };
-        let Some(rp) = self.repl.as_mut() else { return };
+        let rp = &mut self.coord;
         if !rp.ep.is_master() {
             return;
         }
@@ -619,7 +379,7 @@ impl Engine {
 
     /// The program took request `id`'s outcome.
     pub(super) fn taken(&mut self, id: ReqId, ok: bool) {
-        let Some(rp) = self.repl.as_mut() else { return };
+        let rp = &mut self.coord;
         let follows = !rp.ep.is_master();
         rp.ops.taken(id, ok, follows);
     }
@@ -628,8 +388,8 @@ impl Engine {
     /// too. One whose success the program already took cannot follow: this replica leaves
     /// (its rank goes on with its master).
     pub(super) fn apply_failures(&mut self) {
-        let Some(rp) = self.repl.as_mut() else { return };
-        if !std::mem::take(&mut rp.words) {
+        let rp = &mut self.coord;
+        if !std::mem::take(&mut rp.words) || self.base.fatal.is_some() {
             return;
         }
         let known = rp.ep.known_failures();
@@ -639,7 +399,7 @@ impl Engine {
                 // A success (an immediate collective's): taken when its schedule is over.
                 continue;
             }
-            let rp = self.repl.as_mut().expect("replicated");
+            let rp = &mut self.coord;
             let r = match rp.ops.master_failed(op, !rp.ep.is_master()) {
                 // Not reached yet: applied at its post.
                 Follow::NotReached => continue,
@@ -649,10 +409,11 @@ impl Engine {
                         failure_error(o).map(|e| e.to_string()).unwrap_or_default()
                     );
                     self.diverged(&why);
+                    return;
                 }
                 Follow::Fail(r) => r,
             };
-            let rp = self.repl.as_mut().expect("replicated");
+            let rp = &mut self.coord;
             rp.ep.take_choice(c);
             rp.ep.decided(u32::MAX, c, o);
             let Some(r) = r else { continue };
@@ -665,7 +426,8 @@ impl Engine {
             self.drop_schedule(r);
             self.matcher.cancel(&r);
             self.rndv_recv.retain(|_, q| *q != r);
-            if let Some(rp) = self.repl.as_mut() {
+            {
+                let rp = &mut self.coord;
                 rp.wildcards.withdraw(r);
                 // A lent send: its backup entry becomes a copy (the buffer may go now) and
                 // no longer names the request.
@@ -679,11 +441,11 @@ impl Engine {
     /// message will never come. The verdict ([`stranded::verdict`]) says whether and how this
     /// replica ends.
     pub(super) fn check_stranded(&mut self) {
-        let Some(rp) = self.repl.as_ref() else { return };
+        let rp = &self.coord;
         if rp.lost_ranks.is_empty() || rp.ep.is_master() || rp.ops.is_empty() {
             return;
         }
-        let master_done = rp.ep.coordinator().master_of(self.rank as usize).is_some_and(|m| self.peers[m].bye);
+        let master_done = rp.ep.coordinator().master_of(self.base.rank as usize).is_some_and(|m| self.peers[m].bye);
         let receive = || {
             self.matcher.posted().find_map(|(p, r)| {
                 let src = p.src.filter(|s| rp.lost_ranks.contains(s))?;
@@ -703,7 +465,7 @@ impl Engine {
             None => {}
             Some(v @ Stranded::Finished { .. }) => {
                 if debug_replication() {
-                    eprintln!("p2pmpi: slot {}: {}; ending", self.slot, v.why());
+                    eprintln!("p2pmpi: slot {}: {}; ending", self.base.slot, v.why());
                 }
                 crate::fatal::finished();
             }
@@ -711,25 +473,27 @@ impl Engine {
         }
     }
 
-    /// This replica cannot take its master's path any more: it leaves, as a replica that
-    /// failed (its rank goes on with its master).
-    pub(super) fn diverged(&mut self, why: &str) -> ! {
-        let replica = self.repl.as_ref().map_or(0, |rp| rp.ep.layout().replica_of(self.slot as usize));
-        let msg = format!("rank {} replica {replica}: cannot follow its master: {why}; leaving", self.rank);
-        crate::fatal::stop_with(self.slot, 70, &format!("p2pmpi: {msg}"), None, 70)
+    /// This replica cannot take its master's path any more: communication ends here with
+    /// an error naming the rank, the replica and why (every later call returns it); the
+    /// replica stops on it, as a replica that failed, and its rank goes on with its master.
+    /// Nothing more leaves it meanwhile ([`Self::drive`] does nothing once the error is set).
+    pub(crate) fn diverged(&mut self, why: &str) {
+        let replica = self.coord.ep.layout().replica_of(self.base.slot as usize);
+        let detail = format!("replica {replica} cannot follow its master: {why}; leaving");
+        self.set_fatal(Error::Protocol { rank: self.base.rank, detail });
     }
 
     /// Every replica of `rank` is lost and the program handles failures: the program is told
     /// (its failure notices), and the master fails what involves the rank (its replicas
     /// follow the master's outcomes).
     fn rank_lost(&mut self, rank: i32) {
-        let Some(rp) = self.repl.as_mut() else { return };
+        let rp = &mut self.coord;
         if rp.lost_ranks.contains(&rank) {
             return;
         }
         rp.lost_ranks.push(rank);
         let master = rp.ep.is_master();
-        (self.upcalls.rank_lost)(rank);
+        (self.base.upcalls.rank_lost)(rank);
         if master {
             self.lose_peer(rank, "all replicas for that rank failed".into(), Vec::new());
         }
@@ -738,7 +502,7 @@ impl Engine {
     /// This process became its rank's master: what it heard and its master did not get to
     /// apply is applied now (its operations fail, and its replicas are told).
     fn now_master(&mut self) {
-        let Some(rp) = self.repl.as_mut() else { return };
+        let rp = &mut self.coord;
         let lost = rp.lost_ranks.clone();
         let revs = std::mem::take(&mut rp.unapplied);
         for r in lost {
@@ -753,7 +517,7 @@ impl Engine {
     /// `failed_members`): `None` while this replica waits for its master's (the outcome of
     /// `c`, and of its extra points when ranks from 64 on failed).
     pub(crate) fn lost_view_at(&mut self, c: u64) -> Option<Vec<i32>> {
-        let rp = self.repl.as_mut()?;
+        let rp = &mut self.coord;
         if let Some(o) = rp.ep.choice_known(c) {
             let n = failures::lost_set_parts(o).unwrap_or(0);
             let points: Vec<u64> = (1..=n).map(|i| failures::lost_set_part_point(c, i)).collect();
@@ -771,7 +535,7 @@ impl Engine {
             // Not a set (never told by a master of this version): this process's own view.
             let view = failures::outcome_lost_set(o, &parts).map_or_else(
                 || {
-                    let mut v = self.repl.as_ref().map(|rp| rp.lost_ranks.clone()).unwrap_or_default();
+                    let mut v = self.coord.lost_ranks.clone();
                     v.sort_unstable();
                     v
                 },
@@ -799,7 +563,7 @@ impl Engine {
     /// The master's failure outcome of choice point `c` (a probe's), if it told one: taken.
     pub(crate) fn choice_failure(&mut self, c: Option<u64>) -> Option<Error> {
         let c = c?;
-        let rp = self.repl.as_mut()?;
+        let rp = &mut self.coord;
         let o = rp.ep.choice_known(c)?;
         let err = failure_error(o)?;
         rp.ep.take_choice(c);
@@ -810,7 +574,7 @@ impl Engine {
     /// A master's probe at choice point `c` fails with `err`: its replicas are told.
     pub(crate) fn decide_probe_failure(&mut self, c: Option<u64>, err: &Error) {
         let (Some(c), Some(f)) = (c, failed_of(err)) else { return };
-        let Some(rp) = self.repl.as_mut() else { return };
+        let rp = &mut self.coord;
         if rp.ep.may_decide() {
             rp.ep.decided(u32::MAX, c, failures::failure_outcome(f, false));
             self.flush_deferred();
@@ -819,16 +583,13 @@ impl Engine {
 
     /// A replica was declared dead by the launcher (algorithm 7).
     pub(super) fn slot_failed(&mut self, slot: i32, cause: &str) {
-        let Some(rp) = self.repl.as_mut() else {
-            self.set_fatal(Error::PeerLost { rank: slot, cause: cause.to_string() });
-            return;
-        };
-        if slot < 0 || slot as usize >= self.peers.len() || slot == self.slot {
+        if slot < 0 || slot as usize >= self.peers.len() || slot == self.base.slot {
             return;
         }
         if debug_replication() {
-            eprintln!("p2pmpi: slot {}: slot {slot} failed: {cause}", self.slot);
+            eprintln!("p2pmpi: slot {}: slot {slot} failed: {cause}", self.base.slot);
         }
+        let rp = &mut self.coord;
         let now = rp.now();
         if self.peers[slot as usize].bye {
             // It finished: it has everything it needs, nothing is waited for.
@@ -843,8 +604,8 @@ impl Engine {
     /// suspicion and holds what was meant for the slot until the verdict; nothing more is
     /// read from it.
     pub(super) fn suspect_slot(&mut self, slot: i32, cause: &str) {
-        let Some(rp) = self.repl.as_mut() else { return };
-        if slot < 0 || slot as usize >= self.peers.len() || slot == self.slot {
+        let rp = &mut self.coord;
+        if slot < 0 || slot as usize >= self.peers.len() || slot == self.base.slot {
             return;
         }
         let now = rp.now();
@@ -864,7 +625,7 @@ impl Engine {
         if !acked_commits() {
             return false;
         }
-        let Some(rp) = self.repl.as_ref() else { return false };
+        let rp = &self.coord;
         let l = rp.ep.layout();
         l.slots_of(rank).all(|d| {
             if rp.ep.is_dead(d) {
@@ -883,22 +644,20 @@ impl Engine {
     /// first (its master may have counted them delivered: a commit flagged acknowledged
     /// lets the replicas drop their copies).
     pub(super) fn drop_peer(&mut self, slot: i32) {
-        if self.draining == Some(slot) {
+        if self.coord.draining == Some(slot) {
             // A connection failing while it is drained: dropped below, by the caller.
             return;
         }
-        if self.repl.is_some() {
-            let before = self.draining.replace(slot);
-            for cid in self.peers[slot as usize].conns.clone() {
-                // Bounded: a live suspect may keep writing.
-                for _ in 0..64 {
-                    if !self.read_conn(cid) {
-                        break;
-                    }
+        let before = self.coord.draining.replace(slot);
+        for cid in self.peers[slot as usize].conns.clone() {
+            // Bounded: a live suspect may keep writing.
+            for _ in 0..64 {
+                if !self.read_conn(cid) {
+                    break;
                 }
             }
-            self.draining = before;
         }
+        self.coord.draining = before;
         let p = &mut self.peers[slot as usize];
         p.send_conn = None;
         let cids = std::mem::take(&mut p.conns);
@@ -917,16 +676,6 @@ impl Engine {
         self.forget_completions(done);
     }
 
-    /// Writes a connection's queue out, waiting as long as it takes (fault injection only).
-    #[cfg(feature = "failpoints")]
-    pub(super) fn flush_blocking(&mut self, cid: usize) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while self.conns[cid].as_ref().is_some_and(|c| !c.outq.is_empty()) && Instant::now() < deadline {
-            self.flush_conn(cid);
-            std::thread::sleep(Duration::from_micros(200));
-        }
-    }
-
     /// A connection to a dead replica goes away in the middle of a message streaming into
     /// a receive: the receive waits again for the message, which the sender's successor
     /// will send.
@@ -943,7 +692,7 @@ impl Engine {
         let RState::Stream { req, .. } = conn.rstate else { return };
         conn.rstate = RState::Header;
         if debug_replication() {
-            eprintln!("p2pmpi: slot {}: undoing the match of {env:?} (its sender died mid-message)", self.slot);
+            eprintln!("p2pmpi: slot {}: undoing the match of {env:?} (its sender died mid-message)", self.base.slot);
         }
         if self.matcher.unarrive(&env, pat, pos, req) {
             if let Some(t) = self.trace.as_mut() {
@@ -969,18 +718,15 @@ impl Engine {
         // they would keep this replica from finishing forever. Nor messages on a revoked
         // communicator (an immediate collective's steps that its master, having given the
         // collective up, never posted: nobody receives them on it any more).
-        self.repl.as_ref().is_some_and(|rp| {
-            rp.ep.backup_pending_beyond(|m| {
-                rp.lost_ranks.contains(&(m.dst as i32)) || revocations::is_revoked(m.comm / 2)
-            })
-        })
+        let rp = &self.coord;
+        rp.ep.backup_pending_beyond(|m| rp.lost_ranks.contains(&(m.dst as i32)) || revocations::is_revoked(m.comm / 2))
     }
 
     /// A choice point of a probe (`immediate`: an immediate one): its number in a replicated
     /// job when its outcome may differ between replicas (`ANY_SOURCE`, or any immediate
     /// probe; a blocking probe naming its source finds that source's next message).
     pub fn probe_point(&mut self, pat: &Pattern, immediate: bool) -> Option<u64> {
-        let rp = self.repl.as_mut()?;
+        let rp = &mut self.coord;
         // A fault-aware program's blocking probe naming its source may fail (a lost rank, a
         // revocation), which its master decides: a choice point too.
         let notify = crate::lifecycle::policy() == crate::lifecycle::Policy::Notify;
@@ -995,14 +741,14 @@ impl Engine {
             let found = self.probe(pat);
             return if immediate { Some(found) } else { found.map(Some) };
         };
-        let rp = self.repl.as_mut().expect("choice points only with replicas");
+        let rp = &mut self.coord;
         match rp.ep.choice_known(c) {
             Some(o) => {
                 let found = match o {
                     None => None,
                     Some(_) => Some(self.probe(exact(pat, o))?),
                 };
-                let rp = self.repl.as_mut().expect("replicated");
+                let rp = &mut self.coord;
                 rp.ep.take_choice(c);
                 rp.ep.decided(pat.comm, c, o);
                 self.flush_deferred();
@@ -1014,7 +760,7 @@ impl Engine {
                     return None;
                 }
                 let o = found.map(|e| (e.src, e.tag, e.seq));
-                self.repl.as_mut().expect("replicated").ep.decided(pat.comm, c, o);
+                self.coord.ep.decided(pat.comm, c, o);
                 self.flush_deferred();
                 Some(found)
             }
@@ -1025,7 +771,7 @@ impl Engine {
     /// A choice point of a test or a wait on several requests, in a replicated job (which of
     /// them completed depends on timing, which differs between replicas).
     pub fn completion_point(&mut self) -> Option<u64> {
-        Some(self.repl.as_mut()?.ep.choice_point())
+        Some(self.coord.ep.choice_point())
     }
 
     /// Which of `ids` (`None`: an inactive slot) count as complete at choice point `c`:
@@ -1034,14 +780,8 @@ impl Engine {
     /// Without a choice point, the requests complete now. At most 64 indices from the first
     /// are reported at once.
     pub fn completed_at(&mut self, c: Option<u64>, ids: &[Option<ReqId>], block: bool) -> Option<Vec<usize>> {
-        let done_now = |e: &Engine| -> Vec<usize> {
-            ids.iter().enumerate().filter_map(|(i, id)| id.filter(|&id| e.is_done(id)).map(|_| i)).collect()
-        };
-        let Some(c) = c else {
-            let d = done_now(self);
-            return (!(block && d.is_empty())).then_some(d);
-        };
-        let rp = self.repl.as_mut().expect("choice points only with replicas");
+        let Some(c) = c else { return self.completed_now(ids, block) };
+        let rp = &mut self.coord;
         let comm = u32::MAX;
         match rp.ep.choice_known(c) {
             Some(o) => {
@@ -1049,19 +789,16 @@ impl Engine {
                 if !want.iter().all(|&i| ids.get(i).copied().flatten().is_some_and(|id| self.is_done(id))) {
                     return None;
                 }
-                let rp = self.repl.as_mut().expect("replicated");
+                let rp = &mut self.coord;
                 rp.ep.take_choice(c);
                 rp.ep.decided(comm, c, o);
                 self.flush_deferred();
                 Some(want)
             }
             None if rp.ep.may_decide() => {
-                let d = done_now(self);
-                if block && d.is_empty() {
-                    return None;
-                }
+                let d = self.completed_now(ids, block)?;
                 let o = outcome_of(&d);
-                self.repl.as_mut().expect("replicated").ep.decided(comm, c, o);
+                self.coord.ep.decided(comm, c, o);
                 self.flush_deferred();
                 Some(indices_of(o))
             }
@@ -1081,38 +818,4 @@ impl Engine {
             self.mprobe(exact).expect("the probed message is queued")
         }))
     }
-}
-
-/// What a failure outcome stands for, as an error (`None`: not a failure outcome).
-pub(super) fn failure_error(o: Outcome) -> Option<Error> {
-    Some(match failures::outcome_failure(o)?.0 {
-        Failed::Lost(rank) => Error::PeerLost { rank: rank as i32, cause: "all replicas for that rank failed".into() },
-        Failed::Revoked => Error::Revoked,
-    })
-}
-
-/// The failure outcome an error stands for (`None`: an error the replicas do not follow).
-pub(super) fn failed_of(e: &Error) -> Option<Failed> {
-    match e {
-        Error::PeerLost { rank, .. } if *rank >= 0 => Some(Failed::Lost(*rank as u32)),
-        Error::Revoked => Some(Failed::Revoked),
-        _ => None,
-    }
-}
-
-pub(super) use p2pmpi_core::replication::wildcards::exact;
-
-/// A set of request indices as a choice's outcome: the first, how many, and a mask of the
-/// (at most 64) indices from the first. `None`: the empty set.
-pub(super) fn outcome_of(done: &[usize]) -> Outcome {
-    let first = *done.first()?;
-    let mask = done.iter().filter(|&&i| i - first < 64).fold(0u64, |m, &i| m | 1 << (i - first));
-    Some((first as i32, mask.count_ones() as i32, mask))
-}
-
-/// The indices an outcome of [`outcome_of`] names.
-pub(super) fn indices_of(o: Outcome) -> Vec<usize> {
-    let Some((first, _, mask)) = o else { return Vec::new() };
-    let first = first.max(0) as usize;
-    (0..64).filter(|k| mask & (1 << k) != 0).map(|k| first + k).collect()
 }
