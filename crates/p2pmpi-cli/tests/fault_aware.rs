@@ -223,6 +223,11 @@ fn paths(dir: &std::path::Path) -> Vec<String> {
     (0..8).map(|s| std::fs::read_to_string(dir.join(format!("path-{s}.txt"))).unwrap_or_default()).collect()
 }
 
+/// A recorded path without its last step.
+fn but_last(p: &str) -> &str {
+    p.trim_end_matches('\n').rsplit_once('\n').map_or("", |(head, _)| &p[..head.len() + 1])
+}
+
 /// Both replicas of every rank but those of `killed` (a replica of them was killed) took
 /// the same path (and recorded one); those of `killed` took the same path as far as each
 /// went. A rank whose replica the launcher declared failed (a replica excluded on a loaded
@@ -243,7 +248,14 @@ fn assert_replicas_took_one_path(p: &[String], killed: &[usize], may_leave: bool
         }
         let lost_one = text.contains(&format!("rank {k} goes on with 1 replica(s)"));
         let prefix = a.starts_with(b.as_str()) || b.starts_with(a.as_str());
-        assert!(lost_one && prefix, "rank {k}'s replicas took different paths: {text}");
+        // A replica that could not follow its master (it took a receive's success just before
+        // its master failed it: docs/mpi-library.md, "Not yet") sees the error in its program
+        // before it leaves, so its last step is its own: the paths agree up to that step.
+        let left = may_leave && text.contains("cannot follow its master") && {
+            let (ca, cb) = (but_last(a), but_last(b));
+            b.starts_with(ca) || a.starts_with(cb)
+        };
+        assert!(lost_one && (prefix || left), "rank {k}'s replicas took different paths: {text}");
     }
     if !may_leave {
         assert!(!text.contains("cannot follow its master"), "a replica could not follow its master: {text}");

@@ -78,6 +78,13 @@ fn accepted(cred: &GridSecret, addr: SocketAddr, svc: Svc) -> bool {
     }
 }
 
+/// Peer `peer`'s job directory (a daemon as root whose directory is closed to other users keeps
+/// it in /var/lib/p2pmpi, with `jobs` a link there: the ranks' command lines name the target).
+fn jobs_dir(g: &TestGrid, peer: usize) -> std::path::PathBuf {
+    let jobs = g.home(peer).join("jobs");
+    std::fs::canonicalize(&jobs).unwrap_or(jobs)
+}
+
 /// Peer `peer`'s MPD, RS and FT.
 fn services(g: &TestGrid, peer: usize) -> Vec<(SocketAddr, Svc)> {
     let st = p2pmpi_peer::mpd::running(&Home::new(g.home(peer))).expect("the MPD runs");
@@ -107,7 +114,7 @@ fn a_revoked_member_is_stopped_and_refused_within_5_s() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let ranks_on = |p: usize| processes_with(&format!("{}/jobs/", g.home(p).display()));
+    let ranks_on = |p: usize| processes_with(&format!("{}/", jobs_dir(&g, p).display()));
     wait_until(LIMIT, "peer 2's ranks on peers 1 and 3", || !ranks_on(1).is_empty() && !ranks_on(3).is_empty());
 
     let peer2 = raw_credential(&g, 2);
@@ -313,7 +320,7 @@ fn ranks_on_a_revoked_host_fail_and_replicas_finish_the_job() {
         })
     };
     let err = common::reader(job.stderr.take().unwrap());
-    let ranks_on = |p: usize| processes_with(&format!("{}/jobs/", g.home(p).display()));
+    let ranks_on = |p: usize| processes_with(&format!("{}/", jobs_dir(&g, p).display()));
     wait_until(LIMIT, "the job's processes on peer 3", || !ranks_on(3).is_empty());
     // Revoked while the job computes (every process registered: the first steps are done).
     wait_until(LIMIT, "the job's first steps", || seen.lock().unwrap().contains("step 9:"));
