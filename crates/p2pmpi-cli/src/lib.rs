@@ -30,6 +30,7 @@ pub mod grid_run;
 pub mod grid_status;
 pub mod launcher;
 pub mod local_grid;
+mod local_confine;
 pub mod monitor;
 pub mod notices;
 pub mod options;

@@ -152,6 +152,14 @@ impl Confiner {
         }
     }
 
+    /// Lets the processes also read and execute `path` (and what is below it): a local job's
+    /// program outside its directory (`p2pmpirun --local --confine`).
+    pub fn grant_read(&mut self, path: PathBuf) {
+        if !self.read.contains(&path) {
+            self.read.push(path);
+        }
+    }
+
     /// Makes the control group of a job that starts `procs` processes here, when a limit
     /// asks for one and this host lets us (`None` otherwise).
     pub fn job_cgroup(&self, job: &str, procs: usize) -> io::Result<Option<JobCgroup>> {

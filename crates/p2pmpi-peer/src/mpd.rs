@@ -143,11 +143,14 @@ fn reachable(dir: &std::path::Path) -> bool {
 /// Lets the jobs' users reach their directories: `home`'s `jobs` becomes mode 711 (search
 /// without listing); if a directory above it is closed to other users, `jobs` becomes a link
 /// to a directory of [`RELOCATED_JOBS`] (the daemon's directory, its configuration and keys
-/// keep their modes). The processes are given the resolved paths.
-fn open_to_job_users(home: &Home) {
+/// keep their modes). The processes are given the resolved paths. Returns the directory of
+/// [`RELOCATED_JOBS`] used, if any: the daemon removes it when it stops
+/// ([`remove_relocated`]).
+fn open_to_job_users(home: &Home) -> Option<std::path::PathBuf> {
     use std::os::unix::fs::PermissionsExt;
     let jobs = home.jobs();
     let resolved = std::fs::canonicalize(&jobs).unwrap_or_else(|_| jobs.clone());
+    let mut relocated = None;
     let target = if reachable(&resolved) {
         resolved
     } else {
@@ -171,11 +174,28 @@ fn open_to_job_users(home: &Home) {
             ),
             Err(e) => warn!("cannot move the jobs' directories to {}: {e}", target.display()),
         }
+        relocated = Some(target.clone());
         target
     };
     let _ = std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o711));
     if !reachable(&target) {
         warn!("{} cannot be reached by the jobs' users: jobs will be refused here", target.display());
+    }
+    relocated
+}
+
+/// When the daemon stops: removes the relocated jobs' directory `target` (its jobs are
+/// killed) and the `jobs` link of `home` to it, so that a stopped daemon leaves nothing in
+/// [`RELOCATED_JOBS`]; the next start makes both again.
+fn remove_relocated(home: &Home, target: &std::path::Path) {
+    let jobs = home.jobs();
+    if std::fs::read_link(&jobs).ok().as_deref() == Some(target) {
+        let _ = std::fs::remove_file(&jobs);
+    }
+    if let Err(e) = std::fs::remove_dir_all(target) {
+        if e.kind() != std::io::ErrorKind::NotFound {
+            warn!("cannot remove {}: {e}", target.display());
+        }
     }
 }
 
@@ -754,9 +774,7 @@ pub fn run(opts: MpdOpts) -> Result<()> {
     };
     let mut confiner = crate::confine::Confiner::from_config(&cfg);
     confiner.service_ports.extend([me.id.mpd_port, me.rs_port, me.ft_port]);
-    if confiner.uids.is_some() {
-        open_to_job_users(&home);
-    }
+    let relocated = if confiner.uids.is_some() { open_to_job_users(&home) } else { None };
     announce_confinement(&confiner);
     let (revoked, owner) = mpd_members::member_state(&secret, &home)?;
     let mpd = Arc::new(Mpd {
@@ -866,6 +884,9 @@ pub fn run(opts: MpdOpts) -> Result<()> {
         }
     }
     mpd.persist_cache();
+    if let Some(target) = &relocated {
+        remove_relocated(&home, target);
+    }
     let _ = std::fs::remove_file(home.mpd_state());
     info!("MPD halted");
     Ok(())
