@@ -174,6 +174,27 @@ pub fn credential(home: &Home, now_s: u64) -> Result<Option<GridSecret>> {
     Ok(Some(secret))
 }
 
+/// What [`refused_words`] says between the refusing side and the reason.
+pub const REFUSES: &str = " refuses this machine: ";
+
+/// The words for a refusal record ([`p2pmpi_wire::secure::SecureError::RefusedBy`]): `by`
+/// (`supernode 10.0.0.1:9000`) refuses this machine's certificate for `why` (`member m2 is
+/// revoked`, `certificate of m2 expired 12 s ago`), with what to do about it.
+pub fn refused_words(by: &str, why: &str) -> String {
+    let what = if why.contains(" expired ") {
+        ": this machine must be invited again (`p2pmpi grid invite NAME` on the grid owner's machine, then \
+         `p2pmpi grid join CODE` here)"
+    } else if why.ends_with(" is revoked") {
+        ": this machine was revoked from the grid (a revoked machine comes back only under another name, with a new \
+         invitation)"
+    } else if why.contains(" not valid yet") {
+        ": check this machine's clock"
+    } else {
+        ""
+    };
+    format!("{by}{REFUSES}{why}{what}")
+}
+
 /// The revocations kept in `path` (none if it does not exist).
 fn load_revoked(path: &Path, owner: PublicKey) -> Result<RevocationList> {
     match std::fs::read_to_string(path) {

@@ -86,6 +86,9 @@ struct Mpd {
     revoked: Option<members::Revoked>,
     /// Member mode: the submitter's certificate of each job running here, by job id.
     submitters: Mutex<HashMap<String, p2pmpi_wire::identity::Certificate>>,
+    /// Member mode: a supernode refused this machine's certificate and said why (revoked,
+    /// expired), at the last poll: jobs submitted here are refused with these words.
+    refused_by: Mutex<Option<String>>,
 }
 
 #[path = "mpd_members.rs"]
@@ -441,6 +444,10 @@ impl Mpd {
                 warn!("host {} answered {other:?} to a reservation", info.id);
                 Answer::Nok
             }
+            Err(SecureError::RefusedBy(why)) => {
+                warn!("{}", members::refused_words(&format!("host {}", info.id), &why));
+                Answer::Nok
+            }
             Err(e) => {
                 warn!("host {} did not answer the reservation: {e}", info.id);
                 Answer::NoAnswer
@@ -559,6 +566,10 @@ impl Mpd {
                 return Ok(());
             }
         };
+        if let Some(why) = self.refused_by.lock().clone() {
+            conn.send(&MpdResponse::Failed(why))?;
+            return Ok(());
+        }
         let (n, r) = (n as usize, r as usize);
         if n == 0 || r == 0 {
             conn.send(&MpdResponse::Failed("-n and -r must be at least 1".into()))?;
@@ -781,6 +792,7 @@ pub fn run(opts: MpdOpts) -> Result<()> {
         confiner,
         revoked,
         submitters: Mutex::new(HashMap::new()),
+        refused_by: Mutex::new(None),
         start: Instant::now(),
         home: home.clone(),
         secret: secret.clone(),
