@@ -218,7 +218,7 @@ fn shm_dir_of(job: &str) -> std::path::PathBuf {
 
 /// The address other hosts reach us at: EXTERNAL_IP, else the interface that routes to the
 /// first supernode, else loopback.
-fn advertised_ip(cfg: &Config, supernodes: &[(String, Option<SocketAddr>)]) -> IpAddr {
+pub fn advertised_ip(cfg: &Config, supernodes: &[(String, Option<SocketAddr>)]) -> IpAddr {
     if let Some(ip) = cfg.external_ip {
         return ip;
     }
