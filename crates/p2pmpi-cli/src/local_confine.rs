@@ -50,7 +50,9 @@ impl LocalConfinement {
         let cgroup = match confiner.job_cgroup(&job, procs) {
             Ok(c) => c,
             Err(e) => {
-                eprintln!("{name}: --confine: no control group of the job's own ({e}): its processes are counted per user");
+                eprintln!(
+                    "{name}: --confine: no control group of the job's own ({e}): its processes are counted per user"
+                );
                 None
             }
         };

@@ -491,10 +491,9 @@ pub fn call(
     c.set_max_record(64 << 20);
     match c.call(req) {
         Ok(a) => Ok(a),
-        Err(SecureError::RefusedBy(why)) => Err(anyhow::anyhow!(crate::members::refused_words(
-            &format!("supernode {addr}"),
-            &why
-        ))),
+        Err(SecureError::RefusedBy(why)) => {
+            Err(anyhow::anyhow!(crate::members::refused_words(&format!("supernode {addr}"), &why)))
+        }
         Err(e) => Err(e.into()),
     }
 }
