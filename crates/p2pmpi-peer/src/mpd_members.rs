@@ -85,7 +85,7 @@ impl Mpd {
         if *refused_by != refusal {
             match &refusal {
                 Some(why) => warn!("{why}; jobs submitted here are refused"),
-                None => info!("the supernodes accept this machine again"),
+                None => info!("no supernode refuses this machine any more"),
             }
             *refused_by = refusal;
         }
