@@ -751,10 +751,8 @@ pub fn run(opts: MpdOpts) -> Result<()> {
     home.create()?;
     let supernodes: Vec<(String, Option<SocketAddr>)> =
         cfg.supernodes.iter().map(|s| (s.clone(), resolve(s))).collect();
-    for (s, a) in &supernodes {
-        if a.is_none() {
-            warn!("supernode address {s} does not resolve");
-        }
+    for (s, _) in supernodes.iter().filter(|(_, a)| a.is_none()) {
+        warn!("supernode address {s} does not resolve");
     }
     let ip = advertised_ip(&cfg, &supernodes);
     let bind_ip = cfg.external_ip.unwrap_or(IpAddr::from([0, 0, 0, 0]));
@@ -896,9 +894,7 @@ pub fn run(opts: MpdOpts) -> Result<()> {
         }
     }
     mpd.persist_cache();
-    if let Some(target) = &relocated {
-        remove_relocated(&home, target);
-    }
+    relocated.iter().for_each(|target| remove_relocated(&home, target));
     let _ = std::fs::remove_file(home.mpd_state());
     info!("MPD halted");
     Ok(())
