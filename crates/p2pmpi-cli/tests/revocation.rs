@@ -426,4 +426,6 @@ fn revocations_are_replicated_among_the_supernodes() {
     wait_until(LIMIT, "the restarted supernode holds it", || holds(&homes[2], "bob"));
     common::run_cmd(&mut cmd(&owner, &["grid", "revoke", "carol"]), LIMIT).assert_ok();
     wait_until(LIMIT, "every supernode holds the second", || homes.iter().all(|h| holds(h, "carol")));
+    homes.iter().for_each(|h| stop(h));
+    let _ = std::fs::remove_dir_all(&dir);
 }
