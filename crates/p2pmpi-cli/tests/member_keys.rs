@@ -129,5 +129,11 @@ fn a_forged_or_expired_certificate_is_refused() {
     std::fs::write(&cert_path, expired.to_hex()).unwrap();
     let boot = g.on(2, "mpiboot", &[]);
     assert!(!boot.status.success(), "{}", boot.stdout);
-    assert!(boot.stderr.contains("expired"), "{}", boot.stderr);
+    assert!(boot.stderr.contains("certificate of peer2 expired 60 min ago"), "{}", boot.stderr);
+    assert!(boot.stderr.contains("must be invited again (`p2pmpi grid invite NAME`"), "{}", boot.stderr);
+    // The commands that use the certificate say it too.
+    let status = g.on(2, "p2pmpi", &["grid", "status"]);
+    assert!(!status.status.success(), "{}", status.stdout);
+    let said = "certificate of peer2 expired 60 min ago: this machine must be invited";
+    assert!(status.stderr.contains(said), "{}", status.stderr);
 }

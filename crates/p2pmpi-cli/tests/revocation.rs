@@ -192,6 +192,9 @@ fn a_revoked_member_is_stopped_and_refused_within_5_s() {
     assert!(!next.status.success(), "{}", next.stdout);
     assert!(!next.stdout.contains("rank 1 of 2"), "{}", next.stdout);
     assert!(next.stderr.contains("refuses this machine: member peer2 is revoked"), "{}", next.stderr);
+    let status = g.on(2, "p2pmpi", &["grid", "status"]);
+    let text = format!("{}{}", status.stdout, status.stderr);
+    assert!(text.contains("refuses this machine: member peer2 is revoked"), "{text}");
     assert!(t0.elapsed() < BOUND * 4, "{:?}", t0.elapsed());
     assert!(g.log(1).contains("member peer2 is revoked"), "peer 1 logs it");
 

@@ -165,8 +165,17 @@ pub fn credential(home: &Home, now_s: u64) -> Result<Option<GridSecret>> {
     let Some(cert) = keys.certificate()? else { return Ok(None) };
     let owner = keys.grid()?.with_context(|| format!("{} is missing", keys.grid_pub().display()))?;
     let revoked = load_revoked(&keys.revoked(), owner)?;
-    cert.check(&owner, now_s, &revoked.revocations())
-        .with_context(|| format!("this peer's certificate ({}) is not valid", keys.member_cert().display()))?;
+    if let Err(e) = cert.check(&owner, now_s, &revoked.revocations()) {
+        let what = match e {
+            CertError::Expired(..) => {
+                ": this machine must be invited again (`p2pmpi grid invite NAME` on the grid owner's machine, then \
+                 `p2pmpi grid join CODE` here)"
+            }
+            CertError::NotYetValid(_) => ": check this machine's clock",
+            _ => "",
+        };
+        bail!("this peer's certificate ({}) is not valid: {e}{what}", keys.member_cert().display());
+    }
     let secret = GridSecret::member(keys.member_keypair()?, cert, owner);
     if let Some(m) = secret.member_info() {
         m.set_revoked(revoked.revocations());
