@@ -266,8 +266,9 @@ fn run_local(name: &str, opts: RunArgs, n: usize, binding: Binding) -> Result<i3
     // Dropped at the end (after the processes): its directories are removed.
     let confinement = opts
         .confine
-        .then(|| crate::local_confine::LocalConfinement::new(name, &cfg, &program, ctrl_addr.port(), slots))
-        .transpose()?;
+        .then(|| crate::local_confine::LocalConfinement::new(name, &cfg, &program, slots))
+        .transpose()?
+        .map(Arc::new);
 
     let (tx, rx) = channel();
     let sup = Shared::new(layout, fd.as_ref());
@@ -306,7 +307,7 @@ fn run_local(name: &str, opts: RunArgs, n: usize, binding: Binding) -> Result<i3
                 bail!("--bind-to: cannot bind {} to CPU {cpu}: {e}", who(layout, slot));
             }
         }
-        if let Some(Err(e)) = confinement.as_ref().map(|c| c.apply(&mut cmd)) {
+        if let Some(Err(e)) = confinement.as_ref().map(|c| c.apply(&mut cmd, ctrl_addr.port())) {
             kill_all(&mut children);
             return Err(e);
         }
@@ -338,7 +339,15 @@ fn run_local(name: &str, opts: RunArgs, n: usize, binding: Binding) -> Result<i3
         std::thread::spawn(move || watch_exits(children, tx, output));
     }
     let spawner = crate::spawn::Spawns::new(
-        crate::spawn::Settings::of_job(name, &key, layout, &opts, &extra, crate::spawn::Place::Local).with_fd(fd),
+        crate::spawn::Settings::of_job(
+            name,
+            &key,
+            layout,
+            &opts,
+            &extra,
+            crate::spawn::Place::Local(confinement.clone()),
+        )
+        .with_fd(fd),
     );
     if layout.r > 1 {
         // Its children's declared deaths reach the parents, and the other way round.

@@ -22,9 +22,9 @@ pub(crate) struct LocalConfinement {
 }
 
 impl LocalConfinement {
-    /// For a job of `procs` processes running `program`, whose launcher listens on
-    /// `control_port`.
-    pub(crate) fn new(name: &str, cfg: &Config, program: &Path, control_port: u16, procs: usize) -> Result<Self> {
+    /// For a job of `procs` processes running `program` (and what it spawns: the programs of
+    /// spawned jobs must be readable under the granted paths too).
+    pub(crate) fn new(name: &str, cfg: &Config, program: &Path, procs: usize) -> Result<Self> {
         let mut confiner = Confiner::from_config(cfg);
         if let Some(why) = confiner.refusal() {
             bail!("--confine: {why}");
@@ -42,7 +42,7 @@ impl LocalConfinement {
             job_dir: std::env::current_dir().context("--confine: no current directory")?,
             tmp: std::env::temp_dir().join(format!("p2pmpi-{job}")),
             shm: shm_base.join(format!("p2pmpi-{job}")),
-            connect: vec![control_port],
+            connect: Vec::new(),
         };
         for d in [&paths.tmp, &paths.shm] {
             std::fs::create_dir_all(d).with_context(|| format!("--confine: cannot create {}", d.display()))?;
@@ -61,10 +61,12 @@ impl LocalConfinement {
     }
 
     /// Makes `cmd` start confined (its places in its environment: `TMPDIR`, `P2PMPI_SHM_DIR`,
-    /// and `P2PMPI_PORTS`, the ports it may listen on).
-    pub(crate) fn apply(&self, cmd: &mut Command) -> Result<()> {
+    /// and `P2PMPI_PORTS`, the ports it may listen on), allowed to connect to `control` (its
+    /// launcher's control port: the job's, or a spawned job's).
+    pub(crate) fn apply(&self, cmd: &mut Command, control: u16) -> Result<()> {
         cmd.env("TMPDIR", &self.paths.tmp).env("P2PMPI_SHM_DIR", &self.paths.shm).env("P2PMPI_PORTS", &self.ports);
-        let ruleset = self.confiner.ruleset(&self.paths).context("--confine: cannot prepare the confinement")?;
+        let paths = JobPaths { connect: vec![control], ..self.paths.clone() };
+        let ruleset = self.confiner.ruleset(&paths).context("--confine: cannot prepare the confinement")?;
         self.confiner
             .confine_in(cmd, ruleset, self.cgroup.as_ref())
             .context("--confine: cannot enter the job's control group")?;

@@ -293,3 +293,27 @@ fn a_local_job_is_confined_only_with_confine() {
     drop(service);
     std::fs::remove_dir_all(&base).unwrap();
 }
+
+/// `p2pmpirun --local --confine`: a job that spawns children (started confined too, allowed
+/// to reach their own job's control port) runs to its end, both ways across the
+/// intercommunicator and merged.
+#[test]
+fn a_local_confined_job_spawns_and_talks_with_its_children() {
+    if !landlock() {
+        return;
+    }
+    let prog = example("spawn_checks");
+    let mut cmd = std::process::Command::new(common::grid::bin("p2pmpirun"));
+    cmd.args(["--local", "--confine", "-n", "2"])
+        .arg(&prog)
+        .arg("basic")
+        .current_dir(std::env::temp_dir())
+        .env("P2PMPI_HOME", "/nonexistent/p2pmpi-confined-spawn")
+        .env_remove("P2PMPI_CONF_FILE");
+    let out = common::run_cmd(&mut cmd, common::grid::LIMIT);
+    out.assert_ok();
+    for r in 0..2 {
+        let child = format!("child {r} of 2: 2 parents, merged rank {} of 4, sum 6", 2 + r);
+        assert!(out.stdout.contains(&child), "missing {child:?} in:\n{}{}", out.stdout, out.stderr);
+    }
+}
