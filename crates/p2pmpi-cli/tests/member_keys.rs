@@ -88,6 +88,7 @@ fn invite_join_and_roles_on_a_member_grid() {
     assert!(!out.status.success(), "{}", out.stdout);
     let logs = g.log(1) + &g.log(2);
     assert!(logs.contains("member peer3 has no submit role"), "the RSs log the refusal");
+    assert!(out.stderr.contains("member peer3 has no submit role"), "and it is told:\n{}", out.stderr);
 
     // SUBMIT_ALLOW on peer 2 without peer 1: peer 2 no longer runs peer 1's jobs.
     g.reconfigure(2, &["SUBMIT_ALLOW=peer3"]);
@@ -95,6 +96,7 @@ fn invite_join_and_roles_on_a_member_grid() {
     let out = g.run(&["-n", "3", "-w", "1", w]);
     assert!(!out.status.success(), "{}", out.stdout);
     assert!(g.log(2).contains("member peer1 is not in this peer's SUBMIT_ALLOW"));
+    assert!(out.stderr.contains("member peer1 is not in this peer's SUBMIT_ALLOW"), "{}", out.stderr);
     g.run(&["-n", "2", w]).assert_ok();
     g.on_home(&home3, "mpihalt", &[]).assert_ok();
 }

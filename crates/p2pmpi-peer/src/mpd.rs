@@ -89,6 +89,9 @@ struct Mpd {
     /// Member mode: a supernode refused this machine's certificate and said why (revoked,
     /// expired), at the last poll: jobs submitted here are refused with these words.
     refused_by: Mutex<Option<String>>,
+    /// The last reason each host gave for refusing a reservation, and when: a reservation
+    /// that fails names those given since it started.
+    refusals: Mutex<HashMap<String, (Instant, String)>>,
 }
 
 #[path = "mpd_members.rs"]
@@ -438,6 +441,7 @@ impl Mpd {
             Ok(RsResponse::Ok { p, .. }) => Answer::Ok { p },
             Ok(RsResponse::Nok { reason }) => {
                 info!("host {} refused the reservation: {reason}", info.id);
+                self.refusals.lock().insert(info.id.to_string(), (Instant::now(), reason));
                 Answer::Nok
             }
             Ok(other) => {
@@ -445,7 +449,9 @@ impl Mpd {
                 Answer::Nok
             }
             Err(SecureError::RefusedBy(why)) => {
-                warn!("{}", members::refused_words(&format!("host {}", info.id), &why));
+                let words = members::refused_words(&format!("host {}", info.id), &why);
+                warn!("{words}");
+                self.refusals.lock().insert(info.id.to_string(), (Instant::now(), words));
                 Answer::Nok
             }
             Err(e) => {
@@ -557,8 +563,23 @@ impl Mpd {
         }
     }
 
+    /// The reasons hosts gave for refusing reservations since `t` (at most three, the same
+    /// reason once): `; refused by 10.0.0.2:9897: member m3 has no submit role`.
+    fn refusals_since(&self, t: Instant) -> String {
+        let mut seen: Vec<(String, String)> = Vec::new();
+        for (host, (at, why)) in self.refusals.lock().iter() {
+            if *at >= t && !seen.iter().any(|(_, w)| w == why) {
+                seen.push((host.clone(), why.clone()));
+            }
+        }
+        seen.sort();
+        seen.truncate(3);
+        seen.iter().map(|(h, w)| format!("; refused by {h}: {w}")).collect()
+    }
+
     fn reserve(&self, conn: &mut SecureConn, ask: Ask<'_>) -> Result<()> {
         let Ask { n, r, strategy, wait_ms, app, exclude, only } = ask;
+        let started = Instant::now();
         let strategy: Strategy = match strategy.parse() {
             Ok(s) => s,
             Err(e) => {
@@ -618,7 +639,7 @@ impl Mpd {
                     if Instant::now() >= deadline || (busy && wait_ms == 0) {
                         self.release_all(&booking, ticket);
                         let allowed = (!only.is_empty()).then_some(candidates.len());
-                        let msg = self.booking_failed(e, &booking, wait_ms, allowed);
+                        let msg = self.booking_failed(e, &booking, wait_ms, allowed) + &self.refusals_since(started);
                         info!("reservation {ticket} failed: {msg}");
                         conn.send(&MpdResponse::Failed(msg))?;
                         return Ok(());
@@ -791,6 +812,7 @@ pub fn run(opts: MpdOpts) -> Result<()> {
         revoked,
         submitters: Mutex::new(HashMap::new()),
         refused_by: Mutex::new(None),
+        refusals: Mutex::new(HashMap::new()),
         start: Instant::now(),
         home: home.clone(),
         secret: secret.clone(),
