@@ -128,7 +128,8 @@ pub fn run(cmd: KeysCmd) -> Result<()> {
     }
 }
 
-/// Where to wait for the join: `--listen`, else this peer's MPD address or EXTERNAL_IP.
+/// Where to wait for the join: `--listen`, else this peer's MPD address, else the address its
+/// MPD would take (EXTERNAL_IP, or the one that routes to the first supernode).
 fn listen_addr(home: &Home, listen: Option<SocketAddr>) -> Result<SocketAddr> {
     if let Some(a) = listen {
         return Ok(a);
@@ -137,9 +138,13 @@ fn listen_addr(home: &Home, listen: Option<SocketAddr>) -> Result<SocketAddr> {
         return Ok(SocketAddr::new(st.ip, 0));
     }
     let cfg = crate::grid_run::load_config("p2pmpi grid invite")?;
-    match cfg.external_ip {
-        Some(ip) => Ok(SocketAddr::new(ip, 0)),
-        None => bail!("no peer daemon runs here and EXTERNAL_IP is not set: say where to wait with --listen IP:PORT"),
+    let ip = p2pmpi_peer::mpd::advertised_ip(&cfg, &crate::commands::supernode_addrs(&cfg));
+    match ip.is_loopback() {
+        false => Ok(SocketAddr::new(ip, 0)),
+        true => bail!(
+            "no peer daemon runs here, EXTERNAL_IP is not set and no SUPERNODE is reached through another \
+             address than loopback: say where to wait with --listen IP:PORT"
+        ),
     }
 }
 

@@ -253,7 +253,8 @@ fn run_local(name: &str, opts: RunArgs, n: usize, binding: Binding) -> Result<i3
         );
     }
     let program = resolve_program(&opts.command[0])?;
-    let fd = FdPlan::from_options(&opts, &crate::grid_run::load_config(name)?)?;
+    let cfg = crate::grid_run::load_config(name)?;
+    let fd = FdPlan::from_options(&opts, &cfg)?;
     if opts.verbose {
         eprintln!("{name}: failure detector: {}", fd.as_ref().map_or("off".to_string(), |f| f.name()));
     }
@@ -262,6 +263,12 @@ fn run_local(name: &str, opts: RunArgs, n: usize, binding: Binding) -> Result<i3
     let listener = TcpListener::bind("127.0.0.1:0").context("cannot open the launcher's control port")?;
     let ctrl_addr = listener.local_addr()?;
     let key = JobKey::random()?;
+    // Dropped at the end (after the processes): its directories are removed.
+    let confinement = opts
+        .confine
+        .then(|| crate::local_confine::LocalConfinement::new(name, &cfg, &program, slots))
+        .transpose()?
+        .map(Arc::new);
 
     let (tx, rx) = channel();
     let sup = Shared::new(layout, fd.as_ref());
@@ -300,6 +307,10 @@ fn run_local(name: &str, opts: RunArgs, n: usize, binding: Binding) -> Result<i3
                 bail!("--bind-to: cannot bind {} to CPU {cpu}: {e}", who(layout, slot));
             }
         }
+        if let Some(Err(e)) = confinement.as_ref().map(|c| c.apply(&mut cmd, ctrl_addr.port())) {
+            kill_all(&mut children);
+            return Err(e);
+        }
         let mut child = match cmd.spawn() {
             Ok(c) => c,
             Err(e) => {
@@ -328,7 +339,15 @@ fn run_local(name: &str, opts: RunArgs, n: usize, binding: Binding) -> Result<i3
         std::thread::spawn(move || watch_exits(children, tx, output));
     }
     let spawner = crate::spawn::Spawns::new(
-        crate::spawn::Settings::of_job(name, &key, layout, &opts, &extra, crate::spawn::Place::Local).with_fd(fd),
+        crate::spawn::Settings::of_job(
+            name,
+            &key,
+            layout,
+            &opts,
+            &extra,
+            crate::spawn::Place::Local(confinement.clone()),
+        )
+        .with_fd(fd),
     );
     if layout.r > 1 {
         // Its children's declared deaths reach the parents, and the other way round.

@@ -29,6 +29,7 @@ pub mod grid_keys;
 pub mod grid_run;
 pub mod grid_status;
 pub mod launcher;
+mod local_confine;
 pub mod local_grid;
 pub mod monitor;
 pub mod notices;

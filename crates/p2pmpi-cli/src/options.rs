@@ -45,6 +45,12 @@ pub struct RunArgs {
     /// Run on the grid through this host's peer daemon (the default when one is running).
     #[arg(long)]
     pub grid: bool,
+    /// Run a local job's processes confined as a peer confines a grid job (Landlock: read the
+    /// system, write only the current directory and the job's own temporary and segment
+    /// directories; the limits JOB_* of the configuration; no_new_privs). Grid jobs are
+    /// always confined by the peers that run them.
+    #[arg(long)]
+    pub confine: bool,
     /// Report each start-up step (reservation, staging with cache hits, launch) on stderr.
     #[arg(short = 'v', long)]
     pub verbose: bool,

@@ -28,8 +28,9 @@ use std::time::Duration;
 /// Where spawned processes run.
 #[derive(Clone)]
 pub(crate) enum Place {
-    /// On this host, started by this process (`p2pmpirun --local`).
-    Local,
+    /// On this host, started by this process (`p2pmpirun --local`), confined as the job's
+    /// own processes with `--confine`.
+    Local(Option<Arc<crate::local_confine::LocalConfinement>>),
     /// On grid peers, through this host's peer daemon.
     Grid(Arc<dyn RemoteStart>),
 }
@@ -272,7 +273,7 @@ impl Spawns {
         let r = s.replicas.max(1);
         let layout = Layout::new(m, r);
         let bind = match &s.place {
-            Place::Local => std::net::IpAddr::from([127, 0, 0, 1]),
+            Place::Local(_) => std::net::IpAddr::from([127, 0, 0, 1]),
             Place::Grid(g) => g.address(),
         };
         let listener = TcpListener::bind((bind, 0)).map_err(|e| format!("cannot open a control port: {e}"))?;
@@ -323,7 +324,7 @@ impl Spawns {
                 tx: &tx,
             };
             let started = match &st.place {
-                Place::Local => start_here(&req),
+                Place::Local(confine) => start_here(&req, confine.as_deref()),
                 Place::Grid(g) => g.start(&format!("{} (spawned job {number})", st.name), &req),
             };
             let started = match started {
@@ -393,8 +394,9 @@ impl Relay for Spawns {
     }
 }
 
-/// Starts a spawned job's processes on this host.
-fn start_here(req: &Request<'_>) -> Result<Started, String> {
+/// Starts a spawned job's processes on this host (confined by `confine`, if given, with the
+/// spawned job's control port).
+fn start_here(req: &Request<'_>, confine: Option<&crate::local_confine::LocalConfinement>) -> Result<Started, String> {
     let Request { apps, programs, vars, m, r, universe, key, output, tx, .. } = *req;
     let mut children: Vec<Child> = Vec::with_capacity(m * r);
     let mut threads = Vec::new();
@@ -437,6 +439,10 @@ fn start_here(req: &Request<'_>) -> Result<Started, String> {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         die_with_launcher(&mut cmd);
+        if let Some(Err(e)) = confine.map(|c| c.apply(&mut cmd, req.root.port())) {
+            terminate(&Arc::new(Mutex::new(children)));
+            return Err(format!("{e:#}"));
+        }
         let mut child = match cmd.spawn() {
             Ok(c) => c,
             Err(e) => {

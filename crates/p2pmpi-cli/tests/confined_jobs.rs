@@ -90,6 +90,17 @@ fn a_job_on_a_peer_cannot_escape_its_directory() {
     let out = g.run(&["-n", "2", pi.to_str().unwrap()]);
     out.assert_ok();
     assert!(out.stdout.contains("3.14159"), "{}", out.stdout);
+    // As root, a peer whose directory is closed to other users keeps its jobs' directories in
+    // /var/lib/p2pmpi/jobs-HASH (`jobs` links there): stopped, it leaves nothing there.
+    let relocated: Vec<std::path::PathBuf> =
+        (1..=2).filter_map(|p| std::fs::read_link(g.home(p).join("jobs")).ok()).collect();
+    if p2pmpi_peer::os::is_root() {
+        assert_eq!(relocated.len(), 2, "the peers' jobs were not relocated");
+    }
+    drop(g);
+    for r in &relocated {
+        assert!(!r.exists(), "{} left behind", r.display());
+    }
 }
 
 #[test]
@@ -203,4 +214,106 @@ fn a_job_cannot_reach_another_running_job_other_ports_or_fork_without_bound() {
     let pi = example("pi");
     let out = g.run(&["-n", "2", pi.to_str().unwrap()]);
     out.assert_ok();
+}
+
+/// `p2pmpirun --local`: the submitter's own processes are not confined unless asked; with
+/// `--confine` they are, as a peer confines a grid job (their current directory is the job's
+/// directory), over shared memory and over TCP, and the job still computes. Nothing of the
+/// job's temporary or segment directories is left behind.
+#[test]
+fn a_local_job_is_confined_only_with_confine() {
+    if !landlock() {
+        return;
+    }
+    let base = std::env::temp_dir().join(format!("p2pmpi-local-confine-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    let (work, home) = (base.join("work"), base.join("home"));
+    std::fs::create_dir_all(&work).unwrap();
+    std::fs::create_dir_all(&home).unwrap();
+    let secret = base.join("secret");
+    std::fs::write(&secret, "the submitter's\n").unwrap();
+    // A TCP service of this host outside the grid's ports (MIN_PORT..MAX_PORT: 9801..9900).
+    let service = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = service.local_addr().unwrap().port();
+    assert!(!(9801..=9900).contains(&port));
+    let mut probes = vec![
+        format!("read:{}", secret.display()),
+        format!("write:{}", base.join("planted").display()),
+        "environ:parent".to_string(),
+    ];
+    if p2pmpi_peer::confine::kernel_abi() >= 4 {
+        // Landlock restricts TCP from ABI 4.
+        probes.push(format!("connect:127.0.0.1:{port}"));
+    }
+    let denied = probes.len();
+    probes.extend(["write-own".to_string(), "own-status".to_string()]);
+    let leftovers = || -> Vec<String> {
+        let mut v = Vec::new();
+        for d in [std::env::temp_dir(), "/dev/shm".into()] {
+            for e in std::fs::read_dir(d).into_iter().flatten().flatten() {
+                let n = e.file_name().to_string_lossy().to_string();
+                if n.starts_with("p2pmpi-local-") && !n.starts_with("p2pmpi-local-confine-") {
+                    v.push(n);
+                }
+            }
+        }
+        v
+    };
+    let before = leftovers();
+    let prog = example("probe_escape");
+    for (confine, shm) in [(false, "1"), (true, "1"), (true, "0")] {
+        let mut cmd = std::process::Command::new(common::grid::bin("p2pmpirun"));
+        cmd.args(["--local", "-n", "2"]);
+        if confine {
+            cmd.arg("--confine");
+        }
+        cmd.arg(&prog)
+            .args(&probes)
+            .current_dir(&work)
+            .env("P2PMPI_HOME", &home)
+            .env_remove("P2PMPI_CONF_FILE")
+            .env("P2PMPI_SHM", shm);
+        let out = common::run_cmd(&mut cmd, common::grid::LIMIT);
+        out.assert_ok();
+        let text = format!("--confine {confine}, P2PMPI_SHM={shm}:\n{}{}", out.stdout, out.stderr);
+        for p in &probes[..denied] {
+            let l = line(&out.stdout, p);
+            assert_eq!(l.contains("denied"), confine, "{l}\n{text}");
+        }
+        for p in &probes[denied..] {
+            assert!(line(&out.stdout, p).ends_with("allowed"), "{text}");
+        }
+        assert_eq!(base.join("planted").exists(), !confine, "{text}");
+        let _ = std::fs::remove_file(base.join("planted"));
+        assert_eq!(std::fs::read_to_string(work.join("own-file.txt")).unwrap(), "mine\n");
+    }
+    // Those of other tests running now aside.
+    let after: Vec<String> = leftovers().into_iter().filter(|n| !before.contains(n)).collect();
+    assert!(after.is_empty(), "left behind: {after:?}");
+    drop(service);
+    std::fs::remove_dir_all(&base).unwrap();
+}
+
+/// `p2pmpirun --local --confine`: a job that spawns children (started confined too, allowed
+/// to reach their own job's control port) runs to its end, both ways across the
+/// intercommunicator and merged.
+#[test]
+fn a_local_confined_job_spawns_and_talks_with_its_children() {
+    if !landlock() {
+        return;
+    }
+    let prog = example("spawn_checks");
+    let mut cmd = std::process::Command::new(common::grid::bin("p2pmpirun"));
+    cmd.args(["--local", "--confine", "-n", "2"])
+        .arg(&prog)
+        .arg("basic")
+        .current_dir(std::env::temp_dir())
+        .env("P2PMPI_HOME", "/nonexistent/p2pmpi-confined-spawn")
+        .env_remove("P2PMPI_CONF_FILE");
+    let out = common::run_cmd(&mut cmd, common::grid::LIMIT);
+    out.assert_ok();
+    for r in 0..2 {
+        let child = format!("child {r} of 2: 2 parents, merged rank {} of 4, sum 6", 2 + r);
+        assert!(out.stdout.contains(&child), "missing {child:?} in:\n{}{}", out.stdout, out.stderr);
+    }
 }

@@ -178,11 +178,30 @@ fn replicated(example_name: &str, args: &[&str], marker: &str, dir: &std::path::
     c
 }
 
-fn path_dir(test: &str) -> std::path::PathBuf {
+/// The directory of a test's recorded paths, removed when the test passes (kept to look at
+/// when it fails).
+struct PathDir(std::path::PathBuf);
+
+impl std::ops::Deref for PathDir {
+    type Target = std::path::Path;
+    fn deref(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl Drop for PathDir {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+fn path_dir(test: &str) -> PathDir {
     let d = std::env::temp_dir().join(format!("p2pmpi-ft-{test}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
-    d
+    PathDir(d)
 }
 
 /// Waits (bounded) until the job's 8 processes run; returns slot → pid.
@@ -209,7 +228,7 @@ fn start_replicated(
     args: &[&str],
     test: &str,
     ready: &str,
-) -> (Job, std::collections::HashMap<usize, u32>, std::path::PathBuf) {
+) -> (Job, std::collections::HashMap<usize, u32>, PathDir) {
     let marker = marker(&format!("ft-{test}"));
     let dir = path_dir(test);
     let job = Job::spawn(&mut replicated(example, args, &marker, &dir));

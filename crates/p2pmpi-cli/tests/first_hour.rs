@@ -78,8 +78,9 @@ fn the_quick_start_runs_as_written_wherever_the_target_dir_is() {
     assert_eq!(expected.len(), 3, "{expected:?}");
     let args: Vec<&str> = args.split_whitespace().collect();
     for target_dir in [None, Some("/nonexistent/elsewhere")] {
+        let home = empty_home("quick");
         let mut cmd = Command::new(p2pmpi_tool());
-        cmd.args(&args).env("P2PMPI_HOME", empty_home("quick")).env_remove("P2PMPI_CONF_FILE");
+        cmd.args(&args).env("P2PMPI_HOME", &home).env_remove("P2PMPI_CONF_FILE");
         match target_dir {
             Some(d) => cmd.env("CARGO_TARGET_DIR", d),
             None => cmd.env_remove("CARGO_TARGET_DIR"),
@@ -89,6 +90,7 @@ fn the_quick_start_runs_as_written_wherever_the_target_dir_is() {
         for line in &expected {
             assert!(out.stdout.lines().any(|l| l == line), "{line:?} not printed:\n{}\n{}", out.stdout, out.stderr);
         }
+        let _ = std::fs::remove_dir_all(&home);
     }
     // Installing the commands: the tested versions, the quick start's build reused.
     let install = blocks(&text, "## Your own program", "sh");

@@ -88,6 +88,7 @@ fn invite_join_and_roles_on_a_member_grid() {
     assert!(!out.status.success(), "{}", out.stdout);
     let logs = g.log(1) + &g.log(2);
     assert!(logs.contains("member peer3 has no submit role"), "the RSs log the refusal");
+    assert!(out.stderr.contains("member peer3 has no submit role"), "and it is told:\n{}", out.stderr);
 
     // SUBMIT_ALLOW on peer 2 without peer 1: peer 2 no longer runs peer 1's jobs.
     g.reconfigure(2, &["SUBMIT_ALLOW=peer3"]);
@@ -95,6 +96,7 @@ fn invite_join_and_roles_on_a_member_grid() {
     let out = g.run(&["-n", "3", "-w", "1", w]);
     assert!(!out.status.success(), "{}", out.stdout);
     assert!(g.log(2).contains("member peer1 is not in this peer's SUBMIT_ALLOW"));
+    assert!(out.stderr.contains("member peer1 is not in this peer's SUBMIT_ALLOW"), "{}", out.stderr);
     g.run(&["-n", "2", w]).assert_ok();
     g.on_home(&home3, "mpihalt", &[]).assert_ok();
 }
@@ -129,5 +131,11 @@ fn a_forged_or_expired_certificate_is_refused() {
     std::fs::write(&cert_path, expired.to_hex()).unwrap();
     let boot = g.on(2, "mpiboot", &[]);
     assert!(!boot.status.success(), "{}", boot.stdout);
-    assert!(boot.stderr.contains("expired"), "{}", boot.stderr);
+    assert!(boot.stderr.contains("certificate of peer2 expired 60 min ago"), "{}", boot.stderr);
+    assert!(boot.stderr.contains("must be invited again (`p2pmpi grid invite NAME`"), "{}", boot.stderr);
+    // The commands that use the certificate say it too.
+    let status = g.on(2, "p2pmpi", &["grid", "status"]);
+    assert!(!status.status.success(), "{}", status.stdout);
+    let said = "certificate of peer2 expired 60 min ago: this machine must be invited";
+    assert!(status.stderr.contains(said), "{}", status.stderr);
 }

@@ -455,6 +455,9 @@ impl Browser {
             .args(["--remote-debugging-port=0", "--window-size=1280,900", "--hide-scrollbars"])
             .arg(format!("--user-data-dir={}", dir.display()))
             .arg(url)
+            // Its singleton socket's directory (`org.chromium.Chromium.*`) too: removed with
+            // the profile, not left in /tmp.
+            .env("TMPDIR", &dir)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())

@@ -78,18 +78,29 @@ fn accepted(cred: &GridSecret, addr: SocketAddr, svc: Svc) -> bool {
     }
 }
 
-/// Peer `peer`'s job directory (a daemon as root whose directory is closed to other users keeps
-/// it in /var/lib/p2pmpi, with `jobs` a link there: the ranks' command lines name the target).
-fn jobs_dir(g: &TestGrid, peer: usize) -> std::path::PathBuf {
-    let jobs = g.home(peer).join("jobs");
-    std::fs::canonicalize(&jobs).unwrap_or(jobs)
-}
-
 /// Peer `peer`'s MPD, RS and FT.
 fn services(g: &TestGrid, peer: usize) -> Vec<(SocketAddr, Svc)> {
     let st = p2pmpi_peer::mpd::running(&Home::new(g.home(peer))).expect("the MPD runs");
     let at = |p| SocketAddr::new(st.ip, p);
     vec![(at(st.mpd_port), Svc::Mpd), (at(st.rs_port), Svc::Rs), (at(st.ft_port), Svc::Ft)]
+}
+
+/// Where peer `peer` keeps its jobs' directories (as root, `jobs` links to
+/// `/var/lib/p2pmpi/jobs-HASH`: the processes are given the resolved paths).
+fn jobs_of(g: &TestGrid, peer: usize) -> std::path::PathBuf {
+    let jobs = g.home(peer).join("jobs");
+    std::fs::canonicalize(&jobs).unwrap_or(jobs)
+}
+
+/// What a member-mode client with `cred` is told when `addr` refuses it (a refusal record
+/// after the handshake), `None` if it is not told.
+fn told(cred: &GridSecret, addr: SocketAddr) -> Option<String> {
+    let mut c = p2pmpi_wire::secure::SecureConn::connect(addr, cred, Duration::from_secs(3)).ok()?;
+    let _ = c.set_read_timeout(Some(Duration::from_secs(3)));
+    match c.call::<_, p2pmpi_wire::grid::MpdResponse>(&MpdRequest::Ping) {
+        Err(p2pmpi_wire::secure::SecureError::RefusedBy(why)) => Some(why),
+        _ => None,
+    }
 }
 
 fn all_accepted(cred: &GridSecret, addrs: &[(SocketAddr, Svc)]) -> Vec<bool> {
@@ -114,7 +125,7 @@ fn a_revoked_member_is_stopped_and_refused_within_5_s() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let ranks_on = |p: usize| processes_with(&format!("{}/", jobs_dir(&g, p).display()));
+    let ranks_on = |p: usize| processes_with(&format!("{}/", jobs_of(&g, p).display()));
     wait_until(LIMIT, "peer 2's ranks on peers 1 and 3", || !ranks_on(1).is_empty() && !ranks_on(3).is_empty());
 
     let peer2 = raw_credential(&g, 2);
@@ -166,11 +177,24 @@ fn a_revoked_member_is_stopped_and_refused_within_5_s() {
     assert!(all_accepted(&peer3, &services(&g, 1)).iter().all(|a| *a));
     let st = wait_bounded(&mut job, LIMIT).expect("the revoked member's job ends");
     assert!(!st.success());
-    // Its next submission is refused: no other host takes it (its own machine, not trusted to
-    // stop itself, is the only one that would run its ranks).
+    // Told why, it being a member (its key proven): by the daemons and the supernode.
+    for addr in [services(&g, 1)[0].0, sn] {
+        assert_eq!(told(&peer2, addr).as_deref(), Some("member peer2 is revoked"), "{addr}");
+    }
+    // Its own daemon learns it from the supernode's refusal, and says it.
+    let said = "supernode";
+    wait_until(LIMIT, "peer 2's MPD saying that it is revoked", || {
+        g.log(2).lines().any(|l| l.contains(said) && l.contains("refuses this machine: member peer2 is revoked"))
+    });
+    // Its next submission is refused, saying why: no other host takes it (its own machine, not
+    // trusted to stop itself, is the only one that would run its ranks).
     let next = g.on(2, "p2pmpirun", &["-n", "2", "-w", "1", w]);
     assert!(!next.status.success(), "{}", next.stdout);
     assert!(!next.stdout.contains("rank 1 of 2"), "{}", next.stdout);
+    assert!(next.stderr.contains("refuses this machine: member peer2 is revoked"), "{}", next.stderr);
+    let status = g.on(2, "p2pmpi", &["grid", "status"]);
+    let text = format!("{}{}", status.stdout, status.stderr);
+    assert!(text.contains("refuses this machine: member peer2 is revoked"), "{text}");
     assert!(t0.elapsed() < BOUND * 4, "{:?}", t0.elapsed());
     assert!(g.log(1).contains("member peer2 is revoked"), "peer 1 logs it");
 
@@ -210,12 +234,16 @@ fn expired_and_forged_certificates_are_refused_and_renewal_comes_first() {
     let expired = owner_seed.issue("peer2", me.public(), first.body.roles, now - 100, 90).unwrap();
     let cred = GridSecret::member(me.clone(), expired, owner_of(&g));
     assert!(!accepted(&cred, mpd1, Svc::Mpd), "an expired certificate is accepted");
+    let why = told(&cred, mpd1).expect("an expired member is told why");
+    assert!(why.starts_with("certificate of peer2 expired "), "{why}");
     wait_until(LIMIT, "the refusal logged", || g.log(1).contains("expired"));
     let mut forged = first.clone();
     forged.body.roles = p2pmpi_wire::identity::Roles::ALL;
     let cred = GridSecret::member(me.clone(), forged, owner_of(&g));
     assert!(!accepted(&cred, mpd1, Svc::Mpd), "a forged certificate is accepted");
     assert!(!accepted(&cred, supernode(&g), Svc::Sn), "a forged certificate is accepted by the supernode");
+    // Not a member's (the owner did not sign it): not told why.
+    assert_eq!(told(&cred, mpd1), None);
     assert!(accepted(&raw_credential(&g, 2), mpd1, Svc::Mpd));
 
     // Renewal: before the first certificate ends, peer 2 (and the supernode, and the owner's
@@ -320,7 +348,7 @@ fn ranks_on_a_revoked_host_fail_and_replicas_finish_the_job() {
         })
     };
     let err = common::reader(job.stderr.take().unwrap());
-    let ranks_on = |p: usize| processes_with(&format!("{}/", jobs_dir(&g, p).display()));
+    let ranks_on = |p: usize| processes_with(&format!("{}/", jobs_of(&g, p).display()));
     wait_until(LIMIT, "the job's processes on peer 3", || !ranks_on(3).is_empty());
     // Revoked while the job computes (every process registered: the first steps are done).
     wait_until(LIMIT, "the job's first steps", || seen.lock().unwrap().contains("step 9:"));
@@ -401,4 +429,6 @@ fn revocations_are_replicated_among_the_supernodes() {
     wait_until(LIMIT, "the restarted supernode holds it", || holds(&homes[2], "bob"));
     common::run_cmd(&mut cmd(&owner, &["grid", "revoke", "carol"]), LIMIT).assert_ok();
     wait_until(LIMIT, "every supernode holds the second", || homes.iter().all(|h| holds(h, "carol")));
+    homes.iter().for_each(|h| stop(h));
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -152,6 +152,14 @@ impl Confiner {
         }
     }
 
+    /// Lets the processes also read and execute `path` (and what is below it): a local job's
+    /// program outside its directory (`p2pmpirun --local --confine`).
+    pub fn grant_read(&mut self, path: PathBuf) {
+        if !self.read.contains(&path) {
+            self.read.push(path);
+        }
+    }
+
     /// Makes the control group of a job that starts `procs` processes here, when a limit
     /// asks for one and this host lets us (`None` otherwise).
     pub fn job_cgroup(&self, job: &str, procs: usize) -> io::Result<Option<JobCgroup>> {
@@ -279,8 +287,12 @@ impl Confiner {
         let mut created = rs.create().map_err(err)?;
         if let Some((lo, hi)) = bind {
             // Port 0 too: a connection from a chosen local address binds it (the system picks
-            // the port), as the MPI library's connections from `P2PMPI_BIND` do.
-            let ports = std::iter::once(0).chain(lo..=hi);
+            // the port), as the MPI library's connections from `P2PMPI_BIND` do. Not the
+            // daemons' service ports: no process may connect to them (`connect_set`), so a
+            // process listening there would be cut off from its job (the MPI library takes the
+            // next port of the range).
+            let service = &self.service_ports;
+            let ports = std::iter::once(0).chain((lo..=hi).filter(|p| !service.contains(p)));
             created = created
                 .add_rules(ports.map(|p| Ok::<_, landlock::RulesetError>(NetPort::new(p, AccessNet::BindTcp))))
                 .map_err(err)?;

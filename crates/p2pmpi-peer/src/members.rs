@@ -165,13 +165,43 @@ pub fn credential(home: &Home, now_s: u64) -> Result<Option<GridSecret>> {
     let Some(cert) = keys.certificate()? else { return Ok(None) };
     let owner = keys.grid()?.with_context(|| format!("{} is missing", keys.grid_pub().display()))?;
     let revoked = load_revoked(&keys.revoked(), owner)?;
-    cert.check(&owner, now_s, &revoked.revocations())
-        .with_context(|| format!("this peer's certificate ({}) is not valid", keys.member_cert().display()))?;
+    if let Err(e) = cert.check(&owner, now_s, &revoked.revocations()) {
+        let what = match e {
+            CertError::Expired(..) => {
+                ": this machine must be invited again (`p2pmpi grid invite NAME` on the grid owner's machine, then \
+                 `p2pmpi grid join CODE` here)"
+            }
+            CertError::NotYetValid(_) => ": check this machine's clock",
+            _ => "",
+        };
+        bail!("this peer's certificate ({}) is not valid: {e}{what}", keys.member_cert().display());
+    }
     let secret = GridSecret::member(keys.member_keypair()?, cert, owner);
     if let Some(m) = secret.member_info() {
         m.set_revoked(revoked.revocations());
     }
     Ok(Some(secret))
+}
+
+/// What [`refused_words`] says between the refusing side and the reason.
+pub const REFUSES: &str = " refuses this machine: ";
+
+/// The words for a refusal record ([`p2pmpi_wire::secure::SecureError::RefusedBy`]): `by`
+/// (`supernode 10.0.0.1:9000`) refuses this machine's certificate for `why` (`member m2 is
+/// revoked`, `certificate of m2 expired 12 s ago`), with what to do about it.
+pub fn refused_words(by: &str, why: &str) -> String {
+    let what = if why.contains(" expired ") {
+        ": this machine must be invited again (`p2pmpi grid invite NAME` on the grid owner's machine, then \
+         `p2pmpi grid join CODE` here)"
+    } else if why.ends_with(" is revoked") {
+        ": this machine was revoked from the grid (a revoked machine comes back only under another name, with a new \
+         invitation)"
+    } else if why.contains(" not valid yet") {
+        ": check this machine's clock"
+    } else {
+        ""
+    };
+    format!("{by}{REFUSES}{why}{what}")
 }
 
 /// The revocations kept in `path` (none if it does not exist).

@@ -86,6 +86,12 @@ struct Mpd {
     revoked: Option<members::Revoked>,
     /// Member mode: the submitter's certificate of each job running here, by job id.
     submitters: Mutex<HashMap<String, p2pmpi_wire::identity::Certificate>>,
+    /// Member mode: a supernode refused this machine's certificate and said why (revoked,
+    /// expired), at the last poll: jobs submitted here are refused with these words.
+    refused_by: Mutex<Option<String>>,
+    /// The last reason each host gave for refusing a reservation, and when: a reservation
+    /// that fails names those given since it started.
+    refusals: Mutex<HashMap<String, (Instant, String)>>,
 }
 
 #[path = "mpd_members.rs"]
@@ -143,11 +149,14 @@ fn reachable(dir: &std::path::Path) -> bool {
 /// Lets the jobs' users reach their directories: `home`'s `jobs` becomes mode 711 (search
 /// without listing); if a directory above it is closed to other users, `jobs` becomes a link
 /// to a directory of [`RELOCATED_JOBS`] (the daemon's directory, its configuration and keys
-/// keep their modes). The processes are given the resolved paths.
-fn open_to_job_users(home: &Home) {
+/// keep their modes). The processes are given the resolved paths. Returns the directory of
+/// [`RELOCATED_JOBS`] used, if any: the daemon removes it when it stops
+/// ([`remove_relocated`]).
+fn open_to_job_users(home: &Home) -> Option<std::path::PathBuf> {
     use std::os::unix::fs::PermissionsExt;
     let jobs = home.jobs();
     let resolved = std::fs::canonicalize(&jobs).unwrap_or_else(|_| jobs.clone());
+    let mut relocated = None;
     let target = if reachable(&resolved) {
         resolved
     } else {
@@ -171,11 +180,28 @@ fn open_to_job_users(home: &Home) {
             ),
             Err(e) => warn!("cannot move the jobs' directories to {}: {e}", target.display()),
         }
+        relocated = Some(target.clone());
         target
     };
     let _ = std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o711));
     if !reachable(&target) {
         warn!("{} cannot be reached by the jobs' users: jobs will be refused here", target.display());
+    }
+    relocated
+}
+
+/// When the daemon stops: removes the relocated jobs' directory `target` (its jobs are
+/// killed) and the `jobs` link of `home` to it, so that a stopped daemon leaves nothing in
+/// [`RELOCATED_JOBS`]; the next start makes both again.
+fn remove_relocated(home: &Home, target: &std::path::Path) {
+    let jobs = home.jobs();
+    if std::fs::read_link(&jobs).ok().as_deref() == Some(target) {
+        let _ = std::fs::remove_file(&jobs);
+    }
+    if let Err(e) = std::fs::remove_dir_all(target) {
+        if e.kind() != std::io::ErrorKind::NotFound {
+            warn!("cannot remove {}: {e}", target.display());
+        }
     }
 }
 
@@ -195,7 +221,7 @@ fn shm_dir_of(job: &str) -> std::path::PathBuf {
 
 /// The address other hosts reach us at: EXTERNAL_IP, else the interface that routes to the
 /// first supernode, else loopback.
-fn advertised_ip(cfg: &Config, supernodes: &[(String, Option<SocketAddr>)]) -> IpAddr {
+pub fn advertised_ip(cfg: &Config, supernodes: &[(String, Option<SocketAddr>)]) -> IpAddr {
     if let Some(ip) = cfg.external_ip {
         return ip;
     }
@@ -415,10 +441,17 @@ impl Mpd {
             Ok(RsResponse::Ok { p, .. }) => Answer::Ok { p },
             Ok(RsResponse::Nok { reason }) => {
                 info!("host {} refused the reservation: {reason}", info.id);
+                self.refusals.lock().insert(info.id.to_string(), (Instant::now(), reason));
                 Answer::Nok
             }
             Ok(other) => {
                 warn!("host {} answered {other:?} to a reservation", info.id);
+                Answer::Nok
+            }
+            Err(SecureError::RefusedBy(why)) => {
+                let words = members::refused_words(&format!("host {}", info.id), &why);
+                warn!("{words}");
+                self.refusals.lock().insert(info.id.to_string(), (Instant::now(), words));
                 Answer::Nok
             }
             Err(e) => {
@@ -530,8 +563,23 @@ impl Mpd {
         }
     }
 
+    /// The reasons hosts gave for refusing reservations since `t` (at most three, the same
+    /// reason once): `; refused by 10.0.0.2:9897: member m3 has no submit role`.
+    fn refusals_since(&self, t: Instant) -> String {
+        let mut seen: Vec<(String, String)> = Vec::new();
+        for (host, (at, why)) in self.refusals.lock().iter() {
+            if *at >= t && !seen.iter().any(|(_, w)| w == why) {
+                seen.push((host.clone(), why.clone()));
+            }
+        }
+        seen.sort();
+        seen.truncate(3);
+        seen.iter().map(|(h, w)| format!("; refused by {h}: {w}")).collect()
+    }
+
     fn reserve(&self, conn: &mut SecureConn, ask: Ask<'_>) -> Result<()> {
         let Ask { n, r, strategy, wait_ms, app, exclude, only } = ask;
+        let started = Instant::now();
         let strategy: Strategy = match strategy.parse() {
             Ok(s) => s,
             Err(e) => {
@@ -539,6 +587,10 @@ impl Mpd {
                 return Ok(());
             }
         };
+        if let Some(why) = self.refused_by.lock().clone() {
+            conn.send(&MpdResponse::Failed(why))?;
+            return Ok(());
+        }
         let (n, r) = (n as usize, r as usize);
         if n == 0 || r == 0 {
             conn.send(&MpdResponse::Failed("-n and -r must be at least 1".into()))?;
@@ -587,7 +639,7 @@ impl Mpd {
                     if Instant::now() >= deadline || (busy && wait_ms == 0) {
                         self.release_all(&booking, ticket);
                         let allowed = (!only.is_empty()).then_some(candidates.len());
-                        let msg = self.booking_failed(e, &booking, wait_ms, allowed);
+                        let msg = self.booking_failed(e, &booking, wait_ms, allowed) + &self.refusals_since(started);
                         info!("reservation {ticket} failed: {msg}");
                         conn.send(&MpdResponse::Failed(msg))?;
                         return Ok(());
@@ -720,10 +772,8 @@ pub fn run(opts: MpdOpts) -> Result<()> {
     home.create()?;
     let supernodes: Vec<(String, Option<SocketAddr>)> =
         cfg.supernodes.iter().map(|s| (s.clone(), resolve(s))).collect();
-    for (s, a) in &supernodes {
-        if a.is_none() {
-            warn!("supernode address {s} does not resolve");
-        }
+    for (s, _) in supernodes.iter().filter(|(_, a)| a.is_none()) {
+        warn!("supernode address {s} does not resolve");
     }
     let ip = advertised_ip(&cfg, &supernodes);
     let bind_ip = cfg.external_ip.unwrap_or(IpAddr::from([0, 0, 0, 0]));
@@ -754,15 +804,15 @@ pub fn run(opts: MpdOpts) -> Result<()> {
     };
     let mut confiner = crate::confine::Confiner::from_config(&cfg);
     confiner.service_ports.extend([me.id.mpd_port, me.rs_port, me.ft_port]);
-    if confiner.uids.is_some() {
-        open_to_job_users(&home);
-    }
+    let relocated = if confiner.uids.is_some() { open_to_job_users(&home) } else { None };
     announce_confinement(&confiner);
     let (revoked, owner) = mpd_members::member_state(&secret, &home)?;
     let mpd = Arc::new(Mpd {
         confiner,
         revoked,
         submitters: Mutex::new(HashMap::new()),
+        refused_by: Mutex::new(None),
+        refusals: Mutex::new(HashMap::new()),
         start: Instant::now(),
         home: home.clone(),
         secret: secret.clone(),
@@ -823,27 +873,6 @@ pub fn run(opts: MpdOpts) -> Result<()> {
         mpd.cfg.supernodes.join(", ")
     );
     mpd.start_member_poll(owner);
-    membership_loop(&mpd);
-    // Halt: stop local processes, leave the supernodes, remove the state file.
-    let pids: Vec<u32> = mpd.jobs.lock().values().flatten().copied().collect();
-    for pid in pids {
-        let _ = crate::os::signal(pid, libc::SIGKILL);
-    }
-    for (name, sn) in &mpd.supernodes {
-        if let Some(sn) = sn {
-            if let Err(e) = mpd.supernode_call(*sn, &SnRequest::Unregister(mpd.me.id.clone())) {
-                warn!("could not unregister from supernode {name}: {e:#}");
-            }
-        }
-    }
-    mpd.persist_cache();
-    let _ = std::fs::remove_file(home.mpd_state());
-    info!("MPD halted");
-    Ok(())
-}
-
-/// Membership until halted: keep-alive, cache refresh, latency, reservation expiry.
-fn membership_loop(mpd: &Arc<Mpd>) {
     // Membership: keep-alive, cache refresh, latency, reservation expiry.
     let tick = Duration::from_millis(50);
     let mut next_alive = Instant::now();
@@ -874,6 +903,23 @@ fn membership_loop(mpd: &Arc<Mpd>) {
         mpd.release_lapsed();
         std::thread::sleep(tick);
     }
+    // Halt: stop local processes, leave the supernodes, remove the state file.
+    let pids: Vec<u32> = mpd.jobs.lock().values().flatten().copied().collect();
+    for pid in pids {
+        let _ = crate::os::signal(pid, libc::SIGKILL);
+    }
+    for (name, sn) in &mpd.supernodes {
+        if let Some(sn) = sn {
+            if let Err(e) = mpd.supernode_call(*sn, &SnRequest::Unregister(mpd.me.id.clone())) {
+                warn!("could not unregister from supernode {name}: {e:#}");
+            }
+        }
+    }
+    mpd.persist_cache();
+    relocated.iter().for_each(|target| remove_relocated(&home, target));
+    let _ = std::fs::remove_file(home.mpd_state());
+    info!("MPD halted");
+    Ok(())
 }
 
 impl Mpd {

@@ -79,7 +79,17 @@ impl Mpd {
         // Every supernode at once: one that does not answer delays the poll by at most
         // POLL_TIMEOUT.
         let addrs: Vec<_> = self.supernodes.iter().filter_map(|(_, a)| *a).collect();
-        let (entries, _) = super::supernode::revoked_from(Some(self.ip), &addrs, &self.secret, POLL_TIMEOUT);
+        let (entries, _, refusal) =
+            super::supernode::revoked_and_refusal(Some(self.ip), &addrs, &self.secret, POLL_TIMEOUT);
+        let mut refused_by = self.refused_by.lock();
+        if *refused_by != refusal {
+            match &refusal {
+                Some(why) => warn!("{why}; jobs submitted here are refused"),
+                None => info!("no supernode refuses this machine any more"),
+            }
+            *refused_by = refusal;
+        }
+        drop(refused_by);
         let (new, refused) = revoked.merge(entries);
         let bad = refused.len();
         for n in new {

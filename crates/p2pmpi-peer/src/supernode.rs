@@ -26,7 +26,7 @@ use anyhow::{Context, Result};
 use p2pmpi_core::hosts::HostList;
 use p2pmpi_wire::grid::{HostEntry, PeerId, PeerInfo, SnRequest, SnResponse};
 use p2pmpi_wire::identity::{require_role, Certificate, Revocation, Role};
-use p2pmpi_wire::secure::{GridSecret, SecureConn};
+use p2pmpi_wire::secure::{GridSecret, SecureConn, SecureError};
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap};
 use std::net::{SocketAddr, TcpListener};
@@ -489,7 +489,13 @@ pub fn call(
         .map_err(|e| anyhow::anyhow!("{addr} may not serve as a supernode: {e}"))?;
     c.set_read_timeout(Some(timeout))?;
     c.set_max_record(64 << 20);
-    Ok(c.call(req)?)
+    match c.call(req) {
+        Ok(a) => Ok(a),
+        Err(SecureError::RefusedBy(why)) => {
+            Err(anyhow::anyhow!(crate::members::refused_words(&format!("supernode {addr}"), &why)))
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// The revocations every supernode of `addrs` holds, asked all at once (one that does not
@@ -501,19 +507,40 @@ pub fn revoked_from(
     secret: &GridSecret,
     timeout: Duration,
 ) -> (Vec<Revocation>, Vec<PeerId>) {
-    let answers: Vec<SnResponse> = std::thread::scope(|s| {
+    let (entries, hosts, _) = revoked_and_refusal(local, addrs, secret, timeout);
+    (entries, hosts)
+}
+
+/// [`revoked_from`], and the words of a supernode that refused this machine's certificate and
+/// said why (revoked, expired: see [`crate::members::refused_words`]), if one did.
+pub fn revoked_and_refusal(
+    local: Option<std::net::IpAddr>,
+    addrs: &[SocketAddr],
+    secret: &GridSecret,
+    timeout: Duration,
+) -> (Vec<Revocation>, Vec<PeerId>, Option<String>) {
+    let answers: Vec<Result<SnResponse>> = std::thread::scope(|s| {
         let asks: Vec<_> =
             addrs.iter().map(|a| s.spawn(move || call(local, *a, secret, &SnRequest::Revoked, timeout))).collect();
-        asks.into_iter().filter_map(|h| h.join().ok().and_then(Result::ok)).collect()
+        asks.into_iter().filter_map(|h| h.join().ok()).collect()
     });
-    let (mut entries, mut hosts) = (Vec::new(), Vec::new());
+    let (mut entries, mut hosts, mut refusal) = (Vec::new(), Vec::new(), None);
     for a in answers {
-        if let SnResponse::Revoked { entries: e, hosts: h } = a {
-            entries.extend(e);
-            hosts.extend(h);
+        match a {
+            Ok(SnResponse::Revoked { entries: e, hosts: h }) => {
+                entries.extend(e);
+                hosts.extend(h);
+            }
+            Ok(_) => {}
+            Err(e) => {
+                let words = e.to_string();
+                if words.contains(crate::members::REFUSES) {
+                    refusal.get_or_insert(words);
+                }
+            }
         }
     }
-    (entries, hosts)
+    (entries, hosts, refusal)
 }
 
 #[cfg(test)]

@@ -345,6 +345,14 @@ fn connect_script(port: u16) -> String {
     )
 }
 
+/// A perl one-liner that binds 127.0.0.1:`port` and prints `bound`.
+fn bind_script(port: u16) -> String {
+    format!(
+        "/usr/bin/perl -MSocket -e 'socket(S, PF_INET, SOCK_STREAM, 0) or die; \
+         bind(S, pack_sockaddr_in({port}, inet_aton(\"127.0.0.1\"))) or die \"bind: $!\\n\"; print \"bound\\n\"'"
+    )
+}
+
 #[test]
 fn a_confined_job_connects_to_its_jobs_ports_only() {
     if !require((kernel_abi() < 4).then_some("needs Landlock ABI 4 or more (TCP rules)")) || !perl() {
@@ -360,6 +368,7 @@ fn a_confined_job_connects_to_its_jobs_ports_only() {
         min_port: 47_200,
         max_port: 47_209,
         mpd_port: 47_209,
+        rs_port: 47_208,
         job_connect_ports: vec![(47_300, 47_300)],
         ..Config::default()
     };
@@ -384,6 +393,12 @@ fn a_confined_job_connects_to_its_jobs_ports_only() {
         assert!(!o.status.success(), "it could connect to {what} ({p}): {}", text(&o));
         assert!(String::from_utf8_lossy(&o.stderr).contains("ermission denied"), "{what}: {}", text(&o));
     }
+    // It binds the grid's ports but the daemon's service ports (which no process may connect
+    // to: a rank listening there would be cut off; the MPI library takes the next port).
+    let o = run_job(&bind_script(47_204));
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "bound\n", "{}", text(&o));
+    let o = run_job(&bind_script(47_208));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("ermission denied"), "the RS's port: {}", text(&o));
     // Nothing reached the refused listener; the others are unharmed and still accept.
     other.set_nonblocking(true).unwrap();
     assert!(other.accept().is_err(), "a refused connection got through");

@@ -508,7 +508,7 @@ pub enum CertError {
     Forged,
     #[error("certificate of {0} not valid yet")]
     NotYetValid(String),
-    #[error("certificate of {0} expired {1} s ago")]
+    #[error("certificate of {name} expired {when} ago", name = .0, when = ago(*.1))]
     Expired(String, u64),
     #[error("member {0} is revoked")]
     Revoked(String),
@@ -520,6 +520,16 @@ pub enum CertError {
     ForgedRevocation,
     #[error("too many revocations (at most {MAX_REVOCATIONS})")]
     TooManyRevocations,
+}
+
+/// A time past, `s` seconds, in the unit a person reads: `12 s`, `5 min`, `3 h`, `4 days`.
+pub fn ago(s: u64) -> String {
+    match s {
+        0..120 => format!("{s} s"),
+        120..7200 => format!("{} min", s / 60),
+        7200..172_800 => format!("{} h", s / 3600),
+        _ => format!("{} days", s / 86_400),
+    }
 }
 
 /// Errors of keys, names and encodings.
@@ -554,6 +564,15 @@ pub fn from_hex(s: &str) -> Result<Vec<u8>, IdentityError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_expiry_is_said_in_the_unit_a_person_reads() {
+        assert_eq!(ago(12), "12 s");
+        assert_eq!(ago(300), "5 min");
+        assert_eq!(ago(3 * 3600 + 5), "3 h");
+        assert_eq!(ago(4 * 86_400), "4 days");
+        assert_eq!(CertError::Expired("m2".into(), 3 * 3600).to_string(), "certificate of m2 expired 3 h ago");
+    }
 
     const NOW: u64 = 1_800_000_000;
 

@@ -86,6 +86,17 @@
 //! long record and trickles a byte now and then is dropped at that deadline.
 //!
 //! A record is the whole message: bytes left after the decoded value make it malformed.
+//!
+//! ## A refused member is told why
+//!
+//! A server that refuses a client's certificate although the client proved its key (its hello
+//! signed this handshake with the key of a certificate the grid's owner signed: the
+//! certificate expired, is not valid yet, or its member is revoked) sends it one **refusal
+//! record** before it closes: the record's length field [`REFUSAL`], then the reason in words
+//! (at most [`MAX_REFUSAL`] bytes). The client's next receive fails with
+//! [`SecureError::RefusedBy`], holding the reason. Anyone else (no key of the grid, a forged
+//! or foreign certificate, a signature that does not prove the key) is closed without a word,
+//! as before: only an authenticated member learns why.
 
 use crate::identity::{CertError, Certificate, KeyPair, PublicKey, Revocations};
 use serde::{de::DeserializeOwned, Serialize};
@@ -304,7 +315,15 @@ pub enum SecureError {
     TimedOut,
     #[error("member refused: {0}")]
     Refused(#[from] CertError),
+    /// The other side refused this side's certificate and said why (a refusal record).
+    #[error("refuses this member: {0}")]
+    RefusedBy(String),
 }
+
+/// The length field of a refusal record (no record is this long).
+pub const REFUSAL: u32 = u32::MAX;
+/// The longest reason a refusal record carries.
+pub const MAX_REFUSAL: usize = 512;
 
 impl SecureError {
     /// True when the failure is a time-out (a stalled peer).
@@ -402,6 +421,9 @@ pub struct RecordReader {
     peer: Option<Certificate>,
     /// The other side's hello was refused: nothing more is read.
     refused: bool,
+    /// Why the other side's certificate was refused, when it proved its key (a member): to
+    /// be sent to it ([`SecureConn::await_proof`]).
+    tell: Option<String>,
 }
 
 /// What checks the other side's hello.
@@ -487,6 +509,9 @@ impl SecureConn {
             r.records.read_record(&mut io).map(Some)
         };
         let _ = r.stream.set_read_timeout(idle);
+        if let Some(why) = r.records.tell.take() {
+            self.writer.refuse(&why, deadline);
+        }
         match got {
             Ok(None) => Ok(()),
             Ok(Some(true)) => {
@@ -578,8 +603,14 @@ impl SecureConn {
     }
 
     /// Receives one record; `Ok(None)` when the other side closed the connection cleanly.
+    /// (A server that refuses the client's certificate here tells it why, as
+    /// [`SecureConn::await_proof`] does.)
     pub fn recv<T: DeserializeOwned>(&mut self) -> Result<Option<T>, SecureError> {
-        self.reader.recv()
+        let got = self.reader.recv();
+        if let Some(why) = self.reader.records.tell.take() {
+            self.writer.refuse(&why, Instant::now() + HANDSHAKE_TIMEOUT);
+        }
+        got
     }
 
     /// Sends a request and waits for its answer (a closed connection is an error).
@@ -619,6 +650,27 @@ impl SecureWriter {
         let body = postcard::to_allocvec(msg).map_err(|e| SecureError::Malformed(e.to_string()))?;
         let wire = self.seal(&body)?;
         self.stream.write_all(&wire).map_err(io_err)
+    }
+
+    /// Sends a refusal record saying `why` (cut to [`MAX_REFUSAL`] bytes) by `deadline`, then
+    /// closes the sending direction; errors are ignored (the connection ends anyway).
+    fn refuse(&mut self, why: &str, deadline: Instant) {
+        let mut n = why.len().min(MAX_REFUSAL);
+        while !why.is_char_boundary(n) {
+            n -= 1;
+        }
+        let mut plain = Vec::with_capacity(4 + n);
+        plain.extend_from_slice(&REFUSAL.to_le_bytes());
+        plain.extend_from_slice(&why.as_bytes()[..n]);
+        let noise = self.noise.lock().unwrap_or_else(|p| p.into_inner());
+        let Ok(k) = noise.write_message(self.nonce, &plain, &mut self.out) else { return };
+        drop(noise);
+        self.nonce += 1;
+        let mut wire = Vec::with_capacity(2 + k);
+        wire.extend_from_slice(&(k as u16).to_be_bytes());
+        wire.extend_from_slice(&self.out[..k]);
+        let _ = Bounded::new(&self.stream, deadline).write_all(&wire);
+        self.shutdown();
     }
 
     /// A record's frames as they go on the wire: its length, then `body`, in chunks.
@@ -746,6 +798,7 @@ impl RecordReader {
             hello: None,
             peer: None,
             refused: false,
+            tell: None,
         }
     }
 
@@ -767,9 +820,16 @@ impl RecordReader {
         }
         let theirs: Hello = decode_whole(&self.plain[4..])?;
         let m = &check.member;
-        let revoked = m.revoked.read().unwrap_or_else(|p| p.into_inner());
-        theirs.cert.check(&m.owner, unix_now_s(), &revoked)?;
+        // The proof of the key first: a certificate the owner signed, of a side that proved
+        // its key, is a member's, which is told why it is refused.
         theirs.cert.check_hello(check.signer_initiator, &check.hash, &theirs.sig)?;
+        let revoked = m.revoked.read().unwrap_or_else(|p| p.into_inner());
+        if let Err(e) = theirs.cert.check(&m.owner, unix_now_s(), &revoked) {
+            if matches!(e, CertError::Expired(..) | CertError::NotYetValid(_) | CertError::Revoked(_)) {
+                self.tell = Some(e.to_string());
+            }
+            return Err(e.into());
+        }
         self.peer = Some(theirs.cert);
         self.refused = false;
         Ok(())
@@ -815,6 +875,10 @@ impl RecordReader {
             return Err(SecureError::Malformed("record shorter than its length".into()));
         }
         let total = u32::from_le_bytes(self.plain[..4].try_into().unwrap()) as usize;
+        if total == REFUSAL as usize {
+            let n = self.plain.len().min(4 + MAX_REFUSAL);
+            return Err(SecureError::RefusedBy(String::from_utf8_lossy(&self.plain[4..n]).into_owned()));
+        }
         if total > self.max_record {
             return Err(SecureError::TooLong(total, self.max_record));
         }
@@ -1198,6 +1262,48 @@ mod tests {
             // The initiator refuses an expired responder too.
             let (c, _) = pair_with(good(), member(&owner, "carol", 4, now() - 7200, 3600));
             assert!(matches!(c, Err(SecureError::Refused(CertError::Expired(..)))), "{:?}", c.err());
+        }
+
+        /// The client's first receive after the server refused its certificate.
+        fn told(client: GridSecret, server: GridSecret) -> (Result<u8, SecureError>, SecureError) {
+            let (c, s) = pair_with(client, server);
+            let mut c = c.expect("the client checked the server");
+            c.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+            let got = c.call::<_, u8>(&"job".to_string());
+            (got, s.err().expect("the server refuses"))
+        }
+
+        #[test]
+        fn a_refused_member_is_told_why_and_a_stranger_is_not() {
+            let owner = KeyPair::from_seed(&[1; 32]);
+            let good = || member(&owner, "bob", 3, now() - 10, 3600);
+            let (c, s) = told(member(&owner, "alice", 2, now() - 7200, 3600), good());
+            assert!(matches!(s, SecureError::Refused(CertError::Expired(..))), "{s}");
+            let c = c.unwrap_err();
+            assert!(matches!(&c, SecureError::RefusedBy(w) if w.starts_with("certificate of alice expired")), "{c}");
+            // Revoked.
+            let server = good();
+            let mut list = crate::identity::RevocationList::new(owner.public());
+            let (_, refused) = list.merge(vec![owner.revoke("alice", None, now()).unwrap()]);
+            assert!(refused.is_empty());
+            server.member_info().unwrap().set_revoked(list.revocations());
+            let (c, _) = told(member(&owner, "alice", 2, now() - 10, 3600), server);
+            let c = c.unwrap_err();
+            assert!(matches!(&c, SecureError::RefusedBy(w) if w == "member alice is revoked"), "{c}");
+            // A certificate the owner did not sign (its roles raised): no word, the connection
+            // just ends.
+            let key = KeyPair::from_seed(&[2; 32]);
+            let mut cert = owner.issue("alice", key.public(), Roles::NONE, now(), 3600).unwrap();
+            cert.body.roles = Roles::ALL;
+            let (c, s) = told(GridSecret::member(key, cert, owner.public()), good());
+            assert!(matches!(s, SecureError::Refused(CertError::Forged)), "{s}");
+            assert!(!matches!(c, Err(SecureError::RefusedBy(_))), "{:?}", c);
+            // A valid certificate without its key: the same.
+            let victim = KeyPair::from_seed(&[2; 32]);
+            let cert = owner.issue("alice", victim.public(), Roles::ALL, now() - 7200, 3600).unwrap();
+            let (c, s) = told(GridSecret::member(KeyPair::from_seed(&[9; 32]), cert, owner.public()), good());
+            assert!(matches!(s, SecureError::Refused(CertError::BadProof(_))), "{s}");
+            assert!(!matches!(c, Err(SecureError::RefusedBy(_))), "{:?}", c);
         }
 
         #[test]
