@@ -44,6 +44,10 @@
 //!   each, committed once each has it whole;
 //! * **stall timers**: a destination that takes no byte of an unwritten transmission for the
 //!   stall limit is suspected.
+//! * **shared receives** (fault-aware jobs only, [`Endpoint::set_share_received`]): the
+//!   replicas tell their possible masters each message they have, a master transmits nothing
+//!   its program reached after a message before its possible successors have it, and relays
+//!   it when its sender is lost whole.
 //!
 //! The *history table* (what was delivered, per channel) is the driver's
 //! [`crate::matching::Matcher`]; the endpoint is told the next expected sequence where it
