@@ -140,9 +140,9 @@ pub mod flags {
     /// replica's kernel had acknowledged everything the master had written to it (its
     /// replicas keep no copy of the message for a takeover).
     pub const ACKED: u16 = 512;
-    /// On `Eager` frames between replicas of one rank (a fault-aware replicated job): the
+    /// On `Data` frames between replicas of one rank (a fault-aware replicated job): the
     /// master's copy of message `mid` of another rank, lost whole, for a replica that lacks
-    /// it (the data follows, whatever its size).
+    /// it (`len` bytes follow, whatever the size).
     pub const RELAY: u16 = 1024;
 }
 

@@ -774,11 +774,13 @@ impl Engine {
                 if sync {
                     self.ack_sync(&env);
                 }
+                self.share_eager(&env, data.bytes());
                 self.fill(r, &env, data.bytes());
                 data.give();
             }
             Arrival::Unmatched => {
                 self.traced(&env);
+                self.share_eager(&env, data.bytes());
                 if sync {
                     let me = self.rank;
                     if let Some(rp) = self.repl.as_mut() {
@@ -911,9 +913,14 @@ impl Engine {
         self.note_match(r, env);
         let mid = Mid { comm: env.comm, src: env.src as u32, dst: self.rank as u32, tag: env.tag, seq: env.seq };
         self.rndv_recv.insert(mid, r);
-        if let Some(rp) = self.repl.as_mut() {
+        if self.repl.is_some() {
+            if self.fill_relayed(r, env, mid) {
+                return;
+            }
             // Every alive replica of the sender is asked: whichever is master sends the data.
-            rp.ep.pull(mid);
+            if let Some(rp) = self.repl.as_mut() {
+                rp.ep.pull(mid);
+            }
             return;
         }
         if let Some(src) = self.sc_in.remove(&mid) {
@@ -1926,7 +1933,7 @@ impl Engine {
                         budget = budget.saturating_sub(n);
                         if left == 0 {
                             conn.rstate = RState::Header;
-                            conn.stream_undo = None;
+                            let streamed = conn.stream_undo.take().map(|u| u.0).map(|env| env_mid(&env, self.rank));
                             if let Some((env, mut data)) = conn.stream_unexpected.take() {
                                 // SAFETY: the buffer was created empty with room for `env.len`
                                 // bytes (`pool::with_room`), and the stream, now complete
@@ -1935,7 +1942,11 @@ impl Engine {
                                 conn.stream_status = None;
                                 if std::mem::take(&mut conn.arrive_when_complete) {
                                     let sync = std::mem::take(&mut conn.stream_sync);
-                                    self.accept_eager(env, Eager::Owned(data), sync);
+                                    if std::mem::take(&mut conn.stream_relay) {
+                                        self.relayed(env, Eager::Owned(data));
+                                    } else {
+                                        self.accept_eager(env, Eager::Owned(data), sync);
+                                    }
                                 } else if let Some((r, Body::Eager(data))) =
                                     self.matcher.deliver_late(env, Body::Eager(data))
                                 {
@@ -1945,6 +1956,10 @@ impl Engine {
                             } else if !discard {
                                 if let Some(st) = conn.stream_status.take() {
                                     self.complete(req, Ok(st));
+                                    // Shared receives: a replicated message whole here.
+                                    if let Some(m) = streamed.or(conn.rndv_stream.map(|s| s.0)) {
+                                        self.share_in(m, req);
+                                    }
                                 }
                             }
                             if let Some((m, _)) = conn.rndv_stream.take() {
@@ -2151,6 +2166,7 @@ impl Engine {
                 self.peers[slot as usize].bye = true;
             }
             FrameKind::Commit | FrameKind::Choice => self.replica_control_frame(slot, h)?,
+            FrameKind::Data if h.flags & p2pmpi_wire::frame::flags::RELAY != 0 => self.relay_frame(conn, h, slot)?,
             FrameKind::Eager if self.repl.is_some() && conn::is_streamed(&h) => {
                 self.replica_streamed_eager(conn, h, peer)
             }
@@ -2192,6 +2208,7 @@ impl Engine {
                             conn.rndv_stream = Some((mid, r));
                         } else if let Some(rp) = self.repl.as_mut() {
                             rp.ep.have(mid);
+                            self.share_in(mid, r);
                         }
                     }
                     // Sent again by a new master after its predecessor's copy arrived whole.
@@ -2212,6 +2229,11 @@ impl Engine {
                         } else {
                             rp.on_sync_ack(slot as usize, mid);
                         }
+                    }
+                } else if peer == self.rank && mid.dst as i32 == self.rank && h.flags & flags::HAVE != 0 {
+                    // Shared receives: a replica of this rank has a message of another.
+                    if let Some(rp) = self.repl.as_mut() {
+                        rp.on_received(slot as usize, mid);
                     }
                 }
             }

@@ -159,7 +159,11 @@ impl Replication {
             rndv_limit: EAGER_LIMIT,
         };
         let mut ep = Endpoint::new(layout, slot, cfg);
-        ep.set_notify(crate::lifecycle::policy() == crate::lifecycle::Policy::Notify);
+        let notify = crate::lifecycle::policy() == crate::lifecycle::Policy::Notify;
+        ep.set_notify(notify);
+        // A program that handles failures: a new master must have every message its master
+        // received (a receive from a rank lost whole fails).
+        ep.set_share_received(notify);
         if !ep.is_master() {
             // The memory of its copies, faulted in once before the program sends anything:
             // later, its master would run far ahead of it meanwhile. A page touched per
@@ -208,6 +212,11 @@ impl Replication {
 
     pub(super) fn on_pull(&mut self, from: usize, mid: MsgId, have: bool) -> bool {
         self.control(Input::Pull { from, mid, have })
+    }
+
+    /// Shared receives: replica `from` (of higher index) has message `mid` of another rank.
+    pub(super) fn on_received(&mut self, from: usize, mid: MsgId) -> bool {
+        self.control(Input::Received { from, mid })
     }
 
     pub(super) fn on_sync_ack(&mut self, from: usize, mid: MsgId) -> bool {
@@ -404,7 +413,7 @@ impl Engine {
                 (h, Payload::None, false)
             }
             Frame::Relay { mid, payload } => {
-                let mut h = Header::new(FrameKind::Eager, mid, protocol::Payload::len(&payload) as u64);
+                let mut h = Header::new(FrameKind::Data, mid, protocol::Payload::len(&payload) as u64);
                 h.flags |= flags::RELAY;
                 (h, payload.into_payload(), false)
             }
@@ -1093,6 +1102,104 @@ impl Engine {
             let exact = Pattern { comm: e.comm, src: Some(e.src), tag: Some(e.tag) };
             self.mprobe(exact).expect("the probed message is queued")
         }))
+    }
+}
+
+impl Engine {
+    /// Shared receives (a fault-aware replicated job): this process has eager message `env`
+    /// (`data`) whole, accepted in its turn. Its replicas of lower index are told; a copy is
+    /// kept while one of higher index may lack it.
+    pub(super) fn share_eager(&mut self, env: &Envelope, data: &[u8]) {
+        let me = self.rank;
+        if let Some(rp) = self.repl.as_mut() {
+            rp.ep.received(env_mid(env, me), || Bytes::Owned(crate::pool::copy_of(data)));
+        }
+    }
+
+    /// Shared receives: message `mid` is whole in receive `r`'s buffer (streamed, or
+    /// rendez-vous data).
+    pub(super) fn share_in(&mut self, mid: MsgId, r: ReqId) {
+        let Some(rp) = self.repl.as_mut() else { return };
+        let data = match self.reqs.get(r).and_then(Option::as_ref) {
+            Some(q) if !q.ptr.is_null() => match q.state {
+                // SAFETY: a completed receive's buffer holds `st.len <= cap` bytes written by
+                // the device, and the program gets it back only when it takes the request.
+                ReqState::Done(st) if st.len > 0 => unsafe { std::slice::from_raw_parts(q.ptr, st.len as usize) },
+                ReqState::Done(_) => &[][..],
+                _ => return,
+            },
+            _ => &[][..],
+        };
+        rp.ep.received(mid, || Bytes::Owned(crate::pool::copy_of(data)));
+    }
+
+    /// A relay (`Data` with `RELAY`) from replica `slot`, this process's master: its copy of
+    /// a message of a rank lost whole. Streamed into a buffer of its own, taken whole
+    /// ([`Self::relayed`]).
+    pub(super) fn relay_frame(&mut self, conn: &mut Conn, h: Header, slot: i32) -> std::result::Result<(), ConnError> {
+        let mid = h.mid;
+        let ok = self.repl.is_some()
+            && self.rank_of(slot) == self.rank
+            && slot < self.slot
+            && mid.dst as i32 == self.rank
+            && mid.src as i32 != self.rank;
+        if !ok {
+            return Err(ConnError::Protocol(format!("relay of {mid:?} from slot {slot}")));
+        }
+        let env = Envelope { comm: mid.comm, src: mid.src as i32, tag: mid.tag, seq: mid.seq, len: h.len };
+        if h.len == 0 {
+            self.relayed(env, Eager::Owned(Vec::new()));
+            return Ok(());
+        }
+        // Not zero-filled: the stream writes every byte before the length is set.
+        let mut data = crate::pool::with_room(h.len as usize);
+        let ptr = data.as_mut_ptr();
+        conn.stream_unexpected = Some((env, data));
+        conn.stream_status = Some(StatusInfo { source: env.src, tag: mid.tag, len: h.len, cancelled: false });
+        conn.arrive_when_complete = true;
+        conn.stream_relay = true;
+        conn.rstate = RState::Stream { req: usize::MAX, ptr, left: h.len as usize, discard: false };
+        Ok(())
+    }
+
+    /// A relayed message whole: taken like the message itself — accepted if new here (the
+    /// channel's predecessors missing here the master has as announcements only, whose data
+    /// never came: accepted as such first), the data of a rendez-vous receive waiting for it,
+    /// kept for the receive that will match its queued announcement, or had already.
+    pub(super) fn relayed(&mut self, env: Envelope, data: Eager<'_>) {
+        let me = self.rank;
+        let mid = env_mid(&env, me);
+        let next = self.matcher.next_expected(env.comm, env.src, env.tag);
+        if next <= env.seq {
+            for seq in next..env.seq {
+                self.accept_announcement(Envelope { seq, len: 0, ..env }, false);
+            }
+            self.accept_eager(env, data, false);
+            return;
+        }
+        self.share_eager(&env, data.bytes());
+        if let Some(r) = self.rndv_recv.remove(&mid) {
+            self.fill(r, &env, data.bytes());
+            data.give();
+            return;
+        }
+        let queued = self
+            .matcher
+            .probe(Pattern { comm: env.comm, src: Some(env.src), tag: Some(env.tag) })
+            .is_some_and(|e| e.seq <= env.seq);
+        match self.repl.as_mut() {
+            Some(rp) if queued => rp.ep.keep_relayed(mid, Bytes::Owned(data.into_owned())),
+            _ => data.give(),
+        }
+    }
+
+    /// A receive matched the announcement of `mid`, whose data its master relayed (its sender
+    /// is lost whole): filled now. Whether it was.
+    pub(super) fn fill_relayed(&mut self, r: ReqId, env: &Envelope, mid: MsgId) -> bool {
+        let Some(d) = self.repl.as_mut().and_then(|rp| rp.ep.take_relayed(mid)) else { return false };
+        let env = Envelope { len: protocol::Payload::len(&d) as u64, ..*env };
+        self.fill(r, &env, d.view());
+        true
     }
 }
 
