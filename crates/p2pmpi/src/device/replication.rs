@@ -1117,7 +1117,8 @@ impl Engine {
     }
 
     /// Shared receives: message `mid` is whole in receive `r`'s buffer (streamed, or
-    /// rendez-vous data).
+    /// rendez-vous data). Told even when the receive ended in an error (its master would
+    /// otherwise wait for this replica until a verdict); the copy is then empty.
     pub(super) fn share_in(&mut self, mid: MsgId, r: ReqId) {
         let Some(rp) = self.repl.as_mut() else { return };
         let data = match self.reqs.get(r).and_then(Option::as_ref) {
@@ -1125,8 +1126,7 @@ impl Engine {
                 // SAFETY: a completed receive's buffer holds `st.len <= cap` bytes written by
                 // the device, and the program gets it back only when it takes the request.
                 ReqState::Done(st) if st.len > 0 => unsafe { std::slice::from_raw_parts(q.ptr, st.len as usize) },
-                ReqState::Done(_) => &[][..],
-                _ => return,
+                _ => &[][..],
             },
             _ => &[][..],
         };
