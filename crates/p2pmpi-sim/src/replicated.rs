@@ -144,11 +144,25 @@ pub struct JobConfig {
     /// This many ranks lost whole on purpose (every replica crashes; without
     /// [`Self::fault_aware`], the job fails).
     pub lose: usize,
+    /// A fault-aware job's replicas share the messages they receive
+    /// (`Endpoint::set_share_received`: what keeps a new master from failing a receive its
+    /// predecessor completed); off shows the divergence it prevents.
+    pub share: bool,
 }
 
 impl Default for JobConfig {
     fn default() -> JobConfig {
-        JobConfig { n: 3, r: 2, messages: 40, faults: 2, acked_commits: true, drain: true, fault_aware: false, lose: 0 }
+        JobConfig {
+            n: 3,
+            r: 2,
+            messages: 40,
+            faults: 2,
+            acked_commits: true,
+            drain: true,
+            fault_aware: false,
+            lose: 0,
+            share: true,
+        }
     }
 }
 
@@ -188,6 +202,9 @@ pub struct RunReport {
     pub left: usize,
     /// Failures a process took from its master's outcome rather than deciding them.
     pub followed: usize,
+    /// Messages of a rank lost whole that a master relayed to a replica lacking them
+    /// (shared receives).
+    pub relays: usize,
 }
 
 /// Draws the programs of a job: one per rank.
@@ -408,6 +425,7 @@ struct Sim {
     /// Replicas that left, unable to follow their master.
     left: usize,
     followed: usize,
+    relays: usize,
 }
 
 fn mix(h: u64, v: u64) -> u64 {
@@ -842,16 +860,63 @@ impl Sim {
                 }
                 self.accept(s, mid, None, sync, len, now);
             }
+            Frame::Received { mid } => self.feed(s, Input::Received { from, mid }),
+            Frame::Relay { mid, payload } => self.relayed(s, from, mid, payload),
             Frame::Rtr { mid } => self.feed(s, Input::Pull { from, mid, have: false }),
             Frame::Have { mid } => self.feed(s, Input::Pull { from, mid, have: true }),
             Frame::RndvData { mid, payload } => {
                 let Some(r) = self.procs[s].rndv.remove(&mid) else { return };
-                self.check_value(s, mid, payload);
-                let p = &mut self.procs[s];
-                p.reqs.insert(r, Some((mid.src as i32, payload.0)));
-                p.ep.have(mid);
+                self.rndv_data(s, r, mid, payload);
             }
         }
+    }
+
+    /// Rendez-vous message `mid`'s data completes receive `r`: its sender's replicas are
+    /// told, and (shared receives) this rank's replicas of lower index.
+    fn rndv_data(&mut self, s: usize, r: u32, mid: MsgId, payload: Val) {
+        self.check_value(s, mid, payload);
+        let p = &mut self.procs[s];
+        p.reqs.insert(r, Some((mid.src as i32, payload.0)));
+        p.ep.have(mid);
+        p.ep.received(mid, || payload);
+    }
+
+    /// Its master relayed message `mid` of a rank lost whole (shared receives): taken like
+    /// the message itself — accepted if new here, the data of a rendez-vous receive waiting
+    /// for it, kept for the receive that will match its announcement, or had already.
+    fn relayed(&mut self, s: usize, from: usize, mid: MsgId, v: Val) {
+        let p = &self.procs[s];
+        if self.layout.rank_of(from) != p.rank || from >= s || mid.dst as usize != p.rank {
+            self.violate(format!("slot {s}: relay of {mid:?} from slot {from}"));
+            return;
+        }
+        self.relays += 1;
+        let next = p.m.next_expected(mid.comm, mid.src as i32, mid.tag);
+        if next <= mid.seq {
+            // Not accepted here yet. Its predecessors not here either the master has, but
+            // not whole (it relays the whole ones first, in order): announcements whose data
+            // never came, its receives of them fail. They are accepted here as such (their
+            // receives follow the master's failures), then the message in its turn.
+            let now = self.now;
+            for seq in next..mid.seq {
+                self.accept(s, MsgId { seq, ..mid }, None, false, 0, now);
+            }
+            self.accept(s, mid, Some(v), false, 0, now);
+            return;
+        }
+        if let Some(r) = self.procs[s].rndv.remove(&mid) {
+            return self.rndv_data(s, r, mid, v);
+        }
+        let p = &mut self.procs[s];
+        let queued =
+            p.m.probe(Pattern { comm: mid.comm, src: Some(mid.src as i32), tag: Some(mid.tag) })
+                .is_some_and(|e| e.seq <= mid.seq);
+        if queued {
+            self.check_value(s, mid, v);
+            let p = &mut self.procs[s];
+            p.ep.keep_relayed(mid, v);
+        }
+        self.procs[s].ep.received(mid, || v);
     }
 
     fn check_value(&mut self, s: usize, mid: MsgId, v: Val) {
@@ -910,6 +975,9 @@ impl Sim {
                 let p = &mut self.procs[s];
                 p.accepted.insert(key, want + 1);
                 p.trace.push((mid.src, mid.tag, mid.seq));
+                if let Some(v) = v {
+                    p.ep.received(mid, || v);
+                }
                 match (arr, v) {
                     (Arrival::Matched(r), Some(v)) => {
                         if sync {
@@ -923,6 +991,7 @@ impl Sim {
                     (Arrival::Matched(r), None) => {
                         p.rndv.insert(mid, r);
                         p.ep.pull(mid);
+                        debug_assert!(p.ep.take_relayed(mid).is_none(), "relayed only once accepted");
                         if let Some((c, comm)) = p.choice_of.remove(&r) {
                             p.ep.decided(comm, c, Some((env.src, env.tag, env.seq)));
                         }
@@ -966,10 +1035,16 @@ impl Sim {
                     p.ep.consumed(mid);
                     p.reqs.insert(r, Some((env.src, v.0)));
                 }
-                Body::Rendezvous => {
-                    p.rndv.insert(mid, r);
-                    p.ep.pull(mid);
-                }
+                Body::Rendezvous => match p.ep.take_relayed(mid) {
+                    // Its master relayed the data (its sender is lost whole).
+                    Some(v) => {
+                        p.reqs.insert(r, Some((env.src, v.0)));
+                    }
+                    None => {
+                        p.rndv.insert(mid, r);
+                        p.ep.pull(mid);
+                    }
+                },
             }
             if let Some((c, comm)) = p.choice_of.remove(&r) {
                 p.ep.decided(comm, c, Some((env.src, env.tag, env.seq)));
@@ -1525,6 +1600,7 @@ pub fn run(seed: u64, cfg: JobConfig) -> RunReport {
         .map(|s| {
             let mut p = start_proc(layout, s, ecfg, lease_len);
             p.ep.set_notify(cfg.fault_aware);
+            p.ep.set_share_received(cfg.fault_aware && cfg.share);
             p
         })
         .collect();
@@ -1558,6 +1634,7 @@ pub fn run(seed: u64, cfg: JobConfig) -> RunReport {
         lost_ranks: Vec::new(),
         left: 0,
         followed: 0,
+        relays: 0,
     };
     // Start-up: a renewal right away for everyone (the launcher grants it).
     for s in 0..slots {
@@ -1608,6 +1685,7 @@ pub fn run(seed: u64, cfg: JobConfig) -> RunReport {
         lost_ranks: sim.lost_ranks,
         left: sim.left,
         followed: sim.followed,
+        relays: sim.relays,
     }
 }
 

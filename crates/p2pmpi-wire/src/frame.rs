@@ -140,6 +140,10 @@ pub mod flags {
     /// replica's kernel had acknowledged everything the master had written to it (its
     /// replicas keep no copy of the message for a takeover).
     pub const ACKED: u16 = 512;
+    /// On `Data` frames between replicas of one rank (a fault-aware replicated job): the
+    /// master's copy of message `mid` of another rank, lost whole, for a replica that lacks
+    /// it (`len` bytes follow, whatever the size).
+    pub const RELAY: u16 = 1024;
 }
 
 /// Payload bytes of a `ReadyToSend` frame with the [`flags::SINGLE_COPY`] flag.

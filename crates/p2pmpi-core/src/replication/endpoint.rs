@@ -44,6 +44,10 @@
 //!   each, committed once each has it whole;
 //! * **stall timers**: a destination that takes no byte of an unwritten transmission for the
 //!   stall limit is suspected.
+//! * **shared receives** (fault-aware jobs only, [`Endpoint::set_share_received`]): the
+//!   replicas tell their possible masters each message they have, a master transmits nothing
+//!   its program reached after a message before its possible successors have it, and relays
+//!   it when its sender is lost whole.
 //!
 //! The *history table* (what was delivered, per channel) is the driver's
 //! [`crate::matching::Matcher`]; the endpoint is told the next expected sequence where it
@@ -146,6 +150,13 @@ pub enum Frame<P> {
     ChoiceQuery,
     /// The end of the answer to a `ChoiceQuery`.
     ChoicesTold,
+    /// Shared receives ([`Endpoint::set_share_received`]): a replica of this rank has the
+    /// message `mid` of another rank whole (told to the replicas of lower index, which may be
+    /// or become master before it).
+    Received { mid: MsgId },
+    /// Shared receives: the master's copy of message `mid` of another rank, lost whole, for a
+    /// replica of this rank that does not have it.
+    Relay { mid: MsgId, payload: P },
 }
 
 /// The point number standing for a new master's query in the acknowledgement table.
@@ -221,6 +232,9 @@ pub enum Input {
     Pull { from: usize, mid: MsgId, have: bool },
     /// The universe now has `n` ranks (a spawn, see [`Endpoint::grow`]).
     Grow { n: usize },
+    /// A replica `from` of higher index has message `mid` of another rank whole (shared
+    /// receives, [`Endpoint::set_share_received`]).
+    Received { from: usize, mid: MsgId },
 }
 
 /// Why an input was refused: a control frame from a slot that may not send it (not an alive
@@ -298,6 +312,9 @@ struct Queued<P, U> {
     payload: P,
     user: Option<U>,
     sync: bool,
+    /// Its place in the rank's program order (what a shared receive holds back, see
+    /// [`Shared`]).
+    order: u64,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -320,6 +337,12 @@ pub struct Parked<P> {
     pub data: P,
     pub sync: bool,
     pub rts: Option<u64>,
+}
+
+/// The bit of `slot`'s replica index in a mask of replicas (shared receives; at most 64
+/// replicas of a rank are told apart).
+fn replica_bit(layout: Layout, slot: usize) -> u64 {
+    1 << (layout.replica_of(slot) % 64)
 }
 
 /// One replica's side of the protocol.
@@ -374,6 +397,43 @@ pub struct Endpoint<P, U> {
     /// The program handles failures: a rank that loses every replica is reported
     /// ([`Output::RankLost`]) instead of ending the job.
     notify: bool,
+    /// Shared receives (fault-aware jobs only; `None` otherwise: nothing is kept, told or
+    /// held).
+    shared: Option<Box<Shared<P>>>,
+}
+
+/// Shared receives ([`Endpoint::set_share_received`]): what a fault-aware replicated rank
+/// does so that a replica taking over completes every receive its master completed.
+///
+/// Every replica tells the replicas of lower index (its possible masters) each message of
+/// another rank it has whole ([`Frame::Received`]), and keeps a copy of each one it has until
+/// every alive replica of higher index (its possible successors) said it has it too. A
+/// master transmits no send that its program reached after such a message before then (the
+/// sends reached before go): nothing that may depend on a message leaves the rank before
+/// every replica that could succeed the master has it. When the sender of a kept message is
+/// lost whole, nobody else can give it to a replica that lacks it: the master sends its copy
+/// ([`Frame::Relay`]).
+#[derive(Debug)]
+struct Shared<P> {
+    /// Messages this replica has and a replica of higher index may not have yet.
+    got: BTreeMap<MsgId, Got<P>>,
+    /// Replicas of higher index that said they have a message this replica has not (yet):
+    /// a mask of replica indices.
+    have: FastMap<MsgId, u64>,
+    /// Rendez-vous data relayed by the master for an announcement accepted here and not
+    /// matched yet: given to the receive that matches it ([`Endpoint::take_relayed`]).
+    relayed: FastMap<MsgId, P>,
+}
+
+#[derive(Debug)]
+struct Got<P> {
+    payload: P,
+    /// Replicas of higher index that may not have it (a mask of replica indices).
+    missing: u64,
+    /// Those it was relayed to.
+    relayed: u64,
+    /// The sends this replica had reached when it got the message: the ones after wait.
+    after: u64,
 }
 
 impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
@@ -412,6 +472,7 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
             scratch_pruned: Vec::new(),
             scratch_seqs: Vec::new(),
             notify: false,
+            shared: None,
         }
     }
 
@@ -435,6 +496,18 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
     /// died with it are dropped.
     pub fn set_notify(&mut self, on: bool) {
         self.notify = on;
+    }
+
+    /// Shared receives ([`Shared`]), for programs that handle failures (`Policy::Notify`):
+    /// a receive from a rank lost whole fails there, so a replica taking over must have
+    /// every message its master received, or it would fail a receive its master completed
+    /// and send other values under the same message ids. The driver then reports every
+    /// message of another rank it has whole ([`Self::received`]), carries
+    /// [`Frame::Received`] and [`Frame::Relay`], and asks for relayed rendez-vous data
+    /// ([`Self::take_relayed`]). Off: nothing is kept, told or held.
+    pub fn set_share_received(&mut self, on: bool) {
+        self.shared = on
+            .then(|| Box::new(Shared { got: BTreeMap::new(), have: FastMap::default(), relayed: FastMap::default() }));
     }
 
     // ------------------------------------------------------------------ queries
@@ -552,7 +625,7 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
         let order = self.sends;
         self.sends += 1;
         if self.coord.is_master() {
-            self.queue.push_back(Queued { mid, payload, user: Some(user), sync });
+            self.queue.push_back(Queued { mid, payload, user: Some(user), sync, order });
             self.flush();
             return;
         }
@@ -588,7 +661,13 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
     /// Transmissions wait for the choices to be acknowledged: what the master sends may
     /// depend on those choices, and a replica that takes over must know them first.
     fn flush(&mut self) {
+        let bar =
+            self.shared.as_ref().map_or(u64::MAX, |sh| sh.got.values().map(|g| g.after).min().unwrap_or(u64::MAX));
         while self.choice_unacked.is_empty() && self.coord.is_master() && !self.recovering() {
+            // Shared receives: a send reached after a message some successor lacks waits.
+            if self.queue.front().is_none_or(|q| q.order >= bar) {
+                break;
+            }
             let Some(q) = self.queue.pop_front() else { break };
             self.transmit(q);
         }
@@ -1129,6 +1208,7 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
         for (c, o) in self.choices.relay() {
             self.tell_choice(u32::MAX, c, o);
         }
+        self.relay_lost();
         self.flush();
     }
 
@@ -1218,6 +1298,136 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
         !self.choice_unacked.is_empty()
     }
 
+    // ------------------------------------------------------------------ shared receives
+
+    /// This process has message `mid` of another rank whole (shared receives,
+    /// [`Self::set_share_received`]): an eager message accepted in its turn (matched or
+    /// queued), a rendez-vous message's data, or a relayed copy. It tells its replicas of
+    /// lower index, and keeps a copy (`copy`, called only then) while a replica of higher
+    /// index may lack it. Nothing without shared receives, nor for this rank's own messages
+    /// (its replicas resend those themselves).
+    pub fn received(&mut self, mid: MsgId, copy: impl FnOnce() -> P) {
+        let Some(sh) = self.shared.as_mut() else { return };
+        let rank = self.coord.rank();
+        if mid.src as usize == rank || mid.dst as usize != rank {
+            return;
+        }
+        let me = self.coord.me();
+        let layout = self.coord.layout();
+        let told = sh.have.remove(&mid).unwrap_or(0);
+        let mut missing = 0u64;
+        let mut lower = std::mem::take(&mut self.scratch_slots);
+        lower.clear();
+        for s in self.coord.alive_slots(rank) {
+            if s < me {
+                lower.push(s);
+            } else if s > me {
+                missing |= replica_bit(layout, s);
+            }
+        }
+        missing &= !told;
+        if missing != 0 && !sh.got.contains_key(&mid) {
+            let after = self.sends;
+            sh.got.insert(mid, Got { payload: copy(), missing, relayed: 0, after });
+        }
+        let n = lower.len();
+        for (index, &to) in lower.iter().enumerate() {
+            if !self.suspected[to] {
+                let step = Step { index, last: index + 1 == n };
+                self.out.push_back(Output::Transmit { to, tx: None, frame: Frame::Received { mid }, step });
+            }
+        }
+        self.scratch_slots = lower;
+        if missing != 0 && !self.coord.alive_slots(mid.src as usize).any(|_| true) {
+            // Its sender is lost whole already (a message taken from a dropped connection).
+            self.relay_lost();
+        }
+    }
+
+    /// Replica `from`, of higher index, has message `mid` whole.
+    fn on_received(&mut self, from: usize, mid: MsgId) -> bool {
+        if !self.from_own_replica(from) || from < self.me() {
+            return false;
+        }
+        let bit = replica_bit(self.coord.layout(), from);
+        let Some(sh) = self.shared.as_mut() else { return true };
+        match sh.got.get_mut(&mid) {
+            Some(g) => {
+                g.missing &= !bit;
+                if g.missing == 0 {
+                    sh.got.remove(&mid);
+                    self.flush();
+                }
+            }
+            None => *sh.have.entry(mid).or_insert(0) |= bit,
+        }
+        true
+    }
+
+    /// Replica `slot` is gone (declared dead, or finished): no message waits for it.
+    fn forget_replica(&mut self, slot: usize) {
+        let layout = self.coord.layout();
+        if layout.rank_of(slot) != self.coord.rank() || slot <= self.coord.me() {
+            return;
+        }
+        let Some(sh) = self.shared.as_mut() else { return };
+        let bit = replica_bit(layout, slot);
+        sh.got.retain(|_, g| {
+            g.missing &= !bit;
+            g.missing != 0
+        });
+        for h in sh.have.values_mut() {
+            *h &= !bit;
+        }
+        sh.have.retain(|_, h| *h != 0);
+    }
+
+    /// The master relays the messages it keeps whose sender is lost whole to the replicas
+    /// that may lack them (in message order: a channel's in sequence order). A new master
+    /// does so once it learned what its replicas know (before it decides anything).
+    fn relay_lost(&mut self) {
+        if !self.may_decide() {
+            return;
+        }
+        let Some(mut sh) = self.shared.take() else { return };
+        let layout = self.coord.layout();
+        let rank = self.coord.rank();
+        for (mid, g) in sh.got.iter_mut() {
+            if self.coord.alive_slots(mid.src as usize).next().is_some() {
+                continue;
+            }
+            for to in self.coord.alive_slots(rank) {
+                let bit = replica_bit(layout, to);
+                if g.missing & bit == 0 || g.relayed & bit != 0 || self.suspected[to] {
+                    continue;
+                }
+                g.relayed |= bit;
+                let frame = Frame::Relay { mid: *mid, payload: g.payload.share() };
+                self.out.push_back(Output::Transmit { to, tx: None, frame, step: Step { index: 0, last: true } });
+            }
+        }
+        self.shared = Some(sh);
+    }
+
+    /// A relayed copy of rendez-vous message `mid` arrived for an announcement accepted here
+    /// and not matched yet: kept for the receive that matches it ([`Self::take_relayed`]).
+    pub fn keep_relayed(&mut self, mid: MsgId, payload: P) {
+        if let Some(sh) = self.shared.as_mut() {
+            sh.relayed.insert(mid, payload);
+        }
+    }
+
+    /// The relayed data of rendez-vous message `mid`, if its master relayed it (a receive
+    /// matched the announcement: the data is here, nothing to pull).
+    pub fn take_relayed(&mut self, mid: MsgId) -> Option<P> {
+        self.shared.as_mut()?.relayed.remove(&mid)
+    }
+
+    /// Messages kept for a replica that may lack them (shared receives).
+    pub fn unshared(&self) -> usize {
+        self.shared.as_ref().map_or(0, |sh| sh.got.len())
+    }
+
     // ------------------------------------------------------------------ failures
 
     /// This process suspects `slot` (a broken connection, a stall, the failure detector).
@@ -1248,6 +1458,8 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
         }
         if bye {
             self.held[slot].clear();
+            // It finished: it needs no message of this process's.
+            self.forget_replica(slot);
         }
         self.flush();
     }
@@ -1299,13 +1511,13 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
                 let count = recent.len() + resend.len();
                 let mut all: Vec<(u64, Queued<P, U>)> = Vec::with_capacity(count);
                 for (order, (mid, payload)) in recent {
-                    all.push((order, Queued { mid, payload, user: None, sync: false }));
+                    all.push((order, Queued { mid, payload, user: None, sync: false, order }));
                 }
                 for (mid, k) in resend {
                     if k.user.is_none() {
                         self.backup_bytes -= k.payload.len();
                     }
-                    all.push((k.order, Queued { mid, payload: k.payload, user: k.user, sync: false }));
+                    all.push((k.order, Queued { mid, payload: k.payload, user: k.user, sync: false, order: k.order }));
                 }
                 all.sort_by_key(|x| x.0);
                 let mut q: VecDeque<Queued<P, U>> = all.into_iter().map(|x| x.1).collect();
@@ -1343,6 +1555,8 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
         for tx in held {
             self.release(tx, slot);
         }
+        // Shared receives wait no more for it.
+        self.forget_replica(slot);
         // Rendez-vous messages wait no more for it.
         let rv: Vec<u64> = self
             .fanouts
@@ -1394,6 +1608,7 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
         if self.early.is_empty() {
             self.early_since = None;
         }
+        self.relay_lost();
     }
 
     /// Time passes: a destination that took nothing of an unwritten transmission for the
@@ -1434,6 +1649,7 @@ impl<P: Payload, U: Copy + PartialEq> Endpoint<P, U> {
             Input::ChoicesTold { from } => (from, self.on_choices_told(from)),
             Input::SyncAck { from, mid } => (from, self.on_sync_ack(from, mid)),
             Input::Pull { from, mid, have } => (from, self.on_pull(from, mid, have)),
+            Input::Received { from, mid } => (from, self.on_received(from, mid)),
             Input::Suspect { .. } | Input::DeclaredDead { .. } | Input::Grow { .. } => unreachable!("not a frame"),
         }
     }
@@ -1593,6 +1809,80 @@ mod tests {
         e.grow(3);
         e.send(T, mid(0, 3, 1), v(6), false, 2);
         assert_eq!(txs(&drain(&mut e)).iter().map(|x| x.0).collect::<Vec<_>>(), vec![6]);
+    }
+
+    #[test]
+    fn a_master_sends_nothing_reached_after_a_message_before_its_replica_has_it() {
+        // n = 3, r = 2: me slot 2 (rank 1's master), my replica slot 3; rank 0 sends to rank 1.
+        let l = Layout::new(3, 2);
+        let mut e: Endpoint<V, u32> = Endpoint::new(l, 2, Config::default());
+        e.set_notify(true);
+        e.set_share_received(true);
+        e.send(T, mid(1, 2, 0), v(1), false, 10);
+        assert_eq!(txs(&drain(&mut e)).len(), 2, "a send reached before any receive goes");
+        e.received(mid(0, 1, 0), || v(42));
+        assert!(drain(&mut e).is_empty(), "the lowest replica tells nobody");
+        assert_eq!(e.unshared(), 1);
+        e.send(T, mid(1, 2, 1), v(2), false, 11);
+        assert!(txs(&drain(&mut e)).is_empty(), "held: the replica may lack the message");
+        // Its own messages are not shared (its replicas send them themselves).
+        e.received(mid(1, 1, 0), || v(0));
+        assert_eq!(e.unshared(), 1);
+        // Only a replica of higher index may say it has it.
+        assert!(e.handle_input(T, Input::Received { from: 4, mid: mid(0, 1, 0) }).is_err());
+        e.handle_input(T, Input::Received { from: 3, mid: mid(0, 1, 0) }).unwrap();
+        assert_eq!(e.unshared(), 0);
+        assert_eq!(txs(&drain(&mut e)).iter().map(|x| x.0).collect::<Vec<_>>(), vec![4, 5], "released");
+        // The replica may say so first: nothing is kept then.
+        e.handle_input(T, Input::Received { from: 3, mid: mid(0, 1, 1) }).unwrap();
+        e.received(mid(0, 1, 1), || panic!("no copy needed"));
+        assert_eq!(e.unshared(), 0);
+    }
+
+    #[test]
+    fn a_replica_tells_its_master_and_a_master_relays_what_a_lost_rank_sent() {
+        // n = 2, r = 2: rank 0 is slots 0 (master) and 1; rank 1 (slots 2, 3) is lost whole.
+        let l = Layout::new(2, 2);
+        let mut r: Endpoint<V, u32> = Endpoint::new(l, 1, Config::default());
+        r.set_share_received(true);
+        r.received(mid(1, 0, 0), || panic!("no replica of higher index: no copy"));
+        let a = drain(&mut r);
+        assert!(matches!(a.as_slice(), [Output::Transmit { to: 0, frame: Frame::Received { .. }, .. }]), "{a:?}");
+        let mut m: Endpoint<V, u32> = Endpoint::new(l, 0, Config::default());
+        m.set_notify(true);
+        m.set_share_received(true);
+        m.received(mid(1, 0, 0), || v(5));
+        m.received(mid(1, 0, 1), || v(6));
+        m.handle_input(T, Input::Received { from: 1, mid: mid(1, 0, 0) }).unwrap();
+        m.handle_input(T, Input::DeclaredDead { slot: 2 }).unwrap();
+        assert!(!drain(&mut m).iter().any(|a| matches!(a, Output::Transmit { frame: Frame::Relay { .. }, .. })));
+        m.handle_input(T, Input::DeclaredDead { slot: 3 }).unwrap();
+        let relays: Vec<(usize, MsgId, u64)> = drain(&mut m)
+            .into_iter()
+            .filter_map(|a| match a {
+                Output::Transmit { to, frame: Frame::Relay { mid, payload }, .. } => Some((to, mid, payload.v)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(relays, vec![(1, mid(1, 0, 1), 6)], "only what the replica lacks, once");
+        m.handle_input(T, Input::DeclaredDead { slot: 3 }).unwrap();
+        assert!(drain(&mut m).is_empty());
+        // A replica declared dead is waited for no more.
+        m.handle_input(T, Input::DeclaredDead { slot: 1 }).unwrap();
+        assert_eq!(m.unshared(), 0);
+    }
+
+    #[test]
+    fn without_shared_receives_nothing_is_kept_told_or_held() {
+        let l = Layout::new(3, 2);
+        let mut e: Endpoint<V, u32> = Endpoint::new(l, 3, Config::default());
+        e.received(mid(0, 1, 0), || panic!("not kept"));
+        assert!(drain(&mut e).is_empty());
+        let mut m: Endpoint<V, u32> = Endpoint::new(l, 2, Config::default());
+        m.received(mid(0, 1, 0), || panic!("not kept"));
+        m.send(T, mid(1, 2, 0), v(1), false, 10);
+        assert_eq!(txs(&drain(&mut m)).len(), 2);
+        assert!(m.take_relayed(mid(0, 1, 0)).is_none());
     }
 
     #[test]

@@ -93,6 +93,16 @@ struct ReplArgs {
     /// (unsafe with acknowledged commits: shows what the drain is for).
     #[arg(long)]
     no_drain: bool,
+    /// Fault-aware jobs (the program handles failures): `--lose` ranks are lost whole on
+    /// purpose, receives from them fail; the shapes cycle through 3×2, 4×2, 3×3 and 5×3.
+    #[arg(long)]
+    fault_aware: bool,
+    /// Ranks lost whole in a fault-aware job.
+    #[arg(long, default_value_t = 1)]
+    lose: usize,
+    /// Fault-aware jobs without shared receives (shows the divergence they prevent).
+    #[arg(long)]
+    no_share: bool,
 }
 
 #[derive(Args, Clone)]
@@ -631,7 +641,7 @@ fn run_cmd(a: &RunArgs) -> Result<()> {
 
 fn replicated_cmd(a: &ReplArgs) -> Result<()> {
     use p2pmpi_sim::replicated::{run, JobConfig, Verdict};
-    let shapes = [(3, 2), (2, 3), (4, 2), (3, 3)];
+    let shapes = if a.fault_aware { [(3, 2), (4, 2), (3, 3), (5, 3)] } else { [(3, 2), (2, 3), (4, 2), (3, 3)] };
     let threads = a.threads.unwrap_or_else(par::default_threads).max(1);
     let t = Instant::now();
     let shape = |i: u64| match (a.n, a.r) {
@@ -651,14 +661,21 @@ fn replicated_cmd(a: &ReplArgs) -> Result<()> {
             faults: a.faults,
             acked_commits: !a.no_acked_commits,
             drain: !a.no_drain,
-            ..JobConfig::default()
+            fault_aware: a.fault_aware,
+            lose: if a.fault_aware { a.lose } else { 0 },
+            share: !a.no_share,
         };
         let rep = run(seed, cfg);
         (seed, n, r, rep)
     });
     let (mut ok, mut failed, mut bad, mut takeovers, mut events, mut faults) = (0u64, 0u64, 0u64, 0usize, 0u64, 0usize);
     let (mut commits, mut acked, mut drained) = (0u64, 0u64, 0u64);
+    let (mut failed_ops, mut followed, mut left, mut relays) = (0usize, 0usize, 0usize, 0usize);
     for (seed, n, r, rep) in &results {
+        relays += rep.relays;
+        failed_ops += rep.failed_ops;
+        followed += rep.followed;
+        left += rep.left;
         commits += rep.commits;
         acked += rep.acked;
         drained += rep.drained;
@@ -673,7 +690,8 @@ fn replicated_cmd(a: &ReplArgs) -> Result<()> {
                 if bad <= 10 {
                     println!("VIOLATION seed {seed} ({n} ranks x {r} replicas): {v}");
                     println!("  faults: {:?}", rep.faults);
-                    println!("  again: p2pmpi-sim replicated --schedules 1 --seed {seed} --n {n} --r {r} --messages {} --faults {} --verbose", a.messages, a.faults);
+                    let fa = if a.fault_aware { format!(" --fault-aware --lose {}", a.lose) } else { String::new() };
+                    println!("  again: p2pmpi-sim replicated --schedules 1 --seed {seed} --n {n} --r {r} --messages {} --faults {}{fa} --verbose", a.messages, a.faults);
                     if a.verbose {
                         println!("{}", rep.state);
                     }
@@ -695,6 +713,11 @@ fn replicated_cmd(a: &ReplArgs) -> Result<()> {
     println!(
         "commits {commits} ({acked} acknowledged: their copies not kept), data frames taken from dropped connections {drained}"
     );
+    if a.fault_aware {
+        println!(
+            "fault-aware: {failed_ops} failed receives taken, {followed} failures followed, {left} replicas left, {relays} messages relayed"
+        );
+    }
     println!("passed: {} of {}", ok + failed, results.len());
     if bad > 0 {
         anyhow::bail!("{bad} schedules violated the protocol's guarantees");

@@ -5,13 +5,14 @@
 //! the loss of a rank (`Supervisor::set_rank_loss_tolerated`), and a master finishes once its
 //! replicas acknowledged its outcomes.
 //!
-//! **A gap it finds** when other faults strike with a lost rank (`run(66, JobConfig { n: 4,
-//! r: 2, faults: 1, fault_aware: true, lose: 1, .. })`): a master receives a message of a rank
-//! whose replicas all die before its own replica got the message, sends what depends on it,
-//! and crashes; its replica takes over, fails that receive (the message will never come), and
-//! sends other values under the same message ids, so the receivers' replicas disagree. A
-//! successful receive is no choice point, so the replica cannot know that its master went
-//! past it unless a commit said so ([`stranded`]). The tests cover rank losses alone.
+//! **Shared receives** (`Endpoint::set_share_received`, [`JobConfig::share`]): the replicas
+//! tell their possible masters each message they have, a master transmits nothing reached
+//! after a message before its possible successors have it, and relays it when its sender is
+//! lost whole. Without them (`share: false`), other faults besides a lost rank find a
+//! divergence (`run(66, JobConfig { n: 4, r: 2, faults: 1, fault_aware: true, lose: 1, .. })`):
+//! a master receives a message of a rank whose replicas all die before its own replica got
+//! it, sends what depends on it, and crashes; its replica takes over, fails that receive and
+//! sends other values under the same message ids.
 
 use super::*;
 use p2pmpi_core::replication::failures::{self, Failed};

@@ -190,6 +190,9 @@ pub(crate) struct Conn {
     pub arrive_when_complete: bool,
     /// ... and it is a synchronous send's.
     pub stream_sync: bool,
+    /// ... or a relay: its master's copy of a message of a rank lost whole (a fault-aware
+    /// replicated job's shared receives).
+    pub stream_relay: bool,
     /// A replicated job's message streaming straight into a receive: how to undo its match
     /// if the sender dies before the end.
     pub stream_undo: Option<(p2pmpi_core::matching::Envelope, p2pmpi_core::matching::Pattern, usize)>,
@@ -257,6 +260,7 @@ impl Conn {
             max_eager: EAGER_LIMIT as u64,
             arrive_when_complete: false,
             stream_sync: false,
+            stream_relay: false,
             stream_undo: None,
             rndv_stream: None,
             shm: None,

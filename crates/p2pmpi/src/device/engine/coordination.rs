@@ -6,7 +6,7 @@
 //! allocation on its path. The replication layer (above the engine) implements the trait with
 //! its own state.
 
-use super::{Core, Waits};
+use super::{Core, Eager, Waits};
 use crate::device::conn::{Conn, ConnError, ReqId, StatusInfo};
 use crate::error::{Error, Result};
 use p2pmpi_core::matching::{Envelope, Pattern};
@@ -78,6 +78,9 @@ pub(crate) trait Coordination: Sized + Send {
     fn sync_unmatched<S: Waits>(e: &mut Core<Self, S>, env: &Envelope);
     /// A message queued unmatched was taken by a receive (Solo: nothing).
     fn consumed<S: Waits>(e: &mut Core<Self, S>, env: &Envelope);
+    /// Eager message `env` (`data`) of another process is accepted whole here, matched or
+    /// queued (Solo: nothing).
+    fn accepted<S: Waits>(e: &mut Core<Self, S>, env: &Envelope, data: &[u8]);
     /// A message arrived again (Solo: nothing).
     fn duplicate<S: Waits>(e: &mut Core<Self, S>, env: &Envelope, sync: bool);
     /// A message arrived before an earlier one of its channel (Solo: dropped, with a warning).
@@ -85,10 +88,14 @@ pub(crate) trait Coordination: Sized + Send {
     /// A message was accepted on channel (`comm`, `src`, `tag`): those kept aside that are
     /// next now are accepted (Solo: none are kept).
     fn drain_early<S: Waits>(e: &mut Core<Self, S>, comm: u32, src: i32, tag: i32);
-    /// A rendez-vous message matched: whether the coordination asks for its data (Solo: no).
-    fn rndv_matched<S: Waits>(e: &mut Core<Self, S>, mid: Mid) -> bool;
-    /// A stream into a receive is over (Solo: nothing).
-    fn stream_done<S: Waits>(e: &mut Core<Self, S>, conn: &mut Conn);
+    /// Rendez-vous message `mid` (`env`) matched receive `r`: whether the coordination asks
+    /// for its data or has it (Solo: no).
+    fn rndv_matched<S: Waits>(e: &mut Core<Self, S>, r: ReqId, env: &Envelope, mid: Mid) -> bool;
+    /// A message the coordination streamed into a buffer of its own (`arrive_when_complete`)
+    /// is whole (Solo: none is streamed so).
+    fn stream_kept<S: Waits>(e: &mut Core<Self, S>, conn: &mut Conn, env: Envelope, data: Vec<u8>);
+    /// A stream is over; `into`: the receive it completed, if it filled one (Solo: nothing).
+    fn stream_done<S: Waits>(e: &mut Core<Self, S>, conn: &mut Conn, into: Option<ReqId>);
     /// Request `id` completes with `st`: whether it was a frame of the coordination's own
     /// (then the coordination took it; Solo: never).
     fn completing<S: Waits>(e: &mut Core<Self, S>, id: ReqId, st: &Result<StatusInfo>) -> bool;
@@ -217,6 +224,8 @@ impl Coordination for Solo {
     #[inline(always)]
     fn consumed<S: Waits>(_: &mut Core<Self, S>, _: &Envelope) {}
     #[inline(always)]
+    fn accepted<S: Waits>(_: &mut Core<Self, S>, _: &Envelope, _: &[u8]) {}
+    #[inline(always)]
     fn duplicate<S: Waits>(_: &mut Core<Self, S>, _: &Envelope, _: bool) {}
     fn early<S: Waits>(e: &mut Core<Self, S>, env: Envelope, data: Vec<u8>, _: bool) {
         crate::pool::give(data);
@@ -225,11 +234,14 @@ impl Coordination for Solo {
     #[inline(always)]
     fn drain_early<S: Waits>(_: &mut Core<Self, S>, _: u32, _: i32, _: i32) {}
     #[inline(always)]
-    fn rndv_matched<S: Waits>(_: &mut Core<Self, S>, _: Mid) -> bool {
+    fn rndv_matched<S: Waits>(_: &mut Core<Self, S>, _: ReqId, _: &Envelope, _: Mid) -> bool {
         false
     }
+    fn stream_kept<S: Waits>(e: &mut Core<Self, S>, _: &mut Conn, env: Envelope, data: Vec<u8>) {
+        e.accept_eager(env, Eager::Owned(data), false);
+    }
     #[inline(always)]
-    fn stream_done<S: Waits>(_: &mut Core<Self, S>, _: &mut Conn) {}
+    fn stream_done<S: Waits>(_: &mut Core<Self, S>, _: &mut Conn, _: Option<ReqId>) {}
     #[inline(always)]
     fn completing<S: Waits>(_: &mut Core<Self, S>, _: ReqId, _: &Result<StatusInfo>) -> bool {
         false

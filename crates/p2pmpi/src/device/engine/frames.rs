@@ -124,7 +124,7 @@ impl<C: Coordination, S: Waits> Core<C, S> {
                         budget = budget.saturating_sub(n);
                         if left == 0 {
                             conn.rstate = RState::Header;
-                            conn.stream_undo = None;
+                            let mut into = None;
                             if let Some((env, mut data)) = conn.stream_unexpected.take() {
                                 // SAFETY: the buffer was created empty with room for `env.len`
                                 // bytes (`pool::with_room`), and the stream, now complete
@@ -132,8 +132,7 @@ impl<C: Coordination, S: Waits> Core<C, S> {
                                 unsafe { data.set_len(env.len as usize) };
                                 conn.stream_status = None;
                                 if !C::PLAIN && std::mem::take(&mut conn.arrive_when_complete) {
-                                    let sync = std::mem::take(&mut conn.stream_sync);
-                                    self.accept_eager(env, Eager::Owned(data), sync);
+                                    C::stream_kept(self, &mut conn, env, data);
                                 } else if let Some((r, Body::Eager(data))) =
                                     self.matcher.deliver_late(env, Body::Eager(data))
                                 {
@@ -143,9 +142,10 @@ impl<C: Coordination, S: Waits> Core<C, S> {
                             } else if !discard {
                                 if let Some(st) = conn.stream_status.take() {
                                     self.complete(req, Ok(st));
+                                    into = Some(req);
                                 }
                             }
-                            C::stream_done(self, &mut conn);
+                            C::stream_done(self, &mut conn, into);
                             continue;
                         }
                         if n == 0 {

@@ -670,11 +670,13 @@ impl<C: Coordination, S: Waits> Core<C, S> {
                 if sync {
                     C::matched_sync(self, &env);
                 }
+                C::accepted(self, &env, data.bytes());
                 self.fill(r, &env, data.bytes());
                 data.give();
             }
             Arrival::Unmatched => {
                 self.traced(&env);
+                C::accepted(self, &env, data.bytes());
                 if sync {
                     C::sync_unmatched(self, &env);
                 }
@@ -731,8 +733,8 @@ impl<C: Coordination, S: Waits> Core<C, S> {
         C::matched(self, r, env);
         let mid = Mid { comm: env.comm, src: env.src as u32, dst: self.base.rank as u32, tag: env.tag, seq: env.seq };
         self.rndv_recv.insert(mid, r);
-        if C::rndv_matched(self, mid) {
-            // The coordination asks for the data.
+        if C::rndv_matched(self, r, env, mid) {
+            // The coordination asks for the data (or has it).
             return;
         }
         if let Some(src) = self.sc_in.remove(&mid) {

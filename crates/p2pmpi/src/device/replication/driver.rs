@@ -144,6 +144,19 @@ impl<S: Waits> Core<Replication, S> {
                 let h = Header::new(FrameKind::Data, mid, protocol::Payload::len(&payload) as u64);
                 (h, payload.into_payload(), false)
             }
+            // Shared receives (the endpoint's `set_share_received`): a replica has a message
+            // of another rank (`mid.dst` is this rank, unlike a destination's `HAVE`), or
+            // its master relays it.
+            Frame::Received { mid } => {
+                let mut h = Header::new(FrameKind::ReadyToRecv, mid, 0);
+                h.flags |= flags::HAVE;
+                (h, Payload::None, false)
+            }
+            Frame::Relay { mid, payload } => {
+                let mut h = Header::new(FrameKind::Data, mid, protocol::Payload::len(&payload) as u64);
+                h.flags |= flags::RELAY;
+                (h, payload.into_payload(), false)
+            }
         };
         let cid = match self.send_conn(to as i32) {
             Ok(c) => c,

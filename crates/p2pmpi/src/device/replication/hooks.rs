@@ -176,6 +176,8 @@ impl<S: Waits> Core<Replication, S> {
         let env = Envelope { comm: mid.comm, src: peer, tag: mid.tag, seq: mid.seq, len: h.len };
         match h.kind {
             FrameKind::Commit | FrameKind::Choice => return Some(self.replica_control_frame(slot, h)),
+            // Shared receives: its master's copy of a message of a rank lost whole.
+            FrameKind::Data if h.flags & flags::RELAY != 0 => return Some(self.relay_frame(conn, h, slot)),
             FrameKind::Eager if crate::device::conn::is_streamed(&h) => self.replica_streamed_eager(conn, h, peer),
             FrameKind::Eager | FrameKind::ReadyToSend if !from_peer => return None,
             FrameKind::Eager => self.accept_eager(env, Eager::Borrowed(&conn.rbuf[payload]), sync),
@@ -189,6 +191,7 @@ impl<S: Waits> Core<Replication, S> {
                             conn.rndv_stream = Some((mid, r));
                         } else {
                             self.coord.ep.have(mid);
+                            self.share_in(mid, r);
                         }
                     }
                     // Sent again by a new master after its predecessor's copy arrived whole.
@@ -207,6 +210,9 @@ impl<S: Waits> Core<Replication, S> {
                     } else {
                         rp.on_sync_ack(slot as usize, mid);
                     }
+                } else if peer == self.base.rank && mid.dst as i32 == self.base.rank && h.flags & flags::HAVE != 0 {
+                    // Shared receives: a replica of this rank has a message of another.
+                    self.coord.on_received(slot as usize, mid);
                 }
             }
             _ => return None,
@@ -351,6 +357,10 @@ impl Coordination for Replication {
         e.coord.ep.consumed(env_mid(env, me));
         e.flush_deferred();
     }
+    /// Shared receives: an eager message had whole is told.
+    fn accepted<S: Waits>(e: &mut Core<Self, S>, env: &Envelope, data: &[u8]) {
+        e.share_eager(env, data);
+    }
     /// A new master resending a synchronous message waits for an acknowledgement its
     /// predecessor already had.
     fn duplicate<S: Waits>(e: &mut Core<Self, S>, env: &Envelope, sync: bool) {
@@ -367,13 +377,33 @@ impl Coordination for Replication {
     fn drain_early<S: Waits>(e: &mut Core<Self, S>, comm: u32, src: i32, tag: i32) {
         e.drain_kept(comm, src, tag);
     }
-    /// Every alive replica of the sender is asked: whichever is master sends the data.
-    fn rndv_matched<S: Waits>(e: &mut Core<Self, S>, mid: Mid) -> bool {
-        e.coord.ep.pull(mid);
+    /// Filled at once if its master relayed the data (its sender is lost whole); otherwise
+    /// every alive replica of the sender is asked: whichever is master sends the data.
+    fn rndv_matched<S: Waits>(e: &mut Core<Self, S>, r: ReqId, env: &Envelope, mid: Mid) -> bool {
+        if !e.fill_relayed(r, env, mid) {
+            e.coord.ep.pull(mid);
+        }
         true
     }
-    /// A replicated rendez-vous message is whole here.
-    fn stream_done<S: Waits>(e: &mut Core<Self, S>, conn: &mut Conn) {
+    /// An eager message kept whole before its match, or a relay, is taken.
+    fn stream_kept<S: Waits>(e: &mut Core<Self, S>, conn: &mut Conn, env: Envelope, data: Vec<u8>) {
+        let sync = std::mem::take(&mut conn.stream_sync);
+        if std::mem::take(&mut conn.stream_relay) {
+            e.relayed(env, Eager::Owned(data));
+        } else {
+            e.accept_eager(env, Eager::Owned(data), sync);
+        }
+    }
+    /// Its match is no longer undone; a message streamed into a receive is told (shared
+    /// receives), a replicated rendez-vous message is whole here.
+    fn stream_done<S: Waits>(e: &mut Core<Self, S>, conn: &mut Conn, into: Option<ReqId>) {
+        let undo = conn.stream_undo.take();
+        if let Some(r) = into {
+            let me = e.base.rank;
+            if let Some(m) = undo.map(|u| env_mid(&u.0, me)).or(conn.rndv_stream.map(|s| s.0)) {
+                e.share_in(m, r);
+            }
+        }
         if let Some((m, _)) = conn.rndv_stream.take() {
             e.coord.ep.have(m);
         }

@@ -8,6 +8,7 @@
 
 mod driver;
 mod hooks;
+mod shared;
 
 use super::conn::{Conn, ConnError, Out, Payload, RState, ReqId, StatusInfo, EAGER_LIMIT};
 use super::engine::Matched;
@@ -182,7 +183,11 @@ impl Replication {
             rndv_limit: EAGER_LIMIT,
         };
         let mut ep = Endpoint::new(layout, slot, cfg);
-        ep.set_notify(crate::lifecycle::policy() == crate::lifecycle::Policy::Notify);
+        let notify = crate::lifecycle::policy() == crate::lifecycle::Policy::Notify;
+        ep.set_notify(notify);
+        // A program that handles failures: a new master must have every message its master
+        // received (a receive from a rank lost whole fails).
+        ep.set_share_received(notify);
         if !ep.is_master() {
             // The memory of its copies, faulted in once before the program sends anything:
             // later, its master would run far ahead of it meanwhile. A page touched per
@@ -233,6 +238,11 @@ impl Replication {
 
     pub(super) fn on_pull(&mut self, from: usize, mid: MsgId, have: bool) -> bool {
         self.control(Input::Pull { from, mid, have })
+    }
+
+    /// Shared receives: replica `from` (of higher index) has message `mid` of another rank.
+    pub(super) fn on_received(&mut self, from: usize, mid: MsgId) -> bool {
+        self.control(Input::Received { from, mid })
     }
 
     pub(super) fn on_sync_ack(&mut self, from: usize, mid: MsgId) -> bool {
