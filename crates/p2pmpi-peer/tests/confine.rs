@@ -289,7 +289,8 @@ fn a_confined_job_binds_tcp_ports_of_its_range_only() {
         return;
     }
     let s = site("confine-bind");
-    let c = confiner(&Config { min_port: 47_100, max_port: 47_109, ..Config::default() });
+    let b = free_base(&[6]);
+    let c = confiner(&Config { min_port: b + 1, max_port: b + 10, ..Config::default() });
     let bind = |port: u16| {
         let script = format!(
             "/usr/bin/perl -MSocket -e 'socket(S, PF_INET, SOCK_STREAM, 0) or die; \
@@ -297,11 +298,11 @@ fn a_confined_job_binds_tcp_ports_of_its_range_only() {
         );
         run(&c, &s, &script)
     };
-    for port in [47_105, 0] {
+    for port in [b + 6, 0] {
         let o = bind(port);
         assert_eq!(String::from_utf8_lossy(&o.stdout), "bound\n", "port {port}: {}", text(&o));
     }
-    for port in [47_099, 47_110, 8080] {
+    for port in [b, b + 11, 8080] {
         let o = bind(port);
         assert!(!o.status.success(), "port {port}: {}", text(&o));
         assert!(String::from_utf8_lossy(&o.stderr).contains("ermission denied"), "port {port}: {}", text(&o));
@@ -333,6 +334,21 @@ fn staged_files_shared_with_other_jobs_are_copied_before_a_job_may_write_them() 
     assert_eq!(std::fs::metadata(&cache).unwrap().nlink(), 2, "only the other job's link is left");
 }
 
+/// A base port below the kernel's ephemeral range (32 768 on), whose ports `base + offsets`
+/// were all free when chosen: a port there is taken only by an explicit bind, never as the
+/// source port of a concurrent test's connection (which made fixed ports in the 47 000s fail
+/// with "address in use"). The start depends on the process, so concurrent tests differ.
+fn free_base(offsets: &[u16]) -> u16 {
+    let seed = std::process::id() as u16;
+    for i in 0..500u16 {
+        let base = 21_000 + (seed.wrapping_add(i.wrapping_mul(211)) % 110) * 100;
+        if offsets.iter().all(|o| std::net::TcpListener::bind(("127.0.0.1", base + o)).is_ok()) {
+            return base;
+        }
+    }
+    panic!("no free range of ports below 32768");
+}
+
 fn perl() -> bool {
     require((!Path::new("/usr/bin/perl").exists()).then_some("needs perl (/usr/bin/perl) to open sockets"))
 }
@@ -359,17 +375,18 @@ fn a_confined_job_connects_to_its_jobs_ports_only() {
         return;
     }
     let s = site("confine-connect");
-    // The grid's range 47_200..47_209, of which 47_209 is this daemon's MPD port; 47_300 an
-    // extra port of the owner's (JOB_CONNECT_PORTS); the launcher's control port, the job's own.
+    // The grid's range b..b+9, of which b+9 is this daemon's MPD port; b+100 an extra port of
+    // the owner's (JOB_CONNECT_PORTS); the launcher's control port, the job's own.
+    let b = free_base(&[3, 4, 8, 9, 100]);
     let listen = |port: u16| std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
-    let (data, mpd, extra, launcher, other) = (listen(47_203), listen(47_209), listen(47_300), listen(0), listen(0));
+    let (data, mpd, extra, launcher, other) = (listen(b + 3), listen(b + 9), listen(b + 100), listen(0), listen(0));
     let port = |l: &std::net::TcpListener| l.local_addr().unwrap().port();
     let cfg = Config {
-        min_port: 47_200,
-        max_port: 47_209,
-        mpd_port: 47_209,
-        rs_port: 47_208,
-        job_connect_ports: vec![(47_300, 47_300)],
+        min_port: b,
+        max_port: b + 9,
+        mpd_port: b + 9,
+        rs_port: b + 8,
+        job_connect_ports: vec![(b + 100, b + 100)],
         ..Config::default()
     };
     let c = confiner(&cfg);
@@ -395,9 +412,9 @@ fn a_confined_job_connects_to_its_jobs_ports_only() {
     }
     // It binds the grid's ports but the daemon's service ports (which no process may connect
     // to: a rank listening there would be cut off; the MPI library takes the next port).
-    let o = run_job(&bind_script(47_204));
+    let o = run_job(&bind_script(b + 4));
     assert_eq!(String::from_utf8_lossy(&o.stdout), "bound\n", "{}", text(&o));
-    let o = run_job(&bind_script(47_208));
+    let o = run_job(&bind_script(b + 8));
     assert!(String::from_utf8_lossy(&o.stderr).contains("ermission denied"), "the RS's port: {}", text(&o));
     // Nothing reached the refused listener; the others are unharmed and still accept.
     other.set_nonblocking(true).unwrap();
