@@ -44,6 +44,7 @@ pub(crate) mod net;
 mod replication;
 pub(crate) mod revocations;
 pub(crate) mod shm;
+pub(crate) mod transport;
 
 #[cfg(test)]
 mod tests;

@@ -332,7 +332,7 @@ fn loopback_data_links_leave_bbr() {
     let (mut e0, mut e1) = pair(None);
     let mut bbr_listeners = true;
     for e in [&e0, &e1] {
-        let l = solo(e).listener.as_ref().unwrap();
+        let l = solo(e).io.listener().unwrap();
         bbr_listeners &= socket2::SockRef::from(l).set_tcp_congestion(b"bbr").is_ok();
     }
     if !bbr_listeners {

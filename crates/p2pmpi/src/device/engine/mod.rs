@@ -1,8 +1,9 @@
 //! The point-to-point engine: matching (the pure [`p2pmpi_core::matching::Matcher`]), eager
 //! and rendez-vous transfers per MID, requests, single copies, revocations, and the immediate
 //! collectives' schedules it keeps for the layer above, over the transport's connections
-//! ([`super::conn`], [`super::shm`], [`super::net`]). Its files: this one (requests, sends,
-//! receives, failures), `poll` (the poll loop and the openings over the transport), `frames`
+//! ([`super::conn`], [`super::shm`], [`super::net`], [`super::transport`]: the mio poll and
+//! the listener). Its files: this one (requests, sends, receives, failures), `poll` (the
+//! progress loop over what the transport reports ready, and the openings), `frames`
 //! (the frames of each kind), `coordination` (the hooks of a coordination, and [`Solo`]).
 //!
 //! The engine is generic over how its process coordinates with others
@@ -19,10 +20,10 @@ pub(crate) use coordination::{Coordination, Solo};
 
 use super::conn::{self, Auth, Conn, ConnError, Out, Payload, RState, ReqId, StatusInfo, EAGER_LIMIT};
 use super::net::{connect_with_retry, load_factor, HANDSHAKE_LIMIT, MAX_PENDING, MAX_UNIVERSE, PENDING_GRACE};
+use super::transport::Poller;
 use super::{failpoints, revocations, shm};
 use crate::error::{Error, Result};
-use mio::net::{TcpListener, TcpStream};
-use mio::{Events, Interest, Poll, Token};
+use mio::net::TcpStream;
 use p2pmpi_core::matching::{Arrival, Body, Envelope, Matcher, Pattern};
 use p2pmpi_wire::auth::{self, JobKey, Role};
 use p2pmpi_wire::frame::{AUTH_LEN, CHALLENGE_LEN, HELLO_LEN};
@@ -35,8 +36,6 @@ use std::time::{Duration, Instant};
 
 /// Bytes one call reads from a connection before it returns to its caller.
 pub(crate) const READ_BUDGET: usize = 1 << 20;
-
-const LISTENER: Token = Token(usize::MAX);
 
 /// The request of every operation finished on the spot (an eager send written whole at
 /// once, `device::Engine::completed_req`): a slot of the request table that is never freed, so such
@@ -231,9 +230,8 @@ pub(crate) struct Core<C, S> {
     /// Refused connections: when the current logging window began, lines written in it,
     /// refusals not shown.
     pub(crate) refusals: (Instant, u32, u64),
-    pub(crate) poll: Poll,
-    pub(crate) events: Events,
-    pub(crate) listener: Option<TcpListener>,
+    /// The transport's poll: the listener and the connections' readiness.
+    pub(crate) io: Poller,
     pub(crate) addrs: Vec<SocketAddr>,
     pub(crate) peers: Vec<Peer>,
     /// Boxed: a connection is taken out of the table while its frames are handled, and
@@ -252,8 +250,6 @@ pub(crate) struct Core<C, S> {
     /// Communicators (contexts) revoked by a member (ULFM): their communication fails.
     pub(crate) revoked: std::collections::HashSet<u32>,
     pub(crate) tick: u32,
-    /// Reused buffer of ready events.
-    pub(crate) ready: Vec<(Token, bool, bool)>,
     /// Connections left readable when their read budget ran out (epoll is edge-triggered:
     /// no new event comes for data already there), read again by the next progress call.
     pub(crate) unread: Vec<usize>,
@@ -350,16 +346,7 @@ impl<C: Coordination, S: Waits> Core<C, S> {
         addrs: Vec<SocketAddr>,
         spin: Duration,
     ) -> Result<Self> {
-        let poll = Poll::new()?;
-        let listener = match listener {
-            Some(l) => {
-                l.set_nonblocking(true)?;
-                let mut l = TcpListener::from_std(l);
-                poll.registry().register(&mut l, LISTENER, Interest::READABLE)?;
-                Some(l)
-            }
-            None => None,
-        };
+        let io = Poller::new(listener)?;
         let trace = std::env::var_os("P2PMPI_TRACE").map(|_| Vec::new());
         let base = Base {
             rank,
@@ -379,9 +366,7 @@ impl<C: Coordination, S: Waits> Core<C, S> {
             trace,
             key,
             refusals: (Instant::now(), 0, 0),
-            poll,
-            events: Events::with_capacity(256),
-            listener,
+            io,
             addrs,
             peers: (0..slots).map(|_| Peer::default()).collect(),
             conns: Vec::new(),
@@ -399,7 +384,6 @@ impl<C: Coordination, S: Waits> Core<C, S> {
             lost: HashMap::new(),
             revoked: std::collections::HashSet::new(),
             tick: 0,
-            ready: Vec::with_capacity(256),
             unread: Vec::new(),
             schedules: Vec::new(),
             aborting: Vec::new(),
@@ -464,7 +448,7 @@ impl<C: Coordination, S: Waits> Core<C, S> {
     }
 
     pub fn local_addr(&self) -> Option<SocketAddr> {
-        self.listener.as_ref().and_then(|l| l.local_addr().ok())
+        self.io.local_addr()
     }
 
     // ----------------------------------------------------------------- requests
@@ -966,7 +950,7 @@ impl<C: Coordination, S: Waits> Core<C, S> {
         if self.failure_tolerant() && rank >= 0 && (rank as usize) < self.peers.len() {
             for cid in std::mem::take(&mut self.peers[rank as usize].conns) {
                 if let Some(mut conn) = self.conns[cid].take() {
-                    let _ = self.poll.registry().deregister(&mut conn.stream);
+                    self.io.deregister(&mut conn.stream);
                     unsent.extend(conn.take_completions());
                 }
                 self.shm_conns.retain(|c| *c != cid);

@@ -164,7 +164,7 @@ impl<C: Coordination, S: Waits> Core<C, S> {
             self.conns.push(None);
             self.conns.len() - 1
         });
-        self.poll.registry().register(&mut stream, Token(cid), Interest::READABLE)?;
+        self.io.register(&mut stream, cid)?;
         // The opening: this process's nonce; what it sends waits until the acceptor proves
         // the job key (its `Challenge`), then follows this process's proof.
         let nc = auth::nonce();
@@ -264,8 +264,7 @@ impl<C: Coordination, S: Waits> Core<C, S> {
         let want = conn.wants_write();
         if want != conn.want_write {
             conn.want_write = want;
-            let i = if want { Interest::READABLE | Interest::WRITABLE } else { Interest::READABLE };
-            let _ = self.poll.registry().reregister(&mut conn.stream, Token(cid), i);
+            self.io.reregister(&mut conn.stream, cid, want);
         }
     }
 
@@ -373,7 +372,7 @@ impl<C: Coordination, S: Waits> Core<C, S> {
         if armed && self.arm_rings() {
             t = Duration::ZERO;
         }
-        let polled = self.poll.poll(&mut self.events, Some(t));
+        let polled = self.io.wait(t);
         if armed {
             for &cid in &self.shm_conns {
                 if let Some(l) = self.conns[cid].as_ref().and_then(|c| c.shm.as_deref()) {
@@ -381,25 +380,19 @@ impl<C: Coordination, S: Waits> Core<C, S> {
                 }
             }
         }
-        if let Err(e) = polled {
-            if e.kind() != io::ErrorKind::Interrupted {
-                self.set_fatal(e.into());
+        let (ready, accept) = match polled {
+            Ok(r) => r,
+            Err(e) => {
+                if e.kind() != io::ErrorKind::Interrupted {
+                    self.set_fatal(e.into());
+                }
+                return false;
             }
-            return false;
+        };
+        if accept {
+            self.accept_all();
         }
-        let mut ready = std::mem::take(&mut self.ready);
-        ready.clear();
-        ready.extend(
-            self.events
-                .iter()
-                .map(|ev| (ev.token(), ev.is_readable() || ev.is_read_closed() || ev.is_error(), ev.is_writable())),
-        );
-        for &(tok, readable, writable) in &ready {
-            if tok == LISTENER {
-                self.accept_all();
-                continue;
-            }
-            let cid = tok.0;
+        for &(cid, readable, writable) in &ready {
             if writable {
                 self.flush_conn(cid);
             }
@@ -410,7 +403,7 @@ impl<C: Coordination, S: Waits> Core<C, S> {
                 got |= self.read_conn(cid);
             }
         }
-        self.ready = ready;
+        self.io.give_back(ready);
         let mut i = 0;
         while let Some(&cid) = self.shm_conns.get(i) {
             got |= self.read_conn(cid);
@@ -500,22 +493,18 @@ impl<C: Coordination, S: Waits> Core<C, S> {
 
     pub(crate) fn accept_all(&mut self) {
         loop {
-            let Some(l) = self.listener.as_ref() else { return };
-            match l.accept() {
-                Ok((mut stream, _addr)) => {
-                    let _ = stream.set_nodelay(true);
-                    conn::tune_loopback_link(socket2::SockRef::from(&stream));
+            match self.io.accept() {
+                Ok(Some(mut stream)) => {
                     self.prune_openings();
                     let cid = self.conns.iter().position(Option::is_none).unwrap_or_else(|| {
                         self.conns.push(None);
                         self.conns.len() - 1
                     });
-                    if self.poll.registry().register(&mut stream, Token(cid), Interest::READABLE).is_ok() {
+                    if self.io.register(&mut stream, cid).is_ok() {
                         self.conns[cid] = Some(Box::new(Conn::accepted(stream)));
                     }
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Ok(None) => return,
                 Err(e) => {
                     log_warn(self.base.rank, &format!("accept failed: {e}"));
                     return;
@@ -540,7 +529,7 @@ impl<C: Coordination, S: Waits> Core<C, S> {
             let late = opened.elapsed() > HANDSHAKE_LIMIT * load_factor();
             if (k < excess && opened.elapsed() > PENDING_GRACE) || late {
                 let Some(mut c) = self.conns[cid].take() else { continue };
-                let _ = self.poll.registry().deregister(&mut c.stream);
+                self.io.deregister(&mut c.stream);
                 let why = if late {
                     format!("it did not prove the job key within {} s", (HANDSHAKE_LIMIT * load_factor()).as_secs())
                 } else {
@@ -727,7 +716,7 @@ impl<C: Coordination, S: Waits> Core<C, S> {
             return;
         }
         let Some(mut conn) = self.conns[cid].take() else { return };
-        let _ = self.poll.registry().deregister(&mut conn.stream);
+        self.io.deregister(&mut conn.stream);
         self.shm_conns.retain(|c| *c != cid);
         if peer >= 0 {
             let p = &mut self.peers[peer as usize];

@@ -677,7 +677,7 @@ impl<S: Waits> Core<Replication, S> {
         let mut done = Vec::new();
         for cid in cids {
             if let Some(mut conn) = self.conns[cid].take() {
-                let _ = self.poll.registry().deregister(&mut conn.stream);
+                self.io.deregister(&mut conn.stream);
                 done.extend(conn.take_completions());
                 self.undo_stream(&mut conn);
             }
