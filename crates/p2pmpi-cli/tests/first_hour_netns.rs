@@ -7,8 +7,8 @@
 
 mod common;
 
-use common::netns::{available, Netns, Site};
-use std::path::{Path, PathBuf};
+use common::netns::{available, Daemons, Netns, Site};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 fn readme() -> String {
@@ -20,25 +20,6 @@ fn quoted_after<'a>(text: &'a str, before: &str) -> &'a str {
     let i = text.find(before).unwrap_or_else(|| panic!("README has no {before:?}")) + before.len();
     let rest = &text[i..];
     &rest[..rest.find('`').expect("a closing backquote")]
-}
-
-/// Kills the daemons started in `homes` if the test ends early.
-struct Daemons(Vec<PathBuf>);
-
-impl Drop for Daemons {
-    fn drop(&mut self) {
-        for home in &self.0 {
-            for state in ["mpd.json", "supernode.json"] {
-                if let Ok(text) = std::fs::read_to_string(home.join(state)) {
-                    if let Some(pid) =
-                        serde_json::from_str::<serde_json::Value>(&text).ok().and_then(|v| v["pid"].as_u64())
-                    {
-                        let _ = p2pmpi_peer::os::signal(pid as u32, libc::SIGKILL);
-                    }
-                }
-            }
-        }
-    }
 }
 
 #[test]

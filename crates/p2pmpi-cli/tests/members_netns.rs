@@ -8,30 +8,10 @@
 
 mod common;
 
-use common::netns::{available, Netns, Site};
+use common::netns::{available, Daemons, Netns, Site};
 use std::io::BufRead;
-use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
-
-/// Kills the daemons started in `homes` if the test ends early.
-struct Daemons(Vec<PathBuf>);
-
-impl Drop for Daemons {
-    fn drop(&mut self) {
-        for home in &self.0 {
-            for state in ["mpd.json", "supernode.json"] {
-                if let Ok(text) = std::fs::read_to_string(home.join(state)) {
-                    if let Some(pid) =
-                        serde_json::from_str::<serde_json::Value>(&text).ok().and_then(|v| v["pid"].as_u64())
-                    {
-                        let _ = p2pmpi_peer::os::signal(pid as u32, libc::SIGKILL);
-                    }
-                }
-            }
-        }
-    }
-}
 
 #[test]
 fn members_invited_and_joined_across_two_machines_run_a_confined_job() {

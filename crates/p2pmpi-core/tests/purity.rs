@@ -5,7 +5,10 @@
 //! (Addresses are plain values: `core::net`, never `std::net`, whose sockets live beside them.)
 #![forbid(unsafe_code)]
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use common::sources;
+use std::path::Path;
 
 /// What a core must not name, and why.
 const FORBIDDEN: &[(&str, &str)] = &[
@@ -24,17 +27,6 @@ const FORBIDDEN: &[(&str, &str)] = &[
     ("eprintln!", "standard error: drivers print"),
     ("std::io::stdin", "standard input"),
 ];
-
-fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
-    for e in std::fs::read_dir(dir).expect("source directory") {
-        let p = e.expect("entry").path();
-        if p.is_dir() {
-            sources(&p, out);
-        } else if p.extension().is_some_and(|x| x == "rs") {
-            out.push(p);
-        }
-    }
-}
 
 /// The code of a file without its `#[cfg(test)]` modules (tests may use the clock) and
 /// without comments.

@@ -221,15 +221,7 @@ pub fn programs(rng: &mut Rng, n: usize, messages: usize) -> Vec<Vec<Op>> {
         if rng.bernoulli(0.05) && left >= 2 * (n - 1) {
             // A collective pattern: a gather to a root then a broadcast from it (what the
             // library's collectives do over point-to-point), on a tag of their own.
-            let root = rng.below(n as u64) as usize;
-            for k in (0..n).filter(|&k| k != root) {
-                progs[k].push(Op::Send { dst: root, tag: 50, sync: false, big: false });
-                progs[root].push(Op::Recv { src: Some(k), tag: Some(50) });
-            }
-            for k in (0..n).filter(|&k| k != root) {
-                progs[root].push(Op::Send { dst: k, tag: 51, sync: false, big: false });
-                progs[k].push(Op::Recv { src: Some(root), tag: Some(51) });
-            }
+            gather_then_broadcast(&mut progs, rng.below(n as u64) as usize);
             left -= 2 * (n - 1);
             continue;
         }
@@ -1686,6 +1678,20 @@ pub fn run(seed: u64, cfg: JobConfig) -> RunReport {
         left: sim.left,
         followed: sim.followed,
         relays: sim.relays,
+    }
+}
+
+/// A gather of every other process's message to `root` (tag 50), then a broadcast from it
+/// (tag 51): the pattern the library's collectives make over point-to-point.
+pub(crate) fn gather_then_broadcast(progs: &mut [Vec<Op>], root: usize) {
+    let n = progs.len();
+    for k in (0..n).filter(|&k| k != root) {
+        progs[k].push(Op::Send { dst: root, tag: 50, sync: false, big: false });
+        progs[root].push(Op::Recv { src: Some(k), tag: Some(50) });
+    }
+    for k in (0..n).filter(|&k| k != root) {
+        progs[root].push(Op::Send { dst: k, tag: 51, sync: false, big: false });
+        progs[k].push(Op::Recv { src: Some(root), tag: Some(51) });
     }
 }
 

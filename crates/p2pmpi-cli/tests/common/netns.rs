@@ -532,3 +532,23 @@ impl Drop for NsGrid<'_> {
         }
     }
 }
+
+/// Kills the daemons (MPD, supernode) started in these homes when dropped: a test that ends
+/// early leaves none running.
+pub struct Daemons(pub Vec<PathBuf>);
+
+impl Drop for Daemons {
+    fn drop(&mut self) {
+        for home in &self.0 {
+            for state in ["mpd.json", "supernode.json"] {
+                if let Ok(text) = std::fs::read_to_string(home.join(state)) {
+                    if let Some(pid) =
+                        serde_json::from_str::<serde_json::Value>(&text).ok().and_then(|v| v["pid"].as_u64())
+                    {
+                        let _ = p2pmpi_peer::os::signal(pid as u32, libc::SIGKILL);
+                    }
+                }
+            }
+        }
+    }
+}

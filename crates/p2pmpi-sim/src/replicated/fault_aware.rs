@@ -36,15 +36,7 @@ pub fn programs(rng: &mut Rng, n: usize, messages: usize) -> Vec<Vec<Op>> {
     while left > 0 {
         if rng.bernoulli(0.05) && left >= 2 * (n - 1) {
             // A gather to a root, then a broadcast from it.
-            let root = rng.below(n as u64) as usize;
-            for k in (0..n).filter(|&k| k != root) {
-                progs[k].push(Op::Send { dst: root, tag: 50, sync: false, big: false });
-                progs[root].push(Op::Recv { src: Some(k), tag: Some(50) });
-            }
-            for k in (0..n).filter(|&k| k != root) {
-                progs[root].push(Op::Send { dst: k, tag: 51, sync: false, big: false });
-                progs[k].push(Op::Recv { src: Some(root), tag: Some(51) });
-            }
+            gather_then_broadcast(&mut progs, rng.below(n as u64) as usize);
             left -= 2 * (n - 1);
             continue;
         }

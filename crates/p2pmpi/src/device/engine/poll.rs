@@ -13,15 +13,7 @@ impl<C: Coordination, S: Waits> Core<C, S> {
         failpoints::at_start();
         // The world's slots (a spawned job's follow its ancestors').
         let (lo, hi) = C::world_slots(self);
-        for r in lo..self.base.slot {
-            C::apply_declared(self);
-            if C::cut(self, r) {
-                continue;
-            }
-            if let Err(e) = self.send_conn(r) {
-                C::start_failed(self, r, e)?;
-            }
-        }
+        self.open_all(lo..self.base.slot)?;
         let deadline = Instant::now() + limit;
         loop {
             if let Some(e) = &self.base.fatal {
@@ -67,13 +59,10 @@ impl<C: Coordination, S: Waits> Core<C, S> {
         self.base.size = self.base.size.max(n as i32);
     }
 
-    /// Opens connections to the processes `ids` (outside the world) and waits until each one
-    /// proved the job key, or until `limit`.
-    pub fn connect_to(&mut self, ids: &[i32], limit: Duration) -> Result<()> {
-        let ids = &C::slots_of_ids(self, ids)[..];
-        for &r in ids {
-            // Processes the coordination counts on no more (a spawn's parent that died
-            // before its children started): not waited for.
+    /// Opens a connection to each slot of `slots` that the coordination still counts on (the
+    /// deaths declared so far applied before each).
+    fn open_all(&mut self, slots: impl Iterator<Item = i32>) -> Result<()> {
+        for r in slots {
             C::apply_declared(self);
             if C::cut(self, r) {
                 continue;
@@ -82,6 +71,16 @@ impl<C: Coordination, S: Waits> Core<C, S> {
                 C::start_failed(self, r, e)?;
             }
         }
+        Ok(())
+    }
+
+    /// Opens connections to the processes `ids` (outside the world) and waits until each one
+    /// proved the job key, or until `limit`.
+    pub fn connect_to(&mut self, ids: &[i32], limit: Duration) -> Result<()> {
+        let ids = &C::slots_of_ids(self, ids)[..];
+        // Processes the coordination counts on no more (a spawn's parent that died before its
+        // children started): not waited for.
+        self.open_all(ids.iter().copied())?;
         let deadline = Instant::now() + limit;
         loop {
             if let Some(e) = &self.base.fatal {
