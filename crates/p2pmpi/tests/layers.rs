@@ -3,8 +3,9 @@
 //! other in a circle. This test reads the layer table from that document (it is written there
 //! only), reads every module's paths (`crate::…`, `super::…`, child modules) in the crate's
 //! sources, and fails on a module that names one above its layer, on a circle, on a module of
-//! the transport or the engine that names replication, and on a `std::process::exit` (or
-//! `libc::_exit`) outside the `fatal` module.
+//! the transport or the engine that names replication, on a module of the transport that
+//! mentions it at all (comments included), and on a `std::process::exit` (or `libc::_exit`)
+//! outside the `fatal` module.
 //!
 //! [`KNOWN`] would list edges that still break the layering, each with its reason; it is empty,
 //! and may only stay so: an edge that breaks the layering fails the test.
@@ -26,6 +27,23 @@ const ENGINE_ROW: &str = "point-to-point engine";
 
 /// What a module of the transport or the engine must not name.
 const FORBIDDEN_WORD: &str = "replication";
+
+/// The row of the transport: its modules must not even mention replication, in code or in
+/// comments (a connection knows no master, no replica, no relay; what a replicated job keeps
+/// per connection is the replication layer's, by connection id).
+const TRANSPORT_ROW: &str = "transport";
+
+/// What a module of the transport must not mention (any case, inside any word: `replica`
+/// covers replicas, replicated and replication; `relay` covers `stream_relay`).
+const TRANSPORT_FORBIDDEN: &[&str] = &["replica", "relay"];
+
+/// The words of [`TRANSPORT_FORBIDDEN`] that `text` mentions, each with the word it is in.
+fn replication_words(text: &str) -> Vec<String> {
+    text.split(|c: char| !is_ident(c))
+        .filter(|w| TRANSPORT_FORBIDDEN.iter().any(|f| w.to_ascii_lowercase().contains(f)))
+        .map(str::to_string)
+        .collect()
+}
 
 /// Whether `code` has an identifier (a path's segment) containing [`FORBIDDEN_WORD`], in any
 /// case.
@@ -470,6 +488,40 @@ fn the_circle_finder_finds_circles() {
 fn only_the_fatal_module_exits_the_process() {
     let g = graph();
     assert!(g.exits.is_empty(), "files naming process::exit or _exit (go through crate::fatal): {:?}", g.exits);
+}
+
+#[test]
+fn the_transport_mentions_no_replication() {
+    let table = layer_table();
+    let layer_of: BTreeMap<String, usize> =
+        table.iter().enumerate().flat_map(|(i, (_, mods))| mods.iter().map(move |m| (m.clone(), i))).collect();
+    let row = table
+        .iter()
+        .position(|(n, _)| n == TRANSPORT_ROW)
+        .unwrap_or_else(|| panic!("docs/architecture.md: no row \"{TRANSPORT_ROW}\" in the layer table"));
+    let src = manifest().join("src");
+    let mut files = Vec::new();
+    walk(&src, &src, &mut files);
+    let mut bad = Vec::new();
+    let mut seen = 0;
+    for (m, path, text) in &files {
+        if node_of(m, &layer_of).is_some_and(|n| layer_of[&n] == row) {
+            seen += 1;
+            let words = replication_words(text);
+            if !words.is_empty() {
+                bad.push(format!("{}: {words:?}", path.strip_prefix(manifest()).unwrap_or(path).display()));
+            }
+        }
+    }
+    assert!(seen >= 3, "only {seen} files of the transport found");
+    assert!(bad.is_empty(), "transport files mentioning replication:\n  {}", bad.join("\n  "));
+}
+
+#[test]
+fn the_transport_word_finder_finds_replication_words() {
+    assert_eq!(replication_words("pub stream_relay: bool, // a Replica's"), ["stream_relay", "Replica"]);
+    assert_eq!(replication_words("/// replicated jobs"), ["replicated"]);
+    assert!(replication_words("fn flush(&mut self) -> Result<(), ConnError> { rep(); }").is_empty());
 }
 
 #[test]

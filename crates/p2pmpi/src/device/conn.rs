@@ -35,11 +35,11 @@ pub(crate) enum ConnError {
 ///
 /// On loopback there is no bottleneck to model, and BBR (the default of some distributions)
 /// estimates its window as twice bandwidth × minimum RTT, a few microseconds here: about 20
-/// segments. A reader that falls further behind than that — a replica descheduled for a
+/// segments. A reader that falls further behind than that — a process descheduled for a
 /// millisecond — then never catches up: the sender's backlog waits for acknowledgements, so
 /// it is sent from the reader's acknowledgements, on the reader's core, which slows the reader
-/// more. `bench/replication.sh` showed jobs stuck at 100 µs per 64 KiB round trip instead of
-/// 57 (docs/benchmarks.md, "a copy that falls behind stays behind"). A loss-based algorithm's
+/// more. A benchmark showed jobs stuck at 100 µs per 64 KiB round trip instead of 57
+/// (docs/benchmarks.md, "a copy that falls behind stays behind"). A loss-based algorithm's
 /// window grows as soon as the link is window-limited, and the backlog drains at once.
 /// `cubic` needs privileges where it is not in `tcp_allowed_congestion_control`; `reno` is
 /// always allowed. Other links keep the system's choice.
@@ -182,24 +182,8 @@ pub(crate) struct Conn {
     pub opened: std::time::Instant,
     /// `--encrypt`: its records, once the opening is done.
     sec: Option<Box<Sec>>,
-    /// Largest eager payload accepted (replicated jobs send every message eager).
+    /// The bound on the payload length a frame header may announce (`Header::decode`).
     pub max_eager: u64,
-    /// The large eager message in `stream_unexpected` is matched only once complete (a
-    /// replicated job: a sender that dies mid-message must leave no trace, its successor
-    /// sends the message again).
-    pub arrive_when_complete: bool,
-    /// ... and it is a synchronous send's.
-    pub stream_sync: bool,
-    /// ... or a relay: its master's copy of a message of a rank lost whole (a fault-aware
-    /// replicated job's shared receives).
-    pub stream_relay: bool,
-    /// A replicated job's message streaming straight into a receive: how to undo its match
-    /// if the sender dies before the end.
-    pub stream_undo: Option<(p2pmpi_core::matching::Envelope, p2pmpi_core::matching::Pattern, usize)>,
-    /// A replicated job's rendez-vous data streaming into receive `.1`: on completion the
-    /// receiver says it has message `.0`; if the connection goes away first, the receive
-    /// waits again for the data (the sender's successor sends it).
-    pub rndv_stream: Option<(p2pmpi_wire::Mid, ReqId)>,
     /// Same host: the shared-memory rings that carry every frame after the opening (the
     /// TCP connection then only carries doorbells and, by its end, the peer's death).
     pub shm: Option<Box<super::shm::Link>>,
@@ -258,11 +242,6 @@ impl Conn {
             opened: std::time::Instant::now(),
             sec: None,
             max_eager: EAGER_LIMIT as u64,
-            arrive_when_complete: false,
-            stream_sync: false,
-            stream_relay: false,
-            stream_undo: None,
-            rndv_stream: None,
             shm: None,
             shm_offer: None,
             sock_check: false,
@@ -467,8 +446,8 @@ impl Conn {
         }
     }
 
-    /// The requests of every frame still queued (the connection is being dropped: a
-    /// replicated job's transmissions to a dead replica count as done).
+    /// The requests of every frame still queued (the connection is being dropped; the
+    /// caller says what they count as).
     pub fn take_completions(&mut self) -> Vec<ReqId> {
         self.outq.drain(..).filter_map(|o| o.done).collect()
     }

@@ -1,6 +1,6 @@
 //! The transport's connection opening: connecting with retries, and the bounds on the
 //! openings a process accepts (how many may wait, for how long). Moves bytes; knows no MPI
-//! matching and no replication.
+//! matching and nothing of the layers above the engine.
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};

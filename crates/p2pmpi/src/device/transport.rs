@@ -1,7 +1,7 @@
 //! The transport's poll loop: the mio poll, its events, the listening socket and accepting.
 //! It tells the engine which connections (by their index in the engine's table) are readable
 //! or writable and whether new connections wait to be accepted; it moves bytes and knows no
-//! MPI matching and no replication.
+//! MPI matching and nothing of the layers above the engine.
 
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};

@@ -91,11 +91,22 @@ pub(crate) trait Coordination: Sized + Send {
     /// Rendez-vous message `mid` (`env`) matched receive `r`: whether the coordination asks
     /// for its data or has it (Solo: no).
     fn rndv_matched<S: Waits>(e: &mut Core<Self, S>, r: ReqId, env: &Envelope, mid: Mid) -> bool;
-    /// A message the coordination streamed into a buffer of its own (`arrive_when_complete`)
-    /// is whole (Solo: none is streamed so).
-    fn stream_kept<S: Waits>(e: &mut Core<Self, S>, conn: &mut Conn, env: Envelope, data: Vec<u8>);
-    /// A stream is over; `into`: the receive it completed, if it filled one (Solo: nothing).
-    fn stream_done<S: Waits>(e: &mut Core<Self, S>, conn: &mut Conn, into: Option<ReqId>);
+    /// Connection id `cid` now stands for a new connection (opened or accepted): what the
+    /// coordination kept about the previous one is forgotten (Solo: nothing).
+    fn conn_opened<S: Waits>(e: &mut Core<Self, S>, cid: usize);
+    /// The large eager message that connection `cid` streamed into a buffer is whole: whether
+    /// the coordination takes it (it streamed it so, then [`Self::stream_kept`] follows;
+    /// Solo: never, the engine matches it).
+    fn keeps_stream<S: Waits>(e: &mut Core<Self, S>, cid: usize) -> bool;
+    /// A message the coordination streamed into a buffer of its own on connection `cid` is
+    /// whole (Solo: none is streamed so).
+    fn stream_kept<S: Waits>(e: &mut Core<Self, S>, cid: usize, env: Envelope, data: Vec<u8>);
+    /// A stream on connection `cid` is over; `into`: the receive it completed, if it filled
+    /// one (Solo: nothing).
+    fn stream_done<S: Waits>(e: &mut Core<Self, S>, cid: usize, into: Option<ReqId>);
+    /// The receive that connection `cid` streams into was withdrawn: its data is dropped
+    /// (Solo: nothing).
+    fn stream_cancelled<S: Waits>(e: &mut Core<Self, S>, cid: usize);
     /// Request `id` completes with `st`: whether it was a frame of the coordination's own
     /// (then the coordination took it; Solo: never).
     fn completing<S: Waits>(e: &mut Core<Self, S>, id: ReqId, st: &Result<StatusInfo>) -> bool;
@@ -103,10 +114,11 @@ pub(crate) trait Coordination: Sized + Send {
     fn taken<S: Waits>(e: &mut Core<Self, S>, id: ReqId, ok: bool);
     /// Request `id` is withdrawn: its buffer is about to go (Solo: nothing).
     fn detach<S: Waits>(e: &mut Core<Self, S>, id: ReqId);
-    /// A frame from slot `slot` after the opening: `Some` when the coordination takes it
-    /// (Solo: never).
+    /// A frame from slot `slot` on connection `cid` (`conn`) after the opening: `Some` when
+    /// the coordination takes it (Solo: never).
     fn frame<S: Waits>(
         e: &mut Core<Self, S>,
+        cid: usize,
         conn: &mut Conn,
         h: Header,
         payload: Range<usize>,
@@ -115,9 +127,9 @@ pub(crate) trait Coordination: Sized + Send {
     ) -> Option<std::result::Result<(), ConnError>>;
     /// The peer of a connection takes data (Solo: nothing).
     fn peer_takes_data<S: Waits>(e: &mut Core<Self, S>, peer: i32);
-    /// The connection `conn` with slot `peer` broke (`cause`): whether the coordination takes
-    /// it (Solo: no, the peer is lost).
-    fn conn_lost<S: Waits>(e: &mut Core<Self, S>, conn: &mut Conn, peer: i32, cause: &str) -> bool;
+    /// The connection `cid` (`conn`) with slot `peer` broke (`cause`): whether the
+    /// coordination takes it (Solo: no, the peer is lost).
+    fn conn_lost<S: Waits>(e: &mut Core<Self, S>, cid: usize, conn: &mut Conn, peer: i32, cause: &str) -> bool;
     /// The launcher declared `id` dead: whether the coordination takes it (Solo: no).
     fn declared_dead<S: Waits>(e: &mut Core<Self, S>, id: i32) -> bool;
     /// Communicator context `ctx` was revoked (Solo: revoked here at once).
@@ -237,11 +249,19 @@ impl Coordination for Solo {
     fn rndv_matched<S: Waits>(_: &mut Core<Self, S>, _: ReqId, _: &Envelope, _: Mid) -> bool {
         false
     }
-    fn stream_kept<S: Waits>(e: &mut Core<Self, S>, _: &mut Conn, env: Envelope, data: Vec<u8>) {
+    #[inline(always)]
+    fn conn_opened<S: Waits>(_: &mut Core<Self, S>, _: usize) {}
+    #[inline(always)]
+    fn keeps_stream<S: Waits>(_: &mut Core<Self, S>, _: usize) -> bool {
+        false
+    }
+    fn stream_kept<S: Waits>(e: &mut Core<Self, S>, _: usize, env: Envelope, data: Vec<u8>) {
         e.accept_eager(env, Eager::Owned(data), false);
     }
     #[inline(always)]
-    fn stream_done<S: Waits>(_: &mut Core<Self, S>, _: &mut Conn, _: Option<ReqId>) {}
+    fn stream_done<S: Waits>(_: &mut Core<Self, S>, _: usize, _: Option<ReqId>) {}
+    #[inline(always)]
+    fn stream_cancelled<S: Waits>(_: &mut Core<Self, S>, _: usize) {}
     #[inline(always)]
     fn completing<S: Waits>(_: &mut Core<Self, S>, _: ReqId, _: &Result<StatusInfo>) -> bool {
         false
@@ -253,6 +273,7 @@ impl Coordination for Solo {
     #[inline(always)]
     fn frame<S: Waits>(
         _: &mut Core<Self, S>,
+        _: usize,
         _: &mut Conn,
         _: Header,
         _: Range<usize>,
@@ -264,7 +285,7 @@ impl Coordination for Solo {
     #[inline(always)]
     fn peer_takes_data<S: Waits>(_: &mut Core<Self, S>, _: i32) {}
     #[inline(always)]
-    fn conn_lost<S: Waits>(_: &mut Core<Self, S>, _: &mut Conn, _: i32, _: &str) -> bool {
+    fn conn_lost<S: Waits>(_: &mut Core<Self, S>, _: usize, _: &mut Conn, _: i32, _: &str) -> bool {
         false
     }
     #[inline(always)]

@@ -131,8 +131,8 @@ impl<C: Coordination, S: Waits> Core<C, S> {
                                 // (`left == 0`), wrote all of them through its pointer.
                                 unsafe { data.set_len(env.len as usize) };
                                 conn.stream_status = None;
-                                if !C::PLAIN && std::mem::take(&mut conn.arrive_when_complete) {
-                                    C::stream_kept(self, &mut conn, env, data);
+                                if C::keeps_stream(self, cid) {
+                                    C::stream_kept(self, cid, env, data);
                                 } else if let Some((r, Body::Eager(data))) =
                                     self.matcher.deliver_late(env, Body::Eager(data))
                                 {
@@ -145,7 +145,7 @@ impl<C: Coordination, S: Waits> Core<C, S> {
                                     into = Some(req);
                                 }
                             }
-                            C::stream_done(self, &mut conn, into);
+                            C::stream_done(self, cid, into);
                             continue;
                         }
                         if n == 0 {
@@ -327,7 +327,7 @@ impl<C: Coordination, S: Waits> Core<C, S> {
         let slot = peer;
         let peer = C::rank_of(self, slot);
         let from_peer = mid.src as i32 == peer && mid.dst as i32 == self.base.rank;
-        if let Some(done) = C::frame(self, conn, h, payload.clone(), slot, from_peer) {
+        if let Some(done) = C::frame(self, cid, conn, h, payload.clone(), slot, from_peer) {
             // A frame the coordination takes (its own kinds, and the messages it carries).
             return done;
         }

@@ -535,11 +535,12 @@ impl<C: Coordination, S: Waits> Core<C, S> {
         if !self.matcher.cancel(&id) {
             // A receive already streaming into its buffer: drop the data instead.
             self.rndv_recv.retain(|_, r| *r != id);
-            for conn in self.conns.iter_mut().flatten() {
+            for cid in 0..self.conns.len() {
+                let Some(conn) = self.conns[cid].as_mut() else { continue };
                 if let RState::Stream { req, ref mut discard, .. } = conn.rstate {
                     if req == id {
-                        conn.stream_undo = None;
                         *discard = true;
+                        C::stream_cancelled(self, cid);
                     }
                 }
             }

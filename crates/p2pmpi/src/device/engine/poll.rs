@@ -183,6 +183,7 @@ impl<C: Coordination, S: Waits> Core<C, S> {
             }
         }
         self.conns[cid] = Some(Box::new(c));
+        C::conn_opened(self, cid);
         let p = &mut self.peers[dst as usize];
         p.conns.push(cid);
         p.send_conn = Some(cid);
@@ -501,6 +502,7 @@ impl<C: Coordination, S: Waits> Core<C, S> {
                     });
                     if self.io.register(&mut stream, cid).is_ok() {
                         self.conns[cid] = Some(Box::new(Conn::accepted(stream)));
+                        C::conn_opened(self, cid);
                     }
                 }
                 Ok(None) => return,
@@ -730,7 +732,7 @@ impl<C: Coordination, S: Waits> Core<C, S> {
                     ConnError::Io(e) => format!("connection failed: {e}"),
                     ConnError::Protocol(d) => format!("protocol violation: {d}"),
                 };
-                if C::conn_lost(self, &mut conn, peer, &cause) {
+                if C::conn_lost(self, cid, &mut conn, peer, &cause) {
                     // The coordination takes the loss.
                     return;
                 }

@@ -679,7 +679,7 @@ impl<S: Waits> Core<Replication, S> {
             if let Some(mut conn) = self.conns[cid].take() {
                 self.io.deregister(&mut conn.stream);
                 done.extend(conn.take_completions());
-                self.undo_stream(&mut conn);
+                self.undo_stream(cid, &mut conn);
             }
             // Its ring is read no more either (fencing: a process that resumes may write into
             // its mapping, but nobody takes anything from it).
@@ -692,8 +692,10 @@ impl<S: Waits> Core<Replication, S> {
     /// A connection to a dead replica goes away in the middle of a message streaming into
     /// a receive: the receive waits again for the message, which the sender's successor
     /// will send.
-    pub(super) fn undo_stream(&mut self, conn: &mut Conn) {
-        if let Some((mid, r)) = conn.rndv_stream.take() {
+    pub(super) fn undo_stream(&mut self, cid: usize, conn: &mut Conn) {
+        let s = self.coord.stream(cid);
+        let (rndv, undo) = (s.rndv.take(), s.undo.take());
+        if let Some((mid, r)) = rndv {
             // Rendez-vous data cut off: the receive waits for the data again.
             if let RState::Stream { .. } = conn.rstate {
                 conn.rstate = RState::Header;
@@ -701,7 +703,7 @@ impl<S: Waits> Core<Replication, S> {
             }
             return;
         }
-        let Some((env, pat, pos)) = conn.stream_undo.take() else { return };
+        let Some((env, pat, pos)) = undo else { return };
         let RState::Stream { req, .. } = conn.rstate else { return };
         conn.rstate = RState::Header;
         if debug_replication() {

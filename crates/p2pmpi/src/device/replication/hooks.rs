@@ -111,7 +111,7 @@ impl<S: Waits> Core<Replication, S> {
 
     /// An eager message of a replicated job too large for the connection's buffer: streamed
     /// into the matching receive, or kept whole until it is matched.
-    pub(crate) fn replica_streamed_eager(&mut self, conn: &mut Conn, h: Header, peer: i32) {
+    pub(crate) fn replica_streamed_eager(&mut self, cid: usize, conn: &mut Conn, h: Header, peer: i32) {
         let mid = h.mid;
         let env = Envelope { comm: mid.comm, src: peer, tag: mid.tag, seq: mid.seq, len: h.len };
         let st = StatusInfo { source: peer, tag: mid.tag, len: h.len, cancelled: false };
@@ -125,7 +125,7 @@ impl<S: Waits> Core<Replication, S> {
             }
             self.begin_stream(conn, r, st);
             if let RState::Stream { discard: false, .. } = conn.rstate {
-                conn.stream_undo = Some((env, pat, pos));
+                self.coord.stream(cid).undo = Some((env, pat, pos));
             }
             return;
         }
@@ -136,8 +136,9 @@ impl<S: Waits> Core<Replication, S> {
         let ptr = data.as_mut_ptr();
         conn.stream_unexpected = Some((env, data));
         conn.stream_status = Some(StatusInfo { source: peer, tag: mid.tag, len: h.len, cancelled: false });
-        conn.arrive_when_complete = true;
-        conn.stream_sync = h.flags & p2pmpi_wire::frame::flags::SYNCHRONOUS != 0;
+        let s = self.coord.stream(cid);
+        s.kept = true;
+        s.sync = h.flags & p2pmpi_wire::frame::flags::SYNCHRONOUS != 0;
         conn.rstate = RState::Stream { req: usize::MAX, ptr, left: h.len as usize, discard: false };
     }
 
@@ -154,6 +155,7 @@ impl<S: Waits> Core<Replication, S> {
     /// the same as without replicas).
     fn replica_frame(
         &mut self,
+        cid: usize,
         conn: &mut Conn,
         h: Header,
         payload: Range<usize>,
@@ -177,8 +179,8 @@ impl<S: Waits> Core<Replication, S> {
         match h.kind {
             FrameKind::Commit | FrameKind::Choice => return Some(self.replica_control_frame(slot, h)),
             // Shared receives: its master's copy of a message of a rank lost whole.
-            FrameKind::Data if h.flags & flags::RELAY != 0 => return Some(self.relay_frame(conn, h, slot)),
-            FrameKind::Eager if crate::device::conn::is_streamed(&h) => self.replica_streamed_eager(conn, h, peer),
+            FrameKind::Data if h.flags & flags::RELAY != 0 => return Some(self.relay_frame(cid, conn, h, slot)),
+            FrameKind::Eager if crate::device::conn::is_streamed(&h) => self.replica_streamed_eager(cid, conn, h, peer),
             FrameKind::Eager | FrameKind::ReadyToSend if !from_peer => return None,
             FrameKind::Eager => self.accept_eager(env, Eager::Borrowed(&conn.rbuf[payload]), sync),
             FrameKind::ReadyToSend => self.accept_announcement(env, sync),
@@ -188,7 +190,7 @@ impl<S: Waits> Core<Replication, S> {
                     Some(r) => {
                         self.begin_stream(conn, r, st);
                         if matches!(conn.rstate, RState::Stream { .. }) {
-                            conn.rndv_stream = Some((mid, r));
+                            self.coord.stream(cid).rndv = Some((mid, r));
                         } else {
                             self.coord.ep.have(mid);
                             self.share_in(mid, r);
@@ -385,10 +387,23 @@ impl Coordination for Replication {
         }
         true
     }
+    /// A new connection under a used id: nothing streams on it yet.
+    fn conn_opened<S: Waits>(e: &mut Core<Self, S>, cid: usize) {
+        *e.coord.stream(cid) = Streaming::default();
+    }
+    /// An eager message kept whole before its match (or a relay) is taken by the layer.
+    fn keeps_stream<S: Waits>(e: &mut Core<Self, S>, cid: usize) -> bool {
+        std::mem::take(&mut e.coord.stream(cid).kept)
+    }
+    /// The receive a message streams into is withdrawn: its match is not undone any more.
+    fn stream_cancelled<S: Waits>(e: &mut Core<Self, S>, cid: usize) {
+        e.coord.stream(cid).undo = None;
+    }
     /// An eager message kept whole before its match, or a relay, is taken.
-    fn stream_kept<S: Waits>(e: &mut Core<Self, S>, conn: &mut Conn, env: Envelope, data: Vec<u8>) {
-        let sync = std::mem::take(&mut conn.stream_sync);
-        if std::mem::take(&mut conn.stream_relay) {
+    fn stream_kept<S: Waits>(e: &mut Core<Self, S>, cid: usize, env: Envelope, data: Vec<u8>) {
+        let s = e.coord.stream(cid);
+        let sync = std::mem::take(&mut s.sync);
+        if std::mem::take(&mut s.relay) {
             e.relayed(env, Eager::Owned(data));
         } else {
             e.accept_eager(env, Eager::Owned(data), sync);
@@ -396,15 +411,17 @@ impl Coordination for Replication {
     }
     /// Its match is no longer undone; a message streamed into a receive is told (shared
     /// receives), a replicated rendez-vous message is whole here.
-    fn stream_done<S: Waits>(e: &mut Core<Self, S>, conn: &mut Conn, into: Option<ReqId>) {
-        let undo = conn.stream_undo.take();
+    fn stream_done<S: Waits>(e: &mut Core<Self, S>, cid: usize, into: Option<ReqId>) {
+        let s = e.coord.stream(cid);
+        let undo = s.undo.take();
+        let rndv = s.rndv.take();
         if let Some(r) = into {
             let me = e.base.rank;
-            if let Some(m) = undo.map(|u| env_mid(&u.0, me)).or(conn.rndv_stream.map(|s| s.0)) {
+            if let Some(m) = undo.map(|u| env_mid(&u.0, me)).or(rndv.map(|s| s.0)) {
                 e.share_in(m, r);
             }
         }
-        if let Some((m, _)) = conn.rndv_stream.take() {
+        if let Some((m, _)) = rndv {
             e.coord.ep.have(m);
         }
     }
@@ -441,13 +458,14 @@ impl Coordination for Replication {
     }
     fn frame<S: Waits>(
         e: &mut Core<Self, S>,
+        cid: usize,
         conn: &mut Conn,
         h: Header,
         payload: Range<usize>,
         slot: i32,
         from_peer: bool,
     ) -> Option<std::result::Result<(), ConnError>> {
-        e.replica_frame(conn, h, payload, slot, from_peer)
+        e.replica_frame(cid, conn, h, payload, slot, from_peer)
     }
     /// The peer takes data: its stall timer starts again.
     fn peer_takes_data<S: Waits>(e: &mut Core<Self, S>, peer: i32) {
@@ -456,8 +474,8 @@ impl Coordination for Replication {
         rp.ep.progress(now, peer as usize);
     }
     /// A replica is gone: suspected; the launcher decides (fencing).
-    fn conn_lost<S: Waits>(e: &mut Core<Self, S>, conn: &mut Conn, peer: i32, cause: &str) -> bool {
-        e.undo_stream(conn);
+    fn conn_lost<S: Waits>(e: &mut Core<Self, S>, cid: usize, conn: &mut Conn, peer: i32, cause: &str) -> bool {
+        e.undo_stream(cid, conn);
         let done = conn.take_completions();
         e.forget_completions(done);
         e.suspect_slot(peer, cause);

@@ -164,6 +164,31 @@ pub(crate) struct Replication {
     /// Dropping its connections with this slot, this process takes the data frames its
     /// kernel already holds from them, and nothing else ([`Core::drop_peer`]).
     pub(super) draining: Option<i32>,
+    /// The message streaming in on each connection, by connection id: what this layer
+    /// keeps about it (the transport's connection knows nothing of replication). An entry is
+    /// cleared when its connection id is used again ([`Coordination::conn_opened`]).
+    streams: Vec<Streaming>,
+}
+
+/// What the replication layer keeps about the message streaming in on one connection.
+#[derive(Debug, Default)]
+pub(super) struct Streaming {
+    /// The large eager message the connection streams into a buffer of its own is matched
+    /// only once complete (a sender that dies mid-message must leave no trace, its
+    /// successor sends the message again).
+    pub(super) kept: bool,
+    /// ... and it is a synchronous send's.
+    pub(super) sync: bool,
+    /// ... or a relay: its master's copy of a message of a rank lost whole (a fault-aware
+    /// job's shared receives).
+    pub(super) relay: bool,
+    /// A message streaming straight into a receive: how to undo its match if the sender
+    /// dies before the end.
+    pub(super) undo: Option<(Envelope, Pattern, usize)>,
+    /// Rendez-vous data streaming into receive `.1`: on completion the receiver says it has
+    /// message `.0`; if the connection goes away first, the receive waits again for the data
+    /// (the sender's successor sends it).
+    pub(super) rndv: Option<(Mid, ReqId)>,
 }
 
 /// Whether masters flag commits acknowledged (`P2PMPI_ACKED_COMMITS=1`).
@@ -210,7 +235,16 @@ impl Replication {
             unapplied: Vec::new(),
             sending: false,
             draining: None,
+            streams: Vec::new(),
         }
+    }
+
+    /// What is kept about the message streaming in on connection `cid`.
+    pub(super) fn stream(&mut self, cid: usize) -> &mut Streaming {
+        if cid >= self.streams.len() {
+            self.streams.resize_with(cid + 1, Streaming::default);
+        }
+        &mut self.streams[cid]
     }
 
     pub(super) fn now(&self) -> Duration {

@@ -32,7 +32,13 @@ impl<S: Waits> Core<Replication, S> {
     /// A relay (`Data` with `RELAY`) from replica `slot`, this process's master: its copy of
     /// a message of a rank lost whole. Streamed into a buffer of its own, taken whole
     /// ([`Self::relayed`], from the `stream_kept` hook).
-    pub(super) fn relay_frame(&mut self, conn: &mut Conn, h: Header, slot: i32) -> std::result::Result<(), ConnError> {
+    pub(super) fn relay_frame(
+        &mut self,
+        cid: usize,
+        conn: &mut Conn,
+        h: Header,
+        slot: i32,
+    ) -> std::result::Result<(), ConnError> {
         let mid = h.mid;
         let me = self.base.rank;
         let ok =
@@ -50,8 +56,9 @@ impl<S: Waits> Core<Replication, S> {
         let ptr = data.as_mut_ptr();
         conn.stream_unexpected = Some((env, data));
         conn.stream_status = Some(StatusInfo { source: env.src, tag: mid.tag, len: h.len, cancelled: false });
-        conn.arrive_when_complete = true;
-        conn.stream_relay = true;
+        let s = self.coord.stream(cid);
+        s.kept = true;
+        s.relay = true;
         conn.rstate = RState::Stream { req: usize::MAX, ptr, left: h.len as usize, discard: false };
         Ok(())
     }
