@@ -1,5 +1,6 @@
 //! The device: persistent connections between process pairs and the progress engine, in
-//! three layers. The transport ([`conn`], [`shm`], [`net`]) moves bytes; the point-to-point
+//! three layers. The transport ([`conn`], [`shm`], [`net`], [`opening`], [`transport`]) moves
+//! bytes; the point-to-point
 //! engine ([`engine`]) matches messages and carries out eager and rendez-vous transfers, generic
 //! over how its process coordinates with others ([`engine::Coordination`]); the replication
 //! layer ([`replication`]) is one such coordination. This module chooses one when the job
@@ -14,7 +15,8 @@
 //!   slot, used both ways); processes that join later (a spawned job's) connect to those they
 //!   talk to. Every connection opens with a challenge-response on the job's key
 //!   ([`p2pmpi_wire::auth`]): the connector's `Hello` (its slot, a nonce), the acceptor's
-//!   `Challenge` (its nonce and proof), the connector's `Auth` (its proof). The key itself is
+//!   `Challenge` (its nonce and proof), the connector's `Auth` (its proof), exchanged by the
+//!   transport's [`opening`]; the engine says which slots may prove it. The key itself is
 //!   never sent. A connection that fails the check, or sends anything else before it, is
 //!   closed and logged (at a bounded rate) and the process keeps serving; an accepted
 //!   connection has [`HANDSHAKE_LIMIT`] to prove the key, and beyond [`MAX_PENDING`] waiting
@@ -41,6 +43,7 @@ pub(crate) mod conn;
 pub(crate) mod engine;
 pub(crate) mod failpoints;
 pub(crate) mod net;
+pub(crate) mod opening;
 mod replication;
 pub(crate) mod revocations;
 pub(crate) mod shm;

@@ -1,10 +1,15 @@
 //! The point-to-point engine: matching (the pure [`p2pmpi_core::matching::Matcher`]), eager
 //! and rendez-vous transfers per MID, requests, single copies, revocations, and the immediate
 //! collectives' schedules it keeps for the layer above, over the transport's connections
-//! ([`super::conn`], [`super::shm`], [`super::net`], [`super::transport`]: the mio poll and
-//! the listener). Its files: this one (requests, sends, receives, failures), `poll` (the
-//! progress loop over what the transport reports ready, and the openings), `frames`
-//! (the frames of each kind), `coordination` (the hooks of a coordination, and [`Solo`]).
+//! ([`super::conn`], [`super::shm`], [`super::net`]; [`super::opening`]: the handshake of an
+//! opening, which reports the slot a connection claims and the slot it proved;
+//! [`super::transport`]: the mio poll and the listener). The engine keeps the table of
+//! connections (by connection id) and of peers, and decides which slots an opening may prove
+//! and what a proved connection becomes. Its files: this one (requests, sends, receives,
+//! failures), `poll` (the progress loop over what the transport reports ready, and the
+//! engine's side of the openings), `frames` (the frames of each kind), `coordination` (the
+//! hooks of a coordination, and [`Solo`]). What a coordination keeps per connection is its
+//! own, by connection id (the hooks that need it are given the id).
 //!
 //! The engine is generic over how its process coordinates with others
 //! ([`Coordination`]): a job without replicas runs [`Solo`], whose hooks vanish when compiled;
@@ -18,15 +23,15 @@ mod poll;
 
 pub(crate) use coordination::{Coordination, Solo};
 
-use super::conn::{self, Auth, Conn, ConnError, Out, Payload, RState, ReqId, StatusInfo, EAGER_LIMIT};
+use super::conn::{self, Conn, ConnError, Out, Payload, RState, ReqId, StatusInfo, EAGER_LIMIT};
 use super::net::{connect_with_retry, load_factor, HANDSHAKE_LIMIT, MAX_PENDING, MAX_UNIVERSE, PENDING_GRACE};
+use super::opening::{Opened, Opening};
 use super::transport::Poller;
 use super::{failpoints, revocations, shm};
 use crate::error::{Error, Result};
 use mio::net::TcpStream;
 use p2pmpi_core::matching::{Arrival, Body, Envelope, Matcher, Pattern};
-use p2pmpi_wire::auth::{self, JobKey, Role};
-use p2pmpi_wire::frame::{AUTH_LEN, CHALLENGE_LEN, HELLO_LEN};
+use p2pmpi_wire::auth::JobKey;
 use p2pmpi_wire::{FrameKind, Header, Mid};
 use std::collections::HashMap;
 use std::io;

@@ -1,6 +1,7 @@
 //! The engine over the transport: the poll loop (readiness, the rings, the spin phase of a
-//! wait), the connections' openings and their proofs of the job key, writing frames out, and
-//! what a broken connection or the end of the job does.
+//! wait), the engine's side of the openings (which slots may prove the job key, what a
+//! proved connection becomes; the exchange itself is the transport's `opening`), writing
+//! frames out, and what a broken connection or the end of the job does.
 
 use super::*;
 
@@ -166,28 +167,17 @@ impl<C: Coordination, S: Waits> Core<C, S> {
         self.io.register(&mut stream, cid)?;
         // The opening: this process's nonce; what it sends waits until the acceptor proves
         // the job key (its `Challenge`), then follows this process's proof.
-        let nc = auth::nonce();
-        let mut c = Conn::opened(stream, dst, nc);
-        let mut hello = Header::new(
-            FrameKind::Hello,
-            Mid { comm: 0, src: self.base.slot as u32, dst: dst as u32, tag: 0, seq: 0 },
-            HELLO_LEN,
-        );
-        if self.shm_allowed(dst) && self.same_host(dst) {
-            match shm::Link::create(&self.key, &nc, self.shm_policy.ring) {
-                Ok(l) => {
-                    c.shm_offer = Some(Box::new(l));
-                    hello.flags |= p2pmpi_wire::frame::flags::SHM;
-                }
-                Err(e) => self.shm_note(&format!("no shared memory with slot {dst} (TCP instead): {e}")),
-            }
+        let ring = (self.shm_allowed(dst) && self.same_host(dst)).then_some(self.shm_policy.ring);
+        let (c, hello, refused) = self.opening().open(stream, dst, ring);
+        if let Some(e) = refused {
+            self.shm_note(&format!("no shared memory with slot {dst} (TCP instead): {e}"));
         }
         self.conns[cid] = Some(Box::new(c));
         C::conn_opened(self, cid);
         let p = &mut self.peers[dst as usize];
         p.conns.push(cid);
         p.send_conn = Some(cid);
-        self.push_out(cid, Out::handshake(hello, Payload::Owned(nc.to_vec())))?;
+        self.push_out(cid, hello)?;
         Ok(cid)
     }
 
@@ -581,9 +571,13 @@ impl<C: Coordination, S: Waits> Core<C, S> {
         }
     }
 
-    /// A frame of a connection's opening (see [`p2pmpi_wire::auth`]): the acceptor answers
-    /// `Hello` with its `Challenge` and checks the connector's `Auth`; the connector checks
-    /// the `Challenge` and answers with its `Auth`, which opens its gate.
+    /// The transport's opening ([`Opening`]) with this process's key and slot.
+    fn opening(&self) -> Opening<'_> {
+        Opening { key: &self.key, me: self.base.slot, encrypt: self.base.encrypt }
+    }
+
+    /// A frame of a connection's opening: the transport does the exchange ([`Opening`]); the
+    /// engine lets in the slots it knows and has not given up, and keeps its table of peers.
     pub(crate) fn opening_frame(
         &mut self,
         cid: usize,
@@ -592,69 +586,34 @@ impl<C: Coordination, S: Waits> Core<C, S> {
         payload: std::ops::Range<usize>,
     ) -> std::result::Result<(), ConnError> {
         let proto = |d: String| ConnError::Protocol(d);
-        let bytes = conn.rbuf.get(payload).ok_or_else(|| proto("opening frame outside the buffer".into()))?;
         let me = self.base.slot;
-        let (src, dst) = (h.mid.src as i32, h.mid.dst as i32);
         // (A slot beyond the known ones is not failed: a spawned process, known once it
         // proved the job key.)
-        let failed = |r: i32| (r as usize) < self.peers.len() && C::cut(self, r);
-        match (conn.auth, h.kind) {
-            (Auth::AwaitHello, FrameKind::Hello) => {
+        let failed = |e: &Self, r: i32| (r as usize) < e.peers.len() && C::cut(e, r);
+        match self.opening().frame(conn, h, payload)? {
+            Opened::Hello(hello) => {
                 // Beyond the known processes: one spawned by this job (or by a child of it),
                 // known once it proved the job key (every process of a universe id).
+                let (src, dst) = (hello.slot, hello.dst);
                 let known = MAX_UNIVERSE as usize * C::per_id(self);
                 if src < 0 || src as usize >= known || src == me || dst != me {
                     return Err(proto(format!("Hello from invalid slot {src} to slot {dst}")));
                 }
-                if failed(src) {
+                if failed(self, src) {
                     return Err(proto(format!("Hello from slot {src}, which failed")));
                 }
-                let nc: auth::Nonce = bytes.try_into().map_err(|_| proto("bad Hello".into()))?;
-                let na = auth::nonce();
-                let proof = auth::data_proof(&self.key, Role::DataAcceptor, src as u32, me as u32, &nc, &na);
-                let mut p = Vec::with_capacity(CHALLENGE_LEN as usize);
-                p.extend_from_slice(&na);
-                p.extend_from_slice(&proof);
-                let mid = Mid { comm: 0, src: me as u32, dst: src as u32, tag: 0, seq: 0 };
-                C::before_write();
-                let mut challenge = Header::new(FrameKind::Challenge, mid, CHALLENGE_LEN);
-                if h.flags & p2pmpi_wire::frame::flags::SHM != 0 && self.shm_allowed(src) {
-                    // Mapped (and unlinked) now, used once the connector proved the key.
-                    match shm::Link::open(&self.key, &nc) {
-                        Ok(l) => {
-                            conn.shm_offer = Some(Box::new(l));
-                            challenge.flags |= p2pmpi_wire::frame::flags::SHM;
-                        }
-                        Err(e) => self.shm_note(&format!("no shared memory with slot {src} (TCP instead): {e}")),
-                    }
+                let shm = hello.shm && self.shm_allowed(src);
+                if let Some(e) = self.opening().challenge(conn, &hello, shm, C::before_write)? {
+                    self.shm_note(&format!("no shared memory with slot {src} (TCP instead): {e}"));
                 }
-                conn.push(Out::handshake(challenge, Payload::Owned(p)))?;
-                conn.auth = Auth::AwaitProof { slot: src, nc, na };
-                conn.kick = true;
                 Ok(())
             }
-            (Auth::AwaitProof { slot, nc, na }, FrameKind::Auth) => {
-                if src != slot || dst != me {
-                    return Err(proto(format!("Auth from slot {src} on slot {slot}'s opening")));
-                }
-                if bytes.len() != AUTH_LEN as usize
-                    || !auth::verify_data_proof(&self.key, Role::DataConnector, slot as u32, me as u32, &nc, &na, bytes)
-                {
-                    return Err(proto(format!(
-                        "a process claiming slot {slot} failed to prove the job key (wrong key or replayed opening)"
-                    )));
-                }
-                if failed(slot) {
+            Opened::Proved { slot, shm } => {
+                if failed(self, slot) {
                     return Err(proto(format!("Hello from slot {slot}, which failed")));
                 }
-                conn.auth = Auth::Done;
-                conn.grow_rbuf();
-                if self.base.encrypt {
-                    let (c2a, a2c) = auth::session_keys(&self.key, slot as u32, me as u32, &nc, &na);
-                    conn.seal(&a2c, &c2a);
-                }
                 conn.peer = Some(slot);
-                if let Some(l) = conn.shm_offer.take() {
+                if let Some(l) = shm {
                     self.shm_activate(cid, conn, l, slot)?;
                 }
                 self.grow(C::rank_of(self, slot) as usize + 1);
@@ -665,46 +624,12 @@ impl<C: Coordination, S: Waits> Core<C, S> {
                 }
                 Ok(())
             }
-            (Auth::AwaitChallenge { nc }, FrameKind::Challenge) => {
-                let peer = conn.peer.unwrap_or(-1);
-                if src != peer || dst != me || bytes.len() != CHALLENGE_LEN as usize {
-                    return Err(proto(format!("Challenge from slot {src} on the connection to slot {peer}")));
+            Opened::Answered { slot, shm } => {
+                if let Some(l) = shm {
+                    self.shm_activate(cid, conn, l, slot)?;
                 }
-                let (na, proof) = bytes.split_at(auth::NONCE_LEN);
-                let na: auth::Nonce = na.try_into().map_err(|_| proto("bad Challenge".into()))?;
-                if !auth::verify_data_proof(&self.key, Role::DataAcceptor, me as u32, peer as u32, &nc, &na, proof) {
-                    return Err(proto(format!("the process at slot {peer}'s address failed to prove the job key")));
-                }
-                if self.base.encrypt {
-                    let (c2a, a2c) = auth::session_keys(&self.key, me as u32, peer as u32, &nc, &na);
-                    conn.seal(&c2a, &a2c);
-                }
-                // Refused (another host, or shared memory off there): TCP, and the segment is
-                // removed as the offer drops.
-                let offer = conn.shm_offer.take().filter(|_| h.flags & p2pmpi_wire::frame::flags::SHM != 0);
-                if let Some(l) = offer {
-                    self.shm_activate(cid, conn, l, peer)?;
-                }
-                let mine = auth::data_proof(&self.key, Role::DataConnector, me as u32, peer as u32, &nc, &na);
-                let mid = Mid { comm: 0, src: me as u32, dst: peer as u32, tag: 0, seq: 0 };
-                conn.push_handshake_first(Out::handshake(
-                    Header::new(FrameKind::Auth, mid, AUTH_LEN),
-                    Payload::Owned(mine.to_vec()),
-                ));
-                conn.auth = Auth::Done;
-                conn.gated = false;
-                conn.kick = true;
                 Ok(())
             }
-            (state, kind) => Err(proto(format!(
-                "{kind:?} frame during the opening ({})",
-                match state {
-                    Auth::AwaitHello => "expected Hello",
-                    Auth::AwaitProof { .. } => "expected Auth",
-                    Auth::AwaitChallenge { .. } => "expected Challenge",
-                    Auth::Done => "done",
-                }
-            ))),
         }
     }
 
