@@ -89,7 +89,7 @@ fn engines_of_one_host_copy_large_messages_once() {
 fn exchange_through_shared_memory(single_copy: bool) -> Engine {
     let (e0, mut e1) = pair_sc(Some(shm::MIN_RING), single_copy);
     let mut e0 = connect(e0, &mut e1).join().unwrap();
-    assert_eq!((solo(&e0).shm_conns.len(), solo(&e1).shm_conns.len()), (1, 1), "both sides use the rings");
+    assert_eq!((solo(&e0).conns.rings.len(), solo(&e1).conns.rings.len()), (1, 1), "both sides use the rings");
     let sizes = [0usize, 8, 5000, 20_000, 200_000, 1 << 20, 100_000];
     let sender = std::thread::spawn(move || {
         for (k, &n) in sizes.iter().enumerate() {

@@ -1,13 +1,85 @@
-//! The transport's poll loop: the mio poll, its events, the listening socket and accepting.
-//! It tells the engine which connections (by their index in the engine's table) are readable
-//! or writable and whether new connections wait to be accepted; it moves bytes and knows no
-//! MPI matching and nothing of the layers above the engine.
+//! The transport's poll loop and table of connections: the mio poll, its events, the
+//! listening socket and accepting ([`Poller`]), and the connections by their id ([`Conns`]).
+//! It tells the engine which connections (by id) are readable or writable and whether new
+//! connections wait to be accepted; it moves bytes and knows no MPI matching and nothing of
+//! the layers above the engine.
 
+use super::conn::Conn;
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
 use std::io;
 use std::net::SocketAddr;
+use std::ops::{Deref, DerefMut};
 use std::time::Duration;
+
+/// The table of connections, by connection id: the index a connection keeps for its life,
+/// which is also its token in the poll; a freed id is given to the next connection. Boxed: a
+/// connection is taken out of its slot while its frames are handled, then put back, and
+/// moving the whole struct twice per read was a tenth of an 8-byte message's cost. Besides
+/// the slots (read and written as a slice), the two lists of connections the poll loop reads
+/// whatever the kernel says.
+pub(crate) struct Conns {
+    slots: Vec<Option<Box<Conn>>>,
+    /// Connections left readable when their read budget ran out (epoll is edge-triggered:
+    /// no new event comes for data already there), read again by the next progress call.
+    pub unread: Vec<usize>,
+    /// Connections whose frames travel through shared-memory rings (looked at on every
+    /// progress call).
+    pub rings: Vec<usize>,
+}
+
+impl Deref for Conns {
+    type Target = [Option<Box<Conn>>];
+    #[inline(always)]
+    fn deref(&self) -> &Self::Target {
+        &self.slots
+    }
+}
+
+impl DerefMut for Conns {
+    #[inline(always)]
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.slots
+    }
+}
+
+impl Conns {
+    pub(crate) fn new() -> Conns {
+        Conns { slots: Vec::new(), unread: Vec::new(), rings: Vec::new() }
+    }
+
+    /// The id for a new connection: the first free one (the table grows if none is).
+    pub(crate) fn vacant(&mut self) -> usize {
+        self.slots.iter().position(Option::is_none).unwrap_or_else(|| {
+            self.slots.push(None);
+            self.slots.len() - 1
+        })
+    }
+
+    /// Connection `cid` leaves the table for good: taken out of its slot, its stream no
+    /// longer watched by `poller`, its ring no longer looked at. `None` if the slot is empty.
+    pub(crate) fn remove(&mut self, cid: usize, poller: &Poller) -> Option<Box<Conn>> {
+        self.rings.retain(|c| *c != cid);
+        let mut conn = self.slots.get_mut(cid)?.take()?;
+        poller.deregister(&mut conn.stream);
+        Some(conn)
+    }
+
+    /// Connection `cid` is read again by the next progress call (its read budget ran out).
+    #[inline]
+    pub(crate) fn read_later(&mut self, cid: usize) {
+        if !self.unread.contains(&cid) {
+            self.unread.push(cid);
+        }
+    }
+
+    /// Connection `cid`'s frames travel through shared memory from now on.
+    pub(crate) fn watch_ring(&mut self, cid: usize) {
+        if !self.rings.contains(&cid) {
+            self.rings.push(cid);
+        }
+    }
+}
 
 /// The listener's token: no connection has this index.
 const LISTENER: Token = Token(usize::MAX);

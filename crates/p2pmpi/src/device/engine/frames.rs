@@ -152,9 +152,7 @@ impl<C: Coordination, S: Waits> Core<C, S> {
                             break Ok(());
                         }
                         if budget == 0 {
-                            if !self.unread.contains(&cid) {
-                                self.unread.push(cid);
-                            }
+                            self.conns.read_later(cid);
                             break Ok(());
                         }
                         continue;
@@ -181,9 +179,7 @@ impl<C: Coordination, S: Waits> Core<C, S> {
                 Err(e) => break Err(e),
             }
             if budget == 0 {
-                if !self.unread.contains(&cid) {
-                    self.unread.push(cid);
-                }
+                self.conns.read_later(cid);
                 break Ok(());
             }
             if conn.ring_quiet() {

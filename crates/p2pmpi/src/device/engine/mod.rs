@@ -3,9 +3,9 @@
 //! collectives' schedules it keeps for the layer above, over the transport's connections
 //! ([`super::conn`], [`super::shm`], [`super::net`]; [`super::opening`]: the handshake of an
 //! opening, which reports the slot a connection claims and the slot it proved;
-//! [`super::transport`]: the mio poll and the listener). The engine keeps the table of
-//! connections (by connection id) and of peers, and decides which slots an opening may prove
-//! and what a proved connection becomes. Its files: this one (requests, sends, receives,
+//! [`super::transport`]: the mio poll, the listener and the table of connections by id). The
+//! engine keeps the table of peers (which connections reach which slot), and decides which
+//! slots an opening may prove and what a proved connection becomes. Its files: this one (requests, sends, receives,
 //! failures), `poll` (the progress loop over what the transport reports ready, and the
 //! engine's side of the openings), `frames` (the frames of each kind), `coordination` (the
 //! hooks of a coordination, and [`Solo`]). What a coordination keeps per connection is its
@@ -26,7 +26,7 @@ pub(crate) use coordination::{Coordination, Solo};
 use super::conn::{self, Conn, ConnError, Out, Payload, RState, ReqId, StatusInfo, EAGER_LIMIT};
 use super::net::{connect_with_retry, load_factor, HANDSHAKE_LIMIT, MAX_PENDING, MAX_UNIVERSE, PENDING_GRACE};
 use super::opening::{Opened, Opening};
-use super::transport::Poller;
+use super::transport::{Conns, Poller};
 use super::{failpoints, revocations, shm};
 use crate::error::{Error, Result};
 use mio::net::TcpStream;
@@ -239,9 +239,9 @@ pub(crate) struct Core<C, S> {
     pub(crate) io: Poller,
     pub(crate) addrs: Vec<SocketAddr>,
     pub(crate) peers: Vec<Peer>,
-    /// Boxed: a connection is taken out of the table while its frames are handled, and
-    /// moving the whole struct twice per read was a tenth of an 8-byte message's cost.
-    pub(crate) conns: Vec<Option<Box<Conn>>>,
+    /// The transport's table of connections (by connection id), with the connections read
+    /// whatever the kernel says (left unread, shared memory).
+    pub(crate) conns: Conns,
     pub(crate) matcher: Matcher<ReqId, Vec<u8>>,
     pub(crate) reqs: Vec<Option<Req>>,
     pub(crate) free_reqs: Vec<ReqId>,
@@ -255,17 +255,12 @@ pub(crate) struct Core<C, S> {
     /// Communicators (contexts) revoked by a member (ULFM): their communication fails.
     pub(crate) revoked: std::collections::HashSet<u32>,
     pub(crate) tick: u32,
-    /// Connections left readable when their read budget ran out (epoll is edge-triggered:
-    /// no new event comes for data already there), read again by the next progress call.
-    pub(crate) unread: Vec<usize>,
     /// Immediate collectives under way, moved forward by every progress call.
     pub(crate) schedules: Vec<Scheduled<S>>,
     /// Schedules the coordination gave up, withdrawn by the layer above before it returns.
     pub(crate) aborting: Vec<Scheduled<S>>,
     /// Which peers on this host may be reached through shared memory.
     pub(crate) shm_policy: ShmPolicy,
-    /// Connections whose frames travel through shared memory (polled on every progress).
-    pub(crate) shm_conns: Vec<usize>,
     /// Single-copy announcements received, by MID, until a receive takes them.
     pub(crate) sc_in: HashMap<Mid, ScSource>,
     /// Tickets of single-copy sends not in use (never freed: a receiver may still look at a
@@ -374,7 +369,7 @@ impl<C: Coordination, S: Waits> Core<C, S> {
             io,
             addrs,
             peers: (0..slots).map(|_| Peer::default()).collect(),
-            conns: Vec::new(),
+            conns: Conns::new(),
             matcher: Matcher::new(),
             reqs: vec![Some(Req {
                 ptr: std::ptr::null_mut(),
@@ -389,11 +384,9 @@ impl<C: Coordination, S: Waits> Core<C, S> {
             lost: HashMap::new(),
             revoked: std::collections::HashSet::new(),
             tick: 0,
-            unread: Vec::new(),
             schedules: Vec::new(),
             aborting: Vec::new(),
             shm_policy: ShmPolicy::from_env(),
-            shm_conns: Vec::new(),
             sc_in: HashMap::new(),
             tickets: Vec::new(),
             ticket_next: 1,
@@ -955,11 +948,9 @@ impl<C: Coordination, S: Waits> Core<C, S> {
         let mut unsent = Vec::new();
         if self.failure_tolerant() && rank >= 0 && (rank as usize) < self.peers.len() {
             for cid in std::mem::take(&mut self.peers[rank as usize].conns) {
-                if let Some(mut conn) = self.conns[cid].take() {
-                    self.io.deregister(&mut conn.stream);
+                if let Some(mut conn) = self.conns.remove(cid, &self.io) {
                     unsent.extend(conn.take_completions());
                 }
-                self.shm_conns.retain(|c| *c != cid);
             }
             self.peers[rank as usize].send_conn = None;
         }

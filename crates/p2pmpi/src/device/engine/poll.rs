@@ -160,10 +160,7 @@ impl<C: Coordination, S: Waits> Core<C, S> {
             cause: format!("cannot connect to {addr}: {e}"),
         })?;
         let mut stream = TcpStream::from_std(std_stream);
-        let cid = self.conns.iter().position(Option::is_none).unwrap_or_else(|| {
-            self.conns.push(None);
-            self.conns.len() - 1
-        });
+        let cid = self.conns.vacant();
         self.io.register(&mut stream, cid)?;
         // The opening: this process's nonce; what it sends waits until the acceptor proves
         // the job key (its `Challenge`), then follows this process's proof.
@@ -273,7 +270,7 @@ impl<C: Coordination, S: Waits> Core<C, S> {
         let Some(h) = hint.filter(|h| *h != self.base.rank && *h >= 0 && (*h as usize) < self.peers.len()) else {
             return;
         };
-        if !C::PLAIN || !self.unread.is_empty() || !self.schedules.is_empty() {
+        if !C::PLAIN || !self.conns.unread.is_empty() || !self.schedules.is_empty() {
             return;
         }
         let conns = &self.peers[h as usize].conns;
@@ -303,7 +300,7 @@ impl<C: Coordination, S: Waits> Core<C, S> {
     #[inline]
     pub fn ring_poll(&mut self, hint: Option<i32>) -> Option<bool> {
         let h = hint.filter(|h| *h != self.base.rank && *h >= 0 && *h < self.base.size)? as usize;
-        if !C::PLAIN || !self.unread.is_empty() || !self.schedules.is_empty() || !self.sc_broken.is_empty() {
+        if !C::PLAIN || !self.conns.unread.is_empty() || !self.schedules.is_empty() || !self.sc_broken.is_empty() {
             return None;
         }
         let [cid] = self.peers.get(h)?.conns[..] else { return None };
@@ -327,7 +324,7 @@ impl<C: Coordination, S: Waits> Core<C, S> {
         if !self.sc_broken.is_empty() {
             self.check_single_copies();
         }
-        if !self.shm_conns.is_empty() {
+        if !self.conns.rings.is_empty() {
             self.flush_rings();
         }
         if timeout.is_none() {
@@ -349,22 +346,22 @@ impl<C: Coordination, S: Waits> Core<C, S> {
                 }
             }
         }
-        let mut t = if self.unread.is_empty() { timeout.unwrap_or(Duration::ZERO) } else { Duration::ZERO };
+        let mut t = if self.conns.unread.is_empty() { timeout.unwrap_or(Duration::ZERO) } else { Duration::ZERO };
         if !self.sc_broken.is_empty() {
             // A failed single copy is looked at again soon (see `check_single_copies`).
             t = t.min(Duration::from_millis(50));
         }
         let mut got = false;
-        for cid in std::mem::take(&mut self.unread) {
+        for cid in std::mem::take(&mut self.conns.unread) {
             got |= self.read_conn(cid);
         }
-        let armed = !t.is_zero() && !self.shm_conns.is_empty();
+        let armed = !t.is_zero() && !self.conns.rings.is_empty();
         if armed && self.arm_rings() {
             t = Duration::ZERO;
         }
         let polled = self.io.wait(t);
         if armed {
-            for &cid in &self.shm_conns {
+            for &cid in &self.conns.rings {
                 if let Some(l) = self.conns[cid].as_ref().and_then(|c| c.shm.as_deref()) {
                     l.disarm();
                 }
@@ -395,7 +392,7 @@ impl<C: Coordination, S: Waits> Core<C, S> {
         }
         self.io.give_back(ready);
         let mut i = 0;
-        while let Some(&cid) = self.shm_conns.get(i) {
+        while let Some(&cid) = self.conns.rings.get(i) {
             got |= self.read_conn(cid);
             i += 1;
         }
@@ -449,9 +446,7 @@ impl<C: Coordination, S: Waits> Core<C, S> {
             }
         }
         conn.shm = Some(link);
-        if !self.shm_conns.contains(&cid) {
-            self.shm_conns.push(cid);
-        }
+        self.conns.watch_ring(cid);
         self.shm_note(&format!("shared memory with rank {rank}"));
         Ok(())
     }
@@ -459,7 +454,7 @@ impl<C: Coordination, S: Waits> Core<C, S> {
     /// Writes what the rings take of the frames queued for them.
     pub(crate) fn flush_rings(&mut self) {
         let mut i = 0;
-        while let Some(&cid) = self.shm_conns.get(i) {
+        while let Some(&cid) = self.conns.rings.get(i) {
             if self.conns[cid].as_ref().is_some_and(|c| c.ring_backlog()) {
                 self.flush_conn(cid);
             }
@@ -471,7 +466,7 @@ impl<C: Coordination, S: Waits> Core<C, S> {
     /// is ready already (then the poll must not sleep).
     pub(crate) fn arm_rings(&self) -> bool {
         let mut ready = false;
-        for &cid in &self.shm_conns {
+        for &cid in &self.conns.rings {
             if let Some(c) = self.conns[cid].as_ref().filter(|c| !c.read_eof) {
                 if let Some(l) = c.shm.as_deref() {
                     ready |= l.arm(c.ring_backlog());
@@ -486,10 +481,7 @@ impl<C: Coordination, S: Waits> Core<C, S> {
             match self.io.accept() {
                 Ok(Some(mut stream)) => {
                     self.prune_openings();
-                    let cid = self.conns.iter().position(Option::is_none).unwrap_or_else(|| {
-                        self.conns.push(None);
-                        self.conns.len() - 1
-                    });
+                    let cid = self.conns.vacant();
                     if self.io.register(&mut stream, cid).is_ok() {
                         self.conns[cid] = Some(Box::new(Conn::accepted(stream)));
                         C::conn_opened(self, cid);
@@ -519,8 +511,7 @@ impl<C: Coordination, S: Waits> Core<C, S> {
         for (k, (opened, cid)) in pending.into_iter().enumerate() {
             let late = opened.elapsed() > HANDSHAKE_LIMIT * load_factor();
             if (k < excess && opened.elapsed() > PENDING_GRACE) || late {
-                let Some(mut c) = self.conns[cid].take() else { continue };
-                self.io.deregister(&mut c.stream);
+                let Some(c) = self.conns.remove(cid, &self.io) else { continue };
                 let why = if late {
                     format!("it did not prove the job key within {} s", (HANDSHAKE_LIMIT * load_factor()).as_secs())
                 } else {
@@ -641,9 +632,7 @@ impl<C: Coordination, S: Waits> Core<C, S> {
             }
             return;
         }
-        let Some(mut conn) = self.conns[cid].take() else { return };
-        self.io.deregister(&mut conn.stream);
-        self.shm_conns.retain(|c| *c != cid);
+        let Some(mut conn) = self.conns.remove(cid, &self.io) else { return };
         if peer >= 0 {
             let p = &mut self.peers[peer as usize];
             p.conns.retain(|c| *c != cid);

@@ -676,14 +676,12 @@ impl<S: Waits> Core<Replication, S> {
         let cids = std::mem::take(&mut p.conns);
         let mut done = Vec::new();
         for cid in cids {
-            if let Some(mut conn) = self.conns[cid].take() {
-                self.io.deregister(&mut conn.stream);
+            // Its ring is read no more either (fencing: a process that resumes may write into
+            // its mapping, but nobody takes anything from it).
+            if let Some(mut conn) = self.conns.remove(cid, &self.io) {
                 done.extend(conn.take_completions());
                 self.undo_stream(cid, &mut conn);
             }
-            // Its ring is read no more either (fencing: a process that resumes may write into
-            // its mapping, but nobody takes anything from it).
-            self.shm_conns.retain(|c| *c != cid);
         }
         self.deferred.retain(|(p, _)| *p != slot);
         self.forget_completions(done);
