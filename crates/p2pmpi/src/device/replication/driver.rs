@@ -300,8 +300,7 @@ impl<S: Waits> Core<Replication, S> {
     /// otherwise, and for a schedule's operations).
     pub(super) fn next_op(&mut self) -> Option<u64> {
         let rp = &mut self.coord;
-        let numbered = !rp.in_schedule && crate::lifecycle::policy() == crate::lifecycle::Policy::Notify;
-        rp.ops.next(numbered)
+        rp.ops.next(rp.numbered && !rp.in_schedule)
     }
 
     /// Whether this process follows its master's outcomes (a non-master of a replicated
