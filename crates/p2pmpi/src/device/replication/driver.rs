@@ -327,6 +327,9 @@ impl<S: Waits> Core<Replication, S> {
         if rp.ep.is_master() {
             let f = failed_of(err.as_ref()?)?;
             rp.ep.decided(u32::MAX, c, failures::failure_outcome(f, true));
+            if debug_replication() {
+                eprintln!("p2pmpi: slot {}: operation {op} fails at its post: {f:?}", self.base.slot);
+            }
             self.flush_deferred();
             return err;
         }
@@ -412,7 +415,12 @@ impl<S: Waits> Core<Replication, S> {
                 continue;
             }
             let rp = &mut self.coord;
-            let r = match rp.ops.master_failed(op, !rp.ep.is_master()) {
+            let follow = rp.ops.master_failed(op, !rp.ep.is_master());
+            if debug_replication() {
+                let f = failures::outcome_failure(o);
+                eprintln!("p2pmpi: slot {}: its master failed operation {op} ({f:?}): {follow:?}", self.base.slot);
+            }
+            let r = match follow {
                 // Not reached yet: applied at its post.
                 Follow::NotReached => continue,
                 Follow::Diverged => {
