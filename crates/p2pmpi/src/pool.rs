@@ -95,12 +95,19 @@ const HEAP_UP_TO: usize = MAX_KEEP;
 pub(crate) fn warm_heap(bytes: usize) {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
-        let keep = bytes.saturating_mul(2).min(i32::MAX as usize) as libc::c_int;
-        // SAFETY: mallopt only changes two of glibc's allocation thresholds; it touches no
-        // memory of ours.
-        unsafe {
-            libc::mallopt(libc::M_MMAP_THRESHOLD, HEAP_UP_TO as libc::c_int);
-            libc::mallopt(libc::M_TRIM_THRESHOLD, keep);
+        // The thresholds are the process's: a smaller warming after a larger one (the
+        // library's tests warm in several threads) keeps the larger threshold, or freeing its
+        // pieces would make glibc give back what the larger one faulted in.
+        static KEEP: std::sync::Mutex<usize> = std::sync::Mutex::new(0);
+        {
+            let mut kept = KEEP.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            *kept = (*kept).max(bytes.saturating_mul(2).min(i32::MAX as usize));
+            // SAFETY: mallopt only changes two of glibc's allocation thresholds; it touches no
+            // memory of ours.
+            unsafe {
+                libc::mallopt(libc::M_MMAP_THRESHOLD, HEAP_UP_TO as libc::c_int);
+                libc::mallopt(libc::M_TRIM_THRESHOLD, *kept as libc::c_int);
+            }
         }
         // Pieces under the mapping threshold come from the heap; a byte written in each page
         // (calloc skips zeroing fresh pages, so every page is faulted in here, not before:

@@ -381,3 +381,74 @@ fn a_diverged_replica_reports_an_error_instead_of_exiting() {
     let sent = e.isend(0, 1, 0, buf.as_ptr(), buf.len(), SendMode::Standard);
     assert_eq!(sent.err(), Some(err), "a later call returns the same error");
 }
+
+/// A fault-aware replicated rank (numbered operations) whose master fails a receive at its
+/// post — the communicator was revoked, and the master heard it first — while its replica,
+/// not told yet, posted the receive: both programs take one path. The master's post gives a
+/// request that fails, as the replica's does, so a `sendrecv` goes on to post its send on
+/// both, and the replica's send (lent: it completes at its master's commit or with its
+/// master's failure) fails like its master's. When the master's post returned the error
+/// instead, its program never posted the send, and the replica waited for ever for it (the
+/// replicated revoke job of `fault_aware.rs` hung on it in 2 runs of 30).
+#[test]
+fn a_replica_follows_an_operation_its_master_failed_at_the_post_and_its_lent_send_ends() {
+    // -n 2 -r 2: slot 0 rank 0's master, slot 1 its replica. Rank 1's slots are not run:
+    // nothing reaches them (the master's posts fail, the replica's send is lent), and the
+    // master's frames open the connection to its replica when they go.
+    let layout = p2pmpi_core::replication::Layout::new(2, 2);
+    let key = JobKey::from_bytes([11; p2pmpi_wire::auth::KEY_LEN]);
+    let listeners: Vec<_> = (0..4).map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap()).collect();
+    let addrs: Vec<_> = listeners.iter().map(|l| l.local_addr().unwrap()).collect();
+    let mut e: Vec<Engine> = listeners
+        .into_iter()
+        .take(2)
+        .enumerate()
+        .map(|(slot, l)| {
+            Engine::new(0, 2, slot as i32, Some(layout), key.clone(), Some(l), addrs.clone(), Duration::ZERO).unwrap()
+        })
+        .collect();
+    for en in &mut e {
+        match en {
+            // The program handles failures (`Policy::Notify`, process-wide, is left alone).
+            Engine::Replicated(c) => c.coord.numbered = true,
+            Engine::Solo(_) => panic!("a replicated engine"),
+        }
+    }
+    // Context 2's point-to-point communicator.
+    const COMM: u32 = 4;
+    let out = [5u8; 8];
+    // `Coll::sendrecv`'s posts: a receive, then a send; an error at a post ends it there.
+    let sendrecv = |e: &mut Engine, inp: &mut [u8; 8]| -> crate::error::Result<(ReqId, ReqId)> {
+        let pat = Pattern { comm: COMM, src: Some(1), tag: Some(3) };
+        let r = e.irecv(pat, inp.as_mut_ptr(), inp.len())?;
+        let s = e.isend(COMM, 1, 3, out.as_ptr(), out.len(), SendMode::Standard)?;
+        Ok((r, s))
+    };
+    let (mut in0, mut in1) = ([0u8; 8], [0u8; 8]);
+    // The replica posts both before it hears anything.
+    let (r1, s1) = sendrecv(&mut e[1], &mut in1).expect("nothing failed on the replica yet");
+    // Its master heard the revocation first, then posts them.
+    match &mut e[0] {
+        Engine::Replicated(c) => c.revoke(COMM / 2),
+        Engine::Solo(_) => panic!("a replicated engine"),
+    }
+    let master = sendrecv(&mut e[0], &mut in0);
+    let t0 = Instant::now();
+    while !(e[1].is_done(r1) && e[1].is_done(s1)) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "the replica's operations still wait (its lent send: {}) where its master's post gave {:?}",
+            if e[1].is_done(s1) { "ended" } else { "waiting for a commit" },
+            master.as_ref().map(|_| "requests")
+        );
+        e[0].progress(None, Some(Duration::from_millis(1)));
+        e[1].progress(None, Some(Duration::from_millis(1)));
+    }
+    let (r0, s0) = master.expect("the master's posts give requests, like its replica's");
+    let revoked = Some(Err(crate::error::Error::Revoked));
+    for (en, r, s) in [(0, r0, s0), (1, r1, s1)] {
+        assert_eq!(e[en].take_done(r), revoked, "slot {en}'s receive");
+        assert_eq!(e[en].take_done(s), revoked, "slot {en}'s send");
+    }
+    assert!(e.iter().all(|en| en.fatal.is_none()), "no replica left");
+}

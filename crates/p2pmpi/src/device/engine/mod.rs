@@ -571,7 +571,7 @@ impl<C: Coordination, S: Waits> Core<C, S> {
         let revoked = self.is_revoked(comm);
         if revoked || op.is_some() {
             if let Some(e) = C::post_failure(self, op, revoked.then_some(Error::Revoked)) {
-                return Err(e);
+                return self.failed_post(op, e);
             }
         }
         let seq = self.matcher.next_send_seq(comm, dst, tag);
@@ -745,7 +745,7 @@ impl<C: Coordination, S: Waits> Core<C, S> {
         let revoked = self.is_revoked(pat.comm);
         if revoked || op.is_some() {
             if let Some(e) = C::post_failure(self, op, revoked.then_some(Error::Revoked)) {
-                return Err(e);
+                return self.failed_post(op, e);
             }
         }
         let r = self.new_req(ptr, cap, ReqState::Pending);
@@ -762,6 +762,22 @@ impl<C: Coordination, S: Waits> Core<C, S> {
                 self.complete(r, Err(err));
             }
         }
+        Ok(r)
+    }
+
+    /// A post that fails with `err` here: the error — or, for an operation the coordination
+    /// numbers (`op`: a fault-aware replicated rank), a request already failed with it. Every
+    /// replica of the rank then takes one path. A replica posts an operation before it hears
+    /// that its master failed it at the post, and learns the failure from the request; had
+    /// the master's post returned the error instead, the replica's program would go on to
+    /// post what its master never posts (the send after a failed receive of a `sendrecv`:
+    /// lent, it would wait for ever for its master's commit).
+    #[cold]
+    #[inline(never)]
+    fn failed_post(&mut self, op: Option<u64>, err: Error) -> Result<ReqId> {
+        let Some(op) = op else { return Err(err) };
+        let r = self.new_req(std::ptr::null_mut(), 0, ReqState::Failed(err));
+        C::number(self, r, Some(op));
         Ok(r)
     }
 

@@ -300,8 +300,7 @@ impl<S: Waits> Core<Replication, S> {
     /// otherwise, and for a schedule's operations).
     pub(super) fn next_op(&mut self) -> Option<u64> {
         let rp = &mut self.coord;
-        let numbered = !rp.in_schedule && crate::lifecycle::policy() == crate::lifecycle::Policy::Notify;
-        rp.ops.next(numbered)
+        rp.ops.next(rp.numbered && !rp.in_schedule)
     }
 
     /// Whether this process follows its master's outcomes (a non-master of a replicated
@@ -328,6 +327,9 @@ impl<S: Waits> Core<Replication, S> {
         if rp.ep.is_master() {
             let f = failed_of(err.as_ref()?)?;
             rp.ep.decided(u32::MAX, c, failures::failure_outcome(f, true));
+            if debug_replication() {
+                eprintln!("p2pmpi: slot {}: operation {op} fails at its post: {f:?}", self.base.slot);
+            }
             self.flush_deferred();
             return err;
         }
@@ -413,7 +415,12 @@ impl<S: Waits> Core<Replication, S> {
                 continue;
             }
             let rp = &mut self.coord;
-            let r = match rp.ops.master_failed(op, !rp.ep.is_master()) {
+            let follow = rp.ops.master_failed(op, !rp.ep.is_master());
+            if debug_replication() {
+                let f = failures::outcome_failure(o);
+                eprintln!("p2pmpi: slot {}: its master failed operation {op} ({f:?}): {follow:?}", self.base.slot);
+            }
+            let r = match follow {
                 // Not reached yet: applied at its post.
                 Follow::NotReached => continue,
                 Follow::Diverged => {

@@ -149,6 +149,9 @@ pub(crate) struct Replication {
     /// receives of the program, numbered alike on every replica of the rank), the request of
     /// each one not taken yet, and the successes the program took.
     pub(super) ops: Operations<ReqId>,
+    /// The program handles failures (`Policy::Notify`, set before the job starts): its
+    /// operations are numbered.
+    pub(super) numbered: bool,
     /// A schedule (immediate collective) is posting: its operations are not numbered (they
     /// are posted when the progress engine runs, which differs between replicas).
     pub(super) in_schedule: bool,
@@ -229,6 +232,7 @@ impl Replication {
             matched: FastMap::default(),
             wildcards: Wildcards::new(),
             ops: Operations::new(),
+            numbered: notify,
             in_schedule: false,
             words: false,
             lost_ranks: Vec::new(),
