@@ -611,7 +611,9 @@ fn a_replica_that_fell_behind_is_named_while_the_job_waits_for_it() {
 
 #[test]
 fn on_a_local_grid_freeze_then_resume_and_partition_then_heal_never_harm_the_job() {
-    let grid = TestGrid::start("fence", 4, &["--procs", "3"]);
+    // Its own loopback addresses: the host it cuts off runs no process of another grid (the
+    // tests of this file run side by side, and a firewall rule holds for the whole machine).
+    let grid = TestGrid::start("fence", 4, &["--procs", "3", "--net", "127.0.44"]);
     grid.wait_hosts(1, 3);
     let run = |marker: &str| {
         let mut cmd = Command::new(common::grid::bin("p2pmpirun"));
@@ -833,7 +835,8 @@ fn trials() -> u64 {
 
 #[test]
 fn chaos_on_a_local_grid() {
-    let grid = TestGrid::start("chaos", 4, &["--procs", "3"]);
+    // Its own loopback addresses, as the freeze-and-partition test's: see there.
+    let grid = TestGrid::start("chaos", 4, &["--procs", "3", "--net", "127.0.45"]);
     grid.wait_hosts(1, 3);
     let marker = common::marker("chaos-ref");
     let reference = run_cmd(
