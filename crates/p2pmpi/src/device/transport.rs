@@ -13,13 +13,18 @@ use std::ops::{Deref, DerefMut};
 use std::time::Duration;
 
 /// The table of connections, by connection id: the index a connection keeps for its life,
-/// which is also its token in the poll; a freed id is given to the next connection. Boxed: a
+/// which is also its token in the poll; an id freed by [`Conns::remove`] is given to a later
+/// connection, never the id of a connection taken out of its slot for a while. Boxed: a
 /// connection is taken out of its slot while its frames are handled, then put back, and
 /// moving the whole struct twice per read was a tenth of an 8-byte message's cost. Besides
 /// the slots (read and written as a slice), the two lists of connections the poll loop reads
 /// whatever the kernel says.
 pub(crate) struct Conns {
     slots: Vec<Option<Box<Conn>>>,
+    /// Ids of connections removed for good, free for new ones. An empty slot is not free by
+    /// itself: while a connection's frames are handled its slot is empty, and an accept in
+    /// a nested progress call must not take its id.
+    free: Vec<usize>,
     /// Connections left readable when their read budget ran out (epoll is edge-triggered:
     /// no new event comes for data already there), read again by the next progress call.
     pub unread: Vec<usize>,
@@ -45,15 +50,24 @@ impl DerefMut for Conns {
 
 impl Conns {
     pub(crate) fn new() -> Conns {
-        Conns { slots: Vec::new(), unread: Vec::new(), rings: Vec::new() }
+        Conns { slots: Vec::new(), free: Vec::new(), unread: Vec::new(), rings: Vec::new() }
     }
 
-    /// The id for a new connection: the first free one (the table grows if none is).
-    pub(crate) fn vacant(&mut self) -> usize {
-        self.slots.iter().position(Option::is_none).unwrap_or_else(|| {
+    /// The id the next new connection gets ([`Conns::fill`]): the last one freed, or a new
+    /// one at the end of the table.
+    pub(crate) fn vacant(&self) -> usize {
+        self.free.last().copied().unwrap_or(self.slots.len())
+    }
+
+    /// Connection `conn` takes id `cid`, which [`Conns::vacant`] gave.
+    pub(crate) fn fill(&mut self, cid: usize, conn: Box<Conn>) {
+        if self.free.last() == Some(&cid) {
+            self.free.pop();
+        } else {
+            debug_assert_eq!(cid, self.slots.len(), "connection id {cid} was not vacant");
             self.slots.push(None);
-            self.slots.len() - 1
-        })
+        }
+        self.slots[cid] = Some(conn);
     }
 
     /// Connection `cid` leaves the table for good: taken out of its slot, its stream no
@@ -61,6 +75,7 @@ impl Conns {
     pub(crate) fn remove(&mut self, cid: usize, poller: &Poller) -> Option<Box<Conn>> {
         self.rings.retain(|c| *c != cid);
         let mut conn = self.slots.get_mut(cid)?.take()?;
+        self.free.push(cid);
         poller.deregister(&mut conn.stream);
         Some(conn)
     }
@@ -178,5 +193,40 @@ impl Poller {
                 Err(e) => return Err(e),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn conn(to: SocketAddr) -> Box<Conn> {
+        let std_stream = std::net::TcpStream::connect(to).unwrap();
+        std_stream.set_nonblocking(true).unwrap();
+        Box::new(Conn::accepted(TcpStream::from_std(std_stream)))
+    }
+
+    #[test]
+    fn an_id_is_reused_only_once_its_connection_is_removed_never_while_it_is_taken_out() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let to = listener.local_addr().unwrap();
+        let poller = Poller::new(None).unwrap();
+        let mut conns = Conns::new();
+        for expected in 0..3 {
+            let cid = conns.vacant();
+            assert_eq!(cid, expected);
+            conns.fill(cid, conn(to));
+        }
+        // Connection 1 is taken out while its frames are handled: its id is not free.
+        let out = conns[1].take().unwrap();
+        assert_eq!(conns.vacant(), 3, "a new connection must not take the id of one taken out");
+        conns[1] = Some(out);
+        // Removed for good, its id goes to the next connection.
+        assert!(conns.remove(1, &poller).is_some());
+        assert!(conns.remove(1, &poller).is_none(), "removing twice gives nothing");
+        assert_eq!(conns.vacant(), 1);
+        conns.fill(1, conn(to));
+        assert_eq!(conns.vacant(), 3);
+        assert!(conns.iter().all(Option::is_some));
     }
 }

@@ -169,7 +169,7 @@ impl<C: Coordination, S: Waits> Core<C, S> {
         if let Some(e) = refused {
             self.shm_note(&format!("no shared memory with slot {dst} (TCP instead): {e}"));
         }
-        self.conns[cid] = Some(Box::new(c));
+        self.conns.fill(cid, Box::new(c));
         C::conn_opened(self, cid);
         let p = &mut self.peers[dst as usize];
         p.conns.push(cid);
@@ -483,7 +483,7 @@ impl<C: Coordination, S: Waits> Core<C, S> {
                     self.prune_openings();
                     let cid = self.conns.vacant();
                     if self.io.register(&mut stream, cid).is_ok() {
-                        self.conns[cid] = Some(Box::new(Conn::accepted(stream)));
+                        self.conns.fill(cid, Box::new(Conn::accepted(stream)));
                         C::conn_opened(self, cid);
                     }
                 }
