@@ -1,0 +1,447 @@
+/*
+ * mpi.h of p2pmpi's library with MPICH's binary interface (libmpi.so.12).
+ *
+ * Written for p2pmpi. The values (handles, constants, error classes), the types' sizes and
+ * the layout of MPI_Status are those of MPICH 4, so that a program compiled against this
+ * header or against MPICH's runs with either library; a test of crates/p2pmpi-abi compares
+ * each of them with Debian's libmpich-dev header.
+ *
+ * Handles are ints: bits 30-31 tell predefined (1) from made at run time (2, 3) and null (0)
+ * handles, bits 26-29 the kind of object, the low bits an index (and, for a predefined
+ * datatype, its size in bytes in bits 8-15).
+ *
+ * Only the functions declared at the end are provided so far (docs/mpich-abi.md).
+ */
+#ifndef P2PMPI_ABI_MPI_H
+#define P2PMPI_ABI_MPI_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------- handle and scalar types */
+
+typedef int MPI_Comm;
+typedef int MPI_Datatype;
+typedef int MPI_Group;
+typedef int MPI_Op;
+typedef int MPI_Request;
+typedef int MPI_Message;
+typedef int MPI_Errhandler;
+typedef int MPI_Info;
+typedef int MPI_Win;
+typedef int MPI_Session;
+/* Files are pointers in MPICH's ABI (ROMIO's objects). */
+typedef struct ADIOI_FileD *MPI_File;
+
+typedef long MPI_Aint;
+typedef long MPI_Offset;
+typedef long MPI_Count;
+typedef int MPI_Fint;
+
+/* What a completed receive tells: the size received in bytes (count_lo, and the upper bits
+ * in count_hi_and_cancelled above its bit 0, the cancelled flag), then the public fields. */
+typedef struct MPI_Status {
+    int count_lo;
+    int count_hi_and_cancelled;
+    int MPI_SOURCE;
+    int MPI_TAG;
+    int MPI_ERROR;
+} MPI_Status;
+
+typedef void (MPI_User_function)(void *invec, void *inoutvec, int *len, MPI_Datatype *datatype);
+typedef void (MPI_User_function_c)(void *invec, void *inoutvec, MPI_Count *len, MPI_Datatype *datatype);
+typedef void (MPI_Comm_errhandler_function)(MPI_Comm *comm, int *code, ...);
+typedef MPI_Comm_errhandler_function MPI_Comm_errhandler_fn;
+typedef int (MPI_Comm_copy_attr_function)(MPI_Comm comm, int keyval, void *extra_state, void *value_in,
+                                          void *value_out, int *flag);
+typedef int (MPI_Comm_delete_attr_function)(MPI_Comm comm, int keyval, void *value, void *extra_state);
+typedef int (MPI_Type_copy_attr_function)(MPI_Datatype type, int keyval, void *extra_state, void *value_in,
+                                          void *value_out, int *flag);
+typedef int (MPI_Type_delete_attr_function)(MPI_Datatype type, int keyval, void *value, void *extra_state);
+typedef int (MPI_Copy_function)(MPI_Comm comm, int keyval, void *extra_state, void *value_in,
+                                void *value_out, int *flag);
+typedef int (MPI_Delete_function)(MPI_Comm comm, int keyval, void *value, void *extra_state);
+
+/* ------------------------------------------------------------------------ null handles */
+
+#define MPI_COMM_NULL       ((MPI_Comm)0x04000000)
+#define MPI_GROUP_NULL      ((MPI_Group)0x08000000)
+#define MPI_DATATYPE_NULL   ((MPI_Datatype)0x0c000000)
+#define MPI_ERRHANDLER_NULL ((MPI_Errhandler)0x14000000)
+#define MPI_OP_NULL         ((MPI_Op)0x18000000)
+#define MPI_INFO_NULL       ((MPI_Info)0x1c000000)
+#define MPI_WIN_NULL        ((MPI_Win)0x20000000)
+#define MPI_REQUEST_NULL    ((MPI_Request)0x2c000000)
+#define MPI_MESSAGE_NULL    ((MPI_Message)0x2c000000)
+#define MPI_SESSION_NULL    ((MPI_Session)0x38000000)
+#define MPI_MESSAGE_NO_PROC ((MPI_Message)0x6c000000)
+#define MPI_FILE_NULL       ((MPI_File)0)
+
+/* ---------------------------------------------------------------- predefined objects */
+
+#define MPI_COMM_WORLD  ((MPI_Comm)0x44000000)
+#define MPI_COMM_SELF   ((MPI_Comm)0x44000001)
+#define MPI_GROUP_EMPTY ((MPI_Group)0x48000000)
+#define MPI_INFO_ENV    ((MPI_Info)0x5c000001)
+
+#define MPI_ERRORS_ARE_FATAL ((MPI_Errhandler)0x54000000)
+#define MPI_ERRORS_RETURN    ((MPI_Errhandler)0x54000001)
+#define MPI_ERRORS_ABORT     ((MPI_Errhandler)0x54000003)
+
+/* Datatypes of C (the size in bytes is in bits 8-15). */
+#define MPI_CHAR               ((MPI_Datatype)0x4c000101)
+#define MPI_UNSIGNED_CHAR      ((MPI_Datatype)0x4c000102)
+#define MPI_SHORT              ((MPI_Datatype)0x4c000203)
+#define MPI_UNSIGNED_SHORT     ((MPI_Datatype)0x4c000204)
+#define MPI_INT                ((MPI_Datatype)0x4c000405)
+#define MPI_UNSIGNED           ((MPI_Datatype)0x4c000406)
+#define MPI_LONG               ((MPI_Datatype)0x4c000807)
+#define MPI_UNSIGNED_LONG      ((MPI_Datatype)0x4c000808)
+#define MPI_LONG_LONG_INT      ((MPI_Datatype)0x4c000809)
+#define MPI_LONG_LONG          MPI_LONG_LONG_INT
+#define MPI_FLOAT              ((MPI_Datatype)0x4c00040a)
+#define MPI_DOUBLE             ((MPI_Datatype)0x4c00080b)
+#define MPI_LONG_DOUBLE        ((MPI_Datatype)0x4c00100c)
+#define MPI_BYTE               ((MPI_Datatype)0x4c00010d)
+#define MPI_WCHAR              ((MPI_Datatype)0x4c00040e)
+#define MPI_PACKED             ((MPI_Datatype)0x4c00010f)
+#define MPI_LB                 ((MPI_Datatype)0x4c000010)
+#define MPI_UB                 ((MPI_Datatype)0x4c000011)
+#define MPI_2INT               ((MPI_Datatype)0x4c000816)
+#define MPI_SIGNED_CHAR        ((MPI_Datatype)0x4c000118)
+#define MPI_UNSIGNED_LONG_LONG ((MPI_Datatype)0x4c000819)
+#define MPI_INT8_T             ((MPI_Datatype)0x4c000137)
+#define MPI_INT16_T            ((MPI_Datatype)0x4c000238)
+#define MPI_INT32_T            ((MPI_Datatype)0x4c000439)
+#define MPI_INT64_T            ((MPI_Datatype)0x4c00083a)
+#define MPI_UINT8_T            ((MPI_Datatype)0x4c00013b)
+#define MPI_UINT16_T           ((MPI_Datatype)0x4c00023c)
+#define MPI_UINT32_T           ((MPI_Datatype)0x4c00043d)
+#define MPI_UINT64_T           ((MPI_Datatype)0x4c00083e)
+#define MPI_C_BOOL             ((MPI_Datatype)0x4c00013f)
+#define MPI_C_FLOAT_COMPLEX    ((MPI_Datatype)0x4c000840)
+#define MPI_C_COMPLEX          MPI_C_FLOAT_COMPLEX
+#define MPI_C_DOUBLE_COMPLEX   ((MPI_Datatype)0x4c001041)
+#define MPI_C_LONG_DOUBLE_COMPLEX ((MPI_Datatype)0x4c002042)
+#define MPIX_C_FLOAT16         ((MPI_Datatype)0x4c000246)
+#define MPI_AINT               ((MPI_Datatype)0x4c000843)
+#define MPI_OFFSET             ((MPI_Datatype)0x4c000844)
+#define MPI_COUNT              ((MPI_Datatype)0x4c000845)
+/* Pairs of a value and an index, for MPI_MINLOC and MPI_MAXLOC. */
+#define MPI_FLOAT_INT          ((MPI_Datatype)0x8c000000)
+#define MPI_DOUBLE_INT         ((MPI_Datatype)0x8c000001)
+#define MPI_LONG_INT           ((MPI_Datatype)0x8c000002)
+#define MPI_SHORT_INT          ((MPI_Datatype)0x8c000003)
+#define MPI_LONG_DOUBLE_INT    ((MPI_Datatype)0x8c000004)
+/* Datatypes of C++. */
+#define MPI_CXX_BOOL                ((MPI_Datatype)0x4c000133)
+#define MPI_CXX_FLOAT_COMPLEX       ((MPI_Datatype)0x4c000834)
+#define MPI_CXX_DOUBLE_COMPLEX      ((MPI_Datatype)0x4c001035)
+#define MPI_CXX_LONG_DOUBLE_COMPLEX ((MPI_Datatype)0x4c002036)
+/* Datatypes of Fortran (named for completeness: Fortran programs are not supported). */
+#define MPI_CHARACTER         ((MPI_Datatype)0x4c00011a)
+#define MPI_LOGICAL           ((MPI_Datatype)0x4c00041d)
+#define MPI_INTEGER           ((MPI_Datatype)0x4c00041b)
+#define MPI_REAL              ((MPI_Datatype)0x4c00041c)
+#define MPI_DOUBLE_PRECISION  ((MPI_Datatype)0x4c00081f)
+#define MPI_COMPLEX           ((MPI_Datatype)0x4c00081e)
+#define MPI_DOUBLE_COMPLEX    ((MPI_Datatype)0x4c001022)
+#define MPI_2INTEGER          ((MPI_Datatype)0x4c000820)
+#define MPI_2REAL             ((MPI_Datatype)0x4c000821)
+#define MPI_2DOUBLE_PRECISION ((MPI_Datatype)0x4c001023)
+#define MPI_REAL4             ((MPI_Datatype)0x4c000427)
+#define MPI_REAL8             ((MPI_Datatype)0x4c000829)
+#define MPI_REAL16            ((MPI_Datatype)0x4c00102b)
+#define MPI_COMPLEX8          ((MPI_Datatype)0x4c000828)
+#define MPI_COMPLEX16         ((MPI_Datatype)0x4c00102a)
+#define MPI_COMPLEX32         ((MPI_Datatype)0x4c00202c)
+#define MPI_INTEGER1          ((MPI_Datatype)0x4c00012d)
+#define MPI_INTEGER2          ((MPI_Datatype)0x4c00022f)
+#define MPI_INTEGER4          ((MPI_Datatype)0x4c000430)
+#define MPI_INTEGER8          ((MPI_Datatype)0x4c000831)
+#define MPI_INTEGER16         MPI_DATATYPE_NULL
+
+#define MPI_TYPECLASS_REAL    1
+#define MPI_TYPECLASS_INTEGER 2
+#define MPI_TYPECLASS_COMPLEX 3
+
+/* Reduction operations. */
+#define MPI_MAX     ((MPI_Op)0x58000001)
+#define MPI_MIN     ((MPI_Op)0x58000002)
+#define MPI_SUM     ((MPI_Op)0x58000003)
+#define MPI_PROD    ((MPI_Op)0x58000004)
+#define MPI_LAND    ((MPI_Op)0x58000005)
+#define MPI_BAND    ((MPI_Op)0x58000006)
+#define MPI_LOR     ((MPI_Op)0x58000007)
+#define MPI_BOR     ((MPI_Op)0x58000008)
+#define MPI_LXOR    ((MPI_Op)0x58000009)
+#define MPI_BXOR    ((MPI_Op)0x5800000a)
+#define MPI_MINLOC  ((MPI_Op)0x5800000b)
+#define MPI_MAXLOC  ((MPI_Op)0x5800000c)
+#define MPI_REPLACE ((MPI_Op)0x5800000d)
+#define MPI_NO_OP   ((MPI_Op)0x5800000e)
+
+/* Predefined attribute keys (on communicators, then on windows). */
+#define MPI_TAG_UB            0x64400001
+#define MPI_HOST              0x64400003
+#define MPI_IO                0x64400005
+#define MPI_WTIME_IS_GLOBAL   0x64400007
+#define MPI_UNIVERSE_SIZE     0x64400009
+#define MPI_LASTUSEDCODE      0x6440000b
+#define MPI_APPNUM            0x6440000d
+#define MPI_WIN_BASE          0x66000001
+#define MPI_WIN_SIZE          0x66000003
+#define MPI_WIN_DISP_UNIT     0x66000005
+#define MPI_WIN_CREATE_FLAVOR 0x66000007
+#define MPI_WIN_MODEL         0x66000009
+#define MPI_KEYVAL_INVALID    0x24000000
+
+#define MPI_NULL_COPY_FN        ((MPI_Copy_function *)0)
+#define MPI_NULL_DELETE_FN      ((MPI_Delete_function *)0)
+#define MPI_COMM_NULL_COPY_FN   ((MPI_Comm_copy_attr_function *)0)
+#define MPI_COMM_NULL_DELETE_FN ((MPI_Comm_delete_attr_function *)0)
+#define MPI_TYPE_NULL_COPY_FN   ((MPI_Type_copy_attr_function *)0)
+#define MPI_TYPE_NULL_DELETE_FN ((MPI_Type_delete_attr_function *)0)
+
+/* ------------------------------------------------------------------------- constants */
+
+#define MPI_VERSION    4
+#define MPI_SUBVERSION 0
+
+#define MPI_IDENT     0
+#define MPI_CONGRUENT 1
+#define MPI_SIMILAR   2
+#define MPI_UNEQUAL   3
+
+#define MPI_PROC_NULL  (-1)
+#define MPI_ANY_SOURCE (-2)
+#define MPI_ROOT       (-3)
+#define MPI_ANY_TAG    (-1)
+#define MPI_UNDEFINED  (-32766)
+
+#define MPI_MAX_PROCESSOR_NAME         128
+#define MPI_MAX_LIBRARY_VERSION_STRING 8192
+#define MPI_MAX_ERROR_STRING           512
+#define MPI_MAX_PORT_NAME              256
+#define MPI_MAX_OBJECT_NAME            128
+#define MPI_MAX_STRINGTAG_LEN          256
+#define MPI_MAX_PSET_NAME_LEN          256
+#define MPI_MAX_INFO_KEY               255
+#define MPI_MAX_INFO_VAL               1024
+
+#define MPI_THREAD_SINGLE     0
+#define MPI_THREAD_FUNNELED   1
+#define MPI_THREAD_SERIALIZED 2
+#define MPI_THREAD_MULTIPLE   3
+
+#define MPI_GRAPH      1
+#define MPI_CART       2
+#define MPI_DIST_GRAPH 3
+
+#define MPI_BSEND_OVERHEAD 96
+#define MPI_LOCK_EXCLUSIVE 234
+#define MPI_LOCK_SHARED    235
+
+#define MPI_WIN_FLAVOR_CREATE   1
+#define MPI_WIN_FLAVOR_ALLOCATE 2
+#define MPI_WIN_FLAVOR_DYNAMIC  3
+#define MPI_WIN_FLAVOR_SHARED   4
+#define MPI_WIN_SEPARATE 1
+#define MPI_WIN_UNIFIED  2
+
+#define MPI_MODE_NOCHECK   1024
+#define MPI_MODE_NOSTORE   2048
+#define MPI_MODE_NOPUT     4096
+#define MPI_MODE_NOPRECEDE 8192
+#define MPI_MODE_NOSUCCEED 16384
+
+#define MPI_COMM_TYPE_SHARED        1
+#define MPI_COMM_TYPE_HW_GUIDED     2
+#define MPI_COMM_TYPE_HW_UNGUIDED   3
+#define MPIX_COMM_TYPE_NEIGHBORHOOD 4
+
+#define MPI_COMBINER_NAMED            1
+#define MPI_COMBINER_DUP              2
+#define MPI_COMBINER_CONTIGUOUS       3
+#define MPI_COMBINER_VECTOR           4
+#define MPI_COMBINER_HVECTOR_INTEGER  5
+#define MPI_COMBINER_HVECTOR          6
+#define MPI_COMBINER_INDEXED          7
+#define MPI_COMBINER_HINDEXED_INTEGER 8
+#define MPI_COMBINER_HINDEXED         9
+#define MPI_COMBINER_INDEXED_BLOCK    10
+#define MPI_COMBINER_STRUCT_INTEGER   11
+#define MPI_COMBINER_STRUCT           12
+#define MPI_COMBINER_SUBARRAY         13
+#define MPI_COMBINER_DARRAY           14
+#define MPI_COMBINER_F90_REAL         15
+#define MPI_COMBINER_F90_COMPLEX      16
+#define MPI_COMBINER_F90_INTEGER      17
+#define MPI_COMBINER_RESIZED          18
+#define MPI_COMBINER_HINDEXED_BLOCK   19
+
+#define MPI_ORDER_C              56
+#define MPI_ORDER_FORTRAN        57
+#define MPI_DISTRIBUTE_BLOCK     121
+#define MPI_DISTRIBUTE_CYCLIC    122
+#define MPI_DISTRIBUTE_NONE      123
+#define MPI_DISTRIBUTE_DFLT_DARG (-49767)
+
+/* Special addresses. */
+#define MPI_BOTTOM          ((void *)0)
+#define MPI_IN_PLACE        ((void *)-1)
+#define MPI_STATUS_IGNORE   ((MPI_Status *)1)
+#define MPI_STATUSES_IGNORE ((MPI_Status *)1)
+#define MPI_ERRCODES_IGNORE ((int *)0)
+#define MPI_ARGV_NULL       ((char **)0)
+#define MPI_ARGVS_NULL      ((char ***)0)
+#define MPI_F_STATUS_SIZE   5
+#define MPI_F_SOURCE        2
+#define MPI_F_TAG           3
+#define MPI_F_ERROR         4
+
+/* ---------------------------------------------------------------------- error classes */
+
+#define MPI_SUCCESS                   0
+#define MPI_ERR_BUFFER                1
+#define MPI_ERR_COUNT                 2
+#define MPI_ERR_TYPE                  3
+#define MPI_ERR_TAG                   4
+#define MPI_ERR_COMM                  5
+#define MPI_ERR_RANK                  6
+#define MPI_ERR_ROOT                  7
+#define MPI_ERR_GROUP                 8
+#define MPI_ERR_OP                    9
+#define MPI_ERR_TOPOLOGY              10
+#define MPI_ERR_DIMS                  11
+#define MPI_ERR_ARG                   12
+#define MPI_ERR_UNKNOWN               13
+#define MPI_ERR_TRUNCATE              14
+#define MPI_ERR_OTHER                 15
+#define MPI_ERR_INTERN                16
+#define MPI_ERR_IN_STATUS             17
+#define MPI_ERR_PENDING               18
+#define MPI_ERR_REQUEST               19
+#define MPI_ERR_ACCESS                20
+#define MPI_ERR_AMODE                 21
+#define MPI_ERR_BAD_FILE              22
+#define MPI_ERR_CONVERSION            23
+#define MPI_ERR_DUP_DATAREP           24
+#define MPI_ERR_FILE_EXISTS           25
+#define MPI_ERR_FILE_IN_USE           26
+#define MPI_ERR_FILE                  27
+#define MPI_ERR_INFO                  28
+#define MPI_ERR_INFO_KEY              29
+#define MPI_ERR_INFO_VALUE            30
+#define MPI_ERR_INFO_NOKEY            31
+#define MPI_ERR_IO                    32
+#define MPI_ERR_NAME                  33
+#define MPI_ERR_NO_MEM                34
+#define MPI_ERR_NOT_SAME              35
+#define MPI_ERR_NO_SPACE              36
+#define MPI_ERR_NO_SUCH_FILE          37
+#define MPI_ERR_PORT                  38
+#define MPI_ERR_QUOTA                 39
+#define MPI_ERR_READ_ONLY             40
+#define MPI_ERR_SERVICE               41
+#define MPI_ERR_SPAWN                 42
+#define MPI_ERR_UNSUPPORTED_DATAREP   43
+#define MPI_ERR_UNSUPPORTED_OPERATION 44
+#define MPI_ERR_WIN                   45
+#define MPI_ERR_BASE                  46
+#define MPI_ERR_LOCKTYPE              47
+#define MPI_ERR_KEYVAL                48
+#define MPI_ERR_RMA_CONFLICT          49
+#define MPI_ERR_RMA_SYNC              50
+#define MPI_ERR_SIZE                  51
+#define MPI_ERR_DISP                  52
+#define MPI_ERR_ASSERT                53
+#define MPI_ERR_RMA_RANGE             55
+#define MPI_ERR_RMA_ATTACH            56
+#define MPI_ERR_RMA_SHARED            57
+#define MPI_ERR_RMA_FLAVOR            58
+#define MPI_ERR_SESSION               75
+#define MPI_ERR_PROC_ABORTED          76
+#define MPI_ERR_VALUE_TOO_LARGE       77
+#define MPI_ERR_LASTCODE              0x3fffffff
+#define MPIX_ERR_PROC_FAILED          101
+#define MPIX_ERR_PROC_FAILED_PENDING  102
+#define MPIX_ERR_REVOKED              103
+#define MPIX_ERR_EAGAIN               104
+#define MPIX_ERR_NOREQ                105
+
+/* ------------------------------------------------------------------------ data objects */
+
+/* Markers for the weights of graph topologies (addresses compared, never read). */
+/* prototypes begin */
+extern int * const MPI_UNWEIGHTED;
+extern int * const MPI_WEIGHTS_EMPTY;
+
+/* ---------------------------------------------------------------------------- functions */
+/* P2PMPI_FN(R, X, (P)) declares R MPI_X(P) and R PMPI_X(P), the name profiling tools call. */
+#define P2PMPI_FN(ret, name, params) ret MPI_##name params; ret PMPI_##name params;
+
+/* Environment. */
+P2PMPI_FN(int, Init, (int *argc, char ***argv))
+P2PMPI_FN(int, Init_thread, (int *argc, char ***argv, int required, int *provided))
+P2PMPI_FN(int, Query_thread, (int *provided))
+P2PMPI_FN(int, Is_thread_main, (int *flag))
+P2PMPI_FN(int, Finalize, (void))
+P2PMPI_FN(int, Finalized, (int *flag))
+P2PMPI_FN(int, Initialized, (int *flag))
+P2PMPI_FN(int, Abort, (MPI_Comm comm, int errorcode))
+P2PMPI_FN(int, Get_processor_name, (char *name, int *resultlen))
+P2PMPI_FN(int, Get_version, (int *version, int *subversion))
+P2PMPI_FN(int, Get_library_version, (char *version, int *resultlen))
+P2PMPI_FN(double, Wtime, (void))
+P2PMPI_FN(double, Wtick, (void))
+P2PMPI_FN(int, Comm_rank, (MPI_Comm comm, int *rank))
+P2PMPI_FN(int, Comm_size, (MPI_Comm comm, int *size))
+
+/* Errors. */
+P2PMPI_FN(int, Comm_set_errhandler, (MPI_Comm comm, MPI_Errhandler errhandler))
+P2PMPI_FN(int, Comm_get_errhandler, (MPI_Comm comm, MPI_Errhandler *errhandler))
+P2PMPI_FN(int, Error_class, (int errorcode, int *errorclass))
+P2PMPI_FN(int, Error_string, (int errorcode, char *string, int *resultlen))
+
+/* Point-to-point. */
+P2PMPI_FN(int, Send, (const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm))
+P2PMPI_FN(int, Ssend, (const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm))
+P2PMPI_FN(int, Rsend, (const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm))
+P2PMPI_FN(int, Recv, (void *buf, int count, MPI_Datatype datatype, int source, int tag, MPI_Comm comm, MPI_Status *status))
+P2PMPI_FN(int, Isend, (const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm, MPI_Request *request))
+P2PMPI_FN(int, Issend, (const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm, MPI_Request *request))
+P2PMPI_FN(int, Irsend, (const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm, MPI_Request *request))
+P2PMPI_FN(int, Irecv, (void *buf, int count, MPI_Datatype datatype, int source, int tag, MPI_Comm comm, MPI_Request *request))
+P2PMPI_FN(int, Sendrecv, (const void *sendbuf, int sendcount, MPI_Datatype sendtype, int dest, int sendtag, void *recvbuf, int recvcount, MPI_Datatype recvtype, int source, int recvtag, MPI_Comm comm, MPI_Status *status))
+P2PMPI_FN(int, Wait, (MPI_Request *request, MPI_Status *status))
+P2PMPI_FN(int, Test, (MPI_Request *request, int *flag, MPI_Status *status))
+P2PMPI_FN(int, Waitall, (int count, MPI_Request array_of_requests[], MPI_Status array_of_statuses[]))
+P2PMPI_FN(int, Testall, (int count, MPI_Request array_of_requests[], int *flag, MPI_Status array_of_statuses[]))
+P2PMPI_FN(int, Waitany, (int count, MPI_Request array_of_requests[], int *indx, MPI_Status *status))
+P2PMPI_FN(int, Testany, (int count, MPI_Request array_of_requests[], int *indx, int *flag, MPI_Status *status))
+P2PMPI_FN(int, Request_free, (MPI_Request *request))
+P2PMPI_FN(int, Probe, (int source, int tag, MPI_Comm comm, MPI_Status *status))
+P2PMPI_FN(int, Iprobe, (int source, int tag, MPI_Comm comm, int *flag, MPI_Status *status))
+P2PMPI_FN(int, Get_count, (const MPI_Status *status, MPI_Datatype datatype, int *count))
+
+/* Collectives. */
+P2PMPI_FN(int, Barrier, (MPI_Comm comm))
+P2PMPI_FN(int, Bcast, (void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm))
+P2PMPI_FN(int, Reduce, (const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op, int root, MPI_Comm comm))
+P2PMPI_FN(int, Allreduce, (const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm))
+P2PMPI_FN(int, Scan, (const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm))
+P2PMPI_FN(int, Exscan, (const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm))
+P2PMPI_FN(int, Gather, (const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm))
+P2PMPI_FN(int, Scatter, (const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm))
+P2PMPI_FN(int, Allgather, (const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount, MPI_Datatype recvtype, MPI_Comm comm))
+P2PMPI_FN(int, Alltoall, (const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount, MPI_Datatype recvtype, MPI_Comm comm))
+#undef P2PMPI_FN
+/* prototypes end */
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* P2PMPI_ABI_MPI_H */

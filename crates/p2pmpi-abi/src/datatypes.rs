@@ -1,0 +1,108 @@
+//! The predefined datatypes: MPICH's handle of each, and the library's datatype it stands for
+//! (a Rust type of the same size and kind). Derived datatypes are to come (see
+//! docs/mpich-abi.md).
+
+use crate::consts::{MPI_DATATYPE_NULL, MPI_ERR_TYPE};
+use p2pmpi::ffi;
+use p2pmpi::traits::{AsRaw, Equivalence};
+use std::os::raw::c_int;
+
+/// Makes the table of predefined datatypes: a constant per name (module [`values`]), the
+/// translation [`builtin`], and the list [`PREDEFINED`].
+macro_rules! predefined_datatypes {
+    ($($name:ident = $bits:expr => $t:ty;)*) => {
+        /// MPICH's handles of the predefined datatypes.
+        pub mod values {
+            use std::os::raw::c_int;
+            $(pub const $name: c_int = $bits as u32 as c_int;)*
+        }
+
+        /// The library's datatype of a predefined MPICH datatype, `None` for another handle.
+        #[inline]
+        pub fn builtin(h: c_int) -> Option<ffi::MPI_Datatype> {
+            match h {
+                $(values::$name => Some(<$t as Equivalence>::equivalent_datatype().as_raw()),)*
+                _ => None,
+            }
+        }
+
+        /// Every predefined datatype: its name, its handle and the size of its Rust type.
+        pub const PREDEFINED: &[(&str, c_int, usize)] =
+            &[$((stringify!($name), values::$name, std::mem::size_of::<$t>())),*];
+    };
+}
+
+// `long`, `MPI_Aint`, `MPI_Offset` and `MPI_Count` have 64 bits and `wchar_t` is a signed
+// 32-bit integer on the 64-bit Linux targets this library is built for.
+predefined_datatypes! {
+    MPI_CHAR = 0x4c00_0101 => i8;
+    MPI_SIGNED_CHAR = 0x4c00_0118 => i8;
+    MPI_UNSIGNED_CHAR = 0x4c00_0102 => u8;
+    MPI_BYTE = 0x4c00_010d => u8;
+    MPI_WCHAR = 0x4c00_040e => i32;
+    MPI_SHORT = 0x4c00_0203 => i16;
+    MPI_UNSIGNED_SHORT = 0x4c00_0204 => u16;
+    MPI_INT = 0x4c00_0405 => i32;
+    MPI_UNSIGNED = 0x4c00_0406 => u32;
+    MPI_LONG = 0x4c00_0807 => i64;
+    MPI_UNSIGNED_LONG = 0x4c00_0808 => u64;
+    MPI_FLOAT = 0x4c00_040a => f32;
+    MPI_DOUBLE = 0x4c00_080b => f64;
+    MPI_LONG_LONG_INT = 0x4c00_0809 => i64;
+    MPI_UNSIGNED_LONG_LONG = 0x4c00_0819 => u64;
+    MPI_PACKED = 0x4c00_010f => u8;
+    MPI_INT8_T = 0x4c00_0137 => i8;
+    MPI_INT16_T = 0x4c00_0238 => i16;
+    MPI_INT32_T = 0x4c00_0439 => i32;
+    MPI_INT64_T = 0x4c00_083a => i64;
+    MPI_UINT8_T = 0x4c00_013b => u8;
+    MPI_UINT16_T = 0x4c00_023c => u16;
+    MPI_UINT32_T = 0x4c00_043d => u32;
+    MPI_UINT64_T = 0x4c00_083e => u64;
+    MPI_C_BOOL = 0x4c00_013f => bool;
+    MPI_CXX_BOOL = 0x4c00_0133 => bool;
+    MPI_AINT = 0x4c00_0843 => i64;
+    MPI_OFFSET = 0x4c00_0844 => i64;
+    MPI_COUNT = 0x4c00_0845 => i64;
+}
+
+/// The library's datatype of MPICH datatype `h`, or `MPI_ERR_TYPE`.
+#[inline]
+pub fn datatype(h: c_int) -> Result<ffi::MPI_Datatype, c_int> {
+    if h == MPI_DATATYPE_NULL {
+        return Err(MPI_ERR_TYPE);
+    }
+    builtin(h).ok_or(MPI_ERR_TYPE)
+}
+
+/// The size in bytes of one element of datatype `h`.
+pub fn size_of(h: c_int) -> Result<usize, c_int> {
+    let d = datatype(h)?;
+    let mut n: c_int = 0;
+    // SAFETY: `d` is a live datatype (a predefined one), `n` a local.
+    match unsafe { ffi::MPI_Type_size(d, &mut n) } {
+        0 => Ok(n as usize),
+        e => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_predefined_datatype_has_the_size_its_handle_says() {
+        for &(name, h, size) in PREDEFINED {
+            assert_eq!((h as u32 >> 8) & 0xff, size as u32, "{name}");
+            assert_eq!(size_of(h), Ok(size), "{name}");
+            assert_eq!(crate::handles::object_of(h), crate::handles::object::DATATYPE, "{name}");
+        }
+    }
+
+    #[test]
+    fn the_null_datatype_and_unknown_handles_are_errors() {
+        assert_eq!(datatype(MPI_DATATYPE_NULL).err(), Some(MPI_ERR_TYPE));
+        assert_eq!(datatype(0x4c00_1234).err(), Some(MPI_ERR_TYPE));
+        assert_eq!(datatype(crate::consts::MPI_COMM_WORLD).err(), Some(MPI_ERR_TYPE));
+    }
+}

@@ -1,0 +1,493 @@
+//! Point-to-point communication: `MPI_Send` and its modes (`MPI_Ssend`, `MPI_Rsend`),
+//! `MPI_Recv`, `MPI_Isend`, `MPI_Issend`, `MPI_Irsend`, `MPI_Irecv`, `MPI_Sendrecv`, the
+//! completions (`MPI_Wait`, `MPI_Waitall`, `MPI_Waitany`, `MPI_Test`, `MPI_Testall`,
+//! `MPI_Testany`, `MPI_Request_free`), `MPI_Probe`, `MPI_Iprobe` and `MPI_Get_count`.
+//!
+//! A ready-mode send (`MPI_Rsend`) is a standard send (which the standard allows). The
+//! requests are the library's (`p2pmpi::ffi`), named by handles of [`REQUESTS`].
+
+use crate::consts::*;
+use crate::datatypes::{datatype, size_of};
+use crate::handles::{comm, REQUESTS};
+use crate::status::{self, MPI_Status};
+use crate::{not_in_place, ok};
+use p2pmpi::ffi;
+use std::os::raw::{c_int, c_void};
+
+/// The library's null request.
+fn null_request() -> ffi::MPI_Request {
+    // SAFETY: the predefined names are initialized statics that nothing writes.
+    unsafe { ffi::RSMPI_REQUEST_NULL }
+}
+
+/// The status of the completion of a null request (or of a receive from `MPI_PROC_NULL`).
+fn empty_status() -> MPI_Status {
+    MPI_Status::new(0, false, MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_SUCCESS)
+}
+
+/// Writes `s` at `out` unless it is `MPI_STATUS_IGNORE`.
+///
+/// # Safety
+/// `out` must be null, `MPI_STATUS_IGNORE` or valid for a write.
+unsafe fn put_status(out: *mut MPI_Status, s: MPI_Status) {
+    if status::wanted(out) {
+        // SAFETY: the caller's contract.
+        unsafe { out.write(s) };
+    }
+}
+
+/// The ways to send.
+#[derive(Clone, Copy)]
+enum Mode {
+    Standard,
+    Synchronous,
+}
+
+/// Sends (blocking) in mode `m`.
+///
+/// # Safety
+/// `buf` must hold `count` elements of `dt`.
+unsafe fn send(
+    m: Mode,
+    buf: *const c_void,
+    count: c_int,
+    dt: c_int,
+    dest: c_int,
+    tag: c_int,
+    c: c_int,
+) -> Result<(), c_int> {
+    let fc = comm(c)?;
+    let fd = datatype(dt)?;
+    not_in_place(buf)?;
+    // SAFETY: the caller's contract.
+    ok(unsafe {
+        match m {
+            Mode::Standard => ffi::MPI_Send(buf, count, fd, dest, tag, fc),
+            Mode::Synchronous => ffi::MPI_Ssend(buf, count, fd, dest, tag, fc),
+        }
+    })
+}
+
+/// Starts a send in mode `m`; `*request` names it.
+///
+/// # Safety
+/// `buf` must hold `count` elements of `dt` until the request completes; `request` must be
+/// valid for a write.
+#[allow(clippy::too_many_arguments)]
+unsafe fn isend(
+    m: Mode,
+    buf: *const c_void,
+    count: c_int,
+    dt: c_int,
+    dest: c_int,
+    tag: c_int,
+    c: c_int,
+    request: *mut c_int,
+) -> Result<(), c_int> {
+    let fc = comm(c)?;
+    let fd = datatype(dt)?;
+    not_in_place(buf)?;
+    if request.is_null() {
+        return Err(MPI_ERR_ARG);
+    }
+    let mut r = null_request();
+    // SAFETY: the caller's contract; `r` is a local.
+    ok(unsafe {
+        match m {
+            Mode::Standard => ffi::MPI_Isend(buf, count, fd, dest, tag, fc, &mut r),
+            Mode::Synchronous => ffi::MPI_Issend(buf, count, fd, dest, tag, fc, &mut r),
+        }
+    })?;
+    // SAFETY: checked non-null; the caller vouches it is writable.
+    unsafe { request.write(REQUESTS.insert(r)) };
+    Ok(())
+}
+
+mpi_fn! {
+    /// Sends `count` elements of `datatype` to `dest` (blocking, standard mode).
+    fn MPI_Send(buf: *const c_void, count: c_int, dt: c_int, dest: c_int, tag: c_int, c: c_int) on c => {
+        // SAFETY: the caller's contract.
+        unsafe { send(Mode::Standard, buf, count, dt, dest, tag, c) }
+    }
+}
+
+mpi_fn! {
+    /// Sends in synchronous mode: returns once the receiver matched the message.
+    fn MPI_Ssend(buf: *const c_void, count: c_int, dt: c_int, dest: c_int, tag: c_int, c: c_int) on c => {
+        // SAFETY: the caller's contract.
+        unsafe { send(Mode::Synchronous, buf, count, dt, dest, tag, c) }
+    }
+}
+
+mpi_fn! {
+    /// Sends in ready mode (as a standard send).
+    fn MPI_Rsend(buf: *const c_void, count: c_int, dt: c_int, dest: c_int, tag: c_int, c: c_int) on c => {
+        // SAFETY: the caller's contract.
+        unsafe { send(Mode::Standard, buf, count, dt, dest, tag, c) }
+    }
+}
+
+mpi_fn! {
+    /// Starts a standard send.
+    fn MPI_Isend(buf: *const c_void, count: c_int, dt: c_int, dest: c_int, tag: c_int, c: c_int, request: *mut c_int)
+        on c => {
+        // SAFETY: the caller's contract.
+        unsafe { isend(Mode::Standard, buf, count, dt, dest, tag, c, request) }
+    }
+}
+
+mpi_fn! {
+    /// Starts a synchronous send.
+    fn MPI_Issend(buf: *const c_void, count: c_int, dt: c_int, dest: c_int, tag: c_int, c: c_int, request: *mut c_int)
+        on c => {
+        // SAFETY: the caller's contract.
+        unsafe { isend(Mode::Synchronous, buf, count, dt, dest, tag, c, request) }
+    }
+}
+
+mpi_fn! {
+    /// Starts a ready-mode send (as a standard one).
+    fn MPI_Irsend(buf: *const c_void, count: c_int, dt: c_int, dest: c_int, tag: c_int, c: c_int, request: *mut c_int)
+        on c => {
+        // SAFETY: the caller's contract.
+        unsafe { isend(Mode::Standard, buf, count, dt, dest, tag, c, request) }
+    }
+}
+
+mpi_fn! {
+    /// Receives at most `count` elements of `datatype` from `source` (or `MPI_ANY_SOURCE`)
+    /// with `tag` (or `MPI_ANY_TAG`).
+    fn MPI_Recv(buf: *mut c_void, count: c_int, dt: c_int, source: c_int, tag: c_int, c: c_int, st: *mut MPI_Status)
+        on c => {
+        let fc = comm(c)?;
+        let fd = datatype(dt)?;
+        not_in_place(buf)?;
+        let mut fs = ffi::MPI_Status::default();
+        // SAFETY: the caller's contract; `fs` is a local.
+        ok(unsafe { ffi::MPI_Recv(buf, count, fd, source, tag, fc, &mut fs) })?;
+        // SAFETY: the caller's contract.
+        unsafe { status::put(st, &fs) };
+        Ok(())
+    }
+}
+
+mpi_fn! {
+    /// Starts a receive; `*request` names it.
+    fn MPI_Irecv(buf: *mut c_void, count: c_int, dt: c_int, source: c_int, tag: c_int, c: c_int, request: *mut c_int)
+        on c => {
+        let fc = comm(c)?;
+        let fd = datatype(dt)?;
+        not_in_place(buf)?;
+        if request.is_null() {
+            return Err(MPI_ERR_ARG);
+        }
+        let mut r = null_request();
+        // SAFETY: the caller's contract; `r` is a local.
+        ok(unsafe { ffi::MPI_Irecv(buf, count, fd, source, tag, fc, &mut r) })?;
+        // SAFETY: checked non-null; the caller vouches it is writable.
+        unsafe { request.write(REQUESTS.insert(r)) };
+        Ok(())
+    }
+}
+
+mpi_fn! {
+    /// Sends to `dest` and receives from `source` at once.
+    fn MPI_Sendrecv(
+        sendbuf: *const c_void,
+        sendcount: c_int,
+        sendtype: c_int,
+        dest: c_int,
+        sendtag: c_int,
+        recvbuf: *mut c_void,
+        recvcount: c_int,
+        recvtype: c_int,
+        source: c_int,
+        recvtag: c_int,
+        c: c_int,
+        st: *mut MPI_Status,
+    ) on c => {
+        let fc = comm(c)?;
+        let (fs_t, fr_t) = (datatype(sendtype)?, datatype(recvtype)?);
+        not_in_place(sendbuf)?;
+        not_in_place(recvbuf)?;
+        let mut fs = ffi::MPI_Status::default();
+        // SAFETY: the caller's contract; `fs` is a local.
+        ok(unsafe {
+            ffi::MPI_Sendrecv(
+                sendbuf, sendcount, fs_t, dest, sendtag, recvbuf, recvcount, fr_t, source, recvtag, fc, &mut fs,
+            )
+        })?;
+        // SAFETY: the caller's contract.
+        unsafe { status::put(st, &fs) };
+        Ok(())
+    }
+}
+
+mpi_fn! {
+    /// Waits for `*request` to complete and sets it to `MPI_REQUEST_NULL`.
+    fn MPI_Wait(request: *mut c_int, st: *mut MPI_Status) on MPI_COMM_WORLD => {
+        if request.is_null() {
+            return Err(MPI_ERR_ARG);
+        }
+        // SAFETY: checked non-null; the caller vouches it is readable and writable.
+        let h = unsafe { request.read() };
+        if h == MPI_REQUEST_NULL {
+            // SAFETY: the caller's contract.
+            unsafe { put_status(st, empty_status()) };
+            return Ok(());
+        }
+        let mut r = REQUESTS.take(h).ok_or(MPI_ERR_REQUEST)?;
+        // SAFETY: as above.
+        unsafe { request.write(MPI_REQUEST_NULL) };
+        let mut fs = ffi::MPI_Status::default();
+        // SAFETY: `r` and `fs` are locals; the request's buffer is the caller's to keep valid.
+        ok(unsafe { ffi::MPI_Wait(&mut r, &mut fs) })?;
+        // SAFETY: the caller's contract.
+        unsafe { status::put(st, &fs) };
+        Ok(())
+    }
+}
+
+mpi_fn! {
+    /// Tests whether `*request` completed: if so `*flag` is 1, the status filled and the
+    /// request set to `MPI_REQUEST_NULL`.
+    fn MPI_Test(request: *mut c_int, flag: *mut c_int, st: *mut MPI_Status) on MPI_COMM_WORLD => {
+        if request.is_null() || flag.is_null() {
+            return Err(MPI_ERR_ARG);
+        }
+        // SAFETY: checked non-null; the caller vouches it is readable and writable.
+        let h = unsafe { request.read() };
+        if h == MPI_REQUEST_NULL {
+            // SAFETY: checked non-null; the caller's contract for `st`.
+            unsafe {
+                flag.write(1);
+                put_status(st, empty_status());
+            }
+            return Ok(());
+        }
+        let mut r = REQUESTS.get(h).ok_or(MPI_ERR_REQUEST)?;
+        let (mut done, mut fs) = (0, ffi::MPI_Status::default());
+        // SAFETY: locals only; the request's buffer is the caller's to keep valid.
+        let rc = unsafe { ffi::MPI_Test(&mut r, &mut done, &mut fs) };
+        if done != 0 || r == null_request() {
+            REQUESTS.take(h);
+            // SAFETY: as above.
+            unsafe { request.write(MPI_REQUEST_NULL) };
+        }
+        ok(rc)?;
+        // SAFETY: `flag` checked non-null; the caller's contract for `st`.
+        unsafe {
+            flag.write(done);
+            if done != 0 {
+                status::put(st, &fs);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Runs `f` on the library's requests of the `count` MPICH handles at `requests` (the null
+/// ones as the library's null request); afterwards each request that `f` completed (made
+/// null) is freed and its handle set to `MPI_REQUEST_NULL`.
+///
+/// # Safety
+/// `requests` must be valid for `count` reads and writes.
+unsafe fn with_requests(
+    count: c_int,
+    requests: *mut c_int,
+    f: impl FnOnce(&mut [ffi::MPI_Request]) -> c_int,
+) -> Result<(), c_int> {
+    if count < 0 {
+        return Err(MPI_ERR_COUNT);
+    }
+    if count > 0 && requests.is_null() {
+        return Err(MPI_ERR_ARG);
+    }
+    let ours: &mut [c_int] = if count == 0 {
+        &mut []
+    } else {
+        // SAFETY: non-null, and the caller vouches for `count` handles.
+        unsafe { std::slice::from_raw_parts_mut(requests, count as usize) }
+    };
+    let null = null_request();
+    let mut theirs = Vec::with_capacity(ours.len());
+    for &h in ours.iter() {
+        theirs.push(if h == MPI_REQUEST_NULL { null } else { REQUESTS.get(h).ok_or(MPI_ERR_REQUEST)? });
+    }
+    let rc = f(&mut theirs);
+    for (h, r) in ours.iter_mut().zip(&theirs) {
+        if *h != MPI_REQUEST_NULL && *r == null {
+            REQUESTS.take(*h);
+            *h = MPI_REQUEST_NULL;
+        }
+    }
+    ok(rc)
+}
+
+/// The statuses of an array operation of `count` requests: the library's, then converted to
+/// `out` (unless it is `MPI_STATUSES_IGNORE`).
+struct Statuses {
+    theirs: Vec<ffi::MPI_Status>,
+    out: *mut MPI_Status,
+}
+
+impl Statuses {
+    fn new(count: c_int, out: *mut MPI_Status) -> Statuses {
+        Statuses { theirs: vec![ffi::MPI_Status::default(); count.max(0) as usize], out }
+    }
+
+    /// Converts the statuses to the caller's array.
+    ///
+    /// # Safety
+    /// `out` must be null, `MPI_STATUSES_IGNORE` or valid for `count` writes.
+    unsafe fn write(&self) {
+        if status::wanted(self.out) {
+            for (i, s) in self.theirs.iter().enumerate() {
+                // SAFETY: `i < count`; the caller's contract.
+                unsafe { self.out.add(i).write(MPI_Status::from(s)) };
+            }
+        }
+    }
+}
+
+mpi_fn! {
+    /// Waits for every request of the array.
+    fn MPI_Waitall(count: c_int, requests: *mut c_int, statuses: *mut MPI_Status) on MPI_COMM_WORLD => {
+        let mut s = Statuses::new(count, statuses);
+        // SAFETY: the caller's contract; the statuses are ours, `count` of them.
+        let r = unsafe { with_requests(count, requests, |rs| ffi::MPI_Waitall(count, rs.as_mut_ptr(), s.theirs.as_mut_ptr())) };
+        // SAFETY: the caller's contract.
+        unsafe { s.write() };
+        match r {
+            Err(MPI_ERR_REQUEST) | Err(MPI_ERR_COUNT) | Err(MPI_ERR_ARG) | Ok(()) => r,
+            // A failed request: its status says which (MPI_ERROR).
+            Err(_) if status::wanted(statuses) => Err(MPI_ERR_IN_STATUS),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+mpi_fn! {
+    /// Tests whether every request of the array completed (then completes them all).
+    fn MPI_Testall(count: c_int, requests: *mut c_int, flag: *mut c_int, statuses: *mut MPI_Status) on MPI_COMM_WORLD => {
+        if flag.is_null() {
+            return Err(MPI_ERR_ARG);
+        }
+        let mut s = Statuses::new(count, statuses);
+        // SAFETY: the caller's contract; `flag` checked non-null, the statuses are ours.
+        unsafe { with_requests(count, requests, |rs| ffi::MPI_Testall(count, rs.as_mut_ptr(), flag, s.theirs.as_mut_ptr())) }?;
+        // SAFETY: checked non-null above.
+        if unsafe { flag.read() } != 0 {
+            // SAFETY: the caller's contract.
+            unsafe { s.write() };
+        }
+        Ok(())
+    }
+}
+
+mpi_fn! {
+    /// Waits for any request of the array to complete; `*index` is its index
+    /// (`MPI_UNDEFINED` if none is active).
+    fn MPI_Waitany(count: c_int, requests: *mut c_int, index: *mut c_int, st: *mut MPI_Status) on MPI_COMM_WORLD => {
+        if index.is_null() {
+            return Err(MPI_ERR_ARG);
+        }
+        let mut fs = ffi::MPI_Status::default();
+        // SAFETY: the caller's contract; `index` checked non-null, `fs` a local.
+        unsafe { with_requests(count, requests, |rs| ffi::MPI_Waitany(count, rs.as_mut_ptr(), index, &mut fs)) }?;
+        // SAFETY: `index` checked non-null; the caller's contract for `st`.
+        unsafe {
+            if index.read() == MPI_UNDEFINED {
+                put_status(st, empty_status());
+            } else {
+                status::put(st, &fs);
+            }
+        }
+        Ok(())
+    }
+}
+
+mpi_fn! {
+    /// Tests the requests of the array in order: the first completed one gives `*index`.
+    fn MPI_Testany(count: c_int, requests: *mut c_int, index: *mut c_int, flag: *mut c_int, st: *mut MPI_Status)
+        on MPI_COMM_WORLD => {
+        if index.is_null() || flag.is_null() {
+            return Err(MPI_ERR_ARG);
+        }
+        let mut fs = ffi::MPI_Status::default();
+        // SAFETY: the caller's contract; `index` and `flag` checked non-null, `fs` a local.
+        unsafe { with_requests(count, requests, |rs| ffi::MPI_Testany(count, rs.as_mut_ptr(), index, flag, &mut fs)) }?;
+        // SAFETY: both checked non-null; the caller's contract for `st`.
+        unsafe {
+            if index.read() != MPI_UNDEFINED {
+                status::put(st, &fs);
+            } else if flag.read() != 0 {
+                put_status(st, empty_status());
+            }
+        }
+        Ok(())
+    }
+}
+
+mpi_fn! {
+    /// Frees a request (it completes in the background) and sets it to `MPI_REQUEST_NULL`.
+    fn MPI_Request_free(request: *mut c_int) on MPI_COMM_WORLD => {
+        if request.is_null() {
+            return Err(MPI_ERR_ARG);
+        }
+        // SAFETY: checked non-null; the caller vouches it is readable and writable.
+        let h = unsafe { request.read() };
+        let mut r = REQUESTS.take(h).ok_or(MPI_ERR_REQUEST)?;
+        // SAFETY: as above.
+        unsafe { request.write(MPI_REQUEST_NULL) };
+        // SAFETY: `r` is a local.
+        ok(unsafe { ffi::MPI_Request_free(&mut r) })
+    }
+}
+
+mpi_fn! {
+    /// Waits for a message from `source` with `tag` without receiving it; its status.
+    fn MPI_Probe(source: c_int, tag: c_int, c: c_int, st: *mut MPI_Status) on c => {
+        let fc = comm(c)?;
+        let mut fs = ffi::MPI_Status::default();
+        // SAFETY: `fs` is a local.
+        ok(unsafe { ffi::MPI_Probe(source, tag, fc, &mut fs) })?;
+        // SAFETY: the caller's contract.
+        unsafe { status::put(st, &fs) };
+        Ok(())
+    }
+}
+
+mpi_fn! {
+    /// Whether a message from `source` with `tag` is waiting (`*flag`), and its status.
+    fn MPI_Iprobe(source: c_int, tag: c_int, c: c_int, flag: *mut c_int, st: *mut MPI_Status) on c => {
+        let fc = comm(c)?;
+        if flag.is_null() {
+            return Err(MPI_ERR_ARG);
+        }
+        let mut fs = ffi::MPI_Status::default();
+        // SAFETY: `flag` checked non-null, writable as the caller vouches; `fs` a local.
+        ok(unsafe { ffi::MPI_Iprobe(source, tag, fc, flag, &mut fs) })?;
+        // SAFETY: as above, and the caller's contract for `st`.
+        if unsafe { flag.read() } != 0 {
+            // SAFETY: the caller's contract.
+            unsafe { status::put(st, &fs) };
+        }
+        Ok(())
+    }
+}
+
+mpi_fn! {
+    /// The number of whole elements of `datatype` a status's message held (`MPI_UNDEFINED`
+    /// if not whole).
+    fn MPI_Get_count(st: *const MPI_Status, dt: c_int, count: *mut c_int) on MPI_COMM_WORLD => {
+        let size = size_of(dt)?;
+        if st.is_null() || count.is_null() || st as usize == MPI_STATUS_IGNORE {
+            return Err(MPI_ERR_ARG);
+        }
+        // SAFETY: checked to be a real pointer; the caller vouches it is readable, and
+        // `count` writable.
+        unsafe { count.write((*st).count(size)) };
+        Ok(())
+    }
+}

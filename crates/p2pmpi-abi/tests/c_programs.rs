@@ -1,0 +1,196 @@
+//! C programs built by Debian's `mpicc.mpich` (linked against its libmpich.so.12), run
+//! unchanged by `p2pmpirun --local` with our library directory first on the library path.
+//! Each test checks the values the programs computed, not only their exit status.
+
+mod common;
+use common::*;
+use std::process::Command;
+use std::time::Duration;
+
+const T: Duration = Duration::from_secs(120);
+
+/// `o`'s output, for the failure messages.
+fn show(o: &Outcome) -> String {
+    format!("stdout:\n{}\nstderr:\n{}", o.stdout, o.stderr)
+}
+
+#[test]
+fn our_library_is_the_one_the_program_loads() {
+    if !require_mpich(&["mpicc.mpich", "ldd"]) {
+        return;
+    }
+    let prog = c_program("env");
+    let out = Command::new("ldd").arg(&prog).env("LD_LIBRARY_PATH", lib_dir()).output().expect("run ldd");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text.lines().find(|l| l.contains("libmpich.so.12")).unwrap_or_else(|| panic!("no libmpich in:\n{text}"));
+    assert!(line.contains(lib_dir().to_str().unwrap()), "libmpich.so.12 resolves elsewhere: {line}");
+    // And without our directory, Debian's: the program was really linked against MPICH.
+    let out = Command::new("ldd").arg(&prog).env_remove("LD_LIBRARY_PATH").output().expect("run ldd");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!text.contains(lib_dir().to_str().unwrap()), "{text}");
+    // The file carries MPICH's soname.
+    let out = Command::new("readelf").arg("-d").arg(lib_dir().join("libmpi.so.12")).output();
+    if let Ok(out) = out {
+        assert!(String::from_utf8_lossy(&out.stdout).contains("Library soname: [libmpi.so.12]"));
+    }
+}
+
+#[test]
+fn environment_family_on_three_processes() {
+    if !require_mpich(&["mpicc.mpich"]) {
+        return;
+    }
+    let o = run(3, &c_program("env"), &[], T);
+    o.assert_ok();
+    let lib = lib_dir().join("libmpich.so.12");
+    assert_eq!(o.lines_with("before:").len(), 3, "{}", show(&o));
+    assert!(o.lines_with("before:").iter().all(|l| l == "before: initialized 0"), "{}", show(&o));
+    for r in 0..3 {
+        let expect = [
+            format!("rank {r}: size 3 initialized 1 provided 1 query 1 main 1"),
+            format!("rank {r}: processor name matches 1 length 1"),
+            format!("rank {r}: version 4.0 library p2pmpi 1 length 1"),
+            format!("rank {r}: wtime advances 1 tick 1"),
+            format!("rank {r}: MPI_Init from {}", lib.display()),
+            format!("rank {r}: debian libmpich mapped 0"),
+            format!("rank {r}: finalized before 0"),
+            format!("rank {r}: finalized after 1"),
+        ];
+        for e in expect {
+            assert!(o.stdout.lines().any(|l| l == e), "missing {e:?}\n{}", show(&o));
+        }
+    }
+}
+
+#[test]
+fn point_to_point_family_on_four_processes() {
+    if !require_mpich(&["mpicc.mpich"]) {
+        return;
+    }
+    let o = run(4, &c_program("p2p"), &[], T);
+    o.assert_ok();
+    let want = [
+        // 1 + 2 + 3 + 4.
+        "ring: token 10 source 3 tag 7",
+        "nonblocking 0: from prev 4.5 from next 1 status 3/2 nulls 1",
+        "nonblocking 1: from prev 0.0 from next 2 status 0/2 nulls 1",
+        "nonblocking 2: from prev 1.5 from next 3 status 1/2 nulls 1",
+        "nonblocking 3: from prev 3.0 from next 0 status 2/2 nulls 1",
+        "sendrecv 0: got 103 from 3",
+        "sendrecv 1: got 100 from 0",
+        "sendrecv 2: got 101 from 1",
+        "sendrecv 3: got 102 from 2",
+        "probe: from 1 count 3 bytes 6 last 12",
+        "probe: from 2 count 6 bytes 12 last 25",
+        "probe: from 3 count 9 bytes 18 last 38",
+        "modes: ssend 200 rsend 200 tag 6 polled 1 request null 1",
+        "null 0: source -1 tag -1 count 0 x 5",
+        "null 3: source -1 tag -1 count 0 x 5",
+        // 1 + 4 + 9, then no active request.
+        "waitany: sum 14 then 1",
+    ];
+    for w in want {
+        assert!(o.stdout.lines().any(|l| l == w), "missing {w:?}\n{}", show(&o));
+    }
+    assert_eq!(o.lines_with("probe:").len(), 3);
+}
+
+/// The collectives' lines for `n` processes.
+fn collective_lines(n: i64) -> Vec<String> {
+    let root_sum: i64 = (1..=n).sum();
+    let mut v = vec![
+        format!("reduce: sum {root_sum} min {} prod {} max in place {n}", 1000 - (n - 1), 2f64.powi(n as i32) as i64),
+        "gather: ok 1 last ".to_string() + &((n - 1) * 10 + 1).to_string(),
+        format!("gather in place: -7 -8 {}", if n == 1 { -8 } else { (n - 1) * 10 + 1 }),
+    ];
+    for r in 0..n {
+        v.push(format!("bcast {r}: 1.25 -2.50 1e+100"));
+        v.push(format!(
+            "allreduce {r}: sum {} {} {} {} max {} bor {} in place {} {}",
+            root_sum,
+            root_sum * 2,
+            root_sum * 3,
+            root_sum * 4,
+            n - 1,
+            (1i64 << n) - 1,
+            n,
+            n * 4
+        ));
+        v.push(format!("scan {r}: {} exscan {}", (1..=r + 1).sum::<i64>(), (1..=r).sum::<i64>()));
+        v.push(format!("scatter {r}: {} {}", 500 + 2 * r, 501 + 2 * r));
+        v.push(format!("allgather {r}: ok 1"));
+        v.push(format!("alltoall {r}: ok 1"));
+    }
+    v
+}
+
+#[test]
+fn collectives_on_four_and_on_three_processes() {
+    if !require_mpich(&["mpicc.mpich"]) {
+        return;
+    }
+    let prog = c_program("coll");
+    for n in [4usize, 3] {
+        let o = run(n, &prog, &[], T);
+        o.assert_ok();
+        for w in collective_lines(n as i64) {
+            assert!(o.stdout.lines().any(|l| l == w), "-n {n}: missing {w:?}\n{}", show(&o));
+        }
+    }
+}
+
+#[test]
+fn errors_return_their_classes_and_are_fatal_by_default() {
+    if !require_mpich(&["mpicc.mpich"]) {
+        return;
+    }
+    let o = run(3, &c_program("errors"), &[], T);
+    for w in [
+        "rank: 6",
+        "type: 3",
+        "unknown type: 3",
+        "count: 2",
+        "tag: 4",
+        "comm: 5",
+        "op: 9",
+        "root: 7",
+        "request: 19",
+        "in place: 1",
+        "class 6 string MPI_ERR_RANK: invalid rank length 1",
+    ] {
+        assert!(o.stdout.lines().any(|l| l == w), "missing {w:?}\n{}", show(&o));
+    }
+    assert_eq!(o.lines_with("rank").iter().filter(|l| l.ends_with("default fatal 1")).count(), 3, "{}", show(&o));
+    // Under MPI_ERRORS_ARE_FATAL the wrong call stops the job, naming rank, function and cause.
+    // The job's status is its class, or MPI_ERR_OTHER when a process that lost rank 1 in the
+    // barrier reported first.
+    assert!(matches!(o.status.code(), Some(6) | Some(15)), "{}", show(&o));
+    assert!(o.stderr.contains("p2pmpi: rank 1: MPI_Send: invalid rank (MPI_ERR_RANK)"), "{}", show(&o));
+    assert!(!o.stdout.contains("not stopped"), "{}", show(&o));
+}
+
+#[test]
+fn abort_stops_every_process_with_its_code() {
+    if !require_mpich(&["mpicc.mpich"]) {
+        return;
+    }
+    let o = run(3, &c_program("errors"), &["abort"], T);
+    assert_eq!(o.status.code(), Some(3), "{}", show(&o));
+    assert!(o.stdout.contains("aborting"), "{}", show(&o));
+    assert!(!o.stdout.contains("not stopped"), "{}", show(&o));
+    assert!(o.stderr.contains("rank 0"), "{}", show(&o));
+}
+
+#[test]
+fn a_program_runs_alone_without_the_launcher() {
+    if !require_mpich(&["mpicc.mpich"]) {
+        return;
+    }
+    let mut cmd = Command::new(c_program("coll"));
+    cmd.env("LD_LIBRARY_PATH", lib_dir());
+    let o = run_cmd(&mut cmd, T);
+    o.assert_ok();
+    for w in collective_lines(1) {
+        assert!(o.stdout.lines().any(|l| l == w), "missing {w:?}\n{}", show(&o));
+    }
+}
