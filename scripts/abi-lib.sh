@@ -20,8 +20,9 @@ if [ ! -f "$lib" ]; then
     exit 1
 fi
 mkdir -p "$dir"
-# Copied to a temporary name and renamed: a program running with the old copy keeps it.
-cp "$lib" "$dir/.libmpi.so.12.tmp"
-mv -f "$dir/.libmpi.so.12.tmp" "$dir/libmpi.so.12"
+# Copied to a name of this process and renamed: a program running with the old copy keeps
+# it, and two runs at once never leave a half-written file.
+cp "$lib" "$dir/.libmpi.so.12.$$"
+mv -f "$dir/.libmpi.so.12.$$" "$dir/libmpi.so.12"
 ln -sfn libmpi.so.12 "$dir/libmpi.so"
 ln -sfn libmpi.so.12 "$dir/libmpich.so.12"

@@ -10,7 +10,9 @@
  * handles, bits 26-29 the kind of object, the low bits an index (and, for a predefined
  * datatype, its size in bytes in bits 8-15).
  *
- * Only the functions declared at the end are provided so far (docs/mpich-abi.md).
+ * The functions declared at the end are provided. The library also exports every other
+ * function of MPICH's ABI, not declared here: those fail with MPI_ERR_UNSUPPORTED_OPERATION
+ * until they are provided (docs/mpich-abi.md lists the families).
  */
 #ifndef P2PMPI_ABI_MPI_H
 #define P2PMPI_ABI_MPI_H
@@ -377,6 +379,9 @@ typedef int (MPI_Delete_function)(MPI_Comm comm, int keyval, void *value, void *
 /* prototypes begin */
 extern int * const MPI_UNWEIGHTED;
 extern int * const MPI_WEIGHTS_EMPTY;
+/* Fortran statuses not wanted, for the conversions. */
+extern MPI_Fint *MPI_F_STATUS_IGNORE;
+extern MPI_Fint *MPI_F_STATUSES_IGNORE;
 
 /* ---------------------------------------------------------------------------- functions */
 /* P2PMPI_FN(R, X, (P)) declares R MPI_X(P) and R PMPI_X(P), the name profiling tools call. */
@@ -398,6 +403,7 @@ P2PMPI_FN(double, Wtime, (void))
 P2PMPI_FN(double, Wtick, (void))
 P2PMPI_FN(int, Comm_rank, (MPI_Comm comm, int *rank))
 P2PMPI_FN(int, Comm_size, (MPI_Comm comm, int *size))
+P2PMPI_FN(int, Comm_test_inter, (MPI_Comm comm, int *flag))
 
 /* Errors. */
 P2PMPI_FN(int, Comm_set_errhandler, (MPI_Comm comm, MPI_Errhandler errhandler))
@@ -426,6 +432,18 @@ P2PMPI_FN(int, Probe, (int source, int tag, MPI_Comm comm, MPI_Status *status))
 P2PMPI_FN(int, Iprobe, (int source, int tag, MPI_Comm comm, int *flag, MPI_Status *status))
 P2PMPI_FN(int, Get_count, (const MPI_Status *status, MPI_Datatype datatype, int *count))
 
+
+/* Point-to-point with large counts. */
+P2PMPI_FN(int, Send_c, (const void *buf, MPI_Count count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm))
+P2PMPI_FN(int, Ssend_c, (const void *buf, MPI_Count count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm))
+P2PMPI_FN(int, Rsend_c, (const void *buf, MPI_Count count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm))
+P2PMPI_FN(int, Recv_c, (void *buf, MPI_Count count, MPI_Datatype datatype, int source, int tag, MPI_Comm comm, MPI_Status *status))
+P2PMPI_FN(int, Isend_c, (const void *buf, MPI_Count count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm, MPI_Request *request))
+P2PMPI_FN(int, Issend_c, (const void *buf, MPI_Count count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm, MPI_Request *request))
+P2PMPI_FN(int, Irsend_c, (const void *buf, MPI_Count count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm, MPI_Request *request))
+P2PMPI_FN(int, Irecv_c, (void *buf, MPI_Count count, MPI_Datatype datatype, int source, int tag, MPI_Comm comm, MPI_Request *request))
+P2PMPI_FN(int, Sendrecv_c, (const void *sendbuf, MPI_Count sendcount, MPI_Datatype sendtype, int dest, int sendtag, void *recvbuf, MPI_Count recvcount, MPI_Datatype recvtype, int source, int recvtag, MPI_Comm comm, MPI_Status *status))
+P2PMPI_FN(int, Get_count_c, (const MPI_Status *status, MPI_Datatype datatype, MPI_Count *count))
 /* Collectives. */
 P2PMPI_FN(int, Barrier, (MPI_Comm comm))
 P2PMPI_FN(int, Bcast, (void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm))
@@ -437,6 +455,32 @@ P2PMPI_FN(int, Gather, (const void *sendbuf, int sendcount, MPI_Datatype sendtyp
 P2PMPI_FN(int, Scatter, (const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm))
 P2PMPI_FN(int, Allgather, (const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount, MPI_Datatype recvtype, MPI_Comm comm))
 P2PMPI_FN(int, Alltoall, (const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount, MPI_Datatype recvtype, MPI_Comm comm))
+/* Collectives with large counts. */
+P2PMPI_FN(int, Bcast_c, (void *buffer, MPI_Count count, MPI_Datatype datatype, int root, MPI_Comm comm))
+P2PMPI_FN(int, Reduce_c, (const void *sendbuf, void *recvbuf, MPI_Count count, MPI_Datatype datatype, MPI_Op op, int root, MPI_Comm comm))
+P2PMPI_FN(int, Allreduce_c, (const void *sendbuf, void *recvbuf, MPI_Count count, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm))
+P2PMPI_FN(int, Scan_c, (const void *sendbuf, void *recvbuf, MPI_Count count, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm))
+P2PMPI_FN(int, Exscan_c, (const void *sendbuf, void *recvbuf, MPI_Count count, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm))
+P2PMPI_FN(int, Gather_c, (const void *sendbuf, MPI_Count sendcount, MPI_Datatype sendtype, void *recvbuf, MPI_Count recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm))
+P2PMPI_FN(int, Scatter_c, (const void *sendbuf, MPI_Count sendcount, MPI_Datatype sendtype, void *recvbuf, MPI_Count recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm))
+P2PMPI_FN(int, Allgather_c, (const void *sendbuf, MPI_Count sendcount, MPI_Datatype sendtype, void *recvbuf, MPI_Count recvcount, MPI_Datatype recvtype, MPI_Comm comm))
+P2PMPI_FN(int, Alltoall_c, (const void *sendbuf, MPI_Count sendcount, MPI_Datatype sendtype, void *recvbuf, MPI_Count recvcount, MPI_Datatype recvtype, MPI_Comm comm))
+
+/* Predefined datatypes. */
+P2PMPI_FN(int, Type_size, (MPI_Datatype datatype, int *size))
+P2PMPI_FN(int, Type_size_c, (MPI_Datatype datatype, MPI_Count *size))
+P2PMPI_FN(int, Type_get_extent, (MPI_Datatype datatype, MPI_Aint *lb, MPI_Aint *extent))
+P2PMPI_FN(int, Type_get_extent_c, (MPI_Datatype datatype, MPI_Count *lb, MPI_Count *extent))
+P2PMPI_FN(int, Type_get_true_extent, (MPI_Datatype datatype, MPI_Aint *true_lb, MPI_Aint *true_extent))
+P2PMPI_FN(int, Type_get_true_extent_c, (MPI_Datatype datatype, MPI_Count *true_lb, MPI_Count *true_extent))
+
+/* Conversions. */
+P2PMPI_FN(MPI_Aint, Aint_add, (MPI_Aint base, MPI_Aint disp))
+P2PMPI_FN(MPI_Aint, Aint_diff, (MPI_Aint addr1, MPI_Aint addr2))
+P2PMPI_FN(int, Status_c2f, (const MPI_Status *c_status, MPI_Fint *f_status))
+P2PMPI_FN(int, Status_f2c, (const MPI_Fint *f_status, MPI_Status *c_status))
+P2PMPI_FN(MPI_Fint, File_c2f, (MPI_File file))
+P2PMPI_FN(MPI_File, File_f2c, (MPI_Fint file))
 #undef P2PMPI_FN
 /* prototypes end */
 

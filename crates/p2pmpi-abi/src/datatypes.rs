@@ -1,11 +1,17 @@
 //! The predefined datatypes: MPICH's handle of each, and the library's datatype it stands for
-//! (a Rust type of the same size and kind). Derived datatypes are to come (see
+//! (a Rust type of the same size and kind), with `MPI_Type_size`, `MPI_Type_get_extent`,
+//! `MPI_Type_get_true_extent` (and their `_c` forms). Derived datatypes are to come (see
 //! docs/mpich-abi.md).
 
-use crate::consts::{MPI_DATATYPE_NULL, MPI_ERR_TYPE};
+use crate::consts::{MPI_COMM_WORLD, MPI_DATATYPE_NULL, MPI_ERR_TYPE, MPI_ERR_VALUE_TOO_LARGE};
 use p2pmpi::ffi;
 use p2pmpi::traits::{AsRaw, Equivalence};
-use std::os::raw::c_int;
+use std::os::raw::{c_int, c_long};
+
+/// `MPI_Aint`.
+pub type MPI_Aint = c_long;
+/// `MPI_Count`.
+pub type MPI_Count = c_long;
 
 /// Makes the table of predefined datatypes: a constant per name (module [`values`]), the
 /// translation [`builtin`], and the list [`PREDEFINED`].
@@ -83,6 +89,85 @@ pub fn size_of(h: c_int) -> Result<usize, c_int> {
     match unsafe { ffi::MPI_Type_size(d, &mut n) } {
         0 => Ok(n as usize),
         e => Err(e),
+    }
+}
+
+/// Writes `v` at `out` (`MPI_ERR_ARG` for a null pointer).
+///
+/// # Safety
+/// `out` must be null or valid for a write.
+unsafe fn put<T>(out: *mut T, v: T) -> Result<(), c_int> {
+    // SAFETY: the caller's contract.
+    unsafe { crate::environment::put(out, v) }
+}
+
+mpi_fn! {
+    /// The number of data bytes in one element of `datatype`.
+    fn MPI_Type_size(dt: c_int, size: *mut c_int) on MPI_COMM_WORLD => {
+        let n = size_of(dt)?;
+        // SAFETY: the caller's contract.
+        unsafe { put(size, n as c_int) }
+    }
+}
+
+mpi_fn! {
+    /// `MPI_Type_size` with a large count.
+    fn MPI_Type_size_c(dt: c_int, size: *mut MPI_Count) on MPI_COMM_WORLD => {
+        let n = size_of(dt)?;
+        // SAFETY: the caller's contract.
+        unsafe { put(size, n as MPI_Count) }
+    }
+}
+
+/// The lower bound and extent of `dt` (a predefined datatype: 0 and its size).
+fn extent(dt: c_int) -> Result<(MPI_Count, MPI_Count), c_int> {
+    Ok((0, size_of(dt)? as MPI_Count))
+}
+
+/// Writes a lower bound and an extent.
+///
+/// # Safety
+/// Both pointers must be null or valid for a write.
+unsafe fn put_extent<T: TryFrom<MPI_Count>>(dt: c_int, lb: *mut T, ext: *mut T) -> Result<(), c_int> {
+    let (l, e) = extent(dt)?;
+    let (Ok(l), Ok(e)) = (T::try_from(l), T::try_from(e)) else { return Err(MPI_ERR_VALUE_TOO_LARGE) };
+    // SAFETY: the caller's contract.
+    unsafe {
+        put(lb, l)?;
+        put(ext, e)
+    }
+}
+
+mpi_fn! {
+    /// The lower bound and the extent of `datatype`.
+    fn MPI_Type_get_extent(dt: c_int, lb: *mut MPI_Aint, ext: *mut MPI_Aint) on MPI_COMM_WORLD => {
+        // SAFETY: the caller's contract.
+        unsafe { put_extent(dt, lb, ext) }
+    }
+}
+
+mpi_fn! {
+    /// `MPI_Type_get_extent` with large counts.
+    fn MPI_Type_get_extent_c(dt: c_int, lb: *mut MPI_Count, ext: *mut MPI_Count) on MPI_COMM_WORLD => {
+        // SAFETY: the caller's contract.
+        unsafe { put_extent(dt, lb, ext) }
+    }
+}
+
+mpi_fn! {
+    /// The lower bound and the extent of the data of `datatype` (those of the datatype for a
+    /// predefined one).
+    fn MPI_Type_get_true_extent(dt: c_int, lb: *mut MPI_Aint, ext: *mut MPI_Aint) on MPI_COMM_WORLD => {
+        // SAFETY: the caller's contract.
+        unsafe { put_extent(dt, lb, ext) }
+    }
+}
+
+mpi_fn! {
+    /// `MPI_Type_get_true_extent` with large counts.
+    fn MPI_Type_get_true_extent_c(dt: c_int, lb: *mut MPI_Count, ext: *mut MPI_Count) on MPI_COMM_WORLD => {
+        // SAFETY: the caller's contract.
+        unsafe { put_extent(dt, lb, ext) }
     }
 }
 

@@ -1,10 +1,11 @@
 //! The environment: `MPI_Init`, `MPI_Init_thread`, `MPI_Query_thread`, `MPI_Is_thread_main`,
 //! `MPI_Finalize`, `MPI_Finalized`, `MPI_Initialized`, `MPI_Abort`, `MPI_Get_processor_name`,
 //! `MPI_Get_version`, `MPI_Get_library_version`, `MPI_Wtime`, `MPI_Wtick`, and the size and
-//! rank of a communicator.
+//! rank of a communicator and whether it is an intercommunicator.
 
 use crate::consts::*;
 use crate::handles::comm;
+use crate::ok;
 use p2pmpi::environment::Universe;
 use p2pmpi::ffi;
 use p2pmpi::Threading;
@@ -241,6 +242,18 @@ mpi_fn! {
             0 => Ok(()),
             e => Err(e),
         }
+    }
+}
+
+mpi_fn! {
+    /// Whether `comm` is an intercommunicator.
+    fn MPI_Comm_test_inter(c: c_int, flag: *mut c_int) on c => {
+        let fc = comm(c)?;
+        if flag.is_null() {
+            return Err(MPI_ERR_ARG);
+        }
+        // SAFETY: `flag` checked non-null, writable as the caller vouches.
+        ok(unsafe { ffi::MPI_Comm_test_inter(fc, flag) })
     }
 }
 

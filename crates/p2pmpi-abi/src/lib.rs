@@ -10,7 +10,9 @@
 //! (`p2pmpi::ffi`, rsmpi's `mpi::ffi`) and its Rust API. [`handles`] translates MPICH's
 //! integer handles into the library's: predefined handles by tables ([`datatypes`], [`ops`]),
 //! the others by a [`handles::Slab`] per kind of object. [`status`] is MPICH's
-//! `MPI_Status`. The values are MPICH 4's ([`consts`], and `include/mpi.h` for C).
+//! `MPI_Status`. The values are MPICH 4's ([`consts`], and `include/mpi.h` for C). The
+//! functions not provided yet are [`stubs`] that fail with `MPI_ERR_UNSUPPORTED_OPERATION`,
+//! and [`data`] holds the exported variables of the ABI.
 //!
 //! docs/mpich-abi.md lists the families covered and those still to come.
 #![allow(non_snake_case, non_camel_case_types, non_upper_case_globals)]
@@ -19,13 +21,17 @@
 mod export;
 pub mod collective;
 pub mod consts;
+pub mod conversions;
+pub mod data;
 pub mod datatypes;
 pub mod environment;
 pub mod errors;
 pub mod handles;
+pub mod large_count;
 pub mod ops;
 pub mod point_to_point;
 pub mod status;
+pub mod stubs;
 
 /// The answer of a function of `p2pmpi::ffi` (whose error classes are MPICH's numbers) as a
 /// result.
@@ -54,21 +60,3 @@ pub(crate) fn not_in_place<T>(p: *const T) -> Result<(), std::os::raw::c_int> {
         Ok(())
     }
 }
-
-/// A data symbol holding an address (`int * const` in C).
-#[repr(transparent)]
-pub struct Address(*const std::os::raw::c_int);
-// SAFETY: the address is constant, and what it points to is never written.
-unsafe impl Sync for Address {}
-
-/// What `MPI_UNWEIGHTED` points to (only its address matters).
-static UNWEIGHTED: std::os::raw::c_int = 1;
-/// What `MPI_WEIGHTS_EMPTY` points to (only its address matters).
-static WEIGHTS_EMPTY: std::os::raw::c_int = 2;
-
-/// `MPI_UNWEIGHTED`: a graph's edges have no weights (an address no array has).
-#[no_mangle]
-pub static MPI_UNWEIGHTED: Address = Address(&UNWEIGHTED);
-/// `MPI_WEIGHTS_EMPTY`: a process has no edges, so no weights (another such address).
-#[no_mangle]
-pub static MPI_WEIGHTS_EMPTY: Address = Address(&WEIGHTS_EMPTY);

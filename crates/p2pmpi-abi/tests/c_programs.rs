@@ -16,7 +16,7 @@ fn show(o: &Outcome) -> String {
 
 #[test]
 fn our_library_is_the_one_the_program_loads() {
-    if !require_mpich(&["mpicc.mpich", "ldd"]) {
+    if !require(&["mpicc.mpich", "ldd"], true) {
         return;
     }
     let prog = c_program("env");
@@ -37,7 +37,7 @@ fn our_library_is_the_one_the_program_loads() {
 
 #[test]
 fn environment_family_on_three_processes() {
-    if !require_mpich(&["mpicc.mpich"]) {
+    if !require(&["mpicc.mpich"], true) {
         return;
     }
     let o = run(3, &c_program("env"), &[], T);
@@ -64,7 +64,7 @@ fn environment_family_on_three_processes() {
 
 #[test]
 fn point_to_point_family_on_four_processes() {
-    if !require_mpich(&["mpicc.mpich"]) {
+    if !require(&["mpicc.mpich"], true) {
         return;
     }
     let o = run(4, &c_program("p2p"), &[], T);
@@ -126,7 +126,7 @@ fn collective_lines(n: i64) -> Vec<String> {
 
 #[test]
 fn collectives_on_four_and_on_three_processes() {
-    if !require_mpich(&["mpicc.mpich"]) {
+    if !require(&["mpicc.mpich"], true) {
         return;
     }
     let prog = c_program("coll");
@@ -141,7 +141,7 @@ fn collectives_on_four_and_on_three_processes() {
 
 #[test]
 fn errors_return_their_classes_and_are_fatal_by_default() {
-    if !require_mpich(&["mpicc.mpich"]) {
+    if !require(&["mpicc.mpich"], true) {
         return;
     }
     let o = run(3, &c_program("errors"), &[], T);
@@ -171,7 +171,7 @@ fn errors_return_their_classes_and_are_fatal_by_default() {
 
 #[test]
 fn abort_stops_every_process_with_its_code() {
-    if !require_mpich(&["mpicc.mpich"]) {
+    if !require(&["mpicc.mpich"], true) {
         return;
     }
     let o = run(3, &c_program("errors"), &["abort"], T);
@@ -183,7 +183,7 @@ fn abort_stops_every_process_with_its_code() {
 
 #[test]
 fn a_program_runs_alone_without_the_launcher() {
-    if !require_mpich(&["mpicc.mpich"]) {
+    if !require(&["mpicc.mpich"], true) {
         return;
     }
     let mut cmd = Command::new(c_program("coll"));

@@ -125,7 +125,7 @@ fn work_dir(tag: &str) -> std::path::PathBuf {
 
 #[test]
 fn our_header_has_mpichs_values_sizes_layout_and_declarations() {
-    if !require_mpich(&["gcc"]) {
+    if !require(&["gcc"], true) {
         return;
     }
     let work = work_dir("same");
@@ -136,7 +136,7 @@ fn our_header_has_mpichs_values_sizes_layout_and_declarations() {
 
 #[test]
 fn a_changed_value_or_declaration_is_caught() {
-    if !require_mpich(&["gcc"]) {
+    if !require(&["gcc"], true) {
         return;
     }
     let text = std::fs::read_to_string(our_include().join("mpi.h")).unwrap();
@@ -154,7 +154,7 @@ fn a_changed_value_or_declaration_is_caught() {
 
 #[test]
 fn our_header_compiles_alone_in_c_and_cpp() {
-    if !require_mpich(&["gcc", "g++"]) {
+    if !require(&["gcc", "g++"], true) {
         return;
     }
     let work = work_dir("alone");

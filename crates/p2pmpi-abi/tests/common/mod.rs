@@ -55,7 +55,10 @@ pub fn launcher() -> PathBuf {
 pub fn lib_dir() -> PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
-        let so = profile_dir().join("libp2pmpi_abi.so");
+        // The cdylib cargo built with this test (in `deps`; `cargo build` copies it one level
+        // up, where an older one may lie).
+        let fresh = profile_dir().join("deps/libp2pmpi_abi.so");
+        let so = if fresh.exists() { fresh } else { profile_dir().join("libp2pmpi_abi.so") };
         if !so.exists() {
             cargo_build(&["-p", "p2pmpi-abi", "--lib"]);
         }
@@ -77,16 +80,20 @@ pub fn c_program(name: &str) -> PathBuf {
         return p.clone();
     }
     let src = crate_dir().join("tests/c").join(format!("{name}.c"));
-    let dir = profile_dir().join(format!("p2pmpi-abi-c-{}", std::process::id()));
+    let dir = profile_dir().join("p2pmpi-abi-c");
     std::fs::create_dir_all(&dir).expect("make the programs' directory");
     let exe = dir.join(name);
+    // Built under a name of this process and renamed: tests running at the same time in other
+    // processes never run a half-written program.
+    let tmp = dir.join(format!("{name}.{}", std::process::id()));
     let out = Command::new("mpicc.mpich")
         .args(["-O1", "-Wall", "-Werror", "-o"])
-        .arg(&exe)
+        .arg(&tmp)
         .arg(&src)
         .output()
         .expect("run mpicc.mpich");
     assert!(out.status.success(), "mpicc.mpich {}: {}", src.display(), String::from_utf8_lossy(&out.stderr));
+    std::fs::rename(&tmp, &exe).expect("rename the program");
     built.push((name.to_string(), exe.clone()));
     exe
 }
@@ -166,18 +173,19 @@ pub fn on_path(tool: &str) -> bool {
         .any(|d| std::fs::metadata(d.join(tool)).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0))
 }
 
-/// Whether a test that needs `tools` and MPICH's header runs: outside CI one that lacks them
-/// says so ("SKIPPED: …") and returns; under CI it fails, naming what is missing.
-pub fn require_mpich(tools: &[&str]) -> bool {
+/// Whether a test that needs `tools` (and MPICH's header, when `mpich_header`) runs: outside
+/// CI one that lacks something says so ("SKIPPED: …") and returns; under CI it fails, naming
+/// what is missing (`.ci/run` installs mpich, libmpich-dev and python3-venv).
+pub fn require(tools: &[&str], mpich_header: bool) -> bool {
     let mut missing: Vec<String> = tools.iter().filter(|t| !on_path(t)).map(|t| format!("`{t}`")).collect();
-    if !Path::new(MPICH_INCLUDE).join("mpi.h").exists() {
+    if mpich_header && !Path::new(MPICH_INCLUDE).join("mpi.h").exists() {
         missing.push(format!("{MPICH_INCLUDE}/mpi.h (libmpich-dev)"));
     }
     if missing.is_empty() {
         return true;
     }
     let test = std::thread::current().name().unwrap_or("this test").to_string();
-    let why = format!("needs {} (apt-get install mpich libmpich-dev)", missing.join(" and "));
+    let why = format!("needs {}", missing.join(" and "));
     assert!(!under_ci(), "{test} {why}; under CI (CI=true) it must run");
     eprintln!("SKIPPED: {test} {why}");
     false

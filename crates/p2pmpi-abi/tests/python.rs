@@ -1,0 +1,94 @@
+//! mpi4py's binary wheel from PyPI (pinned `mpi4py==4.1.2`, in a virtual environment kept
+//! in the target directory) runs on our library: it loads it as MPICH's (every symbol bound
+//! at once) and a program computes with it under `p2pmpirun --local -n 2`.
+
+mod common;
+use common::*;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+const MPI4PY: &str = "mpi4py==4.1.2";
+
+/// Whether the environment at `dir` has the pinned mpi4py.
+fn ready(dir: &Path) -> bool {
+    Command::new(dir.join("bin/python3"))
+        .args(["-c", "import mpi4py, sys; sys.exit(mpi4py.__version__ != '4.1.2')"])
+        .env_remove("LD_LIBRARY_PATH")
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// The virtual environment with the pinned mpi4py, made once (the wheel comes from PyPI);
+/// `Err` says why it could not be made.
+fn venv() -> Result<PathBuf, String> {
+    let dir = profile_dir().join("p2pmpi-abi-venv");
+    if ready(&dir) {
+        return Ok(dir);
+    }
+    // Made aside and renamed: a test running at the same time never sees half of it.
+    let tmp = profile_dir().join(format!("p2pmpi-abi-venv.{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    let out = Command::new("python3").args(["-m", "venv"]).arg(&tmp).output().map_err(|e| format!("python3: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("python3 -m venv: {}", String::from_utf8_lossy(&out.stderr)));
+    }
+    let out = Command::new(tmp.join("bin/python3"))
+        .args(["-m", "pip", "install", "-q", "--disable-pip-version-check", "--only-binary", ":all:", MPI4PY])
+        .output()
+        .map_err(|e| format!("pip: {e}"))?;
+    if !out.status.success() {
+        let _ = std::fs::remove_dir_all(&tmp);
+        return Err(format!("pip install {MPI4PY}: {}", String::from_utf8_lossy(&out.stderr)));
+    }
+    if std::fs::rename(&tmp, &dir).is_err() {
+        let _ = std::fs::remove_dir_all(&tmp);
+    }
+    if ready(&dir) {
+        Ok(dir)
+    } else {
+        Err(format!("{} has no {MPI4PY} after the install", dir.display()))
+    }
+}
+
+const PROGRAM: &str = r#"
+from array import array
+from mpi4py import MPI
+comm = MPI.COMM_WORLD
+r, s = comm.Get_rank(), comm.Get_size()
+a = array('i', [r + 1, 10 * (r + 1)])
+b = array('i', [0, 0])
+comm.Allreduce(a, b, op=MPI.SUM)
+d = array('d', [r * 1.5])
+comm.Allreduce(MPI.IN_PLACE, d, op=MPI.MAX)
+x = array('l', [7 if r == 0 else 0])
+comm.Bcast(x, root=0)
+variant = MPI.__file__.rsplit('/', 1)[-1].split('.')[1]
+lib = MPI.Get_library_version().split()[0]
+print(f"rank {r} of {s}: sum {b[0]} {b[1]} max {d[0]} bcast {x[0]} variant {variant} lib {lib}", flush=True)
+"#;
+
+#[test]
+fn mpi4py_wheel_computes_on_two_processes() {
+    if !require(&["python3"], false) {
+        return;
+    }
+    let dir = match venv() {
+        Ok(d) => d,
+        Err(why) => {
+            assert!(!under_ci(), "mpi4py's wheel is needed under CI: {why}");
+            eprintln!("SKIPPED: mpi4py_wheel_computes_on_two_processes: {why}");
+            return;
+        }
+    };
+    let script = profile_dir().join(format!("p2pmpi-abi-mpi4py-{}.py", std::process::id()));
+    std::fs::write(&script, PROGRAM).unwrap();
+    let py = dir.join("bin/python3");
+    let o = run(2, &py, &[script.to_str().unwrap()], Duration::from_secs(120));
+    let _ = std::fs::remove_file(&script);
+    o.assert_ok();
+    for r in 0..2 {
+        let want = format!("rank {r} of 2: sum 3 30 max 1.5 bcast 7 variant mpich lib p2pmpi");
+        assert!(o.stdout.lines().any(|l| l == want), "missing {want:?}\nstdout:\n{}\nstderr:\n{}", o.stdout, o.stderr);
+    }
+}
