@@ -95,6 +95,24 @@ fn point_to_point_family_on_four_processes() {
     assert_eq!(o.lines_with("probe:").len(), 3);
 }
 
+#[test]
+fn completions_request_free_and_large_counts_on_two_processes() {
+    if !require(&["mpicc.mpich"], true) {
+        return;
+    }
+    let o = run(2, &c_program("more_p2p"), &[], T);
+    o.assert_ok();
+    for w in [
+        "freed null 1",
+        "testall: 11 22 33 tags 1 2 3 nulls 1",
+        "testany: index 1 value 33 tag 4",
+        "testany none: flag 1 undefined 1",
+        "large: 11 count 1 fortran source 0 tag 5 back 5",
+    ] {
+        assert!(o.stdout.lines().any(|l| l == w), "missing {w:?}\n{}", show(&o));
+    }
+}
+
 /// The collectives' lines for `n` processes.
 fn collective_lines(n: i64) -> Vec<String> {
     let root_sum: i64 = (1..=n).sum();

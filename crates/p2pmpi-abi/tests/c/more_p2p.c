@@ -1,0 +1,54 @@
+/* More of point-to-point: Testall, Testany, Request_free, Issend, Irsend, the large-count
+ * forms, Get_count_c and the status conversions. Run on 2 processes. */
+#include <mpi.h>
+#include <stdio.h>
+
+int main(int argc, char **argv) {
+    int rank, i, flag, idx, polls;
+    MPI_Status st, sts[3];
+    MPI_Request rs[3];
+
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (rank == 0) {
+        int a = 11, b = 22, c = 33;
+        MPI_Request fr;
+        MPI_Issend(&a, 1, MPI_INT, 1, 1, MPI_COMM_WORLD, &rs[0]);
+        MPI_Irsend(&b, 1, MPI_INT, 1, 2, MPI_COMM_WORLD, &rs[1]);
+        MPI_Isend_c(&c, (MPI_Count)1, MPI_INT, 1, 3, MPI_COMM_WORLD, &rs[2]);
+        MPI_Waitall(3, rs, MPI_STATUSES_IGNORE);
+        MPI_Isend(&c, 1, MPI_INT, 1, 4, MPI_COMM_WORLD, &fr);
+        MPI_Request_free(&fr);
+        printf("freed null %d\n", fr == MPI_REQUEST_NULL);
+        MPI_Send_c(&a, (MPI_Count)1, MPI_INT, 1, 5, MPI_COMM_WORLD);
+    } else {
+        int v[3] = {0, 0, 0}, w = 0, x = 0;
+        MPI_Count n = -1;
+        MPI_Fint f[MPI_F_STATUS_SIZE];
+        MPI_Status back;
+        for (i = 0; i < 3; i++) MPI_Irecv(&v[i], 1, MPI_INT, 0, i + 1, MPI_COMM_WORLD, &rs[i]);
+        polls = 0;
+        flag = 0;
+        while (!flag) {
+            MPI_Testall(3, rs, &flag, sts);
+            polls++;
+        }
+        printf("testall: %d %d %d tags %d %d %d nulls %d\n", v[0], v[1], v[2], sts[0].MPI_TAG, sts[1].MPI_TAG,
+               sts[2].MPI_TAG, rs[0] == MPI_REQUEST_NULL && rs[2] == MPI_REQUEST_NULL);
+        MPI_Irecv(&w, 1, MPI_INT, 0, 4, MPI_COMM_WORLD, &rs[1]);
+        rs[0] = MPI_REQUEST_NULL;
+        flag = 0;
+        while (!flag) MPI_Testany(2, rs, &idx, &flag, &st);
+        printf("testany: index %d value %d tag %d\n", idx, w, st.MPI_TAG);
+        MPI_Testany(2, rs, &idx, &flag, &st);
+        printf("testany none: flag %d undefined %d\n", flag, idx == MPI_UNDEFINED);
+        MPI_Recv_c(&x, (MPI_Count)1, MPI_INT, 0, 5, MPI_COMM_WORLD, &st);
+        MPI_Get_count_c(&st, MPI_INT, &n);
+        MPI_Status_c2f(&st, f);
+        MPI_Status_f2c(f, &back);
+        printf("large: %d count %ld fortran source %d tag %d back %d\n", x, (long)n, (int)f[MPI_F_SOURCE],
+               (int)f[MPI_F_TAG], back.MPI_TAG);
+    }
+    MPI_Finalize();
+    return 0;
+}
