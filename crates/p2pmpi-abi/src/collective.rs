@@ -54,7 +54,15 @@ mpi_fn! {
 
 mpi_fn! {
     /// Reduces every process's `sendbuf` with `op` into `recvbuf` at `root`.
-    fn MPI_Reduce(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, dt: c_int, o: c_int, root: c_int, c: c_int)
+    fn MPI_Reduce(
+        sendbuf: *const c_void,
+        recvbuf: *mut c_void,
+        count: c_int,
+        dt: c_int,
+        o: c_int,
+        root: c_int,
+        c: c_int,
+    )
         on c => {
         let fc = comm(c)?;
         let (fd, fo) = (datatype(dt)?, op(o)?);
@@ -65,7 +73,14 @@ mpi_fn! {
 
 mpi_fn! {
     /// Reduces every process's `sendbuf` with `op` into every process's `recvbuf`.
-    fn MPI_Allreduce(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, dt: c_int, o: c_int, c: c_int) on c => {
+    fn MPI_Allreduce(
+        sendbuf: *const c_void,
+        recvbuf: *mut c_void,
+        count: c_int,
+        dt: c_int,
+        o: c_int,
+        c: c_int,
+    ) on c => {
         let fc = comm(c)?;
         let (fd, fo) = (datatype(dt)?, op(o)?);
         crate::not_in_place(recvbuf)?;

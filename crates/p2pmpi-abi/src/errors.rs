@@ -21,6 +21,25 @@ pub fn handler_of(c: c_int) -> c_int {
     HANDLERS.read().as_ref().and_then(|m| m.get(&c).copied()).unwrap_or(MPI_ERRORS_ARE_FATAL)
 }
 
+/// Gives communicator `child` the handler of `parent` (a new communicator's).
+pub fn inherit_handler(parent: c_int, child: c_int) {
+    let h = handler_of(parent);
+    let mut m = HANDLERS.write();
+    let m = m.get_or_insert_with(HashMap::new);
+    if h == MPI_ERRORS_ARE_FATAL {
+        m.remove(&child);
+    } else {
+        m.insert(child, h);
+    }
+}
+
+/// Forgets the handler of a freed communicator (its handle may name another one later).
+pub fn forget_handler(c: c_int) {
+    if let Some(m) = HANDLERS.write().as_mut() {
+        m.remove(&c);
+    }
+}
+
 /// The name and description of error class `class`.
 pub fn describe(class: c_int) -> Option<(&'static str, &'static str)> {
     ERROR_CLASSES.iter().find(|(c, _, _)| *c == class).map(|&(_, n, t)| (n, t))

@@ -119,6 +119,43 @@ pub static COMMS: Slab<ffi::MPI_Comm> = Slab::new(object::COMM);
 // Process-wide because a C handle is a plain integer any thread may hand to any function.
 pub static REQUESTS: Slab<ffi::MPI_Request> = Slab::new(object::REQUEST);
 
+/// Groups made at run time (`MPI_Comm_group`, `MPI_Group_incl`, ...).
+// Process-wide because a C handle is a plain integer any thread may hand to any function.
+pub static GROUPS: Slab<ffi::MPI_Group> = Slab::new(object::GROUP);
+
+/// The library's group of MPICH handle `g`, or `MPI_ERR_GROUP`.
+pub fn group(g: c_int) -> Result<ffi::MPI_Group, c_int> {
+    match g {
+        // SAFETY: the predefined names are initialized statics that nothing writes.
+        MPI_GROUP_EMPTY => Ok(unsafe { ffi::RSMPI_GROUP_EMPTY }),
+        _ => GROUPS.get(g).ok_or(MPI_ERR_GROUP),
+    }
+}
+
+/// The MPICH handle of a group the library made (the empty and null groups are the
+/// predefined handles).
+pub fn new_group(g: ffi::MPI_Group) -> c_int {
+    // SAFETY: the predefined names are initialized statics that nothing writes.
+    let (empty, null) = unsafe { (ffi::RSMPI_GROUP_EMPTY, ffi::RSMPI_GROUP_NULL) };
+    if g == empty {
+        MPI_GROUP_EMPTY
+    } else if g == null {
+        MPI_GROUP_NULL
+    } else {
+        GROUPS.insert(g)
+    }
+}
+
+/// The MPICH handle of a communicator the library made (`MPI_COMM_NULL` for its null one).
+pub fn new_comm(c: ffi::MPI_Comm) -> c_int {
+    // SAFETY: the predefined names are initialized statics that nothing writes.
+    if c == unsafe { ffi::RSMPI_COMM_NULL } {
+        MPI_COMM_NULL
+    } else {
+        COMMS.insert(c)
+    }
+}
+
 /// The library's communicator of MPICH handle `c`, or `MPI_ERR_COMM` (also before
 /// `MPI_Init` and after `MPI_Finalize`, when no communicator may be used).
 pub fn comm(c: c_int) -> Result<ffi::MPI_Comm, c_int> {

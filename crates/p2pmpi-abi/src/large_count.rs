@@ -42,7 +42,15 @@ mpi_fn! {
 
 mpi_fn! {
     /// `MPI_Isend` with large counts.
-    fn MPI_Isend_c(buf: *const c_void, count: MPI_Count, dt: c_int, dest: c_int, tag: c_int, c: c_int, request: *mut c_int) on c => {
+    fn MPI_Isend_c(
+        buf: *const c_void,
+        count: MPI_Count,
+        dt: c_int,
+        dest: c_int,
+        tag: c_int,
+        c: c_int,
+        request: *mut c_int,
+    ) on c => {
         // SAFETY: the caller's contract is the `int` form's.
         ok(unsafe { MPI_Isend(buf, int(count)?, dt, dest, tag, c, request) })
     }
@@ -50,7 +58,15 @@ mpi_fn! {
 
 mpi_fn! {
     /// `MPI_Issend` with large counts.
-    fn MPI_Issend_c(buf: *const c_void, count: MPI_Count, dt: c_int, dest: c_int, tag: c_int, c: c_int, request: *mut c_int) on c => {
+    fn MPI_Issend_c(
+        buf: *const c_void,
+        count: MPI_Count,
+        dt: c_int,
+        dest: c_int,
+        tag: c_int,
+        c: c_int,
+        request: *mut c_int,
+    ) on c => {
         // SAFETY: the caller's contract is the `int` form's.
         ok(unsafe { MPI_Issend(buf, int(count)?, dt, dest, tag, c, request) })
     }
@@ -58,7 +74,15 @@ mpi_fn! {
 
 mpi_fn! {
     /// `MPI_Irsend` with large counts.
-    fn MPI_Irsend_c(buf: *const c_void, count: MPI_Count, dt: c_int, dest: c_int, tag: c_int, c: c_int, request: *mut c_int) on c => {
+    fn MPI_Irsend_c(
+        buf: *const c_void,
+        count: MPI_Count,
+        dt: c_int,
+        dest: c_int,
+        tag: c_int,
+        c: c_int,
+        request: *mut c_int,
+    ) on c => {
         // SAFETY: the caller's contract is the `int` form's.
         ok(unsafe { MPI_Irsend(buf, int(count)?, dt, dest, tag, c, request) })
     }
@@ -66,7 +90,15 @@ mpi_fn! {
 
 mpi_fn! {
     /// `MPI_Recv` with large counts.
-    fn MPI_Recv_c(buf: *mut c_void, count: MPI_Count, dt: c_int, source: c_int, tag: c_int, c: c_int, st: *mut MPI_Status) on c => {
+    fn MPI_Recv_c(
+        buf: *mut c_void,
+        count: MPI_Count,
+        dt: c_int,
+        source: c_int,
+        tag: c_int,
+        c: c_int,
+        st: *mut MPI_Status,
+    ) on c => {
         // SAFETY: the caller's contract is the `int` form's.
         ok(unsafe { MPI_Recv(buf, int(count)?, dt, source, tag, c, st) })
     }
@@ -74,7 +106,15 @@ mpi_fn! {
 
 mpi_fn! {
     /// `MPI_Irecv` with large counts.
-    fn MPI_Irecv_c(buf: *mut c_void, count: MPI_Count, dt: c_int, source: c_int, tag: c_int, c: c_int, request: *mut c_int) on c => {
+    fn MPI_Irecv_c(
+        buf: *mut c_void,
+        count: MPI_Count,
+        dt: c_int,
+        source: c_int,
+        tag: c_int,
+        c: c_int,
+        request: *mut c_int,
+    ) on c => {
         // SAFETY: the caller's contract is the `int` form's.
         ok(unsafe { MPI_Irecv(buf, int(count)?, dt, source, tag, c, request) })
     }
@@ -82,9 +122,37 @@ mpi_fn! {
 
 mpi_fn! {
     /// `MPI_Sendrecv` with large counts.
-    fn MPI_Sendrecv_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: c_int, dest: c_int, sendtag: c_int, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: c_int, source: c_int, recvtag: c_int, c: c_int, st: *mut MPI_Status) on c => {
+    fn MPI_Sendrecv_c(
+        sendbuf: *const c_void,
+        sendcount: MPI_Count,
+        sendtype: c_int,
+        dest: c_int,
+        sendtag: c_int,
+        recvbuf: *mut c_void,
+        recvcount: MPI_Count,
+        recvtype: c_int,
+        source: c_int,
+        recvtag: c_int,
+        c: c_int,
+        st: *mut MPI_Status,
+    ) on c => {
         // SAFETY: the caller's contract is the `int` form's.
-        ok(unsafe { MPI_Sendrecv(sendbuf, int(sendcount)?, sendtype, dest, sendtag, recvbuf, int(recvcount)?, recvtype, source, recvtag, c, st) })
+        ok(unsafe {
+            MPI_Sendrecv(
+                sendbuf,
+                int(sendcount)?,
+                sendtype,
+                dest,
+                sendtag,
+                recvbuf,
+                int(recvcount)?,
+                recvtype,
+                source,
+                recvtag,
+                c,
+                st,
+            )
+        })
     }
 }
 
@@ -98,7 +166,15 @@ mpi_fn! {
 
 mpi_fn! {
     /// `MPI_Reduce` with large counts.
-    fn MPI_Reduce_c(sendbuf: *const c_void, recvbuf: *mut c_void, count: MPI_Count, dt: c_int, o: c_int, root: c_int, c: c_int) on c => {
+    fn MPI_Reduce_c(
+        sendbuf: *const c_void,
+        recvbuf: *mut c_void,
+        count: MPI_Count,
+        dt: c_int,
+        o: c_int,
+        root: c_int,
+        c: c_int,
+    ) on c => {
         // SAFETY: the caller's contract is the `int` form's.
         ok(unsafe { MPI_Reduce(sendbuf, recvbuf, int(count)?, dt, o, root, c) })
     }
@@ -106,7 +182,14 @@ mpi_fn! {
 
 mpi_fn! {
     /// `MPI_Allreduce` with large counts.
-    fn MPI_Allreduce_c(sendbuf: *const c_void, recvbuf: *mut c_void, count: MPI_Count, dt: c_int, o: c_int, c: c_int) on c => {
+    fn MPI_Allreduce_c(
+        sendbuf: *const c_void,
+        recvbuf: *mut c_void,
+        count: MPI_Count,
+        dt: c_int,
+        o: c_int,
+        c: c_int,
+    ) on c => {
         // SAFETY: the caller's contract is the `int` form's.
         ok(unsafe { MPI_Allreduce(sendbuf, recvbuf, int(count)?, dt, o, c) })
     }
@@ -114,7 +197,14 @@ mpi_fn! {
 
 mpi_fn! {
     /// `MPI_Scan` with large counts.
-    fn MPI_Scan_c(sendbuf: *const c_void, recvbuf: *mut c_void, count: MPI_Count, dt: c_int, o: c_int, c: c_int) on c => {
+    fn MPI_Scan_c(
+        sendbuf: *const c_void,
+        recvbuf: *mut c_void,
+        count: MPI_Count,
+        dt: c_int,
+        o: c_int,
+        c: c_int,
+    ) on c => {
         // SAFETY: the caller's contract is the `int` form's.
         ok(unsafe { MPI_Scan(sendbuf, recvbuf, int(count)?, dt, o, c) })
     }
@@ -122,7 +212,14 @@ mpi_fn! {
 
 mpi_fn! {
     /// `MPI_Exscan` with large counts.
-    fn MPI_Exscan_c(sendbuf: *const c_void, recvbuf: *mut c_void, count: MPI_Count, dt: c_int, o: c_int, c: c_int) on c => {
+    fn MPI_Exscan_c(
+        sendbuf: *const c_void,
+        recvbuf: *mut c_void,
+        count: MPI_Count,
+        dt: c_int,
+        o: c_int,
+        c: c_int,
+    ) on c => {
         // SAFETY: the caller's contract is the `int` form's.
         ok(unsafe { MPI_Exscan(sendbuf, recvbuf, int(count)?, dt, o, c) })
     }
@@ -130,7 +227,16 @@ mpi_fn! {
 
 mpi_fn! {
     /// `MPI_Gather` with large counts.
-    fn MPI_Gather_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: c_int, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: c_int, root: c_int, c: c_int) on c => {
+    fn MPI_Gather_c(
+        sendbuf: *const c_void,
+        sendcount: MPI_Count,
+        sendtype: c_int,
+        recvbuf: *mut c_void,
+        recvcount: MPI_Count,
+        recvtype: c_int,
+        root: c_int,
+        c: c_int,
+    ) on c => {
         // SAFETY: the caller's contract is the `int` form's.
         ok(unsafe { MPI_Gather(sendbuf, int(sendcount)?, sendtype, recvbuf, int(recvcount)?, recvtype, root, c) })
     }
@@ -138,7 +244,16 @@ mpi_fn! {
 
 mpi_fn! {
     /// `MPI_Scatter` with large counts.
-    fn MPI_Scatter_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: c_int, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: c_int, root: c_int, c: c_int) on c => {
+    fn MPI_Scatter_c(
+        sendbuf: *const c_void,
+        sendcount: MPI_Count,
+        sendtype: c_int,
+        recvbuf: *mut c_void,
+        recvcount: MPI_Count,
+        recvtype: c_int,
+        root: c_int,
+        c: c_int,
+    ) on c => {
         // SAFETY: the caller's contract is the `int` form's.
         ok(unsafe { MPI_Scatter(sendbuf, int(sendcount)?, sendtype, recvbuf, int(recvcount)?, recvtype, root, c) })
     }
@@ -146,7 +261,15 @@ mpi_fn! {
 
 mpi_fn! {
     /// `MPI_Allgather` with large counts.
-    fn MPI_Allgather_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: c_int, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: c_int, c: c_int) on c => {
+    fn MPI_Allgather_c(
+        sendbuf: *const c_void,
+        sendcount: MPI_Count,
+        sendtype: c_int,
+        recvbuf: *mut c_void,
+        recvcount: MPI_Count,
+        recvtype: c_int,
+        c: c_int,
+    ) on c => {
         // SAFETY: the caller's contract is the `int` form's.
         ok(unsafe { MPI_Allgather(sendbuf, int(sendcount)?, sendtype, recvbuf, int(recvcount)?, recvtype, c) })
     }
@@ -154,7 +277,15 @@ mpi_fn! {
 
 mpi_fn! {
     /// `MPI_Alltoall` with large counts.
-    fn MPI_Alltoall_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: c_int, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: c_int, c: c_int) on c => {
+    fn MPI_Alltoall_c(
+        sendbuf: *const c_void,
+        sendcount: MPI_Count,
+        sendtype: c_int,
+        recvbuf: *mut c_void,
+        recvcount: MPI_Count,
+        recvtype: c_int,
+        c: c_int,
+    ) on c => {
         // SAFETY: the caller's contract is the `int` form's.
         ok(unsafe { MPI_Alltoall(sendbuf, int(sendcount)?, sendtype, recvbuf, int(recvcount)?, recvtype, c) })
     }

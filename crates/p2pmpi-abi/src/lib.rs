@@ -4,15 +4,15 @@
 //! load an MPI library by name at run time (mpi4py's binary wheels: `libmpi.so`).
 //!
 //! **Structure.** One module per family of MPI functions ([`environment`],
-//! [`point_to_point`], [`collective`]); each function is defined once with [`mpi_fn!`], which
-//! exports it under its `MPI_` and `PMPI_` names and sends its errors to the error handler of
-//! its communicator ([`errors`]). The functions sit on the `p2pmpi` library: its C layer
-//! (`p2pmpi::ffi`, rsmpi's `mpi::ffi`) and its Rust API. [`handles`] translates MPICH's
-//! integer handles into the library's: predefined handles by tables ([`datatypes`], [`ops`]),
-//! the others by a [`handles::Slab`] per kind of object. [`status`] is MPICH's
-//! `MPI_Status`. The values are MPICH 4's ([`consts`], and `include/mpi.h` for C). The
-//! functions not provided yet are [`stubs`] that fail with `MPI_ERR_UNSUPPORTED_OPERATION`,
-//! and [`data`] holds the exported variables of the ABI.
+//! [`point_to_point`], [`collective`], [`communicators`], ...); each function is defined once
+//! with [`mpi_fn!`], which exports it under its `MPI_` and `PMPI_` names and sends its errors
+//! to the error handler of its communicator ([`errors`]). The functions sit on the `p2pmpi`
+//! library: its C layer (`p2pmpi::ffi`, rsmpi's `mpi::ffi`) and its Rust API. [`handles`]
+//! translates MPICH's integer handles into the library's: predefined handles by tables
+//! ([`datatypes`], [`ops`]), the others by a [`handles::Slab`] per kind of object. [`status`]
+//! is MPICH's `MPI_Status`. The values are MPICH 4's ([`consts`], and `include/mpi.h` for C).
+//! The functions not provided yet are [`stubs`] that fail with
+//! `MPI_ERR_UNSUPPORTED_OPERATION`, and [`data`] holds the exported variables of the ABI.
 //!
 //! docs/mpich-abi.md lists the families covered and those still to come.
 #![allow(non_snake_case, non_camel_case_types, non_upper_case_globals)]
@@ -20,6 +20,7 @@
 #[macro_use]
 mod export;
 pub mod collective;
+pub mod communicators;
 pub mod consts;
 pub mod conversions;
 pub mod data;

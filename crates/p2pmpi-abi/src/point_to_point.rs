@@ -355,7 +355,9 @@ mpi_fn! {
     fn MPI_Waitall(count: c_int, requests: *mut c_int, statuses: *mut MPI_Status) on MPI_COMM_WORLD => {
         let mut s = Statuses::new(count, statuses);
         // SAFETY: the caller's contract; the statuses are ours, `count` of them.
-        let r = unsafe { with_requests(count, requests, |rs| ffi::MPI_Waitall(count, rs.as_mut_ptr(), s.theirs.as_mut_ptr())) };
+        let r = unsafe {
+            with_requests(count, requests, |rs| ffi::MPI_Waitall(count, rs.as_mut_ptr(), s.theirs.as_mut_ptr()))
+        };
         // SAFETY: the caller's contract.
         unsafe { s.write() };
         match r {
@@ -369,13 +371,20 @@ mpi_fn! {
 
 mpi_fn! {
     /// Tests whether every request of the array completed (then completes them all).
-    fn MPI_Testall(count: c_int, requests: *mut c_int, flag: *mut c_int, statuses: *mut MPI_Status) on MPI_COMM_WORLD => {
+    fn MPI_Testall(
+        count: c_int,
+        requests: *mut c_int,
+        flag: *mut c_int,
+        statuses: *mut MPI_Status,
+    ) on MPI_COMM_WORLD => {
         if flag.is_null() {
             return Err(MPI_ERR_ARG);
         }
         let mut s = Statuses::new(count, statuses);
         // SAFETY: the caller's contract; `flag` checked non-null, the statuses are ours.
-        unsafe { with_requests(count, requests, |rs| ffi::MPI_Testall(count, rs.as_mut_ptr(), flag, s.theirs.as_mut_ptr())) }?;
+        unsafe {
+            with_requests(count, requests, |rs| ffi::MPI_Testall(count, rs.as_mut_ptr(), flag, s.theirs.as_mut_ptr()))
+        }?;
         // SAFETY: checked non-null above.
         if unsafe { flag.read() } != 0 {
             // SAFETY: the caller's contract.

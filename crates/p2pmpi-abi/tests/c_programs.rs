@@ -113,6 +113,40 @@ fn completions_request_free_and_large_counts_on_two_processes() {
     }
 }
 
+#[test]
+fn communicators_and_groups_on_four_processes() {
+    if !require(&["mpicc.mpich"], true) {
+        return;
+    }
+    let o = run(4, &c_program("comm"), &[], T);
+    o.assert_ok();
+    let mut want = Vec::new();
+    for r in 0..4 {
+        // Split by parity in reverse order: the higher rank of each pair is rank 0.
+        let (half_rank, half_sum) = (if r >= 2 { 0 } else { 1 }, if r % 2 == 0 { 2 } else { 4 });
+        let group_rank = match r {
+            3 => 0,
+            1 => 1,
+            _ => -1,
+        };
+        want.push(format!("dup {r}: congruent 1 rank {r} sum 6 inherits 1"));
+        want.push(format!("split {r}: rank {half_rank} size 2 sum {half_sum} unequal 1"));
+        want.push(format!("undefined {r}: null {}", (r == 0) as i32));
+        want.push(format!("group {r}: rank {group_rank} size 2 translated 3 1 union 4 similar 1 inter empty 1 diff 2"));
+        want.push(match r {
+            3 => "create 3: rank 0 got 42".to_string(),
+            1 => "create 1: rank 1 got 42".to_string(),
+            _ => format!("create {r}: not a member"),
+        });
+        want.push(format!("free {r}: null 1 world refused 1 group null 1"));
+        // A freed communicator's handle names nothing: MPI_ERR_COMM.
+        want.push(format!("freed {r}: 5"));
+    }
+    for w in want {
+        assert!(o.stdout.lines().any(|l| l == w), "missing {w:?}\n{}", show(&o));
+    }
+}
+
 /// The collectives' lines for `n` processes.
 fn collective_lines(n: i64) -> Vec<String> {
     let root_sum: i64 = (1..=n).sum();

@@ -1,0 +1,265 @@
+//! Communicators and groups: `MPI_Comm_dup`, `MPI_Comm_split`, `MPI_Comm_create`,
+//! `MPI_Comm_free`, `MPI_Comm_compare`, `MPI_Comm_group`, `MPI_Group_size`,
+//! `MPI_Group_rank`, `MPI_Group_translate_ranks`, `MPI_Group_compare`, `MPI_Group_incl`,
+//! `MPI_Group_excl`, `MPI_Group_union`, `MPI_Group_intersection`, `MPI_Group_difference`,
+//! `MPI_Group_free`.
+//!
+//! A new communicator gets its parent's error handler, as the standard says. The
+//! communicators and groups are the library's (`p2pmpi::ffi`), named by handles of
+//! [`COMMS`] and [`GROUPS`]. Intercommunicators and topologies are to come.
+
+use crate::consts::*;
+use crate::errors::{forget_handler, inherit_handler};
+use crate::handles::{comm, group, new_comm, new_group, COMMS, GROUPS};
+use crate::ok;
+use p2pmpi::ffi;
+use std::os::raw::c_int;
+
+/// Writes the new communicator `made` by the library at `out`, with `parent`'s handler.
+///
+/// # Safety
+/// `out` must be valid for a write.
+unsafe fn put_comm(out: *mut c_int, parent: c_int, made: ffi::MPI_Comm) {
+    let h = new_comm(made);
+    if h != MPI_COMM_NULL {
+        inherit_handler(parent, h);
+    }
+    // SAFETY: the caller's contract.
+    unsafe { out.write(h) };
+}
+
+/// The library's null communicator, to receive a new one.
+fn null_comm() -> ffi::MPI_Comm {
+    // SAFETY: the predefined names are initialized statics that nothing writes.
+    unsafe { ffi::RSMPI_COMM_NULL }
+}
+
+/// The library's null group, to receive a new one.
+fn null_group() -> ffi::MPI_Group {
+    // SAFETY: the predefined names are initialized statics that nothing writes.
+    unsafe { ffi::RSMPI_GROUP_NULL }
+}
+
+mpi_fn! {
+    /// Duplicates `comm` (collective).
+    fn MPI_Comm_dup(c: c_int, newcomm: *mut c_int) on c => {
+        let fc = comm(c)?;
+        if newcomm.is_null() {
+            return Err(MPI_ERR_ARG);
+        }
+        let mut d = null_comm();
+        // SAFETY: `d` is a local.
+        ok(unsafe { ffi::MPI_Comm_dup(fc, &mut d) })?;
+        // SAFETY: checked non-null; the caller vouches it is writable.
+        unsafe { put_comm(newcomm, c, d) };
+        Ok(())
+    }
+}
+
+mpi_fn! {
+    /// Splits `comm` by `color` (`MPI_UNDEFINED`: no new communicator), ordered by `key`.
+    fn MPI_Comm_split(c: c_int, color: c_int, key: c_int, newcomm: *mut c_int) on c => {
+        let fc = comm(c)?;
+        if newcomm.is_null() {
+            return Err(MPI_ERR_ARG);
+        }
+        let mut d = null_comm();
+        // SAFETY: `d` is a local (`MPI_UNDEFINED` is the library's value too).
+        ok(unsafe { ffi::MPI_Comm_split(fc, color, key, &mut d) })?;
+        // SAFETY: checked non-null; the caller vouches it is writable.
+        unsafe { put_comm(newcomm, c, d) };
+        Ok(())
+    }
+}
+
+mpi_fn! {
+    /// The communicator of the processes of `group`, a subgroup of `comm`'s (collective;
+    /// `MPI_COMM_NULL` at the others).
+    fn MPI_Comm_create(c: c_int, g: c_int, newcomm: *mut c_int) on c => {
+        let (fc, fg) = (comm(c)?, group(g)?);
+        if newcomm.is_null() {
+            return Err(MPI_ERR_ARG);
+        }
+        let mut d = null_comm();
+        // SAFETY: `d` is a local.
+        ok(unsafe { ffi::MPI_Comm_create(fc, fg, &mut d) })?;
+        // SAFETY: checked non-null; the caller vouches it is writable.
+        unsafe { put_comm(newcomm, c, d) };
+        Ok(())
+    }
+}
+
+mpi_fn! {
+    /// Frees `*comm` and sets it to `MPI_COMM_NULL` (the world and self cannot be freed).
+    fn MPI_Comm_free(c: *mut c_int) on MPI_COMM_WORLD => {
+        if c.is_null() {
+            return Err(MPI_ERR_ARG);
+        }
+        // SAFETY: checked non-null; the caller vouches it is readable and writable.
+        let h = unsafe { c.read() };
+        comm(h)?;
+        let mut fc = COMMS.take(h).ok_or(MPI_ERR_COMM)?;
+        forget_handler(h);
+        // SAFETY: as above.
+        unsafe { c.write(MPI_COMM_NULL) };
+        // SAFETY: `fc` is a local.
+        ok(unsafe { ffi::MPI_Comm_free(&mut fc) })
+    }
+}
+
+mpi_fn! {
+    /// Compares two communicators: `MPI_IDENT`, `MPI_CONGRUENT`, `MPI_SIMILAR` or
+    /// `MPI_UNEQUAL`.
+    fn MPI_Comm_compare(c1: c_int, c2: c_int, result: *mut c_int) on c1 => {
+        let (a, b) = (comm(c1)?, comm(c2)?);
+        if result.is_null() {
+            return Err(MPI_ERR_ARG);
+        }
+        // SAFETY: checked non-null; the caller vouches it is writable (the results have
+        // MPICH's values).
+        ok(unsafe { ffi::MPI_Comm_compare(a, b, result) })
+    }
+}
+
+mpi_fn! {
+    /// The group of `comm`.
+    fn MPI_Comm_group(c: c_int, g: *mut c_int) on c => {
+        let fc = comm(c)?;
+        if g.is_null() {
+            return Err(MPI_ERR_ARG);
+        }
+        let mut fg = null_group();
+        // SAFETY: `fg` is a local.
+        ok(unsafe { ffi::MPI_Comm_group(fc, &mut fg) })?;
+        // SAFETY: checked non-null; the caller vouches it is writable.
+        unsafe { g.write(new_group(fg)) };
+        Ok(())
+    }
+}
+
+mpi_fn! {
+    /// The number of processes of a group.
+    fn MPI_Group_size(g: c_int, size: *mut c_int) on MPI_COMM_WORLD => {
+        let fg = group(g)?;
+        if size.is_null() {
+            return Err(MPI_ERR_ARG);
+        }
+        // SAFETY: checked non-null; the caller vouches it is writable.
+        ok(unsafe { ffi::MPI_Group_size(fg, size) })
+    }
+}
+
+mpi_fn! {
+    /// This process's rank in a group (`MPI_UNDEFINED` if it is not a member).
+    fn MPI_Group_rank(g: c_int, rank: *mut c_int) on MPI_COMM_WORLD => {
+        let fg = group(g)?;
+        if rank.is_null() {
+            return Err(MPI_ERR_ARG);
+        }
+        // SAFETY: checked non-null; the caller vouches it is writable.
+        ok(unsafe { ffi::MPI_Group_rank(fg, rank) })
+    }
+}
+
+mpi_fn! {
+    /// Translates `n` ranks of `group1` into ranks of `group2` (`MPI_UNDEFINED` for those not
+    /// in it).
+    fn MPI_Group_translate_ranks(g1: c_int, n: c_int, ranks1: *const c_int, g2: c_int, ranks2: *mut c_int)
+        on MPI_COMM_WORLD => {
+        let (a, b) = (group(g1)?, group(g2)?);
+        // SAFETY: the caller vouches for `n` ranks at each array.
+        ok(unsafe { ffi::MPI_Group_translate_ranks(a, n, ranks1, b, ranks2) })
+    }
+}
+
+mpi_fn! {
+    /// Compares two groups: `MPI_IDENT`, `MPI_SIMILAR` or `MPI_UNEQUAL`.
+    fn MPI_Group_compare(g1: c_int, g2: c_int, result: *mut c_int) on MPI_COMM_WORLD => {
+        let (a, b) = (group(g1)?, group(g2)?);
+        if result.is_null() {
+            return Err(MPI_ERR_ARG);
+        }
+        // SAFETY: checked non-null; the caller vouches it is writable.
+        ok(unsafe { ffi::MPI_Group_compare(a, b, result) })
+    }
+}
+
+/// Makes a group from one: `f` calls the library with the library's handle and a local for
+/// the new group, which is written at `out`.
+///
+/// # Safety
+/// `out` must be null or valid for a write; `f` must be sound to call.
+unsafe fn make_group(out: *mut c_int, f: impl FnOnce(*mut ffi::MPI_Group) -> c_int) -> Result<(), c_int> {
+    if out.is_null() {
+        return Err(MPI_ERR_ARG);
+    }
+    let mut fg = null_group();
+    ok(f(&mut fg))?;
+    // SAFETY: checked non-null; the caller vouches it is writable.
+    unsafe { out.write(new_group(fg)) };
+    Ok(())
+}
+
+mpi_fn! {
+    /// The group of the `n` processes of `group` at `ranks`, in that order.
+    fn MPI_Group_incl(g: c_int, n: c_int, ranks: *const c_int, newgroup: *mut c_int) on MPI_COMM_WORLD => {
+        let fg = group(g)?;
+        // SAFETY: the caller vouches for `n` ranks.
+        unsafe { make_group(newgroup, |out| ffi::MPI_Group_incl(fg, n, ranks, out)) }
+    }
+}
+
+mpi_fn! {
+    /// The group of the processes of `group` but the `n` at `ranks`.
+    fn MPI_Group_excl(g: c_int, n: c_int, ranks: *const c_int, newgroup: *mut c_int) on MPI_COMM_WORLD => {
+        let fg = group(g)?;
+        // SAFETY: the caller vouches for `n` ranks.
+        unsafe { make_group(newgroup, |out| ffi::MPI_Group_excl(fg, n, ranks, out)) }
+    }
+}
+
+mpi_fn! {
+    /// The processes of `group1`, then those of `group2` not in `group1`.
+    fn MPI_Group_union(g1: c_int, g2: c_int, newgroup: *mut c_int) on MPI_COMM_WORLD => {
+        let (a, b) = (group(g1)?, group(g2)?);
+        // SAFETY: the library writes one handle at `out`.
+        unsafe { make_group(newgroup, |out| ffi::MPI_Group_union(a, b, out)) }
+    }
+}
+
+mpi_fn! {
+    /// The processes of `group1` that are in `group2`.
+    fn MPI_Group_intersection(g1: c_int, g2: c_int, newgroup: *mut c_int) on MPI_COMM_WORLD => {
+        let (a, b) = (group(g1)?, group(g2)?);
+        // SAFETY: the library writes one handle at `out`.
+        unsafe { make_group(newgroup, |out| ffi::MPI_Group_intersection(a, b, out)) }
+    }
+}
+
+mpi_fn! {
+    /// The processes of `group1` that are not in `group2`.
+    fn MPI_Group_difference(g1: c_int, g2: c_int, newgroup: *mut c_int) on MPI_COMM_WORLD => {
+        let (a, b) = (group(g1)?, group(g2)?);
+        // SAFETY: the library writes one handle at `out`.
+        unsafe { make_group(newgroup, |out| ffi::MPI_Group_difference(a, b, out)) }
+    }
+}
+
+mpi_fn! {
+    /// Frees `*group` and sets it to `MPI_GROUP_NULL`.
+    fn MPI_Group_free(g: *mut c_int) on MPI_COMM_WORLD => {
+        if g.is_null() {
+            return Err(MPI_ERR_ARG);
+        }
+        // SAFETY: checked non-null; the caller vouches it is readable and writable.
+        let h = unsafe { g.read() };
+        if h != MPI_GROUP_EMPTY {
+            let mut fg = GROUPS.take(h).ok_or(MPI_ERR_GROUP)?;
+            // SAFETY: `fg` is a local.
+            ok(unsafe { ffi::MPI_Group_free(&mut fg) })?;
+        }
+        // SAFETY: as above.
+        unsafe { g.write(MPI_GROUP_NULL) };
+        Ok(())
+    }
+}
