@@ -205,6 +205,9 @@ typedef int (MPI_Delete_function)(MPI_Comm comm, int keyval, void *value, void *
 #define MPI_COMM_NULL_DELETE_FN ((MPI_Comm_delete_attr_function *)0)
 #define MPI_TYPE_NULL_COPY_FN   ((MPI_Type_copy_attr_function *)0)
 #define MPI_TYPE_NULL_DELETE_FN ((MPI_Type_delete_attr_function *)0)
+/* The copy callback that copies the value (MPICH's function). */
+#define MPI_DUP_FN              MPIR_Dup_fn
+#define MPI_COMM_DUP_FN         ((MPI_Comm_copy_attr_function *)MPI_DUP_FN)
 
 /* ------------------------------------------------------------------------- constants */
 
@@ -428,6 +431,20 @@ P2PMPI_FN(int, Group_union, (MPI_Group group1, MPI_Group group2, MPI_Group *newg
 P2PMPI_FN(int, Group_intersection, (MPI_Group group1, MPI_Group group2, MPI_Group *newgroup))
 P2PMPI_FN(int, Group_difference, (MPI_Group group1, MPI_Group group2, MPI_Group *newgroup))
 P2PMPI_FN(int, Group_free, (MPI_Group *group))
+
+/* Attributes of communicators. */
+int MPIR_Dup_fn(MPI_Comm oldcomm, int keyval, void *extra_state, void *attribute_val_in, void *attribute_val_out,
+                int *flag);
+P2PMPI_FN(int, Comm_create_keyval, (MPI_Comm_copy_attr_function *comm_copy_attr_fn, MPI_Comm_delete_attr_function *comm_delete_attr_fn, int *comm_keyval, void *extra_state))
+P2PMPI_FN(int, Comm_free_keyval, (int *comm_keyval))
+P2PMPI_FN(int, Comm_set_attr, (MPI_Comm comm, int comm_keyval, void *attribute_val))
+P2PMPI_FN(int, Comm_get_attr, (MPI_Comm comm, int comm_keyval, void *attribute_val, int *flag))
+P2PMPI_FN(int, Comm_delete_attr, (MPI_Comm comm, int comm_keyval))
+P2PMPI_FN(int, Keyval_create, (MPI_Copy_function *copy_fn, MPI_Delete_function *delete_fn, int *keyval, void *extra_state))
+P2PMPI_FN(int, Keyval_free, (int *keyval))
+P2PMPI_FN(int, Attr_put, (MPI_Comm comm, int keyval, void *attribute_val))
+P2PMPI_FN(int, Attr_get, (MPI_Comm comm, int keyval, void *attribute_val, int *flag))
+P2PMPI_FN(int, Attr_delete, (MPI_Comm comm, int keyval))
 
 /* Point-to-point. */
 P2PMPI_FN(int, Send, (const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm))

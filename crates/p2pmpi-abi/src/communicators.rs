@@ -4,7 +4,8 @@
 //! `MPI_Group_excl`, `MPI_Group_union`, `MPI_Group_intersection`, `MPI_Group_difference`,
 //! `MPI_Group_free`.
 //!
-//! A new communicator gets its parent's error handler, as the standard says. The
+//! A new communicator gets its parent's error handler, as the standard says; a duplicate
+//! gets its attributes as their copy callbacks decide, and freeing deletes them. The
 //! communicators and groups are the library's (`p2pmpi::ffi`), named by handles of
 //! [`COMMS`] and [`GROUPS`]. Intercommunicators and topologies are to come.
 
@@ -52,7 +53,8 @@ mpi_fn! {
         ok(unsafe { ffi::MPI_Comm_dup(fc, &mut d) })?;
         // SAFETY: checked non-null; the caller vouches it is writable.
         unsafe { put_comm(newcomm, c, d) };
-        Ok(())
+        // SAFETY: as above (just written).
+        crate::attributes::copy_all(c, unsafe { newcomm.read() })
     }
 }
 
@@ -98,12 +100,16 @@ mpi_fn! {
         // SAFETY: checked non-null; the caller vouches it is readable and writable.
         let h = unsafe { c.read() };
         comm(h)?;
+        COMMS.get(h).ok_or(MPI_ERR_COMM)?;
+        // The attributes' delete callbacks see the communicator still valid.
+        let deleted = crate::attributes::delete_all(h);
         let mut fc = COMMS.take(h).ok_or(MPI_ERR_COMM)?;
         forget_handler(h);
         // SAFETY: as above.
         unsafe { c.write(MPI_COMM_NULL) };
         // SAFETY: `fc` is a local.
-        ok(unsafe { ffi::MPI_Comm_free(&mut fc) })
+        ok(unsafe { ffi::MPI_Comm_free(&mut fc) })?;
+        deleted
     }
 }
 

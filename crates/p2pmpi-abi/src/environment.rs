@@ -129,11 +129,17 @@ mpi_fn! {
     /// Finalizes the library (after every message sent is delivered and every process
     /// finalized).
     fn MPI_Finalize() on MPI_COMM_WORLD => {
+        if UNIVERSE.lock().is_none() {
+            return Err(MPI_ERR_OTHER);
+        }
+        // First, as if `MPI_COMM_SELF` were freed: its attributes' delete callbacks run (a
+        // program's last words, which may still communicate).
+        let deleted = crate::attributes::delete_all(MPI_COMM_SELF);
         let u = UNIVERSE.lock().take().ok_or(MPI_ERR_OTHER)?;
         // SAFETY: `stdout` is the C library's stream; flushing it is always allowed.
         unsafe { libc::fflush(stdout) };
         drop(u);
-        Ok(())
+        deleted
     }
 }
 

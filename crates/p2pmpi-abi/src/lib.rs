@@ -19,6 +19,7 @@
 
 #[macro_use]
 mod export;
+pub mod attributes;
 pub mod collective;
 pub mod communicators;
 pub mod consts;

@@ -147,6 +147,39 @@ fn communicators_and_groups_on_four_processes() {
     }
 }
 
+#[test]
+fn attributes_of_communicators_on_two_processes() {
+    if !require(&["mpicc.mpich"], true) {
+        return;
+    }
+    let o = run(2, &c_program("attr"), &[], T);
+    o.assert_ok();
+    for r in 0..2 {
+        for w in [
+            // MPI_COMM_DUP_FN copies, MPI_COMM_NULL_COPY_FN does not.
+            "dup copied 1 value 7",
+            "null copy 0",
+            // Freeing the duplicate deletes its one attribute; replacing and deleting run the
+            // delete callback once each.
+            "deleted after free 1",
+            "deleted after replace 2",
+            "deleted after delete 3 still set 0",
+            "keyval invalid 1",
+            "tag_ub 1 big 1",
+            "universe 1 at least size 1",
+            "appnum 1 value 0",
+            "wtime global 1 value 0",
+            "predefined refused 1",
+            // MPI_Finalize deletes MPI_COMM_SELF's attributes first.
+            "self attribute 55 deleted",
+            "deleted at the end 4",
+        ] {
+            let w = format!("rank {r}: {w}");
+            assert!(o.stdout.lines().any(|l| l == w), "missing {w:?}\n{}", show(&o));
+        }
+    }
+}
+
 /// The collectives' lines for `n` processes.
 fn collective_lines(n: i64) -> Vec<String> {
     let root_sum: i64 = (1..=n).sum();

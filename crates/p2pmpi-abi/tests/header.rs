@@ -20,6 +20,9 @@ fn constants(header: &str) -> Vec<String> {
             (!rest.starts_with('(') && !rest.trim().is_empty()).then_some(name)
         })
         .filter(|n| n.starts_with("MPI_") || n.starts_with("MPIX_"))
+        // The addresses of functions (`MPI_COMM_DUP_FN` is `MPIR_Dup_fn`) are known only
+        // once linked: their declarations are compared instead.
+        .filter(|n| !n.ends_with("DUP_FN"))
         .collect()
 }
 

@@ -66,6 +66,11 @@ comm.Bcast(x, root=0)
 variant = MPI.__file__.rsplit('/', 1)[-1].split('.')[1]
 lib = MPI.Get_library_version().split()[0]
 print(f"rank {r} of {s}: sum {b[0]} {b[1]} max {d[0]} bcast {x[0]} variant {variant} lib {lib}", flush=True)
+# Python objects (pickled; mpi4py keeps a duplicate of the communicator in an attribute).
+obj = comm.bcast({"k": [1, 2]} if r == 0 else None, root=0)
+total = comm.allreduce(r + 1, op=MPI.SUM)
+half = comm.Split(r % 2, r)
+print(f"rank {r}: objects {obj['k']} total {total} split {half.Get_size()} dup {comm.Dup().allreduce(2)}", flush=True)
 "#;
 
 #[test]
@@ -88,7 +93,16 @@ fn mpi4py_wheel_computes_on_two_processes() {
     let _ = std::fs::remove_file(&script);
     o.assert_ok();
     for r in 0..2 {
-        let want = format!("rank {r} of 2: sum 3 30 max 1.5 bcast 7 variant mpich lib p2pmpi");
-        assert!(o.stdout.lines().any(|l| l == want), "missing {want:?}\nstdout:\n{}\nstderr:\n{}", o.stdout, o.stderr);
+        for want in [
+            format!("rank {r} of 2: sum 3 30 max 1.5 bcast 7 variant mpich lib p2pmpi"),
+            format!("rank {r}: objects [1, 2] total 3 split 1 dup 4"),
+        ] {
+            assert!(
+                o.stdout.lines().any(|l| l == want),
+                "missing {want:?}\nstdout:\n{}\nstderr:\n{}",
+                o.stdout,
+                o.stderr
+            );
+        }
     }
 }
