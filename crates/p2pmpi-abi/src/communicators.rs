@@ -100,15 +100,14 @@ mpi_fn! {
         // SAFETY: checked non-null; the caller vouches it is readable and writable.
         let h = unsafe { c.read() };
         comm(h)?;
-        COMMS.get(h).ok_or(MPI_ERR_COMM)?;
+        COMMS.with(h, |_| ()).ok_or(MPI_ERR_COMM)?;
         // The attributes' delete callbacks see the communicator still valid.
         let deleted = crate::attributes::delete_all(h);
-        let mut fc = COMMS.take(h).ok_or(MPI_ERR_COMM)?;
+        // Dropping the Rust object frees the communicator.
+        drop(COMMS.take(h).ok_or(MPI_ERR_COMM)?);
         forget_handler(h);
         // SAFETY: as above.
         unsafe { c.write(MPI_COMM_NULL) };
-        // SAFETY: `fc` is a local.
-        ok(unsafe { ffi::MPI_Comm_free(&mut fc) })?;
         deleted
     }
 }

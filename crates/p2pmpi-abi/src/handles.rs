@@ -9,6 +9,8 @@
 
 use crate::consts::*;
 use p2pmpi::ffi;
+use p2pmpi::topology::SimpleCommunicator;
+use p2pmpi::traits::FromRaw;
 use parking_lot::RwLock;
 use std::os::raw::c_int;
 
@@ -49,6 +51,7 @@ pub const fn object_of(h: c_int) -> u32 {
 /// freed. Readers (every call that names the object) share the lock; only making and
 /// freeing an object take it alone.
 pub struct Slab<T> {
+    kind: u32,
     obj: u32,
     slots: RwLock<Slots<T>>,
 }
@@ -58,10 +61,17 @@ struct Slots<T> {
     free: Vec<u32>,
 }
 
-impl<T: Copy> Slab<T> {
-    /// An empty table of objects of kind `obj` (one of [`object`]).
+impl<T> Slab<T> {
+    /// An empty table of objects of kind `obj` (one of [`object`]), with handles of kind
+    /// [`DIRECT`].
     pub const fn new(obj: u32) -> Slab<T> {
-        Slab { obj, slots: RwLock::new(Slots { v: Vec::new(), free: Vec::new() }) }
+        Slab::with_kind(DIRECT, obj)
+    }
+
+    /// An empty table whose handles are of kind `kind` (to tell two tables of one kind of
+    /// object apart: requests and messages).
+    pub const fn with_kind(kind: u32, obj: u32) -> Slab<T> {
+        Slab { kind, obj, slots: RwLock::new(Slots { v: Vec::new(), free: Vec::new() }) }
     }
 
     /// Stores `t`; returns its new handle.
@@ -76,18 +86,18 @@ impl<T: Copy> Slab<T> {
         };
         assert!(i <= INDEX_MASK, "too many MPI handles of one kind");
         s.v[i as usize] = Some(t);
-        make(DIRECT, self.obj, i)
+        make(self.kind, self.obj, i)
     }
 
     fn index(&self, h: c_int) -> Option<usize> {
         let bits = h as u32;
-        (bits >> 30 == DIRECT && object_of(h) == self.obj).then_some((bits & INDEX_MASK) as usize)
+        (bits >> 30 == self.kind && object_of(h) == self.obj).then_some((bits & INDEX_MASK) as usize)
     }
 
-    /// The object of handle `h`, if `h` names a live one of this table.
-    pub fn get(&self, h: c_int) -> Option<T> {
+    /// What `f` makes of the object of handle `h`, if `h` names a live one of this table.
+    pub fn with<R>(&self, h: c_int, f: impl FnOnce(&T) -> R) -> Option<R> {
         let i = self.index(h)?;
-        self.slots.read().v.get(i).copied().flatten()
+        self.slots.read().v.get(i)?.as_ref().map(f)
     }
 
     /// Frees the slot of `h`; returns what it held.
@@ -111,9 +121,23 @@ impl<T: Copy> Slab<T> {
     }
 }
 
+impl<T: Clone> Slab<T> {
+    /// The object of handle `h`, if `h` names a live one of this table.
+    pub fn get(&self, h: c_int) -> Option<T> {
+        self.with(h, T::clone)
+    }
+}
+
+/// A communicator made at run time: the library's handle (for `p2pmpi::ffi`) and the Rust
+/// object, which owns the communicator (dropping it frees the communicator).
+pub struct CommEntry {
+    pub raw: ffi::MPI_Comm,
+    pub rust: SimpleCommunicator,
+}
+
 /// Communicators made at run time (`MPI_Comm_dup`, `MPI_Comm_split`, ...).
 // Process-wide because a C handle is a plain integer any thread may hand to any function.
-pub static COMMS: Slab<ffi::MPI_Comm> = Slab::new(object::COMM);
+pub static COMMS: Slab<CommEntry> = Slab::new(object::COMM);
 
 /// Requests of the nonblocking operations.
 // Process-wide because a C handle is a plain integer any thread may hand to any function.
@@ -146,13 +170,17 @@ pub fn new_group(g: ffi::MPI_Group) -> c_int {
     }
 }
 
-/// The MPICH handle of a communicator the library made (`MPI_COMM_NULL` for its null one).
+/// The MPICH handle of a communicator the library just made (`MPI_COMM_NULL` for its null
+/// one), which the slab then owns.
 pub fn new_comm(c: ffi::MPI_Comm) -> c_int {
     // SAFETY: the predefined names are initialized statics that nothing writes.
     if c == unsafe { ffi::RSMPI_COMM_NULL } {
         MPI_COMM_NULL
     } else {
-        COMMS.insert(c)
+        // SAFETY: `c` names the live communicator the library just made; the Rust object
+        // takes it over (and the handle stays valid while the object lives, in the slab).
+        let rust = unsafe { SimpleCommunicator::from_raw(c) };
+        COMMS.insert(CommEntry { raw: c, rust })
     }
 }
 
@@ -167,8 +195,18 @@ pub fn comm(c: c_int) -> Result<ffi::MPI_Comm, c_int> {
         MPI_COMM_WORLD => Ok(unsafe { ffi::RSMPI_COMM_WORLD }),
         // SAFETY: as above.
         MPI_COMM_SELF => Ok(unsafe { ffi::RSMPI_COMM_SELF }),
-        _ => COMMS.get(c).ok_or(MPI_ERR_COMM),
+        _ => COMMS.with(c, |e| e.raw).ok_or(MPI_ERR_COMM),
     }
+}
+
+/// The Rust communicator of MPICH handle `c`, or `MPI_ERR_COMM`: another Rust object for the
+/// same communicator (the one in the slab keeps owning it).
+pub fn rust_comm(c: c_int) -> Result<SimpleCommunicator, c_int> {
+    let raw = comm(c)?;
+    // SAFETY: `raw` names a live communicator (the world, self, or one the slab owns, which
+    // outlives this call's object: the program may not free a communicator it is using);
+    // its ownership was taken over already, so this object only shares it.
+    Ok(unsafe { SimpleCommunicator::from_raw(raw) })
 }
 
 #[cfg(test)]

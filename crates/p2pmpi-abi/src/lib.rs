@@ -30,10 +30,12 @@ pub mod environment;
 pub mod errors;
 pub mod handles;
 pub mod large_count;
+pub mod matched;
 pub mod ops;
 pub mod point_to_point;
 pub mod status;
 pub mod stubs;
+pub mod varcount;
 
 /// The answer of a function of `p2pmpi::ffi` (whose error classes are MPICH's numbers) as a
 /// result.

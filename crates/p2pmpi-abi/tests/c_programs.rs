@@ -96,7 +96,7 @@ fn point_to_point_family_on_four_processes() {
 }
 
 #[test]
-fn completions_request_free_and_large_counts_on_two_processes() {
+fn completions_request_free_large_counts_and_matched_probes_on_two_processes() {
     if !require(&["mpicc.mpich"], true) {
         return;
     }
@@ -108,6 +108,10 @@ fn completions_request_free_and_large_counts_on_two_processes() {
         "testany: index 1 value 33 tag 4",
         "testany none: flag 1 undefined 1",
         "large: 11 count 1 fortran source 0 tag 5 back 5",
+        "mprobe null: no proc 1 source -1",
+        "mrecv null: message null 1 source -1",
+        "improbe: count 3 sum 7.5 tag 7 null 1",
+        "mprobe: count 2 tag 8 last 2.5",
     ] {
         assert!(o.stdout.lines().any(|l| l == w), "missing {w:?}\n{}", show(&o));
     }
@@ -177,6 +181,39 @@ fn attributes_of_communicators_on_two_processes() {
             let w = format!("rank {r}: {w}");
             assert!(o.stdout.lines().any(|l| l == w), "missing {w:?}\n{}", show(&o));
         }
+    }
+}
+
+#[test]
+fn collectives_with_a_count_per_process_on_three_processes() {
+    if !require(&["mpicc.mpich"], true) {
+        return;
+    }
+    let o = run(3, &c_program("varcount"), &[], T);
+    o.assert_ok();
+    // Rank i gives i + 1 elements i * 100 + j, placed with a gap of i elements before part i
+    // (each gap keeps -1): 0 + 201 + 603 - 2.
+    let mut want = vec![
+        "gatherv: sum 802 first 0 last 202".to_string(),
+        "gatherv in place: 77 202".to_string(),
+        "scatterv 0: 0.0".to_string(),
+        "scatterv 1: 2.5".to_string(),
+        "scatterv 2: 9.0".to_string(),
+        "scatterv in place 0: 0.0".to_string(),
+        "scatterv in place 1: 1.0".to_string(),
+        "scatterv in place 2: 2.5".to_string(),
+        // Rank r gets r + 1 elements j * 10 + r from each rank j.
+        "alltoallv 0: sum 30".to_string(),
+        "alltoallv 1: sum 66".to_string(),
+        "alltoallv 2: sum 108".to_string(),
+    ];
+    for r in 0..3 {
+        want.push(format!("allgatherv {r}: sum 802"));
+        want.push(format!("allgatherv in place {r}: sum 802"));
+        want.push(format!("alltoallv in place {r}: {r} 0 {}", 20 + r));
+    }
+    for w in want {
+        assert!(o.stdout.lines().any(|l| l == w), "missing {w:?}\n{}", show(&o));
     }
 }
 

@@ -71,6 +71,17 @@ obj = comm.bcast({"k": [1, 2]} if r == 0 else None, root=0)
 total = comm.allreduce(r + 1, op=MPI.SUM)
 half = comm.Split(r % 2, r)
 print(f"rank {r}: objects {obj['k']} total {total} split {half.Get_size()} dup {comm.Dup().allreduce(2)}", flush=True)
+got = comm.gather(r * 2, root=0)
+part = comm.scatter([i * 3 for i in range(s)] if r == 0 else None, root=0)
+every = comm.allgather(str(r))
+swapped = comm.alltoall([r * 10 + i for i in range(s)])
+if r == 0:
+    comm.send(("hi", 1), dest=1, tag=5)
+    answer = comm.recv(source=1, tag=6)
+else:
+    answer = comm.recv(source=0, tag=5)
+    comm.send(answer[0] + "!", dest=0, tag=6)
+print(f"rank {r}: gather {got} scatter {part} allgather {every} alltoall {swapped} p2p {answer}", flush=True)
 "#;
 
 #[test]
@@ -96,6 +107,11 @@ fn mpi4py_wheel_computes_on_two_processes() {
         for want in [
             format!("rank {r} of 2: sum 3 30 max 1.5 bcast 7 variant mpich lib p2pmpi"),
             format!("rank {r}: objects [1, 2] total 3 split 1 dup 4"),
+            if r == 0 {
+                "rank 0: gather [0, 2] scatter 0 allgather ['0', '1'] alltoall [0, 10] p2p hi!".to_string()
+            } else {
+                "rank 1: gather None scatter 3 allgather ['0', '1'] alltoall [1, 11] p2p ('hi', 1)".to_string()
+            },
         ] {
             assert!(
                 o.stdout.lines().any(|l| l == want),

@@ -49,6 +49,31 @@ int main(int argc, char **argv) {
         printf("large: %d count %ld fortran source %d tag %d back %d\n", x, (long)n, (int)f[MPI_F_SOURCE],
                (int)f[MPI_F_TAG], back.MPI_TAG);
     }
+    /* Matched probes: rank 0 sends 3 doubles; rank 1 polls with MPI_Improbe, sizes the
+     * message, receives it with MPI_Mrecv; then one with MPI_Mprobe. */
+    if (rank == 0) {
+        double out[3] = {1.5, 2.5, 3.5};
+        MPI_Message m;
+        MPI_Send(out, 3, MPI_DOUBLE, 1, 7, MPI_COMM_WORLD);
+        MPI_Send(out, 2, MPI_DOUBLE, 1, 8, MPI_COMM_WORLD);
+        MPI_Mprobe(MPI_PROC_NULL, 0, MPI_COMM_WORLD, &m, &st);
+        printf("mprobe null: no proc %d source %d\n", m == MPI_MESSAGE_NO_PROC, st.MPI_SOURCE);
+        MPI_Mrecv(NULL, 0, MPI_DOUBLE, &m, &st);
+        printf("mrecv null: message null %d source %d\n", m == MPI_MESSAGE_NULL, st.MPI_SOURCE);
+    } else {
+        double in[8];
+        int n;
+        MPI_Message m;
+        flag = 0;
+        while (!flag) MPI_Improbe(MPI_ANY_SOURCE, 7, MPI_COMM_WORLD, &flag, &m, &st);
+        MPI_Get_count(&st, MPI_DOUBLE, &n);
+        MPI_Mrecv(in, n, MPI_DOUBLE, &m, &st);
+        printf("improbe: count %d sum %.1f tag %d null %d\n", n, in[0] + in[1] + in[2], st.MPI_TAG, m == MPI_MESSAGE_NULL);
+        MPI_Mprobe(0, MPI_ANY_TAG, MPI_COMM_WORLD, &m, &st);
+        MPI_Get_count(&st, MPI_DOUBLE, &n);
+        MPI_Mrecv(in, n, MPI_DOUBLE, &m, MPI_STATUS_IGNORE);
+        printf("mprobe: count %d tag %d last %.1f\n", n, st.MPI_TAG, in[n - 1]);
+    }
     MPI_Finalize();
     return 0;
 }
