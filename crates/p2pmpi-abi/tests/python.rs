@@ -22,6 +22,13 @@ fn ready(dir: &Path) -> bool {
 /// The virtual environment with the pinned mpi4py, made once (the wheel comes from PyPI);
 /// `Err` says why it could not be made.
 fn venv() -> Result<PathBuf, String> {
+    // Once per test process (the tests of this file run in threads of one process, or each in
+    // its own process under nextest: the directory made aside is named by the process).
+    static VENV: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
+    VENV.get_or_init(make_venv).clone()
+}
+
+fn make_venv() -> Result<PathBuf, String> {
     let dir = profile_dir().join("p2pmpi-abi-venv");
     if ready(&dir) {
         return Ok(dir);
@@ -121,4 +128,29 @@ fn mpi4py_wheel_computes_on_two_processes() {
             );
         }
     }
+}
+
+#[test]
+fn mpi4py_benchmarks_helloworld_and_ringtest_run() {
+    if !require(&["python3"], false) {
+        return;
+    }
+    let dir = match venv() {
+        Ok(d) => d,
+        Err(why) => {
+            assert!(!under_ci(), "mpi4py's wheel is needed under CI: {why}");
+            eprintln!("SKIPPED: mpi4py_benchmarks_helloworld_and_ringtest_run: {why}");
+            return;
+        }
+    };
+    let py = dir.join("bin/python3");
+    let o = run(3, &py, &["-m", "mpi4py.bench", "helloworld"], Duration::from_secs(120));
+    o.assert_ok();
+    for r in 0..3 {
+        let want = format!("Hello, World! I am process {r} of 3 on ");
+        assert!(o.stdout.lines().any(|l| l.starts_with(&want)), "missing {want:?}\n{}", o.stdout);
+    }
+    let o = run(3, &py, &["-m", "mpi4py.bench", "ringtest", "-l", "5", "-n", "1024"], Duration::from_secs(120));
+    o.assert_ok();
+    assert!(o.stdout.contains("time for 5 loops = ") && o.stdout.contains("(3 processes, 1024 bytes)"), "{}", o.stdout);
 }
