@@ -1,5 +1,6 @@
 //! Collective communication: `MPI_Barrier`, `MPI_Bcast`, `MPI_Reduce`, `MPI_Allreduce`,
-//! `MPI_Scan`, `MPI_Exscan`, `MPI_Gather`, `MPI_Scatter`, `MPI_Allgather`, `MPI_Alltoall`.
+//! `MPI_Scan`, `MPI_Exscan`, `MPI_Gather`, `MPI_Scatter`, `MPI_Allgather`, `MPI_Alltoall`,
+//! and the local `MPI_Reduce_local`.
 //!
 //! `MPI_IN_PLACE` is honoured where the standard allows it for these functions (the roots of
 //! `MPI_Reduce`, `MPI_Gather` and `MPI_Scatter`, every process of `MPI_Allreduce`,
@@ -9,10 +10,13 @@
 
 use crate::consts::*;
 use crate::datatypes::datatype;
+use crate::datatypes::MPI_Count;
 use crate::handles::comm;
 use crate::ok;
 use crate::ops::op;
+use p2pmpi::datatype::{DatatypeRef, DynBuffer, DynBufferMut};
 use p2pmpi::ffi;
+use p2pmpi::traits::FromRaw;
 use std::os::raw::{c_int, c_void};
 
 /// A buffer argument for the library: MPICH's `MPI_IN_PLACE` becomes the library's.
@@ -190,5 +194,56 @@ mpi_fn! {
         crate::not_in_place(recvbuf)?;
         // SAFETY: the caller's contract.
         ok(unsafe { ffi::MPI_Alltoall(sendbuf, sendcount, st, recvbuf, recvcount, rt, fc) })
+    }
+}
+
+/// `inoutbuf = inbuf ∘ inoutbuf` for `count` elements of `dt`.
+///
+/// # Safety
+/// Both buffers must hold `count` elements of `dt`, apart from each other.
+unsafe fn reduce_local(
+    inbuf: *const c_void,
+    inoutbuf: *mut c_void,
+    count: c_int,
+    dt: c_int,
+    o: c_int,
+) -> Result<(), c_int> {
+    let d = datatype(dt)?;
+    let op = crate::ops::system_op(o)?;
+    if count < 0 {
+        return Err(MPI_ERR_COUNT);
+    }
+    crate::not_in_place(inbuf)?;
+    crate::not_in_place(inoutbuf)?;
+    if count > 0 && (inbuf.is_null() || inoutbuf.is_null()) {
+        return Err(MPI_ERR_BUFFER);
+    }
+    // SAFETY: `d` names a predefined datatype (living for the whole run); the caller vouches
+    // for the buffers.
+    unsafe {
+        let t = DatatypeRef::from_raw(d);
+        let a = DynBuffer::from_raw(inbuf, count, t);
+        let mut b = DynBufferMut::from_raw(inoutbuf, count, t);
+        p2pmpi::collective::reduce_local_into(&a, &mut b, op);
+    }
+    Ok(())
+}
+
+mpi_fn! {
+    /// Combines locally: `inoutbuf = inbuf op inoutbuf`.
+    fn MPI_Reduce_local(inbuf: *const c_void, inoutbuf: *mut c_void, count: c_int, dt: c_int, o: c_int)
+        on MPI_COMM_WORLD => {
+        // SAFETY: the caller's contract.
+        unsafe { reduce_local(inbuf, inoutbuf, count, dt, o) }
+    }
+}
+
+mpi_fn! {
+    /// `MPI_Reduce_local` with a large count.
+    fn MPI_Reduce_local_c(inbuf: *const c_void, inoutbuf: *mut c_void, count: MPI_Count, dt: c_int, o: c_int)
+        on MPI_COMM_WORLD => {
+        let count = c_int::try_from(count).map_err(|_| MPI_ERR_COUNT)?;
+        // SAFETY: the caller's contract.
+        unsafe { reduce_local(inbuf, inoutbuf, count, dt, o) }
     }
 }

@@ -2,7 +2,8 @@
 //! `MPI_Comm_free`, `MPI_Comm_compare`, `MPI_Comm_group`, `MPI_Group_size`,
 //! `MPI_Group_rank`, `MPI_Group_translate_ranks`, `MPI_Group_compare`, `MPI_Group_incl`,
 //! `MPI_Group_excl`, `MPI_Group_union`, `MPI_Group_intersection`, `MPI_Group_difference`,
-//! `MPI_Group_free`.
+//! `MPI_Group_free`, names (`MPI_Comm_set_name`, `MPI_Comm_get_name`) and
+//! `MPI_Dims_create`.
 //!
 //! A new communicator gets its parent's error handler, as the standard says; a duplicate
 //! gets its attributes as their copy callbacks decide, and freeing deletes them. The
@@ -11,9 +12,10 @@
 
 use crate::consts::*;
 use crate::errors::{forget_handler, inherit_handler};
-use crate::handles::{comm, group, new_comm, new_group, COMMS, GROUPS};
+use crate::handles::{comm, group, new_comm, new_group, rust_comm, COMMS, GROUPS};
 use crate::ok;
 use p2pmpi::ffi;
+use p2pmpi::traits::Communicator;
 use std::os::raw::c_int;
 
 /// Writes the new communicator `made` by the library at `out`, with `parent`'s handler.
@@ -266,5 +268,48 @@ mpi_fn! {
         // SAFETY: as above.
         unsafe { g.write(MPI_GROUP_NULL) };
         Ok(())
+    }
+}
+
+mpi_fn! {
+    /// Names `comm` (at most `MPI_MAX_OBJECT_NAME - 1` bytes are kept).
+    fn MPI_Comm_set_name(c: c_int, name: *const std::os::raw::c_char) on c => {
+        let rc = rust_comm(c)?;
+        if name.is_null() {
+            return Err(MPI_ERR_ARG);
+        }
+        // SAFETY: checked non-null; the caller vouches for a NUL-terminated string.
+        let s = unsafe { std::ffi::CStr::from_ptr(name) }.to_string_lossy();
+        let mut end = s.len().min(MPI_MAX_OBJECT_NAME as usize - 1);
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        rc.set_name(&s[..end]);
+        Ok(())
+    }
+}
+
+mpi_fn! {
+    /// The name of `comm` (`MPI_COMM_WORLD`, `MPI_COMM_SELF`, or what was set; empty if none).
+    fn MPI_Comm_get_name(c: c_int, name: *mut std::os::raw::c_char, resultlen: *mut c_int) on c => {
+        let rc = rust_comm(c)?;
+        let n = match c {
+            MPI_COMM_SELF => "MPI_COMM_SELF".to_string(),
+            _ => rc.get_name(),
+        };
+        // SAFETY: the caller vouches for `MPI_MAX_OBJECT_NAME` bytes at `name`.
+        unsafe { crate::environment::put_string(&n, name, MPI_MAX_OBJECT_NAME, resultlen) }
+    }
+}
+
+mpi_fn! {
+    /// Fills the zero entries of `dims` (`ndims` of them) with a balanced factorization of
+    /// `nnodes`.
+    fn MPI_Dims_create(nnodes: c_int, ndims: c_int, dims: *mut c_int) on MPI_COMM_WORLD => {
+        if ndims < 0 || (ndims > 0 && dims.is_null()) {
+            return Err(MPI_ERR_ARG);
+        }
+        // SAFETY: the caller vouches for `ndims` entries at `dims`.
+        ok(unsafe { ffi::MPI_Dims_create(nnodes, ndims, dims) })
     }
 }

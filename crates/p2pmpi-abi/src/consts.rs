@@ -41,6 +41,7 @@ pub const MPI_SUBVERSION: c_int = 0;
 pub const MPI_MAX_PROCESSOR_NAME: c_int = 128;
 pub const MPI_MAX_LIBRARY_VERSION_STRING: c_int = 8192;
 pub const MPI_MAX_ERROR_STRING: c_int = 512;
+pub const MPI_MAX_OBJECT_NAME: c_int = 128;
 
 /// `MPI_IN_PLACE`: the address -1.
 pub const MPI_IN_PLACE: *mut std::os::raw::c_void = usize::MAX as *mut std::os::raw::c_void;

@@ -1,7 +1,8 @@
 //! The environment: `MPI_Init`, `MPI_Init_thread`, `MPI_Query_thread`, `MPI_Is_thread_main`,
 //! `MPI_Finalize`, `MPI_Finalized`, `MPI_Initialized`, `MPI_Abort`, `MPI_Get_processor_name`,
-//! `MPI_Get_version`, `MPI_Get_library_version`, `MPI_Wtime`, `MPI_Wtick`, and the size and
-//! rank of a communicator and whether it is an intercommunicator.
+//! `MPI_Get_version`, `MPI_Get_library_version`, `MPI_Wtime`, `MPI_Wtick`, `MPI_Alloc_mem`,
+//! `MPI_Free_mem`, the buffer of buffered sends (`MPI_Buffer_attach`, `MPI_Buffer_detach`),
+//! and the size and rank of a communicator and whether it is an intercommunicator.
 
 use crate::consts::*;
 use crate::handles::comm;
@@ -10,7 +11,7 @@ use p2pmpi::environment::Universe;
 use p2pmpi::ffi;
 use p2pmpi::Threading;
 use parking_lot::Mutex;
-use std::os::raw::{c_char, c_double, c_int};
+use std::os::raw::{c_char, c_double, c_int, c_long, c_void};
 use std::sync::OnceLock;
 use std::thread::ThreadId;
 
@@ -260,6 +261,75 @@ mpi_fn! {
         }
         // SAFETY: `flag` checked non-null, writable as the caller vouches.
         ok(unsafe { ffi::MPI_Comm_test_inter(fc, flag) })
+    }
+}
+
+mpi_fn! {
+    /// Allocates `size` bytes (`MPI_ERR_NO_MEM` if none are left); `*baseptr` (a `void *`
+    /// written through `void *`) is their address, for `MPI_Free_mem`.
+    fn MPI_Alloc_mem(size: c_long, _info: c_int, baseptr: *mut c_void) on MPI_COMM_WORLD => {
+        if size < 0 || baseptr.is_null() {
+            return Err(MPI_ERR_ARG);
+        }
+        // SAFETY: malloc of a size; a zero size still gives a pointer MPI_Free_mem accepts.
+        let p = unsafe { libc::malloc(size.max(1) as usize) };
+        if p.is_null() {
+            return Err(MPI_ERR_NO_MEM);
+        }
+        // SAFETY: checked non-null; the caller vouches it is writable for a pointer.
+        unsafe { (baseptr as *mut *mut c_void).write(p) };
+        Ok(())
+    }
+}
+
+mpi_fn! {
+    /// Frees memory of `MPI_Alloc_mem`.
+    fn MPI_Free_mem(base: *mut c_void) on MPI_COMM_WORLD => {
+        // SAFETY: the caller vouches that `base` came from `MPI_Alloc_mem` (malloc) and is
+        // freed once.
+        unsafe { libc::free(base) };
+        Ok(())
+    }
+}
+
+/// The buffer the program attached for buffered sends, as it gave it (for
+/// `MPI_Buffer_detach`); the library keeps its own room of that size.
+// Process-wide, as the attached buffer is.
+static ATTACHED: Mutex<Option<(usize, c_int)>> = Mutex::new(None);
+
+mpi_fn! {
+    /// Attaches a buffer of `size` bytes for buffered sends (`MPI_Bsend`).
+    fn MPI_Buffer_attach(buffer: *mut c_void, size: c_int) on MPI_COMM_WORLD => {
+        if size < 0 {
+            return Err(MPI_ERR_ARG);
+        }
+        let mut attached = ATTACHED.lock();
+        if attached.is_some() {
+            return Err(MPI_ERR_BUFFER);
+        }
+        UNIVERSE.lock().as_mut().ok_or(MPI_ERR_OTHER)?.set_buffer_size(size as usize);
+        *attached = Some((buffer as usize, size));
+        Ok(())
+    }
+}
+
+mpi_fn! {
+    /// Detaches the buffer (once every buffered send left it): `*buffer_addr` (a `void *`
+    /// written through `void *`) and `*size` are those given to `MPI_Buffer_attach`.
+    fn MPI_Buffer_detach(buffer_addr: *mut c_void, size: *mut c_int) on MPI_COMM_WORLD => {
+        if buffer_addr.is_null() || size.is_null() {
+            return Err(MPI_ERR_ARG);
+        }
+        let (b, n) = ATTACHED.lock().take().unwrap_or((0, 0));
+        if let Some(u) = UNIVERSE.lock().as_mut() {
+            u.detach_buffer();
+        }
+        // SAFETY: both checked non-null; the caller vouches they are writable.
+        unsafe {
+            (buffer_addr as *mut *mut c_void).write(b as *mut c_void);
+            size.write(n);
+        }
+        Ok(())
     }
 }
 

@@ -17,13 +17,19 @@ macro_rules! predefined_ops {
             $(pub const $name: c_int = $bits;)*
         }
 
-        /// The library's operation of MPICH handle `h`, or `MPI_ERR_OP`.
+        /// The library's predefined operation of MPICH handle `h`, or `MPI_ERR_OP`.
         #[inline]
-        pub fn op(h: c_int) -> Result<ffi::MPI_Op, c_int> {
+        pub fn system_op(h: c_int) -> Result<SystemOperation, c_int> {
             match h {
-                $(values::$name => Ok(SystemOperation::$make().as_raw()),)*
+                $(values::$name => Ok(SystemOperation::$make()),)*
                 _ => Err(MPI_ERR_OP),
             }
+        }
+
+        /// The library's handle of the operation of MPICH handle `h`, or `MPI_ERR_OP`.
+        #[inline]
+        pub fn op(h: c_int) -> Result<ffi::MPI_Op, c_int> {
+            system_op(h).map(|o| o.as_raw())
         }
 
         /// Every predefined operation: its name and handle.

@@ -1,17 +1,21 @@
 //! Point-to-point communication: `MPI_Send` and its modes (`MPI_Ssend`, `MPI_Rsend`),
 //! `MPI_Recv`, `MPI_Isend`, `MPI_Issend`, `MPI_Irsend`, `MPI_Irecv`, `MPI_Sendrecv`, the
 //! completions (`MPI_Wait`, `MPI_Waitall`, `MPI_Waitany`, `MPI_Test`, `MPI_Testall`,
-//! `MPI_Testany`, `MPI_Request_free`), `MPI_Probe`, `MPI_Iprobe` and `MPI_Get_count`.
+//! `MPI_Testany`, `MPI_Request_free`), `MPI_Probe`, `MPI_Iprobe`, `MPI_Get_count`, the
+//! buffered send `MPI_Bsend` and `MPI_Get_elements`.
 //!
 //! A ready-mode send (`MPI_Rsend`) is a standard send (which the standard allows). The
 //! requests are the library's (`p2pmpi::ffi`), named by handles of [`REQUESTS`].
 
 use crate::consts::*;
+use crate::datatypes::MPI_Count;
 use crate::datatypes::{datatype, size_of};
-use crate::handles::{comm, REQUESTS};
+use crate::handles::{comm, rust_comm, REQUESTS};
 use crate::status::{self, MPI_Status};
 use crate::{not_in_place, ok};
+use p2pmpi::datatype::{DatatypeRef, DynBuffer};
 use p2pmpi::ffi;
+use p2pmpi::traits::*;
 use std::os::raw::{c_int, c_void};
 
 /// The library's null request.
@@ -498,5 +502,93 @@ mpi_fn! {
         // `count` writable.
         unsafe { count.write((*st).count(size)) };
         Ok(())
+    }
+}
+
+mpi_fn! {
+    /// Sends through the buffer attached with `MPI_Buffer_attach` (returns once the message
+    /// is copied there).
+    fn MPI_Bsend(buf: *const c_void, count: c_int, dt: c_int, dest: c_int, tag: c_int, c: c_int) on c => {
+        let rc = rust_comm(c)?;
+        let d = datatype(dt)?;
+        not_in_place(buf)?;
+        if count < 0 {
+            return Err(MPI_ERR_COUNT);
+        }
+        if count > 0 && buf.is_null() {
+            return Err(MPI_ERR_BUFFER);
+        }
+        if tag < 0 {
+            return Err(MPI_ERR_TAG);
+        }
+        if dest == MPI_PROC_NULL {
+            return Ok(());
+        }
+        if !(0..rc.size()).contains(&dest) {
+            return Err(MPI_ERR_RANK);
+        }
+        // SAFETY: `d` names a predefined datatype (living for the whole run); the caller
+        // vouches for `count` elements at `buf`.
+        let b = unsafe { DynBuffer::from_raw(buf, count, DatatypeRef::from_raw(d)) };
+        rc.process_at_rank(dest).buffered_send_with_tag(&b, tag);
+        Ok(())
+    }
+}
+
+mpi_fn! {
+    /// `MPI_Bsend` with a large count.
+    fn MPI_Bsend_c(buf: *const c_void, count: MPI_Count, dt: c_int, dest: c_int, tag: c_int, c: c_int) on c => {
+        let count = c_int::try_from(count).map_err(|_| MPI_ERR_COUNT)?;
+        // SAFETY: the caller's contract.
+        ok(unsafe { MPI_Bsend(buf, count, dt, dest, tag, c) })
+    }
+}
+
+/// The number of whole predefined elements a status's message held, as `MPI_Get_count`.
+///
+/// # Safety
+/// `st` must be readable unless null or `MPI_STATUS_IGNORE`.
+unsafe fn elements(st: *const MPI_Status, dt: c_int) -> Result<MPI_Count, c_int> {
+    let size = size_of(dt)?;
+    if st.is_null() || st as usize == MPI_STATUS_IGNORE {
+        return Err(MPI_ERR_ARG);
+    }
+    // SAFETY: checked to be a real pointer; the caller vouches it is readable.
+    let bytes = unsafe { st.read() }.bytes();
+    Ok(match size as u64 {
+        0 => 0,
+        s if bytes % s != 0 => MPI_UNDEFINED as MPI_Count,
+        s => (bytes / s) as MPI_Count,
+    })
+}
+
+mpi_fn! {
+    /// The number of basic elements a status's message held (for a predefined datatype, its
+    /// count).
+    fn MPI_Get_elements(st: *const MPI_Status, dt: c_int, count: *mut c_int) on MPI_COMM_WORLD => {
+        // SAFETY: the caller's contract.
+        let n = unsafe { elements(st, dt) }?;
+        // SAFETY: the caller's contract.
+        unsafe { crate::environment::put(count, c_int::try_from(n).unwrap_or(MPI_UNDEFINED)) }
+    }
+}
+
+mpi_fn! {
+    /// `MPI_Get_elements` with a large count.
+    fn MPI_Get_elements_c(st: *const MPI_Status, dt: c_int, count: *mut MPI_Count) on MPI_COMM_WORLD => {
+        // SAFETY: the caller's contract.
+        let n = unsafe { elements(st, dt) }?;
+        // SAFETY: the caller's contract.
+        unsafe { crate::environment::put(count, n) }
+    }
+}
+
+mpi_fn! {
+    /// MPI-3's name of `MPI_Get_elements_c`.
+    fn MPI_Get_elements_x(st: *const MPI_Status, dt: c_int, count: *mut MPI_Count) on MPI_COMM_WORLD => {
+        // SAFETY: the caller's contract.
+        let n = unsafe { elements(st, dt) }?;
+        // SAFETY: the caller's contract.
+        unsafe { crate::environment::put(count, n) }
     }
 }

@@ -217,6 +217,30 @@ fn collectives_with_a_count_per_process_on_three_processes() {
     }
 }
 
+#[test]
+fn memory_buffered_sends_names_dims_and_local_reduction_on_two_processes() {
+    if !require(&["mpicc.mpich"], true) {
+        return;
+    }
+    let o = run(2, &c_program("misc"), &[], T);
+    o.assert_ok();
+    let mut want = vec![
+        "rank 0: detached same 1 size 65536".to_string(),
+        // Four ints read as shorts: eight elements, the first 5.
+        "rank 1: bsend elements 8 first 5".to_string(),
+    ];
+    for r in 0..2 {
+        want.push(format!("rank {r}: alloc 2.5"));
+        want.push(format!("rank {r}: world named MPI_COMM_WORLD length 14"));
+        want.push(format!("rank {r}: dup named my duplicate"));
+        want.push(format!("rank {r}: dims 3 2 2 and 4 3"));
+        want.push(format!("rank {r}: reduce_local 4 5 9"));
+    }
+    for w in want {
+        assert!(o.stdout.lines().any(|l| l == w), "missing {w:?}\n{}", show(&o));
+    }
+}
+
 /// The collectives' lines for `n` processes.
 fn collective_lines(n: i64) -> Vec<String> {
     let root_sum: i64 = (1..=n).sum();

@@ -1,0 +1,56 @@
+/* MPI_Alloc_mem, buffered sends, names, MPI_Dims_create, MPI_Reduce_local, MPI_Get_elements.
+ * Run on 2 processes. */
+#include <mpi.h>
+#include <stdio.h>
+#include <string.h>
+
+int main(int argc, char **argv) {
+    int rank, len, n, dims[3] = {0, 0, 0}, dims2[2] = {0, 3}, size;
+    char name[MPI_MAX_OBJECT_NAME];
+    double *mem;
+    void *detached;
+    MPI_Comm dup;
+    MPI_Status st;
+
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+
+    MPI_Alloc_mem(4 * sizeof(double), MPI_INFO_NULL, &mem);
+    mem[3] = 2.5;
+    printf("rank %d: alloc %.1f\n", rank, mem[3]);
+    MPI_Free_mem(mem);
+
+    if (rank == 0) {
+        static char room[1 << 16];
+        int v[4] = {5, 6, 7, 8};
+        MPI_Buffer_attach(room, sizeof room);
+        MPI_Bsend(v, 4, MPI_INT, 1, 3, MPI_COMM_WORLD);
+        MPI_Buffer_detach(&detached, &size);
+        printf("rank 0: detached same %d size %d\n", detached == (void *)room, size);
+    } else {
+        short in[8];
+        MPI_Recv(in, 8, MPI_SHORT, 0, 3, MPI_COMM_WORLD, &st);
+        MPI_Get_elements(&st, MPI_SHORT, &n);
+        printf("rank 1: bsend elements %d first %d\n", n, in[0]);
+    }
+
+    MPI_Comm_get_name(MPI_COMM_WORLD, name, &len);
+    printf("rank %d: world named %s length %d\n", rank, name, len);
+    MPI_Comm_dup(MPI_COMM_WORLD, &dup);
+    MPI_Comm_set_name(dup, "my duplicate");
+    MPI_Comm_get_name(dup, name, &len);
+    printf("rank %d: dup named %s\n", rank, name);
+    MPI_Comm_free(&dup);
+
+    MPI_Dims_create(12, 3, dims);
+    MPI_Dims_create(12, 2, dims2);
+    printf("rank %d: dims %d %d %d and %d %d\n", rank, dims[0], dims[1], dims[2], dims2[0], dims2[1]);
+
+    {
+        long a[3] = {1, 5, 9}, b[3] = {4, 4, 4};
+        MPI_Reduce_local(a, b, 3, MPI_LONG, MPI_MAX);
+        printf("rank %d: reduce_local %ld %ld %ld\n", rank, b[0], b[1], b[2]);
+    }
+    MPI_Finalize();
+    return 0;
+}
