@@ -1,6 +1,7 @@
 //! Collective communication: `MPI_Barrier`, `MPI_Bcast`, `MPI_Reduce`, `MPI_Allreduce`,
 //! `MPI_Scan`, `MPI_Exscan`, `MPI_Gather`, `MPI_Scatter`, `MPI_Allgather`, `MPI_Alltoall`,
-//! and the local `MPI_Reduce_local`.
+//! and the local `MPI_Reduce_local`. The reductions with a user operation are
+//! [`crate::user_ops`]'.
 //!
 //! `MPI_IN_PLACE` is honoured where the standard allows it for these functions (the roots of
 //! `MPI_Reduce`, `MPI_Gather` and `MPI_Scatter`, every process of `MPI_Allreduce`,
@@ -14,6 +15,7 @@ use crate::datatypes::MPI_Count;
 use crate::handles::comm;
 use crate::ok;
 use crate::ops::op;
+use crate::user_ops::{self, user_op, Reduction};
 use p2pmpi::datatype::{DatatypeRef, DynBuffer, DynBufferMut};
 use p2pmpi::ffi;
 use p2pmpi::traits::FromRaw;
@@ -68,6 +70,10 @@ mpi_fn! {
         c: c_int,
     )
         on c => {
+        if let Some(u) = user_op(o) {
+            // SAFETY: the caller's contract.
+            return unsafe { user_ops::reduce(Reduction::Reduce(root), sendbuf, recvbuf, count, dt, u, c) };
+        }
         let fc = comm(c)?;
         let (fd, fo) = (datatype(dt)?, op(o)?);
         // SAFETY: the caller's contract.
@@ -85,6 +91,10 @@ mpi_fn! {
         o: c_int,
         c: c_int,
     ) on c => {
+        if let Some(u) = user_op(o) {
+            // SAFETY: the caller's contract.
+            return unsafe { user_ops::reduce(Reduction::Allreduce, sendbuf, recvbuf, count, dt, u, c) };
+        }
         let fc = comm(c)?;
         let (fd, fo) = (datatype(dt)?, op(o)?);
         crate::not_in_place(recvbuf)?;
@@ -96,6 +106,10 @@ mpi_fn! {
 mpi_fn! {
     /// The inclusive prefix reduction.
     fn MPI_Scan(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, dt: c_int, o: c_int, c: c_int) on c => {
+        if let Some(u) = user_op(o) {
+            // SAFETY: the caller's contract.
+            return unsafe { user_ops::reduce(Reduction::Scan, sendbuf, recvbuf, count, dt, u, c) };
+        }
         let fc = comm(c)?;
         let (fd, fo) = (datatype(dt)?, op(o)?);
         crate::not_in_place(recvbuf)?;
@@ -107,6 +121,10 @@ mpi_fn! {
 mpi_fn! {
     /// The exclusive prefix reduction (rank 0's `recvbuf` is left alone).
     fn MPI_Exscan(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, dt: c_int, o: c_int, c: c_int) on c => {
+        if let Some(u) = user_op(o) {
+            // SAFETY: the caller's contract.
+            return unsafe { user_ops::reduce(Reduction::Exscan, sendbuf, recvbuf, count, dt, u, c) };
+        }
         let fc = comm(c)?;
         let (fd, fo) = (datatype(dt)?, op(o)?);
         crate::not_in_place(recvbuf)?;
@@ -208,6 +226,12 @@ unsafe fn reduce_local(
     dt: c_int,
     o: c_int,
 ) -> Result<(), c_int> {
+    if let Some(u) = user_op(o) {
+        crate::not_in_place(inbuf)?;
+        crate::not_in_place(inoutbuf)?;
+        // SAFETY: the caller's contract.
+        return unsafe { user_ops::reduce_local(inbuf, inoutbuf, count, dt, u) };
+    }
     let d = datatype(dt)?;
     let op = crate::ops::system_op(o)?;
     if count < 0 {

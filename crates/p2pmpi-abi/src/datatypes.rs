@@ -81,6 +81,14 @@ pub fn datatype(h: c_int) -> Result<ffi::MPI_Datatype, c_int> {
     builtin(h).ok_or(MPI_ERR_TYPE)
 }
 
+/// The library's datatype of MPICH datatype `h` as a Rust datatype reference, or
+/// `MPI_ERR_TYPE`.
+pub fn datatype_ref(h: c_int) -> Result<p2pmpi::datatype::DatatypeRef<'static>, c_int> {
+    let d = datatype(h)?;
+    // SAFETY: `d` names a predefined datatype, which lives for the whole run.
+    Ok(unsafe { <p2pmpi::datatype::DatatypeRef<'static> as p2pmpi::traits::FromRaw>::from_raw(d) })
+}
+
 /// The size in bytes of one element of datatype `h`.
 pub fn size_of(h: c_int) -> Result<usize, c_int> {
     let d = datatype(h)?;

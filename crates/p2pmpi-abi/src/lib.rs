@@ -35,6 +35,7 @@ pub mod ops;
 pub mod point_to_point;
 pub mod status;
 pub mod stubs;
+pub mod user_ops;
 pub mod varcount;
 
 /// The answer of a function of `p2pmpi::ffi` (whose error classes are MPICH's numbers) as a

@@ -8,19 +8,12 @@
 //! here); wrong arguments answer their class.
 
 use crate::consts::*;
-use crate::datatypes::{datatype, size_of, MPI_Aint, MPI_Count};
+use crate::datatypes::{datatype_ref as dtref, size_of, MPI_Aint, MPI_Count};
 use crate::handles::rust_comm;
 use crate::is_in_place;
-use p2pmpi::datatype::{DatatypeRef, DynBuffer, DynBufferMut, Partition, PartitionMut};
+use p2pmpi::datatype::{DynBuffer, DynBufferMut, Partition, PartitionMut};
 use p2pmpi::traits::*;
 use std::os::raw::{c_int, c_void};
-
-/// The library's datatype of a predefined MPICH datatype.
-fn dtref(h: c_int) -> Result<DatatypeRef<'static>, c_int> {
-    let d = datatype(h)?;
-    // SAFETY: `d` names a predefined datatype, which lives for the whole run.
-    Ok(unsafe { DatatypeRef::from_raw(d) })
-}
 
 /// `n` counts or displacements at `p` as `int`s (`MPI_ERR_COUNT` for one out of range or a
 /// negative count).

@@ -241,6 +241,28 @@ fn memory_buffered_sends_names_dims_and_local_reduction_on_two_processes() {
     }
 }
 
+#[test]
+fn user_operations_commutative_or_not_on_three_processes() {
+    if !require(&["mpicc.mpich"], true) {
+        return;
+    }
+    let o = run(3, &c_program("userop"), &[], T);
+    o.assert_ok();
+    // Rank r's map is x -> (r + 2) x + (r + 1); composed in rank order: (2, 1), (6, 5), (24, 23).
+    let scans = ["2 1", "6 5", "24 23"];
+    let mut want = vec!["rank 2: reduce 24 23".to_string()];
+    for (r, scan) in scans.iter().enumerate() {
+        want.push(format!("rank {r}: max abs -50 datatype int 1"));
+        want.push(format!("rank {r}: affine 24 23 scan {scan} in place 24 23"));
+        want.push(format!("rank {r}: local 15 26"));
+        want.push(format!("rank {r}: commutative affine 0 abs 1 sum 1"));
+        want.push(format!("rank {r}: freed 1"));
+    }
+    for w in want {
+        assert!(o.stdout.lines().any(|l| l == w), "missing {w:?}\n{}", show(&o));
+    }
+}
+
 /// The collectives' lines for `n` processes.
 fn collective_lines(n: i64) -> Vec<String> {
     let root_sum: i64 = (1..=n).sum();
