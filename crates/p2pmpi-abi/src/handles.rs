@@ -139,9 +139,36 @@ pub struct CommEntry {
 // Process-wide because a C handle is a plain integer any thread may hand to any function.
 pub static COMMS: Slab<CommEntry> = Slab::new(object::COMM);
 
+/// What a request keeps alive until it completes (the descriptions of the buffers of a
+/// nonblocking collective, a copy of an `MPI_IN_PLACE` input): dropped once it completed.
+pub struct Keep(pub Vec<Box<dyn std::any::Any>>);
+
+// SAFETY: what is kept is only dropped (by whichever thread completes the request), never
+// used through this value; the objects are descriptions of buffers (raw addresses) and
+// plain copies of data.
+unsafe impl Send for Keep {}
+// SAFETY: as above: a `Keep` is never read through a shared reference.
+unsafe impl Sync for Keep {}
+
+/// A request of a nonblocking operation: the library's handle, and what it keeps alive.
+pub struct RequestEntry {
+    pub raw: ffi::MPI_Request,
+    pub keep: Option<Keep>,
+}
+
 /// Requests of the nonblocking operations.
 // Process-wide because a C handle is a plain integer any thread may hand to any function.
-pub static REQUESTS: Slab<ffi::MPI_Request> = Slab::new(object::REQUEST);
+pub static REQUESTS: Slab<RequestEntry> = Slab::new(object::REQUEST);
+
+/// The MPICH handle of a request the library started.
+pub fn new_request(raw: ffi::MPI_Request, keep: Option<Keep>) -> c_int {
+    REQUESTS.insert(RequestEntry { raw, keep })
+}
+
+/// The library's handle of request `h`.
+pub fn request(h: c_int) -> Option<ffi::MPI_Request> {
+    REQUESTS.with(h, |e| e.raw)
+}
 
 /// Groups made at run time (`MPI_Comm_group`, `MPI_Group_incl`, ...).
 // Process-wide because a C handle is a plain integer any thread may hand to any function.

@@ -29,6 +29,7 @@ pub mod datatypes;
 pub mod environment;
 pub mod errors;
 pub mod handles;
+pub mod immediate;
 pub mod large_count;
 pub mod matched;
 pub mod ops;

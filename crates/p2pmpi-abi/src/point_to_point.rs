@@ -10,7 +10,7 @@
 use crate::consts::*;
 use crate::datatypes::MPI_Count;
 use crate::datatypes::{datatype, size_of};
-use crate::handles::{comm, rust_comm, REQUESTS};
+use crate::handles::{comm, new_request, request as raw_request, rust_comm, REQUESTS};
 use crate::status::{self, MPI_Status};
 use crate::{not_in_place, ok};
 use p2pmpi::datatype::{DatatypeRef, DynBuffer};
@@ -103,7 +103,7 @@ unsafe fn isend(
         }
     })?;
     // SAFETY: checked non-null; the caller vouches it is writable.
-    unsafe { request.write(REQUESTS.insert(r)) };
+    unsafe { request.write(new_request(r, None)) };
     Ok(())
 }
 
@@ -189,7 +189,7 @@ mpi_fn! {
         // SAFETY: the caller's contract; `r` is a local.
         ok(unsafe { ffi::MPI_Irecv(buf, count, fd, source, tag, fc, &mut r) })?;
         // SAFETY: checked non-null; the caller vouches it is writable.
-        unsafe { request.write(REQUESTS.insert(r)) };
+        unsafe { request.write(new_request(r, None)) };
         Ok(())
     }
 }
@@ -240,12 +240,15 @@ mpi_fn! {
             unsafe { put_status(st, empty_status()) };
             return Ok(());
         }
-        let mut r = REQUESTS.take(h).ok_or(MPI_ERR_REQUEST)?;
+        let e = REQUESTS.take(h).ok_or(MPI_ERR_REQUEST)?;
         // SAFETY: as above.
         unsafe { request.write(MPI_REQUEST_NULL) };
-        let mut fs = ffi::MPI_Status::default();
+        let (mut r, mut fs) = (e.raw, ffi::MPI_Status::default());
         // SAFETY: `r` and `fs` are locals; the request's buffer is the caller's to keep valid.
-        ok(unsafe { ffi::MPI_Wait(&mut r, &mut fs) })?;
+        let rc = unsafe { ffi::MPI_Wait(&mut r, &mut fs) };
+        // What the request kept alive goes once it completed.
+        drop(e.keep);
+        ok(rc)?;
         // SAFETY: the caller's contract.
         unsafe { status::put(st, &fs) };
         Ok(())
@@ -269,7 +272,7 @@ mpi_fn! {
             }
             return Ok(());
         }
-        let mut r = REQUESTS.get(h).ok_or(MPI_ERR_REQUEST)?;
+        let mut r = raw_request(h).ok_or(MPI_ERR_REQUEST)?;
         let (mut done, mut fs) = (0, ffi::MPI_Status::default());
         // SAFETY: locals only; the request's buffer is the caller's to keep valid.
         let rc = unsafe { ffi::MPI_Test(&mut r, &mut done, &mut fs) };
@@ -316,7 +319,7 @@ unsafe fn with_requests(
     let null = null_request();
     let mut theirs = Vec::with_capacity(ours.len());
     for &h in ours.iter() {
-        theirs.push(if h == MPI_REQUEST_NULL { null } else { REQUESTS.get(h).ok_or(MPI_ERR_REQUEST)? });
+        theirs.push(if h == MPI_REQUEST_NULL { null } else { raw_request(h).ok_or(MPI_ERR_REQUEST)? });
     }
     let rc = f(&mut theirs);
     for (h, r) in ours.iter_mut().zip(&theirs) {
@@ -450,9 +453,13 @@ mpi_fn! {
         }
         // SAFETY: checked non-null; the caller vouches it is readable and writable.
         let h = unsafe { request.read() };
-        let mut r = REQUESTS.take(h).ok_or(MPI_ERR_REQUEST)?;
+        let e = REQUESTS.take(h).ok_or(MPI_ERR_REQUEST)?;
         // SAFETY: as above.
         unsafe { request.write(MPI_REQUEST_NULL) };
+        let mut r = e.raw;
+        // The request completes in the background, when no one looks: what it keeps alive
+        // must outlive it, so it is never freed (a nonblocking collective's descriptions).
+        std::mem::forget(e.keep);
         // SAFETY: `r` is a local.
         ok(unsafe { ffi::MPI_Request_free(&mut r) })
     }

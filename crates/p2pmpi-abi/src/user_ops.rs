@@ -33,7 +33,7 @@ pub fn user_op(h: c_int) -> Option<UserOp> {
 }
 
 /// The Rust operation calling `u`'s function on elements of MPICH datatype `dt`.
-fn rust_op(u: UserOp, dt: c_int) -> UserOperation<'static> {
+pub(crate) fn rust_op(u: UserOp, dt: c_int) -> UserOperation<'static> {
     UserOperation::new(u.commute, move |a: DynBuffer, mut b: DynBufferMut| {
         let (mut len, mut d) = (a.len() as c_int, dt);
         // SAFETY: the program's function, on `len` elements of `dt` at both buffers (the

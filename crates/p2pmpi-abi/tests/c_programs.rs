@@ -263,6 +263,32 @@ fn user_operations_commutative_or_not_on_three_processes() {
     }
 }
 
+#[test]
+fn nonblocking_collectives_in_flight_together_on_three_processes() {
+    if !require(&["mpicc.mpich"], true) {
+        return;
+    }
+    let o = run(3, &c_program("nonblocking"), &[], T);
+    o.assert_ok();
+    let mut want = vec!["rank 0: prod 6 gather sum 63".to_string()];
+    for r in 0..3 {
+        let scan: i32 = (1..=r + 1).sum();
+        let exscan: i32 = (1..=r).sum();
+        want.push(format!("rank {r}: sum 6 max 3 scan {scan} exscan {exscan} user 6 bcast 99 99"));
+        // Block r of each rank j's 100 j + i; rank 2's block r.
+        want.push(format!(
+            "rank {r}: allgather sum 63 alltoall {} {} scatter {} {}",
+            2 * r,
+            200 + 2 * r + 1,
+            200 + 2 * r,
+            201 + 2 * r
+        ));
+    }
+    for w in want {
+        assert!(o.stdout.lines().any(|l| l == w), "missing {w:?}\n{}", show(&o));
+    }
+}
+
 /// The collectives' lines for `n` processes.
 fn collective_lines(n: i64) -> Vec<String> {
     let root_sum: i64 = (1..=n).sum();
