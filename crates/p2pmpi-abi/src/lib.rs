@@ -36,6 +36,7 @@ pub mod ops;
 pub mod point_to_point;
 pub mod status;
 pub mod stubs;
+pub mod topology;
 pub mod user_ops;
 pub mod varcount;
 

@@ -2,7 +2,8 @@
 //! `MPI_Recv`, `MPI_Isend`, `MPI_Issend`, `MPI_Irsend`, `MPI_Irecv`, `MPI_Sendrecv`, the
 //! completions (`MPI_Wait`, `MPI_Waitall`, `MPI_Waitany`, `MPI_Test`, `MPI_Testall`,
 //! `MPI_Testany`, `MPI_Request_free`), `MPI_Probe`, `MPI_Iprobe`, `MPI_Get_count`, the
-//! buffered send `MPI_Bsend` and `MPI_Get_elements`.
+//! buffered send `MPI_Bsend`, `MPI_Get_elements`, `MPI_Waitsome`, `MPI_Testsome` and
+//! `MPI_Test_cancelled`.
 //!
 //! A ready-mode send (`MPI_Rsend`) is a standard send (which the standard allows). The
 //! requests are the library's (`p2pmpi::ffi`), named by handles of [`REQUESTS`].
@@ -597,5 +598,117 @@ mpi_fn! {
         let n = unsafe { elements(st, dt) }?;
         // SAFETY: the caller's contract.
         unsafe { crate::environment::put(count, n) }
+    }
+}
+
+/// Completes some of the requests of an array: with `wait`, at least one if any is active
+/// (waiting for it); then every other that completed. Their indices and statuses are
+/// written in order of discovery; `MPI_UNDEFINED` if none is active.
+///
+/// # Safety
+/// The arrays as `MPI_Waitsome` says.
+unsafe fn some(
+    wait: bool,
+    count: c_int,
+    requests: *mut c_int,
+    outcount: *mut c_int,
+    indices: *mut c_int,
+    statuses: *mut MPI_Status,
+) -> Result<(), c_int> {
+    if outcount.is_null() || (count > 0 && indices.is_null()) {
+        return Err(MPI_ERR_ARG);
+    }
+    let null = null_request();
+    let mut done: Vec<(c_int, ffi::MPI_Status)> = Vec::new();
+    let mut active = true;
+    // SAFETY: the caller vouches for the requests; the library writes locals only.
+    unsafe {
+        with_requests(count, requests, |rs| {
+            active = rs.iter().any(|r| *r != null);
+            if !active {
+                return MPI_SUCCESS;
+            }
+            if wait {
+                let (mut i, mut st) = (0, ffi::MPI_Status::default());
+                let rc = ffi::MPI_Waitany(count, rs.as_mut_ptr(), &mut i, &mut st);
+                if rc != MPI_SUCCESS {
+                    return rc;
+                }
+                done.push((i, st));
+            }
+            for (j, r) in rs.iter_mut().enumerate() {
+                if *r == null {
+                    continue;
+                }
+                let (mut flag, mut st) = (0, ffi::MPI_Status::default());
+                let rc = ffi::MPI_Test(r, &mut flag, &mut st);
+                if rc != MPI_SUCCESS {
+                    return rc;
+                }
+                if flag != 0 {
+                    done.push((j as c_int, st));
+                }
+            }
+            MPI_SUCCESS
+        })
+    }?;
+    // SAFETY: `outcount` checked non-null; the caller vouches for `count` entries of
+    // `indices` and (unless ignored) `statuses`.
+    unsafe {
+        if !active {
+            outcount.write(MPI_UNDEFINED);
+            return Ok(());
+        }
+        outcount.write(done.len() as c_int);
+        for (k, (i, st)) in done.iter().enumerate() {
+            indices.add(k).write(*i);
+            if status::wanted(statuses) {
+                statuses.add(k).write(MPI_Status::from(st));
+            }
+        }
+    }
+    Ok(())
+}
+
+mpi_fn! {
+    /// Waits until at least one request of the array completes; `*outcount` of them, at
+    /// `indices` (`MPI_UNDEFINED` if none is active).
+    fn MPI_Waitsome(
+        count: c_int,
+        requests: *mut c_int,
+        outcount: *mut c_int,
+        indices: *mut c_int,
+        statuses: *mut MPI_Status,
+    ) on MPI_COMM_WORLD => {
+        // SAFETY: the caller's contract.
+        unsafe { some(true, count, requests, outcount, indices, statuses) }
+    }
+}
+
+mpi_fn! {
+    /// The requests of the array that completed: `*outcount` of them (maybe 0), at
+    /// `indices` (`MPI_UNDEFINED` if none is active).
+    fn MPI_Testsome(
+        count: c_int,
+        requests: *mut c_int,
+        outcount: *mut c_int,
+        indices: *mut c_int,
+        statuses: *mut MPI_Status,
+    ) on MPI_COMM_WORLD => {
+        // SAFETY: the caller's contract.
+        unsafe { some(false, count, requests, outcount, indices, statuses) }
+    }
+}
+
+mpi_fn! {
+    /// Whether the operation a status describes was cancelled.
+    fn MPI_Test_cancelled(st: *const MPI_Status, flag: *mut c_int) on MPI_COMM_WORLD => {
+        if st.is_null() || st as usize == MPI_STATUS_IGNORE {
+            return Err(MPI_ERR_ARG);
+        }
+        // SAFETY: checked to be a real pointer; the caller vouches it is readable.
+        let c = unsafe { st.read() }.cancelled();
+        // SAFETY: the caller's contract.
+        unsafe { crate::environment::put(flag, c as c_int) }
     }
 }

@@ -289,6 +289,32 @@ fn nonblocking_collectives_in_flight_together_on_three_processes() {
     }
 }
 
+#[test]
+fn cartesian_topologies_split_type_and_waitsome_on_four_processes() {
+    if !require(&["mpicc.mpich"], true) {
+        return;
+    }
+    let o = run(4, &c_program("topo"), &[], T);
+    o.assert_ok();
+    let mut want = vec!["rank 0: waitsome total 30 rounds ok 1 testsome undefined 1".to_string()];
+    for r in 0..4 {
+        // A 2 x 2 grid, periodic along its first dimension.
+        let (x, y) = (r / 2, r % 2);
+        let shift = (r + 2) % 4;
+        let other = x * 2 + (1 - y);
+        want.push(format!(
+            "rank {r}: coords {x} {y} shift {shift} {shift} cart 1 ndims 2 get 22 10 {x}{y} other {other}"
+        ));
+        want.push(format!("rank {r}: row size 2 sum {} world undefined 1", if x == 0 { 1 } else { 5 }));
+        // One host: everyone, ordered by -rank.
+        want.push(format!("rank {r}: shared size 4 rank {}", 3 - r));
+        want.push(format!("rank {r}: cancelled 0"));
+    }
+    for w in want {
+        assert!(o.stdout.lines().any(|l| l == w), "missing {w:?}\n{}", show(&o));
+    }
+}
+
 /// The collectives' lines for `n` processes.
 fn collective_lines(n: i64) -> Vec<String> {
     let root_sum: i64 = (1..=n).sum();
