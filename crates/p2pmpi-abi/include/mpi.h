@@ -415,6 +415,12 @@ P2PMPI_FN(int, Buffer_detach, (void *buffer_addr, int *size))
 /* Errors. */
 P2PMPI_FN(int, Comm_set_errhandler, (MPI_Comm comm, MPI_Errhandler errhandler))
 P2PMPI_FN(int, Comm_get_errhandler, (MPI_Comm comm, MPI_Errhandler *errhandler))
+P2PMPI_FN(int, Comm_create_errhandler, (MPI_Comm_errhandler_function *comm_errhandler_fn, MPI_Errhandler *errhandler))
+P2PMPI_FN(int, Comm_call_errhandler, (MPI_Comm comm, int errorcode))
+P2PMPI_FN(int, Errhandler_free, (MPI_Errhandler *errhandler))
+P2PMPI_FN(int, Errhandler_create, (MPI_Comm_errhandler_function *comm_errhandler_fn, MPI_Errhandler *errhandler))
+P2PMPI_FN(int, Errhandler_get, (MPI_Comm comm, MPI_Errhandler *errhandler))
+P2PMPI_FN(int, Errhandler_set, (MPI_Comm comm, MPI_Errhandler errhandler))
 P2PMPI_FN(int, Error_class, (int errorcode, int *errorclass))
 P2PMPI_FN(int, Error_string, (int errorcode, char *string, int *resultlen))
 

@@ -1,13 +1,15 @@
 //! Error handlers and error classes: `MPI_Comm_set_errhandler`, `MPI_Comm_get_errhandler`,
-//! `MPI_Error_class`, `MPI_Error_string`, and [`raise`], where every failed call ends.
+//! `MPI_Comm_create_errhandler`, `MPI_Errhandler_free`, `MPI_Comm_call_errhandler` (and
+//! MPI-1's names), `MPI_Error_class`, `MPI_Error_string`, and [`raise`], where every failed
+//! call ends.
 //!
 //! Each communicator has `MPI_ERRORS_ARE_FATAL` until the program sets another handler
-//! (`MPI_ERRORS_RETURN`, or `MPI_ERRORS_ABORT`, which stops the job as the fatal one does
-//! here). User handlers (`MPI_Comm_create_errhandler`) are to come. The error codes are the
-//! error classes themselves.
+//! (`MPI_ERRORS_RETURN`, `MPI_ERRORS_ABORT`, which stops the job as the fatal one does here,
+//! or one of its own, called with the communicator and the code, after which the call
+//! returns the code). The error codes are the error classes themselves.
 
 use crate::consts::*;
-use crate::handles::comm;
+use crate::handles::{comm, object, Slab};
 use parking_lot::RwLock;
 use std::collections::HashMap;
 use std::os::raw::{c_char, c_int};
@@ -51,36 +53,137 @@ pub fn describe(class: c_int) -> Option<(&'static str, &'static str)> {
 /// rank, the function and the cause.
 pub fn raise(c: c_int, function: &str, class: c_int) -> c_int {
     let on = if comm(c).is_ok() { c } else { MPI_COMM_WORLD };
-    if handler_of(on) == MPI_ERRORS_RETURN {
+    let h = handler_of(on);
+    if h == MPI_ERRORS_RETURN {
+        return class;
+    }
+    if let Some(f) = USER_HANDLERS.get(h) {
+        let (mut c, mut code) = (on, class);
+        // SAFETY: the program's handler, called as MPI says (the communicator and the code,
+        // by address); it may return, and the call then returns the code.
+        unsafe { f.0(&mut c, &mut code) };
         return class;
     }
     let (name, text) = describe(class).unwrap_or(("MPI_ERR_UNKNOWN", "unknown error"));
     p2pmpi::environment::abort_with_message(class, &format!("{function}: {text} ({name})"))
 }
 
+/// A handler function (`MPI_Comm_errhandler_function`, variadic in C).
+pub type HandlerFn = unsafe extern "C" fn(*mut c_int, *mut c_int, ...);
+
+/// A handler made by the program.
+#[derive(Clone, Copy)]
+pub struct UserHandler(HandlerFn);
+
+/// The handlers the program made.
+// Process-wide because a C handle is a plain integer any thread may hand to any function.
+static USER_HANDLERS: Slab<UserHandler> = Slab::new(object::ERRHANDLER);
+
+/// Whether `h` names a handler (predefined or made by the program).
+fn is_handler(h: c_int) -> bool {
+    [MPI_ERRORS_ARE_FATAL, MPI_ERRORS_RETURN, MPI_ERRORS_ABORT].contains(&h) || USER_HANDLERS.get(h).is_some()
+}
+
+/// Sets the handler of communicator `c`.
+fn set_handler(c: c_int, errhandler: c_int) -> Result<(), c_int> {
+    comm(c)?;
+    if !is_handler(errhandler) {
+        return Err(MPI_ERR_ARG);
+    }
+    HANDLERS.write().get_or_insert_with(HashMap::new).insert(c, errhandler);
+    Ok(())
+}
+
+/// Makes a handler of `function`.
+///
+/// # Safety
+/// `errhandler` must be null or valid for a write.
+unsafe fn create_handler(function: Option<HandlerFn>, errhandler: *mut c_int) -> Result<(), c_int> {
+    let Some(f) = function else { return Err(MPI_ERR_ARG) };
+    let h = USER_HANDLERS.insert(UserHandler(f));
+    // SAFETY: the caller's contract.
+    unsafe { crate::environment::put(errhandler, h) }
+}
+
 mpi_fn! {
-    /// Sets the error handler of `comm` (`MPI_ERRORS_ARE_FATAL`, `MPI_ERRORS_RETURN` or
-    /// `MPI_ERRORS_ABORT`).
-    fn MPI_Comm_set_errhandler(c: c_int, errhandler: c_int) on c => {
-        comm(c)?;
-        if ![MPI_ERRORS_ARE_FATAL, MPI_ERRORS_RETURN, MPI_ERRORS_ABORT].contains(&errhandler) {
+    /// Sets the error handler of `comm` (`MPI_ERRORS_ARE_FATAL`, `MPI_ERRORS_RETURN`,
+    /// `MPI_ERRORS_ABORT` or one of `MPI_Comm_create_errhandler`).
+    fn MPI_Comm_set_errhandler(c: c_int, errhandler: c_int) on c => set_handler(c, errhandler)
+}
+
+mpi_fn! {
+    /// MPI-1's name of `MPI_Comm_set_errhandler`.
+    fn MPI_Errhandler_set(c: c_int, errhandler: c_int) on c => set_handler(c, errhandler)
+}
+
+mpi_fn! {
+    /// Makes an error handler of `function`, called with the communicator and the error
+    /// code when a call on a communicator it is set on fails.
+    fn MPI_Comm_create_errhandler(function: Option<HandlerFn>, errhandler: *mut c_int) on MPI_COMM_WORLD => {
+        // SAFETY: the caller's contract.
+        unsafe { create_handler(function, errhandler) }
+    }
+}
+
+mpi_fn! {
+    /// MPI-1's name of `MPI_Comm_create_errhandler`.
+    fn MPI_Errhandler_create(function: Option<HandlerFn>, errhandler: *mut c_int) on MPI_COMM_WORLD => {
+        // SAFETY: the caller's contract.
+        unsafe { create_handler(function, errhandler) }
+    }
+}
+
+mpi_fn! {
+    /// Frees a handler handle and sets it to `MPI_ERRHANDLER_NULL` (the communicators it is
+    /// set on keep it).
+    fn MPI_Errhandler_free(errhandler: *mut c_int) on MPI_COMM_WORLD => {
+        if errhandler.is_null() {
             return Err(MPI_ERR_ARG);
         }
-        HANDLERS.write().get_or_insert_with(HashMap::new).insert(c, errhandler);
+        // SAFETY: checked non-null; the caller vouches it is readable and writable.
+        let h = unsafe { errhandler.read() };
+        if !is_handler(h) {
+            return Err(MPI_ERR_ARG);
+        }
+        // A handler stays usable by the communicators it is set on: its slot is kept.
+        // SAFETY: as above.
+        unsafe { errhandler.write(MPI_ERRHANDLER_NULL) };
         Ok(())
     }
 }
 
 mpi_fn! {
+    /// Raises `errorcode` on `comm` as a failed call would: its handler runs.
+    fn MPI_Comm_call_errhandler(c: c_int, errorcode: c_int) on c => {
+        comm(c)?;
+        raise(c, "MPI_Comm_call_errhandler", errorcode);
+        Ok(())
+    }
+}
+
+/// Writes the handler of `c` at `errhandler`.
+///
+/// # Safety
+/// `errhandler` must be null or valid for a write.
+unsafe fn get_handler(c: c_int, errhandler: *mut c_int) -> Result<(), c_int> {
+    comm(c)?;
+    // SAFETY: the caller's contract.
+    unsafe { crate::environment::put(errhandler, handler_of(c)) }
+}
+
+mpi_fn! {
     /// The error handler of `comm`.
     fn MPI_Comm_get_errhandler(c: c_int, errhandler: *mut c_int) on c => {
-        comm(c)?;
-        if errhandler.is_null() {
-            return Err(MPI_ERR_ARG);
-        }
-        // SAFETY: checked non-null; the caller vouches it is writable.
-        unsafe { errhandler.write(handler_of(c)) };
-        Ok(())
+        // SAFETY: the caller's contract.
+        unsafe { get_handler(c, errhandler) }
+    }
+}
+
+mpi_fn! {
+    /// MPI-1's name of `MPI_Comm_get_errhandler`.
+    fn MPI_Errhandler_get(c: c_int, errhandler: *mut c_int) on c => {
+        // SAFETY: the caller's contract.
+        unsafe { get_handler(c, errhandler) }
     }
 }
 

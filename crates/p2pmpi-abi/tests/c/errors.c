@@ -5,6 +5,14 @@
 #include <stdio.h>
 #include <string.h>
 
+static int calls = 0, last_code = -1, last_world = -1;
+
+static void on_error(MPI_Comm *comm, int *code, ...) {
+    calls++;
+    last_code = *code;
+    last_world = *comm == MPI_COMM_WORLD;
+}
+
 int main(int argc, char **argv) {
     int rank, size, x = 1, rc, cls, len, eh;
     char text[MPI_MAX_ERROR_STRING];
@@ -42,6 +50,21 @@ int main(int argc, char **argv) {
         MPI_Error_class(rc, &cls);
         MPI_Error_string(rc, text, &len);
         printf("class %d string %s length %d\n", cls, text, len == (int)strlen(text));
+    }
+    /* A handler of the program's: called with the communicator and the code; the call then
+     * returns the code. */
+    {
+        MPI_Errhandler mine;
+        MPI_Comm_create_errhandler(on_error, &mine);
+        MPI_Comm_set_errhandler(MPI_COMM_WORLD, mine);
+        MPI_Errhandler_free(&mine);
+        if (rank == 0) {
+            rc = MPI_Send(&x, 1, MPI_INT, size + 1, 0, MPI_COMM_WORLD);
+            printf("user handler: calls %d code %d world %d returned %d freed %d\n", calls, last_code, last_world, rc,
+                   mine == MPI_ERRHANDLER_NULL);
+            MPI_Comm_call_errhandler(MPI_COMM_WORLD, MPI_ERR_OTHER);
+            printf("call errhandler: calls %d code %d\n", calls, last_code);
+        }
     }
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
     MPI_Barrier(MPI_COMM_WORLD);
