@@ -1,11 +1,16 @@
 //! The predefined datatypes: MPICH's handle of each, and the library's datatype it stands for
 //! (a Rust type of the same size and kind), with `MPI_Type_size`, `MPI_Type_get_extent`,
-//! `MPI_Type_get_true_extent` (and their `_c` forms). Derived datatypes are to come (see
-//! docs/mpich-abi.md).
+//! `MPI_Type_get_true_extent` (and their `_c` forms); and the table of the datatypes the
+//! program makes ([`crate::derived`]).
 
-use crate::consts::{MPI_COMM_WORLD, MPI_DATATYPE_NULL, MPI_ERR_TYPE, MPI_ERR_VALUE_TOO_LARGE};
+use crate::consts::{
+    MPI_COMM_WORLD, MPI_DATATYPE_NULL, MPI_ERR_TYPE, MPI_ERR_UNSUPPORTED_OPERATION, MPI_ERR_VALUE_TOO_LARGE,
+};
+use crate::handles::{object, Slab};
+use p2pmpi::datatype::{DatatypeRef, UserDatatype};
 use p2pmpi::ffi;
 use p2pmpi::traits::{AsRaw, Equivalence};
+use p2pmpi::traits::{FromRaw, UncommittedDatatype};
 use std::os::raw::{c_int, c_long};
 
 /// `MPI_Aint`.
@@ -72,13 +77,52 @@ predefined_datatypes! {
     MPI_COUNT = 0x4c00_0845 => i64;
 }
 
-/// The library's datatype of MPICH datatype `h`, or `MPI_ERR_TYPE`.
+/// A datatype the program made ([`crate::derived`]): the library's, and whether it was
+/// committed.
+pub struct TypeEntry {
+    pub dt: UserDatatype,
+    pub committed: bool,
+}
+
+/// The datatypes the program made.
+// Process-wide because a C handle is a plain integer any thread may hand to any function.
+pub static DATATYPES: Slab<TypeEntry> = Slab::new(object::DATATYPE);
+
+/// The library's datatype of MPICH datatype `h`, committed or not (for the constructors and
+/// the queries), or `MPI_ERR_TYPE`.
+pub fn any_datatype(h: c_int) -> Result<ffi::MPI_Datatype, c_int> {
+    match builtin(h) {
+        Some(d) => Ok(d),
+        None => DATATYPES.with(h, |e| e.dt.as_raw()).ok_or(MPI_ERR_TYPE),
+    }
+}
+
+/// The library's datatype of MPICH datatype `h` for communication: predefined or committed,
+/// else `MPI_ERR_TYPE`.
 #[inline]
 pub fn datatype(h: c_int) -> Result<ffi::MPI_Datatype, c_int> {
     if h == MPI_DATATYPE_NULL {
         return Err(MPI_ERR_TYPE);
     }
-    builtin(h).ok_or(MPI_ERR_TYPE)
+    match builtin(h) {
+        Some(d) => Ok(d),
+        None => DATATYPES.with(h, |e| e.committed.then(|| e.dt.as_raw())).flatten().ok_or(MPI_ERR_TYPE),
+    }
+}
+
+/// The number of bytes of one element of `dt` when its data is one run from its start
+/// (what an `MPI_IN_PLACE` input is copied by); `MPI_ERR_UNSUPPORTED_OPERATION` for a
+/// datatype with holes or another lower bound, not yet copied in place.
+pub fn stageable(dt: c_int) -> Result<usize, c_int> {
+    let d = any_datatype(dt)?;
+    // SAFETY: `d` names a live datatype, read during this call only.
+    let r = unsafe { DatatypeRef::from_raw(d) };
+    let m = r.type_map();
+    if m.is_contiguous() && m.lb() == 0 && m.extent() == m.size() as isize {
+        Ok(m.size())
+    } else {
+        Err(MPI_ERR_UNSUPPORTED_OPERATION)
+    }
 }
 
 /// The library's datatype of MPICH datatype `h` as a Rust datatype reference, or
@@ -91,7 +135,7 @@ pub fn datatype_ref(h: c_int) -> Result<p2pmpi::datatype::DatatypeRef<'static>, 
 
 /// The size in bytes of one element of datatype `h`.
 pub fn size_of(h: c_int) -> Result<usize, c_int> {
-    let d = datatype(h)?;
+    let d = any_datatype(h)?;
     let mut n: c_int = 0;
     // SAFETY: `d` is a live datatype (a predefined one), `n` a local.
     match unsafe { ffi::MPI_Type_size(d, &mut n) } {
@@ -127,17 +171,26 @@ mpi_fn! {
     }
 }
 
-/// The lower bound and extent of `dt` (a predefined datatype: 0 and its size).
-fn extent(dt: c_int) -> Result<(MPI_Count, MPI_Count), c_int> {
-    Ok((0, size_of(dt)? as MPI_Count))
+/// The lower bound and extent of `dt` (`true_`: of its data only).
+fn extent(dt: c_int, true_: bool) -> Result<(MPI_Count, MPI_Count), c_int> {
+    let d = any_datatype(dt)?;
+    // SAFETY: `d` names a live datatype, read during this call only.
+    let r = unsafe { DatatypeRef::from_raw(d) };
+    let m = r.type_map();
+    if !true_ {
+        return Ok((m.lb() as MPI_Count, m.extent() as MPI_Count));
+    }
+    let lo = m.blocks().iter().map(|b| b.offset).min().unwrap_or(0);
+    let hi = m.blocks().iter().map(|b| b.offset + b.len as isize).max().unwrap_or(0);
+    Ok((lo as MPI_Count, (hi - lo) as MPI_Count))
 }
 
 /// Writes a lower bound and an extent.
 ///
 /// # Safety
 /// Both pointers must be null or valid for a write.
-unsafe fn put_extent<T: TryFrom<MPI_Count>>(dt: c_int, lb: *mut T, ext: *mut T) -> Result<(), c_int> {
-    let (l, e) = extent(dt)?;
+unsafe fn put_extent<T: TryFrom<MPI_Count>>(dt: c_int, lb: *mut T, ext: *mut T, true_: bool) -> Result<(), c_int> {
+    let (l, e) = extent(dt, true_)?;
     let (Ok(l), Ok(e)) = (T::try_from(l), T::try_from(e)) else { return Err(MPI_ERR_VALUE_TOO_LARGE) };
     // SAFETY: the caller's contract.
     unsafe {
@@ -150,7 +203,7 @@ mpi_fn! {
     /// The lower bound and the extent of `datatype`.
     fn MPI_Type_get_extent(dt: c_int, lb: *mut MPI_Aint, ext: *mut MPI_Aint) on MPI_COMM_WORLD => {
         // SAFETY: the caller's contract.
-        unsafe { put_extent(dt, lb, ext) }
+        unsafe { put_extent(dt, lb, ext, false) }
     }
 }
 
@@ -158,16 +211,15 @@ mpi_fn! {
     /// `MPI_Type_get_extent` with large counts.
     fn MPI_Type_get_extent_c(dt: c_int, lb: *mut MPI_Count, ext: *mut MPI_Count) on MPI_COMM_WORLD => {
         // SAFETY: the caller's contract.
-        unsafe { put_extent(dt, lb, ext) }
+        unsafe { put_extent(dt, lb, ext, false) }
     }
 }
 
 mpi_fn! {
-    /// The lower bound and the extent of the data of `datatype` (those of the datatype for a
-    /// predefined one).
+    /// The lower bound and the extent of the data of `datatype`.
     fn MPI_Type_get_true_extent(dt: c_int, lb: *mut MPI_Aint, ext: *mut MPI_Aint) on MPI_COMM_WORLD => {
         // SAFETY: the caller's contract.
-        unsafe { put_extent(dt, lb, ext) }
+        unsafe { put_extent(dt, lb, ext, true) }
     }
 }
 
@@ -175,7 +227,7 @@ mpi_fn! {
     /// `MPI_Type_get_true_extent` with large counts.
     fn MPI_Type_get_true_extent_c(dt: c_int, lb: *mut MPI_Count, ext: *mut MPI_Count) on MPI_COMM_WORLD => {
         // SAFETY: the caller's contract.
-        unsafe { put_extent(dt, lb, ext) }
+        unsafe { put_extent(dt, lb, ext, true) }
     }
 }
 

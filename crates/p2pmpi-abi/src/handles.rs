@@ -100,6 +100,12 @@ impl<T> Slab<T> {
         self.slots.read().v.get(i)?.as_ref().map(f)
     }
 
+    /// What `f` makes of the object of handle `h`, changing it, if `h` names a live one.
+    pub fn with_mut<R>(&self, h: c_int, f: impl FnOnce(&mut T) -> R) -> Option<R> {
+        let i = self.index(h)?;
+        self.slots.write().v.get_mut(i)?.as_mut().map(f)
+    }
+
     /// Frees the slot of `h`; returns what it held.
     pub fn take(&self, h: c_int) -> Option<T> {
         let i = self.index(h)?;

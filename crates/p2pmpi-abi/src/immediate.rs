@@ -10,7 +10,7 @@
 //! MPI says. `MPI_IN_PLACE` works as in the blocking forms (not for `MPI_Ialltoall`).
 
 use crate::consts::*;
-use crate::datatypes::{datatype_ref, size_of, MPI_Count};
+use crate::datatypes::{datatype_ref, stageable, MPI_Count};
 use crate::handles::{new_request, rust_comm, Keep};
 use crate::is_in_place;
 use crate::user_ops::{rust_op, user_op};
@@ -61,7 +61,7 @@ impl Kept {
     ) -> Result<&'static DynBuffer<'static>, c_int> {
         let d = datatype_ref(dt)?;
         let p = if is_in_place(buf) {
-            let size = size_of(dt)?;
+            let size = stageable(dt)?;
             let bytes = count.max(0) as usize * size;
             let copy = self.hold(vec![0u64; bytes.div_ceil(8)]);
             if bytes > 0 {
@@ -321,7 +321,7 @@ unsafe fn igathering(
             let s = unsafe { kept.input(sendbuf, sendcount * n, sendtype, std::ptr::null(), 0)? };
             // In place, the root's part stays in `sendbuf`: it lands in a scratch copy.
             let b = if is_in_place(recvbuf) {
-                let size = size_of(sendtype)?;
+                let size = stageable(sendtype)?;
                 let scratch = kept.hold(vec![0u64; (sendcount.max(0) as usize * size).div_ceil(8)]);
                 // SAFETY: the scratch buffer is kept as long as the request.
                 unsafe { kept.output(scratch.as_mut_ptr() as *mut c_void, sendcount, datatype_ref(sendtype)?) }

@@ -26,6 +26,7 @@ pub mod consts;
 pub mod conversions;
 pub mod data;
 pub mod datatypes;
+pub mod derived;
 pub mod environment;
 pub mod errors;
 pub mod handles;

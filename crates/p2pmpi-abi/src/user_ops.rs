@@ -5,7 +5,7 @@
 //! Rust API of `p2pmpi` (where a failed communication stops the job).
 
 use crate::consts::*;
-use crate::datatypes::{datatype_ref, size_of};
+use crate::datatypes::{datatype_ref, stageable};
 use crate::handles::{object, rust_comm, Slab};
 use crate::is_in_place;
 use p2pmpi::collective::UserOperation;
@@ -58,7 +58,7 @@ pub enum Reduction {
 /// # Safety
 /// `recvbuf` must hold `count` elements of `dt`.
 unsafe fn staged(recvbuf: *const c_void, count: c_int, dt: c_int) -> Result<Vec<u64>, c_int> {
-    let bytes = count as usize * size_of(dt)?;
+    let bytes = count as usize * stageable(dt)?;
     let mut v = vec![0u64; bytes.div_ceil(8)];
     if bytes > 0 {
         // SAFETY: the caller vouches for `bytes` bytes at `recvbuf`; `v` is distinct.

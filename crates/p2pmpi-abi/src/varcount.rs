@@ -8,7 +8,7 @@
 //! here); wrong arguments answer their class.
 
 use crate::consts::*;
-use crate::datatypes::{datatype_ref as dtref, size_of, MPI_Aint, MPI_Count};
+use crate::datatypes::{datatype_ref as dtref, stageable, MPI_Aint, MPI_Count};
 use crate::handles::rust_comm;
 use crate::is_in_place;
 use p2pmpi::datatype::{DynBuffer, DynBufferMut, Partition, PartitionMut};
@@ -45,7 +45,7 @@ fn span(counts: &[c_int], displs: &[c_int]) -> c_int {
 /// # Safety
 /// `buf` must hold the part.
 unsafe fn stage(buf: *const c_void, at: c_int, count: c_int, dt: c_int) -> Result<Vec<u64>, c_int> {
-    let size = size_of(dt)?;
+    let size = stageable(dt)?;
     let bytes = count as usize * size;
     let mut v = vec![0u64; bytes.div_ceil(8)];
     if bytes > 0 {

@@ -315,6 +315,34 @@ fn cartesian_topologies_split_type_and_waitsome_on_four_processes() {
     }
 }
 
+#[test]
+fn derived_datatypes_in_point_to_point_and_collectives_on_two_processes() {
+    if !require(&["mpicc.mpich"], true) {
+        return;
+    }
+    let o = run(2, &c_program("derived"), &[], T);
+    o.assert_ok();
+    // Rank 0's 4 x 4 matrix holds 10 i + j.
+    let mut want = vec![
+        "contiguous: 6 ints 2 elements last 11".to_string(),
+        "column: 1 11 21 31".to_string(),
+        "resized: 0 1 31".to_string(),
+        "indexed: 0 1 11".to_string(),
+        "struct: 1 2.5 x 3 4.5 y".to_string(),
+    ];
+    for r in 0..2 {
+        want.push(format!("rank {r}: bcast column 2 32"));
+        want.push(format!("rank {r}: allreduce 1 6"));
+        want.push(format!("rank {r}: column size 16 extent 52 true 0 52"));
+        want.push(format!("rank {r}: struct extent matches 1"));
+        // An uncommitted datatype cannot be sent: MPI_ERR_TYPE.
+        want.push(format!("rank {r}: uncommitted 3 dup size 12 freed 1"));
+    }
+    for w in want {
+        assert!(o.stdout.lines().any(|l| l == w), "missing {w:?}\n{}", show(&o));
+    }
+}
+
 /// The collectives' lines for `n` processes.
 fn collective_lines(n: i64) -> Vec<String> {
     let root_sum: i64 = (1..=n).sum();

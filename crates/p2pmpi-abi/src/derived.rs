@@ -1,0 +1,350 @@
+//! Derived datatypes: `MPI_Type_contiguous`, `MPI_Type_vector`, `MPI_Type_create_hvector`,
+//! `MPI_Type_indexed`, `MPI_Type_create_hindexed`, `MPI_Type_create_indexed_block`,
+//! `MPI_Type_create_hindexed_block`, `MPI_Type_create_struct`, `MPI_Type_create_resized`
+//! (lower bound 0), `MPI_Type_dup`, `MPI_Type_commit`, `MPI_Type_free` (and MPI-1's
+//! `MPI_Type_hvector`, `MPI_Type_hindexed`, `MPI_Type_struct`), on the Rust API's
+//! [`UserDatatype`] constructors.
+//!
+//! A datatype is usable in communication once committed (`MPI_ERR_TYPE` before). A freed
+//! datatype's layout is kept for the rest of the run (a pending operation may still use it,
+//! as MPI allows), only its handle goes.
+
+use crate::consts::*;
+use crate::datatypes::{any_datatype, TypeEntry, DATATYPES};
+use crate::datatypes::{MPI_Aint, MPI_Count};
+use p2pmpi::datatype::{DatatypeRef, UserDatatype};
+use p2pmpi::traits::FromRaw;
+use parking_lot::Mutex;
+use std::os::raw::c_int;
+
+/// The layouts of freed datatypes (see the module's comment).
+// Process-wide, as the datatypes' handles are.
+static RETIRED: Mutex<Vec<UserDatatype>> = Mutex::new(Vec::new());
+
+/// The datatype of handle `h` (committed or not), borrowed for a constructor.
+fn old(h: c_int) -> Result<DatatypeRef<'static>, c_int> {
+    let d = any_datatype(h)?;
+    // SAFETY: `d` names a live datatype; the reference is used during this call only (the
+    // `'static` is not kept: a constructor copies the layout).
+    Ok(unsafe { DatatypeRef::from_raw(d) })
+}
+
+/// Stores a new, uncommitted datatype; its handle written at `out`.
+///
+/// # Safety
+/// `out` must be null or valid for a write.
+unsafe fn made(out: *mut c_int, dt: UserDatatype) -> Result<(), c_int> {
+    if out.is_null() {
+        return Err(MPI_ERR_ARG);
+    }
+    let h = DATATYPES.insert(TypeEntry { dt, committed: false });
+    // SAFETY: checked non-null; the caller vouches it is writable.
+    unsafe { out.write(h) };
+    Ok(())
+}
+
+/// `n` values at `p` (none if `n` is 0), converted.
+///
+/// # Safety
+/// `p` must be valid for `n` reads.
+unsafe fn array<T: Copy, U: TryFrom<T>>(p: *const T, n: c_int) -> Result<Vec<U>, c_int> {
+    if n < 0 {
+        return Err(MPI_ERR_COUNT);
+    }
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    if p.is_null() {
+        return Err(MPI_ERR_ARG);
+    }
+    // SAFETY: non-null, and the caller vouches for `n` values.
+    let s = unsafe { std::slice::from_raw_parts(p, n as usize) };
+    s.iter().map(|&x| U::try_from(x).map_err(|_| MPI_ERR_ARG)).collect()
+}
+
+/// A count argument.
+fn count(n: c_int) -> Result<c_int, c_int> {
+    if n < 0 {
+        Err(MPI_ERR_COUNT)
+    } else {
+        Ok(n)
+    }
+}
+
+mpi_fn! {
+    /// `count` copies of `oldtype`, one after the other.
+    fn MPI_Type_contiguous(n: c_int, oldtype: c_int, newtype: *mut c_int) on MPI_COMM_WORLD => {
+        let t = UserDatatype::contiguous(count(n)?, &old(oldtype)?);
+        // SAFETY: the caller's contract.
+        unsafe { made(newtype, t) }
+    }
+}
+
+mpi_fn! {
+    /// `count` blocks of `blocklength` elements, `stride` elements apart.
+    fn MPI_Type_vector(n: c_int, blocklength: c_int, stride: c_int, oldtype: c_int, newtype: *mut c_int)
+        on MPI_COMM_WORLD => {
+        let t = UserDatatype::vector(count(n)?, count(blocklength)?, stride, &old(oldtype)?);
+        // SAFETY: the caller's contract.
+        unsafe { made(newtype, t) }
+    }
+}
+
+/// `MPI_Type_create_hvector`.
+///
+/// # Safety
+/// `newtype` must be null or valid for a write.
+unsafe fn hvector(
+    n: c_int,
+    blocklength: c_int,
+    stride: MPI_Aint,
+    oldtype: c_int,
+    newtype: *mut c_int,
+) -> Result<(), c_int> {
+    let t = UserDatatype::heterogeneous_vector(count(n)?, count(blocklength)?, stride as isize, &old(oldtype)?);
+    // SAFETY: the caller's contract.
+    unsafe { made(newtype, t) }
+}
+
+mpi_fn! {
+    /// `count` blocks of `blocklength` elements, `stride` bytes apart.
+    fn MPI_Type_create_hvector(n: c_int, blocklength: c_int, stride: MPI_Aint, oldtype: c_int, newtype: *mut c_int)
+        on MPI_COMM_WORLD => {
+        // SAFETY: the caller's contract.
+        unsafe { hvector(n, blocklength, stride, oldtype, newtype) }
+    }
+}
+
+mpi_fn! {
+    /// MPI-1's name of `MPI_Type_create_hvector`.
+    fn MPI_Type_hvector(n: c_int, blocklength: c_int, stride: MPI_Aint, oldtype: c_int, newtype: *mut c_int)
+        on MPI_COMM_WORLD => {
+        // SAFETY: the caller's contract.
+        unsafe { hvector(n, blocklength, stride, oldtype, newtype) }
+    }
+}
+
+mpi_fn! {
+    /// Blocks of `blocklengths[i]` elements at `displacements[i]` elements.
+    fn MPI_Type_indexed(n: c_int, blocklengths: *const c_int, displs: *const c_int, oldtype: c_int, newtype: *mut c_int)
+        on MPI_COMM_WORLD => {
+        // SAFETY: the caller vouches for `n` entries of each array.
+        let (b, d): (Vec<c_int>, Vec<c_int>) = unsafe { (array(blocklengths, n)?, array(displs, n)?) };
+        let t = UserDatatype::indexed(&b, &d, &old(oldtype)?);
+        // SAFETY: the caller's contract.
+        unsafe { made(newtype, t) }
+    }
+}
+
+/// `MPI_Type_create_hindexed`.
+///
+/// # Safety
+/// The arrays must hold `n` entries; `newtype` must be null or valid for a write.
+unsafe fn hindexed(
+    n: c_int,
+    blocklengths: *const c_int,
+    displs: *const MPI_Aint,
+    oldtype: c_int,
+    newtype: *mut c_int,
+) -> Result<(), c_int> {
+    // SAFETY: the caller's contract.
+    let (b, d): (Vec<c_int>, Vec<isize>) = unsafe { (array(blocklengths, n)?, array(displs, n)?) };
+    let t = UserDatatype::heterogeneous_indexed(&b, &d, &old(oldtype)?);
+    // SAFETY: the caller's contract.
+    unsafe { made(newtype, t) }
+}
+
+mpi_fn! {
+    /// Blocks of `blocklengths[i]` elements at byte `displacements[i]`.
+    fn MPI_Type_create_hindexed(
+        n: c_int,
+        blocklengths: *const c_int,
+        displs: *const MPI_Aint,
+        oldtype: c_int,
+        newtype: *mut c_int,
+    ) on MPI_COMM_WORLD => {
+        // SAFETY: the caller's contract.
+        unsafe { hindexed(n, blocklengths, displs, oldtype, newtype) }
+    }
+}
+
+mpi_fn! {
+    /// MPI-1's name of `MPI_Type_create_hindexed`.
+    fn MPI_Type_hindexed(
+        n: c_int,
+        blocklengths: *const c_int,
+        displs: *const MPI_Aint,
+        oldtype: c_int,
+        newtype: *mut c_int,
+    ) on MPI_COMM_WORLD => {
+        // SAFETY: the caller's contract.
+        unsafe { hindexed(n, blocklengths, displs, oldtype, newtype) }
+    }
+}
+
+mpi_fn! {
+    /// Blocks of `blocklength` elements at `displacements[i]` elements.
+    fn MPI_Type_create_indexed_block(
+        n: c_int,
+        blocklength: c_int,
+        displs: *const c_int,
+        oldtype: c_int,
+        newtype: *mut c_int,
+    ) on MPI_COMM_WORLD => {
+        // SAFETY: the caller vouches for `n` displacements.
+        let d: Vec<c_int> = unsafe { array(displs, n)? };
+        let t = UserDatatype::indexed_block(count(blocklength)?, &d, &old(oldtype)?);
+        // SAFETY: the caller's contract.
+        unsafe { made(newtype, t) }
+    }
+}
+
+mpi_fn! {
+    /// Blocks of `blocklength` elements at byte `displacements[i]`.
+    fn MPI_Type_create_hindexed_block(
+        n: c_int,
+        blocklength: c_int,
+        displs: *const MPI_Aint,
+        oldtype: c_int,
+        newtype: *mut c_int,
+    ) on MPI_COMM_WORLD => {
+        // SAFETY: the caller vouches for `n` displacements.
+        let d: Vec<isize> = unsafe { array(displs, n)? };
+        let t = UserDatatype::heterogeneous_indexed_block(count(blocklength)?, &d, &old(oldtype)?);
+        // SAFETY: the caller's contract.
+        unsafe { made(newtype, t) }
+    }
+}
+
+/// `MPI_Type_create_struct`.
+///
+/// # Safety
+/// The arrays must hold `n` entries; `newtype` must be null or valid for a write.
+unsafe fn structure(
+    n: c_int,
+    blocklengths: *const c_int,
+    displs: *const MPI_Aint,
+    types: *const c_int,
+    newtype: *mut c_int,
+) -> Result<(), c_int> {
+    // SAFETY: the caller's contract.
+    let (b, d, ts): (Vec<c_int>, Vec<isize>, Vec<c_int>) =
+        unsafe { (array(blocklengths, n)?, array(displs, n)?, array(types, n)?) };
+    let refs: Vec<DatatypeRef<'static>> = ts.iter().map(|&t| old(t)).collect::<Result<_, _>>()?;
+    let t = UserDatatype::structured(&b, &d, &refs);
+    // SAFETY: the caller's contract.
+    unsafe { made(newtype, t) }
+}
+
+mpi_fn! {
+    /// A structure: `blocklengths[i]` elements of `types[i]` at byte `displacements[i]`.
+    fn MPI_Type_create_struct(
+        n: c_int,
+        blocklengths: *const c_int,
+        displs: *const MPI_Aint,
+        types: *const c_int,
+        newtype: *mut c_int,
+    ) on MPI_COMM_WORLD => {
+        // SAFETY: the caller's contract.
+        unsafe { structure(n, blocklengths, displs, types, newtype) }
+    }
+}
+
+mpi_fn! {
+    /// MPI-1's name of `MPI_Type_create_struct`.
+    fn MPI_Type_struct(
+        n: c_int,
+        blocklengths: *const c_int,
+        displs: *const MPI_Aint,
+        types: *const c_int,
+        newtype: *mut c_int,
+    ) on MPI_COMM_WORLD => {
+        // SAFETY: the caller's contract.
+        unsafe { structure(n, blocklengths, displs, types, newtype) }
+    }
+}
+
+/// `MPI_Type_create_resized` (lower bound 0 only).
+///
+/// # Safety
+/// `newtype` must be null or valid for a write.
+unsafe fn resized(oldtype: c_int, lb: MPI_Count, extent: MPI_Count, newtype: *mut c_int) -> Result<(), c_int> {
+    if lb != 0 {
+        return Err(MPI_ERR_UNSUPPORTED_OPERATION);
+    }
+    let extent = usize::try_from(extent).map_err(|_| MPI_ERR_ARG)?;
+    // A copy of the layout (`from_raw` copies), then resized.
+    // SAFETY: `any_datatype` names a live datatype.
+    let t = unsafe { UserDatatype::from_raw(any_datatype(oldtype)?) }.resized(extent);
+    // SAFETY: the caller's contract.
+    unsafe { made(newtype, t) }
+}
+
+mpi_fn! {
+    /// The same layout with lower bound `lb` (0 only, for now) and extent `extent`.
+    fn MPI_Type_create_resized(
+        oldtype: c_int,
+        lb: MPI_Aint,
+        extent: MPI_Aint,
+        newtype: *mut c_int,
+    ) on MPI_COMM_WORLD => {
+        // SAFETY: the caller's contract.
+        unsafe { resized(oldtype, lb, extent, newtype) }
+    }
+}
+
+mpi_fn! {
+    /// `MPI_Type_create_resized` with large counts.
+    fn MPI_Type_create_resized_c(oldtype: c_int, lb: MPI_Count, extent: MPI_Count, newtype: *mut c_int)
+        on MPI_COMM_WORLD => {
+        // SAFETY: the caller's contract.
+        unsafe { resized(oldtype, lb, extent, newtype) }
+    }
+}
+
+mpi_fn! {
+    /// A new handle for the same datatype (committed if `oldtype` is).
+    fn MPI_Type_dup(oldtype: c_int, newtype: *mut c_int) on MPI_COMM_WORLD => {
+        // SAFETY: `any_datatype` names a live datatype.
+        let t = unsafe { UserDatatype::from_raw(any_datatype(oldtype)?) };
+        let committed = crate::datatypes::builtin(oldtype).is_some() || crate::datatypes::datatype(oldtype).is_ok();
+        if newtype.is_null() {
+            return Err(MPI_ERR_ARG);
+        }
+        let h = DATATYPES.insert(TypeEntry { dt: t, committed });
+        // SAFETY: checked non-null; the caller vouches it is writable.
+        unsafe { newtype.write(h) };
+        Ok(())
+    }
+}
+
+mpi_fn! {
+    /// Commits `*datatype` for communication (a predefined one is already).
+    fn MPI_Type_commit(datatype: *mut c_int) on MPI_COMM_WORLD => {
+        if datatype.is_null() {
+            return Err(MPI_ERR_ARG);
+        }
+        // SAFETY: checked non-null; the caller vouches it is readable.
+        let h = unsafe { datatype.read() };
+        if crate::datatypes::builtin(h).is_some() {
+            return Ok(());
+        }
+        DATATYPES.with_mut(h, |e| e.committed = true).ok_or(MPI_ERR_TYPE)
+    }
+}
+
+mpi_fn! {
+    /// Frees `*datatype` (a datatype the program made) and sets it to `MPI_DATATYPE_NULL`.
+    fn MPI_Type_free(datatype: *mut c_int) on MPI_COMM_WORLD => {
+        if datatype.is_null() {
+            return Err(MPI_ERR_ARG);
+        }
+        // SAFETY: checked non-null; the caller vouches it is readable and writable.
+        let h = unsafe { datatype.read() };
+        let e = DATATYPES.take(h).ok_or(MPI_ERR_TYPE)?;
+        RETIRED.lock().push(e.dt);
+        // SAFETY: as above.
+        unsafe { datatype.write(MPI_DATATYPE_NULL) };
+        Ok(())
+    }
+}

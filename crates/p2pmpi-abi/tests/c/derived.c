@@ -1,0 +1,97 @@
+/* Derived datatypes between ranks 0 and 1 (and collectives on them). Run on 2 processes. */
+#include <mpi.h>
+#include <stddef.h>
+#include <stdio.h>
+
+struct rec {
+    int a;
+    double b;
+    char c;
+};
+
+int main(int argc, char **argv) {
+    int rank, i, j, n, size, rc;
+    int m[4][4], got[16];
+    MPI_Datatype three, column, col1, idx, rect, dup, unused;
+    MPI_Aint lb, ext, tlb, text;
+    MPI_Status st;
+
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    for (i = 0; i < 4; i++)
+        for (j = 0; j < 4; j++) m[i][j] = rank == 0 ? i * 10 + j : -1;
+
+    MPI_Type_contiguous(3, MPI_INT, &three);
+    MPI_Type_commit(&three);
+    MPI_Type_vector(4, 1, 4, MPI_INT, &column);
+    MPI_Type_commit(&column);
+    MPI_Type_create_resized(column, 0, sizeof(int), &col1);
+    MPI_Type_commit(&col1);
+    {
+        int bl[2] = {2, 1}, dp[2] = {0, 5};
+        MPI_Type_indexed(2, bl, dp, MPI_INT, &idx);
+        MPI_Type_commit(&idx);
+    }
+    {
+        int bl[3] = {1, 1, 1};
+        MPI_Aint dp[3] = {offsetof(struct rec, a), offsetof(struct rec, b), offsetof(struct rec, c)};
+        MPI_Datatype ts[3] = {MPI_INT, MPI_DOUBLE, MPI_CHAR};
+        MPI_Type_create_struct(3, bl, dp, ts, &rect);
+        MPI_Type_commit(&rect);
+    }
+
+    if (rank == 0) {
+        struct rec rs[2] = {{1, 2.5, 'x'}, {3, 4.5, 'y'}};
+        MPI_Send(&m[0][0], 2, three, 1, 1, MPI_COMM_WORLD);
+        MPI_Send(&m[0][1], 1, column, 1, 2, MPI_COMM_WORLD);
+        MPI_Send(&m[0][0], 2, col1, 1, 3, MPI_COMM_WORLD);
+        MPI_Send(&m[0][0], 1, idx, 1, 4, MPI_COMM_WORLD);
+        MPI_Send(rs, 2, rect, 1, 5, MPI_COMM_WORLD);
+    } else {
+        struct rec rs[2];
+        MPI_Recv(got, 16, MPI_INT, 0, 1, MPI_COMM_WORLD, &st);
+        MPI_Get_count(&st, MPI_INT, &n);
+        MPI_Get_count(&st, three, &size);
+        printf("contiguous: %d ints %d elements last %d\n", n, size, got[5]);
+        MPI_Recv(got, 4, MPI_INT, 0, 2, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        printf("column: %d %d %d %d\n", got[0], got[1], got[2], got[3]);
+        MPI_Recv(got, 8, MPI_INT, 0, 3, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        printf("resized: %d %d %d\n", got[0], got[4], got[7]);
+        MPI_Recv(got, 3, MPI_INT, 0, 4, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        printf("indexed: %d %d %d\n", got[0], got[1], got[2]);
+        MPI_Recv(rs, 2, rect, 0, 5, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        printf("struct: %d %.1f %c %d %.1f %c\n", rs[0].a, rs[0].b, rs[0].c, rs[1].a, rs[1].b, rs[1].c);
+    }
+
+    /* Received as a column at rank 1: a broadcast into the second column. */
+    MPI_Bcast(&m[0][2], 1, column, 0, MPI_COMM_WORLD);
+    printf("rank %d: bcast column %d %d\n", rank, m[0][2], m[3][2]);
+    {
+        int v[6] = {rank, rank, rank, 1, 2, 3}, s[6];
+        MPI_Allreduce(v, s, 2, three, MPI_SUM, MPI_COMM_WORLD);
+        printf("rank %d: allreduce %d %d\n", rank, s[0], s[5]);
+    }
+
+    MPI_Type_size(column, &size);
+    MPI_Type_get_extent(column, &lb, &ext);
+    MPI_Type_get_true_extent(col1, &tlb, &text);
+    printf("rank %d: column size %d extent %ld true %ld %ld\n", rank, size, (long)ext, (long)tlb, (long)text);
+    MPI_Type_get_extent(rect, &lb, &ext);
+    printf("rank %d: struct extent matches %d\n", rank, ext == (MPI_Aint)sizeof(struct rec));
+
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    MPI_Type_contiguous(2, MPI_INT, &unused);
+    rc = MPI_Send(&m[0][0], 1, unused, rank, 9, MPI_COMM_WORLD);
+    MPI_Type_dup(three, &dup);
+    MPI_Type_size(dup, &size);
+    MPI_Type_free(&dup);
+    MPI_Type_free(&unused);
+    printf("rank %d: uncommitted %d dup size %d freed %d\n", rank, rc, size, dup == MPI_DATATYPE_NULL);
+    MPI_Type_free(&three);
+    MPI_Type_free(&column);
+    MPI_Type_free(&col1);
+    MPI_Type_free(&idx);
+    MPI_Type_free(&rect);
+    MPI_Finalize();
+    return 0;
+}
