@@ -2,8 +2,8 @@
 //! `MPI_Comm_free`, `MPI_Comm_compare`, `MPI_Comm_group`, `MPI_Group_size`,
 //! `MPI_Group_rank`, `MPI_Group_translate_ranks`, `MPI_Group_compare`, `MPI_Group_incl`,
 //! `MPI_Group_excl`, `MPI_Group_union`, `MPI_Group_intersection`, `MPI_Group_difference`,
-//! `MPI_Group_free`, names (`MPI_Comm_set_name`, `MPI_Comm_get_name`) and
-//! `MPI_Dims_create`.
+//! `MPI_Group_free`, `MPI_Group_range_incl`, `MPI_Group_range_excl`, `MPI_Comm_dup_with_info`,
+//! names (`MPI_Comm_set_name`, `MPI_Comm_get_name`) and `MPI_Dims_create`.
 //!
 //! A new communicator gets its parent's error handler, as the standard says; a duplicate
 //! gets its attributes as their copy callbacks decide, and freeing deletes them. The
@@ -311,5 +311,65 @@ mpi_fn! {
         }
         // SAFETY: the caller vouches for `ndims` entries at `dims`.
         ok(unsafe { ffi::MPI_Dims_create(nnodes, ndims, dims) })
+    }
+}
+
+/// The ranks `n` ranges `(first, last, stride)` at `ranges` cover, in order.
+///
+/// # Safety
+/// `ranges` must be valid for `n` triples.
+unsafe fn expand(n: c_int, ranges: *const [c_int; 3]) -> Result<Vec<c_int>, c_int> {
+    if n < 0 {
+        return Err(MPI_ERR_ARG);
+    }
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    if ranges.is_null() {
+        return Err(MPI_ERR_ARG);
+    }
+    // SAFETY: non-null, and the caller vouches for `n` triples.
+    let rs = unsafe { std::slice::from_raw_parts(ranges, n as usize) };
+    let mut out = Vec::new();
+    for &[first, last, stride] in rs {
+        if stride == 0 || (stride > 0 && first > last) || (stride < 0 && first < last) {
+            return Err(MPI_ERR_ARG);
+        }
+        let mut r = first;
+        while (stride > 0 && r <= last) || (stride < 0 && r >= last) {
+            out.push(r);
+            r += stride;
+        }
+    }
+    Ok(out)
+}
+
+mpi_fn! {
+    /// The group of the processes of `group` in the ranges `(first, last, stride)`.
+    fn MPI_Group_range_incl(g: c_int, n: c_int, ranges: *const [c_int; 3], newgroup: *mut c_int) on MPI_COMM_WORLD => {
+        let fg = group(g)?;
+        // SAFETY: the caller vouches for `n` ranges.
+        let ranks = unsafe { expand(n, ranges)? };
+        // SAFETY: `ranks` holds the ranks.
+        unsafe { make_group(newgroup, |out| ffi::MPI_Group_incl(fg, ranks.len() as c_int, ranks.as_ptr(), out)) }
+    }
+}
+
+mpi_fn! {
+    /// The group of the processes of `group` outside the ranges `(first, last, stride)`.
+    fn MPI_Group_range_excl(g: c_int, n: c_int, ranges: *const [c_int; 3], newgroup: *mut c_int) on MPI_COMM_WORLD => {
+        let fg = group(g)?;
+        // SAFETY: the caller vouches for `n` ranges.
+        let ranks = unsafe { expand(n, ranges)? };
+        // SAFETY: `ranks` holds the ranks.
+        unsafe { make_group(newgroup, |out| ffi::MPI_Group_excl(fg, ranks.len() as c_int, ranks.as_ptr(), out)) }
+    }
+}
+
+mpi_fn! {
+    /// `MPI_Comm_dup` (the hints are not used).
+    fn MPI_Comm_dup_with_info(c: c_int, _info: c_int, newcomm: *mut c_int) on c => {
+        // SAFETY: the caller's contract.
+        ok(unsafe { MPI_Comm_dup(c, newcomm) })
     }
 }

@@ -34,6 +34,7 @@ pub mod immediate;
 pub mod large_count;
 pub mod matched;
 pub mod ops;
+pub mod pack;
 pub mod point_to_point;
 pub mod status;
 pub mod stubs;

@@ -218,7 +218,7 @@ fn collectives_with_a_count_per_process_on_three_processes() {
 }
 
 #[test]
-fn memory_buffered_sends_names_dims_and_local_reduction_on_two_processes() {
+fn memory_buffered_sends_names_dims_local_reduction_packing_and_ranges_on_two_processes() {
     if !require(&["mpicc.mpich"], true) {
         return;
     }
@@ -228,6 +228,9 @@ fn memory_buffered_sends_names_dims_and_local_reduction_on_two_processes() {
         "rank 0: detached same 1 size 65536".to_string(),
         // Four ints read as shorts: eight elements, the first 5.
         "rank 1: bsend elements 8 first 5".to_string(),
+        // An int and three doubles: 4 + 24 bytes.
+        "rank 0: packed 28 pack_size 24".to_string(),
+        "rank 1: unpacked 41 0.5 2.5 position 28".to_string(),
     ];
     for r in 0..2 {
         want.push(format!("rank {r}: alloc 2.5"));
@@ -235,6 +238,7 @@ fn memory_buffered_sends_names_dims_and_local_reduction_on_two_processes() {
         want.push(format!("rank {r}: dup named my duplicate"));
         want.push(format!("rank {r}: dims 3 2 2 and 4 3"));
         want.push(format!("rank {r}: reduce_local 4 5 9"));
+        want.push(format!("rank {r}: range incl 2 excl 1"));
     }
     for w in want {
         assert!(o.stdout.lines().any(|l| l == w), "missing {w:?}\n{}", show(&o));

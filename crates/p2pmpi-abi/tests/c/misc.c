@@ -51,6 +51,39 @@ int main(int argc, char **argv) {
         MPI_Reduce_local(a, b, 3, MPI_LONG, MPI_MAX);
         printf("rank %d: reduce_local %ld %ld %ld\n", rank, b[0], b[1], b[2]);
     }
+    /* Packing an int and three doubles, sent as MPI_PACKED, unpacked at rank 1. */
+    {
+        char buf[64];
+        int pos = 0, psize, v = 41, back = 0;
+        double d[3] = {0.5, 1.5, 2.5}, e[3] = {0, 0, 0};
+        MPI_Pack_size(3, MPI_DOUBLE, MPI_COMM_WORLD, &psize);
+        if (rank == 0) {
+            MPI_Pack(&v, 1, MPI_INT, buf, sizeof buf, &pos, MPI_COMM_WORLD);
+            MPI_Pack(d, 3, MPI_DOUBLE, buf, sizeof buf, &pos, MPI_COMM_WORLD);
+            MPI_Send(buf, pos, MPI_PACKED, 1, 6, MPI_COMM_WORLD);
+            printf("rank 0: packed %d pack_size %d\n", pos, psize);
+        } else {
+            MPI_Recv(buf, sizeof buf, MPI_PACKED, 0, 6, MPI_COMM_WORLD, &st);
+            MPI_Get_count(&st, MPI_PACKED, &n);
+            MPI_Unpack(buf, n, &pos, &back, 1, MPI_INT, MPI_COMM_WORLD);
+            MPI_Unpack(buf, n, &pos, e, 3, MPI_DOUBLE, MPI_COMM_WORLD);
+            printf("rank 1: unpacked %d %.1f %.1f position %d\n", back, e[0], e[2], pos);
+        }
+    }
+    /* Ranges of ranks: 0..1 step 1, and 1 alone excluded. */
+    {
+        MPI_Group wg, inc, exc;
+        int ranges[1][3] = {{0, 1, 1}}, one[1][3] = {{1, 1, 1}}, a, b;
+        MPI_Comm_group(MPI_COMM_WORLD, &wg);
+        MPI_Group_range_incl(wg, 1, ranges, &inc);
+        MPI_Group_range_excl(wg, 1, one, &exc);
+        MPI_Group_size(inc, &a);
+        MPI_Group_size(exc, &b);
+        printf("rank %d: range incl %d excl %d\n", rank, a, b);
+        MPI_Group_free(&inc);
+        MPI_Group_free(&exc);
+        MPI_Group_free(&wg);
+    }
     MPI_Finalize();
     return 0;
 }
