@@ -156,10 +156,27 @@ unsafe impl Send for Keep {}
 // SAFETY: as above: a `Keep` is never read through a shared reference.
 unsafe impl Sync for Keep {}
 
-/// A request of a nonblocking operation: the library's handle, and what it keeps alive.
+/// What a persistent request starts each time (`MPI_Start`): a send or a receive of
+/// `count` elements of `dt` at `buf` with `peer` and `tag` on `comm` (MPICH handles).
+#[derive(Clone, Copy, Debug)]
+pub struct Persistent {
+    pub recv: bool,
+    pub synchronous: bool,
+    pub buf: usize,
+    pub count: c_int,
+    pub dt: c_int,
+    pub peer: c_int,
+    pub tag: c_int,
+    pub comm: c_int,
+}
+
+/// A request of a nonblocking operation: the library's handle (its null request while a
+/// persistent request is inactive), what it keeps alive, and for a persistent request what
+/// it starts.
 pub struct RequestEntry {
     pub raw: ffi::MPI_Request,
     pub keep: Option<Keep>,
+    pub persistent: Option<Persistent>,
 }
 
 /// Requests of the nonblocking operations.
@@ -168,7 +185,7 @@ pub static REQUESTS: Slab<RequestEntry> = Slab::new(object::REQUEST);
 
 /// The MPICH handle of a request the library started.
 pub fn new_request(raw: ffi::MPI_Request, keep: Option<Keep>) -> c_int {
-    REQUESTS.insert(RequestEntry { raw, keep })
+    REQUESTS.insert(RequestEntry { raw, keep, persistent: None })
 }
 
 /// The library's handle of request `h`.

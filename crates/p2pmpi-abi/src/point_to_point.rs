@@ -2,8 +2,10 @@
 //! `MPI_Recv`, `MPI_Isend`, `MPI_Issend`, `MPI_Irsend`, `MPI_Irecv`, `MPI_Sendrecv`, the
 //! completions (`MPI_Wait`, `MPI_Waitall`, `MPI_Waitany`, `MPI_Test`, `MPI_Testall`,
 //! `MPI_Testany`, `MPI_Request_free`), `MPI_Probe`, `MPI_Iprobe`, `MPI_Get_count`, the
-//! buffered send `MPI_Bsend`, `MPI_Get_elements`, `MPI_Waitsome`, `MPI_Testsome` and
-//! `MPI_Test_cancelled`.
+//! buffered send `MPI_Bsend`, `MPI_Get_elements`, `MPI_Waitsome`, `MPI_Testsome`,
+//! `MPI_Test_cancelled`, and persistent requests (`MPI_Send_init`, `MPI_Ssend_init`,
+//! `MPI_Rsend_init`, `MPI_Bsend_init`, `MPI_Recv_init`, `MPI_Start`, `MPI_Startall`: a
+//! completed one stays, inactive, until `MPI_Request_free`).
 //!
 //! A ready-mode send (`MPI_Rsend`) is a standard send (which the standard allows). The
 //! requests are the library's (`p2pmpi::ffi`), named by handles of [`REQUESTS`].
@@ -11,7 +13,7 @@
 use crate::consts::*;
 use crate::datatypes::MPI_Count;
 use crate::datatypes::{datatype, size_of};
-use crate::handles::{comm, new_request, request as raw_request, rust_comm, REQUESTS};
+use crate::handles::{comm, new_request, request as raw_request, rust_comm, Persistent, RequestEntry, REQUESTS};
 use crate::status::{self, MPI_Status};
 use crate::{not_in_place, ok};
 use p2pmpi::datatype::{DatatypeRef, DynBuffer};
@@ -241,6 +243,10 @@ mpi_fn! {
             unsafe { put_status(st, empty_status()) };
             return Ok(());
         }
+        if is_persistent(h)? {
+            // SAFETY: the caller's contract.
+            return unsafe { wait_persistent(h, st) };
+        }
         let e = REQUESTS.take(h).ok_or(MPI_ERR_REQUEST)?;
         // SAFETY: as above.
         unsafe { request.write(MPI_REQUEST_NULL) };
@@ -273,14 +279,26 @@ mpi_fn! {
             }
             return Ok(());
         }
+        let persistent = is_persistent(h)?;
         let mut r = raw_request(h).ok_or(MPI_ERR_REQUEST)?;
         let (mut done, mut fs) = (0, ffi::MPI_Status::default());
+        if persistent && r == null_request() {
+            // An inactive persistent request: complete, with an empty status.
+            // SAFETY: `flag` checked non-null; the caller's contract for `st`.
+            unsafe {
+                flag.write(1);
+                put_status(st, empty_status());
+            }
+            return Ok(());
+        }
         // SAFETY: locals only; the request's buffer is the caller's to keep valid.
         let rc = unsafe { ffi::MPI_Test(&mut r, &mut done, &mut fs) };
         if done != 0 || r == null_request() {
-            REQUESTS.take(h);
-            // SAFETY: as above.
-            unsafe { request.write(MPI_REQUEST_NULL) };
+            finished(h);
+            if !persistent {
+                // SAFETY: as above.
+                unsafe { request.write(MPI_REQUEST_NULL) };
+            }
         }
         ok(rc)?;
         // SAFETY: `flag` checked non-null; the caller's contract for `st`.
@@ -322,11 +340,14 @@ unsafe fn with_requests(
     for &h in ours.iter() {
         theirs.push(if h == MPI_REQUEST_NULL { null } else { raw_request(h).ok_or(MPI_ERR_REQUEST)? });
     }
+    let was: Vec<ffi::MPI_Request> = theirs.clone();
     let rc = f(&mut theirs);
-    for (h, r) in ours.iter_mut().zip(&theirs) {
-        if *h != MPI_REQUEST_NULL && *r == null {
-            REQUESTS.take(*h);
-            *h = MPI_REQUEST_NULL;
+    for ((h, r), w) in ours.iter_mut().zip(&theirs).zip(&was) {
+        if *h != MPI_REQUEST_NULL && *r == null && *w != null {
+            // Completed: freed, or for a persistent request made inactive (its handle stays).
+            if !finished(*h) {
+                *h = MPI_REQUEST_NULL;
+            }
         }
     }
     ok(rc)
@@ -458,6 +479,10 @@ mpi_fn! {
         // SAFETY: as above.
         unsafe { request.write(MPI_REQUEST_NULL) };
         let mut r = e.raw;
+        if r == null_request() {
+            // An inactive persistent request: nothing runs.
+            return Ok(());
+        }
         // The request completes in the background, when no one looks: what it keeps alive
         // must outlive it, so it is never freed (a nonblocking collective's descriptions).
         std::mem::forget(e.keep);
@@ -710,5 +735,170 @@ mpi_fn! {
         let c = unsafe { st.read() }.cancelled();
         // SAFETY: the caller's contract.
         unsafe { crate::environment::put(flag, c as c_int) }
+    }
+}
+
+// ------------------------------------------------------------------ persistent requests
+
+/// Whether request `h` is persistent (`MPI_ERR_REQUEST` if `h` names no request).
+fn is_persistent(h: c_int) -> Result<bool, c_int> {
+    REQUESTS.with(h, |e| e.persistent.is_some()).ok_or(MPI_ERR_REQUEST)
+}
+
+/// Request `h` completed: a persistent one becomes inactive (`true`), another is freed
+/// (`false`).
+fn finished(h: c_int) -> bool {
+    let null = null_request();
+    let persistent = REQUESTS
+        .with_mut(h, |e| {
+            if e.persistent.is_some() {
+                e.raw = null;
+                true
+            } else {
+                false
+            }
+        })
+        .unwrap_or(false);
+    if !persistent {
+        REQUESTS.take(h);
+    }
+    persistent
+}
+
+/// `MPI_Wait` on persistent request `h`: completes the operation it started, if any; the
+/// request stays, inactive.
+///
+/// # Safety
+/// `st` must be null, `MPI_STATUS_IGNORE` or writable.
+unsafe fn wait_persistent(h: c_int, st: *mut MPI_Status) -> Result<(), c_int> {
+    let mut r = raw_request(h).ok_or(MPI_ERR_REQUEST)?;
+    if r == null_request() {
+        // SAFETY: the caller's contract.
+        unsafe { put_status(st, empty_status()) };
+        return Ok(());
+    }
+    let mut fs = ffi::MPI_Status::default();
+    // SAFETY: `r` and `fs` are locals; the request's buffer is the caller's to keep valid.
+    let rc = unsafe { ffi::MPI_Wait(&mut r, &mut fs) };
+    finished(h);
+    ok(rc)?;
+    // SAFETY: the caller's contract.
+    unsafe { status::put(st, &fs) };
+    Ok(())
+}
+
+/// Makes an inactive persistent request of `p` at `request`.
+///
+/// # Safety
+/// `request` must be null or valid for a write.
+unsafe fn persistent(p: Persistent, request: *mut c_int) -> Result<(), c_int> {
+    comm(p.comm)?;
+    datatype(p.dt)?;
+    if p.count < 0 {
+        return Err(MPI_ERR_COUNT);
+    }
+    not_in_place(p.buf as *const c_void)?;
+    if request.is_null() {
+        return Err(MPI_ERR_ARG);
+    }
+    let h = REQUESTS.insert(RequestEntry { raw: null_request(), keep: None, persistent: Some(p) });
+    // SAFETY: checked non-null; the caller vouches it is writable.
+    unsafe { request.write(h) };
+    Ok(())
+}
+
+/// Starts persistent request `h` (inactive).
+fn start(h: c_int) -> Result<(), c_int> {
+    let (p, raw) = REQUESTS.with(h, |e| (e.persistent, e.raw)).ok_or(MPI_ERR_REQUEST)?;
+    let Some(p) = p else { return Err(MPI_ERR_REQUEST) };
+    if raw != null_request() {
+        // Still active.
+        return Err(MPI_ERR_REQUEST);
+    }
+    let (fc, fd) = (comm(p.comm)?, datatype(p.dt)?);
+    let mut r = null_request();
+    let buf = p.buf as *mut c_void;
+    // SAFETY: the program made the request with its buffer, which it keeps valid while the
+    // request is active (MPI's rule); `r` is a local.
+    ok(unsafe {
+        match (p.recv, p.synchronous) {
+            (true, _) => ffi::MPI_Irecv(buf, p.count, fd, p.peer, p.tag, fc, &mut r),
+            (false, true) => ffi::MPI_Issend(buf, p.count, fd, p.peer, p.tag, fc, &mut r),
+            (false, false) => ffi::MPI_Isend(buf, p.count, fd, p.peer, p.tag, fc, &mut r),
+        }
+    })?;
+    REQUESTS.with_mut(h, |e| e.raw = r).ok_or(MPI_ERR_REQUEST)
+}
+
+/// Defines a persistent send's initialization.
+macro_rules! send_init {
+    ($name:ident, $sync:expr, $what:literal) => {
+        mpi_fn! {
+            #[doc = concat!("Makes a persistent ", $what, " (inactive until `MPI_Start`).")]
+            fn $name(
+                buf: *const c_void,
+                count: c_int,
+                dt: c_int,
+                dest: c_int,
+                tag: c_int,
+                c: c_int,
+                request: *mut c_int,
+            ) on c => {
+                let (recv, synchronous, buf) = (false, $sync, buf as usize);
+                let p = Persistent { recv, synchronous, buf, count, dt, peer: dest, tag, comm: c };
+                // SAFETY: the caller's contract.
+                unsafe { persistent(p, request) }
+            }
+        }
+    };
+}
+send_init!(MPI_Send_init, false, "standard send");
+send_init!(MPI_Ssend_init, true, "synchronous send");
+send_init!(MPI_Rsend_init, false, "ready-mode send (a standard one)");
+send_init!(MPI_Bsend_init, false, "buffered send (a standard one)");
+
+mpi_fn! {
+    /// Makes a persistent receive (inactive until `MPI_Start`).
+    fn MPI_Recv_init(
+        buf: *mut c_void,
+        count: c_int,
+        dt: c_int,
+        source: c_int,
+        tag: c_int,
+        c: c_int,
+        request: *mut c_int,
+    ) on c => {
+        let (recv, synchronous, buf) = (true, false, buf as usize);
+        let p = Persistent { recv, synchronous, buf, count, dt, peer: source, tag, comm: c };
+        // SAFETY: the caller's contract.
+        unsafe { persistent(p, request) }
+    }
+}
+
+mpi_fn! {
+    /// Starts the persistent request `*request`.
+    fn MPI_Start(request: *mut c_int) on MPI_COMM_WORLD => {
+        if request.is_null() {
+            return Err(MPI_ERR_ARG);
+        }
+        // SAFETY: checked non-null; the caller vouches it is readable.
+        start(unsafe { request.read() })
+    }
+}
+
+mpi_fn! {
+    /// Starts the `count` persistent requests of the array.
+    fn MPI_Startall(count: c_int, requests: *mut c_int) on MPI_COMM_WORLD => {
+        if count < 0 {
+            return Err(MPI_ERR_COUNT);
+        }
+        if count > 0 && requests.is_null() {
+            return Err(MPI_ERR_ARG);
+        }
+        for i in 0..count as usize {
+            // SAFETY: `i < count`, and the caller vouches for `count` handles.
+            start(unsafe { requests.add(i).read() })?;
+        }
+        Ok(())
     }
 }

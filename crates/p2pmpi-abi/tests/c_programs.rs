@@ -347,6 +347,28 @@ fn derived_datatypes_in_point_to_point_and_collectives_on_two_processes() {
     }
 }
 
+#[test]
+fn persistent_requests_started_again_on_three_processes() {
+    if !require(&["mpicc.mpich"], true) {
+        return;
+    }
+    let o = run(3, &c_program("persistent"), &[], T);
+    o.assert_ok();
+    let mut want = Vec::new();
+    for r in 0..3 {
+        // From the previous rank p: 10 p + 0, 1, 2, then 100 + p.
+        let p = (r + 2) % 3;
+        want.push(format!("rank {r}: inactive test 1 source -2"));
+        want.push(format!("rank {r}: ring sum {} handles kept 1", 30 * p + 3));
+        want.push(format!("rank {r}: one more {} from {p} waitany 1", 100 + p));
+        want.push(format!("rank {r}: all inactive 1"));
+        want.push(format!("rank {r}: freed 1"));
+    }
+    for w in want {
+        assert!(o.stdout.lines().any(|l| l == w), "missing {w:?}\n{}", show(&o));
+    }
+}
+
 /// The collectives' lines for `n` processes.
 fn collective_lines(n: i64) -> Vec<String> {
     let root_sum: i64 = (1..=n).sum();
