@@ -84,14 +84,52 @@ pub struct TypeEntry {
     pub committed: bool,
 }
 
-/// The datatypes the program made.
+/// The datatypes the program made (handles of kind 3: MPICH's pair types below have kind 2).
 // Process-wide because a C handle is a plain integer any thread may hand to any function.
-pub static DATATYPES: Slab<TypeEntry> = Slab::new(object::DATATYPE);
+pub static DATATYPES: Slab<TypeEntry> = Slab::with_kind(3, object::DATATYPE);
+
+/// MPICH's handles of the (value, index) pairs of `MPI_MINLOC` and `MPI_MAXLOC`.
+pub mod pairs {
+    use std::os::raw::c_int;
+    pub const MPI_2INT: c_int = 0x4c00_0816;
+    pub const MPI_FLOAT_INT: c_int = 0x8c00_0000_u32 as c_int;
+    pub const MPI_DOUBLE_INT: c_int = 0x8c00_0001_u32 as c_int;
+    pub const MPI_LONG_INT: c_int = 0x8c00_0002_u32 as c_int;
+    pub const MPI_SHORT_INT: c_int = 0x8c00_0003_u32 as c_int;
+}
+
+/// The pair types, laid out as C's structures `{ value; int }` (made once).
+fn pair(h: c_int) -> Option<ffi::MPI_Datatype> {
+    use pairs::*;
+    // Process-wide: predefined datatypes, alive for the whole run.
+    static PAIRS: std::sync::OnceLock<Vec<(c_int, UserDatatype)>> = std::sync::OnceLock::new();
+    let all = PAIRS.get_or_init(|| {
+        fn of<V: Equivalence<Out = DatatypeRef<'static>>>() -> UserDatatype {
+            // The index follows the value at the next multiple of an int's alignment.
+            let at = std::mem::size_of::<V>().next_multiple_of(std::mem::align_of::<c_int>()) as isize;
+            let (v, i) = (V::equivalent_datatype(), c_int::equivalent_datatype());
+            UserDatatype::structured(&[1, 1], &[0, at], &[v, i])
+        }
+        vec![
+            (MPI_2INT, of::<c_int>()),
+            (MPI_FLOAT_INT, of::<f32>()),
+            (MPI_DOUBLE_INT, of::<f64>()),
+            (MPI_LONG_INT, of::<i64>()),
+            (MPI_SHORT_INT, of::<i16>()),
+        ]
+    });
+    all.iter().find(|(k, _)| *k == h).map(|(_, d)| d.as_raw())
+}
+
+/// The library's datatype of a predefined MPICH datatype (pairs included).
+pub fn predefined(h: c_int) -> Option<ffi::MPI_Datatype> {
+    builtin(h).or_else(|| pair(h))
+}
 
 /// The library's datatype of MPICH datatype `h`, committed or not (for the constructors and
 /// the queries), or `MPI_ERR_TYPE`.
 pub fn any_datatype(h: c_int) -> Result<ffi::MPI_Datatype, c_int> {
-    match builtin(h) {
+    match predefined(h) {
         Some(d) => Ok(d),
         None => DATATYPES.with(h, |e| e.dt.as_raw()).ok_or(MPI_ERR_TYPE),
     }
@@ -106,7 +144,10 @@ pub fn datatype(h: c_int) -> Result<ffi::MPI_Datatype, c_int> {
     }
     match builtin(h) {
         Some(d) => Ok(d),
-        None => DATATYPES.with(h, |e| e.committed.then(|| e.dt.as_raw())).flatten().ok_or(MPI_ERR_TYPE),
+        None => match DATATYPES.with(h, |e| e.committed.then(|| e.dt.as_raw())) {
+            Some(d) => d.ok_or(MPI_ERR_TYPE),
+            None => pair(h).ok_or(MPI_ERR_TYPE),
+        },
     }
 }
 
@@ -242,6 +283,30 @@ mod tests {
             assert_eq!(size_of(h), Ok(size), "{name}");
             assert_eq!(crate::handles::object_of(h), crate::handles::object::DATATYPE, "{name}");
         }
+    }
+
+    #[test]
+    fn the_pair_types_are_laid_out_as_cs_structures_and_apart_from_the_programs_handles() {
+        use pairs::*;
+        for (h, size, extent) in [
+            (MPI_2INT, 8, 8),
+            (MPI_FLOAT_INT, 8, 8),
+            (MPI_DOUBLE_INT, 12, 16),
+            (MPI_LONG_INT, 12, 16),
+            (MPI_SHORT_INT, 6, 8),
+        ] {
+            assert_eq!(size_of(h), Ok(size), "{h:#x}");
+            // SAFETY: a predefined datatype, read here only.
+            let r = unsafe { DatatypeRef::from_raw(predefined(h).unwrap()) };
+            assert_eq!(r.type_map().extent(), extent, "{h:#x}");
+            assert!(DATATYPES.with(h, |_| ()).is_none());
+        }
+        let mine = DATATYPES
+            .insert(TypeEntry { dt: UserDatatype::contiguous(1, &i32::equivalent_datatype()), committed: true });
+        assert!(![MPI_FLOAT_INT, MPI_DOUBLE_INT, MPI_LONG_INT, MPI_SHORT_INT].contains(&mine));
+        assert!(datatype(mine).is_ok());
+        assert_eq!(size_of(mine), Ok(4));
+        DATATYPES.take(mine);
     }
 
     #[test]

@@ -307,7 +307,7 @@ mpi_fn! {
     fn MPI_Type_dup(oldtype: c_int, newtype: *mut c_int) on MPI_COMM_WORLD => {
         // SAFETY: `any_datatype` names a live datatype.
         let t = unsafe { UserDatatype::from_raw(any_datatype(oldtype)?) };
-        let committed = crate::datatypes::builtin(oldtype).is_some() || crate::datatypes::datatype(oldtype).is_ok();
+        let committed = crate::datatypes::datatype(oldtype).is_ok();
         if newtype.is_null() {
             return Err(MPI_ERR_ARG);
         }
@@ -326,7 +326,7 @@ mpi_fn! {
         }
         // SAFETY: checked non-null; the caller vouches it is readable.
         let h = unsafe { datatype.read() };
-        if crate::datatypes::builtin(h).is_some() {
+        if crate::datatypes::predefined(h).is_some() {
             return Ok(());
         }
         DATATYPES.with_mut(h, |e| e.committed = true).ok_or(MPI_ERR_TYPE)

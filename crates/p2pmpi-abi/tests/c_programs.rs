@@ -246,7 +246,7 @@ fn memory_buffered_sends_names_dims_local_reduction_packing_and_ranges_on_two_pr
 }
 
 #[test]
-fn user_operations_commutative_or_not_on_three_processes() {
+fn user_operations_and_minloc_maxloc_on_three_processes() {
     if !require(&["mpicc.mpich"], true) {
         return;
     }
@@ -259,6 +259,8 @@ fn user_operations_commutative_or_not_on_three_processes() {
         want.push(format!("rank {r}: max abs -50 datatype int 1"));
         want.push(format!("rank {r}: affine 24 23 scan {scan} in place 24 23"));
         want.push(format!("rank {r}: local 15 26"));
+        // MPI_MAXLOC and MPI_MINLOC on MPICH's pair types.
+        want.push(format!("rank {r}: maxloc 100.0 at 1 minloc 8 at 2 short 6 at 2"));
         want.push(format!("rank {r}: commutative affine 0 abs 1 sum 1"));
         want.push(format!("rank {r}: freed 1"));
     }

@@ -58,6 +58,20 @@ int main(int argc, char **argv) {
         MPI_Reduce_local(x, y, 2, MPI_LONG, affine);
         printf("rank %d: local %ld %ld\n", rank, y[0], y[1]);
     }
+    {
+        struct { double v; int i; } in, out;
+        struct { short v; int i; } sin, sout;
+        int p[2] = {10 - rank, rank}, q[2];
+        in.v = rank == 1 ? 100.0 : rank;
+        in.i = rank;
+        sin.v = (short)(rank * 3);
+        sin.i = rank;
+        MPI_Allreduce(&in, &out, 1, MPI_DOUBLE_INT, MPI_MAXLOC, MPI_COMM_WORLD);
+        MPI_Allreduce(p, q, 1, MPI_2INT, MPI_MINLOC, MPI_COMM_WORLD);
+        MPI_Allreduce(&sin, &sout, 1, MPI_SHORT_INT, MPI_MAXLOC, MPI_COMM_WORLD);
+        printf("rank %d: maxloc %.1f at %d minloc %d at %d short %d at %d\n", rank, out.v, out.i, q[0], q[1], sout.v,
+               sout.i);
+    }
     MPI_Op_commutative(affine, &commute);
     printf("rank %d: commutative affine %d", rank, commute);
     MPI_Op_commutative(absop, &commute);
