@@ -1,7 +1,7 @@
 //! Collective communication: `MPI_Barrier`, `MPI_Bcast`, `MPI_Reduce`, `MPI_Allreduce`,
 //! `MPI_Scan`, `MPI_Exscan`, `MPI_Gather`, `MPI_Scatter`, `MPI_Allgather`, `MPI_Alltoall`,
-//! and the local `MPI_Reduce_local`. The reductions with a user operation are
-//! [`crate::user_ops`]'.
+//! `MPI_Reduce_scatter_block`, `MPI_Reduce_scatter`, and the local `MPI_Reduce_local`. The
+//! reductions with a user operation are [`crate::user_ops`]'.
 //!
 //! `MPI_IN_PLACE` is honoured where the standard allows it for these functions (the roots of
 //! `MPI_Reduce`, `MPI_Gather` and `MPI_Scatter`, every process of `MPI_Allreduce`,
@@ -18,7 +18,7 @@ use crate::ops::op;
 use crate::user_ops::{self, user_op, Reduction};
 use p2pmpi::datatype::{DatatypeRef, DynBuffer, DynBufferMut};
 use p2pmpi::ffi;
-use p2pmpi::traits::FromRaw;
+use p2pmpi::traits::*;
 use std::os::raw::{c_int, c_void};
 
 /// A buffer argument for the library: MPICH's `MPI_IN_PLACE` becomes the library's.
@@ -269,5 +269,100 @@ mpi_fn! {
         let count = c_int::try_from(count).map_err(|_| MPI_ERR_COUNT)?;
         // SAFETY: the caller's contract.
         unsafe { reduce_local(inbuf, inoutbuf, count, dt, o) }
+    }
+}
+
+mpi_fn! {
+    /// Reduces every process's `sendbuf` (`size × recvcount` elements) with `op` and scatters
+    /// the result: block `i` of `recvcount` elements to process `i`. `sendbuf` may be
+    /// `MPI_IN_PLACE` (the input is then `recvbuf`).
+    fn MPI_Reduce_scatter_block(
+        sendbuf: *const c_void,
+        recvbuf: *mut c_void,
+        recvcount: c_int,
+        dt: c_int,
+        o: c_int,
+        c: c_int,
+    ) on c => {
+        let rc = crate::handles::rust_comm(c)?;
+        let d = crate::datatypes::datatype_ref(dt)?;
+        if recvcount < 0 {
+            return Err(MPI_ERR_COUNT);
+        }
+        crate::not_in_place(recvbuf)?;
+        let total = recvcount.checked_mul(rc.size()).ok_or(MPI_ERR_COUNT)?;
+        let copy;
+        // SAFETY: the caller vouches for the buffers; in place, the input is a copy of
+        // `recvbuf`'s `total` elements.
+        let (s, mut r) = unsafe {
+            let s = if crate::is_in_place(sendbuf) {
+                let bytes = total as usize * crate::datatypes::stageable(dt)?;
+                let mut v = vec![0u64; bytes.div_ceil(8)];
+                std::ptr::copy_nonoverlapping(recvbuf as *const u8, v.as_mut_ptr() as *mut u8, bytes);
+                copy = v;
+                DynBuffer::from_raw(copy.as_ptr() as *const c_void, total, d)
+            } else {
+                DynBuffer::from_raw(sendbuf, total, d)
+            };
+            (s, DynBufferMut::from_raw(recvbuf, recvcount, d))
+        };
+        match user_op(o) {
+            Some(u) => rc.reduce_scatter_block_into(&s, &mut r, user_ops::rust_op(u, dt)),
+            None => rc.reduce_scatter_block_into(&s, &mut r, crate::ops::system_op(o)?),
+        }
+        Ok(())
+    }
+}
+
+mpi_fn! {
+    /// Reduces every process's `sendbuf` (the sum of `recvcounts` elements) with `op` and
+    /// scatters the result: `recvcounts[i]` elements to process `i`, in order. Done as a
+    /// reduction to rank 0 and a scatter. `sendbuf` may be `MPI_IN_PLACE`.
+    fn MPI_Reduce_scatter(
+        sendbuf: *const c_void,
+        recvbuf: *mut c_void,
+        recvcounts: *const c_int,
+        dt: c_int,
+        o: c_int,
+        c: c_int,
+    ) on c => {
+        let rc = crate::handles::rust_comm(c)?;
+        let n = rc.size() as usize;
+        if recvcounts.is_null() {
+            return Err(MPI_ERR_ARG);
+        }
+        // SAFETY: the caller vouches for one count per process.
+        let counts = unsafe { std::slice::from_raw_parts(recvcounts, n) }.to_vec();
+        if counts.iter().any(|&x| x < 0) {
+            return Err(MPI_ERR_COUNT);
+        }
+        let displs: Vec<c_int> = counts.iter().scan(0, |at, &x| {
+            let d = *at;
+            *at += x;
+            Some(d)
+        }).collect();
+        let total: c_int = counts.iter().sum();
+        let size = crate::datatypes::stageable(dt)?;
+        let me = rc.rank() as usize;
+        let mut all = vec![0u64; if me == 0 { (total as usize * size).div_ceil(8) } else { 0 }];
+        let input = if crate::is_in_place(sendbuf) { recvbuf as *const c_void } else { sendbuf };
+        let mine = counts[me];
+        // SAFETY: the caller vouches for `total` elements at the input and `recvcounts[me]`
+        // writable ones at `recvbuf`; `all` holds `total` elements at rank 0.
+        unsafe {
+            ok(MPI_Reduce(input, all.as_mut_ptr() as *mut c_void, total, dt, o, 0, c))?;
+            ok(crate::varcount::MPI_Scatterv(
+                all.as_ptr() as *const c_void,
+                counts.as_ptr(),
+                displs.as_ptr(),
+                dt,
+                recvbuf,
+                mine,
+                dt,
+                0,
+                c,
+            ))?;
+        }
+        Ok(())
     }
 }

@@ -313,8 +313,6 @@ stubs! {
     "MPI_Recv_init_c" "PMPI_Recv_init_c"
     "MPI_Reduce_init" "PMPI_Reduce_init"
     "MPI_Reduce_init_c" "PMPI_Reduce_init_c"
-    "MPI_Reduce_scatter" "PMPI_Reduce_scatter"
-    "MPI_Reduce_scatter_block" "PMPI_Reduce_scatter_block"
     "MPI_Reduce_scatter_block_c" "PMPI_Reduce_scatter_block_c"
     "MPI_Reduce_scatter_block_init" "PMPI_Reduce_scatter_block_init"
     "MPI_Reduce_scatter_block_init_c" "PMPI_Reduce_scatter_block_init_c"

@@ -396,6 +396,11 @@ fn collective_lines(n: i64) -> Vec<String> {
         v.push(format!("scatter {r}: {} {}", 500 + 2 * r, 501 + 2 * r));
         v.push(format!("allgather {r}: ok 1"));
         v.push(format!("alltoall {r}: ok 1"));
+        // Element j of the reduced vector is the sum over the ranks q of q + j.
+        let element = |j: i64| n * (n - 1) / 2 + n * j;
+        v.push(format!("reduce_scatter_block {r}: {} in place {}", element(r), element(r)));
+        let first = r * (r + 1) / 2;
+        v.push(format!("reduce_scatter {r}: {}", (first..first + r + 1).map(element).sum::<i64>()));
     }
     v
 }

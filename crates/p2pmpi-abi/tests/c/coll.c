@@ -91,6 +91,27 @@ int main(int argc, char **argv) {
         free(back);
     }
 
+    /* Reduce_scatter_block (one element each, then in place) and Reduce_scatter (i + 1
+     * elements to rank i): rank r contributes r + j at element j. */
+    {
+        int *v = malloc(sizeof(int) * size * (size + 1)), out = -1, total = size * (size + 1) / 2, got[64], k;
+        long sum = 0;
+        int *counts = malloc(sizeof(int) * size);
+        for (i = 0; i < total; i++) v[i] = rank + i;
+        MPI_Reduce_scatter_block(v, &out, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+        printf("reduce_scatter_block %d: %d", rank, out);
+        for (i = 0; i < size; i++) v[i] = rank + i;
+        MPI_Reduce_scatter_block(MPI_IN_PLACE, v, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+        printf(" in place %d\n", v[0]);
+        for (i = 0; i < total; i++) v[i] = rank + i;
+        for (i = 0; i < size; i++) counts[i] = i + 1;
+        MPI_Reduce_scatter(v, got, counts, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+        for (k = 0; k < rank + 1; k++) sum += got[k];
+        printf("reduce_scatter %d: %ld\n", rank, sum);
+        free(v);
+        free(counts);
+    }
+
     MPI_Finalize();
     return 0;
 }
