@@ -581,6 +581,19 @@ P2PMPI_FN(int, Iscatter_c, (const void *sendbuf, MPI_Count sendcount, MPI_Dataty
 P2PMPI_FN(int, Iallgather_c, (const void *sendbuf, MPI_Count sendcount, MPI_Datatype sendtype, void *recvbuf, MPI_Count recvcount, MPI_Datatype recvtype, MPI_Comm comm, MPI_Request *request))
 P2PMPI_FN(int, Ialltoall_c, (const void *sendbuf, MPI_Count sendcount, MPI_Datatype sendtype, void *recvbuf, MPI_Count recvcount, MPI_Datatype recvtype, MPI_Comm comm, MPI_Request *request))
 
+/* Info objects. */
+P2PMPI_FN(int, Info_create, (MPI_Info *info))
+P2PMPI_FN(int, Info_create_env, (int argc, char *argv[], MPI_Info *info))
+P2PMPI_FN(int, Info_set, (MPI_Info info, const char *key, const char *value))
+P2PMPI_FN(int, Info_get, (MPI_Info info, const char *key, int valuelen, char *value, int *flag))
+P2PMPI_FN(int, Info_get_string, (MPI_Info info, const char *key, int *buflen, char *value, int *flag))
+P2PMPI_FN(int, Info_get_valuelen, (MPI_Info info, const char *key, int *valuelen, int *flag))
+P2PMPI_FN(int, Info_get_nkeys, (MPI_Info info, int *nkeys))
+P2PMPI_FN(int, Info_get_nthkey, (MPI_Info info, int n, char *key))
+P2PMPI_FN(int, Info_delete, (MPI_Info info, const char *key))
+P2PMPI_FN(int, Info_dup, (MPI_Info info, MPI_Info *newinfo))
+P2PMPI_FN(int, Info_free, (MPI_Info *info))
+
 /* Predefined datatypes. */
 P2PMPI_FN(int, Type_size, (MPI_Datatype datatype, int *size))
 P2PMPI_FN(int, Type_size_c, (MPI_Datatype datatype, MPI_Count *size))

@@ -31,6 +31,7 @@ pub mod environment;
 pub mod errors;
 pub mod handles;
 pub mod immediate;
+pub mod info;
 pub mod large_count;
 pub mod matched;
 pub mod ops;

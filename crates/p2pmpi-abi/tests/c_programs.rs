@@ -218,7 +218,7 @@ fn collectives_with_a_count_per_process_on_three_processes() {
 }
 
 #[test]
-fn memory_buffered_sends_names_dims_local_reduction_packing_and_ranges_on_two_processes() {
+fn memory_buffered_sends_names_dims_local_reduction_packing_ranges_and_info_on_two_processes() {
     if !require(&["mpicc.mpich"], true) {
         return;
     }
@@ -239,6 +239,7 @@ fn memory_buffered_sends_names_dims_local_reduction_packing_and_ranges_on_two_pr
         want.push(format!("rank {r}: dims 3 2 2 and 4 3"));
         want.push(format!("rank {r}: reduce_local 4 5 9"));
         want.push(format!("rank {r}: range incl 2 excl 1"));
+        want.push(format!("rank {r}: info 1 /tmp keys 2 nokey 1 null 1"));
     }
     for w in want {
         assert!(o.stdout.lines().any(|l| l == w), "missing {w:?}\n{}", show(&o));

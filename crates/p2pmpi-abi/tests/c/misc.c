@@ -84,6 +84,22 @@ int main(int argc, char **argv) {
         MPI_Group_free(&exc);
         MPI_Group_free(&wg);
     }
+    /* Info objects. */
+    {
+        MPI_Info info;
+        char v[16];
+        int flag, nkeys, rc;
+        MPI_Info_create(&info);
+        MPI_Info_set(info, "host", "a");
+        MPI_Info_set(info, "wdir", "/tmp");
+        MPI_Info_get(info, "wdir", 15, v, &flag);
+        MPI_Info_get_nkeys(info, &nkeys);
+        MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+        rc = MPI_Info_delete(info, "none");
+        MPI_Info_free(&info);
+        printf("rank %d: info %d %s keys %d nokey %d null %d\n", rank, flag, v, nkeys, rc == MPI_ERR_INFO_NOKEY,
+               info == MPI_INFO_NULL);
+    }
     MPI_Finalize();
     return 0;
 }
