@@ -633,6 +633,15 @@ P2PMPI_FN(int, Status_c2f, (const MPI_Status *c_status, MPI_Fint *f_status))
 P2PMPI_FN(int, Status_f2c, (const MPI_Fint *f_status, MPI_Status *c_status))
 P2PMPI_FN(MPI_Fint, File_c2f, (MPI_File file))
 P2PMPI_FN(MPI_File, File_f2c, (MPI_Fint file))
+P2PMPI_FN(int, Get_address, (const void *location, MPI_Aint *address))
+P2PMPI_FN(int, Address, (void *location, MPI_Aint *address))
+P2PMPI_FN(int, Pcontrol, (const int level, ...))
+P2PMPI_FN(int, Status_set_elements, (MPI_Status *status, MPI_Datatype datatype, int count))
+P2PMPI_FN(int, Status_set_elements_x, (MPI_Status *status, MPI_Datatype datatype, MPI_Count count))
+P2PMPI_FN(int, Status_set_cancelled, (MPI_Status *status, int flag))
+P2PMPI_FN(int, Type_size_x, (MPI_Datatype datatype, MPI_Count *size))
+P2PMPI_FN(int, Type_get_extent_x, (MPI_Datatype datatype, MPI_Count *lb, MPI_Count *extent))
+P2PMPI_FN(int, Type_get_true_extent_x, (MPI_Datatype datatype, MPI_Count *true_lb, MPI_Count *true_extent))
 #undef P2PMPI_FN
 /* prototypes end */
 

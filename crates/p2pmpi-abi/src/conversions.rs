@@ -1,6 +1,8 @@
-//! Conversions: `MPI_Aint_add`, `MPI_Aint_diff`, and the C/Fortran conversions that are
-//! functions in MPICH's ABI (`MPI_Status_c2f`, `MPI_Status_f2c`, `MPI_File_c2f`,
-//! `MPI_File_f2c`; those of the other handles are macros of `mpi.h`, the handle itself).
+//! Conversions and small utilities: `MPI_Aint_add`, `MPI_Aint_diff`, `MPI_Get_address`
+//! (and MPI-1's `MPI_Address`), the C/Fortran conversions that are functions in MPICH's ABI
+//! (`MPI_Status_c2f`, `MPI_Status_f2c`, `MPI_File_c2f`, `MPI_File_f2c`; those of the other
+//! handles are macros of `mpi.h`, the handle itself), the status setters
+//! (`MPI_Status_set_elements`, `_x`, `MPI_Status_set_cancelled`) and `MPI_Pcontrol`.
 
 use crate::consts::*;
 use crate::status::MPI_Status;
@@ -54,6 +56,75 @@ mpi_fn! {
 mpi_fn! {
     /// The C handle of a Fortran file handle: the null file (files are not provided yet).
     fn MPI_File_f2c(_file: c_int) -> *mut c_void => std::ptr::null_mut()
+}
+
+mpi_fn! {
+    /// The address of `location`, as an `MPI_Aint` (for displacements of structures).
+    fn MPI_Get_address(location: *const c_void, address: *mut c_long) on MPI_COMM_WORLD => {
+        // SAFETY: the caller's contract.
+        unsafe { crate::environment::put(address, location as c_long) }
+    }
+}
+
+mpi_fn! {
+    /// MPI-1's name of `MPI_Get_address`.
+    fn MPI_Address(location: *const c_void, address: *mut c_long) on MPI_COMM_WORLD => {
+        // SAFETY: the caller's contract.
+        unsafe { crate::environment::put(address, location as c_long) }
+    }
+}
+
+mpi_fn! {
+    /// Profiling control: nothing to do without a profiling layer.
+    fn MPI_Pcontrol(_level: c_int) on MPI_COMM_WORLD => Ok(())
+}
+
+/// Sets a status's size to `count` elements of `dt`.
+///
+/// # Safety
+/// `st` must be null, `MPI_STATUS_IGNORE` or writable.
+unsafe fn set_elements(st: *mut MPI_Status, dt: c_int, count: c_long) -> Result<(), c_int> {
+    let size = crate::datatypes::size_of(dt)?;
+    if st.is_null() || st as usize == MPI_STATUS_IGNORE || count < 0 {
+        return Err(MPI_ERR_ARG);
+    }
+    // SAFETY: checked to be a real pointer; the caller vouches it is readable and writable.
+    unsafe {
+        let s = st.read();
+        st.write(MPI_Status::new(count as u64 * size as u64, s.cancelled(), s.MPI_SOURCE, s.MPI_TAG, s.MPI_ERROR));
+    }
+    Ok(())
+}
+
+mpi_fn! {
+    /// Sets a status's size to `count` elements of `datatype` (generalized requests).
+    fn MPI_Status_set_elements(st: *mut MPI_Status, dt: c_int, count: c_int) on MPI_COMM_WORLD => {
+        // SAFETY: the caller's contract.
+        unsafe { set_elements(st, dt, count as c_long) }
+    }
+}
+
+mpi_fn! {
+    /// `MPI_Status_set_elements` with a large count.
+    fn MPI_Status_set_elements_x(st: *mut MPI_Status, dt: c_int, count: c_long) on MPI_COMM_WORLD => {
+        // SAFETY: the caller's contract.
+        unsafe { set_elements(st, dt, count) }
+    }
+}
+
+mpi_fn! {
+    /// Sets a status's cancelled flag.
+    fn MPI_Status_set_cancelled(st: *mut MPI_Status, flag: c_int) on MPI_COMM_WORLD => {
+        if st.is_null() || st as usize == MPI_STATUS_IGNORE {
+            return Err(MPI_ERR_ARG);
+        }
+        // SAFETY: checked to be a real pointer; the caller vouches it is readable and writable.
+        unsafe {
+            let s = st.read();
+            st.write(MPI_Status::new(s.bytes(), flag != 0, s.MPI_SOURCE, s.MPI_TAG, s.MPI_ERROR));
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]

@@ -272,6 +272,31 @@ mpi_fn! {
     }
 }
 
+mpi_fn! {
+    /// MPI-3's name of `MPI_Type_size_c`.
+    fn MPI_Type_size_x(dt: c_int, size: *mut MPI_Count) on MPI_COMM_WORLD => {
+        let n = size_of(dt)?;
+        // SAFETY: the caller's contract.
+        unsafe { put(size, n as MPI_Count) }
+    }
+}
+
+mpi_fn! {
+    /// MPI-3's name of `MPI_Type_get_extent_c`.
+    fn MPI_Type_get_extent_x(dt: c_int, lb: *mut MPI_Count, ext: *mut MPI_Count) on MPI_COMM_WORLD => {
+        // SAFETY: the caller's contract.
+        unsafe { put_extent(dt, lb, ext, false) }
+    }
+}
+
+mpi_fn! {
+    /// MPI-3's name of `MPI_Type_get_true_extent_c`.
+    fn MPI_Type_get_true_extent_x(dt: c_int, lb: *mut MPI_Count, ext: *mut MPI_Count) on MPI_COMM_WORLD => {
+        // SAFETY: the caller's contract.
+        unsafe { put_extent(dt, lb, ext, true) }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

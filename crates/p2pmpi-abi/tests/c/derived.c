@@ -34,7 +34,16 @@ int main(int argc, char **argv) {
     }
     {
         int bl[3] = {1, 1, 1};
-        MPI_Aint dp[3] = {offsetof(struct rec, a), offsetof(struct rec, b), offsetof(struct rec, c)};
+        struct rec probe;
+        MPI_Aint base, dp[3];
+        MPI_Get_address(&probe, &base);
+        MPI_Get_address(&probe.a, &dp[0]);
+        MPI_Get_address(&probe.b, &dp[1]);
+        MPI_Get_address(&probe.c, &dp[2]);
+        dp[0] = MPI_Aint_diff(dp[0], base);
+        dp[1] = MPI_Aint_diff(dp[1], base);
+        dp[2] = MPI_Aint_diff(dp[2], base);
+        if (dp[1] != offsetof(struct rec, b) || dp[2] != offsetof(struct rec, c)) printf("bad addresses\n");
         MPI_Datatype ts[3] = {MPI_INT, MPI_DOUBLE, MPI_CHAR};
         MPI_Type_create_struct(3, bl, dp, ts, &rect);
         MPI_Type_commit(&rect);
@@ -77,7 +86,23 @@ int main(int argc, char **argv) {
     MPI_Type_get_true_extent(col1, &tlb, &text);
     printf("rank %d: column size %d extent %ld true %ld %ld\n", rank, size, (long)ext, (long)tlb, (long)text);
     MPI_Type_get_extent(rect, &lb, &ext);
-    printf("rank %d: struct extent matches %d\n", rank, ext == (MPI_Aint)sizeof(struct rec));
+    {
+        MPI_Count sx, lx, ex;
+        MPI_Type_size_x(rect, &sx);
+        MPI_Type_get_extent_x(rect, &lx, &ex);
+        printf("rank %d: struct extent matches %d size_x %ld extent_x %ld\n", rank, ext == (MPI_Aint)sizeof(struct rec),
+               (long)sx, (long)ex);
+    }
+    {
+        MPI_Status fake;
+        int cnt, cancelled;
+        MPI_Status_set_elements(&fake, MPI_DOUBLE, 3);
+        MPI_Status_set_cancelled(&fake, 1);
+        MPI_Get_count(&fake, MPI_DOUBLE, &cnt);
+        MPI_Test_cancelled(&fake, &cancelled);
+        MPI_Pcontrol(1);
+        printf("rank %d: set elements %d cancelled %d\n", rank, cnt, cancelled);
+    }
 
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     MPI_Type_contiguous(2, MPI_INT, &unused);
