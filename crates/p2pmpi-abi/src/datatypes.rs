@@ -82,7 +82,26 @@ predefined_datatypes! {
 pub struct TypeEntry {
     pub dt: UserDatatype,
     pub committed: bool,
+    /// How it was made (`MPI_Type_get_envelope`, `MPI_Type_get_contents`).
+    pub contents: Option<Box<Contents>>,
+    /// Its name (`MPI_Type_set_name`).
+    pub name: Option<String>,
 }
+
+/// The arguments a datatype was made with: the combiner (`MPI_COMBINER_...`), the integers,
+/// the addresses and the datatypes (a predefined one by its handle, another by its layout
+/// and its own contents, since the program may free it).
+#[derive(Clone)]
+pub struct Contents {
+    pub combiner: c_int,
+    pub ints: Vec<c_int>,
+    pub aints: Vec<MPI_Aint>,
+    pub types: Vec<Inner>,
+}
+
+/// A datatype inside another's contents: its handle, and unless predefined its layout and
+/// its own contents.
+pub type Inner = (c_int, Option<(UserDatatype, Option<Box<Contents>>)>);
 
 /// The datatypes the program made (handles of kind 3: MPICH's pair types below have kind 2).
 // Process-wide because a C handle is a plain integer any thread may hand to any function.
@@ -119,6 +138,19 @@ fn pair(h: c_int) -> Option<ffi::MPI_Datatype> {
         ]
     });
     all.iter().find(|(k, _)| *k == h).map(|(_, d)| d.as_raw())
+}
+
+/// The MPI name of a predefined datatype (pairs included).
+pub fn predefined_name(h: c_int) -> Option<&'static str> {
+    use pairs::*;
+    let pair = [
+        (MPI_2INT, "MPI_2INT"),
+        (MPI_FLOAT_INT, "MPI_FLOAT_INT"),
+        (MPI_DOUBLE_INT, "MPI_DOUBLE_INT"),
+        (MPI_LONG_INT, "MPI_LONG_INT"),
+        (MPI_SHORT_INT, "MPI_SHORT_INT"),
+    ];
+    PREDEFINED.iter().map(|&(n, k, _)| (k, n)).chain(pair).find(|(k, _)| *k == h).map(|(_, n)| n)
 }
 
 /// The library's datatype of a predefined MPICH datatype (pairs included).
@@ -326,8 +358,12 @@ mod tests {
             assert_eq!(r.type_map().extent(), extent, "{h:#x}");
             assert!(DATATYPES.with(h, |_| ()).is_none());
         }
-        let mine = DATATYPES
-            .insert(TypeEntry { dt: UserDatatype::contiguous(1, &i32::equivalent_datatype()), committed: true });
+        let mine = DATATYPES.insert(TypeEntry {
+            dt: UserDatatype::contiguous(1, &i32::equivalent_datatype()),
+            committed: true,
+            contents: None,
+            name: None,
+        });
         assert!(![MPI_FLOAT_INT, MPI_DOUBLE_INT, MPI_LONG_INT, MPI_SHORT_INT].contains(&mine));
         assert!(datatype(mine).is_ok());
         assert_eq!(size_of(mine), Ok(4));

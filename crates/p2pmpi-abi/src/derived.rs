@@ -10,12 +10,24 @@
 //! as MPI allows), only its handle goes.
 
 use crate::consts::*;
-use crate::datatypes::{any_datatype, TypeEntry, DATATYPES};
+use crate::datatypes::{any_datatype, Contents, Inner, TypeEntry, DATATYPES};
 use crate::datatypes::{MPI_Aint, MPI_Count};
 use p2pmpi::datatype::{DatatypeRef, UserDatatype};
 use p2pmpi::traits::FromRaw;
 use parking_lot::Mutex;
 use std::os::raw::c_int;
+
+const MPI_COMBINER_NAMED: c_int = 1;
+const MPI_COMBINER_DUP: c_int = 2;
+const MPI_COMBINER_CONTIGUOUS: c_int = 3;
+const MPI_COMBINER_VECTOR: c_int = 4;
+const MPI_COMBINER_HVECTOR: c_int = 6;
+const MPI_COMBINER_INDEXED: c_int = 7;
+const MPI_COMBINER_HINDEXED: c_int = 9;
+const MPI_COMBINER_INDEXED_BLOCK: c_int = 10;
+const MPI_COMBINER_STRUCT: c_int = 12;
+const MPI_COMBINER_RESIZED: c_int = 18;
+const MPI_COMBINER_HINDEXED_BLOCK: c_int = 19;
 
 /// The layouts of freed datatypes (see the module's comment).
 // Process-wide, as the datatypes' handles are.
@@ -29,15 +41,30 @@ fn old(h: c_int) -> Result<DatatypeRef<'static>, c_int> {
     Ok(unsafe { DatatypeRef::from_raw(d) })
 }
 
-/// Stores a new, uncommitted datatype; its handle written at `out`.
+/// Datatype `h` as an inner datatype of a constructor.
+fn inner(h: c_int) -> Result<Inner, c_int> {
+    if crate::datatypes::predefined(h).is_some() {
+        return Ok((h, None));
+    }
+    let t = DATATYPES.with(h, |e| (e.dt.clone(), e.contents.clone())).ok_or(MPI_ERR_TYPE)?;
+    Ok((h, Some(t)))
+}
+
+/// The contents of a datatype made by `combiner` from `ints`, `aints` and `types`.
+fn contents(combiner: c_int, ints: Vec<c_int>, aints: Vec<MPI_Aint>, types: &[c_int]) -> Result<Contents, c_int> {
+    let types = types.iter().map(|&t| inner(t)).collect::<Result<_, _>>()?;
+    Ok(Contents { combiner, ints, aints, types })
+}
+
+/// Stores a new, uncommitted datatype made as `how` says; its handle written at `out`.
 ///
 /// # Safety
 /// `out` must be null or valid for a write.
-unsafe fn made(out: *mut c_int, dt: UserDatatype) -> Result<(), c_int> {
+unsafe fn made(out: *mut c_int, dt: UserDatatype, how: Contents) -> Result<(), c_int> {
     if out.is_null() {
         return Err(MPI_ERR_ARG);
     }
-    let h = DATATYPES.insert(TypeEntry { dt, committed: false });
+    let h = DATATYPES.insert(TypeEntry { dt, committed: false, contents: Some(Box::new(how)), name: None });
     // SAFETY: checked non-null; the caller vouches it is writable.
     unsafe { out.write(h) };
     Ok(())
@@ -75,8 +102,9 @@ mpi_fn! {
     /// `count` copies of `oldtype`, one after the other.
     fn MPI_Type_contiguous(n: c_int, oldtype: c_int, newtype: *mut c_int) on MPI_COMM_WORLD => {
         let t = UserDatatype::contiguous(count(n)?, &old(oldtype)?);
+        let how = contents(MPI_COMBINER_CONTIGUOUS, vec![n], vec![], &[oldtype])?;
         // SAFETY: the caller's contract.
-        unsafe { made(newtype, t) }
+        unsafe { made(newtype, t, how) }
     }
 }
 
@@ -85,8 +113,9 @@ mpi_fn! {
     fn MPI_Type_vector(n: c_int, blocklength: c_int, stride: c_int, oldtype: c_int, newtype: *mut c_int)
         on MPI_COMM_WORLD => {
         let t = UserDatatype::vector(count(n)?, count(blocklength)?, stride, &old(oldtype)?);
+        let how = contents(MPI_COMBINER_VECTOR, vec![n, blocklength, stride], vec![], &[oldtype])?;
         // SAFETY: the caller's contract.
-        unsafe { made(newtype, t) }
+        unsafe { made(newtype, t, how) }
     }
 }
 
@@ -102,8 +131,9 @@ unsafe fn hvector(
     newtype: *mut c_int,
 ) -> Result<(), c_int> {
     let t = UserDatatype::heterogeneous_vector(count(n)?, count(blocklength)?, stride as isize, &old(oldtype)?);
+    let how = contents(MPI_COMBINER_HVECTOR, vec![n, blocklength], vec![stride], &[oldtype])?;
     // SAFETY: the caller's contract.
-    unsafe { made(newtype, t) }
+    unsafe { made(newtype, t, how) }
 }
 
 mpi_fn! {
@@ -131,8 +161,10 @@ mpi_fn! {
         // SAFETY: the caller vouches for `n` entries of each array.
         let (b, d): (Vec<c_int>, Vec<c_int>) = unsafe { (array(blocklengths, n)?, array(displs, n)?) };
         let t = UserDatatype::indexed(&b, &d, &old(oldtype)?);
+        let ints = [&[n][..], &b, &d].concat();
+        let how = contents(MPI_COMBINER_INDEXED, ints, vec![], &[oldtype])?;
         // SAFETY: the caller's contract.
-        unsafe { made(newtype, t) }
+        unsafe { made(newtype, t, how) }
     }
 }
 
@@ -150,8 +182,10 @@ unsafe fn hindexed(
     // SAFETY: the caller's contract.
     let (b, d): (Vec<c_int>, Vec<isize>) = unsafe { (array(blocklengths, n)?, array(displs, n)?) };
     let t = UserDatatype::heterogeneous_indexed(&b, &d, &old(oldtype)?);
+    let aints = d.iter().map(|&x| x as MPI_Aint).collect();
+    let how = contents(MPI_COMBINER_HINDEXED, [&[n][..], &b].concat(), aints, &[oldtype])?;
     // SAFETY: the caller's contract.
-    unsafe { made(newtype, t) }
+    unsafe { made(newtype, t, how) }
 }
 
 mpi_fn! {
@@ -194,8 +228,10 @@ mpi_fn! {
         // SAFETY: the caller vouches for `n` displacements.
         let d: Vec<c_int> = unsafe { array(displs, n)? };
         let t = UserDatatype::indexed_block(count(blocklength)?, &d, &old(oldtype)?);
+        let ints = [&[n, blocklength][..], &d].concat();
+        let how = contents(MPI_COMBINER_INDEXED_BLOCK, ints, vec![], &[oldtype])?;
         // SAFETY: the caller's contract.
-        unsafe { made(newtype, t) }
+        unsafe { made(newtype, t, how) }
     }
 }
 
@@ -211,8 +247,10 @@ mpi_fn! {
         // SAFETY: the caller vouches for `n` displacements.
         let d: Vec<isize> = unsafe { array(displs, n)? };
         let t = UserDatatype::heterogeneous_indexed_block(count(blocklength)?, &d, &old(oldtype)?);
+        let aints = d.iter().map(|&x| x as MPI_Aint).collect();
+        let how = contents(MPI_COMBINER_HINDEXED_BLOCK, vec![n, blocklength], aints, &[oldtype])?;
         // SAFETY: the caller's contract.
-        unsafe { made(newtype, t) }
+        unsafe { made(newtype, t, how) }
     }
 }
 
@@ -232,8 +270,10 @@ unsafe fn structure(
         unsafe { (array(blocklengths, n)?, array(displs, n)?, array(types, n)?) };
     let refs: Vec<DatatypeRef<'static>> = ts.iter().map(|&t| old(t)).collect::<Result<_, _>>()?;
     let t = UserDatatype::structured(&b, &d, &refs);
+    let aints = d.iter().map(|&x| x as MPI_Aint).collect();
+    let how = contents(MPI_COMBINER_STRUCT, [&[n][..], &b].concat(), aints, &ts)?;
     // SAFETY: the caller's contract.
-    unsafe { made(newtype, t) }
+    unsafe { made(newtype, t, how) }
 }
 
 mpi_fn! {
@@ -276,8 +316,9 @@ unsafe fn resized(oldtype: c_int, lb: MPI_Count, extent: MPI_Count, newtype: *mu
     // A copy of the layout (`from_raw` copies), then resized.
     // SAFETY: `any_datatype` names a live datatype.
     let t = unsafe { UserDatatype::from_raw(any_datatype(oldtype)?) }.resized(extent);
+    let how = contents(MPI_COMBINER_RESIZED, vec![], vec![lb, extent as MPI_Aint], &[oldtype])?;
     // SAFETY: the caller's contract.
-    unsafe { made(newtype, t) }
+    unsafe { made(newtype, t, how) }
 }
 
 mpi_fn! {
@@ -311,7 +352,8 @@ mpi_fn! {
         if newtype.is_null() {
             return Err(MPI_ERR_ARG);
         }
-        let h = DATATYPES.insert(TypeEntry { dt: t, committed });
+        let how = Some(Box::new(contents(MPI_COMBINER_DUP, vec![], vec![], &[oldtype])?));
+        let h = DATATYPES.insert(TypeEntry { dt: t, committed, contents: how, name: None });
         // SAFETY: checked non-null; the caller vouches it is writable.
         unsafe { newtype.write(h) };
         Ok(())
@@ -346,5 +388,110 @@ mpi_fn! {
         // SAFETY: as above.
         unsafe { datatype.write(MPI_DATATYPE_NULL) };
         Ok(())
+    }
+}
+
+mpi_fn! {
+    /// How `datatype` was made: the numbers of integers, addresses and datatypes
+    /// `MPI_Type_get_contents` gives, and the combiner (`MPI_COMBINER_NAMED` for a predefined
+    /// one).
+    fn MPI_Type_get_envelope(dt: c_int, ni: *mut c_int, na: *mut c_int, nd: *mut c_int, combiner: *mut c_int)
+        on MPI_COMM_WORLD => {
+        let (i, a, d, c) = if crate::datatypes::predefined(dt).is_some() {
+            (0, 0, 0, MPI_COMBINER_NAMED)
+        } else {
+            DATATYPES
+                .with(dt, |e| {
+                    e.contents.as_ref().map(|k| (k.ints.len(), k.aints.len(), k.types.len(), k.combiner))
+                })
+                .flatten()
+                .ok_or(MPI_ERR_TYPE)?
+        };
+        // SAFETY: the caller's contract.
+        unsafe {
+            crate::environment::put(ni, i as c_int)?;
+            crate::environment::put(na, a as c_int)?;
+            crate::environment::put(nd, d as c_int)?;
+            crate::environment::put(combiner, c)
+        }
+    }
+}
+
+mpi_fn! {
+    /// The arguments `datatype` was made with; each derived datatype among them is a new
+    /// handle (the program frees it).
+    fn MPI_Type_get_contents(
+        dt: c_int,
+        max_integers: c_int,
+        max_addresses: c_int,
+        max_datatypes: c_int,
+        integers: *mut c_int,
+        addresses: *mut MPI_Aint,
+        datatypes: *mut c_int,
+    ) on MPI_COMM_WORLD => {
+        let (ints, aints, types) = DATATYPES
+            .with(dt, |e| {
+                e.contents.as_ref().map(|k| {
+                    (k.ints.clone(), k.aints.clone(), k.types.clone())
+                })
+            })
+            .flatten()
+            .ok_or(MPI_ERR_TYPE)?;
+        if (ints.len() as c_int) > max_integers
+            || (aints.len() as c_int) > max_addresses
+            || (types.len() as c_int) > max_datatypes
+        {
+            return Err(MPI_ERR_ARG);
+        }
+        if (!ints.is_empty() && integers.is_null())
+            || (!aints.is_empty() && addresses.is_null())
+            || (!types.is_empty() && datatypes.is_null())
+        {
+            return Err(MPI_ERR_ARG);
+        }
+        // SAFETY: checked non-null where written; the caller vouches for the maximum lengths,
+        // checked above.
+        unsafe {
+            std::ptr::copy_nonoverlapping(ints.as_ptr(), integers, ints.len());
+            std::ptr::copy_nonoverlapping(aints.as_ptr(), addresses, aints.len());
+        }
+        for (i, (h, t)) in types.into_iter().enumerate() {
+            let out = match t {
+                None => h,
+                Some((dt, contents)) => DATATYPES.insert(TypeEntry { dt, committed: true, contents, name: None }),
+            };
+            // SAFETY: as above.
+            unsafe { datatypes.add(i).write(out) };
+        }
+        Ok(())
+    }
+}
+
+mpi_fn! {
+    /// Names a datatype the program made (at most `MPI_MAX_OBJECT_NAME - 1` bytes are kept).
+    fn MPI_Type_set_name(dt: c_int, name: *const std::os::raw::c_char) on MPI_COMM_WORLD => {
+        if name.is_null() {
+            return Err(MPI_ERR_ARG);
+        }
+        // SAFETY: checked non-null; the caller vouches for a NUL-terminated string.
+        let s = unsafe { std::ffi::CStr::from_ptr(name) }.to_string_lossy().into_owned();
+        let mut end = s.len().min(MPI_MAX_OBJECT_NAME as usize - 1);
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        let n = s[..end].to_string();
+        DATATYPES.with_mut(dt, |e| e.name = Some(n)).ok_or(MPI_ERR_TYPE)
+    }
+}
+
+mpi_fn! {
+    /// The name of a datatype: a predefined one's MPI name, or what was set (empty if none).
+    fn MPI_Type_get_name(dt: c_int, name: *mut std::os::raw::c_char, resultlen: *mut c_int) on MPI_COMM_WORLD => {
+        let n = match crate::datatypes::predefined_name(dt) {
+            Some(n) => n.to_string(),
+            None => DATATYPES.with(dt, |e| e.name.clone().unwrap_or_default()).ok_or(MPI_ERR_TYPE)?,
+        };
+        // SAFETY: the caller vouches for `MPI_MAX_OBJECT_NAME` bytes at `name`.
+        unsafe { crate::environment::put_string(&n, name, MPI_MAX_OBJECT_NAME, resultlen) }
     }
 }

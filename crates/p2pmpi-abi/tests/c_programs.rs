@@ -344,6 +344,10 @@ fn derived_datatypes_in_point_to_point_and_collectives_on_two_processes() {
         // struct rec { int; double; char; }: 13 data bytes, 24 with padding.
         want.push(format!("rank {r}: struct extent matches 1 size_x 13 extent_x 24"));
         want.push(format!("rank {r}: set elements 3 cancelled 1"));
+        want.push(format!("rank {r}: vector 3 0 1 1 ints 4 1 4 int 1"));
+        want.push(format!("rank {r}: struct 4 3 3 1 types 1"));
+        want.push(format!("rank {r}: resized 1 extent 4 inner vector 1"));
+        want.push(format!("rank {r}: named 1 triple MPI_DOUBLE"));
         // An uncommitted datatype cannot be sent: MPI_ERR_TYPE.
         want.push(format!("rank {r}: uncommitted 3 dup size 12 freed 1"));
     }

@@ -104,6 +104,34 @@ int main(int argc, char **argv) {
         printf("rank %d: set elements %d cancelled %d\n", rank, cnt, cancelled);
     }
 
+    /* Decoding: envelopes and contents; names. */
+    {
+        int ni, na, nd, comb, ints[8], vcomb, len;
+        MPI_Aint as[8];
+        MPI_Datatype ts[8];
+        char nm[MPI_MAX_OBJECT_NAME];
+        MPI_Type_get_envelope(column, &ni, &na, &nd, &comb);
+        MPI_Type_get_contents(column, 8, 8, 8, ints, as, ts);
+        printf("rank %d: vector %d %d %d %d ints %d %d %d int %d\n", rank, ni, na, nd, comb == MPI_COMBINER_VECTOR,
+               ints[0], ints[1], ints[2], ts[0] == MPI_INT);
+        MPI_Type_get_envelope(rect, &ni, &na, &nd, &comb);
+        MPI_Type_get_contents(rect, 8, 8, 8, ints, as, ts);
+        printf("rank %d: struct %d %d %d %d types %d\n", rank, ni, na, nd, comb == MPI_COMBINER_STRUCT,
+               ts[0] == MPI_INT && ts[1] == MPI_DOUBLE && ts[2] == MPI_CHAR);
+        MPI_Type_get_envelope(col1, &ni, &na, &nd, &comb);
+        MPI_Type_get_contents(col1, 8, 8, 8, ints, as, ts);
+        MPI_Type_get_envelope(ts[0], &ni, &na, &nd, &vcomb);
+        MPI_Type_free(&ts[0]);
+        printf("rank %d: resized %d extent %ld inner vector %d\n", rank, comb == MPI_COMBINER_RESIZED, (long)as[1],
+               vcomb == MPI_COMBINER_VECTOR);
+        MPI_Type_get_envelope(MPI_INT, &ni, &na, &nd, &comb);
+        MPI_Type_set_name(three, "triple");
+        MPI_Type_get_name(three, nm, &len);
+        printf("rank %d: named %d %s", rank, comb == MPI_COMBINER_NAMED, nm);
+        MPI_Type_get_name(MPI_DOUBLE, nm, &len);
+        printf(" %s\n", nm);
+    }
+
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     MPI_Type_contiguous(2, MPI_INT, &unused);
     rc = MPI_Send(&m[0][0], 1, unused, rank, 9, MPI_COMM_WORLD);
