@@ -421,6 +421,9 @@ P2PMPI_FN(int, Errhandler_free, (MPI_Errhandler *errhandler))
 P2PMPI_FN(int, Errhandler_create, (MPI_Comm_errhandler_function *comm_errhandler_fn, MPI_Errhandler *errhandler))
 P2PMPI_FN(int, Errhandler_get, (MPI_Comm comm, MPI_Errhandler *errhandler))
 P2PMPI_FN(int, Errhandler_set, (MPI_Comm comm, MPI_Errhandler errhandler))
+P2PMPI_FN(int, Add_error_class, (int *errorclass))
+P2PMPI_FN(int, Add_error_code, (int errorclass, int *errorcode))
+P2PMPI_FN(int, Add_error_string, (int errorcode, const char *string))
 P2PMPI_FN(int, Error_class, (int errorcode, int *errorclass))
 P2PMPI_FN(int, Error_string, (int errorcode, char *string, int *resultlen))
 
@@ -444,6 +447,8 @@ P2PMPI_FN(int, Group_free, (MPI_Group *group))
 P2PMPI_FN(int, Group_range_incl, (MPI_Group group, int n, int ranges[][3], MPI_Group *newgroup))
 P2PMPI_FN(int, Group_range_excl, (MPI_Group group, int n, int ranges[][3], MPI_Group *newgroup))
 P2PMPI_FN(int, Comm_dup_with_info, (MPI_Comm comm, MPI_Info info, MPI_Comm *newcomm))
+P2PMPI_FN(int, Comm_get_info, (MPI_Comm comm, MPI_Info *info_used))
+P2PMPI_FN(int, Comm_set_info, (MPI_Comm comm, MPI_Info info))
 P2PMPI_FN(int, Comm_set_name, (MPI_Comm comm, const char *comm_name))
 P2PMPI_FN(int, Comm_get_name, (MPI_Comm comm, char *comm_name, int *resultlen))
 P2PMPI_FN(int, Dims_create, (int nnodes, int ndims, int dims[]))
@@ -507,6 +512,8 @@ P2PMPI_FN(int, Bsend, (const void *buf, int count, MPI_Datatype datatype, int de
 P2PMPI_FN(int, Mprobe, (int source, int tag, MPI_Comm comm, MPI_Message *message, MPI_Status *status))
 P2PMPI_FN(int, Improbe, (int source, int tag, MPI_Comm comm, int *flag, MPI_Message *message, MPI_Status *status))
 P2PMPI_FN(int, Mrecv, (void *buf, int count, MPI_Datatype datatype, MPI_Message *message, MPI_Status *status))
+P2PMPI_FN(int, Imrecv, (void *buf, int count, MPI_Datatype datatype, MPI_Message *message, MPI_Request *request))
+P2PMPI_FN(int, Ibsend, (const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm, MPI_Request *request))
 
 
 /* Point-to-point with large counts. */
@@ -523,6 +530,7 @@ P2PMPI_FN(int, Get_count_c, (const MPI_Status *status, MPI_Datatype datatype, MP
 P2PMPI_FN(int, Get_elements_c, (const MPI_Status *status, MPI_Datatype datatype, MPI_Count *count))
 P2PMPI_FN(int, Bsend_c, (const void *buf, MPI_Count count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm))
 P2PMPI_FN(int, Mrecv_c, (void *buf, MPI_Count count, MPI_Datatype datatype, MPI_Message *message, MPI_Status *status))
+P2PMPI_FN(int, Imrecv_c, (void *buf, MPI_Count count, MPI_Datatype datatype, MPI_Message *message, MPI_Request *request))
 /* Collectives. */
 P2PMPI_FN(int, Barrier, (MPI_Comm comm))
 P2PMPI_FN(int, Bcast, (void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm))

@@ -47,17 +47,19 @@ fn predefined(key: c_int) -> Option<*mut c_void> {
     static HOST: c_int = MPI_PROC_NULL;
     static IO: c_int = MPI_ANY_SOURCE;
     static WTIME_IS_GLOBAL: c_int = 0;
-    static LASTUSEDCODE: c_int = MPIX_ERR_REVOKED;
     let fixed: Option<&'static c_int> = match key {
         MPI_TAG_UB => Some(&TAG_UB),
         MPI_HOST => Some(&HOST),
         MPI_IO => Some(&IO),
         MPI_WTIME_IS_GLOBAL => Some(&WTIME_IS_GLOBAL),
-        MPI_LASTUSEDCODE => Some(&LASTUSEDCODE),
         _ => None,
     };
     if let Some(p) = fixed {
         return Some(p as *const c_int as *mut c_void);
+    }
+    if key == MPI_LASTUSEDCODE {
+        // An `AtomicI32` has an `int`'s layout; the program reads it as one.
+        return Some(crate::errors::LAST_USED_CODE.as_ptr() as *mut c_void);
     }
     // The library keeps these two (the launcher tells them).
     let theirs = match key {

@@ -373,3 +373,17 @@ mpi_fn! {
         ok(unsafe { MPI_Comm_dup(c, newcomm) })
     }
 }
+
+mpi_fn! {
+    /// The hints in use on `comm`: a new, empty info object (none are used).
+    fn MPI_Comm_get_info(c: c_int, info: *mut c_int) on c => {
+        comm(c)?;
+        // SAFETY: the caller's contract.
+        ok(unsafe { crate::info::MPI_Info_create(info) })
+    }
+}
+
+mpi_fn! {
+    /// Sets hints on `comm` (none are used).
+    fn MPI_Comm_set_info(c: c_int, _info: c_int) on c => comm(c).map(drop)
+}

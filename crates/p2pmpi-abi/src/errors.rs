@@ -1,12 +1,13 @@
 //! Error handlers and error classes: `MPI_Comm_set_errhandler`, `MPI_Comm_get_errhandler`,
 //! `MPI_Comm_create_errhandler`, `MPI_Errhandler_free`, `MPI_Comm_call_errhandler` (and
-//! MPI-1's names), `MPI_Error_class`, `MPI_Error_string`, and [`raise`], where every failed
-//! call ends.
+//! MPI-1's names), `MPI_Error_class`, `MPI_Error_string`, the program's own classes and codes
+//! (`MPI_Add_error_class`, `MPI_Add_error_code`, `MPI_Add_error_string`), and [`raise`],
+//! where every failed call ends.
 //!
 //! Each communicator has `MPI_ERRORS_ARE_FATAL` until the program sets another handler
 //! (`MPI_ERRORS_RETURN`, `MPI_ERRORS_ABORT`, which stops the job as the fatal one does here,
 //! or one of its own, called with the communicator and the code, after which the call
-//! returns the code). The error codes are the error classes themselves.
+//! returns the code). The library's error codes are the error classes themselves.
 
 use crate::consts::*;
 use crate::handles::{comm, object, Slab};
@@ -64,8 +65,15 @@ pub fn raise(c: c_int, function: &str, class: c_int) -> c_int {
         unsafe { f.0(&mut c, &mut code) };
         return class;
     }
-    let (name, text) = describe(class).unwrap_or(("MPI_ERR_UNKNOWN", "unknown error"));
-    p2pmpi::environment::abort_with_message(class, &format!("{function}: {text} ({name})"))
+    let cause = match describe(class) {
+        Some((name, text)) => format!("{text} ({name})"),
+        None => USER_ERRORS
+            .read()
+            .iter()
+            .find(|e| e.code == class)
+            .map_or_else(|| format!("error code {class}"), |e| format!("{} (error code {class})", e.text)),
+    };
+    p2pmpi::environment::abort_with_message(class, &format!("{function}: {cause}"))
 }
 
 /// A handler function (`MPI_Comm_errhandler_function`, variadic in C).
@@ -187,24 +195,98 @@ mpi_fn! {
     }
 }
 
+/// An error class or code the program added: its class (itself for a class) and its text.
+struct UserError {
+    code: c_int,
+    class: c_int,
+    text: String,
+}
+
+/// The error classes and codes the program added (`MPI_Add_error_class`, `_code`).
+// Process-wide, as error codes are.
+static USER_ERRORS: RwLock<Vec<UserError>> = RwLock::new(Vec::new());
+
+/// The first number given to an added class or code (above MPICH's and MPIX's).
+const FIRST_USER_ERROR: c_int = 1000;
+
+/// The last error code in use (`MPI_LASTUSEDCODE`'s value; the attribute gives its address).
+// Process-wide, as error codes are.
+pub static LAST_USED_CODE: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(MPIX_ERR_REVOKED);
+
+/// The class of error code `code`, if it is one.
+fn class_of(code: c_int) -> Option<c_int> {
+    if describe(code).is_some() {
+        return Some(code);
+    }
+    USER_ERRORS.read().iter().find(|e| e.code == code).map(|e| e.class)
+}
+
+/// Adds a class or (with `class`) a code; its number.
+fn add_error(class: Option<c_int>) -> c_int {
+    let mut all = USER_ERRORS.write();
+    let code = FIRST_USER_ERROR + all.len() as c_int;
+    all.push(UserError { code, class: class.unwrap_or(code), text: String::new() });
+    LAST_USED_CODE.store(code, std::sync::atomic::Ordering::Relaxed);
+    code
+}
+
 mpi_fn! {
-    /// The error class of an error code (here every code is its class).
+    /// The error class of an error code.
     fn MPI_Error_class(errorcode: c_int, errorclass: *mut c_int) on MPI_COMM_WORLD => {
-        if describe(errorcode).is_none() || errorclass.is_null() {
-            return Err(MPI_ERR_ARG);
-        }
-        // SAFETY: checked non-null; the caller vouches it is writable.
-        unsafe { errorclass.write(errorcode) };
-        Ok(())
+        let class = class_of(errorcode).ok_or(MPI_ERR_ARG)?;
+        // SAFETY: the caller's contract.
+        unsafe { crate::environment::put(errorclass, class) }
     }
 }
 
 mpi_fn! {
     /// The text of an error code, at most `MPI_MAX_ERROR_STRING` bytes with its NUL.
     fn MPI_Error_string(errorcode: c_int, string: *mut c_char, resultlen: *mut c_int) on MPI_COMM_WORLD => {
-        let Some((name, text)) = describe(errorcode) else { return Err(MPI_ERR_ARG) };
+        let text = match describe(errorcode) {
+            Some((name, text)) => format!("{name}: {text}"),
+            None => USER_ERRORS.read().iter().find(|e| e.code == errorcode).map(|e| e.text.clone()).ok_or(MPI_ERR_ARG)?,
+        };
         // SAFETY: the caller vouches for `MPI_MAX_ERROR_STRING` bytes at `string`.
-        unsafe { crate::environment::put_string(&format!("{name}: {text}"), string, MPI_MAX_ERROR_STRING, resultlen) }
+        unsafe { crate::environment::put_string(&text, string, MPI_MAX_ERROR_STRING, resultlen) }
+    }
+}
+
+mpi_fn! {
+    /// Adds an error class; its number.
+    fn MPI_Add_error_class(errorclass: *mut c_int) on MPI_COMM_WORLD => {
+        if errorclass.is_null() {
+            return Err(MPI_ERR_ARG);
+        }
+        // SAFETY: checked non-null; the caller vouches it is writable.
+        unsafe { errorclass.write(add_error(None)) };
+        Ok(())
+    }
+}
+
+mpi_fn! {
+    /// Adds an error code of class `errorclass`; its number.
+    fn MPI_Add_error_code(errorclass: c_int, errorcode: *mut c_int) on MPI_COMM_WORLD => {
+        if class_of(errorclass) != Some(errorclass) || errorcode.is_null() {
+            return Err(MPI_ERR_ARG);
+        }
+        // SAFETY: checked non-null; the caller vouches it is writable.
+        unsafe { errorcode.write(add_error(Some(errorclass))) };
+        Ok(())
+    }
+}
+
+mpi_fn! {
+    /// Sets the text of an added error class or code.
+    fn MPI_Add_error_string(errorcode: c_int, string: *const c_char) on MPI_COMM_WORLD => {
+        if string.is_null() {
+            return Err(MPI_ERR_ARG);
+        }
+        // SAFETY: checked non-null; the caller vouches for a NUL-terminated string.
+        let text = unsafe { std::ffi::CStr::from_ptr(string) }.to_string_lossy().into_owned();
+        let mut all = USER_ERRORS.write();
+        let e = all.iter_mut().find(|e| e.code == errorcode).ok_or(MPI_ERR_ARG)?;
+        e.text = text;
+        Ok(())
     }
 }
 

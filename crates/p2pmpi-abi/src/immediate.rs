@@ -34,11 +34,11 @@ impl<T> Drop for Owned<T> {
 
 /// What one nonblocking collective keeps alive.
 #[derive(Default)]
-struct Kept(Vec<Box<dyn Any>>);
+pub(crate) struct Kept(Vec<Box<dyn Any>>);
 
 impl Kept {
     /// Moves `t` to the heap until the request completes; a reference for the request.
-    fn hold<T: 'static>(&mut self, t: T) -> &'static mut T {
+    pub(crate) fn hold<T: 'static>(&mut self, t: T) -> &'static mut T {
         let p = Box::into_raw(Box::new(t));
         self.0.push(Box::new(Owned(p)));
         // SAFETY: `p` stays allocated until `self` (the request's keep) is dropped, after the
@@ -87,7 +87,7 @@ impl Kept {
     ///
     /// # Safety
     /// `buf` must be writable for those elements until the request completes.
-    unsafe fn output(
+    pub(crate) unsafe fn output(
         &mut self,
         buf: *mut c_void,
         count: c_int,
@@ -103,7 +103,11 @@ impl Kept {
 ///
 /// # Safety
 /// `out` must be valid for a write.
-unsafe fn started<D: ?Sized>(r: Request<'static, D, StaticScope>, kept: Kept, out: *mut c_int) -> Result<(), c_int> {
+pub(crate) unsafe fn started<D: ?Sized>(
+    r: Request<'static, D, StaticScope>,
+    kept: Kept,
+    out: *mut c_int,
+) -> Result<(), c_int> {
     // SAFETY: the buffers' descriptions are kept with the request until it completes, and
     // the program keeps the buffers valid (MPI's rule).
     let (raw, _, _) = unsafe { r.into_raw() };

@@ -1,5 +1,5 @@
-//! Matched probes and receives: `MPI_Mprobe`, `MPI_Improbe`, `MPI_Mrecv` (and
-//! `MPI_Mrecv_c`). A matched message is the Rust API's [`Message`], named by a handle of
+//! Matched probes and receives: `MPI_Mprobe`, `MPI_Improbe`, `MPI_Mrecv`, `MPI_Imrecv` (and
+//! their `_c` forms). A matched message is the Rust API's [`Message`], named by a handle of
 //! [`MESSAGES`] until it is received; a probe of `MPI_PROC_NULL` gives
 //! `MPI_MESSAGE_NO_PROC`. A failed communication stops the job (the Rust API's matched
 //! receives have no error return here).
@@ -172,5 +172,69 @@ mpi_fn! {
         let count = c_int::try_from(count).map_err(|_| MPI_ERR_COUNT)?;
         // SAFETY: the caller's contract.
         unsafe { mrecv(buf, count, dt, message, st) }
+    }
+}
+
+/// Starts receiving the matched message `*message` into `count` elements of `dt` at `buf`.
+///
+/// # Safety
+/// `message` must be valid for a read and a write, `buf` writable for `count` elements of
+/// `dt` until the request completes, `request` valid for a write.
+unsafe fn imrecv(
+    buf: *mut c_void,
+    count: c_int,
+    dt: c_int,
+    message: *mut c_int,
+    request: *mut c_int,
+) -> Result<(), c_int> {
+    let d = crate::datatypes::datatype_ref(dt)?;
+    if message.is_null() || request.is_null() {
+        return Err(MPI_ERR_ARG);
+    }
+    if count < 0 {
+        return Err(MPI_ERR_COUNT);
+    }
+    crate::not_in_place(buf)?;
+    // SAFETY: checked non-null; the caller vouches for it.
+    let h = unsafe { message.read() };
+    if h == MPI_MESSAGE_NO_PROC {
+        // Nothing to receive: a request that is complete at once (a receive from
+        // `MPI_PROC_NULL`).
+        // SAFETY: as above.
+        unsafe { message.write(MPI_MESSAGE_NULL) };
+        let mut r = 0;
+        // SAFETY: a receive of nothing; `r` is a local.
+        crate::ok(unsafe { crate::point_to_point::MPI_Irecv(buf, 0, dt, MPI_PROC_NULL, 0, MPI_COMM_SELF, &mut r) })?;
+        // SAFETY: the caller's contract.
+        unsafe { request.write(r) };
+        return Ok(());
+    }
+    let m = MESSAGES.take(h).ok_or(MPI_ERR_REQUEST)?;
+    // SAFETY: as above.
+    unsafe { message.write(MPI_MESSAGE_NULL) };
+    let mut kept = crate::immediate::Kept::default();
+    // SAFETY: the caller vouches for `count` writable elements at `buf` until completion.
+    let b = unsafe { kept.output(buf, count, d) };
+    let r = m.immediate_matched_receive_into(p2pmpi::request::StaticScope, b);
+    // SAFETY: the caller's contract.
+    unsafe { crate::immediate::started(r, kept, request) }
+}
+
+mpi_fn! {
+    /// Starts receiving the message `*message` names; `*message` becomes `MPI_MESSAGE_NULL`.
+    fn MPI_Imrecv(buf: *mut c_void, count: c_int, dt: c_int, message: *mut c_int, request: *mut c_int)
+        on MPI_COMM_WORLD => {
+        // SAFETY: the caller's contract.
+        unsafe { imrecv(buf, count, dt, message, request) }
+    }
+}
+
+mpi_fn! {
+    /// `MPI_Imrecv` with a large count.
+    fn MPI_Imrecv_c(buf: *mut c_void, count: MPI_Count, dt: c_int, message: *mut c_int, request: *mut c_int)
+        on MPI_COMM_WORLD => {
+        let count = c_int::try_from(count).map_err(|_| MPI_ERR_COUNT)?;
+        // SAFETY: the caller's contract.
+        unsafe { imrecv(buf, count, dt, message, request) }
     }
 }

@@ -902,3 +902,12 @@ mpi_fn! {
         Ok(())
     }
 }
+
+mpi_fn! {
+    /// Starts a buffered send (as a standard one: it completes without the receiver).
+    fn MPI_Ibsend(buf: *const c_void, count: c_int, dt: c_int, dest: c_int, tag: c_int, c: c_int, request: *mut c_int)
+        on c => {
+        // SAFETY: the caller's contract.
+        unsafe { isend(Mode::Standard, buf, count, dt, dest, tag, c, request) }
+    }
+}

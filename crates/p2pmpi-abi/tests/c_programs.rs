@@ -112,6 +112,7 @@ fn completions_request_free_large_counts_and_matched_probes_on_two_processes() {
         "mrecv null: message null 1 source -1",
         "improbe: count 3 sum 7.5 tag 7 null 1",
         "mprobe: count 2 tag 8 last 2.5",
+        "imrecv: count 2 sum 14.0 null 1",
     ] {
         assert!(o.stdout.lines().any(|l| l == w), "missing {w:?}\n{}", show(&o));
     }
@@ -448,6 +449,8 @@ fn errors_return_their_classes_and_are_fatal_by_default() {
         // The program's handler gets the communicator and the code; the call returns it.
         "user handler: calls 1 code 6 world 1 returned 6 freed 1",
         "call errhandler: calls 2 code 15",
+        // Added classes and codes: the code's class, its text, MPI_LASTUSEDCODE.
+        "added: class 1 code 1 text my failure last 1",
     ] {
         assert!(o.stdout.lines().any(|l| l == w), "missing {w:?}\n{}", show(&o));
     }

@@ -50,6 +50,17 @@ int main(int argc, char **argv) {
         MPI_Error_class(rc, &cls);
         MPI_Error_string(rc, text, &len);
         printf("class %d string %s length %d\n", cls, text, len == (int)strlen(text));
+        {
+            int mine, code, back, flag, *last;
+            MPI_Add_error_class(&mine);
+            MPI_Add_error_code(mine, &code);
+            MPI_Add_error_string(code, "my failure");
+            MPI_Error_class(code, &back);
+            MPI_Error_string(code, text, &len);
+            MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_LASTUSEDCODE, &last, &flag);
+            printf("added: class %d code %d text %s last %d\n", back == mine && mine > 0,
+                   code != mine, text, flag && *last == code);
+        }
     }
     /* A handler of the program's: called with the communicator and the code; the call then
      * returns the code. */

@@ -94,6 +94,15 @@ int main(int argc, char **argv) {
         MPI_Info_set(info, "wdir", "/tmp");
         MPI_Info_get(info, "wdir", 15, v, &flag);
         MPI_Info_get_nkeys(info, &nkeys);
+        {
+            MPI_Info used;
+            int k;
+            MPI_Comm_set_info(MPI_COMM_WORLD, info);
+            MPI_Comm_get_info(MPI_COMM_WORLD, &used);
+            MPI_Info_get_nkeys(used, &k);
+            MPI_Info_free(&used);
+            nkeys += 10 * k;
+        }
         MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
         rc = MPI_Info_delete(info, "none");
         MPI_Info_free(&info);

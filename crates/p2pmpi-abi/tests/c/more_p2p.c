@@ -56,6 +56,12 @@ int main(int argc, char **argv) {
         MPI_Message m;
         MPI_Send(out, 3, MPI_DOUBLE, 1, 7, MPI_COMM_WORLD);
         MPI_Send(out, 2, MPI_DOUBLE, 1, 8, MPI_COMM_WORLD);
+        {
+            MPI_Request r;
+            double two[2] = {6.5, 7.5};
+            MPI_Ibsend(two, 2, MPI_DOUBLE, 1, 11, MPI_COMM_WORLD, &r);
+            MPI_Wait(&r, MPI_STATUS_IGNORE);
+        }
         MPI_Mprobe(MPI_PROC_NULL, 0, MPI_COMM_WORLD, &m, &st);
         printf("mprobe null: no proc %d source %d\n", m == MPI_MESSAGE_NO_PROC, st.MPI_SOURCE);
         MPI_Mrecv(NULL, 0, MPI_DOUBLE, &m, &st);
@@ -73,6 +79,14 @@ int main(int argc, char **argv) {
         MPI_Get_count(&st, MPI_DOUBLE, &n);
         MPI_Mrecv(in, n, MPI_DOUBLE, &m, MPI_STATUS_IGNORE);
         printf("mprobe: count %d tag %d last %.1f\n", n, st.MPI_TAG, in[n - 1]);
+        {
+            MPI_Request r;
+            MPI_Mprobe(0, 11, MPI_COMM_WORLD, &m, &st);
+            MPI_Imrecv(in, 2, MPI_DOUBLE, &m, &r);
+            MPI_Wait(&r, &st);
+            MPI_Get_count(&st, MPI_DOUBLE, &n);
+            printf("imrecv: count %d sum %.1f null %d\n", n, in[0] + in[1], m == MPI_MESSAGE_NULL);
+        }
     }
     MPI_Finalize();
     return 0;
