@@ -1,9 +1,11 @@
 //! Derived datatypes: `MPI_Type_contiguous`, `MPI_Type_vector`, `MPI_Type_create_hvector`,
 //! `MPI_Type_indexed`, `MPI_Type_create_hindexed`, `MPI_Type_create_indexed_block`,
 //! `MPI_Type_create_hindexed_block`, `MPI_Type_create_struct`, `MPI_Type_create_resized`
-//! (lower bound 0), `MPI_Type_dup`, `MPI_Type_commit`, `MPI_Type_free` (and MPI-1's
-//! `MPI_Type_hvector`, `MPI_Type_hindexed`, `MPI_Type_struct`), on the Rust API's
-//! [`UserDatatype`] constructors.
+//! (lower bound 0), `MPI_Type_create_subarray`, `MPI_Type_dup`, `MPI_Type_commit`,
+//! `MPI_Type_free` (and MPI-1's `MPI_Type_hvector`, `MPI_Type_hindexed`, `MPI_Type_struct`),
+//! on the Rust API's [`UserDatatype`] constructors; their decoding
+//! (`MPI_Type_get_envelope`, `MPI_Type_get_contents`) and names (`MPI_Type_set_name`,
+//! `MPI_Type_get_name`).
 //!
 //! A datatype is usable in communication once committed (`MPI_ERR_TYPE` before). A freed
 //! datatype's layout is kept for the rest of the run (a pending operation may still use it,
@@ -13,7 +15,7 @@ use crate::consts::*;
 use crate::datatypes::{any_datatype, Contents, Inner, TypeEntry, DATATYPES};
 use crate::datatypes::{MPI_Aint, MPI_Count};
 use p2pmpi::datatype::{DatatypeRef, UserDatatype};
-use p2pmpi::traits::FromRaw;
+use p2pmpi::traits::{FromRaw, UncommittedDatatype};
 use parking_lot::Mutex;
 use std::os::raw::c_int;
 
@@ -26,6 +28,7 @@ const MPI_COMBINER_INDEXED: c_int = 7;
 const MPI_COMBINER_HINDEXED: c_int = 9;
 const MPI_COMBINER_INDEXED_BLOCK: c_int = 10;
 const MPI_COMBINER_STRUCT: c_int = 12;
+const MPI_COMBINER_SUBARRAY: c_int = 13;
 const MPI_COMBINER_RESIZED: c_int = 18;
 const MPI_COMBINER_HINDEXED_BLOCK: c_int = 19;
 
@@ -493,5 +496,69 @@ mpi_fn! {
         };
         // SAFETY: the caller vouches for `MPI_MAX_OBJECT_NAME` bytes at `name`.
         unsafe { crate::environment::put_string(&n, name, MPI_MAX_OBJECT_NAME, resultlen) }
+    }
+}
+
+/// `MPI_ORDER_C`: the last dimension varies fastest.
+const MPI_ORDER_C: c_int = 56;
+/// `MPI_ORDER_FORTRAN`: the first dimension varies fastest.
+const MPI_ORDER_FORTRAN: c_int = 57;
+
+/// The layout of a subarray: `subsizes` elements from `starts` of an array of `sizes` elements
+/// of `old` (extent `ext`), dimensions listed from the fastest varying; lower bound 0 and the
+/// whole array's extent.
+fn subarray_layout(
+    sizes: &[c_int],
+    subsizes: &[c_int],
+    starts: &[c_int],
+    old: &DatatypeRef<'_>,
+    ext: isize,
+) -> UserDatatype {
+    let mut t = UserDatatype::contiguous(subsizes[0], old);
+    let mut stride = ext;
+    let mut disp = starts[0] as isize * ext;
+    for d in 1..sizes.len() {
+        stride *= sizes[d - 1] as isize;
+        t = UserDatatype::heterogeneous_vector(subsizes[d], 1, stride, &t);
+        disp += starts[d] as isize * stride;
+    }
+    let total = stride * sizes[sizes.len() - 1] as isize;
+    UserDatatype::heterogeneous_indexed(&[1], &[disp], &t).resized(total.max(0) as usize)
+}
+
+mpi_fn! {
+    /// The subarray of `subsizes` elements from `starts` of an array of `sizes` elements of
+    /// `oldtype` (`ndims` dimensions in `order`: `MPI_ORDER_C` or `MPI_ORDER_FORTRAN`).
+    fn MPI_Type_create_subarray(
+        ndims: c_int,
+        sizes: *const c_int,
+        subsizes: *const c_int,
+        starts: *const c_int,
+        order: c_int,
+        oldtype: c_int,
+        newtype: *mut c_int,
+    ) on MPI_COMM_WORLD => {
+        if ndims <= 0 || (order != MPI_ORDER_C && order != MPI_ORDER_FORTRAN) {
+            return Err(MPI_ERR_ARG);
+        }
+        // SAFETY: the caller vouches for `ndims` entries of each array.
+        let (sz, sub, st): (Vec<c_int>, Vec<c_int>, Vec<c_int>) =
+            unsafe { (array(sizes, ndims)?, array(subsizes, ndims)?, array(starts, ndims)?) };
+        let ok = (0..ndims as usize)
+            .all(|d| sz[d] > 0 && sub[d] > 0 && sub[d] <= sz[d] && st[d] >= 0 && st[d] <= sz[d] - sub[d]);
+        if !ok {
+            return Err(MPI_ERR_ARG);
+        }
+        let o = old(oldtype)?;
+        let ext = o.type_map().extent();
+        // Listed from the fastest varying dimension.
+        let fastest_first = |v: &[c_int]| -> Vec<c_int> {
+            if order == MPI_ORDER_C { v.iter().rev().copied().collect() } else { v.to_vec() }
+        };
+        let t = subarray_layout(&fastest_first(&sz), &fastest_first(&sub), &fastest_first(&st), &o, ext);
+        let ints = [&[ndims][..], &sz, &sub, &st, &[order]].concat();
+        let how = contents(MPI_COMBINER_SUBARRAY, ints, vec![], &[oldtype])?;
+        // SAFETY: the caller's contract.
+        unsafe { made(newtype, t, how) }
     }
 }

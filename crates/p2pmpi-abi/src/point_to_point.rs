@@ -1,11 +1,11 @@
 //! Point-to-point communication: `MPI_Send` and its modes (`MPI_Ssend`, `MPI_Rsend`),
-//! `MPI_Recv`, `MPI_Isend`, `MPI_Issend`, `MPI_Irsend`, `MPI_Irecv`, `MPI_Sendrecv`, the
-//! completions (`MPI_Wait`, `MPI_Waitall`, `MPI_Waitany`, `MPI_Test`, `MPI_Testall`,
-//! `MPI_Testany`, `MPI_Request_free`), `MPI_Probe`, `MPI_Iprobe`, `MPI_Get_count`, the
-//! buffered send `MPI_Bsend`, `MPI_Get_elements`, `MPI_Waitsome`, `MPI_Testsome`,
-//! `MPI_Test_cancelled`, and persistent requests (`MPI_Send_init`, `MPI_Ssend_init`,
-//! `MPI_Rsend_init`, `MPI_Bsend_init`, `MPI_Recv_init`, `MPI_Start`, `MPI_Startall`: a
-//! completed one stays, inactive, until `MPI_Request_free`).
+//! `MPI_Recv`, `MPI_Isend`, `MPI_Issend`, `MPI_Irsend`, `MPI_Ibsend`, `MPI_Irecv`,
+//! `MPI_Sendrecv`, `MPI_Sendrecv_replace`, the completions (`MPI_Wait`, `MPI_Waitall`,
+//! `MPI_Waitany`, `MPI_Test`, `MPI_Testall`, `MPI_Testany`, `MPI_Request_free`), `MPI_Probe`,
+//! `MPI_Iprobe`, `MPI_Get_count`, the buffered send `MPI_Bsend`, `MPI_Get_elements`,
+//! `MPI_Waitsome`, `MPI_Testsome`, `MPI_Test_cancelled`, and persistent requests
+//! (`MPI_Send_init`, `MPI_Ssend_init`, `MPI_Rsend_init`, `MPI_Bsend_init`, `MPI_Recv_init`,
+//! `MPI_Start`, `MPI_Startall`: a completed one stays, inactive, until `MPI_Request_free`).
 //!
 //! A ready-mode send (`MPI_Rsend`) is a standard send (which the standard allows). The
 //! requests are the library's (`p2pmpi::ffi`), named by handles of [`REQUESTS`].
@@ -909,5 +909,40 @@ mpi_fn! {
         on c => {
         // SAFETY: the caller's contract.
         unsafe { isend(Mode::Standard, buf, count, dt, dest, tag, c, request) }
+    }
+}
+
+mpi_fn! {
+    /// Sends `count` elements of `datatype` at `buf` to `dest` and receives as many into
+    /// the same buffer from `source`.
+    fn MPI_Sendrecv_replace(
+        buf: *mut c_void,
+        count: c_int,
+        dt: c_int,
+        dest: c_int,
+        sendtag: c_int,
+        source: c_int,
+        recvtag: c_int,
+        c: c_int,
+        st: *mut MPI_Status,
+    ) on c => {
+        if count < 0 {
+            return Err(MPI_ERR_COUNT);
+        }
+        not_in_place(buf)?;
+        // What is sent is a copy: the receive overwrites `buf`.
+        let bytes = count as usize * crate::datatypes::stageable(dt)?;
+        let mut copy = vec![0u64; bytes.div_ceil(8)];
+        if bytes > 0 {
+            if buf.is_null() {
+                return Err(MPI_ERR_BUFFER);
+            }
+            // SAFETY: the caller vouches for `count` elements (one run of `bytes`) at `buf`;
+            // `copy` is distinct.
+            unsafe { std::ptr::copy_nonoverlapping(buf as *const u8, copy.as_mut_ptr() as *mut u8, bytes) };
+        }
+        let out = copy.as_ptr() as *const c_void;
+        // SAFETY: the copy holds the elements to send; `buf` receives as many.
+        ok(unsafe { MPI_Sendrecv(out, count, dt, dest, sendtag, buf, count, dt, source, recvtag, c, st) })
     }
 }

@@ -80,6 +80,8 @@ fn point_to_point_family_on_four_processes() {
         "sendrecv 1: got 100 from 0",
         "sendrecv 2: got 101 from 1",
         "sendrecv 3: got 102 from 2",
+        "replace 0: got 1.25 from 1",
+        "replace 3: got 0.25 from 0",
         "probe: from 1 count 3 bytes 6 last 12",
         "probe: from 2 count 6 bytes 12 last 25",
         "probe: from 3 count 9 bytes 18 last 38",
@@ -337,6 +339,8 @@ fn derived_datatypes_in_point_to_point_and_collectives_on_two_processes() {
         "resized: 0 1 31".to_string(),
         "indexed: 0 1 11".to_string(),
         "struct: 1 2.5 x 3 4.5 y".to_string(),
+        // Rows 1-2, columns 1-2; then rows 0-1 of column 3 in Fortran order (C's row 3).
+        "subarray: 11 12 21 22 fortran 30 31 extent 64 size 16".to_string(),
     ];
     for r in 0..2 {
         want.push(format!("rank {r}: bcast column 2 32"));

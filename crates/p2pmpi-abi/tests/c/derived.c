@@ -104,6 +104,30 @@ int main(int argc, char **argv) {
         printf("rank %d: set elements %d cancelled %d\n", rank, cnt, cancelled);
     }
 
+    /* Subarrays: the 2 x 2 block from (1, 1) in C order; 2 x 1 from (0, 3) in Fortran order. */
+    {
+        int sizes[2] = {4, 4}, sub[2] = {2, 2}, st2[2] = {1, 1}, fsub[2] = {2, 1}, fst[2] = {0, 3}, out[4], sz;
+        MPI_Datatype block, fblock;
+        MPI_Aint flb, fext;
+        MPI_Type_create_subarray(2, sizes, sub, st2, MPI_ORDER_C, MPI_INT, &block);
+        MPI_Type_commit(&block);
+        MPI_Type_create_subarray(2, sizes, fsub, fst, MPI_ORDER_FORTRAN, MPI_INT, &fblock);
+        MPI_Type_commit(&fblock);
+        MPI_Type_get_extent(block, &flb, &fext);
+        MPI_Type_size(block, &sz);
+        if (rank == 0) {
+            MPI_Send(&m[0][0], 1, block, 1, 7, MPI_COMM_WORLD);
+            MPI_Send(&m[0][0], 1, fblock, 1, 8, MPI_COMM_WORLD);
+        } else {
+            MPI_Recv(out, 4, MPI_INT, 0, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            printf("subarray: %d %d %d %d", out[0], out[1], out[2], out[3]);
+            MPI_Recv(out, 2, MPI_INT, 0, 8, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            printf(" fortran %d %d extent %ld size %d\n", out[0], out[1], (long)fext, sz);
+        }
+        MPI_Type_free(&block);
+        MPI_Type_free(&fblock);
+    }
+
     /* Decoding: envelopes and contents; names. */
     {
         int ni, na, nd, comb, ints[8], vcomb, len;

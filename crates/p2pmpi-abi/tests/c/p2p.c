@@ -49,6 +49,13 @@ int main(int argc, char **argv) {
         printf("sendrecv %d: got %ld from %d\n", rank, in, st.MPI_SOURCE);
     }
 
+    /* Sendrecv_replace: shift left by one, in place. */
+    {
+        double v = rank + 0.25;
+        MPI_Sendrecv_replace(&v, 1, MPI_DOUBLE, prev, 8, next, 8, MPI_COMM_WORLD, &st);
+        printf("replace %d: got %.2f from %d\n", rank, v, st.MPI_SOURCE);
+    }
+
     /* Probe and Get_count: rank 0 receives a message of unknown length from each other rank. */
     if (rank == 0) {
         for (i = 1; i < size; i++) {
