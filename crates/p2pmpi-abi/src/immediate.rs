@@ -291,6 +291,10 @@ unsafe fn igathering(
 ) -> Result<(), c_int> {
     let rc = rust_comm(c)?;
     check(request, &[sendcount, recvcount])?;
+    // Only a scatter's root may receive "in place".
+    if !matches!(which, Gathering::Scatter(_)) {
+        crate::not_in_place(recvbuf)?;
+    }
     let (me, n) = (rc.rank(), rc.size());
     let mut kept = Kept::default();
     match which {
@@ -313,6 +317,7 @@ unsafe fn igathering(
             unsafe { started(r, kept, request) }
         }
         Gathering::Scatter(root) if me != root => {
+            crate::not_in_place(recvbuf)?;
             // SAFETY: the caller's contract.
             let b = unsafe { kept.output(recvbuf, recvcount, datatype_ref(recvtype)?) };
             let r = rc.process_at_rank(root).immediate_scatter_into(StaticScope, b);

@@ -86,12 +86,14 @@ unsafe fn gatherv(
     let (me, _) = place(&rc, root)?;
     let p = rc.process_at_rank(root);
     if me != root {
+        crate::not_in_place(sendbuf)?;
         // SAFETY: the caller vouches for `sendcount` elements at `sendbuf`.
         let s = unsafe { DynBuffer::from_raw(sendbuf, sendcount, dtref(sendtype)?) };
         p.gather_varcount_into(&s);
         return Ok(());
     }
     let rt = dtref(recvtype)?;
+    crate::not_in_place(recvbuf)?;
     let staged;
     // SAFETY: the caller vouches for the buffers; an in-place part is copied first.
     let s = unsafe {
@@ -128,12 +130,14 @@ unsafe fn scatterv(
     let (me, _) = place(&rc, root)?;
     let p = rc.process_at_rank(root);
     if me != root {
+        crate::not_in_place(recvbuf)?;
         // SAFETY: the caller vouches for `recvcount` writable elements at `recvbuf`.
         let mut r = unsafe { DynBufferMut::from_raw(recvbuf, recvcount, dtref(recvtype)?) };
         p.scatter_varcount_into(&mut r);
         return Ok(());
     }
     let st = dtref(sendtype)?;
+    crate::not_in_place(sendbuf)?;
     // SAFETY: the root's `sendbuf` spans every part.
     let s = unsafe { DynBuffer::from_raw(sendbuf, span(counts, displs), st) };
     // In place, the root's part stays where it is: it is received into a scratch buffer.
@@ -169,6 +173,7 @@ unsafe fn allgatherv(
     let rc = rust_comm(c)?;
     let me = rc.rank() as usize;
     let rt = dtref(recvtype)?;
+    crate::not_in_place(recvbuf)?;
     let staged;
     // SAFETY: the caller vouches for the buffers; an in-place part is copied first.
     let s = unsafe {
@@ -203,6 +208,7 @@ unsafe fn alltoallv(
 ) -> Result<(), c_int> {
     let rc = rust_comm(c)?;
     let rt = dtref(recvtype)?;
+    crate::not_in_place(recvbuf)?;
     let rspan = span(rcounts, rdispls);
     let staged;
     // SAFETY: the caller vouches for the buffers; in place, what is sent is a copy of

@@ -449,6 +449,7 @@ fn errors_return_their_classes_and_are_fatal_by_default() {
         "root: 7",
         "request: 19",
         "in place: 1",
+        "in place gatherv: 1 iallgather: 1",
         "class 6 string MPI_ERR_RANK: invalid rank length 1",
         // The program's handler gets the communicator and the code; the call returns it.
         "user handler: calls 1 code 6 world 1 returned 6 freed 1",

@@ -46,6 +46,14 @@ int main(int argc, char **argv) {
         printf("root: %d\n", MPI_Bcast(&x, 1, MPI_INT, size, MPI_COMM_WORLD));
         printf("request: %d\n", MPI_Wait(&r, MPI_STATUS_IGNORE));
         printf("in place: %d\n", MPI_Send(MPI_IN_PLACE, 1, MPI_INT, 0, 0, MPI_COMM_WORLD));
+        {
+            /* MPI_IN_PLACE where it does not apply: refused before any communication. */
+            int counts[8] = {1, 1, 1, 1, 1, 1, 1, 1}, displs[8] = {0, 1, 2, 3, 4, 5, 6, 7}, all[8];
+            MPI_Request r;
+            printf("in place gatherv: %d iallgather: %d\n",
+                   MPI_Gatherv(MPI_IN_PLACE, 1, MPI_INT, all, counts, displs, MPI_INT, 1, MPI_COMM_WORLD),
+                   MPI_Iallgather(&x, 1, MPI_INT, MPI_IN_PLACE, 1, MPI_INT, MPI_COMM_WORLD, &r));
+        }
         rc = MPI_Send(&x, 1, MPI_INT, size, 0, MPI_COMM_WORLD);
         MPI_Error_class(rc, &cls);
         MPI_Error_string(rc, text, &len);
