@@ -50,6 +50,9 @@ mpi_fn! {
 mpi_fn! {
     /// Broadcasts `count` elements of `datatype` from `root`.
     fn MPI_Bcast(buf: *mut c_void, count: c_int, dt: c_int, root: c_int, c: c_int) on c => {
+        if crate::bottom::is_bottom(buf, count, dt) {
+            return crate::bottom::bcast(count, dt, root, c);
+        }
         let fc = comm(c)?;
         let fd = datatype(dt)?;
         crate::not_in_place(buf)?;

@@ -20,6 +20,7 @@
 #[macro_use]
 mod export;
 pub mod attributes;
+pub mod bottom;
 pub mod collective;
 pub mod communicators;
 pub mod consts;

@@ -63,6 +63,9 @@ unsafe fn send(
     tag: c_int,
     c: c_int,
 ) -> Result<(), c_int> {
+    if crate::bottom::is_bottom(buf, count, dt) {
+        return crate::bottom::send(count, dt, dest, tag, c, matches!(m, Mode::Synchronous));
+    }
     let fc = comm(c)?;
     let fd = datatype(dt)?;
     not_in_place(buf)?;
@@ -166,6 +169,10 @@ mpi_fn! {
     /// with `tag` (or `MPI_ANY_TAG`).
     fn MPI_Recv(buf: *mut c_void, count: c_int, dt: c_int, source: c_int, tag: c_int, c: c_int, st: *mut MPI_Status)
         on c => {
+        if crate::bottom::is_bottom(buf, count, dt) {
+            // SAFETY: the caller's contract.
+            return unsafe { crate::bottom::recv(count, dt, source, tag, c, st) };
+        }
         let fc = comm(c)?;
         let fd = datatype(dt)?;
         not_in_place(buf)?;

@@ -341,6 +341,8 @@ fn derived_datatypes_in_point_to_point_and_collectives_on_two_processes() {
         "struct: 1 2.5 x 3 4.5 y".to_string(),
         // Rows 1-2, columns 1-2; then rows 0-1 of column 3 in Fortran order (C's row 3).
         "subarray: 11 12 21 22 fortran 30 31 extent 64 size 16".to_string(),
+        // MPI_BOTTOM with a datatype of absolute addresses.
+        "bottom: 77 8.5 from 0".to_string(),
     ];
     for r in 0..2 {
         want.push(format!("rank {r}: bcast column 2 32"));
@@ -353,6 +355,7 @@ fn derived_datatypes_in_point_to_point_and_collectives_on_two_processes() {
         want.push(format!("rank {r}: struct 4 3 3 1 types 1"));
         want.push(format!("rank {r}: resized 1 extent 4 inner vector 1"));
         want.push(format!("rank {r}: named 1 triple MPI_DOUBLE"));
+        want.push(format!("rank {r}: bottom bcast 5 0.5"));
         // An uncommitted datatype cannot be sent: MPI_ERR_TYPE.
         want.push(format!("rank {r}: uncommitted 3 dup size 12 freed 1"));
     }

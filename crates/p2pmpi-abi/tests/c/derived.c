@@ -128,6 +128,34 @@ int main(int argc, char **argv) {
         MPI_Type_free(&fblock);
     }
 
+    /* MPI_BOTTOM: a datatype of the absolute addresses of two unrelated variables. */
+    {
+        static int alone = 0;
+        static double apart = 0;
+        int bl[2] = {1, 1};
+        MPI_Aint where[2];
+        MPI_Datatype ts[2] = {MPI_INT, MPI_DOUBLE}, abs_t;
+        if (rank == 0) {
+            alone = 77;
+            apart = 8.5;
+        }
+        MPI_Get_address(&alone, &where[0]);
+        MPI_Get_address(&apart, &where[1]);
+        MPI_Type_create_struct(2, bl, where, ts, &abs_t);
+        MPI_Type_commit(&abs_t);
+        if (rank == 0) {
+            MPI_Send(MPI_BOTTOM, 1, abs_t, 1, 12, MPI_COMM_WORLD);
+        } else {
+            MPI_Recv(MPI_BOTTOM, 1, abs_t, 0, 12, MPI_COMM_WORLD, &st);
+            printf("bottom: %d %.1f from %d\n", alone, apart, st.MPI_SOURCE);
+            alone = 5;
+            apart = 0.5;
+        }
+        MPI_Bcast(MPI_BOTTOM, 1, abs_t, 1, MPI_COMM_WORLD);
+        printf("rank %d: bottom bcast %d %.1f\n", rank, alone, apart);
+        MPI_Type_free(&abs_t);
+    }
+
     /* Decoding: envelopes and contents; names. */
     {
         int ni, na, nd, comb, ints[8], vcomb, len;
