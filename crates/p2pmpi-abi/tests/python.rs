@@ -89,6 +89,21 @@ else:
     answer = comm.recv(source=0, tag=5)
     comm.send(answer[0] + "!", dest=0, tag=6)
 print(f"rank {r}: gather {got} scatter {part} allgather {every} alltoall {swapped} p2p {answer}", flush=True)
+# Derived datatypes (made by the large-count constructors mpi4py calls), decoding,
+# Sendrecv_replace, the reduce-scatters.
+t = MPI.INT.Create_contiguous(3).Commit()
+v = MPI.DOUBLE.Create_vector(2, 1, 2).Commit()
+kind, how = v.decode()[1:]
+y = array('i', [r] * 3)
+comm.Sendrecv_replace([y, 1, t], (r + 1) % s, 1, (r - 1) % s, 1)
+rsb = array('i', [0])
+comm.Reduce_scatter_block(array('i', [r + i for i in range(s)]), rsb, op=MPI.SUM)
+rs = array('i', [0, 0])
+comm.Reduce_scatter(array('i', [1] * (2 * s)), rs, [2] * s, op=MPI.SUM)
+print(f"rank {r}: sizes {t.Get_size()} {v.Get_size()} extent {v.Get_extent()[1]} {kind} {how['stride']} "
+      f"replace {y[0]} {y[2]} rsb {rsb[0]} rs {rs[0]} {rs[1]}", flush=True)
+t.Free()
+v.Free()
 "#;
 
 #[test]
@@ -119,6 +134,8 @@ fn mpi4py_wheel_computes_on_two_processes() {
             } else {
                 "rank 1: gather None scatter 3 allgather ['0', '1'] alltoall [1, 11] p2p ('hi', 1)".to_string()
             },
+            // Element r of the reduce-scatter is the sum over q of q + r.
+            format!("rank {r}: sizes 12 16 extent 24 VECTOR 2 replace {0} {0} rsb {1} rs 2 2", 1 - r, 1 + 2 * r),
         ] {
             assert!(
                 o.stdout.lines().any(|l| l == want),
