@@ -323,7 +323,15 @@ macro_rules! request_c {
     ($name:ident, $int:path, $buf:ty) => {
         mpi_fn! {
             #[doc = concat!("`", stringify!($int), "` with a large count.")]
-            fn $name(buf: $buf, count: MPI_Count, dt: c_int, peer: c_int, tag: c_int, c: c_int, request: *mut c_int) on c => {
+            fn $name(
+                buf: $buf,
+                count: MPI_Count,
+                dt: c_int,
+                peer: c_int,
+                tag: c_int,
+                c: c_int,
+                request: *mut c_int,
+            ) on c => {
                 // SAFETY: the caller's contract is the `int` form's.
                 ok(unsafe { $int(buf, int(count)?, dt, peer, tag, c, request) })
             }
@@ -441,8 +449,13 @@ mpi_fn! {
 
 mpi_fn! {
     /// `MPI_Type_create_hvector` with large counts.
-    fn MPI_Type_create_hvector_c(count: MPI_Count, bl: MPI_Count, stride: MPI_Count, oldtype: c_int, newtype: *mut c_int)
-        on MPI_COMM_WORLD => {
+    fn MPI_Type_create_hvector_c(
+        count: MPI_Count,
+        bl: MPI_Count,
+        stride: MPI_Count,
+        oldtype: c_int,
+        newtype: *mut c_int,
+    ) on MPI_COMM_WORLD => {
         // SAFETY: the caller's contract is the `int` form's.
         ok(unsafe { MPI_Type_create_hvector(int(count)?, int(bl)?, stride, oldtype, newtype) })
     }
@@ -509,8 +522,9 @@ mpi_fn! {
         oldtype: c_int,
         newtype: *mut c_int,
     ) on MPI_COMM_WORLD => {
+        let (n, b) = (int(count)?, int(bl)?);
         // SAFETY: the caller vouches for `count` displacements (`MPI_Aint`s of the same size).
-        ok(unsafe { MPI_Type_create_hindexed_block(int(count)?, int(bl)?, displs as *const MPI_Aint, oldtype, newtype) })
+        ok(unsafe { MPI_Type_create_hindexed_block(n, b, displs as *const MPI_Aint, oldtype, newtype) })
     }
 }
 
