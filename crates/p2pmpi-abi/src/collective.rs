@@ -13,9 +13,9 @@ use crate::consts::*;
 use crate::datatypes::datatype;
 use crate::datatypes::MPI_Count;
 use crate::handles::comm;
-use crate::ok;
 use crate::ops::op;
 use crate::user_ops::{self, user_op, Reduction};
+use crate::{nz, nz_mut, ok};
 use p2pmpi::datatype::{DatatypeRef, DynBuffer, DynBufferMut};
 use p2pmpi::ffi;
 use p2pmpi::traits::*;
@@ -57,7 +57,7 @@ mpi_fn! {
         let fd = datatype(dt)?;
         crate::not_in_place(buf)?;
         // SAFETY: the caller's contract.
-        ok(unsafe { ffi::MPI_Bcast(buf, count, fd, root, fc) })
+        ok(unsafe { ffi::MPI_Bcast(nz_mut(buf, count), count, fd, root, fc) })
     }
 }
 
@@ -80,7 +80,7 @@ mpi_fn! {
         let fc = comm(c)?;
         let (fd, fo) = (datatype(dt)?, op(o)?);
         // SAFETY: the caller's contract.
-        ok(unsafe { ffi::MPI_Reduce(place(sendbuf), recvbuf, count, fd, fo, root, fc) })
+        ok(unsafe { ffi::MPI_Reduce(nz(place(sendbuf), count), nz_mut(recvbuf, count), count, fd, fo, root, fc) })
     }
 }
 
@@ -102,7 +102,7 @@ mpi_fn! {
         let (fd, fo) = (datatype(dt)?, op(o)?);
         crate::not_in_place(recvbuf)?;
         // SAFETY: the caller's contract.
-        ok(unsafe { ffi::MPI_Allreduce(place(sendbuf), recvbuf, count, fd, fo, fc) })
+        ok(unsafe { ffi::MPI_Allreduce(nz(place(sendbuf), count), nz_mut(recvbuf, count), count, fd, fo, fc) })
     }
 }
 
@@ -117,7 +117,7 @@ mpi_fn! {
         let (fd, fo) = (datatype(dt)?, op(o)?);
         crate::not_in_place(recvbuf)?;
         // SAFETY: the caller's contract.
-        ok(unsafe { ffi::MPI_Scan(place(sendbuf), recvbuf, count, fd, fo, fc) })
+        ok(unsafe { ffi::MPI_Scan(nz(place(sendbuf), count), nz_mut(recvbuf, count), count, fd, fo, fc) })
     }
 }
 
@@ -132,7 +132,7 @@ mpi_fn! {
         let (fd, fo) = (datatype(dt)?, op(o)?);
         crate::not_in_place(recvbuf)?;
         // SAFETY: the caller's contract.
-        ok(unsafe { ffi::MPI_Exscan(place(sendbuf), recvbuf, count, fd, fo, fc) })
+        ok(unsafe { ffi::MPI_Exscan(nz(place(sendbuf), count), nz_mut(recvbuf, count), count, fd, fo, fc) })
     }
 }
 
@@ -152,7 +152,7 @@ mpi_fn! {
         let (st, rt) = (lenient(sendtype, recvtype)?, lenient(recvtype, sendtype)?);
         crate::not_in_place(recvbuf)?;
         // SAFETY: the caller's contract.
-        ok(unsafe { ffi::MPI_Gather(place(sendbuf), sendcount, st, recvbuf, recvcount, rt, root, fc) })
+        ok(unsafe { ffi::MPI_Gather(nz(place(sendbuf), sendcount), sendcount, st, nz_mut(recvbuf, recvcount), recvcount, rt, root, fc) })
     }
 }
 
@@ -172,7 +172,7 @@ mpi_fn! {
         let (st, rt) = (lenient(sendtype, recvtype)?, lenient(recvtype, sendtype)?);
         crate::not_in_place(sendbuf)?;
         // SAFETY: the caller's contract.
-        ok(unsafe { ffi::MPI_Scatter(sendbuf, sendcount, st, place(recvbuf), recvcount, rt, root, fc) })
+        ok(unsafe { ffi::MPI_Scatter(nz(sendbuf, sendcount), sendcount, st, nz_mut(place(recvbuf), recvcount), recvcount, rt, root, fc) })
     }
 }
 
@@ -191,7 +191,7 @@ mpi_fn! {
         let (st, rt) = (lenient(sendtype, recvtype)?, datatype(recvtype)?);
         crate::not_in_place(recvbuf)?;
         // SAFETY: the caller's contract.
-        ok(unsafe { ffi::MPI_Allgather(place(sendbuf), sendcount, st, recvbuf, recvcount, rt, fc) })
+        ok(unsafe { ffi::MPI_Allgather(nz(place(sendbuf), sendcount), sendcount, st, nz_mut(recvbuf, recvcount), recvcount, rt, fc) })
     }
 }
 
@@ -214,7 +214,7 @@ mpi_fn! {
         }
         crate::not_in_place(recvbuf)?;
         // SAFETY: the caller's contract.
-        ok(unsafe { ffi::MPI_Alltoall(sendbuf, sendcount, st, recvbuf, recvcount, rt, fc) })
+        ok(unsafe { ffi::MPI_Alltoall(nz(sendbuf, sendcount), sendcount, st, nz_mut(recvbuf, recvcount), recvcount, rt, fc) })
     }
 }
 
@@ -249,8 +249,8 @@ unsafe fn reduce_local(
     // for the buffers.
     unsafe {
         let t = DatatypeRef::from_raw(d);
-        let a = DynBuffer::from_raw(inbuf, count, t);
-        let mut b = DynBufferMut::from_raw(inoutbuf, count, t);
+        let a = DynBuffer::from_raw(nz(inbuf, count), count, t);
+        let mut b = DynBufferMut::from_raw(nz_mut(inoutbuf, count), count, t);
         p2pmpi::collective::reduce_local_into(&a, &mut b, op);
     }
     Ok(())
@@ -305,9 +305,9 @@ mpi_fn! {
                 copy = v;
                 DynBuffer::from_raw(copy.as_ptr() as *const c_void, total, d)
             } else {
-                DynBuffer::from_raw(sendbuf, total, d)
+                DynBuffer::from_raw(nz(sendbuf, total), total, d)
             };
-            (s, DynBufferMut::from_raw(recvbuf, recvcount, d))
+            (s, DynBufferMut::from_raw(nz_mut(recvbuf, recvcount), recvcount, d))
         };
         match user_op(o) {
             Some(u) => rc.reduce_scatter_block_into(&s, &mut r, user_ops::rust_op(u, dt)),

@@ -79,7 +79,7 @@ impl Kept {
             buf
         };
         // SAFETY: the caller's contract (or the copy, kept as long).
-        let b = unsafe { DynBuffer::from_raw(p, count, d) };
+        let b = unsafe { DynBuffer::from_raw(crate::nz(p, count), count, d) };
         Ok(self.hold(b))
     }
 
@@ -94,7 +94,7 @@ impl Kept {
         d: DatatypeRef<'static>,
     ) -> &'static mut DynBufferMut<'static> {
         // SAFETY: the caller's contract.
-        let b = unsafe { DynBufferMut::from_raw(buf, count, d) };
+        let b = unsafe { DynBufferMut::from_raw(crate::nz_mut(buf, count), count, d) };
         self.hold(b)
     }
 }

@@ -71,3 +71,21 @@ pub(crate) fn not_in_place<T>(p: *const T) -> Result<(), std::os::raw::c_int> {
         Ok(())
     }
 }
+
+/// A buffer's address for the library: a null address of no elements becomes a dangling,
+/// aligned one (the library may view the buffer as an empty slice, whose address must not be
+/// null); any other address is kept.
+#[inline]
+pub(crate) fn nz(p: *const std::os::raw::c_void, count: std::os::raw::c_int) -> *const std::os::raw::c_void {
+    nz_mut(p as *mut std::os::raw::c_void, count)
+}
+
+/// [`nz`] for a writable buffer.
+#[inline]
+pub(crate) fn nz_mut(p: *mut std::os::raw::c_void, count: std::os::raw::c_int) -> *mut std::os::raw::c_void {
+    if p.is_null() && count == 0 {
+        std::ptr::NonNull::<u64>::dangling().as_ptr() as *mut std::os::raw::c_void
+    } else {
+        p
+    }
+}

@@ -148,7 +148,7 @@ unsafe fn mrecv(
     unsafe { message.write(MPI_MESSAGE_NULL) };
     // SAFETY: `d` names a predefined datatype (living for the whole run); the caller vouches
     // for `count` writable elements at `buf`.
-    let mut b = unsafe { DynBufferMut::from_raw(buf, count, DatatypeRef::from_raw(d)) };
+    let mut b = unsafe { DynBufferMut::from_raw(crate::nz_mut(buf, count), count, DatatypeRef::from_raw(d)) };
     let s = m.matched_receive_into(&mut b);
     // SAFETY: the caller's contract.
     unsafe { put_status(st, converted(s)) };

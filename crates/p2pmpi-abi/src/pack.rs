@@ -48,7 +48,7 @@ unsafe fn pack(
     // bytes at `outbuf`, apart from each other.
     let (b, out) = unsafe {
         (
-            DynBuffer::from_raw(inbuf, count, datatype_ref(dt)?),
+            DynBuffer::from_raw(crate::nz(inbuf, count), count, datatype_ref(dt)?),
             std::slice::from_raw_parts_mut(outbuf as *mut u8, outsize as usize),
         )
     };
@@ -92,7 +92,7 @@ unsafe fn unpack(
     // predefined type (the library writes 0 or 1 to booleans).
     let end = unsafe {
         let input = std::slice::from_raw_parts(inbuf as *const u8, insize as usize);
-        let mut b = DynBufferMut::from_raw(outbuf, count, datatype_ref(dt)?);
+        let mut b = DynBufferMut::from_raw(crate::nz_mut(outbuf, count), count, datatype_ref(dt)?);
         rc.unpack_into(input, &mut b, pos as c_int)
     };
     // SAFETY: as above.

@@ -15,7 +15,7 @@ use crate::datatypes::MPI_Count;
 use crate::datatypes::{datatype, size_of};
 use crate::handles::{comm, new_request, request as raw_request, rust_comm, Persistent, RequestEntry, REQUESTS};
 use crate::status::{self, MPI_Status};
-use crate::{not_in_place, ok};
+use crate::{not_in_place, nz, nz_mut, ok};
 use p2pmpi::datatype::{DatatypeRef, DynBuffer};
 use p2pmpi::ffi;
 use p2pmpi::traits::*;
@@ -72,8 +72,8 @@ unsafe fn send(
     // SAFETY: the caller's contract.
     ok(unsafe {
         match m {
-            Mode::Standard => ffi::MPI_Send(buf, count, fd, dest, tag, fc),
-            Mode::Synchronous => ffi::MPI_Ssend(buf, count, fd, dest, tag, fc),
+            Mode::Standard => ffi::MPI_Send(nz(buf, count), count, fd, dest, tag, fc),
+            Mode::Synchronous => ffi::MPI_Ssend(nz(buf, count), count, fd, dest, tag, fc),
         }
     })
 }
@@ -104,8 +104,8 @@ unsafe fn isend(
     // SAFETY: the caller's contract; `r` is a local.
     ok(unsafe {
         match m {
-            Mode::Standard => ffi::MPI_Isend(buf, count, fd, dest, tag, fc, &mut r),
-            Mode::Synchronous => ffi::MPI_Issend(buf, count, fd, dest, tag, fc, &mut r),
+            Mode::Standard => ffi::MPI_Isend(nz(buf, count), count, fd, dest, tag, fc, &mut r),
+            Mode::Synchronous => ffi::MPI_Issend(nz(buf, count), count, fd, dest, tag, fc, &mut r),
         }
     })?;
     // SAFETY: checked non-null; the caller vouches it is writable.
@@ -178,7 +178,7 @@ mpi_fn! {
         not_in_place(buf)?;
         let mut fs = ffi::MPI_Status::default();
         // SAFETY: the caller's contract; `fs` is a local.
-        ok(unsafe { ffi::MPI_Recv(buf, count, fd, source, tag, fc, &mut fs) })?;
+        ok(unsafe { ffi::MPI_Recv(nz_mut(buf, count), count, fd, source, tag, fc, &mut fs) })?;
         // SAFETY: the caller's contract.
         unsafe { status::put(st, &fs) };
         Ok(())
@@ -197,7 +197,7 @@ mpi_fn! {
         }
         let mut r = null_request();
         // SAFETY: the caller's contract; `r` is a local.
-        ok(unsafe { ffi::MPI_Irecv(buf, count, fd, source, tag, fc, &mut r) })?;
+        ok(unsafe { ffi::MPI_Irecv(nz_mut(buf, count), count, fd, source, tag, fc, &mut r) })?;
         // SAFETY: checked non-null; the caller vouches it is writable.
         unsafe { request.write(new_request(r, None)) };
         Ok(())
@@ -228,7 +228,7 @@ mpi_fn! {
         // SAFETY: the caller's contract; `fs` is a local.
         ok(unsafe {
             ffi::MPI_Sendrecv(
-                sendbuf, sendcount, fs_t, dest, sendtag, recvbuf, recvcount, fr_t, source, recvtag, fc, &mut fs,
+                nz(sendbuf, sendcount), sendcount, fs_t, dest, sendtag, nz_mut(recvbuf, recvcount), recvcount, fr_t, source, recvtag, fc, &mut fs,
             )
         })?;
         // SAFETY: the caller's contract.
@@ -569,7 +569,7 @@ mpi_fn! {
         }
         // SAFETY: `d` names a predefined datatype (living for the whole run); the caller
         // vouches for `count` elements at `buf`.
-        let b = unsafe { DynBuffer::from_raw(buf, count, DatatypeRef::from_raw(d)) };
+        let b = unsafe { DynBuffer::from_raw(nz(buf, count), count, DatatypeRef::from_raw(d)) };
         rc.process_at_rank(dest).buffered_send_with_tag(&b, tag);
         Ok(())
     }
@@ -824,7 +824,7 @@ fn start(h: c_int) -> Result<(), c_int> {
     }
     let (fc, fd) = (comm(p.comm)?, datatype(p.dt)?);
     let mut r = null_request();
-    let buf = p.buf as *mut c_void;
+    let buf = crate::nz_mut(p.buf as *mut c_void, p.count);
     // SAFETY: the program made the request with its buffer, which it keeps valid while the
     // request is active (MPI's rule); `r` is a local.
     ok(unsafe {

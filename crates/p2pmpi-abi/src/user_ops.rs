@@ -101,7 +101,7 @@ pub unsafe fn reduce(
             DynBuffer::from_raw(copy.as_ptr() as *const c_void, count, d)
         } else {
             crate::not_in_place(sendbuf)?;
-            DynBuffer::from_raw(sendbuf, count, d)
+            DynBuffer::from_raw(crate::nz(sendbuf, count), count, d)
         }
     };
     if !receives {
@@ -113,7 +113,7 @@ pub unsafe fn reduce(
     crate::not_in_place(recvbuf)?;
     // SAFETY: the caller vouches for `count` writable elements at `recvbuf`, apart from the
     // input.
-    let mut r = unsafe { DynBufferMut::from_raw(recvbuf, count, d) };
+    let mut r = unsafe { DynBufferMut::from_raw(crate::nz_mut(recvbuf, count), count, d) };
     match which {
         Reduction::Reduce(root) => rc.process_at_rank(root).reduce_into_root(&s, &mut r, &op),
         Reduction::Allreduce => rc.all_reduce_into(&s, &mut r, &op),
@@ -136,7 +136,12 @@ pub unsafe fn reduce_local(
 ) -> Result<(), c_int> {
     let d = datatype_ref(dt)?;
     // SAFETY: the caller's contract.
-    let (a, mut b) = unsafe { (DynBuffer::from_raw(inbuf, count, d), DynBufferMut::from_raw(inoutbuf, count, d)) };
+    let (a, mut b) = unsafe {
+        (
+            DynBuffer::from_raw(crate::nz(inbuf, count), count, d),
+            DynBufferMut::from_raw(crate::nz_mut(inoutbuf, count), count, d),
+        )
+    };
     p2pmpi::collective::reduce_local_into(&a, &mut b, rust_op(u, dt));
     Ok(())
 }

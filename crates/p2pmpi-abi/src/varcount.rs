@@ -88,7 +88,7 @@ unsafe fn gatherv(
     if me != root {
         crate::not_in_place(sendbuf)?;
         // SAFETY: the caller vouches for `sendcount` elements at `sendbuf`.
-        let s = unsafe { DynBuffer::from_raw(sendbuf, sendcount, dtref(sendtype)?) };
+        let s = unsafe { DynBuffer::from_raw(crate::nz(sendbuf, sendcount), sendcount, dtref(sendtype)?) };
         p.gather_varcount_into(&s);
         return Ok(());
     }
@@ -101,11 +101,12 @@ unsafe fn gatherv(
             staged = stage(recvbuf, displs[me as usize], counts[me as usize], recvtype)?;
             DynBuffer::from_raw(staged.as_ptr() as *const c_void, counts[me as usize], rt)
         } else {
-            DynBuffer::from_raw(sendbuf, sendcount, dtref(sendtype)?)
+            DynBuffer::from_raw(crate::nz(sendbuf, sendcount), sendcount, dtref(sendtype)?)
         }
     };
     // SAFETY: the root's `recvbuf` spans every part, apart from `sendbuf`.
-    let mut r = unsafe { DynBufferMut::from_raw(recvbuf, span(counts, displs), rt) };
+    let mut r =
+        unsafe { DynBufferMut::from_raw(crate::nz_mut(recvbuf, span(counts, displs)), span(counts, displs), rt) };
     p.gather_varcount_into_root(&s, &mut PartitionMut::new(&mut r, counts, displs));
     Ok(())
 }
@@ -132,14 +133,14 @@ unsafe fn scatterv(
     if me != root {
         crate::not_in_place(recvbuf)?;
         // SAFETY: the caller vouches for `recvcount` writable elements at `recvbuf`.
-        let mut r = unsafe { DynBufferMut::from_raw(recvbuf, recvcount, dtref(recvtype)?) };
+        let mut r = unsafe { DynBufferMut::from_raw(crate::nz_mut(recvbuf, recvcount), recvcount, dtref(recvtype)?) };
         p.scatter_varcount_into(&mut r);
         return Ok(());
     }
     let st = dtref(sendtype)?;
     crate::not_in_place(sendbuf)?;
     // SAFETY: the root's `sendbuf` spans every part.
-    let s = unsafe { DynBuffer::from_raw(sendbuf, span(counts, displs), st) };
+    let s = unsafe { DynBuffer::from_raw(crate::nz(sendbuf, span(counts, displs)), span(counts, displs), st) };
     // In place, the root's part stays where it is: it is received into a scratch buffer.
     let mut scratch;
     // SAFETY: the caller vouches for `recvbuf`, apart from `sendbuf`.
@@ -148,7 +149,7 @@ unsafe fn scatterv(
             scratch = stage(sendbuf, displs[me as usize], counts[me as usize], sendtype)?;
             DynBufferMut::from_raw(scratch.as_mut_ptr() as *mut c_void, counts[me as usize], st)
         } else {
-            DynBufferMut::from_raw(recvbuf, recvcount, dtref(recvtype)?)
+            DynBufferMut::from_raw(crate::nz_mut(recvbuf, recvcount), recvcount, dtref(recvtype)?)
         }
     };
     p.scatter_varcount_into_root(&Partition::new(&s, counts, displs), &mut r);
@@ -181,11 +182,12 @@ unsafe fn allgatherv(
             staged = stage(recvbuf, displs[me], counts[me], recvtype)?;
             DynBuffer::from_raw(staged.as_ptr() as *const c_void, counts[me], rt)
         } else {
-            DynBuffer::from_raw(sendbuf, sendcount, dtref(sendtype)?)
+            DynBuffer::from_raw(crate::nz(sendbuf, sendcount), sendcount, dtref(sendtype)?)
         }
     };
     // SAFETY: `recvbuf` spans every part, apart from `sendbuf`.
-    let mut r = unsafe { DynBufferMut::from_raw(recvbuf, span(counts, displs), rt) };
+    let mut r =
+        unsafe { DynBufferMut::from_raw(crate::nz_mut(recvbuf, span(counts, displs)), span(counts, displs), rt) };
     rc.all_gather_varcount_into(&s, &mut PartitionMut::new(&mut r, counts, displs));
     Ok(())
 }
@@ -218,11 +220,19 @@ unsafe fn alltoallv(
             staged = stage(recvbuf, 0, rspan, recvtype)?;
             (DynBuffer::from_raw(staged.as_ptr() as *const c_void, rspan, rt), rcounts, rdispls)
         } else {
-            (DynBuffer::from_raw(sendbuf, span(scounts, sdispls), dtref(sendtype)?), scounts, sdispls)
+            (
+                DynBuffer::from_raw(
+                    crate::nz(sendbuf, span(scounts, sdispls)),
+                    span(scounts, sdispls),
+                    dtref(sendtype)?,
+                ),
+                scounts,
+                sdispls,
+            )
         }
     };
     // SAFETY: `recvbuf` spans every part, apart from `sendbuf`.
-    let mut r = unsafe { DynBufferMut::from_raw(recvbuf, rspan, rt) };
+    let mut r = unsafe { DynBufferMut::from_raw(crate::nz_mut(recvbuf, rspan), rspan, rt) };
     rc.all_to_all_varcount_into(
         &Partition::new(&s, scounts, sdispls),
         &mut PartitionMut::new(&mut r, rcounts, rdispls),

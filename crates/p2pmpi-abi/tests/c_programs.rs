@@ -115,6 +115,8 @@ fn completions_request_free_large_counts_and_matched_probes_on_two_processes() {
         "improbe: count 3 sum 7.5 tag 7 null 1",
         "mprobe: count 2 tag 8 last 2.5",
         "imrecv: count 2 sum 14.0 null 1",
+        "zero 0: count 0",
+        "zero 1: count 0",
     ] {
         assert!(o.stdout.lines().any(|l| l == w), "missing {w:?}\n{}", show(&o));
     }

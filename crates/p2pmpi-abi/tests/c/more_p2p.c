@@ -88,6 +88,22 @@ int main(int argc, char **argv) {
             printf("imrecv: count %d sum %.1f null %d\n", n, in[0] + in[1], m == MPI_MESSAGE_NULL);
         }
     }
+    /* Zero elements at null addresses, in point-to-point and collectives. */
+    {
+        int zc = -1, zs[2] = {0, 0}, zd[2] = {0, 0};
+        if (rank == 0) {
+            MPI_Send(NULL, 0, MPI_INT, 1, 13, MPI_COMM_WORLD);
+            zc = 0;
+        } else {
+            MPI_Recv(NULL, 0, MPI_INT, 0, 13, MPI_COMM_WORLD, &st);
+            MPI_Get_count(&st, MPI_INT, &zc);
+        }
+        MPI_Allreduce(NULL, NULL, 0, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+        MPI_Bcast(NULL, 0, MPI_INT, 0, MPI_COMM_WORLD);
+        MPI_Reduce_scatter_block(NULL, NULL, 0, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+        MPI_Allgatherv(NULL, 0, MPI_INT, NULL, zs, zd, MPI_INT, MPI_COMM_WORLD);
+        printf("zero %d: count %d\n", rank, zc);
+    }
     MPI_Finalize();
     return 0;
 }
