@@ -151,8 +151,9 @@ mpi_fn! {
         let fc = comm(c)?;
         let (st, rt) = (lenient(sendtype, recvtype)?, lenient(recvtype, sendtype)?);
         crate::not_in_place(recvbuf)?;
+        let (s, r) = (nz(place(sendbuf), sendcount), nz_mut(recvbuf, recvcount));
         // SAFETY: the caller's contract.
-        ok(unsafe { ffi::MPI_Gather(nz(place(sendbuf), sendcount), sendcount, st, nz_mut(recvbuf, recvcount), recvcount, rt, root, fc) })
+        ok(unsafe { ffi::MPI_Gather(s, sendcount, st, r, recvcount, rt, root, fc) })
     }
 }
 
@@ -171,8 +172,9 @@ mpi_fn! {
         let fc = comm(c)?;
         let (st, rt) = (lenient(sendtype, recvtype)?, lenient(recvtype, sendtype)?);
         crate::not_in_place(sendbuf)?;
+        let (s, r) = (nz(sendbuf, sendcount), nz_mut(place(recvbuf), recvcount));
         // SAFETY: the caller's contract.
-        ok(unsafe { ffi::MPI_Scatter(nz(sendbuf, sendcount), sendcount, st, nz_mut(place(recvbuf), recvcount), recvcount, rt, root, fc) })
+        ok(unsafe { ffi::MPI_Scatter(s, sendcount, st, r, recvcount, rt, root, fc) })
     }
 }
 
@@ -190,8 +192,9 @@ mpi_fn! {
         let fc = comm(c)?;
         let (st, rt) = (lenient(sendtype, recvtype)?, datatype(recvtype)?);
         crate::not_in_place(recvbuf)?;
+        let (s, r) = (nz(place(sendbuf), sendcount), nz_mut(recvbuf, recvcount));
         // SAFETY: the caller's contract.
-        ok(unsafe { ffi::MPI_Allgather(nz(place(sendbuf), sendcount), sendcount, st, nz_mut(recvbuf, recvcount), recvcount, rt, fc) })
+        ok(unsafe { ffi::MPI_Allgather(s, sendcount, st, r, recvcount, rt, fc) })
     }
 }
 
@@ -213,8 +216,9 @@ mpi_fn! {
             return Err(MPI_ERR_UNSUPPORTED_OPERATION);
         }
         crate::not_in_place(recvbuf)?;
+        let (s, r) = (nz(sendbuf, sendcount), nz_mut(recvbuf, recvcount));
         // SAFETY: the caller's contract.
-        ok(unsafe { ffi::MPI_Alltoall(nz(sendbuf, sendcount), sendcount, st, nz_mut(recvbuf, recvcount), recvcount, rt, fc) })
+        ok(unsafe { ffi::MPI_Alltoall(s, sendcount, st, r, recvcount, rt, fc) })
     }
 }
 

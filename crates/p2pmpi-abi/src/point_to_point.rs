@@ -225,12 +225,9 @@ mpi_fn! {
         not_in_place(sendbuf)?;
         not_in_place(recvbuf)?;
         let mut fs = ffi::MPI_Status::default();
+        let (s, r) = (nz(sendbuf, sendcount), nz_mut(recvbuf, recvcount));
         // SAFETY: the caller's contract; `fs` is a local.
-        ok(unsafe {
-            ffi::MPI_Sendrecv(
-                nz(sendbuf, sendcount), sendcount, fs_t, dest, sendtag, nz_mut(recvbuf, recvcount), recvcount, fr_t, source, recvtag, fc, &mut fs,
-            )
-        })?;
+        ok(unsafe { ffi::MPI_Sendrecv(s, sendcount, fs_t, dest, sendtag, r, recvcount, fr_t, source, recvtag, fc, &mut fs) })?;
         // SAFETY: the caller's contract.
         unsafe { status::put(st, &fs) };
         Ok(())
