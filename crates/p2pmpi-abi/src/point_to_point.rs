@@ -226,9 +226,9 @@ mpi_fn! {
         not_in_place(recvbuf)?;
         let mut fs = ffi::MPI_Status::default();
         let (s, r) = (nz(sendbuf, sendcount), nz_mut(recvbuf, recvcount));
-        let (sc, rcount) = (sendcount, recvcount);
+        let (sc, rc_) = (sendcount, recvcount);
         // SAFETY: the caller's contract; `fs` is a local.
-        let rc = unsafe { ffi::MPI_Sendrecv(s, sc, fs_t, dest, sendtag, r, rcount, fr_t, source, recvtag, fc, &mut fs) };
+        let rc = unsafe { ffi::MPI_Sendrecv(s, sc, fs_t, dest, sendtag, r, rc_, fr_t, source, recvtag, fc, &mut fs) };
         ok(rc)?;
         // SAFETY: the caller's contract.
         unsafe { status::put(st, &fs) };
