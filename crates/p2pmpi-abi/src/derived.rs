@@ -92,6 +92,32 @@ unsafe fn array<T: Copy, U: TryFrom<T>>(p: *const T, n: c_int) -> Result<Vec<U>,
     s.iter().map(|&x| U::try_from(x).map_err(|_| MPI_ERR_ARG)).collect()
 }
 
+/// The most data blocks a datatype may be built from. The library lays a datatype out block
+/// by block (one per element of each part, merged afterwards), so a constructor of more would
+/// take memory without bound (`MPI_Type_contiguous(INT_MAX, MPI_BYTE)`: billions of blocks);
+/// it is refused with `MPI_ERR_UNSUPPORTED_OPERATION` instead.
+const MAX_BLOCKS: u128 = 1 << 22;
+
+/// Checks that the parts of a new datatype (repetitions of a datatype, by handle) make at
+/// most [`MAX_BLOCKS`] blocks.
+fn within(parts: &[(u128, c_int)]) -> Result<(), c_int> {
+    let mut total: u128 = 0;
+    for &(reps, h) in parts {
+        let blocks = old(h)?.type_map().blocks().len().max(1) as u128;
+        total = total.saturating_add(reps.saturating_mul(blocks));
+    }
+    if total > MAX_BLOCKS {
+        Err(MPI_ERR_UNSUPPORTED_OPERATION)
+    } else {
+        Ok(())
+    }
+}
+
+/// The sum of `v`'s entries as repetitions (negative ones count 0).
+fn total(v: &[c_int]) -> u128 {
+    v.iter().map(|&x| x.max(0) as u128).sum()
+}
+
 /// A count argument.
 fn count(n: c_int) -> Result<c_int, c_int> {
     if n < 0 {
@@ -104,6 +130,7 @@ fn count(n: c_int) -> Result<c_int, c_int> {
 mpi_fn! {
     /// `count` copies of `oldtype`, one after the other.
     fn MPI_Type_contiguous(n: c_int, oldtype: c_int, newtype: *mut c_int) on MPI_COMM_WORLD => {
+        within(&[(count(n)? as u128, oldtype)])?;
         let t = UserDatatype::contiguous(count(n)?, &old(oldtype)?);
         let how = contents(MPI_COMBINER_CONTIGUOUS, vec![n], vec![], &[oldtype])?;
         // SAFETY: the caller's contract.
@@ -115,6 +142,7 @@ mpi_fn! {
     /// `count` blocks of `blocklength` elements, `stride` elements apart.
     fn MPI_Type_vector(n: c_int, blocklength: c_int, stride: c_int, oldtype: c_int, newtype: *mut c_int)
         on MPI_COMM_WORLD => {
+        within(&[(count(n)? as u128 * count(blocklength)? as u128, oldtype)])?;
         let t = UserDatatype::vector(count(n)?, count(blocklength)?, stride, &old(oldtype)?);
         let how = contents(MPI_COMBINER_VECTOR, vec![n, blocklength, stride], vec![], &[oldtype])?;
         // SAFETY: the caller's contract.
@@ -133,6 +161,7 @@ unsafe fn hvector(
     oldtype: c_int,
     newtype: *mut c_int,
 ) -> Result<(), c_int> {
+    within(&[(count(n)? as u128 * count(blocklength)? as u128, oldtype)])?;
     let t = UserDatatype::heterogeneous_vector(count(n)?, count(blocklength)?, stride as isize, &old(oldtype)?);
     let how = contents(MPI_COMBINER_HVECTOR, vec![n, blocklength], vec![stride], &[oldtype])?;
     // SAFETY: the caller's contract.
@@ -163,6 +192,7 @@ mpi_fn! {
         on MPI_COMM_WORLD => {
         // SAFETY: the caller vouches for `n` entries of each array.
         let (b, d): (Vec<c_int>, Vec<c_int>) = unsafe { (array(blocklengths, n)?, array(displs, n)?) };
+        within(&[(total(&b), oldtype)])?;
         let t = UserDatatype::indexed(&b, &d, &old(oldtype)?);
         let ints = [&[n][..], &b, &d].concat();
         let how = contents(MPI_COMBINER_INDEXED, ints, vec![], &[oldtype])?;
@@ -184,6 +214,7 @@ unsafe fn hindexed(
 ) -> Result<(), c_int> {
     // SAFETY: the caller's contract.
     let (b, d): (Vec<c_int>, Vec<isize>) = unsafe { (array(blocklengths, n)?, array(displs, n)?) };
+    within(&[(total(&b), oldtype)])?;
     let t = UserDatatype::heterogeneous_indexed(&b, &d, &old(oldtype)?);
     let aints = d.iter().map(|&x| x as MPI_Aint).collect();
     let how = contents(MPI_COMBINER_HINDEXED, [&[n][..], &b].concat(), aints, &[oldtype])?;
@@ -230,6 +261,7 @@ mpi_fn! {
     ) on MPI_COMM_WORLD => {
         // SAFETY: the caller vouches for `n` displacements.
         let d: Vec<c_int> = unsafe { array(displs, n)? };
+        within(&[(d.len() as u128 * count(blocklength)? as u128, oldtype)])?;
         let t = UserDatatype::indexed_block(count(blocklength)?, &d, &old(oldtype)?);
         let ints = [&[n, blocklength][..], &d].concat();
         let how = contents(MPI_COMBINER_INDEXED_BLOCK, ints, vec![], &[oldtype])?;
@@ -249,6 +281,7 @@ mpi_fn! {
     ) on MPI_COMM_WORLD => {
         // SAFETY: the caller vouches for `n` displacements.
         let d: Vec<isize> = unsafe { array(displs, n)? };
+        within(&[(d.len() as u128 * count(blocklength)? as u128, oldtype)])?;
         let t = UserDatatype::heterogeneous_indexed_block(count(blocklength)?, &d, &old(oldtype)?);
         let aints = d.iter().map(|&x| x as MPI_Aint).collect();
         let how = contents(MPI_COMBINER_HINDEXED_BLOCK, vec![n, blocklength], aints, &[oldtype])?;
@@ -272,6 +305,7 @@ unsafe fn structure(
     let (b, d, ts): (Vec<c_int>, Vec<isize>, Vec<c_int>) =
         unsafe { (array(blocklengths, n)?, array(displs, n)?, array(types, n)?) };
     let refs: Vec<DatatypeRef<'static>> = ts.iter().map(|&t| old(t)).collect::<Result<_, _>>()?;
+    within(&b.iter().zip(&ts).map(|(&x, &t)| (x.max(0) as u128, t)).collect::<Vec<_>>())?;
     let t = UserDatatype::structured(&b, &d, &refs);
     let aints = d.iter().map(|&x| x as MPI_Aint).collect();
     let how = contents(MPI_COMBINER_STRUCT, [&[n][..], &b].concat(), aints, &ts)?;
@@ -555,6 +589,7 @@ mpi_fn! {
         let fastest_first = |v: &[c_int]| -> Vec<c_int> {
             if order == MPI_ORDER_C { v.iter().rev().copied().collect() } else { v.to_vec() }
         };
+        within(&[(sub.iter().map(|&x| x as u128).product(), oldtype)])?;
         let t = subarray_layout(&fastest_first(&sz), &fastest_first(&sub), &fastest_first(&st), &o, ext);
         let ints = [&[ndims][..], &sz, &sub, &st, &[order]].concat();
         let how = contents(MPI_COMBINER_SUBARRAY, ints, vec![], &[oldtype])?;
