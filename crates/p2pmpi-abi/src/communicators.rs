@@ -298,7 +298,7 @@ mpi_fn! {
             _ => rc.get_name(),
         };
         // SAFETY: the caller vouches for `MPI_MAX_OBJECT_NAME` bytes at `name`.
-        unsafe { crate::environment::put_string(&n, name, MPI_MAX_OBJECT_NAME, resultlen) }
+        unsafe { crate::put_string(&n, name, MPI_MAX_OBJECT_NAME, resultlen) }
     }
 }
 

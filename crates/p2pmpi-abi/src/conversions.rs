@@ -62,7 +62,7 @@ mpi_fn! {
     /// The address of `location`, as an `MPI_Aint` (for displacements of structures).
     fn MPI_Get_address(location: *const c_void, address: *mut c_long) on MPI_COMM_WORLD => {
         // SAFETY: the caller's contract.
-        unsafe { crate::environment::put(address, location as c_long) }
+        unsafe { crate::put(address, location as c_long) }
     }
 }
 
@@ -70,7 +70,7 @@ mpi_fn! {
     /// MPI-1's name of `MPI_Get_address`.
     fn MPI_Address(location: *const c_void, address: *mut c_long) on MPI_COMM_WORLD => {
         // SAFETY: the caller's contract.
-        unsafe { crate::environment::put(address, location as c_long) }
+        unsafe { crate::put(address, location as c_long) }
     }
 }
 

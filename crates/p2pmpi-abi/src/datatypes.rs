@@ -223,7 +223,7 @@ pub fn size_of(h: c_int) -> Result<usize, c_int> {
 /// `out` must be null or valid for a write.
 unsafe fn put<T>(out: *mut T, v: T) -> Result<(), c_int> {
     // SAFETY: the caller's contract.
-    unsafe { crate::environment::put(out, v) }
+    unsafe { crate::put(out, v) }
 }
 
 mpi_fn! {

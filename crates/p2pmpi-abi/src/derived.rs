@@ -446,10 +446,10 @@ mpi_fn! {
         };
         // SAFETY: the caller's contract.
         unsafe {
-            crate::environment::put(ni, i as c_int)?;
-            crate::environment::put(na, a as c_int)?;
-            crate::environment::put(nd, d as c_int)?;
-            crate::environment::put(combiner, c)
+            crate::put(ni, i as c_int)?;
+            crate::put(na, a as c_int)?;
+            crate::put(nd, d as c_int)?;
+            crate::put(combiner, c)
         }
     }
 }
@@ -529,7 +529,7 @@ mpi_fn! {
             None => DATATYPES.with(dt, |e| e.name.clone().unwrap_or_default()).ok_or(MPI_ERR_TYPE)?,
         };
         // SAFETY: the caller vouches for `MPI_MAX_OBJECT_NAME` bytes at `name`.
-        unsafe { crate::environment::put_string(&n, name, MPI_MAX_OBJECT_NAME, resultlen) }
+        unsafe { crate::put_string(&n, name, MPI_MAX_OBJECT_NAME, resultlen) }
     }
 }
 

@@ -6,7 +6,7 @@
 
 use crate::consts::*;
 use crate::handles::comm;
-use crate::ok;
+use crate::{ok, put, put_string};
 use p2pmpi::environment::Universe;
 use p2pmpi::ffi;
 use p2pmpi::Threading;
@@ -26,38 +26,6 @@ static MAIN_THREAD: OnceLock<ThreadId> = OnceLock::new();
 extern "C" {
     /// The C library's standard output stream.
     static stdout: *mut libc::FILE;
-}
-
-/// Writes `v` at `out`, or answers `MPI_ERR_ARG` for a null pointer.
-///
-/// # Safety
-/// `out` must be null or valid for a write.
-pub unsafe fn put<T>(out: *mut T, v: T) -> Result<(), c_int> {
-    if out.is_null() {
-        return Err(MPI_ERR_ARG);
-    }
-    // SAFETY: checked non-null; the caller vouches it is writable.
-    unsafe { out.write(v) };
-    Ok(())
-}
-
-/// Copies `s` (cut to `max - 1` bytes) and a NUL to `buf`, and its length to `len`.
-///
-/// # Safety
-/// `buf` must be valid for `max` bytes of writes, `len` for a write.
-pub unsafe fn put_string(s: &str, buf: *mut c_char, max: c_int, len: *mut c_int) -> Result<(), c_int> {
-    if buf.is_null() || len.is_null() {
-        return Err(MPI_ERR_ARG);
-    }
-    let n = s.len().min(max as usize - 1);
-    // SAFETY: `n + 1 <= max` bytes, which the caller vouches are writable at `buf`; `s` has
-    // at least `n` bytes and does not overlap the caller's buffer.
-    unsafe {
-        std::ptr::copy_nonoverlapping(s.as_ptr(), buf as *mut u8, n);
-        *buf.add(n) = 0;
-        len.write(n as c_int);
-    }
-    Ok(())
 }
 
 fn level_of(t: Threading) -> c_int {

@@ -110,7 +110,7 @@ unsafe fn create_handler(function: Option<HandlerFn>, errhandler: *mut c_int) ->
     let Some(f) = function else { return Err(MPI_ERR_ARG) };
     let h = USER_HANDLERS.insert(UserHandler(f));
     // SAFETY: the caller's contract.
-    unsafe { crate::environment::put(errhandler, h) }
+    unsafe { crate::put(errhandler, h) }
 }
 
 mpi_fn! {
@@ -176,7 +176,7 @@ mpi_fn! {
 unsafe fn get_handler(c: c_int, errhandler: *mut c_int) -> Result<(), c_int> {
     comm(c)?;
     // SAFETY: the caller's contract.
-    unsafe { crate::environment::put(errhandler, handler_of(c)) }
+    unsafe { crate::put(errhandler, handler_of(c)) }
 }
 
 mpi_fn! {
@@ -235,7 +235,7 @@ mpi_fn! {
     fn MPI_Error_class(errorcode: c_int, errorclass: *mut c_int) on MPI_COMM_WORLD => {
         let class = class_of(errorcode).ok_or(MPI_ERR_ARG)?;
         // SAFETY: the caller's contract.
-        unsafe { crate::environment::put(errorclass, class) }
+        unsafe { crate::put(errorclass, class) }
     }
 }
 
@@ -247,7 +247,7 @@ mpi_fn! {
             None => USER_ERRORS.read().iter().find(|e| e.code == errorcode).map(|e| e.text.clone()).ok_or(MPI_ERR_ARG)?,
         };
         // SAFETY: the caller vouches for `MPI_MAX_ERROR_STRING` bytes at `string`.
-        unsafe { crate::environment::put_string(&text, string, MPI_MAX_ERROR_STRING, resultlen) }
+        unsafe { crate::put_string(&text, string, MPI_MAX_ERROR_STRING, resultlen) }
     }
 }
 

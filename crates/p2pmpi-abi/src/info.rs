@@ -180,7 +180,7 @@ mpi_fn! {
     fn MPI_Info_get_nkeys(info: c_int, nkeys: *mut c_int) on MPI_COMM_WORLD => {
         let n = pairs(info)?.len() as c_int;
         // SAFETY: the caller's contract.
-        unsafe { crate::environment::put(nkeys, n) }
+        unsafe { crate::put(nkeys, n) }
     }
 }
 

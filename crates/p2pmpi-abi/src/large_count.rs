@@ -378,7 +378,7 @@ mpi_fn! {
         // SAFETY: the caller's contract is the `int` form's; `n` is a local.
         ok(unsafe { crate::environment::MPI_Buffer_detach(buffer_addr, &mut n) })?;
         // SAFETY: the caller's contract.
-        unsafe { crate::environment::put(size, n as MPI_Count) }
+        unsafe { crate::put(size, n as MPI_Count) }
     }
 }
 
@@ -581,10 +581,10 @@ mpi_fn! {
         ok(unsafe { MPI_Type_get_envelope(dt, &mut i, &mut a, &mut d, combiner) })?;
         // SAFETY: the caller's contract.
         unsafe {
-            crate::environment::put(ni, i as MPI_Count)?;
-            crate::environment::put(na, a as MPI_Count)?;
-            crate::environment::put(nl, 0)?;
-            crate::environment::put(nd, d as MPI_Count)
+            crate::put(ni, i as MPI_Count)?;
+            crate::put(na, a as MPI_Count)?;
+            crate::put(nl, 0)?;
+            crate::put(nd, d as MPI_Count)
         }
     }
 }

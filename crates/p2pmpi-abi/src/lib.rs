@@ -89,3 +89,40 @@ pub(crate) fn nz_mut(p: *mut std::os::raw::c_void, count: std::os::raw::c_int) -
         p
     }
 }
+
+/// Writes `v` at `out`, or answers `MPI_ERR_ARG` for a null pointer.
+///
+/// # Safety
+/// `out` must be null or valid for a write.
+pub unsafe fn put<T>(out: *mut T, v: T) -> Result<(), std::os::raw::c_int> {
+    if out.is_null() {
+        return Err(consts::MPI_ERR_ARG);
+    }
+    // SAFETY: checked non-null; the caller vouches it is writable.
+    unsafe { out.write(v) };
+    Ok(())
+}
+
+/// Copies `s` (cut to `max - 1` bytes) and a NUL to `buf`, and its length to `len`.
+///
+/// # Safety
+/// `buf` must be valid for `max` bytes of writes, `len` for a write.
+pub unsafe fn put_string(
+    s: &str,
+    buf: *mut std::os::raw::c_char,
+    max: std::os::raw::c_int,
+    len: *mut std::os::raw::c_int,
+) -> Result<(), std::os::raw::c_int> {
+    if buf.is_null() || len.is_null() {
+        return Err(consts::MPI_ERR_ARG);
+    }
+    let n = s.len().min(max as usize - 1);
+    // SAFETY: `n + 1 <= max` bytes, which the caller vouches are writable at `buf`; `s` has
+    // at least `n` bytes and does not overlap the caller's buffer.
+    unsafe {
+        std::ptr::copy_nonoverlapping(s.as_ptr(), buf as *mut u8, n);
+        *buf.add(n) = 0;
+        len.write(n as std::os::raw::c_int);
+    }
+    Ok(())
+}

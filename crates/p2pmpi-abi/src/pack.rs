@@ -193,7 +193,7 @@ mpi_fn! {
         rust_comm(c)?;
         let n = c_int::try_from(needed(incount as MPI_Count, dt)?).map_err(|_| MPI_ERR_COUNT)?;
         // SAFETY: the caller's contract.
-        unsafe { crate::environment::put(size, n) }
+        unsafe { crate::put(size, n) }
     }
 }
 
@@ -203,6 +203,6 @@ mpi_fn! {
         rust_comm(c)?;
         let n = needed(incount, dt)? as MPI_Count;
         // SAFETY: the caller's contract.
-        unsafe { crate::environment::put(size, n) }
+        unsafe { crate::put(size, n) }
     }
 }

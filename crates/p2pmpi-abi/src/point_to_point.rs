@@ -608,7 +608,7 @@ mpi_fn! {
         // SAFETY: the caller's contract.
         let n = unsafe { elements(st, dt) }?;
         // SAFETY: the caller's contract.
-        unsafe { crate::environment::put(count, c_int::try_from(n).unwrap_or(MPI_UNDEFINED)) }
+        unsafe { crate::put(count, c_int::try_from(n).unwrap_or(MPI_UNDEFINED)) }
     }
 }
 
@@ -618,7 +618,7 @@ mpi_fn! {
         // SAFETY: the caller's contract.
         let n = unsafe { elements(st, dt) }?;
         // SAFETY: the caller's contract.
-        unsafe { crate::environment::put(count, n) }
+        unsafe { crate::put(count, n) }
     }
 }
 
@@ -628,7 +628,7 @@ mpi_fn! {
         // SAFETY: the caller's contract.
         let n = unsafe { elements(st, dt) }?;
         // SAFETY: the caller's contract.
-        unsafe { crate::environment::put(count, n) }
+        unsafe { crate::put(count, n) }
     }
 }
 
@@ -740,7 +740,7 @@ mpi_fn! {
         // SAFETY: checked to be a real pointer; the caller vouches it is readable.
         let c = unsafe { st.read() }.cancelled();
         // SAFETY: the caller's contract.
-        unsafe { crate::environment::put(flag, c as c_int) }
+        unsafe { crate::put(flag, c as c_int) }
     }
 }
 

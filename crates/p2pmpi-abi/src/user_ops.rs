@@ -186,6 +186,6 @@ mpi_fn! {
             }
         };
         // SAFETY: the caller's contract.
-        unsafe { crate::environment::put(commute, c as c_int) }
+        unsafe { crate::put(commute, c as c_int) }
     }
 }
