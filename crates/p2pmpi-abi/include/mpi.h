@@ -678,6 +678,13 @@ P2PMPI_FN(int, Status_set_cancelled, (MPI_Status *status, int flag))
 P2PMPI_FN(int, Type_size_x, (MPI_Datatype datatype, MPI_Count *size))
 P2PMPI_FN(int, Type_get_extent_x, (MPI_Datatype datatype, MPI_Count *lb, MPI_Count *extent))
 P2PMPI_FN(int, Type_get_true_extent_x, (MPI_Datatype datatype, MPI_Count *true_lb, MPI_Count *true_extent))
+/* Fault-aware MPI (ULFM), MPICH's MPIX_ names. */
+int MPIX_Comm_revoke(MPI_Comm comm); int PMPIX_Comm_revoke(MPI_Comm comm);
+int MPIX_Comm_shrink(MPI_Comm comm, MPI_Comm *newcomm); int PMPIX_Comm_shrink(MPI_Comm comm, MPI_Comm *newcomm);
+int MPIX_Comm_failure_ack(MPI_Comm comm); int PMPIX_Comm_failure_ack(MPI_Comm comm);
+int MPIX_Comm_failure_get_acked(MPI_Comm comm, MPI_Group *failedgrp);
+int PMPIX_Comm_failure_get_acked(MPI_Comm comm, MPI_Group *failedgrp);
+int MPIX_Comm_agree(MPI_Comm comm, int *flag); int PMPIX_Comm_agree(MPI_Comm comm, int *flag);
 #undef P2PMPI_FN
 /* prototypes end */
 

@@ -47,6 +47,7 @@ fn init(required: c_int) -> Result<c_int, c_int> {
         _ => return Err(MPI_ERR_ARG),
     };
     let mut u = UNIVERSE.lock();
+    crate::ulfm::policy_from_env();
     let Some((universe, provided)) = p2pmpi::initialize_with_threading(t) else { return Err(MPI_ERR_OTHER) };
     *u = Some(universe);
     let _ = MAIN_THREAD.set(std::thread::current().id());

@@ -41,6 +41,7 @@ pub mod point_to_point;
 pub mod status;
 pub mod stubs;
 pub mod topology;
+pub mod ulfm;
 pub mod user_ops;
 pub mod varcount;
 

@@ -52,11 +52,6 @@ macro_rules! stubs {
 }
 
 stubs! {
-    "MPIX_Comm_agree" "PMPIX_Comm_agree"
-    "MPIX_Comm_failure_ack" "PMPIX_Comm_failure_ack"
-    "MPIX_Comm_failure_get_acked" "PMPIX_Comm_failure_get_acked"
-    "MPIX_Comm_revoke" "PMPIX_Comm_revoke"
-    "MPIX_Comm_shrink" "PMPIX_Comm_shrink"
     "MPIX_Delete_error_class" "PMPIX_Delete_error_class"
     "MPIX_Delete_error_code" "PMPIX_Delete_error_code"
     "MPIX_Delete_error_string" "PMPIX_Delete_error_string"

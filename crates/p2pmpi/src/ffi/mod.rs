@@ -15,7 +15,8 @@
 //!
 //! **Errors.** The functions return `MPI_SUCCESS` (0) or an error class (`MPI_ERR_COMM` for a
 //! dead or unknown communicator handle, `MPI_ERR_RANK`, `MPI_ERR_COUNT`, ...,
-//! `MPI_ERR_OTHER` for a failed communication, e.g. a lost peer). Errors are returned, never
+//! `MPI_ERR_OTHER` for a failed communication; in a fault-aware program ULFM's classes under
+//! MPICH's numbers: 101 for a lost peer, 103 for a revoked communicator). Errors are returned, never
 //! fatal (as with `MPI_ERRORS_RETURN`).
 //!
 //! **Requests** made here (`MPI_Isend`, `MPI_Irecv`, ...) and those handed over by
@@ -154,6 +155,9 @@ const ERR_REQUEST: c_int = MPI_ERR_REQUEST as c_int;
 fn err_class(e: &crate::CommError) -> c_int {
     match e {
         crate::CommError::Truncated { .. } => MPI_ERR_TRUNCATE as c_int,
+        // ULFM's classes, MPICH's numbers (`MPIX_ERR_PROC_FAILED`, `MPIX_ERR_REVOKED`).
+        crate::CommError::PeerLost { .. } => 101,
+        crate::CommError::Revoked => 103,
         _ => MPI_ERR_OTHER as c_int,
     }
 }
