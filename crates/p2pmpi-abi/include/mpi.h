@@ -678,6 +678,26 @@ P2PMPI_FN(int, Status_set_cancelled, (MPI_Status *status, int flag))
 P2PMPI_FN(int, Type_size_x, (MPI_Datatype datatype, MPI_Count *size))
 P2PMPI_FN(int, Type_get_extent_x, (MPI_Datatype datatype, MPI_Count *lb, MPI_Count *extent))
 P2PMPI_FN(int, Type_get_true_extent_x, (MPI_Datatype datatype, MPI_Count *true_lb, MPI_Count *true_extent))
+/* One-sided communication. */
+P2PMPI_FN(int, Win_create, (void *base, MPI_Aint size, int disp_unit, MPI_Info info, MPI_Comm comm, MPI_Win *win))
+P2PMPI_FN(int, Win_allocate, (MPI_Aint size, int disp_unit, MPI_Info info, MPI_Comm comm, void *baseptr, MPI_Win *win))
+P2PMPI_FN(int, Win_free, (MPI_Win *win))
+P2PMPI_FN(int, Win_fence, (int assert, MPI_Win win))
+P2PMPI_FN(int, Put, (const void *origin_addr, int origin_count, MPI_Datatype origin_datatype, int target_rank, MPI_Aint target_disp, int target_count, MPI_Datatype target_datatype, MPI_Win win))
+P2PMPI_FN(int, Get, (void *origin_addr, int origin_count, MPI_Datatype origin_datatype, int target_rank, MPI_Aint target_disp, int target_count, MPI_Datatype target_datatype, MPI_Win win))
+P2PMPI_FN(int, Accumulate, (const void *origin_addr, int origin_count, MPI_Datatype origin_datatype, int target_rank, MPI_Aint target_disp, int target_count, MPI_Datatype target_datatype, MPI_Op op, MPI_Win win))
+P2PMPI_FN(int, Win_lock, (int lock_type, int rank, int assert, MPI_Win win))
+P2PMPI_FN(int, Win_unlock, (int rank, MPI_Win win))
+P2PMPI_FN(int, Win_lock_all, (int assert, MPI_Win win))
+P2PMPI_FN(int, Win_unlock_all, (MPI_Win win))
+P2PMPI_FN(int, Win_flush, (int rank, MPI_Win win))
+P2PMPI_FN(int, Win_flush_all, (MPI_Win win))
+P2PMPI_FN(int, Win_flush_local, (int rank, MPI_Win win))
+P2PMPI_FN(int, Win_flush_local_all, (MPI_Win win))
+P2PMPI_FN(int, Win_sync, (MPI_Win win))
+P2PMPI_FN(int, Win_get_group, (MPI_Win win, MPI_Group *group))
+P2PMPI_FN(int, Win_get_attr, (MPI_Win win, int win_keyval, void *attribute_val, int *flag))
+
 /* Fault-aware MPI (ULFM), MPICH's MPIX_ names. */
 int MPIX_Comm_revoke(MPI_Comm comm); int PMPIX_Comm_revoke(MPI_Comm comm);
 int MPIX_Comm_shrink(MPI_Comm comm, MPI_Comm *newcomm); int PMPIX_Comm_shrink(MPI_Comm comm, MPI_Comm *newcomm);

@@ -38,6 +38,7 @@ pub mod matched;
 pub mod ops;
 pub mod pack;
 pub mod point_to_point;
+pub mod rma;
 pub mod status;
 pub mod stubs;
 pub mod topology;
