@@ -698,6 +698,11 @@ P2PMPI_FN(int, Win_sync, (MPI_Win win))
 P2PMPI_FN(int, Win_get_group, (MPI_Win win, MPI_Group *group))
 P2PMPI_FN(int, Win_get_attr, (MPI_Win win, int win_keyval, void *attribute_val, int *flag))
 
+/* Dynamic processes. */
+P2PMPI_FN(int, Comm_spawn, (const char *command, char *argv[], int maxprocs, MPI_Info info, int root, MPI_Comm comm, MPI_Comm *intercomm, int array_of_errcodes[]))
+P2PMPI_FN(int, Comm_spawn_multiple, (int count, char *array_of_commands[], char **array_of_argv[], const int array_of_maxprocs[], const MPI_Info array_of_info[], int root, MPI_Comm comm, MPI_Comm *intercomm, int array_of_errcodes[]))
+P2PMPI_FN(int, Comm_get_parent, (MPI_Comm *parent))
+
 /* Fault-aware MPI (ULFM), MPICH's MPIX_ names. */
 int MPIX_Comm_revoke(MPI_Comm comm); int PMPIX_Comm_revoke(MPI_Comm comm);
 int MPIX_Comm_shrink(MPI_Comm comm, MPI_Comm *newcomm); int PMPIX_Comm_shrink(MPI_Comm comm, MPI_Comm *newcomm);

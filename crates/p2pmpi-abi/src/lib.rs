@@ -39,6 +39,7 @@ pub mod ops;
 pub mod pack;
 pub mod point_to_point;
 pub mod rma;
+pub mod spawn;
 pub mod status;
 pub mod stubs;
 pub mod topology;
