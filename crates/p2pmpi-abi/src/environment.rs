@@ -105,6 +105,7 @@ mpi_fn! {
         // First, as if `MPI_COMM_SELF` were freed: its attributes' delete callbacks run (a
         // program's last words, which may still communicate).
         let deleted = crate::attributes::delete_all(MPI_COMM_SELF);
+        crate::rma::stop_server();
         let u = UNIVERSE.lock().take().ok_or(MPI_ERR_OTHER)?;
         // SAFETY: `stdout` is the C library's stream; flushing it is always allowed.
         unsafe { libc::fflush(stdout) };

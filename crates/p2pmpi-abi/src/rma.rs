@@ -126,14 +126,28 @@ unsafe impl Sync for Win {}
 // Process-wide because a C handle is a plain integer any thread may hand to any function.
 static WINS: Slab<Arc<Win>> = Slab::new(object::WIN);
 
-/// The windows the server polls, and whether it runs.
+/// The windows the server polls, whether it runs, and its thread.
 struct Server {
     wins: Vec<Arc<Win>>,
     running: bool,
+    thread: Option<std::thread::JoinHandle<()>>,
 }
 
 // Process-wide: one server thread per process serves every window.
-static SERVER: Mutex<Server> = Mutex::new(Server { wins: Vec::new(), running: false });
+static SERVER: Mutex<Server> = Mutex::new(Server { wins: Vec::new(), running: false, thread: None });
+
+/// At `MPI_Finalize`: the windows the program did not free are no longer served, and the
+/// server thread is gone before the library stops.
+pub(crate) fn stop_server() {
+    let t = {
+        let mut s = SERVER.lock();
+        s.wins.clear();
+        s.thread.take()
+    };
+    if let Some(t) = t {
+        let _ = t.join();
+    }
+}
 
 /// The window of handle `w`, or `MPI_ERR_WIN`.
 fn win(w: c_int) -> Result<Arc<Win>, c_int> {
@@ -204,7 +218,13 @@ fn create(
     s.wins.push(w);
     if !s.running {
         s.running = true;
-        std::thread::Builder::new().name("p2pmpi-rma".into()).spawn(serve).map_err(|_| MPI_ERR_OTHER)?;
+        // A thread that ended (its windows freed) is joined before the next one starts.
+        if let Some(old) = s.thread.take() {
+            drop(s);
+            let _ = old.join();
+            s = SERVER.lock();
+        }
+        s.thread = Some(std::thread::Builder::new().name("p2pmpi-rma".into()).spawn(serve).map_err(|_| MPI_ERR_OTHER)?);
     }
     Ok(h)
 }
@@ -595,7 +615,7 @@ fn serve() {
     loop {
         let wins = {
             let mut s = SERVER.lock();
-            if s.wins.is_empty() || p2pmpi::is_finalized() {
+            if s.wins.is_empty() {
                 s.running = false;
                 return;
             }
