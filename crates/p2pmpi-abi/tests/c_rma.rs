@@ -20,6 +20,11 @@ fn fence_and_passive_target_epochs_on_three_processes() {
         "rma 0: fence puts 100 200 300 sum 6 max 14 get 1001 strided 3 6 9".to_string(),
         "rma 1: fence puts 100 200 300 sum 6 max 14 get 1002 strided 1 2 3".to_string(),
         "rma 2: fence puts 100 200 300 sum 6 max 14 get 1000 strided 2 4 6".to_string(),
+        // MPI_REPLACE writes the previous rank's 100 (r + 1), MPI_NO_OP leaves 0; an origin
+        // vector datatype reads the strided values back.
+        "rma 0: replace 300 no_op 0 strided get 1 2 3".to_string(),
+        "rma 1: replace 100 no_op 0 strided get 2 4 6".to_string(),
+        "rma 2: replace 200 no_op 0 strided get 3 6 9".to_string(),
         "rma 1: doubles 3.0 6.0".to_string(),
         // 2 ranks x 20 increments under exclusive locks: none lost.
         "rma 2: counter read 40".to_string(),

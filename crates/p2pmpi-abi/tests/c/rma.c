@@ -18,6 +18,8 @@
     } while (0)
 
 #define SLOTS 16
+
+static int prev_of(int r, int n) { return (r + n - 1) % n; }
 #define ROUNDS 20
 
 int main(int argc, char **argv) {
@@ -62,8 +64,18 @@ int main(int argc, char **argv) {
     MPI_Type_vector(3, 1, 2, MPI_INT, &every2);
     MPI_Type_commit(&every2);
     MPI_Put(strided, 1, every2, next, 10, 3, MPI_INT, win);
+    int ninety_nine = 99;
+    MPI_Accumulate(&mine, 1, MPI_INT, next, 13, 1, MPI_INT, MPI_REPLACE, win);
+    MPI_Accumulate(&ninety_nine, 1, MPI_INT, next, 14, 1, MPI_INT, MPI_NO_OP, win);
+    MPI_Win_fence(0, win);
+    /* A second epoch: the next rank's strided values back, into every second int. */
+    int back[6] = {-1, -1, -1, -1, -1, -1};
+    MPI_Get(back, 1, every2, next, 10, 3, MPI_INT, win);
     MPI_Win_fence(0, win);
     MPI_Type_free(&every2);
+    CHECK(back[0] == me + 1 && back[2] == 2 * (me + 1) && back[4] == 3 * (me + 1) && back[1] == -1, "strided get");
+    CHECK(mem[13] == (prev_of(me, n) + 1) * 100 && mem[14] == 0, "replace %d no_op %d", mem[13], mem[14]);
+    printf("rma %d: replace %d no_op %d strided get %d %d %d\n", me, mem[13], mem[14], back[0], back[2], back[4]);
     int prev = (me + n - 1) % n;
     CHECK(mem[0] == 100 && mem[1] == 200 && mem[2] == 300, "puts: %d %d %d", mem[0], mem[1], mem[2]);
     CHECK(me != 0 || mem[5] == 6, "sum %d", mem[5]);
