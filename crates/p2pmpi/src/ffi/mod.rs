@@ -936,6 +936,15 @@ pub use attr::{
 mod tests {
     use super::*;
 
+    /// A lost peer and a revoked communicator answer ULFM's classes (MPICH's numbers); other
+    /// failed communications `MPI_ERR_OTHER`.
+    #[test]
+    fn failures_answer_ulfms_classes() {
+        assert_eq!(err_class(&crate::CommError::PeerLost { rank: 3, cause: "gone".into() }), 101);
+        assert_eq!(err_class(&crate::CommError::Revoked), 103);
+        assert_eq!(err_class(&crate::CommError::Io("x".into())), MPI_ERR_OTHER as c_int);
+    }
+
     /// The predefined names read as rsmpi programs read them: `unsafe` is needed (the lint
     /// below makes an `unsafe` block that is not needed an error), and each name reads the
     /// value of its constant through its exported symbol.
