@@ -172,6 +172,13 @@ fn null_request() -> ffi::MPI_Request {
     unsafe { ffi::RSMPI_REQUEST_NULL }
 }
 
+/// Whether the job runs replicas (`p2pmpirun -r R`, R > 1): the server's order of service
+/// is not a choice the replicas follow, so windows are refused there (by every process, the
+/// launcher's setting being the same everywhere: none waits for the others).
+fn replicated() -> bool {
+    std::env::var("P2PMPI_REPLICAS").ok().and_then(|v| v.trim().parse::<u32>().ok()).is_some_and(|r| r > 1)
+}
+
 /// Makes a window over `base` (`size` bytes) on `c`'s members (collective).
 fn create(
     base: *mut c_void,
@@ -181,6 +188,9 @@ fn create(
     memory: Option<Vec<u128>>,
 ) -> Result<c_int, c_int> {
     let fc = comm(c)?;
+    if replicated() {
+        return Err(MPI_ERR_UNSUPPORTED_OPERATION);
+    }
     if size < 0 {
         return Err(MPI_ERR_SIZE);
     }

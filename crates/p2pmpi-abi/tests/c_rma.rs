@@ -40,3 +40,19 @@ fn fence_and_passive_target_epochs_on_three_processes() {
     }
     assert!(!o.stdout.contains("FAILED"), "{show}");
 }
+
+#[test]
+fn windows_are_refused_in_replicated_jobs_without_a_hang() {
+    if !require(&["mpicc.mpich"], true) {
+        return;
+    }
+    let mut cmd = std::process::Command::new(launcher());
+    cmd.args(["--local", "-r", "2", "-n", "3"]).arg(c_program("rma"));
+    cmd.env("LD_LIBRARY_PATH", lib_dir()).env("P2PMPI_HOME", "/nonexistent/p2pmpi-abi-tests");
+    let o = run_cmd(&mut cmd, T);
+    let show = format!("stdout:\n{}\nstderr:\n{}", o.stdout, o.stderr);
+    assert!(!o.status.success(), "{show}");
+    // The program's own check of MPI_Win_allocate's answer (MPI_ERRORS_RETURN) stops it.
+    assert!(o.stdout.lines().any(|l| l.starts_with("rma ") && l.ends_with(": allocate")), "{show}");
+    assert!(!o.stdout.contains("attributes ok"), "{show}");
+}
