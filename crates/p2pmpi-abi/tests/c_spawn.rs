@@ -31,3 +31,14 @@ fn parents_spawn_children_and_talk_with_them() {
     }
     assert!(!o.stdout.contains("FAILED"), "{show}");
 }
+
+#[test]
+fn a_program_that_cannot_start_answers_mpi_err_spawn_everywhere() {
+    if !require(&["mpicc.mpich"], true) {
+        return;
+    }
+    let o = run(2, &c_program("spawn"), &["missing"], T);
+    let show = format!("stdout:\n{}\nstderr:\n{}", o.stdout, o.stderr);
+    assert!(o.status.success(), "{show}");
+    assert_eq!(o.lines_with("spawn missing"), ["spawn missing 0: refused", "spawn missing 1: refused"], "{show}");
+}

@@ -23,7 +23,18 @@ int main(int argc, char **argv) {
     MPI_Comm_size(MPI_COMM_WORLD, &n);
     MPI_Comm parent, again;
     MPI_Comm_get_parent(&parent);
-    if (strcmp(who, "parent") == 0) {
+    if (strcmp(who, "missing") == 0) {
+        /* A program that does not exist: MPI_ERR_SPAWN everywhere, no intercommunicator. */
+        MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+        int codes[2] = {-1, -1}, cls = -1;
+        MPI_Comm inter = MPI_COMM_WORLD;
+        int rc = MPI_Comm_spawn("/nonexistent/p2pmpi-program", MPI_ARGV_NULL, 2, MPI_INFO_NULL, 0, MPI_COMM_WORLD, &inter,
+                                codes);
+        MPI_Error_class(rc, &cls);
+        CHECK(cls == MPI_ERR_SPAWN && inter == MPI_COMM_NULL, "rc %d", rc);
+        CHECK(codes[0] == MPI_ERR_SPAWN && codes[1] == MPI_ERR_SPAWN, "codes %d %d", codes[0], codes[1]);
+        printf("spawn missing %d: refused\n", me);
+    } else if (strcmp(who, "parent") == 0) {
         CHECK(parent == MPI_COMM_NULL, "a parent has no parent");
         char *args[] = {"child", NULL};
         int codes[2] = {-1, -1};
