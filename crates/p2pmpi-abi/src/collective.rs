@@ -16,6 +16,7 @@ use crate::handles::comm;
 use crate::ops::op;
 use crate::user_ops::{self, user_op, Reduction};
 use crate::{nz, nz_mut, ok};
+use p2pmpi::collective::TryCollectives;
 use p2pmpi::datatype::{DatatypeRef, DynBuffer, DynBufferMut};
 use p2pmpi::ffi;
 use p2pmpi::traits::*;
@@ -314,10 +315,10 @@ mpi_fn! {
             (s, DynBufferMut::from_raw(nz_mut(recvbuf, recvcount), recvcount, d))
         };
         match user_op(o) {
-            Some(u) => rc.reduce_scatter_block_into(&s, &mut r, user_ops::rust_op(u, dt)),
-            None => rc.reduce_scatter_block_into(&s, &mut r, crate::ops::system_op(o)?),
+            Some(u) => rc.try_reduce_scatter_block_into(&s, &mut r, user_ops::rust_op(u, dt)),
+            None => rc.try_reduce_scatter_block_into(&s, &mut r, crate::ops::system_op(o)?),
         }
-        Ok(())
+        .map_err(crate::errors::class_of_failure)
     }
 }
 

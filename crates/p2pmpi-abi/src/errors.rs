@@ -48,6 +48,35 @@ pub fn describe(class: c_int) -> Option<(&'static str, &'static str)> {
     ERROR_CLASSES.iter().find(|(c, _, _)| *c == class).map(|&(_, n, t)| (n, t))
 }
 
+thread_local! {
+    /// The library's description of the last failed communication of this thread, added to
+    /// the message of the fatal handler.
+    static DETAIL: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
+}
+
+/// The error class of a failed communication of the Rust API (kept, with its description,
+/// for the message of the fatal handler): `MPI_ERR_TRUNCATE` for a message larger than the
+/// buffer, `MPIX_ERR_PROC_FAILED` for a lost process, `MPIX_ERR_REVOKED`, `MPI_ERR_RANK`,
+/// `MPI_ERR_BUFFER` for a full buffer of buffered sends, `MPI_ERR_OP`, `MPI_ERR_TRUNCATE` for
+/// mismatched counts in a collective, `MPI_ERR_OTHER` for the others.
+pub fn class_of_failure(e: p2pmpi::CommError) -> c_int {
+    use p2pmpi::CommError as E;
+    let class = match &e {
+        E::Truncated { .. } | E::Count { .. } | E::SizeMismatch { .. } => MPI_ERR_TRUNCATE,
+        E::PeerLost { .. } => MPIX_ERR_PROC_FAILED,
+        E::Revoked => MPIX_ERR_REVOKED,
+        E::InvalidRank { .. } => MPI_ERR_RANK,
+        E::BufferExhausted { .. } => MPI_ERR_BUFFER,
+        E::Operation(_) => MPI_ERR_OP,
+        // The library's collectives describe a count mismatch between ranks so (its
+        // `Collective` error has no finer kind).
+        E::Collective(m) if m.contains("mismatched counts") => MPI_ERR_TRUNCATE,
+        _ => MPI_ERR_OTHER,
+    };
+    DETAIL.with(|d| *d.borrow_mut() = Some(e.to_string()));
+    class
+}
+
 /// What a call of `function` that failed with `class` answers on communicator `c` (the
 /// world's handler serves when `c` is no communicator): the class under
 /// `MPI_ERRORS_RETURN`; under the other handlers the job stops, with a message naming the
@@ -55,6 +84,7 @@ pub fn describe(class: c_int) -> Option<(&'static str, &'static str)> {
 pub fn raise(c: c_int, function: &str, class: c_int) -> c_int {
     let on = if comm(c).is_ok() { c } else { MPI_COMM_WORLD };
     let h = handler_of(on);
+    let detail = DETAIL.with(|d| d.take()).map_or_else(String::new, |d| format!(": {d}"));
     if h == MPI_ERRORS_RETURN {
         return class;
     }
@@ -66,7 +96,7 @@ pub fn raise(c: c_int, function: &str, class: c_int) -> c_int {
         return class;
     }
     let cause = match describe(class) {
-        Some((name, text)) => format!("{text} ({name})"),
+        Some((name, text)) => format!("{text} ({name}){detail}"),
         None => USER_ERRORS
             .read()
             .iter()

@@ -149,7 +149,7 @@ unsafe fn mrecv(
     // SAFETY: `d` names a predefined datatype (living for the whole run); the caller vouches
     // for `count` writable elements at `buf`.
     let mut b = unsafe { DynBufferMut::from_raw(crate::nz_mut(buf, count), count, DatatypeRef::from_raw(d)) };
-    let s = m.matched_receive_into(&mut b);
+    let s = m.try_matched_receive_into(&mut b).map_err(crate::errors::class_of_failure)?;
     // SAFETY: the caller's contract.
     unsafe { put_status(st, converted(s)) };
     Ok(())

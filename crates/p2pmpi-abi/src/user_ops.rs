@@ -9,6 +9,7 @@ use crate::datatypes::{datatype_ref, stageable};
 use crate::handles::{object, rust_comm, Slab};
 use crate::is_in_place;
 use p2pmpi::collective::UserOperation;
+use p2pmpi::collective::{TryCollectives, TryRoot};
 use p2pmpi::datatype::{DynBuffer, DynBufferMut};
 use p2pmpi::traits::*;
 use std::os::raw::{c_int, c_void};
@@ -106,7 +107,7 @@ pub unsafe fn reduce(
     };
     if !receives {
         if let Reduction::Reduce(root) = which {
-            rc.process_at_rank(root).reduce_into(&s, &op);
+            rc.process_at_rank(root).try_reduce_into(&s, &op).map_err(crate::errors::class_of_failure)?;
         }
         return Ok(());
     }
@@ -115,12 +116,12 @@ pub unsafe fn reduce(
     // input.
     let mut r = unsafe { DynBufferMut::from_raw(crate::nz_mut(recvbuf, count), count, d) };
     match which {
-        Reduction::Reduce(root) => rc.process_at_rank(root).reduce_into_root(&s, &mut r, &op),
-        Reduction::Allreduce => rc.all_reduce_into(&s, &mut r, &op),
-        Reduction::Scan => rc.scan_into(&s, &mut r, &op),
-        Reduction::Exscan => rc.exclusive_scan_into(&s, &mut r, &op),
+        Reduction::Reduce(root) => rc.process_at_rank(root).try_reduce_into_root(&s, &mut r, &op),
+        Reduction::Allreduce => rc.try_all_reduce_into(&s, &mut r, &op),
+        Reduction::Scan => rc.try_scan_into(&s, &mut r, &op),
+        Reduction::Exscan => rc.try_exclusive_scan_into(&s, &mut r, &op),
     }
-    Ok(())
+    .map_err(crate::errors::class_of_failure)
 }
 
 /// `inoutbuf = inbuf ∘ inoutbuf` with user operation `u`.

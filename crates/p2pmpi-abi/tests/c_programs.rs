@@ -476,6 +476,73 @@ fn errors_return_their_classes_and_are_fatal_by_default() {
 }
 
 #[test]
+fn bad_input_answers_its_class_under_errors_return_and_the_job_goes_on() {
+    if !require(&["mpicc.mpich"], true) {
+        return;
+    }
+    let o = run(2, &c_program("badinput"), &[], T);
+    o.assert_ok();
+    for (case, class, name) in [
+        ("wrong comm", 5, "MPI_ERR_COMM"),
+        ("comm of another kind", 5, "MPI_ERR_COMM"),
+        ("wrong group", 8, "MPI_ERR_GROUP"),
+        ("wrong op", 9, "MPI_ERR_OP"),
+        ("wrong type", 3, "MPI_ERR_TYPE"),
+        ("wrong request", 19, "MPI_ERR_REQUEST"),
+        ("freed comm barrier", 5, "MPI_ERR_COMM"),
+        ("freed comm rank", 5, "MPI_ERR_COMM"),
+        ("freed comm gatherv", 5, "MPI_ERR_COMM"),
+        ("freed comm free", 5, "MPI_ERR_COMM"),
+        ("uncommitted send", 3, "MPI_ERR_TYPE"),
+        ("uncommitted bcast", 3, "MPI_ERR_TYPE"),
+        ("rank", 6, "MPI_ERR_RANK"),
+        ("negative rank", 6, "MPI_ERR_RANK"),
+        ("tag", 4, "MPI_ERR_TAG"),
+        ("root", 7, "MPI_ERR_ROOT"),
+        ("root gatherv", 7, "MPI_ERR_ROOT"),
+        ("root ireduce", 7, "MPI_ERR_ROOT"),
+        ("count", 2, "MPI_ERR_COUNT"),
+        ("truncate recv", 14, "MPI_ERR_TRUNCATE"),
+        ("truncate mrecv", 14, "MPI_ERR_TRUNCATE"),
+        ("truncate wait", 14, "MPI_ERR_TRUNCATE"),
+        ("truncate gatherv", 14, "MPI_ERR_TRUNCATE"),
+    ] {
+        let want = format!("{case}: class {class} {name}: ");
+        assert!(o.stdout.lines().any(|l| l.starts_with(&want)), "missing {want:?}\n{}", show(&o));
+    }
+    for r in 0..2 {
+        let w = format!("rank {r}: after errors sum 3 failures 0");
+        assert!(o.stdout.lines().any(|l| l == w), "missing {w:?}\n{}", show(&o));
+    }
+}
+
+#[test]
+fn bad_input_stops_the_job_under_the_fatal_handler_naming_function_rank_and_cause() {
+    if !require(&["mpicc.mpich"], true) {
+        return;
+    }
+    for (case, class, message) in [
+        ("truncate", 14, "p2pmpi: rank 1: MPI_Recv: message truncated on receive (MPI_ERR_TRUNCATE)"),
+        (
+            "mrecv",
+            14,
+            "p2pmpi: rank 1: MPI_Mrecv: message truncated on receive (MPI_ERR_TRUNCATE): message truncated: 16 bytes \
+             from rank 0 (tag 7) do not fit in a receive buffer of 8 bytes",
+        ),
+        ("freed", 5, "p2pmpi: rank 1: MPI_Barrier: invalid communicator (MPI_ERR_COMM)"),
+        ("uncommitted", 3, "p2pmpi: rank 1: MPI_Send: invalid datatype (MPI_ERR_TYPE)"),
+        ("root", 7, "p2pmpi: rank 1: MPI_Gatherv: invalid root (MPI_ERR_ROOT)"),
+    ] {
+        let o = run(2, &c_program("badinput"), &[case], T);
+        assert!(o.stderr.contains(message), "{case}: {}", show(&o));
+        // The job's status is the class (or MPI_ERR_OTHER when rank 0, which lost rank 1 in
+        // the barrier, reported first).
+        assert!(matches!(o.status.code(), Some(c) if c == class || c == 15), "{case}: {}", show(&o));
+        assert!(!o.stdout.contains("not stopped"), "{case}: {}", show(&o));
+    }
+}
+
+#[test]
 fn abort_stops_every_process_with_its_code() {
     if !require(&["mpicc.mpich"], true) {
         return;

@@ -832,6 +832,15 @@ impl Message {
         p.wait().or_fatal()
     }
 
+    /// [`matched_receive_into`](Self::matched_receive_into), returning its error (a
+    /// truncated message, a lost sender) instead of stopping the process.
+    pub fn try_matched_receive_into<Buf: ?Sized + BufferMut>(mut self, buf: &mut Buf) -> Result<Status> {
+        let (ptr, cap, unpack) = recv_target(buf);
+        let mut p = self.start(ptr, cap);
+        p.unpack = unpack;
+        p.wait()
+    }
+
     /// Starts receiving the message into `buf`.
     pub fn immediate_matched_receive_into<'a, Sc, Buf: ?Sized + 'a>(
         mut self,
