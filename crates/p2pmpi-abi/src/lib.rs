@@ -19,6 +19,7 @@
 
 #[macro_use]
 mod export;
+pub mod alltoallw;
 pub mod attributes;
 pub mod bottom;
 pub mod collective;
@@ -33,6 +34,7 @@ pub mod errors;
 pub mod handles;
 pub mod immediate;
 pub mod info;
+pub mod ivarcount;
 pub mod large_count;
 pub mod matched;
 pub mod ops;

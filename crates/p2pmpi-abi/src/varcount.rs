@@ -21,7 +21,7 @@ use std::os::raw::{c_int, c_void};
 ///
 /// # Safety
 /// `p` must be valid for `n` reads.
-unsafe fn ints<T: Copy + TryInto<c_int>>(p: *const T, n: usize, counts: bool) -> Result<Vec<c_int>, c_int> {
+pub(crate) unsafe fn ints<T: Copy + TryInto<c_int>>(p: *const T, n: usize, counts: bool) -> Result<Vec<c_int>, c_int> {
     if p.is_null() {
         return if n == 0 { Ok(Vec::new()) } else { Err(MPI_ERR_ARG) };
     }
@@ -35,7 +35,7 @@ unsafe fn ints<T: Copy + TryInto<c_int>>(p: *const T, n: usize, counts: bool) ->
 }
 
 /// The number of elements a buffer with these parts spans.
-fn span(counts: &[c_int], displs: &[c_int]) -> c_int {
+pub(crate) fn span(counts: &[c_int], displs: &[c_int]) -> c_int {
     counts.iter().zip(displs).map(|(&c, &d)| c.saturating_add(d)).max().unwrap_or(0)
 }
 

@@ -542,6 +542,44 @@ fn bad_input_stops_the_job_under_the_fatal_handler_naming_function_rank_and_caus
     }
 }
 
+/// The lines `tests/c/families.c` prints on each process when every value is right.
+const FAMILIES: &[&str] = &[
+    "cancel recv ok",
+    "cancel send ok",
+    "get_status ok",
+    "get_status values ok",
+    "alltoallw ok",
+    "alltoallw in place ok",
+    "alltoall in place ok",
+    "igatherv ok",
+    "iscatterv ok",
+    "iallgatherv ok",
+    "iallgatherv in place ok",
+    "ialltoallv ok",
+    "ireduce_scatter_block ok",
+    "ireduce_scatter_block in place ok",
+    "ireduce_scatter ok",
+];
+
+#[test]
+fn cancel_get_status_alltoallw_and_nonblocking_v_variants_on_two_and_three_processes() {
+    if !require(&["mpicc.mpich"], true) {
+        return;
+    }
+    for n in [2, 3] {
+        let o = run(n, &c_program("families"), &[], T);
+        o.assert_ok();
+        for w in FAMILIES {
+            let got = o.stdout.lines().filter(|l| l == w).count();
+            assert_eq!(got, n, "{n} processes: {w:?} {got} times\n{}", show(&o));
+        }
+        for r in 0..n {
+            let w = format!("rank {r}: families bad 0");
+            assert!(o.stdout.lines().any(|l| l == w), "missing {w:?}\n{}", show(&o));
+        }
+    }
+}
+
 #[test]
 fn abort_stops_every_process_with_its_code() {
     if !require(&["mpicc.mpich"], true) {
