@@ -85,14 +85,21 @@ pub fn raise(c: c_int, function: &str, class: c_int) -> c_int {
     let on = if comm(c).is_ok() { c } else { MPI_COMM_WORLD };
     let h = handler_of(on);
     let detail = DETAIL.with(|d| d.take()).map_or_else(String::new, |d| format!(": {d}"));
-    if h == MPI_ERRORS_RETURN {
+    // Under the C++ bindings' handler the call returns, and the bindings throw.
+    if h == MPI_ERRORS_RETURN || h == MPIR_ERRORS_THROW_EXCEPTIONS {
         return class;
     }
     if let Some(f) = USER_HANDLERS.get(h) {
         let (mut c, mut code) = (on, class);
         // SAFETY: the program's handler, called as MPI says (the communicator and the code,
-        // by address); it may return, and the call then returns the code.
-        unsafe { f.0(&mut c, &mut code) };
+        // by address; through its language's caller, for a communicator, if it has one); it
+        // may return, and the call then returns the code.
+        unsafe {
+            match f.1 {
+                Some(call) => call(0, &mut c, &mut code, f.0),
+                None => f.0(&mut c, &mut code),
+            }
+        };
         return class;
     }
     let cause = match describe(class) {
@@ -109,9 +116,24 @@ pub fn raise(c: c_int, function: &str, class: c_int) -> c_int {
 /// A handler function (`MPI_Comm_errhandler_function`, variadic in C).
 pub type HandlerFn = unsafe extern "C" fn(*mut c_int, *mut c_int, ...);
 
-/// A handler made by the program.
+/// The caller of a handler of another language (`MPII_Errhandler_set_cxx`, by which the C++
+/// bindings call theirs): `(kind of object: 0 for a communicator, the object, the code, the
+/// handler)`.
+pub type HandlerCaller = unsafe extern "C" fn(c_int, *mut c_int, *mut c_int, HandlerFn);
+
+/// MPICH's handler for the C++ bindings' `MPI::ERRORS_THROW_EXCEPTIONS`: the call returns
+/// the code, and the bindings throw it.
+pub const MPIR_ERRORS_THROW_EXCEPTIONS: c_int = 0x5400_0002;
+
+/// A handler made by the program, and its language's caller if it has one.
 #[derive(Clone, Copy)]
-pub struct UserHandler(HandlerFn);
+pub struct UserHandler(HandlerFn, Option<HandlerCaller>);
+
+/// Makes handler `h` called through `caller`; `false` if `h` names no handler of the
+/// program.
+pub fn set_caller(h: c_int, caller: HandlerCaller) -> bool {
+    USER_HANDLERS.with_mut(h, |u| u.1 = Some(caller)).is_some()
+}
 
 /// The handlers the program made.
 // Process-wide because a C handle is a plain integer any thread may hand to any function.
@@ -119,7 +141,8 @@ static USER_HANDLERS: Slab<UserHandler> = Slab::new(object::ERRHANDLER);
 
 /// Whether `h` names a handler (predefined or made by the program).
 fn is_handler(h: c_int) -> bool {
-    [MPI_ERRORS_ARE_FATAL, MPI_ERRORS_RETURN, MPI_ERRORS_ABORT].contains(&h) || USER_HANDLERS.get(h).is_some()
+    [MPI_ERRORS_ARE_FATAL, MPI_ERRORS_RETURN, MPI_ERRORS_ABORT, MPIR_ERRORS_THROW_EXCEPTIONS].contains(&h)
+        || USER_HANDLERS.get(h).is_some()
 }
 
 /// Sets the handler of communicator `c`.
@@ -138,7 +161,7 @@ fn set_handler(c: c_int, errhandler: c_int) -> Result<(), c_int> {
 /// `errhandler` must be null or valid for a write.
 unsafe fn create_handler(function: Option<HandlerFn>, errhandler: *mut c_int) -> Result<(), c_int> {
     let Some(f) = function else { return Err(MPI_ERR_ARG) };
-    let h = USER_HANDLERS.insert(UserHandler(f));
+    let h = USER_HANDLERS.insert(UserHandler(f, None));
     // SAFETY: the caller's contract.
     unsafe { crate::put(errhandler, h) }
 }

@@ -196,6 +196,7 @@ struct Layout {
 ///
 /// # Safety
 /// As `MPI_Ialltoallv` says.
+#[allow(clippy::too_many_arguments)]
 unsafe fn ialltoallv(
     sendbuf: *const c_void,
     send: Option<Layout>,

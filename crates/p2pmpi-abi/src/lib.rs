@@ -26,6 +26,7 @@ pub mod collective;
 pub mod communicators;
 pub mod consts;
 pub mod conversions;
+pub mod cxx;
 pub mod data;
 pub mod datatypes;
 pub mod derived;
@@ -43,6 +44,7 @@ pub mod point_to_point;
 pub mod status;
 pub mod stubs;
 pub mod topology;
+pub mod type_attrs;
 pub mod user_ops;
 pub mod varcount;
 

@@ -17,11 +17,22 @@ use std::os::raw::{c_int, c_void};
 /// A user function (`MPI_User_function`): `(invec, inoutvec, len, datatype)`.
 pub type UserFn = unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_int, *mut c_int);
 
+/// The caller of a user function of another language (`MPII_Op_set_cxx`, by which the C++
+/// bindings call theirs): `(invec, inoutvec, len, datatype, function)`.
+pub type OpCaller = unsafe extern "C" fn(*mut c_void, *mut c_void, c_int, c_int, UserFn);
+
 /// An operation made by `MPI_Op_create`.
 #[derive(Clone, Copy)]
 pub struct UserOp {
     f: UserFn,
     commute: bool,
+    caller: Option<OpCaller>,
+}
+
+/// Makes the function of operation `h` called through `caller`; `false` if `h` names no
+/// operation of the program.
+pub fn set_caller(h: c_int, caller: OpCaller) -> bool {
+    OPS.with_mut(h, |u| u.caller = Some(caller)).is_some()
 }
 
 /// The operations made by the program.
@@ -37,9 +48,16 @@ pub fn user_op(h: c_int) -> Option<UserOp> {
 pub(crate) fn rust_op(u: UserOp, dt: c_int) -> UserOperation<'static> {
     UserOperation::new(u.commute, move |a: DynBuffer, mut b: DynBufferMut| {
         let (mut len, mut d) = (a.len() as c_int, dt);
-        // SAFETY: the program's function, on `len` elements of `dt` at both buffers (the
-        // library's, valid during the call), as `MPI_Op_create` promised it can take.
-        unsafe { (u.f)(a.as_ptr() as *mut c_void, b.as_mut_ptr(), &mut len, &mut d) }
+        let (x, y) = (a.as_ptr() as *mut c_void, b.as_mut_ptr());
+        // SAFETY: the program's function (directly, or through its language's caller), on
+        // `len` elements of `dt` at both buffers (the library's, valid during the call), as
+        // `MPI_Op_create` promised it can take.
+        unsafe {
+            match u.caller {
+                Some(call) => call(x, y, len, d, u.f),
+                None => (u.f)(x, y, &mut len, &mut d),
+            }
+        }
     })
 }
 
@@ -154,7 +172,7 @@ mpi_fn! {
         if op.is_null() {
             return Err(MPI_ERR_ARG);
         }
-        let h = OPS.insert(UserOp { f, commute: commute != 0 });
+        let h = OPS.insert(UserOp { f, commute: commute != 0, caller: None });
         // SAFETY: checked non-null; the caller vouches it is writable.
         unsafe { op.write(h) };
         Ok(())

@@ -559,10 +559,11 @@ const FAMILIES: &[&str] = &[
     "ireduce_scatter_block ok",
     "ireduce_scatter_block in place ok",
     "ireduce_scatter ok",
+    "type attributes ok",
 ];
 
 #[test]
-fn cancel_get_status_alltoallw_and_nonblocking_v_variants_on_two_and_three_processes() {
+fn cancel_get_status_alltoallw_nonblocking_v_variants_and_datatype_attributes_on_two_and_three_processes() {
     if !require(&["mpicc.mpich"], true) {
         return;
     }
@@ -575,6 +576,32 @@ fn cancel_get_status_alltoallw_and_nonblocking_v_variants_on_two_and_three_proce
         }
         for r in 0..n {
             let w = format!("rank {r}: families bad 0");
+            assert!(o.stdout.lines().any(|l| l == w), "missing {w:?}\n{}", show(&o));
+        }
+    }
+}
+
+#[test]
+fn a_cxx_program_linked_by_mpicxx_uses_the_c_api_and_mpichs_cxx_bindings_on_two_processes() {
+    if !require(&["mpicxx.mpich"], true) {
+        return;
+    }
+    let o = run(2, &cxx_program("cxx"), &[], T);
+    o.assert_ok();
+    for r in 0..2 {
+        for w in [
+            "c api sum 3".to_string(),
+            format!("cxx rank {r} size 2"),
+            // max |v| over v = 1 (rank 0) and -11 (rank 1), by a C++ function.
+            "cxx op 11".to_string(),
+            // The C++ copy callback ran at Dup, the delete one at Free and Delete_attr.
+            "cxx attr copies 1 deletes 1 found 1 same 1".to_string(),
+            "cxx attr deletes after delete 2".to_string(),
+            "cxx handler calls 1 code 15".to_string(),
+            // MPI::ERRORS_THROW_EXCEPTIONS: the call returned MPI_ERR_RANK, thrown by the bindings.
+            "cxx exception class 6".to_string(),
+        ] {
+            let w = format!("rank {r}: {w}");
             assert!(o.stdout.lines().any(|l| l == w), "missing {w:?}\n{}", show(&o));
         }
     }

@@ -6,7 +6,21 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-static int bad = 0;
+static int bad = 0, type_copies = 0, type_deletes = 0;
+
+static int type_copy(MPI_Datatype t, int key, void *extra, void *in, void *out, int *flag) {
+    (void)t, (void)key;
+    type_copies += *(int *)extra;
+    *(void **)out = in;
+    *flag = 1;
+    return MPI_SUCCESS;
+}
+
+static int type_delete(MPI_Datatype t, int key, void *value, void *extra) {
+    (void)t, (void)key, (void)value;
+    type_deletes += *(int *)extra;
+    return MPI_SUCCESS;
+}
 
 static void check(const char *what, int ok) {
     if (!ok) bad++;
@@ -210,6 +224,26 @@ int main(int argc, char **argv) {
         }
         free(counts);
         free(displs);
+    }
+    /* Attributes of datatypes: copied at MPI_Type_dup, deleted at MPI_Type_free. */
+    {
+        int key, weight = 1, value = 42, *got = NULL, found = 0, found_dup = 0, found_after = 1;
+        MPI_Datatype t, u;
+        MPI_Type_create_keyval(type_copy, type_delete, &key, &weight);
+        MPI_Type_contiguous(3, MPI_INT, &t);
+        MPI_Type_set_attr(t, key, &value);
+        MPI_Type_get_attr(t, key, &got, &found);
+        MPI_Type_dup(t, &u);
+        MPI_Type_get_attr(u, key, &got, &found_dup);
+        MPI_Type_free(&u);
+        MPI_Type_delete_attr(t, key);
+        MPI_Type_get_attr(t, key, &got, &found_after);
+        MPI_Type_set_attr(MPI_INT, key, &value);
+        MPI_Type_delete_attr(MPI_INT, key);
+        MPI_Type_free(&t);
+        MPI_Type_free_keyval(&key);
+        check("type attributes", found && found_dup && got == &value && !found_after && type_copies == 1 &&
+                                     type_deletes == 3 && key == MPI_KEYVAL_INVALID);
     }
     printf("rank %d: families bad %d\n", rank, bad);
     MPI_Finalize();
