@@ -35,6 +35,7 @@ pub mod errors;
 pub mod handles;
 pub mod immediate;
 pub mod info;
+pub mod intercomm;
 pub mod ivarcount;
 pub mod large_count;
 pub mod matched;

@@ -608,6 +608,32 @@ fn a_cxx_program_linked_by_mpicxx_uses_the_c_api_and_mpichs_cxx_bindings_on_two_
 }
 
 #[test]
+fn intercommunicators_created_used_across_and_merged_on_four_processes() {
+    if !require(&["mpicc.mpich"], true) {
+        return;
+    }
+    let o = run(4, &c_program("intercomm"), &[], T);
+    o.assert_ok();
+    for r in 0..4 {
+        let (lrank, other) = (r / 2, if r % 2 == 0 { r + 1 } else { r - 1 });
+        for w in [
+            format!("inter 1 size 2 rank {lrank} remote size 2"),
+            "remote group 1".to_string(),
+            format!("across got {other} from {lrank}"),
+            "allreduce across 1".to_string(),
+            "allgather across 1".to_string(),
+            "alltoall across 1".to_string(),
+            // The odd group (high = 0) comes first in the merged communicator.
+            "merged rank 1 size 4".to_string(),
+            "intercomm bad 0".to_string(),
+        ] {
+            let w = format!("rank {r}: {w}");
+            assert!(o.stdout.lines().any(|l| l == w), "missing {w:?}\n{}", show(&o));
+        }
+    }
+}
+
+#[test]
 fn abort_stops_every_process_with_its_code() {
     if !require(&["mpicc.mpich"], true) {
         return;

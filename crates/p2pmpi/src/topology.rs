@@ -21,7 +21,7 @@ pub(crate) mod handles;
 pub use cartesian::{CartesianCommunicator, CartesianLayout};
 pub(crate) mod inter;
 pub(crate) use inter::disconnect_parent;
-pub use inter::{InterCommunicator, MergeOrder, MpiError};
+pub use inter::{try_create_intercommunicator, InterCommunicator, MergeOrder, MpiError};
 
 pub(crate) mod sealed {
     /// Access to a communicator's handle; sealed so users cannot implement `Communicator`.

@@ -951,10 +951,14 @@ pub unsafe extern "C" fn MPI_Allgather(
     recvtype: MPI_Datatype,
     comm: MPI_Comm,
 ) -> c_int {
-    let c = intra_or_return!(comm);
-    let (me, n) = with_comm!(&c, c => (c.rank(), c.size()));
+    // Over an intercommunicator, each group gets the other's parts (not in place).
+    let c = comm_or_return!(comm);
+    let (me, n) = with_comm!(&c, c => (c.rank(), c.target_size()));
     if let Err(e) = check_buffer(recvbuf, recvcount.saturating_mul(n), recvtype) {
         return e;
+    }
+    if is_in_place(sendbuf) && matches!(c, CommObj::Inter(_)) {
+        return ERR_ARG;
     }
     let staged;
     let (sendbuf, sendcount, sendtype) = if is_in_place(sendbuf) {
@@ -995,8 +999,9 @@ pub unsafe extern "C" fn MPI_Alltoall(
     recvtype: MPI_Datatype,
     comm: MPI_Comm,
 ) -> c_int {
-    let c = intra_or_return!(comm);
-    let n = with_comm!(&c, c => c.size());
+    // Over an intercommunicator, block `i` goes to (comes from) rank `i` of the other group.
+    let c = comm_or_return!(comm);
+    let n = with_comm!(&c, c => c.target_size());
     if let Err(e) = check_buffer(sendbuf, sendcount.saturating_mul(n), sendtype).and(check_buffer(
         recvbuf,
         recvcount.saturating_mul(n),
