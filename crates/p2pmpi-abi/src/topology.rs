@@ -123,14 +123,21 @@ mpi_fn! {
 }
 
 mpi_fn! {
-    /// The topology of `comm`: `MPI_CART` or `MPI_UNDEFINED`.
+    /// The topology of `comm`: `MPI_CART`, `MPI_GRAPH`, `MPI_DIST_GRAPH` or `MPI_UNDEFINED`.
     fn MPI_Topo_test(c: c_int, status: *mut c_int) on c => {
         let fc = comm(c)?;
         if status.is_null() {
             return Err(MPI_ERR_ARG);
         }
-        // SAFETY: checked non-null; the caller vouches it is writable (MPICH's values).
-        ok(unsafe { ffi::MPI_Topo_test(fc, status) })
+        match crate::topologies::get(c) {
+            // SAFETY: checked non-null; the caller vouches it is writable.
+            Some(crate::topologies::Topology::Graph { .. }) => unsafe { status.write(crate::graph::MPI_GRAPH) },
+            // SAFETY: as above.
+            Some(crate::topologies::Topology::Dist { .. }) => unsafe { status.write(crate::graph::MPI_DIST_GRAPH) },
+            // SAFETY: checked non-null; the caller vouches it is writable (MPICH's values).
+            None => ok(unsafe { ffi::MPI_Topo_test(fc, status) })?,
+        }
+        Ok(())
     }
 }
 

@@ -634,6 +634,21 @@ fn intercommunicators_created_used_across_and_merged_on_four_processes() {
 }
 
 #[test]
+fn graph_and_distributed_graph_topologies_on_four_processes() {
+    if !require(&["mpicc.mpich"], true) {
+        return;
+    }
+    let o = run(4, &c_program("graph"), &[], T);
+    o.assert_ok();
+    for r in 0..4 {
+        for w in ["graph 1", "graph of 3 1", "dist graph adjacent 1", "dist graph 1", "graph bad 0"] {
+            let w = format!("rank {r}: {w}");
+            assert!(o.stdout.lines().any(|l| l == w), "missing {w:?}\n{}", show(&o));
+        }
+    }
+}
+
+#[test]
 fn abort_stops_every_process_with_its_code() {
     if !require(&["mpicc.mpich"], true) {
         return;
