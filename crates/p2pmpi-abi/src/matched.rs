@@ -57,9 +57,9 @@ fn matched_probe(source: c_int, tag: c_int, c: c_int, block: bool) -> Result<Opt
     let found = if source == MPI_ANY_SOURCE {
         let p = rc.any_process();
         if block {
-            Some(p.matched_probe_with_tag(tag))
+            Some(p.try_matched_probe_with_tag(tag).map_err(crate::errors::class_of_failure)?)
         } else {
-            p.immediate_matched_probe_with_tag(tag)
+            p.try_immediate_matched_probe_with_tag(tag).map_err(crate::errors::class_of_failure)?
         }
     } else {
         if !(0..rc.size()).contains(&source) {
@@ -67,9 +67,9 @@ fn matched_probe(source: c_int, tag: c_int, c: c_int, block: bool) -> Result<Opt
         }
         let p = rc.process_at_rank(source);
         if block {
-            Some(p.matched_probe_with_tag(tag))
+            Some(p.try_matched_probe_with_tag(tag).map_err(crate::errors::class_of_failure)?)
         } else {
-            p.immediate_matched_probe_with_tag(tag)
+            p.try_immediate_matched_probe_with_tag(tag).map_err(crate::errors::class_of_failure)?
         }
     };
     Ok(found.map(|(m, st)| (MESSAGES.insert(m), converted(st))))

@@ -152,12 +152,14 @@ mpi_fn! {
         let h = match split_type {
             MPI_UNDEFINED => {
                 // Collective all the same: the others may split.
-                let none = rc.split_by_color_with_key(p2pmpi::topology::Color::undefined(), key);
+                let none = rc
+                    .try_split_by_color_with_key(p2pmpi::topology::Color::undefined(), key)
+                    .map_err(crate::errors::class_of_failure)?;
                 debug_assert!(none.is_none());
                 MPI_COMM_NULL
             }
             MPI_COMM_TYPE_SHARED => {
-                let s = rc.split_shared(key);
+                let s = rc.try_split_shared(key).map_err(crate::errors::class_of_failure)?;
                 let h = COMMS.insert(CommEntry { raw: s.as_raw(), rust: s });
                 inherit_handler(c, h);
                 h

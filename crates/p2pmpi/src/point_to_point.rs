@@ -529,6 +529,14 @@ pub unsafe trait Source: AsCommunicator {
     fn try_probe_with_tag(&self, tag: Tag) -> Result<Status> {
         probe_impl(self.comm_handle(), self.source_rank(), tag)
     }
+    /// Like [`Source::matched_probe_with_tag`], returning errors.
+    fn try_matched_probe_with_tag(&self, tag: Tag) -> Result<(Message, Status)> {
+        mprobe_impl(self.comm_handle(), self.source_rank(), tag)
+    }
+    /// Like [`Source::immediate_matched_probe_with_tag`], returning errors.
+    fn try_immediate_matched_probe_with_tag(&self, tag: Tag) -> Result<Option<(Message, Status)>> {
+        improbe_impl(self.comm_handle(), self.source_rank(), tag)
+    }
 
     // ---- serde values (the seeds' OBJECT datatype)
 

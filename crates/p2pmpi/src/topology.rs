@@ -235,12 +235,21 @@ pub trait Communicator: AsHandle + AsRaw<Raw = crate::handles::MPI_Comm> {
     fn split_by_color_with_key(&self, color: Color, key: Key) -> Option<SimpleCommunicator> {
         create(self.handle(), Spec::Split { color: color.0, key }).or_fatal()
     }
+    /// [`Self::split_by_color_with_key`], returning its error (a member lost) instead of
+    /// stopping the process.
+    fn try_split_by_color_with_key(&self, color: Color, key: Key) -> crate::error::Result<Option<SimpleCommunicator>> {
+        create(self.handle(), Spec::Split { color: color.0, key })
+    }
     /// Splits into communicators of processes sharing a host (collective).
     fn split_shared(&self, key: c_int) -> SimpleCommunicator {
+        self.try_split_shared(key).or_fatal()
+    }
+    /// [`Self::split_shared`], returning its error instead of stopping the process.
+    fn try_split_shared(&self, key: c_int) -> crate::error::Result<SimpleCommunicator> {
         let host = crate::lifecycle::processor_name().unwrap_or_default();
         let ip = crate::context::data_address().map(|a| a.ip().to_string()).unwrap_or_default();
         let color = (fnv(&format!("{host}/{ip}")) & 0x3fff_ffff) as c_int;
-        create(self.handle(), Spec::Split { color, key }).or_fatal().expect("every process has a host")
+        Ok(create(self.handle(), Spec::Split { color, key })?.expect("every process has a host"))
     }
     /// The communicator of `group`'s members (collective over this communicator); `None` on
     /// processes outside the group.
