@@ -3,7 +3,8 @@
 //! Point-to-point on an intercommunicator names ranks of the other group; `MPI_Comm_size`,
 //! `MPI_Comm_rank` and `MPI_Comm_group` answer for the local group, `MPI_Comm_test_inter`
 //! says it is one; the collectives the library runs on intercommunicators (`MPI_Barrier`,
-//! `MPI_Bcast` with `MPI_ROOT`/`MPI_PROC_NULL`, ...) go through its C layer.
+//! `MPI_Allreduce`, `MPI_Allgather`, `MPI_Alltoall`, `MPI_Reduce_scatter_block`) work across
+//! them.
 
 use crate::consts::*;
 use crate::errors::{class_of_failure, inherit_handler};

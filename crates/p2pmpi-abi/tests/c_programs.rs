@@ -623,6 +623,7 @@ fn intercommunicators_created_used_across_and_merged_on_four_processes() {
             "allreduce across 1".to_string(),
             "allgather across 1".to_string(),
             "alltoall across 1".to_string(),
+            "reduce_scatter_block across 1".to_string(),
             // The odd group (high = 0) comes first in the merged communicator.
             "merged rank 1 size 4".to_string(),
             "intercomm bad 0".to_string(),

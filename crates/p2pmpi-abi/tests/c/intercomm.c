@@ -1,7 +1,8 @@
 /* Intercommunicators: the even and the odd ranks of the world (split), joined by
  * MPI_Intercomm_create (leaders: world ranks 0 and 1); sizes, remote group, point-to-point
- * across, MPI_Barrier, MPI_Allreduce, MPI_Allgather and MPI_Alltoall across (each group gets the other's
- * data), MPI_Intercomm_merge (the odd group first). Run on 4 processes (or any even number). */
+ * across, MPI_Barrier, MPI_Allreduce, MPI_Allgather, MPI_Alltoall and
+ * MPI_Reduce_scatter_block across (each group gets the other's data), MPI_Intercomm_merge
+ * (the odd group first). Run on 4 processes (or any even number). */
 #include <mpi.h>
 #include <stdio.h>
 
@@ -70,6 +71,16 @@ int main(int argc, char **argv) {
             for (i = 0; i < rsize; i++) ok &= in[i] == 100 * (2 * i + (1 - color)) + lrank;
             printf("rank %d: alltoall across %d\n", wrank, ok);
             bad += !ok;
+        }
+        /* Reduce_scatter_block across: block i of each process's input is its world rank;
+         * local rank i gets the sum over the other group. */
+        {
+            int in[64], out = -1, want = 0;
+            for (i = 0; i < rsize; i++) in[i] = wrank;
+            MPI_Reduce_scatter_block(in, &out, 1, MPI_INT, MPI_SUM, ic);
+            for (i = 1 - color; i < wsize; i += 2) want += i;
+            printf("rank %d: reduce_scatter_block across %d\n", wrank, out == want);
+            bad += out != want;
         }
     }
 
