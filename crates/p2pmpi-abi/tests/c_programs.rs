@@ -517,6 +517,29 @@ fn bad_input_answers_its_class_under_errors_return_and_the_job_goes_on() {
 }
 
 #[test]
+fn a_lost_process_is_returned_as_its_class_by_a_collective_on_the_rust_api() {
+    if !require(&["mpicc.mpich"], true) {
+        return;
+    }
+    // The survivors' answer races with the launcher, which stops them once rank 1 is gone:
+    // a few tries give them the time to print it.
+    let mut printed = Vec::new();
+    for _ in 0..3 {
+        let o = run(3, &c_program("badinput"), &["lost"], T);
+        assert!(o.status.code() != Some(0), "{}", show(&o));
+        printed = o.lines_with("rank");
+        if !printed.is_empty() {
+            break;
+        }
+    }
+    assert!(!printed.is_empty(), "no survivor answered in 3 runs");
+    for l in &printed {
+        // MPIX_ERR_PROC_FAILED, not the end of the job.
+        assert!(l.ends_with("allgatherv after a loss: class 101"), "{printed:?}");
+    }
+}
+
+#[test]
 fn bad_input_stops_the_job_under_the_fatal_handler_naming_function_rank_and_cause() {
     if !require(&["mpicc.mpich"], true) {
         return;

@@ -4,10 +4,13 @@
  * With an argument, the default handler (MPI_ERRORS_ARE_FATAL) stays and rank 1 makes one
  * wrong call, which stops the job: `truncate` (MPI_Recv of a message too long), `mrecv` (the
  * same by a matched receive), `freed` (a freed communicator), `uncommitted` (a datatype not
- * committed), `root` (MPI_Gatherv with an invalid root). */
+ * committed), `root` (MPI_Gatherv with an invalid root). With `lost`, under
+ * MPI_ERRORS_RETURN, rank 1 dies and the others' MPI_Allgatherv (on the Rust API) answers
+ * the loss's class. */
 #include <mpi.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 static int failures = 0;
 
@@ -59,6 +62,19 @@ int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (argc > 1 && strcmp(argv[1], "lost") == 0) {
+        int counts[64], displs[64], all[64], cls = -1, rc;
+        for (int i = 0; i < size; i++) counts[i] = 1, displs[i] = i;
+        MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+        MPI_Barrier(MPI_COMM_WORLD);
+        if (rank == 1) _exit(0);
+        rc = MPI_Allgatherv(&x, 1, MPI_INT, all, counts, displs, MPI_INT, MPI_COMM_WORLD);
+        MPI_Error_class(rc, &cls);
+        printf("rank %d: allgatherv after a loss: class %d\n", rank, cls);
+        fflush(stdout);
+        MPI_Finalize();
+        return 0;
+    }
     if (argc > 1) {
         fatal_case(argv[1], rank);
         MPI_Finalize();
