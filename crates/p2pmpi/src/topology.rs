@@ -221,10 +221,15 @@ pub trait Communicator: AsHandle + AsRaw<Raw = crate::handles::MPI_Comm> {
     }
     /// A new communicator with the same processes and its own context (collective).
     fn duplicate(&self) -> SimpleCommunicator {
-        let dup = create(self.handle(), Spec::Duplicate).or_fatal().expect("every member gets the duplicate");
+        self.try_duplicate().or_fatal()
+    }
+    /// [`Self::duplicate`], returning its error (a member lost) instead of stopping the
+    /// process.
+    fn try_duplicate(&self) -> crate::error::Result<SimpleCommunicator> {
+        let dup = create(self.handle(), Spec::Duplicate)?.expect("every member gets the duplicate");
         let attrs = crate::attribute::for_duplicate(&self.handle().attributes());
         *dup.0 .0.attrs.lock() = attrs;
-        dup
+        Ok(dup)
     }
     /// Splits into one communicator per color (collective); ranks keep their relative order.
     /// `None` for `Color::undefined()`.

@@ -306,7 +306,10 @@ pub unsafe extern "C" fn MPI_Comm_dup(comm: MPI_Comm, newcomm: *mut MPI_Comm) ->
     if matches!(c, CommObj::Inter(_)) {
         return ERR_COMM;
     }
-    let d = with_comm!(c, c => c.duplicate());
+    let d = match with_comm!(c, c => c.try_duplicate()) {
+        Ok(d) => d,
+        Err(e) => return err_class(&e),
+    };
     // SAFETY: checked non-null; the caller vouches it is writable.
     unsafe { put(newcomm, comm_owned(d.0, CommKind::Intra)) }
 }
