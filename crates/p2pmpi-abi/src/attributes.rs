@@ -9,7 +9,9 @@
 //! handles: copied by the keys' copy callbacks when a communicator is duplicated
 //! ([`copy_all`]), deleted by their delete callbacks when it is freed ([`delete_all`]) and,
 //! for `MPI_COMM_SELF`, at `MPI_Finalize`. Callbacks run outside every lock (they may call
-//! MPI). Attributes of datatypes and windows are to come.
+//! MPI). Attributes of datatypes ([`crate::type_attrs`]) live in the same table, keyed by
+//! the datatype's handle: copied at `MPI_Type_dup`, deleted at `MPI_Type_free`. Attributes of windows are to come. The callbacks of a key made by the
+//! C++ bindings are called through their callers ([`set_proxy`]).
 
 use crate::consts::*;
 use crate::handles::{comm, object, Slab};
@@ -23,13 +25,32 @@ pub type CopyFn = unsafe extern "C" fn(c_int, c_int, *mut c_void, *mut c_void, *
 /// A delete callback (`MPI_Comm_delete_attr_function`).
 pub type DeleteFn = unsafe extern "C" fn(c_int, c_int, *mut c_void, *mut c_void) -> c_int;
 
-/// A key: its callbacks (none: `MPI_COMM_NULL_COPY_FN`, `MPI_COMM_NULL_DELETE_FN`) and the
-/// state they are given.
+/// A copy callback's caller for another language (`MPII_Keyval_set_proxy`, by which the C++
+/// bindings call their callbacks): `(callback, object, key, extra state, kind of value,
+/// value, copy out, flag out)`.
+pub type CopyProxy =
+    unsafe extern "C" fn(CopyFn, c_int, c_int, *mut c_void, c_int, *mut c_void, *mut *mut c_void, *mut c_int) -> c_int;
+/// A delete callback's caller for another language: `(callback, object, key, kind of value,
+/// value, extra state)`.
+pub type DeleteProxy = unsafe extern "C" fn(DeleteFn, c_int, c_int, c_int, *mut c_void, *mut c_void) -> c_int;
+
+/// MPICH's kind of an attribute value set from C (a pointer).
+const ATTR_PTR: c_int = 0;
+
+/// A key: its callbacks (none: `MPI_COMM_NULL_COPY_FN`, `MPI_COMM_NULL_DELETE_FN`), the
+/// state they are given, and the callers of the callbacks of another language.
 #[derive(Clone, Copy)]
 pub struct Keyval {
     copy: Option<CopyFn>,
     delete: Option<DeleteFn>,
     extra: usize,
+    proxy: Option<(CopyProxy, DeleteProxy)>,
+}
+
+/// Makes the callbacks of key `key` called through `copy` and `delete`
+/// (`MPII_Keyval_set_proxy`); `false` if `key` names no key.
+pub fn set_proxy(key: c_int, copy: CopyProxy, delete: DeleteProxy) -> bool {
+    KEYVALS.with_mut(key, |k| k.proxy = Some((copy, delete))).is_some()
 }
 
 /// The keys made by the program.
@@ -86,10 +107,13 @@ const MPI_KEYVAL_INVALID: c_int = 0x2400_0000;
 
 /// Runs the delete callback of an attribute taken out of the table.
 fn delete(c: c_int, key: c_int, value: usize, kv: Keyval) -> Result<(), c_int> {
-    match kv.delete {
+    let (v, extra) = (value as *mut c_void, kv.extra as *mut c_void);
+    match (kv.delete, kv.proxy) {
+        // SAFETY: the program's callback through its language's caller, as MPICH calls it.
+        (Some(f), Some((_, p))) => crate::ok(unsafe { p(f, c, key, ATTR_PTR, v, extra) }),
         // SAFETY: the program's callback, with the arguments the standard gives it.
-        Some(f) => crate::ok(unsafe { f(c, key, value as *mut c_void, kv.extra as *mut c_void) }),
-        None => Ok(()),
+        (Some(f), None) => crate::ok(unsafe { f(c, key, v, extra) }),
+        (None, _) => Ok(()),
     }
 }
 
@@ -121,17 +145,14 @@ pub fn copy_all(old: c_int, new: c_int) -> Result<(), c_int> {
     for (key, value, kv) in theirs {
         let Some(f) = kv.copy else { continue };
         let (mut out, mut flag): (*mut c_void, c_int) = (std::ptr::null_mut(), 0);
-        // SAFETY: the program's callback, with the arguments the standard gives it; `out`
-        // and `flag` are locals.
+        let (extra, v) = (kv.extra as *mut c_void, value as *mut c_void);
+        // SAFETY: the program's callback (through its language's caller, as MPICH calls it),
+        // with the arguments the standard gives it; `out` and `flag` are locals.
         let rc = unsafe {
-            f(
-                old,
-                key,
-                kv.extra as *mut c_void,
-                value as *mut c_void,
-                &mut out as *mut *mut c_void as *mut c_void,
-                &mut flag,
-            )
+            match kv.proxy {
+                Some((p, _)) => p(f, old, key, extra, ATTR_PTR, v, &mut out, &mut flag),
+                None => f(old, key, extra, v, &mut out as *mut *mut c_void as *mut c_void, &mut flag),
+            }
         };
         crate::ok(rc)?;
         if flag != 0 {
@@ -166,7 +187,7 @@ pub unsafe extern "C" fn MPIR_Dup_fn(
 ///
 /// # Safety
 /// `keyval` must be null or valid for a write.
-unsafe fn create(
+pub(crate) unsafe fn create(
     copy: Option<CopyFn>,
     del: Option<DeleteFn>,
     keyval: *mut c_int,
@@ -175,7 +196,7 @@ unsafe fn create(
     if keyval.is_null() {
         return Err(MPI_ERR_ARG);
     }
-    let h = KEYVALS.insert(Keyval { copy, delete: del, extra: extra as usize });
+    let h = KEYVALS.insert(Keyval { copy, delete: del, extra: extra as usize, proxy: None });
     // SAFETY: checked non-null; the caller vouches it is writable.
     unsafe { keyval.write(h) };
     Ok(())
@@ -185,7 +206,7 @@ unsafe fn create(
 ///
 /// # Safety
 /// `keyval` must be null or valid for a read and a write.
-unsafe fn free(keyval: *mut c_int) -> Result<(), c_int> {
+pub(crate) unsafe fn free(keyval: *mut c_int) -> Result<(), c_int> {
     if keyval.is_null() {
         return Err(MPI_ERR_ARG);
     }
@@ -200,6 +221,11 @@ unsafe fn free(keyval: *mut c_int) -> Result<(), c_int> {
 /// Sets attribute `key` of `c` to `value` (deleting the one it replaces).
 fn set(c: c_int, key: c_int, value: *mut c_void) -> Result<(), c_int> {
     comm(c)?;
+    set_on(c, key, value)
+}
+
+/// Sets attribute `key` of object `c` (a communicator or a datatype, checked) to `value`.
+pub(crate) fn set_on(c: c_int, key: c_int, value: *mut c_void) -> Result<(), c_int> {
     let kv = KEYVALS.get(key).ok_or(MPI_ERR_KEYVAL)?;
     let old = ATTRS.lock().insert((c, key), (value as usize, kv));
     match old {
@@ -215,10 +241,25 @@ fn set(c: c_int, key: c_int, value: *mut c_void) -> Result<(), c_int> {
 /// `value` must be valid for a pointer's write and `flag` for an `int`'s.
 unsafe fn get(c: c_int, key: c_int, value: *mut c_void, flag: *mut c_int) -> Result<(), c_int> {
     comm(c)?;
+    // SAFETY: the caller's contract.
+    unsafe { get_on(c, key, value, flag, true) }
+}
+
+/// [`get`] on object `c` (checked), with the predefined attributes if `predefined_too`.
+///
+/// # Safety
+/// As [`get`].
+pub(crate) unsafe fn get_on(
+    c: c_int,
+    key: c_int,
+    value: *mut c_void,
+    flag: *mut c_int,
+    predefined_too: bool,
+) -> Result<(), c_int> {
     if value.is_null() || flag.is_null() {
         return Err(MPI_ERR_ARG);
     }
-    let found = match predefined(key) {
+    let found = match predefined(key).filter(|_| predefined_too) {
         Some(p) => Some(p),
         None if KEYVALS.get(key).is_none() => return Err(MPI_ERR_KEYVAL),
         None => ATTRS.lock().get(&(c, key)).map(|(v, _)| *v as *mut c_void),
@@ -236,6 +277,11 @@ unsafe fn get(c: c_int, key: c_int, value: *mut c_void, flag: *mut c_int) -> Res
 /// Deletes attribute `key` of `c` by its delete callback (nothing if it is not set).
 fn delete_one(c: c_int, key: c_int) -> Result<(), c_int> {
     comm(c)?;
+    delete_on(c, key)
+}
+
+/// [`delete_one`] on object `c` (checked).
+pub(crate) fn delete_on(c: c_int, key: c_int) -> Result<(), c_int> {
     if predefined(key).is_some() {
         return Err(MPI_ERR_KEYVAL);
     }

@@ -8,6 +8,7 @@ use crate::consts::*;
 use crate::datatypes::datatype_ref;
 use crate::handles::rust_comm;
 use crate::status::MPI_Status;
+use p2pmpi::collective::TryRoot;
 use p2pmpi::datatype::{DynBuffer, DynBufferMut};
 use p2pmpi::ffi;
 use p2pmpi::traits::*;
@@ -44,9 +45,9 @@ pub fn send(count: c_int, dt: c_int, dest: c_int, tag: c_int, c: c_int, synchron
     let b = unsafe { DynBuffer::from_raw(std::ptr::null::<u8>(), count, d) };
     let p = rc.process_at_rank(dest);
     if synchronous {
-        p.synchronous_send_with_tag(&b, tag);
+        p.try_synchronous_send_with_tag(&b, tag).map_err(crate::errors::class_of_failure)?;
     } else {
-        p.send_with_tag(&b, tag);
+        p.try_send_with_tag(&b, tag).map_err(crate::errors::class_of_failure)?;
     }
     Ok(())
 }
@@ -82,9 +83,9 @@ pub unsafe fn recv(
     // addresses of `count` elements (MPI_BOTTOM's contract).
     let mut b = unsafe { DynBufferMut::from_raw(std::ptr::null_mut::<u8>(), count, d) };
     let s = if source == MPI_ANY_SOURCE {
-        rc.any_process().receive_into_with_tag(&mut b, tag)
+        rc.any_process().try_receive_into_with_tag(&mut b, tag).map_err(crate::errors::class_of_failure)?
     } else {
-        rc.process_at_rank(source).receive_into_with_tag(&mut b, tag)
+        rc.process_at_rank(source).try_receive_into_with_tag(&mut b, tag).map_err(crate::errors::class_of_failure)?
     };
     // SAFETY: the caller's contract.
     unsafe { crate::status::put(st, &ffi::MPI_Status::from(s)) };
@@ -100,6 +101,6 @@ pub fn bcast(count: c_int, dt: c_int, root: c_int, c: c_int) -> Result<(), c_int
     }
     // SAFETY: as in `recv` (the root reads, the others write).
     let mut b = unsafe { DynBufferMut::from_raw(std::ptr::null_mut::<u8>(), count, d) };
-    rc.process_at_rank(root).broadcast_into(&mut b);
+    rc.process_at_rank(root).try_broadcast_into(&mut b).map_err(crate::errors::class_of_failure)?;
     Ok(())
 }

@@ -5,7 +5,7 @@
 //!
 //! `MPI_IN_PLACE` is honoured where the standard allows it for these functions (the roots of
 //! `MPI_Reduce`, `MPI_Gather` and `MPI_Scatter`, every process of `MPI_Allreduce`,
-//! `MPI_Scan`, `MPI_Exscan` and `MPI_Allgather`), not yet for `MPI_Alltoall`. An argument
+//! `MPI_Scan`, `MPI_Exscan`, `MPI_Allgather` and `MPI_Alltoall`, by [`crate::alltoallw`]). An argument
 //! the standard says is significant only at the root (the receive type of `MPI_Gather` at
 //! another process, ...) may be any handle there.
 
@@ -16,6 +16,7 @@ use crate::handles::comm;
 use crate::ops::op;
 use crate::user_ops::{self, user_op, Reduction};
 use crate::{nz, nz_mut, ok};
+use p2pmpi::collective::TryCollectives;
 use p2pmpi::datatype::{DatatypeRef, DynBuffer, DynBufferMut};
 use p2pmpi::ffi;
 use p2pmpi::traits::*;
@@ -211,10 +212,11 @@ mpi_fn! {
         c: c_int,
     ) on c => {
         let fc = comm(c)?;
-        let (st, rt) = (datatype(sendtype)?, datatype(recvtype)?);
         if crate::is_in_place(sendbuf) {
-            return Err(MPI_ERR_UNSUPPORTED_OPERATION);
+            // SAFETY: the caller's contract.
+            return unsafe { crate::alltoallw::alltoall_in_place(recvbuf, recvcount, recvtype, c) };
         }
+        let (st, rt) = (datatype(sendtype)?, datatype(recvtype)?);
         crate::not_in_place(recvbuf)?;
         let (s, r) = (nz(sendbuf, sendcount), nz_mut(recvbuf, recvcount));
         // SAFETY: the caller's contract.
@@ -314,10 +316,10 @@ mpi_fn! {
             (s, DynBufferMut::from_raw(nz_mut(recvbuf, recvcount), recvcount, d))
         };
         match user_op(o) {
-            Some(u) => rc.reduce_scatter_block_into(&s, &mut r, user_ops::rust_op(u, dt)),
-            None => rc.reduce_scatter_block_into(&s, &mut r, crate::ops::system_op(o)?),
+            Some(u) => rc.try_reduce_scatter_block_into(&s, &mut r, user_ops::rust_op(u, dt)),
+            None => rc.try_reduce_scatter_block_into(&s, &mut r, crate::ops::system_op(o)?),
         }
-        Ok(())
+        .map_err(crate::errors::class_of_failure)
     }
 }
 

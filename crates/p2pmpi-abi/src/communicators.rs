@@ -56,7 +56,9 @@ mpi_fn! {
         // SAFETY: checked non-null; the caller vouches it is writable.
         unsafe { put_comm(newcomm, c, d) };
         // SAFETY: as above (just written).
-        crate::attributes::copy_all(c, unsafe { newcomm.read() })
+        let d = unsafe { newcomm.read() };
+        crate::topologies::copy(c, d);
+        crate::attributes::copy_all(c, d)
     }
 }
 
@@ -108,6 +110,7 @@ mpi_fn! {
         // Dropping the Rust object frees the communicator.
         drop(COMMS.take(h).ok_or(MPI_ERR_COMM)?);
         forget_handler(h);
+        crate::topologies::forget(h);
         // SAFETY: as above.
         unsafe { c.write(MPI_COMM_NULL) };
         deleted

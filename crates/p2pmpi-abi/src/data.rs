@@ -10,6 +10,13 @@ pub struct Address(*const c_int);
 // SAFETY: the address is constant, and what it points to is never written.
 unsafe impl Sync for Address {}
 
+impl Address {
+    /// The address (to compare an argument with).
+    pub fn addr(&self) -> *const c_int {
+        self.0
+    }
+}
+
 /// What the markers point to: distinct addresses (only those matter).
 static MARKS: [c_int; 7] = [0; 7];
 

@@ -48,6 +48,35 @@ pub fn describe(class: c_int) -> Option<(&'static str, &'static str)> {
     ERROR_CLASSES.iter().find(|(c, _, _)| *c == class).map(|&(_, n, t)| (n, t))
 }
 
+thread_local! {
+    /// The library's description of the last failed communication of this thread, added to
+    /// the message of the fatal handler.
+    static DETAIL: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
+}
+
+/// The error class of a failed communication of the Rust API (kept, with its description,
+/// for the message of the fatal handler): `MPI_ERR_TRUNCATE` for a message larger than the
+/// buffer, `MPIX_ERR_PROC_FAILED` for a lost process, `MPIX_ERR_REVOKED`, `MPI_ERR_RANK`,
+/// `MPI_ERR_BUFFER` for a full buffer of buffered sends, `MPI_ERR_OP`, `MPI_ERR_TRUNCATE` for
+/// mismatched counts in a collective, `MPI_ERR_OTHER` for the others.
+pub fn class_of_failure(e: p2pmpi::CommError) -> c_int {
+    use p2pmpi::CommError as E;
+    let class = match &e {
+        E::Truncated { .. } | E::Count { .. } | E::SizeMismatch { .. } => MPI_ERR_TRUNCATE,
+        E::PeerLost { .. } => MPIX_ERR_PROC_FAILED,
+        E::Revoked => MPIX_ERR_REVOKED,
+        E::InvalidRank { .. } => MPI_ERR_RANK,
+        E::BufferExhausted { .. } => MPI_ERR_BUFFER,
+        E::Operation(_) => MPI_ERR_OP,
+        // The library's collectives describe a count mismatch between ranks so (its
+        // `Collective` error has no finer kind).
+        E::Collective(m) if m.contains("mismatched counts") => MPI_ERR_TRUNCATE,
+        _ => MPI_ERR_OTHER,
+    };
+    DETAIL.with(|d| *d.borrow_mut() = Some(e.to_string()));
+    class
+}
+
 /// What a call of `function` that failed with `class` answers on communicator `c` (the
 /// world's handler serves when `c` is no communicator): the class under
 /// `MPI_ERRORS_RETURN`; under the other handlers the job stops, with a message naming the
@@ -55,18 +84,26 @@ pub fn describe(class: c_int) -> Option<(&'static str, &'static str)> {
 pub fn raise(c: c_int, function: &str, class: c_int) -> c_int {
     let on = if comm(c).is_ok() { c } else { MPI_COMM_WORLD };
     let h = handler_of(on);
-    if h == MPI_ERRORS_RETURN {
+    let detail = DETAIL.with(|d| d.take()).map_or_else(String::new, |d| format!(": {d}"));
+    // Under the C++ bindings' handler the call returns, and the bindings throw.
+    if h == MPI_ERRORS_RETURN || h == MPIR_ERRORS_THROW_EXCEPTIONS {
         return class;
     }
     if let Some(f) = USER_HANDLERS.get(h) {
         let (mut c, mut code) = (on, class);
         // SAFETY: the program's handler, called as MPI says (the communicator and the code,
-        // by address); it may return, and the call then returns the code.
-        unsafe { f.0(&mut c, &mut code) };
+        // by address; through its language's caller, for a communicator, if it has one); it
+        // may return, and the call then returns the code.
+        unsafe {
+            match f.1 {
+                Some(call) => call(0, &mut c, &mut code, f.0),
+                None => f.0(&mut c, &mut code),
+            }
+        };
         return class;
     }
     let cause = match describe(class) {
-        Some((name, text)) => format!("{text} ({name})"),
+        Some((name, text)) => format!("{text} ({name}){detail}"),
         None => USER_ERRORS
             .read()
             .iter()
@@ -79,9 +116,24 @@ pub fn raise(c: c_int, function: &str, class: c_int) -> c_int {
 /// A handler function (`MPI_Comm_errhandler_function`, variadic in C).
 pub type HandlerFn = unsafe extern "C" fn(*mut c_int, *mut c_int, ...);
 
-/// A handler made by the program.
+/// The caller of a handler of another language (`MPII_Errhandler_set_cxx`, by which the C++
+/// bindings call theirs): `(kind of object: 0 for a communicator, the object, the code, the
+/// handler)`.
+pub type HandlerCaller = unsafe extern "C" fn(c_int, *mut c_int, *mut c_int, HandlerFn);
+
+/// MPICH's handler for the C++ bindings' `MPI::ERRORS_THROW_EXCEPTIONS`: the call returns
+/// the code, and the bindings throw it.
+pub const MPIR_ERRORS_THROW_EXCEPTIONS: c_int = 0x5400_0002;
+
+/// A handler made by the program, and its language's caller if it has one.
 #[derive(Clone, Copy)]
-pub struct UserHandler(HandlerFn);
+pub struct UserHandler(HandlerFn, Option<HandlerCaller>);
+
+/// Makes handler `h` called through `caller`; `false` if `h` names no handler of the
+/// program.
+pub fn set_caller(h: c_int, caller: HandlerCaller) -> bool {
+    USER_HANDLERS.with_mut(h, |u| u.1 = Some(caller)).is_some()
+}
 
 /// The handlers the program made.
 // Process-wide because a C handle is a plain integer any thread may hand to any function.
@@ -89,7 +141,8 @@ static USER_HANDLERS: Slab<UserHandler> = Slab::new(object::ERRHANDLER);
 
 /// Whether `h` names a handler (predefined or made by the program).
 fn is_handler(h: c_int) -> bool {
-    [MPI_ERRORS_ARE_FATAL, MPI_ERRORS_RETURN, MPI_ERRORS_ABORT].contains(&h) || USER_HANDLERS.get(h).is_some()
+    [MPI_ERRORS_ARE_FATAL, MPI_ERRORS_RETURN, MPI_ERRORS_ABORT, MPIR_ERRORS_THROW_EXCEPTIONS].contains(&h)
+        || USER_HANDLERS.get(h).is_some()
 }
 
 /// Sets the handler of communicator `c`.
@@ -108,7 +161,7 @@ fn set_handler(c: c_int, errhandler: c_int) -> Result<(), c_int> {
 /// `errhandler` must be null or valid for a write.
 unsafe fn create_handler(function: Option<HandlerFn>, errhandler: *mut c_int) -> Result<(), c_int> {
     let Some(f) = function else { return Err(MPI_ERR_ARG) };
-    let h = USER_HANDLERS.insert(UserHandler(f));
+    let h = USER_HANDLERS.insert(UserHandler(f, None));
     // SAFETY: the caller's contract.
     unsafe { crate::put(errhandler, h) }
 }

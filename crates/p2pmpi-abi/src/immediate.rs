@@ -14,6 +14,7 @@ use crate::datatypes::{datatype_ref, stageable, MPI_Count};
 use crate::handles::{new_request, rust_comm, Keep};
 use crate::is_in_place;
 use crate::user_ops::{rust_op, user_op};
+use p2pmpi::collective::{TryImmediateCollectives, TryImmediateRoot};
 use p2pmpi::datatype::{DatatypeRef, DynBuffer, DynBufferMut};
 use p2pmpi::request::{Request, StaticScope};
 use p2pmpi::traits::*;
@@ -51,7 +52,7 @@ impl Kept {
     ///
     /// # Safety
     /// The buffers must hold those elements until the request completes.
-    unsafe fn input(
+    pub(crate) unsafe fn input(
         &mut self,
         buf: *const c_void,
         count: c_int,
@@ -176,7 +177,7 @@ mpi_fn! {
     fn MPI_Ibarrier(c: c_int, request: *mut c_int) on c => {
         let rc = rust_comm(c)?;
         check(request, &[])?;
-        let r = rc.immediate_barrier();
+        let r = rc.try_immediate_barrier().map_err(crate::errors::class_of_failure)?;
         // SAFETY: checked non-null; the caller vouches it is writable.
         unsafe { started(r, Kept::default(), request) }
     }
@@ -203,7 +204,10 @@ unsafe fn ibcast(
     let mut kept = Kept::default();
     // SAFETY: the caller's contract.
     let b = unsafe { kept.output(buf, count, datatype_ref(dt)?) };
-    let r = rc.process_at_rank(root).immediate_broadcast_into(StaticScope, b);
+    let r = rc
+        .process_at_rank(root)
+        .try_immediate_broadcast_into(StaticScope, b)
+        .map_err(crate::errors::class_of_failure)?;
     // SAFETY: checked non-null; the caller vouches it is writable.
     unsafe { started(r, kept, request) }
 }
@@ -247,7 +251,8 @@ unsafe fn ireduce(
     // SAFETY: the caller's contract; in place, the input is a copy of `recvbuf`.
     let s = unsafe { kept.input(sendbuf, count, dt, recvbuf, 0)? };
     if let (Reduction::Reduce(root), false) = (which, receives) {
-        let r = with_op!(o, dt, op => rc.process_at_rank(root).immediate_reduce_into(StaticScope, s, op));
+        let r = with_op!(o, dt, op => rc.process_at_rank(root).try_immediate_reduce_into(StaticScope, s, op))
+            .map_err(crate::errors::class_of_failure)?;
         // SAFETY: checked non-null; the caller vouches it is writable.
         return unsafe { started(r, kept, request) };
     }
@@ -255,11 +260,12 @@ unsafe fn ireduce(
     // SAFETY: the caller's contract.
     let b = unsafe { kept.output(recvbuf, count, d) };
     let r = with_op!(o, dt, op => match which {
-        Reduction::Reduce(root) => rc.process_at_rank(root).immediate_reduce_into_root(StaticScope, s, b, op),
-        Reduction::Allreduce => rc.immediate_all_reduce_into(StaticScope, s, b, op),
-        Reduction::Scan => rc.immediate_scan_into(StaticScope, s, b, op),
-        Reduction::Exscan => rc.immediate_exclusive_scan_into(StaticScope, s, b, op),
-    });
+        Reduction::Reduce(root) => rc.process_at_rank(root).try_immediate_reduce_into_root(StaticScope, s, b, op),
+        Reduction::Allreduce => rc.try_immediate_all_reduce_into(StaticScope, s, b, op),
+        Reduction::Scan => rc.try_immediate_scan_into(StaticScope, s, b, op),
+        Reduction::Exscan => rc.try_immediate_exclusive_scan_into(StaticScope, s, b, op),
+    })
+    .map_err(crate::errors::class_of_failure)?;
     // SAFETY: checked non-null; the caller vouches it is writable.
     unsafe { started(r, kept, request) }
 }
@@ -303,7 +309,10 @@ unsafe fn igathering(
             crate::not_in_place(sendbuf)?;
             // SAFETY: the caller's contract.
             let s = unsafe { kept.input(sendbuf, sendcount, sendtype, std::ptr::null(), 0)? };
-            let r = rc.process_at_rank(root).immediate_gather_into(StaticScope, s);
+            let r = rc
+                .process_at_rank(root)
+                .try_immediate_gather_into(StaticScope, s)
+                .map_err(crate::errors::class_of_failure)?;
             // SAFETY: checked non-null; the caller vouches it is writable.
             unsafe { started(r, kept, request) }
         }
@@ -312,7 +321,10 @@ unsafe fn igathering(
             let s = unsafe { part(&mut kept, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, me)? };
             // SAFETY: the caller's contract.
             let b = unsafe { kept.output(recvbuf, recvcount * n, datatype_ref(recvtype)?) };
-            let r = rc.process_at_rank(root).immediate_gather_into_root(StaticScope, s, b);
+            let r = rc
+                .process_at_rank(root)
+                .try_immediate_gather_into_root(StaticScope, s, b)
+                .map_err(crate::errors::class_of_failure)?;
             // SAFETY: checked non-null; the caller vouches it is writable.
             unsafe { started(r, kept, request) }
         }
@@ -320,7 +332,10 @@ unsafe fn igathering(
             crate::not_in_place(recvbuf)?;
             // SAFETY: the caller's contract.
             let b = unsafe { kept.output(recvbuf, recvcount, datatype_ref(recvtype)?) };
-            let r = rc.process_at_rank(root).immediate_scatter_into(StaticScope, b);
+            let r = rc
+                .process_at_rank(root)
+                .try_immediate_scatter_into(StaticScope, b)
+                .map_err(crate::errors::class_of_failure)?;
             // SAFETY: checked non-null; the caller vouches it is writable.
             unsafe { started(r, kept, request) }
         }
@@ -338,7 +353,10 @@ unsafe fn igathering(
                 // SAFETY: the caller's contract.
                 unsafe { kept.output(recvbuf, recvcount, datatype_ref(recvtype)?) }
             };
-            let r = rc.process_at_rank(root).immediate_scatter_into_root(StaticScope, s, b);
+            let r = rc
+                .process_at_rank(root)
+                .try_immediate_scatter_into_root(StaticScope, s, b)
+                .map_err(crate::errors::class_of_failure)?;
             // SAFETY: checked non-null; the caller vouches it is writable.
             unsafe { started(r, kept, request) }
         }
@@ -347,7 +365,7 @@ unsafe fn igathering(
             let s = unsafe { part(&mut kept, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, me)? };
             // SAFETY: the caller's contract.
             let b = unsafe { kept.output(recvbuf, recvcount * n, datatype_ref(recvtype)?) };
-            let r = rc.immediate_all_gather_into(StaticScope, s, b);
+            let r = rc.try_immediate_all_gather_into(StaticScope, s, b).map_err(crate::errors::class_of_failure)?;
             // SAFETY: checked non-null; the caller vouches it is writable.
             unsafe { started(r, kept, request) }
         }
@@ -359,7 +377,7 @@ unsafe fn igathering(
             let s = unsafe { kept.input(sendbuf, sendcount * n, sendtype, std::ptr::null(), 0)? };
             // SAFETY: the caller's contract.
             let b = unsafe { kept.output(recvbuf, recvcount * n, datatype_ref(recvtype)?) };
-            let r = rc.immediate_all_to_all_into(StaticScope, s, b);
+            let r = rc.try_immediate_all_to_all_into(StaticScope, s, b).map_err(crate::errors::class_of_failure)?;
             // SAFETY: checked non-null; the caller vouches it is writable.
             unsafe { started(r, kept, request) }
         }

@@ -19,20 +19,25 @@
 
 #[macro_use]
 mod export;
+pub mod alltoallw;
 pub mod attributes;
 pub mod bottom;
 pub mod collective;
 pub mod communicators;
 pub mod consts;
 pub mod conversions;
+pub mod cxx;
 pub mod data;
 pub mod datatypes;
 pub mod derived;
 pub mod environment;
 pub mod errors;
+pub mod graph;
 pub mod handles;
 pub mod immediate;
 pub mod info;
+pub mod intercomm;
+pub mod ivarcount;
 pub mod large_count;
 pub mod matched;
 pub mod ops;
@@ -42,7 +47,9 @@ pub mod rma;
 pub mod spawn;
 pub mod status;
 pub mod stubs;
+pub mod topologies;
 pub mod topology;
+pub mod type_attrs;
 pub mod ulfm;
 pub mod user_ops;
 pub mod varcount;

@@ -57,9 +57,9 @@ fn matched_probe(source: c_int, tag: c_int, c: c_int, block: bool) -> Result<Opt
     let found = if source == MPI_ANY_SOURCE {
         let p = rc.any_process();
         if block {
-            Some(p.matched_probe_with_tag(tag))
+            Some(p.try_matched_probe_with_tag(tag).map_err(crate::errors::class_of_failure)?)
         } else {
-            p.immediate_matched_probe_with_tag(tag)
+            p.try_immediate_matched_probe_with_tag(tag).map_err(crate::errors::class_of_failure)?
         }
     } else {
         if !(0..rc.size()).contains(&source) {
@@ -67,9 +67,9 @@ fn matched_probe(source: c_int, tag: c_int, c: c_int, block: bool) -> Result<Opt
         }
         let p = rc.process_at_rank(source);
         if block {
-            Some(p.matched_probe_with_tag(tag))
+            Some(p.try_matched_probe_with_tag(tag).map_err(crate::errors::class_of_failure)?)
         } else {
-            p.immediate_matched_probe_with_tag(tag)
+            p.try_immediate_matched_probe_with_tag(tag).map_err(crate::errors::class_of_failure)?
         }
     };
     Ok(found.map(|(m, st)| (MESSAGES.insert(m), converted(st))))
@@ -149,7 +149,7 @@ unsafe fn mrecv(
     // SAFETY: `d` names a predefined datatype (living for the whole run); the caller vouches
     // for `count` writable elements at `buf`.
     let mut b = unsafe { DynBufferMut::from_raw(crate::nz_mut(buf, count), count, DatatypeRef::from_raw(d)) };
-    let s = m.matched_receive_into(&mut b);
+    let s = m.try_matched_receive_into(&mut b).map_err(crate::errors::class_of_failure)?;
     // SAFETY: the caller's contract.
     unsafe { put_status(st, converted(s)) };
     Ok(())

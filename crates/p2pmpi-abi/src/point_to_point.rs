@@ -744,6 +744,57 @@ mpi_fn! {
     }
 }
 
+mpi_fn! {
+    /// Asks for the cancellation of `*request`: a receive not matched yet completes as
+    /// cancelled (`MPI_Test_cancelled` tells); a send, or a receive already matched, completes
+    /// normally (MPI lets a cancellation fail). The request must still be completed.
+    fn MPI_Cancel(request: *mut c_int) on MPI_COMM_WORLD => {
+        if request.is_null() {
+            return Err(MPI_ERR_ARG);
+        }
+        // SAFETY: checked non-null; the caller vouches it is readable.
+        let h = unsafe { request.read() };
+        let r = raw_request(h).ok_or(MPI_ERR_REQUEST)?;
+        if r == null_request() {
+            // An inactive persistent request: nothing to cancel.
+            return Ok(());
+        }
+        // SAFETY: `r` is a local.
+        ok(unsafe { ffi::MPI_Cancel(&r) })
+    }
+}
+
+mpi_fn! {
+    /// Whether `request` completed (`*flag`) and its status, without completing it: the
+    /// request stays for a wait, a test or `MPI_Request_free`.
+    fn MPI_Request_get_status(request: c_int, flag: *mut c_int, st: *mut MPI_Status) on MPI_COMM_WORLD => {
+        if flag.is_null() {
+            return Err(MPI_ERR_ARG);
+        }
+        let r = if request == MPI_REQUEST_NULL { null_request() } else { raw_request(request).ok_or(MPI_ERR_REQUEST)? };
+        if r == null_request() {
+            // The null request, or an inactive persistent one: complete, with an empty status.
+            // SAFETY: `flag` checked non-null; the caller's contract for `st`.
+            unsafe {
+                flag.write(1);
+                put_status(st, empty_status());
+            }
+            return Ok(());
+        }
+        let (mut done, mut fs) = (0, ffi::MPI_Status::default());
+        // SAFETY: locals only.
+        ok(unsafe { ffi::MPI_Request_get_status(r, &mut done, &mut fs) })?;
+        // SAFETY: `flag` checked non-null; the caller's contract for `st`.
+        unsafe {
+            flag.write(done);
+            if done != 0 {
+                status::put(st, &fs);
+            }
+        }
+        Ok(())
+    }
+}
+
 // ------------------------------------------------------------------ persistent requests
 
 /// Whether request `h` is persistent (`MPI_ERR_REQUEST` if `h` names no request).

@@ -123,14 +123,21 @@ mpi_fn! {
 }
 
 mpi_fn! {
-    /// The topology of `comm`: `MPI_CART` or `MPI_UNDEFINED`.
+    /// The topology of `comm`: `MPI_CART`, `MPI_GRAPH`, `MPI_DIST_GRAPH` or `MPI_UNDEFINED`.
     fn MPI_Topo_test(c: c_int, status: *mut c_int) on c => {
         let fc = comm(c)?;
         if status.is_null() {
             return Err(MPI_ERR_ARG);
         }
-        // SAFETY: checked non-null; the caller vouches it is writable (MPICH's values).
-        ok(unsafe { ffi::MPI_Topo_test(fc, status) })
+        match crate::topologies::get(c) {
+            // SAFETY: checked non-null; the caller vouches it is writable.
+            Some(crate::topologies::Topology::Graph { .. }) => unsafe { status.write(crate::graph::MPI_GRAPH) },
+            // SAFETY: as above.
+            Some(crate::topologies::Topology::Dist { .. }) => unsafe { status.write(crate::graph::MPI_DIST_GRAPH) },
+            // SAFETY: checked non-null; the caller vouches it is writable (MPICH's values).
+            None => ok(unsafe { ffi::MPI_Topo_test(fc, status) })?,
+        }
+        Ok(())
     }
 }
 
@@ -145,12 +152,14 @@ mpi_fn! {
         let h = match split_type {
             MPI_UNDEFINED => {
                 // Collective all the same: the others may split.
-                let none = rc.split_by_color_with_key(p2pmpi::topology::Color::undefined(), key);
+                let none = rc
+                    .try_split_by_color_with_key(p2pmpi::topology::Color::undefined(), key)
+                    .map_err(crate::errors::class_of_failure)?;
                 debug_assert!(none.is_none());
                 MPI_COMM_NULL
             }
             MPI_COMM_TYPE_SHARED => {
-                let s = rc.split_shared(key);
+                let s = rc.try_split_shared(key).map_err(crate::errors::class_of_failure)?;
                 let h = COMMS.insert(CommEntry { raw: s.as_raw(), rust: s });
                 inherit_handler(c, h);
                 h

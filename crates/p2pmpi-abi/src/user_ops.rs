@@ -9,6 +9,7 @@ use crate::datatypes::{datatype_ref, stageable};
 use crate::handles::{object, rust_comm, Slab};
 use crate::is_in_place;
 use p2pmpi::collective::UserOperation;
+use p2pmpi::collective::{TryCollectives, TryRoot};
 use p2pmpi::datatype::{DynBuffer, DynBufferMut};
 use p2pmpi::traits::*;
 use std::os::raw::{c_int, c_void};
@@ -16,11 +17,22 @@ use std::os::raw::{c_int, c_void};
 /// A user function (`MPI_User_function`): `(invec, inoutvec, len, datatype)`.
 pub type UserFn = unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_int, *mut c_int);
 
+/// The caller of a user function of another language (`MPII_Op_set_cxx`, by which the C++
+/// bindings call theirs): `(invec, inoutvec, len, datatype, function)`.
+pub type OpCaller = unsafe extern "C" fn(*mut c_void, *mut c_void, c_int, c_int, UserFn);
+
 /// An operation made by `MPI_Op_create`.
 #[derive(Clone, Copy)]
 pub struct UserOp {
     f: UserFn,
     commute: bool,
+    caller: Option<OpCaller>,
+}
+
+/// Makes the function of operation `h` called through `caller`; `false` if `h` names no
+/// operation of the program.
+pub fn set_caller(h: c_int, caller: OpCaller) -> bool {
+    OPS.with_mut(h, |u| u.caller = Some(caller)).is_some()
 }
 
 /// The operations made by the program.
@@ -36,9 +48,16 @@ pub fn user_op(h: c_int) -> Option<UserOp> {
 pub(crate) fn rust_op(u: UserOp, dt: c_int) -> UserOperation<'static> {
     UserOperation::new(u.commute, move |a: DynBuffer, mut b: DynBufferMut| {
         let (mut len, mut d) = (a.len() as c_int, dt);
-        // SAFETY: the program's function, on `len` elements of `dt` at both buffers (the
-        // library's, valid during the call), as `MPI_Op_create` promised it can take.
-        unsafe { (u.f)(a.as_ptr() as *mut c_void, b.as_mut_ptr(), &mut len, &mut d) }
+        let (x, y) = (a.as_ptr() as *mut c_void, b.as_mut_ptr());
+        // SAFETY: the program's function (directly, or through its language's caller), on
+        // `len` elements of `dt` at both buffers (the library's, valid during the call), as
+        // `MPI_Op_create` promised it can take.
+        unsafe {
+            match u.caller {
+                Some(call) => call(x, y, len, d, u.f),
+                None => (u.f)(x, y, &mut len, &mut d),
+            }
+        }
     })
 }
 
@@ -106,7 +125,7 @@ pub unsafe fn reduce(
     };
     if !receives {
         if let Reduction::Reduce(root) = which {
-            rc.process_at_rank(root).reduce_into(&s, &op);
+            rc.process_at_rank(root).try_reduce_into(&s, &op).map_err(crate::errors::class_of_failure)?;
         }
         return Ok(());
     }
@@ -115,12 +134,12 @@ pub unsafe fn reduce(
     // input.
     let mut r = unsafe { DynBufferMut::from_raw(crate::nz_mut(recvbuf, count), count, d) };
     match which {
-        Reduction::Reduce(root) => rc.process_at_rank(root).reduce_into_root(&s, &mut r, &op),
-        Reduction::Allreduce => rc.all_reduce_into(&s, &mut r, &op),
-        Reduction::Scan => rc.scan_into(&s, &mut r, &op),
-        Reduction::Exscan => rc.exclusive_scan_into(&s, &mut r, &op),
+        Reduction::Reduce(root) => rc.process_at_rank(root).try_reduce_into_root(&s, &mut r, &op),
+        Reduction::Allreduce => rc.try_all_reduce_into(&s, &mut r, &op),
+        Reduction::Scan => rc.try_scan_into(&s, &mut r, &op),
+        Reduction::Exscan => rc.try_exclusive_scan_into(&s, &mut r, &op),
     }
-    Ok(())
+    .map_err(crate::errors::class_of_failure)
 }
 
 /// `inoutbuf = inbuf ∘ inoutbuf` with user operation `u`.
@@ -153,7 +172,7 @@ mpi_fn! {
         if op.is_null() {
             return Err(MPI_ERR_ARG);
         }
-        let h = OPS.insert(UserOp { f, commute: commute != 0 });
+        let h = OPS.insert(UserOp { f, commute: commute != 0, caller: None });
         // SAFETY: checked non-null; the caller vouches it is writable.
         unsafe { op.write(h) };
         Ok(())

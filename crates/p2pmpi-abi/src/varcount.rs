@@ -11,6 +11,7 @@ use crate::consts::*;
 use crate::datatypes::{datatype_ref as dtref, stageable, MPI_Aint, MPI_Count};
 use crate::handles::rust_comm;
 use crate::is_in_place;
+use p2pmpi::collective::{TryCollectives, TryRoot};
 use p2pmpi::datatype::{DynBuffer, DynBufferMut, Partition, PartitionMut};
 use p2pmpi::traits::*;
 use std::os::raw::{c_int, c_void};
@@ -20,7 +21,7 @@ use std::os::raw::{c_int, c_void};
 ///
 /// # Safety
 /// `p` must be valid for `n` reads.
-unsafe fn ints<T: Copy + TryInto<c_int>>(p: *const T, n: usize, counts: bool) -> Result<Vec<c_int>, c_int> {
+pub(crate) unsafe fn ints<T: Copy + TryInto<c_int>>(p: *const T, n: usize, counts: bool) -> Result<Vec<c_int>, c_int> {
     if p.is_null() {
         return if n == 0 { Ok(Vec::new()) } else { Err(MPI_ERR_ARG) };
     }
@@ -34,7 +35,7 @@ unsafe fn ints<T: Copy + TryInto<c_int>>(p: *const T, n: usize, counts: bool) ->
 }
 
 /// The number of elements a buffer with these parts spans.
-fn span(counts: &[c_int], displs: &[c_int]) -> c_int {
+pub(crate) fn span(counts: &[c_int], displs: &[c_int]) -> c_int {
     counts.iter().zip(displs).map(|(&c, &d)| c.saturating_add(d)).max().unwrap_or(0)
 }
 
@@ -89,7 +90,7 @@ unsafe fn gatherv(
         crate::not_in_place(sendbuf)?;
         // SAFETY: the caller vouches for `sendcount` elements at `sendbuf`.
         let s = unsafe { DynBuffer::from_raw(crate::nz(sendbuf, sendcount), sendcount, dtref(sendtype)?) };
-        p.gather_varcount_into(&s);
+        p.try_gather_into(&s).map_err(crate::errors::class_of_failure)?;
         return Ok(());
     }
     let rt = dtref(recvtype)?;
@@ -107,7 +108,8 @@ unsafe fn gatherv(
     // SAFETY: the root's `recvbuf` spans every part, apart from `sendbuf`.
     let mut r =
         unsafe { DynBufferMut::from_raw(crate::nz_mut(recvbuf, span(counts, displs)), span(counts, displs), rt) };
-    p.gather_varcount_into_root(&s, &mut PartitionMut::new(&mut r, counts, displs));
+    p.try_gather_varcount_into_root(&s, &mut PartitionMut::new(&mut r, counts, displs))
+        .map_err(crate::errors::class_of_failure)?;
     Ok(())
 }
 
@@ -134,7 +136,7 @@ unsafe fn scatterv(
         crate::not_in_place(recvbuf)?;
         // SAFETY: the caller vouches for `recvcount` writable elements at `recvbuf`.
         let mut r = unsafe { DynBufferMut::from_raw(crate::nz_mut(recvbuf, recvcount), recvcount, dtref(recvtype)?) };
-        p.scatter_varcount_into(&mut r);
+        p.try_scatter_into(&mut r).map_err(crate::errors::class_of_failure)?;
         return Ok(());
     }
     let st = dtref(sendtype)?;
@@ -152,7 +154,8 @@ unsafe fn scatterv(
             DynBufferMut::from_raw(crate::nz_mut(recvbuf, recvcount), recvcount, dtref(recvtype)?)
         }
     };
-    p.scatter_varcount_into_root(&Partition::new(&s, counts, displs), &mut r);
+    p.try_scatter_varcount_into_root(&Partition::new(&s, counts, displs), &mut r)
+        .map_err(crate::errors::class_of_failure)?;
     Ok(())
 }
 
@@ -188,7 +191,8 @@ unsafe fn allgatherv(
     // SAFETY: `recvbuf` spans every part, apart from `sendbuf`.
     let mut r =
         unsafe { DynBufferMut::from_raw(crate::nz_mut(recvbuf, span(counts, displs)), span(counts, displs), rt) };
-    rc.all_gather_varcount_into(&s, &mut PartitionMut::new(&mut r, counts, displs));
+    rc.try_all_gather_varcount_into(&s, &mut PartitionMut::new(&mut r, counts, displs))
+        .map_err(crate::errors::class_of_failure)?;
     Ok(())
 }
 
@@ -233,10 +237,11 @@ unsafe fn alltoallv(
     };
     // SAFETY: `recvbuf` spans every part, apart from `sendbuf`.
     let mut r = unsafe { DynBufferMut::from_raw(crate::nz_mut(recvbuf, rspan), rspan, rt) };
-    rc.all_to_all_varcount_into(
+    rc.try_all_to_all_varcount_into(
         &Partition::new(&s, scounts, sdispls),
         &mut PartitionMut::new(&mut r, rcounts, rdispls),
-    );
+    )
+    .map_err(crate::errors::class_of_failure)?;
     Ok(())
 }
 

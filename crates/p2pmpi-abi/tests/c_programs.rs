@@ -476,6 +476,203 @@ fn errors_return_their_classes_and_are_fatal_by_default() {
 }
 
 #[test]
+fn bad_input_answers_its_class_under_errors_return_and_the_job_goes_on() {
+    if !require(&["mpicc.mpich"], true) {
+        return;
+    }
+    let o = run(2, &c_program("badinput"), &[], T);
+    o.assert_ok();
+    for (case, class, name) in [
+        ("wrong comm", 5, "MPI_ERR_COMM"),
+        ("comm of another kind", 5, "MPI_ERR_COMM"),
+        ("wrong group", 8, "MPI_ERR_GROUP"),
+        ("wrong op", 9, "MPI_ERR_OP"),
+        ("wrong type", 3, "MPI_ERR_TYPE"),
+        ("wrong request", 19, "MPI_ERR_REQUEST"),
+        ("freed comm barrier", 5, "MPI_ERR_COMM"),
+        ("freed comm rank", 5, "MPI_ERR_COMM"),
+        ("freed comm gatherv", 5, "MPI_ERR_COMM"),
+        ("freed comm free", 5, "MPI_ERR_COMM"),
+        ("uncommitted send", 3, "MPI_ERR_TYPE"),
+        ("uncommitted bcast", 3, "MPI_ERR_TYPE"),
+        ("rank", 6, "MPI_ERR_RANK"),
+        ("negative rank", 6, "MPI_ERR_RANK"),
+        ("tag", 4, "MPI_ERR_TAG"),
+        ("root", 7, "MPI_ERR_ROOT"),
+        ("root gatherv", 7, "MPI_ERR_ROOT"),
+        ("root ireduce", 7, "MPI_ERR_ROOT"),
+        ("count", 2, "MPI_ERR_COUNT"),
+        ("truncate recv", 14, "MPI_ERR_TRUNCATE"),
+        ("truncate mrecv", 14, "MPI_ERR_TRUNCATE"),
+        ("truncate wait", 14, "MPI_ERR_TRUNCATE"),
+        ("truncate gatherv", 14, "MPI_ERR_TRUNCATE"),
+    ] {
+        let want = format!("{case}: class {class} {name}: ");
+        assert!(o.stdout.lines().any(|l| l.starts_with(&want)), "missing {want:?}\n{}", show(&o));
+    }
+    for r in 0..2 {
+        let w = format!("rank {r}: after errors sum 3 failures 0");
+        assert!(o.stdout.lines().any(|l| l == w), "missing {w:?}\n{}", show(&o));
+    }
+}
+
+#[test]
+fn a_lost_process_is_returned_as_its_class_by_a_collective_on_the_rust_api() {
+    if !require(&["mpicc.mpich"], true) {
+        return;
+    }
+    // The survivors' answer races with the launcher, which stops them once rank 1 is gone:
+    // a few tries give them the time to print it.
+    let mut printed = Vec::new();
+    for _ in 0..3 {
+        let o = run(3, &c_program("badinput"), &["lost"], T);
+        assert!(o.status.code() != Some(0), "{}", show(&o));
+        printed = o.lines_with("rank");
+        if !printed.is_empty() {
+            break;
+        }
+    }
+    assert!(!printed.is_empty(), "no survivor answered in 3 runs");
+    for l in &printed {
+        // MPIX_ERR_PROC_FAILED, not the end of the job.
+        assert!(l.ends_with("allgatherv after a loss: class 101"), "{printed:?}");
+    }
+}
+
+#[test]
+fn bad_input_stops_the_job_under_the_fatal_handler_naming_function_rank_and_cause() {
+    if !require(&["mpicc.mpich"], true) {
+        return;
+    }
+    for (case, class, message) in [
+        ("truncate", 14, "p2pmpi: rank 1: MPI_Recv: message truncated on receive (MPI_ERR_TRUNCATE)"),
+        (
+            "mrecv",
+            14,
+            "p2pmpi: rank 1: MPI_Mrecv: message truncated on receive (MPI_ERR_TRUNCATE): message truncated: 16 bytes \
+             from rank 0 (tag 7) do not fit in a receive buffer of 8 bytes",
+        ),
+        ("freed", 5, "p2pmpi: rank 1: MPI_Barrier: invalid communicator (MPI_ERR_COMM)"),
+        ("uncommitted", 3, "p2pmpi: rank 1: MPI_Send: invalid datatype (MPI_ERR_TYPE)"),
+        ("root", 7, "p2pmpi: rank 1: MPI_Gatherv: invalid root (MPI_ERR_ROOT)"),
+    ] {
+        let o = run(2, &c_program("badinput"), &[case], T);
+        assert!(o.stderr.contains(message), "{case}: {}", show(&o));
+        // The job's status is the class (or MPI_ERR_OTHER when rank 0, which lost rank 1 in
+        // the barrier, reported first).
+        assert!(matches!(o.status.code(), Some(c) if c == class || c == 15), "{case}: {}", show(&o));
+        assert!(!o.stdout.contains("not stopped"), "{case}: {}", show(&o));
+    }
+}
+
+/// The lines `tests/c/families.c` prints on each process when every value is right.
+const FAMILIES: &[&str] = &[
+    "cancel recv ok",
+    "cancel send ok",
+    "get_status ok",
+    "get_status values ok",
+    "alltoallw ok",
+    "alltoallw in place ok",
+    "alltoall in place ok",
+    "igatherv ok",
+    "iscatterv ok",
+    "iallgatherv ok",
+    "iallgatherv in place ok",
+    "ialltoallv ok",
+    "ireduce_scatter_block ok",
+    "ireduce_scatter_block in place ok",
+    "ireduce_scatter ok",
+    "type attributes ok",
+];
+
+#[test]
+fn cancel_get_status_alltoallw_nonblocking_v_variants_and_datatype_attributes_on_two_and_three_processes() {
+    if !require(&["mpicc.mpich"], true) {
+        return;
+    }
+    for n in [2, 3] {
+        let o = run(n, &c_program("families"), &[], T);
+        o.assert_ok();
+        for w in FAMILIES {
+            let got = o.stdout.lines().filter(|l| l == w).count();
+            assert_eq!(got, n, "{n} processes: {w:?} {got} times\n{}", show(&o));
+        }
+        for r in 0..n {
+            let w = format!("rank {r}: families bad 0");
+            assert!(o.stdout.lines().any(|l| l == w), "missing {w:?}\n{}", show(&o));
+        }
+    }
+}
+
+#[test]
+fn a_cxx_program_linked_by_mpicxx_uses_the_c_api_and_mpichs_cxx_bindings_on_two_processes() {
+    if !require(&["mpicxx.mpich"], true) {
+        return;
+    }
+    let o = run(2, &cxx_program("cxx"), &[], T);
+    o.assert_ok();
+    for r in 0..2 {
+        for w in [
+            "c api sum 3".to_string(),
+            format!("cxx rank {r} size 2"),
+            // max |v| over v = 1 (rank 0) and -11 (rank 1), by a C++ function.
+            "cxx op 11".to_string(),
+            // The C++ copy callback ran at Dup, the delete one at Free and Delete_attr.
+            "cxx attr copies 1 deletes 1 found 1 same 1".to_string(),
+            "cxx attr deletes after delete 2".to_string(),
+            "cxx handler calls 1 code 15".to_string(),
+            // MPI::ERRORS_THROW_EXCEPTIONS: the call returned MPI_ERR_RANK, thrown by the bindings.
+            "cxx exception class 6".to_string(),
+        ] {
+            let w = format!("rank {r}: {w}");
+            assert!(o.stdout.lines().any(|l| l == w), "missing {w:?}\n{}", show(&o));
+        }
+    }
+}
+
+#[test]
+fn intercommunicators_created_used_across_and_merged_on_four_processes() {
+    if !require(&["mpicc.mpich"], true) {
+        return;
+    }
+    let o = run(4, &c_program("intercomm"), &[], T);
+    o.assert_ok();
+    for r in 0..4 {
+        let (lrank, other) = (r / 2, if r % 2 == 0 { r + 1 } else { r - 1 });
+        for w in [
+            format!("inter 1 size 2 rank {lrank} remote size 2"),
+            "remote group 1".to_string(),
+            format!("across got {other} from {lrank}"),
+            "allreduce across 1".to_string(),
+            "allgather across 1".to_string(),
+            "alltoall across 1".to_string(),
+            "reduce_scatter_block across 1".to_string(),
+            // The odd group (high = 0) comes first in the merged communicator.
+            "merged rank 1 size 4".to_string(),
+            "intercomm bad 0".to_string(),
+        ] {
+            let w = format!("rank {r}: {w}");
+            assert!(o.stdout.lines().any(|l| l == w), "missing {w:?}\n{}", show(&o));
+        }
+    }
+}
+
+#[test]
+fn graph_and_distributed_graph_topologies_on_four_processes() {
+    if !require(&["mpicc.mpich"], true) {
+        return;
+    }
+    let o = run(4, &c_program("graph"), &[], T);
+    o.assert_ok();
+    for r in 0..4 {
+        for w in ["graph 1", "graph of 3 1", "dist graph adjacent 1", "dist graph 1", "graph bad 0"] {
+            let w = format!("rank {r}: {w}");
+            assert!(o.stdout.lines().any(|l| l == w), "missing {w:?}\n{}", show(&o));
+        }
+    }
+}
+
+#[test]
 fn abort_stops_every_process_with_its_code() {
     if !require(&["mpicc.mpich"], true) {
         return;

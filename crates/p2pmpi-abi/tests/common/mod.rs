@@ -74,12 +74,23 @@ pub fn lib_dir() -> PathBuf {
 /// Compiles `tests/c/NAME.c` with `mpicc.mpich` (linked against Debian's libmpich.so.12, as
 /// any MPICH program), once per test binary; the executable's path.
 pub fn c_program(name: &str) -> PathBuf {
+    build_program("mpicc.mpich", name, "c")
+}
+
+/// Compiles `tests/c/NAME.cpp` with `mpicxx.mpich` (linked against Debian's
+/// libmpichcxx.so.12 and libmpich.so.12), once per test binary; the executable's path.
+pub fn cxx_program(name: &str) -> PathBuf {
+    build_program("mpicxx.mpich", name, "cpp")
+}
+
+fn build_program(compiler: &str, name: &str, ext: &str) -> PathBuf {
     static BUILT: Mutex<Vec<(String, PathBuf)>> = Mutex::new(Vec::new());
     let mut built = BUILT.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some((_, p)) = built.iter().find(|(n, _)| n == name) {
+    let file = format!("{name}.{ext}");
+    if let Some((_, p)) = built.iter().find(|(n, _)| *n == file) {
         return p.clone();
     }
-    let src = crate_dir().join("tests/c").join(format!("{name}.c"));
+    let src = crate_dir().join("tests/c").join(&file);
     let dir = profile_dir().join("p2pmpi-abi-c");
     std::fs::create_dir_all(&dir).expect("make the programs' directory");
     let exe = dir.join(name);
@@ -87,15 +98,15 @@ pub fn c_program(name: &str) -> PathBuf {
     // Built under a name of this process and renamed: tests running at the same time in other
     // processes never run a half-written program.
     let tmp = dir.join(format!("{name}.{}", std::process::id()));
-    let out = Command::new("mpicc.mpich")
+    let out = Command::new(compiler)
         .args(["-O1", "-Wall", "-Werror", "-Wno-stringop-overflow", "-o"])
         .arg(&tmp)
         .arg(&src)
         .output()
-        .expect("run mpicc.mpich");
-    assert!(out.status.success(), "mpicc.mpich {}: {}", src.display(), String::from_utf8_lossy(&out.stderr));
+        .unwrap_or_else(|e| panic!("run {compiler}: {e}"));
+    assert!(out.status.success(), "{compiler} {}: {}", src.display(), String::from_utf8_lossy(&out.stderr));
     std::fs::rename(&tmp, &exe).expect("rename the program");
-    built.push((name.to_string(), exe.clone()));
+    built.push((file, exe.clone()));
     exe
 }
 

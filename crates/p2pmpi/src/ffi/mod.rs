@@ -310,7 +310,10 @@ pub unsafe extern "C" fn MPI_Comm_dup(comm: MPI_Comm, newcomm: *mut MPI_Comm) ->
     if matches!(c, CommObj::Inter(_)) {
         return ERR_COMM;
     }
-    let d = with_comm!(c, c => c.duplicate());
+    let d = match with_comm!(c, c => c.try_duplicate()) {
+        Ok(d) => d,
+        Err(e) => return err_class(&e),
+    };
     // SAFETY: checked non-null; the caller vouches it is writable.
     unsafe { put(newcomm, comm_owned(d.0, CommKind::Intra)) }
 }
@@ -336,7 +339,10 @@ pub unsafe extern "C" fn MPI_Comm_split(comm: MPI_Comm, color: c_int, key: c_int
     } else {
         crate::topology::Color::with_value(color)
     };
-    let d = with_comm!(c, c => c.split_by_color_with_key(color, key));
+    let d = match with_comm!(c, c => c.try_split_by_color_with_key(color, key)) {
+        Ok(d) => d,
+        Err(e) => return err_class(&e),
+    };
     let h = d.map_or(k::RSMPI_COMM_NULL, |d| comm_owned(d.0, CommKind::Intra));
     // SAFETY: checked non-null; the caller vouches it is writable.
     unsafe { put(newcomm, h) }
