@@ -44,6 +44,13 @@ use tracing::{info, warn};
 
 /// Version shown by `mpistat` and `mpiboot`.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// The job directory's subdirectory where a launcher stages p2pmpi's library with MPICH's ABI
+/// (as `libmpi.so.12`; docs/mpich-abi.md), naming it in [`ABI_DIR_ENV`] of the launch.
+pub const ABI_DIR: &str = ".p2pmpi-abi";
+/// The launch's variable naming [`ABI_DIR`]: its processes get that directory first on
+/// `LD_LIBRARY_PATH`, with the library's other names (`libmpi.so`, `libmpich.so.12`) made there.
+pub const ABI_DIR_ENV: &str = "P2PMPI_ABI_DIR";
 /// Time allowed to reach another peer's service.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// Time allowed for a supernode request.
@@ -1271,6 +1278,7 @@ impl Mpd {
             connect: root_port.into_iter().collect(),
         };
         let uid = self.confiner.uid_for(&spec.job);
+        let abi = abi_dir(dir, &spec.env)?;
         let mut children = Vec::new();
         let fail = |children: &mut Vec<(u32, std::process::Child)>, why: String| {
             for (_, c) in children.iter_mut() {
@@ -1297,6 +1305,11 @@ impl Mpd {
                 .stderr(Stdio::piped());
             for (k, v) in &spec.env {
                 cmd.env(k, v);
+            }
+            if let Some(d) = &abi {
+                let rest = spec.env.iter().rev().find(|(k, _)| k == "LD_LIBRARY_PATH").map(|(_, v)| v.clone());
+                let rest = rest.or_else(|| std::env::var("LD_LIBRARY_PATH").ok()).filter(|v| !v.is_empty());
+                cmd.env("LD_LIBRARY_PATH", rest.map_or(d.display().to_string(), |r| format!("{}:{r}", d.display())));
             }
             // The places a confined process may write (after the submitter's variables: they
             // win).
@@ -1585,6 +1598,23 @@ fn closed_early(e: &SecureError) -> bool {
         SecureError::Io(e) => matches!(e.kind(), ConnectionReset | UnexpectedEof | BrokenPipe | ConnectionAborted),
         _ => false,
     }
+}
+
+/// The staged directory of p2pmpi's library with MPICH's ABI, when the launch names one
+/// ([`ABI_DIR_ENV`]): the library's other names made there (symlinks to `libmpi.so.12`, so
+/// that a process loads one copy whatever name it asks for).
+fn abi_dir(dir: &std::path::Path, env: &[(String, String)]) -> Result<Option<std::path::PathBuf>, String> {
+    let Some((_, name)) = env.iter().find(|(k, _)| k == ABI_DIR_ENV) else { return Ok(None) };
+    let d = ft::safe_join(dir, name).map_err(|e| format!("{ABI_DIR_ENV}: {e:#}"))?;
+    if !std::fs::symlink_metadata(d.join("libmpi.so.12")).is_ok_and(|m| m.is_file()) {
+        return Err(format!("{name}/libmpi.so.12 was not staged"));
+    }
+    for link in ["libmpi.so", "libmpich.so.12"] {
+        let p = d.join(link);
+        let _ = std::fs::remove_file(&p);
+        std::os::unix::fs::symlink("libmpi.so.12", &p).map_err(|e| format!("cannot make {}: {e}", p.display()))?;
+    }
+    Ok(Some(d))
 }
 
 #[cfg(test)]
