@@ -1,10 +1,11 @@
 //! The launcher's side of MPICH's ABI (`crates/p2pmpi-abi`, docs/mpich-abi.md): programs built
 //! against MPICH (`mpicc.mpich`) and mpi4py load p2pmpi's library, with no setting of the user.
 //!
-//! * [`find_library`]: where the built library (`libp2pmpi_abi.so`) is: `P2PMPI_ABI_LIB`, else
-//!   next to the running command (cargo puts `p2pmpirun` and the library in one directory,
-//!   `target/debug` or `target/release`), else `<that directory>/../lib/p2pmpi/`, else
-//!   `$CARGO_TARGET_DIR/{release,debug}/`.
+//! * [`setup`]: the library the job's `LD_LIBRARY_PATH` already leads to when it is p2pmpi's
+//!   (kept, as the user chose it); else [`find_library`]: `P2PMPI_ABI_LIB`, else the built
+//!   library (`libp2pmpi_abi.so`) next to the running command (cargo puts `p2pmpirun` and the
+//!   library in one directory, `target/debug` or `target/release`), else
+//!   `<that directory>/../lib/p2pmpi/`, else `$CARGO_TARGET_DIR/{release,debug}/`.
 //! * [`library_dir`]: a directory of this user with `libmpi.so.12`, `libmpi.so` and
 //!   `libmpich.so.12`, symlinks to it (what `scripts/abi-lib.sh` makes), put first on every
 //!   local rank's `LD_LIBRARY_PATH`. A grid job's hosts get the library staged in the job
@@ -219,18 +220,50 @@ pub fn include_dir(libdir: &Path) -> Result<PathBuf> {
     Ok(d)
 }
 
-/// What a job's launch needs of the library: where its names are (`None`: not found, and the
-/// program does not need it).
+/// What a job's launch needs of the library.
 pub struct Setup {
     /// The library file (resolved).
     pub lib: PathBuf,
     /// The directory of its names.
     pub dir: PathBuf,
+    /// Whether `dir` goes first on the processes' library path (not when the job's path already
+    /// leads to p2pmpi's library: that one is kept, as the user chose it).
+    pub prepend: bool,
 }
 
-/// The library for a job of `program`: found and its directory made; an error when the program
-/// needs it and it is missing, or when the program would load another MPI library.
-pub fn setup(program: &Path) -> Result<Option<Setup>> {
+/// The job's library path: its `-x LD_LIBRARY_PATH`, else this process's.
+fn job_library_path(extra: &[(String, String)]) -> Option<String> {
+    let given = extra.iter().rev().find(|(k, _)| k == "LD_LIBRARY_PATH").map(|(_, v)| v.clone());
+    given.or_else(|| std::env::var("LD_LIBRARY_PATH").ok()).filter(|v| !v.is_empty())
+}
+
+/// Whether the library file `lib` is p2pmpi's (it lists its stubs).
+fn is_ours(lib: &Path) -> bool {
+    Elf::read(lib).and_then(|e| e.symbols()).is_ok_and(|s| s.iter().any(|s| s.defined && s.name == STUBS_SYMBOL))
+}
+
+/// p2pmpi's library where the job's library path already leads a program of MPICH's ABI: the
+/// first directory of the path that holds one of its names, when that one is p2pmpi's.
+fn given_on_path(extra: &[(String, String)]) -> Option<Setup> {
+    let path = job_library_path(extra)?;
+    for d in path.split(':').filter(|d| !d.is_empty()) {
+        if let Some(f) = NAMES.iter().map(|n| Path::new(d).join(n)).find(|f| f.is_file()) {
+            let lib = std::fs::canonicalize(&f).ok()?;
+            return is_ours(&lib).then(|| Setup { lib, dir: PathBuf::from(d), prepend: false });
+        }
+    }
+    None
+}
+
+/// The library for a job of `program` with the variables `extra` (`-x`): the one the job's
+/// library path already leads to if it is p2pmpi's, else the one found and its directory made
+/// (`None`: not found, and the program does not need it). An error when the program needs it
+/// and it is missing, or when the program would load another MPI library.
+pub fn setup(program: &Path, extra: &[(String, String)]) -> Result<Option<Setup>> {
+    if let Some(given) = given_on_path(extra) {
+        check_rpath(program, &given.lib)?;
+        return Ok(Some(given));
+    }
     let lib = match find_library() {
         Ok(l) => l,
         Err(e) => match needs(program) {
@@ -240,19 +273,12 @@ pub fn setup(program: &Path) -> Result<Option<Setup>> {
     };
     check_rpath(program, &lib)?;
     let dir = library_dir(&lib)?;
-    Ok(Some(Setup { lib, dir }))
+    Ok(Some(Setup { lib, dir, prepend: true }))
 }
 
 /// `LD_LIBRARY_PATH` with `dir` first, before the job's (`-x`) or else this process's.
 pub fn library_path(dir: &Path, extra: &[(String, String)]) -> String {
-    let rest = extra
-        .iter()
-        .rev()
-        .find(|(k, _)| k == "LD_LIBRARY_PATH")
-        .map(|(_, v)| v.clone())
-        .or_else(|| std::env::var("LD_LIBRARY_PATH").ok())
-        .filter(|v| !v.is_empty());
-    match rest {
+    match job_library_path(extra) {
         Some(r) => format!("{}:{r}", dir.display()),
         None => dir.display().to_string(),
     }

@@ -713,7 +713,7 @@ pub fn run(name: &str, opts: &RunArgs, n: usize, grid: Grid) -> Result<i32> {
     let mut files = input_files(opts, &program, &app)?;
     // p2pmpi's library with MPICH's ABI: first on rank 0's library path, and staged to the
     // hosts for a program that needs it (not for p2pmpi's Rust programs: they hold it).
-    let abi = crate::abi::setup(&program)?;
+    let abi = crate::abi::setup(&program, &options::extra_env(opts)?)?;
     let stage_abi = abi.as_ref().filter(|_| crate::abi::needs(&program).is_some());
     if let Some(a) = stage_abi {
         let name = format!("{}/{}", crate::abi::STAGED, crate::abi::NAMES[0]);
@@ -906,7 +906,7 @@ impl GridJob<'_> {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         cmd.envs(self.job_env());
-        if let Some(a) = &self.abi {
+        if let Some(a) = self.abi.as_ref().filter(|a| a.prepend) {
             cmd.env("LD_LIBRARY_PATH", crate::abi::library_path(&a.dir, &self.extra));
         }
         supervise::die_with_launcher(&mut cmd);

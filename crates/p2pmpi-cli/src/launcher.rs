@@ -253,7 +253,7 @@ fn run_local(name: &str, opts: RunArgs, n: usize, binding: Binding) -> Result<i3
         );
     }
     let program = resolve_program(&opts.command[0])?;
-    let abi = crate::abi::setup(&program)?;
+    let abi = crate::abi::setup(&program, &extra_env(&opts)?)?;
     let cfg = crate::grid_run::load_config(name)?;
     let fd = FdPlan::from_options(&opts, &cfg)?;
     if opts.verbose {
@@ -280,7 +280,7 @@ fn run_local(name: &str, opts: RunArgs, n: usize, binding: Binding) -> Result<i3
     // its library path (the processes of spawns too: they get `extra`).
     let mut extra = extra_env(&opts)?;
     extra.extend(crate::abi::python_env(&extra, false)?);
-    if let Some(a) = &abi {
+    if let Some(a) = abi.as_ref().filter(|a| a.prepend) {
         extra.push(("LD_LIBRARY_PATH".into(), crate::abi::library_path(&a.dir, &extra)));
     }
     let mut children: Vec<Child> = Vec::with_capacity(slots);
