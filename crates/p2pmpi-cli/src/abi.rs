@@ -5,7 +5,8 @@
 //!   (kept, as the user chose it); else [`find_library`]: `P2PMPI_ABI_LIB`, else the built
 //!   library (`libp2pmpi_abi.so`) next to the running command (cargo puts `p2pmpirun` and the
 //!   library in one directory, `target/debug` or `target/release`), else
-//!   `<that directory>/../lib/p2pmpi/`, else `$CARGO_TARGET_DIR/{release,debug}/`.
+//!   `<that directory>/../lib/p2pmpi/`, else `$CARGO_TARGET_DIR/{release,debug}/` (without
+//!   `CARGO_TARGET_DIR`: `target/{release,debug}/` of the current directory).
 //! * [`library_dir`]: a directory of this user with `libmpi.so.12`, `libmpi.so` and
 //!   `libmpich.so.12`, symlinks to it (what `scripts/abi-lib.sh` makes), put first on every
 //!   local rank's `LD_LIBRARY_PATH`. A grid job's hosts get the library staged in the job
@@ -45,10 +46,10 @@ pub fn candidates() -> Vec<PathBuf> {
         out.push(dir.join(LIB_FILE));
         out.push(dir.join("../lib/p2pmpi").join(LIB_FILE));
     }
-    if let Some(t) = std::env::var_os("CARGO_TARGET_DIR").filter(|v| !v.is_empty()) {
-        for profile in ["release", "debug"] {
-            out.push(PathBuf::from(&t).join(profile).join(LIB_FILE));
-        }
+    // A build of this clone: cargo's target directory, else `target` of the current directory.
+    let target = std::env::var_os("CARGO_TARGET_DIR").filter(|v| !v.is_empty()).unwrap_or_else(|| "target".into());
+    for profile in ["release", "debug"] {
+        out.push(PathBuf::from(&target).join(profile).join(LIB_FILE));
     }
     out
 }
