@@ -70,15 +70,17 @@ pub fn find_library() -> Result<PathBuf> {
     )
 }
 
-/// This user's directory for the library's names (created private): in the p2pmpi directory,
-/// else in the temporary directory (checked to be this user's own, not writable by others).
+/// This user's directory for the library's names (created private): in the p2pmpi directory
+/// when it exists (it is not made here), else in the temporary directory (checked to be this
+/// user's own, not writable by others).
 fn cache_root() -> Result<PathBuf> {
     use std::os::unix::fs::{DirBuilderExt, MetadataExt};
     let mut tried = Vec::new();
     let uid = std::fs::metadata("/proc/self").map(|m| m.uid()).unwrap_or(u32::MAX);
-    for root in [p2pmpi_peer::config::p2pmpi_dir().join("abi"), std::env::temp_dir().join(format!("p2pmpi-abi-{uid}"))]
-    {
-        let _ = std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&root);
+    let home = p2pmpi_peer::config::p2pmpi_dir();
+    let in_home = home.is_dir().then(|| home.join("abi"));
+    for root in in_home.into_iter().chain([std::env::temp_dir().join(format!("p2pmpi-abi-{uid}"))]) {
+        let _ = std::fs::DirBuilder::new().mode(0o700).create(&root);
         match std::fs::symlink_metadata(&root) {
             Ok(m) if m.is_dir() && m.uid() == uid && m.mode() & 0o022 == 0 => return Ok(root),
             Ok(_) => tried.push(format!("{} (not a private directory of this user)", root.display())),
@@ -273,8 +275,14 @@ pub fn setup(program: &Path, extra: &[(String, String)]) -> Result<Option<Setup>
         },
     };
     check_rpath(program, &lib)?;
-    let dir = library_dir(&lib)?;
-    Ok(Some(Setup { lib, dir, prepend: true }))
+    match library_dir(&lib) {
+        Ok(dir) => Ok(Some(Setup { lib, dir, prepend: true })),
+        Err(e) => match needs(program) {
+            Some(why) => bail!("{} {why}, and {e:#}", program.display()),
+            // A program that does not need it runs without it.
+            None => Ok(None),
+        },
+    }
 }
 
 /// `LD_LIBRARY_PATH` with `dir` first, before the job's (`-x`) or else this process's.
