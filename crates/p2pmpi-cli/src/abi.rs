@@ -212,7 +212,7 @@ pub fn include_dir(libdir: &Path) -> Result<PathBuf> {
     }
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../p2pmpi-abi/include");
     if src.join("mpi.h").is_file() {
-        return Ok(src);
+        return Ok(std::fs::canonicalize(&src).unwrap_or(src));
     }
     let d = libdir.join("include");
     std::fs::create_dir_all(&d).with_context(|| format!("cannot create {}", d.display()))?;

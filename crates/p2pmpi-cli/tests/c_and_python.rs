@@ -82,6 +82,11 @@ fn a_program_built_by_mpicc_mpich_runs_unchanged_under_plain_p2pmpirun() {
     let o = run_cmd(plain(&["--local", "-n", "4"]).arg(&prog).args(["3", "0"]), LIMIT);
     o.assert_ok();
     assert_eq!(sorted_lines(&o.stdout), steps_output(4, 3), "{}", o.stderr);
+    // The library missing: the job does not start, and the error says where it was looked for.
+    let missing = "/nonexistent/p2pmpi-abi-launch-tests/libp2pmpi_abi.so";
+    let o = run_cmd(plain(&["--local", "-n", "2"]).arg(&prog).env("P2PMPI_ABI_LIB", missing), LIMIT);
+    assert_eq!(o.code(), Some(2), "{}", o.stderr);
+    assert!(o.stderr.contains("needs libmpich.so.12") && o.stderr.contains(missing), "{}", o.stderr);
 }
 
 #[test]
