@@ -1621,6 +1621,28 @@ fn abi_dir(dir: &std::path::Path, env: &[(String, String)]) -> Result<Option<std
 mod tests {
     use super::*;
 
+    #[test]
+    fn a_staged_abi_library_gets_its_other_names_and_nothing_escapes_the_job_directory() {
+        let dir = std::env::temp_dir().join(format!("p2pmpi-abi-dir-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join(ABI_DIR)).unwrap();
+        let env = |v: &str| vec![(ABI_DIR_ENV.to_string(), v.to_string())];
+        assert_eq!(abi_dir(&dir, &[]), Ok(None));
+        assert!(abi_dir(&dir, &env(ABI_DIR)).unwrap_err().contains("was not staged"));
+        std::fs::write(dir.join(ABI_DIR).join("libmpi.so.12"), b"lib").unwrap();
+        let d = abi_dir(&dir, &env(ABI_DIR)).unwrap().unwrap();
+        assert_eq!(d, dir.join(ABI_DIR));
+        for name in ["libmpi.so", "libmpich.so.12"] {
+            assert_eq!(std::fs::read_link(d.join(name)).unwrap(), std::path::Path::new("libmpi.so.12"));
+            assert_eq!(std::fs::read(d.join(name)).unwrap(), b"lib");
+        }
+        // Made again at the next launch of the job.
+        assert!(abi_dir(&dir, &env(ABI_DIR)).is_ok());
+        assert!(abi_dir(&dir, &env("../elsewhere")).is_err());
+        assert!(abi_dir(&dir, &env("/tmp")).is_err());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     fn notice(rank: u32, detail: &str) -> JobNotice {
         JobNotice { at_ms: 1, kind: JobNoticeKind::Failed, rank, replica: 0, host: "h".into(), detail: detail.into() }
     }
