@@ -37,7 +37,8 @@ pub fn unsupported(symbol: &'static str) -> c_int {
     crate::errors::raise(MPI_COMM_WORLD, name, MPI_ERR_UNSUPPORTED_OPERATION)
 }
 
-/// Exports a stub under each name.
+/// Exports a stub under each name, and their list as the data symbol `p2pmpi_abi_stubs`
+/// (the names, each followed by a newline), which `p2pmpi abi-check` reads from the file.
 macro_rules! stubs {
     ($($name:literal)*) => {
         $(
@@ -48,7 +49,23 @@ macro_rules! stubs {
                 }
             };
         )*
+        const STUB_NAMES: &str = concat!($($name, "\n",)*);
+        /// The stubs' names (read from the file by `p2pmpi abi-check`; never by a program).
+        #[export_name = "p2pmpi_abi_stubs"]
+        pub static STUB_LIST: [u8; STUB_NAMES.len()] = bytes_of(STUB_NAMES);
     };
+}
+
+/// The bytes of `s` as an array (for a static of a known length).
+const fn bytes_of<const N: usize>(s: &str) -> [u8; N] {
+    let b = s.as_bytes();
+    let mut out = [0u8; N];
+    let mut i = 0;
+    while i < N {
+        out[i] = b[i];
+        i += 1;
+    }
+    out
 }
 
 stubs! {
