@@ -710,7 +710,16 @@ fn check_hosts(grid: &Grid, only: &[String]) -> Result<()> {
 pub fn run(name: &str, opts: &RunArgs, n: usize, grid: Grid) -> Result<i32> {
     let program = options::resolve_program(&opts.command[0])?;
     let app = program.file_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "program".into());
-    let files = input_files(opts, &program, &app)?;
+    let mut files = input_files(opts, &program, &app)?;
+    // p2pmpi's library with MPICH's ABI: first on rank 0's library path, and staged to the
+    // hosts for a program that needs it (not for p2pmpi's Rust programs: they hold it).
+    let abi = crate::abi::setup(&program, &options::extra_env(opts)?)?;
+    let stage_abi = abi.as_ref().filter(|_| crate::abi::needs(&program).is_some());
+    if let Some(a) = stage_abi {
+        let name = format!("{}/{}", crate::abi::STAGED, crate::abi::NAMES[0]);
+        files.push(LocalFile::Path { name, path: a.lib.clone(), executable: false });
+    }
+    let abi_staged = stage_abi.is_some();
     let strategy: p2pmpi_core::allocation::Strategy = opts.strategy.parse().map_err(|e: String| anyhow::anyhow!(e))?;
     let r = opts.replicas as usize;
     let layout = Layout::new(n, r);
@@ -718,7 +727,8 @@ pub fn run(name: &str, opts: &RunArgs, n: usize, grid: Grid) -> Result<i32> {
     if opts.verbose {
         eprintln!("{name}: failure detector: {}", fd.as_ref().map_or("off".to_string(), |f| f.name()));
     }
-    let extra = options::extra_env(opts)?;
+    let mut extra = options::extra_env(opts)?;
+    extra.extend(crate::abi::python_env(&extra, true)?);
     let only = options::allowed_hosts(opts)?;
     check_hosts(&grid, &only)?;
     let output = Arc::new(Output::create(layout, opts.tag_output, opts.output_filename.as_deref())?);
@@ -738,7 +748,8 @@ pub fn run(name: &str, opts: &RunArgs, n: usize, grid: Grid) -> Result<i32> {
     let Some(staged) = reserve_and_stage(name, &grid, opts, ask, &files, false, &mut progress)? else {
         return Ok(0);
     };
-    let job = GridJob { name, opts, grid: &grid, layout, program, app, fd, extra, only, output, collector };
+    let job =
+        GridJob { name, opts, grid: &grid, layout, program, app, fd, extra, only, output, collector, abi, abi_staged };
     job.launch(staged, progress)
 }
 
@@ -755,6 +766,10 @@ struct GridJob<'a> {
     only: Vec<String>,
     output: Arc<Output>,
     collector: Option<Arc<Collector>>,
+    /// p2pmpi's library with MPICH's ABI, here (rank 0's library path).
+    abi: Option<crate::abi::Setup>,
+    /// Whether it was staged to the hosts (their processes get it first on their path).
+    abi_staged: bool,
 }
 
 /// What the hosts of a grid job run, once launched.
@@ -797,6 +812,9 @@ impl GridJob<'_> {
             let local_procs = if all_loopback { slots } else { procs };
             let mut env = vec![(env::LOCAL_PROCS.to_string(), local_procs.to_string())];
             env.extend(self.job_env());
+            if self.abi_staged {
+                env.push((p2pmpi_peer::mpd::ABI_DIR_ENV.to_string(), crate::abi::STAGED.to_string()));
+            }
             LaunchSpec {
                 ticket: reservation.ticket,
                 job: job.clone(),
@@ -834,6 +852,10 @@ impl GridJob<'_> {
                 return Err(e);
             }
         };
+        if let Some(a) = &self.abi {
+            let limit = Duration::from_secs(opts.startup_timeout);
+            crate::abi::watch_foreign(vec![(0, child.id())], a.lib.clone(), sup.clone(), tx.clone(), limit);
+        }
         let notifier = self.notifier(&job, &placements, &assigned);
         progress.done();
         let running = Running { remotes, readers, root: child };
@@ -884,6 +906,9 @@ impl GridJob<'_> {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         cmd.envs(self.job_env());
+        if let Some(a) = self.abi.as_ref().filter(|a| a.prepend) {
+            cmd.env("LD_LIBRARY_PATH", crate::abi::library_path(&a.dir, &self.extra));
+        }
         supervise::die_with_launcher(&mut cmd);
         let child = cmd.spawn().map_err(|e| anyhow::anyhow!("cannot start '{}': {e}", self.program.display()))?;
         let announce = AppProcess {

@@ -253,6 +253,7 @@ fn run_local(name: &str, opts: RunArgs, n: usize, binding: Binding) -> Result<i3
         );
     }
     let program = resolve_program(&opts.command[0])?;
+    let abi = crate::abi::setup(&program, &extra_env(&opts)?)?;
     let cfg = crate::grid_run::load_config(name)?;
     let fd = FdPlan::from_options(&opts, &cfg)?;
     if opts.verbose {
@@ -275,7 +276,13 @@ fn run_local(name: &str, opts: RunArgs, n: usize, binding: Binding) -> Result<i3
     spawn_control_server(listener, key.clone(), slots, tx.clone(), sup.clone());
 
     let output = Arc::new(Output::create(layout, opts.tag_output, opts.output_filename.as_deref())?);
-    let extra = extra_env(&opts)?;
+    // Every process the same Python settings, and p2pmpi's library with MPICH's ABI first on
+    // its library path (the processes of spawns too: they get `extra`).
+    let mut extra = extra_env(&opts)?;
+    extra.extend(crate::abi::python_env(&extra, false)?);
+    if let Some(a) = abi.as_ref().filter(|a| a.prepend) {
+        extra.push(("LD_LIBRARY_PATH".into(), crate::abi::library_path(&a.dir, &extra)));
+    }
     let mut children: Vec<Child> = Vec::with_capacity(slots);
     let mut pumps: Vec<JoinHandle<()>> = Vec::new();
     let mut pids: Vec<u32> = vec![0; slots];
@@ -352,6 +359,11 @@ fn run_local(name: &str, opts: RunArgs, n: usize, binding: Binding) -> Result<i3
     if layout.r > 1 {
         // Its children's declared deaths reach the parents, and the other way round.
         spawner.register_world(0, slots, tx.clone());
+    }
+    if let Some(a) = &abi {
+        let watched = pids.iter().copied().enumerate().collect();
+        let limit = Duration::from_secs(opts.startup_timeout);
+        crate::abi::watch_foreign(watched, a.lib.clone(), sup.clone(), tx.clone(), limit);
     }
     drop(tx);
     let stop = || {

@@ -9,6 +9,9 @@
 //!   (files remote ranks wrote, brought back).
 //! * The daemons' commands ([`commands`]): `mpiboot`, `mpihalt`, `mpihost`, `mpistat`,
 //!   `runSupernode`, `stopSupernode`, `supernode_stat`, and their `p2pmpi` subcommands.
+//! * `p2pmpi mpicc|mpicxx …` and `p2pmpi abi-check PROGRAM` ([`mpicc`]): C and C++ programs
+//!   compiled against p2pmpi's library with MPICH's ABI, and what a built one imports that the
+//!   library lacks ([`abi`] finds the library and puts it first on the ranks' library path).
 //! * `p2pmpi local-grid start|stop` ([`local_grid`]): a supernode and K peers on this machine.
 //! * `p2pmpi pool join|list|registry` ([`pool`]): JEL pools (join, elect, leave) from scripts.
 //! * `p2pmpi grid create|invite|join|whoami` ([`grid_keys`]): member keys and certificates.
@@ -20,11 +23,13 @@
 //! becomes that daemon (how `mpiboot` and `runSupernode` put daemons in the background).
 #![forbid(unsafe_code)]
 
+pub mod abi;
 pub mod advise;
 pub mod cargo_run;
 pub mod commands;
 pub mod demo;
 pub mod doctor;
+pub mod elf;
 pub mod grid_keys;
 pub mod grid_run;
 pub mod grid_status;
@@ -32,6 +37,7 @@ pub mod launcher;
 mod local_confine;
 pub mod local_grid;
 pub mod monitor;
+pub mod mpicc;
 pub mod notices;
 pub mod options;
 pub mod output;
@@ -106,6 +112,25 @@ enum Cmd {
     /// supernodes (reached, RTT), this host's peer daemon and its ports, /dev/shm, Landlock;
     /// and what to do about each problem.
     Doctor,
+    /// Compile and link a C program with gcc against p2pmpi's mpi.h and library with MPICH's ABI
+    /// (gcc's arguments; `-show` prints the command).
+    #[command(disable_help_flag = true)]
+    Mpicc {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// The same for C++, with g++.
+    #[command(disable_help_flag = true)]
+    Mpicxx {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// The MPI functions a program imports that p2pmpi's library with MPICH's ABI lacks or
+    /// provides only as stubs (exit status 1 when there are some).
+    AbiCheck {
+        /// The program (or shared library, such as mpi4py's MPI.mpich*.so).
+        program: PathBuf,
+    },
     /// Make this peer's member key (once) and write a private (0600) P2P-MPI.conf with a fresh
     /// GRID_SECRET in the p2pmpi directory (P2PMPI_HOME, else ~/.p2pmpi).
     Init {
@@ -371,6 +396,15 @@ fn p2pmpi_main() -> i32 {
         },
         Cmd::Init { supernode, force } => report("p2pmpi init", init(supernode, force)),
         Cmd::Doctor => doctor::run(),
+        Cmd::Mpicc { args } => mpicc::compile("p2pmpi mpicc", false, &args),
+        Cmd::Mpicxx { args } => mpicc::compile("p2pmpi mpicxx", true, &args),
+        Cmd::AbiCheck { program } => match mpicc::abi_check(&program) {
+            Ok(code) => code,
+            Err(e) => {
+                eprintln!("p2pmpi abi-check: error: {}", error_text(&e));
+                2
+            }
+        },
         Cmd::Demo(args) => match demo::run(&args) {
             Ok(code) => code,
             Err(e) => {

@@ -150,6 +150,11 @@ impl Shared {
         lock(&self.sup)
     }
 
+    /// Whether `slot` registered.
+    pub(crate) fn registered(&self, slot: usize) -> bool {
+        self.lock().registered(slot)
+    }
+
     /// The slots whose end was never confirmed: they may still run, out of reach.
     pub(crate) fn unconfirmed(&self) -> Vec<usize> {
         self.lock().unconfirmed()

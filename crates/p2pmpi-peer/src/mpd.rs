@@ -44,6 +44,13 @@ use tracing::{info, warn};
 
 /// Version shown by `mpistat` and `mpiboot`.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// The job directory's subdirectory where a launcher stages p2pmpi's library with MPICH's ABI
+/// (as `libmpi.so.12`; docs/mpich-abi.md), naming it in [`ABI_DIR_ENV`] of the launch.
+pub const ABI_DIR: &str = ".p2pmpi-abi";
+/// The launch's variable naming [`ABI_DIR`]: its processes get that directory first on
+/// `LD_LIBRARY_PATH`, with the library's other names (`libmpi.so`, `libmpich.so.12`) made there.
+pub const ABI_DIR_ENV: &str = "P2PMPI_ABI_DIR";
 /// Time allowed to reach another peer's service.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// Time allowed for a supernode request.
@@ -1271,6 +1278,7 @@ impl Mpd {
             connect: root_port.into_iter().collect(),
         };
         let uid = self.confiner.uid_for(&spec.job);
+        let abi = abi_dir(dir, &spec.env)?;
         let mut children = Vec::new();
         let fail = |children: &mut Vec<(u32, std::process::Child)>, why: String| {
             for (_, c) in children.iter_mut() {
@@ -1297,6 +1305,11 @@ impl Mpd {
                 .stderr(Stdio::piped());
             for (k, v) in &spec.env {
                 cmd.env(k, v);
+            }
+            if let Some(d) = &abi {
+                let rest = spec.env.iter().rev().find(|(k, _)| k == "LD_LIBRARY_PATH").map(|(_, v)| v.clone());
+                let rest = rest.or_else(|| std::env::var("LD_LIBRARY_PATH").ok()).filter(|v| !v.is_empty());
+                cmd.env("LD_LIBRARY_PATH", rest.map_or(d.display().to_string(), |r| format!("{}:{r}", d.display())));
             }
             // The places a confined process may write (after the submitter's variables: they
             // win).
@@ -1587,9 +1600,48 @@ fn closed_early(e: &SecureError) -> bool {
     }
 }
 
+/// The staged directory of p2pmpi's library with MPICH's ABI, when the launch names one
+/// ([`ABI_DIR_ENV`]): the library's other names made there (symlinks to `libmpi.so.12`, so
+/// that a process loads one copy whatever name it asks for).
+fn abi_dir(dir: &std::path::Path, env: &[(String, String)]) -> Result<Option<std::path::PathBuf>, String> {
+    let Some((_, name)) = env.iter().find(|(k, _)| k == ABI_DIR_ENV) else { return Ok(None) };
+    let d = ft::safe_join(dir, name).map_err(|e| format!("{ABI_DIR_ENV}: {e:#}"))?;
+    if !std::fs::symlink_metadata(d.join("libmpi.so.12")).is_ok_and(|m| m.is_file()) {
+        return Err(format!("{name}/libmpi.so.12 was not staged"));
+    }
+    for link in ["libmpi.so", "libmpich.so.12"] {
+        let p = d.join(link);
+        let _ = std::fs::remove_file(&p);
+        std::os::unix::fs::symlink("libmpi.so.12", &p).map_err(|e| format!("cannot make {}: {e}", p.display()))?;
+    }
+    Ok(Some(d))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_staged_abi_library_gets_its_other_names_and_nothing_escapes_the_job_directory() {
+        let dir = std::env::temp_dir().join(format!("p2pmpi-abi-dir-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join(ABI_DIR)).unwrap();
+        let env = |v: &str| vec![(ABI_DIR_ENV.to_string(), v.to_string())];
+        assert_eq!(abi_dir(&dir, &[]), Ok(None));
+        assert!(abi_dir(&dir, &env(ABI_DIR)).unwrap_err().contains("was not staged"));
+        std::fs::write(dir.join(ABI_DIR).join("libmpi.so.12"), b"lib").unwrap();
+        let d = abi_dir(&dir, &env(ABI_DIR)).unwrap().unwrap();
+        assert_eq!(d, dir.join(ABI_DIR));
+        for name in ["libmpi.so", "libmpich.so.12"] {
+            assert_eq!(std::fs::read_link(d.join(name)).unwrap(), std::path::Path::new("libmpi.so.12"));
+            assert_eq!(std::fs::read(d.join(name)).unwrap(), b"lib");
+        }
+        // Made again at the next launch of the job.
+        assert!(abi_dir(&dir, &env(ABI_DIR)).is_ok());
+        assert!(abi_dir(&dir, &env("../elsewhere")).is_err());
+        assert!(abi_dir(&dir, &env("/tmp")).is_err());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     fn notice(rank: u32, detail: &str) -> JobNotice {
         JobNotice { at_ms: 1, kind: JobNoticeKind::Failed, rank, replica: 0, host: "h".into(), detail: detail.into() }

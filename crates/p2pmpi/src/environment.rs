@@ -130,6 +130,17 @@ fn abandon(why: &str) {
     bootstrap::report_abort(rank, 101, &format!("p2pmpi: rank {rank}: {why}"), None);
 }
 
+/// Stops every process of the job because of an error: prints `p2pmpi: rank R: cause` on
+/// standard error, tells the launcher (which shows the message and stops the others), and
+/// exits with `errorcode`'s low byte (1 if it is 0). What `MPI_ERRORS_ARE_FATAL` does in a
+/// library with a C interface (`p2pmpi-abi`), where `cause` names the failed function.
+pub fn abort_with_message(errorcode: c_int, cause: &str) -> ! {
+    let rank = own_rank();
+    let msg = format!("p2pmpi: rank {rank}: {cause}");
+    let status = if errorcode & 0xff == 0 { 1 } else { errorcode & 0xff };
+    crate::fatal::stop_with(rank, errorcode, &msg, None, status)
+}
+
 /// Initializes the library with [`Threading::Single`]. Returns `None` if it was initialized
 /// before (also after finalization).
 pub fn initialize() -> Option<Universe> {

@@ -83,6 +83,19 @@ pub struct MPI_Status {
     pub(crate) cancelled: c_int,
 }
 
+impl MPI_Status {
+    /// The number of bytes the message held (what `MPI_Get_count` divides by the datatype's
+    /// size; read by libraries that keep their own status layout, such as `p2pmpi-abi`).
+    pub fn byte_count(&self) -> u64 {
+        self.bytes
+    }
+
+    /// Whether the operation was cancelled (`MPI_Test_cancelled`).
+    pub fn is_cancelled(&self) -> bool {
+        self.cancelled != 0
+    }
+}
+
 /// The C signature of a user reduction function (`MPI_User_function`).
 pub type MPI_User_function = Option<unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_int, *mut MPI_Datatype)>;
 /// An attribute copy callback (`MPI_Comm_copy_attr_function`): `(oldcomm, keyval,

@@ -529,6 +529,14 @@ pub unsafe trait Source: AsCommunicator {
     fn try_probe_with_tag(&self, tag: Tag) -> Result<Status> {
         probe_impl(self.comm_handle(), self.source_rank(), tag)
     }
+    /// Like [`Source::matched_probe_with_tag`], returning errors.
+    fn try_matched_probe_with_tag(&self, tag: Tag) -> Result<(Message, Status)> {
+        mprobe_impl(self.comm_handle(), self.source_rank(), tag)
+    }
+    /// Like [`Source::immediate_matched_probe_with_tag`], returning errors.
+    fn try_immediate_matched_probe_with_tag(&self, tag: Tag) -> Result<Option<(Message, Status)>> {
+        improbe_impl(self.comm_handle(), self.source_rank(), tag)
+    }
 
     // ---- serde values (the seeds' OBJECT datatype)
 
@@ -830,6 +838,15 @@ impl Message {
         let mut p = self.start(ptr, cap);
         p.unpack = unpack;
         p.wait().or_fatal()
+    }
+
+    /// [`matched_receive_into`](Self::matched_receive_into), returning its error (a
+    /// truncated message, a lost sender) instead of stopping the process.
+    pub fn try_matched_receive_into<Buf: ?Sized + BufferMut>(mut self, buf: &mut Buf) -> Result<Status> {
+        let (ptr, cap, unpack) = recv_target(buf);
+        let mut p = self.start(ptr, cap);
+        p.unpack = unpack;
+        p.wait()
     }
 
     /// Starts receiving the message into `buf`.

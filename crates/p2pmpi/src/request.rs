@@ -206,7 +206,7 @@ impl Pending {
         }
     }
 
-    fn cancel(&self) {
+    pub(crate) fn cancel(&self) {
         with_engine(|e| e.cancel(self.id));
     }
 

@@ -21,7 +21,7 @@ pub(crate) mod handles;
 pub use cartesian::{CartesianCommunicator, CartesianLayout};
 pub(crate) mod inter;
 pub(crate) use inter::disconnect_parent;
-pub use inter::{InterCommunicator, MergeOrder, MpiError};
+pub use inter::{try_create_intercommunicator, InterCommunicator, MergeOrder, MpiError};
 
 pub(crate) mod sealed {
     /// Access to a communicator's handle; sealed so users cannot implement `Communicator`.
@@ -221,10 +221,15 @@ pub trait Communicator: AsHandle + AsRaw<Raw = crate::handles::MPI_Comm> {
     }
     /// A new communicator with the same processes and its own context (collective).
     fn duplicate(&self) -> SimpleCommunicator {
-        let dup = create(self.handle(), Spec::Duplicate).or_fatal().expect("every member gets the duplicate");
+        self.try_duplicate().or_fatal()
+    }
+    /// [`Self::duplicate`], returning its error (a member lost) instead of stopping the
+    /// process.
+    fn try_duplicate(&self) -> crate::error::Result<SimpleCommunicator> {
+        let dup = create(self.handle(), Spec::Duplicate)?.expect("every member gets the duplicate");
         let attrs = crate::attribute::for_duplicate(&self.handle().attributes());
         *dup.0 .0.attrs.lock() = attrs;
-        dup
+        Ok(dup)
     }
     /// Splits into one communicator per color (collective); ranks keep their relative order.
     /// `None` for `Color::undefined()`.
@@ -235,12 +240,21 @@ pub trait Communicator: AsHandle + AsRaw<Raw = crate::handles::MPI_Comm> {
     fn split_by_color_with_key(&self, color: Color, key: Key) -> Option<SimpleCommunicator> {
         create(self.handle(), Spec::Split { color: color.0, key }).or_fatal()
     }
+    /// [`Self::split_by_color_with_key`], returning its error (a member lost) instead of
+    /// stopping the process.
+    fn try_split_by_color_with_key(&self, color: Color, key: Key) -> crate::error::Result<Option<SimpleCommunicator>> {
+        create(self.handle(), Spec::Split { color: color.0, key })
+    }
     /// Splits into communicators of processes sharing a host (collective).
     fn split_shared(&self, key: c_int) -> SimpleCommunicator {
+        self.try_split_shared(key).or_fatal()
+    }
+    /// [`Self::split_shared`], returning its error instead of stopping the process.
+    fn try_split_shared(&self, key: c_int) -> crate::error::Result<SimpleCommunicator> {
         let host = crate::lifecycle::processor_name().unwrap_or_default();
         let ip = crate::context::data_address().map(|a| a.ip().to_string()).unwrap_or_default();
         let color = (fnv(&format!("{host}/{ip}")) & 0x3fff_ffff) as c_int;
-        create(self.handle(), Spec::Split { color, key }).or_fatal().expect("every process has a host")
+        Ok(create(self.handle(), Spec::Split { color, key })?.expect("every process has a host"))
     }
     /// The communicator of `group`'s members (collective over this communicator); `None` on
     /// processes outside the group.

@@ -4,6 +4,7 @@
 //! are checked to have happened.
 #![allow(dead_code)]
 
+pub mod abi;
 pub mod grid;
 pub mod job;
 pub mod netns;

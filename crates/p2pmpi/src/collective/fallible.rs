@@ -153,6 +153,29 @@ pub trait TryRoot: super::Root {
         super::root_scatter_root_impl(self.root_handle(), sendbuf, recvbuf)
     }
 
+    /// [`gather_varcount_into_root`](super::Root::gather_varcount_into_root), returning its
+    /// error.
+    fn try_gather_varcount_into_root<S: ?Sized + Buffer, R: ?Sized + PartitionedBufferMut>(
+        &self,
+        sendbuf: &S,
+        recvbuf: &mut R,
+    ) -> Result<()> {
+        if self.as_communicator().rank() != self.root_rank() {
+            return Err(misuse("gather_varcount_into_root must be called on the root"));
+        }
+        super::root_gatherv_root_impl(self.root_handle(), sendbuf, recvbuf)
+    }
+
+    /// [`scatter_varcount_into_root`](super::Root::scatter_varcount_into_root), returning its
+    /// error.
+    fn try_scatter_varcount_into_root<S: ?Sized + PartitionedBuffer, R: ?Sized + BufferMut>(
+        &self,
+        sendbuf: &S,
+        recvbuf: &mut R,
+    ) -> Result<()> {
+        super::root_scatterv_root_impl(self.root_handle(), sendbuf, recvbuf)
+    }
+
     /// [`reduce_into`](super::Root::reduce_into) (on non-root processes), returning its error.
     fn try_reduce_into<S: ?Sized + Buffer, O: Operation>(&self, sendbuf: &S, op: O) -> Result<()> {
         super::root_reduce_impl(self.root_handle(), self.root_rank(), sendbuf, &op)

@@ -15,7 +15,8 @@
 //!
 //! **Errors.** The functions return `MPI_SUCCESS` (0) or an error class (`MPI_ERR_COMM` for a
 //! dead or unknown communicator handle, `MPI_ERR_RANK`, `MPI_ERR_COUNT`, ...,
-//! `MPI_ERR_OTHER` for a failed communication, e.g. a lost peer). Errors are returned, never
+//! `MPI_ERR_OTHER` for a failed communication; in a fault-aware program ULFM's classes under
+//! MPICH's numbers: 101 for a lost peer, 103 for a revoked communicator). Errors are returned, never
 //! fatal (as with `MPI_ERRORS_RETURN`).
 //!
 //! **Requests** made here (`MPI_Isend`, `MPI_Irecv`, ...) and those handed over by
@@ -154,6 +155,9 @@ const ERR_REQUEST: c_int = MPI_ERR_REQUEST as c_int;
 fn err_class(e: &crate::CommError) -> c_int {
     match e {
         crate::CommError::Truncated { .. } => MPI_ERR_TRUNCATE as c_int,
+        // ULFM's classes, MPICH's numbers (`MPIX_ERR_PROC_FAILED`, `MPIX_ERR_REVOKED`).
+        crate::CommError::PeerLost { .. } => 101,
+        crate::CommError::Revoked => 103,
         _ => MPI_ERR_OTHER as c_int,
     }
 }
@@ -306,7 +310,10 @@ pub unsafe extern "C" fn MPI_Comm_dup(comm: MPI_Comm, newcomm: *mut MPI_Comm) ->
     if matches!(c, CommObj::Inter(_)) {
         return ERR_COMM;
     }
-    let d = with_comm!(c, c => c.duplicate());
+    let d = match with_comm!(c, c => c.try_duplicate()) {
+        Ok(d) => d,
+        Err(e) => return err_class(&e),
+    };
     // SAFETY: checked non-null; the caller vouches it is writable.
     unsafe { put(newcomm, comm_owned(d.0, CommKind::Intra)) }
 }
@@ -332,7 +339,10 @@ pub unsafe extern "C" fn MPI_Comm_split(comm: MPI_Comm, color: c_int, key: c_int
     } else {
         crate::topology::Color::with_value(color)
     };
-    let d = with_comm!(c, c => c.split_by_color_with_key(color, key));
+    let d = match with_comm!(c, c => c.try_split_by_color_with_key(color, key)) {
+        Ok(d) => d,
+        Err(e) => return err_class(&e),
+    };
     let h = d.map_or(k::RSMPI_COMM_NULL, |d| comm_owned(d.0, CommKind::Intra));
     // SAFETY: checked non-null; the caller vouches it is writable.
     unsafe { put(newcomm, h) }
@@ -931,6 +941,15 @@ pub use attr::{
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A lost peer and a revoked communicator answer ULFM's classes (MPICH's numbers); other
+    /// failed communications `MPI_ERR_OTHER`.
+    #[test]
+    fn failures_answer_ulfms_classes() {
+        assert_eq!(err_class(&crate::CommError::PeerLost { rank: 3, cause: "gone".into() }), 101);
+        assert_eq!(err_class(&crate::CommError::Revoked), 103);
+        assert_eq!(err_class(&crate::CommError::Io("x".into())), MPI_ERR_OTHER as c_int);
+    }
 
     /// The predefined names read as rsmpi programs read them: `unsafe` is needed (the lint
     /// below makes an `unsafe` block that is not needed an error), and each name reads the

@@ -528,6 +528,78 @@ pub unsafe extern "C" fn MPI_Request_free(request: *mut MPI_Request) -> c_int {
     SUCCESS
 }
 
+/// Asks for the cancellation of the request `*request` names: a receive not matched yet
+/// completes as cancelled (`MPI_Test_cancelled` says so); any other operation (a send, a
+/// receive already matched) completes normally. The request must still be completed.
+///
+/// # Safety
+/// `request` must be valid for a read.
+pub unsafe extern "C" fn MPI_Cancel(request: *const MPI_Request) -> c_int {
+    if request.is_null() {
+        return ERR_ARG;
+    }
+    // SAFETY: checked non-null; the caller vouches it is readable.
+    let h = unsafe { *request };
+    if lock(&FINISHED).contains_key(&h.0) {
+        return SUCCESS;
+    }
+    match lock(&REQUESTS).get(&h.0) {
+        Some(p) => {
+            p.cancel();
+            SUCCESS
+        }
+        None => ERR_REQUEST,
+    }
+}
+
+/// Whether the request `request` names completed, without completing it: if so, `*flag` is 1
+/// and `*status` filled (the request stays live for a wait, a test or `MPI_Request_free`).
+///
+/// # Safety
+/// `flag` must be valid for a write, `status` null or valid for a write.
+pub unsafe extern "C" fn MPI_Request_get_status(
+    request: MPI_Request,
+    flag: *mut c_int,
+    status: *mut MPI_Status,
+) -> c_int {
+    if flag.is_null() {
+        return ERR_ARG;
+    }
+    // (The lock of `FINISHED` is let go before the request is tested, which may add to it.)
+    let finished = lock(&FINISHED).get(&request.0).cloned();
+    let outcome = if request == k::RSMPI_REQUEST_NULL {
+        Some(Ok(empty_status()))
+    } else if let Some(o) = finished {
+        Some(status_or_class(o))
+    } else {
+        let Some(p) = request_from_raw(request) else { return ERR_REQUEST };
+        match p.test() {
+            Ok(o) => {
+                lock(&FINISHED).insert(request.0, o.clone());
+                Some(status_or_class(o))
+            }
+            Err(p) => {
+                lock(&REQUESTS).insert(request.0, p);
+                None
+            }
+        }
+    };
+    let done = outcome.is_some();
+    // SAFETY: checked non-null; the caller vouches it is writable.
+    unsafe { *flag = done as c_int };
+    match outcome {
+        Some(Ok(st)) => {
+            if !status.is_null() {
+                // SAFETY: non-null, and the caller vouches it is writable.
+                unsafe { *status = st };
+            }
+            SUCCESS
+        }
+        Some(Err(e)) => e,
+        None => SUCCESS,
+    }
+}
+
 // --------------------------------------------------------------------------- probes
 
 /// A probe's status for `source == RSMPI_PROC_NULL`.
@@ -879,10 +951,14 @@ pub unsafe extern "C" fn MPI_Allgather(
     recvtype: MPI_Datatype,
     comm: MPI_Comm,
 ) -> c_int {
-    let c = intra_or_return!(comm);
-    let (me, n) = with_comm!(&c, c => (c.rank(), c.size()));
+    // Over an intercommunicator, each group gets the other's parts (not in place).
+    let c = comm_or_return!(comm);
+    let (me, n) = with_comm!(&c, c => (c.rank(), c.target_size()));
     if let Err(e) = check_buffer(recvbuf, recvcount.saturating_mul(n), recvtype) {
         return e;
+    }
+    if is_in_place(sendbuf) && matches!(c, CommObj::Inter(_)) {
+        return ERR_ARG;
     }
     let staged;
     let (sendbuf, sendcount, sendtype) = if is_in_place(sendbuf) {
@@ -923,8 +999,9 @@ pub unsafe extern "C" fn MPI_Alltoall(
     recvtype: MPI_Datatype,
     comm: MPI_Comm,
 ) -> c_int {
-    let c = intra_or_return!(comm);
-    let n = with_comm!(&c, c => c.size());
+    // Over an intercommunicator, block `i` goes to (comes from) rank `i` of the other group.
+    let c = comm_or_return!(comm);
+    let n = with_comm!(&c, c => c.target_size());
     if let Err(e) = check_buffer(sendbuf, sendcount.saturating_mul(n), sendtype).and(check_buffer(
         recvbuf,
         recvcount.saturating_mul(n),

@@ -152,6 +152,100 @@ impl InterCommunicator {
     }
 }
 
+/// Makes an intercommunicator of the group of `local` and another group (MPI's
+/// `Intercomm_create`): collective over both groups; `local_leader` (a rank of `local`) and
+/// the other group's leader, rank `remote_leader` of `peer` (significant at the local leader
+/// only, where `peer` holds both leaders), exchange their groups over `peer` with `tag`.
+/// Every member of a group gets the leader's error (no one waits for a leader that gave up).
+pub fn try_create_intercommunicator<L, P>(
+    local: &L,
+    local_leader: Rank,
+    peer: &P,
+    remote_leader: Rank,
+    tag: crate::Tag,
+) -> Result<InterCommunicator>
+where
+    L: Communicator + ?Sized,
+    P: Communicator + ?Sized,
+{
+    let what = "intercommunicator creation";
+    let lh = local.handle();
+    if !(0..lh.size()).contains(&local_leader) {
+        return Err(Error::InvalidRank { rank: local_leader, size: lh.size() });
+    }
+    // A context id free in the local group, then the leaders' exchange.
+    let mine = agree_ctx(lh, what)?;
+    // What the leader tells its group: whether the exchange went well, the context id, the
+    // other group's size, whether this group comes first when merged; then the other group.
+    let mut head = [0u8; 16];
+    let mut remote: Vec<u8> = Vec::new();
+    if lh.rank() == local_leader {
+        match leaders_exchange(lh, mine, peer.handle(), remote_leader, tag) {
+            Ok((ctx, first, theirs)) => {
+                head[..4].copy_from_slice(&1u32.to_le_bytes());
+                head[4..8].copy_from_slice(&ctx.to_le_bytes());
+                head[8..12].copy_from_slice(&((theirs.len() / 4) as u32).to_le_bytes());
+                head[12..].copy_from_slice(&(first as u32).to_le_bytes());
+                remote = theirs;
+            }
+            Err(e) => {
+                (super::creation().bcast)(lh, what, &mut head, local_leader)?;
+                return Err(e);
+            }
+        }
+    }
+    (super::creation().bcast)(lh, what, &mut head, local_leader)?;
+    let word = |i: usize| u32::from_le_bytes(head[4 * i..4 * i + 4].try_into().expect("4 bytes"));
+    if word(0) != 1 {
+        return Err(Error::Collective(format!("{what}: the local leader (rank {local_leader}) failed")));
+    }
+    let (ctx, n, first) = (word(1), word(2) as usize, word(3) != 0);
+    remote.resize(4 * n, 0);
+    (super::creation().bcast)(lh, what, &mut remote, local_leader)?;
+    super::next_ctx().fetch_max(ctx + 1, Ordering::SeqCst);
+    let ids = remote.chunks_exact(4).map(|b| Rank::from_le_bytes(b.try_into().expect("4 bytes"))).collect();
+    Ok(InterCommunicator::new(ctx, lh.clone(), ids, first))
+}
+
+/// The leaders' part of [`try_create_intercommunicator`]: each sends its group's context id
+/// and members (world ranks) to the other over `peer` (the one of lower world rank first, so
+/// that neither waits for the other); the context id both use (free in both groups), whether
+/// this group comes first, and the other group's members.
+fn leaders_exchange(
+    lh: &CommHandle,
+    mine: u32,
+    ph: &CommHandle,
+    remote_leader: Rank,
+    tag: crate::Tag,
+) -> Result<(u32, bool, Vec<u8>)> {
+    let what = "intercommunicator creation";
+    if !(0..ph.size()).contains(&remote_leader) {
+        return Err(Error::InvalidRank { rank: remote_leader, size: ph.size() });
+    }
+    let first = ph.world_rank(ph.rank()) < ph.world_rank(remote_leader);
+    let c = super::creation();
+    let swap = |out: &[u8], inp: &mut [u8]| -> Result<()> {
+        if first {
+            (c.send)(ph, what, remote_leader, tag, out)?;
+            (c.recv)(ph, what, remote_leader, tag, inp)
+        } else {
+            (c.recv)(ph, what, remote_leader, tag, inp)?;
+            (c.send)(ph, what, remote_leader, tag, out)
+        }
+    };
+    let mut out = [0u8; 8];
+    out[..4].copy_from_slice(&mine.to_le_bytes());
+    out[4..].copy_from_slice(&(lh.size() as u32).to_le_bytes());
+    let mut inp = [0u8; 8];
+    swap(&out, &mut inp)?;
+    let their_ctx = u32::from_le_bytes(inp[..4].try_into().expect("4 bytes"));
+    let their_n = u32::from_le_bytes(inp[4..].try_into().expect("4 bytes")) as usize;
+    let ids: Vec<u8> = (0..lh.size()).flat_map(|r| lh.world_rank(r).to_le_bytes()).collect();
+    let mut theirs = vec![0u8; 4 * their_n];
+    swap(&ids, &mut theirs)?;
+    Ok((mine.max(their_ctx), first, theirs))
+}
+
 // SAFETY: the handle names this intercommunicator while it lives.
 unsafe impl AsRaw for InterCommunicator {
     type Raw = crate::handles::MPI_Comm;

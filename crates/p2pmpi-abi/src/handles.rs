@@ -1,0 +1,299 @@
+//! MPICH's integer handles and the library's objects behind them.
+//!
+//! A handle's bits (as in MPICH): the kind in bits 30-31 ([`BUILTIN`] for the predefined
+//! objects, [`DIRECT`] for those made at run time here, 0 for the null handles), the kind of
+//! object in bits 26-29 ([`object`]), an index in bits 0-25. The predefined handles are
+//! translated by tables ([`crate::datatypes`], [`crate::ops`], [`comm`] below); the others
+//! name a slot of the [`Slab`] of their kind of object, which holds the library's handle
+//! (`p2pmpi::ffi`'s).
+
+use crate::consts::*;
+use p2pmpi::ffi;
+use p2pmpi::topology::SimpleCommunicator;
+use p2pmpi::traits::FromRaw;
+use parking_lot::RwLock;
+use std::os::raw::c_int;
+
+/// The kind of a predefined handle.
+pub const BUILTIN: u32 = 1;
+/// The kind of a handle made at run time.
+pub const DIRECT: u32 = 2;
+
+/// The kinds of objects (bits 26-29 of a handle).
+pub mod object {
+    pub const COMM: u32 = 0x1;
+    pub const GROUP: u32 = 0x2;
+    pub const DATATYPE: u32 = 0x3;
+    pub const FILE: u32 = 0x4;
+    pub const ERRHANDLER: u32 = 0x5;
+    pub const OP: u32 = 0x6;
+    pub const INFO: u32 = 0x7;
+    pub const WIN: u32 = 0x8;
+    pub const KEYVAL: u32 = 0x9;
+    pub const REQUEST: u32 = 0xb;
+}
+
+/// Bits of the index in a handle.
+const INDEX_BITS: u32 = 26;
+const INDEX_MASK: u32 = (1 << INDEX_BITS) - 1;
+
+/// The handle of kind `kind`, object `obj`, index `index`.
+pub const fn make(kind: u32, obj: u32, index: u32) -> c_int {
+    ((kind << 30) | (obj << INDEX_BITS) | (index & INDEX_MASK)) as c_int
+}
+
+/// The kind of object a handle names (any kind of handle, null ones included).
+pub const fn object_of(h: c_int) -> u32 {
+    ((h as u32) >> INDEX_BITS) & 0xf
+}
+
+/// A table of the objects of one kind made at run time: a slot per live handle, reused once
+/// freed. Readers (every call that names the object) share the lock; only making and
+/// freeing an object take it alone.
+pub struct Slab<T> {
+    kind: u32,
+    obj: u32,
+    slots: RwLock<Slots<T>>,
+}
+
+struct Slots<T> {
+    v: Vec<Option<T>>,
+    free: Vec<u32>,
+}
+
+impl<T> Slab<T> {
+    /// An empty table of objects of kind `obj` (one of [`object`]), with handles of kind
+    /// [`DIRECT`].
+    pub const fn new(obj: u32) -> Slab<T> {
+        Slab::with_kind(DIRECT, obj)
+    }
+
+    /// An empty table whose handles are of kind `kind` (to tell two tables of one kind of
+    /// object apart: requests and messages).
+    pub const fn with_kind(kind: u32, obj: u32) -> Slab<T> {
+        Slab { kind, obj, slots: RwLock::new(Slots { v: Vec::new(), free: Vec::new() }) }
+    }
+
+    /// Stores `t`; returns its new handle.
+    pub fn insert(&self, t: T) -> c_int {
+        let mut s = self.slots.write();
+        let i = match s.free.pop() {
+            Some(i) => i,
+            None => {
+                s.v.push(None);
+                (s.v.len() - 1) as u32
+            }
+        };
+        assert!(i <= INDEX_MASK, "too many MPI handles of one kind");
+        s.v[i as usize] = Some(t);
+        make(self.kind, self.obj, i)
+    }
+
+    fn index(&self, h: c_int) -> Option<usize> {
+        let bits = h as u32;
+        (bits >> 30 == self.kind && object_of(h) == self.obj).then_some((bits & INDEX_MASK) as usize)
+    }
+
+    /// What `f` makes of the object of handle `h`, if `h` names a live one of this table.
+    pub fn with<R>(&self, h: c_int, f: impl FnOnce(&T) -> R) -> Option<R> {
+        let i = self.index(h)?;
+        self.slots.read().v.get(i)?.as_ref().map(f)
+    }
+
+    /// What `f` makes of the object of handle `h`, changing it, if `h` names a live one.
+    pub fn with_mut<R>(&self, h: c_int, f: impl FnOnce(&mut T) -> R) -> Option<R> {
+        let i = self.index(h)?;
+        self.slots.write().v.get_mut(i)?.as_mut().map(f)
+    }
+
+    /// Frees the slot of `h`; returns what it held.
+    pub fn take(&self, h: c_int) -> Option<T> {
+        let i = self.index(h)?;
+        let mut s = self.slots.write();
+        let t = s.v.get_mut(i)?.take()?;
+        s.free.push(i as u32);
+        Some(t)
+    }
+
+    /// Number of live handles.
+    pub fn len(&self) -> usize {
+        let s = self.slots.read();
+        s.v.len() - s.free.len()
+    }
+
+    /// Whether no handle is live.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl<T: Clone> Slab<T> {
+    /// The object of handle `h`, if `h` names a live one of this table.
+    pub fn get(&self, h: c_int) -> Option<T> {
+        self.with(h, T::clone)
+    }
+}
+
+/// A communicator made at run time: the library's handle (for `p2pmpi::ffi`) and the Rust
+/// object, which owns the communicator (dropping it frees the communicator).
+pub struct CommEntry {
+    pub raw: ffi::MPI_Comm,
+    pub rust: SimpleCommunicator,
+}
+
+/// Communicators made at run time (`MPI_Comm_dup`, `MPI_Comm_split`, ...).
+// Process-wide because a C handle is a plain integer any thread may hand to any function.
+pub static COMMS: Slab<CommEntry> = Slab::new(object::COMM);
+
+/// What a request keeps alive until it completes (the descriptions of the buffers of a
+/// nonblocking collective, a copy of an `MPI_IN_PLACE` input): dropped once it completed.
+pub struct Keep(pub Vec<Box<dyn std::any::Any>>);
+
+// SAFETY: what is kept is only dropped (by whichever thread completes the request), never
+// used through this value; the objects are descriptions of buffers (raw addresses) and
+// plain copies of data.
+unsafe impl Send for Keep {}
+// SAFETY: as above: a `Keep` is never read through a shared reference.
+unsafe impl Sync for Keep {}
+
+/// What a persistent request starts each time (`MPI_Start`): a send or a receive of
+/// `count` elements of `dt` at `buf` with `peer` and `tag` on `comm` (MPICH handles).
+#[derive(Clone, Copy, Debug)]
+pub struct Persistent {
+    pub recv: bool,
+    pub synchronous: bool,
+    pub buf: usize,
+    pub count: c_int,
+    pub dt: c_int,
+    pub peer: c_int,
+    pub tag: c_int,
+    pub comm: c_int,
+}
+
+/// A request of a nonblocking operation: the library's handle (its null request while a
+/// persistent request is inactive), what it keeps alive, and for a persistent request what
+/// it starts.
+pub struct RequestEntry {
+    pub raw: ffi::MPI_Request,
+    pub keep: Option<Keep>,
+    pub persistent: Option<Persistent>,
+}
+
+/// Requests of the nonblocking operations.
+// Process-wide because a C handle is a plain integer any thread may hand to any function.
+pub static REQUESTS: Slab<RequestEntry> = Slab::new(object::REQUEST);
+
+/// The MPICH handle of a request the library started.
+pub fn new_request(raw: ffi::MPI_Request, keep: Option<Keep>) -> c_int {
+    REQUESTS.insert(RequestEntry { raw, keep, persistent: None })
+}
+
+/// The library's handle of request `h`.
+pub fn request(h: c_int) -> Option<ffi::MPI_Request> {
+    REQUESTS.with(h, |e| e.raw)
+}
+
+/// Groups made at run time (`MPI_Comm_group`, `MPI_Group_incl`, ...).
+// Process-wide because a C handle is a plain integer any thread may hand to any function.
+pub static GROUPS: Slab<ffi::MPI_Group> = Slab::new(object::GROUP);
+
+/// The library's group of MPICH handle `g`, or `MPI_ERR_GROUP`.
+pub fn group(g: c_int) -> Result<ffi::MPI_Group, c_int> {
+    match g {
+        // SAFETY: the predefined names are initialized statics that nothing writes.
+        MPI_GROUP_EMPTY => Ok(unsafe { ffi::RSMPI_GROUP_EMPTY }),
+        _ => GROUPS.get(g).ok_or(MPI_ERR_GROUP),
+    }
+}
+
+/// The MPICH handle of a group the library made (the empty and null groups are the
+/// predefined handles).
+pub fn new_group(g: ffi::MPI_Group) -> c_int {
+    // SAFETY: the predefined names are initialized statics that nothing writes.
+    let (empty, null) = unsafe { (ffi::RSMPI_GROUP_EMPTY, ffi::RSMPI_GROUP_NULL) };
+    if g == empty {
+        MPI_GROUP_EMPTY
+    } else if g == null {
+        MPI_GROUP_NULL
+    } else {
+        GROUPS.insert(g)
+    }
+}
+
+/// The MPICH handle of a communicator the library just made (`MPI_COMM_NULL` for its null
+/// one), which the slab then owns.
+pub fn new_comm(c: ffi::MPI_Comm) -> c_int {
+    // SAFETY: the predefined names are initialized statics that nothing writes.
+    if c == unsafe { ffi::RSMPI_COMM_NULL } {
+        MPI_COMM_NULL
+    } else {
+        // SAFETY: `c` names the live communicator the library just made; the Rust object
+        // takes it over (and the handle stays valid while the object lives, in the slab).
+        let rust = unsafe { SimpleCommunicator::from_raw(c) };
+        COMMS.insert(CommEntry { raw: c, rust })
+    }
+}
+
+/// The library's communicator of MPICH handle `c`, or `MPI_ERR_COMM` (also before
+/// `MPI_Init` and after `MPI_Finalize`, when no communicator may be used).
+pub fn comm(c: c_int) -> Result<ffi::MPI_Comm, c_int> {
+    if !p2pmpi::is_initialized() || p2pmpi::is_finalized() {
+        return Err(MPI_ERR_COMM);
+    }
+    match c {
+        // SAFETY: the predefined names are initialized statics that nothing writes.
+        MPI_COMM_WORLD => Ok(unsafe { ffi::RSMPI_COMM_WORLD }),
+        // SAFETY: as above.
+        MPI_COMM_SELF => Ok(unsafe { ffi::RSMPI_COMM_SELF }),
+        _ => COMMS.with(c, |e| e.raw).ok_or(MPI_ERR_COMM),
+    }
+}
+
+/// The Rust communicator of MPICH handle `c`, or `MPI_ERR_COMM`: another Rust object for the
+/// same communicator (the one in the slab keeps owning it).
+pub fn rust_comm(c: c_int) -> Result<SimpleCommunicator, c_int> {
+    let raw = comm(c)?;
+    // SAFETY: `raw` names a live communicator (the world, self, or one the slab owns, which
+    // outlives this call's object: the program may not free a communicator it is using);
+    // its ownership was taken over already, so this object only shares it.
+    Ok(unsafe { SimpleCommunicator::from_raw(raw) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn predefined_handles_follow_the_encoding() {
+        assert_eq!(make(BUILTIN, object::COMM, 0), MPI_COMM_WORLD);
+        assert_eq!(make(BUILTIN, object::COMM, 1), MPI_COMM_SELF);
+        assert_eq!(make(0, object::REQUEST, 0), MPI_REQUEST_NULL);
+        assert_eq!(make(BUILTIN, object::ERRHANDLER, 1), MPI_ERRORS_RETURN);
+        assert_eq!(object_of(MPI_DATATYPE_NULL), object::DATATYPE);
+        assert_eq!(object_of(MPI_OP_NULL), object::OP);
+    }
+
+    #[test]
+    fn a_slab_names_its_objects_by_handles_of_its_kind_and_reuses_freed_slots() {
+        let s: Slab<u32> = Slab::new(object::REQUEST);
+        let a = s.insert(10);
+        let b = s.insert(20);
+        assert_ne!(a, b);
+        assert_ne!(a, MPI_REQUEST_NULL);
+        assert_eq!((a as u32) >> 30, DIRECT);
+        assert_eq!(object_of(a), object::REQUEST);
+        assert_eq!((s.get(a), s.get(b)), (Some(10), Some(20)));
+        assert_eq!(s.get(MPI_REQUEST_NULL), None, "the null handle names nothing");
+        assert_eq!(s.get(make(DIRECT, object::COMM, 0)), None, "another kind's handle names nothing");
+        assert_eq!(s.take(a), Some(10));
+        assert_eq!(s.get(a), None);
+        assert_eq!(s.take(a), None, "a handle is freed once");
+        assert_eq!(s.len(), 1);
+        assert_eq!(s.insert(30), a, "the freed slot is reused");
+    }
+
+    #[test]
+    fn no_communicator_before_initialization() {
+        assert_eq!(comm(MPI_COMM_WORLD), Err(MPI_ERR_COMM));
+    }
+}

@@ -1,0 +1,513 @@
+//! Nonblocking collectives: `MPI_Ibarrier`, `MPI_Ibcast`, `MPI_Ireduce`, `MPI_Iallreduce`,
+//! `MPI_Iscan`, `MPI_Iexscan`, `MPI_Igather`, `MPI_Iscatter`, `MPI_Iallgather`,
+//! `MPI_Ialltoall` (and their `_c` forms), completed by `MPI_Wait`, `MPI_Test` and the other
+//! completions like any request.
+//!
+//! They run on the Rust API's immediate collectives in its static scope: the descriptions of
+//! the program's buffers (and the copy of an `MPI_IN_PLACE` input) are kept by the request
+//! ([`Keep`]) until it completes; the request is then handed over to a raw handle of the
+//! library (`Request::into_raw`). The program keeps its buffers valid until completion, as
+//! MPI says. `MPI_IN_PLACE` works as in the blocking forms (not for `MPI_Ialltoall`).
+
+use crate::consts::*;
+use crate::datatypes::{datatype_ref, stageable, MPI_Count};
+use crate::handles::{new_request, rust_comm, Keep};
+use crate::is_in_place;
+use crate::user_ops::{rust_op, user_op};
+use p2pmpi::collective::{TryImmediateCollectives, TryImmediateRoot};
+use p2pmpi::datatype::{DatatypeRef, DynBuffer, DynBufferMut};
+use p2pmpi::request::{Request, StaticScope};
+use p2pmpi::traits::*;
+use std::any::Any;
+use std::os::raw::{c_int, c_void};
+
+/// A value moved to the heap for the life of a request, freed when the request's [`Keep`]
+/// is dropped (after completion).
+struct Owned<T>(*mut T);
+
+impl<T> Drop for Owned<T> {
+    fn drop(&mut self) {
+        // SAFETY: made by `Box::into_raw` in `Kept::hold`, dropped once; the request that
+        // used it completed.
+        drop(unsafe { Box::from_raw(self.0) });
+    }
+}
+
+/// What one nonblocking collective keeps alive.
+#[derive(Default)]
+pub(crate) struct Kept(Vec<Box<dyn Any>>);
+
+impl Kept {
+    /// Moves `t` to the heap until the request completes; a reference for the request.
+    pub(crate) fn hold<T: 'static>(&mut self, t: T) -> &'static mut T {
+        let p = Box::into_raw(Box::new(t));
+        self.0.push(Box::new(Owned(p)));
+        // SAFETY: `p` stays allocated until `self` (the request's keep) is dropped, after the
+        // request, the only user of the reference, completed.
+        unsafe { &mut *p }
+    }
+
+    /// A read-only description of `count` elements of `d` at `buf` (or, for `MPI_IN_PLACE`,
+    /// of a copy of those at element `at` of `inplace`).
+    ///
+    /// # Safety
+    /// The buffers must hold those elements until the request completes.
+    pub(crate) unsafe fn input(
+        &mut self,
+        buf: *const c_void,
+        count: c_int,
+        dt: c_int,
+        inplace: *const c_void,
+        at: c_int,
+    ) -> Result<&'static DynBuffer<'static>, c_int> {
+        let d = datatype_ref(dt)?;
+        let p = if is_in_place(buf) {
+            let size = stageable(dt)?;
+            let bytes = count.max(0) as usize * size;
+            let copy = self.hold(vec![0u64; bytes.div_ceil(8)]);
+            if bytes > 0 {
+                // SAFETY: the caller vouches for the elements at `inplace`; the copy is new.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        (inplace as *const u8).add(at as usize * size),
+                        copy.as_mut_ptr() as *mut u8,
+                        bytes,
+                    )
+                };
+            }
+            copy.as_ptr() as *const c_void
+        } else {
+            buf
+        };
+        // SAFETY: the caller's contract (or the copy, kept as long).
+        let b = unsafe { DynBuffer::from_raw(crate::nz(p, count), count, d) };
+        Ok(self.hold(b))
+    }
+
+    /// A writable description of `count` elements of `d` at `buf`.
+    ///
+    /// # Safety
+    /// `buf` must be writable for those elements until the request completes.
+    pub(crate) unsafe fn output(
+        &mut self,
+        buf: *mut c_void,
+        count: c_int,
+        d: DatatypeRef<'static>,
+    ) -> &'static mut DynBufferMut<'static> {
+        // SAFETY: the caller's contract.
+        let b = unsafe { DynBufferMut::from_raw(crate::nz_mut(buf, count), count, d) };
+        self.hold(b)
+    }
+}
+
+/// Hands the request over to a handle written at `out`, with what it keeps alive.
+///
+/// # Safety
+/// `out` must be valid for a write.
+pub(crate) unsafe fn started<D: ?Sized>(
+    r: Request<'static, D, StaticScope>,
+    kept: Kept,
+    out: *mut c_int,
+) -> Result<(), c_int> {
+    // SAFETY: the buffers' descriptions are kept with the request until it completes, and
+    // the program keeps the buffers valid (MPI's rule).
+    let (raw, _, _) = unsafe { r.into_raw() };
+    // SAFETY: the caller's contract.
+    unsafe { out.write(new_request(raw, Some(Keep(kept.0)))) };
+    Ok(())
+}
+
+/// Checks the request argument and the counts.
+fn check(request: *mut c_int, counts: &[c_int]) -> Result<(), c_int> {
+    if request.is_null() {
+        return Err(MPI_ERR_ARG);
+    }
+    if counts.iter().any(|&n| n < 0) {
+        return Err(MPI_ERR_COUNT);
+    }
+    Ok(())
+}
+
+/// The input of a gathering collective: `sendcount` elements of `sendtype` at `sendbuf`, or
+/// in place a copy of this process's part of `recvbuf` (block `at` of `recvcount` elements
+/// of `recvtype`).
+///
+/// # Safety
+/// The buffers must hold those elements until the request completes.
+#[allow(clippy::too_many_arguments)]
+unsafe fn part(
+    kept: &mut Kept,
+    sendbuf: *const c_void,
+    sendcount: c_int,
+    sendtype: c_int,
+    recvbuf: *const c_void,
+    recvcount: c_int,
+    recvtype: c_int,
+    at: c_int,
+) -> Result<&'static DynBuffer<'static>, c_int> {
+    // SAFETY: the caller's contract.
+    unsafe {
+        if is_in_place(sendbuf) {
+            kept.input(sendbuf, recvcount, recvtype, recvbuf, at * recvcount)
+        } else {
+            kept.input(sendbuf, sendcount, sendtype, std::ptr::null(), 0)
+        }
+    }
+}
+
+/// Runs `$body` with `$op` bound to the Rust operation of MPICH operation `$o` on datatype
+/// `$dt`: a predefined one or the program's.
+macro_rules! with_op {
+    ($o:expr, $dt:expr, $op:ident => $body:expr) => {
+        match user_op($o) {
+            Some(u) => {
+                let $op = rust_op(u, $dt);
+                $body
+            }
+            None => {
+                let $op = crate::ops::system_op($o)?;
+                $body
+            }
+        }
+    };
+}
+
+mpi_fn! {
+    /// Starts a barrier.
+    fn MPI_Ibarrier(c: c_int, request: *mut c_int) on c => {
+        let rc = rust_comm(c)?;
+        check(request, &[])?;
+        let r = rc.try_immediate_barrier().map_err(crate::errors::class_of_failure)?;
+        // SAFETY: checked non-null; the caller vouches it is writable.
+        unsafe { started(r, Kept::default(), request) }
+    }
+}
+
+/// `MPI_Ibcast`.
+///
+/// # Safety
+/// As `MPI_Ibcast` says.
+unsafe fn ibcast(
+    buf: *mut c_void,
+    count: c_int,
+    dt: c_int,
+    root: c_int,
+    c: c_int,
+    request: *mut c_int,
+) -> Result<(), c_int> {
+    let rc = rust_comm(c)?;
+    check(request, &[count])?;
+    if !(0..rc.size()).contains(&root) {
+        return Err(MPI_ERR_ROOT);
+    }
+    crate::not_in_place(buf)?;
+    let mut kept = Kept::default();
+    // SAFETY: the caller's contract.
+    let b = unsafe { kept.output(buf, count, datatype_ref(dt)?) };
+    let r = rc
+        .process_at_rank(root)
+        .try_immediate_broadcast_into(StaticScope, b)
+        .map_err(crate::errors::class_of_failure)?;
+    // SAFETY: checked non-null; the caller vouches it is writable.
+    unsafe { started(r, kept, request) }
+}
+
+/// Which reduction.
+#[derive(Clone, Copy)]
+enum Reduction {
+    Reduce(c_int),
+    Allreduce,
+    Scan,
+    Exscan,
+}
+
+/// A nonblocking reduction.
+///
+/// # Safety
+/// As the reduction says.
+#[allow(clippy::too_many_arguments)]
+unsafe fn ireduce(
+    which: Reduction,
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    count: c_int,
+    dt: c_int,
+    o: c_int,
+    c: c_int,
+    request: *mut c_int,
+) -> Result<(), c_int> {
+    let rc = rust_comm(c)?;
+    check(request, &[count])?;
+    let d = datatype_ref(dt)?;
+    let receives = match which {
+        Reduction::Reduce(root) if !(0..rc.size()).contains(&root) => return Err(MPI_ERR_ROOT),
+        Reduction::Reduce(root) => rc.rank() == root,
+        _ => true,
+    };
+    if !receives {
+        crate::not_in_place(sendbuf)?;
+    }
+    let mut kept = Kept::default();
+    // SAFETY: the caller's contract; in place, the input is a copy of `recvbuf`.
+    let s = unsafe { kept.input(sendbuf, count, dt, recvbuf, 0)? };
+    if let (Reduction::Reduce(root), false) = (which, receives) {
+        let r = with_op!(o, dt, op => rc.process_at_rank(root).try_immediate_reduce_into(StaticScope, s, op))
+            .map_err(crate::errors::class_of_failure)?;
+        // SAFETY: checked non-null; the caller vouches it is writable.
+        return unsafe { started(r, kept, request) };
+    }
+    crate::not_in_place(recvbuf)?;
+    // SAFETY: the caller's contract.
+    let b = unsafe { kept.output(recvbuf, count, d) };
+    let r = with_op!(o, dt, op => match which {
+        Reduction::Reduce(root) => rc.process_at_rank(root).try_immediate_reduce_into_root(StaticScope, s, b, op),
+        Reduction::Allreduce => rc.try_immediate_all_reduce_into(StaticScope, s, b, op),
+        Reduction::Scan => rc.try_immediate_scan_into(StaticScope, s, b, op),
+        Reduction::Exscan => rc.try_immediate_exclusive_scan_into(StaticScope, s, b, op),
+    })
+    .map_err(crate::errors::class_of_failure)?;
+    // SAFETY: checked non-null; the caller vouches it is writable.
+    unsafe { started(r, kept, request) }
+}
+
+/// Which gathering collective.
+#[derive(Clone, Copy)]
+enum Gathering {
+    Gather(c_int),
+    Scatter(c_int),
+    Allgather,
+    Alltoall,
+}
+
+/// A nonblocking gathering collective.
+///
+/// # Safety
+/// As the collective says.
+#[allow(clippy::too_many_arguments)]
+unsafe fn igathering(
+    which: Gathering,
+    sendbuf: *const c_void,
+    sendcount: c_int,
+    sendtype: c_int,
+    recvbuf: *mut c_void,
+    recvcount: c_int,
+    recvtype: c_int,
+    c: c_int,
+    request: *mut c_int,
+) -> Result<(), c_int> {
+    let rc = rust_comm(c)?;
+    check(request, &[sendcount, recvcount])?;
+    // Only a scatter's root may receive "in place".
+    if !matches!(which, Gathering::Scatter(_)) {
+        crate::not_in_place(recvbuf)?;
+    }
+    let (me, n) = (rc.rank(), rc.size());
+    let mut kept = Kept::default();
+    match which {
+        Gathering::Gather(root) | Gathering::Scatter(root) if !(0..n).contains(&root) => Err(MPI_ERR_ROOT),
+        Gathering::Gather(root) if me != root => {
+            crate::not_in_place(sendbuf)?;
+            // SAFETY: the caller's contract.
+            let s = unsafe { kept.input(sendbuf, sendcount, sendtype, std::ptr::null(), 0)? };
+            let r = rc
+                .process_at_rank(root)
+                .try_immediate_gather_into(StaticScope, s)
+                .map_err(crate::errors::class_of_failure)?;
+            // SAFETY: checked non-null; the caller vouches it is writable.
+            unsafe { started(r, kept, request) }
+        }
+        Gathering::Gather(root) => {
+            // SAFETY: the caller's contract; in place, the root's part is a copy of its block.
+            let s = unsafe { part(&mut kept, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, me)? };
+            // SAFETY: the caller's contract.
+            let b = unsafe { kept.output(recvbuf, recvcount * n, datatype_ref(recvtype)?) };
+            let r = rc
+                .process_at_rank(root)
+                .try_immediate_gather_into_root(StaticScope, s, b)
+                .map_err(crate::errors::class_of_failure)?;
+            // SAFETY: checked non-null; the caller vouches it is writable.
+            unsafe { started(r, kept, request) }
+        }
+        Gathering::Scatter(root) if me != root => {
+            crate::not_in_place(recvbuf)?;
+            // SAFETY: the caller's contract.
+            let b = unsafe { kept.output(recvbuf, recvcount, datatype_ref(recvtype)?) };
+            let r = rc
+                .process_at_rank(root)
+                .try_immediate_scatter_into(StaticScope, b)
+                .map_err(crate::errors::class_of_failure)?;
+            // SAFETY: checked non-null; the caller vouches it is writable.
+            unsafe { started(r, kept, request) }
+        }
+        Gathering::Scatter(root) => {
+            crate::not_in_place(sendbuf)?;
+            // SAFETY: the caller's contract.
+            let s = unsafe { kept.input(sendbuf, sendcount * n, sendtype, std::ptr::null(), 0)? };
+            // In place, the root's part stays in `sendbuf`: it lands in a scratch copy.
+            let b = if is_in_place(recvbuf) {
+                let size = stageable(sendtype)?;
+                let scratch = kept.hold(vec![0u64; (sendcount.max(0) as usize * size).div_ceil(8)]);
+                // SAFETY: the scratch buffer is kept as long as the request.
+                unsafe { kept.output(scratch.as_mut_ptr() as *mut c_void, sendcount, datatype_ref(sendtype)?) }
+            } else {
+                // SAFETY: the caller's contract.
+                unsafe { kept.output(recvbuf, recvcount, datatype_ref(recvtype)?) }
+            };
+            let r = rc
+                .process_at_rank(root)
+                .try_immediate_scatter_into_root(StaticScope, s, b)
+                .map_err(crate::errors::class_of_failure)?;
+            // SAFETY: checked non-null; the caller vouches it is writable.
+            unsafe { started(r, kept, request) }
+        }
+        Gathering::Allgather => {
+            // SAFETY: the caller's contract; in place, this process's part is a copy.
+            let s = unsafe { part(&mut kept, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, me)? };
+            // SAFETY: the caller's contract.
+            let b = unsafe { kept.output(recvbuf, recvcount * n, datatype_ref(recvtype)?) };
+            let r = rc.try_immediate_all_gather_into(StaticScope, s, b).map_err(crate::errors::class_of_failure)?;
+            // SAFETY: checked non-null; the caller vouches it is writable.
+            unsafe { started(r, kept, request) }
+        }
+        Gathering::Alltoall => {
+            if is_in_place(sendbuf) {
+                return Err(MPI_ERR_UNSUPPORTED_OPERATION);
+            }
+            // SAFETY: the caller's contract.
+            let s = unsafe { kept.input(sendbuf, sendcount * n, sendtype, std::ptr::null(), 0)? };
+            // SAFETY: the caller's contract.
+            let b = unsafe { kept.output(recvbuf, recvcount * n, datatype_ref(recvtype)?) };
+            let r = rc.try_immediate_all_to_all_into(StaticScope, s, b).map_err(crate::errors::class_of_failure)?;
+            // SAFETY: checked non-null; the caller vouches it is writable.
+            unsafe { started(r, kept, request) }
+        }
+    }
+}
+
+/// Defines a nonblocking collective's `int` and large-count forms.
+macro_rules! bcast_forms {
+    ($name:ident, $t:ty) => {
+        mpi_fn! {
+            /// Starts a broadcast from `root`.
+            fn $name(buf: *mut c_void, count: $t, dt: c_int, root: c_int, c: c_int, request: *mut c_int) on c => {
+                let count = c_int::try_from(count).map_err(|_| MPI_ERR_COUNT)?;
+                // SAFETY: the caller's contract.
+                unsafe { ibcast(buf, count, dt, root, c, request) }
+            }
+        }
+    };
+}
+bcast_forms!(MPI_Ibcast, c_int);
+bcast_forms!(MPI_Ibcast_c, MPI_Count);
+
+macro_rules! reduction_forms {
+    ($name:ident, $t:ty, $which:expr, $what:literal) => {
+        mpi_fn! {
+            #[doc = concat!("Starts ", $what, ".")]
+            fn $name(
+                sendbuf: *const c_void,
+                recvbuf: *mut c_void,
+                count: $t,
+                dt: c_int,
+                o: c_int,
+                c: c_int,
+                request: *mut c_int,
+            ) on c => {
+                let count = c_int::try_from(count).map_err(|_| MPI_ERR_COUNT)?;
+                // SAFETY: the caller's contract.
+                unsafe { ireduce($which, sendbuf, recvbuf, count, dt, o, c, request) }
+            }
+        }
+    };
+}
+reduction_forms!(MPI_Iallreduce, c_int, Reduction::Allreduce, "a reduction to every process");
+reduction_forms!(MPI_Iallreduce_c, MPI_Count, Reduction::Allreduce, "a reduction to every process");
+reduction_forms!(MPI_Iscan, c_int, Reduction::Scan, "an inclusive prefix reduction");
+reduction_forms!(MPI_Iscan_c, MPI_Count, Reduction::Scan, "an inclusive prefix reduction");
+reduction_forms!(MPI_Iexscan, c_int, Reduction::Exscan, "an exclusive prefix reduction");
+reduction_forms!(MPI_Iexscan_c, MPI_Count, Reduction::Exscan, "an exclusive prefix reduction");
+
+macro_rules! reduce_forms {
+    ($name:ident, $t:ty) => {
+        mpi_fn! {
+            /// Starts a reduction to `root`.
+            fn $name(
+                sendbuf: *const c_void,
+                recvbuf: *mut c_void,
+                count: $t,
+                dt: c_int,
+                o: c_int,
+                root: c_int,
+                c: c_int,
+                request: *mut c_int,
+            ) on c => {
+                let count = c_int::try_from(count).map_err(|_| MPI_ERR_COUNT)?;
+                // SAFETY: the caller's contract.
+                unsafe { ireduce(Reduction::Reduce(root), sendbuf, recvbuf, count, dt, o, c, request) }
+            }
+        }
+    };
+}
+reduce_forms!(MPI_Ireduce, c_int);
+reduce_forms!(MPI_Ireduce_c, MPI_Count);
+
+macro_rules! rooted_forms {
+    ($name:ident, $t:ty, $which:ident, $what:literal) => {
+        mpi_fn! {
+            #[doc = concat!("Starts ", $what, ".")]
+            fn $name(
+                sendbuf: *const c_void,
+                sendcount: $t,
+                sendtype: c_int,
+                recvbuf: *mut c_void,
+                recvcount: $t,
+                recvtype: c_int,
+                root: c_int,
+                c: c_int,
+                request: *mut c_int,
+            ) on c => {
+                let sendcount = c_int::try_from(sendcount).map_err(|_| MPI_ERR_COUNT)?;
+                let recvcount = c_int::try_from(recvcount).map_err(|_| MPI_ERR_COUNT)?;
+                // SAFETY: the caller's contract.
+                unsafe {
+                    let which = Gathering::$which(root);
+                    igathering(which, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, c, request)
+                }
+            }
+        }
+    };
+}
+rooted_forms!(MPI_Igather, c_int, Gather, "a gather at `root`");
+rooted_forms!(MPI_Igather_c, MPI_Count, Gather, "a gather at `root`");
+rooted_forms!(MPI_Iscatter, c_int, Scatter, "a scatter from `root`");
+rooted_forms!(MPI_Iscatter_c, MPI_Count, Scatter, "a scatter from `root`");
+
+macro_rules! all_forms {
+    ($name:ident, $t:ty, $which:ident, $what:literal) => {
+        mpi_fn! {
+            #[doc = concat!("Starts ", $what, ".")]
+            fn $name(
+                sendbuf: *const c_void,
+                sendcount: $t,
+                sendtype: c_int,
+                recvbuf: *mut c_void,
+                recvcount: $t,
+                recvtype: c_int,
+                c: c_int,
+                request: *mut c_int,
+            ) on c => {
+                let sendcount = c_int::try_from(sendcount).map_err(|_| MPI_ERR_COUNT)?;
+                let recvcount = c_int::try_from(recvcount).map_err(|_| MPI_ERR_COUNT)?;
+                // SAFETY: the caller's contract.
+                unsafe {
+                    let which = Gathering::$which;
+                    igathering(which, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, c, request)
+                }
+            }
+        }
+    };
+}
+all_forms!(MPI_Iallgather, c_int, Allgather, "a gather at every process");
+all_forms!(MPI_Iallgather_c, MPI_Count, Allgather, "a gather at every process");
+all_forms!(MPI_Ialltoall, c_int, Alltoall, "an all-to-all exchange");
+all_forms!(MPI_Ialltoall_c, MPI_Count, Alltoall, "an all-to-all exchange");

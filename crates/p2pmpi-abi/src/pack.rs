@@ -1,0 +1,208 @@
+//! Packing: `MPI_Pack`, `MPI_Unpack`, `MPI_Pack_size` (and their `_c` forms), in the
+//! library's packed format (the data bytes of each element, in order: what `MPI_PACKED`
+//! messages carry between p2pmpi processes). `MPI_Pack_external` is to come.
+
+use crate::consts::*;
+use crate::datatypes::{datatype_ref, MPI_Count};
+use crate::handles::rust_comm;
+use p2pmpi::datatype::{DynBuffer, DynBufferMut};
+use p2pmpi::traits::*;
+use std::os::raw::{c_int, c_void};
+
+/// The bytes `count` elements of `dt` pack into.
+fn needed(count: MPI_Count, dt: c_int) -> Result<usize, c_int> {
+    let n = usize::try_from(count).map_err(|_| MPI_ERR_COUNT)?;
+    Ok(n * datatype_ref(dt)?.type_map().size())
+}
+
+/// Packs `incount` elements of `dt` at `inbuf` into `outbuf` (`outsize` bytes) at
+/// `*position`, which moves past them.
+///
+/// # Safety
+/// As `MPI_Pack` says.
+#[allow(clippy::too_many_arguments)]
+unsafe fn pack(
+    inbuf: *const c_void,
+    incount: MPI_Count,
+    dt: c_int,
+    outbuf: *mut c_void,
+    outsize: MPI_Count,
+    position: *mut MPI_Count,
+    c: c_int,
+) -> Result<(), c_int> {
+    let rc = rust_comm(c)?;
+    let need = needed(incount, dt)?;
+    if position.is_null() || outsize < 0 {
+        return Err(MPI_ERR_ARG);
+    }
+    // SAFETY: checked non-null; the caller vouches it is readable.
+    let pos = unsafe { position.read() };
+    if pos < 0 || pos as usize + need > outsize as usize {
+        return Err(MPI_ERR_TRUNCATE);
+    }
+    if need == 0 {
+        return Ok(());
+    }
+    let count = c_int::try_from(incount).map_err(|_| MPI_ERR_COUNT)?;
+    // SAFETY: the caller vouches for `incount` elements at `inbuf` and `outsize` writable
+    // bytes at `outbuf`, apart from each other.
+    let (b, out) = unsafe {
+        (
+            DynBuffer::from_raw(crate::nz(inbuf, count), count, datatype_ref(dt)?),
+            std::slice::from_raw_parts_mut(outbuf as *mut u8, outsize as usize),
+        )
+    };
+    let end = rc.pack_into(&b, out, pos as c_int);
+    // SAFETY: as above.
+    unsafe { position.write(end as MPI_Count) };
+    Ok(())
+}
+
+/// Unpacks `outcount` elements of `dt` into `outbuf` from `inbuf` (`insize` bytes) at
+/// `*position`, which moves past them.
+///
+/// # Safety
+/// As `MPI_Unpack` says.
+#[allow(clippy::too_many_arguments)]
+unsafe fn unpack(
+    inbuf: *const c_void,
+    insize: MPI_Count,
+    position: *mut MPI_Count,
+    outbuf: *mut c_void,
+    outcount: MPI_Count,
+    dt: c_int,
+    c: c_int,
+) -> Result<(), c_int> {
+    let rc = rust_comm(c)?;
+    let need = needed(outcount, dt)?;
+    if position.is_null() || insize < 0 {
+        return Err(MPI_ERR_ARG);
+    }
+    // SAFETY: checked non-null; the caller vouches it is readable.
+    let pos = unsafe { position.read() };
+    if pos < 0 || pos as usize + need > insize as usize {
+        return Err(MPI_ERR_TRUNCATE);
+    }
+    if need == 0 {
+        return Ok(());
+    }
+    let count = c_int::try_from(outcount).map_err(|_| MPI_ERR_COUNT)?;
+    // SAFETY: the caller vouches for `insize` bytes at `inbuf` and `outcount` writable
+    // elements at `outbuf`, apart from each other; every byte pattern is a valid value of a
+    // predefined type (the library writes 0 or 1 to booleans).
+    let end = unsafe {
+        let input = std::slice::from_raw_parts(inbuf as *const u8, insize as usize);
+        let mut b = DynBufferMut::from_raw(crate::nz_mut(outbuf, count), count, datatype_ref(dt)?);
+        rc.unpack_into(input, &mut b, pos as c_int)
+    };
+    // SAFETY: as above.
+    unsafe { position.write(end as MPI_Count) };
+    Ok(())
+}
+
+/// Runs `f` with `*position` as an `MPI_Count`, written back as an `int`.
+///
+/// # Safety
+/// `position` must be null or valid for a read and a write.
+unsafe fn with_int_position(
+    position: *mut c_int,
+    f: impl FnOnce(*mut MPI_Count) -> Result<(), c_int>,
+) -> Result<(), c_int> {
+    if position.is_null() {
+        return Err(MPI_ERR_ARG);
+    }
+    // SAFETY: checked non-null; the caller vouches for it.
+    let mut p = unsafe { position.read() } as MPI_Count;
+    f(&mut p)?;
+    // SAFETY: as above.
+    unsafe { position.write(c_int::try_from(p).map_err(|_| MPI_ERR_COUNT)?) };
+    Ok(())
+}
+
+mpi_fn! {
+    /// Packs `incount` elements of `datatype` into `outbuf` at `*position`.
+    fn MPI_Pack(
+        inbuf: *const c_void,
+        incount: c_int,
+        dt: c_int,
+        outbuf: *mut c_void,
+        outsize: c_int,
+        position: *mut c_int,
+        c: c_int,
+    ) on c => {
+        // SAFETY: the caller's contract.
+        unsafe {
+            with_int_position(position, |p| pack(inbuf, incount as MPI_Count, dt, outbuf, outsize as MPI_Count, p, c))
+        }
+    }
+}
+
+mpi_fn! {
+    /// `MPI_Pack` with large counts.
+    fn MPI_Pack_c(
+        inbuf: *const c_void,
+        incount: MPI_Count,
+        dt: c_int,
+        outbuf: *mut c_void,
+        outsize: MPI_Count,
+        position: *mut MPI_Count,
+        c: c_int,
+    ) on c => {
+        // SAFETY: the caller's contract.
+        unsafe { pack(inbuf, incount, dt, outbuf, outsize, position, c) }
+    }
+}
+
+mpi_fn! {
+    /// Unpacks `outcount` elements of `datatype` from `inbuf` at `*position`.
+    fn MPI_Unpack(
+        inbuf: *const c_void,
+        insize: c_int,
+        position: *mut c_int,
+        outbuf: *mut c_void,
+        outcount: c_int,
+        dt: c_int,
+        c: c_int,
+    ) on c => {
+        // SAFETY: the caller's contract.
+        unsafe {
+            with_int_position(position, |p| unpack(inbuf, insize as MPI_Count, p, outbuf, outcount as MPI_Count, dt, c))
+        }
+    }
+}
+
+mpi_fn! {
+    /// `MPI_Unpack` with large counts.
+    fn MPI_Unpack_c(
+        inbuf: *const c_void,
+        insize: MPI_Count,
+        position: *mut MPI_Count,
+        outbuf: *mut c_void,
+        outcount: MPI_Count,
+        dt: c_int,
+        c: c_int,
+    ) on c => {
+        // SAFETY: the caller's contract.
+        unsafe { unpack(inbuf, insize, position, outbuf, outcount, dt, c) }
+    }
+}
+
+mpi_fn! {
+    /// The bytes `incount` elements of `datatype` pack into.
+    fn MPI_Pack_size(incount: c_int, dt: c_int, c: c_int, size: *mut c_int) on c => {
+        rust_comm(c)?;
+        let n = c_int::try_from(needed(incount as MPI_Count, dt)?).map_err(|_| MPI_ERR_COUNT)?;
+        // SAFETY: the caller's contract.
+        unsafe { crate::put(size, n) }
+    }
+}
+
+mpi_fn! {
+    /// `MPI_Pack_size` with large counts.
+    fn MPI_Pack_size_c(incount: MPI_Count, dt: c_int, c: c_int, size: *mut MPI_Count) on c => {
+        rust_comm(c)?;
+        let n = needed(incount, dt)? as MPI_Count;
+        // SAFETY: the caller's contract.
+        unsafe { crate::put(size, n) }
+    }
+}

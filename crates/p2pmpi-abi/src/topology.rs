@@ -1,0 +1,173 @@
+//! Cartesian topologies: `MPI_Cart_create`, `MPI_Cart_coords`, `MPI_Cart_rank`,
+//! `MPI_Cart_shift`, `MPI_Cart_get`, `MPI_Cartdim_get`, `MPI_Cart_sub`, `MPI_Topo_test`, on
+//! the library's (`p2pmpi::ffi`); and `MPI_Comm_split_type` (`MPI_COMM_TYPE_SHARED`: the
+//! processes of this host). Graph topologies are to come.
+
+use crate::consts::*;
+use crate::errors::inherit_handler;
+use crate::handles::{comm, new_comm, rust_comm, CommEntry, COMMS};
+use crate::ok;
+use p2pmpi::ffi;
+use p2pmpi::traits::*;
+use std::os::raw::c_int;
+
+/// `MPI_COMM_TYPE_SHARED`.
+const MPI_COMM_TYPE_SHARED: c_int = 1;
+
+/// Writes the new communicator the library made at `out`, with `parent`'s error handler.
+///
+/// # Safety
+/// `out` must be valid for a write.
+unsafe fn put_new(out: *mut c_int, parent: c_int, made: ffi::MPI_Comm) {
+    let h = new_comm(made);
+    if h != MPI_COMM_NULL {
+        inherit_handler(parent, h);
+    }
+    // SAFETY: the caller's contract.
+    unsafe { out.write(h) };
+}
+
+/// The library's null communicator, to receive a new one.
+fn null_comm() -> ffi::MPI_Comm {
+    // SAFETY: the predefined names are initialized statics that nothing writes.
+    unsafe { ffi::RSMPI_COMM_NULL }
+}
+
+mpi_fn! {
+    /// A Cartesian communicator of `ndims` dimensions over `comm`'s first processes
+    /// (`MPI_COMM_NULL` at the others).
+    fn MPI_Cart_create(
+        c: c_int,
+        ndims: c_int,
+        dims: *const c_int,
+        periods: *const c_int,
+        reorder: c_int,
+        out: *mut c_int,
+    ) on c => {
+        let fc = comm(c)?;
+        if out.is_null() {
+            return Err(MPI_ERR_ARG);
+        }
+        let mut d = null_comm();
+        // SAFETY: the caller vouches for `ndims` entries of `dims` and `periods`; `d` is a local.
+        ok(unsafe { ffi::MPI_Cart_create(fc, ndims, dims, periods, reorder, &mut d) })?;
+        // SAFETY: checked non-null; the caller vouches it is writable.
+        unsafe { put_new(out, c, d) };
+        Ok(())
+    }
+}
+
+mpi_fn! {
+    /// The coordinates of `rank` in a Cartesian communicator.
+    fn MPI_Cart_coords(c: c_int, rank: c_int, maxdims: c_int, coords: *mut c_int) on c => {
+        let fc = comm(c)?;
+        // SAFETY: the caller vouches for `maxdims` writable entries.
+        ok(unsafe { ffi::MPI_Cart_coords(fc, rank, maxdims, coords) })
+    }
+}
+
+mpi_fn! {
+    /// The rank at `coords` in a Cartesian communicator.
+    fn MPI_Cart_rank(c: c_int, coords: *const c_int, rank: *mut c_int) on c => {
+        let fc = comm(c)?;
+        // SAFETY: the caller vouches for the coordinates and `rank`.
+        ok(unsafe { ffi::MPI_Cart_rank(fc, coords, rank) })
+    }
+}
+
+mpi_fn! {
+    /// The ranks `disp` steps before and after this process along `direction`
+    /// (`MPI_PROC_NULL` off a non-periodic edge).
+    fn MPI_Cart_shift(c: c_int, direction: c_int, disp: c_int, source: *mut c_int, dest: *mut c_int) on c => {
+        let fc = comm(c)?;
+        // SAFETY: the caller vouches for both outputs.
+        ok(unsafe { ffi::MPI_Cart_shift(fc, direction, disp, source, dest) })
+    }
+}
+
+mpi_fn! {
+    /// The dimensions, periodicities and this process's coordinates.
+    fn MPI_Cart_get(c: c_int, maxdims: c_int, dims: *mut c_int, periods: *mut c_int, coords: *mut c_int) on c => {
+        let fc = comm(c)?;
+        // SAFETY: the caller vouches for `maxdims` writable entries of each array.
+        ok(unsafe { ffi::MPI_Cart_get(fc, maxdims, dims, periods, coords) })
+    }
+}
+
+mpi_fn! {
+    /// The number of dimensions of a Cartesian communicator.
+    fn MPI_Cartdim_get(c: c_int, ndims: *mut c_int) on c => {
+        let fc = comm(c)?;
+        if ndims.is_null() {
+            return Err(MPI_ERR_ARG);
+        }
+        // SAFETY: checked non-null; the caller vouches it is writable.
+        ok(unsafe { ffi::MPI_Cartdim_get(fc, ndims) })
+    }
+}
+
+mpi_fn! {
+    /// The Cartesian communicator of the dimensions `remain_dims` keeps (collective).
+    fn MPI_Cart_sub(c: c_int, remain_dims: *const c_int, out: *mut c_int) on c => {
+        let fc = comm(c)?;
+        if out.is_null() {
+            return Err(MPI_ERR_ARG);
+        }
+        let mut d = null_comm();
+        // SAFETY: the caller vouches for one entry per dimension; `d` is a local.
+        ok(unsafe { ffi::MPI_Cart_sub(fc, remain_dims, &mut d) })?;
+        // SAFETY: checked non-null; the caller vouches it is writable.
+        unsafe { put_new(out, c, d) };
+        Ok(())
+    }
+}
+
+mpi_fn! {
+    /// The topology of `comm`: `MPI_CART`, `MPI_GRAPH`, `MPI_DIST_GRAPH` or `MPI_UNDEFINED`.
+    fn MPI_Topo_test(c: c_int, status: *mut c_int) on c => {
+        let fc = comm(c)?;
+        if status.is_null() {
+            return Err(MPI_ERR_ARG);
+        }
+        match crate::topologies::get(c) {
+            // SAFETY: checked non-null; the caller vouches it is writable.
+            Some(crate::topologies::Topology::Graph { .. }) => unsafe { status.write(crate::graph::MPI_GRAPH) },
+            // SAFETY: as above.
+            Some(crate::topologies::Topology::Dist { .. }) => unsafe { status.write(crate::graph::MPI_DIST_GRAPH) },
+            // SAFETY: checked non-null; the caller vouches it is writable (MPICH's values).
+            None => ok(unsafe { ffi::MPI_Topo_test(fc, status) })?,
+        }
+        Ok(())
+    }
+}
+
+mpi_fn! {
+    /// Splits `comm` by type: `MPI_COMM_TYPE_SHARED` gives the processes of this host, ordered
+    /// by `key`; `MPI_UNDEFINED` gives `MPI_COMM_NULL`.
+    fn MPI_Comm_split_type(c: c_int, split_type: c_int, key: c_int, _info: c_int, out: *mut c_int) on c => {
+        let rc = rust_comm(c)?;
+        if out.is_null() {
+            return Err(MPI_ERR_ARG);
+        }
+        let h = match split_type {
+            MPI_UNDEFINED => {
+                // Collective all the same: the others may split.
+                let none = rc
+                    .try_split_by_color_with_key(p2pmpi::topology::Color::undefined(), key)
+                    .map_err(crate::errors::class_of_failure)?;
+                debug_assert!(none.is_none());
+                MPI_COMM_NULL
+            }
+            MPI_COMM_TYPE_SHARED => {
+                let s = rc.try_split_shared(key).map_err(crate::errors::class_of_failure)?;
+                let h = COMMS.insert(CommEntry { raw: s.as_raw(), rust: s });
+                inherit_handler(c, h);
+                h
+            }
+            _ => return Err(MPI_ERR_ARG),
+        };
+        // SAFETY: checked non-null; the caller vouches it is writable.
+        unsafe { out.write(h) };
+        Ok(())
+    }
+}

@@ -1,0 +1,58 @@
+//! One-sided communication (windows) in C programs built by `mpicc.mpich`, run unchanged by
+//! `p2pmpirun --local`: fence epochs with put, get and accumulate, window attributes, and
+//! passive-target epochs served while the target waits in a blocking receive.
+
+mod common;
+use common::*;
+use std::time::Duration;
+
+const T: Duration = Duration::from_secs(120);
+
+#[test]
+fn fence_and_passive_target_epochs_on_three_processes() {
+    if !require(&["mpicc.mpich"], true) {
+        return;
+    }
+    let o = run(3, &c_program("rma"), &[], T);
+    let show = format!("stdout:\n{}\nstderr:\n{}", o.stdout, o.stderr);
+    assert!(o.status.success(), "{show}");
+    let mut want = vec![
+        "rma 0: fence puts 100 200 300 sum 6 max 14 get 1001 strided 3 6 9".to_string(),
+        "rma 1: fence puts 100 200 300 sum 6 max 14 get 1002 strided 1 2 3".to_string(),
+        "rma 2: fence puts 100 200 300 sum 6 max 14 get 1000 strided 2 4 6".to_string(),
+        // MPI_REPLACE writes the previous rank's 100 (r + 1), MPI_NO_OP leaves 0; an origin
+        // vector datatype reads the strided values back.
+        "rma 0: replace 300 no_op 0 strided get 1 2 3".to_string(),
+        "rma 1: replace 100 no_op 0 strided get 2 4 6".to_string(),
+        "rma 2: replace 200 no_op 0 strided get 3 6 9".to_string(),
+        "rma 1: doubles 3.0 6.0".to_string(),
+        // 2 ranks x 20 increments under exclusive locks: none lost.
+        "rma 2: counter read 40".to_string(),
+        "rma 0: counter told 40 local 40".to_string(),
+    ];
+    for r in 0..3 {
+        want.push(format!("rma {r}: attributes ok"));
+        want.push(format!("rma {r}: outside the window refused 1"));
+        want.push(format!("rma {r}: lock_all sum 6 group 3"));
+    }
+    for l in want {
+        assert!(o.stdout.lines().any(|x| x == l), "missing {l:?}\n{show}");
+    }
+    assert!(!o.stdout.contains("FAILED"), "{show}");
+}
+
+#[test]
+fn windows_are_refused_in_replicated_jobs_without_a_hang() {
+    if !require(&["mpicc.mpich"], true) {
+        return;
+    }
+    let mut cmd = std::process::Command::new(launcher());
+    cmd.args(["--local", "-r", "2", "-n", "3"]).arg(c_program("rma"));
+    cmd.env("LD_LIBRARY_PATH", lib_dir()).env("P2PMPI_HOME", "/nonexistent/p2pmpi-abi-tests");
+    let o = run_cmd(&mut cmd, T);
+    let show = format!("stdout:\n{}\nstderr:\n{}", o.stdout, o.stderr);
+    assert!(!o.status.success(), "{show}");
+    // The program's own check of MPI_Win_allocate's answer (MPI_ERRORS_RETURN) stops it.
+    assert!(o.stdout.lines().any(|l| l.starts_with("rma ") && l.ends_with(": allocate")), "{show}");
+    assert!(!o.stdout.contains("attributes ok"), "{show}");
+}

@@ -1,0 +1,238 @@
+//! C and Python programs of MPICH's ABI under `p2pmpirun`, unchanged and with no setting of
+//! the user (issue 37): the launcher finds p2pmpi's library (built next to it) and puts it first
+//! on every rank's library path, locally and on a grid (staged); replicated jobs survive a
+//! killed master or replica and print every line once; Python runs alike in every replica; a
+//! program that loads another MPI library is stopped, named; `p2pmpi mpicc` builds programs
+//! that run, and `p2pmpi abi-check` lists what a program imports that the library only stubs.
+#![forbid(unsafe_code)]
+
+mod common;
+
+use common::abi::{build_library, c_program, profile_dir, venv};
+use common::grid::{TestGrid, LIMIT};
+use common::job::Job;
+use common::{env_of, kill9, launcher, p2pmpi_tool, processes_with, require_tools, run_cmd, under_ci, Outcome};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+/// A fast failure detector: T_gossip 100 ms, no extra hang time.
+const FD: [&str; 4] = ["--t-gossip", "100", "--t-max-hang", "0"];
+
+/// `p2pmpirun ARGS` as a user without any setting types it: no `LD_LIBRARY_PATH`, no
+/// `P2PMPI_ABI_LIB`, no peer daemon (the job runs on this host).
+fn plain(args: &[&str]) -> Command {
+    let mut cmd = Command::new(launcher());
+    cmd.args(args)
+        .env_remove("LD_LIBRARY_PATH")
+        .env_remove("P2PMPI_ABI_LIB")
+        .env_remove("PYTHONHASHSEED")
+        .env("P2PMPI_HOME", "/nonexistent/p2pmpi-abi-launch-tests");
+    cmd
+}
+
+/// The lines `steps K` prints on N ranks, sorted (step s: the sum over the ranks of rank + s).
+fn steps_output(n: usize, k: usize) -> Vec<String> {
+    let mut v: Vec<String> = (0..k)
+        .flat_map(|s| (0..n).map(move |r| format!("step {s} rank {r} of {n}: sum {}", n * (n - 1) / 2 + n * s)))
+        .collect();
+    v.sort();
+    v
+}
+
+fn sorted_lines(text: &str) -> Vec<String> {
+    let mut v: Vec<String> = text.lines().map(str::to_string).collect();
+    v.sort();
+    v
+}
+
+/// Waits until `count` processes carry `marker`; slot → pid.
+fn slots_of(marker: &str, count: usize) -> HashMap<usize, u32> {
+    let mut found = HashMap::new();
+    common::wait_until(Duration::from_secs(30), &format!("{count} processes of the job"), || {
+        found = processes_with(marker)
+            .into_iter()
+            .filter_map(|pid| env_of(pid, "P2PMPI_RANK").and_then(|s| s.parse().ok()).map(|s| (s, pid)))
+            .collect();
+        found.len() >= count
+    });
+    found
+}
+
+/// Whether the C tests run (they need Debian's `mpicc.mpich`); builds the library.
+fn with_mpich() -> bool {
+    if !require_tools(&["mpicc.mpich"], "(Debian's MPICH builds the C programs: apt install mpich libmpich-dev)") {
+        return false;
+    }
+    build_library();
+    true
+}
+
+fn mpich_program(name: &str) -> PathBuf {
+    c_program(name, name, &["mpicc.mpich"], &[])
+}
+
+#[test]
+fn a_program_built_by_mpicc_mpich_runs_unchanged_under_plain_p2pmpirun() {
+    if !with_mpich() {
+        return;
+    }
+    let prog = mpich_program("steps");
+    let o = run_cmd(plain(&["--local", "-n", "4"]).arg(&prog).args(["3", "0"]), LIMIT);
+    o.assert_ok();
+    assert_eq!(sorted_lines(&o.stdout), steps_output(4, 3), "{}", o.stderr);
+    // The library missing: the job does not start, and the error says where it was looked for.
+    let missing = "/nonexistent/p2pmpi-abi-launch-tests/libp2pmpi_abi.so";
+    let o = run_cmd(plain(&["--local", "-n", "2"]).arg(&prog).env("P2PMPI_ABI_LIB", missing), LIMIT);
+    assert_eq!(o.code(), Some(2), "{}", o.stderr);
+    assert!(o.stderr.contains("needs libmpich.so.12") && o.stderr.contains(missing), "{}", o.stderr);
+}
+
+#[test]
+fn a_replicated_c_job_survives_its_killed_master_and_prints_every_line_once() {
+    if !with_mpich() {
+        return;
+    }
+    let prog = mpich_program("steps");
+    let marker = common::marker("c-takeover");
+    let job = Job::spawn(plain(&["--local", "-n", "3", "-r", "2"]).args(FD).arg(&prog).args(["30", "30", &marker]));
+    let slots = slots_of(&marker, 6);
+    job.wait_for(LIMIT, "step 4 printed", |l| l.iter().any(|l| l.text.starts_with("step 4 ")).then_some(()));
+    // Slot 2 is rank 1's first replica, its master: its successor takes over where the shown
+    // output stopped (standard output is line-buffered from MPI_Init).
+    kill9(slots[&2]);
+    let e = job.end(LIMIT);
+    assert_eq!(e.code, 0, "{}", e.text);
+    assert_eq!(sorted_lines(&e.stdout), steps_output(3, 30), "a line lost or printed twice:\n{}", e.text);
+    assert!(e.text.contains("rank 1 replica 0"), "no report of the killed master:\n{}", e.text);
+    assert!(e.text.contains("rank 1 goes on with 1 replica(s)"), "{}", e.text);
+}
+
+const PYTHON: &str = r#"
+import os, sys, time
+from mpi4py import MPI
+comm = MPI.COMM_WORLD
+r = comm.Get_rank()
+for s in range(20):
+    total = comm.allreduce(r + s)
+    seed, unbuffered = os.environ["PYTHONHASHSEED"], os.environ["PYTHONUNBUFFERED"]
+    print(f"step {s} rank {r}: sum {total} seed {seed} unbuffered {unbuffered} lib {MPI.Get_library_version().split()[0]}")
+    time.sleep(0.04)
+"#;
+
+#[test]
+fn an_mpi4py_program_runs_replicated_through_a_killed_replica() {
+    if !require_tools(&["python3"], "(mpi4py's wheel runs in a virtual environment)") {
+        return;
+    }
+    build_library();
+    let dir = match venv() {
+        Ok(d) => d,
+        Err(why) => {
+            assert!(!under_ci(), "mpi4py's wheel is needed under CI: {why}");
+            eprintln!("SKIPPED: an_mpi4py_program_runs_replicated_through_a_killed_replica: {why}");
+            return;
+        }
+    };
+    let marker = common::marker("mpi4py");
+    let script = profile_dir().join(format!("{marker}.py"));
+    std::fs::write(&script, PYTHON).unwrap();
+    let py = dir.join("bin/python3");
+    let job = Job::spawn(plain(&["--local", "-n", "3", "-r", "2"]).args(FD).arg(&py).arg(&script));
+    let slots = slots_of(&marker, 6);
+    // One PYTHONHASHSEED for every process of the job, replicas included; unbuffered output.
+    let seeds: Vec<Option<String>> = slots.values().map(|&p| env_of(p, "PYTHONHASHSEED")).collect();
+    assert!(seeds[0].is_some() && seeds.iter().all(|s| *s == seeds[0]), "{seeds:?}");
+    let seed = seeds[0].clone().unwrap();
+    job.wait_for(LIMIT, "step 3 printed", |l| l.iter().any(|l| l.text.starts_with("step 3 ")).then_some(()));
+    // Slot 3: rank 1's second replica.
+    kill9(slots[&3]);
+    let e = job.end(LIMIT);
+    let _ = std::fs::remove_file(&script);
+    assert_eq!(e.code, 0, "{}", e.text);
+    let mut want: Vec<String> = (0..20)
+        .flat_map(|s| {
+            let seed = seed.clone();
+            (0..3).map(move |r| format!("step {s} rank {r}: sum {} seed {seed} unbuffered 1 lib p2pmpi", 3 + 3 * s))
+        })
+        .collect();
+    want.sort();
+    assert_eq!(sorted_lines(&e.stdout), want, "{}", e.text);
+    assert!(e.text.contains("rank 1 replica 1"), "no report of the killed replica:\n{}", e.text);
+}
+
+/// The directory of Debian's `libmpich.so.12`.
+fn debian_mpich_dir() -> PathBuf {
+    ["/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|d| d.join("libmpich.so.12").exists())
+        .expect("mpicc.mpich is installed, but no libmpich.so.12 was found")
+}
+
+#[test]
+fn a_program_that_loads_another_mpi_library_is_stopped_named() {
+    if !with_mpich() {
+        return;
+    }
+    let rpath = format!("-Wl,-rpath,{}", debian_mpich_dir().display());
+    let prog = c_program("alone", "alone-rpath", &["mpicc.mpich"], &[&rpath, "-Wl,--disable-new-dtags"]);
+    // Seen in the program before it starts: refused.
+    let o = run_cmd(plain(&["--local", "-n", "2"]).arg(&prog), LIMIT);
+    assert_eq!(o.code(), Some(2), "{}", o.stderr);
+    assert!(o.stderr.contains("would load") && o.stderr.contains("libmpich.so.12"), "{}", o.stderr);
+    assert!(o.stderr.contains("RPATH"), "{}", o.stderr);
+    // Started by a shell (the launcher cannot see through it): the rank that mapped Debian's
+    // library is stopped, named, long before the program's own minute of waiting.
+    let exec = format!("exec {}", prog.display());
+    let o: Outcome = run_cmd(&mut plain(&["--local", "-n", "2", "sh", "-c", &exec]), Duration::from_secs(30));
+    assert!(!o.status.success(), "{}", o.stderr);
+    assert!(o.stderr.contains("loaded another MPI library") && o.stderr.contains("libmpich.so"), "{}", o.stderr);
+    assert!(o.stderr.contains("rank 0") || o.stderr.contains("rank 1"), "{}", o.stderr);
+    assert!(o.elapsed < Duration::from_secs(20), "stopped after {:?}", o.elapsed);
+}
+
+#[test]
+fn p2pmpi_mpicc_builds_a_program_that_runs() {
+    if !require_tools(&["gcc"], "(p2pmpi mpicc runs gcc)") {
+        return;
+    }
+    build_library();
+    let tool = p2pmpi_tool();
+    let mpicc = [tool.to_str().unwrap(), "mpicc"];
+    let prog = c_program("steps", "steps-p2pmpi-mpicc", &mpicc, &[]);
+    let o = run_cmd(plain(&["--local", "-n", "3"]).arg(&prog).args(["2", "0"]), LIMIT);
+    o.assert_ok();
+    assert_eq!(sorted_lines(&o.stdout), steps_output(3, 2), "{}", o.stderr);
+}
+
+#[test]
+fn abi_check_lists_the_imported_functions_that_are_only_stubs() {
+    if !with_mpich() {
+        return;
+    }
+    let tool = p2pmpi_tool();
+    let check = |p: &Path| run_cmd(Command::new(&tool).arg("abi-check").arg(p), LIMIT);
+    let o = check(&mpich_program("steps"));
+    assert_eq!(o.code(), Some(0), "{}{}", o.stdout, o.stderr);
+    assert!(!o.stdout.contains("stub") && !o.stdout.contains("absent"), "{}", o.stdout);
+    // MPI-IO: declared by MPICH's header, a stub in p2pmpi's library.
+    let fileio = mpich_program("fileio");
+    let o = check(&fileio);
+    assert_eq!(o.code(), Some(1), "{}{}", o.stdout, o.stderr);
+    assert!(o.stdout.lines().any(|l| l.trim() == "MPI_File_open: stub (fails with MPI_ERR_UNSUPPORTED_OPERATION)"));
+    assert!(!o.stdout.contains("MPI_Init:"), "{}", o.stdout);
+}
+
+#[test]
+fn a_c_program_runs_replicated_on_a_local_grid_with_the_library_staged() {
+    if !with_mpich() {
+        return;
+    }
+    let prog = mpich_program("steps");
+    let g = TestGrid::start("abi-launch", 2, &["--procs", "3"]);
+    let o = g.run(&["-n", "3", "-r", "2", prog.to_str().unwrap(), "3", "0"]);
+    o.assert_ok();
+    assert_eq!(sorted_lines(&o.stdout), steps_output(3, 3), "{}", o.stderr);
+}
