@@ -70,6 +70,8 @@ int main(int argc, char **argv) {
         if (rank == 1) _exit(0);
         rc = MPI_Allgatherv(&x, 1, MPI_INT, all, counts, displs, MPI_INT, MPI_COMM_WORLD);
         MPI_Error_class(rc, &cls);
+        /* A survivor that saw the failure frees the others from the collective it left. */
+        if (cls == MPIX_ERR_PROC_FAILED) MPIX_Comm_revoke(MPI_COMM_WORLD);
         printf("rank %d: allgatherv after a loss: class %d\n", rank, cls);
         fflush(stdout);
         MPI_Finalize();
