@@ -121,21 +121,22 @@ pub fn needs(program: &Path) -> Option<String> {
     if base.starts_with("python") {
         return Some("is Python (mpi4py loads libmpi.so)".into());
     }
-    let head = std::fs::read(program).ok()?;
+    let mut head = Vec::with_capacity(256);
+    std::io::Read::read_to_end(&mut std::io::Read::take(std::fs::File::open(program).ok()?, 256), &mut head).ok()?;
     if !is_elf(&head) {
         let first = head.split(|&b| b == b'\n').next().unwrap_or(&[]);
         let first = String::from_utf8_lossy(first);
         return (first.starts_with("#!") && first.contains("python"))
             .then(|| "is a Python script (mpi4py loads libmpi.so)".into());
     }
-    let needed = Elf::parse(head).and_then(|e| e.needed()).ok()?;
+    let needed = Elf::read_dynamic(program).and_then(|e| e.needed()).ok()?;
     needed.into_iter().find(|n| is_mpi_name(n)).map(|n| format!("needs {n} (a program of MPICH's ABI)"))
 }
 
 /// Refuses a program whose RPATH (searched before `LD_LIBRARY_PATH`) holds another MPI
 /// library it needs: every rank would load that one.
 pub fn check_rpath(program: &Path, ours: &Path) -> Result<()> {
-    let Ok(elf) = Elf::read(program) else { return Ok(()) };
+    let Ok(elf) = Elf::read_dynamic(program) else { return Ok(()) };
     let (Ok(needed), Ok((rpath, runpath))) = (elf.needed(), elf.search_paths()) else { return Ok(()) };
     let origin = program.parent().map(|p| p.to_string_lossy().into_owned()).unwrap_or_else(|| ".".into());
     let origin = if origin.is_empty() { ".".to_string() } else { origin };
@@ -242,7 +243,9 @@ fn job_library_path(extra: &[(String, String)]) -> Option<String> {
 
 /// Whether the library file `lib` is p2pmpi's (it lists its stubs).
 fn is_ours(lib: &Path) -> bool {
-    Elf::read(lib).and_then(|e| e.symbols()).is_ok_and(|s| s.iter().any(|s| s.defined && s.name == STUBS_SYMBOL))
+    Elf::read_dynamic(lib)
+        .and_then(|e| e.symbols())
+        .is_ok_and(|s| s.iter().any(|s| s.defined && s.name == STUBS_SYMBOL))
 }
 
 /// p2pmpi's library where the job's library path already leads a program of MPICH's ABI: the
