@@ -208,6 +208,7 @@ typedef int (MPI_Delete_function)(MPI_Comm comm, int keyval, void *value, void *
 /* The copy callback that copies the value (MPICH's function). */
 #define MPI_DUP_FN              MPIR_Dup_fn
 #define MPI_COMM_DUP_FN         ((MPI_Comm_copy_attr_function *)MPI_DUP_FN)
+#define MPI_TYPE_DUP_FN         ((MPI_Type_copy_attr_function *)MPI_DUP_FN)
 
 /* ------------------------------------------------------------------------- constants */
 
@@ -470,6 +471,12 @@ P2PMPI_FN(int, Comm_free_keyval, (int *comm_keyval))
 P2PMPI_FN(int, Comm_set_attr, (MPI_Comm comm, int comm_keyval, void *attribute_val))
 P2PMPI_FN(int, Comm_get_attr, (MPI_Comm comm, int comm_keyval, void *attribute_val, int *flag))
 P2PMPI_FN(int, Comm_delete_attr, (MPI_Comm comm, int comm_keyval))
+/* Attributes of datatypes. */
+P2PMPI_FN(int, Type_create_keyval, (MPI_Type_copy_attr_function *type_copy_attr_fn, MPI_Type_delete_attr_function *type_delete_attr_fn, int *type_keyval, void *extra_state))
+P2PMPI_FN(int, Type_free_keyval, (int *type_keyval))
+P2PMPI_FN(int, Type_set_attr, (MPI_Datatype datatype, int type_keyval, void *attribute_val))
+P2PMPI_FN(int, Type_get_attr, (MPI_Datatype datatype, int type_keyval, void *attribute_val, int *flag))
+P2PMPI_FN(int, Type_delete_attr, (MPI_Datatype datatype, int type_keyval))
 P2PMPI_FN(int, Keyval_create, (MPI_Copy_function *copy_fn, MPI_Delete_function *delete_fn, int *keyval, void *extra_state))
 P2PMPI_FN(int, Keyval_free, (int *keyval))
 P2PMPI_FN(int, Attr_put, (MPI_Comm comm, int keyval, void *attribute_val))

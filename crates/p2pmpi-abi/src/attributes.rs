@@ -9,7 +9,10 @@
 //! handles: copied by the keys' copy callbacks when a communicator is duplicated
 //! ([`copy_all`]), deleted by their delete callbacks when it is freed ([`delete_all`]) and,
 //! for `MPI_COMM_SELF`, at `MPI_Finalize`. Callbacks run outside every lock (they may call
-//! MPI). Attributes of datatypes and windows are to come.
+//! MPI). Attributes of datatypes (`MPI_Type_create_keyval`, `MPI_Type_free_keyval`,
+//! `MPI_Type_set_attr`, `MPI_Type_get_attr`, `MPI_Type_delete_attr`) share the table: a
+//! datatype's handle never equals a communicator's; `MPI_Type_dup` copies them and
+//! `MPI_Type_free` deletes them. Attributes of windows are to come.
 
 use crate::consts::*;
 use crate::handles::{comm, object, Slab};
@@ -197,9 +200,18 @@ unsafe fn free(keyval: *mut c_int) -> Result<(), c_int> {
     Ok(())
 }
 
+/// Checks that `h` names a communicator (`false`) or a datatype (`true`).
+fn check(h: c_int, is_type: bool) -> Result<(), c_int> {
+    if is_type {
+        crate::datatypes::any_datatype(h).map(|_| ())
+    } else {
+        comm(h).map(|_| ())
+    }
+}
+
 /// Sets attribute `key` of `c` to `value` (deleting the one it replaces).
-fn set(c: c_int, key: c_int, value: *mut c_void) -> Result<(), c_int> {
-    comm(c)?;
+fn set(c: c_int, key: c_int, value: *mut c_void, is_type: bool) -> Result<(), c_int> {
+    check(c, is_type)?;
     let kv = KEYVALS.get(key).ok_or(MPI_ERR_KEYVAL)?;
     let old = ATTRS.lock().insert((c, key), (value as usize, kv));
     match old {
@@ -213,12 +225,12 @@ fn set(c: c_int, key: c_int, value: *mut c_void) -> Result<(), c_int> {
 ///
 /// # Safety
 /// `value` must be valid for a pointer's write and `flag` for an `int`'s.
-unsafe fn get(c: c_int, key: c_int, value: *mut c_void, flag: *mut c_int) -> Result<(), c_int> {
-    comm(c)?;
+unsafe fn get(c: c_int, key: c_int, value: *mut c_void, flag: *mut c_int, is_type: bool) -> Result<(), c_int> {
+    check(c, is_type)?;
     if value.is_null() || flag.is_null() {
         return Err(MPI_ERR_ARG);
     }
-    let found = match predefined(key) {
+    let found = match predefined(key).filter(|_| !is_type) {
         Some(p) => Some(p),
         None if KEYVALS.get(key).is_none() => return Err(MPI_ERR_KEYVAL),
         None => ATTRS.lock().get(&(c, key)).map(|(v, _)| *v as *mut c_void),
@@ -234,8 +246,8 @@ unsafe fn get(c: c_int, key: c_int, value: *mut c_void, flag: *mut c_int) -> Res
 }
 
 /// Deletes attribute `key` of `c` by its delete callback (nothing if it is not set).
-fn delete_one(c: c_int, key: c_int) -> Result<(), c_int> {
-    comm(c)?;
+fn delete_one(c: c_int, key: c_int, is_type: bool) -> Result<(), c_int> {
+    check(c, is_type)?;
     if predefined(key).is_some() {
         return Err(MPI_ERR_KEYVAL);
     }
@@ -283,19 +295,19 @@ mpi_fn! {
 
 mpi_fn! {
     /// Sets an attribute of `comm`.
-    fn MPI_Comm_set_attr(c: c_int, key: c_int, value: *mut c_void) on c => set(c, key, value)
+    fn MPI_Comm_set_attr(c: c_int, key: c_int, value: *mut c_void) on c => set(c, key, value, false)
 }
 
 mpi_fn! {
     /// MPI-1's name of `MPI_Comm_set_attr`.
-    fn MPI_Attr_put(c: c_int, key: c_int, value: *mut c_void) on c => set(c, key, value)
+    fn MPI_Attr_put(c: c_int, key: c_int, value: *mut c_void) on c => set(c, key, value, false)
 }
 
 mpi_fn! {
     /// Reads an attribute of `comm` (`*flag` 0 if it is not set).
     fn MPI_Comm_get_attr(c: c_int, key: c_int, value: *mut c_void, flag: *mut c_int) on c => {
         // SAFETY: the caller's contract.
-        unsafe { get(c, key, value, flag) }
+        unsafe { get(c, key, value, flag, false) }
     }
 }
 
@@ -303,16 +315,51 @@ mpi_fn! {
     /// MPI-1's name of `MPI_Comm_get_attr`.
     fn MPI_Attr_get(c: c_int, key: c_int, value: *mut c_void, flag: *mut c_int) on c => {
         // SAFETY: the caller's contract.
-        unsafe { get(c, key, value, flag) }
+        unsafe { get(c, key, value, flag, false) }
     }
 }
 
 mpi_fn! {
     /// Deletes an attribute of `comm` by its delete callback.
-    fn MPI_Comm_delete_attr(c: c_int, key: c_int) on c => delete_one(c, key)
+    fn MPI_Comm_delete_attr(c: c_int, key: c_int) on c => delete_one(c, key, false)
 }
 
 mpi_fn! {
     /// MPI-1's name of `MPI_Comm_delete_attr`.
-    fn MPI_Attr_delete(c: c_int, key: c_int) on c => delete_one(c, key)
+    fn MPI_Attr_delete(c: c_int, key: c_int) on c => delete_one(c, key, false)
+}
+
+mpi_fn! {
+    /// Makes a key for attributes of datatypes.
+    fn MPI_Type_create_keyval(copy: Option<CopyFn>, del: Option<DeleteFn>, keyval: *mut c_int, extra: *mut c_void)
+        on MPI_COMM_WORLD => {
+        // SAFETY: the caller's contract.
+        unsafe { create(copy, del, keyval, extra) }
+    }
+}
+
+mpi_fn! {
+    /// Frees a key of datatypes' attributes and sets it to `MPI_KEYVAL_INVALID`.
+    fn MPI_Type_free_keyval(keyval: *mut c_int) on MPI_COMM_WORLD => {
+        // SAFETY: the caller's contract.
+        unsafe { free(keyval) }
+    }
+}
+
+mpi_fn! {
+    /// Sets an attribute of `datatype`.
+    fn MPI_Type_set_attr(t: c_int, key: c_int, value: *mut c_void) on MPI_COMM_WORLD => set(t, key, value, true)
+}
+
+mpi_fn! {
+    /// Reads an attribute of `datatype` (`*flag` 0 if it is not set).
+    fn MPI_Type_get_attr(t: c_int, key: c_int, value: *mut c_void, flag: *mut c_int) on MPI_COMM_WORLD => {
+        // SAFETY: the caller's contract.
+        unsafe { get(t, key, value, flag, true) }
+    }
+}
+
+mpi_fn! {
+    /// Deletes an attribute of `datatype` by its delete callback.
+    fn MPI_Type_delete_attr(t: c_int, key: c_int) on MPI_COMM_WORLD => delete_one(t, key, true)
 }

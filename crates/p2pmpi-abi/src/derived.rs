@@ -393,7 +393,7 @@ mpi_fn! {
         let h = DATATYPES.insert(TypeEntry { dt: t, committed, contents: how, name: None });
         // SAFETY: checked non-null; the caller vouches it is writable.
         unsafe { newtype.write(h) };
-        Ok(())
+        crate::attributes::copy_all(oldtype, h)
     }
 }
 
@@ -420,6 +420,10 @@ mpi_fn! {
         }
         // SAFETY: checked non-null; the caller vouches it is readable and writable.
         let h = unsafe { datatype.read() };
+        if DATATYPES.with(h, |_| ()).is_none() {
+            return Err(MPI_ERR_TYPE);
+        }
+        crate::attributes::delete_all(h)?;
         let e = DATATYPES.take(h).ok_or(MPI_ERR_TYPE)?;
         RETIRED.lock().push(e.dt);
         // SAFETY: as above.

@@ -190,6 +190,31 @@ fn attributes_of_communicators_on_two_processes() {
 }
 
 #[test]
+fn attributes_of_datatypes() {
+    if !require(&["mpicc.mpich"], true) {
+        return;
+    }
+    let o = run(1, &c_program("type_attr"), &[], T);
+    o.assert_ok();
+    for w in [
+        "unset 0",
+        "set 1 value 7",
+        // MPI_TYPE_DUP_FN copies, MPI_TYPE_NULL_COPY_FN does not; freeing the duplicate
+        // deletes its one attribute.
+        "dup copied 1 value 7",
+        "null copy 0",
+        "deleted after free 1",
+        "predefined 1 value 9",
+        "deleted after delete 2 still set 0",
+        // Freeing the datatype deletes its two attributes.
+        "deleted after freeing both 4",
+        "keyval invalid 1",
+    ] {
+        assert!(o.stdout.lines().any(|l| l == w), "missing {w:?}\n{}", show(&o));
+    }
+}
+
+#[test]
 fn collectives_with_a_count_per_process_on_three_processes() {
     if !require(&["mpicc.mpich"], true) {
         return;
