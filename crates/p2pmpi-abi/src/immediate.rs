@@ -51,7 +51,7 @@ impl Kept {
     ///
     /// # Safety
     /// The buffers must hold those elements until the request completes.
-    unsafe fn input(
+    pub(crate) unsafe fn input(
         &mut self,
         buf: *const c_void,
         count: c_int,

@@ -33,6 +33,7 @@ pub mod errors;
 pub mod handles;
 pub mod immediate;
 pub mod info;
+pub mod ivarcount;
 pub mod large_count;
 pub mod matched;
 pub mod ops;

@@ -20,7 +20,7 @@ use std::os::raw::{c_int, c_void};
 ///
 /// # Safety
 /// `p` must be valid for `n` reads.
-unsafe fn ints<T: Copy + TryInto<c_int>>(p: *const T, n: usize, counts: bool) -> Result<Vec<c_int>, c_int> {
+pub(crate) unsafe fn ints<T: Copy + TryInto<c_int>>(p: *const T, n: usize, counts: bool) -> Result<Vec<c_int>, c_int> {
     if p.is_null() {
         return if n == 0 { Ok(Vec::new()) } else { Err(MPI_ERR_ARG) };
     }
@@ -34,7 +34,7 @@ unsafe fn ints<T: Copy + TryInto<c_int>>(p: *const T, n: usize, counts: bool) ->
 }
 
 /// The number of elements a buffer with these parts spans.
-fn span(counts: &[c_int], displs: &[c_int]) -> c_int {
+pub(crate) fn span(counts: &[c_int], displs: &[c_int]) -> c_int {
     counts.iter().zip(displs).map(|(&c, &d)| c.saturating_add(d)).max().unwrap_or(0)
 }
 
@@ -241,13 +241,13 @@ unsafe fn alltoallv(
 }
 
 /// The size of `comm` (for the length of the count arrays).
-fn size(c: c_int) -> Result<usize, c_int> {
+pub(crate) fn size(c: c_int) -> Result<usize, c_int> {
     Ok(rust_comm(c)?.size() as usize)
 }
 
 /// Whether this process is `root` of `comm` (the count arrays of the rooted v-variants are
 /// read at the root only).
-fn is_root(c: c_int, root: c_int) -> Result<bool, c_int> {
+pub(crate) fn is_root(c: c_int, root: c_int) -> Result<bool, c_int> {
     Ok(rust_comm(c)?.rank() == root)
 }
 
