@@ -40,6 +40,7 @@ pub mod ops;
 pub mod pack;
 pub mod point_to_point;
 pub mod rma;
+pub mod session;
 pub mod spawn;
 pub mod status;
 pub mod stubs;

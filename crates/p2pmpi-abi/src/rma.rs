@@ -3,7 +3,10 @@
 //! `MPI_Accumulate`, `MPI_Win_lock`/`MPI_Win_unlock`, `MPI_Win_lock_all`/`MPI_Win_unlock_all`,
 //! `MPI_Win_flush` (`_all`, `_local`, `_local_all`), `MPI_Win_sync`, `MPI_Win_get_group`,
 //! `MPI_Win_get_attr` (`MPI_WIN_BASE`, `MPI_WIN_SIZE`, `MPI_WIN_DISP_UNIT`,
-//! `MPI_WIN_CREATE_FLAVOR`, `MPI_WIN_MODEL`).
+//! `MPI_WIN_CREATE_FLAVOR`, `MPI_WIN_MODEL`), and the large-count forms `MPI_Win_create_c`,
+//! `MPI_Win_allocate_c`, `MPI_Put_c`, `MPI_Get_c`, `MPI_Accumulate_c`; `MPI_Win_set_errhandler`
+//! and `MPI_Win_get_errhandler` with the predefined handlers (recorded; an error on a window
+//! goes to its communicator's handler).
 //!
 //! **How it works.** A window has a private duplicate of its communicator. An operation is a
 //! request message from the origin to the target (tag [`TAG_REQ`]): a header and, for a put
@@ -33,7 +36,7 @@
 
 use crate::consts::*;
 use crate::datatypes::values::{MPI_BYTE, MPI_INT};
-use crate::datatypes::{datatype, datatype_ref, predefined, stageable, MPI_Aint};
+use crate::datatypes::{datatype, datatype_ref, predefined, stageable, MPI_Aint, MPI_Count};
 use crate::handles::{comm, new_group, object, rust_comm, Slab};
 use crate::{ok, put};
 use p2pmpi::datatype::{DynBuffer, DynBufferMut};
@@ -252,25 +255,28 @@ mpi_fn! {
     }
 }
 
+/// `MPI_Win_allocate`'s work.
+fn allocate(size: MPI_Aint, disp_unit: c_int, c: c_int, baseptr: *mut c_void, out: *mut c_int) -> Result<(), c_int> {
+    if out.is_null() || baseptr.is_null() {
+        return Err(MPI_ERR_ARG);
+    }
+    if size < 0 {
+        return Err(MPI_ERR_SIZE);
+    }
+    let mut mem = vec![0u128; (size as usize).div_ceil(16)];
+    let base = mem.as_mut_ptr() as *mut c_void;
+    let h = create(base, size, disp_unit, c, Some(mem))?;
+    // SAFETY: checked non-null; the caller vouches `baseptr` is a writable `void *`.
+    unsafe { (baseptr as *mut *mut c_void).write(base) };
+    // SAFETY: as above.
+    unsafe { put(out, h) }
+}
+
 mpi_fn! {
     /// Allocates `size` bytes (16-byte aligned, zeroed) and makes a window of them
     /// (collective); their address goes to `*baseptr`.
     fn MPI_Win_allocate(size: MPI_Aint, disp_unit: c_int, _info: c_int, c: c_int, baseptr: *mut c_void, out: *mut c_int)
-        on c => {
-        if out.is_null() || baseptr.is_null() {
-            return Err(MPI_ERR_ARG);
-        }
-        if size < 0 {
-            return Err(MPI_ERR_SIZE);
-        }
-        let mut mem = vec![0u128; (size as usize).div_ceil(16)];
-        let base = mem.as_mut_ptr() as *mut c_void;
-        let h = create(base, size, disp_unit, c, Some(mem))?;
-        // SAFETY: checked non-null; the caller vouches `baseptr` is a writable `void *`.
-        unsafe { (baseptr as *mut *mut c_void).write(base) };
-        // SAFETY: as above.
-        unsafe { put(out, h) }
-    }
+        on c => allocate(size, disp_unit, c, baseptr, out)
 }
 
 mpi_fn! {
@@ -297,6 +303,7 @@ mpi_fn! {
             }
         }
         WINS.take(h);
+        HANDLERS.lock().remove(&h);
         let mut raw = w.raw;
         // SAFETY: the private communicator, no longer used by anyone.
         unsafe { ffi::MPI_Comm_free(&mut raw) };
@@ -445,20 +452,33 @@ mpi_fn! {
     ) on errc(wh) => put_or_acc(ACC, oaddr, ocount, odt, target, disp, tcount, tdt, op, wh)
 }
 
+/// `MPI_Get`'s work.
+#[allow(clippy::too_many_arguments)]
+fn get(
+    oaddr: *mut c_void,
+    ocount: c_int,
+    odt: c_int,
+    target: c_int,
+    disp: MPI_Aint,
+    tcount: c_int,
+    tdt: c_int,
+    wh: c_int,
+) -> Result<(), c_int> {
+    let w = win(wh)?;
+    let Some((off, _)) = check(&w, ocount, odt, target, disp, tcount, tdt)? else { return Ok(()) };
+    let mut req = null_request();
+    // SAFETY: the caller vouches for `ocount` elements of `odt` at `oaddr` until the
+    // operation completes (a flush waits for this receive).
+    ok(unsafe { ffi::MPI_Irecv(oaddr, ocount, datatype(odt)?, target, TAG_REPLY, w.raw, &mut req) })?;
+    w.pending.lock().push(Pending { target, req, ack: None });
+    send_request(&w, target, &header(GET, 0, tcount, tdt, 0, off))
+}
+
 mpi_fn! {
     /// Reads `target_count` elements of `target_datatype` at `target_disp` of `target_rank`'s
     /// window into the origin's buffer (there at the next flush, fence or unlock).
     fn MPI_Get(oaddr: *mut c_void, ocount: c_int, odt: c_int, target: c_int, disp: MPI_Aint, tcount: c_int, tdt: c_int, wh: c_int)
-        on errc(wh) => {
-        let w = win(wh)?;
-        let Some((off, _)) = check(&w, ocount, odt, target, disp, tcount, tdt)? else { return Ok(()) };
-        let mut req = null_request();
-        // SAFETY: the caller vouches for `ocount` elements of `odt` at `oaddr` until the
-        // operation completes (a flush waits for this receive).
-        ok(unsafe { ffi::MPI_Irecv(oaddr, ocount, datatype(odt)?, target, TAG_REPLY, w.raw, &mut req) })?;
-        w.pending.lock().push(Pending { target, req, ack: None });
-        send_request(&w, target, &header(GET, 0, tcount, tdt, 0, off))
-    }
+        on errc(wh) => get(oaddr, ocount, odt, target, disp, tcount, tdt, wh)
 }
 
 mpi_fn! {
@@ -791,5 +811,107 @@ unsafe fn apply(dst: *mut u8, data: &[u8], count: c_int, dt: c_int, op: c_int) -
             p2pmpi::collective::reduce_local_into(&a, &mut b, o);
             MPI_SUCCESS
         }
+    }
+}
+
+/// A large count or displacement unit as an `int` (`MPI_ERR_COUNT` if it does not fit).
+fn int<T: TryInto<c_int>>(n: T) -> Result<c_int, c_int> {
+    n.try_into().map_err(|_| MPI_ERR_COUNT)
+}
+
+
+mpi_fn! {
+    /// `MPI_Win_create` with a large displacement unit.
+    fn MPI_Win_create_c(base: *mut c_void, size: MPI_Aint, disp_unit: MPI_Aint, info: c_int, c: c_int, out: *mut c_int)
+        on c => {
+        let _ = info;
+        if out.is_null() {
+            return Err(MPI_ERR_ARG);
+        }
+        let h = create(base, size, int(disp_unit)?, c, None)?;
+        // SAFETY: checked non-null; the caller vouches it is writable.
+        unsafe { put(out, h) }
+    }
+}
+
+mpi_fn! {
+    /// `MPI_Win_allocate` with a large displacement unit.
+    fn MPI_Win_allocate_c(size: MPI_Aint, disp_unit: MPI_Aint, info: c_int, c: c_int, baseptr: *mut c_void, out: *mut c_int)
+        on c => {
+        let _ = info;
+        allocate(size, int(disp_unit)?, c, baseptr, out)
+    }
+}
+
+mpi_fn! {
+    /// `MPI_Put` with large counts.
+    fn MPI_Put_c(
+        oaddr: *const c_void,
+        ocount: MPI_Count,
+        odt: c_int,
+        target: c_int,
+        disp: MPI_Aint,
+        tcount: MPI_Count,
+        tdt: c_int,
+        wh: c_int,
+    ) on errc(wh) => put_or_acc(PUT, oaddr, int(ocount)?, odt, target, disp, int(tcount)?, tdt, 0, wh)
+}
+
+mpi_fn! {
+    /// `MPI_Accumulate` with large counts.
+    fn MPI_Accumulate_c(
+        oaddr: *const c_void,
+        ocount: MPI_Count,
+        odt: c_int,
+        target: c_int,
+        disp: MPI_Aint,
+        tcount: MPI_Count,
+        tdt: c_int,
+        op: c_int,
+        wh: c_int,
+    ) on errc(wh) => put_or_acc(ACC, oaddr, int(ocount)?, odt, target, disp, int(tcount)?, tdt, op, wh)
+}
+
+mpi_fn! {
+    /// `MPI_Get` with large counts.
+    fn MPI_Get_c(
+        oaddr: *mut c_void,
+        ocount: MPI_Count,
+        odt: c_int,
+        target: c_int,
+        disp: MPI_Aint,
+        tcount: MPI_Count,
+        tdt: c_int,
+        wh: c_int,
+    ) on errc(wh) => get(oaddr, int(ocount)?, odt, target, disp, int(tcount)?, tdt, wh)
+}
+
+/// The error handler set on each window (`MPI_ERRORS_ARE_FATAL` if none).
+// Process-wide because a C handle is a plain integer any thread may hand to any function.
+static HANDLERS: Mutex<std::collections::BTreeMap<c_int, c_int>> = Mutex::new(std::collections::BTreeMap::new());
+
+mpi_fn! {
+    /// Sets the error handler of `win`: a predefined one (`MPI_ERRORS_ARE_FATAL`,
+    /// `MPI_ERRORS_RETURN`, `MPI_ERRORS_ABORT`).
+    fn MPI_Win_set_errhandler(wh: c_int, errhandler: c_int) on errc(wh) => {
+        win(wh)?;
+        if ![MPI_ERRORS_ARE_FATAL, MPI_ERRORS_RETURN, MPI_ERRORS_ABORT].contains(&errhandler) {
+            return Err(MPI_ERR_ARG);
+        }
+        HANDLERS.lock().insert(wh, errhandler);
+        Ok(())
+    }
+}
+
+mpi_fn! {
+    /// The error handler of `win`.
+    fn MPI_Win_get_errhandler(wh: c_int, errhandler: *mut c_int) on errc(wh) => {
+        win(wh)?;
+        if errhandler.is_null() {
+            return Err(MPI_ERR_ARG);
+        }
+        let h = HANDLERS.lock().get(&wh).copied().unwrap_or(MPI_ERRORS_ARE_FATAL);
+        // SAFETY: checked non-null; the caller vouches it is writable.
+        unsafe { put(errhandler, h) }
     }
 }

@@ -230,6 +230,27 @@ fn nonblocking_collectives_with_a_count_per_process_on_three_processes() {
 }
 
 #[test]
+fn sessions_on_two_processes() {
+    if !require(&["mpicc.mpich"], true) {
+        return;
+    }
+    let o = run(2, &c_program("session"), &[], T);
+    o.assert_ok();
+    for r in 0..2 {
+        for w in [
+            "psets 2 first mpi://WORLD len 12",
+            "world size 2",
+            "group 2 comm 2 sum 2",
+            "unknown pset class 12",
+            "finalized 1",
+        ] {
+            let w = format!("rank {r}: {w}");
+            assert!(o.stdout.lines().any(|l| l == w), "missing {w:?}\n{}", show(&o));
+        }
+    }
+}
+
+#[test]
 fn collectives_with_a_count_per_process_on_three_processes() {
     if !require(&["mpicc.mpich"], true) {
         return;

@@ -56,3 +56,19 @@ fn windows_are_refused_in_replicated_jobs_without_a_hang() {
     assert!(o.stdout.lines().any(|l| l.starts_with("rma ") && l.ends_with(": allocate")), "{show}");
     assert!(!o.stdout.contains("attributes ok"), "{show}");
 }
+
+#[test]
+fn large_count_forms_and_a_windows_error_handler_on_two_processes() {
+    if !require(&["mpicc.mpich"], true) {
+        return;
+    }
+    let o = run(2, &c_program("rma_c"), &[], T);
+    let show = format!("stdout:\n{}\nstderr:\n{}", o.stdout, o.stderr);
+    assert!(o.status.success(), "{show}");
+    for r in 0..2 {
+        // Each window holds the other's rank + 10, and 100 + 5.
+        for l in [format!("rank {r}: errhandler return 1"), format!("rank {r}: put {} accumulated 105 got 105", 11 - r)] {
+            assert!(o.stdout.lines().any(|x| x == l), "missing {l:?}\n{show}");
+        }
+    }
+}
