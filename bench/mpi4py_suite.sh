@@ -83,7 +83,7 @@ run_module() {
 import sys
 started, ended = [], set()
 for line in sys.stdin:
-    what, test = line.split()[:2]
+    what, test = line.rstrip("\n").split(" ", 1)
     (started.append(test) if what == "START" else ended.add(test))
 left = [t for t in started if t not in ended]
 print(left[-1] if left else "")')
@@ -102,7 +102,8 @@ def load(d, n):
     out = {}
     for f in pathlib.Path(d).glob("*.txt"):
         for line in f.read_text().splitlines():
-            what, test, rank = line.split()
+            what, rest = line.split(" ", 1)
+            test, rank = rest.rsplit(" ", 1)
             out.setdefault(test, {})[rank] = what
     ok = set()
     for test, ranks in out.items():

@@ -30,6 +30,11 @@ fn pairs(h: c_int) -> Result<Vec<(String, String)>, c_int> {
     INFOS.get(h).ok_or(MPI_ERR_INFO)
 }
 
+/// The value of `key` in info `h` (none for `MPI_INFO_NULL` or a key not set).
+pub(crate) fn value(h: c_int, key: &str) -> Option<String> {
+    pairs(h).ok()?.into_iter().find(|(k, _)| k == key).map(|(_, v)| v)
+}
+
 /// A key or value argument.
 ///
 /// # Safety

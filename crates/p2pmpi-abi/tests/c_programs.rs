@@ -251,6 +251,21 @@ fn sessions_on_two_processes() {
 }
 
 #[test]
+fn split_by_hardware_type_on_two_processes() {
+    if !require(&["mpicc.mpich"], true) {
+        return;
+    }
+    let o = run(2, &c_program("split_hw"), &[], T);
+    o.assert_ok();
+    for r in 0..2 {
+        for w in ["guided without hint null 1", "guided shared memory size 2", "unguided null 1"] {
+            let w = format!("rank {r}: {w}");
+            assert!(o.stdout.lines().any(|l| l == w), "missing {w:?}\n{}", show(&o));
+        }
+    }
+}
+
+#[test]
 fn collectives_with_a_count_per_process_on_three_processes() {
     if !require(&["mpicc.mpich"], true) {
         return;
