@@ -266,6 +266,21 @@ fn split_by_hardware_type_on_two_processes() {
 }
 
 #[test]
+fn names_of_the_predefined_communicators() {
+    if !require(&["mpicc.mpich"], true) {
+        return;
+    }
+    let o = run(1, &c_program("names"), &[], T);
+    o.assert_ok();
+    for w in [
+        "default MPI_COMM_SELF set mycomm restored MPI_COMM_SELF 13",
+        "default MPI_COMM_WORLD set mycomm restored MPI_COMM_WORLD 14",
+    ] {
+        assert!(o.stdout.lines().any(|l| l == w), "missing {w:?}\n{}", show(&o));
+    }
+}
+
+#[test]
 fn collectives_with_a_count_per_process_on_three_processes() {
     if !require(&["mpicc.mpich"], true) {
         return;
