@@ -10,7 +10,7 @@ use std::ffi::CStr;
 use std::os::raw::{c_char, c_int};
 
 /// `MPI_INFO_NULL`.
-const MPI_INFO_NULL: c_int = 0x1c00_0000;
+pub(crate) const MPI_INFO_NULL: c_int = 0x1c00_0000;
 /// `MPI_INFO_ENV`.
 const MPI_INFO_ENV: c_int = 0x5c00_0001;
 /// `MPI_MAX_INFO_KEY`.

@@ -6,7 +6,8 @@
 //! `MPI_WIN_CREATE_FLAVOR`, `MPI_WIN_MODEL`), and the large-count forms `MPI_Win_create_c`,
 //! `MPI_Win_allocate_c`, `MPI_Put_c`, `MPI_Get_c`, `MPI_Accumulate_c`; `MPI_Win_set_errhandler`
 //! and `MPI_Win_get_errhandler` with the predefined handlers (recorded; an error on a window
-//! goes to its communicator's handler).
+//! goes to its communicator's handler); `MPI_Win_set_name`, `MPI_Win_get_name`,
+//! `MPI_Win_set_info` (hints accepted, unused) and `MPI_Win_get_info` (none).
 //!
 //! **How it works.** A window has a private duplicate of its communicator. An operation is a
 //! request message from the origin to the target (tag [`TAG_REQ`]): a header and, for a put
@@ -304,6 +305,7 @@ mpi_fn! {
         }
         WINS.take(h);
         HANDLERS.lock().remove(&h);
+        NAMES.lock().remove(&h);
         let mut raw = w.raw;
         // SAFETY: the private communicator, no longer used by anyone.
         unsafe { ffi::MPI_Comm_free(&mut raw) };
@@ -913,5 +915,60 @@ mpi_fn! {
         let h = HANDLERS.lock().get(&wh).copied().unwrap_or(MPI_ERRORS_ARE_FATAL);
         // SAFETY: checked non-null; the caller vouches it is writable.
         unsafe { put(errhandler, h) }
+    }
+}
+
+/// The names set on windows (none: the empty name).
+// Process-wide because a C handle is a plain integer any thread may hand to any function.
+static NAMES: Mutex<std::collections::BTreeMap<c_int, String>> = Mutex::new(std::collections::BTreeMap::new());
+
+mpi_fn! {
+    /// Names `win` (cut to `MPI_MAX_OBJECT_NAME - 1` bytes).
+    fn MPI_Win_set_name(wh: c_int, name: *const std::os::raw::c_char) on errc(wh) => {
+        win(wh)?;
+        if name.is_null() {
+            return Err(MPI_ERR_ARG);
+        }
+        // SAFETY: checked non-null; the caller vouches for a NUL-terminated string.
+        let s = unsafe { std::ffi::CStr::from_ptr(name) }.to_string_lossy();
+        let mut end = s.len().min(MPI_MAX_OBJECT_NAME as usize - 1);
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        NAMES.lock().insert(wh, s[..end].to_string());
+        Ok(())
+    }
+}
+
+mpi_fn! {
+    /// The name of `win` (empty if none was set).
+    fn MPI_Win_get_name(wh: c_int, name: *mut std::os::raw::c_char, resultlen: *mut c_int) on errc(wh) => {
+        win(wh)?;
+        let n = NAMES.lock().get(&wh).cloned().unwrap_or_default();
+        // SAFETY: the caller vouches for `MPI_MAX_OBJECT_NAME` bytes at `name`.
+        unsafe { crate::put_string(&n, name, MPI_MAX_OBJECT_NAME, resultlen) }
+    }
+}
+
+mpi_fn! {
+    /// Hints for `win`: accepted, none used (`MPI_INFO_NULL` is refused, as MPICH does).
+    fn MPI_Win_set_info(wh: c_int, info: c_int) on errc(wh) => {
+        win(wh)?;
+        if info == crate::info::MPI_INFO_NULL {
+            return Err(MPI_ERR_ARG);
+        }
+        Ok(())
+    }
+}
+
+mpi_fn! {
+    /// The hints `win` uses: a new, empty info object.
+    fn MPI_Win_get_info(wh: c_int, info: *mut c_int) on errc(wh) => {
+        win(wh)?;
+        if info.is_null() {
+            return Err(MPI_ERR_ARG);
+        }
+        // SAFETY: checked non-null; the caller vouches it is writable.
+        ok(unsafe { crate::info::MPI_Info_create(info) })
     }
 }
