@@ -6,7 +6,8 @@
 #
 # Environment: LIB (our cdylib; default ${CARGO_TARGET_DIR:-target}/debug/libp2pmpi_abi.so),
 # P2PMPIRUN (default ${CARGO_TARGET_DIR:-target}/debug/p2pmpirun), TIMEOUT (seconds per run of one
-# test module, default 60), OUT (default bench/out/mpi4py), MODULES (test modules, default all).
+# test module, default 60), OUT (default bench/out/mpi4py), MODULES (test modules, default all),
+# REUSE_MPICH=1 (keep MPICH's outcomes of an earlier run at the same N, if there are some).
 #
 # Made once under OUT and reused: a venv with mpi4py's wheel from PyPI, the source distribution
 # (for its test/ directory). Nothing fetched is committed (bench/out/ is ignored).
@@ -127,6 +128,10 @@ PY
 
 for n in ${@:-1 2 3}; do
     for impl in mpich p2pmpi; do
+        if [ "$impl" = mpich ] && [ "${REUSE_MPICH:-0}" = 1 ] && [ -d "$OUT/res/mpich-$n" ]; then
+            echo "  mpich -n $n: outcomes of the earlier run kept" >&2
+            continue
+        fi
         rm -rf "$OUT/res/$impl-$n"; mkdir -p "$OUT/res/$impl-$n"
         start=$(date +%s)
         for module in $modules; do

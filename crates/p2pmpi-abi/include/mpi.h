@@ -559,6 +559,7 @@ P2PMPI_FN(int, Reduce_local, (const void *inbuf, void *inoutbuf, int count, MPI_
 P2PMPI_FN(int, Reduce_scatter_block, (const void *sendbuf, void *recvbuf, int recvcount, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm))
 P2PMPI_FN(int, Reduce_scatter, (const void *sendbuf, void *recvbuf, const int recvcounts[], MPI_Datatype datatype, MPI_Op op, MPI_Comm comm))
 P2PMPI_FN(int, Op_create, (MPI_User_function *user_fn, int commute, MPI_Op *op))
+P2PMPI_FN(int, Op_create_c, (MPI_User_function_c *user_fn, int commute, MPI_Op *op))
 P2PMPI_FN(int, Op_free, (MPI_Op *op))
 P2PMPI_FN(int, Op_commutative, (MPI_Op op, int *commute))
 P2PMPI_FN(int, Gather, (const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm))

@@ -245,7 +245,6 @@ stubs! {
     "MPI_Neighbor_alltoallw_c" "PMPI_Neighbor_alltoallw_c"
     "MPI_Neighbor_alltoallw_init" "PMPI_Neighbor_alltoallw_init"
     "MPI_Neighbor_alltoallw_init_c" "PMPI_Neighbor_alltoallw_init_c"
-    "MPI_Op_create_c" "PMPI_Op_create_c"
     "MPI_Open_port" "PMPI_Open_port"
     "MPI_Pack_external" "PMPI_Pack_external"
     "MPI_Pack_external_c" "PMPI_Pack_external_c"
