@@ -1,6 +1,7 @@
 //! Nonblocking collectives: `MPI_Ibarrier`, `MPI_Ibcast`, `MPI_Ireduce`, `MPI_Iallreduce`,
 //! `MPI_Iscan`, `MPI_Iexscan`, `MPI_Igather`, `MPI_Iscatter`, `MPI_Iallgather`,
-//! `MPI_Ialltoall` (and their `_c` forms), completed by `MPI_Wait`, `MPI_Test` and the other
+//! `MPI_Ialltoall`, `MPI_Ireduce_scatter_block`, `MPI_Ireduce_scatter` (the same count for every
+//! process, for now) (and their `_c` forms), completed by `MPI_Wait`, `MPI_Test` and the other
 //! completions like any request.
 //!
 //! They run on the Rust API's immediate collectives in its static scope: the descriptions of
@@ -493,3 +494,80 @@ all_forms!(MPI_Iallgather, c_int, Allgather, "a gather at every process");
 all_forms!(MPI_Iallgather_c, MPI_Count, Allgather, "a gather at every process");
 all_forms!(MPI_Ialltoall, c_int, Alltoall, "an all-to-all exchange");
 all_forms!(MPI_Ialltoall_c, MPI_Count, Alltoall, "an all-to-all exchange");
+
+/// A nonblocking reduction of `recvcount * size` elements, block `i` to process `i`.
+///
+/// # Safety
+/// As `MPI_Ireduce_scatter_block` says.
+#[allow(clippy::too_many_arguments)]
+unsafe fn ireduce_scatter_block(
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    recvcount: c_int,
+    dt: c_int,
+    o: c_int,
+    c: c_int,
+    request: *mut c_int,
+) -> Result<(), c_int> {
+    let rc = rust_comm(c)?;
+    check(request, &[recvcount])?;
+    crate::not_in_place(recvbuf)?;
+    let total = recvcount.checked_mul(rc.size()).ok_or(MPI_ERR_COUNT)?;
+    let mut kept = Kept::default();
+    // SAFETY: the caller's contract; in place, the input is a copy of `recvbuf`'s `total`
+    // elements.
+    let s = unsafe { kept.input(sendbuf, total, dt, recvbuf, 0)? };
+    // SAFETY: the caller's contract.
+    let b = unsafe { kept.output(recvbuf, recvcount, datatype_ref(dt)?) };
+    let r = with_op!(o, dt, op => rc.immediate_reduce_scatter_block_into(StaticScope, s, b, op));
+    // SAFETY: checked non-null; the caller vouches it is writable.
+    unsafe { started(r, kept, request) }
+}
+
+macro_rules! reduce_scatter_forms {
+    ($block:ident, $v:ident, $t:ty) => {
+        mpi_fn! {
+            /// Starts a reduction whose result is scattered in blocks of `recvcount` elements.
+            fn $block(
+                sendbuf: *const c_void,
+                recvbuf: *mut c_void,
+                recvcount: $t,
+                dt: c_int,
+                o: c_int,
+                c: c_int,
+                request: *mut c_int,
+            ) on c => {
+                let recvcount = c_int::try_from(recvcount).map_err(|_| MPI_ERR_COUNT)?;
+                // SAFETY: the caller's contract.
+                unsafe { ireduce_scatter_block(sendbuf, recvbuf, recvcount, dt, o, c, request) }
+            }
+        }
+
+        mpi_fn! {
+            /// Starts a reduction whose result is scattered, `recvcounts[i]` elements to process
+            /// `i`: for now with the same count for every process
+            /// (`MPI_ERR_UNSUPPORTED_OPERATION` otherwise).
+            fn $v(
+                sendbuf: *const c_void,
+                recvbuf: *mut c_void,
+                recvcounts: *const $t,
+                dt: c_int,
+                o: c_int,
+                c: c_int,
+                request: *mut c_int,
+            ) on c => {
+                let n = crate::varcount::size(c)?;
+                // SAFETY: the caller vouches for `n` counts.
+                let counts = unsafe { crate::varcount::ints(recvcounts, n, true)? };
+                if counts.windows(2).any(|w| w[0] != w[1]) {
+                    return Err(MPI_ERR_UNSUPPORTED_OPERATION);
+                }
+                let each = counts.first().copied().unwrap_or(0);
+                // SAFETY: the caller's contract.
+                unsafe { ireduce_scatter_block(sendbuf, recvbuf, each, dt, o, c, request) }
+            }
+        }
+    };
+}
+reduce_scatter_forms!(MPI_Ireduce_scatter_block, MPI_Ireduce_scatter, c_int);
+reduce_scatter_forms!(MPI_Ireduce_scatter_block_c, MPI_Ireduce_scatter_c, MPI_Count);

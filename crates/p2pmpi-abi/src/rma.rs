@@ -821,7 +821,6 @@ fn int<T: TryInto<c_int>>(n: T) -> Result<c_int, c_int> {
     n.try_into().map_err(|_| MPI_ERR_COUNT)
 }
 
-
 mpi_fn! {
     /// `MPI_Win_create` with a large displacement unit.
     fn MPI_Win_create_c(base: *mut c_void, size: MPI_Aint, disp_unit: MPI_Aint, info: c_int, c: c_int, out: *mut c_int)

@@ -222,7 +222,16 @@ fn nonblocking_collectives_with_a_count_per_process_on_three_processes() {
     let o = run(3, &c_program("ivarcount"), &[], T);
     o.assert_ok();
     for r in 0..3 {
-        for w in ["igatherv", "iscatterv", "iallgatherv", "iallgatherv in place", "ialltoallv", "igatherv_c"] {
+        for w in [
+            "igatherv",
+            "iscatterv",
+            "iallgatherv",
+            "iallgatherv in place",
+            "ialltoallv",
+            "igatherv_c",
+            "ireduce_scatter_block",
+            "ireduce_scatter",
+        ] {
             let w = format!("rank {r}: {w} ok");
             assert!(o.stdout.lines().any(|l| l == w), "missing {w:?}\n{}", show(&o));
         }

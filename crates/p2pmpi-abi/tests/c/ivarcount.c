@@ -1,5 +1,6 @@
 /* Nonblocking collectives with a count per process: rank i gives i + 1 ints; MPI_Igatherv,
- * MPI_Iscatterv, MPI_Iallgatherv (also in place), MPI_Ialltoallv and MPI_Igatherv_c, each
+ * MPI_Iscatterv, MPI_Iallgatherv (also in place), MPI_Ialltoallv, MPI_Igatherv_c,
+ * MPI_Ireduce_scatter_block and MPI_Ireduce_scatter, each
  * completed by MPI_Wait and checked. Prints "rank R: NAME ok|bad". Run on 3 processes. */
 #include <mpi.h>
 #include <stdio.h>
@@ -75,6 +76,21 @@ int main(int argc, char **argv) {
     MPI_Wait(&req, MPI_STATUS_IGNORE);
     for (i = 0, ok = 1; rank == 0 && i < 9; i++) ok &= recv[i] == all[i];
     printf("rank %d: igatherv_c %s\n", rank, ok ? "ok" : "bad");
+    /* Ireduce_scatter_block and Ireduce_scatter (equal counts): 2 elements each, element j of
+     * every rank's input is j + rank; the sum over 3 ranks is 3j + 3. */
+    {
+        int in[6], out[2] = {-1, -1}, rc2[N] = {2, 2, 2};
+        for (j = 0; j < 6; j++) in[j] = j + rank;
+        MPI_Ireduce_scatter_block(in, out, 2, MPI_INT, MPI_SUM, MPI_COMM_WORLD, &req);
+        MPI_Wait(&req, MPI_STATUS_IGNORE);
+        ok = out[0] == 6 * rank + 3 && out[1] == 6 * rank + 6;
+        printf("rank %d: ireduce_scatter_block %s\n", rank, ok ? "ok" : "bad");
+        out[0] = out[1] = -1;
+        MPI_Ireduce_scatter(in, out, rc2, MPI_INT, MPI_SUM, MPI_COMM_WORLD, &req);
+        MPI_Wait(&req, MPI_STATUS_IGNORE);
+        ok = out[0] == 6 * rank + 3 && out[1] == 6 * rank + 6;
+        printf("rank %d: ireduce_scatter %s\n", rank, ok ? "ok" : "bad");
+    }
     MPI_Finalize();
     return 0;
 }
