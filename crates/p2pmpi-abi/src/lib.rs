@@ -38,6 +38,7 @@ pub mod large_count;
 pub mod matched;
 pub mod ops;
 pub mod pack;
+pub mod pcoll;
 pub mod point_to_point;
 pub mod rma;
 pub mod session;

@@ -306,6 +306,19 @@ fn a_user_operation_with_a_large_count_on_two_processes() {
 }
 
 #[test]
+fn persistent_collectives_on_three_processes() {
+    if !require(&["mpicc.mpich"], true) {
+        return;
+    }
+    let o = run(3, &c_program("pcoll"), &[], T);
+    o.assert_ok();
+    for r in 0..3 {
+        let w = format!("rank {r}: persistent collectives ok null 1");
+        assert!(o.stdout.lines().any(|l| l == w), "missing {w:?}\n{}", show(&o));
+    }
+}
+
+#[test]
 fn collectives_with_a_count_per_process_on_three_processes() {
     if !require(&["mpicc.mpich"], true) {
         return;
