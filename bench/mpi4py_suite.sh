@@ -7,7 +7,7 @@
 # Environment: LIB (our cdylib; default ${CARGO_TARGET_DIR:-target}/debug/libp2pmpi_abi.so),
 # P2PMPIRUN (default ${CARGO_TARGET_DIR:-target}/debug/p2pmpirun), TIMEOUT (seconds per run of one
 # test module, default 60), OUT (default bench/out/mpi4py), MODULES (test modules, default all),
-# REUSE_MPICH=1 (keep MPICH's outcomes of an earlier run at the same N, if there are some).
+# REUSE_MPICH=1 (keep MPICH's outcomes of the modules an earlier run at the same N finished).
 #
 # Made once under OUT and reused: a venv with mpi4py's wheel from PyPI, the source distribution
 # (for its test/ directory). Nothing fetched is committed (bench/out/ is ignored).
@@ -128,14 +128,18 @@ PY
 
 for n in ${@:-1 2 3}; do
     for impl in mpich p2pmpi; do
-        if [ "$impl" = mpich ] && [ "${REUSE_MPICH:-0}" = 1 ] && [ -d "$OUT/res/mpich-$n" ]; then
-            echo "  mpich -n $n: outcomes of the earlier run kept" >&2
-            continue
+        reuse=0
+        if [ "$impl" = mpich ] && [ "${REUSE_MPICH:-0}" = 1 ]; then
+            reuse=1
+        else
+            rm -rf "$OUT/res/$impl-$n"
         fi
-        rm -rf "$OUT/res/$impl-$n"; mkdir -p "$OUT/res/$impl-$n"
+        mkdir -p "$OUT/res/$impl-$n"
         start=$(date +%s)
         for module in $modules; do
+            [ $reuse = 1 ] && [ -f "$OUT/res/$impl-$n/$module.done" ] && continue
             run_module "$impl" "$n" "$module"
+            touch "$OUT/res/$impl-$n/$module.done"
         done
         echo "  $impl -n $n: $(( $(date +%s) - start )) s" >&2
     done

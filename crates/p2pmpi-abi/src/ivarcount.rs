@@ -133,6 +133,7 @@ unsafe fn iscatterv(
 ///
 /// # Safety
 /// The buffers as `MPI_Iallgatherv` says, valid until the request completes.
+#[allow(clippy::too_many_arguments)]
 unsafe fn iallgatherv(
     sendbuf: *const c_void,
     sendcount: c_int,
@@ -169,6 +170,7 @@ unsafe fn iallgatherv(
 ///
 /// # Safety
 /// The buffers as `MPI_Ialltoallv` says, valid until the request completes.
+#[allow(clippy::too_many_arguments)]
 unsafe fn ialltoallv(
     sendbuf: *const c_void,
     (sc, sd): (Vec<c_int>, Vec<c_int>),

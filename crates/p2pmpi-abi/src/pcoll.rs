@@ -289,8 +289,9 @@ macro_rules! persistent_v {
                 let n = entries(c, None);
                 let m = if crate::is_in_place(sendbuf) { 0 } else { n };
                 // SAFETY: the caller vouches for the arrays (the send ones unread in place).
-                let (sc, sd, rc, rd) =
-                    unsafe { (copy(sendcounts, m), copy(sdispls, m), copy(recvcounts, n), copy(rdispls, n)) };
+                let (sc, sd) = unsafe { (copy(sendcounts, m), copy(sdispls, m)) };
+                // SAFETY: as above.
+                let (rc, rd) = unsafe { (copy(recvcounts, n), copy(rdispls, n)) };
                 let args = Args((sendbuf, sendtype, recvbuf, recvtype, c));
                 let starter: Starter = Box::new(move |out| {
                     let (sb, st, rb, rt, c) = args.get();
