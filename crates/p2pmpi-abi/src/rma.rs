@@ -7,7 +7,9 @@
 //! `MPI_Win_allocate_c`, `MPI_Put_c`, `MPI_Get_c`, `MPI_Accumulate_c`; `MPI_Win_set_errhandler`
 //! and `MPI_Win_get_errhandler` with the predefined handlers (recorded; an error on a window
 //! goes to its communicator's handler); `MPI_Win_set_name`, `MPI_Win_get_name`,
-//! `MPI_Win_set_info` (hints accepted, unused) and `MPI_Win_get_info` (none).
+//! `MPI_Win_set_info` (hints accepted, unused) and `MPI_Win_get_info` (none); the atomic
+//! `MPI_Get_accumulate`, `MPI_Fetch_and_op` and `MPI_Compare_and_swap` (served like a get:
+//! the target's old data answered, then updated, in one step of its server).
 //!
 //! **How it works.** A window has a private duplicate of its communicator. An operation is a
 //! request message from the origin to the target (tag [`TAG_REQ`]): a header and, for a put
@@ -78,6 +80,10 @@ const GET: u8 = 2;
 const ACC: u8 = 3;
 const LOCK: u8 = 4;
 const UNLOCK: u8 = 5;
+/// A get-accumulate: the target's old data answered, then the origin's combined into it.
+const GACC: u8 = 6;
+/// A compare-and-swap: the data is the value compared, then the new value.
+const CAS: u8 = 7;
 
 /// Bytes of a request's header: kind, lock type, 2 spare, target count, target datatype,
 /// operation (each 4 bytes), displacement in bytes (8).
@@ -789,6 +795,36 @@ fn handle(w: &Win, t: &mut TargetState, src: c_int, msg: &[u8]) {
             };
             answer(w, t, src, rc.to_le_bytes().to_vec());
         }
+        GACC | CAS => {
+            let bytes = stageable(tdt).map(|e| e * tcount.max(0) as usize).unwrap_or(usize::MAX);
+            let inside = off >= 0 && (off as usize).checked_add(bytes).is_some_and(|end| end as MPI_Aint <= w.size);
+            let given = if kind == CAS {
+                2 * bytes
+            } else if op == MPI_NO_OP {
+                0
+            } else {
+                bytes
+            };
+            if !inside || data.len() != given {
+                // The origin waits for `bytes` bytes: zeros (its flush reports nothing more).
+                return answer(w, t, src, vec![0; bytes.min(1 << 20)]);
+            }
+            // SAFETY: `bytes` bytes at `off` are inside the window's memory; the server is the
+            // only writer while it serves this request, so read and update are atomic.
+            let dst = unsafe { w.base.cast::<u8>().add(off as usize) };
+            // SAFETY: as above.
+            let old = unsafe { std::slice::from_raw_parts(dst, bytes) }.to_vec();
+            if kind == CAS {
+                if data[..bytes] == old[..] {
+                    // SAFETY: as above.
+                    unsafe { std::ptr::copy_nonoverlapping(data[bytes..].as_ptr(), dst, bytes) };
+                }
+            } else {
+                // SAFETY: as above.
+                unsafe { apply(dst, data, tcount, tdt, op) };
+            }
+            answer(w, t, src, old);
+        }
         _ => {}
     }
 }
@@ -969,5 +1005,107 @@ mpi_fn! {
         }
         // SAFETY: checked non-null; the caller vouches it is writable.
         ok(unsafe { crate::info::MPI_Info_create(info) })
+    }
+}
+
+/// A get-accumulate or a compare-and-swap: `data` (packed) after the header, the target's
+/// old data received into `result` (`rcount` elements of `rdt`).
+#[allow(clippy::too_many_arguments)]
+fn fetching(
+    kind: u8,
+    data: &[u8],
+    result: *mut c_void,
+    rcount: c_int,
+    rdt: c_int,
+    target: c_int,
+    disp: MPI_Aint,
+    tcount: c_int,
+    tdt: c_int,
+    op: c_int,
+    wh: c_int,
+) -> Result<(), c_int> {
+    let w = win(wh)?;
+    if op != MPI_REPLACE && op != MPI_NO_OP {
+        crate::ops::system_op(op)?;
+    }
+    let Some((off, _)) = check(&w, rcount, rdt, target, disp, tcount, tdt)? else { return Ok(()) };
+    let mut req = null_request();
+    // SAFETY: the caller vouches for `rcount` elements of `rdt` at `result` until the
+    // operation completes (a flush waits for this receive).
+    ok(unsafe { ffi::MPI_Irecv(result, rcount, datatype(rdt)?, target, TAG_REPLY, w.raw, &mut req) })?;
+    w.pending.lock().push(Pending { target, req, ack: None });
+    let mut msg = header(kind, 0, tcount, tdt, op, off);
+    msg.extend_from_slice(data);
+    send_request(&w, target, &msg)
+}
+
+/// `count` elements of `dt` at `addr`, packed (none for `MPI_NO_OP`'s origin).
+fn packed(addr: *const c_void, count: c_int, dt: c_int) -> Result<Vec<u8>, c_int> {
+    if count < 0 {
+        return Err(MPI_ERR_COUNT);
+    }
+    let d = datatype_ref(dt)?;
+    let mut out = vec![0u8; count as usize * stageable(dt)?];
+    // SAFETY: the caller vouches for `count` elements of `dt` at `addr`.
+    let b = unsafe { DynBuffer::from_raw(crate::nz(addr, count), count, d) };
+    rust_comm(MPI_COMM_SELF)?.pack_into(&b, &mut out, 0);
+    Ok(out)
+}
+
+mpi_fn! {
+    /// Reads `target_count` elements at `target_disp` of `target_rank`'s window into
+    /// `result_addr` and combines the origin's data into them by `op` (`MPI_NO_OP`: only
+    /// reads), atomically.
+    fn MPI_Get_accumulate(
+        oaddr: *const c_void,
+        ocount: c_int,
+        odt: c_int,
+        result: *mut c_void,
+        rcount: c_int,
+        rdt: c_int,
+        target: c_int,
+        disp: MPI_Aint,
+        tcount: c_int,
+        tdt: c_int,
+        op: c_int,
+        wh: c_int,
+    ) on errc(wh) => {
+        let data = if op == MPI_NO_OP { Vec::new() } else { packed(oaddr, ocount, odt)? };
+        fetching(GACC, &data, result, rcount, rdt, target, disp, tcount, tdt, op, wh)
+    }
+}
+
+mpi_fn! {
+    /// `MPI_Get_accumulate` of one element of `datatype`.
+    fn MPI_Fetch_and_op(
+        oaddr: *const c_void,
+        result: *mut c_void,
+        dt: c_int,
+        target: c_int,
+        disp: MPI_Aint,
+        op: c_int,
+        wh: c_int,
+    ) on errc(wh) => {
+        let data = if op == MPI_NO_OP { Vec::new() } else { packed(oaddr, 1, dt)? };
+        fetching(GACC, &data, result, 1, dt, target, disp, 1, dt, op, wh)
+    }
+}
+
+mpi_fn! {
+    /// Replaces one element of `datatype` at `target_disp` of `target_rank`'s window by
+    /// `*origin_addr` if it equals `*compare_addr`, atomically; the old value goes to
+    /// `*result_addr`.
+    fn MPI_Compare_and_swap(
+        oaddr: *const c_void,
+        compare: *const c_void,
+        result: *mut c_void,
+        dt: c_int,
+        target: c_int,
+        disp: MPI_Aint,
+        wh: c_int,
+    ) on errc(wh) => {
+        let mut data = packed(compare, 1, dt)?;
+        data.extend(packed(oaddr, 1, dt)?);
+        fetching(CAS, &data, result, 1, dt, target, disp, 1, dt, MPI_REPLACE, wh)
     }
 }

@@ -45,6 +45,28 @@ int main(int argc, char **argv) {
     MPI_Get_c(&got, 1, MPI_INT, other, 0, 1, MPI_INT, w2);
     MPI_Win_fence(0, w2);
     printf("rank %d: put %d accumulated %d got %d\n", rank, cell, *mem, got);
+    {
+        /* Atomics on rank 0's allocated int (105): each rank adds its rank + 1 under an
+         * exclusive lock, then rank 1 swaps 108 for 500 and rank 0 tries 7 for 9 (no swap). */
+        int add = rank + 1, old = -1, sum = 0, cmp, val, was = -1, fetched = -1;
+        MPI_Win_lock(MPI_LOCK_EXCLUSIVE, 0, 0, w2);
+        MPI_Fetch_and_op(&add, &old, MPI_INT, 0, 0, MPI_SUM, w2);
+        MPI_Win_unlock(0, w2);
+        MPI_Allreduce(&old, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+        MPI_Barrier(MPI_COMM_WORLD);
+        cmp = rank ? 108 : 7;
+        val = rank ? 500 : 9;
+        MPI_Win_lock(MPI_LOCK_EXCLUSIVE, 0, 0, w2);
+        MPI_Compare_and_swap(&val, &cmp, &was, MPI_INT, 0, 0, w2);
+        MPI_Win_unlock(0, w2);
+        MPI_Barrier(MPI_COMM_WORLD);
+        MPI_Win_lock(MPI_LOCK_SHARED, 0, 0, w2);
+        MPI_Get_accumulate(NULL, 0, MPI_INT, &fetched, 1, MPI_INT, 0, 0, 1, MPI_INT, MPI_NO_OP, w2);
+        MPI_Win_unlock(0, w2);
+        /* The two old values are 105 and 105 + the first adder's rank + 1: they sum to 211 or
+         * 212; the swap by rank 1 sees 108 (or 500 if rank 0's failed try came later). */
+        printf("rank %d: atomics sum ok %d final %d\n", rank, sum == 211 || sum == 212, fetched);
+    }
     MPI_Win_free(&w1);
     MPI_Win_free(&w2);
     MPI_Finalize();
