@@ -1109,3 +1109,24 @@ mpi_fn! {
         fetching(CAS, &data, result, 1, dt, target, disp, 1, dt, MPI_REPLACE, wh)
     }
 }
+
+mpi_fn! {
+    /// `MPI_Get_accumulate` with large counts.
+    fn MPI_Get_accumulate_c(
+        oaddr: *const c_void,
+        ocount: MPI_Count,
+        odt: c_int,
+        result: *mut c_void,
+        rcount: MPI_Count,
+        rdt: c_int,
+        target: c_int,
+        disp: MPI_Aint,
+        tcount: MPI_Count,
+        tdt: c_int,
+        op: c_int,
+        wh: c_int,
+    ) on errc(wh) => {
+        let data = if op == MPI_NO_OP { Vec::new() } else { packed(oaddr, int(ocount)?, odt)? };
+        fetching(GACC, &data, result, int(rcount)?, rdt, target, disp, int(tcount)?, tdt, op, wh)
+    }
+}

@@ -170,7 +170,6 @@ stubs! {
     "MPI_File_write_ordered_end" "PMPI_File_write_ordered_end"
     "MPI_File_write_shared" "PMPI_File_write_shared"
     "MPI_File_write_shared_c" "PMPI_File_write_shared_c"
-    "MPI_Get_accumulate_c" "PMPI_Get_accumulate_c"
     "MPI_Graph_create" "PMPI_Graph_create"
     "MPI_Graph_get" "PMPI_Graph_get"
     "MPI_Graph_map" "PMPI_Graph_map"

@@ -61,7 +61,7 @@ int main(int argc, char **argv) {
         MPI_Win_unlock(0, w2);
         MPI_Barrier(MPI_COMM_WORLD);
         MPI_Win_lock(MPI_LOCK_SHARED, 0, 0, w2);
-        MPI_Get_accumulate(NULL, 0, MPI_INT, &fetched, 1, MPI_INT, 0, 0, 1, MPI_INT, MPI_NO_OP, w2);
+        MPI_Get_accumulate_c(NULL, 0, MPI_INT, &fetched, 1, MPI_INT, 0, 0, 1, MPI_INT, MPI_NO_OP, w2);
         MPI_Win_unlock(0, w2);
         /* The two old values are 105 and 105 + the first adder's rank + 1: they sum to 211 or
          * 212; the swap by rank 1 sees 108 (or 500 if rank 0's failed try came later). */
