@@ -61,6 +61,9 @@ typedef int (MPI_Comm_delete_attr_function)(MPI_Comm comm, int keyval, void *val
 typedef int (MPI_Type_copy_attr_function)(MPI_Datatype type, int keyval, void *extra_state, void *value_in,
                                           void *value_out, int *flag);
 typedef int (MPI_Type_delete_attr_function)(MPI_Datatype type, int keyval, void *value, void *extra_state);
+typedef int (MPI_Win_copy_attr_function)(MPI_Win win, int keyval, void *extra_state, void *value_in,
+                                         void *value_out, int *flag);
+typedef int (MPI_Win_delete_attr_function)(MPI_Win win, int keyval, void *value, void *extra_state);
 typedef int (MPI_Copy_function)(MPI_Comm comm, int keyval, void *extra_state, void *value_in,
                                 void *value_out, int *flag);
 typedef int (MPI_Delete_function)(MPI_Comm comm, int keyval, void *value, void *extra_state);
@@ -209,6 +212,9 @@ typedef int (MPI_Delete_function)(MPI_Comm comm, int keyval, void *value, void *
 #define MPI_DUP_FN              MPIR_Dup_fn
 #define MPI_COMM_DUP_FN         ((MPI_Comm_copy_attr_function *)MPI_DUP_FN)
 #define MPI_TYPE_DUP_FN         ((MPI_Type_copy_attr_function *)MPI_DUP_FN)
+#define MPI_WIN_NULL_COPY_FN    ((MPI_Win_copy_attr_function *)0)
+#define MPI_WIN_NULL_DELETE_FN  ((MPI_Win_delete_attr_function *)0)
+#define MPI_WIN_DUP_FN          ((MPI_Win_copy_attr_function *)MPI_DUP_FN)
 
 /* ------------------------------------------------------------------------- constants */
 
@@ -477,6 +483,11 @@ P2PMPI_FN(int, Type_free_keyval, (int *type_keyval))
 P2PMPI_FN(int, Type_set_attr, (MPI_Datatype datatype, int type_keyval, void *attribute_val))
 P2PMPI_FN(int, Type_get_attr, (MPI_Datatype datatype, int type_keyval, void *attribute_val, int *flag))
 P2PMPI_FN(int, Type_delete_attr, (MPI_Datatype datatype, int type_keyval))
+/* Attributes of windows. */
+P2PMPI_FN(int, Win_create_keyval, (MPI_Win_copy_attr_function *win_copy_attr_fn, MPI_Win_delete_attr_function *win_delete_attr_fn, int *win_keyval, void *extra_state))
+P2PMPI_FN(int, Win_free_keyval, (int *win_keyval))
+P2PMPI_FN(int, Win_set_attr, (MPI_Win win, int win_keyval, void *attribute_val))
+P2PMPI_FN(int, Win_delete_attr, (MPI_Win win, int win_keyval))
 P2PMPI_FN(int, Keyval_create, (MPI_Copy_function *copy_fn, MPI_Delete_function *delete_fn, int *keyval, void *extra_state))
 P2PMPI_FN(int, Keyval_free, (int *keyval))
 P2PMPI_FN(int, Attr_put, (MPI_Comm comm, int keyval, void *attribute_val))

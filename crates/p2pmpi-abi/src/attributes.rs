@@ -12,7 +12,9 @@
 //! MPI). Attributes of datatypes (`MPI_Type_create_keyval`, `MPI_Type_free_keyval`,
 //! `MPI_Type_set_attr`, `MPI_Type_get_attr`, `MPI_Type_delete_attr`) share the table: a
 //! datatype's handle never equals a communicator's; `MPI_Type_dup` copies them and
-//! `MPI_Type_free` deletes them. Attributes of windows are to come.
+//! `MPI_Type_free` deletes them. So do attributes of windows (`MPI_Win_create_keyval`,
+//! `MPI_Win_free_keyval`, `MPI_Win_set_attr`, `MPI_Win_delete_attr`; `MPI_Win_get_attr` is
+//! [`crate::rma`]'s, for the predefined ones first), deleted by `MPI_Win_free`.
 
 use crate::consts::*;
 use crate::handles::{comm, object, Slab};
@@ -200,18 +202,26 @@ unsafe fn free(keyval: *mut c_int) -> Result<(), c_int> {
     Ok(())
 }
 
-/// Checks that `h` names a communicator (`false`) or a datatype (`true`).
-fn check(h: c_int, is_type: bool) -> Result<(), c_int> {
-    if is_type {
-        crate::datatypes::any_datatype(h).map(|_| ())
-    } else {
-        comm(h).map(|_| ())
+/// The kind of object an attribute is set on.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum On {
+    Comm,
+    Type,
+    Win,
+}
+
+/// Checks that `h` names an object of kind `on`.
+fn check(h: c_int, on: On) -> Result<(), c_int> {
+    match on {
+        On::Type => crate::datatypes::any_datatype(h).map(|_| ()),
+        On::Comm => comm(h).map(|_| ()),
+        On::Win => crate::rma::is_window(h).then_some(()).ok_or(MPI_ERR_WIN),
     }
 }
 
 /// Sets attribute `key` of `c` to `value` (deleting the one it replaces).
-fn set(c: c_int, key: c_int, value: *mut c_void, is_type: bool) -> Result<(), c_int> {
-    check(c, is_type)?;
+fn set(c: c_int, key: c_int, value: *mut c_void, on: On) -> Result<(), c_int> {
+    check(c, on)?;
     let kv = KEYVALS.get(key).ok_or(MPI_ERR_KEYVAL)?;
     let old = ATTRS.lock().insert((c, key), (value as usize, kv));
     match old {
@@ -225,12 +235,12 @@ fn set(c: c_int, key: c_int, value: *mut c_void, is_type: bool) -> Result<(), c_
 ///
 /// # Safety
 /// `value` must be valid for a pointer's write and `flag` for an `int`'s.
-unsafe fn get(c: c_int, key: c_int, value: *mut c_void, flag: *mut c_int, is_type: bool) -> Result<(), c_int> {
-    check(c, is_type)?;
+pub(crate) unsafe fn get(c: c_int, key: c_int, value: *mut c_void, flag: *mut c_int, on: On) -> Result<(), c_int> {
+    check(c, on)?;
     if value.is_null() || flag.is_null() {
         return Err(MPI_ERR_ARG);
     }
-    let found = match predefined(key).filter(|_| !is_type) {
+    let found = match predefined(key).filter(|_| on == On::Comm) {
         Some(p) => Some(p),
         None if KEYVALS.get(key).is_none() => return Err(MPI_ERR_KEYVAL),
         None => ATTRS.lock().get(&(c, key)).map(|(v, _)| *v as *mut c_void),
@@ -246,9 +256,9 @@ unsafe fn get(c: c_int, key: c_int, value: *mut c_void, flag: *mut c_int, is_typ
 }
 
 /// Deletes attribute `key` of `c` by its delete callback (nothing if it is not set).
-fn delete_one(c: c_int, key: c_int, is_type: bool) -> Result<(), c_int> {
-    check(c, is_type)?;
-    if predefined(key).is_some() {
+fn delete_one(c: c_int, key: c_int, on: On) -> Result<(), c_int> {
+    check(c, on)?;
+    if on == On::Comm && predefined(key).is_some() {
         return Err(MPI_ERR_KEYVAL);
     }
     let old = ATTRS.lock().remove(&(c, key));
@@ -295,19 +305,19 @@ mpi_fn! {
 
 mpi_fn! {
     /// Sets an attribute of `comm`.
-    fn MPI_Comm_set_attr(c: c_int, key: c_int, value: *mut c_void) on c => set(c, key, value, false)
+    fn MPI_Comm_set_attr(c: c_int, key: c_int, value: *mut c_void) on c => set(c, key, value, On::Comm)
 }
 
 mpi_fn! {
     /// MPI-1's name of `MPI_Comm_set_attr`.
-    fn MPI_Attr_put(c: c_int, key: c_int, value: *mut c_void) on c => set(c, key, value, false)
+    fn MPI_Attr_put(c: c_int, key: c_int, value: *mut c_void) on c => set(c, key, value, On::Comm)
 }
 
 mpi_fn! {
     /// Reads an attribute of `comm` (`*flag` 0 if it is not set).
     fn MPI_Comm_get_attr(c: c_int, key: c_int, value: *mut c_void, flag: *mut c_int) on c => {
         // SAFETY: the caller's contract.
-        unsafe { get(c, key, value, flag, false) }
+        unsafe { get(c, key, value, flag, On::Comm) }
     }
 }
 
@@ -315,18 +325,18 @@ mpi_fn! {
     /// MPI-1's name of `MPI_Comm_get_attr`.
     fn MPI_Attr_get(c: c_int, key: c_int, value: *mut c_void, flag: *mut c_int) on c => {
         // SAFETY: the caller's contract.
-        unsafe { get(c, key, value, flag, false) }
+        unsafe { get(c, key, value, flag, On::Comm) }
     }
 }
 
 mpi_fn! {
     /// Deletes an attribute of `comm` by its delete callback.
-    fn MPI_Comm_delete_attr(c: c_int, key: c_int) on c => delete_one(c, key, false)
+    fn MPI_Comm_delete_attr(c: c_int, key: c_int) on c => delete_one(c, key, On::Comm)
 }
 
 mpi_fn! {
     /// MPI-1's name of `MPI_Comm_delete_attr`.
-    fn MPI_Attr_delete(c: c_int, key: c_int) on c => delete_one(c, key, false)
+    fn MPI_Attr_delete(c: c_int, key: c_int) on c => delete_one(c, key, On::Comm)
 }
 
 mpi_fn! {
@@ -348,18 +358,45 @@ mpi_fn! {
 
 mpi_fn! {
     /// Sets an attribute of `datatype`.
-    fn MPI_Type_set_attr(t: c_int, key: c_int, value: *mut c_void) on MPI_COMM_WORLD => set(t, key, value, true)
+    fn MPI_Type_set_attr(t: c_int, key: c_int, value: *mut c_void) on MPI_COMM_WORLD => set(t, key, value, On::Type)
 }
 
 mpi_fn! {
     /// Reads an attribute of `datatype` (`*flag` 0 if it is not set).
     fn MPI_Type_get_attr(t: c_int, key: c_int, value: *mut c_void, flag: *mut c_int) on MPI_COMM_WORLD => {
         // SAFETY: the caller's contract.
-        unsafe { get(t, key, value, flag, true) }
+        unsafe { get(t, key, value, flag, On::Type) }
     }
 }
 
 mpi_fn! {
     /// Deletes an attribute of `datatype` by its delete callback.
-    fn MPI_Type_delete_attr(t: c_int, key: c_int) on MPI_COMM_WORLD => delete_one(t, key, true)
+    fn MPI_Type_delete_attr(t: c_int, key: c_int) on MPI_COMM_WORLD => delete_one(t, key, On::Type)
+}
+
+mpi_fn! {
+    /// Makes a key for attributes of windows.
+    fn MPI_Win_create_keyval(copy: Option<CopyFn>, del: Option<DeleteFn>, keyval: *mut c_int, extra: *mut c_void)
+        on MPI_COMM_WORLD => {
+        // SAFETY: the caller's contract.
+        unsafe { create(copy, del, keyval, extra) }
+    }
+}
+
+mpi_fn! {
+    /// Frees a key of windows' attributes and sets it to `MPI_KEYVAL_INVALID`.
+    fn MPI_Win_free_keyval(keyval: *mut c_int) on MPI_COMM_WORLD => {
+        // SAFETY: the caller's contract.
+        unsafe { free(keyval) }
+    }
+}
+
+mpi_fn! {
+    /// Sets an attribute of `win`.
+    fn MPI_Win_set_attr(w: c_int, key: c_int, value: *mut c_void) on MPI_COMM_WORLD => set(w, key, value, On::Win)
+}
+
+mpi_fn! {
+    /// Deletes an attribute of `win` by its delete callback.
+    fn MPI_Win_delete_attr(w: c_int, key: c_int) on MPI_COMM_WORLD => delete_one(w, key, On::Win)
 }

@@ -160,6 +160,11 @@ pub(crate) fn stop_server() {
 }
 
 /// The window of handle `w`, or `MPI_ERR_WIN`.
+/// Whether `w` names a window.
+pub(crate) fn is_window(w: c_int) -> bool {
+    WINS.with(w, |_| ()).is_some()
+}
+
 fn win(w: c_int) -> Result<Arc<Win>, c_int> {
     WINS.get(w).ok_or(MPI_ERR_WIN)
 }
@@ -309,6 +314,7 @@ mpi_fn! {
                 unsafe { ffi::MPI_Wait(&mut r, std::ptr::null_mut()) };
             }
         }
+        let deleted = crate::attributes::delete_all(h);
         WINS.take(h);
         HANDLERS.lock().remove(&h);
         NAMES.lock().remove(&h);
@@ -317,7 +323,7 @@ mpi_fn! {
         unsafe { ffi::MPI_Comm_free(&mut raw) };
         // SAFETY: as above.
         unsafe { wp.write(MPI_WIN_NULL) };
-        Ok(())
+        deleted
     }
 }
 
@@ -621,7 +627,8 @@ mpi_fn! {
 mpi_fn! {
     /// A predefined attribute of the window: `MPI_WIN_BASE` (the address), `MPI_WIN_SIZE`
     /// (the address of an `MPI_Aint`), `MPI_WIN_DISP_UNIT`, `MPI_WIN_CREATE_FLAVOR`,
-    /// `MPI_WIN_MODEL` (the address of an `int`); `*flag` 0 for any other key.
+    /// `MPI_WIN_MODEL` (the address of an `int`); for another key, the program's attribute
+    /// ([`crate::attributes`]).
     fn MPI_Win_get_attr(wh: c_int, key: c_int, val: *mut c_void, flag: *mut c_int) on errc(wh) => {
         let w = win(wh)?;
         if val.is_null() || flag.is_null() {
@@ -633,8 +640,8 @@ mpi_fn! {
             MPI_WIN_DISP_UNIT => (&w.disp_unit as *const c_int).cast(),
             MPI_WIN_CREATE_FLAVOR => (&w.flavor as *const c_int).cast(),
             MPI_WIN_MODEL => (&w.model as *const c_int).cast(),
-            // SAFETY: checked non-null; the caller vouches it is writable.
-            _ => return unsafe { put(flag, 0) },
+            // SAFETY: the caller's contract.
+            _ => return unsafe { crate::attributes::get(wh, key, val, flag, crate::attributes::On::Win) },
         };
         // SAFETY: checked non-null; the caller vouches `val` is a writable `void *`. The
         // fields live while the window does (it is behind an `Arc` the table holds).

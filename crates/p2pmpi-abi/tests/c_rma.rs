@@ -78,3 +78,17 @@ fn large_count_forms_and_a_windows_error_handler_name_and_hints_on_two_processes
         }
     }
 }
+
+#[test]
+fn attributes_of_windows() {
+    if !require(&["mpicc.mpich"], true) {
+        return;
+    }
+    let o = run(1, &c_program("win_attr"), &[], T);
+    let show = format!("stdout:\n{}\nstderr:\n{}", o.stdout, o.stderr);
+    assert!(o.status.success(), "{show}");
+    for l in ["unset 0", "set 1 value 7 disp unit 4", "deleted 1 still set 0", "deleted by free 2", "keyval invalid 1"]
+    {
+        assert!(o.stdout.lines().any(|x| x == l), "missing {l:?}\n{show}");
+    }
+}
