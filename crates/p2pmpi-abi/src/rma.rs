@@ -67,8 +67,8 @@ const MPI_WIN_FLAVOR_CREATE: c_int = 1;
 const MPI_WIN_FLAVOR_ALLOCATE: c_int = 2;
 const MPI_WIN_UNIFIED: c_int = 2;
 /// `MPI_REPLACE` and `MPI_NO_OP`.
-const MPI_REPLACE: c_int = 0x5800_000d;
-const MPI_NO_OP: c_int = 0x5800_000e;
+pub(crate) const MPI_REPLACE: c_int = 0x5800_000d;
+pub(crate) const MPI_NO_OP: c_int = 0x5800_000e;
 
 /// Tags on a window's private communicator: requests to the server, its answers.
 pub const TAG_REQ: c_int = 1;

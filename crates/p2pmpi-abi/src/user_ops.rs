@@ -210,6 +210,8 @@ mpi_fn! {
     fn MPI_Op_commutative(op: c_int, commute: *mut c_int) on MPI_COMM_WORLD => {
         let c = match user_op(op) {
             Some(u) => u.commute,
+            // One-sided communication's own operations: not commutative, as MPICH says.
+            None if op == crate::rma::MPI_REPLACE || op == crate::rma::MPI_NO_OP => false,
             None => {
                 crate::ops::system_op(op)?;
                 true

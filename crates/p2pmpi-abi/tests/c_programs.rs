@@ -298,7 +298,7 @@ fn a_user_operation_with_a_large_count_on_two_processes() {
     o.assert_ok();
     for r in 0..2 {
         // Rank 0's values (1 2 3) then rank 1's (2 3 4): 1 * 10 + 2, ...
-        for w in ["allreduce 12 23 34", "local 13 24 len 2", "freed 1"] {
+        for w in ["allreduce 12 23 34", "local 13 24 len 2", "replace and no_op commutative 0 0 0 0", "freed 1"] {
             let w = format!("rank {r}: {w}");
             assert!(o.stdout.lines().any(|l| l == w), "missing {w:?}\n{}", show(&o));
         }

@@ -1,5 +1,6 @@
 /* A user operation with a large count (MPI_Op_create_c): element-wise a * 10 + b, not
- * commutative, in MPI_Allreduce and MPI_Reduce_local. Run on 2 processes. */
+ * commutative, in MPI_Allreduce and MPI_Reduce_local; MPI_Op_commutative of MPI_REPLACE and
+ * MPI_NO_OP. Run on 2 processes. */
 #include <mpi.h>
 #include <stdio.h>
 
@@ -24,6 +25,10 @@ int main(int argc, char **argv) {
     printf("rank %d: allreduce %d %d %d\n", rank, r[0], r[1], r[2]);
     MPI_Reduce_local(x, y, 2, MPI_INT, op);
     printf("rank %d: local %d %d len %d\n", rank, y[0], y[1], (int)seen);
+    {
+        int c1 = -1, c2 = -1, rc1 = MPI_Op_commutative(MPI_REPLACE, &c1), rc2 = MPI_Op_commutative(MPI_NO_OP, &c2);
+        printf("rank %d: replace and no_op commutative %d %d %d %d\n", rank, rc1, c1, rc2, c2);
+    }
     MPI_Op_free(&op);
     printf("rank %d: freed %d\n", rank, op == MPI_OP_NULL);
     MPI_Finalize();
