@@ -262,6 +262,16 @@ typedef int (MPI_Delete_function)(MPI_Comm comm, int keyval, void *value, void *
 #define MPI_WIN_SEPARATE 1
 #define MPI_WIN_UNIFIED  2
 
+/* Access modes of files. */
+#define MPI_MODE_CREATE            1
+#define MPI_MODE_RDONLY            2
+#define MPI_MODE_WRONLY            4
+#define MPI_MODE_RDWR              8
+#define MPI_MODE_DELETE_ON_CLOSE  16
+#define MPI_MODE_UNIQUE_OPEN      32
+#define MPI_MODE_EXCL             64
+#define MPI_MODE_APPEND          128
+#define MPI_MODE_SEQUENTIAL      256
 #define MPI_MODE_NOCHECK   1024
 #define MPI_MODE_NOSTORE   2048
 #define MPI_MODE_NOPUT     4096
@@ -743,6 +753,13 @@ P2PMPI_FN(MPI_Aint, Aint_add, (MPI_Aint base, MPI_Aint disp))
 P2PMPI_FN(MPI_Aint, Aint_diff, (MPI_Aint addr1, MPI_Aint addr2))
 P2PMPI_FN(int, Status_c2f, (const MPI_Status *c_status, MPI_Fint *f_status))
 P2PMPI_FN(int, Status_f2c, (const MPI_Fint *f_status, MPI_Status *c_status))
+/* Files: open, close, delete, access mode, error handlers (no I/O yet). */
+P2PMPI_FN(int, File_open, (MPI_Comm comm, const char *filename, int amode, MPI_Info info, MPI_File *fh))
+P2PMPI_FN(int, File_close, (MPI_File *fh))
+P2PMPI_FN(int, File_delete, (const char *filename, MPI_Info info))
+P2PMPI_FN(int, File_get_amode, (MPI_File fh, int *amode))
+P2PMPI_FN(int, File_set_errhandler, (MPI_File file, MPI_Errhandler errhandler))
+P2PMPI_FN(int, File_get_errhandler, (MPI_File file, MPI_Errhandler *errhandler))
 P2PMPI_FN(MPI_Fint, File_c2f, (MPI_File file))
 P2PMPI_FN(MPI_File, File_f2c, (MPI_Fint file))
 P2PMPI_FN(int, Get_address, (const void *location, MPI_Aint *address))

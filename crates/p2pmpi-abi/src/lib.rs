@@ -30,6 +30,7 @@ pub mod datatypes;
 pub mod derived;
 pub mod environment;
 pub mod errors;
+pub mod file;
 pub mod handles;
 pub mod immediate;
 pub mod info;

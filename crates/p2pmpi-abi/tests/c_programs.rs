@@ -319,6 +319,22 @@ fn persistent_collectives_on_three_processes() {
 }
 
 #[test]
+fn files_open_and_close_on_two_processes() {
+    if !require(&["mpicc.mpich"], true) {
+        return;
+    }
+    let o = run(2, &c_program("file"), &[], T);
+    o.assert_ok();
+    for r in 0..2 {
+        // MPI_MODE_CREATE | MPI_MODE_RDWR | MPI_MODE_DELETE_ON_CLOSE = 1 + 8 + 16.
+        for w in ["amode 25 errors return 1", "fortran 1 back 1 null 0", "closed null 1 deleted 1", "missing 1"] {
+            let w = format!("rank {r}: {w}");
+            assert!(o.stdout.lines().any(|l| l == w), "missing {w:?}\n{}", show(&o));
+        }
+    }
+}
+
+#[test]
 fn collectives_with_a_count_per_process_on_three_processes() {
     if !require(&["mpicc.mpich"], true) {
         return;
