@@ -9,9 +9,12 @@
 //! handles: copied by the keys' copy callbacks when a communicator is duplicated
 //! ([`copy_all`]), deleted by their delete callbacks when it is freed ([`delete_all`]) and,
 //! for `MPI_COMM_SELF`, at `MPI_Finalize`. Callbacks run outside every lock (they may call
-//! MPI). Attributes of datatypes ([`crate::type_attrs`]) live in the same table, keyed by
-//! the datatype's handle: copied at `MPI_Type_dup`, deleted at `MPI_Type_free`. Attributes of windows are to come. The callbacks of a key made by the
-//! C++ bindings are called through their callers ([`set_proxy`]).
+//! MPI). Attributes of datatypes (`MPI_Type_create_keyval`, `MPI_Type_free_keyval`,
+//! `MPI_Type_set_attr`, `MPI_Type_get_attr`, `MPI_Type_delete_attr`) share the table: a
+//! datatype's handle never equals a communicator's; `MPI_Type_dup` copies them and
+//! `MPI_Type_free` deletes them. So do attributes of windows (`MPI_Win_create_keyval`,
+//! `MPI_Win_free_keyval`, `MPI_Win_set_attr`, `MPI_Win_delete_attr`; `MPI_Win_get_attr` is
+//! [`crate::rma`]'s, for the predefined ones first), deleted by `MPI_Win_free`.
 
 use crate::consts::*;
 use crate::handles::{comm, object, Slab};
@@ -218,14 +221,26 @@ pub(crate) unsafe fn free(keyval: *mut c_int) -> Result<(), c_int> {
     Ok(())
 }
 
-/// Sets attribute `key` of `c` to `value` (deleting the one it replaces).
-fn set(c: c_int, key: c_int, value: *mut c_void) -> Result<(), c_int> {
-    comm(c)?;
-    set_on(c, key, value)
+/// The kind of object an attribute is set on.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum On {
+    Comm,
+    Type,
+    Win,
 }
 
-/// Sets attribute `key` of object `c` (a communicator or a datatype, checked) to `value`.
-pub(crate) fn set_on(c: c_int, key: c_int, value: *mut c_void) -> Result<(), c_int> {
+/// Checks that `h` names an object of kind `on`.
+fn check(h: c_int, on: On) -> Result<(), c_int> {
+    match on {
+        On::Type => crate::datatypes::any_datatype(h).map(|_| ()),
+        On::Comm => comm(h).map(|_| ()),
+        On::Win => crate::rma::is_window(h).then_some(()).ok_or(MPI_ERR_WIN),
+    }
+}
+
+/// Sets attribute `key` of `c` to `value` (deleting the one it replaces).
+fn set(c: c_int, key: c_int, value: *mut c_void, on: On) -> Result<(), c_int> {
+    check(c, on)?;
     let kv = KEYVALS.get(key).ok_or(MPI_ERR_KEYVAL)?;
     let old = ATTRS.lock().insert((c, key), (value as usize, kv));
     match old {
@@ -239,27 +254,12 @@ pub(crate) fn set_on(c: c_int, key: c_int, value: *mut c_void) -> Result<(), c_i
 ///
 /// # Safety
 /// `value` must be valid for a pointer's write and `flag` for an `int`'s.
-unsafe fn get(c: c_int, key: c_int, value: *mut c_void, flag: *mut c_int) -> Result<(), c_int> {
-    comm(c)?;
-    // SAFETY: the caller's contract.
-    unsafe { get_on(c, key, value, flag, true) }
-}
-
-/// [`get`] on object `c` (checked), with the predefined attributes if `predefined_too`.
-///
-/// # Safety
-/// As [`get`].
-pub(crate) unsafe fn get_on(
-    c: c_int,
-    key: c_int,
-    value: *mut c_void,
-    flag: *mut c_int,
-    predefined_too: bool,
-) -> Result<(), c_int> {
+pub(crate) unsafe fn get(c: c_int, key: c_int, value: *mut c_void, flag: *mut c_int, on: On) -> Result<(), c_int> {
+    check(c, on)?;
     if value.is_null() || flag.is_null() {
         return Err(MPI_ERR_ARG);
     }
-    let found = match predefined(key).filter(|_| predefined_too) {
+    let found = match predefined(key).filter(|_| on == On::Comm) {
         Some(p) => Some(p),
         None if KEYVALS.get(key).is_none() => return Err(MPI_ERR_KEYVAL),
         None => ATTRS.lock().get(&(c, key)).map(|(v, _)| *v as *mut c_void),
@@ -275,14 +275,9 @@ pub(crate) unsafe fn get_on(
 }
 
 /// Deletes attribute `key` of `c` by its delete callback (nothing if it is not set).
-fn delete_one(c: c_int, key: c_int) -> Result<(), c_int> {
-    comm(c)?;
-    delete_on(c, key)
-}
-
-/// [`delete_one`] on object `c` (checked).
-pub(crate) fn delete_on(c: c_int, key: c_int) -> Result<(), c_int> {
-    if predefined(key).is_some() {
+fn delete_one(c: c_int, key: c_int, on: On) -> Result<(), c_int> {
+    check(c, on)?;
+    if on == On::Comm && predefined(key).is_some() {
         return Err(MPI_ERR_KEYVAL);
     }
     let old = ATTRS.lock().remove(&(c, key));
@@ -329,19 +324,19 @@ mpi_fn! {
 
 mpi_fn! {
     /// Sets an attribute of `comm`.
-    fn MPI_Comm_set_attr(c: c_int, key: c_int, value: *mut c_void) on c => set(c, key, value)
+    fn MPI_Comm_set_attr(c: c_int, key: c_int, value: *mut c_void) on c => set(c, key, value, On::Comm)
 }
 
 mpi_fn! {
     /// MPI-1's name of `MPI_Comm_set_attr`.
-    fn MPI_Attr_put(c: c_int, key: c_int, value: *mut c_void) on c => set(c, key, value)
+    fn MPI_Attr_put(c: c_int, key: c_int, value: *mut c_void) on c => set(c, key, value, On::Comm)
 }
 
 mpi_fn! {
     /// Reads an attribute of `comm` (`*flag` 0 if it is not set).
     fn MPI_Comm_get_attr(c: c_int, key: c_int, value: *mut c_void, flag: *mut c_int) on c => {
         // SAFETY: the caller's contract.
-        unsafe { get(c, key, value, flag) }
+        unsafe { get(c, key, value, flag, On::Comm) }
     }
 }
 
@@ -349,16 +344,78 @@ mpi_fn! {
     /// MPI-1's name of `MPI_Comm_get_attr`.
     fn MPI_Attr_get(c: c_int, key: c_int, value: *mut c_void, flag: *mut c_int) on c => {
         // SAFETY: the caller's contract.
-        unsafe { get(c, key, value, flag) }
+        unsafe { get(c, key, value, flag, On::Comm) }
     }
 }
 
 mpi_fn! {
     /// Deletes an attribute of `comm` by its delete callback.
-    fn MPI_Comm_delete_attr(c: c_int, key: c_int) on c => delete_one(c, key)
+    fn MPI_Comm_delete_attr(c: c_int, key: c_int) on c => delete_one(c, key, On::Comm)
 }
 
 mpi_fn! {
     /// MPI-1's name of `MPI_Comm_delete_attr`.
-    fn MPI_Attr_delete(c: c_int, key: c_int) on c => delete_one(c, key)
+    fn MPI_Attr_delete(c: c_int, key: c_int) on c => delete_one(c, key, On::Comm)
+}
+
+mpi_fn! {
+    /// Makes a key for attributes of datatypes.
+    fn MPI_Type_create_keyval(copy: Option<CopyFn>, del: Option<DeleteFn>, keyval: *mut c_int, extra: *mut c_void)
+        on MPI_COMM_WORLD => {
+        // SAFETY: the caller's contract.
+        unsafe { create(copy, del, keyval, extra) }
+    }
+}
+
+mpi_fn! {
+    /// Frees a key of datatypes' attributes and sets it to `MPI_KEYVAL_INVALID`.
+    fn MPI_Type_free_keyval(keyval: *mut c_int) on MPI_COMM_WORLD => {
+        // SAFETY: the caller's contract.
+        unsafe { free(keyval) }
+    }
+}
+
+mpi_fn! {
+    /// Sets an attribute of `datatype`.
+    fn MPI_Type_set_attr(t: c_int, key: c_int, value: *mut c_void) on MPI_COMM_WORLD => set(t, key, value, On::Type)
+}
+
+mpi_fn! {
+    /// Reads an attribute of `datatype` (`*flag` 0 if it is not set).
+    fn MPI_Type_get_attr(t: c_int, key: c_int, value: *mut c_void, flag: *mut c_int) on MPI_COMM_WORLD => {
+        // SAFETY: the caller's contract.
+        unsafe { get(t, key, value, flag, On::Type) }
+    }
+}
+
+mpi_fn! {
+    /// Deletes an attribute of `datatype` by its delete callback.
+    fn MPI_Type_delete_attr(t: c_int, key: c_int) on MPI_COMM_WORLD => delete_one(t, key, On::Type)
+}
+
+mpi_fn! {
+    /// Makes a key for attributes of windows.
+    fn MPI_Win_create_keyval(copy: Option<CopyFn>, del: Option<DeleteFn>, keyval: *mut c_int, extra: *mut c_void)
+        on MPI_COMM_WORLD => {
+        // SAFETY: the caller's contract.
+        unsafe { create(copy, del, keyval, extra) }
+    }
+}
+
+mpi_fn! {
+    /// Frees a key of windows' attributes and sets it to `MPI_KEYVAL_INVALID`.
+    fn MPI_Win_free_keyval(keyval: *mut c_int) on MPI_COMM_WORLD => {
+        // SAFETY: the caller's contract.
+        unsafe { free(keyval) }
+    }
+}
+
+mpi_fn! {
+    /// Sets an attribute of `win`.
+    fn MPI_Win_set_attr(w: c_int, key: c_int, value: *mut c_void) on MPI_COMM_WORLD => set(w, key, value, On::Win)
+}
+
+mpi_fn! {
+    /// Deletes an attribute of `win` by its delete callback.
+    fn MPI_Win_delete_attr(w: c_int, key: c_int) on MPI_COMM_WORLD => delete_one(w, key, On::Win)
 }

@@ -287,17 +287,26 @@ mpi_fn! {
         while !s.is_char_boundary(end) {
             end -= 1;
         }
-        rc.set_name(&s[..end]);
+        if c == MPI_COMM_SELF {
+            // The library does not keep a name for its "self" communicator: kept here.
+            *SELF_NAME.lock() = Some(s[..end].to_string());
+        } else {
+            rc.set_name(&s[..end]);
+        }
         Ok(())
     }
 }
+
+/// The name set on `MPI_COMM_SELF`, if any.
+// Process-wide: one `MPI_COMM_SELF` per process.
+static SELF_NAME: parking_lot::Mutex<Option<String>> = parking_lot::Mutex::new(None);
 
 mpi_fn! {
     /// The name of `comm` (`MPI_COMM_WORLD`, `MPI_COMM_SELF`, or what was set; empty if none).
     fn MPI_Comm_get_name(c: c_int, name: *mut std::os::raw::c_char, resultlen: *mut c_int) on c => {
         let rc = rust_comm(c)?;
         let n = match c {
-            MPI_COMM_SELF => "MPI_COMM_SELF".to_string(),
+            MPI_COMM_SELF => SELF_NAME.lock().clone().unwrap_or_else(|| "MPI_COMM_SELF".to_string()),
             _ => rc.get_name(),
         };
         // SAFETY: the caller vouches for `MPI_MAX_OBJECT_NAME` bytes at `name`.

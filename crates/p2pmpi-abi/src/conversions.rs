@@ -1,6 +1,7 @@
 //! Conversions and small utilities: `MPI_Aint_add`, `MPI_Aint_diff`, `MPI_Get_address`
 //! (and MPI-1's `MPI_Address`), the C/Fortran conversions that are functions in MPICH's ABI
-//! (`MPI_Status_c2f`, `MPI_Status_f2c`, `MPI_File_c2f`, `MPI_File_f2c`; those of the other
+//! (`MPI_Status_c2f`, `MPI_Status_f2c`, `MPI_File_c2f`, `MPI_File_f2c` (numbers kept by
+//! [`crate::file`]); those of the other
 //! handles are macros of `mpi.h`, the handle itself), the status setters
 //! (`MPI_Status_set_elements`, `_x`, `MPI_Status_set_cancelled`) and `MPI_Pcontrol`.
 
@@ -48,14 +49,14 @@ mpi_fn! {
 }
 
 mpi_fn! {
-    /// The Fortran handle of a file: files are not provided yet, so every file is the null
-    /// one (0).
-    fn MPI_File_c2f(_file: *mut c_void) -> c_int => 0
+    /// The Fortran handle of a file: its number in [`crate::file`]'s table (0 for the null
+    /// file).
+    fn MPI_File_c2f(file: *mut c_void) -> c_int => crate::file::c2f(file)
 }
 
 mpi_fn! {
-    /// The C handle of a Fortran file handle: the null file (files are not provided yet).
-    fn MPI_File_f2c(_file: c_int) -> *mut c_void => std::ptr::null_mut()
+    /// The C handle of a Fortran file handle (the null file for 0 or an unknown number).
+    fn MPI_File_f2c(file: c_int) -> *mut c_void => crate::file::f2c(file)
 }
 
 mpi_fn! {

@@ -162,6 +162,9 @@ unsafe impl Sync for Keep {}
 pub struct Persistent {
     pub recv: bool,
     pub synchronous: bool,
+    /// A persistent collective: `MPI_Start` runs it ([`crate::pcoll`]); the other fields
+    /// are unused.
+    pub collective: bool,
     pub buf: usize,
     pub count: c_int,
     pub dt: c_int,

@@ -10,7 +10,7 @@ use std::ffi::CStr;
 use std::os::raw::{c_char, c_int};
 
 /// `MPI_INFO_NULL`.
-const MPI_INFO_NULL: c_int = 0x1c00_0000;
+pub(crate) const MPI_INFO_NULL: c_int = 0x1c00_0000;
 /// `MPI_INFO_ENV`.
 const MPI_INFO_ENV: c_int = 0x5c00_0001;
 /// `MPI_MAX_INFO_KEY`.
@@ -28,6 +28,11 @@ fn pairs(h: c_int) -> Result<Vec<(String, String)>, c_int> {
         return Ok(Vec::new());
     }
     INFOS.get(h).ok_or(MPI_ERR_INFO)
+}
+
+/// The value of `key` in info `h` (none for `MPI_INFO_NULL` or a key not set).
+pub(crate) fn value(h: c_int, key: &str) -> Option<String> {
+    pairs(h).ok()?.into_iter().find(|(k, _)| k == key).map(|(_, v)| v)
 }
 
 /// A key or value argument.

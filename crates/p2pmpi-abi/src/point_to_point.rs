@@ -254,6 +254,9 @@ mpi_fn! {
             return unsafe { wait_persistent(h, st) };
         }
         let e = REQUESTS.take(h).ok_or(MPI_ERR_REQUEST)?;
+        if e.persistent.is_some_and(|p| p.collective) {
+            crate::pcoll::forget(h);
+        }
         // SAFETY: as above.
         unsafe { request.write(MPI_REQUEST_NULL) };
         let (mut r, mut fs) = (e.raw, ffi::MPI_Status::default());
@@ -482,6 +485,9 @@ mpi_fn! {
         // SAFETY: checked non-null; the caller vouches it is readable and writable.
         let h = unsafe { request.read() };
         let e = REQUESTS.take(h).ok_or(MPI_ERR_REQUEST)?;
+        if e.persistent.is_some_and(|p| p.collective) {
+            crate::pcoll::forget(h);
+        }
         // SAFETY: as above.
         unsafe { request.write(MPI_REQUEST_NULL) };
         let mut r = e.raw;
@@ -872,6 +878,9 @@ fn start(h: c_int) -> Result<(), c_int> {
         // Still active.
         return Err(MPI_ERR_REQUEST);
     }
+    if p.collective {
+        return crate::pcoll::start(h);
+    }
     let (fc, fd) = (comm(p.comm)?, datatype(p.dt)?);
     let mut r = null_request();
     let buf = crate::nz_mut(p.buf as *mut c_void, p.count);
@@ -902,7 +911,7 @@ macro_rules! send_init {
                 request: *mut c_int,
             ) on c => {
                 let (recv, synchronous, buf) = (false, $sync, buf as usize);
-                let p = Persistent { recv, synchronous, buf, count, dt, peer: dest, tag, comm: c };
+                let p = Persistent { recv, synchronous, collective: false, buf, count, dt, peer: dest, tag, comm: c };
                 // SAFETY: the caller's contract.
                 unsafe { persistent(p, request) }
             }
@@ -926,7 +935,7 @@ mpi_fn! {
         request: *mut c_int,
     ) on c => {
         let (recv, synchronous, buf) = (true, false, buf as usize);
-        let p = Persistent { recv, synchronous, buf, count, dt, peer: source, tag, comm: c };
+        let p = Persistent { recv, synchronous, collective: false, buf, count, dt, peer: source, tag, comm: c };
         // SAFETY: the caller's contract.
         unsafe { persistent(p, request) }
     }

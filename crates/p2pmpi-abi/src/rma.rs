@@ -3,7 +3,13 @@
 //! `MPI_Accumulate`, `MPI_Win_lock`/`MPI_Win_unlock`, `MPI_Win_lock_all`/`MPI_Win_unlock_all`,
 //! `MPI_Win_flush` (`_all`, `_local`, `_local_all`), `MPI_Win_sync`, `MPI_Win_get_group`,
 //! `MPI_Win_get_attr` (`MPI_WIN_BASE`, `MPI_WIN_SIZE`, `MPI_WIN_DISP_UNIT`,
-//! `MPI_WIN_CREATE_FLAVOR`, `MPI_WIN_MODEL`).
+//! `MPI_WIN_CREATE_FLAVOR`, `MPI_WIN_MODEL`), and the large-count forms `MPI_Win_create_c`,
+//! `MPI_Win_allocate_c`, `MPI_Put_c`, `MPI_Get_c`, `MPI_Accumulate_c`; `MPI_Win_set_errhandler`
+//! and `MPI_Win_get_errhandler` with the predefined handlers (recorded; an error on a window
+//! goes to its communicator's handler); `MPI_Win_set_name`, `MPI_Win_get_name`,
+//! `MPI_Win_set_info` (hints accepted, unused) and `MPI_Win_get_info` (none); the atomic
+//! `MPI_Get_accumulate`, `MPI_Fetch_and_op` and `MPI_Compare_and_swap` (served like a get:
+//! the target's old data answered, then updated, in one step of its server).
 //!
 //! **How it works.** A window has a private duplicate of its communicator. An operation is a
 //! request message from the origin to the target (tag [`TAG_REQ`]): a header and, for a put
@@ -33,7 +39,7 @@
 
 use crate::consts::*;
 use crate::datatypes::values::{MPI_BYTE, MPI_INT};
-use crate::datatypes::{datatype, datatype_ref, predefined, stageable, MPI_Aint};
+use crate::datatypes::{datatype, datatype_ref, predefined, stageable, MPI_Aint, MPI_Count};
 use crate::handles::{comm, new_group, object, rust_comm, Slab};
 use crate::{ok, put};
 use p2pmpi::datatype::{DynBuffer, DynBufferMut};
@@ -61,8 +67,8 @@ const MPI_WIN_FLAVOR_CREATE: c_int = 1;
 const MPI_WIN_FLAVOR_ALLOCATE: c_int = 2;
 const MPI_WIN_UNIFIED: c_int = 2;
 /// `MPI_REPLACE` and `MPI_NO_OP`.
-const MPI_REPLACE: c_int = 0x5800_000d;
-const MPI_NO_OP: c_int = 0x5800_000e;
+pub(crate) const MPI_REPLACE: c_int = 0x5800_000d;
+pub(crate) const MPI_NO_OP: c_int = 0x5800_000e;
 
 /// Tags on a window's private communicator: requests to the server, its answers.
 pub const TAG_REQ: c_int = 1;
@@ -74,6 +80,10 @@ const GET: u8 = 2;
 const ACC: u8 = 3;
 const LOCK: u8 = 4;
 const UNLOCK: u8 = 5;
+/// A get-accumulate: the target's old data answered, then the origin's combined into it.
+const GACC: u8 = 6;
+/// A compare-and-swap: the data is the value compared, then the new value.
+const CAS: u8 = 7;
 
 /// Bytes of a request's header: kind, lock type, 2 spare, target count, target datatype,
 /// operation (each 4 bytes), displacement in bytes (8).
@@ -150,6 +160,11 @@ pub(crate) fn stop_server() {
 }
 
 /// The window of handle `w`, or `MPI_ERR_WIN`.
+/// Whether `w` names a window.
+pub(crate) fn is_window(w: c_int) -> bool {
+    WINS.with(w, |_| ()).is_some()
+}
+
 fn win(w: c_int) -> Result<Arc<Win>, c_int> {
     WINS.get(w).ok_or(MPI_ERR_WIN)
 }
@@ -252,25 +267,28 @@ mpi_fn! {
     }
 }
 
+/// `MPI_Win_allocate`'s work.
+fn allocate(size: MPI_Aint, disp_unit: c_int, c: c_int, baseptr: *mut c_void, out: *mut c_int) -> Result<(), c_int> {
+    if out.is_null() || baseptr.is_null() {
+        return Err(MPI_ERR_ARG);
+    }
+    if size < 0 {
+        return Err(MPI_ERR_SIZE);
+    }
+    let mut mem = vec![0u128; (size as usize).div_ceil(16)];
+    let base = mem.as_mut_ptr() as *mut c_void;
+    let h = create(base, size, disp_unit, c, Some(mem))?;
+    // SAFETY: checked non-null; the caller vouches `baseptr` is a writable `void *`.
+    unsafe { (baseptr as *mut *mut c_void).write(base) };
+    // SAFETY: as above.
+    unsafe { put(out, h) }
+}
+
 mpi_fn! {
     /// Allocates `size` bytes (16-byte aligned, zeroed) and makes a window of them
     /// (collective); their address goes to `*baseptr`.
     fn MPI_Win_allocate(size: MPI_Aint, disp_unit: c_int, _info: c_int, c: c_int, baseptr: *mut c_void, out: *mut c_int)
-        on c => {
-        if out.is_null() || baseptr.is_null() {
-            return Err(MPI_ERR_ARG);
-        }
-        if size < 0 {
-            return Err(MPI_ERR_SIZE);
-        }
-        let mut mem = vec![0u128; (size as usize).div_ceil(16)];
-        let base = mem.as_mut_ptr() as *mut c_void;
-        let h = create(base, size, disp_unit, c, Some(mem))?;
-        // SAFETY: checked non-null; the caller vouches `baseptr` is a writable `void *`.
-        unsafe { (baseptr as *mut *mut c_void).write(base) };
-        // SAFETY: as above.
-        unsafe { put(out, h) }
-    }
+        on c => allocate(size, disp_unit, c, baseptr, out)
 }
 
 mpi_fn! {
@@ -296,13 +314,16 @@ mpi_fn! {
                 unsafe { ffi::MPI_Wait(&mut r, std::ptr::null_mut()) };
             }
         }
+        let deleted = crate::attributes::delete_all(h);
         WINS.take(h);
+        HANDLERS.lock().remove(&h);
+        NAMES.lock().remove(&h);
         let mut raw = w.raw;
         // SAFETY: the private communicator, no longer used by anyone.
         unsafe { ffi::MPI_Comm_free(&mut raw) };
         // SAFETY: as above.
         unsafe { wp.write(MPI_WIN_NULL) };
-        Ok(())
+        deleted
     }
 }
 
@@ -445,20 +466,33 @@ mpi_fn! {
     ) on errc(wh) => put_or_acc(ACC, oaddr, ocount, odt, target, disp, tcount, tdt, op, wh)
 }
 
+/// `MPI_Get`'s work.
+#[allow(clippy::too_many_arguments)]
+fn get(
+    oaddr: *mut c_void,
+    ocount: c_int,
+    odt: c_int,
+    target: c_int,
+    disp: MPI_Aint,
+    tcount: c_int,
+    tdt: c_int,
+    wh: c_int,
+) -> Result<(), c_int> {
+    let w = win(wh)?;
+    let Some((off, _)) = check(&w, ocount, odt, target, disp, tcount, tdt)? else { return Ok(()) };
+    let mut req = null_request();
+    // SAFETY: the caller vouches for `ocount` elements of `odt` at `oaddr` until the
+    // operation completes (a flush waits for this receive).
+    ok(unsafe { ffi::MPI_Irecv(oaddr, ocount, datatype(odt)?, target, TAG_REPLY, w.raw, &mut req) })?;
+    w.pending.lock().push(Pending { target, req, ack: None });
+    send_request(&w, target, &header(GET, 0, tcount, tdt, 0, off))
+}
+
 mpi_fn! {
     /// Reads `target_count` elements of `target_datatype` at `target_disp` of `target_rank`'s
     /// window into the origin's buffer (there at the next flush, fence or unlock).
     fn MPI_Get(oaddr: *mut c_void, ocount: c_int, odt: c_int, target: c_int, disp: MPI_Aint, tcount: c_int, tdt: c_int, wh: c_int)
-        on errc(wh) => {
-        let w = win(wh)?;
-        let Some((off, _)) = check(&w, ocount, odt, target, disp, tcount, tdt)? else { return Ok(()) };
-        let mut req = null_request();
-        // SAFETY: the caller vouches for `ocount` elements of `odt` at `oaddr` until the
-        // operation completes (a flush waits for this receive).
-        ok(unsafe { ffi::MPI_Irecv(oaddr, ocount, datatype(odt)?, target, TAG_REPLY, w.raw, &mut req) })?;
-        w.pending.lock().push(Pending { target, req, ack: None });
-        send_request(&w, target, &header(GET, 0, tcount, tdt, 0, off))
-    }
+        on errc(wh) => get(oaddr, ocount, odt, target, disp, tcount, tdt, wh)
 }
 
 mpi_fn! {
@@ -593,7 +627,8 @@ mpi_fn! {
 mpi_fn! {
     /// A predefined attribute of the window: `MPI_WIN_BASE` (the address), `MPI_WIN_SIZE`
     /// (the address of an `MPI_Aint`), `MPI_WIN_DISP_UNIT`, `MPI_WIN_CREATE_FLAVOR`,
-    /// `MPI_WIN_MODEL` (the address of an `int`); `*flag` 0 for any other key.
+    /// `MPI_WIN_MODEL` (the address of an `int`); for another key, the program's attribute
+    /// ([`crate::attributes`]).
     fn MPI_Win_get_attr(wh: c_int, key: c_int, val: *mut c_void, flag: *mut c_int) on errc(wh) => {
         let w = win(wh)?;
         if val.is_null() || flag.is_null() {
@@ -605,8 +640,8 @@ mpi_fn! {
             MPI_WIN_DISP_UNIT => (&w.disp_unit as *const c_int).cast(),
             MPI_WIN_CREATE_FLAVOR => (&w.flavor as *const c_int).cast(),
             MPI_WIN_MODEL => (&w.model as *const c_int).cast(),
-            // SAFETY: checked non-null; the caller vouches it is writable.
-            _ => return unsafe { put(flag, 0) },
+            // SAFETY: the caller's contract.
+            _ => return unsafe { crate::attributes::get(wh, key, val, flag, crate::attributes::On::Win) },
         };
         // SAFETY: checked non-null; the caller vouches `val` is a writable `void *`. The
         // fields live while the window does (it is behind an `Arc` the table holds).
@@ -767,6 +802,36 @@ fn handle(w: &Win, t: &mut TargetState, src: c_int, msg: &[u8]) {
             };
             answer(w, t, src, rc.to_le_bytes().to_vec());
         }
+        GACC | CAS => {
+            let bytes = stageable(tdt).map(|e| e * tcount.max(0) as usize).unwrap_or(usize::MAX);
+            let inside = off >= 0 && (off as usize).checked_add(bytes).is_some_and(|end| end as MPI_Aint <= w.size);
+            let given = if kind == CAS {
+                2 * bytes
+            } else if op == MPI_NO_OP {
+                0
+            } else {
+                bytes
+            };
+            if !inside || data.len() != given {
+                // The origin waits for `bytes` bytes: zeros (its flush reports nothing more).
+                return answer(w, t, src, vec![0; bytes.min(1 << 20)]);
+            }
+            // SAFETY: `bytes` bytes at `off` are inside the window's memory; the server is the
+            // only writer while it serves this request, so read and update are atomic.
+            let dst = unsafe { w.base.cast::<u8>().add(off as usize) };
+            // SAFETY: as above.
+            let old = unsafe { std::slice::from_raw_parts(dst, bytes) }.to_vec();
+            if kind == CAS {
+                if data[..bytes] == old[..] {
+                    // SAFETY: as above.
+                    unsafe { std::ptr::copy_nonoverlapping(data[bytes..].as_ptr(), dst, bytes) };
+                }
+            } else {
+                // SAFETY: as above.
+                unsafe { apply(dst, data, tcount, tdt, op) };
+            }
+            answer(w, t, src, old);
+        }
         _ => {}
     }
 }
@@ -791,5 +856,284 @@ unsafe fn apply(dst: *mut u8, data: &[u8], count: c_int, dt: c_int, op: c_int) -
             p2pmpi::collective::reduce_local_into(&a, &mut b, o);
             MPI_SUCCESS
         }
+    }
+}
+
+/// A large count or displacement unit as an `int` (`MPI_ERR_COUNT` if it does not fit).
+fn int<T: TryInto<c_int>>(n: T) -> Result<c_int, c_int> {
+    n.try_into().map_err(|_| MPI_ERR_COUNT)
+}
+
+mpi_fn! {
+    /// `MPI_Win_create` with a large displacement unit.
+    fn MPI_Win_create_c(base: *mut c_void, size: MPI_Aint, disp_unit: MPI_Aint, info: c_int, c: c_int, out: *mut c_int)
+        on c => {
+        let _ = info;
+        if out.is_null() {
+            return Err(MPI_ERR_ARG);
+        }
+        let h = create(base, size, int(disp_unit)?, c, None)?;
+        // SAFETY: checked non-null; the caller vouches it is writable.
+        unsafe { put(out, h) }
+    }
+}
+
+mpi_fn! {
+    /// `MPI_Win_allocate` with a large displacement unit.
+    fn MPI_Win_allocate_c(size: MPI_Aint, disp_unit: MPI_Aint, info: c_int, c: c_int, baseptr: *mut c_void, out: *mut c_int)
+        on c => {
+        let _ = info;
+        allocate(size, int(disp_unit)?, c, baseptr, out)
+    }
+}
+
+mpi_fn! {
+    /// `MPI_Put` with large counts.
+    fn MPI_Put_c(
+        oaddr: *const c_void,
+        ocount: MPI_Count,
+        odt: c_int,
+        target: c_int,
+        disp: MPI_Aint,
+        tcount: MPI_Count,
+        tdt: c_int,
+        wh: c_int,
+    ) on errc(wh) => put_or_acc(PUT, oaddr, int(ocount)?, odt, target, disp, int(tcount)?, tdt, 0, wh)
+}
+
+mpi_fn! {
+    /// `MPI_Accumulate` with large counts.
+    fn MPI_Accumulate_c(
+        oaddr: *const c_void,
+        ocount: MPI_Count,
+        odt: c_int,
+        target: c_int,
+        disp: MPI_Aint,
+        tcount: MPI_Count,
+        tdt: c_int,
+        op: c_int,
+        wh: c_int,
+    ) on errc(wh) => put_or_acc(ACC, oaddr, int(ocount)?, odt, target, disp, int(tcount)?, tdt, op, wh)
+}
+
+mpi_fn! {
+    /// `MPI_Get` with large counts.
+    fn MPI_Get_c(
+        oaddr: *mut c_void,
+        ocount: MPI_Count,
+        odt: c_int,
+        target: c_int,
+        disp: MPI_Aint,
+        tcount: MPI_Count,
+        tdt: c_int,
+        wh: c_int,
+    ) on errc(wh) => get(oaddr, int(ocount)?, odt, target, disp, int(tcount)?, tdt, wh)
+}
+
+/// The error handler set on each window (`MPI_ERRORS_ARE_FATAL` if none).
+// Process-wide because a C handle is a plain integer any thread may hand to any function.
+static HANDLERS: Mutex<std::collections::BTreeMap<c_int, c_int>> = Mutex::new(std::collections::BTreeMap::new());
+
+mpi_fn! {
+    /// Sets the error handler of `win`: a predefined one (`MPI_ERRORS_ARE_FATAL`,
+    /// `MPI_ERRORS_RETURN`, `MPI_ERRORS_ABORT`).
+    fn MPI_Win_set_errhandler(wh: c_int, errhandler: c_int) on errc(wh) => {
+        win(wh)?;
+        if ![MPI_ERRORS_ARE_FATAL, MPI_ERRORS_RETURN, MPI_ERRORS_ABORT].contains(&errhandler) {
+            return Err(MPI_ERR_ARG);
+        }
+        HANDLERS.lock().insert(wh, errhandler);
+        Ok(())
+    }
+}
+
+mpi_fn! {
+    /// The error handler of `win`.
+    fn MPI_Win_get_errhandler(wh: c_int, errhandler: *mut c_int) on errc(wh) => {
+        win(wh)?;
+        if errhandler.is_null() {
+            return Err(MPI_ERR_ARG);
+        }
+        let h = HANDLERS.lock().get(&wh).copied().unwrap_or(MPI_ERRORS_ARE_FATAL);
+        // SAFETY: checked non-null; the caller vouches it is writable.
+        unsafe { put(errhandler, h) }
+    }
+}
+
+/// The names set on windows (none: the empty name).
+// Process-wide because a C handle is a plain integer any thread may hand to any function.
+static NAMES: Mutex<std::collections::BTreeMap<c_int, String>> = Mutex::new(std::collections::BTreeMap::new());
+
+mpi_fn! {
+    /// Names `win` (cut to `MPI_MAX_OBJECT_NAME - 1` bytes).
+    fn MPI_Win_set_name(wh: c_int, name: *const std::os::raw::c_char) on errc(wh) => {
+        win(wh)?;
+        if name.is_null() {
+            return Err(MPI_ERR_ARG);
+        }
+        // SAFETY: checked non-null; the caller vouches for a NUL-terminated string.
+        let s = unsafe { std::ffi::CStr::from_ptr(name) }.to_string_lossy();
+        let mut end = s.len().min(MPI_MAX_OBJECT_NAME as usize - 1);
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        NAMES.lock().insert(wh, s[..end].to_string());
+        Ok(())
+    }
+}
+
+mpi_fn! {
+    /// The name of `win` (empty if none was set).
+    fn MPI_Win_get_name(wh: c_int, name: *mut std::os::raw::c_char, resultlen: *mut c_int) on errc(wh) => {
+        win(wh)?;
+        let n = NAMES.lock().get(&wh).cloned().unwrap_or_default();
+        // SAFETY: the caller vouches for `MPI_MAX_OBJECT_NAME` bytes at `name`.
+        unsafe { crate::put_string(&n, name, MPI_MAX_OBJECT_NAME, resultlen) }
+    }
+}
+
+mpi_fn! {
+    /// Hints for `win`: accepted, none used (`MPI_INFO_NULL` is refused, as MPICH does).
+    fn MPI_Win_set_info(wh: c_int, info: c_int) on errc(wh) => {
+        win(wh)?;
+        if info == crate::info::MPI_INFO_NULL {
+            return Err(MPI_ERR_ARG);
+        }
+        Ok(())
+    }
+}
+
+mpi_fn! {
+    /// The hints `win` uses: a new, empty info object.
+    fn MPI_Win_get_info(wh: c_int, info: *mut c_int) on errc(wh) => {
+        win(wh)?;
+        if info.is_null() {
+            return Err(MPI_ERR_ARG);
+        }
+        // SAFETY: checked non-null; the caller vouches it is writable.
+        ok(unsafe { crate::info::MPI_Info_create(info) })
+    }
+}
+
+/// A get-accumulate or a compare-and-swap: `data` (packed) after the header, the target's
+/// old data received into `result` (`rcount` elements of `rdt`).
+#[allow(clippy::too_many_arguments)]
+fn fetching(
+    kind: u8,
+    data: &[u8],
+    result: *mut c_void,
+    rcount: c_int,
+    rdt: c_int,
+    target: c_int,
+    disp: MPI_Aint,
+    tcount: c_int,
+    tdt: c_int,
+    op: c_int,
+    wh: c_int,
+) -> Result<(), c_int> {
+    let w = win(wh)?;
+    if op != MPI_REPLACE && op != MPI_NO_OP {
+        crate::ops::system_op(op)?;
+    }
+    let Some((off, _)) = check(&w, rcount, rdt, target, disp, tcount, tdt)? else { return Ok(()) };
+    let mut req = null_request();
+    // SAFETY: the caller vouches for `rcount` elements of `rdt` at `result` until the
+    // operation completes (a flush waits for this receive).
+    ok(unsafe { ffi::MPI_Irecv(result, rcount, datatype(rdt)?, target, TAG_REPLY, w.raw, &mut req) })?;
+    w.pending.lock().push(Pending { target, req, ack: None });
+    let mut msg = header(kind, 0, tcount, tdt, op, off);
+    msg.extend_from_slice(data);
+    send_request(&w, target, &msg)
+}
+
+/// `count` elements of `dt` at `addr`, packed (none for `MPI_NO_OP`'s origin).
+fn packed(addr: *const c_void, count: c_int, dt: c_int) -> Result<Vec<u8>, c_int> {
+    if count < 0 {
+        return Err(MPI_ERR_COUNT);
+    }
+    let d = datatype_ref(dt)?;
+    let mut out = vec![0u8; count as usize * stageable(dt)?];
+    // SAFETY: the caller vouches for `count` elements of `dt` at `addr`.
+    let b = unsafe { DynBuffer::from_raw(crate::nz(addr, count), count, d) };
+    rust_comm(MPI_COMM_SELF)?.pack_into(&b, &mut out, 0);
+    Ok(out)
+}
+
+mpi_fn! {
+    /// Reads `target_count` elements at `target_disp` of `target_rank`'s window into
+    /// `result_addr` and combines the origin's data into them by `op` (`MPI_NO_OP`: only
+    /// reads), atomically.
+    fn MPI_Get_accumulate(
+        oaddr: *const c_void,
+        ocount: c_int,
+        odt: c_int,
+        result: *mut c_void,
+        rcount: c_int,
+        rdt: c_int,
+        target: c_int,
+        disp: MPI_Aint,
+        tcount: c_int,
+        tdt: c_int,
+        op: c_int,
+        wh: c_int,
+    ) on errc(wh) => {
+        let data = if op == MPI_NO_OP { Vec::new() } else { packed(oaddr, ocount, odt)? };
+        fetching(GACC, &data, result, rcount, rdt, target, disp, tcount, tdt, op, wh)
+    }
+}
+
+mpi_fn! {
+    /// `MPI_Get_accumulate` of one element of `datatype`.
+    fn MPI_Fetch_and_op(
+        oaddr: *const c_void,
+        result: *mut c_void,
+        dt: c_int,
+        target: c_int,
+        disp: MPI_Aint,
+        op: c_int,
+        wh: c_int,
+    ) on errc(wh) => {
+        let data = if op == MPI_NO_OP { Vec::new() } else { packed(oaddr, 1, dt)? };
+        fetching(GACC, &data, result, 1, dt, target, disp, 1, dt, op, wh)
+    }
+}
+
+mpi_fn! {
+    /// Replaces one element of `datatype` at `target_disp` of `target_rank`'s window by
+    /// `*origin_addr` if it equals `*compare_addr`, atomically; the old value goes to
+    /// `*result_addr`.
+    fn MPI_Compare_and_swap(
+        oaddr: *const c_void,
+        compare: *const c_void,
+        result: *mut c_void,
+        dt: c_int,
+        target: c_int,
+        disp: MPI_Aint,
+        wh: c_int,
+    ) on errc(wh) => {
+        let mut data = packed(compare, 1, dt)?;
+        data.extend(packed(oaddr, 1, dt)?);
+        fetching(CAS, &data, result, 1, dt, target, disp, 1, dt, MPI_REPLACE, wh)
+    }
+}
+
+mpi_fn! {
+    /// `MPI_Get_accumulate` with large counts.
+    fn MPI_Get_accumulate_c(
+        oaddr: *const c_void,
+        ocount: MPI_Count,
+        odt: c_int,
+        result: *mut c_void,
+        rcount: MPI_Count,
+        rdt: c_int,
+        target: c_int,
+        disp: MPI_Aint,
+        tcount: MPI_Count,
+        tdt: c_int,
+        op: c_int,
+        wh: c_int,
+    ) on errc(wh) => {
+        let data = if op == MPI_NO_OP { Vec::new() } else { packed(oaddr, int(ocount)?, odt)? };
+        fetching(GACC, &data, result, int(rcount)?, rdt, target, disp, int(tcount)?, tdt, op, wh)
     }
 }

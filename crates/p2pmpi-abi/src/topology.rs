@@ -13,6 +13,9 @@ use std::os::raw::c_int;
 
 /// `MPI_COMM_TYPE_SHARED`.
 const MPI_COMM_TYPE_SHARED: c_int = 1;
+/// `MPI_COMM_TYPE_HW_GUIDED` and `MPI_COMM_TYPE_HW_UNGUIDED`.
+const MPI_COMM_TYPE_HW_GUIDED: c_int = 2;
+const MPI_COMM_TYPE_HW_UNGUIDED: c_int = 3;
 
 /// Writes the new communicator the library made at `out`, with `parent`'s error handler.
 ///
@@ -143,12 +146,20 @@ mpi_fn! {
 
 mpi_fn! {
     /// Splits `comm` by type: `MPI_COMM_TYPE_SHARED` gives the processes of this host, ordered
-    /// by `key`; `MPI_UNDEFINED` gives `MPI_COMM_NULL`.
-    fn MPI_Comm_split_type(c: c_int, split_type: c_int, key: c_int, _info: c_int, out: *mut c_int) on c => {
+    /// by `key`; so does `MPI_COMM_TYPE_HW_GUIDED` with the hint `mpi_hw_resource_type` =
+    /// `mpi_shared_memory`; `MPI_UNDEFINED`, `MPI_COMM_TYPE_HW_GUIDED` with another resource
+    /// and `MPI_COMM_TYPE_HW_UNGUIDED` (no level below is known) give `MPI_COMM_NULL`.
+    fn MPI_Comm_split_type(c: c_int, split_type: c_int, key: c_int, info: c_int, out: *mut c_int) on c => {
         let rc = rust_comm(c)?;
         if out.is_null() {
             return Err(MPI_ERR_ARG);
         }
+        let shmem = crate::info::value(info, "mpi_hw_resource_type").as_deref() == Some("mpi_shared_memory");
+        let split_type = match split_type {
+            MPI_COMM_TYPE_HW_GUIDED if shmem => MPI_COMM_TYPE_SHARED,
+            MPI_COMM_TYPE_HW_GUIDED | MPI_COMM_TYPE_HW_UNGUIDED => MPI_UNDEFINED,
+            t => t,
+        };
         let h = match split_type {
             MPI_UNDEFINED => {
                 // Collective all the same: the others may split.

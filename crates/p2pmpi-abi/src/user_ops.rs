@@ -1,11 +1,11 @@
-//! User reduction operations: `MPI_Op_create`, `MPI_Op_free`, `MPI_Op_commutative`, and the
+//! User reduction operations: `MPI_Op_create` (and `MPI_Op_create_c`), `MPI_Op_free`, `MPI_Op_commutative`, and the
 //! reductions (`MPI_Reduce`, `MPI_Allreduce`, `MPI_Scan`, `MPI_Exscan`, `MPI_Reduce_local`)
 //! with one. The program's function is called as C expects it, with MPICH's handle of the
 //! datatype of the call: each call makes a Rust [`UserOperation`] around it, and runs on the
 //! Rust API of `p2pmpi` (where a failed communication stops the job).
 
 use crate::consts::*;
-use crate::datatypes::{datatype_ref, stageable};
+use crate::datatypes::{datatype_ref, stageable, MPI_Count};
 use crate::handles::{object, rust_comm, Slab};
 use crate::is_in_place;
 use p2pmpi::collective::UserOperation;
@@ -21,10 +21,21 @@ pub type UserFn = unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_int, *mu
 /// bindings call theirs): `(invec, inoutvec, len, datatype, function)`.
 pub type OpCaller = unsafe extern "C" fn(*mut c_void, *mut c_void, c_int, c_int, UserFn);
 
-/// An operation made by `MPI_Op_create`.
+/// A user function with a large count (`MPI_User_function_c`): `(invec, inoutvec, len,
+/// datatype)` with `len` an `MPI_Count`.
+pub type UserFnC = unsafe extern "C" fn(*mut c_void, *mut c_void, *mut MPI_Count, *mut c_int);
+
+/// The program's function: of `MPI_Op_create` or of `MPI_Op_create_c`.
+#[derive(Clone, Copy)]
+enum Function {
+    Int(UserFn),
+    Large(UserFnC),
+}
+
+/// An operation made by `MPI_Op_create` or `MPI_Op_create_c`.
 #[derive(Clone, Copy)]
 pub struct UserOp {
-    f: UserFn,
+    f: Function,
     commute: bool,
     caller: Option<OpCaller>,
 }
@@ -47,15 +58,15 @@ pub fn user_op(h: c_int) -> Option<UserOp> {
 /// The Rust operation calling `u`'s function on elements of MPICH datatype `dt`.
 pub(crate) fn rust_op(u: UserOp, dt: c_int) -> UserOperation<'static> {
     UserOperation::new(u.commute, move |a: DynBuffer, mut b: DynBufferMut| {
-        let (mut len, mut d) = (a.len() as c_int, dt);
-        let (x, y) = (a.as_ptr() as *mut c_void, b.as_mut_ptr());
+        let (x, y, mut d) = (a.as_ptr() as *mut c_void, b.as_mut_ptr(), dt);
         // SAFETY: the program's function (directly, or through its language's caller), on
         // `len` elements of `dt` at both buffers (the library's, valid during the call), as
-        // `MPI_Op_create` promised it can take.
+        // `MPI_Op_create(_c)` promised it can take.
         unsafe {
-            match u.caller {
-                Some(call) => call(x, y, len, d, u.f),
-                None => (u.f)(x, y, &mut len, &mut d),
+            match (u.f, u.caller) {
+                (Function::Int(f), Some(call)) => call(x, y, a.len() as c_int, d, f),
+                (Function::Int(f), None) => f(x, y, &mut (a.len() as c_int), &mut d),
+                (Function::Large(f), _) => f(x, y, &mut (a.len() as MPI_Count), &mut d),
             }
         }
     })
@@ -172,7 +183,21 @@ mpi_fn! {
         if op.is_null() {
             return Err(MPI_ERR_ARG);
         }
-        let h = OPS.insert(UserOp { f, commute: commute != 0, caller: None });
+        let h = OPS.insert(UserOp { f: Function::Int(f), commute: commute != 0, caller: None });
+        // SAFETY: checked non-null; the caller vouches it is writable.
+        unsafe { op.write(h) };
+        Ok(())
+    }
+}
+
+mpi_fn! {
+    /// Makes a reduction operation of a function taking a large count (`MPI_User_function_c`).
+    fn MPI_Op_create_c(function: Option<UserFnC>, commute: c_int, op: *mut c_int) on MPI_COMM_WORLD => {
+        let Some(f) = function else { return Err(MPI_ERR_ARG) };
+        if op.is_null() {
+            return Err(MPI_ERR_ARG);
+        }
+        let h = OPS.insert(UserOp { f: Function::Large(f), commute: commute != 0, caller: None });
         // SAFETY: checked non-null; the caller vouches it is writable.
         unsafe { op.write(h) };
         Ok(())
@@ -199,6 +224,8 @@ mpi_fn! {
     fn MPI_Op_commutative(op: c_int, commute: *mut c_int) on MPI_COMM_WORLD => {
         let c = match user_op(op) {
             Some(u) => u.commute,
+            // One-sided communication's own operations: not commutative, as MPICH says.
+            None if op == crate::rma::MPI_REPLACE || op == crate::rma::MPI_NO_OP => false,
             None => {
                 crate::ops::system_op(op)?;
                 true

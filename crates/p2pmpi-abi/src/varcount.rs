@@ -246,13 +246,13 @@ unsafe fn alltoallv(
 }
 
 /// The size of `comm` (for the length of the count arrays).
-fn size(c: c_int) -> Result<usize, c_int> {
+pub(crate) fn size(c: c_int) -> Result<usize, c_int> {
     Ok(rust_comm(c)?.size() as usize)
 }
 
 /// Whether this process is `root` of `comm` (the count arrays of the rooted v-variants are
 /// read at the root only).
-fn is_root(c: c_int, root: c_int) -> Result<bool, c_int> {
+pub(crate) fn is_root(c: c_int, root: c_int) -> Result<bool, c_int> {
     Ok(rust_comm(c)?.rank() == root)
 }
 

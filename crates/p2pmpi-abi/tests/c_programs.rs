@@ -190,6 +190,151 @@ fn attributes_of_communicators_on_two_processes() {
 }
 
 #[test]
+fn attributes_of_datatypes() {
+    if !require(&["mpicc.mpich"], true) {
+        return;
+    }
+    let o = run(1, &c_program("type_attr"), &[], T);
+    o.assert_ok();
+    for w in [
+        "unset 0",
+        "set 1 value 7",
+        // MPI_TYPE_DUP_FN copies, MPI_TYPE_NULL_COPY_FN does not; freeing the duplicate
+        // deletes its one attribute.
+        "dup copied 1 value 7",
+        "null copy 0",
+        "deleted after free 1",
+        "predefined 1 value 9",
+        "deleted after delete 2 still set 0",
+        // Freeing the datatype deletes its two attributes.
+        "deleted after freeing both 4",
+        "keyval invalid 1",
+    ] {
+        assert!(o.stdout.lines().any(|l| l == w), "missing {w:?}\n{}", show(&o));
+    }
+}
+
+#[test]
+fn nonblocking_collectives_with_a_count_per_process_on_three_processes() {
+    if !require(&["mpicc.mpich"], true) {
+        return;
+    }
+    let o = run(3, &c_program("ivarcount"), &[], T);
+    o.assert_ok();
+    for r in 0..3 {
+        for w in [
+            "igatherv",
+            "iscatterv",
+            "iallgatherv",
+            "iallgatherv in place",
+            "ialltoallv",
+            "igatherv_c",
+            "ireduce_scatter_block",
+            "ireduce_scatter",
+        ] {
+            let w = format!("rank {r}: {w} ok");
+            assert!(o.stdout.lines().any(|l| l == w), "missing {w:?}\n{}", show(&o));
+        }
+    }
+}
+
+#[test]
+fn sessions_on_two_processes() {
+    if !require(&["mpicc.mpich"], true) {
+        return;
+    }
+    let o = run(2, &c_program("session"), &[], T);
+    o.assert_ok();
+    for r in 0..2 {
+        for w in [
+            "psets 2 first mpi://WORLD len 12",
+            "world size 2",
+            "group 2 comm 2 sum 2",
+            "unknown pset class 12",
+            "finalized 1",
+        ] {
+            let w = format!("rank {r}: {w}");
+            assert!(o.stdout.lines().any(|l| l == w), "missing {w:?}\n{}", show(&o));
+        }
+    }
+}
+
+#[test]
+fn split_by_hardware_type_on_two_processes() {
+    if !require(&["mpicc.mpich"], true) {
+        return;
+    }
+    let o = run(2, &c_program("split_hw"), &[], T);
+    o.assert_ok();
+    for r in 0..2 {
+        for w in ["guided without hint null 1", "guided shared memory size 2", "unguided null 1"] {
+            let w = format!("rank {r}: {w}");
+            assert!(o.stdout.lines().any(|l| l == w), "missing {w:?}\n{}", show(&o));
+        }
+    }
+}
+
+#[test]
+fn names_of_the_predefined_communicators() {
+    if !require(&["mpicc.mpich"], true) {
+        return;
+    }
+    let o = run(1, &c_program("names"), &[], T);
+    o.assert_ok();
+    for w in [
+        "default MPI_COMM_SELF set mycomm restored MPI_COMM_SELF 13",
+        "default MPI_COMM_WORLD set mycomm restored MPI_COMM_WORLD 14",
+    ] {
+        assert!(o.stdout.lines().any(|l| l == w), "missing {w:?}\n{}", show(&o));
+    }
+}
+
+#[test]
+fn a_user_operation_with_a_large_count_on_two_processes() {
+    if !require(&["mpicc.mpich"], true) {
+        return;
+    }
+    let o = run(2, &c_program("userop_c"), &[], T);
+    o.assert_ok();
+    for r in 0..2 {
+        // Rank 0's values (1 2 3) then rank 1's (2 3 4): 1 * 10 + 2, ...
+        for w in ["allreduce 12 23 34", "local 13 24 len 2", "replace and no_op commutative 0 0 0 0", "freed 1"] {
+            let w = format!("rank {r}: {w}");
+            assert!(o.stdout.lines().any(|l| l == w), "missing {w:?}\n{}", show(&o));
+        }
+    }
+}
+
+#[test]
+fn persistent_collectives_on_three_processes() {
+    if !require(&["mpicc.mpich"], true) {
+        return;
+    }
+    let o = run(3, &c_program("pcoll"), &[], T);
+    o.assert_ok();
+    for r in 0..3 {
+        let w = format!("rank {r}: persistent collectives ok null 1");
+        assert!(o.stdout.lines().any(|l| l == w), "missing {w:?}\n{}", show(&o));
+    }
+}
+
+#[test]
+fn files_open_and_close_on_two_processes() {
+    if !require(&["mpicc.mpich"], true) {
+        return;
+    }
+    let o = run(2, &c_program("file"), &[], T);
+    o.assert_ok();
+    for r in 0..2 {
+        // MPI_MODE_CREATE | MPI_MODE_RDWR | MPI_MODE_DELETE_ON_CLOSE = 1 + 8 + 16.
+        for w in ["amode 25 errors return 1", "fortran 1 back 1 null 0", "closed null 1 deleted 1", "missing 1"] {
+            let w = format!("rank {r}: {w}");
+            assert!(o.stdout.lines().any(|l| l == w), "missing {w:?}\n{}", show(&o));
+        }
+    }
+}
+
+#[test]
 fn collectives_with_a_count_per_process_on_three_processes() {
     if !require(&["mpicc.mpich"], true) {
         return;

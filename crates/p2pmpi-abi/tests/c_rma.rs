@@ -56,3 +56,39 @@ fn windows_are_refused_in_replicated_jobs_without_a_hang() {
     assert!(o.stdout.lines().any(|l| l.starts_with("rma ") && l.ends_with(": allocate")), "{show}");
     assert!(!o.stdout.contains("attributes ok"), "{show}");
 }
+
+#[test]
+fn large_count_forms_and_a_windows_error_handler_name_and_hints_on_two_processes() {
+    if !require(&["mpicc.mpich"], true) {
+        return;
+    }
+    let o = run(2, &c_program("rma_c"), &[], T);
+    let show = format!("stdout:\n{}\nstderr:\n{}", o.stdout, o.stderr);
+    assert!(o.status.success(), "{show}");
+    for r in 0..2 {
+        // Each window holds the other's rank + 10, and 100 + 5.
+        for l in [
+            format!("rank {r}: errhandler return 1"),
+            format!("rank {r}: default name length 0 set mywin info ok"),
+            format!("rank {r}: put {} accumulated 105 got 105", 11 - r),
+            // 105 + 1 + 2 = 108, swapped for 500 by rank 1; rank 0's compare with 7 fails.
+            format!("rank {r}: atomics sum ok 1 final 500"),
+        ] {
+            assert!(o.stdout.lines().any(|x| x == l), "missing {l:?}\n{show}");
+        }
+    }
+}
+
+#[test]
+fn attributes_of_windows() {
+    if !require(&["mpicc.mpich"], true) {
+        return;
+    }
+    let o = run(1, &c_program("win_attr"), &[], T);
+    let show = format!("stdout:\n{}\nstderr:\n{}", o.stdout, o.stderr);
+    assert!(o.status.success(), "{show}");
+    for l in ["unset 0", "set 1 value 7 disp unit 4", "deleted 1 still set 0", "deleted by free 2", "keyval invalid 1"]
+    {
+        assert!(o.stdout.lines().any(|x| x == l), "missing {l:?}\n{show}");
+    }
+}
