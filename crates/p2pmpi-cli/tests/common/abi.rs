@@ -13,19 +13,32 @@ pub fn profile_dir() -> PathBuf {
     launcher().parent().unwrap().to_path_buf()
 }
 
-/// Builds p2pmpi's library (`cargo build -p p2pmpi-abi --lib`, once per test process): cargo
-/// puts it next to `p2pmpirun`, where the launcher finds it.
+/// Puts p2pmpi's library where `p2pmpirun` looks for it (next to it), once per test process:
+/// the cdylib cargo built for this test build (`p2pmpi-abi` is a dev-dependency, so it is in
+/// `deps` with this build's features, fresh), copied over whatever older one lies there.
 pub fn build_library() {
-    static BUILT: OnceLock<()> = OnceLock::new();
-    BUILT.get_or_init(|| {
-        let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
-        cmd.args(["build", "-q", "-p", "p2pmpi-abi", "--lib"]);
-        if profile_dir().ends_with("release") {
-            cmd.arg("--release");
+    static PLACED: OnceLock<()> = OnceLock::new();
+    PLACED.get_or_init(|| {
+        let built = profile_dir().join("deps/libp2pmpi_abi.so");
+        let placed = profile_dir().join("libp2pmpi_abi.so");
+        assert!(built.is_file(), "{} not built (p2pmpi-abi is a dev-dependency of p2pmpi-cli)", built.display());
+        let same = |a: &Path, b: &Path| match (std::fs::metadata(a), std::fs::metadata(b)) {
+            (Ok(x), Ok(y)) => x.len() == y.len() && x.modified().ok() == y.modified().ok(),
+            _ => false,
+        };
+        if !same(&built, &placed) {
+            // Copied under a name of this process, then renamed: tests placing it side by side
+            // never see half a file.
+            let tmp = profile_dir().join(format!(".libp2pmpi_abi.so.{}", std::process::id()));
+            std::fs::copy(&built, &tmp).expect("copy p2pmpi's library");
+            let mtime = std::fs::metadata(&built).and_then(|m| m.modified()).expect("library's time");
+            std::fs::File::options()
+                .write(true)
+                .open(&tmp)
+                .and_then(|f| f.set_modified(mtime))
+                .expect("set the copy's time");
+            std::fs::rename(&tmp, &placed).expect("place p2pmpi's library");
         }
-        let st = cmd.status().expect("run cargo to build p2pmpi-abi");
-        assert!(st.success(), "building p2pmpi-abi failed");
-        assert!(profile_dir().join("libp2pmpi_abi.so").is_file());
     });
 }
 
