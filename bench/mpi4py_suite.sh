@@ -9,7 +9,7 @@
 # test module, default 60), OUT (default bench/out/mpi4py), MODULES (test modules, default all),
 # REUSE_MPICH=1 (keep MPICH's outcomes of the modules an earlier run at the same N finished),
 # SKIP_MPICH=1 (run only ours, against MPICH's outcomes kept: the modules MPICH did not finish
-# are left out of the comparison).
+# are left out of the comparison), IMPLS (default "mpich p2pmpi": which to run).
 #
 # Made once under OUT and reused: a venv with mpi4py's wheel from PyPI, the source distribution
 # (for its test/ directory). Nothing fetched is committed (bench/out/ is ignored).
@@ -129,7 +129,7 @@ PY
 }
 
 for n in ${@:-1 2 3}; do
-    for impl in mpich p2pmpi; do
+    for impl in ${IMPLS:-mpich p2pmpi}; do
         if [ "$impl" = mpich ] && [ "${SKIP_MPICH:-0}" = 1 ]; then
             echo "  mpich -n $n: not run; $(ls "$OUT/res/mpich-$n"/*.done 2>/dev/null | wc -l) modules kept" >&2
             continue

@@ -1042,6 +1042,16 @@ fn stop_hosts(remotes: &[Arc<Mutex<SecureWriter>>]) {
     });
 }
 
+/// p2pmpi's library, to stage with a spawned `program` that needs MPICH's ABI (none for a
+/// program that does not, such as p2pmpi's Rust programs); an error if it needs it and the
+/// library is not found, or the program would load another MPI library first (an RPATH).
+fn spawned_abi(program: &std::path::Path) -> Result<Option<PathBuf>> {
+    if crate::abi::needs(program).is_none() {
+        return Ok(None);
+    }
+    Ok(crate::abi::setup(program, &[])?.map(|a| a.lib))
+}
+
 fn stop_remotes(remotes: &[Arc<Mutex<SecureWriter>>], sig: i32) {
     for w in remotes {
         let _ = w.lock().unwrap_or_else(|p| p.into_inner()).send(&JobControl::Signal(sig));
@@ -1093,7 +1103,21 @@ impl crate::spawn::RemoteStart for GridSpawn {
             // With `-r R` every child rank is reserved R times on R different hosts, as a
             // replicated job's ranks are.
             let ask = Ask { n: app.procs as usize, r: req.r, strategy, app: &app_name, exclude: &[], only: &self.only };
-            let staged = input_files(&self.opts, program, &app_name).and_then(|files| {
+            // A child built against MPICH's ABI (a C or Python program) gets p2pmpi's library
+            // staged with it and first on its library path, as the job's own processes do.
+            let abi = match spawned_abi(program) {
+                Ok(a) => a,
+                Err(e) => {
+                    progress.done();
+                    stop_remotes(&remotes, libc::SIGKILL);
+                    return Err(format!("cannot spawn {app_name}: {e:#}"));
+                }
+            };
+            let staged = input_files(&self.opts, program, &app_name).and_then(|mut files| {
+                if let Some(lib) = &abi {
+                    let name = format!("{}/{}", crate::abi::STAGED, crate::abi::NAMES[0]);
+                    files.push(LocalFile::Path { name, path: lib.clone(), executable: false });
+                }
                 reserve_and_stage(name, &self.grid, &self.opts, ask, &files, true, &mut progress)?
                     .ok_or_else(|| anyhow::anyhow!("a dry run reserves only"))
             });
@@ -1138,6 +1162,9 @@ impl crate::spawn::RemoteStart for GridSpawn {
                     env.push((env::REPLICAS.to_string(), req.r.to_string()));
                 }
                 env.extend(req.vars.iter().cloned());
+                if abi.is_some() {
+                    env.push((p2pmpi_peer::mpd::ABI_DIR_ENV.to_string(), crate::abi::STAGED.to_string()));
+                }
                 LaunchSpec {
                     ticket: staged.reservation.ticket,
                     job: staged.job.clone(),

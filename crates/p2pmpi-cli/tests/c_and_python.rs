@@ -236,3 +236,17 @@ fn a_c_program_runs_replicated_on_a_local_grid_with_the_library_staged() {
     o.assert_ok();
     assert_eq!(sorted_lines(&o.stdout), steps_output(3, 3), "{}", o.stderr);
 }
+
+#[test]
+fn a_c_program_spawns_children_on_a_local_grid_with_the_library_staged_for_them() {
+    if !with_mpich() {
+        return;
+    }
+    let prog = mpich_program("spawner");
+    let g = TestGrid::start("abi-spawn", 2, &["--procs", "2"]);
+    let o = g.run(&["-n", "2", prog.to_str().unwrap()]);
+    o.assert_ok();
+    let want =
+        ["child 0 of 2: got 1", "child 1 of 2: got 2", "parent 0: child answered 10", "parent 1: child answered 20"];
+    assert_eq!(sorted_lines(&o.stdout), want.map(String::from).to_vec(), "{}", o.stderr);
+}
