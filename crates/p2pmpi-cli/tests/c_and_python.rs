@@ -250,3 +250,29 @@ fn a_c_program_spawns_children_on_a_local_grid_with_the_library_staged_for_them(
         ["child 0 of 2: got 1", "child 1 of 2: got 2", "parent 0: child answered 10", "parent 1: child answered 20"];
     assert_eq!(sorted_lines(&o.stdout), want.map(String::from).to_vec(), "{}", o.stderr);
 }
+
+#[test]
+fn a_replicated_c_job_on_a_local_grid_under_kmonitor_survives_a_killed_replica() {
+    if !with_mpich() {
+        return;
+    }
+    let prog = mpich_program("steps");
+    let g = TestGrid::start("abi-km", 3, &["--procs", "2"]);
+    g.wait_hosts(1, 2);
+    let marker = common::marker("c-kmonitor");
+    let mut cmd = Command::new(launcher());
+    cmd.args(["-n", "3", "-r", "2", "--fd", "kmonitor", "--t-hb", "200", "--t-to", "600"])
+        .arg(&prog)
+        .args(["30", "30", &marker])
+        .env("P2PMPI_HOME", g.home(1))
+        .env_remove("P2PMPI_CONF_FILE");
+    let job = Job::spawn(&mut cmd);
+    let slots = slots_of(&marker, 6);
+    job.wait_for(LIMIT, "step 4 printed", |l| l.iter().any(|l| l.text.starts_with("step 4 ")).then_some(()));
+    // Slot 5: rank 2's second replica, on a peer of the grid (not the submitter's rank 0).
+    kill9(slots[&5]);
+    let e = job.end(LIMIT);
+    assert_eq!(e.code, 0, "{}", e.text);
+    assert_eq!(sorted_lines(&e.stdout), steps_output(3, 30), "a line lost or printed twice:\n{}", e.text);
+    assert!(e.text.contains("rank 2 replica 1"), "no report of the killed replica:\n{}", e.text);
+}
