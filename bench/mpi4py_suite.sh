@@ -37,11 +37,7 @@ libmpich=$(ls /usr/lib/*/libmpich.so.12 2>/dev/null | head -1)
 [ -n "$libmpich" ] || { echo "$0: Debian's libmpich.so.12 not found (apt-get install libmpich-dev)" >&2; exit 1; }
 
 py=$OUT/venv/bin/python3
-if ! "$py" -c "import mpi4py, sys; sys.exit(mpi4py.__version__ != '$VERSION')" 2>/dev/null; then
-    rm -rf "$OUT/venv"
-    python3 -m venv "$OUT/venv" || exit 1
-    "$py" -m pip install -q --disable-pip-version-check --only-binary :all: "mpi4py==$VERSION" || exit 1
-fi
+scripts/mpi4py-venv.sh "$OUT/venv" || exit 1
 tests=$OUT/mpi4py-$VERSION/test
 if [ ! -d "$tests" ]; then
     "$py" -m pip download -q --disable-pip-version-check --no-binary :all: --no-deps \

@@ -4,58 +4,29 @@
 
 mod common;
 use common::*;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-const MPI4PY: &str = "mpi4py==4.1.2";
-
-/// Whether the environment at `dir` has the pinned mpi4py.
-fn ready(dir: &Path) -> bool {
-    Command::new(dir.join("bin/python3"))
-        .args(["-c", "import mpi4py, sys; sys.exit(mpi4py.__version__ != '4.1.2')"])
-        .env_remove("LD_LIBRARY_PATH")
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
-/// The virtual environment with the pinned mpi4py, made once (the wheel comes from PyPI);
-/// `Err` says why it could not be made.
+/// The virtual environment with the pinned mpi4py wheel from PyPI, made once per test process
+/// by `scripts/mpi4py-venv.sh` (the tests of this file run in threads of one process, or each in
+/// its own process under nextest); `Err` says why it could not be made.
 fn venv() -> Result<PathBuf, String> {
-    // Once per test process (the tests of this file run in threads of one process, or each in
-    // its own process under nextest: the directory made aside is named by the process).
     static VENV: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
-    VENV.get_or_init(make_venv).clone()
-}
-
-fn make_venv() -> Result<PathBuf, String> {
-    let dir = profile_dir().join("p2pmpi-abi-venv");
-    if ready(&dir) {
-        return Ok(dir);
-    }
-    // Made aside and renamed: a test running at the same time never sees half of it.
-    let tmp = profile_dir().join(format!("p2pmpi-abi-venv.{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&tmp);
-    let out = Command::new("python3").args(["-m", "venv"]).arg(&tmp).output().map_err(|e| format!("python3: {e}"))?;
-    if !out.status.success() {
-        return Err(format!("python3 -m venv: {}", String::from_utf8_lossy(&out.stderr)));
-    }
-    let out = Command::new(tmp.join("bin/python3"))
-        .args(["-m", "pip", "install", "-q", "--disable-pip-version-check", "--only-binary", ":all:", MPI4PY])
-        .output()
-        .map_err(|e| format!("pip: {e}"))?;
-    if !out.status.success() {
-        let _ = std::fs::remove_dir_all(&tmp);
-        return Err(format!("pip install {MPI4PY}: {}", String::from_utf8_lossy(&out.stderr)));
-    }
-    if std::fs::rename(&tmp, &dir).is_err() {
-        let _ = std::fs::remove_dir_all(&tmp);
-    }
-    if ready(&dir) {
-        Ok(dir)
-    } else {
-        Err(format!("{} has no {MPI4PY} after the install", dir.display()))
-    }
+    VENV.get_or_init(|| {
+        let dir = profile_dir().join("p2pmpi-abi-venv");
+        let o = Command::new("sh")
+            .arg(crate_dir().join("../../scripts/mpi4py-venv.sh"))
+            .arg(&dir)
+            .output()
+            .map_err(|e| format!("sh: {e}"))?;
+        if o.status.success() {
+            Ok(dir)
+        } else {
+            Err(String::from_utf8_lossy(&o.stderr).into_owned())
+        }
+    })
+    .clone()
 }
 
 const PROGRAM: &str = r#"

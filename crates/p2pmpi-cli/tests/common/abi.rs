@@ -71,47 +71,19 @@ pub fn c_program(name: &str, out: &str, compiler: &[&str], flags: &[&str]) -> Pa
     exe
 }
 
-const MPI4PY: &str = "mpi4py==4.1.2";
-
-/// Whether the environment at `dir` has the pinned mpi4py.
-fn ready(dir: &Path) -> bool {
-    Command::new(dir.join("bin/python3"))
-        .args(["-c", "import mpi4py, sys; sys.exit(mpi4py.__version__ != '4.1.2')"])
-        .env_remove("LD_LIBRARY_PATH")
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
 /// The virtual environment with the pinned mpi4py wheel: `crates/p2pmpi-abi`'s tests' one
-/// (`<profile>/p2pmpi-abi-venv`), made the same way when missing; `Err` says why not.
+/// (`<profile>/p2pmpi-abi-venv`), made by `scripts/mpi4py-venv.sh` when missing; `Err` says why
+/// not.
 pub fn venv() -> Result<PathBuf, String> {
     static VENV: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     VENV.get_or_init(|| {
         let dir = profile_dir().join("p2pmpi-abi-venv");
-        if ready(&dir) {
-            return Ok(dir);
-        }
-        let tmp = profile_dir().join(format!("p2pmpi-abi-venv.{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&tmp);
-        let o = Command::new("python3").args(["-m", "venv"]).arg(&tmp).output().map_err(|e| format!("python3: {e}"))?;
-        if !o.status.success() {
-            return Err(format!("python3 -m venv: {}", String::from_utf8_lossy(&o.stderr)));
-        }
-        let o = Command::new(tmp.join("bin/python3"))
-            .args(["-m", "pip", "install", "-q", "--disable-pip-version-check", "--only-binary", ":all:", MPI4PY])
-            .output()
-            .map_err(|e| format!("pip: {e}"))?;
-        if !o.status.success() {
-            let _ = std::fs::remove_dir_all(&tmp);
-            return Err(format!("pip install {MPI4PY}: {}", String::from_utf8_lossy(&o.stderr)));
-        }
-        if std::fs::rename(&tmp, &dir).is_err() {
-            let _ = std::fs::remove_dir_all(&tmp);
-        }
-        if ready(&dir) {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/mpi4py-venv.sh");
+        let o = Command::new("sh").arg(script).arg(&dir).output().map_err(|e| format!("sh: {e}"))?;
+        if o.status.success() {
             Ok(dir)
         } else {
-            Err(format!("{} has no {MPI4PY} after the install", dir.display()))
+            Err(String::from_utf8_lossy(&o.stderr).into_owned())
         }
     })
     .clone()
