@@ -95,25 +95,44 @@ mpi_fn! {
     }
 }
 
+/// Frees communicator `*c` (its attributes deleted first) and sets it to `MPI_COMM_NULL`.
+///
+/// # Safety
+/// `c` must be null or valid for reading and writing an `int`.
+unsafe fn free(c: *mut c_int) -> Result<(), c_int> {
+    if c.is_null() {
+        return Err(MPI_ERR_ARG);
+    }
+    // SAFETY: checked non-null; the caller vouches it is readable and writable.
+    let h = unsafe { c.read() };
+    comm(h)?;
+    COMMS.with(h, |_| ()).ok_or(MPI_ERR_COMM)?;
+    // The attributes' delete callbacks see the communicator still valid.
+    let deleted = crate::attributes::delete_all(h);
+    // Dropping the Rust object frees the communicator.
+    drop(COMMS.take(h).ok_or(MPI_ERR_COMM)?);
+    forget_handler(h);
+    crate::topologies::forget(h);
+    // SAFETY: as above.
+    unsafe { c.write(MPI_COMM_NULL) };
+    deleted
+}
+
 mpi_fn! {
     /// Frees `*comm` and sets it to `MPI_COMM_NULL` (the world and self cannot be freed).
     fn MPI_Comm_free(c: *mut c_int) on MPI_COMM_WORLD => {
-        if c.is_null() {
-            return Err(MPI_ERR_ARG);
-        }
-        // SAFETY: checked non-null; the caller vouches it is readable and writable.
-        let h = unsafe { c.read() };
-        comm(h)?;
-        COMMS.with(h, |_| ()).ok_or(MPI_ERR_COMM)?;
-        // The attributes' delete callbacks see the communicator still valid.
-        let deleted = crate::attributes::delete_all(h);
-        // Dropping the Rust object frees the communicator.
-        drop(COMMS.take(h).ok_or(MPI_ERR_COMM)?);
-        forget_handler(h);
-        crate::topologies::forget(h);
-        // SAFETY: as above.
-        unsafe { c.write(MPI_COMM_NULL) };
-        deleted
+        // SAFETY: the caller's contract.
+        unsafe { free(c) }
+    }
+}
+
+mpi_fn! {
+    /// Disconnects `*comm` (of `MPI_Comm_spawn`'s, typically) and sets it to `MPI_COMM_NULL`:
+    /// as `MPI_Comm_free`, the library's communication being complete once its requests are
+    /// (the program completed them).
+    fn MPI_Comm_disconnect(c: *mut c_int) on MPI_COMM_WORLD => {
+        // SAFETY: the caller's contract.
+        unsafe { free(c) }
     }
 }
 

@@ -140,7 +140,7 @@ pub fn set_caller(h: c_int, caller: HandlerCaller) -> bool {
 static USER_HANDLERS: Slab<UserHandler> = Slab::new(object::ERRHANDLER);
 
 /// Whether `h` names a handler (predefined or made by the program).
-fn is_handler(h: c_int) -> bool {
+pub(crate) fn is_handler(h: c_int) -> bool {
     [MPI_ERRORS_ARE_FATAL, MPI_ERRORS_RETURN, MPI_ERRORS_ABORT, MPIR_ERRORS_THROW_EXCEPTIONS].contains(&h)
         || USER_HANDLERS.get(h).is_some()
 }
@@ -248,6 +248,97 @@ mpi_fn! {
     }
 }
 
+/// Raises `class` in `function` on an object other than a communicator (a window, a file, a
+/// session) whose handler is `handler`: returned under `MPI_ERRORS_RETURN`, the program's
+/// handler called with `object` (the address of the object's handle, as MPI says), else
+/// fatal as on a communicator.
+pub(crate) fn raise_on(handler: c_int, object: *mut std::os::raw::c_void, function: &str, class: c_int) -> c_int {
+    if handler == MPI_ERRORS_RETURN || handler == MPIR_ERRORS_THROW_EXCEPTIONS {
+        return class;
+    }
+    if let Some(f) = USER_HANDLERS.get(handler) {
+        let mut code = class;
+        // SAFETY: the program's handler, called as MPI says (the object's handle and the code,
+        // by address); it may return, and the call then returns the code.
+        unsafe { f.0(object.cast(), &mut code) };
+        return class;
+    }
+    raise(MPI_COMM_WORLD, function, class)
+}
+
+/// `MPI_X_call_errhandler` of an object other than a communicator: `handler` is its handler
+/// (the object checked by the caller); `MPI_SUCCESS` once the handler returned.
+fn call_on(handler: c_int, object: *mut std::os::raw::c_void, function: &str, code: c_int) -> Result<(), c_int> {
+    raise_on(handler, object, function, code);
+    Ok(())
+}
+
+mpi_fn! {
+    /// Makes an error handler for windows.
+    fn MPI_Win_create_errhandler(function: Option<HandlerFn>, errhandler: *mut c_int) on MPI_COMM_WORLD => {
+        // SAFETY: the caller's contract.
+        unsafe { create_handler(function, errhandler) }
+    }
+}
+
+mpi_fn! {
+    /// Makes an error handler for files.
+    fn MPI_File_create_errhandler(function: Option<HandlerFn>, errhandler: *mut c_int) on MPI_COMM_WORLD => {
+        // SAFETY: the caller's contract.
+        unsafe { create_handler(function, errhandler) }
+    }
+}
+
+mpi_fn! {
+    /// Makes an error handler for sessions.
+    fn MPI_Session_create_errhandler(function: Option<HandlerFn>, errhandler: *mut c_int) on MPI_COMM_WORLD => {
+        // SAFETY: the caller's contract.
+        unsafe { create_handler(function, errhandler) }
+    }
+}
+
+mpi_fn! {
+    /// Raises `errorcode` on window `win` as a failed call would: its handler runs.
+    fn MPI_Win_call_errhandler(win: c_int, errorcode: c_int) on MPI_COMM_WORLD => {
+        if !crate::rma::is_window(win) {
+            return Err(MPI_ERR_WIN);
+        }
+        let mut h = MPI_ERRORS_ARE_FATAL;
+        // SAFETY: `h` is writable; the window was checked.
+        unsafe { crate::rma::MPI_Win_get_errhandler(win, &mut h) };
+        let mut w = win;
+        call_on(h, (&mut w as *mut c_int).cast(), "MPI_Win_call_errhandler", errorcode)
+    }
+}
+
+mpi_fn! {
+    /// Raises `errorcode` on file `fh` as a failed call would: its handler runs.
+    fn MPI_File_call_errhandler(fh: *mut std::os::raw::c_void, errorcode: c_int) on MPI_COMM_WORLD => {
+        let mut h = MPI_ERRORS_RETURN;
+        // SAFETY: `h` is writable; a file that is not one answers an error, raised there.
+        let rc = unsafe { crate::file::MPI_File_get_errhandler(fh, &mut h) };
+        if rc != MPI_SUCCESS {
+            return Err(rc);
+        }
+        let mut f = fh;
+        call_on(h, (&mut f as *mut *mut std::os::raw::c_void).cast(), "MPI_File_call_errhandler", errorcode)
+    }
+}
+
+mpi_fn! {
+    /// Raises `errorcode` on session `s` as a failed call would: its handler runs.
+    fn MPI_Session_call_errhandler(s: c_int, errorcode: c_int) on MPI_COMM_WORLD => {
+        let mut h = MPI_ERRORS_ARE_FATAL;
+        // SAFETY: `h` is writable; a session that is not one answers an error.
+        let rc = unsafe { crate::session::MPI_Session_get_errhandler(s, &mut h) };
+        if rc != MPI_SUCCESS {
+            return Err(rc);
+        }
+        let mut x = s;
+        call_on(h, (&mut x as *mut c_int).cast(), "MPI_Session_call_errhandler", errorcode)
+    }
+}
+
 /// An error class or code the program added: its class (itself for a class) and its text.
 struct UserError {
     code: c_int,
@@ -259,8 +350,13 @@ struct UserError {
 // Process-wide, as error codes are.
 static USER_ERRORS: RwLock<Vec<UserError>> = RwLock::new(Vec::new());
 
-/// The first number given to an added class or code (above MPICH's and MPIX's).
-const FIRST_USER_ERROR: c_int = 1000;
+/// The first number given to an added class or code: above `MPI_ERR_LASTCODE`, as MPICH's
+/// (mpi4py checks it).
+const FIRST_USER_ERROR: c_int = 0x3fff_ffff + 2;
+
+/// The classes MPICH answers for without knowing them: every number below 128 is a class of
+/// its own (MPI 4.1's `MPI_ERR_ERRHANDLER`, 80, for one, which mpi4py knows).
+const CLASS_MASK: c_int = 0x7f;
 
 /// The last error code in use (`MPI_LASTUSEDCODE`'s value; the attribute gives its address).
 // Process-wide, as error codes are.
@@ -268,7 +364,7 @@ pub static LAST_USED_CODE: std::sync::atomic::AtomicI32 = std::sync::atomic::Ato
 
 /// The class of error code `code`, if it is one.
 fn class_of(code: c_int) -> Option<c_int> {
-    if describe(code).is_some() {
+    if describe(code).is_some() || (0..=CLASS_MASK).contains(&code) {
         return Some(code);
     }
     USER_ERRORS.read().iter().find(|e| e.code == code).map(|e| e.class)
@@ -297,6 +393,7 @@ mpi_fn! {
     fn MPI_Error_string(errorcode: c_int, string: *mut c_char, resultlen: *mut c_int) on MPI_COMM_WORLD => {
         let text = match describe(errorcode) {
             Some((name, text)) => format!("{name}: {text}"),
+            None if (0..=CLASS_MASK).contains(&errorcode) => format!("error class {errorcode}"),
             None => USER_ERRORS.read().iter().find(|e| e.code == errorcode).map(|e| e.text.clone()).ok_or(MPI_ERR_ARG)?,
         };
         // SAFETY: the caller vouches for `MPI_MAX_ERROR_STRING` bytes at `string`.

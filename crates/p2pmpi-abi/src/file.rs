@@ -114,11 +114,8 @@ macro_rules! file_fn {
                     } else {
                         entry(fh, |e| e.errhandler).unwrap_or(MPI_ERRORS_RETURN)
                     };
-                    if h == MPI_ERRORS_RETURN {
-                        class
-                    } else {
-                        crate::errors::raise(MPI_COMM_WORLD, stringify!($name), class)
-                    }
+                    let mut f = fh;
+                    crate::errors::raise_on(h, (&mut f as *mut *mut c_void).cast(), stringify!($name), class)
                 }
             }
         }
@@ -227,9 +224,9 @@ file_fn! {
 }
 
 file_fn! {
-    /// Sets the error handler of `fh` (a predefined one).
+    /// Sets the error handler of `fh` (a predefined one, or one of `MPI_File_create_errhandler`).
     fn MPI_File_set_errhandler(fh: *mut c_void, errhandler: c_int) handler fh => {
-        if ![MPI_ERRORS_ARE_FATAL, MPI_ERRORS_RETURN, MPI_ERRORS_ABORT].contains(&errhandler) {
+        if !crate::errors::is_handler(errhandler) {
             return Err(MPI_ERR_ARG);
         }
         if fh.is_null() {

@@ -939,7 +939,7 @@ mpi_fn! {
     /// `MPI_ERRORS_RETURN`, `MPI_ERRORS_ABORT`).
     fn MPI_Win_set_errhandler(wh: c_int, errhandler: c_int) on errc(wh) => {
         win(wh)?;
-        if ![MPI_ERRORS_ARE_FATAL, MPI_ERRORS_RETURN, MPI_ERRORS_ABORT].contains(&errhandler) {
+        if !crate::errors::is_handler(errhandler) {
             return Err(MPI_ERR_ARG);
         }
         HANDLERS.lock().insert(wh, errhandler);

@@ -52,10 +52,6 @@ unsafe fn pset(name: *const c_char) -> Result<c_int, c_int> {
     }
 }
 
-fn is_predefined_handler(h: c_int) -> bool {
-    [MPI_ERRORS_ARE_FATAL, MPI_ERRORS_RETURN, MPI_ERRORS_ABORT].contains(&h)
-}
-
 mpi_fn! {
     /// Opens a session (the process's MPI is initialized by `MPI_Init` first).
     fn MPI_Session_init(_info: c_int, errhandler: c_int, out: *mut c_int) on MPI_COMM_WORLD => {
@@ -63,7 +59,7 @@ mpi_fn! {
             return Err(MPI_ERR_ARG);
         }
         let errhandler = if errhandler == MPI_ERRHANDLER_NULL { MPI_ERRORS_ARE_FATAL } else { errhandler };
-        if !is_predefined_handler(errhandler) {
+        if !crate::errors::is_handler(errhandler) {
             return Err(MPI_ERR_ARG);
         }
         let h = SESSIONS.insert(Session { errhandler });
@@ -89,7 +85,7 @@ mpi_fn! {
     /// Sets the error handler of a session (a predefined one).
     fn MPI_Session_set_errhandler(s: c_int, errhandler: c_int) on MPI_COMM_WORLD => {
         session(s)?;
-        if !is_predefined_handler(errhandler) {
+        if !crate::errors::is_handler(errhandler) {
             return Err(MPI_ERR_ARG);
         }
         SESSIONS.with_mut(s, |e| e.errhandler = errhandler).ok_or(MPI_ERR_SESSION)

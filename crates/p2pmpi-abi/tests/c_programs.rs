@@ -844,3 +844,16 @@ fn a_program_runs_alone_without_the_launcher() {
         assert!(o.stdout.lines().any(|l| l == w), "missing {w:?}\n{}", show(&o));
     }
 }
+
+#[test]
+fn error_handlers_of_windows_files_and_sessions_added_classes_and_disconnect_on_two_processes() {
+    if !require(&["mpicc.mpich"], true) {
+        return;
+    }
+    let o = run(2, &c_program("objerr"), &[], T);
+    o.assert_ok();
+    for r in 0..2 {
+        let w = format!("objerr {r}: ok");
+        assert!(o.stdout.lines().any(|l| l == w), "missing {w:?}\n{}", show(&o));
+    }
+}
