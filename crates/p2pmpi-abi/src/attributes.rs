@@ -13,8 +13,8 @@
 //! `MPI_Type_set_attr`, `MPI_Type_get_attr`, `MPI_Type_delete_attr`) share the table: a
 //! datatype's handle never equals a communicator's; `MPI_Type_dup` copies them and
 //! `MPI_Type_free` deletes them. So do attributes of windows (`MPI_Win_create_keyval`,
-//! `MPI_Win_free_keyval`, `MPI_Win_set_attr`, `MPI_Win_delete_attr`; `MPI_Win_get_attr` is
-//! [`crate::rma`]'s, for the predefined ones first), deleted by `MPI_Win_free`.
+//! `MPI_Win_free_keyval`; `MPI_Win_set_attr`, `MPI_Win_get_attr`, `MPI_Win_delete_attr` are
+//! [`crate::rma`]'s, the window checked there), deleted by `MPI_Win_free`.
 
 use crate::consts::*;
 use crate::handles::{comm, object, Slab};
@@ -245,12 +245,13 @@ fn check(h: c_int, on: On) -> Result<(), c_int> {
             crate::datatypes::any_datatype(h).map(|_| ()).or_else(|e| predefined_type(h).then_some(()).ok_or(e))
         }
         On::Comm => comm(h).map(|_| ()),
-        On::Win => crate::rma::is_window(h).then_some(()).ok_or(MPI_ERR_WIN),
+        // Checked by the caller: the window functions are [`crate::rma`]'s (above this module).
+        On::Win => Ok(()),
     }
 }
 
 /// Sets attribute `key` of `c` to `value` (deleting the one it replaces).
-fn set(c: c_int, key: c_int, value: *mut c_void, on: On) -> Result<(), c_int> {
+pub(crate) fn set(c: c_int, key: c_int, value: *mut c_void, on: On) -> Result<(), c_int> {
     check(c, on)?;
     let kv = KEYVALS.get(key).ok_or(MPI_ERR_KEYVAL)?;
     let old = ATTRS.lock().insert((c, key), (value as usize, kv));
@@ -286,7 +287,7 @@ pub(crate) unsafe fn get(c: c_int, key: c_int, value: *mut c_void, flag: *mut c_
 }
 
 /// Deletes attribute `key` of `c` by its delete callback (nothing if it is not set).
-fn delete_one(c: c_int, key: c_int, on: On) -> Result<(), c_int> {
+pub(crate) fn delete_one(c: c_int, key: c_int, on: On) -> Result<(), c_int> {
     check(c, on)?;
     if on == On::Comm && predefined(key).is_some() {
         return Err(MPI_ERR_KEYVAL);
@@ -419,14 +420,4 @@ mpi_fn! {
         // SAFETY: the caller's contract.
         unsafe { free(keyval) }
     }
-}
-
-mpi_fn! {
-    /// Sets an attribute of `win`.
-    fn MPI_Win_set_attr(w: c_int, key: c_int, value: *mut c_void) on MPI_COMM_WORLD => set(w, key, value, On::Win)
-}
-
-mpi_fn! {
-    /// Deletes an attribute of `win` by its delete callback.
-    fn MPI_Win_delete_attr(w: c_int, key: c_int) on MPI_COMM_WORLD => delete_one(w, key, On::Win)
 }

@@ -186,6 +186,12 @@ pub struct RequestEntry {
 // Process-wide because a C handle is a plain integer any thread may hand to any function.
 pub static REQUESTS: Slab<RequestEntry> = Slab::new(object::REQUEST);
 
+/// The library's null request.
+pub fn null_request() -> ffi::MPI_Request {
+    // SAFETY: the predefined names are initialized statics that nothing writes.
+    unsafe { ffi::RSMPI_REQUEST_NULL }
+}
+
 /// The MPICH handle of a request the library started.
 pub fn new_request(raw: ffi::MPI_Request, keep: Option<Keep>) -> c_int {
     REQUESTS.insert(RequestEntry { raw, keep, persistent: None })

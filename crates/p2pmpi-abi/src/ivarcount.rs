@@ -269,18 +269,14 @@ unsafe fn ireduce_scatter_block(
 /// `request` must be valid for a write.
 unsafe fn completed(request: *mut c_int) -> Result<(), c_int> {
     let nothing = std::ptr::NonNull::<u64>::dangling().as_ptr() as *mut c_void;
-    // SAFETY: a receive of nothing; the caller vouches for `request`.
-    crate::ok(unsafe {
-        crate::point_to_point::MPI_Irecv(
-            nothing,
-            0,
-            crate::datatypes::values::MPI_INT,
-            MPI_PROC_NULL,
-            0,
-            MPI_COMM_SELF,
-            request,
-        )
-    })
+    let (fc, fd) =
+        (crate::handles::comm(MPI_COMM_SELF)?, crate::datatypes::datatype(crate::datatypes::values::MPI_INT)?);
+    let mut r = crate::handles::null_request();
+    // SAFETY: a receive of nothing from MPI_PROC_NULL into a local request.
+    crate::ok(unsafe { p2pmpi::ffi::MPI_Irecv(nothing, 0, fd, MPI_PROC_NULL, 0, fc, &mut r) })?;
+    // SAFETY: the caller vouches `request` is writable.
+    unsafe { request.write(crate::handles::new_request(r, None)) };
+    Ok(())
 }
 
 /// Defines the `int` and the large-count forms: `$t` is the type of their counts and `$d`

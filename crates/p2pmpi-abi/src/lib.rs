@@ -31,6 +31,7 @@ pub mod data;
 pub mod datatypes;
 pub mod derived;
 pub mod environment;
+pub mod errhandlers;
 pub mod errors;
 pub mod file;
 pub mod graph;

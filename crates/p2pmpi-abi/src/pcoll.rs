@@ -59,16 +59,11 @@ fn make(c: c_int, starter: Starter, request: *mut c_int) -> Result<(), c_int> {
         tag: 0,
         comm: c,
     };
-    let h = REQUESTS.insert(RequestEntry { raw: null_request(), keep: None, persistent: Some(p) });
+    let h = REQUESTS.insert(RequestEntry { raw: crate::handles::null_request(), keep: None, persistent: Some(p) });
     STARTERS.lock().insert(h, starter);
     // SAFETY: checked non-null; the caller vouches it is writable.
     unsafe { request.write(h) };
     Ok(())
-}
-
-fn null_request() -> p2pmpi::ffi::MPI_Request {
-    // SAFETY: the predefined names are initialized statics that nothing writes.
-    unsafe { p2pmpi::ffi::RSMPI_REQUEST_NULL }
 }
 
 /// Starts persistent collective `h` (inactive): runs its nonblocking collective and takes

@@ -13,19 +13,15 @@
 use crate::consts::*;
 use crate::datatypes::MPI_Count;
 use crate::datatypes::{datatype, size_of};
-use crate::handles::{comm, new_request, request as raw_request, rust_comm, Persistent, RequestEntry, REQUESTS};
+use crate::handles::{
+    comm, new_request, null_request, request as raw_request, rust_comm, Persistent, RequestEntry, REQUESTS,
+};
 use crate::status::{self, MPI_Status};
 use crate::{not_in_place, nz, nz_mut, ok};
 use p2pmpi::datatype::{DatatypeRef, DynBuffer};
 use p2pmpi::ffi;
 use p2pmpi::traits::*;
 use std::os::raw::{c_int, c_void};
-
-/// The library's null request.
-fn null_request() -> ffi::MPI_Request {
-    // SAFETY: the predefined names are initialized statics that nothing writes.
-    unsafe { ffi::RSMPI_REQUEST_NULL }
-}
 
 /// The status of the completion of a null request (or of a receive from `MPI_PROC_NULL`).
 fn empty_status() -> MPI_Status {

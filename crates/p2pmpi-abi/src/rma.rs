@@ -182,11 +182,6 @@ fn int_dt() -> ffi::MPI_Datatype {
     predefined(MPI_INT).expect("MPI_INT")
 }
 
-fn null_request() -> ffi::MPI_Request {
-    // SAFETY: the predefined names are initialized statics that nothing writes.
-    unsafe { ffi::RSMPI_REQUEST_NULL }
-}
-
 /// Whether the job runs replicas (`p2pmpirun -r R`, R > 1): the server's order of service
 /// is not a choice the replicas follow, so windows are refused there (by every process, the
 /// launcher's setting being the same everywhere: none waits for the others).
@@ -359,7 +354,7 @@ fn send_request(w: &Win, target: c_int, msg: &[u8]) -> Result<(), c_int> {
 /// Posts the receive of an acknowledgement from `target`.
 fn expect_ack(w: &Win, target: c_int) -> Result<(), c_int> {
     let mut ack = Box::new(-1);
-    let mut req = null_request();
+    let mut req = crate::handles::null_request();
     // SAFETY: the box lives in the pending list until the receive completed.
     ok(unsafe { ffi::MPI_Irecv((&mut *ack as *mut c_int).cast(), 1, int_dt(), target, TAG_REPLY, w.raw, &mut req) })?;
     w.pending.lock().push(Pending { target, req, ack: Some(ack) });
@@ -480,7 +475,7 @@ fn get(
 ) -> Result<(), c_int> {
     let w = win(wh)?;
     let Some((off, _)) = check(&w, ocount, odt, target, disp, tcount, tdt)? else { return Ok(()) };
-    let mut req = null_request();
+    let mut req = crate::handles::null_request();
     // SAFETY: the caller vouches for `ocount` elements of `odt` at `oaddr` until the
     // operation completes (a flush waits for this receive).
     ok(unsafe { ffi::MPI_Irecv(oaddr, ocount, datatype(odt)?, target, TAG_REPLY, w.raw, &mut req) })?;
@@ -720,7 +715,7 @@ fn serve_window(w: &Win) -> bool {
 
 /// Sends an answer to `to` (its buffer kept until the send completed).
 fn answer(w: &Win, t: &mut TargetState, to: c_int, data: Vec<u8>) {
-    let mut r = null_request();
+    let mut r = crate::handles::null_request();
     // SAFETY: `data` is kept with the request until it completed.
     let rc = unsafe {
         ffi::MPI_Isend(
@@ -1036,7 +1031,7 @@ fn fetching(
         crate::ops::system_op(op)?;
     }
     let Some((off, _)) = check(&w, rcount, rdt, target, disp, tcount, tdt)? else { return Ok(()) };
-    let mut req = null_request();
+    let mut req = crate::handles::null_request();
     // SAFETY: the caller vouches for `rcount` elements of `rdt` at `result` until the
     // operation completes (a flush waits for this receive).
     ok(unsafe { ffi::MPI_Irecv(result, rcount, datatype(rdt)?, target, TAG_REPLY, w.raw, &mut req) })?;
@@ -1135,5 +1130,21 @@ mpi_fn! {
     ) on errc(wh) => {
         let data = if op == MPI_NO_OP { Vec::new() } else { packed(oaddr, int(ocount)?, odt)? };
         fetching(GACC, &data, result, int(rcount)?, rdt, target, disp, int(tcount)?, tdt, op, wh)
+    }
+}
+
+mpi_fn! {
+    /// Sets an attribute of `win`.
+    fn MPI_Win_set_attr(wh: c_int, key: c_int, value: *mut c_void) on errc(wh) => {
+        win(wh)?;
+        crate::attributes::set(wh, key, value, crate::attributes::On::Win)
+    }
+}
+
+mpi_fn! {
+    /// Deletes an attribute of `win` by its delete callback.
+    fn MPI_Win_delete_attr(wh: c_int, key: c_int) on errc(wh) => {
+        win(wh)?;
+        crate::attributes::delete_one(wh, key, crate::attributes::On::Win)
     }
 }
