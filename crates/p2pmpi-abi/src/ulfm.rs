@@ -1,6 +1,7 @@
 //! Fault-aware MPI under MPICH's names (ULFM): `MPIX_Comm_revoke`, `MPIX_Comm_shrink`,
 //! `MPIX_Comm_agree`, `MPIX_Comm_failure_ack`, `MPIX_Comm_failure_get_acked` — the five
-//! Debian's MPICH 4.0 exports — on the library's [`p2pmpi::ulfm::FaultTolerant`].
+//! Debian's MPICH 4.0 exports — and the later `MPIX_Comm_ishrink`, on the library's
+//! [`p2pmpi::ulfm::FaultTolerant`].
 //!
 //! **Making a job fault-aware.** As with MPICH, the environment variable
 //! `MPIR_CVAR_ENABLE_FT` (or its aliases `MPICH_ENABLE_FT`, `MPIR_PARAM_ENABLE_FT`) set to
@@ -52,16 +53,45 @@ mpi_fn! {
 mpi_fn! {
     /// A new communicator of the members of `comm` that did not fail, in the same order
     /// (collective over the survivors), with `comm`'s error handler.
-    fn MPIX_Comm_shrink(c: c_int, newcomm: *mut c_int) on c => {
-        let rc = rust_comm(c)?;
-        if newcomm.is_null() {
+    fn MPIX_Comm_shrink(c: c_int, newcomm: *mut c_int) on c => shrink(c, newcomm)
+}
+
+/// `MPIX_Comm_shrink`'s work.
+fn shrink(c: c_int, newcomm: *mut c_int) -> Result<(), c_int> {
+    let rc = rust_comm(c)?;
+    if newcomm.is_null() {
+        return Err(MPI_ERR_ARG);
+    }
+    let s = rc.shrink().map_err(|e| class(&e))?;
+    let h = COMMS.insert(CommEntry { raw: s.as_raw(), rust: s });
+    inherit_handler(c, h);
+    // SAFETY: checked non-null; the caller vouches it is writable.
+    unsafe { put(newcomm, h) }
+}
+
+mpi_fn! {
+    /// `MPIX_Comm_shrink`, done when it returns, with a request already complete at
+    /// `*request` (not in Debian's MPICH 4.0 list; mpi4py looks it up by name, and programs of
+    /// later MPICHs call it).
+    fn MPIX_Comm_ishrink(c: c_int, newcomm: *mut c_int, request: *mut c_int) on c => {
+        if request.is_null() {
             return Err(MPI_ERR_ARG);
         }
-        let s = rc.shrink().map_err(|e| class(&e))?;
-        let h = COMMS.insert(CommEntry { raw: s.as_raw(), rust: s });
-        inherit_handler(c, h);
-        // SAFETY: checked non-null; the caller vouches it is writable.
-        unsafe { put(newcomm, h) }
+        shrink(c, newcomm)?;
+        let nothing = std::ptr::NonNull::<u64>::dangling().as_ptr() as *mut std::os::raw::c_void;
+        // SAFETY: a receive of nothing from MPI_PROC_NULL, complete at once; `request` checked
+        // non-null, the caller vouches it is writable.
+        ok(unsafe {
+            crate::point_to_point::MPI_Irecv(
+                nothing,
+                0,
+                crate::datatypes::values::MPI_INT,
+                MPI_PROC_NULL,
+                0,
+                MPI_COMM_SELF,
+                request,
+            )
+        })
     }
 }
 
