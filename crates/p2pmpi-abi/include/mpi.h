@@ -726,6 +726,8 @@ P2PMPI_FN(int, Win_start, (MPI_Group group, int assert, MPI_Win win))
 P2PMPI_FN(int, Win_complete, (MPI_Win win))
 P2PMPI_FN(int, Win_wait, (MPI_Win win))
 P2PMPI_FN(int, Win_test, (MPI_Win win, int *flag))
+P2PMPI_FN(int, Comm_idup, (MPI_Comm comm, MPI_Comm *newcomm, MPI_Request *request))
+P2PMPI_FN(int, Comm_idup_with_info, (MPI_Comm comm, MPI_Info info, MPI_Comm *newcomm, MPI_Request *request))
 int MPIX_Comm_ishrink(MPI_Comm comm, MPI_Comm *newcomm, MPI_Request *request);
 int PMPIX_Comm_ishrink(MPI_Comm comm, MPI_Comm *newcomm, MPI_Request *request);
 

@@ -9,7 +9,11 @@
 //! goes to its communicator's handler); `MPI_Win_set_name`, `MPI_Win_get_name`,
 //! `MPI_Win_set_info` (hints accepted, unused) and `MPI_Win_get_info` (none); the atomic
 //! `MPI_Get_accumulate`, `MPI_Fetch_and_op` and `MPI_Compare_and_swap` (served like a get:
-//! the target's old data answered, then updated, in one step of its server).
+//! the target's old data answered, then updated, in one step of its server); dynamic windows
+//! (`MPI_Win_create_dynamic`, `MPI_Win_attach`, `MPI_Win_detach`: a displacement is an
+//! address at the target, whose server checks it against the memory attached). The
+//! request-based operations are in [`crate::win_request`], shared-memory windows in
+//! [`crate::win_shared`], general active target synchronization in [`crate::win_pscw`].
 //!
 //! **How it works.** A window has a private duplicate of its communicator. An operation is a
 //! request message from the origin to the target (tag [`TAG_REQ`]): a header and, for a put

@@ -87,8 +87,6 @@ stubs! {
     "MPI_Comm_connect" "PMPI_Comm_connect"
     "MPI_Comm_create_group" "PMPI_Comm_create_group"
     "MPI_Comm_disconnect" "PMPI_Comm_disconnect"
-    "MPI_Comm_idup" "PMPI_Comm_idup"
-    "MPI_Comm_idup_with_info" "PMPI_Comm_idup_with_info"
     "MPI_Comm_join" "PMPI_Comm_join"
     "MPI_File_call_errhandler" "PMPI_File_call_errhandler"
     "MPI_File_create_errhandler" "PMPI_File_create_errhandler"

@@ -94,7 +94,7 @@ fn attributes_of_windows() {
 }
 
 #[test]
-fn request_based_operations_dynamic_windows_post_start_complete_wait_and_ishrink_on_three_processes() {
+fn request_based_operations_dynamic_windows_post_start_complete_wait_ishrink_and_idup_on_three_processes() {
     if !require(&["mpicc.mpich"], true) {
         return;
     }
@@ -114,6 +114,7 @@ fn request_based_operations_dynamic_windows_post_start_complete_wait_and_ishrink
             ),
             format!("rank {r}: dynamic put {} got {} outside 1 detached twice 1", 300 + prev, 300 + prev2),
             format!("rank {r}: ishrink size 3 rank {r}"),
+            format!("rank {r}: idup done 1 congruent 1"),
             format!("rank {r}: attach to an allocated window 1"),
         ];
         want.push(if r == 0 {

@@ -3,7 +3,7 @@
  * MPI_PROC_NULL too), dynamic windows (MPI_Win_create_dynamic, MPI_Win_attach,
  * MPI_Win_detach, addresses as displacements), general active target synchronization
  * (MPI_Win_post, MPI_Win_start, MPI_Win_complete, MPI_Win_wait, MPI_Win_test), and
- * MPIX_Comm_ishrink (looked up by name, as mpi4py does: Debian's MPICH 4.0 lacks it).
+ * MPIX_Comm_ishrink (looked up by name: Debian's MPICH 4.0 lacks it) and MPI_Comm_idup.
  * Prints "rank R: ..." lines. */
 #include <dlfcn.h>
 #include <mpi.h>
@@ -193,6 +193,13 @@ static void ishrink(int n) {
     MPI_Comm_rank(s, &rank);
     printf("rank %d: ishrink size %d rank %d\n", me, size, rank);
     CHECK(size == n && rank == me, "shrunk %d %d", size, rank);
+    MPI_Comm_free(&s);
+    /* MPI_Comm_idup (mpi4py's Comm.Ishrink on MPICH 4.0): a duplicate, its request complete. */
+    int flag = 0, result = -1;
+    MPI_Comm_idup(MPI_COMM_WORLD, &s, &r);
+    MPI_Test(&r, &flag, MPI_STATUS_IGNORE);
+    MPI_Comm_compare(MPI_COMM_WORLD, s, &result);
+    printf("rank %d: idup done %d congruent %d\n", me, flag, result == MPI_CONGRUENT);
     MPI_Comm_free(&s);
 }
 
