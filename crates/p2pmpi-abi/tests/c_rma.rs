@@ -155,3 +155,19 @@ fn shared_memory_windows_on_three_processes_of_one_host() {
         .unwrap_or_default();
     assert!(!left.iter().any(|n| n.starts_with(&name)), "left in /dev/shm: {left:?}");
 }
+
+#[test]
+fn a_shared_window_over_two_hosts_is_refused_on_every_process() {
+    if !require(&["mpicc.mpich"], true) {
+        return;
+    }
+    // Rank 2 binds its data address to 127.0.0.2: another host to the library.
+    let o = run(3, &c_program("rma_shared"), &["hosts"], T);
+    let show = format!("stdout:\n{}\nstderr:\n{}", o.stdout, o.stderr);
+    assert!(o.status.success(), "{show}");
+    for (r, node) in [(0, 2), (1, 2), (2, 1)] {
+        let l = format!("rank {r}: node of {node}, over two hosts refused 1 null 1");
+        assert!(o.stdout.lines().any(|x| x == l), "missing {l:?}\n{show}");
+    }
+    assert!(!o.stdout.contains("FAILED"), "{show}");
+}

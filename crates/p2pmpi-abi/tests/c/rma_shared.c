@@ -1,11 +1,13 @@
 /* Shared-memory windows on 3 processes of one host: MPI_Win_allocate_shared over the
  * communicator of MPI_Comm_split_type(MPI_COMM_TYPE_SHARED), MPI_Win_shared_query (and the
  * _c forms), stores by one process seen by the others through their own mapping, puts
- * through the window's server, the flavor and memory model.
+ * through the window's server, the flavor and memory model; with the argument "hosts", a
+ * shared window over processes of two hosts refused.
  * Prints "rank R: ..." lines. */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #define CHECK(c, ...)                                                                   \
@@ -21,13 +23,38 @@
 
 static int me = -1;
 
+/* With the argument "hosts": the last rank's data address is 127.0.0.2, which the library
+ * counts as another host; a shared window over MPI_COMM_WORLD is refused on every rank. */
+static int two_hosts(int n) {
+    int *mine = NULL, cls = -1;
+    MPI_Win win = MPI_WIN_NULL;
+    MPI_Comm node;
+    int nn;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+    MPI_Comm_size(node, &nn);
+    MPI_Error_class(MPI_Win_allocate_shared(sizeof(int), sizeof(int), MPI_INFO_NULL, MPI_COMM_WORLD, &mine, &win), &cls);
+    printf("rank %d: node of %d, over two hosts refused %d null %d\n", me, nn, cls == MPI_ERR_RMA_SHARED,
+           win == MPI_WIN_NULL);
+    /* Each host's own communicator still shares. */
+    MPI_Comm_set_errhandler(node, MPI_ERRORS_RETURN);
+    CHECK(MPI_Win_allocate_shared(sizeof(int), sizeof(int), MPI_INFO_NULL, node, &mine, &win) == MPI_SUCCESS, "node");
+    MPI_Win_free(&win);
+    MPI_Comm_free(&node);
+    MPI_Finalize();
+    return 0;
+}
+
 int main(int argc, char **argv) {
     int n;
+    const char *rank = getenv("P2PMPI_RANK");
+    int hosts = argc > 1 && strcmp(argv[1], "hosts") == 0;
+    if (hosts && rank && atoi(rank) == 2) setenv("P2PMPI_BIND", "127.0.0.2", 1);
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &me);
     MPI_Comm_size(MPI_COMM_WORLD, &n);
     CHECK(n == 3, "size %d", n);
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    if (hosts) return two_hosts(n);
     MPI_Comm node;
     MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
     MPI_Comm_set_errhandler(node, MPI_ERRORS_RETURN);
