@@ -85,12 +85,6 @@ fn allocate_shared(
     if out.is_null() || baseptr.is_null() {
         return Err(MPI_ERR_ARG);
     }
-    if size < 0 {
-        return Err(MPI_ERR_SIZE);
-    }
-    if disp_unit <= 0 {
-        return Err(MPI_ERR_DISP);
-    }
     if crate::rma::replicated() {
         return Err(MPI_ERR_UNSUPPORTED_OPERATION);
     }
@@ -101,7 +95,14 @@ fn allocate_shared(
     // SAFETY: locals.
     ok(unsafe { ffi::MPI_Comm_size(fc, &mut n) })?;
     let (me, n) = (me as usize, n as usize);
+    // Every member checks every member's arguments: all refuse together, none waits.
     let all = allgather(fc, n, [host_key() as i64, size, i64::from(disp_unit)])?;
+    if all.iter().any(|a| a[1] < 0) {
+        return Err(MPI_ERR_SIZE);
+    }
+    if all.iter().any(|a| a[2] <= 0) {
+        return Err(MPI_ERR_DISP);
+    }
     if all.iter().any(|a| a[0] != all[0][0]) {
         return Err(MPI_ERR_RMA_SHARED);
     }

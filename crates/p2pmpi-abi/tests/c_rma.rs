@@ -142,6 +142,7 @@ fn shared_memory_windows_on_three_processes_of_one_host() {
         for l in [
             format!("rank {r}: shared contiguous 1 seen {seen} put {put}"),
             format!("rank {r}: query of an allocated window 1"),
+            format!("rank {r}: a negative size refused everywhere 1"),
         ] {
             assert!(o.stdout.lines().any(|x| x == l), "missing {l:?}\n{show}");
         }

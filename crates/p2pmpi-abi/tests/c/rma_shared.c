@@ -120,6 +120,9 @@ int main(int argc, char **argv) {
     MPI_Error_class(MPI_Win_shared_query(win, 0, &size, &found, &q), &cls);
     printf("rank %d: query of an allocated window %d\n", me, cls == MPI_ERR_RMA_FLAVOR);
     MPI_Win_free(&win);
+    /* One member's negative size: every member refuses, none waits for the others. */
+    MPI_Error_class(MPI_Win_allocate_shared(nr == 1 ? -1 : 4, 1, MPI_INFO_NULL, node, &q, &win), &cls);
+    printf("rank %d: a negative size refused everywhere %d\n", me, cls == MPI_ERR_SIZE);
     MPI_Comm_free(&node);
     MPI_Finalize();
     return 0;
