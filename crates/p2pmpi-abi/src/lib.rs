@@ -48,6 +48,7 @@ pub mod pcoll;
 pub mod point_to_point;
 pub mod rma;
 pub mod session;
+pub mod shm;
 pub mod spawn;
 pub mod status;
 pub mod stubs;
@@ -56,6 +57,9 @@ pub mod topology;
 pub mod ulfm;
 pub mod user_ops;
 pub mod varcount;
+pub mod win_pscw;
+pub mod win_request;
+pub mod win_shared;
 
 /// The answer of a function of `p2pmpi::ffi` (whose error classes are MPICH's numbers) as a
 /// result.

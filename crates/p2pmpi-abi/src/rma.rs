@@ -9,7 +9,11 @@
 //! goes to its communicator's handler); `MPI_Win_set_name`, `MPI_Win_get_name`,
 //! `MPI_Win_set_info` (hints accepted, unused) and `MPI_Win_get_info` (none); the atomic
 //! `MPI_Get_accumulate`, `MPI_Fetch_and_op` and `MPI_Compare_and_swap` (served like a get:
-//! the target's old data answered, then updated, in one step of its server).
+//! the target's old data answered, then updated, in one step of its server); dynamic windows
+//! (`MPI_Win_create_dynamic`, `MPI_Win_attach`, `MPI_Win_detach`: a displacement is an
+//! address at the target, whose server checks it against the memory attached). The
+//! request-based operations are in [`crate::win_request`], shared-memory windows in
+//! [`crate::win_shared`], general active target synchronization in [`crate::win_pscw`].
 //!
 //! **How it works.** A window has a private duplicate of its communicator. An operation is a
 //! request message from the origin to the target (tag [`TAG_REQ`]): a header and, for a put
@@ -65,23 +69,29 @@ pub const MPI_LOCK_SHARED: c_int = 235;
 /// Flavors and the memory model.
 const MPI_WIN_FLAVOR_CREATE: c_int = 1;
 const MPI_WIN_FLAVOR_ALLOCATE: c_int = 2;
+pub(crate) const MPI_WIN_FLAVOR_DYNAMIC: c_int = 3;
+pub(crate) const MPI_WIN_FLAVOR_SHARED: c_int = 4;
 const MPI_WIN_UNIFIED: c_int = 2;
 /// `MPI_REPLACE` and `MPI_NO_OP`.
 pub(crate) const MPI_REPLACE: c_int = 0x5800_000d;
 pub(crate) const MPI_NO_OP: c_int = 0x5800_000e;
 
-/// Tags on a window's private communicator: requests to the server, its answers.
+/// Tags on a window's private communicator: requests to the server, its answers; the
+/// notices of general active target synchronization ([`crate::win_pscw`]): an exposure
+/// epoch posted, an access epoch completed.
 pub const TAG_REQ: c_int = 1;
 pub const TAG_REPLY: c_int = 2;
+pub const TAG_POST: c_int = 3;
+pub const TAG_DONE: c_int = 4;
 
 /// Kinds of requests.
-const PUT: u8 = 1;
+pub(crate) const PUT: u8 = 1;
 const GET: u8 = 2;
-const ACC: u8 = 3;
+pub(crate) const ACC: u8 = 3;
 const LOCK: u8 = 4;
 const UNLOCK: u8 = 5;
 /// A get-accumulate: the target's old data answered, then the origin's combined into it.
-const GACC: u8 = 6;
+pub(crate) const GACC: u8 = 6;
 /// A compare-and-swap: the data is the value compared, then the new value.
 const CAS: u8 = 7;
 
@@ -104,25 +114,47 @@ struct TargetState {
     queue: VecDeque<(c_int, bool)>,
     sending: Vec<(ffi::MPI_Request, Vec<u8>)>,
     closed: bool,
+    /// The memory attached to a dynamic window: address and length of each.
+    regions: Vec<(usize, usize)>,
+}
+
+/// The memory a window owns.
+pub(crate) enum Memory {
+    /// The program's (`MPI_Win_create`), or none (`MPI_Win_create_dynamic`).
+    None,
+    /// `MPI_Win_allocate`'s (16-byte aligned).
+    Heap(#[allow(dead_code)] Vec<u128>),
+    /// `MPI_Win_allocate_shared`'s: the segment, and each member's part of it (its address
+    /// here, its size and displacement unit).
+    Shared(#[allow(dead_code)] crate::shm::Segment, Vec<(usize, MPI_Aint, c_int)>),
+}
+
+/// General active target synchronization: the exposure epoch (the origins whose completion
+/// is awaited, the sends of the post notices) and the access epoch (the targets).
+#[derive(Default)]
+pub(crate) struct Epochs {
+    pub(crate) exposed_to: Vec<c_int>,
+    pub(crate) posts: Vec<ffi::MPI_Request>,
+    pub(crate) accessing: Vec<c_int>,
 }
 
 /// A window.
 pub struct Win {
     /// The private communicator (the library's handle; freed with the window).
-    raw: ffi::MPI_Comm,
+    pub(crate) raw: ffi::MPI_Comm,
     /// The communicator it was made from (MPICH handle), for the error handler.
     parent: c_int,
     base: *mut c_void,
     size: MPI_Aint,
     disp_unit: c_int,
-    flavor: c_int,
+    pub(crate) flavor: c_int,
     model: c_int,
     /// Every member's window size and displacement unit.
-    sizes: Vec<(MPI_Aint, c_int)>,
-    /// The memory of `MPI_Win_allocate` (16-byte aligned).
-    _memory: Option<Vec<u128>>,
+    pub(crate) sizes: Vec<(MPI_Aint, c_int)>,
+    pub(crate) memory: Memory,
     pending: Mutex<Vec<Pending>>,
     target: Mutex<TargetState>,
+    pub(crate) epochs: Mutex<Epochs>,
 }
 
 // SAFETY: `base` is an address of the program's memory that the window's users (the
@@ -165,12 +197,12 @@ pub(crate) fn is_window(w: c_int) -> bool {
     WINS.with(w, |_| ()).is_some()
 }
 
-fn win(w: c_int) -> Result<Arc<Win>, c_int> {
+pub(crate) fn win(w: c_int) -> Result<Arc<Win>, c_int> {
     WINS.get(w).ok_or(MPI_ERR_WIN)
 }
 
 /// The communicator whose handler gets window `w`'s errors.
-fn errc(w: c_int) -> c_int {
+pub(crate) fn errc(w: c_int) -> c_int {
     WINS.with(w, |x| x.parent).unwrap_or(MPI_COMM_WORLD)
 }
 
@@ -185,17 +217,19 @@ fn int_dt() -> ffi::MPI_Datatype {
 /// Whether the job runs replicas (`p2pmpirun -r R`, R > 1): the server's order of service
 /// is not a choice the replicas follow, so windows are refused there (by every process, the
 /// launcher's setting being the same everywhere: none waits for the others).
-fn replicated() -> bool {
+pub(crate) fn replicated() -> bool {
     std::env::var("P2PMPI_REPLICAS").ok().and_then(|v| v.trim().parse::<u32>().ok()).is_some_and(|r| r > 1)
 }
 
-/// Makes a window over `base` (`size` bytes) on `c`'s members (collective).
-fn create(
+/// Makes a window of flavor `flavor` over `base` (`size` bytes) on `c`'s members
+/// (collective).
+pub(crate) fn create(
     base: *mut c_void,
     size: MPI_Aint,
     disp_unit: c_int,
     c: c_int,
-    memory: Option<Vec<u128>>,
+    memory: Memory,
+    flavor: c_int,
 ) -> Result<c_int, c_int> {
     let fc = comm(c)?;
     if replicated() {
@@ -219,7 +253,6 @@ fn create(
     ok(unsafe {
         ffi::MPI_Allgather(mine.as_ptr().cast(), 16, bytes_dt(), all.as_mut_ptr().cast(), 16, bytes_dt(), raw)
     })?;
-    let flavor = if memory.is_some() { MPI_WIN_FLAVOR_ALLOCATE } else { MPI_WIN_FLAVOR_CREATE };
     let w = Arc::new(Win {
         raw,
         parent: c,
@@ -229,9 +262,10 @@ fn create(
         flavor,
         model: MPI_WIN_UNIFIED,
         sizes: all.chunks(2).map(|p| (p[0], p[1] as c_int)).collect(),
-        _memory: memory,
+        memory,
         pending: Mutex::new(Vec::new()),
         target: Mutex::new(TargetState::default()),
+        epochs: Mutex::new(Epochs::default()),
     });
     let h = WINS.insert(w.clone());
     let mut s = SERVER.lock();
@@ -256,7 +290,7 @@ mpi_fn! {
         if out.is_null() {
             return Err(MPI_ERR_ARG);
         }
-        let h = create(base, size, disp_unit, c, None)?;
+        let h = create(base, size, disp_unit, c, Memory::None, MPI_WIN_FLAVOR_CREATE)?;
         // SAFETY: checked non-null; the caller vouches it is writable.
         unsafe { put(out, h) }
     }
@@ -272,7 +306,7 @@ fn allocate(size: MPI_Aint, disp_unit: c_int, c: c_int, baseptr: *mut c_void, ou
     }
     let mut mem = vec![0u128; (size as usize).div_ceil(16)];
     let base = mem.as_mut_ptr() as *mut c_void;
-    let h = create(base, size, disp_unit, c, Some(mem))?;
+    let h = create(base, size, disp_unit, c, Memory::Heap(mem), MPI_WIN_FLAVOR_ALLOCATE)?;
     // SAFETY: checked non-null; the caller vouches `baseptr` is a writable `void *`.
     unsafe { (baseptr as *mut *mut c_void).write(base) };
     // SAFETY: as above.
@@ -309,6 +343,10 @@ mpi_fn! {
                 unsafe { ffi::MPI_Wait(&mut r, std::ptr::null_mut()) };
             }
         }
+        for mut r in std::mem::take(&mut w.epochs.lock().posts) {
+            // SAFETY: a live request of a send of no data (a post notice never waited for).
+            unsafe { ffi::MPI_Wait(&mut r, std::ptr::null_mut()) };
+        }
         let deleted = crate::attributes::delete_all(h);
         WINS.take(h);
         HANDLERS.lock().remove(&h);
@@ -323,7 +361,7 @@ mpi_fn! {
 }
 
 /// Waits for the answers of the operations to `target` (every target if `None`).
-fn flush(w: &Win, target: Option<c_int>) -> Result<(), c_int> {
+pub(crate) fn flush(w: &Win, target: Option<c_int>) -> Result<(), c_int> {
     let mine: Vec<Pending> = {
         let mut p = w.pending.lock();
         let (mine, rest) = p.drain(..).partition(|x| target.is_none_or(|t| t == x.target));
@@ -402,7 +440,8 @@ fn check(
     }
     let &(tsize, tunit) = usize::try_from(target).ok().and_then(|t| w.sizes.get(t)).ok_or(MPI_ERR_RANK)?;
     let off = disp.checked_mul(tunit as MPI_Aint).ok_or(MPI_ERR_DISP)?;
-    if disp < 0 || off + tbytes as MPI_Aint > tsize {
+    // A dynamic window's displacements are addresses, checked by the target's server.
+    if w.flavor != MPI_WIN_FLAVOR_DYNAMIC && (disp < 0 || off + tbytes as MPI_Aint > tsize) {
         return Err(MPI_ERR_RMA_RANGE);
     }
     Ok(Some((off, tbytes)))
@@ -411,7 +450,7 @@ fn check(
 /// A put or an accumulate: the origin's data packed after the header, an acknowledgement
 /// expected.
 #[allow(clippy::too_many_arguments)]
-fn put_or_acc(
+pub(crate) fn put_or_acc(
     kind: u8,
     oaddr: *const c_void,
     ocount: c_int,
@@ -463,7 +502,7 @@ mpi_fn! {
 
 /// `MPI_Get`'s work.
 #[allow(clippy::too_many_arguments)]
-fn get(
+pub(crate) fn get(
     oaddr: *mut c_void,
     ocount: c_int,
     odt: c_int,
@@ -488,6 +527,51 @@ mpi_fn! {
     /// window into the origin's buffer (there at the next flush, fence or unlock).
     fn MPI_Get(oaddr: *mut c_void, ocount: c_int, odt: c_int, target: c_int, disp: MPI_Aint, tcount: c_int, tdt: c_int, wh: c_int)
         on errc(wh) => get(oaddr, ocount, odt, target, disp, tcount, tdt, wh)
+}
+
+mpi_fn! {
+    /// Makes a window without memory on `comm`'s members (collective): each attaches its own
+    /// with `MPI_Win_attach`, and a target displacement is an address at the target
+    /// (`MPI_Get_address`).
+    fn MPI_Win_create_dynamic(_info: c_int, c: c_int, out: *mut c_int) on c => {
+        if out.is_null() {
+            return Err(MPI_ERR_ARG);
+        }
+        let h = create(std::ptr::null_mut(), 0, 1, c, Memory::None, MPI_WIN_FLAVOR_DYNAMIC)?;
+        // SAFETY: checked non-null; the caller vouches it is writable.
+        unsafe { put(out, h) }
+    }
+}
+
+mpi_fn! {
+    /// Lets the window's members reach `size` bytes at `base` (a dynamic window only:
+    /// `MPI_ERR_RMA_FLAVOR` otherwise).
+    fn MPI_Win_attach(wh: c_int, base: *mut c_void, size: MPI_Aint) on errc(wh) => {
+        let w = win(wh)?;
+        if w.flavor != MPI_WIN_FLAVOR_DYNAMIC {
+            return Err(MPI_ERR_RMA_FLAVOR);
+        }
+        let len = usize::try_from(size).map_err(|_| MPI_ERR_SIZE)?;
+        if base.is_null() && len > 0 {
+            return Err(MPI_ERR_ARG);
+        }
+        w.target.lock().regions.push((base as usize, len));
+        Ok(())
+    }
+}
+
+mpi_fn! {
+    /// Takes back the memory attached at `base` (`MPI_ERR_RMA_ATTACH` if none is).
+    fn MPI_Win_detach(wh: c_int, base: *const c_void) on errc(wh) => {
+        let w = win(wh)?;
+        if w.flavor != MPI_WIN_FLAVOR_DYNAMIC {
+            return Err(MPI_ERR_RMA_FLAVOR);
+        }
+        let mut t = w.target.lock();
+        let i = t.regions.iter().position(|&(a, _)| a == base as usize).ok_or(MPI_ERR_RMA_ATTACH)?;
+        t.regions.remove(i);
+        Ok(())
+    }
 }
 
 mpi_fn! {
@@ -771,35 +855,27 @@ fn handle(w: &Win, t: &mut TargetState, src: c_int, msg: &[u8]) {
         }
         PUT | ACC | GET => {
             let bytes = stageable(tdt).map(|e| e * tcount.max(0) as usize).unwrap_or(usize::MAX);
-            let inside = off >= 0 && (off as usize).checked_add(bytes).is_some_and(|end| end as MPI_Aint <= w.size);
+            let at = target_ptr(w, t, off, bytes);
             if kind == GET {
-                let out = if inside {
-                    // SAFETY: `bytes` bytes at `off` are inside the window's memory.
-                    unsafe { std::slice::from_raw_parts((w.base as *const u8).add(off as usize), bytes) }.to_vec()
-                } else {
-                    vec![0; data.len()]
+                let out = match at {
+                    // SAFETY: `bytes` bytes at `p` are inside the window's memory.
+                    Some(p) => unsafe { std::slice::from_raw_parts(p, bytes) }.to_vec(),
+                    None => vec![0; bytes.min(1 << 20)],
                 };
                 return answer(w, t, src, out);
             }
-            let rc = if !inside || data.len() != bytes {
-                MPI_ERR_RMA_RANGE
-            } else {
-                // SAFETY: `bytes` bytes at `off` are inside the window's memory.
-                unsafe {
-                    apply(
-                        w.base.cast::<u8>().add(off as usize),
-                        data,
-                        tcount,
-                        tdt,
-                        if kind == PUT { MPI_REPLACE } else { op },
-                    )
+            let rc = match at {
+                Some(p) if data.len() == bytes => {
+                    // SAFETY: `bytes` bytes at `p` are inside the window's memory.
+                    unsafe { apply(p, data, tcount, tdt, if kind == PUT { MPI_REPLACE } else { op }) }
                 }
+                _ => MPI_ERR_RMA_RANGE,
             };
             answer(w, t, src, rc.to_le_bytes().to_vec());
         }
         GACC | CAS => {
             let bytes = stageable(tdt).map(|e| e * tcount.max(0) as usize).unwrap_or(usize::MAX);
-            let inside = off >= 0 && (off as usize).checked_add(bytes).is_some_and(|end| end as MPI_Aint <= w.size);
+            let at = target_ptr(w, t, off, bytes);
             let given = if kind == CAS {
                 2 * bytes
             } else if op == MPI_NO_OP {
@@ -807,14 +883,12 @@ fn handle(w: &Win, t: &mut TargetState, src: c_int, msg: &[u8]) {
             } else {
                 bytes
             };
-            if !inside || data.len() != given {
+            let Some(dst) = at.filter(|_| data.len() == given) else {
                 // The origin waits for `bytes` bytes: zeros (its flush reports nothing more).
                 return answer(w, t, src, vec![0; bytes.min(1 << 20)]);
-            }
-            // SAFETY: `bytes` bytes at `off` are inside the window's memory; the server is the
+            };
+            // SAFETY: `bytes` bytes at `dst` are inside the window's memory; the server is the
             // only writer while it serves this request, so read and update are atomic.
-            let dst = unsafe { w.base.cast::<u8>().add(off as usize) };
-            // SAFETY: as above.
             let old = unsafe { std::slice::from_raw_parts(dst, bytes) }.to_vec();
             if kind == CAS {
                 if data[..bytes] == old[..] {
@@ -828,6 +902,19 @@ fn handle(w: &Win, t: &mut TargetState, src: c_int, msg: &[u8]) {
             answer(w, t, src, old);
         }
         _ => {}
+    }
+}
+
+/// The address of `bytes` bytes at offset `off` of `w`'s memory (for a dynamic window, at
+/// address `off` in memory attached to it), or `None` if they are not all inside.
+fn target_ptr(w: &Win, t: &TargetState, off: i64, bytes: usize) -> Option<*mut u8> {
+    let start = usize::try_from(off).ok()?;
+    let end = start.checked_add(bytes)?;
+    if w.flavor == MPI_WIN_FLAVOR_DYNAMIC {
+        let inside = t.regions.iter().any(|&(a, l)| start >= a && end <= a + l);
+        inside.then_some(start as *mut u8)
+    } else {
+        (end as MPI_Aint <= w.size).then(|| w.base.cast::<u8>().wrapping_add(start))
     }
 }
 
@@ -855,7 +942,7 @@ unsafe fn apply(dst: *mut u8, data: &[u8], count: c_int, dt: c_int, op: c_int) -
 }
 
 /// A large count or displacement unit as an `int` (`MPI_ERR_COUNT` if it does not fit).
-fn int<T: TryInto<c_int>>(n: T) -> Result<c_int, c_int> {
+pub(crate) fn int<T: TryInto<c_int>>(n: T) -> Result<c_int, c_int> {
     n.try_into().map_err(|_| MPI_ERR_COUNT)
 }
 
@@ -867,7 +954,7 @@ mpi_fn! {
         if out.is_null() {
             return Err(MPI_ERR_ARG);
         }
-        let h = create(base, size, int(disp_unit)?, c, None)?;
+        let h = create(base, size, int(disp_unit)?, c, Memory::None, MPI_WIN_FLAVOR_CREATE)?;
         // SAFETY: checked non-null; the caller vouches it is writable.
         unsafe { put(out, h) }
     }
@@ -1013,7 +1100,7 @@ mpi_fn! {
 /// A get-accumulate or a compare-and-swap: `data` (packed) after the header, the target's
 /// old data received into `result` (`rcount` elements of `rdt`).
 #[allow(clippy::too_many_arguments)]
-fn fetching(
+pub(crate) fn fetching(
     kind: u8,
     data: &[u8],
     result: *mut c_void,
@@ -1042,7 +1129,7 @@ fn fetching(
 }
 
 /// `count` elements of `dt` at `addr`, packed (none for `MPI_NO_OP`'s origin).
-fn packed(addr: *const c_void, count: c_int, dt: c_int) -> Result<Vec<u8>, c_int> {
+pub(crate) fn packed(addr: *const c_void, count: c_int, dt: c_int) -> Result<Vec<u8>, c_int> {
     if count < 0 {
         return Err(MPI_ERR_COUNT);
     }
@@ -1052,6 +1139,26 @@ fn packed(addr: *const c_void, count: c_int, dt: c_int) -> Result<Vec<u8>, c_int
     let b = unsafe { DynBuffer::from_raw(crate::nz(addr, count), count, d) };
     rust_comm(MPI_COMM_SELF)?.pack_into(&b, &mut out, 0);
     Ok(out)
+}
+
+/// `MPI_Get_accumulate`'s work.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn get_accumulate(
+    oaddr: *const c_void,
+    ocount: c_int,
+    odt: c_int,
+    result: *mut c_void,
+    rcount: c_int,
+    rdt: c_int,
+    target: c_int,
+    disp: MPI_Aint,
+    tcount: c_int,
+    tdt: c_int,
+    op: c_int,
+    wh: c_int,
+) -> Result<(), c_int> {
+    let data = if op == MPI_NO_OP { Vec::new() } else { packed(oaddr, ocount, odt)? };
+    fetching(GACC, &data, result, rcount, rdt, target, disp, tcount, tdt, op, wh)
 }
 
 mpi_fn! {
@@ -1071,10 +1178,7 @@ mpi_fn! {
         tdt: c_int,
         op: c_int,
         wh: c_int,
-    ) on errc(wh) => {
-        let data = if op == MPI_NO_OP { Vec::new() } else { packed(oaddr, ocount, odt)? };
-        fetching(GACC, &data, result, rcount, rdt, target, disp, tcount, tdt, op, wh)
-    }
+    ) on errc(wh) => get_accumulate(oaddr, ocount, odt, result, rcount, rdt, target, disp, tcount, tdt, op, wh)
 }
 
 mpi_fn! {
@@ -1128,8 +1232,7 @@ mpi_fn! {
         op: c_int,
         wh: c_int,
     ) on errc(wh) => {
-        let data = if op == MPI_NO_OP { Vec::new() } else { packed(oaddr, int(ocount)?, odt)? };
-        fetching(GACC, &data, result, int(rcount)?, rdt, target, disp, int(tcount)?, tdt, op, wh)
+        get_accumulate(oaddr, int(ocount)?, odt, result, int(rcount)?, rdt, target, disp, int(tcount)?, tdt, op, wh)
     }
 }
 

@@ -1,6 +1,8 @@
 //! Fault-aware MPI under MPICH's names (ULFM): `MPIX_Comm_revoke`, `MPIX_Comm_shrink`,
 //! `MPIX_Comm_agree`, `MPIX_Comm_failure_ack`, `MPIX_Comm_failure_get_acked` — the five
-//! Debian's MPICH 4.0 exports — on the library's [`p2pmpi::ulfm::FaultTolerant`].
+//! Debian's MPICH 4.0 exports — and the later `MPIX_Comm_ishrink`, on the library's
+//! [`p2pmpi::ulfm::FaultTolerant`]; `MPI_Comm_idup` and `MPI_Comm_idup_with_info` (complete
+//! when they return), which mpi4py's `Comm.Ishrink` calls on MPICH 4.0.
 //!
 //! **Making a job fault-aware.** As with MPICH, the environment variable
 //! `MPIR_CVAR_ENABLE_FT` (or its aliases `MPICH_ENABLE_FT`, `MPIR_PARAM_ENABLE_FT`) set to
@@ -52,16 +54,77 @@ mpi_fn! {
 mpi_fn! {
     /// A new communicator of the members of `comm` that did not fail, in the same order
     /// (collective over the survivors), with `comm`'s error handler.
-    fn MPIX_Comm_shrink(c: c_int, newcomm: *mut c_int) on c => {
-        let rc = rust_comm(c)?;
-        if newcomm.is_null() {
+    fn MPIX_Comm_shrink(c: c_int, newcomm: *mut c_int) on c => shrink(c, newcomm)
+}
+
+/// `MPIX_Comm_shrink`'s work.
+fn shrink(c: c_int, newcomm: *mut c_int) -> Result<(), c_int> {
+    let rc = rust_comm(c)?;
+    if newcomm.is_null() {
+        return Err(MPI_ERR_ARG);
+    }
+    let s = rc.shrink().map_err(|e| class(&e))?;
+    let h = COMMS.insert(CommEntry { raw: s.as_raw(), rust: s });
+    inherit_handler(c, h);
+    // SAFETY: checked non-null; the caller vouches it is writable.
+    unsafe { put(newcomm, h) }
+}
+
+/// Writes at `request` a request that is already complete (a receive of nothing from
+/// `MPI_PROC_NULL`): the answer of a nonblocking call done before it returns.
+///
+/// # Safety
+/// `request` must be valid for a write.
+unsafe fn completed(request: *mut c_int) -> Result<(), c_int> {
+    let nothing = std::ptr::NonNull::<u64>::dangling().as_ptr() as *mut std::os::raw::c_void;
+    // SAFETY: a receive of nothing from MPI_PROC_NULL, complete at once; the caller vouches
+    // for `request`.
+    ok(unsafe {
+        crate::point_to_point::MPI_Irecv(
+            nothing,
+            0,
+            crate::datatypes::values::MPI_INT,
+            MPI_PROC_NULL,
+            0,
+            MPI_COMM_SELF,
+            request,
+        )
+    })
+}
+
+mpi_fn! {
+    /// `MPIX_Comm_shrink`, done when it returns, with a request already complete at
+    /// `*request` (not in Debian's MPICH 4.0 list; programs of later MPICHs call it).
+    fn MPIX_Comm_ishrink(c: c_int, newcomm: *mut c_int, request: *mut c_int) on c => {
+        if request.is_null() {
             return Err(MPI_ERR_ARG);
         }
-        let s = rc.shrink().map_err(|e| class(&e))?;
-        let h = COMMS.insert(CommEntry { raw: s.as_raw(), rust: s });
-        inherit_handler(c, h);
+        shrink(c, newcomm)?;
         // SAFETY: checked non-null; the caller vouches it is writable.
-        unsafe { put(newcomm, h) }
+        unsafe { completed(request) }
+    }
+}
+
+mpi_fn! {
+    /// `MPI_Comm_dup`, done when it returns, with a request already complete at `*request`.
+    /// (mpi4py's wheels for MPICH 4.0 make `Comm.Ishrink` of it: with no failure, a shrunk
+    /// communicator is a duplicate.)
+    fn MPI_Comm_idup(c: c_int, newcomm: *mut c_int, request: *mut c_int) on c => {
+        if request.is_null() {
+            return Err(MPI_ERR_ARG);
+        }
+        // SAFETY: the caller's contract.
+        ok(unsafe { crate::communicators::MPI_Comm_dup(c, newcomm) })?;
+        // SAFETY: checked non-null; the caller vouches it is writable.
+        unsafe { completed(request) }
+    }
+}
+
+mpi_fn! {
+    /// `MPI_Comm_idup` (the hints are not used).
+    fn MPI_Comm_idup_with_info(c: c_int, _info: c_int, newcomm: *mut c_int, request: *mut c_int) on c => {
+        // SAFETY: the caller's contract.
+        ok(unsafe { MPI_Comm_idup(c, newcomm, request) })
     }
 }
 

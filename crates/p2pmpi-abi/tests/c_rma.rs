@@ -92,3 +92,83 @@ fn attributes_of_windows() {
         assert!(o.stdout.lines().any(|x| x == l), "missing {l:?}\n{show}");
     }
 }
+
+#[test]
+fn request_based_operations_dynamic_windows_post_start_complete_wait_ishrink_and_idup_on_three_processes() {
+    if !require(&["mpicc.mpich"], true) {
+        return;
+    }
+    let o = run(3, &c_program("rma_more"), &[], T);
+    let show = format!("stdout:\n{}\nstderr:\n{}", o.stdout, o.stderr);
+    assert!(o.status.success(), "{show}");
+    for r in 0..3 {
+        let (prev, prev2) = ((r + 2) % 3, (r + 1) % 3);
+        let mut want = vec![
+            // prev's put, one increment from each of 3, 10 added by prev (fetched 0 before it),
+            // next's slot read back, the _c forms' 200 + r and 5.
+            format!(
+                "rank {r}: requests put {} sum 3 fetched 0 then 10 got {} c forms {} 5",
+                100 + prev,
+                100 + r,
+                200 + r
+            ),
+            format!("rank {r}: dynamic put {} got {} outside 1 detached twice 1", 300 + prev, 300 + prev2),
+            format!("rank {r}: ishrink size 3 rank {r}"),
+            format!("rank {r}: idup done 1 congruent 1"),
+            format!("rank {r}: attach to an allocated window 1"),
+        ];
+        want.push(if r == 0 {
+            format!("rank 0: pscw ring {} first test 0 all completed 2", 400 + prev)
+        } else {
+            format!("rank {r}: pscw ring {}", 400 + prev)
+        });
+        for l in want {
+            assert!(o.stdout.lines().any(|x| x == l), "missing {l:?}\n{show}");
+        }
+    }
+    assert!(!o.stdout.contains("FAILED"), "{show}");
+}
+
+#[test]
+fn shared_memory_windows_on_three_processes_of_one_host() {
+    if !require(&["mpicc.mpich"], true) {
+        return;
+    }
+    let o = run(3, &c_program("rma_shared"), &[], T);
+    let show = format!("stdout:\n{}\nstderr:\n{}", o.stdout, o.stderr);
+    assert!(o.status.success(), "{show}");
+    // Rank q's part holds 10 (q + 1) + i at i = 0..=q: the next part's sum; then prev's put.
+    for (r, seen, put) in [(0, 41, 502), (1, 93, 500), (2, 10, 501)] {
+        for l in [
+            format!("rank {r}: shared contiguous 1 seen {seen} put {put}"),
+            format!("rank {r}: query of an allocated window 1"),
+            format!("rank {r}: a negative size refused everywhere 1"),
+        ] {
+            assert!(o.stdout.lines().any(|x| x == l), "missing {l:?}\n{show}");
+        }
+    }
+    assert!(!o.stdout.contains("FAILED"), "{show}");
+    // The segment's name was removed once mapped.
+    let pid = o.stdout.lines().find_map(|l| l.strip_prefix("rank 0: segment made by ")).expect("rank 0's pid");
+    let name = format!("p2pmpi-win-{pid}-");
+    let left: Vec<_> = std::fs::read_dir("/dev/shm")
+        .map(|d| d.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+        .unwrap_or_default();
+    assert!(!left.iter().any(|n| n.starts_with(&name)), "left in /dev/shm: {left:?}");
+}
+
+#[test]
+fn a_shared_window_over_two_hosts_is_refused_on_every_process() {
+    if !require(&["mpicc.mpich"], true) {
+        return;
+    }
+    // Rank 2 binds its data address to 127.0.0.2: another host to the library.
+    let o = run(3, &c_program("rma_shared"), &["hosts"], T);
+    let show = format!("stdout:\n{}\nstderr:\n{}", o.stdout, o.stderr);
+    assert!(o.status.success(), "{show}");
+    for (r, node) in [(0, 2), (1, 2), (2, 1)] {
+        let l = format!("rank {r}: node of {node}, over two hosts refused 1 null 1");
+        assert!(o.stdout.lines().any(|x| x == l), "missing {l:?}\n{show}");
+    }
+    assert!(!o.stdout.contains("FAILED"), "{show}");
+}
