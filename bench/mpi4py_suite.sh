@@ -38,12 +38,7 @@ libmpich=$(ls /usr/lib/*/libmpich.so.12 2>/dev/null | head -1)
 
 py=$OUT/venv/bin/python3
 scripts/mpi4py-venv.sh "$OUT/venv" || exit 1
-tests=$OUT/mpi4py-$VERSION/test
-if [ ! -d "$tests" ]; then
-    "$py" -m pip download -q --disable-pip-version-check --no-binary :all: --no-deps \
-        "mpi4py==$VERSION" -d "$OUT" || exit 1
-    tar -xzf "$OUT/mpi4py-$VERSION.tar.gz" -C "$OUT" || exit 1
-fi
+tests=$(PYTHON=$py scripts/mpi4py-tests.sh "$OUT") || exit 1
 # The two libraries, each found by mpi4py's loader under the name libmpi.so.
 scripts/abi-lib.sh "$OUT/lib-p2pmpi" "$LIB" || exit 1
 mkdir -p "$OUT/lib-mpich"

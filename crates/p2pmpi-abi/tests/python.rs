@@ -142,3 +142,59 @@ fn mpi4py_benchmarks_helloworld_and_ringtest_run() {
     o.assert_ok();
     assert!(o.stdout.contains("time for 5 loops = ") && o.stdout.contains("(3 processes, 1024 bytes)"), "{}", o.stdout);
 }
+
+/// Modules of mpi4py's own test suite that pass whole on 2 processes (every test of each, on
+/// every rank): the bounded subset CI runs; `bench/mpi4py_suite.sh` runs all 64 at -n 1, 2, 3.
+const SUITE_SUBSET: [&str; 8] = [
+    "test_cco_buf",
+    "test_cco_obj",
+    "test_group",
+    "test_op",
+    "test_info",
+    "test_environ",
+    "test_errhandler",
+    "test_exceptions",
+];
+
+#[test]
+fn a_subset_of_mpi4pys_own_test_suite_passes_on_two_processes() {
+    if !require(&["python3"], false) {
+        return;
+    }
+    let dir = match venv() {
+        Ok(d) => d,
+        Err(why) => {
+            assert!(!under_ci(), "mpi4py's wheel is needed under CI: {why}");
+            eprintln!("SKIPPED: a_subset_of_mpi4pys_own_test_suite_passes_on_two_processes: {why}");
+            return;
+        }
+    };
+    let py = dir.join("bin/python3");
+    let o = Command::new("sh")
+        .arg(crate_dir().join("../../scripts/mpi4py-tests.sh"))
+        .arg(profile_dir().join("p2pmpi-abi-mpi4py-src"))
+        .env("PYTHON", &py)
+        .output()
+        .expect("run scripts/mpi4py-tests.sh");
+    assert!(o.status.success(), "mpi4py's test suite is needed: {}", String::from_utf8_lossy(&o.stderr));
+    let tests = String::from_utf8_lossy(&o.stdout).trim().to_string();
+    let driver = crate_dir().join("../../bench/mpi4py_driver.py");
+    for module in SUITE_SUBSET {
+        let out = profile_dir().join(format!("p2pmpi-abi-mpi4py-{module}.{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&out);
+        std::fs::create_dir_all(&out).unwrap();
+        let args = [driver.to_str().unwrap(), &tests, out.to_str().unwrap(), module];
+        let o = run(2, &py, &args, Duration::from_secs(120));
+        o.assert_ok();
+        let mut passed = 0;
+        for r in 0..2 {
+            let text = std::fs::read_to_string(out.join(format!("rank{r}.txt"))).unwrap_or_default();
+            let ended: Vec<&str> = text.lines().filter(|l| !l.starts_with("START ")).collect();
+            let not_ok: Vec<&&str> = ended.iter().filter(|l| !l.starts_with("ok ")).collect();
+            assert!(not_ok.is_empty(), "{module} rank {r}: {not_ok:?}\n{}", o.stderr);
+            passed += ended.len();
+        }
+        let _ = std::fs::remove_dir_all(&out);
+        assert!(passed >= 2 * 4, "{module}: only {passed} outcomes\n{}", o.stderr);
+    }
+}
