@@ -33,6 +33,7 @@ pub mod derived;
 pub mod environment;
 pub mod errors;
 pub mod file;
+pub mod file_io;
 pub mod graph;
 pub mod handles;
 pub mod immediate;
