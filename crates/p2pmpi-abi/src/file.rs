@@ -305,19 +305,26 @@ unsafe fn path(name: *const c_char) -> Result<PathBuf, c_int> {
 /// The error handler of files that fail to open (`MPI_FILE_NULL`'s).
 static NULL_HANDLER: AtomicI32 = AtomicI32::new(MPI_ERRORS_RETURN);
 
-/// What the error `class` of function `name` on file `fh` (or `MPI_FILE_NULL`) answers:
-/// returned under `MPI_ERRORS_RETURN`, else raised as the other functions' errors are.
-pub(crate) fn file_error(fh: *mut c_void, name: &'static str, class: c_int) -> c_int {
-    let h = if fh.is_null() {
+/// The error handler of file `fh` (`MPI_FILE_NULL`'s when null; `MPI_ERRORS_RETURN` for a
+/// handle that names no open file).
+fn handler(fh: *mut c_void) -> c_int {
+    if fh.is_null() {
         NULL_HANDLER.load(Ordering::Relaxed)
     } else {
         entry(fh).map_or(MPI_ERRORS_RETURN, |e| e.errhandler.load(Ordering::Relaxed))
-    };
-    if h == MPI_ERRORS_RETURN {
-        class
-    } else {
-        crate::errors::raise(MPI_COMM_WORLD, name, class)
     }
+}
+
+/// What the error `class` of function `name` on file `fh` (or `MPI_FILE_NULL`) answers:
+/// returned under `MPI_ERRORS_RETURN`; under `MPI_ERRORS_ARE_FATAL` and `MPI_ERRORS_ABORT`
+/// the job stops with a message naming the function and the error.
+pub(crate) fn file_error(fh: *mut c_void, name: &'static str, class: c_int) -> c_int {
+    if handler(fh) == MPI_ERRORS_RETURN {
+        return class;
+    }
+    let cause =
+        crate::errors::describe(class).map_or_else(|| format!("error code {class}"), |(n, t)| format!("{t} ({n})"));
+    p2pmpi::environment::abort_with_message(class, &format!("{name}: {cause}"))
 }
 
 /// Defines a file function exported as `MPI_X` and `PMPI_X` whose error goes to the file's
@@ -594,13 +601,23 @@ file_fn! {
 }
 
 file_fn! {
+    /// Calls the error handler of `fh` with `errorcode` (returns under `MPI_ERRORS_RETURN`).
+    fn MPI_File_call_errhandler(fh: *mut c_void, errorcode: c_int) handler fh => {
+        if !fh.is_null() {
+            entry(fh)?;
+        }
+        file_error(fh, "MPI_File_call_errhandler", errorcode);
+        Ok(())
+    }
+}
+
+file_fn! {
     /// The error handler of `fh` (`MPI_ERRORS_RETURN` unless another was set).
     fn MPI_File_get_errhandler(fh: *mut c_void, errhandler: *mut c_int) handler fh => {
-        let h = if fh.is_null() {
-            NULL_HANDLER.load(Ordering::Relaxed)
-        } else {
-            entry(fh)?.errhandler.load(Ordering::Relaxed)
-        };
+        if !fh.is_null() {
+            entry(fh)?;
+        }
+        let h = handler(fh);
         // SAFETY: the caller vouches `errhandler` is writable.
         unsafe { crate::put(errhandler, h) }
     }

@@ -1,8 +1,8 @@
 /* MPI-IO's reading and writing on 2 or 3 processes, in a file of a directory rank 0 makes:
  * explicit offsets, a view with a vector filetype (interleaved ranks), the byte offset of a
  * view's position, the shared file pointer, ordered accesses, seeking, a read past the end
- * of the file, nonblocking and split collective forms, errors (a read-only file, a data
- * representation registered twice), and the closing deleting the file and leaving the
+ * of the file, nonblocking and split collective forms, errors (a read-only file, a file's
+ * handler called, a data representation registered twice), and the closing deleting the file and leaving the
  * directory empty. Each line "rank R: WHAT 1" is a check passed. */
 #include <mpi.h>
 #include <stdio.h>
@@ -162,6 +162,7 @@ static int errors(const char *name) {
     rc = MPI_File_write_at(g, 0, &v, 1, MPI_INT, MPI_STATUS_IGNORE);
     MPI_Error_class(rc, &cls);
     ok &= cls == MPI_ERR_READ_ONLY;
+    ok &= MPI_File_call_errhandler(g, MPI_ERR_IO) == MPI_SUCCESS;
     MPI_File_close(&g);
     snprintf(rep, sizeof rep, "p2pmpi-rep-%d", rank);
     ok &= MPI_Register_datarep(rep, MPI_CONVERSION_FN_NULL, MPI_CONVERSION_FN_NULL, NULL, NULL) == MPI_SUCCESS;
