@@ -718,6 +718,8 @@ P2PMPI_FN(int, Comm_create_from_group, (MPI_Group group, const char *stringtag, 
 typedef int (MPI_Datarep_conversion_function)(void *userbuf, MPI_Datatype datatype, int count, void *filebuf, MPI_Offset position, void *extra_state);
 typedef int (MPI_Datarep_conversion_function_c)(void *userbuf, MPI_Datatype datatype, MPI_Count count, void *filebuf, MPI_Offset position, void *extra_state);
 typedef int (MPI_Datarep_extent_function)(MPI_Datatype datatype, MPI_Aint *extent, void *extra_state);
+typedef void (MPI_File_errhandler_function)(MPI_File *file, int *code, ...);
+typedef MPI_File_errhandler_function MPI_File_errhandler_fn;
 P2PMPI_FN(int, File_set_size, (MPI_File fh, MPI_Offset size))
 P2PMPI_FN(int, File_preallocate, (MPI_File fh, MPI_Offset size))
 P2PMPI_FN(int, File_get_size, (MPI_File fh, MPI_Offset *size))
@@ -737,6 +739,7 @@ P2PMPI_FN(int, File_get_byte_offset, (MPI_File fh, MPI_Offset offset, MPI_Offset
 P2PMPI_FN(int, File_get_type_extent, (MPI_File fh, MPI_Datatype datatype, MPI_Aint *extent))
 P2PMPI_FN(int, File_get_type_extent_c, (MPI_File fh, MPI_Datatype datatype, MPI_Count *extent))
 P2PMPI_FN(int, File_call_errhandler, (MPI_File fh, int errorcode))
+P2PMPI_FN(int, File_create_errhandler, (MPI_File_errhandler_function *file_errhandler_fn, MPI_Errhandler *errhandler))
 P2PMPI_FN(int, Register_datarep, (const char *datarep, MPI_Datarep_conversion_function *read_conversion_fn, MPI_Datarep_conversion_function *write_conversion_fn, MPI_Datarep_extent_function *dtype_file_extent_fn, void *extra_state))
 P2PMPI_FN(int, Register_datarep_c, (const char *datarep, MPI_Datarep_conversion_function_c *read_conversion_fn, MPI_Datarep_conversion_function_c *write_conversion_fn, MPI_Datarep_extent_function *dtype_file_extent_fn, void *extra_state))
 P2PMPI_FN(int, File_read_at, (MPI_File fh, MPI_Offset offset, void *buf, int count, MPI_Datatype datatype, MPI_Status *status))

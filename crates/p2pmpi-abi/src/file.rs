@@ -21,6 +21,7 @@
 
 use crate::consts::*;
 use crate::datatypes::{any_datatype, predefined, MPI_Aint, MPI_Count};
+use crate::errors::HandlerFn;
 use crate::handles::rust_comm;
 use crate::info::MPI_INFO_NULL;
 use p2pmpi::collective::{TryCollectives, TryRoot};
@@ -315,11 +316,31 @@ fn handler(fh: *mut c_void) -> c_int {
     }
 }
 
+/// The handlers `MPI_File_create_errhandler` made: their handle (in the table of handlers of
+/// [`crate::errors`], so that `MPI_Errhandler_free` knows them) and their function, called
+/// with the file and the code (`MPI_File_errhandler_function`, variadic in C).
+// Process-wide because a C handle is a plain integer any thread may hand to any function.
+static FILE_HANDLERS: Mutex<Vec<(c_int, HandlerFn)>> = Mutex::new(Vec::new());
+
+/// The function of file handler `h`, if the program made it.
+fn file_handler(h: c_int) -> Option<HandlerFn> {
+    FILE_HANDLERS.lock().iter().find(|(k, _)| *k == h).map(|(_, f)| *f)
+}
+
 /// What the error `class` of function `name` on file `fh` (or `MPI_FILE_NULL`) answers:
-/// returned under `MPI_ERRORS_RETURN`; under `MPI_ERRORS_ARE_FATAL` and `MPI_ERRORS_ABORT`
-/// the job stops with a message naming the function and the error.
+/// returned under `MPI_ERRORS_RETURN`, and after the program's handler returns; under
+/// `MPI_ERRORS_ARE_FATAL` and `MPI_ERRORS_ABORT` the job stops with a message naming the
+/// function and the error.
 pub(crate) fn file_error(fh: *mut c_void, name: &'static str, class: c_int) -> c_int {
-    if handler(fh) == MPI_ERRORS_RETURN {
+    let h = handler(fh);
+    if h == MPI_ERRORS_RETURN {
+        return class;
+    }
+    if let Some(f) = file_handler(h) {
+        let (mut file, mut code) = (fh, class);
+        // SAFETY: the program's handler, called as MPI says: the file and the code, by
+        // address (locals that outlive the call).
+        unsafe { f(&mut file as *mut *mut c_void as *mut c_int, &mut code) };
         return class;
     }
     let cause =
@@ -585,9 +606,11 @@ file_fn! {
 }
 
 file_fn! {
-    /// Sets the error handler of `fh` (a predefined one).
+    /// Sets the error handler of `fh` (a predefined one or one of
+    /// `MPI_File_create_errhandler`).
     fn MPI_File_set_errhandler(fh: *mut c_void, errhandler: c_int) handler fh => {
-        if ![MPI_ERRORS_ARE_FATAL, MPI_ERRORS_RETURN, MPI_ERRORS_ABORT].contains(&errhandler) {
+        let predefined = [MPI_ERRORS_ARE_FATAL, MPI_ERRORS_RETURN, MPI_ERRORS_ABORT].contains(&errhandler);
+        if !predefined && file_handler(errhandler).is_none() {
             return Err(MPI_ERR_ARG);
         }
         if fh.is_null() {
@@ -596,6 +619,27 @@ file_fn! {
             return Ok(());
         }
         entry(fh)?.errhandler.store(errhandler, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+file_fn! {
+    /// Makes an error handler of `function`, called with the file and the error code when a
+    /// call on a file it is set on fails.
+    fn MPI_File_create_errhandler(function: Option<HandlerFn>, errhandler: *mut c_int)
+        handler std::ptr::null_mut() => {
+        let Some(f) = function else { return Err(MPI_ERR_ARG) };
+        if errhandler.is_null() {
+            return Err(MPI_ERR_ARG);
+        }
+        // SAFETY: checked non-null; the caller vouches it is writable.
+        crate::ok(unsafe { crate::errors::MPI_Comm_create_errhandler(Some(f), errhandler) })?;
+        // SAFETY: as above (just written).
+        let h = unsafe { errhandler.read() };
+        let mut all = FILE_HANDLERS.lock();
+        // A handle freed and made again names the new function.
+        all.retain(|(k, _)| *k != h);
+        all.push((h, f));
         Ok(())
     }
 }

@@ -90,7 +90,6 @@ stubs! {
     "MPI_Comm_idup" "PMPI_Comm_idup"
     "MPI_Comm_idup_with_info" "PMPI_Comm_idup_with_info"
     "MPI_Comm_join" "PMPI_Comm_join"
-    "MPI_File_create_errhandler" "PMPI_File_create_errhandler"
     "MPI_Grequest_complete" "PMPI_Grequest_complete"
     "MPI_Grequest_start" "PMPI_Grequest_start"
     "MPI_Ialltoallw" "PMPI_Ialltoallw"

@@ -1,8 +1,8 @@
 /* MPI-IO's reading and writing on 2 or 3 processes, in a file of a directory rank 0 makes:
  * explicit offsets, a view with a vector filetype (interleaved ranks), the byte offset of a
  * view's position, the shared file pointer, ordered accesses, seeking, a read past the end
- * of the file, nonblocking and split collective forms, errors (a read-only file, a file's
- * handler called, a data representation registered twice), and the closing deleting the file and leaving the
+ * of the file, nonblocking and split collective forms, errors (a read-only file, a handler
+ * of the program called, a data representation registered twice), and the closing deleting the file and leaving the
  * directory empty. Each line "rank R: WHAT 1" is a check passed. */
 #include <mpi.h>
 #include <stdio.h>
@@ -153,9 +153,19 @@ static int split(MPI_File f) {
     return ok;
 }
 
-/* A read-only file refuses writes; a data representation is registered once. */
+static MPI_File seen_file = MPI_FILE_NULL;
+static int seen_code = -1;
+
+static void on_error(MPI_File *file, int *code, ...) {
+    seen_file = *file;
+    seen_code = *code;
+}
+
+/* A read-only file refuses writes (returned, then given to a handler of the program); a data
+ * representation is registered once. */
 static int errors(const char *name) {
     MPI_File g;
+    MPI_Errhandler eh;
     int rc, cls, ok = 1, v = 0;
     char rep[32];
     MPI_File_open(MPI_COMM_WORLD, name, MPI_MODE_RDONLY, MPI_INFO_NULL, &g);
@@ -163,6 +173,14 @@ static int errors(const char *name) {
     MPI_Error_class(rc, &cls);
     ok &= cls == MPI_ERR_READ_ONLY;
     ok &= MPI_File_call_errhandler(g, MPI_ERR_IO) == MPI_SUCCESS;
+    MPI_File_create_errhandler(on_error, &eh);
+    MPI_File_set_errhandler(g, eh);
+    MPI_Errhandler_free(&eh);
+    MPI_File_write_at(g, 0, &v, 1, MPI_INT, MPI_STATUS_IGNORE);
+    MPI_Error_class(seen_code, &cls);
+    ok &= seen_file == g && cls == MPI_ERR_READ_ONLY;
+    MPI_File_call_errhandler(g, MPI_ERR_IO);
+    ok &= seen_code == MPI_ERR_IO;
     MPI_File_close(&g);
     snprintf(rep, sizeof rep, "p2pmpi-rep-%d", rank);
     ok &= MPI_Register_datarep(rep, MPI_CONVERSION_FN_NULL, MPI_CONVERSION_FN_NULL, NULL, NULL) == MPI_SUCCESS;
