@@ -13,7 +13,7 @@
 //! process accesses its part. Collective forms do the independent access (MPI asks no
 //! synchronisation of them); split collectives do it at `_begin` and answer its status at
 //! `_end`; nonblocking ones do it at once and answer a completed request (whose status tells
-//! no size).
+//! the size: a message of that size the process sent itself).
 
 use crate::consts::*;
 use crate::datatypes::{datatype_ref, MPI_Count};
@@ -22,7 +22,9 @@ use crate::handles::rust_comm;
 use crate::status::MPI_Status;
 use p2pmpi::collective::{TryCollectives, TryRoot};
 use p2pmpi::datatype::TypeMap;
+use p2pmpi::ffi;
 use p2pmpi::traits::*;
+use parking_lot::Mutex;
 use std::os::raw::{c_int, c_void};
 use std::os::unix::fs::FileExt;
 
@@ -238,28 +240,51 @@ unsafe fn set_status(status: *mut MPI_Status, bytes: u64) {
     }
 }
 
-/// Writes a request that completed already (an access done at once) at `request`.
+/// A private duplicate of `MPI_COMM_SELF` for the messages that complete nonblocking
+/// accesses (made at the first one).
+fn self_comm() -> Result<ffi::MPI_Comm, c_int> {
+    // Process-wide: one communicator of this process with itself.
+    static SELF: Mutex<Option<c_int>> = Mutex::new(None);
+    let mut s = SELF.lock();
+    let h = match *s {
+        Some(h) => h,
+        None => {
+            let mut h = MPI_COMM_NULL;
+            // SAFETY: `h` is a local.
+            crate::ok(unsafe { crate::communicators::MPI_Comm_dup(MPI_COMM_SELF, &mut h) })?;
+            *s = Some(h);
+            h
+        }
+    };
+    crate::handles::comm(h)
+}
+
+/// Writes at `request` a request that completed already (an access of `bytes` bytes done at
+/// once): a receive of that many bytes this process sent itself, so that its status tells
+/// the size (a receive of nothing for sizes an `int` does not hold).
 ///
 /// # Safety
 /// `request` must be null or valid for a write.
-unsafe fn completed(request: *mut c_int) -> Result<(), c_int> {
+unsafe fn completed(request: *mut c_int, bytes: u64) -> Result<(), c_int> {
     if request.is_null() {
         return Err(MPI_ERR_ARG);
     }
-    let nothing = std::ptr::NonNull::<u64>::dangling().as_ptr() as *mut c_void;
-    // SAFETY: a receive of nothing from MPI_PROC_NULL, which completes at once; the caller
-    // vouches for `request`.
-    crate::ok(unsafe {
-        crate::point_to_point::MPI_Irecv(
-            nothing,
-            0,
-            crate::datatypes::values::MPI_BYTE,
-            MPI_PROC_NULL,
-            0,
-            MPI_COMM_SELF,
-            request,
-        )
-    })
+    let c = self_comm()?;
+    let n = c_int::try_from(bytes).unwrap_or(0);
+    let byte = crate::datatypes::builtin(crate::datatypes::values::MPI_BYTE).ok_or(MPI_ERR_TYPE)?;
+    let (src, mut dst) = (vec![0u8; n as usize], vec![0u8; n as usize].into_boxed_slice());
+    // SAFETY: the predefined name is an initialized static that nothing writes.
+    let mut raw = unsafe { ffi::RSMPI_REQUEST_NULL };
+    // SAFETY: a receive into `dst` (kept alive with the request until it completes) matched
+    // at once by the send from `src` on a communicator nobody else uses; `raw` is a local.
+    unsafe {
+        crate::ok(ffi::MPI_Irecv(dst.as_mut_ptr().cast(), n, byte, 0, 0, c, &mut raw))?;
+        crate::ok(ffi::MPI_Send(src.as_ptr().cast(), n, byte, 0, 0, c))?;
+    }
+    let h = crate::handles::new_request(raw, Some(crate::handles::Keep(vec![Box::new(dst)])));
+    // SAFETY: checked non-null; the caller vouches it is writable.
+    unsafe { request.write(h) };
+    Ok(())
 }
 
 /// Begins a split collective access (done at once; its size kept for the `_end`).
@@ -338,8 +363,8 @@ macro_rules! nonblocking_at {
                 request: *mut c_int) handler fh => {
                 // SAFETY: the caller's contract.
                 unsafe {
-                    run(fh, Ptr::At(offset), $w, buf, wide(count), dt)?;
-                    completed(request)
+                    let n = run(fh, Ptr::At(offset), $w, buf, wide(count), dt)?;
+                    completed(request, n)
                 }
             }
         }
@@ -354,8 +379,8 @@ macro_rules! nonblocking {
             fn $name(fh: *mut c_void, buf: *mut c_void, count: $t, dt: c_int, request: *mut c_int) handler fh => {
                 // SAFETY: the caller's contract.
                 unsafe {
-                    run(fh, $p, $w, buf, wide(count), dt)?;
-                    completed(request)
+                    let n = run(fh, $p, $w, buf, wide(count), dt)?;
+                    completed(request, n)
                 }
             }
         }

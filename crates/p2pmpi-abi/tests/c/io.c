@@ -137,7 +137,7 @@ static int seek(MPI_File f) {
 
 /* Nonblocking and split collective forms. */
 static int split(MPI_File f) {
-    int v = 1000 + rank, back = -1, ok = 1;
+    int v = 1000 + rank, back = -1, ok = 1, n;
     MPI_Request req;
     MPI_Status st;
     MPI_File_iwrite_at(f, 100 + rank, &v, 1, MPI_INT, &req);
@@ -148,8 +148,9 @@ static int split(MPI_File f) {
     MPI_File_read_at_all_end(f, &back, &st);
     ok &= back == 1000 + (rank + 1) % size;
     MPI_File_iread_at(f, 100 + rank, &back, 1, MPI_INT, &req);
-    MPI_Wait(&req, MPI_STATUS_IGNORE);
-    ok &= back == v;
+    MPI_Wait(&req, &st);
+    MPI_Get_count(&st, MPI_INT, &n);
+    ok &= back == v && n == 1;
     return ok;
 }
 
