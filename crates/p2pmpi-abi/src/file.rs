@@ -2,14 +2,14 @@
 //! processes of a local job see the same paths): opening and closing (`MPI_MODE_CREATE`,
 //! `EXCL`, `APPEND`, `DELETE_ON_CLOSE` honoured), deleting, the access mode, size
 //! (`MPI_File_set_size`, `get_size`, `preallocate`), group, info (kept, not used),
-//! atomicity (kept: every access is one positioned call of the OS per run of bytes),
+//! atomicity (recorded; no lock is taken: each run of bytes is one positioned call of the OS),
 //! `MPI_File_sync`, views ([`View`]: a displacement, an etype, a filetype tiled from it and a
 //! data representation), the individual and the shared file pointers (`MPI_File_seek`,
 //! `seek_shared`, `get_position`, `get_position_shared`, `get_byte_offset`),
-//! `MPI_File_get_type_extent`, `MPI_Register_datarep`, and the predefined error handlers
-//! (recorded, `MPI_ERRORS_RETURN` by default as MPI says; an error goes to the file's handler,
-//! that of `MPI_FILE_NULL` for `MPI_File_open`). Reading and writing are in
-//! [`crate::file_io`].
+//! `MPI_File_get_type_extent`, `MPI_Register_datarep`, and error handlers (the predefined
+//! ones and the program's, `MPI_File_create_errhandler`, `MPI_File_call_errhandler`;
+//! `MPI_ERRORS_RETURN` by default as MPI says; an error goes to the file's handler, that of
+//! `MPI_FILE_NULL` for `MPI_File_open`). Reading and writing are in [`crate::file_io`].
 //!
 //! An `MPI_File` is a pointer in MPICH's ABI: ours points to the file's entry, and the live
 //! ones are listed so that a wrong handle is refused (`MPI_ERR_FILE`). Each file has a
