@@ -2,7 +2,7 @@
 //! processes of a local job see the same paths): opening and closing (`MPI_MODE_CREATE`,
 //! `EXCL`, `APPEND`, `DELETE_ON_CLOSE` honoured), deleting, the access mode, size
 //! (`MPI_File_set_size`, `get_size`, `preallocate`), group, info (kept, not used),
-//! atomicity (recorded; no lock is taken: each run of bytes is one positioned call of the OS),
+//! atomicity (in atomic mode an access holds the data file's `flock`, shared to read),
 //! `MPI_File_sync`, views ([`View`]: a displacement, an etype, a filetype tiled from it and a
 //! data representation), the individual and the shared file pointers (`MPI_File_seek`,
 //! `seek_shared`, `get_position`, `get_position_shared`, `get_byte_offset`),
@@ -207,6 +207,13 @@ impl FileEntry {
         unlocked.map(|()| old)
     }
 
+    /// Takes the lock of the data file among the processes (exclusive, or shared), held
+    /// until the answer is dropped.
+    pub fn lock_data(&self, exclusive: bool) -> Result<DataLock<'_>, c_int> {
+        flock(&self.file, if exclusive { libc::LOCK_EX } else { libc::LOCK_SH })?;
+        Ok(DataLock(&self.file))
+    }
+
     /// The rank of this process in the file's group and the group's size.
     pub fn rank_size(&self) -> Result<(i32, i32), c_int> {
         let rc = rust_comm(self.comm)?;
@@ -240,6 +247,15 @@ fn flock(f: &std::fs::File, op: c_int) -> Result<(), c_int> {
         if e.kind() != std::io::ErrorKind::Interrupted {
             return Err(class(&e));
         }
+    }
+}
+
+/// The lock of a data file among the processes (atomic mode), released when dropped.
+pub(crate) struct DataLock<'a>(&'a std::fs::File);
+
+impl Drop for DataLock<'_> {
+    fn drop(&mut self) {
+        let _ = flock(self.0, libc::LOCK_UN);
     }
 }
 

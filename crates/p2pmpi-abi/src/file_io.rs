@@ -17,7 +17,9 @@
 
 use crate::consts::*;
 use crate::datatypes::{datatype_ref, MPI_Count};
-use crate::file::{entry, file_fn, FileEntry, MPI_Offset, View, MPI_MODE_RDONLY, MPI_MODE_SEQUENTIAL, MPI_MODE_WRONLY};
+use crate::file::{
+    entry, file_fn, FileEntry, MPI_Offset, State, View, MPI_MODE_RDONLY, MPI_MODE_SEQUENTIAL, MPI_MODE_WRONLY,
+};
 use crate::handles::rust_comm;
 use crate::status::MPI_Status;
 use p2pmpi::collective::{TryCollectives, TryRoot};
@@ -83,25 +85,28 @@ fn read_full(f: &std::fs::File, buf: &mut [u8], off: u64) -> Result<usize, c_int
 }
 
 /// Moves `count` elements of memory layout `m` at `buf` to or from the file at data position
-/// `start` (etypes) of view `v`; answers the bytes moved.
+/// `start` (etypes) of the view of `st`; answers the bytes moved. In atomic mode the access
+/// holds the data file's lock among the processes (shared to read, exclusive to write).
 ///
 /// # Safety
 /// `buf` must hold `count` elements of `m`, writable for a read.
 unsafe fn transfer(
     e: &FileEntry,
-    v: &View,
+    st: &State,
     start: i64,
     buf: *mut c_void,
     count: usize,
     m: &TypeMap,
     write: bool,
 ) -> Result<u64, c_int> {
+    let v = &st.view;
     let bytes = (count * m.size()) as u64;
     if bytes == 0 {
         return Ok(0);
     }
     let start = u64::try_from(start).map_err(|_| MPI_ERR_ARG)?;
     let runs = v.runs(start * v.esize, bytes)?;
+    let _atomic = if st.atomic { Some(e.lock_data(write)?) } else { None };
     let mut packed = Vec::new();
     if write {
         let data: &[u8] = if m.is_contiguous() {
@@ -177,7 +182,7 @@ unsafe fn run(
         _ => e.shared_update(|s| s + n)?,
     };
     // SAFETY: the caller's contract.
-    let done = unsafe { transfer(e, &st.view, start, buf, count, m, write)? };
+    let done = unsafe { transfer(e, &st, start, buf, count, m, write)? };
     if let Ptr::Own = p {
         st.pos = start + (done / st.view.esize) as i64;
     }
@@ -221,7 +226,7 @@ unsafe fn ordered(e: &FileEntry, write: bool, buf: *mut c_void, count: MPI_Count
     let r = datatype_ref(dt)?;
     let st = e.state.lock();
     // SAFETY: the caller's contract.
-    unsafe { transfer(e, &st.view, base[0] + before, buf, count, r.type_map(), write) }
+    unsafe { transfer(e, &st, base[0] + before, buf, count, r.type_map(), write) }
 }
 
 /// Writes the size of a completed access into `status` (the other fields are left as they

@@ -71,14 +71,18 @@ static int view(MPI_File f) {
     return ok;
 }
 
-/* The shared file pointer: each rank writes 8 bytes of its letter; every letter once, in
- * whole runs. */
+/* The shared file pointer, in atomic mode: each rank writes 8 bytes of its letter; every
+ * letter once, in whole runs. */
 static int shared(MPI_File f) {
     char all[64], mine[8];
     int seen = 0, ok = 1;
     MPI_Offset pos;
+    int atomic = 0;
     MPI_File_set_view(f, 0, MPI_BYTE, MPI_BYTE, "native", MPI_INFO_NULL);
     MPI_File_set_size(f, 0);
+    MPI_File_set_atomicity(f, 1);
+    MPI_File_get_atomicity(f, &atomic);
+    ok &= atomic == 1;
     memset(mine, 'a' + rank, 8);
     MPI_File_write_shared(f, mine, 8, MPI_BYTE, MPI_STATUS_IGNORE);
     MPI_File_sync(f);
@@ -91,6 +95,7 @@ static int shared(MPI_File f) {
             ok &= all[r * 8 + i] == all[r * 8];
         seen |= 1 << (all[r * 8] - 'a');
     }
+    MPI_File_set_atomicity(f, 0);
     MPI_Barrier(MPI_COMM_WORLD);
     return ok && seen == (1 << size) - 1;
 }
