@@ -278,6 +278,15 @@ typedef int (MPI_Delete_function)(MPI_Comm comm, int keyval, void *value, void *
 #define MPI_MODE_NOPRECEDE 8192
 #define MPI_MODE_NOSUCCEED 16384
 
+/* MPI-IO: seeking, views, data representations (helper io). */
+#define MPI_SEEK_SET               600
+#define MPI_SEEK_CUR               602
+#define MPI_SEEK_END               604
+#define MPI_DISPLACEMENT_CURRENT   (-54278278)
+#define MPI_MAX_DATAREP_STRING     128
+#define MPI_CONVERSION_FN_NULL     ((MPI_Datarep_conversion_function *)0)
+#define MPI_CONVERSION_FN_NULL_C   ((MPI_Datarep_conversion_function_c *)0)
+
 #define MPI_COMM_TYPE_SHARED        1
 #define MPI_COMM_TYPE_HW_GUIDED     2
 #define MPI_COMM_TYPE_HW_UNGUIDED   3
@@ -730,6 +739,106 @@ P2PMPI_FN(int, Comm_idup, (MPI_Comm comm, MPI_Comm *newcomm, MPI_Request *reques
 P2PMPI_FN(int, Comm_idup_with_info, (MPI_Comm comm, MPI_Info info, MPI_Comm *newcomm, MPI_Request *request))
 int MPIX_Comm_ishrink(MPI_Comm comm, MPI_Comm *newcomm, MPI_Request *request);
 int PMPIX_Comm_ishrink(MPI_Comm comm, MPI_Comm *newcomm, MPI_Request *request);
+/* MPI-IO: sizes, views, file pointers, reading and writing (helper io). */
+typedef int (MPI_Datarep_conversion_function)(void *userbuf, MPI_Datatype datatype, int count, void *filebuf, MPI_Offset position, void *extra_state);
+typedef int (MPI_Datarep_conversion_function_c)(void *userbuf, MPI_Datatype datatype, MPI_Count count, void *filebuf, MPI_Offset position, void *extra_state);
+typedef int (MPI_Datarep_extent_function)(MPI_Datatype datatype, MPI_Aint *extent, void *extra_state);
+typedef void (MPI_File_errhandler_function)(MPI_File *file, int *code, ...);
+typedef MPI_File_errhandler_function MPI_File_errhandler_fn;
+P2PMPI_FN(int, File_set_size, (MPI_File fh, MPI_Offset size))
+P2PMPI_FN(int, File_preallocate, (MPI_File fh, MPI_Offset size))
+P2PMPI_FN(int, File_get_size, (MPI_File fh, MPI_Offset *size))
+P2PMPI_FN(int, File_get_group, (MPI_File fh, MPI_Group *group))
+P2PMPI_FN(int, File_set_info, (MPI_File fh, MPI_Info info))
+P2PMPI_FN(int, File_get_info, (MPI_File fh, MPI_Info *info_used))
+P2PMPI_FN(int, File_set_view, (MPI_File fh, MPI_Offset disp, MPI_Datatype etype, MPI_Datatype filetype, const char *datarep, MPI_Info info))
+P2PMPI_FN(int, File_get_view, (MPI_File fh, MPI_Offset *disp, MPI_Datatype *etype, MPI_Datatype *filetype, char *datarep))
+P2PMPI_FN(int, File_set_atomicity, (MPI_File fh, int flag))
+P2PMPI_FN(int, File_get_atomicity, (MPI_File fh, int *flag))
+P2PMPI_FN(int, File_sync, (MPI_File fh))
+P2PMPI_FN(int, File_seek, (MPI_File fh, MPI_Offset offset, int whence))
+P2PMPI_FN(int, File_get_position, (MPI_File fh, MPI_Offset *offset))
+P2PMPI_FN(int, File_seek_shared, (MPI_File fh, MPI_Offset offset, int whence))
+P2PMPI_FN(int, File_get_position_shared, (MPI_File fh, MPI_Offset *offset))
+P2PMPI_FN(int, File_get_byte_offset, (MPI_File fh, MPI_Offset offset, MPI_Offset *disp))
+P2PMPI_FN(int, File_get_type_extent, (MPI_File fh, MPI_Datatype datatype, MPI_Aint *extent))
+P2PMPI_FN(int, File_get_type_extent_c, (MPI_File fh, MPI_Datatype datatype, MPI_Count *extent))
+P2PMPI_FN(int, File_call_errhandler, (MPI_File fh, int errorcode))
+P2PMPI_FN(int, File_create_errhandler, (MPI_File_errhandler_function *file_errhandler_fn, MPI_Errhandler *errhandler))
+P2PMPI_FN(int, Register_datarep, (const char *datarep, MPI_Datarep_conversion_function *read_conversion_fn, MPI_Datarep_conversion_function *write_conversion_fn, MPI_Datarep_extent_function *dtype_file_extent_fn, void *extra_state))
+P2PMPI_FN(int, Register_datarep_c, (const char *datarep, MPI_Datarep_conversion_function_c *read_conversion_fn, MPI_Datarep_conversion_function_c *write_conversion_fn, MPI_Datarep_extent_function *dtype_file_extent_fn, void *extra_state))
+P2PMPI_FN(int, File_read_at, (MPI_File fh, MPI_Offset offset, void *buf, int count, MPI_Datatype datatype, MPI_Status *status))
+P2PMPI_FN(int, File_iread_at, (MPI_File fh, MPI_Offset offset, void *buf, int count, MPI_Datatype datatype, MPI_Request *request))
+P2PMPI_FN(int, File_read_at_all, (MPI_File fh, MPI_Offset offset, void *buf, int count, MPI_Datatype datatype, MPI_Status *status))
+P2PMPI_FN(int, File_iread_at_all, (MPI_File fh, MPI_Offset offset, void *buf, int count, MPI_Datatype datatype, MPI_Request *request))
+P2PMPI_FN(int, File_read, (MPI_File fh, void *buf, int count, MPI_Datatype datatype, MPI_Status *status))
+P2PMPI_FN(int, File_iread, (MPI_File fh, void *buf, int count, MPI_Datatype datatype, MPI_Request *request))
+P2PMPI_FN(int, File_read_all, (MPI_File fh, void *buf, int count, MPI_Datatype datatype, MPI_Status *status))
+P2PMPI_FN(int, File_iread_all, (MPI_File fh, void *buf, int count, MPI_Datatype datatype, MPI_Request *request))
+P2PMPI_FN(int, File_read_shared, (MPI_File fh, void *buf, int count, MPI_Datatype datatype, MPI_Status *status))
+P2PMPI_FN(int, File_iread_shared, (MPI_File fh, void *buf, int count, MPI_Datatype datatype, MPI_Request *request))
+P2PMPI_FN(int, File_read_ordered, (MPI_File fh, void *buf, int count, MPI_Datatype datatype, MPI_Status *status))
+P2PMPI_FN(int, File_read_at_all_begin, (MPI_File fh, MPI_Offset offset, void *buf, int count, MPI_Datatype datatype))
+P2PMPI_FN(int, File_read_all_begin, (MPI_File fh, void *buf, int count, MPI_Datatype datatype))
+P2PMPI_FN(int, File_read_ordered_begin, (MPI_File fh, void *buf, int count, MPI_Datatype datatype))
+P2PMPI_FN(int, File_read_at_all_end, (MPI_File fh, void *buf, MPI_Status *status))
+P2PMPI_FN(int, File_read_all_end, (MPI_File fh, void *buf, MPI_Status *status))
+P2PMPI_FN(int, File_read_ordered_end, (MPI_File fh, void *buf, MPI_Status *status))
+P2PMPI_FN(int, File_write_at, (MPI_File fh, MPI_Offset offset, const void *buf, int count, MPI_Datatype datatype, MPI_Status *status))
+P2PMPI_FN(int, File_iwrite_at, (MPI_File fh, MPI_Offset offset, const void *buf, int count, MPI_Datatype datatype, MPI_Request *request))
+P2PMPI_FN(int, File_write_at_all, (MPI_File fh, MPI_Offset offset, const void *buf, int count, MPI_Datatype datatype, MPI_Status *status))
+P2PMPI_FN(int, File_iwrite_at_all, (MPI_File fh, MPI_Offset offset, const void *buf, int count, MPI_Datatype datatype, MPI_Request *request))
+P2PMPI_FN(int, File_write, (MPI_File fh, const void *buf, int count, MPI_Datatype datatype, MPI_Status *status))
+P2PMPI_FN(int, File_iwrite, (MPI_File fh, const void *buf, int count, MPI_Datatype datatype, MPI_Request *request))
+P2PMPI_FN(int, File_write_all, (MPI_File fh, const void *buf, int count, MPI_Datatype datatype, MPI_Status *status))
+P2PMPI_FN(int, File_iwrite_all, (MPI_File fh, const void *buf, int count, MPI_Datatype datatype, MPI_Request *request))
+P2PMPI_FN(int, File_write_shared, (MPI_File fh, const void *buf, int count, MPI_Datatype datatype, MPI_Status *status))
+P2PMPI_FN(int, File_iwrite_shared, (MPI_File fh, const void *buf, int count, MPI_Datatype datatype, MPI_Request *request))
+P2PMPI_FN(int, File_write_ordered, (MPI_File fh, const void *buf, int count, MPI_Datatype datatype, MPI_Status *status))
+P2PMPI_FN(int, File_write_at_all_begin, (MPI_File fh, MPI_Offset offset, const void *buf, int count, MPI_Datatype datatype))
+P2PMPI_FN(int, File_write_all_begin, (MPI_File fh, const void *buf, int count, MPI_Datatype datatype))
+P2PMPI_FN(int, File_write_ordered_begin, (MPI_File fh, const void *buf, int count, MPI_Datatype datatype))
+P2PMPI_FN(int, File_write_at_all_end, (MPI_File fh, const void *buf, MPI_Status *status))
+P2PMPI_FN(int, File_write_all_end, (MPI_File fh, const void *buf, MPI_Status *status))
+P2PMPI_FN(int, File_write_ordered_end, (MPI_File fh, const void *buf, MPI_Status *status))
+P2PMPI_FN(int, File_read_at_c, (MPI_File fh, MPI_Offset offset, void *buf, MPI_Count count, MPI_Datatype datatype, MPI_Status *status))
+P2PMPI_FN(int, File_iread_at_c, (MPI_File fh, MPI_Offset offset, void *buf, MPI_Count count, MPI_Datatype datatype, MPI_Request *request))
+P2PMPI_FN(int, File_read_at_all_c, (MPI_File fh, MPI_Offset offset, void *buf, MPI_Count count, MPI_Datatype datatype, MPI_Status *status))
+P2PMPI_FN(int, File_iread_at_all_c, (MPI_File fh, MPI_Offset offset, void *buf, MPI_Count count, MPI_Datatype datatype, MPI_Request *request))
+P2PMPI_FN(int, File_read_c, (MPI_File fh, void *buf, MPI_Count count, MPI_Datatype datatype, MPI_Status *status))
+P2PMPI_FN(int, File_iread_c, (MPI_File fh, void *buf, MPI_Count count, MPI_Datatype datatype, MPI_Request *request))
+P2PMPI_FN(int, File_read_all_c, (MPI_File fh, void *buf, MPI_Count count, MPI_Datatype datatype, MPI_Status *status))
+P2PMPI_FN(int, File_iread_all_c, (MPI_File fh, void *buf, MPI_Count count, MPI_Datatype datatype, MPI_Request *request))
+P2PMPI_FN(int, File_read_shared_c, (MPI_File fh, void *buf, MPI_Count count, MPI_Datatype datatype, MPI_Status *status))
+P2PMPI_FN(int, File_iread_shared_c, (MPI_File fh, void *buf, MPI_Count count, MPI_Datatype datatype, MPI_Request *request))
+P2PMPI_FN(int, File_read_ordered_c, (MPI_File fh, void *buf, MPI_Count count, MPI_Datatype datatype, MPI_Status *status))
+P2PMPI_FN(int, File_read_at_all_begin_c, (MPI_File fh, MPI_Offset offset, void *buf, MPI_Count count, MPI_Datatype datatype))
+P2PMPI_FN(int, File_read_all_begin_c, (MPI_File fh, void *buf, MPI_Count count, MPI_Datatype datatype))
+P2PMPI_FN(int, File_read_ordered_begin_c, (MPI_File fh, void *buf, MPI_Count count, MPI_Datatype datatype))
+P2PMPI_FN(int, File_write_at_c, (MPI_File fh, MPI_Offset offset, const void *buf, MPI_Count count, MPI_Datatype datatype, MPI_Status *status))
+P2PMPI_FN(int, File_iwrite_at_c, (MPI_File fh, MPI_Offset offset, const void *buf, MPI_Count count, MPI_Datatype datatype, MPI_Request *request))
+P2PMPI_FN(int, File_write_at_all_c, (MPI_File fh, MPI_Offset offset, const void *buf, MPI_Count count, MPI_Datatype datatype, MPI_Status *status))
+P2PMPI_FN(int, File_iwrite_at_all_c, (MPI_File fh, MPI_Offset offset, const void *buf, MPI_Count count, MPI_Datatype datatype, MPI_Request *request))
+P2PMPI_FN(int, File_write_c, (MPI_File fh, const void *buf, MPI_Count count, MPI_Datatype datatype, MPI_Status *status))
+P2PMPI_FN(int, File_iwrite_c, (MPI_File fh, const void *buf, MPI_Count count, MPI_Datatype datatype, MPI_Request *request))
+P2PMPI_FN(int, File_write_all_c, (MPI_File fh, const void *buf, MPI_Count count, MPI_Datatype datatype, MPI_Status *status))
+P2PMPI_FN(int, File_iwrite_all_c, (MPI_File fh, const void *buf, MPI_Count count, MPI_Datatype datatype, MPI_Request *request))
+P2PMPI_FN(int, File_write_shared_c, (MPI_File fh, const void *buf, MPI_Count count, MPI_Datatype datatype, MPI_Status *status))
+P2PMPI_FN(int, File_iwrite_shared_c, (MPI_File fh, const void *buf, MPI_Count count, MPI_Datatype datatype, MPI_Request *request))
+P2PMPI_FN(int, File_write_ordered_c, (MPI_File fh, const void *buf, MPI_Count count, MPI_Datatype datatype, MPI_Status *status))
+P2PMPI_FN(int, File_write_at_all_begin_c, (MPI_File fh, MPI_Offset offset, const void *buf, MPI_Count count, MPI_Datatype datatype))
+P2PMPI_FN(int, File_write_all_begin_c, (MPI_File fh, const void *buf, MPI_Count count, MPI_Datatype datatype))
+P2PMPI_FN(int, File_write_ordered_begin_c, (MPI_File fh, const void *buf, MPI_Count count, MPI_Datatype datatype))
+
+/* Error handlers of windows and sessions; disconnecting. */
+typedef void (MPI_Win_errhandler_function)(MPI_Win *win, int *code, ...);
+typedef MPI_Win_errhandler_function MPI_Win_errhandler_fn;
+typedef void (MPI_Session_errhandler_function)(MPI_Session *session, int *code, ...);
+P2PMPI_FN(int, Win_create_errhandler, (MPI_Win_errhandler_function *win_errhandler_fn, MPI_Errhandler *errhandler))
+P2PMPI_FN(int, Win_call_errhandler, (MPI_Win win, int errorcode))
+P2PMPI_FN(int, Session_create_errhandler, (MPI_Session_errhandler_function *session_errhandler_fn, MPI_Errhandler *errhandler))
+P2PMPI_FN(int, Session_call_errhandler, (MPI_Session session, int errorcode))
+P2PMPI_FN(int, Comm_disconnect, (MPI_Comm *comm))
 
 /* Info objects. */
 P2PMPI_FN(int, Info_create, (MPI_Info *info))
@@ -797,7 +906,7 @@ P2PMPI_FN(MPI_Aint, Aint_add, (MPI_Aint base, MPI_Aint disp))
 P2PMPI_FN(MPI_Aint, Aint_diff, (MPI_Aint addr1, MPI_Aint addr2))
 P2PMPI_FN(int, Status_c2f, (const MPI_Status *c_status, MPI_Fint *f_status))
 P2PMPI_FN(int, Status_f2c, (const MPI_Fint *f_status, MPI_Status *c_status))
-/* Files: open, close, delete, access mode, error handlers (no I/O yet). */
+/* Files: open, close, delete, access mode, error handlers. */
 P2PMPI_FN(int, File_open, (MPI_Comm comm, const char *filename, int amode, MPI_Info info, MPI_File *fh))
 P2PMPI_FN(int, File_close, (MPI_File *fh))
 P2PMPI_FN(int, File_delete, (const char *filename, MPI_Info info))

@@ -1,9 +1,9 @@
-//! Error handlers of windows, files and sessions made by the program:
-//! `MPI_Win_create_errhandler`, `MPI_File_create_errhandler`, `MPI_Session_create_errhandler`
-//! (handlers of the same table as communicators'), and `MPI_Win_call_errhandler`,
-//! `MPI_File_call_errhandler`, `MPI_Session_call_errhandler`, which call an object's handler
-//! with the object. Above [`crate::errors`] and the objects' modules ([`crate::rma`],
-//! [`crate::file`], [`crate::session`]), which set and keep the handlers.
+//! Error handlers of windows and sessions made by the program:
+//! `MPI_Win_create_errhandler`, `MPI_Session_create_errhandler` (handlers of the same table as
+//! communicators'), and `MPI_Win_call_errhandler`, `MPI_Session_call_errhandler`, which call an
+//! object's handler with the object. Above [`crate::errors`] and the objects' modules
+//! ([`crate::rma`], [`crate::session`]), which set and keep the handlers. Files' handlers are
+//! [`crate::file`]'s.
 
 use crate::consts::*;
 use crate::errors::HandlerFn;
@@ -19,14 +19,6 @@ fn call_on(handler: c_int, object: *mut std::os::raw::c_void, function: &str, co
 mpi_fn! {
     /// Makes an error handler for windows.
     fn MPI_Win_create_errhandler(function: Option<HandlerFn>, errhandler: *mut c_int) on MPI_COMM_WORLD => {
-        // SAFETY: the caller's contract.
-        unsafe { crate::errors::create_handler(function, errhandler) }
-    }
-}
-
-mpi_fn! {
-    /// Makes an error handler for files.
-    fn MPI_File_create_errhandler(function: Option<HandlerFn>, errhandler: *mut c_int) on MPI_COMM_WORLD => {
         // SAFETY: the caller's contract.
         unsafe { crate::errors::create_handler(function, errhandler) }
     }
@@ -51,20 +43,6 @@ mpi_fn! {
         unsafe { crate::rma::MPI_Win_get_errhandler(win, &mut h) };
         let mut w = win;
         call_on(h, (&mut w as *mut c_int).cast(), "MPI_Win_call_errhandler", errorcode)
-    }
-}
-
-mpi_fn! {
-    /// Raises `errorcode` on file `fh` as a failed call would: its handler runs.
-    fn MPI_File_call_errhandler(fh: *mut std::os::raw::c_void, errorcode: c_int) on MPI_COMM_WORLD => {
-        let mut h = MPI_ERRORS_RETURN;
-        // SAFETY: `h` is writable; a file that is not one answers an error, raised there.
-        let rc = unsafe { crate::file::MPI_File_get_errhandler(fh, &mut h) };
-        if rc != MPI_SUCCESS {
-            return Err(rc);
-        }
-        let mut f = fh;
-        call_on(h, (&mut f as *mut *mut std::os::raw::c_void).cast(), "MPI_File_call_errhandler", errorcode)
     }
 }
 

@@ -34,6 +34,7 @@ pub mod environment;
 pub mod errhandlers;
 pub mod errors;
 pub mod file;
+pub mod file_io;
 pub mod graph;
 pub mod handles;
 pub mod immediate;

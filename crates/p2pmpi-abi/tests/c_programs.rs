@@ -857,3 +857,20 @@ fn error_handlers_of_windows_files_and_sessions_added_classes_and_disconnect_on_
         assert!(o.stdout.lines().any(|l| l == w), "missing {w:?}\n{}", show(&o));
     }
 }
+
+#[test]
+fn files_read_and_written_through_offsets_views_and_both_pointers_on_two_and_three_processes() {
+    if !require(&["mpicc.mpich"], true) {
+        return;
+    }
+    for n in [2, 3] {
+        let o = run(n, &c_program("io"), &[], T);
+        o.assert_ok();
+        for r in 0..n {
+            for w in ["at", "size", "view", "shared", "ordered", "seek", "split", "errors", "clean"] {
+                let w = format!("rank {r}: {w} 1");
+                assert!(o.stdout.lines().any(|l| l == w), "-n {n}: missing {w:?}\n{}", show(&o));
+            }
+        }
+    }
+}

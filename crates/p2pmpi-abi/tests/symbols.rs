@@ -65,7 +65,7 @@ fn a_function_not_provided_yet_answers_unsupported_or_stops_naming_itself() {
     assert!(!o.stdout.contains("not stopped"), "{}", o.stdout);
     assert_eq!(o.status.code(), Some(44), "{}", o.stderr);
     assert!(
-        o.stderr.contains("MPI_File_sync: operation not supported (MPI_ERR_UNSUPPORTED_OPERATION)"),
+        o.stderr.contains("MPI_Lookup_name: operation not supported (MPI_ERR_UNSUPPORTED_OPERATION)"),
         "{}",
         o.stderr
     );
