@@ -13,6 +13,7 @@ use crate::consts::*;
 use crate::datatypes::datatype;
 use crate::datatypes::MPI_Count;
 use crate::handles::comm;
+use crate::intercoll;
 use crate::ops::op;
 use crate::user_ops::{self, user_op, Reduction};
 use crate::{nz, nz_mut, ok};
@@ -51,6 +52,10 @@ mpi_fn! {
 mpi_fn! {
     /// Broadcasts `count` elements of `datatype` from `root`.
     fn MPI_Bcast(buf: *mut c_void, count: c_int, dt: c_int, root: c_int, c: c_int) on c => {
+        if let Some(k) = intercoll::carrier(c)? {
+            // SAFETY: the caller's contract.
+            return unsafe { intercoll::bcast(&k, buf, count, dt, root, None) };
+        }
         if crate::bottom::is_bottom(buf, count, dt) {
             return crate::bottom::bcast(count, dt, root, c);
         }
@@ -74,6 +79,10 @@ mpi_fn! {
         c: c_int,
     )
         on c => {
+        if let Some(k) = intercoll::carrier(c)? {
+            // SAFETY: the caller's contract.
+            return unsafe { intercoll::reduce(&k, sendbuf, recvbuf, count, dt, o, Some(root), None) };
+        }
         if let Some(u) = user_op(o) {
             // SAFETY: the caller's contract.
             return unsafe { user_ops::reduce(Reduction::Reduce(root), sendbuf, recvbuf, count, dt, u, c) };
@@ -95,6 +104,10 @@ mpi_fn! {
         o: c_int,
         c: c_int,
     ) on c => {
+        if let Some(k) = intercoll::carrier(c)? {
+            // SAFETY: the caller's contract.
+            return unsafe { intercoll::reduce(&k, sendbuf, recvbuf, count, dt, o, None, None) };
+        }
         if let Some(u) = user_op(o) {
             // SAFETY: the caller's contract.
             return unsafe { user_ops::reduce(Reduction::Allreduce, sendbuf, recvbuf, count, dt, u, c) };
@@ -149,6 +162,12 @@ mpi_fn! {
         root: c_int,
         c: c_int,
     ) on c => {
+        if let Some(k) = intercoll::carrier(c)? {
+            let parts = intercoll::even(&k, root, recvcount)?;
+            let mine = (sendbuf, intercoll::lenient(sendcount), sendtype);
+            // SAFETY: the caller's contract.
+            return unsafe { intercoll::rooted(&k, true, mine, (recvbuf, &parts, recvtype), root, None) };
+        }
         let fc = comm(c)?;
         let (st, rt) = (lenient(sendtype, recvtype)?, lenient(recvtype, sendtype)?);
         crate::not_in_place(recvbuf)?;
@@ -170,6 +189,12 @@ mpi_fn! {
         root: c_int,
         c: c_int,
     ) on c => {
+        if let Some(k) = intercoll::carrier(c)? {
+            let parts = intercoll::even(&k, root, sendcount)?;
+            let mine = (recvbuf as *const c_void, intercoll::lenient(recvcount), recvtype);
+            // SAFETY: the caller's contract.
+            return unsafe { intercoll::rooted(&k, false, mine, (sendbuf, &parts, sendtype), root, None) };
+        }
         let fc = comm(c)?;
         let (st, rt) = (lenient(sendtype, recvtype)?, lenient(recvtype, sendtype)?);
         crate::not_in_place(sendbuf)?;

@@ -12,6 +12,7 @@
 use crate::consts::*;
 use crate::datatypes::{datatype_ref, stageable, MPI_Count};
 use crate::handles::{new_request, rust_comm, Keep};
+use crate::intercoll;
 use crate::is_in_place;
 use crate::user_ops::{rust_op, user_op};
 use p2pmpi::collective::{TryImmediateCollectives, TryImmediateRoot};
@@ -175,8 +176,12 @@ macro_rules! with_op {
 mpi_fn! {
     /// Starts a barrier.
     fn MPI_Ibarrier(c: c_int, request: *mut c_int) on c => {
-        let rc = rust_comm(c)?;
         check(request, &[])?;
+        if let Some(k) = intercoll::carrier(c)? {
+            // SAFETY: checked non-null; the caller vouches it is writable.
+            return unsafe { intercoll::barrier(&k, Some(request)) };
+        }
+        let rc = rust_comm(c)?;
         let r = rc.try_immediate_barrier().map_err(crate::errors::class_of_failure)?;
         // SAFETY: checked non-null; the caller vouches it is writable.
         unsafe { started(r, Kept::default(), request) }
@@ -195,6 +200,11 @@ unsafe fn ibcast(
     c: c_int,
     request: *mut c_int,
 ) -> Result<(), c_int> {
+    check(request, &[])?;
+    if let Some(k) = intercoll::carrier(c)? {
+        // SAFETY: the caller's contract.
+        return unsafe { intercoll::bcast(&k, buf, count, dt, root, Some(request)) };
+    }
     let rc = rust_comm(c)?;
     check(request, &[count])?;
     if !(0..rc.size()).contains(&root) {
@@ -236,6 +246,16 @@ unsafe fn ireduce(
     c: c_int,
     request: *mut c_int,
 ) -> Result<(), c_int> {
+    check(request, &[])?;
+    if let Some(k) = intercoll::carrier(c)? {
+        let root = match which {
+            Reduction::Reduce(root) => Some(root),
+            Reduction::Allreduce => None,
+            _ => return Err(MPI_ERR_COMM),
+        };
+        // SAFETY: the caller's contract.
+        return unsafe { intercoll::reduce(&k, sendbuf, recvbuf, count, dt, o, root, Some(request)) };
+    }
     let rc = rust_comm(c)?;
     check(request, &[count])?;
     let d = datatype_ref(dt)?;
@@ -295,6 +315,13 @@ unsafe fn igathering(
     c: c_int,
     request: *mut c_int,
 ) -> Result<(), c_int> {
+    check(request, &[])?;
+    if let Some(k) = intercoll::carrier(c)? {
+        // SAFETY: the caller's contract.
+        return unsafe {
+            inter_gathering(&k, which, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, request)
+        };
+    }
     let rc = rust_comm(c)?;
     check(request, &[sendcount, recvcount])?;
     // Only a scatter's root may receive "in place".
@@ -371,7 +398,8 @@ unsafe fn igathering(
         }
         Gathering::Alltoall => {
             if is_in_place(sendbuf) {
-                return Err(MPI_ERR_UNSUPPORTED_OPERATION);
+                // SAFETY: the caller's contract.
+                return unsafe { crate::alltoallw::ialltoall_in_place(recvbuf, recvcount, recvtype, c, request) };
             }
             // SAFETY: the caller's contract.
             let s = unsafe { kept.input(sendbuf, sendcount * n, sendtype, std::ptr::null(), 0)? };
@@ -380,6 +408,56 @@ unsafe fn igathering(
             let r = rc.try_immediate_all_to_all_into(StaticScope, s, b).map_err(crate::errors::class_of_failure)?;
             // SAFETY: checked non-null; the caller vouches it is writable.
             unsafe { started(r, kept, request) }
+        }
+    }
+}
+
+/// A nonblocking gathering collective over an intercommunicator.
+///
+/// # Safety
+/// As the collective says.
+#[allow(clippy::too_many_arguments)]
+unsafe fn inter_gathering(
+    k: &intercoll::Carrier,
+    which: Gathering,
+    sendbuf: *const c_void,
+    sendcount: c_int,
+    sendtype: c_int,
+    recvbuf: *mut c_void,
+    recvcount: c_int,
+    recvtype: c_int,
+    request: *mut c_int,
+) -> Result<(), c_int> {
+    let (sc, rc) = (intercoll::lenient(sendcount), intercoll::lenient(recvcount));
+    let r = Some(request);
+    // SAFETY: the caller's contract.
+    unsafe {
+        match which {
+            Gathering::Gather(root) => {
+                let parts = intercoll::even(k, root, recvcount)?;
+                intercoll::rooted(k, true, (sendbuf, sc, sendtype), (recvbuf, &parts, recvtype), root, r)
+            }
+            Gathering::Scatter(root) => {
+                let parts = intercoll::even(k, root, sendcount)?;
+                intercoll::rooted(
+                    k,
+                    false,
+                    (recvbuf as *const c_void, rc, recvtype),
+                    (sendbuf, &parts, sendtype),
+                    root,
+                    r,
+                )
+            }
+            Gathering::Allgather => {
+                let s = vec![(sc, 0); k.remote];
+                let parts = intercoll::even(k, MPI_ROOT, recvcount)?;
+                intercoll::all(k, (sendbuf, &s, sendtype), (recvbuf, &parts, recvtype), r)
+            }
+            Gathering::Alltoall => {
+                let s = intercoll::even(k, MPI_ROOT, sendcount)?;
+                let parts = intercoll::even(k, MPI_ROOT, recvcount)?;
+                intercoll::all(k, (sendbuf, &s, sendtype), (recvbuf, &parts, recvtype), r)
+            }
         }
     }
 }

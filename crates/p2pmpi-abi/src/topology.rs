@@ -160,6 +160,12 @@ mpi_fn! {
             MPI_COMM_TYPE_HW_GUIDED | MPI_COMM_TYPE_HW_UNGUIDED => MPI_UNDEFINED,
             t => t,
         };
+        let color = if split_type == MPI_COMM_TYPE_SHARED { 0 } else { MPI_UNDEFINED };
+        if let Some(h) = crate::intercomm::split(c, color, key)? {
+            // SAFETY: checked non-null; the caller vouches it is writable.
+            unsafe { out.write(h) };
+            return Ok(());
+        }
         let h = match split_type {
             MPI_UNDEFINED => {
                 // Collective all the same: the others may split.
