@@ -374,8 +374,9 @@ macro_rules! persistent_more {
                 _info: c_int, request: *mut c_int) on c => {
                 let (nr, ns) = degrees(c);
                 // SAFETY: the caller vouches for the arrays.
-                let (sc, sd, rc, rd) =
-                    unsafe { (copy(sendcounts, ns), copy(sdispls, ns), copy(recvcounts, nr), copy(rdispls, nr)) };
+                let (sc, sd) = unsafe { (copy(sendcounts, ns), copy(sdispls, ns)) };
+                // SAFETY: as above.
+                let (rc, rd) = unsafe { (copy(recvcounts, nr), copy(rdispls, nr)) };
                 let args = Args((sendbuf, sendtype, recvbuf, recvtype, c));
                 let starter: Starter = Box::new(move |out| {
                     let (sb, st, rb, rt, c) = args.get();
