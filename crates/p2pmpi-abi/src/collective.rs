@@ -236,6 +236,12 @@ mpi_fn! {
         recvtype: c_int,
         c: c_int,
     ) on c => {
+        if let Some(k) = intercoll::carrier(c)? {
+            let s = intercoll::even(&k, MPI_ROOT, sendcount)?;
+            let r = intercoll::even(&k, MPI_ROOT, recvcount)?;
+            // SAFETY: the caller's contract.
+            return unsafe { intercoll::all(&k, (sendbuf, &s, sendtype), (recvbuf, &r, recvtype), None) };
+        }
         let fc = comm(c)?;
         if crate::is_in_place(sendbuf) {
             // SAFETY: the caller's contract.

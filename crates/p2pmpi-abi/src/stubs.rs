@@ -79,7 +79,6 @@ stubs! {
     "MPIX_Query_cuda_support" "PMPIX_Query_cuda_support"
     "MPIX_Query_hip_support" "PMPIX_Query_hip_support"
     "MPIX_Query_ze_support" "PMPIX_Query_ze_support"
-    "MPI_Cart_map" "PMPI_Cart_map"
     "MPI_Close_port" "PMPI_Close_port"
     "MPI_Comm_accept" "PMPI_Comm_accept"
     "MPI_Comm_connect" "PMPI_Comm_connect"

@@ -846,7 +846,7 @@ fn a_program_runs_alone_without_the_launcher() {
 }
 
 #[test]
-fn neighbourhood_collectives_ialltoallw_and_alltoallw_init_on_four_processes() {
+fn neighbourhood_collectives_ialltoallw_alltoallw_init_and_cart_map_on_four_processes() {
     if !require(&["mpicc.mpich"], true) {
         return;
     }
@@ -866,6 +866,7 @@ fn neighbourhood_collectives_ialltoallw_and_alltoallw_init_on_four_processes() {
         "ialltoallw in place",
         "alltoallw persistent",
         "ialltoall in place",
+        "cart map",
         "no topology refused",
     ];
     for r in 0..4 {

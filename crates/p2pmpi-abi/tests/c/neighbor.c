@@ -1,7 +1,7 @@
 /* Neighbourhood collectives on Cartesian (periodic and not), graph and distributed-graph
  * communicators: MPI_Neighbor_allgather(v), MPI_Neighbor_alltoall(v,w) (MPI_BOTTOM too), their
  * nonblocking and persistent forms, a _c form; and MPI_Ialltoallw, MPI_Alltoallw_init (in
- * place too), MPI_Ialltoall in place. Run on 4 processes; prints one line per check. */
+ * place too), MPI_Ialltoall in place, MPI_Cart_map. Run on 4 processes; prints one line per check. */
 #include <mpi.h>
 #include <stdio.h>
 
@@ -160,6 +160,12 @@ int main(int argc, char **argv) {
     ok = 1;
     for (i = 0; i < size; i++) ok &= a[i] == 100 * i + rank;
     say("ialltoall in place", ok);
+
+    /* MPI_Cart_map: ranks kept, the last left out of a grid one smaller. */
+    int mapped;
+    dims[0] = size - 1;
+    MPI_Cart_map(MPI_COMM_WORLD, 1, dims, periods, &mapped);
+    say("cart map", mapped == (rank < size - 1 ? rank : MPI_UNDEFINED));
 
     /* Without a topology: MPI_ERR_TOPOLOGY. */
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
