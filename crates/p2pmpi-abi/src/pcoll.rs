@@ -215,8 +215,13 @@ unsafe fn copy<T: Copy>(p: *const T, n: usize) -> Vec<T> {
 }
 
 /// The number of entries of a count array: the size of `c` (0 if `c` is not a communicator,
-/// or at a process other than `root` for a rooted collective).
+/// or at a process other than `root` for a rooted collective), the remote group's over an
+/// intercommunicator.
 fn entries(c: c_int, root: Option<c_int>) -> usize {
+    // Over an intercommunicator, one per remote process (at `MPI_ROOT` for a rooted one).
+    if let Ok(Some(k)) = crate::intercoll::carrier(c) {
+        return if root.is_some_and(|r| r != MPI_ROOT) { 0 } else { k.remote };
+    }
     match root {
         Some(r) if !crate::varcount::is_root(c, r).unwrap_or(false) => 0,
         _ => crate::varcount::size(c).unwrap_or(0),

@@ -891,7 +891,9 @@ fn rooted_varying_and_nonblocking_collectives_over_an_intercommunicator_on_three
             checks.push(format!("{c} {g}"));
         }
     }
-    for c in ["allgatherv", "alltoallv", "alltoallw", "ibarrier", "ibcast", "iallreduce", "igather"] {
+    for c in
+        ["allgatherv", "alltoallv", "alltoallw", "ibarrier", "ibcast", "iallreduce", "igather", "allgatherv persistent"]
+    {
         checks.push(c.to_string());
     }
     for r in 0..3 {

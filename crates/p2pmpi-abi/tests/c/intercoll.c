@@ -2,8 +2,8 @@
  * rooted ones with MPI_ROOT/MPI_PROC_NULL (MPI_Bcast, MPI_Reduce with a predefined and a user
  * operation, MPI_Gather, MPI_Scatter, MPI_Gatherv, MPI_Scatterv), MPI_Allgatherv,
  * MPI_Alltoallv, MPI_Alltoallw, and nonblocking ones (MPI_Ibarrier, MPI_Ibcast,
- * MPI_Iallreduce, MPI_Igather); the intercommunicator freed and made again. Run on 3
- * processes; prints one line per check. */
+ * MPI_Iallreduce, MPI_Igather), a persistent MPI_Allgatherv_init; the intercommunicator freed
+ * and made again. Run on 3 processes; prints one line per check. */
 #include <mpi.h>
 #include <stdio.h>
 
@@ -148,6 +148,22 @@ int main(int argc, char **argv) {
         if (root == MPI_ROOT)
             for (r = 0; r < rsize; r++) ok &= all8[r] == r + 1;
         say("igather", ok);
+
+        /* Persistent: an allgatherv whose arrays (one per remote process) change after the call. */
+        int pc[8], pd[8], pin = 10 * rank + round, pout[8];
+        for (r = 0; r < rsize; r++) {
+            pc[r] = 1;
+            pd[r] = rsize - 1 - r;
+            pout[r] = -1;
+        }
+        MPI_Allgatherv_init(&pin, 1, MPI_INT, pout, pc, pd, MPI_INT, inter, MPI_INFO_NULL, &q);
+        for (r = 0; r < rsize; r++) pc[r] = pd[r] = -3;
+        MPI_Start(&q);
+        MPI_Wait(&q, MPI_STATUS_IGNORE);
+        MPI_Request_free(&q);
+        ok = 1;
+        for (r = 0; r < rsize; r++) ok &= pout[rsize - 1 - r] == 10 * r + round;
+        say("allgatherv persistent", ok);
 
         MPI_Comm_free(&inter);
         MPI_Comm_free(&local);
