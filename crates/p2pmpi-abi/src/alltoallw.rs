@@ -9,6 +9,7 @@
 
 use crate::consts::*;
 use crate::datatypes::{datatype_ref, MPI_Aint, MPI_Count};
+use crate::exchange::Block;
 use crate::handles::rust_comm;
 use crate::is_in_place;
 use p2pmpi::collective::TryCollectives;
@@ -108,7 +109,7 @@ unsafe fn exchange(
 
 /// `MPI_Alltoallw` and its `_c` form.
 macro_rules! alltoallw_forms {
-    ($name:ident, $count:ty, $displ:ty) => {
+    ($name:ident, $count:ty, $displ:ty, $run:ident, $req:expr $(, $request:ident)?) => {
         mpi_fn! {
             /// Sends part `i` of `sendbuf` (its count, byte displacement and datatype) to
             /// process `i` and receives its part into part `i` of `recvbuf`; with
@@ -123,24 +124,95 @@ macro_rules! alltoallw_forms {
                 rdispls: *const $displ,
                 recvtypes: *const c_int,
                 c: c_int,
+                $($request: *mut c_int,)?
             ) on c => {
+                if let Some(k) = crate::intercoll::carrier(c)? {
+                    // SAFETY: the caller vouches for arrays of the remote group's size.
+                    return unsafe {
+                        let s = crate::intercoll::w_parts(k.remote, sendcounts, sdispls, sendtypes)?;
+                        let r = crate::intercoll::w_parts(k.remote, recvcounts, rdispls, recvtypes)?;
+                        crate::intercoll::alltoallw(&k, (sendbuf, &s), (recvbuf, &r), $req)
+                    };
+                }
                 let n = rust_comm(c)?.size() as usize;
                 // SAFETY: the caller vouches for arrays of the communicator's size.
                 unsafe {
                     let r = parts(n, recvcounts, rdispls, recvtypes)?;
                     if is_in_place(sendbuf) {
-                        exchange(sendbuf, None, recvbuf, &r, c)
+                        $run(sendbuf, None, recvbuf, &r, c $(, $request)?)
                     } else {
                         let s = parts(n, sendcounts, sdispls, sendtypes)?;
-                        exchange(sendbuf, Some(&s), recvbuf, &r, c)
+                        $run(sendbuf, Some(&s), recvbuf, &r, c $(, $request)?)
                     }
                 }
             }
         }
     };
 }
-alltoallw_forms!(MPI_Alltoallw, c_int, c_int);
-alltoallw_forms!(MPI_Alltoallw_c, MPI_Count, MPI_Aint);
+alltoallw_forms!(MPI_Alltoallw, c_int, c_int, exchange, None);
+alltoallw_forms!(MPI_Alltoallw_c, MPI_Count, MPI_Aint, exchange, None);
+alltoallw_forms!(MPI_Ialltoallw, c_int, c_int, start, Some(request), request);
+alltoallw_forms!(MPI_Ialltoallw_c, MPI_Count, MPI_Aint, start, Some(request), request);
+
+/// Starts the all-to-all of `sparts` (read now from `sendbuf`, or in place from `recvbuf`)
+/// into `rparts` of `recvbuf`, by [`crate::exchange`]: it completes with its request.
+///
+/// # Safety
+/// The buffers must hold the parts their arguments describe, `recvbuf`'s until completion.
+unsafe fn start(
+    sendbuf: *const c_void,
+    sparts: Option<&[Part]>,
+    recvbuf: *mut c_void,
+    rparts: &[Part],
+    c: c_int,
+    request: *mut c_int,
+) -> Result<(), c_int> {
+    crate::not_in_place(recvbuf)?;
+    let (src, sparts) = match sparts {
+        Some(p) => (sendbuf, p),
+        None => (recvbuf as *const c_void, rparts),
+    };
+    let blocks = |buf: *const c_void, parts: &[Part]| -> Result<Vec<Block>, c_int> {
+        parts
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                datatype_ref(p.dt)?;
+                Ok(Block::at(i, buf, p.displ, p.count as usize, p.dt))
+            })
+            .collect()
+    };
+    let (sends, recvs) = (blocks(src, sparts)?, blocks(recvbuf, rparts)?);
+    // SAFETY: the caller's contract (what is sent is packed before this returns).
+    unsafe { crate::exchange::start(c, &sends, recvs, None, request) }
+}
+
+/// `MPI_Ialltoall` with `MPI_IN_PLACE`: as [`alltoall_in_place`], completed by the request.
+///
+/// # Safety
+/// `recvbuf` must hold the communicator's size blocks until completion.
+pub unsafe fn ialltoall_in_place(
+    recvbuf: *mut c_void,
+    recvcount: c_int,
+    recvtype: c_int,
+    c: c_int,
+    request: *mut c_int,
+) -> Result<(), c_int> {
+    let r = blocks_in_place(recvcount, recvtype, c)?;
+    // SAFETY: the caller's contract.
+    unsafe { start(std::ptr::null(), None, recvbuf, &r, c, request) }
+}
+
+/// The parts of `MPI_Alltoall` in place: block `i` of `recvcount` elements of `recvtype`.
+fn blocks_in_place(recvcount: c_int, recvtype: c_int, c: c_int) -> Result<Vec<Part>, c_int> {
+    let n = rust_comm(c)?.size() as usize;
+    if recvcount < 0 {
+        return Err(MPI_ERR_COUNT);
+    }
+    let extent = datatype_ref(recvtype)?.type_map().extent();
+    let block = extent.checked_mul(recvcount as isize).ok_or(MPI_ERR_COUNT)?;
+    Ok((0..n).map(|i| Part { count: recvcount, displ: block * i as isize, dt: recvtype }).collect())
+}
 
 /// `MPI_Alltoall` with `MPI_IN_PLACE`: block `i` of `recvbuf` (`recvcount` elements of
 /// `recvtype`) goes to process `i` and is replaced by its block.
@@ -153,13 +225,7 @@ pub unsafe fn alltoall_in_place(
     recvtype: c_int,
     c: c_int,
 ) -> Result<(), c_int> {
-    let n = rust_comm(c)?.size() as usize;
-    if recvcount < 0 {
-        return Err(MPI_ERR_COUNT);
-    }
-    let extent = datatype_ref(recvtype)?.type_map().extent();
-    let block = extent.checked_mul(recvcount as isize).ok_or(MPI_ERR_COUNT)?;
-    let r: Vec<Part> = (0..n).map(|i| Part { count: recvcount, displ: block * i as isize, dt: recvtype }).collect();
+    let r = blocks_in_place(recvcount, recvtype, c)?;
     // SAFETY: the caller's contract.
     unsafe { exchange(std::ptr::null(), None, recvbuf, &r, c) }
 }

@@ -13,11 +13,12 @@ use crate::consts::*;
 use crate::datatypes::datatype;
 use crate::datatypes::MPI_Count;
 use crate::handles::comm;
+use crate::intercoll;
 use crate::ops::op;
 use crate::user_ops::{self, user_op, Reduction};
 use crate::{nz, nz_mut, ok};
 use p2pmpi::collective::TryCollectives;
-use p2pmpi::datatype::{DatatypeRef, DynBuffer, DynBufferMut};
+use p2pmpi::datatype::{DynBuffer, DynBufferMut};
 use p2pmpi::ffi;
 use p2pmpi::traits::*;
 use std::os::raw::{c_int, c_void};
@@ -51,6 +52,10 @@ mpi_fn! {
 mpi_fn! {
     /// Broadcasts `count` elements of `datatype` from `root`.
     fn MPI_Bcast(buf: *mut c_void, count: c_int, dt: c_int, root: c_int, c: c_int) on c => {
+        if let Some(k) = intercoll::carrier(c)? {
+            // SAFETY: the caller's contract.
+            return unsafe { intercoll::bcast(&k, buf, count, dt, root, None) };
+        }
         if crate::bottom::is_bottom(buf, count, dt) {
             return crate::bottom::bcast(count, dt, root, c);
         }
@@ -74,6 +79,10 @@ mpi_fn! {
         c: c_int,
     )
         on c => {
+        if let Some(k) = intercoll::carrier(c)? {
+            // SAFETY: the caller's contract.
+            return unsafe { intercoll::reduce(&k, sendbuf, recvbuf, count, dt, o, Some(root), None) };
+        }
         if let Some(u) = user_op(o) {
             // SAFETY: the caller's contract.
             return unsafe { user_ops::reduce(Reduction::Reduce(root), sendbuf, recvbuf, count, dt, u, c) };
@@ -95,6 +104,10 @@ mpi_fn! {
         o: c_int,
         c: c_int,
     ) on c => {
+        if let Some(k) = intercoll::carrier(c)? {
+            // SAFETY: the caller's contract.
+            return unsafe { intercoll::reduce(&k, sendbuf, recvbuf, count, dt, o, None, None) };
+        }
         if let Some(u) = user_op(o) {
             // SAFETY: the caller's contract.
             return unsafe { user_ops::reduce(Reduction::Allreduce, sendbuf, recvbuf, count, dt, u, c) };
@@ -149,6 +162,12 @@ mpi_fn! {
         root: c_int,
         c: c_int,
     ) on c => {
+        if let Some(k) = intercoll::carrier(c)? {
+            let parts = intercoll::even(&k, root, recvcount)?;
+            let mine = (sendbuf, intercoll::lenient(sendcount), sendtype);
+            // SAFETY: the caller's contract.
+            return unsafe { intercoll::rooted(&k, true, mine, (recvbuf, &parts, recvtype), root, None) };
+        }
         let fc = comm(c)?;
         let (st, rt) = (lenient(sendtype, recvtype)?, lenient(recvtype, sendtype)?);
         crate::not_in_place(recvbuf)?;
@@ -170,6 +189,12 @@ mpi_fn! {
         root: c_int,
         c: c_int,
     ) on c => {
+        if let Some(k) = intercoll::carrier(c)? {
+            let parts = intercoll::even(&k, root, sendcount)?;
+            let mine = (recvbuf as *const c_void, intercoll::lenient(recvcount), recvtype);
+            // SAFETY: the caller's contract.
+            return unsafe { intercoll::rooted(&k, false, mine, (sendbuf, &parts, sendtype), root, None) };
+        }
         let fc = comm(c)?;
         let (st, rt) = (lenient(sendtype, recvtype)?, lenient(recvtype, sendtype)?);
         crate::not_in_place(sendbuf)?;
@@ -211,6 +236,12 @@ mpi_fn! {
         recvtype: c_int,
         c: c_int,
     ) on c => {
+        if let Some(k) = intercoll::carrier(c)? {
+            let s = intercoll::even(&k, MPI_ROOT, sendcount)?;
+            let r = intercoll::even(&k, MPI_ROOT, recvcount)?;
+            // SAFETY: the caller's contract.
+            return unsafe { intercoll::all(&k, (sendbuf, &s, sendtype), (recvbuf, &r, recvtype), None) };
+        }
         let fc = comm(c)?;
         if crate::is_in_place(sendbuf) {
             // SAFETY: the caller's contract.
@@ -224,50 +255,12 @@ mpi_fn! {
     }
 }
 
-/// `inoutbuf = inbuf ∘ inoutbuf` for `count` elements of `dt`.
-///
-/// # Safety
-/// Both buffers must hold `count` elements of `dt`, apart from each other.
-unsafe fn reduce_local(
-    inbuf: *const c_void,
-    inoutbuf: *mut c_void,
-    count: c_int,
-    dt: c_int,
-    o: c_int,
-) -> Result<(), c_int> {
-    if let Some(u) = user_op(o) {
-        crate::not_in_place(inbuf)?;
-        crate::not_in_place(inoutbuf)?;
-        // SAFETY: the caller's contract.
-        return unsafe { user_ops::reduce_local(inbuf, inoutbuf, count, dt, u) };
-    }
-    let d = datatype(dt)?;
-    let op = crate::ops::system_op(o)?;
-    if count < 0 {
-        return Err(MPI_ERR_COUNT);
-    }
-    crate::not_in_place(inbuf)?;
-    crate::not_in_place(inoutbuf)?;
-    if count > 0 && (inbuf.is_null() || inoutbuf.is_null()) {
-        return Err(MPI_ERR_BUFFER);
-    }
-    // SAFETY: `d` names a predefined datatype (living for the whole run); the caller vouches
-    // for the buffers.
-    unsafe {
-        let t = DatatypeRef::from_raw(d);
-        let a = DynBuffer::from_raw(nz(inbuf, count), count, t);
-        let mut b = DynBufferMut::from_raw(nz_mut(inoutbuf, count), count, t);
-        p2pmpi::collective::reduce_local_into(&a, &mut b, op);
-    }
-    Ok(())
-}
-
 mpi_fn! {
     /// Combines locally: `inoutbuf = inbuf op inoutbuf`.
     fn MPI_Reduce_local(inbuf: *const c_void, inoutbuf: *mut c_void, count: c_int, dt: c_int, o: c_int)
         on MPI_COMM_WORLD => {
         // SAFETY: the caller's contract.
-        unsafe { reduce_local(inbuf, inoutbuf, count, dt, o) }
+        unsafe { user_ops::local_reduction(inbuf, inoutbuf, count, dt, o) }
     }
 }
 
@@ -277,7 +270,7 @@ mpi_fn! {
         on MPI_COMM_WORLD => {
         let count = c_int::try_from(count).map_err(|_| MPI_ERR_COUNT)?;
         // SAFETY: the caller's contract.
-        unsafe { reduce_local(inbuf, inoutbuf, count, dt, o) }
+        unsafe { user_ops::local_reduction(inbuf, inoutbuf, count, dt, o) }
     }
 }
 

@@ -50,6 +50,11 @@ mpi_fn! {
         if newcomm.is_null() {
             return Err(MPI_ERR_ARG);
         }
+        if let Some(h) = crate::intercomm::split(c, 0, crate::handles::rust_comm(c)?.rank())? {
+            // SAFETY: checked non-null; the caller vouches it is writable.
+            unsafe { newcomm.write(h) };
+            return crate::attributes::copy_all(c, h);
+        }
         let mut d = null_comm();
         // SAFETY: `d` is a local.
         ok(unsafe { ffi::MPI_Comm_dup(fc, &mut d) })?;
@@ -68,6 +73,11 @@ mpi_fn! {
         let fc = comm(c)?;
         if newcomm.is_null() {
             return Err(MPI_ERR_ARG);
+        }
+        if let Some(h) = crate::intercomm::split(c, color, key)? {
+            // SAFETY: checked non-null; the caller vouches it is writable.
+            unsafe { newcomm.write(h) };
+            return Ok(());
         }
         let mut d = null_comm();
         // SAFETY: `d` is a local (`MPI_UNDEFINED` is the library's value too).
@@ -113,6 +123,7 @@ unsafe fn free(c: *mut c_int) -> Result<(), c_int> {
     drop(COMMS.take(h).ok_or(MPI_ERR_COMM)?);
     forget_handler(h);
     crate::topologies::forget(h);
+    crate::intercoll::forget(h);
     // SAFETY: as above.
     unsafe { c.write(MPI_COMM_NULL) };
     deleted

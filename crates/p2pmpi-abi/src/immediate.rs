@@ -11,111 +11,16 @@
 
 use crate::consts::*;
 use crate::datatypes::{datatype_ref, stageable, MPI_Count};
-use crate::handles::{new_request, rust_comm, Keep};
+use crate::handles::rust_comm;
+use crate::intercoll;
 use crate::is_in_place;
+use crate::kept::{started, Kept};
 use crate::user_ops::{rust_op, user_op};
 use p2pmpi::collective::{TryImmediateCollectives, TryImmediateRoot};
-use p2pmpi::datatype::{DatatypeRef, DynBuffer, DynBufferMut};
-use p2pmpi::request::{Request, StaticScope};
+use p2pmpi::datatype::DynBuffer;
+use p2pmpi::request::StaticScope;
 use p2pmpi::traits::*;
-use std::any::Any;
 use std::os::raw::{c_int, c_void};
-
-/// A value moved to the heap for the life of a request, freed when the request's [`Keep`]
-/// is dropped (after completion).
-struct Owned<T>(*mut T);
-
-impl<T> Drop for Owned<T> {
-    fn drop(&mut self) {
-        // SAFETY: made by `Box::into_raw` in `Kept::hold`, dropped once; the request that
-        // used it completed.
-        drop(unsafe { Box::from_raw(self.0) });
-    }
-}
-
-/// What one nonblocking collective keeps alive.
-#[derive(Default)]
-pub(crate) struct Kept(Vec<Box<dyn Any>>);
-
-impl Kept {
-    /// Moves `t` to the heap until the request completes; a reference for the request.
-    pub(crate) fn hold<T: 'static>(&mut self, t: T) -> &'static mut T {
-        let p = Box::into_raw(Box::new(t));
-        self.0.push(Box::new(Owned(p)));
-        // SAFETY: `p` stays allocated until `self` (the request's keep) is dropped, after the
-        // request, the only user of the reference, completed.
-        unsafe { &mut *p }
-    }
-
-    /// A read-only description of `count` elements of `d` at `buf` (or, for `MPI_IN_PLACE`,
-    /// of a copy of those at element `at` of `inplace`).
-    ///
-    /// # Safety
-    /// The buffers must hold those elements until the request completes.
-    pub(crate) unsafe fn input(
-        &mut self,
-        buf: *const c_void,
-        count: c_int,
-        dt: c_int,
-        inplace: *const c_void,
-        at: c_int,
-    ) -> Result<&'static DynBuffer<'static>, c_int> {
-        let d = datatype_ref(dt)?;
-        let p = if is_in_place(buf) {
-            let size = stageable(dt)?;
-            let bytes = count.max(0) as usize * size;
-            let copy = self.hold(vec![0u64; bytes.div_ceil(8)]);
-            if bytes > 0 {
-                // SAFETY: the caller vouches for the elements at `inplace`; the copy is new.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(
-                        (inplace as *const u8).add(at as usize * size),
-                        copy.as_mut_ptr() as *mut u8,
-                        bytes,
-                    )
-                };
-            }
-            copy.as_ptr() as *const c_void
-        } else {
-            buf
-        };
-        // SAFETY: the caller's contract (or the copy, kept as long).
-        let b = unsafe { DynBuffer::from_raw(crate::nz(p, count), count, d) };
-        Ok(self.hold(b))
-    }
-
-    /// A writable description of `count` elements of `d` at `buf`.
-    ///
-    /// # Safety
-    /// `buf` must be writable for those elements until the request completes.
-    pub(crate) unsafe fn output(
-        &mut self,
-        buf: *mut c_void,
-        count: c_int,
-        d: DatatypeRef<'static>,
-    ) -> &'static mut DynBufferMut<'static> {
-        // SAFETY: the caller's contract.
-        let b = unsafe { DynBufferMut::from_raw(crate::nz_mut(buf, count), count, d) };
-        self.hold(b)
-    }
-}
-
-/// Hands the request over to a handle written at `out`, with what it keeps alive.
-///
-/// # Safety
-/// `out` must be valid for a write.
-pub(crate) unsafe fn started<D: ?Sized>(
-    r: Request<'static, D, StaticScope>,
-    kept: Kept,
-    out: *mut c_int,
-) -> Result<(), c_int> {
-    // SAFETY: the buffers' descriptions are kept with the request until it completes, and
-    // the program keeps the buffers valid (MPI's rule).
-    let (raw, _, _) = unsafe { r.into_raw() };
-    // SAFETY: the caller's contract.
-    unsafe { out.write(new_request(raw, Some(Keep(kept.0)))) };
-    Ok(())
-}
 
 /// Checks the request argument and the counts.
 fn check(request: *mut c_int, counts: &[c_int]) -> Result<(), c_int> {
@@ -175,8 +80,12 @@ macro_rules! with_op {
 mpi_fn! {
     /// Starts a barrier.
     fn MPI_Ibarrier(c: c_int, request: *mut c_int) on c => {
-        let rc = rust_comm(c)?;
         check(request, &[])?;
+        if let Some(k) = intercoll::carrier(c)? {
+            // SAFETY: checked non-null; the caller vouches it is writable.
+            return unsafe { intercoll::barrier(&k, Some(request)) };
+        }
+        let rc = rust_comm(c)?;
         let r = rc.try_immediate_barrier().map_err(crate::errors::class_of_failure)?;
         // SAFETY: checked non-null; the caller vouches it is writable.
         unsafe { started(r, Kept::default(), request) }
@@ -195,6 +104,11 @@ unsafe fn ibcast(
     c: c_int,
     request: *mut c_int,
 ) -> Result<(), c_int> {
+    check(request, &[])?;
+    if let Some(k) = intercoll::carrier(c)? {
+        // SAFETY: the caller's contract.
+        return unsafe { intercoll::bcast(&k, buf, count, dt, root, Some(request)) };
+    }
     let rc = rust_comm(c)?;
     check(request, &[count])?;
     if !(0..rc.size()).contains(&root) {
@@ -236,6 +150,16 @@ unsafe fn ireduce(
     c: c_int,
     request: *mut c_int,
 ) -> Result<(), c_int> {
+    check(request, &[])?;
+    if let Some(k) = intercoll::carrier(c)? {
+        let root = match which {
+            Reduction::Reduce(root) => Some(root),
+            Reduction::Allreduce => None,
+            _ => return Err(MPI_ERR_COMM),
+        };
+        // SAFETY: the caller's contract.
+        return unsafe { intercoll::reduce(&k, sendbuf, recvbuf, count, dt, o, root, Some(request)) };
+    }
     let rc = rust_comm(c)?;
     check(request, &[count])?;
     let d = datatype_ref(dt)?;
@@ -295,6 +219,13 @@ unsafe fn igathering(
     c: c_int,
     request: *mut c_int,
 ) -> Result<(), c_int> {
+    check(request, &[])?;
+    if let Some(k) = intercoll::carrier(c)? {
+        // SAFETY: the caller's contract.
+        return unsafe {
+            inter_gathering(&k, which, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, request)
+        };
+    }
     let rc = rust_comm(c)?;
     check(request, &[sendcount, recvcount])?;
     // Only a scatter's root may receive "in place".
@@ -371,7 +302,8 @@ unsafe fn igathering(
         }
         Gathering::Alltoall => {
             if is_in_place(sendbuf) {
-                return Err(MPI_ERR_UNSUPPORTED_OPERATION);
+                // SAFETY: the caller's contract.
+                return unsafe { crate::alltoallw::ialltoall_in_place(recvbuf, recvcount, recvtype, c, request) };
             }
             // SAFETY: the caller's contract.
             let s = unsafe { kept.input(sendbuf, sendcount * n, sendtype, std::ptr::null(), 0)? };
@@ -380,6 +312,56 @@ unsafe fn igathering(
             let r = rc.try_immediate_all_to_all_into(StaticScope, s, b).map_err(crate::errors::class_of_failure)?;
             // SAFETY: checked non-null; the caller vouches it is writable.
             unsafe { started(r, kept, request) }
+        }
+    }
+}
+
+/// A nonblocking gathering collective over an intercommunicator.
+///
+/// # Safety
+/// As the collective says.
+#[allow(clippy::too_many_arguments)]
+unsafe fn inter_gathering(
+    k: &intercoll::Carrier,
+    which: Gathering,
+    sendbuf: *const c_void,
+    sendcount: c_int,
+    sendtype: c_int,
+    recvbuf: *mut c_void,
+    recvcount: c_int,
+    recvtype: c_int,
+    request: *mut c_int,
+) -> Result<(), c_int> {
+    let (sc, rc) = (intercoll::lenient(sendcount), intercoll::lenient(recvcount));
+    let r = Some(request);
+    // SAFETY: the caller's contract.
+    unsafe {
+        match which {
+            Gathering::Gather(root) => {
+                let parts = intercoll::even(k, root, recvcount)?;
+                intercoll::rooted(k, true, (sendbuf, sc, sendtype), (recvbuf, &parts, recvtype), root, r)
+            }
+            Gathering::Scatter(root) => {
+                let parts = intercoll::even(k, root, sendcount)?;
+                intercoll::rooted(
+                    k,
+                    false,
+                    (recvbuf as *const c_void, rc, recvtype),
+                    (sendbuf, &parts, sendtype),
+                    root,
+                    r,
+                )
+            }
+            Gathering::Allgather => {
+                let s = vec![(sc, 0); k.remote];
+                let parts = intercoll::even(k, MPI_ROOT, recvcount)?;
+                intercoll::all(k, (sendbuf, &s, sendtype), (recvbuf, &parts, recvtype), r)
+            }
+            Gathering::Alltoall => {
+                let s = intercoll::even(k, MPI_ROOT, sendcount)?;
+                let parts = intercoll::even(k, MPI_ROOT, recvcount)?;
+                intercoll::all(k, (sendbuf, &s, sendtype), (recvbuf, &parts, recvtype), r)
+            }
         }
     }
 }

@@ -11,10 +11,12 @@
 use crate::consts::*;
 use crate::datatypes::{datatype_ref as dtref, stageable, MPI_Aint, MPI_Count};
 use crate::handles::rust_comm;
-use crate::immediate::{started, Kept};
+use crate::intercoll;
+use crate::ints;
 use crate::is_in_place;
+use crate::kept::{started, Kept};
 use crate::user_ops::{rust_op, user_op};
-use crate::varcount::{ints, span};
+use crate::varcount::span;
 use p2pmpi::collective::{TryImmediateCollectives, TryImmediateRoot};
 use p2pmpi::datatype::{DynBuffer, Partition, PartitionMut};
 use p2pmpi::request::StaticScope;
@@ -297,6 +299,14 @@ macro_rules! ivarcount_family {
                 c: c_int,
                 request: *mut c_int,
             ) on c => {
+                if let Some(k) = intercoll::carrier(c)? {
+                    // SAFETY: the caller vouches for the arrays (at the root) and buffers.
+                    return unsafe {
+                        let parts = intercoll::varying(&k, Some(root), recvcounts, displs)?;
+                        let mine = (sendbuf, intercoll::lenient(sendcount), sendtype);
+                        intercoll::rooted(&k, true, mine, (recvbuf, &parts, recvtype), root, Some(request))
+                    };
+                }
                 let sendcount = c_int::try_from(sendcount).map_err(|_| MPI_ERR_COUNT)?;
                 let rc = rust_comm(c)?;
                 let n = if rc.rank() == root { rc.size() as usize } else { 0 };
@@ -322,6 +332,14 @@ macro_rules! ivarcount_family {
                 c: c_int,
                 request: *mut c_int,
             ) on c => {
+                if let Some(k) = intercoll::carrier(c)? {
+                    // SAFETY: the caller vouches for the arrays (at the root) and buffers.
+                    return unsafe {
+                        let parts = intercoll::varying(&k, Some(root), sendcounts, displs)?;
+                        let mine = (recvbuf as *const c_void, intercoll::lenient(recvcount), recvtype);
+                        intercoll::rooted(&k, false, mine, (sendbuf, &parts, sendtype), root, Some(request))
+                    };
+                }
                 let recvcount = c_int::try_from(recvcount).map_err(|_| MPI_ERR_COUNT)?;
                 let rc = rust_comm(c)?;
                 let n = if rc.rank() == root { rc.size() as usize } else { 0 };
@@ -346,6 +364,14 @@ macro_rules! ivarcount_family {
                 c: c_int,
                 request: *mut c_int,
             ) on c => {
+                if let Some(k) = intercoll::carrier(c)? {
+                    let mine = vec![(intercoll::lenient(sendcount), 0); k.remote];
+                    // SAFETY: the caller vouches for the arrays and buffers.
+                    return unsafe {
+                        let parts = intercoll::varying(&k, None, recvcounts, displs)?;
+                        intercoll::all(&k, (sendbuf, &mine, sendtype), (recvbuf, &parts, recvtype), Some(request))
+                    };
+                }
                 let sendcount = c_int::try_from(sendcount).map_err(|_| MPI_ERR_COUNT)?;
                 let n = rust_comm(c)?.size() as usize;
                 // SAFETY: the caller vouches for the arrays and buffers.
@@ -370,6 +396,14 @@ macro_rules! ivarcount_family {
                 c: c_int,
                 request: *mut c_int,
             ) on c => {
+                if let Some(k) = intercoll::carrier(c)? {
+                    // SAFETY: the caller vouches for the arrays and buffers.
+                    return unsafe {
+                        let s = intercoll::varying(&k, None, sendcounts, sdispls)?;
+                        let r = intercoll::varying(&k, None, recvcounts, rdispls)?;
+                        intercoll::all(&k, (sendbuf, &s, sendtype), (recvbuf, &r, recvtype), Some(request))
+                    };
+                }
                 let n = rust_comm(c)?.size() as usize;
                 // SAFETY: the caller vouches for the arrays (the send ones unread in place) and
                 // buffers.

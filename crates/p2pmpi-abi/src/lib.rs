@@ -33,16 +33,20 @@ pub mod derived;
 pub mod environment;
 pub mod errhandlers;
 pub mod errors;
+pub mod exchange;
 pub mod file;
 pub mod file_io;
 pub mod graph;
 pub mod handles;
 pub mod immediate;
 pub mod info;
+pub mod intercoll;
 pub mod intercomm;
 pub mod ivarcount;
+pub mod kept;
 pub mod large_count;
 pub mod matched;
+pub mod neighbor;
 pub mod ops;
 pub mod pack;
 pub mod pcoll;
@@ -143,4 +147,27 @@ pub unsafe fn put_string(
         len.write(n as std::os::raw::c_int);
     }
     Ok(())
+}
+
+/// `n` counts or displacements at `p` as `int`s (`MPI_ERR_COUNT` for one out of range or a
+/// negative count).
+///
+/// # Safety
+/// `p` must be valid for `n` reads.
+pub(crate) unsafe fn ints<T: Copy + TryInto<std::os::raw::c_int>>(
+    p: *const T,
+    n: usize,
+    counts: bool,
+) -> Result<Vec<std::os::raw::c_int>, std::os::raw::c_int> {
+    if p.is_null() {
+        return if n == 0 { Ok(Vec::new()) } else { Err(consts::MPI_ERR_ARG) };
+    }
+    // SAFETY: non-null, and the caller vouches for `n` elements.
+    let s = unsafe { std::slice::from_raw_parts(p, n) };
+    let v: Vec<std::os::raw::c_int> =
+        s.iter().map(|&x| x.try_into().map_err(|_| consts::MPI_ERR_COUNT)).collect::<Result<_, _>>()?;
+    if v.iter().any(|&x| x < 0) {
+        return Err(if counts { consts::MPI_ERR_COUNT } else { consts::MPI_ERR_ARG });
+    }
+    Ok(v)
 }

@@ -212,12 +212,12 @@ unsafe fn imrecv(
     let m = MESSAGES.take(h).ok_or(MPI_ERR_REQUEST)?;
     // SAFETY: as above.
     unsafe { message.write(MPI_MESSAGE_NULL) };
-    let mut kept = crate::immediate::Kept::default();
+    let mut kept = crate::kept::Kept::default();
     // SAFETY: the caller vouches for `count` writable elements at `buf` until completion.
     let b = unsafe { kept.output(buf, count, d) };
     let r = m.immediate_matched_receive_into(p2pmpi::request::StaticScope, b);
     // SAFETY: the caller's contract.
-    unsafe { crate::immediate::started(r, kept, request) }
+    unsafe { crate::kept::started(r, kept, request) }
 }
 
 mpi_fn! {

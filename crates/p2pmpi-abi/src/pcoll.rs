@@ -11,11 +11,13 @@
 //! request. Count and displacement arrays are copied when the request is made (the program
 //! may free them); other arguments are checked at `MPI_Start`; the info argument is not used.
 
+use crate::alltoallw::{MPI_Ialltoallw, MPI_Ialltoallw_c};
 use crate::consts::*;
 use crate::datatypes::{MPI_Aint, MPI_Count};
 use crate::handles::{Persistent, RequestEntry, REQUESTS};
 use crate::immediate::*;
 use crate::ivarcount::*;
+use crate::neighbor::*;
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::os::raw::{c_int, c_void};
@@ -208,8 +210,13 @@ unsafe fn copy<T: Copy>(p: *const T, n: usize) -> Vec<T> {
 }
 
 /// The number of entries of a count array: the size of `c` (0 if `c` is not a communicator,
-/// or at a process other than `root` for a rooted collective).
+/// or at a process other than `root` for a rooted collective), the remote group's over an
+/// intercommunicator.
 fn entries(c: c_int, root: Option<c_int>) -> usize {
+    // Over an intercommunicator, one per remote process (at `MPI_ROOT` for a rooted one).
+    if let Ok(Some(k)) = crate::intercoll::carrier(c) {
+        return if root.is_some_and(|r| r != MPI_ROOT) { 0 } else { k.remote };
+    }
     match root {
         Some(r) if !crate::varcount::is_root(c, r).unwrap_or(false) => 0,
         _ => crate::varcount::size(c).unwrap_or(0),
@@ -324,4 +331,122 @@ persistent_v!(
     MPI_Count, MPI_Aint, MPI_Gatherv_init_c => MPI_Igatherv_c, MPI_Scatterv_init_c => MPI_Iscatterv_c,
     MPI_Allgatherv_init_c => MPI_Iallgatherv_c, MPI_Alltoallv_init_c => MPI_Ialltoallv_c,
     MPI_Reduce_scatter_init_c => MPI_Ireduce_scatter_c
+);
+
+/// The numbers of in- and out-neighbours of `c` (none if it has no topology).
+fn degrees(c: c_int) -> (usize, usize) {
+    crate::neighbor::neighbours(c).map(|(s, d)| (s.len(), d.len())).unwrap_or((0, 0))
+}
+
+/// The persistent neighbourhood collectives and `MPI_Alltoallw_init` of one count type `$t`
+/// and displacement type `$d` (the arrays copied).
+macro_rules! persistent_more {
+    ($t:ty, $d:ty, $ag:ident => $iag:ident, $agv:ident => $iagv:ident, $a2a:ident => $ia2a:ident,
+     $a2av:ident => $ia2av:ident, $a2aw:ident => $ia2aw:ident, $w:ident => $iw:ident) => {
+        persistent!($ag => $iag(sendbuf: *const c_void, sendcount: $t, sendtype: c_int, recvbuf: *mut c_void,
+            recvcount: $t, recvtype: c_int, c: c_int) on c);
+        persistent!($a2a => $ia2a(sendbuf: *const c_void, sendcount: $t, sendtype: c_int, recvbuf: *mut c_void,
+            recvcount: $t, recvtype: c_int, c: c_int) on c);
+
+        mpi_fn! {
+            #[doc = concat!("Makes a persistent `", stringify!($iagv), "` (the arrays copied).")]
+            fn $agv(sendbuf: *const c_void, sendcount: $t, sendtype: c_int, recvbuf: *mut c_void,
+                recvcounts: *const $t, displs: *const $d, recvtype: c_int, c: c_int,
+                _info: c_int, request: *mut c_int) on c => {
+                let (n, _) = degrees(c);
+                // SAFETY: the caller vouches for the arrays.
+                let (rc, dp) = unsafe { (copy(recvcounts, n), copy(displs, n)) };
+                let args = Args((sendbuf, sendcount, sendtype, recvbuf, recvtype, c));
+                let starter: Starter = Box::new(move |out| {
+                    let (sb, scount, st, rb, rt, c) = args.get();
+                    // SAFETY: the program's buffers, valid while the request exists; the copied
+                    // arrays live in this starter.
+                    unsafe { $iagv(sb, scount, st, rb, rc.as_ptr(), dp.as_ptr(), rt, c, out) }
+                });
+                make(c, starter, request)
+            }
+        }
+
+        mpi_fn! {
+            #[doc = concat!("Makes a persistent `", stringify!($ia2av), "` (the arrays copied).")]
+            fn $a2av(sendbuf: *const c_void, sendcounts: *const $t, sdispls: *const $d, sendtype: c_int,
+                recvbuf: *mut c_void, recvcounts: *const $t, rdispls: *const $d, recvtype: c_int, c: c_int,
+                _info: c_int, request: *mut c_int) on c => {
+                let (nr, ns) = degrees(c);
+                // SAFETY: the caller vouches for the arrays.
+                let (sc, sd) = unsafe { (copy(sendcounts, ns), copy(sdispls, ns)) };
+                // SAFETY: as above.
+                let (rc, rd) = unsafe { (copy(recvcounts, nr), copy(rdispls, nr)) };
+                let args = Args((sendbuf, sendtype, recvbuf, recvtype, c));
+                let starter: Starter = Box::new(move |out| {
+                    let (sb, st, rb, rt, c) = args.get();
+                    // SAFETY: as above.
+                    unsafe { $ia2av(sb, sc.as_ptr(), sd.as_ptr(), st, rb, rc.as_ptr(), rd.as_ptr(), rt, c, out) }
+                });
+                make(c, starter, request)
+            }
+        }
+
+        mpi_fn! {
+            #[doc = concat!("Makes a persistent `", stringify!($ia2aw), "` (the arrays copied).")]
+            fn $a2aw(sendbuf: *const c_void, sendcounts: *const $t, sdispls: *const MPI_Aint, sendtypes: *const c_int,
+                recvbuf: *mut c_void, recvcounts: *const $t, rdispls: *const MPI_Aint, recvtypes: *const c_int,
+                c: c_int, _info: c_int, request: *mut c_int) on c => {
+                let (nr, ns) = degrees(c);
+                // SAFETY: the caller vouches for the arrays.
+                let (sc, sd, stt) = unsafe { (copy(sendcounts, ns), copy(sdispls, ns), copy(sendtypes, ns)) };
+                // SAFETY: as above.
+                let (rc, rd, rtt) = unsafe { (copy(recvcounts, nr), copy(rdispls, nr), copy(recvtypes, nr)) };
+                let args = Args((sendbuf, recvbuf, c));
+                let starter: Starter = Box::new(move |out| {
+                    let (sb, rb, c) = args.get();
+                    // SAFETY: as above.
+                    unsafe {
+                        $ia2aw(sb, sc.as_ptr(), sd.as_ptr(), stt.as_ptr(), rb, rc.as_ptr(), rd.as_ptr(), rtt.as_ptr(), c, out)
+                    }
+                });
+                make(c, starter, request)
+            }
+        }
+
+        mpi_fn! {
+            #[doc = concat!("Makes a persistent `", stringify!($iw), "` (the arrays copied).")]
+            fn $w(sendbuf: *const c_void, sendcounts: *const $t, sdispls: *const $d, sendtypes: *const c_int,
+                recvbuf: *mut c_void, recvcounts: *const $t, rdispls: *const $d, recvtypes: *const c_int,
+                c: c_int, _info: c_int, request: *mut c_int) on c => {
+                let n = match crate::intercoll::carrier(c)? {
+                    Some(k) => k.remote,
+                    None => entries(c, None),
+                };
+                let m = if crate::is_in_place(sendbuf) { 0 } else { n };
+                // SAFETY: the caller vouches for the arrays (the send ones unread in place).
+                let (sc, sd, stt) = unsafe { (copy(sendcounts, m), copy(sdispls, m), copy(sendtypes, m)) };
+                // SAFETY: as above.
+                let (rc, rd, rtt) = unsafe { (copy(recvcounts, n), copy(rdispls, n), copy(recvtypes, n)) };
+                let args = Args((sendbuf, recvbuf, c));
+                let starter: Starter = Box::new(move |out| {
+                    let (sb, rb, c) = args.get();
+                    // SAFETY: as above.
+                    unsafe {
+                        $iw(sb, sc.as_ptr(), sd.as_ptr(), stt.as_ptr(), rb, rc.as_ptr(), rd.as_ptr(), rtt.as_ptr(), c, out)
+                    }
+                });
+                make(c, starter, request)
+            }
+        }
+    };
+}
+
+persistent_more!(
+    c_int, c_int, MPI_Neighbor_allgather_init => MPI_Ineighbor_allgather,
+    MPI_Neighbor_allgatherv_init => MPI_Ineighbor_allgatherv, MPI_Neighbor_alltoall_init => MPI_Ineighbor_alltoall,
+    MPI_Neighbor_alltoallv_init => MPI_Ineighbor_alltoallv, MPI_Neighbor_alltoallw_init => MPI_Ineighbor_alltoallw,
+    MPI_Alltoallw_init => MPI_Ialltoallw
+);
+persistent_more!(
+    MPI_Count, MPI_Aint, MPI_Neighbor_allgather_init_c => MPI_Ineighbor_allgather_c,
+    MPI_Neighbor_allgatherv_init_c => MPI_Ineighbor_allgatherv_c,
+    MPI_Neighbor_alltoall_init_c => MPI_Ineighbor_alltoall_c,
+    MPI_Neighbor_alltoallv_init_c => MPI_Ineighbor_alltoallv_c,
+    MPI_Neighbor_alltoallw_init_c => MPI_Ineighbor_alltoallw_c, MPI_Alltoallw_init_c => MPI_Ialltoallw_c
 );

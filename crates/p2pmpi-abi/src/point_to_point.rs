@@ -808,16 +808,19 @@ fn is_persistent(h: c_int) -> Result<bool, c_int> {
 /// (`false`).
 fn finished(h: c_int) -> bool {
     let null = null_request();
-    let persistent = REQUESTS
+    let (persistent, kept) = REQUESTS
         .with_mut(h, |e| {
             if e.persistent.is_some() {
                 e.raw = null;
-                true
+                (true, e.keep.take())
             } else {
-                false
+                (false, None)
             }
         })
-        .unwrap_or(false);
+        .unwrap_or((false, None));
+    // What a persistent collective kept goes once it completed (some finish their work
+    // then: `crate::exchange`), outside the table's lock.
+    drop(kept);
     if !persistent {
         REQUESTS.take(h);
     }

@@ -160,6 +160,12 @@ mpi_fn! {
             MPI_COMM_TYPE_HW_GUIDED | MPI_COMM_TYPE_HW_UNGUIDED => MPI_UNDEFINED,
             t => t,
         };
+        let color = if split_type == MPI_COMM_TYPE_SHARED { 0 } else { MPI_UNDEFINED };
+        if let Some(h) = crate::intercomm::split(c, color, key)? {
+            // SAFETY: checked non-null; the caller vouches it is writable.
+            unsafe { out.write(h) };
+            return Ok(());
+        }
         let h = match split_type {
             MPI_UNDEFINED => {
                 // Collective all the same: the others may split.
@@ -180,5 +186,28 @@ mpi_fn! {
         // SAFETY: checked non-null; the caller vouches it is writable.
         unsafe { out.write(h) };
         Ok(())
+    }
+}
+
+mpi_fn! {
+    /// This process's rank in a grid of `dims` laid over `comm` (ranks kept, as
+    /// `MPI_Cart_create` does): its rank if the grid holds it, else `MPI_UNDEFINED`.
+    fn MPI_Cart_map(c: c_int, ndims: c_int, dims: *const c_int, _periods: *const c_int, newrank: *mut c_int) on c => {
+        let rc = rust_comm(c)?;
+        if ndims < 0 || (ndims > 0 && dims.is_null()) {
+            return Err(MPI_ERR_DIMS);
+        }
+        // SAFETY: the caller vouches for `ndims` dimensions.
+        let d = unsafe { std::slice::from_raw_parts(crate::nz(dims as *const std::os::raw::c_void, ndims) as *const c_int, ndims as usize) };
+        if d.iter().any(|&x| x <= 0) {
+            return Err(MPI_ERR_DIMS);
+        }
+        let cells = d.iter().try_fold(1i64, |p, &x| p.checked_mul(x as i64)).ok_or(MPI_ERR_DIMS)?;
+        if cells > rc.size() as i64 {
+            return Err(MPI_ERR_DIMS);
+        }
+        let r = if (rc.rank() as i64) < cells { rc.rank() } else { MPI_UNDEFINED };
+        // SAFETY: the caller's contract.
+        unsafe { crate::put(newrank, r) }
     }
 }

@@ -235,3 +235,41 @@ mpi_fn! {
         unsafe { crate::put(commute, c as c_int) }
     }
 }
+
+/// `inoutbuf = inbuf ∘ inoutbuf` for `count` elements of `dt`.
+///
+/// # Safety
+/// Both buffers must hold `count` elements of `dt`, apart from each other.
+pub(crate) unsafe fn local_reduction(
+    inbuf: *const c_void,
+    inoutbuf: *mut c_void,
+    count: c_int,
+    dt: c_int,
+    o: c_int,
+) -> Result<(), c_int> {
+    if let Some(u) = user_op(o) {
+        crate::not_in_place(inbuf)?;
+        crate::not_in_place(inoutbuf)?;
+        // SAFETY: the caller's contract.
+        return unsafe { reduce_local(inbuf, inoutbuf, count, dt, u) };
+    }
+    let d = crate::datatypes::datatype(dt)?;
+    let op = crate::ops::system_op(o)?;
+    if count < 0 {
+        return Err(MPI_ERR_COUNT);
+    }
+    crate::not_in_place(inbuf)?;
+    crate::not_in_place(inoutbuf)?;
+    if count > 0 && (inbuf.is_null() || inoutbuf.is_null()) {
+        return Err(MPI_ERR_BUFFER);
+    }
+    // SAFETY: `d` names a predefined datatype (living for the whole run); the caller vouches
+    // for the buffers.
+    unsafe {
+        let t = p2pmpi::datatype::DatatypeRef::from_raw(d);
+        let a = DynBuffer::from_raw(crate::nz(inbuf, count), count, t);
+        let mut b = DynBufferMut::from_raw(crate::nz_mut(inoutbuf, count), count, t);
+        p2pmpi::collective::reduce_local_into(&a, &mut b, op);
+    }
+    Ok(())
+}

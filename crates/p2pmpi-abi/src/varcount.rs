@@ -10,29 +10,13 @@
 use crate::consts::*;
 use crate::datatypes::{datatype_ref as dtref, stageable, MPI_Aint, MPI_Count};
 use crate::handles::rust_comm;
+use crate::intercoll;
+use crate::ints;
 use crate::is_in_place;
 use p2pmpi::collective::{TryCollectives, TryRoot};
 use p2pmpi::datatype::{DynBuffer, DynBufferMut, Partition, PartitionMut};
 use p2pmpi::traits::*;
 use std::os::raw::{c_int, c_void};
-
-/// `n` counts or displacements at `p` as `int`s (`MPI_ERR_COUNT` for one out of range or a
-/// negative count).
-///
-/// # Safety
-/// `p` must be valid for `n` reads.
-pub(crate) unsafe fn ints<T: Copy + TryInto<c_int>>(p: *const T, n: usize, counts: bool) -> Result<Vec<c_int>, c_int> {
-    if p.is_null() {
-        return if n == 0 { Ok(Vec::new()) } else { Err(MPI_ERR_ARG) };
-    }
-    // SAFETY: non-null, and the caller vouches for `n` elements.
-    let s = unsafe { std::slice::from_raw_parts(p, n) };
-    let v: Vec<c_int> = s.iter().map(|&x| x.try_into().map_err(|_| MPI_ERR_COUNT)).collect::<Result<_, _>>()?;
-    if v.iter().any(|&x| x < 0) {
-        return Err(if counts { MPI_ERR_COUNT } else { MPI_ERR_ARG });
-    }
-    Ok(v)
-}
 
 /// The number of elements a buffer with these parts spans.
 pub(crate) fn span(counts: &[c_int], displs: &[c_int]) -> c_int {
@@ -273,6 +257,14 @@ macro_rules! varcount_family {
                 root: c_int,
                 c: c_int,
             ) on c => {
+                if let Some(k) = intercoll::carrier(c)? {
+                    // SAFETY: the caller vouches for the arrays (at the root) and buffers.
+                    return unsafe {
+                        let parts = intercoll::varying(&k, Some(root), recvcounts, displs)?;
+                        let mine = (sendbuf, intercoll::lenient(sendcount), sendtype);
+                        intercoll::rooted(&k, true, mine, (recvbuf, &parts, recvtype), root, None)
+                    };
+                }
                 let sendcount = c_int::try_from(sendcount).map_err(|_| MPI_ERR_COUNT)?;
                 let n = if is_root(c, root)? { size(c)? } else { 0 };
                 // SAFETY: the caller vouches for the arrays (read at the root only) and buffers.
@@ -296,6 +288,14 @@ macro_rules! varcount_family {
                 root: c_int,
                 c: c_int,
             ) on c => {
+                if let Some(k) = intercoll::carrier(c)? {
+                    // SAFETY: the caller vouches for the arrays (at the root) and buffers.
+                    return unsafe {
+                        let parts = intercoll::varying(&k, Some(root), sendcounts, displs)?;
+                        let mine = (recvbuf as *const c_void, intercoll::lenient(recvcount), recvtype);
+                        intercoll::rooted(&k, false, mine, (sendbuf, &parts, sendtype), root, None)
+                    };
+                }
                 let recvcount = c_int::try_from(recvcount).map_err(|_| MPI_ERR_COUNT)?;
                 let n = if is_root(c, root)? { size(c)? } else { 0 };
                 // SAFETY: the caller vouches for the arrays (read at the root only) and buffers.
@@ -318,6 +318,14 @@ macro_rules! varcount_family {
                 recvtype: c_int,
                 c: c_int,
             ) on c => {
+                if let Some(k) = intercoll::carrier(c)? {
+                    let mine = vec![(intercoll::lenient(sendcount), 0); k.remote];
+                    // SAFETY: the caller vouches for the arrays and buffers.
+                    return unsafe {
+                        let parts = intercoll::varying(&k, None, recvcounts, displs)?;
+                        intercoll::all(&k, (sendbuf, &mine, sendtype), (recvbuf, &parts, recvtype), None)
+                    };
+                }
                 let sendcount = c_int::try_from(sendcount).map_err(|_| MPI_ERR_COUNT)?;
                 let n = size(c)?;
                 // SAFETY: the caller vouches for the arrays and buffers.
@@ -341,6 +349,14 @@ macro_rules! varcount_family {
                 recvtype: c_int,
                 c: c_int,
             ) on c => {
+                if let Some(k) = intercoll::carrier(c)? {
+                    // SAFETY: the caller vouches for the arrays and buffers.
+                    return unsafe {
+                        let s = intercoll::varying(&k, None, sendcounts, sdispls)?;
+                        let r = intercoll::varying(&k, None, recvcounts, rdispls)?;
+                        intercoll::all(&k, (sendbuf, &s, sendtype), (recvbuf, &r, recvtype), None)
+                    };
+                }
                 let n = size(c)?;
                 let m = if is_in_place(sendbuf) { 0 } else { n };
                 // SAFETY: the caller vouches for the arrays (the send ones unread in place) and

@@ -874,3 +874,64 @@ fn files_read_and_written_through_offsets_views_and_both_pointers_on_two_and_thr
         }
     }
 }
+
+#[test]
+fn neighbourhood_collectives_ialltoallw_alltoallw_init_and_cart_map_on_four_processes() {
+    if !require(&["mpicc.mpich"], true) {
+        return;
+    }
+    let o = run(4, &c_program("neighbor"), &[], T);
+    o.assert_ok();
+    let checks = [
+        "cart allgather",
+        "cart alltoall",
+        "cart ialltoall",
+        "line allgather",
+        "graph allgatherv gaps",
+        "dist alltoallv",
+        "dist alltoallw",
+        "dist ialltoallw bottom",
+        "dist allgatherv persistent",
+        "ialltoallw",
+        "ialltoallw in place",
+        "alltoallw persistent",
+        "ialltoall in place",
+        "cart map",
+        "no topology refused",
+    ];
+    for r in 0..4 {
+        for c in checks {
+            let w = format!("rank {r}: {c} ok");
+            assert!(o.stdout.lines().any(|l| l == w), "missing {w:?}\n{}", show(&o));
+        }
+    }
+    assert!(!o.stdout.contains(" bad"), "{}", show(&o));
+}
+
+#[test]
+fn rooted_varying_and_nonblocking_collectives_over_an_intercommunicator_on_three_processes() {
+    if !require(&["mpicc.mpich"], true) {
+        return;
+    }
+    let o = run(3, &c_program("intercoll"), &[], T);
+    o.assert_ok();
+    let mut checks = vec![];
+    for g in 0..2 {
+        for c in ["bcast", "reduce", "gather", "scatter", "gatherv", "scatterv"] {
+            checks.push(format!("{c} {g}"));
+        }
+    }
+    for c in
+        ["allgatherv", "alltoallv", "alltoallw", "ibarrier", "ibcast", "iallreduce", "igather", "allgatherv persistent"]
+    {
+        checks.push(c.to_string());
+    }
+    for r in 0..3 {
+        for c in &checks {
+            let w = format!("rank {r}: {c} ok");
+            // Once per round: the intercommunicator is made twice.
+            assert_eq!(o.stdout.lines().filter(|l| *l == w).count(), 2, "missing {w:?}\n{}", show(&o));
+        }
+    }
+    assert!(!o.stdout.contains(" bad"), "{}", show(&o));
+}
