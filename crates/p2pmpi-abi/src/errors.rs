@@ -63,7 +63,10 @@ pub fn class_of_failure(e: p2pmpi::CommError) -> c_int {
     use p2pmpi::CommError as E;
     let class = match &e {
         E::Truncated { .. } | E::Count { .. } | E::SizeMismatch { .. } => MPI_ERR_TRUNCATE,
-        E::PeerLost { .. } => MPIX_ERR_PROC_FAILED,
+        E::PeerLost { rank, .. } => {
+            p2pmpi::environment::note_lost_rank(*rank);
+            MPIX_ERR_PROC_FAILED
+        }
         E::Revoked => MPIX_ERR_REVOKED,
         E::InvalidRank { .. } => MPI_ERR_RANK,
         E::BufferExhausted { .. } => MPI_ERR_BUFFER,

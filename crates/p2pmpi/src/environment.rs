@@ -138,7 +138,17 @@ pub fn abort_with_message(errorcode: c_int, cause: &str) -> ! {
     let rank = own_rank();
     let msg = format!("p2pmpi: rank {rank}: {cause}");
     let status = if errorcode & 0xff == 0 { 1 } else { errorcode & 0xff };
-    crate::fatal::stop_with(rank, errorcode, &msg, None, status)
+    // A call that failed because a rank was lost (ULFM's MPIX_ERR_PROC_FAILED, 101): the
+    // launcher is told which, and reports that rank's own end as the job's cause.
+    let lost = if errorcode == 101 { crate::fatal::take_lost() } else { None };
+    crate::fatal::stop_with(rank, errorcode, &msg, lost, status)
+}
+
+/// Notes that this thread's last call failed because rank `rank` was lost (for a layer above
+/// the library that maps the failure to an error code itself, such as the MPICH ABI): a later
+/// [`abort_with_message`] with ULFM's `MPIX_ERR_PROC_FAILED` names that rank to the launcher.
+pub fn note_lost_rank(rank: c_int) {
+    crate::fatal::note_lost(rank);
 }
 
 /// Initializes the library with [`Threading::Single`]. Returns `None` if it was initialized

@@ -30,6 +30,23 @@ pub(crate) fn install(f: Farewell) {
     let _ = FAREWELL.set(f);
 }
 
+thread_local! {
+    /// The rank whose loss made this thread's last call fail (a `PeerLost` answered as an
+    /// error code through the C layer): an abort for that code names it to the launcher, which
+    /// then reports the root cause rather than this process.
+    static LOST: std::cell::Cell<Option<i32>> = const { std::cell::Cell::new(None) };
+}
+
+/// Notes that this thread's last call failed because rank `rank` was lost.
+pub(crate) fn note_lost(rank: i32) {
+    LOST.with(|l| l.set(Some(rank)));
+}
+
+/// The rank noted by [`note_lost`], forgotten.
+pub(crate) fn take_lost() -> Option<i32> {
+    LOST.with(|l| l.take())
+}
+
 /// Ends the process with `status`; the caller has said and done what it must first.
 pub(crate) fn exit(status: i32) -> ! {
     std::process::exit(status)

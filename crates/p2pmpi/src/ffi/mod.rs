@@ -156,7 +156,10 @@ fn err_class(e: &crate::CommError) -> c_int {
     match e {
         crate::CommError::Truncated { .. } => MPI_ERR_TRUNCATE as c_int,
         // ULFM's classes, MPICH's numbers (`MPIX_ERR_PROC_FAILED`, `MPIX_ERR_REVOKED`).
-        crate::CommError::PeerLost { .. } => 101,
+        crate::CommError::PeerLost { rank, .. } => {
+            crate::fatal::note_lost(*rank);
+            101
+        }
         crate::CommError::Revoked => 103,
         _ => MPI_ERR_OTHER as c_int,
     }
