@@ -51,6 +51,7 @@ pub mod ops;
 pub mod pack;
 pub mod pcoll;
 pub mod point_to_point;
+pub mod removed;
 pub mod rma;
 pub mod session;
 pub mod shm;

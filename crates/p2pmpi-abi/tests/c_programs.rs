@@ -935,3 +935,15 @@ fn rooted_varying_and_nonblocking_collectives_over_an_intercommunicator_on_three
     }
     assert!(!o.stdout.contains(" bad"), "{}", show(&o));
 }
+
+#[test]
+fn mpi1s_removed_datatype_functions_answer_from_the_extent() {
+    if !require(&["mpicc.mpich"], true) {
+        return;
+    }
+    let o = run(1, &c_program("removed"), &[], T);
+    o.assert_ok();
+    for w in ["removed: extent 4 lb 8 ub 12", "removed: double 8 null 1"] {
+        assert!(o.stdout.lines().any(|l| l == w), "missing {w:?}\n{}", show(&o));
+    }
+}
