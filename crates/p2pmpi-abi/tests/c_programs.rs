@@ -844,3 +844,37 @@ fn a_program_runs_alone_without_the_launcher() {
         assert!(o.stdout.lines().any(|l| l == w), "missing {w:?}\n{}", show(&o));
     }
 }
+
+#[test]
+fn point_to_point_odds_on_three_processes() {
+    if !require(&["mpicc.mpich"], true) {
+        return;
+    }
+    let o = run(3, &c_program("p2p_odds"), &[], T);
+    o.assert_ok();
+    for r in 0..3 {
+        let p = (r + 2) % 3;
+        let mut want = vec![
+            format!("isendrecv {p} {} {} -1 count 3 source {p}", p * 10, p * 100),
+            "isendrecv large 1".to_string(),
+            format!("isendrecv_replace {p} {}", p + 1),
+            "partitioned round 0 arrived before 0 sent early 0 data 1".to_string(),
+            "partitioned round 1 arrived before 0 sent early 0 data 1".to_string(),
+            "partitioned freed 1".to_string(),
+            "grequest early 0 cancels 2 (0 1) queried 1 freed 1 source 33 tag 42 count 3 null 1".to_string(),
+            "grequest waitall before 1 sources 33 1 tags 42 1 freed 2".to_string(),
+            "grequest failing query 1".to_string(),
+            "issend to itself before 0 after 1 got 77".to_string(),
+            "idup congruent 1".to_string(),
+            "external32 size 8 bytes 01020304 3ff8 position 16 back 1 1 1".to_string(),
+            "external other representation refused 1".to_string(),
+        ];
+        if r % 2 == 0 {
+            want.push("create_group size 2 sum 2".to_string());
+        }
+        for w in want {
+            let w = format!("rank {r}: {w}");
+            assert!(o.stdout.lines().any(|l| l == w), "missing {w:?}\n{}", show(&o));
+        }
+    }
+}
