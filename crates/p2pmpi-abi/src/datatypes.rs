@@ -150,12 +150,18 @@ pub fn predefined_name(h: c_int) -> Option<&'static str> {
         (MPI_LONG_INT, "MPI_LONG_INT"),
         (MPI_SHORT_INT, "MPI_SHORT_INT"),
     ];
-    PREDEFINED.iter().map(|&(n, k, _)| (k, n)).chain(pair).find(|(k, _)| *k == h).map(|(_, n)| n)
+    PREDEFINED
+        .iter()
+        .map(|&(n, k, _)| (k, n))
+        .chain(pair)
+        .find(|(k, _)| *k == h)
+        .map(|(_, n)| n)
+        .or_else(|| crate::more_types::extra_name(h))
 }
 
 /// The library's datatype of a predefined MPICH datatype (pairs included).
 pub fn predefined(h: c_int) -> Option<ffi::MPI_Datatype> {
-    builtin(h).or_else(|| pair(h))
+    builtin(h).or_else(|| pair(h)).or_else(|| crate::more_types::extra(h))
 }
 
 /// The library's datatype of MPICH datatype `h`, committed or not (for the constructors and
@@ -178,7 +184,7 @@ pub fn datatype(h: c_int) -> Result<ffi::MPI_Datatype, c_int> {
         Some(d) => Ok(d),
         None => match DATATYPES.with(h, |e| e.committed.then(|| e.dt.as_raw())) {
             Some(d) => d.ok_or(MPI_ERR_TYPE),
-            None => pair(h).ok_or(MPI_ERR_TYPE),
+            None => pair(h).or_else(|| crate::more_types::extra(h)).ok_or(MPI_ERR_TYPE),
         },
     }
 }

@@ -89,7 +89,8 @@ unsafe fn start(
     ok(unsafe { ffi::MPI_Irecv(crate::nz_mut(recvbuf, recvcount), recvcount, fr, source, recvtag, fc, &mut r) })?;
     let n = c_int::try_from(copy.len()).map_err(|_| MPI_ERR_COUNT)?;
     let packed_type = datatype(MPI_PACKED)?;
-    let b = crate::nz(copy.as_ptr() as *const c_void, n);
+    // (An empty vector's address, 1, could pass for the library's `MPI_IN_PLACE`.)
+    let b = if n == 0 { crate::nz(std::ptr::null(), 0) } else { copy.as_ptr() as *const c_void };
     // SAFETY: the copy lives with the send until it completes; `s` is a local.
     let rc = unsafe { ffi::MPI_Isend(b, n, packed_type, dest, sendtag, fc, &mut s) };
     if rc != MPI_SUCCESS {

@@ -858,6 +858,7 @@ fn point_to_point_odds_on_three_processes() {
             format!("isendrecv {p} {} {} -1 count 3 source {p}", p * 10, p * 100),
             "isendrecv large 1".to_string(),
             format!("isendrecv_replace {p} {}", p + 1),
+            "isendrecv empty 1 count 0 source 1".to_string(),
             "partitioned round 0 arrived before 0 sent early 0 data 1".to_string(),
             "partitioned round 1 arrived before 0 sent early 0 data 1".to_string(),
             "partitioned freed 1".to_string(),

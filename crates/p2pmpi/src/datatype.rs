@@ -659,6 +659,19 @@ impl UserDatatype {
         m.extent = extent as isize;
         UserDatatype::of(m)
     }
+    /// The same layout with lower bound `lb` and extent `extent`, either of any sign
+    /// (`MPI_Type_create_resized` in full).
+    pub fn with_bounds(self, lb: Address, extent: Address) -> Self {
+        let mut m = self.map().clone();
+        m.lb = lb;
+        m.extent = extent;
+        UserDatatype::of(m)
+    }
+    /// One value of primitive kind `kind` (a complex number without the `complex` feature,
+    /// `long double` as 16 opaque bytes: for a C or Fortran library's predefined types).
+    pub fn primitive(kind: Primitive) -> Self {
+        UserDatatype::of(TypeMap::primitive(kind))
+    }
     /// A borrowed handle.
     pub fn as_ref(&self) -> DatatypeRef<'_> {
         DatatypeRef { map: self.map() }

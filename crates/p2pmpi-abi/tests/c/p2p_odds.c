@@ -63,6 +63,14 @@ int main(int argc, char **argv) {
     MPI_Isendrecv_replace(rep, 2, MPI_INT, next, 7, prev, 7, MPI_COMM_WORLD, &req);
     MPI_Wait(&req, &st);
     printf("rank %d: isendrecv_replace %d %d\n", rank, rep[0], rep[1]);
+    /* Nothing to send (a null buffer): with MPI_PROC_NULL, and to oneself. */
+    int rc1 = MPI_Isendrecv(NULL, 0, MPI_INT, MPI_PROC_NULL, 0, NULL, 0, MPI_INT, MPI_PROC_NULL, 0, MPI_COMM_WORLD, &req);
+    int rc2 = MPI_Wait(&req, &st);
+    int rc3 = MPI_Isendrecv_replace(NULL, 0, MPI_INT, rank, 8, rank, 8, MPI_COMM_WORLD, &req);
+    int rc4 = MPI_Wait(&req, &st);
+    MPI_Get_count(&st, MPI_INT, &n);
+    printf("rank %d: isendrecv empty %d count %d source %d\n", rank, rc1 == 0 && rc2 == 0 && rc3 == 0 && rc4 == 0, n,
+           st.MPI_SOURCE == rank);
 
     /* Partitioned: 4 partitions of 2 ints around the ring, started twice. */
     int pout[8], pin[8];
