@@ -705,8 +705,8 @@ P2PMPI_FN(int, Session_get_pset_info, (MPI_Session session, const char *pset_nam
 P2PMPI_FN(int, Group_from_session_pset, (MPI_Session session, const char *pset_name, MPI_Group *newgroup))
 P2PMPI_FN(int, Comm_create_from_group, (MPI_Group group, const char *stringtag, MPI_Info info, MPI_Errhandler errhandler, MPI_Comm *newcomm))
 
-/* Point-to-point odds, generalized and partitioned requests, communicator odds, external32
-   (helper p2p). */
+/* Point-to-point odds, generalized and partitioned requests, communicator odds, external32,
+   Fortran 90 types, distributed arrays (helper p2p). */
 typedef int (MPI_Grequest_cancel_function)(void *, int);
 typedef int (MPI_Grequest_free_function)(void *);
 typedef int (MPI_Grequest_query_function)(void *, MPI_Status *);
@@ -731,6 +731,12 @@ P2PMPI_FN(int, Unpack_external, (const char datarep[], const void *inbuf, MPI_Ai
 P2PMPI_FN(int, Unpack_external_c, (const char datarep[], const void *inbuf, MPI_Count insize, MPI_Count *position, void *outbuf, MPI_Count outcount, MPI_Datatype datatype))
 P2PMPI_FN(int, Pack_external_size, (const char *datarep, int incount, MPI_Datatype datatype, MPI_Aint *size))
 P2PMPI_FN(int, Pack_external_size_c, (const char *datarep, MPI_Count incount, MPI_Datatype datatype, MPI_Count *size))
+P2PMPI_FN(int, Type_create_f90_integer, (int r, MPI_Datatype *newtype))
+P2PMPI_FN(int, Type_create_f90_real, (int p, int r, MPI_Datatype *newtype))
+P2PMPI_FN(int, Type_create_f90_complex, (int p, int r, MPI_Datatype *newtype))
+P2PMPI_FN(int, Type_match_size, (int typeclass, int size, MPI_Datatype *datatype))
+P2PMPI_FN(int, Type_create_darray, (int size, int rank, int ndims, const int array_of_gsizes[], const int array_of_distribs[], const int array_of_dargs[], const int array_of_psizes[], int order, MPI_Datatype oldtype, MPI_Datatype *newtype))
+P2PMPI_FN(int, Type_create_darray_c, (int size, int rank, int ndims, const MPI_Count array_of_gsizes[], const int array_of_distribs[], const int array_of_dargs[], const int array_of_psizes[], int order, MPI_Datatype oldtype, MPI_Datatype *newtype))
 
 /* Info objects. */
 P2PMPI_FN(int, Info_create, (MPI_Info *info))

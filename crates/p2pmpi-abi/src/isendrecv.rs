@@ -57,8 +57,8 @@ unsafe fn packed(buf: *const c_void, count: c_int, dt: c_int) -> Result<Vec<u8>,
     Ok(v)
 }
 
-/// Starts the receive of `recvcount` elements of `recvtype` into `recvbuf` from `source`,
-/// then the send of the copy of `copy` to `dest`; `*request` names the receive.
+/// Starts the send of `copy` to `dest`, then the receive of `recvcount` elements of
+/// `recvtype` into `recvbuf` from `source`; `*request` names the receive.
 ///
 /// # Safety
 /// `recvbuf` must be writable for the receive until it completes; `request` null or
@@ -85,23 +85,17 @@ unsafe fn start(
     sweep();
     // SAFETY: the predefined names are initialized statics that nothing writes.
     let (mut r, mut s) = unsafe { (ffi::RSMPI_REQUEST_NULL, ffi::RSMPI_REQUEST_NULL) };
-    // SAFETY: the caller's contract; `r` is a local.
-    ok(unsafe { ffi::MPI_Irecv(crate::nz_mut(recvbuf, recvcount), recvcount, fr, source, recvtag, fc, &mut r) })?;
     let n = c_int::try_from(copy.len()).map_err(|_| MPI_ERR_COUNT)?;
     let packed_type = datatype(MPI_PACKED)?;
     // (An empty vector's address, 1, could pass for the library's `MPI_IN_PLACE`.)
     let b = if n == 0 { crate::nz(std::ptr::null(), 0) } else { copy.as_ptr() as *const c_void };
+    // The send first: if it is refused, nothing was posted (a receive withdrawn could have
+    // taken a message meanwhile).
     // SAFETY: the copy lives with the send until it completes; `s` is a local.
-    let rc = unsafe { ffi::MPI_Isend(b, n, packed_type, dest, sendtag, fc, &mut s) };
-    if rc != MPI_SUCCESS {
-        // SAFETY: `r` is the receive just posted, withdrawn.
-        unsafe {
-            ffi::MPI_Cancel(&r);
-            ffi::MPI_Request_free(&mut r);
-        }
-        return Err(rc);
-    }
+    ok(unsafe { ffi::MPI_Isend(b, n, packed_type, dest, sendtag, fc, &mut s) })?;
     SENDING.lock().push(Sending { raw: s, _copy: copy });
+    // SAFETY: the caller's contract; `r` is a local.
+    ok(unsafe { ffi::MPI_Irecv(crate::nz_mut(recvbuf, recvcount), recvcount, fr, source, recvtag, fc, &mut r) })?;
     // SAFETY: checked non-null; the caller vouches it is writable.
     unsafe { request.write(new_request(r, None)) };
     Ok(())

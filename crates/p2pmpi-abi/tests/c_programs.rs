@@ -879,3 +879,33 @@ fn point_to_point_odds_on_three_processes() {
         }
     }
 }
+
+#[test]
+fn datatype_odds_on_three_processes() {
+    if !require(&["mpicc.mpich"], true) {
+        return;
+    }
+    let o = run(3, &c_program("types_odds"), &[], T);
+    o.assert_ok();
+    let blocks = [(16, 0, 3), (16, 4, 7), (8, 8, 9)];
+    for r in 0..3 {
+        let (size, first, last) = blocks[r];
+        let want = [
+            "f90 sizes 4 8 8 same 1 envelope 2 0 0 1 contents 15 300".to_string(),
+            "f90 too wide refused 1 match_size 1 1 none 1".to_string(),
+            "f90 integer sum 3 complex sum 3+3i product -2+2i".to_string(),
+            "resized lb -4 extent 12 sent 0 3 6".to_string(),
+            "resized backwards extent -4 sent 8 7 6".to_string(),
+            format!("darray block size {size} extent 40 first {first} last {last}"),
+            format!("darray cyclic C size 32 values {r} {} {} {}", r + 3, r + 6, r + 9),
+            format!("darray cyclic Fortran values {r} {} {} {} envelope 12 0 1 1", r + 3, r + 6, r + 9),
+            "name of null MPI_DATATYPE_NULL".to_string(),
+            "name set on MPI_INT my int".to_string(),
+            "name MPI_C_FLOAT_COMPLEX".to_string(),
+        ];
+        for w in want {
+            let w = format!("rank {r}: {w}");
+            assert!(o.stdout.lines().any(|l| l == w), "missing {w:?}\n{}", show(&o));
+        }
+    }
+}
