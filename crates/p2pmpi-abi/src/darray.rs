@@ -55,7 +55,10 @@ fn layout(dims: &[(Vec<(i64, i64)>, i64)]) -> Vec<(i64, i64)> {
     // Every combination of the outer dimensions' indices, in order.
     let mut bases = vec![0i64];
     for (rs, stride) in outer {
-        bases = bases.iter().flat_map(|&b| rs.iter().flat_map(move |&(s, l)| (s..s + l).map(move |i| b + i * stride))).collect();
+        bases = bases
+            .iter()
+            .flat_map(|&b| rs.iter().flat_map(move |&(s, l)| (s..s + l).map(move |i| b + i * stride)))
+            .collect();
     }
     bases.iter().flat_map(|&b| inner.iter().map(move |&(s, l)| (b + s, l))).collect()
 }
@@ -110,7 +113,8 @@ fn darray(
     let o = old(oldtype)?;
     let ext = o.type_map().extent() as i64;
     let runs = layout(&dims);
-    let lens: Vec<c_int> = runs.iter().map(|r| c_int::try_from(r.1).map_err(|_| MPI_ERR_COUNT)).collect::<Result<_, _>>()?;
+    let lens: Vec<c_int> =
+        runs.iter().map(|r| c_int::try_from(r.1).map_err(|_| MPI_ERR_COUNT)).collect::<Result<_, _>>()?;
     let disps: Vec<isize> = runs.iter().map(|r| (r.0 * ext) as isize).collect();
     let t = UserDatatype::heterogeneous_indexed(&lens, &disps, &o);
     Ok(t.with_bounds(0, (total * ext) as isize))
@@ -137,7 +141,8 @@ unsafe fn create(
     let (di, da, ps): (Vec<c_int>, Vec<c_int>, Vec<c_int>) =
         unsafe { (array(distribs, ndims)?, array(dargs, ndims)?, array(psizes, ndims)?) };
     let t = darray(size, rank, &gsizes, &di, &da, &ps, order, oldtype)?;
-    let g: Vec<c_int> = gsizes.iter().map(|&x| c_int::try_from(x).map_err(|_| MPI_ERR_COUNT)).collect::<Result<_, _>>()?;
+    let g: Vec<c_int> =
+        gsizes.iter().map(|&x| c_int::try_from(x).map_err(|_| MPI_ERR_COUNT)).collect::<Result<_, _>>()?;
     let ints = [&[size, rank, ndims][..], &g, &di, &da, &ps, &[order]].concat();
     let how = contents(MPI_COMBINER_DARRAY, ints, vec![], &[oldtype])?;
     // SAFETY: the caller's contract.

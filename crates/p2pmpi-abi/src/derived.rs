@@ -54,7 +54,12 @@ fn inner(h: c_int) -> Result<Inner, c_int> {
 }
 
 /// The contents of a datatype made by `combiner` from `ints`, `aints` and `types`.
-pub(crate) fn contents(combiner: c_int, ints: Vec<c_int>, aints: Vec<MPI_Aint>, types: &[c_int]) -> Result<Contents, c_int> {
+pub(crate) fn contents(
+    combiner: c_int,
+    ints: Vec<c_int>,
+    aints: Vec<MPI_Aint>,
+    types: &[c_int],
+) -> Result<Contents, c_int> {
     let types = types.iter().map(|&t| inner(t)).collect::<Result<_, _>>()?;
     Ok(Contents { combiner, ints, aints, types })
 }
