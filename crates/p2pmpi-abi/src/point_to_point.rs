@@ -441,8 +441,8 @@ mpi_fn! {
         };
         // SAFETY: the caller's contract.
         unsafe { s.write() };
-        // SAFETY: as above.
         let r = match r {
+            // SAFETY: the caller's contract.
             Ok(g) => unsafe { put_greqs(g, statuses, Some) },
             Err(e) => Err(e),
         };

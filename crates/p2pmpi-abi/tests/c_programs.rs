@@ -888,8 +888,7 @@ fn datatype_odds_on_three_processes() {
     let o = run(3, &c_program("types_odds"), &[], T);
     o.assert_ok();
     let blocks = [(16, 0, 3), (16, 4, 7), (8, 8, 9)];
-    for r in 0..3 {
-        let (size, first, last) = blocks[r];
+    for (r, &(size, first, last)) in blocks.iter().enumerate() {
         let want = [
             "f90 sizes 4 8 8 same 1 envelope 2 0 0 1 contents 15 300".to_string(),
             "f90 too wide refused 1 match_size 1 1 none 1".to_string(),

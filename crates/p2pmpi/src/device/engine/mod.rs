@@ -654,8 +654,12 @@ impl<C: Coordination, S: Waits> Core<C, S> {
         match self.matcher.arrive(&env) {
             Arrival::Matched(r) => {
                 self.traced(&env);
-                // SAFETY: `isend`'s contract: `len` bytes at `ptr`, readable during this call.
-                let data = if len == 0 { &[][..] } else { unsafe { std::slice::from_raw_parts(ptr, len) } };
+                let data = if len == 0 {
+                    &[][..]
+                } else {
+                    // SAFETY: `isend`'s contract: `len` bytes at `ptr`, readable during this call.
+                    unsafe { std::slice::from_raw_parts(ptr, len) }
+                };
                 self.fill(r, &env, data);
                 self.new_req(std::ptr::null_mut(), 0, ReqState::Done(done))
             }
@@ -686,9 +690,13 @@ impl<C: Coordination, S: Waits> Core<C, S> {
             return;
         };
         C::matched(self, r, env);
-        // SAFETY: the send's buffer stays valid until its request completes (`isend`'s
-        // contract), which happens just below.
-        let data = if s.len == 0 { &[][..] } else { unsafe { std::slice::from_raw_parts(s.ptr, s.len) } };
+        let data = if s.len == 0 {
+            &[][..]
+        } else {
+            // SAFETY: the send's buffer stays valid until its request completes (`isend`'s
+            // contract), which happens just below.
+            unsafe { std::slice::from_raw_parts(s.ptr, s.len) }
+        };
         self.fill(r, env, data);
         let st = StatusInfo { source: me, tag: env.tag, len: env.len, cancelled: false };
         self.complete(s.req, Ok(st));
