@@ -7,8 +7,9 @@ use crate::errors::inherit_handler;
 use crate::handles::{comm, group, new_request, rust_comm, CommEntry, COMMS};
 use crate::ok;
 use p2pmpi::ffi;
-use p2pmpi::topology::Group;
+use p2pmpi::topology::{Group, SimpleCommunicator};
 use p2pmpi::traits::AsRaw;
+use p2pmpi::traits::Communicator;
 use std::os::raw::{c_int, c_void};
 
 /// A request already complete.
@@ -74,26 +75,23 @@ impl Group for Members {
     }
 }
 
-/// The members of group `g` (MPICH handle) by their ranks in `MPI_COMM_WORLD`.
-fn members(g: c_int) -> Result<Members, c_int> {
+/// The members of group `g` (MPICH handle), a subgroup of `parent`'s, by the library's
+/// world ranks (those `parent`'s members have: the world's, or a spawned world's).
+fn members(parent: &SimpleCommunicator, g: c_int) -> Result<Members, c_int> {
     let raw = group(g)?;
     let mut n = 0;
     // SAFETY: `n` is a local.
     ok(unsafe { ffi::MPI_Group_size(raw, &mut n) })?;
-    // SAFETY: the predefined names are initialized statics that nothing writes.
-    let (world_comm, mut wg) = unsafe { (ffi::RSMPI_COMM_WORLD, ffi::RSMPI_GROUP_NULL) };
-    // SAFETY: `wg` is a local.
-    ok(unsafe { ffi::MPI_Comm_group(world_comm, &mut wg) })?;
+    let pg = parent.group();
     let ranks: Vec<c_int> = (0..n).collect();
-    let mut world = vec![0; n as usize];
-    // SAFETY: `n` ranks in, `n` out, locals.
-    let rc = unsafe { ffi::MPI_Group_translate_ranks(raw, n, ranks.as_ptr(), wg, world.as_mut_ptr()) };
-    // SAFETY: `wg` was made above.
-    unsafe { ffi::MPI_Group_free(&mut wg) };
-    ok(rc)?;
-    if world.contains(&MPI_UNDEFINED) {
-        return Err(MPI_ERR_GROUP);
-    }
+    let mut at = vec![0; n as usize];
+    // SAFETY: `n` ranks in, `n` out, locals; `pg` lives during the call.
+    ok(unsafe { ffi::MPI_Group_translate_ranks(raw, n, ranks.as_ptr(), pg.as_raw(), at.as_mut_ptr()) })?;
+    let of_parent = pg.members_world();
+    let world = at
+        .iter()
+        .map(|&p| usize::try_from(p).ok().and_then(|p| of_parent.get(p).copied()).ok_or(MPI_ERR_GROUP))
+        .collect::<Result<Vec<c_int>, c_int>>()?;
     Ok(Members { raw, world })
 }
 
@@ -109,8 +107,7 @@ mpi_fn! {
         if tag < 0 {
             return Err(MPI_ERR_TAG);
         }
-        let m = members(g)?;
-        use p2pmpi::traits::Communicator;
+        let m = members(&parent, g)?;
         let made = parent.split_by_subgroup_with_tag(&m, tag);
         let h = match made {
             None => MPI_COMM_NULL,
