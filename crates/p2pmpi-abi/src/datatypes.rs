@@ -96,6 +96,9 @@ pub struct Contents {
     pub combiner: c_int,
     pub ints: Vec<c_int>,
     pub aints: Vec<MPI_Aint>,
+    /// The large counts (`MPI_Type_get_contents_c`'s), of a datatype made with a count
+    /// beyond an `int`'s range.
+    pub counts: Vec<MPI_Count>,
     pub types: Vec<Inner>,
 }
 
@@ -215,12 +218,9 @@ pub fn datatype_ref(h: c_int) -> Result<p2pmpi::datatype::DatatypeRef<'static>, 
 /// The size in bytes of one element of datatype `h`.
 pub fn size_of(h: c_int) -> Result<usize, c_int> {
     let d = any_datatype(h)?;
-    let mut n: c_int = 0;
-    // SAFETY: `d` is a live datatype (a predefined one), `n` a local.
-    match unsafe { ffi::MPI_Type_size(d, &mut n) } {
-        0 => Ok(n as usize),
-        e => Err(e),
-    }
+    // SAFETY: `d` names a live datatype, read during this call only (its size may exceed an
+    // `int`'s range).
+    Ok(unsafe { DatatypeRef::from_raw(d) }.type_map().size())
 }
 
 /// Writes `v` at `out` (`MPI_ERR_ARG` for a null pointer).
@@ -235,9 +235,9 @@ unsafe fn put<T>(out: *mut T, v: T) -> Result<(), c_int> {
 mpi_fn! {
     /// The number of data bytes in one element of `datatype`.
     fn MPI_Type_size(dt: c_int, size: *mut c_int) on MPI_COMM_WORLD => {
-        let n = size_of(dt)?;
+        let n = c_int::try_from(size_of(dt)?).unwrap_or(crate::consts::MPI_UNDEFINED);
         // SAFETY: the caller's contract.
-        unsafe { put(size, n as c_int) }
+        unsafe { put(size, n) }
     }
 }
 

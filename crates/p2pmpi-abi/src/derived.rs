@@ -61,7 +61,7 @@ pub(crate) fn contents(
     types: &[c_int],
 ) -> Result<Contents, c_int> {
     let types = types.iter().map(|&t| inner(t)).collect::<Result<_, _>>()?;
-    Ok(Contents { combiner, ints, aints, types })
+    Ok(Contents { combiner, ints, aints, counts: vec![], types })
 }
 
 /// Stores a new, uncommitted datatype made as `how` says; its handle written at `out`.
@@ -118,6 +118,51 @@ pub(crate) fn within(parts: &[(u128, c_int)]) -> Result<(), c_int> {
     }
 }
 
+/// Whether datatype `h` is one run of data filling its extent: copies of it, one after the
+/// other, are one run too (one block, however many: `MPI_Type_contiguous(INT_MAX, MPI_BYTE)`).
+fn one_run(h: c_int) -> Result<bool, c_int> {
+    let o = old(h)?;
+    let m = o.type_map();
+    Ok(matches!(m.blocks(), [b] if b.offset == m.lb() && b.len as isize == m.extent()))
+}
+
+/// `MPI_Type_contiguous_c`: beyond an `int`'s range, for a datatype of one run only (as
+/// copies of copies; the count recorded as a large count).
+///
+/// # Safety
+/// `newtype` must be null or valid for a write.
+pub(crate) unsafe fn contiguous_c(n: MPI_Count, oldtype: c_int, newtype: *mut c_int) -> Result<(), c_int> {
+    if let Ok(small) = c_int::try_from(n) {
+        // SAFETY: the caller's contract.
+        return crate::ok(unsafe { MPI_Type_contiguous(small, oldtype, newtype) });
+    }
+    if n < 0 {
+        return Err(MPI_ERR_COUNT);
+    }
+    if !one_run(oldtype)? {
+        return Err(MPI_ERR_UNSUPPORTED_OPERATION);
+    }
+    const PIECE: MPI_Count = 1 << 30;
+    let o = old(oldtype)?;
+    let (q, r) = (c_int::try_from(n / PIECE).map_err(|_| MPI_ERR_COUNT)?, (n % PIECE) as c_int);
+    let big = UserDatatype::contiguous(q, &UserDatatype::contiguous(PIECE as c_int, &o));
+    let t = if r == 0 {
+        big
+    } else {
+        let at = (n - MPI_Count::from(r)) as isize * o.type_map().extent();
+        UserDatatype::structured(&[1, 1], &[0, at], &[big, UserDatatype::contiguous(r, &o)])
+    };
+    let mut how = contents(MPI_COMBINER_CONTIGUOUS, vec![], vec![], &[oldtype])?;
+    how.counts = vec![n];
+    // SAFETY: the caller's contract.
+    unsafe { made(newtype, t, how) }
+}
+
+/// The large counts datatype `h` was made with (none for most).
+pub(crate) fn large_counts(h: c_int) -> Vec<MPI_Count> {
+    DATATYPES.with(h, |e| e.contents.as_ref().map(|k| k.counts.clone())).flatten().unwrap_or_default()
+}
+
 /// The sum of `v`'s entries as repetitions (negative ones count 0).
 fn total(v: &[c_int]) -> u128 {
     v.iter().map(|&x| x.max(0) as u128).sum()
@@ -135,7 +180,9 @@ fn count(n: c_int) -> Result<c_int, c_int> {
 mpi_fn! {
     /// `count` copies of `oldtype`, one after the other.
     fn MPI_Type_contiguous(n: c_int, oldtype: c_int, newtype: *mut c_int) on MPI_COMM_WORLD => {
-        within(&[(count(n)? as u128, oldtype)])?;
+        if !one_run(oldtype)? {
+            within(&[(count(n)? as u128, oldtype)])?;
+        }
         let t = UserDatatype::contiguous(count(n)?, &old(oldtype)?);
         let how = contents(MPI_COMBINER_CONTIGUOUS, vec![n], vec![], &[oldtype])?;
         // SAFETY: the caller's contract.

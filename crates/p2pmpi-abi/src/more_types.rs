@@ -100,7 +100,8 @@ unsafe fn f90(combiner: c_int, ints: Vec<c_int>, kind: Primitive, out: *mut c_in
     let h = match made.iter().find(|(c, i, _)| *c == combiner && *i == ints) {
         Some(&(_, _, h)) => h,
         None => {
-            let contents = Some(Box::new(Contents { combiner, ints: ints.clone(), aints: vec![], types: vec![] }));
+            let contents =
+                Some(Box::new(Contents { combiner, ints: ints.clone(), aints: vec![], counts: vec![], types: vec![] }));
             let e = TypeEntry { dt: UserDatatype::primitive(kind), committed: true, contents, name: None };
             let h = DATATYPES.insert(e);
             made.push((combiner, ints, h));

@@ -898,6 +898,7 @@ fn datatype_odds_on_three_processes() {
             format!("darray block size {size} extent 40 first {first} last {last}"),
             format!("darray cyclic C size 32 values {r} {} {} {}", r + 3, r + 6, r + 9),
             format!("darray cyclic Fortran values {r} {} {} {} envelope 12 0 1 1", r + 3, r + 6, r + 9),
+            "huge size 1 int size undefined 1 envelope 0 0 1 1 1 contents 1 byte 1".to_string(),
             "name of null MPI_DATATYPE_NULL".to_string(),
             "name set on MPI_INT my int".to_string(),
             "name MPI_C_FLOAT_COMPLEX".to_string(),

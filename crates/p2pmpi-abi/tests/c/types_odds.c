@@ -4,6 +4,7 @@
    Fortran orders), names of predefined datatypes. Prints "rank R: WHAT VALUE" lines. */
 #include <mpi.h>
 #include <stdio.h>
+#include <limits.h>
 #include <string.h>
 
 int main(int argc, char **argv) {
@@ -101,6 +102,21 @@ int main(int argc, char **argv) {
     MPI_Type_free(&d1);
     MPI_Type_free(&d2);
     MPI_Type_free(&d3);
+
+    /* Beyond INT_MAX elements: MPI_Type_contiguous_c of bytes, its size and decoding. */
+    MPI_Datatype huge;
+    MPI_Count n = (MPI_Count)INT_MAX + 1000, hsize, cni, cna, cnl, cnd, counts[1];
+    MPI_Type_contiguous_c(n, MPI_BYTE, &huge);
+    MPI_Type_size_c(huge, &hsize);
+    int isize;
+    MPI_Type_size(huge, &isize);
+    MPI_Type_get_envelope_c(huge, &cni, &cna, &cnl, &cnd, &comb);
+    MPI_Datatype inner;
+    MPI_Type_get_contents_c(huge, 0, 0, 1, 1, NULL, NULL, counts, &inner);
+    printf("rank %d: huge size %d int size undefined %d envelope %ld %ld %ld %ld %d contents %d byte %d\n", rank,
+           hsize == n, isize == MPI_UNDEFINED, (long)cni, (long)cna, (long)cnl, (long)cnd,
+           comb == MPI_COMBINER_CONTIGUOUS, counts[0] == n, inner == MPI_BYTE);
+    MPI_Type_free(&huge);
 
     /* Names. */
     char name[MPI_MAX_OBJECT_NAME];
