@@ -96,6 +96,9 @@ pub struct Contents {
     pub combiner: c_int,
     pub ints: Vec<c_int>,
     pub aints: Vec<MPI_Aint>,
+    /// The large counts (`MPI_Type_get_contents_c`'s), of a datatype made with a count
+    /// beyond an `int`'s range.
+    pub counts: Vec<MPI_Count>,
     pub types: Vec<Inner>,
 }
 
@@ -150,12 +153,18 @@ pub fn predefined_name(h: c_int) -> Option<&'static str> {
         (MPI_LONG_INT, "MPI_LONG_INT"),
         (MPI_SHORT_INT, "MPI_SHORT_INT"),
     ];
-    PREDEFINED.iter().map(|&(n, k, _)| (k, n)).chain(pair).find(|(k, _)| *k == h).map(|(_, n)| n)
+    PREDEFINED
+        .iter()
+        .map(|&(n, k, _)| (k, n))
+        .chain(pair)
+        .find(|(k, _)| *k == h)
+        .map(|(_, n)| n)
+        .or_else(|| crate::more_types::extra_name(h))
 }
 
 /// The library's datatype of a predefined MPICH datatype (pairs included).
 pub fn predefined(h: c_int) -> Option<ffi::MPI_Datatype> {
-    builtin(h).or_else(|| pair(h))
+    builtin(h).or_else(|| pair(h)).or_else(|| crate::more_types::extra(h))
 }
 
 /// The library's datatype of MPICH datatype `h`, committed or not (for the constructors and
@@ -178,7 +187,7 @@ pub fn datatype(h: c_int) -> Result<ffi::MPI_Datatype, c_int> {
         Some(d) => Ok(d),
         None => match DATATYPES.with(h, |e| e.committed.then(|| e.dt.as_raw())) {
             Some(d) => d.ok_or(MPI_ERR_TYPE),
-            None => pair(h).ok_or(MPI_ERR_TYPE),
+            None => pair(h).or_else(|| crate::more_types::extra(h)).ok_or(MPI_ERR_TYPE),
         },
     }
 }
@@ -209,12 +218,9 @@ pub fn datatype_ref(h: c_int) -> Result<p2pmpi::datatype::DatatypeRef<'static>, 
 /// The size in bytes of one element of datatype `h`.
 pub fn size_of(h: c_int) -> Result<usize, c_int> {
     let d = any_datatype(h)?;
-    let mut n: c_int = 0;
-    // SAFETY: `d` is a live datatype (a predefined one), `n` a local.
-    match unsafe { ffi::MPI_Type_size(d, &mut n) } {
-        0 => Ok(n as usize),
-        e => Err(e),
-    }
+    // SAFETY: `d` names a live datatype, read during this call only (its size may exceed an
+    // `int`'s range).
+    Ok(unsafe { DatatypeRef::from_raw(d) }.type_map().size())
 }
 
 /// Writes `v` at `out` (`MPI_ERR_ARG` for a null pointer).
@@ -229,9 +235,9 @@ unsafe fn put<T>(out: *mut T, v: T) -> Result<(), c_int> {
 mpi_fn! {
     /// The number of data bytes in one element of `datatype`.
     fn MPI_Type_size(dt: c_int, size: *mut c_int) on MPI_COMM_WORLD => {
-        let n = size_of(dt)?;
+        let n = c_int::try_from(size_of(dt)?).unwrap_or(crate::consts::MPI_UNDEFINED);
         // SAFETY: the caller's contract.
-        unsafe { put(size, n as c_int) }
+        unsafe { put(size, n) }
     }
 }
 

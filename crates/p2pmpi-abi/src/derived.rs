@@ -1,7 +1,7 @@
 //! Derived datatypes: `MPI_Type_contiguous`, `MPI_Type_vector`, `MPI_Type_create_hvector`,
 //! `MPI_Type_indexed`, `MPI_Type_create_hindexed`, `MPI_Type_create_indexed_block`,
-//! `MPI_Type_create_hindexed_block`, `MPI_Type_create_struct`, `MPI_Type_create_resized`
-//! (lower bound 0), `MPI_Type_create_subarray`, `MPI_Type_dup`, `MPI_Type_commit`,
+//! `MPI_Type_create_hindexed_block`, `MPI_Type_create_struct`, `MPI_Type_create_resized`,
+//! `MPI_Type_create_subarray`, `MPI_Type_dup`, `MPI_Type_commit`,
 //! `MPI_Type_free` (and MPI-1's `MPI_Type_hvector`, `MPI_Type_hindexed`, `MPI_Type_struct`),
 //! on the Rust API's [`UserDatatype`] constructors; their decoding
 //! (`MPI_Type_get_envelope`, `MPI_Type_get_contents`) and names (`MPI_Type_set_name`,
@@ -37,7 +37,7 @@ const MPI_COMBINER_HINDEXED_BLOCK: c_int = 19;
 static RETIRED: Mutex<Vec<UserDatatype>> = Mutex::new(Vec::new());
 
 /// The datatype of handle `h` (committed or not), borrowed for a constructor.
-fn old(h: c_int) -> Result<DatatypeRef<'static>, c_int> {
+pub(crate) fn old(h: c_int) -> Result<DatatypeRef<'static>, c_int> {
     let d = any_datatype(h)?;
     // SAFETY: `d` names a live datatype; the reference is used during this call only (the
     // `'static` is not kept: a constructor copies the layout).
@@ -54,16 +54,21 @@ fn inner(h: c_int) -> Result<Inner, c_int> {
 }
 
 /// The contents of a datatype made by `combiner` from `ints`, `aints` and `types`.
-fn contents(combiner: c_int, ints: Vec<c_int>, aints: Vec<MPI_Aint>, types: &[c_int]) -> Result<Contents, c_int> {
+pub(crate) fn contents(
+    combiner: c_int,
+    ints: Vec<c_int>,
+    aints: Vec<MPI_Aint>,
+    types: &[c_int],
+) -> Result<Contents, c_int> {
     let types = types.iter().map(|&t| inner(t)).collect::<Result<_, _>>()?;
-    Ok(Contents { combiner, ints, aints, types })
+    Ok(Contents { combiner, ints, aints, counts: vec![], types })
 }
 
 /// Stores a new, uncommitted datatype made as `how` says; its handle written at `out`.
 ///
 /// # Safety
 /// `out` must be null or valid for a write.
-unsafe fn made(out: *mut c_int, dt: UserDatatype, how: Contents) -> Result<(), c_int> {
+pub(crate) unsafe fn made(out: *mut c_int, dt: UserDatatype, how: Contents) -> Result<(), c_int> {
     if out.is_null() {
         return Err(MPI_ERR_ARG);
     }
@@ -77,7 +82,7 @@ unsafe fn made(out: *mut c_int, dt: UserDatatype, how: Contents) -> Result<(), c
 ///
 /// # Safety
 /// `p` must be valid for `n` reads.
-unsafe fn array<T: Copy, U: TryFrom<T>>(p: *const T, n: c_int) -> Result<Vec<U>, c_int> {
+pub(crate) unsafe fn array<T: Copy, U: TryFrom<T>>(p: *const T, n: c_int) -> Result<Vec<U>, c_int> {
     if n < 0 {
         return Err(MPI_ERR_COUNT);
     }
@@ -100,7 +105,7 @@ const MAX_BLOCKS: u128 = 1 << 22;
 
 /// Checks that the parts of a new datatype (repetitions of a datatype, by handle) make at
 /// most [`MAX_BLOCKS`] blocks.
-fn within(parts: &[(u128, c_int)]) -> Result<(), c_int> {
+pub(crate) fn within(parts: &[(u128, c_int)]) -> Result<(), c_int> {
     let mut total: u128 = 0;
     for &(reps, h) in parts {
         let blocks = old(h)?.type_map().blocks().len().max(1) as u128;
@@ -111,6 +116,51 @@ fn within(parts: &[(u128, c_int)]) -> Result<(), c_int> {
     } else {
         Ok(())
     }
+}
+
+/// Whether datatype `h` is one run of data filling its extent: copies of it, one after the
+/// other, are one run too (one block, however many: `MPI_Type_contiguous(INT_MAX, MPI_BYTE)`).
+fn one_run(h: c_int) -> Result<bool, c_int> {
+    let o = old(h)?;
+    let m = o.type_map();
+    Ok(matches!(m.blocks(), [b] if b.offset == m.lb() && b.len as isize == m.extent()))
+}
+
+/// `MPI_Type_contiguous_c`: beyond an `int`'s range, for a datatype of one run only (as
+/// copies of copies; the count recorded as a large count).
+///
+/// # Safety
+/// `newtype` must be null or valid for a write.
+pub(crate) unsafe fn contiguous_c(n: MPI_Count, oldtype: c_int, newtype: *mut c_int) -> Result<(), c_int> {
+    if let Ok(small) = c_int::try_from(n) {
+        // SAFETY: the caller's contract.
+        return crate::ok(unsafe { MPI_Type_contiguous(small, oldtype, newtype) });
+    }
+    if n < 0 {
+        return Err(MPI_ERR_COUNT);
+    }
+    if !one_run(oldtype)? {
+        return Err(MPI_ERR_UNSUPPORTED_OPERATION);
+    }
+    const PIECE: MPI_Count = 1 << 30;
+    let o = old(oldtype)?;
+    let (q, r) = (c_int::try_from(n / PIECE).map_err(|_| MPI_ERR_COUNT)?, (n % PIECE) as c_int);
+    let big = UserDatatype::contiguous(q, &UserDatatype::contiguous(PIECE as c_int, &o));
+    let t = if r == 0 {
+        big
+    } else {
+        let at = (n - MPI_Count::from(r)) as isize * o.type_map().extent();
+        UserDatatype::structured(&[1, 1], &[0, at], &[big, UserDatatype::contiguous(r, &o)])
+    };
+    let mut how = contents(MPI_COMBINER_CONTIGUOUS, vec![], vec![], &[oldtype])?;
+    how.counts = vec![n];
+    // SAFETY: the caller's contract.
+    unsafe { made(newtype, t, how) }
+}
+
+/// The large counts datatype `h` was made with (none for most).
+pub(crate) fn large_counts(h: c_int) -> Vec<MPI_Count> {
+    DATATYPES.with(h, |e| e.contents.as_ref().map(|k| k.counts.clone())).flatten().unwrap_or_default()
 }
 
 /// The sum of `v`'s entries as repetitions (negative ones count 0).
@@ -130,7 +180,9 @@ fn count(n: c_int) -> Result<c_int, c_int> {
 mpi_fn! {
     /// `count` copies of `oldtype`, one after the other.
     fn MPI_Type_contiguous(n: c_int, oldtype: c_int, newtype: *mut c_int) on MPI_COMM_WORLD => {
-        within(&[(count(n)? as u128, oldtype)])?;
+        if !one_run(oldtype)? {
+            within(&[(count(n)? as u128, oldtype)])?;
+        }
         let t = UserDatatype::contiguous(count(n)?, &old(oldtype)?);
         let how = contents(MPI_COMBINER_CONTIGUOUS, vec![n], vec![], &[oldtype])?;
         // SAFETY: the caller's contract.
@@ -341,25 +393,21 @@ mpi_fn! {
     }
 }
 
-/// `MPI_Type_create_resized` (lower bound 0 only).
+/// `MPI_Type_create_resized`.
 ///
 /// # Safety
 /// `newtype` must be null or valid for a write.
 unsafe fn resized(oldtype: c_int, lb: MPI_Count, extent: MPI_Count, newtype: *mut c_int) -> Result<(), c_int> {
-    if lb != 0 {
-        return Err(MPI_ERR_UNSUPPORTED_OPERATION);
-    }
-    let extent = usize::try_from(extent).map_err(|_| MPI_ERR_ARG)?;
     // A copy of the layout (`from_raw` copies), then resized.
     // SAFETY: `any_datatype` names a live datatype.
-    let t = unsafe { UserDatatype::from_raw(any_datatype(oldtype)?) }.resized(extent);
+    let t = unsafe { UserDatatype::from_raw(any_datatype(oldtype)?) }.with_bounds(lb as isize, extent as isize);
     let how = contents(MPI_COMBINER_RESIZED, vec![], vec![lb, extent as MPI_Aint], &[oldtype])?;
     // SAFETY: the caller's contract.
     unsafe { made(newtype, t, how) }
 }
 
 mpi_fn! {
-    /// The same layout with lower bound `lb` (0 only, for now) and extent `extent`.
+    /// The same layout with lower bound `lb` and extent `extent` (either of any sign).
     fn MPI_Type_create_resized(
         oldtype: c_int,
         lb: MPI_Aint,
@@ -521,6 +569,10 @@ mpi_fn! {
             end -= 1;
         }
         let n = s[..end].to_string();
+        if crate::datatypes::predefined(dt).is_some() {
+            crate::more_types::set_name(dt, n);
+            return Ok(());
+        }
         DATATYPES.with_mut(dt, |e| e.name = Some(n)).ok_or(MPI_ERR_TYPE)
     }
 }
@@ -529,7 +581,8 @@ mpi_fn! {
     /// The name of a datatype: a predefined one's MPI name, or what was set (empty if none).
     fn MPI_Type_get_name(dt: c_int, name: *mut std::os::raw::c_char, resultlen: *mut c_int) on MPI_COMM_WORLD => {
         let n = match crate::datatypes::predefined_name(dt) {
-            Some(n) => n.to_string(),
+            Some(n) => crate::more_types::set_name_of(dt).unwrap_or_else(|| n.to_string()),
+            None if dt == MPI_DATATYPE_NULL => "MPI_DATATYPE_NULL".to_string(),
             None => DATATYPES.with(dt, |e| e.name.clone().unwrap_or_default()).ok_or(MPI_ERR_TYPE)?,
         };
         // SAFETY: the caller vouches for `MPI_MAX_OBJECT_NAME` bytes at `name`.

@@ -433,8 +433,8 @@ mpi_fn! {
 mpi_fn! {
     /// `MPI_Type_contiguous` with a large count.
     fn MPI_Type_contiguous_c(count: MPI_Count, oldtype: c_int, newtype: *mut c_int) on MPI_COMM_WORLD => {
-        // SAFETY: the caller's contract is the `int` form's.
-        ok(unsafe { MPI_Type_contiguous(int(count)?, oldtype, newtype) })
+        // SAFETY: the caller's contract.
+        unsafe { crate::derived::contiguous_c(count, oldtype, newtype) }
     }
 }
 
@@ -566,8 +566,8 @@ mpi_fn! {
 }
 
 mpi_fn! {
-    /// `MPI_Type_get_envelope` with large counts (none of the arguments recorded is a large
-    /// count: the constructors keep the `int` form's).
+    /// `MPI_Type_get_envelope` with large counts (only a contiguous datatype of more than
+    /// `INT_MAX` elements records one: the other constructors keep the `int` form's).
     fn MPI_Type_get_envelope_c(
         dt: c_int,
         ni: *mut MPI_Count,
@@ -583,26 +583,34 @@ mpi_fn! {
         unsafe {
             crate::put(ni, i as MPI_Count)?;
             crate::put(na, a as MPI_Count)?;
-            crate::put(nl, 0)?;
+            crate::put(nl, crate::derived::large_counts(dt).len() as MPI_Count)?;
             crate::put(nd, d as MPI_Count)
         }
     }
 }
 
 mpi_fn! {
-    /// `MPI_Type_get_contents` with large counts (there are none to give).
+    /// `MPI_Type_get_contents` with large counts.
     fn MPI_Type_get_contents_c(
         dt: c_int,
         max_integers: MPI_Count,
         max_addresses: MPI_Count,
-        _max_large_counts: MPI_Count,
+        max_large_counts: MPI_Count,
         max_datatypes: MPI_Count,
         integers: *mut c_int,
         addresses: *mut MPI_Aint,
-        _large_counts: *mut MPI_Count,
+        large_counts: *mut MPI_Count,
         datatypes: *mut c_int,
     ) on MPI_COMM_WORLD => {
         let clamp = |n: MPI_Count| c_int::try_from(n).unwrap_or(c_int::MAX);
+        let counts = crate::derived::large_counts(dt);
+        if !counts.is_empty() {
+            if (counts.len() as MPI_Count) > max_large_counts || large_counts.is_null() {
+                return Err(MPI_ERR_ARG);
+            }
+            // SAFETY: the caller vouches for `max_large_counts` entries, checked above.
+            unsafe { std::ptr::copy_nonoverlapping(counts.as_ptr(), large_counts, counts.len()) };
+        }
         // SAFETY: the caller's contract is the `int` form's.
         ok(unsafe {
             MPI_Type_get_contents(

@@ -1,6 +1,6 @@
 //! Packing: `MPI_Pack`, `MPI_Unpack`, `MPI_Pack_size` (and their `_c` forms), in the
 //! library's packed format (the data bytes of each element, in order: what `MPI_PACKED`
-//! messages carry between p2pmpi processes). `MPI_Pack_external` is to come.
+//! messages carry between p2pmpi processes); `external32` is in [`crate::external`].
 
 use crate::consts::*;
 use crate::datatypes::{datatype_ref, MPI_Count};
@@ -10,7 +10,7 @@ use p2pmpi::traits::*;
 use std::os::raw::{c_int, c_void};
 
 /// The bytes `count` elements of `dt` pack into.
-fn needed(count: MPI_Count, dt: c_int) -> Result<usize, c_int> {
+pub(crate) fn needed(count: MPI_Count, dt: c_int) -> Result<usize, c_int> {
     let n = usize::try_from(count).map_err(|_| MPI_ERR_COUNT)?;
     Ok(n * datatype_ref(dt)?.type_map().size())
 }
@@ -21,7 +21,7 @@ fn needed(count: MPI_Count, dt: c_int) -> Result<usize, c_int> {
 /// # Safety
 /// As `MPI_Pack` says.
 #[allow(clippy::too_many_arguments)]
-unsafe fn pack(
+pub(crate) unsafe fn pack(
     inbuf: *const c_void,
     incount: MPI_Count,
     dt: c_int,
@@ -64,7 +64,7 @@ unsafe fn pack(
 /// # Safety
 /// As `MPI_Unpack` says.
 #[allow(clippy::too_many_arguments)]
-unsafe fn unpack(
+pub(crate) unsafe fn unpack(
     inbuf: *const c_void,
     insize: MPI_Count,
     position: *mut MPI_Count,

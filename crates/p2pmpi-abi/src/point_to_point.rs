@@ -261,6 +261,10 @@ mpi_fn! {
         // What the request kept alive goes once it completed.
         drop(e.keep);
         ok(rc)?;
+        if let Some(g) = crate::grequest::finish(h) {
+            // SAFETY: the caller's contract.
+            return g.map(|s| unsafe { put_status(st, s) });
+        }
         // SAFETY: the caller's contract.
         unsafe { status::put(st, &fs) };
         Ok(())
@@ -298,7 +302,9 @@ mpi_fn! {
         }
         // SAFETY: locals only; the request's buffer is the caller's to keep valid.
         let rc = unsafe { ffi::MPI_Test(&mut r, &mut done, &mut fs) };
+        let mut greq = None;
         if done != 0 || r == null_request() {
+            greq = crate::grequest::finish(h);
             finished(h);
             if !persistent {
                 // SAFETY: as above.
@@ -306,6 +312,13 @@ mpi_fn! {
             }
         }
         ok(rc)?;
+        if let Some(g) = greq {
+            // SAFETY: `flag` checked non-null; the caller's contract for `st`.
+            return g.map(|s| unsafe {
+                flag.write(1);
+                put_status(st, s)
+            });
+        }
         // SAFETY: `flag` checked non-null; the caller's contract for `st`.
         unsafe {
             flag.write(done);
@@ -327,7 +340,7 @@ unsafe fn with_requests(
     count: c_int,
     requests: *mut c_int,
     f: impl FnOnce(&mut [ffi::MPI_Request]) -> c_int,
-) -> Result<(), c_int> {
+) -> Result<Greqs, c_int> {
     if count < 0 {
         return Err(MPI_ERR_COUNT);
     }
@@ -347,15 +360,45 @@ unsafe fn with_requests(
     }
     let was: Vec<ffi::MPI_Request> = theirs.clone();
     let rc = f(&mut theirs);
-    for ((h, r), w) in ours.iter_mut().zip(&theirs).zip(&was) {
+    let mut greqs = Vec::new();
+    for (i, ((h, r), w)) in ours.iter_mut().zip(&theirs).zip(&was).enumerate() {
         if *h != MPI_REQUEST_NULL && *r == null && *w != null {
+            if let Some(g) = crate::grequest::finish(*h) {
+                greqs.push((i, g));
+            }
             // Completed: freed, or for a persistent request made inactive (its handle stays).
             if !finished(*h) {
                 *h = MPI_REQUEST_NULL;
             }
         }
     }
-    ok(rc)
+    ok(rc)?;
+    Ok(greqs)
+}
+
+/// The generalized requests an array operation completed: their indices and the statuses
+/// their `query_fn` gave (or the error).
+type Greqs = Vec<(usize, Result<MPI_Status, c_int>)>;
+
+/// Writes the statuses of the generalized requests completed (`greqs`) at their places in
+/// `out` (`place` maps a request's index to its place there; `None`: not reported); the
+/// first error of their callbacks is the call's.
+///
+/// # Safety
+/// `out` must be null, `MPI_STATUS(ES)_IGNORE` or valid for writes at every place.
+unsafe fn put_greqs(greqs: Greqs, out: *mut MPI_Status, place: impl Fn(usize) -> Option<usize>) -> Result<(), c_int> {
+    let mut first = Ok(());
+    for (i, g) in greqs {
+        match (g, place(i)) {
+            (Ok(s), Some(k)) if status::wanted(out) => {
+                // SAFETY: the caller's contract.
+                unsafe { out.add(k).write(s) }
+            }
+            (Err(e), _) if first.is_ok() => first = Err(e),
+            _ => {}
+        }
+    }
+    first
 }
 
 /// The statuses of an array operation of `count` requests: the library's, then converted to
@@ -394,6 +437,11 @@ mpi_fn! {
         };
         // SAFETY: the caller's contract.
         unsafe { s.write() };
+        let r = match r {
+            // SAFETY: the caller's contract.
+            Ok(g) => unsafe { put_greqs(g, statuses, Some) },
+            Err(e) => Err(e),
+        };
         match r {
             Err(MPI_ERR_REQUEST) | Err(MPI_ERR_COUNT) | Err(MPI_ERR_ARG) | Ok(()) => r,
             // A failed request: its status says which (MPI_ERROR).
@@ -416,13 +464,15 @@ mpi_fn! {
         }
         let mut s = Statuses::new(count, statuses);
         // SAFETY: the caller's contract; `flag` checked non-null, the statuses are ours.
-        unsafe {
+        let g = unsafe {
             with_requests(count, requests, |rs| ffi::MPI_Testall(count, rs.as_mut_ptr(), flag, s.theirs.as_mut_ptr()))
         }?;
         // SAFETY: checked non-null above.
         if unsafe { flag.read() } != 0 {
             // SAFETY: the caller's contract.
             unsafe { s.write() };
+            // SAFETY: as above.
+            return unsafe { put_greqs(g, statuses, Some) };
         }
         Ok(())
     }
@@ -437,7 +487,7 @@ mpi_fn! {
         }
         let mut fs = ffi::MPI_Status::default();
         // SAFETY: the caller's contract; `index` checked non-null, `fs` a local.
-        unsafe { with_requests(count, requests, |rs| ffi::MPI_Waitany(count, rs.as_mut_ptr(), index, &mut fs)) }?;
+        let g = unsafe { with_requests(count, requests, |rs| ffi::MPI_Waitany(count, rs.as_mut_ptr(), index, &mut fs)) }?;
         // SAFETY: `index` checked non-null; the caller's contract for `st`.
         unsafe {
             if index.read() == MPI_UNDEFINED {
@@ -446,7 +496,8 @@ mpi_fn! {
                 status::put(st, &fs);
             }
         }
-        Ok(())
+        // SAFETY: the caller's contract for `st` (one status).
+        unsafe { put_greqs(g, st, |_| Some(0)) }
     }
 }
 
@@ -459,7 +510,9 @@ mpi_fn! {
         }
         let mut fs = ffi::MPI_Status::default();
         // SAFETY: the caller's contract; `index` and `flag` checked non-null, `fs` a local.
-        unsafe { with_requests(count, requests, |rs| ffi::MPI_Testany(count, rs.as_mut_ptr(), index, flag, &mut fs)) }?;
+        let g = unsafe {
+            with_requests(count, requests, |rs| ffi::MPI_Testany(count, rs.as_mut_ptr(), index, flag, &mut fs))
+        }?;
         // SAFETY: both checked non-null; the caller's contract for `st`.
         unsafe {
             if index.read() != MPI_UNDEFINED {
@@ -468,7 +521,8 @@ mpi_fn! {
                 put_status(st, empty_status());
             }
         }
-        Ok(())
+        // SAFETY: the caller's contract for `st` (one status).
+        unsafe { put_greqs(g, st, |_| Some(0)) }
     }
 }
 
@@ -484,8 +538,14 @@ mpi_fn! {
         if e.persistent.is_some_and(|p| p.collective) {
             crate::pcoll::forget(h);
         }
+        if e.persistent.is_some() {
+            crate::partitioned::forget(h);
+        }
         // SAFETY: as above.
         unsafe { request.write(MPI_REQUEST_NULL) };
+        if let Some(rc) = crate::grequest::free(h) {
+            ok(rc)?;
+        }
         let mut r = e.raw;
         if r == null_request() {
             // An inactive persistent request: nothing runs.
@@ -655,7 +715,7 @@ unsafe fn some(
     let mut done: Vec<(c_int, ffi::MPI_Status)> = Vec::new();
     let mut active = true;
     // SAFETY: the caller vouches for the requests; the library writes locals only.
-    unsafe {
+    let g = unsafe {
         with_requests(count, requests, |rs| {
             active = rs.iter().any(|r| *r != null);
             if !active {
@@ -699,8 +759,8 @@ unsafe fn some(
                 statuses.add(k).write(MPI_Status::from(st));
             }
         }
+        put_greqs(g, statuses, |i| done.iter().position(|(j, _)| *j as usize == i))
     }
-    Ok(())
 }
 
 mpi_fn! {
@@ -757,6 +817,9 @@ mpi_fn! {
         // SAFETY: checked non-null; the caller vouches it is readable.
         let h = unsafe { request.read() };
         let r = raw_request(h).ok_or(MPI_ERR_REQUEST)?;
+        if let Some(rc) = crate::grequest::cancel(h) {
+            return ok(rc);
+        }
         if r == null_request() {
             // An inactive persistent request: nothing to cancel.
             return Ok(());
@@ -774,6 +837,15 @@ mpi_fn! {
             return Err(MPI_ERR_ARG);
         }
         let r = if request == MPI_REQUEST_NULL { null_request() } else { raw_request(request).ok_or(MPI_ERR_REQUEST)? };
+        if let Some(g) = crate::grequest::peek(request) {
+            // SAFETY: `flag` checked non-null; the caller's contract for `st`.
+            unsafe { flag.write(g.is_some() as c_int) };
+            return match g {
+                // SAFETY: the caller's contract.
+                Some(s) => s.map(|s| unsafe { put_status(st, s) }),
+                None => Ok(()),
+            };
+        }
         if r == null_request() {
             // The null request, or an inactive persistent one: complete, with an empty status.
             // SAFETY: `flag` checked non-null; the caller's contract for `st`.

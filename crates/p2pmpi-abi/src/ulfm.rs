@@ -106,29 +106,6 @@ mpi_fn! {
 }
 
 mpi_fn! {
-    /// `MPI_Comm_dup`, done when it returns, with a request already complete at `*request`.
-    /// (mpi4py's wheels for MPICH 4.0 make `Comm.Ishrink` of it: with no failure, a shrunk
-    /// communicator is a duplicate.)
-    fn MPI_Comm_idup(c: c_int, newcomm: *mut c_int, request: *mut c_int) on c => {
-        if request.is_null() {
-            return Err(MPI_ERR_ARG);
-        }
-        // SAFETY: the caller's contract.
-        ok(unsafe { crate::communicators::MPI_Comm_dup(c, newcomm) })?;
-        // SAFETY: checked non-null; the caller vouches it is writable.
-        unsafe { completed(request) }
-    }
-}
-
-mpi_fn! {
-    /// `MPI_Comm_idup` (the hints are not used).
-    fn MPI_Comm_idup_with_info(c: c_int, _info: c_int, newcomm: *mut c_int, request: *mut c_int) on c => {
-        // SAFETY: the caller's contract.
-        ok(unsafe { MPI_Comm_idup(c, newcomm, request) })
-    }
-}
-
-mpi_fn! {
     /// Agrees on `*flag` with the survivors of `comm`: `*flag` becomes the bitwise AND of
     /// their flags. `MPIX_ERR_PROC_FAILED` (with `*flag` set all the same) when members
     /// failed whose failure this process has not acknowledged.

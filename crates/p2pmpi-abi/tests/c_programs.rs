@@ -503,8 +503,9 @@ fn derived_datatypes_in_point_to_point_and_collectives_on_two_processes() {
         want.push(format!("rank {r}: resized 1 extent 4 inner vector 1"));
         want.push(format!("rank {r}: named 1 triple MPI_DOUBLE"));
         want.push(format!("rank {r}: bottom bcast 5 0.5"));
-        // MPI_ERR_UNSUPPORTED_OPERATION: billions of blocks are not laid out.
-        want.push(format!("rank {r}: huge contiguous 44"));
+        // MPI_ERR_UNSUPPORTED_OPERATION: billions of blocks are not laid out; copies of one
+        // run are one block.
+        want.push(format!("rank {r}: huge vector 44 contiguous 0 size 2147483647"));
         // An uncommitted datatype cannot be sent: MPI_ERR_TYPE.
         want.push(format!("rank {r}: uncommitted 3 dup size 12 freed 1"));
     }
@@ -945,5 +946,70 @@ fn mpi1s_removed_datatype_functions_answer_from_the_extent() {
     o.assert_ok();
     for w in ["removed: extent 4 lb 8 ub 12", "removed: double 8 null 1"] {
         assert!(o.stdout.lines().any(|l| l == w), "missing {w:?}\n{}", show(&o));
+    }
+}
+
+#[test]
+fn point_to_point_odds_on_three_processes() {
+    if !require(&["mpicc.mpich"], true) {
+        return;
+    }
+    let o = run(3, &c_program("p2p_odds"), &[], T);
+    o.assert_ok();
+    for r in 0..3 {
+        let p = (r + 2) % 3;
+        let mut want = vec![
+            format!("isendrecv {p} {} {} -1 count 3 source {p}", p * 10, p * 100),
+            "isendrecv large 1".to_string(),
+            format!("isendrecv_replace {p} {}", p + 1),
+            "isendrecv empty 1 count 0 source 1".to_string(),
+            "partitioned round 0 arrived before 0 sent early 0 data 1".to_string(),
+            "partitioned round 1 arrived before 0 sent early 0 data 1".to_string(),
+            "partitioned freed 1".to_string(),
+            "grequest early 0 cancels 2 (0 1) queried 1 freed 1 source 33 tag 42 count 3 null 1".to_string(),
+            "grequest waitall before 1 sources 33 1 tags 42 1 freed 2".to_string(),
+            "grequest failing query 1".to_string(),
+            "issend to itself before 0 after 1 got 77".to_string(),
+            "idup congruent 1".to_string(),
+            "external32 size 8 bytes 01020304 3ff8 position 16 back 1 1 1".to_string(),
+            "external other representation refused 1".to_string(),
+        ];
+        if r % 2 == 0 {
+            want.push("create_group size 2 sum 2".to_string());
+        }
+        for w in want {
+            let w = format!("rank {r}: {w}");
+            assert!(o.stdout.lines().any(|l| l == w), "missing {w:?}\n{}", show(&o));
+        }
+    }
+}
+
+#[test]
+fn datatype_odds_on_three_processes() {
+    if !require(&["mpicc.mpich"], true) {
+        return;
+    }
+    let o = run(3, &c_program("types_odds"), &[], T);
+    o.assert_ok();
+    let blocks = [(16, 0, 3), (16, 4, 7), (8, 8, 9)];
+    for (r, &(size, first, last)) in blocks.iter().enumerate() {
+        let want = [
+            "f90 sizes 4 8 8 same 1 envelope 2 0 0 1 contents 15 300".to_string(),
+            "f90 too wide refused 1 match_size 1 1 none 1".to_string(),
+            "f90 integer sum 3 complex sum 3+3i product -2+2i".to_string(),
+            "resized lb -4 extent 12 sent 0 3 6".to_string(),
+            "resized backwards extent -4 sent 8 7 6".to_string(),
+            format!("darray block size {size} extent 40 first {first} last {last}"),
+            format!("darray cyclic C size 32 values {r} {} {} {}", r + 3, r + 6, r + 9),
+            format!("darray cyclic Fortran values {r} {} {} {} envelope 12 0 1 1", r + 3, r + 6, r + 9),
+            "huge size 1 int size undefined 1 envelope 0 0 1 1 1 contents 1 byte 1".to_string(),
+            "name of null MPI_DATATYPE_NULL".to_string(),
+            "name set on MPI_INT my int".to_string(),
+            "name MPI_C_FLOAT_COMPLEX".to_string(),
+        ];
+        for w in want {
+            let w = format!("rank {r}: {w}");
+            assert!(o.stdout.lines().any(|l| l == w), "missing {w:?}\n{}", show(&o));
+        }
     }
 }

@@ -179,10 +179,19 @@ impl TypeMap {
             if reps == 0 {
                 continue;
             }
-            for i in 0..reps as isize {
-                let base = disp + i * old.extent;
-                for b in old.blocks.iter() {
-                    raw.push(Block { offset: base + b.offset, ..*b });
+            match &old.blocks[..] {
+                // Copies of one run that fills its extent (`MPI_Type_contiguous(n, MPI_BYTE)`)
+                // are one run, however many (merged below anyway, but without a block each).
+                [b] if b.offset == old.lb && b.len as isize == old.extent => {
+                    raw.push(Block { offset: disp + b.offset, len: b.len * reps, kind: b.kind });
+                }
+                blocks => {
+                    for i in 0..reps as isize {
+                        let base = disp + i * old.extent;
+                        for b in blocks {
+                            raw.push(Block { offset: base + b.offset, ..*b });
+                        }
+                    }
                 }
             }
             align = align.max(old.align);
@@ -658,6 +667,19 @@ impl UserDatatype {
         m.lb = 0;
         m.extent = extent as isize;
         UserDatatype::of(m)
+    }
+    /// The same layout with lower bound `lb` and extent `extent`, either of any sign
+    /// (`MPI_Type_create_resized` in full).
+    pub fn with_bounds(self, lb: Address, extent: Address) -> Self {
+        let mut m = self.map().clone();
+        m.lb = lb;
+        m.extent = extent;
+        UserDatatype::of(m)
+    }
+    /// One value of primitive kind `kind` (a complex number without the `complex` feature,
+    /// `long double` as 16 opaque bytes: for a C or Fortran library's predefined types).
+    pub fn primitive(kind: Primitive) -> Self {
+        UserDatatype::of(TypeMap::primitive(kind))
     }
     /// A borrowed handle.
     pub fn as_ref(&self) -> DatatypeRef<'_> {
@@ -1591,6 +1613,24 @@ impl crate::handles::MPI_Datatype {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn copies_of_one_run_are_one_block_and_bounds_take_any_sign() {
+        let t = UserDatatype::contiguous(i32::MAX, &u8::equivalent_datatype());
+        assert_eq!(t.type_map().blocks(), &[Block { offset: 0, len: i32::MAX as usize, kind: Primitive::U8 }]);
+        assert_eq!(t.type_map().size(), i32::MAX as usize);
+        let t = UserDatatype::contiguous(5, &i32::equivalent_datatype());
+        assert_eq!(t.type_map().blocks(), &[Block { offset: 0, len: 20, kind: Primitive::I32 }]);
+        // Resized to a lower bound of -4 and an extent of 12: copies of it are blocks apart.
+        let r = UserDatatype::contiguous(1, &i32::equivalent_datatype()).with_bounds(-4, 12);
+        assert_eq!((r.type_map().lb(), r.type_map().extent()), (-4, 12));
+        let t = UserDatatype::contiguous(3, &r);
+        let offsets: Vec<isize> = t.type_map().blocks().iter().map(|b| b.offset).collect();
+        assert_eq!(offsets, vec![0, 12, 24]);
+        assert_eq!((t.type_map().lb(), t.type_map().extent()), (-4, 36));
+        let c = UserDatatype::primitive(Primitive::C64);
+        assert_eq!((c.type_map().size(), c.type_map().homogeneous()), (16, Some(Primitive::C64)));
+    }
 
     #[test]
     fn pairs_have_value_then_index_whatever_the_memory_layout() {

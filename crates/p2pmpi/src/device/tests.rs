@@ -452,3 +452,52 @@ fn a_replica_follows_an_operation_its_master_failed_at_the_post_and_its_lent_sen
     }
     assert!(e.iter().all(|en| en.fatal.is_none()), "no replica left");
 }
+
+/// A synchronous send to the process itself completes only once a receive takes it, whatever
+/// its size (it completed at once: `MPI_Issend` to oneself tested complete before the
+/// receive, which `mpi4py.util.pkl5` checks); posted after the receive, it matches at once;
+/// a matched probe and a standard send in between keep their order and data.
+#[test]
+fn a_synchronous_send_to_itself_completes_when_a_receive_takes_it() {
+    let (mut e0, _e1) = pair(None);
+    let pat = |tag: i32| Pattern { comm: 0, src: Some(0), tag: Some(tag) };
+    for (k, &n) in [0usize, 8, 5000, 100_000].iter().enumerate() {
+        let tag = k as i32;
+        let buf: Vec<u8> = (0..n).map(|i| (i * 7 + k) as u8).collect();
+        let s = e0.isend(0, 0, tag, buf.as_ptr(), n, SendMode::Synchronous).unwrap();
+        assert!(!e0.is_done(s), "a synchronous send of {n} bytes to itself completed before any receive");
+        // A standard send to itself behind it completes at once.
+        let other = [9u8; 3];
+        let t = e0.isend(0, 0, 100, other.as_ptr(), other.len(), SendMode::Standard).unwrap();
+        assert!(e0.is_done(t));
+        e0.take_done(t).unwrap().unwrap();
+        assert!(!e0.is_done(s));
+        let mut out = vec![0u8; n + 1];
+        let r = e0.irecv(pat(tag), out.as_mut_ptr(), out.len()).unwrap();
+        assert!(e0.is_done(r) && e0.is_done(s), "the receive of {n} bytes took the send: both complete");
+        let st = e0.take_done(r).unwrap().unwrap();
+        assert_eq!((st.source, st.tag, st.len as usize), (0, tag, n));
+        assert_eq!(&out[..n], &buf[..], "content of {n} bytes");
+        e0.take_done(s).unwrap().unwrap();
+        let mut small = [0u8; 3];
+        let r = e0.irecv(pat(100), small.as_mut_ptr(), 3).unwrap();
+        e0.take_done(r).unwrap().unwrap();
+        assert_eq!(small, other);
+    }
+    // The receive first: the synchronous send matches it on the spot.
+    let mut out = [0u8; 4];
+    let r = e0.irecv(pat(7), out.as_mut_ptr(), 4).unwrap();
+    assert!(!e0.is_done(r));
+    let s = e0.isend(0, 0, 7, [1u8, 2, 3, 4].as_ptr(), 4, SendMode::Synchronous).unwrap();
+    assert!(e0.is_done(s) && e0.is_done(r));
+    e0.take_done(s).unwrap().unwrap();
+    e0.take_done(r).unwrap().unwrap();
+    assert_eq!(out, [1, 2, 3, 4]);
+    // A receive too small for it fails with the truncation; the send still completes.
+    let big = [5u8; 16];
+    let s = e0.isend(0, 0, 8, big.as_ptr(), 16, SendMode::Synchronous).unwrap();
+    let mut out = [0u8; 4];
+    let r = e0.irecv(pat(8), out.as_mut_ptr(), 4).unwrap();
+    assert!(matches!(e0.take_done(r), Some(Err(crate::error::Error::Truncated { .. }))));
+    assert!(e0.is_done(s));
+}

@@ -583,6 +583,9 @@ impl<C: Coordination, S: Waits> Core<C, S> {
             unsafe { std::slice::from_raw_parts(ptr, len) }
         };
         if dst == self.base.rank {
+            if C::PLAIN && mode == SendMode::Synchronous {
+                return Ok(self.send_local_sync(comm, tag, seq, ptr, len));
+            }
             self.deliver_local(comm, tag, seq, data);
             let st = StatusInfo { source: dst, tag, len: len as u64, cancelled: false };
             return Ok(self.new_req(std::ptr::null_mut(), 0, ReqState::Done(st)));
@@ -636,6 +639,67 @@ impl<C: Coordination, S: Waits> Core<C, S> {
             self.push_out(cid, Out::new(h, payload))?;
             Ok(req)
         }
+    }
+
+    /// A synchronous send to this very process: matched (copied and complete) at once, or
+    /// queued as a rendez-vous whose data waits at the send, which completes when a receive
+    /// takes it ([`Self::take_local_sync`]). (A replicated rank's self-messages are eager,
+    /// shared with its replicas: there a synchronous one completes at once.)
+    #[cold]
+    #[inline(never)]
+    fn send_local_sync(&mut self, comm: u32, tag: i32, seq: u64, ptr: *const u8, len: usize) -> ReqId {
+        let me = self.base.rank;
+        let env = Envelope { comm, src: me, tag, seq, len: len as u64 };
+        let done = StatusInfo { source: me, tag, len: len as u64, cancelled: false };
+        match self.matcher.arrive(&env) {
+            Arrival::Matched(r) => {
+                self.traced(&env);
+                let data = if len == 0 {
+                    &[][..]
+                } else {
+                    // SAFETY: `isend`'s contract: `len` bytes at `ptr`, readable during this call.
+                    unsafe { std::slice::from_raw_parts(ptr, len) }
+                };
+                self.fill(r, &env, data);
+                self.new_req(std::ptr::null_mut(), 0, ReqState::Done(done))
+            }
+            Arrival::Unmatched => {
+                self.traced(&env);
+                let req = self.new_req(std::ptr::null_mut(), 0, ReqState::Pending);
+                let mid = Mid { comm, src: me as u32, dst: me as u32, tag, seq };
+                self.rndv_send.insert(mid, RndvSend { req, ptr, len, ticket: None });
+                self.matcher.enqueue(env, Body::Rendezvous);
+                req
+            }
+            // A process's own channel has neither duplicates nor messages out of order.
+            Arrival::Duplicate | Arrival::Early => self.new_req(std::ptr::null_mut(), 0, ReqState::Done(done)),
+        }
+    }
+
+    /// Receive `r` takes the queued synchronous message `env` of this very process: the data
+    /// is copied from the send, and both complete. (A send withdrawn meanwhile, its buffer
+    /// gone, fails the receive.)
+    #[cold]
+    #[inline(never)]
+    fn take_local_sync(&mut self, r: ReqId, env: &Envelope) {
+        let me = self.base.rank;
+        let mid = Mid { comm: env.comm, src: me as u32, dst: me as u32, tag: env.tag, seq: env.seq };
+        let Some(s) = self.rndv_send.remove(&mid) else {
+            let detail = format!("the synchronous send {mid:?} to itself was withdrawn before a receive took it");
+            self.complete(r, Err(Error::Protocol { rank: me, detail }));
+            return;
+        };
+        C::matched(self, r, env);
+        let data = if s.len == 0 {
+            &[][..]
+        } else {
+            // SAFETY: the send's buffer stays valid until its request completes (`isend`'s
+            // contract), which happens just below.
+            unsafe { std::slice::from_raw_parts(s.ptr, s.len) }
+        };
+        self.fill(r, env, data);
+        let st = StatusInfo { source: me, tag: env.tag, len: env.len, cancelled: false };
+        self.complete(s.req, Ok(st));
     }
 
     /// A message to this very process: matched (and copied) at once or queued.
@@ -829,6 +893,10 @@ impl<C: Coordination, S: Waits> Core<C, S> {
                 crate::pool::give(data);
             }
             Body::Rendezvous => {
+                if env.src == self.base.rank {
+                    // Only a synchronous send to itself announces a rendez-vous here.
+                    return self.take_local_sync(r, &env);
+                }
                 self.start_rndv_recv(r, &env);
                 self.flush_deferred();
             }
