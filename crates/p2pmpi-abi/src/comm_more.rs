@@ -2,26 +2,14 @@
 //! completed request) and `MPI_Comm_create_group` (collective over the group's members only).
 
 use crate::consts::*;
-use crate::datatypes::values::MPI_BYTE;
 use crate::errors::inherit_handler;
-use crate::handles::{comm, group, new_request, rust_comm, CommEntry, COMMS};
+use crate::handles::{comm, group, rust_comm, CommEntry, COMMS};
 use crate::ok;
 use p2pmpi::ffi;
 use p2pmpi::topology::{Group, SimpleCommunicator};
 use p2pmpi::traits::AsRaw;
 use p2pmpi::traits::Communicator;
-use std::os::raw::{c_int, c_void};
-
-/// A request already complete.
-fn completed() -> Result<c_int, c_int> {
-    // SAFETY: the predefined names are initialized statics that nothing writes.
-    let (mut r, self_) = unsafe { (ffi::RSMPI_REQUEST_NULL, ffi::RSMPI_COMM_SELF) };
-    let byte = crate::datatypes::datatype(MPI_BYTE)?;
-    let buf: *const c_void = crate::nz(std::ptr::null(), 0);
-    // SAFETY: an empty send to `MPI_PROC_NULL` (complete at once); `r` is a local.
-    ok(unsafe { ffi::MPI_Isend(buf, 0, byte, MPI_PROC_NULL, 0, self_, &mut r) })?;
-    Ok(new_request(r, None))
-}
+use std::os::raw::c_int;
 
 /// `MPI_Comm_idup`: the duplicate, then a completed request.
 ///
@@ -34,8 +22,7 @@ unsafe fn idup(c: c_int, newcomm: *mut c_int, request: *mut c_int) -> Result<(),
     // SAFETY: the caller's contract.
     ok(unsafe { crate::communicators::MPI_Comm_dup(c, newcomm) })?;
     // SAFETY: checked non-null; the caller vouches it is writable.
-    unsafe { request.write(completed()?) };
-    Ok(())
+    unsafe { crate::kept::completed(request) }
 }
 
 mpi_fn! {

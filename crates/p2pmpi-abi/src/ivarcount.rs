@@ -265,22 +265,6 @@ unsafe fn ireduce_scatter_block(
     unsafe { started(r, kept, request) }
 }
 
-/// A request that completed already (a receive from `MPI_PROC_NULL`).
-///
-/// # Safety
-/// `request` must be valid for a write.
-unsafe fn completed(request: *mut c_int) -> Result<(), c_int> {
-    let nothing = std::ptr::NonNull::<u64>::dangling().as_ptr() as *mut c_void;
-    let (fc, fd) =
-        (crate::handles::comm(MPI_COMM_SELF)?, crate::datatypes::datatype(crate::datatypes::values::MPI_INT)?);
-    let mut r = crate::handles::null_request();
-    // SAFETY: a receive of nothing from MPI_PROC_NULL into a local request.
-    crate::ok(unsafe { p2pmpi::ffi::MPI_Irecv(nothing, 0, fd, MPI_PROC_NULL, 0, fc, &mut r) })?;
-    // SAFETY: the caller vouches `request` is writable.
-    unsafe { request.write(crate::handles::new_request(r, None)) };
-    Ok(())
-}
-
 /// Defines the `int` and the large-count forms: `$t` is the type of their counts and `$d`
 /// that of their displacements.
 macro_rules! ivarcount_family {
@@ -461,7 +445,7 @@ macro_rules! ivarcount_family {
                         ireduce_scatter_block(sendbuf, recvbuf, counts.first().copied().unwrap_or(0), dt, o, c, request)
                     } else {
                         crate::ok(crate::collective::MPI_Reduce_scatter(sendbuf, recvbuf, counts.as_ptr(), dt, o, c))?;
-                        completed(request)
+                        crate::kept::completed(request)
                     }
                 }
             }

@@ -4,6 +4,7 @@
 //! collectives ([`crate::immediate`], [`crate::ivarcount`]) and the exchanges
 //! ([`crate::exchange`]) that share it.
 
+use crate::consts::{MPI_COMM_SELF, MPI_PROC_NULL};
 use crate::datatypes::{datatype_ref, stageable};
 use crate::handles::{new_request, Keep};
 use crate::is_in_place;
@@ -105,5 +106,22 @@ pub(crate) unsafe fn started<D: ?Sized>(
     let (raw, _, _) = unsafe { r.into_raw() };
     // SAFETY: the caller's contract.
     unsafe { out.write(new_request(raw, Some(Keep(kept.0)))) };
+    Ok(())
+}
+
+/// Writes at `request` a request that is already complete (a receive of nothing from
+/// `MPI_PROC_NULL`): the answer of a nonblocking call done before it returns.
+///
+/// # Safety
+/// `request` must be valid for a write.
+pub(crate) unsafe fn completed(request: *mut c_int) -> Result<(), c_int> {
+    let nothing = std::ptr::NonNull::<u64>::dangling().as_ptr() as *mut c_void;
+    let (fc, fd) =
+        (crate::handles::comm(MPI_COMM_SELF)?, crate::datatypes::datatype(crate::datatypes::values::MPI_INT)?);
+    let mut r = crate::handles::null_request();
+    // SAFETY: a receive of nothing from MPI_PROC_NULL into a local request.
+    crate::ok(unsafe { p2pmpi::ffi::MPI_Irecv(nothing, 0, fd, MPI_PROC_NULL, 0, fc, &mut r) })?;
+    // SAFETY: the caller vouches `request` is writable.
+    unsafe { request.write(crate::handles::new_request(r, None)) };
     Ok(())
 }

@@ -70,28 +70,6 @@ fn shrink(c: c_int, newcomm: *mut c_int) -> Result<(), c_int> {
     unsafe { put(newcomm, h) }
 }
 
-/// Writes at `request` a request that is already complete (a receive of nothing from
-/// `MPI_PROC_NULL`): the answer of a nonblocking call done before it returns.
-///
-/// # Safety
-/// `request` must be valid for a write.
-unsafe fn completed(request: *mut c_int) -> Result<(), c_int> {
-    let nothing = std::ptr::NonNull::<u64>::dangling().as_ptr() as *mut std::os::raw::c_void;
-    // SAFETY: a receive of nothing from MPI_PROC_NULL, complete at once; the caller vouches
-    // for `request`.
-    ok(unsafe {
-        crate::point_to_point::MPI_Irecv(
-            nothing,
-            0,
-            crate::datatypes::values::MPI_INT,
-            MPI_PROC_NULL,
-            0,
-            MPI_COMM_SELF,
-            request,
-        )
-    })
-}
-
 mpi_fn! {
     /// `MPIX_Comm_shrink`, done when it returns, with a request already complete at
     /// `*request` (not in Debian's MPICH 4.0 list; programs of later MPICHs call it).
@@ -101,7 +79,7 @@ mpi_fn! {
         }
         shrink(c, newcomm)?;
         // SAFETY: checked non-null; the caller vouches it is writable.
-        unsafe { completed(request) }
+        unsafe { crate::kept::completed(request) }
     }
 }
 
