@@ -69,4 +69,7 @@ def main():
     out.close()
 
 
-main()
+# Only as the program: mpi4py.futures' workers import the parent's main module (under another
+# name) to find its functions, and must not run the suite again.
+if __name__ == "__main__":
+    main()
