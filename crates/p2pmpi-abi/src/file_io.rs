@@ -277,7 +277,9 @@ unsafe fn completed(request: *mut c_int, bytes: u64) -> Result<(), c_int> {
     let c = self_comm()?;
     let n = c_int::try_from(bytes).unwrap_or(0);
     let byte = crate::datatypes::builtin(crate::datatypes::values::MPI_BYTE).ok_or(MPI_ERR_TYPE)?;
-    let (src, mut dst) = (vec![0u8; n as usize], vec![0u8; n as usize].into_boxed_slice());
+    // At least one byte each: an empty vector's address is `MPI_IN_PLACE`'s (a dangling 1).
+    let len = (n as usize).max(1);
+    let (src, mut dst) = (vec![0u8; len], vec![0u8; len].into_boxed_slice());
     // SAFETY: the predefined name is an initialized static that nothing writes.
     let mut raw = unsafe { ffi::RSMPI_REQUEST_NULL };
     // SAFETY: a receive into `dst` (kept alive with the request until it completes) matched
