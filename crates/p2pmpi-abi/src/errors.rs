@@ -303,7 +303,8 @@ fn class_of(code: c_int) -> Option<c_int> {
 /// Adds a class or (with `class`) a code; its number.
 fn add_error(class: Option<c_int>) -> c_int {
     let mut all = USER_ERRORS.write();
-    let code = FIRST_USER_ERROR + all.len() as c_int;
+    // Never a number given before, removed ones included.
+    let code = (LAST_USED_CODE.load(std::sync::atomic::Ordering::Relaxed) + 1).max(FIRST_USER_ERROR);
     all.push(UserError { code, class: class.unwrap_or(code), text: String::new() });
     LAST_USED_CODE.store(code, std::sync::atomic::Ordering::Relaxed);
     code
@@ -366,6 +367,41 @@ mpi_fn! {
         let mut all = USER_ERRORS.write();
         let e = all.iter_mut().find(|e| e.code == errorcode).ok_or(MPI_ERR_ARG)?;
         e.text = text;
+        Ok(())
+    }
+}
+
+mpi_fn! {
+    /// Removes an error class the program added (MPI 4.1's `MPI_Remove_error_class`): refused
+    /// (`MPI_ERR_ARG`) while codes of it remain, or for a class the library defines.
+    fn MPIX_Delete_error_class(errorclass: c_int) on MPI_COMM_WORLD => {
+        let mut all = USER_ERRORS.write();
+        let i = all.iter().position(|e| e.code == errorclass && e.class == errorclass).ok_or(MPI_ERR_ARG)?;
+        if all.iter().any(|e| e.class == errorclass && e.code != errorclass) {
+            return Err(MPI_ERR_ARG);
+        }
+        all.remove(i);
+        Ok(())
+    }
+}
+
+mpi_fn! {
+    /// Removes an error code the program added (MPI 4.1's `MPI_Remove_error_code`).
+    fn MPIX_Delete_error_code(errorcode: c_int) on MPI_COMM_WORLD => {
+        let mut all = USER_ERRORS.write();
+        let i = all.iter().position(|e| e.code == errorcode && e.class != errorcode).ok_or(MPI_ERR_ARG)?;
+        all.remove(i);
+        Ok(())
+    }
+}
+
+mpi_fn! {
+    /// Removes the text of an error class or code the program added (MPI 4.1's
+    /// `MPI_Remove_error_string`).
+    fn MPIX_Delete_error_string(errorcode: c_int) on MPI_COMM_WORLD => {
+        let mut all = USER_ERRORS.write();
+        let e = all.iter_mut().find(|e| e.code == errorcode).ok_or(MPI_ERR_ARG)?;
+        e.text.clear();
         Ok(())
     }
 }

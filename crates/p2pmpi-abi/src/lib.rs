@@ -40,6 +40,7 @@ pub mod external;
 pub mod f90_types;
 pub mod file;
 pub mod file_io;
+pub mod gpu;
 pub mod graph;
 pub mod grequest;
 pub mod handles;

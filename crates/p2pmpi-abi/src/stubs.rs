@@ -69,16 +69,9 @@ const fn bytes_of<const N: usize>(s: &str) -> [u8; N] {
 }
 
 stubs! {
-    "MPIX_Delete_error_class" "PMPIX_Delete_error_class"
-    "MPIX_Delete_error_code" "PMPIX_Delete_error_code"
-    "MPIX_Delete_error_string" "PMPIX_Delete_error_string"
-    "MPIX_GPU_query_support" "PMPIX_GPU_query_support"
     "MPIX_Grequest_class_allocate" "PMPIX_Grequest_class_allocate"
     "MPIX_Grequest_class_create" "PMPIX_Grequest_class_create"
     "MPIX_Grequest_start" "PMPIX_Grequest_start"
-    "MPIX_Query_cuda_support" "PMPIX_Query_cuda_support"
-    "MPIX_Query_hip_support" "PMPIX_Query_hip_support"
-    "MPIX_Query_ze_support" "PMPIX_Query_ze_support"
     "MPI_Close_port" "PMPI_Close_port"
     "MPI_Comm_accept" "PMPI_Comm_accept"
     "MPI_Comm_connect" "PMPI_Comm_connect"

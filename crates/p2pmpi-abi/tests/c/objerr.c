@@ -71,6 +71,13 @@ int main(int argc, char **argv) {
     CHECK(cls == added);
     MPI_Error_class(80, &cls);
     CHECK(cls == 80);
+    /* MPICH's removals (MPI 4.1's MPI_Remove_error_*): a class goes once its codes went. */
+    CHECK(MPIX_Delete_error_class(added) != MPI_SUCCESS);
+    CHECK(MPIX_Delete_error_code(code) == MPI_SUCCESS && MPIX_Delete_error_class(added) == MPI_SUCCESS);
+    CHECK(MPI_Add_error_class(&cls) == MPI_SUCCESS && cls > code);
+    /* No GPU: device buffers are the program's to stage. */
+    int gpu = -1;
+    CHECK(MPIX_Query_cuda_support() == 0 && MPIX_GPU_query_support(MPIX_GPU_SUPPORT_CUDA, &gpu) == MPI_SUCCESS && gpu == 0);
 
     MPI_Comm dup;
     MPI_Comm_dup(MPI_COMM_WORLD, &dup);
