@@ -628,3 +628,44 @@ fn the_page_in_a_real_browser_shows_the_grid_the_job_and_a_killed_replica_failed
     drop(b);
     stop_job(job);
 }
+
+/// A C program built by Debian's `mpicc.mpich` (MPICH's ABI, on p2pmpi's library staged with it)
+/// shows in the monitor like a Rust one: its processes, and a killed replica marked failed with
+/// its rank taken over; the job still ends well.
+#[test]
+fn a_replicated_c_job_is_shown_with_its_killed_replica_failed() {
+    if !common::require_tools(&["mpicc.mpich"], "(Debian's MPICH builds the C program: apt install mpich libmpich-dev)")
+    {
+        return;
+    }
+    common::abi::build_library();
+    let prog = common::abi::c_program("steps", "steps", &["mpicc.mpich"], &[]);
+    let g = TestGrid::start("monitor-c", 3, &["--procs", "2"]);
+    g.wait_hosts(1, 2);
+    let m = monitor(&g.home(2), &["--listen", "127.0.0.1:0", "--interval", "300"], 1);
+    let mut cmd = Command::new(bin("p2pmpirun"));
+    cmd.args(["-n", "3", "-r", "2"])
+        .arg(&prog)
+        .args(["150", "40"])
+        .env("P2PMPI_HOME", g.home(1))
+        .env_remove("P2PMPI_CONF_FILE");
+    let job = common::job::Job::spawn(&mut cmd);
+    let j = wait_api(&m, "/api/jobs", LIMIT, |v| {
+        let j = v["jobs"].as_array()?.first()?.clone();
+        (j["processes"].as_array()?.len() == 6 && j["state"] == "running").then_some(j)
+    });
+    assert_eq!(j["program"], "steps", "{j}");
+    assert_eq!(j["replicas"], 2, "{j}");
+    let victim =
+        j["processes"].as_array().unwrap().iter().find(|p| p["rank"] == 1 && p["master"] == true).unwrap().clone();
+    common::kill9(victim["pid"].as_u64().unwrap() as u32);
+    let j = wait_api(&m, "/api/jobs", Duration::from_secs(10), |v| {
+        let j = &v["jobs"][0];
+        (j["failures"] == 1 && j["takeovers"] == 1).then(|| j.clone())
+    });
+    let mine: Vec<&serde_json::Value> = j["processes"].as_array().unwrap().iter().filter(|p| p["rank"] == 1).collect();
+    assert!(mine.iter().any(|p| p["replica"] == victim["replica"] && p["status"] == "failed"), "{mine:?}");
+    let e = job.end(LIMIT);
+    assert_eq!(e.code, 0, "{}", e.text);
+    assert_eq!(e.stdout.lines().filter(|l| l.starts_with("step ")).count(), 150 * 3, "{}", e.text);
+}
