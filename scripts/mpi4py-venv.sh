@@ -5,6 +5,8 @@
 # bench/mpi4py_suite.sh. Made aside and renamed: a run at the same time never sees half of it.
 #
 #   scripts/mpi4py-venv.sh DIR
+#
+# PYTHON: the interpreter the environment is made from (default python3 on PATH).
 set -u
 [ $# -eq 1 ] || { echo "usage: $0 DIR" >&2; exit 2; }
 dir=$1
@@ -15,7 +17,7 @@ ready() {
 ready "$dir" && exit 0
 tmp=$dir.$$
 rm -rf "$tmp"
-python3 -m venv "$tmp" || { echo "$0: python3 -m venv failed (apt-get install python3-venv)" >&2; exit 1; }
+"${PYTHON:-python3}" -m venv "$tmp" || { echo "$0: ${PYTHON:-python3} -m venv failed (apt-get install python3-venv)" >&2; exit 1; }
 if ! "$tmp/bin/python3" -m pip install -q --disable-pip-version-check --only-binary :all: "mpi4py==$version"; then
     rm -rf "$tmp"
     echo "$0: pip install mpi4py==$version failed" >&2

@@ -711,6 +711,7 @@ pub fn run(name: &str, opts: &RunArgs, n: usize, grid: Grid) -> Result<i32> {
     let program = options::resolve_program(&opts.command[0])?;
     let app = program.file_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "program".into());
     let mut files = input_files(opts, &program, &app)?;
+    let host_args = python_on_hosts(&program, &app, &opts.command[1..], &mut files)?;
     // p2pmpi's library with MPICH's ABI: first on rank 0's library path, and staged to the
     // hosts for a program that needs it (not for p2pmpi's Rust programs: they hold it).
     let abi = crate::abi::setup(&program, &options::extra_env(opts)?)?;
@@ -748,9 +749,59 @@ pub fn run(name: &str, opts: &RunArgs, n: usize, grid: Grid) -> Result<i32> {
     let Some(staged) = reserve_and_stage(name, &grid, opts, ask, &files, false, &mut progress)? else {
         return Ok(0);
     };
-    let job =
-        GridJob { name, opts, grid: &grid, layout, program, app, fd, extra, only, output, collector, abi, abi_staged };
+    let job = GridJob {
+        name,
+        opts,
+        grid: &grid,
+        layout,
+        program,
+        app,
+        host_args,
+        fd,
+        extra,
+        only,
+        output,
+        collector,
+        abi,
+        abi_staged,
+    };
     job.launch(staged, progress)
+}
+
+/// A Python interpreter as the program (`p2pmpirun -n 4 venv/bin/python3 prog.py`): its copy
+/// would not be the interpreter of its environment (a venv is found next to the interpreter's
+/// path, and its packages with it), so the hosts get, under the program's name, a script that
+/// runs the interpreter at the same path (the environment must be there, as on a shared file
+/// system, and readable by confined jobs: `JOB_READ_PATHS`); the script it runs, the first
+/// argument when it names a file here, is staged with it and given to the hosts by its staged
+/// name. Returns the arguments the hosts get (rank 0, here, keeps the user's).
+fn python_on_hosts(program: &Path, app: &str, args: &[String], files: &mut Vec<LocalFile>) -> Result<Vec<String>> {
+    let mut host_args = args.to_vec();
+    if !app.starts_with("python") || !crate::abi::needs(program).is_some_and(|why| why.starts_with("is Python")) {
+        return Ok(host_args);
+    }
+    let interpreter = std::path::absolute(program)?;
+    let dir = std::env::temp_dir().join(format!("p2pmpi-python-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let wrapper = dir.join(app);
+    let quoted = interpreter.to_string_lossy().replace('\'', "'\\''");
+    std::fs::write(&wrapper, format!("#!/bin/sh\nexec '{quoted}' \"$@\"\n"))?;
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755))?;
+    }
+    files[0] = LocalFile::Path { name: app.to_string(), path: wrapper, executable: true };
+    if let Some(script) = args.first().filter(|a| !a.starts_with('-') && Path::new(a.as_str()).is_file()) {
+        let name = Path::new(script).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let taken = files
+            .iter()
+            .any(|f| matches!(f, LocalFile::Path { name: n, .. } | LocalFile::Url { name: n, .. } if *n == name));
+        if !taken {
+            files.push(LocalFile::Path { name: name.clone(), path: PathBuf::from(script), executable: false });
+        }
+        host_args[0] = name;
+    }
+    Ok(host_args)
 }
 
 /// A grid job once its options were read: what its launch and its supervision need.
@@ -761,6 +812,8 @@ struct GridJob<'a> {
     layout: Layout,
     program: PathBuf,
     app: String,
+    /// The program's arguments on the hosts (a Python script's path given as its staged name).
+    host_args: Vec<String>,
     fd: Option<options::FdPlan>,
     extra: Vec<(String, String)>,
     only: Vec<String>,
@@ -820,7 +873,7 @@ impl GridJob<'_> {
                 job: job.clone(),
                 app: self.app.clone(),
                 program: self.app.clone(),
-                args: opts.command[1..].to_vec(),
+                args: self.host_args.clone(),
                 ranks: ranks.to_vec(),
                 size: layout.n as u32,
                 root: root.to_string(),

@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::abi::{build_library, c_program, profile_dir, venv};
+use common::abi::{build_library, c_program, profile_dir, system_venv, venv};
 use common::grid::{TestGrid, LIMIT};
 use common::job::Job;
 use common::{env_of, kill9, launcher, p2pmpi_tool, processes_with, require_tools, run_cmd, under_ci, Outcome};
@@ -274,5 +274,63 @@ fn a_replicated_c_job_on_a_local_grid_under_kmonitor_survives_a_killed_replica()
     let e = job.end(LIMIT);
     assert_eq!(e.code, 0, "{}", e.text);
     assert_eq!(sorted_lines(&e.stdout), steps_output(3, 30), "a line lost or printed twice:\n{}", e.text);
+    assert!(e.text.contains("rank 2 replica 1"), "no report of the killed replica:\n{}", e.text);
+}
+
+#[test]
+fn an_mpi4py_program_runs_on_a_local_grid_replicated_through_a_killed_replica() {
+    if !require_tools(&["/usr/bin/python3"], "(the system's Python: apt install python3-venv)") {
+        return;
+    }
+    build_library();
+    let dir = match system_venv() {
+        Ok(d) => d,
+        Err(why) => {
+            assert!(!under_ci(), "mpi4py's wheel is needed under CI: {why}");
+            eprintln!("SKIPPED: an_mpi4py_program_runs_on_a_local_grid_replicated_through_a_killed_replica: {why}");
+            return;
+        }
+    };
+    // The hosts' confined processes read the environment (`JOB_READ_PATHS`, as a grid member
+    // would set for a shared one), besides the system's interpreter.
+    let py = dir.join("bin/python3");
+    let g = TestGrid::start("abi-py", 3, &["--procs", "2"]);
+    for peer in 1..=3 {
+        // Added to the paths the test grid already lets its jobs read.
+        let conf = std::fs::read_to_string(g.conf(peer)).unwrap();
+        let given = conf.lines().rev().find_map(|l| l.strip_prefix("JOB_READ_PATHS=")).unwrap_or("");
+        let venv = dir.display().to_string();
+        let all: Vec<&str> = [given, &venv].into_iter().filter(|p| !p.is_empty()).collect();
+        g.reconfigure(peer, &[&format!("JOB_READ_PATHS={}", all.join(","))]);
+    }
+    g.wait_hosts(1, 2);
+    let marker = common::marker("py-grid");
+    let script = profile_dir().join(format!("{marker}.py"));
+    std::fs::write(&script, PYTHON).unwrap();
+    let mut cmd = Command::new(launcher());
+    cmd.args(["-n", "3", "-r", "2"]).arg(&py).arg(&script).env("P2PMPI_HOME", g.home(1)).env_remove("P2PMPI_CONF_FILE");
+    let job = Job::spawn(&mut cmd);
+    job.wait_for(LIMIT, "step 3 printed", |l| l.iter().any(|l| l.text.starts_with("step 3 ")).then_some(()));
+    let slots = slots_of(&marker, 6);
+    // Slot 5: rank 2's second replica, on a peer of the grid.
+    kill9(slots[&5]);
+    let e = job.end(LIMIT);
+    let _ = std::fs::remove_file(&script);
+    assert_eq!(e.code, 0, "{}", e.text);
+    let lines = sorted_lines(&e.stdout);
+    assert_eq!(lines.len(), 60, "every step of every rank printed once:\n{}", e.text);
+    for s in 0..20 {
+        for r in 0..3 {
+            let want = format!("step {s} rank {r}: sum {} seed ", 3 + 3 * s);
+            assert!(
+                lines.iter().any(|l| l.starts_with(&want) && l.ends_with("unbuffered 1 lib p2pmpi")),
+                "{want}\n{}",
+                e.text
+            );
+        }
+    }
+    let seeds: std::collections::BTreeSet<&str> =
+        lines.iter().filter_map(|l| l.split(" seed ").nth(1)?.split(' ').next()).collect();
+    assert_eq!(seeds.len(), 1, "one PYTHONHASHSEED on every host: {seeds:?}");
     assert!(e.text.contains("rank 2 replica 1"), "no report of the killed replica:\n{}", e.text);
 }

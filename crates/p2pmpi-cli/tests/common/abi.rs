@@ -76,15 +76,28 @@ pub fn c_program(name: &str, out: &str, compiler: &[&str], flags: &[&str]) -> Pa
 /// not.
 pub fn venv() -> Result<PathBuf, String> {
     static VENV: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    VENV.get_or_init(|| {
-        let dir = profile_dir().join("p2pmpi-abi-venv");
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/mpi4py-venv.sh");
-        let o = Command::new("sh").arg(script).arg(&dir).output().map_err(|e| format!("sh: {e}"))?;
-        if o.status.success() {
-            Ok(dir)
-        } else {
-            Err(String::from_utf8_lossy(&o.stderr).into_owned())
-        }
-    })
-    .clone()
+    VENV.get_or_init(|| make_venv("p2pmpi-abi-venv", None)).clone()
+}
+
+/// The same of the system's interpreter (`/usr/bin/python3`, readable by every user: the grid's
+/// confined jobs run as users of their own), at `<profile>/p2pmpi-abi-venv-system`.
+pub fn system_venv() -> Result<PathBuf, String> {
+    static VENV: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    VENV.get_or_init(|| make_venv("p2pmpi-abi-venv-system", Some(Path::new("/usr/bin/python3")))).clone()
+}
+
+fn make_venv(name: &str, python: Option<&Path>) -> Result<PathBuf, String> {
+    let dir = profile_dir().join(name);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/mpi4py-venv.sh");
+    let mut cmd = Command::new("sh");
+    cmd.arg(script).arg(&dir);
+    if let Some(p) = python {
+        cmd.env("PYTHON", p);
+    }
+    let o = cmd.output().map_err(|e| format!("sh: {e}"))?;
+    if o.status.success() {
+        Ok(dir)
+    } else {
+        Err(String::from_utf8_lossy(&o.stderr).into_owned())
+    }
 }
