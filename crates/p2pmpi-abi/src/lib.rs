@@ -32,6 +32,7 @@ pub mod datatypes;
 pub mod derived;
 pub mod environment;
 pub mod errors;
+pub mod fast;
 pub mod file;
 pub mod graph;
 pub mod handles;

@@ -66,6 +66,12 @@ unsafe fn send(
     if crate::bottom::is_bottom(buf, count, dt) {
         return crate::bottom::send(count, dt, dest, tag, c, matches!(m, Mode::Synchronous));
     }
+    if let Mode::Standard = m {
+        // SAFETY: the caller's contract.
+        if let Some(r) = unsafe { crate::fast::send(buf, count, dt, dest, tag, c) } {
+            return r;
+        }
+    }
     let fc = comm(c)?;
     let fd = datatype(dt)?;
     not_in_place(buf)?;
@@ -172,6 +178,10 @@ mpi_fn! {
         if crate::bottom::is_bottom(buf, count, dt) {
             // SAFETY: the caller's contract.
             return unsafe { crate::bottom::recv(count, dt, source, tag, c, st) };
+        }
+        // SAFETY: the caller's contract.
+        if let Some(r) = unsafe { crate::fast::recv(buf, count, dt, source, tag, c, st) } {
+            return r;
         }
         let fc = comm(c)?;
         let fd = datatype(dt)?;
@@ -288,8 +298,8 @@ mpi_fn! {
             }
             return Ok(());
         }
-        let persistent = is_persistent(h)?;
-        let mut r = raw_request(h).ok_or(MPI_ERR_REQUEST)?;
+        // One look at the table (and one change below): each costs a lock.
+        let (persistent, mut r) = REQUESTS.with(h, |e| (e.persistent.is_some(), e.raw)).ok_or(MPI_ERR_REQUEST)?;
         let (mut done, mut fs) = (0, ffi::MPI_Status::default());
         if persistent && r == null_request() {
             // An inactive persistent request: complete, with an empty status.
@@ -303,8 +313,11 @@ mpi_fn! {
         // SAFETY: locals only; the request's buffer is the caller's to keep valid.
         let rc = unsafe { ffi::MPI_Test(&mut r, &mut done, &mut fs) };
         if done != 0 || r == null_request() {
-            finished(h);
-            if !persistent {
+            if persistent {
+                // It becomes inactive.
+                REQUESTS.with_mut(h, |e| e.raw = null_request());
+            } else {
+                REQUESTS.take(h);
                 // SAFETY: as above.
                 unsafe { request.write(MPI_REQUEST_NULL) };
             }
