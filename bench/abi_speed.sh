@@ -164,8 +164,8 @@ for cfg in $CONFIGS; do
 done
 for cfg in $CONFIGS; do ACTIVE+=("$cfg"); done
 {
-    for cfg in "${ACTIVE[@]}"; do echo "$cfg: $(command_of "$cfg" abi_pingpong) ${PP_SIZES:+$PP_SIZES }9 $TARGET_S"; done
-    echo "collectives: the same with abi_coll \"\" ${COLL_SIZES:+$COLL_SIZES }9 $TARGET_S"
+    for cfg in "${ACTIVE[@]}"; do echo "$cfg: $(command_of "$cfg" abi_pingpong) \"$PP_SIZES\" 9 $TARGET_S"; done
+    echo "collectives: the same with abi_coll \"\" \"$COLL_SIZES\" 9 $TARGET_S"
     echo "load: one busy loop (bash -c 'while :; do :; done') during the *-load runs"
 } >"$OUT/commands.txt"
 
