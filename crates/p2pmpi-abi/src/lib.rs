@@ -38,6 +38,7 @@ pub mod errors;
 pub mod exchange;
 pub mod external;
 pub mod f90_types;
+pub mod fast;
 pub mod file;
 pub mod file_io;
 pub mod gpu;

@@ -62,6 +62,12 @@ unsafe fn send(
     if crate::bottom::is_bottom(buf, count, dt) {
         return crate::bottom::send(count, dt, dest, tag, c, matches!(m, Mode::Synchronous));
     }
+    if let Mode::Standard = m {
+        // SAFETY: the caller's contract.
+        if let Some(r) = unsafe { crate::fast::send(buf, count, dt, dest, tag, c) } {
+            return r;
+        }
+    }
     let fc = comm(c)?;
     let fd = datatype(dt)?;
     not_in_place(buf)?;
@@ -168,6 +174,10 @@ mpi_fn! {
         if crate::bottom::is_bottom(buf, count, dt) {
             // SAFETY: the caller's contract.
             return unsafe { crate::bottom::recv(count, dt, source, tag, c, st) };
+        }
+        // SAFETY: the caller's contract.
+        if let Some(r) = unsafe { crate::fast::recv(buf, count, dt, source, tag, c, st) } {
+            return r;
         }
         let fc = comm(c)?;
         let fd = datatype(dt)?;
@@ -288,8 +298,8 @@ mpi_fn! {
             }
             return Ok(());
         }
-        let persistent = is_persistent(h)?;
-        let mut r = raw_request(h).ok_or(MPI_ERR_REQUEST)?;
+        // One look at the table (and one change below): each costs a lock.
+        let (persistent, mut r) = REQUESTS.with(h, |e| (e.persistent.is_some(), e.raw)).ok_or(MPI_ERR_REQUEST)?;
         let (mut done, mut fs) = (0, ffi::MPI_Status::default());
         if persistent && r == null_request() {
             // An inactive persistent request: complete, with an empty status.

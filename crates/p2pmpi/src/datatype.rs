@@ -1320,8 +1320,8 @@ impl ElementType {
 pub struct DynBuffer<'a> {
     ptr: *const c_void,
     len: usize,
-    elem: ElementType,
-    /// The elements' layout, for use as a [`Buffer`].
+    /// The elements' layout, for use as a [`Buffer`] (and the element type's, computed only
+    /// when asked for: hashing it at every wrap cost a C send or receive ~400 instructions).
     map: &'a TypeMap,
     phantom: std::marker::PhantomData<&'a [u8]>,
 }
@@ -1352,21 +1352,15 @@ impl<'a> DynBuffer<'a> {
     /// Wraps a typed slice.
     pub fn new<T: Equivalence>(buf: &'a [T]) -> Self {
         let dt = T::equivalent_datatype();
-        DynBuffer {
-            ptr: buf.as_ptr() as _,
-            len: buf.len(),
-            elem: ElementType::of_map(dt.type_map()),
-            map: interned(dt.type_map()),
-            phantom: Default::default(),
-        }
+        DynBuffer { ptr: buf.as_ptr() as _, len: buf.len(), map: interned(dt.type_map()), phantom: Default::default() }
     }
     /// Whether the elements are of type `T`.
     pub fn is<T: Equivalence>(&self) -> bool {
-        self.elem.fingerprint == ElementType::of::<T>().fingerprint
+        ElementType::of_map(self.map).fingerprint == ElementType::of::<T>().fingerprint
     }
     /// The elements as a `&[T]`, if they are of type `T`.
     pub fn downcast<T: Equivalence>(self) -> Option<&'a [T]> {
-        self.elem.fits::<T>(self.ptr).then(|| {
+        ElementType::of_map(self.map).fits::<T>(self.ptr).then(|| {
             // SAFETY: the buffer holds `len` initialised elements of its datatype for `'a`
             // (made from a `&'a [T']` in `new`, or promised by `from_raw`'s caller). `fits`
             // checked that this datatype is `T`'s (same fingerprint, lb 0, extent
@@ -1385,13 +1379,7 @@ impl<'a> DynBuffer<'a> {
     /// The memory must hold `len` valid elements of `datatype` for `'a`, readable and not
     /// written for `'a`, each a valid value of any `Equivalence` type of that datatype.
     pub unsafe fn from_raw<T>(ptr: *const T, len: Count, datatype: DatatypeRef<'a>) -> Self {
-        DynBuffer {
-            ptr: ptr as _,
-            len: len.max(0) as usize,
-            elem: ElementType::of_map(datatype.map),
-            map: datatype.map,
-            phantom: Default::default(),
-        }
+        DynBuffer { ptr: ptr as _, len: len.max(0) as usize, map: datatype.map, phantom: Default::default() }
     }
     /// Number of elements.
     pub fn len(&self) -> usize {
@@ -1412,8 +1400,8 @@ impl<'a> DynBuffer<'a> {
 pub struct DynBufferMut<'a> {
     ptr: *mut c_void,
     len: usize,
-    elem: ElementType,
-    /// The elements' layout, for use as a [`BufferMut`].
+    /// The elements' layout, for use as a [`BufferMut`] (the element type's, as in
+    /// [`DynBuffer`]).
     map: &'a TypeMap,
     phantom: std::marker::PhantomData<&'a mut [u8]>,
 }
@@ -1432,18 +1420,17 @@ impl<'a> DynBufferMut<'a> {
         DynBufferMut {
             ptr: buf.as_mut_ptr() as _,
             len: buf.len(),
-            elem: ElementType::of_map(dt.type_map()),
             map: interned(dt.type_map()),
             phantom: Default::default(),
         }
     }
     /// Whether the elements are of type `T`.
     pub fn is<T: Equivalence>(&self) -> bool {
-        self.elem.fingerprint == ElementType::of::<T>().fingerprint
+        ElementType::of_map(self.map).fingerprint == ElementType::of::<T>().fingerprint
     }
     /// The elements as a `&mut [T]`, if they are of type `T`.
     pub fn downcast<T: Equivalence>(self) -> Option<&'a mut [T]> {
-        self.elem.fits::<T>(self.ptr).then(|| {
+        ElementType::of_map(self.map).fits::<T>(self.ptr).then(|| {
             // SAFETY: as in `DynBuffer::downcast`, the bytes are `len` valid `T`s; the buffer
             // stands for an exclusive borrow for `'a` (a `&'a mut [T']` in `new`, promised by
             // `from_raw`'s caller), and `self` is consumed, so this is the only view. Any `T`
@@ -1458,13 +1445,7 @@ impl<'a> DynBufferMut<'a> {
     /// and accessed by nothing else for `'a`, each a valid value of any `Equivalence` type of
     /// that datatype.
     pub unsafe fn from_raw<T>(ptr: *mut T, len: Count, datatype: DatatypeRef<'a>) -> Self {
-        DynBufferMut {
-            ptr: ptr as _,
-            len: len.max(0) as usize,
-            elem: ElementType::of_map(datatype.map),
-            map: datatype.map,
-            phantom: Default::default(),
-        }
+        DynBufferMut { ptr: ptr as _, len: len.max(0) as usize, map: datatype.map, phantom: Default::default() }
     }
     /// Number of elements.
     pub fn len(&self) -> usize {
@@ -1484,15 +1465,15 @@ impl<'a> DynBufferMut<'a> {
     }
     /// A read-only view for the duration of the borrow.
     pub fn reborrow(&self) -> DynBuffer<'_> {
-        DynBuffer { ptr: self.ptr, len: self.len, elem: self.elem, map: self.map, phantom: Default::default() }
+        DynBuffer { ptr: self.ptr, len: self.len, map: self.map, phantom: Default::default() }
     }
     /// A mutable view for the duration of the borrow.
     pub fn reborrow_mut(&mut self) -> DynBufferMut<'_> {
-        DynBufferMut { ptr: self.ptr, len: self.len, elem: self.elem, map: self.map, phantom: Default::default() }
+        DynBufferMut { ptr: self.ptr, len: self.len, map: self.map, phantom: Default::default() }
     }
     /// Gives up mutability.
     pub fn downgrade(self) -> DynBuffer<'a> {
-        DynBuffer { ptr: self.ptr, len: self.len, elem: self.elem, map: self.map, phantom: Default::default() }
+        DynBuffer { ptr: self.ptr, len: self.len, map: self.map, phantom: Default::default() }
     }
 }
 

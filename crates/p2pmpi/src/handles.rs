@@ -23,6 +23,31 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// The hasher of the tables keyed by a handle's number (the requests'): one multiplication.
+/// The keys are numbers this library hands out, not chosen by an adversary; SipHash cost each
+/// C request's making and completion a few hundred instructions.
+#[derive(Default, Clone, Copy)]
+pub(crate) struct NumberHasher(u64);
+
+impl std::hash::Hasher for NumberHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+    fn write_i32(&mut self, i: i32) {
+        // Every bit of the key reaches the high bits (hashbrown's tags) and the low ones (its
+        // buckets).
+        self.0 = (u64::from(i as u32) ^ (self.0 << 32)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+/// A table keyed by a handle's number, with [`NumberHasher`].
+pub(crate) type NumberMap<V> = std::collections::HashMap<c_int, V, std::hash::BuildHasherDefault<NumberHasher>>;
+
 /// A communicator handle.
 #[repr(transparent)]
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]

@@ -804,7 +804,7 @@ impl<D: ?Sized> Drop for RequestCollection<'_, D> {
 /// [`crate::handles`]: process-wide because a handle is a plain integer any thread may hand to
 /// any function.
 // Process-wide because a C handle is a plain integer any thread may hand to any function.
-pub(crate) static REQUESTS: std::sync::LazyLock<std::sync::Mutex<std::collections::HashMap<c_int, Pending>>> =
+pub(crate) static REQUESTS: std::sync::LazyLock<std::sync::Mutex<crate::handles::NumberMap<Pending>>> =
     std::sync::LazyLock::new(Default::default);
 
 /// The handle number of a request (derived from the engine's request id, so that a

@@ -36,7 +36,7 @@ fn new_request(p: Pending) -> MPI_Request {
 /// outcome, kept for the next wait or test.
 // Process-wide because a C handle is a plain integer any thread may hand to any function, for
 // objects that are not tied to a universe (the C handle tables, see `crate::handles`).
-static FINISHED: LazyLock<Mutex<HashMap<c_int, Outcome>>> = LazyLock::new(Default::default);
+static FINISHED: LazyLock<Mutex<crate::handles::NumberMap<Outcome>>> = LazyLock::new(Default::default);
 
 /// Requests freed by `MPI_Request_free` before they completed: completed in the background
 /// (tested at each later `MPI_Request_free`, waited for at no point).

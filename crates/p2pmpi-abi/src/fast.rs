@@ -1,0 +1,125 @@
+//! The common case of the blocking standard send and the receive straight on the Rust API:
+//! `MPI_COMM_WORLD`, a predefined datatype, a real buffer, a valid rank and tag. Through the
+//! library's C layer (`p2pmpi::ffi`) each such call also looked the world up by its handle
+//! (taking and dropping a reference to it: two atomic operations) and converted the status
+//! twice; here the world is held once and the status is made in MPICH's layout directly.
+//! Anything else (`MPI_PROC_NULL`, wildcards aside; another communicator; a derived datatype;
+//! an argument to refuse) returns `None` and goes the general way, which checks and answers
+//! it: the fast path never decides an error of the arguments.
+
+use crate::consts::*;
+use crate::status::{self, MPI_Status};
+use crate::{nz, nz_mut};
+use p2pmpi::datatype::{DatatypeRef, DynBuffer, DynBufferMut};
+use p2pmpi::topology::SimpleCommunicator;
+use p2pmpi::traits::*;
+use p2pmpi::CommError;
+use std::os::raw::{c_int, c_void};
+use std::sync::OnceLock;
+
+/// The world, with its size, taken once the library is initialized.
+// Process-wide, as the world is.
+static WORLD: OnceLock<(SimpleCommunicator, c_int)> = OnceLock::new();
+
+/// The world, if the library is initialized and not finalized (else `None`: the general way
+/// answers the error).
+#[inline]
+fn world() -> Option<&'static (SimpleCommunicator, c_int)> {
+    if !p2pmpi::is_initialized() || p2pmpi::is_finalized() {
+        return None;
+    }
+    Some(WORLD.get_or_init(|| {
+        let w = SimpleCommunicator::world();
+        let n = w.size();
+        (w, n)
+    }))
+}
+
+/// The layout of predefined datatype `dt`, for a buffer of `count` elements at `buf` that
+/// the fast path may take (a real buffer: not null with data, not `MPI_IN_PLACE`).
+#[inline]
+fn layout(buf: *const c_void, count: c_int, dt: c_int) -> Option<DatatypeRef<'static>> {
+    if count < 0 || (buf.is_null() && count > 0) || crate::is_in_place(buf) {
+        return None;
+    }
+    let d = crate::datatypes::predefined(dt)?;
+    // SAFETY: `d` names a predefined datatype, which lives for the whole run.
+    Some(unsafe { <DatatypeRef<'static> as FromRaw>::from_raw(d) })
+}
+
+/// The error class of a failed communication (as the library's C layer answers it).
+fn class(e: &CommError) -> c_int {
+    match e {
+        CommError::Truncated { .. } => MPI_ERR_TRUNCATE,
+        CommError::PeerLost { .. } => MPIX_ERR_PROC_FAILED,
+        CommError::Revoked => MPIX_ERR_REVOKED,
+        _ => MPI_ERR_OTHER,
+    }
+}
+
+/// `MPI_Send` (standard mode) in the common case, or `None`.
+///
+/// # Safety
+/// `buf` must hold `count` elements of `dt`.
+#[inline]
+pub unsafe fn send(
+    buf: *const c_void,
+    count: c_int,
+    dt: c_int,
+    dest: c_int,
+    tag: c_int,
+    c: c_int,
+) -> Option<Result<(), c_int>> {
+    if c != MPI_COMM_WORLD || tag < 0 {
+        return None;
+    }
+    let (w, n) = world()?;
+    if !(0..*n).contains(&dest) {
+        return None;
+    }
+    let d = layout(buf, count, dt)?;
+    // SAFETY: the caller vouches for `count` elements of `dt` at `buf`, read during this call.
+    let data = unsafe { DynBuffer::from_raw(nz(buf, count), count, d) };
+    Some(w.process_at_rank(dest).try_send_with_tag(&data, tag).map_err(|e| class(&e)))
+}
+
+/// `MPI_Recv` in the common case (a source rank or `MPI_ANY_SOURCE`, a tag or
+/// `MPI_ANY_TAG`), or `None`.
+///
+/// # Safety
+/// `buf` must be writable for `count` elements of `dt`; `st` null, `MPI_STATUS_IGNORE` or
+/// writable.
+#[inline]
+pub unsafe fn recv(
+    buf: *mut c_void,
+    count: c_int,
+    dt: c_int,
+    source: c_int,
+    tag: c_int,
+    c: c_int,
+    st: *mut MPI_Status,
+) -> Option<Result<(), c_int>> {
+    if c != MPI_COMM_WORLD || (tag < 0 && tag != MPI_ANY_TAG) {
+        return None;
+    }
+    let (w, n) = world()?;
+    if source != MPI_ANY_SOURCE && !(0..*n).contains(&source) {
+        return None;
+    }
+    let d = layout(buf, count, dt)?;
+    // SAFETY: the caller vouches that `buf` is writable for `count` elements of `dt`, and
+    // nothing else uses it during this call.
+    let mut data = unsafe { DynBufferMut::from_raw(nz_mut(buf, count), count, d) };
+    let r = if source == MPI_ANY_SOURCE {
+        w.any_process().try_receive_into_with_tag(&mut data, tag)
+    } else {
+        w.process_at_rank(source).try_receive_into_with_tag(&mut data, tag)
+    };
+    Some(r.map_err(|e| class(&e)).map(|s| {
+        if status::wanted(st) {
+            let m = MPI_Status::new(s.byte_count(), s.is_cancelled(), s.source_rank(), s.tag(), MPI_SUCCESS);
+            // SAFETY: a real status pointer, which the caller vouches is writable.
+            unsafe { st.write(m) };
+        }
+    }))
+}
