@@ -315,8 +315,12 @@ mpi_fn! {
         let mut greq = None;
         if done != 0 || r == null_request() {
             greq = crate::grequest::finish(h);
-            finished(h);
-            if !persistent {
+            if persistent {
+                finished(h);
+            } else {
+                // (One change of the table: the entry, with what it kept alive, dropped
+                // outside its lock.)
+                drop(REQUESTS.take(h));
                 // SAFETY: as above.
                 unsafe { request.write(MPI_REQUEST_NULL) };
             }
