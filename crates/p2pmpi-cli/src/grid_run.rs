@@ -952,7 +952,7 @@ impl GridJob<'_> {
             .env(env::BIND, me.to_string())
             // In this host's MIN_PORT..MAX_PORT, like the other ranks: confined ranks elsewhere
             // may connect to the grid's range only (docs/security.md).
-            .env(env::PORTS, format!("{}-{}", self.grid.cfg.min_port, self.grid.cfg.max_port))
+            .env(env::PORTS, self.grid.cfg.job_ports())
             .env(env::LOCAL_PROCS, local_procs.to_string())
             .env("P2PMPI_JOB", job)
             .stdin(Stdio::inherit())

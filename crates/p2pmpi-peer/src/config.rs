@@ -679,6 +679,25 @@ fn apply(c: &mut Config, key: &str, v: &str) -> Result<bool, String> {
 }
 
 impl Config {
+    /// The value of `P2PMPI_PORTS` for the processes of jobs: `MIN_PORT-MAX_PORT`, then `!` and
+    /// the service ports inside that range, which a job's process must not listen on (confined
+    /// processes may not connect to them; the failure detector's is UDP only, so its TCP port
+    /// would look free).
+    pub fn job_ports(&self) -> String {
+        let (lo, hi) = (self.min_port, self.max_port);
+        let mut skip: Vec<u16> = [self.mpd_port, self.ft_port, self.fd_port, self.rs_port]
+            .into_iter()
+            .filter(|p| *p != 0 && (lo..=hi).contains(p))
+            .collect();
+        skip.sort_unstable();
+        skip.dedup();
+        if skip.is_empty() {
+            format!("{lo}-{hi}")
+        } else {
+            format!("{lo}-{hi}!{}", skip.iter().map(u16::to_string).collect::<Vec<_>>().join(","))
+        }
+    }
+
     /// Parses text; `origin` names the file in messages (and becomes [`Config::source`]).
     pub fn parse(text: &str, origin: &Path) -> Result<(Config, Vec<Warning>), ConfigError> {
         let file = origin.display().to_string();
@@ -902,6 +921,13 @@ mod tests {
     fn parse(text: &str) -> Result<(Config, Vec<Warning>), ConfigError> {
         Config::parse(text, Path::new("P2P-MPI.conf"))
     }
+    #[test]
+    fn jobs_leave_the_service_ports_inside_their_range_alone() {
+        assert_eq!(parse_ok("").job_ports(), "9801-9900!9897,9898,9899,9900");
+        assert_eq!(parse_ok("MIN_PORT=20000\nMAX_PORT=20100\n").job_ports(), "20000-20100");
+        assert_eq!(parse_ok("FD_PORT=0\nMAX_PORT=9898\n").job_ports(), "9801-9898!9897,9898");
+    }
+
     fn parse_ok(text: &str) -> Config {
         let (c, w) = parse(text).unwrap();
         assert!(w.is_empty(), "{w:?}");

@@ -1298,7 +1298,7 @@ impl Mpd {
                 // only), never on the network in clear.
                 .env("P2PMPI_JOB_KEY", spec.job_key.to_hex())
                 .env("P2PMPI_BIND", self.ip.to_string())
-                .env("P2PMPI_PORTS", format!("{}-{}", self.cfg.min_port, self.cfg.max_port))
+                .env("P2PMPI_PORTS", self.cfg.job_ports())
                 .env("P2PMPI_JOB", &spec.job)
                 .stdin(Stdio::null())
                 .stdout(Stdio::piped())

@@ -316,17 +316,28 @@ fn connect_from(bind: &str, to: &str) -> std::io::Result<TcpStream> {
 
 /// Binds the data port: in the configured range when there is one (`MIN_PORT`..`MAX_PORT`,
 /// starting at a pid-dependent offset so that processes of one host spread over it), else any.
+/// `P2PMPI_PORTS`: `LO-HI`, the ports a process may listen on, optionally followed by `!` and
+/// the ports of that range it must leave alone (`9801-9900!9897,9898,9899,9900`: the peer
+/// daemons' service ports, which confined processes may not connect to; one of them, the
+/// failure detector's, is UDP only, so its TCP port looks free here).
+fn parse_ports(range: Option<&str>) -> Option<(u16, u16, Vec<u16>)> {
+    let r = range?;
+    let (span, skip) = r.split_once('!').unwrap_or((r, ""));
+    let (a, b) = span.split_once('-')?;
+    let skip = skip.split(',').filter_map(|p| p.trim().parse::<u16>().ok()).collect();
+    Some((a.trim().parse::<u16>().ok()?, b.trim().parse::<u16>().ok()?, skip))
+}
+
 fn bind_data_port(bind: &str, range: Option<&str>) -> Result<TcpListener> {
-    let parsed = range.and_then(|r| {
-        let (a, b) = r.split_once('-')?;
-        Some((a.trim().parse::<u16>().ok()?, b.trim().parse::<u16>().ok()?))
-    });
-    match parsed {
-        Some((lo, hi)) if lo > 0 && lo <= hi => {
+    match parse_ports(range) {
+        Some((lo, hi, skip)) if lo > 0 && lo <= hi => {
             let span = (hi - lo) as u32 + 1;
             let start = std::process::id() % span;
             for k in 0..span {
                 let port = lo as u32 + (start + k) % span;
+                if skip.contains(&(port as u16)) {
+                    continue;
+                }
                 if let Ok(l) = TcpListener::bind((bind, port as u16)) {
                     return Ok(l);
                 }
@@ -346,16 +357,15 @@ fn bind_data_port(bind: &str, range: Option<&str>) -> Result<TcpListener> {
 /// is `None` if no port had both free; `None` if no UDP port is free at all (the job then runs
 /// without a detector for this process, and says so).
 fn bind_fd_port(bind: &str, range: Option<&str>) -> Option<(UdpSocket, Option<TcpListener>)> {
-    let parsed = range.and_then(|r| {
-        let (a, b) = r.split_once('-')?;
-        Some((a.trim().parse::<u16>().ok()?, b.trim().parse::<u16>().ok()?))
-    });
     let mut udp_only = None;
-    if let Some((lo, hi)) = parsed.filter(|(lo, hi)| *lo > 0 && lo <= hi) {
+    if let Some((lo, hi, skip)) = parse_ports(range).filter(|(lo, hi, _)| *lo > 0 && lo <= hi) {
         let span = (hi - lo) as u32 + 1;
         let start = (std::process::id() + span / 2) % span;
         for k in 0..span {
             let port = (lo as u32 + (start + k) % span) as u16;
+            if skip.contains(&port) {
+                continue;
+            }
             let Ok(udp) = UdpSocket::bind((bind, port)) else { continue };
             if let Ok(l) = TcpListener::bind((bind, port)) {
                 return Some((udp, Some(l)));
@@ -562,6 +572,33 @@ pub(crate) mod fence {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `P2PMPI_PORTS` with the peer daemons' service ports after `!`: never listened on, even
+    /// when free for TCP (the failure detector's is UDP only), since confined processes may not
+    /// connect to them. With every other port of a small range taken, binding fails rather than
+    /// take the service port.
+    #[test]
+    fn the_service_ports_after_the_bang_are_never_taken() {
+        assert_eq!(parse_ports(Some("9801-9900!9897,9899")), Some((9801, 9900, vec![9897, 9899])));
+        assert_eq!(parse_ports(Some("9801-9900")), Some((9801, 9900, vec![])));
+        assert_eq!(parse_ports(Some("x-9900")), None);
+        let (lo, held) = (0..64u16)
+            .map(|b| 30_000 + ((std::process::id() as u16 % 500) * 4 + b * 8) % 20_000)
+            .find_map(|lo| {
+                let held: Vec<TcpListener> =
+                    (lo..lo + 3).map_while(|p| TcpListener::bind(("127.0.0.1", p)).ok()).collect();
+                (held.len() == 3).then_some((lo, held))
+            })
+            .expect("three consecutive free ports");
+        // Port lo + 1 free, but named a service port: not taken.
+        drop(held);
+        let _a = TcpListener::bind(("127.0.0.1", lo)).unwrap();
+        let _c = TcpListener::bind(("127.0.0.1", lo + 2)).unwrap();
+        let range = format!("{lo}-{}!{}", lo + 2, lo + 1);
+        assert!(bind_data_port("127.0.0.1", Some(&range)).is_err());
+        let l = bind_data_port("127.0.0.1", Some(&format!("{lo}-{}", lo + 2))).unwrap();
+        assert_eq!(l.local_addr().unwrap().port(), lo + 1);
+    }
 
     /// With every port of the range but one taken for TCP (the data ports of the host's other
     /// processes), the detector still finds the one where both its UDP socket and its
