@@ -711,7 +711,7 @@ pub fn run(name: &str, opts: &RunArgs, n: usize, grid: Grid) -> Result<i32> {
     let program = options::resolve_program(&opts.command[0])?;
     let app = program.file_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "program".into());
     let mut files = input_files(opts, &program, &app)?;
-    let host_args = python_on_hosts(&program, &app, &opts.command[1..], &mut files)?;
+    let (host_args, _wrapper_dir) = python_on_hosts(&program, &app, &opts.command[1..], &mut files)?;
     // p2pmpi's library with MPICH's ABI: first on rank 0's library path, and staged to the
     // hosts for a program that needs it (not for p2pmpi's Rust programs: they hold it).
     let abi = crate::abi::setup(&program, &options::extra_env(opts)?)?;
@@ -774,16 +774,22 @@ pub fn run(name: &str, opts: &RunArgs, n: usize, grid: Grid) -> Result<i32> {
 /// runs the interpreter at the same path (the environment must be there, as on a shared file
 /// system, and readable by confined jobs: `JOB_READ_PATHS`); the script it runs, the first
 /// argument when it names a file here, is staged with it and given to the hosts by its staged
-/// name. Returns the arguments the hosts get (rank 0, here, keeps the user's).
-fn python_on_hosts(program: &Path, app: &str, args: &[String], files: &mut Vec<LocalFile>) -> Result<Vec<String>> {
+/// name. Returns the arguments the hosts get (rank 0, here, keeps the user's) and the
+/// directory of the script, removed when the job is over.
+fn python_on_hosts(
+    program: &Path,
+    app: &str,
+    args: &[String],
+    files: &mut Vec<LocalFile>,
+) -> Result<(Vec<String>, Option<WrapperDir>)> {
     let mut host_args = args.to_vec();
     if !app.starts_with("python") || !crate::abi::needs(program).is_some_and(|why| why.starts_with("is Python")) {
-        return Ok(host_args);
+        return Ok((host_args, None));
     }
     let interpreter = std::path::absolute(program)?;
-    let dir = std::env::temp_dir().join(format!("p2pmpi-python-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    let wrapper = dir.join(app);
+    let dir = WrapperDir(std::env::temp_dir().join(format!("p2pmpi-python-{}", std::process::id())));
+    std::fs::create_dir_all(&dir.0)?;
+    let wrapper = dir.0.join(app);
     let quoted = interpreter.to_string_lossy().replace('\'', "'\\''");
     std::fs::write(&wrapper, format!("#!/bin/sh\nexec '{quoted}' \"$@\"\n"))?;
     {
@@ -801,7 +807,16 @@ fn python_on_hosts(program: &Path, app: &str, args: &[String], files: &mut Vec<L
         }
         host_args[0] = name;
     }
-    Ok(host_args)
+    Ok((host_args, Some(dir)))
+}
+
+/// The directory of the interpreter's script for the hosts; removed with it.
+struct WrapperDir(PathBuf);
+
+impl Drop for WrapperDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 /// A grid job once its options were read: what its launch and its supervision need.

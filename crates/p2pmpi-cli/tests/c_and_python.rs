@@ -304,12 +304,16 @@ fn an_mpi4py_program_runs_on_a_local_grid_replicated_through_a_killed_replica() 
     cmd.args(["-n", "3", "-r", "2"]).arg(&py).arg(&script).env("P2PMPI_HOME", g.home(1)).env_remove("P2PMPI_CONF_FILE");
     let job = Job::spawn(&mut cmd);
     job.wait_for(LIMIT, "step 3 printed", |l| l.iter().any(|l| l.text.starts_with("step 3 ")).then_some(()));
+    // The interpreter's script for the hosts: there while the job runs, removed after it.
+    let wrapper = std::env::temp_dir().join(format!("p2pmpi-python-{}", job.pid()));
+    assert!(wrapper.join("python3").is_file(), "no script for the hosts at {}", wrapper.display());
     let slots = slots_of(&marker, 6);
     // Slot 5: rank 2's second replica, on a peer of the grid.
     kill9(slots[&5]);
     let e = job.end(LIMIT);
     let _ = std::fs::remove_file(&script);
     assert_eq!(e.code, 0, "{}", e.text);
+    assert!(!wrapper.exists(), "{} left behind", wrapper.display());
     let lines = sorted_lines(&e.stdout);
     assert_eq!(lines.len(), 60, "every step of every rank printed once:\n{}", e.text);
     for s in 0..20 {
