@@ -4,7 +4,8 @@
 # with MPICH's library (mpiexec.mpich, Debian's libmpich.so.12) and with p2pmpi's (p2pmpirun
 # --local, our release libmpi.so.12 first on LD_LIBRARY_PATH): only the library path and the
 # launcher differ. 2 processes, on shared memory and on TCP (loopback), at normal priority,
-# on an idle machine and under load (one busy loop, `while :; do :; done`, beside the job).
+# on an idle machine and under load (bench/load.sh: LOAD=cpu, one busy loop per core, the
+# default; or LOAD=mixed, a C tree rebuilt by make -j2).
 #
 # Transports:
 #   MPICH 4.0.2 of Debian is ch4:ucx (`mpichversion`). Shared memory is its default between
@@ -95,15 +96,9 @@ command_of() {
     esac
 }
 
-BURNER=
-start_load() { bash -c 'while :; do :; done' & BURNER=$!; }
-stop_load() {
-    if [ -n "$BURNER" ]; then
-        kill "$BURNER" 2>/dev/null
-        wait "$BURNER" 2>/dev/null
-        BURNER=
-    fi
-}
+LOAD=${LOAD:-cpu}
+start_load() { load_start "$LOAD"; }
+stop_load() { load_stop; }
 trap stop_load EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
@@ -166,7 +161,7 @@ for cfg in $CONFIGS; do ACTIVE+=("$cfg"); done
 {
     for cfg in "${ACTIVE[@]}"; do echo "$cfg: $(command_of "$cfg" abi_pingpong) \"$PP_SIZES\" 9 $TARGET_S"; done
     echo "collectives: the same with abi_coll \"\" \"$COLL_SIZES\" 9 $TARGET_S"
-    echo "load: one busy loop (bash -c 'while :; do :; done') during the *-load runs"
+    echo "load: bench/load.sh $LOAD during the *-load runs"
 } >"$OUT/commands.txt"
 
 # --------------------------------------------------------------------------- rounds

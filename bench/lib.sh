@@ -95,3 +95,20 @@ detector_cpu_sample() {
         echo "$pid $det $tot $now $nt"
     done >>"$f"
 }
+
+# The standard background loads of bench/load.sh around parts of a run:
+# `load_start KIND` (idle, cpu, mixed) starts one in the background, `load_stop` ends it.
+LOAD_PID=
+load_start() {
+    load_stop
+    [ "${1:-idle}" = idle ] && return 0
+    "$(dirname "${BASH_SOURCE[0]}")/load.sh" "$1" &
+    LOAD_PID=$!
+}
+load_stop() {
+    if [ -n "$LOAD_PID" ]; then
+        kill -TERM "$LOAD_PID" 2>/dev/null
+        wait "$LOAD_PID" 2>/dev/null
+        LOAD_PID=
+    fi
+}
