@@ -261,28 +261,14 @@ unsafe fn ireduce_scatter_block(
 
 v_forms!(
     [MPI_Igatherv, MPI_Iscatterv, MPI_Iallgatherv, MPI_Ialltoallv],
-    by [igatherv, iscatterv, iallgatherv, ialltoallv],
-    [
-        "Starts a gather of a count per process at the root, at displacements.",
-        "Starts a scatter of a count per process from the root, at displacements.",
-        "Starts a gather of a count per process at every process, at displacements.",
-        "Starts sending a count to each process and receiving one from each."
-    ],
-    c_int,
-    c_int,
-    request
-);
-v_forms!(
     [MPI_Igatherv_c, MPI_Iscatterv_c, MPI_Iallgatherv_c, MPI_Ialltoallv_c],
     by [igatherv, iscatterv, iallgatherv, ialltoallv],
     [
-        "Starts a gather of a count per process at the root, at displacements (large counts).",
-        "Starts a scatter of a count per process from the root, at displacements (large counts).",
-        "Starts a gather of a count per process at every process, at displacements (large counts).",
-        "Starts sending a count to each process and receiving one from each (large counts)."
+        "Starts a gather of a count per process at the root, at displacements",
+        "Starts a scatter of a count per process from the root, at displacements",
+        "Starts a gather of a count per process at every process, at displacements",
+        "Starts sending a count to each process and receiving one from each"
     ],
-    MPI_Count,
-    MPI_Aint,
     request
 );
 

@@ -243,13 +243,21 @@ pub(crate) fn is_root(c: c_int, root: c_int) -> Result<bool, c_int> {
     Ok(rust_comm(c)?.rank() == root)
 }
 
-/// Defines the v-variants `[gatherv, scatterv, allgatherv, alltoallv]`, each run by a function
-/// of the counts as `int`s (`by [...]`) with the doc given: `$t` is the type of their counts
-/// and `$d` that of their displacements; with a last argument `request`, the nonblocking forms
-/// ([`crate::ivarcount`]). On an intercommunicator they go to [`intercoll`].
+/// Defines the v-variants `[gatherv, scatterv, allgatherv, alltoallv]` and their large-count
+/// forms (`_c`: counts `MPI_Count`, displacements `MPI_Aint`), each run by a function of the
+/// counts as `int`s (`by [...]`), with the docs given; with a last argument `request`, the
+/// nonblocking forms ([`crate::ivarcount`]). On an intercommunicator they go to [`intercoll`].
 macro_rules! v_forms {
     (
-        [$gatherv:ident, $scatterv:ident, $allgatherv:ident, $alltoallv:ident],
+        [$($name:ident),*], [$($name_c:ident),*], by $by:tt, [$($doc:literal),*] $(, $request:ident)?
+    ) => {
+        v_forms!(@forms [$($name),*], by $by, [$(concat!($doc, ".")),*], c_int, c_int $(, $request)?);
+        v_forms!(
+            @forms [$($name_c),*], by $by, [$(concat!($doc, " (large counts).")),*], MPI_Count, MPI_Aint $(, $request)?
+        );
+    };
+    (
+        @forms [$gatherv:ident, $scatterv:ident, $allgatherv:ident, $alltoallv:ident],
         by [$gw:path, $sw:path, $aw:path, $vw:path],
         [$gdoc:expr, $sdoc:expr, $adoc:expr, $vdoc:expr],
         $t:ty, $d:ty $(, $request:ident)?
@@ -407,25 +415,12 @@ pub(crate) use v_forms;
 
 v_forms!(
     [MPI_Gatherv, MPI_Scatterv, MPI_Allgatherv, MPI_Alltoallv],
-    by [gatherv, scatterv, allgatherv, alltoallv],
-    [
-        "Gathers a count per process at the root, at displacements (int counts).",
-        "Scatters a count per process from the root, at displacements (int counts).",
-        "Gathers a count per process at every process, at displacements (int counts).",
-        "Sends a count to each process and receives one from each (int counts)."
-    ],
-    c_int,
-    c_int
-);
-v_forms!(
     [MPI_Gatherv_c, MPI_Scatterv_c, MPI_Allgatherv_c, MPI_Alltoallv_c],
     by [gatherv, scatterv, allgatherv, alltoallv],
     [
-        "Gathers a count per process at the root, at displacements (large counts).",
-        "Scatters a count per process from the root, at displacements (large counts).",
-        "Gathers a count per process at every process, at displacements (large counts).",
-        "Sends a count to each process and receives one from each (large counts)."
-    ],
-    MPI_Count,
-    MPI_Aint
+        "Gathers a count per process at the root, at displacements",
+        "Scatters a count per process from the root, at displacements",
+        "Gathers a count per process at every process, at displacements",
+        "Sends a count to each process and receives one from each"
+    ]
 );
