@@ -363,29 +363,22 @@ unsafe fn access(
 
 /// Defines data accesses, each in its `int` and large-count forms. First what they answer
 /// ([`Then`], with the functions' last argument if any), then a row per access: its two
-/// names, where it starts (`at` an explicit offset, the functions' second argument, or a file
-/// pointer, a variant of [`Ptr`]), whether it writes, and its doc.
+/// names, where it starts (a variant of [`Ptr`]: `At(offset)` makes `offset` the functions'
+/// second argument), whether it writes, and its doc.
 macro_rules! access {
-    ($then:tt $($name:ident, $name_c:ident($at:ident, $w:expr) $doc:literal;)*) => {$(
-        access!(@fn $then $name(c_int, $at, $w) $doc);
-        access!(@fn $then $name_c(MPI_Count, $at, $w) concat!("`", stringify!($name), "` with a large count."));
+    ($then:tt $($name:ident, $name_c:ident($p:ident $(($offset:ident))?, $w:expr) $doc:literal;)*) => {$(
+        access!(@fn $then $name(c_int, $p $(($offset))?, $w) $doc);
+        access!(
+            @fn $then $name_c(MPI_Count, $p $(($offset))?, $w) concat!("`", stringify!($name), "` with a large count.")
+        );
     )*};
-    (@fn [$then:ident $(($out:ident: $o:ty))?] $name:ident($t:ty, at, $w:expr) $doc:expr) => {
+    (@fn [$then:ident $(($out:ident: $o:ty))?] $name:ident($t:ty, $p:ident $(($offset:ident))?, $w:expr) $doc:expr) => {
         file_fn! {
             #[doc = $doc]
-            fn $name(fh: *mut c_void, offset: MPI_Offset, buf: *mut c_void, count: $t, dt: c_int $(, $out: $o)?)
+            fn $name(fh: *mut c_void, $($offset: MPI_Offset,)? buf: *mut c_void, count: $t, dt: c_int $(, $out: $o)?)
                 handler fh => {
                 // SAFETY: the caller's contract.
-                unsafe { access(fh, Ptr::At(offset), $w, buf, wide(count), dt, Then::$then $(($out))?) }
-            }
-        }
-    };
-    (@fn [$then:ident $(($out:ident: $o:ty))?] $name:ident($t:ty, $p:ident, $w:expr) $doc:expr) => {
-        file_fn! {
-            #[doc = $doc]
-            fn $name(fh: *mut c_void, buf: *mut c_void, count: $t, dt: c_int $(, $out: $o)?) handler fh => {
-                // SAFETY: the caller's contract.
-                unsafe { access(fh, Ptr::$p, $w, buf, wide(count), dt, Then::$then $(($out))?) }
+                unsafe { access(fh, Ptr::$p $(($offset))?, $w, buf, wide(count), dt, Then::$then $(($out))?) }
             }
         }
     };
@@ -406,10 +399,10 @@ macro_rules! end {
 
 access! {
     [Status(status: *mut MPI_Status)]
-    MPI_File_read_at, MPI_File_read_at_c(at, false) "Reads at an explicit offset.";
-    MPI_File_read_at_all, MPI_File_read_at_all_c(at, false) "Reads at an explicit offset (collective).";
-    MPI_File_write_at, MPI_File_write_at_c(at, true) "Writes at an explicit offset.";
-    MPI_File_write_at_all, MPI_File_write_at_all_c(at, true) "Writes at an explicit offset (collective).";
+    MPI_File_read_at, MPI_File_read_at_c(At(offset), false) "Reads at an explicit offset.";
+    MPI_File_read_at_all, MPI_File_read_at_all_c(At(offset), false) "Reads at an explicit offset (collective).";
+    MPI_File_write_at, MPI_File_write_at_c(At(offset), true) "Writes at an explicit offset.";
+    MPI_File_write_at_all, MPI_File_write_at_all_c(At(offset), true) "Writes at an explicit offset (collective).";
     MPI_File_read, MPI_File_read_c(Own, false) "Reads at the individual file pointer.";
     MPI_File_read_all, MPI_File_read_all_c(Own, false) "Reads at the individual file pointer (collective).";
     MPI_File_write, MPI_File_write_c(Own, true) "Writes at the individual file pointer.";
@@ -424,10 +417,12 @@ access! {
 
 access! {
     [Request(request: *mut c_int)]
-    MPI_File_iread_at, MPI_File_iread_at_c(at, false) "Starts a read at an explicit offset.";
-    MPI_File_iread_at_all, MPI_File_iread_at_all_c(at, false) "Starts a read at an explicit offset (collective).";
-    MPI_File_iwrite_at, MPI_File_iwrite_at_c(at, true) "Starts a write at an explicit offset.";
-    MPI_File_iwrite_at_all, MPI_File_iwrite_at_all_c(at, true) "Starts a write at an explicit offset (collective).";
+    MPI_File_iread_at, MPI_File_iread_at_c(At(offset), false) "Starts a read at an explicit offset.";
+    MPI_File_iread_at_all, MPI_File_iread_at_all_c(At(offset), false)
+        "Starts a read at an explicit offset (collective).";
+    MPI_File_iwrite_at, MPI_File_iwrite_at_c(At(offset), true) "Starts a write at an explicit offset.";
+    MPI_File_iwrite_at_all, MPI_File_iwrite_at_all_c(At(offset), true)
+        "Starts a write at an explicit offset (collective).";
     MPI_File_iread, MPI_File_iread_c(Own, false) "Starts a read at the individual file pointer.";
     MPI_File_iread_all, MPI_File_iread_all_c(Own, false) "Starts a read at the individual file pointer (collective).";
     MPI_File_iwrite, MPI_File_iwrite_c(Own, true) "Starts a write at the individual file pointer.";
@@ -439,9 +434,9 @@ access! {
 
 access! {
     [Split]
-    MPI_File_read_at_all_begin, MPI_File_read_at_all_begin_c(at, false)
+    MPI_File_read_at_all_begin, MPI_File_read_at_all_begin_c(At(offset), false)
         "Begins a split collective read at an explicit offset.";
-    MPI_File_write_at_all_begin, MPI_File_write_at_all_begin_c(at, true)
+    MPI_File_write_at_all_begin, MPI_File_write_at_all_begin_c(At(offset), true)
         "Begins a split collective write at an explicit offset.";
     MPI_File_read_all_begin, MPI_File_read_all_begin_c(Own, false)
         "Begins a split collective read at the individual file pointer.";
