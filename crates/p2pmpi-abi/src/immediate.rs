@@ -22,8 +22,8 @@ use p2pmpi::request::StaticScope;
 use p2pmpi::traits::*;
 use std::os::raw::{c_int, c_void};
 
-/// Checks the request argument and the counts.
-fn check(request: *mut c_int, counts: &[c_int]) -> Result<(), c_int> {
+/// Checks the request argument and the counts (every start of a nonblocking collective).
+pub(crate) fn check(request: *mut c_int, counts: &[c_int]) -> Result<(), c_int> {
     if request.is_null() {
         return Err(MPI_ERR_ARG);
     }
@@ -33,27 +33,27 @@ fn check(request: *mut c_int, counts: &[c_int]) -> Result<(), c_int> {
     Ok(())
 }
 
-/// The input of a gathering collective: `sendcount` elements of `sendtype` at `sendbuf`, or
-/// in place a copy of this process's part of `recvbuf` (block `at` of `recvcount` elements
-/// of `recvtype`).
+/// This process's part of a gathering collective: `sendcount` elements of `sendtype` at
+/// `sendbuf`, or in place a copy of its part of `recvbuf` (`count` elements of `recvtype` at
+/// element `at`).
 ///
 /// # Safety
 /// The buffers must hold those elements until the request completes.
 #[allow(clippy::too_many_arguments)]
-unsafe fn part(
+pub(crate) unsafe fn mine(
     kept: &mut Kept,
     sendbuf: *const c_void,
     sendcount: c_int,
     sendtype: c_int,
     recvbuf: *const c_void,
-    recvcount: c_int,
+    count: c_int,
     recvtype: c_int,
     at: c_int,
 ) -> Result<&'static DynBuffer<'static>, c_int> {
     // SAFETY: the caller's contract.
     unsafe {
         if is_in_place(sendbuf) {
-            kept.input(sendbuf, recvcount, recvtype, recvbuf, at * recvcount)
+            kept.input(sendbuf, count, recvtype, recvbuf, at)
         } else {
             kept.input(sendbuf, sendcount, sendtype, std::ptr::null(), 0)
         }
@@ -249,7 +249,8 @@ unsafe fn igathering(
         }
         Gathering::Gather(root) => {
             // SAFETY: the caller's contract; in place, the root's part is a copy of its block.
-            let s = unsafe { part(&mut kept, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, me)? };
+            let s =
+                unsafe { mine(&mut kept, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, me * recvcount)? };
             // SAFETY: the caller's contract.
             let b = unsafe { kept.output(recvbuf, recvcount * n, datatype_ref(recvtype)?) };
             let r = rc
@@ -293,7 +294,8 @@ unsafe fn igathering(
         }
         Gathering::Allgather => {
             // SAFETY: the caller's contract; in place, this process's part is a copy.
-            let s = unsafe { part(&mut kept, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, me)? };
+            let s =
+                unsafe { mine(&mut kept, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, me * recvcount)? };
             // SAFETY: the caller's contract.
             let b = unsafe { kept.output(recvbuf, recvcount * n, datatype_ref(recvtype)?) };
             let r = rc.try_immediate_all_gather_into(StaticScope, s, b).map_err(crate::errors::class_of_failure)?;

@@ -11,6 +11,7 @@
 use crate::consts::*;
 use crate::datatypes::{datatype_ref as dtref, stageable, MPI_Aint, MPI_Count};
 use crate::handles::rust_comm;
+use crate::immediate::{check, mine};
 use crate::intercoll;
 use crate::ints;
 use crate::is_in_place;
@@ -18,50 +19,13 @@ use crate::kept::{started, Kept};
 use crate::user_ops::{rust_op, user_op};
 use crate::varcount::{span, v_forms, Layout};
 use p2pmpi::collective::{TryImmediateCollectives, TryImmediateRoot};
-use p2pmpi::datatype::{DynBuffer, Partition, PartitionMut};
+use p2pmpi::datatype::{Partition, PartitionMut};
 use p2pmpi::request::StaticScope;
 use p2pmpi::traits::*;
 use std::os::raw::{c_int, c_void};
 
 /// A failed start's class.
 use crate::errors::class_of_failure as failed;
-
-/// The checks every start makes: a request to write, counts not negative.
-fn check(request: *mut c_int, counts: &[c_int]) -> Result<(), c_int> {
-    if request.is_null() {
-        return Err(MPI_ERR_ARG);
-    }
-    if counts.iter().any(|&n| n < 0) {
-        return Err(MPI_ERR_COUNT);
-    }
-    Ok(())
-}
-
-/// This process's part of a gathering collective: `sendcount` elements of `sendtype`, or in
-/// place a copy of its part of `recvbuf` (`count` elements of `recvtype` at element `at`).
-///
-/// # Safety
-/// The buffers must hold those elements until the request completes.
-#[allow(clippy::too_many_arguments)]
-unsafe fn mine(
-    kept: &mut Kept,
-    sendbuf: *const c_void,
-    sendcount: c_int,
-    sendtype: c_int,
-    recvbuf: *const c_void,
-    count: c_int,
-    recvtype: c_int,
-    at: c_int,
-) -> Result<&'static DynBuffer<'static>, c_int> {
-    // SAFETY: the caller's contract.
-    unsafe {
-        if is_in_place(sendbuf) {
-            kept.input(sendbuf, count, recvtype, recvbuf, at)
-        } else {
-            kept.input(sendbuf, sendcount, sendtype, std::ptr::null(), 0)
-        }
-    }
-}
 
 /// `MPI_Igatherv` once the counts are `int`s.
 ///
