@@ -544,7 +544,7 @@ macro_rules! rma_fn {
     };
     (@run $wh:ident, $target:ident, $request:ident => $op:expr) => {
         // SAFETY: the caller vouches that `request` is null or writable.
-        unsafe { $crate::win_request::requested($wh, $target, $request, || $op) }
+        unsafe { requested($wh, $target, $request, || $op) }
     };
 }
 pub(crate) use rma_fn;

@@ -41,7 +41,7 @@ unsafe fn complete(wh: c_int, target: c_int, request: *mut c_int) -> Result<(), 
 ///
 /// # Safety
 /// `request` must be null or valid for a write.
-pub(crate) unsafe fn requested(
+unsafe fn requested(
     wh: c_int,
     target: c_int,
     request: *mut c_int,
