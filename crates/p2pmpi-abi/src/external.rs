@@ -148,7 +148,7 @@ macro_rules! external_forms {
     ($pack:ident, $unpack:ident, $size:ident, $t:ty, $what:literal) => {
         mpi_fn! {
             #[doc = concat!("Packs `incount` elements of `dt` into `outbuf` at `*position` in `datarep` \
-        (`\"external32\"`)", $what, ".")]
+(`\"external32\"`)", $what, ".")]
             fn $pack(
                 datarep: *const c_char,
                 inbuf: *const c_void,
@@ -165,7 +165,7 @@ macro_rules! external_forms {
 
         mpi_fn! {
             #[doc = concat!("Unpacks `outcount` elements of `dt` from `inbuf` at `*position` in `datarep` \
-        (`\"external32\"`)", $what, ".")]
+(`\"external32\"`)", $what, ".")]
             fn $unpack(
                 datarep: *const c_char,
                 inbuf: *const c_void,

@@ -15,6 +15,23 @@ pub(crate) fn needed(count: MPI_Count, dt: c_int) -> Result<usize, c_int> {
     Ok(n * datatype_ref(dt)?.type_map().size())
 }
 
+/// Checks the position `*position` in a packed buffer of `size` bytes for `need` bytes more:
+/// the position, or `None` when no byte moves.
+///
+/// # Safety
+/// `position` must be null or valid for a read.
+unsafe fn position_for(position: *mut MPI_Count, size: MPI_Count, need: usize) -> Result<Option<MPI_Count>, c_int> {
+    if position.is_null() || size < 0 {
+        return Err(MPI_ERR_ARG);
+    }
+    // SAFETY: checked non-null; the caller vouches it is readable.
+    let pos = unsafe { position.read() };
+    if pos < 0 || pos as usize + need > size as usize {
+        return Err(MPI_ERR_TRUNCATE);
+    }
+    Ok((need > 0).then_some(pos))
+}
+
 /// Packs `incount` elements of `dt` at `inbuf` into `outbuf` (`outsize` bytes) at
 /// `*position`, which moves past them.
 ///
@@ -32,17 +49,8 @@ pub(crate) unsafe fn pack(
 ) -> Result<(), c_int> {
     let rc = rust_comm(c)?;
     let need = needed(incount, dt)?;
-    if position.is_null() || outsize < 0 {
-        return Err(MPI_ERR_ARG);
-    }
-    // SAFETY: checked non-null; the caller vouches it is readable.
-    let pos = unsafe { position.read() };
-    if pos < 0 || pos as usize + need > outsize as usize {
-        return Err(MPI_ERR_TRUNCATE);
-    }
-    if need == 0 {
-        return Ok(());
-    }
+    // SAFETY: the caller's contract.
+    let Some(pos) = (unsafe { position_for(position, outsize, need) })? else { return Ok(()) };
     let count = c_int::try_from(incount).map_err(|_| MPI_ERR_COUNT)?;
     // SAFETY: the caller vouches for `incount` elements at `inbuf` and `outsize` writable
     // bytes at `outbuf`, apart from each other.
@@ -75,17 +83,8 @@ pub(crate) unsafe fn unpack(
 ) -> Result<(), c_int> {
     let rc = rust_comm(c)?;
     let need = needed(outcount, dt)?;
-    if position.is_null() || insize < 0 {
-        return Err(MPI_ERR_ARG);
-    }
-    // SAFETY: checked non-null; the caller vouches it is readable.
-    let pos = unsafe { position.read() };
-    if pos < 0 || pos as usize + need > insize as usize {
-        return Err(MPI_ERR_TRUNCATE);
-    }
-    if need == 0 {
-        return Ok(());
-    }
+    // SAFETY: the caller's contract.
+    let Some(pos) = (unsafe { position_for(position, insize, need) })? else { return Ok(()) };
     let count = c_int::try_from(outcount).map_err(|_| MPI_ERR_COUNT)?;
     // SAFETY: the caller vouches for `insize` bytes at `inbuf` and `outcount` writable
     // elements at `outbuf`, apart from each other; every byte pattern is a valid value of a
