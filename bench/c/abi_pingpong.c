@@ -22,22 +22,14 @@
  * broadcasts, as bench/c/pingpong.c does), then BATCHES batches of ITERS round trips each,
  * ITERS chosen so that they last TARGET_S in all (clamped to [MIN_ITERS, MAX_ITERS]).
  */
-#include <mpi.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
+#include "bench_util.h"
 
-#define WARM_S 0.02
 #define DEFAULT_TARGET_S 0.3
 #define DEFAULT_BATCHES 9
 #define MAX_BATCHES 101
 #define MIN_ITERS 4L
-#define MAX_ITERS 1000000L
-#define MAX_SIZES 64
 
 static const long DEFAULT_SIZES[] = {8, 64, 512, 4096, 16384, 65536, 262144, 1048576, 4194304};
-
-static int rank;
 
 static void round_trips(char *buf, long size, long n)
 {
@@ -83,68 +75,24 @@ static int checked_round_trip(char *buf, long size, long salt)
     return ok && peer_ok;
 }
 
-/* Rank 0 names the library it runs on: "library <first line of MPI_Get_library_version>". */
-static void print_library(void)
-{
-    char v[MPI_MAX_LIBRARY_VERSION_STRING];
-    int len = 0, me;
-    MPI_Comm_rank(MPI_COMM_WORLD, &me);
-    if (me != 0) return;
-    MPI_Get_library_version(v, &len);
-    v[len < MPI_MAX_LIBRARY_VERSION_STRING ? len : MPI_MAX_LIBRARY_VERSION_STRING - 1] = '\0';
-    v[strcspn(v, "\n")] = '\0';
-    printf("library %s\n", v);
-    fflush(stdout);
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static long parse_long(const char *s, long lo, long hi, const char *what)
-{
-    char *end;
-    long v = strtol(s, &end, 10);
-    if (*s == '\0' || *end != '\0' || v < lo || v > hi) {
-        if (rank == 0) fprintf(stderr, "abi_pingpong: bad %s '%s'\n", what, s);
-        MPI_Abort(MPI_COMM_WORLD, 1);
-    }
-    return v;
-}
-
 int main(int argc, char **argv)
 {
-    int nprocs, nsizes = 0, batches = DEFAULT_BATCHES;
+    int nsizes, batches = DEFAULT_BATCHES;
     long sizes[MAX_SIZES], maxsize = 1;
     double target_s = DEFAULT_TARGET_S, lat[MAX_BATCHES];
 
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     print_library();
-    MPI_Comm_size(MPI_COMM_WORLD, &nprocs);
-    if (nprocs != 2) {
-        if (rank == 0) fprintf(stderr, "abi_pingpong: needs exactly 2 ranks (got %d)\n", nprocs);
+    MPI_Comm_size(MPI_COMM_WORLD, &np);
+    if (np != 2) {
+        if (rank == 0) fprintf(stderr, "abi_pingpong: needs exactly 2 ranks (got %d)\n", np);
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
-    if (argc > 1 && argv[1][0] != '\0') {
-        char *s = strdup(argv[1]);
-        for (char *tok = strtok(s, ","); tok && nsizes < MAX_SIZES; tok = strtok(NULL, ","))
-            sizes[nsizes++] = parse_long(tok, 0, 0x7fffffffL, "size");
-        free(s);
-    } else {
-        nsizes = (int)(sizeof DEFAULT_SIZES / sizeof DEFAULT_SIZES[0]);
-        memcpy(sizes, DEFAULT_SIZES, sizeof DEFAULT_SIZES);
-    }
-    if (argc > 2 && argv[2][0] != '\0') batches = (int)parse_long(argv[2], 1, MAX_BATCHES, "BATCHES");
-    if (argc > 3 && argv[3][0] != '\0') {
-        target_s = atof(argv[3]);
-        if (!(target_s > 0)) {
-            if (rank == 0) fprintf(stderr, "abi_pingpong: bad TARGET_S '%s'\n", argv[3]);
-            MPI_Abort(MPI_COMM_WORLD, 1);
-        }
-    }
+    nsizes = parse_sizes("abi_pingpong", argc > 1 ? argv[1] : "", 0x7fffffffL, DEFAULT_SIZES,
+                         (int)(sizeof DEFAULT_SIZES / sizeof DEFAULT_SIZES[0]), sizes);
+    if (argc > 2 && argv[2][0] != '\0') batches = (int)parse_long("abi_pingpong", argv[2], 1, MAX_BATCHES, "BATCHES");
+    if (argc > 3 && argv[3][0] != '\0') target_s = parse_target("abi_pingpong", argv[3]);
     for (int i = 0; i < nsizes; i++)
         if (sizes[i] > maxsize) maxsize = sizes[i];
     char *buf = malloc((size_t)maxsize);
@@ -155,27 +103,16 @@ int main(int argc, char **argv)
     memset(buf, 'x', (size_t)maxsize);
 
     for (int si = 0; si < nsizes; si++) {
-        long size = sizes[si], n = 2, ctl[2];
+        long size = sizes[si], iters = 0;
         int ok = checked_round_trip(buf, size, si);
 
-        for (;;) {
+        /* Rank 0's batches decide (see warm_up_step). */
+        for (long n = 2; !iters; n *= 2) {
             MPI_Barrier(MPI_COMM_WORLD);
             double t0 = MPI_Wtime();
             round_trips(buf, size, n);
-            double dt = MPI_Wtime() - t0;
-            if (rank == 0) {
-                double per_rt = dt / (double)n;
-                long it = per_rt > 0 ? (long)(target_s / batches / per_rt) : MAX_ITERS;
-                if (it < MIN_ITERS) it = MIN_ITERS;
-                if (it > MAX_ITERS) it = MAX_ITERS;
-                ctl[0] = dt >= WARM_S || n >= MAX_ITERS;
-                ctl[1] = it;
-            }
-            MPI_Bcast(ctl, 2, MPI_LONG, 0, MPI_COMM_WORLD);
-            if (ctl[0]) break;
-            n *= 2;
+            iters = warm_up_step(MPI_Wtime() - t0, n, target_s / batches, MIN_ITERS);
         }
-        long iters = ctl[1];
 
         for (int b = 0; b < batches; b++) {
             MPI_Barrier(MPI_COMM_WORLD);
@@ -186,8 +123,7 @@ int main(int argc, char **argv)
         ok = checked_round_trip(buf, size, si + 100) && ok;
 
         if (rank == 0) {
-            qsort(lat, (size_t)batches, sizeof lat[0], cmp_double);
-            double med = batches % 2 ? lat[batches / 2] : (lat[batches / 2 - 1] + lat[batches / 2]) / 2.0;
+            double med = median(lat, batches);
             double mbps = size > 0 && med > 0 ? (double)size / med : 0.0; /* bytes per µs = MB/s */
             if (ok)
                 printf("abi_pingpong %ld %.3f %.2f %.3f %d %ld\n", size, med, mbps, lat[0], batches, iters);

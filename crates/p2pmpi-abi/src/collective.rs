@@ -120,34 +120,30 @@ mpi_fn! {
     }
 }
 
-mpi_fn! {
-    /// The inclusive prefix reduction.
-    fn MPI_Scan(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, dt: c_int, o: c_int, c: c_int) on c => {
-        if let Some(u) = user_op(o) {
-            // SAFETY: the caller's contract.
-            return unsafe { user_ops::reduce(Reduction::Scan, sendbuf, recvbuf, count, dt, u, c) };
+/// Defines the prefix reductions (each on the library's function of its name): name, which
+/// ([`Reduction`]), doc.
+macro_rules! prefix_reductions {
+    ($($name:ident, $which:ident, $doc:literal;)*) => {$(
+        mpi_fn! {
+            #[doc = $doc]
+            fn $name(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, dt: c_int, o: c_int, c: c_int) on c => {
+                if let Some(u) = user_op(o) {
+                    // SAFETY: the caller's contract.
+                    return unsafe { user_ops::reduce(Reduction::$which, sendbuf, recvbuf, count, dt, u, c) };
+                }
+                let fc = comm(c)?;
+                let (fd, fo) = (datatype(dt)?, op(o)?);
+                crate::not_in_place(recvbuf)?;
+                // SAFETY: the caller's contract.
+                ok(unsafe { ffi::$name(nz(place(sendbuf), count), nz_mut(recvbuf, count), count, fd, fo, fc) })
+            }
         }
-        let fc = comm(c)?;
-        let (fd, fo) = (datatype(dt)?, op(o)?);
-        crate::not_in_place(recvbuf)?;
-        // SAFETY: the caller's contract.
-        ok(unsafe { ffi::MPI_Scan(nz(place(sendbuf), count), nz_mut(recvbuf, count), count, fd, fo, fc) })
-    }
+    )*};
 }
 
-mpi_fn! {
-    /// The exclusive prefix reduction (rank 0's `recvbuf` is left alone).
-    fn MPI_Exscan(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, dt: c_int, o: c_int, c: c_int) on c => {
-        if let Some(u) = user_op(o) {
-            // SAFETY: the caller's contract.
-            return unsafe { user_ops::reduce(Reduction::Exscan, sendbuf, recvbuf, count, dt, u, c) };
-        }
-        let fc = comm(c)?;
-        let (fd, fo) = (datatype(dt)?, op(o)?);
-        crate::not_in_place(recvbuf)?;
-        // SAFETY: the caller's contract.
-        ok(unsafe { ffi::MPI_Exscan(nz(place(sendbuf), count), nz_mut(recvbuf, count), count, fd, fo, fc) })
-    }
+prefix_reductions! {
+    MPI_Scan, Scan, "The inclusive prefix reduction.";
+    MPI_Exscan, Exscan, "The exclusive prefix reduction (rank 0's `recvbuf` is left alone).";
 }
 
 mpi_fn! {

@@ -22,7 +22,7 @@ use std::os::raw::c_int;
 ///
 /// # Safety
 /// `out` must be valid for a write.
-unsafe fn put_comm(out: *mut c_int, parent: c_int, made: ffi::MPI_Comm) {
+pub(crate) unsafe fn put_comm(out: *mut c_int, parent: c_int, made: ffi::MPI_Comm) {
     let h = new_comm(made);
     if h != MPI_COMM_NULL {
         inherit_handler(parent, h);
@@ -32,7 +32,7 @@ unsafe fn put_comm(out: *mut c_int, parent: c_int, made: ffi::MPI_Comm) {
 }
 
 /// The library's null communicator, to receive a new one.
-fn null_comm() -> ffi::MPI_Comm {
+pub(crate) fn null_comm() -> ffi::MPI_Comm {
     // SAFETY: the predefined names are initialized statics that nothing writes.
     unsafe { ffi::RSMPI_COMM_NULL }
 }

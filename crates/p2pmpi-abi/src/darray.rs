@@ -149,52 +149,38 @@ unsafe fn create(
     unsafe { made(newtype, t, how) }
 }
 
-mpi_fn! {
-    /// The part of a distributed array that process `rank` of `size` holds.
-    fn MPI_Type_create_darray(
-        size: c_int,
-        rank: c_int,
-        ndims: c_int,
-        gsizes: *const c_int,
-        distribs: *const c_int,
-        dargs: *const c_int,
-        psizes: *const c_int,
-        order: c_int,
-        oldtype: c_int,
-        newtype: *mut c_int,
-    ) on MPI_COMM_WORLD => {
-        if ndims <= 0 {
-            return Err(MPI_ERR_ARG);
+/// Defines `MPI_Type_create_darray` and its `_c` form: name, type of the global sizes, doc.
+macro_rules! darray_forms {
+    ($($name:ident($g:ty) $doc:literal;)*) => {$(
+        mpi_fn! {
+            #[doc = $doc]
+            fn $name(
+                size: c_int,
+                rank: c_int,
+                ndims: c_int,
+                gsizes: *const $g,
+                distribs: *const c_int,
+                dargs: *const c_int,
+                psizes: *const c_int,
+                order: c_int,
+                oldtype: c_int,
+                newtype: *mut c_int,
+            ) on MPI_COMM_WORLD => {
+                if ndims <= 0 {
+                    return Err(MPI_ERR_ARG);
+                }
+                // SAFETY: the caller vouches for `ndims` entries.
+                let g: Vec<i64> = unsafe { array(gsizes, ndims)? };
+                // SAFETY: the caller's contract.
+                unsafe { create(size, rank, ndims, g, distribs, dargs, psizes, order, oldtype, newtype) }
+            }
         }
-        // SAFETY: the caller vouches for `ndims` entries.
-        let g: Vec<i64> = unsafe { array(gsizes, ndims)? };
-        // SAFETY: the caller's contract.
-        unsafe { create(size, rank, ndims, g, distribs, dargs, psizes, order, oldtype, newtype) }
-    }
+    )*};
 }
 
-mpi_fn! {
-    /// `MPI_Type_create_darray` with large global sizes.
-    fn MPI_Type_create_darray_c(
-        size: c_int,
-        rank: c_int,
-        ndims: c_int,
-        gsizes: *const crate::datatypes::MPI_Count,
-        distribs: *const c_int,
-        dargs: *const c_int,
-        psizes: *const c_int,
-        order: c_int,
-        oldtype: c_int,
-        newtype: *mut c_int,
-    ) on MPI_COMM_WORLD => {
-        if ndims <= 0 {
-            return Err(MPI_ERR_ARG);
-        }
-        // SAFETY: the caller vouches for `ndims` entries.
-        let g: Vec<i64> = unsafe { array(gsizes, ndims)? };
-        // SAFETY: the caller's contract.
-        unsafe { create(size, rank, ndims, g, distribs, dargs, psizes, order, oldtype, newtype) }
-    }
+darray_forms! {
+    MPI_Type_create_darray(c_int) "The part of a distributed array that process `rank` of `size` holds.";
+    MPI_Type_create_darray_c(crate::datatypes::MPI_Count) "`MPI_Type_create_darray` with large global sizes.";
 }
 
 #[cfg(test)]

@@ -202,6 +202,28 @@ mpi_fn! {
     }
 }
 
+/// Defines a datatype constructor under its name and MPI-1's (`MPI_Type_hvector`, ...): both
+/// run `$work` on their arguments.
+macro_rules! with_mpi1_name {
+    ($(#[$m:meta])* fn $name:ident or $mpi1:ident($($a:ident: $t:ty),* $(,)?) => $work:ident) => {
+        mpi_fn! {
+            $(#[$m])*
+            fn $name($($a: $t),*) on MPI_COMM_WORLD => {
+                // SAFETY: the caller's contract.
+                unsafe { $work($($a),*) }
+            }
+        }
+
+        mpi_fn! {
+            #[doc = concat!("MPI-1's name of `", stringify!($name), "`.")]
+            fn $mpi1($($a: $t),*) on MPI_COMM_WORLD => {
+                // SAFETY: the caller's contract.
+                unsafe { $work($($a),*) }
+            }
+        }
+    };
+}
+
 /// `MPI_Type_create_hvector`.
 ///
 /// # Safety
@@ -220,22 +242,15 @@ unsafe fn hvector(
     unsafe { made(newtype, t, how) }
 }
 
-mpi_fn! {
+with_mpi1_name! {
     /// `count` blocks of `blocklength` elements, `stride` bytes apart.
-    fn MPI_Type_create_hvector(n: c_int, blocklength: c_int, stride: MPI_Aint, oldtype: c_int, newtype: *mut c_int)
-        on MPI_COMM_WORLD => {
-        // SAFETY: the caller's contract.
-        unsafe { hvector(n, blocklength, stride, oldtype, newtype) }
-    }
-}
-
-mpi_fn! {
-    /// MPI-1's name of `MPI_Type_create_hvector`.
-    fn MPI_Type_hvector(n: c_int, blocklength: c_int, stride: MPI_Aint, oldtype: c_int, newtype: *mut c_int)
-        on MPI_COMM_WORLD => {
-        // SAFETY: the caller's contract.
-        unsafe { hvector(n, blocklength, stride, oldtype, newtype) }
-    }
+    fn MPI_Type_create_hvector or MPI_Type_hvector(
+        n: c_int,
+        blocklength: c_int,
+        stride: MPI_Aint,
+        oldtype: c_int,
+        newtype: *mut c_int,
+    ) => hvector
 }
 
 mpi_fn! {
@@ -274,32 +289,15 @@ unsafe fn hindexed(
     unsafe { made(newtype, t, how) }
 }
 
-mpi_fn! {
+with_mpi1_name! {
     /// Blocks of `blocklengths[i]` elements at byte `displacements[i]`.
-    fn MPI_Type_create_hindexed(
+    fn MPI_Type_create_hindexed or MPI_Type_hindexed(
         n: c_int,
         blocklengths: *const c_int,
         displs: *const MPI_Aint,
         oldtype: c_int,
         newtype: *mut c_int,
-    ) on MPI_COMM_WORLD => {
-        // SAFETY: the caller's contract.
-        unsafe { hindexed(n, blocklengths, displs, oldtype, newtype) }
-    }
-}
-
-mpi_fn! {
-    /// MPI-1's name of `MPI_Type_create_hindexed`.
-    fn MPI_Type_hindexed(
-        n: c_int,
-        blocklengths: *const c_int,
-        displs: *const MPI_Aint,
-        oldtype: c_int,
-        newtype: *mut c_int,
-    ) on MPI_COMM_WORLD => {
-        // SAFETY: the caller's contract.
-        unsafe { hindexed(n, blocklengths, displs, oldtype, newtype) }
-    }
+    ) => hindexed
 }
 
 mpi_fn! {
@@ -365,32 +363,15 @@ unsafe fn structure(
     unsafe { made(newtype, t, how) }
 }
 
-mpi_fn! {
+with_mpi1_name! {
     /// A structure: `blocklengths[i]` elements of `types[i]` at byte `displacements[i]`.
-    fn MPI_Type_create_struct(
+    fn MPI_Type_create_struct or MPI_Type_struct(
         n: c_int,
         blocklengths: *const c_int,
         displs: *const MPI_Aint,
         types: *const c_int,
         newtype: *mut c_int,
-    ) on MPI_COMM_WORLD => {
-        // SAFETY: the caller's contract.
-        unsafe { structure(n, blocklengths, displs, types, newtype) }
-    }
-}
-
-mpi_fn! {
-    /// MPI-1's name of `MPI_Type_create_struct`.
-    fn MPI_Type_struct(
-        n: c_int,
-        blocklengths: *const c_int,
-        displs: *const MPI_Aint,
-        types: *const c_int,
-        newtype: *mut c_int,
-    ) on MPI_COMM_WORLD => {
-        // SAFETY: the caller's contract.
-        unsafe { structure(n, blocklengths, displs, types, newtype) }
-    }
+    ) => structure
 }
 
 /// `MPI_Type_create_resized`.

@@ -131,72 +131,6 @@ unsafe fn unpack(
     Ok(())
 }
 
-mpi_fn! {
-    /// Packs `incount` elements of `dt` into `outbuf` at `*position` in `datarep`
-    /// (`"external32"`).
-    fn MPI_Pack_external(
-        datarep: *const c_char,
-        inbuf: *const c_void,
-        incount: c_int,
-        dt: c_int,
-        outbuf: *mut c_void,
-        outsize: MPI_Aint,
-        position: *mut MPI_Aint,
-    ) on MPI_COMM_WORLD => {
-        // SAFETY: the caller's contract (`MPI_Aint` is `MPI_Count`).
-        unsafe { pack(datarep, inbuf, incount as MPI_Count, dt, outbuf, outsize, position) }
-    }
-}
-
-mpi_fn! {
-    /// `MPI_Pack_external` with large counts.
-    fn MPI_Pack_external_c(
-        datarep: *const c_char,
-        inbuf: *const c_void,
-        incount: MPI_Count,
-        dt: c_int,
-        outbuf: *mut c_void,
-        outsize: MPI_Count,
-        position: *mut MPI_Count,
-    ) on MPI_COMM_WORLD => {
-        // SAFETY: the caller's contract.
-        unsafe { pack(datarep, inbuf, incount, dt, outbuf, outsize, position) }
-    }
-}
-
-mpi_fn! {
-    /// Unpacks `outcount` elements of `dt` from `inbuf` at `*position` in `datarep`
-    /// (`"external32"`).
-    fn MPI_Unpack_external(
-        datarep: *const c_char,
-        inbuf: *const c_void,
-        insize: MPI_Aint,
-        position: *mut MPI_Aint,
-        outbuf: *mut c_void,
-        outcount: c_int,
-        dt: c_int,
-    ) on MPI_COMM_WORLD => {
-        // SAFETY: the caller's contract (`MPI_Aint` is `MPI_Count`).
-        unsafe { unpack(datarep, inbuf, insize, position, outbuf, outcount as MPI_Count, dt) }
-    }
-}
-
-mpi_fn! {
-    /// `MPI_Unpack_external` with large counts.
-    fn MPI_Unpack_external_c(
-        datarep: *const c_char,
-        inbuf: *const c_void,
-        insize: MPI_Count,
-        position: *mut MPI_Count,
-        outbuf: *mut c_void,
-        outcount: MPI_Count,
-        dt: c_int,
-    ) on MPI_COMM_WORLD => {
-        // SAFETY: the caller's contract.
-        unsafe { unpack(datarep, inbuf, insize, position, outbuf, outcount, dt) }
-    }
-}
-
 /// The bytes `count` elements of `dt` take in `datarep`.
 ///
 /// # Safety
@@ -207,24 +141,55 @@ unsafe fn size(datarep: *const c_char, count: MPI_Count, dt: c_int) -> Result<MP
     Ok(crate::pack::needed(count, dt)? as MPI_Count)
 }
 
-mpi_fn! {
-    /// The bytes `incount` elements of `dt` take in `datarep` (`"external32"`).
-    fn MPI_Pack_external_size(datarep: *const c_char, incount: c_int, dt: c_int, out: *mut MPI_Aint)
-        on MPI_COMM_WORLD => {
-        // SAFETY: the caller's contract.
-        let n = unsafe { size(datarep, incount as MPI_Count, dt) }?;
-        // SAFETY: the caller's contract.
-        unsafe { crate::put(out, n) }
-    }
-}
+/// Defines `MPI_Pack_external`, `MPI_Unpack_external` and `MPI_Pack_external_size` with counts
+/// of type `$t` (`MPI_Count` in the `_c` forms; sizes and positions are `MPI_Aint`s, which are
+/// `MPI_Count`s).
+macro_rules! external_forms {
+    ($pack:ident, $unpack:ident, $size:ident, $t:ty, $what:literal) => {
+        mpi_fn! {
+            #[doc = concat!("Packs `incount` elements of `dt` into `outbuf` at `*position` in `datarep` \
+(`\"external32\"`)", $what, ".")]
+            fn $pack(
+                datarep: *const c_char,
+                inbuf: *const c_void,
+                incount: $t,
+                dt: c_int,
+                outbuf: *mut c_void,
+                outsize: MPI_Aint,
+                position: *mut MPI_Aint,
+            ) on MPI_COMM_WORLD => {
+                // SAFETY: the caller's contract.
+                unsafe { pack(datarep, inbuf, MPI_Count::from(incount), dt, outbuf, outsize, position) }
+            }
+        }
 
-mpi_fn! {
-    /// `MPI_Pack_external_size` with large counts.
-    fn MPI_Pack_external_size_c(datarep: *const c_char, incount: MPI_Count, dt: c_int, out: *mut MPI_Count)
-        on MPI_COMM_WORLD => {
-        // SAFETY: the caller's contract.
-        let n = unsafe { size(datarep, incount, dt) }?;
-        // SAFETY: the caller's contract.
-        unsafe { crate::put(out, n) }
-    }
+        mpi_fn! {
+            #[doc = concat!("Unpacks `outcount` elements of `dt` from `inbuf` at `*position` in `datarep` \
+(`\"external32\"`)", $what, ".")]
+            fn $unpack(
+                datarep: *const c_char,
+                inbuf: *const c_void,
+                insize: MPI_Aint,
+                position: *mut MPI_Aint,
+                outbuf: *mut c_void,
+                outcount: $t,
+                dt: c_int,
+            ) on MPI_COMM_WORLD => {
+                // SAFETY: the caller's contract.
+                unsafe { unpack(datarep, inbuf, insize, position, outbuf, MPI_Count::from(outcount), dt) }
+            }
+        }
+
+        mpi_fn! {
+            #[doc = concat!("The bytes `incount` elements of `dt` take in `datarep` (`\"external32\"`)", $what, ".")]
+            fn $size(datarep: *const c_char, incount: $t, dt: c_int, out: *mut MPI_Aint) on MPI_COMM_WORLD => {
+                // SAFETY: the caller's contract.
+                let n = unsafe { size(datarep, MPI_Count::from(incount), dt) }?;
+                // SAFETY: the caller's contract.
+                unsafe { crate::put(out, n) }
+            }
+        }
+    };
 }
+external_forms!(MPI_Pack_external, MPI_Unpack_external, MPI_Pack_external_size, c_int, "");
+external_forms!(MPI_Pack_external_c, MPI_Unpack_external_c, MPI_Pack_external_size_c, MPI_Count, " (large counts)");

@@ -365,36 +365,11 @@ pub(crate) fn file_error(fh: *mut c_void, name: &'static str, class: c_int) -> c
 }
 
 /// Defines a file function exported as `MPI_X` and `PMPI_X` whose error goes to the file's
-/// handler (`$fh`, or `MPI_FILE_NULL`'s when null) by [`file_error`].
+/// handler (`$fh`, or `MPI_FILE_NULL`'s when null) by [`file_error`]: [`mpi_fn!`]'s `handler`
+/// form.
 macro_rules! file_fn {
-    ($(#[$m:meta])* fn $name:ident($($a:ident: $t:ty),* $(,)?) handler $fh:expr => $body:expr) => {
-        $(#[$m])*
-        ///
-        /// # Safety
-        /// The C caller's contract: every pointer valid as the MPI standard says.
-        #[allow(clippy::too_many_arguments, unused_unsafe)]
-        pub unsafe fn $name($($a: $t),*) -> std::os::raw::c_int {
-            #[allow(clippy::redundant_closure_call)]
-            let r: Result<(), std::os::raw::c_int> = (|| $body)();
-            match r {
-                Ok(()) => $crate::consts::MPI_SUCCESS,
-                Err(class) => $crate::file::file_error($fh, stringify!($name), class),
-            }
-        }
-        const _: () = {
-            #[export_name = stringify!($name)]
-            #[allow(clippy::too_many_arguments)]
-            unsafe extern "C" fn mpi($($a: $t),*) -> std::os::raw::c_int {
-                // SAFETY: the caller's contract is the function's.
-                unsafe { $name($($a),*) }
-            }
-            #[export_name = concat!("P", stringify!($name))]
-            #[allow(clippy::too_many_arguments)]
-            unsafe extern "C" fn pmpi($($a: $t),*) -> std::os::raw::c_int {
-                // SAFETY: the caller's contract is the function's.
-                unsafe { $name($($a),*) }
-            }
-        };
+    ($($f:tt)*) => {
+        mpi_fn! { $($f)* }
     };
 }
 pub(crate) use file_fn;

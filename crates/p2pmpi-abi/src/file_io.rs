@@ -326,98 +326,62 @@ unsafe fn end(fh: *mut c_void, status: *mut MPI_Status) -> Result<(), c_int> {
     Ok(())
 }
 
-/// Blocking accesses at an explicit offset: name, count type, whether it writes, doc.
-macro_rules! blocking_at {
-    ($($name:ident($t:ty, $w:expr) $doc:literal;)*) => {$(
-        file_fn! {
-            #[doc = $doc]
-            fn $name(fh: *mut c_void, offset: MPI_Offset, buf: *mut c_void, count: $t, dt: c_int,
-                status: *mut MPI_Status) handler fh => {
-                // SAFETY: the caller's contract.
-                unsafe {
-                    let n = run(fh, Ptr::At(offset), $w, buf, wide(count), dt)?;
-                    set_status(status, n);
-                }
+/// What an access answers: its status (blocking), a completed request (nonblocking), nothing
+/// until the `_end` (the beginning of a split collective).
+enum Then {
+    Status(*mut MPI_Status),
+    Request(*mut c_int),
+    Split,
+}
+
+/// An access of `count` elements of `dt` at `buf` starting at `p`, answered as `then` says.
+///
+/// # Safety
+/// As [`run`]; the pointer of `then` as [`set_status`] or [`completed`].
+unsafe fn access(
+    fh: *mut c_void,
+    p: Ptr,
+    write: bool,
+    buf: *mut c_void,
+    count: MPI_Count,
+    dt: c_int,
+    then: Then,
+) -> Result<(), c_int> {
+    // SAFETY: the caller's contract.
+    unsafe {
+        match then {
+            Then::Status(status) => {
+                let n = run(fh, p, write, buf, count, dt)?;
+                set_status(status, n);
                 Ok(())
             }
+            Then::Request(request) => completed(request, run(fh, p, write, buf, count, dt)?),
+            Then::Split => begin(fh, p, write, buf, count, dt),
         }
-    )*};
+    }
 }
 
-/// Blocking accesses at a file pointer: name, count type, pointer, whether it writes, doc.
-macro_rules! blocking {
-    ($($name:ident($t:ty, $p:expr, $w:expr) $doc:literal;)*) => {$(
+/// Defines data accesses, each in its `int` and large-count forms. First what they answer
+/// ([`Then`], with the functions' last argument if any), then a row per access: its two
+/// names, where it starts (a variant of [`Ptr`]: `At(offset)` makes `offset` the functions'
+/// second argument), whether it writes, and its doc.
+macro_rules! access {
+    ($then:tt $($name:ident, $name_c:ident($p:ident $(($offset:ident))?, $w:expr) $doc:literal;)*) => {$(
+        access!(@fn $then $name(c_int, $p $(($offset))?, $w) $doc);
+        access!(
+            @fn $then $name_c(MPI_Count, $p $(($offset))?, $w) concat!("`", stringify!($name), "` with a large count.")
+        );
+    )*};
+    (@fn [$then:ident $(($out:ident: $o:ty))?] $name:ident($t:ty, $p:ident $(($offset:ident))?, $w:expr) $doc:expr) => {
         file_fn! {
             #[doc = $doc]
-            fn $name(fh: *mut c_void, buf: *mut c_void, count: $t, dt: c_int, status: *mut MPI_Status) handler fh => {
+            fn $name(fh: *mut c_void, $($offset: MPI_Offset,)? buf: *mut c_void, count: $t, dt: c_int $(, $out: $o)?)
+                handler fh => {
                 // SAFETY: the caller's contract.
-                unsafe {
-                    let n = run(fh, $p, $w, buf, wide(count), dt)?;
-                    set_status(status, n);
-                }
-                Ok(())
+                unsafe { access(fh, Ptr::$p $(($offset))?, $w, buf, wide(count), dt, Then::$then $(($out))?) }
             }
         }
-    )*};
-}
-
-/// Nonblocking accesses at an explicit offset.
-macro_rules! nonblocking_at {
-    ($($name:ident($t:ty, $w:expr) $doc:literal;)*) => {$(
-        file_fn! {
-            #[doc = $doc]
-            fn $name(fh: *mut c_void, offset: MPI_Offset, buf: *mut c_void, count: $t, dt: c_int,
-                request: *mut c_int) handler fh => {
-                // SAFETY: the caller's contract.
-                unsafe {
-                    let n = run(fh, Ptr::At(offset), $w, buf, wide(count), dt)?;
-                    completed(request, n)
-                }
-            }
-        }
-    )*};
-}
-
-/// Nonblocking accesses at a file pointer.
-macro_rules! nonblocking {
-    ($($name:ident($t:ty, $p:expr, $w:expr) $doc:literal;)*) => {$(
-        file_fn! {
-            #[doc = $doc]
-            fn $name(fh: *mut c_void, buf: *mut c_void, count: $t, dt: c_int, request: *mut c_int) handler fh => {
-                // SAFETY: the caller's contract.
-                unsafe {
-                    let n = run(fh, $p, $w, buf, wide(count), dt)?;
-                    completed(request, n)
-                }
-            }
-        }
-    )*};
-}
-
-/// Beginnings of split collective accesses at an explicit offset.
-macro_rules! begin_at {
-    ($($name:ident($t:ty, $w:expr) $doc:literal;)*) => {$(
-        file_fn! {
-            #[doc = $doc]
-            fn $name(fh: *mut c_void, offset: MPI_Offset, buf: *mut c_void, count: $t, dt: c_int) handler fh => {
-                // SAFETY: the caller's contract.
-                unsafe { begin(fh, Ptr::At(offset), $w, buf, wide(count), dt) }
-            }
-        }
-    )*};
-}
-
-/// Beginnings of split collective accesses at a file pointer.
-macro_rules! begin {
-    ($($name:ident($t:ty, $p:expr, $w:expr) $doc:literal;)*) => {$(
-        file_fn! {
-            #[doc = $doc]
-            fn $name(fh: *mut c_void, buf: *mut c_void, count: $t, dt: c_int) handler fh => {
-                // SAFETY: the caller's contract.
-                unsafe { begin(fh, $p, $w, buf, wide(count), dt) }
-            }
-        }
-    )*};
+    };
 }
 
 /// Ends of split collective accesses.
@@ -433,78 +397,53 @@ macro_rules! end {
     )*};
 }
 
-blocking_at! {
-    MPI_File_read_at(c_int, false) "Reads at an explicit offset.";
-    MPI_File_read_at_c(MPI_Count, false) "`MPI_File_read_at` with a large count.";
-    MPI_File_read_at_all(c_int, false) "Reads at an explicit offset (collective).";
-    MPI_File_read_at_all_c(MPI_Count, false) "`MPI_File_read_at_all` with a large count.";
-    MPI_File_write_at(c_int, true) "Writes at an explicit offset.";
-    MPI_File_write_at_c(MPI_Count, true) "`MPI_File_write_at` with a large count.";
-    MPI_File_write_at_all(c_int, true) "Writes at an explicit offset (collective).";
-    MPI_File_write_at_all_c(MPI_Count, true) "`MPI_File_write_at_all` with a large count.";
+access! {
+    [Status(status: *mut MPI_Status)]
+    MPI_File_read_at, MPI_File_read_at_c(At(offset), false) "Reads at an explicit offset.";
+    MPI_File_read_at_all, MPI_File_read_at_all_c(At(offset), false) "Reads at an explicit offset (collective).";
+    MPI_File_write_at, MPI_File_write_at_c(At(offset), true) "Writes at an explicit offset.";
+    MPI_File_write_at_all, MPI_File_write_at_all_c(At(offset), true) "Writes at an explicit offset (collective).";
+    MPI_File_read, MPI_File_read_c(Own, false) "Reads at the individual file pointer.";
+    MPI_File_read_all, MPI_File_read_all_c(Own, false) "Reads at the individual file pointer (collective).";
+    MPI_File_write, MPI_File_write_c(Own, true) "Writes at the individual file pointer.";
+    MPI_File_write_all, MPI_File_write_all_c(Own, true) "Writes at the individual file pointer (collective).";
+    MPI_File_read_shared, MPI_File_read_shared_c(Shared, false) "Reads at the shared file pointer.";
+    MPI_File_write_shared, MPI_File_write_shared_c(Shared, true) "Writes at the shared file pointer.";
+    MPI_File_read_ordered, MPI_File_read_ordered_c(Ordered, false)
+        "Reads at the shared file pointer in rank order (collective).";
+    MPI_File_write_ordered, MPI_File_write_ordered_c(Ordered, true)
+        "Writes at the shared file pointer in rank order (collective).";
 }
 
-blocking! {
-    MPI_File_read(c_int, Ptr::Own, false) "Reads at the individual file pointer.";
-    MPI_File_read_c(MPI_Count, Ptr::Own, false) "`MPI_File_read` with a large count.";
-    MPI_File_read_all(c_int, Ptr::Own, false) "Reads at the individual file pointer (collective).";
-    MPI_File_read_all_c(MPI_Count, Ptr::Own, false) "`MPI_File_read_all` with a large count.";
-    MPI_File_write(c_int, Ptr::Own, true) "Writes at the individual file pointer.";
-    MPI_File_write_c(MPI_Count, Ptr::Own, true) "`MPI_File_write` with a large count.";
-    MPI_File_write_all(c_int, Ptr::Own, true) "Writes at the individual file pointer (collective).";
-    MPI_File_write_all_c(MPI_Count, Ptr::Own, true) "`MPI_File_write_all` with a large count.";
-    MPI_File_read_shared(c_int, Ptr::Shared, false) "Reads at the shared file pointer.";
-    MPI_File_read_shared_c(MPI_Count, Ptr::Shared, false) "`MPI_File_read_shared` with a large count.";
-    MPI_File_write_shared(c_int, Ptr::Shared, true) "Writes at the shared file pointer.";
-    MPI_File_write_shared_c(MPI_Count, Ptr::Shared, true) "`MPI_File_write_shared` with a large count.";
-    MPI_File_read_ordered(c_int, Ptr::Ordered, false) "Reads at the shared file pointer in rank order (collective).";
-    MPI_File_read_ordered_c(MPI_Count, Ptr::Ordered, false) "`MPI_File_read_ordered` with a large count.";
-    MPI_File_write_ordered(c_int, Ptr::Ordered, true) "Writes at the shared file pointer in rank order (collective).";
-    MPI_File_write_ordered_c(MPI_Count, Ptr::Ordered, true) "`MPI_File_write_ordered` with a large count.";
+access! {
+    [Request(request: *mut c_int)]
+    MPI_File_iread_at, MPI_File_iread_at_c(At(offset), false) "Starts a read at an explicit offset.";
+    MPI_File_iread_at_all, MPI_File_iread_at_all_c(At(offset), false)
+        "Starts a read at an explicit offset (collective).";
+    MPI_File_iwrite_at, MPI_File_iwrite_at_c(At(offset), true) "Starts a write at an explicit offset.";
+    MPI_File_iwrite_at_all, MPI_File_iwrite_at_all_c(At(offset), true)
+        "Starts a write at an explicit offset (collective).";
+    MPI_File_iread, MPI_File_iread_c(Own, false) "Starts a read at the individual file pointer.";
+    MPI_File_iread_all, MPI_File_iread_all_c(Own, false) "Starts a read at the individual file pointer (collective).";
+    MPI_File_iwrite, MPI_File_iwrite_c(Own, true) "Starts a write at the individual file pointer.";
+    MPI_File_iwrite_all, MPI_File_iwrite_all_c(Own, true)
+        "Starts a write at the individual file pointer (collective).";
+    MPI_File_iread_shared, MPI_File_iread_shared_c(Shared, false) "Starts a read at the shared file pointer.";
+    MPI_File_iwrite_shared, MPI_File_iwrite_shared_c(Shared, true) "Starts a write at the shared file pointer.";
 }
 
-nonblocking_at! {
-    MPI_File_iread_at(c_int, false) "Starts a read at an explicit offset.";
-    MPI_File_iread_at_c(MPI_Count, false) "`MPI_File_iread_at` with a large count.";
-    MPI_File_iread_at_all(c_int, false) "Starts a read at an explicit offset (collective).";
-    MPI_File_iread_at_all_c(MPI_Count, false) "`MPI_File_iread_at_all` with a large count.";
-    MPI_File_iwrite_at(c_int, true) "Starts a write at an explicit offset.";
-    MPI_File_iwrite_at_c(MPI_Count, true) "`MPI_File_iwrite_at` with a large count.";
-    MPI_File_iwrite_at_all(c_int, true) "Starts a write at an explicit offset (collective).";
-    MPI_File_iwrite_at_all_c(MPI_Count, true) "`MPI_File_iwrite_at_all` with a large count.";
-}
-
-nonblocking! {
-    MPI_File_iread(c_int, Ptr::Own, false) "Starts a read at the individual file pointer.";
-    MPI_File_iread_c(MPI_Count, Ptr::Own, false) "`MPI_File_iread` with a large count.";
-    MPI_File_iread_all(c_int, Ptr::Own, false) "Starts a read at the individual file pointer (collective).";
-    MPI_File_iread_all_c(MPI_Count, Ptr::Own, false) "`MPI_File_iread_all` with a large count.";
-    MPI_File_iwrite(c_int, Ptr::Own, true) "Starts a write at the individual file pointer.";
-    MPI_File_iwrite_c(MPI_Count, Ptr::Own, true) "`MPI_File_iwrite` with a large count.";
-    MPI_File_iwrite_all(c_int, Ptr::Own, true) "Starts a write at the individual file pointer (collective).";
-    MPI_File_iwrite_all_c(MPI_Count, Ptr::Own, true) "`MPI_File_iwrite_all` with a large count.";
-    MPI_File_iread_shared(c_int, Ptr::Shared, false) "Starts a read at the shared file pointer.";
-    MPI_File_iread_shared_c(MPI_Count, Ptr::Shared, false) "`MPI_File_iread_shared` with a large count.";
-    MPI_File_iwrite_shared(c_int, Ptr::Shared, true) "Starts a write at the shared file pointer.";
-    MPI_File_iwrite_shared_c(MPI_Count, Ptr::Shared, true) "`MPI_File_iwrite_shared` with a large count.";
-}
-
-begin_at! {
-    MPI_File_read_at_all_begin(c_int, false) "Begins a split collective read at an explicit offset.";
-    MPI_File_read_at_all_begin_c(MPI_Count, false) "`MPI_File_read_at_all_begin` with a large count.";
-    MPI_File_write_at_all_begin(c_int, true) "Begins a split collective write at an explicit offset.";
-    MPI_File_write_at_all_begin_c(MPI_Count, true) "`MPI_File_write_at_all_begin` with a large count.";
-}
-
-begin! {
-    MPI_File_read_all_begin(c_int, Ptr::Own, false) "Begins a split collective read at the individual file pointer.";
-    MPI_File_read_all_begin_c(MPI_Count, Ptr::Own, false) "`MPI_File_read_all_begin` with a large count.";
-    MPI_File_write_all_begin(c_int, Ptr::Own, true) "Begins a split collective write at the individual file pointer.";
-    MPI_File_write_all_begin_c(MPI_Count, Ptr::Own, true) "`MPI_File_write_all_begin` with a large count.";
-    MPI_File_read_ordered_begin(c_int, Ptr::Ordered, false) "Begins a split ordered read.";
-    MPI_File_read_ordered_begin_c(MPI_Count, Ptr::Ordered, false) "`MPI_File_read_ordered_begin` with a large count.";
-    MPI_File_write_ordered_begin(c_int, Ptr::Ordered, true) "Begins a split ordered write.";
-    MPI_File_write_ordered_begin_c(MPI_Count, Ptr::Ordered, true) "`MPI_File_write_ordered_begin` with a large count.";
+access! {
+    [Split]
+    MPI_File_read_at_all_begin, MPI_File_read_at_all_begin_c(At(offset), false)
+        "Begins a split collective read at an explicit offset.";
+    MPI_File_write_at_all_begin, MPI_File_write_at_all_begin_c(At(offset), true)
+        "Begins a split collective write at an explicit offset.";
+    MPI_File_read_all_begin, MPI_File_read_all_begin_c(Own, false)
+        "Begins a split collective read at the individual file pointer.";
+    MPI_File_write_all_begin, MPI_File_write_all_begin_c(Own, true)
+        "Begins a split collective write at the individual file pointer.";
+    MPI_File_read_ordered_begin, MPI_File_read_ordered_begin_c(Ordered, false) "Begins a split ordered read.";
+    MPI_File_write_ordered_begin, MPI_File_write_ordered_begin_c(Ordered, true) "Begins a split ordered write.";
 }
 
 end! {

@@ -22,8 +22,8 @@ use p2pmpi::request::StaticScope;
 use p2pmpi::traits::*;
 use std::os::raw::{c_int, c_void};
 
-/// Checks the request argument and the counts.
-fn check(request: *mut c_int, counts: &[c_int]) -> Result<(), c_int> {
+/// Checks the request argument and the counts (every start of a nonblocking collective).
+pub(crate) fn check(request: *mut c_int, counts: &[c_int]) -> Result<(), c_int> {
     if request.is_null() {
         return Err(MPI_ERR_ARG);
     }
@@ -33,27 +33,27 @@ fn check(request: *mut c_int, counts: &[c_int]) -> Result<(), c_int> {
     Ok(())
 }
 
-/// The input of a gathering collective: `sendcount` elements of `sendtype` at `sendbuf`, or
-/// in place a copy of this process's part of `recvbuf` (block `at` of `recvcount` elements
-/// of `recvtype`).
+/// This process's part of a gathering collective: `sendcount` elements of `sendtype` at
+/// `sendbuf`, or in place a copy of its part of `recvbuf` (`count` elements of `recvtype` at
+/// element `at`).
 ///
 /// # Safety
 /// The buffers must hold those elements until the request completes.
 #[allow(clippy::too_many_arguments)]
-unsafe fn part(
+pub(crate) unsafe fn mine(
     kept: &mut Kept,
     sendbuf: *const c_void,
     sendcount: c_int,
     sendtype: c_int,
     recvbuf: *const c_void,
-    recvcount: c_int,
+    count: c_int,
     recvtype: c_int,
     at: c_int,
 ) -> Result<&'static DynBuffer<'static>, c_int> {
     // SAFETY: the caller's contract.
     unsafe {
         if is_in_place(sendbuf) {
-            kept.input(sendbuf, recvcount, recvtype, recvbuf, at * recvcount)
+            kept.input(sendbuf, count, recvtype, recvbuf, at)
         } else {
             kept.input(sendbuf, sendcount, sendtype, std::ptr::null(), 0)
         }
@@ -249,7 +249,8 @@ unsafe fn igathering(
         }
         Gathering::Gather(root) => {
             // SAFETY: the caller's contract; in place, the root's part is a copy of its block.
-            let s = unsafe { part(&mut kept, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, me)? };
+            let s =
+                unsafe { mine(&mut kept, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, me * recvcount)? };
             // SAFETY: the caller's contract.
             let b = unsafe { kept.output(recvbuf, recvcount * n, datatype_ref(recvtype)?) };
             let r = rc
@@ -293,7 +294,8 @@ unsafe fn igathering(
         }
         Gathering::Allgather => {
             // SAFETY: the caller's contract; in place, this process's part is a copy.
-            let s = unsafe { part(&mut kept, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, me)? };
+            let s =
+                unsafe { mine(&mut kept, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, me * recvcount)? };
             // SAFETY: the caller's contract.
             let b = unsafe { kept.output(recvbuf, recvcount * n, datatype_ref(recvtype)?) };
             let r = rc.try_immediate_all_gather_into(StaticScope, s, b).map_err(crate::errors::class_of_failure)?;
@@ -366,11 +368,18 @@ unsafe fn inter_gathering(
     }
 }
 
-/// Defines a nonblocking collective's `int` and large-count forms.
-macro_rules! bcast_forms {
-    ($name:ident, $t:ty) => {
+/// Defines nonblocking collectives, each in its `int` and large-count forms (`$t`, the type of
+/// their counts: `MPI_ERR_COUNT` for a large count beyond `int`'s range): a row per
+/// collective, its two names, which it is (a variant of [`Reduction`] or [`Gathering`];
+/// `(root)` adds the argument `root`) and what it starts.
+macro_rules! forms {
+    ($kind:ident: $($name:ident, $name_c:ident, $which:ident $(($root:ident))?, $what:literal;)*) => {$(
+        forms!(@$kind $name, c_int, $which $(($root))?, concat!("Starts ", $what, "."));
+        forms!(@$kind $name_c, MPI_Count, $which $(($root))?, concat!("Starts ", $what, " (large counts)."));
+    )*};
+    (@bcast $name:ident, $t:ty, $which:ident, $doc:expr) => {
         mpi_fn! {
-            /// Starts a broadcast from `root`.
+            #[doc = $doc]
             fn $name(buf: *mut c_void, count: $t, dt: c_int, root: c_int, c: c_int, request: *mut c_int) on c => {
                 let count = c_int::try_from(count).map_err(|_| MPI_ERR_COUNT)?;
                 // SAFETY: the caller's contract.
@@ -378,65 +387,28 @@ macro_rules! bcast_forms {
             }
         }
     };
-}
-bcast_forms!(MPI_Ibcast, c_int);
-bcast_forms!(MPI_Ibcast_c, MPI_Count);
-
-macro_rules! reduction_forms {
-    ($name:ident, $t:ty, $which:expr, $what:literal) => {
+    (@reduction $name:ident, $t:ty, $which:ident $(($root:ident))?, $doc:expr) => {
         mpi_fn! {
-            #[doc = concat!("Starts ", $what, ".")]
+            #[doc = $doc]
             fn $name(
                 sendbuf: *const c_void,
                 recvbuf: *mut c_void,
                 count: $t,
                 dt: c_int,
                 o: c_int,
+                $($root: c_int,)?
                 c: c_int,
                 request: *mut c_int,
             ) on c => {
                 let count = c_int::try_from(count).map_err(|_| MPI_ERR_COUNT)?;
                 // SAFETY: the caller's contract.
-                unsafe { ireduce($which, sendbuf, recvbuf, count, dt, o, c, request) }
+                unsafe { ireduce(Reduction::$which $(($root))?, sendbuf, recvbuf, count, dt, o, c, request) }
             }
         }
     };
-}
-reduction_forms!(MPI_Iallreduce, c_int, Reduction::Allreduce, "a reduction to every process");
-reduction_forms!(MPI_Iallreduce_c, MPI_Count, Reduction::Allreduce, "a reduction to every process");
-reduction_forms!(MPI_Iscan, c_int, Reduction::Scan, "an inclusive prefix reduction");
-reduction_forms!(MPI_Iscan_c, MPI_Count, Reduction::Scan, "an inclusive prefix reduction");
-reduction_forms!(MPI_Iexscan, c_int, Reduction::Exscan, "an exclusive prefix reduction");
-reduction_forms!(MPI_Iexscan_c, MPI_Count, Reduction::Exscan, "an exclusive prefix reduction");
-
-macro_rules! reduce_forms {
-    ($name:ident, $t:ty) => {
+    (@gathering $name:ident, $t:ty, $which:ident $(($root:ident))?, $doc:expr) => {
         mpi_fn! {
-            /// Starts a reduction to `root`.
-            fn $name(
-                sendbuf: *const c_void,
-                recvbuf: *mut c_void,
-                count: $t,
-                dt: c_int,
-                o: c_int,
-                root: c_int,
-                c: c_int,
-                request: *mut c_int,
-            ) on c => {
-                let count = c_int::try_from(count).map_err(|_| MPI_ERR_COUNT)?;
-                // SAFETY: the caller's contract.
-                unsafe { ireduce(Reduction::Reduce(root), sendbuf, recvbuf, count, dt, o, c, request) }
-            }
-        }
-    };
-}
-reduce_forms!(MPI_Ireduce, c_int);
-reduce_forms!(MPI_Ireduce_c, MPI_Count);
-
-macro_rules! rooted_forms {
-    ($name:ident, $t:ty, $which:ident, $what:literal) => {
-        mpi_fn! {
-            #[doc = concat!("Starts ", $what, ".")]
+            #[doc = $doc]
             fn $name(
                 sendbuf: *const c_void,
                 sendcount: $t,
@@ -444,7 +416,7 @@ macro_rules! rooted_forms {
                 recvbuf: *mut c_void,
                 recvcount: $t,
                 recvtype: c_int,
-                root: c_int,
+                $($root: c_int,)?
                 c: c_int,
                 request: *mut c_int,
             ) on c => {
@@ -452,44 +424,31 @@ macro_rules! rooted_forms {
                 let recvcount = c_int::try_from(recvcount).map_err(|_| MPI_ERR_COUNT)?;
                 // SAFETY: the caller's contract.
                 unsafe {
-                    let which = Gathering::$which(root);
+                    let which = Gathering::$which $(($root))?;
                     igathering(which, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, c, request)
                 }
             }
         }
     };
 }
-rooted_forms!(MPI_Igather, c_int, Gather, "a gather at `root`");
-rooted_forms!(MPI_Igather_c, MPI_Count, Gather, "a gather at `root`");
-rooted_forms!(MPI_Iscatter, c_int, Scatter, "a scatter from `root`");
-rooted_forms!(MPI_Iscatter_c, MPI_Count, Scatter, "a scatter from `root`");
 
-macro_rules! all_forms {
-    ($name:ident, $t:ty, $which:ident, $what:literal) => {
-        mpi_fn! {
-            #[doc = concat!("Starts ", $what, ".")]
-            fn $name(
-                sendbuf: *const c_void,
-                sendcount: $t,
-                sendtype: c_int,
-                recvbuf: *mut c_void,
-                recvcount: $t,
-                recvtype: c_int,
-                c: c_int,
-                request: *mut c_int,
-            ) on c => {
-                let sendcount = c_int::try_from(sendcount).map_err(|_| MPI_ERR_COUNT)?;
-                let recvcount = c_int::try_from(recvcount).map_err(|_| MPI_ERR_COUNT)?;
-                // SAFETY: the caller's contract.
-                unsafe {
-                    let which = Gathering::$which;
-                    igathering(which, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, c, request)
-                }
-            }
-        }
-    };
+forms! {
+    bcast:
+    MPI_Ibcast, MPI_Ibcast_c, Bcast, "a broadcast from `root`";
 }
-all_forms!(MPI_Iallgather, c_int, Allgather, "a gather at every process");
-all_forms!(MPI_Iallgather_c, MPI_Count, Allgather, "a gather at every process");
-all_forms!(MPI_Ialltoall, c_int, Alltoall, "an all-to-all exchange");
-all_forms!(MPI_Ialltoall_c, MPI_Count, Alltoall, "an all-to-all exchange");
+
+forms! {
+    reduction:
+    MPI_Ireduce, MPI_Ireduce_c, Reduce(root), "a reduction to `root`";
+    MPI_Iallreduce, MPI_Iallreduce_c, Allreduce, "a reduction to every process";
+    MPI_Iscan, MPI_Iscan_c, Scan, "an inclusive prefix reduction";
+    MPI_Iexscan, MPI_Iexscan_c, Exscan, "an exclusive prefix reduction";
+}
+
+forms! {
+    gathering:
+    MPI_Igather, MPI_Igather_c, Gather(root), "a gather at `root`";
+    MPI_Iscatter, MPI_Iscatter_c, Scatter(root), "a scatter from `root`";
+    MPI_Iallgather, MPI_Iallgather_c, Allgather, "a gather at every process";
+    MPI_Ialltoall, MPI_Ialltoall_c, Alltoall, "an all-to-all exchange";
+}

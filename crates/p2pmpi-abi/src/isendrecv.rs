@@ -101,147 +101,81 @@ unsafe fn start(
     Ok(())
 }
 
-/// `MPI_Isendrecv` with `int` counts.
-///
-/// # Safety
-/// As `MPI_Isendrecv` says.
-#[allow(clippy::too_many_arguments)]
-unsafe fn isendrecv(
-    sendbuf: *const c_void,
-    sendcount: c_int,
-    sendtype: c_int,
-    dest: c_int,
-    sendtag: c_int,
-    recvbuf: *mut c_void,
-    recvcount: c_int,
-    recvtype: c_int,
-    source: c_int,
-    recvtag: c_int,
-    c: c_int,
-    request: *mut c_int,
-) -> Result<(), c_int> {
-    comm(c)?;
-    datatype(sendtype)?;
-    crate::not_in_place(sendbuf)?;
-    if sendcount < 0 || recvcount < 0 {
-        return Err(MPI_ERR_COUNT);
-    }
-    // SAFETY: the caller's contract.
-    let copy = unsafe { packed(sendbuf, sendcount, sendtype) }?;
-    // SAFETY: the caller's contract.
-    unsafe { start(copy, dest, sendtag, recvbuf, recvcount, recvtype, source, recvtag, c, request) }
-}
-
-mpi_fn! {
-    /// Starts sending to `dest` and receiving from `source` at once; `*request` completes
-    /// with both.
-    fn MPI_Isendrecv(
-        sendbuf: *const c_void,
-        sendcount: c_int,
-        sendtype: c_int,
-        dest: c_int,
-        sendtag: c_int,
-        recvbuf: *mut c_void,
-        recvcount: c_int,
-        recvtype: c_int,
-        source: c_int,
-        recvtag: c_int,
-        c: c_int,
-        request: *mut c_int,
-    ) on c => {
-        // SAFETY: the caller's contract.
-        unsafe {
-            isendrecv(sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount, recvtype, source, recvtag, c, request)
+/// Defines `MPI_Isendrecv` and `MPI_Isendrecv_replace` with counts of type `$t` (`MPI_Count`
+/// in the `_c` forms: `MPI_ERR_COUNT` for one beyond `int`'s range).
+macro_rules! isendrecv_forms {
+    ($isendrecv:ident, $replace:ident, $t:ty, $doc:expr, $doc_replace:expr) => {
+        mpi_fn! {
+            #[doc = $doc]
+            fn $isendrecv(
+                sendbuf: *const c_void,
+                sendcount: $t,
+                sendtype: c_int,
+                dest: c_int,
+                sendtag: c_int,
+                recvbuf: *mut c_void,
+                recvcount: $t,
+                recvtype: c_int,
+                source: c_int,
+                recvtag: c_int,
+                c: c_int,
+                request: *mut c_int,
+            ) on c => {
+                let sendcount = c_int::try_from(sendcount).map_err(|_| MPI_ERR_COUNT)?;
+                let recvcount = c_int::try_from(recvcount).map_err(|_| MPI_ERR_COUNT)?;
+                comm(c)?;
+                datatype(sendtype)?;
+                crate::not_in_place(sendbuf)?;
+                if sendcount < 0 || recvcount < 0 {
+                    return Err(MPI_ERR_COUNT);
+                }
+                // SAFETY: the caller's contract.
+                let copy = unsafe { packed(sendbuf, sendcount, sendtype) }?;
+                // SAFETY: the caller's contract.
+                unsafe { start(copy, dest, sendtag, recvbuf, recvcount, recvtype, source, recvtag, c, request) }
+            }
         }
-    }
-}
 
-mpi_fn! {
-    /// `MPI_Isendrecv` with large counts.
-    fn MPI_Isendrecv_c(
-        sendbuf: *const c_void,
-        sendcount: MPI_Count,
-        sendtype: c_int,
-        dest: c_int,
-        sendtag: c_int,
-        recvbuf: *mut c_void,
-        recvcount: MPI_Count,
-        recvtype: c_int,
-        source: c_int,
-        recvtag: c_int,
-        c: c_int,
-        request: *mut c_int,
-    ) on c => {
-        let sc = c_int::try_from(sendcount).map_err(|_| MPI_ERR_COUNT)?;
-        let rc = c_int::try_from(recvcount).map_err(|_| MPI_ERR_COUNT)?;
-        // SAFETY: the caller's contract.
-        unsafe { isendrecv(sendbuf, sc, sendtype, dest, sendtag, recvbuf, rc, recvtype, source, recvtag, c, request) }
-    }
+        mpi_fn! {
+            #[doc = $doc_replace]
+            fn $replace(
+                buf: *mut c_void,
+                count: $t,
+                dt: c_int,
+                dest: c_int,
+                sendtag: c_int,
+                source: c_int,
+                recvtag: c_int,
+                c: c_int,
+                request: *mut c_int,
+            ) on c => {
+                let count = c_int::try_from(count).map_err(|_| MPI_ERR_COUNT)?;
+                comm(c)?;
+                datatype(dt)?;
+                crate::not_in_place(buf)?;
+                if count < 0 {
+                    return Err(MPI_ERR_COUNT);
+                }
+                // The copy is taken before the receive may overwrite the buffer.
+                // SAFETY: the caller's contract.
+                let copy = unsafe { packed(buf, count, dt) }?;
+                // SAFETY: the caller's contract.
+                unsafe { start(copy, dest, sendtag, buf, count, dt, source, recvtag, c, request) }
+            }
+        }
+    };
 }
-
-/// `MPI_Isendrecv_replace` with an `int` count.
-///
-/// # Safety
-/// As `MPI_Isendrecv_replace` says.
-#[allow(clippy::too_many_arguments)]
-unsafe fn replace(
-    buf: *mut c_void,
-    count: c_int,
-    dt: c_int,
-    dest: c_int,
-    sendtag: c_int,
-    source: c_int,
-    recvtag: c_int,
-    c: c_int,
-    request: *mut c_int,
-) -> Result<(), c_int> {
-    comm(c)?;
-    datatype(dt)?;
-    crate::not_in_place(buf)?;
-    if count < 0 {
-        return Err(MPI_ERR_COUNT);
-    }
-    // The copy is taken before the receive may overwrite the buffer.
-    // SAFETY: the caller's contract.
-    let copy = unsafe { packed(buf, count, dt) }?;
-    // SAFETY: the caller's contract.
-    unsafe { start(copy, dest, sendtag, buf, count, dt, source, recvtag, c, request) }
-}
-
-mpi_fn! {
-    /// Starts sending the `count` elements at `buf` to `dest` and receiving as many into
-    /// `buf` from `source`.
-    fn MPI_Isendrecv_replace(
-        buf: *mut c_void,
-        count: c_int,
-        dt: c_int,
-        dest: c_int,
-        sendtag: c_int,
-        source: c_int,
-        recvtag: c_int,
-        c: c_int,
-        request: *mut c_int,
-    ) on c => {
-        // SAFETY: the caller's contract.
-        unsafe { replace(buf, count, dt, dest, sendtag, source, recvtag, c, request) }
-    }
-}
-
-mpi_fn! {
-    /// `MPI_Isendrecv_replace` with a large count.
-    fn MPI_Isendrecv_replace_c(
-        buf: *mut c_void,
-        count: MPI_Count,
-        dt: c_int,
-        dest: c_int,
-        sendtag: c_int,
-        source: c_int,
-        recvtag: c_int,
-        c: c_int,
-        request: *mut c_int,
-    ) on c => {
-        let n = c_int::try_from(count).map_err(|_| MPI_ERR_COUNT)?;
-        // SAFETY: the caller's contract.
-        unsafe { replace(buf, n, dt, dest, sendtag, source, recvtag, c, request) }
-    }
-}
+isendrecv_forms!(
+    MPI_Isendrecv,
+    MPI_Isendrecv_replace,
+    c_int,
+    "Starts sending to `dest` and receiving from `source` at once; `*request` completes with both.",
+    "Starts sending the `count` elements at `buf` to `dest` and receiving as many into `buf` from `source`."
+);
+isendrecv_forms!(
+    MPI_Isendrecv_c,
+    MPI_Isendrecv_replace_c,
+    MPI_Count,
+    "`MPI_Isendrecv` with large counts.",
+    "`MPI_Isendrecv_replace` with a large count."
+);

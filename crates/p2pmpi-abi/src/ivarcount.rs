@@ -11,57 +11,21 @@
 use crate::consts::*;
 use crate::datatypes::{datatype_ref as dtref, stageable, MPI_Aint, MPI_Count};
 use crate::handles::rust_comm;
+use crate::immediate::{check, mine};
 use crate::intercoll;
 use crate::ints;
 use crate::is_in_place;
 use crate::kept::{started, Kept};
 use crate::user_ops::{rust_op, user_op};
-use crate::varcount::span;
+use crate::varcount::{span, v_forms, Layout};
 use p2pmpi::collective::{TryImmediateCollectives, TryImmediateRoot};
-use p2pmpi::datatype::{DynBuffer, Partition, PartitionMut};
+use p2pmpi::datatype::{Partition, PartitionMut};
 use p2pmpi::request::StaticScope;
 use p2pmpi::traits::*;
 use std::os::raw::{c_int, c_void};
 
 /// A failed start's class.
 use crate::errors::class_of_failure as failed;
-
-/// The checks every start makes: a request to write, counts not negative.
-fn check(request: *mut c_int, counts: &[c_int]) -> Result<(), c_int> {
-    if request.is_null() {
-        return Err(MPI_ERR_ARG);
-    }
-    if counts.iter().any(|&n| n < 0) {
-        return Err(MPI_ERR_COUNT);
-    }
-    Ok(())
-}
-
-/// This process's part of a gathering collective: `sendcount` elements of `sendtype`, or in
-/// place a copy of its part of `recvbuf` (`count` elements of `recvtype` at element `at`).
-///
-/// # Safety
-/// The buffers must hold those elements until the request completes.
-#[allow(clippy::too_many_arguments)]
-unsafe fn mine(
-    kept: &mut Kept,
-    sendbuf: *const c_void,
-    sendcount: c_int,
-    sendtype: c_int,
-    recvbuf: *const c_void,
-    count: c_int,
-    recvtype: c_int,
-    at: c_int,
-) -> Result<&'static DynBuffer<'static>, c_int> {
-    // SAFETY: the caller's contract.
-    unsafe {
-        if is_in_place(sendbuf) {
-            kept.input(sendbuf, count, recvtype, recvbuf, at)
-        } else {
-            kept.input(sendbuf, sendcount, sendtype, std::ptr::null(), 0)
-        }
-    }
-}
 
 /// `MPI_Igatherv` once the counts are `int`s.
 ///
@@ -188,12 +152,6 @@ unsafe fn iallgatherv(
     unsafe { started(r, kept, request) }
 }
 
-/// The counts and displacements of one side of `MPI_Ialltoallv`.
-struct Layout {
-    counts: Vec<c_int>,
-    displs: Vec<c_int>,
-}
-
 /// `MPI_Ialltoallv` once the counts are `int`s (`send` is `None` in place).
 ///
 /// # Safety
@@ -265,144 +223,23 @@ unsafe fn ireduce_scatter_block(
     unsafe { started(r, kept, request) }
 }
 
-/// Defines the `int` and the large-count forms: `$t` is the type of their counts and `$d`
-/// that of their displacements.
-macro_rules! ivarcount_family {
-    ($igatherv:ident, $iscatterv:ident, $iallgatherv:ident, $ialltoallv:ident, $irsb:ident, $irs:ident, $t:ty, $d:ty) => {
-        mpi_fn! {
-            /// Starts a gather of a count per process at the root, at displacements.
-            fn $igatherv(
-                sendbuf: *const c_void,
-                sendcount: $t,
-                sendtype: c_int,
-                recvbuf: *mut c_void,
-                recvcounts: *const $t,
-                displs: *const $d,
-                recvtype: c_int,
-                root: c_int,
-                c: c_int,
-                request: *mut c_int,
-            ) on c => {
-                if let Some(k) = intercoll::carrier(c)? {
-                    // SAFETY: the caller vouches for the arrays (at the root) and buffers.
-                    return unsafe {
-                        let parts = intercoll::varying(&k, Some(root), recvcounts, displs)?;
-                        let mine = (sendbuf, intercoll::lenient(sendcount), sendtype);
-                        intercoll::rooted(&k, true, mine, (recvbuf, &parts, recvtype), root, Some(request))
-                    };
-                }
-                let sendcount = c_int::try_from(sendcount).map_err(|_| MPI_ERR_COUNT)?;
-                let rc = rust_comm(c)?;
-                let n = if rc.rank() == root { rc.size() as usize } else { 0 };
-                // SAFETY: the caller vouches for the arrays (read at the root only) and buffers.
-                unsafe {
-                    let (counts, displs) = (ints(recvcounts, n, true)?, ints(displs, n, false)?);
-                    igatherv(sendbuf, sendcount, sendtype, recvbuf, counts, displs, recvtype, root, c, request)
-                }
-            }
-        }
+v_forms!(
+    [MPI_Igatherv, MPI_Iscatterv, MPI_Iallgatherv, MPI_Ialltoallv],
+    [MPI_Igatherv_c, MPI_Iscatterv_c, MPI_Iallgatherv_c, MPI_Ialltoallv_c],
+    by [igatherv, iscatterv, iallgatherv, ialltoallv],
+    [
+        "Starts a gather of a count per process at the root, at displacements",
+        "Starts a scatter of a count per process from the root, at displacements",
+        "Starts a gather of a count per process at every process, at displacements",
+        "Starts sending a count to each process and receiving one from each"
+    ],
+    request
+);
 
-        mpi_fn! {
-            /// Starts a scatter of a count per process from the root, at displacements.
-            fn $iscatterv(
-                sendbuf: *const c_void,
-                sendcounts: *const $t,
-                displs: *const $d,
-                sendtype: c_int,
-                recvbuf: *mut c_void,
-                recvcount: $t,
-                recvtype: c_int,
-                root: c_int,
-                c: c_int,
-                request: *mut c_int,
-            ) on c => {
-                if let Some(k) = intercoll::carrier(c)? {
-                    // SAFETY: the caller vouches for the arrays (at the root) and buffers.
-                    return unsafe {
-                        let parts = intercoll::varying(&k, Some(root), sendcounts, displs)?;
-                        let mine = (recvbuf as *const c_void, intercoll::lenient(recvcount), recvtype);
-                        intercoll::rooted(&k, false, mine, (sendbuf, &parts, sendtype), root, Some(request))
-                    };
-                }
-                let recvcount = c_int::try_from(recvcount).map_err(|_| MPI_ERR_COUNT)?;
-                let rc = rust_comm(c)?;
-                let n = if rc.rank() == root { rc.size() as usize } else { 0 };
-                // SAFETY: the caller vouches for the arrays (read at the root only) and buffers.
-                unsafe {
-                    let (counts, displs) = (ints(sendcounts, n, true)?, ints(displs, n, false)?);
-                    iscatterv(sendbuf, counts, displs, sendtype, recvbuf, recvcount, recvtype, root, c, request)
-                }
-            }
-        }
-
-        mpi_fn! {
-            /// Starts a gather of a count per process at every process, at displacements.
-            fn $iallgatherv(
-                sendbuf: *const c_void,
-                sendcount: $t,
-                sendtype: c_int,
-                recvbuf: *mut c_void,
-                recvcounts: *const $t,
-                displs: *const $d,
-                recvtype: c_int,
-                c: c_int,
-                request: *mut c_int,
-            ) on c => {
-                if let Some(k) = intercoll::carrier(c)? {
-                    let mine = vec![(intercoll::lenient(sendcount), 0); k.remote];
-                    // SAFETY: the caller vouches for the arrays and buffers.
-                    return unsafe {
-                        let parts = intercoll::varying(&k, None, recvcounts, displs)?;
-                        intercoll::all(&k, (sendbuf, &mine, sendtype), (recvbuf, &parts, recvtype), Some(request))
-                    };
-                }
-                let sendcount = c_int::try_from(sendcount).map_err(|_| MPI_ERR_COUNT)?;
-                let n = rust_comm(c)?.size() as usize;
-                // SAFETY: the caller vouches for the arrays and buffers.
-                unsafe {
-                    let (counts, displs) = (ints(recvcounts, n, true)?, ints(displs, n, false)?);
-                    iallgatherv(sendbuf, sendcount, sendtype, recvbuf, counts, displs, recvtype, c, request)
-                }
-            }
-        }
-
-        mpi_fn! {
-            /// Starts sending a count to each process and receiving one from each.
-            fn $ialltoallv(
-                sendbuf: *const c_void,
-                sendcounts: *const $t,
-                sdispls: *const $d,
-                sendtype: c_int,
-                recvbuf: *mut c_void,
-                recvcounts: *const $t,
-                rdispls: *const $d,
-                recvtype: c_int,
-                c: c_int,
-                request: *mut c_int,
-            ) on c => {
-                if let Some(k) = intercoll::carrier(c)? {
-                    // SAFETY: the caller vouches for the arrays and buffers.
-                    return unsafe {
-                        let s = intercoll::varying(&k, None, sendcounts, sdispls)?;
-                        let r = intercoll::varying(&k, None, recvcounts, rdispls)?;
-                        intercoll::all(&k, (sendbuf, &s, sendtype), (recvbuf, &r, recvtype), Some(request))
-                    };
-                }
-                let n = rust_comm(c)?.size() as usize;
-                // SAFETY: the caller vouches for the arrays (the send ones unread in place) and
-                // buffers.
-                unsafe {
-                    let send = if is_in_place(sendbuf) {
-                        None
-                    } else {
-                        Some(Layout { counts: ints(sendcounts, n, true)?, displs: ints(sdispls, n, false)? })
-                    };
-                    let recv = Layout { counts: ints(recvcounts, n, true)?, displs: ints(rdispls, n, false)? };
-                    ialltoallv(sendbuf, send, sendtype, recvbuf, recv, recvtype, c, request)
-                }
-            }
-        }
-
+/// Defines the `int` and the large-count forms of the nonblocking reduce-scatters: `$t` is
+/// the type of their counts.
+macro_rules! ireduce_scatter_forms {
+    ($irsb:ident, $irs:ident, $t:ty) => {
         mpi_fn! {
             /// Starts a reduction of every process's `sendbuf` whose block `i` (`recvcount`
             /// elements) goes to process `i`.
@@ -452,23 +289,5 @@ macro_rules! ivarcount_family {
         }
     };
 }
-ivarcount_family!(
-    MPI_Igatherv,
-    MPI_Iscatterv,
-    MPI_Iallgatherv,
-    MPI_Ialltoallv,
-    MPI_Ireduce_scatter_block,
-    MPI_Ireduce_scatter,
-    c_int,
-    c_int
-);
-ivarcount_family!(
-    MPI_Igatherv_c,
-    MPI_Iscatterv_c,
-    MPI_Iallgatherv_c,
-    MPI_Ialltoallv_c,
-    MPI_Ireduce_scatter_block_c,
-    MPI_Ireduce_scatter_c,
-    MPI_Count,
-    MPI_Aint
-);
+ireduce_scatter_forms!(MPI_Ireduce_scatter_block, MPI_Ireduce_scatter, c_int);
+ireduce_scatter_forms!(MPI_Ireduce_scatter_block_c, MPI_Ireduce_scatter_c, MPI_Count);

@@ -155,25 +155,35 @@ unsafe fn mrecv(
     Ok(())
 }
 
-mpi_fn! {
-    /// Receives the message `*message` names (from `MPI_Mprobe` or `MPI_Improbe`) and sets
-    /// `*message` to `MPI_MESSAGE_NULL`.
-    fn MPI_Mrecv(buf: *mut c_void, count: c_int, dt: c_int, message: *mut c_int, st: *mut MPI_Status)
-        on MPI_COMM_WORLD => {
-        // SAFETY: the caller's contract.
-        unsafe { mrecv(buf, count, dt, message, st) }
-    }
+/// Defines `MPI_Mrecv` or `MPI_Imrecv` (by `$work`) and its `_c` form: the names, the last
+/// argument (the status or the request), doc.
+macro_rules! matched_forms {
+    ($name:ident, $name_c:ident, $work:ident, $last:ident: $l:ty, $doc:literal) => {
+        matched_forms!(@one $name, c_int, $work, $last: $l, $doc);
+        matched_forms!(
+            @one $name_c, MPI_Count, $work, $last: $l, concat!("`", stringify!($name), "` with a large count.")
+        );
+    };
+    (@one $name:ident, $t:ty, $work:ident, $last:ident: $l:ty, $doc:expr) => {
+        mpi_fn! {
+            #[doc = $doc]
+            fn $name(buf: *mut c_void, count: $t, dt: c_int, message: *mut c_int, $last: $l) on MPI_COMM_WORLD => {
+                let count = c_int::try_from(count).map_err(|_| MPI_ERR_COUNT)?;
+                // SAFETY: the caller's contract.
+                unsafe { $work(buf, count, dt, message, $last) }
+            }
+        }
+    };
 }
 
-mpi_fn! {
-    /// `MPI_Mrecv` with a large count.
-    fn MPI_Mrecv_c(buf: *mut c_void, count: MPI_Count, dt: c_int, message: *mut c_int, st: *mut MPI_Status)
-        on MPI_COMM_WORLD => {
-        let count = c_int::try_from(count).map_err(|_| MPI_ERR_COUNT)?;
-        // SAFETY: the caller's contract.
-        unsafe { mrecv(buf, count, dt, message, st) }
-    }
-}
+matched_forms!(
+    MPI_Mrecv,
+    MPI_Mrecv_c,
+    mrecv,
+    st: *mut MPI_Status,
+    "Receives the message `*message` names (from `MPI_Mprobe` or `MPI_Improbe`) and sets `*message` to \
+     `MPI_MESSAGE_NULL`."
+);
 
 /// Starts receiving the matched message `*message` into `count` elements of `dt` at `buf`.
 ///
@@ -220,21 +230,10 @@ unsafe fn imrecv(
     unsafe { crate::kept::started(r, kept, request) }
 }
 
-mpi_fn! {
-    /// Starts receiving the message `*message` names; `*message` becomes `MPI_MESSAGE_NULL`.
-    fn MPI_Imrecv(buf: *mut c_void, count: c_int, dt: c_int, message: *mut c_int, request: *mut c_int)
-        on MPI_COMM_WORLD => {
-        // SAFETY: the caller's contract.
-        unsafe { imrecv(buf, count, dt, message, request) }
-    }
-}
-
-mpi_fn! {
-    /// `MPI_Imrecv` with a large count.
-    fn MPI_Imrecv_c(buf: *mut c_void, count: MPI_Count, dt: c_int, message: *mut c_int, request: *mut c_int)
-        on MPI_COMM_WORLD => {
-        let count = c_int::try_from(count).map_err(|_| MPI_ERR_COUNT)?;
-        // SAFETY: the caller's contract.
-        unsafe { imrecv(buf, count, dt, message, request) }
-    }
-}
+matched_forms!(
+    MPI_Imrecv,
+    MPI_Imrecv_c,
+    imrecv,
+    request: *mut c_int,
+    "Starts receiving the message `*message` names; `*message` becomes `MPI_MESSAGE_NULL`."
+);

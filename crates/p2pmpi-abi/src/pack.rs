@@ -15,6 +15,23 @@ pub(crate) fn needed(count: MPI_Count, dt: c_int) -> Result<usize, c_int> {
     Ok(n * datatype_ref(dt)?.type_map().size())
 }
 
+/// Checks the position `*position` in a packed buffer of `size` bytes for `need` bytes more:
+/// the position, or `None` when no byte moves.
+///
+/// # Safety
+/// `position` must be null or valid for a read.
+unsafe fn position_for(position: *mut MPI_Count, size: MPI_Count, need: usize) -> Result<Option<MPI_Count>, c_int> {
+    if position.is_null() || size < 0 {
+        return Err(MPI_ERR_ARG);
+    }
+    // SAFETY: checked non-null; the caller vouches it is readable.
+    let pos = unsafe { position.read() };
+    if pos < 0 || pos as usize + need > size as usize {
+        return Err(MPI_ERR_TRUNCATE);
+    }
+    Ok((need > 0).then_some(pos))
+}
+
 /// Packs `incount` elements of `dt` at `inbuf` into `outbuf` (`outsize` bytes) at
 /// `*position`, which moves past them.
 ///
@@ -32,17 +49,8 @@ pub(crate) unsafe fn pack(
 ) -> Result<(), c_int> {
     let rc = rust_comm(c)?;
     let need = needed(incount, dt)?;
-    if position.is_null() || outsize < 0 {
-        return Err(MPI_ERR_ARG);
-    }
-    // SAFETY: checked non-null; the caller vouches it is readable.
-    let pos = unsafe { position.read() };
-    if pos < 0 || pos as usize + need > outsize as usize {
-        return Err(MPI_ERR_TRUNCATE);
-    }
-    if need == 0 {
-        return Ok(());
-    }
+    // SAFETY: the caller's contract.
+    let Some(pos) = (unsafe { position_for(position, outsize, need) })? else { return Ok(()) };
     let count = c_int::try_from(incount).map_err(|_| MPI_ERR_COUNT)?;
     // SAFETY: the caller vouches for `incount` elements at `inbuf` and `outsize` writable
     // bytes at `outbuf`, apart from each other.
@@ -75,17 +83,8 @@ pub(crate) unsafe fn unpack(
 ) -> Result<(), c_int> {
     let rc = rust_comm(c)?;
     let need = needed(outcount, dt)?;
-    if position.is_null() || insize < 0 {
-        return Err(MPI_ERR_ARG);
-    }
-    // SAFETY: checked non-null; the caller vouches it is readable.
-    let pos = unsafe { position.read() };
-    if pos < 0 || pos as usize + need > insize as usize {
-        return Err(MPI_ERR_TRUNCATE);
-    }
-    if need == 0 {
-        return Ok(());
-    }
+    // SAFETY: the caller's contract.
+    let Some(pos) = (unsafe { position_for(position, insize, need) })? else { return Ok(()) };
     let count = c_int::try_from(outcount).map_err(|_| MPI_ERR_COUNT)?;
     // SAFETY: the caller vouches for `insize` bytes at `inbuf` and `outcount` writable
     // elements at `outbuf`, apart from each other; every byte pattern is a valid value of a
@@ -100,109 +99,106 @@ pub(crate) unsafe fn unpack(
     Ok(())
 }
 
-/// Runs `f` with `*position` as an `MPI_Count`, written back as an `int`.
-///
-/// # Safety
-/// `position` must be null or valid for a read and a write.
-unsafe fn with_int_position(
-    position: *mut c_int,
-    f: impl FnOnce(*mut MPI_Count) -> Result<(), c_int>,
-) -> Result<(), c_int> {
-    if position.is_null() {
-        return Err(MPI_ERR_ARG);
-    }
-    // SAFETY: checked non-null; the caller vouches for it.
-    let mut p = unsafe { position.read() } as MPI_Count;
-    f(&mut p)?;
-    // SAFETY: as above.
-    unsafe { position.write(c_int::try_from(p).map_err(|_| MPI_ERR_COUNT)?) };
-    Ok(())
+/// The type of the positions and sizes of a form: `c_int` (`MPI_Pack`, ...) or `MPI_Count`
+/// (`MPI_Pack_c`, ...).
+trait Form: Copy + Into<MPI_Count> {
+    /// Runs `f` with `*position` as an `MPI_Count`, written back in this type.
+    ///
+    /// # Safety
+    /// `position` must be null or valid for a read and a write.
+    unsafe fn with_position(
+        position: *mut Self,
+        f: impl FnOnce(*mut MPI_Count) -> Result<(), c_int>,
+    ) -> Result<(), c_int>;
+
+    /// `n` bytes in this type.
+    fn size(n: usize) -> Result<Self, c_int>;
 }
 
-mpi_fn! {
-    /// Packs `incount` elements of `datatype` into `outbuf` at `*position`.
-    fn MPI_Pack(
-        inbuf: *const c_void,
-        incount: c_int,
-        dt: c_int,
-        outbuf: *mut c_void,
-        outsize: c_int,
+impl Form for c_int {
+    unsafe fn with_position(
         position: *mut c_int,
-        c: c_int,
-    ) on c => {
-        // SAFETY: the caller's contract.
-        unsafe {
-            with_int_position(position, |p| pack(inbuf, incount as MPI_Count, dt, outbuf, outsize as MPI_Count, p, c))
+        f: impl FnOnce(*mut MPI_Count) -> Result<(), c_int>,
+    ) -> Result<(), c_int> {
+        if position.is_null() {
+            return Err(MPI_ERR_ARG);
         }
+        // SAFETY: checked non-null; the caller vouches for it.
+        let mut p = unsafe { position.read() } as MPI_Count;
+        f(&mut p)?;
+        // SAFETY: as above.
+        unsafe { position.write(c_int::try_from(p).map_err(|_| MPI_ERR_COUNT)?) };
+        Ok(())
+    }
+
+    fn size(n: usize) -> Result<c_int, c_int> {
+        c_int::try_from(n).map_err(|_| MPI_ERR_COUNT)
     }
 }
 
-mpi_fn! {
-    /// `MPI_Pack` with large counts.
-    fn MPI_Pack_c(
-        inbuf: *const c_void,
-        incount: MPI_Count,
-        dt: c_int,
-        outbuf: *mut c_void,
-        outsize: MPI_Count,
+impl Form for MPI_Count {
+    unsafe fn with_position(
         position: *mut MPI_Count,
-        c: c_int,
-    ) on c => {
-        // SAFETY: the caller's contract.
-        unsafe { pack(inbuf, incount, dt, outbuf, outsize, position, c) }
+        f: impl FnOnce(*mut MPI_Count) -> Result<(), c_int>,
+    ) -> Result<(), c_int> {
+        f(position)
+    }
+
+    fn size(n: usize) -> Result<MPI_Count, c_int> {
+        Ok(n as MPI_Count)
     }
 }
 
-mpi_fn! {
-    /// Unpacks `outcount` elements of `datatype` from `inbuf` at `*position`.
-    fn MPI_Unpack(
-        inbuf: *const c_void,
-        insize: c_int,
-        position: *mut c_int,
-        outbuf: *mut c_void,
-        outcount: c_int,
-        dt: c_int,
-        c: c_int,
-    ) on c => {
-        // SAFETY: the caller's contract.
-        unsafe {
-            with_int_position(position, |p| unpack(inbuf, insize as MPI_Count, p, outbuf, outcount as MPI_Count, dt, c))
+/// Defines `MPI_Pack`, `MPI_Unpack` and `MPI_Pack_size` with counts, sizes and positions of
+/// type `$t` ([`Form`]).
+macro_rules! pack_forms {
+    ($pack:ident, $unpack:ident, $size:ident, $t:ty, $what:literal) => {
+        mpi_fn! {
+            #[doc = concat!("Packs `incount` elements of `datatype` into `outbuf` at `*position`", $what, ".")]
+            fn $pack(
+                inbuf: *const c_void,
+                incount: $t,
+                dt: c_int,
+                outbuf: *mut c_void,
+                outsize: $t,
+                position: *mut $t,
+                c: c_int,
+            ) on c => {
+                // SAFETY: the caller's contract.
+                unsafe {
+                    <$t>::with_position(position, |p| pack(inbuf, incount.into(), dt, outbuf, outsize.into(), p, c))
+                }
+            }
         }
-    }
-}
 
-mpi_fn! {
-    /// `MPI_Unpack` with large counts.
-    fn MPI_Unpack_c(
-        inbuf: *const c_void,
-        insize: MPI_Count,
-        position: *mut MPI_Count,
-        outbuf: *mut c_void,
-        outcount: MPI_Count,
-        dt: c_int,
-        c: c_int,
-    ) on c => {
-        // SAFETY: the caller's contract.
-        unsafe { unpack(inbuf, insize, position, outbuf, outcount, dt, c) }
-    }
-}
+        mpi_fn! {
+            #[doc = concat!("Unpacks `outcount` elements of `datatype` from `inbuf` at `*position`", $what, ".")]
+            fn $unpack(
+                inbuf: *const c_void,
+                insize: $t,
+                position: *mut $t,
+                outbuf: *mut c_void,
+                outcount: $t,
+                dt: c_int,
+                c: c_int,
+            ) on c => {
+                // SAFETY: the caller's contract.
+                unsafe {
+                    <$t>::with_position(position, |p| unpack(inbuf, insize.into(), p, outbuf, outcount.into(), dt, c))
+                }
+            }
+        }
 
-mpi_fn! {
-    /// The bytes `incount` elements of `datatype` pack into.
-    fn MPI_Pack_size(incount: c_int, dt: c_int, c: c_int, size: *mut c_int) on c => {
-        rust_comm(c)?;
-        let n = c_int::try_from(needed(incount as MPI_Count, dt)?).map_err(|_| MPI_ERR_COUNT)?;
-        // SAFETY: the caller's contract.
-        unsafe { crate::put(size, n) }
-    }
+        mpi_fn! {
+            #[doc = concat!("The bytes `incount` elements of `datatype` pack into", $what, ".")]
+            fn $size(incount: $t, dt: c_int, c: c_int, size: *mut $t) on c => {
+                rust_comm(c)?;
+                let n = <$t>::size(needed(incount.into(), dt)?)?;
+                // SAFETY: the caller's contract.
+                unsafe { crate::put(size, n) }
+            }
+        }
+    };
 }
-
-mpi_fn! {
-    /// `MPI_Pack_size` with large counts.
-    fn MPI_Pack_size_c(incount: MPI_Count, dt: c_int, c: c_int, size: *mut MPI_Count) on c => {
-        rust_comm(c)?;
-        let n = needed(incount, dt)? as MPI_Count;
-        // SAFETY: the caller's contract.
-        unsafe { crate::put(size, n) }
-    }
-}
+pack_forms!(MPI_Pack, MPI_Unpack, MPI_Pack_size, c_int, "");
+pack_forms!(MPI_Pack_c, MPI_Unpack_c, MPI_Pack_size_c, MPI_Count, " (large counts)");

@@ -399,6 +399,16 @@ fn expect_ack(w: &Win, target: c_int) -> Result<(), c_int> {
     Ok(())
 }
 
+/// Posts the receive of the data answered by `target` into `into`.
+fn receive_answer(w: &Win, into: Data, target: c_int) -> Result<(), c_int> {
+    let mut req = crate::handles::null_request();
+    // SAFETY: the caller vouches for `into.count` elements of `into.dt` at `into.addr` until
+    // the operation completes (a flush waits for this receive).
+    ok(unsafe { ffi::MPI_Irecv(into.addr, into.count, datatype(into.dt)?, target, TAG_REPLY, w.raw, &mut req) })?;
+    w.pending.lock().push(Pending { target, req, ack: None });
+    Ok(())
+}
+
 /// A request's header.
 fn header(kind: u8, lock: c_int, tcount: c_int, tdt: c_int, op: c_int, disp: i64) -> Vec<u8> {
     let mut m = Vec::with_capacity(HEADER);
@@ -410,38 +420,53 @@ fn header(kind: u8, lock: c_int, tcount: c_int, tdt: c_int, op: c_int, disp: i64
     m
 }
 
+/// A buffer of an operation at the origin: `count` elements of `dt` at `addr` (written only by
+/// the answer of a get).
+#[derive(Clone, Copy)]
+pub(crate) struct Data {
+    addr: *mut c_void,
+    count: c_int,
+    dt: c_int,
+}
+
+/// The origin's buffer of `count` elements of `dt` at `addr`.
+pub(crate) fn data(addr: *const c_void, count: c_int, dt: c_int) -> Data {
+    Data { addr: addr as *mut c_void, count, dt }
+}
+
+/// Where an operation goes: `count` elements of predefined `dt` at displacement `disp` of
+/// the window of `rank`.
+#[derive(Clone, Copy)]
+pub(crate) struct Target {
+    pub(crate) rank: c_int,
+    pub(crate) disp: MPI_Aint,
+    pub(crate) count: c_int,
+    pub(crate) dt: c_int,
+}
+
 /// Checks an operation's arguments; its target offset in bytes and its bytes, or `None` for
 /// nothing to do (`MPI_PROC_NULL`, no data).
-#[allow(clippy::too_many_arguments)]
-fn check(
-    w: &Win,
-    ocount: c_int,
-    odt: c_int,
-    target: c_int,
-    disp: MPI_Aint,
-    tcount: c_int,
-    tdt: c_int,
-) -> Result<Option<(i64, usize)>, c_int> {
-    if ocount < 0 || tcount < 0 {
+fn check(w: &Win, o: Data, t: Target) -> Result<Option<(i64, usize)>, c_int> {
+    if o.count < 0 || t.count < 0 {
         return Err(MPI_ERR_COUNT);
     }
-    datatype(odt)?;
-    if predefined(tdt).is_none() {
+    datatype(o.dt)?;
+    if predefined(t.dt).is_none() {
         return Err(MPI_ERR_UNSUPPORTED_OPERATION);
     }
-    let elem = stageable(tdt)?;
-    let obytes = ocount as usize * datatype_ref(odt)?.type_map().size();
-    let tbytes = tcount as usize * elem;
+    let elem = stageable(t.dt)?;
+    let obytes = o.count as usize * datatype_ref(o.dt)?.type_map().size();
+    let tbytes = t.count as usize * elem;
     if obytes != tbytes {
         return Err(MPI_ERR_TRUNCATE);
     }
-    if target == MPI_PROC_NULL || tbytes == 0 {
+    if t.rank == MPI_PROC_NULL || tbytes == 0 {
         return Ok(None);
     }
-    let &(tsize, tunit) = usize::try_from(target).ok().and_then(|t| w.sizes.get(t)).ok_or(MPI_ERR_RANK)?;
-    let off = disp.checked_mul(tunit as MPI_Aint).ok_or(MPI_ERR_DISP)?;
+    let &(tsize, tunit) = usize::try_from(t.rank).ok().and_then(|r| w.sizes.get(r)).ok_or(MPI_ERR_RANK)?;
+    let off = t.disp.checked_mul(tunit as MPI_Aint).ok_or(MPI_ERR_DISP)?;
     // A dynamic window's displacements are addresses, checked by the target's server.
-    if w.flavor != MPI_WIN_FLAVOR_DYNAMIC && (disp < 0 || off + tbytes as MPI_Aint > tsize) {
+    if w.flavor != MPI_WIN_FLAVOR_DYNAMIC && (t.disp < 0 || off + tbytes as MPI_Aint > tsize) {
         return Err(MPI_ERR_RMA_RANGE);
     }
     Ok(Some((off, tbytes)))
@@ -449,84 +474,121 @@ fn check(
 
 /// A put or an accumulate: the origin's data packed after the header, an acknowledgement
 /// expected.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn put_or_acc(
-    kind: u8,
-    oaddr: *const c_void,
-    ocount: c_int,
-    odt: c_int,
-    target: c_int,
-    disp: MPI_Aint,
-    tcount: c_int,
-    tdt: c_int,
-    op: c_int,
-    wh: c_int,
-) -> Result<(), c_int> {
+pub(crate) fn put_or_acc(kind: u8, o: Data, t: Target, op: c_int, wh: c_int) -> Result<(), c_int> {
     let w = win(wh)?;
     if kind == ACC && op != MPI_REPLACE && op != MPI_NO_OP {
         crate::ops::system_op(op)?;
     }
-    let Some((off, bytes)) = check(&w, ocount, odt, target, disp, tcount, tdt)? else { return Ok(()) };
-    let mut msg = header(kind, 0, tcount, tdt, op, off);
+    let Some((off, bytes)) = check(&w, o, t)? else { return Ok(()) };
+    let mut msg = header(kind, 0, t.count, t.dt, op, off);
     msg.resize(HEADER + bytes, 0);
-    // SAFETY: the caller vouches for `ocount` elements of `odt` at `oaddr`.
-    let b = unsafe { DynBuffer::from_raw(crate::nz(oaddr, ocount), ocount, datatype_ref(odt)?) };
+    // SAFETY: the caller vouches for `o.count` elements of `o.dt` at `o.addr`.
+    let b = unsafe { DynBuffer::from_raw(crate::nz(o.addr, o.count), o.count, datatype_ref(o.dt)?) };
     rust_comm(MPI_COMM_SELF)?.pack_into(&b, &mut msg[HEADER..], 0);
-    send_request(&w, target, &msg)?;
-    expect_ack(&w, target)
+    send_request(&w, t.rank, &msg)?;
+    expect_ack(&w, t.rank)
 }
 
-mpi_fn! {
+/// Defines one form of a one-sided operation (`put`, `accumulate`, `get`, `get_accumulate`)
+/// from its standard arguments: `$cnt` is the type of its counts (`MPI_Count` in a `_c` form,
+/// `MPI_ERR_COUNT` for one beyond `int`'s range). With a last argument `request`, the
+/// request-based form ([`crate::win_request::requested`]). The module that uses it imports
+/// the names its bodies call.
+macro_rules! rma_fn {
+    ($(#[$m:meta])* put $name:ident($cnt:ty $(, $request:ident)?)) => {
+        mpi_fn! {
+            $(#[$m])*
+            fn $name(oaddr: *const c_void, ocount: $cnt, odt: c_int, target: c_int, disp: MPI_Aint, tcount: $cnt,
+                tdt: c_int, wh: c_int $(, $request: *mut c_int)?)
+                on errc(wh) => rma_fn!(@run wh, target $(, $request)? => {
+                let o = data(oaddr, int(ocount)?, odt);
+                put_or_acc(PUT, o, Target { rank: target, disp, count: int(tcount)?, dt: tdt }, 0, wh)
+            })
+        }
+    };
+    ($(#[$m:meta])* accumulate $name:ident($cnt:ty $(, $request:ident)?)) => {
+        mpi_fn! {
+            $(#[$m])*
+            fn $name(oaddr: *const c_void, ocount: $cnt, odt: c_int, target: c_int, disp: MPI_Aint, tcount: $cnt,
+                tdt: c_int, op: c_int, wh: c_int $(, $request: *mut c_int)?)
+                on errc(wh) => rma_fn!(@run wh, target $(, $request)? => {
+                let o = data(oaddr, int(ocount)?, odt);
+                put_or_acc(ACC, o, Target { rank: target, disp, count: int(tcount)?, dt: tdt }, op, wh)
+            })
+        }
+    };
+    ($(#[$m:meta])* get $name:ident($cnt:ty $(, $request:ident)?)) => {
+        mpi_fn! {
+            $(#[$m])*
+            fn $name(oaddr: *mut c_void, ocount: $cnt, odt: c_int, target: c_int, disp: MPI_Aint, tcount: $cnt,
+                tdt: c_int, wh: c_int $(, $request: *mut c_int)?)
+                on errc(wh) => rma_fn!(@run wh, target $(, $request)? => {
+                get(data(oaddr, int(ocount)?, odt), Target { rank: target, disp, count: int(tcount)?, dt: tdt }, wh)
+            })
+        }
+    };
+    ($(#[$m:meta])* get_accumulate $name:ident($cnt:ty $(, $request:ident)?)) => {
+        mpi_fn! {
+            $(#[$m])*
+            fn $name(oaddr: *const c_void, ocount: $cnt, odt: c_int, result: *mut c_void, rcount: $cnt,
+                rdt: c_int, target: c_int, disp: MPI_Aint, tcount: $cnt, tdt: c_int, op: c_int, wh: c_int
+                $(, $request: *mut c_int)?)
+                on errc(wh) => rma_fn!(@run wh, target $(, $request)? => {
+                let (o, r) = (data(oaddr, int(ocount)?, odt), data(result, int(rcount)?, rdt));
+                get_accumulate(o, r, Target { rank: target, disp, count: int(tcount)?, dt: tdt }, op, wh)
+            })
+        }
+    };
+    (@run $wh:ident, $target:ident => $op:expr) => {
+        $op
+    };
+    (@run $wh:ident, $target:ident, $request:ident => $op:expr) => {
+        // SAFETY: the caller vouches that `request` is null or writable.
+        unsafe { requested($wh, $target, $request, || $op) }
+    };
+}
+pub(crate) use rma_fn;
+
+rma_fn! {
     /// Writes `origin_count` elements of `origin_datatype` into `target_rank`'s window at
     /// `target_disp` (complete at the next flush, fence or unlock).
-    fn MPI_Put(oaddr: *const c_void, ocount: c_int, odt: c_int, target: c_int, disp: MPI_Aint, tcount: c_int, tdt: c_int, wh: c_int)
-        on errc(wh) => put_or_acc(PUT, oaddr, ocount, odt, target, disp, tcount, tdt, 0, wh)
+    put MPI_Put(c_int)
 }
 
-mpi_fn! {
+rma_fn! {
+    /// `MPI_Put` with large counts.
+    put MPI_Put_c(MPI_Count)
+}
+
+rma_fn! {
     /// Combines the origin's data with `target_rank`'s window at `target_disp` by `op` (a
     /// predefined operation, `MPI_REPLACE` or `MPI_NO_OP`), element by element, atomically
     /// per operation.
-    fn MPI_Accumulate(
-        oaddr: *const c_void,
-        ocount: c_int,
-        odt: c_int,
-        target: c_int,
-        disp: MPI_Aint,
-        tcount: c_int,
-        tdt: c_int,
-        op: c_int,
-        wh: c_int,
-    ) on errc(wh) => put_or_acc(ACC, oaddr, ocount, odt, target, disp, tcount, tdt, op, wh)
+    accumulate MPI_Accumulate(c_int)
+}
+
+rma_fn! {
+    /// `MPI_Accumulate` with large counts.
+    accumulate MPI_Accumulate_c(MPI_Count)
 }
 
 /// `MPI_Get`'s work.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn get(
-    oaddr: *mut c_void,
-    ocount: c_int,
-    odt: c_int,
-    target: c_int,
-    disp: MPI_Aint,
-    tcount: c_int,
-    tdt: c_int,
-    wh: c_int,
-) -> Result<(), c_int> {
+pub(crate) fn get(o: Data, t: Target, wh: c_int) -> Result<(), c_int> {
     let w = win(wh)?;
-    let Some((off, _)) = check(&w, ocount, odt, target, disp, tcount, tdt)? else { return Ok(()) };
-    let mut req = crate::handles::null_request();
-    // SAFETY: the caller vouches for `ocount` elements of `odt` at `oaddr` until the
-    // operation completes (a flush waits for this receive).
-    ok(unsafe { ffi::MPI_Irecv(oaddr, ocount, datatype(odt)?, target, TAG_REPLY, w.raw, &mut req) })?;
-    w.pending.lock().push(Pending { target, req, ack: None });
-    send_request(&w, target, &header(GET, 0, tcount, tdt, 0, off))
+    let Some((off, _)) = check(&w, o, t)? else { return Ok(()) };
+    receive_answer(&w, o, t.rank)?;
+    send_request(&w, t.rank, &header(GET, 0, t.count, t.dt, 0, off))
 }
 
-mpi_fn! {
+rma_fn! {
     /// Reads `target_count` elements of `target_datatype` at `target_disp` of `target_rank`'s
     /// window into the origin's buffer (there at the next flush, fence or unlock).
-    fn MPI_Get(oaddr: *mut c_void, ocount: c_int, odt: c_int, target: c_int, disp: MPI_Aint, tcount: c_int, tdt: c_int, wh: c_int)
-        on errc(wh) => get(oaddr, ocount, odt, target, disp, tcount, tdt, wh)
+    get MPI_Get(c_int)
+}
+
+rma_fn! {
+    /// `MPI_Get` with large counts.
+    get MPI_Get_c(MPI_Count)
 }
 
 mpi_fn! {
@@ -969,49 +1031,6 @@ mpi_fn! {
     }
 }
 
-mpi_fn! {
-    /// `MPI_Put` with large counts.
-    fn MPI_Put_c(
-        oaddr: *const c_void,
-        ocount: MPI_Count,
-        odt: c_int,
-        target: c_int,
-        disp: MPI_Aint,
-        tcount: MPI_Count,
-        tdt: c_int,
-        wh: c_int,
-    ) on errc(wh) => put_or_acc(PUT, oaddr, int(ocount)?, odt, target, disp, int(tcount)?, tdt, 0, wh)
-}
-
-mpi_fn! {
-    /// `MPI_Accumulate` with large counts.
-    fn MPI_Accumulate_c(
-        oaddr: *const c_void,
-        ocount: MPI_Count,
-        odt: c_int,
-        target: c_int,
-        disp: MPI_Aint,
-        tcount: MPI_Count,
-        tdt: c_int,
-        op: c_int,
-        wh: c_int,
-    ) on errc(wh) => put_or_acc(ACC, oaddr, int(ocount)?, odt, target, disp, int(tcount)?, tdt, op, wh)
-}
-
-mpi_fn! {
-    /// `MPI_Get` with large counts.
-    fn MPI_Get_c(
-        oaddr: *mut c_void,
-        ocount: MPI_Count,
-        odt: c_int,
-        target: c_int,
-        disp: MPI_Aint,
-        tcount: MPI_Count,
-        tdt: c_int,
-        wh: c_int,
-    ) on errc(wh) => get(oaddr, int(ocount)?, odt, target, disp, int(tcount)?, tdt, wh)
-}
-
 /// The error handler set on each window (`MPI_ERRORS_ARE_FATAL` if none).
 // Process-wide because a C handle is a plain integer any thread may hand to any function.
 static HANDLERS: Mutex<std::collections::BTreeMap<c_int, c_int>> = Mutex::new(std::collections::BTreeMap::new());
@@ -1098,34 +1117,17 @@ mpi_fn! {
 }
 
 /// A get-accumulate or a compare-and-swap: `data` (packed) after the header, the target's
-/// old data received into `result` (`rcount` elements of `rdt`).
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn fetching(
-    kind: u8,
-    data: &[u8],
-    result: *mut c_void,
-    rcount: c_int,
-    rdt: c_int,
-    target: c_int,
-    disp: MPI_Aint,
-    tcount: c_int,
-    tdt: c_int,
-    op: c_int,
-    wh: c_int,
-) -> Result<(), c_int> {
+/// old data received into `result`.
+pub(crate) fn fetching(kind: u8, data: &[u8], result: Data, t: Target, op: c_int, wh: c_int) -> Result<(), c_int> {
     let w = win(wh)?;
     if op != MPI_REPLACE && op != MPI_NO_OP {
         crate::ops::system_op(op)?;
     }
-    let Some((off, _)) = check(&w, rcount, rdt, target, disp, tcount, tdt)? else { return Ok(()) };
-    let mut req = crate::handles::null_request();
-    // SAFETY: the caller vouches for `rcount` elements of `rdt` at `result` until the
-    // operation completes (a flush waits for this receive).
-    ok(unsafe { ffi::MPI_Irecv(result, rcount, datatype(rdt)?, target, TAG_REPLY, w.raw, &mut req) })?;
-    w.pending.lock().push(Pending { target, req, ack: None });
-    let mut msg = header(kind, 0, tcount, tdt, op, off);
+    let Some((off, _)) = check(&w, result, t)? else { return Ok(()) };
+    receive_answer(&w, result, t.rank)?;
+    let mut msg = header(kind, 0, t.count, t.dt, op, off);
     msg.extend_from_slice(data);
-    send_request(&w, target, &msg)
+    send_request(&w, t.rank, &msg)
 }
 
 /// `count` elements of `dt` at `addr`, packed (none for `MPI_NO_OP`'s origin).
@@ -1142,43 +1144,21 @@ pub(crate) fn packed(addr: *const c_void, count: c_int, dt: c_int) -> Result<Vec
 }
 
 /// `MPI_Get_accumulate`'s work.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn get_accumulate(
-    oaddr: *const c_void,
-    ocount: c_int,
-    odt: c_int,
-    result: *mut c_void,
-    rcount: c_int,
-    rdt: c_int,
-    target: c_int,
-    disp: MPI_Aint,
-    tcount: c_int,
-    tdt: c_int,
-    op: c_int,
-    wh: c_int,
-) -> Result<(), c_int> {
-    let data = if op == MPI_NO_OP { Vec::new() } else { packed(oaddr, ocount, odt)? };
-    fetching(GACC, &data, result, rcount, rdt, target, disp, tcount, tdt, op, wh)
+pub(crate) fn get_accumulate(o: Data, result: Data, t: Target, op: c_int, wh: c_int) -> Result<(), c_int> {
+    let data = if op == MPI_NO_OP { Vec::new() } else { packed(o.addr, o.count, o.dt)? };
+    fetching(GACC, &data, result, t, op, wh)
 }
 
-mpi_fn! {
+rma_fn! {
     /// Reads `target_count` elements at `target_disp` of `target_rank`'s window into
     /// `result_addr` and combines the origin's data into them by `op` (`MPI_NO_OP`: only
     /// reads), atomically.
-    fn MPI_Get_accumulate(
-        oaddr: *const c_void,
-        ocount: c_int,
-        odt: c_int,
-        result: *mut c_void,
-        rcount: c_int,
-        rdt: c_int,
-        target: c_int,
-        disp: MPI_Aint,
-        tcount: c_int,
-        tdt: c_int,
-        op: c_int,
-        wh: c_int,
-    ) on errc(wh) => get_accumulate(oaddr, ocount, odt, result, rcount, rdt, target, disp, tcount, tdt, op, wh)
+    get_accumulate MPI_Get_accumulate(c_int)
+}
+
+rma_fn! {
+    /// `MPI_Get_accumulate` with large counts.
+    get_accumulate MPI_Get_accumulate_c(MPI_Count)
 }
 
 mpi_fn! {
@@ -1193,7 +1173,8 @@ mpi_fn! {
         wh: c_int,
     ) on errc(wh) => {
         let data = if op == MPI_NO_OP { Vec::new() } else { packed(oaddr, 1, dt)? };
-        fetching(GACC, &data, result, 1, dt, target, disp, 1, dt, op, wh)
+        let t = Target { rank: target, disp, count: 1, dt };
+        fetching(GACC, &data, crate::rma::data(result, 1, dt), t, op, wh)
     }
 }
 
@@ -1212,27 +1193,8 @@ mpi_fn! {
     ) on errc(wh) => {
         let mut data = packed(compare, 1, dt)?;
         data.extend(packed(oaddr, 1, dt)?);
-        fetching(CAS, &data, result, 1, dt, target, disp, 1, dt, MPI_REPLACE, wh)
-    }
-}
-
-mpi_fn! {
-    /// `MPI_Get_accumulate` with large counts.
-    fn MPI_Get_accumulate_c(
-        oaddr: *const c_void,
-        ocount: MPI_Count,
-        odt: c_int,
-        result: *mut c_void,
-        rcount: MPI_Count,
-        rdt: c_int,
-        target: c_int,
-        disp: MPI_Aint,
-        tcount: MPI_Count,
-        tdt: c_int,
-        op: c_int,
-        wh: c_int,
-    ) on errc(wh) => {
-        get_accumulate(oaddr, int(ocount)?, odt, result, int(rcount)?, rdt, target, disp, int(tcount)?, tdt, op, wh)
+        let t = Target { rank: target, disp, count: 1, dt };
+        fetching(CAS, &data, crate::rma::data(result, 1, dt), t, MPI_REPLACE, wh)
     }
 }
 

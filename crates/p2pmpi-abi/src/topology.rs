@@ -3,9 +3,10 @@
 //! the library's (`p2pmpi::ffi`); and `MPI_Comm_split_type` (`MPI_COMM_TYPE_SHARED`: the
 //! processes of this host). Graph topologies are to come.
 
+use crate::communicators::{null_comm, put_comm};
 use crate::consts::*;
 use crate::errors::inherit_handler;
-use crate::handles::{comm, new_comm, rust_comm, CommEntry, COMMS};
+use crate::handles::{comm, rust_comm, CommEntry, COMMS};
 use crate::ok;
 use p2pmpi::ffi;
 use p2pmpi::traits::*;
@@ -16,25 +17,6 @@ const MPI_COMM_TYPE_SHARED: c_int = 1;
 /// `MPI_COMM_TYPE_HW_GUIDED` and `MPI_COMM_TYPE_HW_UNGUIDED`.
 const MPI_COMM_TYPE_HW_GUIDED: c_int = 2;
 const MPI_COMM_TYPE_HW_UNGUIDED: c_int = 3;
-
-/// Writes the new communicator the library made at `out`, with `parent`'s error handler.
-///
-/// # Safety
-/// `out` must be valid for a write.
-unsafe fn put_new(out: *mut c_int, parent: c_int, made: ffi::MPI_Comm) {
-    let h = new_comm(made);
-    if h != MPI_COMM_NULL {
-        inherit_handler(parent, h);
-    }
-    // SAFETY: the caller's contract.
-    unsafe { out.write(h) };
-}
-
-/// The library's null communicator, to receive a new one.
-fn null_comm() -> ffi::MPI_Comm {
-    // SAFETY: the predefined names are initialized statics that nothing writes.
-    unsafe { ffi::RSMPI_COMM_NULL }
-}
 
 mpi_fn! {
     /// A Cartesian communicator of `ndims` dimensions over `comm`'s first processes
@@ -55,7 +37,7 @@ mpi_fn! {
         // SAFETY: the caller vouches for `ndims` entries of `dims` and `periods`; `d` is a local.
         ok(unsafe { ffi::MPI_Cart_create(fc, ndims, dims, periods, reorder, &mut d) })?;
         // SAFETY: checked non-null; the caller vouches it is writable.
-        unsafe { put_new(out, c, d) };
+        unsafe { put_comm(out, c, d) };
         Ok(())
     }
 }
@@ -120,7 +102,7 @@ mpi_fn! {
         // SAFETY: the caller vouches for one entry per dimension; `d` is a local.
         ok(unsafe { ffi::MPI_Cart_sub(fc, remain_dims, &mut d) })?;
         // SAFETY: checked non-null; the caller vouches it is writable.
-        unsafe { put_new(out, c, d) };
+        unsafe { put_comm(out, c, d) };
         Ok(())
     }
 }

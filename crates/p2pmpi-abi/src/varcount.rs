@@ -61,12 +61,13 @@ unsafe fn gatherv(
     sendcount: c_int,
     sendtype: c_int,
     recvbuf: *mut c_void,
-    counts: &[c_int],
-    displs: &[c_int],
+    counts: Vec<c_int>,
+    displs: Vec<c_int>,
     recvtype: c_int,
     root: c_int,
     c: c_int,
 ) -> Result<(), c_int> {
+    let (counts, displs) = (&counts[..], &displs[..]);
     let rc = rust_comm(c)?;
     let (me, _) = place(&rc, root)?;
     let p = rc.process_at_rank(root);
@@ -104,8 +105,8 @@ unsafe fn gatherv(
 #[allow(clippy::too_many_arguments)]
 unsafe fn scatterv(
     sendbuf: *const c_void,
-    counts: &[c_int],
-    displs: &[c_int],
+    counts: Vec<c_int>,
+    displs: Vec<c_int>,
     sendtype: c_int,
     recvbuf: *mut c_void,
     recvcount: c_int,
@@ -113,6 +114,7 @@ unsafe fn scatterv(
     root: c_int,
     c: c_int,
 ) -> Result<(), c_int> {
+    let (counts, displs) = (&counts[..], &displs[..]);
     let rc = rust_comm(c)?;
     let (me, _) = place(&rc, root)?;
     let p = rc.process_at_rank(root);
@@ -153,11 +155,12 @@ unsafe fn allgatherv(
     sendcount: c_int,
     sendtype: c_int,
     recvbuf: *mut c_void,
-    counts: &[c_int],
-    displs: &[c_int],
+    counts: Vec<c_int>,
+    displs: Vec<c_int>,
     recvtype: c_int,
     c: c_int,
 ) -> Result<(), c_int> {
+    let (counts, displs) = (&counts[..], &displs[..]);
     let rc = rust_comm(c)?;
     let me = rc.rank() as usize;
     let rt = dtref(recvtype)?;
@@ -180,22 +183,26 @@ unsafe fn allgatherv(
     Ok(())
 }
 
-/// `MPI_Alltoallv` once the counts are `int`s.
+/// The counts and displacements of one side of `MPI_Alltoallv`.
+pub(crate) struct Layout {
+    pub(crate) counts: Vec<c_int>,
+    pub(crate) displs: Vec<c_int>,
+}
+
+/// `MPI_Alltoallv` once the counts are `int`s (`send` is `None` in place).
 ///
 /// # Safety
 /// The buffers as `MPI_Alltoallv` says.
-#[allow(clippy::too_many_arguments)]
 unsafe fn alltoallv(
     sendbuf: *const c_void,
-    scounts: &[c_int],
-    sdispls: &[c_int],
+    send: Option<Layout>,
     sendtype: c_int,
     recvbuf: *mut c_void,
-    rcounts: &[c_int],
-    rdispls: &[c_int],
+    recv: Layout,
     recvtype: c_int,
     c: c_int,
 ) -> Result<(), c_int> {
+    let (rcounts, rdispls) = (&recv.counts[..], &recv.displs[..]);
     let rc = rust_comm(c)?;
     let rt = dtref(recvtype)?;
     crate::not_in_place(recvbuf)?;
@@ -204,19 +211,15 @@ unsafe fn alltoallv(
     // SAFETY: the caller vouches for the buffers; in place, what is sent is a copy of
     // `recvbuf` with the receive counts.
     let (s, scounts, sdispls) = unsafe {
-        if is_in_place(sendbuf) {
-            staged = stage(recvbuf, 0, rspan, recvtype)?;
-            (DynBuffer::from_raw(staged.as_ptr() as *const c_void, rspan, rt), rcounts, rdispls)
-        } else {
-            (
-                DynBuffer::from_raw(
-                    crate::nz(sendbuf, span(scounts, sdispls)),
-                    span(scounts, sdispls),
-                    dtref(sendtype)?,
-                ),
-                scounts,
-                sdispls,
-            )
+        match &send {
+            None => {
+                staged = stage(recvbuf, 0, rspan, recvtype)?;
+                (DynBuffer::from_raw(staged.as_ptr() as *const c_void, rspan, rt), rcounts, rdispls)
+            }
+            Some(l) => {
+                let sspan = span(&l.counts, &l.displs);
+                (DynBuffer::from_raw(crate::nz(sendbuf, sspan), sspan, dtref(sendtype)?), &l.counts[..], &l.displs[..])
+            }
         }
     };
     // SAFETY: `recvbuf` spans every part, apart from `sendbuf`.
@@ -240,12 +243,27 @@ pub(crate) fn is_root(c: c_int, root: c_int) -> Result<bool, c_int> {
     Ok(rust_comm(c)?.rank() == root)
 }
 
-/// Defines the `int` and the large-count forms of the v-variants: `$t` is the type of their
-/// counts and `$d` that of their displacements.
-macro_rules! varcount_family {
-    ($gatherv:ident, $scatterv:ident, $allgatherv:ident, $alltoallv:ident, $t:ty, $d:ty, $what:literal) => {
+/// Defines the v-variants `[gatherv, scatterv, allgatherv, alltoallv]` and their large-count
+/// forms (`_c`: counts `MPI_Count`, displacements `MPI_Aint`), each run by a function of the
+/// counts as `int`s (`by [...]`), with the docs given; with a last argument `request`, the
+/// nonblocking forms ([`crate::ivarcount`]). On an intercommunicator they go to [`intercoll`].
+macro_rules! v_forms {
+    (
+        [$($name:ident),*], [$($name_c:ident),*], by $by:tt, [$($doc:literal),*] $(, $request:ident)?
+    ) => {
+        v_forms!(@forms [$($name),*], by $by, [$(concat!($doc, ".")),*], c_int, c_int $(, $request)?);
+        v_forms!(
+            @forms [$($name_c),*], by $by, [$(concat!($doc, " (large counts).")),*], MPI_Count, MPI_Aint $(, $request)?
+        );
+    };
+    (
+        @forms [$gatherv:ident, $scatterv:ident, $allgatherv:ident, $alltoallv:ident],
+        by [$gw:path, $sw:path, $aw:path, $vw:path],
+        [$gdoc:expr, $sdoc:expr, $adoc:expr, $vdoc:expr],
+        $t:ty, $d:ty $(, $request:ident)?
+    ) => {
         mpi_fn! {
-            #[doc = concat!("Gathers a count per process at the root, at displacements (", $what, ").")]
+            #[doc = $gdoc]
             fn $gatherv(
                 sendbuf: *const c_void,
                 sendcount: $t,
@@ -256,27 +274,31 @@ macro_rules! varcount_family {
                 recvtype: c_int,
                 root: c_int,
                 c: c_int,
+                $($request: *mut c_int)?
             ) on c => {
+                // The request to answer on an intercommunicator (none for a blocking form).
+                let req = v_forms!(@req $($request)?);
                 if let Some(k) = intercoll::carrier(c)? {
                     // SAFETY: the caller vouches for the arrays (at the root) and buffers.
                     return unsafe {
                         let parts = intercoll::varying(&k, Some(root), recvcounts, displs)?;
                         let mine = (sendbuf, intercoll::lenient(sendcount), sendtype);
-                        intercoll::rooted(&k, true, mine, (recvbuf, &parts, recvtype), root, None)
+                        intercoll::rooted(&k, true, mine, (recvbuf, &parts, recvtype), root, req)
                     };
                 }
                 let sendcount = c_int::try_from(sendcount).map_err(|_| MPI_ERR_COUNT)?;
-                let n = if is_root(c, root)? { size(c)? } else { 0 };
+                let rc = rust_comm(c)?;
+                let n = if rc.rank() == root { rc.size() as usize } else { 0 };
                 // SAFETY: the caller vouches for the arrays (read at the root only) and buffers.
                 unsafe {
                     let (counts, displs) = (ints(recvcounts, n, true)?, ints(displs, n, false)?);
-                    gatherv(sendbuf, sendcount, sendtype, recvbuf, &counts, &displs, recvtype, root, c)
+                    $gw(sendbuf, sendcount, sendtype, recvbuf, counts, displs, recvtype, root, c $(, $request)?)
                 }
             }
         }
 
         mpi_fn! {
-            #[doc = concat!("Scatters a count per process from the root, at displacements (", $what, ").")]
+            #[doc = $sdoc]
             fn $scatterv(
                 sendbuf: *const c_void,
                 sendcounts: *const $t,
@@ -287,27 +309,31 @@ macro_rules! varcount_family {
                 recvtype: c_int,
                 root: c_int,
                 c: c_int,
+                $($request: *mut c_int)?
             ) on c => {
+                // The request to answer on an intercommunicator (none for a blocking form).
+                let req = v_forms!(@req $($request)?);
                 if let Some(k) = intercoll::carrier(c)? {
                     // SAFETY: the caller vouches for the arrays (at the root) and buffers.
                     return unsafe {
                         let parts = intercoll::varying(&k, Some(root), sendcounts, displs)?;
                         let mine = (recvbuf as *const c_void, intercoll::lenient(recvcount), recvtype);
-                        intercoll::rooted(&k, false, mine, (sendbuf, &parts, sendtype), root, None)
+                        intercoll::rooted(&k, false, mine, (sendbuf, &parts, sendtype), root, req)
                     };
                 }
                 let recvcount = c_int::try_from(recvcount).map_err(|_| MPI_ERR_COUNT)?;
-                let n = if is_root(c, root)? { size(c)? } else { 0 };
+                let rc = rust_comm(c)?;
+                let n = if rc.rank() == root { rc.size() as usize } else { 0 };
                 // SAFETY: the caller vouches for the arrays (read at the root only) and buffers.
                 unsafe {
                     let (counts, displs) = (ints(sendcounts, n, true)?, ints(displs, n, false)?);
-                    scatterv(sendbuf, &counts, &displs, sendtype, recvbuf, recvcount, recvtype, root, c)
+                    $sw(sendbuf, counts, displs, sendtype, recvbuf, recvcount, recvtype, root, c $(, $request)?)
                 }
             }
         }
 
         mpi_fn! {
-            #[doc = concat!("Gathers a count per process at every process, at displacements (", $what, ").")]
+            #[doc = $adoc]
             fn $allgatherv(
                 sendbuf: *const c_void,
                 sendcount: $t,
@@ -317,27 +343,30 @@ macro_rules! varcount_family {
                 displs: *const $d,
                 recvtype: c_int,
                 c: c_int,
+                $($request: *mut c_int)?
             ) on c => {
+                // The request to answer on an intercommunicator (none for a blocking form).
+                let req = v_forms!(@req $($request)?);
                 if let Some(k) = intercoll::carrier(c)? {
                     let mine = vec![(intercoll::lenient(sendcount), 0); k.remote];
                     // SAFETY: the caller vouches for the arrays and buffers.
                     return unsafe {
                         let parts = intercoll::varying(&k, None, recvcounts, displs)?;
-                        intercoll::all(&k, (sendbuf, &mine, sendtype), (recvbuf, &parts, recvtype), None)
+                        intercoll::all(&k, (sendbuf, &mine, sendtype), (recvbuf, &parts, recvtype), req)
                     };
                 }
                 let sendcount = c_int::try_from(sendcount).map_err(|_| MPI_ERR_COUNT)?;
-                let n = size(c)?;
+                let n = rust_comm(c)?.size() as usize;
                 // SAFETY: the caller vouches for the arrays and buffers.
                 unsafe {
                     let (counts, displs) = (ints(recvcounts, n, true)?, ints(displs, n, false)?);
-                    allgatherv(sendbuf, sendcount, sendtype, recvbuf, &counts, &displs, recvtype, c)
+                    $aw(sendbuf, sendcount, sendtype, recvbuf, counts, displs, recvtype, c $(, $request)?)
                 }
             }
         }
 
         mpi_fn! {
-            #[doc = concat!("Sends a count to each process and receives one from each (", $what, ").")]
+            #[doc = $vdoc]
             fn $alltoallv(
                 sendbuf: *const c_void,
                 sendcounts: *const $t,
@@ -348,28 +377,50 @@ macro_rules! varcount_family {
                 rdispls: *const $d,
                 recvtype: c_int,
                 c: c_int,
+                $($request: *mut c_int)?
             ) on c => {
+                // The request to answer on an intercommunicator (none for a blocking form).
+                let req = v_forms!(@req $($request)?);
                 if let Some(k) = intercoll::carrier(c)? {
                     // SAFETY: the caller vouches for the arrays and buffers.
                     return unsafe {
                         let s = intercoll::varying(&k, None, sendcounts, sdispls)?;
                         let r = intercoll::varying(&k, None, recvcounts, rdispls)?;
-                        intercoll::all(&k, (sendbuf, &s, sendtype), (recvbuf, &r, recvtype), None)
+                        intercoll::all(&k, (sendbuf, &s, sendtype), (recvbuf, &r, recvtype), req)
                     };
                 }
-                let n = size(c)?;
-                let m = if is_in_place(sendbuf) { 0 } else { n };
+                let n = rust_comm(c)?.size() as usize;
                 // SAFETY: the caller vouches for the arrays (the send ones unread in place) and
                 // buffers.
                 unsafe {
-                    let (sc, sd) = (ints(sendcounts, m, true)?, ints(sdispls, m, false)?);
-                    let (rcn, rd) = (ints(recvcounts, n, true)?, ints(rdispls, n, false)?);
-                    alltoallv(sendbuf, &sc, &sd, sendtype, recvbuf, &rcn, &rd, recvtype, c)
+                    let send = if is_in_place(sendbuf) {
+                        None
+                    } else {
+                        Some(Layout { counts: ints(sendcounts, n, true)?, displs: ints(sdispls, n, false)? })
+                    };
+                    let recv = Layout { counts: ints(recvcounts, n, true)?, displs: ints(rdispls, n, false)? };
+                    $vw(sendbuf, send, sendtype, recvbuf, recv, recvtype, c $(, $request)?)
                 }
             }
         }
     };
+    (@req) => {
+        None
+    };
+    (@req $request:ident) => {
+        Some($request)
+    };
 }
+pub(crate) use v_forms;
 
-varcount_family!(MPI_Gatherv, MPI_Scatterv, MPI_Allgatherv, MPI_Alltoallv, c_int, c_int, "int counts");
-varcount_family!(MPI_Gatherv_c, MPI_Scatterv_c, MPI_Allgatherv_c, MPI_Alltoallv_c, MPI_Count, MPI_Aint, "large counts");
+v_forms!(
+    [MPI_Gatherv, MPI_Scatterv, MPI_Allgatherv, MPI_Alltoallv],
+    [MPI_Gatherv_c, MPI_Scatterv_c, MPI_Allgatherv_c, MPI_Alltoallv_c],
+    by [gatherv, scatterv, allgatherv, alltoallv],
+    [
+        "Gathers a count per process at the root, at displacements",
+        "Scatters a count per process from the root, at displacements",
+        "Gathers a count per process at every process, at displacements",
+        "Sends a count to each process and receives one from each"
+    ]
+);
