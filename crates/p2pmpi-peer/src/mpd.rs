@@ -1279,6 +1279,15 @@ impl Mpd {
         };
         let uid = self.confiner.uid_for(&spec.job);
         let abi = abi_dir(dir, &spec.env)?;
+        // The processes' library path: the staged library's directory first.
+        let library_path = abi.as_ref().map(|d| {
+            let rest = spec.env.iter().rev().find(|(k, _)| k == "LD_LIBRARY_PATH").map(|(_, v)| v.clone());
+            let rest = rest.or_else(|| std::env::var("LD_LIBRARY_PATH").ok()).filter(|v| !v.is_empty());
+            rest.map_or(d.display().to_string(), |r| format!("{}:{r}", d.display()))
+        });
+        if let Some(d) = &abi {
+            check_loading(spec, dir, program, d, library_path.clone())?;
+        }
         let mut children = Vec::new();
         let fail = |children: &mut Vec<(u32, std::process::Child)>, why: String| {
             for (_, c) in children.iter_mut() {
@@ -1306,10 +1315,8 @@ impl Mpd {
             for (k, v) in &spec.env {
                 cmd.env(k, v);
             }
-            if let Some(d) = &abi {
-                let rest = spec.env.iter().rev().find(|(k, _)| k == "LD_LIBRARY_PATH").map(|(_, v)| v.clone());
-                let rest = rest.or_else(|| std::env::var("LD_LIBRARY_PATH").ok()).filter(|v| !v.is_empty());
-                cmd.env("LD_LIBRARY_PATH", rest.map_or(d.display().to_string(), |r| format!("{}:{r}", d.display())));
+            if let Some(p) = &library_path {
+                cmd.env("LD_LIBRARY_PATH", p);
             }
             // The places a confined process may write (after the submitter's variables: they
             // win).
@@ -1615,6 +1622,26 @@ fn abi_dir(dir: &std::path::Path, env: &[(String, String)]) -> Result<Option<std
         std::os::unix::fs::symlink("libmpi.so.12", &p).map_err(|e| format!("cannot make {}: {e}", p.display()))?;
     }
     Ok(Some(d))
+}
+
+/// Refuses a program of MPICH's ABI whose processes here would load another MPI library than
+/// the staged one (`abi`: its directory): an RPATH to a directory of this host, an
+/// `LD_PRELOAD` (the job's, else this daemon's, which they inherit). The words name the file,
+/// the cause and the remedy; they reach the submitter as the host's refusal.
+fn check_loading(
+    spec: &LaunchSpec,
+    dir: &std::path::Path,
+    program: &std::path::Path,
+    abi: &std::path::Path,
+    library_path: Option<String>,
+) -> Result<(), String> {
+    let given = spec.env.iter().rev().find(|(k, _)| k == "LD_PRELOAD").map(|(_, v)| v.clone());
+    let preload = given.or_else(|| std::env::var("LD_PRELOAD").ok()).filter(|v| !v.is_empty());
+    let env = crate::ldso::Env { library_path, preload, cwd: dir.to_path_buf() };
+    match crate::ldso::foreign_mpi(program, &env, &abi.join("libmpi.so.12")) {
+        Ok(Some(why)) => Err(why.replacen(&program.display().to_string(), &spec.program, 1)),
+        _ => Ok(()),
+    }
 }
 
 #[cfg(test)]
