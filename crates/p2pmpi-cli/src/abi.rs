@@ -127,8 +127,21 @@ pub fn needs(program: &Path) -> Option<String> {
         return (first.starts_with("#!") && first.contains("python"))
             .then(|| "is a Python script (mpi4py loads libmpi.so)".into());
     }
-    let needed = Elf::read_dynamic(program).and_then(|e| e.needed()).ok()?;
-    needed.into_iter().find(|n| is_mpi_name(n)).map(|n| format!("needs {n} (a program of MPICH's ABI)"))
+    let needed = Elf::read_dynamic_section(program).and_then(|e| e.needed()).ok()?;
+    if let Some(n) = needed.into_iter().find(|n| is_mpi_name(n)) {
+        return Some(format!("needs {n} (a program of MPICH's ABI)"));
+    }
+    // Through one of its libraries (its MPI calls in a library of its own).
+    let env = ldso::Env {
+        library_path: std::env::var("LD_LIBRARY_PATH").ok(),
+        preload: None,
+        cwd: std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")),
+    };
+    let objects = ldso::resolve(program, &env).ok()?;
+    objects.iter().skip(1).find_map(|o| {
+        let n = o.needed().iter().find(|n| is_mpi_name(n))?;
+        Some(format!("needs {n} through {} (a program of MPICH's ABI)", o.path.display()))
+    })
 }
 
 /// The loader's environment of a job's processes started here with `setup` and the job's

@@ -86,6 +86,11 @@ pub struct Object {
 }
 
 impl Object {
+    /// The libraries it needs (DT_NEEDED).
+    pub fn needed(&self) -> &[String] {
+        &self.needed
+    }
+
     /// Whether the loader takes this object for a need of `name`.
     fn answers(&self, name: &str) -> bool {
         self.name == name || self.soname.as_deref() == Some(name) || self.path.as_os_str() == name
