@@ -187,10 +187,7 @@ pub fn foreign_in_maps(pid: u32, ours: &Path) -> Maps {
 
 /// The first MPI library of a memory map (`/proc/PID/maps`'s text) that is not `ours`.
 fn foreign_in(maps: &str, ours: &Path) -> Option<String> {
-    maps.lines()
-        .filter_map(|l| l.find('/').map(|i| l[i..].trim_end_matches(" (deleted)")))
-        .find(|p| is_mpi_name(p) && Path::new(p) != ours)
-        .map(str::to_string)
+    ldso::foreign_in_maps(maps, ours)
 }
 
 /// The header's directory for `p2pmpi mpicc`: `P2PMPI_ABI_INCLUDE`, else this build's source

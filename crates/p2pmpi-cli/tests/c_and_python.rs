@@ -465,3 +465,32 @@ fn a_grid_job_that_would_load_another_mpi_library_is_refused_by_the_launcher_or_
     assert!(o.elapsed < Duration::from_secs(40), "stopped after {:?}", o.elapsed);
     let _ = std::fs::remove_dir_all(&beside);
 }
+
+#[test]
+fn a_rank_that_dlopens_another_mpi_library_is_stopped_named_locally_and_by_its_host_on_a_grid() {
+    if !with_mpich() {
+        return;
+    }
+    let prog = mpich_program("dlopens");
+    let mpich = debian_mpich_dir().join("libmpich.so.12");
+    let mpich = mpich.to_str().unwrap();
+    // Here: the launcher reads the ranks' memory maps.
+    let o = run_cmd(plain(&["--local", "-n", "2"]).arg(&prog).arg(mpich), LIMIT);
+    assert!(!o.status.success(), "{}", o.stderr);
+    assert!(
+        o.stderr.contains("rank 1: it loaded another MPI library") && o.stderr.contains("libmpich.so"),
+        "{}",
+        o.stderr
+    );
+    assert!(o.elapsed < Duration::from_secs(15), "stopped after {:?}", o.elapsed);
+    // On a grid: rank 1's peer daemon does, stops it and says why, long before the start-up
+    // time-out.
+    let g = TestGrid::start("abi-dlopen", 2, &["--procs", "2"]);
+    let o = g.run(&["-n", "2", prog.to_str().unwrap(), mpich]);
+    assert!(!o.status.success(), "{}", o.stderr);
+    let said = "p2pmpi: rank 1 stopped: it loaded another MPI library";
+    assert!(o.stderr.contains(said) && o.stderr.contains("libmpich.so"), "{}", o.stderr);
+    assert!(o.stderr.contains("rank 1 (pid"), "the launcher names the rank: {}", o.stderr);
+    assert!(!o.stderr.contains("start-up timed out"), "{}", o.stderr);
+    assert!(o.elapsed < Duration::from_secs(30), "stopped after {:?}", o.elapsed);
+}

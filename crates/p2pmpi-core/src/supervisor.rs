@@ -635,6 +635,23 @@ impl JobSupervisor {
         }
     }
 
+    /// A process that exited without registering before any other registered went unjudged
+    /// then (nobody waited for it yet): once one registers, it fails the start-up as it would
+    /// have later.
+    fn exited_before_anyone_registered(&mut self, now: Time) {
+        if self.world_sent || self.failure.is_some() {
+            return;
+        }
+        let early = (0..self.n()).find_map(|s| {
+            let p = &self.procs[s];
+            let exit = p.exit.as_ref().filter(|_| p.judged && !p.registered && p.lost_peer.is_none())?;
+            self.bad_end(s, exit).map(|(msg, code)| (s, msg, code))
+        });
+        if let Some((slot, msg, code)) = early {
+            self.failed(now, slot, msg, code);
+        }
+    }
+
     fn peer_failed(&mut self, now: Time, by: usize, failed: usize, detail: String) {
         let n = self.n();
         // A replicated job's processes name universe slots.
@@ -845,7 +862,8 @@ impl JobSupervisor {
             }
             Input::Registered { slot, addr, fd_addr, tolerant, pid } => {
                 self.first_registered.get_or_insert(now);
-                self.registered_input(slot, addr, fd_addr, tolerant, pid)
+                self.registered_input(slot, addr, fd_addr, tolerant, pid);
+                self.exited_before_anyone_registered(now);
             }
             Input::ForeignDead { slots } => {
                 self.foreign.extend(slots);
@@ -1451,6 +1469,21 @@ mod tests {
         assert!(tick(&mut s, 9_999).is_empty());
         let out = tick(&mut s, 10_001);
         assert_eq!(said(&out), ["start-up timed out after 10 s: rank(s) 1 never initialized MPI"]);
+        assert!(out.contains(&Output::StopAll));
+    }
+
+    #[test]
+    fn a_process_that_exited_unregistered_before_any_registered_fails_the_start_up_once_one_does() {
+        let mut s = job(2, 1);
+        let out = feed(&mut s, 5, Input::Exited { slot: 1, exit: Exit::success() });
+        assert!(said(&out).is_empty(), "nobody waits for it yet: {out:?}");
+        let reg = Input::Registered { slot: 0, addr: "a".into(), fd_addr: String::new(), tolerant: false, pid: 0 };
+        let out = feed(&mut s, 9, reg);
+        assert_eq!(
+            said(&out),
+            ["rank 1 (pid 101) exited without initializing MPI while the other ranks wait for it; stopping the other \
+              processes"]
+        );
         assert!(out.contains(&Output::StopAll));
     }
 

@@ -308,6 +308,15 @@ pub fn is_mpi_name(name: &str) -> bool {
     base.starts_with("libmpi.so") || base.starts_with("libmpich.so")
 }
 
+/// The first MPI library of a memory map (`/proc/PID/maps`'s text) that is not `ours` (its
+/// resolved path: the map names files by theirs).
+pub fn foreign_in_maps(maps: &str, ours: &Path) -> Option<String> {
+    maps.lines()
+        .filter_map(|l| l.find('/').map(|i| l[i..].trim_end_matches(" (deleted)")))
+        .find(|p| is_mpi_name(p) && Path::new(p) != ours)
+        .map(str::to_string)
+}
+
 /// Why a process of `program` under `env` would load an MPI library other than `ours` (the
 /// file of p2pmpi's `libmpi.so.12`), in words that name the file, the cause and the remedy;
 /// `None` when every MPI library it loads is `ours`.
@@ -323,6 +332,11 @@ pub fn foreign_mpi(program: &Path, env: &Env, ours: &Path) -> Result<Option<Stri
         return Ok(None);
     };
     let by = o.needed_by.map(|j| objects[j].path.display().to_string());
+    // Named when a library of the program needs it (the program's own needs go without saying).
+    let needed = match o.needed_by {
+        Some(j) if j > 0 => format!(", needed as {} by {}", o.name, objects[j].path.display()),
+        _ => String::new(),
+    };
     let (cause, remedy) = match &o.via {
         Via::Rpath { object, entry } => (
             format!("the RPATH of {} ({entry}) is searched before LD_LIBRARY_PATH", object.display()),
@@ -350,7 +364,6 @@ pub fn foreign_mpi(program: &Path, env: &Env, ours: &Path) -> Result<Option<Stri
             "rebuild it with mpicc.mpich or p2pmpi mpicc".to_string(),
         ),
     };
-    let needed = by.map(|b| format!(", needed as {} by {b}", o.name)).unwrap_or_default();
     Ok(Some(format!(
         "{} would load another MPI library in every rank, {}{needed}, not p2pmpi's ({}): {cause}; {remedy}, or run it \
          with that library's own mpiexec",
