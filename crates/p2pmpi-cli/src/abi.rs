@@ -328,8 +328,8 @@ pub const JOIN_NOTICE: std::time::Duration = std::time::Duration::from_secs(5);
 pub fn join_notice(program: &Path) -> Option<p2pmpi_core::supervisor::JoinNotice> {
     needs(program)?;
     let cause = "likely cause: its process loaded another MPI library than p2pmpi's libmpi.so.12 (through an \
-                 LD_PRELOAD, a dlopen by path, or an RPATH to a directory of its host) and runs as an MPI world of its \
-                 own; `p2pmpi abi-check PROGRAM` on that host says which";
+                 LD_PRELOAD, a dlopen by path, or an RPATH to a directory of its host), which makes it an MPI world of \
+                 its own; `p2pmpi abi-check PROGRAM` on its host shows an RPATH or LD_PRELOAD";
     Some(p2pmpi_core::supervisor::JoinNotice { after: JOIN_NOTICE, cause: cause.to_string() })
 }
 
