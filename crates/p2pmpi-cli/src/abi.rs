@@ -13,11 +13,13 @@
 //!   directory ([`STAGED`]) and the peer daemon makes the same names there.
 //! * [`needs`]: whether a program needs the library (it links `libmpich.so.12` or `libmpi.so*`,
 //!   or it is Python): then a library not found is an error naming where it was looked for.
-//! * [`check_rpath`], [`foreign_in_maps`]: a program that would load another MPI library (an
-//!   RPATH to Debian's) is refused, and a rank seen with one mapped is stopped, named.
+//! * [`check_loading`], [`foreign_in_maps`]: a program that would load another MPI library (an
+//!   RPATH to Debian's, an `LD_PRELOAD`: [`p2pmpi_peer::ldso`] follows the loader's search) is
+//!   refused, and a rank seen with one mapped is stopped, named.
 
 use crate::elf::{is_elf, Elf};
 use anyhow::{bail, Context, Result};
+use p2pmpi_peer::ldso;
 use std::path::{Path, PathBuf};
 
 /// The variable that names the library file.
@@ -108,11 +110,7 @@ pub fn library_dir(lib: &Path) -> Result<PathBuf> {
     Ok(dir)
 }
 
-/// Whether a needed library's name is an MPI library's (`libmpi.so*`, `libmpich.so*`).
-fn is_mpi_name(name: &str) -> bool {
-    let base = name.rsplit('/').next().unwrap_or(name);
-    base.starts_with("libmpi.so") || base.starts_with("libmpich.so")
-}
+use p2pmpi_peer::ldso::is_mpi_name;
 
 /// Why `program` needs p2pmpi's library (`None`: it does not seem to; a p2pmpi program in Rust
 /// has the library in itself).
@@ -129,47 +127,42 @@ pub fn needs(program: &Path) -> Option<String> {
         return (first.starts_with("#!") && first.contains("python"))
             .then(|| "is a Python script (mpi4py loads libmpi.so)".into());
     }
-    let needed = Elf::read_dynamic(program).and_then(|e| e.needed()).ok()?;
-    needed.into_iter().find(|n| is_mpi_name(n)).map(|n| format!("needs {n} (a program of MPICH's ABI)"))
+    let needed = Elf::read_dynamic_section(program).and_then(|e| e.needed()).ok()?;
+    if let Some(n) = needed.into_iter().find(|n| is_mpi_name(n)) {
+        return Some(format!("needs {n} (a program of MPICH's ABI)"));
+    }
+    // Through one of its libraries (its MPI calls in a library of its own).
+    let env = ldso::Env {
+        library_path: std::env::var("LD_LIBRARY_PATH").ok(),
+        preload: None,
+        cwd: std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")),
+    };
+    let objects = ldso::resolve(program, &env).ok()?;
+    objects.iter().skip(1).find_map(|o| {
+        let n = o.needed().iter().find(|n| is_mpi_name(n))?;
+        Some(format!("needs {n} through {} (a program of MPICH's ABI)", o.path.display()))
+    })
 }
 
-/// Refuses a program whose RPATH (searched before `LD_LIBRARY_PATH`) holds another MPI
-/// library it needs: every rank would load that one.
-pub fn check_rpath(program: &Path, ours: &Path) -> Result<()> {
-    let Ok(elf) = Elf::read_dynamic(program) else { return Ok(()) };
-    let (Ok(needed), Ok((rpath, runpath))) = (elf.needed(), elf.search_paths()) else { return Ok(()) };
-    let origin = program.parent().map(|p| p.to_string_lossy().into_owned()).unwrap_or_else(|| ".".into());
-    let origin = if origin.is_empty() { ".".to_string() } else { origin };
-    for n in needed.iter().filter(|n| is_mpi_name(n)) {
-        let found = if n.contains('/') {
-            Some(PathBuf::from(n)).filter(|p| p.exists())
-        } else if runpath.is_empty() {
-            rpath
-                .iter()
-                .map(|d| PathBuf::from(d.replace("${ORIGIN}", &origin).replace("$ORIGIN", &origin)).join(n))
-                .find(|p| p.exists())
-        } else {
-            None
-        };
-        let Some(found) = found else { continue };
-        let real = std::fs::canonicalize(&found).unwrap_or(found.clone());
-        if real != ours {
-            let how = if n.contains('/') {
-                "the program names it by its path".to_string()
-            } else {
-                format!("its RPATH ({}) is searched before LD_LIBRARY_PATH", rpath.join(":"))
-            };
-            bail!(
-                "{} would load {} in every rank, not p2pmpi's library ({}): {how}; link it without -Wl,-rpath to that \
-                 directory (or with -Wl,--enable-new-dtags: a RUNPATH is searched after LD_LIBRARY_PATH), or run it \
-                 with that library's own mpiexec",
-                program.display(),
-                found.display(),
-                ours.display(),
-            );
-        }
+/// The loader's environment of a job's processes started here with `setup` and the job's
+/// variables `extra`: `LD_LIBRARY_PATH` as they get it, `LD_PRELOAD` (the job's, else this
+/// process's), this directory.
+fn loader_env(setup: &Setup, extra: &[(String, String)]) -> ldso::Env {
+    let library_path = if setup.prepend { Some(library_path(&setup.dir, extra)) } else { job_library_path(extra) };
+    let given = extra.iter().rev().find(|(k, _)| k == "LD_PRELOAD").map(|(_, v)| v.clone());
+    let preload = given.or_else(|| std::env::var("LD_PRELOAD").ok()).filter(|v| !v.is_empty());
+    ldso::Env { library_path, preload, cwd: std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")) }
+}
+
+/// Refuses a program whose processes would load another MPI library than `setup`'s (an RPATH
+/// searched before `LD_LIBRARY_PATH`, an `LD_PRELOAD`, a library of another MPI's interface):
+/// the error names the file, the cause and the remedy. A file the loader's search cannot be
+/// followed in (a script, a static program) passes.
+pub fn check_loading(program: &Path, setup: &Setup, extra: &[(String, String)]) -> Result<()> {
+    match ldso::foreign_mpi(program, &loader_env(setup, extra), &setup.lib) {
+        Ok(Some(why)) => bail!("{why}"),
+        _ => Ok(()),
     }
-    Ok(())
 }
 
 /// What a process's memory map shows of MPI libraries.
@@ -194,10 +187,7 @@ pub fn foreign_in_maps(pid: u32, ours: &Path) -> Maps {
 
 /// The first MPI library of a memory map (`/proc/PID/maps`'s text) that is not `ours`.
 fn foreign_in(maps: &str, ours: &Path) -> Option<String> {
-    maps.lines()
-        .filter_map(|l| l.find('/').map(|i| l[i..].trim_end_matches(" (deleted)")))
-        .find(|p| is_mpi_name(p) && Path::new(p) != ours)
-        .map(str::to_string)
+    ldso::foreign_in_maps(maps, ours)
 }
 
 /// The header's directory for `p2pmpi mpicc`: `P2PMPI_ABI_INCLUDE`, else this build's source
@@ -267,7 +257,7 @@ fn given_on_path(extra: &[(String, String)]) -> Option<Setup> {
 /// and it is missing, or when the program would load another MPI library.
 pub fn setup(program: &Path, extra: &[(String, String)]) -> Result<Option<Setup>> {
     if let Some(given) = given_on_path(extra) {
-        check_rpath(program, &given.lib)?;
+        check_loading(program, &given, extra)?;
         return Ok(Some(given));
     }
     let lib = match find_library() {
@@ -277,9 +267,12 @@ pub fn setup(program: &Path, extra: &[(String, String)]) -> Result<Option<Setup>
             None => return Ok(None),
         },
     };
-    check_rpath(program, &lib)?;
     match library_dir(&lib) {
-        Ok(dir) => Ok(Some(Setup { lib, dir, prepend: true })),
+        Ok(dir) => {
+            let setup = Setup { lib, dir, prepend: true };
+            check_loading(program, &setup, extra)?;
+            Ok(Some(setup))
+        }
         Err(e) => match needs(program) {
             Some(why) => bail!("{} {why}, and {e:#}", program.display()),
             // A program that does not need it runs without it.
@@ -326,6 +319,20 @@ pub fn python_env(extra: &[(String, String)], forward: bool) -> Result<Vec<(Stri
     Ok(out)
 }
 
+/// How long after the first process of a job registered one of a program of MPICH's ABI that
+/// has not is named, with its likely cause.
+pub const JOIN_NOTICE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The early word on processes that do not join, for a job of `program` when it is of MPICH's
+/// ABI (`None` for others: a Rust program's processes join or fail by themselves).
+pub fn join_notice(program: &Path) -> Option<p2pmpi_core::supervisor::JoinNotice> {
+    needs(program)?;
+    let cause = "likely cause: its process loaded another MPI library than p2pmpi's libmpi.so.12 (through an \
+                 LD_PRELOAD, a dlopen by path, or an RPATH to a directory of its host), which makes it an MPI world of \
+                 its own; `p2pmpi abi-check PROGRAM` on its host shows an RPATH or LD_PRELOAD";
+    Some(p2pmpi_core::supervisor::JoinNotice { after: JOIN_NOTICE, cause: cause.to_string() })
+}
+
 /// Watches the processes of `slots` (slot, pid) that have not registered yet: one that maps
 /// another MPI library stops the job, named with the library (an abort of that slot). Ends
 /// when each registered or ended, or after `limit`.
@@ -352,8 +359,8 @@ pub(crate) fn watch_foreign(
                     Maps::Foreign(lib) => {
                         let message = format!(
                             "it loaded another MPI library, {lib}, instead of p2pmpi's ({}): the program finds that \
-                             one first (an RPATH, or a path given to dlopen); relink it without the RPATH or remove \
-                             that library from its path",
+                             one first (an RPATH, an LD_PRELOAD, or a path given to dlopen); relink it without the \
+                             RPATH or remove that library from its path",
                             ours.display()
                         );
                         let _ = tx.send(crate::supervise::Event::Abort { rank: slot, code: 1, message, lost: None });

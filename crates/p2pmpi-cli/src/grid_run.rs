@@ -1077,6 +1077,7 @@ impl GridJob<'_> {
             spawner: Some(&spawn),
             slot_base: 0,
             relay: (layout.r > 1).then_some(&spawns as &dyn supervise::Relay),
+            join_notice: self.abi.as_ref().and_then(|_| crate::abi::join_notice(&self.program)),
         };
         let code = supervise::event_loop(self.name, &hooks, rx, pids);
         spawns.unregister_world(0);

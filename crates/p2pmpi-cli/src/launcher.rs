@@ -382,6 +382,7 @@ fn run_local(name: &str, opts: RunArgs, n: usize, binding: Binding) -> Result<i3
         spawner: Some(&spawn),
         slot_base: 0,
         relay: (layout.r > 1).then_some(&spawner as &dyn crate::supervise::Relay),
+        join_notice: abi.as_ref().and_then(|_| crate::abi::join_notice(&program)),
     };
     let code = event_loop(name, &job, &rx, pids);
     spawner.unregister_world(0);

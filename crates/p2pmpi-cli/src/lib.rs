@@ -29,7 +29,7 @@ pub mod cargo_run;
 pub mod commands;
 pub mod demo;
 pub mod doctor;
-pub mod elf;
+pub use p2pmpi_peer::elf;
 pub mod grid_keys;
 pub mod grid_run;
 pub mod grid_status;

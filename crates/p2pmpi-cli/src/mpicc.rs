@@ -81,7 +81,8 @@ pub fn check(program: &Path, lib: &Path) -> Result<(usize, Vec<String>, Vec<Stri
 }
 
 /// `p2pmpi abi-check PROGRAM`: prints the MPI functions `program` imports that p2pmpi's
-/// library lacks or provides only as stubs; 0 when there are none, 1 when there are.
+/// library lacks or provides only as stubs, and why `p2pmpirun` would refuse it (it would load
+/// another MPI library); 0 when there is nothing to say, 1 when there is.
 pub fn abi_check(program: &Path) -> Result<i32> {
     let lib = abi::find_library()?;
     let (imported, absent, stubs) = check(program, &lib).context("abi-check")?;
@@ -97,5 +98,10 @@ pub fn abi_check(program: &Path) -> Result<i32> {
     for n in &stubs {
         println!("  {n}: stub (fails with MPI_ERR_UNSUPPORTED_OPERATION)");
     }
-    Ok(if absent.is_empty() && stubs.is_empty() { 0 } else { 1 })
+    // What p2pmpirun would say of it: another MPI library found first (an RPATH…).
+    let refused = abi::setup(program, &[]).err();
+    if let Some(e) = &refused {
+        println!("  refused by p2pmpirun: {e:#}");
+    }
+    Ok(if absent.is_empty() && stubs.is_empty() && refused.is_none() { 0 } else { 1 })
 }

@@ -355,6 +355,7 @@ impl Spawns {
                 spawner: Some(&nested),
                 slot_base: base as usize * layout.r,
                 relay: (layout.r > 1).then_some(&me as &dyn Relay),
+                join_notice: None,
             };
             let code = event_loop(&name, &job, &rx, pids);
             let unconfirmed = job.sup.unconfirmed();

@@ -192,6 +192,9 @@ pub(crate) struct Job<'a> {
     /// A replicated universe: declarations and suspicions that concern another job's
     /// processes go through it.
     pub(crate) relay: Option<&'a dyn Relay>,
+    /// Why a process may not join, said early (a program of MPICH's ABI:
+    /// [`crate::abi::join_notice`]).
+    pub(crate) join_notice: Option<core::JoinNotice>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -391,6 +394,7 @@ pub(crate) fn event_loop(name: &str, job: &Job, rx: &Receiver<Event>, pids: Vec<
         timeout: job.timeout,
         slot_base: job.slot_base,
         relay: job.relay.is_some(),
+        join_notice: job.join_notice.clone(),
     };
     driver.feed(Some(Input::Start(start)));
     loop {

@@ -331,3 +331,166 @@ fn an_mpi4py_program_runs_on_a_local_grid_replicated_through_a_killed_replica() 
     assert_eq!(seeds.len(), 1, "one PYTHONHASHSEED on every host: {seeds:?}");
     assert!(e.text.contains("rank 2 replica 1"), "no report of the killed replica:\n{}", e.text);
 }
+
+/// Runs `cmd` (a compiler), failing the test with its words when it fails.
+fn build(cmd: &mut Command) {
+    let o = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(o.status.success(), "{cmd:?}: {}", String::from_utf8_lossy(&o.stderr));
+}
+
+/// `tests/c/NAME.c`.
+fn c_source(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c").join(format!("{name}.c"))
+}
+
+/// A program whose MPI calls are in its library `libin_lib.so`, built by `mpicc.mpich` with
+/// `lib_flags` (an RPATH, or not) in `<dir>/lib`; the program finds it through its RUNPATH
+/// `$ORIGIN/lib`. Its path.
+fn program_with_mpi_in_its_library(dir: &str, lib_flags: &[&str]) -> PathBuf {
+    let dir = profile_dir().join("p2pmpi-cli-c").join(format!("{dir}-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("lib")).unwrap();
+    build(
+        Command::new("mpicc.mpich")
+            .args(["-shared", "-fPIC", "-Wall", "-Werror"])
+            .args(lib_flags)
+            .arg("-o")
+            .arg(dir.join("lib/libin_lib.so"))
+            .arg(c_source("in_lib")),
+    );
+    let prog = dir.join("prog");
+    build(
+        Command::new("gcc")
+            .args(["-Wall", "-Werror", "-o"])
+            .arg(&prog)
+            .arg(c_source("in_lib_main"))
+            .arg(format!("-L{}", dir.join("lib").display()))
+            .args(["-lin_lib", "-Wl,--enable-new-dtags", "-Wl,-rpath,$ORIGIN/lib"]),
+    );
+    prog
+}
+
+#[test]
+fn a_library_with_an_rpath_to_mpich_or_an_ld_preload_of_it_is_refused_before_any_rank_starts() {
+    if !with_mpich() || !require_tools(&["gcc"], "(the programs' main parts are built by gcc)") {
+        return;
+    }
+    let mpich = debian_mpich_dir();
+    // The program's own search path is a RUNPATH (searched after ours); its library's is an
+    // RPATH to Debian's MPICH, and the loader searches it first for that library's needs.
+    let rpath = format!("-Wl,-rpath,{}", mpich.display());
+    let prog = program_with_mpi_in_its_library("in-lib-rpath", &["-Wl,--disable-new-dtags", &rpath]);
+    let o = run_cmd(plain(&["--local", "-n", "2"]).arg(&prog), LIMIT);
+    assert_eq!(o.code(), Some(2), "{}{}", o.stdout, o.stderr);
+    assert!(o.stderr.contains("would load another MPI library") && o.stderr.contains("libmpich.so.12"), "{}", o.stderr);
+    assert!(o.stderr.contains("the RPATH of") && o.stderr.contains("libin_lib.so"), "{}", o.stderr);
+    assert!(o.stderr.contains("--enable-new-dtags"), "{}", o.stderr);
+    assert!(o.stdout.is_empty(), "no rank ran: {}", o.stdout);
+    assert!(o.elapsed < Duration::from_secs(10), "refused after {:?}", o.elapsed);
+    // The same library with a RUNPATH: p2pmpi's library is found first, the job runs.
+    let runpath = format!("-Wl,-rpath,{}", mpich.display());
+    let fixed = program_with_mpi_in_its_library("in-lib-runpath", &["-Wl,--enable-new-dtags", &runpath]);
+    let o = run_cmd(plain(&["--local", "-n", "2"]).arg(&fixed), LIMIT);
+    o.assert_ok();
+    assert_eq!(sorted_lines(&o.stdout), ["rank 0 of 2", "rank 1 of 2"], "{}", o.stderr);
+    // LD_PRELOAD of Debian's library (given with -x): refused, named.
+    let steps = mpich_program("steps");
+    let preload = format!("LD_PRELOAD={}", mpich.join("libmpich.so.12").display());
+    let o = run_cmd(plain(&["--local", "-n", "2", "-x", &preload]).arg(&steps).args(["1", "0"]), LIMIT);
+    assert_eq!(o.code(), Some(2), "{}{}", o.stdout, o.stderr);
+    assert!(o.stderr.contains("would load another MPI library") && o.stderr.contains("LD_PRELOAD"), "{}", o.stderr);
+    // abi-check says what p2pmpirun would.
+    let tool = p2pmpi_tool();
+    let o = run_cmd(Command::new(&tool).arg("abi-check").arg(&prog).env_remove("LD_LIBRARY_PATH"), LIMIT);
+    assert_eq!(o.code(), Some(1), "{}{}", o.stdout, o.stderr);
+    assert!(o.stdout.contains("refused by p2pmpirun") && o.stdout.contains("the RPATH of"), "{}", o.stdout);
+    let o = run_cmd(Command::new(&tool).arg("abi-check").arg(&fixed).env_remove("LD_LIBRARY_PATH"), LIMIT);
+    assert_eq!(o.code(), Some(0), "{}{}", o.stdout, o.stderr);
+}
+
+#[test]
+fn a_rank_that_does_not_join_is_named_with_its_likely_cause_before_the_start_up_time_out() {
+    if !with_mpich() {
+        return;
+    }
+    let prog = mpich_program("late");
+    // Rank 1 exits without initializing MPI: reported at once, with the likely cause.
+    let o = run_cmd(plain(&["--local", "-n", "2"]).arg(&prog).arg("exit"), LIMIT);
+    assert!(!o.status.success(), "{}", o.stderr);
+    assert!(o.stderr.contains("rank 1 (pid") && o.stderr.contains("exited without initializing MPI"), "{}", o.stderr);
+    assert!(o.stderr.contains("likely cause: its process loaded another MPI library"), "{}", o.stderr);
+    assert!(o.elapsed < Duration::from_secs(10), "stopped after {:?}", o.elapsed);
+    // Rank 1 runs without joining: named 5 s after rank 0 joined, long before the start-up
+    // time-out, which then stops the job.
+    let o = run_cmd(plain(&["--local", "-n", "2", "--startup-timeout", "9"]).arg(&prog), LIMIT);
+    assert_eq!(o.code(), Some(1), "{}", o.stderr);
+    let notice = "rank 1 (pid ";
+    let at = o.stderr.find(notice).unwrap_or_else(|| panic!("no notice: {}", o.stderr));
+    let line = o.stderr[at..].lines().next().unwrap();
+    assert!(line.contains("runs but has not initialized MPI 5 s after the first process did"), "{line}");
+    assert!(line.contains("likely cause") && line.contains("--startup-timeout (9 s)"), "{line}");
+    let timed_out = o.stderr.find("start-up timed out after 9 s: rank(s) 1 never initialized MPI");
+    assert!(timed_out.is_some_and(|t| t > at), "{}", o.stderr);
+    assert!(o.elapsed < Duration::from_secs(30), "stopped after {:?}", o.elapsed);
+}
+
+#[test]
+fn a_grid_job_that_would_load_another_mpi_library_is_refused_by_the_launcher_or_by_its_host() {
+    if !with_mpich() {
+        return;
+    }
+    let mpich = debian_mpich_dir();
+    let g = TestGrid::start("abi-foreign", 2, &["--procs", "2"]);
+    // Seen by the launcher (an RPATH to Debian's MPICH): refused before anything is reserved.
+    let rpath = format!("-Wl,-rpath,{}", mpich.display());
+    let prog = c_program("alone", "alone-rpath", &["mpicc.mpich"], &[&rpath, "-Wl,--disable-new-dtags"]);
+    let o = g.run(&["-n", "2", prog.to_str().unwrap()]);
+    assert_eq!(o.code(), Some(2), "{}{}", o.stdout, o.stderr);
+    assert!(o.stderr.contains("would load another MPI library") && o.stderr.contains("the RPATH of"), "{}", o.stderr);
+    assert!(o.elapsed < Duration::from_secs(10), "refused after {:?}", o.elapsed);
+    // Seen by the hosts only: an RPATH of $ORIGIN, and Debian's library staged beside the
+    // program (-l). Here, rank 0 finds none there and loads p2pmpi's; the hosts' peer daemons
+    // refuse to start the others, saying why.
+    let prog = c_program("alone", "alone-origin", &["mpicc.mpich"], &["-Wl,--disable-new-dtags", "-Wl,-rpath,$ORIGIN"]);
+    assert!(!prog.with_file_name("libmpich.so.12").exists());
+    let beside = profile_dir().join("p2pmpi-cli-c").join(format!("mpich-copy-{}", std::process::id()));
+    std::fs::create_dir_all(&beside).unwrap();
+    let lib = beside.join("libmpich.so.12");
+    let _ = std::fs::remove_file(&lib);
+    std::os::unix::fs::symlink(mpich.join("libmpich.so.12"), &lib).unwrap();
+    let o = g.run(&["-n", "2", "-l", lib.to_str().unwrap(), prog.to_str().unwrap()]);
+    assert!(!o.status.success(), "{}{}", o.stdout, o.stderr);
+    assert!(o.stderr.contains("refused the launch: alone-origin would load another MPI library"), "{}", o.stderr);
+    assert!(o.stderr.contains("libmpich.so.12") && o.stderr.contains("the RPATH of"), "{}", o.stderr);
+    assert!(!o.stdout.contains("size 1"), "no rank ran alone: {}", o.stdout);
+    assert!(o.elapsed < Duration::from_secs(40), "stopped after {:?}", o.elapsed);
+    let _ = std::fs::remove_dir_all(&beside);
+}
+
+#[test]
+fn a_rank_that_dlopens_another_mpi_library_is_stopped_named_locally_and_by_its_host_on_a_grid() {
+    if !with_mpich() {
+        return;
+    }
+    let prog = mpich_program("dlopens");
+    let mpich = debian_mpich_dir().join("libmpich.so.12");
+    let mpich = mpich.to_str().unwrap();
+    // Here: the launcher reads the ranks' memory maps.
+    let o = run_cmd(plain(&["--local", "-n", "2"]).arg(&prog).arg(mpich), LIMIT);
+    assert!(!o.status.success(), "{}", o.stderr);
+    assert!(
+        o.stderr.contains("rank 1: it loaded another MPI library") && o.stderr.contains("libmpich.so"),
+        "{}",
+        o.stderr
+    );
+    assert!(o.elapsed < Duration::from_secs(15), "stopped after {:?}", o.elapsed);
+    // On a grid: rank 1's peer daemon does, stops it and says why, long before the start-up
+    // time-out.
+    let g = TestGrid::start("abi-dlopen", 2, &["--procs", "2"]);
+    let o = g.run(&["-n", "2", prog.to_str().unwrap(), mpich]);
+    assert!(!o.status.success(), "{}", o.stderr);
+    let said = "p2pmpi: rank 1 stopped: it loaded another MPI library";
+    assert!(o.stderr.contains(said) && o.stderr.contains("libmpich.so"), "{}", o.stderr);
+    assert!(o.stderr.contains("rank 1 (pid"), "the launcher names the rank: {}", o.stderr);
+    assert!(!o.stderr.contains("start-up timed out"), "{}", o.stderr);
+    assert!(o.elapsed < Duration::from_secs(30), "stopped after {:?}", o.elapsed);
+}

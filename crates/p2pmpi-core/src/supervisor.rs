@@ -111,6 +111,18 @@ pub struct Start {
     /// The job belongs to a replicated universe (parents and the jobs they spawned): its
     /// declarations go to the other jobs, and suspicions of their processes are passed on.
     pub relay: bool,
+    /// Say early why processes may not join (`None`: wait for `startup_timeout` in silence).
+    pub join_notice: Option<JoinNotice>,
+}
+
+/// The likely cause of a process that does not register, told early: once `after` passed
+/// since the first registration, the processes that still run without having registered are
+/// named with `cause` (the job still waits for them until `startup_timeout`); a process that
+/// exits without registering while others did is reported with it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JoinNotice {
+    pub after: Duration,
+    pub cause: String,
 }
 
 /// What the supervisor is told.
@@ -272,6 +284,9 @@ pub struct JobSupervisor {
     /// When the job will say which replicas it waits for ([`LAG_NOTICE`]), and those it named.
     lag_deadline: Option<Time>,
     lag_said: BTreeSet<usize>,
+    /// When the first process registered, and whether the [`JoinNotice`] was given.
+    first_registered: Option<Time>,
+    join_noticed: bool,
     finished: Option<i32>,
     out: VecDeque<Output>,
 }
@@ -358,6 +373,8 @@ impl JobSupervisor {
             stragglers_stopped: false,
             lag_deadline: None,
             lag_said: BTreeSet::new(),
+            first_registered: None,
+            join_noticed: false,
             finished: None,
             out: VecDeque::new(),
         }
@@ -618,6 +635,23 @@ impl JobSupervisor {
         }
     }
 
+    /// A process that exited without registering before any other registered went unjudged
+    /// then (nobody waited for it yet): once one registers, it fails the start-up as it would
+    /// have later.
+    fn exited_before_anyone_registered(&mut self, now: Time) {
+        if self.world_sent || self.failure.is_some() {
+            return;
+        }
+        let early = (0..self.n()).find_map(|s| {
+            let p = &self.procs[s];
+            let exit = p.exit.as_ref().filter(|_| p.judged && !p.registered && p.lost_peer.is_none())?;
+            self.bad_end(s, exit).map(|(msg, code)| (s, msg, code))
+        });
+        if let Some((slot, msg, code)) = early {
+            self.failed(now, slot, msg, code);
+        }
+    }
+
     fn peer_failed(&mut self, now: Time, by: usize, failed: usize, detail: String) {
         let n = self.n();
         // A replicated job's processes name universe slots.
@@ -827,7 +861,9 @@ impl JobSupervisor {
                 self.start = now;
             }
             Input::Registered { slot, addr, fd_addr, tolerant, pid } => {
-                self.registered_input(slot, addr, fd_addr, tolerant, pid)
+                self.first_registered.get_or_insert(now);
+                self.registered_input(slot, addr, fd_addr, tolerant, pid);
+                self.exited_before_anyone_registered(now);
             }
             Input::ForeignDead { slots } => {
                 self.foreign.extend(slots);
@@ -1007,6 +1043,35 @@ impl JobSupervisor {
             ));
             self.fail(now, 1);
         }
+        self.join_notice(now);
+    }
+
+    /// The [`JoinNotice`], when due: the processes still running unregistered, named.
+    fn join_notice(&mut self, now: Time) {
+        let Some(notice) = self.settings.join_notice.clone() else { return };
+        let due = self.first_registered.is_some_and(|t| now >= t + notice.after);
+        if self.join_noticed || self.world_sent || self.failure.is_some() || !due {
+            return;
+        }
+        self.join_noticed = true;
+        let waiting: Vec<String> = (0..self.n())
+            .filter(|&s| !self.procs[s].registered && self.procs[s].exit.is_none())
+            .map(|s| match self.procs[s].pid {
+                0 => self.who(s),
+                pid => format!("{} (pid {pid})", self.who(s)),
+            })
+            .collect();
+        if !waiting.is_empty() {
+            let (runs, it) = if waiting.len() == 1 { ("runs but has", "it") } else { ("run but have", "them") };
+            self.say(format!(
+                "{} {runs} not initialized MPI {} s after the first process did: {}; the job waits for {it} until \
+                 --startup-timeout ({} s)",
+                waiting.join(", "),
+                notice.after.as_secs_f64(),
+                notice.cause,
+                self.settings.startup_timeout.as_secs()
+            ));
+        }
     }
 
     /// Judges the processes that are gone and whose control connection is closed.
@@ -1066,9 +1131,10 @@ impl JobSupervisor {
         } else if !p.registered && self.procs.iter().any(|o| o.registered) && !self.world_sent {
             Some((
                 format!(
-                    "{} (pid {}) exited without initializing MPI while the other ranks wait for it",
+                    "{} (pid {}) exited without initializing MPI while the other ranks wait for it{}",
                     self.who(slot),
-                    p.pid
+                    p.pid,
+                    self.settings.join_notice.as_ref().map(|n| format!("; {}", n.cause)).unwrap_or_default()
                 ),
                 1,
             ))
@@ -1232,6 +1298,11 @@ impl Machine for JobSupervisor {
             self.settings.timeout.filter(|_| quiet && running).map(|t| self.start + t),
             self.provisional.as_ref().filter(|_| quiet).map(|p| p.deadline),
             startup.then(|| self.start + self.settings.startup_timeout + Duration::from_millis(1)),
+            self.settings
+                .join_notice
+                .as_ref()
+                .filter(|_| startup && !self.join_noticed)
+                .and_then(|n| self.first_registered.map(|t| t + n.after)),
             self.redundant_deadline.filter(|_| quiet && !self.stragglers_stopped),
             self.lag_deadline,
         ]
@@ -1257,7 +1328,7 @@ mod tests {
         let layout = Layout::new(n, r);
         let mut s = JobSupervisor::new(layout, LEASE);
         let pids = (0..layout.slots()).map(|x| 100 + x as u32).collect();
-        let start = Start { pids, startup_timeout: Duration::from_secs(10), timeout: None, slot_base: 0, relay: false };
+        let start = Start { pids, startup_timeout: Duration::from_secs(10), ..Default::default() };
         s.handle_input(ms(0), Input::Start(start)).unwrap();
         s
     }
@@ -1398,6 +1469,58 @@ mod tests {
         assert!(tick(&mut s, 9_999).is_empty());
         let out = tick(&mut s, 10_001);
         assert_eq!(said(&out), ["start-up timed out after 10 s: rank(s) 1 never initialized MPI"]);
+        assert!(out.contains(&Output::StopAll));
+    }
+
+    #[test]
+    fn a_process_that_exited_unregistered_before_any_registered_fails_the_start_up_once_one_does() {
+        let mut s = job(2, 1);
+        let out = feed(&mut s, 5, Input::Exited { slot: 1, exit: Exit::success() });
+        assert!(said(&out).is_empty(), "nobody waits for it yet: {out:?}");
+        let reg = Input::Registered { slot: 0, addr: "a".into(), fd_addr: String::new(), tolerant: false, pid: 0 };
+        let out = feed(&mut s, 9, reg);
+        assert_eq!(
+            said(&out),
+            ["rank 1 (pid 101) exited without initializing MPI while the other ranks wait for it; stopping the other \
+              processes"]
+        );
+        assert!(out.contains(&Output::StopAll));
+    }
+
+    #[test]
+    fn a_process_that_does_not_join_is_named_early_with_its_likely_cause() {
+        let layout = Layout::new(3, 1);
+        let mut s = JobSupervisor::new(layout, LEASE);
+        let notice = JoinNotice { after: Duration::from_secs(3), cause: "it loaded another MPI".into() };
+        let start = Start {
+            pids: vec![100, 101, 102],
+            startup_timeout: Duration::from_secs(10),
+            join_notice: Some(notice),
+            ..Default::default()
+        };
+        s.handle_input(ms(0), Input::Start(start)).unwrap();
+        // Nothing is due before a process registered.
+        assert_eq!(s.poll_timeout(), None);
+        let reg = Input::Registered { slot: 0, addr: "a".into(), fd_addr: String::new(), tolerant: false, pid: 0 };
+        feed(&mut s, 1_000, reg);
+        assert_eq!(s.poll_timeout(), Some(ms(4_000)));
+        assert!(tick(&mut s, 3_999).is_empty());
+        let out = tick(&mut s, 4_000);
+        assert_eq!(
+            said(&out),
+            ["rank 1 (pid 101), rank 2 (pid 102) run but have not initialized MPI 3 s after the first process did: it \
+              loaded another MPI; the job waits for them until --startup-timeout (10 s)"]
+        );
+        assert!(!out.contains(&Output::StopAll), "only a notice");
+        // Once: the next deadline is the start-up time-out.
+        assert!(s.poll_timeout().is_some_and(|t| t > ms(10_000)));
+        // A process that exits unregistered is reported at once, with the likely cause.
+        let out = feed(&mut s, 5_000, Input::Exited { slot: 2, exit: Exit::success() });
+        assert_eq!(
+            said(&out),
+            ["rank 2 (pid 102) exited without initializing MPI while the other ranks wait for it; it loaded another MPI; \
+              stopping the other processes"]
+        );
         assert!(out.contains(&Output::StopAll));
     }
 

@@ -9,6 +9,8 @@
 //! * [`os`]: the process-level system calls std lacks (signals, session, parent death),
 //!   behind safe functions.
 //! * [`confine`]: how the processes of other members' jobs are confined (Landlock, limits).
+//! * [`elf`], [`ldso`]: what a program's ELF file says, and which libraries the dynamic loader
+//!   would give its process (a program of MPICH's ABI must load p2pmpi's `libmpi.so.12`).
 
 // Unsafe code is confined to the modules that make system calls std does not offer.
 #![deny(unsafe_code)]
@@ -18,8 +20,10 @@ pub mod collect;
 pub mod config;
 #[allow(unsafe_code, reason = "setrlimit, prctl and Landlock between fork and exec; the kernel's Landlock ABI")]
 pub mod confine;
+pub mod elf;
 pub mod ft;
 pub mod home;
+pub mod ldso;
 pub mod members;
 pub mod mpd;
 #[allow(unsafe_code, reason = "kill, geteuid, gethostname, setsid and prctl behind safe functions")]

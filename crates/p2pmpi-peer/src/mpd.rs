@@ -1213,12 +1213,18 @@ impl Mpd {
         }
         let job = &spec.job;
         let cg = cgroup.as_ref();
+        // p2pmpi's staged library, resolved (a memory map names it so).
+        let ours = staged_abi(&dir, &spec.env).and_then(|d| std::fs::canonicalize(d.join("libmpi.so.12")).ok());
+        let ours = ours.as_deref();
         std::thread::scope(|s| {
             for (rank, mut child) in children {
                 let writer = writer.clone();
                 s.spawn(move || {
                     let out = child.stdout.take().map(|o| pump(o, rank, false, writer.clone()));
                     let err = child.stderr.take().map(|e| pump(e, rank, true, writer.clone()));
+                    if let Some(ours) = ours {
+                        watch_loading(&mut child, rank, ours, &writer);
+                    }
                     let status = child.wait();
                     for h in [out, err].into_iter().flatten() {
                         let _ = h.join();
@@ -1279,6 +1285,15 @@ impl Mpd {
         };
         let uid = self.confiner.uid_for(&spec.job);
         let abi = abi_dir(dir, &spec.env)?;
+        // The processes' library path: the staged library's directory first.
+        let library_path = abi.as_ref().map(|d| {
+            let rest = spec.env.iter().rev().find(|(k, _)| k == "LD_LIBRARY_PATH").map(|(_, v)| v.clone());
+            let rest = rest.or_else(|| std::env::var("LD_LIBRARY_PATH").ok()).filter(|v| !v.is_empty());
+            rest.map_or(d.display().to_string(), |r| format!("{}:{r}", d.display()))
+        });
+        if let Some(d) = &abi {
+            check_loading(spec, dir, program, d, library_path.clone())?;
+        }
         let mut children = Vec::new();
         let fail = |children: &mut Vec<(u32, std::process::Child)>, why: String| {
             for (_, c) in children.iter_mut() {
@@ -1306,10 +1321,8 @@ impl Mpd {
             for (k, v) in &spec.env {
                 cmd.env(k, v);
             }
-            if let Some(d) = &abi {
-                let rest = spec.env.iter().rev().find(|(k, _)| k == "LD_LIBRARY_PATH").map(|(_, v)| v.clone());
-                let rest = rest.or_else(|| std::env::var("LD_LIBRARY_PATH").ok()).filter(|v| !v.is_empty());
-                cmd.env("LD_LIBRARY_PATH", rest.map_or(d.display().to_string(), |r| format!("{}:{r}", d.display())));
+            if let Some(p) = &library_path {
+                cmd.env("LD_LIBRARY_PATH", p);
             }
             // The places a confined process may write (after the submitter's variables: they
             // win).
@@ -1600,6 +1613,50 @@ fn closed_early(e: &SecureError) -> bool {
     }
 }
 
+/// How long after its start a process of a program of MPICH's ABI is watched for another MPI
+/// library than the staged one (an `LD_PRELOAD` or a `dlopen` its program file does not show).
+const LOADING_WATCH: Duration = Duration::from_secs(10);
+/// How long a process that mapped p2pmpi's library is still watched (a `dlopen` of another
+/// comes early, before `MPI_Init`).
+const LOADING_SETTLED: Duration = Duration::from_secs(1);
+/// The longest pause between two looks (the end of the process is seen as late).
+const LOADING_PAUSE: Duration = Duration::from_millis(50);
+
+/// The staged directory of p2pmpi's library a launch names ([`ABI_DIR_ENV`]), if any.
+fn staged_abi(dir: &std::path::Path, env: &[(String, String)]) -> Option<std::path::PathBuf> {
+    let (_, name) = env.iter().find(|(k, _)| k == ABI_DIR_ENV)?;
+    ft::safe_join(dir, name).ok()
+}
+
+/// Watches `child` (rank `rank`) until it ends, for at most [`LOADING_WATCH`], and no longer
+/// than [`LOADING_SETTLED`] once it mapped `ours`: one that maps another MPI library than
+/// `ours` is killed, and the submitter told why on its standard error (it would run as a world
+/// of its own, never joining). The child is not reaped before it ended, so its pid stays its
+/// own while its map is read; its end is seen within [`LOADING_PAUSE`].
+fn watch_loading(child: &mut std::process::Child, rank: u32, ours: &std::path::Path, writer: &Mutex<SecureWriter>) {
+    let start = Instant::now();
+    let mut pause = Duration::from_millis(5);
+    while start.elapsed() < LOADING_WATCH && matches!(child.try_wait(), Ok(None)) {
+        // Unreadable (another user's process, or gone): nothing to say.
+        let Ok(maps) = std::fs::read_to_string(format!("/proc/{}/maps", child.id())) else { return };
+        if start.elapsed() >= LOADING_SETTLED && maps.lines().any(|l| l.ends_with(&*ours.to_string_lossy())) {
+            return;
+        }
+        if let Some(lib) = crate::ldso::foreign_in_maps(&maps, ours) {
+            let data = format!(
+                "p2pmpi: rank {rank} stopped: it loaded another MPI library, {lib}, not p2pmpi's (staged): it would \
+                 run as an MPI world of its own (an LD_PRELOAD, a dlopen by path, or an RPATH to that library on \
+                 this host)\n"
+            );
+            let _ = writer.lock().send(&JobEvent::Output { rank, stderr: true, data: data.into_bytes() });
+            let _ = child.kill();
+            return;
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(LOADING_PAUSE);
+    }
+}
+
 /// The staged directory of p2pmpi's library with MPICH's ABI, when the launch names one
 /// ([`ABI_DIR_ENV`]): the library's other names made there (symlinks to `libmpi.so.12`, so
 /// that a process loads one copy whatever name it asks for).
@@ -1615,6 +1672,29 @@ fn abi_dir(dir: &std::path::Path, env: &[(String, String)]) -> Result<Option<std
         std::os::unix::fs::symlink("libmpi.so.12", &p).map_err(|e| format!("cannot make {}: {e}", p.display()))?;
     }
     Ok(Some(d))
+}
+
+/// Refuses a program of MPICH's ABI whose processes here would load another MPI library than
+/// the staged one (`abi`: its directory): an RPATH to a directory of this host, an
+/// `LD_PRELOAD` (the job's, else this daemon's, which they inherit). The words name the file,
+/// the cause and the remedy; they reach the submitter as the host's refusal.
+fn check_loading(
+    spec: &LaunchSpec,
+    dir: &std::path::Path,
+    program: &std::path::Path,
+    abi: &std::path::Path,
+    library_path: Option<String>,
+) -> Result<(), String> {
+    let given = spec.env.iter().rev().find(|(k, _)| k == "LD_PRELOAD").map(|(_, v)| v.clone());
+    let preload = given.or_else(|| std::env::var("LD_PRELOAD").ok()).filter(|v| !v.is_empty());
+    let env = crate::ldso::Env { library_path, preload, cwd: dir.to_path_buf() };
+    match crate::ldso::foreign_mpi(program, &env, &abi.join("libmpi.so.12")) {
+        // Named as the submitter knows them: the program by its name, the job directory so.
+        Ok(Some(why)) => Err(why
+            .replace(&program.display().to_string(), &spec.program)
+            .replace(&format!("{}/", dir.display()), "<job directory>/")),
+        _ => Ok(()),
+    }
 }
 
 #[cfg(test)]

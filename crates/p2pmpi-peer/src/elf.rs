@@ -2,6 +2,7 @@
 //! dynamic section (the libraries it needs, its RPATH and RUNPATH) and its dynamic symbols
 //! (those it imports, those it defines, and the bytes of a defined data symbol). Malformed
 //! input is an error, never a panic: every offset and size is checked against the file.
+//! [`crate::ldso`] follows the dynamic loader's search through these files.
 
 use anyhow::{bail, Result};
 use std::path::Path;
@@ -10,8 +11,12 @@ const SHT_DYNAMIC: u32 = 6;
 const SHT_NOBITS: u32 = 8;
 const SHT_DYNSYM: u32 = 11;
 const DT_NEEDED: u64 = 1;
+const DT_SONAME: u64 = 14;
 const DT_RPATH: u64 = 15;
 const DT_RUNPATH: u64 = 29;
+const DT_FLAGS_1: u64 = 0x6fff_fffb;
+/// DT_FLAGS_1: the default directories (and the cache) are not searched for its needs.
+const DF_1_NODEFLIB: u64 = 0x800;
 
 /// A dynamic symbol.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -68,6 +73,17 @@ impl Elf {
     /// their string tables (the launcher reads every program it starts: a whole 24 MB binary
     /// cost a job's start-up 13 ms). The other bytes read as zeros.
     pub fn read_dynamic(path: &Path) -> Result<Elf> {
+        Elf::read_parts(path, &[SHT_DYNAMIC, SHT_DYNSYM])
+    }
+
+    /// Reads of `path` only its dynamic section and the section's strings: what
+    /// [`Elf::needed`], [`Elf::soname`], [`Elf::search_paths`] and [`Elf::nodeflib`] look at
+    /// (following a program's libraries reads each of them).
+    pub fn read_dynamic_section(path: &Path) -> Result<Elf> {
+        Elf::read_parts(path, &[SHT_DYNAMIC])
+    }
+
+    fn read_parts(path: &Path, kinds: &[u32]) -> Result<Elf> {
         use std::os::unix::fs::FileExt;
         let named = |e: anyhow::Error| anyhow::anyhow!("{}: {e}", path.display());
         let f = std::fs::File::open(path).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
@@ -88,8 +104,7 @@ impl Elf {
             fill(&mut data, shoff, table).map_err(named)?;
         }
         let mut elf = Elf::parse(data).map_err(named)?;
-        let wanted: Vec<Section> =
-            elf.sections.iter().filter(|s| matches!(s.kind, SHT_DYNAMIC | SHT_DYNSYM)).copied().collect();
+        let wanted: Vec<Section> = elf.sections.iter().filter(|s| kinds.contains(&s.kind)).copied().collect();
         for s in wanted {
             let linked = elf.sections.get(s.link as usize).copied();
             for t in std::iter::once(s).chain(linked).filter(|t| t.kind != SHT_NOBITS) {
@@ -167,6 +182,31 @@ impl Elf {
     /// The libraries it needs (DT_NEEDED).
     pub fn needed(&self) -> Result<Vec<String>> {
         self.dynamic_strings(DT_NEEDED)
+    }
+
+    /// Its DT_SONAME.
+    pub fn soname(&self) -> Result<Option<String>> {
+        Ok(self.dynamic_strings(DT_SONAME)?.into_iter().next())
+    }
+
+    /// Whether its DT_FLAGS_1 has DF_1_NODEFLIB (its needs are not looked for in the loader's
+    /// cache and default directories).
+    pub fn nodeflib(&self) -> Result<bool> {
+        for s in self.sections.iter().filter(|s| s.kind == SHT_DYNAMIC) {
+            for e in self.bytes(s)?.chunks_exact(16) {
+                if u64_at(e, 0) == Some(DT_FLAGS_1) && u64_at(e, 8).unwrap_or(0) & DF_1_NODEFLIB != 0 {
+                    return Ok(true);
+                }
+            }
+        }
+        Ok(false)
+    }
+
+    /// Its DT_RPATH and DT_RUNPATH as written (their entries separated by `:`, empty ones kept:
+    /// the loader takes them for the current directory).
+    pub fn raw_search_paths(&self) -> Result<(Option<String>, Option<String>)> {
+        let first = |v: Vec<String>| v.into_iter().next();
+        Ok((first(self.dynamic_strings(DT_RPATH)?), first(self.dynamic_strings(DT_RUNPATH)?)))
     }
 
     /// The directories of its DT_RPATH (searched before LD_LIBRARY_PATH, when it has no
