@@ -55,14 +55,19 @@ cpu_busy_pct() {
     [ $tot -gt 0 ] && echo $(((tot - idle) * 100 / tot)) || echo 0
 }
 
-wait_quiet() {
-    local busy
-    busy=$(cpu_busy_pct)
-    while [ "$busy" -gt "$QUIET_PCT" ] && [ "$QUIET_LEFT" -gt 0 ]; do
+# quiet_check sets BUSY (and spends QUIET_LEFT: call it in the script's own shell, not in
+# `$(...)`); under a standard load of load_start it only samples, as the CPUs are busy on purpose.
+quiet_check() {
+    BUSY=$(cpu_busy_pct)
+    [ -n "$LOAD_PID" ] && return 0
+    while [ "$BUSY" -gt "$QUIET_PCT" ] && [ "$QUIET_LEFT" -gt 0 ]; do
         sleep 1; QUIET_LEFT=$((QUIET_LEFT - 1))
-        busy=$(cpu_busy_pct)
+        BUSY=$(cpu_busy_pct)
     done
-    echo "$busy"
+}
+wait_quiet() {
+    quiet_check
+    echo "$BUSY"
 }
 
 # Exports the machine description read by the report writers.
