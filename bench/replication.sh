@@ -10,7 +10,10 @@
 #
 # Usage: bench/replication.sh
 # Env:
-#   REPS=5            interleaved repetitions (medians are reported)
+#   REPS=7            interleaved repetitions (medians are reported)
+#   LOADS="idle cpu mixed"  each repetition runs every cell under each of these loads in turn
+#                     (bench/load.sh; the report has a section per load and the paired ratios
+#                     side by side); LOAD_SETTLE=2 seconds after a load starts
 #   SIZES=1024,2048,4096,8192,16384,32768,65536,131072   ping-pong sizes in bytes
 #   ITERS=1000        timed round trips per size (the thesis' 1000)
 #   WARMUP=50         untimed round trips before them, per size
@@ -48,7 +51,9 @@ OUT="$BENCH_DIR/out"
 RAW="$OUT/raw/replication"
 STATS="$BENCH_DIR/replication_stats.py"
 CSV="$OUT/replication.csv"
-REPS=${REPS:-5}
+REPS=${REPS:-7}
+LOADS=${LOADS:-"idle cpu mixed"}
+LOAD_SETTLE=${LOAD_SETTLE:-2}
 SIZES=${SIZES:-1024,2048,4096,8192,16384,32768,65536,131072}
 ITERS=${ITERS:-1000}
 WARMUP=${WARMUP:-50}
@@ -200,7 +205,22 @@ QUIET_LEFT=$QUIET_BUDGET
 # Interleaved: each repetition runs every cell once, group by group; the starting group
 # rotates so that none is always first, and within a pair the order alternates (replicated
 # job first on odd repetitions, its traffic by hand first on even ones).
+# Each repetition runs all of that under each load of LOADS in turn (the first load rotating),
+# the load started before and stopped after its runs; every run at normal priority.
+read -ra LOADV <<<"$LOADS"
+RAW0=$RAW
+trap load_stop EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 for ((rep = 1; rep <= REPS; rep++)); do
+  for ((l = 0; l < ${#LOADV[@]}; l++)); do
+    load=${LOADV[$(((l + rep - 1) % ${#LOADV[@]}))]}
+    case $load in idle | cpu | mixed) ;; *) log "LOADS: unknown load '$load' (idle, cpu, mixed)"; exit 1 ;; esac
+    export BENCH_LOAD=$load   # the CSV's load column (replication_stats.py run)
+    RAW="$RAW0/$load"
+    mkdir -p "$RAW"
+    load_start "$load"
+    [ "$load" = idle ] || sleep "$LOAD_SETTLE"
     for groups in GROUPS_PP GROUPS_COLL; do
         declare -n list=$groups
         n=${#list[@]}
@@ -217,12 +237,14 @@ for ((rep = 1; rep <= REPS; rep++)); do
         done
         unset -n list
     done
+    load_stop
+  done
     log "rep $rep/$REPS done ($(($(date +%s) - T_START)) s elapsed)"
 done
 
 # --------------------------------------------------------------------------- report
 export_machine
 COMMANDS=$(sed "s|$ROOT/||g" "$OUT/replication-commands.txt")   # paths relative to the repository
-export REPS ITERS WARMUP COLL_NP COLL_STEPS ITERATE_STEPS QUIET_PCT COMMANDS BIND
+export REPS ITERS WARMUP COLL_NP COLL_STEPS ITERATE_STEPS QUIET_PCT COMMANDS BIND LOADS
 python3 "$STATS" report "$CSV" "$OUT/replication.md"
 log "total $(($(date +%s) - T_START)) s"

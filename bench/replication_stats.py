@@ -9,9 +9,12 @@
         saw it (ok, timeout, exit N); CPU_MS the user + system time of all the job's processes
         (`-` if unknown); a run that exited 0 but printed too little becomes
         `output`, a ping-pong whose echoed buffer came back wrong `corrupt`.
+        The run's background load (idle, cpu, mixed: bench/load.sh) is read from BENCH_LOAD
+        (default idle) into the `load` column.
     replication_stats.py report CSV MDFILE
         the tables on stdout and as Markdown in MDFILE (the machine, the commands and the
-        knobs come from the environment set by replication.sh).
+        knobs come from the environment set by replication.sh): a section per load, then the
+        medians of the paired ratios (two runs of one repetition and load) side by side.
 
 Output lines parsed:
     replpp <bytes> <iters> <round_trip_us> <one_way_us> <MB_per_s> <ok|CORRUPT>
@@ -25,7 +28,7 @@ import statistics
 import sys
 
 FIELDS = ["part", "np", "r", "variant", "rep", "size", "rtt_us", "loop_ms", "wall_ms", "cpu_ms", "checksum",
-          "status", "busy_pct"]
+          "status", "busy_pct", "load"]
 
 PP = re.compile(r"^replpp (\d+) (\d+) ([0-9.]+) ([0-9.]+) ([0-9.]+) (\S+)")
 COLL = re.compile(r"^replcoll (\d+) (\d+) (\d+) ([0-9.]+) ([0-9.]+) ([0-9a-f]+)")
@@ -49,7 +52,7 @@ def cmd_run(args):
         lines = []
     base = {"part": part, "np": np_, "r": r, "variant": variant, "rep": rep, "size": "",
             "rtt_us": "", "loop_ms": "", "wall_ms": wall_ms, "cpu_ms": cpu_ms, "checksum": "", "status": status,
-            "busy_pct": busy}
+            "busy_pct": busy, "load": os.environ.get("BENCH_LOAD", "idle")}
     rows = []
     if part == "pingpong":
         got = {}
@@ -118,10 +121,12 @@ def txt_table(hdr, rows):
     return "\n".join([line(hdr), line(["-" * x for x in w])] + [line(r) for r in rows])
 
 
-def cmd_report(args):
+def report_load(args, kind=None, md_mode="w"):
+    """One load's section (every load when `kind` is None): text on stdout, Markdown to MDFILE."""
     csv_path, md_path = args[:2]
     E = os.environ
     rows = list(csv.DictReader(open(csv_path))) if os.path.exists(csv_path) else []
+    rows = [r for r in rows if kind is None or (r.get("load") or "idle") == kind]
     nproc = int(E.get("MACHINE_NPROC", "2"))
     ok = [r for r in rows if r["status"] == "ok"]
     failed = [r for r in rows if r["status"] != "ok"]
@@ -277,7 +282,7 @@ def cmd_report(args):
     busy = [int(r["busy_pct"]) for r in rows if r["busy_pct"].isdigit()]
     qp = int(E.get("QUIET_PCT", "25"))
     noisy = len({(r["part"], r["r"], r["variant"], r["rep"]) for r in rows
-                 if r["busy_pct"].isdigit() and int(r["busy_pct"]) > qp})
+                 if r["busy_pct"].isdigit() and int(r["busy_pct"]) > qp and kind in (None, "idle")})
     nruns = len({(r["part"], r["r"], r["variant"], r["rep"]) for r in rows})
     load = (f"{noisy} of {nruns} runs started while other processes kept the CPUs >{qp}% busy "
             f"(max {max(busy)}%): figures are noisy" if noisy else
@@ -306,6 +311,8 @@ def cmd_report(args):
                       "protocol. `R=K/fan-out K` > 1 is the protocol's own overhead (MIDs, backup and "
                       "log tables, ordering, leases).")
     out = []
+    if kind:
+        out.append(f"=== load: {LOAD_DESC.get(kind, kind)}")
     out.append(f"Machine: {machine}")
     out.append(f"Versions: {E.get('VER_RUST', '')}")
     out.append(f"CPU binding: --bind-to {E.get('BIND', 'none')}")
@@ -351,8 +358,11 @@ def cmd_report(args):
                       f"{r['status']}")
     print()
 
-    with open(md_path, "w") as f:
-        f.write("### Replication overhead (`p2pmpirun -r R`, one host)\n\n")
+    with open(md_path, md_mode) as f:
+        f.write("### Replication overhead (`p2pmpirun -r R`, one host)"
+                + (f", load: {kind}" if kind else "") + "\n\n")
+        if kind:
+            f.write(f"Load: {LOAD_DESC.get(kind, kind)}.  \n")
         f.write(f"Machine: {machine}.  \nVersions: {E.get('VER_RUST', '')}.  \n"
                 f"CPU binding: `--bind-to {E.get('BIND', 'none')}`.  \n")
         f.write(("**Warning:** " if noisy else "") + load + ".\n\n")
@@ -398,8 +408,120 @@ def cmd_report(args):
                     f.write(f"- {r['part']} R={r['r']}{' ' + r['variant'] if r['variant'] else ''} "
                             f"rep {r['rep']}: {r['status']}\n")
         cmds = E.get("COMMANDS", "")
-        if cmds:
+        if cmds and md_mode == "w":
             f.write("\nCommands:\n\n```\n" + cmds.rstrip() + "\n```\n")
+    print(f"Markdown: {md_path}")
+
+
+LOAD_DESC = {"idle": "idle (nothing else started by the script)",
+             "cpu": "cpu (`bench/load.sh cpu`: one busy loop per core, nice 0)",
+             "mixed": "mixed (`bench/load.sh mixed`: a C tree rebuilt by `make -j2`, nice 0)"}
+
+
+def paired_median(rows, a, b, value):
+    """Median over the repetitions of value(a's run) / value(b's run) in the same repetition (rows
+    of one load); a and b select the rows."""
+    x = {(r["rep"]): value(r) for r in rows if a(r) and value(r)}
+    y = {(r["rep"]): value(r) for r in rows if b(r) and value(r)}
+    q = [x[k] / y[k] for k in x if k in y and y[k] > 0]
+    return (statistics.median(q), len(q)) if q else (None, 0)
+
+
+def side_by_side(rows, loads):
+    """Paired-ratio medians of every load side by side: (title, header, rows, verdict lines)."""
+    ok = [r for r in rows if r["status"] == "ok"]
+    by_load = {l: [r for r in ok if (r.get("load") or "idle") == l] for l in loads}
+    out = []
+    rtt = lambda r: float(r["rtt_us"]) if r["rtt_us"] else None
+    loop = lambda r: float(r["loop_ms"]) if r["loop_ms"] else None
+    wall = lambda r: float(r["wall_ms"]) if r["wall_ms"] else None
+    pp = [r for r in ok if r["part"] == "pingpong"]
+    sizes = sorted({int(r["size"]) for r in pp if r["size"]})
+    ks = sorted({int(r["r"]) for r in pp if r["variant"] == "" and int(r["r"]) > 1})
+    met = {}  # (what, load) -> [met, cells]
+
+    def mark(x, target, what, l):
+        if x is None or target is None:
+            return fmt(x, 2)
+        t = met.setdefault((what, l), [0, 0])
+        t[0] += x <= target
+        t[1] += 1
+        return f"{x:.2f} " + ("✓" if x <= target else "✗")
+
+    for k in ks:
+        has_fan = any(r["part"] == "pingpong" and r["variant"] == "fanout" and int(r["r"]) == k for r in pp)
+        hdr = ["size"] + [f"R={k}/R=1 {l}" for l in loads] + ([f"R={k}/fan-out {k} {l}" for l in loads]
+                                                            if has_fan else [])
+        trows = []
+        for s_ in sizes:
+            row = [human(s_)]
+            sel = lambda r, kk, v: r["part"] == "pingpong" and r["size"] == str(s_) and int(r["r"]) == kk \
+                and r["variant"] == v
+            for l in loads:
+                x, _ = paired_median(by_load[l], lambda r: sel(r, k, ""), lambda r: sel(r, 1, ""), rtt)
+                row.append(mark(x, TARGETS.get(k) if s_ == TARGET_SIZE else None, f"R={k}/R=1 at 64 KiB", l))
+            if has_fan:
+                for l in loads:
+                    x, _ = paired_median(by_load[l], lambda r: sel(r, k, ""), lambda r: sel(r, k, "fanout"), rtt)
+                    row.append(mark(x, 1.05, f"R={k}/fan-out {k}", l))
+            trows.append(row)
+        out.append((f"Ping-pong R={k}: medians of paired ratios (same repetition and load; ✓/✗: R={k}/R=1 "
+                    f"against ≤ {TARGETS.get(k, 0):.2f}× at 64 KiB, R={k}/fan-out {k} against ≤ 1.05×)",
+                    hdr, trows))
+    crows = []
+    for part, name in (("coll", "repl_coll"), ("iterate", "replcheck iterate")):
+        rs = sorted({int(r["r"]) for r in ok if r["part"] == part and r["variant"] == "" and int(r["r"]) > 1})
+        for k in rs:
+            row = [name, f"R={k}"]
+            sel = lambda r, kk, v: r["part"] == part and int(r["r"]) == kk and r["variant"] == v
+            for l in loads:
+                x, _ = paired_median(by_load[l], lambda r: sel(r, k, ""), lambda r: sel(r, 1, ""), wall)
+                row.append(fmt(x, 2))
+            for l in loads:
+                x, _ = paired_median(by_load[l], lambda r: sel(r, k, ""), lambda r: sel(r, k, "fanout"), loop)
+                row.append(mark(x, 1.05, f"{name} R={k}/fan-out {k}", l) if part == "coll" else "")
+            crows.append(row)
+    if crows:
+        out.append(("Collective-heavy programs: medians of paired ratios (wall: R=K ÷ R=1; loop: R=K ÷ its "
+                    "traffic by hand, fan-out K, ✓/✗ against ≤ 1.05×)",
+                    ["program", "R"] + [f"wall ×R=1 {l}" for l in loads] + [f"loop ÷ fan-out {l}" for l in loads],
+                    crows))
+    verdict = [f"{what}: cells met " + ", ".join(f"{l} {met[(what, l)][0]}/{met[(what, l)][1]}"
+                                                 for l in loads if (what, l) in met)
+               for what in dict.fromkeys(w for w, _ in met)]
+    return out, verdict
+
+
+def cmd_report(args):
+    csv_path, md_path = args[:2]
+    rows = list(csv.DictReader(open(csv_path))) if os.path.exists(csv_path) else []
+    present = {r.get("load") or "idle" for r in rows}
+    loads = [l for l in os.environ.get("LOADS", "idle cpu mixed").split() if l in present]
+    loads += sorted(present - set(loads))
+    if len(loads) <= 1:
+        report_load(args)
+        return
+    for i, l in enumerate(loads):
+        report_load(args, l, "w" if i == 0 else "a")
+    tables, verdict = side_by_side(rows, loads)
+    print("\n=== paired ratios, idle and loaded side by side (a cell is met when the median of its paired "
+          "ratios meets the target)")
+    for title, hdr, trows in tables:
+        print(f"\n{title}\n")
+        print(txt_table(hdr, trows))
+    print()
+    for v in verdict:
+        print(v)
+    with open(md_path, "a") as f:
+        f.write("\n### Replication: paired ratios, idle and loaded side by side\n\n"
+                "Each ratio is taken between two runs of the same repetition and load; a cell reports "
+                "the median of its ratios and is met when that median meets the target.\n")
+        for title, hdr, trows in tables:
+            f.write(f"\n{title}:\n\n" + md_table(hdr, trows) + "\n")
+        if verdict:
+            f.write("\n")
+        for v in verdict:
+            f.write(f"- {v}\n")
     print(f"Markdown: {md_path}")
 
 
