@@ -15,7 +15,8 @@
 #   --bins` then `cargo build --release -p p2pmpi-examples --examples`)
 # Env:
 #   TRIPLES=30 (or the third argument), SIZES=1024,8192,65536,131072, ITERS=1000, WARMUP=50
-#   CHRT="chrt -f 10"   command prefix of every run (empty: none)
+#   CHRT=""             command prefix of every run; none by default: every run at normal
+#                       priority (no published figure uses real-time priority)
 #   BIND=core           p2pmpirun --bind-to
 #   R=2                 the replication degree (the traffic by hand runs 2R processes)
 # Output: the table on stdout; every sample in bench/out/replication_ab.txt.
@@ -32,7 +33,7 @@ TRIPLES=${3:-${TRIPLES:-30}}
 SIZES=${SIZES:-1024,8192,65536,131072}
 ITERS=${ITERS:-1000}
 WARMUP=${WARMUP:-50}
-CHRT=${CHRT-chrt -f 10}
+CHRT=${CHRT-}
 BIND=${BIND:-core}
 R=${R:-2}
 [[ $R =~ ^[0-9]+$ ]] && [ "$R" -ge 2 ] || { echo "R=$R: want a replication degree of 2 or more" >&2; exit 2; }
