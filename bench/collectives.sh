@@ -29,6 +29,9 @@
 #   OMPI_BTL=vader,self  the transports of the `ompi` column (sm,self on Open MPI >= 5;
 #                   tcp,self makes it a second TCP column)
 #   RUN_TIMEOUT=120 seconds allowed for one run of one implementation
+#   FINALIZE_GRACE=5  MPICH with more ranks than CPUs: seconds allowed after its last cell
+#                   (its ranks can spin in MPI_Finalize for minutes; such a run is stopped,
+#                   listed, and its cells kept)
 #   QUIET_PCT=25    before each idle run, wait while other processes keep the CPUs busier than
 #   QUIET_BUDGET=60 this, but at most this many seconds in total over the whole script
 #
@@ -45,6 +48,7 @@ NPS=${NPS:-"2 4"}
 IMPLS=${IMPLS:-"ompi mpich p2pmpi ompi-tcp mpich-tcp p2pmpi-tcp"}
 LOADS=${LOADS:-"idle cpu mixed"}
 LOAD_SETTLE=${LOAD_SETTLE:-2}
+FINALIZE_GRACE=${FINALIZE_GRACE:-5}
 COLLS=${COLLS:-barrier,bcast,reduce,allreduce,gather,scatter,allgather,alltoall,reduce_scatter_block,scan}
 SIZES=${SIZES:-8,65536}
 TARGET_S=${TARGET_S:-0.2}
@@ -126,8 +130,34 @@ run_one() { # impl np outfile colls sizes target_s
     local cmd=${CMD[$impl]//\{np\}/$np} y=
     [ "$np" -gt "$NPROC" ] && y="--mca mpi_yield_when_idle 1 "
     cmd=${cmd//\{yield\}/$y}
+    if [[ $impl != mpich* ]] || [ "$np" -le "$NPROC" ]; then
+        # shellcheck disable=SC2086
+        timeout --kill-after=5 "$RUN_TIMEOUT" $cmd "$colls" "$sizes" "$ts" >"$outf" 2>"$outf.err" </dev/null
+        return
+    fi
+    # MPICH (ch4:ucx) with more ranks than CPUs, under load, can spin in MPI_Finalize for
+    # minutes after printing every cell: once the output is complete the run gets
+    # FINALIZE_GRACE seconds more, then it is stopped (exit 200) and its cells kept.
+    local want nb=0 pid left
+    [[ ,$colls, == *,barrier,* ]] && nb=1
+    want=$((nb + ($(tr ',' '\n' <<<"$colls" | grep -vc '^barrier$')) * $(tr ',' '\n' <<<"$sizes" | grep -c .)))
     # shellcheck disable=SC2086
-    timeout --kill-after=5 "$RUN_TIMEOUT" $cmd "$colls" "$sizes" "$ts" >"$outf" 2>"$outf.err" </dev/null
+    timeout --kill-after=5 "$RUN_TIMEOUT" $cmd "$colls" "$sizes" "$ts" >"$outf" 2>"$outf.err" </dev/null &
+    pid=$!
+    left=-1
+    while kill -0 "$pid" 2>/dev/null; do
+        sleep 0.5
+        if [ "$left" -lt 0 ] && [ "$(grep -c '^coll ' "$outf")" -ge "$want" ]; then
+            left=$((FINALIZE_GRACE * 2))
+        elif [ "$left" -eq 0 ]; then
+            kill -TERM "$pid" 2>/dev/null
+            wait "$pid"
+            return 200
+        elif [ "$left" -gt 0 ]; then
+            left=$((left - 1))
+        fi
+    done
+    wait "$pid"
 }
 NP_MIN=$(printf '%s\n' $NPS | sort -n | head -n1)
 ACTIVE=()
@@ -139,7 +169,10 @@ for impl in $IMPLS; do
         log "SKIP $impl: unknown implementation"; SKIP[$impl]="unknown implementation"; continue
     fi
     f="$RAW/smoke-$impl.txt"
-    if run_one "$impl" "$NP_MIN" "$f" "$COLLS" 8 0.005 \
+    run_one "$impl" "$NP_MIN" "$f" "$COLLS" 8 0.005
+    rc=$?
+    # (200: complete, then stuck in MPI_Finalize; see run_one)
+    if { [ $rc -eq 0 ] || [ $rc -eq 200 ]; } \
         && [ "$(grep -c '^coll ' "$f")" -ge "$(tr ',' '\n' <<<"$COLLS" | sort -u | wc -l)" ]; then
         ACTIVE+=("$impl")
         if grep -q '^error ' "$f"; then
@@ -365,7 +398,8 @@ bad = sorted(errors)
 # Runs that exited non-zero or were stopped at RUN_TIMEOUT (exit 124): the cells they printed
 # before (each timed in full) are kept.
 failed = [l.split() for l in open(os.path.join(out, "coll-failed.txt")) if len(l.split()) == 5]
-fail_note = ("; ".join(f"{names.get(i, i)} {l} np={np} rep {r}: " + ("timed out" if c in ("124", "137") else f"exit {c}")
+why = {"124": "timed out", "137": "timed out", "200": "stuck in MPI_Finalize after its last cell, stopped"}
+fail_note = ("; ".join(f"{names.get(i, i)} {l} np={np} rep {r}: " + why.get(c, f"exit {c}")
                        for i, l, np, r, c in failed) if failed else "")
 over = [n for n in nps if n > int(E["MACHINE_NPROC"])]
 how = ("µs per operation, median over runs; each run: max over ranks of (elapsed / iterations), "
