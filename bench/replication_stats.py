@@ -500,11 +500,13 @@ def cmd_report(args):
     loads += sorted(present - set(loads))
     if len(loads) <= 1:
         report_load(args)
-        return
-    for i, l in enumerate(loads):
-        report_load(args, l, "w" if i == 0 else "a")
+    else:
+        for i, l in enumerate(loads):
+            report_load(args, l, "w" if i == 0 else "a")
     tables, verdict = side_by_side(rows, loads)
-    print("\n=== paired ratios, idle and loaded side by side (a cell is met when the median of its paired "
+    if not tables:
+        return
+    print("\n=== paired ratios, one column per load (a cell is met when the median of its paired "
           "ratios meets the target)")
     for title, hdr, trows in tables:
         print(f"\n{title}\n")
