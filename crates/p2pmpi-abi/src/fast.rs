@@ -264,3 +264,57 @@ pub unsafe fn wait(d: Detached, request: *mut c_int, st: *mut MPI_Status) -> Res
     unsafe { put(st, &s) };
     Ok(())
 }
+
+/// `MPI_Waitall` when every request of the array is null or direct (else `None`: the general
+/// way): each is taken out of the table (one lock each) and waited for, its status written,
+/// its handle set to `MPI_REQUEST_NULL`. A failure is answered as the general way does:
+/// every request is still waited for, a failed one's status holds its error class, and the
+/// call answers `MPI_ERR_IN_STATUS` (the class itself when the statuses are ignored).
+///
+/// # Safety
+/// `requests` must be null or valid for `count` reads and writes, `statuses` null,
+/// `MPI_STATUSES_IGNORE` or valid for `count` writes.
+pub unsafe fn waitall(count: c_int, requests: *mut c_int, statuses: *mut MPI_Status) -> Option<Result<(), c_int>> {
+    if count <= 0 || requests.is_null() {
+        return None;
+    }
+    // SAFETY: non-null, and the caller vouches for `count` handles.
+    let hs = unsafe { std::slice::from_raw_parts_mut(requests, count as usize) };
+    if !REQUESTS.all(hs, MPI_REQUEST_NULL, |e| e.direct.is_some()) {
+        return None;
+    }
+    let mut failed = None;
+    for (i, h) in hs.iter_mut().enumerate() {
+        let r = if *h == MPI_REQUEST_NULL {
+            Ok(None)
+        } else {
+            // (Gone since the look above only if another thread completed it meanwhile, which
+            // MPI forbids: answered as an unknown request.)
+            match REQUESTS.take_if(*h, |e| e.direct.is_some()).and_then(|mut e| e.direct.take()) {
+                Some(d) => d.wait().map(Some).map_err(|e| class(&e)),
+                None => Err(MPI_ERR_REQUEST),
+            }
+        };
+        *h = MPI_REQUEST_NULL;
+        if status::wanted(statuses) {
+            // SAFETY: `i < count`; the caller vouches for the statuses.
+            let out = unsafe { statuses.add(i) };
+            match r {
+                // SAFETY: as above.
+                Ok(Some(s)) => unsafe { put(out, &s) },
+                // SAFETY: as above.
+                Ok(None) => unsafe { out.write(MPI_Status::new(0, false, MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_SUCCESS)) },
+                // SAFETY: as above.
+                Err(c) => unsafe { out.write(MPI_Status::new(0, false, MPI_ANY_SOURCE, MPI_ANY_TAG, c)) },
+            }
+        }
+        if let Err(c) = r {
+            failed.get_or_insert(c);
+        }
+    }
+    Some(match failed {
+        None => Ok(()),
+        Some(_) if status::wanted(statuses) => Err(MPI_ERR_IN_STATUS),
+        Some(c) => Err(c),
+    })
+}

@@ -107,6 +107,15 @@ impl<T> Slab<T> {
         self.slots.write().v.get_mut(i)?.as_mut().map(f)
     }
 
+    /// Whether every handle of `hs` is `null` or names a live object of which `f` holds (one
+    /// look, under one lock).
+    pub fn all(&self, hs: &[c_int], null: c_int, f: impl Fn(&T) -> bool) -> bool {
+        let s = self.slots.read();
+        hs.iter().all(|&h| {
+            h == null || self.index(h).and_then(|i| s.v.get(i)).is_some_and(|slot| slot.as_ref().is_some_and(&f))
+        })
+    }
+
     /// Stores `t` after freeing the lent slots of `freed` (see [`Slab::lend_unless`]), all
     /// under one lock; returns `t`'s new handle.
     #[inline]

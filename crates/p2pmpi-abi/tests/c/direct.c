@@ -1,31 +1,36 @@
 /* Requests of MPI_Isend, MPI_Issend and MPI_Irecv in the common case (MPI_COMM_WORLD, a
- * predefined datatype), which the MPICH handles hold directly: completed by MPI_Test and
- * MPI_Wait, and by every other function of requests (MPI_Waitall, MPI_Testany, MPI_Waitsome,
- * MPI_Cancel, MPI_Request_get_status, MPI_Request_free), with statuses and errors. A ring:
+ * predefined datatype), which the MPICH handles hold directly: completed by MPI_Test,
+ * MPI_Wait and MPI_Waitall, and by every other function of requests (MPI_Testany,
+ * MPI_Waitsome, MPI_Cancel, MPI_Request_get_status, MPI_Request_free, MPI_Waitall with a
+ * nonblocking collective), with statuses and errors. A ring:
  * each rank sends to the next and receives from the previous. Run on 3 processes, also
  * replicated (every test a choice point). */
 #include <mpi.h>
 #include <stdio.h>
+#include <string.h>
 
 #define ROUNDS 200
 
 int main(int argc, char **argv) {
-    int rank, size, next, prev, i, flag, polls = 0, sum = 0, idx, outcount, done, cancelled, rc, cls, tries;
-    int x, y, big[4], small[2], many[8], got[8], idxs[8];
+    int replicated, rank, size, next, prev, i, flag, polls = 0, sum = 0, idx, outcount, done, cancelled, rc, cls, tries;
+    int x, y, freed, big[4], small[2], many[8], got[8], idxs[8];
     MPI_Request r, s, rs[8];
     MPI_Status st, sts[8];
 
+    replicated = argc > 1 && strcmp(argv[1], "replicated") == 0;
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     next = (rank + 1) % size;
     prev = (rank + size - 1) % size;
 
-    /* Rounds of a receive from any source and a send, polled by MPI_Test. */
+    /* Rounds of a receive (from any source; in a replicated job from the previous rank: a
+     * receive from any source polled by MPI_Test there can leave a replica waiting for its
+     * master's answer) and a send, polled by MPI_Test. */
     for (i = 0; i < ROUNDS; i++) {
         x = rank * 1000 + i;
         y = -1;
-        MPI_Irecv(&y, 1, MPI_INT, MPI_ANY_SOURCE, 7, MPI_COMM_WORLD, &r);
+        MPI_Irecv(&y, 1, MPI_INT, replicated ? prev : MPI_ANY_SOURCE, 7, MPI_COMM_WORLD, &r);
         MPI_Isend(&x, 1, MPI_INT, next, 7, MPI_COMM_WORLD, &s);
         for (flag = 0; !flag;) {
             MPI_Test(&r, &flag, &st);
@@ -87,11 +92,20 @@ int main(int argc, char **argv) {
     MPI_Cancel(&r);
     MPI_Wait(&r, &st);
     MPI_Test_cancelled(&st, &cancelled);
-    x = 60 + rank;
-    MPI_Isend(&x, 1, MPI_INT, next, 10, MPI_COMM_WORLD, &s);
+    /* (Its buffer is never written again: a freed send may read it at any later time.) */
+    freed = 60 + rank;
+    MPI_Isend(&freed, 1, MPI_INT, next, 10, MPI_COMM_WORLD, &s);
     MPI_Request_free(&s);
     MPI_Recv(&y, 1, MPI_INT, prev, 10, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
     printf("direct %d: cancelled %d freed %d got %d\n", rank, cancelled, s == MPI_REQUEST_NULL, y);
+
+    /* A direct request and a nonblocking collective in one MPI_Waitall (the general way). */
+    x = 80 + rank;
+    MPI_Irecv(&y, 1, MPI_INT, prev, 15, MPI_COMM_WORLD, &rs[0]);
+    MPI_Ibarrier(MPI_COMM_WORLD, &rs[1]);
+    MPI_Isend(&x, 1, MPI_INT, next, 15, MPI_COMM_WORLD, &rs[2]);
+    MPI_Waitall(3, rs, sts);
+    printf("direct %d: mixed waitall got %d source %d\n", rank, y, sts[0].MPI_SOURCE);
 
     /* Truncation answered by MPI_Test and by MPI_Wait (errors returned): the request is
      * freed. */
@@ -107,6 +121,19 @@ int main(int argc, char **argv) {
     rc = MPI_Wait(&r, &st);
     MPI_Error_class(rc, &cls);
     printf("direct %d: wait truncated %d null %d\n", rank, cls == MPI_ERR_TRUNCATE, r == MPI_REQUEST_NULL);
+
+    /* And by MPI_Waitall: MPI_ERR_IN_STATUS, the failed request's status holding its class,
+     * the others' MPI_SUCCESS, every request waited for and freed. */
+    MPI_Irecv(small, 2, MPI_INT, prev, 13, MPI_COMM_WORLD, &rs[0]);
+    MPI_Irecv(&y, 1, MPI_INT, prev, 14, MPI_COMM_WORLD, &rs[1]);
+    rs[2] = MPI_REQUEST_NULL;
+    MPI_Send(big, 4, MPI_INT, next, 13, MPI_COMM_WORLD);
+    x = 70 + rank;
+    MPI_Send(&x, 1, MPI_INT, next, 14, MPI_COMM_WORLD);
+    rc = MPI_Waitall(3, rs, sts);
+    printf("direct %d: waitall in status %d truncated %d ok %d got %d nulls %d\n", rank, rc == MPI_ERR_IN_STATUS,
+           sts[0].MPI_ERROR == MPI_ERR_TRUNCATE, sts[1].MPI_ERROR == MPI_SUCCESS && sts[1].MPI_SOURCE == prev, y,
+           rs[0] == MPI_REQUEST_NULL && rs[1] == MPI_REQUEST_NULL);
 
     MPI_Barrier(MPI_COMM_WORLD);
     MPI_Finalize();
