@@ -1,4 +1,6 @@
-//! The common case of the blocking standard send and the receive straight on the Rust API:
+//! The common case of the blocking standard send and the receive straight on the Rust API
+//! (and of the nonblocking sends and receive, whose requests the MPICH handles then hold
+//! directly, completed by `MPI_Test` and `MPI_Wait` without the library's C layer):
 //! `MPI_COMM_WORLD`, a predefined datatype, a real buffer, a valid rank and tag. Through the
 //! library's C layer (`p2pmpi::ffi`) each such call also looked the world up by its handle
 //! (taking and dropping a reference to it: two atomic operations) and converted the status
@@ -8,9 +10,11 @@
 //! it: the fast path never decides an error of the arguments.
 
 use crate::consts::*;
+use crate::handles::{new_direct_request, release_request, RequestEntry, REQUESTS};
 use crate::status::{self, MPI_Status};
 use crate::{nz, nz_mut};
 use p2pmpi::datatype::{DatatypeRef, DynBuffer, DynBufferMut};
+use p2pmpi::request::Detached;
 use p2pmpi::topology::SimpleCommunicator;
 use p2pmpi::traits::*;
 use p2pmpi::CommError;
@@ -47,14 +51,12 @@ fn layout(buf: *const c_void, count: c_int, dt: c_int) -> Option<DatatypeRef<'st
     Some(unsafe { <DatatypeRef<'static> as FromRaw>::from_raw(d) })
 }
 
-/// The error class of a failed communication (as the library's C layer answers it).
+/// The error class of a failed communication, as the library's C layer answers it
+/// (`MPI_ERR_TRUNCATE`, `MPIX_ERR_PROC_FAILED` with the lost rank noted for a fatal error's
+/// message, `MPIX_ERR_REVOKED`, else `MPI_ERR_OTHER`).
+#[inline]
 fn class(e: &CommError) -> c_int {
-    match e {
-        CommError::Truncated { .. } => MPI_ERR_TRUNCATE,
-        CommError::PeerLost { .. } => MPIX_ERR_PROC_FAILED,
-        CommError::Revoked => MPIX_ERR_REVOKED,
-        _ => MPI_ERR_OTHER,
-    }
+    p2pmpi::ffi::error_class(e)
 }
 
 /// `MPI_Send` (standard mode) in the common case, or `None`.
@@ -122,4 +124,197 @@ pub unsafe fn recv(
             unsafe { st.write(m) };
         }
     }))
+}
+
+/// `MPI_Isend` (`synchronous`: `MPI_Issend`) in the common case, or `None`: the library's
+/// request is held in the MPICH handle's entry itself ([`RequestEntry`]'s `direct`), not in
+/// the library's C layer's table.
+///
+/// # Safety
+/// `buf` must hold `count` elements of `dt` until the request completes; `request` null or
+/// writable.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+pub unsafe fn isend(
+    buf: *const c_void,
+    count: c_int,
+    dt: c_int,
+    dest: c_int,
+    tag: c_int,
+    c: c_int,
+    synchronous: bool,
+    request: *mut c_int,
+) -> Option<Result<(), c_int>> {
+    if c != MPI_COMM_WORLD || tag < 0 || request.is_null() {
+        return None;
+    }
+    let (w, n) = world()?;
+    if !(0..*n).contains(&dest) {
+        return None;
+    }
+    let d = layout(buf, count, dt)?;
+    // SAFETY: the caller vouches for `count` elements of `dt` at `buf`; the description is
+    // read while the send starts, the data until the request completes.
+    let data = unsafe { DynBuffer::from_raw(nz(buf, count), count, d) };
+    // SAFETY: the program keeps the buffer valid and unchanged until the request completes
+    // (MPI's rule for a nonblocking send).
+    let r = unsafe { Detached::send(&w.process_at_rank(dest), &data, tag, synchronous) };
+    // SAFETY: checked non-null; the caller vouches it is writable.
+    Some(r.map(|d| unsafe { request.write(new_direct_request(d)) }).map_err(|e| class(&e)))
+}
+
+/// `MPI_Irecv` in the common case (a source rank or `MPI_ANY_SOURCE`, a tag or
+/// `MPI_ANY_TAG`), or `None`; the request is held as [`isend`]'s.
+///
+/// # Safety
+/// `buf` must be writable for `count` elements of `dt`, and not used otherwise until the
+/// request completes; `request` null or writable.
+#[inline]
+pub unsafe fn irecv(
+    buf: *mut c_void,
+    count: c_int,
+    dt: c_int,
+    source: c_int,
+    tag: c_int,
+    c: c_int,
+    request: *mut c_int,
+) -> Option<Result<(), c_int>> {
+    if c != MPI_COMM_WORLD || (tag < 0 && tag != MPI_ANY_TAG) || request.is_null() {
+        return None;
+    }
+    let (w, n) = world()?;
+    if source != MPI_ANY_SOURCE && !(0..*n).contains(&source) {
+        return None;
+    }
+    let d = layout(buf, count, dt)?;
+    // SAFETY: the caller vouches that `buf` is writable for `count` elements of `dt`, used by
+    // nothing else until the request completes.
+    let mut data = unsafe { DynBufferMut::from_raw(nz_mut(buf, count), count, d) };
+    // SAFETY: the program keeps the buffer valid, and does not read it, until the request
+    // completes (MPI's rule for a nonblocking receive).
+    let r = unsafe {
+        if source == MPI_ANY_SOURCE {
+            Detached::receive(&w.any_process(), &mut data, tag)
+        } else {
+            Detached::receive(&w.process_at_rank(source), &mut data, tag)
+        }
+    };
+    // SAFETY: checked non-null; the caller vouches it is writable.
+    Some(r.map(|d| unsafe { request.write(new_direct_request(d)) }).map_err(|e| class(&e)))
+}
+
+/// Writes the status of a completion at `st` unless it is ignored.
+///
+/// # Safety
+/// `st` must be null, `MPI_STATUS_IGNORE` or writable.
+#[inline]
+unsafe fn put(st: *mut MPI_Status, s: &p2pmpi::request::Status) {
+    if status::wanted(st) {
+        let m = MPI_Status::new(s.byte_count(), s.is_cancelled(), s.source_rank(), s.tag(), MPI_SUCCESS);
+        // SAFETY: a real status pointer, which the caller vouches is writable.
+        unsafe { st.write(m) };
+    }
+}
+
+/// `MPI_Test` of the direct request of entry `e` of handle `h` (`*request`), lent from the
+/// table (`Slab::lend_unless`) and tested in place: if it completed, the slot is freed,
+/// `*request` set to `MPI_REQUEST_NULL` and the status written (a failure answers its error
+/// class); else the entry goes back.
+///
+/// # Safety
+/// `request` and `flag` must be writable, `st` null, `MPI_STATUS_IGNORE` or writable.
+#[inline]
+pub unsafe fn test(
+    mut e: RequestEntry,
+    h: c_int,
+    request: *mut c_int,
+    flag: *mut c_int,
+    st: *mut MPI_Status,
+) -> Result<(), c_int> {
+    let Some(r) = e.direct.as_mut().and_then(Detached::test) else {
+        REQUESTS.put_back(h, e);
+        // SAFETY: the caller's contract.
+        unsafe { flag.write(0) };
+        return Ok(());
+    };
+    // (`e`, spent, is dropped where it lies.)
+    release_request(h);
+    // SAFETY: the caller's contract.
+    unsafe { request.write(MPI_REQUEST_NULL) };
+    let s = r.map_err(|e| class(&e))?;
+    // SAFETY: the caller's contract.
+    unsafe {
+        flag.write(1);
+        put(st, &s);
+    }
+    Ok(())
+}
+
+/// `MPI_Wait` of direct request `d` (its entry already freed): `*request` is set to
+/// `MPI_REQUEST_NULL`, the status written (a failure answers its error class).
+///
+/// # Safety
+/// `request` must be writable, `st` null, `MPI_STATUS_IGNORE` or writable.
+#[inline]
+pub unsafe fn wait(d: Detached, request: *mut c_int, st: *mut MPI_Status) -> Result<(), c_int> {
+    // SAFETY: the caller's contract.
+    unsafe { request.write(MPI_REQUEST_NULL) };
+    let s = d.wait().map_err(|e| class(&e))?;
+    // SAFETY: the caller's contract.
+    unsafe { put(st, &s) };
+    Ok(())
+}
+
+/// `MPI_Waitall` when every request of the array is null or direct (else `None`: the general
+/// way): each is taken out of the table (one lock each) and waited for, its status written,
+/// its handle set to `MPI_REQUEST_NULL`. A failure is answered as the general way does:
+/// every request is still waited for, a failed one's status holds its error class, and the
+/// call answers `MPI_ERR_IN_STATUS` (the class itself when the statuses are ignored).
+///
+/// # Safety
+/// `requests` must be null or valid for `count` reads and writes, `statuses` null,
+/// `MPI_STATUSES_IGNORE` or valid for `count` writes.
+pub unsafe fn waitall(count: c_int, requests: *mut c_int, statuses: *mut MPI_Status) -> Option<Result<(), c_int>> {
+    if count <= 0 || requests.is_null() {
+        return None;
+    }
+    // SAFETY: non-null, and the caller vouches for `count` handles.
+    let hs = unsafe { std::slice::from_raw_parts_mut(requests, count as usize) };
+    if !REQUESTS.all(hs, MPI_REQUEST_NULL, |e| e.direct.is_some()) {
+        return None;
+    }
+    let mut failed = None;
+    for (i, h) in hs.iter_mut().enumerate() {
+        let r = if *h == MPI_REQUEST_NULL {
+            Ok(None)
+        } else {
+            // (Gone since the look above only if another thread completed it meanwhile, which
+            // MPI forbids: answered as an unknown request.)
+            match REQUESTS.take_if(*h, |e| e.direct.is_some()).and_then(|mut e| e.direct.take()) {
+                Some(d) => d.wait().map(Some).map_err(|e| class(&e)),
+                None => Err(MPI_ERR_REQUEST),
+            }
+        };
+        *h = MPI_REQUEST_NULL;
+        if status::wanted(statuses) {
+            // SAFETY: `i < count`; the caller vouches for the statuses.
+            let out = unsafe { statuses.add(i) };
+            match r {
+                // SAFETY: as above.
+                Ok(Some(s)) => unsafe { put(out, &s) },
+                // SAFETY: as above.
+                Ok(None) => unsafe { out.write(MPI_Status::new(0, false, MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_SUCCESS)) },
+                // SAFETY: as above.
+                Err(c) => unsafe { out.write(MPI_Status::new(0, false, MPI_ANY_SOURCE, MPI_ANY_TAG, c)) },
+            }
+        }
+        if let Err(c) = r {
+            failed.get_or_insert(c);
+        }
+    }
+    Some(match failed {
+        None => Ok(()),
+        Some(_) if status::wanted(statuses) => Err(MPI_ERR_IN_STATUS),
+        Some(c) => Err(c),
+    })
 }

@@ -77,7 +77,7 @@ unsafe fn make(p: Persistent, partitions: c_int, send: Option<Send>, request: *m
     }
     // SAFETY: the predefined names are initialized statics that nothing writes.
     let null = unsafe { ffi::RSMPI_REQUEST_NULL };
-    let handle = REQUESTS.insert(RequestEntry { raw: null, keep: None, persistent: Some(p) });
+    let handle = REQUESTS.insert(RequestEntry { raw: null, keep: None, persistent: Some(p), direct: None });
     PARTS.lock().push(Part { handle, partitions, send });
     LIVE.fetch_add(1, Ordering::Relaxed);
     // SAFETY: checked non-null; the caller vouches it is writable.

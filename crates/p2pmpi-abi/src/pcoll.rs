@@ -61,7 +61,12 @@ fn make(c: c_int, starter: Starter, request: *mut c_int) -> Result<(), c_int> {
         tag: 0,
         comm: c,
     };
-    let h = REQUESTS.insert(RequestEntry { raw: crate::handles::null_request(), keep: None, persistent: Some(p) });
+    let h = REQUESTS.insert(RequestEntry {
+        raw: crate::handles::null_request(),
+        keep: None,
+        persistent: Some(p),
+        direct: None,
+    });
     STARTERS.lock().insert(h, starter);
     // SAFETY: checked non-null; the caller vouches it is writable.
     unsafe { request.write(h) };
@@ -78,10 +83,10 @@ pub(crate) fn start(h: c_int) -> Result<(), c_int> {
         f(&mut t)
     };
     crate::ok(rc)?;
-    let e = REQUESTS.take(t).ok_or(MPI_ERR_INTERN)?;
+    let mut e = REQUESTS.take(t).ok_or(MPI_ERR_INTERN)?;
     REQUESTS
         .with_mut(h, |x| {
-            x.raw = e.raw;
+            x.raw = e.raw();
             x.keep = e.keep;
         })
         .ok_or(MPI_ERR_REQUEST)

@@ -96,6 +96,11 @@ unsafe fn isend(
     c: c_int,
     request: *mut c_int,
 ) -> Result<(), c_int> {
+    let synchronous = matches!(m, Mode::Synchronous);
+    // SAFETY: the caller's contract.
+    if let Some(r) = unsafe { crate::fast::isend(buf, count, dt, dest, tag, c, synchronous, request) } {
+        return r;
+    }
     let fc = comm(c)?;
     let fd = datatype(dt)?;
     not_in_place(buf)?;
@@ -195,6 +200,10 @@ mpi_fn! {
     /// Starts a receive; `*request` names it.
     fn MPI_Irecv(buf: *mut c_void, count: c_int, dt: c_int, source: c_int, tag: c_int, c: c_int, request: *mut c_int)
         on c => {
+        // SAFETY: the caller's contract.
+        if let Some(r) = unsafe { crate::fast::irecv(buf, count, dt, source, tag, c, request) } {
+            return r;
+        }
         let fc = comm(c)?;
         let fd = datatype(dt)?;
         not_in_place(buf)?;
@@ -255,13 +264,15 @@ mpi_fn! {
             unsafe { put_status(st, empty_status()) };
             return Ok(());
         }
-        if is_persistent(h)? {
+        // One look at the table for a request that is not persistent (the common case).
+        let Some(mut e) = REQUESTS.take_if(h, |e| e.persistent.is_none()) else {
+            is_persistent(h)?;
             // SAFETY: the caller's contract.
             return unsafe { wait_persistent(h, st) };
-        }
-        let e = REQUESTS.take(h).ok_or(MPI_ERR_REQUEST)?;
-        if e.persistent.is_some_and(|p| p.collective) {
-            crate::pcoll::forget(h);
+        };
+        if let Some(d) = e.direct.take() {
+            // SAFETY: the caller's contract.
+            return unsafe { crate::fast::wait(d, request, st) };
         }
         // SAFETY: as above.
         unsafe { request.write(MPI_REQUEST_NULL) };
@@ -298,8 +309,14 @@ mpi_fn! {
             }
             return Ok(());
         }
-        // One look at the table (and one change below): each costs a lock.
-        let (persistent, mut r) = REQUESTS.with(h, |e| (e.persistent.is_some(), e.raw)).ok_or(MPI_ERR_REQUEST)?;
+        // One look at the table (and one change below): each costs a lock. A direct request
+        // is lent out of the table to be tested (one lock if it completed).
+        let looked = REQUESTS.lend_unless(h, |e| e.direct.is_none().then_some((e.persistent.is_some(), e.raw)));
+        let (persistent, mut r) = match looked.ok_or(MPI_ERR_REQUEST)? {
+            // SAFETY: `request` and `flag` checked non-null, the caller's contract for all.
+            Ok(e) => return unsafe { crate::fast::test(e, h, request, flag, st) },
+            Err(general) => general,
+        };
         let (mut done, mut fs) = (0, ffi::MPI_Status::default());
         if persistent && r == null_request() {
             // An inactive persistent request: complete, with an empty status.
@@ -444,6 +461,10 @@ impl Statuses {
 mpi_fn! {
     /// Waits for every request of the array.
     fn MPI_Waitall(count: c_int, requests: *mut c_int, statuses: *mut MPI_Status) on MPI_COMM_WORLD => {
+        // SAFETY: the caller's contract.
+        if let Some(r) = unsafe { crate::fast::waitall(count, requests, statuses) } {
+            return r;
+        }
         let mut s = Statuses::new(count, statuses);
         // SAFETY: the caller's contract; the statuses are ours, `count` of them.
         let r = unsafe {
@@ -548,7 +569,7 @@ mpi_fn! {
         }
         // SAFETY: checked non-null; the caller vouches it is readable and writable.
         let h = unsafe { request.read() };
-        let e = REQUESTS.take(h).ok_or(MPI_ERR_REQUEST)?;
+        let mut e = REQUESTS.take(h).ok_or(MPI_ERR_REQUEST)?;
         if e.persistent.is_some_and(|p| p.collective) {
             crate::pcoll::forget(h);
         }
@@ -560,7 +581,8 @@ mpi_fn! {
         if let Some(rc) = crate::grequest::free(h) {
             ok(rc)?;
         }
-        let mut r = e.raw;
+        // (A direct request is handed over to the library's C layer, which completes it.)
+        let mut r = e.raw();
         if r == null_request() {
             // An inactive persistent request: nothing runs.
             return Ok(());
@@ -949,7 +971,7 @@ unsafe fn persistent(p: Persistent, request: *mut c_int) -> Result<(), c_int> {
     if request.is_null() {
         return Err(MPI_ERR_ARG);
     }
-    let h = REQUESTS.insert(RequestEntry { raw: null_request(), keep: None, persistent: Some(p) });
+    let h = REQUESTS.insert(RequestEntry { raw: null_request(), keep: None, persistent: Some(p), direct: None });
     // SAFETY: checked non-null; the caller vouches it is writable.
     unsafe { request.write(h) };
     Ok(())

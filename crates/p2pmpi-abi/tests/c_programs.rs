@@ -1013,3 +1013,60 @@ fn datatype_odds_on_three_processes() {
         }
     }
 }
+
+/// The lines `direct.c` prints on rank `r` of 3.
+fn direct_lines(r: usize) -> Vec<String> {
+    let p = (r + 2) % 3;
+    let got = format!("{} {} {} {}", p * 10, p * 10 + 1, p * 10 + 2, p * 10 + 3);
+    [
+        // Rounds 0..200 each add their number: 199 * 200 / 2.
+        "rounds 200 sum 19900 polled 1".to_string(),
+        format!("issend got {}", 40 + p),
+        format!("waitall {got} source {p} tag 23 nulls 1"),
+        format!("testany waitsome {got}"),
+        format!("get_status source {p} then wait {}", 50 + p),
+        format!("cancelled 1 freed 1 got {}", 60 + p),
+        format!("mixed waitall got {} source {p}", 80 + p),
+        "test truncated 1 null 1".to_string(),
+        "wait truncated 1 null 1".to_string(),
+        format!("waitall in status 1 truncated 1 ok 1 got {} nulls 1", 70 + p),
+    ]
+    .into_iter()
+    .map(|l| format!("direct {r}: {l}"))
+    .collect()
+}
+
+#[test]
+fn requests_held_by_the_handles_complete_by_every_function_of_requests_on_three_processes() {
+    if !require(&["mpicc.mpich"], true) {
+        return;
+    }
+    let o = run(3, &c_program("direct"), &[], T);
+    o.assert_ok();
+    for r in 0..3 {
+        for w in direct_lines(r) {
+            assert!(o.stdout.lines().any(|l| l == w), "missing {w:?}\n{}", show(&o));
+        }
+    }
+}
+
+#[test]
+fn requests_held_by_the_handles_complete_alike_in_a_replicated_job() {
+    if !require(&["mpicc.mpich"], true) {
+        return;
+    }
+    // Every MPI_Test is a choice point: the replicas of a rank complete what their master did.
+    // (The program's rounds then receive from the previous rank, not from any source: a
+    // receive from any source polled by MPI_Test can leave a replica waiting for its master's
+    // answer; seen with the library's C layer's requests too.)
+    let mut cmd = Command::new(launcher());
+    cmd.args(["--local", "-r", "2", "-n", "3"]).arg(c_program("direct")).arg("replicated");
+    cmd.env("LD_LIBRARY_PATH", lib_dir()).env("P2PMPI_HOME", "/nonexistent/p2pmpi-abi-tests");
+    let o = run_cmd(&mut cmd, T);
+    o.assert_ok();
+    for r in 0..3 {
+        for w in direct_lines(r) {
+            assert!(o.stdout.lines().any(|l| l == w), "missing {w:?}\n{}", show(&o));
+        }
+    }
+}

@@ -11,7 +11,7 @@ use crate::context::{wait_until, with_engine};
 use crate::datatype::{Buffer, BufferMut, Equivalence, TypeMap, UncommittedDatatype};
 use crate::device::{Matched, SendMode};
 use crate::error::{Error, OrFatal, Result};
-use crate::request::{Pending, Request, Scope, Unpack};
+use crate::request::{Detached, Pending, Request, Scope, Unpack};
 use crate::topology::{AsCommunicator, CommHandle, Communicator, CommunicatorRelation, Rank};
 use crate::Tag;
 use p2pmpi_core::matching::Pattern;
@@ -162,6 +162,36 @@ pub(crate) fn try_isend<D: ?Sized + Destination, B: ?Sized + Buffer>(
 /// Starts receiving into `buf` from `s` with `tag` (for `mpi::ffi`'s `MPI_Irecv`).
 pub(crate) fn try_irecv<S: ?Sized + Source, B: ?Sized + BufferMut>(s: &S, buf: &mut B, tag: Tag) -> Result<Pending> {
     irecv_buf(Source::comm_handle(s), s.source_rank(), tag, buf)
+}
+
+impl Detached {
+    /// Starts sending `buf` to `d` with `tag` (`synchronous`: completing once the receiver
+    /// matched it), detached: for bindings that hold their requests themselves (see
+    /// [`Detached`]), as [`Destination::immediate_send_with_tag`] would start it, but
+    /// returning an error (a communicator revoked, a peer lost) instead of stopping.
+    ///
+    /// # Safety
+    /// `buf`'s data must stay valid and unchanged until the request completes (nothing checks
+    /// it, as for [`Request::into_raw`]).
+    pub unsafe fn send<D: ?Sized + Destination, B: ?Sized + Buffer>(
+        d: &D,
+        buf: &B,
+        tag: Tag,
+        synchronous: bool,
+    ) -> Result<Detached> {
+        let mode = if synchronous { SendMode::Synchronous } else { SendMode::Standard };
+        try_isend(d, buf, tag, mode).map(Detached::of)
+    }
+
+    /// Starts receiving into `buf` from `s` with `tag`, detached (see [`Detached::send`]);
+    /// nothing is left posted when it fails.
+    ///
+    /// # Safety
+    /// `buf` must stay valid, and not be used otherwise (not read), until the request
+    /// completes.
+    pub unsafe fn receive<S: ?Sized + Source, B: ?Sized + BufferMut>(s: &S, buf: &mut B, tag: Tag) -> Result<Detached> {
+        try_irecv(s, buf, tag).map(Detached::of)
+    }
 }
 
 /// Whether a message from `s` with `tag` is waiting, returning errors (`MPI_Iprobe`).

@@ -157,6 +157,16 @@ impl Pending {
         reason = "the Err is the request handed back unfinished; boxing it would allocate on every poll"
     )]
     pub fn test(self) -> std::result::Result<Result<Status>, Pending> {
+        match self.poll() {
+            Polled::NotYet => Err(self),
+            Polled::Failed(e) => Ok(Err(e)),
+            Polled::Done(r) => Ok(self.finish(r)),
+        }
+    }
+
+    /// Whether the request finished (a choice point in a replicated job, see [`Self::test`]),
+    /// leaving it in place: its outcome is then to be finished by [`Self::finish`].
+    fn poll(&self) -> Polled {
         let c = with_engine(|e| {
             let c = e.completion_point();
             if c.is_some() {
@@ -167,15 +177,15 @@ impl Pending {
         if c.is_some() {
             let id = self.id;
             return match wait_until(self.hint, |e| e.completed_at(c, &[Some(id)], false).map(Ok)) {
-                Err(e) => Ok(Err(e)),
-                Ok(done) if done.is_empty() => Err(self),
+                Err(e) => Polled::Failed(e),
+                Ok(done) if done.is_empty() => Polled::NotYet,
                 Ok(_) => {
                     let r = wait_req(self.id, self.hint);
                     if r.is_err() {
                         // As in `wait`: the caller may free its buffer now.
                         with_engine(|e| e.detach(self.id));
                     }
-                    Ok(self.finish(r))
+                    Polled::Done(r)
                 }
             };
         }
@@ -195,14 +205,12 @@ impl Pending {
                 if r.is_err() {
                     with_engine(|e| e.detach(self.id));
                 }
-                Ok(self.finish(r))
+                Polled::Done(r)
             }
-            None => {
-                if let Some(e) = crate::context::fatal_error() {
-                    return Ok(Err(e));
-                }
-                Err(self)
-            }
+            None => match crate::context::fatal_error() {
+                Some(e) => Polled::Failed(e),
+                None => Polled::NotYet,
+            },
         }
     }
 
@@ -216,6 +224,17 @@ impl Pending {
         with_engine(|e| e.cancel(self.id));
         let _ = self.wait();
     }
+}
+
+/// What [`Pending::poll`] found.
+enum Polled {
+    /// Not finished.
+    NotYet,
+    /// The library failed (a fatal error, a failure while waiting for a replicated job's
+    /// answer): the request is abandoned with this error.
+    Failed(Error),
+    /// Finished with this outcome, to be finished by [`Pending::finish`].
+    Done(Result<StatusInfo>),
 }
 
 /// A scope in which requests may live: it outlives the buffers they use.
@@ -823,4 +842,113 @@ pub(crate) fn request_into_raw(p: Pending) -> MPI_Request {
 /// Takes a pending request back from its handle.
 pub(crate) fn request_from_raw(h: MPI_Request) -> Option<Pending> {
     crate::handles::lock(&REQUESTS).remove(&h.0)
+}
+
+/// Handle numbers of requests handed over by `mpi::ffi`'s C functions and by
+/// [`Detached::into_raw`]: negative, so that they never meet the numbers of requests handed
+/// over by `Request::into_raw` (positive, derived from the request's id), and unique even for
+/// requests finished on the spot (which share one id).
+// Process-wide because a C handle is a plain integer any thread may hand to any function.
+static NEXT_REQUEST: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
+
+/// Hands a pending request over to a new handle of its own (see [`NEXT_REQUEST`]).
+pub(crate) fn request_into_new_raw(p: Pending) -> MPI_Request {
+    use std::sync::atomic::Ordering;
+    let mut h = NEXT_REQUEST.fetch_sub(1, Ordering::Relaxed);
+    if h >= 0 || h == c_int::MIN {
+        // Wrapped around after 2^31 requests: start again (older ones are long gone).
+        NEXT_REQUEST.store(-2, Ordering::Relaxed);
+        h = -1;
+    }
+    crate::handles::lock(&REQUESTS).insert(h, p);
+    MPI_Request(h)
+}
+
+// ---------------------------------------------------------------------- detached requests
+
+/// A request of an immediate operation detached from its buffer's borrow and its scope: for
+/// bindings to other languages (the MPICH ABI's `MPI_Request`), whose callers keep the
+/// buffers valid themselves, and which hold the request in their own table of handles rather
+/// than in this library's (`mpi::ffi`'s). Completed by [`Detached::test`] (which tests it
+/// in place: in a replicated job a choice point, as [`Request::test`]) or
+/// [`Detached::wait`], or handed over to a handle of `mpi::ffi` ([`Detached::into_raw`]).
+/// Started by [`Detached::send`] and [`Detached::receive`], or made of a [`Request`] by
+/// [`Request::detach`]. Dropping one unfinished (neither waited for nor tested
+/// finished) cancels it and waits for it.
+#[must_use]
+pub struct Detached(Option<Pending>);
+
+// SAFETY: through a shared reference a `Detached` only asks the engine, under its lock, to
+// cancel the request by its id (and says whether it is live): the raw pointers of its
+// `Pending` are never used through one.
+unsafe impl Sync for Detached {}
+
+impl Detached {
+    /// The detached request of `p`.
+    #[inline]
+    pub(crate) fn of(p: Pending) -> Detached {
+        Detached(Some(p))
+    }
+
+    /// The outcome if the operation finished (a failure of the communication as an error;
+    /// the request is then spent), else `None`.
+    #[inline]
+    pub fn test(&mut self) -> Option<Result<Status>> {
+        match self.0.as_ref().expect("live request").poll() {
+            Polled::NotYet => None,
+            Polled::Failed(e) => {
+                self.0 = None;
+                Some(Err(e))
+            }
+            Polled::Done(r) => Some(self.0.take().expect("live request").finish(r)),
+        }
+    }
+
+    /// Waits for the operation to finish; its outcome.
+    pub fn wait(mut self) -> Result<Status> {
+        self.0.take().expect("live request").wait()
+    }
+
+    /// Asks for cancellation (a receive not matched yet is cancelled); the request must still
+    /// be completed.
+    pub fn cancel(&self) {
+        if let Some(p) = &self.0 {
+            p.cancel();
+        }
+    }
+
+    /// Hands the request over to a new handle of `mpi::ffi` (completed by its `MPI_Wait`,
+    /// `MPI_Test`, `MPI_Waitall`, ..., or freed by `MPI_Request_free`).
+    pub fn into_raw(mut self) -> MPI_Request {
+        request_into_new_raw(self.0.take().expect("live request"))
+    }
+}
+
+impl Drop for Detached {
+    fn drop(&mut self) {
+        if let Some(p) = self.0.take() {
+            p.abandon();
+        }
+    }
+}
+
+impl fmt::Debug for Detached {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Detached").field("pending", &self.0.is_some()).finish()
+    }
+}
+
+impl<'a, D: ?Sized, S: Scope<'a>> Request<'a, D, S> {
+    /// Detaches the request from its buffer and scope (which no longer counts it).
+    ///
+    /// # Safety
+    /// As for [`Request::into_raw`]: the buffer must stay valid, and not be used otherwise
+    /// (for a receive: not read), until the request completes; nothing checks that any more.
+    pub unsafe fn detach(mut self) -> Detached {
+        let p = self.pending.take().expect("live request");
+        // SAFETY: registered in `from_parts`, and `pending` is now empty: the request leaves
+        // its scope once (and `Drop`, finding `pending` empty, does nothing more).
+        unsafe { self.scope.unregister() };
+        Detached(Some(p))
+    }
 }

@@ -9,27 +9,14 @@ use crate::error::Error;
 use crate::raw::AsRaw;
 use crate::topology::sealed::AsHandle;
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicI32, Ordering};
 
 type Outcome = Result<crate::point_to_point::Status, Error>;
 
 // ------------------------------------------------------------------------- requests
 
-/// Handle numbers of requests made here: negative, so that they never meet the numbers of
-/// requests handed over by `Request::into_raw` (positive).
-// Process-wide because a C handle is a plain integer any thread may hand to any function, for
-// objects that are not tied to a universe (the C handle tables, see `crate::handles`).
-static NEXT_REQUEST: AtomicI32 = AtomicI32::new(-1);
-
+/// A request made here under a new handle (negative: see `request::request_into_new_raw`).
 fn new_request(p: Pending) -> MPI_Request {
-    let mut h = NEXT_REQUEST.fetch_sub(1, Ordering::Relaxed);
-    if h >= 0 || h == c_int::MIN {
-        // Wrapped around after 2^31 requests: start again (older ones are long gone).
-        NEXT_REQUEST.store(-2, Ordering::Relaxed);
-        h = -1;
-    }
-    lock(&REQUESTS).insert(h, p);
-    MPI_Request(h)
+    crate::request::request_into_new_raw(p)
 }
 
 /// Requests that completed during an `MPI_Testall` that did not complete them all: their
