@@ -39,6 +39,13 @@ TARGETS = {2: 1.05, 3: 1.15, 4: 1.35}
 TARGET_SIZE = 65536
 
 
+def transport():
+    """The transport of every run (bench/replication.sh's SHM)."""
+    if os.environ.get("SHM", "0") == "1":
+        return "default (shared memory between this host's processes)"
+    return "TCP (P2PMPI_SHM=0)"
+
+
 def cmd_run(args):
     csv_path, part, np_, r, variant, rep, busy, wall_ms, cpu_ms, status, outfile = args[:11]
     sizes = [int(s) for s in args[11].split(",")] if len(args) > 11 and args[11] else []
@@ -291,7 +298,10 @@ def cmd_report(args):
             f"R = {over[-1]}): the library then stops busy-polling (it yields, then sleeps in the "
             f"kernel), and the replicas compete with the master for the cores. This inflates the "
             f"ratios compared with the thesis' cluster (one host per process, 1 Gb/s)." if over else ""),
-        f"{E.get('ITERS', '1000')} timed round trips per size after {E.get('WARMUP', '50')} untimed; "
+        (f"{E.get('ITERS', '1000')} timed round trips per size after {E.get('WARMUP', '50')} untimed; "
+         if E.get("PROG", "repl") == "repl" else
+         f"plain_pingpong: per size, one untimed batch then {E.get('BATCHES', '6')} batches of "
+         f"{E.get('ITERS', '1000')} round trips, the median batch; ") +
         f"round-trip time in µs, median of {nrep}; ratio = median(R) / median(R=1).",
     ]
     dnotes = []
@@ -309,6 +319,7 @@ def cmd_report(args):
     out.append(f"Machine: {machine}")
     out.append(f"Versions: {E.get('VER_RUST', '')}")
     out.append(f"CPU binding: --bind-to {E.get('BIND', 'none')}")
+    out.append(f"Ping-pong program: {E.get('PROG', 'repl')}; transport: {transport()}")
     out.append(("WARNING: " if noisy else "") + load)
     for n in notes:
         out.append(n)
@@ -354,7 +365,8 @@ def cmd_report(args):
     with open(md_path, "w") as f:
         f.write("### Replication overhead (`p2pmpirun -r R`, one host)\n\n")
         f.write(f"Machine: {machine}.  \nVersions: {E.get('VER_RUST', '')}.  \n"
-                f"CPU binding: `--bind-to {E.get('BIND', 'none')}`.  \n")
+                f"CPU binding: `--bind-to {E.get('BIND', 'none')}`.  \n"
+                f"Ping-pong program: `{E.get('PROG', 'repl')}`; transport: {transport()}.  \n")
         f.write(("**Warning:** " if noisy else "") + load + ".\n\n")
         for n in notes:
             f.write(f"- {n}\n")
