@@ -18,6 +18,14 @@
 #   ITERS=1000        timed round trips per size (the thesis' 1000)
 #   WARMUP=50         untimed round trips before them, per size
 #   PP_RS="1 2 3 4"   replication degrees of the ping-pong
+#   PROG=repl         the ping-pong program: `repl` (examples/repl_pingpong: a barrier and
+#                     WARMUP round trips, then ITERS timed as one batch) or `plain`
+#                     (examples/plain_pingpong: a plain blocking ping-pong as a user writes it,
+#                     no barrier, one untimed batch then BATCHES batches of ITERS, the median
+#                     batch reported; the same fan-out mode)
+#   BATCHES=6         timed batches of the `plain` program
+#   SHM=0             0: every run on TCP (P2PMPI_SHM=0); 1: the default transports (shared
+#                     memory between the processes of this host, replicated jobs included)
 #   NOSPIN=1          also run the ping-pong at R = 1 with the waiting policy of an
 #                     oversubscribed host (P2PMPI_SPIN_US=0 P2PMPI_YIELD_US=2000); 0 disables
 #   FANOUT=1          also run the ping-pong's traffic by hand, without replication, for each
@@ -30,11 +38,13 @@
 #   COLL_STEPS=2000   steps of examples/repl_coll (0 skips it)
 #   COLL_BYTES=1024   its broadcast size
 #   ITERATE_STEPS=2000  steps of `replcheck iterate STEPS 0` (0 skips it)
-#   BIND=core         `p2pmpirun --bind-to BIND`: `core` pins process K of each job (slot K:
-#                     rank K / R, replica K % R; in the fan-out variants copy K % R of
-#                     logical rank K / R, the same role) to CPU K mod #CPUs, so that the
-#                     replicated job and its traffic by hand place the same roles on the same
-#                     cores; `none` leaves placement to the scheduler
+#   BIND=none         `p2pmpirun --bind-to BIND`: `none` (what a user gets) leaves placement
+#                     to the scheduler; `core` pins process K of each job (slot K: rank K / R,
+#                     replica K % R; in the fan-out variants copy K % R of logical rank K / R,
+#                     the same role) to CPU K mod #CPUs, so that the replicated job and its
+#                     traffic by hand place the same roles on the same cores. Pinned figures
+#                     are reported beside unpinned ones, never instead: pinning hides the
+#                     cost of the replicated job's extra processes contending for the cores
 #   RUN_TIMEOUT=60    seconds allowed for one run; a slower run is recorded as failed (timeout)
 #   QUIET_PCT=25      before each run, wait while other processes keep the CPUs busier than this
 #   QUIET_BUDGET=60   ...but wait at most this many seconds in total over the whole script
@@ -65,7 +75,10 @@ COLL_RS=${COLL_RS:-"1 2 3"}
 COLL_STEPS=${COLL_STEPS:-2000}
 COLL_BYTES=${COLL_BYTES:-1024}
 ITERATE_STEPS=${ITERATE_STEPS:-2000}
-BIND=${BIND:-core}
+BIND=${BIND:-none}
+PROG=${PROG:-repl}
+BATCHES=${BATCHES:-6}
+SHM=${SHM:-0}
 RUN_TIMEOUT=${RUN_TIMEOUT:-60}
 QUIET_PCT=${QUIET_PCT:-25}
 QUIET_BUDGET=${QUIET_BUDGET:-60}
@@ -80,6 +93,8 @@ announce_machine
 command -v python3 >/dev/null || { log "python3 is required"; exit 1; }
 [ -x /usr/bin/time ] || { log "/usr/bin/time (GNU time) is required: it measures each run's CPU time"; exit 1; }
 case $BIND in core | none) ;; *) log "BIND=$BIND: want core or none"; exit 1 ;; esac
+case $PROG in repl | plain) ;; *) log "PROG=$PROG: want repl or plain"; exit 1 ;; esac
+case $SHM in 0 | 1) ;; *) log "SHM=$SHM: want 0 or 1"; exit 1 ;; esac
 
 # --------------------------------------------------------------------------- build
 # Release binaries, without the test-only `failpoints` feature.
@@ -89,7 +104,7 @@ log "building p2pmpi's binaries and examples (release)"
 B0=$(date +%s)
 if ! (cd "$ROOT" && cargo build --release -p p2pmpi-cli --bins \
         && cargo build --release -p p2pmpi-examples --examples) >"$OUT/build-replication.log" 2>&1 \
-    || ! [ -x "$P2P_RUN" ] || ! [ -x "$EX/repl_pingpong" ] || ! [ -x "$EX/repl_coll" ] || ! [ -x "$EX/replcheck" ]; then
+    || ! [ -x "$P2P_RUN" ] || ! [ -x "$EX/repl_pingpong" ] || ! [ -x "$EX/plain_pingpong" ] || ! [ -x "$EX/repl_coll" ] || ! [ -x "$EX/replcheck" ]; then
     log "build failed (see out/build-replication.log):"
     grep -m5 '^error' "$OUT/build-replication.log" >&2
     exit 1
@@ -100,16 +115,22 @@ log "build done in $(($(date +%s) - B0)) s"
 # No grid configuration (P2PMPI_HOME=/nonexistent) and every process on this host.
 LAUNCH="$P2P_RUN --local --bind-to $BIND"
 NOSPIN_ENV="P2PMPI_SPIN_US=0 P2PMPI_YIELD_US=2000"
+# The ping-pong program and its arguments.
+PP_CMD="$EX/repl_pingpong $SIZES $ITERS $WARMUP"
+[ "$PROG" = plain ] && PP_CMD="$EX/plain_pingpong $SIZES $ITERS $BATCHES"
+# One transport for every variant (SHM=0: TCP everywhere; SHM=1: the default, shared memory
+# between this host's processes, replicated jobs' included), or the ratios would compare
+# transports, not the protocol.
+SHM_ENV="P2PMPI_SHM=0"
+[ "$SHM" = 1 ] && SHM_ENV="P2PMPI_SHM=1"
 
 # The command of a run: part (pingpong, coll, iterate), R, variant ("", nospin or fanout).
-# Every variant on TCP (P2PMPI_SHM=0): replicated jobs keep TCP, so the unreplicated runs
-# and the traffic by hand must too, or the ratios would compare transports, not the protocol.
 command_of() {
-    local part=$1 r=$2 variant=$3 pre="env P2PMPI_SHM=0 P2PMPI_HOME=/nonexistent "
-    [ "$variant" = nospin ] && pre="env $NOSPIN_ENV P2PMPI_SHM=0 P2PMPI_HOME=/nonexistent "
+    local part=$1 r=$2 variant=$3 pre="env $SHM_ENV P2PMPI_HOME=/nonexistent "
+    [ "$variant" = nospin ] && pre="env $NOSPIN_ENV $SHM_ENV P2PMPI_HOME=/nonexistent "
     case $part/$variant in
-        pingpong/fanout) echo "$pre$LAUNCH -n $((2 * r)) -r 1 $EX/repl_pingpong $SIZES $ITERS $WARMUP" ;;
-        pingpong/*) echo "$pre$LAUNCH -n 2 -r $r $EX/repl_pingpong $SIZES $ITERS $WARMUP" ;;
+        pingpong/fanout) echo "$pre$LAUNCH -n $((2 * r)) -r 1 $PP_CMD" ;;
+        pingpong/*) echo "$pre$LAUNCH -n 2 -r $r $PP_CMD" ;;
         coll/fanout) echo "$pre$LAUNCH -n $((COLL_NP * r)) -r 1 $EX/repl_coll $COLL_STEPS $COLL_BYTES $r" ;;
         coll/*) echo "$pre$LAUNCH -n $COLL_NP -r $r $EX/repl_coll $COLL_STEPS $COLL_BYTES" ;;
         iterate/*) echo "$pre$LAUNCH -n $COLL_NP -r $r $EX/replcheck iterate $ITERATE_STEPS 0" ;;
@@ -226,7 +247,8 @@ for ((rep = 1; rep <= REPS; rep++)); do
         n=${#list[@]}
         for ((k = 0; k < n; k++)); do
             IFS=';' read -ra cs <<<"${list[$(((k + rep - 1) % n))]}"
-            if [ $((rep % 2)) = 0 ] && [ "${cs[1]:-}" != "${cs[1]%fanout}" ]; then
+            # (A group of one, e.g. R = 1 alone with NOSPIN=0, has no second cell.)
+            if [ $((rep % 2)) = 0 ] && [ "${#cs[@]}" -gt 1 ] && [[ ${cs[1]} == *fanout ]]; then
                 cs=("${cs[1]}" "${cs[0]}" "${cs[@]:2}")
             fi
             for c in "${cs[@]}"; do
@@ -245,6 +267,6 @@ done
 # --------------------------------------------------------------------------- report
 export_machine
 COMMANDS=$(sed "s|$ROOT/||g" "$OUT/replication-commands.txt")   # paths relative to the repository
-export REPS ITERS WARMUP COLL_NP COLL_STEPS ITERATE_STEPS QUIET_PCT COMMANDS BIND LOADS
+export REPS ITERS WARMUP COLL_NP COLL_STEPS ITERATE_STEPS QUIET_PCT COMMANDS BIND LOADS PROG SHM BATCHES
 python3 "$STATS" report "$CSV" "$OUT/replication.md"
 log "total $(($(date +%s) - T_START)) s"

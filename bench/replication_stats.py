@@ -42,6 +42,13 @@ TARGETS = {2: 1.05, 3: 1.15, 4: 1.35}
 TARGET_SIZE = 65536
 
 
+def transport():
+    """The transport of every run (bench/replication.sh's SHM)."""
+    if os.environ.get("SHM", "0") == "1":
+        return "default (shared memory between this host's processes)"
+    return "TCP (P2PMPI_SHM=0)"
+
+
 def cmd_run(args):
     csv_path, part, np_, r, variant, rep, busy, wall_ms, cpu_ms, status, outfile = args[:11]
     sizes = [int(s) for s in args[11].split(",")] if len(args) > 11 and args[11] else []
@@ -296,7 +303,10 @@ def report_load(args, kind=None, md_mode="w"):
             f"R = {over[-1]}): the library then stops busy-polling (it yields, then sleeps in the "
             f"kernel), and the replicas compete with the master for the cores. This inflates the "
             f"ratios compared with the thesis' cluster (one host per process, 1 Gb/s)." if over else ""),
-        f"{E.get('ITERS', '1000')} timed round trips per size after {E.get('WARMUP', '50')} untimed; "
+        (f"{E.get('ITERS', '1000')} timed round trips per size after {E.get('WARMUP', '50')} untimed; "
+         if E.get("PROG", "repl") == "repl" else
+         f"plain_pingpong: per size, one untimed batch then {E.get('BATCHES', '6')} batches of "
+         f"{E.get('ITERS', '1000')} round trips, the median batch; ") +
         f"round-trip time in µs, median of {nrep}; ratio = median(R) / median(R=1).",
     ]
     dnotes = []
@@ -316,6 +326,7 @@ def report_load(args, kind=None, md_mode="w"):
     out.append(f"Machine: {machine}")
     out.append(f"Versions: {E.get('VER_RUST', '')}")
     out.append(f"CPU binding: --bind-to {E.get('BIND', 'none')}")
+    out.append(f"Ping-pong program: {E.get('PROG', 'repl')}; transport: {transport()}")
     out.append(("WARNING: " if noisy else "") + load)
     for n in notes:
         out.append(n)
@@ -364,7 +375,8 @@ def report_load(args, kind=None, md_mode="w"):
         if kind:
             f.write(f"Load: {LOAD_DESC.get(kind, kind)}.  \n")
         f.write(f"Machine: {machine}.  \nVersions: {E.get('VER_RUST', '')}.  \n"
-                f"CPU binding: `--bind-to {E.get('BIND', 'none')}`.  \n")
+                f"CPU binding: `--bind-to {E.get('BIND', 'none')}`.  \n"
+                f"Ping-pong program: `{E.get('PROG', 'repl')}`; transport: {transport()}.  \n")
         f.write(("**Warning:** " if noisy else "") + load + ".\n\n")
         for n in notes:
             f.write(f"- {n}\n")

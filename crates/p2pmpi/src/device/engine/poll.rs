@@ -403,9 +403,12 @@ impl<C: Coordination, S: Waits> Core<C, S> {
     // ----------------------------------------------------------------- shared memory
 
     /// Whether this process and slot `peer` may use shared memory (the policy, a peer of the
-    /// world, and not an encrypted job: those keep TCP).
+    /// world, and not an encrypted job: those keep TCP). `peer` is a slot: the world's are
+    /// the coordination's (with replicas, R per rank; comparing it with the world's ranks
+    /// instead left every pair beyond the first ranks' slots on TCP).
     pub(crate) fn shm_allowed(&self, peer: i32) -> bool {
-        let in_world = peer >= self.base.world_base && peer < self.base.world_base + self.base.world_size;
+        let (lo, hi) = C::world_slots(self);
+        let in_world = peer >= lo && peer < hi;
         in_world && !self.base.encrypt && self.shm_policy.allows(self.base.slot, peer)
     }
 
