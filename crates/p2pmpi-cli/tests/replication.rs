@@ -948,3 +948,18 @@ fn every_pair_of_a_replicated_job_on_one_host_shares_memory() {
     let _ = std::fs::remove_dir_all(&dir);
     assert!(left.is_empty(), "segments left: {left:?}");
 }
+
+#[test]
+fn a_wildcard_receive_polled_by_thousands_of_tests_is_followed_by_its_replicas() {
+    // Rank 0 polls an immediate ANY_SOURCE receive with `test` 6000 times before it asks for
+    // its message: its master tells those tests' choices ("not yet") at once, the receive's
+    // own choice only when the message comes, after all of them. A replica of rank 0 follows
+    // the tests as they come, then must still learn the receive's choice (it once dropped it
+    // as an old one, past the outcomes it keeps, and waited for its message forever).
+    // Σ over rounds i of i·10 + worker: 0·10+1 + 1·10+2 + 2·10+1 = 34.
+    for r in [2, 2, 3] {
+        let out = local(3, r, &["longpoll", "3", "6000"], &[]);
+        out.assert_ok();
+        assert_eq!(out.stdout, "longpoll: 3 rounds, sum 34, at least 6000 tests each true\n", "-r {r}: {}", out.stderr);
+    }
+}

@@ -15,6 +15,9 @@
 //!   immediate `ANY_SOURCE` receive polled with `test`); with `REPLCHECK_OUT=DIR`,
 //!   each replica of rank 0 writes the order it saw (and how many polls missed) to
 //!   `DIR/order-<slot>.txt`: replicas must follow their master's choices.
+//! * `longpoll ROUNDS POLLS` — rank 0 posts an immediate `ANY_SOURCE` receive and polls it
+//!   with `test` POLLS times before it tells a worker (rank 1, 2, … in turn) to send, then
+//!   until it completes: the receive's choice is told after thousands of tests' choices.
 #![forbid(unsafe_code)]
 use mpi::point_to_point as p2p;
 use mpi::traits::*;
@@ -168,6 +171,47 @@ fn main() {
                 }
             }
         }
+        "longpoll" => longpoll(&world, arg(1, 3), arg(2, 6000)),
         other => panic!("unknown mode {other}"),
+    }
+}
+
+/// `longpoll ROUNDS POLLS` (see the module's documentation).
+fn longpoll(world: &mpi::topology::SimpleCommunicator, rounds: u64, polls: u64) {
+    let (rank, size) = (world.rank(), world.size());
+    // The master's choice of the receive comes when its message does, which rank 0
+    // asks for only after POLLS tests, each a choice point decided (not yet) at once:
+    // a replica of rank 0 follows them all before it learns the receive's choice.
+    if rank == 0 {
+        let (mut sum, mut tests) = (0u64, 0u64);
+        for i in 0..rounds {
+            let w = 1 + (i % (size as u64 - 1)) as i32;
+            let mut got = 0u64;
+            let st = mpi::request::scope(|scope| {
+                let mut req = world.any_process().immediate_receive_into(scope, &mut got);
+                let mut n = 0u64;
+                let st = loop {
+                    match req.test() {
+                        Ok(st) => break st,
+                        Err(r) => req = r,
+                    }
+                    n += 1;
+                    if n == polls {
+                        world.process_at_rank(w).send(&i);
+                    }
+                };
+                tests += n;
+                st
+            });
+            assert_eq!((st.source_rank(), got), (w, i * 10 + w as u64), "round {i}");
+            sum += got;
+        }
+        println!("longpoll: {rounds} rounds, sum {sum}, at least {polls} tests each {}", tests >= rounds * polls);
+    } else {
+        let mine = (0..rounds).filter(|i| 1 + (i % (size as u64 - 1)) as i32 == rank);
+        for _ in mine {
+            let (i, _) = world.process_at_rank(0).receive::<u64>();
+            world.process_at_rank(0).send(&(i * 10 + rank as u64));
+        }
     }
 }

@@ -378,6 +378,11 @@ pub struct Choices {
     /// tells them again, since the dead master's frames may have reached some replicas and
     /// not others.
     followed: std::collections::BTreeMap<u64, Outcome>,
+    /// The points this replica reached and has not followed yet (a test waiting for its
+    /// master's outcome; a wildcard receive deferred, whose outcome may come after those of
+    /// thousands of later points, the tests that polled it). A point below `next` and not
+    /// here was followed: its outcome is not learned again.
+    open: std::collections::BTreeSet<u64>,
 }
 
 /// How many followed outcomes a replica keeps to tell again if it takes over.
@@ -392,17 +397,18 @@ impl Choices {
     pub fn point(&mut self) -> u64 {
         let c = self.next;
         self.next += 1;
+        self.open.insert(c);
         c
     }
 
     /// The master's outcome of choice point `c` arrived (a non-master; it may be ahead of
     /// this replica or behind it: a wildcard receive's outcome comes when it completes, after
     /// the points of the tests that polled it). An outcome already followed is ignored (a
-    /// new master tells its recent ones again).
+    /// new master tells its recent ones again): a point reached and no longer open, or one
+    /// in the followed window (a failure point, numbered apart).
     pub fn learn(&mut self, c: u64, outcome: Outcome) {
-        let forgotten =
-            self.followed.len() >= FOLLOWED_WINDOW && self.followed.first_key_value().is_some_and(|(&f, _)| c < f);
-        if self.followed.contains_key(&c) || forgotten {
+        let followed = c < self.next && !self.open.contains(&c);
+        if followed || self.followed.contains_key(&c) {
             return;
         }
         self.known.insert(c, outcome);
@@ -417,6 +423,7 @@ impl Choices {
 
     /// This replica followed (or, as master, decided) outcome `o` at point `c`.
     pub fn followed(&mut self, c: u64, o: Outcome) {
+        self.open.remove(&c);
         self.followed.insert(c, o);
         while self.followed.len() > FOLLOWED_WINDOW {
             self.followed.pop_first();
@@ -941,6 +948,33 @@ mod tests {
         let outs = lost_set_outcomes(1, &big);
         let parts: Vec<Outcome> = outs[..outs.len() - 1].iter().map(|x| x.1).collect();
         assert_eq!(outcome_lost_set(outs.last().unwrap().1, &parts), Some(vec![u32::MAX - 64, u32::MAX]));
+    }
+
+    #[test]
+    fn a_point_reached_long_ago_and_not_followed_still_learns_its_outcome() {
+        // A wildcard receive's point: its outcome comes when the master's receive completes,
+        // after the outcomes of the tests that polled it meanwhile — which may be more than
+        // the followed window holds. It is still this replica's to follow.
+        let mut c = Choices::new();
+        let recv = c.point();
+        let followed_early = c.point();
+        c.followed(followed_early, None);
+        for _ in 0..(FOLLOWED_WINDOW + 10) {
+            let p = c.point();
+            c.learn(p, None);
+            assert_eq!(c.take(p), Some(None));
+        }
+        c.learn(recv, Some((2, 7, 35)));
+        assert_eq!(c.knows(recv), Some(Some((2, 7, 35))), "the receive's outcome is not forgotten");
+        assert_eq!(c.take(recv), Some(Some((2, 7, 35))));
+        // A point followed (long ago, or just now) is not learned again: a new master tells
+        // its recent outcomes again.
+        c.learn(followed_early, Some((1, 0, 0)));
+        c.learn(recv, Some((2, 7, 35)));
+        assert_eq!(c.pending(), 0);
+        // A point not reached yet is learned.
+        c.learn(c.next + 3, None);
+        assert_eq!(c.pending(), 1);
     }
 
     #[test]

@@ -178,4 +178,26 @@ mod tests {
         w.withdraw(3);
         assert!(w.is_empty());
     }
+
+    #[test]
+    fn a_choice_told_after_many_tests_still_posts_the_deferred_receive() {
+        // The follower's wildcard receive waits for its master's choice while the program
+        // polls it with tests, each a choice point the master decides at once ("not yet");
+        // the receive's own choice comes when the master's receive completes, after all of
+        // them — here more than the replicas keep of the outcomes they followed.
+        let layout = Layout::new(2, 2);
+        let mut follower: Endpoint<NoData, u32> = Endpoint::new(layout, 1, Config::default());
+        let mut w: Wildcards<u32> = Wildcards::new();
+        assert_eq!(w.receive(&mut follower, 1, pat()), None);
+        let tests = super::super::FOLLOWED_WINDOW as u64 + 100;
+        for _ in 0..tests {
+            let c = follower.choice_point();
+            assert!(follower.handle_input(T, Input::Choice { from: 0, point: c, outcome: None }).is_ok());
+            assert_eq!(follower.take_choice(c), Some(None));
+        }
+        assert!(follower.handle_input(T, Input::Choice { from: 0, point: 0, outcome: Some((1, 7, 0)) }).is_ok());
+        let exact = Pattern { comm: 4, src: Some(1), tag: Some(7) };
+        assert_eq!(w.next(&mut follower), Some(Post::Exact { req: 1, pat: exact }));
+        assert!(w.is_empty());
+    }
 }
