@@ -189,7 +189,7 @@ for ((rep = 1; rep <= REPS; rep++)); do
 done
 
 # --------------------------------------------------------------------------- report
-export OUT REPS QUIET_PCT
+export OUT REPS QUIET_PCT LOAD
 export_machine
 export VER_MPICH="MPICH $(mpichversion 2>/dev/null | awk '/Version:/ {print $3; exit}') ($(mpichversion 2>/dev/null | awk '/Device:/ {print $3; exit}'))"
 python3 "$BENCH_DIR/abi_speed_report.py"

@@ -85,7 +85,7 @@ for tr in ("shm", "tcp"):
         if ("mpich", tr, load) not in data and ("p2pmpi", tr, load) not in data:
             continue
         where = ("shared memory" if tr == "shm" else "TCP (loopback)") + (
-            ", idle" if load == "idle" else ", under load (one busy loop)")
+            ", idle" if load == "idle" else f", under load (bench/load.sh {os.environ.get('LOAD', 'cpu')})")
         sizes = sorted({c[1] for k in data if k[1:] == (tr, load) for c in data[k] if c[0] == "lat"})
         rows = []
         for s in sizes:
