@@ -347,6 +347,9 @@ fn block_slice() -> Duration {
 /// While spinning, give the core away every this many polls: the kernel finishes some TCP
 /// transmissions in softirq context (autocorked small segments are pushed when the previous
 /// one is freed), and two processes polling on two cores can starve it for milliseconds.
+/// Not while waiting on a peer reached through shared-memory rings alone: nothing of the
+/// kernel's is waited for there, and on a machine with other work a yield hands the core
+/// to that work for a whole time slice.
 const YIELD_EVERY: u32 = 64;
 
 /// While spinning for a peer on this host, looks at its rings this many times between two
@@ -411,7 +414,7 @@ pub(crate) fn wait_until<T>(hint: Option<i32>, mut check: impl FnMut(&mut Engine
                 }
             }
             spins = spins.wrapping_add(1);
-            if spins % YIELD_EVERY == 0 {
+            if spins % YIELD_EVERY == 0 && !e.hint_on_rings(hint) {
                 drop(g);
                 std::thread::yield_now();
             }

@@ -359,6 +359,16 @@ impl Engine {
         }
     }
 
+    /// Whether a wait for `hint` watches shared-memory rings only (see
+    /// [`Core::hint_on_rings`]; `false` in a replicated job).
+    #[inline]
+    pub fn hint_on_rings(&self, hint: Option<i32>) -> bool {
+        match self {
+            Engine::Solo(c) => c.hint_on_rings(hint),
+            Engine::Replicated(_) => false,
+        }
+    }
+
     /// Takes a small eager frame straight from `hint`'s ring (see [`Core::ring_poll`]; `None`
     /// in a replicated job).
     #[inline]

@@ -126,6 +126,23 @@ fn exchange_through_shared_memory(single_copy: bool) -> Engine {
     e1
 }
 
+/// A blocking wait keeps its core while it spins on a peer reached through shared memory
+/// alone (no yield: under load a yield gives a whole time slice away), and yields on one
+/// reached through TCP (the kernel's transmissions may need the core).
+#[test]
+fn a_wait_on_a_peer_of_rings_only_is_told_apart_from_one_on_tcp() {
+    for (shm, want) in [(Some(shm::MIN_RING), true), (None, false)] {
+        let (e0, mut e1) = pair(shm);
+        let e0 = connect(e0, &mut e1).join().unwrap();
+        assert_eq!(e1.hint_on_rings(Some(0)), want, "shm {shm:?}: the wait on rank 0");
+        assert_eq!(e0.hint_on_rings(Some(1)), want, "shm {shm:?}: the wait on rank 1");
+        // Not a peer: no hint, oneself, out of range.
+        for hint in [None, Some(1), Some(2), Some(-1)] {
+            assert!(!e1.hint_on_rings(hint), "shm {shm:?}: hint {hint:?}");
+        }
+    }
+}
+
 /// A receiver slower than its sender: one progress call reads a bounded amount and returns,
 /// so that a wait whose request completed is not held in the device for as long as the
 /// sender keeps sending (found in CI: a barrier's release, read first, was only seen when the

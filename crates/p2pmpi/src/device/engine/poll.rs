@@ -289,6 +289,16 @@ impl<C: Coordination, S: Waits> Core<C, S> {
         }
     }
 
+    /// Whether a wait for `hint` is a wait on shared-memory rings only (every connection to
+    /// that peer a ring): nothing of the kernel's has to run for its data to come.
+    pub(crate) fn hint_on_rings(&self, hint: Option<i32>) -> bool {
+        let Some(h) = hint.filter(|h| *h != self.base.rank && *h >= 0 && (*h as usize) < self.peers.len()) else {
+            return false;
+        };
+        let conns = &self.peers[h as usize].conns;
+        !conns.is_empty() && conns.iter().all(|&c| self.conns[c].as_ref().is_some_and(|c| c.shm.is_some()))
+    }
+
     /// The spin phase of a blocking wait for `hint` on shared memory, once [`Self::await_ring`]
     /// saw something: takes a small eager frame straight from that peer's ring, without a
     /// whole progress round (the other connections, queued writes and immediate
