@@ -31,7 +31,7 @@ use crate::options::{allowed_hosts, extra_env, resolve_program};
 pub use crate::options::{cluster_prefix, FdPlan, KmonitorPlan, RunArgs};
 use crate::output::Output;
 use crate::supervise::{
-    die_with_launcher, event_loop, pump, spawn_control_server, terminate, watch_exits, Job, Shared,
+    die_with_launcher, event_loop_with_cause, pump, spawn_control_server, terminate, watch_exits, Job, Shared,
 };
 use anyhow::{bail, Context, Result};
 use clap::Parser;
@@ -83,6 +83,8 @@ pub fn main_with_args(name: &str, args: &[String]) -> i32 {
                             | "--host"
                             | "--hostfile"
                             | "--collect"
+                            | "--checkpoint-dir"
+                            | "--max-restarts"
                     )
                 })
             {
@@ -203,6 +205,9 @@ pub fn run(name: &str, opts: RunArgs) -> Result<i32> {
             Some(_) if opts.bind_to.is_some() && binding != Binding::None => {
                 bail!("--bind-to core binds the processes of a job on this host (--local); on the grid each peer's scheduler places its processes")
             }
+            Some(_) if opts.max_restarts > 0 || opts.checkpoint_dir.is_some() => {
+                bail!("--max-restarts and --checkpoint-dir work with --local for now (checkpoints kept on peers come later)")
+            }
             Some(grid) => return crate::grid_run::run(name, &opts, n, grid),
             None => format!(
                 "no peer daemon runs here (p2pmpi directory {}; start one with mpiboot, or a local grid with \
@@ -240,8 +245,36 @@ pub(crate) fn check_n(name: &str, opts: &RunArgs) -> Result<usize> {
 /// The most processes a job runs on this host (`--local`, or no peer daemon).
 const MAX_LOCAL: usize = 4096;
 
-/// Runs a job's N processes on this host (with `-r R`, its 1 + (N − 1)·R slots).
+/// Runs a job's N processes on this host (with `-r R`, its 1 + (N − 1)·R slots), and again
+/// from its last complete checkpoint when a process dies, up to `--max-restarts` times.
 fn run_local(name: &str, opts: RunArgs, n: usize, binding: Binding) -> Result<i32> {
+    let program = resolve_program(&opts.command[0])?;
+    let checkpoints = crate::restart::LocalCheckpoints::new(&opts, &program)?;
+    let mut replay = crate::output::Replay::new(n);
+    let mut restore = None;
+    let mut restarts = 0;
+    loop {
+        let run = crate::restart::Run { dir: checkpoints.dir(), restore, replay: &mut replay };
+        let (code, cause) = run_local_once(name, &opts, n, &binding, run)?;
+        if code == 0 || restarts >= opts.max_restarts || !crate::restart::restartable(code) {
+            checkpoints.finish(name, code);
+            return Ok(code);
+        }
+        restarts += 1;
+        let latest = checkpoints.latest()?;
+        crate::restart::report(name, cause.as_deref(), latest.as_ref(), restarts, opts.max_restarts);
+        restore = latest.map(|m| m.generation);
+    }
+}
+
+/// One run of a local job's processes: its exit status and the failure's report.
+fn run_local_once(
+    name: &str,
+    opts: &RunArgs,
+    n: usize,
+    binding: &Binding,
+    run: crate::restart::Run,
+) -> Result<(i32, Option<String>)> {
     let layout = Layout::new(n, opts.replicas as usize);
     let slots = layout.slots();
     if slots > MAX_LOCAL {
@@ -253,9 +286,9 @@ fn run_local(name: &str, opts: RunArgs, n: usize, binding: Binding) -> Result<i3
         );
     }
     let program = resolve_program(&opts.command[0])?;
-    let abi = crate::abi::setup(&program, &extra_env(&opts)?)?;
+    let abi = crate::abi::setup(&program, &extra_env(opts)?)?;
     let cfg = crate::grid_run::load_config(name)?;
-    let fd = FdPlan::from_options(&opts, &cfg)?;
+    let fd = FdPlan::from_options(opts, &cfg)?;
     if opts.verbose {
         eprintln!("{name}: failure detector: {}", fd.as_ref().map_or("off".to_string(), |f| f.name()));
     }
@@ -275,11 +308,16 @@ fn run_local(name: &str, opts: RunArgs, n: usize, binding: Binding) -> Result<i3
     let sup = Shared::new(layout, fd.as_ref());
     spawn_control_server(listener, key.clone(), slots, tx.clone(), sup.clone());
 
-    let output = Arc::new(Output::create(layout, opts.tag_output, opts.output_filename.as_deref())?);
+    let output = Arc::new(Output::create(layout, opts.tag_output, opts.output_filename.as_deref())?.replaying(
+        layout,
+        run.replay,
+        run.restore,
+    ));
     // Every process the same Python settings, and p2pmpi's library with MPICH's ABI first on
     // its library path (the processes of spawns too: they get `extra`).
-    let mut extra = extra_env(&opts)?;
+    let mut extra = extra_env(opts)?;
     extra.extend(crate::abi::python_env(&extra, false)?);
+    extra.extend(run.env());
     if let Some(a) = abi.as_ref().filter(|a| a.prepend) {
         extra.push(("LD_LIBRARY_PATH".into(), crate::abi::library_path(&a.dir, &extra)));
     }
@@ -326,7 +364,7 @@ fn run_local(name: &str, opts: RunArgs, n: usize, binding: Binding) -> Result<i3
             }
         };
         *pid = child.id();
-        if opts.verbose && binding != Binding::None {
+        if opts.verbose && *binding != Binding::None {
             eprintln!("{name}: {} (pid {pid}) bound to CPU {}", who(layout, slot), cpus_allowed(*pid));
         } else if opts.verbose {
             eprintln!("{name}: {} started (pid {pid})", who(layout, slot));
@@ -350,7 +388,7 @@ fn run_local(name: &str, opts: RunArgs, n: usize, binding: Binding) -> Result<i3
             name,
             &key,
             layout,
-            &opts,
+            opts,
             &extra,
             crate::spawn::Place::Local(confinement.clone()),
         )
@@ -384,7 +422,7 @@ fn run_local(name: &str, opts: RunArgs, n: usize, binding: Binding) -> Result<i3
         relay: (layout.r > 1).then_some(&spawner as &dyn crate::supervise::Relay),
         join_notice: abi.as_ref().and_then(|_| crate::abi::join_notice(&program)),
     };
-    let code = event_loop(name, &job, &rx, pids);
+    let (code, cause) = event_loop_with_cause(name, &job, &rx, pids);
     spawner.unregister_world(0);
     for p in pumps {
         let _ = p.join();
@@ -395,7 +433,10 @@ fn run_local(name: &str, opts: RunArgs, n: usize, binding: Binding) -> Result<i3
     // openings in /dev/shm (created, not yet mapped by the peer): its processes no longer
     // run, so they are removed now, whatever the end.
     p2pmpi::device::remove_job_segments(&key);
-    Ok(if code == 0 { spawned } else { code })
+    if let Some(r) = output.replay() {
+        *run.replay = r;
+    }
+    Ok((if code == 0 { spawned } else { code }, cause))
 }
 
 fn kill_all(children: &mut [Child]) {

@@ -42,6 +42,7 @@ pub mod notices;
 pub mod options;
 pub mod output;
 pub mod pool;
+pub mod restart;
 mod revoked_hosts;
 pub(crate) mod spawn;
 pub(crate) mod supervise;

@@ -137,6 +137,17 @@ pub struct RunArgs {
     /// into the current directory, before the job directory is removed.
     #[arg(long, value_name = "PATTERN")]
     pub collect: Vec<String>,
+    /// With --local: keep the job's checkpoints (`Universe::checkpoint`) in DIR (its earlier
+    /// generations are deleted at the start). Default: a directory of its own under
+    /// ./p2pmpi-checkpoints, removed when the job succeeds.
+    #[arg(long = "checkpoint-dir", value_name = "DIR")]
+    pub checkpoint_dir: Option<PathBuf>,
+    /// With --local: when a process dies (killed by a signal: at -r 1 a rank, at -r R every
+    /// replica of a rank), stop the others and restart every rank from the last complete
+    /// checkpoint (from the beginning without one), up to N times; the output goes on without
+    /// repeating lines. 0 (the default): the job fails.
+    #[arg(long = "max-restarts", value_name = "N", default_value_t = 0)]
+    pub max_restarts: u32,
     /// The program to run, then its arguments.
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "PROGRAM")]
     pub command: Vec<String>,

@@ -21,7 +21,7 @@
 //! Without replication (`R = 1`, or a single rank) lines go straight through.
 
 use p2pmpi_core::replication::{DeadSet, Layout};
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::io::Write;
 use std::sync::Mutex;
 
@@ -128,9 +128,46 @@ impl Router {
     }
 }
 
+/// What the output of a job restarted from checkpoints (`--max-restarts`) carries from one
+/// run of its processes to the next: per rank, how many stdout lines were shown (all runs
+/// together) and, per checkpoint generation, where in those lines the rank's checkpoint mark
+/// came. A run restarted from generation `g` resumes each rank at its mark of `g`, and the
+/// lines it prints again up to what was shown are not shown twice. Standard error is not
+/// deduplicated.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Replay {
+    /// Per rank: stdout lines shown so far.
+    pub shown: Vec<u64>,
+    /// Per rank: generation -> the rank's stdout line position at its mark.
+    pub marks: Vec<BTreeMap<u64, u64>>,
+}
+
+impl Replay {
+    pub fn new(ranks: usize) -> Replay {
+        Replay { shown: vec![0; ranks], marks: vec![BTreeMap::new(); ranks] }
+    }
+}
+
+/// The line positions of a run that replays ([`Replay`]).
+#[derive(Debug)]
+struct Positions {
+    layout: Layout,
+    /// Per slot: the position of its next stdout line.
+    next: Vec<u64>,
+    /// Per rank: lines below this position were shown by an earlier run.
+    skip_below: Vec<u64>,
+    /// Per rank: the marks.
+    marks: Vec<BTreeMap<u64, u64>>,
+    /// Per rank: stdout lines shown by this run.
+    shown: Vec<u64>,
+}
+
 /// The job's output: a [`Router`] writing to this process's stdout and stderr, one line at a
 /// time, optionally prefixed by the logical rank (`[k] `).
 pub struct Output {
+    /// With checkpoints: the positions of the lines, and the marks (`None`: lines go straight
+    /// to the router).
+    replay: Option<Mutex<Positions>>,
     router: Mutex<Router>,
     tag: bool,
     /// Put before the rank in tags (a spawned job's: `spawn1.`).
@@ -144,7 +181,57 @@ pub struct Output {
 impl Output {
     pub fn new(layout: Layout, tag: bool) -> Output {
         let closed = (0..layout.slots()).map(|_| Default::default()).collect();
-        Output { router: Mutex::new(Router::new(layout)), tag, label: String::new(), files: None, closed }
+        Output { replay: None, router: Mutex::new(Router::new(layout)), tag, label: String::new(), files: None, closed }
+    }
+
+    /// Reads checkpoint marks on stdout, and resumes from `replay` at the marks of
+    /// `generation` (at the start without one): the lines shown by earlier runs are not shown
+    /// again.
+    pub fn replaying(mut self, layout: Layout, replay: &Replay, generation: Option<u64>) -> Output {
+        let at = |rank: usize| generation.and_then(|g| replay.marks[rank].get(&g).copied()).unwrap_or(0);
+        self.replay = Some(Mutex::new(Positions {
+            layout,
+            next: (0..layout.slots()).map(|s| at(layout.rank_of(s))).collect(),
+            skip_below: replay.shown.clone(),
+            marks: replay.marks.clone(),
+            shown: vec![0; layout.n],
+        }));
+        self
+    }
+
+    /// What a restart carries over (see [`Replay`]); `None` without [`Output::replaying`].
+    pub fn replay(&self) -> Option<Replay> {
+        let p = self.replay.as_ref()?.lock().unwrap_or_else(|p| p.into_inner());
+        let shown = p.skip_below.iter().zip(&p.shown).map(|(a, b)| a + b).collect();
+        Some(Replay { shown, marks: p.marks.clone() })
+    }
+
+    /// Whether `line` of `slot` (stdout) is shown: a checkpoint mark is recorded and never
+    /// shown, a line an earlier run showed is not shown again.
+    fn replayed(&self, slot: usize, line: &[u8]) -> bool {
+        let Some(p) = &self.replay else { return true };
+        let mut p = p.lock().unwrap_or_else(|p| p.into_inner());
+        let rank = p.layout.rank_of(slot);
+        if let Some(rest) = line.strip_prefix(p2pmpi::checkpoint::MARK_PREFIX.as_bytes()) {
+            if let Some(g) = std::str::from_utf8(rest).ok().and_then(|t| t.trim().parse::<u64>().ok()) {
+                let at = p.next[slot];
+                p.marks[rank].insert(g, at);
+                return false;
+            }
+        }
+        let at = p.next[slot];
+        p.next[slot] += 1;
+        at >= p.skip_below[rank]
+    }
+
+    /// A stdout line of `rank` was shown.
+    fn count_shown(&self, rank: usize, stream: usize) {
+        if let (Some(p), STDOUT) = (&self.replay, stream) {
+            let mut p = p.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(c) = p.shown.get_mut(rank) {
+                *c += 1;
+            }
+        }
     }
 
     /// Tags read `[LABELk] ` (a spawned job's output, told apart from its parents').
@@ -192,6 +279,7 @@ impl Output {
         let tag = self.tag;
         let label = &self.label;
         move |rank, stream, line| {
+            self.count_shown(rank, stream);
             if let Some(f) = self.files.as_ref().and_then(|f| f.get(rank)) {
                 let mut f = f[stream].lock().unwrap_or_else(|p| p.into_inner());
                 let _ = write_line(&mut *f, None, line);
@@ -209,11 +297,13 @@ impl Output {
 
     /// Output of `slot`: one or more lines, the last one possibly without its newline.
     pub fn write(&self, slot: usize, stderr: bool, data: &[u8]) {
-        let mut router = self.router.lock().unwrap_or_else(|p| p.into_inner());
-        let mut emit = self.emit();
         let stream = if stderr { STDERR } else { STDOUT };
         for line in data.split_inclusive(|&c| c == b'\n') {
-            router.line(slot, stream, line, &mut emit);
+            if stream == STDOUT && !self.replayed(slot, line) {
+                continue;
+            }
+            let mut router = self.router.lock().unwrap_or_else(|p| p.into_inner());
+            router.line(slot, stream, line, &mut self.emit());
         }
     }
 

@@ -254,6 +254,9 @@ struct Driver<'a, 'j> {
     /// The spawn request of a slot, held while the supervisor decides it.
     spawns: HashMap<usize, SpawnRequest>,
     finished: Option<i32>,
+    /// The last line said before the job was first stopped: the failure's report.
+    cause: Option<String>,
+    stopped: bool,
 }
 
 impl Driver<'_, '_> {
@@ -317,7 +320,12 @@ impl Driver<'_, '_> {
     fn carry_out(&mut self, o: core::Output) {
         let job = self.job;
         match o {
-            core::Output::Say(line) => eprintln!("{}: {line}", self.name),
+            core::Output::Say(line) => {
+                eprintln!("{}: {line}", self.name);
+                if !self.stopped {
+                    self.cause = Some(line);
+                }
+            }
             core::Output::Note { kind, slot, text } => {
                 if let Some(n) = job.notices {
                     let kind = match kind {
@@ -358,7 +366,10 @@ impl Driver<'_, '_> {
                 };
                 self.feed(Some(Input::Spawned { slot, number, outcome }));
             }
-            core::Output::StopAll => (job.stop_all)(),
+            core::Output::StopAll => {
+                self.stopped = true;
+                (job.stop_all)()
+            }
             core::Output::Finished(code) => self.finished = Some(code),
         }
     }
@@ -387,7 +398,25 @@ impl Driver<'_, '_> {
 /// the processes' pids where this launcher started them (0 elsewhere). Returns the job's exit
 /// status.
 pub(crate) fn event_loop(name: &str, job: &Job, rx: &Receiver<Event>, pids: Vec<u32>) -> i32 {
-    let mut driver = Driver { name, job, conns: HashMap::new(), spawns: HashMap::new(), finished: None };
+    event_loop_with_cause(name, job, rx, pids).0
+}
+
+/// [`event_loop`], also returning what was reported of the failure that stopped the job.
+pub(crate) fn event_loop_with_cause(
+    name: &str,
+    job: &Job,
+    rx: &Receiver<Event>,
+    pids: Vec<u32>,
+) -> (i32, Option<String>) {
+    let mut driver = Driver {
+        name,
+        job,
+        conns: HashMap::new(),
+        spawns: HashMap::new(),
+        finished: None,
+        cause: None,
+        stopped: false,
+    };
     let start = Start {
         pids,
         startup_timeout: Duration::from_secs(job.startup_timeout),
@@ -399,7 +428,7 @@ pub(crate) fn event_loop(name: &str, job: &Job, rx: &Receiver<Event>, pids: Vec<
     driver.feed(Some(Input::Start(start)));
     loop {
         if let Some(code) = driver.finished {
-            return code;
+            return (code, driver.cause);
         }
         match rx.recv_timeout(driver.wait()) {
             Ok(ev) => {

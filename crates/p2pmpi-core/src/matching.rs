@@ -96,6 +96,26 @@ impl SeqTable {
     }
 }
 
+impl SeqTable {
+    fn entries(&self) -> Vec<SeqEntry> {
+        let mut v: Vec<SeqEntry> = self.places.iter().map(|(&(c, r, t), &i)| (c, r, t, self.counts[i])).collect();
+        v.sort_unstable();
+        v
+    }
+
+    fn from_entries(entries: &[SeqEntry]) -> SeqTable {
+        let mut t = SeqTable::default();
+        for &(c, r, tag, n) in entries {
+            *t.slot((c, r, tag)) = n;
+        }
+        t.last = None;
+        t
+    }
+}
+
+/// One sequence counter: (communicator, peer rank, tag, count).
+pub type SeqEntry = (u32, i32, i32, u64);
+
 /// Unexpected messages of one (communicator, source), with their arrival numbers.
 type SourceQueue<P> = VecDeque<(u64, Envelope, Body<P>)>;
 
@@ -355,6 +375,25 @@ impl<R: PartialEq, P> Matcher<R, P> {
     pub fn posted(&self) -> impl Iterator<Item = (&Pattern, &R)> {
         self.posted.iter().map(|(p, r)| (p, r))
     }
+
+    /// Every sequence counter, for a checkpoint: (communicator, destination, tag, next
+    /// sequence to stamp) for sends and (communicator, source, tag, next sequence expected)
+    /// for receives, each list sorted.
+    pub fn sequences(&self) -> (Vec<SeqEntry>, Vec<SeqEntry>) {
+        (self.next_send.entries(), self.next_recv.entries())
+    }
+
+    /// Sets the sequence counters from a checkpoint's (see [`Matcher::sequences`]): what
+    /// follows is numbered as if the process had run up to it.
+    pub fn restore_sequences(&mut self, send: &[SeqEntry], recv: &[SeqEntry]) {
+        self.next_send = SeqTable::from_entries(send);
+        self.next_recv = SeqTable::from_entries(recv);
+    }
+
+    /// The envelopes of the messages waiting for a receive (no order).
+    pub fn unexpected_envelopes(&self) -> impl Iterator<Item = &Envelope> {
+        self.unexpected.values().flat_map(|q| q.iter().map(|(_, e, _)| e))
+    }
 }
 
 #[cfg(test)]
@@ -464,6 +503,26 @@ mod tests {
         assert!(m.cancel(&3));
         assert!(!m.cancel(&3));
         assert_eq!(arrive(&mut m, env(0, 0, 0), 1), Arrival::Unmatched);
+    }
+
+    #[test]
+    fn sequences_are_listed_and_restored() {
+        let mut m: Matcher<u32, ()> = Matcher::new();
+        m.next_send_seq(0, 1, 0);
+        m.next_send_seq(0, 1, 0);
+        m.next_send_seq(2, 3, 7);
+        assert!(matches!(m.arrive(&env(1, 0, 0)), Arrival::Unmatched));
+        m.enqueue(env(1, 0, 0), Body::Eager(()));
+        let (send, recv) = m.sequences();
+        assert_eq!(send, vec![(0, 1, 0, 2), (2, 3, 7, 1)]);
+        assert_eq!(recv, vec![(0, 1, 0, 1)]);
+        assert_eq!(m.unexpected_envelopes().count(), 1);
+        let mut n: Matcher<u32, ()> = Matcher::new();
+        n.restore_sequences(&send, &recv);
+        assert_eq!(n.next_send_seq(0, 1, 0), 2);
+        assert_eq!(n.next_send_seq(2, 3, 7), 1);
+        assert_eq!(n.next_expected(0, 1, 0), 1);
+        assert!(matches!(n.arrive(&env(1, 0, 0)), Arrival::Duplicate));
     }
 
     #[test]

@@ -22,6 +22,9 @@ use std::time::{Duration, Instant};
 pub(crate) struct Context {
     /// The communication engine; `None` once finalized.
     engine: Mutex<Option<Engine>>,
+    /// In a process restarted from a checkpoint, the engine until the program called
+    /// `Universe::restored` (communicating before is an error, `not_running`'s).
+    held: Mutex<Option<Engine>>,
     /// What the failure detector found and told.
     pub(crate) failures: Failures,
     /// The control connection to the launcher.
@@ -68,6 +71,7 @@ impl Context {
     fn new() -> Context {
         Context {
             engine: Mutex::new(None),
+            held: Mutex::new(None),
             failures: Failures::default(),
             launcher: Launcher::default(),
             answers: Answers::default(),
@@ -88,6 +92,20 @@ impl Context {
     /// Starts running with `engine` (the end of `initialize`).
     pub(crate) fn run(&self, engine: Engine) {
         *self.engine.lock() = Some(engine);
+    }
+
+    /// Holds the engine aside (a process restarted from a checkpoint, until it restored it).
+    pub(crate) fn hold_engine(&self) {
+        let e = self.engine.lock().take();
+        *self.held.lock() = e;
+    }
+
+    /// Puts back an engine held aside (none held: nothing to do).
+    pub(crate) fn release_engine(&self) {
+        let held = self.held.lock().take();
+        if let Some(e) = held {
+            *self.engine.lock() = Some(e);
+        }
     }
 
     /// Finalization: drops the engine (its connections close) and the program's failure
@@ -328,7 +346,9 @@ pub(crate) fn with_engine<R>(f: impl FnOnce(&mut Engine) -> R) -> R {
 }
 
 fn not_running() -> &'static str {
-    if is_finalized() {
+    if CURRENT.get().is_some_and(|c| c.held.lock().is_some()) {
+        "p2pmpi: this process was restarted from a checkpoint: call Universe::restored() before communicating"
+    } else if is_finalized() {
         "p2pmpi: MPI was already finalized (the Universe was dropped)"
     } else {
         "p2pmpi: MPI is not initialized (call mpi::initialize() first)"

@@ -78,6 +78,28 @@ impl Universe {
     pub fn disconnect_parent(&mut self) {
         crate::topology::disconnect_parent();
     }
+
+    /// Saves a checkpoint of the program's `state` at `step`, with the library's own state:
+    /// collective over the world, every rank at the same `step`. It is consistent or not taken:
+    /// [`checkpoint::Error::InFlight`](crate::checkpoint::Error::InFlight) when a message sent
+    /// was not received yet. The generation is complete (a restart may use it) once every
+    /// rank's piece is written; the one before is then deleted. Costs one serialization of
+    /// `state` and the write. See [`crate::checkpoint`].
+    pub fn checkpoint<T: serde::Serialize>(
+        &self,
+        step: u64,
+        state: &T,
+    ) -> std::result::Result<(), crate::checkpoint::Error> {
+        crate::checkpoint::checkpoint(step, state)
+    }
+
+    /// In a process restarted from a checkpoint, the step and state of the last complete
+    /// checkpoint (call it before communicating); `None` on a fresh start. A restore into
+    /// another type than the one saved, from another program, or from a corrupted piece stops
+    /// the process with an error that says so.
+    pub fn restored<T: serde::de::DeserializeOwned>(&self) -> Option<(u64, T)> {
+        crate::checkpoint::restored::<T>()
+    }
 }
 
 impl Drop for Universe {
@@ -216,6 +238,12 @@ pub fn initialize_with_threading(threading: Threading) -> Option<(Universe, Thre
         Ok(e) => ctx.run(e),
         Err(e) => crate::error::fatal(&e),
     }
+    if crate::checkpoint::restarting() {
+        // The world communicator is made now (it asks the engine): the program names it
+        // before it restores its checkpoint.
+        let _ = SimpleCommunicator::world();
+        ctx.hold_engine();
+    }
     Some((Universe { buffer: None, ctx }, threading))
 }
 
@@ -271,6 +299,8 @@ fn finalize(ctx: &Context) {
     if !crate::lifecycle::is_running() {
         return;
     }
+    // A restarted process that never asked for its checkpoint finalizes all the same.
+    ctx.release_engine();
     bootstrap::finalizing();
     if crate::failure::policy() == crate::failure::Policy::Notify
         && !crate::failure::failed_ranks().is_empty()

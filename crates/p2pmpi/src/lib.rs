@@ -32,6 +32,7 @@
 
 pub mod attribute;
 pub mod bootstrap;
+pub mod checkpoint;
 pub mod collective;
 mod context;
 pub mod datatype;

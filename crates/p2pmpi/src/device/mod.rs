@@ -60,7 +60,7 @@ pub(crate) use net::load_factor;
 
 use crate::error::Result;
 use engine::{Core, Solo, Waits};
-use p2pmpi_core::matching::{Envelope, Pattern};
+use p2pmpi_core::matching::{Envelope, Pattern, SeqEntry};
 use p2pmpi_core::replication::Layout;
 use p2pmpi_wire::auth::JobKey;
 use replication::Replication;
@@ -382,6 +382,21 @@ impl Engine {
     /// Whether every queued frame has been written.
     pub fn all_sent(&self) -> bool {
         both!(self, c => c.all_sent())
+    }
+
+    /// The matcher's sequence counters, sends and receives (see
+    /// `p2pmpi_core::matching::Matcher::sequences`), and the channels and sequences of the
+    /// messages waiting for a receive: what a checkpoint counts and keeps.
+    pub(crate) fn sequences_and_queue(&self) -> (Vec<SeqEntry>, Vec<SeqEntry>, Vec<SeqEntry>) {
+        both!(self, c => {
+            let (send, recv) = c.matcher.sequences();
+            (send, recv, c.matcher.unexpected_envelopes().map(|e| (e.comm, e.src, e.tag, e.seq)).collect())
+        })
+    }
+
+    /// Sets the matcher's sequence counters from a checkpoint's.
+    pub(crate) fn restore_sequences(&mut self, send: &[SeqEntry], recv: &[SeqEntry]) {
+        both!(self, c => c.matcher.restore_sequences(send, recv))
     }
 
     /// Says `Bye` on every connection to a peer and shuts down the sending side.

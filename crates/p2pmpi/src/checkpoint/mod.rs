@@ -1,0 +1,287 @@
+//! Application checkpoints (issue 41): [`Universe::checkpoint`](crate::environment::Universe::checkpoint)
+//! saves the program's state with the library's, collectively over the world, and
+//! [`Universe::restored`](crate::environment::Universe::restored) hands it back to a process
+//! started again from the last complete checkpoint.
+//!
+//! A checkpoint is consistent: every message the program sent on a communicator was received
+//! by the program (the point-to-point sequence counters the matcher keeps anyway, summed over
+//! the world in the checkpoint's own all-reduce; nothing is counted per message). Its piece
+//! holds the library's state ([`store::LibraryState`]: the next communicator context id, the
+//! contexts used and every channel's sequence counters), the state's type name and the hash
+//! of the program's executable; a restore into another type or another program stops the
+//! process with an error that says so. The cost is one serialization and the write; nothing
+//! when the feature is not used.
+//!
+//! Where the pieces go is a [`store::Store`]: the launcher of a local run names a directory
+//! ([`env::DIR`]); a restarted process is told which generation to restore ([`env::RESTORE`])
+//! and, until it called `restored()`, holds its engine aside, so that communicating before
+//! is an error (the engine's usual check that the library runs, nothing more per message).
+
+pub mod store;
+
+use crate::collective::SystemOperation;
+use crate::context::current;
+use crate::topology::SimpleCommunicator;
+use crate::traits::*;
+use parking_lot::Mutex;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use std::sync::OnceLock;
+use store::{Directory, LibraryState, Manifest, PieceHeader, Store, HASH_LEN};
+
+/// The variables a launcher sets for checkpoints.
+pub mod env {
+    /// The directory where a local run keeps its checkpoints.
+    pub const DIR: &str = "P2PMPI_CHECKPOINT_DIR";
+    /// In a restarted process: the generation to restore.
+    pub const RESTORE: &str = "P2PMPI_CHECKPOINT_RESTORE";
+    /// Set by a launcher that reads checkpoint marks on the processes' output (it then
+    /// suppresses, after a restart, the lines shown since the checkpoint restored).
+    pub const MARKS: &str = "P2PMPI_CHECKPOINT_MARKS";
+}
+
+/// The line a process writes on its standard output at each checkpoint, when the launcher
+/// asked for marks ([`env::MARKS`]); the launcher removes it: `MARK_PREFIX` then the generation.
+pub const MARK_PREFIX: &str = "\u{1}p2pmpi-checkpoint ";
+
+/// Why a checkpoint was not taken.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Messages are in flight: over the world, the program sent more point-to-point messages
+    /// than it received (every rank returns this error; nothing is stored).
+    #[error("checkpoint at step {step}: messages are in flight ({sent} sent, {received} received over the world): receive every message before a checkpoint")]
+    InFlight { step: u64, sent: u64, received: u64 },
+    /// The ranks called the checkpoint at different steps.
+    #[error("checkpoint: the ranks are at different steps ({min} to {max})")]
+    Steps { min: u64, max: u64 },
+    /// No store is configured (run with `p2pmpirun --local`; stores on peers come later).
+    #[error(
+        "checkpoint: no store for checkpoints in this run (p2pmpirun --local keeps them in a directory, {})",
+        env::DIR
+    )]
+    NoStore,
+    /// The state could not be serialized.
+    #[error("checkpoint: cannot serialize the state: {0}")]
+    Serialize(String),
+    /// A rank could not write its piece, or rank 0 the manifest: the last complete checkpoint
+    /// stays the one a restart uses.
+    #[error("checkpoint at step {step}: {detail}")]
+    Store { step: u64, detail: String },
+}
+
+/// The checkpoints of this process.
+struct State {
+    /// The last generation this process wrote or restored.
+    generation: u64,
+    /// The store, once opened.
+    store: Option<Box<dyn Store>>,
+}
+
+static STATE: Mutex<State> = Mutex::new(State { generation: 0, store: None });
+
+/// The generation a restarted process restores, read once.
+fn restore_generation() -> Option<u64> {
+    static G: OnceLock<Option<u64>> = OnceLock::new();
+    *G.get_or_init(|| std::env::var(env::RESTORE).ok().and_then(|v| v.parse().ok()))
+}
+
+/// Whether this process was restarted from a checkpoint (and must call `restored()` before
+/// it communicates).
+pub(crate) fn restarting() -> bool {
+    restore_generation().is_some()
+}
+
+/// The store this run names, if any.
+fn open_store() -> Option<Box<dyn Store>> {
+    std::env::var_os(env::DIR).filter(|d| !d.is_empty()).map(|d| Box::new(Directory::new(d)) as Box<dyn Store>)
+}
+
+/// BLAKE3 hash of this program's executable, computed once.
+fn program_hash() -> [u8; 32] {
+    static H: OnceLock<[u8; 32]> = OnceLock::new();
+    *H.get_or_init(|| {
+        let mut h = blake3::Hasher::new();
+        match std::fs::File::open("/proc/self/exe").or_else(|_| std::fs::File::open(std::env::current_exe()?)) {
+            Ok(mut f) => {
+                let _ = std::io::copy(&mut f, &mut h);
+            }
+            Err(_) => {
+                h.update(b"unknown program");
+            }
+        }
+        *h.finalize().as_bytes()
+    })
+}
+
+/// The library's state now, and the point-to-point messages this process sent and received.
+/// A receive counter does not count what waits in the unexpected queue (the program did not
+/// receive it): it goes back to the first sequence queued on its channel.
+fn library_state() -> (LibraryState, u64, u64) {
+    let (send, mut recv, queued) = crate::context::with_engine(|e| e.sequences_and_queue());
+    for (comm, src, tag, seq) in queued {
+        if let Ok(i) = recv.binary_search_by(|x| (x.0, x.1, x.2).cmp(&(comm, src, tag))) {
+            recv[i].3 = recv[i].3.min(seq);
+        }
+    }
+    // Point-to-point traffic is on even MID communicators (2c), collectives on odd ones.
+    let sent = send.iter().filter(|x| x.0 % 2 == 0).map(|x| x.3).sum();
+    let received = recv.iter().filter(|x| x.0 % 2 == 0).map(|x| x.3).sum();
+    let mut comms: Vec<u32> = send.iter().chain(recv.iter()).map(|x| x.0).collect();
+    comms.sort_unstable();
+    comms.dedup();
+    let ctx = current();
+    let mut agreements: Vec<(u32, u64)> = ctx.agreement_seq.lock().iter().map(|(&c, &n)| (c, n)).collect();
+    agreements.sort_unstable();
+    let next_ctx = ctx.next_ctx.load(std::sync::atomic::Ordering::SeqCst);
+    (LibraryState { next_ctx, comms, send, recv, agreements }, sent, received)
+}
+
+/// Puts the library's state back (a restarted process, before it communicates).
+fn set_library_state(l: &LibraryState) {
+    let ctx = current();
+    ctx.next_ctx.fetch_max(l.next_ctx, std::sync::atomic::Ordering::SeqCst);
+    ctx.agreement_seq.lock().extend(l.agreements.iter().copied());
+    crate::context::with_engine(|e| e.restore_sequences(&l.send, &l.recv));
+}
+
+/// `Universe::checkpoint`: see the module's documentation.
+pub(crate) fn checkpoint<T: Serialize>(step: u64, state: &T) -> Result<(), Error> {
+    let world = SimpleCommunicator::world();
+    let rank = world.rank() as u32;
+    let size = world.size() as u32;
+    let (library, sent, received) = library_state();
+    let mut sums = [0u64; 2];
+    world.all_reduce_into(&[sent, received][..], &mut sums[..], SystemOperation::sum());
+    let mut steps = [0u64; 2];
+    world.all_reduce_into(&[step, u64::MAX - step][..], &mut steps[..], SystemOperation::max());
+    let (max, min) = (steps[0], u64::MAX - steps[1]);
+    if min != max {
+        return Err(Error::Steps { min, max });
+    }
+    if sums[0] != sums[1] {
+        return Err(Error::InFlight { step, sent: sums[0], received: sums[1] });
+    }
+    let mut st = STATE.lock();
+    if st.store.is_none() {
+        st.store = open_store();
+    }
+    let generation = st.generation + 1;
+    if std::env::var_os(env::MARKS).is_some() {
+        use std::io::Write;
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "{MARK_PREFIX}{generation}");
+        let _ = out.flush();
+    }
+    // This rank's piece: written, or why not (every rank goes on to the exchange below).
+    let written: Result<[u8; HASH_LEN], Error> = match st.store.as_mut() {
+        None => Err(Error::NoStore),
+        Some(store) => write_piece(store.as_mut(), generation, step, rank, size, library, state),
+    };
+    let mut mine = [0u8; 1 + HASH_LEN];
+    if let Ok(h) = &written {
+        mine[0] = 1;
+        mine[1..].copy_from_slice(h);
+    }
+    let mut all = vec![0u8; (1 + HASH_LEN) * size as usize];
+    world.all_gather_into(&mine[..], &mut all[..]);
+    let failed: Vec<usize> = all.chunks(1 + HASH_LEN).enumerate().filter(|(_, c)| c[0] == 0).map(|(r, _)| r).collect();
+    let mut committed = [0u8; 1];
+    if failed.is_empty() && rank == 0 {
+        let pieces = all.chunks(1 + HASH_LEN).map(|c| c[1..].try_into().expect("hash length")).collect();
+        let m = Manifest { generation, step, pieces };
+        let store = st.store.as_mut().expect("written");
+        committed[0] = match store.commit(&m) {
+            Ok(()) => 1,
+            Err(e) => {
+                eprintln!("p2pmpi: rank 0: checkpoint generation {generation}: cannot write the manifest: {e}");
+                0
+            }
+        };
+    }
+    world.process_at_rank(0).broadcast_into(&mut committed[..]);
+    written?;
+    if !failed.is_empty() {
+        let detail = format!("rank(s) {failed:?} could not write their piece; generation {generation} is incomplete");
+        return Err(Error::Store { step, detail });
+    }
+    if committed[0] == 0 {
+        return Err(Error::Store {
+            step,
+            detail: format!("rank 0 could not write generation {generation}'s manifest"),
+        });
+    }
+    st.generation = generation;
+    Ok(())
+}
+
+/// Serializes the state and writes this rank's piece; returns its hash.
+fn write_piece<T: Serialize>(
+    store: &mut dyn Store,
+    generation: u64,
+    step: u64,
+    rank: u32,
+    size: u32,
+    library: LibraryState,
+    state: &T,
+) -> Result<[u8; HASH_LEN], Error> {
+    let bytes = postcard::to_allocvec(state).map_err(|e| Error::Serialize(e.to_string()))?;
+    let header = PieceHeader {
+        generation,
+        step,
+        rank,
+        size,
+        type_name: std::any::type_name::<T>().to_string(),
+        program: program_hash(),
+        library,
+        state_len: bytes.len() as u64,
+    };
+    let prefix = store::piece_prefix(&header).map_err(Error::Serialize)?;
+    store.put_piece(generation, rank, &[&prefix, &bytes]).map_err(|e| Error::Store {
+        step,
+        detail: format!("rank {rank} cannot write its piece of generation {generation}: {e}"),
+    })
+}
+
+/// `Universe::restored`: the step and state of the generation this restarted process is
+/// told to restore (`None` on a fresh start, or once taken). A piece that cannot be read,
+/// is corrupted, holds another type or comes from another program stops the process with an
+/// error that says so.
+pub(crate) fn restored<T: DeserializeOwned>() -> Option<(u64, T)> {
+    static TAKEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    let generation = restore_generation()?;
+    if TAKEN.swap(true, std::sync::atomic::Ordering::SeqCst) {
+        return None;
+    }
+    let rank = crate::lifecycle::own_rank();
+    let fail = |why: String| -> ! {
+        crate::fatal::stop(&format!("cannot restore checkpoint generation {generation}: {why}"), None)
+    };
+    let store = open_store().unwrap_or_else(|| fail(format!("{} is not set", env::DIR)));
+    let m = match store.latest() {
+        Ok(Some(m)) if m.generation == generation => m,
+        Ok(Some(m)) => fail(format!("the last complete generation is {}", m.generation)),
+        Ok(None) => fail("no complete generation in the store".into()),
+        Err(e) => fail(e.to_string()),
+    };
+    let data = store.get_piece(&m, rank as u32).unwrap_or_else(|e| fail(e.to_string()));
+    let (h, bytes) = store::split_piece(&data).unwrap_or_else(|e| fail(format!("rank {rank}'s piece: {e}")));
+    let want = std::any::type_name::<T>();
+    if h.type_name != want {
+        fail(format!("the state stored is a {}, and the program asks for a {want}", h.type_name));
+    }
+    if h.program != program_hash() {
+        fail("it was written by another program (the executable's hash differs)".into());
+    }
+    if h.rank != rank as u32 || h.size as i32 != SimpleCommunicator::world().size() {
+        fail(format!("the piece is rank {} of {}, this process rank {rank}", h.rank, h.size));
+    }
+    let state: T =
+        postcard::from_bytes(bytes).unwrap_or_else(|e| fail(format!("the state does not decode as a {want}: {e}")));
+    // The engine, held aside until now, comes back with the library's state.
+    current().release_engine();
+    set_library_state(&h.library);
+    let mut st = STATE.lock();
+    st.generation = generation;
+    st.store = Some(store);
+    Some((h.step, state))
+}
