@@ -255,8 +255,8 @@ fn run_local(name: &str, opts: RunArgs, n: usize, binding: Binding) -> Result<i3
     let mut restarts = 0;
     loop {
         let run = crate::restart::Run { dir: checkpoints.dir(), restore, replay: &mut replay };
-        let (code, cause) = run_local_once(name, &opts, n, &binding, run)?;
-        if code == 0 || restarts >= opts.max_restarts || !crate::restart::restartable(code) {
+        let (code, cause, killed) = run_local_once(name, &opts, n, &binding, run)?;
+        if restarts >= opts.max_restarts || !crate::restart::restartable(code, killed) {
             checkpoints.finish(name, code);
             return Ok(code);
         }
@@ -267,14 +267,15 @@ fn run_local(name: &str, opts: RunArgs, n: usize, binding: Binding) -> Result<i3
     }
 }
 
-/// One run of a local job's processes: its exit status and the failure's report.
+/// One run of a local job's processes: its exit status, the failure's report, and whether a
+/// process was killed by a signal that the launcher did not send.
 fn run_local_once(
     name: &str,
     opts: &RunArgs,
     n: usize,
     binding: &Binding,
     run: crate::restart::Run,
-) -> Result<(i32, Option<String>)> {
+) -> Result<(i32, Option<String>, bool)> {
     let layout = Layout::new(n, opts.replicas as usize);
     let slots = layout.slots();
     if slots > MAX_LOCAL {
@@ -404,7 +405,9 @@ fn run_local_once(
         crate::abi::watch_foreign(watched, a.lib.clone(), sup.clone(), tx.clone(), limit);
     }
     drop(tx);
+    let stopped = crate::restart::Stopped::default();
     let stop = || {
+        stopped.note(&children);
         terminate(&children);
         spawner.terminate_all();
     };
@@ -436,7 +439,7 @@ fn run_local_once(
     if let Some(r) = output.replay() {
         *run.replay = r;
     }
-    Ok((if code == 0 { spawned } else { code }, cause))
+    Ok((if code == 0 { spawned } else { code }, cause, stopped.killed_before(&children)))
 }
 
 fn kill_all(children: &mut [Child]) {

@@ -89,11 +89,39 @@ impl Run<'_> {
     }
 }
 
-/// Whether a run that ended with `code` is started again: a process died, killed by a signal
-/// (status 128 + signal), and not by the job's `--timeout`. A program that fails by itself
-/// (an error, a panic) would fail again.
-pub fn restartable(code: i32) -> bool {
-    code > 128 && code != crate::supervise::TIMEOUT_EXIT
+/// Whether a run that ended with `code` is started again: it failed, not by the job's
+/// `--timeout`, and one of its processes was `killed` by a signal the launcher did not send
+/// (a crash, a kill). A program that fails by itself (an error, a panic) would fail again.
+pub fn restartable(code: i32, killed: bool) -> bool {
+    code != 0 && code != crate::supervise::TIMEOUT_EXIT && killed
+}
+
+/// The processes the launcher itself stopped (when it stopped the job), to tell them from
+/// those killed by something else.
+#[derive(Default)]
+pub struct Stopped(std::sync::Mutex<Option<Vec<u32>>>);
+
+impl Stopped {
+    /// The job is stopped now: the processes still running are the launcher's to stop.
+    pub fn note(&self, children: &std::sync::Mutex<Vec<std::process::Child>>) {
+        let mut s = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if s.is_none() {
+            let mut ch = children.lock().unwrap_or_else(|p| p.into_inner());
+            *s = Some(ch.iter_mut().filter_map(|c| matches!(c.try_wait(), Ok(None)).then(|| c.id())).collect());
+        }
+    }
+
+    /// Whether a process (all of them ended) was killed by a signal before the launcher
+    /// stopped the job, or without the launcher stopping it.
+    pub fn killed_before(&self, children: &std::sync::Mutex<Vec<std::process::Child>>) -> bool {
+        use std::os::unix::process::ExitStatusExt;
+        let s = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut ch = children.lock().unwrap_or_else(|p| p.into_inner());
+        ch.iter_mut().any(|c| {
+            let by_signal = matches!(c.try_wait(), Ok(Some(st)) if st.signal().is_some());
+            by_signal && !s.as_ref().is_some_and(|stopped| stopped.contains(&c.id()))
+        })
+    }
 }
 
 /// Says that the job restarts, why, and from where.
@@ -112,12 +140,34 @@ mod tests {
 
     #[test]
     fn only_deaths_by_a_signal_restart() {
-        assert!(restartable(137));
-        assert!(restartable(143));
-        assert!(!restartable(0));
-        assert!(!restartable(1));
-        assert!(!restartable(101));
-        assert!(!restartable(crate::supervise::TIMEOUT_EXIT));
+        assert!(restartable(137, true));
+        assert!(restartable(1, true), "every replica lost, reported by the others");
+        assert!(!restartable(0, true));
+        assert!(!restartable(1, false));
+        assert!(!restartable(101, false));
+        assert!(!restartable(crate::supervise::TIMEOUT_EXIT, true));
+    }
+
+    #[test]
+    fn processes_the_launcher_stopped_are_not_deaths() {
+        let spawn = |cmd: &str| std::process::Command::new("sh").args(["-c", cmd]).spawn().unwrap();
+        // One killed by someone else, one exiting by itself.
+        let killed = std::sync::Mutex::new(vec![spawn("kill -9 $$"), spawn("exit 3")]);
+        for c in killed.lock().unwrap().iter_mut() {
+            c.wait().unwrap();
+        }
+        let s = Stopped::default();
+        s.note(&killed);
+        assert!(s.killed_before(&killed));
+        // One the launcher stops (noted while it runs, then killed).
+        let ours = std::sync::Mutex::new(vec![spawn("sleep 30")]);
+        let s = Stopped::default();
+        s.note(&ours);
+        for c in ours.lock().unwrap().iter_mut() {
+            c.kill().unwrap();
+            c.wait().unwrap();
+        }
+        assert!(!s.killed_before(&ours));
     }
 
     #[test]

@@ -205,7 +205,8 @@ impl Directory {
 fn write_atomic(path: &Path, parts: &[&[u8]], hashed: bool) -> io::Result<[u8; HASH_LEN]> {
     let dir = path.parent().ok_or_else(|| invalid(format!("{}: no parent directory", path.display())))?;
     std::fs::create_dir_all(dir)?;
-    let tmp = path.with_extension("tmp");
+    // The replicas of a rank write the same piece: each through a file of its own.
+    let tmp = path.with_extension(format!("{}.tmp", std::process::id()));
     let mut hasher = blake3::Hasher::new();
     {
         let mut f = std::fs::File::create(&tmp)?;
