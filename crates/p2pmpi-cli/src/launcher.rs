@@ -254,7 +254,7 @@ fn run_local(name: &str, opts: RunArgs, n: usize, binding: Binding) -> Result<i3
     let mut restore = None;
     let mut restarts = 0;
     loop {
-        let run = crate::restart::Run { dir: checkpoints.dir(), restore, replay: &mut replay };
+        let run = crate::restart::Run { dir: checkpoints.dir(), restore, again: restarts > 0, replay: &mut replay };
         let (code, cause, killed) = run_local_once(name, &opts, n, &binding, run)?;
         if restarts >= opts.max_restarts || !crate::restart::restartable(code, killed) {
             checkpoints.finish(name, code);
@@ -309,7 +309,8 @@ fn run_local_once(
     let sup = Shared::new(layout, fd.as_ref());
     spawn_control_server(listener, key.clone(), slots, tx.clone(), sup.clone());
 
-    let output = Arc::new(Output::create(layout, opts.tag_output, opts.output_filename.as_deref())?.replaying(
+    let open = if run.again { Output::reopen } else { Output::create };
+    let output = Arc::new(open(layout, opts.tag_output, opts.output_filename.as_deref())?.replaying(
         layout,
         run.replay,
         run.restore,
@@ -318,7 +319,6 @@ fn run_local_once(
     // its library path (the processes of spawns too: they get `extra`).
     let mut extra = extra_env(opts)?;
     extra.extend(crate::abi::python_env(&extra, false)?);
-    extra.extend(run.env());
     if let Some(a) = abi.as_ref().filter(|a| a.prepend) {
         extra.push(("LD_LIBRARY_PATH".into(), crate::abi::library_path(&a.dir, &extra)));
     }
@@ -343,6 +343,8 @@ fn run_local_once(
             cmd.env(env::ENCRYPT, "1");
         }
         cmd.envs(extra.iter().cloned());
+        // This job's checkpoints (not a spawned job's: those are given `extra` only).
+        cmd.envs(run.env());
         die_with_launcher(&mut cmd);
         if let Some(cpu) = binding.cpu_of(slot) {
             // The library compares the job's processes here with the CPUs it may use (one,

@@ -243,6 +243,16 @@ impl Output {
     /// The job's output; with `dir` (`--output-filename`), rank k's goes to `dir/rank.k/stdout`
     /// and `dir/rank.k/stderr` (created, or emptied) instead of the terminal.
     pub fn create(layout: Layout, tag: bool, dir: Option<&std::path::Path>) -> anyhow::Result<Output> {
+        Output::open(layout, tag, dir, false)
+    }
+
+    /// [`Output::create`] for a job's processes started again (`--max-restarts`): the files
+    /// of `dir` are appended to.
+    pub fn reopen(layout: Layout, tag: bool, dir: Option<&std::path::Path>) -> anyhow::Result<Output> {
+        Output::open(layout, tag, dir, true)
+    }
+
+    fn open(layout: Layout, tag: bool, dir: Option<&std::path::Path>, append: bool) -> anyhow::Result<Output> {
         use anyhow::Context;
         let mut out = Output::new(layout, tag);
         let Some(dir) = dir else { return Ok(out) };
@@ -252,7 +262,12 @@ impl Output {
             std::fs::create_dir_all(&d).with_context(|| format!("--output-filename: cannot create {}", d.display()))?;
             let open = |name: &str| {
                 let p = d.join(name);
-                std::fs::File::create(&p)
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .write(true)
+                    .append(append)
+                    .truncate(!append)
+                    .open(&p)
                     .map(Mutex::new)
                     .with_context(|| format!("--output-filename: cannot create {}", p.display()))
             };
@@ -363,6 +378,35 @@ mod tests {
 
     fn seq(prefix: &str, count: usize) -> Vec<String> {
         (0..count).map(|i| format!("{prefix}{i}\n")).collect()
+    }
+
+    #[test]
+    fn a_restart_resumes_at_the_checkpoint_mark_without_showing_lines_twice() {
+        let dir = std::env::temp_dir().join(format!("p2pmpi-replay-test-{}", std::process::id()));
+        let layout = Layout::new(2, 1);
+        let mark = |g: u64| format!("{}{g}\n", p2pmpi::checkpoint::MARK_PREFIX);
+        let first = Output::create(layout, false, Some(&dir)).unwrap().replaying(layout, &Replay::new(2), None);
+        first.write(0, false, b"a\n");
+        first.write(0, false, mark(1).as_bytes());
+        first.write(0, false, b"b\nc\n");
+        first.write(1, false, b"x\n");
+        let r = first.replay().unwrap();
+        assert_eq!(r.shown, vec![3, 1]);
+        assert_eq!(r.marks[0].get(&1), Some(&1));
+        // Restarted from generation 1: rank 0 prints b and c again (not shown), then d.
+        let second = Output::create(layout, false, Some(&dir)).unwrap().replaying(layout, &r, Some(1));
+        second.write(0, false, b"b\nc\nd\n");
+        second.write(0, true, b"err\n");
+        assert_eq!(second.replay().unwrap().shown, vec![4, 1]);
+        let out = std::fs::read_to_string(dir.join("rank.0/stdout")).unwrap();
+        assert_eq!(out, "d\n", "the second run's file holds only the new line");
+        assert_eq!(std::fs::read_to_string(dir.join("rank.0/stderr")).unwrap(), "err\n");
+        // Restarted from the beginning (no checkpoint): everything shown is skipped.
+        let third =
+            Output::create(layout, false, Some(&dir)).unwrap().replaying(layout, &second.replay().unwrap(), None);
+        third.write(0, false, b"a\nb\nc\nd\ne\n");
+        assert_eq!(std::fs::read_to_string(dir.join("rank.0/stdout")).unwrap(), "e\n");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

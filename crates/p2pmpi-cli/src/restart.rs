@@ -72,6 +72,8 @@ pub struct Run<'a> {
     pub dir: &'a Path,
     /// The generation to restore (a restart from a checkpoint).
     pub restore: Option<u64>,
+    /// A run after the first (its output files are appended to).
+    pub again: bool,
     /// The output of the runs before (see [`Replay`]); updated by the run.
     pub replay: &'a mut Replay,
 }
@@ -174,11 +176,11 @@ mod tests {
     fn a_restart_names_the_generation() {
         let dir = PathBuf::from("/tmp/x");
         let mut replay = Replay::new(2);
-        let run = Run { dir: &dir, restore: Some(3), replay: &mut replay };
+        let run = Run { dir: &dir, restore: Some(3), again: true, replay: &mut replay };
         let env = run.env();
         assert!(env.contains(&("P2PMPI_CHECKPOINT_RESTORE".into(), "3".into())));
         assert!(env.contains(&("P2PMPI_CHECKPOINT_DIR".into(), "/tmp/x".into())));
-        let fresh = Run { dir: &dir, restore: None, replay: &mut replay };
+        let fresh = Run { dir: &dir, restore: None, again: false, replay: &mut replay };
         assert!(!fresh.env().iter().any(|(k, _)| k == "P2PMPI_CHECKPOINT_RESTORE"));
     }
 }

@@ -26,7 +26,6 @@ use crate::traits::*;
 use parking_lot::Mutex;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use std::sync::OnceLock;
 use store::{Directory, LibraryState, Manifest, PieceHeader, Store, HASH_LEN};
 
 /// The variables a launcher sets for checkpoints.
@@ -75,14 +74,20 @@ struct State {
     generation: u64,
     /// The store, once opened.
     store: Option<Box<dyn Store>>,
+    /// The hash of the program's executable, once computed.
+    program: Option<[u8; 32]>,
+    /// `restored()` handed its checkpoint out already.
+    taken: bool,
 }
 
-static STATE: Mutex<State> = Mutex::new(State { generation: 0, store: None });
+// Process-wide because `Universe::checkpoint` and `restored` reach it from the program's
+// calls as every MPI call reaches the running process, and the generation numbers follow
+// one another over the process's life (the context below cannot name the store's type).
+static STATE: Mutex<State> = Mutex::new(State { generation: 0, store: None, program: None, taken: false });
 
-/// The generation a restarted process restores, read once.
+/// The generation a restarted process restores.
 fn restore_generation() -> Option<u64> {
-    static G: OnceLock<Option<u64>> = OnceLock::new();
-    *G.get_or_init(|| std::env::var(env::RESTORE).ok().and_then(|v| v.parse().ok()))
+    std::env::var(env::RESTORE).ok().and_then(|v| v.parse().ok())
 }
 
 /// Whether this process was restarted from a checkpoint (and must call `restored()` before
@@ -97,9 +102,8 @@ fn open_store() -> Option<Box<dyn Store>> {
 }
 
 /// BLAKE3 hash of this program's executable, computed once.
-fn program_hash() -> [u8; 32] {
-    static H: OnceLock<[u8; 32]> = OnceLock::new();
-    *H.get_or_init(|| {
+fn program_hash(st: &mut State) -> [u8; 32] {
+    *st.program.get_or_insert_with(|| {
         let mut h = blake3::Hasher::new();
         match std::fs::File::open("/proc/self/exe").or_else(|_| std::fs::File::open(std::env::current_exe()?)) {
             Ok(mut f) => {
@@ -173,9 +177,10 @@ pub(crate) fn checkpoint<T: Serialize>(step: u64, state: &T) -> Result<(), Error
         let _ = out.flush();
     }
     // This rank's piece: written, or why not (every rank goes on to the exchange below).
+    let program = program_hash(&mut st);
     let written: Result<[u8; HASH_LEN], Error> = match st.store.as_mut() {
         None => Err(Error::NoStore),
-        Some(store) => write_piece(store.as_mut(), generation, step, rank, size, library, state),
+        Some(store) => write_piece(store.as_mut(), (generation, step, rank, size), program, library, state),
     };
     let mut mine = [0u8; 1 + HASH_LEN];
     if let Ok(h) = &written {
@@ -217,10 +222,8 @@ pub(crate) fn checkpoint<T: Serialize>(step: u64, state: &T) -> Result<(), Error
 /// Serializes the state and writes this rank's piece; returns its hash.
 fn write_piece<T: Serialize>(
     store: &mut dyn Store,
-    generation: u64,
-    step: u64,
-    rank: u32,
-    size: u32,
+    (generation, step, rank, size): (u64, u64, u32, u32),
+    program: [u8; 32],
     library: LibraryState,
     state: &T,
 ) -> Result<[u8; HASH_LEN], Error> {
@@ -231,7 +234,7 @@ fn write_piece<T: Serialize>(
         rank,
         size,
         type_name: std::any::type_name::<T>().to_string(),
-        program: program_hash(),
+        program,
         library,
         state_len: bytes.len() as u64,
     };
@@ -247,9 +250,9 @@ fn write_piece<T: Serialize>(
 /// is corrupted, holds another type or comes from another program stops the process with an
 /// error that says so.
 pub(crate) fn restored<T: DeserializeOwned>() -> Option<(u64, T)> {
-    static TAKEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
     let generation = restore_generation()?;
-    if TAKEN.swap(true, std::sync::atomic::Ordering::SeqCst) {
+    let mut st = STATE.lock();
+    if std::mem::replace(&mut st.taken, true) {
         return None;
     }
     let rank = crate::lifecycle::own_rank();
@@ -269,7 +272,7 @@ pub(crate) fn restored<T: DeserializeOwned>() -> Option<(u64, T)> {
     if h.type_name != want {
         fail(format!("the state stored is a {}, and the program asks for a {want}", h.type_name));
     }
-    if h.program != program_hash() {
+    if h.program != program_hash(&mut st) {
         fail("it was written by another program (the executable's hash differs)".into());
     }
     if h.rank != rank as u32 || h.size as i32 != SimpleCommunicator::world().size() {
@@ -280,7 +283,6 @@ pub(crate) fn restored<T: DeserializeOwned>() -> Option<(u64, T)> {
     // The engine, held aside until now, comes back with the library's state.
     current().release_engine();
     set_library_state(&h.library);
-    let mut st = STATE.lock();
     st.generation = generation;
     st.store = Some(store);
     Some((h.step, state))
