@@ -29,7 +29,6 @@
 
 use crate::options::{allowed_hosts, extra_env, resolve_program};
 pub use crate::options::{cluster_prefix, FdPlan, KmonitorPlan, RunArgs};
-use crate::output::Output;
 use crate::supervise::{
     die_with_launcher, event_loop_with_cause, pump, spawn_control_server, terminate, watch_exits, Job, Shared,
 };
@@ -309,12 +308,7 @@ fn run_local_once(
     let sup = Shared::new(layout, fd.as_ref());
     spawn_control_server(listener, key.clone(), slots, tx.clone(), sup.clone());
 
-    let open = if run.again { Output::reopen } else { Output::create };
-    let output = Arc::new(open(layout, opts.tag_output, opts.output_filename.as_deref())?.replaying(
-        layout,
-        run.replay,
-        run.restore,
-    ));
+    let output = Arc::new(run.output(layout, opts)?);
     // Every process the same Python settings, and p2pmpi's library with MPICH's ABI first on
     // its library path (the processes of spawns too: they get `extra`).
     let mut extra = extra_env(opts)?;

@@ -79,6 +79,12 @@ pub struct Run<'a> {
 }
 
 impl Run<'_> {
+    /// The run's output: it goes on from the runs before (their output files appended to).
+    pub fn output(&self, layout: p2pmpi_core::replication::Layout, opts: &RunArgs) -> Result<crate::output::Output> {
+        let open = if self.again { crate::output::Output::reopen } else { crate::output::Output::create };
+        Ok(open(layout, opts.tag_output, opts.output_filename.as_deref())?.replaying(layout, self.replay, self.restore))
+    }
+
     /// The processes' variables: the directory, the marks asked for, the generation.
     pub fn env(&self) -> Vec<(String, String)> {
         use p2pmpi::checkpoint::env;
