@@ -294,6 +294,23 @@ fn a_restore_into_another_type_fails_clearly() {
 }
 
 #[test]
+fn communicating_before_restored_in_a_restarted_process_is_an_error() {
+    let s = Scratch::new("early");
+    let m = marker("ckpt-early");
+    let prog = example("ckpt_iter");
+    let ck = s.ck();
+    let args = ["-n", "2", "--checkpoint-dir", ck.to_str().unwrap(), "--max-restarts", "1", prog.to_str().unwrap()];
+    let job = Job::spawn(&mut launcher_in(&s.0, &[&args[..], &["30", "4", "40", "early", "0", &m]].concat()));
+    wait_until(SEEN, "a complete checkpoint", || complete_generation(&ck).is_some());
+    kill9(slot_pid(&m, 1));
+    let e = job.end(T);
+    assert_ne!(e.code, 0, "{}", e.text);
+    assert!(e.text.contains("restart 1 of 1"), "{}", e.text);
+    assert!(e.text.contains("call Universe::restored() before communicating"), "{}", e.text);
+    assert!(!e.text.contains("restart 2"), "a program error is not restarted:\n{}", e.text);
+}
+
+#[test]
 fn a_corrupted_piece_is_detected_at_restore() {
     let s = Scratch::new("corrupt");
     let m = marker("ckpt-corrupt");

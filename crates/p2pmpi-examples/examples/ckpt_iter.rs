@@ -35,6 +35,10 @@ fn main() {
     if mode == "bench" {
         return bench(&universe, steps, arg(5, 64 * 1024) as usize);
     }
+    if mode == "early" {
+        // Communicates before `restored()`: an error in a restarted process.
+        world.barrier();
+    }
     let restored = if mode == "wrongtype" {
         universe.restored::<Vec<String>>().map(|(s, _)| (s, State { values: Vec::new(), checksum: 0 }))
     } else {
