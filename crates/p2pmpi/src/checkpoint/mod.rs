@@ -150,6 +150,21 @@ fn set_library_state(l: &LibraryState) {
 
 /// `Universe::checkpoint`: see the module's documentation.
 pub(crate) fn checkpoint<T: Serialize>(step: u64, state: &T) -> Result<(), Error> {
+    let bytes = postcard::to_allocvec(state).map_err(|e| e.to_string());
+    take(step, std::any::type_name::<T>(), bytes.as_deref().map_err(String::as_str))
+}
+
+/// A checkpoint of a state already serialized (`state`, of a type named `type_name`), for a
+/// binding that serializes the program's state itself (the C ABI): what
+/// [`Universe::checkpoint`](crate::environment::Universe::checkpoint) does after its
+/// serialization. Collective over the world.
+pub fn checkpoint_bytes(step: u64, type_name: &str, state: &[u8]) -> Result<(), Error> {
+    take(step, type_name, Ok(state))
+}
+
+/// Takes a checkpoint of `state` (or of nothing, when this rank could not serialize it: the
+/// collective goes on and fails everywhere).
+fn take(step: u64, type_name: &str, state: Result<&[u8], &str>) -> Result<(), Error> {
     let world = SimpleCommunicator::world();
     let rank = world.rank() as u32;
     let size = world.size() as u32;
@@ -180,7 +195,7 @@ pub(crate) fn checkpoint<T: Serialize>(step: u64, state: &T) -> Result<(), Error
     let program = program_hash(&mut st);
     let written: Result<[u8; HASH_LEN], Error> = match st.store.as_mut() {
         None => Err(Error::NoStore),
-        Some(store) => write_piece(store.as_mut(), (generation, step, rank, size), program, library, state),
+        Some(store) => write_piece(store.as_mut(), (generation, step, rank, size), program, library, type_name, state),
     };
     let mut mine = [0u8; 1 + HASH_LEN];
     if let Ok(h) = &written {
@@ -219,27 +234,28 @@ pub(crate) fn checkpoint<T: Serialize>(step: u64, state: &T) -> Result<(), Error
     Ok(())
 }
 
-/// Serializes the state and writes this rank's piece; returns its hash.
-fn write_piece<T: Serialize>(
+/// Writes this rank's piece; returns its hash.
+fn write_piece(
     store: &mut dyn Store,
     (generation, step, rank, size): (u64, u64, u32, u32),
     program: [u8; 32],
     library: LibraryState,
-    state: &T,
+    type_name: &str,
+    state: Result<&[u8], &str>,
 ) -> Result<[u8; HASH_LEN], Error> {
-    let bytes = postcard::to_allocvec(state).map_err(|e| Error::Serialize(e.to_string()))?;
+    let bytes = state.map_err(|e| Error::Serialize(e.to_string()))?;
     let header = PieceHeader {
         generation,
         step,
         rank,
         size,
-        type_name: std::any::type_name::<T>().to_string(),
+        type_name: type_name.to_string(),
         program,
         library,
         state_len: bytes.len() as u64,
     };
     let prefix = store::piece_prefix(&header).map_err(Error::Serialize)?;
-    store.put_piece(generation, rank, &[&prefix, &bytes]).map_err(|e| Error::Store {
+    store.put_piece(generation, rank, &[&prefix, bytes]).map_err(|e| Error::Store {
         step,
         detail: format!("rank {rank} cannot write its piece of generation {generation}: {e}"),
     })
@@ -250,6 +266,21 @@ fn write_piece<T: Serialize>(
 /// is corrupted, holds another type or comes from another program stops the process with an
 /// error that says so.
 pub(crate) fn restored<T: DeserializeOwned>() -> Option<(u64, T)> {
+    let want = std::any::type_name::<T>();
+    let (step, bytes) = restored_bytes(want)?;
+    let state: T = postcard::from_bytes(&bytes).unwrap_or_else(|e| {
+        crate::fatal::stop(
+            &format!("cannot restore the checkpoint of step {step}: the state does not decode as a {want}: {e}"),
+            None,
+        )
+    });
+    Some((step, state))
+}
+
+/// The step and serialized state of the checkpoint this restarted process restores, which
+/// must be of the type named `type_name` (see [`checkpoint_bytes`]); `None` on a fresh start
+/// or once taken. The library's state is restored with it, and communication may begin.
+pub fn restored_bytes(type_name: &str) -> Option<(u64, Vec<u8>)> {
     let generation = restore_generation()?;
     let mut st = STATE.lock();
     if std::mem::replace(&mut st.taken, true) {
@@ -268,9 +299,8 @@ pub(crate) fn restored<T: DeserializeOwned>() -> Option<(u64, T)> {
     };
     let data = store.get_piece(&m, rank as u32).unwrap_or_else(|e| fail(e.to_string()));
     let (h, bytes) = store::split_piece(&data).unwrap_or_else(|e| fail(format!("rank {rank}'s piece: {e}")));
-    let want = std::any::type_name::<T>();
-    if h.type_name != want {
-        fail(format!("the state stored is a {}, and the program asks for a {want}", h.type_name));
+    if h.type_name != type_name {
+        fail(format!("the state stored is a {}, and the program asks for a {type_name}", h.type_name));
     }
     if h.program != program_hash(&mut st) {
         fail("it was written by another program (the executable's hash differs)".into());
@@ -278,12 +308,12 @@ pub(crate) fn restored<T: DeserializeOwned>() -> Option<(u64, T)> {
     if h.rank != rank as u32 || h.size as i32 != SimpleCommunicator::world().size() {
         fail(format!("the piece is rank {} of {}, this process rank {rank}", h.rank, h.size));
     }
-    let state: T =
-        postcard::from_bytes(bytes).unwrap_or_else(|e| fail(format!("the state does not decode as a {want}: {e}")));
+    let (step, state) = (h.step, bytes.to_vec());
+    drop(data);
     // The engine, held aside until now, comes back with the library's state.
     current().release_engine();
     set_library_state(&h.library);
     st.generation = generation;
     st.store = Some(store);
-    Some((h.step, state))
+    Some((step, state))
 }
