@@ -311,6 +311,30 @@ fn communicating_before_restored_in_a_restarted_process_is_an_error() {
 }
 
 #[test]
+fn a_restore_into_another_program_fails_clearly() {
+    let s = Scratch::new("otherprog");
+    let m = marker("ckpt-otherprog");
+    // A copy of the program, replaced once a checkpoint is complete by another build of it
+    // (one more byte at its end: it runs the same, its hash differs).
+    let prog = s.0.join("prog");
+    std::fs::copy(example("ckpt_iter"), &prog).unwrap();
+    let ck = s.ck();
+    let args = ["-n", "2", "--checkpoint-dir", ck.to_str().unwrap(), "--max-restarts", "1", prog.to_str().unwrap()];
+    let job = Job::spawn(&mut launcher_in(&s.0, &[&args[..], &["30", "4", "40", "normal", "0", &m]].concat()));
+    wait_until(SEEN, "a complete checkpoint", || complete_generation(&ck).is_some());
+    let other = s.0.join("prog.new");
+    let mut bytes = std::fs::read(&prog).unwrap();
+    bytes.push(0);
+    std::fs::write(&other, bytes).unwrap();
+    std::fs::set_permissions(&other, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    std::fs::rename(&other, &prog).unwrap();
+    kill9(slot_pid(&m, 1));
+    let e = job.end(T);
+    assert_eq!(e.code, 1, "{}", e.text);
+    assert!(e.text.contains("it was written by another program (the executable's hash differs)"), "{}", e.text);
+}
+
+#[test]
 fn a_corrupted_piece_is_detected_at_restore() {
     let s = Scratch::new("corrupt");
     let m = marker("ckpt-corrupt");
