@@ -19,10 +19,11 @@
 
 pub mod store;
 
+use crate::collective::traits::*;
 use crate::collective::SystemOperation;
 use crate::context::current;
+use crate::topology::Communicator;
 use crate::topology::SimpleCommunicator;
-use crate::traits::*;
 use parking_lot::Mutex;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
