@@ -1,6 +1,9 @@
 //! The common case of the blocking standard send and the receive straight on the Rust API
 //! (and of the nonblocking sends and receive, whose requests the MPICH handles then hold
-//! directly, completed by `MPI_Test` and `MPI_Wait` without the library's C layer):
+//! directly, completed by `MPI_Test`, `MPI_Wait`, the array calls (`MPI_Waitall`,
+//! `MPI_Testall`, `MPI_Waitany`, `MPI_Testany`, `MPI_Waitsome`, `MPI_Testsome`, when every
+//! request of the array is null or direct) and cancelled by `MPI_Cancel` without the library's
+//! C layer):
 //! `MPI_COMM_WORLD`, a predefined datatype, a real buffer, a valid rank and tag. Through the
 //! library's C layer (`p2pmpi::ffi`) each such call also looked the world up by its handle
 //! (taking and dropping a reference to it: two atomic operations) and converted the status
@@ -341,4 +344,212 @@ pub unsafe fn waitall(count: c_int, requests: *mut c_int, statuses: *mut MPI_Sta
         Some(_) if status::wanted(statuses) => Err(MPI_ERR_IN_STATUS),
         Some(c) => Err(c),
     })
+}
+
+/// The outcome of a direct request completed by an array call.
+type Outcome = Result<p2pmpi::request::Status, c_int>;
+
+/// The status of a null request in an array call.
+fn empty() -> MPI_Status {
+    MPI_Status::new(0, false, MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_SUCCESS)
+}
+
+/// Completes the finished direct request of `slot` (which frees the slot): its outcome.
+fn complete(slot: &mut Option<RequestEntry>) -> Outcome {
+    let d = slot.as_mut().and_then(|e| e.direct.take());
+    *slot = None;
+    d.map_or(Err(MPI_ERR_REQUEST), |d| d.wait().map_err(|e| class(&e)))
+}
+
+/// Writes outcome `r` at `out` unless ignored (a failure as its class in `MPI_ERROR`).
+///
+/// # Safety
+/// `out` must be null, `MPI_STATUS(ES)_IGNORE` or writable.
+unsafe fn put_outcome(out: *mut MPI_Status, r: &Outcome) {
+    match r {
+        // SAFETY: the caller's contract.
+        Ok(s) => unsafe { put(out, s) },
+        // SAFETY: as above.
+        Err(c) if status::wanted(out) => unsafe {
+            out.write(MPI_Status::new(0, false, MPI_ANY_SOURCE, MPI_ANY_TAG, *c))
+        },
+        Err(_) => {}
+    }
+}
+
+/// The slots of an array call's requests, lent ([`crate::reqtable::Table::lend_all`]).
+type Slots<'a> = [Option<&'a mut Option<RequestEntry>>];
+
+/// Which of the requests of `slots` finished (see `Detached::finished`).
+fn finished(slots: &Slots, block: bool) -> Result<Vec<usize>, c_int> {
+    let ds: Vec<Option<&Detached>> =
+        slots.iter().map(|s| s.as_deref().and_then(Option::as_ref).and_then(|e| e.direct.as_ref())).collect();
+    Detached::finished(&ds, block).map_err(|e| class(&e))
+}
+
+/// Runs `f` on the `count` handles at `requests` and their slots, lent meanwhile, when every
+/// handle is null or a direct request (else `None`: the general way, which also answers a bad
+/// argument or an unknown request).
+///
+/// # Safety
+/// `requests` must be null or valid for `count` reads and writes.
+unsafe fn with_direct<R>(
+    count: c_int,
+    requests: *mut c_int,
+    f: impl FnOnce(&mut [c_int], &mut Slots) -> R,
+) -> Option<R> {
+    if count <= 0 || requests.is_null() {
+        return None;
+    }
+    // SAFETY: non-null, and the caller vouches for `count` handles.
+    let hs = unsafe { std::slice::from_raw_parts_mut(requests, count as usize) };
+    let named = hs.to_vec();
+    REQUESTS
+        .lend_all(&named, MPI_REQUEST_NULL, |slots| {
+            let direct = |s: &Option<&mut Option<RequestEntry>>| {
+                s.as_deref().is_none_or(|e| e.as_ref().is_some_and(|e| e.direct.is_some()))
+            };
+            slots.iter().all(direct).then(|| f(hs, slots))
+        })
+        .flatten()
+}
+
+/// `MPI_Testall` of null and direct requests (else `None`), as [`waitall`] when every one
+/// finished (then `*flag` is 1), else `*flag` 0 and nothing changes.
+///
+/// # Safety
+/// As `MPI_Testall` says; `flag` writable.
+pub unsafe fn testall(
+    count: c_int,
+    requests: *mut c_int,
+    flag: *mut c_int,
+    statuses: *mut MPI_Status,
+) -> Option<Result<(), c_int>> {
+    // SAFETY: the caller's contract.
+    unsafe {
+        with_direct(count, requests, |hs, slots| {
+            let active = slots.iter().filter(|s| s.is_some()).count();
+            if finished(slots, false)?.len() < active {
+                flag.write(0);
+                return Ok(());
+            }
+            let mut failed = None;
+            for (i, (h, s)) in hs.iter_mut().zip(slots.iter_mut()).enumerate() {
+                let out = if status::wanted(statuses) { statuses.add(i) } else { statuses };
+                match s {
+                    None => {
+                        if status::wanted(out) {
+                            out.write(empty());
+                        }
+                    }
+                    Some(s) => {
+                        let r = complete(s);
+                        put_outcome(out, &r);
+                        if let Err(c) = r {
+                            failed.get_or_insert(c);
+                        }
+                    }
+                }
+                *h = MPI_REQUEST_NULL;
+            }
+            flag.write(1);
+            match failed {
+                None => Ok(()),
+                Some(_) if status::wanted(statuses) => Err(MPI_ERR_IN_STATUS),
+                Some(c) => Err(c),
+            }
+        })
+    }
+}
+
+/// `MPI_Waitany` (`block`) or `MPI_Testany` of null and direct requests (else `None`): the
+/// first finished request (in index order) completed, its index at `index`; `MPI_UNDEFINED`
+/// if none is active (then `*flag` 1 and an empty status) or none finished (`*flag` 0).
+///
+/// # Safety
+/// As `MPI_Waitany` says; `index` writable, `flag` null or writable.
+pub unsafe fn waitany(
+    count: c_int,
+    requests: *mut c_int,
+    index: *mut c_int,
+    flag: *mut c_int,
+    st: *mut MPI_Status,
+    block: bool,
+) -> Option<Result<(), c_int>> {
+    // SAFETY: the caller's contract.
+    unsafe {
+        with_direct(count, requests, |hs, slots| {
+            let set_flag = |v| {
+                if !flag.is_null() {
+                    flag.write(v);
+                }
+            };
+            if slots.iter().all(Option::is_none) {
+                index.write(MPI_UNDEFINED);
+                set_flag(1);
+                if status::wanted(st) {
+                    st.write(empty());
+                }
+                return Ok(());
+            }
+            let Some(&i) = finished(slots, block)?.first() else {
+                index.write(MPI_UNDEFINED);
+                set_flag(0);
+                return Ok(());
+            };
+            let r = slots[i].as_deref_mut().map_or(Err(MPI_ERR_REQUEST), complete);
+            hs[i] = MPI_REQUEST_NULL;
+            index.write(i as c_int);
+            set_flag(1);
+            r.map(|s| put(st, &s))
+        })
+    }
+}
+
+/// `MPI_Waitsome` (`block`) or `MPI_Testsome` of null and direct requests (else `None`):
+/// every finished request completed, their number at `outcount` (`MPI_UNDEFINED` if none is
+/// active), their indices and statuses in order; a failed one's status holds its class and
+/// the call answers `MPI_ERR_IN_STATUS` (the class itself when the statuses are ignored).
+///
+/// # Safety
+/// As `MPI_Waitsome` says; `outcount` writable, `indices` valid for `count` writes.
+pub unsafe fn waitsome(
+    count: c_int,
+    requests: *mut c_int,
+    outcount: *mut c_int,
+    indices: *mut c_int,
+    statuses: *mut MPI_Status,
+    block: bool,
+) -> Option<Result<(), c_int>> {
+    // SAFETY: the caller's contract.
+    unsafe {
+        with_direct(count, requests, |hs, slots| {
+            if slots.iter().all(Option::is_none) {
+                outcount.write(MPI_UNDEFINED);
+                return Ok(());
+            }
+            let done = finished(slots, block)?;
+            let mut failed = None;
+            for (k, &i) in done.iter().enumerate() {
+                let r = slots[i].as_deref_mut().map_or(Err(MPI_ERR_REQUEST), complete);
+                hs[i] = MPI_REQUEST_NULL;
+                indices.add(k).write(i as c_int);
+                put_outcome(if status::wanted(statuses) { statuses.add(k) } else { statuses }, &r);
+                if let Err(c) = r {
+                    failed.get_or_insert(c);
+                }
+            }
+            outcount.write(done.len() as c_int);
+            match failed {
+                None => Ok(()),
+                Some(_) if status::wanted(statuses) => Err(MPI_ERR_IN_STATUS),
+                Some(c) => Err(c),
+            }
+        })
+    }
+}
+
+/// `MPI_Cancel` of a direct request, where it lies (`None`: not one).
+pub fn cancel(h: c_int) -> Option<()> {
+    REQUESTS.with(h, |e| e.direct.as_ref().map(Detached::cancel)).flatten()
 }

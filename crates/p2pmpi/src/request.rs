@@ -909,6 +909,25 @@ impl Detached {
         self.0.take().expect("live request").wait()
     }
 
+    /// The indices of the requests of `ds` (`None`: no request there) that finished, without
+    /// completing them (each is then completed by [`Detached::wait`], which returns at once);
+    /// with `block`, waits until at least one did (none if `ds` holds no live request). In a
+    /// replicated job a choice point, as [`RequestCollection::test_some`] (the master's answer).
+    pub fn finished(ds: &[Option<&Detached>], block: bool) -> Result<Vec<usize>> {
+        let ids: Vec<Option<ReqId>> = ds.iter().map(|d| d.and_then(|d| d.0.as_ref()).map(|p| p.id)).collect();
+        if block && ids.iter().all(Option::is_none) {
+            return Ok(Vec::new());
+        }
+        let pendings = || ds.iter().filter_map(|d| d.and_then(|d| d.0.as_ref()));
+        let c = with_engine(|e| {
+            if !block {
+                e.progress(None, None);
+            }
+            e.completion_point()
+        });
+        wait_until(None, |e| done_or_orphaned(e, c, &ids, block, pendings()).map(Ok))
+    }
+
     /// Asks for cancellation (a receive not matched yet is cancelled); the request must still
     /// be completed.
     pub fn cancel(&self) {
