@@ -114,10 +114,11 @@ impl Pending {
         )
     }
 
-    /// Turns the engine's outcome into a status, unpacking received data.
-    pub fn finish(self, r: Result<StatusInfo>) -> Result<Status> {
+    /// Turns the engine's outcome into a status, unpacking received data. (By reference: the
+    /// request, large, is not moved for the call; its owner drops it after.)
+    pub fn finish(&self, r: Result<StatusInfo>) -> Result<Status> {
         let st = r?;
-        if let Some(u) = self.unpack {
+        if let Some(u) = &self.unpack {
             // SAFETY: `dst` is where the receive was asked to put `count` elements of `map`
             // (`raw_target`): the writable buffer of the request's owner, still borrowed (see
             // `Send for Pending`), or a `MaybeUninit` slot, which may be written whatever it
@@ -639,7 +640,7 @@ pub(crate) fn wait_any_pending(pendings: &[&Pending]) -> usize {
 /// The requests of `ids` complete now (`c`: a replicated job's choice point); without one,
 /// receives from `ANY_SOURCE` that can no longer be told apart from a failed member's are
 /// failed first ([`Pending::fail_if_any_source_orphaned`]).
-fn done_or_orphaned<'p>(
+pub(crate) fn done_or_orphaned<'p>(
     e: &mut crate::device::Engine,
     c: Option<u64>,
     ids: &[Option<ReqId>],
@@ -890,6 +891,12 @@ impl Detached {
         Detached(Some(p))
     }
 
+    /// The live request, if any.
+    #[inline]
+    pub(crate) fn pending(&self) -> Option<&Pending> {
+        self.0.as_ref()
+    }
+
     /// The outcome if the operation finished (a failure of the communication as an error;
     /// the request is then spent), else `None`.
     #[inline]
@@ -900,32 +907,17 @@ impl Detached {
                 self.0 = None;
                 Some(Err(e))
             }
-            Polled::Done(r) => Some(self.0.take().expect("live request").finish(r)),
+            Polled::Done(r) => {
+                let s = self.0.as_ref().expect("live request").finish(r);
+                self.0 = None;
+                Some(s)
+            }
         }
     }
 
     /// Waits for the operation to finish; its outcome.
     pub fn wait(mut self) -> Result<Status> {
         self.0.take().expect("live request").wait()
-    }
-
-    /// The indices of the requests of `ds` (`None`: no request there) that finished, without
-    /// completing them (each is then completed by [`Detached::wait`], which returns at once);
-    /// with `block`, waits until at least one did (none if `ds` holds no live request). In a
-    /// replicated job a choice point, as [`RequestCollection::test_some`] (the master's answer).
-    pub fn finished(ds: &[Option<&Detached>], block: bool) -> Result<Vec<usize>> {
-        let ids: Vec<Option<ReqId>> = ds.iter().map(|d| d.and_then(|d| d.0.as_ref()).map(|p| p.id)).collect();
-        if block && ids.iter().all(Option::is_none) {
-            return Ok(Vec::new());
-        }
-        let pendings = || ds.iter().filter_map(|d| d.and_then(|d| d.0.as_ref()));
-        let c = with_engine(|e| {
-            if !block {
-                e.progress(None, None);
-            }
-            e.completion_point()
-        });
-        wait_until(None, |e| done_or_orphaned(e, c, &ids, block, pendings()).map(Ok))
     }
 
     /// Asks for cancellation (a receive not matched yet is cancelled); the request must still
