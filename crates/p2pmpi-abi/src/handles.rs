@@ -202,10 +202,10 @@ pub struct Persistent {
 /// persistent request is inactive), what it keeps alive, and for a persistent request what
 /// it starts. A send or receive started in the common case ([`crate::fast`]) holds the
 /// library's request itself (`direct`, `raw` null) rather than a handle of the library's C
-/// layer: `MPI_Test`, `MPI_Wait`, `MPI_Cancel` and the array calls of null and direct
-/// requests complete it directly, without the C layer's table; everything else (an array
-/// mixed with other requests, `MPI_Request_get_status`, `MPI_Request_free`) takes its handle
-/// by [`RequestEntry::raw`] (which moves it there).
+/// layer: `MPI_Test`, `MPI_Wait`, `MPI_Waitall` of null and direct requests and `MPI_Cancel`
+/// complete or cancel it directly, without the C layer's table; everything else (the other
+/// array calls, `MPI_Request_get_status`, `MPI_Request_free`) takes its handle by
+/// [`RequestEntry::raw`] (which moves it there).
 pub struct RequestEntry {
     pub raw: ffi::MPI_Request,
     pub keep: Option<Keep>,

@@ -496,10 +496,6 @@ mpi_fn! {
         if flag.is_null() {
             return Err(MPI_ERR_ARG);
         }
-        // SAFETY: the caller's contract; `flag` checked non-null.
-        if let Some(r) = unsafe { crate::fast::testall(count, requests, flag, statuses) } {
-            return r;
-        }
         let mut s = Statuses::new(count, statuses);
         // SAFETY: the caller's contract; `flag` checked non-null, the statuses are ours.
         let g = unsafe {
@@ -523,10 +519,6 @@ mpi_fn! {
         if index.is_null() {
             return Err(MPI_ERR_ARG);
         }
-        // SAFETY: the caller's contract; `index` checked non-null.
-        if let Some(r) = unsafe { crate::fast::waitany(count, requests, index, std::ptr::null_mut(), st, true) } {
-            return r;
-        }
         let mut fs = ffi::MPI_Status::default();
         // SAFETY: the caller's contract; `index` checked non-null, `fs` a local.
         let g = unsafe { with_requests(count, requests, |rs| ffi::MPI_Waitany(count, rs.as_mut_ptr(), index, &mut fs)) }?;
@@ -549,10 +541,6 @@ mpi_fn! {
         on MPI_COMM_WORLD => {
         if index.is_null() || flag.is_null() {
             return Err(MPI_ERR_ARG);
-        }
-        // SAFETY: the caller's contract; `index` and `flag` checked non-null.
-        if let Some(r) = unsafe { crate::fast::waitany(count, requests, index, flag, st, false) } {
-            return r;
         }
         let mut fs = ffi::MPI_Status::default();
         // SAFETY: the caller's contract; `index` and `flag` checked non-null, `fs` a local.
@@ -757,10 +745,6 @@ unsafe fn some(
 ) -> Result<(), c_int> {
     if outcount.is_null() || (count > 0 && indices.is_null()) {
         return Err(MPI_ERR_ARG);
-    }
-    // SAFETY: the caller's contract; `outcount` and `indices` checked.
-    if let Some(r) = unsafe { crate::fast::waitsome(count, requests, outcount, indices, statuses, wait) } {
-        return r;
     }
     let null = null_request();
     let mut done: Vec<(c_int, ffi::MPI_Status)> = Vec::new();

@@ -216,24 +216,6 @@ impl<T: 'static> Table<T> {
         Some(f(unsafe { &mut *c.slot.val.get() }))
     }
 
-    /// What `f` makes of the slots of the handles of `hs` (`None` for `null`), all lent to
-    /// this thread meanwhile as by [`Table::lend`]; `None` if one names no live object (or
-    /// comes twice).
-    pub fn lend_all<R>(
-        &'static self,
-        hs: &[c_int],
-        null: c_int,
-        f: impl FnOnce(&mut [Option<&mut Option<T>>]) -> R,
-    ) -> Option<R> {
-        let mut claims = Vec::with_capacity(hs.len());
-        for &h in hs {
-            claims.push(if h == null { None } else { Some(self.claim(h, LENT)?) });
-        }
-        // SAFETY: each slot is claimed by this thread (once: a second claim of one fails).
-        let mut slots: Vec<_> = claims.iter().map(|c| c.as_ref().map(|c| unsafe { &mut *c.slot.val.get() })).collect();
-        Some(f(&mut slots))
-    }
-
     /// Whether every handle of `hs` is `null` or names a live object of which `f` holds.
     pub fn all(&'static self, hs: &[c_int], null: c_int, f: impl Fn(&T) -> bool) -> bool {
         hs.iter().all(|&h| h == null || self.with(h, &f) == Some(true))

@@ -1,7 +1,7 @@
 //! The array completions (`MPI_Testall`, `MPI_Waitany`, `MPI_Testany`, `MPI_Waitsome`,
-//! `MPI_Testsome`) and `MPI_Cancel` on the requests `MPI_Isend`/`MPI_Irecv` hold in their
-//! handles (completed there, without the library's C layer), with `MPI_REQUEST_NULL` among
-//! them, and mixed with persistent and generalized requests: a C program built by
+//! `MPI_Testsome`) and `MPI_Cancel` (which cancels them where they lie) on the requests
+//! `MPI_Isend`/`MPI_Irecv` hold in their handles, with `MPI_REQUEST_NULL` among them, and
+//! mixed with persistent and generalized requests: a C program built by
 //! `mpicc.mpich` (`tests/c/direct_arrays.c`), run unchanged by `p2pmpirun --local`, alone and
 //! replicated (each array test a choice point the replicas follow).
 

@@ -9,7 +9,7 @@
 
 use crate::context::{wait_until, with_engine};
 use crate::datatype::{Buffer, BufferMut, Equivalence, TypeMap, UncommittedDatatype};
-use crate::device::{Matched, ReqId, SendMode};
+use crate::device::{Matched, SendMode};
 use crate::error::{Error, OrFatal, Result};
 use crate::request::{Detached, Pending, Request, Scope, Unpack};
 use crate::topology::{AsCommunicator, CommHandle, Communicator, CommunicatorRelation, Rank};
@@ -181,25 +181,6 @@ impl Detached {
     ) -> Result<Detached> {
         let mode = if synchronous { SendMode::Synchronous } else { SendMode::Standard };
         try_isend(d, buf, tag, mode).map(Detached::of)
-    }
-
-    /// The indices of the requests of `ds` (`None`: no request there) that finished, without
-    /// completing them (each is then completed by [`Detached::wait`], which returns at once);
-    /// with `block`, waits until at least one did (none if `ds` holds no live request). In a
-    /// replicated job a choice point, as `RequestCollection::test_some` (the master's answer).
-    pub fn finished(ds: &[Option<&Detached>], block: bool) -> Result<Vec<usize>> {
-        let ids: Vec<Option<ReqId>> = ds.iter().map(|d| d.and_then(|d| d.pending()).map(|p| p.id)).collect();
-        if block && ids.iter().all(Option::is_none) {
-            return Ok(Vec::new());
-        }
-        let pendings = || ds.iter().filter_map(|d| d.and_then(|d| d.pending()));
-        let c = with_engine(|e| {
-            if !block {
-                e.progress(None, None);
-            }
-            e.completion_point()
-        });
-        wait_until(None, |e| crate::request::done_or_orphaned(e, c, &ids, block, pendings()).map(Ok))
     }
 
     /// Starts receiving into `buf` from `s` with `tag`, detached (see [`Detached::send`]);

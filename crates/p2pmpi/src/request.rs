@@ -114,11 +114,10 @@ impl Pending {
         )
     }
 
-    /// Turns the engine's outcome into a status, unpacking received data. (By reference: the
-    /// request, large, is not moved for the call; its owner drops it after.)
-    pub fn finish(&self, r: Result<StatusInfo>) -> Result<Status> {
+    /// Turns the engine's outcome into a status, unpacking received data.
+    pub fn finish(self, r: Result<StatusInfo>) -> Result<Status> {
         let st = r?;
-        if let Some(u) = &self.unpack {
+        if let Some(u) = self.unpack {
             // SAFETY: `dst` is where the receive was asked to put `count` elements of `map`
             // (`raw_target`): the writable buffer of the request's owner, still borrowed (see
             // `Send for Pending`), or a `MaybeUninit` slot, which may be written whatever it
@@ -640,7 +639,7 @@ pub(crate) fn wait_any_pending(pendings: &[&Pending]) -> usize {
 /// The requests of `ids` complete now (`c`: a replicated job's choice point); without one,
 /// receives from `ANY_SOURCE` that can no longer be told apart from a failed member's are
 /// failed first ([`Pending::fail_if_any_source_orphaned`]).
-pub(crate) fn done_or_orphaned<'p>(
+fn done_or_orphaned<'p>(
     e: &mut crate::device::Engine,
     c: Option<u64>,
     ids: &[Option<ReqId>],
@@ -891,12 +890,6 @@ impl Detached {
         Detached(Some(p))
     }
 
-    /// The live request, if any.
-    #[inline]
-    pub(crate) fn pending(&self) -> Option<&Pending> {
-        self.0.as_ref()
-    }
-
     /// The outcome if the operation finished (a failure of the communication as an error;
     /// the request is then spent), else `None`.
     #[inline]
@@ -907,11 +900,7 @@ impl Detached {
                 self.0 = None;
                 Some(Err(e))
             }
-            Polled::Done(r) => {
-                let s = self.0.as_ref().expect("live request").finish(r);
-                self.0 = None;
-                Some(s)
-            }
+            Polled::Done(r) => Some(self.0.take().expect("live request").finish(r)),
         }
     }
 
