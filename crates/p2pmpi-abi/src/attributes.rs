@@ -239,7 +239,7 @@ fn predefined_type(h: c_int) -> bool {
 /// Checks that `h` names an object of kind `on`.
 fn check(h: c_int, on: On) -> Result<(), c_int> {
     match on {
-        // A predefined datatype the library does not describe yet (`MPI_LONG_DOUBLE`, ...)
+        // A predefined datatype the library does not describe yet (`MPI_REAL16`, ...)
         // still holds attributes: it is one by its handle's encoding.
         On::Type => {
             crate::datatypes::any_datatype(h).map(|_| ()).or_else(|e| predefined_type(h).then_some(()).ok_or(e))

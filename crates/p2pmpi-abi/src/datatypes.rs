@@ -7,7 +7,7 @@ use crate::consts::{
     MPI_COMM_WORLD, MPI_DATATYPE_NULL, MPI_ERR_TYPE, MPI_ERR_UNSUPPORTED_OPERATION, MPI_ERR_VALUE_TOO_LARGE,
 };
 use crate::handles::{object, Slab};
-use p2pmpi::datatype::{DatatypeRef, UserDatatype};
+use p2pmpi::datatype::{DatatypeRef, Primitive, UserDatatype};
 use p2pmpi::ffi;
 use p2pmpi::traits::{AsRaw, Equivalence};
 use p2pmpi::traits::{FromRaw, UncommittedDatatype};
@@ -118,6 +118,7 @@ pub mod pairs {
     pub const MPI_DOUBLE_INT: c_int = 0x8c00_0001_u32 as c_int;
     pub const MPI_LONG_INT: c_int = 0x8c00_0002_u32 as c_int;
     pub const MPI_SHORT_INT: c_int = 0x8c00_0003_u32 as c_int;
+    pub const MPI_LONG_DOUBLE_INT: c_int = 0x8c00_0004_u32 as c_int;
 }
 
 /// The pair types, laid out as C's structures `{ value; int }` (made once).
@@ -138,6 +139,12 @@ fn pair(h: c_int) -> Option<ffi::MPI_Datatype> {
             (MPI_DOUBLE_INT, of::<f64>()),
             (MPI_LONG_INT, of::<i64>()),
             (MPI_SHORT_INT, of::<i16>()),
+            (MPI_LONG_DOUBLE_INT, {
+                // `{ long double; int }`: the index at 16, the extent 32 (a long double's
+                // alignment).
+                let (v, i) = (UserDatatype::primitive(Primitive::F80), c_int::equivalent_datatype());
+                UserDatatype::structured(&[1, 1], &[0, 16], &[v.as_ref(), i])
+            }),
         ]
     });
     all.iter().find(|(k, _)| *k == h).map(|(_, d)| d.as_raw())
@@ -152,6 +159,7 @@ pub fn predefined_name(h: c_int) -> Option<&'static str> {
         (MPI_DOUBLE_INT, "MPI_DOUBLE_INT"),
         (MPI_LONG_INT, "MPI_LONG_INT"),
         (MPI_SHORT_INT, "MPI_SHORT_INT"),
+        (MPI_LONG_DOUBLE_INT, "MPI_LONG_DOUBLE_INT"),
     ];
     PREDEFINED
         .iter()

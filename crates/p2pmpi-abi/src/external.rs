@@ -29,6 +29,9 @@ fn unit(kind: Primitive) -> usize {
     match kind {
         Primitive::C32 => 4,
         Primitive::C64 => 8,
+        // (`long double` in its own x87 format, each part's 16 bytes reversed: no conversion
+        // to external32's 128-bit float, which MPI names for it.)
+        Primitive::C80 => 16,
         k => k.size(),
     }
 }

@@ -1,6 +1,7 @@
 //! The common case of the blocking standard send and the receive straight on the Rust API
 //! (and of the nonblocking sends and receive, whose requests the MPICH handles then hold
-//! directly, completed by `MPI_Test` and `MPI_Wait` without the library's C layer):
+//! directly, completed by `MPI_Test`, `MPI_Wait` and `MPI_Waitall` (when every request of the
+//! array is null or direct) and cancelled by `MPI_Cancel` without the library's C layer):
 //! `MPI_COMM_WORLD`, a predefined datatype, a real buffer, a valid rank and tag. Through the
 //! library's C layer (`p2pmpi::ffi`) each such call also looked the world up by its handle
 //! (taking and dropping a reference to it: two atomic operations) and converted the status
@@ -10,10 +11,11 @@
 //! it: the fast path never decides an error of the arguments.
 
 use crate::consts::*;
-use crate::handles::{new_direct_request, release_request, RequestEntry, REQUESTS};
+use crate::handles::{new_direct_request, RequestEntry, REQUESTS};
 use crate::status::{self, MPI_Status};
 use crate::{nz, nz_mut};
 use p2pmpi::datatype::{DatatypeRef, DynBuffer, DynBufferMut};
+use p2pmpi::ffi;
 use p2pmpi::request::Detached;
 use p2pmpi::topology::SimpleCommunicator;
 use p2pmpi::traits::*;
@@ -216,29 +218,52 @@ unsafe fn put(st: *mut MPI_Status, s: &p2pmpi::request::Status) {
     }
 }
 
-/// `MPI_Test` of the direct request of entry `e` of handle `h` (`*request`), lent from the
-/// table (`Slab::lend_unless`) and tested in place: if it completed, the slot is freed,
-/// `*request` set to `MPI_REQUEST_NULL` and the status written (a failure answers its error
-/// class); else the entry goes back.
+/// What [`test_in`] found of a request.
+pub enum Tested {
+    /// Not a direct request: the general way tests it (whether it is persistent, the
+    /// library's handle).
+    General(bool, ffi::MPI_Request),
+    /// A direct request, not finished.
+    NotYet,
+    /// A direct request that finished (its entry now dropped, its slot freed).
+    Done(Result<p2pmpi::request::Status, CommError>),
+}
+
+/// Tests the request of a slot lent by [`REQUESTS`] (`Table::lend`) in place, if it is
+/// direct: a finished one is taken out of the slot, which frees it.
+#[inline]
+pub fn test_in(slot: &mut Option<RequestEntry>) -> Tested {
+    let Some(e) = slot else { return Tested::NotYet };
+    let Some(d) = e.direct.as_mut() else { return Tested::General(e.persistent.is_some(), e.raw) };
+    match d.test() {
+        None => Tested::NotYet,
+        Some(r) => {
+            if e.keep.is_none() {
+                // Nothing to drop: the request is spent (`Detached::test` answered), the
+                // rest of the entry plain values. (Forgotten rather than dropped: the drop
+                // glue would look at every field again.)
+                std::mem::forget(slot.take());
+            } else {
+                *slot = None;
+            }
+            Tested::Done(r)
+        }
+    }
+}
+
+/// `MPI_Test`'s answer for a direct request tested by [`test_in`] (not `General`): if it
+/// finished, `*request` set to `MPI_REQUEST_NULL` and the status written (a failure answers
+/// its error class).
 ///
 /// # Safety
 /// `request` and `flag` must be writable, `st` null, `MPI_STATUS_IGNORE` or writable.
 #[inline]
-pub unsafe fn test(
-    mut e: RequestEntry,
-    h: c_int,
-    request: *mut c_int,
-    flag: *mut c_int,
-    st: *mut MPI_Status,
-) -> Result<(), c_int> {
-    let Some(r) = e.direct.as_mut().and_then(Detached::test) else {
-        REQUESTS.put_back(h, e);
+pub unsafe fn tested(t: Tested, request: *mut c_int, flag: *mut c_int, st: *mut MPI_Status) -> Result<(), c_int> {
+    let Tested::Done(r) = t else {
         // SAFETY: the caller's contract.
         unsafe { flag.write(0) };
         return Ok(());
     };
-    // (`e`, spent, is dropped where it lies.)
-    release_request(h);
     // SAFETY: the caller's contract.
     unsafe { request.write(MPI_REQUEST_NULL) };
     let s = r.map_err(|e| class(&e))?;
@@ -317,4 +342,9 @@ pub unsafe fn waitall(count: c_int, requests: *mut c_int, statuses: *mut MPI_Sta
         Some(_) if status::wanted(statuses) => Err(MPI_ERR_IN_STATUS),
         Some(c) => Err(c),
     })
+}
+
+/// `MPI_Cancel` of a direct request, where it lies (`None`: not one).
+pub fn cancel(h: c_int) -> Option<()> {
+    REQUESTS.with(h, |e| e.direct.as_ref().map(Detached::cancel)).flatten()
 }

@@ -8,6 +8,7 @@
 //! (`p2pmpi::ffi`'s).
 
 use crate::consts::*;
+use crate::reqtable::{Local, Table};
 use p2pmpi::ffi;
 use p2pmpi::request::Detached;
 use p2pmpi::topology::SimpleCommunicator;
@@ -116,58 +117,6 @@ impl<T> Slab<T> {
         })
     }
 
-    /// Stores `t` after freeing the lent slots of `freed` (see [`Slab::lend_unless`]), all
-    /// under one lock; returns `t`'s new handle.
-    #[inline]
-    pub fn insert_freeing(&self, t: T, freed: &mut Vec<u32>) -> c_int {
-        let mut s = self.slots.write();
-        s.free.append(freed);
-        let i = match s.free.pop() {
-            Some(i) => i,
-            None => {
-                s.v.push(None);
-                (s.v.len() - 1) as u32
-            }
-        };
-        assert!(i <= INDEX_MASK, "too many MPI handles of one kind");
-        s.v[i as usize] = Some(t);
-        make(self.kind, self.obj, i)
-    }
-
-    /// What `f` gives of the object of handle `h`, or if it gives nothing the object itself,
-    /// taken out: its slot stays lent (the handle names nothing meanwhile, and no other
-    /// object gets it) until [`Slab::put_back`] or its index is freed ([`Slab::free_lent`],
-    /// [`Slab::insert_freeing`]). `None` if `h` names no live object.
-    #[inline]
-    pub fn lend_unless<R>(&self, h: c_int, f: impl FnOnce(&T) -> Option<R>) -> Option<Result<T, R>> {
-        let i = self.index(h)?;
-        let mut s = self.slots.write();
-        let slot = s.v.get_mut(i)?;
-        if let Some(r) = f(slot.as_ref()?) {
-            return Some(Err(r));
-        }
-        slot.take().map(Ok)
-    }
-
-    /// Puts `t` back in the slot of `h`, lent by [`Slab::lend_unless`].
-    #[inline]
-    pub fn put_back(&self, h: c_int, t: T) {
-        let i = self.index(h).expect("a lent handle");
-        let mut s = self.slots.write();
-        debug_assert!(s.v[i].is_none(), "a lent slot");
-        s.v[i] = Some(t);
-    }
-
-    /// The index of handle `h` of this table, to free its slot once lent.
-    pub fn index_of(&self, h: c_int) -> Option<u32> {
-        self.index(h).map(|i| i as u32)
-    }
-
-    /// Frees the lent slots of `freed` (emptied).
-    pub fn free_lent(&self, freed: &mut Vec<u32>) {
-        self.slots.write().free.append(freed);
-    }
-
     /// Frees the slot of `h` if `f` says so of what it holds; returns what it held.
     #[inline]
     pub fn take_if(&self, h: c_int, f: impl FnOnce(&T) -> bool) -> Option<T> {
@@ -253,8 +202,10 @@ pub struct Persistent {
 /// persistent request is inactive), what it keeps alive, and for a persistent request what
 /// it starts. A send or receive started in the common case ([`crate::fast`]) holds the
 /// library's request itself (`direct`, `raw` null) rather than a handle of the library's C
-/// layer: `MPI_Test` and `MPI_Wait` complete it directly, without the C layer's table;
-/// everything else takes its handle by [`RequestEntry::raw`] (which moves it there).
+/// layer: `MPI_Test`, `MPI_Wait`, `MPI_Waitall` of null and direct requests and `MPI_Cancel`
+/// complete or cancel it directly, without the C layer's table; everything else (the other
+/// array calls, `MPI_Request_get_status`, `MPI_Request_free`) takes its handle by
+/// [`RequestEntry::raw`] (which moves it there).
 pub struct RequestEntry {
     pub raw: ffi::MPI_Request,
     pub keep: Option<Keep>,
@@ -273,9 +224,15 @@ impl RequestEntry {
     }
 }
 
-/// Requests of the nonblocking operations.
+/// Requests of the nonblocking operations: a table without a lock ([`crate::reqtable`]), on
+/// the hot path of every nonblocking call.
 // Process-wide because a C handle is a plain integer any thread may hand to any function.
-pub static REQUESTS: Slab<RequestEntry> = Slab::new(object::REQUEST);
+pub static REQUESTS: Table<RequestEntry> = Table::new(object::REQUEST, &FREE_REQUESTS);
+
+thread_local! {
+    // Per thread: the free indices of `REQUESTS` its completions gave back.
+    static FREE_REQUESTS: Local = const { Local::new() };
+}
 
 /// The library's null request.
 pub fn null_request() -> ffi::MPI_Request {
@@ -285,63 +242,13 @@ pub fn null_request() -> ffi::MPI_Request {
 
 /// The MPICH handle of a request the library started.
 pub fn new_request(raw: ffi::MPI_Request, keep: Option<Keep>) -> c_int {
-    insert_request(RequestEntry { raw, keep, persistent: None, direct: None })
+    REQUESTS.insert(RequestEntry { raw, keep, persistent: None, direct: None })
 }
 
 /// The MPICH handle of a request started in the common case ([`crate::fast`]).
 #[inline]
 pub fn new_direct_request(d: Detached) -> c_int {
-    insert_request(RequestEntry { raw: null_request(), keep: None, persistent: None, direct: Some(d) })
-}
-
-/// Stores a request, freeing under the same lock the slots this thread's completions left
-/// lent ([`release_request`]).
-#[inline]
-fn insert_request(e: RequestEntry) -> c_int {
-    // The list is taken out and put back (a vector moved, no allocation), so that the entry
-    // is moved once, whether or not the thread's storage is still there (while the thread
-    // ends it is gone: the list is then empty).
-    let mut freed = FREED.try_with(|f| f.0.take()).unwrap_or_default();
-    let h = REQUESTS.insert_freeing(e, &mut freed);
-    let _ = FREED.try_with(|f| f.0.replace(freed));
-    h
-}
-
-/// Slots of [`REQUESTS`] lent by a completion on this thread ([`release_request`]), to free
-/// at its next new request (under that insertion's lock), at the latest when there are
-/// [`FREED_AT_MOST`] of them or when the thread ends.
-struct Freed(std::cell::RefCell<Vec<u32>>);
-
-impl Drop for Freed {
-    fn drop(&mut self) {
-        REQUESTS.free_lent(&mut self.0.borrow_mut());
-    }
-}
-
-thread_local! {
-    // Per thread: the slots its own completions lent, freed by its own next insertion.
-    static FREED: Freed = const { Freed(std::cell::RefCell::new(Vec::new())) };
-}
-
-/// How many lent slots a thread keeps at most before freeing them by themselves.
-const FREED_AT_MOST: usize = 16;
-
-/// Frees the slot of request `h`, lent by `Slab::lend_unless` for a completion: one lock of
-/// the table per completion (the one that lent it), not two.
-#[inline]
-pub fn release_request(h: c_int) {
-    let Some(i) = REQUESTS.index_of(h) else { return };
-    let kept = FREED.try_with(|f| {
-        let mut f = f.0.borrow_mut();
-        f.push(i);
-        if f.len() >= FREED_AT_MOST {
-            REQUESTS.free_lent(&mut f);
-        }
-    });
-    if kept.is_err() {
-        // The thread is ending: freed at once.
-        REQUESTS.free_lent(&mut vec![i]);
-    }
+    REQUESTS.insert(RequestEntry { raw: null_request(), keep: None, persistent: None, direct: Some(d) })
 }
 
 /// The library's handle of request `h` (a direct request handed over to the library's C

@@ -62,6 +62,7 @@ pub mod partitioned;
 pub mod pcoll;
 pub mod point_to_point;
 pub mod removed;
+pub mod reqtable;
 pub mod rma;
 pub mod session;
 pub mod shm;

@@ -2,8 +2,8 @@
 //! kinds: reductions are complex arithmetic), Fortran's `INTEGER`, `REAL`, `DOUBLE PRECISION`,
 //! `LOGICAL`, `CHARACTER` and their sized forms; names set on predefined datatypes. Below
 //! [`crate::datatypes`], which finds them here; the parameterized types of Fortran 90 are
-//! [`crate::f90_types`]'s. `long double` and its complex type are not provided (no kind of the
-//! library computes with them).
+//! [`crate::f90_types`]'s. C's `long double` and its complex types are x87's 80-bit floats in
+//! 16 bytes (the library's kinds `F80` and `C80`, reduced in 80-bit precision on x86_64).
 
 use p2pmpi::datatype::{Primitive, UserDatatype};
 use p2pmpi::ffi;
@@ -33,6 +33,9 @@ pub(crate) const EXTRA: &[(c_int, &str, Primitive)] = &[
     (0x4c00_022f, "MPI_INTEGER2", Primitive::I16),
     (0x4c00_0430, "MPI_INTEGER4", Primitive::I32),
     (0x4c00_0831, "MPI_INTEGER8", Primitive::I64),
+    (0x4c00_100c, "MPI_LONG_DOUBLE", Primitive::F80),
+    (0x4c00_2042, "MPI_C_LONG_DOUBLE_COMPLEX", Primitive::C80),
+    (0x4c00_2036, "MPI_CXX_LONG_DOUBLE_COMPLEX", Primitive::C80),
 ];
 
 /// The library's datatypes of [`EXTRA`] (made once).

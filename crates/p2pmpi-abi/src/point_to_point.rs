@@ -309,13 +309,12 @@ mpi_fn! {
             }
             return Ok(());
         }
-        // One look at the table (and one change below): each costs a lock. A direct request
-        // is lent out of the table to be tested (one lock if it completed).
-        let looked = REQUESTS.lend_unless(h, |e| e.direct.is_none().then_some((e.persistent.is_some(), e.raw)));
-        let (persistent, mut r) = match looked.ok_or(MPI_ERR_REQUEST)? {
+        // One claim of the request's slot (and one change below): a direct request is tested
+        // in place, its slot lent meanwhile (one atomic operation in all).
+        let (persistent, mut r) = match REQUESTS.lend(h, crate::fast::test_in).ok_or(MPI_ERR_REQUEST)? {
+            crate::fast::Tested::General(persistent, r) => (persistent, r),
             // SAFETY: `request` and `flag` checked non-null, the caller's contract for all.
-            Ok(e) => return unsafe { crate::fast::test(e, h, request, flag, st) },
-            Err(general) => general,
+            direct => return unsafe { crate::fast::tested(direct, request, flag, st) },
         };
         let (mut done, mut fs) = (0, ffi::MPI_Status::default());
         if persistent && r == null_request() {
@@ -852,6 +851,10 @@ mpi_fn! {
         }
         // SAFETY: checked non-null; the caller vouches it is readable.
         let h = unsafe { request.read() };
+        if crate::fast::cancel(h).is_some() {
+            // A direct request, cancelled where it lies.
+            return Ok(());
+        }
         let r = raw_request(h).ok_or(MPI_ERR_REQUEST)?;
         if let Some(rc) = crate::grequest::cancel(h) {
             return ok(rc);

@@ -42,6 +42,11 @@ pub enum Primitive {
     C32,
     /// A complex number of two `f64`.
     C64,
+    /// C's `long double` on x86_64: x87's 80-bit extended float, stored in 16 bytes (the last
+    /// 6 padding); reduced in 80-bit precision (x87 instructions, x86_64 only).
+    F80,
+    /// A complex number of two [`Primitive::F80`] (C's `long double _Complex`, 32 bytes).
+    C80,
 }
 
 impl Primitive {
@@ -52,13 +57,15 @@ impl Primitive {
             Primitive::I16 | Primitive::U16 => 2,
             Primitive::I32 | Primitive::U32 | Primitive::F32 => 4,
             Primitive::I64 | Primitive::U64 | Primitive::F64 | Primitive::C32 => 8,
-            Primitive::I128 | Primitive::U128 | Primitive::C64 => 16,
+            Primitive::I128 | Primitive::U128 | Primitive::C64 | Primitive::F80 => 16,
+            Primitive::C80 => 32,
         }
     }
     const fn align(self) -> usize {
         match self {
             Primitive::C32 => 4,
             Primitive::C64 => 8,
+            Primitive::F80 | Primitive::C80 => 16,
             p => p.size(),
         }
     }
@@ -109,6 +116,8 @@ impl TypeMap {
             Primitive::F64 => &[Block { offset: 0, len: 8, kind: Primitive::F64 }],
             Primitive::C32 => &[Block { offset: 0, len: 8, kind: Primitive::C32 }],
             Primitive::C64 => &[Block { offset: 0, len: 16, kind: Primitive::C64 }],
+            Primitive::F80 => &[Block { offset: 0, len: 16, kind: Primitive::F80 }],
+            Primitive::C80 => &[Block { offset: 0, len: 32, kind: Primitive::C80 }],
         };
         let size = kind.size();
         TypeMap { blocks: std::borrow::Cow::Borrowed(blocks), size, lb: 0, extent: size as isize, align: kind.align() }

@@ -232,6 +232,183 @@ fn apply(op: SysOp, kind: Primitive, a: &[u8], b: &mut [u8]) {
         },
         Primitive::C32 => complex!(op, f32, a, b, "complex f32"),
         Primitive::C64 => complex!(op, f64, a, b, "complex f64"),
+        Primitive::F80 => match op {
+            SysOp::Sum => each_of(a, b, 16, x87::add),
+            SysOp::Product => each_of(a, b, 16, x87::mul),
+            SysOp::Max => each_of(a, b, 16, |x, y| {
+                if x87::compare(x, y) == Some(std::cmp::Ordering::Greater) {
+                    y.copy_from_slice(x);
+                }
+            }),
+            SysOp::Min => each_of(a, b, 16, |x, y| {
+                if x87::compare(x, y) == Some(std::cmp::Ordering::Less) {
+                    y.copy_from_slice(x);
+                }
+            }),
+            op => undefined(op, "long double"),
+        },
+        Primitive::C80 => match op {
+            SysOp::Sum => each_of(a, b, 16, x87::add),
+            SysOp::Product => each_of(a, b, 32, x87::complex_mul),
+            op => undefined(op, "complex long double"),
+        },
+    }
+}
+
+/// `f(input, inout)` on each `size`-byte element of `a` and `b`.
+fn each_of(a: &[u8], b: &mut [u8], size: usize, f: impl Fn(&[u8], &mut [u8])) {
+    for (x, y) in a.chunks_exact(size).zip(b.chunks_exact_mut(size)) {
+        f(x, y);
+    }
+}
+
+/// C's `long double` on x86_64 (x87's 80-bit extended format in 16 bytes, little-endian, the
+/// last 6 bytes padding), computed exactly as a C program computes it: by the x87 unit
+/// (`fld`/`fstp` of 10 bytes, `faddp`, `fmulp`, `fucomip`), with its 64-bit significand and the
+/// rounding to nearest Linux sets. No Rust type holds such a value, hence the assembly.
+#[cfg(target_arch = "x86_64")]
+mod x87 {
+    use std::arch::asm;
+    use std::cmp::Ordering;
+
+    /// `y = x + y` (16 bytes each).
+    pub(super) fn add(x: &[u8], y: &mut [u8]) {
+        assert!(x.len() >= 16 && y.len() >= 16, "a long double has 16 bytes");
+        // SAFETY: `x` and `y` hold 16 bytes each (checked), of which `fld`/`fstp` of a tbyte
+        // read and write the first 10; every x87 register is declared clobbered, so the
+        // register stack is empty on entry, and it is empty again on exit (two loads, one
+        // popping add, one popping store).
+        unsafe {
+            asm!(
+                "fld tbyte ptr [{x}]",
+                "fld tbyte ptr [{y}]",
+                "faddp st(1), st",
+                "fstp tbyte ptr [{y}]",
+                x = in(reg) x.as_ptr(),
+                y = in(reg) y.as_mut_ptr(),
+                out("st(0)") _, out("st(1)") _, out("st(2)") _, out("st(3)") _,
+                out("st(4)") _, out("st(5)") _, out("st(6)") _, out("st(7)") _,
+                options(nostack),
+            );
+        }
+    }
+
+    /// `y = x * y` (16 bytes each).
+    pub(super) fn mul(x: &[u8], y: &mut [u8]) {
+        assert!(x.len() >= 16 && y.len() >= 16, "a long double has 16 bytes");
+        // SAFETY: as in `add`, with a popping multiplication.
+        unsafe {
+            asm!(
+                "fld tbyte ptr [{x}]",
+                "fld tbyte ptr [{y}]",
+                "fmulp st(1), st",
+                "fstp tbyte ptr [{y}]",
+                x = in(reg) x.as_ptr(),
+                y = in(reg) y.as_mut_ptr(),
+                out("st(0)") _, out("st(1)") _, out("st(2)") _, out("st(3)") _,
+                out("st(4)") _, out("st(5)") _, out("st(6)") _, out("st(7)") _,
+                options(nostack),
+            );
+        }
+    }
+
+    /// `y = x * y` of two complex numbers (real part then imaginary part, 32 bytes each):
+    /// `(xr yr - xi yi, xr yi + xi yr)`, every intermediate in 80 bits (the subtraction as
+    /// the addition of a negated product, which is exact the same).
+    pub(super) fn complex_mul(x: &[u8], y: &mut [u8]) {
+        assert!(x.len() >= 32 && y.len() >= 32, "a complex long double has 32 bytes");
+        // SAFETY: `x` and `y` hold 32 bytes each (checked): tbytes at offsets 0 and 16 are
+        // read, and written in `y` only after every read; the x87 stack holds at most four
+        // values, empty on entry (all registers clobbered) and on exit (two popping stores
+        // after the last popping addition).
+        unsafe {
+            asm!(
+                "fld tbyte ptr [{x}]",
+                "fld tbyte ptr [{y}]",
+                "fmulp st(1), st",
+                "fld tbyte ptr [{x} + 16]",
+                "fld tbyte ptr [{y} + 16]",
+                "fmulp st(1), st",
+                "fchs",
+                "faddp st(1), st",
+                "fld tbyte ptr [{x}]",
+                "fld tbyte ptr [{y} + 16]",
+                "fmulp st(1), st",
+                "fld tbyte ptr [{x} + 16]",
+                "fld tbyte ptr [{y}]",
+                "fmulp st(1), st",
+                "faddp st(1), st",
+                "fstp tbyte ptr [{y} + 16]",
+                "fstp tbyte ptr [{y}]",
+                x = in(reg) x.as_ptr(),
+                y = in(reg) y.as_mut_ptr(),
+                out("st(0)") _, out("st(1)") _, out("st(2)") _, out("st(3)") _,
+                out("st(4)") _, out("st(5)") _, out("st(6)") _, out("st(7)") _,
+                options(nostack),
+            );
+        }
+    }
+
+    /// How `x` compares with `y` (16 bytes each; `None`: unordered, a NaN).
+    pub(super) fn compare(x: &[u8], y: &[u8]) -> Option<Ordering> {
+        assert!(x.len() >= 16 && y.len() >= 16, "a long double has 16 bytes");
+        let (above, below, equal, unordered): (u8, u8, u8, u8);
+        // SAFETY: `x` and `y` hold 16 bytes each (checked), of which 10 are read; the stack
+        // (empty on entry, all x87 registers clobbered) holds two values, one popped by the
+        // comparison, the other by `fstp st(0)`: empty on exit. The flags are read at once.
+        unsafe {
+            asm!(
+                "fld tbyte ptr [{y}]",
+                "fld tbyte ptr [{x}]",
+                "fucomip st, st(1)",
+                "fstp st(0)",
+                "seta {above}",
+                "setb {below}",
+                "sete {equal}",
+                "setp {unordered}",
+                x = in(reg) x.as_ptr(),
+                y = in(reg) y.as_ptr(),
+                above = out(reg_byte) above,
+                below = out(reg_byte) below,
+                equal = out(reg_byte) equal,
+                unordered = out(reg_byte) unordered,
+                out("st(0)") _, out("st(1)") _, out("st(2)") _, out("st(3)") _,
+                out("st(4)") _, out("st(5)") _, out("st(6)") _, out("st(7)") _,
+                options(nostack, readonly),
+            );
+        }
+        match (unordered, above, below, equal) {
+            (1, ..) => None,
+            (_, 1, _, _) => Some(Ordering::Greater),
+            (_, _, 1, _) => Some(Ordering::Less),
+            _ => {
+                debug_assert_eq!(equal, 1);
+                Some(Ordering::Equal)
+            }
+        }
+    }
+}
+
+/// C's `long double` elsewhere than on x86_64: its data is sent and received as 16 bytes,
+/// but the reductions on it are refused (this library computes it with x87 instructions).
+#[cfg(not(target_arch = "x86_64"))]
+mod x87 {
+    use super::{undefined, SysOp};
+    use std::cmp::Ordering;
+
+    const WHY: &str = "long double (80-bit arithmetic exists on x86_64 only)";
+
+    pub(super) fn add(_: &[u8], _: &mut [u8]) {
+        undefined(SysOp::Sum, WHY)
+    }
+    pub(super) fn mul(_: &[u8], _: &mut [u8]) {
+        undefined(SysOp::Product, WHY)
+    }
+    pub(super) fn complex_mul(_: &[u8], _: &mut [u8]) {
+        undefined(SysOp::Product, WHY)
+    }
+    pub(super) fn compare(_: &[u8], _: &[u8]) -> Option<Ordering> {
+        undefined(SysOp::Max, WHY)
     }
 }
 
@@ -282,6 +459,14 @@ fn scalar(kind: Primitive, b: &[u8]) -> Scalar {
     }
 }
 
+/// How values `a` and `b` of kind `kind` compare (`None`: unordered, a NaN).
+fn compare(kind: Primitive, a: &[u8], b: &[u8]) -> Option<std::cmp::Ordering> {
+    if kind == Primitive::F80 {
+        return x87::compare(a, b);
+    }
+    scalar(kind, a).partial_cmp(&scalar(kind, b))
+}
+
 /// MAXLOC / MINLOC over (value, index) elements of the packed layout.
 fn loc(op: SysOp, map: &TypeMap, count: usize, a: &[u8], b: &mut [u8]) {
     // The element is a value then an index: two blocks, or one block of two equal halves.
@@ -295,13 +480,13 @@ fn loc(op: SysOp, map: &TypeMap, count: usize, a: &[u8], b: &mut [u8]) {
     let sz = vlen + ilen;
     for i in 0..count {
         let (ea, eb) = (&a[i * sz..(i + 1) * sz], &mut b[i * sz..(i + 1) * sz]);
-        let (va, vb) = (scalar(vk, &ea[..vlen]), scalar(vk, &eb[..vlen]));
+        let by_value = compare(vk, &ea[..vlen], &eb[..vlen]);
         let (ia, ib) = (scalar(ik, &ea[vlen..]), scalar(ik, &eb[vlen..]));
         let better = match op {
-            SysOp::MaxLoc => va > vb,
-            _ => va < vb,
+            SysOp::MaxLoc => by_value == Some(std::cmp::Ordering::Greater),
+            _ => by_value == Some(std::cmp::Ordering::Less),
         };
-        if better || (va == vb && ia < ib) {
+        if better || (by_value == Some(std::cmp::Ordering::Equal) && ia < ib) {
             eb.copy_from_slice(ea);
         }
     }
@@ -636,6 +821,57 @@ where
 mod tests {
     use super::*;
     use crate::datatype::{Equivalence, UserDatatype};
+
+    /// The 16 bytes of the x87 extended float `2^e` (biased exponent, explicit integer bit),
+    /// plus `2^(e - 63) * low` of its significand's lowest bits.
+    fn f80(e: i32, low: u64) -> [u8; 16] {
+        let mut b = [0u8; 16];
+        b[..8].copy_from_slice(&((1u64 << 63) | low).to_le_bytes());
+        b[8..10].copy_from_slice(&((0x3fff + e) as u16).to_le_bytes());
+        b
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn long_doubles_reduce_in_80_bits() {
+        let map = TypeMap::primitive(Primitive::F80);
+        // 1 + 2^-60: lost in a double (53 bits), kept in 64 bits of significand.
+        let (one, tiny) = (f80(0, 0), f80(-60, 0));
+        let mut acc = one;
+        SystemOperation::sum().combine(&map, 1, &tiny, &mut acc);
+        assert_eq!(acc, f80(0, 8), "1 + 2^-60 exactly");
+        SystemOperation::sum().combine(&map, 1, &tiny, &mut acc);
+        assert_eq!(acc, f80(0, 16));
+        // (1 + 2^-60) * 2 = 2 + 2^-59; max and min by value.
+        let mut p = f80(1, 0);
+        SystemOperation::product().combine(&map, 1, &acc, &mut p);
+        assert_eq!(p, f80(1, 16));
+        let mut m = one;
+        SystemOperation::max().combine(&map, 1, &acc, &mut m);
+        assert_eq!(m, acc, "1 + 2^-59 > 1");
+        SystemOperation::min().combine(&map, 1, &one, &mut m);
+        assert_eq!(m, one);
+        // Complex: (1 + 2^-60 i)(1 + 2^-60 i) = (1 - 2^-120) + 2^-59 i, whose real part rounds
+        // to 1 (far below half a unit of the last of 64 bits).
+        let c = [one, tiny].concat();
+        let mut d = c.clone();
+        SystemOperation::product().combine(&TypeMap::primitive(Primitive::C80), 1, &c, &mut d);
+        assert_eq!(&d[16..], &f80(-59, 0), "imaginary part 2^-59");
+        assert_eq!(&d[..16], &one, "real part 1 - 2^-120 rounds to 1");
+        // MAXLOC on (long double, int) pairs: the larger value, the lower index on a tie.
+        let pair = |v: [u8; 16], i: i32| [&v[..], &i.to_le_bytes()].concat();
+        let (v, i) = (UserDatatype::primitive(Primitive::F80), UserDatatype::primitive(Primitive::I32));
+        let pm = UserDatatype::structured(&[1, 1], &[0, 16], &[v.as_ref(), i.as_ref()]);
+        let pm = pm.type_map();
+        assert_eq!((pm.size(), pm.extent()), (20, 32), "padded to a long double's alignment");
+        let mut b = pair(one, 0);
+        SystemOperation::max_loc().combine(pm, 1, &pair(acc, 3), &mut b);
+        assert_eq!(b, pair(acc, 3));
+        SystemOperation::max_loc().combine(pm, 1, &pair(acc, 1), &mut b);
+        assert_eq!(b, pair(acc, 1), "a tie takes the lower index");
+        SystemOperation::min_loc().combine(pm, 1, &pair(one, 5), &mut b);
+        assert_eq!(b, pair(one, 5));
+    }
 
     fn bytes<T: Copy + Equivalence>(v: &[T]) -> Vec<u8> {
         let mut out = Vec::new();
