@@ -328,7 +328,20 @@ fn parse_ports(range: Option<&str>) -> Option<(u16, u16, Vec<u16>)> {
     Some((a.trim().parse::<u16>().ok()?, b.trim().parse::<u16>().ok()?, skip))
 }
 
+/// The data port: every higher rank of the job connects to it during initialization, all at
+/// once. `TcpListener::bind` queues 128 openings; past that the kernel drops SYNs and each
+/// dropped one costs its sender a retransmission (1 s, then 3 s, ...): a 256-rank job took
+/// 11-25 s in `initialize` on one host. So the queue is widened to the system's maximum
+/// (`net.core.somaxconn`, which caps the value asked for).
 fn bind_data_port(bind: &str, range: Option<&str>) -> Result<TcpListener> {
+    let l = bind_data_port_narrow(bind, range)?;
+    socket2::SockRef::from(&l)
+        .listen(i32::MAX)
+        .map_err(|e| Error::Bootstrap(format!("cannot widen the queue of the data port on {bind}: {e}")))?;
+    Ok(l)
+}
+
+fn bind_data_port_narrow(bind: &str, range: Option<&str>) -> Result<TcpListener> {
     match parse_ports(range) {
         Some((lo, hi, skip)) if lo > 0 && lo <= hi => {
             let span = (hi - lo) as u32 + 1;
@@ -598,6 +611,27 @@ mod tests {
         assert!(bind_data_port("127.0.0.1", Some(&range)).is_err());
         let l = bind_data_port("127.0.0.1", Some(&format!("{lo}-{}", lo + 2))).unwrap();
         assert_eq!(l.local_addr().unwrap().port(), lo + 1);
+    }
+
+    /// The data port takes the openings of a 257-rank job at once, none accepted yet: each
+    /// connects without waiting for a retransmission of its SYN (with `bind`'s queue of 128
+    /// the 129th would wait 1 s, and time out here).
+    #[test]
+    fn the_data_port_queues_the_openings_of_a_large_job() {
+        let somaxconn = std::fs::read_to_string("/proc/sys/net/core/somaxconn")
+            .ok()
+            .and_then(|s| s.trim().parse::<usize>().ok())
+            .unwrap_or(4096);
+        let n = 256.min(somaxconn);
+        let l = bind_data_port("127.0.0.1", None).unwrap();
+        let addr = l.local_addr().unwrap();
+        let conns: Vec<std::net::TcpStream> = (0..n)
+            .map(|i| {
+                std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_millis(700))
+                    .unwrap_or_else(|e| panic!("opening {i} of {n} not queued: {e}"))
+            })
+            .collect();
+        assert_eq!(conns.len(), n);
     }
 
     /// With every port of the range but one taken for TCP (the data ports of the host's other
