@@ -6,7 +6,8 @@ Per metric and N: the median of each implementation over the repetitions, and th
 the paired ratios p2pmpi / Open MPI (runs of one repetition paired). Growth: the exponent b of
 a least-squares fit metric ~ a * N^b over the N measured (log-log), per implementation, with
 the factor per doubling of N (2^b) and a reading: b < 0.35 flat or logarithmic, 0.65-1.35
-linear, 1.65-2.35 quadratic, otherwise N^b.
+linear, 1.65-2.35 quadratic, otherwise N^b; and the exponent between each two consecutive N
+(log(m2 / m1) / log(n2 / n1)), since the regime may change along the range.
 """
 import csv
 import math
@@ -95,12 +96,22 @@ def growth(impl, m):
     return sum((p[0] - mx) * (p[1] - my) for p in pts) / sxx if sxx else None
 
 
-def reading(b):
+def steps(impl, m):
+    """The exponent between consecutive N: log(m2 / m1) / log(n2 / n1)."""
+    out = []
+    for a, b in zip(ns, ns[1:]):
+        x, y = med(impl, a, m), med(impl, b, m)
+        out.append(f"{math.log(y / x) / math.log(b / a):.2f}" if x and y else "—")
+    return ", ".join(out)
+
+
+def reading(b, impl, m):
     if b is None:
         return "—"
     kind = ("flat or logarithmic" if b < 0.35 else "linear" if 0.65 <= b <= 1.35
             else "quadratic" if 1.65 <= b <= 2.35 else f"N^{b:.1f}")
-    return f"b = {b:.2f} (×{2 ** b:.2f} per doubling): {kind}"
+    step = f"; by step {steps(impl, m)}" if len(ns) > 2 else ""
+    return f"b = {b:.2f} (×{2 ** b:.2f} per doubling): {kind}{step}"
 
 
 def table(hdr, rows, md):
@@ -128,7 +139,7 @@ for m in metrics:
                      fmt(med("ompi", n, m)) + (f" ({of} failed)" if of else ""), fmt(paired(n, m)),
                      span("p2pmpi", n, m), span("ompi", n, m)])
 
-grows = [[label(m)[0], reading(growth("p2pmpi", m)), reading(growth("ompi", m))] for m in metrics]
+grows = [[label(m)[0], reading(growth("p2pmpi", m), "p2pmpi", m), reading(growth("ompi", m), "ompi", m)] for m in metrics]
 ghdr = ["metric", "p2pmpi growth", "Open MPI growth"]
 
 loads = [int(x.split()[3]) for x in open(os.path.join(out, "scale-load.txt")) if len(x.split()) == 4]
@@ -168,7 +179,8 @@ with open(os.path.join(out, "scale.md"), "w") as md:
     md.write(grid + "; Open MPI: `mpirun --mca btl tcp,self`, `--mca mpi_yield_when_idle 1` beyond "
              f"{E['NPROC']} ranks.  \n")
     md.write(("**Warning:** " if noisy else "") + load_note + ".\n\n")
-    md.write(table(hdr, rows, True) + "\n\nGrowth with N (least-squares fit metric ~ a·N^b):\n\n")
+    md.write(table(hdr, rows, True) + "\n\nGrowth with N (least-squares fit metric ~ a·N^b over every N; by step: "
+             "the exponent between consecutive N):\n\n")
     md.write(table(ghdr, grows, True) + "\n")
     for x in fails:
         md.write(f"\nFailed runs, {x}\n")
