@@ -119,6 +119,7 @@ pub(crate) fn boot() -> Result<Boot> {
     if slot < 0 || slot >= slots {
         return Err(Error::Bootstrap(format!("slot {slot} of {slots} processes is not valid")));
     }
+    room_for_connections(slots as u64, rlimit_nofile, set_rlimit_nofile)?;
     let rank = layout.map_or(slot, |l| l.rank_of(slot as usize) as i32);
     if let Some(l) = layout {
         crate::failure::set_layout(&crate::context::current().failures, l);
@@ -328,7 +329,68 @@ fn parse_ports(range: Option<&str>) -> Option<(u16, u16, Vec<u16>)> {
     Some((a.trim().parse::<u16>().ok()?, b.trim().parse::<u16>().ok()?, skip))
 }
 
+/// Descriptors a process keeps beside one connection per other process of the job: its
+/// listeners, the detector's sockets, the launcher's connection, the poll set, standard
+/// streams, files the program opens (measured: 9 at 256 processes).
+const SPARE_FDS: u64 = 64;
+
+/// Makes room for a connection to every other process of a job of `slots` processes: raises
+/// the soft limit of open files to the hard one when it is too low (a shell's 1024 against
+/// a job of more), or fails at once, naming the limit, when the hard limit is too low too.
+/// Without it such a job ran for a minute, its processes printing `accept failed: Too many
+/// open files` hundreds of times, before one lost a peer it could not connect to.
+fn room_for_connections(
+    slots: u64,
+    get: impl Fn() -> Option<(u64, u64)>,
+    set: impl Fn(u64, u64) -> bool,
+) -> Result<()> {
+    let need = slots + SPARE_FDS;
+    let Some((soft, hard)) = get() else { return Ok(()) };
+    if soft >= need {
+        return Ok(());
+    }
+    if hard < need {
+        return Err(Error::Bootstrap(format!(
+            "a job of {slots} processes needs {need} open files in each process, and this one may open {hard} \
+             (hard limit, `ulimit -Hn`): raise it where the job starts (the MPD, or the shell of p2pmpirun)"
+        )));
+    }
+    if !set(hard, hard) {
+        return Err(Error::Bootstrap(format!(
+            "a job of {slots} processes needs {need} open files in each process; the limit is {soft} and \
+             raising it to {hard} failed"
+        )));
+    }
+    Ok(())
+}
+
+/// The limits of open files (soft, hard) of this process.
+fn rlimit_nofile() -> Option<(u64, u64)> {
+    let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit writes the struct it is given, which lives on this stack frame.
+    (unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } == 0).then_some((r.rlim_cur, r.rlim_max))
+}
+
+fn set_rlimit_nofile(soft: u64, hard: u64) -> bool {
+    let r = libc::rlimit { rlim_cur: soft, rlim_max: hard };
+    // SAFETY: setrlimit reads the struct it is given, which lives on this stack frame.
+    unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &r) == 0 }
+}
+
+/// The data port: every higher rank of the job connects to it during initialization, all at
+/// once. `TcpListener::bind` queues 128 openings; past that the kernel drops SYNs and each
+/// dropped one costs its sender a retransmission (1 s, then 3 s, ...): a 256-rank job took
+/// 11-25 s in `initialize` on one host. So the queue is widened to the system's maximum
+/// (`net.core.somaxconn`, which caps the value asked for).
 fn bind_data_port(bind: &str, range: Option<&str>) -> Result<TcpListener> {
+    let l = bind_data_port_narrow(bind, range)?;
+    socket2::SockRef::from(&l)
+        .listen(i32::MAX)
+        .map_err(|e| Error::Bootstrap(format!("cannot widen the queue of the data port on {bind}: {e}")))?;
+    Ok(l)
+}
+
+fn bind_data_port_narrow(bind: &str, range: Option<&str>) -> Result<TcpListener> {
     match parse_ports(range) {
         Some((lo, hi, skip)) if lo > 0 && lo <= hi => {
             let span = (hi - lo) as u32 + 1;
@@ -598,6 +660,53 @@ mod tests {
         assert!(bind_data_port("127.0.0.1", Some(&range)).is_err());
         let l = bind_data_port("127.0.0.1", Some(&format!("{lo}-{}", lo + 2))).unwrap();
         assert_eq!(l.local_addr().unwrap().port(), lo + 1);
+    }
+
+    /// A job larger than the soft limit of open files raises it to the hard one; larger than
+    /// the hard one, it stops at once with the numbers and what to raise.
+    #[test]
+    fn a_job_too_large_for_the_open_files_limit_is_named() {
+        let set = std::cell::Cell::new(None);
+        let get = || Some((1024, 4096));
+        let record = |s, h| {
+            set.set(Some((s, h)));
+            true
+        };
+        room_for_connections(900, get, record).unwrap();
+        assert_eq!(set.get(), None, "1024 leaves room for 900 processes");
+        room_for_connections(2000, get, record).unwrap();
+        assert_eq!(set.get(), Some((4096, 4096)), "the soft limit raised to the hard one");
+        let e = room_for_connections(5000, get, record).unwrap_err().to_string();
+        assert!(e.contains("5000 processes needs 5064 open files") && e.contains("may open 4096"), "{e}");
+        let e = room_for_connections(2000, get, |_, _| false).unwrap_err().to_string();
+        assert!(e.contains("raising it to 4096 failed"), "{e}");
+        // This process: the real limits, read, and raised when a job needs it.
+        let (soft, hard) = rlimit_nofile().unwrap();
+        assert!(soft <= hard && hard > SPARE_FDS);
+        let slots = soft.min(hard - SPARE_FDS);
+        room_for_connections(slots, rlimit_nofile, set_rlimit_nofile).unwrap();
+        assert!(rlimit_nofile().unwrap().0 >= slots + SPARE_FDS);
+    }
+
+    /// The data port takes the openings of a 257-rank job at once, none accepted yet: each
+    /// connects without waiting for a retransmission of its SYN (with `bind`'s queue of 128
+    /// the 129th would wait 1 s, and time out here).
+    #[test]
+    fn the_data_port_queues_the_openings_of_a_large_job() {
+        let somaxconn = std::fs::read_to_string("/proc/sys/net/core/somaxconn")
+            .ok()
+            .and_then(|s| s.trim().parse::<usize>().ok())
+            .unwrap_or(4096);
+        let n = 256.min(somaxconn);
+        let l = bind_data_port("127.0.0.1", None).unwrap();
+        let addr = l.local_addr().unwrap();
+        let conns: Vec<std::net::TcpStream> = (0..n)
+            .map(|i| {
+                std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_millis(700))
+                    .unwrap_or_else(|e| panic!("opening {i} of {n} not queued: {e}"))
+            })
+            .collect();
+        assert_eq!(conns.len(), n);
     }
 
     /// With every port of the range but one taken for TCP (the data ports of the host's other

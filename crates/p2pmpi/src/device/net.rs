@@ -23,7 +23,8 @@ pub(crate) const HANDSHAKE_LIMIT: Duration = Duration::from_secs(10);
 /// How many times longer than on a host with a few processes per core the job's openings may
 /// take here: the job's processes on this host (`P2PMPI_LOCAL_PROCS`) per core, by 8, at
 /// least 1. At start-up every pair of processes opens a connection and each process polls all
-/// of its own, all on this host's cores: 256 processes on 2 cores take some 25 s to connect.
+/// of its own, all on this host's cores: 256 processes on 2 cores take some 4 s to connect
+/// (25 s when the data port queued 128 openings and dropped the others: see `bootstrap`).
 pub(crate) fn load_factor() -> u32 {
     // The launcher's variable (`bootstrap::env::LOCAL_PROCS`, named here by its value: the
     // engine is below bootstrap).
