@@ -319,8 +319,16 @@ pub(crate) fn apply_notices(e: &mut Engine) {
     notices_to(&current().failures, e);
 }
 
-#[inline]
+#[inline(always)]
 fn notices_to(f: &Failures, e: &mut Engine) {
+    // (Two loads, inline: a blocking wait looks on every round, and almost never finds any.)
+    if f.pending() || crate::device::revocations::PENDING.load(Ordering::Relaxed) {
+        apply_told(f, e);
+    }
+}
+
+#[inline(never)]
+fn apply_told(f: &Failures, e: &mut Engine) {
     if f.pending() {
         for k in f.take_pending() {
             e.peer_failed(k);
@@ -396,6 +404,10 @@ pub(crate) fn wait_until<T>(hint: Option<i32>, mut check: impl FnMut(&mut Engine
     // and reading the clock on each round made the loop several times slower.
     let mut rounds: u32 = 0;
     let mut waited = Duration::ZERO;
+    // Whether `hint` is reached through shared-memory rings alone, found at the first spin:
+    // a wait on a socket skips the looks at rings (two calls that find nothing, on every
+    // round). Only the speed depends on it: a progress round moves rings and sockets alike.
+    let mut on_rings: Option<bool> = None;
     let ctx = current();
     loop {
         let mut g = ctx.engine.lock();
@@ -420,21 +432,26 @@ pub(crate) fn wait_until<T>(hint: Option<i32>, mut check: impl FnMut(&mut Engine
         }
         rounds = rounds.wrapping_add(1);
         if waited < e.spin {
-            e.await_ring(hint, RING_LOOKS);
-            match e.ring_poll(hint) {
-                // A frame completed a receive: perhaps the awaited one, looked at under the
-                // same lock.
-                Some(true) => {
-                    if let Some(r) = check(e) {
-                        return r;
+            let rings = *on_rings.get_or_insert_with(|| e.hint_on_rings(hint));
+            if !rings {
+                e.progress(hint, None);
+            } else {
+                e.await_ring(hint, RING_LOOKS);
+                match e.ring_poll(hint) {
+                    // A frame completed a receive: perhaps the awaited one, looked at under
+                    // the same lock.
+                    Some(true) => {
+                        if let Some(r) = check(e) {
+                            return r;
+                        }
                     }
-                }
-                Some(false) | None => {
-                    e.progress(hint, None);
+                    Some(false) | None => {
+                        e.progress(hint, None);
+                    }
                 }
             }
             spins = spins.wrapping_add(1);
-            if spins % YIELD_EVERY == 0 && !e.hint_on_rings(hint) {
+            if spins % YIELD_EVERY == 0 && !rings {
                 drop(g);
                 std::thread::yield_now();
             }

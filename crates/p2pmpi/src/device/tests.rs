@@ -518,3 +518,62 @@ fn a_synchronous_send_to_itself_completes_when_a_receive_takes_it() {
     assert!(matches!(e0.take_done(r), Some(Err(crate::error::Error::Truncated { .. }))));
     assert!(e0.is_done(s));
 }
+
+/// Over TCP, a frame that completes a receive sends the progress call back to its caller
+/// without reading the socket again (that read, which finds nothing in a ping-pong, is a
+/// system call on the way of every message); what follows it, already read or still in the
+/// kernel, is not left behind: the connection is read again by the next progress call,
+/// though no readiness event comes for it (epoll is edge-triggered).
+#[test]
+fn a_receive_completed_on_a_socket_returns_at_once_and_what_follows_is_read_later() {
+    use std::os::fd::AsRawFd;
+    let (e0, mut e1) = pair(None);
+    let mut e0 = connect(e0, &mut e1).join().unwrap();
+    let (a, b) = (7u64.to_le_bytes(), 9u64.to_le_bytes());
+    for (tag, m) in [(1, &a), (2, &b)] {
+        let r = e0.isend(0, 1, tag, m.as_ptr(), 8, SendMode::Standard).unwrap();
+        let t0 = Instant::now();
+        while e0.take_done(r).map(Result::unwrap).is_none() {
+            assert!(t0.elapsed() < Duration::from_secs(10), "the send of tag {tag} did not complete");
+            e0.progress(None, Some(Duration::from_millis(10)));
+        }
+    }
+    // Both frames wait in the receiver's socket.
+    let cid = solo(&e1).peers[0].conns[0];
+    let fd = solo(&e1).conns[cid].as_ref().unwrap().stream.as_raw_fd();
+    let both = 2 * (p2pmpi_wire::HEADER_LEN + 8);
+    let t0 = Instant::now();
+    loop {
+        let mut queued: libc::c_int = 0;
+        // SAFETY: `fd` is the connection's open socket; FIONREAD writes one `c_int` there.
+        assert_eq!(unsafe { libc::ioctl(fd, libc::FIONREAD, &mut queued as *mut libc::c_int) }, 0);
+        if queued as usize >= both {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(10), "only {queued} of {both} bytes arrived");
+        std::thread::yield_now();
+    }
+    let (mut x, mut y) = ([0u8; 8], [0u8; 8]);
+    let rx = e1.irecv(Pattern { comm: 0, src: Some(0), tag: Some(1) }, x.as_mut_ptr(), 8).unwrap();
+    let ry = e1.irecv(Pattern { comm: 0, src: Some(0), tag: Some(2) }, y.as_mut_ptr(), 8).unwrap();
+    // One round of a wait on rank 0 reads both frames, completes the first receive and
+    // returns; the second frame stays buffered, its connection to be read again.
+    assert!(e1.progress(Some(0), None), "nothing was read");
+    assert!(e1.is_done(rx), "the first receive did not complete");
+    assert!(!e1.is_done(ry), "the round went on past the receive it completed");
+    assert!(solo(&e1).conns.unread.contains(&cid), "the connection is not to be read again");
+    // A progress call that may sleep takes it at once (not after its time-out).
+    let t1 = Instant::now();
+    while !e1.is_done(ry) {
+        assert!(t1.elapsed() < Duration::from_secs(5), "the second frame was left behind");
+        e1.progress(None, Some(Duration::from_secs(20)));
+    }
+    assert!(t1.elapsed() < Duration::from_secs(5), "the second frame waited for the time-out");
+    e1.take_done(rx).unwrap().unwrap();
+    e1.take_done(ry).unwrap().unwrap();
+    assert_eq!((x, y), (a, b));
+    // Nothing more buffered or in the socket: a round of the wait finds nothing, and the
+    // connection is no longer to be read again.
+    assert!(!e1.progress(Some(0), None));
+    assert!(!solo(&e1).conns.unread.contains(&cid));
+}

@@ -28,6 +28,10 @@ pub(crate) struct Conns {
     /// Connections left readable when their read budget ran out (epoll is edge-triggered:
     /// no new event comes for data already there), read again by the next progress call.
     pub unread: Vec<usize>,
+    /// The list `unread` was, kept empty for its room while the connections it named are
+    /// read ([`Conns::take_unread`]): the two lists take turns, and a poll round allocates
+    /// nothing.
+    spare: Vec<usize>,
     /// Connections whose frames travel through shared-memory rings (looked at on every
     /// progress call).
     pub rings: Vec<usize>,
@@ -50,7 +54,7 @@ impl DerefMut for Conns {
 
 impl Conns {
     pub(crate) fn new() -> Conns {
-        Conns { slots: Vec::new(), free: Vec::new(), unread: Vec::new(), rings: Vec::new() }
+        Conns { slots: Vec::new(), free: Vec::new(), unread: Vec::new(), spare: Vec::new(), rings: Vec::new() }
     }
 
     /// The id the next new connection gets ([`Conns::fill`]): the last one freed, or a new
@@ -86,6 +90,21 @@ impl Conns {
         if !self.unread.contains(&cid) {
             self.unread.push(cid);
         }
+    }
+
+    /// The connections to read again, taken out (`unread` starts empty, with the room of
+    /// the list given back last); give the list back with [`Conns::give_back_unread`].
+    #[inline]
+    pub(crate) fn take_unread(&mut self) -> Vec<usize> {
+        let spare = std::mem::take(&mut self.spare);
+        std::mem::replace(&mut self.unread, spare)
+    }
+
+    /// The list [`Conns::take_unread`] gave, once its connections were read: kept for its room.
+    #[inline]
+    pub(crate) fn give_back_unread(&mut self, mut list: Vec<usize>) {
+        list.clear();
+        self.spare = list;
     }
 
     /// Connection `cid`'s frames travel through shared memory from now on.

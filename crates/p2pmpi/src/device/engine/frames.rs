@@ -99,6 +99,34 @@ impl<C: Coordination, S: Waits> Core<C, S> {
         }
     }
 
+    /// [`Self::read_conn`] for a connection the caller waits on: a plain socket at rest is
+    /// read once first, and when nothing came (the common answer of a poll round) that is
+    /// all (the general read costs several times the instructions of this look).
+    #[inline]
+    pub(crate) fn read_awaited(&mut self, cid: usize) -> bool {
+        if let Some(conn) = self.conns.get_mut(cid).and_then(Option::as_deref_mut) {
+            match conn.poll_idle() {
+                None => {}
+                Some(Ok(0)) => {
+                    // Nothing buffered, nothing in the socket: not to be read again unasked
+                    // (a connection left to read later keeps the rings' fast paths off).
+                    if !self.conns.unread.is_empty() {
+                        self.conns.unread.retain(|&c| c != cid);
+                    }
+                    return false;
+                }
+                // The frames now buffered are handled below.
+                Some(Ok(_)) => {}
+                Some(Err(e)) => {
+                    let peer = conn.peer.unwrap_or(-1);
+                    self.conn_failed(cid, peer, e);
+                    return false;
+                }
+            }
+        }
+        self.read_conn(cid)
+    }
+
     /// Reads everything available on a connection and handles the frames. Returns whether
     /// any byte was read.
     pub(crate) fn read_conn(&mut self, cid: usize) -> bool {
@@ -168,9 +196,18 @@ impl<C: Coordination, S: Waits> Core<C, S> {
                     if let Err(e) = self.handle_frame(cid, &mut conn, h, payload_range) {
                         break Err(e);
                     }
-                    if self.filled && conn.shm.is_some() {
-                        // As after `ring_eager`: what is still buffered is read at the next
-                        // progress call (a shared-memory connection is looked at on each).
+                    if self.filled {
+                        // A receive completed: back to the caller, who may be waiting for just
+                        // that one. On shared memory, as after `ring_eager`: what is still
+                        // buffered is read at the next progress call (a shared-memory
+                        // connection is looked at on each). On a socket, the read that would
+                        // find nothing more (one system call, `EAGAIN`) is not made before the
+                        // caller has its message: the connection is read again by the next
+                        // progress call (epoll is edge-triggered: it says nothing of data
+                        // already there).
+                        if conn.shm.is_none() {
+                            self.conns.read_later(cid);
+                        }
                         break Ok(());
                     }
                     continue;
@@ -186,7 +223,7 @@ impl<C: Coordination, S: Waits> Core<C, S> {
                 // A shared-memory connection with nothing more published: no need to look.
                 break Ok(());
             }
-            if C::PLAIN && conn.nothing_buffered() {
+            if C::PLAIN && conn.shm.is_some() && conn.nothing_buffered() {
                 // Nothing buffered: a small eager frame is taken straight from the ring.
                 match self.ring_eager(&mut conn) {
                     // A receive completed: back to the caller, who may be waiting for just

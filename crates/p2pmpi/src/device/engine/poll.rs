@@ -224,8 +224,16 @@ impl<C: Coordination, S: Waits> Core<C, S> {
         }
     }
 
+    /// Carries out what the coordination has to do, then sends the frames deferred.
+    #[inline]
     pub(crate) fn flush_deferred(&mut self) {
         C::drive(self);
+        if !self.deferred.is_empty() {
+            self.send_deferred();
+        }
+    }
+
+    fn send_deferred(&mut self) {
         while !self.deferred.is_empty() {
             let batch = std::mem::take(&mut self.deferred);
             for (peer, out) in batch {
@@ -346,7 +354,7 @@ impl<C: Coordination, S: Waits> Core<C, S> {
                 for slot in slots.chain(extra) {
                     let mut i = 0;
                     while let Some(&cid) = self.peers[slot].conns.get(i) {
-                        got |= self.read_conn(cid);
+                        got |= self.read_awaited(cid);
                         i += 1;
                     }
                 }
@@ -362,9 +370,11 @@ impl<C: Coordination, S: Waits> Core<C, S> {
             t = t.min(Duration::from_millis(50));
         }
         let mut got = false;
-        for cid in std::mem::take(&mut self.conns.unread) {
+        let unread = self.conns.take_unread();
+        for &cid in &unread {
             got |= self.read_conn(cid);
         }
+        self.conns.give_back_unread(unread);
         let armed = !t.is_zero() && !self.conns.rings.is_empty();
         if armed && self.arm_rings() {
             t = Duration::ZERO;
