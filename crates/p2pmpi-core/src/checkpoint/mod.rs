@@ -424,6 +424,8 @@ impl Coordinator {
         for s in newer {
             self.drop_generation(s);
         }
+        // The restarted job numbers its next steps again from `step`.
+        self.refused.clear();
         self.procs.clear();
         self.live.iter_mut().for_each(BTreeSet::clear);
         self.master.iter_mut().for_each(|m| *m = None);
