@@ -7,8 +7,10 @@
 //!
 //! * **where copies live**: each piece is stored on `K` peers ([`Config::copies`],
 //!   `--checkpoint-copies`, default 2), never on a host where a process of the rank runs, on
-//!   `K` different hosts, the least loaded first ([`Output::Store`]); a copy whose store failed,
-//!   timed out or whose peer left is placed elsewhere;
+//!   `K` different hosts, the least loaded first ([`Output::Store`]), and where possible not
+//!   on two hosts that run replicas of one rank (the failures that take that rank would take
+//!   the piece too, and the job could not restart); a copy whose store failed, timed out or
+//!   whose peer left is placed elsewhere;
 //! * **which generation is complete**: every rank's piece stored on `K` peers
 //!   ([`Output::Complete`]); the older generations are then deleted ([`Output::Delete`]), and
 //!   the last complete one never is, whatever else happens;
@@ -246,6 +248,8 @@ struct Proc {
 pub struct Coordinator {
     cfg: Config,
     procs: BTreeMap<Slot, Proc>,
+    /// The ranks of the live processes on each host.
+    host_ranks: BTreeMap<Host, Vec<u32>>,
     /// Live slots of each rank.
     live: Vec<BTreeSet<Slot>>,
     master: Vec<Option<Slot>>,
@@ -281,6 +285,7 @@ impl Coordinator {
         Ok(Coordinator {
             cfg,
             procs: BTreeMap::new(),
+            host_ranks: BTreeMap::new(),
             live: vec![BTreeSet::new(); n],
             master: vec![None; n],
             pending_births: vec![0; n],
@@ -374,6 +379,7 @@ impl Coordinator {
             return Err(Rejected::Duplicate(slot));
         }
         self.procs.insert(slot, Proc { rank, host, caught_up });
+        self.host_ranks.entry(host).or_default().push(rank);
         let r = rank as usize;
         self.live[r].insert(slot);
         if caught_up && self.master[r].is_none() {
@@ -387,6 +393,14 @@ impl Coordinator {
 
     fn died(&mut self, slot: Slot) -> Result<(), Rejected> {
         let p = self.procs.remove(&slot).ok_or(Rejected::Slot(slot))?;
+        if let Some(rs) = self.host_ranks.get_mut(&p.host) {
+            if let Some(i) = rs.iter().position(|r| *r == p.rank) {
+                rs.swap_remove(i);
+            }
+            if rs.is_empty() {
+                self.host_ranks.remove(&p.host);
+            }
+        }
         let r = p.rank as usize;
         self.live[r].remove(&slot);
         if self.master[r] != Some(slot) {
@@ -427,6 +441,7 @@ impl Coordinator {
         // The restarted job numbers its next steps again from `step`.
         self.refused.clear();
         self.procs.clear();
+        self.host_ranks.clear();
         self.live.iter_mut().for_each(BTreeSet::clear);
         self.master.iter_mut().for_each(|m| *m = None);
         self.pending_births.iter_mut().for_each(|b| *b = 0);
@@ -455,12 +470,20 @@ impl Coordinator {
         let used: Vec<Host> = piece.copies.keys().filter_map(|p| self.peers.host(*p)).collect();
         let from = piece.good();
         let bytes = piece.bytes;
-        let Some(to) = self.peers.pick(|peer, host| {
+        let fits = |peer: Peer, host: Host| {
             !avoid.contains(&host)
                 && !used.contains(&host)
                 && !piece.copies.contains_key(&peer)
                 && !piece.tried.contains(&peer)
-        }) else {
+        };
+        // Better still, not on two hosts of one rank's replicas: the failures that take a rank
+        // (all its hosts) would take the piece with it, and the job could not restart.
+        let groups: Vec<u32> =
+            used.iter().flat_map(|h| self.host_ranks.get(h).into_iter().flatten().copied()).collect();
+        let apart = |peer: Peer, host: Host| {
+            fits(peer, host) && self.host_ranks.get(&host).is_none_or(|rs| !rs.iter().any(|r| groups.contains(r)))
+        };
+        let Some(to) = self.peers.pick(apart).or_else(|| self.peers.pick(fits)) else {
             return false;
         };
         let piece = self.gens.get_mut(&step).and_then(|g| g.pieces.get_mut(&rank)).expect("piece");

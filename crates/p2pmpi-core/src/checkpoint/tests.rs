@@ -62,15 +62,15 @@ fn copies_avoid_the_ranks_hosts_and_spread_then_old_generations_go() {
         // Hosts 0..4 run the processes (rank 0 on 0 and 1, rank 1 on 2 and 3).
         assert!(mine.iter().all(|p| !(rank * 2..rank * 2 + 2).contains(p)), "rank {rank}: {mine:?}");
     }
-    // The least loaded peers first (ties by number): rank 0 takes peers 2 and 3, then rank 1
-    // the idle 0 and 1, not 4 and 5 which were as idle but come later.
+    // The least loaded peers first (ties by number), not two on the hosts of one rank: rank 0
+    // takes peer 2, then 4 (3 runs rank 1 like 2); rank 1 takes 0, then 5.
     let mut all: Vec<Peer> = s.iter().map(|x| x.2).collect();
     all.sort_unstable();
-    assert_eq!(all, vec![0, 1, 2, 3]);
+    assert_eq!(all, vec![0, 2, 4, 5]);
     let outs2 = save(&mut c.clone(), 11, 100);
     let mut next: Vec<Peer> = stores(&outs2).iter().map(|x| x.2).collect();
     next.sort_unstable();
-    assert_eq!(next, vec![4, 5, 6, 7], "the next copies go to the peers holding nothing");
+    assert_eq!(next, vec![1, 3, 6, 7], "the next copies go to the peers holding nothing");
     assert_eq!(c.used_bytes(), 400);
     // Not complete until the last copy is stored.
     let (last, first) = outs.split_last().unwrap();
@@ -88,6 +88,23 @@ fn copies_avoid_the_ranks_hosts_and_spread_then_old_generations_go() {
     assert_eq!(c.used_bytes(), 400);
     // A late piece of an older step is refused as stale.
     assert_eq!(c.handle_input(T0, Input::Piece { step: 15, rank: 0, bytes: 1 }), Err(Rejected::Stale { step: 15 }));
+}
+
+#[test]
+fn the_copies_of_a_piece_are_not_on_the_hosts_of_one_rank() {
+    // Four ranks × 2 on hosts 0..8, two spare peers 8 and 9. Least loaded first would put
+    // rank 3's copies on peers 0 and 1, the hosts of rank 0: losing rank 0 (both hosts) would
+    // lose rank 3's piece of the checkpoint it must restart from.
+    let mut c = job(Config { store_timeout: None, ..Config::new(4, 2) }, 10);
+    let outs = save(&mut c, 1, 10);
+    confirm(&mut c, &outs);
+    for rank in 0..4u32 {
+        let hosts: Vec<Host> = c.copies(1, rank).iter().map(|x| x.0).collect();
+        assert_eq!(hosts.len(), 2);
+        // Host h runs rank h / 2.
+        let ranks: Vec<u32> = hosts.iter().filter(|h| **h < 8).map(|h| h / 2).collect();
+        assert!(ranks.len() < 2 || ranks[0] != ranks[1], "rank {rank}'s copies on {hosts:?}");
+    }
 }
 
 #[test]
