@@ -113,6 +113,10 @@ pub struct Trial {
     pub rebirths: u32,
     pub host_failures: u32,
     pub checkpoints: u32,
+    /// Generations that lost every copy of a piece.
+    pub lost: u32,
+    /// When the first generation was complete.
+    pub first_complete: Option<f64>,
     /// Why it failed: the coordinator's reason.
     pub failure: Option<Failure>,
 }
@@ -186,6 +190,8 @@ impl Run {
             rebirths: 0,
             host_failures: 0,
             checkpoints: 0,
+            lost: 0,
+            first_complete: None,
             failure: None,
         };
         let mut run = Run {
@@ -324,12 +330,11 @@ impl Run {
                     self.ended = true;
                     return;
                 }
-                Output::Delete { .. }
-                | Output::Complete { .. }
-                | Output::Refused { .. }
-                | Output::Fetch { .. }
-                | Output::Master { .. }
-                | Output::Lost { .. } => {}
+                Output::Lost { .. } => self.trial.lost += 1,
+                Output::Complete { .. } => {
+                    self.trial.first_complete.get_or_insert(self.now);
+                }
+                Output::Delete { .. } | Output::Refused { .. } | Output::Fetch { .. } | Output::Master { .. } => {}
             }
             queue.extend(self.coord.drain_outputs());
         }
@@ -397,6 +402,10 @@ pub struct Summary {
     pub mean_restarts: f64,
     pub mean_rebirths: f64,
     pub mean_host_failures: f64,
+    /// Trials failed because a rank lost every replica with no checkpoint to restart from.
+    pub no_checkpoint: u32,
+    /// Trials failed because no restart was allowed, or none was left.
+    pub budget: u32,
 }
 
 impl Summary {
@@ -431,6 +440,8 @@ pub fn summarize(results: &[Trial]) -> Summary {
         mean_restarts: results.iter().map(|t| f64::from(t.restarts)).sum::<f64>() / n,
         mean_rebirths: results.iter().map(|t| f64::from(t.rebirths)).sum::<f64>() / n,
         mean_host_failures: results.iter().map(|t| f64::from(t.host_failures)).sum::<f64>() / n,
+        no_checkpoint: results.iter().filter(|t| t.failure == Some(Failure::NoCheckpoint)).count() as u32,
+        budget: results.iter().filter(|t| t.failure == Some(Failure::Budget)).count() as u32,
     }
 }
 
@@ -487,4 +498,113 @@ pub fn parabola_vertex(xs: &[f64], ys: &[f64]) -> f64 {
         return xs[best];
     }
     mx - b / (2.0 * c)
+}
+
+/// The experiment of `p2pmpi-sim checkpoint`: every size and degree, in every mode.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Experiment {
+    /// The base parameters (ranks, degree, interval and mode are set per row).
+    pub base: Params,
+    pub ranks: Vec<u32>,
+    pub degrees: Vec<u32>,
+    /// Work between checkpoints; `None`: the advisor's interval for each size and degree.
+    pub interval: Option<f64>,
+    pub trials: u32,
+    pub seed: u64,
+    /// Also sweep this many intervals (from half to twice the advisor's) for the simulator's
+    /// optimum (0: no sweep).
+    pub sweep: usize,
+}
+
+fn hours(s: f64) -> String {
+    if s.is_nan() {
+        "-".into()
+    } else {
+        format!("{:.2}", s / 3600.0)
+    }
+}
+
+fn percent(x: f64) -> String {
+    format!("{:.2} %", 100.0 * x)
+}
+
+/// The table: for each size, degree and mode, the simulated probability of finishing (with
+/// its 95 % margin) and mean run time beside the advisor's, restarts, rebirths and why trials
+/// failed; and, with a sweep, a second table of the advisor's interval and the simulator's
+/// optimum.
+pub fn experiment(e: &Experiment, threads: usize) -> (crate::table::Table, Option<crate::table::Table>) {
+    use crate::table::Table;
+    use p2pmpi_core::advisor::checkpoints::CheckpointModel;
+    let mut t = Table::new(&[
+        "P",
+        "r",
+        "interval s",
+        "mode",
+        "P(finish) sim",
+        "± 95 %",
+        "P(finish) advisor",
+        "E[T] h sim",
+        "E[T] h advisor",
+        "restarts",
+        "rebirths",
+        "failed: no ckpt",
+        "failed: budget",
+    ]);
+    let mut sw = Table::new(&["P", "r", "anchor s", "advisor s", "simulator s", "ratio"]);
+    for &ranks in &e.ranks {
+        for &degree in &e.degrees {
+            let b = e.base;
+            let m = CheckpointModel {
+                p: ranks,
+                r: degree,
+                mtbf: b.mtbf,
+                work: b.work,
+                cost: b.cost,
+                restart: b.restart,
+                max_restarts: b.max_restarts,
+            };
+            let Some(a) = m.advise() else { continue };
+            let interval = e.interval.unwrap_or(a.interval);
+            for mode in Mode::ALL {
+                let p = Params { ranks, degree, interval, mode, spare: ranks / 4 + 4, ..b };
+                let s = run(p, e.trials, derive_seed(e.seed, &[u64::from(ranks), u64::from(degree)]), threads);
+                let (advised, time) = match mode {
+                    Mode::Replication => (a.finish_replication, b.work),
+                    // Without restarts a finished run took the work and its checkpoints.
+                    Mode::Rebirth => (m.finish_rebirth(interval), b.work + ((b.work / interval).ceil() - 1.0) * b.cost),
+                    Mode::Restart => (m.finish_restart(interval), m.expected_time(interval)),
+                };
+                t.row(vec![
+                    ranks.to_string(),
+                    degree.to_string(),
+                    if mode == Mode::Replication { "-".into() } else { format!("{interval:.0}") },
+                    mode.name().into(),
+                    percent(s.probability()),
+                    percent(s.margin()),
+                    percent(advised),
+                    hours(s.mean_time),
+                    hours(time),
+                    format!("{:.2}", s.mean_restarts),
+                    format!("{:.1}", s.mean_rebirths),
+                    s.no_checkpoint.to_string(),
+                    s.budget.to_string(),
+                ]);
+            }
+            if e.sweep >= 3 {
+                let k = e.sweep as f64 - 1.0;
+                let grid: Vec<f64> = (0..e.sweep).map(|i| a.interval * 4f64.powf(i as f64 / k - 0.5)).collect();
+                let p = Params { ranks, degree, spare: ranks / 4 + 4, ..b };
+                let (_, best) = sweep(p, &grid, e.trials, e.seed, threads);
+                sw.row(vec![
+                    ranks.to_string(),
+                    degree.to_string(),
+                    format!("{:.0}", a.anchor),
+                    format!("{:.0}", a.interval),
+                    format!("{best:.0}"),
+                    format!("{:.3}", a.interval / best),
+                ]);
+            }
+        }
+    }
+    (t, (e.sweep >= 3).then_some(sw))
 }
