@@ -3,6 +3,8 @@
 //! ```text
 //! p2pmpi advise -n P (-f F | --weibull LAMBDA,DELTA[,T] | --weibull LAMBDA,DELTA --seq-time S
 //!               [--parallel-fraction A] [--replica-overhead G]) [--max-r R]
+//! p2pmpi advise -n P --mtbf M --run-time W --checkpoint-cost C [--restart-cost R]
+//!               [--max-restarts N] [--max-r R]
 //! ```
 //!
 //! Prints, for `r = 1..=R`, the per-host failure probability `f` and the application's failure
@@ -10,15 +12,21 @@
 //! With `-f`, or a Weibull at a fixed time `T`, `f` does not depend on `r`; with `--seq-time`,
 //! `f = 1 − exp(−(λ·T(p, r))^δ)` over the Amdahl duration
 //! `T(p, r) = S·((1 − α) + α/p)·(1 + γ·(r − 1))` (see [`p2pmpi_core::advisor`]).
-//! Bad values exit with status 2 and name the option.
+//! With `--mtbf` (the mean time between failures of one host), the job checkpoints: for each
+//! `r`, the probability that it finishes with replication only, with replicas reborn at each
+//! checkpoint, and with restarts too, the checkpoint interval of least expected run time (beside
+//! the first-order one it is anchored on, Young's at `r = 1`) and that run time (see
+//! [`p2pmpi_core::advisor::checkpoints`]). Times take a unit (`s`, `m`, `h`, `d`; seconds
+//! without). Bad values exit with status 2 and name the option.
 
 use clap::{value_parser, ArgGroup, Args};
+use p2pmpi_core::advisor::checkpoints::{CheckpointModel, IntervalAdvice};
 use p2pmpi_core::advisor::{self, Advice, Amdahl, HostModel, Weibull};
 use std::fmt::Write;
 
 /// The options of `p2pmpi advise`.
 #[derive(Args, Debug)]
-#[command(group(ArgGroup::new("host").required(true).args(["f", "weibull"])))]
+#[command(group(ArgGroup::new("host").required(true).args(["f", "weibull", "mtbf"])))]
 pub struct AdviseArgs {
     /// Number of MPI processes p.
     #[arg(short = 'n', value_name = "P", value_parser = value_parser!(u32).range(1..))]
@@ -54,6 +62,24 @@ pub struct AdviseArgs {
         allow_hyphen_values = true
     )]
     pub replica_overhead: Option<f64>,
+    /// Mean time between failures of one host (e.g. 107.55h): the job checkpoints, and the
+    /// advice gives the interval and what rebirth and restarts buy. Needs --run-time and
+    /// --checkpoint-cost.
+    #[arg(long, value_name = "M", value_parser = parse_time, allow_hyphen_values = true, requires_all = ["run_time", "checkpoint_cost"])]
+    pub mtbf: Option<f64>,
+    /// The job's failure-free run time (with --mtbf).
+    #[arg(long = "run-time", value_name = "W", value_parser = parse_time, allow_hyphen_values = true, requires = "mtbf")]
+    pub run_time: Option<f64>,
+    /// The cost of one checkpoint (with --mtbf).
+    #[arg(long = "checkpoint-cost", value_name = "C", value_parser = parse_time, allow_hyphen_values = true, requires = "mtbf")]
+    pub checkpoint_cost: Option<f64>,
+    /// The cost of a restart: booking machines again, restoring (with --mtbf) [default: the
+    /// checkpoint's cost].
+    #[arg(long = "restart-cost", value_name = "R", value_parser = parse_time_or_zero, allow_hyphen_values = true, requires = "mtbf")]
+    pub restart_cost: Option<f64>,
+    /// Restarts allowed (with --mtbf).
+    #[arg(long = "max-restarts", value_name = "N", default_value_t = 100, requires = "mtbf")]
+    pub max_restarts: u32,
     /// Largest replication degree to consider.
     #[arg(long = "max-r", value_name = "R", default_value_t = 8, value_parser = value_parser!(u32).range(1..=100))]
     pub max_r: u32,
@@ -109,6 +135,35 @@ fn parse_overhead(s: &str) -> Result<f64, String> {
     } else {
         Err(format!("γ = {x} must be ≥ 0"))
     }
+}
+
+/// A time: a number with an optional unit (`s`, `m`, `h`, `d`; seconds without), `> 0`.
+fn parse_time(s: &str) -> Result<f64, String> {
+    let t = parse_time_or_zero(s)?;
+    if t > 0.0 {
+        Ok(t)
+    } else {
+        Err(format!("{:?} must be > 0", s.trim()))
+    }
+}
+
+fn parse_time_or_zero(s: &str) -> Result<f64, String> {
+    let s = s.trim();
+    let split =
+        s.find(|c: char| !(c.is_ascii_digit() || c == '.' || c == 'e' || c == '-' || c == '+')).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let x = number(num, "time")?;
+    let scale = match unit.trim() {
+        "" | "s" => 1.0,
+        "m" | "min" => 60.0,
+        "h" => 3600.0,
+        "d" => 86400.0,
+        u => return Err(format!("{s:?}: unknown unit {u:?} (s, m, h or d)")),
+    };
+    if x < 0.0 {
+        return Err(format!("{s:?} must be ≥ 0"));
+    }
+    Ok(x * scale)
 }
 
 fn parse_weibull(s: &str) -> Result<WeibullArg, String> {
@@ -234,8 +289,101 @@ pub fn render(head: &str, advice: &Advice) -> String {
     out
 }
 
+/// The advice with checkpoints (`--mtbf`), one row per degree, and the line naming the least
+/// degree that finishes with probability ≥ 99 % with rebirth and restarts.
+pub fn render_checkpoints(p: u32, rows: &[(u32, IntervalAdvice)], m: &CheckpointModel) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "p = {p} processes, hosts failing every M = {} s on average (exponential), run time W = {} s,",
+        m.mtbf, m.work
+    );
+    let _ = writeln!(
+        out,
+        "checkpoints of C = {} s, restarts of R = {} s, at most {} restarts",
+        m.cost, m.restart, m.max_restarts
+    );
+    let _ = writeln!(out, "probability that the job finishes: with replication only (no checkpoint), with replicas");
+    let _ = writeln!(out, "reborn at each checkpoint, and with restarts from the last checkpoint too");
+    let _ = writeln!(out);
+    let _ = writeln!(
+        out,
+        "{:>4}  {:>12}  {:>12}  {:>12}  {:>10}  {:>10}  {:>12}",
+        "r", "interval s", "1st order s", "replication", "rebirth", "+ restart", "E[T] s"
+    );
+    for (r, a) in rows {
+        let _ = writeln!(
+            out,
+            "{r:>4}  {:>12.0}  {:>12.0}  {:>12}  {:>10}  {:>10}  {:>12.0}",
+            a.interval,
+            a.anchor,
+            percent(a.finish_replication),
+            percent(a.finish_rebirth),
+            percent(a.finish_restart),
+            a.expected
+        );
+    }
+    let _ = writeln!(out);
+    let best = rows.iter().find(|(_, a)| a.finish_restart >= 0.99).or_else(|| {
+        rows.iter().fold(None, |b: Option<&(u32, IntervalAdvice)>, x| match b {
+            Some(b) if b.1.finish_restart >= x.1.finish_restart => Some(b),
+            _ => Some(x),
+        })
+    });
+    if let Some((r, a)) = best {
+        let why = if a.finish_restart >= 0.99 {
+            "the least r finishing with probability ≥ 99 %"
+        } else {
+            "none reaches 99 %: the most likely to finish"
+        };
+        let _ = writeln!(
+            out,
+            "best r = {r}, checkpoint every {:.0} s ({why}: {}, expected run time {:.0} s)",
+            a.interval,
+            percent(a.finish_restart),
+            a.expected
+        );
+    }
+    out
+}
+
+fn run_checkpoints(args: &AdviseArgs, mtbf: f64) -> Result<String, String> {
+    let work = args.run_time.ok_or("--mtbf needs --run-time W")?;
+    let cost = args.checkpoint_cost.ok_or("--mtbf needs --checkpoint-cost C")?;
+    let base = CheckpointModel {
+        p: args.n,
+        r: 1,
+        mtbf,
+        work,
+        cost,
+        restart: args.restart_cost.unwrap_or(cost),
+        max_restarts: args.max_restarts,
+    };
+    let rows: Vec<(u32, IntervalAdvice)> = (1..=args.max_r)
+        .map(|r| {
+            let m = CheckpointModel { r, ..base };
+            m.advise()
+                .map(|a| (r, a))
+                .ok_or_else(|| format!("no advice for r = {r}: check --mtbf, --run-time, --checkpoint-cost"))
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(render_checkpoints(args.n, &rows, &base))
+}
+
 /// Runs `p2pmpi advise`: 0, or 2 on bad input.
 pub fn run(args: &AdviseArgs) -> i32 {
+    if let Some(mtbf) = args.mtbf {
+        return match run_checkpoints(args, mtbf) {
+            Ok(text) => {
+                print!("{text}");
+                0
+            }
+            Err(e) => {
+                eprintln!("p2pmpi advise: error: {e}");
+                2
+            }
+        };
+    }
     let result = model(args)
         .and_then(|(m, head)| advisor::advise(args.n, &m, args.max_r).map(|a| (head, a)).map_err(|e| e.to_string()));
     match result {
@@ -268,6 +416,12 @@ mod tests {
         assert!(parse_probability("1.5").is_err());
         assert!(parse_probability("nan").is_err());
         assert_eq!(parse_probability("0.05"), Ok(0.05));
+        assert_eq!(parse_time("90"), Ok(90.0));
+        assert_eq!(parse_time("1.5h"), Ok(5400.0));
+        assert_eq!(parse_time("2d"), Ok(172_800.0));
+        assert_eq!(parse_time("10m"), Ok(600.0));
+        assert!(parse_time("0").is_err() && parse_time("-5s").is_err() && parse_time("3w").is_err());
+        assert_eq!(parse_time_or_zero("0"), Ok(0.0));
     }
 
     #[test]

@@ -56,8 +56,11 @@
 //! module.
 //!
 //! [`advise`] tabulates `r = 1..=max_r` and picks the degree of least failure probability.
+//! [`checkpoints`] adds checkpoints: rebirth of replicas, restarts, and the interval.
 
 use std::fmt;
+
+pub mod checkpoints;
 
 /// Weibull host failures: the probability that a host fails before `t` is
 /// `f(t) = 1 − exp(−(λt)^δ)` (chapter equation (1), after Nurmi et al.).

@@ -14,6 +14,10 @@
 //! * [`allocation`]: the reservation arithmetic (booking count with overbooking, *slist*,
 //!   the feasibility test) and the *spread* / *concentrate* strategies with the rank
 //!   distribution that keeps the copies of a rank on different hosts (thesis §3.3–§3.4).
+//! * [`checkpoint`]: checkpoints kept on peers — where each rank's piece of a generation is
+//!   stored (`K` copies on other hosts, a quota), which generation is complete and which are
+//!   deleted, bad copies replaced, replicas reborn at a complete generation, the job restarted
+//!   from it when a rank loses every replica; the launchers and the simulator drive it.
 //! * [`codec`]: what the cores' binary encodings share — LEB128 integers and the one
 //!   [`codec::DecodeError`] of every decoder.
 //! * [`fd`]: the failure detector — gossip heartbeats with max-merge, target selection
@@ -47,6 +51,7 @@
 pub mod advisor;
 pub mod agreement;
 pub mod allocation;
+pub mod checkpoint;
 pub mod codec;
 pub mod fd;
 pub mod fencing;

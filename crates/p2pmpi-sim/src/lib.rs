@@ -72,6 +72,10 @@
 //!   ([`p2pmpi_core::supervisor::JobSupervisor`]) under failures — a master or a replica
 //!   killed, a rank losing every replica, a freeze past detection, an agreement with a
 //!   failure, a spawn — with their outcomes checked.
+//! * [`checkpoint`]: jobs with checkpoints under Weibull host failures, through the
+//!   launcher's checkpoint coordinator ([`p2pmpi_core::checkpoint::Coordinator`]): the
+//!   probability that a job finishes and its expected run time with replication only, with
+//!   rebirth at checkpoints, and with rebirth and restarts.
 //! * [`jel`]: JEL resource tracking (Drost et al.): the join test over a bandwidth-limited
 //!   network for each dissemination strategy of the central registry and for the distributed
 //!   implementation, and the traffic of table II.
@@ -86,6 +90,7 @@
 #![forbid(unsafe_code)]
 
 pub mod agreement;
+pub mod checkpoint;
 pub mod detection;
 pub mod false_positives;
 pub mod jel;

@@ -49,6 +49,96 @@ enum Cmd {
     /// Fault-tolerant agreement (agree, then shrink, several rounds) while processes crash,
     /// decided by the launcher's registry: counts the schedules that pass.
     Agree(AgreeArgs),
+    /// Jobs with checkpoints under Weibull host failures, through the checkpoint coordinator:
+    /// the probability of finishing and the mean run time with replication only, with
+    /// rebirth, with rebirth and restarts, beside the advisor's model.
+    Checkpoint(CkptArgs),
+}
+
+#[derive(Args, Clone)]
+struct CkptArgs {
+    /// Numbers of ranks.
+    #[arg(long, value_delimiter = ',', default_value = "64,1024")]
+    ranks: Vec<u32>,
+    /// Replication degrees.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,3")]
+    degrees: Vec<u32>,
+    /// Weibull shape of host lifetimes (1: exponential).
+    #[arg(long, default_value_t = 1.0)]
+    shape: f64,
+    /// Mean time between failures of one host (e.g. 107.55h).
+    #[arg(long, value_parser = parse_duration, default_value = "107.55h")]
+    mtbf: Duration,
+    /// The job's failure-free run time.
+    #[arg(long, value_parser = parse_duration, default_value = "24h")]
+    work: Duration,
+    /// Cost of one checkpoint.
+    #[arg(long, value_parser = parse_duration, default_value = "60s")]
+    cost: Duration,
+    /// Cost of a restart (default: a checkpoint's).
+    #[arg(long, value_parser = parse_duration)]
+    restart_cost: Option<Duration>,
+    /// Time a reborn replica takes to catch up (default: a checkpoint's cost).
+    #[arg(long, value_parser = parse_duration)]
+    catch_up: Option<Duration>,
+    /// Work between checkpoints (default: the advisor's interval for each size and degree).
+    #[arg(long, value_parser = parse_duration)]
+    interval: Option<Duration>,
+    /// Copies of each checkpoint piece.
+    #[arg(long, default_value_t = 2)]
+    copies: u32,
+    #[arg(long, default_value_t = 100)]
+    max_restarts: u32,
+    #[arg(long, default_value_t = 200)]
+    trials: u32,
+    /// Also sweep this many intervals from half to twice the advisor's for the simulator's
+    /// optimum (0: none).
+    #[arg(long, default_value_t = 0)]
+    sweep: usize,
+    #[command(flatten)]
+    common: Common,
+}
+
+fn checkpoint_cmd(a: &CkptArgs) -> Result<()> {
+    use p2pmpi_sim::checkpoint::{experiment, Experiment, Mode, Params};
+    if !(a.shape.is_finite() && a.shape > 0.0) || a.mtbf.is_zero() || a.work.is_zero() || a.cost.is_zero() {
+        bail!("--shape, --mtbf, --work and --cost must be > 0");
+    }
+    if a.ranks.contains(&0) || a.degrees.contains(&0) || a.copies == 0 || a.trials == 0 {
+        bail!("--ranks, --degrees, --copies and --trials must be ≥ 1");
+    }
+    let cost = a.cost.as_secs_f64();
+    let base = Params {
+        copies: a.copies,
+        restart: a.restart_cost.map_or(cost, |d| d.as_secs_f64()),
+        catch_up: a.catch_up.map_or(cost, |d| d.as_secs_f64()),
+        max_restarts: a.max_restarts,
+        mode: Mode::Restart,
+        ..Params::new(1, 1, a.shape, a.mtbf.as_secs_f64(), a.work.as_secs_f64(), 1.0, cost)
+    };
+    let e = Experiment {
+        base,
+        ranks: a.ranks.clone(),
+        degrees: a.degrees.clone(),
+        interval: a.interval.map(|d| d.as_secs_f64()),
+        trials: a.trials,
+        seed: a.common.seed,
+        sweep: a.sweep,
+    };
+    println!(
+        "== checkpoint: Weibull host failures of shape {} and mean {:.0} s, {:.0} s of work, checkpoints of {cost} s, \
+         restarts of {} s, {} copies, at most {} restarts; {} trials, seed {}",
+        a.shape, base.mtbf, base.work, base.restart, a.copies, a.max_restarts, a.trials, a.common.seed
+    );
+    let t = Instant::now();
+    let (table, sweep) = experiment(&e, a.common.threads());
+    print!("{}", table.to_text());
+    if let Some(sweep) = sweep {
+        println!("\n== the advisor's interval and the simulator's optimum ({} intervals swept)", a.sweep);
+        print!("{}", sweep.to_text());
+    }
+    println!("({:.1} s)", t.elapsed().as_secs_f64());
+    Ok(())
 }
 
 #[derive(Args, Clone)]
@@ -1206,6 +1296,7 @@ fn main() -> Result<()> {
         Cmd::Run(a) => run_cmd(a)?,
         Cmd::Lag(a) => lag_cmd(a)?,
         Cmd::Replicated(a) => replicated_cmd(a)?,
+        Cmd::Checkpoint(a) => checkpoint_cmd(a)?,
         Cmd::Agree(a) => {
             let t0 = Instant::now();
             let t = p2pmpi_sim::agreement::run_many(a.seed, a.schedules);
