@@ -102,19 +102,20 @@ fn open_store() -> Option<Box<dyn Store>> {
     std::env::var_os(env::DIR).filter(|d| !d.is_empty()).map(|d| Box::new(Directory::new(d)) as Box<dyn Store>)
 }
 
+/// BLAKE3 hash of an executable's file, as a checkpoint's piece records it for the program
+/// that wrote it (a launcher compares it before it restarts a job).
+pub fn program_hash_of(path: &std::path::Path) -> std::io::Result<[u8; 32]> {
+    let mut h = blake3::Hasher::new();
+    std::io::copy(&mut std::fs::File::open(path)?, &mut h)?;
+    Ok(*h.finalize().as_bytes())
+}
+
 /// BLAKE3 hash of this program's executable, computed once.
 fn program_hash(st: &mut State) -> [u8; 32] {
     *st.program.get_or_insert_with(|| {
-        let mut h = blake3::Hasher::new();
-        match std::fs::File::open("/proc/self/exe").or_else(|_| std::fs::File::open(std::env::current_exe()?)) {
-            Ok(mut f) => {
-                let _ = std::io::copy(&mut f, &mut h);
-            }
-            Err(_) => {
-                h.update(b"unknown program");
-            }
-        }
-        *h.finalize().as_bytes()
+        program_hash_of(std::path::Path::new("/proc/self/exe"))
+            .or_else(|_| program_hash_of(&std::env::current_exe()?))
+            .unwrap_or_else(|_| *blake3::hash(b"unknown program").as_bytes())
     })
 }
 
