@@ -481,6 +481,35 @@ mod tests {
     }
 
     #[test]
+    fn the_journal_keeps_the_replay_of_a_launcher_that_dies() {
+        let dir = std::env::temp_dir().join(format!("p2pmpi-journal-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut start = Replay::new(2);
+        start.shown[1] = 4;
+        start.marks[1].insert(1, 2);
+        let j = std::sync::Arc::new(Journal::open(&dir, &start).unwrap());
+        let out =
+            Output::new(Layout::new(2, 1), false).replaying(Layout::new(2, 1), &start, Some(1)).journaled(Some(j));
+        // Rank 1 resumes at its mark (line 2): lines 2 and 3 were shown, 4 is new.
+        let mark = format!("{}2\n", p2pmpi::checkpoint::MARK_PREFIX);
+        out.write(1, false, b"l2\nl3\nl4\n");
+        out.write(1, false, mark.as_bytes());
+        out.write(0, false, b"a\n");
+        // Read back as `--resume` does, without the launcher's memory.
+        let r = Journal::read(&dir, 2).unwrap();
+        assert_eq!(r.shown, [1, 5]);
+        assert_eq!(r.marks[1].get(&1), Some(&2));
+        assert_eq!(r.marks[1].get(&2), Some(&5));
+        assert!(r.marks[0].is_empty());
+        // Opening it again starts from a replay (a fresh start: nothing shown).
+        drop(out);
+        Journal::open(&dir, &Replay::new(2)).unwrap();
+        assert_eq!(Journal::read(&dir, 2).unwrap(), Replay::new(2));
+        assert_eq!(Journal::read(&dir.join("none"), 2).unwrap(), Replay::new(2));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn a_restart_resumes_at_the_checkpoint_mark_without_showing_lines_twice() {
         let dir = std::env::temp_dir().join(format!("p2pmpi-replay-test-{}", std::process::id()));
         let layout = Layout::new(2, 1);
