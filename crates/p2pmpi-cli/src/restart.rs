@@ -207,7 +207,9 @@ pub fn resume(name: &str, dir: &Path, given: &RunArgs) -> Result<RunArgs> {
     };
     let rec: JobRecord =
         serde_json::from_slice(&text).with_context(|| format!("--resume: {} is not a job record", path.display()))?;
-    let program = PathBuf::from(&rec.opts.command[0]);
+    let program = PathBuf::from(
+        rec.opts.command.first().with_context(|| format!("--resume: {} names no program", path.display()))?,
+    );
     let hash = p2pmpi::checkpoint::program_hash_of(&program)
         .with_context(|| format!("--resume: cannot read the job's program {}", program.display()))?;
     if hex(&hash) != rec.program_hash {
