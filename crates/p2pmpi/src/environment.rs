@@ -226,6 +226,12 @@ pub fn initialize_with_threading(threading: Threading) -> Option<(Universe, Thre
         });
     let parents = boot.parents;
     let engine = engine.and_then(|mut e| {
+        // A restarted process numbers its messages from its checkpoint before any connection
+        // is up: a peer restored sooner may send at once (its first messages must not be
+        // taken for messages out of order while this one still connects).
+        if let Some(l) = crate::checkpoint::early_library_state() {
+            e.restore_sequences(&l.send, &l.recv);
+        }
         e.connect_mesh(Duration::from_secs(120) * crate::device::load_factor())?;
         if let Some(p) = &parents {
             // A spawned process: its parents wait in `spawn` until it connected to each.

@@ -142,12 +142,24 @@ fn library_state() -> (LibraryState, u64, u64) {
     (LibraryState { next_ctx, comms, send, recv, agreements }, sent, received)
 }
 
-/// Puts the library's state back (a restarted process, before it communicates).
+/// Puts the library's state back (a restarted process, before it communicates); the
+/// sequence counters were put back when the engine was made ([`early_library_state`]).
 fn set_library_state(l: &LibraryState) {
     let ctx = current();
     ctx.next_ctx.fetch_max(l.next_ctx, std::sync::atomic::Ordering::SeqCst);
     ctx.agreement_seq.lock().extend(l.agreements.iter().copied());
-    crate::context::with_engine(|e| e.restore_sequences(&l.send, &l.recv));
+}
+
+/// In a restarted process, at initialization (its rank known, no connection up yet): the
+/// library's state of the piece it restores, for the engine's sequence counters. `None` on
+/// a fresh start, or when the piece cannot be read (`restored()` then stops the process and
+/// says why).
+pub(crate) fn early_library_state() -> Option<LibraryState> {
+    let generation = restore_generation()?;
+    let store = open_store()?;
+    let m = store.latest().ok().flatten().filter(|m| m.generation == generation)?;
+    let data = store.get_piece(&m, crate::lifecycle::own_rank() as u32).ok()?;
+    store::split_piece(&data).ok().map(|(h, _)| h.library)
 }
 
 /// `Universe::checkpoint`: see the module's documentation.
