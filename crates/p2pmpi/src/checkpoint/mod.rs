@@ -142,12 +142,23 @@ fn library_state() -> (LibraryState, u64, u64) {
     (LibraryState { next_ctx, comms, send, recv, agreements }, sent, received)
 }
 
+/// Set when the sequence counters were put back as the engine was made.
+static EARLY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// The engine's sequence counters were put back from [`early_library_state`].
+pub(crate) fn sequences_restored() {
+    EARLY.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
 /// Puts the library's state back (a restarted process, before it communicates); the
-/// sequence counters were put back when the engine was made ([`early_library_state`]).
+/// sequence counters too unless they were put back when the engine was made.
 fn set_library_state(l: &LibraryState) {
     let ctx = current();
     ctx.next_ctx.fetch_max(l.next_ctx, std::sync::atomic::Ordering::SeqCst);
     ctx.agreement_seq.lock().extend(l.agreements.iter().copied());
+    if !EARLY.load(std::sync::atomic::Ordering::SeqCst) {
+        crate::context::with_engine(|e| e.restore_sequences(&l.send, &l.recv));
+    }
 }
 
 /// In a restarted process, at initialization (its rank known, no connection up yet): the
