@@ -739,6 +739,10 @@ P2PMPI_FN(int, Comm_idup, (MPI_Comm comm, MPI_Comm *newcomm, MPI_Request *reques
 P2PMPI_FN(int, Comm_idup_with_info, (MPI_Comm comm, MPI_Info info, MPI_Comm *newcomm, MPI_Request *request))
 int MPIX_Comm_ishrink(MPI_Comm comm, MPI_Comm *newcomm, MPI_Request *request);
 int PMPIX_Comm_ishrink(MPI_Comm comm, MPI_Comm *newcomm, MPI_Request *request);
+/* p2pmpi's application checkpoints (not MPICH's): collective over MPI_COMM_WORLD; the
+   state restored is allocated as by MPI_Alloc_mem and freed with MPI_Free_mem. */
+int MPIX_Checkpoint(MPI_Count step, const void *state, MPI_Count size);
+int MPIX_Restored(MPI_Count *step, void **state, MPI_Count *size, int *flag);
 /* MPI-IO: sizes, views, file pointers, reading and writing (helper io). */
 typedef int (MPI_Datarep_conversion_function)(void *userbuf, MPI_Datatype datatype, int count, void *filebuf, MPI_Offset position, void *extra_state);
 typedef int (MPI_Datarep_conversion_function_c)(void *userbuf, MPI_Datatype datatype, MPI_Count count, void *filebuf, MPI_Offset position, void *extra_state);

@@ -54,6 +54,12 @@ thread_local! {
     static DETAIL: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
 }
 
+/// Keeps `detail` for the message of the fatal handler of the next error raised by this
+/// thread (a function that fails with a class of its own and knows why).
+pub fn note_detail(detail: String) {
+    DETAIL.with(|d| *d.borrow_mut() = Some(detail));
+}
+
 /// The error class of a failed communication of the Rust API (kept, with its description,
 /// for the message of the fatal handler): `MPI_ERR_TRUNCATE` for a message larger than the
 /// buffer, `MPIX_ERR_PROC_FAILED` for a lost process, `MPIX_ERR_REVOKED`, `MPI_ERR_RANK`,

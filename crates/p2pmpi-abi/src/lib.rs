@@ -22,6 +22,7 @@ mod export;
 pub mod alltoallw;
 pub mod attributes;
 pub mod bottom;
+pub mod checkpoint;
 pub mod collective;
 pub mod comm_more;
 pub mod communicators;

@@ -1068,3 +1068,53 @@ fn requests_held_by_the_handles_complete_alike_in_a_replicated_job() {
         }
     }
 }
+
+/// The sum `checkpoint.c` computes on `n` ranks: over its 40 steps s, the sum of rank + s.
+fn checkpoint_sum(n: i64) -> i64 {
+    (0..40).map(|s| n * (n - 1) / 2 + n * s).sum()
+}
+
+#[test]
+fn a_c_program_checkpointed_by_mpix_checkpoint_and_killed_restarts_with_the_right_sum() {
+    if !require(&["mpicc.mpich"], true) {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("p2pmpi-abi-ckpt-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut cmd = Command::new(launcher());
+    cmd.args(["--local", "-n", "3", "--max-restarts", "1", "--checkpoint-dir"]).arg(&dir);
+    cmd.arg(c_program("checkpoint")).arg("die");
+    cmd.env("LD_LIBRARY_PATH", lib_dir()).env("P2PMPI_HOME", "/nonexistent/p2pmpi-abi-tests");
+    let o = run_cmd(&mut cmd, T);
+    let _ = std::fs::remove_dir_all(&dir);
+    o.assert_ok();
+    // Killed by -9 after the checkpoint of step 20, restarted from it: every rank restored.
+    assert!(o.stderr.contains("restart 1 of 1: rank 1") && o.stderr.contains("signal 9"), "{}", show(&o));
+    assert!(o.stderr.contains("from checkpoint generation 4 (step 20)"), "{}", show(&o));
+    for r in 0..3 {
+        assert!(o.stdout.contains(&format!("checkpoint {r}: restored at step 20")), "{}", show(&o));
+        // The fresh start's refusal of a checkpoint with a message in flight, shown once.
+        assert_eq!(
+            o.lines_with(&format!("checkpoint {r}: in flight")),
+            [format!("checkpoint {r}: in flight class pending")]
+        );
+    }
+    assert!(o.stderr.contains("messages are in flight"), "the cause is told: {}", show(&o));
+    assert!(o.stdout.contains(&format!("checkpoint result {} restored 1", checkpoint_sum(3))), "{}", show(&o));
+}
+
+#[test]
+fn a_c_program_without_a_fault_checkpoints_and_ends_with_the_same_sum() {
+    if !require(&["mpicc.mpich"], true) {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("p2pmpi-abi-ckpt-free-{}", std::process::id()));
+    let mut cmd = Command::new(launcher());
+    cmd.args(["--local", "-n", "3", "--checkpoint-dir"]).arg(&dir).arg(c_program("checkpoint"));
+    cmd.env("LD_LIBRARY_PATH", lib_dir()).env("P2PMPI_HOME", "/nonexistent/p2pmpi-abi-tests");
+    let o = run_cmd(&mut cmd, T);
+    let _ = std::fs::remove_dir_all(&dir);
+    o.assert_ok();
+    assert!(o.stdout.contains(&format!("checkpoint result {} restored 0", checkpoint_sum(3))), "{}", show(&o));
+    assert!(!o.stdout.contains("restored at"), "{}", show(&o));
+}

@@ -84,6 +84,7 @@ pub fn main_with_args(name: &str, args: &[String]) -> i32 {
                             | "--collect"
                             | "--checkpoint-dir"
                             | "--max-restarts"
+                            | "--resume"
                     )
                 })
             {
@@ -181,7 +182,13 @@ fn cpus_allowed(pid: u32) -> String {
 pub use crate::supervise::TIMEOUT_EXIT;
 
 /// Runs a job: on the grid when this host's peer daemon runs (or `--grid`), else locally.
-pub fn run(name: &str, opts: RunArgs) -> Result<i32> {
+pub fn run(name: &str, mut opts: RunArgs) -> Result<i32> {
+    if let Some(dir) = opts.resume.clone() {
+        if !opts.local {
+            bail!("--resume works with --local for now (checkpoints kept on peers come later)");
+        }
+        opts = crate::restart::resume(name, &dir, &opts)?;
+    }
     let n = check_n(name, &opts)?;
     if opts.replicas < 1 {
         bail!("-r must be at least 1 (got {})", opts.replicas);
@@ -249,11 +256,31 @@ const MAX_LOCAL: usize = 4096;
 fn run_local(name: &str, opts: RunArgs, n: usize, binding: Binding) -> Result<i32> {
     let program = resolve_program(&opts.command[0])?;
     let checkpoints = crate::restart::LocalCheckpoints::new(&opts, &program)?;
-    let mut replay = crate::output::Replay::new(n);
-    let mut restore = None;
+    let recorded = crate::restart::LocalCheckpoints::recorded(&opts);
+    let _lock = recorded.then(|| checkpoints.lock()).transpose()?;
+    let (mut replay, mut restore) = match &opts.resume {
+        Some(dir) => (
+            crate::output::Journal::read(dir, n)
+                .with_context(|| format!("cannot read the journal in {}", dir.display()))?,
+            checkpoints.latest()?.map(|m| m.generation),
+        ),
+        None => (crate::output::Replay::new(n), None),
+    };
+    if recorded && opts.resume.is_none() {
+        checkpoints.record(&opts, &program)?;
+    }
+    let journal = match recorded {
+        true => Some(Arc::new(
+            crate::output::Journal::open(checkpoints.dir(), &replay)
+                .with_context(|| format!("cannot write the output's journal in {}", checkpoints.dir().display()))?,
+        )),
+        false => None,
+    };
     let mut restarts = 0;
     loop {
-        let run = crate::restart::Run { dir: checkpoints.dir(), restore, again: restarts > 0, replay: &mut replay };
+        let again = restarts > 0 || opts.resume.is_some();
+        let journal = journal.clone();
+        let run = crate::restart::Run { dir: checkpoints.dir(), restore, again, replay: &mut replay, journal };
         let (code, cause, killed) = run_local_once(name, &opts, n, &binding, run)?;
         if restarts >= opts.max_restarts || !crate::restart::restartable(code, killed) {
             checkpoints.finish(name, code);

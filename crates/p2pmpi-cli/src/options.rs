@@ -8,8 +8,8 @@ use p2pmpi_wire::control;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// Options of `p2pmpirun`.
-#[derive(Parser, Debug, Clone)]
+/// Options of `p2pmpirun` (kept in a job's record for `--resume`).
+#[derive(Parser, Debug, Clone, serde::Serialize, serde::Deserialize)]
 #[command(
     name = "p2pmpirun",
     version,
@@ -148,8 +148,20 @@ pub struct RunArgs {
     /// repeating lines. 0 (the default): the job fails.
     #[arg(long = "max-restarts", value_name = "N", default_value_t = 0)]
     pub max_restarts: u32,
+    /// With --local: restart the job whose checkpoints are in DIR (started with
+    /// --checkpoint-dir or --max-restarts, its launcher dead) from its last complete
+    /// checkpoint, with the program, arguments and options it was started with; the lines
+    /// it already showed are not shown again. No program is given.
+    #[arg(long, value_name = "DIR", conflicts_with = "checkpoint_dir")]
+    #[serde(default)]
+    pub resume: Option<PathBuf>,
     /// The program to run, then its arguments.
-    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "PROGRAM")]
+    #[arg(
+        required_unless_present = "resume",
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "PROGRAM"
+    )]
     pub command: Vec<String>,
 }
 

@@ -148,6 +148,85 @@ impl Replay {
     }
 }
 
+/// A [`Replay`] kept on disk as it changes, for `p2pmpirun --resume` after the launcher
+/// itself died: in the job's checkpoint directory, `output-shown` holds per rank the stdout
+/// lines shown (one little-endian u64 per rank, written in place after each line), and
+/// `output-marks` the checkpoint marks (lines `RANK GENERATION POSITION`, appended). A launcher
+/// killed between a line and its count shows that line once more on resume, no more.
+#[derive(Debug)]
+pub struct Journal {
+    shown: std::fs::File,
+    marks: std::fs::File,
+}
+
+impl Journal {
+    const SHOWN: &'static str = "output-shown";
+    const MARKS: &'static str = "output-marks";
+
+    /// The journal in `dir`, starting from `replay` (written out).
+    pub fn open(dir: &std::path::Path, replay: &Replay) -> std::io::Result<Journal> {
+        use std::fmt::Write as _;
+        use std::os::unix::fs::FileExt;
+        std::fs::create_dir_all(dir)?;
+        let open =
+            std::fs::OpenOptions::new().create(true).read(true).write(true).truncate(false).open(dir.join(Self::SHOWN));
+        let shown = open?;
+        let bytes: Vec<u8> = replay.shown.iter().flat_map(|c| c.to_le_bytes()).collect();
+        shown.write_all_at(&bytes, 0)?;
+        shown.set_len(bytes.len() as u64)?;
+        let mut text = String::new();
+        for (rank, m) in replay.marks.iter().enumerate() {
+            for (g, at) in m {
+                let _ = writeln!(text, "{rank} {g} {at}");
+            }
+        }
+        let tmp = dir.join(format!("{}.tmp", Self::MARKS));
+        std::fs::write(&tmp, text)?;
+        std::fs::rename(&tmp, dir.join(Self::MARKS))?;
+        let marks = std::fs::OpenOptions::new().append(true).open(dir.join(Self::MARKS))?;
+        Ok(Journal { shown, marks })
+    }
+
+    /// The replay a journal in `dir` kept for a job of `ranks` ranks (nothing shown without one).
+    pub fn read(dir: &std::path::Path, ranks: usize) -> std::io::Result<Replay> {
+        let mut r = Replay::new(ranks);
+        match std::fs::read(dir.join(Self::SHOWN)) {
+            Ok(b) => {
+                for (c, v) in b.chunks_exact(8).zip(r.shown.iter_mut()) {
+                    *v = u64::from_le_bytes(c.try_into().expect("8 bytes"));
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+        let text = match std::fs::read_to_string(dir.join(Self::MARKS)) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+            Err(e) => return Err(e),
+        };
+        for line in text.lines() {
+            let v: Vec<u64> = line.split(' ').filter_map(|w| w.parse().ok()).collect();
+            if let [rank, g, at] = v[..] {
+                if let Some(m) = r.marks.get_mut(rank as usize) {
+                    m.insert(g, at);
+                }
+            }
+        }
+        Ok(r)
+    }
+
+    fn shown(&self, rank: usize, count: u64) {
+        use std::os::unix::fs::FileExt;
+        let _ = self.shown.write_all_at(&count.to_le_bytes(), 8 * rank as u64);
+    }
+
+    fn mark(&self, rank: usize, generation: u64, at: u64) {
+        use std::io::Write;
+        // One write, appended whole.
+        let _ = (&self.marks).write_all(format!("{rank} {generation} {at}\n").as_bytes());
+    }
+}
+
 /// The line positions of a run that replays ([`Replay`]).
 #[derive(Debug)]
 struct Positions {
@@ -160,6 +239,8 @@ struct Positions {
     marks: Vec<BTreeMap<u64, u64>>,
     /// Per rank: stdout lines shown by this run.
     shown: Vec<u64>,
+    /// Where the replay is kept on disk, if it is.
+    journal: Option<std::sync::Arc<Journal>>,
 }
 
 /// The job's output: a [`Router`] writing to this process's stdout and stderr, one line at a
@@ -195,7 +276,16 @@ impl Output {
             skip_below: replay.shown.clone(),
             marks: replay.marks.clone(),
             shown: vec![0; layout.n],
+            journal: None,
         }));
+        self
+    }
+
+    /// Keeps the replay in `journal` as it changes (after [`Output::replaying`]).
+    pub fn journaled(self, journal: Option<std::sync::Arc<Journal>>) -> Output {
+        if let Some(p) = &self.replay {
+            p.lock().unwrap_or_else(|p| p.into_inner()).journal = journal;
+        }
         self
     }
 
@@ -216,6 +306,9 @@ impl Output {
             if let Some(g) = std::str::from_utf8(rest).ok().and_then(|t| t.trim().parse::<u64>().ok()) {
                 let at = p.next[slot];
                 p.marks[rank].insert(g, at);
+                if let Some(j) = &p.journal {
+                    j.mark(rank, g, at);
+                }
                 return false;
             }
         }
@@ -230,6 +323,10 @@ impl Output {
             let mut p = p.lock().unwrap_or_else(|p| p.into_inner());
             if let Some(c) = p.shown.get_mut(rank) {
                 *c += 1;
+                let total = *c + p.skip_below[rank];
+                if let Some(j) = &p.journal {
+                    j.shown(rank, total);
+                }
             }
         }
     }
@@ -294,10 +391,12 @@ impl Output {
         let tag = self.tag;
         let label = &self.label;
         move |rank, stream, line| {
-            self.count_shown(rank, stream);
+            // Counted once written (a launcher killed in between shows it again on --resume).
             if let Some(f) = self.files.as_ref().and_then(|f| f.get(rank)) {
                 let mut f = f[stream].lock().unwrap_or_else(|p| p.into_inner());
                 let _ = write_line(&mut *f, None, line);
+                drop(f);
+                self.count_shown(rank, stream);
                 return;
             }
             let prefix = tag.then(|| format!("[{label}{rank}] "));
@@ -307,6 +406,7 @@ impl Output {
             } else {
                 write_line(&mut std::io::stdout().lock(), prefix.as_deref(), line)
             };
+            self.count_shown(rank, stream);
         }
     }
 
@@ -378,6 +478,35 @@ mod tests {
 
     fn seq(prefix: &str, count: usize) -> Vec<String> {
         (0..count).map(|i| format!("{prefix}{i}\n")).collect()
+    }
+
+    #[test]
+    fn the_journal_keeps_the_replay_of_a_launcher_that_dies() {
+        let dir = std::env::temp_dir().join(format!("p2pmpi-journal-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut start = Replay::new(2);
+        start.shown[1] = 4;
+        start.marks[1].insert(1, 2);
+        let j = std::sync::Arc::new(Journal::open(&dir, &start).unwrap());
+        let out =
+            Output::new(Layout::new(2, 1), false).replaying(Layout::new(2, 1), &start, Some(1)).journaled(Some(j));
+        // Rank 1 resumes at its mark (line 2): lines 2 and 3 were shown, 4 is new.
+        let mark = format!("{}2\n", p2pmpi::checkpoint::MARK_PREFIX);
+        out.write(1, false, b"l2\nl3\nl4\n");
+        out.write(1, false, mark.as_bytes());
+        out.write(0, false, b"a\n");
+        // Read back as `--resume` does, without the launcher's memory.
+        let r = Journal::read(&dir, 2).unwrap();
+        assert_eq!(r.shown, [1, 5]);
+        assert_eq!(r.marks[1].get(&1), Some(&2));
+        assert_eq!(r.marks[1].get(&2), Some(&5));
+        assert!(r.marks[0].is_empty());
+        // Opening it again starts from a replay (a fresh start: nothing shown).
+        drop(out);
+        Journal::open(&dir, &Replay::new(2)).unwrap();
+        assert_eq!(Journal::read(&dir, 2).unwrap(), Replay::new(2));
+        assert_eq!(Journal::read(&dir.join("none"), 2).unwrap(), Replay::new(2));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

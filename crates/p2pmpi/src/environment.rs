@@ -225,7 +225,17 @@ pub fn initialize_with_threading(threading: Threading) -> Option<(Universe, Thre
             e
         });
     let parents = boot.parents;
+    let unreplicated = boot.layout.is_none();
     let engine = engine.and_then(|mut e| {
+        // A restarted process numbers its messages from its checkpoint before any connection
+        // is up: a peer restored sooner may send at once (its first messages must not be
+        // taken for messages out of order while this one still connects).
+        // (Replicated jobs put them back in `restored()`, as before: their replicas' logs
+        // follow the counters.)
+        if let Some(l) = unreplicated.then(crate::checkpoint::early_library_state).flatten() {
+            e.restore_sequences(&l.send, &l.recv);
+            crate::checkpoint::sequences_restored();
+        }
         e.connect_mesh(Duration::from_secs(120) * crate::device::load_factor())?;
         if let Some(p) = &parents {
             // A spawned process: its parents wait in `spawn` until it connected to each.

@@ -102,19 +102,20 @@ fn open_store() -> Option<Box<dyn Store>> {
     std::env::var_os(env::DIR).filter(|d| !d.is_empty()).map(|d| Box::new(Directory::new(d)) as Box<dyn Store>)
 }
 
+/// BLAKE3 hash of an executable's file, as a checkpoint's piece records it for the program
+/// that wrote it (a launcher compares it before it restarts a job).
+pub fn program_hash_of(path: &std::path::Path) -> std::io::Result<[u8; 32]> {
+    let mut h = blake3::Hasher::new();
+    std::io::copy(&mut std::fs::File::open(path)?, &mut h)?;
+    Ok(*h.finalize().as_bytes())
+}
+
 /// BLAKE3 hash of this program's executable, computed once.
 fn program_hash(st: &mut State) -> [u8; 32] {
     *st.program.get_or_insert_with(|| {
-        let mut h = blake3::Hasher::new();
-        match std::fs::File::open("/proc/self/exe").or_else(|_| std::fs::File::open(std::env::current_exe()?)) {
-            Ok(mut f) => {
-                let _ = std::io::copy(&mut f, &mut h);
-            }
-            Err(_) => {
-                h.update(b"unknown program");
-            }
-        }
-        *h.finalize().as_bytes()
+        program_hash_of(std::path::Path::new("/proc/self/exe"))
+            .or_else(|_| program_hash_of(&std::env::current_exe()?))
+            .unwrap_or_else(|_| *blake3::hash(b"unknown program").as_bytes())
     })
 }
 
@@ -141,12 +142,35 @@ fn library_state() -> (LibraryState, u64, u64) {
     (LibraryState { next_ctx, comms, send, recv, agreements }, sent, received)
 }
 
-/// Puts the library's state back (a restarted process, before it communicates).
+/// Set when the sequence counters were put back as the engine was made.
+static EARLY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// The engine's sequence counters were put back from [`early_library_state`].
+pub(crate) fn sequences_restored() {
+    EARLY.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// Puts the library's state back (a restarted process, before it communicates); the
+/// sequence counters too unless they were put back when the engine was made.
 fn set_library_state(l: &LibraryState) {
     let ctx = current();
     ctx.next_ctx.fetch_max(l.next_ctx, std::sync::atomic::Ordering::SeqCst);
     ctx.agreement_seq.lock().extend(l.agreements.iter().copied());
-    crate::context::with_engine(|e| e.restore_sequences(&l.send, &l.recv));
+    if !EARLY.load(std::sync::atomic::Ordering::SeqCst) {
+        crate::context::with_engine(|e| e.restore_sequences(&l.send, &l.recv));
+    }
+}
+
+/// In a restarted process, at initialization (its rank known, no connection up yet): the
+/// library's state of the piece it restores, for the engine's sequence counters. `None` on
+/// a fresh start, or when the piece cannot be read (`restored()` then stops the process and
+/// says why).
+pub(crate) fn early_library_state() -> Option<LibraryState> {
+    let generation = restore_generation()?;
+    let store = open_store()?;
+    let m = store.latest().ok().flatten().filter(|m| m.generation == generation)?;
+    let data = store.get_piece(&m, crate::lifecycle::own_rank() as u32).ok()?;
+    store::split_piece(&data).ok().map(|(h, _)| h.library)
 }
 
 /// `Universe::checkpoint`: see the module's documentation.

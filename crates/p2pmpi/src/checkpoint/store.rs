@@ -191,6 +191,12 @@ impl Directory {
         Ok(gens)
     }
 
+    /// Whether a generation `from` or later is complete (has its manifest).
+    fn complete_from(&self, from: u64) -> bool {
+        self.generations()
+            .is_ok_and(|gs| gs.into_iter().any(|g| g >= from && self.generation_dir(g).join("MANIFEST").exists()))
+    }
+
     /// Deletes every generation (a fresh start in a directory used before).
     pub fn clear(&self) -> io::Result<()> {
         for g in self.generations()? {
@@ -198,6 +204,15 @@ impl Directory {
         }
         Ok(())
     }
+}
+
+/// The hash a piece of `parts` is written with.
+fn hash_parts(parts: &[&[u8]]) -> [u8; HASH_LEN] {
+    let mut h = blake3::Hasher::new();
+    for p in parts {
+        h.update(p);
+    }
+    *h.finalize().as_bytes()
 }
 
 /// Writes `parts` to `path` atomically: a temporary file beside it, synced, renamed, the
@@ -229,15 +244,35 @@ fn write_atomic(path: &Path, parts: &[&[u8]], hashed: bool) -> io::Result<[u8; H
 
 impl Store for Directory {
     fn put_piece(&mut self, generation: u64, rank: u32, parts: &[&[u8]]) -> io::Result<[u8; HASH_LEN]> {
-        write_atomic(&self.piece_path(generation, rank), parts, true)
+        // A replica behind its rank's others: a later generation is complete already (and
+        // this one may be deleted), so its piece, the same as theirs, is not written again.
+        if self.complete_from(generation + 1) {
+            return Ok(hash_parts(parts));
+        }
+        write_atomic(&self.piece_path(generation, rank), parts, true).or_else(|e| {
+            match self.complete_from(generation + 1) {
+                true => Ok(hash_parts(parts)),
+                false => Err(e),
+            }
+        })
     }
 
     fn commit(&mut self, m: &Manifest) -> io::Result<()> {
+        // A replica of rank 0 behind another that committed a later generation already.
+        if self.complete_from(m.generation + 1) {
+            return Ok(());
+        }
         let path = self.generation_dir(m.generation).join("MANIFEST");
-        write_atomic(&path, &[m.to_text().as_bytes()], false)?;
+        if let Err(e) = write_atomic(&path, &[m.to_text().as_bytes()], false) {
+            return if self.complete_from(m.generation + 1) { Ok(()) } else { Err(e) };
+        }
+        // Only the older ones: a replica ahead may be writing the next.
         for g in self.generations()? {
-            if g != m.generation {
-                std::fs::remove_dir_all(self.generation_dir(g))?;
+            if g < m.generation {
+                match std::fs::remove_dir_all(self.generation_dir(g)) {
+                    Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+                    _ => {}
+                }
             }
         }
         Ok(())
