@@ -21,8 +21,18 @@ if [ ! -f "$lib" ]; then
 fi
 mkdir -p "$dir"
 # Copied to a name of this process and renamed: a program running with the old copy keeps
-# it, and two runs at once never leave a half-written file.
-cp "$lib" "$dir/.libmpi.so.12.$$"
-mv -f "$dir/.libmpi.so.12.$$" "$dir/libmpi.so.12"
-ln -sfn libmpi.so.12 "$dir/libmpi.so"
-ln -sfn libmpi.so.12 "$dir/libmpich.so.12"
+# it, and two runs at once never leave a half-written file. An identical copy is left alone,
+# and the names are made by renaming too (never a moment without them): test processes make
+# this directory again and again while programs of other tests are starting from it, and a
+# loader check that saw libmpi.so.12 replaced between two of its looks took the names for two
+# libraries.
+if ! cmp -s "$lib" "$dir/libmpi.so.12" 2>/dev/null; then
+    cp "$lib" "$dir/.libmpi.so.12.$$"
+    mv -f "$dir/.libmpi.so.12.$$" "$dir/libmpi.so.12"
+fi
+for name in libmpi.so libmpich.so.12; do
+    if [ "$(readlink "$dir/$name" 2>/dev/null)" != libmpi.so.12 ]; then
+        ln -sfn libmpi.so.12 "$dir/.$name.$$"
+        mv -fT "$dir/.$name.$$" "$dir/$name"
+    fi
+done

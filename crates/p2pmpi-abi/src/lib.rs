@@ -45,6 +45,7 @@ pub mod file_io;
 pub mod gpu;
 pub mod graph;
 pub mod grequest;
+pub mod handle_bits;
 pub mod handles;
 pub mod immediate;
 pub mod info;

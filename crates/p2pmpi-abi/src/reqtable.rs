@@ -20,7 +20,7 @@
 //! [`LOCAL_AT_MOST`] they go to a shared pool, as they do when the thread ends; fresh
 //! indices are handed out [`BATCH`] at a time.
 
-use crate::handles::{make, DIRECT};
+use crate::handle_bits::{make, DIRECT, INDEX_BITS};
 use std::cell::{Cell, RefCell, UnsafeCell};
 use std::os::raw::c_int;
 use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU8, Ordering};
@@ -32,8 +32,6 @@ const LIVE: u8 = 1;
 const BUSY: u8 = 2;
 const LENT: u8 = 3;
 
-/// Bits of the index in a handle (as in [`crate::handles`]).
-const INDEX_BITS: u32 = 26;
 /// Slots of the first chunk (a power of two); chunk `k` has `FIRST << k`.
 const FIRST_LOG: u32 = 5;
 /// Chunks enough for every index of a handle.
@@ -120,7 +118,7 @@ impl<T> Drop for Claim<'_, T> {
 }
 
 impl<T: 'static> Table<T> {
-    /// An empty table of objects of kind `obj` (one of [`crate::handles::object`]) whose
+    /// An empty table of objects of kind `obj` (one of [`crate::handle_bits::object`]) whose
     /// threads keep their free indices in `local`, used by no other table.
     pub const fn new(obj: u32, local: &'static LocalKey<Local>) -> Table<T> {
         Table {
@@ -331,7 +329,7 @@ impl<T: 'static> Table<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::handles::object;
+    use crate::handle_bits::object;
 
     thread_local! {
         static LOCAL: Local = const { Local::new() };
@@ -344,7 +342,7 @@ mod tests {
         let b = T.insert(20);
         assert_ne!(a, b);
         assert_eq!((a as u32) >> 30, DIRECT);
-        assert_eq!(crate::handles::object_of(a), object::REQUEST);
+        assert_eq!(crate::handle_bits::object_of(a), object::REQUEST);
         assert_eq!((T.with(a, |x| *x), T.with(b, |x| *x)), (Some(10), Some(20)));
         assert_eq!(T.with(crate::consts::MPI_REQUEST_NULL, |x| *x), None, "the null handle names nothing");
         assert_eq!(T.with(make(DIRECT, object::COMM, 0), |x| *x), None, "another kind's handle names nothing");
