@@ -158,7 +158,12 @@ run_one() {
 
 ACTIVE=()
 for impl in $IMPLS; do
-    if [ -n "${SKIP[$impl]:-}" ]; then log "SKIP $impl: ${SKIP[$impl]}"; continue; fi
+    if [ -n "${SKIP[$impl]:-}" ]; then
+        # Under CI a missing tool is a failure, never a skip.
+        [ "${CI:-}" != true ] || { log "$impl cannot run: ${SKIP[$impl]} (CI=true: failing)"; exit 1; }
+        log "SKIP $impl: ${SKIP[$impl]}"
+        continue
+    fi
     [ -n "${CMD[$impl]:-}" ] || { log "SKIP $impl: unknown implementation"; SKIP[$impl]="unknown"; continue; }
     ACTIVE+=("$impl")
 done

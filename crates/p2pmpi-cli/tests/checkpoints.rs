@@ -8,53 +8,14 @@
 #![forbid(unsafe_code)]
 
 mod common;
+use common::ckpt::*;
 use common::job::Job;
 use common::*;
-use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 const T: Duration = Duration::from_secs(120);
 /// How long a condition of the job may take to come (a loaded 2-core machine).
 const SEEN: Duration = Duration::from_secs(60);
-
-/// A scratch directory of this test, removed when dropped.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(test: &str) -> Scratch {
-        let d = std::env::temp_dir().join(format!("p2pmpi-ckpt-test-{test}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        Scratch(d)
-    }
-    fn ck(&self) -> PathBuf {
-        self.0.join("ck")
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// `p2pmpirun --local ARGS`, run in `dir`.
-fn launcher_in(dir: &Path, args: &[&str]) -> Command {
-    let mut c = Command::new(launcher());
-    c.current_dir(dir).env("P2PMPI_HOME", "/nonexistent/p2pmpi-local-tests").arg("--local").args(args);
-    c
-}
-
-/// The lines of `rank` in `stdout`, in order.
-fn lines_of(stdout: &str, rank: usize) -> Vec<String> {
-    let p = format!("rank {rank} ");
-    stdout.lines().filter(|l| l.starts_with(&p)).map(str::to_string).collect()
-}
-
-fn checksum(stdout: &str) -> Option<String> {
-    stdout.lines().find(|l| l.starts_with("checksum ")).map(str::to_string)
-}
 
 /// The output of a run without faults: `ckpt_iter STEPS EVERY 0` on `n` ranks.
 fn fault_free(n: usize, steps: &str, every: &str) -> String {
@@ -63,16 +24,6 @@ fn fault_free(n: usize, steps: &str, every: &str) -> String {
     o.assert_ok();
     assert!(checksum(&o.stdout).is_some(), "{}", o.stdout);
     o.stdout
-}
-
-/// Whether the checkpoint directory holds a complete generation (a manifest).
-fn complete_generation(ck: &Path) -> Option<u64> {
-    std::fs::read_dir(ck)
-        .ok()?
-        .flatten()
-        .filter(|e| e.path().join("MANIFEST").exists())
-        .filter_map(|e| e.file_name().to_str()?.strip_prefix("gen-")?.parse().ok())
-        .max()
 }
 
 /// The pid of the process of slot `slot` of the job carrying `marker`.
@@ -100,7 +51,7 @@ fn assert_same_output(got: &str, want: &str, n: usize) {
 #[test]
 fn a_rank_killed_after_a_checkpoint_restarts_from_it_with_the_fault_free_checksum() {
     let want = fault_free(3, "30", "4");
-    let s = Scratch::new("kill");
+    let s = Scratch::new("ckpt", "kill");
     let m = marker("ckpt-kill");
     let prog = example("ckpt_iter");
     let ck = s.ck();
@@ -139,7 +90,7 @@ fn a_rank_killed_after_a_checkpoint_restarts_from_it_with_the_fault_free_checksu
 #[test]
 fn every_replica_of_a_rank_killed_restarts_the_replicated_job() {
     let want = fault_free(3, "30", "4");
-    let s = Scratch::new("replicas");
+    let s = Scratch::new("ckpt", "replicas");
     let m = marker("ckpt-replicas");
     let prog = example("ckpt_iter");
     let ck = s.ck();
@@ -179,7 +130,7 @@ fn every_replica_of_a_rank_killed_restarts_the_replicated_job() {
 #[test]
 fn without_a_complete_checkpoint_the_job_restarts_from_the_beginning() {
     let want = fault_free(3, "30", "0");
-    let s = Scratch::new("scratch");
+    let s = Scratch::new("ckpt", "scratch");
     let m = marker("ckpt-scratch");
     let prog = example("ckpt_iter");
     let job = Job::spawn(&mut launcher_in(
@@ -198,7 +149,7 @@ fn without_a_complete_checkpoint_the_job_restarts_from_the_beginning() {
 
 #[test]
 fn with_max_restarts_0_a_killed_rank_fails_the_job_as_before() {
-    let s = Scratch::new("norestart");
+    let s = Scratch::new("ckpt", "norestart");
     let m = marker("ckpt-norestart");
     let prog = example("ckpt_iter");
     let ck = s.ck();
@@ -230,7 +181,7 @@ fn with_max_restarts_0_a_killed_rank_fails_the_job_as_before() {
 #[test]
 fn a_checkpoint_with_messages_in_flight_is_refused_on_every_rank() {
     let want = fault_free(3, "8", "0");
-    let s = Scratch::new("inflight");
+    let s = Scratch::new("ckpt", "inflight");
     let ck = s.ck();
     let prog = example("ckpt_iter");
     let o = run_cmd(
@@ -259,7 +210,7 @@ fn a_checkpoint_with_messages_in_flight_is_refused_on_every_rank() {
 
 #[test]
 fn a_restore_into_another_type_fails_clearly() {
-    let s = Scratch::new("wrongtype");
+    let s = Scratch::new("ckpt", "wrongtype");
     let m = marker("ckpt-wrongtype");
     let prog = example("ckpt_iter");
     let ck = s.ck();
@@ -295,7 +246,7 @@ fn a_restore_into_another_type_fails_clearly() {
 
 #[test]
 fn communicating_before_restored_in_a_restarted_process_is_an_error() {
-    let s = Scratch::new("early");
+    let s = Scratch::new("ckpt", "early");
     let m = marker("ckpt-early");
     let prog = example("ckpt_iter");
     let ck = s.ck();
@@ -312,7 +263,7 @@ fn communicating_before_restored_in_a_restarted_process_is_an_error() {
 
 #[test]
 fn a_restore_into_another_program_fails_clearly() {
-    let s = Scratch::new("otherprog");
+    let s = Scratch::new("ckpt", "otherprog");
     let m = marker("ckpt-otherprog");
     // A copy of the program, replaced once a checkpoint is complete by another build of it
     // (one more byte at its end: it runs the same, its hash differs).
@@ -336,7 +287,7 @@ fn a_restore_into_another_program_fails_clearly() {
 
 #[test]
 fn a_corrupted_piece_is_detected_at_restore() {
-    let s = Scratch::new("corrupt");
+    let s = Scratch::new("ckpt", "corrupt");
     let m = marker("ckpt-corrupt");
     let prog = example("ckpt_iter");
     let ck = s.ck();
@@ -379,7 +330,7 @@ fn a_corrupted_piece_is_detected_at_restore() {
 #[test]
 fn checkpoint_write_throughput() {
     // 3 checkpoints of 16 MiB per rank on 2 ranks; rank 0 prints each one's time.
-    let s = Scratch::new("bench");
+    let s = Scratch::new("ckpt", "bench");
     let prog = example("ckpt_iter");
     let kib = 16 * 1024;
     let o = run_cmd(

@@ -7,61 +7,14 @@
 #![forbid(unsafe_code)]
 
 mod common;
+use common::ckpt::*;
 use common::job::Job;
 use common::*;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 use std::time::Duration;
 
 const T: Duration = Duration::from_secs(120);
 const SEEN: Duration = Duration::from_secs(60);
-
-/// A scratch directory of this test, removed when dropped.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(test: &str) -> Scratch {
-        let d = std::env::temp_dir().join(format!("p2pmpi-resume-test-{test}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        Scratch(d)
-    }
-    fn ck(&self) -> PathBuf {
-        self.0.join("ck")
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// `p2pmpirun --local ARGS`, run in `dir`.
-fn launcher_in(dir: &Path, args: &[&str]) -> Command {
-    let mut c = Command::new(launcher());
-    c.current_dir(dir).env("P2PMPI_HOME", "/nonexistent/p2pmpi-local-tests").arg("--local").args(args);
-    c
-}
-
-fn lines_of(stdout: &str, rank: usize) -> Vec<String> {
-    let p = format!("rank {rank} ");
-    stdout.lines().filter(|l| l.starts_with(&p)).map(str::to_string).collect()
-}
-
-fn checksum(stdout: &str) -> Option<String> {
-    stdout.lines().find(|l| l.starts_with("checksum ")).map(str::to_string)
-}
-
-/// The last complete generation in `ck` (one with a manifest).
-fn complete_generation(ck: &Path) -> Option<u64> {
-    std::fs::read_dir(ck)
-        .ok()?
-        .flatten()
-        .filter(|e| e.path().join("MANIFEST").exists())
-        .filter_map(|e| e.file_name().to_str()?.strip_prefix("gen-")?.parse().ok())
-        .max()
-}
 
 /// Starts `ckpt_iter 30 4 PACE` on 3 ranks with its checkpoints in `ck`.
 fn start(s: &Scratch, prog: &Path, pace: &str, marker: &str) -> Job {
@@ -89,7 +42,7 @@ fn a_job_whose_launcher_was_killed_resumes_from_its_last_checkpoint_with_the_fau
     let prog = example("ckpt_iter");
     let want = run(&["--local", "-n", "3", prog.to_str().unwrap(), "30", "4", "0"], T);
     want.assert_ok();
-    let s = Scratch::new("killed");
+    let s = Scratch::new("resume", "killed");
     let m = marker("resume-killed");
     let job = start(&s, &prog, "40", &m);
     let ck = s.ck();
@@ -133,7 +86,7 @@ fn a_job_whose_launcher_was_killed_resumes_from_its_last_checkpoint_with_the_fau
 
 #[test]
 fn resume_refuses_a_directory_without_a_record_a_changed_program_and_a_running_launcher() {
-    let s = Scratch::new("refuse");
+    let s = Scratch::new("resume", "refuse");
     // No record.
     let empty = s.0.join("empty");
     std::fs::create_dir_all(&empty).unwrap();

@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod abi;
+pub mod ckpt;
 pub mod grid;
 pub mod job;
 pub mod netns;
