@@ -67,6 +67,11 @@ pub struct AdviseArgs {
     /// --checkpoint-cost.
     #[arg(long, value_name = "M", value_parser = parse_time, allow_hyphen_values = true, requires_all = ["run_time", "checkpoint_cost"])]
     pub mtbf: Option<f64>,
+    /// Weibull shape δ of a host's lifetime (with --mtbf) [default: 1, exponential]. Below 1,
+    /// new hosts fail more often than old ones: the grid's hosts are taken as joining when
+    /// the job starts and each failed host as replaced by a new one.
+    #[arg(long, value_name = "DELTA", value_parser = parse_shape, allow_hyphen_values = true, requires = "mtbf")]
+    pub shape: Option<f64>,
     /// The job's failure-free run time (with --mtbf).
     #[arg(long = "run-time", value_name = "W", value_parser = parse_time, allow_hyphen_values = true, requires = "mtbf")]
     pub run_time: Option<f64>,
@@ -98,6 +103,15 @@ fn number(s: &str, what: &str) -> Result<f64, String> {
     match s.trim().parse::<f64>() {
         Ok(x) if x.is_finite() => Ok(x),
         _ => Err(format!("{what} {:?} is not a number", s.trim())),
+    }
+}
+
+fn parse_shape(s: &str) -> Result<f64, String> {
+    let d = number(s, "the shape")?;
+    if d > 0.0 {
+        Ok(d)
+    } else {
+        Err(format!("Weibull shape δ = {d} must be > 0"))
     }
 }
 
@@ -295,8 +309,10 @@ pub fn render_checkpoints(p: u32, rows: &[(u32, IntervalAdvice)], m: &Checkpoint
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "p = {p} processes, hosts failing every M = {} s on average (exponential), run time W = {} s,",
-        m.mtbf, m.work
+        "p = {p} processes, hosts failing every M = {} s on average ({}), run time W = {} s,",
+        m.mtbf,
+        if (m.shape - 1.0).abs() < 1e-12 { "exponential".to_string() } else { format!("Weibull of shape {}", m.shape) },
+        m.work
     );
     let _ = writeln!(
         out,
@@ -354,6 +370,7 @@ fn run_checkpoints(args: &AdviseArgs, mtbf: f64) -> Result<String, String> {
         p: args.n,
         r: 1,
         mtbf,
+        shape: args.shape.unwrap_or(1.0),
         work,
         cost,
         restart: args.restart_cost.unwrap_or(cost),

@@ -558,6 +558,7 @@ pub fn experiment(e: &Experiment, threads: usize) -> (crate::table::Table, Optio
                 p: ranks,
                 r: degree,
                 mtbf: b.mtbf,
+                shape: b.shape,
                 work: b.work,
                 cost: b.cost,
                 restart: b.restart,

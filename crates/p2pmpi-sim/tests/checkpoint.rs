@@ -17,8 +17,16 @@ fn day() -> Params {
 #[test]
 fn the_three_modes_against_the_model() {
     let p = day();
-    let m =
-        CheckpointModel { p: 16, r: 2, mtbf: 100_000.0, work: 86_400.0, cost: 60.0, restart: 60.0, max_restarts: 100 };
+    let m = CheckpointModel {
+        p: 16,
+        r: 2,
+        mtbf: 100_000.0,
+        shape: 1.0,
+        work: 86_400.0,
+        cost: 60.0,
+        restart: 60.0,
+        max_restarts: 100,
+    };
     let trials = 600;
     let repl = run(Params { mode: Mode::Replication, ..p }, trials, 1, THREADS);
     let reb = run(Params { mode: Mode::Rebirth, ..p }, trials, 1, THREADS);
@@ -68,7 +76,7 @@ fn failures_are_explained_and_trials_deterministic() {
 fn the_advisors_interval_is_the_simulators_optimum() {
     for (p, r, mtbf, work, trials) in [(8u32, 1u32, 80_000.0, 40_000.0, 300), (8, 2, 10_000.0, 20_000.0, 200)] {
         let cost = 30.0;
-        let m = CheckpointModel { p, r, mtbf, work, cost, restart: cost, max_restarts: 100 };
+        let m = CheckpointModel { p, r, mtbf, shape: 1.0, work, cost, restart: cost, max_restarts: 100 };
         let a = m.advise().unwrap();
         let grid: Vec<f64> = (-3..=3).map(|i| a.interval * 2f64.powf(f64::from(i) / 3.0)).collect();
         let (means, best) = sweep(Params::new(p, r, 1.0, mtbf, work, 0.0, cost), &grid, trials, 9, THREADS);
@@ -78,5 +86,34 @@ fn the_advisors_interval_is_the_simulators_optimum() {
             let e = m.expected_time(*t);
             assert!((mean / e - 1.0).abs() < 0.02, "τ = {t}: simulated {mean}, model {e}");
         }
+    }
+}
+
+/// Hosts that fail young (Weibull shape 0.7): the advisor's renewal model against the
+/// simulator's grid, where each failed host is replaced by a new one.
+#[test]
+fn hosts_failing_young_against_the_model() {
+    let p = Params::new(16, 2, 0.7, 100_000.0, 86_400.0, 3000.0, 60.0);
+    let m = CheckpointModel {
+        p: 16,
+        r: 2,
+        mtbf: 100_000.0,
+        shape: 0.7,
+        work: 86_400.0,
+        cost: 60.0,
+        restart: 60.0,
+        max_restarts: 100,
+    };
+    let exp = CheckpointModel { shape: 1.0, ..m };
+    let run_ = m.run();
+    for (mode, expect, memoryless) in [
+        (Mode::Rebirth, run_.finish_rebirth(3000.0), exp.finish_rebirth(3000.0)),
+        (Mode::Restart, run_.finish_restart(3000.0), exp.finish_restart(3000.0)),
+    ] {
+        let s = run(Params { mode, ..p }, 600, 2, THREADS);
+        eprintln!("{mode:?}: sim {s:?}, model {expect}, exponential model {memoryless}");
+        assert!((s.probability() - expect).abs() <= 2.0 * s.margin(), "{mode:?}: {s:?} vs {expect}");
+        // The exponential model would be wrong here: young hosts fail more.
+        assert!(memoryless > expect + 2.0 * s.margin(), "{mode:?}: {memoryless} vs {expect}");
     }
 }

@@ -5,8 +5,9 @@
 //! A job of `p` ranks, each with `r` replicas on distinct hosts, needs `W` seconds of
 //! failure-free computation. Every `τ` seconds of work it stops for a checkpoint of cost `C`
 //! (the last stretch needs none). Hosts fail at the rate `1/M` (`M`: the mean time between
-//! failures of one host; for a Weibull of shape `δ ≠ 1` this is the long-run rate of a host
-//! and its replacements, the simulator draws the Weibull itself). A segment of work and its
+//! failures of one host), or, for a Weibull lifetime of shape `δ ≠ 1`, as a host of the grid
+//! renewed at each failure does at that point of the run ([`HostFailures`]: `F` below then
+//! depends on where the segment starts too). A segment of work and its
 //! checkpoint, `S = τ + C` long, starts with every rank at degree `r` (rebirth restored it at
 //! the previous checkpoint) and is interrupted when some rank loses all its replicas before it
 //! ends:
@@ -60,6 +61,9 @@ pub struct CheckpointModel {
     pub r: u32,
     /// Mean time between failures of one host `M` (seconds).
     pub mtbf: f64,
+    /// Weibull shape `δ` of a host's lifetime (1: exponential, the default; below 1: new hosts
+    /// fail more often than old ones).
+    pub shape: f64,
     /// Failure-free computation `W` (seconds).
     pub work: f64,
     /// Cost of one checkpoint `C` (seconds).
@@ -87,120 +91,156 @@ pub struct IntervalAdvice {
     pub finish_restart: f64,
 }
 
+/// When a host in use fails: `fail(t, s)` is the probability that the host holding a process
+/// at time `t` of the run fails before `t + s`.
+///
+/// Exponential lifetimes have no memory: `1 − exp(−s/M)` whatever `t`. A Weibull of shape
+/// `δ ≠ 1` does: every host of the grid joined when the job started, and each failed host is
+/// replaced by a new one (the simulator's grid), so what runs at `t` is the current host of a
+/// renewal process started at 0, and
+///
+/// ```text
+/// 1 − fail(t, s) = R̄(t + s) + ∫₀ᵗ R̄(t + s − u) dH(u)
+/// ```
+///
+/// with `R̄` the survival of one lifetime and `H` the renewal function (`H = F + H ∗ F`,
+/// computed by the Riemann–Stieltjes midpoint rule on a grid of 3 000 steps). A reborn replica
+/// or a restarted rank takes such a host too. `fail` is tabulated once on a grid denser near 0
+/// in both `t` and `s` (where `δ < 1` changes fastest) and interpolated.
+#[derive(Debug, Clone)]
+pub struct HostFailures {
+    mtbf: f64,
+    table: Option<AgeTable>,
+}
+
+#[derive(Debug, Clone)]
+struct AgeTable {
+    t_max: f64,
+    s_max: f64,
+    /// `fail` at `t_i = t_max·(i/NT)²`, `s_j = s_max·(j/NS)²`, row-major by `i`.
+    fail: Vec<f64>,
+}
+
+const NT: usize = 64;
+const NS: usize = 128;
+const FINE: usize = 3000;
+
+impl HostFailures {
+    /// The law of a host of mean lifetime `mtbf` and shape `shape`, for times `t ≤ t_max` and
+    /// spans `s ≤ s_max` (beyond them the nearest edge of the table is used).
+    pub fn new(mtbf: f64, shape: f64, t_max: f64, s_max: f64) -> HostFailures {
+        if (shape - 1.0).abs() < 1e-12 || !(shape > 0.0 && shape.is_finite()) {
+            return HostFailures { mtbf, table: None };
+        }
+        let eta = mtbf / gamma(1.0 + 1.0 / shape);
+        let survival = |x: f64| (-(x.max(0.0) / eta).powf(shape)).exp();
+        let h = (t_max + s_max) / FINE as f64;
+        let rbar: Vec<f64> = (0..=FINE).map(|k| survival(k as f64 * h)).collect();
+        let rhalf: Vec<f64> = (0..FINE).map(|k| survival((k as f64 + 0.5) * h)).collect();
+        // Renewal function on the grid: H_k (1 − ΔF₁/2) = F_k + ΔF₁·H_{k−1}/2
+        //                                + Σ_{j≥2} ΔF_j (H_{k−j} + H_{k−j+1})/2.
+        let df: Vec<f64> = (0..=FINE).map(|j| if j == 0 { 0.0 } else { rbar[j - 1] - rbar[j] }).collect();
+        let mut big_h = vec![0.0f64; FINE + 1];
+        for k in 1..=FINE {
+            let mut acc = (1.0 - rbar[k]) + df[1] * big_h[k - 1] / 2.0;
+            for j in 2..=k {
+                acc += df[j] * (big_h[k - j] + big_h[k - j + 1]) / 2.0;
+            }
+            big_h[k] = acc / (1.0 - df[1] / 2.0);
+        }
+        let dh: Vec<f64> = (0..=FINE).map(|j| if j == 0 { 0.0 } else { big_h[j] - big_h[j - 1] }).collect();
+        // 1 − fail at fine indices (k, m): R̄_{k+m} + Σ_{j=1..k} ΔH_j·R̄((k + m − j + ½)h).
+        let stay = |k: usize, m: usize| {
+            let mut q = rbar[(k + m).min(FINE)];
+            for j in 1..=k {
+                q += dh[j] * rhalf[(k + m - j).min(FINE - 1)];
+            }
+            q.min(1.0)
+        };
+        let mut fail = Vec::with_capacity((NT + 1) * (NS + 1));
+        for i in 0..=NT {
+            let t = t_max * (i as f64 / NT as f64).powi(2);
+            let k = ((t / h).round() as usize).min(FINE);
+            for j in 0..=NS {
+                let s = s_max * (j as f64 / NS as f64).powi(2);
+                let x = s / h;
+                let m = (x.floor() as usize).min(FINE - k);
+                let a = (x - m as f64).clamp(0.0, 1.0);
+                let q = if m + 1 + k <= FINE { stay(k, m) * (1.0 - a) + stay(k, m + 1) * a } else { stay(k, m) };
+                fail.push((1.0 - q).clamp(0.0, 1.0));
+            }
+        }
+        HostFailures { mtbf, table: Some(AgeTable { t_max, s_max, fail }) }
+    }
+
+    /// The probability that the host holding a process at `t` fails before `t + s`.
+    pub fn fail(&self, t: f64, s: f64) -> f64 {
+        let Some(tab) = &self.table else {
+            return -(-s / self.mtbf).exp_m1();
+        };
+        if s <= 0.0 {
+            return 0.0;
+        }
+        // Grid coordinates: the square root undoes the quadratic spacing.
+        let at = |x: f64, max: f64, n: usize| {
+            let g = (x.clamp(0.0, max) / max).sqrt() * n as f64;
+            let i = (g.floor() as usize).min(n - 1);
+            (i, g - i as f64)
+        };
+        let (i, a) = at(t, tab.t_max, NT);
+        let (j, b) = at(s, tab.s_max, NS);
+        let v = |i: usize, j: usize| tab.fail[i * (NS + 1) + j];
+        let lo = v(i, j) * (1.0 - b) + v(i, j + 1) * b;
+        let hi = v(i + 1, j) * (1.0 - b) + v(i + 1, j + 1) * b;
+        lo * (1.0 - a) + hi * a
+    }
+}
+
 impl CheckpointModel {
     fn valid(&self) -> bool {
         let pos = |x: f64| x.is_finite() && x > 0.0;
         self.p > 0
             && self.r > 0
             && pos(self.mtbf)
+            && pos(self.shape)
             && pos(self.work)
             && pos(self.cost)
             && self.restart.is_finite()
             && self.restart >= 0.0
     }
 
-    /// `G(s)`: some rank loses all its replicas within `s` seconds of full degree.
+    /// The hosts' failures over this run (a table for `δ ≠ 1`: build it once and use the
+    /// [`Run`]'s methods when evaluating many intervals).
+    pub fn hosts(&self) -> HostFailures {
+        let w = if self.work.is_finite() { self.work } else { 0.0 };
+        HostFailures::new(self.mtbf, self.shape, 2.0 * w + self.restart, w + self.cost + self.restart)
+    }
+
+    /// The model with its hosts' law computed.
+    pub fn run(&self) -> Run<'_> {
+        Run { m: self, hosts: self.hosts() }
+    }
+
+    /// `G(s)` for the first segment: some rank loses all its replicas within `s` seconds of
+    /// the job's start.
     pub fn interrupted(&self, s: f64) -> f64 {
-        let f = -(-s / self.mtbf).exp_m1();
-        p_app_replicated(self.p, self.r, f)
-    }
-
-    /// `L(s) = E[T | T < s]`, the time lost by an interrupted segment of length `s`.
-    pub fn lost(&self, s: f64) -> f64 {
-        let g = self.interrupted(s);
-        if g <= 0.0 {
-            return 0.0;
-        }
-        // Simpson's rule on 64 intervals.
-        let n = 64;
-        let h = s / f64::from(n);
-        let mut sum = 0.0;
-        for i in 0..=n {
-            let t = h * f64::from(i);
-            let w = if i == 0 || i == n {
-                1.0
-            } else if i % 2 == 1 {
-                4.0
-            } else {
-                2.0
-            };
-            sum += w * (1.0 - self.interrupted(t) / g);
-        }
-        sum * h / 3.0
-    }
-
-    /// The expected time of a segment `s` long, tried again after each interruption (each
-    /// retry after a restart of cost `R`); and its probability of a first interruption.
-    fn segment(&self, s: f64) -> (f64, f64) {
-        let q1 = self.interrupted(s);
-        let a = self.restart + s;
-        let q2 = self.interrupted(a);
-        if q2 >= 1.0 {
-            return (f64::INFINITY, q1);
-        }
-        let retry = a + q2 / (1.0 - q2) * self.lost(a);
-        (s * (1.0 - q1) + q1 * (self.lost(s) + retry), q1)
-    }
-
-    /// The segments of the run at interval `tau`: full ones (work `τ` and a checkpoint) and
-    /// the last one (no checkpoint).
-    fn segments(&self, tau: f64) -> (u64, f64) {
-        let n = (self.work / tau).floor();
-        let last = self.work - n * tau;
-        if last <= self.work * 1e-9 {
-            ((n as u64).saturating_sub(1), tau)
-        } else {
-            (n as u64, last)
-        }
+        self.run().interrupted(0.0, s)
     }
 
     /// The expected run time with checkpoints every `tau` seconds of work, rebirth and
     /// restarts (without budget).
     pub fn expected_time(&self, tau: f64) -> f64 {
-        let (full, last) = self.segments(tau);
-        full as f64 * self.segment(tau + self.cost).0 + self.segment(last).0
-    }
-
-    /// The smooth form minimised: `(W/τ)·E_seg(τ + C)`.
-    fn objective(&self, tau: f64) -> f64 {
-        self.work / tau * self.segment(tau + self.cost).0
+        self.run().expected_time(tau)
     }
 
     /// The probability of finishing with rebirth and no restart.
     pub fn finish_rebirth(&self, tau: f64) -> f64 {
-        let (full, last) = self.segments(tau);
-        let per = 1.0 - self.interrupted(tau + self.cost);
-        per.powf(full as f64) * (1.0 - self.interrupted(last))
+        self.run().finish_rebirth(tau)
     }
 
     /// The probability that the interruptions stay within the budget of restarts.
     pub fn finish_restart(&self, tau: f64) -> f64 {
-        let (full, last) = self.segments(tau);
-        let n = self.max_restarts as usize;
-        // d[k]: probability of k interruptions so far (k ≤ n; more is a failure). Before the
-        // first checkpoint is complete there is nothing to restart from: the first segment's
-        // interruption ends the job.
-        let first = if full > 0 { tau + self.cost } else { last };
-        let mut d = vec![0.0; n + 1];
-        d[0] = 1.0 - self.interrupted(first);
-        let add = |d: &mut Vec<f64>, s: f64| {
-            let q1 = self.interrupted(s);
-            let q2 = self.interrupted(self.restart + s);
-            // One segment: 0 interruptions with 1 − q1, k ≥ 1 with q1·q2^(k−1)·(1 − q2).
-            let mut a = 0.0; // Σ_{j<k} d[j]·q2^(k−1−j)
-            for dk in d.iter_mut() {
-                let was = *dk;
-                *dk = was * (1.0 - q1) + q1 * (1.0 - q2) * a;
-                a = a * q2 + was;
-            }
-        };
-        for _ in 1..full.min(1_000_000) {
-            add(&mut d, tau + self.cost);
-        }
-        if full > 0 {
-            add(&mut d, last);
-        }
-        d.iter().sum::<f64>().clamp(0.0, 1.0)
+        self.run().finish_restart(tau)
     }
 
     /// The first-order interval `τ₁ = (C·M^r·(r+1)/(p·r²))^(1/(r+1))`.
@@ -218,8 +258,150 @@ impl CheckpointModel {
         if !self.valid() {
             return None;
         }
-        let anchor = self.anchor();
-        let (mut lo, mut hi) = ((anchor / 30.0).ln(), (anchor * 30.0).min(self.work).max(anchor / 29.0).ln());
+        self.run().advise()
+    }
+}
+
+/// A [`CheckpointModel`] with its hosts' law: segments start at their nominal times (the
+/// `i`-th at `i·(τ + C)`; the time restarts add is not counted in the hosts' ages).
+#[derive(Debug, Clone)]
+pub struct Run<'a> {
+    m: &'a CheckpointModel,
+    hosts: HostFailures,
+}
+
+impl Run<'_> {
+    /// `G(t, s)`: some rank loses all its replicas within `s` seconds of full degree from `t`.
+    pub fn interrupted(&self, t: f64, s: f64) -> f64 {
+        p_app_replicated(self.m.p, self.m.r, self.hosts.fail(t, s))
+    }
+
+    /// `L(t, s) = E[T | T < s]`, the time lost by an interrupted segment of length `s`.
+    pub fn lost(&self, t: f64, s: f64) -> f64 {
+        let g = self.interrupted(t, s);
+        if g <= 0.0 {
+            return 0.0;
+        }
+        // Simpson's rule on 64 intervals.
+        let n = 64;
+        let h = s / f64::from(n);
+        let mut sum = 0.0;
+        for i in 0..=n {
+            let u = h * f64::from(i);
+            let w = if i == 0 || i == n {
+                1.0
+            } else if i % 2 == 1 {
+                4.0
+            } else {
+                2.0
+            };
+            sum += w * (1.0 - self.interrupted(t, u) / g);
+        }
+        sum * h / 3.0
+    }
+
+    /// The expected time of a segment `s` long from `t`, tried again after each interruption
+    /// (each retry after a restart of cost `R`); and its probability of a first interruption.
+    fn segment(&self, t: f64, s: f64) -> (f64, f64) {
+        let q1 = self.interrupted(t, s);
+        let a = self.m.restart + s;
+        let q2 = self.interrupted(t, a);
+        if q2 >= 1.0 {
+            return (f64::INFINITY, q1);
+        }
+        let retry = a + q2 / (1.0 - q2) * self.lost(t, a);
+        (s * (1.0 - q1) + q1 * (self.lost(t, s) + retry), q1)
+    }
+
+    /// The segments of the run at interval `tau`: full ones (work `τ` and a checkpoint) and
+    /// the last one (no checkpoint).
+    fn segments(&self, tau: f64) -> (u64, f64) {
+        let work = self.m.work;
+        let n = (work / tau).floor();
+        let last = work - n * tau;
+        if last <= work * 1e-9 {
+            ((n as u64).saturating_sub(1), tau)
+        } else {
+            (n as u64, last)
+        }
+    }
+
+    /// Where the `i`-th segment starts.
+    fn start(&self, tau: f64, i: u64) -> f64 {
+        i as f64 * (tau + self.m.cost)
+    }
+
+    /// The expected run time with checkpoints every `tau` seconds of work, rebirth and
+    /// restarts (without budget).
+    pub fn expected_time(&self, tau: f64) -> f64 {
+        let (full, last) = self.segments(tau);
+        if self.hosts.table.is_none() {
+            return full as f64 * self.segment(0.0, tau + self.m.cost).0 + self.segment(0.0, last).0;
+        }
+        let sum: f64 = (0..full).map(|i| self.segment(self.start(tau, i), tau + self.m.cost).0).sum();
+        sum + self.segment(self.start(tau, full), last).0
+    }
+
+    /// The smooth form minimised: the full segments' expected times, the last one counted by
+    /// the fraction `W/τ − ⌊W/τ⌋` of a full one (`(W/τ)·E_seg(τ + C)` when the hosts have no
+    /// memory).
+    fn objective(&self, tau: f64) -> f64 {
+        let s = tau + self.m.cost;
+        let x = self.m.work / tau;
+        if self.hosts.table.is_none() {
+            return x * self.segment(0.0, s).0;
+        }
+        let n = x.floor() as u64;
+        let sum: f64 = (0..n).map(|i| self.segment(self.start(tau, i), s).0).sum();
+        sum + (x - n as f64) * self.segment(self.start(tau, n), s).0
+    }
+
+    /// The probability of finishing with rebirth and no restart.
+    pub fn finish_rebirth(&self, tau: f64) -> f64 {
+        let (full, last) = self.segments(tau);
+        let s = tau + self.m.cost;
+        let all = if self.hosts.table.is_none() {
+            (1.0 - self.interrupted(0.0, s)).powf(full as f64)
+        } else {
+            (0..full).map(|i| (-self.interrupted(self.start(tau, i), s)).ln_1p()).sum::<f64>().exp()
+        };
+        all * (1.0 - self.interrupted(self.start(tau, full), last))
+    }
+
+    /// The probability that the interruptions stay within the budget of restarts.
+    pub fn finish_restart(&self, tau: f64) -> f64 {
+        let (full, last) = self.segments(tau);
+        let n = self.m.max_restarts as usize;
+        let s = tau + self.m.cost;
+        // d[k]: probability of k interruptions so far (k ≤ n; more is a failure). Before the
+        // first checkpoint is complete there is nothing to restart from: the first segment's
+        // interruption ends the job.
+        let first = if full > 0 { s } else { last };
+        let mut d = vec![0.0; n + 1];
+        d[0] = 1.0 - self.interrupted(0.0, first);
+        let add = |d: &mut Vec<f64>, t: f64, s: f64| {
+            let q1 = self.interrupted(t, s);
+            let q2 = self.interrupted(t, self.m.restart + s);
+            // One segment: 0 interruptions with 1 − q1, k ≥ 1 with q1·q2^(k−1)·(1 − q2).
+            let mut a = 0.0; // Σ_{j<k} d[j]·q2^(k−1−j)
+            for dk in d.iter_mut() {
+                let was = *dk;
+                *dk = was * (1.0 - q1) + q1 * (1.0 - q2) * a;
+                a = a * q2 + was;
+            }
+        };
+        for i in 1..full.min(1_000_000) {
+            add(&mut d, self.start(tau, i), s);
+        }
+        if full > 0 {
+            add(&mut d, self.start(tau, full), last);
+        }
+        d.iter().sum::<f64>().clamp(0.0, 1.0)
+    }
+
+    fn advise(&self) -> Option<IntervalAdvice> {
+        let anchor = self.m.anchor();
+        let (mut lo, mut hi) = ((anchor / 30.0).ln(), (anchor * 30.0).min(self.m.work).max(anchor / 29.0).ln());
         let phi = (5f64.sqrt() - 1.0) / 2.0;
         let f = |x: f64| self.objective(x.exp());
         let (mut x1, mut x2) = (hi - phi * (hi - lo), lo + phi * (hi - lo));
@@ -242,7 +424,7 @@ impl CheckpointModel {
             anchor,
             interval,
             expected: self.expected_time(interval),
-            finish_replication: 1.0 - self.interrupted(self.work),
+            finish_replication: 1.0 - self.interrupted(0.0, self.m.work),
             finish_rebirth: self.finish_rebirth(interval),
             finish_restart: self.finish_restart(interval),
         })
@@ -286,7 +468,16 @@ mod tests {
     use super::*;
 
     fn model(p: u32, r: u32) -> CheckpointModel {
-        CheckpointModel { p, r, mtbf: 100_000.0, work: 86_400.0, cost: 60.0, restart: 60.0, max_restarts: 100 }
+        CheckpointModel {
+            p,
+            r,
+            mtbf: 100_000.0,
+            shape: 1.0,
+            work: 86_400.0,
+            cost: 60.0,
+            restart: 60.0,
+            max_restarts: 100,
+        }
     }
 
     #[test]
@@ -352,5 +543,45 @@ mod tests {
         assert!((last - (1.0 - m.interrupted(tau + m.cost))).abs() < 1e-9, "{last}");
         assert!(CheckpointModel { cost: 0.0, ..m }.advise().is_none());
         assert!(CheckpointModel { mtbf: f64::NAN, ..m }.advise().is_none());
+    }
+
+    #[test]
+    fn a_weibull_host_is_a_renewal_process() {
+        let (m, w) = (100_000.0, 86_400.0);
+        // Close to shape 1 the table gives the exponential's memoryless law at every t (within 2 %:
+        // the table is interpolated).
+        let near = HostFailures::new(m, 1.000_001, 2.0 * w, w);
+        for (t, s) in [(0.0, 3000.0), (20_000.0, 3000.0), (150_000.0, 60_000.0), (5_000.0, 100.0)] {
+            let e = -(-s / m).exp_m1();
+            assert!((near.fail(t, s) / e - 1.0).abs() < 0.02, "t {t} s {s}: {} vs {e}", near.fail(t, s));
+        }
+        // Shape 0.7: at the start every host is new, the Weibull's own law; later the hosts
+        // in use are older or renewed, and fail less (new hosts fail more often than old ones).
+        let d = 0.7;
+        let wb = HostFailures::new(m, d, 2.0 * w, w);
+        let eta = m / gamma(1.0 + 1.0 / d);
+        let first = -(-(3000.0f64 / eta).powf(d)).exp_m1();
+        assert!((wb.fail(0.0, 3000.0) / first - 1.0).abs() < 0.02, "{} vs {first}", wb.fail(0.0, 3000.0));
+        let at = |t: f64| wb.fail(t, 3000.0);
+        assert!(at(0.0) > at(10_000.0) && at(10_000.0) > at(80_000.0), "{} {} {}", at(0.0), at(10_000.0), at(80_000.0));
+        // ... but never below the stationary law, (1/M)·∫₀ˢ R̄ ≈ s/M for s ≪ M.
+        assert!(at(150_000.0) > 0.9 * 3000.0 / m, "{}", at(150_000.0));
+        assert!(wb.fail(50_000.0, 0.0) == 0.0 && wb.fail(0.0, w) < 1.0);
+    }
+
+    #[test]
+    fn hosts_that_fail_young_make_jobs_checkpoint_more_often() {
+        let exp = model(64, 2);
+        let young = CheckpointModel { shape: 0.7, ..exp };
+        let (a, b) = (exp.advise().unwrap(), young.advise().unwrap());
+        assert!(b.interval < 0.9 * a.interval, "{a:?} {b:?}");
+        assert!(b.finish_restart < a.finish_restart && b.finish_rebirth < a.finish_rebirth, "{a:?} {b:?}");
+        assert!(b.finish_replication < a.finish_replication && b.expected > a.expected, "{a:?} {b:?}");
+        // The model's pieces agree with each other at shape 0.7 too.
+        let run = young.run();
+        assert!((run.finish_rebirth(3000.0) - young.finish_rebirth(3000.0)).abs() < 1e-12);
+        let none = CheckpointModel { max_restarts: 0, ..young };
+        assert!((none.finish_restart(3000.0) - none.finish_rebirth(3000.0)).abs() < 1e-9);
+        assert!(CheckpointModel { shape: 0.0, ..exp }.advise().is_none());
     }
 }
