@@ -246,7 +246,7 @@ impl Plan {
     fn word(&self, i: usize, slot: usize) -> (u64, Digest) {
         let m = &self.msgs[i];
         let t = m.truth;
-        if Some(slot) != self.faulty {
+        if Some(slot) != self.faulty || self.layout.rank_of(slot) != m.src {
             return (t, digest(t));
         }
         match self.fault {
