@@ -76,6 +76,10 @@
 //!   launcher's checkpoint coordinator ([`p2pmpi_core::checkpoint::Coordinator`]): the
 //!   probability that a job finishes and its expected run time with replication only, with
 //!   rebirth at checkpoints, and with rebirth and restarts.
+//! * [`verify`]: replicas that check each other (issue 42): the receiving side's digest
+//!   verifier ([`p2pmpi_core::replication::verify::Verifier`]) in random schedules where a
+//!   replica flips a bit, lies, or lies as master, with random deaths and arrival orders;
+//!   no corrupted content may complete a receive unnoticed.
 //! * [`jel`]: JEL resource tracking (Drost et al.): the join test over a bandwidth-limited
 //!   network for each dissemination strategy of the central registry and for the distributed
 //!   implementation, and the traffic of table II.
@@ -105,6 +109,7 @@ pub mod replicated;
 pub mod rng;
 pub mod sim;
 pub mod table;
+pub mod verify;
 
 pub use net::{Jitter, NetConfig};
 pub use sim::{FalseEvents, NetStats, Record, Sim, SimConfig, StartMode};

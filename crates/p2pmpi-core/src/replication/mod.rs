@@ -27,6 +27,7 @@ pub mod operations;
 pub mod seq_table;
 pub mod spawn;
 pub mod stranded;
+pub mod verify;
 pub mod wildcards;
 
 pub use endpoint::Endpoint;

@@ -53,6 +53,33 @@ enum Cmd {
     /// the probability of finishing and the mean run time with replication only, with
     /// rebirth, with rebirth and restarts, beside the advisor's model.
     Checkpoint(CkptArgs),
+    /// Replicas that check each other (issue 42): the digest verifier in random schedules with
+    /// a flipped bit, a liar or a lying master, random deaths and arrival orders; runs until
+    /// --schedules of them sent a corrupted message, and checks that none completed a receive
+    /// unnoticed and that no honest run raised an alarm.
+    Verify(VerifyArgs),
+}
+
+#[derive(Args, Clone)]
+struct VerifyArgs {
+    /// Run until this many schedules sent a corrupted message (the honest schedules in between
+    /// are run too: one in four).
+    #[arg(long, default_value_t = 100_000)]
+    schedules: u64,
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Ranks and replicas of every schedule (both, or neither: the schedules cycle through
+    /// 2×2, 3×2, 5×2, 2×3, 3×3, 4×3, 3×4 and 2×5).
+    #[arg(long, requires = "r")]
+    n: Option<usize>,
+    #[arg(long, requires = "n")]
+    r: Option<usize>,
+    /// Messages of each schedule.
+    #[arg(long, default_value_t = 30)]
+    messages: usize,
+    /// Worker threads (default: every core).
+    #[arg(long)]
+    threads: Option<usize>,
 }
 
 #[derive(Args, Clone)]
@@ -1280,6 +1307,72 @@ fn jel_cmd(c: &JelCmd, command: &str) -> Result<()> {
     Ok(())
 }
 
+fn verify_cmd(a: &VerifyArgs) -> Result<()> {
+    use p2pmpi_sim::verify::{run_until, FAULTS, SHAPES};
+    let shape = a.n.zip(a.r);
+    if shape.is_some_and(|(n, r)| n < 2 || r < 2) || a.messages == 0 || a.schedules == 0 {
+        bail!("--n and --r must be ≥ 2, --messages and --schedules ≥ 1");
+    }
+    let threads = a.threads.unwrap_or_else(par::default_threads).max(1);
+    let shapes = match shape {
+        Some((n, r)) => format!("{n} ranks × {r} replicas"),
+        None => SHAPES.iter().map(|(n, r)| format!("{n}×{r}")).collect::<Vec<_>>().join(", "),
+    };
+    println!(
+        "== verify: {} messages per schedule between random pairs of ranks; n × r: {shapes}; seed {}; until {} schedules sent a corrupted message",
+        a.messages, a.seed, a.schedules
+    );
+    let t0 = Instant::now();
+    let t = run_until(a.seed, a.schedules, shape, a.messages, threads);
+    let secs = t0.elapsed().as_secs_f64();
+    println!(
+        "fault         schedules  corrupted sent  corrupted data  stopped  reported  corrected  unverified  masked"
+    );
+    for (f, x) in FAULTS.iter().zip(&t.by_fault) {
+        println!(
+            "{:<12} {:>10} {:>15} {:>15} {:>8} {:>9} {:>10} {:>11} {:>7}",
+            f.name(),
+            x.schedules,
+            x.corrupt_sent,
+            x.corrupt_data,
+            x.stopped,
+            x.reported,
+            x.corrected,
+            x.unverified,
+            x.masked
+        );
+    }
+    for (i, (s, c)) in t.by_r.iter().enumerate().filter(|x| x.1 .0 > 0) {
+        println!("r = {}: {s} schedules, {c} with a corrupted message sent", i + 2);
+    }
+    println!(
+        "receives: {} verified, {} from a backup (vote), {} unverified ({} corrupted: every honest replica of the sender dead), {} flagged by a reported mismatch and corrupted; {} mismatches, {} fences",
+        t.verified, t.from_backup, t.unverified, t.unverified_corrupt, t.flagged_corrupt, t.mismatches, t.fences
+    );
+    println!(
+        "r ≥ 3, vote, nobody dying, a corrupted message sent: {} schedules, {} with the true content delivered everywhere and the faulty replica fenced",
+        t.vote_all_alive.0, t.vote_all_alive.1
+    );
+    println!(
+        "verify: {} schedules ({} with a corrupted message sent, {} events) in {secs:.1} s on {threads} threads: {} honest runs with an alarm, {} schedules with a violation",
+        t.schedules,
+        t.corrupted(),
+        t.events,
+        t.honest_alarms,
+        t.violations
+    );
+    for (i, cfg, why) in &t.failures {
+        println!("  VIOLATION schedule {i} ({cfg:?}):");
+        for w in why {
+            println!("    {w}");
+        }
+    }
+    if t.violations > 0 || t.honest_alarms > 0 {
+        std::process::exit(1);
+    }
+    Ok(())
+}
+
 fn main() -> Result<()> {
     let cli = Cli::parse();
     let command = command_line();
@@ -1297,6 +1390,7 @@ fn main() -> Result<()> {
         Cmd::Lag(a) => lag_cmd(a)?,
         Cmd::Replicated(a) => replicated_cmd(a)?,
         Cmd::Checkpoint(a) => checkpoint_cmd(a)?,
+        Cmd::Verify(a) => verify_cmd(a)?,
         Cmd::Agree(a) => {
             let t0 = Instant::now();
             let t = p2pmpi_sim::agreement::run_many(a.seed, a.schedules);
