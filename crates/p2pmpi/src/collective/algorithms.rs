@@ -231,6 +231,7 @@ fn split_two(buf: &mut [u8], out: std::ops::Range<usize>, inp: std::ops::Range<u
 
 /// Scratch bytes for one operand: on the stack when small (no allocation, no look into the
 /// pool of buffers), else a pooled buffer.
+#[allow(clippy::large_enum_variant, reason = "the small operand lives on the stack on purpose: no allocation")]
 pub(crate) enum Tmp {
     Stack([u8; TMP_STACK], usize),
     Pooled(crate::pool::Scratch),

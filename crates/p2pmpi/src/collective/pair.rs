@@ -20,33 +20,8 @@ pub(crate) fn partner(c: &Coll) -> Option<i32> {
     (c.size == 2 && c.ranks.is_none() && !c.inter && c.h.0.inter_local.is_none()).then(|| 1 - c.rank)
 }
 
-/// `out = x0 ∘ x1` from this process's `mine` and the partner's operand, received from
-/// `other` with `tag` (the partner sends its operand with the same tag).
-fn combine_with(
-    c: &Coll,
-    other: i32,
-    tag: i32,
-    mine: &[u8],
-    out: &mut [u8],
-    map: &TypeMap,
-    count: usize,
-    op: &dyn Operation,
-) -> Result<()> {
-    if c.rank == 0 {
-        // out = theirs, then mine ∘ out.
-        c.recv(other, tag, out)?;
-        op.combine(map, count, mine, out);
-    } else {
-        let mut theirs = Tmp::zeroed(out.len());
-        c.recv(other, tag, &mut theirs)?;
-        out.copy_from_slice(mine);
-        op.combine(map, count, &theirs, out);
-    }
-    Ok(())
-}
-
 /// Reduce at the root: the other process sends its operand (as the binomial tree's leaf
-/// does), the root combines it with its own in rank order into `out`.
+/// does), the root combines it with its own in rank order into `out` (`out = x0 ∘ x1`).
 pub(crate) fn reduce_root(
     c: &Coll,
     other: i32,
@@ -56,7 +31,17 @@ pub(crate) fn reduce_root(
     count: usize,
     op: &dyn Operation,
 ) -> Result<()> {
-    combine_with(c, other, TAG_REDUCE, mine, out, map, count, op)
+    if c.rank == 0 {
+        // out = theirs, then mine ∘ out.
+        c.recv(other, TAG_REDUCE, out)?;
+        op.combine(map, count, mine, out);
+    } else {
+        let mut theirs = Tmp::zeroed(out.len());
+        c.recv(other, TAG_REDUCE, &mut theirs)?;
+        out.copy_from_slice(mine);
+        op.combine(map, count, &theirs, out);
+    }
+    Ok(())
 }
 
 /// Reduce, not at the root: the operand goes to the root as it is.
