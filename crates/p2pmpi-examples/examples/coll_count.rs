@@ -79,6 +79,8 @@ fn main() {
     if rank == 0 && name == "bcast" {
         b.1.iter_mut().enumerate().for_each(|(i, x)| *x = (i % 251 + 1) as u8);
     }
+    // Which process is which rank, for telling the counts of each apart.
+    eprintln!("coll_count rank {rank} pid {}", std::process::id());
     world.barrier();
     if lag == Some(rank) {
         // This rank starts late: every message the others send it is there when it looks.
