@@ -1118,3 +1118,18 @@ fn a_c_program_without_a_fault_checkpoints_and_ends_with_the_same_sum() {
     assert!(o.stdout.contains(&format!("checkpoint result {} restored 0", checkpoint_sum(3))), "{}", show(&o));
     assert!(!o.stdout.contains("restored at"), "{}", show(&o));
 }
+
+/// Two processes take the collectives' two-process paths (one message each way, straight
+/// from and into the caller's buffers): the same results as on three and four, the
+/// `MPI_IN_PLACE` forms included.
+#[test]
+fn collectives_on_two_processes() {
+    if !require(&["mpicc.mpich"], true) {
+        return;
+    }
+    let o = run(2, &c_program("coll"), &[], T);
+    o.assert_ok();
+    for w in collective_lines(2) {
+        assert!(o.stdout.lines().any(|l| l == w), "-n 2: missing {w:?}\n{}", show(&o));
+    }
+}

@@ -11,7 +11,7 @@
 use super::hier;
 use super::ops::Operation;
 use crate::datatype::TypeMap;
-use crate::device::SendMode;
+use crate::device::{SendMode, DONE};
 use crate::error::{Error, Result};
 use crate::point_to_point::{start_recv, start_send};
 use crate::request::Pending;
@@ -173,7 +173,18 @@ impl<'a> Coll<'a> {
         start_recv(self.h, self.h.coll_id(), src, tag, buf.as_mut_ptr(), buf.len())
     }
     pub fn send(&self, dst: i32, tag: i32, data: &[u8]) -> Result<()> {
-        self.isend(dst, tag, data)?.wait().map(|_| ()).map_err(|e| self.named(e))
+        let p = self.isend(dst, tag, data)?;
+        if p.id == DONE {
+            // Finished on the spot (an eager send): no status to make.
+            return Ok(());
+        }
+        p.wait().map(|_| ()).map_err(|e| self.named(e))
+    }
+    /// Starts sending `data` to `dst`; the request, unless the send finished on the spot (an
+    /// eager send, the usual case for small data): then nothing is left to wait for.
+    pub(super) fn isend_unless_done(&self, dst: i32, tag: i32, data: &[u8]) -> Result<Option<Pending>> {
+        let p = self.isend(dst, tag, data)?;
+        Ok((p.id != DONE).then_some(p))
     }
     /// Receives exactly `buf.len()` bytes.
     pub fn recv(&self, src: i32, tag: i32, buf: &mut [u8]) -> Result<()> {
@@ -188,10 +199,12 @@ impl<'a> Coll<'a> {
     pub fn sendrecv(&self, dst: i32, out: &[u8], src: i32, inp: &mut [u8], tag: i32) -> Result<()> {
         let want = inp.len();
         let r = self.irecv(src, tag, inp)?;
-        let s = self.isend(dst, tag, out)?;
-        let sent = s.wait();
+        let s = self.isend_unless_done(dst, tag, out)?;
+        let sent = s.map(Pending::wait);
         let st = r.wait().map_err(|e| self.named(e))?;
-        sent.map_err(|e| self.named(e))?;
+        if let Some(sent) = sent {
+            sent.map_err(|e| self.named(e))?;
+        }
         if st.byte_count() as usize != want {
             return Err(self.named(mismatch(src, want, st.byte_count())));
         }
@@ -200,6 +213,59 @@ impl<'a> Coll<'a> {
     /// Waits for every request; the first error wins, named after the collective.
     pub(super) fn wait_all(&self, reqs: Vec<Pending>) -> Result<()> {
         wait_all(reqs).map_err(|e| self.named(e))
+    }
+}
+
+/// The bytes `out` (to send) and `inp` (to receive into) of one buffer, two ranges that do
+/// not overlap: sent in place, without a copy.
+fn split_two(buf: &mut [u8], out: std::ops::Range<usize>, inp: std::ops::Range<usize>) -> (&[u8], &mut [u8]) {
+    debug_assert!(out.end <= inp.start || inp.end <= out.start, "overlapping ranges");
+    if out.end <= inp.start {
+        let (lo, hi) = buf.split_at_mut(inp.start);
+        (&lo[out], &mut hi[..inp.end - inp.start])
+    } else {
+        let (lo, hi) = buf.split_at_mut(out.start);
+        (&hi[..out.end - out.start], &mut lo[inp])
+    }
+}
+
+/// Scratch bytes for one operand: on the stack when small (no allocation, no look into the
+/// pool of buffers), else a pooled buffer.
+#[allow(clippy::large_enum_variant, reason = "the small operand lives on the stack on purpose: no allocation")]
+pub(crate) enum Tmp {
+    Stack([u8; TMP_STACK], usize),
+    Pooled(crate::pool::Scratch),
+}
+
+/// Operands up to this many bytes are kept on the stack by [`Tmp`].
+const TMP_STACK: usize = 256;
+
+impl Tmp {
+    pub(crate) fn zeroed(len: usize) -> Tmp {
+        if len <= TMP_STACK {
+            Tmp::Stack([0; TMP_STACK], len)
+        } else {
+            Tmp::Pooled(crate::pool::Scratch::zeroed(len))
+        }
+    }
+}
+
+impl std::ops::Deref for Tmp {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Tmp::Stack(b, n) => &b[..*n],
+            Tmp::Pooled(v) => v,
+        }
+    }
+}
+
+impl std::ops::DerefMut for Tmp {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        match self {
+            Tmp::Stack(b, n) => &mut b[..*n],
+            Tmp::Pooled(v) => v,
+        }
     }
 }
 
@@ -294,12 +360,17 @@ fn bcast_binomial(c: &Coll, buf: &mut [u8], root: i32) -> Result<()> {
         mask <<= 1;
     }
     mask >>= 1;
+    // Only the sends that did not finish on the spot are kept: small broadcasts allocate
+    // nothing (a `Vec` allocates on its first push).
     let mut reqs = Vec::new();
     while mask > 0 {
         if vrank + mask < n {
-            reqs.push(c.isend((vrank + mask + root) % n, TAG_BCAST, buf)?);
+            reqs.extend(c.isend_unless_done((vrank + mask + root) % n, TAG_BCAST, buf)?);
         }
         mask >>= 1;
+    }
+    if reqs.is_empty() {
+        return Ok(());
     }
     c.wait_all(reqs)
 }
@@ -351,8 +422,8 @@ fn bcast_scatter_allgather(c: &Coll, buf: &mut [u8], root: i32) -> Result<()> {
         let recv_i = (vrank + n - step - 1) % n;
         let (so, sl) = chunk(len, n, send_i);
         let (ro, rl) = chunk(len, n, recv_i);
-        let out = buf[so..so + sl].to_vec();
-        c.sendrecv(right, &out, left, &mut buf[ro..ro + rl], TAG_BCAST)?;
+        let (out, inp) = split_two(buf, so..so + sl, ro..ro + rl);
+        c.sendrecv(right, out, left, inp, TAG_BCAST)?;
     }
     Ok(())
 }
@@ -550,8 +621,7 @@ fn allreduce_rabenseifner(c: &Coll, acc: &mut [u8], map: &TypeMap, count: usize,
             let (keep, give) = if (nr as usize) & mask == 0 { ((lo, mid), (mid, hi)) } else { ((mid, hi), (lo, mid)) };
             let (gs, ge) = range(give.0, give.1);
             let (ks, ke) = range(keep.0, keep.1);
-            let out = acc[gs..ge].to_vec();
-            c.sendrecv(dst, &out, dst, &mut tmp[ks..ke], TAG_ALLREDUCE)?;
+            c.sendrecv(dst, &acc[gs..ge], dst, &mut tmp[ks..ke], TAG_ALLREDUCE)?;
             let kcount = (ke - ks) / esize;
             op.combine(map, kcount, &tmp[ks..ke], &mut acc[ks..ke]);
             (lo, hi) = keep;
@@ -567,8 +637,8 @@ fn allreduce_rabenseifner(c: &Coll, acc: &mut [u8], map: &TypeMap, count: usize,
                 if (nr as usize) & mask == 0 { (lo + width, hi + width) } else { (lo - width, hi - width) };
             let (os, oe) = range(lo, hi);
             let (ps, pe) = range(plo, phi);
-            let out = acc[os..oe].to_vec();
-            c.sendrecv(dst, &out, dst, &mut acc[ps..pe], TAG_ALLREDUCE)?;
+            let (out, inp) = split_two(acc, os..oe, ps..pe);
+            c.sendrecv(dst, out, dst, inp, TAG_ALLREDUCE)?;
             lo = lo.min(plo);
             hi = hi.max(phi);
             mask *= 2;
@@ -625,8 +695,11 @@ pub(crate) fn scatterv(c: &Coll, parts: Option<Vec<&[u8]>>, mine: &mut [u8], roo
                     }
                     mine.copy_from_slice(part);
                 } else {
-                    reqs.push(c.isend(r, TAG_SCATTER, part)?);
+                    reqs.extend(c.isend_unless_done(r, TAG_SCATTER, part)?);
                 }
+            }
+            if reqs.is_empty() {
+                return Ok(());
             }
             c.wait_all(reqs)
         }
@@ -666,8 +739,8 @@ fn allgather_ring(c: &Coll, all: &mut [u8], block: usize) -> Result<()> {
     for step in 0..n - 1 {
         let si = (me + n - step) % n;
         let ri = (me + n - step - 1) % n;
-        let out = all[si * block..(si + 1) * block].to_vec();
-        c.sendrecv(right, &out, left, &mut all[ri * block..(ri + 1) * block], TAG_ALLGATHER)?;
+        let (out, inp) = split_two(all, si * block..(si + 1) * block, ri * block..(ri + 1) * block);
+        c.sendrecv(right, out, left, inp, TAG_ALLGATHER)?;
     }
     Ok(())
 }
@@ -681,14 +754,9 @@ fn allgather_recursive_doubling(c: &Coll, all: &mut [u8], block: usize) -> Resul
         let partner = me ^ mask;
         let my_lo = me & !(mask - 1);
         let their_lo = partner & !(mask - 1);
-        let out = all[my_lo * block..(my_lo + mask) * block].to_vec();
-        c.sendrecv(
-            partner as i32,
-            &out,
-            partner as i32,
-            &mut all[their_lo * block..(their_lo + mask) * block],
-            TAG_ALLGATHER,
-        )?;
+        let (out, inp) =
+            split_two(all, my_lo * block..(my_lo + mask) * block, their_lo * block..(their_lo + mask) * block);
+        c.sendrecv(partner as i32, out, partner as i32, inp, TAG_ALLGATHER)?;
         mask <<= 1;
     }
     Ok(())
@@ -763,7 +831,7 @@ pub(crate) fn alltoallv(c: &Coll, send: &[&[u8]], recv: Vec<&mut [u8]>) -> Resul
     let mut sreqs = Vec::new();
     for i in 1..n {
         let dst = (me + i) % n;
-        sreqs.push(c.isend(dst, TAG_ALLTOALL, send[dst as usize])?);
+        sreqs.extend(c.isend_unless_done(dst, TAG_ALLTOALL, send[dst as usize])?);
     }
     let mut first = c.wait_all(sreqs);
     for (src, want, p) in rreqs {
@@ -787,11 +855,12 @@ pub(crate) fn scan(c: &Coll, result: &mut [u8], map: &TypeMap, count: usize, op:
     let linear = match forced("SCAN") {
         Some(Algorithm::Linear) => true,
         Some(_) => false,
-        None => result.len() < SMALL,
+        // Two processes: the chain is one message, where recursive doubling sends one back.
+        None => result.len() < SMALL || c.size == 2,
     };
     if linear {
         if c.rank > 0 {
-            let mut left = crate::pool::Scratch::zeroed(result.len());
+            let mut left = Tmp::zeroed(result.len());
             c.recv(c.rank - 1, TAG_SCAN, &mut left)?;
             op.combine(map, count, &left, result);
         }

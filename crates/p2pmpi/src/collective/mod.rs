@@ -11,6 +11,7 @@ mod fallible;
 pub(crate) mod handles;
 pub(crate) mod hier;
 mod inter;
+mod pair;
 pub use fallible::{TryCollectives, TryImmediateCollectives, TryImmediateRoot, TryRoot};
 pub(crate) mod immediate;
 pub mod ops;
@@ -253,6 +254,11 @@ fn all_to_all_impl<S: ?Sized + Buffer, R: ?Sized + BufferMut>(h: &CommHandle, s:
         )));
     }
     let block = p.bytes.len() / n;
+    if let Some(other) = pair::partner(&c) {
+        pair::alltoall(&c, other, &p.bytes, t.bytes())?;
+        t.finish();
+        return Ok(());
+    }
     let send: Vec<&[u8]> = (0..n).map(|i| &p.bytes[i * block..(i + 1) * block]).collect();
     let recv: Vec<&mut [u8]> = t.bytes().chunks_mut(block.max(1)).take(n).collect();
     let recv = if block == 0 { (0..n).map(|_| <&mut [u8]>::default()).collect() } else { recv };
@@ -300,8 +306,13 @@ fn all_reduce_impl<S: ?Sized + Buffer, R: ?Sized + BufferMut>(
     }
     let c = Coll::new(h, "all_reduce_into");
     let p = packed(s);
-    let t = target(r);
+    let mut t = target(r);
     check_len("all_reduce_into", t.len(), p.bytes.len())?;
+    if let Some(other) = pair::partner(&c) {
+        pair::allreduce(&c, other, &p.bytes, t.bytes(), &p.map, p.count, op)?;
+        t.finish();
+        return Ok(());
+    }
     let mut acc = crate::pool::Scratch::copy_of(&p.bytes);
     algorithms::allreduce(&c, &mut acc, &p.map, p.count, op)?;
     t.finish_with(&acc);
@@ -323,6 +334,12 @@ fn reduce_scatter_block_impl<S: ?Sized + Buffer, R: ?Sized + BufferMut>(
     let mut t = target(r);
     check_len("reduce_scatter_block_into", t.len() * n, p.bytes.len())?;
     let block = t.len();
+    if let Some(other) = pair::partner(&c) {
+        let per_block = p.count / n;
+        pair::reduce_scatter_block(&c, other, &p.bytes, t.bytes(), &p.map, per_block, op)?;
+        t.finish();
+        return Ok(());
+    }
     let mut acc = crate::pool::Scratch::copy_of(&p.bytes);
     algorithms::reduce(&c, &mut acc, &p.map, p.count, op, 0)?;
     let parts = (c.rank == 0).then(|| (0..n).map(|i| &acc[i * block..(i + 1) * block]).collect::<Vec<_>>());
@@ -339,11 +356,13 @@ fn scan_impl<S: ?Sized + Buffer, R: ?Sized + BufferMut>(
 ) -> Result<()> {
     let c = Coll::new(h, "scan_into");
     let p = packed(s);
-    let t = target(r);
+    let mut t = target(r);
     check_len("scan_into", t.len(), p.bytes.len())?;
-    let mut acc = crate::pool::Scratch::copy_of(&p.bytes);
-    algorithms::scan(&c, &mut acc, &p.map, p.count, op)?;
-    t.finish_with(&acc);
+    // The result starts as this process's operand, in the receive buffer itself.
+    let out = t.bytes();
+    out.copy_from_slice(&p.bytes);
+    algorithms::scan(&c, out, &p.map, p.count, op)?;
+    t.finish();
     Ok(())
 }
 
@@ -602,6 +621,11 @@ fn root_gather_root_impl<S: ?Sized + Buffer, R: ?Sized + BufferMut>(h: &CommHand
     let block = p.bytes.len();
     let mut t = target(r);
     check_len("gather_into_root", t.len(), block * n)?;
+    if let Some(other) = pair::partner(&c) {
+        pair::gather_root(&c, other, &p.bytes, t.bytes())?;
+        t.finish();
+        return Ok(());
+    }
     {
         let bytes = t.bytes();
         let parts: Vec<&mut [u8]> = if block == 0 {
@@ -649,6 +673,11 @@ fn root_scatter_root_impl<S: ?Sized + Buffer, R: ?Sized + BufferMut>(h: &CommHan
     let mut t = target(r);
     let block = t.len();
     check_len("scatter_into_root", p.bytes.len(), block * n)?;
+    if let Some(other) = pair::partner(&c) {
+        pair::scatter_root(&c, other, &p.bytes, t.bytes())?;
+        t.finish();
+        return Ok(());
+    }
     let parts: Vec<&[u8]> = (0..n).map(|i| &p.bytes[i * block..(i + 1) * block]).collect();
     algorithms::scatterv(&c, Some(parts), t.bytes(), c.rank)?;
     t.finish();
@@ -695,6 +724,9 @@ fn root_bcast_impl<B: ?Sized + BufferMut>(h: &CommHandle, root: Rank, b: &mut B)
 fn root_reduce_impl<S: ?Sized + Buffer>(h: &CommHandle, root: Rank, s: &S, op: &dyn Operation) -> Result<()> {
     let c = Coll::new(h, "reduce_into");
     let p = packed(s);
+    if pair::partner(&c).is_some() && root != c.rank && (0..2).contains(&root) {
+        return pair::reduce_leaf(&c, root, &p.bytes);
+    }
     let mut acc = crate::pool::Scratch::copy_of(&p.bytes);
     algorithms::reduce(&c, &mut acc, &p.map, p.count, op, root)
 }
@@ -707,8 +739,13 @@ fn root_reduce_root_impl<S: ?Sized + Buffer, R: ?Sized + BufferMut>(
 ) -> Result<()> {
     let c = Coll::new(h, "reduce_into_root");
     let p = packed(s);
-    let t = target(r);
+    let mut t = target(r);
     check_len("reduce_into_root", t.len(), p.bytes.len())?;
+    if let Some(other) = pair::partner(&c) {
+        pair::reduce_root(&c, other, &p.bytes, t.bytes(), &p.map, p.count, op)?;
+        t.finish();
+        return Ok(());
+    }
     let mut acc = crate::pool::Scratch::copy_of(&p.bytes);
     algorithms::reduce(&c, &mut acc, &p.map, p.count, op, c.rank)?;
     t.finish_with(&acc);
