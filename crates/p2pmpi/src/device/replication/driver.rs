@@ -523,6 +523,9 @@ impl<S: Waits> Core<Replication, S> {
     /// apply is applied now (its operations fail, and its replicas are told).
     fn now_master(&mut self) {
         let rp = &mut self.coord;
+        if let Some(tid) = rp.batched.take() {
+            super::batch_end(tid);
+        }
         let lost = rp.lost_ranks.clone();
         let revs = std::mem::take(&mut rp.unapplied);
         for r in lost {
@@ -728,6 +731,19 @@ impl<S: Waits> Core<Replication, S> {
                     cause: "it died in the middle of a message whose successors were already received".into(),
                 }),
             );
+        }
+    }
+
+    /// How long this process sleeps, instead of yielding, between two polls of a wait that
+    /// brought nothing on a host with more of the job's processes than cores: a non-master's
+    /// [`super::NAP`]; `None` for a master (its round trips are the job's), and for a
+    /// non-master that large messages reached lately ([`super::AWAKE_AFTER_RNDV`]).
+    pub(crate) fn nap(&self) -> Option<Duration> {
+        let rp = &self.coord;
+        if rp.ep.is_master() || rp.announced.is_some_and(|t| t.elapsed() < super::AWAKE_AFTER_RNDV) {
+            None
+        } else {
+            super::nap_setting()
         }
     }
 
