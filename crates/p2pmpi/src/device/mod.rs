@@ -459,7 +459,7 @@ impl Engine {
     /// (a host with more of the job's processes than cores): a non-master of a replicated job
     /// naps, so that the masters sharing its core keep it; `None`: yield.
     #[inline]
-    pub(crate) fn nap(&self) -> Option<Duration> {
+    pub(crate) fn nap(&mut self) -> Option<Duration> {
         match self {
             Engine::Solo(_) => None,
             Engine::Replicated(c) => c.nap(),

@@ -171,8 +171,8 @@ pub(crate) struct Replication {
     /// keeps about it (the transport's connection knows nothing of replication). An entry is
     /// cleared when its connection id is used again ([`Coordination::conn_opened`]).
     streams: Vec<Streaming>,
-    /// A non-master that naps runs its thread (this id) under `SCHED_BATCH` until it takes
-    /// over ([`NAP`]).
+    /// A non-master that naps runs its waiting thread (this id) under `SCHED_BATCH` while it
+    /// naps: from its first nap until a rendez-vous announcement or a takeover ([`NAP`]).
     pub(super) batched: Option<libc::pid_t>,
     /// When the last rendez-vous announcement arrived ([`AWAKE_AFTER_RNDV`]).
     pub(super) announced: Option<Instant>,
@@ -235,8 +235,12 @@ fn batch_start() -> Option<libc::pid_t> {
     (unsafe { libc::sched_setscheduler(tid, libc::SCHED_BATCH, &param) } == 0).then_some(tid)
 }
 
-/// Gives thread `tid` back the normal policy (its process became its rank's master).
+/// Gives thread `tid` back the normal policy (a large message came, or its process became its
+/// rank's master).
 fn batch_end(tid: libc::pid_t) {
+    if tid <= 0 {
+        return;
+    }
     let param = libc::sched_param { sched_priority: 0 };
     // SAFETY: as in `batch_start`: a valid `sched_param`, a policy change of one thread of
     // this process (SCHED_OTHER at the same nice value needs no privilege).
@@ -250,6 +254,16 @@ fn acked_commits() -> bool {
 }
 
 impl Replication {
+    /// A rendez-vous announcement arrived: no nap for [`AWAKE_AFTER_RNDV`], and the normal
+    /// policy again (a batch thread woken by the data would wait for the running master's
+    /// turn to end while that master waits for its pull).
+    pub(super) fn stay_awake(&mut self) {
+        self.announced = Some(Instant::now());
+        if let Some(tid) = self.batched.take() {
+            batch_end(tid);
+        }
+    }
+
     pub(super) fn new(layout: Layout, slot: usize) -> Replication {
         let cfg = protocol::Config {
             copy_limit: BACKUP_COPY_LIMIT,
@@ -272,7 +286,6 @@ impl Replication {
             // time to strike while the job starts).
             crate::pool::warm_heap(WARM_GOAL);
         }
-        let batched = if !ep.is_master() && nap_setting().is_some() { batch_start() } else { None };
         Replication {
             layout,
             ep,
@@ -290,7 +303,7 @@ impl Replication {
             sending: false,
             draining: None,
             streams: Vec::new(),
-            batched,
+            batched: None,
             announced: None,
         }
     }
