@@ -18,14 +18,15 @@
 #   ITERS=1000        timed round trips per size (the thesis' 1000)
 #   WARMUP=50         untimed round trips before them, per size
 #   PP_RS="1 2 3 4"   replication degrees of the ping-pong
-#   PROG=repl         the ping-pong program: `repl` (examples/repl_pingpong: a barrier and
-#                     WARMUP round trips, then ITERS timed as one batch) or `plain`
-#                     (examples/plain_pingpong: a plain blocking ping-pong as a user writes it,
-#                     no barrier, one untimed batch then BATCHES batches of ITERS, the median
-#                     batch reported; the same fan-out mode)
+#   PROG=plain        the ping-pong program: `plain` (examples/plain_pingpong: a plain
+#                     blocking ping-pong as a user writes it, no barrier, one untimed batch
+#                     then BATCHES batches of ITERS, the median batch reported) or `repl`
+#                     (examples/repl_pingpong: a barrier and WARMUP round trips, then ITERS
+#                     timed as one batch, whose mean takes in every stall of a loaded machine;
+#                     the same fan-out mode)
 #   BATCHES=6         timed batches of the `plain` program
-#   SHM=0             0: every run on TCP (P2PMPI_SHM=0); 1: the default transports (shared
-#                     memory between the processes of this host, replicated jobs included)
+#   SHM=1             1: the default transports (shared memory between the processes of this
+#                     host, replicated jobs included); 0: every run on TCP (P2PMPI_SHM=0)
 #   NOSPIN=1          also run the ping-pong at R = 1 with the waiting policy of an
 #                     oversubscribed host (P2PMPI_SPIN_US=0 P2PMPI_YIELD_US=2000); 0 disables
 #   FANOUT=1          also run the ping-pong's traffic by hand, without replication, for each
@@ -76,9 +77,9 @@ COLL_STEPS=${COLL_STEPS:-2000}
 COLL_BYTES=${COLL_BYTES:-1024}
 ITERATE_STEPS=${ITERATE_STEPS:-2000}
 BIND=${BIND:-none}
-PROG=${PROG:-repl}
+PROG=${PROG:-plain}
 BATCHES=${BATCHES:-6}
-SHM=${SHM:-0}
+SHM=${SHM:-1}
 RUN_TIMEOUT=${RUN_TIMEOUT:-60}
 QUIET_PCT=${QUIET_PCT:-25}
 QUIET_BUDGET=${QUIET_BUDGET:-60}

@@ -460,8 +460,14 @@ pub(crate) fn wait_until<T>(hint: Option<i32>, mut check: impl FnMut(&mut Engine
             // unless the poll brought something (a receiver behind its sender takes a frame
             // per poll: it reads on rather than give its turn away after each).
             if !e.progress(hint, None) {
+                // A non-master sleeps a little instead: the masters' round trips do not
+                // wait for it, and its yields took turns of the core from them.
+                let nap = e.nap();
                 drop(g);
-                std::thread::yield_now();
+                match nap {
+                    Some(d) => std::thread::sleep(d),
+                    None => std::thread::yield_now(),
+                }
             }
         } else {
             if debug_waits() {

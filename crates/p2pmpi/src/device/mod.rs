@@ -455,6 +455,17 @@ impl Engine {
         }
     }
 
+    /// How long a wait with nothing to do sleeps between polls instead of yielding the core
+    /// (a host with more of the job's processes than cores): a non-master of a replicated job
+    /// naps, so that the masters sharing its core keep it; `None`: yield.
+    #[inline]
+    pub(crate) fn nap(&mut self) -> Option<Duration> {
+        match self {
+            Engine::Solo(_) => None,
+            Engine::Replicated(c) => c.nap(),
+        }
+    }
+
     /// Whether a non-master still waits for commits (it must not leave before its master
     /// committed what it keeps).
     pub fn backup_pending(&self) -> bool {

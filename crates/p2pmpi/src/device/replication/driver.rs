@@ -523,6 +523,9 @@ impl<S: Waits> Core<Replication, S> {
     /// apply is applied now (its operations fail, and its replicas are told).
     fn now_master(&mut self) {
         let rp = &mut self.coord;
+        if let Some(tid) = rp.batched.take() {
+            super::batch_end(tid);
+        }
         let lost = rp.lost_ranks.clone();
         let revs = std::mem::take(&mut rp.unapplied);
         for r in lost {
@@ -729,6 +732,25 @@ impl<S: Waits> Core<Replication, S> {
                 }),
             );
         }
+    }
+
+    /// How long this process sleeps, instead of yielding, between two polls of a wait that
+    /// brought nothing on a host with more of the job's processes than cores: a non-master's
+    /// [`super::NAP`]; `None` for a master (its round trips are the job's), and for a
+    /// non-master that large messages reached lately ([`super::AWAKE_AFTER_RNDV`]).
+    /// A non-master that naps runs under `SCHED_BATCH` from its first nap on (one system
+    /// call; back to the normal policy when a large message or a takeover wakes it).
+    pub(crate) fn nap(&mut self) -> Option<Duration> {
+        let rp = &mut self.coord;
+        if rp.ep.is_master() || rp.announced.is_some_and(|t| t.elapsed() < super::AWAKE_AFTER_RNDV) {
+            return None;
+        }
+        let nap = super::nap_setting()?;
+        if rp.batched.is_none() {
+            // (-1: the kernel refused; not asked again.)
+            rp.batched = Some(super::batch_start().unwrap_or(-1));
+        }
+        Some(nap)
     }
 
     /// Whether a non-master still waits for commits (it must not leave before its master

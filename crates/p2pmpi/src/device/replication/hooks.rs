@@ -8,6 +8,7 @@ impl<S: Waits> Core<Replication, S> {
     /// from the sender's replicas), queued, kept until its turn, or answered as a duplicate.
     pub(crate) fn accept_announcement(&mut self, env: Envelope, sync: bool) {
         let me = self.base.rank;
+        self.coord.stay_awake();
         let mid = env_mid(&env, me);
         match self.matcher.arrive(&env) {
             Arrival::Matched(r) => {
