@@ -314,7 +314,11 @@ pub(crate) fn run(name: &str, opts: &RunArgs, job: &mut GridJob, start: &Start) 
         let env = run.env();
         let output = run.output(layout, opts)?;
         job.prepare(output, env.clone());
-        let Some(attempt) = start(job, &exclude)? else { return Ok(0) };
+        let Some(attempt) = start(job, &exclude)? else {
+            // `--dry-run`: nothing ran.
+            checkpoints.finish(name, 0, true);
+            return Ok(0);
+        };
         if let Some(r) = job.output().replay() {
             replay = r;
         }
