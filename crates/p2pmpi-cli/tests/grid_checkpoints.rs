@@ -229,9 +229,11 @@ fn checkpoint_soak_on_a_local_grid() {
     for t in 0..trials {
         let seed = seed + t;
         match soak_trial(seed, &steps, every, true, &want) {
-            Ok(faults) => {
+            Ok((faults, restarts)) => {
                 good += 1;
-                eprintln!("checkpoints trial {seed}: finished with the right checksum after {faults:?}");
+                eprintln!(
+                    "checkpoints trial {seed}: finished with the right checksum after {faults:?} ({restarts} restart(s))"
+                );
             }
             Err(e) => {
                 eprintln!("checkpoints trial failed (seed {seed}): {e}");
@@ -257,8 +259,9 @@ fn checkpoint_soak_on_a_local_grid() {
 
 /// One soak trial on a fresh grid of 8 peers: the job (with checkpoints and `--max-restarts
 /// 20`, or without) under faults at random moments (exponential gaps of mean `every` s,
-/// seeded). Ok with the faults dealt if the job printed the checksum `want`.
-fn soak_trial(seed: u64, steps: &str, every: u64, ckpt: bool, want: &str) -> Result<Vec<Fault>, String> {
+/// seeded). Ok with the faults dealt and the restarts made if the job printed the checksum
+/// `want`.
+fn soak_trial(seed: u64, steps: &str, every: u64, ckpt: bool, want: &str) -> Result<(Vec<Fault>, usize), String> {
     let mut rng = p2pmpi::random::Rand::from_parts(seed, 41, 7);
     let name = format!("soak{}{seed}", if ckpt { "c" } else { "n" });
     let unconfined = ["--set", "JOB_LANDLOCK_ABI=0", "--set", "ALLOW_UNCONFINED_JOBS=yes"];
@@ -335,7 +338,7 @@ fn soak_trial(seed: u64, steps: &str, every: u64, ckpt: bool, want: &str) -> Res
         Some(c) if c == want && e.code == 0 => {
             let dup = duplicated(&e.stdout);
             if dup.is_empty() {
-                Ok(dealt)
+                Ok((dealt, e.text.lines().filter(|l| l.starts_with("p2pmpirun: restart ")).count()))
             } else {
                 Err(format!("lines shown twice after {dealt:?}: {dup:?}"))
             }
