@@ -14,12 +14,20 @@
 #              reserve and cancel at once; and jobs submitted at once from every peer onto
 #              hosts with J = 1, P = 2. J and P are never exceeded; every request is answered;
 #              no ticket, process, job directory, descriptor or thread is left behind.
+#   checkpoints a job (-n 4, a checkpoint every second) on a local grid of 8 peers under a
+#              random failure process: kill -9 of a rank, SIGSTOP for good, SIGSTOP then SIGCONT,
+#              a peer daemon killed (exponential gaps, a third of the job on average); with
+#              --max-restarts it must end with the fault-free checksum and no line twice; the
+#              same job without checkpoints, dealt the same faults, is the control (counted
+#              failures). SOAK_CKPT_JOB_SECONDS sets the job's length (default 20; 1200 for the
+#              20-minute job), SOAK_CKPT_FAULT_SECONDS the mean gap between faults.
 #
 # Usage: bench/soak.sh [ROUNDS]       ROUNDS rounds of every part (default 5)
 #        bench/soak.sh --hour         rounds until an hour has passed (then the round ends)
 #        bench/soak.sh --for SECONDS  likewise, for SECONDS
 # Env:   P2PMPI_CHAOS_SEED=N fixes the chaos trials' base seed (a failing trial prints its
-#        seed); SOAK_PARTS="chaos links storms" picks parts.
+#        seed; the checkpoint trials' too); SOAK_PARTS="chaos links storms checkpoints" picks
+#        parts.
 # Output: the pass counts on stdout; every part's log in bench/out/soak/.
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -36,7 +44,8 @@ case "${1:-}" in
     *[!0-9]*) echo "usage: bench/soak.sh [ROUNDS | --hour | --for SECONDS]" >&2; exit 2 ;;
     *) ROUNDS=$1 ;;
 esac
-PARTS=${SOAK_PARTS:-"chaos links storms"}
+PARTS=${SOAK_PARTS:-"chaos links storms checkpoints"}
+CKPT_SEED=${P2PMPI_CHAOS_SEED:-$(date +%s)}
 # Shared-memory segments (docs/shm.md) present before the soak: any other found at the end
 # was left behind.
 SHM_BEFORE=$(ls -1 /dev/shm 2>/dev/null | grep '^p2pmpi-' | sort || true)
@@ -85,6 +94,19 @@ round() {
             PASSED[storms]=$(( ${PASSED[storms]:-0} + p )); TOTAL[storms]=$(( ${TOTAL[storms]:-0} + 2 ))
             grep -E "^storm [0-9]+: wave 1|^job storm [0-9]+:" "$log" | sed 's/^/    /' >&2
             ;;
+        checkpoints)
+            P2PMPI_CKPT_TRIALS=1 P2PMPI_CKPT_CONTROL=1 P2PMPI_CKPT_SEED=$((CKPT_SEED + k)) \
+                P2PMPI_CKPT_JOB_SECONDS=${SOAK_CKPT_JOB_SECONDS:-20} \
+                ${SOAK_CKPT_FAULT_SECONDS:+P2PMPI_CKPT_FAULT_SECONDS=$SOAK_CKPT_FAULT_SECONDS} \
+                cargo nextest run -p p2pmpi-cli --test grid_checkpoints checkpoint_soak --no-capture >"$log" 2>&1
+            rc=$?
+            local p c
+            p=$(grep -cE "^checkpoints trial [0-9]+: finished with the right checksum" "$log")
+            c=$(grep -cE "^control trial [0-9]+: failed" "$log")
+            PASSED[checkpoints]=$(( ${PASSED[checkpoints]:-0} + p )); TOTAL[checkpoints]=$(( ${TOTAL[checkpoints]:-0} + 1 ))
+            CONTROL_FAILED=$(( ${CONTROL_FAILED:-0} + c ))
+            grep -E "^(checkpoints|control) trial" "$log" | cut -c1-200 | sed 's/^/    /' >&2
+            ;;
     esac
     if [ "$rc" != 0 ]; then
         status=1
@@ -112,12 +134,16 @@ for part in $PARTS; do
         chaos) what="chaos trials" ;;
         links) what="link-fault tests" ;;
         storms) what="storms (1000 reservations; concurrent jobs)" ;;
+        checkpoints) what="checkpointed jobs under faults (right checksum, no line twice)" ;;
     esac
     echo "$part: ${PASSED[$part]:-0} of ${TOTAL[$part]:-0} $what passed"
+    if [ "$part" = checkpoints ]; then
+        echo "checkpoints control: ${CONTROL_FAILED:-0} of ${TOTAL[$part]:-0} jobs without checkpoints failed under the same faults"
+    fi
 done
 echo "soak: $((k - 1)) round(s) in $(( $(date +%s) - start )) s"
 # Nothing left behind by the whole soak: no daemon, no example process of ours.
-left=$(pgrep -f "p2pmpi-grid-|examples/(replcheck|whereami|fdwatch)" | grep -v "^$$\$" || true)
+left=$(pgrep -f "p2pmpi-grid-|examples/(replcheck|whereami|fdwatch|ckpt_iter)" | grep -v "^$$\$" || true)
 if [ -n "$left" ]; then
     echo "processes left behind:" >&2
     ps -o pid,args -p $left >&2

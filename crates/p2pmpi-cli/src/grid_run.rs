@@ -361,7 +361,7 @@ fn with_given_up(e: anyhow::Error, given_up: &[(PeerId, String)]) -> anyhow::Err
 }
 
 /// Pings a host's peer daemon: `Pong` within [`watch::PING_TIMEOUT`], or why not.
-fn pinger(me: IpAddr, secret: &GridSecret) -> watch::Ping {
+pub(crate) fn pinger(me: IpAddr, secret: &GridSecret) -> watch::Ping {
     let secret = secret.clone();
     Arc::new(move |h: &PeerInfo| {
         let start = Instant::now();
@@ -754,14 +754,7 @@ pub fn run(name: &str, opts: &RunArgs, n: usize, grid: Grid) -> Result<i32> {
             placing: Mutex::new(()),
         })
     });
-    let mut progress = Progress::new();
-
-    // 1–2. Reservation and staging.
-    let ask = Ask { n, r, strategy, app: &app, exclude: &[], only: &only };
-    let Some(staged) = reserve_and_stage(name, &grid, opts, ask, &files, false, &mut progress)? else {
-        return Ok(0);
-    };
-    let job = GridJob {
+    let mut job = GridJob {
         name,
         opts,
         grid: &grid,
@@ -776,8 +769,21 @@ pub fn run(name: &str, opts: &RunArgs, n: usize, grid: Grid) -> Result<i32> {
         collector,
         abi,
         abi_staged,
+        ckpt_env: Vec::new(),
     };
-    job.launch(staged, progress)
+    // 1–2. Reservation and staging (without the hosts given up on by a restart), then 3–4.
+    let start = |job: &GridJob, exclude: &[(PeerId, String)]| -> Result<Option<crate::grid_restart::Attempt>> {
+        let mut progress = Progress::new();
+        let ask = Ask { n, r, strategy, app: &job.app, exclude, only: &job.only };
+        let Some(staged) = reserve_and_stage(name, &grid, opts, ask, &files, false, &mut progress)? else {
+            return Ok(None);
+        };
+        job.launch(staged, progress).map(Some)
+    };
+    if crate::grid_restart::wanted(opts) {
+        return crate::grid_restart::run(name, opts, &mut job, &start);
+    }
+    Ok(start(&job, &[])?.map_or(0, |a| a.ended.code))
 }
 
 /// A Python interpreter as the program (`p2pmpirun -n 4 venv/bin/python3 prog.py`): its copy
@@ -832,7 +838,7 @@ impl Drop for WrapperDir {
 }
 
 /// A grid job once its options were read: what its launch and its supervision need.
-struct GridJob<'a> {
+pub(crate) struct GridJob<'a> {
     name: &'a str,
     opts: &'a RunArgs,
     grid: &'a Grid,
@@ -850,6 +856,8 @@ struct GridJob<'a> {
     abi: Option<crate::abi::Setup>,
     /// Whether it was staged to the hosts (their processes get it first on their path).
     abi_staged: bool,
+    /// The checkpoints' variables of this run's processes ([`crate::restart::Run::env`]).
+    ckpt_env: Vec<(String, String)>,
 }
 
 /// What the hosts of a grid job run, once launched.
@@ -863,10 +871,34 @@ struct Running {
 }
 
 impl GridJob<'_> {
+    /// A run of the job with this output and these checkpoint variables (a restart's).
+    pub(crate) fn prepare(&mut self, output: Output, ckpt_env: Vec<(String, String)>) {
+        self.output = Arc::new(output);
+        self.ckpt_env = ckpt_env;
+    }
+
+    pub(crate) fn layout(&self) -> Layout {
+        self.layout
+    }
+
+    pub(crate) fn output(&self) -> &Output {
+        &self.output
+    }
+
+    pub(crate) fn grid(&self) -> &Grid {
+        self.grid
+    }
+
+    /// The program here (rank 0's).
+    pub(crate) fn program(&self) -> &Path {
+        &self.program
+    }
+
     /// Launches the reserved and staged job (rank 0 here, the other slots on their hosts) and
     /// follows it to its end.
-    fn launch(&self, staged: Staged, mut progress: Progress) -> Result<i32> {
+    fn launch(&self, staged: Staged, mut progress: Progress) -> Result<crate::grid_restart::Attempt> {
         let Staged { reservation, placements, assigned, job } = staged;
+        let hosts = crate::grid_restart::slot_hosts(self.layout.slots(), &placements, &assigned);
         let (layout, opts, grid) = (self.layout, self.opts, self.grid);
         // Each host with the slots it launches (slot 0 runs here, started by this process) and
         // how many processes it runs in all.
@@ -940,13 +972,16 @@ impl GridJob<'_> {
         let notifier = self.notifier(&job, &placements, &assigned);
         progress.done();
         let running = Running { remotes, readers, root: child };
-        let (code, spawns) = self.supervise(running, &key, tx, &rx, sup, &notifier);
+        let (mut ended, spawns) = self.supervise(running, &key, tx, &rx, sup, &notifier);
         let _ =
             mpd::call(Some(grid.state.ip), grid.state.mpd_addr(), &grid.secret, &MpdRequest::Retire { job, rank: 0 });
         drop(reservation);
         // The spawned jobs end like the parents' (their exit status counts if the parents' is 0).
         let spawned = spawns.wait();
-        Ok(if code == 0 { spawned } else { code })
+        if ended.code == 0 {
+            ended.code = spawned;
+        }
+        Ok(crate::grid_restart::Attempt { ended, hosts })
     }
 
     /// The variables every process of the job gets (besides its own).
@@ -959,6 +994,7 @@ impl GridJob<'_> {
             env.push((env::ENCRYPT.to_string(), "1".to_string()));
         }
         env.extend(self.extra.iter().cloned());
+        env.extend(self.ckpt_env.iter().cloned());
         env
     }
 
@@ -1043,7 +1079,7 @@ impl GridJob<'_> {
         rx: &std::sync::mpsc::Receiver<Event>,
         sup: supervise::SharedSupervisor,
         notifier: &crate::notices::Notifier,
-    ) -> (i32, crate::spawn::Spawns) {
+    ) -> (supervise::Ended, crate::spawn::Spawns) {
         let (layout, opts, output) = (self.layout, self.opts, &self.output);
         let Running { remotes, readers, root: mut child } = running;
         let pumps = vec![
@@ -1094,7 +1130,8 @@ impl GridJob<'_> {
             relay: (layout.r > 1).then_some(&spawns as &dyn supervise::Relay),
             join_notice: self.abi.as_ref().and_then(|_| crate::abi::join_notice(&self.program)),
         };
-        let code = supervise::event_loop(self.name, &hooks, rx, pids);
+        let ended = supervise::event_loop_ended(self.name, &hooks, rx, pids);
+        let code = ended.code;
         spawns.unregister_world(0);
         notifier.finish(
             if code == 0 { "ended".to_string() } else { format!("ended with exit status {code}") },
@@ -1112,7 +1149,7 @@ impl GridJob<'_> {
             }
             let _ = r.join();
         }
-        (code, spawns)
+        (ended, spawns)
     }
 }
 

@@ -184,9 +184,6 @@ pub use crate::supervise::TIMEOUT_EXIT;
 /// Runs a job: on the grid when this host's peer daemon runs (or `--grid`), else locally.
 pub fn run(name: &str, mut opts: RunArgs) -> Result<i32> {
     if let Some(dir) = opts.resume.clone() {
-        if !opts.local {
-            bail!("--resume works with --local for now (checkpoints kept on peers come later)");
-        }
         opts = crate::restart::resume(name, &dir, &opts)?;
     }
     let n = check_n(name, &opts)?;
@@ -210,9 +207,6 @@ pub fn run(name: &str, mut opts: RunArgs) -> Result<i32> {
         match crate::grid_run::find_grid(opts.grid)? {
             Some(_) if opts.bind_to.is_some() && binding != Binding::None => {
                 bail!("--bind-to core binds the processes of a job on this host (--local); on the grid each peer's scheduler places its processes")
-            }
-            Some(_) if opts.max_restarts > 0 || opts.checkpoint_dir.is_some() => {
-                bail!("--max-restarts and --checkpoint-dir work with --local for now (checkpoints kept on peers come later)")
             }
             Some(grid) => return crate::grid_run::run(name, &opts, n, grid),
             None => format!(
@@ -283,7 +277,7 @@ fn run_local(name: &str, opts: RunArgs, n: usize, binding: Binding) -> Result<i3
         let run = crate::restart::Run { dir: checkpoints.dir(), restore, again, replay: &mut replay, journal };
         let (code, cause, killed) = run_local_once(name, &opts, n, &binding, run)?;
         if restarts >= opts.max_restarts || !crate::restart::restartable(code, killed) {
-            checkpoints.finish(name, code);
+            checkpoints.finish(name, code, false);
             return Ok(code);
         }
         restarts += 1;

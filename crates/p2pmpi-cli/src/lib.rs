@@ -31,6 +31,7 @@ pub mod demo;
 pub mod doctor;
 pub use p2pmpi_peer::elf;
 pub mod grid_keys;
+pub mod grid_restart;
 pub mod grid_run;
 pub mod grid_status;
 pub mod launcher;

@@ -137,18 +137,19 @@ pub struct RunArgs {
     /// into the current directory, before the job directory is removed.
     #[arg(long, value_name = "PATTERN")]
     pub collect: Vec<String>,
-    /// With --local: keep the job's checkpoints (`Universe::checkpoint`) in DIR (its earlier
-    /// generations are deleted at the start). Default: a directory of its own under
-    /// ./p2pmpi-checkpoints, removed when the job succeeds.
+    /// Keep the job's checkpoints (`Universe::checkpoint`) in DIR (its earlier generations are
+    /// deleted at the start; on a grid, a directory every host reaches, such as a local grid's).
+    /// Default: a directory of its own under ./p2pmpi-checkpoints, removed when the job succeeds.
     #[arg(long = "checkpoint-dir", value_name = "DIR")]
     pub checkpoint_dir: Option<PathBuf>,
-    /// With --local: when a process dies (killed by a signal: at -r 1 a rank, at -r R every
-    /// replica of a rank), stop the others and restart every rank from the last complete
-    /// checkpoint (from the beginning without one), up to N times; the output goes on without
+    /// When a rank loses every copy (killed by a signal: at -r 1 its process, at -r R every
+    /// replica; on a grid also frozen, or lost with its host), stop the others and restart
+    /// every rank from the last complete checkpoint, up to N times (with --local from the
+    /// beginning without one; on a grid on hosts reserved again); the output goes on without
     /// repeating lines. 0 (the default): the job fails.
     #[arg(long = "max-restarts", value_name = "N", default_value_t = 0)]
     pub max_restarts: u32,
-    /// With --local: restart the job whose checkpoints are in DIR (started with
+    /// Restart the local or grid job whose checkpoints are in DIR (started with
     /// --checkpoint-dir or --max-restarts, its launcher dead) from its last complete
     /// checkpoint, with the program, arguments and options it was started with; the lines
     /// it already showed are not shown again. No program is given.

@@ -115,8 +115,8 @@ impl LocalCheckpoints {
     }
 
     /// The job ended with `code`: a directory of the launcher's own is removed when the job
-    /// succeeded, and named when it failed with checkpoints in it.
-    pub fn finish(&self, name: &str, code: i32) {
+    /// succeeded, and named when it failed with checkpoints in it (`grid`: a grid job's).
+    pub fn finish(&self, name: &str, code: i32, grid: bool) {
         if !self.dir.exists() {
             return;
         }
@@ -127,9 +127,10 @@ impl LocalCheckpoints {
                 let _ = std::fs::remove_dir(parent);
             }
         } else if code != 0 && matches!(self.latest(), Ok(Some(_))) {
+            let local = if grid { "" } else { "--local " };
             eprintln!(
-                "{name}: the job's checkpoints are kept in {} (p2pmpirun --local --resume {0} restarts it from \
-                 the last)",
+                "{name}: the job's checkpoints are kept in {} (p2pmpirun {local}--resume {0} restarts it from the \
+                 last)",
                 self.dir.display()
             );
         } else if code != 0 && self.own {
@@ -144,7 +145,7 @@ const RECORD: &str = "job.json";
 /// The lock file of the launcher running the job: its pid.
 const LOCK: &str = "launcher.pid";
 
-/// What `--resume` needs to start a job again.
+/// What `--resume` needs to start a job again (a grid job's options have `grid` set).
 #[derive(serde::Serialize, serde::Deserialize)]
 pub struct JobRecord {
     /// The launcher's directory (the processes' own).
@@ -223,8 +224,8 @@ pub fn resume(name: &str, dir: &Path, given: &RunArgs) -> Result<RunArgs> {
     std::env::set_current_dir(&rec.cwd)
         .with_context(|| format!("--resume: cannot enter the job's directory {}", rec.cwd.display()))?;
     let mut opts = rec.opts;
-    opts.local = true;
-    opts.grid = false;
+    // A grid job's record says so (`--grid`): it is resumed on the grid.
+    opts.local = !opts.grid;
     opts.checkpoint_dir = None;
     opts.resume = Some(dir.clone());
     opts.verbose |= given.verbose;

@@ -257,6 +257,12 @@ struct Driver<'a, 'j> {
     /// The last line said before the job was first stopped: the failure's report.
     cause: Option<String>,
     stopped: bool,
+    /// Slots declared dead, killed by a signal, lost with their host, or whose failure a
+    /// process's detector confirmed, before the job was stopped (what a restart from
+    /// checkpoints is decided on).
+    deaths: Vec<usize>,
+    /// Slots that processes stopping by themselves said they lost, before the job was stopped.
+    lost: Vec<usize>,
 }
 
 impl Driver<'_, '_> {
@@ -268,19 +274,40 @@ impl Driver<'_, '_> {
                 self.conns.entry(rank).or_insert(conn);
                 Input::Registered { slot: rank, addr, fd_addr, tolerant, pid }
             }
-            Event::PeerFailed { rank, failed, detail } => Input::PeerFailed { by: rank, failed, detail },
+            Event::PeerFailed { rank, failed, detail } => {
+                if !self.stopped {
+                    self.deaths.push(failed);
+                }
+                Input::PeerFailed { by: rank, failed, detail }
+            }
             Event::Finalized { rank } => Input::Finalized { slot: rank },
             Event::Finalizing { rank } => Input::Finalizing { slot: rank },
-            Event::Abort { rank, code, message, lost } => Input::Abort { slot: rank, code, message, lost },
+            Event::Abort { rank, code, message, lost } => {
+                if let Some(l) = lost.filter(|_| !self.stopped) {
+                    self.lost.push(l as usize);
+                }
+                Input::Abort { slot: rank, code, message, lost }
+            }
             Event::ControlClosed { rank } => Input::ControlClosed { slot: rank },
-            Event::Exited { rank, status } => Input::Exited { slot: rank, exit: exit_of(&status) },
+            Event::Exited { rank, status } => {
+                // Killed before the job was stopped (also before it registered: not declared).
+                if status.signal().is_some() && !self.stopped {
+                    self.deaths.push(rank);
+                }
+                Input::Exited { slot: rank, exit: exit_of(&status) }
+            }
             Event::BadClient { detail } => {
                 eprintln!("{}: warning: refused a control connection: {detail}", self.name);
                 return None;
             }
             Event::Agree { rank, key, members, flag } => Input::Agree { slot: rank, key, members, flag },
             Event::Revoke { rank, comm } => Input::Revoke { slot: rank, comm },
-            Event::Lost { ranks, why } => Input::Lost { slots: ranks, why },
+            Event::Lost { ranks, why } => {
+                if !self.stopped {
+                    self.deaths.extend(&ranks);
+                }
+                Input::Lost { slots: ranks, why }
+            }
             Event::HostRevoked { ranks, member } => Input::HostRevoked { slots: ranks, member },
             Event::ForeignDead { slots } => Input::ForeignDead { slots },
             Event::ForeignSuspect { slot, why } => Input::ForeignSuspect { slot, why },
@@ -348,7 +375,12 @@ impl Driver<'_, '_> {
                     send_to(w, &msg);
                 }
             }
-            core::Output::Declared { slot } => job.output.slot_dead(slot),
+            core::Output::Declared { slot } => {
+                if !self.stopped {
+                    self.deaths.push(slot);
+                }
+                job.output.slot_dead(slot)
+            }
             core::Output::RelayDead { slot } => {
                 if let Some(relay) = job.relay {
                     relay.relay_dead(job.slot_base, &[slot]);
@@ -408,6 +440,27 @@ pub(crate) fn event_loop_with_cause(
     rx: &Receiver<Event>,
     pids: Vec<u32>,
 ) -> (i32, Option<String>) {
+    let e = event_loop_ended(name, job, rx, pids);
+    (e.code, e.cause)
+}
+
+/// How a job's run ended, for a launcher that may restart it from checkpoints.
+pub(crate) struct Ended {
+    /// The exit status.
+    pub(crate) code: i32,
+    /// What was reported of the failure that stopped the job.
+    pub(crate) cause: Option<String>,
+    /// The slots declared dead, killed by a signal, lost with their host, or whose failure a
+    /// process's detector confirmed, before the job was stopped (not those the launcher
+    /// stopped).
+    pub(crate) deaths: Vec<usize>,
+    /// The slots whose loss made a process stop by itself, before the job was stopped (at
+    /// `-r R`, the process lost every replica of that slot's rank).
+    pub(crate) lost: Vec<usize>,
+}
+
+/// [`event_loop`], telling how the job ended ([`Ended`]).
+pub(crate) fn event_loop_ended(name: &str, job: &Job, rx: &Receiver<Event>, pids: Vec<u32>) -> Ended {
     let mut driver = Driver {
         name,
         job,
@@ -416,6 +469,8 @@ pub(crate) fn event_loop_with_cause(
         finished: None,
         cause: None,
         stopped: false,
+        deaths: Vec::new(),
+        lost: Vec::new(),
     };
     let start = Start {
         pids,
@@ -428,7 +483,7 @@ pub(crate) fn event_loop_with_cause(
     driver.feed(Some(Input::Start(start)));
     loop {
         if let Some(code) = driver.finished {
-            return (code, driver.cause);
+            return Ended { code, cause: driver.cause, deaths: driver.deaths, lost: driver.lost };
         }
         match rx.recv_timeout(driver.wait()) {
             Ok(ev) => {
