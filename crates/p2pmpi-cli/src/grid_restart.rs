@@ -17,7 +17,6 @@
 //! local grid reaches (`--checkpoint-dir`, else `./p2pmpi-checkpoints/PROGRAM-PID`), the
 //! coordinator's one storage peer.
 
-use crate::grid_run::GridJob;
 use crate::options::RunArgs;
 use crate::restart::{LocalCheckpoints, Run};
 use anyhow::{Context, Result};
@@ -35,9 +34,22 @@ pub(crate) struct Attempt {
     pub(crate) hosts: Vec<PeerInfo>,
 }
 
+/// What the restart loop needs of a grid job (the submitter's `grid_run::GridJob`; a trait so
+/// that this module does not name the start-up's, which calls it).
+pub(crate) trait Job {
+    /// A run of the job with this output and these checkpoint variables (a restart's).
+    fn prepare(&mut self, output: crate::output::Output, ckpt_env: Vec<(String, String)>);
+    fn layout(&self) -> Layout;
+    fn output(&self) -> &crate::output::Output;
+    /// The program here (rank 0's).
+    fn program(&self) -> &std::path::Path;
+    /// A ping of a host's peer daemon from this submitter.
+    fn pinger(&self) -> crate::watch::Ping;
+}
+
 /// Starts one run (reservation without the hosts given, staging, launch, supervision); `None`
 /// after `--dry-run`.
-pub(crate) type Start<'s> = dyn Fn(&GridJob, &[(PeerId, String)]) -> Result<Option<Attempt>> + 's;
+pub(crate) type Start<'s, J> = dyn Fn(&J, &[(PeerId, String)]) -> Result<Option<Attempt>> + 's;
 
 /// The coordinator's storage peer: the job's directory store.
 const STORE: Peer = 0;
@@ -264,9 +276,8 @@ fn lost_ranks(layout: Layout, dead: &BTreeSet<usize>, hosts: &[PeerInfo]) -> Vec
 }
 
 /// The hosts of `slots` whose peer daemon does not answer a ping: given up on.
-fn unanswering(job: &GridJob, slots: &BTreeSet<usize>, hosts: &[PeerInfo]) -> Vec<(PeerId, String)> {
-    let grid = job.grid();
-    let ping = crate::grid_run::pinger(grid.state.ip, &grid.secret);
+fn unanswering(job: &impl Job, slots: &BTreeSet<usize>, hosts: &[PeerInfo]) -> Vec<(PeerId, String)> {
+    let ping = job.pinger();
     let mut seen = BTreeSet::new();
     let mut out = Vec::new();
     for h in slots.iter().filter_map(|&s| hosts.get(s)) {
@@ -282,7 +293,7 @@ fn unanswering(job: &GridJob, slots: &BTreeSet<usize>, hosts: &[PeerInfo]) -> Ve
 
 /// Runs a grid job that keeps checkpoints: again from the last complete one each time a rank
 /// loses every copy, as the coordinator decides, up to `--max-restarts` times.
-pub(crate) fn run(name: &str, opts: &RunArgs, job: &mut GridJob, start: &Start) -> Result<i32> {
+pub(crate) fn run<J: Job>(name: &str, opts: &RunArgs, job: &mut J, start: &Start<J>) -> Result<i32> {
     let layout = job.layout();
     let program = job.program().to_path_buf();
     let checkpoints = LocalCheckpoints::new(opts, &program)?;

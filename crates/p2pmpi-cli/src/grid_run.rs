@@ -361,7 +361,7 @@ fn with_given_up(e: anyhow::Error, given_up: &[(PeerId, String)]) -> anyhow::Err
 }
 
 /// Pings a host's peer daemon: `Pong` within [`watch::PING_TIMEOUT`], or why not.
-pub(crate) fn pinger(me: IpAddr, secret: &GridSecret) -> watch::Ping {
+fn pinger(me: IpAddr, secret: &GridSecret) -> watch::Ping {
     let secret = secret.clone();
     Arc::new(move |h: &PeerInfo| {
         let start = Instant::now();
@@ -870,30 +870,30 @@ struct Running {
     root: Child,
 }
 
-impl GridJob<'_> {
-    /// A run of the job with this output and these checkpoint variables (a restart's).
-    pub(crate) fn prepare(&mut self, output: Output, ckpt_env: Vec<(String, String)>) {
+impl crate::grid_restart::Job for GridJob<'_> {
+    fn prepare(&mut self, output: Output, ckpt_env: Vec<(String, String)>) {
         self.output = Arc::new(output);
         self.ckpt_env = ckpt_env;
     }
 
-    pub(crate) fn layout(&self) -> Layout {
+    fn layout(&self) -> Layout {
         self.layout
     }
 
-    pub(crate) fn output(&self) -> &Output {
+    fn output(&self) -> &Output {
         &self.output
     }
 
-    pub(crate) fn grid(&self) -> &Grid {
-        self.grid
-    }
-
-    /// The program here (rank 0's).
-    pub(crate) fn program(&self) -> &Path {
+    fn program(&self) -> &Path {
         &self.program
     }
 
+    fn pinger(&self) -> watch::Ping {
+        pinger(self.grid.state.ip, &self.grid.secret)
+    }
+}
+
+impl GridJob<'_> {
     /// Launches the reserved and staged job (rank 0 here, the other slots on their hosts) and
     /// follows it to its end.
     fn launch(&self, staged: Staged, mut progress: Progress) -> Result<crate::grid_restart::Attempt> {
