@@ -202,6 +202,11 @@ pub enum FtRequest {
     Chunk { index: u32, data: Vec<u8> },
     /// All needed content was sent: verify and install.
     Done,
+    /// Grants access to the job's checkpoints kept on this peer (issue 41): the connections
+    /// that open with the job's id and this key ([`crate::secure::SecureConn::connect_keyed`])
+    /// may store and read them ([`CkptRequest`]). Sent by the job's submitter, with a ticket of
+    /// its reservation here.
+    CheckpointGrant { ticket: Ticket, job: String, key: [u8; 32] },
 }
 
 /// Answers of a file-transfer service.
@@ -215,6 +220,46 @@ pub enum FtResponse {
         cached: u32,
         received: u32,
         fetched: u32,
+    },
+    Error(String),
+    /// The checkpoint grant is recorded.
+    Granted,
+}
+
+/// Requests of a job's process to the FT service that keeps its checkpoints, on a connection
+/// opened with the job's checkpoint key (the job is the connection's). A piece is sent in
+/// chunks (at most [`CKPT_CHUNK`] bytes of data each), each with the BLAKE3 hash of its data.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CkptRequest {
+    /// Chunk `index` of rank `rank`'s piece of `generation`; `last` ends the piece, which
+    /// then replaces any earlier copy. Answered `Ok`, `Stale` or `Error`.
+    Put { generation: u64, rank: u32, index: u32, last: bool, hash: [u8; 32], data: Vec<u8> },
+    /// The manifest of `generation`, written last: the generation is complete here.
+    Commit { generation: u64, manifest: String },
+    /// The manifests of the complete generations kept here.
+    List,
+    /// Rank `rank`'s piece of `generation`: answered by its chunks, in order.
+    Get { generation: u64, rank: u32 },
+    /// Deletes every generation below `below` (`u64::MAX`: the job's checkpoints and access).
+    Delete { below: u64 },
+}
+
+/// Largest data of one checkpoint chunk.
+pub const CKPT_CHUNK: usize = 1 << 20;
+
+/// Answers of the FT service to [`CkptRequest`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CkptResponse {
+    Ok,
+    /// A later generation is complete here already: this one is not kept.
+    Stale,
+    /// The manifests of `List` (their text).
+    Manifests(Vec<String>),
+    /// A chunk of `Get`, as it was stored.
+    Chunk {
+        hash: [u8; 32],
+        data: Vec<u8>,
+        last: bool,
     },
     Error(String),
 }
@@ -539,6 +584,8 @@ mod tests {
             let _ = postcard::from_bytes::<SnRequest>(&bytes);
             let _ = postcard::from_bytes::<RsRequest>(&bytes);
             let _ = postcard::from_bytes::<FtRequest>(&bytes);
+            let _ = postcard::from_bytes::<CkptRequest>(&bytes);
+            let _ = postcard::from_bytes::<CkptResponse>(&bytes);
             let _ = postcard::from_bytes::<JobEvent>(&bytes);
             let _ = postcard::from_bytes::<MpdResponse>(&bytes);
             let _ = postcard::from_bytes::<JobNotice>(&bytes);
