@@ -776,6 +776,7 @@ pub fn run(name: &str, opts: &RunArgs, n: usize, grid: Grid) -> Result<i32> {
         collector,
         abi,
         abi_staged,
+        checkpoints: Mutex::new(None),
     };
     job.launch(staged, progress)
 }
@@ -850,6 +851,8 @@ struct GridJob<'a> {
     abi: Option<crate::abi::Setup>,
     /// Whether it was staged to the hosts (their processes get it first on their path).
     abi_staged: bool,
+    /// The job's checkpoints on its hosts, once granted (`--checkpoint-copies`).
+    checkpoints: Mutex<Option<crate::grid_checkpoint::GridCheckpoints>>,
 }
 
 /// What the hosts of a grid job run, once launched.
@@ -884,6 +887,7 @@ impl GridJob<'_> {
         // The job's key: handed to each host's MPD inside the launch request (over the Noise
         // session, encrypted), and to rank 0 here in its environment; never sent in clear.
         let key = p2pmpi_wire::auth::JobKey::random()?;
+        self.grant_checkpoints(&job, reservation.ticket, &placements)?;
         let (tx, rx) = channel::<Event>();
         let sup = supervise::Shared::new(layout, self.fd.as_ref());
         supervise::spawn_control_server(listener, key.clone(), slots, tx.clone(), sup.clone());
@@ -941,6 +945,12 @@ impl GridJob<'_> {
         progress.done();
         let running = Running { remotes, readers, root: child };
         let (code, spawns) = self.supervise(running, &key, tx, &rx, sup, &notifier);
+        if code == 0 {
+            // A job that ended well needs its checkpoints no more.
+            if let Some(c) = self.checkpoints.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+                let _ = c.store().clear();
+            }
+        }
         let _ =
             mpd::call(Some(grid.state.ip), grid.state.mpd_addr(), &grid.secret, &MpdRequest::Retire { job, rank: 0 });
         drop(reservation);
@@ -959,7 +969,22 @@ impl GridJob<'_> {
             env.push((env::ENCRYPT.to_string(), "1".to_string()));
         }
         env.extend(self.extra.iter().cloned());
+        if let Some(c) = self.checkpoints.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+            env.extend(c.env());
+        }
         env
+    }
+
+    /// Grants the job's checkpoints to its hosts (`--checkpoint-copies` K > 0).
+    fn grant_checkpoints(&self, job: &str, ticket: Ticket, placements: &[Placement]) -> Result<()> {
+        if self.opts.checkpoint_copies == 0 {
+            return Ok(());
+        }
+        let mut c = crate::grid_checkpoint::GridCheckpoints::new(job, self.opts.checkpoint_copies as usize)?;
+        let hosts: Vec<PeerInfo> = placements.iter().map(|p| p.info.clone()).collect();
+        c.grant(self.grid.state.ip, &self.grid.secret, ticket, &hosts)?;
+        *self.checkpoints.lock().unwrap_or_else(|p| p.into_inner()) = Some(c);
+        Ok(())
     }
 
     /// Starts rank 0 here, and announces it to this host's MPD.
