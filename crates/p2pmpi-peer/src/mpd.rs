@@ -855,8 +855,7 @@ pub fn run(opts: MpdOpts) -> Result<()> {
         });
         ctx.cache_max = mpd.cfg.ft_cache_max;
         ctx.fetch_max = mpd.cfg.ft_fetch_max;
-        ctx.job_max = mpd.cfg.ft_job_max;
-        ctx.ckpt_max = mpd.cfg.checkpoint_max;
+        (ctx.job_max, ctx.ckpt_max) = (mpd.cfg.ft_job_max, mpd.cfg.checkpoint_max);
         ft::serve(ft_l, Arc::new(ctx));
     }
     home::write_json(

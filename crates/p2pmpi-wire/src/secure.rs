@@ -993,6 +993,54 @@ mod tests {
         assert!(s.recv::<u8>().unwrap().is_none());
     }
 
+    /// A keyed connection to a server that accepts the grid's secret and knows `known`'s key.
+    fn keyed(label: &str, key: [u8; 32]) -> (Result<SecureConn, SecureError>, Result<Option<String>, SecureError>) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let t = std::thread::spawn(move || {
+            let (s, _) = l.accept().unwrap();
+            let lookup = |label: &str| (label == "job-1").then(|| GridSecret::keyed(&[1; 32]));
+            let r = SecureConn::accept_keyed(s, &GridSecret::from_phrase("grid"), &lookup, Duration::from_secs(2));
+            r.and_then(|(mut c, label)| {
+                let got: String = c.recv()?.unwrap_or_default();
+                c.send(&got)?;
+                Ok(label)
+            })
+        });
+        let c = SecureConn::connect_keyed(None, addr, label, &GridSecret::keyed(&key), Duration::from_secs(2))
+            .and_then(|mut c| c.call::<_, String>(&"ping".to_string()).map(|_| c));
+        (c, t.join().unwrap())
+    }
+
+    #[test]
+    fn keyed_connections_need_their_label_s_key_and_grid_ones_still_open() {
+        let (c, s) = keyed("job-1", [1; 32]);
+        assert!(c.is_ok(), "{:?}", c.err());
+        assert_eq!(s.unwrap(), Some("job-1".to_string()));
+        let (c, s) = keyed("job-1", [2; 32]);
+        assert!(c.is_err() && s.is_err(), "another key is refused");
+        let (c, s) = keyed("job-2", [1; 32]);
+        assert!(c.is_err() && matches!(s, Err(SecureError::Handshake(m)) if m.contains("no key")), "unknown label");
+        // A grid connection on the same port: no label.
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let t = std::thread::spawn(move || {
+            let (s, _) = l.accept().unwrap();
+            let none = |_: &str| None;
+            let (mut c, label) =
+                SecureConn::accept_keyed(s, &GridSecret::from_phrase("grid"), &none, Duration::from_secs(2)).unwrap();
+            let got: String = c.recv().unwrap().unwrap();
+            (label, got)
+        });
+        let mut c = SecureConn::connect(addr, &GridSecret::from_phrase("grid"), Duration::from_secs(2)).unwrap();
+        c.send(&"hello".to_string()).unwrap();
+        assert_eq!(t.join().unwrap(), (None, "hello".to_string()));
+        let long = "x".repeat(MAX_LABEL + 1);
+        assert!(
+            SecureConn::connect_keyed(None, addr, &long, &GridSecret::keyed(&[1; 32]), Duration::from_secs(1)).is_err()
+        );
+    }
+
     #[test]
     fn a_wrong_secret_is_refused_on_both_sides() {
         let (c, s) = pair("right", "wrong");
