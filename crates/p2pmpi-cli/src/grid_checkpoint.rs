@@ -9,7 +9,7 @@
 //! listed in [`env::PEERS`]. The secret travels only in the processes' environment, inside
 //! the launch requests (encrypted), as the job key does.
 
-use anyhow::{bail, Result};
+use anyhow::Result;
 use p2pmpi::checkpoint::env;
 use p2pmpi::checkpoint::peers::{access_key, Peers};
 use p2pmpi_wire::grid::{FtRequest, FtResponse, PeerInfo, Ticket};
@@ -45,26 +45,47 @@ impl GridCheckpoints {
         Ok(GridCheckpoints { job: job.to_string(), secret, peers: Vec::new(), copies })
     }
 
-    /// Grants the job's access key to every host of `hosts` (with `ticket`, a reservation
-    /// there), from `local`, and adds them to the peers; a host that refuses fails the grant.
-    pub fn grant(&mut self, local: IpAddr, grid: &GridSecret, ticket: Ticket, hosts: &[PeerInfo]) -> Result<()> {
+    /// Grants the job's access key to every host of `hosts` at once (with `ticket`, a
+    /// reservation there), from `local`, and adds those that took it to the peers. A host
+    /// that refuses (a daemon without checkpoints, unreachable) keeps none of the job's
+    /// checkpoints: it is returned with why, and the job runs all the same.
+    pub fn grant(
+        &mut self,
+        local: IpAddr,
+        grid: &GridSecret,
+        ticket: Ticket,
+        hosts: &[PeerInfo],
+    ) -> Vec<(String, String)> {
         let key = access_key(&self.secret);
-        for h in hosts {
-            let addr = ft_addr(h);
-            let req = FtRequest::CheckpointGrant { ticket, job: self.job.clone(), key };
-            let answer = SecureConn::connect_from(Some(local), addr, grid, GRANT_TIMEOUT)
-                .and_then(|mut c| c.call::<_, FtResponse>(&req));
-            match answer {
-                Ok(FtResponse::Granted) => {}
-                Ok(FtResponse::Error(e)) => bail!("host {} refused the job's checkpoints: {e}", h.id),
-                Ok(other) => bail!("host {} answered {other:?} to the checkpoint grant", h.id),
-                Err(e) => bail!("cannot grant the job's checkpoints to host {}: {e}", h.id),
-            }
-            if !self.peers.contains(&addr) {
-                self.peers.push(addr);
+        let req = FtRequest::CheckpointGrant { ticket, job: self.job.clone(), key };
+        let answers: Vec<Result<(), String>> = std::thread::scope(|s| {
+            let asks: Vec<_> = hosts
+                .iter()
+                .map(|h| {
+                    let req = &req;
+                    s.spawn(move || {
+                        let answer = SecureConn::connect_from(Some(local), ft_addr(h), grid, GRANT_TIMEOUT)
+                            .and_then(|mut c| c.call::<_, FtResponse>(req));
+                        match answer {
+                            Ok(FtResponse::Granted) => Ok(()),
+                            Ok(FtResponse::Error(e)) => Err(e),
+                            Ok(other) => Err(format!("answered {other:?}")),
+                            Err(e) => Err(e.to_string()),
+                        }
+                    })
+                })
+                .collect();
+            asks.into_iter().map(|a| a.join().unwrap_or_else(|_| Err("the grant's thread panicked".into()))).collect()
+        });
+        let mut refused = Vec::new();
+        for (h, a) in hosts.iter().zip(answers) {
+            match a {
+                Ok(()) if !self.peers.contains(&ft_addr(h)) => self.peers.push(ft_addr(h)),
+                Ok(()) => {}
+                Err(why) => refused.push((h.id.to_string(), why)),
             }
         }
-        Ok(())
+        refused
     }
 
     /// The variables that describe the store to the job's processes.

@@ -975,15 +975,23 @@ impl GridJob<'_> {
         env
     }
 
-    /// Grants the job's checkpoints to its hosts (`--checkpoint-copies` K > 0).
+    /// Grants the job's checkpoints to its hosts (`--checkpoint-copies` K > 0). A job launched
+    /// again (a restart) keeps its checkpoints' id and secret, and its new hosts are added.
     fn grant_checkpoints(&self, job: &str, ticket: Ticket, placements: &[Placement]) -> Result<()> {
         if self.opts.checkpoint_copies == 0 {
             return Ok(());
         }
-        let mut c = crate::grid_checkpoint::GridCheckpoints::new(job, self.opts.checkpoint_copies as usize)?;
+        let mut held = self.checkpoints.lock().unwrap_or_else(|p| p.into_inner());
+        let c = match held.as_mut() {
+            Some(c) => c,
+            None => {
+                held.insert(crate::grid_checkpoint::GridCheckpoints::new(job, self.opts.checkpoint_copies as usize)?)
+            }
+        };
         let hosts: Vec<PeerInfo> = placements.iter().map(|p| p.info.clone()).collect();
-        c.grant(self.grid.state.ip, &self.grid.secret, ticket, &hosts)?;
-        *self.checkpoints.lock().unwrap_or_else(|p| p.into_inner()) = Some(c);
+        for (host, why) in c.grant(self.grid.state.ip, &self.grid.secret, ticket, &hosts) {
+            eprintln!("{}: host {host} keeps no checkpoints of this job: {why}", self.name);
+        }
         Ok(())
     }
 

@@ -168,7 +168,7 @@ fn checkpoint_write_throughput_to_two_peers() {
     let g = TestGrid::start("ckpt-bench", 3, &["--procs", "1", "--net", "127.0.9"]);
     g.wait_hosts(1, 2);
     let prog = example("ckpt_iter");
-    let mib = std::env::var("P2PMPI_CKPT_BENCH_MIB").ok().and_then(|v| v.parse().ok()).unwrap_or(16u64);
+    let mib = std::env::var("P2PMPI_CKPT_BENCH_MIB").ok().and_then(|v| v.parse().ok()).unwrap_or(4u64);
     let kib = (mib * 1024).to_string();
     let o = g.run(&["-n", "3", prog.to_str().unwrap(), "5", "1", "0", "bench", &kib]);
     o.assert_ok();
