@@ -171,14 +171,9 @@ impl Peers {
             .map_err(|_| format!("chunk {index} does not open (corrupted, or not this job's)"))
     }
 
-    /// Sends a piece's sealed chunks to `addrs` at once; per peer, `Ok` or why not.
-    fn send_piece(
-        &self,
-        addrs: &[SocketAddr],
-        generation: u64,
-        rank: u32,
-        chunks: &[Vec<u8>],
-    ) -> Vec<Result<(), String>> {
+    /// Sends a piece (`parts`, one after the other) to `addrs` at once, each chunk sealed as
+    /// it goes; per peer, `Ok` or why not.
+    fn send_piece(&self, addrs: &[SocketAddr], generation: u64, rank: u32, parts: &[&[u8]]) -> Vec<Result<(), String>> {
         let mut out: Vec<Result<(), String>> = Vec::with_capacity(addrs.len());
         let mut conns: Vec<Option<SecureConn>> = Vec::with_capacity(addrs.len());
         for &a in addrs {
@@ -213,10 +208,18 @@ impl Peers {
                 }
             }
         };
-        for (i, data) in chunks.iter().enumerate() {
-            let last = i + 1 == chunks.len();
-            let hash = *blake3::hash(data).as_bytes();
-            let req = CkptRequest::Put { generation, rank, index: i as u32, last, hash, data: data.clone() };
+        let total: usize = parts.iter().map(|p| p.len()).sum();
+        let n = total.div_ceil(PLAIN_CHUNK).max(1);
+        let mut plain = Vec::with_capacity(PLAIN_CHUNK.min(total));
+        for i in 0..n {
+            if conns.iter().all(Option::is_none) {
+                break;
+            }
+            let last = i + 1 == n;
+            chunk_at(parts, i * PLAIN_CHUNK, &mut plain);
+            let data = self.seal((generation, rank, i as u32, last), &plain);
+            let hash = *blake3::hash(&data).as_bytes();
+            let req = CkptRequest::Put { generation, rank, index: i as u32, last, hash, data };
             for ((c, o), &a) in conns.iter_mut().zip(out.iter_mut()).zip(addrs) {
                 if let Some(conn) = c {
                     if let Err(e) = conn.send(&req) {
@@ -286,23 +289,23 @@ impl Peers {
     }
 }
 
-/// `parts` cut into chunks of at most [`PLAIN_CHUNK`] bytes (at least one, maybe empty).
-fn plain_chunks(parts: &[&[u8]]) -> Vec<Vec<u8>> {
-    let mut out = vec![Vec::new()];
+/// The chunk of `parts` (one after the other) that starts at byte `start`: at most
+/// [`PLAIN_CHUNK`] bytes, into `out`.
+fn chunk_at(parts: &[&[u8]], start: usize, out: &mut Vec<u8>) {
+    out.clear();
+    let mut skip = start;
     for p in parts {
-        let mut rest = *p;
-        while !rest.is_empty() {
-            let cur = out.last_mut().expect("one chunk at least");
-            if cur.len() == PLAIN_CHUNK {
-                out.push(Vec::with_capacity(PLAIN_CHUNK.min(rest.len())));
-                continue;
-            }
-            let take = (PLAIN_CHUNK - cur.len()).min(rest.len());
-            cur.extend_from_slice(&rest[..take]);
-            rest = &rest[take..];
+        if skip >= p.len() {
+            skip -= p.len();
+            continue;
+        }
+        let take = (PLAIN_CHUNK - out.len()).min(p.len() - skip);
+        out.extend_from_slice(&p[skip..skip + take]);
+        skip = 0;
+        if out.len() == PLAIN_CHUNK {
+            return;
         }
     }
-    out
 }
 
 impl Store for Peers {
@@ -312,11 +315,6 @@ impl Store for Peers {
             h.update(p);
         });
         let hash = *h.finalize().as_bytes();
-        let plain = plain_chunks(parts);
-        let n = plain.len();
-        let sealed: Vec<Vec<u8>> =
-            plain.iter().enumerate().map(|(i, p)| self.seal((generation, rank, i as u32, i + 1 == n), p)).collect();
-        drop(plain);
         let candidates: Vec<SocketAddr> =
             self.order(rank).into_iter().filter(|a| Some(a.ip()) != self.own || self.own.is_none()).collect();
         if candidates.len() < self.copies {
@@ -336,7 +334,7 @@ impl Store for Peers {
             let take = (self.copies - stored).min(candidates.len() - next);
             let batch = &candidates[next..next + take];
             next += take;
-            for r in self.send_piece(batch, generation, rank, &sealed) {
+            for r in self.send_piece(batch, generation, rank, parts) {
                 match r {
                     Ok(()) => stored += 1,
                     Err(e) => why.push(e),
@@ -421,12 +419,16 @@ mod tests {
 
     #[test]
     fn chunks_cut_parts_and_seal_opens_only_in_place() {
-        let big = vec![7u8; PLAIN_CHUNK + 10];
-        let c = plain_chunks(&[b"head", &big]);
-        assert_eq!(c.len(), 2);
-        assert_eq!(c[0].len(), PLAIN_CHUNK);
-        assert_eq!(c.iter().map(Vec::len).sum::<usize>(), PLAIN_CHUNK + 14);
-        assert_eq!(plain_chunks(&[]), vec![Vec::<u8>::new()]);
+        let big: Vec<u8> = (0..PLAIN_CHUNK + 10).map(|i| i as u8).collect();
+        let parts: [&[u8]; 3] = [b"head", &big, b"tail"];
+        let whole: Vec<u8> = parts.concat();
+        let mut c = Vec::new();
+        chunk_at(&parts, 0, &mut c);
+        assert_eq!(c, whole[..PLAIN_CHUNK]);
+        chunk_at(&parts, PLAIN_CHUNK, &mut c);
+        assert_eq!(c, whole[PLAIN_CHUNK..], "the rest, across two parts");
+        chunk_at(&[], 0, &mut c);
+        assert!(c.is_empty());
         let p = Peers::new("job", &[1; 32], Vec::new(), 2, None);
         let s = p.seal((3, 1, 0, true), b"secret state");
         assert!(s.len() <= CKPT_CHUNK && !s.windows(6).any(|w| w == b"secret"));
