@@ -233,7 +233,15 @@ pub enum FtResponse {
 pub enum CkptRequest {
     /// Chunk `index` of rank `rank`'s piece of `generation`; `last` ends the piece, which
     /// then replaces any earlier copy. Answered `Ok`, `Stale` or `Error`.
-    Put { generation: u64, rank: u32, index: u32, last: bool, hash: [u8; 32], data: Vec<u8> },
+    Put {
+        generation: u64,
+        rank: u32,
+        index: u32,
+        last: bool,
+        hash: [u8; 32],
+        #[serde(with = "whole_bytes")]
+        data: Vec<u8>,
+    },
     /// The manifest of `generation`, written last: the generation is complete here.
     Commit { generation: u64, manifest: String },
     /// The manifests of the complete generations kept here.
@@ -242,6 +250,33 @@ pub enum CkptRequest {
     Get { generation: u64, rank: u32 },
     /// Deletes every generation below `below` (`u64::MAX`: the job's checkpoints and access).
     Delete { below: u64 },
+}
+
+/// A chunk's bytes written and read as one run: postcard encodes them exactly as a `Vec<u8>`
+/// (a varint length, then the bytes), without going through them one by one.
+mod whole_bytes {
+    use serde::{de, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_bytes(v)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        struct Whole;
+        impl<'de> de::Visitor<'de> for Whole {
+            type Value = Vec<u8>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("bytes")
+            }
+            fn visit_bytes<E: de::Error>(self, v: &[u8]) -> Result<Vec<u8>, E> {
+                Ok(v.to_vec())
+            }
+            fn visit_byte_buf<E: de::Error>(self, v: Vec<u8>) -> Result<Vec<u8>, E> {
+                Ok(v)
+            }
+        }
+        d.deserialize_byte_buf(Whole)
+    }
 }
 
 /// Largest data of one checkpoint chunk.
@@ -258,6 +293,7 @@ pub enum CkptResponse {
     /// A chunk of `Get`, as it was stored.
     Chunk {
         hash: [u8; 32],
+        #[serde(with = "whole_bytes")]
         data: Vec<u8>,
         last: bool,
     },
@@ -575,6 +611,20 @@ mod tests {
         let mut bad = postcard::to_allocvec(&JobNoticeKind::Ended).unwrap();
         bad[0] = 200;
         assert!(postcard::from_bytes::<JobNoticeKind>(&bad).is_err());
+    }
+
+    #[test]
+    fn checkpoint_chunks_encode_their_bytes_as_a_vec_would() {
+        let data: Vec<u8> = (0..300u32).map(|i| (i * 7) as u8).collect();
+        let put = CkptRequest::Put { generation: 3, rank: 1, index: 2, last: true, hash: [5; 32], data: data.clone() };
+        let bytes = postcard::to_allocvec(&put).unwrap();
+        let plain = postcard::to_allocvec(&(0u8, 3u64, 1u32, 2u32, true, [5u8; 32], data.clone())).unwrap();
+        assert_eq!(bytes, plain);
+        assert_eq!(postcard::from_bytes::<CkptRequest>(&bytes).unwrap(), put);
+        let chunk = CkptResponse::Chunk { hash: [1; 32], data, last: false };
+        let bytes = postcard::to_allocvec(&chunk).unwrap();
+        assert_eq!(postcard::from_bytes::<CkptResponse>(&bytes).unwrap(), chunk);
+        assert!(postcard::from_bytes::<CkptResponse>(&bytes[..bytes.len() - 2]).is_err(), "cut short");
     }
 
     proptest! {
