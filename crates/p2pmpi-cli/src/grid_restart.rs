@@ -12,10 +12,12 @@
 //! it the processes that joined (slot, rank, host), the generations found complete in the
 //! job's store, and the processes declared dead; it carries out its `Restart` or `Failed`.
 //!
-//! Where the pieces live is the job's store, opened from the variables its processes are
-//! given ([`store_of`]): until checkpoints are kept on peers, a directory every process of a
-//! local grid reaches (`--checkpoint-dir`, else `./p2pmpi-checkpoints/PROGRAM-PID`), the
-//! coordinator's one storage peer.
+//! Where the pieces live is the job's store, the coordinator's one storage peer: the store on
+//! the job's peers when it keeps its checkpoints there (`--checkpoint-copies K`, the default:
+//! [`Job::peers_store`], `p2pmpi::checkpoint::peers`), else the directory its processes are
+//! given ([`store_of`]), which every process must reach and write (`--checkpoint-dir`, else
+//! `./p2pmpi-checkpoints/PROGRAM-PID`; on a local grid of unconfined jobs). The directory
+//! holds the launcher's own files in both cases: the lock, the job's record, the journal.
 
 use crate::options::RunArgs;
 use crate::restart::{LocalCheckpoints, Run};
@@ -45,6 +47,9 @@ pub(crate) trait Job {
     fn program(&self) -> &std::path::Path;
     /// A ping of a host's peer daemon from this submitter.
     fn pinger(&self) -> crate::watch::Ping;
+    /// The store on the job's peers (`--checkpoint-copies`), once granted: where its
+    /// processes keep their checkpoints instead of the directory.
+    fn peers_store(&self) -> Option<Box<dyn Store>>;
 }
 
 /// Starts one run (reservation without the hosts given, staging, launch, supervision); `None`
@@ -335,7 +340,7 @@ pub(crate) fn run<J: Job>(name: &str, opts: &RunArgs, job: &mut J, start: &Start
         }
         let Attempt { ended, hosts } = attempt;
         decider.joined(&hosts);
-        let latest = match store_of(&env) {
+        let latest = match job.peers_store().or_else(|| store_of(&env)) {
             Some(store) => store.latest().context("cannot read the job's checkpoints")?,
             None => None,
         };

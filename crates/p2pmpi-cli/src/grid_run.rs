@@ -770,6 +770,7 @@ pub fn run(name: &str, opts: &RunArgs, n: usize, grid: Grid) -> Result<i32> {
         abi,
         abi_staged,
         ckpt_env: Vec::new(),
+        checkpoints: Mutex::new(None),
     };
     // 1–2. Reservation and staging (without the hosts given up on by a restart), then 3–4.
     let start = |job: &GridJob, exclude: &[(PeerId, String)]| -> Result<Option<crate::grid_restart::Attempt>> {
@@ -858,6 +859,8 @@ pub(crate) struct GridJob<'a> {
     abi_staged: bool,
     /// The checkpoints' variables of this run's processes ([`crate::restart::Run::env`]).
     ckpt_env: Vec<(String, String)>,
+    /// The job's checkpoints on its hosts, once granted (`--checkpoint-copies`).
+    checkpoints: Mutex<Option<crate::grid_checkpoint::GridCheckpoints>>,
 }
 
 /// What the hosts of a grid job run, once launched.
@@ -891,6 +894,11 @@ impl crate::grid_restart::Job for GridJob<'_> {
     fn pinger(&self) -> watch::Ping {
         pinger(self.grid.state.ip, &self.grid.secret)
     }
+
+    fn peers_store(&self) -> Option<Box<dyn p2pmpi::checkpoint::store::Store>> {
+        let held = self.checkpoints.lock().unwrap_or_else(|p| p.into_inner());
+        held.as_ref().map(|c| Box::new(c.store()) as Box<dyn p2pmpi::checkpoint::store::Store>)
+    }
 }
 
 impl GridJob<'_> {
@@ -916,6 +924,7 @@ impl GridJob<'_> {
         // The job's key: handed to each host's MPD inside the launch request (over the Noise
         // session, encrypted), and to rank 0 here in its environment; never sent in clear.
         let key = p2pmpi_wire::auth::JobKey::random()?;
+        self.grant_checkpoints(&job, reservation.ticket, &placements)?;
         let (tx, rx) = channel::<Event>();
         let sup = supervise::Shared::new(layout, self.fd.as_ref());
         supervise::spawn_control_server(listener, key.clone(), slots, tx.clone(), sup.clone());
@@ -973,6 +982,12 @@ impl GridJob<'_> {
         progress.done();
         let running = Running { remotes, readers, root: child };
         let (mut ended, spawns) = self.supervise(running, &key, tx, &rx, sup, &notifier);
+        if ended.code == 0 {
+            // A job that ended well needs its checkpoints no more.
+            if let Some(c) = self.checkpoints.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+                let _ = c.store().clear();
+            }
+        }
         let _ =
             mpd::call(Some(grid.state.ip), grid.state.mpd_addr(), &grid.secret, &MpdRequest::Retire { job, rank: 0 });
         drop(reservation);
@@ -995,7 +1010,30 @@ impl GridJob<'_> {
         }
         env.extend(self.extra.iter().cloned());
         env.extend(self.ckpt_env.iter().cloned());
+        if let Some(c) = self.checkpoints.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+            env.extend(c.env());
+        }
         env
+    }
+
+    /// Grants the job's checkpoints to its hosts (`--checkpoint-copies` K > 0). A job launched
+    /// again (a restart) keeps its checkpoints' id and secret, and its new hosts are added.
+    fn grant_checkpoints(&self, job: &str, ticket: Ticket, placements: &[Placement]) -> Result<()> {
+        if self.opts.checkpoint_copies == 0 {
+            return Ok(());
+        }
+        let mut held = self.checkpoints.lock().unwrap_or_else(|p| p.into_inner());
+        let c = match held.as_mut() {
+            Some(c) => c,
+            None => {
+                held.insert(crate::grid_checkpoint::GridCheckpoints::new(job, self.opts.checkpoint_copies as usize)?)
+            }
+        };
+        let hosts: Vec<PeerInfo> = placements.iter().map(|p| p.info.clone()).collect();
+        for (host, why) in c.grant(self.grid.state.ip, &self.grid.secret, ticket, &hosts) {
+            eprintln!("{}: host {host} keeps no checkpoints of this job: {why}", self.name);
+        }
+        Ok(())
     }
 
     /// Starts rank 0 here, and announces it to this host's MPD.

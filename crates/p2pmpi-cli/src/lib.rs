@@ -30,6 +30,7 @@ pub mod commands;
 pub mod demo;
 pub mod doctor;
 pub use p2pmpi_peer::elf;
+pub mod grid_checkpoint;
 pub mod grid_keys;
 pub mod grid_restart;
 pub mod grid_run;

@@ -8,6 +8,11 @@ use p2pmpi_wire::control;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+/// `--checkpoint-copies`' default (a job's record written before the option has none).
+fn default_checkpoint_copies() -> u32 {
+    2
+}
+
 /// Options of `p2pmpirun` (kept in a job's record for `--resume`).
 #[derive(Parser, Debug, Clone, serde::Serialize, serde::Deserialize)]
 #[command(
@@ -149,6 +154,12 @@ pub struct RunArgs {
     /// repeating lines. 0 (the default): the job fails.
     #[arg(long = "max-restarts", value_name = "N", default_value_t = 0)]
     pub max_restarts: u32,
+    /// On the grid: keep each process's checkpoint (`Universe::checkpoint`) on K of the job's
+    /// hosts other than its own, through their FT service, encrypted with a key of the job's
+    /// (0: no checkpoints on the grid).
+    #[arg(long = "checkpoint-copies", value_name = "K", default_value_t = 2)]
+    #[serde(default = "default_checkpoint_copies")]
+    pub checkpoint_copies: u32,
     /// Restart the local or grid job whose checkpoints are in DIR (started with
     /// --checkpoint-dir or --max-restarts, its launcher dead) from its last complete
     /// checkpoint, with the program, arguments and options it was started with; the lines

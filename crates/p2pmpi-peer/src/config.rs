@@ -64,6 +64,7 @@
 //! | `FT_CACHE_MAX` | `1G` | the FT cache keeps at most this many bytes: least recently used entries are evicted after a staging (never one a running staging uses); an offer whose content to receive does not fit is refused before the transfer |
 //! | `FT_FETCH_MAX` | `4G` | largest `http://` input the FT fetches, bytes (≥ 1) |
 //! | `FT_JOB_MAX` | `4G` | most bytes the FT stages for one job, its inline files together (≥ 1): a larger offer is refused before anything is written |
+//! | `CHECKPOINT_MAX` | `4G` | most bytes of checkpoints the FT keeps for one job of the grid (≥ 1), every generation together (it must hold two: the next is written before the last is deleted); a chunk beyond it is refused and the job's checkpoint reports the quota |
 //! | `JOB_READ_PATHS` | (none) | comma list of paths that confined jobs may read and execute besides the system's (e.g. a shared Python environment); see `docs/security.md` |
 //! | `JOB_HIDDEN_ETC` | `shadow,gshadow,shadow-,gshadow-,ssh,sudoers,sudoers.d,p2pmpi` | entries of `/etc` that confined jobs may not read (they may read the others) |
 //! | `JOB_MEMORY_MB` | 0 | address space of each process of another member's job, MiB (0: no limit) |
@@ -99,6 +100,8 @@ pub const DEFAULT_FT_CACHE_MAX: u64 = 1 << 30;
 pub const DEFAULT_FT_FETCH_MAX: u64 = 4 << 30;
 /// Default `FT_JOB_MAX`: 4 GiB.
 pub const DEFAULT_FT_JOB_MAX: u64 = 4 << 30;
+/// Default `CHECKPOINT_MAX`: 4 GiB.
+pub const DEFAULT_CHECKPOINT_MAX: u64 = 4 << 30;
 
 /// The fault detector's gossip protocol (`GOSSIP_PROTOCOL`): `DBRR` (default), `BRR`, `RR` or
 /// `RANDOM`, chosen per application by its submitter.
@@ -123,6 +126,7 @@ pub use p2pmpi_core::fd::Protocol as GossipProtocol;
 /// * `FT_CACHE_MAX` ([`ft_cache_max`](Self::ft_cache_max), default 1 GiB).
 /// * `FT_FETCH_MAX` ([`ft_fetch_max`](Self::ft_fetch_max), default 4 GiB).
 /// * `FT_JOB_MAX` ([`ft_job_max`](Self::ft_job_max), default 4 GiB).
+/// * `CHECKPOINT_MAX` ([`checkpoint_max`](Self::checkpoint_max), default 4 GiB).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
     /// `SUPERNODE`: supernodes as `host:port` (default `127.0.0.1:9700`).
@@ -207,6 +211,8 @@ pub struct Config {
     pub ft_fetch_max: u64,
     /// `FT_JOB_MAX`: most bytes of inline files staged for one job (default 4 GiB, at least 1).
     pub ft_job_max: u64,
+    /// `CHECKPOINT_MAX`: most bytes of checkpoints kept for one job (default 4 GiB, at least 1).
+    pub checkpoint_max: u64,
     /// `JOB_READ_PATHS`: paths confined jobs may read and execute besides the system's.
     pub job_read_paths: Vec<PathBuf>,
     /// `JOB_HIDDEN_ETC`: entries of `/etc` confined jobs may not read.
@@ -275,6 +281,7 @@ impl Default for Config {
             ft_cache_max: DEFAULT_FT_CACHE_MAX,
             ft_fetch_max: DEFAULT_FT_FETCH_MAX,
             ft_job_max: DEFAULT_FT_JOB_MAX,
+            checkpoint_max: DEFAULT_CHECKPOINT_MAX,
             job_read_paths: Vec::new(),
             job_hidden_etc: DEFAULT_JOB_HIDDEN_ETC.iter().map(|s| s.to_string()).collect(),
             job_memory_mb: 0,
@@ -518,6 +525,7 @@ pub const KEYS: &[&str] = &[
     "FT_CACHE_MAX",
     "FT_FETCH_MAX",
     "FT_JOB_MAX",
+    "CHECKPOINT_MAX",
     "SUBMIT_ALLOW",
     "LOG_LEVEL",
     "JOB_READ_PATHS",
@@ -662,6 +670,7 @@ fn apply(c: &mut Config, key: &str, v: &str) -> Result<bool, String> {
         "FT_CACHE_MAX" => c.ft_cache_max = size(v, 0)?,
         "FT_FETCH_MAX" => c.ft_fetch_max = size(v, 1)?,
         "FT_JOB_MAX" => c.ft_job_max = size(v, 1)?,
+        "CHECKPOINT_MAX" => c.checkpoint_max = size(v, 1)?,
         "LOG_LEVEL" => c.log_level = optional(v).map(log_filter).transpose()?,
         "JOB_READ_PATHS" => c.job_read_paths = list(v, absolute_path)?,
         "JOB_HIDDEN_ETC" => c.job_hidden_etc = list(v, etc_entry)?,
@@ -845,6 +854,8 @@ impl Config {
         t.push_str(&format!("FT_CACHE_MAX={}\n", size_text(self.ft_cache_max)));
         t.push_str(&format!("FT_FETCH_MAX={}\n", size_text(self.ft_fetch_max)));
         t.push_str(&format!("FT_JOB_MAX={}\n", size_text(self.ft_job_max)));
+        t.push_str("# Most bytes of checkpoints kept here for one job of the grid (two generations).\n");
+        t.push_str(&format!("CHECKPOINT_MAX={}\n", size_text(self.checkpoint_max)));
         t.push_str("\n# Confined jobs (other members' processes): paths they may read besides the system's,\n");
         t.push_str("# entries of /etc they may not read, limits of each process (0 = none), whether to run\n");
         t.push_str("# them unconfined on a kernel without Landlock (see docs/security.md).\n");
@@ -978,6 +989,7 @@ mod tests {
             ft_cache_max: 3 << 20,
             ft_fetch_max: 12345,
             ft_job_max: 54321,
+            checkpoint_max: 7 << 20,
             log_level: Some("warn,p2pmpi_peer::mpd=debug".into()),
             job_read_paths: vec!["/opt/python".into(), "/srv/data".into()],
             job_hidden_etc: vec!["shadow".into()],
@@ -1053,7 +1065,7 @@ mod tests {
             HOST_ALLOW=10.\nT_GOSSIP=1\nT_MAX_HANG=0\nGOSSIP_PROTOCOL=brr\nPEER_CACHE=/var/tmp/pc.json\n\
             GRID_SECRET= the secret = # phrase \nPEER_TTL=5000\nALIVE_PERIOD=1001\nCACHE_REFRESH=1002\n\
             PING_PERIOD=2000\nRESERVE_TIMEOUT=1500\nRESERVATION_HOLD=7\nSTAGING_FANOUT=2\nSUPERNODE_PORT=0\n\
-            FT_CACHE_MAX=3m\nFT_FETCH_MAX=12345\nFT_JOB_MAX=54321\nK_MONITORS=3\nT_HB=7\nT_TO=9\n\
+            FT_CACHE_MAX=3m\nFT_FETCH_MAX=12345\nFT_JOB_MAX=54321\nCHECKPOINT_MAX=7m\nK_MONITORS=3\nT_HB=7\nT_TO=9\n\
             T_HB_WIDE=300\nT_TO_WIDE=3000\nWIDE_REFUSALS=5\nSUBMIT_ALLOW=alice, node-2.lab\n\
             LOG_LEVEL=warn,p2pmpi_peer::mpd=debug\nJOB_READ_PATHS=/opt/python,/srv/data\nJOB_HIDDEN_ETC=shadow\n\
             JOB_MEMORY_MB=512\nJOB_CPU_SECONDS=60\nJOB_FILE_MB=100\nJOB_PROCESSES=64\nALLOW_UNCONFINED_JOBS=yes\n\
@@ -1183,6 +1195,9 @@ mod tests {
         assert_eq!(err_at("\nFT_FETCH_MAX=0"), (2, "FT_FETCH_MAX".into()));
         assert_eq!(err_at("\n\nFT_JOB_MAX=0"), (3, "FT_JOB_MAX".into()));
         assert_eq!(parse_ok("FT_JOB_MAX=2G").ft_job_max, 2 << 30);
+        assert_eq!(err_at("\nCHECKPOINT_MAX=0"), (2, "CHECKPOINT_MAX".into()));
+        assert_eq!(err_at("CHECKPOINT_MAX=lots"), (1, "CHECKPOINT_MAX".into()));
+        assert_eq!(parse_ok("CHECKPOINT_MAX=64M").checkpoint_max, 64 << 20);
         for key in SIZES.split_whitespace() {
             for bad in ["", "-1", "1.5G", "G", "1 G", "1GB", "1P", "0x10", "+3", "16777216T", "99999999999999999999"] {
                 let e = parse(&format!("# c\n{key}={bad}\n")).unwrap_err();

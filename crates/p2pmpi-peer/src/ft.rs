@@ -125,6 +125,10 @@ pub struct FtContext {
     pub fetch_max: u64,
     /// `FT_JOB_MAX`: most bytes of inline files staged for one job.
     pub job_max: u64,
+    /// Jobs' checkpoints kept here: `<ckpt_dir>/<job>/` ([`crate::ft_checkpoint`]).
+    pub ckpt_dir: PathBuf,
+    /// `CHECKPOINT_MAX`: most bytes of checkpoints kept for one job.
+    pub ckpt_max: u64,
     /// Bytes the running stagings are receiving (booked before their transfers).
     receiving: AtomicU64,
     /// Cache entries (hex hashes) used by running stagings, with how many use each.
@@ -141,12 +145,14 @@ impl FtContext {
     ) -> Self {
         FtContext {
             cache_dir,
+            ckpt_dir: jobs_dir.with_file_name("checkpoints"),
             jobs_dir,
             secret,
             check_ticket: Box::new(check_ticket),
             cache_max: crate::config::DEFAULT_FT_CACHE_MAX,
             fetch_max: crate::config::DEFAULT_FT_FETCH_MAX,
             job_max: crate::config::DEFAULT_FT_JOB_MAX,
+            ckpt_max: crate::config::DEFAULT_CHECKPOINT_MAX,
             receiving: AtomicU64::new(0),
             in_use: Default::default(),
         }
@@ -285,9 +291,20 @@ pub fn serve(listener: TcpListener, ctx: Arc<FtContext>) {
     remove_stale_temp_files(&ctx.cache_dir);
     enforce_cache_quota(&ctx);
     let limits = Limits { authenticated: MAX_CONNECTIONS, ..DAEMON_LIMITS };
-    server::serve_with("ft", listener, ctx.secret.clone(), limits, MAX_RECORD, move |conn, peer| {
-        serve_conn(conn, peer, &ctx, STALL_TIMEOUT)
-    });
+    let c = ctx.clone();
+    let keys = Arc::new(move |job: &str| crate::ft_checkpoint::access(&c.ckpt_dir, job));
+    server::serve_keyed(
+        "ft",
+        listener,
+        ctx.secret.clone(),
+        keys,
+        limits,
+        MAX_RECORD,
+        move |conn, peer, job| match job {
+            Some(job) => crate::ft_checkpoint::serve_conn(conn, peer, &ctx, &job, STALL_TIMEOUT),
+            None => serve_conn(conn, peer, &ctx, STALL_TIMEOUT),
+        },
+    );
 }
 
 /// Serves one accepted connection, handshake included (public for tests).
@@ -396,6 +413,15 @@ fn session(conn: &mut SecureConn, ctx: &FtContext, peer: SocketAddr) -> Result<(
     loop {
         let (ticket, job, files) = match conn.recv::<FtRequest>() {
             Ok(Some(FtRequest::Offer { ticket, job, files })) => (ticket, job, files),
+            Ok(Some(FtRequest::CheckpointGrant { ticket, job, key })) => {
+                let answer = crate::ft_checkpoint::grant(ctx, ticket, &job, &key);
+                if let Err(e) = &answer {
+                    warn!("ft: {peer}: checkpoint grant for job {job} refused: {e}");
+                }
+                conn.send(&answer.map_or_else(FtResponse::Error, |()| FtResponse::Granted))
+                    .map_err(|e| e.to_string())?;
+                continue;
+            }
             Ok(Some(_)) => {
                 let _ = conn.send(&FtResponse::Error("expected an offer".into()));
                 return Err("record other than an offer".into());
@@ -532,7 +558,9 @@ fn staging(
                 }
             }
             Some(FtRequest::Done) => break,
-            Some(FtRequest::Offer { .. }) => return Err(refuse("unexpected offer during a transfer".into())),
+            Some(FtRequest::Offer { .. } | FtRequest::CheckpointGrant { .. }) => {
+                return Err(refuse("unexpected offer during a transfer".into()))
+            }
             None => return Err(Fail::Drop("closed in the middle of a transfer".into())),
         }
     }

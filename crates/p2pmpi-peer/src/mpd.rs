@@ -855,7 +855,7 @@ pub fn run(opts: MpdOpts) -> Result<()> {
         });
         ctx.cache_max = mpd.cfg.ft_cache_max;
         ctx.fetch_max = mpd.cfg.ft_fetch_max;
-        ctx.job_max = mpd.cfg.ft_job_max;
+        (ctx.job_max, ctx.ckpt_max) = (mpd.cfg.ft_job_max, mpd.cfg.checkpoint_max);
         ft::serve(ft_l, Arc::new(ctx));
     }
     home::write_json(
@@ -1281,7 +1281,7 @@ impl Mpd {
             job_dir: dir.to_path_buf(),
             tmp: tmp.clone(),
             shm: shm.to_path_buf(),
-            connect: root_port.into_iter().collect(),
+            connect: root_port.into_iter().chain(crate::ft_checkpoint::ports_of(&spec.env)).collect(),
         };
         let uid = self.confiner.uid_for(&spec.job);
         let abi = abi_dir(dir, &spec.env)?;

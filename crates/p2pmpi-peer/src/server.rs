@@ -508,6 +508,8 @@ fn first_message(fd: std::os::unix::io::RawFd, framing: Framing) -> FirstMessage
         return FirstMessage::Incomplete;
     }
     let len = match framing {
+        // A keyed connection's opening: its label is its first message.
+        Framing::Noise if head[0] == p2pmpi_wire::secure::KEYED => head[1] as usize,
         Framing::Noise => u16::from_be_bytes([head[0], head[1]]) as usize,
         Framing::Control => u32::from_le_bytes(head) as usize,
     };
@@ -679,20 +681,43 @@ pub fn serve_with<F>(
 where
     F: Fn(SecureConn, SocketAddr) + Send + Sync + 'static,
 {
+    serve_keyed(service, listener, secret, Arc::new(|_: &str| None), limits, max_first, move |c, peer, _| {
+        handler(c, peer)
+    })
+}
+
+/// The key of a keyed connection's label, if the service knows it (see
+/// [`SecureConn::accept_keyed`]).
+pub type KeyLookup = dyn Fn(&str) -> Option<GridSecret> + Send + Sync;
+
+/// [`serve_with`] that also accepts keyed connections (a job's processes with a key of their
+/// job's): the handler gets their label.
+pub fn serve_keyed<F>(
+    service: &'static str,
+    listener: TcpListener,
+    secret: GridSecret,
+    keys: Arc<KeyLookup>,
+    limits: Limits,
+    max_first: usize,
+    handler: F,
+) -> Arc<Gate>
+where
+    F: Fn(SecureConn, SocketAddr, Option<String>) + Send + Sync + 'static,
+{
     let gate = Gate::new(service, limits);
     let g = gate.clone();
     accept_loop(listener, gate.clone(), move |stream, peer, pending| {
         let deadline = Instant::now() + HANDSHAKE_TIMEOUT;
-        let proven = SecureConn::accept(stream, &secret, HANDSHAKE_TIMEOUT).and_then(|mut c| {
+        let proven = SecureConn::accept_keyed(stream, &secret, &*keys, HANDSHAKE_TIMEOUT).and_then(|(mut c, label)| {
             pending.waits_on_client();
             c.set_max_record(max_first);
-            c.await_proof(deadline).map(|()| c)
+            c.await_proof(deadline).map(|()| (c, label))
         });
         match proven {
-            Ok(c) => {
+            Ok((c, label)) => {
                 if let Some(_slot) = pending.authenticated(peer) {
                     let _ = c.set_read_timeout(Some(IDLE_TIMEOUT));
-                    handler(c, peer)
+                    handler(c, peer, label)
                 }
             }
             // An evicted connection's end was logged with its eviction.

@@ -202,6 +202,11 @@ pub enum FtRequest {
     Chunk { index: u32, data: Vec<u8> },
     /// All needed content was sent: verify and install.
     Done,
+    /// Grants access to the job's checkpoints kept on this peer (issue 41): the connections
+    /// that open with the job's id and this key ([`crate::secure::SecureConn::connect_keyed`])
+    /// may store and read them ([`CkptRequest`]). Sent by the job's submitter, with a ticket of
+    /// its reservation here.
+    CheckpointGrant { ticket: Ticket, job: String, key: [u8; 32] },
 }
 
 /// Answers of a file-transfer service.
@@ -215,6 +220,82 @@ pub enum FtResponse {
         cached: u32,
         received: u32,
         fetched: u32,
+    },
+    Error(String),
+    /// The checkpoint grant is recorded.
+    Granted,
+}
+
+/// Requests of a job's process to the FT service that keeps its checkpoints, on a connection
+/// opened with the job's checkpoint key (the job is the connection's). A piece is sent in
+/// chunks (at most [`CKPT_CHUNK`] bytes of data each), each with the BLAKE3 hash of its data.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CkptRequest {
+    /// Chunk `index` of rank `rank`'s piece of `generation`; `last` ends the piece, which
+    /// then replaces any earlier copy. Answered `Ok`, `Stale` or `Error`.
+    Put {
+        generation: u64,
+        rank: u32,
+        index: u32,
+        last: bool,
+        hash: [u8; 32],
+        #[serde(with = "whole_bytes")]
+        data: Vec<u8>,
+    },
+    /// The manifest of `generation`, written last: the generation is complete here.
+    Commit { generation: u64, manifest: String },
+    /// The manifests of the complete generations kept here.
+    List,
+    /// Rank `rank`'s piece of `generation`: answered by its chunks, in order.
+    Get { generation: u64, rank: u32 },
+    /// Deletes every generation below `below` (`u64::MAX`: the job's checkpoints and access).
+    Delete { below: u64 },
+}
+
+/// A chunk's bytes written and read as one run: postcard encodes them exactly as a `Vec<u8>`
+/// (a varint length, then the bytes), without going through them one by one.
+mod whole_bytes {
+    use serde::{de, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_bytes(v)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        struct Whole;
+        impl<'de> de::Visitor<'de> for Whole {
+            type Value = Vec<u8>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("bytes")
+            }
+            fn visit_bytes<E: de::Error>(self, v: &[u8]) -> Result<Vec<u8>, E> {
+                Ok(v.to_vec())
+            }
+            fn visit_byte_buf<E: de::Error>(self, v: Vec<u8>) -> Result<Vec<u8>, E> {
+                Ok(v)
+            }
+        }
+        d.deserialize_byte_buf(Whole)
+    }
+}
+
+/// Largest data of one checkpoint chunk.
+pub const CKPT_CHUNK: usize = 1 << 20;
+
+/// Answers of the FT service to [`CkptRequest`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CkptResponse {
+    Ok,
+    /// A later generation is complete here already: this one is not kept.
+    Stale,
+    /// The manifests of `List` (their text).
+    Manifests(Vec<String>),
+    /// A chunk of `Get`, as it was stored.
+    Chunk {
+        hash: [u8; 32],
+        #[serde(with = "whole_bytes")]
+        data: Vec<u8>,
+        last: bool,
     },
     Error(String),
 }
@@ -532,6 +613,20 @@ mod tests {
         assert!(postcard::from_bytes::<JobNoticeKind>(&bad).is_err());
     }
 
+    #[test]
+    fn checkpoint_chunks_encode_their_bytes_as_a_vec_would() {
+        let data: Vec<u8> = (0..300u32).map(|i| (i * 7) as u8).collect();
+        let put = CkptRequest::Put { generation: 3, rank: 1, index: 2, last: true, hash: [5; 32], data: data.clone() };
+        let bytes = postcard::to_allocvec(&put).unwrap();
+        let plain = postcard::to_allocvec(&(0u8, 3u64, 1u32, 2u32, true, [5u8; 32], data.clone())).unwrap();
+        assert_eq!(bytes, plain);
+        assert_eq!(postcard::from_bytes::<CkptRequest>(&bytes).unwrap(), put);
+        let chunk = CkptResponse::Chunk { hash: [1; 32], data, last: false };
+        let bytes = postcard::to_allocvec(&chunk).unwrap();
+        assert_eq!(postcard::from_bytes::<CkptResponse>(&bytes).unwrap(), chunk);
+        assert!(postcard::from_bytes::<CkptResponse>(&bytes[..bytes.len() - 2]).is_err(), "cut short");
+    }
+
     proptest! {
         #[test]
         fn garbage_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
@@ -539,6 +634,8 @@ mod tests {
             let _ = postcard::from_bytes::<SnRequest>(&bytes);
             let _ = postcard::from_bytes::<RsRequest>(&bytes);
             let _ = postcard::from_bytes::<FtRequest>(&bytes);
+            let _ = postcard::from_bytes::<CkptRequest>(&bytes);
+            let _ = postcard::from_bytes::<CkptResponse>(&bytes);
             let _ = postcard::from_bytes::<JobEvent>(&bytes);
             let _ = postcard::from_bytes::<MpdResponse>(&bytes);
             let _ = postcard::from_bytes::<JobNotice>(&bytes);

@@ -268,6 +268,12 @@ impl GridSecret {
         GridSecret { psk: blake3::derive_key("p2pmpi invitation v1", token), member: None }
     }
 
+    /// The key of a keyed connection ([`SecureConn::connect_keyed`]): its handshake's
+    /// pre-shared key is derived from `key`, a secret of one job, not of the grid.
+    pub fn keyed(key: &[u8; 32]) -> Self {
+        GridSecret { psk: blake3::derive_key("p2pmpi keyed connection v1", key), member: None }
+    }
+
     /// This side's member credentials (`None` in the transition mode).
     pub fn member_info(&self) -> Option<&Member> {
         self.member.as_deref()
@@ -382,6 +388,12 @@ pub fn connect_tcp(local: Option<std::net::IpAddr>, addr: SocketAddr, timeout: D
     Ok(sock.into())
 }
 
+/// The first byte of a keyed connection ([`SecureConn::connect_keyed`]); the next is the
+/// length of the label that follows.
+pub const KEYED: u8 = b'K';
+/// Longest label of a keyed connection.
+pub const MAX_LABEL: usize = 200;
+
 fn builder(secret: &GridSecret) -> Result<snow::Builder<'_>, SecureError> {
     let params = NOISE_PARAMS.parse().map_err(|e| SecureError::Handshake(format!("{e:?}")))?;
     snow::Builder::new(params).psk(0, &secret.psk).map_err(|e| SecureError::Handshake(format!("{e:?}")))
@@ -474,6 +486,56 @@ impl SecureConn {
         let stream = connect_tcp(local, addr, timeout).map_err(io_err)?;
         cancel.attach(&stream)?;
         Self::handshake(stream, secret, deadline, true)
+    }
+
+    /// A **keyed connection**: opens with a label in clear (`KEYED`, the label's length, the
+    /// label), then the handshake keyed by `key` ([`GridSecret::keyed`]) instead of the grid's.
+    /// A job's processes, which do not hold the grid secret, reach a service this way with a
+    /// key of their job's (the label names it; the key never travels). A grid handshake's
+    /// first byte is 0 (its first frame is short), so a server tells both apart on one port
+    /// ([`SecureConn::accept_keyed`]).
+    pub fn connect_keyed(
+        local: Option<std::net::IpAddr>,
+        addr: SocketAddr,
+        label: &str,
+        key: &GridSecret,
+        timeout: Duration,
+    ) -> Result<Self, SecureError> {
+        if label.is_empty() || label.len() > MAX_LABEL {
+            return Err(SecureError::Malformed(format!("a label of {} bytes", label.len())));
+        }
+        let deadline = Instant::now() + timeout;
+        let stream = connect_tcp(local, addr, timeout).map_err(io_err)?;
+        let mut opening = vec![KEYED, label.len() as u8];
+        opening.extend_from_slice(label.as_bytes());
+        Bounded::new(&stream, deadline).write_all(&opening).map_err(io_err)?;
+        Self::handshake(stream, key, deadline, true)
+    }
+
+    /// Runs the responder's handshake of a grid connection (with `secret`) or of a keyed one
+    /// (with the key `lookup` gives for its label; an unknown label is refused), all within
+    /// `timeout`; returns the keyed connection's label. Not proven yet, as with
+    /// [`SecureConn::accept`].
+    pub fn accept_keyed(
+        stream: TcpStream,
+        secret: &GridSecret,
+        lookup: &dyn Fn(&str) -> Option<GridSecret>,
+        timeout: Duration,
+    ) -> Result<(Self, Option<String>), SecureError> {
+        let deadline = Instant::now() + timeout;
+        let mut first = [0u8; 1];
+        stream.set_read_timeout(Some(timeout.max(Duration::from_millis(1))))?;
+        if stream.peek(&mut first).map_err(io_err)? == 0 || first[0] != KEYED {
+            return Self::handshake(stream, secret, deadline, false).map(|c| (c, None));
+        }
+        let mut io = Bounded::new(&stream, deadline);
+        let mut head = [0u8; 2];
+        io.read_exact(&mut head).map_err(io_err)?;
+        let mut label = vec![0u8; head[1] as usize];
+        io.read_exact(&mut label).map_err(io_err)?;
+        let label = String::from_utf8(label).map_err(|_| SecureError::Malformed("a label not in UTF-8".into()))?;
+        let key = lookup(&label).ok_or_else(|| SecureError::Handshake(format!("no key for label {label:?}")))?;
+        Self::handshake(stream, &key, deadline, false).map(|c| (c, Some(label)))
     }
 
     /// Runs the handshake as responder on an accepted connection, all of it within `timeout`.
@@ -929,6 +991,54 @@ mod tests {
         assert_eq!(back, ("back".to_string(), 7));
         drop(c);
         assert!(s.recv::<u8>().unwrap().is_none());
+    }
+
+    /// A keyed connection to a server that accepts the grid's secret and knows `known`'s key.
+    fn keyed(label: &str, key: [u8; 32]) -> (Result<SecureConn, SecureError>, Result<Option<String>, SecureError>) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let t = std::thread::spawn(move || {
+            let (s, _) = l.accept().unwrap();
+            let lookup = |label: &str| (label == "job-1").then(|| GridSecret::keyed(&[1; 32]));
+            let r = SecureConn::accept_keyed(s, &GridSecret::from_phrase("grid"), &lookup, Duration::from_secs(2));
+            r.and_then(|(mut c, label)| {
+                let got: String = c.recv()?.unwrap_or_default();
+                c.send(&got)?;
+                Ok(label)
+            })
+        });
+        let c = SecureConn::connect_keyed(None, addr, label, &GridSecret::keyed(&key), Duration::from_secs(2))
+            .and_then(|mut c| c.call::<_, String>(&"ping".to_string()).map(|_| c));
+        (c, t.join().unwrap())
+    }
+
+    #[test]
+    fn keyed_connections_need_their_label_s_key_and_grid_ones_still_open() {
+        let (c, s) = keyed("job-1", [1; 32]);
+        assert!(c.is_ok(), "{:?}", c.err());
+        assert_eq!(s.unwrap(), Some("job-1".to_string()));
+        let (c, s) = keyed("job-1", [2; 32]);
+        assert!(c.is_err() && s.is_err(), "another key is refused");
+        let (c, s) = keyed("job-2", [1; 32]);
+        assert!(c.is_err() && matches!(s, Err(SecureError::Handshake(m)) if m.contains("no key")), "unknown label");
+        // A grid connection on the same port: no label.
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let t = std::thread::spawn(move || {
+            let (s, _) = l.accept().unwrap();
+            let none = |_: &str| None;
+            let (mut c, label) =
+                SecureConn::accept_keyed(s, &GridSecret::from_phrase("grid"), &none, Duration::from_secs(2)).unwrap();
+            let got: String = c.recv().unwrap().unwrap();
+            (label, got)
+        });
+        let mut c = SecureConn::connect(addr, &GridSecret::from_phrase("grid"), Duration::from_secs(2)).unwrap();
+        c.send(&"hello".to_string()).unwrap();
+        assert_eq!(t.join().unwrap(), (None, "hello".to_string()));
+        let long = "x".repeat(MAX_LABEL + 1);
+        assert!(
+            SecureConn::connect_keyed(None, addr, &long, &GridSecret::keyed(&[1; 32]), Duration::from_secs(1)).is_err()
+        );
     }
 
     #[test]

@@ -17,6 +17,7 @@
 //! and, until it called `restored()`, holds its engine aside, so that communicating before
 //! is an error (the engine's usual check that the library runs, nothing more per message).
 
+pub mod peers;
 pub mod store;
 
 use crate::collective::traits::*;
@@ -38,6 +39,15 @@ pub mod env {
     /// Set by a launcher that reads checkpoint marks on the processes' output (it then
     /// suppresses, after a restart, the lines shown since the checkpoint restored).
     pub const MARKS: &str = "P2PMPI_CHECKPOINT_MARKS";
+    /// A grid run: the FT addresses of the peers that may keep the checkpoints, comma-separated
+    /// ([`super::peers::Peers`]).
+    pub const PEERS: &str = "P2PMPI_CHECKPOINT_PEERS";
+    /// A grid run: the job's checkpoint secret (64 hex digits).
+    pub const KEY: &str = "P2PMPI_CHECKPOINT_KEY";
+    /// A grid run: the id under which the peers keep the job's checkpoints.
+    pub const JOB: &str = "P2PMPI_CHECKPOINT_JOB";
+    /// A grid run: copies of each piece, each on another peer (`--checkpoint-copies`).
+    pub const COPIES: &str = "P2PMPI_CHECKPOINT_COPIES";
 }
 
 /// The line a process writes on its standard output at each checkpoint, when the launcher
@@ -54,10 +64,12 @@ pub enum Error {
     /// The ranks called the checkpoint at different steps.
     #[error("checkpoint: the ranks are at different steps ({min} to {max})")]
     Steps { min: u64, max: u64 },
-    /// No store is configured (run with `p2pmpirun --local`; stores on peers come later).
+    /// No store is configured (`p2pmpirun` sets one: a directory with `--local`, peers of the
+    /// grid otherwise).
     #[error(
-        "checkpoint: no store for checkpoints in this run (p2pmpirun --local keeps them in a directory, {})",
-        env::DIR
+        "checkpoint: no store for checkpoints in this run (p2pmpirun sets one: {} with --local, {} on the grid)",
+        env::DIR,
+        env::PEERS
     )]
     NoStore,
     /// The state could not be serialized.
@@ -97,9 +109,20 @@ pub(crate) fn restarting() -> bool {
     restore_generation().is_some()
 }
 
-/// The store this run names, if any.
+/// The store this run names, if any: a directory ([`env::DIR`]) or peers of the grid
+/// ([`env::PEERS`]; a description that does not hold is reported once and means none).
 fn open_store() -> Option<Box<dyn Store>> {
-    std::env::var_os(env::DIR).filter(|d| !d.is_empty()).map(|d| Box::new(Directory::new(d)) as Box<dyn Store>)
+    if let Some(d) = std::env::var_os(env::DIR).filter(|d| !d.is_empty()) {
+        return Some(Box::new(Directory::new(d)));
+    }
+    std::env::var_os(env::PEERS)?;
+    match peers::Peers::from_env() {
+        Ok(p) => Some(Box::new(p)),
+        Err(e) => {
+            eprintln!("p2pmpi: rank {}: checkpoints: {e}", crate::lifecycle::own_rank());
+            None
+        }
+    }
 }
 
 /// BLAKE3 hash of an executable's file, as a checkpoint's piece records it for the program
@@ -284,6 +307,13 @@ fn write_piece(
         step,
         detail: format!("rank {rank} cannot write its piece of generation {generation}: {e}"),
     })
+}
+
+/// Decodes a state's bytes (a piece's, after [`store::split_piece`]) as
+/// [`Universe::checkpoint`](crate::environment::Universe::checkpoint) serialized it: for a
+/// program or tool that reads a piece from its store itself.
+pub fn decode_state<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
+    postcard::from_bytes(bytes).map_err(|e| e.to_string())
 }
 
 /// `Universe::restored`: the step and state of the generation this restarted process is
