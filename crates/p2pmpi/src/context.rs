@@ -8,6 +8,7 @@
 //! This module holds data and the engine's waits only: the failure detector, the bootstrap and
 //! the launcher's messages (the layer above) keep their logic and find their state here.
 
+use crate::device::waiting::{self, Seen};
 use crate::device::{Engine, ReqId, StatusInfo};
 use crate::error::{Error, Result};
 use crate::lifecycle::{is_finalized, threading_support, Threading};
@@ -394,9 +395,30 @@ fn debug_waits() -> bool {
     *ON.get_or_init(|| std::env::var_os("P2PMPI_DEBUG").is_some())
 }
 
+/// A wait on a socket: its spin budget (the waiting policy's, [`waiting`]), and what it
+/// tells the policy when it ends.
+struct Watch {
+    on_socket: bool,
+    budget: Duration,
+}
+
+impl Watch {
+    /// The wait ends, `waited` after `start`: how long it spun, and (every few
+    /// milliseconds) the thread's count of involuntary context switches.
+    #[inline]
+    fn end(&self, e: &mut Engine, start: Option<Instant>, waited: Duration) {
+        let Some(t0) = start.filter(|_| self.on_socket) else { return };
+        let now = t0 + waited;
+        let switches = e.waiting.wants_count(now).then(waiting::involuntary_switches);
+        e.waiting.seen(Seen { spun: waited.min(self.budget), switches }, now);
+    }
+}
+
 /// Makes progress until `check` returns a value. `hint` is the peer whose data is awaited.
-/// Polls without sleeping for the spin budget, then sleeps in `epoll_wait`. Returns the first
-/// fatal communication error instead of waiting forever.
+/// Polls without sleeping for the spin budget, then sleeps in `epoll_wait`; a wait on a
+/// socket takes its budget from the waiting policy ([`waiting`]: none on a machine whose
+/// cores are taken by other work). Returns the first fatal communication error instead of
+/// waiting forever.
 pub(crate) fn wait_until<T>(hint: Option<i32>, mut check: impl FnMut(&mut Engine) -> Option<Result<T>>) -> Result<T> {
     let mut start: Option<Instant> = None;
     let mut spins: u32 = 0;
@@ -408,6 +430,8 @@ pub(crate) fn wait_until<T>(hint: Option<i32>, mut check: impl FnMut(&mut Engine
     // a wait on a socket skips the looks at rings (two calls that find nothing, on every
     // round). Only the speed depends on it: a progress round moves rings and sockets alike.
     let mut on_rings: Option<bool> = None;
+    // The spin budget, fixed when the clock starts (the first round spins in any case).
+    let mut watch: Option<Watch> = None;
     let ctx = current();
     loop {
         let mut g = ctx.engine.lock();
@@ -417,6 +441,9 @@ pub(crate) fn wait_until<T>(hint: Option<i32>, mut check: impl FnMut(&mut Engine
         // program polling with `test` would never learn of them.
         notices_to(&ctx.failures, e);
         if let Some(r) = check(e) {
+            if let Some(w) = &watch {
+                w.end(e, start, waited);
+            }
             return r;
         }
         if let Some(f) = &e.fatal {
@@ -426,12 +453,18 @@ pub(crate) fn wait_until<T>(hint: Option<i32>, mut check: impl FnMut(&mut Engine
         // for a receiver behind its sender) is taken without reading it.
         if rounds > 0 {
             let t0 = *start.get_or_insert_with(Instant::now);
+            watch.get_or_insert_with(|| {
+                let full = e.spin;
+                let on_socket = on_rings == Some(false);
+                let budget = if on_socket { e.waiting.budget(full, t0) } else { full };
+                Watch { on_socket, budget }
+            });
             if rounds % CLOCK_EVERY == 0 {
                 waited = t0.elapsed();
             }
         }
         rounds = rounds.wrapping_add(1);
-        if waited < e.spin {
+        if waited < watch.as_ref().map_or(e.spin, |w| w.budget) {
             let rings = *on_rings.get_or_insert_with(|| e.hint_on_rings(hint));
             if !rings {
                 e.progress(hint, None);
@@ -465,7 +498,7 @@ pub(crate) fn wait_until<T>(hint: Option<i32>, mut check: impl FnMut(&mut Engine
             }
         } else {
             if debug_waits() {
-                eprintln!("rank {} blocking: hint {:?} {}", e.rank, hint, e.debug_state());
+                eprintln!("rank {} blocking ({:?}): hint {:?} {}", e.rank, e.waiting.mode(), hint, e.debug_state());
             }
             e.progress(hint, Some(block_slice()));
             if let Some(limit) = ctx.failures.send_timeout() {
