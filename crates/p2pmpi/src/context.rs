@@ -395,32 +395,31 @@ fn debug_waits() -> bool {
     *ON.get_or_init(|| std::env::var_os("P2PMPI_DEBUG").is_some())
 }
 
-/// A wait on a socket: its spin budget (the waiting policy's, [`waiting`]), and what it
-/// tells the policy when it ends.
+/// A wait that did not end at its first round: its spin budget (the waiting policy's,
+/// [`waiting`]), and what it tells the policy when it ends.
 struct Watch {
-    on_socket: bool,
+    /// When the clock started (after the first round).
+    t0: Instant,
     budget: Duration,
 }
 
 impl Watch {
-    /// The wait ends, `waited` after `start`: how long it spun, and (every few
-    /// milliseconds) the thread's count of involuntary context switches.
+    /// The wait ends, `waited` after `t0`: how long it spun, and (every few milliseconds)
+    /// the thread's run-queue delay.
     #[inline]
-    fn end(&self, e: &mut Engine, start: Option<Instant>, waited: Duration) {
-        let Some(t0) = start.filter(|_| self.on_socket) else { return };
-        let now = t0 + waited;
-        let switches = e.waiting.wants_count(now).then(waiting::involuntary_switches);
-        e.waiting.seen(Seen { spun: waited.min(self.budget), switches }, now);
+    fn end(&self, e: &mut Engine, waited: Duration) {
+        let now = self.t0 + waited;
+        let delay = if e.waiting.wants_delay(now) { waiting::run_delay() } else { None };
+        e.waiting.seen(Seen { spun: waited.min(self.budget), delay }, now);
     }
 }
 
 /// Makes progress until `check` returns a value. `hint` is the peer whose data is awaited.
-/// Polls without sleeping for the spin budget, then sleeps in `epoll_wait`; a wait on a
-/// socket takes its budget from the waiting policy ([`waiting`]: none on a machine whose
-/// cores are taken by other work). Returns the first fatal communication error instead of
+/// Polls without sleeping for the spin budget, then sleeps in `epoll_wait`; the budget is
+/// the waiting policy's ([`waiting`]: none on a machine whose cores are taken by other
+/// work). Returns the first fatal communication error instead of
 /// waiting forever.
 pub(crate) fn wait_until<T>(hint: Option<i32>, mut check: impl FnMut(&mut Engine) -> Option<Result<T>>) -> Result<T> {
-    let mut start: Option<Instant> = None;
     let mut spins: u32 = 0;
     // The clock is read every CLOCK_EVERY rounds: a shared-memory poll costs a few loads,
     // and reading the clock on each round made the loop several times slower.
@@ -430,7 +429,8 @@ pub(crate) fn wait_until<T>(hint: Option<i32>, mut check: impl FnMut(&mut Engine
     // a wait on a socket skips the looks at rings (two calls that find nothing, on every
     // round). Only the speed depends on it: a progress round moves rings and sockets alike.
     let mut on_rings: Option<bool> = None;
-    // The spin budget, fixed when the clock starts (the first round spins in any case).
+    // The clock's start and the spin budget, fixed after the first round (which spins in
+    // any case).
     let mut watch: Option<Watch> = None;
     let ctx = current();
     loop {
@@ -442,7 +442,7 @@ pub(crate) fn wait_until<T>(hint: Option<i32>, mut check: impl FnMut(&mut Engine
         notices_to(&ctx.failures, e);
         if let Some(r) = check(e) {
             if let Some(w) = &watch {
-                w.end(e, start, waited);
+                w.end(e, waited);
             }
             return r;
         }
@@ -452,15 +452,12 @@ pub(crate) fn wait_until<T>(hint: Option<i32>, mut check: impl FnMut(&mut Engine
         // The clock starts after a first round: a message already there (the usual case
         // for a receiver behind its sender) is taken without reading it.
         if rounds > 0 {
-            let t0 = *start.get_or_insert_with(Instant::now);
-            watch.get_or_insert_with(|| {
-                let full = e.spin;
-                let on_socket = on_rings == Some(false);
-                let budget = if on_socket { e.waiting.budget(full, t0) } else { full };
-                Watch { on_socket, budget }
+            let w = watch.get_or_insert_with(|| {
+                let (t0, full) = (Instant::now(), e.spin);
+                Watch { t0, budget: e.waiting.budget(full, t0) }
             });
             if rounds % CLOCK_EVERY == 0 {
-                waited = t0.elapsed();
+                waited = w.t0.elapsed();
             }
         }
         rounds = rounds.wrapping_add(1);
@@ -475,6 +472,9 @@ pub(crate) fn wait_until<T>(hint: Option<i32>, mut check: impl FnMut(&mut Engine
                     // the same lock.
                     Some(true) => {
                         if let Some(r) = check(e) {
+                            if let Some(w) = &watch {
+                                w.end(e, waited);
+                            }
                             return r;
                         }
                     }

@@ -1,51 +1,54 @@
-//! How a blocking wait on a socket spends its time: polling (spinning) or asleep in the
-//! kernel, decided from what the machine does to this process.
+//! How a blocking wait spends its time: polling (spinning) or asleep in the kernel, decided
+//! from what the machine does to this process.
 //!
 //! On an idle machine a wait polls for its spin budget (2 ms) before it sleeps: the reply of
 //! a ping-pong comes in a few microseconds, and waking from a sleep costs more than that. On
 //! a machine whose cores are taken by other work, polling is the wrong choice: a process
 //! that polls uses its whole fair share, so the scheduler takes its core away for a whole
 //! time slice of the other work (milliseconds), often just when its message arrives; a
-//! process that sleeps until its socket is readable uses little of its share, and its
-//! wake-up preempts the other work at once. Measured on 2 cores with a busy loop per core
-//! (`bench/load.sh cpu`), a TCP ping-pong of 8 B: about 60 µs one way polling, 8–25 µs
-//! sleeping at once.
+//! process that sleeps until its data comes (a readable socket, or the doorbell of a
+//! shared-memory ring) uses little of its share, and its wake-up preempts the other work at
+//! once. Measured on 2 cores with a busy loop per core (`bench/load.sh cpu`) and other work
+//! beside it, a TCP ping-pong of 8 B took 60–90 µs one way polling and 8–25 µs sleeping at
+//! once; on shared-memory rings, 4–5 ms polling (as MPICH's shared memory did) and 6 µs
+//! sleeping, woken by the ring's doorbell.
 //!
-//! What the machine does is seen from the thread's count of involuntary context switches
-//! (`getrusage`): a switch that this thread did not ask for by sleeping means that another
-//! process took its core while it could run (preempted, or a `sched_yield` that another
-//! process took). A wait on a socket reads the count when it ends, at most once every
-//! [`SAMPLE_EVERY`] (one system call per a few milliseconds; an idle ping-pong's waits make
-//! none in between). [`Waiting`] keeps the count, and the time spent spinning:
+//! What the machine does is seen from the thread's **run-queue delay**: the time it spent
+//! runnable but not running, which the kernel keeps per thread (the second field of
+//! `/proc/thread-self/schedstat`). A spinning thread that loses its core to other work
+//! loses it for milliseconds; on an idle machine it loses microseconds (a kernel worker, a
+//! `sched_yield` that lets the softirq run, a thread of its own waking). A wait that did not
+//! end at its first round reads the delay when it ends, at most once every
+//! [`SAMPLE_EVERY`] (one `pread` per a few milliseconds; an idle ping-pong's waits make no
+//! system call in between). [`Waiting`] keeps the delay lost while spinning, and the time
+//! spent spinning:
 //!
-//! - **Spin** (the start, and an idle machine): every wait polls for the whole budget. Two
-//!   [`PREEMPTIONS_TO_BLOCK`] preemptions within [`WINDOW`] of spinning switch to Block
-//!   (an idle machine preempts a spinning process seldom: a thread of its own waking on
-//!   its core, a few times a second).
+//! - **Spin** (the start, and an idle machine): every wait polls for the whole budget.
+//!   [`LOST`] of delay within [`WINDOW`] of spinning switch to Block.
 //! - **Block**: waits sleep at once (no spin). Sleeping shows nothing of the machine, so
 //!   after a delay (first [`FIRST_BACKOFF`], doubled after each failed trial up to
 //!   [`MAX_BACKOFF`]) the waits try spinning again:
-//! - **Trial**: waits spin as in Spin; one preemption within [`TRIAL`] of spinning goes back
-//!   to Block (the delay doubled), [`TRIAL`] of spinning without one goes back to Spin (the
-//!   delay reset).
+//! - **Trial**: waits spin as in Spin; [`LOST`] of delay before [`TRIAL`] of spinning goes
+//!   back to Block (the delay doubled), [`TRIAL`] of spinning without goes back to Spin
+//!   (the delay reset).
 //!
-//! Only waits on sockets follow it: a wait on shared-memory rings keeps polling (measured
-//! under the same load, polling on rings stays ahead of MPICH's shared memory, and a sleep
-//! there costs its peer a doorbell write). The policy is a pure state machine over
-//! observations and instants, tested without timing.
+//! Where the kernel does not keep the delay (no schedstat), nothing is seen and every wait
+//! spins, as before the policy. The policy is a pure state machine over observations and
+//! instants, tested without timing.
 
 use std::time::{Duration, Instant};
 
-/// The count of involuntary switches is read at most this often.
+/// The run-queue delay is read at most this often.
 pub(crate) const SAMPLE_EVERY: Duration = Duration::from_millis(5);
 
-/// Spin: preemptions counted over this much spinning (then the count starts again).
+/// Spin: the run-queue delay is counted over this much spinning (then starts again).
 pub(crate) const WINDOW: Duration = Duration::from_millis(20);
 
-/// Spin: preemptions within [`WINDOW`] that switch to Block.
-pub(crate) const PREEMPTIONS_TO_BLOCK: u32 = 3;
+/// Run-queue delay within [`WINDOW`] (Spin) or [`TRIAL`] (Trial) that switches to Block: 5 %
+/// of the time spinning.
+pub(crate) const LOST: Duration = Duration::from_millis(1);
 
-/// Trial: spinning without a preemption that brings back Spin.
+/// Trial: spinning without losing [`LOST`] that brings back Spin.
 pub(crate) const TRIAL: Duration = Duration::from_millis(20);
 
 /// Block: the first delay before a trial, and its bound as it doubles.
@@ -59,14 +62,13 @@ pub(crate) enum Mode {
     Trial,
 }
 
-/// What one wait saw while it spun.
+/// What one wait saw.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Seen {
     /// How long it spun (polled without sleeping).
     pub spun: Duration,
-    /// The thread's involuntary context switches so far, read when [`Waiting::wants_count`]
-    /// said so.
-    pub switches: Option<u64>,
+    /// The thread's run-queue delay so far, read when [`Waiting::wants_delay`] said so.
+    pub delay: Option<Duration>,
 }
 
 /// The waiting policy of one process (see the module's text).
@@ -76,15 +78,15 @@ pub(crate) struct Waiting {
     /// every wait spins for it, as before this policy.
     adaptive: bool,
     mode: Mode,
-    /// Spinning and preemptions counted in the current window (Spin) or trial (Trial).
+    /// Spinning, and run-queue delay, counted in the current window (Spin) or trial (Trial).
     spun: Duration,
-    preempted: u32,
+    lost: Duration,
     /// Block: when the next trial starts, and the delay before the one after a failure.
     trial_at: Option<Instant>,
     backoff: Duration,
-    /// The last reading of the count of involuntary switches, and when it was taken.
-    count: u64,
-    counted_at: Option<Instant>,
+    /// The last reading of the run-queue delay, and when it was taken.
+    delay: Duration,
+    read_at: Option<Instant>,
 }
 
 impl Default for Waiting {
@@ -99,11 +101,11 @@ impl Waiting {
             adaptive,
             mode: Mode::Spin,
             spun: Duration::ZERO,
-            preempted: 0,
+            lost: Duration::ZERO,
             trial_at: None,
             backoff: FIRST_BACKOFF,
-            count: 0,
-            counted_at: None,
+            delay: Duration::ZERO,
+            read_at: None,
         }
     }
 
@@ -111,8 +113,7 @@ impl Waiting {
         self.mode
     }
 
-    /// The spin budget of a wait on a socket starting at `now`, given the configured
-    /// budget `full`.
+    /// The spin budget of a wait starting at `now`, given the configured budget `full`.
     #[inline]
     pub(crate) fn budget(&mut self, full: Duration, now: Instant) -> Duration {
         if self.mode != Mode::Block {
@@ -121,72 +122,86 @@ impl Waiting {
         if self.trial_at.is_some_and(|t| now >= t) {
             self.mode = Mode::Trial;
             self.spun = Duration::ZERO;
-            self.preempted = 0;
+            self.lost = Duration::ZERO;
             return full;
         }
         Duration::ZERO
     }
 
-    /// Whether a wait on a socket ending at `now` reads the count of involuntary switches.
+    /// Whether a wait ending at `now` reads the run-queue delay.
     #[inline]
-    pub(crate) fn wants_count(&self, now: Instant) -> bool {
-        self.adaptive && self.counted_at.is_none_or(|t| now >= t + SAMPLE_EVERY)
+    pub(crate) fn wants_delay(&self, now: Instant) -> bool {
+        self.adaptive && self.read_at.is_none_or(|t| now >= t + SAMPLE_EVERY)
     }
 
-    /// Records what a wait on a socket saw, finished at `now`.
+    /// Records what a wait saw, finished at `now`.
     pub(crate) fn seen(&mut self, seen: Seen, now: Instant) {
         if !self.adaptive {
             return;
         }
-        if let Some(n) = seen.switches {
-            if self.counted_at.is_some() {
-                self.preempted = self.preempted.saturating_add(n.saturating_sub(self.count) as u32);
+        if let Some(d) = seen.delay {
+            if self.read_at.is_some() {
+                self.lost += d.saturating_sub(self.delay);
             }
-            self.count = n;
-            self.counted_at = Some(now);
+            self.delay = d;
+            self.read_at = Some(now);
         }
         self.spun += seen.spun;
         match self.mode {
             Mode::Spin => {
-                if self.preempted >= PREEMPTIONS_TO_BLOCK {
+                if self.lost >= LOST {
                     self.block(now);
                 } else if self.spun >= WINDOW {
                     self.spun = Duration::ZERO;
-                    self.preempted = 0;
+                    self.lost = Duration::ZERO;
                 }
             }
             Mode::Trial => {
-                if self.preempted > 0 {
+                if self.lost >= LOST {
                     self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
                     self.block(now);
                 } else if self.spun >= TRIAL {
                     self.mode = Mode::Spin;
                     self.backoff = FIRST_BACKOFF;
                     self.spun = Duration::ZERO;
+                    self.lost = Duration::ZERO;
                 }
             }
-            // (A wait that began before the switch.)
-            Mode::Block => {}
+            // (Delay counted while asleep is not held against spinning.)
+            Mode::Block => self.lost = Duration::ZERO,
         }
     }
 
     fn block(&mut self, now: Instant) {
         self.mode = Mode::Block;
         self.spun = Duration::ZERO;
-        self.preempted = 0;
+        self.lost = Duration::ZERO;
         self.trial_at = Some(now + self.backoff);
     }
 }
 
-/// The involuntary context switches of the calling thread so far.
-pub(crate) fn involuntary_switches() -> u64 {
-    let mut u = std::mem::MaybeUninit::<libc::rusage>::zeroed();
-    // SAFETY: getrusage writes a whole `rusage` into the buffer it is given (zeroed first, so
-    // that it is initialized even if the call failed).
-    unsafe {
-        libc::getrusage(libc::RUSAGE_THREAD, u.as_mut_ptr());
-        u.assume_init().ru_nivcsw as u64
-    }
+thread_local! {
+    /// This thread's `/proc/thread-self/schedstat`, opened at its first reading (`None`:
+    /// it cannot be read here).
+    static SCHEDSTAT: Option<std::fs::File> = std::fs::File::open("/proc/thread-self/schedstat").ok();
+}
+
+/// The calling thread's run-queue delay so far: the time it was runnable but not running
+/// (`None` where the kernel does not keep it).
+pub(crate) fn run_delay() -> Option<Duration> {
+    use std::os::unix::fs::FileExt;
+    SCHEDSTAT.with(|f| {
+        let mut buf = [0u8; 96];
+        let n = f.as_ref()?.read_at(&mut buf, 0).ok()?;
+        parse_run_delay(&buf[..n])
+    })
+}
+
+/// The run-queue delay of a `schedstat` line: "CPU_NS DELAY_NS SLICES".
+fn parse_run_delay(line: &[u8]) -> Option<Duration> {
+    let text = std::str::from_utf8(line).ok()?;
+    let ns = text.split_ascii_whitespace().nth(1)?.parse().ok()?;
+    Some(Duration::from_nanos(ns))
 }
 
 #[cfg(test)]
@@ -199,25 +214,29 @@ mod tests {
         Duration::from_millis(n)
     }
 
-    /// A thread whose waits are fed to a policy: its count of involuntary switches, read
-    /// when the policy asks.
+    fn us(n: u64) -> Duration {
+        Duration::from_micros(n)
+    }
+
+    /// A thread whose waits are fed to a policy: its run-queue delay, read when the policy
+    /// asks.
     struct Thread {
         w: Waiting,
-        switches: u64,
+        delay: Duration,
         t0: Instant,
     }
 
     impl Thread {
         fn new(adaptive: bool) -> Self {
-            Thread { w: Waiting::new(adaptive), switches: 0, t0: Instant::now() }
+            Thread { w: Waiting::new(adaptive), delay: Duration::ZERO, t0: Instant::now() }
         }
 
-        /// A wait ending at `at` ms that spun `spun` ms, preempted `preempted` times.
-        fn wait(&mut self, at: u64, spun: u64, preempted: u64) {
-            self.switches += preempted;
+        /// A wait ending at `at` ms that spun `spun` ms and lost `lost`.
+        fn wait(&mut self, at: u64, spun: u64, lost: Duration) {
+            self.delay += lost;
             let now = self.t0 + ms(at);
-            let switches = self.w.wants_count(now).then_some(self.switches);
-            self.w.seen(Seen { spun: ms(spun), switches }, now);
+            let delay = self.w.wants_delay(now).then_some(self.delay);
+            self.w.seen(Seen { spun: ms(spun), delay }, now);
         }
 
         fn budget(&mut self, at: u64) -> Duration {
@@ -228,75 +247,87 @@ mod tests {
     #[test]
     fn an_idle_machine_keeps_spinning() {
         let mut t = Thread::new(true);
-        // Waits of 1 ms, one preemption (a thread of its own waking) every 60.
+        // Waits of 1 ms, each losing a few microseconds (kernel workers, yields).
         for i in 0..2000 {
             assert_eq!(t.budget(i), FULL);
-            t.wait(i, 1, u64::from(i % 60 == 59));
+            t.wait(i, 1, us(20));
         }
         assert_eq!(t.w.mode(), Mode::Spin);
     }
 
     #[test]
-    fn preemptions_while_spinning_switch_to_sleeping() {
+    fn losing_the_core_while_spinning_switches_to_sleeping() {
         let mut t = Thread::new(true);
-        t.wait(0, 1, 0);
-        t.wait(5, 5, 1);
-        t.wait(10, 5, 1);
-        assert_eq!(t.budget(11), FULL, "two preemptions are not enough");
-        t.wait(15, 5, 1);
+        t.wait(0, 1, Duration::ZERO);
+        t.wait(5, 5, us(400));
+        t.wait(10, 5, us(400));
+        assert_eq!(t.budget(11), FULL, "0.8 ms lost is not enough");
+        t.wait(15, 5, us(400));
         assert_eq!(t.w.mode(), Mode::Block);
         assert_eq!(t.budget(16), Duration::ZERO);
         // Waits that saw nothing change nothing.
-        t.wait(17, 0, 0);
+        t.wait(17, 0, Duration::ZERO);
         assert_eq!(t.budget(18), Duration::ZERO);
     }
 
     #[test]
-    fn the_count_is_read_every_few_milliseconds_and_first_as_a_baseline() {
+    fn the_delay_is_read_every_few_milliseconds_and_first_as_a_baseline() {
         let mut t = Thread::new(true);
-        // The first reading finds many switches (the start-up's): not counted.
-        t.wait(0, 1, 100);
+        // The first reading finds the start-up's delay: not counted.
+        t.wait(0, 1, ms(100));
         assert_eq!(t.w.mode(), Mode::Spin);
-        assert!(!t.w.wants_count(t.t0 + SAMPLE_EVERY - ms(1)));
-        assert!(t.w.wants_count(t.t0 + SAMPLE_EVERY));
-        // Preemptions between two readings are counted at the next.
-        t.wait(1, 1, 2);
-        t.wait(2, 1, 1);
+        assert!(!t.w.wants_delay(t.t0 + SAMPLE_EVERY - ms(1)));
+        assert!(t.w.wants_delay(t.t0 + SAMPLE_EVERY));
+        // What is lost between two readings is counted at the next.
+        t.wait(1, 1, us(700));
+        t.wait(2, 1, us(300));
         assert_eq!(t.w.mode(), Mode::Spin);
-        t.wait(5, 1, 0);
+        t.wait(5, 1, Duration::ZERO);
         assert_eq!(t.w.mode(), Mode::Block);
     }
 
     #[test]
-    fn preemptions_far_apart_do_not_switch() {
+    fn losses_far_apart_do_not_switch() {
         let mut t = Thread::new(true);
-        t.wait(0, 0, 0);
-        // Five readings per window of spinning, one preemption in each second reading.
+        t.wait(0, 0, Duration::ZERO);
+        // Four readings per window of spinning, 0.3 ms lost at every second one.
         for i in 1..200 {
-            t.wait(5 * i, 5, u64::from(i % 2 == 0));
+            t.wait(5 * i, 5, if i % 2 == 0 { us(300) } else { Duration::ZERO });
         }
         assert_eq!(t.w.mode(), Mode::Spin);
     }
 
-    /// Switches `t` to Block at 0 ms (three preemptions counted at 5 ms).
+    /// Switches `t` to Block at 5 ms.
     fn blocked() -> Thread {
         let mut t = Thread::new(true);
-        t.wait(0, 0, 0);
-        t.wait(5, 5, 3);
+        t.wait(0, 0, Duration::ZERO);
+        t.wait(5, 5, ms(3));
         assert_eq!(t.w.mode(), Mode::Block);
         t
     }
 
     #[test]
-    fn a_trial_without_preemption_goes_back_to_spinning() {
+    fn delay_while_asleep_is_not_held_against_spinning() {
+        let mut t = blocked();
+        // Asleep, woken late now and then (the machine is busy): not counted.
+        t.wait(10, 0, ms(2));
+        let at = 5 + FIRST_BACKOFF.as_millis() as u64;
+        assert_eq!(t.budget(at), FULL);
+        t.wait(at + 10, 10, Duration::ZERO);
+        t.wait(at + 20, 10, Duration::ZERO);
+        assert_eq!(t.w.mode(), Mode::Spin);
+    }
+
+    #[test]
+    fn a_trial_without_losses_goes_back_to_spinning() {
         let mut t = blocked();
         let at = 5 + FIRST_BACKOFF.as_millis() as u64;
         assert_eq!(t.budget(at - 1), Duration::ZERO, "not before the delay");
         assert_eq!(t.budget(at), FULL, "the trial spins");
         assert_eq!(t.w.mode(), Mode::Trial);
-        t.wait(at + 10, 10, 0);
+        t.wait(at + 10, 10, us(100));
         assert_eq!(t.w.mode(), Mode::Trial);
-        t.wait(at + 20, 10, 0);
+        t.wait(at + 20, 10, us(100));
         assert_eq!(t.w.mode(), Mode::Spin);
         assert_eq!(t.budget(at + 21), FULL);
     }
@@ -307,11 +338,11 @@ mod tests {
         let mut now = 5;
         let mut delay = FIRST_BACKOFF.as_millis() as u64;
         for _ in 0..10 {
-            // Asleep until the delay is over, then a trial that is preempted.
+            // Asleep until the delay is over, then a trial that loses its core.
             assert_eq!(t.budget(now + delay - 1), Duration::ZERO);
             now += delay;
             assert_eq!(t.budget(now), FULL);
-            t.wait(now + 5, 5, 1);
+            t.wait(now + 5, 5, ms(2));
             now += 5;
             assert_eq!(t.w.mode(), Mode::Block);
             delay = (delay * 2).min(MAX_BACKOFF.as_millis() as u64);
@@ -321,10 +352,11 @@ mod tests {
         now += delay;
         assert_eq!(t.budget(now), FULL);
         // A successful trial resets the delay.
-        t.wait(now + TRIAL.as_millis() as u64, TRIAL.as_millis() as u64, 0);
-        now += TRIAL.as_millis() as u64;
+        let trial = TRIAL.as_millis() as u64;
+        t.wait(now + trial, trial, Duration::ZERO);
+        now += trial;
         assert_eq!(t.w.mode(), Mode::Spin);
-        t.wait(now + 5, 5, 3);
+        t.wait(now + 5, 5, ms(3));
         now += 5;
         assert_eq!(t.w.mode(), Mode::Block);
         assert_eq!(t.budget(now + FIRST_BACKOFF.as_millis() as u64), FULL);
@@ -334,10 +366,31 @@ mod tests {
     fn a_budget_set_by_hand_is_kept() {
         let mut t = Thread::new(false);
         for i in 0..10 {
-            t.wait(5 * i, 5, 5);
+            t.wait(5 * i, 5, ms(5));
             assert_eq!(t.budget(5 * i), FULL);
         }
         assert_eq!(t.w.mode(), Mode::Spin);
-        assert!(!t.w.wants_count(t.t0), "no system call for a budget set by hand");
+        assert!(!t.w.wants_delay(t.t0), "no system call for a budget set by hand");
+    }
+
+    #[test]
+    fn schedstat_lines_are_read() {
+        assert_eq!(parse_run_delay(b"153010 65208 2\n"), Some(Duration::from_nanos(65208)));
+        assert_eq!(parse_run_delay(b"153010\n"), None);
+        assert_eq!(parse_run_delay(b"1 x 2\n"), None);
+        assert_eq!(parse_run_delay(b""), None);
+    }
+
+    #[test]
+    fn this_thread_s_delay_is_read_and_never_decreases() {
+        // Where the kernel keeps it (it does on the machines this runs on), it is read.
+        if !std::path::Path::new("/proc/thread-self/schedstat").exists() {
+            assert_eq!(run_delay(), None);
+            return;
+        }
+        let a = run_delay().expect("schedstat read");
+        std::thread::yield_now();
+        let b = run_delay().expect("schedstat read again");
+        assert!(b >= a);
     }
 }
