@@ -404,13 +404,13 @@ struct Watch {
 }
 
 impl Watch {
-    /// The wait ends, `waited` after `t0`: how long it spun, and (every few milliseconds)
-    /// the thread's run-queue delay.
+    /// The wait ends, `waited` after `t0`: (every few milliseconds) the thread's run-queue
+    /// delay.
     #[inline]
     fn end(&self, e: &mut Engine, waited: Duration) {
         let now = self.t0 + waited;
         let delay = if e.waiting.wants_delay(now) { waiting::run_delay() } else { None };
-        e.waiting.seen(Seen { spun: waited.min(self.budget), delay }, now);
+        e.waiting.seen(Seen { delay }, now);
     }
 }
 
