@@ -8,6 +8,7 @@
 //! This module holds data and the engine's waits only: the failure detector, the bootstrap and
 //! the launcher's messages (the layer above) keep their logic and find their state here.
 
+use crate::device::waiting::{self, Seen};
 use crate::device::{Engine, ReqId, StatusInfo};
 use crate::error::{Error, Result};
 use crate::lifecycle::{is_finalized, threading_support, Threading};
@@ -394,11 +395,31 @@ fn debug_waits() -> bool {
     *ON.get_or_init(|| std::env::var_os("P2PMPI_DEBUG").is_some())
 }
 
+/// A wait that did not end at its first round: its spin budget (the waiting policy's,
+/// [`waiting`]), and what it tells the policy when it ends.
+struct Watch {
+    /// When the clock started (after the first round).
+    t0: Instant,
+    budget: Duration,
+}
+
+impl Watch {
+    /// The wait ends, `waited` after `t0`: (every few milliseconds) the thread's run-queue
+    /// delay.
+    #[inline]
+    fn end(&self, e: &mut Engine, waited: Duration) {
+        let now = self.t0 + waited;
+        let delay = if e.waiting.wants_delay(now) { waiting::run_delay() } else { None };
+        e.waiting.seen(Seen { delay }, now);
+    }
+}
+
 /// Makes progress until `check` returns a value. `hint` is the peer whose data is awaited.
-/// Polls without sleeping for the spin budget, then sleeps in `epoll_wait`. Returns the first
-/// fatal communication error instead of waiting forever.
+/// Polls without sleeping for the spin budget, then sleeps in `epoll_wait`; the budget is
+/// the waiting policy's ([`waiting`]: none on a machine whose cores are taken by other
+/// work). Returns the first fatal communication error instead of
+/// waiting forever.
 pub(crate) fn wait_until<T>(hint: Option<i32>, mut check: impl FnMut(&mut Engine) -> Option<Result<T>>) -> Result<T> {
-    let mut start: Option<Instant> = None;
     let mut spins: u32 = 0;
     // The clock is read every CLOCK_EVERY rounds: a shared-memory poll costs a few loads,
     // and reading the clock on each round made the loop several times slower.
@@ -408,6 +429,9 @@ pub(crate) fn wait_until<T>(hint: Option<i32>, mut check: impl FnMut(&mut Engine
     // a wait on a socket skips the looks at rings (two calls that find nothing, on every
     // round). Only the speed depends on it: a progress round moves rings and sockets alike.
     let mut on_rings: Option<bool> = None;
+    // The clock's start and the spin budget, fixed after the first round (which spins in
+    // any case).
+    let mut watch: Option<Watch> = None;
     let ctx = current();
     loop {
         let mut g = ctx.engine.lock();
@@ -417,6 +441,9 @@ pub(crate) fn wait_until<T>(hint: Option<i32>, mut check: impl FnMut(&mut Engine
         // program polling with `test` would never learn of them.
         notices_to(&ctx.failures, e);
         if let Some(r) = check(e) {
+            if let Some(w) = &watch {
+                w.end(e, waited);
+            }
             return r;
         }
         if let Some(f) = &e.fatal {
@@ -425,13 +452,16 @@ pub(crate) fn wait_until<T>(hint: Option<i32>, mut check: impl FnMut(&mut Engine
         // The clock starts after a first round: a message already there (the usual case
         // for a receiver behind its sender) is taken without reading it.
         if rounds > 0 {
-            let t0 = *start.get_or_insert_with(Instant::now);
+            let w = watch.get_or_insert_with(|| {
+                let (t0, full) = (Instant::now(), e.spin);
+                Watch { t0, budget: e.waiting.budget(full, t0) }
+            });
             if rounds % CLOCK_EVERY == 0 {
-                waited = t0.elapsed();
+                waited = w.t0.elapsed();
             }
         }
         rounds = rounds.wrapping_add(1);
-        if waited < e.spin {
+        if waited < watch.as_ref().map_or(e.spin, |w| w.budget) {
             let rings = *on_rings.get_or_insert_with(|| e.hint_on_rings(hint));
             if !rings {
                 e.progress(hint, None);
@@ -442,6 +472,9 @@ pub(crate) fn wait_until<T>(hint: Option<i32>, mut check: impl FnMut(&mut Engine
                     // the same lock.
                     Some(true) => {
                         if let Some(r) = check(e) {
+                            if let Some(w) = &watch {
+                                w.end(e, waited);
+                            }
                             return r;
                         }
                     }
@@ -471,7 +504,7 @@ pub(crate) fn wait_until<T>(hint: Option<i32>, mut check: impl FnMut(&mut Engine
             }
         } else {
             if debug_waits() {
-                eprintln!("rank {} blocking: hint {:?} {}", e.rank, hint, e.debug_state());
+                eprintln!("rank {} blocking ({:?}): hint {:?} {}", e.rank, e.waiting.mode(), hint, e.debug_state());
             }
             e.progress(hint, Some(block_slice()));
             if let Some(limit) = ctx.failures.send_timeout() {

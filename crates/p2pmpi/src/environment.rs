@@ -219,6 +219,7 @@ pub fn initialize_with_threading(threading: Threading) -> Option<(Universe, Thre
                 rank_lost: crate::failure::rank_lost,
             };
             e.yield_spin = yield_spin;
+            e.waiting = crate::device::Waiting::new(adaptive_wait());
             e.encrypt = boot.encrypt;
             e.world_base = boot.world_base;
             e.world_size = boot.world_size;
@@ -287,6 +288,13 @@ fn spin_budget(local_procs: usize) -> Duration {
     } else {
         Duration::from_millis(2)
     }
+}
+
+/// Whether waits on sockets choose between spinning and sleeping from what the machine does
+/// (`device::engine::waiting`): yes, unless the spin budget is set by hand
+/// (`P2PMPI_SPIN_US`) or `P2PMPI_WAIT=spin` asks for the fixed budget.
+fn adaptive_wait() -> bool {
+    std::env::var_os(bootstrap::env::SPIN_US).is_none() && std::env::var("P2PMPI_WAIT").map_or(true, |v| v != "spin")
 }
 
 /// How long a blocking call keeps polling with `sched_yield` between polls (after the plain

@@ -54,6 +54,7 @@ mod tests;
 
 pub use conn::EAGER_LIMIT;
 pub(crate) use conn::{ReqId, StatusInfo};
+pub(crate) use engine::waiting::{self, Waiting};
 pub use engine::SINGLE_COPY_MIN;
 pub(crate) use engine::{Base, Matched, SendMode, Upcalls, DONE, DONE_STATUS};
 pub(crate) use net::load_factor;

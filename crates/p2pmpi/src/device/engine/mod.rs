@@ -20,6 +20,7 @@
 pub(crate) mod coordination;
 mod frames;
 mod poll;
+pub(crate) mod waiting;
 
 pub(crate) use coordination::{Coordination, Solo};
 
@@ -212,6 +213,8 @@ pub(crate) struct Base {
     pub spin: Duration,
     /// After `spin`, how long it keeps polling with `sched_yield` between polls.
     pub yield_spin: Duration,
+    /// Whether a wait on a socket spins for `spin` or sleeps at once ([`waiting`]).
+    pub waiting: waiting::Waiting,
     /// `--encrypt`: every data connection seals what follows its opening (ChaCha20-Poly1305
     /// records under session keys derived from the job key and the opening's nonces).
     pub encrypt: bool,
@@ -357,6 +360,7 @@ impl<C: Coordination, S: Waits> Core<C, S> {
             fatal: None,
             spin,
             yield_spin: Duration::ZERO,
+            waiting: waiting::Waiting::default(),
             encrypt: false,
             upcalls: Upcalls::default(),
         };
