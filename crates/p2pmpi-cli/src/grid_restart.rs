@@ -321,13 +321,25 @@ pub(crate) fn run<J: Job>(name: &str, opts: &RunArgs, job: &mut J, start: &Start
         crate::output::Journal::open(checkpoints.dir(), &replay)
             .with_context(|| format!("cannot write the output's journal in {}", checkpoints.dir().display()))?,
     ));
-    let _open = OpenToJobs::start(checkpoints.dir());
+    // The processes keep their checkpoints on the job's peers unless given a directory.
+    let on_peers = opts.checkpoint_copies > 0 && opts.checkpoint_dir.is_none();
+    if on_peers && opts.resume.is_some() {
+        anyhow::bail!(
+            "--resume: this grid job kept its checkpoints on its peers under a key of its launcher's, \
+             which died with it; a grid job that may be resumed keeps them in a directory every peer \
+             reaches (--checkpoint-dir)"
+        );
+    }
+    let _open = if on_peers { None } else { OpenToJobs::start(checkpoints.dir()) };
     let mut decider = Decider::new(layout, opts.max_restarts)?;
     let mut exclude: Vec<(PeerId, String)> = Vec::new();
     let mut again = opts.resume.is_some();
     loop {
         let run = Run { dir: checkpoints.dir(), restore, again, replay: &mut replay, journal: journal.clone() };
-        let env = run.env();
+        let mut env = run.env();
+        if on_peers {
+            env.retain(|(k, _)| k != p2pmpi::checkpoint::env::DIR);
+        }
         let output = run.output(layout, opts)?;
         job.prepare(output, env.clone());
         let Some(attempt) = start(job, &exclude)? else {
@@ -340,7 +352,8 @@ pub(crate) fn run<J: Job>(name: &str, opts: &RunArgs, job: &mut J, start: &Start
         }
         let Attempt { ended, hosts } = attempt;
         decider.joined(&hosts);
-        let latest = match job.peers_store().or_else(|| store_of(&env)) {
+        let store = if on_peers { job.peers_store() } else { store_of(&env) };
+        let latest = match store {
             Some(store) => store.latest().context("cannot read the job's checkpoints")?,
             None => None,
         };

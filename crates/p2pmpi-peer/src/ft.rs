@@ -75,6 +75,8 @@
 //! symlink there is refused), and an existing entry at the final path is removed first (a
 //! symlink is removed, never written through) before the file is created with `create_new`.
 
+pub mod checkpoint;
+
 use anyhow::{anyhow, bail, Context, Result};
 use p2pmpi_wire::grid::{FileMeta, FileSource, FtRequest, FtResponse, Ticket};
 use p2pmpi_wire::secure::{Canceller, GridSecret, SecureConn, SecureError, HANDSHAKE_TIMEOUT};
@@ -125,7 +127,7 @@ pub struct FtContext {
     pub fetch_max: u64,
     /// `FT_JOB_MAX`: most bytes of inline files staged for one job.
     pub job_max: u64,
-    /// Jobs' checkpoints kept here: `<ckpt_dir>/<job>/` ([`crate::ft_checkpoint`]).
+    /// Jobs' checkpoints kept here: `<ckpt_dir>/<job>/` ([`checkpoint`]).
     pub ckpt_dir: PathBuf,
     /// `CHECKPOINT_MAX`: most bytes of checkpoints kept for one job.
     pub ckpt_max: u64,
@@ -292,7 +294,7 @@ pub fn serve(listener: TcpListener, ctx: Arc<FtContext>) {
     enforce_cache_quota(&ctx);
     let limits = Limits { authenticated: MAX_CONNECTIONS, ..DAEMON_LIMITS };
     let c = ctx.clone();
-    let keys = Arc::new(move |job: &str| crate::ft_checkpoint::access(&c.ckpt_dir, job));
+    let keys = Arc::new(move |job: &str| checkpoint::access(&c.ckpt_dir, job));
     server::serve_keyed(
         "ft",
         listener,
@@ -301,7 +303,7 @@ pub fn serve(listener: TcpListener, ctx: Arc<FtContext>) {
         limits,
         MAX_RECORD,
         move |conn, peer, job| match job {
-            Some(job) => crate::ft_checkpoint::serve_conn(conn, peer, &ctx, &job, STALL_TIMEOUT),
+            Some(job) => checkpoint::serve_conn(conn, peer, &ctx, &job, STALL_TIMEOUT),
             None => serve_conn(conn, peer, &ctx, STALL_TIMEOUT),
         },
     );
@@ -414,7 +416,7 @@ fn session(conn: &mut SecureConn, ctx: &FtContext, peer: SocketAddr) -> Result<(
         let (ticket, job, files) = match conn.recv::<FtRequest>() {
             Ok(Some(FtRequest::Offer { ticket, job, files })) => (ticket, job, files),
             Ok(Some(FtRequest::CheckpointGrant { ticket, job, key })) => {
-                let answer = crate::ft_checkpoint::grant(ctx, ticket, &job, &key);
+                let answer = checkpoint::grant(ctx, ticket, &job, &key);
                 if let Err(e) = &answer {
                     warn!("ft: {peer}: checkpoint grant for job {job} refused: {e}");
                 }

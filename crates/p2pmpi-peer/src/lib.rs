@@ -22,7 +22,6 @@ pub mod config;
 pub mod confine;
 pub mod elf;
 pub mod ft;
-pub mod ft_checkpoint;
 pub mod home;
 pub mod ldso;
 pub mod members;

@@ -1281,7 +1281,7 @@ impl Mpd {
             job_dir: dir.to_path_buf(),
             tmp: tmp.clone(),
             shm: shm.to_path_buf(),
-            connect: root_port.into_iter().chain(crate::ft_checkpoint::ports_of(&spec.env)).collect(),
+            connect: root_port.into_iter().chain(crate::ft::checkpoint::ports_of(&spec.env)).collect(),
         };
         let uid = self.confiner.uid_for(&spec.job);
         let abi = abi_dir(dir, &spec.env)?;

@@ -23,7 +23,7 @@
 //! for a generation older than the last complete one here is answered `Stale` (a replica
 //! behind its rank's others) and not kept.
 
-use crate::ft::{self, FtContext, MAX_RECORD};
+use super::{self as ft, FtContext, MAX_RECORD};
 use p2pmpi_wire::grid::{CkptRequest, CkptResponse, Ticket, CKPT_CHUNK};
 use p2pmpi_wire::secure::{GridSecret, SecureConn};
 use std::fs::{self, File, OpenOptions};
