@@ -321,15 +321,9 @@ pub(crate) fn run<J: Job>(name: &str, opts: &RunArgs, job: &mut J, start: &Start
         crate::output::Journal::open(checkpoints.dir(), &replay)
             .with_context(|| format!("cannot write the output's journal in {}", checkpoints.dir().display()))?,
     ));
-    // The processes keep their checkpoints on the job's peers unless given a directory.
-    let on_peers = opts.checkpoint_copies > 0 && opts.checkpoint_dir.is_none();
-    if on_peers && opts.resume.is_some() {
-        anyhow::bail!(
-            "--resume: this grid job kept its checkpoints on its peers under a key of its launcher's, \
-             which died with it; a grid job that may be resumed keeps them in a directory every peer \
-             reaches (--checkpoint-dir)"
-        );
-    }
+    // The processes keep their checkpoints on the job's peers unless given a directory (a
+    // resumed job's is its directory: `restart::resume` refuses one whose were on its peers).
+    let on_peers = opts.checkpoint_copies > 0 && opts.checkpoint_dir.is_none() && opts.resume.is_none();
     let _open = if on_peers { None } else { OpenToJobs::start(checkpoints.dir()) };
     let mut decider = Decider::new(layout, opts.max_restarts)?;
     let mut exclude: Vec<(PeerId, String)> = Vec::new();
@@ -352,17 +346,15 @@ pub(crate) fn run<J: Job>(name: &str, opts: &RunArgs, job: &mut J, start: &Start
         }
         let Attempt { ended, hosts } = attempt;
         decider.joined(&hosts);
-        let store = if on_peers { job.peers_store() } else { store_of(&env) };
-        let latest = match store {
-            Some(store) => store.latest().context("cannot read the job's checkpoints")?,
-            None => None,
-        };
-        if let Some(m) = &latest {
-            decider.complete(m);
-        }
         if ended.code == 0 || ended.code == crate::supervise::TIMEOUT_EXIT {
             checkpoints.finish(name, ended.code, true);
             return Ok(ended.code);
+        }
+        let store = if on_peers { job.peers_store() } else { store_of(&env) };
+        match store.map(|s| s.latest()) {
+            Some(Ok(Some(m))) => decider.complete(&m),
+            Some(Err(e)) => eprintln!("{name}: cannot read the job's checkpoints: {e}"),
+            Some(Ok(None)) | None => {}
         }
         let dead: BTreeSet<usize> = ended.deaths.iter().chain(&ended.lost).copied().collect();
         match decider.ended(&ended.deaths, &ended.lost) {

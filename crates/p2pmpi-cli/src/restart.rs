@@ -224,6 +224,14 @@ pub fn resume(name: &str, dir: &Path, given: &RunArgs) -> Result<RunArgs> {
     std::env::set_current_dir(&rec.cwd)
         .with_context(|| format!("--resume: cannot enter the job's directory {}", rec.cwd.display()))?;
     let mut opts = rec.opts;
+    if opts.grid && opts.checkpoint_dir.is_none() && opts.checkpoint_copies > 0 {
+        bail!(
+            "--resume {}: this grid job kept its checkpoints on its peers under a key of its launcher's, which \
+             died with it; a grid job that may be resumed keeps them in a directory every peer reaches \
+             (--checkpoint-dir)",
+            dir.display()
+        );
+    }
     // A grid job's record says so (`--grid`): it is resumed on the grid.
     opts.local = !opts.grid;
     opts.checkpoint_dir = None;

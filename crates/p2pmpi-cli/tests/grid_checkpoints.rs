@@ -375,3 +375,58 @@ fn kill_daemon_of(g: &TestGrid, pid: u32) -> Result<(), String> {
     }
     Err(format!("no peer daemon on {ip}"))
 }
+
+/// Every file below `dir` (none when it does not exist).
+fn files_below(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                todo.push(p);
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
+/// The default on the grid: no `--checkpoint-dir`, the jobs confined (Landlock, as peers run
+/// them unless told otherwise); the processes keep their checkpoints on K = 2 of the job's
+/// other hosts through their FT, and the restart reads the last complete generation from them.
+#[test]
+fn a_confined_grid_job_restarts_from_checkpoints_kept_on_its_peers() {
+    let want = fault_free(3, "30");
+    let g = TestGrid::start("peers", 4, &["--procs", "1"]);
+    g.wait_hosts(1, 3);
+    let s = Scratch::new("gridckpt", "peers");
+    let m = marker("gridckpt-peers");
+    let prog = example("ckpt_iter");
+    let job = Job::spawn(&mut submit(
+        &g,
+        &s.0,
+        &["-n", "3", "--max-restarts", "2", prog.to_str().unwrap(), "30", "4", "150", "normal", "0", &m],
+    ));
+    // Steps 8 and on shown by every rank: generation 2 (step 8) is complete.
+    wait_until(SEEN, "step 10 shown by every rank", || (0..3).all(|r| lines_of(&job.stdout(), r).len() >= 11));
+    let homes: usize = (1..=4).map(|p| files_below(&g.home(p).join("checkpoints")).len()).sum();
+    assert!(homes > 0, "no checkpoint on any peer");
+    let dir = files_below(&s.0.join("p2pmpi-checkpoints"));
+    assert!(
+        dir.iter().all(|f| !f.to_string_lossy().contains("gen")),
+        "pieces in the launcher's directory, not on the peers: {dir:?}"
+    );
+    kill9(slot_pid(&m, 1, &[]));
+    let e = job.end(T);
+    assert_eq!(e.code, 0, "{}", e.text);
+    assert!(
+        e.text.contains("restart 1 of 2: rank 1 (")
+            && e.text.contains("restarting every rank from checkpoint generation"),
+        "{}",
+        e.text
+    );
+    assert_same_output(&e.stdout, &want, 3, &e.text);
+    assert!(wait_no_processes(&m, Duration::from_secs(10)).is_empty(), "processes left");
+}
