@@ -214,7 +214,10 @@ fn without_replication_a_killed_process_stops_the_job_naming_the_rank() {
     let ready = job.ready(6, LIMIT);
     signal(ready[4].0, libc::SIGKILL);
     let (code, text) = job.finish(LIMIT);
-    assert_eq!(code, 1, "{text}");
+    // The job's status is that of the first failure the launcher hears of: the others
+    // stopping on the detector's notice (1), or rank 4's own end (128 + SIGKILL) when its exit
+    // is reaped first — a race between the detector and waitpid, both naming rank 4.
+    assert!(code == 1 || code == 128 + libc::SIGKILL, "{code}: {text}");
     assert!(text.contains("rank 4"), "{text}");
     assert!(text.contains("stopping the other processes"), "{text}");
 }
