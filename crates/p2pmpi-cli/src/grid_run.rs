@@ -983,8 +983,18 @@ impl GridJob<'_> {
         let running = Running { remotes, readers, root: child };
         let (mut ended, spawns) = self.supervise(running, &key, tx, &rx, sup, &notifier);
         if ended.code == 0 {
-            // A job that ended well needs its checkpoints no more.
-            if let Some(c) = self.checkpoints.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+            // A job that ended well needs its checkpoints no more: deleted on every host but
+            // those of its processes that died or were cut off (a host that does not answer
+            // would hold the launcher for its connect time-out; it keeps a stale key).
+            if let Some(c) = self.checkpoints.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+                let gone: Vec<IpAddr> = ended
+                    .deaths
+                    .iter()
+                    .chain(&ended.lost)
+                    .filter_map(|&s| hosts.get(s))
+                    .map(|h| addr_of(h, 0).ip())
+                    .collect();
+                c.peers.retain(|a| !gone.contains(&a.ip()));
                 let _ = c.store().clear();
             }
         }
